@@ -1,0 +1,33 @@
+# The two commands: `make run` and `make test`.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+
+.PHONY: deps build run test test-sanitize bench clean
+
+deps:
+	@bash scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The default benchmark: dense vs reference-checked text workload, long enough to mean something.
+run: build
+	./$(BUILD)/bin/spattn bench
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (tests named *Slow* left out).
+test-sanitize: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPATTN_SANITIZE=ON > /dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -E Slow
+
+bench: build
+	./$(BUILD)/bin/spattn_microbench
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,80 @@
+// Attention entry points: the exact reference and the fast dense kernel.
+//
+// Shapes: q [Hq, Lq, d], k and v [Hkv, Lkv, d], out [Hq, Lq, d]; Hq a multiple of Hkv
+// (GQA/MQA: q head h reads kv head h / (Hq / Hkv)). Causal attention aligns bottom-right:
+// query row i sits at absolute position Lkv - Lq + i and sees keys 0..Lkv-Lq+i.
+// LSE, when asked for, is the natural-log log-sum-exp of each row's scaled scores,
+// laid out [Hq, Lq] contiguous; a row that sees no key gets -inf and an output of 0.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+struct AttnOptions {
+  bool causal = true;
+  float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(d)
+  int threads = 0;      // 0: all hardware threads
+  bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
+};
+
+// What a kernel really did, summed over heads. Score entries are counted after masking:
+// causal entries a tile held but did not need are not counted.
+struct Stats {
+  int64_t score_entries = 0;   // q.k products that entered the softmax
+  int64_t causal_entries = 0;  // all entries the dense causal (or full) problem holds
+  int64_t tiles_visited = 0;   // key tiles whose scores were computed
+  int64_t tiles_skipped = 0;   // of those, tiles whose exp and P.V were skipped
+  double flops = 0;            // 4 * d * score_entries (QK^T and PV)
+  double sparsity() const {
+    return causal_entries > 0 ? 1.0 - double(score_entries) / double(causal_entries) : 0.0;
+  }
+  void add(const Stats& o);
+};
+
+// Number of (query, key) pairs the full problem holds: causal or not.
+int64_t attention_entries(int64_t q_len, int64_t kv_len, bool causal);
+
+// Throws Error naming the argument when shapes, dtypes, data pointers or values are wrong.
+void validate_attention_args(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const TensorView& out, const AttnOptions& opt);
+
+// Exact attention with double accumulation. For tests and metrics only: O(Lq*Lkv*d).
+void attention_reference(const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, const AttnOptions& opt = {},
+                         float* lse = nullptr);
+
+// Tiled FlashAttention-2-style kernel (SIMD, runtime dispatch, threads over (head, q tile)).
+void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttnOptions& opt = {}, float* lse = nullptr,
+                     Stats* stats = nullptr);
+
+// Name of the SIMD target the kernels dispatch to on this machine ("AVX3+BF16", "AVX2", ...).
+const char* simd_target_name();
+
+}  // namespace spattn
+
+namespace spattn {
+
+// Keys per kernel tile; also the key-block size the observer reports in (beta in MOMO).
+inline constexpr int64_t kKeyBlock = 64;
+
+// Sees, for each computed key tile, every row's log-sum-exp over that tile's keys (natural
+// log of sum exp(scaled score)), for causal-visible keys only (-inf if a row saw none).
+// Called from worker threads, but a given (q_head, row) is only ever reported by one thread,
+// in increasing key-block order.
+class BlockLseObserver {
+ public:
+  virtual ~BlockLseObserver() = default;
+  virtual void observe(int64_t q_head, int64_t row_begin, int64_t rows, int64_t key_block,
+                       const float* block_lse) = 0;
+};
+
+// attention_dense that also reports per-(row, key block) LSE to `observer`.
+void attention_dense_observed(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const AttnOptions& opt, float* lse,
+                              BlockLseObserver& observer, Stats* stats = nullptr);
+
+}  // namespace spattn

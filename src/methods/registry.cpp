@@ -1,0 +1,35 @@
+#include "methods/registry.hpp"
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+namespace {
+struct Entry {
+  const char* name;
+  std::unique_ptr<Method> (*make)(const MethodSpec&);
+};
+const Entry kMethods[] = {
+    {"dense", make_dense},
+};
+}  // namespace
+
+std::vector<std::string> method_names() {
+  std::vector<std::string> names;
+  for (const auto& e : kMethods) names.emplace_back(e.name);
+  return names;
+}
+
+std::unique_ptr<Method> make_method(const MethodSpec& spec) {
+  for (const auto& e : kMethods)
+    if (spec.name == e.name) return e.make(spec);
+  std::string known;
+  for (const auto& e : kMethods) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  detail::fail("unknown method '", spec.name, "' (known: ", known, ")");
+}
+
+std::unique_ptr<Method> make_method(std::string_view text) {
+  return make_method(parse_method_spec(text));
+}
+
+}  // namespace spattn

@@ -1,0 +1,3 @@
+// TEMPORARY entry point until the CLI lands.
+#include <cstdio>
+int main() { std::puts("spattn"); return 0; }
