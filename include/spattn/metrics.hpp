@@ -17,6 +17,16 @@ struct OutputError {
 };
 OutputError compare_outputs(const TensorView& out, const TensorView& ref);
 
+// The rows metrics evaluate: every row when q_len <= max_rows, else max_rows evenly spaced
+// rows (always including the first and the last).
+std::vector<int64_t> sample_rows(int64_t q_len, int64_t max_rows);
+
+// compare_outputs against the exact (double) reference computed only at sampled rows of every
+// head: what `spattn bench` reports at lengths where a full reference would take minutes.
+OutputError sampled_output_error(const TensorView& out, const TensorView& q, const TensorView& k,
+                                 const TensorView& v, const AttnOptions& opt,
+                                 int64_t max_rows = 256);
+
 struct Recall {
   double mean = 1;   // mean over sampled rows of softmax mass held by computed entries
   double worst = 1;  // the lowest row
