@@ -1,0 +1,570 @@
+// The flash attention loop, compiled once per SIMD target (hwy/foreach_target.h).
+//
+// One work item is (q head h, query tile t). For each key tile the policy lets through:
+//   S   = Q_t K_j^T                       (Scores; unscaled f32)
+//   x   = S * scale * log2(e)             (base-2 softmax: exp2 is cheaper than exp)
+//   m'  = max(m, rowmax x)                (running max, per row)
+//   P   = 2^(x - m'),  alpha = 2^(m - m')
+//   l   = alpha l + rowsum P,  O = alpha O + P V_j
+// and at the end O /= l, LSE = (m + log2 l) ln 2. Storage of K and V is packed once per call
+// into tile-major layouts the micro-kernels stream (K transposed so scores vectorize along
+// keys; V row-major so P.V vectorizes along the head dim).
+//
+// Two operand formats: F32Ops (every target; bf16/f16 inputs are widened while packing) and,
+// on AVX-512 CPUs with AVX512_BF16, Bf16DotOps, which keep bf16 operands and use vdpbf16ps
+// (two products per lane per instruction) for both S and P.V.
+
+#if defined(SPATTN_KERNELS_FLASH_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPATTN_KERNELS_FLASH_INL_H_
+#undef SPATTN_KERNELS_FLASH_INL_H_
+#else
+#define SPATTN_KERNELS_FLASH_INL_H_
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/threading.hpp"
+#include "hwy/highway.h"
+#include "kernels/flash_common.hpp"
+#if HWY_TARGET == HWY_AVX3
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register blocking of the micro-kernels: kR rows x kCV vectors of accumulators.
+#if HWY_TARGET == HWY_AVX3
+inline constexpr int kR = 4, kCV = 4;
+#else
+inline constexpr int kR = 4, kCV = 2;
+#endif
+
+// 2^x, Cephes exp2f polynomial on [-0.5, 0.5] (max relative error ~2e-7 over the range);
+// exactly 0 for x < -126 (and -inf), so masked scores add nothing.
+HWY_INLINE VF Exp2(DF df, VF x) {
+  const hn::RebindToSigned<DF> di;
+  const VF xc = hn::Max(x, hn::Set(df, -126.0f));
+  const VF n = hn::Round(xc);
+  const VF f = hn::Sub(xc, n);
+  VF p = hn::Set(df, 1.535336188319500e-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.339887440266574e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618437357674640e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550332471162809e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402264791363012e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931472028550421e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::ConvertTo(di, n));
+  const VF r = hn::BitCast(df, hn::Add(hn::BitCast(di, p), bits));
+  return hn::IfThenZeroElse(hn::Lt(x, hn::Set(df, -126.0f)), r);
+}
+
+inline int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// ---------------------------------------------------------------------------------------
+// Element access for packing (packing is O(L d); the loop is O(L^2 d)).
+inline void LoadRowF32(const TensorView& t, int64_t h, int64_t s, int64_t d, float* dst) {
+  if (t.stride_dim == 1) {
+    const void* src = t.ptr(h, s);
+    switch (t.dtype) {
+      case DType::f32: std::memcpy(dst, src, size_t(d) * 4); return;
+      case DType::bf16: {
+        const uint16_t* p = static_cast<const uint16_t*>(src);
+        for (int64_t c = 0; c < d; ++c) dst[c] = bf16_to_f32(p[c]);
+        return;
+      }
+      case DType::f16: {
+        const hn::Rebind<hwy::float16_t, DF> dh;
+        const hwy::float16_t* p = static_cast<const hwy::float16_t*>(src);
+        const DF df;
+        const int64_t N = int64_t(hn::Lanes(df));
+        int64_t c = 0;
+        for (; c + N <= d; c += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, p + c)), df, dst + c);
+        for (; c < d; ++c) dst[c] = f16_to_f32(static_cast<const uint16_t*>(src)[c]);
+        return;
+      }
+    }
+  }
+  for (int64_t c = 0; c < d; ++c) dst[c] = t.get(h, s, c);
+}
+
+// ---------------------------------------------------------------------------------------
+// F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
+struct F32Ops {
+  using T = float;
+  static int64_t q_stride(int64_t d) { return d; }
+  static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
+  static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
+
+  static void PackQ(const TensorView& q, int64_t h, const int64_t* rows, int64_t n, int64_t npad,
+                    int64_t d, T* dst) {
+    for (int64_t r = 0; r < n; ++r) LoadRowF32(q, h, rows[r], d, dst + r * d);
+    std::fill(dst + n * d, dst + npad * d, 0.0f);
+  }
+  static void PackK(const TensorView& k, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
+                    T* dst, float* row_buf) {
+    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
+      if (j0 + jj < kv_len) LoadRowF32(k, h, j0 + jj, d, row_buf);
+      else std::fill(row_buf, row_buf + d, 0.0f);
+      for (int64_t c = 0; c < d; ++c) dst[c * kTileKeys + jj] = row_buf[c];
+    }
+  }
+  static void PackV(const TensorView& v, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
+                    int64_t dp, T* dst, float*) {
+    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
+      T* row = dst + jj * dp;
+      if (j0 + jj < kv_len) LoadRowF32(v, h, j0 + jj, d, row);
+      else std::fill(row, row + d, 0.0f);
+      std::fill(row + d, row + dp, 0.0f);
+    }
+  }
+
+  template <int CV>
+  static HWY_INLINE void ScoreStrip(const T* HWY_RESTRICT q, int64_t d, const T* HWY_RESTRICT kt,
+                                    int64_t col0, float* HWY_RESTRICT s) {
+    const DF df;
+    const int64_t N = int64_t(hn::Lanes(df));
+    VF acc[kR][CV];
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < CV; ++c) acc[r][c] = hn::Zero(df);
+    for (int64_t k = 0; k < d; ++k) {
+      VF b[CV];
+      for (int c = 0; c < CV; ++c) b[c] = hn::Load(df, kt + k * kTileKeys + col0 + c * N);
+      for (int r = 0; r < kR; ++r) {
+        const VF a = hn::Set(df, q[r * d + k]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col0 + c * N);
+  }
+
+  // S[npad][64] = Q K^T (unscaled).
+  static void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
+    const int64_t N = int64_t(hn::Lanes(DF()));
+    constexpr int64_t kChunk = kCV;
+    static_assert(kTileKeys % 16 == 0);
+    for (int64_t col0 = 0; col0 < kTileKeys; col0 += kChunk * N) {
+      const int64_t vecs = std::min<int64_t>(kChunk, (kTileKeys - col0) / N);
+      for (int64_t r0 = 0; r0 < npad; r0 += kR) {
+        if (vecs == kCV) ScoreStrip<kCV>(q + r0 * d, d, kt, col0, s + r0 * kTileKeys);
+        else ScoreStrip<1>(q + r0 * d, d, kt, col0, s + r0 * kTileKeys);
+      }
+    }
+  }
+
+  template <int CV>
+  static HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, const T* HWY_RESTRICT vt,
+                                 int64_t dp, int64_t c0, const float* alpha,
+                                 float* HWY_RESTRICT o) {
+    const DF df;
+    const int64_t N = int64_t(hn::Lanes(df));
+    VF acc[kR][CV];
+    for (int r = 0; r < kR; ++r) {
+      const VF al = hn::Set(df, alpha[r]);
+      for (int c = 0; c < CV; ++c) acc[r][c] = hn::Mul(al, hn::Load(df, o + r * dp + c0 + c * N));
+    }
+    for (int64_t j = 0; j < kTileKeys; ++j) {
+      VF b[CV];
+      for (int c = 0; c < CV; ++c) b[c] = hn::Load(df, vt + j * dp + c0 + c * N);
+      for (int r = 0; r < kR; ++r) {
+        const VF a = hn::Set(df, p[r * kTileKeys + j]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < kR; ++r)
+      for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
+  }
+
+  // O[npad][dp] = alpha O + P V.
+  static void PV(const float* p, int64_t npad, const T* vt, int64_t dp, const float* alpha,
+                 float* o) {
+    const int64_t N = int64_t(hn::Lanes(DF()));
+    for (int64_t c0 = 0; c0 < dp; c0 += kCV * N) {
+      const int64_t vecs = std::min<int64_t>(kCV, (dp - c0) / N);
+      for (int64_t r0 = 0; r0 < npad; r0 += kR) {
+        const float* pr = p + r0 * kTileKeys;
+        float* orow = o + r0 * dp;
+        switch (vecs) {
+          case kCV: PVStrip<kCV>(pr, vt, dp, c0, alpha + r0, orow); break;
+          default:
+            for (int64_t c = 0; c < vecs; ++c) PVStrip<1>(pr, vt, dp, c0 + c * N, alpha + r0, orow);
+        }
+      }
+    }
+  }
+};
+
+#if HWY_TARGET == HWY_AVX3
+// ---------------------------------------------------------------------------------------
+// Bf16DotOps: bf16 operands and vdpbf16ps, which computes per f32 lane
+//   acc += a[2i] b[2i] + a[2i+1] b[2i+1].
+// Pairs run along the contraction axis: K tile as [d/2][64][2] (pairs of dims per key), V tile
+// as [32][dp][2] (pairs of keys per dim), Q as [rows][d] (a broadcast 32-bit word is a pair of
+// dims) and P converted to bf16 [rows][64] (a 32-bit word is a pair of keys).
+#define SPATTN_BF16_ATTR \
+  __attribute__((target("avx512f,avx512vl,avx512dq,avx512bw,avx512bf16,fma,avx2")))
+
+struct Bf16DotOps {
+  using T = uint16_t;
+  static int64_t q_stride(int64_t d) { return d; }
+  static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
+  static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
+
+  static void LoadRowBf16(const TensorView& t, int64_t h, int64_t s, int64_t d, T* dst) {
+    if (t.dtype == DType::bf16 && t.stride_dim == 1) {
+      std::memcpy(dst, t.ptr(h, s), size_t(d) * 2);
+    } else {
+      for (int64_t c = 0; c < d; ++c) dst[c] = f32_to_bf16(t.get(h, s, c));
+    }
+  }
+  static void PackQ(const TensorView& q, int64_t h, const int64_t* rows, int64_t n, int64_t npad,
+                    int64_t d, T* dst) {
+    for (int64_t r = 0; r < n; ++r) LoadRowBf16(q, h, rows[r], d, dst + r * d);
+    std::fill(dst + n * d, dst + npad * d, T(0));
+  }
+  static void PackK(const TensorView& k, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
+                    T* dst, float* row_buf) {
+    T* row = reinterpret_cast<T*>(row_buf);
+    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
+      if (j0 + jj < kv_len) LoadRowBf16(k, h, j0 + jj, d, row);
+      else std::fill(row, row + d, T(0));
+      for (int64_t c = 0; c < d; c += 2) {
+        dst[(c / 2) * kTileKeys * 2 + jj * 2] = row[c];
+        dst[(c / 2) * kTileKeys * 2 + jj * 2 + 1] = row[c + 1];
+      }
+    }
+  }
+  static void PackV(const TensorView& v, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
+                    int64_t dp, T* dst, float* row_buf) {
+    T* row = reinterpret_cast<T*>(row_buf);
+    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
+      if (j0 + jj < kv_len) LoadRowBf16(v, h, j0 + jj, d, row);
+      else std::fill(row, row + d, T(0));
+      std::fill(row + d, row + dp, T(0));
+      T* pair = dst + (jj / 2) * dp * 2 + (jj & 1);
+      for (int64_t c = 0; c < dp; ++c) pair[c * 2] = row[c];
+    }
+  }
+
+  SPATTN_BF16_ATTR static void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
+                                      float* s) {
+    for (int64_t r0 = 0; r0 < npad; r0 += kR) {
+      __m512 acc[kR][4];
+      for (int r = 0; r < kR; ++r)
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+      for (int64_t k2 = 0; k2 < d / 2; ++k2) {
+        __m512bh b[4];
+        for (int c = 0; c < 4; ++c)
+          b[c] = (__m512bh)_mm512_load_si512(kt + k2 * kTileKeys * 2 + c * 32);
+        for (int r = 0; r < kR; ++r) {
+          int32_t pair;
+          std::memcpy(&pair, q + (r0 + r) * d + 2 * k2, 4);
+          const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+          for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
+        }
+      }
+      for (int r = 0; r < kR; ++r)
+        for (int c = 0; c < 4; ++c) _mm512_store_ps(s + (r0 + r) * kTileKeys + c * 16, acc[r][c]);
+    }
+  }
+
+  SPATTN_BF16_ATTR static void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
+                                  const float* alpha, float* o) {
+    alignas(64) uint16_t pb[kMaxTileRows * kTileKeys];
+    for (int64_t i = 0; i < npad * kTileKeys; i += 32) {
+      const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_load_ps(p + i + 16), _mm512_load_ps(p + i));
+      _mm512_store_si512(pb + i, (__m512i)h);
+    }
+    for (int64_t c0 = 0; c0 < dp; c0 += 4 * 16) {
+      const int vecs = int(std::min<int64_t>(4, (dp - c0) / 16));
+      for (int64_t r0 = 0; r0 < npad; r0 += kR) {
+        __m512 acc[kR][4];
+        for (int r = 0; r < kR; ++r) {
+          const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
+          for (int c = 0; c < vecs; ++c)
+            acc[r][c] = _mm512_mul_ps(al, _mm512_load_ps(o + (r0 + r) * dp + c0 + c * 16));
+        }
+        for (int64_t j2 = 0; j2 < kTileKeys / 2; ++j2) {
+          __m512bh b[4];
+          for (int c = 0; c < vecs; ++c)
+            b[c] = (__m512bh)_mm512_load_si512(vt + j2 * dp * 2 + (c0 + c * 16) * 2);
+          for (int r = 0; r < kR; ++r) {
+            int32_t pair;
+            std::memcpy(&pair, pb + (r0 + r) * kTileKeys + 2 * j2, 4);
+            const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+            for (int c = 0; c < vecs; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
+          }
+        }
+        for (int r = 0; r < kR; ++r)
+          for (int c = 0; c < vecs; ++c)
+            _mm512_store_ps(o + (r0 + r) * dp + c0 + c * 16, acc[r][c]);
+      }
+    }
+  }
+};
+#undef SPATTN_BF16_ATTR
+#endif  // HWY_TARGET == HWY_AVX3
+
+// ---------------------------------------------------------------------------------------
+// K and V of every kv head, packed tile by tile.
+template <class Ops>
+struct PackedKV {
+  using T = typename Ops::T;
+  int64_t tiles = 0, k_elems = 0, v_elems = 0;
+  std::unique_ptr<T[], void (*)(T*)> k{nullptr, [](T* p) { aligned_free(p); }};
+  std::unique_ptr<T[], void (*)(T*)> v{nullptr, [](T* p) { aligned_free(p); }};
+  const T* k_tile(int64_t kvh, int64_t t) const { return k.get() + (kvh * tiles + t) * k_elems; }
+  const T* v_tile(int64_t kvh, int64_t t) const { return v.get() + (kvh * tiles + t) * v_elems; }
+};
+
+template <class Ops>
+void PackKV(const Problem& p, int64_t dp, PackedKV<Ops>& kv) {
+  using T = typename Ops::T;
+  const int64_t kv_heads = p.k.heads;
+  kv.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
+  kv.k_elems = Ops::k_tile_elems(p.dim);
+  kv.v_elems = Ops::v_tile_elems(dp);
+  const size_t total = size_t(kv_heads * kv.tiles);
+  kv.k.reset(static_cast<T*>(aligned_alloc_bytes(total * size_t(kv.k_elems) * sizeof(T))));
+  kv.v.reset(static_cast<T*>(aligned_alloc_bytes(total * size_t(kv.v_elems) * sizeof(T))));
+  parallel_for(int64_t(total), p.threads, [&](int64_t item, int) {
+    alignas(64) float row_buf[512];
+    const int64_t h = item / kv.tiles, t = item % kv.tiles;
+    T* kd = kv.k.get() + item * kv.k_elems;
+    T* vd = kv.v.get() + item * kv.v_elems;
+    Ops::PackK(p.k, h, t * kTileKeys, p.kv_len, p.dim, kd, row_buf);
+    Ops::PackV(p.v, h, t * kTileKeys, p.kv_len, p.dim, dp, vd, row_buf);
+  });
+}
+
+// Per-thread scratch of one work item.
+template <class Ops>
+struct Scratch {
+  using T = typename Ops::T;
+  std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
+  T* q = nullptr;
+  float *s = nullptr, *o = nullptr, *m = nullptr, *l = nullptr, *alpha = nullptr,
+        *tile_max = nullptr, *block_lse = nullptr;
+  int64_t rows[kMaxTileRows];
+  int64_t pos[kMaxTileRows];
+  std::vector<KeyRange> ranges;
+
+  explicit Scratch(int64_t d, int64_t dp) {
+    const int64_t R = kMaxTileRows + kR;
+    const int64_t qf = (R * d * int64_t(sizeof(T)) + 63) / 64 * 16;  // floats, 64B aligned
+    const int64_t total = qf + R * kTileKeys + R * dp + 5 * R;
+    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(total) * 4)));
+    float* f = buf.get();
+    q = reinterpret_cast<T*>(f);
+    f += qf;
+    s = f; f += R * kTileKeys;
+    o = f; f += R * dp;
+    m = f; f += R;
+    l = f; f += R;
+    alpha = f; f += R;
+    tile_max = f; f += R;
+    block_lse = f;
+  }
+};
+
+// Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
+inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
+  for (auto& x : r) {
+    x.begin = std::max<int64_t>(x.begin, 0);
+    x.end = std::min(x.end, limit);
+  }
+  r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
+          r.end());
+  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  size_t w = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
+    else r[w++] = r[i];
+  }
+  r.resize(w);
+}
+
+// Masks scores outside [lo, hi) and past each row's causal limit to -inf; returns the
+// number of score entries left.
+inline int64_t MaskTile(float* s, int64_t n, const int64_t* pos, bool causal, int64_t j0,
+                        int64_t lo, int64_t hi) {
+  int64_t kept = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t row_hi = causal ? std::min(hi, pos[r] + 1) : hi;
+    const int64_t a = std::clamp<int64_t>(lo - j0, 0, kTileKeys);
+    const int64_t b = std::clamp<int64_t>(row_hi - j0, a, kTileKeys);
+    float* row = s + r * kTileKeys;
+    std::fill(row, row + a, kNegInf);
+    std::fill(row + b, row + kTileKeys, kNegInf);
+    kept += b - a;
+  }
+  return kept;
+}
+
+// Row maxima of the scaled scores (x = S c), into tile_max.
+inline void RowMax(const float* s, int64_t n, float c, float* tile_max) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t r = 0; r < n; ++r) {
+    VF mx = hn::Set(df, kNegInf);
+    for (int64_t j = 0; j < kTileKeys; j += N) mx = hn::Max(mx, hn::Load(df, s + r * kTileKeys + j));
+    tile_max[r] = hn::GetLane(hn::MaxOfLanes(df, mx)) * c;
+  }
+}
+
+// Online-softmax update of rows [0, n): turns S into P in place, updates m and l, writes the
+// O rescale factors alpha and, when observing, each row's log-sum-exp over this tile.
+template <bool kObserve>
+inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, float* m, float* l,
+                          float* alpha, float* block_lse) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const VF vc = hn::Set(df, c);
+  for (int64_t r = 0; r < n; ++r) {
+    const float m_new = std::max(m[r], tile_max[r]);
+    // A row that has seen no key keeps m = -inf; use 0 so exp2 sees -inf, not NaN.
+    const float m_use = m_new == kNegInf ? 0.0f : m_new;
+    alpha[r] = std::exp2(m[r] - m_use);
+    const VF vm = hn::Set(df, m_use);
+    VF sum = hn::Zero(df);
+    float* row = s + r * kTileKeys;
+    for (int64_t j = 0; j < kTileKeys; j += N) {
+      const VF p = Exp2(df, hn::MulSub(hn::Load(df, row + j), vc, vm));
+      sum = hn::Add(sum, p);
+      hn::Store(p, df, row + j);
+    }
+    const float rs = hn::GetLane(hn::SumOfLanes(df, sum));
+    l[r] = l[r] * alpha[r] + rs;
+    m[r] = m_new;
+    if constexpr (kObserve) block_lse[r] = rs > 0 ? (m_use + std::log2(rs)) * kLn2 : kNegInf;
+  }
+}
+
+// Writes O / l (and LSE) of rows [0, n) to the output.
+inline void Finalize(const Problem& p, int64_t h, const int64_t* rows, int64_t n, int64_t dp,
+                     const float* o, const float* m, const float* l) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    const float* src = o + r * dp;
+    if (p.out.dtype == DType::f32 && p.out.stride_dim == 1) {
+      float* dst = static_cast<float*>(p.out.ptr(h, rows[r]));
+      for (int64_t c = 0; c < p.dim; ++c) dst[c] = src[c] * inv;
+    } else {
+      for (int64_t c = 0; c < p.dim; ++c) p.out.set(h, rows[r], c, src[c] * inv);
+    }
+    if (p.lse)
+      p.lse[h * p.q_len + rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+  }
+}
+
+// One work item: q head h, query tile t.
+template <class Ops, class Policy>
+void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp, int64_t h,
+             int64_t t, Scratch<Ops>& sc, Stats& st) {
+  const int64_t n = pol.rows(p, t, sc.rows);
+  if (n <= 0) return;
+  const int64_t npad = RoundUp(n, kR);
+  const int64_t kvh = h / p.group;
+  for (int64_t r = 0; r < n; ++r) sc.pos[r] = sc.rows[r] + p.pos_offset;
+  const int64_t limit = p.causal ? sc.pos[n - 1] + 1 : p.kv_len;
+  sc.ranges.clear();
+  pol.key_ranges(p, h, t, limit, sc.ranges);
+  NormalizeRanges(sc.ranges, limit);
+
+  Ops::PackQ(p.q, h, sc.rows, n, npad, p.dim, sc.q);
+  std::fill(sc.o, sc.o + npad * dp, 0.0f);
+  std::fill(sc.m, sc.m + npad, kNegInf);
+  std::fill(sc.l, sc.l + npad, 0.0f);
+  const float c = p.scale * kLog2e;
+  for (const KeyRange& kr : sc.ranges) {
+    for (int64_t j0 = kr.begin / kTileKeys * kTileKeys; j0 < kr.end; j0 += kTileKeys) {
+      const int64_t jt = j0 / kTileKeys;
+      Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
+      const bool full = kr.begin <= j0 && j0 + kTileKeys <= kr.end &&
+                        (!p.causal || j0 + kTileKeys - 1 <= sc.pos[0]);
+      const int64_t kept = full ? n * kTileKeys
+                                : MaskTile(sc.s, n, sc.pos, p.causal, j0, kr.begin, kr.end);
+      // Padding rows must stay finite and contribute nothing.
+      std::fill(sc.s + n * kTileKeys, sc.s + npad * kTileKeys, kNegInf);
+      RowMax(sc.s, npad, c, sc.tile_max);
+      ++st.tiles_visited;
+      if constexpr (Policy::kMaySkip) {
+        if (pol.skip(h, jt, sc.tile_max, sc.m, n)) {
+          ++st.tiles_skipped;
+          continue;
+        }
+      }
+      st.score_entries += kept;
+      SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
+                                      sc.block_lse);
+      Ops::PV(sc.s, npad, kv.v_tile(kvh, jt), dp, sc.alpha, sc.o);
+      if constexpr (Policy::kObserve) pol.observe(h, sc.rows, n, jt, sc.block_lse);
+    }
+  }
+  Finalize(p, h, sc.rows, n, dp, sc.o, sc.m, sc.l);
+}
+
+template <class Ops, class Policy>
+void RunFlashOps(const Problem& p, Policy& pol, Stats* stats) {
+  const DF df;
+  const int64_t dp = RoundUp(p.dim, std::max<int64_t>(int64_t(hn::Lanes(df)), 16));
+  PackedKV<Ops> kv;
+  PackKV<Ops>(p, dp, kv);
+
+  // Items longest first (by the keys they may see), so the last items to run are short and
+  // both threads finish together. The order is fixed, and each item is computed by one thread,
+  // so the output does not depend on scheduling.
+  const int64_t tiles = pol.num_tiles(p);
+  struct Item { int64_t h, t, cost; };
+  std::vector<Item> items;
+  items.reserve(size_t(tiles * p.q.heads));
+  std::vector<int64_t> rows(kMaxTileRows);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t n = pol.rows(p, t, rows.data());
+    const int64_t cost = n <= 0 ? 0 : (p.causal ? rows[size_t(n - 1)] + p.pos_offset + 1 : p.kv_len);
+    for (int64_t h = 0; h < p.q.heads; ++h) items.push_back({h, t, cost});
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+
+  const int threads = int(std::min<int64_t>(p.threads, std::max<int64_t>(1, int64_t(items.size()))));
+  std::vector<std::unique_ptr<Scratch<Ops>>> scratch;
+  std::vector<Stats> part(static_cast<size_t>(threads));
+  for (int i = 0; i < threads; ++i) scratch.push_back(std::make_unique<Scratch<Ops>>(p.dim, dp));
+  parallel_for(int64_t(items.size()), threads, [&](int64_t i, int tid) {
+    const Item& it = items[size_t(i)];
+    RunTile<Ops>(p, pol, kv, dp, it.h, it.t, *scratch[size_t(tid)], part[size_t(tid)]);
+  });
+  if (stats) {
+    Stats total;
+    for (const Stats& s : part) total.add(s);
+    total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
+    total.flops = 4.0 * double(p.dim) * double(total.score_entries);
+    stats->add(total);
+  }
+}
+
+// Picks the operand format for this target and input dtype.
+template <class Policy>
+void RunFlash(const Problem& p, Policy& pol, Stats* stats) {
+#if HWY_TARGET == HWY_AVX3
+  if (p.q.dtype == DType::bf16 && bf16_dot_enabled() && cpu_has_bf16_dot()) {
+    RunFlashOps<Bf16DotOps>(p, pol, stats);
+    return;
+  }
+#endif
+  RunFlashOps<F32Ops>(p, pol, stats);
+}
+
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

@@ -1,0 +1,86 @@
+// Target-independent pieces of the flash attention loop: the validated problem, the policy
+// interface every kernel form implements, and the scratch sizes. The per-target loop itself
+// is in flash-inl.h.
+//
+// A policy answers the kernel's four questions (DESIGN.md "Kernel shape"):
+//   rows:       which query rows form tile t            (all / strided / list)
+//   key_ranges: which keys tile t attends to             (all causal / block list)
+//   skip:       may this key tile be dropped once its scores are known (BLASST)
+//   observe:    who sees each key tile's per-row log-sum-exp          (MOMO)
+// The dense policy answers "all, all, never, nobody" with compile-time constants, so the
+// dense kernel pays nothing for the hooks.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/coverage.hpp"
+
+namespace spattn::kernels {
+
+inline constexpr int64_t kTileKeys = kKeyBlock;  // keys per tile (Bc)
+inline constexpr int64_t kMaxTileRows = 128;     // largest query tile (Br) a policy may ask for
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Validated inputs shared by every kernel form.
+struct Problem {
+  TensorView q, k, v, out;
+  float* lse = nullptr;  // [Hq, Lq] natural log, or null
+  bool causal = true;
+  float scale = 0;       // softmax scale (resolved, > 0)
+  int threads = 1;
+  int64_t group = 1;     // q heads per kv head
+  int64_t q_len = 0, kv_len = 0, dim = 0;
+  // Absolute position of query row i is i + pos_offset (bottom-right causal alignment).
+  int64_t pos_offset = 0;
+};
+
+// Resolves defaults and validates (throws Error).
+Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttnOptions& opt, float* lse);
+
+// The dense policy: contiguous query tiles of `tile_rows`, every causal key, no skipping,
+// no observer.
+struct DensePolicy {
+  static constexpr bool kMaySkip = false;
+  static constexpr bool kObserve = false;
+  int64_t tile_rows = 64;
+
+  int64_t num_tiles(const Problem& p) const { return (p.q_len + tile_rows - 1) / tile_rows; }
+  // Writes the q rows of tile t (ascending) and returns how many.
+  int64_t rows(const Problem& p, int64_t t, int64_t* out) const {
+    int64_t b = t * tile_rows, n = std::min(tile_rows, p.q_len - b);
+    for (int64_t r = 0; r < n; ++r) out[r] = b + r;
+    return n;
+  }
+  // Appends the key ranges q head h's tile t attends to; the kernel clips them to the
+  // causal limit of the tile's last row and to kv_len, and coalesces them.
+  void key_ranges(const Problem& p, int64_t h, int64_t t, int64_t key_limit,
+                  std::vector<KeyRange>& out) const {
+    out.push_back({0, key_limit});
+  }
+  bool skip(int64_t, int64_t, const float*, const float*, int64_t) const { return false; }
+  void observe(int64_t, const int64_t*, int64_t, int64_t, const float*) {}
+};
+
+// The dense policy plus a BlockLseObserver (per-(row, key tile) log-sum-exp).
+struct ObservedDensePolicy : DensePolicy {
+  static constexpr bool kObserve = true;
+  BlockLseObserver* observer = nullptr;
+  // rows are contiguous in the dense policy, so one call covers the tile.
+  void observe(int64_t h, const int64_t* rows, int64_t n, int64_t key_tile, const float* lse) {
+    observer->observe(h, rows[0], n, key_tile, lse);
+  }
+};
+
+// Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
+// has bf16 dot-product instructions.
+void set_bf16_dot_enabled(bool enabled);
+bool bf16_dot_enabled();
+bool cpu_has_bf16_dot();
+
+}  // namespace spattn::kernels

@@ -1,0 +1,46 @@
+// Shared helpers for the kernel tests: seeded inputs and comparisons against the reference.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "spattn/tensor.hpp"
+
+namespace spattn::test {
+
+// iid N(0, sigma^2) values, rounded to the tensor's dtype.
+inline Tensor random_tensor(DType t, int64_t heads, int64_t seq, int64_t dim, uint64_t seed,
+                            float sigma = 1.0f) {
+  Tensor x(t, heads, seq, dim);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, sigma);
+  TensorView v = x.view();
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t d = 0; d < dim; ++d) v.set(h, s, d, n(rng));
+  return x;
+}
+
+struct Diff {
+  double max_abs = 0, ref_max = 0, rel_l2 = 0;
+};
+
+inline Diff diff(const TensorView& a, const TensorView& ref) {
+  Diff d;
+  double num = 0, den = 0;
+  for (int64_t h = 0; h < a.heads; ++h)
+    for (int64_t s = 0; s < a.seq; ++s)
+      for (int64_t c = 0; c < a.dim; ++c) {
+        double x = a.get(h, s, c), y = ref.get(h, s, c);
+        d.max_abs = std::max(d.max_abs, std::abs(x - y));
+        d.ref_max = std::max(d.ref_max, std::abs(y));
+        num += (x - y) * (x - y);
+        den += y * y;
+        if (!std::isfinite(x)) d.max_abs = INFINITY;
+      }
+  d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return d;
+}
+
+}  // namespace spattn::test
