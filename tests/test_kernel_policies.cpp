@@ -1,0 +1,146 @@
+// The loop's policy hooks, exercised with test policies: query-row subsets, key-range lists
+// and tile skipping must compute exactly the reference restricted to what they select.
+// Compiled for this TU's static SIMD target (the hooks' logic is target-independent).
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "kernels/flash-inl.h"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+namespace kn = kernels::HWY_NAMESPACE;
+
+// Exact attention of one row over the keys `keep` admits (causal limit applied by caller).
+std::vector<double> masked_row(const TensorView& q, const TensorView& k, const TensorView& v,
+                               int64_t h, int64_t i, int64_t limit,
+                               const std::function<bool(int64_t)>& keep) {
+  const int64_t d = q.dim, kh = h / (q.heads / k.heads);
+  std::vector<double> o(size_t(d), 0.0);
+  std::vector<std::pair<double, int64_t>> s;
+  double m = -INFINITY, l = 0;
+  for (int64_t j = 0; j < limit; ++j) {
+    if (!keep(j)) continue;
+    double acc = 0;
+    for (int64_t c = 0; c < d; ++c) acc += double(q.get(h, i, c)) * k.get(kh, j, c);
+    s.push_back({acc / std::sqrt(double(d)), j});
+    m = std::max(m, s.back().first);
+  }
+  for (auto [x, j] : s) {
+    double p = std::exp(x - m);
+    l += p;
+    for (int64_t c = 0; c < d; ++c) o[size_t(c)] += p * v.get(kh, j, c);
+  }
+  for (double& x : o) x = l > 0 ? x / l : 0.0;
+  return o;
+}
+
+struct Inputs {
+  Tensor q, k, v, out;
+  Inputs(int64_t h, int64_t hk, int64_t lq, int64_t lk, int64_t d)
+      : q(test::random_tensor(DType::f32, h, lq, d, 1)),
+        k(test::random_tensor(DType::f32, hk, lk, d, 2)),
+        v(test::random_tensor(DType::f32, hk, lk, d, 3)),
+        out(DType::f32, h, lq, d) {}
+  kernels::Problem problem(bool causal = true) {
+    AttnOptions opt;
+    opt.causal = causal;
+    return kernels::make_problem(q, k, v, out, opt, nullptr);
+  }
+};
+
+void expect_row(const Inputs& in, int64_t h, int64_t i, const std::vector<double>& want) {
+  for (int64_t c = 0; c < in.q.dim(); ++c)
+    ASSERT_NEAR(in.out.view().get(h, i, c), want[size_t(c)], 1e-4) << "head " << h << " row " << i;
+}
+
+// Every gamma-th query row (MOMO's query-sparse pass), tiles of 64 such rows.
+struct StridedRows : kernels::DensePolicy {
+  int64_t gamma = 3;
+  int64_t num_tiles(const kernels::Problem& p) const {
+    const int64_t n = (p.q_len + gamma - 1) / gamma;
+    return (n + tile_rows - 1) / tile_rows;
+  }
+  int64_t rows(const kernels::Problem& p, int64_t t, int64_t* out) const {
+    int64_t n = 0;
+    for (int64_t r = t * tile_rows; r < (t + 1) * tile_rows && r * gamma < p.q_len; ++r)
+      out[n++] = r * gamma;
+    return n;
+  }
+};
+
+TEST(KernelPolicy, QueryRowSubset) {
+  Inputs in(4, 2, 300, 350, 64);
+  kernels::Problem p = in.problem();
+  StridedRows pol;
+  Stats st;
+  kn::RunFlash(p, pol, &st);
+  int64_t entries = 0;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < 300; i += pol.gamma) {
+      const int64_t limit = i + 50 + 1;
+      entries += limit;
+      expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, limit, [](int64_t) { return true; }));
+      if (i + 1 < 300) EXPECT_EQ(in.out.view().get(h, i + 1, 0), 0.0f);  // untouched rows
+    }
+  EXPECT_EQ(st.score_entries, entries);
+}
+
+// A key-range list per (head, tile): sink, a stripe that straddles tiles, and a local window.
+struct RangeList : kernels::DensePolicy {
+  void key_ranges(const kernels::Problem& p, int64_t h, int64_t t, int64_t limit,
+                  std::vector<KeyRange>& out) const {
+    out.push_back({0, 4});
+    out.push_back({40 + 7 * h, 150});
+    out.push_back({100, 120});  // overlaps the previous one: must be coalesced
+    out.push_back({limit - 30, limit + 99});
+  }
+  static bool keep(int64_t h, int64_t j, int64_t limit) {
+    return j < 4 || (j >= 40 + 7 * h && j < 150) || j >= limit - 30;
+  }
+};
+
+TEST(KernelPolicy, KeyRangeLists) {
+  for (bool causal : {true, false}) {
+    Inputs in(2, 1, 200, 260, 64);
+    kernels::Problem p = in.problem(causal);
+    RangeList pol;
+    kn::RunFlash(p, pol, nullptr);
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 200; ++i) {
+        const int64_t tile_last = std::min<int64_t>(200, (i / 64 + 1) * 64) - 1;
+        const int64_t tile_limit = causal ? tile_last + 60 + 1 : 260;
+        const int64_t row_limit = causal ? i + 60 + 1 : 260;
+        expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, row_limit, [&](int64_t j) {
+                     return RangeList::keep(h, j, tile_limit);
+                   }));
+      }
+  }
+}
+
+// Skips every key tile but the first once its scores are known.
+struct SkipLater : kernels::DensePolicy {
+  static constexpr bool kMaySkip = true;
+  bool skip(int64_t, int64_t key_tile, const float*, const float*, int64_t) const {
+    return key_tile > 0;
+  }
+};
+
+TEST(KernelPolicy, SkippedTilesAddNothing) {
+  Inputs in(2, 2, 130, 130, 64);
+  kernels::Problem p = in.problem();
+  SkipLater pol;
+  Stats st;
+  kn::RunFlash(p, pol, &st);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 130; ++i)
+      expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, i + 1, [](int64_t j) { return j < 64; }));
+  // tiles per q tile: 1, 2, 3 (rows 0-63, 64-127, 128-129), two heads
+  EXPECT_EQ(st.tiles_visited, 2 * (1 + 2 + 3));
+  EXPECT_EQ(st.tiles_skipped, 2 * (0 + 1 + 2));
+}
+
+}  // namespace
+}  // namespace spattn
