@@ -42,6 +42,7 @@ using VF = hn::Vec<DF>;
 
 // Register blocking of the micro-kernels: kR rows x kCV vectors of accumulators.
 #if HWY_TARGET == HWY_AVX3
+// 4x4 measured equal to 6x4 (which pads 64-row tiles to 66) on Zen 4; 4 divides every tile.
 inline constexpr int kR = 4, kCV = 4;
 #else
 inline constexpr int kR = 4, kCV = 2;
