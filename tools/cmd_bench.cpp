@@ -7,9 +7,10 @@
 #include <chrono>
 #include <iostream>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.hpp"
 #include "spattn/error.hpp"
@@ -143,8 +144,8 @@ void print_table(const MachineInfo& m, double peak, const Problem& p, const Benc
 }
 
 nlohmann::json machine_json(const MachineInfo& m) {
-  return {{"cpu", m.cpu},           {"cores", m.cores},           {"threads", m.threads},
-          {"simd", m.simd},         {"compiler", m.compiler},     {"blas", m.blas}};
+  return {{"cpu", m.cpu},   {"cores", m.cores},       {"threads", m.threads},
+          {"simd", m.simd}, {"compiler", m.compiler}, {"blas", m.blas}};
 }
 
 nlohmann::json config_json(const Problem& p, const BenchOptions& o,
