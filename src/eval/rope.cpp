@@ -1,0 +1,56 @@
+#include "eval/rope.hpp"
+
+#include <cmath>
+
+#include "spattn/error.hpp"
+
+namespace spattn::eval {
+
+RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta)
+    : max_pos_(max_pos), dim_(dim), theta_(theta) {
+  SPATTN_CHECK(dim > 0 && dim % 2 == 0, "RoPE needs an even head dim, got ", dim);
+  SPATTN_CHECK(theta > 1.0 && std::isfinite(theta), "rope_theta must be > 1, got ", theta);
+  SPATTN_CHECK(max_pos >= 0, "RoPE table length must be >= 0");
+  const int64_t P = pairs();
+  cos_.resize(size_t(max_pos * P));
+  sin_.resize(size_t(max_pos * P));
+  for (int64_t p = 0; p < P; ++p) {
+    const double w = frequency(p);
+    for (int64_t pos = 0; pos < max_pos; ++pos) {
+      const double a = double(pos) * w;
+      cos_[size_t(pos * P + p)] = float(std::cos(a));
+      sin_[size_t(pos * P + p)] = float(std::sin(a));
+    }
+  }
+}
+
+double RopeTable::frequency(int64_t pair) const {
+  return std::pow(theta_, -2.0 * double(pair) / double(dim_));
+}
+
+void RopeTable::rotate_add(float* dst, const float* src, int64_t pos, float coef,
+                           int64_t pair_begin, int64_t pair_end) const {
+  SPATTN_CHECK(pos >= 0 && pos < max_pos_, "RoPE position ", pos, " outside [0, ", max_pos_, ")");
+  const int64_t P = pairs();
+  const float* c = &cos_[size_t(pos * P)];
+  const float* s = &sin_[size_t(pos * P)];
+  for (int64_t p = pair_begin; p < pair_end; ++p) {
+    const float x = src[p], y = src[p + P];
+    dst[p] += coef * (x * c[p] - y * s[p]);
+    dst[p + P] += coef * (x * s[p] + y * c[p]);
+  }
+}
+
+void RopeTable::rotate_inplace(float* x, int64_t pos) const {
+  SPATTN_CHECK(pos >= 0 && pos < max_pos_, "RoPE position ", pos, " outside [0, ", max_pos_, ")");
+  const int64_t P = pairs();
+  const float* c = &cos_[size_t(pos * P)];
+  const float* s = &sin_[size_t(pos * P)];
+  for (int64_t p = 0; p < P; ++p) {
+    const float a = x[p], b = x[p + P];
+    x[p] = a * c[p] - b * s[p];
+    x[p + P] = a * s[p] + b * c[p];
+  }
+}
+
+}  // namespace spattn::eval

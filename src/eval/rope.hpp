@@ -1,0 +1,30 @@
+// Rotary position embedding (RoPE), rotate-half convention (GPT-NeoX / Llama): dimension p
+// and p + d/2 form pair p, rotated by angle pos * theta^(-2p/d). Pair 0 turns fastest.
+// Because rotations compose, (R(i) x) . (R(j) y) = x . R(j - i) y: scores depend on the
+// relative position only, which is what the generator's patterns are built on.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace spattn::eval {
+
+class RopeTable {
+ public:
+  // cos/sin for positions [0, max_pos) and dim/2 pairs, angles computed in double.
+  RopeTable(int64_t max_pos, int64_t dim, double theta);
+  int64_t dim() const { return dim_; }
+  int64_t pairs() const { return dim_ / 2; }
+  double frequency(int64_t pair) const;  // radians per token
+  // dst += coef * R(pos) src, touching only pairs [pair_begin, pair_end).
+  void rotate_add(float* dst, const float* src, int64_t pos, float coef, int64_t pair_begin,
+                  int64_t pair_end) const;
+  // x = R(pos) x over all pairs.
+  void rotate_inplace(float* x, int64_t pos) const;
+
+ private:
+  int64_t max_pos_, dim_;
+  double theta_;
+  std::vector<float> cos_, sin_;  // [pos][pair]
+};
+
+}  // namespace spattn::eval
