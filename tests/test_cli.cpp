@@ -114,7 +114,7 @@ TEST_F(Cli, ZeroSeqExits2) { expect_bad_input(run_cli("bench --seq 0 --repeat 1"
 
 TEST_F(Cli, BadShapesExit2) {
   expect_bad_input(run_cli("bench --seq 128 --repeat 1 --heads 3 --kv-heads 2"), "--kv-heads");
-  expect_bad_input(run_cli("bench --seq 128 --repeat 1 --dim 60"), "head dim");
+  expect_bad_input(run_cli("bench --seq 128 --repeat 1 --dim 60"), "60");
 }
 
 TEST_F(Cli, MissingQkvFileExits2) {
