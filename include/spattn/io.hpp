@@ -19,7 +19,9 @@ Layout parse_layout(std::string_view s);  // "hsd" | "shd"
 // .npy: little-endian '<f4', '<f2', and bf16 stored as '<V2' or "bfloat16" (as ml_dtypes
 // writes it); C order (fortran_order False).
 Tensor read_npy(const std::string& path, Layout layout = Layout::hsd);
-void write_npy(const std::string& path, const TensorView& t);  // writes [h, s, d], C order
+// Writes any view as C-order [h, s, d] with descr '<f4', '<f2', or '<V2' for bf16 (numpy loads
+// that as raw 2-byte voids: use arr.view(ml_dtypes.bfloat16)).
+void write_npy(const std::string& path, const TensorView& t);
 
 // .safetensors: F32, BF16, F16 tensors.
 std::map<std::string, Tensor> read_safetensors(const std::string& path,

@@ -53,6 +53,10 @@ bool checked_nbytes(const std::vector<int64_t>& shape, uint64_t itemsize, uint64
 std::ifstream open_for_read(const std::string& path, uint64_t& file_size) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
+  // status() reports a missing file as not_found without an error; ec is set for the rest
+  // (permission denied on a parent directory, a symlink loop, ...).
+  SPATTN_CHECK(!ec || st.type() == fs::file_type::not_found, path, ": cannot access: ",
+               ec.message());
   SPATTN_CHECK(fs::exists(st), path, ": no such file");
   SPATTN_CHECK(fs::is_regular_file(st), path, ": not a regular file");
   file_size = fs::file_size(path, ec);

@@ -34,8 +34,10 @@ struct NpyHeader {
   std::vector<int64_t> shape;
 };
 
-// Header text for error messages: non-printable bytes escaped, long text cut short.
+// Header text for error messages: numpy's padding trimmed, non-printable bytes escaped, long
+// text cut short.
 std::string printable(std::string_view s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.remove_suffix(1);
   std::string out;
   for (size_t i = 0; i < s.size() && out.size() < 160; ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);

@@ -41,10 +41,20 @@ struct Header {
   uint64_t data_len = 0;
 };
 
+// A short description of a JSON value for error messages. Containers are only named, not
+// printed: a hostile header can nest them deeply enough to blow the recursive serializer's
+// stack, or make the message megabytes long.
+std::string dump(const json& j) {
+  if (j.is_array()) return "an array of " + std::to_string(j.size()) + " elements";
+  if (j.is_object()) return "an object";
+  std::string s = j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 80) + "..." : s;
+}
+
 uint64_t as_uint(const json& j, const std::string& what, const char* field) {
   // nlohmann stores non-negative integers as unsigned; negatives and floats fail here.
   SPATTN_CHECK(j.is_number_unsigned(), what, ": '", field,
-               "' must hold non-negative integers, got ", j.dump());
+               "' must hold non-negative integers, got ", dump(j));
   return j.get<uint64_t>();
 }
 
@@ -61,11 +71,11 @@ Entry parse_entry(const std::string& name, const json& v, const std::string& pat
   e.name = name;
 
   const json& dtype = field(v, "dtype", what);
-  SPATTN_CHECK(dtype.is_string(), what, ": 'dtype' must be a string, got ", dtype.dump());
+  SPATTN_CHECK(dtype.is_string(), what, ": 'dtype' must be a string, got ", dump(dtype));
   e.dtype = dtype.get<std::string>();
 
   const json& shape = field(v, "shape", what);
-  SPATTN_CHECK(shape.is_array(), what, ": 'shape' must be an array, got ", shape.dump());
+  SPATTN_CHECK(shape.is_array(), what, ": 'shape' must be an array, got ", dump(shape));
   for (const json& d : shape) {
     const uint64_t u = as_uint(d, what, "shape");
     SPATTN_CHECK(u <= uint64_t(INT64_MAX), what, ": dimension ", u, " in 'shape' is too large");
@@ -74,7 +84,7 @@ Entry parse_entry(const std::string& name, const json& v, const std::string& pat
 
   const json& offs = field(v, "data_offsets", what);
   SPATTN_CHECK(offs.is_array() && offs.size() == 2, what,
-               ": 'data_offsets' must be an array [begin, end], got ", offs.dump());
+               ": 'data_offsets' must be an array [begin, end], got ", dump(offs));
   e.begin = as_uint(offs[0], what, "data_offsets");
   e.end = as_uint(offs[1], what, "data_offsets");
   return e;
