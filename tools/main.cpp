@@ -1,3 +1,45 @@
-// TEMPORARY entry point until the CLI lands.
+// spattn: the command line. Subcommands live in tools/cmd_*.cpp; this file owns the one
+// place errors become messages and exit codes, so no subcommand ever dies by an uncaught
+// exception or a signal.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
 #include <cstdio>
-int main() { std::puts("spattn"); return 0; }
+#include <exception>
+#include <new>
+#include <string>
+
+#include "cli.hpp"
+#include "spattn/error.hpp"
+
+namespace {
+
+// Bad input (names, sizes, files, values) exits 2; anything unforeseen exits 1.
+constexpr int kExitBadInput = 2;
+constexpr int kExitUnexpected = 1;
+
+int report(const std::string& message, int code) {
+  std::fflush(stdout);  // keep whatever was printed before the message in order
+  fmt::print(stderr, "spattn: error: {}\n", message);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spattn: training-free sparse attention for long-context inference"};
+  app.require_subcommand(1);
+  spattn::cli::add_bench_command(app);
+  try {
+    app.parse(argc, argv);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const spattn::Error& e) {
+    return report(e.what(), kExitBadInput);
+  } catch (const std::bad_alloc&) {
+    return report("out of memory (try a smaller --seq or fewer --heads)", kExitBadInput);
+  } catch (const std::exception& e) {
+    return report(std::string("unexpected failure: ") + e.what(), kExitUnexpected);
+  }
+}

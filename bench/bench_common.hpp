@@ -1,0 +1,35 @@
+// Helpers shared by the micro-benchmarks: deterministic inputs and FLOP counters.
+#pragma once
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "spattn/tensor.hpp"
+
+namespace spattn::bench {
+
+void set_peak_gflops(double gflops);
+double peak_gflops();
+
+// [heads, seq, dim] filled with a fixed pseudo-random pattern in [-1, 1): the dense kernel's
+// speed does not depend on the values, only that they are finite and not all equal.
+Tensor filled_tensor(DType t, int64_t heads, int64_t seq, int64_t dim, uint32_t seed);
+
+// Wall time of the timing loop, for counters Google Benchmark cannot derive itself.
+class LoopTimer {
+ public:
+  LoopTimer() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Counters for `flops` per iteration: "FLOP/s" (a rate) and "%peak", the share of the
+// sgemm peak reached over `loop_seconds` of wall time.
+void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds);
+
+}  // namespace spattn::bench

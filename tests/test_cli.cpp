@@ -1,0 +1,212 @@
+// The spattn binary end to end: bad input of every kind must end in a message and exit code
+// 2 (never a signal or an uncaught exception), and --json must be one parseable object with
+// sane values. Sizes stay tiny so each test takes a second or two even with a slow kernel.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "spattn/io.hpp"
+#include "spattn/tensor.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status = -1;  // raw wait status
+  std::string out, err;
+  bool exited() const { return WIFEXITED(status); }
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path test_root() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return fs::path(::testing::TempDir()) / (std::string("spattn_cli_") + info->name());
+}
+
+// A fresh directory for this test's files (`what`: "files" or "run"); cleared when asked
+// for, so a test asks for each kind once.
+fs::path test_dir(const char* what = "files") {
+  fs::path dir = test_root() / what;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    std::error_code ec;  // best effort: a leftover temp dir is no test failure
+    fs::remove_all(test_root(), ec);
+  }
+};
+
+// `exec` replaces the shell with spattn, so a crash shows up as a signal in the wait status
+// instead of being turned into exit code 128+N by sh.
+CliRun run_cli(const std::string& args) {
+  const fs::path dir = test_dir("run");
+  const fs::path out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = std::string("exec ") + SPATTN_CLI_PATH + " " + args + " >" +
+                          out.string() + " 2>" + err.string();
+  CliRun r;
+  r.status = std::system(cmd.c_str());
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+// Small bench settings shared by every test.
+const std::string kSmall = "bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random ";
+
+void expect_bad_input(const CliRun& r, const std::string& mention) {
+  ASSERT_TRUE(r.exited()) << "killed by a signal; stderr: " << r.err;
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos) << "stderr should mention '" << mention
+                                                    << "': " << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// q, k, v [2, 128, 64] f32 in one .safetensors file; `poison` puts a NaN into q.
+fs::path write_qkv(const fs::path& dir, bool poison = false) {
+  spattn::Tensor q(spattn::DType::f32, 2, 128, 64), k(spattn::DType::f32, 2, 128, 64),
+      v(spattn::DType::f32, 2, 128, 64);
+  for (spattn::Tensor* t : {&q, &k, &v})
+    for (int64_t i = 0; i < t->numel(); ++i) t->data_as<float>()[i] = std::sin(0.37f * i);
+  if (poison) q.data_as<float>()[77] = std::numeric_limits<float>::quiet_NaN();
+  const fs::path path = dir / (poison ? "nan.safetensors" : "qkv.safetensors");
+  spattn::write_safetensors(path.string(), {{"q", q}, {"k", k}, {"v", v}});
+  return path;
+}
+
+TEST_F(Cli, UnknownMethodExits2AndNamesIt) {
+  expect_bad_input(run_cli(kSmall + "--method no_such_method"), "no_such_method");
+  expect_bad_input(run_cli(kSmall + "--methods dense,other_missing"), "other_missing");
+}
+
+TEST_F(Cli, UnknownParameterExits2AndNamesIt) {
+  expect_bad_input(run_cli(kSmall + "--method dense:foo=1"), "'foo'");
+}
+
+TEST_F(Cli, BadDtypeExits2) { expect_bad_input(run_cli(kSmall + "--dtype f64"), "f64"); }
+
+TEST_F(Cli, BadWorkloadExits2) {
+  expect_bad_input(run_cli("bench --seq 128 --repeat 1 --workload speech"), "speech");
+}
+
+TEST_F(Cli, ZeroSeqExits2) { expect_bad_input(run_cli("bench --seq 0 --repeat 1"), "--seq"); }
+
+TEST_F(Cli, BadShapesExit2) {
+  expect_bad_input(run_cli("bench --seq 128 --repeat 1 --heads 3 --kv-heads 2"), "--kv-heads");
+  expect_bad_input(run_cli("bench --seq 128 --repeat 1 --dim 60"), "60");
+}
+
+TEST_F(Cli, MissingQkvFileExits2) {
+  const fs::path missing = test_dir() / "missing.safetensors";
+  expect_bad_input(run_cli("bench --repeat 1 --qkv " + missing.string()), "missing");
+}
+
+TEST_F(Cli, GarbageQkvFileExits2) {
+  const fs::path path = test_dir() / "garbage.safetensors";
+  std::ofstream(path, std::ios::binary) << std::string(1000, '\x7f') << "not a tensor file";
+  expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string()), path.string());
+}
+
+TEST_F(Cli, TruncatedQkvFileExits2) {
+  const fs::path path = write_qkv(test_dir());
+  fs::resize_file(path, fs::file_size(path) / 2);
+  expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string()), path.string());
+}
+
+TEST_F(Cli, NanInputExits2) {
+  const fs::path path = write_qkv(test_dir(), /*poison=*/true);
+  expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string()), "non-finite");
+}
+
+TEST_F(Cli, ParseErrorsUseCli11ExitCodes) {
+  const CliRun r = run_cli("bench --seq 128 --repeat lots");
+  ASSERT_TRUE(r.exited());
+  EXPECT_NE(r.code(), 0);
+  EXPECT_NE(r.code(), 2);  // 2 means a spattn::Error; this never got that far
+  EXPECT_NE(r.err.find("--repeat"), std::string::npos) << r.err;
+}
+
+// rel_tol: the dense kernel's output error against the exact reference; bf16 kernels may
+// round the softmax weights to bf16 (eps 2^-8), f32 ones are near f32 rounding.
+void expect_sane_dense(const nlohmann::json& d, double rel_tol) {
+  EXPECT_EQ(d.at("method"), "dense");
+  EXPECT_GT(d.at("ms").get<double>(), 0);
+  EXPECT_GT(d.at("gflops").get<double>(), 0);
+  EXPECT_DOUBLE_EQ(d.at("speedup").get<double>(), 1.0);
+  EXPECT_DOUBLE_EQ(d.at("sparsity").get<double>(), 0.0);
+  EXPECT_NEAR(d.at("recall").get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(d.at("recall_min").get<double>(), 1.0, 1e-9);
+  EXPECT_LT(d.at("rel_l2").get<double>(), rel_tol);
+  EXPECT_GT(d.at("cosine_min").get<double>(), 1.0 - rel_tol);
+}
+
+TEST_F(Cli, JsonIsOneObjectWithSaneValues) {
+  const CliRun r = run_cli(kSmall + "--json --methods dense --seed 7");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);  // throws on trailing text too
+  ASSERT_TRUE(j.is_object());
+  const auto& m = j.at("machine");
+  for (const char* key : {"cpu", "simd", "compiler", "blas"})
+    EXPECT_FALSE(m.at(key).get<std::string>().empty()) << key;
+  EXPECT_GE(m.at("threads").get<int>(), 1);
+  EXPECT_GT(j.at("peak_gflops").get<double>(), 0.1);
+  const auto& c = j.at("config");
+  EXPECT_EQ(c.at("seq"), 128);
+  EXPECT_EQ(c.at("heads"), 2);
+  EXPECT_EQ(c.at("dim"), 64);
+  EXPECT_EQ(c.at("dtype"), "f32");
+  EXPECT_EQ(c.at("causal"), true);
+  EXPECT_EQ(c.at("seed"), 7);
+  EXPECT_EQ(c.at("workload"), "random");
+  // dense was asked for explicitly and is the baseline: it runs once.
+  ASSERT_EQ(j.at("results").size(), 1u);
+  expect_sane_dense(j.at("results")[0], 1e-4);
+}
+
+TEST_F(Cli, QkvFileBenchesInItsOwnShape) {
+  const fs::path path = write_qkv(test_dir());
+  const CliRun r = run_cli("bench --repeat 1 --no-causal --dtype bf16 --json --qkv " +
+                           path.string());
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& c = j.at("config");
+  EXPECT_EQ(c.at("qkv"), path.string());
+  EXPECT_EQ(c.at("seq"), 128);
+  EXPECT_EQ(c.at("dim"), 64);
+  EXPECT_EQ(c.at("dtype"), "bf16");
+  EXPECT_EQ(c.at("causal"), false);
+  expect_sane_dense(j.at("results")[0], 1e-2);
+}
+
+TEST_F(Cli, TableShowsMachineAndMethods) {
+  const CliRun r = run_cli(kSmall);
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  for (const char* s : {"machine:", "sgemm peak", "GFLOP/s", "speedup", "recall", "dense"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing from:\n" << r.out;
+}
+
+}  // namespace

@@ -1,0 +1,61 @@
+// Pieces every `spattn` subcommand shares: the attention problem it runs on (generated
+// workload or a --qkv file), a progress line for long runs, and the subcommand registry.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "spattn/attention.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn::cli {
+
+// Subcommands: each adds itself to the root app and runs from its CLI11 callback, so its
+// errors propagate out of app.parse() to the one handler in main.
+void add_bench_command(CLI::App& root);
+
+// What attention problem to run: flags shared by bench and later by mask and calibrate.
+struct ProblemOptions {
+  std::string workload = "text";
+  std::string qkv;            // a file or prefix for load_qkv; replaces the generated workload
+  std::string layout = "hsd";
+  int64_t seq = 16384, heads = 2, kv_heads = 0, dim = 128;
+  std::string dtype;          // empty: f32 for workloads, as stored for --qkv
+  uint64_t seed = 0;
+  bool causal = true;
+  int threads = 0;
+};
+void add_problem_options(CLI::App& app, ProblemOptions& o);
+
+struct Problem {
+  Tensor q, k, v;
+  AttnOptions opt;
+  std::string source;  // "text workload" or the --qkv path
+};
+// Generates or loads q, k, v; throws Error for bad sizes, dtypes, layouts and files.
+Problem load_problem(const ProblemOptions& o);
+
+// A status line on stderr that appears only once a command has run for `delay` seconds, so
+// short runs stay silent. On a terminal it rewrites one line; otherwise it prints plain
+// lines, at most one per `delay`, so logs do not fill up.
+class Progress {
+ public:
+  explicit Progress(std::string tag, double delay_s = 2.0);
+  ~Progress() { done(); }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  void update(const std::string& status);
+  void done();  // clears the terminal line, if one was drawn
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point start_, last_print_;
+  std::string tag_;
+  double delay_s_;
+  bool tty_;
+  bool drawn_ = false;
+};
+
+}  // namespace spattn::cli

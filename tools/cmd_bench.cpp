@@ -1,0 +1,244 @@
+// `spattn bench`: times dense and each requested method on one attention problem and judges
+// the sparse ones against exact attention (recall of softmax mass, output error at sampled
+// rows). Dense always runs first: it is the baseline every speedup is measured against.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "spattn/error.hpp"
+#include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
+#include "spattn/peak.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct BenchOptions {
+  ProblemOptions problem;
+  std::vector<std::string> method_specs;  // --method, each "name[:key=value,...]"
+  std::vector<std::string> method_names;  // --methods, plain names
+  int repeat = 3;
+  bool json = false;
+};
+
+struct MethodResult {
+  std::string spec;            // as the user wrote it ("dense" for the baseline)
+  std::vector<double> run_ms;  // timed runs, in order
+  double ms = 0;               // their median
+  Stats stats;                 // what one run did (identical for every run)
+  Recall recall;
+  OutputError error;
+  double speedup = 0;  // dense ms / ms
+  double gflops() const { return ms > 0 ? stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
+};
+
+// Spec text with parameters in sorted order, so "m:a=1,b=2" and "m:b=2,a=1" are one method.
+std::string canonical(const MethodSpec& s) {
+  std::string text = s.name;
+  char sep = ':';
+  for (const auto& [key, value] : s.params) {
+    text += sep + key + "=" + value;
+    sep = ',';
+  }
+  return text;
+}
+
+// The methods to run: dense first, then --method, then --methods, each once.
+std::vector<MethodSpec> collect_specs(const BenchOptions& o) {
+  std::vector<MethodSpec> specs{parse_method_spec("dense")};
+  auto add = [&](MethodSpec s) {
+    for (const auto& have : specs)
+      if (canonical(have) == canonical(s)) return;
+    specs.push_back(std::move(s));
+  };
+  for (const auto& text : o.method_specs) add(parse_method_spec(text));
+  for (const auto& name : o.method_names) {
+    MethodSpec s = parse_method_spec(name);
+    SPATTN_CHECK(s.params.empty(), "--methods takes plain names, got '", name,
+                 "'; use --method NAME:key=value for parameters");
+    add(std::move(s));
+  }
+  return specs;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double run_once_ms(Method& m, const Problem& p, const TensorView& out, const AttnOptions& opt,
+                   Stats& stats) {
+  stats = Stats{};
+  const auto t0 = std::chrono::steady_clock::now();
+  m.run(p.q, p.k, p.v, out, opt, nullptr, &stats);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+MethodResult bench_method(Method& m, const std::string& spec, const Problem& p, const Tensor& out,
+                          int repeat, const std::string& label, Progress& progress) {
+  MethodResult r;
+  r.spec = spec;
+  progress.update(label + " warm-up");
+  // The warm-up also validates the inputs (NaN/Inf included); the timed runs skip that
+  // pass so they time the method alone.
+  run_once_ms(m, p, out, p.opt, r.stats);
+  AttnOptions timed = p.opt;
+  timed.check_finite = false;
+  for (int i = 0; i < repeat; ++i) {
+    progress.update(fmt::format("{} run {}/{}", label, i + 1, repeat));
+    r.run_ms.push_back(run_once_ms(m, p, out, timed, r.stats));
+  }
+  r.ms = median(r.run_ms);
+  progress.update(label + " metrics");
+  r.recall = attention_recall(p.q, p.k, *m.coverage(p.q.seq(), p.k.seq(), p.opt.causal), timed);
+  r.error = sampled_output_error(out, p.q, p.k, p.v, timed);
+  return r;
+}
+
+std::vector<MethodResult> bench_all(const std::vector<MethodSpec>& specs,
+                                    std::vector<std::unique_ptr<Method>>& methods,
+                                    const Problem& p, int repeat, Progress& progress) {
+  // f32 output whatever the input dtype: the error metrics judge the method, not the
+  // rounding of its output to bf16.
+  const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
+  std::vector<MethodResult> results;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const std::string label =
+        fmt::format("method {}/{} {}", i + 1, methods.size(), specs[i].text);
+    results.push_back(bench_method(*methods[i], specs[i].text, p, out, repeat, label, progress));
+  }
+  for (auto& r : results) r.speedup = r.ms > 0 ? results.front().ms / r.ms : 0.0;
+  return results;
+}
+
+std::string shape(const Tensor& t) {
+  return fmt::format("[{}, {}, {}]", t.heads(), t.seq(), t.dim());
+}
+
+void print_table(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
+                 const std::vector<MethodResult>& results) {
+  fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
+             m.cores, m.threads, m.simd, peak);
+  fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs\n", p.source,
+             shape(p.q), shape(p.k), dtype_name(p.q.dtype()), p.opt.causal ? "causal" : "full",
+             p.opt.threads, o.repeat);
+  size_t w = 6;
+  for (const auto& r : results) w = std::max(w, r.spec.size());
+  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>6}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}\n", "method", w,
+             "ms", "GFLOP/s", "%peak", "speedup", "sparsity", "recall", "worst", "rel-L2");
+  for (const auto& r : results)
+    fmt::print("{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  {:>8.4f}  "
+               "{:>8.1e}\n",
+               r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0,
+               r.speedup, 100.0 * r.stats.sparsity(), r.recall.mean, r.recall.worst,
+               r.error.rel_l2);
+}
+
+nlohmann::json machine_json(const MachineInfo& m) {
+  return {{"cpu", m.cpu},   {"cores", m.cores},       {"threads", m.threads},
+          {"simd", m.simd}, {"compiler", m.compiler}, {"blas", m.blas}};
+}
+
+nlohmann::json config_json(const Problem& p, const BenchOptions& o,
+                           const std::vector<MethodSpec>& specs) {
+  nlohmann::json c;
+  if (o.problem.qkv.empty()) {
+    c["workload"] = o.problem.workload;
+    c["seed"] = o.problem.seed;
+  } else {
+    c["qkv"] = o.problem.qkv;
+    c["layout"] = o.problem.layout;
+  }
+  c["seq"] = p.k.seq();
+  c["q_len"] = p.q.seq();
+  c["heads"] = p.q.heads();
+  c["kv_heads"] = p.k.heads();
+  c["dim"] = p.q.dim();
+  c["dtype"] = dtype_name(p.q.dtype());
+  c["causal"] = p.opt.causal;
+  c["repeat"] = o.repeat;
+  c["threads"] = p.opt.threads;
+  c["methods"] = nlohmann::json::array();
+  for (const auto& s : specs) c["methods"].push_back(s.text);
+  return c;
+}
+
+nlohmann::json result_json(const MethodResult& r, double peak) {
+  return {{"method", r.spec},
+          {"ms", r.ms},
+          {"runs_ms", r.run_ms},
+          {"gflops", r.gflops()},
+          {"peak_fraction", peak > 0 ? r.gflops() / peak : 0.0},
+          {"speedup", r.speedup},
+          {"sparsity", r.stats.sparsity()},
+          {"score_entries", r.stats.score_entries},
+          {"flops", r.stats.flops},
+          {"recall", r.recall.mean},
+          {"recall_min", r.recall.worst},
+          {"rel_l2", r.error.rel_l2},
+          {"cosine_min", r.error.cosine_min},
+          {"cosine_mean", r.error.cosine_mean},
+          {"max_abs", r.error.max_abs}};
+}
+
+void print_json(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
+                const std::vector<MethodSpec>& specs, const std::vector<MethodResult>& results) {
+  nlohmann::json j;
+  j["machine"] = machine_json(m);
+  j["peak_gflops"] = peak;
+  j["config"] = config_json(p, o, specs);
+  j["results"] = nlohmann::json::array();
+  for (const auto& r : results) j["results"].push_back(result_json(r, peak));
+  std::cout << j.dump(2) << std::endl;
+}
+
+void run_bench(const BenchOptions& o) {
+  SPATTN_CHECK(o.repeat >= 1 && o.repeat <= 10000, "--repeat must be in [1, 10000], got ",
+               o.repeat);
+  // Methods are built before any data is made: a typo in a name fails at once.
+  const std::vector<MethodSpec> specs = collect_specs(o);
+  std::vector<std::unique_ptr<Method>> methods;
+  for (const auto& s : specs) methods.push_back(make_method(s));
+  const Problem p = load_problem(o.problem);
+  Progress progress("bench");
+  const std::vector<MethodResult> results = bench_all(specs, methods, p, o.repeat, progress);
+  // The peak is measured after the timed runs: OpenBLAS's worker threads keep spinning for
+  // a while after a call and would steal cores from the kernels if it ran first.
+  progress.update("measuring sgemm peak");
+  const double peak = measure_sgemm_gflops(p.opt.threads);
+  progress.done();
+  const MachineInfo machine = machine_info();
+  if (o.json)
+    print_json(machine, peak, p, o, specs, results);
+  else
+    print_table(machine, peak, p, o, results);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& root) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "bench", "time dense and sparse methods on one problem; report speed and accuracy");
+  add_problem_options(*cmd, o->problem);
+  // One spec per --method: specs contain commas ("name:a=1,b=2"), so no delimiter here.
+  cmd->add_option("--method", o->method_specs, "method to run, NAME[:key=value,...] (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("--methods", o->method_names, "methods to run, plain names: a,b")
+      ->delimiter(',');
+  cmd->add_option("--repeat", o->repeat, "timed runs per method (the median is reported)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace spattn::cli
