@@ -83,7 +83,9 @@ TEST(KernelPolicy, QueryRowSubset) {
       const int64_t limit = i + 50 + 1;
       entries += limit;
       expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, limit, [](int64_t) { return true; }));
-      if (i + 1 < 300) EXPECT_EQ(in.out.view().get(h, i + 1, 0), 0.0f);  // untouched rows
+      if (i + 1 < 300) {
+        EXPECT_EQ(in.out.view().get(h, i + 1, 0), 0.0f);  // untouched rows
+      }
     }
   EXPECT_EQ(st.score_entries, entries);
 }
