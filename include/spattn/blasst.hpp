@@ -1,0 +1,48 @@
+// BLASST (seeds/003): skip attention tiles whose scores fall ln(lambda) below the running max.
+//
+// Rule (per 64-key tile of a 64-row query tile, after its scores are known): skip the tile's
+// exponentials, row sums and P.V when, for every row r of the tile,
+//     max_j s[r][j] - m[r] < ln(lambda)
+// where s are scaled scores and m[r] the row's running max before the tile. A skipped tile's
+// max is below the running max, so skipping never changes the running maxima: the skip
+// decisions for every lambda can be read off one dense pass (blasst_tile_margins).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spattn/attention.hpp"
+
+namespace spattn {
+
+// Where tiles were skipped: per q head and per (q head, query tile).
+struct SkipStats {
+  int64_t heads = 0, q_tiles = 0;
+  std::vector<int64_t> visited;  // [heads * q_tiles]
+  std::vector<int64_t> skipped;  // [heads * q_tiles]
+  double skipped_fraction() const;
+  double head_skipped_fraction(int64_t h) const;
+  double tile_skipped_fraction(int64_t h, int64_t t) const;
+};
+
+// lambda in [0, 1]; 0 computes every tile through the same code path as attention_dense
+// (bitwise identical output). Throws Error on lambda < 0, > 1 or NaN.
+void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, double lambda, const AttnOptions& opt = {},
+                      float* lse = nullptr, Stats* stats = nullptr,
+                      SkipStats* skip = nullptr);
+
+// One dense pass recording, for every visited tile, its margin max_r(tile_max[r] - m[r]) in
+// natural-log units (+inf for a row's first tile) and its score entries. A tile is skipped at
+// lambda exactly when margin < ln(lambda).
+struct TileMargins {
+  std::vector<float> margin;
+  std::vector<int64_t> entries;
+  int64_t causal_entries = 0;  // entries of the whole problem
+  // Fraction of causal entries in tiles that lambda would skip.
+  double sparsity_at(double lambda) const;
+};
+TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const AttnOptions& opt = {});
+
+}  // namespace spattn

@@ -1,0 +1,48 @@
+// Sparse kernel forms: block-sparse, token-level vertical-slash, and query-sparse. All run the
+// dense kernel's loop through its policy hooks (src/kernels/flash-inl.h).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/block_mask.hpp"
+
+namespace spattn {
+
+// Computes exactly the listed blocks (causal mask inside diagonal blocks). Rows whose list is
+// empty get output 0 and LSE -inf. The mask's heads must equal q heads.
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockMask& mask,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            Stats* stats = nullptr);
+
+// MInference's token-level form, per (q head, query tile of `tile_rows` rows): key columns
+// (vertical lines, any positions) and diagonals (slash lines, as offsets i - j >= 0: the tile's
+// rows [r0, r1) with offset o cover keys [pos(r0) - o, pos(r1 - 1) - o]). Nothing is
+// materialised: each tile attends to the union of its diagonals' key ranges plus its columns,
+// gathered 64 at a time. Causal only.
+struct VerticalSlashIndex {
+  int64_t heads = 0;       // q heads
+  int64_t tile_rows = 64;  // query rows per tile (<= 128)
+  // Per q head: sorted unique key columns and sorted unique slash offsets, shared by all its
+  // tiles (MInference estimates them once per head).
+  std::vector<std::vector<int64_t>> columns;
+  std::vector<std::vector<int64_t>> offsets;
+};
+void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const VerticalSlashIndex& index,
+                              const AttnOptions& opt = {}, float* lse = nullptr,
+                              Stats* stats = nullptr);
+
+// A subset of query rows against all causal keys: either every `stride`-th row (gamma in MOMO;
+// rows stride-1, 2*stride-1, ..., so the last row of each group is computed, and always the last
+// row), or an explicit sorted list of rows. Output and LSE are compact: out is
+// [Hq, rows.size(), d] and row r of out is query row rows[r]. The observer, if given, sees
+// per-(row, 64-key block) LSE with compact row indices.
+std::vector<int64_t> strided_rows(int64_t q_len, int64_t stride);
+void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            BlockLseObserver* observer = nullptr, Stats* stats = nullptr);
+
+}  // namespace spattn
