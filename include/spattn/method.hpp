@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/block_mask.hpp"
 #include "spattn/coverage.hpp"
 
 namespace spattn {
@@ -47,6 +48,8 @@ class Method {
                                              bool causal) const {
     return std::make_unique<FullCoverage>(q_len, kv_len, causal);
   }
+  // The block mask the last run used, for methods that build one (pictures, tests); else null.
+  virtual const BlockMask* last_mask() const { return nullptr; }
 };
 
 // Throws Error for unknown names (listing the known ones) and unknown or bad parameters.

@@ -1,6 +1,9 @@
 // Umbrella header.
 #pragma once
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
+#include "spattn/block_mask.hpp"
+#include "spattn/decode.hpp"
 #include "spattn/coverage.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
@@ -8,5 +11,7 @@
 #include "spattn/merge.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
+#include "spattn/peak.hpp"
+#include "spattn/sparse_attention.hpp"
 #include "spattn/tensor.hpp"
 #include "spattn/workload.hpp"
