@@ -391,23 +391,6 @@ struct Scratch {
   }
 };
 
-// Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
-inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
-  for (auto& x : r) {
-    x.begin = std::max<int64_t>(x.begin, 0);
-    x.end = std::min(x.end, limit);
-  }
-  r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
-          r.end());
-  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
-  size_t w = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
-    else r[w++] = r[i];
-  }
-  r.resize(w);
-}
-
 // Masks scores outside [lo, hi) and past each row's causal limit to -inf; returns the
 // number of score entries left.
 inline int64_t MaskTile(float* s, int64_t n, const int64_t* pos, bool causal, int64_t j0,
@@ -495,21 +478,6 @@ inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64
     if (p.lse)
       p.lse[h * out_len + out_rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
   }
-}
-
-// Drops columns beyond limit or inside a range; sorts and dedups the rest.
-inline void NormalizeColumns(std::vector<int64_t>& cols, const std::vector<KeyRange>& ranges,
-                             int64_t limit) {
-  std::sort(cols.begin(), cols.end());
-  cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
-  size_t w = 0, ri = 0;
-  for (int64_t c : cols) {
-    if (c < 0 || c >= limit) continue;
-    while (ri < ranges.size() && ranges[ri].end <= c) ++ri;
-    if (ri < ranges.size() && ranges[ri].begin <= c) continue;
-    cols[w++] = c;
-  }
-  cols.resize(w);
 }
 
 // The per-item state the tile step updates.

@@ -10,6 +10,7 @@
 // The dense policy answers "all, all, never, nobody" with compile-time constants, so the
 // dense kernel pays nothing for the hooks.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -94,6 +95,38 @@ struct ObservedDensePolicy : DensePolicy {
     observer->observe(h, out_rows[0], n, key_tile, lse);
   }
 };
+
+// Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
+inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
+  for (auto& x : r) {
+    x.begin = std::max<int64_t>(x.begin, 0);
+    x.end = std::min(x.end, limit);
+  }
+  r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
+          r.end());
+  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  size_t w = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
+    else r[w++] = r[i];
+  }
+  r.resize(w);
+}
+
+// Drops columns beyond limit or inside a range; sorts and dedups the rest.
+inline void NormalizeColumns(std::vector<int64_t>& cols, const std::vector<KeyRange>& ranges,
+                             int64_t limit) {
+  std::sort(cols.begin(), cols.end());
+  cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+  size_t w = 0, ri = 0;
+  for (int64_t c : cols) {
+    if (c < 0 || c >= limit) continue;
+    while (ri < ranges.size() && ranges[ri].end <= c) ++ri;
+    if (ri < ranges.size() && ranges[ri].begin <= c) continue;
+    cols[w++] = c;
+  }
+  cols.resize(w);
+}
 
 // Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
 // has bf16 dot-product instructions.
