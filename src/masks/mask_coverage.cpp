@@ -5,6 +5,7 @@
 
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
+#include "spattn/sparse_attention.hpp"
 
 namespace spattn {
 
@@ -39,8 +40,9 @@ class BlockMaskCoverage final : public Coverage {
   BlockMask m_;
 };
 
-// Row i of tile t = i / tile_rows shares the tile's diagonal ranges [pos(r0) - o, pos(r1-1) - o]
-// (the kernel gathers them for the whole tile) and the head's columns.
+// Row i of tile t = i / tile_rows sees what the kernel computes for its tile (the diagonals'
+// tile ranges and the head's columns: vertical_slash_tile_keys, the kernel's own definition),
+// up to the row's own position.
 class VerticalSlashCoverage final : public Coverage {
  public:
   VerticalSlashCoverage(VerticalSlashIndex index, int64_t q_len, int64_t kv_len)
@@ -52,12 +54,11 @@ class VerticalSlashCoverage final : public Coverage {
                  x_.offsets.size(), " offset lists for ", x_.heads, " heads");
   }
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
-    const int64_t off = kv_len_ - q_len_, r0 = row / x_.tile_rows * x_.tile_rows;
-    const int64_t r1 = std::min(r0 + x_.tile_rows, q_len_);
     std::vector<KeyRange> ranges;
-    for (int64_t o : x_.offsets[size_t(head)]) ranges.push_back({off + r0 - o, off + r1 - o});
-    for (int64_t c : x_.columns[size_t(head)]) ranges.push_back({c, c + 1});
-    append_coalesced(ranges, std::min(off + row + 1, kv_len_), out);
+    std::vector<int64_t> columns;
+    vertical_slash_tile_keys(x_, head, row / x_.tile_rows, q_len_, kv_len_, ranges, columns);
+    for (int64_t c : columns) ranges.push_back({c, c + 1});
+    append_coalesced(ranges, std::min(kv_len_ - q_len_ + row + 1, kv_len_), out);
   }
 
  private:
