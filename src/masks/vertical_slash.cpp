@@ -62,7 +62,7 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
   x.offsets.resize(size_t(q.heads));
   masks::BlasThreads blas(resolve_threads(opt.threads));
   std::vector<float> kf, qf, s(size_t(n * lk));
-  std::vector<double> vertical(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk));
+  std::vector<double> vertical(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(lk));
   for (int64_t h = 0; h < q.heads; ++h) {
     if (h % group == 0) load_rows(k, h / group, 0, lk, kf);
     load_rows(q, h, q.seq - n, n, qf);
@@ -75,11 +75,10 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
       const float* row = &s[size_t(r * lk)];
       const double m = *std::max_element(row, row + p + 1);
       double l = 0;
-      for (int64_t j = 0; j <= p; ++j) l += std::exp(double(row[j]) - m);
+      for (int64_t j = 0; j <= p; ++j) l += e[size_t(j)] = std::exp(double(row[j]) - m);
       for (int64_t j = 0; j <= p; ++j) {
-        const double a = std::exp(double(row[j]) - m) / l;
-        vertical[size_t(j)] += a;
-        slash[size_t(p - j)] += a;
+        vertical[size_t(j)] += e[size_t(j)] / l;
+        slash[size_t(p - j)] += e[size_t(j)] / l;
       }
     }
     const double inf = std::numeric_limits<double>::infinity();
