@@ -1,4 +1,4 @@
-// The PNG writer and drawing helpers. Pixels are read back with libpng's own
+// The PNG writer, drawing helpers and the mask figure. Pixels are read back with libpng's own
 // reader, so a writer bug cannot hide behind a matching reader bug.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,8 @@
 #include "png_read.hpp"
 #include "spattn/error.hpp"
 #include "spattn/image.hpp"
+#include "spattn/mask_figure.hpp"
+#include "spattn/metrics.hpp"
 
 namespace spattn {
 namespace {
@@ -137,6 +139,55 @@ TEST(PngFont, TextStaysInItsBox) {
       EXPECT_TRUE(x >= 2 && x < 2 + w && y >= 3 && y < 3 + 14) << x << "," << y;
     }
   EXPECT_GT(ink, 40);
+}
+
+// A causal 4x4-block grid whose rows sum to 1, heaviest on the diagonal.
+BlockMassGrid toy_grid() {
+  BlockMassGrid g;
+  g.block_q = g.block_k = 64;
+  g.q_len = g.kv_len = 256;
+  g.n_qb = g.n_kb = 4;
+  g.mass = {1.0f, 0, 0, 0,  //
+            0.4f, 0.6f, 0, 0,  //
+            0.3f, 0.2f, 0.5f, 0,  //
+            0.3f, 0.1f, 0.1f, 0.5f};
+  return g;
+}
+
+TEST(PngFigure, OracleRowsAreTheHeaviestBlocks) {
+  const BlockMassGrid g = toy_grid();
+  const BlockRows oracle = oracle_topk_rows(g, {1, 1, 2, 9});
+  EXPECT_EQ(oracle[0], (std::vector<int32_t>{0}));
+  EXPECT_EQ(oracle[1], (std::vector<int32_t>{1}));  // the diagonal (0.6) over block 0
+  EXPECT_EQ(oracle[2], (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(oracle[3], (std::vector<int32_t>{0, 1, 2, 3}));  // capped at causal blocks
+  EXPECT_NEAR(mass_captured(g, oracle), (1.0 + 0.6 + 0.8 + 1.0) / 4, 1e-6);
+  EXPECT_NEAR(block_density(g, oracle), 8.0 / 10.0, 1e-12);
+  // With a fixed k the oracle's mass is what metrics.hpp's oracle reports.
+  const BlockRows k2 = oracle_topk_rows(g, {2, 2, 2, 2});
+  EXPECT_NEAR(mass_captured(g, k2), oracle_topk_mass_k(g, 2), 1e-6);
+  // Any other mask with the same budget holds no more.
+  const BlockRows other{{0}, {0}, {1, 2}, {1, 2, 3}};
+  EXPECT_LT(mass_captured(g, other), mass_captured(g, oracle_topk_rows(g, {1, 1, 2, 3})));
+  EXPECT_THROW(mass_captured(g, BlockRows{{0}, {7}, {}, {}}), Error);
+  EXPECT_THROW(oracle_topk_rows(g, {1, 1}), Error);
+}
+
+TEST(PngFigure, DrawsThreePanelsAtTheGridsScale) {
+  const BlockMassGrid g = toy_grid();
+  const BlockRows method{{0}, {0, 1}, {2}, {0, 3}};
+  const Image img = render_mask_figure(g, method, oracle_topk_rows(g, {1, 2, 1, 2}),
+                                       {"toy", "hand-made", "same blocks per row"});
+  const int64_t panel = fit_axis(4).pixels(4);
+  EXPECT_EQ(img.width, 3 * panel + 2 * 2 + 2 * 16);
+  EXPECT_GT(img.height, panel);
+  EXPECT_LT(img.height, panel + 250);  // title, headers, legend and colour bar
+  const fs::path path = temp_dir() / "figure.png";
+  write_png(img, path.string());
+  const test::PngPixels back = test::read_png_rgb(path.string());
+  ASSERT_TRUE(back.ok) << back.error;
+  EXPECT_EQ(back.rgb, img.pixels);
+  fs::remove_all(path.parent_path());
 }
 
 }  // namespace
