@@ -16,7 +16,7 @@ constexpr Rgb kPaper{255, 255, 255}, kInk{24, 24, 28}, kMuted{96, 96, 104};
 // Mask panels use the heat map's ends, so bright means "attended" in every panel.
 const Rgb kKept = colormap_magma(1.0), kSkipped = colormap_magma(0.0);
 constexpr Rgb kNonCausal{84, 84, 84};  // distinct from both ends of the colormap
-constexpr int64_t kMargin = 16, kGap = 2, kLine = 16;
+constexpr int64_t kMargin = 16, kGap = 2;
 
 void check_rows(const BlockMassGrid& g, const BlockRows& rows, const char* what) {
   SPATTN_CHECK(int64_t(rows.size()) == g.n_qb, what, ": ", rows.size(),
@@ -61,9 +61,20 @@ Grid log_mass_grid(const BlockMassGrid& g, int lo) {
   return out;
 }
 
-// Draws text at scale 2 when it fits `width`, else at scale 1, else cut short with "..".
-void draw_fitted(Image& img, int64_t x, int64_t y, int64_t width, std::string text, Rgb c) {
-  if (text_width(text, 2) <= width) return draw_text(img, x, y, text, c, 2);
+// Text size of a figure: font scale 2 (16 px lines), 3 once panels reach 900 px, so labels
+// stay readable when a big figure is shown shrunk. Every other size follows from it.
+struct Style {
+  int scale = 2;
+  int64_t line() const { return 8 * scale; }     // one text line
+  int64_t swatch() const { return 7 * scale; }   // legend squares, colour bar height
+  int64_t space() const { return 3 * scale; }    // between lines
+};
+
+// Draws text at the style's scale when it fits `width`, else smaller, else cut short with "..".
+void draw_fitted(Image& img, int64_t x, int64_t y, int64_t width, std::string text, Rgb c,
+                 int max_scale) {
+  for (int s = max_scale; s > 1; --s)
+    if (text_width(text, s) <= width) return draw_text(img, x, y, text, c, s);
   const size_t fits = size_t(std::max<int64_t>(0, (width + 1) / 6));
   if (text.size() > fits) text = text.substr(0, fits >= 2 ? fits - 2 : 0) + "..";
   draw_text(img, x, y, text, c, 1);
@@ -71,44 +82,49 @@ void draw_fitted(Image& img, int64_t x, int64_t y, int64_t width, std::string te
 
 std::string percent(double f) { return fmt::format("{:.1f}%", 100.0 * f); }
 
-// Label, description and numbers above a panel.
-void draw_header(Image& img, int64_t x, int64_t y, int64_t width, const std::string& label,
-                 const std::string& about, const std::string& numbers) {
+// Label, description and numbers above a panel: 3 lines and 3 spaces.
+void draw_header(Image& img, const Style& st, int64_t x, int64_t y, int64_t width,
+                    const std::string& label, const std::string& about,
+                    const std::string& numbers) {
   // Drawn twice, 1 px apart: a bold label without a second font.
-  draw_fitted(img, x, y, width - 1, label, kInk);
-  draw_fitted(img, x + 1, y, width - 1, label, kInk);
-  draw_fitted(img, x, y + kLine + 6, width, about, kMuted);
-  draw_fitted(img, x, y + 2 * kLine + 10, width, numbers, kInk);
+  draw_fitted(img, x, y, width - 1, label, kInk, st.scale);
+  draw_fitted(img, x + 1, y, width - 1, label, kInk, st.scale);
+  y += st.line() + st.space();
+  draw_fitted(img, x, y, width, about, kMuted, st.scale);
+  y += st.line() + st.space();
+  draw_fitted(img, x, y, width, numbers, kInk, st.scale);
 }
-constexpr int64_t kHeaderHeight = 3 * kLine + 10 + 10;
 
 // Swatches explaining the mask colours, under the mask panels.
-void draw_legend(Image& img, int64_t x, int64_t y) {
+void draw_legend(Image& img, const Style& st, int64_t x, int64_t y) {
   const std::pair<Rgb, const char*> items[] = {
       {kKept, "kept"}, {kSkipped, "skipped"}, {kNonCausal, "not causal"}};
+  const int64_t sw = st.swatch();
   for (const auto& [colour, name] : items) {
-    img.fill_rect(x, y, 14, 14, kInk);  // a 1 px frame so the pale swatch shows on paper
-    img.fill_rect(x + 1, y + 1, 12, 12, colour);
-    draw_text(img, x + 20, y, name, kInk, 2);
-    x += 20 + text_width(name, 2) + 20;
+    img.fill_rect(x, y, sw, sw, kInk);  // a 1 px frame so the pale swatch shows on paper
+    img.fill_rect(x + 1, y + 1, sw - 2, sw - 2, colour);
+    draw_text(img, x + sw + st.space(), y, name, kInk, st.scale);
+    x += sw + st.space() + text_width(name, st.scale) + 3 * st.space();
   }
 }
 
 // Colour bar for decades lo..0 with a tick per decade. Labels are placed from the top decade
 // down and one that would touch its right neighbour is left out, so narrow bars stay legible.
-void draw_colour_bar(Image& img, int64_t x, int64_t y, int64_t width, int lo) {
+// Takes swatch() + 3 * scale + line() pixels of height.
+void draw_colour_bar(Image& img, const Style& st, int64_t x, int64_t y, int64_t width, int lo) {
+  const int64_t bar = st.swatch(), tick = st.scale * 2;
   for (int64_t i = 0; i < width; ++i)
-    img.fill_rect(x + i, y, 1, 14, colormap_magma(double(i) / double(std::max<int64_t>(1, width - 1))));
+    img.fill_rect(x + i, y, 1, bar, colormap_magma(double(i) / double(std::max<int64_t>(1, width - 1))));
   int64_t free_right = x + width;  // labels must end left of this
   for (int d = 0; d >= lo; --d) {
     const int64_t tx = x + std::lround(double(d - lo) / double(-lo) * double(width - 1));
-    img.fill_rect(tx, y + 14, 1, 4, kInk);
+    img.fill_rect(tx, y + bar, 1, tick, kInk);
     const std::string label = d == 0 ? "1" : fmt::format("1e{}", d);
-    const int64_t w = text_width(label, 2);
+    const int64_t w = text_width(label, st.scale);
     const int64_t lx = std::clamp(tx - w / 2, x, x + width - w);
     if (lx + w > free_right) continue;
-    draw_text(img, lx, y + 22, label, kInk, 2);
-    free_right = lx - 10;
+    draw_text(img, lx, y + bar + tick + st.scale, label, kInk, st.scale);
+    free_right = lx - 2 * st.space();
   }
 }
 
@@ -173,30 +189,36 @@ Image render_mask_figure(const BlockMassGrid& g, const BlockRows& method, const 
                                   paint_grid(log_mass_grid(g, lo), fy, fx, mass_colour)};
   const int64_t pw = panels[0].width, ph = panels[0].height;
   const Image row = hconcat(panels, kGap, kPaper);
+  const Style st{pw >= 900 ? 3 : 2};
 
-  const int64_t header_y = kMargin + kLine + 14, panel_y = header_y + kHeaderHeight;
-  const int64_t below_y = panel_y + ph + 10;
-  Image img(row.width + 2 * kMargin, below_y + 14 + 22 + kLine + 12 + 8 + kMargin, kPaper);
-  draw_fitted(img, kMargin, kMargin, row.width, text.title, kInk);
+  // Heights first (the header and the strip below depend only on the style), then drawing.
+  const int64_t header_y = kMargin + st.line() + 2 * st.space();
+  const int64_t header_h = 3 * st.line() + 3 * st.space();
+  const int64_t panel_y = header_y + header_h + st.space();
+  const int64_t below_y = panel_y + ph + 2 * st.space();
+  const int64_t bar_h = st.swatch() + 3 * st.scale + st.line();
+  const int64_t note_y = below_y + bar_h + 2 * st.space();
+  Image img(row.width + 2 * kMargin, note_y + st.line() + kMargin, kPaper);
+  draw_fitted(img, kMargin, kMargin, row.width, text.title, kInk, st.scale);
 
   auto numbers = [&](const BlockRows& r) {
     return fmt::format("density {}  mass {:.4f}", percent(block_density(g, r)),
                        mass_captured(g, r));
   };
   const int64_t x0 = kMargin, x1 = x0 + pw + kGap, x2 = x1 + pw + kGap;
-  draw_header(img, x0, header_y, pw, "method", text.method, numbers(method));
-  draw_header(img, x1, header_y, pw, "oracle top-k", text.oracle_rule, numbers(oracle));
-  draw_header(img, x2, header_y, pw, "block mass (log)",
+  draw_header(img, st, x0, header_y, pw, "method", text.method, numbers(method));
+  draw_header(img, st, x1, header_y, pw, "oracle top-k", text.oracle_rule, numbers(oracle));
+  draw_header(img, st, x2, header_y, pw, "block mass (log)",
               fmt::format("{}x{} blocks", g.block_q, g.block_k),
               fmt::format("{} x {} grid", g.n_qb, g.n_kb));
   img.blit(row, kMargin, panel_y);
 
-  draw_legend(img, x0, below_y);
-  draw_colour_bar(img, x2, below_y, pw, lo);
+  draw_legend(img, st, x0, below_y);
+  draw_colour_bar(img, st, x2, below_y, pw, lo);
   std::string note = "rows: query blocks, first at top. columns: key blocks.";
   if (fy.pool > 1 || fx.pool > 1)
     note += fmt::format(" each cell: max over {}x{} blocks.", fy.pool, fx.pool);
-  draw_fitted(img, kMargin, below_y + 14 + 22 + kLine + 4, 2 * pw + kGap, note, kMuted);
+  draw_fitted(img, kMargin, note_y, 2 * pw + kGap, note, kMuted, st.scale);
   return img;
 }
 
