@@ -53,9 +53,10 @@ void run_mask(const MaskOptions& o) {
                "), got ", o.head);
   Progress progress("mask");
   progress.update("running " + o.method);
+  Stats stats;
   {
     const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
-    method->run(p.q, p.k, p.v, out, p.opt, nullptr, nullptr);
+    method->run(p.q, p.k, p.v, out, p.opt, nullptr, &stats);
   }
   const BlockMask* mask = method->last_mask();
   SPATTN_CHECK(mask, "method '", method->name(),
@@ -84,9 +85,11 @@ void run_mask(const MaskOptions& o) {
   write_png(img, o.out);
   progress.done();
 
-  fmt::print("head {}: {} keeps {:.1f}% of causal blocks, mass captured {:.4f}; oracle top-k "
-             "({}) {:.1f}%, {:.4f}; wrote {} ({}x{})\n",
-             o.head, o.method, 100 * block_density(g, method_rows), mass_captured(g, method_rows),
+  // Block numbers are this head's; sparsity is over all heads, as `spattn bench` reports it.
+  fmt::print("head {}: {} keeps {:.1f}% of causal blocks (all heads: sparsity {:.1f}%), mass "
+             "captured {:.4f}; oracle top-k ({}) {:.1f}%, {:.4f}; wrote {} ({}x{})\n",
+             o.head, o.method, 100 * block_density(g, method_rows), 100 * stats.sparsity(),
+             mass_captured(g, method_rows),
              o.topk ? fmt::format("k={}", o.topk) : "same budget",
              100 * block_density(g, oracle_rows), mass_captured(g, oracle_rows), o.out, img.width,
              img.height);
