@@ -84,8 +84,7 @@ std::string percent(double f) { return fmt::format("{:.1f}%", 100.0 * f); }
 
 // Label, description and numbers above a panel: 3 lines and 3 spaces.
 void draw_header(Image& img, const Style& st, int64_t x, int64_t y, int64_t width,
-                    const std::string& label, const std::string& about,
-                    const std::string& numbers) {
+                 const std::string& label, const std::string& about, const std::string& numbers) {
   // Drawn twice, 1 px apart: a bold label without a second font.
   draw_fitted(img, x, y, width - 1, label, kInk, st.scale);
   draw_fitted(img, x + 1, y, width - 1, label, kInk, st.scale);
