@@ -11,6 +11,13 @@ struct Entry {
 };
 const Entry kMethods[] = {
     {"dense", make_dense},
+    {"a_shape", make_a_shape},
+    {"tri_shape", make_tri_shape},
+    {"sf_fixed", make_sf_fixed},
+    {"sf_strided", make_sf_strided},
+    {"vertical_slash", make_vertical_slash},
+    {"mean_pool", make_mean_pool},
+    {"oracle_topk", make_oracle_topk},
 };
 }  // namespace
 

@@ -8,5 +8,12 @@
 namespace spattn {
 
 std::unique_ptr<Method> make_dense(const MethodSpec& spec);
+std::unique_ptr<Method> make_a_shape(const MethodSpec& spec);
+std::unique_ptr<Method> make_tri_shape(const MethodSpec& spec);
+std::unique_ptr<Method> make_sf_fixed(const MethodSpec& spec);
+std::unique_ptr<Method> make_sf_strided(const MethodSpec& spec);
+std::unique_ptr<Method> make_vertical_slash(const MethodSpec& spec);
+std::unique_ptr<Method> make_mean_pool(const MethodSpec& spec);
+std::unique_ptr<Method> make_oracle_topk(const MethodSpec& spec);
 
 }  // namespace spattn

@@ -1,0 +1,90 @@
+// Mask builders for the classic sparse-attention baselines (seeds/002 section 4.1 and appendix
+// C; seeds/000 Eq. 1), and the coverage of what a mask computes, for attention recall.
+//
+// Static patterns are defined per token and rounded outward to blocks: a key block is kept for
+// a query block when it holds a key that one of the query block's rows would attend to under the
+// token-level rule (and may see causally). So token-unit parameters (sink, local, bottom,
+// vline_stride) are rounded up to whole blocks, never down. Positions are absolute and causal
+// alignment is bottom-right: query row i sits at kv_len - q_len + i.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "spattn/attention.hpp"
+#include "spattn/block_mask.hpp"
+#include "spattn/coverage.hpp"
+#include "spattn/sparse_attention.hpp"
+
+namespace spattn {
+
+// The problem a static (input-independent, causal) mask is built for.
+struct MaskGeometry {
+  int64_t heads = 1;  // q heads
+  int64_t q_len = 0, kv_len = 0;
+  int64_t block_q = 64;  // chi: query rows per block
+  int64_t block_k = 64;  // beta: keys per block
+};
+
+// A-shape / StreamingLLM (Xiao et al.): the first `sink` keys and the `local` most recent keys
+// (row at position p sees keys j < sink and p - local < j <= p). Needs sink >= 0, local >= 1.
+BlockMask a_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local);
+
+// Tri-shape: A-shape, plus every causal key for the last `bottom` query rows. bottom >= 0.
+BlockMask tri_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local, int64_t bottom);
+
+// Sparse Transformer "fixed" (Child et al.; as seeds/002 describes it): each row sees its own
+// segment of `local` positions (floor(j / local) == floor(p / local)) and the segment-initial
+// keys j = 0, vline_stride, 2 vline_stride, ... (vertical lines). Both >= 1.
+BlockMask sf_fixed_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride);
+
+// Sparse Transformer "strided": a local window of `local` keys (p - local < j <= p) and dilated
+// attention to every vline_stride-th earlier key ((p - j) % vline_stride == 0: slash lines).
+// Both >= 1.
+BlockMask sf_strided_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride);
+
+// MInference's vertical-slash estimate (seeds/002 appendix C.3): A_hat = softmax of the last
+// `last_q` query rows against all keys (causal); columns are ranked by their summed A_hat,
+// diagonals (offset o = p - j) by A_hat summed along them. Keeps the top vertical_size columns
+// and slash_size diagonals, always including the first `sink` columns and the `local` nearest
+// diagonals (as MInference forces columns < 30 and diagonals < 100 by giving them +inf).
+struct VerticalSlashConfig {
+  int64_t vertical_size = 1000;  // columns kept per head (forced sink columns included)
+  int64_t slash_size = 2048;     // diagonals kept per head (forced local diagonals included)
+  int64_t last_q = 64;           // query rows of the estimate (seeds/002 section 4.1)
+  int64_t sink = 30;             // columns always kept (MInference's code)
+  int64_t local = 100;           // diagonals always kept, offsets 0..local-1 (MInference's code)
+  int64_t tile_rows = 64;        // query rows per kernel tile of the index
+};
+// Throws Error on out-of-range config values and non-causal options.
+void check_vertical_slash_config(const VerticalSlashConfig& c);
+VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
+                                        const VerticalSlashConfig& c, const AttnOptions& opt);
+// The index rounded to blocks of tile_rows queries x block_k keys: every block holding an
+// entry attention_vertical_slash computes. For pictures and block-level comparisons.
+BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_len,
+                                    int64_t kv_len, int64_t block_k = 64);
+
+// Mean-pool block top-k (MInference / SeerAttention; seeds/000 Eq. 1): A_hat[m][n] =
+// scale * mean(Q rows of block m) . mean(K rows of block n); each query block keeps its `topk`
+// best causal key blocks, plus the blocks holding the first `sink` keys and the blocks holding
+// its rows' `local` most recent keys (rounded out to blocks as above). topk >= 0, sink >= 0,
+// local >= 1. Honors opt.causal.
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
+                         int64_t block_k, int64_t topk, int64_t sink, int64_t local,
+                         const AttnOptions& opt);
+
+// Oracle block top-k: each query block keeps the `topk` key blocks holding the most exact
+// softmax mass (block_mass, averaged over the block's rows). Evaluation only: it computes full
+// attention twice to know the mass. block_k a multiple of 64; topk >= 1.
+BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t block_q, int64_t block_k, int64_t topk,
+                           const AttnOptions& opt);
+
+// Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
+std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);
+// Exactly the entries attention_vertical_slash computes with `index`: for row i in tile t,
+// every diagonal's tile range and every column, clipped to keys <= the row's position.
+std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int64_t q_len,
+                                                  int64_t kv_len);
+
+}  // namespace spattn

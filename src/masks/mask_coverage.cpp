@@ -1,0 +1,80 @@
+// Coverage of a BlockMask and of a VerticalSlashIndex: the entries the kernels compute with
+// them, so that attention_recall measures exactly what a method did.
+#include <algorithm>
+#include <utility>
+
+#include "spattn/error.hpp"
+#include "spattn/masks.hpp"
+#include "spattn/sparse_attention.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Sorts, clips to [0, limit) and coalesces ranges, appending them to out.
+void append_coalesced(std::vector<KeyRange>& ranges, int64_t limit, std::vector<KeyRange>& out) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  const size_t first = out.size();
+  for (KeyRange r : ranges) {
+    r.begin = std::max<int64_t>(r.begin, 0);
+    r.end = std::min(r.end, limit);
+    if (r.begin >= r.end) continue;
+    if (out.size() > first && r.begin <= out.back().end) out.back().end = std::max(out.back().end, r.end);
+    else out.push_back(r);
+  }
+}
+
+class BlockMaskCoverage final : public Coverage {
+ public:
+  explicit BlockMaskCoverage(BlockMask m) : m_(std::move(m)) { m_.validate(); }
+  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    const int64_t limit = m_.causal ? m_.kv_len - m_.q_len + row + 1 : m_.kv_len;
+    std::vector<KeyRange> ranges;
+    for (int32_t kb : m_.row(head, row / m_.block_q))
+      ranges.push_back({int64_t(kb) * m_.block_k, (int64_t(kb) + 1) * m_.block_k});
+    append_coalesced(ranges, std::min(limit, m_.kv_len), out);
+  }
+
+ private:
+  BlockMask m_;
+};
+
+// Row i of tile t = i / tile_rows sees what the kernel computes for its tile (the diagonals'
+// tile ranges and the head's columns: vertical_slash_tile_keys, the kernel's own definition),
+// up to the row's own position.
+class VerticalSlashCoverage final : public Coverage {
+ public:
+  VerticalSlashCoverage(VerticalSlashIndex index, int64_t q_len, int64_t kv_len)
+      : x_(std::move(index)), q_len_(q_len), kv_len_(kv_len) {
+    SPATTN_CHECK(x_.tile_rows >= 1, "vertical_slash_coverage: tile_rows must be >= 1, got ",
+                 x_.tile_rows);
+    SPATTN_CHECK(int64_t(x_.columns.size()) == x_.heads && int64_t(x_.offsets.size()) == x_.heads,
+                 "vertical_slash_coverage: index has ", x_.columns.size(), " column lists and ",
+                 x_.offsets.size(), " offset lists for ", x_.heads, " heads");
+  }
+  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    std::vector<KeyRange> ranges;
+    std::vector<int64_t> columns;
+    vertical_slash_tile_keys(x_, head, row / x_.tile_rows, q_len_, kv_len_, ranges, columns);
+    for (int64_t c : columns) ranges.push_back({c, c + 1});
+    append_coalesced(ranges, std::min(kv_len_ - q_len_ + row + 1, kv_len_), out);
+  }
+
+ private:
+  VerticalSlashIndex x_;
+  int64_t q_len_, kv_len_;
+};
+
+}  // namespace
+
+std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask) {
+  return std::make_unique<BlockMaskCoverage>(std::move(mask));
+}
+
+std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int64_t q_len,
+                                                  int64_t kv_len) {
+  return std::make_unique<VerticalSlashCoverage>(std::move(index), q_len, kv_len);
+}
+
+}  // namespace spattn

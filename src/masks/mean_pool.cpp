@@ -1,0 +1,79 @@
+// Mean-pool block top-k, the block estimate of MInference and SeerAttention (seeds/000 Eq. 1):
+// A_hat[m][n] = rho_m(Q) . rho_n(K) with rho the mean over a block's rows. Cheap, but it scores
+// blocks before the exponential, so a block of large positive and negative scores can hide.
+#include <algorithm>
+#include <cmath>
+
+#include "core/threading.hpp"
+#include "masks/blas_threads.hpp"
+#include "masks/block_closure.hpp"
+#include "masks/top_k.hpp"
+#include "spattn/error.hpp"
+#include "spattn/masks.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Means of consecutive `block` rows of head h (the last block may be partial): [n_blocks, d].
+std::vector<float> pooled(const TensorView& t, int64_t h, int64_t block) {
+  const int64_t nb = (t.seq + block - 1) / block, d = t.dim;
+  std::vector<float> out(static_cast<size_t>(nb * d));
+  std::vector<double> acc(static_cast<size_t>(d));
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t s0 = b * block, s1 = std::min(s0 + block, t.seq);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t s = s0; s < s1; ++s)
+      for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += t.get(h, s, c);
+    for (int64_t c = 0; c < d; ++c) out[size_t(b * d + c)] = float(acc[size_t(c)] / double(s1 - s0));
+  }
+  return out;
+}
+
+}  // namespace
+
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
+                         int64_t block_k, int64_t topk, int64_t sink, int64_t local,
+                         const AttnOptions& opt) {
+  SPATTN_CHECK(topk >= 0, "mean_pool: topk must be >= 0, got ", topk);
+  SPATTN_CHECK(sink >= 0, "mean_pool: sink must be >= 0, got ", sink);
+  SPATTN_CHECK(local >= 1, "mean_pool: local must be >= 1 (each row sees itself), got ", local);
+  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim,
+               "mean_pool: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
+  BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
+  const int64_t nq = m.n_qb(), nk = m.n_kb(), d = q.dim, group = q.heads / k.heads;
+  const int64_t off = k.seq - q.seq;
+  const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(d));
+
+  masks::BlasThreads blas(resolve_threads(opt.threads));
+  std::vector<float> kp, score(size_t(nq * nk));
+  std::vector<uint8_t> keep(static_cast<size_t>(nk));
+  for (int64_t h = 0; h < q.heads; ++h) {
+    if (h % group == 0) kp = pooled(k, h / group, block_k);
+    const std::vector<float> qp = pooled(q, h, block_q);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nq), int(nk), int(d), scale,
+                qp.data(), int(d), kp.data(), int(d), 0.0f, score.data(), int(nk));
+    for (int64_t qb = 0; qb < nq; ++qb) {
+      const int64_t limit = m.causal_blocks(qb);
+      const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;
+      const int64_t visible_end = opt.causal ? p1 + 1 : k.seq;  // keys the block's rows see
+      std::fill(keep.begin(), keep.end(), 0);
+      // Sink and local are token units rounded out to the blocks holding them.
+      masks::mark_blocks(0, std::min(sink, visible_end), block_k, keep);
+      masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, visible_end), block_k, keep);
+      // topk more blocks by pooled score, among the causal blocks not already kept.
+      float* row = &score[size_t(qb * nk)];
+      for (int64_t kb = 0; kb < nk; ++kb)
+        if (keep[size_t(kb)] || kb >= limit) row[kb] = -INFINITY;
+      int64_t open = 0;
+      for (int64_t kb = 0; kb < limit; ++kb) open += !keep[size_t(kb)];
+      for (int64_t kb : masks::top_indices(row, nk, std::min(topk, open))) keep[size_t(kb)] = 1;
+      for (int64_t kb = 0; kb < nk; ++kb)
+        if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
+      m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
+    }
+  }
+  return m;
+}
+
+}  // namespace spattn

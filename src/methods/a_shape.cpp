@@ -1,0 +1,34 @@
+// a_shape: StreamingLLM's sinks plus local window, a static block mask (seeds/002 Table 2:
+// sink = 128, local = 4096). No estimate: the mask depends on the lengths only.
+#include "methods/block_mask_method.hpp"
+#include "methods/registry.hpp"
+
+namespace spattn {
+namespace {
+
+class AShape final : public BlockMaskMethod {
+ public:
+  explicit AShape(const MethodSpec& spec) {
+    ParamReader r(spec);
+    sink_ = r.get_int("sink", 128, 0, int64_t(1) << 40);
+    local_ = r.get_int("local", 4096, 1, int64_t(1) << 40);
+    read_block_sizes(r, block_q_, block_k_);
+    r.finish();
+  }
+  std::string name() const override { return "a_shape"; }
+
+ protected:
+  BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
+                       const AttnOptions& opt) const override {
+    return a_shape_mask(geometry(q, k, opt), sink_, local_);
+  }
+
+ private:
+  int64_t sink_, local_;
+};
+
+}  // namespace
+
+std::unique_ptr<Method> make_a_shape(const MethodSpec& spec) { return std::make_unique<AShape>(spec); }
+
+}  // namespace spattn

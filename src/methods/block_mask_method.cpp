@@ -1,0 +1,25 @@
+#include "methods/block_mask_method.hpp"
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+MaskGeometry BlockMaskMethod::geometry(const TensorView& q, const TensorView& k,
+                                       const AttnOptions& opt) const {
+  // A-shape, tri-shape and the SF patterns are defined by causal positions.
+  SPATTN_CHECK(opt.causal, name(), ": needs causal attention");
+  MaskGeometry g;
+  g.heads = q.heads;
+  g.q_len = q.seq;
+  g.kv_len = k.seq;
+  g.block_q = block_q_;
+  g.block_k = block_k_;
+  return g;
+}
+
+void read_block_sizes(ParamReader& r, int64_t& block_q, int64_t& block_k) {
+  block_q = r.get_int("block_q", 64, 1, 1 << 20);
+  block_k = r.get_int("block_k", 64, 1, 1 << 20);
+}
+
+}  // namespace spattn

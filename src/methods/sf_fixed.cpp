@@ -1,0 +1,38 @@
+// sf_fixed: Sparse Transformer's "fixed" pattern (Child et al. 2019): segments of `local`
+// tokens plus vertical lines every vline_stride keys. Static: no estimate.
+// seeds/002 Table 2 sets local = vline_stride = token_per_frame; the default 256 is the frame of
+// spattn's video workload (16 x 16 patches), a whole number of 64-key blocks.
+#include "methods/block_mask_method.hpp"
+#include "methods/registry.hpp"
+
+namespace spattn {
+namespace {
+
+class SfFixed final : public BlockMaskMethod {
+ public:
+  explicit SfFixed(const MethodSpec& spec) {
+    ParamReader r(spec);
+    local_ = r.get_int("local", 256, 1, int64_t(1) << 40);
+    vline_stride_ = r.get_int("vline_stride", 256, 1, int64_t(1) << 40);
+    read_block_sizes(r, block_q_, block_k_);
+    r.finish();
+  }
+  std::string name() const override { return "sf_fixed"; }
+
+ protected:
+  BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
+                       const AttnOptions& opt) const override {
+    return sf_fixed_mask(geometry(q, k, opt), local_, vline_stride_);
+  }
+
+ private:
+  int64_t local_, vline_stride_;
+};
+
+}  // namespace
+
+std::unique_ptr<Method> make_sf_fixed(const MethodSpec& spec) {
+  return std::make_unique<SfFixed>(spec);
+}
+
+}  // namespace spattn
