@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,7 +11,6 @@
 
 #include "png_read.hpp"
 #include "spattn/mask_figure.hpp"
-#include "spattn/method.hpp"
 
 namespace {
 
@@ -69,18 +67,9 @@ class MaskCmd : public ::testing::Test {
 // 512 tokens: 8 x 8 blocks of 64, drawn 64 px per block.
 const std::string kSmall = "--workload text --seq 512 --heads 2 --dim 64 ";
 
-// The first mask-building method this build registers; empty until the masks branch lands.
-std::string mask_method() {
-  const auto names = spattn::method_names();
-  for (const char* m : {"a_shape", "vertical_slash", "oracle_topk", "mean_pool"})
-    if (std::find(names.begin(), names.end(), m) != names.end()) return m;
-  return "";
-}
-
 TEST_F(MaskCmd, WritesAPngOfTheExpectedSize) {
-  const std::string method = mask_method();
-  if (method.empty()) GTEST_SKIP() << "no mask-building method registered in this build";
-  const CliRun r = run(kSmall + "--head 1 --method " + method + " --out " + png().string());
+  const CliRun r = run(kSmall + "--head 1 --method a_shape:sink=64,local=128 --out " +
+                       png().string());
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("wrote " + png().string()), std::string::npos) << r.out;
   const spattn::test::PngPixels img = spattn::test::read_png_rgb(png().string());
@@ -95,6 +84,14 @@ TEST_F(MaskCmd, WritesAPngOfTheExpectedSize) {
   EXPECT_EQ(img.width, want.width);
   EXPECT_EQ(img.height, want.height);
   EXPECT_EQ(want.width, 3 * 512 + 2 * 2 + 2 * 16);
+}
+
+TEST_F(MaskCmd, TopkGivesTheOracleAFixedBudget) {
+  const CliRun r = run(kSmall + "--method a_shape:sink=64,local=128 --topk 2 --out " +
+                       png().string());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("oracle top-k (k=2)"), std::string::npos) << r.out;
+  EXPECT_TRUE(spattn::test::read_png_rgb(png().string()).ok);
 }
 
 TEST_F(MaskCmd, DenseHasNoMaskExits2) {
