@@ -15,8 +15,9 @@ namespace spattn::cli {
 // Subcommands: each adds itself to the root app and runs from its CLI11 callback, so its
 // errors propagate out of app.parse() to the one handler in main.
 void add_bench_command(CLI::App& root);
+void add_mask_command(CLI::App& root);
 
-// What attention problem to run: flags shared by bench and later by mask and calibrate.
+// What attention problem to run: flags shared by bench, mask and later calibrate.
 struct ProblemOptions {
   std::string workload = "text";
   std::string qkv;            // a file or prefix for load_qkv; replaces the generated workload

@@ -1,0 +1,123 @@
+// `spattn mask` end to end: a mask-building method yields a readable PNG of the expected size,
+// and every kind of bad input ends in a message and exit code 2 with no file written.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "png_read.hpp"
+#include "spattn/mask_figure.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int status = -1;
+  std::string out, err;
+  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class MaskCmd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(::testing::TempDir()) / (std::string("spattn_maskcmd_") + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // `exec` so a crash shows as a signal, not as sh's exit code 128+N.
+  CliRun run(const std::string& args) const {
+    const std::string cmd = std::string("exec ") + SPATTN_CLI_PATH + " mask " + args + " >" +
+                            (dir_ / "stdout").string() + " 2>" + (dir_ / "stderr").string();
+    CliRun r;
+    r.status = std::system(cmd.c_str());
+    r.out = slurp(dir_ / "stdout");
+    r.err = slurp(dir_ / "stderr");
+    return r;
+  }
+  void expect_bad_input(const std::string& args, const std::string& mention) const {
+    const CliRun r = run(args);
+    ASSERT_TRUE(WIFEXITED(r.status)) << "killed by a signal; stderr: " << r.err;
+    EXPECT_EQ(r.code(), 2) << r.err;
+    EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(mention), std::string::npos) << "should mention '" << mention << "': "
+                                                      << r.err;
+    EXPECT_FALSE(fs::exists(png())) << "a failed run left " << png();
+  }
+  fs::path png() const { return dir_ / "mask.png"; }
+  fs::path dir_;
+};
+
+// 512 tokens: 8 x 8 blocks of 64, drawn 64 px per block.
+const std::string kSmall = "--workload text --seq 512 --heads 2 --dim 64 ";
+
+TEST_F(MaskCmd, WritesAPngOfTheExpectedSize) {
+  const CliRun r = run(kSmall + "--head 1 --method a_shape:sink=64,local=128 --out " +
+                       png().string());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("wrote " + png().string()), std::string::npos) << r.out;
+  const spattn::test::PngPixels img = spattn::test::read_png_rgb(png().string());
+  ASSERT_TRUE(img.ok) << img.error;
+  // Whatever the method keeps, the figure of an 8 x 8 grid has one size.
+  spattn::BlockMassGrid g;
+  g.q_len = g.kv_len = 512;
+  g.n_qb = g.n_kb = 8;
+  g.mass.assign(64, 0.0f);
+  const spattn::Image want = spattn::render_mask_figure(g, spattn::BlockRows(8),
+                                                        spattn::BlockRows(8), {});
+  EXPECT_EQ(img.width, want.width);
+  EXPECT_EQ(img.height, want.height);
+  EXPECT_EQ(want.width, 3 * 512 + 2 * 2 + 2 * 16);
+}
+
+TEST_F(MaskCmd, TopkGivesTheOracleAFixedBudget) {
+  const CliRun r = run(kSmall + "--method a_shape:sink=64,local=128 --topk 2 --out " +
+                       png().string());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("oracle top-k (k=2)"), std::string::npos) << r.out;
+  EXPECT_TRUE(spattn::test::read_png_rgb(png().string()).ok);
+}
+
+TEST_F(MaskCmd, DenseHasNoMaskExits2) {
+  expect_bad_input(kSmall + "--method dense --out " + png().string(), "'dense'");
+}
+
+TEST_F(MaskCmd, UnknownMethodExits2) {
+  expect_bad_input(kSmall + "--method no_such_method --out " + png().string(), "no_such_method");
+}
+
+TEST_F(MaskCmd, BadHeadExits2) {
+  expect_bad_input(kSmall + "--head 2 --method dense --out " + png().string(), "--head");
+}
+
+TEST_F(MaskCmd, MissingOutputDirectoryExits2) {
+  const fs::path out = dir_ / "missing" / "mask.png";
+  expect_bad_input(kSmall + "--method dense --out " + out.string(), (dir_ / "missing").string());
+}
+
+TEST_F(MaskCmd, TopkAndBudgetFromMethodExcludeEachOther) {
+  const CliRun r = run(kSmall + "--method dense --topk 2 --budget-from-method --out " +
+                    png().string());
+  ASSERT_TRUE(WIFEXITED(r.status));
+  EXPECT_NE(r.code(), 0);
+  EXPECT_NE(r.code(), 2);  // a CLI11 parse error, before any spattn work
+  EXPECT_FALSE(fs::exists(png()));
+}
+
+}  // namespace
