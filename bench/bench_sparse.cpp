@@ -1,0 +1,122 @@
+// Sparse kernel efficiency against the dense kernel on the same inputs, in one process:
+//   block-sparse: time per computed score entry over dense's time per entry, at random block
+//                 masks of a given density (the diagonal block always kept);
+//   query-sparse: time at query stride gamma over dense time.
+// Run: build/bin/spattn_microbench --benchmark_filter='Sparse'
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "spattn/attention.hpp"
+#include "spattn/sparse_attention.hpp"
+
+namespace spattn::bench {
+namespace {
+
+constexpr int64_t kHeads = 2, kDim = 128;
+
+struct Inputs {
+  int64_t seq;
+  Tensor q, k, v, out;
+  explicit Inputs(int64_t s)
+      : seq(s),
+        q(filled_tensor(DType::f32, kHeads, s, kDim, 1)),
+        k(filled_tensor(DType::f32, kHeads, s, kDim, 2)),
+        v(filled_tensor(DType::f32, kHeads, s, kDim, 3)),
+        out(DType::f32, kHeads, s, kDim) {}
+};
+
+AttnOptions fast_options() {
+  AttnOptions opt;
+  opt.check_finite = false;  // time kernels, not the input scan
+  return opt;
+}
+
+// Median wall seconds of `reps` dense runs, and its score entries.
+double dense_seconds(const Inputs& in, int reps, int64_t* entries) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    Stats st;
+    const LoopTimer timer;
+    attention_dense(in.q, in.k, in.v, in.out, fast_options(), nullptr, &st);
+    t.push_back(timer.seconds());
+    *entries = st.score_entries;
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+BlockMask random_mask(int64_t seq, double density, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  const int64_t nb = (seq + 63) / 64;
+  std::vector<std::vector<int32_t>> lists;
+  for (int64_t h = 0; h < kHeads; ++h)
+    for (int64_t qb = 0; qb < nb; ++qb) {
+      std::vector<int32_t> row;
+      for (int64_t kb = 0; kb < qb; ++kb)
+        if (u(rng) < density) row.push_back(int32_t(kb));
+      row.push_back(int32_t(qb));
+      lists.push_back(row);
+    }
+  return BlockMask::from_lists(kHeads, seq, seq, 64, 64, true, lists);
+}
+
+// Args: {seq, density in percent}.
+void BM_SparseBlockVsDense(benchmark::State& state) {
+  const Inputs in(state.range(0));
+  const BlockMask mask = random_mask(in.seq, double(state.range(1)) / 100.0, 7);
+  int64_t dense_entries = 0;
+  const double dense_s = dense_seconds(in, 3, &dense_entries);
+  Stats st;
+  const LoopTimer timer;
+  for (auto _ : state) {
+    st = Stats{};
+    attention_block_sparse(in.q, in.k, in.v, in.out, mask, fast_options(), nullptr, &st);
+    benchmark::DoNotOptimize(in.out.data());
+  }
+  const double sparse_s = timer.seconds() / double(state.iterations());
+  state.counters["density"] = 1.0 - st.sparsity();
+  state.counters["dense_ms"] = dense_s * 1e3;
+  state.counters["speedup"] = dense_s / sparse_s;
+  // Time per computed entry over dense's: 1.0 means no sparse overhead per block.
+  state.counters["per_block_vs_dense"] =
+      (sparse_s / double(st.score_entries)) / (dense_s / double(dense_entries));
+}
+BENCHMARK(BM_SparseBlockVsDense)
+    ->ArgNames({"seq", "density_pct"})
+    ->Args({32768, 5})
+    ->Args({32768, 10})
+    ->Args({32768, 20})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(3);
+
+// Args: {seq, gamma}.
+void BM_SparseQueryVsDense(benchmark::State& state) {
+  const Inputs in(state.range(0));
+  const std::vector<int64_t> rows = strided_rows(in.seq, state.range(1));
+  const Tensor out(DType::f32, kHeads, int64_t(rows.size()), kDim);
+  int64_t dense_entries = 0;
+  const double dense_s = dense_seconds(in, 3, &dense_entries);
+  const LoopTimer timer;
+  for (auto _ : state) {
+    attention_query_sparse(in.q, in.k, in.v, rows, out, fast_options());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double sparse_s = timer.seconds() / double(state.iterations());
+  state.counters["dense_ms"] = dense_s * 1e3;
+  state.counters["time_vs_dense"] = sparse_s / dense_s;  // target <= 1/12 = 0.083 at gamma 16
+}
+BENCHMARK(BM_SparseQueryVsDense)
+    ->ArgNames({"seq", "gamma"})
+    ->Args({32768, 16})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(5);
+
+}  // namespace
+}  // namespace spattn::bench
