@@ -261,24 +261,29 @@ TEST(Workload, VerticalsAreHeavyHittersOnlyInTheirSpan) {
 }
 
 TEST(Workload, SlashLinesFollowTheirOffset) {
-  const Workload w = make_workload(config(WorkloadKind::text, 2048, 2, 6));
+  // Four kv heads: one of each text style; kv head 3 is the slash-dominated one.
+  const Workload w = make_workload(config(WorkloadKind::text, 2048, 4, 3));
   ASSERT_FALSE(w.slashes.empty());
-  double line = 0;
+  double line = 0;  // the slash head's line mass, relative to a uniform row
   int rows = 0;
   for (const auto& s : w.slashes) {
     ASSERT_GE(s.offset, 1);
     ASSERT_GE(s.q_begin - s.offset, 0);
     const int64_t step = std::max<int64_t>(1, (s.q_end - s.q_begin) / 8);
-    for (int64_t i = s.q_begin; i < s.q_end; i += step, ++rows) {
+    for (int64_t i = s.q_begin; i < s.q_end; i += step) {
       const auto p = attention_row(w, s.head, i);
       const int64_t t = i - s.offset;
-      line += mass_at(p, t - 1, t + 2) * double(i + 1) / 3;
       // The line's keys rank among the top few percent of every row it crosses, even in
       // heads where it is a minor pattern next to the sink and the local window.
-      EXPECT_LT(std::min({rank_of(p, t - 1), rank_of(p, t), rank_of(p, t + 1)}), 32)
+      EXPECT_LT(std::min({rank_of(p, t - 1), rank_of(p, t), rank_of(p, t + 1)}), 64)
           << "offset " << s.offset << " row " << i;
+      if (s.head == 3) {
+        line += mass_at(p, t - 1, t + 2) * double(i + 1) / 3;
+        ++rows;
+      }
     }
   }
+  ASSERT_GT(rows, 0);
   EXPECT_GT(line / rows, 20.0);
 }
 

@@ -128,6 +128,8 @@ constexpr VideoStyle kVideoStyles[] = {
     {12, 16, 13, 14, 11},  // local
 };
 constexpr double kCrossModality = 0.5;  // text queries see video grid columns at half strength
+// Seeds the per-head properties of the generated "model" (style emphasis), fixed across seeds.
+constexpr uint64_t kModelSeed = 0x5eed0f3a11ce5ULL;
 
 struct Layout {
   int64_t seq = 0, q_len = 0, q0 = 0, dim = 0, frame_tokens = 0, grid_stride = 0, grid_phase = 0,
@@ -582,20 +584,22 @@ Workload make_workload(const WorkloadConfig& cfg) {
     const bool has_text = cfg.kind != WorkloadKind::video;
     W.sink_tokens = std::min(kSinkTokens, L.seq);
     W.local_window = locality_window(L, B, rope, !has_text);
-    // Which style a kv head gets rotates with the seed, so every style shows up across seeds.
-    const int64_t style_shift = int64_t(eval::stream_seed(cfg.seed, kTagLayout + 1) % 12);
+    // A head's style is the model's, not the prompt's: it depends on the head index only, and
+    // the seed varies content (positions, directions, values), as prompts do for one model.
+    // That is what makes per-model calibration (BLASST) meaningful across seeds.
     for (int64_t g = 0; g < kv_heads; ++g) {
       Rng rng(eval::stream_seed(cfg.seed, kTagKv + uint64_t(g)));
       KvPlan P;
-      P.style.text = kTextStyles[size_t((g + style_shift) % int64_t(std::size(kTextStyles)))];
-      P.style.video = kVideoStyles[size_t((g + style_shift) % int64_t(std::size(kVideoStyles)))];
+      P.style.text = kTextStyles[size_t(g % int64_t(std::size(kTextStyles)))];
+      P.style.video = kVideoStyles[size_t(g % int64_t(std::size(kVideoStyles)))];
       P.needle_of_query.assign(size_t(L.q_len), -1);
       if (has_text) plan_text(L, g, rng, P);
       if (L.has_video) plan_video(L, g, P);
       const KeyContent K = build_key_content(L, B, P, rng);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        Rng model_rng(eval::stream_seed(kModelSeed, kTagQuery + uint64_t(h)));
+        const HeadStyle st = emphasis(P.style, model_rng);
         Rng qrng(eval::stream_seed(cfg.seed, kTagQuery + uint64_t(h)));
-        const HeadStyle st = emphasis(P.style, qrng);
         build_queries(L, B, rope, K, P, st, qrng, q.data_as<float>() + h * L.q_len * d);
       }
       float* kh = k.data_as<float>() + g * L.seq * d;
