@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/threading.hpp"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/flash-inl.h"  // DF, VF, Exp2, RoundUp, LoadRowF32, MaskTile, RowMax
 #include "kernels/flash_common.hpp"
@@ -86,6 +87,12 @@ HWY_INLINE VF LoadTail(DF df, const E* p, int64_t n) {
   alignas(64) E buf[kLanes] = {};
   std::memcpy(buf, p, size_t(n) * sizeof(E));
   return Elems<E>::Load(df, buf);
+}
+
+// Prefetches the cache lines of one row of `bytes`.
+inline void PrefetchRow(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t off = 0; off < bytes; off += 64) hwy::Prefetch(p + off);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -146,13 +153,27 @@ HWY_INLINE void StoreDots(DF df, VF sums, float* s) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Scores, f32 arithmetic: S[r][j] = q_r . k_j for RQ rows (f32, zero-padded to dp) and the
-// nv keys of one block. Keys go in groups of KG = kLanes / RQ: one accumulator per
-// (row, key) along the head dim, then SumEach. Key pointers past nv repeat the last key
-// (in bounds; their scores are masked by the caller).
+// Scores: S[r][j] = q_r . k_j for RQ rows and the nv keys of one block. Keys go in groups of
+// KG = kLanes / RQ: one accumulator per (row, key) along the head dim, then SumEach. Key
+// pointers past nv repeat the last key (in bounds; their scores are masked by the caller).
+//
+// Reading K from DRAM is what these loops wait on, so the order of the loads matters as much
+// as the arithmetic. A/B in one process on the 2-core Zen 4 dev VM (one thread, 32K bf16 keys
+// x 8 heads, d = 128, nearly all V skipped so K dominates): a single row (RQ == 1, MHA at
+// q_len 1) loading its 16-key group chunk by chunk across the rows took 11.2 ms, key by key
+// in address order 5.9 ms; prefetching each 16 keys' rows in address order first (all their
+// misses issued at once) took that to 3.8 ms on a quiet machine (~5% under load). Prefetching
+// further ahead, or prefetching V blocks, measured slower and was left out. Several rows go
+// chunk by chunk so each loaded K vector serves all RQ rows.
+template <class E>
+HWY_INLINE void PrefetchKeys(const E* k, int64_t ks, int64_t j, int64_t nv, int64_t d) {
+  if (j % 16 != 0) return;
+  for (int64_t i = j; i < std::min(j + 16, nv); ++i) PrefetchRow(k + i * ks, d * int64_t(sizeof(E)));
+}
+
 template <int RQ, class E>
 HWY_NOINLINE void ScoreRows(const float* HWY_RESTRICT q, int64_t dp, const E* k, int64_t ks,
-                            int64_t nv, int64_t d, float* HWY_RESTRICT s) {
+                            int64_t nv, int64_t d, float* HWY_RESTRICT s, bool prefetch) {
   constexpr int KG = int(kLanes) / RQ;
   const DF df;
   const int64_t N = int64_t(kLanes);
@@ -160,55 +181,70 @@ HWY_NOINLINE void ScoreRows(const float* HWY_RESTRICT q, int64_t dp, const E* k,
   for (int64_t j = 0; j < nv; j += KG) {
     const E* kr[KG];
     for (int kk = 0; kk < KG; ++kk) kr[kk] = k + std::min<int64_t>(j + kk, nv - 1) * ks;
+    if (prefetch) PrefetchKeys(k, ks, j, nv, d);
     VF acc[RQ * KG];
     for (int i = 0; i < RQ * KG; ++i) acc[i] = hn::Zero(df);
-    auto step = [&](int64_t c, const VF* kv) HWY_ATTR {
-      for (int r = 0; r < RQ; ++r) {
-        const VF qv = hn::Load(df, q + r * dp + c);
-        for (int kk = 0; kk < KG; ++kk) acc[r * KG + kk] = hn::MulAdd(qv, kv[kk], acc[r * KG + kk]);
+    if constexpr (RQ == 1) {
+      for (int kk = 0; kk < KG; ++kk) {
+        int64_t c = 0;
+        for (; c < full; c += N)
+          acc[kk] = hn::MulAdd(hn::Load(df, q + c), Elems<E>::Load(df, kr[kk] + c), acc[kk]);
+        if (c < d) acc[kk] = hn::MulAdd(hn::Load(df, q + c), LoadTail(df, kr[kk] + c, d - c), acc[kk]);
       }
-    };
-    int64_t c = 0;
-    for (; c < full; c += N) {
-      VF kv[KG];
-      for (int kk = 0; kk < KG; ++kk) kv[kk] = Elems<E>::Load(df, kr[kk] + c);
-      step(c, kv);
-    }
-    if (c < d) {
-      VF kv[KG];
-      for (int kk = 0; kk < KG; ++kk) kv[kk] = LoadTail(df, kr[kk] + c, d - c);
-      step(c, kv);
+    } else {
+      for (int64_t c = 0; c < d; c += N) {
+        VF kv[KG];
+        for (int kk = 0; kk < KG; ++kk)
+          kv[kk] = c < full ? Elems<E>::Load(df, kr[kk] + c) : LoadTail(df, kr[kk] + c, d - c);
+        for (int r = 0; r < RQ; ++r) {
+          const VF qv = hn::Load(df, q + r * dp + c);
+          for (int kk = 0; kk < KG; ++kk) acc[r * KG + kk] = hn::MulAdd(qv, kv[kk], acc[r * KG + kk]);
+        }
+      }
     }
     StoreDots<RQ>(df, SumEach(df, acc), s + j);
   }
 }
 
 #if HWY_TARGET == HWY_AVX3
-// Scores with vdpbf16ps (bf16 q and k, AVX512_BF16 CPUs): per f32 lane
+// The same with vdpbf16ps (bf16 q and k, AVX512_BF16 CPUs): per f32 lane
 //   acc += q[2i] k[2i] + q[2i+1] k[2i+1],
 // so pairs run along the head dim, which is how both q and k rows are stored. q is bf16
 // zero-padded to dq (a multiple of 32); the last chunk of a k row is a masked load.
 #define SPATTN_DECODE_BF16_ATTR __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+SPATTN_DECODE_BF16_ATTR HWY_INLINE __m512 DotBf16(__m512 acc, const uint16_t* q,
+                                                   const uint16_t* k, int64_t c, int64_t d) {
+  const __mmask32 mask = d - c >= 32 ? ~__mmask32(0) : __mmask32((1u << (d - c)) - 1);
+  return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_load_si512(q + c),
+                          (__m512bh)_mm512_maskz_loadu_epi16(mask, k + c));
+}
+
 template <int RQ>
 SPATTN_DECODE_BF16_ATTR HWY_NOINLINE void ScoreRowsBf16(const uint16_t* HWY_RESTRICT q,
                                                          int64_t dq, const uint16_t* k,
                                                          int64_t ks, int64_t nv, int64_t d,
-                                                         float* HWY_RESTRICT s) {
+                                                         float* HWY_RESTRICT s, bool prefetch) {
   constexpr int KG = 16 / RQ;
   const DF df;
   for (int64_t j = 0; j < nv; j += KG) {
     const uint16_t* kr[KG];
     for (int kk = 0; kk < KG; ++kk) kr[kk] = k + std::min<int64_t>(j + kk, nv - 1) * ks;
+    if (prefetch) PrefetchKeys(k, ks, j, nv, d);
     VF acc[RQ * KG];
     for (int i = 0; i < RQ * KG; ++i) acc[i] = hn::Zero(df);
-    for (int64_t c = 0; c < d; c += 32) {
-      const __mmask32 mask = d - c >= 32 ? ~__mmask32(0) : __mmask32((1u << (d - c)) - 1);
-      __m512i kv[KG];
-      for (int kk = 0; kk < KG; ++kk) kv[kk] = _mm512_maskz_loadu_epi16(mask, kr[kk] + c);
-      for (int r = 0; r < RQ; ++r) {
-        const __m512bh qv = (__m512bh)_mm512_load_si512(q + r * dq + c);
-        for (int kk = 0; kk < KG; ++kk)
-          acc[r * KG + kk].raw = _mm512_dpbf16_ps(acc[r * KG + kk].raw, qv, (__m512bh)kv[kk]);
+    if constexpr (RQ == 1) {
+      for (int kk = 0; kk < KG; ++kk)
+        for (int64_t c = 0; c < d; c += 32) acc[kk].raw = DotBf16(acc[kk].raw, q, kr[kk], c, d);
+    } else {
+      for (int64_t c = 0; c < d; c += 32) {
+        const __mmask32 mask = d - c >= 32 ? ~__mmask32(0) : __mmask32((1u << (d - c)) - 1);
+        __m512i kv[KG];
+        for (int kk = 0; kk < KG; ++kk) kv[kk] = _mm512_maskz_loadu_epi16(mask, kr[kk] + c);
+        for (int r = 0; r < RQ; ++r) {
+          const __m512bh qv = (__m512bh)_mm512_load_si512(q + r * dq + c);
+          for (int kk = 0; kk < KG; ++kk)
+            acc[r * KG + kk].raw = _mm512_dpbf16_ps(acc[r * KG + kk].raw, qv, (__m512bh)kv[kk]);
+        }
       }
     }
     StoreDots<RQ>(df, SumEach(df, acc), s + j);
@@ -374,32 +410,38 @@ struct Rows {
   }
 };
 
-// Scores of one block for rows [0, n), in quads, then a pair, then a single row.
+// Scores of one block for rows [0, n), in quads, then a pair, then single rows; the first
+// group prefetches (see ScoreRows).
 template <class E, bool kDot>
 void ScoreBlock(const Scratch& sc, const Plan& pl, int64_t n, const E* k, int64_t ks, int64_t nv,
-                int64_t d, float* s) {
+                int64_t d, float* s, bool prefetch) {
   int64_t r = 0;
 #if HWY_TARGET == HWY_AVX3
   if constexpr (kDot) {
     const uint16_t* kb = reinterpret_cast<const uint16_t*>(k);
-    for (; r + 4 <= n; r += 4) ScoreRowsBf16<4>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys);
+    for (; r + 4 <= n; r += 4, prefetch = false)
+      ScoreRowsBf16<4>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys, prefetch);
     if (r + 2 <= n) {
-      ScoreRowsBf16<2>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys);
+      ScoreRowsBf16<2>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys, prefetch);
       r += 2;
+      prefetch = false;
     }
-    if (r < n) ScoreRowsBf16<1>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys);
+    if (r < n) ScoreRowsBf16<1>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys, prefetch);
     return;
   }
 #endif
   // A group of RQ rows takes kLanes / RQ keys at a time, so RQ <= kLanes.
   if constexpr (kLanes >= 4)
-    for (; r + 4 <= n; r += 4) ScoreRows<4>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys);
+    for (; r + 4 <= n; r += 4, prefetch = false)
+      ScoreRows<4>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys, prefetch);
   if constexpr (kLanes >= 2)
     if (r + 2 <= n) {
-      ScoreRows<2>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys);
+      ScoreRows<2>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys, prefetch);
       r += 2;
+      prefetch = false;
     }
-  for (; r < n; ++r) ScoreRows<1>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys);
+  for (; r < n; ++r, prefetch = false)
+    ScoreRows<1>(sc.q + r * pl.dp, pl.dp, k, ks, nv, d, s + r * kTileKeys, prefetch);
 }
 
 template <class E>
@@ -465,7 +507,7 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       float* s = sc.s + b * n * kTileKeys;
       int64_t ks;
       const E* kb = K.block(j0, nv, d, dp, sc.stage, ks);
-      ScoreBlock<E, kDot>(sc, pl, n, kb, ks, nv, d, s);
+      ScoreBlock<E, kDot>(sc, pl, n, kb, ks, nv, d, s, /*prefetch=*/!kStaged);
       // Only the blocks at the end hold keys some row may not see (bottom-right causal) or
       // keys past the cache.
       sc.kept[b] = j0 + kTileKeys <= min_limit
