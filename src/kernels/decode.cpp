@@ -1,0 +1,44 @@
+// The decode kernel (dense flash-decoding and BLASST's decode mode): argument checks, the
+// per-target entry and its dispatch. The loop is in decode-inl.h.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/decode.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/decode-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+
+void DecodeEntry(const Problem& p, double lambda, int64_t batch, Stats* stats) {
+  decode::RunDecode(p, lambda, batch, stats);
+}
+
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cmath>
+
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(DecodeEntry);
+}  // namespace kernels
+
+void attention_decode(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, const AttnOptions& opt, const DecodeOptions& dopt,
+                      float* lse, Stats* stats) {
+  // Decode means a handful of new queries; longer q belongs to the prefill kernels.
+  SPATTN_CHECK(q.seq >= 1 && q.seq <= 16, "decode: q_len must be in [1, 16], got ", q.seq);
+  SPATTN_CHECK(!std::isnan(dopt.lambda) && dopt.lambda >= 0.0 && dopt.lambda <= 1.0,
+               "decode: lambda must be in [0, 1], got ", dopt.lambda);
+  SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= 64, "decode: batch must be in [1, 64], got ",
+               dopt.batch);
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodeEntry)(p, dopt.lambda, dopt.batch, stats);
+}
+
+}  // namespace spattn
+#endif  // HWY_ONCE

@@ -1,0 +1,317 @@
+// The decode kernel (dense flash-decoding and BLASST's decode mode) against the exact
+// reference, on every SIMD target this build dispatches to.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hwy/targets.h"
+#include "kernels/flash_common.hpp"
+#include "spattn/attention.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+using test::diff;
+using test::random_tensor;
+
+struct Case {
+  DType dtype;
+  int64_t hq, hkv, lq, lk, d;
+  bool causal;
+};
+
+std::string name(const Case& c) {
+  return std::string(dtype_name(c.dtype)) + " hq" + std::to_string(c.hq) + " hkv" +
+         std::to_string(c.hkv) + " lq" + std::to_string(c.lq) + " lk" + std::to_string(c.lk) +
+         " d" + std::to_string(c.d) + (c.causal ? " causal" : " full");
+}
+
+// Scores and P.V are accumulated in f32 from the stored operands (bf16 dot products are exact
+// products of bf16 values), so every dtype gets the f32 budget.
+constexpr double kTol = 2e-5;
+
+// A case's inputs and exact reference, computed once and checked on every target.
+struct Prepared {
+  Case c;
+  Tensor q, k, v, ref;
+  std::vector<float> lse_ref;
+};
+
+Prepared prepare(const Case& c, uint64_t seed = 1) {
+  Prepared p{c,
+             random_tensor(c.dtype, c.hq, c.lq, c.d, seed),
+             random_tensor(c.dtype, c.hkv, c.lk, c.d, seed + 1),
+             random_tensor(c.dtype, c.hkv, c.lk, c.d, seed + 2),
+             Tensor(DType::f32, c.hq, c.lq, c.d),
+             std::vector<float>(size_t(c.hq * c.lq))};
+  AttnOptions opt;
+  opt.causal = c.causal;
+  attention_reference(p.q, p.k, p.v, p.ref, opt, p.lse_ref.data());
+  return p;
+}
+
+void check(const Prepared& p) {
+  const Case& c = p.c;
+  SCOPED_TRACE(name(c) + " target " + simd_target_name() +
+               (kernels::bf16_dot_enabled() ? "" : " (bf16 dot off)"));
+  Tensor out(DType::f32, c.hq, c.lq, c.d);
+  std::vector<float> lse(size_t(c.hq * c.lq));
+  AttnOptions opt;
+  opt.causal = c.causal;
+  Stats st;
+  attention_decode(p.q, p.k, p.v, out, opt, {}, lse.data(), &st);
+  const test::Diff dd = diff(out, p.ref);
+  EXPECT_LE(dd.max_abs, kTol * std::max(1.0, dd.ref_max));
+  for (size_t i = 0; i < lse.size(); ++i)
+    ASSERT_NEAR(lse[i], p.lse_ref[i], 1e-4 * std::max(1.0f, std::abs(p.lse_ref[i]))) << "row " << i;
+  const int64_t entries = c.hq * attention_entries(c.lq, c.lk, c.causal);
+  EXPECT_EQ(st.score_entries, entries);
+  EXPECT_EQ(st.causal_entries, entries);
+  EXPECT_EQ(st.tiles_skipped, 0);
+  // One visit per 64-key block per (kv head, row chunk of <= 128 rows of group x q_len).
+  const int64_t chunks = (c.hq / c.hkv * c.lq + 127) / 128;
+  EXPECT_EQ(st.tiles_visited, c.hkv * chunks * ((c.lk + 63) / 64));
+  EXPECT_DOUBLE_EQ(st.flops, 4.0 * double(c.d) * double(entries));
+}
+
+// Runs fn once per SIMD target compiled in and supported here, and, on AVX-512 with BF16,
+// once more with the bf16 dot-product path off.
+template <class Fn>
+void for_each_target(Fn fn) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    fn();
+    if (kernels::cpu_has_bf16_dot()) {
+      kernels::set_bf16_dot_enabled(false);
+      fn();
+      kernels::set_bf16_dot_enabled(true);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Every dtype x q_len x kv length, with the GQA group, head dim and masking rotated through.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const int64_t groups[] = {1, 2, 4, 8}, dims[] = {64, 80, 128};
+  int i = 0;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (int64_t lq : {1, 3, 16})
+      for (int64_t lk : {1, 63, 65, 1000}) {
+        const int64_t g = groups[i % 4], d = dims[i % 3];
+        const int64_t hkv = g == 8 ? 1 : 2;
+        const bool causal = lq <= lk && i % 5 != 0;  // q_len > kv_len only without the mask
+        out.push_back({t, g * hkv, hkv, lq, lk, d, causal});
+        ++i;
+      }
+  return out;
+}
+
+TEST(DecodeKernel, MatchesReferenceAcrossDtypesShapesTargets) {
+  std::vector<Prepared> all;
+  for (const Case& c : cases()) all.push_back(prepare(c));
+  for_each_target([&] {
+    for (const Prepared& p : all) check(p);
+  });
+}
+
+TEST(DecodeKernel, EveryGroupSizeAndHeadDim) {
+  std::vector<Prepared> all;
+  for (int64_t g : {1, 2, 4, 8})
+    for (int64_t d : {8, 64, 72, 80, 128, 256}) all.push_back(prepare({DType::f32, g, 1, 3, 130, d, true}));
+  all.push_back(prepare({DType::bf16, 8, 1, 16, 200, 72, true}));  // bf16 dot tail: 72 = 2 x 32 + 8
+  for_each_target([&] {
+    for (const Prepared& p : all) check(p);
+  });
+}
+
+TEST(DecodeKernel, RowChunksBeyond128Rows) {
+  // group 16 x q_len 16 = 256 rows: two row chunks per kv head.
+  check(prepare({DType::f32, 16, 1, 16, 300, 64, true}));
+  check(prepare({DType::bf16, 32, 2, 5, 100, 64, false}));  // 80 rows, 2 kv heads
+}
+
+TEST(DecodeKernelSlow, LongCachesSplitAndMerge) {
+  // 4097 keys: 65 blocks in three splits, the last block holding one key.
+  std::vector<Prepared> all;
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) all.push_back(prepare({t, 4, 1, 16, 4097, 128, true}));
+  all.push_back(prepare({DType::f32, 2, 2, 1, 4097, 80, false}));
+  for_each_target([&] {
+    for (const Prepared& p : all) check(p);
+  });
+}
+
+TEST(DecodeKernel, StridedSeqMajorViewsAndBf16Output) {
+  // [seq, heads, dim] buffers read in place (stride_dim 1) and fully strided views (staged).
+  const int64_t h = 4, hk = 2, lq = 3, lk = 300, d = 64;
+  for (DType t : {DType::f32, DType::bf16}) {
+    Tensor qb = random_tensor(t, 1, lq, h * d, 11);
+    Tensor kb = random_tensor(t, 1, lk, hk * d, 12);
+    Tensor vb = random_tensor(t, 1, lk, hk * d, 13);
+    TensorView q = TensorView::shd(qb.data(), t, h, lq, d);
+    TensorView k = TensorView::shd(kb.data(), t, hk, lk, d);
+    TensorView v = TensorView::shd(vb.data(), t, hk, lk, d);
+    Tensor out(DType::bf16, h, lq, d), ref(DType::f32, h, lq, d);
+    attention_decode(q, k, v, out, {});
+    attention_reference(q, k, v, ref, {});
+    EXPECT_LE(diff(out, ref).max_abs, 1e-2);
+
+    // dim-major storage: element (h, s, c) at c * (heads * seq) + h * seq + s.
+    Tensor kt(t, 1, 1, hk * lk * d), vt(t, 1, 1, hk * lk * d);
+    TensorView ks = k, vs = v;
+    ks.data = kt.data();
+    vs.data = vt.data();
+    ks.stride_dim = vs.stride_dim = hk * lk;
+    ks.stride_head = vs.stride_head = lk;
+    ks.stride_seq = vs.stride_seq = 1;
+    copy_into(k, ks);
+    copy_into(v, vs);
+    Tensor out2(DType::f32, h, lq, d);
+    attention_decode(q, ks, vs, out2, {});
+    EXPECT_LE(diff(out2, ref).max_abs, 2e-5 * std::max(1.0, diff(out2, ref).ref_max));
+  }
+}
+
+TEST(DecodeKernel, LambdaZeroAndTinyLambdaAreDense) {
+  for_each_target([&] {
+    for (DType t : {DType::f32, DType::bf16}) {
+      Tensor q = random_tensor(t, 8, 2, 128, 41), k = random_tensor(t, 2, 3000, 128, 42),
+             v = random_tensor(t, 2, 3000, 128, 43);
+      Tensor dense(DType::f32, 8, 2, 128), zero(DType::f32, 8, 2, 128),
+          tiny(DType::f32, 8, 2, 128), prefill(DType::f32, 8, 2, 128);
+      Stats st0, st1;
+      attention_decode(q, k, v, dense, {});
+      attention_decode(q, k, v, zero, {}, {0.0, 4}, nullptr, &st0);
+      attention_decode(q, k, v, tiny, {}, {1e-30, 4}, nullptr, &st1);
+      EXPECT_EQ(std::memcmp(dense.data(), zero.data(), dense.nbytes()), 0);
+      EXPECT_EQ(std::memcmp(dense.data(), tiny.data(), dense.nbytes()), 0);
+      EXPECT_EQ(st0.tiles_skipped, 0);
+      EXPECT_EQ(st1.tiles_skipped, 0);
+      EXPECT_EQ(st1.score_entries, st0.score_entries);
+      attention_dense(q, k, v, prefill, {});
+      EXPECT_LE(diff(dense, prefill).max_abs, 2e-2);  // prefill rounds P to bf16 on bf16 dot
+    }
+  });
+}
+
+// Scores built exactly: q = (sqrt(d), 0, ...), k = (beta, noise...), so the scaled score of a
+// key is beta. Block 0 holds the hot key (10), blocks 5 and 11 a warm one (9), every other key
+// scores 3 below the hot one. At lambda = 0.1 (ln = -2.3) cold blocks are skipped, warm ones
+// are not; and the cold blocks hold most of the softmax mass, so skipping them shows.
+struct SkipInput {
+  Tensor q, k, v;
+  int64_t lk;
+  std::vector<int64_t> kept_blocks{0, 5, 11};
+};
+
+SkipInput skip_input(DType t, int64_t lk, int64_t d) {
+  SkipInput in{Tensor(t, 2, 1, d), random_tensor(t, 1, lk, d, 51), random_tensor(t, 1, lk, d, 52),
+               lk};
+  for (int64_t h = 0; h < 2; ++h) in.q.view().set(h, 0, 0, std::sqrt(float(d)));
+  for (int64_t j = 0; j < lk; ++j) in.k.view().set(0, j, 0, 7.0f);
+  in.k.view().set(0, 5, 0, 10.0f);
+  in.k.view().set(0, 5 * 64 + 17, 0, 9.0f);
+  in.k.view().set(0, 11 * 64 + 63, 0, 9.0f);
+  return in;
+}
+
+TEST(DecodeKernel, SkippedBlocksAreNotComputed) {
+  const int64_t lk = 1000, d = 64, blocks = (lk + 63) / 64;  // one split (<= 2048 keys)
+  for_each_target([&] {
+    for (DType t : {DType::f32, DType::bf16})
+      for (int64_t batch : {1, 4, 64}) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " batch " + std::to_string(batch));
+        SkipInput in = skip_input(t, lk, d);
+        Tensor out(DType::f32, 2, 1, d), ref(DType::f32, 2, 1, d), full(DType::f32, 2, 1, d);
+        std::vector<float> lse(2), lse_ref(2);
+        Stats st;
+        attention_decode(in.q, in.k, in.v, out, {}, {0.1, batch}, lse.data(), &st);
+        EXPECT_EQ(st.tiles_visited, blocks);
+        EXPECT_EQ(st.tiles_skipped, blocks - 3);
+        EXPECT_EQ(st.score_entries, 2 * 3 * 64);
+        EXPECT_NEAR(st.sparsity(), 1.0 - 3.0 * 64 / lk, 1e-12);
+
+        // The reference over the keys of the kept blocks only.
+        Tensor kk(t, 1, 3 * 64, d), vv(t, 1, 3 * 64, d);
+        for (size_t b = 0; b < in.kept_blocks.size(); ++b) {
+          copy_into(in.k.view().rows(in.kept_blocks[b] * 64, 64), kk.view().rows(int64_t(b) * 64, 64));
+          copy_into(in.v.view().rows(in.kept_blocks[b] * 64, 64), vv.view().rows(int64_t(b) * 64, 64));
+        }
+        AttnOptions opt;
+        opt.causal = false;  // the one query row sees the whole cache anyway
+        opt.scale = 1.0f / std::sqrt(float(d));
+        attention_reference(in.q, kk, vv, ref, opt, lse_ref.data());
+        const test::Diff dd = diff(out, ref);
+        EXPECT_LE(dd.max_abs, kTol * std::max(1.0, dd.ref_max));
+        EXPECT_NEAR(lse[0], lse_ref[0], 1e-4);
+        // ... which is far from dense attention: the skipped blocks held most of the mass.
+        attention_reference(in.q, in.k, in.v, full, opt);
+        EXPECT_GT(diff(out, full).max_abs, 0.05);
+      }
+  });
+}
+
+TEST(DecodeKernel, LambdaOneKeepsOnlyBlocksHoldingTheRunningMax) {
+  SkipInput in = skip_input(DType::f32, 1000, 64);
+  Tensor out(DType::f32, 2, 1, 64);
+  Stats st;
+  attention_decode(in.q, in.k, in.v, out, {}, {1.0, 64}, nullptr, &st);
+  EXPECT_EQ(st.tiles_visited - st.tiles_skipped, 1);  // block 0, with the max of the batch
+}
+
+TEST(DecodeKernel, BitwiseDeterministic) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    Tensor q = random_tensor(t, 8, 4, 128, 61), k = random_tensor(t, 2, 5000, 128, 62),
+           v = random_tensor(t, 2, 5000, 128, 63);
+    for (double lambda : {0.0, 1e-3}) {
+      Tensor first(DType::f32, 8, 4, 128);
+      for (int threads : {1, 2, 3}) {
+        AttnOptions opt;
+        opt.threads = threads;
+        for (int rep = 0; rep < 3; ++rep) {
+          Tensor a(DType::f32, 8, 4, 128);
+          attention_decode(q, k, v, a, opt, {lambda, 4});
+          if (threads == 1 && rep == 0) first = Tensor::copy_of(a);
+          // The split plan depends on kv_len only: the same bits for every thread count.
+          EXPECT_EQ(std::memcmp(a.data(), first.data(), a.nbytes()), 0)
+              << dtype_name(t) << " lambda " << lambda << " threads " << threads;
+        }
+      }
+    }
+  }
+}
+
+TEST(DecodeKernel, BadInputRaisesError) {
+  auto expect_error = [](int64_t lq, DecodeOptions dopt, const char* what) {
+    Tensor q = random_tensor(DType::f32, 2, std::max<int64_t>(lq, 1), 64, 1);
+    TensorView qv = q.view();
+    qv.seq = lq;
+    Tensor k = random_tensor(DType::f32, 2, 100, 64, 2);
+    Tensor out(DType::f32, 2, std::max<int64_t>(lq, 1), 64);
+    TensorView ov = out.view();
+    ov.seq = lq;
+    try {
+      attention_decode(qv, k, k, ov, {}, dopt);
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error(0, {}, "q_len");
+  expect_error(17, {}, "q_len");
+  expect_error(1, {-0.1, 4}, "lambda");
+  expect_error(1, {std::nan(""), 4}, "lambda");
+  expect_error(1, {1.5, 4}, "lambda");
+  expect_error(1, {0.5, 0}, "batch");
+  expect_error(1, {0.5, 65}, "batch");
+}
+
+}  // namespace
+}  // namespace spattn
