@@ -11,6 +11,7 @@ struct Entry {
 };
 const Entry kMethods[] = {
     {"dense", make_dense},
+    {"blasst", make_blasst},
 };
 }  // namespace
 

@@ -8,5 +8,6 @@
 namespace spattn {
 
 std::unique_ptr<Method> make_dense(const MethodSpec& spec);
+std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
 
 }  // namespace spattn
