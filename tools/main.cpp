@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   CLI::App app{"spattn: training-free sparse attention for long-context inference"};
   app.require_subcommand(1);
   spattn::cli::add_bench_command(app);
+  spattn::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
     return 0;
