@@ -63,10 +63,12 @@ struct StridedRows : kernels::DensePolicy {
     const int64_t n = (p.q_len + gamma - 1) / gamma;
     return (n + tile_rows - 1) / tile_rows;
   }
-  int64_t rows(const kernels::Problem& p, int64_t t, int64_t* out) const {
+  int64_t rows(const kernels::Problem& p, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
     int64_t n = 0;
-    for (int64_t r = t * tile_rows; r < (t + 1) * tile_rows && r * gamma < p.q_len; ++r)
-      out[n++] = r * gamma;
+    for (int64_t r = t * tile_rows; r < (t + 1) * tile_rows && r * gamma < p.q_len; ++r) {
+      q_rows[n] = out_rows[n] = r * gamma;
+      ++n;
+    }
     return n;
   }
 };
@@ -125,7 +127,7 @@ TEST(KernelPolicy, KeyRangeLists) {
 // Skips every key tile but the first once its scores are known.
 struct SkipLater : kernels::DensePolicy {
   static constexpr bool kMaySkip = true;
-  bool skip(int64_t, int64_t key_tile, const float*, const float*, int64_t) const {
+  bool skip(int64_t, int64_t, int64_t key_tile, const float*, const float*, int64_t, int64_t) {
     return key_tile > 0;
   }
 };
@@ -142,6 +144,42 @@ TEST(KernelPolicy, SkippedTilesAddNothing) {
   // tiles per q tile: 1, 2, 3 (rows 0-63, 64-127, 128-129), two heads
   EXPECT_EQ(st.tiles_visited, 2 * (1 + 2 + 3));
   EXPECT_EQ(st.tiles_skipped, 2 * (0 + 1 + 2));
+}
+
+// Ranges plus single gathered key columns (vertical lines), some inside a range (must not be
+// counted twice) and some beyond the causal limit.
+struct RangesAndColumns : kernels::DensePolicy {
+  static constexpr bool kGather = true;
+  void key_ranges(const kernels::Problem&, int64_t, int64_t, int64_t limit,
+                  std::vector<KeyRange>& out) const {
+    out.push_back({limit - 20, limit});
+  }
+  void key_columns(const kernels::Problem&, int64_t h, int64_t, int64_t,
+                   std::vector<int64_t>& out) const {
+    for (int64_t j = 3 + h; j < 400; j += 5) out.push_back(j);
+    out.push_back(8 + h);  // a duplicate column
+  }
+  static bool keep(int64_t h, int64_t j, int64_t limit) {
+    return j >= limit - 20 || (j >= 3 + h && (j - 3 - h) % 5 == 0);
+  }
+};
+
+TEST(KernelPolicy, GatheredColumns) {
+  Inputs in(2, 2, 190, 300, 64);
+  kernels::Problem p = in.problem();
+  RangesAndColumns pol;
+  Stats st;
+  kn::RunFlash(p, pol, &st);
+  int64_t entries = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 190; ++i) {
+      const int64_t tile_last = std::min<int64_t>(190, (i / 64 + 1) * 64) - 1;
+      const int64_t tile_limit = tile_last + 110 + 1, row_limit = i + 110 + 1;
+      auto keep = [&](int64_t j) { return RangesAndColumns::keep(h, j, tile_limit); };
+      for (int64_t j = 0; j < row_limit; ++j) entries += keep(j);
+      expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, row_limit, keep));
+    }
+  EXPECT_EQ(st.score_entries, entries);
 }
 
 }  // namespace

@@ -44,3 +44,44 @@ inline Diff diff(const TensorView& a, const TensorView& ref) {
 }
 
 }  // namespace spattn::test
+
+#include <vector>
+
+#include "spattn/coverage.hpp"
+
+namespace spattn::test {
+
+// Exact attention of row i of q head h over the given key ranges and single columns
+// (columns beyond `limit` or duplicated in ranges are the caller's business).
+inline std::vector<double> row_over_keys(const TensorView& q, const TensorView& k,
+                                         const TensorView& v, int64_t h, int64_t i,
+                                         const std::vector<int64_t>& keys, double scale = 0) {
+  const int64_t d = q.dim, kh = h / (q.heads / k.heads);
+  if (scale == 0) scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> s, o(size_t(d), 0.0);
+  double m = -INFINITY, l = 0;
+  for (int64_t j : keys) {
+    double acc = 0;
+    for (int64_t c = 0; c < d; ++c) acc += double(q.get(h, i, c)) * k.get(kh, j, c);
+    s.push_back(acc * scale);
+    m = std::max(m, s.back());
+  }
+  for (size_t n = 0; n < keys.size(); ++n) {
+    const double p = std::exp(s[n] - m);
+    l += p;
+    for (int64_t c = 0; c < d; ++c) o[size_t(c)] += p * v.get(kh, keys[n], c);
+  }
+  for (double& x : o) x = l > 0 ? x / l : 0.0;
+  return o;
+}
+
+inline std::vector<int64_t> coverage_keys(const Coverage& cov, int64_t h, int64_t i) {
+  std::vector<KeyRange> r;
+  cov.row_ranges(h, i, r);
+  std::vector<int64_t> keys;
+  for (const KeyRange& x : r)
+    for (int64_t j = x.begin; j < x.end; ++j) keys.push_back(j);
+  return keys;
+}
+
+}  // namespace spattn::test

@@ -8,18 +8,24 @@
 // decisions for every lambda can be read off one dense pass (blasst_tile_margins).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/coverage.hpp"
 
 namespace spattn {
 
 // Where tiles were skipped: per q head and per (q head, query tile).
 struct SkipStats {
   int64_t heads = 0, q_tiles = 0;
+  int64_t tile_rows = 64;        // query rows per tile
   std::vector<int64_t> visited;  // [heads * q_tiles]
   std::vector<int64_t> skipped;  // [heads * q_tiles]
+  // Set record_tiles before the call to also get, per (head, q tile), the 64-key tiles skipped.
+  bool record_tiles = false;
+  std::vector<std::vector<int32_t>> skipped_tiles;
   double skipped_fraction() const;
   double head_skipped_fraction(int64_t h) const;
   double tile_skipped_fraction(int64_t h, int64_t t) const;
@@ -31,6 +37,11 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       const TensorView& out, double lambda, const AttnOptions& opt = {},
                       float* lse = nullptr, Stats* stats = nullptr,
                       SkipStats* skip = nullptr);
+
+// What a BLASST prefill run computed (for recall): every causal key except the skipped
+// tiles. Needs a SkipStats filled with record_tiles = true.
+std::unique_ptr<Coverage> blasst_coverage(const SkipStats& skip, int64_t q_len, int64_t kv_len,
+                                          bool causal);
 
 // One dense pass recording, for every visited tile, its margin max_r(tile_max[r] - m[r]) in
 // natural-log units (+inf for a row's first tile) and its score entries. A tile is skipped at

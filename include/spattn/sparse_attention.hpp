@@ -6,6 +6,7 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/coverage.hpp"
 
 namespace spattn {
 
@@ -33,6 +34,13 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               const TensorView& out, const VerticalSlashIndex& index,
                               const AttnOptions& opt = {}, float* lse = nullptr,
                               Stats* stats = nullptr);
+
+// The keys tile `tile` of q head h computes, before each row's causal limit: the sorted,
+// coalesced slash ranges and the gathered columns outside them. Rows r of the tile see the
+// keys here that are <= their own position. (What coverage/recall must use.)
+void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_t tile,
+                              int64_t q_len, int64_t kv_len, std::vector<KeyRange>& ranges,
+                              std::vector<int64_t>& columns);
 
 // A subset of query rows against all causal keys: either every `stride`-th row (gamma in MOMO;
 // rows stride-1, 2*stride-1, ..., so the last row of each group is computed, and always the last

@@ -96,6 +96,13 @@ inline void LoadRowF32(const TensorView& t, int64_t h, int64_t s, int64_t d, flo
   for (int64_t c = 0; c < d; ++c) dst[c] = t.get(h, s, c);
 }
 
+// The keys of one tile: `count` keys starting at j0, or gathered from a list.
+struct KeyList {
+  int64_t j0 = 0, count = 0;
+  const int64_t* gathered = nullptr;
+  int64_t at(int64_t jj) const { return gathered ? gathered[jj] : j0 + jj; }
+};
+
 // ---------------------------------------------------------------------------------------
 // F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
 struct F32Ops {
@@ -109,19 +116,20 @@ struct F32Ops {
     for (int64_t r = 0; r < n; ++r) LoadRowF32(q, h, rows[r], d, dst + r * d);
     std::fill(dst + n * d, dst + npad * d, 0.0f);
   }
-  static void PackK(const TensorView& k, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
-                    T* dst, float* row_buf) {
+  // Key tile = keys.at(jj) for jj < keys.count, zeros after (see KeyList).
+  static void PackK(const TensorView& k, int64_t h, const KeyList& keys, int64_t d, T* dst,
+                    float* row_buf) {
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (j0 + jj < kv_len) LoadRowF32(k, h, j0 + jj, d, row_buf);
+      if (jj < keys.count) LoadRowF32(k, h, keys.at(jj), d, row_buf);
       else std::fill(row_buf, row_buf + d, 0.0f);
       for (int64_t c = 0; c < d; ++c) dst[c * kTileKeys + jj] = row_buf[c];
     }
   }
-  static void PackV(const TensorView& v, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
-                    int64_t dp, T* dst, float*) {
+  static void PackV(const TensorView& v, int64_t h, const KeyList& keys, int64_t d, int64_t dp,
+                    T* dst, float*) {
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
       T* row = dst + jj * dp;
-      if (j0 + jj < kv_len) LoadRowF32(v, h, j0 + jj, d, row);
+      if (jj < keys.count) LoadRowF32(v, h, keys.at(jj), d, row);
       else std::fill(row, row + d, 0.0f);
       std::fill(row + d, row + dp, 0.0f);
     }
@@ -231,11 +239,11 @@ struct Bf16DotOps {
     for (int64_t r = 0; r < n; ++r) LoadRowBf16(q, h, rows[r], d, dst + r * d);
     std::fill(dst + n * d, dst + npad * d, T(0));
   }
-  static void PackK(const TensorView& k, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
-                    T* dst, float* row_buf) {
+  static void PackK(const TensorView& k, int64_t h, const KeyList& keys, int64_t d, T* dst,
+                    float* row_buf) {
     T* row = reinterpret_cast<T*>(row_buf);
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (j0 + jj < kv_len) LoadRowBf16(k, h, j0 + jj, d, row);
+      if (jj < keys.count) LoadRowBf16(k, h, keys.at(jj), d, row);
       else std::fill(row, row + d, T(0));
       for (int64_t c = 0; c < d; c += 2) {
         dst[(c / 2) * kTileKeys * 2 + jj * 2] = row[c];
@@ -243,11 +251,11 @@ struct Bf16DotOps {
       }
     }
   }
-  static void PackV(const TensorView& v, int64_t h, int64_t j0, int64_t kv_len, int64_t d,
-                    int64_t dp, T* dst, float* row_buf) {
+  static void PackV(const TensorView& v, int64_t h, const KeyList& keys, int64_t d, int64_t dp,
+                    T* dst, float* row_buf) {
     T* row = reinterpret_cast<T*>(row_buf);
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (j0 + jj < kv_len) LoadRowBf16(v, h, j0 + jj, d, row);
+      if (jj < keys.count) LoadRowBf16(v, h, keys.at(jj), d, row);
       else std::fill(row, row + d, T(0));
       std::fill(row + d, row + dp, T(0));
       T* pair = dst + (jj / 2) * dp * 2 + (jj & 1);
@@ -339,10 +347,9 @@ void PackKV(const Problem& p, int64_t dp, PackedKV<Ops>& kv) {
   parallel_for(int64_t(total), p.threads, [&](int64_t item, int) {
     alignas(64) float row_buf[512];
     const int64_t h = item / kv.tiles, t = item % kv.tiles;
-    T* kd = kv.k.get() + item * kv.k_elems;
-    T* vd = kv.v.get() + item * kv.v_elems;
-    Ops::PackK(p.k, h, t * kTileKeys, p.kv_len, p.dim, kd, row_buf);
-    Ops::PackV(p.v, h, t * kTileKeys, p.kv_len, p.dim, dp, vd, row_buf);
+    const KeyList keys{t * kTileKeys, std::min(kTileKeys, p.kv_len - t * kTileKeys)};
+    Ops::PackK(p.k, h, keys, p.dim, kv.k.get() + item * kv.k_elems, row_buf);
+    Ops::PackV(p.v, h, keys, p.dim, dp, kv.v.get() + item * kv.v_elems, row_buf);
   });
 }
 
@@ -354,18 +361,26 @@ struct Scratch {
   T* q = nullptr;
   float *s = nullptr, *o = nullptr, *m = nullptr, *l = nullptr, *alpha = nullptr,
         *tile_max = nullptr, *block_lse = nullptr;
+  T *gk = nullptr, *gv = nullptr;  // gathered key / value tile
   int64_t rows[kMaxTileRows];
+  int64_t out_rows[kMaxTileRows];
   int64_t pos[kMaxTileRows];
   std::vector<KeyRange> ranges;
+  std::vector<int64_t> columns;
 
   explicit Scratch(int64_t d, int64_t dp) {
     const int64_t R = kMaxTileRows + kR;
-    const int64_t qf = (R * d * int64_t(sizeof(T)) + 63) / 64 * 16;  // floats, 64B aligned
-    const int64_t total = qf + R * kTileKeys + R * dp + 5 * R;
+    auto floats = [](int64_t elems) { return (elems * int64_t(sizeof(T)) + 63) / 64 * 16; };
+    const int64_t qf = floats(R * d), gkf = floats(kTileKeys * d), gvf = floats(kTileKeys * dp);
+    const int64_t total = qf + gkf + gvf + R * kTileKeys + R * dp + 5 * R;
     buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(total) * 4)));
     float* f = buf.get();
     q = reinterpret_cast<T*>(f);
     f += qf;
+    gk = reinterpret_cast<T*>(f);
+    f += gkf;
+    gv = reinterpret_cast<T*>(f);
+    f += gvf;
     s = f; f += R * kTileKeys;
     o = f; f += R * dp;
     m = f; f += R;
@@ -375,23 +390,6 @@ struct Scratch {
     block_lse = f;
   }
 };
-
-// Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
-inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
-  for (auto& x : r) {
-    x.begin = std::max<int64_t>(x.begin, 0);
-    x.end = std::min(x.end, limit);
-  }
-  r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
-          r.end());
-  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
-  size_t w = 0;
-  for (size_t i = 0; i < r.size(); ++i) {
-    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
-    else r[w++] = r[i];
-  }
-  r.resize(w);
-}
 
 // Masks scores outside [lo, hi) and past each row's causal limit to -inf; returns the
 // number of score entries left.
@@ -449,33 +447,81 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
   }
 }
 
-// Writes O / l (and LSE) of rows [0, n) to the output.
-inline void Finalize(const Problem& p, int64_t h, const int64_t* rows, int64_t n, int64_t dp,
+// Masks gathered columns: entry (r, jj) is kept when jj < count and key keys[jj] <= pos[r].
+inline int64_t MaskGathered(float* s, int64_t n, const int64_t* pos, bool causal,
+                            const int64_t* keys, int64_t count) {
+  int64_t kept = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = s + r * kTileKeys;
+    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
+      const bool keep = jj < count && (!causal || keys[jj] <= pos[r]);
+      if (!keep) row[jj] = kNegInf;
+      kept += keep;
+    }
+  }
+  return kept;
+}
+
+// Writes O / l (and LSE) of rows [0, n) to output rows out_rows.
+inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64_t n, int64_t dp,
                      const float* o, const float* m, const float* l) {
+  const int64_t out_len = p.out.seq;
   for (int64_t r = 0; r < n; ++r) {
     const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
     const float* src = o + r * dp;
     if (p.out.dtype == DType::f32 && p.out.stride_dim == 1) {
-      float* dst = static_cast<float*>(p.out.ptr(h, rows[r]));
+      float* dst = static_cast<float*>(p.out.ptr(h, out_rows[r]));
       for (int64_t c = 0; c < p.dim; ++c) dst[c] = src[c] * inv;
     } else {
-      for (int64_t c = 0; c < p.dim; ++c) p.out.set(h, rows[r], c, src[c] * inv);
+      for (int64_t c = 0; c < p.dim; ++c) p.out.set(h, out_rows[r], c, src[c] * inv);
     }
     if (p.lse)
-      p.lse[h * p.q_len + rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+      p.lse[h * out_len + out_rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
   }
 }
+
+// The per-item state the tile step updates.
+template <class Ops>
+struct TileStep {
+  const Problem& p;
+  Scratch<Ops>& sc;
+  Stats& st;
+  int64_t h, t, n, npad, dp;
+  float c;  // scale * log2(e)
+
+  // One key tile whose scores are in sc.s and whose masked entries number `kept`.
+  template <class Policy>
+  void Run(Policy& pol, int64_t key_tile, int64_t kept, const typename Ops::T* v_tile) {
+    // Padding rows stay finite and contribute nothing.
+    std::fill(sc.s + n * kTileKeys, sc.s + npad * kTileKeys, kNegInf);
+    RowMax(sc.s, npad, c, sc.tile_max);
+    ++st.tiles_visited;
+    if constexpr (Policy::kMaySkip) {
+      if (pol.skip(h, t, key_tile, sc.tile_max, sc.m, n, kept)) {
+        ++st.tiles_skipped;
+        return;
+      }
+    }
+    st.score_entries += kept;
+    SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
+                                    sc.block_lse);
+    Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+    if constexpr (Policy::kObserve) {
+      if (key_tile >= 0) pol.observe(h, sc.out_rows, n, key_tile, sc.block_lse);
+    }
+  }
+};
 
 // One work item: q head h, query tile t.
 template <class Ops, class Policy>
 void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp, int64_t h,
              int64_t t, Scratch<Ops>& sc, Stats& st) {
-  const int64_t n = pol.rows(p, t, sc.rows);
+  const int64_t n = pol.rows(p, t, sc.rows, sc.out_rows);
   if (n <= 0) return;
   const int64_t npad = RoundUp(n, kR);
   const int64_t kvh = h / p.group;
   for (int64_t r = 0; r < n; ++r) sc.pos[r] = sc.rows[r] + p.pos_offset;
-  const int64_t limit = p.causal ? sc.pos[n - 1] + 1 : p.kv_len;
+  const int64_t limit = p.causal ? std::min(sc.pos[n - 1] + 1, p.kv_len) : p.kv_len;
   sc.ranges.clear();
   pol.key_ranges(p, h, t, limit, sc.ranges);
   NormalizeRanges(sc.ranges, limit);
@@ -484,7 +530,7 @@ void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp,
   std::fill(sc.o, sc.o + npad * dp, 0.0f);
   std::fill(sc.m, sc.m + npad, kNegInf);
   std::fill(sc.l, sc.l + npad, 0.0f);
-  const float c = p.scale * kLog2e;
+  TileStep<Ops> step{p, sc, st, h, t, n, npad, dp, p.scale * kLog2e};
   for (const KeyRange& kr : sc.ranges) {
     for (int64_t j0 = kr.begin / kTileKeys * kTileKeys; j0 < kr.end; j0 += kTileKeys) {
       const int64_t jt = j0 / kTileKeys;
@@ -493,24 +539,25 @@ void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp,
                         (!p.causal || j0 + kTileKeys - 1 <= sc.pos[0]);
       const int64_t kept = full ? n * kTileKeys
                                 : MaskTile(sc.s, n, sc.pos, p.causal, j0, kr.begin, kr.end);
-      // Padding rows must stay finite and contribute nothing.
-      std::fill(sc.s + n * kTileKeys, sc.s + npad * kTileKeys, kNegInf);
-      RowMax(sc.s, npad, c, sc.tile_max);
-      ++st.tiles_visited;
-      if constexpr (Policy::kMaySkip) {
-        if (pol.skip(h, jt, sc.tile_max, sc.m, n)) {
-          ++st.tiles_skipped;
-          continue;
-        }
-      }
-      st.score_entries += kept;
-      SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
-                                      sc.block_lse);
-      Ops::PV(sc.s, npad, kv.v_tile(kvh, jt), dp, sc.alpha, sc.o);
-      if constexpr (Policy::kObserve) pol.observe(h, sc.rows, n, jt, sc.block_lse);
+      step.Run(pol, jt, kept, kv.v_tile(kvh, jt));
     }
   }
-  Finalize(p, h, sc.rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::kGather) {
+    sc.columns.clear();
+    pol.key_columns(p, h, t, limit, sc.columns);
+    NormalizeColumns(sc.columns, sc.ranges, limit);
+    alignas(64) float row_buf[512];
+    for (size_t i = 0; i < sc.columns.size(); i += size_t(kTileKeys)) {
+      const int64_t count = std::min<int64_t>(kTileKeys, int64_t(sc.columns.size() - i));
+      const KeyList keys{0, count, sc.columns.data() + i};
+      Ops::PackK(p.k, kvh, keys, p.dim, sc.gk, row_buf);
+      Ops::PackV(p.v, kvh, keys, p.dim, dp, sc.gv, row_buf);
+      Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
+      const int64_t kept = MaskGathered(sc.s, n, sc.pos, p.causal, keys.gathered, count);
+      step.Run(pol, -1, kept, sc.gv);
+    }
+  }
+  Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
 }
 
 template <class Ops, class Policy>
@@ -520,18 +567,19 @@ void RunFlashOps(const Problem& p, Policy& pol, Stats* stats) {
   PackedKV<Ops> kv;
   PackKV<Ops>(p, dp, kv);
 
-  // Items longest first (by the keys they may see), so the last items to run are short and
-  // both threads finish together. The order is fixed, and each item is computed by one thread,
-  // so the output does not depend on scheduling.
+  // Items longest first, so the last items to run are short and both threads finish
+  // together. The order is fixed, and each item is computed by one thread, so the output does
+  // not depend on scheduling.
   const int64_t tiles = pol.num_tiles(p);
   struct Item { int64_t h, t, cost; };
   std::vector<Item> items;
   items.reserve(size_t(tiles * p.q.heads));
-  std::vector<int64_t> rows(kMaxTileRows);
+  std::vector<int64_t> rows(kMaxTileRows), out_rows(kMaxTileRows);
   for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t n = pol.rows(p, t, rows.data());
-    const int64_t cost = n <= 0 ? 0 : (p.causal ? rows[size_t(n - 1)] + p.pos_offset + 1 : p.kv_len);
-    for (int64_t h = 0; h < p.q.heads; ++h) items.push_back({h, t, cost});
+    const int64_t n = pol.rows(p, t, rows.data(), out_rows.data());
+    if (n <= 0) continue;
+    for (int64_t h = 0; h < p.q.heads; ++h)
+      items.push_back({h, t, pol.cost(p, h, t, rows[size_t(n - 1)])});
   }
   std::stable_sort(items.begin(), items.end(),
                    [](const Item& a, const Item& b) { return a.cost > b.cost; });

@@ -10,6 +10,7 @@
 // The dense policy answers "all, all, never, nobody" with compile-time constants, so the
 // dense kernel pays nothing for the hooks.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -44,38 +45,88 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
                      const TensorView& out, const AttnOptions& opt, float* lse);
 
 // The dense policy: contiguous query tiles of `tile_rows`, every causal key, no skipping,
-// no observer.
+// no observer. Other policies derive from it and override what they change; the loop calls
+// the hooks statically, so an unused hook costs nothing.
 struct DensePolicy {
-  static constexpr bool kMaySkip = false;
-  static constexpr bool kObserve = false;
+  static constexpr bool kMaySkip = false;  // calls skip() after each tile's scores
+  static constexpr bool kObserve = false;  // calls observe() after each contiguous tile
+  static constexpr bool kGather = false;   // calls key_columns() for gathered key tiles
   int64_t tile_rows = 64;
 
   int64_t num_tiles(const Problem& p) const { return (p.q_len + tile_rows - 1) / tile_rows; }
-  // Writes the q rows of tile t (ascending) and returns how many.
-  int64_t rows(const Problem& p, int64_t t, int64_t* out) const {
+  // Writes the q rows of tile t (ascending) and the output rows they go to; returns how many.
+  int64_t rows(const Problem& p, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
     int64_t b = t * tile_rows, n = std::min(tile_rows, p.q_len - b);
-    for (int64_t r = 0; r < n; ++r) out[r] = b + r;
+    for (int64_t r = 0; r < n; ++r) q_rows[r] = out_rows[r] = b + r;
     return n;
   }
-  // Appends the key ranges q head h's tile t attends to; the kernel clips them to the
-  // causal limit of the tile's last row and to kv_len, and coalesces them.
+  // Appends the key ranges q head h's tile t attends to; the kernel clips them to the causal
+  // limit of the tile's last row (key_limit) and to kv_len, sorts and coalesces them.
   void key_ranges(const Problem& p, int64_t h, int64_t t, int64_t key_limit,
                   std::vector<KeyRange>& out) const {
     out.push_back({0, key_limit});
   }
-  bool skip(int64_t, int64_t, const float*, const float*, int64_t) const { return false; }
-  void observe(int64_t, const int64_t*, int64_t, int64_t, const float*) {}
+  // Appends single key columns (kGather): the kernel drops those beyond key_limit or inside a
+  // range, and gathers the rest 64 at a time.
+  void key_columns(const Problem&, int64_t, int64_t, int64_t, std::vector<int64_t>&) const {}
+  // Scheduling weight of (h, t): the keys it may see. Items run longest first.
+  int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
+    return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
+  }
+  // After tile key_tile's scores are known (kMaySkip): tile_max and m are per-row maxima of
+  // this tile and running maxima before it, in log2 units; entries: score entries it holds.
+  // Gathered tiles pass key_tile = -1.
+  bool skip(int64_t h, int64_t t, int64_t key_tile, const float* tile_max, const float* m,
+            int64_t n, int64_t entries) {
+    return false;
+  }
+  // Each row's natural-log LSE over this contiguous key tile (kObserve).
+  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile,
+               const float* lse) {}
 };
 
 // The dense policy plus a BlockLseObserver (per-(row, key tile) log-sum-exp).
 struct ObservedDensePolicy : DensePolicy {
   static constexpr bool kObserve = true;
   BlockLseObserver* observer = nullptr;
-  // rows are contiguous in the dense policy, so one call covers the tile.
-  void observe(int64_t h, const int64_t* rows, int64_t n, int64_t key_tile, const float* lse) {
-    observer->observe(h, rows[0], n, key_tile, lse);
+  // Output rows of a tile are contiguous in every policy that observes.
+  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile,
+               const float* lse) {
+    observer->observe(h, out_rows[0], n, key_tile, lse);
   }
 };
+
+// Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
+inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
+  for (auto& x : r) {
+    x.begin = std::max<int64_t>(x.begin, 0);
+    x.end = std::min(x.end, limit);
+  }
+  r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
+          r.end());
+  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  size_t w = 0;
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
+    else r[w++] = r[i];
+  }
+  r.resize(w);
+}
+
+// Drops columns beyond limit or inside a range; sorts and dedups the rest.
+inline void NormalizeColumns(std::vector<int64_t>& cols, const std::vector<KeyRange>& ranges,
+                             int64_t limit) {
+  std::sort(cols.begin(), cols.end());
+  cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+  size_t w = 0, ri = 0;
+  for (int64_t c : cols) {
+    if (c < 0 || c >= limit) continue;
+    while (ri < ranges.size() && ranges[ri].end <= c) ++ri;
+    if (ri < ranges.size() && ranges[ri].begin <= c) continue;
+    cols[w++] = c;
+  }
+  cols.resize(w);
+}
 
 // Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
 // has bf16 dot-product instructions.

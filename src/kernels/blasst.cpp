@@ -1,0 +1,191 @@
+// BLASST prefill (seeds/003): the dense loop with a skip policy. After a tile's scores are
+// known, the tile is dropped (no exp, no row sums, no P.V) when every row's tile max is more
+// than ln(1/lambda) below its running max. The rule is per 64x64 tile, like the paper's
+// per-block decision after a warp vote; the running max before the tile is the reference.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/blasst.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/flash-inl.h"
+#include "spattn/blasst.hpp"
+#include "spattn/error.hpp"
+
+#ifndef SPATTN_KERNELS_BLASST_POLICY_
+#define SPATTN_KERNELS_BLASST_POLICY_
+namespace spattn::kernels {
+
+struct BlasstPolicy : DensePolicy {
+  static constexpr bool kMaySkip = true;
+  float threshold = kNegInf;  // log2(lambda): tile_max and m are in log2 units
+  SkipStats* record = nullptr;
+
+  bool skip(int64_t h, int64_t t, int64_t key_tile, const float* tile_max, const float* m,
+            int64_t n, int64_t) {
+    bool below = threshold != kNegInf;
+    // A row with no key in this tile has tile_max = -inf: it never keeps the tile alive.
+    for (int64_t r = 0; r < n && below; ++r) below = !(tile_max[r] - m[r] >= threshold);
+    if (record) {
+      const size_t i = size_t(h * record->q_tiles + t);
+      ++record->visited[i];
+      if (below) {
+        ++record->skipped[i];
+        if (record->record_tiles) record->skipped_tiles[i].push_back(int32_t(key_tile));
+      }
+    }
+    return below;
+  }
+};
+
+// Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries.
+struct MarginPolicy : DensePolicy {
+  static constexpr bool kMaySkip = true;
+  std::vector<std::vector<std::pair<float, int64_t>>>* per_item = nullptr;
+  int64_t q_tiles = 0;
+
+  bool skip(int64_t h, int64_t t, int64_t, const float* tile_max, const float* m, int64_t n,
+            int64_t entries) {
+    float margin = kNegInf;
+    for (int64_t r = 0; r < n; ++r) {
+      const float d = tile_max[r] - m[r];
+      if (d == d) margin = std::max(margin, d);  // NaN: a row that saw nothing yet or here
+    }
+    (*per_item)[size_t(h * q_tiles + t)].push_back({margin * kLn2, entries});
+    return false;
+  }
+};
+
+}  // namespace spattn::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void BlasstEntry(const Problem& p, float threshold, SkipStats* record, Stats* stats) {
+  BlasstPolicy pol;
+  pol.threshold = threshold;
+  pol.record = record;
+  RunFlash(p, pol, stats);
+}
+void MarginEntry(const Problem& p, std::vector<std::vector<std::pair<float, int64_t>>>* items,
+                 Stats* stats) {
+  MarginPolicy pol;
+  pol.per_item = items;
+  pol.q_tiles = pol.num_tiles(p);
+  RunFlash(p, pol, stats);
+}
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <cmath>
+
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(BlasstEntry);
+HWY_EXPORT(MarginEntry);
+}
+
+void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
+                      Stats* stats, SkipStats* skip) {
+  SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, "blasst: lambda must be in [0, 1], got ", lambda);
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
+  if (skip) {
+    const bool record = skip->record_tiles;
+    *skip = SkipStats{};
+    skip->record_tiles = record;
+    skip->heads = q.heads;
+    skip->tile_rows = kernels::DensePolicy{}.tile_rows;
+    skip->q_tiles = (q.seq + skip->tile_rows - 1) / skip->tile_rows;
+    const size_t n = size_t(skip->heads * skip->q_tiles);
+    skip->visited.assign(n, 0);
+    skip->skipped.assign(n, 0);
+    if (record) skip->skipped_tiles.assign(n, {});
+  }
+  const float threshold = lambda > 0 ? float(std::log2(lambda)) : kernels::kNegInf;
+  HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, threshold, skip, stats);
+}
+
+TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const AttnOptions& opt) {
+  Tensor out(DType::f32, q.heads, q.seq, q.dim);
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, nullptr);
+  const int64_t q_tiles = kernels::DensePolicy{}.num_tiles(p);
+  std::vector<std::vector<std::pair<float, int64_t>>> items(size_t(q.heads * q_tiles));
+  Stats st;
+  HWY_DYNAMIC_DISPATCH(kernels::MarginEntry)(p, &items, &st);
+  TileMargins tm;
+  tm.causal_entries = st.causal_entries;
+  for (const auto& item : items)
+    for (const auto& [margin, entries] : item) {
+      tm.margin.push_back(margin);
+      tm.entries.push_back(entries);
+    }
+  return tm;
+}
+
+double TileMargins::sparsity_at(double lambda) const {
+  SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, "blasst: lambda must be in [0, 1], got ", lambda);
+  if (lambda == 0 || causal_entries == 0) return 0.0;
+  const double ln_lambda = std::log(lambda);
+  int64_t skipped = 0;
+  for (size_t i = 0; i < margin.size(); ++i)
+    if (double(margin[i]) < ln_lambda) skipped += entries[i];
+  return double(skipped) / double(causal_entries);
+}
+
+double SkipStats::skipped_fraction() const {
+  int64_t v = 0, s = 0;
+  for (size_t i = 0; i < visited.size(); ++i) v += visited[i], s += skipped[i];
+  return v ? double(s) / double(v) : 0.0;
+}
+
+double SkipStats::head_skipped_fraction(int64_t h) const {
+  SPATTN_CHECK(h >= 0 && h < heads, "head ", h, " out of range [0, ", heads, ")");
+  int64_t v = 0, s = 0;
+  for (int64_t t = 0; t < q_tiles; ++t) v += visited[size_t(h * q_tiles + t)], s += skipped[size_t(h * q_tiles + t)];
+  return v ? double(s) / double(v) : 0.0;
+}
+
+double SkipStats::tile_skipped_fraction(int64_t h, int64_t t) const {
+  SPATTN_CHECK(h >= 0 && h < heads && t >= 0 && t < q_tiles, "tile (", h, ", ", t,
+               ") out of range");
+  const size_t i = size_t(h * q_tiles + t);
+  return visited[i] ? double(skipped[i]) / double(visited[i]) : 0.0;
+}
+
+namespace {
+// Causal keys of each row minus the 64-key tiles its query tile skipped.
+class BlasstCoverage final : public Coverage {
+ public:
+  BlasstCoverage(const SkipStats& s, int64_t q_len, int64_t kv_len, bool causal)
+      : s_(s), q_len_(q_len), kv_len_(kv_len), causal_(causal) {}
+  void row_ranges(int64_t h, int64_t row, std::vector<KeyRange>& out) const override {
+    const int64_t limit = causal_ ? kv_len_ - q_len_ + row + 1 : kv_len_;
+    std::vector<int32_t> skipped = s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)];
+    std::sort(skipped.begin(), skipped.end());
+    int64_t begin = 0;
+    for (int32_t t : skipped) {
+      const int64_t b = int64_t(t) * kernels::kTileKeys;
+      if (b >= limit) break;
+      if (b > begin) out.push_back({begin, b});
+      begin = b + kernels::kTileKeys;
+    }
+    if (begin < limit) out.push_back({begin, limit});
+  }
+
+ private:
+  const SkipStats& s_;
+  int64_t q_len_, kv_len_;
+  bool causal_;
+};
+}  // namespace
+
+std::unique_ptr<Coverage> blasst_coverage(const SkipStats& skip, int64_t q_len, int64_t kv_len,
+                                          bool causal) {
+  SPATTN_CHECK(skip.record_tiles && skip.skipped_tiles.size() == size_t(skip.heads * skip.q_tiles),
+               "blasst_coverage needs SkipStats filled with record_tiles = true");
+  return std::make_unique<BlasstCoverage>(skip, q_len, kv_len, causal);
+}
+
+}  // namespace spattn
+#endif

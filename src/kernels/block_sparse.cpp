@@ -1,0 +1,64 @@
+// Block-sparse attention: each query block computes exactly the key blocks its BlockMask row
+// lists (causal mask inside diagonal blocks), through the dense loop's key-range hook.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/block_sparse.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/flash-inl.h"
+#include "spattn/sparse_attention.hpp"
+
+#ifndef SPATTN_KERNELS_BLOCK_SPARSE_POLICY_
+#define SPATTN_KERNELS_BLOCK_SPARSE_POLICY_
+namespace spattn::kernels {
+
+struct BlockSparsePolicy : DensePolicy {
+  const BlockMask* mask = nullptr;
+  int64_t tiles_per_block = 1;  // kernel query tiles per mask query block (chi)
+
+  void key_ranges(const Problem&, int64_t h, int64_t t, int64_t, std::vector<KeyRange>& out) const {
+    const int64_t bk = mask->block_k;
+    for (int32_t b : mask->row(h, t / tiles_per_block)) out.push_back({b * bk, (b + 1) * bk});
+  }
+  int64_t cost(const Problem&, int64_t h, int64_t t, int64_t) const {
+    return int64_t(mask->row(h, t / tiles_per_block).size()) * mask->block_k;
+  }
+};
+
+// The largest tile height <= kMaxTileRows that divides the mask's query block.
+inline int64_t tile_rows_for(int64_t block_q) {
+  for (int64_t r = std::min(block_q, kMaxTileRows); r > 1; --r)
+    if (block_q % r == 0) return r;
+  return 1;
+}
+
+}  // namespace spattn::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void BlockSparseEntry(const Problem& p, const BlockMask* mask, Stats* stats) {
+  BlockSparsePolicy pol;
+  pol.mask = mask;
+  pol.tile_rows = tile_rows_for(mask->block_q);
+  pol.tiles_per_block = mask->block_q / pol.tile_rows;
+  RunFlash(p, pol, stats);
+}
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(BlockSparseEntry);
+}
+
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockMask& mask, const AttnOptions& opt,
+                            float* lse, Stats* stats) {
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
+  mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
+  mask.validate();
+  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats);
+}
+}  // namespace spattn
+#endif

@@ -1,0 +1,98 @@
+// Query-sparse attention: a subset of query rows (every gamma-th, or a list) against all causal
+// keys, with compact output and, optionally, each (row, 64-key block) LSE for an observer
+// (MOMO's online top-k reads it).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/query_sparse.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/flash-inl.h"
+#include "spattn/error.hpp"
+#include "spattn/sparse_attention.hpp"
+
+#ifndef SPATTN_KERNELS_QUERY_SPARSE_POLICY_
+#define SPATTN_KERNELS_QUERY_SPARSE_POLICY_
+namespace spattn::kernels {
+
+// Tile t holds list entries [t * 64, t * 64 + 64); output row = list index (compact).
+struct RowListPolicy : DensePolicy {
+  const std::vector<int64_t>* list = nullptr;
+  int64_t num_tiles(const Problem&) const {
+    return (int64_t(list->size()) + tile_rows - 1) / tile_rows;
+  }
+  int64_t rows(const Problem&, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
+    const int64_t b = t * tile_rows, n = std::min(tile_rows, int64_t(list->size()) - b);
+    for (int64_t r = 0; r < n; ++r) {
+      q_rows[r] = (*list)[size_t(b + r)];
+      out_rows[r] = b + r;
+    }
+    return n;
+  }
+};
+
+struct ObservedRowListPolicy : RowListPolicy {
+  static constexpr bool kObserve = true;
+  BlockLseObserver* observer = nullptr;
+  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile, const float* lse) {
+    observer->observe(h, out_rows[0], n, key_tile, lse);
+  }
+};
+
+}  // namespace spattn::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void QuerySparseEntry(const Problem& p, const std::vector<int64_t>* rows,
+                      BlockLseObserver* observer, Stats* stats) {
+  if (observer) {
+    ObservedRowListPolicy pol;
+    pol.list = rows;
+    pol.observer = observer;
+    RunFlash(p, pol, stats);
+  } else {
+    RowListPolicy pol;
+    pol.list = rows;
+    RunFlash(p, pol, stats);
+  }
+}
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(QuerySparseEntry);
+}
+
+std::vector<int64_t> strided_rows(int64_t q_len, int64_t stride) {
+  SPATTN_CHECK(stride >= 1, "query stride (gamma) must be >= 1, got ", stride);
+  SPATTN_CHECK(q_len >= 1, "q_len must be >= 1, got ", q_len);
+  std::vector<int64_t> rows;
+  for (int64_t r = stride - 1; r < q_len; r += stride) rows.push_back(r);
+  if (rows.empty() || rows.back() != q_len - 1) rows.push_back(q_len - 1);
+  return rows;
+}
+
+void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt, float* lse, BlockLseObserver* observer,
+                            Stats* stats) {
+  SPATTN_CHECK(!rows.empty(), "query_sparse: the row list is empty");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq, "query_sparse: row ", rows[i],
+                 " outside [0, ", q.seq, ")");
+    SPATTN_CHECK(i == 0 || rows[i] > rows[i - 1], "query_sparse: rows must be strictly increasing (",
+                 rows[i - 1], " then ", rows[i], ")");
+  }
+  SPATTN_CHECK(out.heads == q.heads && out.seq == int64_t(rows.size()) && out.dim == q.dim,
+               "query_sparse: out shape ", out.shape_str(), " must be [", q.heads, ", ",
+               rows.size(), ", ", q.dim, "] (one row per selected query)");
+  SPATTN_CHECK(out.data != nullptr, "out: data pointer is null");
+  TensorView shape_as_q = out;  // validation wants out shaped like q; the kernel writes compactly
+  shape_as_q.seq = q.seq;
+  kernels::Problem p = kernels::make_problem(q, k, v, shape_as_q, opt, lse);
+  p.out = out;
+  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats);
+}
+}  // namespace spattn
+#endif

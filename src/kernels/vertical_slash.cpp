@@ -1,0 +1,98 @@
+// MInference's token-level vertical-slash attention: per query tile, the union of its slash
+// lines' key ranges plus the head's vertical columns, gathered 64 at a time. No mask is
+// materialised.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/vertical_slash.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/flash-inl.h"
+#include "spattn/error.hpp"
+#include "spattn/sparse_attention.hpp"
+
+#ifndef SPATTN_KERNELS_VERTICAL_SLASH_POLICY_
+#define SPATTN_KERNELS_VERTICAL_SLASH_POLICY_
+namespace spattn::kernels {
+
+// A slash with offset o crosses tile rows at positions [p0, p1] on keys [p0 - o, p1 - o].
+inline void slash_ranges(const VerticalSlashIndex& idx, int64_t h, int64_t p0, int64_t p1,
+                         std::vector<KeyRange>& out) {
+  for (int64_t o : idx.offsets[size_t(h)])
+    if (p1 - o >= 0) out.push_back({std::max<int64_t>(0, p0 - o), p1 - o + 1});
+}
+
+struct VerticalSlashPolicy : DensePolicy {
+  static constexpr bool kGather = true;
+  const VerticalSlashIndex* idx = nullptr;
+
+  void key_ranges(const Problem& p, int64_t h, int64_t t, int64_t,
+                  std::vector<KeyRange>& out) const {
+    const int64_t r0 = t * tile_rows, r1 = std::min(p.q_len, r0 + tile_rows) - 1;
+    slash_ranges(*idx, h, r0 + p.pos_offset, r1 + p.pos_offset, out);
+  }
+  void key_columns(const Problem&, int64_t h, int64_t, int64_t, std::vector<int64_t>& out) const {
+    const auto& c = idx->columns[size_t(h)];
+    out.insert(out.end(), c.begin(), c.end());
+  }
+  int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t) const {
+    return int64_t(idx->offsets[size_t(h)].size() * size_t(tile_rows) + idx->columns[size_t(h)].size());
+  }
+};
+
+}  // namespace spattn::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void VerticalSlashEntry(const Problem& p, const VerticalSlashIndex* idx, Stats* stats) {
+  VerticalSlashPolicy pol;
+  pol.idx = idx;
+  pol.tile_rows = idx->tile_rows;
+  RunFlash(p, pol, stats);
+}
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(VerticalSlashEntry);
+}
+
+void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const VerticalSlashIndex& index,
+                              const AttnOptions& opt, float* lse, Stats* stats) {
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
+  SPATTN_CHECK(opt.causal, "vertical_slash: only causal attention is supported");
+  SPATTN_CHECK(index.heads == q.heads, "vertical_slash: index has ", index.heads,
+               " heads, q has ", q.heads);
+  SPATTN_CHECK(index.tile_rows >= 1 && index.tile_rows <= kernels::kMaxTileRows,
+               "vertical_slash: tile_rows must be in [1, ", kernels::kMaxTileRows, "], got ",
+               index.tile_rows);
+  SPATTN_CHECK(index.columns.size() == size_t(q.heads) && index.offsets.size() == size_t(q.heads),
+               "vertical_slash: columns and offsets need one list per q head");
+  for (int64_t h = 0; h < q.heads; ++h) {
+    for (int64_t c : index.columns[size_t(h)])
+      SPATTN_CHECK(c >= 0 && c < k.seq, "vertical_slash: head ", h, " column ", c,
+                   " outside [0, ", k.seq, ")");
+    for (int64_t o : index.offsets[size_t(h)])
+      SPATTN_CHECK(o >= 0 && o < k.seq, "vertical_slash: head ", h, " slash offset ", o,
+                   " outside [0, ", k.seq, ")");
+  }
+  HWY_DYNAMIC_DISPATCH(kernels::VerticalSlashEntry)(p, &index, stats);
+}
+
+void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_t tile,
+                              int64_t q_len, int64_t kv_len, std::vector<KeyRange>& ranges,
+                              std::vector<int64_t>& columns) {
+  const int64_t off = kv_len - q_len, r0 = tile * index.tile_rows;
+  const int64_t r1 = std::min(q_len, r0 + index.tile_rows) - 1;
+  const int64_t limit = std::min(kv_len, r1 + off + 1);
+  ranges.clear();
+  columns.clear();
+  kernels::slash_ranges(index, h, r0 + off, r1 + off, ranges);
+  kernels::NormalizeRanges(ranges, limit);
+  columns = index.columns[size_t(h)];
+  kernels::NormalizeColumns(columns, ranges, limit);
+}
+}  // namespace spattn
+#endif

@@ -1,0 +1,135 @@
+// Query-sparse and vertical-slash kernels against the exact reference restricted to what they
+// select.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "spattn/error.hpp"
+#include "spattn/sparse_attention.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+void expect_close(const TensorView& out, int64_t h, int64_t row, const std::vector<double>& want,
+                  double tol = 1e-4) {
+  for (int64_t c = 0; c < out.dim; ++c)
+    ASSERT_NEAR(out.get(h, row, c), want[size_t(c)], tol) << "head " << h << " row " << row;
+}
+
+TEST(QuerySparse, StridedRowsMatchReference) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t hq = 4, hk = 2, lq = 333, lk = 400, d = 64;
+    Tensor q = test::random_tensor(t, hq, lq, d, 1), k = test::random_tensor(t, hk, lk, d, 2),
+           v = test::random_tensor(t, hk, lk, d, 3);
+    const std::vector<int64_t> rows = strided_rows(lq, 16);
+    EXPECT_EQ(rows.front(), 15);
+    EXPECT_EQ(rows.back(), lq - 1);
+    Tensor out(DType::f32, hq, int64_t(rows.size()), d), ref(DType::f32, hq, lq, d);
+    std::vector<float> lse(size_t(hq) * rows.size()), lse_ref(size_t(hq * lq));
+    Stats st;
+    attention_query_sparse(q, k, v, rows, out, {}, lse.data(), nullptr, &st);
+    attention_reference(q, k, v, ref, {}, lse_ref.data());
+    int64_t entries = 0;
+    for (int64_t h = 0; h < hq; ++h)
+      for (size_t r = 0; r < rows.size(); ++r) {
+        std::vector<double> want(static_cast<size_t>(d));
+        for (int64_t c = 0; c < d; ++c) want[size_t(c)] = ref.view().get(h, rows[r], c);
+        expect_close(out, h, int64_t(r), want, t == DType::bf16 ? 2e-2 : 1e-5);
+        EXPECT_NEAR(lse[size_t(h) * rows.size() + r], lse_ref[size_t(h * lq + rows[r])], 1e-3);
+        entries += rows[r] + (lk - lq) + 1;
+      }
+    EXPECT_EQ(st.score_entries, entries);
+  }
+}
+
+TEST(QuerySparse, ObserverSeesCompactRowsAndEveryCausalBlock) {
+  const int64_t lq = 300, d = 64;
+  Tensor q = test::random_tensor(DType::f32, 2, lq, d, 4), k = test::random_tensor(DType::f32, 1, lq, d, 5),
+         v = test::random_tensor(DType::f32, 1, lq, d, 6);
+  const std::vector<int64_t> rows = {0, 5, 64, 150, 299};
+  struct Rec : BlockLseObserver {
+    std::vector<std::vector<double>> mass;  // per (h, compact row): sum exp(block lse)
+    void observe(int64_t h, int64_t r0, int64_t n, int64_t, const float* lse) override {
+      for (int64_t r = 0; r < n; ++r) mass[size_t(h * 5 + r0 + r)].push_back(std::exp(double(lse[r])));
+    }
+  } rec;
+  rec.mass.resize(10);
+  Tensor out(DType::f32, 2, 5, d);
+  std::vector<float> lse(10);
+  attention_query_sparse(q, k, v, rows, out, {}, lse.data(), &rec);
+  for (int64_t h = 0; h < 2; ++h)
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& m = rec.mass[size_t(h * 5) + r];
+      ASSERT_GE(m.size(), size_t(rows[r] / 64 + 1));
+      double total = 0;
+      for (double x : m) total += x;
+      EXPECT_NEAR(std::log(total), lse[size_t(h * 5) + r], 1e-4);  // blocks add up to the row
+    }
+}
+
+TEST(QuerySparse, BadInputRaisesError) {
+  Tensor q = test::random_tensor(DType::f32, 1, 10, 8, 1);
+  Tensor out(DType::f32, 1, 2, 8);
+  EXPECT_THROW(attention_query_sparse(q, q, q, {3, 3}, out), Error);   // not increasing
+  EXPECT_THROW(attention_query_sparse(q, q, q, {3, 10}, out), Error);  // out of range
+  EXPECT_THROW(attention_query_sparse(q, q, q, {}, out), Error);
+  EXPECT_THROW(attention_query_sparse(q, q, q, {1, 2, 3}, out), Error);  // out rows mismatch
+  EXPECT_THROW(strided_rows(10, 0), Error);
+}
+
+TEST(VerticalSlash, MatchesReferenceOverTheSameKeys) {
+  for (int64_t lq : {1, 65, 250}) {
+    const int64_t hq = 4, hk = 2, lk = 300, d = 64;
+    Tensor q = test::random_tensor(DType::f32, hq, lq, d, 7), k = test::random_tensor(DType::f32, hk, lk, d, 8),
+           v = test::random_tensor(DType::f32, hk, lk, d, 9);
+    VerticalSlashIndex idx;
+    idx.heads = hq;
+    idx.tile_rows = 64;
+    for (int64_t h = 0; h < hq; ++h) {
+      idx.columns.push_back({0, 1, 2, 3, 17 + h, 100, 101, 230, 299});
+      idx.offsets.push_back({0, 1, 2, 40 + 9 * h, 128});
+    }
+    Tensor out(DType::f32, hq, lq, d);
+    Stats st;
+    attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
+    int64_t entries = 0;
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < lq; ++i) {
+        std::vector<KeyRange> ranges;
+        std::vector<int64_t> cols, keys;
+        vertical_slash_tile_keys(idx, h, i / 64, lq, lk, ranges, cols);
+        const int64_t pos = lk - lq + i;
+        for (const KeyRange& r : ranges)
+          for (int64_t j = r.begin; j < r.end && j <= pos; ++j) keys.push_back(j);
+        for (int64_t c : cols)
+          if (c <= pos) keys.push_back(c);
+        entries += int64_t(keys.size());
+        ASSERT_TRUE(std::find(keys.begin(), keys.end(), pos) != keys.end());  // slash 0
+        expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys));
+      }
+    EXPECT_EQ(st.score_entries, entries);
+  }
+}
+
+TEST(VerticalSlash, BadIndexRaisesError) {
+  Tensor q = test::random_tensor(DType::f32, 1, 10, 8, 1), out(DType::f32, 1, 10, 8);
+  VerticalSlashIndex idx;
+  idx.heads = 1;
+  idx.columns = {{11}};
+  idx.offsets = {{0}};
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // column out of range
+  idx.columns = {{1}};
+  idx.offsets = {{-1}};
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // negative offset
+  idx.offsets = {{0}};
+  idx.heads = 2;
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // heads mismatch
+  idx.heads = 1;
+  AttnOptions full;
+  full.causal = false;
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx, full), Error);
+}
+
+}  // namespace
+}  // namespace spattn
