@@ -11,6 +11,7 @@
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
 #include "spattn/workload.hpp"
 #include "test_util.hpp"
 
@@ -102,6 +103,11 @@ TEST(BlasstMethod, SkipsAndReportsPerHead) {
               double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
   // Skipped tiles hold at most lambda of a row's max weight each: the output moves little.
   EXPECT_LT(test::diff(out, ref).rel_l2, 0.1);
+  // Recall sees the skipped tiles: below 1, and exactly what the kept entries hold.
+  ASSERT_TRUE(b.coverage_exact());
+  const Recall r = attention_recall(q, k, *m->coverage(1024, 1024, true), {});
+  EXPECT_LT(r.mean, 1.0);
+  EXPECT_GT(r.mean, 0.9);
 }
 
 }  // namespace

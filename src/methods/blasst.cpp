@@ -28,14 +28,24 @@ void BlasstMethod::run(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) {
   last_lambda_ = lambda_for(k.seq);
   skip_ = SkipStats{};
-  if (q.seq <= kMaxDecodeRows) {
+  ran_prefill_ = q.seq > kMaxDecodeRows;
+  if (!ran_prefill_) {
     DecodeOptions d;
     d.lambda = last_lambda_;
     d.batch = batch_;
     attention_decode(q, k, v, out, opt, d, lse, stats);
   } else {
+    // The per-tile record costs one small vector per (head, q tile): negligible next to the
+    // tile work, and it makes recall exact.
+    skip_.record_tiles = true;
     attention_blasst(q, k, v, out, last_lambda_, opt, lse, stats, &skip_);
   }
+}
+
+std::unique_ptr<Coverage> BlasstMethod::coverage(int64_t q_len, int64_t kv_len,
+                                                 bool causal) const {
+  if (!ran_prefill_) return Method::coverage(q_len, kv_len, causal);
+  return blasst_coverage(skip_, q_len, kv_len, causal);
 }
 
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec) {
