@@ -16,6 +16,7 @@ namespace spattn::cli {
 // errors propagate out of app.parse() to the one handler in main.
 void add_bench_command(CLI::App& root);
 void add_mask_command(CLI::App& root);
+void add_calibrate_command(CLI::App& root);
 
 // What attention problem to run: flags shared by bench, mask and later calibrate.
 struct ProblemOptions {
@@ -23,6 +24,7 @@ struct ProblemOptions {
   std::string qkv;            // a file or prefix for load_qkv; replaces the generated workload
   std::string layout = "hsd";
   int64_t seq = 16384, heads = 2, kv_heads = 0, dim = 128;
+  int64_t q_len = 0;          // queries: the last q_len positions (0: all, prefill)
   std::string dtype;          // empty: f32 for workloads, as stored for --qkv
   uint64_t seed = 0;
   bool causal = true;

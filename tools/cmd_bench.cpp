@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "methods/blasst_method.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -37,6 +38,10 @@ struct MethodResult {
   Recall recall;
   OutputError error;
   double speedup = 0;  // dense ms / ms
+  // blasst: skipped-tile fraction per q head of the last run (empty after a decode run,
+  // whose kernel reports totals only), and whether recall saw the skipped tiles.
+  bool is_blasst = false, recall_exact = true;
+  std::vector<double> skipped_per_head;
   double gflops() const { return ms > 0 ? stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
 };
 
@@ -98,6 +103,12 @@ MethodResult bench_method(Method& m, const std::string& spec, const Problem& p, 
     r.run_ms.push_back(run_once_ms(m, p, out, timed, r.stats));
   }
   r.ms = median(r.run_ms);
+  if (const auto* b = dynamic_cast<const BlasstMethod*>(&m)) {
+    r.is_blasst = true;
+    r.recall_exact = b->coverage_exact();
+    const SkipStats& sk = b->last_skips();
+    for (int64_t h = 0; h < sk.heads; ++h) r.skipped_per_head.push_back(sk.head_skipped_fraction(h));
+  }
   progress.update(label + " metrics");
   r.recall = attention_recall(p.q, p.k, *m.coverage(p.q.seq(), p.k.seq(), p.opt.causal), timed);
   r.error = sampled_output_error(out, p.q, p.k, p.v, timed);
@@ -124,6 +135,29 @@ std::string shape(const Tensor& t) {
   return fmt::format("[{}, {}, {}]", t.heads(), t.seq(), t.dim());
 }
 
+// After the table, one line per blasst run: skipped key tiles per q head (heads differ a lot,
+// as in the paper's Fig. 7), and a warning where recall could not see the skipped tiles.
+void print_blasst_notes(const std::vector<MethodResult>& results) {
+  bool first = true;
+  for (const auto& r : results) {
+    if (!r.is_blasst) continue;
+    if (first) fmt::print("\n");
+    first = false;
+    std::string line = r.spec + ": skipped tiles per head:";
+    if (r.skipped_per_head.empty())
+      line += fmt::format(" {:.0f}% overall (decode kernel: no per-head split)",
+                          r.stats.tiles_visited > 0
+                              ? 100.0 * double(r.stats.tiles_skipped) / double(r.stats.tiles_visited)
+                              : 0.0);
+    for (size_t h = 0; h < r.skipped_per_head.size(); ++h)
+      line += fmt::format(" h{} {:.0f}%", h, 100.0 * r.skipped_per_head[h]);
+    fmt::print("{}\n", line);
+    if (!r.recall_exact)
+      fmt::print("{}: recall is an upper bound (the decode kernel records no skipped tiles)\n",
+                 r.spec);
+  }
+}
+
 void print_table(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
                  const std::vector<MethodResult>& results) {
   fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
@@ -141,6 +175,7 @@ void print_table(const MachineInfo& m, double peak, const Problem& p, const Benc
                r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0,
                r.speedup, 100.0 * r.stats.sparsity(), r.recall.mean, r.recall.worst,
                r.error.rel_l2);
+  print_blasst_notes(results);
 }
 
 nlohmann::json machine_json(const MachineInfo& m) {
@@ -173,7 +208,7 @@ nlohmann::json config_json(const Problem& p, const BenchOptions& o,
 }
 
 nlohmann::json result_json(const MethodResult& r, double peak) {
-  return {{"method", r.spec},
+  nlohmann::json j = {{"method", r.spec},
           {"ms", r.ms},
           {"runs_ms", r.run_ms},
           {"gflops", r.gflops()},
@@ -188,6 +223,11 @@ nlohmann::json result_json(const MethodResult& r, double peak) {
           {"cosine_min", r.error.cosine_min},
           {"cosine_mean", r.error.cosine_mean},
           {"max_abs", r.error.max_abs}};
+  if (r.is_blasst) {
+    j["skipped_per_head"] = r.skipped_per_head;  // empty after a decode run
+    j["recall_exact"] = r.recall_exact;
+  }
+  return j;
 }
 
 void print_json(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
@@ -235,6 +275,9 @@ void add_bench_command(CLI::App& root) {
       ->allow_extra_args(false);
   cmd->add_option("--methods", o->method_names, "methods to run, plain names: a,b")
       ->delimiter(',');
+  cmd->add_option("--q-len", o->problem.q_len,
+                  "queries: the last N positions (1..16: decode kernels; 0: all, prefill)")
+      ->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed runs per method (the median is reported)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   spattn::cli::add_bench_command(app);
   spattn::cli::add_mask_command(app);
+  spattn::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
     return 0;

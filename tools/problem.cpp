@@ -49,6 +49,8 @@ void check_sizes(const ProblemOptions& o) {
   SPATTN_CHECK(o.kv_heads == 0 || o.heads % o.kv_heads == 0, "--heads (", o.heads,
                ") must be a multiple of --kv-heads (", o.kv_heads, ")");
   SPATTN_CHECK(o.dim > 0 && o.dim <= 1024, "--dim must be in [1, 1024], got ", o.dim);
+  SPATTN_CHECK(o.q_len >= 0 && o.q_len <= o.seq, "--q-len must be in [0, --seq] (0: all), got ",
+               o.q_len);
 }
 
 void generate(const ProblemOptions& o, DType dtype, Problem& p) {
@@ -56,6 +58,7 @@ void generate(const ProblemOptions& o, DType dtype, Problem& p) {
   WorkloadConfig cfg;
   cfg.kind = parse_workload_kind(o.workload);
   cfg.seq = o.seq;
+  cfg.q_len = o.q_len;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
   cfg.dim = o.dim;
@@ -77,6 +80,13 @@ void load_file(const ProblemOptions& o, const DType* dtype, Problem& p) {
   p.q = dtype ? converted(std::move(x.q), *dtype) : std::move(x.q);
   p.k = dtype ? converted(std::move(x.k), *dtype) : std::move(x.k);
   p.v = dtype ? converted(std::move(x.v), *dtype) : std::move(x.v);
+  SPATTN_CHECK(o.q_len >= 0, "--q-len must be >= 0 (0: all), got ", o.q_len);
+  if (o.q_len > 0) {
+    // A dump holds prefill queries: the last q_len rows are the decode-like queries.
+    SPATTN_CHECK(o.q_len <= p.q.seq(), "--q-len (", o.q_len, ") exceeds the file's ",
+                 p.q.seq(), " query rows");
+    p.q = Tensor::copy_of(p.q.view().rows(p.q.seq() - o.q_len, o.q_len));
+  }
   p.source = o.qkv;
 }
 

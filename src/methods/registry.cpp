@@ -18,6 +18,7 @@ const Entry kMethods[] = {
     {"vertical_slash", make_vertical_slash},
     {"mean_pool", make_mean_pool},
     {"oracle_topk", make_oracle_topk},
+    {"blasst", make_blasst},
 };
 }  // namespace
 

@@ -1,0 +1,120 @@
+// BLASST calibration (seeds/003, Algorithm 2): choose the threshold lambda that gives a target
+// sparsity s at context length L.
+//
+// The paper fits  lambda * L = alpha * exp(beta * s).  We fit the slightly more general
+//     lambda * L^gamma = alpha * exp(beta * s)
+// because on our generated workloads the length dependence is much weaker than 1/L (their
+// planted score gaps do not shrink with L); gamma = 1 is the paper's form and can be fixed.
+//
+// Measuring is cheap: skipping never changes running maxima (blasst.hpp), so one dense pass
+// per sample (blasst_tile_margins) gives its exact sparsity at every lambda of the sweep.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+// Sparsity of one length at one lambda, pooled over that length's samples (entry-weighted).
+struct CalibrationPoint {
+  int64_t length = 0;
+  double lambda = 0, sparsity = 0;
+};
+
+// Where the fit holds: at each calibrated length, the sparsity lambda_for(target) gives on the
+// calibration samples themselves.
+struct CalibrationCheck {
+  int64_t length = 0;
+  double target = 0, lambda = 0, achieved = 0;
+};
+
+struct CalibrationOptions {
+  // The fitted points: at each length, the lambda that reaches sparsity fit_min, fit_min +
+  // step, ..., fit_max (read exactly off the sorted tile margins). Points evenly spaced in s,
+  // not in lambda: a lambda grid puts many points on the flat ends of the sparsity curve,
+  // where lambda moves by decades while s barely moves, and those dominate a least-squares
+  // fit of ln(lambda) on s.
+  double fit_min = 0.05, fit_max = 0.95, sparsity_step = 0.01;
+  double lambda_min = 1e-12, lambda_max = 1.0;  // the log grid of the recorded curve
+  int points_per_decade = 8;
+  std::optional<double> gamma;            // fixed length exponent; unset: fitted (needs 2+ lengths)
+  std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};
+  AttnOptions attn;                       // causal, scale, threads of the dense passes
+  std::string source;                     // recorded in the result ("text workload", files)
+};
+
+struct Calibration {
+  double alpha = 0, beta = 0, gamma = 1;
+  bool gamma_fitted = false;
+  int64_t points = 0;             // (length, lambda) points inside the fit range
+  double rms_log_error = 0;       // RMS of ln(lambda) residuals over those points
+  double max_sparsity_error = 0;  // max |s predicted from lambda - s measured| over them
+  double paper_rms_log_error = 0;  // the same fit with gamma = 1, for comparison
+  double fit_min = 0, fit_max = 0;
+  int64_t samples = 0;
+  std::vector<int64_t> lengths;  // distinct context lengths, ascending
+  std::string source;            // "text workload", or the files
+  int64_t heads = 0, kv_heads = 0, dim = 0;
+  std::string dtype;
+  bool causal = true;
+  std::vector<CalibrationCheck> checks;  // informational
+  std::vector<CalibrationPoint> curve;   // sparsity over the lambda grid per length (a record)
+
+  // alpha * exp(beta * s) / L^gamma clamped to [0, 1]. Throws Error for s outside [0, 1) and
+  // L < 1.
+  double lambda_for(double sparsity, int64_t length) const;
+  // The inverse: the sparsity the fit predicts for lambda at L (unclamped).
+  double predicted_sparsity(double lambda, int64_t length) const;
+};
+
+// Collects samples one at a time (a 64K sample's q, k, v need not outlive add()): each add()
+// is one dense pass whose tile margins are kept, sorted, per context length.
+class BlasstCalibrator {
+ public:
+  explicit BlasstCalibrator(CalibrationOptions opt);
+  // One sample; its context length is k.seq. Samples must share heads, kv heads and dim.
+  void add(const TensorView& q, const TensorView& k, const TensorView& v);
+  // Pooled (entry-weighted) sparsity of one calibrated length at lambda.
+  double sparsity_at(int64_t length, double lambda) const;
+  // The smallest lambda that reaches sparsity s at length (0 if s is beyond reach).
+  double lambda_at(int64_t length, double sparsity) const;
+  // Sparsity per (length, lambda) over the log grid (the recorded curve).
+  std::vector<CalibrationPoint> curve() const;
+  // The points fitted: lambda_at(length, s) for s on the fit range's even steps.
+  std::vector<CalibrationPoint> fit_points() const;
+  // measure + fit + checks. Throws Error when nothing was added or the fit fails.
+  Calibration fit() const;
+
+ private:
+  struct Length {
+    int64_t length = 0, causal_entries = 0;
+    std::vector<float> margin;    // skippable tiles (margin < 0), sorted ascending
+    std::vector<int64_t> prefix;  // prefix[i]: entries of margin[0..i)
+  };
+  const Length& find(int64_t length) const;  // throws Error for a length never added
+  CalibrationOptions opt_;
+  std::vector<Length> lengths_;  // ascending by length
+  int64_t samples_ = 0, heads_ = 0, kv_heads_ = 0, dim_ = 0;
+  std::string dtype_;
+};
+
+// Least squares of ln(lambda) = ln(alpha) + beta * s - gamma * ln(L) over the points with s in
+// [fit_min, fit_max] (gamma fitted only when opt.gamma is unset and 2+ lengths are in range;
+// else opt.gamma or 1). Throws Error when the fit fails: fewer than 3 points in range, the
+// parameters not determined by them, or beta not finite and positive.
+Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
+                                   const CalibrationOptions& opt);
+
+// JSON (nlohmann). load validates every field: missing, wrong type, non-finite or
+// non-positive alpha, a failed fit (beta not finite and positive, too few points) -> Error
+// naming the field and the file.
+std::string calibration_to_json(const Calibration& c);
+Calibration calibration_from_json(const std::string& text, const std::string& origin = "json");
+void save_calibration(const std::string& path, const Calibration& c);
+Calibration load_calibration(const std::string& path);
+
+}  // namespace spattn

@@ -1,0 +1,250 @@
+// BLASST calibration: sweep lambda over per-sample tile margins and fit
+// ln(lambda) = ln(alpha) + beta * s - gamma * ln(L).
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "spattn/blasst.hpp"
+#include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+double Calibration::lambda_for(double sparsity, int64_t length) const {
+  SPATTN_CHECK(std::isfinite(sparsity) && sparsity >= 0.0 && sparsity < 1.0,
+               "target sparsity must be in [0, 1), got ", sparsity);
+  SPATTN_CHECK(length >= 1, "context length must be >= 1, got ", length);
+  const double ln = std::log(alpha) + beta * sparsity - gamma * std::log(double(length));
+  // exp overflows to inf for huge ln; the clamp makes that 1 (skip everything skippable).
+  return std::clamp(std::exp(ln), 0.0, 1.0);
+}
+
+double Calibration::predicted_sparsity(double lambda, int64_t length) const {
+  return (std::log(lambda) + gamma * std::log(double(length)) - std::log(alpha)) / beta;
+}
+
+namespace {
+
+struct Line {
+  double intercept = 0, beta = 0, gamma = 0;
+};
+
+// Least squares on centered variables: y = c + beta * s - gamma * x (x = ln L), gamma either
+// fixed or fitted. Returns false when the points do not determine the parameters.
+bool solve(const std::vector<CalibrationPoint>& pts, bool fit_gamma, double fixed_gamma,
+           Line& out) {
+  const double n = double(pts.size());
+  double ms = 0, mx = 0, my = 0;
+  for (const auto& p : pts) {
+    const double x = std::log(double(p.length));
+    ms += p.sparsity / n;
+    mx += x / n;
+    my += (std::log(p.lambda) + (fit_gamma ? 0.0 : fixed_gamma * x)) / n;
+  }
+  double sss = 0, sxx = 0, ssx = 0, ssy = 0, sxy = 0;
+  for (const auto& p : pts) {
+    const double x = std::log(double(p.length));
+    const double ds = p.sparsity - ms, dx = x - mx;
+    const double dy = std::log(p.lambda) + (fit_gamma ? 0.0 : fixed_gamma * x) - my;
+    sss += ds * ds, sxx += dx * dx, ssx += ds * dx, ssy += ds * dy, sxy += dx * dy;
+  }
+  if (!fit_gamma) {
+    if (!(sss > 1e-12)) return false;
+    out.beta = ssy / sss;
+    out.gamma = fixed_gamma;
+    out.intercept = my - out.beta * ms;
+    return true;
+  }
+  // [sss ssx; ssx sxx] [beta; -gamma] = [ssy; sxy]
+  const double det = sss * sxx - ssx * ssx;
+  if (!(det > 1e-9 * sss * sxx) || !(sss > 1e-12) || !(sxx > 1e-12)) return false;
+  out.beta = (ssy * sxx - sxy * ssx) / det;
+  out.gamma = -(sss * sxy - ssx * ssy) / det;
+  out.intercept = my - out.beta * ms + out.gamma * mx;
+  return true;
+}
+
+double rms_residual(const std::vector<CalibrationPoint>& pts, const Line& f) {
+  double sum = 0;
+  for (const auto& p : pts) {
+    const double r = std::log(p.lambda) -
+                     (f.intercept + f.beta * p.sparsity - f.gamma * std::log(double(p.length)));
+    sum += r * r;
+  }
+  return std::sqrt(sum / double(pts.size()));
+}
+
+void check_options(const CalibrationOptions& o) {
+  SPATTN_CHECK(o.sparsity_step > 0 && o.sparsity_step <= 1,
+               "calibration sparsity step must be in (0, 1], got ", o.sparsity_step);
+  SPATTN_CHECK(o.lambda_min > 0 && o.lambda_min < o.lambda_max && o.lambda_max <= 1,
+               "calibration lambda grid must satisfy 0 < min < max <= 1, got [", o.lambda_min,
+               ", ", o.lambda_max, "]");
+  SPATTN_CHECK(o.points_per_decade >= 1 && o.points_per_decade <= 1000,
+               "calibration points per decade must be in [1, 1000], got ", o.points_per_decade);
+  SPATTN_CHECK(o.fit_min >= 0 && o.fit_min < o.fit_max && o.fit_max <= 1,
+               "calibration fit range must satisfy 0 <= min < max <= 1, got [", o.fit_min, ", ",
+               o.fit_max, "]");
+  SPATTN_CHECK(!o.gamma || std::isfinite(*o.gamma), "calibration length exponent must be finite");
+}
+
+}  // namespace
+
+Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
+                                   const CalibrationOptions& opt) {
+  check_options(opt);
+  std::vector<CalibrationPoint> in;
+  std::vector<int64_t> lengths;
+  for (const auto& p : points) {
+    SPATTN_CHECK(p.length >= 1 && p.lambda > 0 && std::isfinite(p.lambda) &&
+                     std::isfinite(p.sparsity),
+                 "calibration point (length ", p.length, ", lambda ", p.lambda, ", sparsity ",
+                 p.sparsity, ") is not a valid measurement");
+    if (p.sparsity < opt.fit_min || p.sparsity > opt.fit_max) continue;
+    in.push_back(p);
+    if (std::find(lengths.begin(), lengths.end(), p.length) == lengths.end())
+      lengths.push_back(p.length);
+  }
+  SPATTN_CHECK(in.size() >= 3, "calibration fit failed: ", in.size(),
+               " points with sparsity in [", opt.fit_min, ", ", opt.fit_max,
+               "] (need 3; widen the lambda grid or the fit range)");
+  // gamma is only identifiable across lengths; one length falls back to the paper's 1/L.
+  const bool fit_gamma = !opt.gamma && lengths.size() >= 2;
+  Line f;
+  SPATTN_CHECK(solve(in, fit_gamma, opt.gamma.value_or(1.0), f),
+               "calibration fit failed: the ", in.size(),
+               " points in range do not determine the fit (sparsity or length does not vary)");
+  SPATTN_CHECK(std::isfinite(f.beta) && f.beta > 0, "calibration fit failed: beta = ", f.beta,
+               " (sparsity must grow with lambda)");
+  Calibration c;
+  c.alpha = std::exp(f.intercept);
+  SPATTN_CHECK(std::isfinite(c.alpha) && c.alpha > 0, "calibration fit failed: alpha = ", c.alpha);
+  c.beta = f.beta;
+  c.gamma = f.gamma;
+  c.gamma_fitted = fit_gamma;
+  c.points = int64_t(in.size());
+  c.fit_min = opt.fit_min;
+  c.fit_max = opt.fit_max;
+  c.rms_log_error = rms_residual(in, f);
+  for (const auto& p : in)
+    c.max_sparsity_error =
+        std::max(c.max_sparsity_error, std::abs(c.predicted_sparsity(p.lambda, p.length) - p.sparsity));
+  Line paper;
+  c.paper_rms_log_error = solve(in, false, 1.0, paper) ? rms_residual(in, paper) : NAN;
+  std::sort(lengths.begin(), lengths.end());
+  c.lengths = lengths;
+  return c;
+}
+
+BlasstCalibrator::BlasstCalibrator(CalibrationOptions opt) : opt_(std::move(opt)) {
+  check_options(opt_);
+}
+
+void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const TensorView& v) {
+  if (samples_ == 0) {
+    heads_ = q.heads, kv_heads_ = k.heads, dim_ = q.dim;
+    dtype_ = dtype_name(q.dtype);
+  }
+  SPATTN_CHECK(q.heads == heads_ && k.heads == kv_heads_ && q.dim == dim_,
+               "calibration samples must share heads, kv heads and dim: got [", q.heads, ", ",
+               k.heads, ", ", q.dim, "] after [", heads_, ", ", kv_heads_, ", ", dim_, "]");
+  const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn);
+  auto it = std::find_if(lengths_.begin(), lengths_.end(),
+                         [&](const Length& l) { return l.length >= k.seq; });
+  if (it == lengths_.end() || it->length != k.seq) {
+    Length fresh;
+    fresh.length = k.seq;
+    it = lengths_.insert(it, std::move(fresh));
+  }
+  // Only tiles below their running max (margin < 0) can be skipped by any lambda <= 1.
+  std::vector<std::pair<float, int64_t>> tiles;
+  tiles.reserve(it->margin.size() + tm.margin.size());
+  for (size_t i = 0; i < it->margin.size(); ++i)
+    tiles.emplace_back(it->margin[i], it->prefix[i + 1] - it->prefix[i]);
+  for (size_t i = 0; i < tm.margin.size(); ++i)
+    if (tm.margin[i] < 0) tiles.emplace_back(tm.margin[i], tm.entries[i]);
+  std::sort(tiles.begin(), tiles.end());
+  it->margin.resize(tiles.size());
+  it->prefix.assign(tiles.size() + 1, 0);
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    it->margin[i] = tiles[i].first;
+    it->prefix[i + 1] = it->prefix[i] + tiles[i].second;
+  }
+  it->causal_entries += tm.causal_entries;
+  ++samples_;
+}
+
+const BlasstCalibrator::Length& BlasstCalibrator::find(int64_t length) const {
+  for (const auto& l : lengths_)
+    if (l.length == length) return l;
+  detail::fail("no calibration sample has length ", length);
+}
+
+double BlasstCalibrator::sparsity_at(int64_t length, double lambda) const {
+  const Length& l = find(length);
+  if (!(lambda > 0) || l.causal_entries == 0) return 0.0;
+  // The kernel's rule: skipped exactly when margin < ln(lambda).
+  const double thr = std::log(lambda);
+  const size_t n = size_t(std::lower_bound(l.margin.begin(), l.margin.end(), thr,
+                                           [](float m, double t) { return double(m) < t; }) -
+                          l.margin.begin());
+  return double(l.prefix[n]) / double(l.causal_entries);
+}
+
+double BlasstCalibrator::lambda_at(int64_t length, double sparsity) const {
+  const Length& l = find(length);
+  if (sparsity <= 0 || l.causal_entries == 0) return 0.0;
+  // First tile count whose entries reach the target; lambda must exceed that tile's margin.
+  const double need = sparsity * double(l.causal_entries);
+  const size_t i = size_t(std::lower_bound(l.prefix.begin(), l.prefix.end(), need,
+                                           [](int64_t p, double n) { return double(p) < n; }) -
+                          l.prefix.begin());
+  if (i == 0 || i >= l.prefix.size()) return 0.0;
+  return std::exp(double(l.margin[i - 1]));
+}
+
+std::vector<CalibrationPoint> BlasstCalibrator::curve() const {
+  std::vector<CalibrationPoint> pts;
+  const double lo = std::log10(opt_.lambda_min), hi = std::log10(opt_.lambda_max);
+  const int steps = int(std::floor((hi - lo) * opt_.points_per_decade + 1e-9));
+  for (const auto& l : lengths_)
+    for (int i = steps; i >= 0; --i) {
+      // Grid anchored at lambda_max so lambda = 1 (the most BLASST can skip) is always on it.
+      const double lambda = std::pow(10.0, hi - double(i) / opt_.points_per_decade);
+      pts.push_back({l.length, lambda, sparsity_at(l.length, lambda)});
+    }
+  return pts;
+}
+
+std::vector<CalibrationPoint> BlasstCalibrator::fit_points() const {
+  std::vector<CalibrationPoint> pts;
+  const int n = int(std::floor((opt_.fit_max - opt_.fit_min) / opt_.sparsity_step + 1e-9));
+  for (const auto& l : lengths_)
+    for (int i = 0; i <= n; ++i) {
+      const double s = opt_.fit_min + i * opt_.sparsity_step;
+      const double lambda = lambda_at(l.length, s);
+      if (lambda > 0 && lambda <= 1) pts.push_back({l.length, lambda, s});
+    }
+  return pts;
+}
+
+Calibration BlasstCalibrator::fit() const {
+  SPATTN_CHECK(samples_ > 0, "calibration needs at least one sample");
+  Calibration c = fit_blasst_calibration(fit_points(), opt_);
+  c.curve = curve();
+  c.samples = samples_;
+  c.lengths.clear();
+  for (const auto& l : lengths_) c.lengths.push_back(l.length);
+  c.source = opt_.source;
+  c.heads = heads_, c.kv_heads = kv_heads_, c.dim = dim_;
+  c.dtype = dtype_;
+  c.causal = opt_.attn.causal;
+  for (const auto& l : lengths_)
+    for (double t : opt_.check_targets) {
+      const double lambda = c.lambda_for(t, l.length);
+      c.checks.push_back({l.length, t, lambda, sparsity_at(l.length, lambda)});
+    }
+  return c;
+}
+
+}  // namespace spattn

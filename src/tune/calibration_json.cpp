@@ -1,0 +1,182 @@
+// Calibration files. A calibration decides every threshold a `blasst:sparsity=` run uses, so
+// loading treats the file as untrusted: every field is checked and named when wrong.
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+namespace {
+
+using nlohmann::json;
+constexpr const char* kFormat = "spattn.blasst_calibration";
+constexpr int kVersion = 1;
+
+// Field readers: each throws Error "<origin>: field 'name' ..." on a missing or bad value.
+class Fields {
+ public:
+  Fields(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
+
+  const json& get(const char* name) const {
+    auto it = j_.find(name);
+    if (it == j_.end()) detail::fail(origin_, ": missing field '", name, "'");
+    return *it;
+  }
+  double number(const char* name, double lo, double hi, bool lo_open = false) const {
+    const json& v = get(name);
+    if (!v.is_number()) detail::fail(origin_, ": field '", name, "' must be a number");
+    const double x = v.get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+      detail::fail(origin_, ": field '", name, "' must be a finite number in ", lo_open ? "(" : "[",
+                   lo, ", ", hi, "], got ", x);
+    return x;
+  }
+  int64_t integer(const char* name, int64_t lo) const {
+    const json& v = get(name);
+    if (!v.is_number_integer()) detail::fail(origin_, ": field '", name, "' must be an integer");
+    const int64_t x = v.get<int64_t>();
+    if (x < lo) detail::fail(origin_, ": field '", name, "' must be >= ", lo, ", got ", x);
+    return x;
+  }
+  std::string string(const char* name) const {
+    const json& v = get(name);
+    if (!v.is_string()) detail::fail(origin_, ": field '", name, "' must be a string");
+    return v.get<std::string>();
+  }
+  bool boolean(const char* name) const {
+    const json& v = get(name);
+    if (!v.is_boolean()) detail::fail(origin_, ": field '", name, "' must be true or false");
+    return v.get<bool>();
+  }
+
+ private:
+  const json& j_;
+  const std::string& origin_;
+};
+
+}  // namespace
+
+std::string calibration_to_json(const Calibration& c) {
+  json j;
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["model"] = "lambda * L^gamma = alpha * exp(beta * sparsity)";
+  j["alpha"] = c.alpha;
+  j["beta"] = c.beta;
+  j["gamma"] = c.gamma;
+  j["gamma_fitted"] = c.gamma_fitted;
+  j["points"] = c.points;
+  j["rms_log_error"] = c.rms_log_error;
+  j["max_sparsity_error"] = c.max_sparsity_error;
+  // NaN is not JSON: a paper-form fit that could not be made is written as null.
+  j["paper_rms_log_error"] =
+      std::isfinite(c.paper_rms_log_error) ? json(c.paper_rms_log_error) : json(nullptr);
+  j["fit_min"] = c.fit_min;
+  j["fit_max"] = c.fit_max;
+  j["samples"] = c.samples;
+  j["lengths"] = c.lengths;
+  j["source"] = c.source;
+  j["heads"] = c.heads;
+  j["kv_heads"] = c.kv_heads;
+  j["dim"] = c.dim;
+  j["dtype"] = c.dtype;
+  j["causal"] = c.causal;
+  j["checks"] = json::array();
+  for (const auto& k : c.checks)
+    j["checks"].push_back(
+        {{"length", k.length}, {"target", k.target}, {"lambda", k.lambda}, {"achieved", k.achieved}});
+  j["curve"] = json::array();
+  for (const auto& p : c.curve)
+    j["curve"].push_back({{"length", p.length}, {"lambda", p.lambda}, {"sparsity", p.sparsity}});
+  return j.dump(2) + "\n";
+}
+
+Calibration calibration_from_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::fail(origin, ": not valid JSON (", e.what(), ")");
+  }
+  SPATTN_CHECK(j.is_object(), origin, ": expected a JSON object");
+  const Fields f(j, origin);
+  SPATTN_CHECK(f.string("format") == kFormat, origin, ": field 'format' must be '", kFormat,
+               "' (not a BLASST calibration file)");
+  SPATTN_CHECK(f.integer("version", 1) == kVersion, origin, ": field 'version' ",
+               j["version"].dump(), " is not supported (expected ", kVersion, ")");
+  Calibration c;
+  c.alpha = f.number("alpha", 0.0, HUGE_VAL, /*lo_open=*/true);
+  // A failed fit (beta <= 0: sparsity falling with lambda) gives thresholds that mean nothing.
+  c.beta = f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
+  c.gamma = f.number("gamma", -8.0, 8.0);
+  c.gamma_fitted = f.boolean("gamma_fitted");
+  c.points = f.integer("points", 3);
+  c.rms_log_error = f.number("rms_log_error", 0.0, HUGE_VAL);
+  c.max_sparsity_error = f.number("max_sparsity_error", 0.0, HUGE_VAL);
+  c.paper_rms_log_error = j.contains("paper_rms_log_error") && j["paper_rms_log_error"].is_null()
+                              ? NAN
+                              : f.number("paper_rms_log_error", 0.0, HUGE_VAL);
+  c.fit_min = f.number("fit_min", 0.0, 1.0);
+  c.fit_max = f.number("fit_max", 0.0, 1.0);
+  SPATTN_CHECK(c.fit_min < c.fit_max, origin, ": field 'fit_min' (", c.fit_min,
+               ") must be below 'fit_max' (", c.fit_max, ")");
+  c.samples = f.integer("samples", 1);
+  const json& lengths = f.get("lengths");
+  SPATTN_CHECK(lengths.is_array() && !lengths.empty(), origin,
+               ": field 'lengths' must be a non-empty array");
+  for (const auto& l : lengths) {
+    SPATTN_CHECK(l.is_number_integer() && l.get<int64_t>() >= 1, origin,
+                 ": field 'lengths' must hold positive integers, got ", l.dump());
+    c.lengths.push_back(l.get<int64_t>());
+  }
+  c.source = f.string("source");
+  c.heads = f.integer("heads", 1);
+  c.kv_heads = f.integer("kv_heads", 1);
+  c.dim = f.integer("dim", 1);
+  c.dtype = f.string("dtype");
+  c.causal = f.boolean("causal");
+  // checks and curve are a record of the calibration run, not needed to use it: optional,
+  // but checked when present so a damaged file does not load half-read.
+  if (j.contains("checks")) {
+    SPATTN_CHECK(j["checks"].is_array(), origin, ": field 'checks' must be an array");
+    for (const auto& e : j["checks"]) {
+      SPATTN_CHECK(e.is_object(), origin, ": field 'checks' must hold objects");
+      const Fields g(e, origin + " checks[]");
+      c.checks.push_back({g.integer("length", 1), g.number("target", 0, 1),
+                          g.number("lambda", 0, 1), g.number("achieved", 0, 1)});
+    }
+  }
+  if (j.contains("curve")) {
+    SPATTN_CHECK(j["curve"].is_array(), origin, ": field 'curve' must be an array");
+    for (const auto& e : j["curve"]) {
+      SPATTN_CHECK(e.is_object(), origin, ": field 'curve' must hold objects");
+      const Fields g(e, origin + " curve[]");
+      c.curve.push_back({g.integer("length", 1), g.number("lambda", 0, 1, true),
+                         g.number("sparsity", 0, 1)});
+    }
+  }
+  return c;
+}
+
+void save_calibration(const std::string& path, const Calibration& c) {
+  const std::string text = calibration_to_json(c);
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  SPATTN_CHECK(out.good(), "cannot write calibration file '", path, "'");
+  out << text;
+  out.close();
+  SPATTN_CHECK(out.good(), "failed writing calibration file '", path, "'");
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  SPATTN_CHECK(in.good(), "cannot read calibration file '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return calibration_from_json(ss.str(), "calibration file '" + path + "'");
+}
+
+}  // namespace spattn

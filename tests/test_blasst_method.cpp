@@ -1,0 +1,114 @@
+// The blasst method: its spec (lambda=X xor sparsity=S,calib=FILE), the threshold it derives
+// from a calibration, and both kernels it dispatches to (prefill, and decode at q_len <= 16).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "methods/blasst_method.hpp"
+#include "spattn/attention.hpp"
+#include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
+#include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
+#include "spattn/workload.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path write_calibration() {
+  Calibration c;
+  c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
+  c.fit_min = 0.2, c.fit_max = 0.85, c.samples = 1, c.lengths = {1024};
+  c.source = "test", c.heads = 2, c.kv_heads = 2, c.dim = 64, c.dtype = "f32";
+  const fs::path p = fs::path(::testing::TempDir()) / "spattn_blasst_method_calib.json";
+  save_calibration(p.string(), c);
+  return p;
+}
+
+void expect_spec_error(const std::string& spec, const std::string& mention) {
+  try {
+    make_method(spec);
+    ADD_FAILURE() << "accepted '" << spec << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
+  }
+}
+
+TEST(BlasstSpec, Errors) {
+  const std::string calib = write_calibration().string();
+  expect_spec_error("blasst", "exactly one");
+  expect_spec_error("blasst:lambda=0.1,sparsity=0.5,calib=" + calib, "exactly one");
+  expect_spec_error("blasst:sparsity=0.5", "calib=FILE");
+  expect_spec_error("blasst:sparsity=0.5,calib=/nonexistent/c.json", "/nonexistent/c.json");
+  expect_spec_error("blasst:lambda=0.1,calib=" + calib, "calib=FILE goes with sparsity");
+  expect_spec_error("blasst:lambda=-0.1", "lambda");
+  expect_spec_error("blasst:lambda=nan", "lambda");
+  expect_spec_error("blasst:lambda=1.5", "lambda");
+  expect_spec_error("blasst:sparsity=1,calib=" + calib, "sparsity");
+  expect_spec_error("blasst:lambda=0.1,batch=0", "batch");
+  expect_spec_error("blasst:lambda=0.1,bogus=1", "bogus");
+}
+
+TEST(BlasstSpec, ThresholdFromCalibration) {
+  const fs::path p = write_calibration();
+  auto m = make_method("blasst:sparsity=0.6,calib=" + p.string());
+  const auto* b = dynamic_cast<const BlasstMethod*>(m.get());
+  ASSERT_NE(b, nullptr);
+  const Calibration c = load_calibration(p.string());
+  EXPECT_DOUBLE_EQ(b->lambda_for(4096), c.lambda_for(0.6, 4096));
+  EXPECT_DOUBLE_EQ(b->lambda_for(65536), c.lambda_for(0.6, 65536));
+  auto fixed = make_method("blasst:lambda=0.001");
+  EXPECT_DOUBLE_EQ(dynamic_cast<const BlasstMethod&>(*fixed).lambda_for(4096), 0.001);
+}
+
+// lambda = 0 computes every tile: the output is exact attention, prefill and decode alike;
+// `dense` at q_len <= 16 takes the decode kernel and must agree too.
+TEST(BlasstMethod, LambdaZeroIsExact) {
+  for (int64_t q_len : {256, 5}) {
+    const Tensor q = test::random_tensor(DType::f32, 4, q_len, 64, 1);
+    const Tensor k = test::random_tensor(DType::f32, 2, 256, 64, 2);
+    const Tensor v = test::random_tensor(DType::f32, 2, 256, 64, 3);
+    Tensor ref(DType::f32, 4, q_len, 64);
+    attention_reference(q, k, v, ref);
+    for (const char* spec : {"blasst:lambda=0", "dense"}) {
+      Tensor out(DType::f32, 4, q_len, 64);
+      Stats st;
+      make_method(spec)->run(q, k, v, out, {}, nullptr, &st);
+      EXPECT_LT(test::diff(out, ref).max_abs, 1e-4) << spec << " q_len " << q_len;
+      EXPECT_EQ(st.tiles_skipped, 0) << spec;
+    }
+  }
+}
+
+// A positive lambda skips tiles, reports them per head, and stays close to exact attention.
+TEST(BlasstMethod, SkipsAndReportsPerHead) {
+  WorkloadConfig cfg;  // structured scores: iid random ones leave nothing below lambda
+  cfg.seq = 1024, cfg.heads = 2, cfg.dim = 64;
+  const Workload w = make_workload(cfg);
+  const Tensor &q = w.q, &k = w.k, &v = w.v;
+  Tensor ref(DType::f32, 2, 1024, 64), out(DType::f32, 2, 1024, 64);
+  attention_reference(q, k, v, ref);
+  auto m = make_method("blasst:lambda=0.01");
+  Stats st;
+  m->run(q, k, v, out, {}, nullptr, &st);
+  const auto& b = dynamic_cast<const BlasstMethod&>(*m);
+  EXPECT_GT(st.tiles_skipped, 0);
+  ASSERT_EQ(b.last_skips().heads, 2);
+  EXPECT_NEAR(b.last_skips().skipped_fraction(),
+              double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
+  // Skipped tiles hold at most lambda of a row's max weight each: the output moves little.
+  EXPECT_LT(test::diff(out, ref).rel_l2, 0.1);
+  // Recall sees the skipped tiles: below 1, and exactly what the kept entries hold.
+  ASSERT_TRUE(b.coverage_exact());
+  const Recall r = attention_recall(q, k, *m->coverage(1024, 1024, true), {});
+  EXPECT_LT(r.mean, 1.0);
+  EXPECT_GT(r.mean, 0.9);
+}
+
+}  // namespace
+}  // namespace spattn

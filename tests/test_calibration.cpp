@@ -1,0 +1,208 @@
+// BLASST calibration: the fit, the file format's validation, and a real calibration at small
+// lengths whose thresholds must hit their target sparsity on the samples they came from.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "spattn/blasst.hpp"
+#include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
+#include "spattn/workload.hpp"
+
+namespace spattn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Points exactly on lambda * L^gamma = alpha * exp(beta * s).
+std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma) {
+  std::vector<CalibrationPoint> pts;
+  for (int64_t len : {4096, 8192, 16384, 32768})
+    for (double s = 0.1; s < 0.9; s += 0.05)
+      pts.push_back({len, alpha * std::exp(beta * s) / std::pow(double(len), gamma), s});
+  return pts;
+}
+
+TEST(CalibFit, RecoversAlphaBetaGamma) {
+  const Calibration c = fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), {});
+  EXPECT_NEAR(c.alpha, 3e-4, 3e-4 * 1e-6);
+  EXPECT_NEAR(c.beta, 9.0, 1e-6);
+  EXPECT_NEAR(c.gamma, 0.3, 1e-6);
+  EXPECT_TRUE(c.gamma_fitted);
+  EXPECT_LT(c.rms_log_error, 1e-9);
+  EXPECT_LT(c.max_sparsity_error, 1e-9);
+  EXPECT_NEAR(c.lambda_for(0.5, 8192), 3e-4 * std::exp(4.5) / std::pow(8192.0, 0.3), 1e-12);
+  EXPECT_NEAR(c.predicted_sparsity(c.lambda_for(0.6, 16384), 16384), 0.6, 1e-9);
+}
+
+TEST(CalibFit, PaperFormWhenGammaFixed) {
+  CalibrationOptions o;
+  o.gamma = 1.0;
+  const Calibration c = fit_blasst_calibration(synthetic(50.0, 7.0, 1.0), o);
+  EXPECT_FALSE(c.gamma_fitted);
+  EXPECT_EQ(c.gamma, 1.0);
+  EXPECT_NEAR(c.alpha, 50.0, 1e-6);
+  EXPECT_NEAR(c.beta, 7.0, 1e-9);
+  EXPECT_NEAR(c.paper_rms_log_error, 0.0, 1e-9);
+}
+
+TEST(CalibFit, FailsLoudly) {
+  // Too few points in the fit range.
+  std::vector<CalibrationPoint> few = {{4096, 1e-3, 0.5}, {4096, 1e-2, 0.99}, {4096, 1e-4, 0.01}};
+  EXPECT_THROW(fit_blasst_calibration(few, {}), Error);
+  // Sparsity falling with lambda: beta < 0.
+  std::vector<CalibrationPoint> falling;
+  for (double s = 0.1; s < 0.9; s += 0.1) falling.push_back({4096, std::exp(-5 * s), s});
+  try {
+    fit_blasst_calibration(falling, {});
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beta"), std::string::npos) << e.what();
+  }
+  // One sparsity value only: nothing determines beta.
+  std::vector<CalibrationPoint> flat = {{4096, 1e-3, 0.5}, {4096, 1e-2, 0.5}, {4096, 1e-1, 0.5}};
+  EXPECT_THROW(fit_blasst_calibration(flat, {}), Error);
+}
+
+TEST(CalibLambda, TargetAndClamp) {
+  Calibration c;
+  c.alpha = 1e-2, c.beta = 10, c.gamma = 0;
+  EXPECT_THROW(c.lambda_for(1.0, 4096), Error);
+  EXPECT_THROW(c.lambda_for(-0.1, 4096), Error);
+  EXPECT_THROW(c.lambda_for(NAN, 4096), Error);
+  EXPECT_THROW(c.lambda_for(0.5, 0), Error);
+  EXPECT_EQ(c.lambda_for(0.99, 4096), 1.0);  // e^(9.9) * 1e-2 > 1: clamped
+  EXPECT_NEAR(c.lambda_for(0.0, 4096), 1e-2, 1e-15);
+}
+
+Calibration fitted() {
+  Calibration c = fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), {});
+  c.samples = 4, c.source = "text workload", c.heads = 2, c.kv_heads = 1, c.dim = 64;
+  c.dtype = "f32";
+  c.checks.push_back({4096, 0.5, 1e-3, 0.51});
+  return c;
+}
+
+TEST(CalibJson, RoundTrip) {
+  const Calibration a = fitted();
+  const Calibration b = calibration_from_json(calibration_to_json(a));
+  EXPECT_DOUBLE_EQ(b.alpha, a.alpha);
+  EXPECT_DOUBLE_EQ(b.beta, a.beta);
+  EXPECT_DOUBLE_EQ(b.gamma, a.gamma);
+  EXPECT_EQ(b.points, a.points);
+  EXPECT_EQ(b.lengths, a.lengths);
+  EXPECT_EQ(b.source, a.source);
+  EXPECT_EQ(b.kv_heads, 1);
+  ASSERT_EQ(b.checks.size(), 1u);
+  EXPECT_DOUBLE_EQ(b.checks[0].achieved, 0.51);
+  EXPECT_EQ(b.curve.size(), a.curve.size());
+  EXPECT_DOUBLE_EQ(b.lambda_for(0.7, 65536), a.lambda_for(0.7, 65536));
+}
+
+// Loading `j` must fail with a message naming `field`.
+void expect_rejected(const nlohmann::json& j, const std::string& field) {
+  try {
+    calibration_from_json(j.dump(), "t.json");
+    ADD_FAILURE() << "accepted a file with bad '" << field << "': " << j.dump();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'" + field + "'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CalibJson, RejectsBadFields) {
+  const auto good = nlohmann::json::parse(calibration_to_json(fitted()));
+  for (const char* f : {"alpha", "beta", "gamma", "points", "lengths", "source", "heads", "dim",
+                        "causal", "format", "version", "rms_log_error"}) {
+    auto j = good;
+    j.erase(f);
+    expect_rejected(j, f);
+  }
+  auto j = good;
+  j["alpha"] = "1e-3";
+  expect_rejected(j, "alpha");
+  j = good;
+  j["alpha"] = 0.0;
+  expect_rejected(j, "alpha");
+  j = good;
+  j["alpha"] = -1.0;
+  expect_rejected(j, "alpha");
+  j = good;
+  j["beta"] = -2.0;  // a failed fit
+  expect_rejected(j, "beta");
+  j = good;
+  j["points"] = 2;  // a fit from fewer points than it has parameters
+  expect_rejected(j, "points");
+  j = good;
+  j["lengths"] = nlohmann::json::array({4096, -1});
+  expect_rejected(j, "lengths");
+  j = good;
+  j["format"] = "something else";
+  expect_rejected(j, "format");
+  // Non-finite: JSON has no NaN, but 1e999 parses as infinity.
+  std::string text = good.dump();
+  const std::string key = "\"beta\":";
+  const size_t at = text.find(key) + key.size();
+  text.replace(at, text.find(',', at) - at, "1e999");
+  EXPECT_THROW(calibration_from_json(text, "t.json"), Error);
+  EXPECT_THROW(calibration_from_json("{not json", "t.json"), Error);
+  EXPECT_THROW(calibration_from_json("[1,2]", "t.json"), Error);
+  EXPECT_THROW(load_calibration("/nonexistent/calib.json"), Error);
+}
+
+// A real calibration at small lengths (~2 s: the generator dominates): lambda_for(0.5) must give 50% +- 5 points at each
+// calibrated length on the calibration samples. Small lengths saturate early (at 1K no lambda
+// skips more than ~2/3 of the entries), hence the fit range stops at 0.6.
+TEST(CalibWorkloadSlow, SmallLengthsHitTarget) {
+  CalibrationOptions o;
+  o.fit_min = 0.2, o.fit_max = 0.6;
+  BlasstCalibrator cal(o);
+  for (int64_t len : {1024, 2048, 4096}) {
+    WorkloadConfig w;
+    w.seq = len, w.heads = 16, w.dim = 64, w.seed = 3;
+    const Workload x = make_workload(w);
+    cal.add(x.q.view(), x.k.view(), x.v.view());
+  }
+  const Calibration c = cal.fit();
+  for (int64_t len : {1024, 2048, 4096})
+    EXPECT_NEAR(cal.sparsity_at(len, c.lambda_for(0.5, len)), 0.5, 0.05) << "length " << len;
+  // The calibrator's pooled sparsity is the kernel's own count.
+  WorkloadConfig w;
+  w.seq = 1024, w.heads = 16, w.dim = 64, w.seed = 3;
+  const Workload x = make_workload(w);
+  const TileMargins tm = blasst_tile_margins(x.q.view(), x.k.view(), x.v.view());
+  for (double lambda : {1e-4, 1e-3, 1e-2, 0.3})
+    EXPECT_NEAR(cal.sparsity_at(1024, lambda), tm.sparsity_at(lambda), 1e-12);
+  EXPECT_NEAR(cal.sparsity_at(1024, cal.lambda_at(1024, 0.4) * 1.0001), 0.4, 0.01);
+}
+
+TEST(CalibCli, WritesLoadableFile) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "spattn_calib_cli";
+  fs::create_directories(dir);
+  const fs::path out = dir / "calib.json";
+  const std::string cmd = std::string(SPATTN_CLI_PATH) +
+                          " calibrate --lengths 512,1024 --heads 4 --dim 64 --samples 2 "
+                          "--fit-max 0.6 --out " + out.string() + " > " +
+                          (dir / "stdout").string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(dir / "stdout").rdbuf();
+  const Calibration c = load_calibration(out.string());
+  EXPECT_EQ(c.samples, 4);
+  EXPECT_EQ(c.lengths, (std::vector<int64_t>{512, 1024}));
+  EXPECT_EQ(c.source, "text workload");
+  EXPECT_GT(c.beta, 0);
+  // Bad input is a message and exit code 2.
+  const std::string bad = std::string(SPATTN_CLI_PATH) + " calibrate --lengths 0 --out " +
+                          out.string() + " > /dev/null 2>&1";
+  const int status = std::system(bad.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,188 @@
+// `spattn calibrate`: fit BLASST's threshold law lambda * L^gamma = alpha * exp(beta * s) on
+// generated workloads at several lengths (or on --qkv dumps), write it as JSON for
+// `--method blasst:sparsity=S,calib=FILE`, and print the fit and where it holds.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/threading.hpp"
+#include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
+#include "spattn/io.hpp"
+#include "spattn/workload.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct CalibrateOptions {
+  std::string workload = "text";
+  std::vector<int64_t> lengths = {4096, 8192, 16384, 32768};
+  std::vector<std::string> qkv;
+  std::string layout = "hsd";
+  int64_t heads = 8, kv_heads = 0, dim = 128, samples = 2;
+  std::string dtype;
+  uint64_t seed = 0;
+  bool causal = true;
+  int threads = 0;
+  double fit_min = 0.2, fit_max = 0.85;
+  double gamma = 0;  // used only when --length-exponent is given
+  bool gamma_given = false;
+  std::string out;
+};
+
+void check(const CalibrateOptions& o) {
+  SPATTN_CHECK(!o.lengths.empty(), "--lengths needs at least one length");
+  for (int64_t l : o.lengths)
+    SPATTN_CHECK(l >= 1 && l <= (int64_t(1) << 30), "--lengths: each must be in [1, 2^30], got ", l);
+  SPATTN_CHECK(o.samples >= 1 && o.samples <= 1000, "--samples must be in [1, 1000], got ",
+               o.samples);
+  SPATTN_CHECK(o.heads >= 1 && o.heads <= 4096, "--heads must be in [1, 4096], got ", o.heads);
+  SPATTN_CHECK(o.kv_heads >= 0 && o.kv_heads <= o.heads && (o.kv_heads == 0 || o.heads % o.kv_heads == 0),
+               "--kv-heads must be 0 or divide --heads (", o.heads, "), got ", o.kv_heads);
+  SPATTN_CHECK(o.dim >= 1 && o.dim <= 1024, "--dim must be in [1, 1024], got ", o.dim);
+}
+
+Tensor as_dtype(Tensor t, const std::string& dtype) {
+  if (dtype.empty()) return t;
+  const DType d = parse_dtype(dtype);
+  return t.dtype() == d ? std::move(t) : Tensor::copy_of(t.view(), d);
+}
+
+void add_generated(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
+  const WorkloadKind kind = parse_workload_kind(o.workload);
+  const DType dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
+  int64_t done = 0;
+  const int64_t total = int64_t(o.lengths.size()) * o.samples;
+  for (int64_t len : o.lengths)
+    for (int64_t i = 0; i < o.samples; ++i) {
+      progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
+                                  o.seed + uint64_t(i)));
+      WorkloadConfig cfg;
+      cfg.kind = kind;
+      cfg.seq = len;
+      cfg.heads = o.heads;
+      cfg.kv_heads = o.kv_heads;
+      cfg.dim = o.dim;
+      cfg.dtype = dtype;
+      // The same seeds at every length: lengths differ only in length, as far as a generator
+      // can make them.
+      cfg.seed = o.seed + uint64_t(i);
+      const Workload w = make_workload(cfg);
+      cal.add(w.q.view(), w.k.view(), w.v.view());
+    }
+}
+
+void add_files(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
+  const Layout layout = parse_layout(o.layout);
+  for (size_t i = 0; i < o.qkv.size(); ++i) {
+    progress.update(fmt::format("file {}/{}: {}", i + 1, o.qkv.size(), o.qkv[i]));
+    QKV x = load_qkv(o.qkv[i], layout);
+    const Tensor q = as_dtype(std::move(x.q), o.dtype), k = as_dtype(std::move(x.k), o.dtype),
+                 v = as_dtype(std::move(x.v), o.dtype);
+    cal.add(q.view(), k.view(), v.view());
+  }
+}
+
+void print(const Calibration& c, const std::string& out) {
+  fmt::print("calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}\n",
+             c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
+             c.causal ? "causal" : "full");
+  fmt::print("fit: lambda * L^gamma = alpha * exp(beta * s)\n");
+  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})\n", c.alpha, c.beta, c.gamma,
+             c.gamma_fitted ? "fitted" : "fixed");
+  fmt::print("  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
+             "max sparsity error {:.1f} points\n",
+             c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
+  if (c.gamma_fitted)
+    fmt::print("  paper's form (gamma = 1) on the same points: rms ln(lambda) error {:.3f}\n",
+               c.paper_rms_log_error);
+  fmt::print("where it holds (sparsity that lambda_for(target) gives on the calibration samples):\n");
+  std::vector<double> targets;
+  for (const auto& k : c.checks)
+    if (std::find(targets.begin(), targets.end(), k.target) == targets.end())
+      targets.push_back(k.target);
+  fmt::print("  {:>8}", "length");
+  for (double t : targets) fmt::print("  {:>13}", fmt::format("target {:.0f}%", 100 * t));
+  fmt::print("\n");
+  for (int64_t len : c.lengths) {
+    fmt::print("  {:>8}", len);
+    for (double t : targets)
+      for (const auto& k : c.checks)
+        if (k.length == len && k.target == t)
+          fmt::print("  {:>12.1f}%", 100 * k.achieved);
+    fmt::print("\n");
+  }
+  fmt::print("wrote {}\n", out);
+}
+
+void run_calibrate(const CalibrateOptions& o) {
+  CalibrationOptions copt;
+  copt.fit_min = o.fit_min;
+  copt.fit_max = o.fit_max;
+  if (o.gamma_given) copt.gamma = o.gamma;
+  copt.attn.causal = o.causal;
+  copt.attn.threads = resolve_threads(o.threads);
+  if (o.qkv.empty()) {
+    check(o);
+    copt.source = o.workload + " workload";
+  } else {
+    for (const auto& f : o.qkv) copt.source += (copt.source.empty() ? "" : ", ") + f;
+  }
+  BlasstCalibrator cal(copt);  // checks the fit options before any data is made
+  {
+    Progress progress("calibrate");
+    if (o.qkv.empty())
+      add_generated(o, cal, progress);
+    else
+      add_files(o, cal, progress);
+  }
+  const Calibration c = cal.fit();
+  save_calibration(o.out, c);
+  print(c, o.out);
+}
+
+}  // namespace
+
+void add_calibrate_command(CLI::App& root) {
+  auto o = std::make_shared<CalibrateOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "calibrate", "fit BLASST's threshold for a target sparsity at any context length");
+  cmd->add_option("--out", o->out, "calibration file to write (JSON)")->required();
+  auto* workload = cmd->add_option("--workload", o->workload,
+                                   "generated workload: random, text, video, mixed")
+                       ->capture_default_str();
+  auto* lengths = cmd->add_option("--lengths", o->lengths, "context lengths to calibrate at: a,b")
+                      ->delimiter(',')
+                      ->capture_default_str();
+  auto* qkv = cmd->add_option("--qkv", o->qkv,
+                              "calibrate on q, k, v from a file or prefix (as bench's --qkv; "
+                              "repeatable) instead of generated workloads")
+                  ->allow_extra_args(false);
+  cmd->add_option("--layout", o->layout, "axis order of --qkv arrays: hsd or shd")
+      ->capture_default_str()
+      ->needs(qkv);
+  auto* heads = cmd->add_option("--heads", o->heads, "query heads")->capture_default_str();
+  auto* kv_heads = cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (0: --heads)")
+                       ->capture_default_str();
+  auto* dim = cmd->add_option("--dim", o->dim, "head dimension")->capture_default_str();
+  auto* seed = cmd->add_option("--seed", o->seed, "first workload seed")->capture_default_str();
+  auto* samples = cmd->add_option("--samples", o->samples,
+                                  "workloads per length (seeds --seed, --seed+1, ...)")
+                      ->capture_default_str();
+  for (auto* gen : {workload, lengths, heads, kv_heads, dim, seed, samples}) qkv->excludes(gen);
+  cmd->add_option("--dtype", o->dtype, "f32, bf16, f16 (default: f32, or as stored in --qkv)");
+  cmd->add_flag("--causal,!--no-causal", o->causal, "causal attention (default) or full");
+  cmd->add_option("--threads", o->threads, "worker threads (0: all)")->capture_default_str();
+  cmd->add_option("--fit-min", o->fit_min, "lowest sparsity fitted")->capture_default_str();
+  cmd->add_option("--fit-max", o->fit_max, "highest sparsity fitted")->capture_default_str();
+  cmd->add_option("--length-exponent", o->gamma,
+                  "fix gamma (1: the paper's lambda * L form) instead of fitting it")
+      ->each([o](const std::string&) { o->gamma_given = true; });
+  cmd->callback([o] { run_calibrate(*o); });
+}
+
+}  // namespace spattn::cli
