@@ -12,6 +12,7 @@ PKGS=(
   libpng-dev
   libgtest-dev libgmock-dev
   libbenchmark-dev      # micro-benchmarks (not in ctest)
+  jq                    # benchmark scripts read spattn --json
 )
 missing=()
 for p in "${PKGS[@]}"; do
