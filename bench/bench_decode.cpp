@@ -24,7 +24,8 @@
 namespace spattn::bench {
 namespace {
 
-// Args: {kv_len, q heads, kv heads, dim, dtype (0 f32, 1 bf16)}; the head dim is 128.
+// Args: {kv_len, q heads, kv heads, bf16 (0: f32)}; head dim 128, q_len 1. One input set is
+// kept at a time (up to 256 MiB).
 const Workload& inputs(const benchmark::State& state) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t>;
   static std::map<Key, std::unique_ptr<Workload>> cache;

@@ -12,8 +12,14 @@
 //     P_b = 2^(x_b - m'),  l += rowsum P_b,  O += P_b V_b     (only here is V_b read)
 //
 // and at the end of the split the partial result (O / l, LSE = (m' + log2 l) ln 2) is stored;
-// the splits of a row are merged exactly afterwards in split order (merge_row), so the output
-// depends only on the inputs and the split plan (thread count), never on scheduling.
+// the splits of a row are merged exactly afterwards in split order (merge_row). The split plan
+// depends on kv_len only (PlanSplits), so the output is bitwise the same for any thread count
+// and schedule.
+//
+// Stats: a "tile" is one 64-key block as seen by one (kv head, row chunk) work unit, i.e. by
+// all group x q_len rows at once (<= 128 rows per chunk): tiles_visited counts the blocks
+// whose scores were computed, tiles_skipped those whose V was never read. score_entries
+// counts the (q head, row, key) entries of kept blocks after causal masking.
 //
 // K and V are read in place from the views: rows are contiguous along the head dim, so a dot
 // product runs along the head dim and ends in a horizontal sum (SumEach does kLanes of them at
@@ -30,6 +36,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "core/threading.hpp"
@@ -254,31 +261,68 @@ SPATTN_DECODE_BF16_ATTR HWY_NOINLINE void ScoreRowsBf16(const uint16_t* HWY_REST
 #endif
 
 // ---------------------------------------------------------------------------------------
-// P.V, f32 arithmetic: O[r][c0 .. c0 + CV kLanes) += sum_{j < nk} P[r][j] V[j][...] for RQ
-// rows. kTail: the strip is the last, partial vector of the row (CV == 1).
-template <int RQ, int CV, bool kTail, class E>
+// P.V works on pairs of vectors: 2 kLanes consecutive elements of a V row at a time.
+//   f32, f16: the two halves, in order.
+//   bf16: one full-width load, split into the even elements (the low half of each 32-bit
+//         word, shifted up) and the odd ones (the high half, masked): one operation per
+//         vector instead of two for a widening load. O's columns are then stored permuted
+//         within each pair (evens, then odds); see kPermutedO and UnpermuteRow.
+template <class E>
+HWY_INLINE void LoadPair(DF df, const E* p, VF& lo, VF& hi) {
+  lo = Elems<E>::Load(df, p);
+  hi = Elems<E>::Load(df, p + kLanes);
+}
+#if HWY_TARGET != HWY_SCALAR  // one lane: no 32-bit word holds two bf16 lanes
+template <>
+HWY_INLINE void LoadPair(DF df, const hwy::bfloat16_t* p, VF& even, VF& odd) {
+  const hn::Repartition<uint32_t, DF> du32;
+  const hn::Repartition<uint16_t, DF> du16;
+  const auto w = hn::BitCast(du32, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+  even = hn::BitCast(df, hn::ShiftLeft<16>(w));
+  odd = hn::BitCast(df, hn::And(w, hn::Set(du32, 0xFFFF0000u)));
+}
+template <class E>
+inline constexpr bool kPermutedO = std::is_same_v<E, hwy::bfloat16_t>;
+#else
+template <class E>
+inline constexpr bool kPermutedO = false;
+#endif
+
+// The last, partial pair of a row: zero-filled, never reads past the row.
+template <class E>
+HWY_INLINE void LoadPairTail(DF df, const E* p, int64_t n, VF& a, VF& b) {
+  alignas(64) E buf[2 * kLanes] = {};
+  std::memcpy(buf, p, size_t(n) * sizeof(E));
+  LoadPair(df, buf, a, b);
+}
+
+// O[r][c0 .. c0 + 2 CP kLanes) += sum_{j < nk} P[r][j] V[j][...] for RQ rows (f32
+// arithmetic). kTail: the strip is the last, partial pair of the row (CP == 1).
+template <int RQ, int CP, bool kTail, class E>
 HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, int64_t nk, const E* v, int64_t vs,
                         int64_t c0, int64_t d, float* HWY_RESTRICT o, int64_t dp) {
   const DF df;
   const int64_t N = int64_t(kLanes);
-  VF acc[RQ][CV];
+  VF acc[RQ][2 * CP];
   for (int r = 0; r < RQ; ++r)
-    for (int c = 0; c < CV; ++c) acc[r][c] = hn::Load(df, o + r * dp + c0 + c * N);
+    for (int c = 0; c < 2 * CP; ++c) acc[r][c] = hn::Load(df, o + r * dp + c0 + c * N);
   for (int64_t j = 0; j < nk; ++j) {
     const E* row = v + j * vs + c0;
-    VF b[CV];
-    for (int c = 0; c < CV; ++c)
-      b[c] = kTail ? LoadTail(df, row, d - c0) : Elems<E>::Load(df, row + c * N);
+    VF b[2 * CP];
+    for (int c = 0; c < CP; ++c) {
+      if constexpr (kTail) LoadPairTail(df, row, d - c0, b[0], b[1]);
+      else LoadPair(df, row + 2 * c * N, b[2 * c], b[2 * c + 1]);
+    }
     for (int r = 0; r < RQ; ++r) {
       const VF a = hn::Set(df, p[r * kTileKeys + j]);
-      for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
+      for (int c = 0; c < 2 * CP; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
     }
   }
   for (int r = 0; r < RQ; ++r)
-    for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
+    for (int c = 0; c < 2 * CP; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
 }
 
-// The strip of `rem` (< K + 1) whole vectors left over after the wide strips.
+// The strip of `rem` (< K + 1) whole pairs left over after the wide strips.
 template <int RQ, int K, class E>
 HWY_INLINE void PVRemainder(int64_t rem, const float* p, int64_t nk, const E* v, int64_t vs,
                             int64_t c0, int64_t d, float* o, int64_t dp) {
@@ -291,13 +335,19 @@ HWY_INLINE void PVRemainder(int64_t rem, const float* p, int64_t nk, const E* v,
 template <int RQ, class E>
 HWY_NOINLINE void PVRows(const float* p, int64_t nk, const E* v, int64_t vs, int64_t d,
                          float* o, int64_t dp) {
-  constexpr int CV = std::min(8, kAccRegs / RQ);
-  const int64_t N = int64_t(kLanes);
-  const int64_t whole = d / N;
+  constexpr int CP = std::max(1, std::min(4, kAccRegs / (2 * RQ)));  // <= 8 vectors of O
+  const int64_t W = 2 * int64_t(kLanes);
+  const int64_t whole = d / W;
   int64_t c = 0;
-  for (; c + CV <= whole; c += CV) PVStrip<RQ, CV, false>(p, nk, v, vs, c * N, d, o, dp);
-  PVRemainder<RQ, CV - 1>(whole - c, p, nk, v, vs, c * N, d, o, dp);
-  if (whole * N < d) PVStrip<RQ, 1, true>(p, nk, v, vs, whole * N, d, o, dp);
+  for (; c + CP <= whole; c += CP) PVStrip<RQ, CP, false>(p, nk, v, vs, c * W, d, o, dp);
+  PVRemainder<RQ, CP - 1>(whole - c, p, nk, v, vs, c * W, d, o, dp);
+  if (whole * W < d) PVStrip<RQ, 1, true>(p, nk, v, vs, whole * W, d, o, dp);
+}
+
+// Column c of an O row in natural order, from the pair-permuted layout.
+inline float UnpermutedAt(const float* o, int64_t c) {
+  const int64_t W = 2 * int64_t(kLanes), base = c / W * W, i = c - base;
+  return o[base + (i & 1) * int64_t(kLanes) + i / 2];
 }
 
 // ---------------------------------------------------------------------------------------
@@ -343,7 +393,7 @@ struct Plan {
   int64_t batch = 1;
   bool may_skip = false;
   float log2_lambda = 0;   // the skip threshold in base-2 units (ln(lambda) log2(e))
-  int64_t dp = 0, dq = 0;  // head dim padded to kLanes (f32 rows) and to 32 (bf16 q rows)
+  int64_t dp = 0, dq = 0;  // head dim padded to 2 kLanes (f32 rows) and to 32 (bf16 q rows)
   float c = 0;             // scale * log2(e)
   std::vector<float> part_o, part_lse;  // [kv head][row][split] x dp, and the LSEs
   int64_t part_index(int64_t kvh, int64_t row, int64_t split) const {
@@ -547,7 +597,9 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
     const int64_t idx = pl.part_index(kvh, r0 + r, split);
     const float inv = sc.l[r] > 0 ? 1.0f / sc.l[r] : 0.0f;
     float* dst = pl.part_o.data() + idx * dp;
-    for (int64_t c = 0; c < d; ++c) dst[c] = sc.o[r * dp + c] * inv;
+    const float* src = sc.o + r * dp;
+    for (int64_t c = 0; c < d; ++c)
+      dst[c] = (kPermutedO<E> && !kStaged ? UnpermutedAt(src, c) : src[c]) * inv;
     pl.part_lse[size_t(idx)] = sc.l[r] > 0 ? (sc.m[r] + std::log2(sc.l[r])) * kLn2 : kNegInf;
   }
 }
@@ -614,7 +666,7 @@ inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* sta
   pl.batch = batch;
   pl.may_skip = lambda > 0;
   pl.log2_lambda = pl.may_skip ? float(std::log2(lambda)) : kNegInf;
-  pl.dp = RoundUp(p.dim, int64_t(kLanes));
+  pl.dp = RoundUp(p.dim, 2 * int64_t(kLanes));  // whole pairs of vectors (PVStrip)
   pl.dq = RoundUp(p.dim, 32);
   pl.c = p.scale * kLog2e;
   PlanSplits(pl);
