@@ -151,22 +151,26 @@ TEST(DenseKernel, ObserverReportsEveryCausalTileLse) {
   const int64_t l = 150, d = 64;
   Tensor q = random_tensor(DType::f32, 2, l, d, 31), k = random_tensor(DType::f32, 1, l, d, 32),
          v = random_tensor(DType::f32, 1, l, d, 33);
+  // Pre-sized: observe() runs on worker threads, each (head, row) on one thread only.
   struct Grid : BlockLseObserver {
-    std::map<std::pair<int64_t, int64_t>, std::vector<float>> lse;  // (head, row) -> per block
+    int64_t l = 0;
+    std::vector<std::vector<float>> lse;  // [head * l + row] -> per key block
     void observe(int64_t h, int64_t row0, int64_t rows, int64_t kb, const float* x) override {
       for (int64_t r = 0; r < rows; ++r) {
-        auto& v = lse[{h, row0 + r}];
+        auto& v = lse[size_t(h * l + row0 + r)];
         ASSERT_EQ(int64_t(v.size()), kb);  // increasing key-block order, none missing
         v.push_back(x[r]);
       }
     }
   } grid;
+  grid.l = l;
+  grid.lse.resize(size_t(2 * l));
   Tensor out(DType::f32, 2, l, d);
   std::vector<float> row_lse(2 * l);
   attention_dense_observed(q, k, v, out, {}, row_lse.data(), grid);
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t i = 0; i < l; ++i) {
-      const auto& blocks = grid.lse[{h, i}];
+      const auto& blocks = grid.lse[size_t(h * l + i)];
       // Every block holding a causal key is reported; later ones only as -inf.
       ASSERT_GE(int64_t(blocks.size()), i / kKeyBlock + 1);
       double total = 0;

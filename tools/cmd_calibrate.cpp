@@ -4,12 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli.hpp"
 #include "core/threading.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
 #include "spattn/io.hpp"
@@ -32,6 +34,10 @@ struct CalibrateOptions {
   double gamma = 0;  // used only when --length-exponent is given
   bool gamma_given = false;
   std::string out;
+  // --evaluate: check an existing calibration on fresh workloads instead of fitting one.
+  std::string evaluate;
+  std::vector<double> targets = {0.5, 0.7};
+  double fixed_lambda = 0;  // 0: the calibration's lambda for the last target at the first length
 };
 
 void check(const CalibrateOptions& o) {
@@ -119,7 +125,80 @@ void print(const Calibration& c, const std::string& out) {
   fmt::print("wrote {}\n", out);
 }
 
+// Sparsity that a calibration's thresholds reach on workloads it never saw, measured exactly
+// (one dense pass per workload: blasst_tile_margins gives the skip decision of every lambda).
+// At each length, the mean over the samples (like the paper's averages over a dataset) and
+// their range; beside it a fixed lambda, to show the drift calibration removes.
+void run_evaluate(const CalibrateOptions& o) {
+  check(o);
+  SPATTN_CHECK(!o.targets.empty(), "--targets needs at least one sparsity");
+  const Calibration c = load_calibration(o.evaluate);
+  const double fixed = o.fixed_lambda > 0 ? o.fixed_lambda
+                                          : c.lambda_for(o.targets.back(), o.lengths.front());
+  SPATTN_CHECK(fixed <= 1.0, "--fixed-lambda must be in (0, 1], got ", fixed);
+  const WorkloadKind kind = parse_workload_kind(o.workload);
+  AttnOptions attn;
+  attn.causal = o.causal;
+  attn.threads = resolve_threads(o.threads);
+  struct Row { std::vector<std::vector<double>> per_target; std::vector<double> fixed; };
+  std::vector<Row> rows(o.lengths.size());
+  {
+    Progress progress("evaluate");
+    for (size_t li = 0; li < o.lengths.size(); ++li) {
+      rows[li].per_target.resize(o.targets.size());
+      for (int64_t i = 0; i < o.samples; ++i) {
+        progress.update(fmt::format("length {}, seed {}", o.lengths[li], o.seed + uint64_t(i)));
+        WorkloadConfig cfg;
+        cfg.kind = kind;
+        cfg.seq = o.lengths[li];
+        cfg.heads = o.heads;
+        cfg.kv_heads = o.kv_heads;
+        cfg.dim = o.dim;
+        cfg.dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
+        cfg.seed = o.seed + uint64_t(i);
+        const Workload w = make_workload(cfg);
+        const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn);
+        for (size_t ti = 0; ti < o.targets.size(); ++ti)
+          rows[li].per_target[ti].push_back(
+              tm.sparsity_at(c.lambda_for(o.targets[ti], o.lengths[li])));
+        rows[li].fixed.push_back(tm.sparsity_at(fixed));
+      }
+    }
+  }
+  auto mean = [](const std::vector<double>& x) {
+    double s = 0;
+    for (double v : x) s += v;
+    return s / double(x.size());
+  };
+  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}) on {} fresh {} workloads "
+             "per length (seeds {}..{}), {} q heads\n",
+             o.evaluate, c.alpha, c.beta, c.gamma, o.samples, o.workload, o.seed,
+             o.seed + uint64_t(o.samples) - 1, o.heads);
+  fmt::print("sparsity reached: mean over the workloads (points off target) [min, max]\n");
+  fmt::print("{:>8}", "length");
+  for (double t : o.targets) fmt::print("  {:>27}", fmt::format("target {:.0f}%", 100 * t));
+  fmt::print("  {:>24}\n", fmt::format("fixed lambda {:.3g}", fixed));
+  double worst = 0;
+  for (size_t li = 0; li < o.lengths.size(); ++li) {
+    fmt::print("{:>8}", o.lengths[li]);
+    for (size_t ti = 0; ti < o.targets.size(); ++ti) {
+      const auto& x = rows[li].per_target[ti];
+      const double m = mean(x), off = 100 * (m - o.targets[ti]);
+      worst = std::max(worst, std::abs(off));
+      fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]", 100 * m, off,
+                 100 * *std::min_element(x.begin(), x.end()),
+                 100 * *std::max_element(x.begin(), x.end()));
+    }
+    const auto& f = rows[li].fixed;
+    fmt::print("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * mean(f),
+               100 * *std::min_element(f.begin(), f.end()), 100 * *std::max_element(f.begin(), f.end()));
+  }
+  fmt::print("worst mean miss: {:.1f} points\n", worst);
+}
+
 void run_calibrate(const CalibrateOptions& o) {
+  if (!o.evaluate.empty()) return run_evaluate(o);
+  SPATTN_CHECK(!o.out.empty(), "--out is required (or --evaluate FILE to check a calibration)");
   CalibrationOptions copt;
   copt.fit_min = o.fit_min;
   copt.fit_max = o.fit_max;
@@ -151,7 +230,16 @@ void add_calibrate_command(CLI::App& root) {
   auto o = std::make_shared<CalibrateOptions>();
   CLI::App* cmd = root.add_subcommand(
       "calibrate", "fit BLASST's threshold for a target sparsity at any context length");
-  cmd->add_option("--out", o->out, "calibration file to write (JSON)")->required();
+  cmd->add_option("--out", o->out, "calibration file to write (JSON)");
+  cmd->add_option("--evaluate", o->evaluate,
+                  "instead of fitting: check this calibration file on fresh workloads (--lengths, "
+                  "--samples, --seed), reporting the sparsity its thresholds reach");
+  cmd->add_option("--targets", o->targets, "with --evaluate: target sparsities a,b")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--fixed-lambda", o->fixed_lambda,
+                  "with --evaluate: the fixed lambda shown for comparison (default: the "
+                  "calibration's lambda for the last target at the first length)");
   auto* workload = cmd->add_option("--workload", o->workload,
                                    "generated workload: random, text, video, mixed")
                        ->capture_default_str();
