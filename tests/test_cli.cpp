@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli_run.hpp"
 #include "spattn/io.hpp"
 #include "spattn/tensor.hpp"
 
@@ -21,19 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;  // raw wait status
-  std::string out, err;
-  bool exited() const { return WIFEXITED(status); }
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using spattn::test::CliRun;
+using spattn::test::slurp;
 
 fs::path test_root() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -59,17 +49,7 @@ class Cli : public ::testing::Test {
 
 // `exec` replaces the shell with spattn, so a crash shows up as a signal in the wait status
 // instead of being turned into exit code 128+N by sh.
-CliRun run_cli(const std::string& args) {
-  const fs::path dir = test_dir("run");
-  const fs::path out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = std::string("exec ") + SPATTN_CLI_PATH + " " + args + " >" +
-                          out.string() + " 2>" + err.string();
-  CliRun r;
-  r.status = std::system(cmd.c_str());
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+CliRun run_cli(const std::string& args) { return spattn::test::run_spattn(args, test_dir("run")); }
 
 // Small bench settings shared by every test.
 const std::string kSmall = "bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random ";

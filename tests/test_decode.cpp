@@ -13,6 +13,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
+#include "targets.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -81,21 +82,7 @@ void check(const Prepared& p) {
   EXPECT_DOUBLE_EQ(st.flops, 4.0 * double(c.d) * double(entries));
 }
 
-// Runs fn once per SIMD target compiled in and supported here, and, on AVX-512 with BF16,
-// once more with the bf16 dot-product path off.
-template <class Fn>
-void for_each_target(Fn fn) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    fn();
-    if (kernels::cpu_has_bf16_dot()) {
-      kernels::set_bf16_dot_enabled(false);
-      fn();
-      kernels::set_bf16_dot_enabled(true);
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
+using test::for_each_target;
 
 // Every dtype x q_len x kv length, with the GQA group, head dim and masking rotated through.
 std::vector<Case> cases() {

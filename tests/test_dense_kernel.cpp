@@ -10,6 +10,7 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
+#include "targets.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -60,21 +61,7 @@ void check_case(const Case& c, uint64_t seed = 1) {
   EXPECT_EQ(st.tiles_skipped, 0);
 }
 
-// Runs fn once per SIMD target compiled in and supported here, and, on AVX-512 with BF16,
-// once more with the bf16 dot-product path off.
-template <class Fn>
-void for_each_target(Fn fn) {
-  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    fn();
-    if (kernels::cpu_has_bf16_dot()) {
-      kernels::set_bf16_dot_enabled(false);
-      fn();
-      kernels::set_bf16_dot_enabled(true);
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
+using test::for_each_target;
 
 TEST(DenseKernel, MatchesReferenceAcrossDtypesShapesTargets) {
   const std::vector<Case> cases = {

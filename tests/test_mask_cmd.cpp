@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "cli_run.hpp"
 #include "png_read.hpp"
 #include "spattn/mask_figure.hpp"
 
@@ -16,18 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-  int code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using spattn::test::CliRun;
+using spattn::test::slurp;
 
 class MaskCmd : public ::testing::Test {
  protected:
@@ -42,15 +33,7 @@ class MaskCmd : public ::testing::Test {
     fs::remove_all(dir_, ec);
   }
   // `exec` so a crash shows as a signal, not as sh's exit code 128+N.
-  CliRun run(const std::string& args) const {
-    const std::string cmd = std::string("exec ") + SPATTN_CLI_PATH + " mask " + args + " >" +
-                            (dir_ / "stdout").string() + " 2>" + (dir_ / "stderr").string();
-    CliRun r;
-    r.status = std::system(cmd.c_str());
-    r.out = slurp(dir_ / "stdout");
-    r.err = slurp(dir_ / "stderr");
-    return r;
-  }
+  CliRun run(const std::string& args) const { return spattn::test::run_spattn("mask " + args, dir_); }
   void expect_bad_input(const std::string& args, const std::string& mention) const {
     const CliRun r = run(args);
     ASSERT_TRUE(WIFEXITED(r.status)) << "killed by a signal; stderr: " << r.err;

@@ -7,25 +7,13 @@
 #include <chrono>
 #include <vector>
 
+#include "core/blas_threads.hpp"
 #include "core/threading.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
 
 namespace {
-
-// Restores OpenBLAS's thread count on scope exit: the peak must not change how a caller's
-// own later BLAS calls run.
-class BlasThreads {
- public:
-  explicit BlasThreads(int n) : saved_(openblas_get_num_threads()) { openblas_set_num_threads(n); }
-  ~BlasThreads() { openblas_set_num_threads(saved_); }
-  BlasThreads(const BlasThreads&) = delete;
-  BlasThreads& operator=(const BlasThreads&) = delete;
-
- private:
-  int saved_;
-};
 
 // Non-trivial, bounded values: zeros or denormals could take faster or slower paths.
 std::vector<float> test_matrix(int n, int salt) {

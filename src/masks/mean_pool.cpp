@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/threading.hpp"
-#include "masks/blas_threads.hpp"
+#include "core/blas_threads.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
 #include "spattn/error.hpp"
@@ -45,7 +45,7 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   const int64_t off = k.seq - q.seq;
   const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(d));
 
-  masks::BlasThreads blas(resolve_threads(opt.threads));
+  BlasThreads blas(resolve_threads(opt.threads));
   std::vector<float> kp, score(size_t(nq * nk));
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
   for (int64_t h = 0; h < q.heads; ++h) {

@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "core/threading.hpp"
-#include "masks/blas_threads.hpp"
+#include "core/blas_threads.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
 #include "spattn/error.hpp"
@@ -60,7 +60,7 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
   x.tile_rows = c.tile_rows;
   x.columns.resize(size_t(q.heads));
   x.offsets.resize(size_t(q.heads));
-  masks::BlasThreads blas(resolve_threads(opt.threads));
+  BlasThreads blas(resolve_threads(opt.threads));
   std::vector<float> kf, qf, s(size_t(n * lk));
   std::vector<double> vertical(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(lk));
   for (int64_t h = 0; h < q.heads; ++h) {

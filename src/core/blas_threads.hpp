@@ -1,10 +1,10 @@
-// Scoped OpenBLAS thread count, for the estimates that use sgemm.
+// Scoped OpenBLAS thread count, for code that calls sgemm (mask estimates, the peak).
 #pragma once
 #include <cblas.h>
 
-namespace spattn::masks {
+namespace spattn {
 
-// Restores OpenBLAS's thread count on scope exit, so an estimate leaves callers' BLAS alone.
+// Restores the thread count on scope exit, so a callee leaves its caller's BLAS settings alone.
 class BlasThreads {
  public:
   explicit BlasThreads(int n) : saved_(openblas_get_num_threads()) { openblas_set_num_threads(n); }
@@ -16,4 +16,4 @@ class BlasThreads {
   int saved_;
 };
 
-}  // namespace spattn::masks
+}  // namespace spattn
