@@ -3,6 +3,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -28,37 +29,21 @@ struct MaskedRef {
 
 inline MaskedRef masked_reference(const TensorView& q, const TensorView& k, const TensorView& v,
                                   bool causal, const EntryPredicate& keep) {
-  const int64_t d = q.dim, group = q.heads / k.heads;
-  const double scale = 1.0 / std::sqrt(double(d));
+  const int64_t d = q.dim;
   MaskedRef r;
   r.out.assign(size_t(q.heads * q.seq * d), 0.0);
   r.lse.assign(size_t(q.heads * q.seq), -std::numeric_limits<double>::infinity());
-  std::vector<double> s;
-  std::vector<int64_t> js;
+  std::vector<int64_t> keys;
   for (int64_t h = 0; h < q.heads; ++h)
     for (int64_t i = 0; i < q.seq; ++i) {
       const int64_t visible = causal ? k.seq - q.seq + i + 1 : k.seq;
-      s.clear();
-      js.clear();
-      for (int64_t j = 0; j < visible; ++j) {
-        if (!keep(h, i, j)) continue;
-        double acc = 0;
-        for (int64_t c = 0; c < d; ++c) acc += double(q.get(h, i, c)) * double(k.get(h / group, j, c));
-        s.push_back(acc * scale);
-        js.push_back(j);
-      }
-      r.entries += int64_t(s.size());
-      if (s.empty()) continue;
-      double m = -std::numeric_limits<double>::infinity(), l = 0;
-      for (double x : s) m = std::max(m, x);
-      double* o = &r.out[size_t((h * q.seq + i) * d)];
-      for (size_t t = 0; t < s.size(); ++t) {
-        const double p = std::exp(s[t] - m);
-        l += p;
-        for (int64_t c = 0; c < d; ++c) o[c] += p * double(v.get(h / group, js[t], c));
-      }
-      for (int64_t c = 0; c < d; ++c) o[c] /= l;
-      r.lse[size_t(h * q.seq + i)] = m + std::log(l);
+      keys.clear();
+      for (int64_t j = 0; j < visible; ++j)
+        if (keep(h, i, j)) keys.push_back(j);
+      r.entries += int64_t(keys.size());
+      const std::vector<double> o =
+          row_over_keys(q, k, v, h, i, keys, 0, &r.lse[size_t(h * q.seq + i)]);
+      std::copy(o.begin(), o.end(), r.out.begin() + (h * q.seq + i) * d);
     }
   return r;
 }

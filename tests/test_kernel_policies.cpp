@@ -13,28 +13,14 @@ namespace {
 
 namespace kn = kernels::HWY_NAMESPACE;
 
-// Exact attention of one row over the keys `keep` admits (causal limit applied by caller).
+// Exact attention of one row over the keys below `limit` that `keep` admits.
 std::vector<double> masked_row(const TensorView& q, const TensorView& k, const TensorView& v,
                                int64_t h, int64_t i, int64_t limit,
                                const std::function<bool(int64_t)>& keep) {
-  const int64_t d = q.dim, kh = h / (q.heads / k.heads);
-  std::vector<double> o(size_t(d), 0.0);
-  std::vector<std::pair<double, int64_t>> s;
-  double m = -INFINITY, l = 0;
-  for (int64_t j = 0; j < limit; ++j) {
-    if (!keep(j)) continue;
-    double acc = 0;
-    for (int64_t c = 0; c < d; ++c) acc += double(q.get(h, i, c)) * k.get(kh, j, c);
-    s.push_back({acc / std::sqrt(double(d)), j});
-    m = std::max(m, s.back().first);
-  }
-  for (auto [x, j] : s) {
-    double p = std::exp(x - m);
-    l += p;
-    for (int64_t c = 0; c < d; ++c) o[size_t(c)] += p * v.get(kh, j, c);
-  }
-  for (double& x : o) x = l > 0 ? x / l : 0.0;
-  return o;
+  std::vector<int64_t> keys;
+  for (int64_t j = 0; j < limit; ++j)
+    if (keep(j)) keys.push_back(j);
+  return test::row_over_keys(q, k, v, h, i, keys);
 }
 
 struct Inputs {

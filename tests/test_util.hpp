@@ -51,11 +51,12 @@ inline Diff diff(const TensorView& a, const TensorView& ref) {
 
 namespace spattn::test {
 
-// Exact attention of row i of q head h over the given key ranges and single columns
-// (columns beyond `limit` or duplicated in ranges are the caller's business).
+// Exact attention (double) of row i of q head h over exactly the listed keys; the plain twin
+// of every sparse kernel form. Writes the row's natural-log LSE (-inf for no keys) if asked.
 inline std::vector<double> row_over_keys(const TensorView& q, const TensorView& k,
                                          const TensorView& v, int64_t h, int64_t i,
-                                         const std::vector<int64_t>& keys, double scale = 0) {
+                                         const std::vector<int64_t>& keys, double scale = 0,
+                                         double* lse = nullptr) {
   const int64_t d = q.dim, kh = h / (q.heads / k.heads);
   if (scale == 0) scale = 1.0 / std::sqrt(double(d));
   std::vector<double> s, o(size_t(d), 0.0);
@@ -72,6 +73,7 @@ inline std::vector<double> row_over_keys(const TensorView& q, const TensorView& 
     for (int64_t c = 0; c < d; ++c) o[size_t(c)] += p * v.get(kh, keys[n], c);
   }
   for (double& x : o) x = l > 0 ? x / l : 0.0;
+  if (lse) *lse = l > 0 ? m + std::log(l) : -INFINITY;
   return o;
 }
 
