@@ -87,7 +87,7 @@ HWY_EXPORT(MarginEntry);
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip) {
-  SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, "blasst: lambda must be in [0, 1], got ", lambda);
+  kernels::check_lambda(lambda, "blasst");
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   if (skip) {
     const bool record = skip->record_tiles;
@@ -124,7 +124,7 @@ TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const 
 }
 
 double TileMargins::sparsity_at(double lambda) const {
-  SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, "blasst: lambda must be in [0, 1], got ", lambda);
+  kernels::check_lambda(lambda, "blasst");
   if (lambda == 0 || causal_entries == 0) return 0.0;
   const double ln_lambda = std::log(lambda);
   int64_t skipped = 0;

@@ -639,21 +639,11 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats) {
       for (int64_t sp = 1; sp < pl.splits; ++sp)
         merge_row(o.data(), lse, pl.part_o.data() + (idx0 + sp) * pl.dp,
                   pl.part_lse[size_t(idx0 + sp)], p.dim);
-      if (p.out.dtype == DType::f32 && p.out.stride_dim == 1) {
-        std::copy_n(o.data(), p.dim, static_cast<float*>(p.out.ptr(h, i)));
-      } else {
-        for (int64_t c = 0; c < p.dim; ++c) p.out.set(h, i, c, o[size_t(c)]);
-      }
+      store_row(p.out, h, i, o.data(), p.dim, 1.0f);
       if (p.lse) p.lse[h * p.q_len + i] = lse;
     }
 
-  if (stats) {
-    Stats total;
-    for (const Stats& s : part) total.add(s);
-    total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
-    total.flops = 4.0 * double(p.dim) * double(total.score_entries);
-    stats->add(total);
-  }
+  add_kernel_stats(p, part, stats);
 }
 
 // lambda in [0, 1] (validated), batch in [1, kMaxBatch].

@@ -32,8 +32,7 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
                       float* lse, Stats* stats) {
   // Decode means a handful of new queries; longer q belongs to the prefill kernels.
   SPATTN_CHECK(q.seq >= 1 && q.seq <= 16, "decode: q_len must be in [1, 16], got ", q.seq);
-  SPATTN_CHECK(!std::isnan(dopt.lambda) && dopt.lambda >= 0.0 && dopt.lambda <= 1.0,
-               "decode: lambda must be in [0, 1], got ", dopt.lambda);
+  kernels::check_lambda(dopt.lambda, "decode");
   SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= 64, "decode: batch must be in [1, 64], got ",
                dopt.batch);
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);

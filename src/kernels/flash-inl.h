@@ -467,14 +467,7 @@ inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64
                      const float* o, const float* m, const float* l) {
   const int64_t out_len = p.out.seq;
   for (int64_t r = 0; r < n; ++r) {
-    const float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    const float* src = o + r * dp;
-    if (p.out.dtype == DType::f32 && p.out.stride_dim == 1) {
-      float* dst = static_cast<float*>(p.out.ptr(h, out_rows[r]));
-      for (int64_t c = 0; c < p.dim; ++c) dst[c] = src[c] * inv;
-    } else {
-      for (int64_t c = 0; c < p.dim; ++c) p.out.set(h, out_rows[r], c, src[c] * inv);
-    }
+    store_row(p.out, h, out_rows[r], o + r * dp, p.dim, l[r] > 0 ? 1.0f / l[r] : 0.0f);
     if (p.lse)
       p.lse[h * out_len + out_rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
   }
@@ -592,13 +585,7 @@ void RunFlashOps(const Problem& p, Policy& pol, Stats* stats) {
     const Item& it = items[size_t(i)];
     RunTile<Ops>(p, pol, kv, dp, it.h, it.t, *scratch[size_t(tid)], part[size_t(tid)]);
   });
-  if (stats) {
-    Stats total;
-    for (const Stats& s : part) total.add(s);
-    total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
-    total.flops = 4.0 * double(p.dim) * double(total.score_entries);
-    stats->add(total);
-  }
+  add_kernel_stats(p, part, stats);
 }
 
 // Picks the operand format for this target and input dtype.

@@ -128,6 +128,17 @@ inline void NormalizeColumns(std::vector<int64_t>& cols, const std::vector<KeyRa
   cols.resize(w);
 }
 
+// Sums the per-thread Stats of one call into *stats (if given), with the whole problem's
+// entries and the FLOPs of the entries computed.
+void add_kernel_stats(const Problem& p, const std::vector<Stats>& parts, Stats* stats);
+
+// out[h, row, :] = src[0..dim) * scale, in out's dtype and strides.
+void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, int64_t dim,
+               float scale);
+
+// Throws Error unless lambda (BLASST's threshold) is in [0, 1]; `who` prefixes the message.
+void check_lambda(double lambda, const char* who);
+
 // Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
 // has bf16 dot-product instructions.
 void set_bf16_dot_enabled(bool enabled);

@@ -5,6 +5,7 @@
 #include "core/threading.hpp"
 #include "hwy/targets.h"
 #include "kernels/flash_common.hpp"
+#include "spattn/error.hpp"
 
 namespace spattn::kernels {
 
@@ -26,6 +27,29 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.dim = q.dim;
   p.pos_offset = opt.causal ? k.seq - q.seq : 0;
   return p;
+}
+
+void add_kernel_stats(const Problem& p, const std::vector<Stats>& parts, Stats* stats) {
+  if (!stats) return;
+  Stats total;
+  for (const Stats& s : parts) total.add(s);
+  total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
+  total.flops = 4.0 * double(p.dim) * double(total.score_entries);
+  stats->add(total);
+}
+
+void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, int64_t dim,
+               float scale) {
+  if (out.dtype == DType::f32 && out.stride_dim == 1) {
+    float* dst = static_cast<float*>(out.ptr(h, row));
+    for (int64_t c = 0; c < dim; ++c) dst[c] = src[c] * scale;
+  } else {
+    for (int64_t c = 0; c < dim; ++c) out.set(h, row, c, src[c] * scale);
+  }
+}
+
+void check_lambda(double lambda, const char* who) {
+  SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, who, ": lambda must be in [0, 1], got ", lambda);
 }
 
 namespace {
