@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
@@ -214,6 +215,33 @@ TEST(CalibCli, WritesLoadableFile) {
                           out.string() + " > /dev/null 2>&1";
   const int status = std::system(bad.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+  fs::remove_all(dir);
+}
+
+// --evaluate reads a calibration and reports the sparsity it reaches on fresh workloads; every
+// bad value of its flags is a message and exit code 2.
+TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "spattn_calib_eval";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string calib = (dir / "calib.json").string();
+  const std::string small = " --lengths 512,1024 --heads 4 --dim 64 --samples 2 ";
+  ASSERT_EQ(test::run_spattn("calibrate" + small + "--fit-max 0.6 --out " + calib, dir).code(), 0);
+  const test::CliRun ok = test::run_spattn("calibrate --evaluate " + calib + small + "--seed 50", dir);
+  ASSERT_EQ(ok.code(), 0) << ok.err;
+  EXPECT_NE(ok.out.find("worst mean miss"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("target 70%"), std::string::npos) << ok.out;
+  auto expect_bad = [&](const std::string& args, const std::string& mention) {
+    const test::CliRun r = test::run_spattn("calibrate" + small + args, dir);
+    ASSERT_TRUE(r.exited()) << r.err;
+    EXPECT_EQ(r.code(), 2) << args << ": " << r.err;
+    EXPECT_NE(r.err.find(mention), std::string::npos) << args << ": " << r.err;
+  };
+  expect_bad("--evaluate " + (dir / "missing.json").string(), "missing.json");
+  expect_bad("--evaluate " + calib + " --targets 0.5,1.5", "--targets");
+  expect_bad("--evaluate " + calib + " --fixed-lambda -0.1", "--fixed-lambda");
+  expect_bad("--evaluate " + calib + " --fixed-lambda 2", "--fixed-lambda");
+  expect_bad("", "--out is required");
   fs::remove_all(dir);
 }
 

@@ -97,6 +97,13 @@ TEST_F(Cli, BadShapesExit2) {
   expect_bad_input(run_cli("bench --seq 128 --repeat 1 --dim 60"), "60");
 }
 
+TEST_F(Cli, BadQLenExits2) {
+  expect_bad_input(run_cli(kSmall + "--q-len -1"), "--q-len");
+  expect_bad_input(run_cli(kSmall + "--q-len 129"), "--q-len");  // kSmall has --seq 128
+  const fs::path path = write_qkv(test_dir());                    // 128 query rows
+  expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string() + " --q-len 200"), "--q-len");
+}
+
 TEST_F(Cli, MissingQkvFileExits2) {
   const fs::path missing = test_dir() / "missing.safetensors";
   expect_bad_input(run_cli("bench --repeat 1 --qkv " + missing.string()), "missing");

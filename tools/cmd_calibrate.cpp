@@ -58,26 +58,28 @@ Tensor as_dtype(Tensor t, const std::string& dtype) {
   return t.dtype() == d ? std::move(t) : Tensor::copy_of(t.view(), d);
 }
 
+WorkloadConfig workload_config(const CalibrateOptions& o, int64_t length, uint64_t seed) {
+  WorkloadConfig cfg;
+  cfg.kind = parse_workload_kind(o.workload);
+  cfg.seq = length;
+  cfg.heads = o.heads;
+  cfg.kv_heads = o.kv_heads;
+  cfg.dim = o.dim;
+  cfg.dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
+  cfg.seed = seed;
+  return cfg;
+}
+
 void add_generated(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
-  const WorkloadKind kind = parse_workload_kind(o.workload);
-  const DType dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
   int64_t done = 0;
   const int64_t total = int64_t(o.lengths.size()) * o.samples;
   for (int64_t len : o.lengths)
     for (int64_t i = 0; i < o.samples; ++i) {
       progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
                                   o.seed + uint64_t(i)));
-      WorkloadConfig cfg;
-      cfg.kind = kind;
-      cfg.seq = len;
-      cfg.heads = o.heads;
-      cfg.kv_heads = o.kv_heads;
-      cfg.dim = o.dim;
-      cfg.dtype = dtype;
       // The same seeds at every length: lengths differ only in length, as far as a generator
       // can make them.
-      cfg.seed = o.seed + uint64_t(i);
-      const Workload w = make_workload(cfg);
+      const Workload w = make_workload(workload_config(o, len, o.seed + uint64_t(i)));
       cal.add(w.q.view(), w.k.view(), w.v.view());
     }
 }
@@ -132,11 +134,14 @@ void print(const Calibration& c, const std::string& out) {
 void run_evaluate(const CalibrateOptions& o) {
   check(o);
   SPATTN_CHECK(!o.targets.empty(), "--targets needs at least one sparsity");
+  for (double t : o.targets)
+    SPATTN_CHECK(t >= 0.0 && t < 1.0, "--targets: each must be in [0, 1), got ", t);
+  SPATTN_CHECK(o.fixed_lambda >= 0.0 && o.fixed_lambda <= 1.0,
+               "--fixed-lambda must be in (0, 1] (or 0: derived from the calibration), got ",
+               o.fixed_lambda);
   const Calibration c = load_calibration(o.evaluate);
   const double fixed = o.fixed_lambda > 0 ? o.fixed_lambda
                                           : c.lambda_for(o.targets.back(), o.lengths.front());
-  SPATTN_CHECK(fixed <= 1.0, "--fixed-lambda must be in (0, 1], got ", fixed);
-  const WorkloadKind kind = parse_workload_kind(o.workload);
   AttnOptions attn;
   attn.causal = o.causal;
   attn.threads = resolve_threads(o.threads);
@@ -148,15 +153,7 @@ void run_evaluate(const CalibrateOptions& o) {
       rows[li].per_target.resize(o.targets.size());
       for (int64_t i = 0; i < o.samples; ++i) {
         progress.update(fmt::format("length {}, seed {}", o.lengths[li], o.seed + uint64_t(i)));
-        WorkloadConfig cfg;
-        cfg.kind = kind;
-        cfg.seq = o.lengths[li];
-        cfg.heads = o.heads;
-        cfg.kv_heads = o.kv_heads;
-        cfg.dim = o.dim;
-        cfg.dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
-        cfg.seed = o.seed + uint64_t(i);
-        const Workload w = make_workload(cfg);
+        const Workload w = make_workload(workload_config(o, o.lengths[li], o.seed + uint64_t(i)));
         const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn);
         for (size_t ti = 0; ti < o.targets.size(); ++ti)
           rows[li].per_target[ti].push_back(
