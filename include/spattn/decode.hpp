@@ -13,6 +13,9 @@
 
 namespace spattn {
 
+// The most query rows attention_decode takes; methods send longer queries to prefill kernels.
+inline constexpr int64_t kMaxDecodeQueries = 16;
+
 struct DecodeOptions {
   double lambda = 0.0;  // BLASST threshold in [0, 1]; 0: dense decode
   int64_t batch = 4;    // key blocks scored back to back before their V blocks are loaded

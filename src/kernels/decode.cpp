@@ -31,7 +31,8 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
                       const TensorView& out, const AttnOptions& opt, const DecodeOptions& dopt,
                       float* lse, Stats* stats) {
   // Decode means a handful of new queries; longer q belongs to the prefill kernels.
-  SPATTN_CHECK(q.seq >= 1 && q.seq <= 16, "decode: q_len must be in [1, 16], got ", q.seq);
+  SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
+               kMaxDecodeQueries, "], got ", q.seq);
   kernels::check_lambda(dopt.lambda, "decode");
   SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= 64, "decode: batch must be in [1, 64], got ",
                dopt.batch);

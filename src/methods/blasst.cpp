@@ -16,10 +16,6 @@
 
 namespace spattn {
 
-namespace {
-constexpr int64_t kMaxDecodeRows = 16;  // attention_decode's q_len limit
-}
-
 double BlasstMethod::lambda_for(int64_t kv_len) const {
   return calib_ ? calib_->lambda_for(sparsity_, kv_len) : lambda_;
 }
@@ -28,7 +24,7 @@ void BlasstMethod::run(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) {
   last_lambda_ = lambda_for(k.seq);
   skip_ = SkipStats{};
-  ran_prefill_ = q.seq > kMaxDecodeRows;
+  ran_prefill_ = q.seq > kMaxDecodeQueries;
   if (!ran_prefill_) {
     DecodeOptions d;
     d.lambda = last_lambda_;

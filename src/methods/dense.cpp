@@ -14,7 +14,7 @@ class Dense final : public Method {
            const AttnOptions& opt, float* lse, Stats* stats) override {
     // Decode-sized queries take the decode kernel (lambda 0: every block), so a decode
     // method's speedup is measured against dense decode, not the prefill kernel.
-    if (q.seq <= 16)
+    if (q.seq <= kMaxDecodeQueries)
       attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, stats);
     else
       attention_dense(q, k, v, out, opt, lse, stats);
