@@ -113,13 +113,18 @@ struct HeadStyle {
 };
 
 // Text heads differ the way MInference's do: A-shape (sink + local), vertical-slash, mostly
-// local, mostly slash. Every style keeps a sink and a local window, as real heads do. A needle
-// outscores everything else in its row.
+// local, mostly slash. Every style keeps a sink and a local window, as real heads do, and the
+// sink is the strongest non-needle score wherever verticals or slashes are strong (attention
+// sinks dominate real heads): the running max BLASST compares against is then the sink's in
+// most rows, not a planted pattern's that only some rows have. A needle outscores everything
+// else in its row. Slash lines (repeats) are many and short (kSlashSpan): a row's far field
+// gets a second ripple from a repeat it sits in, so the share of rows inside repeats must not
+// swing from workload to workload the way a few long repeats would make it.
 constexpr TextStyle kTextStyles[] = {
-    {17, 16, 15, 15, 28, 2, 1, 2},  // A-shape
-    {15, 14, 16.5, 16.5, 28, 8, 3, 2},  // vertical-slash
-    {15, 17, 15, 15, 28, 2, 1, 2},  // local
-    {15, 14, 15, 17, 28, 2, 5, 2},  // slash
+    {17, 16, 15, 15, 28, 2, 4, 2},  // A-shape
+    {17.5, 14, 16.5, 16.5, 28, 8, 12, 2},  // vertical-slash
+    {15, 17, 15, 15, 28, 2, 4, 2},  // local
+    {17.5, 14, 15, 17, 28, 2, 20, 2},  // slash
 };
 // Video heads: grid (MMInference), temporal (same patch in earlier frames), spatial-local.
 constexpr VideoStyle kVideoStyles[] = {
@@ -251,14 +256,21 @@ bool pick_position(Rng& rng, const std::vector<Workload::Segment>& segs, int64_t
   }
   return false;
 }
-// A query span covering part (20-70%) of one text segment's queries at or after `after`:
-// heavy hitters and repeats matter to a stretch of the text, not to all of it.
-bool pick_span(Rng& rng, const Layout& L, int64_t after, int64_t& qb, int64_t& qe) {
+// Shares of a text segment's queries a pattern's span covers: heavy hitters and repeats
+// matter to a stretch of the text, not to all of it.
+struct SpanShare {
+  double lo, hi;
+};
+constexpr SpanShare kVerticalSpan{0.2, 0.7}, kSlashSpan{0.05, 0.175};
+
+// A query span covering a share (drawn from `share`) of one text segment's queries at or
+// after `after`.
+bool pick_span(Rng& rng, const Layout& L, int64_t after, SpanShare share, int64_t& qb, int64_t& qe) {
   auto segs = segments_in(L, 0, std::max(after, L.q0), L.seq);
   if (segs.empty()) return false;
   const auto& s = segs[size_t(rng.range(0, int64_t(segs.size()) - 1))];
   const int64_t avail = s.end - s.begin;
-  const int64_t len = std::max<int64_t>(1, int64_t(std::llround(double(avail) * rng.uniform(0.2, 0.7))));
+  const int64_t len = std::max<int64_t>(1, int64_t(std::llround(double(avail) * rng.uniform(share.lo, share.hi))));
   qb = s.begin + rng.range(0, avail - len);
   qe = qb + len;
   return true;
@@ -278,13 +290,13 @@ void plan_text(const Layout& L, int64_t kvh, Rng& rng, KvPlan& P) {
   for (int n = 0; n < st.n_vertical; ++n) {
     int64_t c, qb, qe;
     if (!pick_position(rng, segments_in(L, 0, sink, L.seq - 1), c)) break;
-    if (key_taken(P, c) || !pick_span(rng, L, c + 1, qb, qe)) continue;
+    if (key_taken(P, c) || !pick_span(rng, L, c + 1, kVerticalSpan, qb, qe)) continue;
     P.verticals.push_back({kvh, c, qb, qe});
   }
   for (int n = 0; n < st.n_slash; ++n) {
     for (int attempt = 0; attempt < 8; ++attempt) {
       int64_t qb, qe;
-      if (!pick_span(rng, L, sink + 1, qb, qe)) break;
+      if (!pick_span(rng, L, sink + 1, kSlashSpan, qb, qe)) break;
       // The earlier occurrence [qb - off, qe - off) must be text after the sink; offsets of
       // at least a block keep the line apart from the local window where there is room.
       const int64_t off = rng.range(std::min<int64_t>(qb - sink, 64), qb - sink);
@@ -343,13 +355,16 @@ void add_in_band(float* dst, const float* src, int64_t pairs, Band b) {
 
 // Positional band: a per-modality topic direction plus a slowly drifting part (AR(1) with
 // about 128 tokens of memory), so neighbours share content and far tokens do not. Video
-// tokens add one identity per patch position, shared by that patch in every frame.
-void positional_content(const Layout& L, const Bands& B, Rng& rng, KeyContent& K) {
+// tokens add one identity per patch position, shared by that patch in every frame. The topic
+// directions come from `model_rng` (fixed per kv head across seeds): how their weight spreads
+// over RoPE frequencies sets the far-field ripple of every query, and so how many far tiles a
+// head keeps; that is a property of the model's projections, not of the prompt.
+void positional_content(const Layout& L, const Bands& B, Rng& model_rng, Rng& rng, KeyContent& K) {
   const int64_t d = L.dim, pairs = d / 2;
   const Band pb = B.positional;
   std::vector<float> w_text(static_cast<size_t>(d)), w_video(static_cast<size_t>(d)), drift(size_t(d), 0.0f), patch;
-  random_in_band(rng, w_text.data(), pairs, pb, kKeyNorm * 0.94);
-  random_in_band(rng, w_video.data(), pairs, pb, kKeyNorm * 0.75);
+  random_in_band(model_rng, w_text.data(), pairs, pb, kKeyNorm * 0.94);
+  random_in_band(model_rng, w_video.data(), pairs, pb, kKeyNorm * 0.75);
   if (L.has_video) {
     patch.assign(size_t(L.frame_tokens * d), 0.0f);
     for (int64_t f = 0; f < L.frame_tokens; ++f)
@@ -390,12 +405,13 @@ Band slot(Band b, size_t index, size_t count) {
   return Band{begin, begin + width};
 }
 
-KeyContent build_key_content(const Layout& L, const Bands& B, const KvPlan& P, Rng& rng) {
+KeyContent build_key_content(const Layout& L, const Bands& B, const KvPlan& P, Rng& model_rng,
+                             Rng& rng) {
   const int64_t d = L.dim, pairs = d / 2;
   KeyContent K;
   K.dim = d;
   K.c.assign(size_t(L.seq * d), 0.0f);
-  positional_content(L, B, rng, K);
+  positional_content(L, B, model_rng, rng, K);
   // Repeated segments: the span a text slash line covers repeats its earlier occurrence.
   for (const auto& ps : P.slashes) {
     if (ps.kind != SlashKind::repeat) continue;
@@ -595,7 +611,8 @@ Workload make_workload(const WorkloadConfig& cfg) {
       P.needle_of_query.assign(size_t(L.q_len), -1);
       if (has_text) plan_text(L, g, rng, P);
       if (L.has_video) plan_video(L, g, P);
-      const KeyContent K = build_key_content(L, B, P, rng);
+      Rng model_kv(eval::stream_seed(kModelSeed, kTagKv + uint64_t(g)));
+      const KeyContent K = build_key_content(L, B, P, model_kv, rng);
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         Rng model_rng(eval::stream_seed(kModelSeed, kTagQuery + uint64_t(h)));
         const HeadStyle st = emphasis(P.style, model_rng);
