@@ -34,6 +34,12 @@ std::string name(const Case& c) {
          " d" + std::to_string(c.d) + (c.causal ? " causal" : " full");
 }
 
+// Row chunks per kv head: whole q heads, at most 128 rows (group x q_len) each.
+int64_t row_chunks(int64_t group, int64_t lq) {
+  const int64_t max_heads = 128 / lq;
+  return (group + max_heads - 1) / max_heads;
+}
+
 // Scores and P.V are accumulated in f32 from the stored operands (bf16 dot products are exact
 // products of bf16 values), so every dtype gets the f32 budget.
 constexpr double kTol = 2e-5;
@@ -77,8 +83,7 @@ void check(const Prepared& p) {
   EXPECT_EQ(st.causal_entries, entries);
   EXPECT_EQ(st.tiles_skipped, 0);
   // One visit per 64-key block per (kv head, row chunk of <= 128 rows of group x q_len).
-  const int64_t chunks = (c.hq / c.hkv * c.lq + 127) / 128;
-  EXPECT_EQ(st.tiles_visited, c.hkv * chunks * ((c.lk + 63) / 64));
+  EXPECT_EQ(st.tiles_visited, c.hkv * row_chunks(c.hq / c.hkv, c.lq) * ((c.lk + 63) / 64));
   EXPECT_DOUBLE_EQ(st.flops, 4.0 * double(c.d) * double(entries));
 }
 
@@ -123,6 +128,8 @@ TEST(DecodeKernel, RowChunksBeyond128Rows) {
   // group 16 x q_len 16 = 256 rows: two row chunks per kv head.
   check(prepare({DType::f32, 16, 1, 16, 300, 64, true}));
   check(prepare({DType::bf16, 32, 2, 5, 100, 64, false}));  // 80 rows, 2 kv heads
+  // group 9 x q_len 15 = 135 rows: chunks of 5 and 4 whole q heads (75 and 60 rows).
+  check(prepare({DType::f32, 9, 1, 15, 200, 64, true}));
 }
 
 TEST(DecodeKernelSlow, LongCachesSplitAndMerge) {

@@ -387,7 +387,7 @@ inline void ScaleRows(float* o, int64_t n, int64_t dp, const float* alpha) {
 // The split plan and the per-thread scratch.
 struct Plan {
   int64_t rows = 0;        // group * q_len: the rows that share one kv head
-  int64_t chunks = 1, chunk_rows = 0;
+  int64_t chunks = 1, chunk_heads = 0, chunk_rows = 0;  // chunk_rows = chunk_heads * q_len
   int64_t tiles = 0;       // 64-key blocks of the cache
   int64_t splits = 1, split_tiles = 0;
   int64_t batch = 1;
@@ -650,8 +650,14 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats) {
 inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* stats) {
   Plan pl;
   pl.rows = p.group * p.q_len;
-  pl.chunks = (pl.rows + kMaxRows - 1) / kMaxRows;
-  pl.chunk_rows = (pl.rows + pl.chunks - 1) / pl.chunks;
+  // Chunks of whole q heads (at most kMaxRows / q_len >= 8 heads each), evenly sized: a skip
+  // decision then covers all rows of each q head it concerns. Splitting by rows could cut a
+  // head in two chunks that decide differently (e.g. group 9 x q_len 15), and no per-head
+  // record of the skips could be exact.
+  const int64_t max_heads = kMaxRows / p.q_len;
+  pl.chunks = (p.group + max_heads - 1) / max_heads;
+  pl.chunk_heads = (p.group + pl.chunks - 1) / pl.chunks;
+  pl.chunk_rows = pl.chunk_heads * p.q_len;
   pl.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
   pl.batch = batch;
   pl.may_skip = lambda > 0;
