@@ -188,6 +188,42 @@ TEST_F(Cli, QkvFileBenchesInItsOwnShape) {
   expect_sane_dense(j.at("results")[0], 1e-2);
 }
 
+// A decode run (--q-len <= 16) of blasst reports skips per q head, as prefill does, in the
+// table and in --json; recall is exact (no "upper bound" caveat), below 1 where tiles were
+// skipped.
+TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
+  const std::string args = "bench --seq 2048 --heads 4 --kv-heads 2 --dim 64 --q-len 1 "
+                           "--repeat 1 --workload text --method blasst:lambda=0.1 ";
+  const CliRun t = run_cli(args);
+  ASSERT_TRUE(t.exited());
+  ASSERT_EQ(t.code(), 0) << t.err;
+  EXPECT_NE(t.out.find("blasst:lambda=0.1: skipped tiles per head: h0 "), std::string::npos)
+      << t.out;
+  EXPECT_NE(t.out.find(" h3 "), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("upper bound"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("no per-head"), std::string::npos) << t.out;
+
+  const CliRun r = run_cli(args + "--json");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.at("results").size(), 2u);
+  const auto& b = j.at("results")[1];
+  EXPECT_EQ(b.at("method"), "blasst:lambda=0.1");
+  const auto& per_head = b.at("skipped_per_head");
+  ASSERT_EQ(per_head.size(), 4u);
+  double mean = 0;
+  for (const auto& f : per_head) {
+    EXPECT_GE(f.get<double>(), 0.0);
+    EXPECT_LE(f.get<double>(), 1.0);
+    mean += f.get<double>() / 4;
+  }
+  EXPECT_GT(mean, 0.0) << "nothing skipped: the test shows nothing";
+  EXPECT_LT(b.at("recall").get<double>(), 1.0);
+  EXPECT_GT(b.at("recall").get<double>(), 0.9);
+  EXPECT_FALSE(b.contains("recall_exact"));
+}
+
 TEST_F(Cli, TableShowsMachineAndMethods) {
   const CliRun r = run_cli(kSmall);
   ASSERT_TRUE(r.exited());

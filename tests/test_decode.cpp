@@ -2,8 +2,10 @@
 // reference, on every SIMD target this build dispatches to.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -11,8 +13,10 @@
 #include "hwy/targets.h"
 #include "kernels/flash_common.hpp"
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
+#include "spattn/workload.hpp"
 #include "targets.hpp"
 #include "test_util.hpp"
 
@@ -32,6 +36,12 @@ std::string name(const Case& c) {
   return std::string(dtype_name(c.dtype)) + " hq" + std::to_string(c.hq) + " hkv" +
          std::to_string(c.hkv) + " lq" + std::to_string(c.lq) + " lk" + std::to_string(c.lk) +
          " d" + std::to_string(c.d) + (c.causal ? " causal" : " full");
+}
+
+// Row chunks per kv head: whole q heads, at most 128 rows (group x q_len) each.
+int64_t row_chunks(int64_t group, int64_t lq) {
+  const int64_t max_heads = 128 / lq;
+  return (group + max_heads - 1) / max_heads;
 }
 
 // Scores and P.V are accumulated in f32 from the stored operands (bf16 dot products are exact
@@ -77,8 +87,7 @@ void check(const Prepared& p) {
   EXPECT_EQ(st.causal_entries, entries);
   EXPECT_EQ(st.tiles_skipped, 0);
   // One visit per 64-key block per (kv head, row chunk of <= 128 rows of group x q_len).
-  const int64_t chunks = (c.hq / c.hkv * c.lq + 127) / 128;
-  EXPECT_EQ(st.tiles_visited, c.hkv * chunks * ((c.lk + 63) / 64));
+  EXPECT_EQ(st.tiles_visited, c.hkv * row_chunks(c.hq / c.hkv, c.lq) * ((c.lk + 63) / 64));
   EXPECT_DOUBLE_EQ(st.flops, 4.0 * double(c.d) * double(entries));
 }
 
@@ -123,6 +132,8 @@ TEST(DecodeKernel, RowChunksBeyond128Rows) {
   // group 16 x q_len 16 = 256 rows: two row chunks per kv head.
   check(prepare({DType::f32, 16, 1, 16, 300, 64, true}));
   check(prepare({DType::bf16, 32, 2, 5, 100, 64, false}));  // 80 rows, 2 kv heads
+  // group 9 x q_len 15 = 135 rows: chunks of 5 and 4 whole q heads (75 and 60 rows).
+  check(prepare({DType::f32, 9, 1, 15, 200, 64, true}));
 }
 
 TEST(DecodeKernelSlow, LongCachesSplitAndMerge) {
@@ -219,11 +230,25 @@ TEST(DecodeKernel, SkippedBlocksAreNotComputed) {
         Tensor out(DType::f32, 2, 1, d), ref(DType::f32, 2, 1, d), full(DType::f32, 2, 1, d);
         std::vector<float> lse(2), lse_ref(2);
         Stats st;
-        attention_decode(in.q, in.k, in.v, out, {}, {0.1, batch}, lse.data(), &st);
+        SkipStats skip;
+        skip.record_tiles = true;
+        attention_decode(in.q, in.k, in.v, out, {}, {0.1, batch}, lse.data(), &st, &skip);
         EXPECT_EQ(st.tiles_visited, blocks);
         EXPECT_EQ(st.tiles_skipped, blocks - 3);
         EXPECT_EQ(st.score_entries, 2 * 3 * 64);
         EXPECT_NEAR(st.sparsity(), 1.0 - 3.0 * 64 / lk, 1e-12);
+        // Both q heads (one GQA group) record every block but the planted ones as skipped.
+        std::vector<int32_t> want;
+        for (int32_t b = 0; b < int32_t(blocks); ++b)
+          if (std::find(in.kept_blocks.begin(), in.kept_blocks.end(), b) == in.kept_blocks.end())
+            want.push_back(b);
+        ASSERT_EQ(skip.heads, 2);
+        ASSERT_EQ(skip.q_tiles, 1);
+        for (size_t h = 0; h < 2; ++h) {
+          EXPECT_EQ(skip.visited[h], blocks);
+          EXPECT_EQ(skip.skipped[h], blocks - 3);
+          EXPECT_EQ(skip.skipped_tiles[h], want) << "head " << h;
+        }
 
         // The reference over the keys of the kept blocks only.
         Tensor kk(t, 1, 3 * 64, d), vv(t, 1, 3 * 64, d);
@@ -273,6 +298,207 @@ TEST(DecodeKernel, BitwiseDeterministic) {
       }
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// SkipStats: where the decode kernel skipped, per q head.
+
+// A decode problem with structured scores (a text workload: iid random scores leave nothing
+// below lambda) whose queries are the last lq positions, scaled by q_scale.
+Workload decode_workload(DType t, int64_t hq, int64_t hkv, int64_t lq, int64_t lk,
+                         uint64_t seed = 5, float q_scale = 1.0f) {
+  WorkloadConfig c;
+  c.kind = WorkloadKind::text;
+  c.seq = lk;
+  c.q_len = lq;
+  c.heads = hq;
+  c.kv_heads = hkv;
+  c.dim = 64;
+  c.dtype = t;
+  c.seed = seed;
+  Workload w = make_workload(c);
+  if (q_scale != 1.0f) {
+    TensorView q = w.q.view();
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < lq; ++i)
+        for (int64_t x = 0; x < q.dim; ++x) q.set(h, i, x, q_scale * q.get(h, i, x));
+  }
+  return w;
+}
+
+// The counts and lists are consistent with each other and with Stats: every q head visits
+// every block; the q heads of one row chunk (here: of one GQA group) share one decision per
+// block, so their counts and lists are equal; lists are ascending, without repeats.
+void check_skip_layout(const SkipStats& skip, const Stats& st, int64_t hq, int64_t hkv,
+                       int64_t lq, int64_t lk) {
+  const int64_t group = hq / hkv, blocks = (lk + 63) / 64;
+  ASSERT_EQ(skip.heads, hq);
+  ASSERT_EQ(skip.q_tiles, 1);
+  ASSERT_EQ(skip.tile_rows, 64);
+  ASSERT_EQ(skip.visited.size(), size_t(hq));
+  ASSERT_EQ(skip.skipped.size(), size_t(hq));
+  ASSERT_EQ(skip.skipped_tiles.size(), size_t(hq));
+  ASSERT_EQ(row_chunks(group, lq), 1) << "the relations below assume one chunk per kv head";
+  int64_t group_skipped = 0;  // one q head per group: Stats' unit is (kv head, chunk)
+  for (int64_t h = 0; h < hq; ++h) {
+    const auto& list = skip.skipped_tiles[size_t(h)];
+    EXPECT_EQ(skip.visited[size_t(h)], blocks) << "head " << h;
+    EXPECT_EQ(skip.skipped[size_t(h)], int64_t(list.size())) << "head " << h;
+    EXPECT_TRUE(std::adjacent_find(list.begin(), list.end(), std::greater_equal<>()) == list.end())
+        << "head " << h << ": not strictly ascending";
+    EXPECT_TRUE(list.empty() || (list.front() >= 0 && list.back() < blocks)) << "head " << h;
+    const int64_t first = h / group * group;  // the group's first q head
+    EXPECT_EQ(skip.skipped[size_t(h)], skip.skipped[size_t(first)]) << "head " << h;
+    EXPECT_EQ(list, skip.skipped_tiles[size_t(first)]) << "head " << h;
+    if (h == first) group_skipped += skip.skipped[size_t(h)];
+  }
+  EXPECT_EQ(st.tiles_visited, hkv * blocks);
+  EXPECT_EQ(group_skipped, st.tiles_skipped);
+  EXPECT_NEAR(skip.skipped_fraction(), double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
+}
+
+// The kernel's output equals exact attention over blasst_coverage(skip) (the keys of the
+// blocks it recorded as kept), row by row, and LSE too; and those keys are exactly the score
+// entries Stats counted.
+void check_exact_coverage(const Workload& w, const TensorView& out, const std::vector<float>& lse,
+                          const SkipStats& skip, const Stats& st, bool causal) {
+  const int64_t hq = w.q.heads(), lq = w.q.seq(), lk = w.k.seq(), d = w.q.dim();
+  const auto cov = blasst_coverage(skip, lq, lk, causal);
+  int64_t entries = 0;
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < lq; ++i) {
+      const std::vector<int64_t> keys = test::coverage_keys(*cov, h, i);
+      entries += int64_t(keys.size());
+      double want_lse = 0;
+      const std::vector<double> want = test::row_over_keys(w.q, w.k, w.v, h, i, keys, 0, &want_lse);
+      ASSERT_NEAR(lse[size_t(h * lq + i)], want_lse, 1e-4 * std::max(1.0, std::abs(want_lse)))
+          << "head " << h << " row " << i;
+      for (int64_t c = 0; c < d; ++c)
+        ASSERT_NEAR(out.get(h, i, c), want[size_t(c)], kTol * std::max(1.0, std::abs(want[size_t(c)])))
+            << "head " << h << " row " << i << " dim " << c;
+    }
+  EXPECT_EQ(entries, st.score_entries);
+}
+
+TEST(DecodeSkipStats, RecordedBlocksGiveExactCoverage) {
+  // GQA 8/2, an odd cache (4097 keys: 65 blocks in three splits, the last holding one key).
+  const int64_t hq = 8, hkv = 2, lk = 4097;
+  for (DType t : {DType::f32, DType::bf16})
+    for (int64_t lq : {1, 5}) {
+      // Queries at half scale flatten the scores, so the skipped blocks hold visible mass.
+      const Workload w = decode_workload(t, hq, hkv, lq, lk, 5, 0.5f);
+      for_each_target([&] {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " lq " + std::to_string(lq) + " target " +
+                     simd_target_name() + (kernels::bf16_dot_enabled() ? "" : " (bf16 dot off)"));
+        Tensor out(DType::f32, hq, lq, 64);
+        std::vector<float> lse(size_t(hq * lq));
+        Stats st;
+        SkipStats skip;
+        skip.record_tiles = true;
+        attention_decode(w.q, w.k, w.v, out, {}, {0.1, 4}, lse.data(), &st, &skip);
+        // Enough is skipped that a wrong list could not pass.
+        EXPECT_GT(skip.skipped_fraction(), 0.2);
+        EXPECT_LT(skip.skipped_fraction(), 1.0);
+        check_skip_layout(skip, st, hq, hkv, lq, lk);
+        check_exact_coverage(w, out, lse, skip, st, true);
+        // ... and the skipped blocks matter: full attention is far outside the tolerance.
+        Tensor full(DType::f32, hq, lq, 64);
+        attention_reference(w.q, w.k, w.v, full);
+        EXPECT_GT(diff(out, full).max_abs, 100 * kTol);
+      });
+    }
+}
+
+// Chunks hold whole q heads, so the per-head lists stay exact when a group's rows take two
+// chunks (group 16 x q_len 16 = 256 rows) or do not divide evenly by rows (group 9 x q_len 15
+// = 135 rows: chunks of 5 and 4 heads).
+TEST(DecodeSkipStats, ExactAcrossRowChunks) {
+  struct Shape { int64_t hq, hkv, lq; };
+  for (const Shape& s : {Shape{16, 1, 16}, Shape{9, 1, 15}}) {
+    SCOPED_TRACE("hq " + std::to_string(s.hq) + " lq " + std::to_string(s.lq));
+    const int64_t lk = 3000;
+    const Workload w = decode_workload(DType::f32, s.hq, s.hkv, s.lq, lk, 9);
+    Tensor out(DType::f32, s.hq, s.lq, 64);
+    std::vector<float> lse(size_t(s.hq * s.lq));
+    Stats st;
+    SkipStats skip;
+    skip.record_tiles = true;
+    attention_decode(w.q, w.k, w.v, out, {}, {0.03, 4}, lse.data(), &st, &skip);
+    EXPECT_GT(skip.skipped_fraction(), 0.1);
+    check_exact_coverage(w, out, lse, skip, st, true);
+    // Stats count per (kv head, chunk) unit; each q head of a unit carries the unit's counts.
+    const int64_t chunks = row_chunks(s.hq / s.hkv, s.lq), blocks = (lk + 63) / 64;
+    EXPECT_EQ(chunks, 2);
+    EXPECT_EQ(st.tiles_visited, s.hkv * chunks * blocks);
+    const int64_t per_chunk = (s.hq + chunks - 1) / chunks;
+    int64_t unit_skipped = 0;
+    for (int64_t h = 0; h < s.hq; ++h) {
+      EXPECT_EQ(skip.visited[size_t(h)], blocks);
+      const int64_t first = h / per_chunk * per_chunk;
+      EXPECT_EQ(skip.skipped_tiles[size_t(h)], skip.skipped_tiles[size_t(first)]) << "head " << h;
+      if (h == first) unit_skipped += skip.skipped[size_t(h)];
+    }
+    EXPECT_EQ(unit_skipped, st.tiles_skipped);
+  }
+}
+
+TEST(DecodeSkipStats, SameForEveryThreadCount) {
+  const Workload w = decode_workload(DType::bf16, 8, 2, 5, 3000);
+  SkipStats first;
+  Tensor first_out(DType::f32, 8, 5, 64);
+  for (int threads : {1, 2}) {
+    AttnOptions opt;
+    opt.threads = threads;
+    Tensor out(DType::f32, 8, 5, 64);
+    SkipStats skip;
+    skip.record_tiles = true;
+    attention_decode(w.q, w.k, w.v, out, opt, {0.03, 4}, nullptr, nullptr, &skip);
+    if (threads == 1) {
+      EXPECT_GT(skip.skipped_fraction(), 0.2);
+      first = skip;
+      first_out = Tensor::copy_of(out);
+      continue;
+    }
+    EXPECT_EQ(skip.visited, first.visited);
+    EXPECT_EQ(skip.skipped, first.skipped);
+    EXPECT_EQ(skip.skipped_tiles, first.skipped_tiles);
+    EXPECT_EQ(std::memcmp(out.data(), first_out.data(), out.nbytes()), 0);
+  }
+}
+
+// Recording changes nothing computed; without record_tiles only the counts are filled; at
+// lambda 0 nothing is skipped; the layout is reset on every call.
+TEST(DecodeSkipStats, RecordingChangesNoOutput) {
+  const Workload w = decode_workload(DType::f32, 8, 2, 3, 3000);
+  for (double lambda : {0.0, 0.03}) {
+    Tensor plain(DType::f32, 8, 3, 64), counted(DType::f32, 8, 3, 64), listed(DType::f32, 8, 3, 64);
+    Stats s0, s1, s2;
+    SkipStats counts, lists;
+    lists.record_tiles = true;
+    attention_decode(w.q, w.k, w.v, plain, {}, {lambda, 4}, nullptr, &s0);
+    attention_decode(w.q, w.k, w.v, counted, {}, {lambda, 4}, nullptr, &s1, &counts);
+    attention_decode(w.q, w.k, w.v, listed, {}, {lambda, 4}, nullptr, &s2, &lists);
+    EXPECT_EQ(std::memcmp(plain.data(), counted.data(), plain.nbytes()), 0) << lambda;
+    EXPECT_EQ(std::memcmp(plain.data(), listed.data(), plain.nbytes()), 0) << lambda;
+    EXPECT_EQ(s1.tiles_skipped, s0.tiles_skipped);
+    EXPECT_EQ(s2.tiles_skipped, s0.tiles_skipped);
+    EXPECT_FALSE(counts.record_tiles);
+    EXPECT_TRUE(counts.skipped_tiles.empty());
+    EXPECT_EQ(counts.visited, lists.visited);
+    EXPECT_EQ(counts.skipped, lists.skipped);
+    check_skip_layout(lists, s2, 8, 2, 3, 3000);
+    if (lambda == 0) EXPECT_EQ(lists.skipped_fraction(), 0.0);
+    else EXPECT_GT(lists.skipped_fraction(), 0.0);
+  }
+  // A SkipStats from an earlier, larger call is laid out afresh.
+  SkipStats reused;
+  reused.record_tiles = true;
+  reused.heads = 99;
+  reused.visited.assign(5, 7);
+  Tensor out(DType::f32, 8, 3, 64);
+  Stats st;
+  attention_decode(w.q, w.k, w.v, out, {}, {0.03, 4}, nullptr, &st, &reused);
+  check_skip_layout(reused, st, 8, 2, 3, 3000);
 }
 
 TEST(DecodeKernel, BadInputRaisesError) {

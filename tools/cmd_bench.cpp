@@ -38,9 +38,8 @@ struct MethodResult {
   Recall recall;
   OutputError error;
   double speedup = 0;  // dense ms / ms
-  // blasst: skipped-tile fraction per q head of the last run (empty after a decode run,
-  // whose kernel reports totals only), and whether recall saw the skipped tiles.
-  bool is_blasst = false, recall_exact = true;
+  // blasst: skipped-tile fraction per q head of the last run (prefill and decode alike).
+  bool is_blasst = false;
   std::vector<double> skipped_per_head;
   double gflops() const { return ms > 0 ? stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
 };
@@ -105,7 +104,6 @@ MethodResult bench_method(Method& m, const std::string& spec, const Problem& p, 
   r.ms = median(r.run_ms);
   if (const auto* b = dynamic_cast<const BlasstMethod*>(&m)) {
     r.is_blasst = true;
-    r.recall_exact = b->coverage_exact();
     const SkipStats& sk = b->last_skips();
     for (int64_t h = 0; h < sk.heads; ++h) r.skipped_per_head.push_back(sk.head_skipped_fraction(h));
   }
@@ -136,7 +134,7 @@ std::string shape(const Tensor& t) {
 }
 
 // After the table, one line per blasst run: skipped key tiles per q head (heads differ a lot,
-// as in the paper's Fig. 7), and a warning where recall could not see the skipped tiles.
+// as in the paper's Fig. 7).
 void print_blasst_notes(const std::vector<MethodResult>& results) {
   bool first = true;
   for (const auto& r : results) {
@@ -144,17 +142,9 @@ void print_blasst_notes(const std::vector<MethodResult>& results) {
     if (first) fmt::print("\n");
     first = false;
     std::string line = r.spec + ": skipped tiles per head:";
-    if (r.skipped_per_head.empty())
-      line += fmt::format(" {:.0f}% overall (decode kernel: no per-head split)",
-                          r.stats.tiles_visited > 0
-                              ? 100.0 * double(r.stats.tiles_skipped) / double(r.stats.tiles_visited)
-                              : 0.0);
     for (size_t h = 0; h < r.skipped_per_head.size(); ++h)
       line += fmt::format(" h{} {:.0f}%", h, 100.0 * r.skipped_per_head[h]);
     fmt::print("{}\n", line);
-    if (!r.recall_exact)
-      fmt::print("{}: recall is an upper bound (the decode kernel records no skipped tiles)\n",
-                 r.spec);
   }
 }
 
@@ -223,10 +213,7 @@ nlohmann::json result_json(const MethodResult& r, double peak) {
           {"cosine_min", r.error.cosine_min},
           {"cosine_mean", r.error.cosine_mean},
           {"max_abs", r.error.max_abs}};
-  if (r.is_blasst) {
-    j["skipped_per_head"] = r.skipped_per_head;  // empty after a decode run
-    j["recall_exact"] = r.recall_exact;
-  }
+  if (r.is_blasst) j["skipped_per_head"] = r.skipped_per_head;
   return j;
 }
 

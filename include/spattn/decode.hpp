@@ -10,6 +10,7 @@
 // max is not ln(lambda) below it are loaded and multiplied. Skipped V blocks are never read.
 #pragma once
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
 
 namespace spattn {
 
@@ -23,9 +24,19 @@ struct DecodeOptions {
 
 // q [Hq, Lq, d] with 1 <= Lq <= 16, k/v [Hkv, Lkv, d], out [Hq, Lq, d]. Stats count score
 // entries of V blocks that were used (skipped blocks: tiles_skipped).
+//
+// skip, if given, is filled as attention_blasst fills it, so blasst_coverage reads it the same
+// way: heads = Hq, one query tile (q_tiles 1, tile_rows 64: all Lq <= 16 rows are tile 0),
+// visited/skipped per q head, and with record_tiles the skipped 64-key blocks (key / 64,
+// ascending). A block is skipped or kept for all rows of a (kv head, row chunk) unit at once:
+// the whole GQA group when group x Lq <= 128, else chunks of whole q heads. So the q heads of a
+// unit get the same counts and lists, and blasst_coverage(skip) is exactly what was computed.
+//
+// Stats count one tile per unit, SkipStats one per q head: each q head visits ceil(Lkv / 64)
+// blocks, and with one unit per kv head, sum over q heads of skipped = group x tiles_skipped.
 void attention_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, const AttnOptions& opt = {},
                       const DecodeOptions& dopt = {}, float* lse = nullptr,
-                      Stats* stats = nullptr);
+                      Stats* stats = nullptr, SkipStats* skip = nullptr);
 
 }  // namespace spattn

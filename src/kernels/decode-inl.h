@@ -21,6 +21,12 @@
 // whose scores were computed, tiles_skipped those whose V was never read. score_entries
 // counts the (q head, row, key) entries of kept blocks after causal masking.
 //
+// SkipStats (optional): the same decisions per q head. A row chunk holds whole q heads (all
+// q_len rows of a head; see RunDecode), so a block a unit skipped is skipped for every row of
+// each of its q heads, and a kept one computed for all of them: the per-head lists are exact.
+// Each item records its own counts and skipped blocks; they are joined per q head in split
+// order after the parallel loop, so the result is the same for any thread count.
+//
 // K and V are read in place from the views: rows are contiguous along the head dim, so a dot
 // product runs along the head dim and ends in a horizontal sum (SumEach does kLanes of them at
 // once). Views with stride_dim != 1 are staged one 64-key block at a time.
@@ -44,6 +50,7 @@
 #include "hwy/highway.h"
 #include "kernels/flash-inl.h"  // DF, VF, Exp2, RoundUp, LoadRowF32, MaskTile, RowMax
 #include "kernels/flash_common.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/merge.hpp"
 #if HWY_TARGET == HWY_AVX3
 #include <immintrin.h>
@@ -385,9 +392,17 @@ inline void ScaleRows(float* o, int64_t n, int64_t dp, const float* alpha) {
 
 // ---------------------------------------------------------------------------------------
 // The split plan and the per-thread scratch.
+
+// What one work item skipped (only when the caller asked for SkipStats). A cache line each:
+// neighbouring items run at the same time on different threads.
+struct alignas(64) ItemSkips {
+  int64_t visited = 0, skipped = 0;
+  std::vector<int32_t> blocks;  // global 64-key block indices, ascending (record_tiles only)
+};
+
 struct Plan {
   int64_t rows = 0;        // group * q_len: the rows that share one kv head
-  int64_t chunks = 1, chunk_rows = 0;
+  int64_t chunks = 1, chunk_heads = 0, chunk_rows = 0;  // chunk_rows = chunk_heads * q_len
   int64_t tiles = 0;       // 64-key blocks of the cache
   int64_t splits = 1, split_tiles = 0;
   int64_t batch = 1;
@@ -396,6 +411,8 @@ struct Plan {
   int64_t dp = 0, dq = 0;  // head dim padded to 2 kLanes (f32 rows) and to 32 (bf16 q rows)
   float c = 0;             // scale * log2(e)
   std::vector<float> part_o, part_lse;  // [kv head][row][split] x dp, and the LSEs
+  std::vector<ItemSkips> skips;         // [item], empty unless SkipStats were asked for
+  bool record_tiles = false;            // also list the skipped blocks
   int64_t part_index(int64_t kvh, int64_t row, int64_t split) const {
     return (kvh * rows + row) * splits + split;
   }
@@ -549,6 +566,11 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
 
   const Rows<E, kStaged> K(p.k, kvh), V(p.v, kvh);
   const int64_t t0 = split * pl.split_tiles, t1 = std::min(pl.tiles, t0 + pl.split_tiles);
+  // Splits hold whole blocks, so jt + b below is the global block index (key / 64).
+  ItemSkips* rec = pl.skips.empty() ? nullptr : &pl.skips[size_t(item)];
+  std::vector<int32_t>* rec_blocks = rec && pl.record_tiles ? &rec->blocks : nullptr;
+  if (rec_blocks) rec_blocks->reserve(size_t(t1 - t0));
+  const int64_t skipped_before = st.tiles_skipped;
   for (int64_t jt = t0; jt < t1; jt += pl.batch) {
     const int64_t nb = std::min(pl.batch, t1 - jt);
     // 1. Scores of the whole batch, back to back.
@@ -580,6 +602,7 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       ++st.tiles_visited;
       if (pl.may_skip && Skippable(sc.bmax + b * n, sc.m, n, pl.log2_lambda)) {
         ++st.tiles_skipped;
+        if (rec_blocks) rec_blocks->push_back(int32_t(jt + b));
         continue;
       }
       const int64_t j0 = (jt + b) * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
@@ -590,6 +613,11 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       PVBlock(s, n, vb, vs, nv, d, sc.o, dp);
       st.score_entries += sc.kept[b];
     }
+  }
+
+  if (rec) {
+    rec->visited = t1 - t0;
+    rec->skipped = st.tiles_skipped - skipped_before;
   }
 
   // The split's partial result: O / l and its natural-log LSE.
@@ -617,8 +645,25 @@ inline void PlanSplits(Plan& pl) {
   pl.splits = (pl.tiles + pl.split_tiles - 1) / pl.split_tiles;
 }
 
+// Joins the items' records per q head: q head h is in chunk (h % group) / chunk_heads of kv
+// head h / group; its splits are appended in order, so block lists stay ascending.
+inline void CollectSkips(const Problem& p, const Plan& pl, SkipStats& skip) {
+  for (int64_t h = 0; h < p.q.heads; ++h) {
+    const int64_t kvh = h / p.group, chunk = h % p.group / pl.chunk_heads;
+    const int64_t item0 = (kvh * pl.chunks + chunk) * pl.splits;
+    for (int64_t sp = 0; sp < pl.splits; ++sp) {
+      const ItemSkips& it = pl.skips[size_t(item0 + sp)];
+      skip.visited[size_t(h)] += it.visited;
+      skip.skipped[size_t(h)] += it.skipped;
+      if (skip.record_tiles)
+        skip.skipped_tiles[size_t(h)].insert(skip.skipped_tiles[size_t(h)].end(),
+                                             it.blocks.begin(), it.blocks.end());
+    }
+  }
+}
+
 template <class E, bool kStaged, bool kDot>
-void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats) {
+void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats, SkipStats* skip) {
   const int64_t items = p.k.heads * pl.chunks * pl.splits;
   const int threads = int(std::min<int64_t>(p.threads, items));
   std::vector<std::unique_ptr<Scratch>> scratch;
@@ -627,6 +672,7 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats) {
   parallel_for(items, threads, [&](int64_t item, int tid) {
     RunItem<E, kStaged, kDot>(p, pl, item, *scratch[size_t(tid)], part[size_t(tid)]);
   });
+  if (skip) CollectSkips(p, pl, *skip);
 
   // Exact merge of the splits of every row, always in split order.
   std::vector<float> o(size_t(pl.dp));
@@ -646,12 +692,20 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats) {
   add_kernel_stats(p, part, stats);
 }
 
-// lambda in [0, 1] (validated), batch in [1, kMaxBatch].
-inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* stats) {
+// lambda in [0, 1] (validated), batch in [1, kMaxBatch]. skip: null, or laid out by
+// attention_decode (Hq heads, one query tile, zero counts).
+inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* stats,
+                      SkipStats* skip) {
   Plan pl;
   pl.rows = p.group * p.q_len;
-  pl.chunks = (pl.rows + kMaxRows - 1) / kMaxRows;
-  pl.chunk_rows = (pl.rows + pl.chunks - 1) / pl.chunks;
+  // Chunks of whole q heads (at most kMaxRows / q_len >= 8 heads each), evenly sized: a skip
+  // decision then covers all rows of each q head it concerns, which is what lets SkipStats
+  // record it per q head exactly. Splitting by rows could cut a head in two chunks that decide
+  // differently (e.g. group 9 x q_len 15).
+  const int64_t max_heads = kMaxRows / p.q_len;
+  pl.chunks = (p.group + max_heads - 1) / max_heads;
+  pl.chunk_heads = (p.group + pl.chunks - 1) / pl.chunks;
+  pl.chunk_rows = pl.chunk_heads * p.q_len;
   pl.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
   pl.batch = batch;
   pl.may_skip = lambda > 0;
@@ -662,22 +716,26 @@ inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* sta
   PlanSplits(pl);
   pl.part_o.assign(size_t(p.k.heads * pl.rows * pl.splits * pl.dp), 0.0f);
   pl.part_lse.assign(size_t(p.k.heads * pl.rows * pl.splits), kNegInf);
+  if (skip) {
+    pl.skips.resize(size_t(p.k.heads * pl.chunks * pl.splits));
+    pl.record_tiles = skip->record_tiles;
+  }
 
   if (p.k.stride_dim != 1 || p.v.stride_dim != 1) {
-    RunDecodeAs<float, true, false>(p, pl, stats);
+    RunDecodeAs<float, true, false>(p, pl, stats, skip);
     return;
   }
   switch (p.k.dtype) {
-    case DType::f32: RunDecodeAs<float, false, false>(p, pl, stats); return;
-    case DType::f16: RunDecodeAs<hwy::float16_t, false, false>(p, pl, stats); return;
+    case DType::f32: RunDecodeAs<float, false, false>(p, pl, stats, skip); return;
+    case DType::f16: RunDecodeAs<hwy::float16_t, false, false>(p, pl, stats, skip); return;
     case DType::bf16:
 #if HWY_TARGET == HWY_AVX3
       if (bf16_dot_enabled() && cpu_has_bf16_dot()) {
-        RunDecodeAs<hwy::bfloat16_t, false, true>(p, pl, stats);
+        RunDecodeAs<hwy::bfloat16_t, false, true>(p, pl, stats, skip);
         return;
       }
 #endif
-      RunDecodeAs<hwy::bfloat16_t, false, false>(p, pl, stats);
+      RunDecodeAs<hwy::bfloat16_t, false, false>(p, pl, stats, skip);
       return;
   }
 }

@@ -23,24 +23,23 @@ double BlasstMethod::lambda_for(int64_t kv_len) const {
 void BlasstMethod::run(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) {
   last_lambda_ = lambda_for(k.seq);
+  // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
+  // q head), negligible next to the tile work, and it makes recall exact.
   skip_ = SkipStats{};
-  ran_prefill_ = q.seq > kMaxDecodeQueries;
-  if (!ran_prefill_) {
+  skip_.record_tiles = true;
+  if (q.seq <= kMaxDecodeQueries) {
     DecodeOptions d;
     d.lambda = last_lambda_;
     d.batch = batch_;
-    attention_decode(q, k, v, out, opt, d, lse, stats);
+    attention_decode(q, k, v, out, opt, d, lse, stats, &skip_);
   } else {
-    // The per-tile record costs one small vector per (head, q tile): negligible next to the
-    // tile work, and it makes recall exact.
-    skip_.record_tiles = true;
     attention_blasst(q, k, v, out, last_lambda_, opt, lse, stats, &skip_);
   }
 }
 
 std::unique_ptr<Coverage> BlasstMethod::coverage(int64_t q_len, int64_t kv_len,
                                                  bool causal) const {
-  if (!ran_prefill_) return Method::coverage(q_len, kv_len, causal);
+  if (skip_.heads == 0) return Method::coverage(q_len, kv_len, causal);  // not run yet
   return blasst_coverage(skip_, q_len, kv_len, causal);
 }
 

@@ -15,16 +15,14 @@ class BlasstMethod final : public Method {
   std::string name() const override { return "blasst"; }
   void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
            const AttnOptions& opt, float* lse, Stats* stats) override;
-  // Recall: a prefill run records which tiles it skipped, so coverage() is exact. The decode
-  // kernel reports counts only: after a decode run coverage() is FullCoverage, an upper
-  // bound on recall, and coverage_exact() says so.
+  // Recall: the last run (prefill or decode) recorded which tiles it skipped, so coverage()
+  // is exact (before any run: every causal key, like the other methods).
   std::unique_ptr<Coverage> coverage(int64_t q_len, int64_t kv_len, bool causal) const override;
-  bool coverage_exact() const { return ran_prefill_; }
 
   double lambda_for(int64_t kv_len) const;  // the threshold a run at this length uses
   double last_lambda() const { return last_lambda_; }
-  // Per (head, query tile) skip counts and skipped tiles of the last prefill run; empty
-  // after a decode run (the decode kernel reports totals only, in Stats).
+  // Per (head, query tile) skip counts and skipped tiles of the last run; a decode run
+  // (q_len <= 16) has one query tile per head.
   const SkipStats& last_skips() const { return skip_; }
 
  private:
@@ -33,7 +31,6 @@ class BlasstMethod final : public Method {
   std::shared_ptr<const Calibration> calib_;  // set for sparsity=S
   int64_t batch_ = 4;
   double last_lambda_ = 0;
-  bool ran_prefill_ = false;
   SkipStats skip_;
 };
 
