@@ -22,25 +22,53 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Points exactly on lambda * L^gamma = alpha * exp(beta * s).
-std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma) {
+// Points exactly on lambda * L^(gamma + delta * s) = alpha * exp(beta * s), s in [0.2, 0.8]
+// (the default fit range).
+std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma, double delta = 0) {
   std::vector<CalibrationPoint> pts;
   for (int64_t len : {4096, 8192, 16384, 32768})
-    for (double s = 0.1; s < 0.9; s += 0.05)
-      pts.push_back({len, alpha * std::exp(beta * s) / std::pow(double(len), gamma), s});
+    for (int i = 0; i <= 12; ++i) {
+      const double s = 0.2 + 0.05 * i;
+      pts.push_back({len, alpha * std::exp(beta * s) / std::pow(double(len), gamma + delta * s), s});
+    }
   return pts;
 }
 
-TEST(CalibFit, RecoversAlphaBetaGamma) {
-  const Calibration c = fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), {});
+TEST(CalibFit, RecoversAlphaBetaGammaDelta) {
+  const Calibration c = fit_blasst_calibration(synthetic(3e-4, 15.0, 0.3, 0.7), {});
   EXPECT_NEAR(c.alpha, 3e-4, 3e-4 * 1e-6);
-  EXPECT_NEAR(c.beta, 9.0, 1e-6);
+  EXPECT_NEAR(c.beta, 15.0, 1e-6);
   EXPECT_NEAR(c.gamma, 0.3, 1e-6);
+  EXPECT_NEAR(c.delta, 0.7, 1e-6);
   EXPECT_TRUE(c.gamma_fitted);
   EXPECT_LT(c.rms_log_error, 1e-9);
   EXPECT_LT(c.max_sparsity_error, 1e-9);
-  EXPECT_NEAR(c.lambda_for(0.5, 8192), 3e-4 * std::exp(4.5) / std::pow(8192.0, 0.3), 1e-12);
+  // The simpler forms cannot follow a slope that moves with length.
+  EXPECT_GT(c.one_slope_rms_log_error, 0.1);
+  EXPECT_GT(c.paper_rms_log_error, c.one_slope_rms_log_error);
+  EXPECT_NEAR(c.lambda_for(0.5, 8192), 3e-4 * std::exp(7.5) / std::pow(8192.0, 0.3 + 0.35), 1e-12);
   EXPECT_NEAR(c.predicted_sparsity(c.lambda_for(0.6, 16384), 16384), 0.6, 1e-9);
+}
+
+TEST(CalibFit, OneSlopeWhenAsked) {
+  CalibrationOptions o;
+  o.length_slope = false;
+  const Calibration c = fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), o);
+  EXPECT_NEAR(c.beta, 9.0, 1e-6);
+  EXPECT_NEAR(c.gamma, 0.3, 1e-6);
+  EXPECT_EQ(c.delta, 0.0);
+  EXPECT_LT(c.rms_log_error, 1e-9);
+  // On points with no length slope, fitting delta finds none.
+  EXPECT_NEAR(fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), {}).delta, 0.0, 1e-6);
+}
+
+// delta tilts the law with length; where the tilt would make sparsity fall with lambda the
+// calibration says it does not reach, rather than returning a threshold.
+TEST(CalibLambda, RefusesLengthsWhereTheSlopeTurns) {
+  Calibration c;
+  c.alpha = 1e-4, c.beta = 10, c.gamma = 0, c.delta = 1.0;  // slope 10 - ln L: zero at L = e^10
+  EXPECT_GT(c.lambda_for(0.5, 4096), 0.0);
+  EXPECT_THROW(c.lambda_for(0.5, 30000), Error);
 }
 
 TEST(CalibFit, PaperFormWhenGammaFixed) {
@@ -49,6 +77,7 @@ TEST(CalibFit, PaperFormWhenGammaFixed) {
   const Calibration c = fit_blasst_calibration(synthetic(50.0, 7.0, 1.0), o);
   EXPECT_FALSE(c.gamma_fitted);
   EXPECT_EQ(c.gamma, 1.0);
+  EXPECT_EQ(c.delta, 0.0);
   EXPECT_NEAR(c.alpha, 50.0, 1e-6);
   EXPECT_NEAR(c.beta, 7.0, 1e-9);
   EXPECT_NEAR(c.paper_rms_log_error, 0.0, 1e-9);
@@ -67,6 +96,13 @@ TEST(CalibFit, FailsLoudly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("beta"), std::string::npos) << e.what();
   }
+  // Sparsity rising with lambda at 4K but falling at 32K: no law that holds at both lengths.
+  try {
+    fit_blasst_calibration(synthetic(3e-4, 15.0, 0.3, 1.6), {});
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every calibrated length"), std::string::npos) << e.what();
+  }
   // One sparsity value only: nothing determines beta.
   std::vector<CalibrationPoint> flat = {{4096, 1e-3, 0.5}, {4096, 1e-2, 0.5}, {4096, 1e-1, 0.5}};
   EXPECT_THROW(fit_blasst_calibration(flat, {}), Error);
@@ -84,7 +120,7 @@ TEST(CalibLambda, TargetAndClamp) {
 }
 
 Calibration fitted() {
-  Calibration c = fit_blasst_calibration(synthetic(3e-4, 9.0, 0.3), {});
+  Calibration c = fit_blasst_calibration(synthetic(3e-4, 12.0, 0.3, 0.3), {});
   c.samples = 4, c.source = "text workload", c.heads = 2, c.kv_heads = 1, c.dim = 64;
   c.dtype = "f32";
   c.checks.push_back({4096, 0.5, 1e-3, 0.51});
@@ -97,6 +133,9 @@ TEST(CalibJson, RoundTrip) {
   EXPECT_DOUBLE_EQ(b.alpha, a.alpha);
   EXPECT_DOUBLE_EQ(b.beta, a.beta);
   EXPECT_DOUBLE_EQ(b.gamma, a.gamma);
+  EXPECT_DOUBLE_EQ(b.delta, a.delta);
+  EXPECT_NE(a.delta, 0.0);
+  EXPECT_DOUBLE_EQ(b.one_slope_rms_log_error, a.one_slope_rms_log_error);
   EXPECT_EQ(b.points, a.points);
   EXPECT_EQ(b.lengths, a.lengths);
   EXPECT_EQ(b.source, a.source);
@@ -105,6 +144,19 @@ TEST(CalibJson, RoundTrip) {
   EXPECT_DOUBLE_EQ(b.checks[0].achieved, 0.51);
   EXPECT_EQ(b.curve.size(), a.curve.size());
   EXPECT_DOUBLE_EQ(b.lambda_for(0.7, 65536), a.lambda_for(0.7, 65536));
+}
+
+// Version 1 files (before delta) hold the delta = 0 law and still load.
+TEST(CalibJson, ReadsVersion1AsNoLengthSlope) {
+  auto j = nlohmann::json::parse(calibration_to_json(fitted()));
+  j["version"] = 1;
+  j.erase("delta");
+  j.erase("one_slope_rms_log_error");
+  const Calibration c = calibration_from_json(j.dump(), "v1.json");
+  EXPECT_EQ(c.delta, 0.0);
+  EXPECT_TRUE(std::isnan(c.one_slope_rms_log_error));
+  EXPECT_NEAR(c.lambda_for(0.5, 8192), c.alpha * std::exp(c.beta * 0.5) / std::pow(8192.0, c.gamma),
+              1e-15);
 }
 
 // Loading `j` must fail with a message naming `field`.
@@ -119,8 +171,8 @@ void expect_rejected(const nlohmann::json& j, const std::string& field) {
 
 TEST(CalibJson, RejectsBadFields) {
   const auto good = nlohmann::json::parse(calibration_to_json(fitted()));
-  for (const char* f : {"alpha", "beta", "gamma", "points", "lengths", "source", "heads", "dim",
-                        "causal", "format", "version", "rms_log_error"}) {
+  for (const char* f : {"alpha", "beta", "gamma", "delta", "points", "lengths", "source", "heads",
+                        "dim", "causal", "format", "version", "rms_log_error"}) {
     auto j = good;
     j.erase(f);
     expect_rejected(j, f);
@@ -137,6 +189,15 @@ TEST(CalibJson, RejectsBadFields) {
   j = good;
   j["beta"] = -2.0;  // a failed fit
   expect_rejected(j, "beta");
+  j = good;
+  j["delta"] = 1.5;  // slope 12 - 1.5 ln L is negative at the calibrated 32K: a failed fit
+  expect_rejected(j, "delta");
+  j = good;
+  j["delta"] = "0";
+  expect_rejected(j, "delta");
+  j = good;
+  j["version"] = 3;  // a newer format than this build reads
+  expect_rejected(j, "version");
   j = good;
   j["points"] = 2;  // a fit from fewer points than it has parameters
   expect_rejected(j, "points");

@@ -1,4 +1,5 @@
-// `spattn calibrate`: fit BLASST's threshold law lambda * L^gamma = alpha * exp(beta * s) on
+// `spattn calibrate`: fit BLASST's threshold law
+// lambda * L^(gamma + delta * s) = alpha * exp(beta * s) on
 // generated workloads at several lengths (or on --qkv dumps), write it as JSON for
 // `--method blasst:sparsity=S,calib=FILE`, and print the fit and where it holds.
 #include <fmt/format.h>
@@ -30,9 +31,10 @@ struct CalibrateOptions {
   uint64_t seed = 0;
   bool causal = true;
   int threads = 0;
-  double fit_min = 0.2, fit_max = 0.85;
+  double fit_min = CalibrationOptions{}.fit_min, fit_max = CalibrationOptions{}.fit_max;
   double gamma = 0;  // used only when --length-exponent is given
   bool gamma_given = false;
+  bool length_slope = true;
   std::string out;
   // --evaluate: check an existing calibration on fresh workloads instead of fitting one.
   std::string evaluate;
@@ -99,15 +101,19 @@ void print(const Calibration& c, const std::string& out) {
   fmt::print("calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}\n",
              c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
              c.causal ? "causal" : "full");
-  fmt::print("fit: lambda * L^gamma = alpha * exp(beta * s)\n");
-  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})\n", c.alpha, c.beta, c.gamma,
-             c.gamma_fitted ? "fitted" : "fixed");
+  fmt::print("fit: lambda * L^(gamma + delta * s) = alpha * exp(beta * s)\n");
+  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}\n", c.alpha, c.beta,
+             c.gamma, c.gamma_fitted ? "fitted" : "fixed", c.delta);
   fmt::print("  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
              "max sparsity error {:.1f} points\n",
              c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
-  if (c.gamma_fitted)
-    fmt::print("  paper's form (gamma = 1) on the same points: rms ln(lambda) error {:.3f}\n",
+  if (c.gamma_fitted) {
+    fmt::print("  paper's form (gamma = 1, delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
                c.paper_rms_log_error);
+    if (c.delta != 0)
+      fmt::print("  one slope for all lengths (delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
+                 c.one_slope_rms_log_error);
+  }
   fmt::print("where it holds (sparsity that lambda_for(target) gives on the calibration samples):\n");
   std::vector<double> targets;
   for (const auto& k : c.checks)
@@ -167,9 +173,9 @@ void run_evaluate(const CalibrateOptions& o) {
     for (double v : x) s += v;
     return s / double(x.size());
   };
-  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}) on {} fresh {} workloads "
+  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}) on {} fresh {} workloads "
              "per length (seeds {}..{}), {} q heads\n",
-             o.evaluate, c.alpha, c.beta, c.gamma, o.samples, o.workload, o.seed,
+             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, o.samples, o.workload, o.seed,
              o.seed + uint64_t(o.samples) - 1, o.heads);
   fmt::print("sparsity reached: mean over the workloads (points off target) [min, max]\n");
   fmt::print("{:>8}", "length");
@@ -200,6 +206,7 @@ void run_calibrate(const CalibrateOptions& o) {
   copt.fit_min = o.fit_min;
   copt.fit_max = o.fit_max;
   if (o.gamma_given) copt.gamma = o.gamma;
+  copt.length_slope = o.length_slope;
   copt.attn.causal = o.causal;
   copt.attn.threads = resolve_threads(o.threads);
   if (o.qkv.empty()) {
@@ -265,8 +272,11 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--fit-min", o->fit_min, "lowest sparsity fitted")->capture_default_str();
   cmd->add_option("--fit-max", o->fit_max, "highest sparsity fitted")->capture_default_str();
   cmd->add_option("--length-exponent", o->gamma,
-                  "fix gamma (1: the paper's lambda * L form) instead of fitting it")
+                  "fix gamma, with delta = 0 (1: the paper's lambda * L form), instead of fitting them")
       ->each([o](const std::string&) { o->gamma_given = true; });
+  cmd->add_flag("--length-slope,!--no-length-slope", o->length_slope,
+                "fit delta, letting the law's slope in s move with ln L (default), or keep one "
+                "slope for every length");
   cmd->callback([o] { run_calibrate(*o); });
 }
 

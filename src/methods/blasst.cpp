@@ -1,6 +1,6 @@
 // blasst (seeds/003): skip key tiles whose scores fall ln(lambda) below the running max.
 //   blasst:lambda=X                 a fixed threshold in [0, 1]
-//   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^gamma from a
+//   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^(gamma + delta * S) from a
 //                                   `spattn calibrate` file, L the context (kv) length
 //   batch=B                         decode only: key blocks scored before their V is loaded
 // q_len <= 16 runs the decode kernel (skips V loads), longer queries the prefill kernel.

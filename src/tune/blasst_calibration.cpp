@@ -1,6 +1,7 @@
 // BLASST calibration: sweep lambda over per-sample tile margins and fit
-// ln(lambda) = ln(alpha) + beta * s - gamma * ln(L).
+// ln(lambda) = ln(alpha) + beta * s - (gamma + delta * s) * ln(L).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <utility>
 
@@ -10,65 +11,109 @@
 
 namespace spattn {
 
+namespace {
+// d ln(lambda) / ds at length L: must be positive (sparsity grows with lambda).
+double slope_at(double beta, double delta, int64_t length) {
+  return beta - delta * std::log(double(length));
+}
+}  // namespace
+
 double Calibration::lambda_for(double sparsity, int64_t length) const {
   SPATTN_CHECK(std::isfinite(sparsity) && sparsity >= 0.0 && sparsity < 1.0,
                "target sparsity must be in [0, 1), got ", sparsity);
   SPATTN_CHECK(length >= 1, "context length must be >= 1, got ", length);
-  const double ln = std::log(alpha) + beta * sparsity - gamma * std::log(double(length));
+  // A fitted delta tilts the law with length; far enough out it would turn sparsity against
+  // lambda. That is outside anything the calibration saw, so say so instead of guessing.
+  SPATTN_CHECK(slope_at(beta, delta, length) > 0, "calibration does not extend to length ",
+               length, ": beta - delta * ln(L) = ", slope_at(beta, delta, length),
+               " (calibrate at lengths nearer to it)");
+  const double x = std::log(double(length));
+  const double ln = std::log(alpha) + beta * sparsity - (gamma + delta * sparsity) * x;
   // exp overflows to inf for huge ln; the clamp makes that 1 (skip everything skippable).
   return std::clamp(std::exp(ln), 0.0, 1.0);
 }
 
 double Calibration::predicted_sparsity(double lambda, int64_t length) const {
-  return (std::log(lambda) + gamma * std::log(double(length)) - std::log(alpha)) / beta;
+  const double x = std::log(double(length));
+  return (std::log(lambda) + gamma * x - std::log(alpha)) / slope_at(beta, delta, length);
 }
 
 namespace {
 
-struct Line {
-  double intercept = 0, beta = 0, gamma = 0;
+// Which terms of ln(lambda) = c + beta * s - gamma * x - delta * s * x (x = ln L) are fitted;
+// a term not fitted is fixed (gamma at `gamma`, delta at 0).
+struct Form {
+  bool fit_gamma = false, fit_delta = false;
+  double gamma = 1.0;
+};
+struct Law {
+  double intercept = 0, beta = 0, gamma = 0, delta = 0;
+  double ln_lambda(double s, double x) const { return intercept + beta * s - (gamma + delta * s) * x; }
 };
 
-// Least squares on centered variables: y = c + beta * s - gamma * x (x = ln L), gamma either
-// fixed or fitted. Returns false when the points do not determine the parameters.
-bool solve(const std::vector<CalibrationPoint>& pts, bool fit_gamma, double fixed_gamma,
-           Line& out) {
+// Least squares over the form's free terms. Columns are centered (the intercept comes from
+// the means), which keeps the normal equations well conditioned: ln L ~ 8-11 would otherwise
+// nearly repeat the constant column. Returns false when the points do not determine the terms.
+bool solve(const std::vector<CalibrationPoint>& pts, const Form& form, Law& out) {
+  constexpr int kMax = 3;  // beta, gamma, delta
   const double n = double(pts.size());
-  double ms = 0, mx = 0, my = 0;
-  for (const auto& p : pts) {
+  auto columns = [&](const CalibrationPoint& p, std::array<double, kMax>& col, double& y) {
     const double x = std::log(double(p.length));
-    ms += p.sparsity / n;
-    mx += x / n;
-    my += (std::log(p.lambda) + (fit_gamma ? 0.0 : fixed_gamma * x)) / n;
-  }
-  double sss = 0, sxx = 0, ssx = 0, ssy = 0, sxy = 0;
+    int k = 0;
+    col[k++] = p.sparsity;
+    if (form.fit_gamma) col[k++] = -x;
+    if (form.fit_delta) col[k++] = -p.sparsity * x;
+    y = std::log(p.lambda) + (form.fit_gamma ? 0.0 : form.gamma * x);
+    return k;
+  };
+  std::array<double, kMax> mean{}, col{};
+  double my = 0, y = 0;
+  int k = 0;
   for (const auto& p : pts) {
-    const double x = std::log(double(p.length));
-    const double ds = p.sparsity - ms, dx = x - mx;
-    const double dy = std::log(p.lambda) + (fit_gamma ? 0.0 : fixed_gamma * x) - my;
-    sss += ds * ds, sxx += dx * dx, ssx += ds * dx, ssy += ds * dy, sxy += dx * dy;
+    k = columns(p, col, y);
+    for (int i = 0; i < k; ++i) mean[size_t(i)] += col[size_t(i)] / n;
+    my += y / n;
   }
-  if (!fit_gamma) {
-    if (!(sss > 1e-12)) return false;
-    out.beta = ssy / sss;
-    out.gamma = fixed_gamma;
-    out.intercept = my - out.beta * ms;
-    return true;
+  double A[kMax][kMax + 1] = {};
+  for (const auto& p : pts) {
+    columns(p, col, y);
+    for (int i = 0; i < k; ++i) {
+      const double ci = col[size_t(i)] - mean[size_t(i)];
+      for (int j = 0; j < k; ++j) A[i][j] += ci * (col[size_t(j)] - mean[size_t(j)]);
+      A[i][k] += ci * (y - my);
+    }
   }
-  // [sss ssx; ssx sxx] [beta; -gamma] = [ssy; sxy]
-  const double det = sss * sxx - ssx * ssx;
-  if (!(det > 1e-9 * sss * sxx) || !(sss > 1e-12) || !(sxx > 1e-12)) return false;
-  out.beta = (ssy * sxx - sxy * ssx) / det;
-  out.gamma = -(sss * sxy - ssx * ssy) / det;
-  out.intercept = my - out.beta * ms + out.gamma * mx;
+  // Gaussian elimination with partial pivoting; a pivot that vanishes against its column's
+  // spread means that term is not determined (sparsity or length does not vary).
+  std::array<double, kMax> scale{};
+  for (int i = 0; i < k; ++i) scale[size_t(i)] = A[i][i];
+  for (int c = 0; c < k; ++c) {
+    int piv = c;
+    for (int r = c + 1; r < k; ++r)
+      if (std::abs(A[r][c]) > std::abs(A[piv][c])) piv = r;
+    if (!(std::abs(A[piv][c]) > 1e-9 * scale[size_t(c)]) || !(scale[size_t(c)] > 1e-12)) return false;
+    std::swap(A[c], A[piv]);
+    for (int r = 0; r < k; ++r) {
+      if (r == c) continue;
+      const double f = A[r][c] / A[c][c];
+      for (int j = c; j <= k; ++j) A[r][j] -= f * A[c][j];
+    }
+  }
+  std::array<double, kMax> coef{};
+  for (int i = 0; i < k; ++i) coef[size_t(i)] = A[i][k] / A[i][i];
+  int i = 0;
+  out.beta = coef[size_t(i++)];
+  out.gamma = form.fit_gamma ? coef[size_t(i++)] : form.gamma;
+  out.delta = form.fit_delta ? coef[size_t(i++)] : 0.0;
+  out.intercept = my;  // my = c + sum_i coef_i * mean_i, in the y the fit used
+  for (int t = 0; t < k; ++t) out.intercept -= coef[size_t(t)] * mean[size_t(t)];
   return true;
 }
 
-double rms_residual(const std::vector<CalibrationPoint>& pts, const Line& f) {
+double rms_residual(const std::vector<CalibrationPoint>& pts, const Law& f) {
   double sum = 0;
   for (const auto& p : pts) {
-    const double r = std::log(p.lambda) -
-                     (f.intercept + f.beta * p.sparsity - f.gamma * std::log(double(p.length)));
+    const double r = std::log(p.lambda) - f.ln_lambda(p.sparsity, std::log(double(p.length)));
     sum += r * r;
   }
   return std::sqrt(sum / double(pts.size()));
@@ -108,20 +153,32 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   SPATTN_CHECK(in.size() >= 3, "calibration fit failed: ", in.size(),
                " points with sparsity in [", opt.fit_min, ", ", opt.fit_max,
                "] (need 3; widen the lambda grid or the fit range)");
-  // gamma is only identifiable across lengths; one length falls back to the paper's 1/L.
-  const bool fit_gamma = !opt.gamma && lengths.size() >= 2;
-  Line f;
-  SPATTN_CHECK(solve(in, fit_gamma, opt.gamma.value_or(1.0), f),
-               "calibration fit failed: the ", in.size(),
+  // gamma and delta are only identifiable across lengths; one length falls back to the
+  // paper's 1/L. A fixed gamma means the paper's shape (one slope for every length).
+  Form form;
+  form.fit_gamma = !opt.gamma && lengths.size() >= 2;
+  form.fit_delta = form.fit_gamma && opt.length_slope;
+  form.gamma = opt.gamma.value_or(1.0);
+  const int64_t terms = 2 + form.fit_gamma + form.fit_delta;
+  SPATTN_CHECK(int64_t(in.size()) >= terms + 1, "calibration fit failed: ", in.size(),
+               " points with sparsity in [", opt.fit_min, ", ", opt.fit_max, "] for ", terms,
+               " parameters (widen the lambda grid or the fit range)");
+  Law f;
+  SPATTN_CHECK(solve(in, form, f), "calibration fit failed: the ", in.size(),
                " points in range do not determine the fit (sparsity or length does not vary)");
-  SPATTN_CHECK(std::isfinite(f.beta) && f.beta > 0, "calibration fit failed: beta = ", f.beta,
-               " (sparsity must grow with lambda)");
+  const int64_t shortest = *std::min_element(lengths.begin(), lengths.end());
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  SPATTN_CHECK(std::isfinite(f.beta) && std::isfinite(f.delta) && slope_at(f.beta, f.delta, shortest) > 0 &&
+                   slope_at(f.beta, f.delta, longest) > 0,
+               "calibration fit failed: beta = ", f.beta, ", delta = ", f.delta,
+               " (sparsity must grow with lambda at every calibrated length)");
   Calibration c;
   c.alpha = std::exp(f.intercept);
   SPATTN_CHECK(std::isfinite(c.alpha) && c.alpha > 0, "calibration fit failed: alpha = ", c.alpha);
   c.beta = f.beta;
   c.gamma = f.gamma;
-  c.gamma_fitted = fit_gamma;
+  c.delta = f.delta;
+  c.gamma_fitted = form.fit_gamma;
   c.points = int64_t(in.size());
   c.fit_min = opt.fit_min;
   c.fit_max = opt.fit_max;
@@ -129,8 +186,11 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   for (const auto& p : in)
     c.max_sparsity_error =
         std::max(c.max_sparsity_error, std::abs(c.predicted_sparsity(p.lambda, p.length) - p.sparsity));
-  Line paper;
-  c.paper_rms_log_error = solve(in, false, 1.0, paper) ? rms_residual(in, paper) : NAN;
+  // The simpler forms on the same points, so a user sees what each term buys.
+  Law paper, one_slope;
+  c.paper_rms_log_error = solve(in, Form{}, paper) ? rms_residual(in, paper) : NAN;
+  c.one_slope_rms_log_error =
+      lengths.size() >= 2 && solve(in, Form{true, false, 1.0}, one_slope) ? rms_residual(in, one_slope) : NAN;
   std::sort(lengths.begin(), lengths.end());
   c.lengths = lengths;
   return c;

@@ -14,7 +14,8 @@ namespace {
 
 using nlohmann::json;
 constexpr const char* kFormat = "spattn.blasst_calibration";
-constexpr int kVersion = 1;
+// Version 2 added delta (version 1 files are the delta = 0 law and still load).
+constexpr int kVersion = 2;
 
 // Field readers: each throws Error "<origin>: field 'name' ..." on a missing or bad value.
 class Fields {
@@ -64,17 +65,19 @@ std::string calibration_to_json(const Calibration& c) {
   json j;
   j["format"] = kFormat;
   j["version"] = kVersion;
-  j["model"] = "lambda * L^gamma = alpha * exp(beta * sparsity)";
+  j["model"] = "lambda * L^(gamma + delta * sparsity) = alpha * exp(beta * sparsity)";
   j["alpha"] = c.alpha;
   j["beta"] = c.beta;
   j["gamma"] = c.gamma;
+  j["delta"] = c.delta;
   j["gamma_fitted"] = c.gamma_fitted;
   j["points"] = c.points;
   j["rms_log_error"] = c.rms_log_error;
   j["max_sparsity_error"] = c.max_sparsity_error;
   // NaN is not JSON: a paper-form fit that could not be made is written as null.
-  j["paper_rms_log_error"] =
-      std::isfinite(c.paper_rms_log_error) ? json(c.paper_rms_log_error) : json(nullptr);
+  auto finite_or_null = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
+  j["paper_rms_log_error"] = finite_or_null(c.paper_rms_log_error);
+  j["one_slope_rms_log_error"] = finite_or_null(c.one_slope_rms_log_error);
   j["fit_min"] = c.fit_min;
   j["fit_max"] = c.fit_max;
   j["samples"] = c.samples;
@@ -106,13 +109,15 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
   const Fields f(j, origin);
   SPATTN_CHECK(f.string("format") == kFormat, origin, ": field 'format' must be '", kFormat,
                "' (not a BLASST calibration file)");
-  SPATTN_CHECK(f.integer("version", 1) == kVersion, origin, ": field 'version' ",
-               j["version"].dump(), " is not supported (expected ", kVersion, ")");
+  const int64_t version = f.integer("version", 1);
+  SPATTN_CHECK(version <= kVersion, origin, ": field 'version' ", j["version"].dump(),
+               " is not supported (expected 1 to ", kVersion, ")");
   Calibration c;
   c.alpha = f.number("alpha", 0.0, HUGE_VAL, /*lo_open=*/true);
   // A failed fit (beta <= 0: sparsity falling with lambda) gives thresholds that mean nothing.
   c.beta = f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
   c.gamma = f.number("gamma", -8.0, 8.0);
+  c.delta = version >= 2 ? f.number("delta", -8.0, 8.0) : 0.0;
   c.gamma_fitted = f.boolean("gamma_fitted");
   c.points = f.integer("points", 3);
   c.rms_log_error = f.number("rms_log_error", 0.0, HUGE_VAL);
@@ -120,6 +125,11 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
   c.paper_rms_log_error = j.contains("paper_rms_log_error") && j["paper_rms_log_error"].is_null()
                               ? NAN
                               : f.number("paper_rms_log_error", 0.0, HUGE_VAL);
+  // A comparison only (and absent from version 1): optional, checked when present.
+  c.one_slope_rms_log_error =
+      !j.contains("one_slope_rms_log_error") || j["one_slope_rms_log_error"].is_null()
+          ? NAN
+          : f.number("one_slope_rms_log_error", 0.0, HUGE_VAL);
   c.fit_min = f.number("fit_min", 0.0, 1.0);
   c.fit_max = f.number("fit_max", 0.0, 1.0);
   SPATTN_CHECK(c.fit_min < c.fit_max, origin, ": field 'fit_min' (", c.fit_min,
@@ -132,6 +142,10 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
     SPATTN_CHECK(l.is_number_integer() && l.get<int64_t>() >= 1, origin,
                  ": field 'lengths' must hold positive integers, got ", l.dump());
     c.lengths.push_back(l.get<int64_t>());
+    // A failed fit also shows as sparsity falling with lambda at a calibrated length.
+    const double slope = c.beta - c.delta * std::log(double(c.lengths.back()));
+    SPATTN_CHECK(slope > 0, origin, ": fields 'beta' and 'delta' give a slope beta - delta ln L = ",
+                 slope, " <= 0 at calibrated length ", c.lengths.back(), " (a failed fit)");
   }
   c.source = f.string("source");
   c.heads = f.integer("heads", 1);
