@@ -87,29 +87,25 @@ double run_once_ms(Method& m, const Problem& p, const TensorView& out, const Att
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-MethodResult bench_method(Method& m, const std::string& spec, const Problem& p, const Tensor& out,
-                          int repeat, const std::string& label, Progress& progress) {
+// One untimed run (it also validates the inputs, NaN/Inf included), then the metrics on its
+// output: the kernels are deterministic, so every timed run computes the same output and
+// Stats as this one.
+MethodResult measure_method(Method& m, const std::string& spec, const Problem& p, const Tensor& out,
+                            const std::string& label, Progress& progress) {
   MethodResult r;
   r.spec = spec;
   progress.update(label + " warm-up");
-  // The warm-up also validates the inputs (NaN/Inf included); the timed runs skip that
-  // pass so they time the method alone.
   run_once_ms(m, p, out, p.opt, r.stats);
-  AttnOptions timed = p.opt;
-  timed.check_finite = false;
-  for (int i = 0; i < repeat; ++i) {
-    progress.update(fmt::format("{} run {}/{}", label, i + 1, repeat));
-    r.run_ms.push_back(run_once_ms(m, p, out, timed, r.stats));
-  }
-  r.ms = median(r.run_ms);
   if (const auto* b = dynamic_cast<const BlasstMethod*>(&m)) {
     r.is_blasst = true;
     const SkipStats& sk = b->last_skips();
     for (int64_t h = 0; h < sk.heads; ++h) r.skipped_per_head.push_back(sk.head_skipped_fraction(h));
   }
   progress.update(label + " metrics");
-  r.recall = attention_recall(p.q, p.k, *m.coverage(p.q.seq(), p.k.seq(), p.opt.causal), timed);
-  r.error = sampled_output_error(out, p.q, p.k, p.v, timed);
+  AttnOptions unchecked = p.opt;
+  unchecked.check_finite = false;
+  r.recall = attention_recall(p.q, p.k, *m.coverage(p.q.seq(), p.k.seq(), p.opt.causal), unchecked);
+  r.error = sampled_output_error(out, p.q, p.k, p.v, unchecked);
   return r;
 }
 
@@ -123,8 +119,21 @@ std::vector<MethodResult> bench_all(const std::vector<MethodSpec>& specs,
   for (size_t i = 0; i < methods.size(); ++i) {
     const std::string label =
         fmt::format("method {}/{} {}", i + 1, methods.size(), specs[i].text);
-    results.push_back(bench_method(*methods[i], specs[i].text, p, out, repeat, label, progress));
+    results.push_back(measure_method(*methods[i], specs[i].text, p, out, label, progress));
   }
+  // Timed runs go round-robin over the methods: this machine's speed drifts over seconds
+  // (memory bandwidth above all, which decode is bound by), and timing each method's runs
+  // back to back would fold that drift into the speedups. The timed runs skip the input
+  // check so they time the method alone.
+  AttnOptions timed = p.opt;
+  timed.check_finite = false;
+  Stats scratch;
+  for (int rep = 0; rep < repeat; ++rep)
+    for (size_t i = 0; i < methods.size(); ++i) {
+      progress.update(fmt::format("run {}/{} {}", rep + 1, repeat, specs[i].text));
+      results[i].run_ms.push_back(run_once_ms(*methods[i], p, out, timed, scratch));
+    }
+  for (auto& r : results) r.ms = median(r.run_ms);
   for (auto& r : results) r.speedup = r.ms > 0 ? results.front().ms / r.ms : 0.0;
   return results;
 }
@@ -152,7 +161,7 @@ void print_table(const MachineInfo& m, double peak, const Problem& p, const Benc
                  const std::vector<MethodResult>& results) {
   fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
              m.cores, m.threads, m.simd, peak);
-  fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs\n", p.source,
+  fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n", p.source,
              shape(p.q), shape(p.k), dtype_name(p.q.dtype()), p.opt.causal ? "causal" : "full",
              p.opt.threads, o.repeat);
   size_t w = 6;
