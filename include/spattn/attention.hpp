@@ -20,6 +20,19 @@ struct AttnOptions {
   bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
 };
 
+// The softmax scale: opt.scale, or 1/sqrt(d) when it is 0. The one place this default lives;
+// the reference and the estimates use the same float value the kernels use.
+float softmax_scale(const AttnOptions& opt, int64_t dim);
+
+// Keys [0, causal_limit) query row `row` may see: bottom-right alignment puts row i at absolute
+// position kv_len - q_len + i (clamped to [0, kv_len]); every key when not causal. The one place
+// the causal rule lives.
+inline int64_t causal_limit(int64_t row, int64_t q_len, int64_t kv_len, bool causal = true) {
+  if (!causal) return kv_len;
+  const int64_t lim = kv_len - q_len + row + 1;
+  return lim < 0 ? 0 : (lim > kv_len ? kv_len : lim);
+}
+
 // What a kernel really did, summed over heads. Score entries are counted after masking:
 // causal entries a tile held but did not need are not counted.
 struct Stats {

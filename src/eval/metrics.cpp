@@ -62,16 +62,7 @@ void read_row(const TensorView& t, int64_t h, int64_t s, std::vector<double>& ro
   for (int64_t c = 0; c < t.dim; ++c) row[size_t(c)] = t.get(h, s, c);
 }
 
-double softmax_scale(const AttnOptions& opt, int64_t d) {
-  return opt.scale > 0 ? double(opt.scale) : 1.0 / std::sqrt(double(d));
-}
 
-// Keys query row i may see: bottom-right causal alignment (row i sits at absolute position
-// kv_len - q_len + i), clamped to [0, kv_len].
-int64_t visible_keys(int64_t row, int64_t q_len, int64_t kv_len, bool causal) {
-  if (!causal) return kv_len;
-  return std::clamp<int64_t>(kv_len - q_len + row + 1, 0, kv_len);
-}
 
 void check_qk(const TensorView& q, const TensorView& k, const char* what) {
   SPATTN_CHECK(q.heads > 0 && k.heads > 0, what, ": heads must be > 0");
@@ -90,7 +81,7 @@ struct RowScores {
 void row_scores(const TensorView& q, const TensorView& k, int64_t h, int64_t i, double scale,
                 bool causal, RowScores& out) {
   const int64_t d = q.dim, kh = h / (q.heads / k.heads);
-  const int64_t visible = visible_keys(i, q.seq, k.seq, causal);
+  const int64_t visible = causal_limit(i, q.seq, k.seq, causal);
   std::vector<double> qi;
   read_row(q, h, i, qi);
   out.s.resize(size_t(visible));
@@ -219,7 +210,7 @@ int64_t BlockMassGrid::causal_blocks(int64_t qb) const {
   SPATTN_CHECK(qb >= 0 && qb < n_qb, "causal_blocks: query block ", qb, " outside [0, ", n_qb, ")");
   if (!causal) return n_kb;
   const int64_t last_row = std::min((qb + 1) * block_q, q_len) - 1;
-  const int64_t visible = visible_keys(last_row, q_len, kv_len, true);
+  const int64_t visible = causal_limit(last_row, q_len, kv_len, true);
   return (visible + block_k - 1) / block_k;
 }
 
@@ -292,7 +283,7 @@ BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorV
   for (int64_t qb = 0; qb < g.n_qb; ++qb) {
     int64_t rows = 0;
     for (int64_t i = qb * block_q; i < std::min((qb + 1) * block_q, q.seq); ++i)
-      rows += visible_keys(i, q.seq, k.seq, opt.causal) > 0;
+      rows += causal_limit(i, q.seq, k.seq, opt.causal) > 0;
     if (rows == 0) continue;
     for (int64_t kb = 0; kb < g.n_kb; ++kb)
       g.mass[size_t(qb * g.n_kb + kb)] = float(obs.cell(qb * g.n_kb + kb) / double(rows));

@@ -7,6 +7,12 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/error.hpp"
 
+namespace spattn {
+float softmax_scale(const AttnOptions& opt, int64_t dim) {
+  return opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(dim));
+}
+}  // namespace spattn
+
 namespace spattn::kernels {
 
 Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -19,7 +25,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.out = out;
   p.lse = lse;
   p.causal = opt.causal;
-  p.scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(q.dim));
+  p.scale = softmax_scale(opt, q.dim);
   p.threads = resolve_threads(opt.threads);
   p.group = q.heads / k.heads;
   p.q_len = q.seq;

@@ -12,10 +12,10 @@ void attention_reference(const TensorView& q, const TensorView& k, const TensorV
                          const TensorView& out, const AttnOptions& opt, float* lse) {
   validate_attention_args(q, k, v, out, opt);
   const int64_t d = q.dim, lq = q.seq, lk = k.seq, group = q.heads / k.heads;
-  const double scale = opt.scale > 0 ? opt.scale : 1.0 / std::sqrt(double(d));
+  const double scale = softmax_scale(opt, d);
   parallel_for(q.heads * lq, resolve_threads(opt.threads), [&](int64_t item, int) {
     const int64_t h = item / lq, i = item % lq, kh = h / group;
-    const int64_t visible = opt.causal ? lk - lq + i + 1 : lk;
+    const int64_t visible = causal_limit(i, lq, lk, opt.causal);
     std::vector<double> qi(static_cast<size_t>(d)), o(static_cast<size_t>(d), 0.0);
     std::vector<double> s(static_cast<size_t>(std::max<int64_t>(visible, 1)));
     for (int64_t c = 0; c < d; ++c) qi[size_t(c)] = q.get(h, i, c);

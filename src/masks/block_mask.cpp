@@ -1,5 +1,6 @@
 // BlockMask: construction, conversion, validation and entry counting.
 #include "spattn/block_mask.hpp"
+#include "spattn/attention.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -41,13 +42,12 @@ BlockMask::BlockMask(int64_t heads_, int64_t q_len_, int64_t kv_len_, int64_t bl
   offsets.assign(size_t(heads * n_qb() + 1), 0);
 }
 
-// The last row of query block qb sits at kv_len - q_len + last_row and sees keys up to there.
 int64_t BlockMask::causal_blocks(int64_t qb) const {
   SPATTN_CHECK(qb >= 0 && qb < n_qb(), "BlockMask: query block ", qb, " outside [0, ", n_qb(),
                ")");
   if (!causal) return n_kb();
   const int64_t last_row = std::min((qb + 1) * block_q, q_len) - 1;
-  const int64_t visible = std::clamp<int64_t>(kv_len - q_len + last_row + 1, 0, kv_len);
+  const int64_t visible = causal_limit(last_row, q_len, kv_len);
   return (visible + block_k - 1) / block_k;
 }
 

@@ -43,7 +43,7 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb(), d = q.dim, group = q.heads / k.heads;
   const int64_t off = k.seq - q.seq;
-  const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(d));
+  const float scale = softmax_scale(opt, d);
 
   BlasThreads blas(resolve_threads(opt.threads));
   std::vector<float> kp, score(size_t(nq * nk));

@@ -51,7 +51,7 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
                    q.seq > 0 && q.seq <= k.seq,
                "vertical_slash: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
   const int64_t lk = k.seq, d = q.dim, n = std::min(c.last_q, q.seq), group = q.heads / k.heads;
-  const float scale = opt.scale > 0 ? opt.scale : 1.0f / std::sqrt(float(d));
+  const float scale = softmax_scale(opt, d);
   const int64_t n_cols = std::min(lk, std::max(c.vertical_size, std::min(c.sink, lk)));
   const int64_t n_diag = std::min(lk, std::max(c.slash_size, std::min(c.local, lk)));
 
