@@ -113,9 +113,7 @@ TEST(KernelPolicy, KeyRangeLists) {
 // Skips every key tile but the first once its scores are known.
 struct SkipLater : kernels::DensePolicy {
   static constexpr bool kMaySkip = true;
-  bool skip(int64_t, int64_t, int64_t key_tile, const float*, const float*, int64_t, int64_t) {
-    return key_tile > 0;
-  }
+  bool skip(Local&, const kernels::TileView& v) const { return v.key_tile > 0; }
 };
 
 TEST(KernelPolicy, SkippedTilesAddNothing) {

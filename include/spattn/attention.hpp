@@ -18,6 +18,8 @@ struct AttnOptions {
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(d)
   int threads = 0;      // 0: all hardware threads
   bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
+  // Position of query row 0 in calls over a PackedKV; -1: bottom-right (see packed_kv.hpp).
+  int64_t q_start = -1;
 };
 
 // The softmax scale: opt.scale, or 1/sqrt(d) when it is 0. The one place this default lives;

@@ -26,6 +26,8 @@ struct SkipStats {
   // Set record_tiles before the call to also get, per (head, q tile), the 64-key tiles skipped.
   bool record_tiles = false;
   std::vector<std::vector<int32_t>> skipped_tiles;
+  // Empty counts for `heads` x `q_tiles` query tiles; keeps record_tiles.
+  void reset(int64_t heads, int64_t q_tiles, int64_t tile_rows = 64);
   double skipped_fraction() const;
   double head_skipped_fraction(int64_t h) const;
   double tile_skipped_fraction(int64_t h, int64_t t) const;

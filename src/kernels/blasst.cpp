@@ -17,19 +17,16 @@ namespace spattn::kernels {
 struct BlasstPolicy : DensePolicy {
   static constexpr bool kMaySkip = true;
   float threshold = kNegInf;  // log2(lambda): tile_max and m are in log2 units
-  SkipStats* record = nullptr;
+  SkipStats* record = nullptr;  // written only at this item's (h, t)
 
-  bool skip(int64_t h, int64_t t, int64_t key_tile, const float* tile_max, const float* m,
-            int64_t n, int64_t) {
-    bool below = threshold != kNegInf;
-    // A row with no key in this tile has tile_max = -inf: it never keeps the tile alive.
-    for (int64_t r = 0; r < n && below; ++r) below = !(tile_max[r] - m[r] >= threshold);
+  bool skip(Local&, const TileView& v) const {
+    const bool below = blasst_skips(v.tile_max, v.m, v.n, threshold);
     if (record) {
-      const size_t i = size_t(h * record->q_tiles + t);
+      const size_t i = size_t(v.h * record->q_tiles + v.t);
       ++record->visited[i];
       if (below) {
         ++record->skipped[i];
-        if (record->record_tiles) record->skipped_tiles[i].push_back(int32_t(key_tile));
+        if (record->record_tiles) record->skipped_tiles[i].push_back(int32_t(v.key_tile));
       }
     }
     return below;
@@ -39,17 +36,16 @@ struct BlasstPolicy : DensePolicy {
 // Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries.
 struct MarginPolicy : DensePolicy {
   static constexpr bool kMaySkip = true;
-  std::vector<std::vector<std::pair<float, int64_t>>>* per_item = nullptr;
+  std::vector<std::vector<std::pair<float, int64_t>>>* per_item = nullptr;  // [h * q_tiles + t]
   int64_t q_tiles = 0;
 
-  bool skip(int64_t h, int64_t t, int64_t, const float* tile_max, const float* m, int64_t n,
-            int64_t entries) {
+  bool skip(Local&, const TileView& v) const {
     float margin = kNegInf;
-    for (int64_t r = 0; r < n; ++r) {
-      const float d = tile_max[r] - m[r];
+    for (int64_t r = 0; r < v.n; ++r) {
+      const float d = v.tile_max[r] - v.m[r];
       if (d == d) margin = std::max(margin, d);  // NaN: a row that saw nothing yet or here
     }
-    (*per_item)[size_t(h * q_tiles + t)].push_back({margin * kLn2, entries});
+    (*per_item)[size_t(v.h * q_tiles + v.t)].push_back({margin * kLn2, v.entries});
     return false;
   }
 };
@@ -87,21 +83,12 @@ HWY_EXPORT(MarginEntry);
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip) {
-  kernels::check_lambda(lambda, "blasst");
+  const float threshold = kernels::blasst_log2_threshold(lambda, "blasst");
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   if (skip) {
-    const bool record = skip->record_tiles;
-    *skip = SkipStats{};
-    skip->record_tiles = record;
-    skip->heads = q.heads;
-    skip->tile_rows = kernels::DensePolicy{}.tile_rows;
-    skip->q_tiles = (q.seq + skip->tile_rows - 1) / skip->tile_rows;
-    const size_t n = size_t(skip->heads * skip->q_tiles);
-    skip->visited.assign(n, 0);
-    skip->skipped.assign(n, 0);
-    if (record) skip->skipped_tiles.assign(n, {});
+    const kernels::DensePolicy tiles;
+    skip->reset(q.heads, tiles.num_tiles(p), tiles.tile_rows);
   }
-  const float threshold = lambda > 0 ? float(std::log2(lambda)) : kernels::kNegInf;
   HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, threshold, skip, stats);
 }
 
@@ -124,13 +111,24 @@ TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const 
 }
 
 double TileMargins::sparsity_at(double lambda) const {
-  kernels::check_lambda(lambda, "blasst");
+  kernels::blasst_log2_threshold(lambda, "blasst");  // validates
   if (lambda == 0 || causal_entries == 0) return 0.0;
   const double ln_lambda = std::log(lambda);
   int64_t skipped = 0;
   for (size_t i = 0; i < margin.size(); ++i)
     if (double(margin[i]) < ln_lambda) skipped += entries[i];
   return double(skipped) / double(causal_entries);
+}
+
+void SkipStats::reset(int64_t heads_, int64_t q_tiles_, int64_t tile_rows_) {
+  const bool record = record_tiles;
+  *this = SkipStats{};
+  record_tiles = record;
+  heads = heads_, q_tiles = q_tiles_, tile_rows = tile_rows_;
+  const size_t n = size_t(heads * q_tiles);
+  visited.assign(n, 0);
+  skipped.assign(n, 0);
+  if (record) skipped_tiles.assign(n, {});
 }
 
 double SkipStats::skipped_fraction() const {
@@ -160,7 +158,7 @@ class BlasstCoverage final : public Coverage {
   BlasstCoverage(const SkipStats& s, int64_t q_len, int64_t kv_len, bool causal)
       : s_(s), q_len_(q_len), kv_len_(kv_len), causal_(causal) {}
   void row_ranges(int64_t h, int64_t row, std::vector<KeyRange>& out) const override {
-    const int64_t limit = causal_ ? kv_len_ - q_len_ + row + 1 : kv_len_;
+    const int64_t limit = causal_limit(row, q_len_, kv_len_, causal_);
     std::vector<int32_t> skipped = s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)];
     std::sort(skipped.begin(), skipped.end());
     int64_t begin = 0;

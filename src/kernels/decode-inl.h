@@ -523,19 +523,11 @@ void PVBlock(const float* p, int64_t n, const E* v, int64_t vs, int64_t nk, int6
   if (r < n) PVRows<1>(p + r * kTileKeys, nk, v, vs, d, o + r * dp, dp);
 }
 
-// The BLASST decode skip rule, per block b of a batch, with x in base-2 units:
-//     skip  <=>  for every row r:  max_j x_b[r][j] - m'[r] < log2(lambda)  (= ln(lambda) in
-//                                                                           natural units)
-// It is the prefill rule (blasst.hpp) except that m' is the running max after the whole
-// batch (including b itself and the blocks after it), not the max before b: the batch's
-// scores are known before any V block of it is loaded. The block holding a row's new max has
-// margin 0 >= log2(lambda), so it is never skipped and skipping never changes m'. A row that
-// sees no key of the block (max -inf) does not keep it.
-inline bool Skippable(const float* bmax, const float* m, int64_t n, float log2_lambda) {
-  for (int64_t r = 0; r < n; ++r)
-    if (bmax[r] - m[r] >= log2_lambda) return false;
-  return true;
-}
+// BLASST's decode skip rule is the prefill rule (blasst_skips in flash_common.hpp) per block b
+// of a batch, except that m' is the running max after the whole batch (including b itself and
+// the blocks after it), not the max before b: the batch's scores are known before any V block
+// of it is loaded. The block holding a row's new max has margin 0 >= log2(lambda), so it is
+// never skipped and skipping never changes m'.
 
 // One work item: kv head kvh, rows [r0, r0 + n) of its group, key blocks [t0, t1).
 template <class E, bool kStaged, bool kDot>
@@ -600,7 +592,7 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
     // 3. Exponentials and P.V of the blocks that are kept; only these read V.
     for (int64_t b = 0; b < nb; ++b) {
       ++st.tiles_visited;
-      if (pl.may_skip && Skippable(sc.bmax + b * n, sc.m, n, pl.log2_lambda)) {
+      if (pl.may_skip && blasst_skips(sc.bmax + b * n, sc.m, n, pl.log2_lambda)) {
         ++st.tiles_skipped;
         if (rec_blocks) rec_blocks->push_back(int32_t(jt + b));
         continue;
@@ -692,9 +684,9 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats, SkipStats* skip) {
   add_kernel_stats(p, part, stats);
 }
 
-// lambda in [0, 1] (validated), batch in [1, kMaxBatch]. skip: null, or laid out by
+// log2_lambda from blasst_log2_threshold, batch in [1, kMaxBatch]. skip: null, or laid out by
 // attention_decode (Hq heads, one query tile, zero counts).
-inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* stats,
+inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, Stats* stats,
                       SkipStats* skip) {
   Plan pl;
   pl.rows = p.group * p.q_len;
@@ -708,8 +700,8 @@ inline void RunDecode(const Problem& p, double lambda, int64_t batch, Stats* sta
   pl.chunk_rows = pl.chunk_heads * p.q_len;
   pl.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
   pl.batch = batch;
-  pl.may_skip = lambda > 0;
-  pl.log2_lambda = pl.may_skip ? float(std::log2(lambda)) : kNegInf;
+  pl.may_skip = log2_lambda != kNegInf;
+  pl.log2_lambda = log2_lambda;
   pl.dp = RoundUp(p.dim, 2 * int64_t(kLanes));  // whole pairs of vectors (PVStrip)
   pl.dq = RoundUp(p.dim, 32);
   pl.c = p.scale * kLog2e;

@@ -29,6 +29,8 @@
 #include "core/threading.hpp"
 #include "hwy/highway.h"
 #include "kernels/flash_common.hpp"
+#include "kernels/packed_kv.hpp"
+#include "spattn/error.hpp"
 #if HWY_TARGET == HWY_AVX3
 #include <immintrin.h>
 #endif
@@ -96,13 +98,6 @@ inline void LoadRowF32(const TensorView& t, int64_t h, int64_t s, int64_t d, flo
   for (int64_t c = 0; c < d; ++c) dst[c] = t.get(h, s, c);
 }
 
-// The keys of one tile: `count` keys starting at j0, or gathered from a list.
-struct KeyList {
-  int64_t j0 = 0, count = 0;
-  const int64_t* gathered = nullptr;
-  int64_t at(int64_t jj) const { return gathered ? gathered[jj] : j0 + jj; }
-};
-
 // ---------------------------------------------------------------------------------------
 // F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
 struct F32Ops {
@@ -116,23 +111,23 @@ struct F32Ops {
     for (int64_t r = 0; r < n; ++r) LoadRowF32(q, h, rows[r], d, dst + r * d);
     std::fill(dst + n * d, dst + npad * d, 0.0f);
   }
-  // Key tile = keys.at(jj) for jj < keys.count, zeros after (see KeyList).
-  static void PackK(const TensorView& k, int64_t h, const KeyList& keys, int64_t d, T* dst,
-                    float* row_buf) {
-    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (jj < keys.count) LoadRowF32(k, h, keys.at(jj), d, row_buf);
-      else std::fill(row_buf, row_buf + d, 0.0f);
-      for (int64_t c = 0; c < d; ++c) dst[c * kTileKeys + jj] = row_buf[c];
-    }
+  // Slot jj of a K tile and of a V tile from row s of k / v. Other slots and the V padding
+  // [d, dp) are left as they are (zero in a fresh tile).
+  static void PackKeyK(const TensorView& k, int64_t h, int64_t s, int64_t jj, int64_t d, T* tile,
+                       float* row_buf) {
+    LoadRowF32(k, h, s, d, row_buf);
+    for (int64_t c = 0; c < d; ++c) tile[c * kTileKeys + jj] = row_buf[c];
   }
-  static void PackV(const TensorView& v, int64_t h, const KeyList& keys, int64_t d, int64_t dp,
-                    T* dst, float*) {
-    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      T* row = dst + jj * dp;
-      if (jj < keys.count) LoadRowF32(v, h, keys.at(jj), d, row);
-      else std::fill(row, row + d, 0.0f);
-      std::fill(row + d, row + dp, 0.0f);
-    }
+  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d,
+                       int64_t dp, T* tile, float*) {
+    LoadRowF32(v, h, s, d, tile + jj * dp);
+  }
+  // Copies slot sj of packed tiles into slot dj of others (gathering packed keys).
+  static void CopyKeyK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t d) {
+    for (int64_t c = 0; c < d; ++c) dst[c * kTileKeys + dj] = src[c * kTileKeys + sj];
+  }
+  static void CopyKeyV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t dp) {
+    std::memcpy(dst + dj * dp, src + sj * dp, size_t(dp) * sizeof(T));
   }
 
   template <int CV>
@@ -239,28 +234,32 @@ struct Bf16DotOps {
     for (int64_t r = 0; r < n; ++r) LoadRowBf16(q, h, rows[r], d, dst + r * d);
     std::fill(dst + n * d, dst + npad * d, T(0));
   }
-  static void PackK(const TensorView& k, int64_t h, const KeyList& keys, int64_t d, T* dst,
-                    float* row_buf) {
+  static void PackKeyK(const TensorView& k, int64_t h, int64_t s, int64_t jj, int64_t d, T* tile,
+                       float* row_buf) {
     T* row = reinterpret_cast<T*>(row_buf);
-    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (jj < keys.count) LoadRowBf16(k, h, keys.at(jj), d, row);
-      else std::fill(row, row + d, T(0));
-      for (int64_t c = 0; c < d; c += 2) {
-        dst[(c / 2) * kTileKeys * 2 + jj * 2] = row[c];
-        dst[(c / 2) * kTileKeys * 2 + jj * 2 + 1] = row[c + 1];
-      }
+    LoadRowBf16(k, h, s, d, row);
+    for (int64_t c = 0; c < d; c += 2) {
+      tile[(c / 2) * kTileKeys * 2 + jj * 2] = row[c];
+      tile[(c / 2) * kTileKeys * 2 + jj * 2 + 1] = row[c + 1];
     }
   }
-  static void PackV(const TensorView& v, int64_t h, const KeyList& keys, int64_t d, int64_t dp,
-                    T* dst, float* row_buf) {
+  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d,
+                       int64_t dp, T* tile, float* row_buf) {
     T* row = reinterpret_cast<T*>(row_buf);
-    for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      if (jj < keys.count) LoadRowBf16(v, h, keys.at(jj), d, row);
-      else std::fill(row, row + d, T(0));
-      std::fill(row + d, row + dp, T(0));
-      T* pair = dst + (jj / 2) * dp * 2 + (jj & 1);
-      for (int64_t c = 0; c < dp; ++c) pair[c * 2] = row[c];
+    LoadRowBf16(v, h, s, d, row);
+    T* pair = tile + (jj / 2) * dp * 2 + (jj & 1);
+    for (int64_t c = 0; c < d; ++c) pair[c * 2] = row[c];
+  }
+  static void CopyKeyK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t d) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2) {
+      dst[c2 * kTileKeys * 2 + dj * 2] = src[c2 * kTileKeys * 2 + sj * 2];
+      dst[c2 * kTileKeys * 2 + dj * 2 + 1] = src[c2 * kTileKeys * 2 + sj * 2 + 1];
     }
+  }
+  static void CopyKeyV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t dp) {
+    const T* a = src + (sj / 2) * dp * 2 + (sj & 1);
+    T* b = dst + (dj / 2) * dp * 2 + (dj & 1);
+    for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
 
   SPATTN_BF16_ATTR static void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
@@ -323,34 +322,60 @@ struct Bf16DotOps {
 #endif  // HWY_TARGET == HWY_AVX3
 
 // ---------------------------------------------------------------------------------------
-// K and V of every kv head, packed tile by tile.
+// Packing into a PackedKVData (kernels/packed_kv.hpp): rows src_rows[i] of k, v (or rows
+// 0.. when null) become packed keys first, first + 1, ... Items are (kv head, tile), so each
+// tile is written by one thread; slots outside the range keep their bytes.
 template <class Ops>
-struct PackedKV {
+void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v,
+               const int64_t* src_rows, int64_t first, int64_t n, int threads) {
   using T = typename Ops::T;
-  int64_t tiles = 0, k_elems = 0, v_elems = 0;
-  std::unique_ptr<T[], void (*)(T*)> k{nullptr, [](T* p) { aligned_free(p); }};
-  std::unique_ptr<T[], void (*)(T*)> v{nullptr, [](T* p) { aligned_free(p); }};
-  const T* k_tile(int64_t kvh, int64_t t) const { return k.get() + (kvh * tiles + t) * k_elems; }
-  const T* v_tile(int64_t kvh, int64_t t) const { return v.get() + (kvh * tiles + t) * v_elems; }
-};
-
-template <class Ops>
-void PackKV(const Problem& p, int64_t dp, PackedKV<Ops>& kv) {
-  using T = typename Ops::T;
-  const int64_t kv_heads = p.k.heads;
-  kv.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
-  kv.k_elems = Ops::k_tile_elems(p.dim);
-  kv.v_elems = Ops::v_tile_elems(dp);
-  const size_t total = size_t(kv_heads * kv.tiles);
-  kv.k.reset(static_cast<T*>(aligned_alloc_bytes(total * size_t(kv.k_elems) * sizeof(T))));
-  kv.v.reset(static_cast<T*>(aligned_alloc_bytes(total * size_t(kv.v_elems) * sizeof(T))));
-  parallel_for(int64_t(total), p.threads, [&](int64_t item, int) {
+  if (n <= 0) return;
+  const int64_t t0 = first / kTileKeys, t1 = (first + n - 1) / kTileKeys + 1;
+  parallel_for(kv.kv_heads * (t1 - t0), threads, [&](int64_t item, int) {
     alignas(64) float row_buf[512];
-    const int64_t h = item / kv.tiles, t = item % kv.tiles;
-    const KeyList keys{t * kTileKeys, std::min(kTileKeys, p.kv_len - t * kTileKeys)};
-    Ops::PackK(p.k, h, keys, p.dim, kv.k.get() + item * kv.k_elems, row_buf);
-    Ops::PackV(p.v, h, keys, p.dim, dp, kv.v.get() + item * kv.v_elems, row_buf);
+    const int64_t h = item / (t1 - t0), t = t0 + item % (t1 - t0);
+    const int64_t a = std::max(first, t * kTileKeys), b = std::min(first + n, (t + 1) * kTileKeys);
+    T* kt = kv.k_tile<T>(h, t);
+    T* vt = kv.v_tile<T>(h, t);
+    for (int64_t i = a; i < b; ++i) {
+      const int64_t src = src_rows ? src_rows[i - first] : i - first;
+      Ops::PackKeyK(k, h, src, i - t * kTileKeys, kv.dim, kt, row_buf);
+      Ops::PackKeyV(v, h, src, i - t * kTileKeys, kv.dim, kv.dp, vt, row_buf);
+    }
   });
+}
+
+// The operand format this target uses for inputs of `dtype`.
+inline Operands OperandsHere(DType dtype) {
+#if HWY_TARGET == HWY_AVX3
+  if (dtype == DType::bf16 && bf16_dot_enabled() && cpu_has_bf16_dot()) return Operands::bf16_dot;
+#endif
+  return Operands::f32;
+}
+
+// Appends rows src_rows[0..n) (or all rows of k when null) of k, v at the end of kv, with
+// their formats' packer.
+inline void PackAppend(PackedKVData& kv, const TensorView& k, const TensorView& v,
+                       const int64_t* src_rows, int64_t n, int threads) {
+  const int64_t first = kv.size - n;  // positions were added already
+#if HWY_TARGET == HWY_AVX3
+  if (kv.ops == Operands::bf16_dot) {
+    PackRange<Bf16DotOps>(kv, k, v, src_rows, first, n, threads);
+    return;
+  }
+#endif
+  SPATTN_CHECK(kv.ops == Operands::f32,
+               "this K/V was packed for bf16 dot products, which the SIMD target now running "
+               "lacks");
+  PackRange<F32Ops>(kv, k, v, src_rows, first, n, threads);
+}
+
+// Packs all of k, v (natural order) into a fresh kv.
+inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const TensorView& v,
+                     int threads) {
+  init_packed(kv, ops, k.dtype, k.heads, k.dim, k.seq);
+  add_positions(kv, nullptr, k.seq);
+  PackAppend(kv, k, v, nullptr, k.seq, threads);
 }
 
 // Per-thread scratch of one work item.
@@ -447,14 +472,22 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
   }
 }
 
-// Masks gathered columns: entry (r, jj) is kept when jj < count and key keys[jj] <= pos[r].
-inline int64_t MaskGathered(float* s, int64_t n, const int64_t* pos, bool causal,
-                            const int64_t* keys, int64_t count) {
+// Masks entries by original key position: (r, jj) is kept when jj < count, key index
+// key(jj) lies in [lo, hi), and (causal) its position kpos[key(jj)] (or key(jj) itself when kpos
+// is null) is <= pos[r]. Used for gathered tiles and for packed K/V in a permuted order.
+template <class KeyOf>
+inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool causal,
+                              const int64_t* kpos, KeyOf key, int64_t count, int64_t lo,
+                              int64_t hi) {
   int64_t kept = 0;
   for (int64_t r = 0; r < n; ++r) {
     float* row = s + r * kTileKeys;
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
-      const bool keep = jj < count && (!causal || keys[jj] <= pos[r]);
+      bool keep = jj < count;
+      if (keep) {
+        const int64_t j = key(jj);
+        keep = j >= lo && j < hi && (!causal || (kpos ? kpos[j] : j) <= pos[r]);
+      }
       if (!keep) row[jj] = kNegInf;
       kept += keep;
     }
@@ -473,24 +506,43 @@ inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64
   }
 }
 
-// The per-item state the tile step updates.
+// K/V tiles as the loop reads them: a typed view of a PackedKVData.
 template <class Ops>
+struct KVTiles {
+  using T = typename Ops::T;
+  const PackedKVData& kv;
+  const int64_t* kpos;  // original positions, or null when they equal the packed index
+  const T* k_tile(int64_t kvh, int64_t t) const { return kv.k_tile<T>(kvh, t); }
+  const T* v_tile(int64_t kvh, int64_t t) const { return kv.v_tile<T>(kvh, t); }
+};
+
+// The per-item state the tile step updates.
+template <class Ops, class Policy>
 struct TileStep {
   const Problem& p;
+  const Policy& pol;
+  typename Policy::Local& local;
   Scratch<Ops>& sc;
   Stats& st;
-  int64_t h, t, n, npad, dp;
+  TileView view;
+  int64_t npad, dp;
   float c;  // scale * log2(e)
 
   // One key tile whose scores are in sc.s and whose masked entries number `kept`.
-  template <class Policy>
-  void Run(Policy& pol, int64_t key_tile, int64_t kept, const typename Ops::T* v_tile) {
+  void Run(int64_t key_tile, const int64_t* gathered, int64_t n_keys, int64_t kept,
+           const typename Ops::T* v_tile) {
+    const int64_t n = view.n;
     // Padding rows stay finite and contribute nothing.
     std::fill(sc.s + n * kTileKeys, sc.s + npad * kTileKeys, kNegInf);
     RowMax(sc.s, npad, c, sc.tile_max);
     ++st.tiles_visited;
+    view.key_tile = key_tile;
+    view.gathered = gathered;
+    view.n_keys = n_keys;
+    view.entries = kept;
     if constexpr (Policy::kMaySkip) {
-      if (pol.skip(h, t, key_tile, sc.tile_max, sc.m, n, kept)) {
+      view.m = sc.m;
+      if (pol.skip(local, view)) {
         ++st.tiles_skipped;
         return;
       }
@@ -500,21 +552,27 @@ struct TileStep {
                                     sc.block_lse);
     Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
     if constexpr (Policy::kObserve) {
-      if (key_tile >= 0) pol.observe(h, sc.out_rows, n, key_tile, sc.block_lse);
+      view.m = sc.m;
+      view.l = sc.l;
+      view.p = sc.s;
+      view.lse = sc.block_lse;
+      pol.observe(local, view);
     }
   }
 };
 
 // One work item: q head h, query tile t.
 template <class Ops, class Policy>
-void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp, int64_t h,
-             int64_t t, Scratch<Ops>& sc, Stats& st) {
+void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
+             const KVTiles<Ops>& kv, int64_t dp, int64_t h, int64_t t, Scratch<Ops>& sc,
+             Stats& st) {
   const int64_t n = pol.rows(p, t, sc.rows, sc.out_rows);
   if (n <= 0) return;
   const int64_t npad = RoundUp(n, kR);
   const int64_t kvh = h / p.group;
   for (int64_t r = 0; r < n; ++r) sc.pos[r] = sc.rows[r] + p.pos_offset;
-  const int64_t limit = p.causal ? std::min(sc.pos[n - 1] + 1, p.kv_len) : p.kv_len;
+  // Packed keys the tile's last row may see: a prefix when positions ascend.
+  const int64_t limit = p.causal ? kv.kv.causal_prefix(sc.pos[n - 1]) : p.kv_len;
   sc.ranges.clear();
   pol.key_ranges(p, h, t, limit, sc.ranges);
   NormalizeRanges(sc.ranges, limit);
@@ -523,42 +581,76 @@ void RunTile(const Problem& p, Policy& pol, const PackedKV<Ops>& kv, int64_t dp,
   std::fill(sc.o, sc.o + npad * dp, 0.0f);
   std::fill(sc.m, sc.m + npad, kNegInf);
   std::fill(sc.l, sc.l + npad, 0.0f);
-  TileStep<Ops> step{p, sc, st, h, t, n, npad, dp, p.scale * kLog2e};
+  TileView view;
+  view.h = h, view.t = t, view.n = n;
+  view.q_rows = sc.rows, view.out_rows = sc.out_rows, view.row_pos = sc.pos;
+  view.positions = kv.kpos;
+  view.tile_max = sc.tile_max;
+  TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
+  const PackedKVData& d = kv.kv;
   for (const KeyRange& kr : sc.ranges) {
     for (int64_t j0 = kr.begin / kTileKeys * kTileKeys; j0 < kr.end; j0 += kTileKeys) {
       const int64_t jt = j0 / kTileKeys;
+      const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
+      // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
+      if (p.causal && kv.kpos && d.tile_min[size_t(jt)] > sc.pos[n - 1]) continue;
       Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
+      const int64_t last_pos = kv.kpos ? d.tile_max[size_t(jt)] : j0 + kTileKeys - 1;
       const bool full = kr.begin <= j0 && j0 + kTileKeys <= kr.end &&
-                        (!p.causal || j0 + kTileKeys - 1 <= sc.pos[0]);
-      const int64_t kept = full ? n * kTileKeys
-                                : MaskTile(sc.s, n, sc.pos, p.causal, j0, kr.begin, kr.end);
-      step.Run(pol, jt, kept, kv.v_tile(kvh, jt));
+                        (!p.causal || last_pos <= sc.pos[0]);
+      int64_t kept;
+      if (full) kept = n * kTileKeys;
+      else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, kr.begin, kr.end);
+      else
+        kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
+                              [j0](int64_t jj) { return j0 + jj; }, n_keys, kr.begin, kr.end);
+      step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
     }
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();
     pol.key_columns(p, h, t, limit, sc.columns);
     NormalizeColumns(sc.columns, sc.ranges, limit);
-    alignas(64) float row_buf[512];
     for (size_t i = 0; i < sc.columns.size(); i += size_t(kTileKeys)) {
       const int64_t count = std::min<int64_t>(kTileKeys, int64_t(sc.columns.size() - i));
-      const KeyList keys{0, count, sc.columns.data() + i};
-      Ops::PackK(p.k, kvh, keys, p.dim, sc.gk, row_buf);
-      Ops::PackV(p.v, kvh, keys, p.dim, dp, sc.gv, row_buf);
+      const int64_t* keys = sc.columns.data() + i;
+      // Gathered from the packed tiles (never from raw K/V): the same values, bit for bit.
+      std::fill(sc.gk, sc.gk + d.k_elems, typename Ops::T(0));
+      std::fill(sc.gv, sc.gv + d.v_elems, typename Ops::T(0));
+      for (int64_t jj = 0; jj < count; ++jj) {
+        const int64_t j = keys[jj], jt = j / kTileKeys, sj = j % kTileKeys;
+        Ops::CopyKeyK(kv.k_tile(kvh, jt), sj, sc.gk, jj, p.dim);
+        Ops::CopyKeyV(kv.v_tile(kvh, jt), sj, sc.gv, jj, dp);
+      }
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
-      const int64_t kept = MaskGathered(sc.s, n, sc.pos, p.causal, keys.gathered, count);
-      step.Run(pol, -1, kept, sc.gv);
+      const int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
+                                          [keys](int64_t jj) { return keys[jj]; }, count, 0,
+                                          p.kv_len);
+      step.Run(-1, keys, count, kept, sc.gv);
     }
   }
   Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
 }
 
+// Fixed assignment of items (already longest first) to threads: each goes to the thread with
+// the least cost so far (ties: the lowest index). Used when a policy reduces per-thread state,
+// whose sums must not depend on which thread was quicker to claim an item.
+inline std::vector<std::vector<int64_t>> StaticSchedule(const std::vector<int64_t>& costs,
+                                                        int threads) {
+  std::vector<std::vector<int64_t>> lists(static_cast<size_t>(threads));
+  std::vector<int64_t> load(static_cast<size_t>(threads), 0);
+  for (size_t i = 0; i < costs.size(); ++i) {
+    const size_t w = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    lists[w].push_back(int64_t(i));
+    load[w] += std::max<int64_t>(costs[i], 1);
+  }
+  return lists;
+}
+
 template <class Ops, class Policy>
-void RunFlashOps(const Problem& p, Policy& pol, Stats* stats) {
-  const DF df;
-  const int64_t dp = RoundUp(p.dim, std::max<int64_t>(int64_t(hn::Lanes(df)), 16));
-  PackedKV<Ops> kv;
-  PackKV<Ops>(p, dp, kv);
+void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stats* stats) {
+  const int64_t dp = packed.dp;
+  const KVTiles<Ops> kv{packed, packed.mask_positions()};
 
   // Items longest first, so the last items to run are short and both threads finish
   // together. The order is fixed, and each item is computed by one thread, so the output does
@@ -580,24 +672,51 @@ void RunFlashOps(const Problem& p, Policy& pol, Stats* stats) {
   const int threads = int(std::min<int64_t>(p.threads, std::max<int64_t>(1, int64_t(items.size()))));
   std::vector<std::unique_ptr<Scratch<Ops>>> scratch;
   std::vector<Stats> part(static_cast<size_t>(threads));
+  std::vector<typename Policy::Local> locals(static_cast<size_t>(threads));
   for (int i = 0; i < threads; ++i) scratch.push_back(std::make_unique<Scratch<Ops>>(p.dim, dp));
-  parallel_for(int64_t(items.size()), threads, [&](int64_t i, int tid) {
+  const Policy& cpol = pol;
+  auto run = [&](int64_t i, size_t tid) {
     const Item& it = items[size_t(i)];
-    RunTile<Ops>(p, pol, kv, dp, it.h, it.t, *scratch[size_t(tid)], part[size_t(tid)]);
-  });
+    RunTile<Ops>(p, cpol, locals[tid], kv, dp, it.h, it.t, *scratch[tid], part[tid]);
+  };
+  if constexpr (Policy::kReduce) {
+    std::vector<int64_t> costs;
+    for (const Item& it : items) costs.push_back(it.cost);
+    const auto lists = StaticSchedule(costs, threads);
+    parallel_for(threads, threads, [&](int64_t w, int) {
+      for (int64_t i : lists[size_t(w)]) run(i, size_t(w));
+    });
+    pol.reduce(locals);
+  } else {
+    parallel_for(int64_t(items.size()), threads, [&](int64_t i, int tid) { run(i, size_t(tid)); });
+  }
   add_kernel_stats(p, part, stats);
 }
 
-// Picks the operand format for this target and input dtype.
+// Runs the loop with the caller's packed K/V, or packs p.k and p.v for this call. The operand
+// format is the packed one's; for a call that packs, bf16 inputs use bf16 dot products where
+// this target and CPU have them.
 template <class Policy>
 void RunFlash(const Problem& p, Policy& pol, Stats* stats) {
+  static_assert(FlashPolicy<Policy>,
+                "a flash policy needs the DensePolicy hooks with their signatures (derive from "
+                "DensePolicy and override what changes)");
+  const PackedKVData* packed = p.packed;
+  PackedKVData own;
+  if (!packed) {
+    PackInto(own, OperandsHere(p.q.dtype), p.k, p.v, p.threads);
+    packed = &own;
+  }
 #if HWY_TARGET == HWY_AVX3
-  if (p.q.dtype == DType::bf16 && bf16_dot_enabled() && cpu_has_bf16_dot()) {
-    RunFlashOps<Bf16DotOps>(p, pol, stats);
+  if (packed->ops == Operands::bf16_dot) {
+    RunFlashOps<Bf16DotOps>(p, pol, *packed, stats);
     return;
   }
 #endif
-  RunFlashOps<F32Ops>(p, pol, stats);
+  SPATTN_CHECK(packed->ops == Operands::f32,
+               "this K/V was packed for bf16 dot products, which the SIMD target now running "
+               "lacks: pack it again");
+  RunFlashOps<F32Ops>(p, pol, *packed, stats);
 }
 
 }  // namespace spattn::kernels::HWY_NAMESPACE

@@ -12,6 +12,8 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <concepts>
+#include <type_traits>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -27,6 +29,8 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+struct PackedKVData;  // kernels/packed_kv.hpp: K/V in the loop's tile layout
+
 // Validated inputs shared by every kernel form.
 struct Problem {
   TensorView q, k, v, out;
@@ -38,19 +42,61 @@ struct Problem {
   int64_t q_len = 0, kv_len = 0, dim = 0;
   // Absolute position of query row i is i + pos_offset (bottom-right causal alignment).
   int64_t pos_offset = 0;
+  // K/V packed by the caller (reused across calls, appended to, or in a chosen key order);
+  // null: the loop packs k and v for this call.
+  const PackedKVData* packed = nullptr;
 };
 
 // Resolves defaults and validates (throws Error).
 Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const AttnOptions& opt, float* lse);
+// The same over a packed K/V (q_start or bottom-right against its newest key position).
+Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorView& out,
+                     const AttnOptions& opt, float* lse);
+
+// Throws Error naming `name` for an empty or null view, and (finite) for NaN/Inf values.
+void check_tensor(const TensorView& t, const char* name, bool finite);
+
+// What the skip and observe hooks see of one key tile of one work item (q head h, query tile t).
+// Keys are packed indices (the order the caller packed them in); key_pos are their original
+// positions, which the causal mask compares with row_pos.
+struct TileView {
+  int64_t h = 0, t = 0;
+  int64_t n = 0;                      // query rows of the tile
+  const int64_t* q_rows = nullptr;    // their rows in q
+  const int64_t* out_rows = nullptr;  // the output rows they fill
+  const int64_t* row_pos = nullptr;   // their absolute positions
+  int64_t key_tile = -1;              // packed 64-key tile, or -1 for a gathered tile
+  int64_t n_keys = 0;                 // keys in the tile (columns past n_keys are padding)
+  const int64_t* gathered = nullptr;  // gathered tiles: the packed index of each column
+  const int64_t* positions = nullptr; // original position of each packed index; null: identity
+  int64_t entries = 0;                // unmasked (row, key) entries
+  const float* tile_max = nullptr;    // per row, max scaled score x = S c (log2 units)
+  const float* m = nullptr;           // running max per row: before the tile in skip(), after in observe()
+  const float* l = nullptr;           // observe(): running sum per row after the tile
+  const float* p = nullptr;           // observe(): P = 2^(x - m), [n][kTileKeys], 0 where masked
+  const float* lse = nullptr;         // observe(): per-row natural-log LSE over this tile's keys
+
+  int64_t key(int64_t jj) const { return gathered ? gathered[jj] : key_tile * kTileKeys + jj; }
+  int64_t key_position(int64_t jj) const { return positions ? positions[key(jj)] : key(jj); }
+};
 
 // The dense policy: contiguous query tiles of `tile_rows`, every causal key, no skipping,
 // no observer. Other policies derive from it and override what they change; the loop calls
 // the hooks statically, so an unused hook costs nothing.
+//
+// Hooks are const: what a policy accumulates while the loop runs lives in its Local, one per
+// worker thread. Hooks that write to shared memory may only write what belongs to their own
+// work item (rows of (h, t)). A policy whose Locals must be combined sets kReduce: the loop then
+// assigns items to threads by a fixed rule (not first come, first served) and calls
+// reduce(locals) once at the end with the Locals in thread order, so the result is bitwise the
+// same on every run with the same thread count.
 struct DensePolicy {
   static constexpr bool kMaySkip = false;  // calls skip() after each tile's scores
-  static constexpr bool kObserve = false;  // calls observe() after each contiguous tile
+  static constexpr bool kObserve = false;  // calls observe() after each tile's P.V
   static constexpr bool kGather = false;   // calls key_columns() for gathered key tiles
+  static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
+  struct Local {};
   int64_t tile_rows = 64;
 
   int64_t num_tiles(const Problem& p) const { return (p.q_len + tile_rows - 1) / tile_rows; }
@@ -60,29 +106,48 @@ struct DensePolicy {
     for (int64_t r = 0; r < n; ++r) q_rows[r] = out_rows[r] = b + r;
     return n;
   }
-  // Appends the key ranges q head h's tile t attends to; the kernel clips them to the causal
-  // limit of the tile's last row (key_limit) and to kv_len, sorts and coalesces them.
+  // Appends the key ranges (packed indices) q head h's tile t attends to; the kernel clips them
+  // to key_limit (the keys the tile's last row may see) and to kv_len, sorts and coalesces them.
   void key_ranges(const Problem& p, int64_t h, int64_t t, int64_t key_limit,
                   std::vector<KeyRange>& out) const {
     out.push_back({0, key_limit});
   }
   // Appends single key columns (kGather): the kernel drops those beyond key_limit or inside a
-  // range, and gathers the rest 64 at a time.
+  // range, and gathers the rest 64 at a time from the packed K/V.
   void key_columns(const Problem&, int64_t, int64_t, int64_t, std::vector<int64_t>&) const {}
   // Scheduling weight of (h, t): the keys it may see. Items run longest first.
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
     return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
   }
-  // After tile key_tile's scores are known (kMaySkip): tile_max and m are per-row maxima of
-  // this tile and running maxima before it, in log2 units; entries: score entries it holds.
-  // Gathered tiles pass key_tile = -1.
-  bool skip(int64_t h, int64_t t, int64_t key_tile, const float* tile_max, const float* m,
-            int64_t n, int64_t entries) {
-    return false;
-  }
-  // Each row's natural-log LSE over this contiguous key tile (kObserve).
-  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile,
-               const float* lse) {}
+  // After a tile's scores are known (kMaySkip): true drops it (no exp, no P.V).
+  bool skip(Local&, const TileView&) const { return false; }
+  // After a tile's P.V (kObserve): P, m, l and the tile's per-row LSE.
+  void observe(Local&, const TileView&) const {}
+  // Once after the run (kReduce): every thread's Local, in thread order.
+  void reduce(std::vector<Local>&) const {}
+};
+
+// What the loop requires of a policy; RunFlash static_asserts it, so a policy with a missing
+// or misspelt hook fails to compile here rather than deep inside the loop.
+template <class P>
+concept FlashPolicy = requires(const P& pol, const Problem& p, int64_t* rows,
+                               std::vector<KeyRange>& ranges, std::vector<int64_t>& cols,
+                               typename P::Local& local, const TileView& tile,
+                               std::vector<typename P::Local>& locals) {
+  requires std::is_default_constructible_v<typename P::Local>;
+  { P::kMaySkip } -> std::convertible_to<bool>;
+  { P::kObserve } -> std::convertible_to<bool>;
+  { P::kGather } -> std::convertible_to<bool>;
+  { P::kReduce } -> std::convertible_to<bool>;
+  { pol.tile_rows } -> std::convertible_to<int64_t>;
+  { pol.num_tiles(p) } -> std::same_as<int64_t>;
+  { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
+  { pol.key_ranges(p, int64_t{}, int64_t{}, int64_t{}, ranges) };
+  { pol.key_columns(p, int64_t{}, int64_t{}, int64_t{}, cols) };
+  { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
+  { pol.skip(local, tile) } -> std::same_as<bool>;
+  { pol.observe(local, tile) };
+  { pol.reduce(locals) };
 };
 
 // The dense policy plus a BlockLseObserver (per-(row, key tile) log-sum-exp).
@@ -90,11 +155,26 @@ struct ObservedDensePolicy : DensePolicy {
   static constexpr bool kObserve = true;
   BlockLseObserver* observer = nullptr;
   // Output rows of a tile are contiguous in every policy that observes.
-  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile,
-               const float* lse) {
-    observer->observe(h, out_rows[0], n, key_tile, lse);
+  void observe(Local&, const TileView& v) const {
+    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, v.lse);
   }
 };
+
+// BLASST's skip rule ("BLASST: Dynamic Blocked Attention Sparsity via Softmax Thresholding",
+// section 3, Algorithm 1): a tile is skipped when, for every row, its max scaled score lies
+// more than ln(1/lambda) below the row's running max before the tile:
+//     max_j x[r][j] - m[r] < log2(lambda)        (x, m in log2 units)
+// A row with no key in the tile (tile max -inf) never keeps it alive. The prefill and decode
+// loops both call this; log2_lambda = -inf (lambda 0) never skips.
+inline bool blasst_skips(const float* tile_max, const float* m, int64_t n, float log2_lambda) {
+  if (log2_lambda == kNegInf) return false;
+  for (int64_t r = 0; r < n; ++r)
+    if (tile_max[r] - m[r] >= log2_lambda) return false;
+  return true;
+}
+
+// lambda in [0, 1] as the rule's log2 threshold (-inf for 0); throws Error naming `who` else.
+float blasst_log2_threshold(double lambda, const char* who);
 
 // Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
 inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
@@ -136,8 +216,6 @@ void add_kernel_stats(const Problem& p, const std::vector<Stats>& parts, Stats* 
 void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, int64_t dim,
                float scale);
 
-// Throws Error unless lambda (BLASST's threshold) is in [0, 1]; `who` prefixes the message.
-void check_lambda(double lambda, const char* who);
 
 // Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
 // has bf16 dot-product instructions.

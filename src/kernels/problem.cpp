@@ -1,10 +1,12 @@
 // Target-independent setup shared by the kernel forms.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
 #include "core/threading.hpp"
 #include "hwy/targets.h"
 #include "kernels/flash_common.hpp"
+#include "kernels/packed_kv.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -35,11 +37,56 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   return p;
 }
 
+Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorView& out,
+                     const AttnOptions& opt, float* lse) {
+  check_tensor(q, "q", opt.check_finite);
+  check_tensor(out, "out", false);
+  SPATTN_CHECK(kv.size > 0, "PackedKV is empty");
+  SPATTN_CHECK(q.dtype == kv.dtype, "q is ", dtype_name(q.dtype), " but the PackedKV holds ",
+               dtype_name(kv.dtype), " keys");
+  SPATTN_CHECK(q.dim == kv.dim, "head dims must match (q ", q.dim, ", PackedKV ", kv.dim, ")");
+  SPATTN_CHECK(q.heads % kv.kv_heads == 0, "q heads (", q.heads,
+               ") must be a multiple of the PackedKV's kv heads (", kv.kv_heads, ")");
+  SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq && out.dim == q.dim, "out shape ",
+               out.shape_str(), " must equal q shape ", q.shape_str());
+  SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0,
+               "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ", opt.scale);
+  SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+  SPATTN_CHECK(opt.q_start >= -1, "q_start must be >= 0 (or -1: bottom-right), got ", opt.q_start);
+  const int64_t start = opt.q_start >= 0 ? opt.q_start : kv.max_position + 1 - q.seq;
+  SPATTN_CHECK(!opt.causal || start >= 0, "causal attention needs q_len <= the newest key "
+               "position + 1 (", q.seq, " queries, newest key at ", kv.max_position, ")");
+  Problem p;
+  p.q = q;
+  p.out = out;
+  p.lse = lse;
+  p.causal = opt.causal;
+  p.scale = softmax_scale(opt, q.dim);
+  p.threads = resolve_threads(opt.threads);
+  p.group = q.heads / kv.kv_heads;
+  p.q_len = q.seq;
+  p.kv_len = kv.size;
+  p.dim = q.dim;
+  p.pos_offset = opt.causal ? start : 0;
+  p.packed = &kv;
+  return p;
+}
+
 void add_kernel_stats(const Problem& p, const std::vector<Stats>& parts, Stats* stats) {
   if (!stats) return;
   Stats total;
   for (const Stats& s : parts) total.add(s);
-  total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
+  if (p.packed && p.causal && !(p.packed->identity && p.pos_offset == p.kv_len - p.q_len)) {
+    // Queries placed elsewhere or keys in another order: count what each row may see.
+    std::vector<int64_t> pos = p.packed->positions;
+    std::sort(pos.begin(), pos.end());
+    int64_t per_head = 0;
+    for (int64_t i = 0; i < p.q_len; ++i)
+      per_head += std::upper_bound(pos.begin(), pos.end(), i + p.pos_offset) - pos.begin();
+    total.causal_entries = p.q.heads * per_head;
+  } else {
+    total.causal_entries = p.q.heads * attention_entries(p.q_len, p.kv_len, p.causal);
+  }
   total.flops = 4.0 * double(p.dim) * double(total.score_entries);
   stats->add(total);
 }
@@ -54,8 +101,9 @@ void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, 
   }
 }
 
-void check_lambda(double lambda, const char* who) {
+float blasst_log2_threshold(double lambda, const char* who) {
   SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, who, ": lambda must be in [0, 1], got ", lambda);
+  return lambda > 0 ? float(std::log2(lambda)) : kNegInf;
 }
 
 namespace {

@@ -32,8 +32,8 @@ struct RowListPolicy : DensePolicy {
 struct ObservedRowListPolicy : RowListPolicy {
   static constexpr bool kObserve = true;
   BlockLseObserver* observer = nullptr;
-  void observe(int64_t h, const int64_t* out_rows, int64_t n, int64_t key_tile, const float* lse) {
-    observer->observe(h, out_rows[0], n, key_tile, lse);
+  void observe(Local&, const TileView& v) const {
+    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, v.lse);
   }
 };
 

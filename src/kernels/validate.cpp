@@ -58,6 +58,13 @@ void check_finite(const TensorView& t, const char* name) {
 
 }  // namespace
 
+namespace kernels {
+void check_tensor(const TensorView& t, const char* name, bool finite) {
+  check_view(t, name);
+  if (finite) check_finite(t, name);
+}
+}  // namespace kernels
+
 void validate_attention_args(const TensorView& q, const TensorView& k, const TensorView& v,
                              const TensorView& out, const AttnOptions& opt) {
   check_view(q, "q");
@@ -82,6 +89,8 @@ void validate_attention_args(const TensorView& q, const TensorView& k, const Ten
   SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0, "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ",
                opt.scale);
   SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+  SPATTN_CHECK(opt.q_start == -1, "q_start places queries over a PackedKV; with k and v given, "
+               "queries align bottom-right (got q_start ", opt.q_start, ")");
   if (opt.check_finite) {
     check_finite(q, "q");
     check_finite(k, "k");

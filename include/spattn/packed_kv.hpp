@@ -1,0 +1,74 @@
+// PackedKV: K and V packed once into the kernels' tile layout, then reused by any number of
+// calls and passes (a KV cache that grows chunk by chunk, the two passes of a method, every
+// q head of a GQA group), optionally in a key order the caller chooses.
+//
+// Keys are appended in order; each keeps its original position, which the causal mask uses, so
+// a permuted or gathered key order (grid heads, vertical lines, memory sets) is masked as the
+// original sequence would be. Block masks and key ranges given with a PackedKV index packed
+// keys (the order they were appended in), not positions.
+//
+// Query positions: row i of q sits at position q_start + i when AttnOptions::q_start >= 0, else
+// bottom-right against the newest key (position max_position() - Lq + 1 + i), which for keys in
+// natural order is the usual Lkv - Lq + i.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "spattn/attention.hpp"
+#include "spattn/block_mask.hpp"
+
+namespace spattn {
+namespace kernels {
+struct PackedKVData;
+}
+
+class PackedKV {
+ public:
+  // An empty cache of `capacity` keys per kv head, for k/v of `dtype` and head dim `dim`
+  // (a multiple of 8, at most 256). The operand format (f32, or bf16 pairs for AVX512_BF16) is
+  // the one the kernels choose for that dtype on this machine now.
+  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity);
+  // Packs every key of k, v (positions 0..Lkv-1); capacity 0 means exactly Lkv.
+  static PackedKV pack(const TensorView& k, const TensorView& v, int64_t capacity = 0,
+                       int threads = 0);
+  PackedKV(PackedKV&&) noexcept;
+  PackedKV& operator=(PackedKV&&) noexcept;
+  ~PackedKV();
+
+  // Appends every row of k, v ([kv_heads, n, dim], the cache's dtype) with positions
+  // size() .. size() + n - 1 when positions is empty, else the given ones (n of them, >= 0).
+  void append(const TensorView& k, const TensorView& v, std::span<const int64_t> positions = {},
+              int threads = 0);
+  // Appends rows order[0], order[1], ... of k, v (a permutation or a gathered subset; any
+  // row at most once) with their row indices as positions, or the given positions.
+  void append_rows(const TensorView& k, const TensorView& v, std::span<const int64_t> order,
+                   std::span<const int64_t> positions = {}, int threads = 0);
+  // Drops every key (capacity and format stay).
+  void clear();
+
+  int64_t size() const;
+  int64_t capacity() const;
+  int64_t kv_heads() const;
+  int64_t dim() const;
+  DType dtype() const;
+  bool bf16_operands() const;  // packed as bf16 pairs for vdpbf16ps
+  std::span<const int64_t> positions() const;
+  int64_t max_position() const;  // -1 when empty
+
+  const kernels::PackedKVData& data() const { return *d_; }
+
+ private:
+  PackedKV() = default;
+  std::unique_ptr<kernels::PackedKVData> d_;
+};
+
+// The dense and block-sparse forms and the query-sparse pass over a packed K/V. q is
+// [Hq, Lq, d] with Hq a multiple of kv.kv_heads(); opt.q_start places the queries (see above).
+void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                     const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
+void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                            const BlockMask& mask, const AttnOptions& opt = {},
+                            float* lse = nullptr, Stats* stats = nullptr);
+
+}  // namespace spattn

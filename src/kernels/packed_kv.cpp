@@ -1,0 +1,182 @@
+// PackedKV: packing K/V once into the loop's tile layout (per SIMD target, since the packers
+// live with the micro-kernels in flash-inl.h), appending in pieces or in a chosen key order.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/packed_kv.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/flash-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void AppendEntry(PackedKVData* kv, const TensorView* k, const TensorView* v,
+                 const int64_t* src_rows, int64_t n, int threads) {
+  PackAppend(*kv, *k, *v, src_rows, n, threads);
+}
+Operands OperandsEntry(DType dtype) { return OperandsHere(dtype); }
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <algorithm>
+#include <cstring>
+
+#include "core/threading.hpp"
+#include "spattn/packed_kv.hpp"
+
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(AppendEntry);
+HWY_EXPORT(OperandsEntry);
+
+Operands operands_for(DType dtype) { return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype); }
+
+void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
+                 int64_t capacity) {
+  SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
+  SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= 256,
+               "PackedKV: head dim must be a multiple of 8 up to 256, got ", dim);
+  SPATTN_CHECK(capacity > 0 && capacity <= (int64_t(1) << 31),
+               "PackedKV: capacity must be in [1, 2^31] keys, got ", capacity);
+  kv = PackedKVData{};
+  kv.ops = ops;
+  kv.dtype = dtype;
+  kv.kv_heads = kv_heads;
+  kv.dim = dim;
+  kv.dp = (dim + 15) / 16 * 16;
+  kv.capacity = capacity;
+  kv.tiles_cap = (capacity + kTileKeys - 1) / kTileKeys;
+  kv.elem_bytes = ops == Operands::bf16_dot ? 2 : 4;
+  kv.k_elems = dim * kTileKeys;
+  kv.v_elems = kTileKeys * kv.dp;
+  const size_t tiles = size_t(kv_heads * kv.tiles_cap);
+  const size_t kb = tiles * size_t(kv.k_elems * kv.elem_bytes);
+  const size_t vb = tiles * size_t(kv.v_elems * kv.elem_bytes);
+  kv.k.reset(static_cast<unsigned char*>(aligned_alloc_bytes(kb)));
+  kv.v.reset(static_cast<unsigned char*>(aligned_alloc_bytes(vb)));
+  // Zero slots are what the micro-kernels read past the last key; appends rely on them.
+  std::memset(kv.k.get(), 0, kb);
+  std::memset(kv.v.get(), 0, vb);
+  kv.tile_min.assign(size_t(kv.tiles_cap), std::numeric_limits<int64_t>::max());
+  kv.tile_max.assign(size_t(kv.tiles_cap), -1);
+}
+
+void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n) {
+  SPATTN_CHECK(n >= 0 && kv.size + n <= kv.capacity, "PackedKV: appending ", n, " keys to ",
+               kv.size, " exceeds the capacity of ", kv.capacity);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t idx = kv.size + i;
+    const int64_t pos = positions ? positions[i] : idx;
+    SPATTN_CHECK(pos >= 0 && pos < (int64_t(1) << 40), "PackedKV: position ", pos, " of key ",
+                 i, " is out of range [0, 2^40)");
+    if (kv.identity && pos != idx) kv.identity = false;
+    if (kv.ascending && idx > 0 && pos <= kv.positions.back()) kv.ascending = false;
+    kv.positions.push_back(pos);
+    kv.max_position = std::max(kv.max_position, pos);
+    const size_t t = size_t(idx / kTileKeys);
+    kv.tile_min[t] = std::min(kv.tile_min[t], pos);
+    kv.tile_max[t] = std::max(kv.tile_max[t], pos);
+  }
+  kv.size += n;
+}
+
+int64_t PackedKVData::causal_prefix(int64_t pos) const {
+  if (identity) return std::clamp<int64_t>(pos + 1, 0, size);
+  if (ascending)
+    return int64_t(std::upper_bound(positions.begin(), positions.end(), pos) - positions.begin());
+  return size;
+}
+
+void check_tensor(const TensorView& t, const char* name, bool finite);
+
+}  // namespace kernels
+
+namespace {
+void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorView& v) {
+  kernels::check_tensor(k, "k", true);
+  kernels::check_tensor(v, "v", true);
+  SPATTN_CHECK(k.heads == d.kv_heads && v.heads == d.kv_heads && k.dim == d.dim &&
+                   v.dim == d.dim && k.seq == v.seq,
+               "PackedKV: k ", k.shape_str(), " and v ", v.shape_str(), " must both be [",
+               d.kv_heads, ", n, ", d.dim, "]");
+  SPATTN_CHECK(k.dtype == d.dtype && v.dtype == d.dtype, "PackedKV holds ", dtype_name(d.dtype),
+               " keys; k is ", dtype_name(k.dtype), " and v ", dtype_name(v.dtype));
+}
+}  // namespace
+
+PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity)
+    : d_(std::make_unique<kernels::PackedKVData>()) {
+  kernels::init_packed(*d_, kernels::operands_for(dtype), dtype, kv_heads, dim, capacity);
+}
+PackedKV::PackedKV(PackedKV&&) noexcept = default;
+PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
+PackedKV::~PackedKV() = default;
+
+PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity,
+                        int threads) {
+  SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
+               " is below the ", k.seq, " keys given");
+  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq);
+  kv.append(k, v, {}, threads);
+  return kv;
+}
+
+void PackedKV::append(const TensorView& k, const TensorView& v, std::span<const int64_t> positions,
+                      int threads) {
+  check_kv(*d_, k, v);
+  SPATTN_CHECK(positions.empty() || int64_t(positions.size()) == k.seq, "PackedKV: ",
+               positions.size(), " positions for ", k.seq, " keys");
+  const int64_t base = d_->size;
+  std::vector<int64_t> natural;
+  if (positions.empty()) {
+    natural.resize(size_t(k.seq));
+    for (int64_t i = 0; i < k.seq; ++i) natural[size_t(i)] = base + i;
+    positions = natural;
+  }
+  kernels::add_positions(*d_, positions.data(), k.seq);
+  HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(d_.get(), &k, &v, nullptr, k.seq,
+                                             resolve_threads(threads));
+}
+
+void PackedKV::append_rows(const TensorView& k, const TensorView& v,
+                           std::span<const int64_t> order, std::span<const int64_t> positions,
+                           int threads) {
+  check_kv(*d_, k, v);
+  const int64_t n = int64_t(order.size());
+  SPATTN_CHECK(positions.empty() || positions.size() == order.size(), "PackedKV: ",
+               positions.size(), " positions for ", n, " rows");
+  std::vector<uint8_t> seen(size_t(k.seq), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = order[size_t(i)];
+    SPATTN_CHECK(r >= 0 && r < k.seq, "PackedKV: row ", r, " (order entry ", i,
+                 ") is outside [0, ", k.seq, ")");
+    SPATTN_CHECK(!seen[size_t(r)], "PackedKV: row ", r, " appears twice in the order");
+    seen[size_t(r)] = 1;
+  }
+  kernels::add_positions(*d_, positions.empty() ? order.data() : positions.data(), n);
+  HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(d_.get(), &k, &v, order.data(), n,
+                                             resolve_threads(threads));
+}
+
+void PackedKV::clear() {
+  kernels::PackedKVData& d = *d_;
+  std::memset(d.k.get(), 0, size_t(d.kv_heads * d.tiles_cap * d.k_elems * d.elem_bytes));
+  std::memset(d.v.get(), 0, size_t(d.kv_heads * d.tiles_cap * d.v_elems * d.elem_bytes));
+  d.size = 0;
+  d.positions.clear();
+  d.identity = d.ascending = true;
+  d.max_position = -1;
+  d.tile_min.assign(size_t(d.tiles_cap), std::numeric_limits<int64_t>::max());
+  d.tile_max.assign(size_t(d.tiles_cap), -1);
+}
+
+int64_t PackedKV::size() const { return d_->size; }
+int64_t PackedKV::capacity() const { return d_->capacity; }
+int64_t PackedKV::kv_heads() const { return d_->kv_heads; }
+int64_t PackedKV::dim() const { return d_->dim; }
+DType PackedKV::dtype() const { return d_->dtype; }
+bool PackedKV::bf16_operands() const { return d_->ops == kernels::Operands::bf16_dot; }
+std::span<const int64_t> PackedKV::positions() const { return d_->positions; }
+int64_t PackedKV::max_position() const { return d_->max_position; }
+
+}  // namespace spattn
+#endif  // HWY_ONCE

@@ -1,0 +1,65 @@
+// K and V in the flash loop's tile layout: the storage behind the public PackedKV, and what the
+// loop packs for itself when a caller passes raw tensors.
+//
+// Per kv head, `tiles_cap` tiles of kTileKeys keys; packed key i lives in tile i / 64, slot
+// i % 64. Slots past `size` are zero, so appending in pieces writes the same bytes as packing
+// at once. Each packed key keeps its original position: the causal mask compares positions,
+// not packed indices, so keys may be packed in any order (a permutation, a gathered subset).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/flash_common.hpp"
+#include "spattn/dtype.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn::kernels {
+
+// The operand format of a packed K/V (see flash-inl.h): f32 everywhere, or bf16 pairs for
+// AVX512_BF16's vdpbf16ps.
+enum class Operands : uint8_t { f32, bf16_dot };
+
+struct AlignedFree {
+  void operator()(void* p) const noexcept { aligned_free(p); }
+};
+
+struct PackedKVData {
+  Operands ops = Operands::f32;
+  DType dtype = DType::f32;  // dtype of the tensors it was packed from
+  int64_t kv_heads = 0, dim = 0;
+  int64_t dp = 0;            // head dim of the V layout, padded to 16
+  int64_t capacity = 0, tiles_cap = 0, size = 0;
+  int64_t k_elems = 0, v_elems = 0, elem_bytes = 4;  // per tile
+  std::unique_ptr<unsigned char[], AlignedFree> k, v;
+  std::vector<int64_t> positions;  // [size] original position of each packed key
+  bool identity = true;            // positions[i] == i for every i
+  bool ascending = true;           // positions strictly increasing
+  int64_t max_position = -1;
+  std::vector<int64_t> tile_min, tile_max;  // [tiles_cap] over each tile's filled slots
+
+  template <class T>
+  T* k_tile(int64_t kvh, int64_t t) const {
+    return reinterpret_cast<T*>(k.get()) + (kvh * tiles_cap + t) * k_elems;
+  }
+  template <class T>
+  T* v_tile(int64_t kvh, int64_t t) const {
+    return reinterpret_cast<T*>(v.get()) + (kvh * tiles_cap + t) * v_elems;
+  }
+  // Positions to mask with: null when they equal the packed index.
+  const int64_t* mask_positions() const { return identity ? nullptr : positions.data(); }
+  // Packed keys a query at position `pos` may see form a prefix [0, limit) when positions
+  // ascend; otherwise every packed key is a candidate and the mask decides.
+  int64_t causal_prefix(int64_t pos) const;
+};
+
+// Zeroed storage for kv_heads x capacity keys of head dim `dim` in format `ops`.
+void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
+                 int64_t capacity);
+// Records the positions of keys [size, size + n) (before their data is written) and grows size.
+void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
+
+// The operand format the kernels use for inputs of this dtype on this machine's SIMD target.
+Operands operands_for(DType dtype);
+
+}  // namespace spattn::kernels
