@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "spattn/attention.hpp"
 #include "spattn/block_mask.hpp"
@@ -70,5 +71,10 @@ void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& 
 void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
                             const BlockMask& mask, const AttnOptions& opt = {},
                             float* lse = nullptr, Stats* stats = nullptr);
+// Compact output as attention_query_sparse; the observer sees packed 64-key tiles.
+void attention_query_sparse(const TensorView& q, const PackedKV& kv,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            BlockLseObserver* observer = nullptr, Stats* stats = nullptr);
 
 }  // namespace spattn

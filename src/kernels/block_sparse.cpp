@@ -47,6 +47,9 @@ void BlockSparseEntry(const Problem& p, const BlockMask* mask, Stats* stats) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "spattn/error.hpp"
+#include "spattn/packed_kv.hpp"
+
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(BlockSparseEntry);
@@ -57,6 +60,22 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
                             float* lse, Stats* stats) {
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
+  mask.validate();
+  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats);
+}
+
+void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                            const BlockMask& mask, const AttnOptions& opt, float* lse,
+                            Stats* stats) {
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  // A BlockMask states causality by index, bottom-right. Over keys in another order (or queries
+  // placed elsewhere) the mask is a plain set of packed blocks (causal = false) and the kernel
+  // masks by the keys' positions.
+  const bool natural = kv.data().identity && p.pos_offset == p.kv_len - p.q_len;
+  SPATTN_CHECK(natural || !mask.causal,
+               "block-sparse over a PackedKV in a permuted order (or with q_start): state the "
+               "mask with causal = false; the kernel applies causality by key positions");
+  mask.check_matches(q.heads, q.seq, kv.size(), natural ? opt.causal : false);
   mask.validate();
   HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats);
 }

@@ -23,6 +23,8 @@ void DenseObservedEntry(const Problem& p, BlockLseObserver* observer, Stats* sta
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "spattn/packed_kv.hpp"
+
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(DenseEntry);
@@ -40,6 +42,12 @@ void attention_dense_observed(const TensorView& q, const TensorView& k, const Te
                               BlockLseObserver& observer, Stats* stats) {
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   HWY_DYNAMIC_DISPATCH(kernels::DenseObservedEntry)(p, &observer, stats);
+}
+
+void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                     const AttnOptions& opt, float* lse, Stats* stats) {
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  HWY_DYNAMIC_DISPATCH(kernels::DenseEntry)(p, stats);
 }
 
 }  // namespace spattn

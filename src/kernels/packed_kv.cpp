@@ -63,11 +63,12 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n) {
   SPATTN_CHECK(n >= 0 && kv.size + n <= kv.capacity, "PackedKV: appending ", n, " keys to ",
                kv.size, " exceeds the capacity of ", kv.capacity);
+  for (int64_t i = 0; positions && i < n; ++i)  // all checked before anything changes
+    SPATTN_CHECK(positions[i] >= 0 && positions[i] < (int64_t(1) << 40), "PackedKV: position ",
+                 positions[i], " of key ", i, " is out of range [0, 2^40)");
   for (int64_t i = 0; i < n; ++i) {
     const int64_t idx = kv.size + i;
     const int64_t pos = positions ? positions[i] : idx;
-    SPATTN_CHECK(pos >= 0 && pos < (int64_t(1) << 40), "PackedKV: position ", pos, " of key ",
-                 i, " is out of range [0, 2^40)");
     if (kv.identity && pos != idx) kv.identity = false;
     if (kv.ascending && idx > 0 && pos <= kv.positions.back()) kv.ascending = false;
     kv.positions.push_back(pos);

@@ -59,6 +59,8 @@ void QuerySparseEntry(const Problem& p, const std::vector<int64_t>* rows,
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "spattn/packed_kv.hpp"
+
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(QuerySparseEntry);
@@ -73,10 +75,8 @@ std::vector<int64_t> strided_rows(int64_t q_len, int64_t stride) {
   return rows;
 }
 
-void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
-                            const std::vector<int64_t>& rows, const TensorView& out,
-                            const AttnOptions& opt, float* lse, BlockLseObserver* observer,
-                            Stats* stats) {
+namespace {
+void check_rows(const TensorView& q, const std::vector<int64_t>& rows, const TensorView& out) {
   SPATTN_CHECK(!rows.empty(), "query_sparse: the row list is empty");
   for (size_t i = 0; i < rows.size(); ++i) {
     SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq, "query_sparse: row ", rows[i],
@@ -88,9 +88,30 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
                "query_sparse: out shape ", out.shape_str(), " must be [", q.heads, ", ",
                rows.size(), ", ", q.dim, "] (one row per selected query)");
   SPATTN_CHECK(out.data != nullptr, "out: data pointer is null");
-  TensorView shape_as_q = out;  // validation wants out shaped like q; the kernel writes compactly
-  shape_as_q.seq = q.seq;
-  kernels::Problem p = kernels::make_problem(q, k, v, shape_as_q, opt, lse);
+}
+// Validation wants out shaped like q; the kernel writes compactly.
+TensorView shaped_as_q(TensorView out, const TensorView& q) {
+  out.seq = q.seq;
+  return out;
+}
+}  // namespace
+
+void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt, float* lse, BlockLseObserver* observer,
+                            Stats* stats) {
+  check_rows(q, rows, out);
+  kernels::Problem p = kernels::make_problem(q, k, v, shaped_as_q(out, q), opt, lse);
+  p.out = out;
+  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats);
+}
+
+void attention_query_sparse(const TensorView& q, const PackedKV& kv,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt, float* lse, BlockLseObserver* observer,
+                            Stats* stats) {
+  check_rows(q, rows, out);
+  kernels::Problem p = kernels::make_problem(q, kv.data(), shaped_as_q(out, q), opt, lse);
   p.out = out;
   HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats);
 }

@@ -1,0 +1,242 @@
+// PackedKV: packed once and reused, appended in pieces, or packed in a chosen key order with
+// original positions. Outputs are checked bitwise against the per-call packing and against the
+// exact reference restricted to the packed key set.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "spattn/error.hpp"
+#include "spattn/packed_kv.hpp"
+#include "spattn/sparse_attention.hpp"
+#include "targets.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+bool bitwise_equal(const TensorView& a, const TensorView& b) {
+  for (int64_t h = 0; h < a.heads; ++h)
+    for (int64_t s = 0; s < a.seq; ++s)
+      for (int64_t c = 0; c < a.dim; ++c) {
+        const float x = a.get(h, s, c), y = b.get(h, s, c);
+        if (std::memcmp(&x, &y, 4) != 0) return false;
+      }
+  return true;
+}
+
+struct Qkv {
+  Tensor q, k, v;
+  Qkv(DType t, int64_t hq, int64_t hk, int64_t lq, int64_t lk, int64_t d)
+      : q(test::random_tensor(t, hq, lq, d, 21)), k(test::random_tensor(t, hk, lk, d, 22)),
+        v(test::random_tensor(t, hk, lk, d, 23)) {}
+};
+
+TEST(PackedKV, PackedOnceEqualsPerCallPackingBitwise) {
+  test::for_each_target([] {
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+      Qkv in(t, 4, 2, 300, 517, 64);
+      const PackedKV kv = PackedKV::pack(in.k, in.v);
+      Tensor a(DType::f32, 4, 300, 64), b(DType::f32, 4, 300, 64);
+      std::vector<float> la(4 * 300), lb(4 * 300);
+      Stats sa, sb;
+      attention_dense(in.q, in.k, in.v, a, {}, la.data(), &sa);
+      attention_dense(in.q, kv, b, {}, lb.data(), &sb);
+      EXPECT_TRUE(bitwise_equal(a, b)) << dtype_name(t);
+      EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0);
+      EXPECT_EQ(sa.score_entries, sb.score_entries);
+      EXPECT_EQ(sa.causal_entries, sb.causal_entries);
+      // The same pack serves a second call (here: the last 5 rows, decode-like).
+      Tensor c(DType::f32, 4, 5, 64), e(DType::f32, 4, 5, 64);
+      attention_dense(in.q.view().rows(295, 5), in.k, in.v, c);
+      attention_dense(in.q.view().rows(295, 5), kv, e);
+      EXPECT_TRUE(bitwise_equal(c, e));
+    }
+  });
+}
+
+TEST(PackedKV, AppendedInPiecesEqualsPackedAtOnce) {
+  test::for_each_target([] {
+    for (DType t : {DType::f32, DType::bf16}) {
+      Qkv in(t, 6, 3, 250, 700, 128);
+      const PackedKV whole = PackedKV::pack(in.k, in.v);
+      PackedKV grown(3, 128, t, 1000);
+      int64_t at = 0;
+      for (int64_t piece : {1, 63, 100, 64, 200, 272}) {
+        grown.append(in.k.view().rows(at, piece), in.v.view().rows(at, piece));
+        at += piece;
+        EXPECT_EQ(grown.size(), at);
+      }
+      ASSERT_EQ(at, 700);
+      Tensor a(DType::f32, 6, 250, 128), b(DType::f32, 6, 250, 128);
+      attention_dense(in.q, whole, a);
+      attention_dense(in.q, grown, b);
+      EXPECT_TRUE(bitwise_equal(a, b)) << dtype_name(t);
+      const std::vector<int64_t> rows = strided_rows(250, 16);
+      Tensor qa(DType::f32, 6, int64_t(rows.size()), 128), qb(DType::f32, 6, int64_t(rows.size()), 128);
+      attention_query_sparse(in.q, whole, rows, qa);
+      attention_query_sparse(in.q, grown, rows, qb);
+      EXPECT_TRUE(bitwise_equal(qa, qb));
+    }
+  });
+}
+
+// A chunk of queries placed by q_start against a cache that holds more keys than they see:
+// the KV cache of chunked prefill, where chunk c attends to everything before it.
+TEST(PackedKV, QueriesPlacedByQStart) {
+  Qkv in(DType::f32, 2, 1, 100, 400, 64);
+  const PackedKV kv = PackedKV::pack(in.k, in.v);
+  Tensor out(DType::f32, 2, 100, 64);
+  std::vector<float> lse(200);
+  Stats st;
+  AttnOptions opt;
+  opt.q_start = 150;  // rows sit at positions 150..249
+  attention_dense(in.q, kv, out, opt, lse.data(), &st);
+  int64_t entries = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 100; ++i) {
+      std::vector<int64_t> keys(size_t(151 + i));
+      std::iota(keys.begin(), keys.end(), 0);
+      entries += int64_t(keys.size());
+      double want_lse;
+      const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, keys, 0, &want_lse);
+      for (int64_t c = 0; c < 64; ++c) ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], 1e-5);
+      EXPECT_NEAR(lse[size_t(h * 100 + i)], want_lse, 1e-4);
+    }
+  EXPECT_EQ(st.score_entries, entries);
+  EXPECT_EQ(st.causal_entries, entries);
+}
+
+// Keys packed in a shuffled order (a subset of them), each with its original position: the
+// output is the exact reference over that key set, causal by position.
+TEST(PackedKV, PermutedOrderWithPositionsIsTheReferenceOverTheSameKeys) {
+  test::for_each_target([] {
+    for (DType t : {DType::f32, DType::bf16}) {
+      const int64_t lk = 333, lq = 200, d = 64;
+      Qkv in(t, 4, 2, lq, lk, d);
+      std::vector<int64_t> order(static_cast<size_t>(lk));
+      std::iota(order.begin(), order.end(), 0);
+      std::mt19937 rng(5);
+      std::shuffle(order.begin(), order.end(), rng);
+      order.resize(250);  // a gathered subset, in shuffled order
+      PackedKV kv(2, d, t, 400);
+      kv.append_rows(in.k, in.v, std::span<const int64_t>(order).first(100));
+      kv.append_rows(in.k, in.v, std::span<const int64_t>(order).subspan(100));
+      EXPECT_EQ(kv.max_position(), *std::max_element(order.begin(), order.end()));
+      for (bool causal : {true, false}) {
+        AttnOptions opt;
+        opt.causal = causal;
+        opt.q_start = lk - lq;  // the queries are the last lq tokens of the original sequence
+        Tensor out(DType::f32, 4, lq, d);
+        std::vector<float> lse(size_t(4 * lq));
+        Stats st;
+        attention_dense(in.q, kv, out, opt, lse.data(), &st);
+        int64_t entries = 0;
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t i = 0; i < lq; i += 7) {
+            std::vector<int64_t> keys;
+            for (int64_t j : order)
+              if (!causal || j <= lk - lq + i) keys.push_back(j);
+            std::sort(keys.begin(), keys.end());
+            double want_lse;
+            const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, keys, 0, &want_lse);
+            const double tol = t == DType::bf16 ? 2e-2 : 2e-5;
+            for (int64_t c = 0; c < d; ++c)
+              ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], tol)
+                  << dtype_name(t) << " causal " << causal << " head " << h << " row " << i;
+            EXPECT_NEAR(lse[size_t(h * lq + i)], want_lse, 1e-3);
+          }
+        for (int64_t i = 0; i < lq; ++i)
+          for (int64_t j : order) entries += !causal || j <= lk - lq + i;
+        EXPECT_EQ(st.score_entries, 4 * entries);
+        EXPECT_EQ(st.causal_entries, 4 * entries);
+      }
+    }
+  });
+}
+
+// A block mask over a permuted pack selects packed blocks; causality still follows positions.
+TEST(PackedKV, BlockSparseOverPermutedKeys) {
+  const int64_t lk = 256, d = 64;
+  Qkv in(DType::f32, 2, 1, lk, lk, d);
+  std::vector<int64_t> order(static_cast<size_t>(lk));
+  for (int64_t j = 0; j < lk; ++j) order[size_t(j)] = (j % 4) * 64 + j / 4;  // stride-4 grid
+  PackedKV kv(1, d, DType::f32, lk);
+  kv.append_rows(in.k, in.v, order);
+  // Every query block keeps packed blocks 0 and 2 (keys with position % 4 == ... by layout).
+  std::vector<std::vector<int32_t>> lists(size_t(2 * 4), std::vector<int32_t>{0, 2});
+  const BlockMask mask = BlockMask::from_lists(2, lk, lk, 64, 64, false, lists);
+  Tensor out(DType::f32, 2, lk, d);
+  attention_block_sparse(in.q, kv, out, mask);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < lk; i += 5) {
+      std::vector<int64_t> keys;
+      for (int64_t b : {0, 2})
+        for (int64_t jj = 0; jj < 64; ++jj)
+          if (order[size_t(b * 64 + jj)] <= i) keys.push_back(order[size_t(b * 64 + jj)]);
+      std::sort(keys.begin(), keys.end());
+      const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, keys);
+      for (int64_t c = 0; c < d; ++c) ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], 2e-5);
+    }
+  // A causal mask over permuted keys is refused: causality comes from positions.
+  const BlockMask causal = BlockMask::full(2, lk, lk, 64, 64, true);
+  EXPECT_THROW(attention_block_sparse(in.q, kv, out, causal), Error);
+}
+
+TEST(PackedKV, BadInputRaisesError) {
+  Qkv in(DType::f32, 4, 2, 50, 100, 64);
+  PackedKV kv(2, 64, DType::f32, 120);
+  // Tensors of another shape or dtype.
+  Tensor k3 = test::random_tensor(DType::f32, 3, 10, 64, 1);
+  EXPECT_THROW(kv.append(k3, k3), Error);
+  Tensor k32 = test::random_tensor(DType::f32, 2, 10, 32, 1);
+  EXPECT_THROW(kv.append(k32, k32), Error);
+  Tensor kb = test::random_tensor(DType::bf16, 2, 10, 64, 1);
+  EXPECT_THROW(kv.append(kb, kb), Error);
+  EXPECT_THROW(kv.append(in.k, in.v.view().rows(0, 50)), Error);
+  // NaN in a key.
+  Tensor kn = test::random_tensor(DType::f32, 2, 10, 64, 1);
+  kn.view().set(1, 3, 5, NAN);
+  EXPECT_THROW(kv.append(kn, kn), Error);
+  // Appends past capacity (nothing is appended by a refused call).
+  kv.append(in.k, in.v);
+  EXPECT_THROW(kv.append(in.k.view().rows(0, 21), in.v.view().rows(0, 21)), Error);
+  EXPECT_EQ(kv.size(), 100);
+  // Orders that are not permutations or subsets; positions out of range or miscounted.
+  PackedKV kv2(2, 64, DType::f32, 300);
+  const std::vector<int64_t> dup = {1, 2, 1}, outside = {0, 100}, negative = {-1};
+  EXPECT_THROW(kv2.append_rows(in.k, in.v, dup), Error);
+  EXPECT_THROW(kv2.append_rows(in.k, in.v, outside), Error);
+  EXPECT_THROW(kv2.append_rows(in.k, in.v, negative), Error);
+  const std::vector<int64_t> rows = {3, 4}, bad_pos = {2, -5}, short_pos = {1};
+  EXPECT_THROW(kv2.append_rows(in.k, in.v, rows, bad_pos), Error);
+  EXPECT_THROW(kv2.append_rows(in.k, in.v, rows, short_pos), Error);
+  std::vector<int64_t> huge(100, int64_t(1) << 50);
+  EXPECT_THROW(kv2.append(in.k, in.v, huge), Error);
+  EXPECT_EQ(kv2.size(), 0);
+  EXPECT_TRUE(kv2.positions().empty());
+  // Bad geometry.
+  EXPECT_THROW(PackedKV(0, 64, DType::f32, 10), Error);
+  EXPECT_THROW(PackedKV(2, 60, DType::f32, 10), Error);
+  EXPECT_THROW(PackedKV(2, 64, DType::f32, 0), Error);
+  EXPECT_THROW(PackedKV::pack(in.k, in.v, 50), Error);
+  // Attention calls that do not fit the cache.
+  Tensor out(DType::f32, 4, 50, 64);
+  EXPECT_THROW(attention_dense(in.q, kv2, out), Error);  // empty
+  Tensor qb = test::random_tensor(DType::bf16, 4, 50, 64, 1);
+  EXPECT_THROW(attention_dense(qb, kv, out), Error);     // dtype
+  Tensor q3 = test::random_tensor(DType::f32, 3, 50, 64, 1), o3(DType::f32, 3, 50, 64);
+  EXPECT_THROW(attention_dense(q3, kv, o3), Error);      // heads
+  Tensor q200 = test::random_tensor(DType::f32, 4, 200, 64, 1), o200(DType::f32, 4, 200, 64);
+  EXPECT_THROW(attention_dense(q200, kv, o200), Error);  // more queries than keys, causal
+  AttnOptions opt;
+  opt.q_start = -3;
+  EXPECT_THROW(attention_dense(in.q, kv, out, opt), Error);
+  opt.q_start = 5;  // q_start is for PackedKV calls only
+  EXPECT_THROW(attention_dense(in.q, in.k, in.v, out, opt), Error);
+}
+
+}  // namespace
+}  // namespace spattn
