@@ -119,18 +119,22 @@ struct DensePolicy {
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
     return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
   }
-  // After a tile's scores are known (kMaySkip): true drops it (no exp, no P.V).
-  bool skip(Local&, const TileView&) const { return false; }
+  // After a tile's scores are known (kMaySkip): true drops it (no exp, no P.V). The defaults
+  // take any Local, so a derived policy may bring its own.
+  template <class L>
+  bool skip(L&, const TileView&) const { return false; }
   // After a tile's P.V (kObserve): P, m, l and the tile's per-row LSE.
-  void observe(Local&, const TileView&) const {}
+  template <class L>
+  void observe(L&, const TileView&) const {}
   // Once after the run (kReduce): every thread's Local, in thread order.
-  void reduce(std::vector<Local>&) const {}
+  template <class L>
+  void reduce(std::vector<L>&) {}
 };
 
 // What the loop requires of a policy; RunFlash static_asserts it, so a policy with a missing
 // or misspelt hook fails to compile here rather than deep inside the loop.
 template <class P>
-concept FlashPolicy = requires(const P& pol, const Problem& p, int64_t* rows,
+concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t* rows,
                                std::vector<KeyRange>& ranges, std::vector<int64_t>& cols,
                                typename P::Local& local, const TileView& tile,
                                std::vector<typename P::Local>& locals) {
@@ -147,7 +151,7 @@ concept FlashPolicy = requires(const P& pol, const Problem& p, int64_t* rows,
   { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
   { pol.skip(local, tile) } -> std::same_as<bool>;
   { pol.observe(local, tile) };
-  { pol.reduce(locals) };
+  { mpol.reduce(locals) };
 };
 
 // The dense policy plus a BlockLseObserver (per-(row, key tile) log-sum-exp).
