@@ -154,15 +154,18 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { mpol.reduce(locals) };
 };
 
-// The dense policy plus a BlockLseObserver (per-(row, key tile) log-sum-exp).
-struct ObservedDensePolicy : DensePolicy {
+// A policy plus a BlockLseObserver (per-(row, packed key tile) log-sum-exp), for the public
+// observed forms. Output rows of a tile are contiguous in every policy this wraps.
+template <class Base>
+struct LseObserved : Base {
   static constexpr bool kObserve = true;
   BlockLseObserver* observer = nullptr;
-  // Output rows of a tile are contiguous in every policy that observes.
-  void observe(Local&, const TileView& v) const {
+  template <class L>
+  void observe(L&, const TileView& v) const {
     if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, v.lse);
   }
 };
+using ObservedDensePolicy = LseObserved<DensePolicy>;
 
 // BLASST's skip rule ("BLASST: Dynamic Blocked Attention Sparsity via Softmax Thresholding",
 // section 3, Algorithm 1): a tile is skipped when, for every row, its max scaled score lies

@@ -29,13 +29,6 @@ struct RowListPolicy : DensePolicy {
   }
 };
 
-struct ObservedRowListPolicy : RowListPolicy {
-  static constexpr bool kObserve = true;
-  BlockLseObserver* observer = nullptr;
-  void observe(Local&, const TileView& v) const {
-    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, v.lse);
-  }
-};
 
 }  // namespace spattn::kernels
 #endif
@@ -45,7 +38,7 @@ namespace spattn::kernels::HWY_NAMESPACE {
 void QuerySparseEntry(const Problem& p, const std::vector<int64_t>* rows,
                       BlockLseObserver* observer, Stats* stats) {
   if (observer) {
-    ObservedRowListPolicy pol;
+    LseObserved<RowListPolicy> pol;
     pol.list = rows;
     pol.observer = observer;
     RunFlash(p, pol, stats);

@@ -1,10 +1,10 @@
 // BlockMask: construction, conversion, validation and entry counting.
 #include "spattn/block_mask.hpp"
-#include "spattn/attention.hpp"
 
 #include <algorithm>
 #include <limits>
 
+#include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
