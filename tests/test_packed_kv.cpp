@@ -8,6 +8,8 @@
 #include <numeric>
 #include <random>
 
+#include "spattn/blasst.hpp"
+#include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
@@ -183,6 +185,68 @@ TEST(PackedKV, BlockSparseOverPermutedKeys) {
   // A causal mask over permuted keys is refused: causality comes from positions.
   const BlockMask causal = BlockMask::full(2, lk, lk, 64, 64, true);
   EXPECT_THROW(attention_block_sparse(in.q, kv, out, causal), Error);
+}
+
+// A KV cache that grows token by token, decoded after each append: every step equals the exact
+// reference over the keys so far, and nothing is repacked.
+TEST(PackedKV, DecodeReadsTheCacheAsItGrows) {
+  test::for_each_target([] {
+    for (DType t : {DType::f32, DType::bf16}) {
+      const int64_t lk = 4200, d = 64;
+      Qkv in(t, 4, 2, 3, lk, d);
+      PackedKV kv(2, d, t, lk);
+      kv.append(in.k.view().rows(0, 4100), in.v.view().rows(0, 4100));
+      for (int64_t len : {4100, 4101, 4163, 4200}) {
+        if (len > kv.size())
+          kv.append(in.k.view().rows(kv.size(), len - kv.size()),
+                    in.v.view().rows(kv.size(), len - kv.size()));
+        Tensor out(DType::f32, 4, 3, d);
+        std::vector<float> lse(12);
+        Stats st;
+        attention_decode(in.q, kv, out, {}, {}, lse.data(), &st);
+        const TensorView kp = in.k.view().rows(0, len), vp = in.v.view().rows(0, len);
+        for (int64_t h = 0; h < 4; ++h)
+          for (int64_t i = 0; i < 3; ++i) {
+            std::vector<int64_t> keys(size_t(len - 3 + i + 1));
+            std::iota(keys.begin(), keys.end(), 0);
+            double want_lse;
+            const auto want = test::row_over_keys(in.q, kp, vp, h, i, keys, 0, &want_lse);
+            const double tol = t == DType::bf16 ? 1e-2 : 1e-5;
+            for (int64_t c = 0; c < d; ++c)
+              ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], tol) << len << " " << h << " " << i;
+            EXPECT_NEAR(lse[size_t(h * 3 + i)], want_lse, 1e-3);
+          }
+        EXPECT_EQ(st.score_entries, 4 * (3 * (len - 2) + 3));
+      }
+    }
+  });
+}
+
+// BLASST decode over the packed cache: exact over the recorded coverage; lambda 0 is dense.
+TEST(PackedKV, BlasstDecodeIsExactOverItsCoverage) {
+  const int64_t lk = 5000, d = 64;
+  Qkv in(DType::f32, 4, 2, 2, lk, d);
+  // Make a few keys stand out so some tiles fall below the threshold and others do not.
+  for (int64_t j = 0; j < lk; j += 97)
+    for (int64_t c = 0; c < d; ++c) in.k.view().set(j % 2, j, c, 4.0f * in.q.view().get(0, 1, c));
+  const PackedKV kv = PackedKV::pack(in.k, in.v);
+  Tensor dense(DType::f32, 4, 2, d), zero(DType::f32, 4, 2, d), out(DType::f32, 4, 2, d);
+  attention_decode(in.q, kv, dense);
+  attention_decode(in.q, kv, zero, {}, {.lambda = 0.0});
+  EXPECT_TRUE(bitwise_equal(dense, zero));
+  SkipStats skip;
+  skip.record_tiles = true;
+  Stats st;
+  attention_decode(in.q, kv, out, {}, {.lambda = 0.05}, nullptr, &st, &skip);
+  EXPECT_GT(skip.skipped_fraction(), 0.0);
+  EXPECT_LT(skip.skipped_fraction(), 1.0);
+  EXPECT_EQ(skip.q_tiles, 1);
+  const auto cov = blasst_coverage(skip, 2, lk, true);
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < 2; ++i) {
+      const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, test::coverage_keys(*cov, h, i));
+      for (int64_t c = 0; c < d; ++c) ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], 1e-5);
+    }
 }
 
 TEST(PackedKV, BadInputRaisesError) {

@@ -39,4 +39,14 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
                       const DecodeOptions& dopt = {}, float* lse = nullptr,
                       Stats* stats = nullptr, SkipStats* skip = nullptr);
 
+class PackedKV;
+// Decode over a PackedKV (the KV cache a runner appends to; nothing is repacked): q
+// [Hq, Lq <= 16, d] at the bottom right of the cache (or at opt.q_start). Key chunks of 2048 are
+// work items merged exactly by LSE. With lambda > 0, BLASST's prefill rule skips 64-key tiles
+// (against the running max before each tile; dopt.batch does not apply). skip is filled as
+// above: one query tile per q head, the skipped tiles' packed indices ascending.
+void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                      const AttnOptions& opt = {}, const DecodeOptions& dopt = {},
+                      float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr);
+
 }  // namespace spattn

@@ -6,6 +6,7 @@
 #define HWY_TARGET_INCLUDE "kernels/blasst.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include "kernels/blasst_policy.hpp"
 #include "kernels/flash-inl.h"
 #include "spattn/blasst.hpp"
 #include "spattn/error.hpp"
@@ -13,25 +14,6 @@
 #ifndef SPATTN_KERNELS_BLASST_POLICY_
 #define SPATTN_KERNELS_BLASST_POLICY_
 namespace spattn::kernels {
-
-struct BlasstPolicy : DensePolicy {
-  static constexpr bool kMaySkip = true;
-  float threshold = kNegInf;  // log2(lambda): tile_max and m are in log2 units
-  SkipStats* record = nullptr;  // written only at this item's (h, t)
-
-  bool skip(Local&, const TileView& v) const {
-    const bool below = blasst_skips(v.tile_max, v.m, v.n, threshold);
-    if (record) {
-      const size_t i = size_t(v.h * record->q_tiles + v.t);
-      ++record->visited[i];
-      if (below) {
-        ++record->skipped[i];
-        if (record->record_tiles) record->skipped_tiles[i].push_back(int32_t(v.key_tile));
-      }
-    }
-    return below;
-  }
-};
 
 // Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries.
 struct MarginPolicy : DensePolicy {

@@ -1,0 +1,119 @@
+// Decode over a packed KV cache (the cache a model runner appends to chunk by chunk): the flash
+// loop with the cache's key chunks as work items (flash-decoding), each chunk's partial (O, LSE)
+// merged exactly in chunk order. Nothing is repacked per call. With lambda > 0 the BLASST rule
+// skips 64-key tiles against the running max before each tile (the prefill form of the rule;
+// the raw-tensor decode kernel in decode-inl.h compares with the max after a batch instead).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/decode_packed.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "kernels/blasst_policy.hpp"
+#include "kernels/flash-inl.h"
+
+#ifndef SPATTN_KERNELS_DECODE_PACKED_POLICY_
+#define SPATTN_KERNELS_DECODE_PACKED_POLICY_
+namespace spattn::kernels {
+
+// Keys per work item; fixed (not derived from the thread count) so output is bitwise stable.
+inline constexpr int64_t kSplitKeys = 2048;
+
+// Tile t is key chunk t for all q_len rows; its partial result goes to output rows
+// t * q_len + r of a scratch tensor.
+template <class Base>
+struct SplitKeys : Base {
+  int64_t q_len = 1, splits = 1;
+  int64_t num_tiles(const Problem&) const { return splits; }
+  int64_t rows(const Problem&, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
+    for (int64_t r = 0; r < q_len; ++r) q_rows[r] = r, out_rows[r] = t * q_len + r;
+    return q_len;
+  }
+  void key_ranges(const Problem&, int64_t, int64_t t, int64_t limit,
+                  std::vector<KeyRange>& out) const {
+    out.push_back({t * kSplitKeys, std::min((t + 1) * kSplitKeys, limit)});
+  }
+  int64_t cost(const Problem&, int64_t, int64_t, int64_t) const { return kSplitKeys; }
+};
+
+}  // namespace spattn::kernels
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, SkipStats* record,
+                       Stats* stats) {
+  if (log2_lambda == kNegInf && !record) {
+    SplitKeys<DensePolicy> pol;
+    pol.tile_rows = pol.q_len = p.q_len;
+    pol.splits = splits;
+    RunFlash(p, pol, stats);
+  } else {
+    SplitKeys<BlasstPolicy> pol;
+    pol.tile_rows = pol.q_len = p.q_len;
+    pol.splits = splits;
+    pol.threshold = log2_lambda;
+    pol.record = record;
+    RunFlash(p, pol, stats);
+  }
+}
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+#include "spattn/merge.hpp"
+#include "spattn/packed_kv.hpp"
+
+namespace spattn {
+namespace kernels {
+HWY_EXPORT(DecodePackedEntry);
+}
+
+void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                      const AttnOptions& opt, const DecodeOptions& dopt, float* lse,
+                      Stats* stats, SkipStats* skip) {
+  SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
+               kMaxDecodeQueries, "], got ", q.seq);
+  const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
+  kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, nullptr);
+  const int64_t splits = (kv.size() + kernels::kSplitKeys - 1) / kernels::kSplitKeys;
+  const int64_t hq = q.heads, lq = q.seq, d = q.dim;
+  Tensor part(DType::f32, hq, splits * lq, d);
+  std::vector<float> part_lse(size_t(hq * splits * lq));
+  p.out = part;
+  p.lse = part_lse.data();
+  SkipStats per_split;
+  per_split.record_tiles = skip && skip->record_tiles;
+  if (skip) per_split.reset(hq, splits);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)(p, splits, log2_lambda,
+                                                   skip ? &per_split : nullptr, stats);
+  // Exact merge of each row's chunks, in chunk order.
+  std::vector<float> o(static_cast<size_t>(d));
+  const TensorView pv = part;
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < lq; ++i) {
+      float l = part_lse[size_t(h * splits * lq + i)];
+      std::copy_n(static_cast<const float*>(pv.ptr(h, i)), d, o.data());
+      for (int64_t s = 1; s < splits; ++s)
+        merge_row(o.data(), l, static_cast<const float*>(pv.ptr(h, s * lq + i)),
+                  part_lse[size_t(h * splits * lq + s * lq + i)], d);
+      for (int64_t c = 0; c < d; ++c) out.set(h, i, c, o[size_t(c)]);
+      if (lse) lse[h * lq + i] = l;
+    }
+  if (skip) {  // one query tile per q head, as attention_decode records it
+    skip->reset(hq, 1);
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t s = 0; s < splits; ++s) {
+        const size_t i = size_t(h * splits + s);
+        skip->visited[size_t(h)] += per_split.visited[i];
+        skip->skipped[size_t(h)] += per_split.skipped[i];
+        if (skip->record_tiles)
+          skip->skipped_tiles[size_t(h)].insert(skip->skipped_tiles[size_t(h)].end(),
+                                                per_split.skipped_tiles[i].begin(),
+                                                per_split.skipped_tiles[i].end());
+      }
+  }
+}
+
+}  // namespace spattn
+#endif  // HWY_ONCE
