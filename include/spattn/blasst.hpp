@@ -1,4 +1,5 @@
-// BLASST (seeds/003): skip attention tiles whose scores fall ln(lambda) below the running max.
+// BLASST ("BLASST: Dynamic Blocked Attention Sparsity via Softmax Thresholding", section 3):
+// skip attention tiles whose scores fall ln(lambda) below the running max.
 //
 // Rule (per 64-key tile of a 64-row query tile, after its scores are known): skip the tile's
 // exponentials, row sums and P.V when, for every row r of the tile,

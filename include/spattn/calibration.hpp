@@ -1,4 +1,4 @@
-// BLASST calibration (seeds/003, Algorithm 2): choose the threshold lambda that gives a target
+// BLASST calibration (the BLASST paper, Algorithm 2): choose the threshold lambda that gives a target
 // sparsity s at context length L.
 //
 // The paper fits  lambda * L = alpha * exp(beta * s).  We fit the more general

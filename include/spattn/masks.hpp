@@ -1,5 +1,5 @@
-// Mask builders for the classic sparse-attention baselines (seeds/002 section 4.1 and appendix
-// C; seeds/000 Eq. 1), and the coverage of what a mask computes, for attention recall.
+// Mask builders for the classic sparse-attention baselines (the MMInference paper section 4.1 and appendix
+// C; MOMO, Eq. 1), and the coverage of what a mask computes, for attention recall.
 //
 // Static patterns are defined per token and rounded outward to blocks: a key block is kept for
 // a query block when it holds a key that one of the query block's rows would attend to under the
@@ -32,7 +32,7 @@ BlockMask a_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local);
 // Tri-shape: A-shape, plus every causal key for the last `bottom` query rows. bottom >= 0.
 BlockMask tri_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local, int64_t bottom);
 
-// Sparse Transformer "fixed" (Child et al.; as seeds/002 describes it): each row sees its own
+// Sparse Transformer "fixed" (Child et al.; as the MMInference paper describes it): each row sees its own
 // segment of `local` positions (floor(j / local) == floor(p / local)) and the segment-initial
 // keys j = 0, vline_stride, 2 vline_stride, ... (vertical lines). Both >= 1.
 BlockMask sf_fixed_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride);
@@ -42,7 +42,7 @@ BlockMask sf_fixed_mask(const MaskGeometry& g, int64_t local, int64_t vline_stri
 // Both >= 1.
 BlockMask sf_strided_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride);
 
-// MInference's vertical-slash estimate (seeds/002 appendix C.3): A_hat = softmax of the last
+// MInference's vertical-slash estimate (the MMInference paper appendix C.3): A_hat = softmax of the last
 // `last_q` query rows against all keys (causal); columns are ranked by their summed A_hat,
 // diagonals (offset o = p - j) by A_hat summed along them. Keeps the top vertical_size columns
 // and slash_size diagonals, always including the first `sink` columns and the `local` nearest
@@ -50,7 +50,7 @@ BlockMask sf_strided_mask(const MaskGeometry& g, int64_t local, int64_t vline_st
 struct VerticalSlashConfig {
   int64_t vertical_size = 1000;  // columns kept per head (forced sink columns included)
   int64_t slash_size = 2048;     // diagonals kept per head (forced local diagonals included)
-  int64_t last_q = 64;           // query rows of the estimate (seeds/002 section 4.1)
+  int64_t last_q = 64;           // query rows of the estimate (the MMInference paper section 4.1)
   int64_t sink = 30;             // columns always kept (MInference's code)
   int64_t local = 100;           // diagonals always kept, offsets 0..local-1 (MInference's code)
   int64_t tile_rows = 64;        // query rows per kernel tile of the index
@@ -64,7 +64,7 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
 BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_len,
                                     int64_t kv_len, int64_t block_k = 64);
 
-// Mean-pool block top-k (MInference / SeerAttention; seeds/000 Eq. 1): A_hat[m][n] =
+// Mean-pool block top-k (MInference / SeerAttention; MOMO, Eq. 1): A_hat[m][n] =
 // scale * mean(Q rows of block m) . mean(K rows of block n); each query block keeps its `topk`
 // best causal key blocks, plus the blocks holding the first `sink` keys and the blocks holding
 // its rows' `local` most recent keys (rounded out to blocks as above). topk >= 0, sink >= 0,

@@ -1,4 +1,4 @@
-// BLASST prefill (seeds/003): the dense loop with a skip policy. After a tile's scores are
+// BLASST prefill (the BLASST paper, Algorithm 1): the dense loop with a skip policy. After a tile's scores are
 // known, the tile is dropped (no exp, no row sums, no P.V) when every row's tile max is more
 // than ln(1/lambda) below its running max. The rule is per 64x64 tile, like the paper's
 // per-block decision after a warp vote; the running max before the tile is the reference.

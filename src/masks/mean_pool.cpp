@@ -1,4 +1,4 @@
-// Mean-pool block top-k, the block estimate of MInference and SeerAttention (seeds/000 Eq. 1):
+// Mean-pool block top-k, the block estimate of MInference and SeerAttention (MOMO, Eq. 1):
 // A_hat[m][n] = rho_m(Q) . rho_n(K) with rho the mean over a block's rows. Cheap, but it scores
 // blocks before the exponential, so a block of large positive and negative scores can hide.
 #include <algorithm>

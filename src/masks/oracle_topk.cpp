@@ -1,5 +1,5 @@
 // Oracle block top-k: the best block mask of a given size, from the exact softmax mass of every
-// block. An upper bound for block selectors at the same budget (seeds/000 compares against it);
+// block. An upper bound for block selectors at the same budget (the MOMO paper compares against it);
 // it needs full attention to build, so it is for evaluation only.
 #include <algorithm>
 

@@ -1,6 +1,6 @@
-// Sparse Transformer "fixed" attention (Child et al. 2019), as seeds/002 section 4.1 describes
+// Sparse Transformer "fixed" attention (Child et al. 2019), as the MMInference paper section 4.1 describes
 // it: attention within each segment, plus every token attending to the segments' initial
-// tokens. Child et al. use the last c tokens of each segment as the summary columns; seeds/002
+// tokens. Child et al. use the last c tokens of each segment as the summary columns; the MMInference paper
 // names the initial ones and gives only (local, vline_stride), so c = 1 here.
 #include "masks/block_closure.hpp"
 #include "spattn/error.hpp"

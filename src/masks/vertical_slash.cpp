@@ -1,4 +1,4 @@
-// MInference's vertical-slash pattern (Jiang et al. 2024; seeds/002 appendix C.3): estimate
+// MInference's vertical-slash pattern (Jiang et al. 2024; the MMInference paper appendix C.3): estimate
 // from the last queries which key columns (vertical lines) and diagonals (slash lines) carry
 // the attention, then compute only those with attention_vertical_slash.
 #include <cblas.h>
