@@ -456,7 +456,9 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
     const float m_new = std::max(m[r], tile_max[r]);
     // A row that has seen no key keeps m = -inf; use 0 so exp2 sees -inf, not NaN.
     const float m_use = m_new == kNegInf ? 0.0f : m_new;
-    alpha[r] = std::exp2(m[r] - m_use);
+    // Past the first tiles the running max rarely moves: skip the libm call when it did not
+    // (exp2(0) is exactly 1, so the result is the same bits).
+    alpha[r] = m[r] == m_use ? 1.0f : std::exp2(m[r] - m_use);
     const VF vm = hn::Set(df, m_use);
     VF sum = hn::Zero(df);
     float* row = s + r * kTileKeys;
