@@ -26,12 +26,17 @@ struct AttnOptions {
 // the reference and the estimates use the same float value the kernels use.
 float softmax_scale(const AttnOptions& opt, int64_t dim);
 
-// Keys [0, causal_limit) query row `row` may see: bottom-right alignment puts row i at absolute
-// position kv_len - q_len + i (clamped to [0, kv_len]); every key when not causal. The one place
-// the causal rule lives.
+// Bottom-right alignment: query row `row` of q_len sits at absolute position kv_len - q_len + row,
+// so the last query sees every key. With causal_limit below, the one place the causal rule lives.
+inline int64_t query_position(int64_t row, int64_t q_len, int64_t kv_len) {
+  return kv_len - q_len + row;
+}
+
+// Keys [0, causal_limit) query row `row` may see (up to its own position, clamped to
+// [0, kv_len]); every key when not causal.
 inline int64_t causal_limit(int64_t row, int64_t q_len, int64_t kv_len, bool causal = true) {
   if (!causal) return kv_len;
-  const int64_t lim = kv_len - q_len + row + 1;
+  const int64_t lim = query_position(row, q_len, kv_len) + 1;
   return lim < 0 ? 0 : (lim > kv_len ? kv_len : lim);
 }
 

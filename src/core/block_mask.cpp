@@ -153,7 +153,7 @@ void BlockMask::check_matches(int64_t q_heads, int64_t q_len_, int64_t kv_len_,
 // row p counts clamp(p + 1 - k0, 0, k1 - k0): a clamped arithmetic series.
 int64_t BlockMask::entries() const {
   int64_t total = 0;
-  const int64_t off = kv_len - q_len;
+  const int64_t off = query_position(0, q_len, kv_len);
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t qb = 0; qb < n_qb(); ++qb) {
       const int64_t r0 = qb * block_q, r1 = std::min(r0 + block_q, q_len);

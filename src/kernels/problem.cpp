@@ -33,7 +33,7 @@ Problem make_problem(const TensorView& q, const TensorView& k, const TensorView&
   p.q_len = q.seq;
   p.kv_len = k.seq;
   p.dim = q.dim;
-  p.pos_offset = opt.causal ? k.seq - q.seq : 0;
+  p.pos_offset = opt.causal ? query_position(0, q.seq, k.seq) : 0;
   return p;
 }
 

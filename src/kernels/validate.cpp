@@ -16,8 +16,8 @@ void Stats::add(const Stats& o) {
 
 int64_t attention_entries(int64_t q_len, int64_t kv_len, bool causal) {
   if (!causal) return q_len * kv_len;
-  // rows see kv_len - q_len + 1 .. kv_len keys
-  int64_t first = kv_len - q_len + 1;
+  // rows see causal_limit(0) .. kv_len keys
+  const int64_t first = query_position(0, q_len, kv_len) + 1;
   return (first + kv_len) * q_len / 2;
 }
 

@@ -84,7 +84,7 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
 void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_t tile,
                               int64_t q_len, int64_t kv_len, std::vector<KeyRange>& ranges,
                               std::vector<int64_t>& columns) {
-  const int64_t off = kv_len - q_len, r0 = tile * index.tile_rows;
+  const int64_t off = query_position(0, q_len, kv_len), r0 = tile * index.tile_rows;
   const int64_t r1 = std::min(q_len, r0 + index.tile_rows) - 1;
   const int64_t limit = std::min(kv_len, r1 + off + 1);
   ranges.clear();

@@ -19,7 +19,7 @@ BlockMask close_over_blocks(const char* who, const MaskGeometry& g, const BlockI
                ": needs 0 < q_len <= kv_len (causal), got q_len ", g.q_len, ", kv_len ",
                g.kv_len);
   BlockMask m(g.heads, g.q_len, g.kv_len, g.block_q, g.block_k, /*causal=*/true);
-  const int64_t nq = m.n_qb(), nk = m.n_kb(), off = g.kv_len - g.q_len;
+  const int64_t nq = m.n_qb(), nk = m.n_kb(), off = query_position(0, g.q_len, g.kv_len);
   std::vector<int32_t> head0;
   std::vector<int64_t> ends(size_t(nq) + 1, 0);
   std::vector<uint8_t> keep(static_cast<size_t>(nk));

@@ -42,7 +42,7 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
                "mean_pool: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb(), d = q.dim, group = q.heads / k.heads;
-  const int64_t off = k.seq - q.seq;
+  const int64_t off = query_position(0, q.seq, k.seq);
   const float scale = softmax_scale(opt, d);
 
   BlasThreads blas(resolve_threads(opt.threads));

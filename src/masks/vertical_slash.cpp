@@ -97,7 +97,7 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
                "vertical_slash_block_mask: index has ", x.columns.size(), " column lists and ",
                x.offsets.size(), " offset lists for ", x.heads, " heads");
   BlockMask m(x.heads, q_len, kv_len, x.tile_rows, block_k, /*causal=*/true);
-  const int64_t off = kv_len - q_len;
+  const int64_t off = query_position(0, q_len, kv_len);
   std::vector<uint8_t> keep(static_cast<size_t>(m.n_kb()));
   for (int64_t h = 0; h < x.heads; ++h)
     for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
