@@ -197,7 +197,7 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   const CliRun t = run_cli(args);
   ASSERT_TRUE(t.exited());
   ASSERT_EQ(t.code(), 0) << t.err;
-  EXPECT_NE(t.out.find("blasst:lambda=0.1: skipped tiles per head: h0 "), std::string::npos)
+  EXPECT_NE(t.out.find("blasst:lambda=0.1: head_skipped per head: h0 "), std::string::npos)
       << t.out;
   EXPECT_NE(t.out.find(" h3 "), std::string::npos) << t.out;
   EXPECT_EQ(t.out.find("upper bound"), std::string::npos) << t.out;
@@ -222,6 +222,11 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   EXPECT_LT(b.at("recall").get<double>(), 1.0);
   EXPECT_GT(b.at("recall").get<double>(), 0.9);
   EXPECT_FALSE(b.contains("recall_exact"));
+  // The same series under the report's name, the threshold, and the kernel that ran.
+  EXPECT_EQ(b.at("per_head").at("head_skipped"), per_head);
+  EXPECT_DOUBLE_EQ(b.at("extras").at("lambda").get<double>(), 0.1);
+  EXPECT_EQ(b.at("path"), "decode");
+  EXPECT_EQ(j.at("results")[0].at("path"), "decode");  // dense decode is the baseline
 }
 
 TEST_F(Cli, TableShowsMachineAndMethods) {

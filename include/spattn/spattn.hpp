@@ -14,6 +14,7 @@
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
 #include "spattn/peak.hpp"
+#include "spattn/report.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/tensor.hpp"
 #include "spattn/workload.hpp"
