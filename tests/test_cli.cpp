@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli_run.hpp"
+#include "spattn/method.hpp"
 #include "spattn/io.hpp"
 #include "spattn/tensor.hpp"
 
@@ -227,6 +228,39 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   EXPECT_DOUBLE_EQ(b.at("extras").at("lambda").get<double>(), 0.1);
   EXPECT_EQ(b.at("path"), "decode");
   EXPECT_EQ(j.at("results")[0].at("path"), "decode");  // dense decode is the baseline
+}
+
+// With neither --method nor --methods, bench compares dense with every method at its default
+// spec, and each result carries what its report holds.
+TEST_F(Cli, DefaultBenchRunsEveryMethod) {
+  const CliRun r = run_cli(kSmall + "--json");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& results = j.at("results");
+  const std::vector<spattn::MethodInfo> catalog = spattn::method_catalog();
+  ASSERT_EQ(results.size(), catalog.size());
+  for (size_t i = 0; i < catalog.size(); ++i) {
+    const auto& res = results[i];
+    EXPECT_EQ(res.at("method"), catalog[i].default_spec);
+    EXPECT_EQ(res.at("path"), "prefill");
+    EXPECT_TRUE(res.at("extras").is_object());
+    EXPECT_TRUE(res.at("per_head").is_object());
+    EXPECT_EQ(res.contains("skipped_per_head"), catalog[i].name == "blasst");
+  }
+  EXPECT_EQ(j.at("config").at("methods").size(), catalog.size());
+}
+
+// Non-causal problems leave the causal-only methods out of the default set and say so.
+TEST_F(Cli, DefaultBenchLeavesOutCausalOnlyMethodsWhenNotCausal) {
+  const CliRun r = run_cli(kSmall + "--no-causal");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("left out (causal attention only): a_shape"), std::string::npos) << r.out;
+  for (const spattn::MethodInfo& m : spattn::method_catalog()) {
+    const bool listed = r.out.find("\n" + m.default_spec + " ") != std::string::npos;
+    EXPECT_EQ(listed, !m.causal_only) << m.name << "\n" << r.out;
+  }
 }
 
 TEST_F(Cli, TableShowsMachineAndMethods) {

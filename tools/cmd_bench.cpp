@@ -1,8 +1,9 @@
-// `spattn bench`: times dense and each requested method on one attention problem and judges
-// the sparse ones against exact attention (recall of softmax mass, output error at sampled
-// rows). Dense always runs first: it is the baseline every speedup is measured against. What
-// else a method did (its kernel path, its own values such as blasst's threshold and per-head
-// skips) is printed from its MethodReport, whatever the method.
+// `spattn bench`: times dense and each requested method (by default every method at its paper
+// defaults) on one attention problem and judges the sparse ones against exact attention (recall
+// of softmax mass, output error at sampled rows). Dense always runs first: it is the baseline
+// every speedup is measured against. What else a method did (its kernel path, its own values
+// such as blasst's threshold and per-head skips) is printed from its MethodReport, whatever the
+// method.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -27,7 +28,7 @@ namespace {
 struct BenchOptions {
   ProblemOptions problem;
   std::vector<std::string> method_specs;  // --method, each "name[:key=value,...]"
-  std::vector<std::string> method_names;  // --methods, plain names
+  std::vector<std::string> method_names;  // --methods, plain names; neither: every method
   int repeat = 3;
   bool json = false;
 };
@@ -54,9 +55,28 @@ std::string canonical(const MethodSpec& s) {
   return text;
 }
 
+// Neither --method nor --methods: every method at its paper defaults, so the first run shows
+// what spattn is for (speedup beside recall). Causal-only methods are left out of non-causal
+// problems and named in `left_out`.
+void add_default_specs(const BenchOptions& o, std::vector<MethodSpec>& specs,
+                       std::vector<std::string>& left_out) {
+  for (const MethodInfo& m : method_catalog()) {
+    if (m.name == "dense") continue;
+    if (m.causal_only && !o.problem.causal) {
+      left_out.push_back(m.name);
+      continue;
+    }
+    specs.push_back(parse_method_spec(m.default_spec));
+  }
+}
+
 // The methods to run: dense first, then --method, then --methods, each once.
-std::vector<MethodSpec> collect_specs(const BenchOptions& o) {
+std::vector<MethodSpec> collect_specs(const BenchOptions& o, std::vector<std::string>& left_out) {
   std::vector<MethodSpec> specs{parse_method_spec("dense")};
+  if (o.method_specs.empty() && o.method_names.empty()) {
+    add_default_specs(o, specs, left_out);
+    return specs;
+  }
   auto add = [&](MethodSpec s) {
     for (const auto& have : specs)
       if (canonical(have) == canonical(s)) return;
@@ -137,8 +157,9 @@ std::string shape(const Tensor& t) {
 }
 
 // After the table, whatever else each report holds: one line for its named values, one per
-// per-head series.
-void print_notes(const std::vector<MethodResult>& results) {
+// per-head series; then which methods are evaluation-only or were left out.
+void print_notes(const std::vector<MethodResult>& results,
+                 const std::vector<std::string>& left_out) {
   std::vector<std::string> lines;
   for (const auto& r : results) {
     const MethodReport& rep = r.report;
@@ -154,11 +175,25 @@ void print_notes(const std::vector<MethodResult>& results) {
       lines.push_back(line);
     }
   }
+  std::vector<std::string> evaluation;
+  for (const MethodInfo& m : method_catalog())
+    for (const auto& r : results)
+      if (m.evaluation_only && parse_method_spec(r.spec).name == m.name) {
+        evaluation.push_back(r.spec);
+        break;
+      }
+  if (!evaluation.empty())
+    lines.push_back(fmt::format("evaluation only (they compute more than dense to choose what "
+                                "to compute; compare recall, not time): {}",
+                                fmt::join(evaluation, ", ")));
+  if (!left_out.empty())
+    lines.push_back(fmt::format("left out (causal attention only): {}", fmt::join(left_out, ", ")));
   if (!lines.empty()) fmt::print("\n{}\n", fmt::join(lines, "\n"));
 }
 
 void print_table(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
-                 const std::vector<MethodResult>& results) {
+                 const std::vector<MethodResult>& results,
+                 const std::vector<std::string>& left_out) {
   fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
              m.cores, m.threads, m.simd, peak);
   fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n", p.source,
@@ -175,7 +210,7 @@ void print_table(const MachineInfo& m, double peak, const Problem& p, const Benc
                r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0,
                r.speedup, 100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst,
                r.error.rel_l2, kernel_path_name(r.report.path));
-  print_notes(results);
+  print_notes(results, left_out);
 }
 
 nlohmann::json machine_json(const MachineInfo& m) {
@@ -248,7 +283,8 @@ void run_bench(const BenchOptions& o) {
   SPATTN_CHECK(o.repeat >= 1 && o.repeat <= 10000, "--repeat must be in [1, 10000], got ",
                o.repeat);
   // Methods are built before any data is made: a typo in a name fails at once.
-  const std::vector<MethodSpec> specs = collect_specs(o);
+  std::vector<std::string> left_out;
+  const std::vector<MethodSpec> specs = collect_specs(o, left_out);
   std::vector<std::unique_ptr<Method>> methods;
   for (const auto& s : specs) methods.push_back(make_method(s));
   const Problem p = load_problem(o.problem);
@@ -263,7 +299,7 @@ void run_bench(const BenchOptions& o) {
   if (o.json)
     print_json(machine, peak, p, o, specs, results);
   else
-    print_table(machine, peak, p, o, results);
+    print_table(machine, peak, p, o, results, left_out);
 }
 
 }  // namespace
@@ -276,7 +312,8 @@ void add_bench_command(CLI::App& root) {
   // One spec per --method: specs contain commas ("name:a=1,b=2"), so no delimiter here.
   cmd->add_option("--method", o->method_specs, "method to run, NAME[:key=value,...] (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--methods", o->method_names, "methods to run, plain names: a,b")
+  cmd->add_option("--methods", o->method_names,
+                  "methods to run, plain names: a,b (neither option: every method)")
       ->delimiter(',');
   cmd->add_option("--q-len", o->problem.q_len,
                   "queries: the last N positions (1..16: decode kernels; 0: all, prefill)")
