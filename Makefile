@@ -13,7 +13,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The default benchmark: every method at its paper defaults against dense on a 16K text
-# workload, speedup beside recall (about a minute on 2 cores).
+# workload, speedup beside recall (35-60 s on 2 cores).
 run: build
 	./$(BUILD)/bin/spattn bench
 
