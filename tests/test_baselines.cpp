@@ -43,16 +43,16 @@ const Shape kShapes[] = {{1, 1}, {63, 63}, {65, 65}, {200, 200}, {65, 200}, {1, 
 struct Outcome {
   Tensor q, k, v, out;
   std::vector<float> lse;
-  Stats stats;
+  MethodReport report;
 };
-Outcome run(Method& m, const Shape& s, uint64_t seed, bool causal = true) {
+Outcome run(const Method& m, const Shape& s, uint64_t seed, bool causal = true) {
   Outcome r{test::random_tensor(DType::f32, 4, s.lq, 32, seed),  // GQA: 4 q heads over 2 kv heads
         test::random_tensor(DType::f32, 2, s.lk, 32, seed + 1),
         test::random_tensor(DType::f32, 2, s.lk, 32, seed + 2), Tensor(DType::f32, 4, s.lq, 32),
-        std::vector<float>(size_t(4 * s.lq)), Stats{}};
+        std::vector<float>(size_t(4 * s.lq)), MethodReport{}};
   AttnOptions opt;
   opt.causal = causal;
-  m.run(r.q, r.k, r.v, r.out, opt, r.lse.data(), &r.stats);
+  r.report = m.run(r.q, r.k, r.v, r.out, opt, r.lse.data());
   return r;
 }
 
@@ -77,7 +77,6 @@ TEST(BaselineRegistry, KnowsEveryBaselineWithDefaults) {
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
     auto m = make_method(name);
     EXPECT_EQ(m->name(), name);
-    EXPECT_EQ(m->last_mask(), nullptr) << name << ": no mask before the first run";
   }
 }
 
@@ -90,9 +89,9 @@ TEST(BaselineParams, SpecSetsTheParameters) {
   g.q_len = g.kv_len = 200;
   g.block_q = 32;
   const BlockMask want = a_shape_mask(g, 64, 128);
-  ASSERT_NE(m->last_mask(), nullptr);
-  EXPECT_EQ(m->last_mask()->block_q, 32);
-  EXPECT_EQ(m->last_mask()->to_dense(), want.to_dense());
+  ASSERT_NE(r.report.mask, nullptr);
+  EXPECT_EQ(r.report.mask->block_q, 32);
+  EXPECT_EQ(r.report.mask->to_dense(), want.to_dense());
 }
 
 TEST(BaselineParams, RejectNegativeSink) {
@@ -132,26 +131,28 @@ TEST(BaselineMethods, MatchTheReferenceRestrictedToTheirMask) {
     for (const Shape& s : kShapes) {
       auto m = make_method(spec);
       Outcome r = run(*m, s, 11);
-      const BlockMask* mask = m->last_mask();
+      const BlockMask* mask = r.report.mask.get();
       ASSERT_NE(mask, nullptr) << spec;
+      ASSERT_NE(r.report.coverage, nullptr) << spec;
+      EXPECT_EQ(r.report.path, KernelPath::prefill) << spec;  // block-sparse: no decode kernel
       mask->validate();
       // Block methods computed exactly their mask; vertical_slash's block view holds at least
       // what it computed, so it is checked through its coverage (itself checked in the Mask
       // tests against the index written out by hand).
-      const auto cov = m->coverage(s.lq, s.lk, true);
+      const Coverage* cov = r.report.coverage.get();
       const bool token_level = std::string(spec).rfind("vertical_slash", 0) == 0;
       const test::MaskedRef ref = test::masked_reference(
           r.q, r.k, r.v, true, token_level ? coverage_predicate(*cov) : test::mask_predicate(*mask));
       test::expect_matches(r.out, r.lse, ref, label(spec, s));
-      EXPECT_EQ(r.stats.score_entries, ref.entries) << label(spec, s);
-      EXPECT_EQ(r.stats.causal_entries, 4 * attention_entries(s.lq, s.lk, true)) << label(spec, s);
+      EXPECT_EQ(r.report.stats.score_entries, ref.entries) << label(spec, s);
+      EXPECT_EQ(r.report.stats.causal_entries, 4 * attention_entries(s.lq, s.lk, true)) << label(spec, s);
       if (!token_level) {
         EXPECT_EQ(mask->entries(), ref.entries) << label(spec, s);
       }
     }
 }
 
-// Recall from coverage() equals the recall the method's own output shows: a row's softmax mass
+// Recall from the report's coverage equals the recall the method's own output shows: a row's softmax mass
 // over what it computed is exp(LSE_method - LSE_exact).
 TEST(BaselineMethods, CoverageRecallEqualsMeasuredRecall) {
   for (const char* spec : kSpecs)
@@ -167,7 +168,7 @@ TEST(BaselineMethods, CoverageRecallEqualsMeasuredRecall) {
         mean += rec / double(r.lse.size());
         worst = std::min(worst, rec);
       }
-      const Recall got = attention_recall(r.q, r.k, *m->coverage(s.lq, s.lk, true), {}, 1 << 20);
+      const Recall got = attention_recall(r.q, r.k, *r.report.coverage, {}, 1 << 20);
       EXPECT_EQ(got.rows, 4 * s.lq) << label(spec, s);
       EXPECT_NEAR(got.mean, mean, 1e-4) << label(spec, s);
       EXPECT_NEAR(got.worst, worst, 1e-4) << label(spec, s);
@@ -176,10 +177,10 @@ TEST(BaselineMethods, CoverageRecallEqualsMeasuredRecall) {
       for (int64_t h = 0; h < 4; ++h)
         for (int64_t i = 0; i < s.lq; ++i) {
           std::vector<KeyRange> rr;
-          m->coverage(s.lq, s.lk, true)->row_ranges(h, i, rr);
+          r.report.coverage->row_ranges(h, i, rr);
           for (const KeyRange& x : rr) listed += x.end - x.begin;
         }
-      EXPECT_EQ(listed, r.stats.score_entries) << label(spec, s);
+      EXPECT_EQ(listed, r.report.stats.score_entries) << label(spec, s);
     }
 }
 
@@ -193,10 +194,10 @@ TEST(BaselineMethods, CausalOnlyPatternsRejectNonCausalInput) {
   for (const char* spec : {"mean_pool:topk=1,sink=0,local=1", "oracle_topk:topk=1"}) {
     auto m = make_method(spec);
     Outcome r = run(*m, {200, 100}, 31, /*causal=*/false);
-    ASSERT_NE(m->last_mask(), nullptr);
-    EXPECT_FALSE(m->last_mask()->causal);
+    ASSERT_NE(r.report.mask, nullptr);
+    EXPECT_FALSE(r.report.mask->causal);
     test::expect_matches(r.out, r.lse,
-                         test::masked_reference(r.q, r.k, r.v, false, test::mask_predicate(*m->last_mask())),
+                         test::masked_reference(r.q, r.k, r.v, false, test::mask_predicate(*r.report.mask)),
                          spec);
   }
 }

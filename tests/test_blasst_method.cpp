@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <string>
 
-#include "methods/blasst_method.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
@@ -54,16 +53,22 @@ TEST(BlasstSpec, Errors) {
   expect_spec_error("blasst:lambda=0.1,bogus=1", "bogus");
 }
 
+// The threshold a run used, as its report gives it: one decode query over kv_len keys.
+double run_lambda(const Method& m, int64_t kv_len) {
+  const Tensor q = test::random_tensor(DType::f32, 1, 1, 8, 1);
+  const Tensor k = test::random_tensor(DType::f32, 1, kv_len, 8, 2);
+  const Tensor v = test::random_tensor(DType::f32, 1, kv_len, 8, 3);
+  Tensor out(DType::f32, 1, 1, 8);
+  return m.run(q, k, v, out, {}).extras.at("lambda");
+}
+
 TEST(BlasstSpec, ThresholdFromCalibration) {
   const fs::path p = write_calibration();
   auto m = make_method("blasst:sparsity=0.6,calib=" + p.string());
-  const auto* b = dynamic_cast<const BlasstMethod*>(m.get());
-  ASSERT_NE(b, nullptr);
   const Calibration c = load_calibration(p.string());
-  EXPECT_DOUBLE_EQ(b->lambda_for(4096), c.lambda_for(0.6, 4096));
-  EXPECT_DOUBLE_EQ(b->lambda_for(65536), c.lambda_for(0.6, 65536));
-  auto fixed = make_method("blasst:lambda=0.001");
-  EXPECT_DOUBLE_EQ(dynamic_cast<const BlasstMethod&>(*fixed).lambda_for(4096), 0.001);
+  EXPECT_DOUBLE_EQ(run_lambda(*m, 4096), c.lambda_for(0.6, 4096));
+  EXPECT_DOUBLE_EQ(run_lambda(*m, 65536), c.lambda_for(0.6, 65536));
+  EXPECT_DOUBLE_EQ(run_lambda(*make_method("blasst:lambda=0.001"), 4096), 0.001);
 }
 
 // lambda = 0 computes every tile: the output is exact attention, prefill and decode alike;
@@ -77,15 +82,15 @@ TEST(BlasstMethod, LambdaZeroIsExact) {
     attention_reference(q, k, v, ref);
     for (const char* spec : {"blasst:lambda=0", "dense"}) {
       Tensor out(DType::f32, 4, q_len, 64);
-      Stats st;
-      make_method(spec)->run(q, k, v, out, {}, nullptr, &st);
+      const Stats st = make_method(spec)->run(q, k, v, out, {}).stats;
       EXPECT_LT(test::diff(out, ref).max_abs, 1e-4) << spec << " q_len " << q_len;
       EXPECT_EQ(st.tiles_skipped, 0) << spec;
     }
   }
 }
 
-// A positive lambda skips tiles, reports them per head, and stays close to exact attention.
+// A positive lambda skips tiles, reports them per head (prefill path), and stays close to exact
+// attention.
 TEST(BlasstMethod, SkipsAndReportsPerHead) {
   WorkloadConfig cfg;  // structured scores: iid random ones leave nothing below lambda
   cfg.seq = 1024, cfg.heads = 2, cfg.dim = 64;
@@ -94,41 +99,47 @@ TEST(BlasstMethod, SkipsAndReportsPerHead) {
   Tensor ref(DType::f32, 2, 1024, 64), out(DType::f32, 2, 1024, 64);
   attention_reference(q, k, v, ref);
   auto m = make_method("blasst:lambda=0.01");
-  Stats st;
-  m->run(q, k, v, out, {}, nullptr, &st);
-  const auto& b = dynamic_cast<const BlasstMethod&>(*m);
+  const MethodReport rep = m->run(q, k, v, out, {});
+  const Stats& st = rep.stats;
+  EXPECT_EQ(rep.path, KernelPath::prefill);
+  EXPECT_EQ(rep.mask, nullptr);
+  EXPECT_EQ(rep.extras.at("lambda"), 0.01);
   EXPECT_GT(st.tiles_skipped, 0);
-  ASSERT_EQ(b.last_skips().heads, 2);
-  EXPECT_NEAR(b.last_skips().skipped_fraction(),
-              double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
+  const double skipped = double(st.tiles_skipped) / double(st.tiles_visited);
+  EXPECT_NEAR(rep.extras.at("skipped_fraction"), skipped, 1e-12);
+  // Prefill: every q head has the same number of query tiles, so the heads' mean is the total.
+  const std::vector<double>& heads = rep.per_head.at("head_skipped");
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_NEAR(0.5 * (heads[0] + heads[1]), skipped, 1e-12);
   // Skipped tiles hold at most lambda of a row's max weight each: the output moves little.
   EXPECT_LT(test::diff(out, ref).rel_l2, 0.1);
   // Recall sees the skipped tiles: below 1, and exactly what the kept entries hold.
-  const Recall r = attention_recall(q, k, *m->coverage(1024, 1024, true), {});
+  const Recall r = attention_recall(q, k, *rep.coverage, {});
   EXPECT_LT(r.mean, 1.0);
   EXPECT_GT(r.mean, 0.9);
 }
 
-// The same at q_len <= 16, where the decode kernel runs: one query tile per q head, and the
-// coverage is the kernel's record (exact), not every causal key.
+// The same at q_len <= 16, where the decode kernel runs: skips per q head, and the coverage is
+// the kernel's record (exact), not every causal key.
 TEST(BlasstMethod, DecodeSkipsAndReportsPerHead) {
   WorkloadConfig cfg;
   cfg.seq = 4096, cfg.q_len = 4, cfg.heads = 4, cfg.kv_heads = 2, cfg.dim = 64;
   const Workload w = make_workload(cfg);
   Tensor out(DType::f32, 4, 4, 64);
   auto m = make_method("blasst:lambda=0.03");
-  const Recall before = attention_recall(w.q, w.k, *m->coverage(4, 4096, true), {});
-  EXPECT_NEAR(before.mean, 1.0, 1e-9);  // not run yet: every causal key
-  Stats st;
-  m->run(w.q, w.k, w.v, out, {}, nullptr, &st);
-  const auto& b = dynamic_cast<const BlasstMethod&>(*m);
+  const MethodReport rep = m->run(w.q, w.k, w.v, out, {});
+  const Stats& st = rep.stats;
+  EXPECT_EQ(rep.path, KernelPath::decode);
   ASSERT_GT(st.tiles_skipped, 0);
-  const SkipStats& sk = b.last_skips();
-  ASSERT_EQ(sk.heads, 4);
-  ASSERT_EQ(sk.q_tiles, 1);
-  ASSERT_TRUE(sk.record_tiles);
-  EXPECT_NEAR(sk.skipped_fraction(), double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
-  const Recall r = attention_recall(w.q, w.k, *m->coverage(4, 4096, true), {});
+  EXPECT_NEAR(rep.extras.at("skipped_fraction"),
+              double(st.tiles_skipped) / double(st.tiles_visited), 1e-12);
+  // One skip decision per GQA group (2 q heads here): its q heads report the same fraction.
+  const std::vector<double>& heads = rep.per_head.at("head_skipped");
+  ASSERT_EQ(heads.size(), 4u);
+  EXPECT_EQ(heads[0], heads[1]);
+  EXPECT_EQ(heads[2], heads[3]);
+  EXPECT_GT(heads[0] + heads[2], 0.0);
+  const Recall r = attention_recall(w.q, w.k, *rep.coverage, {});
   EXPECT_LT(r.mean, 1.0);
   EXPECT_GT(r.mean, 0.9);
 }

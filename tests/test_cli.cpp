@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cli_run.hpp"
+#include "spattn/method.hpp"
 #include "spattn/io.hpp"
 #include "spattn/tensor.hpp"
 
@@ -197,7 +198,7 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   const CliRun t = run_cli(args);
   ASSERT_TRUE(t.exited());
   ASSERT_EQ(t.code(), 0) << t.err;
-  EXPECT_NE(t.out.find("blasst:lambda=0.1: skipped tiles per head: h0 "), std::string::npos)
+  EXPECT_NE(t.out.find("blasst:lambda=0.1: head_skipped per head: h0 "), std::string::npos)
       << t.out;
   EXPECT_NE(t.out.find(" h3 "), std::string::npos) << t.out;
   EXPECT_EQ(t.out.find("upper bound"), std::string::npos) << t.out;
@@ -222,6 +223,44 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   EXPECT_LT(b.at("recall").get<double>(), 1.0);
   EXPECT_GT(b.at("recall").get<double>(), 0.9);
   EXPECT_FALSE(b.contains("recall_exact"));
+  // The same series under the report's name, the threshold, and the kernel that ran.
+  EXPECT_EQ(b.at("per_head").at("head_skipped"), per_head);
+  EXPECT_DOUBLE_EQ(b.at("extras").at("lambda").get<double>(), 0.1);
+  EXPECT_EQ(b.at("path"), "decode");
+  EXPECT_EQ(j.at("results")[0].at("path"), "decode");  // dense decode is the baseline
+}
+
+// With neither --method nor --methods, bench compares dense with every method at its default
+// spec, and each result carries what its report holds.
+TEST_F(Cli, DefaultBenchRunsEveryMethod) {
+  const CliRun r = run_cli(kSmall + "--json");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& results = j.at("results");
+  const std::vector<spattn::MethodInfo> catalog = spattn::method_catalog();
+  ASSERT_EQ(results.size(), catalog.size());
+  for (size_t i = 0; i < catalog.size(); ++i) {
+    const auto& res = results[i];
+    EXPECT_EQ(res.at("method"), catalog[i].default_spec);
+    EXPECT_EQ(res.at("path"), "prefill");
+    EXPECT_TRUE(res.at("extras").is_object());
+    EXPECT_TRUE(res.at("per_head").is_object());
+    EXPECT_EQ(res.contains("skipped_per_head"), catalog[i].name == "blasst");
+  }
+  EXPECT_EQ(j.at("config").at("methods").size(), catalog.size());
+}
+
+// Non-causal problems leave the causal-only methods out of the default set and say so.
+TEST_F(Cli, DefaultBenchLeavesOutCausalOnlyMethodsWhenNotCausal) {
+  const CliRun r = run_cli(kSmall + "--no-causal");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("left out (causal attention only): a_shape"), std::string::npos) << r.out;
+  for (const spattn::MethodInfo& m : spattn::method_catalog()) {
+    const bool listed = r.out.find("\n" + m.default_spec + " ") != std::string::npos;
+    EXPECT_EQ(listed, !m.causal_only) << m.name << "\n" << r.out;
+  }
 }
 
 TEST_F(Cli, TableShowsMachineAndMethods) {

@@ -12,6 +12,9 @@
 #include "cli_run.hpp"
 #include "png_read.hpp"
 #include "spattn/mask_figure.hpp"
+#include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
+#include "spattn/workload.hpp"
 
 namespace {
 
@@ -75,6 +78,46 @@ TEST_F(MaskCmd, TopkGivesTheOracleAFixedBudget) {
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("oracle top-k (k=2)"), std::string::npos) << r.out;
   EXPECT_TRUE(spattn::test::read_png_rgb(png().string()).ok);
+}
+
+// The method panel `spattn mask` draws is the mask the method's report holds. The figure is
+// drawn here twice, with the report's rows and with none; wherever the two differ (the panel
+// and its density figures, nowhere else) the PNG must show the report's version.
+TEST_F(MaskCmd, DrawsTheMaskTheReportHolds) {
+  const std::string spec = "mean_pool:topk=2,sink=0,local=1";  // a mask that depends on q, k
+  const CliRun r = run(kSmall + "--head 1 --topk 3 --method " + spec + " --out " + png().string());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const spattn::test::PngPixels img = spattn::test::read_png_rgb(png().string());
+  ASSERT_TRUE(img.ok) << img.error;
+
+  spattn::WorkloadConfig c;  // kSmall's problem
+  c.seq = 512, c.heads = 2, c.dim = 64;
+  const spattn::Workload w = spattn::make_workload(c);
+  spattn::Tensor out(spattn::DType::f32, 2, 512, 64);
+  const spattn::MethodReport rep = spattn::make_method(spec)->run(w.q, w.k, w.v, out, {});
+  ASSERT_NE(rep.mask, nullptr);
+  const spattn::BlockMassGrid g = spattn::block_mass(w.q, w.k, w.v, 1, 64, 64, {});
+  spattn::BlockRows rows(size_t(g.n_qb));
+  for (int64_t qb = 0; qb < g.n_qb; ++qb) {
+    const auto kept = rep.mask->row(1, qb);
+    rows[size_t(qb)].assign(kept.begin(), kept.end());
+  }
+  const spattn::BlockRows oracle =
+      spattn::oracle_topk_rows(g, std::vector<int64_t>(size_t(g.n_qb), 3));
+  const spattn::MaskFigureText text{"title", "method", "oracle"};
+  const spattn::Image with = spattn::render_mask_figure(g, rows, oracle, text);
+  const spattn::Image without =
+      spattn::render_mask_figure(g, spattn::BlockRows(size_t(g.n_qb)), oracle, text);
+  ASSERT_EQ(img.width, with.width);
+  ASSERT_EQ(img.height, with.height);
+  int64_t differing = 0, wrong = 0;
+  for (size_t i = 0; i < with.pixels.size(); ++i) {
+    if (with.pixels[i] == without.pixels[i]) continue;
+    ++differing;
+    wrong += img.rgb[i] != with.pixels[i];
+  }
+  EXPECT_GT(differing, 1000) << "the report's mask should change the method panel";
+  EXPECT_EQ(wrong, 0) << "of " << differing << " bytes the mask decides";
 }
 
 TEST_F(MaskCmd, DenseHasNoMaskExits2) {

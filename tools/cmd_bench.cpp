@@ -1,7 +1,11 @@
-// `spattn bench`: times dense and each requested method on one attention problem and judges
-// the sparse ones against exact attention (recall of softmax mass, output error at sampled
-// rows). Dense always runs first: it is the baseline every speedup is measured against.
+// `spattn bench`: times dense and each requested method (by default every method at its paper
+// defaults) on one attention problem and judges the sparse ones against exact attention (recall
+// of softmax mass, output error at sampled rows). Dense always runs first: it is the baseline
+// every speedup is measured against. What else a method did (its kernel path, its own values
+// such as blasst's threshold and per-head skips) is printed from its MethodReport, whatever the
+// method.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +17,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
-#include "methods/blasst_method.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -25,7 +28,7 @@ namespace {
 struct BenchOptions {
   ProblemOptions problem;
   std::vector<std::string> method_specs;  // --method, each "name[:key=value,...]"
-  std::vector<std::string> method_names;  // --methods, plain names
+  std::vector<std::string> method_names;  // --methods, plain names; neither: every method
   int repeat = 3;
   bool json = false;
 };
@@ -34,14 +37,11 @@ struct MethodResult {
   std::string spec;            // as the user wrote it ("dense" for the baseline)
   std::vector<double> run_ms;  // timed runs, in order
   double ms = 0;               // their median
-  Stats stats;                 // what one run did (identical for every run)
+  MethodReport report;         // what one run did (identical for every run)
   Recall recall;
   OutputError error;
   double speedup = 0;  // dense ms / ms
-  // blasst: skipped-tile fraction per q head of the last run (prefill and decode alike).
-  bool is_blasst = false;
-  std::vector<double> skipped_per_head;
-  double gflops() const { return ms > 0 ? stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
+  double gflops() const { return ms > 0 ? report.stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
 };
 
 // Spec text with parameters in sorted order, so "m:a=1,b=2" and "m:b=2,a=1" are one method.
@@ -55,9 +55,28 @@ std::string canonical(const MethodSpec& s) {
   return text;
 }
 
+// Neither --method nor --methods: every method at its paper defaults, so the first run shows
+// what spattn is for (speedup beside recall). Causal-only methods are left out of non-causal
+// problems and named in `left_out`.
+void add_default_specs(const BenchOptions& o, std::vector<MethodSpec>& specs,
+                       std::vector<std::string>& left_out) {
+  for (const MethodInfo& m : method_catalog()) {
+    if (m.name == "dense") continue;
+    if (m.causal_only && !o.problem.causal) {
+      left_out.push_back(m.name);
+      continue;
+    }
+    specs.push_back(parse_method_spec(m.default_spec));
+  }
+}
+
 // The methods to run: dense first, then --method, then --methods, each once.
-std::vector<MethodSpec> collect_specs(const BenchOptions& o) {
+std::vector<MethodSpec> collect_specs(const BenchOptions& o, std::vector<std::string>& left_out) {
   std::vector<MethodSpec> specs{parse_method_spec("dense")};
+  if (o.method_specs.empty() && o.method_names.empty()) {
+    add_default_specs(o, specs, left_out);
+    return specs;
+  }
   auto add = [&](MethodSpec s) {
     for (const auto& have : specs)
       if (canonical(have) == canonical(s)) return;
@@ -79,32 +98,27 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-double run_once_ms(Method& m, const Problem& p, const TensorView& out, const AttnOptions& opt,
-                   Stats& stats) {
-  stats = Stats{};
+// The report is built inside run(), so its cost is part of the time, as it is for any caller.
+double run_once_ms(const Method& m, const Problem& p, const TensorView& out,
+                   const AttnOptions& opt, MethodReport& report) {
   const auto t0 = std::chrono::steady_clock::now();
-  m.run(p.q, p.k, p.v, out, opt, nullptr, &stats);
+  report = m.run(p.q, p.k, p.v, out, opt);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // One untimed run (it also validates the inputs, NaN/Inf included), then the metrics on its
 // output: the kernels are deterministic, so every timed run computes the same output and
-// Stats as this one.
-MethodResult measure_method(Method& m, const std::string& spec, const Problem& p, const Tensor& out,
-                            const std::string& label, Progress& progress) {
+// report as this one.
+MethodResult measure_method(const Method& m, const std::string& spec, const Problem& p,
+                            const Tensor& out, const std::string& label, Progress& progress) {
   MethodResult r;
   r.spec = spec;
   progress.update(label + " warm-up");
-  run_once_ms(m, p, out, p.opt, r.stats);
-  if (const auto* b = dynamic_cast<const BlasstMethod*>(&m)) {
-    r.is_blasst = true;
-    const SkipStats& sk = b->last_skips();
-    for (int64_t h = 0; h < sk.heads; ++h) r.skipped_per_head.push_back(sk.head_skipped_fraction(h));
-  }
+  run_once_ms(m, p, out, p.opt, r.report);
   progress.update(label + " metrics");
   AttnOptions unchecked = p.opt;
   unchecked.check_finite = false;
-  r.recall = attention_recall(p.q, p.k, *m.coverage(p.q.seq(), p.k.seq(), p.opt.causal), unchecked);
+  r.recall = attention_recall(p.q, p.k, *r.report.coverage, unchecked);
   r.error = sampled_output_error(out, p.q, p.k, p.v, unchecked);
   return r;
 }
@@ -127,7 +141,7 @@ std::vector<MethodResult> bench_all(const std::vector<MethodSpec>& specs,
   // check so they time the method alone.
   AttnOptions timed = p.opt;
   timed.check_finite = false;
-  Stats scratch;
+  MethodReport scratch;
   for (int rep = 0; rep < repeat; ++rep)
     for (size_t i = 0; i < methods.size(); ++i) {
       progress.update(fmt::format("run {}/{} {}", rep + 1, repeat, specs[i].text));
@@ -142,23 +156,44 @@ std::string shape(const Tensor& t) {
   return fmt::format("[{}, {}, {}]", t.heads(), t.seq(), t.dim());
 }
 
-// After the table, one line per blasst run: skipped key tiles per q head (heads differ a lot,
-// as in the paper's Fig. 7).
-void print_blasst_notes(const std::vector<MethodResult>& results) {
-  bool first = true;
+// After the table, whatever else each report holds: one line for its named values, one per
+// per-head series; then which methods are evaluation-only or were left out.
+void print_notes(const std::vector<MethodResult>& results,
+                 const std::vector<std::string>& left_out) {
+  std::vector<std::string> lines;
   for (const auto& r : results) {
-    if (!r.is_blasst) continue;
-    if (first) fmt::print("\n");
-    first = false;
-    std::string line = r.spec + ": skipped tiles per head:";
-    for (size_t h = 0; h < r.skipped_per_head.size(); ++h)
-      line += fmt::format(" h{} {:.0f}%", h, 100.0 * r.skipped_per_head[h]);
-    fmt::print("{}\n", line);
+    const MethodReport& rep = r.report;
+    if (!rep.extras.empty()) {
+      std::vector<std::string> values;
+      for (const auto& [name, value] : rep.extras)
+        values.push_back(fmt::format("{} {:.4g}", name, value));
+      lines.push_back(fmt::format("{}: {}", r.spec, fmt::join(values, ", ")));
+    }
+    for (const auto& [name, values] : rep.per_head) {
+      std::string line = r.spec + ": " + name + " per head:";
+      for (size_t h = 0; h < values.size(); ++h) line += fmt::format(" h{} {:.3g}", h, values[h]);
+      lines.push_back(line);
+    }
   }
+  std::vector<std::string> evaluation;
+  for (const MethodInfo& m : method_catalog())
+    for (const auto& r : results)
+      if (m.evaluation_only && parse_method_spec(r.spec).name == m.name) {
+        evaluation.push_back(r.spec);
+        break;
+      }
+  if (!evaluation.empty())
+    lines.push_back(fmt::format("evaluation only (they compute more than dense to choose what "
+                                "to compute; compare recall, not time): {}",
+                                fmt::join(evaluation, ", ")));
+  if (!left_out.empty())
+    lines.push_back(fmt::format("left out (causal attention only): {}", fmt::join(left_out, ", ")));
+  if (!lines.empty()) fmt::print("\n{}\n", fmt::join(lines, "\n"));
 }
 
 void print_table(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
-                 const std::vector<MethodResult>& results) {
+                 const std::vector<MethodResult>& results,
+                 const std::vector<std::string>& left_out) {
   fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
              m.cores, m.threads, m.simd, peak);
   fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n", p.source,
@@ -166,15 +201,16 @@ void print_table(const MachineInfo& m, double peak, const Problem& p, const Benc
              p.opt.threads, o.repeat);
   size_t w = 6;
   for (const auto& r : results) w = std::max(w, r.spec.size());
-  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>6}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}\n", "method", w,
-             "ms", "GFLOP/s", "%peak", "speedup", "sparsity", "recall", "worst", "rel-L2");
+  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>6}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {}\n", "method",
+             w, "ms", "GFLOP/s", "%peak", "speedup", "sparsity", "recall", "worst", "rel-L2",
+             "path");
   for (const auto& r : results)
     fmt::print("{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  {:>8.4f}  "
-               "{:>8.1e}\n",
+               "{:>8.1e}  {}\n",
                r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0,
-               r.speedup, 100.0 * r.stats.sparsity(), r.recall.mean, r.recall.worst,
-               r.error.rel_l2);
-  print_blasst_notes(results);
+               r.speedup, 100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst,
+               r.error.rel_l2, kernel_path_name(r.report.path));
+  print_notes(results, left_out);
 }
 
 nlohmann::json machine_json(const MachineInfo& m) {
@@ -213,16 +249,22 @@ nlohmann::json result_json(const MethodResult& r, double peak) {
           {"gflops", r.gflops()},
           {"peak_fraction", peak > 0 ? r.gflops() / peak : 0.0},
           {"speedup", r.speedup},
-          {"sparsity", r.stats.sparsity()},
-          {"score_entries", r.stats.score_entries},
-          {"flops", r.stats.flops},
+          {"sparsity", r.report.stats.sparsity()},
+          {"score_entries", r.report.stats.score_entries},
+          {"flops", r.report.stats.flops},
           {"recall", r.recall.mean},
           {"recall_min", r.recall.worst},
           {"rel_l2", r.error.rel_l2},
           {"cosine_min", r.error.cosine_min},
           {"cosine_mean", r.error.cosine_mean},
           {"max_abs", r.error.max_abs}};
-  if (r.is_blasst) j["skipped_per_head"] = r.skipped_per_head;
+  const MethodReport& rep = r.report;
+  j["path"] = kernel_path_name(rep.path);
+  j["extras"] = rep.extras;
+  j["per_head"] = rep.per_head;
+  // The name scripts read before per-head series had one place.
+  if (const auto it = rep.per_head.find("head_skipped"); it != rep.per_head.end())
+    j["skipped_per_head"] = it->second;
   return j;
 }
 
@@ -241,7 +283,8 @@ void run_bench(const BenchOptions& o) {
   SPATTN_CHECK(o.repeat >= 1 && o.repeat <= 10000, "--repeat must be in [1, 10000], got ",
                o.repeat);
   // Methods are built before any data is made: a typo in a name fails at once.
-  const std::vector<MethodSpec> specs = collect_specs(o);
+  std::vector<std::string> left_out;
+  const std::vector<MethodSpec> specs = collect_specs(o, left_out);
   std::vector<std::unique_ptr<Method>> methods;
   for (const auto& s : specs) methods.push_back(make_method(s));
   const Problem p = load_problem(o.problem);
@@ -256,7 +299,7 @@ void run_bench(const BenchOptions& o) {
   if (o.json)
     print_json(machine, peak, p, o, specs, results);
   else
-    print_table(machine, peak, p, o, results);
+    print_table(machine, peak, p, o, results, left_out);
 }
 
 }  // namespace
@@ -269,7 +312,8 @@ void add_bench_command(CLI::App& root) {
   // One spec per --method: specs contain commas ("name:a=1,b=2"), so no delimiter here.
   cmd->add_option("--method", o->method_specs, "method to run, NAME[:key=value,...] (repeatable)")
       ->allow_extra_args(false);
-  cmd->add_option("--methods", o->method_names, "methods to run, plain names: a,b")
+  cmd->add_option("--methods", o->method_names,
+                  "methods to run, plain names: a,b (neither option: every method)")
       ->delimiter(',');
   cmd->add_option("--q-len", o->problem.q_len,
                   "queries: the last N positions (1..16: decode kernels; 0: all, prefill)")

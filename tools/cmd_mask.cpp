@@ -53,12 +53,12 @@ void run_mask(const MaskOptions& o) {
                "), got ", o.head);
   Progress progress("mask");
   progress.update("running " + o.method);
-  Stats stats;
+  MethodReport report;
   {
     const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
-    method->run(p.q, p.k, p.v, out, p.opt, nullptr, &stats);
+    report = method->run(p.q, p.k, p.v, out, p.opt);
   }
-  const BlockMask* mask = method->last_mask();
+  const BlockMask* mask = report.mask.get();
   SPATTN_CHECK(mask, "method '", method->name(),
                "' builds no block mask to draw; use a mask-building method such as "
                "vertical_slash or a_shape");
@@ -88,7 +88,7 @@ void run_mask(const MaskOptions& o) {
   // Block numbers are this head's; sparsity is over all heads, as `spattn bench` reports it.
   fmt::print("head {}: {} keeps {:.1f}% of causal blocks (all heads: sparsity {:.1f}%), mass "
              "captured {:.4f}; oracle top-k ({}) {:.1f}%, {:.4f}; wrote {} ({}x{})\n",
-             o.head, o.method, 100 * block_density(g, method_rows), 100 * stats.sparsity(),
+             o.head, o.method, 100 * block_density(g, method_rows), 100 * report.stats.sparsity(),
              mass_captured(g, method_rows),
              o.topk ? fmt::format("k={}", o.topk) : "same budget",
              100 * block_density(g, oracle_rows), mass_captured(g, oracle_rows), o.out, img.width,

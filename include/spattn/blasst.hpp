@@ -42,7 +42,8 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       SkipStats* skip = nullptr);
 
 // What a BLASST prefill run computed (for recall): every causal key except the skipped
-// tiles. Needs a SkipStats filled with record_tiles = true.
+// tiles. Needs a SkipStats filled with record_tiles = true; the coverage refers to `skip`,
+// which must outlive it.
 std::unique_ptr<Coverage> blasst_coverage(const SkipStats& skip, int64_t q_len, int64_t kv_len,
                                           bool causal);
 

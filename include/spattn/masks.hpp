@@ -82,6 +82,7 @@ BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const Tenso
 
 // Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);
+std::unique_ptr<Coverage> block_mask_coverage(std::shared_ptr<const BlockMask> mask);  // shares it
 // Exactly the entries attention_vertical_slash computes with `index`: for row i in tile t,
 // every diagonal's tile range and every column, clipped to keys <= the row's position.
 std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int64_t q_len,

@@ -1,4 +1,4 @@
-// Methods: a named way of computing attention ("dense", later "blasst", "momo", ...),
+// Methods: a named way of computing attention ("dense", "blasst", later "momo", ...),
 // built from a spec string "name:key=value,key=value" as on the command line.
 #pragma once
 #include <map>
@@ -8,8 +8,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
-#include "spattn/block_mask.hpp"
-#include "spattn/coverage.hpp"
+#include "spattn/report.hpp"
 
 namespace spattn {
 
@@ -36,25 +35,41 @@ class ParamReader {
   std::vector<std::string> used_;
 };
 
+// A method is made once from its spec and then only read: run() is const and keeps nothing
+// from one run to the next, so one Method may serve many runs, from several threads at once.
+// Everything a run did comes back in its MethodReport.
+//
+// Plan-like work (what FlashInfer splits into plan() before run()) happens where it is known:
+// what depends on the spec alone when the method is made (BLASST reads its calibration file in
+// make_method, not per run); what depends on the inputs inside run(), so that timing run()
+// times the estimate too (mean pooling, vertical-slash's last-64-query estimate).
 class Method {
  public:
   virtual ~Method() = default;
   virtual std::string name() const = 0;
-  // Computes out (and lse when non-null, [Hq, Lq]); adds what it did to stats.
-  virtual void run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) = 0;
-  // The entries the last run computed, for recall. Default: every causal entry.
-  virtual std::unique_ptr<Coverage> coverage(int64_t q_len, int64_t kv_len,
-                                             bool causal) const {
-    return std::make_unique<FullCoverage>(q_len, kv_len, causal);
-  }
-  // The block mask the last run used, for methods that build one (pictures, tests); else null.
-  virtual const BlockMask* last_mask() const { return nullptr; }
+  // Computes out (and lse when non-null, [Hq, Lq]) and reports what it did.
+  virtual MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const AttnOptions& opt,
+                           float* lse = nullptr) const = 0;
+};
+
+// What `spattn bench` needs to know about a method before running it.
+struct MethodInfo {
+  std::string name;
+  // The spec a default comparison runs: the paper's defaults, plus a threshold where the
+  // method has no default (blasst).
+  std::string default_spec;
+  // Computes more than dense attention to decide what to compute (oracle_topk): its time is
+  // no speed claim, only its recall and error mean something.
+  bool evaluation_only = false;
+  // Defined by causal positions: throws Error on non-causal attention.
+  bool causal_only = false;
 };
 
 // Throws Error for unknown names (listing the known ones) and unknown or bad parameters.
 std::unique_ptr<Method> make_method(const MethodSpec& spec);
 std::unique_ptr<Method> make_method(std::string_view text);
 std::vector<std::string> method_names();
+std::vector<MethodInfo> method_catalog();  // in method_names() order
 
 }  // namespace spattn

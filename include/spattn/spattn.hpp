@@ -15,6 +15,7 @@
 #include "spattn/metrics.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/peak.hpp"
+#include "spattn/report.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/tensor.hpp"
 #include "spattn/workload.hpp"

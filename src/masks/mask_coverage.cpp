@@ -1,6 +1,7 @@
 // Coverage of a BlockMask and of a VerticalSlashIndex: the entries the kernels compute with
 // them, so that attention_recall measures exactly what a method did.
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "spattn/error.hpp"
@@ -25,19 +26,25 @@ void append_coalesced(std::vector<KeyRange>& ranges, int64_t limit, std::vector<
   }
 }
 
+// Holds the mask shared, so a method's report can carry the mask and its coverage without a
+// copy.
 class BlockMaskCoverage final : public Coverage {
  public:
-  explicit BlockMaskCoverage(BlockMask m) : m_(std::move(m)) { m_.validate(); }
+  explicit BlockMaskCoverage(std::shared_ptr<const BlockMask> m) : m_(std::move(m)) {
+    SPATTN_CHECK(m_ != nullptr, "block_mask_coverage: null mask");
+    m_->validate();
+  }
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
-    const int64_t limit = m_.causal ? m_.kv_len - m_.q_len + row + 1 : m_.kv_len;
+    const BlockMask& m = *m_;
+    const int64_t limit = m.causal ? m.kv_len - m.q_len + row + 1 : m.kv_len;
     std::vector<KeyRange> ranges;
-    for (int32_t kb : m_.row(head, row / m_.block_q))
-      ranges.push_back({int64_t(kb) * m_.block_k, (int64_t(kb) + 1) * m_.block_k});
-    append_coalesced(ranges, std::min(limit, m_.kv_len), out);
+    for (int32_t kb : m.row(head, row / m.block_q))
+      ranges.push_back({int64_t(kb) * m.block_k, (int64_t(kb) + 1) * m.block_k});
+    append_coalesced(ranges, std::min(limit, m.kv_len), out);
   }
 
  private:
-  BlockMask m_;
+  std::shared_ptr<const BlockMask> m_;
 };
 
 // Row i of tile t = i / tile_rows sees what the kernel computes for its tile (the diagonals'
@@ -69,6 +76,10 @@ class VerticalSlashCoverage final : public Coverage {
 }  // namespace
 
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask) {
+  return block_mask_coverage(std::make_shared<const BlockMask>(std::move(mask)));
+}
+
+std::unique_ptr<Coverage> block_mask_coverage(std::shared_ptr<const BlockMask> mask) {
   return std::make_unique<BlockMaskCoverage>(std::move(mask));
 }
 

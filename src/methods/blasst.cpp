@@ -4,10 +4,16 @@
 //                                   `spattn calibrate` file, L the context (kv) length
 //   batch=B                         decode only: key blocks scored before their V is loaded
 // q_len <= 16 runs the decode kernel (skips V loads), longer queries the prefill kernel.
+//
+// Report: extras "lambda" (the threshold this run used) and "skipped_fraction" (of visited key
+// tiles), per_head "head_skipped" (skipped fraction per q head; heads differ a lot, as in the
+// paper's Fig. 7), and the exact coverage for recall.
 #include <cmath>
-#include <optional>
+#include <memory>
+#include <utility>
+#include <vector>
 
-#include "methods/blasst_method.hpp"
+#include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/calibration.hpp"
@@ -15,53 +21,83 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
+namespace {
 
-double BlasstMethod::lambda_for(int64_t kv_len) const {
-  return calib_ ? calib_->lambda_for(sparsity_, kv_len) : lambda_;
-}
-
-void BlasstMethod::run(const TensorView& q, const TensorView& k, const TensorView& v,
-                       const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) {
-  last_lambda_ = lambda_for(k.seq);
-  // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
-  // q head), negligible next to the tile work, and it makes recall exact.
-  skip_ = SkipStats{};
-  skip_.record_tiles = true;
-  if (q.seq <= kMaxDecodeQueries) {
-    DecodeOptions d;
-    d.lambda = last_lambda_;
-    d.batch = batch_;
-    attention_decode(q, k, v, out, opt, d, lse, stats, &skip_);
-  } else {
-    attention_blasst(q, k, v, out, last_lambda_, opt, lse, stats, &skip_);
+// blasst_coverage reads the SkipStats it is given by reference; a report outlives the run's
+// SkipStats, so the coverage carries its own copy.
+class SkipCoverage final : public Coverage {
+ public:
+  SkipCoverage(SkipStats skip, int64_t q_len, int64_t kv_len, bool causal)
+      : skip_(std::move(skip)), inner_(blasst_coverage(skip_, q_len, kv_len, causal)) {}
+  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    inner_->row_ranges(head, row, out);
   }
-}
 
-std::unique_ptr<Coverage> BlasstMethod::coverage(int64_t q_len, int64_t kv_len,
-                                                 bool causal) const {
-  if (skip_.heads == 0) return Method::coverage(q_len, kv_len, causal);  // not run yet
-  return blasst_coverage(skip_, q_len, kv_len, causal);
-}
+ private:
+  SkipStats skip_;  // before inner_, which refers to it
+  std::unique_ptr<Coverage> inner_;
+};
+
+class Blasst final : public Method {
+ public:
+  // The calibration file is read here, once, not per run: the one plan-like step BLASST has
+  // (the threshold at a length is then a few flops).
+  explicit Blasst(const MethodSpec& spec) {
+    ParamReader r(spec);
+    const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
+    SPATTN_CHECK(has_lambda != has_sparsity, "blasst: give exactly one of lambda=X or "
+                 "sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
+    lambda_ = r.get_double("lambda", 0.0, 0.0, 1.0);
+    // Upper bound just below 1: Calibration::lambda_for rejects 1 with its own message, but
+    // the spec should fail before any file is read.
+    sparsity_ = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
+    const std::string calib = r.get_string("calib", "");
+    batch_ = r.get_int("batch", DecodeOptions{}.batch, 1, 1024);
+    r.finish();
+    SPATTN_CHECK(!has_sparsity || !calib.empty(),
+                 "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
+    SPATTN_CHECK(!has_lambda || !r.has("calib"),
+                 "blasst: calib=FILE goes with sparsity=S, not lambda=X");
+    if (has_sparsity) calib_ = std::make_shared<const Calibration>(load_calibration(calib));
+  }
+  std::string name() const override { return "blasst"; }
+
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    const double lambda = calib_ ? calib_->lambda_for(sparsity_, k.seq) : lambda_;
+    // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
+    // q head), negligible next to the tile work, and it makes recall exact.
+    SkipStats skip;
+    skip.record_tiles = true;
+    MethodReport r;
+    r.path = run_decode_or_prefill(
+        q.seq,
+        [&] {
+          DecodeOptions d;
+          d.lambda = lambda;
+          d.batch = batch_;
+          attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
+        },
+        [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip); });
+    r.extras["lambda"] = lambda;
+    r.extras["skipped_fraction"] = skip.skipped_fraction();
+    std::vector<double>& heads = r.per_head["head_skipped"];
+    heads.reserve(size_t(skip.heads));
+    for (int64_t h = 0; h < skip.heads; ++h) heads.push_back(skip.head_skipped_fraction(h));
+    r.coverage = std::make_shared<SkipCoverage>(std::move(skip), q.seq, k.seq, opt.causal);
+    return r;
+  }
+
+ private:
+  double lambda_ = 0, sparsity_ = 0;
+  std::shared_ptr<const Calibration> calib_;  // set for sparsity=S
+  int64_t batch_ = 4;
+};
+
+}  // namespace
 
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec) {
-  ParamReader r(spec);
-  const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
-  SPATTN_CHECK(has_lambda != has_sparsity, "blasst: give exactly one of lambda=X or "
-               "sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
-  auto m = std::make_unique<BlasstMethod>();
-  m->lambda_ = r.get_double("lambda", 0.0, 0.0, 1.0);
-  // Upper bound just below 1: Calibration::lambda_for rejects 1 with its own message, but the
-  // spec should fail before any file is read.
-  m->sparsity_ = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
-  const std::string calib = r.get_string("calib", "");
-  m->batch_ = r.get_int("batch", DecodeOptions{}.batch, 1, 1024);
-  r.finish();
-  SPATTN_CHECK(!has_sparsity || !calib.empty(),
-               "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
-  SPATTN_CHECK(!has_lambda || !r.has("calib"),
-               "blasst: calib=FILE goes with sparsity=S, not lambda=X");
-  if (has_sparsity) m->calib_ = std::make_shared<Calibration>(load_calibration(calib));
-  return m;
+  return std::make_unique<Blasst>(spec);
 }
 
 }  // namespace spattn

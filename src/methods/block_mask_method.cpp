@@ -1,8 +1,22 @@
 #include "methods/block_mask_method.hpp"
 
+#include <memory>
+#include <utility>
+
 #include "spattn/error.hpp"
 
 namespace spattn {
+
+MethodReport BlockMaskMethod::run(const TensorView& q, const TensorView& k, const TensorView& v,
+                                  const TensorView& out, const AttnOptions& opt,
+                                  float* lse) const {
+  auto mask = std::make_shared<const BlockMask>(build_mask(q, k, v, opt));
+  MethodReport r;
+  attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats);
+  r.coverage = block_mask_coverage(mask);
+  r.mask = std::move(mask);
+  return r;
+}
 
 MaskGeometry BlockMaskMethod::geometry(const TensorView& q, const TensorView& k,
                                        const AttnOptions& opt) const {

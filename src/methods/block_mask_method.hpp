@@ -1,5 +1,6 @@
 // The shape every block-sparse baseline shares: build a BlockMask from the inputs (step 1),
-// run attention_block_sparse with it (step 2), and report exactly that mask as coverage.
+// run attention_block_sparse with it (step 2), and report that mask, which is also exactly the
+// coverage.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,17 +14,8 @@ namespace spattn {
 class BlockMaskMethod : public Method {
  public:
   // Building the mask is part of run(), so a caller timing run() times the estimate too.
-  void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-           const AttnOptions& opt, float* lse, Stats* stats) override {
-    mask_ = BlockMask();  // a failed run leaves no stale mask behind
-    mask_ = build_mask(q, k, v, opt);
-    attention_block_sparse(q, k, v, out, mask_, opt, lse, stats);
-  }
-  std::unique_ptr<Coverage> coverage(int64_t q_len, int64_t kv_len, bool causal) const override {
-    if (mask_.offsets.empty()) return Method::coverage(q_len, kv_len, causal);  // not run yet
-    return block_mask_coverage(mask_);
-  }
-  const BlockMask* last_mask() const override { return mask_.offsets.empty() ? nullptr : &mask_; }
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override;
 
  protected:
   virtual BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -33,9 +25,6 @@ class BlockMaskMethod : public Method {
 
   int64_t block_q_ = 64;  // chi
   int64_t block_k_ = 64;  // beta
-
- private:
-  BlockMask mask_;
 };
 
 // Reads block_q and block_k (both default 64) into the method.

@@ -1,5 +1,8 @@
 // dense: the tiled FlashAttention-style kernel over every causal entry. The baseline every
 // sparse method's speedup is measured against.
+#include <memory>
+
+#include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/decode.hpp"
@@ -10,14 +13,16 @@ namespace {
 class Dense final : public Method {
  public:
   std::string name() const override { return "dense"; }
-  void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-           const AttnOptions& opt, float* lse, Stats* stats) override {
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    MethodReport r;
     // Decode-sized queries take the decode kernel (lambda 0: every block), so a decode
     // method's speedup is measured against dense decode, not the prefill kernel.
-    if (q.seq <= kMaxDecodeQueries)
-      attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, stats);
-    else
-      attention_dense(q, k, v, out, opt, lse, stats);
+    r.path = run_decode_or_prefill(
+        q.seq, [&] { attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats); },
+        [&] { attention_dense(q, k, v, out, opt, lse, &r.stats); });
+    r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
+    return r;
   }
 };
 

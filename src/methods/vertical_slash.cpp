@@ -4,7 +4,8 @@
 // Defaults vertical = 1000, slash = 2048: one of MInference's configurations (seeds/002
 // Table 2 searches vertical in {1000, 2000, 4000}, slash in {1024, 2048, 4096, 6144}; Table 3
 // lists (1000, 2048)). sink = 30 and local = 100 are what MInference's code always keeps.
-#include <optional>
+#include <memory>
+#include <utility>
 
 #include "methods/registry.hpp"
 #include "spattn/masks.hpp"
@@ -29,33 +30,20 @@ class VerticalSlash final : public Method {
   }
   std::string name() const override { return "vertical_slash"; }
 
-  void run(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-           const AttnOptions& opt, float* lse, Stats* stats) override {
-    index_.reset();
-    mask_.reset();
-    index_ = vertical_slash_index(q, k, cfg_, opt);
-    q_len_ = q.seq;
-    kv_len_ = k.seq;
-    attention_vertical_slash(q, k, v, out, *index_, opt, lse, stats);
-  }
-  // Token level: exactly the columns and diagonal tile ranges the kernel computed.
-  std::unique_ptr<Coverage> coverage(int64_t q_len, int64_t kv_len, bool causal) const override {
-    if (!index_) return Method::coverage(q_len, kv_len, causal);
-    return vertical_slash_coverage(*index_, q_len_, kv_len_);
-  }
-  // The index rounded out to tile_rows x 64 blocks, built on first request (pictures), so it
-  // costs run() nothing.
-  const BlockMask* last_mask() const override {
-    if (!index_) return nullptr;
-    if (!mask_) mask_ = vertical_slash_block_mask(*index_, q_len_, kv_len_);
-    return &*mask_;
+  // Reports the index's coverage (token level: exactly the columns and diagonal tile ranges the
+  // kernel computed) and its block view (tile_rows x 64 blocks), which `spattn mask` draws.
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    VerticalSlashIndex index = vertical_slash_index(q, k, cfg_, opt);
+    MethodReport r;
+    attention_vertical_slash(q, k, v, out, index, opt, lse, &r.stats);
+    r.mask = std::make_shared<const BlockMask>(vertical_slash_block_mask(index, q.seq, k.seq));
+    r.coverage = vertical_slash_coverage(std::move(index), q.seq, k.seq);
+    return r;
   }
 
  private:
   VerticalSlashConfig cfg_;
-  std::optional<VerticalSlashIndex> index_;
-  mutable std::optional<BlockMask> mask_;
-  int64_t q_len_ = 0, kv_len_ = 0;
 };
 
 }  // namespace
