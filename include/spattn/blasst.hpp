@@ -42,9 +42,9 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       SkipStats* skip = nullptr);
 
 // What a BLASST prefill run computed (for recall): every causal key except the skipped
-// tiles. Needs a SkipStats filled with record_tiles = true; the coverage refers to `skip`,
-// which must outlive it.
-std::unique_ptr<Coverage> blasst_coverage(const SkipStats& skip, int64_t q_len, int64_t kv_len,
+// tiles. Needs a SkipStats filled with record_tiles = true; the coverage keeps its own copy
+// (move one in to avoid it).
+std::unique_ptr<Coverage> blasst_coverage(SkipStats skip, int64_t q_len, int64_t kv_len,
                                           bool causal);
 
 // One dense pass recording, for every visited tile, its margin max_r(tile_max[r] - m[r]) in

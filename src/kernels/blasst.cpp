@@ -137,12 +137,13 @@ namespace {
 // Causal keys of each row minus the 64-key tiles its query tile skipped.
 class BlasstCoverage final : public Coverage {
  public:
-  BlasstCoverage(const SkipStats& s, int64_t q_len, int64_t kv_len, bool causal)
-      : s_(s), q_len_(q_len), kv_len_(kv_len), causal_(causal) {}
+  BlasstCoverage(SkipStats s, int64_t q_len, int64_t kv_len, bool causal)
+      : s_(std::move(s)), q_len_(q_len), kv_len_(kv_len), causal_(causal) {
+    for (auto& tiles : s_.skipped_tiles) std::sort(tiles.begin(), tiles.end());
+  }
   void row_ranges(int64_t h, int64_t row, std::vector<KeyRange>& out) const override {
     const int64_t limit = causal_limit(row, q_len_, kv_len_, causal_);
-    std::vector<int32_t> skipped = s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)];
-    std::sort(skipped.begin(), skipped.end());
+    const std::vector<int32_t>& skipped = s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)];
     int64_t begin = 0;
     for (int32_t t : skipped) {
       const int64_t b = int64_t(t) * kernels::kTileKeys;
@@ -154,17 +155,17 @@ class BlasstCoverage final : public Coverage {
   }
 
  private:
-  const SkipStats& s_;
+  SkipStats s_;
   int64_t q_len_, kv_len_;
   bool causal_;
 };
 }  // namespace
 
-std::unique_ptr<Coverage> blasst_coverage(const SkipStats& skip, int64_t q_len, int64_t kv_len,
+std::unique_ptr<Coverage> blasst_coverage(SkipStats skip, int64_t q_len, int64_t kv_len,
                                           bool causal) {
   SPATTN_CHECK(skip.record_tiles && skip.skipped_tiles.size() == size_t(skip.heads * skip.q_tiles),
                "blasst_coverage needs SkipStats filled with record_tiles = true");
-  return std::make_unique<BlasstCoverage>(skip, q_len, kv_len, causal);
+  return std::make_unique<BlasstCoverage>(std::move(skip), q_len, kv_len, causal);
 }
 
 }  // namespace spattn

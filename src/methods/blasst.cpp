@@ -23,21 +23,6 @@
 namespace spattn {
 namespace {
 
-// blasst_coverage reads the SkipStats it is given by reference; a report outlives the run's
-// SkipStats, so the coverage carries its own copy.
-class SkipCoverage final : public Coverage {
- public:
-  SkipCoverage(SkipStats skip, int64_t q_len, int64_t kv_len, bool causal)
-      : skip_(std::move(skip)), inner_(blasst_coverage(skip_, q_len, kv_len, causal)) {}
-  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
-    inner_->row_ranges(head, row, out);
-  }
-
- private:
-  SkipStats skip_;  // before inner_, which refers to it
-  std::unique_ptr<Coverage> inner_;
-};
-
 class Blasst final : public Method {
  public:
   // The calibration file is read here, once, not per run: the one plan-like step BLASST has
@@ -84,7 +69,7 @@ class Blasst final : public Method {
     std::vector<double>& heads = r.per_head["head_skipped"];
     heads.reserve(size_t(skip.heads));
     for (int64_t h = 0; h < skip.heads; ++h) heads.push_back(skip.head_skipped_fraction(h));
-    r.coverage = std::make_shared<SkipCoverage>(std::move(skip), q.seq, k.seq, opt.causal);
+    r.coverage = blasst_coverage(std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }
 
