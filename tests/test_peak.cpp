@@ -1,6 +1,6 @@
-// The in-process peaks (measure_machine_peak, the loops behind it). No timing passes or fails
-// here: figures only have to be positive, finite and within a sane factor of each other,
-// whatever else runs on the machine.
+// The in-process peaks (measure_machine_peak, the loops behind it) and the bf16 operand-path
+// chooser. No timing passes or fails here: figures only have to be positive, finite and
+// within a sane factor of each other, whatever else runs on the machine.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -95,6 +95,30 @@ TEST(Peak, LoopsOnEveryTarget) {
       }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// The chooser times both paths and leaves the flag in the state it reports.
+TEST(Bf16Path, ChooserReturnsAValidChoiceAndSetsTheFlag) {
+  const bool before = kernels::bf16_dot_enabled();
+  const kernels::Bf16PathChoice c = kernels::choose_bf16_path(0, 64, 256, 2);
+  if (kernels::cpu_has_bf16_dot()) {
+    EXPECT_TRUE(finite_positive(c.dot_ms)) << c.dot_ms;
+    EXPECT_TRUE(finite_positive(c.widen_ms)) << c.widen_ms;
+    EXPECT_EQ(c.dot, c.dot_ms <= c.widen_ms);
+  } else {
+    EXPECT_FALSE(c.dot);
+    EXPECT_EQ(c.dot_ms, 0.0);
+    EXPECT_EQ(c.widen_ms, 0.0);
+  }
+  EXPECT_EQ(kernels::bf16_dot_enabled(), c.dot);
+  kernels::set_bf16_dot_enabled(before);
+}
+
+TEST(Bf16Path, BadProbeThrows) {
+  const bool before = kernels::bf16_dot_enabled();
+  EXPECT_THROW(kernels::choose_bf16_path(1, 64, 256, 0), Error);
+  EXPECT_THROW(kernels::choose_bf16_path(1, 64, 0, 1), Error);
+  kernels::set_bf16_dot_enabled(before);
 }
 
 }  // namespace
