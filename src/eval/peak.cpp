@@ -102,8 +102,7 @@ double best_read_rate(int threads, const MachinePeakOptions& opt) {
   // then cost a second of compaction.
   std::unique_ptr<float, decltype(&std::free)> buf(
       static_cast<float*>(std::aligned_alloc(64, n * 4)), &std::free);
-  SPATTN_CHECK(buf != nullptr, "peak: cannot allocate the ", bytes,
-               "-byte read buffer");
+  SPATTN_CHECK(buf != nullptr, "peak: cannot allocate the ", bytes, "-byte read buffer");
   float* p = buf.get();
   // Slices start on 64-byte boundaries; each thread first touches its own slice.
   const size_t slice = (n / size_t(threads) + 15) / 16 * 16;
@@ -120,8 +119,8 @@ double best_read_rate(int threads, const MachinePeakOptions& opt) {
     return 0.0;
   });
   std::vector<float> sink(static_cast<size_t>(threads));
-  auto pass = [&](double* bytes) {
-    return timed_on_all_threads(threads, bytes, [&](int64_t i) {
+  auto pass = [&](double* read) {
+    return timed_on_all_threads(threads, read, [&](int64_t i) {
       size_t len = 0;
       const float* x = slice_of(i, &len);
       return kernels::read_sum_loop(x, int64_t(len), &sink[size_t(i)]);
