@@ -2,14 +2,16 @@
 
 #include <utility>
 
+#include "kernels/flash_common.hpp"
+
 namespace spattn::bench {
 
 namespace {
-double g_peak_gflops = 0;
+MachinePeak g_peak;
 }
 
-void set_peak_gflops(double gflops) { g_peak_gflops = gflops; }
-double peak_gflops() { return g_peak_gflops; }
+void set_machine_peak(const MachinePeak& peak) { g_peak = peak; }
+const MachinePeak& machine_peak() { return g_peak; }
 
 Tensor filled_tensor(DType t, int64_t heads, int64_t seq, int64_t dim, uint32_t seed) {
   Tensor out(DType::f32, heads, seq, dim);
@@ -22,11 +24,18 @@ Tensor filled_tensor(DType t, int64_t heads, int64_t seq, int64_t dim, uint32_t 
   return t == DType::f32 ? std::move(out) : Tensor::copy_of(out.view(), t);
 }
 
-void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds) {
+void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds,
+                  DType input) {
   const double total = flops_per_iteration * double(state.iterations());
   state.counters["FLOP/s"] = benchmark::Counter(total, benchmark::Counter::kIsRate);
-  if (g_peak_gflops > 0 && loop_seconds > 0)
-    state.counters["%peak"] = 100.0 * total / loop_seconds / (g_peak_gflops * 1e9);
+  const bool dot =
+      input == DType::bf16 && kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot();
+  if (dot) state.SetLabel("bf16-dot");
+  const double peak = dot ? g_peak.bf16_dot_gflops : g_peak.fma_gflops;
+  if (loop_seconds <= 0) return;
+  const double gflops = total / loop_seconds / 1e9;
+  if (peak > 0) state.counters["%peak"] = 100.0 * gflops / peak;
+  if (dot && g_peak.fma_gflops > 0) state.counters["%fma"] = 100.0 * gflops / g_peak.fma_gflops;
 }
 
 }  // namespace spattn::bench

@@ -5,12 +5,14 @@
 #include <chrono>
 #include <cstdint>
 
+#include "spattn/peak.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::bench {
 
-void set_peak_gflops(double gflops);
-double peak_gflops();
+// The machine's peaks, measured once in main before any benchmark runs.
+void set_machine_peak(const MachinePeak& peak);
+const MachinePeak& machine_peak();
 
 // [heads, seq, dim] filled with a fixed pseudo-random pattern in [-1, 1): the dense kernel's
 // speed does not depend on the values, only that they are finite and not all equal.
@@ -28,8 +30,12 @@ class LoopTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// Counters for `flops` per iteration: "FLOP/s" (a rate) and "%peak", the share of the
-// sgemm peak reached over `loop_seconds` of wall time.
-void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds);
+// Counters for `flops` per iteration: "FLOP/s" (a rate) and "%peak", the share of the peak of
+// the operand path the kernel ran on over `loop_seconds` of wall time. `input` is the
+// inputs' dtype: bf16 on the bf16 dot path (label "bf16-dot") is measured against the bf16
+// dot peak and also gets "%fma", the share of the f32 FMA peak; everything else runs on f32
+// operands and is measured against the f32 FMA peak.
+void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds,
+                  DType input = DType::f32);
 
 }  // namespace spattn::bench

@@ -31,7 +31,7 @@ void BM_DenseCausal(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(state.iterations() * stats.score_entries);  // score entries/s
-  report_flops(state, stats.flops, timer.seconds());
+  report_flops(state, stats.flops, timer.seconds(), kType);
 }
 
 void dense_sizes(benchmark::internal::Benchmark* b) {

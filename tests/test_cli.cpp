@@ -16,6 +16,7 @@
 
 #include "cli_run.hpp"
 #include "spattn/method.hpp"
+#include "kernels/flash_common.hpp"
 #include "spattn/io.hpp"
 #include "spattn/tensor.hpp"
 
@@ -159,7 +160,13 @@ TEST_F(Cli, JsonIsOneObjectWithSaneValues) {
   for (const char* key : {"cpu", "simd", "compiler", "blas"})
     EXPECT_FALSE(m.at(key).get<std::string>().empty()) << key;
   EXPECT_GE(m.at("threads").get<int>(), 1);
+  // The peaks measured in the process: peak_gflops is the f32 FMA peak, sgemm its own field.
   EXPECT_GT(j.at("peak_gflops").get<double>(), 0.1);
+  EXPECT_EQ(j.at("peak_gflops"), j.at("fma_gflops"));
+  EXPECT_GT(j.at("sgemm_gflops").get<double>(), 0.1);
+  EXPECT_GT(j.at("read_gbps").get<double>(), 0.1);
+  EXPECT_GE(j.at("bf16_dot_gflops").get<double>(), 0.0);
+  EXPECT_FALSE(j.contains("bf16_path"));  // f32 inputs: no bf16 operand path to choose
   const auto& c = j.at("config");
   EXPECT_EQ(c.at("seq"), 128);
   EXPECT_EQ(c.at("heads"), 2);
@@ -171,6 +178,69 @@ TEST_F(Cli, JsonIsOneObjectWithSaneValues) {
   // dense was asked for explicitly and is the baseline: it runs once.
   ASSERT_EQ(j.at("results").size(), 1u);
   expect_sane_dense(j.at("results")[0], 1e-4);
+  const auto& d = j.at("results")[0];
+  EXPECT_EQ(d.at("operands"), "f32");
+  EXPECT_DOUBLE_EQ(d.at("peak_fraction").get<double>(), d.at("fma_peak_fraction").get<double>());
+}
+
+// bf16 inputs: --bf16-path auto times both operand paths where the CPU has both and reports
+// the choice; every result names the path it ran and is measured against that path's peak.
+TEST_F(Cli, Bf16PathIsChosenAndReported) {
+  const CliRun r = run_cli(kSmall + "--dtype bf16 --json --methods dense");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& b = j.at("bf16_path");
+  EXPECT_EQ(b.at("mode"), "auto");
+  const std::string chosen = b.at("chosen");
+  const auto& d = j.at("results")[0];
+  const double bf16_peak = j.at("bf16_dot_gflops"), fma_peak = j.at("fma_gflops");
+  const double gflops = d.at("gflops");
+  if (bf16_peak > 0) {  // the CPU has the dot product: both paths were timed
+    EXPECT_TRUE(chosen == "dot" || chosen == "widen") << chosen;
+    EXPECT_GT(b.at("dot_ms").get<double>(), 0);
+    EXPECT_GT(b.at("widen_ms").get<double>(), 0);
+    EXPECT_EQ(chosen == "dot", b.at("dot_ms").get<double>() <= b.at("widen_ms").get<double>());
+  } else {
+    EXPECT_EQ(chosen, "widen");
+    EXPECT_TRUE(b.at("dot_ms").is_null());
+  }
+  EXPECT_EQ(d.at("operands"), chosen == "dot" ? "bf16-dot" : "f32");
+  EXPECT_NEAR(d.at("peak_fraction").get<double>(),
+              gflops / (chosen == "dot" ? bf16_peak : fma_peak), 1e-9);
+  EXPECT_NEAR(d.at("fma_peak_fraction").get<double>(), gflops / fma_peak, 1e-9);
+  expect_sane_dense(d, 1e-2);
+}
+
+TEST_F(Cli, Bf16PathWidenCanBeForced) {
+  const CliRun r = run_cli(kSmall + "--dtype bf16 --json --bf16-path widen");
+  ASSERT_TRUE(r.exited());
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("bf16_path").at("chosen"), "widen");
+  EXPECT_EQ(j.at("bf16_path").at("mode"), "widen");
+  EXPECT_TRUE(j.at("bf16_path").at("widen_ms").is_null());  // forced: nothing timed
+  EXPECT_EQ(j.at("results")[0].at("operands"), "f32");
+}
+
+// Forcing the dot path works where the CPU has it (the table then gives both peak shares)
+// and is bad input where it does not.
+TEST_F(Cli, Bf16PathDotCanBeForcedWhereItExists) {
+  const CliRun r = run_cli(kSmall + "--dtype bf16 --bf16-path dot");
+  ASSERT_TRUE(r.exited());
+  if (spattn::kernels::cpu_has_bf16_dot()) {
+    ASSERT_EQ(r.code(), 0) << r.err;
+    for (const char* s : {"operands: bf16-dot (--bf16-path dot)",
+                          "%peak is over the bf16 dot peak", "%fma"})
+      EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing from:\n" << r.out;
+  } else {
+    expect_bad_input(r, "--bf16-path");
+  }
+}
+
+TEST_F(Cli, Bf16PathBadValueExits2) {
+  for (const char* v : {"fast", "DOT", "\"\""})
+    expect_bad_input(run_cli(kSmall + "--dtype bf16 --bf16-path " + v), "--bf16-path");
 }
 
 TEST_F(Cli, QkvFileBenchesInItsOwnShape) {
@@ -267,7 +337,8 @@ TEST_F(Cli, TableShowsMachineAndMethods) {
   const CliRun r = run_cli(kSmall);
   ASSERT_TRUE(r.exited());
   ASSERT_EQ(r.code(), 0) << r.err;
-  for (const char* s : {"machine:", "sgemm peak", "GFLOP/s", "speedup", "recall", "dense"})
+  for (const char* s : {"machine:", "f32 FMA", "sgemm", "GB/s", "operands: f32", "%peak",
+                        "GFLOP/s", "speedup", "recall", "dense"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing from:\n" << r.out;
 }
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli.hpp"
+#include "kernels/flash_common.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -31,6 +32,7 @@ struct BenchOptions {
   std::vector<std::string> method_names;  // --methods, plain names; neither: every method
   int repeat = 3;
   bool json = false;
+  std::string bf16_path = "auto";  // --bf16-path: auto (time both), dot, widen
 };
 
 struct MethodResult {
@@ -43,6 +45,48 @@ struct MethodResult {
   double speedup = 0;  // dense ms / ms
   double gflops() const { return ms > 0 ? report.stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
 };
+
+// The operand path this run's kernels take, how it was chosen, and the peak that goes with
+// it: bf16 dot-product kernels are measured against the bf16 dot peak, everything else
+// (f32 inputs, and bf16/f16 inputs widened to f32) against the f32 FMA peak.
+struct OperandPath {
+  std::string operands = "f32";  // "bf16-dot" or "f32"
+  std::string input;             // the inputs' dtype: bf16 and f16 are widened on the f32 path
+  bool bf16_input = false;
+  std::string mode;              // --bf16-path
+  bool timed = false;            // auto mode with both paths available: choice holds timings
+  kernels::Bf16PathChoice choice;
+  bool dot() const { return operands == "bf16-dot"; }
+  double peak_gflops(const MachinePeak& m) const {
+    return dot() ? m.bf16_dot_gflops : m.fma_gflops;
+  }
+};
+
+void check_bf16_path(const std::string& mode) {
+  SPATTN_CHECK(mode == "auto" || mode == "dot" || mode == "widen",
+               "--bf16-path must be auto, dot or widen, got '", mode, "'");
+  SPATTN_CHECK(mode != "dot" || kernels::cpu_has_bf16_dot(),
+               "--bf16-path dot: this CPU has no AVX512_BF16 dot product (use auto or widen)");
+}
+
+// bf16 inputs: auto times the dense kernel on a small problem with both paths and keeps the
+// faster (kernels::choose_bf16_path); dot and widen force one.
+OperandPath choose_operands(const std::string& mode, const Problem& p) {
+  OperandPath r;
+  r.mode = mode;
+  r.input = dtype_name(p.q.dtype());
+  r.bf16_input = p.q.dtype() == DType::bf16;
+  if (r.bf16_input) {
+    if (mode == "auto") {
+      r.choice = kernels::choose_bf16_path(p.opt.threads, p.q.dim());
+      r.timed = kernels::cpu_has_bf16_dot();
+    } else {
+      kernels::set_bf16_dot_enabled(mode == "dot");
+    }
+    if (kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot()) r.operands = "bf16-dot";
+  }
+  return r;
+}
 
 // Spec text with parameters in sorted order, so "m:a=1,b=2" and "m:b=2,a=1" are one method.
 std::string canonical(const MethodSpec& s) {
@@ -191,25 +235,49 @@ void print_notes(const std::vector<MethodResult>& results,
   if (!lines.empty()) fmt::print("\n{}\n", fmt::join(lines, "\n"));
 }
 
-void print_table(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
+void print_peaks(const MachinePeak& pk, const OperandPath& op) {
+  const std::string bf16 =
+      pk.bf16_dot_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", pk.bf16_dot_gflops) : "none";
+  fmt::print("peak (measured in this process): f32 FMA {:.1f} GFLOP/s, bf16 dot {}, memory "
+             "read {:.1f} GB/s; OpenBLAS sgemm {:.1f} GFLOP/s\n",
+             pk.fma_gflops, bf16, pk.read_gbps, pk.sgemm_gflops);
+  std::string how;
+  if (op.timed)
+    how = fmt::format(" (--bf16-path auto: dense probe dot {:.2f} ms, widened {:.2f} ms)",
+                      op.choice.dot_ms, op.choice.widen_ms);
+  else if (op.bf16_input)
+    how = fmt::format(" (--bf16-path {})", op.mode);
+  fmt::print("operands: {}{}{}; %peak is over the {} peak{}\n", op.operands,
+             !op.dot() && op.input != "f32" ? " (" + op.input + " widened)" : "", how,
+             op.dot() ? "bf16 dot" : "f32 FMA", op.dot() ? ", %fma over the f32 FMA peak" : "");
+}
+
+void print_table(const MachineInfo& m, const MachinePeak& pk, const OperandPath& op,
+                 const Problem& p, const BenchOptions& o,
                  const std::vector<MethodResult>& results,
                  const std::vector<std::string>& left_out) {
-  fmt::print("machine: {}, {} cores / {} threads, SIMD {}, sgemm peak {:.1f} GFLOP/s\n", m.cpu,
-             m.cores, m.threads, m.simd, peak);
+  const double peak = op.peak_gflops(pk);
+  fmt::print("machine: {}, {} cores / {} threads, SIMD {}\n", m.cpu, m.cores, m.threads, m.simd);
+  print_peaks(pk, op);
   fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n", p.source,
              shape(p.q), shape(p.k), dtype_name(p.q.dtype()), p.opt.causal ? "causal" : "full",
              p.opt.threads, o.repeat);
   size_t w = 6;
   for (const auto& r : results) w = std::max(w, r.spec.size());
-  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>6}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {}\n", "method",
-             w, "ms", "GFLOP/s", "%peak", "speedup", "sparsity", "recall", "worst", "rel-L2",
-             "path");
-  for (const auto& r : results)
-    fmt::print("{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  {:>8.4f}  "
-               "{:>8.1e}  {}\n",
-               r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0,
+  // %fma (bf16 dot runs only): the same GFLOP/s over the f32 FMA peak.
+  const std::string fma_head = op.dot() ? fmt::format("  {:>6}", "%fma") : "";
+  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>6}{}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}  {}\n", "method",
+             w, "ms", "GFLOP/s", "%peak", fma_head, "speedup", "sparsity", "recall", "worst",
+             "rel-L2", "path");
+  for (const auto& r : results) {
+    const double fma_pct = pk.fma_gflops > 0 ? 100.0 * r.gflops() / pk.fma_gflops : 0.0;
+    const std::string fma = op.dot() ? fmt::format("  {:>5.1f}%", fma_pct) : "";
+    fmt::print("{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%{}  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  "
+               "{:>8.4f}  {:>8.1e}  {}\n",
+               r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0, fma,
                r.speedup, 100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst,
                r.error.rel_l2, kernel_path_name(r.report.path));
+  }
   print_notes(results, left_out);
 }
 
@@ -242,12 +310,15 @@ nlohmann::json config_json(const Problem& p, const BenchOptions& o,
   return c;
 }
 
-nlohmann::json result_json(const MethodResult& r, double peak) {
+nlohmann::json result_json(const MethodResult& r, const MachinePeak& pk, const OperandPath& op) {
+  const double peak = op.peak_gflops(pk);
   nlohmann::json j = {{"method", r.spec},
           {"ms", r.ms},
           {"runs_ms", r.run_ms},
           {"gflops", r.gflops()},
+          {"operands", op.operands},
           {"peak_fraction", peak > 0 ? r.gflops() / peak : 0.0},
+          {"fma_peak_fraction", pk.fma_gflops > 0 ? r.gflops() / pk.fma_gflops : 0.0},
           {"speedup", r.speedup},
           {"sparsity", r.report.stats.sparsity()},
           {"score_entries", r.report.stats.score_entries},
@@ -268,20 +339,34 @@ nlohmann::json result_json(const MethodResult& r, double peak) {
   return j;
 }
 
-void print_json(const MachineInfo& m, double peak, const Problem& p, const BenchOptions& o,
-                const std::vector<MethodSpec>& specs, const std::vector<MethodResult>& results) {
+void print_json(const MachineInfo& m, const MachinePeak& pk, const OperandPath& op,
+                const Problem& p, const BenchOptions& o, const std::vector<MethodSpec>& specs,
+                const std::vector<MethodResult>& results) {
   nlohmann::json j;
   j["machine"] = machine_json(m);
-  j["peak_gflops"] = peak;
+  j["peak_gflops"] = pk.fma_gflops;  // the f32 FMA peak (was OpenBLAS sgemm)
+  j["fma_gflops"] = pk.fma_gflops;
+  j["bf16_dot_gflops"] = pk.bf16_dot_gflops;
+  j["sgemm_gflops"] = pk.sgemm_gflops;
+  j["read_gbps"] = pk.read_gbps;
+  if (op.bf16_input) {
+    // Timings only where both paths were timed (auto on a CPU with the dot product).
+    auto ms = [&](double x) { return op.timed ? nlohmann::json(x) : nlohmann::json(); };
+    j["bf16_path"] = {{"mode", op.mode},
+                      {"chosen", op.dot() ? "dot" : "widen"},
+                      {"dot_ms", ms(op.choice.dot_ms)},
+                      {"widen_ms", ms(op.choice.widen_ms)}};
+  }
   j["config"] = config_json(p, o, specs);
   j["results"] = nlohmann::json::array();
-  for (const auto& r : results) j["results"].push_back(result_json(r, peak));
+  for (const auto& r : results) j["results"].push_back(result_json(r, pk, op));
   std::cout << j.dump(2) << std::endl;
 }
 
 void run_bench(const BenchOptions& o) {
   SPATTN_CHECK(o.repeat >= 1 && o.repeat <= 10000, "--repeat must be in [1, 10000], got ",
                o.repeat);
+  check_bf16_path(o.bf16_path);
   // Methods are built before any data is made: a typo in a name fails at once.
   std::vector<std::string> left_out;
   const std::vector<MethodSpec> specs = collect_specs(o, left_out);
@@ -289,17 +374,19 @@ void run_bench(const BenchOptions& o) {
   for (const auto& s : specs) methods.push_back(make_method(s));
   const Problem p = load_problem(o.problem);
   Progress progress("bench");
+  progress.update("choosing the bf16 operand path");
+  const OperandPath op = choose_operands(o.bf16_path, p);
   const std::vector<MethodResult> results = bench_all(specs, methods, p, o.repeat, progress);
-  // The peak is measured after the timed runs: OpenBLAS's worker threads keep spinning for
-  // a while after a call and would steal cores from the kernels if it ran first.
-  progress.update("measuring sgemm peak");
-  const double peak = measure_sgemm_gflops(p.opt.threads);
+  // The peaks are measured after the timed runs, sgemm last: OpenBLAS's worker threads keep
+  // spinning for a while after a call and would steal cores from whatever runs next.
+  progress.update("measuring the machine's peaks");
+  const MachinePeak peak = measure_machine_peak(p.opt.threads);
   progress.done();
   const MachineInfo machine = machine_info();
   if (o.json)
-    print_json(machine, peak, p, o, specs, results);
+    print_json(machine, peak, op, p, o, specs, results);
   else
-    print_table(machine, peak, p, o, results, left_out);
+    print_table(machine, peak, op, p, o, results, left_out);
 }
 
 }  // namespace
@@ -321,6 +408,10 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--repeat", o->repeat, "timed runs per method (the median is reported)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
+  cmd->add_option("--bf16-path", o->bf16_path,
+                  "operand path for bf16 inputs: auto (time both, keep the faster), dot "
+                  "(AVX512_BF16 dot products), widen (to f32)")
+      ->capture_default_str();
   cmd->callback([o] { run_bench(*o); });
 }
 

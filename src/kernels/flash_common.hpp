@@ -230,4 +230,17 @@ void set_bf16_dot_enabled(bool enabled);
 bool bf16_dot_enabled();
 bool cpu_has_bf16_dot();
 
+// Which operand path bf16 inputs take, chosen by measurement rather than by CPU flag alone.
+struct Bf16PathChoice {
+  bool dot = false;     // the bf16 dot-product path was chosen (and is now enabled)
+  double dot_ms = 0;    // median time of the probe on each path; both 0 when nothing was
+  double widen_ms = 0;  // timed (the CPU lacks AVX512_BF16, so only widening can run)
+};
+// Times attention_dense on a causal bf16 problem of 2 heads x seq x dim with the dot path and
+// the widened path, one warm-up each and then `reps` runs round-robin (dot, widen, dot, ...),
+// and enables the path with the lower median (set_bf16_dot_enabled). Numerics of both paths
+// are untouched; only which one runs changes. About 2 (reps + 1) dense calls.
+Bf16PathChoice choose_bf16_path(int threads, int64_t dim = 128, int64_t seq = 2048,
+                                int reps = 5);
+
 }  // namespace spattn::kernels
