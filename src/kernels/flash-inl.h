@@ -150,8 +150,10 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col0 + c * N);
   }
 
-  // S[npad][64] = Q K^T (unscaled).
-  static void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
+  // S[npad][64] = Q K^T (unscaled). Not inlined (nor PV): inlined into the loop, GCC 12 ran out
+  // of registers there and kept a PV accumulator in memory, a store-to-load chain that cost
+  // the f32 loop a fifth of its speed.
+  static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
     const int64_t N = int64_t(hn::Lanes(DF()));
     constexpr int64_t kChunk = kCV;
     static_assert(kTileKeys % 16 == 0);
@@ -188,8 +190,8 @@ struct F32Ops {
   }
 
   // O[npad][dp] = alpha O + P V.
-  static void PV(const float* p, int64_t npad, const T* vt, int64_t dp, const float* alpha,
-                 float* o) {
+  static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
+                              const float* alpha, float* o) {
     const int64_t N = int64_t(hn::Lanes(DF()));
     for (int64_t c0 = 0; c0 < dp; c0 += kCV * N) {
       const int64_t vecs = std::min<int64_t>(kCV, (dp - c0) / N);
@@ -262,7 +264,7 @@ struct Bf16DotOps {
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
 
-  SPATTN_BF16_ATTR static void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
+  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
                                       float* s) {
     for (int64_t r0 = 0; r0 < npad; r0 += kR) {
       __m512 acc[kR][4];
@@ -284,7 +286,7 @@ struct Bf16DotOps {
     }
   }
 
-  SPATTN_BF16_ATTR static void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
+  SPATTN_BF16_ATTR static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
                                   const float* alpha, float* o) {
     alignas(64) uint16_t pb[kMaxTileRows * kTileKeys];
     for (int64_t i = 0; i < npad * kTileKeys; i += 32) {
