@@ -675,7 +675,9 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
   const int64_t dp = packed.dp;
   const KVTiles<Ops> kv{packed, packed.mask_positions()};
 
-  // Items longest first, so the last items to run are short and both threads finish
+  // Items kv head by kv head, each head's longest first: the threads then stream the same
+  // head's K and V at the same time (at 16K two heads' K/V overflow a 32 MiB L3, one does not:
+  // 74% -> 79% of the FMA peak on Zen 5), and the last items to run are short, so they finish
   // together. The order is fixed, and each item is computed by one thread, so the output does
   // not depend on scheduling.
   const int64_t tiles = pol.num_tiles(p);
@@ -689,8 +691,10 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
     for (int64_t h = 0; h < p.q.heads; ++h)
       items.push_back({h, t, pol.cost(p, h, t, rows[size_t(n - 1)])});
   }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    const int64_t ka = a.h / p.group, kb = b.h / p.group;
+    return ka != kb ? ka < kb : a.cost > b.cost;
+  });
 
   const int threads = int(std::min<int64_t>(p.threads, std::max<int64_t>(1, int64_t(items.size()))));
   std::vector<std::unique_ptr<Scratch<Ops>>> scratch;
