@@ -129,6 +129,7 @@ struct F32Ops {
   static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d,
                        int64_t dp, T* tile, float*) {
     LoadRowF32(v, h, s, d, tile + jj * dp);
+    std::fill(tile + jj * dp + d, tile + (jj + 1) * dp, 0.0f);
   }
   // Copies slot sj of packed tiles into slot dj of others (gathering packed keys).
   static void CopyKeyK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t d) {
@@ -270,6 +271,7 @@ struct Bf16DotOps {
     LoadRowBf16(v, h, s, d, row);
     T* pair = tile + (jj / 2) * dp * 2 + (jj & 1);
     for (int64_t c = 0; c < d; ++c) pair[c * 2] = row[c];
+    for (int64_t c = d; c < dp; ++c) pair[c * 2] = 0;
   }
   static void CopyKeyK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t d) {
     for (int64_t c2 = 0; c2 < d / 2; ++c2) {
@@ -394,7 +396,8 @@ inline void PackAppend(PackedKVData& kv, const TensorView& k, const TensorView& 
 // Packs all of k, v (natural order) into a fresh kv.
 inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const TensorView& v,
                      int threads) {
-  init_packed(kv, ops, k.dtype, k.heads, k.dim, k.seq);
+  // Every slot but the last tile's tail is written below: only that tail needs zeroing.
+  init_packed(kv, ops, k.dtype, k.heads, k.dim, k.seq, /*zero_all=*/false);
   add_positions(kv, nullptr, k.seq);
   PackAppend(kv, k, v, nullptr, k.seq, threads);
 }

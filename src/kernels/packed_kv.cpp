@@ -31,7 +31,7 @@ HWY_EXPORT(OperandsEntry);
 Operands operands_for(DType dtype) { return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype); }
 
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
-                 int64_t capacity) {
+                 int64_t capacity, bool zero_all) {
   SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
   SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= 256,
                "PackedKV: head dim must be a multiple of 8 up to 256, got ", dim);
@@ -54,8 +54,17 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
   kv.k.reset(static_cast<unsigned char*>(aligned_alloc_bytes(kb)));
   kv.v.reset(static_cast<unsigned char*>(aligned_alloc_bytes(vb)));
   // Zero slots are what the micro-kernels read past the last key; appends rely on them.
-  std::memset(kv.k.get(), 0, kb);
-  std::memset(kv.v.get(), 0, vb);
+  if (zero_all) {
+    std::memset(kv.k.get(), 0, kb);
+    std::memset(kv.v.get(), 0, vb);
+  } else {
+    const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      const size_t last = size_t(h * kv.tiles_cap + kv.tiles_cap - 1);
+      std::memset(kv.k.get() + last * kt, 0, kt);
+      std::memset(kv.v.get() + last * vt, 0, vt);
+    }
+  }
   kv.tile_min.assign(size_t(kv.tiles_cap), std::numeric_limits<int64_t>::max());
   kv.tile_max.assign(size_t(kv.tiles_cap), -1);
 }

@@ -53,9 +53,10 @@ struct PackedKVData {
   int64_t causal_prefix(int64_t pos) const;
 };
 
-// Zeroed storage for kv_heads x capacity keys of head dim `dim` in format `ops`.
+// Storage for kv_heads x capacity keys of head dim `dim` in format `ops`, zeroed (zero_all), or
+// only each head's last tile zeroed, for a caller that writes every other slot at once.
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
-                 int64_t capacity);
+                 int64_t capacity, bool zero_all = true);
 // Records the positions of keys [size, size + n) (before their data is written) and grows size.
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
 
