@@ -298,6 +298,9 @@ TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
   EXPECT_DOUBLE_EQ(b.at("extras").at("lambda").get<double>(), 0.1);
   EXPECT_EQ(b.at("path"), "decode");
   EXPECT_EQ(j.at("results")[0].at("path"), "decode");  // dense decode is the baseline
+  // Dense decode's KV bytes per second, in the table as a share of the measured bandwidth.
+  EXPECT_GT(j.at("decode_read_gbps").get<double>(), 0.0);
+  EXPECT_NE(t.out.find("dense decode reads K and V"), std::string::npos) << t.out;
 }
 
 // With neither --method nor --methods, bench compares dense with every method at its default

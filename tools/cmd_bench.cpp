@@ -252,6 +252,15 @@ void print_peaks(const MachinePeak& pk, const OperandPath& op) {
              op.dot() ? "bf16 dot" : "f32 FMA", op.dot() ? ", %fma over the f32 FMA peak" : "");
 }
 
+// Decode is bound by reading the KV cache once: dense decode's K and V bytes per second, or 0
+// for prefill runs.
+double decode_read_gbps(const Problem& p, const std::vector<MethodResult>& results) {
+  if (results.empty() || results[0].report.path != KernelPath::decode || results[0].ms <= 0)
+    return 0.0;
+  const double bytes = 2.0 * double(p.k.numel()) * double(dtype_size(p.k.dtype()));
+  return bytes / (results[0].ms * 1e-3) / 1e9;
+}
+
 void print_table(const MachineInfo& m, const MachinePeak& pk, const OperandPath& op,
                  const Problem& p, const BenchOptions& o,
                  const std::vector<MethodResult>& results,
@@ -278,6 +287,11 @@ void print_table(const MachineInfo& m, const MachinePeak& pk, const OperandPath&
                r.speedup, 100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst,
                r.error.rel_l2, kernel_path_name(r.report.path));
   }
+  if (const double gbps = decode_read_gbps(p, results); gbps > 0 && pk.read_gbps > 0)
+    fmt::print("\ndense decode reads K and V ({:.1f} MB) at {:.1f} GB/s: {:.0f}% of the read "
+               "bandwidth measured above\n",
+               2.0 * double(p.k.numel()) * double(dtype_size(p.k.dtype())) / 1e6, gbps,
+               100.0 * gbps / pk.read_gbps);
   print_notes(results, left_out);
 }
 
@@ -357,6 +371,8 @@ void print_json(const MachineInfo& m, const MachinePeak& pk, const OperandPath& 
                       {"dot_ms", ms(op.choice.dot_ms)},
                       {"widen_ms", ms(op.choice.widen_ms)}};
   }
+  if (const double gbps = decode_read_gbps(p, results); gbps > 0)
+    j["decode_read_gbps"] = gbps;  // dense decode's K and V bytes per second
   j["config"] = config_json(p, o, specs);
   j["results"] = nlohmann::json::array();
   for (const auto& r : results) j["results"].push_back(result_json(r, pk, op));
