@@ -56,6 +56,8 @@ Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorVi
 
 // Throws Error naming `name` for an empty or null view, and (finite) for NaN/Inf values.
 void check_tensor(const TensorView& t, const char* name, bool finite);
+// Throws Error for a negative or non-finite scale or a negative thread count.
+void check_scale_and_threads(const AttnOptions& opt);
 
 // What the skip and observe hooks see of one key tile of one work item (q head h, query tile t).
 // Keys are packed indices (the order the caller packed them in); key_pos are their original

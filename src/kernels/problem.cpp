@@ -17,23 +17,32 @@ float softmax_scale(const AttnOptions& opt, int64_t dim) {
 
 namespace spattn::kernels {
 
-Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttnOptions& opt, float* lse) {
-  validate_attention_args(q, k, v, out, opt);
+namespace {
+// The fields every kernel form shares; k, v and packed are the caller's.
+Problem common(const TensorView& q, const TensorView& out, const AttnOptions& opt, float* lse,
+               int64_t kv_heads, int64_t kv_len, int64_t q_start) {
   Problem p;
   p.q = q;
-  p.k = k;
-  p.v = v;
   p.out = out;
   p.lse = lse;
   p.causal = opt.causal;
   p.scale = softmax_scale(opt, q.dim);
   p.threads = resolve_threads(opt.threads);
-  p.group = q.heads / k.heads;
+  p.group = q.heads / kv_heads;
   p.q_len = q.seq;
-  p.kv_len = k.seq;
+  p.kv_len = kv_len;
   p.dim = q.dim;
-  p.pos_offset = opt.causal ? query_position(0, q.seq, k.seq) : 0;
+  p.pos_offset = opt.causal ? q_start : 0;
+  return p;
+}
+}  // namespace
+
+Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttnOptions& opt, float* lse) {
+  validate_attention_args(q, k, v, out, opt);
+  Problem p = common(q, out, opt, lse, k.heads, k.seq, query_position(0, q.seq, k.seq));
+  p.k = k;
+  p.v = v;
   return p;
 }
 
@@ -49,25 +58,13 @@ Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorVi
                ") must be a multiple of the PackedKV's kv heads (", kv.kv_heads, ")");
   SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq && out.dim == q.dim, "out shape ",
                out.shape_str(), " must equal q shape ", q.shape_str());
-  SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0,
-               "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ", opt.scale);
-  SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+  check_scale_and_threads(opt);
   SPATTN_CHECK(opt.q_start >= -1, "q_start must be >= 0 (or -1: bottom-right), got ", opt.q_start);
+  // Bottom-right against the newest key: with keys in natural order, query_position's rule.
   const int64_t start = opt.q_start >= 0 ? opt.q_start : kv.max_position + 1 - q.seq;
   SPATTN_CHECK(!opt.causal || start >= 0, "causal attention needs q_len <= the newest key "
                "position + 1 (", q.seq, " queries, newest key at ", kv.max_position, ")");
-  Problem p;
-  p.q = q;
-  p.out = out;
-  p.lse = lse;
-  p.causal = opt.causal;
-  p.scale = softmax_scale(opt, q.dim);
-  p.threads = resolve_threads(opt.threads);
-  p.group = q.heads / kv.kv_heads;
-  p.q_len = q.seq;
-  p.kv_len = kv.size;
-  p.dim = q.dim;
-  p.pos_offset = opt.causal ? start : 0;
+  Problem p = common(q, out, opt, lse, kv.kv_heads, kv.size, start);
   p.packed = &kv;
   return p;
 }

@@ -1,6 +1,7 @@
 // Argument checks shared by every attention entry point.
 #include <cmath>
 
+#include "kernels/flash_common.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 
@@ -63,6 +64,11 @@ void check_tensor(const TensorView& t, const char* name, bool finite) {
   check_view(t, name);
   if (finite) check_finite(t, name);
 }
+void check_scale_and_threads(const AttnOptions& opt) {
+  SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0,
+               "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ", opt.scale);
+  SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+}
 }  // namespace kernels
 
 void validate_attention_args(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -86,9 +92,7 @@ void validate_attention_args(const TensorView& q, const TensorView& k, const Ten
                out.shape_str(), " must equal q shape ", q.shape_str());
   SPATTN_CHECK(!opt.causal || q.seq <= k.seq, "causal attention needs q_len <= kv_len (", q.seq,
                " > ", k.seq, ")");
-  SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0, "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ",
-               opt.scale);
-  SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+  kernels::check_scale_and_threads(opt);
   SPATTN_CHECK(opt.q_start == -1, "q_start places queries over a PackedKV; with k and v given, "
                "queries align bottom-right (got q_start ", opt.q_start, ")");
   if (opt.check_finite) {
