@@ -18,4 +18,5 @@
 #include "spattn/report.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/tensor.hpp"
+#include "spattn/weight_sums.hpp"
 #include "spattn/workload.hpp"

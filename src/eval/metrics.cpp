@@ -3,13 +3,13 @@
 #include "spattn/metrics.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <functional>
 #include <limits>
 
 #include "core/threading.hpp"
 #include "spattn/error.hpp"
+#include "spattn/weight_sums.hpp"
 
 namespace spattn {
 
@@ -214,44 +214,10 @@ int64_t BlockMassGrid::causal_blocks(int64_t qb) const {
   return (visible + block_k - 1) / block_k;
 }
 
-namespace {
-
-// Accumulates exp(block_lse - row_lse) into (query block, key block) cells. Rows of one query
-// block may be reported by different threads, so cells are atomic; they hold fixed point
-// (2^-44 units) because integer addition is associative: the sums, and so the grid, do not
-// depend on the order threads report in. A cell holds at most block_q values <= 1.
-class BlockMassObserver final : public BlockLseObserver {
- public:
-  static constexpr double kUnit = 0x1.0p44;
-  BlockMassObserver(BlockMassGrid& g, const std::vector<float>& row_lse)
-      : g_(g), row_lse_(row_lse), cells_(size_t(g.n_qb * g.n_kb)) {}
-
-  void observe(int64_t, int64_t row_begin, int64_t rows, int64_t key_block,
-               const float* block_lse) override {
-    const int64_t kb = key_block * kKeyBlock / g_.block_k;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = row_begin + r;
-      const float lse = row_lse_[size_t(row)];
-      if (!std::isfinite(block_lse[r]) || !std::isfinite(lse)) continue;
-      const double p = std::min(1.0, std::exp(double(block_lse[r]) - double(lse)));
-      cells_[size_t((row / g_.block_q) * g_.n_kb + kb)].fetch_add(
-          int64_t(std::llround(p * kUnit)), std::memory_order_relaxed);
-    }
-  }
-  double cell(int64_t i) const { return double(cells_[size_t(i)].load()) / kUnit; }
-
- private:
-  BlockMassGrid& g_;
-  const std::vector<float>& row_lse_;
-  std::vector<std::atomic<int64_t>> cells_;
-};
-
-}  // namespace
-
 // mass[qb][kb] = (1 / R_qb) sum over rows i of query block qb that see at least one key of
 //   sum over keys j of key block kb of softmax_i(j)  =  exp(LSE_i(block kb) - LSE_i),
-// R_qb the number of such rows. Two passes: the kernel's final LSE per row first, then the
-// observed pass that reports per-(row, 64-key tile) LSE; a block_k of several tiles sums them.
+// R_qb the number of such rows. Two passes: the kernel's final LSE per row first, then
+// attention_weight_sums, which sums the normalised weights per block through the P hook.
 BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorView& v,
                          int64_t q_head, int64_t block_q, int64_t block_k,
                          const AttnOptions& opt) {
@@ -277,8 +243,12 @@ BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorV
   Tensor out(DType::f32, 1, q.seq, q.dim);
   std::vector<float> lse(size_t(q.seq));
   attention_dense(q1, k1, v1, out, opt, lse.data());
-  BlockMassObserver obs(g, lse);
-  attention_dense_observed(q1, k1, v1, out, opt, nullptr, obs);
+  WeightSums sums;
+  sums.want_columns = false;
+  sums.want_blocks = true;
+  sums.block_q = block_q;
+  sums.block_k = block_k;
+  attention_weight_sums(q1, k1, v1, lse.data(), sums, opt);
 
   for (int64_t qb = 0; qb < g.n_qb; ++qb) {
     int64_t rows = 0;
@@ -286,7 +256,7 @@ BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorV
       rows += causal_limit(i, q.seq, k.seq, opt.causal) > 0;
     if (rows == 0) continue;
     for (int64_t kb = 0; kb < g.n_kb; ++kb)
-      g.mass[size_t(qb * g.n_kb + kb)] = float(obs.cell(qb * g.n_kb + kb) / double(rows));
+      g.mass[size_t(qb * g.n_kb + kb)] = float(sums.block[size_t(qb * g.n_kb + kb)] / double(rows));
   }
   return g;
 }
