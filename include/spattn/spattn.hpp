@@ -16,6 +16,7 @@
 #include "spattn/packed_kv.hpp"
 #include "spattn/peak.hpp"
 #include "spattn/report.hpp"
+#include "spattn/select.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/tensor.hpp"
 #include "spattn/weight_sums.hpp"
