@@ -299,9 +299,9 @@ class Momo final : public Method {
     // Step 3: the block-sparse pass over the same packed K/V, in f32 (the correction is added
     // before the one rounding to out's dtype).
     t0 = Clock::now();
-    const bool direct = out.dtype == DType::f32;
+    const bool direct = out.dtype == DType::f32 && out.stride_dim == 1;
     Tensor tmp = direct ? Tensor() : Tensor(DType::f32, H, L, d);
-    const TensorView os = direct ? out : tmp.view();
+    const TensorView os = direct ? out : tmp.view();  // f32, contiguous along dim
     Stats bs_stats;
     attention_block_sparse(q, packed, os, *mask, opt, lse, &bs_stats);
     const double ms_sparse = ms_since(t0);
@@ -309,25 +309,31 @@ class Momo final : public Method {
     // Step 4: the delta correction (Eq. 2); sampled rows take O_gamma.
     t0 = Clock::now();
     std::vector<float> delta(static_cast<size_t>(d));
+    auto row = [&](int64_t h, int64_t i) { return static_cast<float*>(os.ptr(h, i)); };
     for (int64_t h = 0; h < H; ++h) {
       int64_t begin = 0;
       for (int64_t ri = 0; ri < R; ++ri) {
         const int64_t s = rows[size_t(ri)];
         const float* g = static_cast<const float*>(og.view().ptr(h, ri));
+        float* o_s = row(h, s);
         if (delta_) {
-          for (int64_t c = 0; c < d; ++c) delta[size_t(c)] = g[c] - os.get(h, s, c);
-          for (int64_t i = begin; i < s; ++i)
-            for (int64_t c = 0; c < d; ++c) os.set(h, i, c, os.get(h, i, c) + delta[size_t(c)]);
+          for (int64_t c = 0; c < d; ++c) delta[size_t(c)] = g[c] - o_s[c];
+          for (int64_t i = begin; i < s; ++i) {
+            float* o = row(h, i);
+            for (int64_t c = 0; c < d; ++c) o[c] += delta[size_t(c)];
+          }
         }
-        for (int64_t c = 0; c < d; ++c) os.set(h, s, c, g[c]);
+        std::memcpy(o_s, g, size_t(d) * sizeof(float));
         if (lse) lse[h * L + s] = lse_g[size_t(h * R + ri)];
         begin = s + 1;
       }
     }
     if (!direct)
       for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < L; ++i)
-          for (int64_t c = 0; c < d; ++c) out.set(h, i, c, os.get(h, i, c));
+        for (int64_t i = 0; i < L; ++i) {
+          const float* o = row(h, i);
+          for (int64_t c = 0; c < d; ++c) out.set(h, i, c, o[c]);
+        }
     const double ms_delta = ms_since(t0);
 
     rep.stats = qs_stats;
