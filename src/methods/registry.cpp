@@ -25,6 +25,7 @@ const Entry kMethods[] = {
     {"mean_pool", make_mean_pool, "", false, false},
     {"oracle_topk", make_oracle_topk, "", true, false},
     {"blasst", make_blasst, "lambda=0.001", false, false},
+    {"momo", make_momo, "", false, true},
 };
 }  // namespace
 

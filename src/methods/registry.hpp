@@ -16,5 +16,6 @@ std::unique_ptr<Method> make_vertical_slash(const MethodSpec& spec);
 std::unique_ptr<Method> make_mean_pool(const MethodSpec& spec);
 std::unique_ptr<Method> make_oracle_topk(const MethodSpec& spec);
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
+std::unique_ptr<Method> make_momo(const MethodSpec& spec);
 
 }  // namespace spattn

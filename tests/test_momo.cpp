@@ -1,0 +1,303 @@
+// momo ("Measure Once, Mask Once: Delta Refined Block Sparse Attention", Algorithm 1): with a
+// budget covering every block it is dense attention; its sampled rows are the query-sparse
+// pass's rows bit for bit; with delta=off every row is exact attention over its coverage; the
+// union and trim (Algorithm 2) keeps sink and local blocks and at most k_trim others; bad
+// parameters are errors naming the parameter, also from the command line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "cli_run.hpp"
+#include "masked_reference.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+#include "spattn/method.hpp"
+#include "spattn/sparse_attention.hpp"
+#include "spattn/workload.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+Workload text(int64_t seq, int64_t heads, int64_t kv_heads, int64_t dim, DType dt,
+              uint64_t seed, int64_t q_len = 0) {
+  WorkloadConfig c;
+  c.seq = seq, c.q_len = q_len, c.heads = heads, c.kv_heads = kv_heads, c.dim = dim;
+  c.dtype = dt, c.seed = seed;
+  return make_workload(c);
+}
+
+struct MomoRun {
+  Tensor out;
+  std::vector<float> lse;
+  MethodReport report;
+};
+
+MomoRun run(const std::string& spec, const Workload& w, DType out_dtype = DType::f32) {
+  MomoRun r{Tensor(out_dtype, w.q.heads(), w.q.seq(), w.q.dim()),
+        std::vector<float>(size_t(w.q.heads() * w.q.seq())), {}};
+  AttnOptions opt;
+  opt.threads = 2;
+  r.report = make_method(spec)->run(w.q, w.k, w.v, r.out, opt, r.lse.data());
+  return r;
+}
+
+bool sampled(int64_t row, int64_t gamma, int64_t q_len) {
+  return row % gamma == gamma - 1 || row == q_len - 1;
+}
+
+// A budget covering every block: the mask is every causal block, O_* is dense attention and
+// the correction is (float-error) zero, so the output is dense attention, delta on or off.
+TEST(MomoMethod, FullBudgetEqualsDenseWithAndWithoutDelta) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Workload w = text(333, 4, 2, 32, dt, 7);  // GQA, odd length
+    Tensor ref(DType::f32, 4, 333, 32), dense(DType::f32, 4, 333, 32);
+    attention_reference(w.q, w.k, w.v, ref);
+    AttnOptions opt;
+    opt.threads = 2;
+    attention_dense(w.q, w.k, w.v, dense, opt);
+    for (const char* topk : {"hybrid", "exact", "tree", "estimate"})
+      for (const char* delta : {"on", "off"})
+        for (int beta : {64, 128}) {
+          const std::string spec = std::string("momo:gamma=4,chi=16,k=100,topk=") + topk +
+                                   ",beta=" + std::to_string(beta) + ",delta=" + delta;
+          const MomoRun r = run(spec, w);
+          // Against the dense kernel (same operand path) tightly, the exact reference loosely.
+          EXPECT_LT(test::diff(r.out, dense).max_abs, 2e-5) << spec << " " << dtype_name(dt);
+          EXPECT_LT(test::diff(r.out, ref).max_abs, dt == DType::f32 ? 2e-5 : 1e-2)
+              << spec << " " << dtype_name(dt);
+          // Both passes' entries; the problem's causal entries counted once.
+          EXPECT_EQ(r.report.stats.causal_entries, 4 * 333 * 334 / 2) << spec;
+          EXPECT_GT(r.report.stats.score_entries, r.report.stats.causal_entries) << spec;
+        }
+  }
+}
+
+// The sampled rows are the query-sparse pass's rows, bitwise, output and LSE, in f32 and bf16.
+TEST(MomoMethod, SampledRowsAreTheQuerySparseRowsBitwise) {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const char* delta : {"on", "off"}) {
+      const Workload w = text(517, 4, 1, 64, dt, 3);
+      const int64_t gamma = 8;
+      const MomoRun r = run(std::string("momo:gamma=8,chi=32,k=2,k_exact=1,delta=") + delta, w, dt);
+      const std::vector<int64_t> rows = strided_rows(517, gamma);
+      Tensor og(dt, 4, int64_t(rows.size()), 64);
+      std::vector<float> lse_g(4 * rows.size());
+      AttnOptions opt;
+      opt.threads = 2;
+      attention_query_sparse(w.q, w.k, w.v, rows, og, opt, lse_g.data());
+      const size_t row_bytes = 64 * dtype_size(dt);
+      for (int64_t h = 0; h < 4; ++h)
+        for (size_t ri = 0; ri < rows.size(); ++ri) {
+          ASSERT_EQ(std::memcmp(r.out.view().ptr(h, rows[ri]), og.view().ptr(h, int64_t(ri)),
+                                row_bytes),
+                    0)
+              << dtype_name(dt) << " head " << h << " row " << rows[ri];
+          ASSERT_EQ(r.lse[size_t(h * 517 + rows[ri])], lse_g[h * rows.size() + ri]);
+        }
+    }
+}
+
+// delta=off: every row is exact attention over exactly the keys the coverage lists (all causal
+// keys for sampled rows, the trimmed mask's for the others), output and LSE.
+TEST(MomoMethod, DeltaOffIsExactAttentionOverItsCoverage) {
+  const Workload w = text(300, 4, 2, 32, DType::f32, 5);
+  const MomoRun r = run("momo:gamma=4,chi=16,k=2,k_exact=1,k_trim=3,sink=1,local=1,delta=off", w);
+  const Coverage& cov = *r.report.coverage;
+  std::vector<std::vector<std::vector<int64_t>>> keys(4);
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t i = 0; i < 300; ++i) keys[size_t(h)].push_back(test::coverage_keys(cov, h, i));
+  const test::MaskedRef ref =
+      test::masked_reference(w.q, w.k, w.v, true, [&](int64_t h, int64_t i, int64_t j) {
+        const auto& k = keys[size_t(h)][size_t(i)];
+        return std::binary_search(k.begin(), k.end(), j);
+      });
+  test::expect_matches(r.out, r.lse, ref, "delta=off");
+  // Sampled rows cover every causal key; others at most 1 + 3 + 1 blocks of 64.
+  for (int64_t i = 0; i < 300; ++i) {
+    if (sampled(i, 4, 300)) {
+      EXPECT_EQ(int64_t(keys[0][size_t(i)].size()), i + 1);
+    } else {
+      EXPECT_LE(int64_t(keys[0][size_t(i)].size()), 5 * 64);
+    }
+  }
+}
+
+// Eq. 2: with delta on, row i is O_*_i + (O_gamma - O_*) at the sampled row of its group (the
+// first sampled row at or after i); O_* recomputed here from the reported mask, O_gamma is the
+// output's own sampled row. The mask is the same with delta on or off.
+TEST(MomoMethod, DeltaOnAddsTheSampledRowsDifferenceToItsGroup) {
+  const int64_t L = 1000, gamma = 16;
+  const Workload w = text(L, 2, 1, 64, DType::f32, 9);
+  const MomoRun on = run("momo:k=4,delta=on", w);
+  const MomoRun off = run("momo:k=4,delta=off", w);
+  ASSERT_EQ(on.report.mask->to_dense(), off.report.mask->to_dense());
+  Tensor os_t(DType::f32, 2, L, 64);
+  const TensorView os = os_t.view();
+  AttnOptions opt;
+  opt.threads = 2;
+  attention_block_sparse(w.q, w.k, w.v, os_t, *on.report.mask, opt);
+  const TensorView o = on.out.view(), f = off.out.view();
+  double moved = 0;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < L; ++i) {
+      int64_t s = i;
+      while (!sampled(s, gamma, L)) ++s;
+      for (int64_t c = 0; c < 64; ++c) {
+        if (s == i) {
+          ASSERT_EQ(o.get(h, i, c), f.get(h, i, c));  // sampled: O_gamma either way
+          continue;
+        }
+        ASSERT_EQ(f.get(h, i, c), os.get(h, i, c)) << "delta=off row " << i;  // O_* itself
+        const double want = double(os.get(h, i, c)) + (double(o.get(h, s, c)) - os.get(h, s, c));
+        ASSERT_NEAR(o.get(h, i, c), want, 1e-5) << "head " << h << " row " << i << " dim " << c;
+        moved += std::abs(o.get(h, i, c) - f.get(h, i, c));
+      }
+    }
+  EXPECT_GT(moved, 0.0);
+}
+
+// Algorithm 2: each query block keeps its sink and local blocks and at most k_trim others; the
+// mask is causal and valid, and its geometry is (chi, beta).
+TEST(MomoMethod, UnionAndTrimKeepSinkLocalAndAtMostKTrimOthers) {
+  const Workload w = text(1500, 2, 1, 32, DType::f32, 11);
+  for (const char* topk : {"hybrid", "exact", "tree", "estimate"}) {
+    const MomoRun r = run(std::string("momo:gamma=8,chi=32,beta=128,k=3,k_exact=1,k_trim=4,sink=2,"
+                                  "local=1,topk=") + topk, w);
+    const BlockMask& m = *r.report.mask;
+    ASSERT_NO_THROW(m.validate());
+    EXPECT_EQ(m.block_q, 32);
+    EXPECT_EQ(m.block_k, 128);
+    EXPECT_TRUE(m.causal);
+    int64_t above_forced = 0;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const auto row = m.row(h, qb);
+        const int64_t cb = m.causal_blocks(qb);
+        std::vector<int32_t> forced;
+        for (int32_t j = 0; j < std::min<int64_t>(2, cb); ++j) forced.push_back(j);
+        if (cb - 1 >= 2) forced.push_back(int32_t(cb - 1));
+        for (int32_t j : forced)
+          EXPECT_TRUE(std::find(row.begin(), row.end(), j) != row.end())
+              << topk << " head " << h << " qb " << qb << " lacks block " << j;
+        const int64_t others = int64_t(row.size()) - int64_t(forced.size());
+        EXPECT_LE(others, 4) << topk << " head " << h << " qb " << qb;
+        above_forced += others;
+      }
+    EXPECT_GT(above_forced, 0) << topk;  // the selection did choose blocks
+    const auto& x = r.report.extras;
+    EXPECT_GT(x.at("k_sparse"), 0.0);
+    EXPECT_GT(x.at("k_dense"), 0.0);
+    EXPECT_LE(x.at("blocks_per_row"), 3.0);
+    EXPECT_GT(x.at("blocks_per_qblock"), 0.0);
+    EXPECT_GE(x.at("sparsity_eq9"), 0.0);
+    EXPECT_LT(x.at("sparsity_eq9"), 1.0);
+  }
+}
+
+// The exact selectors with k_trim = k at chi = gamma (one sampled row per query block): the
+// block each row chose is the one with the highest block score S(j), checked against the exact
+// reference's row LSE over the block.
+TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
+  const Workload w = text(640, 1, 1, 32, DType::f32, 13);
+  const MomoRun r = run("momo:gamma=16,chi=16,k=1,k_exact=1,topk=exact,sink=0,local=1", w);
+  const BlockMask& m = *r.report.mask;
+  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+    const int64_t row = qb * 16 + 15, cb = m.causal_blocks(qb);
+    if (cb < 2) continue;
+    double best = -INFINITY, second = -INFINITY;
+    int64_t best_j = -1;
+    for (int64_t j = 0; j + 1 < cb; ++j) {
+      std::vector<int64_t> keys;
+      for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
+      double lse = 0;
+      test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
+      if (lse > best) {
+        second = best, best = lse, best_j = j;
+      } else {
+        second = std::max(second, lse);
+      }
+    }
+    if (best - second < 1e-3) continue;  // a near tie: f32 may order it either way
+    const auto got = m.row(0, qb);
+    EXPECT_TRUE(std::find(got.begin(), got.end(), int32_t(best_j)) != got.end())
+        << "qb " << qb << " best block " << best_j;
+  }
+}
+
+// Decode-sized queries run dense decode.
+TEST(MomoMethod, DecodeFallsBackToDenseDecode) {
+  const Workload w = text(1000, 4, 2, 64, DType::f32, 17, 5);
+  const MomoRun r = run("momo", w);
+  EXPECT_EQ(r.report.path, KernelPath::decode);
+  EXPECT_EQ(r.report.mask, nullptr);
+  Tensor want(DType::f32, 4, 5, 64);
+  AttnOptions opt;
+  opt.threads = 2;
+  attention_decode(w.q, w.k, w.v, want, opt);
+  EXPECT_EQ(std::memcmp(r.out.data(), want.data(), want.nbytes()), 0);
+}
+
+// Each bad parameter is an Error whose message names it.
+TEST(MomoParams, BadParametersNameTheParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"momo:gamma=0", "gamma"},          {"momo:gamma=256", "gamma"},
+      {"momo:gamma=48", "gamma"},         {"momo:chi=100,gamma=16", "chi"},
+      {"momo:beta=96", "beta"},           {"momo:beta=32", "beta"},
+      {"momo:k=0", "k="},                 {"momo:k=4,k_exact=8", "k_exact"},
+      {"momo:topk=heap", "topk"},         {"momo:sink=-1", "sink"},
+      {"momo:local=-2", "local"},         {"momo:delta=maybe", "delta"},
+      {"momo:k_trim=0", "k_trim"},        {"momo:lambda=1", "lambda"},
+  };
+  for (const auto& [spec, name] : cases) {
+    try {
+      make_method(spec);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << spec << ": " << e.what();
+    }
+  }
+  EXPECT_NO_THROW(make_method("momo:gamma=16,chi=128,beta=128,k=64,k_exact=64,topk=tree"));
+}
+
+TEST(MomoParams, NonCausalIsAnError) {
+  const Workload w = text(256, 2, 2, 32, DType::f32, 1);
+  Tensor out(DType::f32, 2, 256, 32);
+  AttnOptions opt;
+  opt.causal = false;
+  EXPECT_THROW(make_method("momo")->run(w.q, w.k, w.v, out, opt), Error);
+}
+
+// The command line: a bad parameter exits 2 naming it; a run and a mask figure work.
+TEST(MomoCli, BadParameterExits2AndRunsWork) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("spattn_momo_cli_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string small = "bench --seq 512 --heads 2 --dim 64 --repeat 1 --workload text ";
+  for (const char* p : {"gamma=0", "beta=100", "k_exact=200", "topk=x", "sink=-1", "chi=100"}) {
+    const test::CliRun r = test::run_spattn(small + "--method momo:" + p, dir);
+    ASSERT_TRUE(r.exited()) << r.err;
+    EXPECT_EQ(r.code(), 2) << p << ": " << r.err;
+    const std::string name = std::string(p).substr(0, std::string(p).find('='));
+    EXPECT_NE(r.err.find(name), std::string::npos) << r.err;
+  }
+  const test::CliRun ok = test::run_spattn(small + "--method momo", dir);
+  EXPECT_EQ(ok.code(), 0) << ok.err;
+  EXPECT_NE(ok.out.find("momo"), std::string::npos) << ok.out;
+  const test::CliRun mask = test::run_spattn(
+      "mask --seq 1024 --heads 1 --dim 64 --workload text --method momo:gamma=16,chi=64,k=4 "
+      "--out " + (dir / "m.png").string(), dir);
+  EXPECT_EQ(mask.code(), 0) << mask.err;
+  EXPECT_TRUE(fs::exists(dir / "m.png"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace spattn
