@@ -159,6 +159,14 @@ TEST(CalibJson, ReadsVersion1AsNoLengthSlope) {
               1e-15);
 }
 
+// Version 2 files (before the visiting order) were measured in order and load as in_order.
+TEST(CalibJson, ReadsVersion2AsInOrder) {
+  auto j = nlohmann::json::parse(calibration_to_json(fitted()));
+  j["version"] = 2;
+  j.erase("order");
+  EXPECT_EQ(calibration_from_json(j.dump(), "v2.json").order, BlasstOrder::in_order);
+}
+
 // Loading `j` must fail with a message naming `field`.
 void expect_rejected(const nlohmann::json& j, const std::string& field) {
   try {
@@ -172,7 +180,7 @@ void expect_rejected(const nlohmann::json& j, const std::string& field) {
 TEST(CalibJson, RejectsBadFields) {
   const auto good = nlohmann::json::parse(calibration_to_json(fitted()));
   for (const char* f : {"alpha", "beta", "gamma", "delta", "points", "lengths", "source", "heads",
-                        "dim", "causal", "format", "version", "rms_log_error"}) {
+                        "dim", "causal", "order", "format", "version", "rms_log_error"}) {
     auto j = good;
     j.erase(f);
     expect_rejected(j, f);
@@ -196,8 +204,11 @@ TEST(CalibJson, RejectsBadFields) {
   j["delta"] = "0";
   expect_rejected(j, "delta");
   j = good;
-  j["version"] = 3;  // a newer format than this build reads
+  j["version"] = 4;  // a newer format than this build reads
   expect_rejected(j, "version");
+  j = good;
+  j["order"] = "sideways";
+  expect_rejected(j, "order");
   j = good;
   j["points"] = 2;  // a fit from fewer points than it has parameters
   expect_rejected(j, "points");
@@ -270,6 +281,7 @@ TEST(CalibCli, WritesLoadableFile) {
   EXPECT_EQ(c.samples, 4);
   EXPECT_EQ(c.lengths, (std::vector<int64_t>{512, 1024}));
   EXPECT_EQ(c.source, "text workload");
+  EXPECT_EQ(c.order, BlasstOrder::local_first);  // the method's default order
   EXPECT_GT(c.beta, 0);
   // Bad input is a message and exit code 2.
   const std::string bad = std::string(SPATTN_CLI_PATH) + " calibrate --lengths 0 --out " +
@@ -303,6 +315,7 @@ TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
   expect_bad("--evaluate " + calib + " --fixed-lambda -0.1", "--fixed-lambda");
   expect_bad("--evaluate " + calib + " --fixed-lambda 2", "--fixed-lambda");
   expect_bad("", "--out is required");
+  expect_bad("--order sideways --out " + calib, "sideways");
   fs::remove_all(dir);
 }
 

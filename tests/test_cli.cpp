@@ -86,6 +86,11 @@ TEST_F(Cli, UnknownParameterExits2AndNamesIt) {
   expect_bad_input(run_cli(kSmall + "--method dense:foo=1"), "'foo'");
 }
 
+// A BLASST visiting order that does not exist is named, before any data is made.
+TEST_F(Cli, UnknownBlasstOrderExits2AndNamesIt) {
+  expect_bad_input(run_cli(kSmall + "--method blasst:lambda=0.01,order=sideways"), "sideways");
+}
+
 TEST_F(Cli, BadDtypeExits2) { expect_bad_input(run_cli(kSmall + "--dtype f64"), "f64"); }
 
 TEST_F(Cli, BadWorkloadExits2) {

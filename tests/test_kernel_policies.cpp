@@ -3,6 +3,7 @@
 // Compiled for this TU's static SIMD target (the hooks' logic is target-independent).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "kernels/flash-inl.h"
@@ -108,6 +109,86 @@ TEST(KernelPolicy, KeyRangeLists) {
                    }));
       }
   }
+}
+
+// RangeList's tiles visited in reverse (kOrder); a tile in two ranges comes twice, once per
+// range. The entries are the same, each once, whatever the order; the skip hook records the
+// order it saw.
+struct ReversedRanges : RangeList {
+  static constexpr bool kOrder = true;
+  static constexpr bool kMaySkip = true;
+  std::vector<std::vector<int64_t>>* seen = nullptr;  // [h * q_tiles + t]: tiles as visited
+  int64_t q_tiles = 0;
+  void visit_order(const kernels::Problem&, const kernels::TileView&,
+                   std::vector<kernels::TileVisit>& v) const {
+    std::reverse(v.begin(), v.end());
+  }
+  bool skip(Local&, const kernels::TileView& v) const {
+    (*seen)[size_t(v.h * q_tiles + v.t)].push_back(v.key_tile);
+    return false;
+  }
+};
+
+TEST(KernelPolicy, VisitOrderPermutesTheTiles) {
+  for (bool causal : {true, false}) {
+    Inputs in(2, 1, 200, 260, 64);
+    kernels::Problem p = in.problem(causal);
+    Stats in_order, reversed;
+    RangeList plain;
+    kn::RunFlash(p, plain, &in_order);
+    ReversedRanges pol;
+    pol.q_tiles = pol.num_tiles(p);
+    std::vector<std::vector<int64_t>> seen(size_t(2 * pol.q_tiles));
+    pol.seen = &seen;
+    kn::RunFlash(p, pol, &reversed);
+    EXPECT_EQ(reversed.score_entries, in_order.score_entries);
+    EXPECT_EQ(reversed.tiles_visited, in_order.tiles_visited);
+    for (const auto& tiles : seen) {
+      ASSERT_GT(tiles.size(), 1u);
+      EXPECT_TRUE(std::is_sorted(tiles.rbegin(), tiles.rend()));  // descending
+    }
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 200; ++i) {
+        const int64_t tile_last = std::min<int64_t>(200, (i / 64 + 1) * 64) - 1;
+        const int64_t tile_limit = causal ? tile_last + 60 + 1 : 260;
+        const int64_t row_limit = causal ? i + 60 + 1 : 260;
+        expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, row_limit, [&](int64_t j) {
+                     return RangeList::keep(h, j, tile_limit);
+                   }));
+      }
+  }
+}
+
+// A running max seeded above every score (kSeedMax): the skip hook sees it from the first
+// tile, and the output and LSE are the same softmax.
+struct SeededHigh : kernels::DensePolicy {
+  static constexpr bool kSeedMax = true;
+  static constexpr bool kMaySkip = true;
+  float seed = 20.0f;  // log2 units; these scores stay below ~8
+  void seed_max(const kernels::Problem&, const kernels::TileView& rows, float* m) const {
+    std::fill(m, m + rows.n, seed);
+  }
+  bool skip(Local&, const kernels::TileView& v) const {
+    for (int64_t r = 0; r < v.n; ++r) EXPECT_EQ(v.m[r], seed);
+    return false;
+  }
+};
+
+TEST(KernelPolicy, SeededRunningMaxIsTheSameSoftmax) {
+  Inputs in(2, 2, 150, 150, 64);
+  std::vector<float> lse(2 * 150);
+  AttnOptions opt;
+  kernels::Problem p = kernels::make_problem(in.q, in.k, in.v, in.out, opt, lse.data());
+  SeededHigh pol;
+  kn::RunFlash(p, pol, nullptr);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 150; ++i) {
+      std::vector<int64_t> keys;
+      for (int64_t j = 0; j <= i; ++j) keys.push_back(j);
+      double want_lse = 0;
+      expect_row(in, h, i, test::row_over_keys(in.q, in.k, in.v, h, i, keys, 0, &want_lse));
+      ASSERT_NEAR(lse[size_t(h * 150 + i)], want_lse, 1e-4) << "head " << h << " row " << i;
+    }
 }
 
 // Skips every key tile but the first once its scores are known.

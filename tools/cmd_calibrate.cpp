@@ -35,6 +35,9 @@ struct CalibrateOptions {
   double gamma = 0;  // used only when --length-exponent is given
   bool gamma_given = false;
   bool length_slope = true;
+  // The visiting order calibrated (BlasstOrder): the method's default, so a file written with
+  // no --order serves `blasst:sparsity=S,calib=FILE` as it runs by default.
+  std::string order = "local_first";
   std::string out;
   // --evaluate: check an existing calibration on fresh workloads instead of fitting one.
   std::string evaluate;
@@ -98,9 +101,10 @@ void add_files(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progr
 }
 
 void print(const Calibration& c, const std::string& out) {
-  fmt::print("calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}\n",
+  fmt::print("calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}, "
+             "order {}\n",
              c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
-             c.causal ? "causal" : "full");
+             c.causal ? "causal" : "full", blasst_order_name(c.order));
   fmt::print("fit: lambda * L^(gamma + delta * s) = alpha * exp(beta * s)\n");
   fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}\n", c.alpha, c.beta,
              c.gamma, c.gamma_fitted ? "fitted" : "fixed", c.delta);
@@ -160,7 +164,7 @@ void run_evaluate(const CalibrateOptions& o) {
       for (int64_t i = 0; i < o.samples; ++i) {
         progress.update(fmt::format("length {}, seed {}", o.lengths[li], o.seed + uint64_t(i)));
         const Workload w = make_workload(workload_config(o, o.lengths[li], o.seed + uint64_t(i)));
-        const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn);
+        const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn, c.order);
         for (size_t ti = 0; ti < o.targets.size(); ++ti)
           rows[li].per_target[ti].push_back(
               tm.sparsity_at(c.lambda_for(o.targets[ti], o.lengths[li])));
@@ -173,10 +177,10 @@ void run_evaluate(const CalibrateOptions& o) {
     for (double v : x) s += v;
     return s / double(x.size());
   };
-  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}) on {} fresh {} workloads "
-             "per length (seeds {}..{}), {} q heads\n",
-             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, o.samples, o.workload, o.seed,
-             o.seed + uint64_t(o.samples) - 1, o.heads);
+  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, order {}) on {} "
+             "fresh {} workloads per length (seeds {}..{}), {} q heads\n",
+             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, blasst_order_name(c.order), o.samples,
+             o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads);
   fmt::print("sparsity reached: mean over the workloads (points off target) [min, max]\n");
   fmt::print("{:>8}", "length");
   for (double t : o.targets) fmt::print("  {:>27}", fmt::format("target {:.0f}%", 100 * t));
@@ -203,6 +207,7 @@ void run_calibrate(const CalibrateOptions& o) {
   if (!o.evaluate.empty()) return run_evaluate(o);
   SPATTN_CHECK(!o.out.empty(), "--out is required (or --evaluate FILE to check a calibration)");
   CalibrationOptions copt;
+  copt.order = parse_blasst_order(o.order);
   copt.fit_min = o.fit_min;
   copt.fit_max = o.fit_max;
   if (o.gamma_given) copt.gamma = o.gamma;
@@ -274,6 +279,10 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--length-exponent", o->gamma,
                   "fix gamma, with delta = 0 (1: the paper's lambda * L form), instead of fitting them")
       ->each([o](const std::string&) { o->gamma_given = true; });
+  cmd->add_option("--order", o->order,
+                  "BLASST visiting order to calibrate: local_first or in_order (a file fits only "
+                  "its order; --evaluate uses the file's)")
+      ->capture_default_str();
   cmd->add_flag("--length-slope,!--no-length-slope", o->length_slope,
                 "fit delta, letting the law's slope in s move with ln L (default), or keep one "
                 "slope for every length");

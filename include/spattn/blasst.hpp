@@ -6,7 +6,8 @@
 //     max_j s[r][j] - m[r] < ln(lambda)
 // where s are scaled scores and m[r] the row's running max before the tile. A skipped tile's
 // max is below the running max, so skipping never changes the running maxima: the skip
-// decisions for every lambda can be read off one dense pass (blasst_tile_margins).
+// decisions for every lambda can be read off one dense pass (blasst_tile_margins) that visits
+// the tiles in the same order.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,13 +19,31 @@
 
 namespace spattn {
 
+// The order in which a query tile visits its key tiles. The rule compares each tile with the
+// running max of the tiles visited before it, so the order decides what can be skipped; the
+// rule itself is the same for both.
+//   in_order     from the first key tile to the diagonal, as FlashAttention's loop runs (and
+//                as the paper's Algorithm 1 is written).
+//   local_first  the tile holding the diagonal, then the sink tile (the one holding position
+//                0), then the rest from nearest to farthest. Real heads score their nearest
+//                keys and the sink highest, so after two tiles the running max is close to its
+//                final value; in order it rises with almost every tile, and almost nothing
+//                falls ln(1/lambda) below it (docs/ARCHITECTURE.md has the measurements).
+// At lambda = 0 nothing can be skipped and both orders run in order (bitwise dense).
+enum class BlasstOrder : uint8_t { in_order, local_first };
+// "in_order" / "local_first".
+const char* blasst_order_name(BlasstOrder order);
+// The inverse; throws Error naming the unknown name.
+BlasstOrder parse_blasst_order(const std::string& name);
+
 // Where tiles were skipped: per q head and per (q head, query tile).
 struct SkipStats {
   int64_t heads = 0, q_tiles = 0;
   int64_t tile_rows = 64;        // query rows per tile
   std::vector<int64_t> visited;  // [heads * q_tiles]
   std::vector<int64_t> skipped;  // [heads * q_tiles]
-  // Set record_tiles before the call to also get, per (head, q tile), the 64-key tiles skipped.
+  // Set record_tiles before the call to also get, per (head, q tile), the 64-key tiles skipped
+  // (ascending, whatever the visiting order).
   bool record_tiles = false;
   std::vector<std::vector<int32_t>> skipped_tiles;
   // Empty counts for `heads` x `q_tiles` query tiles; keeps record_tiles.
@@ -35,11 +54,12 @@ struct SkipStats {
 };
 
 // lambda in [0, 1]; 0 computes every tile through the same code path as attention_dense
-// (bitwise identical output). Throws Error on lambda < 0, > 1 or NaN.
+// (bitwise identical output, for either order). Throws Error on lambda < 0, > 1 or NaN.
+// `order`: see BlasstOrder; in_order (the default) is the kernel as it always ran.
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt = {},
                       float* lse = nullptr, Stats* stats = nullptr,
-                      SkipStats* skip = nullptr);
+                      SkipStats* skip = nullptr, BlasstOrder order = BlasstOrder::in_order);
 
 // What a BLASST prefill run computed (for recall): every causal key except the skipped
 // tiles. Needs a SkipStats filled with record_tiles = true; the coverage keeps its own copy
@@ -48,8 +68,9 @@ std::unique_ptr<Coverage> blasst_coverage(SkipStats skip, int64_t q_len, int64_t
                                           bool causal);
 
 // One dense pass recording, for every visited tile, its margin max_r(tile_max[r] - m[r]) in
-// natural-log units (+inf for a row's first tile) and its score entries. A tile is skipped at
-// lambda exactly when margin < ln(lambda).
+// natural-log units (+inf for a row's first tile) and its score entries. Tiles are visited in
+// `order`, so a tile is skipped at lambda exactly when margin < ln(lambda) in an
+// attention_blasst run with the same order.
 struct TileMargins {
   std::vector<float> margin;
   std::vector<int64_t> entries;
@@ -58,6 +79,7 @@ struct TileMargins {
   double sparsity_at(double lambda) const;
 };
 TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
-                                const AttnOptions& opt = {});
+                                const AttnOptions& opt = {},
+                                BlasstOrder order = BlasstOrder::in_order);
 
 }  // namespace spattn

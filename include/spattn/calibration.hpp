@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
@@ -52,6 +53,9 @@ struct CalibrationOptions {
   bool length_slope = true;               // fit delta too (with a fitted gamma); false: delta = 0
   std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};
   AttnOptions attn;                       // causal, scale, threads of the dense passes
+  // The visiting order calibrated: the margin passes visit tiles in it, so the sparsity read
+  // off them is what a run with this order skips (and only that order).
+  BlasstOrder order = BlasstOrder::in_order;
   std::string source;                     // recorded in the result ("text workload", files)
 };
 
@@ -70,6 +74,7 @@ struct Calibration {
   int64_t heads = 0, kv_heads = 0, dim = 0;
   std::string dtype;
   bool causal = true;
+  BlasstOrder order = BlasstOrder::in_order;  // the visiting order its thresholds are for
   std::vector<CalibrationCheck> checks;  // informational
   std::vector<CalibrationPoint> curve;   // sparsity over the lambda grid per length (a record)
 

@@ -20,6 +20,12 @@ inline constexpr int64_t kMaxDecodeQueries = 16;
 struct DecodeOptions {
   double lambda = 0.0;  // BLASST threshold in [0, 1]; 0: dense decode
   int64_t batch = 4;    // key blocks scored back to back before their V blocks are loaded
+  // The order key blocks are visited in (BlasstOrder, spattn/blasst.hpp); both decode paths
+  // take either. Key splits run in parallel, each with its own running max; under local_first
+  // each split starts its running max at the rows' maxima over the newest key block and the
+  // sink block (scored once per row block beforehand) and then visits its own blocks nearest
+  // first. Moot at lambda 0 (dense decode, bitwise).
+  BlasstOrder order = BlasstOrder::in_order;
 };
 
 // q [Hq, Lq, d] with 1 <= Lq <= 16, k/v [Hkv, Lkv, d], out [Hq, Lq, d]. Stats count score
@@ -43,8 +49,9 @@ class PackedKV;
 // Decode over a PackedKV (the KV cache a runner appends to; nothing is repacked): q
 // [Hq, Lq <= 16, d] at the bottom right of the cache (or at opt.q_start). Key chunks of 2048 are
 // work items merged exactly by LSE. With lambda > 0, BLASST's prefill rule skips 64-key tiles
-// (against the running max before each tile; dopt.batch does not apply). skip is filled as
-// above: one query tile per q head, the skipped tiles' packed indices ascending.
+// (against the running max before each tile; dopt.batch does not apply, dopt.order does: the
+// newest and the sink tile are found by the keys' positions). skip is filled as above: one
+// query tile per q head, the skipped tiles' packed indices ascending.
 void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
                       const AttnOptions& opt = {}, const DecodeOptions& dopt = {},
                       float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr);

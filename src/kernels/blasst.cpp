@@ -2,6 +2,8 @@
 // known, the tile is dropped (no exp, no row sums, no P.V) when every row's tile max is more
 // than ln(1/lambda) below its running max. The rule is per 64x64 tile, like the paper's
 // per-block decision after a warp vote; the running max before the tile is the reference.
+// The tiles run in the order the policy's order hook gives (BlasstOrder): in order, or the
+// diagonal's tile, the sink's, then the rest nearest first.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/blasst.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -15,8 +17,9 @@
 #define SPATTN_KERNELS_BLASST_POLICY_
 namespace spattn::kernels {
 
-// Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries.
-struct MarginPolicy : DensePolicy {
+// Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries,
+// visiting the tiles in the order being measured (a margin is relative to the tiles before).
+struct MarginPolicy : BlasstOrdered<DensePolicy> {
   static constexpr bool kMaySkip = true;
   std::vector<std::vector<std::pair<float, int64_t>>>* per_item = nullptr;  // [h * q_tiles + t]
   int64_t q_tiles = 0;
@@ -37,15 +40,18 @@ struct MarginPolicy : DensePolicy {
 
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
-void BlasstEntry(const Problem& p, float threshold, SkipStats* record, Stats* stats) {
+void BlasstEntry(const Problem& p, float threshold, BlasstOrder order, SkipStats* record,
+                 Stats* stats) {
   BlasstPolicy pol;
   pol.threshold = threshold;
+  pol.order = order;
   pol.record = record;
   RunFlash(p, pol, stats);
 }
-void MarginEntry(const Problem& p, std::vector<std::vector<std::pair<float, int64_t>>>* items,
-                 Stats* stats) {
+void MarginEntry(const Problem& p, BlasstOrder order,
+                 std::vector<std::vector<std::pair<float, int64_t>>>* items, Stats* stats) {
   MarginPolicy pol;
+  pol.order = order;
   pol.per_item = items;
   pol.q_tiles = pol.num_tiles(p);
   RunFlash(p, pol, stats);
@@ -54,6 +60,7 @@ void MarginEntry(const Problem& p, std::vector<std::vector<std::pair<float, int6
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
 #include <cmath>
 
 namespace spattn {
@@ -62,26 +69,50 @@ HWY_EXPORT(BlasstEntry);
 HWY_EXPORT(MarginEntry);
 }
 
+const char* blasst_order_name(BlasstOrder order) {
+  switch (order) {
+    case BlasstOrder::in_order: return "in_order";
+    case BlasstOrder::local_first: return "local_first";
+  }
+  return "?";
+}
+
+BlasstOrder parse_blasst_order(const std::string& name) {
+  for (BlasstOrder o : {BlasstOrder::in_order, BlasstOrder::local_first})
+    if (name == blasst_order_name(o)) return o;
+  detail::fail("unknown BLASST order '", name, "' (expected in_order or local_first)");
+}
+
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
-                      Stats* stats, SkipStats* skip) {
+                      Stats* stats, SkipStats* skip, BlasstOrder order) {
   const float threshold = kernels::blasst_log2_threshold(lambda, "blasst");
+  SPATTN_CHECK(order == BlasstOrder::in_order || order == BlasstOrder::local_first,
+               "blasst: unknown order ", int(order));
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   if (skip) {
     const kernels::DensePolicy tiles;
     skip->reset(q.heads, tiles.num_tiles(p), tiles.tile_rows);
   }
-  HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, threshold, skip, stats);
+  // Nothing is skipped at lambda 0, so the order changes nothing but rounding: run in order,
+  // the dense kernel's sums bit for bit.
+  if (lambda == 0) order = BlasstOrder::in_order;
+  HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, threshold, order, skip, stats);
+  // Tiles were recorded as visited; the lists are kept ascending for every order.
+  if (skip && order != BlasstOrder::in_order)
+    for (auto& tiles : skip->skipped_tiles) std::sort(tiles.begin(), tiles.end());
 }
 
 TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
-                                const AttnOptions& opt) {
+                                const AttnOptions& opt, BlasstOrder order) {
+  SPATTN_CHECK(order == BlasstOrder::in_order || order == BlasstOrder::local_first,
+               "blasst: unknown order ", int(order));
   Tensor out(DType::f32, q.heads, q.seq, q.dim);
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, nullptr);
   const int64_t q_tiles = kernels::DensePolicy{}.num_tiles(p);
   std::vector<std::vector<std::pair<float, int64_t>>> items(size_t(q.heads * q_tiles));
   Stats st;
-  HWY_DYNAMIC_DISPATCH(kernels::MarginEntry)(p, &items, &st);
+  HWY_DYNAMIC_DISPATCH(kernels::MarginEntry)(p, order, &items, &st);
   TileMargins tm;
   tm.causal_entries = st.causal_entries;
   for (const auto& item : items)

@@ -11,7 +11,12 @@
 //   for each block b, unless skipped:
 //     P_b = 2^(x_b - m'),  l += rowsum P_b,  O += P_b V_b     (only here is V_b read)
 //
-// and at the end of the split the partial result (O / l, LSE = (m' + log2 l) ln 2) is stored;
+// Blocks run in the order BlasstOrder asks for: in order, or (local_first, lambda > 0) nearest
+// first, with every split's running max starting at the rows' maxima over the newest block and
+// the sink block, which are scored once per (kv head, row chunk) before the splits run
+// (SeedUnit): each split decides as if those two blocks had been visited just before it.
+//
+// At the end of the split the partial result (O / l, LSE = (m' + log2 l) ln 2) is stored;
 // the splits of a row are merged exactly afterwards in split order (merge_row). The split plan
 // depends on kv_len only (PlanSplits), so the output is bitwise the same for any thread count
 // and schedule.
@@ -413,6 +418,10 @@ struct Plan {
   std::vector<float> part_o, part_lse;  // [kv head][row][split] x dp, and the LSEs
   std::vector<ItemSkips> skips;         // [item], empty unless SkipStats were asked for
   bool record_tiles = false;            // also list the skipped blocks
+  // BlasstOrder::local_first (with lambda > 0): splits visit their blocks nearest first and
+  // start their running max at seed, the rows' maxima over the newest and the sink block.
+  bool local_first = false;
+  std::vector<float> seed;  // [unit = kv head * chunks + chunk][chunk_rows], log2 units
   int64_t part_index(int64_t kvh, int64_t row, int64_t split) const {
     return (kvh * rows + row) * splits + split;
   }
@@ -425,6 +434,7 @@ struct Scratch {
   uint16_t* qb = nullptr;
   int64_t pos[kMaxRows];
   int64_t kept[kMaxBatch];
+  std::vector<TileVisit> visits;  // the item's blocks in visiting order
 
   explicit Scratch(const Plan& pl) {
     const int64_t R = pl.chunk_rows;
@@ -529,15 +539,13 @@ void PVBlock(const float* p, int64_t n, const E* v, int64_t vs, int64_t nk, int6
 // of it is loaded. The block holding a row's new max has margin 0 >= log2(lambda), so it is
 // never skipped and skipping never changes m'.
 
-// One work item: kv head kvh, rows [r0, r0 + n) of its group, key blocks [t0, t1).
-template <class E, bool kStaged, bool kDot>
-void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
-  const int64_t split = item % pl.splits, unit = item / pl.splits;
-  const int64_t chunk = unit % pl.chunks, kvh = unit / pl.chunks;
-  const int64_t r0 = chunk * pl.chunk_rows, n = std::min(pl.chunk_rows, pl.rows - r0);
+// Loads rows [r0, r0 + n) of kv head kvh's group into sc (q and positions): row rho is query
+// row rho % q_len of q head kvh * group + rho / q_len. Returns the key limit below which
+// every row sees every key.
+template <bool kDot>
+int64_t LoadRows(const Problem& p, const Plan& pl, int64_t kvh, int64_t r0, int64_t n,
+                 Scratch& sc) {
   const int64_t d = p.dim, dp = pl.dp;
-
-  // Rows: row rho is query row rho % q_len of q head kvh * group + rho / q_len.
   int64_t min_limit = p.kv_len;  // keys below this are visible to every row of the chunk
   for (int64_t r = 0; r < n; ++r) {
     const int64_t rho = r0 + r, h = kvh * p.group + rho / p.q_len, i = rho % p.q_len;
@@ -552,22 +560,73 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       std::fill(sc.q + r * dp + d, sc.q + (r + 1) * dp, 0.0f);
     }
   }
+  return min_limit;
+}
+
+// Block jt as a visit (natural positions: decode reads k and v in place).
+inline TileVisit BlockVisit(const Problem& p, int64_t jt) {
+  const int64_t j0 = jt * kTileKeys;
+  return {jt, 0, p.kv_len, j0, std::min(j0 + kTileKeys, p.kv_len) - 1};
+}
+
+// local_first's seed for one unit (kv head, row chunk): the rows' maxima (log2 units) over
+// the two blocks local-first visits first (blasst_anchors: the newest block and the sink),
+// into pl.seed. Their scores are computed once more by the splits that hold them.
+template <class E, bool kStaged, bool kDot>
+void SeedUnit(const Problem& p, Plan& pl, int64_t unit, Scratch& sc) {
+  const int64_t chunk = unit % pl.chunks, kvh = unit / pl.chunks;
+  const int64_t r0 = chunk * pl.chunk_rows, n = std::min(pl.chunk_rows, pl.rows - r0);
+  LoadRows<kDot>(p, pl, kvh, r0, n, sc);
+  sc.visits.clear();
+  for (int64_t jt = 0; jt < pl.tiles; ++jt) sc.visits.push_back(BlockVisit(p, jt));
+  const BlasstAnchors a = blasst_anchors(sc.visits, blasst_row_position(p, p.q_len - 1));
+  float* seed = pl.seed.data() + unit * pl.chunk_rows;
+  std::fill(seed, seed + n, kNegInf);
+  const Rows<E, kStaged> K(p.k, kvh);
+  for (int64_t jt : {a.diagonal, a.sink}) {
+    if (jt < 0 || (jt == a.sink && a.sink == a.diagonal)) continue;
+    const int64_t j0 = jt * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
+    int64_t ks;
+    const E* kb = K.block(j0, nv, p.dim, pl.dp, sc.stage, ks);
+    ScoreBlock<E, kDot>(sc, pl, n, kb, ks, nv, p.dim, sc.s, /*prefetch=*/!kStaged);
+    MaskTile(sc.s, n, sc.pos, p.causal, j0, 0, p.kv_len);
+    RowMax(sc.s, n, pl.c, sc.bmax);
+    for (int64_t r = 0; r < n; ++r) seed[r] = std::max(seed[r], sc.bmax[r]);
+  }
+}
+
+// One work item: kv head kvh, rows [r0, r0 + n) of its group, key blocks [t0, t1).
+template <class E, bool kStaged, bool kDot>
+void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
+  const int64_t split = item % pl.splits, unit = item / pl.splits;
+  const int64_t chunk = unit % pl.chunks, kvh = unit / pl.chunks;
+  const int64_t r0 = chunk * pl.chunk_rows, n = std::min(pl.chunk_rows, pl.rows - r0);
+  const int64_t d = p.dim, dp = pl.dp;
+
+  const int64_t min_limit = LoadRows<kDot>(p, pl, kvh, r0, n, sc);
   std::fill(sc.o, sc.o + n * dp, 0.0f);
-  std::fill(sc.m, sc.m + n, kNegInf);
   std::fill(sc.l, sc.l + n, 0.0f);
+  if (pl.local_first) std::copy_n(pl.seed.data() + unit * pl.chunk_rows, n, sc.m);
+  else std::fill(sc.m, sc.m + n, kNegInf);
 
   const Rows<E, kStaged> K(p.k, kvh), V(p.v, kvh);
   const int64_t t0 = split * pl.split_tiles, t1 = std::min(pl.tiles, t0 + pl.split_tiles);
-  // Splits hold whole blocks, so jt + b below is the global block index (key / 64).
+  // The split's blocks in visiting order; splits hold whole blocks, so a visit's tile is the
+  // global block index (key / 64).
+  sc.visits.clear();
+  for (int64_t jt = t0; jt < t1; ++jt) sc.visits.push_back(BlockVisit(p, jt));
+  if (pl.local_first) blasst_local_first(sc.visits, blasst_row_position(p, p.q_len - 1));
+  const int64_t nvis = int64_t(sc.visits.size());
   ItemSkips* rec = pl.skips.empty() ? nullptr : &pl.skips[size_t(item)];
   std::vector<int32_t>* rec_blocks = rec && pl.record_tiles ? &rec->blocks : nullptr;
   if (rec_blocks) rec_blocks->reserve(size_t(t1 - t0));
   const int64_t skipped_before = st.tiles_skipped;
-  for (int64_t jt = t0; jt < t1; jt += pl.batch) {
-    const int64_t nb = std::min(pl.batch, t1 - jt);
+  for (int64_t i0 = 0; i0 < nvis; i0 += pl.batch) {
+    const int64_t nb = std::min(pl.batch, nvis - i0);
+    const TileVisit* batch = sc.visits.data() + i0;
     // 1. Scores of the whole batch, back to back.
     for (int64_t b = 0; b < nb; ++b) {
-      const int64_t j0 = (jt + b) * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
+      const int64_t j0 = batch[b].tile * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
       float* s = sc.s + b * n * kTileKeys;
       int64_t ks;
       const E* kb = K.block(j0, nv, d, dp, sc.stage, ks);
@@ -594,10 +653,10 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       ++st.tiles_visited;
       if (pl.may_skip && blasst_skips(sc.bmax + b * n, sc.m, n, pl.log2_lambda)) {
         ++st.tiles_skipped;
-        if (rec_blocks) rec_blocks->push_back(int32_t(jt + b));
+        if (rec_blocks) rec_blocks->push_back(int32_t(batch[b].tile));
         continue;
       }
-      const int64_t j0 = (jt + b) * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
+      const int64_t j0 = batch[b].tile * kTileKeys, nv = std::min(kTileKeys, p.kv_len - j0);
       float* s = sc.s + b * n * kTileKeys;
       ExpRows(s, n, pl.c, sc.m_use, sc.l);
       int64_t vs;
@@ -610,6 +669,7 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
   if (rec) {
     rec->visited = t1 - t0;
     rec->skipped = st.tiles_skipped - skipped_before;
+    if (rec_blocks && pl.local_first) std::sort(rec_blocks->begin(), rec_blocks->end());
   }
 
   // The split's partial result: O / l and its natural-log LSE.
@@ -661,6 +721,13 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats, SkipStats* skip) {
   std::vector<std::unique_ptr<Scratch>> scratch;
   for (int i = 0; i < threads; ++i) scratch.push_back(std::make_unique<Scratch>(pl));
   std::vector<Stats> part{size_t(threads)};
+  if (pl.local_first) {
+    // On this thread: two blocks per unit against a split's 32, and starting threads for them
+    // (parallel_for starts its own each call) cost more than it saves at decode's sizes.
+    const int64_t units = p.k.heads * pl.chunks;
+    pl.seed.assign(size_t(units * pl.chunk_rows), kNegInf);
+    for (int64_t unit = 0; unit < units; ++unit) SeedUnit<E, kStaged, kDot>(p, pl, unit, *scratch[0]);
+  }
   parallel_for(items, threads, [&](int64_t item, int tid) {
     RunItem<E, kStaged, kDot>(p, pl, item, *scratch[size_t(tid)], part[size_t(tid)]);
   });
@@ -686,8 +753,8 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats, SkipStats* skip) {
 
 // log2_lambda from blasst_log2_threshold, batch in [1, kMaxBatch]. skip: null, or laid out by
 // attention_decode (Hq heads, one query tile, zero counts).
-inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, Stats* stats,
-                      SkipStats* skip) {
+inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, BlasstOrder order,
+                      Stats* stats, SkipStats* skip) {
   Plan pl;
   pl.rows = p.group * p.q_len;
   // Chunks of whole q heads (at most kMaxRows / q_len >= 8 heads each), evenly sized: a skip
@@ -702,6 +769,8 @@ inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, Stats*
   pl.batch = batch;
   pl.may_skip = log2_lambda != kNegInf;
   pl.log2_lambda = log2_lambda;
+  // Nothing is skipped at lambda 0: in order, as dense decode.
+  pl.local_first = pl.may_skip && order == BlasstOrder::local_first;
   pl.dp = RoundUp(p.dim, 2 * int64_t(kLanes));  // whole pairs of vectors (PVStrip)
   pl.dq = RoundUp(p.dim, 32);
   pl.c = p.scale * kLog2e;

@@ -9,9 +9,9 @@
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 
-void DecodeEntry(const Problem& p, float log2_lambda, int64_t batch, Stats* stats,
-                 SkipStats* skip) {
-  decode::RunDecode(p, log2_lambda, batch, stats, skip);
+void DecodeEntry(const Problem& p, float log2_lambda, int64_t batch, BlasstOrder order,
+                 Stats* stats, SkipStats* skip) {
+  decode::RunDecode(p, log2_lambda, batch, order, stats, skip);
 }
 
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -37,11 +37,14 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
   SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= 64, "decode: batch must be in [1, 64], got ",
                dopt.batch);
+  SPATTN_CHECK(dopt.order == BlasstOrder::in_order || dopt.order == BlasstOrder::local_first,
+               "decode: unknown order ", int(dopt.order));
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   // The prefill layout (attention_blasst) with one query tile: tile_rows 64 > Lq, so
   // blasst_coverage maps every row to tile 0.
   if (skip) skip->reset(q.heads, 1);
-  HWY_DYNAMIC_DISPATCH(kernels::DecodeEntry)(p, log2_lambda, dopt.batch, stats, skip);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodeEntry)(p, log2_lambda, dopt.batch, dopt.order, stats,
+                                             skip);
 }
 
 }  // namespace spattn

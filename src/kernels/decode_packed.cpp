@@ -3,6 +3,13 @@
 // merged exactly in chunk order. Nothing is repacked per call. With lambda > 0 the BLASST rule
 // skips 64-key tiles against the running max before each tile (the prefill form of the rule;
 // the raw-tensor decode kernel in decode-inl.h compares with the max after a batch instead).
+//
+// Visiting order local_first: chunks run in parallel and each has its own running max, so a
+// chunk would only see its own tiles before deciding. A first pass therefore computes, per q
+// head, the rows' maxima over the two tiles local-first visits first (the diagonal's, i.e. the
+// newest key's, and the sink's), and every chunk starts its running max there and then visits
+// its own tiles nearest first. As if each chunk were visited after those two tiles: the same
+// rule, with the two tiles' scores computed once more (per q head, not per chunk).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/decode_packed.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -34,17 +41,81 @@ struct SplitKeys : Base {
   int64_t cost(const Problem&, int64_t, int64_t, int64_t) const { return kSplitKeys; }
 };
 
+// SplitKeys starting each chunk's running max at seed[q head][row] (log2 units).
+template <class Base>
+struct SeededSplitKeys : SplitKeys<Base> {
+  static constexpr bool kSeedMax = true;
+  const float* seed = nullptr;
+  void seed_max(const Problem&, const TileView& rows, float* m) const {
+    std::copy_n(seed + rows.h * this->q_len, rows.n, m);
+  }
+};
+
+// The local-first seed: one item per q head (all q_len rows) visiting only the diagonal's and
+// the sink's tile (blasst_anchors), keeping the rows' tile maxima in seed[q head][row] (-inf on
+// entry) and skipping both tiles, so no exp or P.V runs. Only its skip hook's view is used; the
+// rows it finalizes (zeros) are written over by the chunk pass.
+struct AnchorMaxPolicy : DensePolicy {
+  static constexpr bool kMaySkip = true;
+  int64_t q_len = 1;
+  float* seed = nullptr;
+  int64_t num_tiles(const Problem&) const { return 1; }
+  int64_t rows(const Problem&, int64_t, int64_t* q_rows, int64_t* out_rows) const {
+    for (int64_t r = 0; r < q_len; ++r) q_rows[r] = out_rows[r] = r;
+    return q_len;
+  }
+  void key_ranges(const Problem& p, int64_t, int64_t, int64_t limit,
+                  std::vector<KeyRange>& out) const {
+    const PackedKVData& d = *p.packed;
+    const int64_t pos = blasst_row_position(p, q_len - 1);
+    std::vector<TileVisit> tiles;
+    for (int64_t jt = 0; jt * kTileKeys < limit; ++jt) {
+      const int64_t j0 = jt * kTileKeys;
+      const int64_t first = d.identity ? j0 : d.tile_min[size_t(jt)];
+      const int64_t last = d.identity ? std::min(j0 + kTileKeys, p.kv_len) - 1 : d.tile_max[size_t(jt)];
+      if (!p.causal || first <= pos) tiles.push_back({jt, j0, limit, first, last});
+    }
+    const BlasstAnchors a = blasst_anchors(tiles, pos);
+    for (int64_t jt : {a.diagonal, a.sink})
+      if (jt >= 0) out.push_back({jt * kTileKeys, std::min((jt + 1) * kTileKeys, limit)});
+  }
+  bool skip(Local&, const TileView& v) const {
+    float* s = seed + v.h * q_len;
+    for (int64_t r = 0; r < v.n; ++r) s[r] = std::max(s[r], v.tile_max[r]);
+    return true;
+  }
+};
+
 }  // namespace spattn::kernels
 #endif
 
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
-void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, SkipStats* record,
-                       Stats* stats) {
+void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, BlasstOrder order,
+                       SkipStats* record, Stats* stats) {
   if (log2_lambda == kNegInf && !record) {
     SplitKeys<DensePolicy> pol;
     pol.tile_rows = pol.q_len = p.q_len;
     pol.splits = splits;
+    RunFlash(p, pol, stats);
+  } else if (order == BlasstOrder::local_first) {
+    std::vector<float> seed(size_t(p.q.heads * p.q_len), kNegInf);
+    AnchorMaxPolicy anchors;
+    anchors.tile_rows = anchors.q_len = p.q_len;
+    anchors.seed = seed.data();
+    Problem pa = p;
+    pa.lse = nullptr;
+    // One thread: two tiles per q head against a chunk's 32, and starting threads for them
+    // (parallel_for starts its own each call) cost more than it saves at decode's sizes.
+    pa.threads = 1;
+    RunFlash(pa, anchors, nullptr);  // not counted: the chunks visit these tiles again
+    SeededSplitKeys<BlasstPolicy> pol;
+    pol.tile_rows = pol.q_len = p.q_len;
+    pol.splits = splits;
+    pol.threshold = log2_lambda;
+    pol.record = record;
+    pol.order = order;
+    pol.seed = seed.data();
     RunFlash(p, pol, stats);
   } else {
     SplitKeys<BlasstPolicy> pol;
@@ -75,6 +146,10 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
                kMaxDecodeQueries, "], got ", q.seq);
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
+  SPATTN_CHECK(dopt.order == BlasstOrder::in_order || dopt.order == BlasstOrder::local_first,
+               "decode: unknown order ", int(dopt.order));
+  // At lambda 0 nothing is skipped: in order, as dense decode.
+  const BlasstOrder order = dopt.lambda == 0 ? BlasstOrder::in_order : dopt.order;
   kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, nullptr);
   const int64_t splits = (kv.size() + kernels::kSplitKeys - 1) / kernels::kSplitKeys;
   const int64_t hq = q.heads, lq = q.seq, d = q.dim;
@@ -85,7 +160,7 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   SkipStats per_split;
   per_split.record_tiles = skip && skip->record_tiles;
   if (skip) per_split.reset(hq, splits);
-  HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)(p, splits, log2_lambda,
+  HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)(p, splits, log2_lambda, order,
                                                    skip ? &per_split : nullptr, stats);
   // Exact merge of each row's chunks, in chunk order.
   std::vector<float> o(static_cast<size_t>(d));
@@ -112,6 +187,9 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
                                                 per_split.skipped_tiles[i].begin(),
                                                 per_split.skipped_tiles[i].end());
       }
+    // Recorded as visited: ascending for every order.
+    if (skip->record_tiles && order != BlasstOrder::in_order)
+      for (auto& tiles : skip->skipped_tiles) std::sort(tiles.begin(), tiles.end());
   }
 }
 

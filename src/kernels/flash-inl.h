@@ -416,6 +416,7 @@ struct Scratch {
   int64_t pos[kMaxTileRows];
   std::vector<KeyRange> ranges;
   std::vector<int64_t> columns;
+  std::vector<TileVisit> visits;  // kOrder policies: the item's key tiles in visiting order
 
   explicit Scratch(int64_t d, int64_t dp) {
     const int64_t R = kMaxTileRows + kR;
@@ -612,26 +613,43 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   view.q_rows = sc.rows, view.out_rows = sc.out_rows, view.row_pos = sc.pos;
   view.positions = kv.kpos;
   view.tile_max = sc.tile_max;
+  if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
   const PackedKVData& d = kv.kv;
-  for (const KeyRange& kr : sc.ranges) {
-    for (int64_t j0 = kr.begin / kTileKeys * kTileKeys; j0 < kr.end; j0 += kTileKeys) {
-      const int64_t jt = j0 / kTileKeys;
-      const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
-      // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
-      if (p.causal && kv.kpos && d.tile_min[size_t(jt)] > sc.pos[n - 1]) continue;
-      Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
-      const int64_t last_pos = kv.kpos ? d.tile_max[size_t(jt)] : j0 + kTileKeys - 1;
-      const bool full = kr.begin <= j0 && j0 + kTileKeys <= kr.end &&
-                        (!p.causal || last_pos <= sc.pos[0]);
-      int64_t kept;
-      if (full) kept = n * kTileKeys;
-      else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, kr.begin, kr.end);
-      else
-        kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                              [j0](int64_t jj) { return j0 + jj; }, n_keys, kr.begin, kr.end);
-      step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
-    }
+  // Key tile jt, limited to the keys [begin, end) of the range that brought it in.
+  const auto visit = [&](int64_t jt, int64_t begin, int64_t end) {
+    const int64_t j0 = jt * kTileKeys;
+    const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
+    // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
+    if (p.causal && kv.kpos && d.tile_min[size_t(jt)] > sc.pos[n - 1]) return;
+    Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
+    const int64_t last_pos = kv.kpos ? d.tile_max[size_t(jt)] : j0 + kTileKeys - 1;
+    const bool full =
+        begin <= j0 && j0 + kTileKeys <= end && (!p.causal || last_pos <= sc.pos[0]);
+    int64_t kept;
+    if (full) kept = n * kTileKeys;
+    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, begin, end);
+    else
+      kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
+                            [j0](int64_t jj) { return j0 + jj; }, n_keys, begin, end);
+    step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
+  };
+  if constexpr (Policy::kOrder) {
+    // The same tiles as below, listed first so the policy can choose their order.
+    sc.visits.clear();
+    for (const KeyRange& kr : sc.ranges)
+      for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt) {
+        const int64_t j0 = jt * kTileKeys;
+        const int64_t first = kv.kpos ? d.tile_min[size_t(jt)] : j0;
+        const int64_t last = kv.kpos ? d.tile_max[size_t(jt)] : std::min(j0 + kTileKeys, p.kv_len) - 1;
+        sc.visits.push_back({jt, kr.begin, kr.end, first, last});
+      }
+    pol.visit_order(p, view, sc.visits);
+    for (const TileVisit& v : sc.visits) visit(v.tile, v.begin, v.end);
+  } else {
+    for (const KeyRange& kr : sc.ranges)
+      for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
+        visit(jt, kr.begin, kr.end);
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();

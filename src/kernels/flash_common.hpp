@@ -7,8 +7,10 @@
 //   key_ranges: which keys tile t attends to             (all causal / block list)
 //   skip:       may this key tile be dropped once its scores are known (BLASST)
 //   observe:    who sees each key tile's per-row log-sum-exp          (MOMO)
-// The dense policy answers "all, all, never, nobody" with compile-time constants, so the
-// dense kernel pays nothing for the hooks.
+// and, where it needs to, two more: in which order the key tiles run (visit_order: BLASST's
+// local-first order) and what running max an item starts from (seed_max: decode's key chunks
+// under that order). The dense policy answers "all, all, never, nobody, in order, -inf" with
+// compile-time constants, so the dense kernel pays nothing for the hooks.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <type_traits>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "spattn/attention.hpp"
@@ -83,6 +86,14 @@ struct TileView {
   int64_t key_position(int64_t jj) const { return positions ? positions[key(jj)] : key(jj); }
 };
 
+// One key tile as a work item visits it: packed tile `tile`, with the keys of the range
+// [begin, end) (packed indices) that brought it in, whose original positions span
+// [first_pos, last_pos].
+struct TileVisit {
+  int64_t tile = 0, begin = 0, end = 0;
+  int64_t first_pos = 0, last_pos = 0;
+};
+
 // The dense policy: contiguous query tiles of `tile_rows`, every causal key, no skipping,
 // no observer. Other policies derive from it and override what they change; the loop calls
 // the hooks statically, so an unused hook costs nothing.
@@ -98,6 +109,8 @@ struct DensePolicy {
   static constexpr bool kObserve = false;  // calls observe() after each tile's P.V
   static constexpr bool kGather = false;   // calls key_columns() for gathered key tiles
   static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
+  static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
+  static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -117,6 +130,14 @@ struct DensePolicy {
   // Appends single key columns (kGather): the kernel drops those beyond key_limit or inside a
   // range, and gathers the rest 64 at a time from the packed K/V.
   void key_columns(const Problem&, int64_t, int64_t, int64_t, std::vector<int64_t>&) const {}
+  // (kOrder) The key tiles of the item `rows` (its h, t, rows and positions; no keys yet), in
+  // the order they would run: ascending, range by range. The policy may permute them (not add
+  // or drop any); gathered columns (kGather) still run after them.
+  void visit_order(const Problem&, const TileView& /*rows*/, std::vector<TileVisit>&) const {}
+  // (kSeedMax) The running max (log2 units) of rows [0, rows.n) before the first tile, -inf on
+  // entry: a policy may raise it to a max it knows from keys another item computes. The item's
+  // output is the same softmax (O and l scale with m); only the skip rule sees it sooner.
+  void seed_max(const Problem&, const TileView& /*rows*/, float* /*m*/) const {}
   // Scheduling weight of (h, t): the keys it may see. Items run longest first.
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
     return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
@@ -139,12 +160,15 @@ template <class P>
 concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t* rows,
                                std::vector<KeyRange>& ranges, std::vector<int64_t>& cols,
                                typename P::Local& local, const TileView& tile,
-                               std::vector<typename P::Local>& locals) {
+                               std::vector<typename P::Local>& locals,
+                               std::vector<TileVisit>& visits, float* m) {
   requires std::is_default_constructible_v<typename P::Local>;
   { P::kMaySkip } -> std::convertible_to<bool>;
   { P::kObserve } -> std::convertible_to<bool>;
   { P::kGather } -> std::convertible_to<bool>;
   { P::kReduce } -> std::convertible_to<bool>;
+  { P::kOrder } -> std::convertible_to<bool>;
+  { P::kSeedMax } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
@@ -153,6 +177,8 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
   { pol.skip(local, tile) } -> std::same_as<bool>;
   { pol.observe(local, tile) };
+  { pol.visit_order(p, tile, visits) };
+  { pol.seed_max(p, tile, m) };
   { mpol.reduce(locals) };
 };
 
@@ -180,6 +206,50 @@ inline bool blasst_skips(const float* tile_max, const float* m, int64_t n, float
   for (int64_t r = 0; r < n; ++r)
     if (tile_max[r] - m[r] >= log2_lambda) return false;
   return true;
+}
+
+// BLASST's local-first visiting order (BlasstOrder::local_first in spattn/blasst.hpp) of one
+// work item's key tiles, given in ascending order, for rows whose newest position is `pos`:
+// the tile nearest pos (holding the diagonal), then the tile holding position 0 (the sink),
+// then the rest from nearest to farthest (equals: the earlier first). The skip rule is
+// unchanged (blasst_skips); only what the running max has seen before each tile changes. The
+// prefill loop, the margin recorder and both decode paths all order their tiles here.
+//
+// Distance of a tile from pos: 0 when its positions span pos, else the gap to the nearer end.
+inline int64_t blasst_tile_distance(const TileVisit& v, int64_t pos) {
+  return v.last_pos < pos ? pos - v.last_pos : v.first_pos > pos ? v.first_pos - pos : 0;
+}
+// The two tiles local-first visits first (-1 where there is none): the nearest to pos (the
+// first of equals) and the one holding position 0.
+struct BlasstAnchors {
+  int64_t diagonal = -1, sink = -1;
+};
+inline BlasstAnchors blasst_anchors(const std::vector<TileVisit>& visits, int64_t pos) {
+  BlasstAnchors a;
+  int64_t nearest = std::numeric_limits<int64_t>::max();
+  for (const TileVisit& v : visits) {
+    const int64_t dist = blasst_tile_distance(v, pos);
+    if (dist < nearest) nearest = dist, a.diagonal = v.tile;
+    if (v.first_pos == 0) a.sink = v.tile;
+  }
+  return a;
+}
+// Position of q row `row` that the order measures nearness from: the causal position, and
+// for full attention (where positions mask nothing and rows sit at 0) bottom-right as well,
+// so the last query is next to the last key as in the causal convention.
+inline int64_t blasst_row_position(const Problem& p, int64_t row) {
+  return p.causal ? row + p.pos_offset : row + std::max<int64_t>(p.kv_len - p.q_len, 0);
+}
+inline void blasst_local_first(std::vector<TileVisit>& visits, int64_t pos) {
+  const BlasstAnchors a = blasst_anchors(visits, pos);
+  const auto key = [&](const TileVisit& v) {
+    const int rank = v.tile == a.diagonal ? 0 : v.tile == a.sink ? 1 : 2;
+    return std::tuple(rank, blasst_tile_distance(v, pos), v.tile, v.begin);
+  };
+  // The key is unique per visit (a tile visited for two ranges differs in begin), so the
+  // order is total and std::sort is deterministic.
+  std::sort(visits.begin(), visits.end(),
+            [&](const TileVisit& a, const TileVisit& b) { return key(a) < key(b); });
 }
 
 // lambda in [0, 1] as the rule's log2 threshold (-inf for 0); throws Error naming `who` else.

@@ -2,6 +2,9 @@
 //   blasst:lambda=X                 a fixed threshold in [0, 1]
 //   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^(gamma + delta * S) from a
 //                                   `spattn calibrate` file, L the context (kv) length
+//   order=local_first|in_order      the order key tiles are visited in (BlasstOrder; the skip
+//                                   rule is the same): default local_first, see below. With
+//                                   calib=FILE the file's order (an order= must match it)
 //   batch=B                         decode only: key blocks scored before their V is loaded
 // q_len <= 16 runs the decode kernel (skips V loads), longer queries the prefill kernel.
 //
@@ -23,6 +26,11 @@
 namespace spattn {
 namespace {
 
+// The default visiting order, chosen by measurement (docs/ARCHITECTURE.md, "BLASST's visiting
+// order"): on real attention in order skips almost nothing at any useful lambda, local-first
+// skips most tiles at the same recall.
+constexpr BlasstOrder kDefaultOrder = BlasstOrder::local_first;
+
 class Blasst final : public Method {
  public:
   // The calibration file is read here, once, not per run: the one plan-like step BLASST has
@@ -38,12 +46,25 @@ class Blasst final : public Method {
     sparsity_ = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
     const std::string calib = r.get_string("calib", "");
     batch_ = r.get_int("batch", DecodeOptions{}.batch, 1, 1024);
+    const bool has_order = r.has("order");
+    try {
+      order_ = parse_blasst_order(r.get_string("order", blasst_order_name(kDefaultOrder)));
+    } catch (const Error& e) {
+      detail::fail("blasst: order: ", e.what());
+    }
     r.finish();
     SPATTN_CHECK(!has_sparsity || !calib.empty(),
                  "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
     SPATTN_CHECK(!has_lambda || !r.has("calib"),
                  "blasst: calib=FILE goes with sparsity=S, not lambda=X");
-    if (has_sparsity) calib_ = std::make_shared<const Calibration>(load_calibration(calib));
+    if (has_sparsity) {
+      calib_ = std::make_shared<const Calibration>(load_calibration(calib));
+      // Its thresholds reach their sparsity only in the order it was measured in.
+      SPATTN_CHECK(!has_order || order_ == calib_->order, "blasst: order=",
+                   blasst_order_name(order_), " but ", calib, " was calibrated for order ",
+                   blasst_order_name(calib_->order), " (leave order= out to use it)");
+      order_ = calib_->order;
+    }
   }
   std::string name() const override { return "blasst"; }
 
@@ -61,9 +82,10 @@ class Blasst final : public Method {
           DecodeOptions d;
           d.lambda = lambda;
           d.batch = batch_;
+          d.order = order_;
           attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
         },
-        [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip); });
+        [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
     r.extras["lambda"] = lambda;
     r.extras["skipped_fraction"] = skip.skipped_fraction();
     std::vector<double>& heads = r.per_head["head_skipped"];
@@ -77,6 +99,7 @@ class Blasst final : public Method {
   double lambda_ = 0, sparsity_ = 0;
   std::shared_ptr<const Calibration> calib_;  // set for sparsity=S
   int64_t batch_ = 4;
+  BlasstOrder order_ = kDefaultOrder;
 };
 
 }  // namespace

@@ -208,7 +208,7 @@ void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const Tenso
   SPATTN_CHECK(q.heads == heads_ && k.heads == kv_heads_ && q.dim == dim_,
                "calibration samples must share heads, kv heads and dim: got [", q.heads, ", ",
                k.heads, ", ", q.dim, "] after [", heads_, ", ", kv_heads_, ", ", dim_, "]");
-  const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn);
+  const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn, opt_.order);
   auto it = std::find_if(lengths_.begin(), lengths_.end(),
                          [&](const Length& l) { return l.length >= k.seq; });
   if (it == lengths_.end() || it->length != k.seq) {
@@ -299,6 +299,7 @@ Calibration BlasstCalibrator::fit() const {
   c.heads = heads_, c.kv_heads = kv_heads_, c.dim = dim_;
   c.dtype = dtype_;
   c.causal = opt_.attn.causal;
+  c.order = opt_.order;
   for (const auto& l : lengths_)
     for (double t : opt_.check_targets) {
       const double lambda = c.lambda_for(t, l.length);

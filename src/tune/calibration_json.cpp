@@ -14,8 +14,9 @@ namespace {
 
 using nlohmann::json;
 constexpr const char* kFormat = "spattn.blasst_calibration";
-// Version 2 added delta (version 1 files are the delta = 0 law and still load).
-constexpr int kVersion = 2;
+// Version 2 added delta (version 1 files are the delta = 0 law and still load); version 3 the
+// visiting order (older files were measured in order, and load as in_order).
+constexpr int kVersion = 3;
 
 // Field readers: each throws Error "<origin>: field 'name' ..." on a missing or bad value.
 class Fields {
@@ -88,6 +89,7 @@ std::string calibration_to_json(const Calibration& c) {
   j["dim"] = c.dim;
   j["dtype"] = c.dtype;
   j["causal"] = c.causal;
+  j["order"] = blasst_order_name(c.order);
   j["checks"] = json::array();
   for (const auto& k : c.checks)
     j["checks"].push_back(
@@ -153,6 +155,14 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
   c.dim = f.integer("dim", 1);
   c.dtype = f.string("dtype");
   c.causal = f.boolean("causal");
+  if (version >= 3) {
+    const std::string order = f.string("order");
+    try {
+      c.order = parse_blasst_order(order);
+    } catch (const Error& e) {
+      detail::fail(origin, ": field 'order': ", e.what());
+    }
+  }
   // checks and curve are a record of the calibration run, not needed to use it: optional,
   // but checked when present so a damaged file does not load half-read.
   if (j.contains("checks")) {
