@@ -285,30 +285,64 @@ struct Bf16DotOps {
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
 
-  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
-                                      float* s) {
-    for (int64_t r0 = 0; r0 < npad; r0 += kR) {
-      __m512 acc[kR][4];
-      for (int r = 0; r < kR; ++r)
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
-      for (int64_t k2 = 0; k2 < d / 2; ++k2) {
-        __m512bh b[4];
-        for (int c = 0; c < 4; ++c)
-          b[c] = (__m512bh)_mm512_load_si512(kt + k2 * kTileKeys * 2 + c * 32);
-        for (int r = 0; r < kR; ++r) {
-          int32_t pair;
-          std::memcpy(&pair, q + (r0 + r) * d + 2 * k2, 4);
-          const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-          for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
-        }
+  // R rows x 4 vectors of accumulators (kRWide rows while a tile allows, then kR): more rows
+  // per loaded K/V vector; each dot product keeps its order, so the blocking changes no bit.
+  template <int R>
+  SPATTN_BF16_ATTR static HWY_INLINE void ScoreStrip(const T* q, int64_t d, const T* kt,
+                                                     float* s) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k2 = 0; k2 < d / 2; ++k2) {
+      __m512bh b[4];
+      for (int c = 0; c < 4; ++c)
+        b[c] = (__m512bh)_mm512_load_si512(kt + k2 * kTileKeys * 2 + c * 32);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, q + r * d + 2 * k2, 4);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
       }
-      for (int r = 0; r < kR; ++r)
-        for (int c = 0; c < 4; ++c) _mm512_store_ps(s + (r0 + r) * kTileKeys + c * 16, acc[r][c]);
     }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + c * 16, acc[r][c]);
   }
 
-  SPATTN_BF16_ATTR static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
-                                  const float* alpha, float* o) {
+  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt,
+                                                   int64_t d, float* s) {
+    int64_t r0 = 0;
+    for (; r0 < WideRows(npad); r0 += kRWide) ScoreStrip<kRWide>(q + r0 * d, d, kt, s + r0 * kTileKeys);
+    for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, kt, s + r0 * kTileKeys);
+  }
+
+  // Rows [0, R) of O's columns [c0, c0 + 16 vecs): alpha O + P V with P as bf16 pairs.
+  template <int R>
+  SPATTN_BF16_ATTR static HWY_INLINE void PVStrip(const uint16_t* pb, const T* vt, int64_t dp,
+                                                  int64_t c0, int vecs, const float* alpha,
+                                                  float* o) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r) {
+      const __m512 al = _mm512_set1_ps(alpha[r]);
+      for (int c = 0; c < vecs; ++c)
+        acc[r][c] = _mm512_mul_ps(al, _mm512_load_ps(o + r * dp + c0 + c * 16));
+    }
+    for (int64_t j2 = 0; j2 < kTileKeys / 2; ++j2) {
+      __m512bh b[4];
+      for (int c = 0; c < vecs; ++c)
+        b[c] = (__m512bh)_mm512_load_si512(vt + j2 * dp * 2 + (c0 + c * 16) * 2);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, pb + r * kTileKeys + 2 * j2, 4);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        for (int c = 0; c < vecs; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < vecs; ++c) _mm512_store_ps(o + r * dp + c0 + c * 16, acc[r][c]);
+  }
+
+  SPATTN_BF16_ATTR static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt,
+                                               int64_t dp, const float* alpha, float* o) {
     alignas(64) uint16_t pb[kMaxTileRows * kTileKeys];
     for (int64_t i = 0; i < npad * kTileKeys; i += 32) {
       const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_load_ps(p + i + 16), _mm512_load_ps(p + i));
@@ -316,28 +350,12 @@ struct Bf16DotOps {
     }
     for (int64_t c0 = 0; c0 < dp; c0 += 4 * 16) {
       const int vecs = int(std::min<int64_t>(4, (dp - c0) / 16));
-      for (int64_t r0 = 0; r0 < npad; r0 += kR) {
-        __m512 acc[kR][4];
-        for (int r = 0; r < kR; ++r) {
-          const __m512 al = _mm512_set1_ps(alpha[r0 + r]);
-          for (int c = 0; c < vecs; ++c)
-            acc[r][c] = _mm512_mul_ps(al, _mm512_load_ps(o + (r0 + r) * dp + c0 + c * 16));
-        }
-        for (int64_t j2 = 0; j2 < kTileKeys / 2; ++j2) {
-          __m512bh b[4];
-          for (int c = 0; c < vecs; ++c)
-            b[c] = (__m512bh)_mm512_load_si512(vt + j2 * dp * 2 + (c0 + c * 16) * 2);
-          for (int r = 0; r < kR; ++r) {
-            int32_t pair;
-            std::memcpy(&pair, pb + (r0 + r) * kTileKeys + 2 * j2, 4);
-            const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-            for (int c = 0; c < vecs; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
-          }
-        }
-        for (int r = 0; r < kR; ++r)
-          for (int c = 0; c < vecs; ++c)
-            _mm512_store_ps(o + (r0 + r) * dp + c0 + c * 16, acc[r][c]);
-      }
+      int64_t r0 = 0;
+      if (vecs == 4)
+        for (; r0 < WideRows(npad); r0 += kRWide)
+          PVStrip<kRWide>(pb + r0 * kTileKeys, vt, dp, c0, 4, alpha + r0, o + r0 * dp);
+      for (; r0 < npad; r0 += kR)
+        PVStrip<kR>(pb + r0 * kTileKeys, vt, dp, c0, vecs, alpha + r0, o + r0 * dp);
     }
   }
 };
