@@ -2,6 +2,8 @@
 // from a calibration, and both kernels it dispatches to (prefill, and decode at q_len <= 16).
 #include <gtest/gtest.h>
 
+#include "spec_error.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -29,14 +31,7 @@ fs::path write_calibration() {
   return p;
 }
 
-void expect_spec_error(const std::string& spec, const std::string& mention) {
-  try {
-    make_method(spec);
-    ADD_FAILURE() << "accepted '" << spec << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
-  }
-}
+using test::expect_spec_error;
 
 TEST(BlasstSpec, Errors) {
   const std::string calib = write_calibration().string();

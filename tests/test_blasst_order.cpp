@@ -4,6 +4,8 @@
 // dense, one margin pass in the same order predicts every lambda, decode (both paths) alike.
 #include <gtest/gtest.h>
 
+#include "spec_error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -371,14 +373,7 @@ TEST(BlasstOrder, DecodeBadOrderRaises) {
 // ---------------------------------------------------------------------------------------
 // The method and calibration.
 
-void expect_spec_error(const std::string& spec, const std::string& mention) {
-  try {
-    make_method(spec);
-    ADD_FAILURE() << "accepted '" << spec << "'";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
-  }
-}
+using test::expect_spec_error;
 
 // order= picks the kernel's order; the default is local_first.
 TEST(BlasstOrder, MethodSpecPicksTheOrder) {
