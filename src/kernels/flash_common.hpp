@@ -2,15 +2,17 @@
 // interface every kernel form implements, and the scratch sizes. The per-target loop itself
 // is in flash-inl.h.
 //
-// A policy answers the kernel's four questions (DESIGN.md "Kernel shape"):
-//   rows:       which query rows form tile t            (all / strided / list)
-//   key_ranges: which keys tile t attends to             (all causal / block list)
-//   skip:       may this key tile be dropped once its scores are known (BLASST)
-//   observe:    who sees each key tile's per-row log-sum-exp          (MOMO)
-// and, where it needs to, two more: in which order the key tiles run (visit_order: BLASST's
-// local-first order) and what running max an item starts from (seed_max: decode's key chunks
-// under that order). The dense policy answers "all, all, never, nobody, in order, -inf" with
-// compile-time constants, so the dense kernel pays nothing for the hooks.
+// A policy answers the loop's questions (the contract is the FlashPolicy concept below):
+//   rows:        which query rows form tile t, and which output rows they fill
+//   key_ranges:  which packed keys tile t attends to; key_columns: single keys gathered
+//   skip:        may this key tile be dropped once its scores are known (BLASST)
+//   observe:     what to do with the tile's P, running max and sum, and per-row LSE (MOMO's
+//                online top-k, column sums, block mass), into per-thread state (Local)
+//   reduce:      how per-thread state combines, once, in thread order
+//   visit_order: in which order the key tiles run (BLASST's local-first order)
+//   seed_max:    what running max an item starts from (decode's key chunks under that order)
+// The dense policy answers "contiguous, all causal, never, nobody, nothing, in order, -inf"
+// with compile-time constants, so the dense kernel pays nothing for the hooks.
 #pragma once
 #include <algorithm>
 #include <cmath>

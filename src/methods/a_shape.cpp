@@ -1,4 +1,4 @@
-// a_shape: StreamingLLM's sinks plus local window, a static block mask (seeds/002 Table 2:
+// a_shape: StreamingLLM's sinks plus local window, a static block mask (MMInference Table 2:
 // sink = 128, local = 4096). No estimate: the mask depends on the lengths only.
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"

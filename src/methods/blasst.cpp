@@ -1,4 +1,5 @@
-// blasst (seeds/003): skip key tiles whose scores fall ln(lambda) below the running max.
+// blasst ("BLASST: Dynamic Blocked Attention Sparsity via Softmax Thresholding", section 3):
+// skip key tiles whose scores fall ln(lambda) below the running max.
 //   blasst:lambda=X                 a fixed threshold in [0, 1]
 //   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^(gamma + delta * S) from a
 //                                   `spattn calibrate` file, L the context (kv) length

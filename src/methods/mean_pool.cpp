@@ -1,6 +1,7 @@
-// mean_pool: block top-k from mean-pooled Q and K (seeds/000 Eq. 1), the block-sparse estimate
-// of MInference and SeerAttention. Pooling and scoring run inside run(): part of its time.
-// Default topk = 128 key blocks of 64 (beta): the per-row block budget seeds/000 compares
+// mean_pool: block top-k from mean-pooled Q and K ("Measure Once, Mask Once", Eq. 1), the
+// block-sparse estimate of MInference and SeerAttention. Pooling and scoring run inside
+// run(): part of its time.
+// Default topk = 128 key blocks of 64 (beta): the per-row block budget MOMO compares
 // every selector at (k = 128); the first block (sink) and the blocks of each row's own 64
 // most recent keys (local) are kept on top of it.
 #include "methods/block_mask_method.hpp"

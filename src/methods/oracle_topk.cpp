@@ -1,7 +1,7 @@
 // oracle_topk: the best block mask of topk blocks per query block, from the exact softmax mass
 // of every block (block_mass). EVALUATION ONLY: run() computes full attention twice to learn
 // the mass, so its time says nothing about a method; compare its recall and error, not speed.
-// Default topk = 128 blocks of 64 (seeds/000: k = 128, beta = 64), as mean_pool.
+// Default topk = 128 blocks of 64 (MOMO's defaults: k = 128, beta = 64), as mean_pool.
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
 

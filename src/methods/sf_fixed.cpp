@@ -1,6 +1,6 @@
 // sf_fixed: Sparse Transformer's "fixed" pattern (Child et al. 2019): segments of `local`
 // tokens plus vertical lines every vline_stride keys. Static: no estimate.
-// seeds/002 Table 2 sets local = vline_stride = token_per_frame; the default 256 is the frame of
+// MMInference Table 2 sets local = vline_stride = token_per_frame; the default 256 is the frame of
 // spattn's video workload (16 x 16 patches), a whole number of 64-key blocks.
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"

@@ -1,4 +1,4 @@
-// tri_shape: A-shape plus dense rows for the last `bottom` queries (seeds/002 Table 2:
+// tri_shape: A-shape plus dense rows for the last `bottom` queries (MMInference Table 2:
 // sink = 128, local = 4096, bottom = 128). Static: no estimate.
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"

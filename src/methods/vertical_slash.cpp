@@ -1,7 +1,7 @@
-// vertical_slash: MInference's vertical-slash head (seeds/002 appendix C.3). The estimate from
+// vertical_slash: MInference's vertical-slash head (MMInference appendix C.3). The estimate from
 // the last last_q = 64 queries (section 4.1) runs inside run(), so it is part of the method's
 // time; the token-level kernel then computes the chosen columns and diagonals.
-// Defaults vertical = 1000, slash = 2048: one of MInference's configurations (seeds/002
+// Defaults vertical = 1000, slash = 2048: one of MInference's configurations (MMInference
 // Table 2 searches vertical in {1000, 2000, 4000}, slash in {1024, 2048, 4096, 6144}; Table 3
 // lists (1000, 2048)). sink = 30 and local = 100 are what MInference's code always keeps.
 #include <memory>
