@@ -563,12 +563,6 @@ int64_t LoadRows(const Problem& p, const Plan& pl, int64_t kvh, int64_t r0, int6
   return min_limit;
 }
 
-// Block jt as a visit (natural positions: decode reads k and v in place).
-inline TileVisit BlockVisit(const Problem& p, int64_t jt) {
-  const int64_t j0 = jt * kTileKeys;
-  return {jt, 0, p.kv_len, j0, std::min(j0 + kTileKeys, p.kv_len) - 1};
-}
-
 // local_first's seed for one unit (kv head, row chunk): the rows' maxima (log2 units) over
 // the two blocks local-first visits first (blasst_anchors: the newest block and the sink),
 // into pl.seed. Their scores are computed once more by the splits that hold them.
@@ -578,7 +572,8 @@ void SeedUnit(const Problem& p, Plan& pl, int64_t unit, Scratch& sc) {
   const int64_t r0 = chunk * pl.chunk_rows, n = std::min(pl.chunk_rows, pl.rows - r0);
   LoadRows<kDot>(p, pl, kvh, r0, n, sc);
   sc.visits.clear();
-  for (int64_t jt = 0; jt < pl.tiles; ++jt) sc.visits.push_back(BlockVisit(p, jt));
+  for (int64_t jt = 0; jt < pl.tiles; ++jt)
+    sc.visits.push_back(natural_visit(jt, 0, p.kv_len, p.kv_len));
   const BlasstAnchors a = blasst_anchors(sc.visits, blasst_row_position(p, p.q_len - 1));
   float* seed = pl.seed.data() + unit * pl.chunk_rows;
   std::fill(seed, seed + n, kNegInf);
@@ -614,7 +609,8 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
   // The split's blocks in visiting order; splits hold whole blocks, so a visit's tile is the
   // global block index (key / 64).
   sc.visits.clear();
-  for (int64_t jt = t0; jt < t1; ++jt) sc.visits.push_back(BlockVisit(p, jt));
+  for (int64_t jt = t0; jt < t1; ++jt)
+    sc.visits.push_back(natural_visit(jt, 0, p.kv_len, p.kv_len));
   if (pl.local_first) blasst_local_first(sc.visits, blasst_row_position(p, p.q_len - 1));
   const int64_t nvis = int64_t(sc.visits.size());
   ItemSkips* rec = pl.skips.empty() ? nullptr : &pl.skips[size_t(item)];

@@ -70,10 +70,8 @@ struct AnchorMaxPolicy : DensePolicy {
     const int64_t pos = blasst_row_position(p, q_len - 1);
     std::vector<TileVisit> tiles;
     for (int64_t jt = 0; jt * kTileKeys < limit; ++jt) {
-      const int64_t j0 = jt * kTileKeys;
-      const int64_t first = d.identity ? j0 : d.tile_min[size_t(jt)];
-      const int64_t last = d.identity ? std::min(j0 + kTileKeys, p.kv_len) - 1 : d.tile_max[size_t(jt)];
-      if (!p.causal || first <= pos) tiles.push_back({jt, j0, limit, first, last});
+      const TileVisit v = d.visit(jt, jt * kTileKeys, limit);
+      if (!p.causal || v.first_pos <= pos) tiles.push_back(v);
     }
     const BlasstAnchors a = blasst_anchors(tiles, pos);
     for (int64_t jt : {a.diagonal, a.sink})

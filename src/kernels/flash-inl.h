@@ -656,12 +656,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     // The same tiles as below, listed first so the policy can choose their order.
     sc.visits.clear();
     for (const KeyRange& kr : sc.ranges)
-      for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt) {
-        const int64_t j0 = jt * kTileKeys;
-        const int64_t first = kv.kpos ? d.tile_min[size_t(jt)] : j0;
-        const int64_t last = kv.kpos ? d.tile_max[size_t(jt)] : std::min(j0 + kTileKeys, p.kv_len) - 1;
-        sc.visits.push_back({jt, kr.begin, kr.end, first, last});
-      }
+      for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
+        sc.visits.push_back(d.visit(jt, kr.begin, kr.end));
     pol.visit_order(p, view, sc.visits);
     for (const TileVisit& v : sc.visits) visit(v.tile, v.begin, v.end);
   } else {

@@ -95,6 +95,11 @@ struct TileVisit {
   int64_t tile = 0, begin = 0, end = 0;
   int64_t first_pos = 0, last_pos = 0;
 };
+// Tile jt of keys in natural order (position = index) among kv_len keys.
+inline TileVisit natural_visit(int64_t jt, int64_t begin, int64_t end, int64_t kv_len) {
+  const int64_t j0 = jt * kTileKeys;
+  return {jt, begin, end, j0, std::min(j0 + kTileKeys, kv_len) - 1};
+}
 
 // The dense policy: contiguous query tiles of `tile_rows`, every causal key, no skipping,
 // no observer. Other policies derive from it and override what they change; the loop calls

@@ -46,6 +46,11 @@ struct PackedKVData {
   T* v_tile(int64_t kvh, int64_t t) const {
     return reinterpret_cast<T*>(v.get()) + (kvh * tiles_cap + t) * v_elems;
   }
+  // Packed tile t as a visit for the keys [begin, end) of a range: the positions it spans.
+  TileVisit visit(int64_t t, int64_t begin, int64_t end) const {
+    return identity ? natural_visit(t, begin, end, size)
+                    : TileVisit{t, begin, end, tile_min[size_t(t)], tile_max[size_t(t)]};
+  }
   // Positions to mask with: null when they equal the packed index.
   const int64_t* mask_positions() const { return identity ? nullptr : positions.data(); }
   // Packed keys a query at position `pos` may see form a prefix [0, limit) when positions
