@@ -119,8 +119,8 @@ struct F32Ops {
     for (int64_t r = 0; r < n; ++r) LoadRowF32(q, h, rows[r], d, dst + r * d);
     std::fill(dst + n * d, dst + npad * d, 0.0f);
   }
-  // Slot jj of a K tile and of a V tile from row s of k / v. Other slots and the V padding
-  // [d, dp) are left as they are (zero in a fresh tile).
+  // Slot jj of a K tile and of a V tile (its padding [d, dp) zeroed) from row s of k / v.
+  // Other slots are left as they are (zero in a fresh tile).
   static void PackKeyK(const TensorView& k, int64_t h, int64_t s, int64_t jj, int64_t d, T* tile,
                        float* row_buf) {
     LoadRowF32(k, h, s, d, row_buf);
@@ -634,22 +634,21 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
   const PackedKVData& d = kv.kv;
-  // Key tile jt, limited to the keys [begin, end) of the range that brought it in.
-  const auto visit = [&](int64_t jt, int64_t begin, int64_t end) {
-    const int64_t j0 = jt * kTileKeys;
+  // One key tile, limited to the keys [begin, end) of the range that brought it in.
+  const auto visit = [&](const TileVisit& tv) {
+    const int64_t jt = tv.tile, j0 = jt * kTileKeys;
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
     // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
-    if (p.causal && kv.kpos && d.tile_min[size_t(jt)] > sc.pos[n - 1]) return;
+    if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
-    const int64_t last_pos = kv.kpos ? d.tile_max[size_t(jt)] : j0 + kTileKeys - 1;
-    const bool full =
-        begin <= j0 && j0 + kTileKeys <= end && (!p.causal || last_pos <= sc.pos[0]);
+    const bool full = tv.begin <= j0 && j0 + kTileKeys <= tv.end &&
+                      (!p.causal || tv.last_pos <= sc.pos[0]);
     int64_t kept;
     if (full) kept = n * kTileKeys;
-    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, begin, end);
+    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, tv.begin, tv.end);
     else
       kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                            [j0](int64_t jj) { return j0 + jj; }, n_keys, begin, end);
+                            [j0](int64_t jj) { return j0 + jj; }, n_keys, tv.begin, tv.end);
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
   };
   if constexpr (Policy::kOrder) {
@@ -659,11 +658,11 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
         sc.visits.push_back(d.visit(jt, kr.begin, kr.end));
     pol.visit_order(p, view, sc.visits);
-    for (const TileVisit& v : sc.visits) visit(v.tile, v.begin, v.end);
+    for (const TileVisit& v : sc.visits) visit(v);
   } else {
     for (const KeyRange& kr : sc.ranges)
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
-        visit(jt, kr.begin, kr.end);
+        visit(d.visit(jt, kr.begin, kr.end));
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();
