@@ -85,6 +85,25 @@ TEST(PackedKV, AppendedInPiecesEqualsPackedAtOnce) {
   });
 }
 
+// clear() empties the cache and keeps its capacity: refilled in another order and then in the
+// natural one, it computes what a fresh pack does, bit for bit.
+TEST(PackedKV, ClearedCacheRefillsLikeAFreshOne) {
+  Qkv in(DType::f32, 2, 1, 100, 300, 64);
+  PackedKV kv(1, 64, DType::f32, 300);
+  std::vector<int64_t> reversed(300);
+  for (int64_t i = 0; i < 300; ++i) reversed[size_t(i)] = 299 - i;
+  kv.append_rows(in.k, in.v, reversed);
+  kv.clear();
+  EXPECT_EQ(kv.size(), 0);
+  EXPECT_EQ(kv.max_position(), -1);
+  kv.append(in.k.view().rows(0, 170), in.v.view().rows(0, 170));
+  kv.append(in.k.view().rows(170, 130), in.v.view().rows(170, 130));
+  Tensor a(DType::f32, 2, 100, 64), b(DType::f32, 2, 100, 64);
+  attention_dense(in.q, PackedKV::pack(in.k, in.v), a);
+  attention_dense(in.q, kv, b);
+  EXPECT_TRUE(bitwise_equal(a, b));
+}
+
 // A chunk of queries placed by q_start against a cache that holds more keys than they see:
 // the KV cache of chunked prefill, where chunk c attends to everything before it.
 TEST(PackedKV, QueriesPlacedByQStart) {

@@ -49,22 +49,31 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
   kv.k_elems = dim * kTileKeys;
   kv.v_elems = kTileKeys * kv.dp;
   const size_t tiles = size_t(kv_heads * kv.tiles_cap);
-  const size_t kb = tiles * size_t(kv.k_elems * kv.elem_bytes);
-  const size_t vb = tiles * size_t(kv.v_elems * kv.elem_bytes);
-  kv.k.reset(static_cast<unsigned char*>(aligned_alloc_bytes(kb)));
-  kv.v.reset(static_cast<unsigned char*>(aligned_alloc_bytes(vb)));
+  const auto bytes = [&](int64_t elems) {
+    return static_cast<unsigned char*>(aligned_alloc_bytes(tiles * size_t(elems * kv.elem_bytes)));
+  };
+  kv.k.reset(bytes(kv.k_elems));
+  kv.v.reset(bytes(kv.v_elems));
+  empty_packed(kv, zero_all);
+}
+
+void empty_packed(PackedKVData& kv, bool zero_all) {
+  const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
   // Zero slots are what the micro-kernels read past the last key; appends rely on them.
   if (zero_all) {
-    std::memset(kv.k.get(), 0, kb);
-    std::memset(kv.v.get(), 0, vb);
+    std::memset(kv.k.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * kt);
+    std::memset(kv.v.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * vt);
   } else {
-    const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
-    for (int64_t h = 0; h < kv_heads; ++h) {
+    for (int64_t h = 0; h < kv.kv_heads; ++h) {
       const size_t last = size_t(h * kv.tiles_cap + kv.tiles_cap - 1);
       std::memset(kv.k.get() + last * kt, 0, kt);
       std::memset(kv.v.get() + last * vt, 0, vt);
     }
   }
+  kv.size = 0;
+  kv.positions.clear();
+  kv.identity = kv.ascending = true;
+  kv.max_position = -1;
   kv.tile_min.assign(size_t(kv.tiles_cap), std::numeric_limits<int64_t>::max());
   kv.tile_max.assign(size_t(kv.tiles_cap), -1);
 }
@@ -167,17 +176,7 @@ void PackedKV::append_rows(const TensorView& k, const TensorView& v,
                                              resolve_threads(threads));
 }
 
-void PackedKV::clear() {
-  kernels::PackedKVData& d = *d_;
-  std::memset(d.k.get(), 0, size_t(d.kv_heads * d.tiles_cap * d.k_elems * d.elem_bytes));
-  std::memset(d.v.get(), 0, size_t(d.kv_heads * d.tiles_cap * d.v_elems * d.elem_bytes));
-  d.size = 0;
-  d.positions.clear();
-  d.identity = d.ascending = true;
-  d.max_position = -1;
-  d.tile_min.assign(size_t(d.tiles_cap), std::numeric_limits<int64_t>::max());
-  d.tile_max.assign(size_t(d.tiles_cap), -1);
-}
+void PackedKV::clear() { kernels::empty_packed(*d_, /*zero_all=*/true); }
 
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }

@@ -62,6 +62,8 @@ struct PackedKVData {
 // only each head's last tile zeroed, for a caller that writes every other slot at once.
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all = true);
+// No keys: storage zeroed (zero_all) or each head's last tile only, positions and spans reset.
+void empty_packed(PackedKVData& kv, bool zero_all);
 // Records the positions of keys [size, size + n) (before their data is written) and grows size.
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
 
