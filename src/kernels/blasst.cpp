@@ -1,7 +1,8 @@
-// BLASST prefill (the BLASST paper, Algorithm 1): the dense loop with a skip policy. After a tile's scores are
-// known, the tile is dropped (no exp, no row sums, no P.V) when every row's tile max is more
-// than ln(1/lambda) below its running max. The rule is per 64x64 tile, like the paper's
-// per-block decision after a warp vote; the running max before the tile is the reference.
+// BLASST prefill (the BLASST paper, Algorithm 1): the dense loop with a skip policy. After a
+// tile's scores are known, the tile is dropped (no exp, no row sums, no P.V) when every row's
+// tile max is more than ln(1/lambda) below its running max. The rule is per 64x64 tile, like
+// the paper's per-block decision after a warp vote; the running max before the tile is the
+// reference.
 // The tiles run in the order the policy's order hook gives (BlasstOrder): in order, or the
 // diagonal's tile, the sink's, then the rest nearest first.
 #undef HWY_TARGET_INCLUDE
@@ -87,8 +88,7 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip, BlasstOrder order) {
   const float threshold = kernels::blasst_log2_threshold(lambda, "blasst");
-  SPATTN_CHECK(order == BlasstOrder::in_order || order == BlasstOrder::local_first,
-               "blasst: unknown order ", int(order));
+  kernels::check_blasst_order(order, "blasst");
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   if (skip) {
     const kernels::DensePolicy tiles;
@@ -105,8 +105,7 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
 
 TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
                                 const AttnOptions& opt, BlasstOrder order) {
-  SPATTN_CHECK(order == BlasstOrder::in_order || order == BlasstOrder::local_first,
-               "blasst: unknown order ", int(order));
+  kernels::check_blasst_order(order, "blasst");
   Tensor out(DType::f32, q.heads, q.seq, q.dim);
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, nullptr);
   const int64_t q_tiles = kernels::DensePolicy{}.num_tiles(p);

@@ -37,8 +37,7 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
   SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= 64, "decode: batch must be in [1, 64], got ",
                dopt.batch);
-  SPATTN_CHECK(dopt.order == BlasstOrder::in_order || dopt.order == BlasstOrder::local_first,
-               "decode: unknown order ", int(dopt.order));
+  kernels::check_blasst_order(dopt.order, "decode");
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   // The prefill layout (attention_blasst) with one query tile: tile_rows 64 > Lq, so
   // blasst_coverage maps every row to tile 0.

@@ -144,8 +144,7 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
                kMaxDecodeQueries, "], got ", q.seq);
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
-  SPATTN_CHECK(dopt.order == BlasstOrder::in_order || dopt.order == BlasstOrder::local_first,
-               "decode: unknown order ", int(dopt.order));
+  kernels::check_blasst_order(dopt.order, "decode");
   // At lambda 0 nothing is skipped: in order, as dense decode.
   const BlasstOrder order = dopt.lambda == 0 ? BlasstOrder::in_order : dopt.order;
   kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, nullptr);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/coverage.hpp"
 
 namespace spattn::kernels {
@@ -261,6 +262,8 @@ inline void blasst_local_first(std::vector<TileVisit>& visits, int64_t pos) {
 
 // lambda in [0, 1] as the rule's log2 threshold (-inf for 0); throws Error naming `who` else.
 float blasst_log2_threshold(double lambda, const char* who);
+// Throws Error naming `who` unless `order` is one of BlasstOrder's values.
+void check_blasst_order(BlasstOrder order, const char* who);
 
 // Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
 inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {

@@ -98,6 +98,11 @@ void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, 
   }
 }
 
+void check_blasst_order(BlasstOrder order, const char* who) {
+  SPATTN_CHECK(order == BlasstOrder::in_order || order == BlasstOrder::local_first, who,
+               ": unknown order ", int(order));
+}
+
 float blasst_log2_threshold(double lambda, const char* who) {
   SPATTN_CHECK(lambda >= 0.0 && lambda <= 1.0, who, ": lambda must be in [0, 1], got ", lambda);
   return lambda > 0 ? float(std::log2(lambda)) : kNegInf;
