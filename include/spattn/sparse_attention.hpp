@@ -48,6 +48,10 @@ void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_
 // [Hq, rows.size(), d] and row r of out is query row rows[r]. The observer, if given, sees
 // per-(row, 64-key block) LSE with compact row indices.
 std::vector<int64_t> strided_rows(int64_t q_len, int64_t stride);
+// Whether row is one of strided_rows(q_len, stride).
+inline bool is_strided_row(int64_t row, int64_t q_len, int64_t stride) {
+  return row % stride == stride - 1 || row == q_len - 1;
+}
 void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
                             const std::vector<int64_t>& rows, const TensorView& out,
                             const AttnOptions& opt = {}, float* lse = nullptr,

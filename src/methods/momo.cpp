@@ -84,14 +84,14 @@ float log_add_exp(float a, float b) {
   return m + std::log1p(std::exp(std::min(a, b) - m));
 }
 
-// Sampled rows (row % gamma == gamma - 1, or the last row) see every causal key; every other row
-// sees what the block mask lists.
+// Sampled rows (is_strided_row) see every causal key; every other row sees what the block mask
+// lists.
 class MomoCoverage final : public Coverage {
  public:
   MomoCoverage(std::shared_ptr<const BlockMask> mask, int64_t gamma)
       : mask_(block_mask_coverage(mask)), m_(std::move(mask)), gamma_(gamma) {}
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
-    if (row % gamma_ == gamma_ - 1 || row == m_->q_len - 1) {
+    if (is_strided_row(row, m_->q_len, gamma_)) {
       const int64_t lim = causal_limit(row, m_->q_len, m_->kv_len, m_->causal);
       if (lim > 0) out.push_back({0, lim});
       return;
