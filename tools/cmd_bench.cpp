@@ -254,11 +254,14 @@ void print_peaks(const MachinePeak& pk, const OperandPath& op) {
 
 // Decode is bound by reading the KV cache once: dense decode's K and V bytes per second, or 0
 // for prefill runs.
+// Bytes of K and V, which dense decode reads once.
+double kv_bytes(const Problem& p) {
+  return 2.0 * double(p.k.numel()) * double(dtype_size(p.k.dtype()));
+}
 double decode_read_gbps(const Problem& p, const std::vector<MethodResult>& results) {
   if (results.empty() || results[0].report.path != KernelPath::decode || results[0].ms <= 0)
     return 0.0;
-  const double bytes = 2.0 * double(p.k.numel()) * double(dtype_size(p.k.dtype()));
-  return bytes / (results[0].ms * 1e-3) / 1e9;
+  return kv_bytes(p) / (results[0].ms * 1e-3) / 1e9;
 }
 
 void print_table(const MachineInfo& m, const MachinePeak& pk, const OperandPath& op,
@@ -290,7 +293,7 @@ void print_table(const MachineInfo& m, const MachinePeak& pk, const OperandPath&
   if (const double gbps = decode_read_gbps(p, results); gbps > 0 && pk.read_gbps > 0)
     fmt::print("\ndense decode reads K and V ({:.1f} MB) at {:.1f} GB/s: {:.0f}% of the read "
                "bandwidth measured above\n",
-               2.0 * double(p.k.numel()) * double(dtype_size(p.k.dtype())) / 1e6, gbps,
+               kv_bytes(p) / 1e6, gbps,
                100.0 * gbps / pk.read_gbps);
   print_notes(results, left_out);
 }
