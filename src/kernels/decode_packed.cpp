@@ -91,10 +91,20 @@ HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, BlasstOrder order,
                        SkipStats* record, Stats* stats) {
-  if (log2_lambda == kNegInf && !record) {
-    SplitKeys<DensePolicy> pol;
+  // Every form splits the same keys the same way; BLASST's forms add the rule and its record.
+  const auto split = [&](auto& pol) {
     pol.tile_rows = pol.q_len = p.q_len;
     pol.splits = splits;
+  };
+  const auto blasst = [&](auto& pol) {
+    split(pol);
+    pol.threshold = log2_lambda;
+    pol.record = record;
+    pol.order = order;
+  };
+  if (log2_lambda == kNegInf && !record) {
+    SplitKeys<DensePolicy> pol;
+    split(pol);
     RunFlash(p, pol, stats);
   } else if (order == BlasstOrder::local_first) {
     std::vector<float> seed(size_t(p.q.heads * p.q_len), kNegInf);
@@ -108,19 +118,12 @@ void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, Blas
     pa.threads = 1;
     RunFlash(pa, anchors, nullptr);  // not counted: the chunks visit these tiles again
     SeededSplitKeys<BlasstPolicy> pol;
-    pol.tile_rows = pol.q_len = p.q_len;
-    pol.splits = splits;
-    pol.threshold = log2_lambda;
-    pol.record = record;
-    pol.order = order;
+    blasst(pol);
     pol.seed = seed.data();
     RunFlash(p, pol, stats);
   } else {
     SplitKeys<BlasstPolicy> pol;
-    pol.tile_rows = pol.q_len = p.q_len;
-    pol.splits = splits;
-    pol.threshold = log2_lambda;
-    pol.record = record;
+    blasst(pol);
     RunFlash(p, pol, stats);
   }
 }
