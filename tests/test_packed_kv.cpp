@@ -319,6 +319,12 @@ TEST(PackedKV, BadInputRaisesError) {
   EXPECT_THROW(attention_dense(in.q, kv, out, opt), Error);
   opt.q_start = 5;  // q_start is for PackedKV calls only
   EXPECT_THROW(attention_dense(in.q, in.k, in.v, out, opt), Error);
+  // Decode over the cache takes at most kMaxDecodeQueries rows, and a valid lambda.
+  Tensor o50(DType::f32, 4, 50, 64);
+  EXPECT_THROW(attention_decode(in.q, kv, o50), Error);
+  Tensor q1 = test::random_tensor(DType::f32, 4, 1, 64, 1), o1(DType::f32, 4, 1, 64);
+  EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = 1.5}), Error);
+  EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = -0.1}), Error);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "kernels/flash-inl.h"
 #include "kernels/weight_sums_policy.hpp"
+#include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/weight_sums.hpp"
 #include "test_util.hpp"
@@ -104,6 +105,34 @@ TEST(PolicyState, ColumnSumsAndBlockMassFromPHook) {
     ASSERT_EQ(std::memcmp(a.block.data(), c.block.data(), a.block.size() * 8), 0);
     expect_sums(in.q, in.k, in.v, false, causal, a);
   }
+}
+
+// attention_weight_sums refuses what it cannot use, naming it.
+TEST(PolicyState, WeightSumsBadInput) {
+  Inputs in;
+  std::vector<float> lse(4 * 190);
+  attention_dense(in.q, in.k, in.v, in.out, {}, lse.data());
+  const auto expect_error = [&](const WeightSums& w, const float* row_lse, const char* mention) {
+    WeightSums out = w;
+    try {
+      attention_weight_sums(in.q, in.k, in.v, row_lse, out);
+      ADD_FAILURE() << "accepted: " << mention;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+    }
+  };
+  WeightSums ok;
+  expect_error(ok, nullptr, "row_lse");
+  WeightSums none;
+  none.want_columns = false;
+  expect_error(none, lse.data(), "columns or blocks");
+  WeightSums bad_block;
+  bad_block.want_blocks = true;
+  bad_block.block_q = 0;
+  expect_error(bad_block, lse.data(), "block_q");
+  Tensor k3 = test::random_tensor(DType::f32, 3, 260, 64, 1);  // 4 q heads over 3 kv heads
+  WeightSums out;
+  EXPECT_THROW(attention_weight_sums(in.q, k3, k3, lse.data(), out), Error);
 }
 
 // The same policy over a sparse coverage with gathered columns: key ids of gathered tiles.
