@@ -47,8 +47,8 @@
 // LSE (when asked for): the query-sparse pass's LSE at sampled rows (exact), the block-sparse
 // pass's LSE of the masked keys elsewhere (the delta correction does not change it).
 // Coverage: every causal key for sampled rows, the mask's keys for the others (MomoCoverage).
-// Decode (q_len <= 16) runs dense decode (run_decode_or_prefill): at that few rows there is
-// nothing to sample; the report says path "decode" and covers every key.
+// Decode (q_len <= 16) runs dense decode (run_decode_or_prefill; lambda does not apply): at
+// that few rows there is nothing to sample; the report says path "decode" and covers every key.
 //
 // Report extras (Table 4 and Eq. 9 of the paper):
 //   k_sparse             keys per query row the block-sparse pass attends (mask entries / rows)
