@@ -9,8 +9,12 @@
 
 namespace spattn {
 
+// The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre.
+enum class PreTokenizer { gpt2, llama3, qwen2 };
+
 struct Tokenizer::Impl {
   Kind kind = Kind::spm;
+  PreTokenizer pre = PreTokenizer::gpt2;
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<TokenType> types;
@@ -42,9 +46,9 @@ inline size_t utf8_len(unsigned char c) {
 const std::string& byte_to_unicode(uint8_t b);
 int unicode_to_byte(uint32_t cp);
 
-// Splits `text` into words by GPT-2's pre-tokenizer regex:
+// Splits `text` into words by the pre-tokenizer's regex; GPT-2's is
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // Bytes no alternative matches (invalid UTF-8) are words of their own.
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+std::vector<std::string_view> pretokenize(std::string_view text, PreTokenizer p);
 
 }  // namespace spattn
