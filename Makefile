@@ -33,7 +33,7 @@ test-sanitize: deps
 # libFuzzer (clang, ASan + UBSan) on every file parser: GGUF, .npy, .safetensors, calibration
 # JSON, and the tokenizers on arbitrary text; FUZZ_RUNS executions each from generated seeds.
 fuzz: deps
-	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DCMAKE_CXX_COMPILER=clang++ -DSPATTN_FUZZ=ON > /dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_RUNS)

@@ -306,3 +306,17 @@ TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(TokenizerMadeUp, SpmBrokenUtf8BeforeASpaceRoundTrips) {
+  // A 4-byte lead with two continuation bytes, then a space: the broken character must not
+  // swallow the first byte of the space's U+2581 (a libFuzzer finding).
+  const std::vector<uint8_t> b = spm_vocab().bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  const std::string s = "c\xf0\x9f\x99 \xff\xfe";
+  EXPECT_EQ(t.decode(t.encode(s)), s);
+}
+
+}  // namespace
