@@ -232,6 +232,67 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
   }
 }
 
+// lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
+// and mask, every selector, both block sizes, f32 and bf16, either visiting order named.
+TEST(MomoLambda, LambdaZeroIsBitwiseNoLambda) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Workload w = text(700, 2, 1, 64, dt, 21);
+    for (const char* topk : {"hybrid", "exact", "tree", "estimate"})
+      for (int beta : {64, 128}) {
+        const std::string base = std::string("momo:gamma=8,chi=32,k=3,k_exact=1,topk=") + topk +
+                                 ",beta=" + std::to_string(beta);
+        const MomoRun off = run(base, w, dt);
+        for (const char* rule : {",lambda=0", ",lambda=0,order=in_order"}) {
+          const MomoRun on = run(base + rule, w, dt);
+          const std::string what = base + rule + " " + dtype_name(dt);
+          ASSERT_EQ(std::memcmp(on.out.data(), off.out.data(), off.out.nbytes()), 0) << what;
+          ASSERT_EQ(std::memcmp(on.lse.data(), off.lse.data(), off.lse.size() * sizeof(float)),
+                    0)
+              << what;
+          EXPECT_EQ(on.report.mask->to_dense(), off.report.mask->to_dense()) << what;
+          EXPECT_EQ(on.report.extras.at("skipped_fused"), 0.0) << what;
+          EXPECT_EQ(on.report.extras.at("skipped_sparse"), 0.0) << what;
+          EXPECT_EQ(on.report.stats.score_entries, off.report.stats.score_entries) << what;
+        }
+      }
+  }
+}
+
+// Under the rule (lambda > 0, tiles skipped in both passes) the coverage is still exactly what
+// was computed: with delta=off every row is exact attention over the keys its coverage lists
+// (sampled rows: causal keys less the fused pass's skipped tiles; the others: the mask's less
+// the block-sparse pass's), output and LSE. Both orders, beta one tile and two (blocks folded
+// from tiles arriving out of order under local-first).
+TEST(MomoLambda, CoverageIsExactUnderTheSkipRule) {
+  const int64_t L = 1200;
+  const Workload w = text(L, 2, 1, 32, DType::f32, 23);
+  for (const char* order : {"local_first", "in_order"})
+    for (int beta : {64, 128}) {
+      const std::string spec = std::string("momo:gamma=4,chi=64,k=6,k_exact=2,delta=off,"
+                                           "lambda=0.2,order=") + order +
+                               ",beta=" + std::to_string(beta);
+      const MomoRun r = run(spec, w);
+      EXPECT_GT(r.report.extras.at("skipped_fused"), 0.0) << spec;
+      EXPECT_GT(r.report.extras.at("skipped_sparse"), 0.0) << spec;
+      EXPECT_GT(r.report.stats.tiles_skipped, 0) << spec;
+      const Coverage& cov = *r.report.coverage;
+      std::vector<std::vector<std::vector<int64_t>>> keys(2);
+      int64_t short_rows = 0;
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t i = 0; i < L; ++i) {
+          keys[size_t(h)].push_back(test::coverage_keys(cov, h, i));
+          if (sampled(i, 4, L) && int64_t(keys[size_t(h)].back().size()) < i + 1) ++short_rows;
+        }
+      EXPECT_GT(short_rows, 0) << spec << ": no sampled row lost a skipped tile";
+      const test::MaskedRef ref =
+          test::masked_reference(w.q, w.k, w.v, true, [&](int64_t h, int64_t i, int64_t j) {
+            const auto& k = keys[size_t(h)][size_t(i)];
+            return std::binary_search(k.begin(), k.end(), j);
+          });
+      test::expect_matches(r.out, r.lse, ref, spec.c_str());
+    }
+}
+
 // Decode-sized queries run dense decode.
 TEST(MomoMethod, DecodeFallsBackToDenseDecode) {
   const Workload w = text(1000, 4, 2, 64, DType::f32, 17, 5);
@@ -254,7 +315,10 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:k=0", "k="},                 {"momo:k=4,k_exact=8", "k_exact"},
       {"momo:topk=heap", "topk"},         {"momo:sink=-1", "sink"},
       {"momo:local=-2", "local"},         {"momo:delta=maybe", "delta"},
-      {"momo:k_trim=0", "k_trim"},        {"momo:lambda=1", "lambda"},
+      {"momo:k_trim=0", "k_trim"},        {"momo:lambda=1.5", "lambda"},
+      {"momo:lambda=-0.1", "lambda"},     {"momo:lambda=nan", "lambda"},
+      {"momo:lambda=x", "lambda"},        {"momo:order=in_order", "order"},
+      {"momo:lambda=0.1,order=sideways", "order"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -265,6 +329,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
     }
   }
   EXPECT_NO_THROW(make_method("momo:gamma=16,chi=128,beta=128,k=64,k_exact=64,topk=tree"));
+  EXPECT_NO_THROW(make_method("momo:lambda=1"));
+  EXPECT_NO_THROW(make_method("momo:lambda=0.01,order=in_order"));
 }
 
 TEST(MomoParams, NonCausalIsAnError) {
@@ -281,7 +347,8 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
   const fs::path dir = fs::temp_directory_path() / ("spattn_momo_cli_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string small = "bench --seq 512 --heads 2 --dim 64 --repeat 1 --workload text ";
-  for (const char* p : {"gamma=0", "beta=100", "k_exact=200", "topk=x", "sink=-1", "chi=100"}) {
+  for (const char* p : {"gamma=0", "gamma=256", "beta=100", "k=0", "k_exact=200", "topk=x",
+                        "sink=-1", "local=-1", "chi=100", "lambda=2"}) {
     const test::CliRun r = test::run_spattn(small + "--method momo:" + p, dir);
     ASSERT_TRUE(r.exited()) << r.err;
     EXPECT_EQ(r.code(), 2) << p << ": " << r.err;

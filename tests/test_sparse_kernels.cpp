@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
+#include <string>
 
+#include "spattn/blasst.hpp"
 #include "spattn/error.hpp"
+#include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
+#include "spattn/workload.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -129,6 +135,85 @@ TEST(VerticalSlash, BadIndexRaisesError) {
   AttnOptions full;
   full.causal = false;
   EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx, full), Error);
+}
+
+// BLASST's rule inside the two sparse forms over a PackedKV (MOMO's lambda): lambda 0 is the form
+// without the rule bit for bit (in either order named); under a real lambda the observer sees
+// every tile once (skipped ones with LSE -inf) and does not change the output, each form's
+// record counts skips, and a bad lambda is an Error naming it.
+TEST(SparseSkipRule, LambdaZeroIsBitwiseAndObserverSeesEveryTile) {
+  const int64_t lq = 700, d = 64;
+  // The text workload: random tensors have flat scores, where nothing falls below lambda.
+  WorkloadConfig c;
+  c.seq = lq, c.heads = 2, c.kv_heads = 1, c.dim = d, c.seed = 7;
+  const Workload w = make_workload(c);
+  const TensorView q = w.q, k = w.k, v = w.v;
+  const PackedKV kv = PackedKV::pack(k, v);
+  const std::vector<int64_t> rows = strided_rows(lq, 4);
+  const int64_t R = int64_t(rows.size());
+  struct Count : BlockLseObserver {
+    std::vector<int64_t> tiles;  // per (h, compact row): tiles reported
+    int64_t rows = 0;
+    void observe(int64_t h, int64_t r0, int64_t n, int64_t, const float*) override {
+      for (int64_t r = 0; r < n; ++r) ++tiles[size_t(h * rows + r0 + r)];
+    }
+  };
+  Tensor plain(DType::f32, 2, R, d), ruled(DType::f32, 2, R, d), observed(DType::f32, 2, R, d);
+  attention_query_sparse(q, kv, rows, plain);
+  for (BlasstOrder order : {BlasstOrder::in_order, BlasstOrder::local_first}) {
+    BlasstSkip zero{0.0, order, nullptr};
+    attention_query_sparse(q, kv, rows, ruled, {}, nullptr, nullptr, nullptr, &zero);
+    EXPECT_EQ(std::memcmp(plain.data(), ruled.data(), plain.nbytes()), 0);
+  }
+  SkipStats rec;
+  BlasstSkip rule{0.3, BlasstOrder::local_first, &rec};
+  attention_query_sparse(q, kv, rows, ruled, {}, nullptr, nullptr, nullptr, &rule);
+  EXPECT_GT(rec.skipped_fraction(), 0.0);
+  Count count;
+  count.rows = R;
+  count.tiles.assign(size_t(2 * R), 0);
+  attention_query_sparse(q, kv, rows, observed, {}, nullptr, &count, nullptr, &rule);
+  EXPECT_EQ(std::memcmp(observed.data(), ruled.data(), ruled.nbytes()), 0);
+  // Every tile the row's query tile visits: those up to its tile's last row's causal limit.
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t last = rows[size_t(std::min(R - 1, (r / 64) * 64 + 63))];
+      EXPECT_EQ(count.tiles[size_t(h * R + r)], last / 64 + 1) << "head " << h << " row " << r;
+    }
+
+  const int64_t blk = 64;
+  std::vector<std::vector<int32_t>> lists;
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t qb = 0; qb < (lq + blk - 1) / blk; ++qb) {
+      std::vector<int32_t> l;
+      for (int64_t j = 0; j <= qb; ++j) l.push_back(int32_t(j));
+      lists.push_back(l);
+    }
+  const BlockMask mask = BlockMask::from_lists(2, lq, lq, blk, blk, true, lists);
+  Tensor a(DType::f32, 2, lq, d), b(DType::f32, 2, lq, d);
+  attention_block_sparse(q, kv, a, mask);
+  BlasstSkip zero{0.0, BlasstOrder::local_first, nullptr};
+  attention_block_sparse(q, kv, b, mask, {}, nullptr, nullptr, &zero);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0);
+  SkipStats brec;
+  BlasstSkip brule{0.3, BlasstOrder::local_first, &brec};
+  attention_block_sparse(q, kv, b, mask, {}, nullptr, nullptr, &brule);
+  EXPECT_GT(brec.skipped_fraction(), 0.0);
+
+  BlasstSkip bad{1.5, BlasstOrder::local_first, nullptr};
+  for (auto call : {std::function<void()>([&] {
+                      attention_query_sparse(q, kv, rows, ruled, {}, nullptr, nullptr, nullptr, &bad);
+                    }),
+                    std::function<void()>([&] {
+                      attention_block_sparse(q, kv, b, mask, {}, nullptr, nullptr, &bad);
+                    })}) {
+    try {
+      call();
+      ADD_FAILURE() << "lambda 1.5 accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("lambda"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -84,7 +84,8 @@ inline constexpr int64_t kKeyBlock = 64;
 // Sees, for each computed key tile, every row's log-sum-exp over that tile's keys (natural
 // log of sum exp(scaled score)), for causal-visible keys only (-inf if a row saw none).
 // Called from worker threads, but a given (q_head, row) is only ever reported by one thread,
-// in increasing key-block order.
+// in increasing key-block order (unless a BLASST skip rule with another visiting order is
+// given to the pass: spattn/blasst.hpp, BlasstSkip).
 class BlockLseObserver {
  public:
   virtual ~BlockLseObserver() = default;

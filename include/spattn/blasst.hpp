@@ -53,6 +53,23 @@ struct SkipStats {
   double tile_skipped_fraction(int64_t h, int64_t t) const;
 };
 
+// BLASST's rule inside another kernel form (MOMO's lambda option: the query-sparse and
+// block-sparse passes over a PackedKV take one): the same rule (blasst_skips), threshold
+// lambda in [0, 1], tiles visited in `order` (lambda 0 runs in order and skips nothing: the
+// form's output bit for bit). `record`, if set, is reset for the form's query tiles (its
+// tile_rows: 64 sampled rows for query-sparse, the mask's tile height for block-sparse) and
+// filled as attention_blasst fills it.
+struct BlasstSkip {
+  double lambda = 0.0;
+  BlasstOrder order = BlasstOrder::local_first;
+  SkipStats* record = nullptr;
+};
+
+// ranges[from, end) (sorted, disjoint keys) minus the 64-key tiles `tiles` (ascending): what
+// a row computed when its query tile skipped those tiles.
+void subtract_skipped_tiles(const std::vector<int32_t>& tiles, std::vector<KeyRange>& ranges,
+                            size_t from = 0);
+
 // lambda in [0, 1]; 0 computes every tile through the same code path as attention_dense
 // (bitwise identical output, for either order). Throws Error on lambda < 0, > 1 or NaN.
 // `order`: see BlasstOrder; in_order (the default) is the kernel as it always ran.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
 
 namespace spattn {
@@ -68,13 +69,18 @@ class PackedKV {
 // [Hq, Lq, d] with Hq a multiple of kv.kv_heads(); opt.q_start places the queries (see above).
 void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& out,
                      const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
+// Both sparse forms take an optional BLASST skip rule (spattn/blasst.hpp, BlasstSkip).
 void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
                             const BlockMask& mask, const AttnOptions& opt = {},
-                            float* lse = nullptr, Stats* stats = nullptr);
-// Compact output as attention_query_sparse; the observer sees packed 64-key tiles.
+                            float* lse = nullptr, Stats* stats = nullptr,
+                            const BlasstSkip* skip = nullptr);
+// Compact output as attention_query_sparse; the observer sees packed 64-key tiles. Under a
+// skip rule the observer also sees each skipped tile, with LSE -inf for every row (the tile's
+// mass is not computed), so it is told of every tile either way.
 void attention_query_sparse(const TensorView& q, const PackedKV& kv,
                             const std::vector<int64_t>& rows, const TensorView& out,
                             const AttnOptions& opt = {}, float* lse = nullptr,
-                            BlockLseObserver* observer = nullptr, Stats* stats = nullptr);
+                            BlockLseObserver* observer = nullptr, Stats* stats = nullptr,
+                            const BlasstSkip* skip = nullptr);
 
 }  // namespace spattn

@@ -41,12 +41,9 @@ struct MarginPolicy : BlasstOrdered<DensePolicy> {
 
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
-void BlasstEntry(const Problem& p, float threshold, BlasstOrder order, SkipStats* record,
-                 Stats* stats) {
+void BlasstEntry(const Problem& p, const BlasstSetup& s, Stats* stats) {
   BlasstPolicy pol;
-  pol.threshold = threshold;
-  pol.order = order;
-  pol.record = record;
+  apply_blasst(pol, s);
   RunFlash(p, pol, stats);
 }
 void MarginEntry(const Problem& p, BlasstOrder order,
@@ -87,21 +84,34 @@ BlasstOrder parse_blasst_order(const std::string& name) {
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip, BlasstOrder order) {
-  const float threshold = kernels::blasst_log2_threshold(lambda, "blasst");
-  kernels::check_blasst_order(order, "blasst");
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
-  if (skip) {
-    const kernels::DensePolicy tiles;
-    skip->reset(q.heads, tiles.num_tiles(p), tiles.tile_rows);
-  }
-  // Nothing is skipped at lambda 0, so the order changes nothing but rounding: run in order,
-  // the dense kernel's sums bit for bit.
-  if (lambda == 0) order = BlasstOrder::in_order;
-  HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, threshold, order, skip, stats);
-  // Tiles were recorded as visited; the lists are kept ascending for every order.
-  if (skip && order != BlasstOrder::in_order)
-    for (auto& tiles : skip->skipped_tiles) std::sort(tiles.begin(), tiles.end());
+  const kernels::DensePolicy tiles;
+  const kernels::BlasstSetup s = kernels::blasst_setup(
+      BlasstSkip{lambda, order, skip}, q.heads, tiles.num_tiles(p), tiles.tile_rows, "blasst");
+  HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, s, stats);
+  kernels::blasst_finish(s);
 }
+
+namespace kernels {
+BlasstSetup blasst_setup(const BlasstSkip& skip, int64_t heads, int64_t q_tiles,
+                         int64_t tile_rows, const char* who) {
+  BlasstSetup s;
+  s.threshold = blasst_log2_threshold(skip.lambda, who);
+  check_blasst_order(skip.order, who);
+  // Nothing is skipped at lambda 0, so the order changes nothing but rounding: run in order,
+  // the form's own sums bit for bit.
+  s.order = skip.lambda == 0 ? BlasstOrder::in_order : skip.order;
+  s.record = skip.record;
+  if (s.record) s.record->reset(heads, q_tiles, tile_rows);
+  return s;
+}
+
+void blasst_finish(const BlasstSetup& s) {
+  // Tiles were recorded as visited; the lists are kept ascending for every order.
+  if (s.record && s.order != BlasstOrder::in_order)
+    for (auto& tiles : s.record->skipped_tiles) std::sort(tiles.begin(), tiles.end());
+}
+}  // namespace kernels
 
 TileMargins blasst_tile_margins(const TensorView& q, const TensorView& k, const TensorView& v,
                                 const AttnOptions& opt, BlasstOrder order) {
@@ -173,15 +183,10 @@ class BlasstCoverage final : public Coverage {
   }
   void row_ranges(int64_t h, int64_t row, std::vector<KeyRange>& out) const override {
     const int64_t limit = causal_limit(row, q_len_, kv_len_, causal_);
-    const std::vector<int32_t>& skipped = s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)];
-    int64_t begin = 0;
-    for (int32_t t : skipped) {
-      const int64_t b = int64_t(t) * kernels::kTileKeys;
-      if (b >= limit) break;
-      if (b > begin) out.push_back({begin, b});
-      begin = b + kernels::kTileKeys;
-    }
-    if (begin < limit) out.push_back({begin, limit});
+    const size_t from = out.size();
+    if (limit > 0) out.push_back({0, limit});
+    subtract_skipped_tiles(s_.skipped_tiles[size_t(h * s_.q_tiles + row / s_.tile_rows)], out,
+                           from);
   }
 
  private:
@@ -190,6 +195,26 @@ class BlasstCoverage final : public Coverage {
   bool causal_;
 };
 }  // namespace
+
+void subtract_skipped_tiles(const std::vector<int32_t>& tiles, std::vector<KeyRange>& ranges,
+                            size_t from) {
+  if (tiles.empty() || from >= ranges.size()) return;
+  const std::vector<KeyRange> in(ranges.begin() + ptrdiff_t(from), ranges.end());
+  ranges.resize(from);
+  size_t t = 0;
+  for (KeyRange r : in) {
+    // Tiles wholly before r are done with; each tile inside r splits it.
+    while (t < tiles.size() && (int64_t(tiles[t]) + 1) * kernels::kTileKeys <= r.begin) ++t;
+    for (; t < tiles.size(); ++t) {
+      const int64_t b = int64_t(tiles[t]) * kernels::kTileKeys, e = b + kernels::kTileKeys;
+      if (b >= r.end) break;
+      if (b > r.begin) ranges.push_back({r.begin, b});
+      r.begin = std::max(r.begin, e);
+      if (r.begin >= r.end) break;
+    }
+    if (r.begin < r.end) ranges.push_back(r);
+  }
+}
 
 std::unique_ptr<Coverage> blasst_coverage(SkipStats skip, int64_t q_len, int64_t kv_len,
                                           bool causal) {

@@ -4,6 +4,7 @@
 #define HWY_TARGET_INCLUDE "kernels/block_sparse.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include "kernels/blasst_policy.hpp"
 #include "kernels/flash-inl.h"
 #include "spattn/sparse_attention.hpp"
 
@@ -36,12 +37,24 @@ inline int64_t tile_rows_for(int64_t block_q) {
 
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
-void BlockSparseEntry(const Problem& p, const BlockMask* mask, Stats* stats) {
-  BlockSparsePolicy pol;
+template <class Policy>
+void RunBlockSparse(const Problem& p, const BlockMask* mask, Policy& pol, Stats* stats) {
   pol.mask = mask;
   pol.tile_rows = tile_rows_for(mask->block_q);
   pol.tiles_per_block = mask->block_q / pol.tile_rows;
   RunFlash(p, pol, stats);
+}
+void BlockSparseEntry(const Problem& p, const BlockMask* mask, Stats* stats,
+                      const BlasstSetup* skip) {
+  if (skip) {
+    // BLASST's rule over the mask's blocks (MOMO's lambda).
+    BlasstSkipping<BlasstOrdered<BlockSparsePolicy>> pol;
+    apply_blasst(pol, *skip);
+    RunBlockSparse(p, mask, pol, stats);
+  } else {
+    BlockSparsePolicy pol;
+    RunBlockSparse(p, mask, pol, stats);
+  }
 }
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
@@ -61,12 +74,12 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
   mask.validate();
-  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats);
+  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats, nullptr);
 }
 
 void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
                             const BlockMask& mask, const AttnOptions& opt, float* lse,
-                            Stats* stats) {
+                            Stats* stats, const BlasstSkip* skip) {
   const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
   // A BlockMask states causality by index, bottom-right. Over keys in another order (or queries
   // placed elsewhere) the mask is a plain set of packed blocks (causal = false) and the kernel
@@ -77,7 +90,15 @@ void attention_block_sparse(const TensorView& q, const PackedKV& kv, const Tenso
                "mask with causal = false; the kernel applies causality by key positions");
   mask.check_matches(q.heads, q.seq, kv.size(), natural ? opt.causal : false);
   mask.validate();
-  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats);
+  if (!skip) {
+    HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats, nullptr);
+    return;
+  }
+  const int64_t tile_rows = kernels::tile_rows_for(mask.block_q);
+  const kernels::BlasstSetup s = kernels::blasst_setup(
+      *skip, q.heads, (q.seq + tile_rows - 1) / tile_rows, tile_rows, "block_sparse");
+  HWY_DYNAMIC_DISPATCH(kernels::BlockSparseEntry)(p, &mask, stats, &s);
+  kernels::blasst_finish(s);
 }
 }  // namespace spattn
 #endif

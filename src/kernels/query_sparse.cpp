@@ -5,6 +5,7 @@
 #define HWY_TARGET_INCLUDE "kernels/query_sparse.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include "kernels/blasst_policy.hpp"
 #include "kernels/flash-inl.h"
 #include "spattn/error.hpp"
 #include "spattn/sparse_attention.hpp"
@@ -29,6 +30,20 @@ struct RowListPolicy : DensePolicy {
   }
 };
 
+// The observed row-list pass under BLASST's rule (MOMO's lambda): a skipped tile is reported to
+// the observer with LSE -inf on every row, so that an observer that folds tiles into larger
+// blocks still sees each tile once.
+struct SkippingObservedRowList : BlasstSkipping<BlasstOrdered<LseObserved<RowListPolicy>>> {
+  template <class L>
+  bool skip(L& local, const TileView& v) const {
+    if (!BlasstSkipping::skip(local, v)) return false;
+    static const std::vector<float> no_mass(size_t(kMaxTileRows), kNegInf);
+    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, no_mass.data());
+    return true;
+  }
+};
+using SkippingRowList = BlasstSkipping<BlasstOrdered<RowListPolicy>>;
+
 
 }  // namespace spattn::kernels
 #endif
@@ -36,8 +51,19 @@ struct RowListPolicy : DensePolicy {
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 void QuerySparseEntry(const Problem& p, const std::vector<int64_t>* rows,
-                      BlockLseObserver* observer, Stats* stats) {
-  if (observer) {
+                      BlockLseObserver* observer, Stats* stats, const BlasstSetup* skip) {
+  if (skip && observer) {
+    SkippingObservedRowList pol;
+    pol.list = rows;
+    pol.observer = observer;
+    apply_blasst(pol, *skip);
+    RunFlash(p, pol, stats);
+  } else if (skip) {
+    SkippingRowList pol;
+    pol.list = rows;
+    apply_blasst(pol, *skip);
+    RunFlash(p, pol, stats);
+  } else if (observer) {
     LseObserved<RowListPolicy> pol;
     pol.list = rows;
     pol.observer = observer;
@@ -96,17 +122,26 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   check_rows(q, rows, out);
   kernels::Problem p = kernels::make_problem(q, k, v, shaped_as_q(out, q), opt, lse);
   p.out = out;
-  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats);
+  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats, nullptr);
 }
 
 void attention_query_sparse(const TensorView& q, const PackedKV& kv,
                             const std::vector<int64_t>& rows, const TensorView& out,
                             const AttnOptions& opt, float* lse, BlockLseObserver* observer,
-                            Stats* stats) {
+                            Stats* stats, const BlasstSkip* skip) {
   check_rows(q, rows, out);
   kernels::Problem p = kernels::make_problem(q, kv.data(), shaped_as_q(out, q), opt, lse);
   p.out = out;
-  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats);
+  if (!skip) {
+    HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats, nullptr);
+    return;
+  }
+  kernels::RowListPolicy tiles;
+  tiles.list = &rows;
+  const kernels::BlasstSetup s = kernels::blasst_setup(*skip, q.heads, tiles.num_tiles(p),
+                                                       tiles.tile_rows, "query_sparse");
+  HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats, &s);
+  kernels::blasst_finish(s);
 }
 }  // namespace spattn
 #endif

@@ -16,6 +16,15 @@
 //           a query block's diagonal can touch for any alignment (3 at chi = 128, beta = 64)
 //   delta   on | off: apply Delta = O_gamma - (O_*)_gamma to the rows of each gamma-group
 //           (Eq. 2), or not
+//   lambda  (beyond the paper) BLASST's skip rule (blasst_skips, "BLASST: Dynamic Blocked
+//           Attention Sparsity via Softmax Thresholding", Section 3) inside both passes, threshold
+//           lambda in [0, 1]; absent: no rule. lambda=0 skips nothing and is the same output bit
+//           for bit. In the fused pass a skipped tile adds nothing to its block's score S(j) (its
+//           mass is below lambda times the running max's), and a block all of whose tiles were
+//           skipped is not pushed to the selector (the estimated selector still counts it among
+//           the row's blocks, so it is a little stricter there).
+//   order   local_first | in_order: the tile visiting order of the rule (BlasstOrder); default
+//           local_first, BLASST's default. Only with lambda.
 //   timing  0 | 1: add ms_fused, ms_trim, ms_sparse, ms_delta (steady clock) to the extras;
 //           off by default, so that two runs report identical extras
 // Sink and local blocks are not pushed to the selectors and do not count against k or k_trim.
@@ -23,9 +32,9 @@
 // A run (prefill, q_len > 16):
 //   1. Fused pass (Algorithm 1, step 1): K/V packed once; attention_query_sparse over
 //      strided_rows(q_len, gamma) (rows gamma-1, 2 gamma-1, ..., and always the last row) gives
-//      O_gamma and, through a BlockLseObserver, each sampled row's per-64-key-tile LSE. Tiles are
-//      combined by log-add-exp into beta-key blocks, the block score S(j) (Eq. 3), and pushed
-//      into the row's own online top-k selector.
+//      O_gamma and, through a BlockSelectObserver (spattn/select_observer.hpp), each sampled
+//      row's per-64-key-tile LSE, combined by log-add-exp into beta-key blocks, the block score
+//      S(j) (Eq. 3), and pushed into the row's own online top-k selector.
 //   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block pool their
 //      selected blocks, a block chosen by several rows takes the mean of its scores, the top
 //      k_trim by score (ties: smaller block) are kept, and the sink and local blocks added.
@@ -38,8 +47,8 @@
 // LSE (when asked for): the query-sparse pass's LSE at sampled rows (exact), the block-sparse
 // pass's LSE of the masked keys elsewhere (the delta correction does not change it).
 // Coverage: every causal key for sampled rows, the mask's keys for the others (MomoCoverage).
-// Decode (q_len <= 16) runs dense decode (run_decode_or_prefill): at that few rows there is
-// nothing to sample; the report says path "decode" and covers every key.
+// Decode (q_len <= 16) runs dense decode (run_decode_or_prefill; lambda does not apply): at
+// that few rows there is nothing to sample; the report says path "decode" and covers every key.
 //
 // Report extras (Table 4 and Eq. 9 of the paper):
 //   k_sparse             keys per query row the block-sparse pass attends (mask entries / rows)
@@ -50,6 +59,8 @@
 //   sparsity_eq9         1 - min(1, (beta K + S + W + C / gamma) / C), Eq. 9, with K the mean
 //                        selected (non-forced) blocks per query block, S = sink * beta,
 //                        W = local * beta, C = kv_len
+//   (lambda only) lambda, skipped_fused and skipped_sparse: the fraction of visited key tiles
+//                        each pass skipped
 // stats are the sum of both passes (causal_entries: the problem's, counted once).
 #include <algorithm>
 #include <chrono>
@@ -61,13 +72,16 @@
 #include <utility>
 #include <vector>
 
+#include "core/threading.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
+#include "spattn/blasst.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/select.hpp"
+#include "spattn/select_observer.hpp"
 #include "spattn/sparse_attention.hpp"
 
 namespace spattn {
@@ -78,101 +92,37 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-float log_add_exp(float a, float b) {
-  const float m = std::max(a, b);
-  if (m == -std::numeric_limits<float>::infinity()) return m;
-  return m + std::log1p(std::exp(std::min(a, b) - m));
-}
-
 // Sampled rows (is_strided_row) see every causal key; every other row sees what the block mask
-// lists.
+// lists. Under the skip rule (lambda), less the tiles each pass's query tile skipped: the
+// fused pass's tiles hold 64 consecutive sampled rows, the block-sparse pass's tile_rows rows.
 class MomoCoverage final : public Coverage {
  public:
-  MomoCoverage(std::shared_ptr<const BlockMask> mask, int64_t gamma)
-      : mask_(block_mask_coverage(mask)), m_(std::move(mask)), gamma_(gamma) {}
+  MomoCoverage(std::shared_ptr<const BlockMask> mask, int64_t gamma, int64_t sampled_rows,
+               std::optional<SkipStats> fused_skips, std::optional<SkipStats> sparse_skips)
+      : mask_(block_mask_coverage(mask)), m_(std::move(mask)), gamma_(gamma),
+        sampled_(sampled_rows), fused_(std::move(fused_skips)), sparse_(std::move(sparse_skips)) {}
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    const size_t from = out.size();
     if (is_strided_row(row, m_->q_len, gamma_)) {
       const int64_t lim = causal_limit(row, m_->q_len, m_->kv_len, m_->causal);
       if (lim > 0) out.push_back({0, lim});
+      // Its index among strided_rows: row gamma - 1 is 0, and the last row is the last.
+      const int64_t ri = row % gamma_ == gamma_ - 1 ? row / gamma_ : sampled_ - 1;
+      if (fused_) subtract_skipped_tiles(skipped(*fused_, head, ri), out, from);
       return;
     }
     mask_->row_ranges(head, row, out);
+    if (sparse_) subtract_skipped_tiles(skipped(*sparse_, head, row), out, from);
   }
 
  private:
+  static const std::vector<int32_t>& skipped(const SkipStats& s, int64_t head, int64_t row) {
+    return s.skipped_tiles[size_t(head * s.q_tiles + row / s.tile_rows)];
+  }
   std::unique_ptr<Coverage> mask_;
   std::shared_ptr<const BlockMask> m_;
-  int64_t gamma_;
-};
-
-// Per query block: the key blocks always kept, [0, sink_end) and [local_begin, causal_end).
-struct ForcedBlocks {
-  int64_t sink_end = 0, local_begin = 0, causal_end = 0;
-  bool forced(int64_t j) const { return j < sink_end || j >= local_begin; }
-  // Forced blocks among [0, nb), nb <= causal_end.
-  int64_t count(int64_t nb) const {
-    const int64_t s = std::min(sink_end, nb);
-    return s + std::max<int64_t>(0, nb - std::max(local_begin, s));
-  }
-};
-
-// Step 1's selection: per (q head, sampled row) an online top-k selector fed the row's block
-// scores S(j) as the query-sparse kernel reports them.
-class SelectObserver final : public BlockLseObserver {
- public:
-  SelectObserver(int64_t heads, const std::vector<int64_t>& rows, int64_t q_len, int64_t kv_len,
-                 int64_t beta, const std::vector<ForcedBlocks>& forced, int64_t chi,
-                 const TopKParams& params)
-      : rows_(rows.size()), beta_(beta), params_(params), state_(size_t(heads) * rows.size()) {
-    limit_.reserve(rows.size());
-    forced_.reserve(rows.size());
-    for (int64_t r : rows) {
-      limit_.push_back(causal_limit(r, q_len, kv_len, true));
-      forced_.push_back(forced[size_t(r / chi)]);
-    }
-  }
-
-  void observe(int64_t q_head, int64_t row_begin, int64_t rows, int64_t key_block,
-               const float* block_lse) override {
-    const int64_t key0 = key_block * kKeyBlock, key1 = key0 + kKeyBlock;
-    const int64_t j = key0 / beta_;
-    const bool first_tile = key0 % beta_ == 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t r = row_begin + i;
-      const int64_t limit = limit_[size_t(r)];
-      if (key0 >= limit) continue;  // past this row's causal keys (the tile served later rows)
-      Row& s = state_[size_t(q_head * rows_ + r)];
-      s.acc = first_tile ? block_lse[i] : log_add_exp(s.acc, block_lse[i]);
-      if (key1 % beta_ != 0 && key1 < limit) continue;  // block j goes on in the next tile
-      const ForcedBlocks& f = forced_[size_t(r)];
-      if (f.forced(j)) continue;
-      if (!s.sel) {
-        const int64_t nb = (limit + beta_ - 1) / beta_;
-        TopKParams p = params_;
-        p.total_blocks = nb - f.count(nb);
-        s.sel.emplace(p);
-      }
-      s.sel->push(int32_t(j), s.acc);
-    }
-  }
-
-  // The blocks row r of q head h selected (empty if it had none to choose from).
-  void result(int64_t h, int64_t r, std::vector<BlockScore>& out) const {
-    const Row& s = state_[size_t(h * rows_ + r)];
-    if (s.sel) s.sel->result(out);
-    else out.clear();
-  }
-
- private:
-  struct Row {
-    std::optional<TopKSelector> sel;
-    float acc = 0.0f;  // LSE of the beta-block in progress
-  };
-  int64_t rows_, beta_;
-  TopKParams params_;
-  std::vector<int64_t> limit_;
-  std::vector<ForcedBlocks> forced_;
-  std::vector<Row> state_;
+  int64_t gamma_, sampled_;
+  std::optional<SkipStats> fused_, sparse_;
 };
 
 class Momo final : public Method {
@@ -193,6 +143,17 @@ class Momo final : public Method {
     local_ = r.get_int("local", (chi_ - 1 + beta_ - 1) / beta_ + 1, 0, int64_t(1) << 40);
     const std::string delta = r.get_string("delta", "on");
     timing_ = r.get_int("timing", 0, 0, 1) != 0;
+    if (r.has("lambda")) {
+      blasst_.emplace();
+      blasst_->lambda = r.get_double("lambda", 0.0, 0.0, 1.0);
+      try {
+        blasst_->order = parse_blasst_order(r.get_string("order", "local_first"));
+      } catch (const Error& e) {
+        detail::fail("momo: order: ", e.what());
+      }
+    }
+    SPATTN_CHECK(blasst_ || !r.has("order"), "momo: order= goes with lambda=X (the skip rule's "
+                 "visiting order)");
     r.finish();
     SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
     SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=", gamma_);
@@ -249,49 +210,71 @@ class Momo final : public Method {
     params.kind = kind_;
     params.k = k_;
     params.k_exact = k_exact_;
-    SelectObserver observer(H, rows, L, Lkv, beta_, forced, chi_, params);
+    BlockSelectObserver observer(H, rows, L, Lkv, beta_, forced, chi_, params);
     Stats qs_stats;
-    attention_query_sparse(q, packed, rows, og, opt, lse_g.data(), &observer, &qs_stats);
+    // Under the skip rule each pass records the tiles it skipped, for the coverage.
+    std::optional<SkipStats> fused_skips, sparse_skips;
+    BlasstSkip fused_rule, sparse_rule;
+    if (blasst_) {
+      fused_skips.emplace().record_tiles = true;
+      sparse_skips.emplace().record_tiles = true;
+      fused_rule = sparse_rule = *blasst_;
+      fused_rule.record = &*fused_skips;
+      sparse_rule.record = &*sparse_skips;
+    }
+    attention_query_sparse(q, packed, rows, og, opt, lse_g.data(), &observer, &qs_stats,
+                           blasst_ ? &fused_rule : nullptr);
     const double ms_fused = ms_since(t0);
 
-    // Step 2: union and trim (Algorithm 2) per (head, query block).
+    // Step 2: union and trim (Algorithm 2), one item per (head, query block), in parallel:
+    // each item writes only its own list and counts, so the mask is the same for any thread
+    // count.
     t0 = Clock::now();
     std::vector<std::vector<int32_t>> lists(size_t(H * nqb));
-    std::vector<BlockScore> pool, one;
-    int64_t selected_row_blocks = 0, selected_mask_blocks = 0;
-    for (int64_t h = 0; h < H; ++h) {
-      size_t ri = 0;
-      for (int64_t qb = 0; qb < nqb; ++qb) {
-        pool.clear();
-        for (; ri < rows.size() && rows[ri] < (qb + 1) * chi_; ++ri) {
-          observer.result(h, int64_t(ri), one);
-          selected_row_blocks += int64_t(one.size());
-          pool.insert(pool.end(), one.begin(), one.end());
-        }
-        // Duplicates (a block several rows chose) take the mean of their scores.
-        std::sort(pool.begin(), pool.end(),
-                  [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
-        size_t n = 0;
-        for (size_t i = 0; i < pool.size();) {
-          size_t e = i;
-          double sum = 0;
-          while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
-          pool[n++] = {pool[i].block, float(sum / double(e - i))};
-          i = e;
-        }
-        pool.resize(n);
-        const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
-        std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
-        selected_mask_blocks += int64_t(keep);
-        std::vector<int32_t>& list = lists[size_t(h * nqb + qb)];
-        const ForcedBlocks& f = forced[size_t(qb)];
-        for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
-        for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
-        for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
-          list.push_back(int32_t(j));
-        std::sort(list.begin(), list.end());
+    std::vector<size_t> first_row(size_t(nqb + 1));  // rows[first_row[qb]...] in block qb
+    for (int64_t qb = 0; qb <= nqb; ++qb)
+      first_row[size_t(qb)] = size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) -
+                                     rows.begin());
+    const int threads = resolve_threads(opt.threads);
+    std::vector<std::vector<BlockScore>> pools(static_cast<size_t>(threads)),
+        ones(static_cast<size_t>(threads));
+    std::vector<int64_t> row_blocks(size_t(H * nqb)), kept_blocks(size_t(H * nqb));
+    parallel_for(H * nqb, threads, [&](int64_t item, int thread) {
+      const int64_t h = item / nqb, qb = item % nqb;
+      std::vector<BlockScore>& pool = pools[size_t(thread)];
+      std::vector<BlockScore>& one = ones[size_t(thread)];
+      pool.clear();
+      for (size_t ri = first_row[size_t(qb)]; ri < first_row[size_t(qb + 1)]; ++ri) {
+        observer.result(h, int64_t(ri), one);
+        row_blocks[size_t(item)] += int64_t(one.size());
+        pool.insert(pool.end(), one.begin(), one.end());
       }
-    }
+      // Duplicates (a block several rows chose) take the mean of their scores.
+      std::sort(pool.begin(), pool.end(),
+                [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
+      size_t n = 0;
+      for (size_t i = 0; i < pool.size();) {
+        size_t e = i;
+        double sum = 0;
+        while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
+        pool[n++] = {pool[i].block, float(sum / double(e - i))};
+        i = e;
+      }
+      pool.resize(n);
+      const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
+      std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+      kept_blocks[size_t(item)] = int64_t(keep);
+      std::vector<int32_t>& list = lists[size_t(item)];
+      const ForcedBlocks& f = forced[size_t(qb)];
+      for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
+      for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
+      for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
+        list.push_back(int32_t(j));
+      std::sort(list.begin(), list.end());
+    });
+    int64_t selected_row_blocks = 0, selected_mask_blocks = 0;
+    for (size_t i = 0; i < row_blocks.size(); ++i)
+      selected_row_blocks += row_blocks[i], selected_mask_blocks += kept_blocks[i];
     *mask = BlockMask::from_lists(H, L, Lkv, chi_, beta_, true, lists);
     mask->validate();
     const double ms_trim = ms_since(t0);
@@ -303,7 +286,8 @@ class Momo final : public Method {
     Tensor tmp = direct ? Tensor() : Tensor(DType::f32, H, L, d);
     const TensorView os = direct ? out : tmp.view();  // f32, contiguous along dim
     Stats bs_stats;
-    attention_block_sparse(q, packed, os, *mask, opt, lse, &bs_stats);
+    attention_block_sparse(q, packed, os, *mask, opt, lse, &bs_stats,
+                           blasst_ ? &sparse_rule : nullptr);
     const double ms_sparse = ms_since(t0);
 
     // Step 4: the delta correction (Eq. 2); sampled rows take O_gamma.
@@ -348,6 +332,11 @@ class Momo final : public Method {
     rep.extras["sparsity_eq9"] =
         1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) + double(local_ * beta_) +
                              C / double(gamma_)) / C);
+    if (blasst_) {
+      rep.extras["lambda"] = blasst_->lambda;
+      rep.extras["skipped_fused"] = fused_skips->skipped_fraction();
+      rep.extras["skipped_sparse"] = sparse_skips->skipped_fraction();
+    }
     if (timing_) {
       rep.extras["ms_fused"] = ms_fused;
       rep.extras["ms_trim"] = ms_trim;
@@ -355,7 +344,8 @@ class Momo final : public Method {
       rep.extras["ms_delta"] = ms_delta;
     }
     std::shared_ptr<const BlockMask> cmask = std::move(mask);
-    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma_);
+    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma_, R, std::move(fused_skips),
+                                                  std::move(sparse_skips));
     rep.mask = std::move(cmask);
   }
 
@@ -364,6 +354,7 @@ class Momo final : public Method {
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
   bool delta_ = true, timing_ = false;
+  std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
 }  // namespace

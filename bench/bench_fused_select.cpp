@@ -1,0 +1,132 @@
+// The CPU analogue of MOMO's Fig. 4 ("Measure Once, Mask Once: Delta Refined Block Sparse
+// Attention", Section 4.2): the fused pass's time against k = 16, 32, ..., 1024 for each online
+// top-k selector, and the attention mass each one's choice captures relative to the exact
+// top-512 (the paper's k = k_exact = 512).
+//
+// The fused pass is the query-sparse pass at gamma = 16 (every 16th row and the last, against
+// all its causal keys) with each sampled row's selector fed through BlockSelectObserver, as
+// momo runs it, on the `text` workload (2 heads, d 128, f32, causal, 2 threads), K/V packed once
+// outside the timing. Blocks of beta = 64 keys and none forced: every causal block is a
+// candidate. The hybrid keeps 8 exact slots (the paper's 128/8). kind:-1 is the plain
+// query-sparse pass without observer; the fused pass's overhead is its time over that one.
+//
+// mass: per sampled row with more causal blocks than 512, the softmax mass of the blocks kept
+// (sum of exp(S(j) - LSE_row)) over that of the exact top-512, averaged over those rows (rows
+// with fewer blocks keep everything at k = 512). mass_abs: the mean mass kept over every
+// sampled row.
+// Run: build/bin/spattn_microbench --benchmark_filter='FusedSelect/seq:131072'
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "spattn/packed_kv.hpp"
+#include "spattn/select_observer.hpp"
+#include "spattn/sparse_attention.hpp"
+#include "spattn/workload.hpp"
+
+namespace spattn::bench {
+namespace {
+
+constexpr int64_t kHeads = 2, kDim = 128, kGamma = 16, kBeta = 64;
+constexpr int kRefK = 512, kHybridExact = 8;
+
+AttnOptions options() {
+  AttnOptions opt;
+  opt.check_finite = false;  // time the pass, not the input scan
+  return opt;
+}
+
+struct Inputs {
+  Workload w;
+  PackedKV packed;
+  std::vector<int64_t> rows;
+  std::vector<ForcedBlocks> forced;  // one query block, nothing forced
+  Tensor og;
+  std::vector<float> lse;
+  std::vector<double> ref_mass;  // per (head, sampled row): mass of the exact top-512
+
+  explicit Inputs(int64_t seq)
+      : w(make_workload(config(seq))),
+        packed(PackedKV::pack(w.k, w.v, 0, 0)),
+        rows(strided_rows(seq, kGamma)),
+        forced{ForcedBlocks{0, INT64_MAX, INT64_MAX}},
+        og(DType::f32, kHeads, int64_t(rows.size()), kDim),
+        lse(size_t(kHeads) * rows.size()) {
+    std::unique_ptr<BlockSelectObserver> ref = run(TopKKind::exact, kRefK);
+    ref_mass = masses(*ref);
+  }
+  static WorkloadConfig config(int64_t seq) {
+    WorkloadConfig c;
+    c.seq = seq, c.heads = kHeads, c.dim = kDim;
+    return c;
+  }
+  std::unique_ptr<BlockSelectObserver> run(TopKKind kind, int k) {
+    TopKParams p;
+    p.kind = kind, p.k = k, p.k_exact = std::min(kHybridExact, k);
+    const int64_t L = w.q.seq();
+    auto obs = std::make_unique<BlockSelectObserver>(kHeads, rows, L, L, kBeta, forced, L, p);
+    attention_query_sparse(w.q, packed, rows, og, options(), lse.data(), obs.get());
+    return obs;
+  }
+  std::vector<double> masses(const BlockSelectObserver& obs) const {
+    std::vector<double> m;
+    std::vector<BlockScore> sel;
+    for (int64_t h = 0; h < kHeads; ++h)
+      for (size_t r = 0; r < rows.size(); ++r) {
+        obs.result(h, int64_t(r), sel);
+        const double row_lse = lse[size_t(h) * rows.size() + r];
+        double sum = 0;
+        for (const BlockScore& b : sel) sum += std::exp(double(b.score) - row_lse);
+        m.push_back(sum);
+      }
+    return m;
+  }
+};
+
+Inputs& inputs(int64_t seq) {
+  static std::map<int64_t, std::unique_ptr<Inputs>> cache;
+  auto& slot = cache[seq];
+  if (!slot) slot = std::make_unique<Inputs>(seq);
+  return *slot;
+}
+
+void BM_FusedSelect(benchmark::State& state) {
+  Inputs& in = inputs(state.range(0));
+  const int kind = int(state.range(1)), k = int(state.range(2));
+  if (kind < 0) {
+    for (auto _ : state)
+      attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
+    return;
+  }
+  std::unique_ptr<BlockSelectObserver> obs;
+  for (auto _ : state) obs = in.run(TopKKind(kind), k);
+  const std::vector<double> m = in.masses(*obs);
+  double rel = 0, abs = 0;
+  int64_t long_rows = 0;
+  for (size_t i = 0; i < m.size(); ++i) {
+    abs += m[i];
+    const int64_t row = in.rows[i % in.rows.size()];
+    if ((row + kBeta) / kBeta > kRefK) rel += m[i] / in.ref_mass[i], ++long_rows;
+  }
+  state.counters["mass"] = long_rows ? rel / double(long_rows) : 1.0;
+  state.counters["mass_abs"] = abs / double(m.size());
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"seq", "kind", "k"});
+  for (int64_t seq : {32768, 131072}) {
+    b->Args({seq, -1, 0});
+    for (int kind = 0; kind < 4; ++kind)  // TopKKind: exact, tree, estimate, hybrid
+      for (int k = 16; k <= 1024; k *= 2) b->Args({seq, kind, k});
+  }
+}
+
+BENCHMARK(BM_FusedSelect)->Apply(args)->Iterations(2)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace spattn::bench

@@ -1,0 +1,73 @@
+// The online block selection of "Measure Once, Mask Once: Delta Refined Block Sparse Attention"
+// (MOMO), Algorithm 1, step 1, as a BlockLseObserver: while the query-sparse pass runs, each
+// sampled row's key blocks of beta keys get their block score S(j) = log sum_{l in B(j)}
+// exp(q . k_l) (Section 3, Eq. 3: the log-add-exp of the row's per-tile LSE the kernel reports)
+// and go to the row's own online top-k selector (spattn/select.hpp). The momo method and the
+// selector micro-benchmark (the paper's Fig. 4) both run it.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/select.hpp"
+
+namespace spattn {
+
+// The key blocks a query block always keeps, [0, sink_end) and [local_begin, causal_end) (the S
+// and W of MOMO's Eq. 9); they are not pushed to the selectors and do not count against k.
+struct ForcedBlocks {
+  int64_t sink_end = 0, local_begin = 0, causal_end = 0;
+  bool forced(int64_t j) const { return j < sink_end || j >= local_begin; }
+  // Forced blocks among [0, nb), nb <= causal_end.
+  int64_t count(int64_t nb) const {
+    const int64_t s = std::min(sink_end, nb);
+    return s + std::max<int64_t>(0, nb - std::max(local_begin, s));
+  }
+};
+
+// Per (q head, sampled row) a selector of `params` (total_blocks: the row's causal blocks less
+// its forced ones), created at the row's first pushed block. rows: the pass's row list
+// (compact index = position in it), causal bottom-right over kv_len keys; forced[qb] applies to
+// the rows of query block qb = row / chi. beta: a multiple of the kernel's 64-key tile.
+//
+// Tiles may come in any order in which at most 4 blocks of a row are in progress at once (in
+// order: one; BLASST's local-first order: the diagonal's, the sink's and the current one),
+// each tile exactly once (a tile skipped under BLASST's rule comes with LSE -inf). A block is
+// pushed when its last tile below the row's causal limit has come; its score is the
+// log-add-exp of its tiles in arrival order. A block whose tiles were all skipped (score -inf)
+// is not pushed. Rows are independent: the kernel's threads may report different rows at once.
+class BlockSelectObserver final : public BlockLseObserver {
+ public:
+  BlockSelectObserver(int64_t heads, const std::vector<int64_t>& rows, int64_t q_len,
+                      int64_t kv_len, int64_t beta, const std::vector<ForcedBlocks>& forced,
+                      int64_t chi, const TopKParams& params);
+
+  void observe(int64_t q_head, int64_t row_begin, int64_t rows, int64_t key_block,
+               const float* block_lse) override;
+
+  // The blocks row r (compact index) of q head h selected, best first (empty if it had none to
+  // choose from). Safe to call from several threads at once once the pass is over.
+  void result(int64_t h, int64_t r, std::vector<BlockScore>& out) const;
+
+ private:
+  static constexpr int kPending = 4;
+  struct Row {
+    std::optional<TopKSelector> sel;
+    // Beta-blocks in progress: block (-1: free slot), tiles still to come, LSE so far.
+    struct Pending {
+      int32_t block = -1, left = 0;
+      float acc = 0.0f;
+    };
+    Pending pending[kPending];
+    bool fold(int32_t j, int32_t tiles, float& score);
+  };
+  int64_t rows_, beta_;
+  TopKParams params_;
+  std::vector<int64_t> limit_;
+  std::vector<ForcedBlocks> forced_;
+  std::vector<Row> state_;
+};
+
+}  // namespace spattn
