@@ -383,6 +383,18 @@ void print_json(const MachineInfo& m, const MachinePeak& pk, const OperandPath& 
   std::cout << j.dump(2) << std::endl;
 }
 
+// --matched names, checked before any data is made: plain names of methods with a topk.
+void check_matched(const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    SPATTN_CHECK(parse_method_spec(n).params.empty(), "--matched takes plain names, got '", n, "'");
+    try {
+      make_method(parse_method_spec(n + ":topk=1"));
+    } catch (const Error& e) {
+      detail::fail("--matched: ", n, " has no topk to match a density with (", e.what(), ")");
+    }
+  }
+}
+
 // --matched: beside each method of the run (dense and the matched ones aside), each named
 // block top-k method (a `topk` parameter: oracle_topk, mean_pool) at the topk whose sparsity
 // comes closest to that method's, found by bisection (sparsity falls as topk grows), so
@@ -390,11 +402,6 @@ void print_json(const MachineInfo& m, const MachinePeak& pk, const OperandPath& 
 std::vector<std::string> add_matched(const std::vector<std::string>& names, std::vector<MethodSpec>& specs,
                                      std::vector<std::unique_ptr<Method>>& methods, const Problem& p,
                                      Progress& progress) {
-  for (const auto& n : names) {
-    const MethodSpec s = parse_method_spec(n);
-    SPATTN_CHECK(s.params.empty(), "--matched takes plain names, got '", n, "'");
-    make_method(parse_method_spec(n + ":topk=1"));  // a method without topk fails here, by name
-  }
   const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
   auto sparsity = [&](const Method& m) { return m.run(p.q, p.k, p.v, out, p.opt).stats.sparsity(); };
   std::vector<MethodSpec> all;
@@ -450,6 +457,7 @@ void run_bench(const BenchOptions& o) {
   std::vector<MethodSpec> specs = collect_specs(o, left_out);
   std::vector<std::unique_ptr<Method>> methods;
   for (const auto& s : specs) methods.push_back(make_method(s));
+  check_matched(o.matched);
   const Problem p = load_problem(o.problem);
   Progress progress("bench");
   progress.update("choosing the bf16 operand path");
@@ -467,7 +475,7 @@ void run_bench(const BenchOptions& o) {
     print_json(machine, peak, op, p, o, specs, results);
   else
     print_table(machine, peak, op, p, o, results, left_out);
-  if (!o.json && !matched.empty()) fmt::print("\nmatched density: {}\n", fmt::join(matched, "; "));
+  if (!o.json && !matched.empty()) fmt::print("\nmatched density:\n  {}\n", fmt::join(matched, "\n  "));
 }
 
 }  // namespace

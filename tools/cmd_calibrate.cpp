@@ -168,7 +168,7 @@ void print_checks(const Calibration& c, const std::string& indent) {
     for (double t : targets)
       for (const auto& k : c.checks)
         if (k.length == len && k.target == t)
-          fmt::print("  {:>12.1f}%{}", 100 * k.achieved, t > reach ? "!" : " ");
+          fmt::print("  {:>11.1f}%{}", 100 * k.achieved, t > reach ? "!" : " ");
     fmt::print("\n");
   }
 }
