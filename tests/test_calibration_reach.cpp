@@ -265,24 +265,28 @@ TEST(CalibCliReach, SingleLengthAndOutOfReachAreReportedAndStrictFails) {
   test::CliRun r = test::run_spattn("calibrate --lengths 1024" + small + "--out " + one, dir);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("fixed: every fitted point is from one length"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("warning: every fitted point comes from one length (1024)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("warnings:\n  every fitted point comes from one length (1024)"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning(s) in the calibration (listed under 'warnings:')"), std::string::npos) << r.err;
   EXPECT_EQ(load_calibration(one).fit_lengths, std::vector<int64_t>{1024});
   // A check target beyond any lambda: flagged "!" in the table and warned.
   const std::string two = (dir / "two.json").string();
   r = test::run_spattn("calibrate --lengths 512,1024 --targets 0.3,0.99" + small + "--out " + two, dir);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("%!"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("warning: target 99.0% is out of reach at length 512"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("target 99.0% is out of reach at length 512"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning: "), std::string::npos) << r.err;
   // --strict: the same is exit 2 and nothing written.
   const std::string strict = (dir / "strict.json").string();
   r = test::run_spattn("calibrate --strict --lengths 1024" + small + "--out " + strict, dir);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("--strict"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning(s) in the calibration; nothing written"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(strict));
   // --evaluate flags a target beyond the file's reach, and --strict makes it exit 2.
   r = test::run_spattn("calibrate --evaluate " + two + " --targets 0.3,0.99 --lengths 512" + small, dir);
   ASSERT_EQ(r.code(), 0) << r.err;
-  EXPECT_NE(r.err.find("target 99.0% is out of reach at length 512"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("target 99.0% is out of reach at length 512: the calibration reaches at most"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("]!"), std::string::npos) << r.out;
   r = test::run_spattn("calibrate --strict --evaluate " + two + " --targets 0.99 --lengths 512" + small, dir);
   EXPECT_EQ(r.code(), 2) << r.err;
   // At run time: exit 2 naming the reachable range.

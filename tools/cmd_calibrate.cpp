@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -143,11 +144,18 @@ void check_targets(const std::vector<double>& targets) {
     SPATTN_CHECK(t >= 0.0 && t < 1.0, "--targets: each must be in [0, 1), got ", t);
 }
 
-// Warnings on stderr too (the table is on stdout); with --strict they are the error.
+// The warnings are listed with the table (stdout); stderr gets their count, so a terminal or
+// a log that keeps only stderr still shows them; with --strict they are the error.
 void report_warnings(const std::vector<std::string>& warnings, bool strict, const std::string& what) {
-  for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
-  SPATTN_CHECK(!strict || warnings.empty(), "--strict: ", warnings.size(), " warning(s) ", what,
-               " (listed above)");
+  if (warnings.empty()) return;
+  SPATTN_CHECK(!strict, "--strict: ", warnings.size(), " warning(s) ", what, " (listed under 'warnings:')");
+  fmt::print(stderr, "warning: {} warning(s) {} (listed under 'warnings:')\n", warnings.size(), what);
+}
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return;
+  fmt::print("warnings:\n");
+  for (const auto& w : warnings) fmt::print("  {}\n", w);
 }
 
 // Per calibrated length: the reach, and the sparsity lambda_for(target) gives on the samples;
@@ -207,11 +215,7 @@ void print(const Calibration& c, const std::string& out) {
                  l.rms_log_error);
     print_checks(l, "  ");
   }
-  const std::vector<std::string> warnings = c.warnings();
-  if (!warnings.empty()) {
-    fmt::print("warnings:\n");
-    for (const auto& w : warnings) fmt::print("  {}\n", w);
-  }
+  print_warnings(c.warnings());
   if (!out.empty()) fmt::print("wrote {}\n", out);
 }
 
@@ -302,6 +306,8 @@ void run_evaluate(const CalibrateOptions& o) {
                100 * *std::min_element(f.begin(), f.end()), 100 * *std::max_element(f.begin(), f.end()));
   }
   fmt::print("worst mean miss (targets within reach): {:.1f} points\n", worst);
+  print_warnings(warnings);
+  std::fflush(stdout);
   report_warnings(warnings, o.strict, "in the evaluation");
 }
 
@@ -342,7 +348,8 @@ void run_calibrate(const CalibrateOptions& o) {
   const bool write = !o.strict || warnings.empty();
   if (write) save_calibration(o.out, c);
   print(c, write ? o.out : "");
-  report_warnings(warnings, o.strict, "in the calibration; nothing written");
+  std::fflush(stdout);
+  report_warnings(warnings, o.strict, write ? "in the calibration" : "in the calibration; nothing written");
 }
 
 }  // namespace

@@ -82,7 +82,7 @@ std::vector<std::string> Calibration::warnings() const {
   if (pooled) w.push_back("too few points to fit its own law (" + pool_reason + "); uses the law pooled over every layer");
   if (!pooled && fit_lengths.size() == 1)
     w.push_back("every fitted point comes from one length (" + std::to_string(fit_lengths[0]) +
-                "): gamma is fixed at " + std::to_string(gamma) +
+                "): gamma is fixed at " + fmt::format("{:g}", gamma) +
                 " for lack of lengths, so the law's length dependence is assumed, not measured");
   for (const auto& k : checks) {
     const double r = max_sparsity_at(k.length);
