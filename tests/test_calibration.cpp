@@ -204,7 +204,7 @@ TEST(CalibJson, RejectsBadFields) {
   j["delta"] = "0";
   expect_rejected(j, "delta");
   j = good;
-  j["version"] = 4;  // a newer format than this build reads
+  j["version"] = 5;  // a newer format than this build reads
   expect_rejected(j, "version");
   j = good;
   j["order"] = "sideways";

@@ -91,6 +91,25 @@ TEST_F(Cli, UnknownBlasstOrderExits2AndNamesIt) {
   expect_bad_input(run_cli(kSmall + "--method blasst:lambda=0.01,order=sideways"), "sideways");
 }
 
+// --matched adds each block top-k method at the topk nearest the other methods' sparsity, and
+// names what it cannot match.
+TEST_F(Cli, MatchedDensityRowsAndBadNames) {
+  const CliRun r = run_cli("bench --seq 512 --heads 2 --dim 64 --repeat 1 --method blasst:lambda=0.01 "
+                           "--matched oracle_topk,mean_pool --json");
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 4u);
+  const double target = j["results"][1]["sparsity"].get<double>();
+  for (int i : {2, 3}) {
+    const std::string name = j["results"][i]["method"].get<std::string>();
+    EXPECT_NE(name.find(":topk="), std::string::npos) << name;
+    // 8 key blocks of 64: one block more or less moves sparsity by at most ~1/5 here.
+    EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.2) << name;
+  }
+  expect_bad_input(run_cli(kSmall + "--matched dense"), "--matched: dense has no topk");
+  expect_bad_input(run_cli(kSmall + "--matched oracle_topk:topk=3"), "plain names");
+}
+
 TEST_F(Cli, BadDtypeExits2) { expect_bad_input(run_cli(kSmall + "--dtype f64"), "f64"); }
 
 TEST_F(Cli, BadWorkloadExits2) {

@@ -33,6 +33,7 @@ struct BenchOptions {
   int repeat = 3;
   bool json = false;
   std::string bf16_path = "auto";  // --bf16-path: auto (time both), dot, widen
+  std::vector<std::string> matched;  // --matched: block top-k methods to run at each method's density
 };
 
 struct MethodResult {
@@ -382,19 +383,87 @@ void print_json(const MachineInfo& m, const MachinePeak& pk, const OperandPath& 
   std::cout << j.dump(2) << std::endl;
 }
 
+// --matched names, checked before any data is made: plain names of methods with a topk.
+void check_matched(const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    SPATTN_CHECK(parse_method_spec(n).params.empty(), "--matched takes plain names, got '", n, "'");
+    try {
+      make_method(parse_method_spec(n + ":topk=1"));
+    } catch (const Error& e) {
+      detail::fail("--matched: ", n, " has no topk to match a density with (", e.what(), ")");
+    }
+  }
+}
+
+// --matched: beside each method of the run (dense and the matched ones aside), each named
+// block top-k method (a `topk` parameter: oracle_topk, mean_pool) at the topk whose sparsity
+// comes closest to that method's, found by bisection (sparsity falls as topk grows), so
+// recall and error compare at matched density in one command. Returns one note per row added.
+std::vector<std::string> add_matched(const std::vector<std::string>& names, std::vector<MethodSpec>& specs,
+                                     std::vector<std::unique_ptr<Method>>& methods, const Problem& p,
+                                     Progress& progress) {
+  const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
+  auto sparsity = [&](const Method& m) { return m.run(p.q, p.k, p.v, out, p.opt).stats.sparsity(); };
+  std::vector<MethodSpec> all;
+  std::vector<std::unique_ptr<Method>> built;
+  std::vector<std::string> notes;
+  auto have = [&](const MethodSpec& x) {
+    for (const auto& h : all)
+      if (canonical(h) == canonical(x)) return true;
+    return false;
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool reference = i > 0 && std::find(names.begin(), names.end(), specs[i].name) == names.end();
+    all.push_back(specs[i]);
+    built.push_back(std::move(methods[i]));
+    if (!reference) continue;
+    progress.update(fmt::format("matching density of {}", specs[i].text));
+    const double target = sparsity(*built.back());
+    for (const auto& n : names) {
+      auto at = [&](int64_t topk) { return parse_method_spec(fmt::format("{}:topk={}", n, topk)); };
+      auto s_at = [&](int64_t topk) { return sparsity(*make_method(at(topk))); };
+      // Smallest topk with sparsity <= target in [1, hi]; hi keeps every key block.
+      int64_t lo = 1, hi = (p.k.seq() + 63) / 64 + 1;
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        progress.update(fmt::format("matching {} to {}: topk {}", n, specs[i].text, mid));
+        if (s_at(mid) <= target) hi = mid; else lo = mid + 1;
+      }
+      int64_t k = lo;
+      double got = s_at(k);
+      if (k > 1) {
+        const double below = s_at(k - 1);
+        if (std::abs(below - target) < std::abs(got - target)) k -= 1, got = below;
+      }
+      MethodSpec m = at(k);
+      notes.push_back(fmt::format("{} matches {} ({:.1f}% against {:.1f}% sparsity)", m.text,
+                                  specs[i].text, 100 * got, 100 * target));
+      if (have(m)) continue;
+      built.push_back(make_method(m));
+      all.push_back(std::move(m));
+    }
+  }
+  specs = std::move(all);
+  methods = std::move(built);
+  return notes;
+}
+
 void run_bench(const BenchOptions& o) {
   SPATTN_CHECK(o.repeat >= 1 && o.repeat <= 10000, "--repeat must be in [1, 10000], got ",
                o.repeat);
   check_bf16_path(o.bf16_path);
   // Methods are built before any data is made: a typo in a name fails at once.
   std::vector<std::string> left_out;
-  const std::vector<MethodSpec> specs = collect_specs(o, left_out);
+  std::vector<MethodSpec> specs = collect_specs(o, left_out);
   std::vector<std::unique_ptr<Method>> methods;
   for (const auto& s : specs) methods.push_back(make_method(s));
+  check_matched(o.matched);
   const Problem p = load_problem(o.problem);
   Progress progress("bench");
   progress.update("choosing the bf16 operand path");
   const OperandPath op = choose_operands(o.bf16_path, p);
+  const std::vector<std::string> matched =
+      o.matched.empty() ? std::vector<std::string>{} : add_matched(o.matched, specs, methods, p, progress);
   const std::vector<MethodResult> results = bench_all(specs, methods, p, o.repeat, progress);
   // The peaks are measured after the timed runs, sgemm last: OpenBLAS's worker threads keep
   // spinning for a while after a call and would steal cores from whatever runs next.
@@ -406,6 +475,7 @@ void run_bench(const BenchOptions& o) {
     print_json(machine, peak, op, p, o, specs, results);
   else
     print_table(machine, peak, op, p, o, results, left_out);
+  if (!o.json && !matched.empty()) fmt::print("\nmatched density:\n  {}\n", fmt::join(matched, "\n  "));
 }
 
 }  // namespace
@@ -426,6 +496,10 @@ void add_bench_command(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed runs per method (the median is reported)")
       ->capture_default_str();
+  cmd->add_option("--matched", o->matched,
+                  "block top-k methods (oracle_topk, mean_pool) to run beside each other method at "
+                  "the topk that matches its sparsity: a,b")
+      ->delimiter(',');
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   cmd->add_option("--bf16-path", o->bf16_path,
                   "operand path for bf16 inputs: auto (time both, keep the faster), dot "

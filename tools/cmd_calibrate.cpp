@@ -1,11 +1,19 @@
 // `spattn calibrate`: fit BLASST's threshold law
 // lambda * L^(gamma + delta * s) = alpha * exp(beta * s) on
-// generated workloads at several lengths (or on --qkv dumps), write it as JSON for
-// `--method blasst:sparsity=S,calib=FILE`, and print the fit and where it holds.
+// generated workloads at several lengths (or on --qkv dumps and their prefixes, optionally one
+// --layer per dump for laws per layer), write it as JSON for
+// `--method blasst:sparsity=S,calib=FILE[,layer=N]`, and print the fit, where it holds and
+// what it cannot do (targets out of reach, a fit from one length, layers pooled).
+//
+// Exit status: 0 when the fit is written, warnings or not (the file records its reach, and a
+// run asking for a target out of reach fails then); 2 on bad input, a failed fit, or, with
+// --strict, any warning (nothing is written).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +32,9 @@ namespace {
 struct CalibrateOptions {
   std::string workload = "text";
   std::vector<int64_t> lengths = {4096, 8192, 16384, 32768};
+  bool lengths_given = false;  // with --qkv: the prefixes to take (else each file whole)
   std::vector<std::string> qkv;
+  std::vector<int64_t> layers;  // --layer, one per --qkv (by position), or none
   std::string layout = "hsd";
   int64_t heads = 8, kv_heads = 0, dim = 128, samples = 2;
   std::string dtype;
@@ -42,6 +52,8 @@ struct CalibrateOptions {
   // --evaluate: check an existing calibration on fresh workloads instead of fitting one.
   std::string evaluate;
   std::vector<double> targets = {0.5, 0.7};
+  bool targets_given = false;  // calibrate: the check targets (default 0.3, 0.5, 0.7, 0.9)
+  bool strict = false;         // any warning is an error (exit 2, nothing written)
   double fixed_lambda = 0;  // 0: the calibration's lambda for the last target at the first length
 };
 
@@ -75,28 +87,97 @@ WorkloadConfig workload_config(const CalibrateOptions& o, int64_t length, uint64
   return cfg;
 }
 
-void add_generated(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
-  int64_t done = 0;
-  const int64_t total = int64_t(o.lengths.size()) * o.samples;
-  for (int64_t len : o.lengths)
-    for (int64_t i = 0; i < o.samples; ++i) {
-      progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
-                                  o.seed + uint64_t(i)));
-      // The same seeds at every length: lengths differ only in length, as far as a generator
-      // can make them.
-      const Workload w = make_workload(workload_config(o, len, o.seed + uint64_t(i)));
-      cal.add(w.q.view(), w.k.view(), w.v.view());
-    }
-}
-
-void add_files(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
+// Every sample, generated or read, as (layer, q, k, v); layer -1 when none was given.
+template <class F>
+void for_each_sample(const CalibrateOptions& o, Progress& progress, F&& use) {
+  if (o.qkv.empty()) {
+    int64_t done = 0;
+    const int64_t total = int64_t(o.lengths.size()) * o.samples;
+    for (int64_t len : o.lengths)
+      for (int64_t i = 0; i < o.samples; ++i) {
+        progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
+                                    o.seed + uint64_t(i)));
+        // The same seeds at every length: lengths differ only in length, as far as a generator
+        // can make them.
+        const Workload w = make_workload(workload_config(o, len, o.seed + uint64_t(i)));
+        use(int64_t(-1), w.q.view(), w.k.view(), w.v.view());
+      }
+    return;
+  }
   const Layout layout = parse_layout(o.layout);
   for (size_t i = 0; i < o.qkv.size(); ++i) {
     progress.update(fmt::format("file {}/{}: {}", i + 1, o.qkv.size(), o.qkv[i]));
     QKV x = load_qkv(o.qkv[i], layout);
     const Tensor q = as_dtype(std::move(x.q), o.dtype), k = as_dtype(std::move(x.k), o.dtype),
                  v = as_dtype(std::move(x.v), o.dtype);
-    cal.add(q.view(), k.view(), v.view());
+    const int64_t layer = o.layers.empty() ? -1 : o.layers[i];
+    if (!o.lengths_given) {
+      use(layer, q.view(), k.view(), v.view());
+      continue;
+    }
+    // A prefix of a causal prefill dump is the same attention on its first L tokens.
+    SPATTN_CHECK(q.seq() == k.seq(), "--lengths with --qkv takes prefixes of prefill dumps (q rows = "
+                 "k rows), but ", o.qkv[i], " has ", q.seq(), " q rows and ", k.seq(), " k rows");
+    for (int64_t len : o.lengths) {
+      SPATTN_CHECK(len <= k.seq(), "--lengths: ", len, " exceeds the ", k.seq(), " rows of ", o.qkv[i]);
+      const Tensor qp = Tensor::copy_of(q.view().rows(0, len)), kp = Tensor::copy_of(k.view().rows(0, len)),
+                   vp = Tensor::copy_of(v.view().rows(0, len));
+      use(layer, qp.view(), kp.view(), vp.view());
+    }
+  }
+}
+
+void check_files(const CalibrateOptions& o) {
+  SPATTN_CHECK(o.layers.empty() || o.layers.size() == o.qkv.size(), "--layer: give one per --qkv "
+               "(the i-th --layer labels the i-th --qkv), got ", o.layers.size(), " for ",
+               o.qkv.size(), " files");
+  for (int64_t l : o.layers) SPATTN_CHECK(l >= 0 && l <= (int64_t(1) << 20), "--layer must be >= 0, got ", l);
+  if (o.lengths_given) {
+    SPATTN_CHECK(!o.lengths.empty(), "--lengths needs at least one length");
+    for (int64_t l : o.lengths) SPATTN_CHECK(l >= 1, "--lengths: each must be >= 1, got ", l);
+  }
+}
+
+void check_targets(const std::vector<double>& targets) {
+  SPATTN_CHECK(!targets.empty(), "--targets needs at least one sparsity");
+  for (double t : targets)
+    SPATTN_CHECK(t >= 0.0 && t < 1.0, "--targets: each must be in [0, 1), got ", t);
+}
+
+// The warnings are listed with the table (stdout); stderr gets their count, so a terminal or
+// a log that keeps only stderr still shows them; with --strict they are the error.
+void report_warnings(const std::vector<std::string>& warnings, bool strict, const std::string& what) {
+  if (warnings.empty()) return;
+  SPATTN_CHECK(!strict, "--strict: ", warnings.size(), " warning(s) ", what, " (listed under 'warnings:')");
+  fmt::print(stderr, "warning: {} warning(s) {} (listed under 'warnings:')\n", warnings.size(), what);
+}
+
+void print_warnings(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return;
+  fmt::print("warnings:\n");
+  for (const auto& w : warnings) fmt::print("  {}\n", w);
+}
+
+// Per calibrated length: the reach, and the sparsity lambda_for(target) gives on the samples;
+// "!" marks a target out of reach there (a run asking for it raises Error).
+void print_checks(const Calibration& c, const std::string& indent) {
+  fmt::print("{}where it holds (sparsity that lambda_for(target) gives on the calibration samples; "
+             "! out of reach):\n", indent);
+  std::vector<double> targets;
+  for (const auto& k : c.checks)
+    if (std::find(targets.begin(), targets.end(), k.target) == targets.end())
+      targets.push_back(k.target);
+  fmt::print("{}  {:>8}  {:>9}", indent, "length", "reach");
+  for (double t : targets) fmt::print("  {:>13}", fmt::format("target {:.0f}%", 100 * t));
+  fmt::print("\n");
+  for (int64_t len : c.lengths) {
+    const double reach = c.max_sparsity_at(len);
+    fmt::print("{}  {:>8}  {:>8.1f}%", indent, len, 100 * reach);
+    for (double t : targets)
+      for (const auto& k : c.checks)
+        if (k.length == len && k.target == t)
+          fmt::print("  {:>11.1f}%{}", 100 * k.achieved, t > reach ? "!" : " ");
+    fmt::print("\n");
   }
 }
 
@@ -107,7 +188,11 @@ void print(const Calibration& c, const std::string& out) {
              c.causal ? "causal" : "full", blasst_order_name(c.order));
   fmt::print("fit: lambda * L^(gamma + delta * s) = alpha * exp(beta * s)\n");
   fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}\n", c.alpha, c.beta,
-             c.gamma, c.gamma_fitted ? "fitted" : "fixed", c.delta);
+             c.gamma,
+             c.gamma_fitted ? "fitted"
+             : c.fit_lengths.size() < 2 ? "fixed: every fitted point is from one length"
+                                        : "fixed",
+             c.delta);
   fmt::print("  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
              "max sparsity error {:.1f} points\n",
              c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
@@ -118,89 +203,112 @@ void print(const Calibration& c, const std::string& out) {
       fmt::print("  one slope for all lengths (delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
                  c.one_slope_rms_log_error);
   }
-  fmt::print("where it holds (sparsity that lambda_for(target) gives on the calibration samples):\n");
-  std::vector<double> targets;
-  for (const auto& k : c.checks)
-    if (std::find(targets.begin(), targets.end(), k.target) == targets.end())
-      targets.push_back(k.target);
-  fmt::print("  {:>8}", "length");
-  for (double t : targets) fmt::print("  {:>13}", fmt::format("target {:.0f}%", 100 * t));
-  fmt::print("\n");
-  for (int64_t len : c.lengths) {
-    fmt::print("  {:>8}", len);
-    for (double t : targets)
-      for (const auto& k : c.checks)
-        if (k.length == len && k.target == t)
-          fmt::print("  {:>12.1f}%", 100 * k.achieved);
-    fmt::print("\n");
+  print_checks(c, "");
+  for (const auto& l : c.layers) {
+    fmt::print("layer {}: {} samples, ", l.layer, l.samples);
+    if (l.pooled)
+      fmt::print("pooled (too few points of its own): uses the law above\n");
+    else
+      fmt::print("alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}, {} points, rms "
+                 "ln(lambda) error {:.3f}\n",
+                 l.alpha, l.beta, l.gamma, l.gamma_fitted ? "fitted" : "fixed", l.delta, l.points,
+                 l.rms_log_error);
+    print_checks(l, "  ");
   }
-  fmt::print("wrote {}\n", out);
+  print_warnings(c.warnings());
+  if (!out.empty()) fmt::print("wrote {}\n", out);
 }
 
-// Sparsity that a calibration's thresholds reach on workloads it never saw, measured exactly
-// (one dense pass per workload: blasst_tile_margins gives the skip decision of every lambda).
-// At each length, the mean over the samples (like the paper's averages over a dataset) and
-// their range; beside it a fixed lambda, to show the drift calibration removes.
+// Sparsity that a calibration's thresholds reach on workloads it never saw (or on --qkv dumps
+// and their prefixes), measured exactly (one dense pass per sample: blasst_tile_margins gives
+// the skip decision of every lambda). At each length, the mean over the samples (like the
+// paper's averages over a dataset) and their range; beside it the most any lambda reaches on
+// them, and a fixed lambda, to show the drift calibration removes. A sample labelled with
+// --layer uses that layer's law.
 void run_evaluate(const CalibrateOptions& o) {
-  check(o);
-  SPATTN_CHECK(!o.targets.empty(), "--targets needs at least one sparsity");
-  for (double t : o.targets)
-    SPATTN_CHECK(t >= 0.0 && t < 1.0, "--targets: each must be in [0, 1), got ", t);
+  if (o.qkv.empty()) check(o);
+  check_files(o);
+  check_targets(o.targets);
   SPATTN_CHECK(o.fixed_lambda >= 0.0 && o.fixed_lambda <= 1.0,
                "--fixed-lambda must be in (0, 1] (or 0: derived from the calibration), got ",
                o.fixed_lambda);
   const Calibration c = load_calibration(o.evaluate);
-  const double fixed = o.fixed_lambda > 0 ? o.fixed_lambda
-                                          : c.lambda_for(o.targets.back(), o.lengths.front());
+  for (int64_t l : o.layers) c.for_layer(l);  // a layer the file lacks fails before any work
+  double fixed = o.fixed_lambda;
   AttnOptions attn;
   attn.causal = o.causal;
   attn.threads = resolve_threads(o.threads);
-  struct Row { std::vector<std::vector<double>> per_target; std::vector<double> fixed; };
-  std::vector<Row> rows(o.lengths.size());
+  struct Row {
+    int64_t length = 0;
+    std::vector<std::vector<double>> per_target;
+    std::vector<double> fixed, reach;
+    double calib_reach = HUGE_VAL;  // the least reach any sample's law records here
+  };
+  std::vector<Row> rows;
   {
     Progress progress("evaluate");
-    for (size_t li = 0; li < o.lengths.size(); ++li) {
-      rows[li].per_target.resize(o.targets.size());
-      for (int64_t i = 0; i < o.samples; ++i) {
-        progress.update(fmt::format("length {}, seed {}", o.lengths[li], o.seed + uint64_t(i)));
-        const Workload w = make_workload(workload_config(o, o.lengths[li], o.seed + uint64_t(i)));
-        const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn, c.order);
-        for (size_t ti = 0; ti < o.targets.size(); ++ti)
-          rows[li].per_target[ti].push_back(
-              tm.sparsity_at(c.lambda_for(o.targets[ti], o.lengths[li])));
-        rows[li].fixed.push_back(tm.sparsity_at(fixed));
+    for_each_sample(o, progress, [&](int64_t layer, const TensorView& q, const TensorView& k,
+                                     const TensorView& v) {
+      const Calibration& law = layer >= 0 ? c.for_layer(layer) : c;
+      if (fixed == 0) fixed = c.lambda_for(o.targets.back(), k.seq);
+      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.length == k.seq; });
+      if (it == rows.end()) {
+        rows.push_back({k.seq, std::vector<std::vector<double>>(o.targets.size()), {}, {}, HUGE_VAL});
+        it = rows.end() - 1;
       }
-    }
+      const TileMargins tm = blasst_tile_margins(q, k, v, attn, c.order);
+      for (size_t ti = 0; ti < o.targets.size(); ++ti)
+        it->per_target[ti].push_back(tm.sparsity_at(law.lambda_for(o.targets[ti], k.seq)));
+      it->fixed.push_back(tm.sparsity_at(fixed));
+      it->reach.push_back(tm.sparsity_at(1.0));
+      const double r = law.max_sparsity_at(k.seq);
+      if (!std::isnan(r)) it->calib_reach = std::min(it->calib_reach, r);
+    });
   }
+  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.length < b.length; });
   auto mean = [](const std::vector<double>& x) {
     double s = 0;
     for (double v : x) s += v;
     return s / double(x.size());
   };
-  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, order {}) on {} "
-             "fresh {} workloads per length (seeds {}..{}), {} q heads\n",
-             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, blasst_order_name(c.order), o.samples,
-             o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads);
-  fmt::print("sparsity reached: mean over the workloads (points off target) [min, max]\n");
-  fmt::print("{:>8}", "length");
-  for (double t : o.targets) fmt::print("  {:>27}", fmt::format("target {:.0f}%", 100 * t));
+  const std::string what =
+      o.qkv.empty() ? fmt::format("{} fresh {} workloads per length (seeds {}..{}), {} q heads", o.samples,
+                                  o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads)
+                    : fmt::format("{} file(s){}", o.qkv.size(), o.lengths_given ? " and their prefixes" : "");
+  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, order {}{}) on {}\n",
+             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, blasst_order_name(c.order),
+             c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
+  fmt::print("sparsity reached: mean over the samples (points off target) [min, max]; reach: the most "
+             "any lambda skips on them; ! target beyond the calibration's reach (a run refuses it)\n");
+  fmt::print("{:>8}  {:>6}", "length", "reach");
+  for (double t : o.targets) fmt::print("  {:>28}", fmt::format("target {:.0f}%", 100 * t));
   fmt::print("  {:>24}\n", fmt::format("fixed lambda {:.3g}", fixed));
   double worst = 0;
-  for (size_t li = 0; li < o.lengths.size(); ++li) {
-    fmt::print("{:>8}", o.lengths[li]);
+  std::vector<std::string> warnings;
+  for (const Row& row : rows) {
+    fmt::print("{:>8}  {:>5.1f}%", row.length, 100 * mean(row.reach));
     for (size_t ti = 0; ti < o.targets.size(); ++ti) {
-      const auto& x = rows[li].per_target[ti];
+      const auto& x = row.per_target[ti];
       const double m = mean(x), off = 100 * (m - o.targets[ti]);
-      worst = std::max(worst, std::abs(off));
-      fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]", 100 * m, off,
+      const bool out = o.targets[ti] > row.calib_reach;
+      if (out)
+        warnings.push_back(fmt::format("target {:.1f}% is out of reach at length {}: the calibration "
+                                       "reaches at most {:.1f}% there",
+                                       100 * o.targets[ti], row.length, 100 * row.calib_reach));
+      else
+        worst = std::max(worst, std::abs(off));
+      fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]{}", 100 * m, off,
                  100 * *std::min_element(x.begin(), x.end()),
-                 100 * *std::max_element(x.begin(), x.end()));
+                 100 * *std::max_element(x.begin(), x.end()), out ? "!" : " ");
     }
-    const auto& f = rows[li].fixed;
+    const auto& f = row.fixed;
     fmt::print("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * mean(f),
                100 * *std::min_element(f.begin(), f.end()), 100 * *std::max_element(f.begin(), f.end()));
   }
-  fmt::print("worst mean miss: {:.1f} points\n", worst);
+  fmt::print("worst mean miss (targets within reach): {:.1f} points\n", worst);
+  print_warnings(warnings);
+  std::fflush(stdout);
+  report_warnings(warnings, o.strict, "in the evaluation");
 }
 
 void run_calibrate(const CalibrateOptions& o) {
@@ -214,23 +322,34 @@ void run_calibrate(const CalibrateOptions& o) {
   copt.length_slope = o.length_slope;
   copt.attn.causal = o.causal;
   copt.attn.threads = resolve_threads(o.threads);
+  if (o.targets_given) {
+    check_targets(o.targets);
+    copt.check_targets = o.targets;
+  }
+  check_files(o);
   if (o.qkv.empty()) {
     check(o);
     copt.source = o.workload + " workload";
   } else {
-    for (const auto& f : o.qkv) copt.source += (copt.source.empty() ? "" : ", ") + f;
+    for (size_t i = 0; i < o.qkv.size(); ++i)
+      copt.source += (copt.source.empty() ? "" : ", ") + o.qkv[i] +
+                     (o.layers.empty() ? "" : fmt::format(" (layer {})", o.layers[i]));
+    if (o.lengths_given) copt.source += fmt::format(" at prefixes {}", fmt::join(o.lengths, ","));
   }
   BlasstCalibrator cal(copt);  // checks the fit options before any data is made
   {
     Progress progress("calibrate");
-    if (o.qkv.empty())
-      add_generated(o, cal, progress);
-    else
-      add_files(o, cal, progress);
+    for_each_sample(o, progress, [&](int64_t layer, const TensorView& q, const TensorView& k,
+                                     const TensorView& v) { cal.add(q, k, v, layer); });
   }
   const Calibration c = cal.fit();
-  save_calibration(o.out, c);
-  print(c, o.out);
+  // --strict: the warnings are the error, and nothing is written.
+  const std::vector<std::string> warnings = c.warnings();
+  const bool write = !o.strict || warnings.empty();
+  if (write) save_calibration(o.out, c);
+  print(c, write ? o.out : "");
+  std::fflush(stdout);
+  report_warnings(warnings, o.strict, write ? "in the calibration" : "in the calibration; nothing written");
 }
 
 }  // namespace
@@ -243,24 +362,37 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--evaluate", o->evaluate,
                   "instead of fitting: check this calibration file on fresh workloads (--lengths, "
                   "--samples, --seed), reporting the sparsity its thresholds reach");
-  cmd->add_option("--targets", o->targets, "with --evaluate: target sparsities a,b")
+  cmd->add_option("--targets", o->targets,
+                  "target sparsities a,b: with --evaluate those evaluated (default 0.5,0.7); when "
+                  "fitting, those checked and flagged when out of reach (default 0.3,0.5,0.7,0.9)")
       ->delimiter(',')
-      ->capture_default_str();
+      ->each([o](const std::string&) { o->targets_given = true; });
+  cmd->add_flag("--strict", o->strict,
+                "exit 2 on any warning (a target out of reach, a fit from one length, a layer "
+                "pooled) instead of 0; a fit with warnings is then not written");
   cmd->add_option("--fixed-lambda", o->fixed_lambda,
                   "with --evaluate: the fixed lambda shown for comparison (default: the "
                   "calibration's lambda for the last target at the first length)");
   auto* workload = cmd->add_option("--workload", o->workload,
                                    "generated workload: random, text, video, mixed")
                        ->capture_default_str();
-  auto* lengths = cmd->add_option("--lengths", o->lengths, "context lengths to calibrate at: a,b")
+  cmd->add_option("--lengths", o->lengths,
+                                  "context lengths to calibrate at: a,b (with --qkv: take these "
+                                  "prefixes of each file; without: each file whole)")
                       ->delimiter(',')
-                      ->capture_default_str();
+                      ->capture_default_str()
+                      ->each([o](const std::string&) { o->lengths_given = true; });
   auto* qkv = cmd->add_option("--qkv", o->qkv,
                               "calibrate on q, k, v from a file or prefix (as bench's --qkv; "
                               "repeatable) instead of generated workloads")
                   ->allow_extra_args(false);
   cmd->add_option("--layout", o->layout, "axis order of --qkv arrays: hsd or shd")
       ->capture_default_str()
+      ->needs(qkv);
+  cmd->add_option("--layer", o->layers,
+                  "the model layer of each --qkv, in the same order (repeatable; one per --qkv): "
+                  "fits a law per layer beside the law over all of them")
+      ->allow_extra_args(false)
       ->needs(qkv);
   auto* heads = cmd->add_option("--heads", o->heads, "query heads")->capture_default_str();
   auto* kv_heads = cmd->add_option("--kv-heads", o->kv_heads, "key/value heads (0: --heads)")
@@ -270,7 +402,7 @@ void add_calibrate_command(CLI::App& root) {
   auto* samples = cmd->add_option("--samples", o->samples,
                                   "workloads per length (seeds --seed, --seed+1, ...)")
                       ->capture_default_str();
-  for (auto* gen : {workload, lengths, heads, kv_heads, dim, seed, samples}) qkv->excludes(gen);
+  for (auto* gen : {workload, heads, kv_heads, dim, seed, samples}) qkv->excludes(gen);
   cmd->add_option("--dtype", o->dtype, "f32, bf16, f16 (default: f32, or as stored in --qkv)");
   cmd->add_flag("--causal,!--no-causal", o->causal, "causal attention (default) or full");
   cmd->add_option("--threads", o->threads, "worker threads (0: all)")->capture_default_str();

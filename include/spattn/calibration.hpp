@@ -31,10 +31,18 @@ struct CalibrationPoint {
 };
 
 // Where the fit holds: at each calibrated length, the sparsity lambda_for(target) gives on the
-// calibration samples themselves.
+// calibration samples themselves. A target above the length's reach (ReachPoint) is out of
+// reach there: no lambda gets it, whatever the law says.
 struct CalibrationCheck {
   int64_t length = 0;
   double target = 0, lambda = 0, achieved = 0;
+};
+
+// The most any lambda in (0, 1] skips at one calibrated length: the share at lambda = 1 (every
+// tile below its running max skipped; tiles that raise the max are never skippable).
+struct ReachPoint {
+  int64_t length = 0;
+  double max_sparsity = 0;
 };
 
 struct CalibrationOptions {
@@ -51,7 +59,8 @@ struct CalibrationOptions {
   std::optional<double> gamma;            // fixed length exponent (delta = 0); unset: fitted
                                           // (needs 2+ lengths)
   bool length_slope = true;               // fit delta too (with a fitted gamma); false: delta = 0
-  std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};
+  std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};  // also the targets flagged when
+                                                             // out of reach
   AttnOptions attn;                       // causal, scale, threads of the dense passes
   // The visiting order calibrated: the margin passes visit tiles in it, so the sparsity read
   // off them is what a run with this order skips (and only that order).
@@ -77,13 +86,44 @@ struct Calibration {
   BlasstOrder order = BlasstOrder::in_order;  // the visiting order its thresholds are for
   std::vector<CalibrationCheck> checks;  // informational
   std::vector<CalibrationPoint> curve;   // sparsity over the lambda grid per length (a record)
+  // The lengths whose points lie in the fit range (fewer than 2: the length dependence was
+  // not measured, gamma is fixed). Empty in files older than version 4: unknown.
+  std::vector<int64_t> fit_lengths;
+  // Reach per calibrated length, ascending. Empty: unknown (an old file with no curve).
+  std::vector<ReachPoint> reach;
+  // Thresholds per layer (the BLASST paper's "next step": layers differ too much for one law).
+  // `layer` is -1 for the law over every sample; each entry of `layers` is one layer's law,
+  // with its own reach and checks. `pooled`: the layer had too few points to fit its own law
+  // (pool_reason says why) and uses the law over all layers, with its own reach.
+  int64_t layer = -1;
+  bool pooled = false;
+  std::string pool_reason;
+  std::vector<Calibration> layers;  // ascending by layer; empty: one law for every layer
 
   // alpha * exp(beta * s) / L^(gamma + delta * s) clamped to [0, 1]. Throws Error for s
   // outside [0, 1), L < 1, and lengths so far from the calibrated ones that the law's slope in s
-  // (beta - delta * ln L) is no longer positive.
+  // (beta - delta * ln L) is no longer positive. No reach check: see threshold_for.
   double lambda_for(double sparsity, int64_t length) const;
   // The inverse: the sparsity the fit predicts for lambda at L (unclamped).
   double predicted_sparsity(double lambda, int64_t length) const;
+  // The most any lambda skips at `length`: the recorded reach at a calibrated length, linear in
+  // ln L between two, held at the nearest one outside them (an estimate there). NaN: unknown.
+  double max_sparsity_at(int64_t length) const;
+  // lambda_for after checking the target is within reach at `length`: a target above
+  // max_sparsity_at(length) throws Error naming the reachable range there. (The choice: a run
+  // that asks for 70% and would get 6% fails instead of running silently at 6%.)
+  double threshold_for(int64_t length, double target) const;
+  // The law of one layer: its own entry of `layers`; a file with no per-layer laws serves every
+  // layer with its one law. A layer missing from a per-layer file throws Error naming those it has.
+  const Calibration& for_layer(int64_t layer) const;
+  // The model runner's hook: the threshold of `layer` for `target` sparsity at context `length`.
+  double threshold_for(int64_t layer, int64_t length, double target) const {
+    return for_layer(layer).threshold_for(length, target);
+  }
+  // What a reader must know before trusting the thresholds, one sentence each: a fit from one
+  // length (gamma fixed for lack of lengths), check targets out of reach, layers pooled (and
+  // the same for each layer, prefixed "layer N: ").
+  std::vector<std::string> warnings() const;
 };
 
 // Collects samples one at a time (a 64K sample's q, k, v need not outlive add()): each add()
@@ -92,7 +132,8 @@ class BlasstCalibrator {
  public:
   explicit BlasstCalibrator(CalibrationOptions opt);
   // One sample; its context length is k.seq. Samples must share heads, kv heads and dim.
-  void add(const TensorView& q, const TensorView& k, const TensorView& v);
+  // layer >= 0 labels the model layer it came from: fit() then fits each layer's own law too.
+  void add(const TensorView& q, const TensorView& k, const TensorView& v, int64_t layer = -1);
   // Pooled (entry-weighted) sparsity of one calibrated length at lambda.
   double sparsity_at(int64_t length, double lambda) const;
   // The smallest lambda that reaches sparsity s at length (0 if s is beyond reach).
@@ -101,7 +142,8 @@ class BlasstCalibrator {
   std::vector<CalibrationPoint> curve() const;
   // The points fitted: lambda_at(length, s) for s on the fit range's even steps.
   std::vector<CalibrationPoint> fit_points() const;
-  // measure + fit + checks. Throws Error when nothing was added or the fit fails.
+  // measure + fit + checks (+ one law per labelled layer; a layer whose own fit fails is
+  // pooled). Throws Error when nothing was added or the fit over all samples fails.
   Calibration fit() const;
 
  private:
@@ -110,9 +152,22 @@ class BlasstCalibrator {
     std::vector<float> margin;    // skippable tiles (margin < 0), sorted ascending
     std::vector<int64_t> prefix;  // prefix[i]: entries of margin[0..i)
   };
-  const Length& find(int64_t length) const;  // throws Error for a length never added
+  using Lengths = std::vector<Length>;  // ascending by length
+  struct Layer {
+    int64_t layer = 0, samples = 0;
+    Lengths lengths;
+  };
+  static void merge(Lengths& into, int64_t length, const TileMargins& tm);
+  static const Length& find(const Lengths& ls, int64_t length);  // throws for a length never added
+  static double sparsity_in(const Length& l, double lambda);
+  static double lambda_in(const Length& l, double sparsity);
+  std::vector<CalibrationPoint> curve_of(const Lengths& ls) const;
+  std::vector<CalibrationPoint> fit_points_of(const Lengths& ls) const;
+  // reach and checks of `c`'s law on the samples `ls`.
+  void measure(Calibration& c, const Lengths& ls) const;
   CalibrationOptions opt_;
-  std::vector<Length> lengths_;  // ascending by length
+  Lengths lengths_;            // every sample, pooled over layers
+  std::vector<Layer> layers_;  // labelled samples per layer, ascending
   int64_t samples_ = 0, heads_ = 0, kv_heads_ = 0, dim_ = 0;
   std::string dtype_;
 };

@@ -2,7 +2,11 @@
 // skip key tiles whose scores fall ln(lambda) below the running max.
 //   blasst:lambda=X                 a fixed threshold in [0, 1]
 //   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^(gamma + delta * S) from a
-//                                   `spattn calibrate` file, L the context (kv) length
+//                                   `spattn calibrate` file, L the context (kv) length. A target
+//                                   above what any lambda reaches at L (the file's reach) raises
+//                                   Error naming the reachable range: never a silent shortfall
+//   layer=N                         with calib=FILE: layer N's own law (a per-layer file; a
+//                                   file with one law serves every layer)
 //   order=local_first|in_order      the order key tiles are visited in (BlasstOrder; the skip
 //                                   rule is the same): default local_first, see below. With
 //                                   calib=FILE the file's order (an order= must match it)
@@ -47,6 +51,8 @@ class Blasst final : public Method {
     sparsity_ = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
     const std::string calib = r.get_string("calib", "");
     batch_ = r.get_int("batch", DecodeOptions{}.batch, 1, 1024);
+    const bool has_layer = r.has("layer");
+    const int64_t layer = r.get_int("layer", 0, 0, int64_t(1) << 20);
     const bool has_order = r.has("order");
     try {
       order_ = parse_blasst_order(r.get_string("order", blasst_order_name(kDefaultOrder)));
@@ -58,8 +64,15 @@ class Blasst final : public Method {
                  "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
     SPATTN_CHECK(!has_lambda || !r.has("calib"),
                  "blasst: calib=FILE goes with sparsity=S, not lambda=X");
+    SPATTN_CHECK(!has_layer || has_sparsity, "blasst: layer=N goes with sparsity=S,calib=FILE");
     if (has_sparsity) {
-      calib_ = std::make_shared<const Calibration>(load_calibration(calib));
+      const Calibration file = load_calibration(calib);
+      try {
+        // The layer's own law, copied out so the method holds one law whatever the file.
+        calib_ = std::make_shared<const Calibration>(has_layer ? file.for_layer(layer) : file);
+      } catch (const Error& e) {
+        detail::fail("blasst: layer: ", calib, ": ", e.what());
+      }
       // Its thresholds reach their sparsity only in the order it was measured in.
       SPATTN_CHECK(!has_order || order_ == calib_->order, "blasst: order=",
                    blasst_order_name(order_), " but ", calib, " was calibrated for order ",
@@ -71,7 +84,7 @@ class Blasst final : public Method {
 
   MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
                    const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const double lambda = calib_ ? calib_->lambda_for(sparsity_, k.seq) : lambda_;
+    const double lambda = calib_ ? calib_->threshold_for(k.seq, sparsity_) : lambda_;
     // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
     // q head), negligible next to the tile work, and it makes recall exact.
     SkipStats skip;

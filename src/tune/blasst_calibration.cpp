@@ -1,5 +1,7 @@
 // BLASST calibration: sweep lambda over per-sample tile margins and fit
 // ln(lambda) = ln(alpha) + beta * s - (gamma + delta * s) * ln(L).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -12,6 +14,8 @@
 namespace spattn {
 
 namespace {
+std::string fmt_layer(int64_t layer) { return " for layer " + std::to_string(layer); }
+
 // d ln(lambda) / ds at length L: must be positive (sparsity grows with lambda).
 double slope_at(double beta, double delta, int64_t length) {
   return beta - delta * std::log(double(length));
@@ -36,6 +40,59 @@ double Calibration::lambda_for(double sparsity, int64_t length) const {
 double Calibration::predicted_sparsity(double lambda, int64_t length) const {
   const double x = std::log(double(length));
   return (std::log(lambda) + gamma * x - std::log(alpha)) / slope_at(beta, delta, length);
+}
+
+double Calibration::max_sparsity_at(int64_t length) const {
+  if (reach.empty()) return NAN;
+  if (length <= reach.front().length) return reach.front().max_sparsity;
+  if (length >= reach.back().length) return reach.back().max_sparsity;
+  size_t i = 1;
+  while (reach[i].length < length) ++i;
+  const ReachPoint& a = reach[i - 1];
+  const ReachPoint& b = reach[i];
+  const double t = std::log(double(length) / double(a.length)) / std::log(double(b.length) / double(a.length));
+  return a.max_sparsity + t * (b.max_sparsity - a.max_sparsity);
+}
+
+double Calibration::threshold_for(int64_t length, double target) const {
+  const double reachable = max_sparsity_at(length);
+  const std::string who = layer >= 0 ? fmt_layer(layer) : std::string();
+  // NaN (reach unknown: an old file without a curve) lets the law answer alone.
+  const bool outside = !reach.empty() && (length < reach.front().length || length > reach.back().length);
+  SPATTN_CHECK(!(target > reachable), "blasst: target sparsity ", fmt::format("{:.1f}%", 100 * target),
+               " is out of reach at length ", length, who, ": reachable range [0%, ",
+               fmt::format("{:.1f}%", 100 * reachable), "] (the most any lambda in (0, 1] skips there",
+               outside ? ", held from the nearest calibrated length" : "", ")");
+  return lambda_for(target, length);
+}
+
+const Calibration& Calibration::for_layer(int64_t l) const {
+  SPATTN_CHECK(l >= 0, "calibration layer must be >= 0, got ", l);
+  if (layers.empty()) return *this;
+  for (const auto& c : layers)
+    if (c.layer == l) return c;
+  std::string have;
+  for (const auto& c : layers) have += (have.empty() ? "" : ", ") + std::to_string(c.layer);
+  detail::fail("calibration has no law for layer ", l, " (it has layers ", have, ")");
+}
+
+std::vector<std::string> Calibration::warnings() const {
+  std::vector<std::string> w;
+  auto pct = [](double x) { return fmt::format("{:.1f}%", 100 * x); };
+  if (pooled) w.push_back("too few points to fit its own law (" + pool_reason + "); uses the law pooled over every layer");
+  if (!pooled && fit_lengths.size() == 1)
+    w.push_back("every fitted point comes from one length (" + std::to_string(fit_lengths[0]) +
+                "): gamma is fixed at " + fmt::format("{:g}", gamma) +
+                " for lack of lengths, so the law's length dependence is assumed, not measured");
+  for (const auto& k : checks) {
+    const double r = max_sparsity_at(k.length);
+    if (k.target > r)
+      w.push_back("target " + pct(k.target) + " is out of reach at length " + std::to_string(k.length) +
+                  ": no lambda in (0, 1] skips more than " + pct(r) + " there");
+  }
+  for (const auto& lc : layers)
+    for (const auto& x : lc.warnings()) w.push_back("layer " + std::to_string(lc.layer) + ": " + x);
+  return w;
 }
 
 namespace {
@@ -166,6 +223,11 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   Law f;
   SPATTN_CHECK(solve(in, form, f), "calibration fit failed: the ", in.size(),
                " points in range do not determine the fit (sparsity or length does not vary)");
+  // The file format bounds them (calibration_json.cpp); a fit outside is two close lengths
+  // read as a steep length law, not a measurement of one.
+  SPATTN_CHECK(std::abs(f.gamma) <= 8 && std::abs(f.delta) <= 8, "calibration fit failed: gamma = ",
+               f.gamma, ", delta = ", f.delta, " outside [-8, 8] (the lengths do not determine the "
+               "length law: calibrate at lengths further apart, or fix gamma with --length-exponent)");
   const int64_t shortest = *std::min_element(lengths.begin(), lengths.end());
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   SPATTN_CHECK(std::isfinite(f.beta) && std::isfinite(f.delta) && slope_at(f.beta, f.delta, shortest) > 0 &&
@@ -193,6 +255,7 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
       lengths.size() >= 2 && solve(in, Form{true, false, 1.0}, one_slope) ? rms_residual(in, one_slope) : NAN;
   std::sort(lengths.begin(), lengths.end());
   c.lengths = lengths;
+  c.fit_lengths = lengths;
   return c;
 }
 
@@ -200,21 +263,12 @@ BlasstCalibrator::BlasstCalibrator(CalibrationOptions opt) : opt_(std::move(opt)
   check_options(opt_);
 }
 
-void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const TensorView& v) {
-  if (samples_ == 0) {
-    heads_ = q.heads, kv_heads_ = k.heads, dim_ = q.dim;
-    dtype_ = dtype_name(q.dtype);
-  }
-  SPATTN_CHECK(q.heads == heads_ && k.heads == kv_heads_ && q.dim == dim_,
-               "calibration samples must share heads, kv heads and dim: got [", q.heads, ", ",
-               k.heads, ", ", q.dim, "] after [", heads_, ", ", kv_heads_, ", ", dim_, "]");
-  const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn, opt_.order);
-  auto it = std::find_if(lengths_.begin(), lengths_.end(),
-                         [&](const Length& l) { return l.length >= k.seq; });
-  if (it == lengths_.end() || it->length != k.seq) {
+void BlasstCalibrator::merge(Lengths& into, int64_t length, const TileMargins& tm) {
+  auto it = std::find_if(into.begin(), into.end(), [&](const Length& l) { return l.length >= length; });
+  if (it == into.end() || it->length != length) {
     Length fresh;
-    fresh.length = k.seq;
-    it = lengths_.insert(it, std::move(fresh));
+    fresh.length = length;
+    it = into.insert(it, std::move(fresh));
   }
   // Only tiles below their running max (margin < 0) can be skipped by any lambda <= 1.
   std::vector<std::pair<float, int64_t>> tiles;
@@ -231,17 +285,40 @@ void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const Tenso
     it->prefix[i + 1] = it->prefix[i] + tiles[i].second;
   }
   it->causal_entries += tm.causal_entries;
+}
+
+void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t layer) {
+  SPATTN_CHECK(layer >= -1, "calibration layer must be >= 0 (or -1: unlabelled), got ", layer);
+  if (samples_ == 0) {
+    heads_ = q.heads, kv_heads_ = k.heads, dim_ = q.dim;
+    dtype_ = dtype_name(q.dtype);
+  }
+  SPATTN_CHECK(q.heads == heads_ && k.heads == kv_heads_ && q.dim == dim_,
+               "calibration samples must share heads, kv heads and dim: got [", q.heads, ", ",
+               k.heads, ", ", q.dim, "] after [", heads_, ", ", kv_heads_, ", ", dim_, "]");
+  const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn, opt_.order);
+  merge(lengths_, k.seq, tm);
+  if (layer >= 0) {
+    auto it = std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return l.layer >= layer; });
+    if (it == layers_.end() || it->layer != layer) {
+      Layer fresh;
+      fresh.layer = layer;
+      it = layers_.insert(it, std::move(fresh));
+    }
+    merge(it->lengths, k.seq, tm);
+    ++it->samples;
+  }
   ++samples_;
 }
 
-const BlasstCalibrator::Length& BlasstCalibrator::find(int64_t length) const {
-  for (const auto& l : lengths_)
+const BlasstCalibrator::Length& BlasstCalibrator::find(const Lengths& ls, int64_t length) {
+  for (const auto& l : ls)
     if (l.length == length) return l;
   detail::fail("no calibration sample has length ", length);
 }
 
-double BlasstCalibrator::sparsity_at(int64_t length, double lambda) const {
-  const Length& l = find(length);
+double BlasstCalibrator::sparsity_in(const Length& l, double lambda) {
   if (!(lambda > 0) || l.causal_entries == 0) return 0.0;
   // The kernel's rule: skipped exactly when margin < ln(lambda).
   const double thr = std::log(lambda);
@@ -251,8 +328,7 @@ double BlasstCalibrator::sparsity_at(int64_t length, double lambda) const {
   return double(l.prefix[n]) / double(l.causal_entries);
 }
 
-double BlasstCalibrator::lambda_at(int64_t length, double sparsity) const {
-  const Length& l = find(length);
+double BlasstCalibrator::lambda_in(const Length& l, double sparsity) {
   if (sparsity <= 0 || l.causal_entries == 0) return 0.0;
   // First tile count whose entries reach the target; lambda must exceed that tile's margin.
   const double need = sparsity * double(l.causal_entries);
@@ -263,29 +339,55 @@ double BlasstCalibrator::lambda_at(int64_t length, double sparsity) const {
   return std::exp(double(l.margin[i - 1]));
 }
 
-std::vector<CalibrationPoint> BlasstCalibrator::curve() const {
+double BlasstCalibrator::sparsity_at(int64_t length, double lambda) const {
+  return sparsity_in(find(lengths_, length), lambda);
+}
+
+double BlasstCalibrator::lambda_at(int64_t length, double sparsity) const {
+  return lambda_in(find(lengths_, length), sparsity);
+}
+
+std::vector<CalibrationPoint> BlasstCalibrator::curve_of(const Lengths& ls) const {
   std::vector<CalibrationPoint> pts;
   const double lo = std::log10(opt_.lambda_min), hi = std::log10(opt_.lambda_max);
   const int steps = int(std::floor((hi - lo) * opt_.points_per_decade + 1e-9));
-  for (const auto& l : lengths_)
+  for (const auto& l : ls)
     for (int i = steps; i >= 0; --i) {
       // Grid anchored at lambda_max so lambda = 1 (the most BLASST can skip) is always on it.
       const double lambda = std::pow(10.0, hi - double(i) / opt_.points_per_decade);
-      pts.push_back({l.length, lambda, sparsity_at(l.length, lambda)});
+      pts.push_back({l.length, lambda, sparsity_in(l, lambda)});
     }
   return pts;
 }
 
-std::vector<CalibrationPoint> BlasstCalibrator::fit_points() const {
+std::vector<CalibrationPoint> BlasstCalibrator::fit_points_of(const Lengths& ls) const {
   std::vector<CalibrationPoint> pts;
   const int n = int(std::floor((opt_.fit_max - opt_.fit_min) / opt_.sparsity_step + 1e-9));
-  for (const auto& l : lengths_)
+  for (const auto& l : ls)
     for (int i = 0; i <= n; ++i) {
       const double s = opt_.fit_min + i * opt_.sparsity_step;
-      const double lambda = lambda_at(l.length, s);
+      const double lambda = lambda_in(l, s);
       if (lambda > 0 && lambda <= 1) pts.push_back({l.length, lambda, s});
     }
   return pts;
+}
+
+std::vector<CalibrationPoint> BlasstCalibrator::curve() const { return curve_of(lengths_); }
+std::vector<CalibrationPoint> BlasstCalibrator::fit_points() const { return fit_points_of(lengths_); }
+
+void BlasstCalibrator::measure(Calibration& c, const Lengths& ls) const {
+  c.lengths.clear();
+  c.reach.clear();
+  c.checks.clear();
+  for (const auto& l : ls) {
+    c.lengths.push_back(l.length);
+    c.reach.push_back({l.length, sparsity_in(l, 1.0)});
+  }
+  for (const auto& l : ls)
+    for (double t : opt_.check_targets) {
+      const double lambda = c.lambda_for(t, l.length);
+      c.checks.push_back({l.length, t, lambda, sparsity_in(l, lambda)});
+    }
 }
 
 Calibration BlasstCalibrator::fit() const {
@@ -293,18 +395,35 @@ Calibration BlasstCalibrator::fit() const {
   Calibration c = fit_blasst_calibration(fit_points(), opt_);
   c.curve = curve();
   c.samples = samples_;
-  c.lengths.clear();
-  for (const auto& l : lengths_) c.lengths.push_back(l.length);
   c.source = opt_.source;
   c.heads = heads_, c.kv_heads = kv_heads_, c.dim = dim_;
   c.dtype = dtype_;
   c.causal = opt_.attn.causal;
   c.order = opt_.order;
-  for (const auto& l : lengths_)
-    for (double t : opt_.check_targets) {
-      const double lambda = c.lambda_for(t, l.length);
-      c.checks.push_back({l.length, t, lambda, sparsity_at(l.length, lambda)});
+  measure(c, lengths_);
+  for (const Layer& layer : layers_) {
+    Calibration lc;
+    try {
+      lc = fit_blasst_calibration(fit_points_of(layer.lengths), opt_);
+    } catch (const Error& e) {
+      // Too few points of its own (a layer that stays dense below fit_min, say): the law over
+      // every layer stands in, and the file says so.
+      lc = c;
+      lc.layers.clear();
+      lc.curve.clear();
+      lc.pooled = true;
+      lc.pool_reason = e.what();
     }
+    lc.layer = layer.layer;
+    lc.samples = layer.samples;
+    lc.source = c.source;
+    lc.heads = c.heads, lc.kv_heads = c.kv_heads, lc.dim = c.dim;
+    lc.dtype = c.dtype;
+    lc.causal = c.causal;
+    lc.order = c.order;
+    measure(lc, layer.lengths);
+    c.layers.push_back(std::move(lc));
+  }
   return c;
 }
 

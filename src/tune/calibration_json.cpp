@@ -1,5 +1,6 @@
 // Calibration files. A calibration decides every threshold a `blasst:sparsity=` run uses, so
 // loading treats the file as untrusted: every field is checked and named when wrong.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,8 +16,10 @@ namespace {
 using nlohmann::json;
 constexpr const char* kFormat = "spattn.blasst_calibration";
 // Version 2 added delta (version 1 files are the delta = 0 law and still load); version 3 the
-// visiting order (older files were measured in order, and load as in_order).
-constexpr int kVersion = 3;
+// visiting order (older files were measured in order, and load as in_order); version 4 the
+// reach per length, the lengths the fit's points came from, and laws per layer (older files
+// have one law; their reach is read off their curve at lambda = 1 where it has that point).
+constexpr int kVersion = 4;
 
 // Field readers: each throws Error "<origin>: field 'name' ..." on a missing or bad value.
 class Fields {
@@ -62,11 +65,11 @@ class Fields {
 
 }  // namespace
 
-std::string calibration_to_json(const Calibration& c) {
+namespace {
+
+// The fields of one law: the whole file's, or one layer's entry of "layers".
+json law_json(const Calibration& c) {
   json j;
-  j["format"] = kFormat;
-  j["version"] = kVersion;
-  j["model"] = "lambda * L^(gamma + delta * sparsity) = alpha * exp(beta * sparsity)";
   j["alpha"] = c.alpha;
   j["beta"] = c.beta;
   j["gamma"] = c.gamma;
@@ -83,6 +86,23 @@ std::string calibration_to_json(const Calibration& c) {
   j["fit_max"] = c.fit_max;
   j["samples"] = c.samples;
   j["lengths"] = c.lengths;
+  j["fit_lengths"] = c.fit_lengths;
+  j["reach"] = json::array();
+  for (const auto& r : c.reach) j["reach"].push_back({{"length", r.length}, {"max_sparsity", r.max_sparsity}});
+  j["checks"] = json::array();
+  for (const auto& k : c.checks)
+    j["checks"].push_back(
+        {{"length", k.length}, {"target", k.target}, {"lambda", k.lambda}, {"achieved", k.achieved}});
+  return j;
+}
+
+}  // namespace
+
+std::string calibration_to_json(const Calibration& c) {
+  json j = law_json(c);
+  j["format"] = kFormat;
+  j["version"] = kVersion;
+  j["model"] = "lambda * L^(gamma + delta * sparsity) = alpha * exp(beta * sparsity)";
   j["source"] = c.source;
   j["heads"] = c.heads;
   j["kv_heads"] = c.kv_heads;
@@ -90,31 +110,38 @@ std::string calibration_to_json(const Calibration& c) {
   j["dtype"] = c.dtype;
   j["causal"] = c.causal;
   j["order"] = blasst_order_name(c.order);
-  j["checks"] = json::array();
-  for (const auto& k : c.checks)
-    j["checks"].push_back(
-        {{"length", k.length}, {"target", k.target}, {"lambda", k.lambda}, {"achieved", k.achieved}});
+  j["layers"] = json::array();
+  for (const auto& l : c.layers) {
+    json e = law_json(l);
+    e["layer"] = l.layer;
+    e["pooled"] = l.pooled;
+    e["pool_reason"] = l.pool_reason;
+    j["layers"].push_back(std::move(e));
+  }
+  // For the reader only (recomputed on load): what to know before trusting the thresholds.
+  j["warnings"] = c.warnings();
   j["curve"] = json::array();
   for (const auto& p : c.curve)
     j["curve"].push_back({{"length", p.length}, {"lambda", p.lambda}, {"sparsity", p.sparsity}});
   return j.dump(2) + "\n";
 }
 
-Calibration calibration_from_json(const std::string& text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    detail::fail(origin, ": not valid JSON (", e.what(), ")");
+namespace {
+
+std::vector<int64_t> read_lengths(const json& a, const std::string& origin, const char* name) {
+  SPATTN_CHECK(a.is_array(), origin, ": field '", name, "' must be an array");
+  std::vector<int64_t> out;
+  for (const auto& l : a) {
+    SPATTN_CHECK(l.is_number_integer() && l.get<int64_t>() >= 1, origin, ": field '", name,
+                 "' must hold positive integers, got ", l.dump());
+    out.push_back(l.get<int64_t>());
   }
-  SPATTN_CHECK(j.is_object(), origin, ": expected a JSON object");
+  return out;
+}
+
+// One law's fields (see law_json) from `j`.
+void read_law(const json& j, const std::string& origin, int64_t version, Calibration& c) {
   const Fields f(j, origin);
-  SPATTN_CHECK(f.string("format") == kFormat, origin, ": field 'format' must be '", kFormat,
-               "' (not a BLASST calibration file)");
-  const int64_t version = f.integer("version", 1);
-  SPATTN_CHECK(version <= kVersion, origin, ": field 'version' ", j["version"].dump(),
-               " is not supported (expected 1 to ", kVersion, ")");
-  Calibration c;
   c.alpha = f.number("alpha", 0.0, HUGE_VAL, /*lo_open=*/true);
   // A failed fit (beta <= 0: sparsity falling with lambda) gives thresholds that mean nothing.
   c.beta = f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
@@ -137,18 +164,71 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
   SPATTN_CHECK(c.fit_min < c.fit_max, origin, ": field 'fit_min' (", c.fit_min,
                ") must be below 'fit_max' (", c.fit_max, ")");
   c.samples = f.integer("samples", 1);
-  const json& lengths = f.get("lengths");
-  SPATTN_CHECK(lengths.is_array() && !lengths.empty(), origin,
-               ": field 'lengths' must be a non-empty array");
-  for (const auto& l : lengths) {
-    SPATTN_CHECK(l.is_number_integer() && l.get<int64_t>() >= 1, origin,
-                 ": field 'lengths' must hold positive integers, got ", l.dump());
-    c.lengths.push_back(l.get<int64_t>());
+  c.lengths = read_lengths(f.get("lengths"), origin, "lengths");
+  SPATTN_CHECK(!c.lengths.empty(), origin, ": field 'lengths' must be a non-empty array");
+  for (int64_t len : c.lengths) {
     // A failed fit also shows as sparsity falling with lambda at a calibrated length.
-    const double slope = c.beta - c.delta * std::log(double(c.lengths.back()));
+    const double slope = c.beta - c.delta * std::log(double(len));
     SPATTN_CHECK(slope > 0, origin, ": fields 'beta' and 'delta' give a slope beta - delta ln L = ",
-                 slope, " <= 0 at calibrated length ", c.lengths.back(), " (a failed fit)");
+                 slope, " <= 0 at calibrated length ", len, " (a failed fit)");
   }
+  if (version >= 4) {
+    c.fit_lengths = read_lengths(f.get("fit_lengths"), origin, "fit_lengths");
+    const json& reach = f.get("reach");
+    SPATTN_CHECK(reach.is_array(), origin, ": field 'reach' must be an array");
+    for (const auto& e : reach) {
+      SPATTN_CHECK(e.is_object(), origin, ": field 'reach' must hold objects");
+      const Fields g(e, origin + " reach[]");
+      c.reach.push_back({g.integer("length", 1), g.number("max_sparsity", 0, 1)});
+      SPATTN_CHECK(c.reach.size() < 2 || c.reach[c.reach.size() - 2].length < c.reach.back().length,
+                   origin, ": field 'reach' must be in ascending length order");
+    }
+  }
+  // checks are a record of the calibration run, not needed to use it: optional, but checked
+  // when present so a damaged file does not load half-read.
+  if (j.contains("checks")) {
+    SPATTN_CHECK(j["checks"].is_array(), origin, ": field 'checks' must be an array");
+    for (const auto& e : j["checks"]) {
+      SPATTN_CHECK(e.is_object(), origin, ": field 'checks' must hold objects");
+      const Fields g(e, origin + " checks[]");
+      c.checks.push_back({g.integer("length", 1), g.number("target", 0, 1),
+                          g.number("lambda", 0, 1), g.number("achieved", 0, 1)});
+    }
+  }
+}
+
+// Files before version 4 record no reach, but their curve's grid ends at lambda = 1 (the most
+// BLASST skips): read it there, per length.
+void reach_from_curve(Calibration& c) {
+  for (int64_t len : c.lengths)
+    for (const auto& p : c.curve)
+      if (p.length == len && p.lambda == 1.0) {
+        c.reach.push_back({len, p.sparsity});
+        break;
+      }
+  if (c.reach.size() != c.lengths.size()) c.reach.clear();  // partial: unknown
+  std::sort(c.reach.begin(), c.reach.end(),
+            [](const ReachPoint& a, const ReachPoint& b) { return a.length < b.length; });
+}
+
+}  // namespace
+
+Calibration calibration_from_json(const std::string& text, const std::string& origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    detail::fail(origin, ": not valid JSON (", e.what(), ")");
+  }
+  SPATTN_CHECK(j.is_object(), origin, ": expected a JSON object");
+  const Fields f(j, origin);
+  SPATTN_CHECK(f.string("format") == kFormat, origin, ": field 'format' must be '", kFormat,
+               "' (not a BLASST calibration file)");
+  const int64_t version = f.integer("version", 1);
+  SPATTN_CHECK(version <= kVersion, origin, ": field 'version' ", j["version"].dump(),
+               " is not supported (expected 1 to ", kVersion, "; written by a newer spattn)");
+  Calibration c;
+  read_law(j, origin, version, c);
   c.source = f.string("source");
   c.heads = f.integer("heads", 1);
   c.kv_heads = f.integer("kv_heads", 1);
@@ -163,17 +243,6 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
       detail::fail(origin, ": field 'order': ", e.what());
     }
   }
-  // checks and curve are a record of the calibration run, not needed to use it: optional,
-  // but checked when present so a damaged file does not load half-read.
-  if (j.contains("checks")) {
-    SPATTN_CHECK(j["checks"].is_array(), origin, ": field 'checks' must be an array");
-    for (const auto& e : j["checks"]) {
-      SPATTN_CHECK(e.is_object(), origin, ": field 'checks' must hold objects");
-      const Fields g(e, origin + " checks[]");
-      c.checks.push_back({g.integer("length", 1), g.number("target", 0, 1),
-                          g.number("lambda", 0, 1), g.number("achieved", 0, 1)});
-    }
-  }
   if (j.contains("curve")) {
     SPATTN_CHECK(j["curve"].is_array(), origin, ": field 'curve' must be an array");
     for (const auto& e : j["curve"]) {
@@ -181,6 +250,26 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
       const Fields g(e, origin + " curve[]");
       c.curve.push_back({g.integer("length", 1), g.number("lambda", 0, 1, true),
                          g.number("sparsity", 0, 1)});
+    }
+  }
+  if (version < 4) reach_from_curve(c);
+  if (version >= 4) {
+    const json& layers = f.get("layers");
+    SPATTN_CHECK(layers.is_array(), origin, ": field 'layers' must be an array");
+    for (const auto& e : layers) {
+      SPATTN_CHECK(e.is_object(), origin, ": field 'layers' must hold objects");
+      const std::string at = origin + " layers[]";
+      Calibration l;
+      read_law(e, at, version, l);
+      const Fields g(e, at);
+      l.layer = g.integer("layer", 0);
+      SPATTN_CHECK(c.layers.empty() || c.layers.back().layer < l.layer, origin,
+                   ": field 'layers' must be in ascending, distinct layer order");
+      l.pooled = g.boolean("pooled");
+      l.pool_reason = g.string("pool_reason");
+      l.source = c.source, l.heads = c.heads, l.kv_heads = c.kv_heads, l.dim = c.dim;
+      l.dtype = c.dtype, l.causal = c.causal, l.order = c.order;
+      c.layers.push_back(std::move(l));
     }
   }
   return c;
