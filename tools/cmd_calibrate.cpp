@@ -45,12 +45,8 @@ struct CalibrateOptions {
   double fixed_lambda = 0;  // 0: the calibration's lambda for the last target at the first length
 };
 
+// Lengths and samples are checked where they are used (calibrate_on_workloads).
 void check(const CalibrateOptions& o) {
-  SPATTN_CHECK(!o.lengths.empty(), "--lengths needs at least one length");
-  for (int64_t l : o.lengths)
-    SPATTN_CHECK(l >= 1 && l <= (int64_t(1) << 30), "--lengths: each must be in [1, 2^30], got ", l);
-  SPATTN_CHECK(o.samples >= 1 && o.samples <= 1000, "--samples must be in [1, 1000], got ",
-               o.samples);
   SPATTN_CHECK(o.heads >= 1 && o.heads <= 4096, "--heads must be in [1, 4096], got ", o.heads);
   SPATTN_CHECK(o.kv_heads >= 0 && o.kv_heads <= o.heads && (o.kv_heads == 0 || o.heads % o.kv_heads == 0),
                "--kv-heads must be 0 or divide --heads (", o.heads, "), got ", o.kv_heads);
@@ -63,30 +59,16 @@ Tensor as_dtype(Tensor t, const std::string& dtype) {
   return t.dtype() == d ? std::move(t) : Tensor::copy_of(t.view(), d);
 }
 
-WorkloadConfig workload_config(const CalibrateOptions& o, int64_t length, uint64_t seed) {
+// The workloads' kind and shape; calibrate_on_workloads sets each one's length and seed.
+WorkloadConfig workload_config(const CalibrateOptions& o) {
   WorkloadConfig cfg;
   cfg.kind = parse_workload_kind(o.workload);
-  cfg.seq = length;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
   cfg.dim = o.dim;
   cfg.dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
-  cfg.seed = seed;
+  cfg.seed = o.seed;
   return cfg;
-}
-
-void add_generated(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
-  int64_t done = 0;
-  const int64_t total = int64_t(o.lengths.size()) * o.samples;
-  for (int64_t len : o.lengths)
-    for (int64_t i = 0; i < o.samples; ++i) {
-      progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
-                                  o.seed + uint64_t(i)));
-      // The same seeds at every length: lengths differ only in length, as far as a generator
-      // can make them.
-      const Workload w = make_workload(workload_config(o, len, o.seed + uint64_t(i)));
-      cal.add(w.q.view(), w.k.view(), w.v.view());
-    }
 }
 
 void add_files(const CalibrateOptions& o, BlasstCalibrator& cal, Progress& progress) {
@@ -143,35 +125,18 @@ void print(const Calibration& c, const std::string& out) {
 // their range; beside it a fixed lambda, to show the drift calibration removes.
 void run_evaluate(const CalibrateOptions& o) {
   check(o);
-  SPATTN_CHECK(!o.targets.empty(), "--targets needs at least one sparsity");
-  for (double t : o.targets)
-    SPATTN_CHECK(t >= 0.0 && t < 1.0, "--targets: each must be in [0, 1), got ", t);
-  SPATTN_CHECK(o.fixed_lambda >= 0.0 && o.fixed_lambda <= 1.0,
-               "--fixed-lambda must be in (0, 1] (or 0: derived from the calibration), got ",
-               o.fixed_lambda);
   const Calibration c = load_calibration(o.evaluate);
-  const double fixed = o.fixed_lambda > 0 ? o.fixed_lambda
-                                          : c.lambda_for(o.targets.back(), o.lengths.front());
   AttnOptions attn;
   attn.causal = o.causal;
   attn.threads = resolve_threads(o.threads);
-  struct Row { std::vector<std::vector<double>> per_target; std::vector<double> fixed; };
-  std::vector<Row> rows(o.lengths.size());
+  CalibrationEvaluation e;
   {
     Progress progress("evaluate");
-    for (size_t li = 0; li < o.lengths.size(); ++li) {
-      rows[li].per_target.resize(o.targets.size());
-      for (int64_t i = 0; i < o.samples; ++i) {
-        progress.update(fmt::format("length {}, seed {}", o.lengths[li], o.seed + uint64_t(i)));
-        const Workload w = make_workload(workload_config(o, o.lengths[li], o.seed + uint64_t(i)));
-        const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn, c.order);
-        for (size_t ti = 0; ti < o.targets.size(); ++ti)
-          rows[li].per_target[ti].push_back(
-              tm.sparsity_at(c.lambda_for(o.targets[ti], o.lengths[li])));
-        rows[li].fixed.push_back(tm.sparsity_at(fixed));
-      }
-    }
+    e = evaluate_calibration(c, workload_config(o), o.lengths, o.samples, o.targets,
+                             o.fixed_lambda, attn,
+                             [&progress](const std::string& s) { progress.update(s); });
   }
+  const double fixed = e.fixed_lambda;
   auto mean = [](const std::vector<double>& x) {
     double s = 0;
     for (double v : x) s += v;
@@ -189,14 +154,14 @@ void run_evaluate(const CalibrateOptions& o) {
   for (size_t li = 0; li < o.lengths.size(); ++li) {
     fmt::print("{:>8}", o.lengths[li]);
     for (size_t ti = 0; ti < o.targets.size(); ++ti) {
-      const auto& x = rows[li].per_target[ti];
+      const auto& x = e.sparsity[li][ti];
       const double m = mean(x), off = 100 * (m - o.targets[ti]);
       worst = std::max(worst, std::abs(off));
       fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]", 100 * m, off,
                  100 * *std::min_element(x.begin(), x.end()),
                  100 * *std::max_element(x.begin(), x.end()));
     }
-    const auto& f = rows[li].fixed;
+    const auto& f = e.fixed[li];
     fmt::print("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * mean(f),
                100 * *std::min_element(f.begin(), f.end()), 100 * *std::max_element(f.begin(), f.end()));
   }
@@ -220,15 +185,18 @@ void run_calibrate(const CalibrateOptions& o) {
   } else {
     for (const auto& f : o.qkv) copt.source += (copt.source.empty() ? "" : ", ") + f;
   }
-  BlasstCalibrator cal(copt);  // checks the fit options before any data is made
+  Calibration c;
   {
     Progress progress("calibrate");
-    if (o.qkv.empty())
-      add_generated(o, cal, progress);
-    else
+    if (o.qkv.empty()) {
+      c = calibrate_on_workloads(copt, workload_config(o), o.lengths, o.samples,
+                                 [&progress](const std::string& s) { progress.update(s); });
+    } else {
+      BlasstCalibrator cal(copt);  // checks the fit options before any file is read
       add_files(o, cal, progress);
+      c = cal.fit();
+    }
   }
-  const Calibration c = cal.fit();
   save_calibration(o.out, c);
   print(c, o.out);
 }
