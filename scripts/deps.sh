@@ -13,6 +13,9 @@ PKGS=(
   libgtest-dev libgmock-dev
   libbenchmark-dev      # micro-benchmarks (not in ctest)
   jq                    # benchmark scripts read spattn --json
+  # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
+  # is optional (its tests skip without it) and not installed here: it is large.
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -98,7 +98,7 @@ py::tuple attention(const py::handle& q, const py::handle& k, const py::handle& 
 }
 
 // What the C++ call costs on the same views: make the method, allocate the output, run it
-// over every batch element. The other side of the Python overhead (python/bench_overhead.py).
+// over every batch element. The other side of the Python overhead (python/benchmarks/overhead.py).
 double cpp_call_seconds(const py::handle& q, const py::handle& k, const py::handle& v,
                         const std::string& tag, const std::string& method, bool causal,
                         const std::string& layout, std::optional<int> threads) {

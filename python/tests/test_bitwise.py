@@ -49,3 +49,17 @@ def test_non_causal_methods_equal_the_library(tmp_path, spec):
     out, lse = spattn.attention(*w, method=spec, causal=False, return_lse=True)
     np.testing.assert_array_equal(out.transpose(1, 0, 2), want)
     np.testing.assert_array_equal(lse, want_lse)
+
+
+@pytest.mark.parametrize("spec", CATALOG)
+def test_bfloat16_tensors_equal_the_library(tmp_path, spec):
+    torch = pytest.importorskip("torch")
+    w = spattn.workload("text", seq=512, heads=4, kv_heads=2, dim=64, dtype="bfloat16", seed=8)
+    assert w.q.dtype == torch.bfloat16
+    spattn.save_qkv(tmp_path, *w)
+    want, want_lse, _ = run_library(tmp_path, spec, True)
+    out, lse = spattn.attention(*w, method=spec, return_lse=True)
+    assert out.dtype == torch.bfloat16
+    bits = out.view(torch.int16).numpy().transpose(1, 0, 2)
+    np.testing.assert_array_equal(bits, want.view(np.int16))
+    np.testing.assert_array_equal(lse.numpy(), want_lse)
