@@ -10,6 +10,7 @@ Arrays are [heads, seq, dim] (--file-layout shd for [seq, heads, dim]); a direct
 defaults (or --method SPEC, repeatable); times are medians of runs taken round-robin.
 """
 import argparse
+import json
 import os
 
 import numpy as np
@@ -43,6 +44,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="compare_methods.png", help="speed-vs-recall plot (PNG)")
+    ap.add_argument("--json", help="also write the bench records here (JSON)")
     a = ap.parse_args()
 
     if a.qkv:
@@ -68,6 +70,9 @@ def main():
     evaluation = [x["name"] for x in spattn.method_catalog() if x["evaluation_only"]]
     if evaluation:
         print(f"\nevaluation only (compare recall, not time): {', '.join(evaluation)}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(records, f, indent=1)
     fig = spattn.plot.speed_vs_recall(records)
     fig.savefig(a.out, dpi=120)
     print(f"wrote {os.path.abspath(a.out)}")

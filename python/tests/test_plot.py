@@ -39,11 +39,16 @@ def test_sparsity_vs_length_figures():
 
 
 def test_speed_vs_recall_figure():
-    records = spattn.bench(methods=["a_shape", "oracle_topk"], seq=256, heads=2, dim=64,
-                           repeat=1)
+    records = spattn.bench(methods=["a_shape:sink=64,local=64", "oracle_topk"], seq=256,
+                           heads=2, dim=64, repeat=1)
     fig = spattn.plot.speed_vs_recall(records)
     ax = fig.axes[0]
     assert len(ax.collections) == 3
-    assert [t.get_text() for t in ax.texts] == ["dense", "a_shape", "oracle_topk"]
-    np.testing.assert_allclose(ax.collections[0].get_offsets()[0], [1.0, 1.0])
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["a_shape:sink=64,local=64", "dense", "oracle_topk"]
+    # Dense sits at speedup 1 and the floor of missed mass; a_shape misses some.
+    np.testing.assert_allclose(ax.collections[0].get_offsets()[0], [1.0, 1e-6])
+    a_shape = records["results"][1]
+    np.testing.assert_allclose(ax.collections[1].get_offsets()[0],
+                               [a_shape["speedup"], 1 - a_shape["recall"]])
     assert spattn.plot.speed_vs_recall(records["results"]).axes
