@@ -6,7 +6,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 1000000
 JOBS       ?= $(shell nproc)
 
-.PHONY: deps build run test test-sanitize fuzz bench clean
+.PHONY: deps build python run test test-sanitize fuzz bench clean
 
 deps:
 	@bash scripts/deps.sh
@@ -15,11 +15,18 @@ build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The Python package alone (also part of `build`): import it with PYTHONPATH=$(BUILD)/python
+# under /usr/bin/python3 (see README.md).
+python: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target spattn_python spattn_run_method
+
 # The default benchmark: every method at its paper defaults against dense on a 16K text
 # workload, speedup beside recall (35-60 s on 2 cores).
 run: build
 	./$(BUILD)/bin/spattn bench
 
+# C++ tests and the Python package's pytest (ctest runs both).
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 

@@ -15,6 +15,9 @@ PKGS=(
   jq                    # benchmark scripts read spattn --json
   libpcre2-dev          # GPT-2's pre-tokenizer regex (Unicode letter/number classes)
   clang libclang-rt-14-dev  # `make fuzz`: libFuzzer targets with ASan/UBSan
+  # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
+  # is optional (its tests skip without it) and not installed here: it is large.
+  python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -770,3 +770,26 @@ TEST(Safetensors, FuzzTruncateAndFlipNeverCrashes) {
 }
 
 }  // namespace
+
+// save_qkv writes where load_qkv reads: one .safetensors file, a directory, or a prefix.
+TEST(SaveQkv, RoundTripsThroughEachForm) {
+  TempDir tmp;
+  const Tensor q = random_tensor(DType::f16, 4, 9, 8, 1), k = random_tensor(DType::f16, 2, 9, 8, 2),
+               v = random_tensor(DType::f16, 2, 9, 8, 3);
+  for (const std::string& where : {tmp.file("x.safetensors"), tmp.dir(), tmp.file("p_")}) {
+    spattn::save_qkv(where, q, k, v);
+    const spattn::QKV x = spattn::load_qkv(where);
+    EXPECT_TRUE(same_bits(x.q, q)) << where;
+    EXPECT_TRUE(same_bits(x.k, k)) << where;
+    EXPECT_TRUE(same_bits(x.v, v)) << where;
+  }
+}
+
+TEST(SaveQkv, BadArgumentsAreErrors) {
+  TempDir tmp;
+  const Tensor a = random_tensor(DType::f32, 2, 4, 8, 1), b = random_tensor(DType::bf16, 2, 4, 8, 2);
+  EXPECT_IO_ERROR(spattn::save_qkv(tmp.file("x.safetensors"), a, b, a), "dtypes must match");
+  EXPECT_IO_ERROR(spattn::save_qkv(tmp.file("q.npy"), a, a, a), "single .npy");
+  EXPECT_IO_ERROR(spattn::save_qkv("", a, a, a), "empty path");
+  EXPECT_IO_ERROR(spattn::save_qkv(tmp.file("no/such/dir/p_"), a, a, a), "no/such/dir");
+}

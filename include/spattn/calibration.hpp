@@ -14,6 +14,7 @@
 // per sample (blasst_tile_margins) gives its exact sparsity at every lambda of the sweep.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/tensor.hpp"
+#include "spattn/workload.hpp"
 
 namespace spattn {
 
@@ -180,6 +182,40 @@ class BlasstCalibrator {
 // length (beta - delta * ln L <= 0).
 Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
                                    const CalibrationOptions& opt);
+
+// Status lines for long calibrations ("sample 3/8: length 8192, seed 1"); may be empty.
+using CalibrationProgress = std::function<void(const std::string&)>;
+
+// Calibration on generated workloads (`spattn calibrate`, spattn.calibrate): `samples`
+// workloads of `base`'s kind and shape at each length, seeds base.seed, base.seed + 1, ...,
+// the same seeds at every length, so lengths differ only in length as far as a generator can
+// make them. Throws Error on empty lengths, lengths outside [1, 2^30], samples outside
+// [1, 1000], and whatever the calibrator or the fit throws.
+Calibration calibrate_on_workloads(const CalibrationOptions& opt, const WorkloadConfig& base,
+                                   const std::vector<int64_t>& lengths, int64_t samples,
+                                   const CalibrationProgress& progress = {});
+
+// The sparsity a calibration's thresholds reach on workloads it never saw, measured exactly
+// (one dense pass per workload: blasst_tile_margins gives the skip decision of every lambda),
+// beside a fixed lambda, to show the drift calibration removes.
+struct CalibrationEvaluation {
+  std::vector<int64_t> lengths;
+  std::vector<double> targets;
+  double fixed_lambda = 0;
+  uint64_t first_seed = 0;
+  int64_t samples = 0;
+  // sparsity[length][target][sample]: what lambda_for(target, length) skipped.
+  std::vector<std::vector<std::vector<double>>> sparsity;
+  std::vector<std::vector<double>> fixed;  // fixed[length][sample]
+};
+// Workloads as calibrate_on_workloads makes them. fixed_lambda 0: the calibration's lambda for
+// the last target at the first length. Throws Error on targets outside [0, 1), a fixed lambda
+// outside [0, 1], and as calibrate_on_workloads.
+CalibrationEvaluation evaluate_calibration(const Calibration& c, const WorkloadConfig& base,
+                                           const std::vector<int64_t>& lengths, int64_t samples,
+                                           const std::vector<double>& targets,
+                                           double fixed_lambda, const AttnOptions& attn,
+                                           const CalibrationProgress& progress = {});
 
 // JSON (nlohmann). load validates every field: missing, wrong type, non-finite or
 // non-positive alpha, a failed fit (beta not finite and positive, too few points) -> Error

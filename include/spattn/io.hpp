@@ -35,5 +35,10 @@ struct QKV {
 // A .safetensors file holding tensors named q, k, v; or a directory / prefix with
 // q.npy, k.npy, v.npy (prefix: "<prefix>q.npy"). Throws Error naming what is missing.
 QKV load_qkv(const std::string& path, Layout layout = Layout::hsd);
+// The inverse: a path ending in .safetensors gets one file with tensors q, k, v; an existing
+// directory gets q.npy, k.npy, v.npy in it; anything else is a prefix ("<prefix>q.npy").
+// Arrays are written [h, s, d]. Throws Error on mixed dtypes, a .npy path, or a failed write.
+void save_qkv(const std::string& path, const TensorView& q, const TensorView& k,
+              const TensorView& v);
 
 }  // namespace spattn

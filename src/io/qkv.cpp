@@ -1,4 +1,5 @@
-// load_qkv: one entry point for the three ways Q, K and V arrive on disk, and parse_layout.
+// load_qkv: one entry point for the three ways Q, K and V arrive on disk; save_qkv, its inverse;
+// and parse_layout.
 #include <filesystem>
 #include <system_error>
 
@@ -71,6 +72,25 @@ QKV load_qkv(const std::string& path, Layout layout) {
                       "'" + path + "' is neither a file nor a directory, so it was taken as the "
                       "prefix of <prefix>q.npy, <prefix>k.npy, <prefix>v.npy",
                       layout);
+}
+
+void save_qkv(const std::string& path, const TensorView& q, const TensorView& k,
+              const TensorView& v) {
+  SPATTN_CHECK(!path.empty(), "save_qkv: empty path");
+  SPATTN_CHECK(q.dtype == k.dtype && k.dtype == v.dtype, "save_qkv: q, k, v dtypes must match (q ",
+               dtype_name(q.dtype), ", k ", dtype_name(k.dtype), ", v ", dtype_name(v.dtype), ")");
+  if (ends_with(path, ".safetensors")) {
+    write_safetensors(path, {{"q", q}, {"k", k}, {"v", v}});
+    return;
+  }
+  SPATTN_CHECK(!ends_with(path, ".npy"), "save_qkv: ", path,
+               " names a single .npy file; pass a .safetensors file, a directory, or a prefix");
+  std::error_code ec;
+  const std::string prefix =
+      fs::is_directory(path, ec) ? (fs::path(path) / "").string() : path;
+  write_npy(prefix + "q.npy", q);
+  write_npy(prefix + "k.npy", k);
+  write_npy(prefix + "v.npy", v);
 }
 
 }  // namespace spattn
