@@ -149,7 +149,7 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
   std::vector<std::string> notes;
   auto have = [&](const MethodSpec& x) {
     for (const auto& h : all)
-      if (canonical(h) == canonical(x)) return true;
+      if (canonical_spec(h) == canonical_spec(x)) return true;
     return false;
   };
   for (size_t i = 0; i < specs.size(); ++i) {

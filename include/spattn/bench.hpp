@@ -24,6 +24,9 @@ namespace spattn {
 // names), each method once (parameters compared in sorted order). Neither given: every
 // method of method_catalog() at its default spec; causal-only methods are left out of
 // non-causal problems and named in left_out.
+// Spec text with parameters in sorted order, so "m:a=1,b=2" and "m:b=2,a=1" are one method.
+std::string canonical_spec(const MethodSpec& s);
+
 struct BenchMethods {
   std::vector<MethodSpec> specs;
   std::vector<std::unique_ptr<Method>> methods;

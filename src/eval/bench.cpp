@@ -13,10 +13,8 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
-namespace {
 
-// Spec text with parameters in sorted order, so "m:a=1,b=2" and "m:b=2,a=1" are one method.
-std::string canonical(const MethodSpec& s) {
+std::string canonical_spec(const MethodSpec& s) {
   std::string text = s.name;
   char sep = ':';
   for (const auto& [key, value] : s.params) {
@@ -25,6 +23,8 @@ std::string canonical(const MethodSpec& s) {
   }
   return text;
 }
+
+namespace {
 
 std::vector<MethodSpec> collect_specs(const std::vector<std::string>& texts,
                                       const std::vector<std::string>& names, bool causal,
@@ -43,7 +43,7 @@ std::vector<MethodSpec> collect_specs(const std::vector<std::string>& texts,
   }
   auto add = [&](MethodSpec s) {
     for (const auto& have : specs)
-      if (canonical(have) == canonical(s)) return;
+      if (canonical_spec(have) == canonical_spec(s)) return;
     specs.push_back(std::move(s));
   };
   for (const auto& text : texts) add(parse_method_spec(text));
