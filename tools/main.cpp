@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   spattn::cli::add_bench_command(app);
   spattn::cli::add_mask_command(app);
   spattn::cli::add_calibrate_command(app);
+  spattn::cli::add_search_command(app);
   try {
     app.parse(argc, argv);
     return 0;

@@ -89,3 +89,28 @@ std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int6
 }
 
 }  // namespace spattn
+
+namespace spattn {
+
+BlockMask coverage_block_mask(const Coverage& cov, int64_t heads, int64_t q_len, int64_t kv_len,
+                              int64_t block) {
+  BlockMask m(heads, q_len, kv_len, block, block, /*causal=*/true);
+  std::vector<uint8_t> keep(size_t(m.n_kb()));
+  std::vector<KeyRange> ranges;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+      std::fill(keep.begin(), keep.end(), 0);
+      for (int64_t i = qb * block; i < std::min(q_len, (qb + 1) * block); ++i) {
+        ranges.clear();
+        cov.row_ranges(h, i, ranges);
+        for (const KeyRange& r : ranges)
+          for (int64_t kb = r.begin / block; kb * block < r.end; ++kb) keep[size_t(kb)] = 1;
+      }
+      for (int64_t kb = 0; kb < m.n_kb(); ++kb)
+        if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
+      m.offsets[size_t(h * m.n_qb() + qb + 1)] = int64_t(m.blocks.size());
+    }
+  return m;
+}
+
+}  // namespace spattn
