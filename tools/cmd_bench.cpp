@@ -21,6 +21,7 @@
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
+#include "spattn/modality.hpp"
 #include "spattn/peak.hpp"
 
 namespace spattn::cli {
@@ -312,7 +313,9 @@ nlohmann::json config_json(const Problem& p, const BenchOptions& o,
   } else {
     c["qkv"] = o.problem.qkv;
     c["layout"] = o.problem.layout;
+    if (!o.problem.modality.empty()) c["modality"] = o.problem.modality;
   }
+  if (p.opt.modality) c["frame_tokens"] = p.opt.modality->frame_tokens;
   c["seq"] = p.k.seq();
   c["q_len"] = p.q.seq();
   c["heads"] = p.q.heads();
