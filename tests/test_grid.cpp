@@ -193,7 +193,7 @@ TEST(GridHead, EstimateFindsThePlantedGrid) {
     cfg.seed = seed;
     const Workload w = make_workload(cfg);
     GridConfig c;
-    c.frame_stride = w.frame_tokens;
+    c.frame_stride = w.layout.frame_tokens;
     const auto lines = grid_estimate(w.q, w.k, c, {});
     const auto again = grid_estimate(w.q, w.k, c, {});
     for (size_t h = 0; h < lines.size(); ++h) {

@@ -10,6 +10,7 @@
 #include "core/threading.hpp"
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
+#include "spattn/modality.hpp"
 
 namespace spattn::cli {
 namespace {
@@ -17,18 +18,14 @@ namespace {
 struct SearchOptions {
   ProblemOptions problem;
   std::string out;
-  int64_t frame = -1;  // -1: the generator's frame for video/mixed workloads, else none
   bool quiet = false;
 };
 
 void run_search(const SearchOptions& o) {
   SPATTN_CHECK(!o.out.empty(), "--out is required (the plan file to write)");
-  SPATTN_CHECK(o.frame >= -1, "--frame must be >= 0, got ", o.frame);
   const Problem p = load_problem(o.problem);
   MMSearchOptions so;
-  const bool video = o.problem.qkv.empty() &&
-                     (o.problem.workload == "video" || o.problem.workload == "mixed");
-  so.frame_stride = o.frame >= 0 ? o.frame : video ? 256 : 0;  // the generator's default frame
+  so.frame_stride = p.opt.modality ? p.opt.modality->frame_tokens : 0;
   so.threads = resolve_threads(o.problem.threads);
   so.verbose = !o.quiet;
   const MMPlan plan = mm_search(p.q, p.k, p.v, p.opt, so);
@@ -52,9 +49,6 @@ void add_search_command(CLI::App& root) {
       "search", "MMInference's per-head pattern search; writes a plan for mminference:plan=FILE");
   add_problem_options(*cmd, o->problem);
   cmd->add_option("--out", o->out, "plan file to write (JSON)");
-  cmd->add_option("--frame", o->frame,
-                  "tokens per frame for the grid's stride space (default: 256 on the video and "
-                  "mixed workloads, none otherwise)");
   cmd->add_flag("--quiet", o->quiet, "no per-head lines on stderr");
   cmd->callback([o] { run_search(*o); });
 }

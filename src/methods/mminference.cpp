@@ -12,6 +12,7 @@
 #include "spattn/grid.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/mminference.hpp"
+#include "spattn/modality.hpp"
 #include "spattn/sparse_attention.hpp"
 
 namespace spattn {
@@ -72,7 +73,7 @@ class MMInference final : public Method {
     SPATTN_CHECK(!path.empty(), "mminference: needs plan=FILE (write one with `spattn search`)");
     plan_ = load_mm_plan(path);
     layer_ = r.get_int("layer", 0, 0, int64_t(plan_.layers.size()) - 1);
-    frame_ = r.get_int("frame", plan_.frame_stride, 0, int64_t(1) << 40);
+    if (r.has("frame")) frame_ = r.get_int("frame", 0, 0, int64_t(1) << 40);
     r.finish();
   }
   std::string name() const override { return "mminference"; }
@@ -87,12 +88,16 @@ class MMInference final : public Method {
     AttnOptions o = opt;
     o.check_finite = false;  // checked once above
     const int64_t group = q.heads / k.heads;
+    // Frame stride: frame=N, else the run's modality layout's, else the calibration input's.
+    const int64_t frame = frame_ >= 0                                         ? frame_
+                          : opt.modality && opt.modality->frame_tokens > 0 ? opt.modality->frame_tokens
+                                                                           : plan_.frame_stride;
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
     auto& pattern = r.per_head["pattern"];  // 0 grid, 1 a_shape, 2 vertical_slash
     for (int64_t h = 0; h < q.heads; ++h) {
       const int64_t kvh = h / group;
-      cov.push_back(mm_run_head(heads[size_t(h)], frame_, q.head_range(h, 1), k.head_range(kvh, 1),
+      cov.push_back(mm_run_head(heads[size_t(h)], frame, q.head_range(h, 1), k.head_range(kvh, 1),
                                 v.head_range(kvh, 1), out.head_range(h, 1), o,
                                 lse ? lse + h * q.seq : nullptr, &r.stats));
       pattern.push_back(double(int(heads[size_t(h)].pattern)));
@@ -103,7 +108,7 @@ class MMInference final : public Method {
 
  private:
   MMPlan plan_;
-  int64_t layer_ = 0, frame_ = 0;
+  int64_t layer_ = 0, frame_ = -1;
 };
 
 }  // namespace
