@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -13,6 +14,7 @@
 #include "cli_run.hpp"
 #include "spattn/error.hpp"
 #include "spattn/io.hpp"
+#include "spattn/method.hpp"
 #include "spattn/modality.hpp"
 #include "spattn/workload.hpp"
 
@@ -224,6 +226,35 @@ TEST(ModalityWorkload, VideoAndMixedExposeTheirLayout) {
   const spattn::Workload t = spattn::make_workload(c);
   EXPECT_EQ(t.layout.frame_tokens, 0);
   EXPECT_EQ(t.layout.num_modalities(), 1);
+}
+
+// `frame` in a spec is the run's frame size (MMInference Table 2's SF settings).
+TEST(ModalityMethods, FrameSizedSpecsResolveAtRunTime) {
+  spattn::WorkloadConfig c;
+  c.kind = spattn::WorkloadKind::video;
+  c.seq = 512;
+  c.heads = 1;
+  c.dim = 32;
+  c.frame_tokens = 128;
+  const spattn::Workload w = spattn::make_workload(c);
+  spattn::AttnOptions opt;
+  opt.modality = std::make_shared<const ModalityLayout>(w.layout);
+  for (const std::string name : {"sf_fixed", "sf_strided"}) {
+    const auto by_frame = spattn::make_method(name + ":local=frame,vline_stride=frame");
+    const auto by_number = spattn::make_method(name + ":local=128,vline_stride=128");
+    spattn::Tensor out(spattn::DType::f32, 1, 512, 32);
+    const spattn::MethodReport a = by_frame->run(w.q, w.k, w.v, out, opt);
+    const spattn::MethodReport b = by_number->run(w.q, w.k, w.v, out, opt);
+    ASSERT_TRUE(a.mask && b.mask);
+    EXPECT_EQ(a.mask->blocks, b.mask->blocks) << name;
+    EXPECT_EQ(a.stats.score_entries, b.stats.score_entries) << name;
+    EXPECT_MODALITY_ERROR(by_frame->run(w.q, w.k, w.v, out, spattn::AttnOptions{}),
+                          "=frame needs the tokens per frame");
+    opt.modality = std::make_shared<const ModalityLayout>(spattn::uniform_modality(512));
+    EXPECT_MODALITY_ERROR(by_frame->run(w.q, w.k, w.v, out, opt), "=frame needs");
+    opt.modality = std::make_shared<const ModalityLayout>(w.layout);
+  }
+  EXPECT_MODALITY_ERROR(spattn::make_method("sf_fixed:local=frames"), "is not an integer");
 }
 
 // ---------------------------------------------------------------------------------- CLI

@@ -14,6 +14,7 @@
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
 #include "spattn/modality.hpp"
+#include "spattn/modality_heads.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/peak.hpp"
 #include "spattn/report.hpp"

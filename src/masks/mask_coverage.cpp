@@ -47,7 +47,7 @@ class BlockMaskCoverage final : public Coverage {
   std::shared_ptr<const BlockMask> m_;
 };
 
-// Row i of tile t = i / tile_rows sees what the kernel computes for its tile (the diagonals'
+// Row i of tile t = i / tile_rows (i counted among the index's rows, when it lists them) sees what the kernel computes for its tile (the diagonals'
 // tile ranges and the head's columns: vertical_slash_tile_keys, the kernel's own definition),
 // up to the row's own position.
 class VerticalSlashCoverage final : public Coverage {
@@ -61,9 +61,15 @@ class VerticalSlashCoverage final : public Coverage {
                  x_.offsets.size(), " offset lists for ", x_.heads, " heads");
   }
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    int64_t index = row;  // the row's place among the rows the index computes
+    if (x_.rows) {
+      const auto it = std::lower_bound(x_.rows->begin(), x_.rows->end(), row);
+      if (it == x_.rows->end() || *it != row) return;  // a row the index leaves alone
+      index = int64_t(it - x_.rows->begin());
+    }
     std::vector<KeyRange> ranges;
     std::vector<int64_t> columns;
-    vertical_slash_tile_keys(x_, head, row / x_.tile_rows, q_len_, kv_len_, ranges, columns);
+    vertical_slash_tile_keys(x_, head, index / x_.tile_rows, q_len_, kv_len_, ranges, columns);
     for (int64_t c : columns) ranges.push_back({c, c + 1});
     append_coalesced(ranges, std::min(kv_len_ - q_len_ + row + 1, kv_len_), out);
   }
