@@ -9,6 +9,7 @@
 
 #include "spattn/blasst.hpp"
 #include "spattn/error.hpp"
+#include "spattn/masks.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
@@ -84,35 +85,97 @@ TEST(QuerySparse, BadInputRaisesError) {
   EXPECT_THROW(strided_rows(10, 0), Error);
 }
 
+// The keys row i (the `index`-th row the index computes, tile index / tile_rows) sees, by the
+// kernel's own definition (vertical_slash_tile_keys), up to its position.
+std::vector<int64_t> vs_row_keys(const VerticalSlashIndex& idx, int64_t h, int64_t index,
+                                 int64_t pos, int64_t lq, int64_t lk) {
+  std::vector<KeyRange> ranges;
+  std::vector<int64_t> cols, keys;
+  vertical_slash_tile_keys(idx, h, index / idx.tile_rows, lq, lk, ranges, cols);
+  for (const KeyRange& r : ranges)
+    for (int64_t j = r.begin; j < r.end && j <= pos; ++j) keys.push_back(j);
+  for (int64_t c : cols)
+    if (c <= pos) keys.push_back(c);
+  return keys;
+}
+
+// Columns packed once per head: more than one packed column tile (up to 130 columns), columns
+// inside slash ranges (computed once, by the column tile), GQA, odd lengths, f32 and bf16.
 TEST(VerticalSlash, MatchesReferenceOverTheSameKeys) {
-  for (int64_t lq : {1, 65, 250}) {
-    const int64_t hq = 4, hk = 2, lk = 300, d = 64;
-    Tensor q = test::random_tensor(DType::f32, hq, lq, d, 7), k = test::random_tensor(DType::f32, hk, lk, d, 8),
-           v = test::random_tensor(DType::f32, hk, lk, d, 9);
+  for (DType t : {DType::f32, DType::bf16})
+    for (int64_t lq : {1, 65, 250}) {
+      const int64_t hq = 4, hk = 2, lk = 301, d = 64;
+      Tensor q = test::random_tensor(t, hq, lq, d, 7), k = test::random_tensor(t, hk, lk, d, 8),
+             v = test::random_tensor(t, hk, lk, d, 9);
+      VerticalSlashIndex idx;
+      idx.heads = hq;
+      idx.tile_rows = 64;
+      for (int64_t h = 0; h < hq; ++h) {
+        std::vector<int64_t> cols = {0, 1, 2, 3, 17 + h, 100, 101, 230, 300};
+        for (int64_t c = 5 + h; c < 300; c += 2 + h) cols.push_back(c);  // 58..148 columns
+        std::sort(cols.begin(), cols.end());
+        cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+        idx.columns.push_back(cols);
+        idx.offsets.push_back({0, 1, 2, 40 + 9 * h, 128});
+      }
+      Tensor out(DType::f32, hq, lq, d);
+      Stats st;
+      attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
+      const std::unique_ptr<Coverage> cov = vertical_slash_coverage(idx, lq, lk);
+      int64_t entries = 0;
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t i = 0; i < lq; ++i) {
+          const int64_t pos = lk - lq + i;
+          std::vector<int64_t> keys = vs_row_keys(idx, h, i, pos, lq, lk);
+          entries += int64_t(keys.size());
+          ASSERT_TRUE(std::find(keys.begin(), keys.end(), pos) != keys.end());  // slash 0
+          std::sort(keys.begin(), keys.end());
+          ASSERT_EQ(test::coverage_keys(*cov, h, i), keys) << "head " << h << " row " << i;
+          expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys),
+                       t == DType::bf16 ? 2e-2 : 1e-4);
+        }
+      EXPECT_EQ(st.score_entries, entries) << dtype_name(t) << " lq " << lq;
+    }
+}
+
+// A row subset (one modality's queries): listed rows in tiles of their own, the rest untouched.
+TEST(VerticalSlash, RowSubsetComputesOnlyItsRows) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const int64_t hq = 2, hk = 1, lq = 200, lk = 230, d = 32;
+    Tensor q = test::random_tensor(t, hq, lq, d, 17), k = test::random_tensor(t, hk, lk, d, 18),
+           v = test::random_tensor(t, hk, lk, d, 19);
     VerticalSlashIndex idx;
     idx.heads = hq;
-    idx.tile_rows = 64;
-    for (int64_t h = 0; h < hq; ++h) {
-      idx.columns.push_back({0, 1, 2, 3, 17 + h, 100, 101, 230, 299});
-      idx.offsets.push_back({0, 1, 2, 40 + 9 * h, 128});
-    }
+    idx.tile_rows = 16;
+    idx.columns = {{0, 3, 50, 51, 52, 120}, {7, 90}};
+    idx.offsets = {{0, 1, 5}, {0, 33}};
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < lq; ++r)
+      if ((r / 23) % 2 == 1 || r == lq - 1) rows.push_back(r);  // segments of 23 rows
+    idx.rows = rows;
     Tensor out(DType::f32, hq, lq, d);
+    for (int64_t i = 0; i < out.numel(); ++i) out.data_as<float>()[i] = 7.0f;
+    std::vector<float> lse(size_t(hq * lq), 9.0f);
     Stats st;
-    attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
+    attention_vertical_slash(q, k, v, out, idx, {}, lse.data(), &st);
+    const std::unique_ptr<Coverage> cov = vertical_slash_coverage(idx, lq, lk);
     int64_t entries = 0;
     for (int64_t h = 0; h < hq; ++h)
       for (int64_t i = 0; i < lq; ++i) {
-        std::vector<KeyRange> ranges;
-        std::vector<int64_t> cols, keys;
-        vertical_slash_tile_keys(idx, h, i / 64, lq, lk, ranges, cols);
+        const auto it = std::lower_bound(rows.begin(), rows.end(), i);
+        if (it == rows.end() || *it != i) {
+          EXPECT_EQ(out.view().get(h, i, 0), 7.0f);
+          EXPECT_EQ(lse[size_t(h * lq + i)], 9.0f);
+          EXPECT_TRUE(test::coverage_keys(*cov, h, i).empty());
+          continue;
+        }
         const int64_t pos = lk - lq + i;
-        for (const KeyRange& r : ranges)
-          for (int64_t j = r.begin; j < r.end && j <= pos; ++j) keys.push_back(j);
-        for (int64_t c : cols)
-          if (c <= pos) keys.push_back(c);
+        std::vector<int64_t> keys = vs_row_keys(idx, h, int64_t(it - rows.begin()), pos, lq, lk);
         entries += int64_t(keys.size());
-        ASSERT_TRUE(std::find(keys.begin(), keys.end(), pos) != keys.end());  // slash 0
-        expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys));
+        std::sort(keys.begin(), keys.end());
+        ASSERT_EQ(test::coverage_keys(*cov, h, i), keys);
+        expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys),
+                     t == DType::bf16 ? 2e-2 : 1e-4);
       }
     EXPECT_EQ(st.score_entries, entries);
   }
@@ -132,6 +195,11 @@ TEST(VerticalSlash, BadIndexRaisesError) {
   idx.heads = 2;
   EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // heads mismatch
   idx.heads = 1;
+  idx.rows = std::vector<int64_t>{3, 3};
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // rows not increasing
+  idx.rows = std::vector<int64_t>{10};
+  EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx), Error);  // row out of range
+  idx.rows.reset();
   AttnOptions full;
   full.causal = false;
   EXPECT_THROW(attention_vertical_slash(q, q, q, out, idx, full), Error);

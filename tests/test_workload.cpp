@@ -101,13 +101,13 @@ TEST(Workload, SameSeedIsBitwiseIdentical) {
     EXPECT_TRUE(same_bytes(a.q, b.q)) << workload_kind_name(kind);
     EXPECT_TRUE(same_bytes(a.k, b.k)) << workload_kind_name(kind);
     EXPECT_TRUE(same_bytes(a.v, b.v)) << workload_kind_name(kind);
-    EXPECT_EQ(a.modality, b.modality);
+    EXPECT_EQ(a.layout.ids, b.layout.ids);
     ASSERT_EQ(a.needles.size(), b.needles.size());
     for (size_t i = 0; i < a.needles.size(); ++i) EXPECT_EQ(a.needles[i].key, b.needles[i].key);
     ASSERT_EQ(a.verticals.size(), b.verticals.size());
     for (size_t i = 0; i < a.verticals.size(); ++i) EXPECT_EQ(a.verticals[i].q_begin, b.verticals[i].q_begin);
     EXPECT_EQ(a.slashes.size(), b.slashes.size());
-    EXPECT_EQ(a.segments.size(), b.segments.size());
+    EXPECT_EQ(a.layout.segments().size(), b.layout.segments().size());
   }
 }
 
@@ -136,7 +136,7 @@ TEST(Workload, ShapesDtypesAndGqa) {
     EXPECT_EQ(t->dim(), 32);
   }
   for (const Tensor* t : {&w.q, &w.k, &w.v}) EXPECT_EQ(t->dtype(), DType::bf16);
-  EXPECT_EQ(w.modality.size(), 300u);
+  EXPECT_EQ(w.layout.ids.size(), 300u);
   for (const auto& n : w.needles) {  // decode-like: needle queries are among the last 5 tokens
     EXPECT_GE(n.query, 295);
     EXPECT_LT(n.key, n.query);
@@ -291,12 +291,13 @@ TEST(Workload, VideoSlashesEveryFrameAndGrid) {
   WorkloadConfig c = config(WorkloadKind::video, 2048, 2, 7);
   c.frame_tokens = 128;
   const Workload w = make_workload(c);
-  EXPECT_EQ(w.frame_tokens, 128);
+  EXPECT_EQ(w.layout.frame_tokens, 128);
+  EXPECT_EQ(w.layout.num_modalities(), 2);  // vision only: ids 0..1, 1 used
   ASSERT_GT(w.grid_stride, 0);
   EXPECT_EQ(128 % w.grid_stride, 0);
   EXPECT_GE(w.grid_phase, 0);
   EXPECT_LT(w.grid_phase, w.grid_stride);
-  for (uint8_t m : w.modality) EXPECT_EQ(m, 1);
+  for (uint8_t m : w.layout.ids) EXPECT_EQ(m, 1);
   std::vector<int64_t> offsets;
   for (const auto& s : w.slashes) offsets.push_back(s.offset);
   for (int64_t m = 1; m <= 4; ++m) EXPECT_NE(std::find(offsets.begin(), offsets.end(), m * 128), offsets.end());
@@ -327,14 +328,17 @@ TEST(Workload, MixedSegmentsAlternateWithWeakerCrossModality) {
   WorkloadConfig c = config(WorkloadKind::mixed, 4096, 2, 8);
   c.frame_tokens = 64;
   const Workload w = make_workload(c);
-  ASSERT_GE(w.segments.size(), 3u);
+  EXPECT_EQ(w.layout.frame_tokens, 64);
+  EXPECT_NO_THROW(w.layout.validate(4096));
+  const auto segments = w.layout.segments();
+  ASSERT_GE(segments.size(), 3u);
   int64_t pos = 0;
-  for (size_t s = 0; s < w.segments.size(); ++s) {
-    const auto& seg = w.segments[s];
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const auto& seg = segments[s];
     EXPECT_EQ(seg.begin, pos);
     EXPECT_LT(seg.begin, seg.end);
     EXPECT_EQ(seg.modality, s % 2);  // text first, then alternating
-    for (int64_t j = seg.begin; j < seg.end; ++j) ASSERT_EQ(w.modality[size_t(j)], seg.modality);
+    for (int64_t j = seg.begin; j < seg.end; ++j) ASSERT_EQ(w.layout.ids[size_t(j)], seg.modality);
     pos = seg.end;
   }
   EXPECT_EQ(pos, 4096);
@@ -345,7 +349,7 @@ TEST(Workload, MixedSegmentsAlternateWithWeakerCrossModality) {
     for (int64_t h = 0; h < 2; ++h) {
       const auto p = attention_row(w, h, i);
       for (int64_t j = w.sink_tokens; j < i - 64; ++j) {
-        const bool same = w.modality[size_t(j)] == w.modality[size_t(i)];
+        const bool same = w.layout.ids[size_t(j)] == w.layout.ids[size_t(i)];
         (same ? within : across) += p[size_t(j)];
         ++(same ? n_within : n_across);
       }
@@ -366,13 +370,13 @@ TEST(Workload, GroundTruthIsConsistent) {
       EXPECT_LT(v.key, v.q_begin);
       EXPECT_GE(v.q_begin, 2000);  // spans lie among the queries
       EXPECT_LE(v.q_end, 3000);
-      EXPECT_EQ(w.modality[size_t(v.key)], 0);
+      EXPECT_EQ(w.layout.ids[size_t(v.key)], 0);
     }
     for (const auto& s : w.slashes) {
       EXPECT_GE(s.q_begin, 2000);
       EXPECT_GE(s.q_begin - s.offset, 0);
       EXPECT_LE(s.q_end, 3000);
-      EXPECT_EQ(w.modality[size_t(s.q_begin)], w.modality[size_t(s.q_begin - s.offset)]);
+      EXPECT_EQ(w.layout.ids[size_t(s.q_begin)], w.layout.ids[size_t(s.q_begin - s.offset)]);
     }
     for (const auto& n : w.needles) {
       EXPECT_LT(n.key, n.query);

@@ -19,12 +19,15 @@ void add_mask_command(CLI::App& root);
 void add_calibrate_command(CLI::App& root);
 void add_make_model_command(CLI::App& root);
 void add_tokenize_command(CLI::App& root);
+void add_search_command(CLI::App& root);
 
 // What attention problem to run: flags shared by bench, mask and later calibrate.
 struct ProblemOptions {
   std::string workload = "text";
   std::string qkv;            // a file or prefix for load_qkv; replaces the generated workload
   std::string layout = "hsd";
+  std::string modality;       // --modality: per-token ids for --qkv (.npy or .safetensors)
+  int64_t frame_tokens = -1;  // --frame-tokens: -1 unset (generator default / file metadata)
   int64_t seq = 16384, heads = 2, kv_heads = 0, dim = 128;
   int64_t q_len = 0;          // queries: the last q_len positions (0: all, prefill)
   std::string dtype;          // empty: f32 for workloads, as stored for --qkv
@@ -34,6 +37,8 @@ struct ProblemOptions {
 };
 void add_problem_options(CLI::App& app, ProblemOptions& o);
 
+// opt.modality is always set: the workload's layout, the --modality file's (validated against
+// the keys), or all text for a --qkv dump given none.
 struct Problem {
   Tensor q, k, v;
   AttnOptions opt;

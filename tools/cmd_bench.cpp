@@ -17,6 +17,9 @@
 #include "spattn/bench.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
+#include "spattn/modality.hpp"
+#include "spattn/peak.hpp"
 
 namespace spattn::cli {
 namespace {

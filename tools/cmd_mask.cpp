@@ -12,6 +12,7 @@
 #include "cli.hpp"
 #include "spattn/error.hpp"
 #include "spattn/mask_figure.hpp"
+#include "spattn/masks.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
 
@@ -58,7 +59,15 @@ void run_mask(const MaskOptions& o) {
     const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
     report = method->run(p.q, p.k, p.v, out, p.opt);
   }
+  // Token-level or permuted patterns (grid, mminference) report coverage only: draw the blocks
+  // it touches. A full coverage (dense) has nothing to draw.
+  BlockMask from_coverage;
   const BlockMask* mask = report.mask.get();
+  if (!mask && report.coverage && !dynamic_cast<const FullCoverage*>(report.coverage.get())) {
+    progress.update("rounding the coverage to blocks");
+    from_coverage = coverage_block_mask(*report.coverage, p.q.heads(), p.q.seq(), p.k.seq());
+    mask = &from_coverage;
+  }
   SPATTN_CHECK(mask, "method '", method->name(),
                "' builds no block mask to draw; use a mask-building method such as "
                "vertical_slash or a_shape");

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   spattn::cli::add_calibrate_command(app);
   spattn::cli::add_make_model_command(app);
   spattn::cli::add_tokenize_command(app);
+  spattn::cli::add_search_command(app);
   try {
     app.parse(argc, argv);
     return 0;

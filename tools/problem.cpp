@@ -7,6 +7,7 @@
 #include "core/threading.hpp"
 #include "spattn/error.hpp"
 #include "spattn/io.hpp"
+#include "spattn/modality.hpp"
 #include "spattn/workload.hpp"
 
 namespace spattn::cli {
@@ -21,6 +22,14 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
   app.add_option("--layout", o.layout, "axis order of --qkv arrays: hsd or shd")
       ->capture_default_str()
       ->needs(qkv);
+  app.add_option("--modality", o.modality,
+                 "per-token modality ids for --qkv (0 text, 1 vision, 2 audio, ...): a .npy int "
+                 "array, or a .safetensors file with an int tensor 'modality' (default: all text)")
+      ->needs(qkv);
+  app.add_option("--frame-tokens", o.frame_tokens,
+                 "tokens per video frame: the video/mixed workloads' frame size, or the frame "
+                 "size of --modality's vision runs (default: the generator's 256, or the "
+                 "safetensors metadata 'frame_tokens')");
   auto* seq = app.add_option("--seq", o.seq, "sequence length")->capture_default_str();
   auto* heads = app.add_option("--heads", o.heads, "query heads")->capture_default_str();
   auto* kv_heads =
@@ -64,10 +73,16 @@ void generate(const ProblemOptions& o, DType dtype, Problem& p) {
   cfg.dim = o.dim;
   cfg.dtype = dtype;
   cfg.seed = o.seed;
+  SPATTN_CHECK(o.frame_tokens >= -1, "--frame-tokens must be >= 0, got ", o.frame_tokens);
+  SPATTN_CHECK(o.frame_tokens < 0 || cfg.kind == WorkloadKind::video || cfg.kind == WorkloadKind::mixed,
+               "--frame-tokens applies to the video and mixed workloads (or to --modality), not to ",
+               workload_kind_name(cfg.kind));
+  if (o.frame_tokens > 0) cfg.frame_tokens = o.frame_tokens;
   Workload w = make_workload(cfg);
   p.q = std::move(w.q);
   p.k = std::move(w.k);
   p.v = std::move(w.v);
+  p.opt.modality = std::make_shared<const ModalityLayout>(std::move(w.layout));
   p.source = std::string(workload_kind_name(cfg.kind)) + " workload";
 }
 
@@ -87,6 +102,16 @@ void load_file(const ProblemOptions& o, const DType* dtype, Problem& p) {
                  p.q.seq(), " query rows");
     p.q = Tensor::copy_of(p.q.view().rows(p.q.seq() - o.q_len, o.q_len));
   }
+  SPATTN_CHECK(o.frame_tokens < 0 || !o.modality.empty(),
+               "--frame-tokens with --qkv needs --modality (the frame size of its vision runs)");
+  ModalityLayout m = o.modality.empty() ? uniform_modality(p.k.seq())
+                                        : load_modality(o.modality, o.frame_tokens);
+  try {
+    m.validate(p.k.seq());
+  } catch (const Error& e) {
+    detail::fail("--modality ", o.modality, ": ", e.what());
+  }
+  p.opt.modality = std::make_shared<const ModalityLayout>(std::move(m));
   p.source = o.qkv;
 }
 

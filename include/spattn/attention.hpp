@@ -7,11 +7,14 @@
 // laid out [Hq, Lq] contiguous; a row that sees no key gets -inf and an output of 0.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "spattn/tensor.hpp"
 
 namespace spattn {
+
+struct ModalityLayout;  // spattn/modality.hpp
 
 struct AttnOptions {
   bool causal = true;
@@ -20,6 +23,10 @@ struct AttnOptions {
   bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
   // Position of query row 0 in calls over a PackedKV; -1: bottom-right (see packed_kv.hpp).
   int64_t q_start = -1;
+  // Per-token modality of the keys and the frame size (spattn/modality.hpp), for methods that
+  // use them (MMInference's heads, frame-sized baselines such as sf_fixed:local=frame); the
+  // kernels ignore it. Null: not given. Shared so that copies of the options stay valid.
+  std::shared_ptr<const ModalityLayout> modality = nullptr;
 };
 
 // The softmax scale: opt.scale, or 1/sqrt(d) when it is 0. The one place this default lives;

@@ -89,3 +89,10 @@ std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int6
                                                   int64_t kv_len);
 
 }  // namespace spattn
+
+namespace spattn {
+// Every block of `block` x `block` entries that holds an entry of `cov` (for pictures of
+// token-level or permuted patterns: the grid head, mminference). Causal.
+BlockMask coverage_block_mask(const Coverage& cov, int64_t heads, int64_t q_len, int64_t kv_len,
+                              int64_t block = 64);
+}  // namespace spattn

@@ -20,12 +20,25 @@ struct MethodSpec {
 // Throws Error on empty names, missing '=', empty keys or repeated keys.
 MethodSpec parse_method_spec(std::string_view text);
 
+// A token count a spec may write as `frame`: the tokens per frame of the run's modality layout
+// (AttnOptions::modality), known only when the method runs (MMInference Table 2 sets the SF
+// baselines' local = vline_stride = tokens per frame).
+struct TokenCount {
+  int64_t tokens = 0;
+  bool per_frame = false;
+  // The count for this run; throws Error naming method and key when it is `frame` and the run
+  // has no frame size.
+  int64_t resolve(const AttnOptions& opt, const std::string& method, const std::string& key) const;
+};
+
 // Reads a spec's parameters; finish() throws Error naming any key nobody read.
 class ParamReader {
  public:
   explicit ParamReader(const MethodSpec& spec) : spec_(spec) {}
   double get_double(const std::string& key, double def, double lo, double hi);
   int64_t get_int(const std::string& key, int64_t def, int64_t lo, int64_t hi);
+  // An integer in [lo, hi], or the word `frame`.
+  TokenCount get_tokens(const std::string& key, int64_t def, int64_t lo, int64_t hi);
   std::string get_string(const std::string& key, const std::string& def);
   bool has(const std::string& key) const { return spec_.params.count(key) != 0; }
   void finish() const;

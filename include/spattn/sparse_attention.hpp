@@ -2,6 +2,8 @@
 // dense kernel's loop through its policy hooks (src/kernels/flash-inl.h).
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "spattn/attention.hpp"
@@ -29,6 +31,15 @@ struct VerticalSlashIndex {
   // tiles (MInference estimates them once per head).
   std::vector<std::vector<int64_t>> columns;
   std::vector<std::vector<int64_t>> offsets;
+  // The query rows computed, sorted and unique, for every head; tile t is the rows
+  // rows[t * tile_rows, (t + 1) * tile_rows), and its diagonals span its first row's position to
+  // its last's. Rows not listed are left untouched in out and lse (one modality's queries, say:
+  // MMInference's Q-boundary heads run one index per modality). Absent: every row, tile t
+  // being rows [t * tile_rows, (t + 1) * tile_rows).
+  std::optional<std::vector<int64_t>> rows;
+  int64_t num_tiles(int64_t q_len) const;
+  // The first and last q row of tile t (rows of the tile in between are the listed ones).
+  std::pair<int64_t, int64_t> tile_span(int64_t t, int64_t q_len) const;
 };
 void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
                               const TensorView& out, const VerticalSlashIndex& index,
@@ -36,7 +47,7 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               Stats* stats = nullptr);
 
 // The keys tile `tile` of q head h computes, before each row's causal limit: the sorted,
-// coalesced slash ranges and the gathered columns outside them. Rows r of the tile see the
+// coalesced slash ranges and the columns outside them. Rows r of the tile see the
 // keys here that are <= their own position. (What coverage/recall must use.)
 void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_t tile,
                               int64_t q_len, int64_t kv_len, std::vector<KeyRange>& ranges,

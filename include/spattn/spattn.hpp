@@ -13,6 +13,8 @@
 #include "spattn/merge.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
+#include "spattn/modality.hpp"
+#include "spattn/modality_heads.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/peak.hpp"
 #include "spattn/report.hpp"

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "spattn/modality.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
@@ -30,7 +31,9 @@ struct WorkloadConfig {
 struct Workload {
   WorkloadConfig config;
   Tensor q, k, v;                 // [heads, q_len, dim], [kv_heads, seq, dim] x2
-  std::vector<uint8_t> modality;  // per kv token: 0 text, 1 video
+  // Per kv token: 0 text, 1 video; frame_tokens set for video and mixed. The modality input
+  // MMInference's heads take, exactly as the generator laid the prompt out.
+  ModalityLayout layout;
   int64_t sink_tokens = 0;        // leading tokens every query attends to
   int64_t local_window = 0;       // recent-token window of the locality pattern
   struct Vertical { int64_t head, key, q_begin, q_end; };  // heavy-hitter column, its span
@@ -39,11 +42,9 @@ struct Workload {
   std::vector<Vertical> verticals;
   std::vector<Slash> slashes;
   std::vector<Needle> needles;
-  int64_t frame_tokens = 0;  // video: tokens per frame
   int64_t grid_stride = 0;   // video: the grid's stride in tokens
   int64_t grid_phase = 0;    // video: the grid's phase
-  struct Segment { int64_t begin, end; uint8_t modality; };
-  std::vector<Segment> segments;  // mixed: modality segments in order
+  using Segment = ModalitySegment;
 };
 
 Workload make_workload(const WorkloadConfig& cfg);

@@ -587,11 +587,11 @@ Workload make_workload(const WorkloadConfig& cfg) {
       v(DType::f32, kv_heads, L.seq, d);
   Workload W;
   W.config = cfg;
-  W.modality = L.modality;
-  W.frame_tokens = L.frame_tokens;
+  W.layout.ids = L.modality;
+  W.layout.frame_tokens = L.frame_tokens;
+  W.layout.validate(L.seq);  // the generator keeps the rules it hands to users
   W.grid_stride = L.grid_stride;
   W.grid_phase = L.grid_phase;
-  W.segments = L.segments;
 
   if (cfg.kind == WorkloadKind::random) {
     make_random(L, rope, cfg.seed, q, k);

@@ -131,4 +131,26 @@ void finish_write(std::ofstream& out, const std::string& path) {
   SPATTN_CHECK(!out.fail(), path, ": write failed on close");
 }
 
+std::vector<int64_t> decode_ints(const char* bytes, uint64_t n, IntType t) {
+  std::vector<int64_t> out(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const char* p = bytes + i * uint64_t(t.itemsize);
+    switch (t.itemsize * (t.is_signed ? 1 : -1)) {
+      case 1: out[i] = *reinterpret_cast<const int8_t*>(p); break;
+      case -1: out[i] = *reinterpret_cast<const uint8_t*>(p); break;
+      case 2: { int16_t x; std::memcpy(&x, p, 2); out[i] = x; break; }
+      case -2: { uint16_t x; std::memcpy(&x, p, 2); out[i] = x; break; }
+      case 4: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case -4: { uint32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
+      case 8: { int64_t x; std::memcpy(&x, p, 8); out[i] = x; break; }
+      default: {
+        uint64_t x;
+        std::memcpy(&x, p, 8);
+        out[i] = x > uint64_t(INT64_MAX) ? INT64_MAX : int64_t(x);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace spattn::io

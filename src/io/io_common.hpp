@@ -58,4 +58,27 @@ void finish_write(std::ofstream& out, const std::string& path);
 std::map<std::string, Tensor> read_safetensors_subset(const std::string& path, Layout layout,
                                                       const std::vector<std::string>& names);
 
+// An integer element type as stored on disk (little-endian).
+struct IntType {
+  int itemsize = 4;  // 1, 2, 4 or 8 bytes
+  bool is_signed = true;
+};
+// `n` stored integers widened to int64; unsigned 64-bit values above INT64_MAX saturate there
+// (no caller has a use for them but to reject them).
+std::vector<int64_t> decode_ints(const char* bytes, uint64_t n, IntType t);
+
+// An integer array as stored: its values in C order, its shape, and (safetensors only) the
+// file's `__metadata__` strings.
+struct IntArray {
+  std::vector<int64_t> values;
+  std::vector<int64_t> shape;
+  std::map<std::string, std::string> metadata;
+};
+// A .npy integer (or bool) array; any other dtype is an Error naming it.
+IntArray read_npy_ints(const std::string& path);
+// The integer (or BOOL) tensor `name` of a .safetensors file, with the file's metadata.
+IntArray read_safetensors_ints(const std::string& path, const std::string& name);
+// A (n,) '|u1' .npy array.
+void write_npy_u8(const std::string& path, const std::vector<uint8_t>& values);
+
 }  // namespace spattn::io

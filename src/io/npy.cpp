@@ -214,11 +214,9 @@ uint32_t read_le(const unsigned char* p, int nbytes) {
   return v;
 }
 
-}  // namespace
-
-Tensor read_npy(const std::string& path, Layout layout) {
-  uint64_t size = 0;
-  std::ifstream in = io::open_for_read(path, size);
+// Reads the preamble and header dict; leaves `in` at the first data byte and sets `avail` to
+// the bytes that follow it.
+NpyHeader read_header(std::ifstream& in, uint64_t size, const std::string& path, uint64_t& avail) {
   SPATTN_CHECK(size > 0, path, ": empty file");
 
   // Preamble: magic, version, then the header length whose width depends on the version.
@@ -246,42 +244,106 @@ Tensor read_npy(const std::string& path, Layout layout) {
 
   std::string text(header_len, '\0');
   io::read_exact(in, text.data(), header_len, path);
-  const NpyHeader h = HeaderParser(text, path).parse();
-
-  const DType dtype = parse_descr(h.descr, path);
+  NpyHeader h = HeaderParser(text, path).parse();
   SPATTN_CHECK(!h.fortran_order, path,
                ": fortran_order is True; only C-order arrays are supported "
                "(save np.ascontiguousarray(arr))");
-  const io::Shape3 s3 = io::to_hsd(h.shape, layout, path);
+  avail = size - data_start_min - header_len;
+  return h;
+}
+
+// Checks that the header's shape of `itemsize`-byte elements fits in the `avail` bytes.
+uint64_t data_bytes(const NpyHeader& h, uint64_t itemsize, uint64_t avail, const std::string& path) {
   uint64_t nbytes = 0;
-  SPATTN_CHECK(io::checked_nbytes(h.shape, dtype_size(dtype), nbytes), path, ": header says shape ",
+  SPATTN_CHECK(io::checked_nbytes(h.shape, itemsize, nbytes), path, ": header says shape ",
                io::shape_str(h.shape), " of ", h.descr, ", whose byte size overflows 64 bits");
-  const uint64_t avail = size - data_start_min - header_len;
   SPATTN_CHECK(nbytes <= avail, path, ": header says shape ", io::shape_str(h.shape), " = ", nbytes,
                " bytes of ", h.descr, " but only ", avail, " bytes follow");
+  return nbytes;
+}
+
+// Integer descrs: '<i4', '|u1', '=i8', ..., and '|b1' (bool) as unsigned bytes.
+bool int_descr(const std::string& descr, io::IntType& t) {
+  if (descr.size() != 3 || descr[0] == '>') return false;
+  const char order = descr[0], kind = descr[1], width = descr[2];
+  if (order != '<' && order != '|' && order != '=') return false;
+  if (kind != 'i' && kind != 'u' && kind != 'b') return false;
+  if (width != '1' && width != '2' && width != '4' && width != '8') return false;
+  if (kind == 'b' && width != '1') return false;
+  t.itemsize = width - '0';
+  t.is_signed = kind == 'i';
+  return true;
+}
+
+}  // namespace
+
+Tensor read_npy(const std::string& path, Layout layout) {
+  uint64_t size = 0, avail = 0;
+  std::ifstream in = io::open_for_read(path, size);
+  const NpyHeader h = read_header(in, size, path, avail);
+  const DType dtype = parse_descr(h.descr, path);
+  const io::Shape3 s3 = io::to_hsd(h.shape, layout, path);
+  data_bytes(h, dtype_size(dtype), avail, path);
   // Trailing bytes after the array are tolerated, as np.load does.
   return io::read_array(in, dtype, s3, layout, path);
 }
 
-void write_npy(const std::string& path, const TensorView& t) {
-  io::check_writable(t, path);
-  std::string header = std::string("{'descr': '") + descr_of(t.dtype) +
-                       "', 'fortran_order': False, 'shape': " +
-                       io::shape_str({t.heads, t.seq, t.dim}) + ", }";
+namespace io {
+
+IntArray read_npy_ints(const std::string& path) {
+  uint64_t size = 0, avail = 0;
+  std::ifstream in = open_for_read(path, size);
+  const NpyHeader h = read_header(in, size, path, avail);
+  IntType t;
+  SPATTN_CHECK(int_descr(h.descr, t), path, ": dtype '", h.descr,
+               "' is not an integer type (expected a little-endian int or bool array, e.g. "
+               "'<i4', '|u1', '|b1')");
+  const uint64_t nbytes = data_bytes(h, uint64_t(t.itemsize), avail, path);
+  std::vector<char> buf(nbytes);
+  read_exact(in, buf.data(), nbytes, path);
+  return {decode_ints(buf.data(), nbytes / uint64_t(t.itemsize), t), h.shape, {}};
+}
+
+}  // namespace io
+
+namespace {
+
+// Opens `path` and writes a version 1.0 preamble and header for a C-order array.
+std::ofstream begin_npy(const std::string& path, const char* descr, const std::vector<int64_t>& shape) {
+  std::string header = std::string("{'descr': '") + descr +
+                       "', 'fortran_order': False, 'shape': " + io::shape_str(shape) + ", }";
   // Like numpy: pad with spaces and end with '\n' so the data starts on a 64-byte boundary.
   const size_t preamble = 10;  // version 1.0: magic, 2 version bytes, u16 length
   const size_t total = (preamble + header.size() + 1 + 63) / 64 * 64;
   header.append(total - preamble - header.size() - 1, ' ');
   header += '\n';
-  SPATTN_CHECK(header.size() <= 0xffff, path, ": .npy header too long");  // cannot happen: rank 3
+  SPATTN_CHECK(header.size() <= 0xffff, path, ": .npy header too long");  // cannot happen: rank <= 3
 
   std::ofstream out = io::open_for_write(path);
   out.write(kMagic.data(), kMagic.size());
   const char version_and_len[4] = {1, 0, char(header.size() & 0xff), char(header.size() >> 8)};
   out.write(version_and_len, 4);
   out.write(header.data(), std::streamsize(header.size()));
+  return out;
+}
+
+}  // namespace
+
+void write_npy(const std::string& path, const TensorView& t) {
+  io::check_writable(t, path);
+  std::ofstream out = begin_npy(path, descr_of(t.dtype), {t.heads, t.seq, t.dim});
   io::write_hsd(out, t);
   io::finish_write(out, path);
 }
+
+namespace io {
+
+void write_npy_u8(const std::string& path, const std::vector<uint8_t>& values) {
+  std::ofstream out = begin_npy(path, "|u1", {int64_t(values.size())});
+  out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size()));
+  finish_write(out, path);
+}
+
+}  // namespace io
 
 }  // namespace spattn

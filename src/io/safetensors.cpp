@@ -2,7 +2,8 @@
 //
 // Layout: a u64 little-endian header size N, N bytes of JSON, then the data section. The JSON
 // maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]} with offsets
-// relative to the start of the data section; an optional "__metadata__" entry is ignored.
+// relative to the start of the data section; an optional "__metadata__" entry of strings is kept
+// for the integer reader (load_modality reads its frame size there) and otherwise ignored.
 //
 // Validation: every entry must be well formed and lie inside the data section; overlapping
 // byte ranges are rejected (no writer produces them, and aliasing tensors are almost always a
@@ -39,6 +40,7 @@ struct Header {
   std::vector<Entry> entries;
   uint64_t data_start = 0;  // absolute file offset of the data section
   uint64_t data_len = 0;
+  std::map<std::string, std::string> metadata;  // "__metadata__": strings (and whole numbers)
 };
 
 // A short description of a JSON value for error messages. Containers are only named, not
@@ -137,7 +139,14 @@ Header read_header(std::ifstream& in, uint64_t size, const std::string& path) {
   h.data_start = 8 + n;
   h.data_len = size - h.data_start;
   for (const auto& [name, v] : j.items()) {
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (v.is_object())
+        for (const auto& [key, value] : v.items()) {
+          if (value.is_string()) h.metadata[key] = value.get<std::string>();
+          else if (value.is_number_integer()) h.metadata[key] = value.dump();
+        }
+      continue;
+    }
     h.entries.push_back(parse_entry(name, v, path));
   }
   check_offsets(h.entries, h.data_len, path);
@@ -203,6 +212,37 @@ std::map<std::string, Tensor> read_safetensors_subset(const std::string& path, L
     out[name] = load_entry(in, h, *it, layout, path);
   }
   return out;
+}
+
+IntArray read_safetensors_ints(const std::string& path, const std::string& name) {
+  uint64_t size = 0;
+  std::ifstream in = open_for_read(path, size);
+  const Header h = read_header(in, size, path);
+  auto it = std::find_if(h.entries.begin(), h.entries.end(),
+                         [&](const Entry& e) { return e.name == name; });
+  SPATTN_CHECK(it != h.entries.end(), path, ": no tensor named '", name,
+               "' (tensors in file: ", names_of(h), ")");
+  const Entry& e = *it;
+  const std::string what = path + ": tensor '" + name + "'";
+  static const std::map<std::string, IntType> kTypes = {
+      {"I8", {1, true}},  {"U8", {1, false}},  {"BOOL", {1, false}}, {"I16", {2, true}},
+      {"U16", {2, false}}, {"I32", {4, true}}, {"U32", {4, false}},  {"I64", {8, true}},
+      {"U64", {8, false}}};
+  const auto t = kTypes.find(e.dtype);
+  SPATTN_CHECK(t != kTypes.end(), what, ": dtype '", e.dtype,
+               "' is not an integer type (expected I8, U8, I16, U16, I32, U32, I64, U64 or BOOL)");
+  uint64_t nbytes = 0;
+  SPATTN_CHECK(checked_nbytes(e.shape, uint64_t(t->second.itemsize), nbytes), what, ": shape ",
+               shape_str(e.shape), " of ", e.dtype, " has a byte size that overflows 64 bits");
+  SPATTN_CHECK(nbytes == e.end - e.begin, what, ": size mismatch: shape ", shape_str(e.shape),
+               " of ", e.dtype, " needs ", nbytes, " bytes but data_offsets [", e.begin, ", ",
+               e.end, "] span ", e.end - e.begin);
+  in.seekg(std::streamoff(h.data_start + e.begin));
+  SPATTN_CHECK(in.good(), what, ": seek to data failed");
+  std::vector<char> buf(nbytes);
+  read_exact(in, buf.data(), nbytes, what);
+  return {decode_ints(buf.data(), nbytes / uint64_t(t->second.itemsize), t->second), e.shape,
+          h.metadata};
 }
 
 }  // namespace io

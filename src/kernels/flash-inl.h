@@ -138,6 +138,15 @@ struct F32Ops {
   static void CopyKeyV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(dp) * sizeof(T));
   }
+  // Copies n consecutive slots sj.. of packed tiles into slots dj.. of others (a key range
+  // shifted off the 64-key grid): row copies, not per-key scatters.
+  static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
+    for (int64_t c = 0; c < d; ++c)
+      std::memcpy(dst + c * kTileKeys + dj, src + c * kTileKeys + sj, size_t(n) * sizeof(T));
+  }
+  static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
+    std::memcpy(dst + dj * dp, src + sj * dp, size_t(n * dp) * sizeof(T));
+  }
 
   // R rows x CV vectors of accumulators; every entry is one dot product summed over k in order,
   // so the blocking does not change a bit of the result.
@@ -283,6 +292,23 @@ struct Bf16DotOps {
     const T* a = src + (sj / 2) * dp * 2 + (sj & 1);
     T* b = dst + (dj / 2) * dp * 2 + (dj & 1);
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
+  }
+  static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2)
+      std::memcpy(dst + c2 * kTileKeys * 2 + dj * 2, src + c2 * kTileKeys * 2 + sj * 2,
+                  size_t(n) * 2 * sizeof(T));
+  }
+  // V pairs keys: whole pair rows copy when both ends start on the same parity.
+  static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
+    int64_t i = 0;
+    if ((sj & 1) == (dj & 1)) {
+      if (sj & 1) CopyKeyV(src, sj, dst, dj, dp), i = 1;
+      const int64_t pairs = (n - i) / 2;
+      std::memcpy(dst + ((dj + i) / 2) * dp * 2, src + ((sj + i) / 2) * dp * 2,
+                  size_t(pairs * dp * 2) * sizeof(T));
+      i += pairs * 2;
+    }
+    for (; i < n; ++i) CopyKeyV(src, sj + i, dst, dj + i, dp);
   }
 
   // R rows x 4 vectors of accumulators (kRWide rows while a tile allows, then kR): more rows
@@ -551,15 +577,70 @@ inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64
   }
 }
 
+// One q head's columns (kPackedColumns), packed once per call: `keys` are packed indices of
+// the main K/V (sorted, unique), `kv` holds their K and V tiles (one head) copied bit for bit
+// from the main tiles, with the keys' original positions.
+struct HeadColumns {
+  std::vector<int64_t> keys;
+  PackedKVData kv;
+};
+
 // K/V tiles as the loop reads them: a typed view of a PackedKVData.
 template <class Ops>
 struct KVTiles {
   using T = typename Ops::T;
   const PackedKVData& kv;
   const int64_t* kpos;  // original positions, or null when they equal the packed index
+  const std::vector<HeadColumns>* columns = nullptr;  // per q head (kPackedColumns)
   const T* k_tile(int64_t kvh, int64_t t) const { return kv.k_tile<T>(kvh, t); }
   const T* v_tile(int64_t kvh, int64_t t) const { return kv.v_tile<T>(kvh, t); }
 };
+
+// Packs every q head's head_columns() into tiles of its own, copying slots of the main packed
+// tiles (so the values are the same bits as the keys' own tiles), heads in parallel.
+template <class Ops, class Policy>
+std::vector<HeadColumns> PackHeadColumns(const Problem& p, const Policy& pol,
+                                         const PackedKVData& main) {
+  using T = typename Ops::T;
+  std::vector<HeadColumns> out(static_cast<size_t>(p.q.heads));
+  parallel_for(p.q.heads, p.threads, [&](int64_t h, int) {
+    HeadColumns& c = out[size_t(h)];
+    pol.head_columns(p, h, c.keys);
+    std::sort(c.keys.begin(), c.keys.end());
+    c.keys.erase(std::unique(c.keys.begin(), c.keys.end()), c.keys.end());
+    c.keys.erase(std::remove_if(c.keys.begin(), c.keys.end(),
+                                [&](int64_t j) { return j < 0 || j >= main.size; }),
+                 c.keys.end());
+    const int64_t n = int64_t(c.keys.size());
+    if (n == 0) return;
+    init_packed(c.kv, main.ops, main.dtype, 1, main.dim, n);
+    std::vector<int64_t> pos(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = main.positions[size_t(c.keys[size_t(i)])];
+    add_positions(c.kv, pos.data(), n);
+    const int64_t kvh = h / p.group;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t j = c.keys[size_t(i)], jt = j / kTileKeys, sj = j % kTileKeys;
+      T* kt = c.kv.k_tile<T>(0, i / kTileKeys);
+      T* vt = c.kv.v_tile<T>(0, i / kTileKeys);
+      Ops::CopyKeyK(main.k_tile<T>(kvh, jt), sj, kt, i % kTileKeys, main.dim);
+      Ops::CopyKeyV(main.v_tile<T>(kvh, jt), sj, vt, i % kTileKeys, main.dp);
+    }
+  });
+  return out;
+}
+
+// Masks the keys of `keys` (sorted packed indices) that lie in [lo, hi) out of a tile starting
+// at packed key j0; returns how many unmasked (row, key) entries that removed.
+inline int64_t MaskKeys(float* s, int64_t n, const std::vector<int64_t>& keys, int64_t j0,
+                        int64_t lo, int64_t hi) {
+  int64_t dropped = 0;
+  for (auto it = std::lower_bound(keys.begin(), keys.end(), lo); it != keys.end() && *it < hi; ++it)
+    for (int64_t r = 0; r < n; ++r) {
+      float& x = s[r * kTileKeys + (*it - j0)];
+      if (x != kNegInf) x = kNegInf, ++dropped;
+    }
+  return dropped;
+}
 
 // The per-item state the tile step updates.
 template <class Ops, class Policy>
@@ -649,7 +730,49 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     else
       kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
                             [j0](int64_t jj) { return j0 + jj; }, n_keys, tv.begin, tv.end);
+    // Keys a packed column tile computes (all of them, for the rows that see them) are left
+    // out here.
+    if constexpr (Policy::kPackedColumns)
+      kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, tv.begin),
+                       std::min(j0 + kTileKeys, tv.end));
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
+  };
+  // (kShiftRanges) A short range off the 64-key grid touches one tile more than its length
+  // needs (a 64-key slash line usually straddles two): its keys are copied into one tile of
+  // their own, starting at the range's first key, so no tile is computed for a few keys. Only
+  // where positions equal packed indices, and where it saves a tile.
+  const auto visit_shifted = [&](const KeyRange& kr) {
+    using T = typename Ops::T;
+    for (int64_t s0 = kr.begin; s0 < kr.end; s0 += kTileKeys) {
+      const int64_t count = std::min(kTileKeys, kr.end - s0);
+      if (count < kTileKeys) {
+        std::fill(sc.gk, sc.gk + d.k_elems, T(0));
+        std::fill(sc.gv, sc.gv + d.v_elems, T(0));
+      }
+      const int64_t t0 = s0 / kTileKeys, a = s0 % kTileKeys;
+      const int64_t first = std::min(count, kTileKeys - a);  // from tile t0, the rest from t0 + 1
+      Ops::CopyKeysK(kv.k_tile(kvh, t0), a, sc.gk, 0, first, p.dim);
+      Ops::CopyKeysV(kv.v_tile(kvh, t0), a, sc.gv, 0, first, dp);
+      if (count > first) {
+        Ops::CopyKeysK(kv.k_tile(kvh, t0 + 1), 0, sc.gk, first, count - first, p.dim);
+        Ops::CopyKeysV(kv.v_tile(kvh, t0 + 1), 0, sc.gv, first, count - first, dp);
+      }
+      Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
+      int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, nullptr,
+                                    [s0](int64_t jj) { return s0 + jj; }, count, s0, s0 + count);
+      if constexpr (Policy::kPackedColumns)
+        kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, s0, s0, s0 + count);
+      sc.columns.resize(size_t(count));
+      std::iota(sc.columns.begin(), sc.columns.end(), s0);
+      step.Run(-1, sc.columns.data(), count, kept, sc.gv);
+    }
+  };
+  // Copying costs a fraction of a tile's arithmetic and saves one tile per range: worth it for
+  // ranges of one or two tiles (slash lines), not for long ones (many copies to save one).
+  const auto shift_saves_a_tile = [&](const KeyRange& kr) {
+    const int64_t touched = (kr.end + kTileKeys - 1) / kTileKeys - kr.begin / kTileKeys;
+    const int64_t needed = (kr.end - kr.begin + kTileKeys - 1) / kTileKeys;
+    return !kv.kpos && needed <= 2 && needed < touched;
   };
   if constexpr (Policy::kOrder) {
     // The same tiles as below, listed first so the policy can choose their order.
@@ -660,9 +783,16 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     pol.visit_order(p, view, sc.visits);
     for (const TileVisit& v : sc.visits) visit(v);
   } else {
-    for (const KeyRange& kr : sc.ranges)
+    for (const KeyRange& kr : sc.ranges) {
+      if constexpr (Policy::kShiftRanges) {
+        if (shift_saves_a_tile(kr)) {
+          visit_shifted(kr);
+          continue;
+        }
+      }
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
         visit(d.visit(jt, kr.begin, kr.end));
+    }
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();
@@ -686,6 +816,25 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       step.Run(-1, keys, count, kept, sc.gv);
     }
   }
+  if constexpr (Policy::kPackedColumns) {
+    const HeadColumns& hc = (*kv.columns)[size_t(h)];
+    const int64_t total = int64_t(hc.keys.size());
+    // The columns the tile's last row may see: a prefix when positions ascend.
+    const int64_t cols = total == 0 ? 0 : p.causal ? hc.kv.causal_prefix(sc.pos[n - 1]) : total;
+    const int64_t* cpos = hc.kv.positions.data();
+    for (int64_t i = 0; i < cols; i += kTileKeys) {
+      const int64_t ct = i / kTileKeys, count = std::min(kTileKeys, cols - i);
+      Ops::Scores(sc.q, npad, hc.kv.template k_tile<typename Ops::T>(0, ct), p.dim, sc.s);
+      const bool full =
+          count == kTileKeys && (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
+      const int64_t kept =
+          full ? n * kTileKeys
+               : MaskByPosition(sc.s, n, sc.pos, p.causal, cpos, [i](int64_t jj) { return i + jj; },
+                                count, 0, total);
+      step.Run(-1, hc.keys.data() + i, count, kept,
+               hc.kv.template v_tile<typename Ops::T>(0, ct));
+    }
+  }
   Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
 }
 
@@ -707,7 +856,9 @@ inline std::vector<std::vector<int64_t>> StaticSchedule(const std::vector<int64_
 template <class Ops, class Policy>
 void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stats* stats) {
   const int64_t dp = packed.dp;
-  const KVTiles<Ops> kv{packed, packed.mask_positions()};
+  std::vector<HeadColumns> columns;
+  if constexpr (Policy::kPackedColumns) columns = PackHeadColumns<Ops>(p, pol, packed);
+  const KVTiles<Ops> kv{packed, packed.mask_positions(), &columns};
 
   // Items kv head by kv head, each head's longest first: the threads then stream the same
   // head's K and V at the same time (at 16K two heads' K/V overflow a 32 MiB L3, one does not:

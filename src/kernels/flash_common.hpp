@@ -4,7 +4,8 @@
 //
 // A policy answers the loop's questions (the contract is the FlashPolicy concept below):
 //   rows:        which query rows form tile t, and which output rows they fill
-//   key_ranges:  which packed keys tile t attends to; key_columns: single keys gathered
+//   key_ranges:  which packed keys tile t attends to; key_columns: single keys gathered;
+//   head_columns: single keys of a whole q head, packed once per call (vertical lines)
 //   skip:        may this key tile be dropped once its scores are known (BLASST)
 //   observe:     what to do with the tile's P, running max and sum, and per-row LSE (MOMO's
 //                online top-k, column sums, block mass), into per-thread state (Local)
@@ -119,6 +120,10 @@ struct DensePolicy {
   static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
   static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
   static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
+  static constexpr bool kPackedColumns = false;  // calls head_columns() once per q head
+  // Short key ranges off the 64-key grid are copied into a tile of their own when that saves
+  // a tile (in the plain, unordered loop only; not with kOrder).
+  static constexpr bool kShiftRanges = false;
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -138,6 +143,12 @@ struct DensePolicy {
   // Appends single key columns (kGather): the kernel drops those beyond key_limit or inside a
   // range, and gathers the rest 64 at a time from the packed K/V.
   void key_columns(const Problem&, int64_t, int64_t, int64_t, std::vector<int64_t>&) const {}
+  // (kPackedColumns) Appends the single key columns (packed indices) every tile of q head h
+  // attends to. The loop copies them once per call into tiles of their own (sorted, duplicates
+  // dropped) and runs each item's causally visible ones after its ranges; range tiles leave
+  // those keys out, so every (row, key) entry is computed once. Cheaper than key_columns when
+  // the columns are the same for every tile: nothing is gathered per tile.
+  void head_columns(const Problem&, int64_t /*h*/, std::vector<int64_t>&) const {}
   // (kOrder) The key tiles of the item `rows` (its h, t, rows and positions; no keys yet), in
   // the order they would run: ascending, range by range. The policy may permute them (not add
   // or drop any); gathered columns (kGather) still run after them.
@@ -177,11 +188,14 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kReduce } -> std::convertible_to<bool>;
   { P::kOrder } -> std::convertible_to<bool>;
   { P::kSeedMax } -> std::convertible_to<bool>;
+  { P::kPackedColumns } -> std::convertible_to<bool>;
+  { P::kShiftRanges } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
   { pol.key_ranges(p, int64_t{}, int64_t{}, int64_t{}, ranges) };
   { pol.key_columns(p, int64_t{}, int64_t{}, int64_t{}, cols) };
+  { pol.head_columns(p, int64_t{}, cols) };
   { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
   { pol.skip(local, tile) } -> std::same_as<bool>;
   { pol.observe(local, tile) };

@@ -1,5 +1,5 @@
 // MInference's token-level vertical-slash attention: per query tile, the union of its slash
-// lines' key ranges plus the head's vertical columns, gathered 64 at a time. No mask is
+// lines' key ranges plus the head's vertical columns, packed once per head. No mask is
 // materialised.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/vertical_slash.cpp"
@@ -20,16 +20,30 @@ inline void slash_ranges(const VerticalSlashIndex& idx, int64_t h, int64_t p0, i
     if (p1 - o >= 0) out.push_back({std::max<int64_t>(0, p0 - o), p1 - o + 1});
 }
 
+// The vertical columns are the same for every tile of a head: packed once per call into
+// tiles of their own (kPackedColumns), they stream like any key tile; slash tiles leave them
+// out. (Gathering them per query tile, as this kernel once did, cost more than they saved.)
 struct VerticalSlashPolicy : DensePolicy {
-  static constexpr bool kGather = true;
+  static constexpr bool kPackedColumns = true;
+  // A slash line's range is as wide as the query tile and rarely on the 64-key grid: computed
+  // from a tile of its own keys, it costs one tile instead of two.
+  static constexpr bool kShiftRanges = true;
   const VerticalSlashIndex* idx = nullptr;
 
+  int64_t num_tiles(const Problem& p) const { return idx->num_tiles(p.q_len); }
+  int64_t rows(const Problem& p, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
+    if (!idx->rows) return DensePolicy::rows(p, t, q_rows, out_rows);
+    const auto& list = *idx->rows;
+    const int64_t b = t * tile_rows, n = std::min<int64_t>(tile_rows, int64_t(list.size()) - b);
+    for (int64_t r = 0; r < n; ++r) q_rows[r] = out_rows[r] = list[size_t(b + r)];
+    return n;
+  }
   void key_ranges(const Problem& p, int64_t h, int64_t t, int64_t,
                   std::vector<KeyRange>& out) const {
-    const int64_t r0 = t * tile_rows, r1 = std::min(p.q_len, r0 + tile_rows) - 1;
+    const auto [r0, r1] = idx->tile_span(t, p.q_len);
     slash_ranges(*idx, h, r0 + p.pos_offset, r1 + p.pos_offset, out);
   }
-  void key_columns(const Problem&, int64_t h, int64_t, int64_t, std::vector<int64_t>& out) const {
+  void head_columns(const Problem&, int64_t h, std::vector<int64_t>& out) const {
     const auto& c = idx->columns[size_t(h)];
     out.insert(out.end(), c.begin(), c.end());
   }
@@ -70,6 +84,13 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                index.tile_rows);
   SPATTN_CHECK(index.columns.size() == size_t(q.heads) && index.offsets.size() == size_t(q.heads),
                "vertical_slash: columns and offsets need one list per q head");
+  if (index.rows) {
+    const auto& rows = *index.rows;
+    for (size_t i = 0; i < rows.size(); ++i)
+      SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq && (i == 0 || rows[i] > rows[i - 1]),
+                   "vertical_slash: rows must be sorted, unique and in [0, ", q.seq,
+                   "); row ", rows[i], " at index ", i, " is not");
+  }
   for (int64_t h = 0; h < q.heads; ++h) {
     for (int64_t c : index.columns[size_t(h)])
       SPATTN_CHECK(c >= 0 && c < k.seq, "vertical_slash: head ", h, " column ", c,
@@ -81,11 +102,22 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
   HWY_DYNAMIC_DISPATCH(kernels::VerticalSlashEntry)(p, &index, stats);
 }
 
+int64_t VerticalSlashIndex::num_tiles(int64_t q_len) const {
+  const int64_t n = rows ? int64_t(rows->size()) : q_len;
+  return (n + tile_rows - 1) / tile_rows;
+}
+
+std::pair<int64_t, int64_t> VerticalSlashIndex::tile_span(int64_t t, int64_t q_len) const {
+  const int64_t n = rows ? int64_t(rows->size()) : q_len;
+  const int64_t a = t * tile_rows, b = std::min(n, a + tile_rows) - 1;
+  return rows ? std::pair((*rows)[size_t(a)], (*rows)[size_t(b)]) : std::pair(a, b);
+}
+
 void vertical_slash_tile_keys(const VerticalSlashIndex& index, int64_t h, int64_t tile,
                               int64_t q_len, int64_t kv_len, std::vector<KeyRange>& ranges,
                               std::vector<int64_t>& columns) {
-  const int64_t off = query_position(0, q_len, kv_len), r0 = tile * index.tile_rows;
-  const int64_t r1 = std::min(q_len, r0 + index.tile_rows) - 1;
+  const int64_t off = query_position(0, q_len, kv_len);
+  const auto [r0, r1] = index.tile_span(tile, q_len);
   const int64_t limit = std::min(kv_len, r1 + off + 1);
   ranges.clear();
   columns.clear();

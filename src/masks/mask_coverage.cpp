@@ -47,7 +47,7 @@ class BlockMaskCoverage final : public Coverage {
   std::shared_ptr<const BlockMask> m_;
 };
 
-// Row i of tile t = i / tile_rows sees what the kernel computes for its tile (the diagonals'
+// Row i of tile t = i / tile_rows (i counted among the index's rows, when it lists them) sees what the kernel computes for its tile (the diagonals'
 // tile ranges and the head's columns: vertical_slash_tile_keys, the kernel's own definition),
 // up to the row's own position.
 class VerticalSlashCoverage final : public Coverage {
@@ -61,9 +61,15 @@ class VerticalSlashCoverage final : public Coverage {
                  x_.offsets.size(), " offset lists for ", x_.heads, " heads");
   }
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    int64_t index = row;  // the row's place among the rows the index computes
+    if (x_.rows) {
+      const auto it = std::lower_bound(x_.rows->begin(), x_.rows->end(), row);
+      if (it == x_.rows->end() || *it != row) return;  // a row the index leaves alone
+      index = int64_t(it - x_.rows->begin());
+    }
     std::vector<KeyRange> ranges;
     std::vector<int64_t> columns;
-    vertical_slash_tile_keys(x_, head, row / x_.tile_rows, q_len_, kv_len_, ranges, columns);
+    vertical_slash_tile_keys(x_, head, index / x_.tile_rows, q_len_, kv_len_, ranges, columns);
     for (int64_t c : columns) ranges.push_back({c, c + 1});
     append_coalesced(ranges, std::min(kv_len_ - q_len_ + row + 1, kv_len_), out);
   }
@@ -86,6 +92,31 @@ std::unique_ptr<Coverage> block_mask_coverage(std::shared_ptr<const BlockMask> m
 std::unique_ptr<Coverage> vertical_slash_coverage(VerticalSlashIndex index, int64_t q_len,
                                                   int64_t kv_len) {
   return std::make_unique<VerticalSlashCoverage>(std::move(index), q_len, kv_len);
+}
+
+}  // namespace spattn
+
+namespace spattn {
+
+BlockMask coverage_block_mask(const Coverage& cov, int64_t heads, int64_t q_len, int64_t kv_len,
+                              int64_t block) {
+  BlockMask m(heads, q_len, kv_len, block, block, /*causal=*/true);
+  std::vector<uint8_t> keep(size_t(m.n_kb()));
+  std::vector<KeyRange> ranges;
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+      std::fill(keep.begin(), keep.end(), 0);
+      for (int64_t i = qb * block; i < std::min(q_len, (qb + 1) * block); ++i) {
+        ranges.clear();
+        cov.row_ranges(h, i, ranges);
+        for (const KeyRange& r : ranges)
+          for (int64_t kb = r.begin / block; kb * block < r.end; ++kb) keep[size_t(kb)] = 1;
+      }
+      for (int64_t kb = 0; kb < m.n_kb(); ++kb)
+        if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
+      m.offsets[size_t(h * m.n_qb() + qb + 1)] = int64_t(m.blocks.size());
+    }
+  return m;
 }
 
 }  // namespace spattn

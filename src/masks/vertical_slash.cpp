@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 
 #include "core/threading.hpp"
 #include "core/blas_threads.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
+#include "masks/vertical_slash_estimate.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 
@@ -23,6 +25,13 @@ void load_rows(const TensorView& t, int64_t h, int64_t first, int64_t n, std::ve
   out.resize(size_t(n * t.dim));
   for (int64_t s = 0; s < n; ++s)
     for (int64_t c = 0; c < t.dim; ++c) out[size_t(s * t.dim + c)] = t.get(h, first + s, c);
+}
+// Rows `rows` of head h, likewise.
+void gather_rows(const TensorView& t, int64_t h, const std::vector<int64_t>& rows,
+                 std::vector<float>& out) {
+  out.resize(rows.size() * size_t(t.dim));
+  for (size_t s = 0; s < rows.size(); ++s)
+    for (int64_t c = 0; c < t.dim; ++c) out[s * size_t(t.dim) + size_t(c)] = t.get(h, rows[s], c);
 }
 
 }  // namespace
@@ -39,21 +48,25 @@ void check_vertical_slash_config(const VerticalSlashConfig& c) {
                "vertical_slash: tile_rows must be in [1, 128], got ", c.tile_rows);
 }
 
-// Per q head, with n = min(last_q, q_len) estimate rows at positions p_r = kv_len - n + r:
-//   A_hat[r][j] = softmax_j(scale q_r . k_j) over j <= p_r
+namespace masks {
+
+// Per q head, with the estimate rows r (q rows, positions p_r) and the candidate keys j (all
+// keys, or `keys`):
+//   A_hat[r][j] = softmax_j(scale q_r . k_j) over the candidates j <= p_r
 //   vertical[j] = sum_r A_hat[r][j],   slash[o] = sum_r A_hat[r][p_r - o]
-// The QK^T product is one sgemm per head; softmax and sums are in double.
-VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
-                                        const VerticalSlashConfig& c, const AttnOptions& opt) {
-  check_vertical_slash_config(c);
-  SPATTN_CHECK(opt.causal, "vertical_slash: needs causal attention");
-  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim &&
-                   q.seq > 0 && q.seq <= k.seq,
-               "vertical_slash: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
-  const int64_t lk = k.seq, d = q.dim, n = std::min(c.last_q, q.seq), group = q.heads / k.heads;
+// The QK^T product is one sgemm per head; softmax and sums are in double. Columns are chosen
+// among the candidates, `forced` ones first; diagonals 0..local-1 are forced.
+VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView& k,
+                                           const VerticalSlashConfig& c, const AttnOptions& opt,
+                                           const std::vector<int64_t>& est_rows,
+                                           const std::vector<int64_t>* keys,
+                                           const std::vector<int64_t>& forced) {
+  const int64_t lk = k.seq, d = q.dim, n = int64_t(est_rows.size()), group = q.heads / k.heads;
+  const int64_t nk = keys ? int64_t(keys->size()) : lk;
   const float scale = softmax_scale(opt, d);
-  const int64_t n_cols = std::min(lk, std::max(c.vertical_size, std::min(c.sink, lk)));
+  const int64_t n_cols = std::min(nk, std::max(c.vertical_size, int64_t(forced.size())));
   const int64_t n_diag = std::min(lk, std::max(c.slash_size, std::min(c.local, lk)));
+  const auto key_pos = [&](int64_t i) { return keys ? (*keys)[size_t(i)] : i; };
 
   VerticalSlashIndex x;
   x.heads = q.heads;
@@ -61,33 +74,61 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
   x.columns.resize(size_t(q.heads));
   x.offsets.resize(size_t(q.heads));
   BlasThreads blas(resolve_threads(opt.threads));
-  std::vector<float> kf, qf, s(size_t(n * lk));
-  std::vector<double> vertical(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(lk));
+  std::vector<float> kf, qf, s(size_t(n * nk));
+  std::vector<double> vertical(static_cast<size_t>(nk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(nk));
   for (int64_t h = 0; h < q.heads; ++h) {
-    if (h % group == 0) load_rows(k, h / group, 0, lk, kf);
-    load_rows(q, h, q.seq - n, n, qf);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(lk), int(d), scale, qf.data(),
-                int(d), kf.data(), int(d), 0.0f, s.data(), int(lk));
+    if (h % group == 0) {
+      if (keys) gather_rows(k, h / group, *keys, kf);
+      else load_rows(k, h / group, 0, lk, kf);
+    }
+    gather_rows(q, h, est_rows, qf);
+    if (n > 0 && nk > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale,
+                  qf.data(), int(d), kf.data(), int(d), 0.0f, s.data(), int(nk));
     std::fill(vertical.begin(), vertical.end(), 0.0);
     std::fill(slash.begin(), slash.end(), 0.0);
     for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = lk - n + r;
-      const float* row = &s[size_t(r * lk)];
-      const double m = *std::max_element(row, row + p + 1);
+      const int64_t p = query_position(est_rows[size_t(r)], q.seq, lk);
+      // Candidates the row sees: a prefix, since candidate positions ascend.
+      const int64_t vis = keys ? int64_t(std::upper_bound(keys->begin(), keys->end(), p) - keys->begin())
+                               : p + 1;
+      if (vis <= 0) continue;
+      const float* row = &s[size_t(r * nk)];
+      const double m = *std::max_element(row, row + vis);
       double l = 0;
-      for (int64_t j = 0; j <= p; ++j) l += e[size_t(j)] = std::exp(double(row[j]) - m);
-      for (int64_t j = 0; j <= p; ++j) {
-        vertical[size_t(j)] += e[size_t(j)] / l;
-        slash[size_t(p - j)] += e[size_t(j)] / l;
+      for (int64_t i = 0; i < vis; ++i) l += e[size_t(i)] = std::exp(double(row[i]) - m);
+      for (int64_t i = 0; i < vis; ++i) {
+        vertical[size_t(i)] += e[size_t(i)] / l;
+        slash[size_t(p - key_pos(i))] += e[size_t(i)] / l;
       }
     }
     const double inf = std::numeric_limits<double>::infinity();
-    std::fill(vertical.begin(), vertical.begin() + std::min(c.sink, lk), inf);
+    for (int64_t i : forced) vertical[size_t(i)] = inf;
     std::fill(slash.begin(), slash.begin() + std::min(c.local, lk), inf);
-    x.columns[size_t(h)] = masks::top_indices(vertical.data(), lk, n_cols);
-    x.offsets[size_t(h)] = masks::top_indices(slash.data(), lk, n_diag);
+    std::vector<int64_t> cols = top_indices(vertical.data(), nk, n_cols);
+    for (int64_t& i : cols) i = key_pos(i);
+    x.columns[size_t(h)] = std::move(cols);
+    x.offsets[size_t(h)] = top_indices(slash.data(), lk, n_diag);
   }
   return x;
+}
+
+}  // namespace masks
+
+// MInference's estimate: the last min(last_q, q_len) rows against every key, the first `sink`
+// columns forced.
+VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
+                                        const VerticalSlashConfig& c, const AttnOptions& opt) {
+  check_vertical_slash_config(c);
+  SPATTN_CHECK(opt.causal, "vertical_slash: needs causal attention");
+  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim &&
+                   q.seq > 0 && q.seq <= k.seq,
+               "vertical_slash: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
+  const int64_t n = std::min(c.last_q, q.seq);
+  std::vector<int64_t> est_rows(static_cast<size_t>(n)), forced(static_cast<size_t>(std::min(c.sink, k.seq)));
+  std::iota(est_rows.begin(), est_rows.end(), q.seq - n);
+  std::iota(forced.begin(), forced.end(), 0);
+  return masks::estimate_vertical_slash(q, k, c, opt, est_rows, nullptr, forced);
 }
 
 // Tile rows p0..p1 see the diagonal ranges [p0 - o, p1 - o] and the columns <= p1.
@@ -97,19 +138,38 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
                "vertical_slash_block_mask: index has ", x.columns.size(), " column lists and ",
                x.offsets.size(), " offset lists for ", x.heads, " heads");
   BlockMask m(x.heads, q_len, kv_len, x.tile_rows, block_k, /*causal=*/true);
-  const int64_t off = query_position(0, q_len, kv_len);
-  std::vector<uint8_t> keep(static_cast<size_t>(m.n_kb()));
-  for (int64_t h = 0; h < x.heads; ++h)
-    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
-      const int64_t p0 = off + qb * x.tile_rows, p1 = off + std::min((qb + 1) * x.tile_rows, q_len) - 1;
-      std::fill(keep.begin(), keep.end(), 0);
-      for (int64_t o : x.offsets[size_t(h)]) masks::mark_blocks(p0 - o, p1 - o + 1, block_k, keep);
+  const int64_t off = query_position(0, q_len, kv_len), n_kb = m.n_kb();
+  // keep[qb][kb]: some row of query block qb computes a key of block kb. A tile of listed rows
+  // (x.rows) may touch several query blocks and a block several tiles.
+  std::vector<uint8_t> keep(static_cast<size_t>(m.n_qb() * n_kb)), tile_keep(static_cast<size_t>(n_kb));
+  for (int64_t h = 0; h < x.heads; ++h) {
+    std::fill(keep.begin(), keep.end(), 0);
+    for (int64_t t = 0; t < x.num_tiles(q_len); ++t) {
+      const auto [r0, r1] = x.tile_span(t, q_len);
+      const int64_t p0 = off + r0, p1 = off + r1;
+      std::fill(tile_keep.begin(), tile_keep.end(), 0);
+      for (int64_t o : x.offsets[size_t(h)]) masks::mark_blocks(p0 - o, p1 - o + 1, block_k, tile_keep);
       for (int64_t col : x.columns[size_t(h)])
-        if (col <= p1) masks::mark_blocks(col, col + 1, block_k, keep);
-      for (int64_t kb = 0; kb < m.n_kb(); ++kb)
-        if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
+        if (col <= p1) masks::mark_blocks(col, col + 1, block_k, tile_keep);
+      const int64_t a = t * x.tile_rows, b = std::min(x.num_tiles(q_len) * x.tile_rows,
+                                                      a + x.tile_rows);
+      int64_t last_qb = -1;
+      for (int64_t i = a; i < b; ++i) {
+        if (x.rows && i >= int64_t(x.rows->size())) break;
+        if (!x.rows && i >= q_len) break;
+        const int64_t qb = (x.rows ? (*x.rows)[size_t(i)] : i) / x.tile_rows;
+        if (qb == last_qb) continue;  // rows ascend: a block's rows come together
+        last_qb = qb;
+        uint8_t* row = &keep[size_t(qb * n_kb)];
+        for (int64_t kb = 0; kb < n_kb; ++kb) row[kb] |= tile_keep[size_t(kb)];
+      }
+    }
+    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+      for (int64_t kb = 0; kb < n_kb; ++kb)
+        if (keep[size_t(qb * n_kb + kb)]) m.blocks.push_back(int32_t(kb));
       m.offsets[size_t(h * m.n_qb() + qb + 1)] = int64_t(m.blocks.size());
     }
+  }
   return m;
 }
 

@@ -6,6 +6,7 @@
 
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
+#include "spattn/modality.hpp"
 
 namespace spattn {
 
@@ -68,6 +69,24 @@ int64_t ParamReader::get_int(const std::string& key, int64_t def, int64_t lo, in
   SPATTN_CHECK(v >= lo && v <= hi, spec_.name, ": ", key, "=", s, " out of range [", lo, ", ", hi,
                "]");
   return v;
+}
+
+TokenCount ParamReader::get_tokens(const std::string& key, int64_t def, int64_t lo, int64_t hi) {
+  auto it = spec_.params.find(key);
+  if (it != spec_.params.end() && it->second == "frame") {
+    used_.push_back(key);
+    return {0, true};
+  }
+  return {get_int(key, def, lo, hi), false};
+}
+
+int64_t TokenCount::resolve(const AttnOptions& opt, const std::string& method,
+                            const std::string& key) const {
+  if (!per_frame) return tokens;
+  SPATTN_CHECK(opt.modality && opt.modality->frame_tokens > 0, method, ": ", key,
+               "=frame needs the tokens per frame of the input (the video and mixed workloads "
+               "have them; for --qkv give --modality and --frame-tokens)");
+  return opt.modality->frame_tokens;
 }
 
 std::string ParamReader::get_string(const std::string& key, const std::string& def) {

@@ -27,6 +27,13 @@ const Entry kMethods[] = {
     {"blasst", make_blasst, "lambda=0.001", false, false},
     {"momo", make_momo, "", false, true},
 };
+// Methods outside the default comparison: mminference needs a plan file (from `spattn
+// search`), and grid is its building block, meant for video inputs (frame=N).
+struct NamedFactory {
+  const char* name;
+  std::unique_ptr<Method> (*make)(const MethodSpec&);
+};
+const NamedFactory kOnRequest[] = {{"grid", make_grid}, {"mminference", make_mminference}};
 }  // namespace
 
 std::vector<std::string> method_names() {
@@ -51,8 +58,11 @@ std::vector<MethodInfo> method_catalog() {
 std::unique_ptr<Method> make_method(const MethodSpec& spec) {
   for (const auto& e : kMethods)
     if (spec.name == e.name) return e.make(spec);
+  for (const auto& e : kOnRequest)
+    if (spec.name == e.name) return e.make(spec);
   std::string known;
   for (const auto& e : kMethods) known += (known.empty() ? "" : ", ") + std::string(e.name);
+  for (const auto& e : kOnRequest) known += ", " + std::string(e.name);
   detail::fail("unknown method '", spec.name, "' (known: ", known, ")");
 }
 

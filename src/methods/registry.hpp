@@ -17,5 +17,7 @@ std::unique_ptr<Method> make_mean_pool(const MethodSpec& spec);
 std::unique_ptr<Method> make_oracle_topk(const MethodSpec& spec);
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
 std::unique_ptr<Method> make_momo(const MethodSpec& spec);
+std::unique_ptr<Method> make_grid(const MethodSpec& spec);
+std::unique_ptr<Method> make_mminference(const MethodSpec& spec);
 
 }  // namespace spattn

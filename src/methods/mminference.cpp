@@ -1,0 +1,120 @@
+// mminference: every q head runs the pattern its plan names ("MMInference: Modality-Aware
+// Permutation Sparse Attention", section 3; the plan comes from `spattn search`, Algorithm 4).
+// The plan is read and checked when the method is made; a run with another head count is an
+// Error, never a silent default. Each head's index is built from the input inside run():
+// the grid's stride and phase (Algorithm 1), vertical-slash's lines from the last 64 queries;
+// A-shape is static.
+#include <memory>
+#include <utility>
+
+#include "methods/registry.hpp"
+#include "spattn/error.hpp"
+#include "spattn/grid.hpp"
+#include "spattn/masks.hpp"
+#include "spattn/mminference.hpp"
+#include "spattn/modality.hpp"
+#include "spattn/sparse_attention.hpp"
+
+namespace spattn {
+
+std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride,
+                                      const TensorView& q, const TensorView& k,
+                                      const TensorView& v, const TensorView& out,
+                                      const AttnOptions& opt, float* lse, Stats* stats) {
+  SPATTN_CHECK(q.heads == 1 && k.heads == 1, "mminference: mm_run_head takes one head");
+  switch (hp.pattern) {
+    case MMPattern::grid: {
+      GridConfig c;
+      c.hline = hp.hline, c.vline = hp.vline, c.slash = hp.slash;
+      c.max_stride = hp.max_stride;
+      c.min_stride = std::min(c.min_stride, c.max_stride);
+      c.frame_stride = frame_stride;
+      std::vector<GridLines> lines = grid_estimate(q, k, c, opt);
+      attention_grid(q, k, v, out, lines, c, opt, lse, stats);
+      return grid_coverage(std::move(lines), c, q.seq, k.seq);
+    }
+    case MMPattern::a_shape: {
+      MaskGeometry g;
+      g.heads = 1, g.q_len = q.seq, g.kv_len = k.seq;
+      BlockMask m = a_shape_mask(g, hp.sink, hp.local);
+      attention_block_sparse(q, k, v, out, m, opt, lse, stats);
+      return block_mask_coverage(std::move(m));
+    }
+    case MMPattern::vertical_slash: {
+      VerticalSlashConfig c;
+      c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
+      VerticalSlashIndex idx = vertical_slash_index(q, k, c, opt);
+      attention_vertical_slash(q, k, v, out, idx, opt, lse, stats);
+      return vertical_slash_coverage(std::move(idx), q.seq, k.seq);
+    }
+  }
+  detail::fail("mminference: unknown pattern");
+}
+
+namespace {
+
+// Head h's rows come from its own pattern's coverage (asked as head 0 of a one-head view).
+class PerHeadCoverage final : public Coverage {
+ public:
+  explicit PerHeadCoverage(std::vector<std::unique_ptr<Coverage>> heads) : heads_(std::move(heads)) {}
+  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    heads_[size_t(head)]->row_ranges(0, row, out);
+  }
+
+ private:
+  std::vector<std::unique_ptr<Coverage>> heads_;
+};
+
+class MMInference final : public Method {
+ public:
+  explicit MMInference(const MethodSpec& spec) {
+    ParamReader r(spec);
+    const std::string path = r.get_string("plan", "");
+    SPATTN_CHECK(!path.empty(), "mminference: needs plan=FILE (write one with `spattn search`)");
+    plan_ = load_mm_plan(path);
+    layer_ = r.get_int("layer", 0, 0, int64_t(plan_.layers.size()) - 1);
+    if (r.has("frame")) frame_ = r.get_int("frame", 0, 0, int64_t(1) << 40);
+    r.finish();
+  }
+  std::string name() const override { return "mminference"; }
+
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    const auto& heads = plan_.layers[size_t(layer_)];
+    SPATTN_CHECK(int64_t(heads.size()) == q.heads, "mminference: the plan has ", heads.size(),
+                 " heads, the problem ", q.heads, " q heads");
+    SPATTN_CHECK(opt.causal, "mminference: needs causal attention");
+    validate_attention_args(q, k, v, out, opt);
+    AttnOptions o = opt;
+    o.check_finite = false;  // checked once above
+    const int64_t group = q.heads / k.heads;
+    // Frame stride: frame=N, else the run's modality layout's, else the calibration input's.
+    const int64_t frame = frame_ >= 0                                         ? frame_
+                          : opt.modality && opt.modality->frame_tokens > 0 ? opt.modality->frame_tokens
+                                                                           : plan_.frame_stride;
+    MethodReport r;
+    std::vector<std::unique_ptr<Coverage>> cov;
+    auto& pattern = r.per_head["pattern"];  // 0 grid, 1 a_shape, 2 vertical_slash
+    for (int64_t h = 0; h < q.heads; ++h) {
+      const int64_t kvh = h / group;
+      cov.push_back(mm_run_head(heads[size_t(h)], frame, q.head_range(h, 1), k.head_range(kvh, 1),
+                                v.head_range(kvh, 1), out.head_range(h, 1), o,
+                                lse ? lse + h * q.seq : nullptr, &r.stats));
+      pattern.push_back(double(int(heads[size_t(h)].pattern)));
+    }
+    r.coverage = std::make_shared<PerHeadCoverage>(std::move(cov));
+    return r;
+  }
+
+ private:
+  MMPlan plan_;
+  int64_t layer_ = 0, frame_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Method> make_mminference(const MethodSpec& spec) {
+  return std::make_unique<MMInference>(spec);
+}
+
+}  // namespace spattn
