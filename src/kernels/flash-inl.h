@@ -758,8 +758,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         Ops::CopyKeysV(kv.v_tile(kvh, t0 + 1), 0, sc.gv, first, count - first, dp);
       }
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
-      int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, nullptr,
-                                    [s0](int64_t jj) { return s0 + jj; }, count, s0, s0 + count);
+      // Keys s0 + jj in natural order: the index-based mask, and none on a full tile.
+      const bool full = count == kTileKeys && (!p.causal || s0 + count - 1 <= sc.pos[0]);
+      int64_t kept = full ? n * kTileKeys : MaskTile(sc.s, n, sc.pos, p.causal, s0, s0, s0 + count);
       if constexpr (Policy::kPackedColumns)
         kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, s0, s0, s0 + count);
       sc.columns.resize(size_t(count));
