@@ -17,5 +17,6 @@ std::unique_ptr<Method> make_mean_pool(const MethodSpec& spec);
 std::unique_ptr<Method> make_oracle_topk(const MethodSpec& spec);
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
 std::unique_ptr<Method> make_momo(const MethodSpec& spec);
+std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec);
 
 }  // namespace spattn
