@@ -88,6 +88,9 @@ class Model {
   std::vector<Layer> layers_;
 };
 
+// Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names; f32, f16, bf16, q8_0).
+Model load_model(const std::string& path);
+
 // How a prompt's attention is computed during prefill. Decode is always full attention.
 enum class PrefillMode { dense, chunked_h2o, method };
 
