@@ -13,6 +13,8 @@ PKGS=(
   libgtest-dev libgmock-dev
   libbenchmark-dev      # micro-benchmarks (not in ctest)
   jq                    # benchmark scripts read spattn --json
+  libpcre2-dev          # GPT-2's pre-tokenizer regex (Unicode letter/number classes)
+  clang libclang-rt-14-dev  # `make fuzz`: libFuzzer targets with ASan/UBSan
 )
 missing=()
 for p in "${PKGS[@]}"; do

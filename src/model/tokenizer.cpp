@@ -1,0 +1,262 @@
+// Tokenizer: the vocabulary from GGUF metadata, the split of text around special tokens,
+// and decoding. The two encoders are in tokenizer_spm.cpp and tokenizer_bpe.cpp.
+#include <algorithm>
+#include <cstring>
+
+#include "model/tokenizer_impl.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+namespace {
+
+// Optional id key: absent or out of range (GGUF files write u32 -1 for "none") gives `dflt`
+// when that is a valid id, else -1.
+int32_t optional_id(const gguf::File& f, const char* key, int32_t dflt, int32_t n_vocab) {
+  if (!f.has(key)) return dflt < n_vocab ? dflt : -1;
+  const int64_t v = f.get_int(key);
+  return v >= 0 && v < n_vocab ? int32_t(v) : -1;
+}
+
+// SentencePiece writes spaces as U+2581 LOWER ONE EIGHTH BLOCK.
+constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
+
+std::string spm_unescape(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, 3, kSpmSpace) == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+// Decodes UTF-8 code points of a BPE token back to the bytes they stand for.
+std::string bpe_unmap(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    const size_t n = std::min(utf8_len(c), s.size() - i);
+    uint32_t cp = n == 1 ? c : c & (0xff >> (n + 1));
+    for (size_t j = 1; j < n; ++j) cp = (cp << 6) | (uint8_t(s[i + j]) & 0x3f);
+    const int b = unicode_to_byte(cp);
+    if (b >= 0) out += char(b);
+    else out.append(s, i, n);  // a character that stands for no byte: keep it as is
+    i += n;
+  }
+  return out;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
+  auto t = std::make_unique<Impl>();
+  const std::string& path = f.name();
+  SPATTN_CHECK(f.has("tokenizer.ggml.model"), path,
+               ": no tokenizer.ggml.model (the file has no vocabulary)");
+  const std::string model = f.get_string("tokenizer.ggml.model");
+  if (model == "llama") t->kind = Kind::spm;
+  else if (model == "gpt2") t->kind = Kind::bpe;
+  else detail::fail(path, ": tokenizer.ggml.model '", model,
+                    "' is not supported (spattn reads 'llama' and 'gpt2')");
+  t->tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const size_t n = t->tokens.size();
+  SPATTN_CHECK(n > 0 && n < size_t(INT32_MAX), path, ": tokenizer.ggml.tokens has ", n,
+               " entries");
+  if (f.has("tokenizer.ggml.scores")) {
+    t->scores = f.get_float_array("tokenizer.ggml.scores");
+    SPATTN_CHECK(t->scores.size() == n, path, ": tokenizer.ggml.scores has ", t->scores.size(),
+                 " entries for ", n, " tokens");
+  } else {
+    t->scores.assign(n, 0.0f);
+  }
+  t->types.assign(n, TokenType::normal);
+  if (f.has("tokenizer.ggml.token_type")) {
+    const std::vector<int64_t> ty = f.get_int_array("tokenizer.ggml.token_type");
+    SPATTN_CHECK(ty.size() == n, path, ": tokenizer.ggml.token_type has ", ty.size(),
+                 " entries for ", n, " tokens");
+    for (size_t i = 0; i < n; ++i)
+      t->types[i] = ty[i] >= 0 && ty[i] <= 6 ? TokenType(ty[i]) : TokenType::undefined;
+  }
+  t->to_id.reserve(n);
+  for (size_t i = 0; i < n; ++i) t->to_id[t->tokens[i]] = int32_t(i);
+
+  const int32_t nv = int32_t(n);
+  if (t->kind == Kind::spm) {
+    // llama.cpp's defaults for a SentencePiece vocabulary.
+    t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", 1, nv);
+    t->eos = optional_id(f, "tokenizer.ggml.eos_token_id", 2, nv);
+    t->unk = optional_id(f, "tokenizer.ggml.unknown_token_id", 0, nv);
+    t->add_bos = true;
+    t->add_space_prefix = true;
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      t->byte_ids[b] = t->find(buf);
+    }
+  } else {
+    // ...and for GPT-2's byte-level BPE.
+    t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", 11, nv);
+    t->eos = optional_id(f, "tokenizer.ggml.eos_token_id", 11, nv);
+    t->unk = optional_id(f, "tokenizer.ggml.unknown_token_id", -1, nv);
+    t->add_bos = false;
+    t->add_space_prefix = false;
+    std::fill(std::begin(t->byte_ids), std::end(t->byte_ids), -1);
+    SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
+                 ": a gpt2 tokenizer needs tokenizer.ggml.merges");
+    const std::vector<std::string_view> merges = f.get_string_views("tokenizer.ggml.merges");
+    t->merge_rank.reserve(merges.size());
+    for (size_t r = 0; r < merges.size(); ++r) {
+      // "left right"; the search starts at 1 so that a left part may itself begin with ' '.
+      const size_t sp = merges[r].size() > 1 ? merges[r].find(' ', 1) : std::string_view::npos;
+      SPATTN_CHECK(sp != std::string_view::npos && sp + 1 < merges[r].size(), path,
+                   ": tokenizer.ggml.merges entry ", r, " is not 'left right'");
+      t->merge_rank.emplace(std::string(merges[r]), int32_t(r));
+    }
+  }
+  t->eot = optional_id(f, "tokenizer.ggml.eot_token_id", -1, nv);
+  if (f.has("tokenizer.ggml.add_bos_token")) t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
+  if (f.has("tokenizer.ggml.add_space_prefix"))
+    t->add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
+  SPATTN_CHECK(!t->add_bos || t->bos >= 0, path,
+               ": add_bos_token is set but the vocabulary has no BOS token");
+
+  for (int32_t i = 0; i < nv; ++i) {
+    const TokenType ty = t->types[size_t(i)];
+    if ((ty == TokenType::control || ty == TokenType::user_defined || ty == TokenType::unknown) &&
+        !t->tokens[size_t(i)].empty())
+      t->special.push_back(i);
+  }
+  std::stable_sort(t->special.begin(), t->special.end(), [&](int32_t a, int32_t b) {
+    return t->tokens[size_t(a)].size() > t->tokens[size_t(b)].size();
+  });
+  return Tokenizer(std::move(t));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  return encode(text, impl_->add_bos, false);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
+  const Impl& t = *impl_;
+  std::vector<int32_t> out;
+  if (add_bos) {
+    SPATTN_CHECK(t.bos >= 0, "tokenizer: add_bos asked but the vocabulary has no BOS token");
+    out.push_back(t.bos);
+  }
+  // Cut the text at special tokens written in it, longest token first (llama.cpp's
+  // tokenizer_st_partition); user-defined tokens are always recognised, control and unknown
+  // ones only with parse_special.
+  struct Frag {
+    std::string_view text;
+    int32_t id;  // -1: plain text
+  };
+  std::vector<Frag> frags{{text, -1}};
+  for (int32_t id : t.special) {
+    const TokenType ty = t.types[size_t(id)];
+    if (!parse_special && ty != TokenType::user_defined) continue;
+    const std::string& s = t.tokens[size_t(id)];
+    std::vector<Frag> next;
+    for (const Frag& fr : frags) {
+      if (fr.id >= 0) {
+        next.push_back(fr);
+        continue;
+      }
+      size_t start = 0;
+      for (size_t at; (at = fr.text.find(s, start)) != std::string_view::npos;
+           start = at + s.size()) {
+        if (at > start) next.push_back({fr.text.substr(start, at - start), -1});
+        next.push_back({{}, id});
+      }
+      if (start < fr.text.size()) next.push_back({fr.text.substr(start), -1});
+    }
+    frags.swap(next);
+  }
+  bool prev_special = true;  // SentencePiece: a space goes in front of text that starts a run
+  for (const Frag& fr : frags) {
+    if (fr.id >= 0) {
+      out.push_back(fr.id);
+      prev_special = true;
+      continue;
+    }
+    if (t.kind == Kind::spm) {
+      std::string s;
+      if (t.add_space_prefix && prev_special) s = " ";
+      s.append(fr.text);
+      std::string esc;  // spaces -> U+2581
+      for (char c : s) {
+        if (c == ' ') esc += "\xe2\x96\x81";
+        else esc += c;
+      }
+      t.encode_spm(esc, out);
+    } else {
+      t.encode_bpe(fr.text, out);
+    }
+    prev_special = false;
+  }
+  return out;
+}
+
+std::string Tokenizer::piece(int32_t id, bool special) const {
+  const Impl& t = *impl_;
+  SPATTN_CHECK(id >= 0 && id < int32_t(t.tokens.size()), "tokenizer: token id ", id,
+               " is out of range [0, ", t.tokens.size(), ")");
+  const std::string& s = t.tokens[size_t(id)];
+  switch (t.types[size_t(id)]) {
+    case TokenType::control: return special ? s : std::string();
+    case TokenType::unknown:
+      return t.kind == Kind::spm ? std::string("\xe2\x96\x85") : (special ? s : std::string());
+    case TokenType::byte:
+      if (t.kind == Kind::spm && s.size() == 6 && s.compare(0, 3, "<0x") == 0)
+        return std::string(1, char(std::strtol(s.substr(3, 2).c_str(), nullptr, 16)));
+      return s;
+    case TokenType::user_defined: return s;
+    default: return t.kind == Kind::spm ? spm_unescape(s) : bpe_unmap(s);
+  }
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  bool first = true;
+  for (int32_t id : ids) {
+    std::string p = piece(id, false);
+    if (impl_->types[size_t(id)] == TokenType::control) continue;
+    if (first && impl_->kind == Kind::spm && impl_->add_space_prefix && !p.empty() && p[0] == ' ')
+      p.erase(0, 1);  // the space encode put in front of the text
+    first = false;
+    out += p;
+  }
+  return out;
+}
+
+Tokenizer::Kind Tokenizer::kind() const { return impl_->kind; }
+int32_t Tokenizer::n_vocab() const { return int32_t(impl_->tokens.size()); }
+int32_t Tokenizer::bos() const { return impl_->bos; }
+int32_t Tokenizer::eos() const { return impl_->eos; }
+bool Tokenizer::add_bos() const { return impl_->add_bos; }
+bool Tokenizer::is_eog(int32_t id) const {
+  return id >= 0 && (id == impl_->eos || id == impl_->eot);
+}
+Tokenizer::TokenType Tokenizer::type(int32_t id) const {
+  SPATTN_CHECK(id >= 0 && id < n_vocab(), "tokenizer: token id ", id, " is out of range");
+  return impl_->types[size_t(id)];
+}
+const std::string& Tokenizer::text(int32_t id) const {
+  SPATTN_CHECK(id >= 0 && id < n_vocab(), "tokenizer: token id ", id, " is out of range");
+  return impl_->tokens[size_t(id)];
+}
+float Tokenizer::score(int32_t id) const {
+  SPATTN_CHECK(id >= 0 && id < n_vocab(), "tokenizer: token id ", id, " is out of range");
+  return impl_->scores[size_t(id)];
+}
+
+}  // namespace spattn

@@ -1,0 +1,50 @@
+// The tokenizer's vocabulary and the two algorithms (private to src/model).
+#pragma once
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "spattn/tokenizer.hpp"
+
+namespace spattn {
+
+struct Tokenizer::Impl {
+  Kind kind = Kind::spm;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<TokenType> types;
+  std::unordered_map<std::string, int32_t> to_id;  // text -> id (the last one, as llama.cpp)
+  std::unordered_map<std::string, int32_t> merge_rank;  // "left right" -> rank (BPE)
+  std::vector<int32_t> special;  // control/user-defined/unknown ids, longest text first
+  int32_t bos = -1, eos = -1, eot = -1, unk = -1;
+  bool add_bos = false;
+  bool add_space_prefix = false;
+  int32_t byte_ids[256];  // SPM: the id of <0xXX>, or -1
+
+  int32_t find(std::string_view s) const {
+    auto it = to_id.find(std::string(s));
+    return it == to_id.end() ? -1 : it->second;
+  }
+  // Appends the ids of a run of plain text (no special tokens in it).
+  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+// UTF-8 sequence length from its first byte (1 for stray continuation bytes), as llama.cpp.
+inline size_t utf8_len(unsigned char c) {
+  static const size_t lookup[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return lookup[c >> 4];
+}
+
+// GPT-2's bytes_to_unicode: byte -> UTF-8 of the printable character standing for it, and
+// the inverse (code point -> byte, -1 for characters that stand for no byte).
+const std::string& byte_to_unicode(uint8_t b);
+int unicode_to_byte(uint32_t cp);
+
+// Splits `text` into words by GPT-2's pre-tokenizer regex:
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// Bytes no alternative matches (invalid UTF-8) are words of their own.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
+}  // namespace spattn

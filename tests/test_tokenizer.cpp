@@ -1,0 +1,259 @@
+// Tokenizers: known ids on the real vocabularies (checked piece by piece against the vocab),
+// llama.cpp's result on the code model, round trips on ASCII, UTF-8 and whitespace runs, and
+// made-up vocabularies (always run) for the merge order, byte fallback and bad metadata.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "models_dir.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/tokenizer.hpp"
+
+namespace {
+
+using spattn::Tokenizer;
+using spattn::gguf::File;
+using spattn::gguf::Writer;
+using Ids = std::vector<int32_t>;
+
+struct Loaded {
+  File file;
+  Tokenizer tok;
+};
+Loaded load(const std::string& path) {
+  File f = File::open(path);
+  Tokenizer t = Tokenizer::from_gguf(f);
+  return {std::move(f), std::move(t)};
+}
+
+const std::vector<std::string> kRoundTrip = {
+    "Hello world",
+    "  leading and trailing spaces  ",
+    "tabs\tand\nnew\r\nlines\n\n\n",
+    "      eight spaces then text",
+    "caf\xc3\xa9 na\xc3\xafve \xc3\x85ngstr\xc3\xb6m",         // accents
+    "\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",  // CJK
+    "emoji \xf0\x9f\xa6\x99 and \xf0\x9f\x98\x80\xf0\x9f\x98\x80!",
+    "def f(x):\n    return x ** 2  # comment\n",
+    "",
+    " ",
+    "\n",
+};
+
+void expect_round_trips(const Tokenizer& t, const char* what) {
+  for (const std::string& s : kRoundTrip) {
+    const Ids ids = t.encode(s);
+    EXPECT_EQ(t.decode(ids), s) << what << ": '" << s << "'";
+    for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < t.n_vocab());
+  }
+}
+
+TEST(TokenizerReal, CodeTiny8kMatchesLlamaCpp) {
+  const std::string path = spattn::test::model_file("code-tiny-8k.gguf");
+  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  const Loaded m = load(path);
+  EXPECT_EQ(m.tok.kind(), Tokenizer::Kind::bpe);
+  EXPECT_EQ(m.tok.n_vocab(), 4096);
+  EXPECT_EQ(m.tok.bos(), 0);
+  EXPECT_TRUE(m.tok.add_bos());
+  // llama.cpp's llama-tokenize on the same file and prompt.
+  EXPECT_EQ(m.tok.encode("import os\nimport sys\n\n\ndef main():\n"),
+            (Ids{0, 3192, 3162, 199, 3192, 2610, 1193, 199, 271, 664, 259, 449, 26, 199}));
+  // Pieces, by hand: 'Ġ' stands for a space and 'Ċ' for a newline in GPT-2's byte map.
+  EXPECT_EQ(m.tok.text(3162), "\xc4\xa0os");
+  EXPECT_EQ(m.tok.text(1193), "\xc4\x8a\xc4\x8a");
+  EXPECT_EQ(m.tok.piece(1193), "\n\n");
+  EXPECT_EQ(m.tok.text(449), "()");
+  EXPECT_EQ(m.tok.piece(0), "<|endoftext|>");
+  EXPECT_EQ(m.tok.piece(0, false), "");
+  // Written in the text, <|endoftext|> is the control token only when special parsing is on.
+  EXPECT_EQ(m.tok.encode("a<|endoftext|>", false, true).back(), 0);
+  EXPECT_NE(m.tok.encode("a<|endoftext|>", false, false).back(), 0);
+  expect_round_trips(m.tok, "code-tiny-8k");
+}
+
+TEST(TokenizerReal, LlamaSpmVocabulary) {
+  const std::string path = spattn::test::model_file("ggml-vocab-llama-spm.gguf");
+  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  const Loaded m = load(path);
+  const Tokenizer& t = m.tok;
+  EXPECT_EQ(t.kind(), Tokenizer::Kind::spm);
+  EXPECT_EQ(t.encode("Hello world"), (Ids{1, 15043, 3186}));
+  EXPECT_EQ(t.text(15043), "\xe2\x96\x81Hello");
+  EXPECT_EQ(t.text(3186), "\xe2\x96\x81world");
+  // The llama emoji has no piece: byte fallback <0xF0><0x9F><0xA6><0x99> (id = 3 + byte).
+  const Ids ids = t.encode(" this is \xf0\x9f\xa6\x99.cpp");
+  EXPECT_EQ(ids, (Ids{1, 29871, 445, 338, 29871, 243, 162, 169, 156, 29889, 8223}));
+  const std::vector<std::string> pieces = {"<s>", "\xe2\x96\x81", "\xe2\x96\x81this", "\xe2\x96\x81is",
+                                           "\xe2\x96\x81", "<0xF0>", "<0x9F>", "<0xA6>", "<0x99>",
+                                           ".", "cpp"};
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(t.text(ids[i]), pieces[i]) << i;
+  EXPECT_EQ(t.piece(243), "\xf0");
+  EXPECT_EQ(t.piece(15043), " Hello");
+  expect_round_trips(t, "llama-spm");
+}
+
+TEST(TokenizerReal, Gpt2Vocabulary) {
+  const std::string path = spattn::test::model_file("ggml-vocab-gpt-2.gguf");
+  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  const Loaded m = load(path);
+  const Tokenizer& t = m.tok;
+  EXPECT_FALSE(t.add_bos());
+  EXPECT_EQ(t.bos(), 50256);
+  EXPECT_EQ(t.encode("Hello world"), (Ids{15496, 995}));
+  EXPECT_EQ(t.text(15496), "Hello");
+  EXPECT_EQ(t.text(995), "\xc4\xa0world");
+  // Contractions are their own words; digits group; a space before a letter joins it.
+  const Ids ids = t.encode("it's 42");
+  ASSERT_EQ(ids.size(), 3u);
+  EXPECT_EQ(t.text(ids[0]), "it");
+  EXPECT_EQ(t.text(ids[1]), "'s");
+  EXPECT_EQ(t.text(ids[2]), "\xc4\xa0" "42");
+  expect_round_trips(t, "gpt-2");
+  // Invalid UTF-8 survives too: every byte has a stand-in character.
+  const std::string bad = "ok\xff\xfe\x80 x";
+  EXPECT_EQ(t.decode(t.encode(bad)), bad);
+}
+
+TEST(TokenizerReal, Stories260k) {
+  const std::string path = spattn::test::model_file("stories260K.gguf");
+  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  const Loaded m = load(path);
+  EXPECT_EQ(m.tok.kind(), Tokenizer::Kind::spm);
+  EXPECT_TRUE(m.tok.add_bos());
+  EXPECT_EQ(m.tok.bos(), 1);
+  EXPECT_EQ(m.tok.eos(), 2);
+  EXPECT_TRUE(m.tok.is_eog(2));
+  const Ids ids = m.tok.encode("Once upon a time");
+  EXPECT_EQ(ids.front(), 1);
+  std::string joined;
+  for (size_t i = 1; i < ids.size(); ++i) joined += m.tok.text(ids[i]);
+  EXPECT_EQ(joined, "\xe2\x96\x81Once\xe2\x96\x81upon\xe2\x96\x81" "a\xe2\x96\x81time");
+  expect_round_trips(m.tok, "stories260K");
+}
+
+// ---- Made-up vocabularies ----
+
+// SentencePiece: "ab" scores higher than "bc", so "abc" is "ab" + "c"; "x" has no piece
+// and falls back to its byte.
+Writer spm_vocab() {
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    toks.push_back(buf);
+    types.push_back(6);
+  }
+  for (const char* p : {"\xe2\x96\x81", "a", "b", "c", "ab", "bc", "\xe2\x96\x81" "a"}) {
+    toks.push_back(p);
+    types.push_back(1);
+  }
+  std::vector<float> scores(toks.size(), 0.0f);
+  scores[259 + 4] = -1.0f;  // ab
+  scores[259 + 5] = -2.0f;  // bc
+  scores[259 + 6] = -3.0f;  // ▁a
+  Writer w;
+  w.set("tokenizer.ggml.model", "llama");
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.scores", scores);
+  w.set("tokenizer.ggml.token_type", types);
+  return w;
+}
+
+TEST(TokenizerMadeUp, SpmMergesByScoreAndFallsBackToBytes) {
+  const std::vector<uint8_t> b = spm_vocab().bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  EXPECT_EQ(t.bos(), 1);
+  // " abc" -> "▁abc": ▁a (-3), ab (-1), bc (-2): ab first; then ▁+ab and ab+c have no piece.
+  EXPECT_EQ(t.encode("abc"), (Ids{1, 259, 263, 262}));
+  EXPECT_EQ(t.encode("x", false, false), (Ids{259, 3 + 'x'}));
+  EXPECT_EQ(t.decode(t.encode("bcx a")), "bcx a");
+  expect_round_trips(t, "made-up spm");
+}
+
+TEST(TokenizerMadeUp, BpeMergesByRank) {
+  // Byte-level: the 256 stand-in characters, then merges "a b" (rank 0), "b c" (rank 1),
+  // "ab c" (rank 2), and "Ġ a" (rank 3).
+  std::vector<std::string> toks;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    // Build the stand-ins the same way GPT-2 does, independently of the library.
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
+    std::string s;
+    if (cp < 0x80) s = char(cp);
+    else s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
+    toks.push_back(s);
+  }
+  toks.insert(toks.begin(), "<|endoftext|>");
+  for (const char* p : {"ab", "bc", "abc", "\xc4\xa0" "a"}) toks.push_back(p);
+  std::vector<int32_t> types(toks.size(), 1);
+  types[0] = 3;
+  Writer w;
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.merges",
+        std::vector<std::string>{"a b", "b c", "ab c", "\xc4\xa0 a"});
+  w.set("tokenizer.ggml.bos_token_id", uint32_t(0));
+  w.set("tokenizer.ggml.add_bos_token", true);
+  const std::vector<uint8_t> b = w.bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  // "abc": a+b (rank 0) first, then ab+c (rank 2) -> "abc".
+  EXPECT_EQ(t.encode("abc"), (Ids{0, 259}));
+  // " abc": a+b (0) beats Ġ+a (3), then ab+c; "Ġ abc" is no merge: Ġ (byte 32), abc.
+  EXPECT_EQ(t.encode(" abc", false, false), (Ids{1 + 32, 259}));
+  EXPECT_EQ(t.encode(" a", false, false), (Ids{260}));
+  EXPECT_EQ(t.encode("bc", false, false), (Ids{258}));
+  expect_round_trips(t, "made-up bpe");
+}
+
+TEST(TokenizerMadeUp, BadMetadataIsNamed) {
+  auto expect_bad = [](Writer& w, const std::string& needle) {
+    const std::vector<uint8_t> b = w.bytes();
+    const File f = File::from_memory(b.data(), b.size(), "v.gguf");
+    try {
+      Tokenizer::from_gguf(f);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const spattn::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  Writer none;
+  none.set("general.architecture", "llama");
+  expect_bad(none, "no tokenizer.ggml.model");
+  Writer bert;
+  bert.set("tokenizer.ggml.model", "bert");
+  expect_bad(bert, "tokenizer.ggml.model 'bert' is not supported");
+  Writer w = spm_vocab();
+  w.set("tokenizer.ggml.scores", std::vector<float>{1.0f});
+  expect_bad(w, "tokenizer.ggml.scores has 1 entries for 266 tokens");
+  Writer w2 = spm_vocab();
+  w2.set("tokenizer.ggml.token_type", std::vector<int32_t>{1, 1});
+  expect_bad(w2, "token_type has 2 entries");
+  Writer w3 = spm_vocab();
+  w3.set("tokenizer.ggml.tokens", std::vector<std::string>{});
+  expect_bad(w3, "tokenizer.ggml.tokens has 0 entries");
+  Writer g;
+  g.set("tokenizer.ggml.model", "gpt2");
+  g.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
+  expect_bad(g, "needs tokenizer.ggml.merges");
+  g.set("tokenizer.ggml.merges", std::vector<std::string>{"ab"});
+  expect_bad(g, "merges entry 0 is not 'left right'");
+  g.set("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+  g.set("tokenizer.ggml.add_bos_token", true);
+  expect_bad(g, "add_bos_token is set but the vocabulary has no BOS token");
+  g.set("tokenizer.ggml.add_bos_token", false);
+  const std::vector<uint8_t> b = g.bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  EXPECT_THROW(t.piece(2), spattn::Error);
+  EXPECT_THROW(t.piece(-1), spattn::Error);
+}
+
+}  // namespace
