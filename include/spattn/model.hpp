@@ -21,6 +21,10 @@
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
 
+namespace spattn::gguf {
+class File;
+}
+
 namespace spattn::model {
 
 enum class Arch { llama, qwen2 };
@@ -90,6 +94,7 @@ class Model {
 
 // Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names; f32, f16, bf16, q8_0).
 Model load_model(const std::string& path);
+Model load_model(const gguf::File& file);  // the weights are copied out: the file may close
 
 // How a prompt's attention is computed during prefill. Decode is always full attention.
 enum class PrefillMode { dense, chunked_h2o, method };

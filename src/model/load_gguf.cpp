@@ -49,8 +49,7 @@ WeightRef ref(const gguf::File& f, const std::string& name, bool optional = fals
 
 }  // namespace
 
-namespace {
-Model from_file(const gguf::File& f) {
+Model load_model(const gguf::File& f) {
   const std::string arch = f.get_string("general.architecture");
   Config c;
   if (arch == "llama") {
@@ -112,8 +111,6 @@ Model from_file(const gguf::File& f) {
   });
 }
 
-}  // namespace
-
-Model load_model(const std::string& path) { return from_file(gguf::File::open(path)); }
+Model load_model(const std::string& path) { return load_model(gguf::File::open(path)); }
 
 }  // namespace spattn::model
