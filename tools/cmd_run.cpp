@@ -23,6 +23,7 @@ struct RunOptions {
   RunnerOptions r;
   std::string prompt, file;
   int64_t n_predict = 64;
+  int64_t max_prompt = 0;  // keep only the first N prompt tokens (0: all)
   double temp = 0.0;
   uint64_t seed = 42;
   int64_t dump_layer = -1;
@@ -72,7 +73,9 @@ void run(const RunOptions& o) {
   }
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   const model::Config& cfg = lm.model.config();
-  const std::vector<int32_t> prompt = lm.tokenizer.encode(text);
+  std::vector<int32_t> prompt = lm.tokenizer.encode(text);
+  SPATTN_CHECK(o.max_prompt >= 0, "--max-prompt must be >= 0, got ", o.max_prompt);
+  if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt) prompt.resize(size_t(o.max_prompt));
   SPATTN_CHECK(!prompt.empty(), "the prompt has no tokens");
   SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
                " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
@@ -89,7 +92,7 @@ void run(const RunOptions& o) {
     });
   }
   if (!o.r.json) {
-    fmt::print("{}", text);
+    fmt::print("{}", o.max_prompt > 0 ? lm.tokenizer.decode(prompt) : text);
     std::fflush(stdout);
   }
   using Clock = std::chrono::steady_clock;
@@ -174,6 +177,9 @@ void add_run_command(CLI::App& root) {
   app->add_option("-p,--prompt", o->prompt, "prompt text");
   app->add_option("-f,--file", o->file, "read the prompt from a file");
   app->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+  app->add_option("--max-prompt", o->max_prompt,
+                  "keep the first N tokens of the prompt (0: all), for timing at a fixed length")
+      ->capture_default_str();
   app->add_option("--temp", o->temp, "temperature (0: greedy)")->capture_default_str();
   app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   app->add_option("--attn", o->r.attn,
