@@ -119,6 +119,7 @@ struct DensePolicy {
   static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
   static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
   static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
+  static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -177,6 +178,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kReduce } -> std::convertible_to<bool>;
   { P::kOrder } -> std::convertible_to<bool>;
   { P::kSeedMax } -> std::convertible_to<bool>;
+  { P::kOutput } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;

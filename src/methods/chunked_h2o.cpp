@@ -257,6 +257,8 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   inter_opt.causal = false;  // every memory token precedes the chunk (no mask)
   inter_opt.q_start = -1;
   inter_opt.check_finite = false;  // rows already checked by the intra pass
+  AttnOptions sums_opt = intra_opt;
+  sums_opt.check_finite = false;
 
   // Phase 1: each chunk's diagonal block, (O, LSE) cached, scores initialised.
   for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
@@ -268,7 +270,7 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
     attention_dense(qc, s.intra_kv, s.o_intra.view().rows(b0, len), intra_opt, lse_c, &st);
     s.ws.want_columns = true;
     s.ws.want_blocks = false;
-    attention_weight_sums(qc, s.intra_kv, lse_c, s.ws, intra_opt);
+    attention_weight_sums(qc, s.intra_kv, lse_c, s.ws, sums_opt);
     s.ws_entries += s.hq * len * (len + 1) / 2;
     for (int64_t h = 0; h < s.hq; ++h)  // score(j) = sum_{i in C_c, i >= j} A_intra(i, j)
       for (int64_t j = 0; j < len; ++j)
