@@ -448,6 +448,22 @@ TEST(GgufRealFiles, CodeTiny8k) {
   for (float v : row) ASSERT_TRUE(std::isfinite(v));
 }
 
+TEST(GgufRealFiles, CodeSmall32k) {
+  const std::string path = spattn::test::model_file("code-small-32k.gguf");
+  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  const File f = File::open(path);
+  EXPECT_EQ(f.get_uint("llama.block_count"), 6u);
+  EXPECT_EQ(f.get_uint("llama.embedding_length"), 512u);
+  EXPECT_EQ(f.get_uint("llama.attention.head_count"), 4u);  // head dim 512 / 4 = 128
+  EXPECT_EQ(f.get_uint("llama.attention.head_count_kv"), 2u);
+  EXPECT_EQ(f.get_uint("llama.feed_forward_length"), 1376u);
+  EXPECT_EQ(f.get_uint("llama.context_length"), 32768u);
+  EXPECT_EQ(f.get_float("llama.rope.freq_base"), 500000.0);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(f.tensor("blk.5.attn_k.weight").ne, (std::vector<int64_t>{512, 256}));
+  EXPECT_EQ(f.tensor("blk.5.ffn_down.weight").type, GgmlType::f16);
+}
+
 TEST(GgufRealFiles, Stories260kAndVocabularies) {
   const std::string stories = spattn::test::model_file("stories260K.gguf");
   if (stories.empty()) GTEST_SKIP() << "models folder absent";

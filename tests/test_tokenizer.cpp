@@ -10,6 +10,7 @@
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
+#include "model/tokenizer_impl.hpp"
 
 namespace {
 
@@ -254,6 +255,68 @@ TEST(TokenizerMadeUp, BadMetadataIsNamed) {
   const Tokenizer t = Tokenizer::from_gguf(f);
   EXPECT_THROW(t.piece(2), spattn::Error);
   EXPECT_THROW(t.piece(-1), spattn::Error);
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<std::string> words(std::string_view text, spattn::PreTokenizer p) {
+  std::vector<std::string> out;
+  for (std::string_view w : spattn::pretokenize(text, p)) out.emplace_back(w);
+  return out;
+}
+using Words = std::vector<std::string>;
+
+TEST(TokenizerPreSplit, Gpt2Llama3AndQwen2Regexes) {
+  using spattn::PreTokenizer;
+  // GPT-2: digits in one run, a space joins the next word, the last of a whitespace run
+  // before a word goes with it.
+  EXPECT_EQ(words("I'll pay 12345!!  ok\n\nx", PreTokenizer::gpt2),
+            (Words{"I", "'ll", " pay", " 12345", "!!", " ", " ok", "\n", "\n", "x"}));
+  // Llama 3: digits in threes, case-insensitive contractions, newlines kept together.
+  EXPECT_EQ(words("I'LL pay 12345!!\n\nx", PreTokenizer::llama3),
+            (Words{"I", "'LL", " pay", " ", "123", "45", "!!\n\n", "x"}));
+  // Qwen2: single digits.
+  EXPECT_EQ(words("12 ab", PreTokenizer::qwen2), (Words{"1", "2", " ab"}));
+  // Unicode classes: letters with accents and CJK are \p{L}, Arabic-Indic digits \p{N}.
+  EXPECT_EQ(words("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xd9\xa3\xd9\xa4", PreTokenizer::gpt2),
+            (Words{"caf\xc3\xa9", " \xe4\xb8\xad\xe6\x96\x87", " \xd9\xa3\xd9\xa4"}));
+  // Invalid UTF-8 is never dropped.
+  std::string joined;
+  for (const std::string& w : words("a\xff\xfe b", PreTokenizer::gpt2)) joined += w;
+  EXPECT_EQ(joined, "a\xff\xfe b");
+}
+
+TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {
+  Writer w;
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.pre", "deepseek-coder");
+  w.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
+  w.set("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
+  const std::vector<uint8_t> b = w.bytes();
+  const File f = File::from_memory(b.data(), b.size(), "v.gguf");
+  try {
+    Tokenizer::from_gguf(f);
+    ADD_FAILURE() << "accepted";
+  } catch (const spattn::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre 'deepseek-coder' is not supported"),
+              std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(TokenizerMadeUp, SpmBrokenUtf8BeforeASpaceRoundTrips) {
+  // A 4-byte lead with two continuation bytes, then a space: the broken character must not
+  // swallow the first byte of the space's U+2581 (a libFuzzer finding).
+  const std::vector<uint8_t> b = spm_vocab().bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  const std::string s = "c\xf0\x9f\x99 \xff\xfe";
+  EXPECT_EQ(t.decode(t.encode(s)), s);
 }
 
 }  // namespace

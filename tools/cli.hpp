@@ -17,6 +17,8 @@ namespace spattn::cli {
 void add_bench_command(CLI::App& root);
 void add_mask_command(CLI::App& root);
 void add_calibrate_command(CLI::App& root);
+void add_make_model_command(CLI::App& root);
+void add_tokenize_command(CLI::App& root);
 
 // What attention problem to run: flags shared by bench, mask and later calibrate.
 struct ProblemOptions {

@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   // llama.cpp spells the physical batch "-ub"; CLI11 takes one-letter short names only.
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.emplace_back(std::string(argv[i]) == "-ub" ? "--ubatch-size" : argv[i]);
+  spattn::cli::add_make_model_command(app);
+  spattn::cli::add_tokenize_command(app);
   try {
     app.parse(std::move(args));
     return 0;

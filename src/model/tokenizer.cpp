@@ -110,6 +110,14 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t->add_bos = false;
     t->add_space_prefix = false;
     std::fill(std::begin(t->byte_ids), std::end(t->byte_ids), -1);
+    // The word split: absent means GPT-2's. Other splits would give other ids silently, so
+    // names spattn does not implement are refused.
+    const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
+    if (pre == "gpt-2") t->pre = PreTokenizer::gpt2;
+    else if (pre == "llama-bpe" || pre == "llama3") t->pre = PreTokenizer::llama3;
+    else if (pre == "qwen2") t->pre = PreTokenizer::qwen2;
+    else detail::fail(path, ": tokenizer.ggml.pre '", pre,
+                      "' is not supported (spattn splits words as gpt-2, llama-bpe or qwen2)");
     SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
                  ": a gpt2 tokenizer needs tokenizer.ggml.merges");
     const std::vector<std::string_view> merges = f.get_string_views("tokenizer.ggml.merges");

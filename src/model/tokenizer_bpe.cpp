@@ -1,4 +1,4 @@
-// Byte-level BPE encoding as llama.cpp's llm_tokenizer_bpe does it: GPT-2's pre-tokenizer
+// Byte-level BPE encoding as llama.cpp's llm_tokenizer_bpe does it: the pre-tokenizer
 // cuts the text into words; each word's bytes become GPT-2's printable stand-in characters;
 // the adjacent pair with the lowest merge rank (leftmost on ties) is merged until no ranked
 // pair is left; each symbol is then its vocabulary id.
@@ -30,7 +30,7 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   std::string word;
   std::string key;
   std::vector<Symbol> sym;
-  for (std::string_view w : gpt2_pretokenize(text)) {
+  for (std::string_view w : pretokenize(text, pre)) {
     word.clear();
     for (char c : w) word += byte_to_unicode(uint8_t(c));
     sym.clear();

@@ -9,8 +9,12 @@
 
 namespace spattn {
 
+// The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre.
+enum class PreTokenizer { gpt2, llama3, qwen2 };
+
 struct Tokenizer::Impl {
   Kind kind = Kind::spm;
+  PreTokenizer pre = PreTokenizer::gpt2;
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<TokenType> types;
@@ -37,14 +41,25 @@ inline size_t utf8_len(unsigned char c) {
   return lookup[c >> 4];
 }
 
+// Length of the UTF-8 character at text[off]: utf8_len when the continuation bytes are
+// really there, else 1, so a broken sequence never swallows the next character's bytes
+// (llama.cpp trusts the lead byte; the two differ only on invalid UTF-8).
+inline size_t utf8_char_len(std::string_view text, size_t off) {
+  const size_t n = utf8_len(uint8_t(text[off]));
+  if (n > text.size() - off) return 1;
+  for (size_t j = 1; j < n; ++j)
+    if ((uint8_t(text[off + j]) & 0xc0) != 0x80) return 1;
+  return n;
+}
+
 // GPT-2's bytes_to_unicode: byte -> UTF-8 of the printable character standing for it, and
 // the inverse (code point -> byte, -1 for characters that stand for no byte).
 const std::string& byte_to_unicode(uint8_t b);
 int unicode_to_byte(uint32_t cp);
 
-// Splits `text` into words by GPT-2's pre-tokenizer regex:
+// Splits `text` into words by the pre-tokenizer's regex; GPT-2's is
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // Bytes no alternative matches (invalid UTF-8) are words of their own.
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+std::vector<std::string_view> pretokenize(std::string_view text, PreTokenizer p);
 
 }  // namespace spattn

@@ -29,7 +29,7 @@ struct Bigram {
 void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& out) const {
   std::vector<Symbol> sym;
   for (size_t off = 0; off < text.size();) {
-    const size_t n = std::min(utf8_len(uint8_t(text[off])), text.size() - off);
+    const size_t n = utf8_char_len(text, off);
     sym.push_back({int(sym.size()) - 1, int(sym.size()) + 1, off, n});
     off += n;
   }

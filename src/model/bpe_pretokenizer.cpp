@@ -1,7 +1,8 @@
-// GPT-2's pre-tokenizer and byte-to-character map. The split is the regex GPT-2 published,
-// run by PCRE2 in UTF mode with Unicode properties (\p{L} letters, \p{N} numbers, \s white
-// space), so the character classes are the Unicode ones llama.cpp's hand-written splitter
-// uses. Invalid UTF-8 never matches; such bytes become words of their own.
+// Byte-level BPE pre-tokenizers and GPT-2's byte-to-character map. Each split is the regex
+// its model published (GPT-2's; Llama 3's, which llama.cpp calls llama-bpe; Qwen2's), run by
+// PCRE2 in UTF mode with Unicode properties (\p{L} letters, \p{N} numbers, \s white space),
+// so the character classes are the Unicode ones llama.cpp's splitter uses. Invalid UTF-8
+// never matches; such bytes become words of their own.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -12,25 +13,38 @@ namespace spattn {
 
 namespace {
 
-constexpr const char* kGpt2Pattern =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+const char* pattern(PreTokenizer p) {
+  switch (p) {
+    case PreTokenizer::gpt2:
+      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+    case PreTokenizer::llama3:
+      return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+             "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    case PreTokenizer::qwen2:
+      return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+             "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+  }
+  return "";
+}
 
 struct Regex {
   pcre2_code* code = nullptr;
-  Regex() {
+  explicit Regex(PreTokenizer p) {
+    const char* pat = pattern(p);
     int err = 0;
     PCRE2_SIZE off = 0;
-    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kGpt2Pattern), PCRE2_ZERO_TERMINATED,
+    code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat), PCRE2_ZERO_TERMINATED,
                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
-    if (!code) detail::fail("gpt2 pre-tokenizer: regex does not compile (PCRE2 error ", err, ")");
+    if (!code) detail::fail("BPE pre-tokenizer: regex does not compile (PCRE2 error ", err, ")");
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // optional: falls back to the interpreter
   }
   ~Regex() { pcre2_code_free(code); }
 };
 
-const Regex& regex() {
-  static const Regex r;
-  return r;
+const Regex& regex(PreTokenizer p) {
+  static const Regex gpt2(PreTokenizer::gpt2), llama3(PreTokenizer::llama3),
+      qwen2(PreTokenizer::qwen2);
+  return p == PreTokenizer::llama3 ? llama3 : p == PreTokenizer::qwen2 ? qwen2 : gpt2;
 }
 
 struct ByteMap {
@@ -67,11 +81,11 @@ int unicode_to_byte(uint32_t cp) {
   return cp < std::size(byte_map().to_byte) ? byte_map().to_byte[cp] : -1;
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+std::vector<std::string_view> pretokenize(std::string_view text, PreTokenizer p) {
   std::vector<std::string_view> words;
-  const pcre2_code* code = regex().code;
+  const pcre2_code* code = regex(p).code;
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
-  SPATTN_CHECK(md != nullptr, "gpt2 pre-tokenizer: out of memory");
+  SPATTN_CHECK(md != nullptr, "BPE pre-tokenizer: out of memory");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t pos = 0;
   while (pos < text.size()) {

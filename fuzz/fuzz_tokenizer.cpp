@@ -1,0 +1,89 @@
+// libFuzzer target: encoding arbitrary bytes with a made-up byte-level BPE and a
+// SentencePiece vocabulary with byte fallback. Both must give back exactly the input bytes
+// (control-token text aside; for SentencePiece, text without a literal U+2581, which
+// SentencePiece cannot tell from the space it stands for), so a mismatch aborts as a finding.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/tokenizer.hpp"
+
+using namespace spattn;
+
+namespace {
+
+struct Vocab {
+  std::vector<uint8_t> bytes;
+  gguf::File file;
+  Tokenizer tok;
+  explicit Vocab(std::vector<uint8_t> b)
+      : bytes(std::move(b)),
+        file(gguf::File::from_memory(bytes.data(), bytes.size())),
+        tok(Tokenizer::from_gguf(file)) {}
+};
+
+std::vector<uint8_t> vocab_bytes(const char* kind) {
+  gguf::Writer w;
+  std::vector<std::string> toks;
+  std::vector<int32_t> types;
+  std::vector<std::string> merges;
+  std::vector<float> scores;
+  if (std::string(kind) == "gpt2") {
+    toks.push_back("<|endoftext|>");
+    types.push_back(3);
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      const unsigned cp = printable ? unsigned(b) : unsigned(256 + extra++);
+      std::string s;
+      if (cp < 0x80) s = char(cp);
+      else s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
+      toks.push_back(s);
+      types.push_back(1);
+    }
+    for (const char* m : {"h e", "l l", "he ll", "hell o", "\xc4\xa0 w", "o r"}) {
+      std::string s(m);
+      merges.push_back(s);
+      s.erase(s.find(' '), 1);
+      toks.push_back(s);
+      types.push_back(1);
+    }
+    w.set("tokenizer.ggml.merges", merges);
+  } else {
+    toks = {"<unk>", "<s>", "</s>"};
+    types = {2, 3, 3};
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      toks.push_back(buf);
+      types.push_back(6);
+    }
+    for (const char* p : {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xc3\xa9"}) {
+      toks.push_back(p);
+      types.push_back(1);
+    }
+    for (size_t i = 0; i < toks.size(); ++i) scores.push_back(-float(i % 7));
+    w.set("tokenizer.ggml.scores", scores);
+  }
+  w.set("tokenizer.ggml.model", kind);
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.bos_token_id", uint32_t(std::string(kind) == "gpt2" ? 0 : 1));
+  return w.bytes();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const Vocab bpe(vocab_bytes("gpt2")), spm(vocab_bytes("llama"));
+  const std::string text(reinterpret_cast<const char*>(data), size);
+  const bool spm_exact = text.find("\xe2\x96\x81") == std::string::npos;
+  for (const Vocab* v : {&bpe, &spm}) {
+    const std::vector<int32_t> ids = v->tok.encode(text, true, false);
+    const std::string back = v->tok.decode(ids);
+    if (back != text && (v == &bpe || spm_exact)) std::abort();  // every byte must survive
+  }
+  return 0;
+}

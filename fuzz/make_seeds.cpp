@@ -1,0 +1,116 @@
+// Writes the seed corpora for `make fuzz`: small valid files of every format the fuzz
+// targets read, so the fuzzer starts from inputs that reach deep into each parser.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "spattn/calibration.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/io.hpp"
+#include "spattn/model_maker.hpp"
+
+namespace fs = std::filesystem;
+using namespace spattn;
+
+namespace {
+
+void save(const fs::path& p, const std::vector<uint8_t>& b) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
+}
+void save(const fs::path& p, const std::string& s) {
+  std::ofstream out(p, std::ios::binary);
+  out << s;
+}
+
+void gguf_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  // Every value type and tensor type, v2 and v3, two alignments.
+  for (uint32_t version : {2u, 3u}) {
+    gguf::Writer w;
+    w.set_version(version);
+    w.set("general.architecture", "llama");
+    w.set("u8", uint8_t(1));
+    w.set("i16", int16_t(-2));
+    w.set("u64", uint64_t(3));
+    w.set("f64", 0.5);
+    w.set("flag", true);
+    w.set("strs", std::vector<std::string>{"a", "bc"});
+    w.set("ints", std::vector<int32_t>{1, -1});
+    w.set("floats", std::vector<float>{1.5f});
+    std::vector<float> x(64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(float(i));
+    std::vector<uint8_t> q8(34 * 2), h(128);
+    gguf::quantize_row(gguf::GgmlType::q8_0, x.data(), q8.data(), 64);
+    gguf::quantize_row(gguf::GgmlType::f16, x.data(), h.data(), 64);
+    w.add_tensor("a", gguf::GgmlType::f32, {8, 2}, x.data());
+    w.add_tensor("b", gguf::GgmlType::q8_0, {64}, q8.data());
+    w.add_tensor("c", gguf::GgmlType::f16, {4, 4, 2, 2}, h.data());
+    w.add_tensor("d", gguf::GgmlType::bf16, {16}, h.data());
+    save(dir / ("values_v" + std::to_string(version) + ".gguf"), w.bytes(version == 2 ? 32 : 8));
+  }
+  // Tiny made-up models with both tokenizer kinds (the tokenizer is reached from GGUF too).
+  for (const char* tok : {"gpt2", "llama"}) {
+    ModelShape s;
+    s.layers = 1, s.dim = 8, s.heads = 2, s.kv_heads = 1, s.ffn = 8, s.tokenizer = tok;
+    s.vocab = std::string(tok) == "gpt2" ? 270 : 40;
+    const fs::path p = dir / (std::string("model_") + tok + ".gguf");
+    make_model(p.string(), s);
+  }
+}
+
+void npy_and_safetensors_seeds(const fs::path& npy, const fs::path& st) {
+  fs::create_directories(npy);
+  fs::create_directories(st);
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    Tensor x(t, 2, 3, 4);
+    for (int64_t i = 0; i < 2; ++i)
+      for (int64_t s = 0; s < 3; ++s)
+        for (int64_t d = 0; d < 4; ++d) x.view().set(i, s, d, float(i + s - d));
+    write_npy((npy / (std::string(dtype_name(t)) + ".npy")).string(), x.view());
+    Tensor y(t, 1, 2, 2);
+    for (int64_t s = 0; s < 2; ++s)
+      for (int64_t d = 0; d < 2; ++d) y.view().set(0, s, d, 1.0f);
+    write_safetensors((st / (std::string(dtype_name(t)) + ".safetensors")).string(),
+                      {{"q", x.view()}, {"k", y.view()}});
+  }
+}
+
+void calibration_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  std::vector<CalibrationPoint> pts;
+  for (int64_t len : {4096, 8192})
+    for (int i = 0; i <= 12; ++i) {
+      const double s = 0.2 + 0.05 * i;
+      pts.push_back({len, 3e-4 * std::exp(12.0 * s) / std::pow(double(len), 0.3), s});
+    }
+  Calibration c = fit_blasst_calibration(pts, {});
+  c.samples = 1, c.source = "seed", c.heads = 2, c.kv_heads = 1, c.dim = 64, c.dtype = "f32";
+  c.checks.push_back({4096, 0.5, 1e-3, 0.51});
+  save(dir / "calibration.json", calibration_to_json(c));
+  save(dir / "array.json", std::string("[1, 2.5, \"x\", null, {\"a\": true}]"));
+}
+
+void tokenizer_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  save(dir / "ascii.txt", std::string("Hello world, it's 42!\n\tdef f(x):  return x\n"));
+  save(dir / "utf8.txt", std::string("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\xa6\x99 \xff\xfe"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: spattn_fuzz_seeds DIR\n");
+    return 2;
+  }
+  const fs::path root = argv[1];
+  gguf_seeds(root / "gguf");
+  npy_and_safetensors_seeds(root / "npy", root / "safetensors");
+  calibration_seeds(root / "calibration");
+  tokenizer_seeds(root / "tokenizer");
+  return 0;
+}

@@ -1,0 +1,238 @@
+// Made-up llama-family GGUF models (see include/spattn/model_maker.hpp).
+#include "spattn/model_maker.hpp"
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "eval/prng.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "model/tokenizer_impl.hpp"
+
+namespace spattn {
+
+namespace {
+
+using gguf::GgmlType;
+
+uint64_t name_hash(const std::string& s) {  // FNV-1a: a stable stream tag per tensor name
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : s) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// Adds a tensor whose row r holds values drawn from stream (seed, name, r):
+// centre + uniform with standard deviation `sd`.
+void add_random(gguf::Writer& w, const std::string& name, GgmlType type,
+                std::vector<int64_t> ne, uint64_t seed, float centre, float sd) {
+  const int64_t n = ne[0];
+  const uint64_t tensor_seed = eval::stream_seed(seed, name_hash(name));
+  const double half = sd * std::sqrt(3.0);  // uniform on [-a, a] has sd a / sqrt(3)
+  w.add_tensor(name, type, std::move(ne), [=](int64_t row, uint8_t* dst) {
+    eval::Rng rng(eval::stream_seed(tensor_seed, uint64_t(row)));
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = centre + float(rng.uniform(-half, half));
+    gguf::quantize_row(type, x.data(), dst, n);
+  });
+}
+
+// A GPT-2 style byte-level vocabulary: <|endoftext|> (BOS/EOS), the 256 byte stand-ins, then
+// merged tokens, each with its merge, made from pairs of letters and earlier merges.
+void add_bpe_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
+  std::vector<std::string> toks = {"<|endoftext|>"};
+  std::vector<int32_t> types = {3};
+  for (int b = 0; b < 256; ++b) {
+    toks.push_back(byte_to_unicode(uint8_t(b)));
+    types.push_back(1);
+  }
+  std::set<std::string> seen(toks.begin(), toks.end());
+  std::vector<std::string> merges;
+  // Parts merges are built from: lower-case letters, space + letter, then every merged token.
+  std::vector<std::string> parts;
+  for (char c = 'a'; c <= 'z'; ++c) parts.push_back(std::string(1, c));
+  parts.push_back(byte_to_unicode(' '));
+  eval::Rng rng(eval::stream_seed(seed, name_hash("vocab")));
+  while (int64_t(toks.size()) < vocab) {
+    const std::string& a = parts[size_t(rng.range(0, int64_t(parts.size()) - 1))];
+    const std::string& b = parts[size_t(rng.range(0, std::min<int64_t>(25, int64_t(parts.size()) - 1)))];
+    const std::string m = a + b;
+    if (m.size() > 24 || !seen.insert(m).second) continue;
+    merges.push_back(a + " " + b);
+    toks.push_back(m);
+    types.push_back(1);
+    parts.push_back(m);
+  }
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.pre", "gpt-2");
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.merges", merges);
+  w.set("tokenizer.ggml.bos_token_id", uint32_t(0));
+  w.set("tokenizer.ggml.eos_token_id", uint32_t(0));
+  w.set("tokenizer.ggml.add_bos_token", true);
+}
+
+// A SentencePiece style vocabulary: <unk>, <s>, </s>, the byte tokens when there is room,
+// U+2581, printable ASCII, then pieces with falling scores.
+void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
+  std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
+  std::vector<int32_t> types = {2, 3, 3};
+  if (vocab >= 3 + 256 + 1) {
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      toks.push_back(buf);
+      types.push_back(6);
+    }
+  }
+  const std::string space = "\xe2\x96\x81";
+  std::vector<std::string> parts = {space};
+  for (char c = '!'; c <= '~'; ++c) parts.push_back(std::string(1, c));
+  std::set<std::string> seen(toks.begin(), toks.end());
+  for (const std::string& p : parts) {
+    if (int64_t(toks.size()) >= vocab) break;
+    toks.push_back(p);
+    types.push_back(1);
+    seen.insert(p);
+  }
+  eval::Rng rng(eval::stream_seed(seed, name_hash("vocab")));
+  while (int64_t(toks.size()) < vocab) {
+    const std::string& a = parts[size_t(rng.range(0, int64_t(parts.size()) - 1))];
+    const std::string& b = parts[size_t(rng.range(1, std::min<int64_t>(95, int64_t(parts.size()) - 1)))];
+    const std::string m = a + b;
+    if (m.size() > 24 || !seen.insert(m).second) continue;
+    toks.push_back(m);
+    types.push_back(1);
+    parts.push_back(m);
+  }
+  std::vector<float> scores(toks.size());
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = -float(i);
+  w.set("tokenizer.ggml.model", "llama");
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.scores", scores);
+  w.set("tokenizer.ggml.token_type", types);
+  w.set("tokenizer.ggml.bos_token_id", uint32_t(1));
+  w.set("tokenizer.ggml.eos_token_id", uint32_t(2));
+  w.set("tokenizer.ggml.unknown_token_id", uint32_t(0));
+  w.set("tokenizer.ggml.add_bos_token", true);
+}
+
+uint32_t file_type(GgmlType t) {  // llama.cpp's LLAMA_FTYPE_* for "all f32", "mostly f16", ...
+  switch (t) {
+    case GgmlType::f32: return 0;
+    case GgmlType::f16: return 1;
+    case GgmlType::q8_0: return 7;
+    case GgmlType::bf16: return 32;
+  }
+  return 0;
+}
+
+}  // namespace
+
+ModelShape llama_3_2_1b_shape() {
+  ModelShape s;
+  s.arch = "llama";
+  s.layers = 16;
+  s.dim = 2048;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.head_dim = 64;
+  s.ffn = 8192;
+  s.vocab = 128256;
+  s.context = 131072;
+  s.type = GgmlType::f16;
+  s.tied = true;
+  s.rope_base = 500000.0f;
+  return s;
+}
+
+void check_shape(const ModelShape& s) {
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2", "model: --arch must be llama or qwen2, got '",
+               s.arch, "'");
+  SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
+  SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
+  SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
+  SPATTN_CHECK(s.kv_heads >= 1 && s.kv_heads <= s.heads && s.heads % s.kv_heads == 0,
+               "model: --kv-heads must divide --heads (", s.heads, "), got ", s.kv_heads);
+  SPATTN_CHECK(s.head_dim > 0 || s.dim % s.heads == 0, "model: --dim (", s.dim,
+               ") is not a multiple of --heads (", s.heads, "); give --head-dim");
+  const int64_t hd = s.head_dim_or_default();
+  SPATTN_CHECK(hd >= 2 && hd % 2 == 0 && hd <= 1024,
+               "model: head dim must be even and in [2, 1024] (RoPE rotates pairs), got ", hd);
+  SPATTN_CHECK(s.ffn >= 1 && s.ffn <= 1 << 20, "model: --ffn must be in [1, 2^20], got ", s.ffn);
+  SPATTN_CHECK(s.vocab >= 4 && s.vocab <= 1 << 22, "model: --vocab must be in [4, 2^22], got ", s.vocab);
+  SPATTN_CHECK(s.context >= 1 && s.context <= 1 << 24, "model: --context must be in [1, 2^24], got ",
+               s.context);
+  SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
+  SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
+  SPATTN_CHECK(s.tokenizer.empty() || s.tokenizer == "gpt2" || s.tokenizer == "llama",
+               "model: --tokenizer must be gpt2 or llama, got '", s.tokenizer, "'");
+  SPATTN_CHECK(s.tokenizer != "gpt2" || s.vocab >= 257,
+               "model: a gpt2 vocabulary needs --vocab >= 257 (the 256 bytes and <|endoftext|>)");
+  if (s.type == GgmlType::q8_0)
+    SPATTN_CHECK(s.dim % 32 == 0 && s.ffn % 32 == 0 && (s.heads * hd) % 32 == 0,
+                 "model: q8_0 needs --dim, --ffn and heads x head dim to be multiples of 32");
+}
+
+int64_t parameter_count(const ModelShape& s) {
+  const int64_t hd = s.head_dim_or_default();
+  const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
+  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
+  if (s.arch == "qwen2") per_layer += q + 2 * kv;
+  return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer;
+}
+
+void make_model(const std::string& path, const ModelShape& s) {
+  check_shape(s);
+  const std::string& a = s.arch;
+  const int64_t hd = s.head_dim_or_default();
+  const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
+  gguf::Writer w;
+  w.set("general.architecture", a);
+  w.set("general.name", "spattn-made-up-" + a);
+  w.set("general.file_type", file_type(s.type));
+  w.set(a + ".context_length", uint32_t(s.context));
+  w.set(a + ".embedding_length", uint32_t(s.dim));
+  w.set(a + ".block_count", uint32_t(s.layers));
+  w.set(a + ".feed_forward_length", uint32_t(s.ffn));
+  w.set(a + ".attention.head_count", uint32_t(s.heads));
+  w.set(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
+  w.set(a + ".attention.key_length", uint32_t(hd));
+  w.set(a + ".attention.value_length", uint32_t(hd));
+  w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
+  w.set(a + ".rope.freq_base", s.rope_base);
+  w.set(a + ".rope.dimension_count", uint32_t(hd));
+  w.set(a + ".vocab_size", uint32_t(s.vocab));
+  const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
+  if (tok == "gpt2") add_bpe_vocab(w, s.vocab, s.seed);
+  else add_spm_vocab(w, s.vocab, s.seed);
+
+  const GgmlType f32 = GgmlType::f32;
+  const float in_sd = 1.0f / std::sqrt(float(s.dim));
+  add_random(w, "token_embd.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, 1.0f);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    add_random(w, b + "attn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+    add_random(w, b + "attn_q.weight", s.type, {s.dim, q}, s.seed, 0.0f, in_sd);
+    add_random(w, b + "attn_k.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
+    add_random(w, b + "attn_v.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
+    if (a == "qwen2") {
+      add_random(w, b + "attn_q.bias", f32, {q}, s.seed, 0.0f, 0.1f);
+      add_random(w, b + "attn_k.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
+      add_random(w, b + "attn_v.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
+    }
+    add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
+               1.0f / std::sqrt(float(q)));
+    add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+    add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
+    add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
+    add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
+               1.0f / std::sqrt(float(s.ffn)));
+  }
+  add_random(w, "output_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+  if (!s.tied) add_random(w, "output.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, in_sd);
+  w.write(path);
+}
+
+}  // namespace spattn

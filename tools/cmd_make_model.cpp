@@ -1,0 +1,100 @@
+// `spattn make-model`: write a made-up llama-family GGUF model (seeded random weights, a
+// small made-up vocabulary) of any shape, for tests and benchmarks without a download.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "cli.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/model_maker.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct MakeModelOptions {
+  ModelShape shape;
+  std::string preset;
+  std::string type = "f32";
+  std::string out;
+  // Flags given explicitly override the preset.
+  CLI::Option *layers = nullptr, *dim = nullptr, *heads = nullptr, *kv_heads = nullptr,
+              *head_dim = nullptr, *ffn = nullptr, *vocab = nullptr, *context = nullptr,
+              *type_opt = nullptr, *rope = nullptr, *arch = nullptr;
+  bool tied = false, untied = false;
+};
+
+gguf::GgmlType parse_type(const std::string& s) {
+  if (s == "f32") return gguf::GgmlType::f32;
+  if (s == "f16") return gguf::GgmlType::f16;
+  if (s == "bf16") return gguf::GgmlType::bf16;
+  if (s == "q8_0") return gguf::GgmlType::q8_0;
+  detail::fail("--type must be f32, f16, bf16 or q8_0, got '", s, "'");
+}
+
+void run_make_model(MakeModelOptions& o) {
+  SPATTN_CHECK(!o.out.empty(), "-o/--out: the model file to write is required");
+  ModelShape s = o.shape;
+  if (!o.preset.empty()) {
+    SPATTN_CHECK(o.preset == "llama-3.2-1b", "--preset must be llama-3.2-1b, got '", o.preset, "'");
+    ModelShape p = llama_3_2_1b_shape();
+    // The preset's fields, except those given on the command line.
+    if (!o.layers->count()) s.layers = p.layers;
+    if (!o.dim->count()) s.dim = p.dim;
+    if (!o.heads->count()) s.heads = p.heads;
+    if (!o.kv_heads->count()) s.kv_heads = p.kv_heads;
+    if (!o.head_dim->count()) s.head_dim = p.head_dim;
+    if (!o.ffn->count()) s.ffn = p.ffn;
+    if (!o.vocab->count()) s.vocab = p.vocab;
+    if (!o.context->count()) s.context = p.context;
+    if (!o.rope->count()) s.rope_base = p.rope_base;
+    if (!o.type_opt->count()) o.type = "f16";
+    if (!o.untied) s.tied = p.tied;
+  }
+  if (o.tied) s.tied = true;
+  if (o.untied) s.tied = false;
+  s.type = parse_type(o.type);
+  check_shape(s);
+  make_model(o.out, s);
+  fmt::print("{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
+             "{}{}, {:.1f}M parameters\n",
+             o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
+             s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
+             double(parameter_count(s)) / 1e6);
+}
+
+}  // namespace
+
+void add_make_model_command(CLI::App& root) {
+  auto o = std::make_shared<MakeModelOptions>();
+  ModelShape& s = o->shape;
+  CLI::App* cmd = root.add_subcommand(
+      "make-model", "write a made-up llama-family GGUF model (seeded random weights)");
+  cmd->add_option("-o,--out", o->out, "GGUF file to write")->required();
+  cmd->add_option("--preset", o->preset,
+                  "start from a known shape: llama-3.2-1b (16 layers, dim 2048, 32/8 heads, head "
+                  "dim 64, ffn 8192, vocab 128256, f16, tied); other flags override it");
+  o->arch = cmd->add_option("--arch", s.arch, "llama or qwen2 (q/k/v biases)")->capture_default_str();
+  o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
+  o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
+  o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
+  o->kv_heads = cmd->add_option("--kv-heads", s.kv_heads, "key/value heads")->capture_default_str();
+  o->head_dim = cmd->add_option("--head-dim", s.head_dim, "head dimension (0: dim / heads)")
+                    ->capture_default_str();
+  o->ffn = cmd->add_option("--ffn", s.ffn, "SwiGLU hidden size")->capture_default_str();
+  o->vocab = cmd->add_option("--vocab", s.vocab, "vocabulary size")->capture_default_str();
+  o->context = cmd->add_option("--context", s.context, "training context length (metadata)")
+                   ->capture_default_str();
+  o->type_opt = cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0")
+                    ->capture_default_str();
+  o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
+  cmd->add_option("--tokenizer", s.tokenizer,
+                  "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
+  cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");
+  cmd->add_flag("--untied", o->untied, "write output.weight (overrides a preset's tied head)");
+  cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();
+  cmd->callback([o] { run_make_model(*o); });
+}
+
+}  // namespace spattn::cli
