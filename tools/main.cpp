@@ -8,8 +8,10 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "cli.hpp"
+#include "runner.hpp"
 #include "spattn/error.hpp"
 
 namespace {
@@ -32,11 +34,16 @@ int main(int argc, char** argv) {
   spattn::cli::add_bench_command(app);
   spattn::cli::add_mask_command(app);
   spattn::cli::add_calibrate_command(app);
+  spattn::cli::add_run_command(app);
+  spattn::cli::add_perplexity_command(app);
+  // llama.cpp spells the physical batch "-ub"; CLI11 takes one-letter short names only.
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= 1; --i) args.emplace_back(std::string(argv[i]) == "-ub" ? "--ubatch-size" : argv[i]);
   spattn::cli::add_make_model_command(app);
   spattn::cli::add_tokenize_command(app);
   spattn::cli::add_search_command(app);
   try {
-    app.parse(argc, argv);
+    app.parse(std::move(args));
     return 0;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -2,6 +2,7 @@
 #pragma once
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
+#include "spattn/chunked_h2o.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/coverage.hpp"

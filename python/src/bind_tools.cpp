@@ -81,7 +81,7 @@ py::dict workload(const std::string& kind, int64_t seq, int64_t heads, int64_t k
   d["kind"] = workload_kind_name(cfg.kind);
   d["seq"] = cfg.seq;
   d["seed"] = cfg.seed;
-  d["modality"] = py::array_t<uint8_t>(py::ssize_t(w.modality.size()), w.modality.data());
+  d["modality"] = py::array_t<uint8_t>(py::ssize_t(w.layout.ids.size()), w.layout.ids.data());
   d["sink_tokens"] = w.sink_tokens;
   d["local_window"] = w.local_window;
   py::list verticals, slashes, needles, segments;
@@ -93,13 +93,13 @@ py::dict workload(const std::string& kind, int64_t seq, int64_t heads, int64_t k
                             "q_end"_a = x.q_end));
   for (const auto& x : w.needles)
     needles.append(py::dict("head"_a = x.head, "key"_a = x.key, "query"_a = x.query));
-  for (const auto& x : w.segments)
+  for (const auto& x : w.layout.segments())
     segments.append(py::dict("begin"_a = x.begin, "end"_a = x.end, "modality"_a = x.modality));
   d["verticals"] = verticals;
   d["slashes"] = slashes;
   d["needles"] = needles;
   d["segments"] = segments;
-  d["frame_tokens"] = w.frame_tokens;
+  d["frame_tokens"] = w.layout.frame_tokens;
   d["grid_stride"] = w.grid_stride;
   d["grid_phase"] = w.grid_phase;
   return d;

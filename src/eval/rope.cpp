@@ -6,8 +6,10 @@
 
 namespace spattn::eval {
 
-RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta)
-    : max_pos_(max_pos), dim_(dim), theta_(theta) {
+RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style)
+    : max_pos_(max_pos), dim_(dim), theta_(theta),
+      first_(style == RopeStyle::adjacent ? 2 : 1),
+      second_(style == RopeStyle::adjacent ? 1 : dim / 2) {
   SPATTN_CHECK(dim > 0 && dim % 2 == 0, "RoPE needs an even head dim, got ", dim);
   SPATTN_CHECK(theta > 1.0 && std::isfinite(theta), "rope_theta must be > 1, got ", theta);
   SPATTN_CHECK(max_pos >= 0, "RoPE table length must be >= 0");
@@ -35,9 +37,10 @@ void RopeTable::rotate_add(float* dst, const float* src, int64_t pos, float coef
   const float* c = &cos_[size_t(pos * P)];
   const float* s = &sin_[size_t(pos * P)];
   for (int64_t p = pair_begin; p < pair_end; ++p) {
-    const float x = src[p], y = src[p + P];
-    dst[p] += coef * (x * c[p] - y * s[p]);
-    dst[p + P] += coef * (x * s[p] + y * c[p]);
+    const int64_t i = p * first_, j = i + second_;
+    const float x = src[i], y = src[j];
+    dst[i] += coef * (x * c[p] - y * s[p]);
+    dst[j] += coef * (x * s[p] + y * c[p]);
   }
 }
 
@@ -47,9 +50,10 @@ void RopeTable::rotate_inplace(float* x, int64_t pos) const {
   const float* c = &cos_[size_t(pos * P)];
   const float* s = &sin_[size_t(pos * P)];
   for (int64_t p = 0; p < P; ++p) {
-    const float a = x[p], b = x[p + P];
-    x[p] = a * c[p] - b * s[p];
-    x[p + P] = a * s[p] + b * c[p];
+    const int64_t i = p * first_, j = i + second_;
+    const float a = x[i], b = x[j];
+    x[i] = a * c[p] - b * s[p];
+    x[j] = a * s[p] + b * c[p];
   }
 }
 

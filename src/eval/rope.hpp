@@ -1,5 +1,6 @@
-// Rotary position embedding (RoPE), rotate-half convention (GPT-NeoX / Llama): dimension p
-// and p + d/2 form pair p, rotated by angle pos * theta^(-2p/d). Pair 0 turns fastest.
+// Rotary position embedding (RoPE). Pair p turns by angle pos * theta^(-2p/d); pair 0 fastest.
+// Which dimensions form pair p is the style: rotate-half (GPT-NeoX, HF Llama, Qwen2; llama.cpp's
+// "neox"): p and p + d/2; adjacent (Meta's Llama, llama2.c, llama.cpp's "normal"): 2p and 2p+1.
 // Because rotations compose, (R(i) x) . (R(j) y) = x . R(j - i) y: scores depend on the
 // relative position only, which is what the generator's patterns are built on.
 #pragma once
@@ -8,10 +9,12 @@
 
 namespace spattn::eval {
 
+enum class RopeStyle { neox, adjacent };
+
 class RopeTable {
  public:
   // cos/sin for positions [0, max_pos) and dim/2 pairs, angles computed in double.
-  RopeTable(int64_t max_pos, int64_t dim, double theta);
+  RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style = RopeStyle::neox);
   int64_t dim() const { return dim_; }
   int64_t pairs() const { return dim_ / 2; }
   double frequency(int64_t pair) const;  // radians per token
@@ -24,6 +27,8 @@ class RopeTable {
  private:
   int64_t max_pos_, dim_;
   double theta_;
+  // Dimensions of pair p: (p * first_, p * first_ + second_).
+  int64_t first_, second_;
   std::vector<float> cos_, sin_;  // [pos][pair]
 };
 

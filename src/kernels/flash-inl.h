@@ -676,7 +676,7 @@ struct TileStep {
     st.score_entries += kept;
     SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
                                     sc.block_lse);
-    Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+    if constexpr (Policy::kOutput) Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
     if constexpr (Policy::kObserve) {
       view.m = sc.m;
       view.l = sc.l;
@@ -836,7 +836,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                hc.kv.template v_tile<typename Ops::T>(0, ct));
     }
   }
-  Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
 }
 
 // Fixed assignment of items (already longest first) to threads: each goes to the thread with

@@ -124,6 +124,7 @@ struct DensePolicy {
   // Short key ranges off the 64-key grid are copied into a tile of their own when that saves
   // a tile (in the plain, unordered loop only; not with kOrder).
   static constexpr bool kShiftRanges = false;
+  static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -190,6 +191,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kSeedMax } -> std::convertible_to<bool>;
   { P::kPackedColumns } -> std::convertible_to<bool>;
   { P::kShiftRanges } -> std::convertible_to<bool>;
+  { P::kOutput } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;

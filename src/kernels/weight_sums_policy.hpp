@@ -16,6 +16,7 @@ namespace spattn::kernels {
 struct WeightSumsPolicy : DensePolicy {
   static constexpr bool kObserve = true;
   static constexpr bool kReduce = true;
+  static constexpr bool kOutput = false;  // P only: no P.V, no output
   struct Local {
     std::vector<double> column, block;
   };
@@ -28,6 +29,21 @@ struct WeightSumsPolicy : DensePolicy {
       if (out->want_columns) loc.column.assign(size_t(heads * kv_len), 0.0);
       if (out->want_blocks) loc.block.assign(size_t(heads * n_qb * n_kb), 0.0);
     }
+    // Columns: the tile's rows summed in f32 first (a vectorisable loop over contiguous P),
+    // then once per key into the double sums.
+    if (!loc.column.empty()) {
+      float acc[kTileKeys] = {};
+      for (int64_t r = 0; r < v.n; ++r) {
+        const float f = row_factor(v, r);
+        if (f == 0.0f) continue;
+        const float* pr = v.p + r * kTileKeys;
+        for (int64_t jj = 0; jj < kTileKeys; ++jj) acc[jj] += pr[jj] * f;
+      }
+      double* col = loc.column.data() + v.h * kv_len;
+      for (int64_t jj = 0; jj < v.n_keys; ++jj)
+        if (acc[jj] != 0.0f) col[v.key(jj)] += double(acc[jj]);
+    }
+    if (loc.block.empty()) return;
     for (int64_t r = 0; r < v.n; ++r) {
       const float lse = row_lse[v.h * q_len + v.out_rows[r]];
       if (!(lse > kNegInf)) continue;  // a row that saw no key has no weights
@@ -39,10 +55,15 @@ struct WeightSumsPolicy : DensePolicy {
         if (pr[jj] == 0.0f) continue;
         const double a = double(pr[jj]) * f;
         const int64_t j = v.key(jj);
-        if (!loc.column.empty()) loc.column[size_t(v.h * kv_len + j)] += a;
-        if (!loc.block.empty()) loc.block[size_t((v.h * n_qb + qb) * n_kb + j / out->block_k)] += a;
+        loc.block[size_t((v.h * n_qb + qb) * n_kb + j / out->block_k)] += a;
       }
     }
+  }
+  // a_ij / P_ij for row r of the tile: 2^(m - LSE log2 e); 0 for a row that saw no key.
+  float row_factor(const TileView& v, int64_t r) const {
+    const float lse = row_lse[v.h * q_len + v.out_rows[r]];
+    if (!(lse > kNegInf)) return 0.0f;
+    return float(std::exp2(double(v.m[r]) - double(lse) * double(kLog2e)));
   }
   void reduce(std::vector<Local>& locals) {
     if (out->want_columns) out->column.assign(size_t(heads * kv_len), 0.0);

@@ -26,6 +26,7 @@ const Entry kMethods[] = {
     {"oracle_topk", make_oracle_topk, "", true, false},
     {"blasst", make_blasst, "lambda=0.001", false, false},
     {"momo", make_momo, "", false, true},
+    {"chunked_h2o", make_chunked_h2o, "", false, true},
 };
 // Methods outside the default comparison: mminference needs a plan file (from `spattn
 // search`), and grid is its building block, meant for video inputs (frame=N).

@@ -19,5 +19,6 @@ std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
 std::unique_ptr<Method> make_momo(const MethodSpec& spec);
 std::unique_ptr<Method> make_grid(const MethodSpec& spec);
 std::unique_ptr<Method> make_mminference(const MethodSpec& spec);
+std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec);
 
 }  // namespace spattn

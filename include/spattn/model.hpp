@@ -1,0 +1,147 @@
+// Llama-family decoder models (architectures `llama` and `qwen2`) and a session that runs one
+// prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
+// token-by-token decode with full attention over a pre-allocated KV cache.
+//
+// Forward pass per layer (llama.cpp's llm_build_llama / llm_build_qwen2):
+//   h = RMSNorm(x) * attn_norm;  q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   (qwen2: biases)
+//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2: rotate-half)
+//   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
+//   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
+//   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
+// Matrix products are OpenBLAS sgemm over every row of a chunk at once; weights are converted
+// to f32 once at load (the models this runner targets are small; f32 sgemm is the fastest path).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/chunked_h2o.hpp"
+
+namespace spattn::gguf {
+class File;
+}
+
+namespace spattn::model {
+
+enum class Arch { llama, qwen2 };
+const char* arch_name(Arch a);
+
+struct Config {
+  Arch arch = Arch::llama;
+  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  int64_t n_vocab = 0, n_ctx_train = 0;
+  double rms_eps = 1e-5;
+  double rope_base = 10000.0;
+  bool rope_neox = false;  // rotate-half pairs (qwen2); false: adjacent pairs (llama "normal")
+  // Throws Error naming the field when a size is not positive or heads do not divide.
+  void validate() const;
+};
+
+// Storage types a weight may come in (ggml's f32, f16, bf16, q8_0).
+enum class WeightType { f32, f16, bf16, q8_0 };
+// Converts n values of `t` at src to f32 (q8_0: n a multiple of 32, blocks of f16 scale + 32 i8).
+using Dequantize = std::function<void(WeightType t, const void* src, float* dst, int64_t n)>;
+
+// A matrix as stored: `rows` rows of `cols` elements (ggml: ne[0] = cols, ne[1] = rows); a
+// vector is one row. data null: absent (a tied output head, a missing bias).
+struct WeightRef {
+  WeightType type = WeightType::f32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+struct LayerRefs {
+  WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+};
+struct ModelRefs {
+  Config cfg;
+  WeightRef tok_embd, output_norm, output;
+  std::vector<LayerRefs> layers;
+};
+
+// An f32 matrix [rows, cols] owned by the model.
+struct Matrix {
+  std::vector<float> data;
+  int64_t rows = 0, cols = 0;
+  const float* row(int64_t r) const { return data.data() + r * cols; }
+};
+
+class Model {
+ public:
+  // Checks every shape against cfg (Error names the tensor) and converts to f32. dequant
+  // converts q8_0 (f32/f16/bf16 need none); without it q8_0 weights are rejected.
+  explicit Model(const ModelRefs& refs, const Dequantize& dequant = nullptr);
+  const Config& config() const { return cfg_; }
+  bool tied_output() const { return tied_; }
+
+  struct Layer {
+    Matrix attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+  };
+  const Matrix& tok_embd() const { return tok_embd_; }
+  const Matrix& output_norm() const { return output_norm_; }
+  const Matrix& output() const { return tied_ ? tok_embd_ : output_; }
+  const Layer& layer(int64_t i) const { return layers_[size_t(i)]; }
+
+ private:
+  Config cfg_;
+  bool tied_ = false;
+  Matrix tok_embd_, output_norm_, output_;
+  std::vector<Layer> layers_;
+};
+
+// Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names; f32, f16, bf16, q8_0).
+Model load_model(const std::string& path);
+Model load_model(const gguf::File& file);  // the weights are copied out: the file may close
+
+// How a prompt's attention is computed during prefill. Decode is always full attention.
+enum class PrefillMode { dense, chunked_h2o, method };
+
+struct SessionOptions {
+  int64_t n_ctx = 4096;     // -c: KV cache capacity (tokens)
+  int64_t n_batch = 2048;   // -b: logical batch
+  int64_t n_ubatch = 512;   // -ub: chunk
+  PrefillMode mode = PrefillMode::dense;
+  int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
+  std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
+  int threads = 2;        // -t: attention kernels and OpenBLAS
+  void validate() const;
+};
+
+struct Timings {
+  double prefill_ms = 0, prefill_attn_ms = 0, decode_ms = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  Stats prefill_stats;  // attention entries of prefill
+};
+
+// Called with a layer's post-RoPE q [n, Hq, d], k, v [n, Hkv, d] (f32, row-major) and the
+// positions of the n rows, as prefill computes them (--dump-qkv).
+using QkvTap = std::function<void(int64_t layer, int64_t pos0, int64_t n, const float* q,
+                                  const float* k, const float* v)>;
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& opt);
+  ~Session();
+  // Forgets every token: a fresh prompt at position 0.
+  void reset();
+  int64_t n_past() const;
+
+  // Prefills tokens at positions n_past() .. n_past() + n - 1. logits (when non-null) receives
+  // [n - logits_from, n_vocab] rows: the logits after tokens logits_from .. n - 1.
+  void prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from);
+  // One token with full attention over the cache; logits [n_vocab].
+  void decode(int32_t token, float* logits);
+
+  const Timings& timings() const;
+  void reset_timings();
+  void set_qkv_tap(int64_t layer, QkvTap tap);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> p_;
+};
+
+}  // namespace spattn::model

@@ -1,0 +1,422 @@
+// chunked_h2o: "Chunked Sparse Attention for Prefill Optimization" (two-phase chunked prefill
+// with an H2O memory set; the algorithm is summarised in include/spattn/chunked_h2o.hpp).
+//
+//   chunked_h2o:chunk=1024,batch=2048,local=256,heavy=256
+//
+//   chunk  S, tokens per chunk (llama.cpp's -ub)
+//   batch  B, tokens per logical batch (llama.cpp's -b); chunks restart at each batch's start
+//   local  L, tail tokens of a chunk always kept in its memory set
+//   heavy  H, tokens kept by accumulated attention score
+//   carry  1: the memory set carries across logical batches (the paper's formula); 0: each
+//          logical batch starts without memory (the accounting of the paper's 4.6x and 9.1x)
+//
+// Every attention pass is a library kernel over a PackedKV: Phase 1 packs each chunk once and
+// runs attention_dense over it (the chunk's diagonal block of the block-diagonal causal mask)
+// and attention_weight_sums with the rows' LSE (the intra column sums, no S x S matrix); Phase
+// 2 packs the memory set gathered per q head (one packed "kv head" per q head, so every head
+// runs in one call), runs attention_dense without a mask and attention_weight_sums again (the
+// inter column sums), and merges (O, LSE) exactly with the cached intra state (merge.hpp).
+// The paper's (m, l, o) is kept as (o / l, m + ln l): the same state.
+//
+// As a method of the registry (spattn bench) a run is one layer's prompt: q [Hq, N, d] and
+// k, v [Hkv, N, d], causal. Decode-sized queries (q_len <= 16) run dense decode, as the paper
+// prescribes for decode. Coverage: per row, its memory set and the intra keys.
+#include "spattn/chunked_h2o.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "methods/kernel_path.hpp"
+#include "methods/registry.hpp"
+#include "spattn/coverage.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+#include "spattn/merge.hpp"
+#include "spattn/weight_sums.hpp"
+
+namespace spattn {
+
+void ChunkedH2OParams::validate() const {
+  SPATTN_CHECK(chunk >= 1, "chunked_h2o: chunk (S, -ub) must be >= 1, got ", chunk);
+  SPATTN_CHECK(batch >= 1, "chunked_h2o: batch (B, -b) must be >= 1, got ", batch);
+  SPATTN_CHECK(local >= 0 && local <= chunk, "chunked_h2o: local (L) must be in [0, chunk = ",
+               chunk, "], got ", local);
+  SPATTN_CHECK(heavy >= 0, "chunked_h2o: heavy (H) must be >= 0, got ", heavy);
+  SPATTN_CHECK(local + heavy >= 1, "chunked_h2o: local + heavy (the memory size M) must be >= 1");
+}
+
+std::vector<int64_t> h2o_local_window(int64_t chunk_begin, int64_t chunk_end, int64_t local) {
+  std::vector<int64_t> w;
+  for (int64_t j = std::max(chunk_begin, chunk_end - local); j < chunk_end; ++j) w.push_back(j);
+  return w;
+}
+
+std::vector<int64_t> h2o_build_memory(std::span<const int64_t> prev, int64_t chunk_begin,
+                                      int64_t chunk_end, std::span<const double> scores,
+                                      int64_t local, int64_t heavy) {
+  SPATTN_CHECK(chunk_begin >= 0 && chunk_end > chunk_begin && chunk_end <= int64_t(scores.size()),
+               "h2o_build_memory: chunk [", chunk_begin, ", ", chunk_end,
+               ") must be non-empty and lie within the ", scores.size(), " scores");
+  SPATTN_CHECK(local >= 0 && heavy >= 0, "h2o_build_memory: local and heavy must be >= 0");
+  const int64_t local_begin = std::max(chunk_begin, chunk_end - local);  // Local_c
+  std::vector<int64_t> cand(prev.begin(), prev.end());
+  for (size_t i = 0; i < cand.size(); ++i)
+    SPATTN_CHECK(cand[i] >= 0 && cand[i] < chunk_begin && (i == 0 || cand[i - 1] < cand[i]),
+                 "h2o_build_memory: the previous memory set must be sorted, distinct and lie "
+                 "before the chunk (entry ", i, " is ", cand[i], ")");
+  for (int64_t j = chunk_begin; j < local_begin; ++j) cand.push_back(j);  // C_c \ Local_c
+  // Heavy_c: top-H by score, ties to the earlier position (deterministic).
+  auto better = [&](int64_t a, int64_t b) {
+    const double sa = scores[size_t(a)], sb = scores[size_t(b)];
+    return sa != sb ? sa > sb : a < b;
+  };
+  const size_t h = size_t(std::min<int64_t>(heavy, int64_t(cand.size())));
+  std::nth_element(cand.begin(), cand.begin() + h, cand.end(), better);
+  cand.resize(h);
+  for (int64_t j = local_begin; j < chunk_end; ++j) cand.push_back(j);
+  std::sort(cand.begin(), cand.end());  // sorted for an in-order gather (Task 4.4)
+  return cand;
+}
+
+int64_t chunked_h2o_entries(int64_t n, const ChunkedH2OParams& p) {
+  p.validate();
+  int64_t total = 0, mem = 0;
+  bool have_mem = false;
+  for (int64_t b0 = 0; b0 < n; b0 += p.batch) {
+    const int64_t b1 = std::min(n, b0 + p.batch);
+    if (!p.carry) have_mem = false;
+    for (int64_t c0 = b0; c0 < b1; c0 += p.chunk) {
+      const int64_t len = std::min(p.chunk, b1 - c0);
+      total += len * (len + 1) / 2;
+      if (have_mem) total += len * mem;
+      // |M_c| = min(L, |C_c|) + min(H, |M_{c-1}| + |C_c| - min(L, |C_c|))
+      const int64_t loc = std::min(p.local, len);
+      mem = loc + std::min(p.heavy, (have_mem ? mem : 0) + len - loc);
+      have_mem = true;
+    }
+  }
+  return total;
+}
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Row s of head h of a view, as bytes (rows are contiguous along dim in every layout we take).
+const char* row_bytes(const TensorView& t, int64_t h, int64_t s) {
+  return static_cast<const char*>(t.ptr(h, s));
+}
+
+}  // namespace
+
+struct ChunkedH2OLayer::State {
+  ChunkedH2OParams p;
+  int64_t hq, hkv, dim, cap, mem_cap;
+  DType dtype;
+  size_t row_size;
+  int64_t pos = 0, chunks = 0, updates = 0, ws_entries = 0;
+  bool have_mem = false;
+  std::vector<std::vector<double>> scores;   // [Hq][cap]: score(j)
+  std::vector<std::vector<int64_t>> mem;     // [Hq]: M_{c-1}, sorted positions
+  std::vector<char> mem_k, mem_v, next_k, next_v;  // [Hq][mem_cap][d] raw rows of M
+  PackedKV intra_kv, mem_kv;
+  Tensor o_intra, o_inter;                    // [Hq, B, d] cached intra O; [Hq, S, d] inter O
+  std::vector<float> lse_intra, lse_inter, lse_out;  // chunk-major: chunk at Hq * offset
+  WeightSums ws;
+  ChunkedH2OTrace* trace = nullptr;
+
+  State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c)
+      : p(p_), hq(hq_), hkv(hkv_), dim(d), cap(c),
+        mem_cap(std::min(p_.local + p_.heavy, c)), dtype(t), row_size(size_t(d) * dtype_size(t)),
+        scores(size_t(hq_)), mem(size_t(hq_)),
+        intra_kv(hkv_, d, t, std::min(p_.chunk, c)),
+        mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p_.local + p_.heavy, c))),
+        o_intra(DType::f32, hq_, std::min(p_.batch, c), d),
+        o_inter(DType::f32, hq_, std::min(p_.chunk, c), d) {
+    for (auto& s : scores) s.assign(size_t(cap), 0.0);
+    const size_t mem_bytes = size_t(hq) * size_t(mem_cap) * row_size;
+    mem_k.resize(mem_bytes);
+    mem_v.resize(mem_bytes);
+    next_k.resize(mem_bytes);
+    next_v.resize(mem_bytes);
+    lse_intra.resize(size_t(hq * std::min(p.batch, cap)));
+    lse_inter.resize(size_t(hq * std::min(p.chunk, cap)));
+  }
+
+  TensorView mem_view(std::vector<char>& buf, int64_t m) {
+    TensorView t;
+    t.data = buf.data();
+    t.dtype = dtype;
+    t.heads = hq;
+    t.seq = m;
+    t.dim = dim;
+    t.stride_head = mem_cap * dim;
+    t.stride_seq = dim;
+    t.stride_dim = 1;
+    return t;
+  }
+
+  // M_c per q head from M_{c-1} and chunk [c0, c1) (rows r0.. of this batch's k, v), and its
+  // raw K/V rows gathered from the previous memory rows or the chunk.
+  void build_memory(const TensorView& k, const TensorView& v, int64_t c0, int64_t c1,
+                    int64_t batch_pos) {
+    const int64_t group = hq / hkv;
+    for (int64_t h = 0; h < hq; ++h) {
+      std::vector<int64_t> next = h2o_build_memory(mem[size_t(h)], c0, c1, scores[size_t(h)],
+                                                   p.local, p.heavy);
+      size_t i_prev = 0;
+      for (size_t i = 0; i < next.size(); ++i) {
+        const int64_t j = next[i];
+        const char *src_k, *src_v;
+        if (j >= c0) {
+          src_k = row_bytes(k, h / group, j - batch_pos);
+          src_v = row_bytes(v, h / group, j - batch_pos);
+        } else {  // a survivor of M_{c-1}: both lists are sorted
+          while (mem[size_t(h)][i_prev] != j) ++i_prev;
+          const size_t off = (size_t(h) * size_t(mem_cap) + i_prev) * row_size;
+          src_k = mem_k.data() + off;
+          src_v = mem_v.data() + off;
+        }
+        const size_t dst = (size_t(h) * size_t(mem_cap) + i) * row_size;
+        std::memcpy(next_k.data() + dst, src_k, row_size);
+        std::memcpy(next_v.data() + dst, src_v, row_size);
+      }
+      mem[size_t(h)] = std::move(next);
+    }
+    std::swap(mem_k, next_k);
+    std::swap(mem_v, next_v);
+    have_mem = true;
+  }
+};
+
+ChunkedH2OLayer::ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int64_t kv_heads,
+                                 int64_t dim, DType dtype, int64_t capacity) {
+  p.validate();
+  SPATTN_CHECK(q_heads >= 1 && kv_heads >= 1 && q_heads % kv_heads == 0,
+               "chunked_h2o: q heads (", q_heads, ") must be a positive multiple of kv heads (",
+               kv_heads, ")");
+  SPATTN_CHECK(capacity >= 1, "chunked_h2o: capacity must be >= 1, got ", capacity);
+  s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity);
+}
+ChunkedH2OLayer::ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept = default;
+ChunkedH2OLayer::~ChunkedH2OLayer() = default;
+
+void ChunkedH2OLayer::reset() {
+  State& s = *s_;
+  s.pos = s.chunks = s.updates = s.ws_entries = 0;
+  s.have_mem = false;
+  for (auto& sc : s.scores) std::fill(sc.begin(), sc.end(), 0.0);
+  for (auto& m : s.mem) m.clear();
+}
+
+int64_t ChunkedH2OLayer::position() const { return s_->pos; }
+int64_t ChunkedH2OLayer::chunks_done() const { return s_->chunks; }
+int64_t ChunkedH2OLayer::score_updates() const { return s_->updates; }
+int64_t ChunkedH2OLayer::weight_sum_entries() const { return s_->ws_entries; }
+std::span<const int64_t> ChunkedH2OLayer::memory(int64_t h) const {
+  SPATTN_CHECK(h >= 0 && h < s_->hq, "chunked_h2o: q head ", h, " out of range");
+  return s_->mem[size_t(h)];
+}
+std::span<const double> ChunkedH2OLayer::scores(int64_t h) const {
+  SPATTN_CHECK(h >= 0 && h < s_->hq, "chunked_h2o: q head ", h, " out of range");
+  return std::span<const double>(s_->scores[size_t(h)]).first(size_t(s_->pos));
+}
+void ChunkedH2OLayer::set_trace(ChunkedH2OTrace* trace) { s_->trace = trace; }
+
+void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const AttnOptions& opt, bool last,
+                                    float* lse, Stats* stats) {
+  State& s = *s_;
+  const int64_t n = q.seq, pos0 = s.pos;
+  SPATTN_CHECK(opt.causal, "chunked_h2o: defined for causal attention only");
+  SPATTN_CHECK(n >= 1 && n <= s.p.batch, "chunked_h2o: a logical batch holds 1..", s.p.batch,
+               " rows, got ", n);
+  SPATTN_CHECK(pos0 + n <= s.cap, "chunked_h2o: prompt of ", pos0 + n,
+               " tokens exceeds the capacity ", s.cap);
+  SPATTN_CHECK(q.heads == s.hq && k.heads == s.hkv && v.heads == s.hkv && out.heads == s.hq,
+               "chunked_h2o: heads must be q/out ", s.hq, " and k/v ", s.hkv, " (got q ",
+               q.shape_str(), ", k ", k.shape_str(), ", v ", v.shape_str(), ")");
+  SPATTN_CHECK(k.seq == n && v.seq == n && out.seq == n,
+               "chunked_h2o: q, k, v and out must hold the same rows (q ", q.shape_str(),
+               ", k ", k.shape_str(), ", v ", v.shape_str(), ", out ", out.shape_str(), ")");
+  SPATTN_CHECK(q.dim == s.dim && k.dim == s.dim && v.dim == s.dim && out.dim == s.dim,
+               "chunked_h2o: head dim must be ", s.dim);
+  SPATTN_CHECK(k.dtype == s.dtype && v.dtype == s.dtype && k.stride_dim == 1 && v.stride_dim == 1,
+               "chunked_h2o: k and v must be ", dtype_name(s.dtype), " with contiguous rows");
+
+  if (!s.p.carry) {
+    s.have_mem = false;
+    for (auto& m : s.mem) m.clear();
+  }
+  Stats st;
+  AttnOptions intra_opt = opt;
+  intra_opt.q_start = -1;  // bottom-right against the chunk's own keys
+  AttnOptions inter_opt = opt;
+  inter_opt.causal = false;  // every memory token precedes the chunk (no mask)
+  inter_opt.q_start = -1;
+  inter_opt.check_finite = false;  // rows already checked by the intra pass
+  AttnOptions sums_opt = intra_opt;
+  sums_opt.check_finite = false;
+
+  // Phase 1: each chunk's diagonal block, (O, LSE) cached, scores initialised.
+  for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
+    const int64_t len = std::min(s.p.chunk, n - b0);
+    s.intra_kv.clear();
+    s.intra_kv.append(k.rows(b0, len), v.rows(b0, len), {}, opt.threads);
+    float* lse_c = s.lse_intra.data() + s.hq * b0;
+    const TensorView qc = q.rows(b0, len);
+    attention_dense(qc, s.intra_kv, s.o_intra.view().rows(b0, len), intra_opt, lse_c, &st);
+    s.ws.want_columns = true;
+    s.ws.want_blocks = false;
+    attention_weight_sums(qc, s.intra_kv, lse_c, s.ws, sums_opt);
+    s.ws_entries += s.hq * len * (len + 1) / 2;
+    for (int64_t h = 0; h < s.hq; ++h)  // score(j) = sum_{i in C_c, i >= j} A_intra(i, j)
+      for (int64_t j = 0; j < len; ++j)
+        s.scores[size_t(h)][size_t(pos0 + b0 + j)] = s.ws.column[size_t(h * len + j)];
+  }
+
+  // Phase 2: chunk by chunk.
+  for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
+    const int64_t len = std::min(s.p.chunk, n - b0), c0 = pos0 + b0, c1 = c0 + len;
+    const TensorView qc = q.rows(b0, len), oc = out.rows(b0, len);
+    const TensorView intra = s.o_intra.view().rows(b0, len);
+    const float* lse_c = s.lse_intra.data() + s.hq * b0;
+    if (s.have_mem) {
+      const int64_t m = int64_t(s.mem[0].size());
+      s.mem_kv.clear();
+      s.mem_kv.append(s.mem_view(s.mem_k, m), s.mem_view(s.mem_v, m), {}, opt.threads);
+      const TensorView inter = s.o_inter.view().rows(0, len);
+      // Step 1: inter-attention of C_c against M_{c-1}.
+      attention_dense(qc, s.mem_kv, inter, inter_opt, s.lse_inter.data(), &st);
+      // Step 2: score(j) += sum_{i in C_c} A_inter(i, j) for j in M_{c-1}.
+      attention_weight_sums(qc, s.mem_kv, s.lse_inter.data(), s.ws, inter_opt);
+      s.ws_entries += s.hq * len * m;
+      for (int64_t h = 0; h < s.hq; ++h)
+        for (int64_t j = 0; j < m; ++j)
+          s.scores[size_t(h)][size_t(s.mem[size_t(h)][size_t(j)])] +=
+              s.ws.column[size_t(h * m + j)];
+      ++s.updates;
+      // Step 3: exact fusion with the cached intra state.
+      s.lse_out.resize(size_t(s.hq * len));
+      merge_attention(inter, s.lse_inter.data(), intra, lse_c, oc, s.lse_out.data());
+      if (lse)
+        for (int64_t h = 0; h < s.hq; ++h)
+          std::copy_n(s.lse_out.data() + h * len, len, lse + h * n + b0);
+    } else {  // no history: the intra result is the output
+      copy_into(intra, oc);
+      if (lse)
+        for (int64_t h = 0; h < s.hq; ++h) std::copy_n(lse_c + h * len, len, lse + h * n + b0);
+    }
+    if (s.trace) {  // before Step 4 changes have_mem
+      s.trace->chunk_begin.push_back(c0);
+      s.trace->inter.push_back(s.have_mem);
+      s.trace->memory.emplace_back(size_t(s.hq));
+    }
+    // Step 4: M_c, unless this is the prompt's last chunk.
+    const bool prompt_ends = last && b0 + len == n;
+    if (!prompt_ends) {
+      s.build_memory(k, v, c0, c1, pos0);
+      if (s.trace) s.trace->memory.back() = s.mem;
+    }
+    ++s.chunks;
+  }
+  s.pos += n;
+
+  if (stats) {
+    st.causal_entries = 0;
+    for (int64_t i = 0; i < n; ++i) st.causal_entries += s.hq * (pos0 + i + 1);
+    stats->add(st);
+  }
+}
+
+void attention_chunked_h2o(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const ChunkedH2OParams& p,
+                           const AttnOptions& opt, float* lse, Stats* stats,
+                           ChunkedH2OTrace* trace) {
+  const int64_t n = q.seq;
+  SPATTN_CHECK(n >= 1 && k.seq == n, "chunked_h2o: a prompt's q and k must hold the same rows "
+               "(self-attention), got q ", q.shape_str(), ", k ", k.shape_str());
+  ChunkedH2OLayer layer(p, q.heads, k.heads, q.dim, k.dtype, n);
+  layer.set_trace(trace);
+  std::vector<float> lse_b;
+  for (int64_t b0 = 0; b0 < n; b0 += p.batch) {
+    const int64_t len = std::min(p.batch, n - b0);
+    float* lb = nullptr;
+    if (lse) {
+      lse_b.resize(size_t(q.heads * len));
+      lb = lse_b.data();
+    }
+    layer.prefill_batch(q.rows(b0, len), k.rows(b0, len), v.rows(b0, len), out.rows(b0, len), opt,
+                        b0 + len == n, lb, stats);
+    if (lse)
+      for (int64_t h = 0; h < q.heads; ++h) std::copy_n(lb + h * len, len, lse + h * n + b0);
+  }
+}
+
+namespace {
+
+// Row i of chunk c sees M_{c-1} and the chunk's keys up to itself.
+class H2OCoverage final : public Coverage {
+ public:
+  explicit H2OCoverage(ChunkedH2OTrace t) : t_(std::move(t)) {}
+  void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
+    const auto it = std::upper_bound(t_.chunk_begin.begin(), t_.chunk_begin.end(), row);
+    const size_t c = size_t(it - t_.chunk_begin.begin()) - 1;
+    if (t_.inter[c])
+      for (int64_t j : t_.memory[c - 1][size_t(head)]) {
+        if (!out.empty() && out.back().end == j) ++out.back().end;
+        else out.push_back({j, j + 1});
+      }
+    const int64_t c0 = t_.chunk_begin[c];
+    if (!out.empty() && out.back().end == c0) out.back().end = row + 1;
+    else out.push_back({c0, row + 1});
+  }
+
+ private:
+  ChunkedH2OTrace t_;
+};
+
+class ChunkedH2O final : public Method {
+ public:
+  explicit ChunkedH2O(const ChunkedH2OParams& p) : p_(p) {}
+  std::string name() const override { return "chunked_h2o"; }
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    MethodReport r;
+    SPATTN_CHECK(opt.causal, "chunked_h2o: defined for causal attention only");
+    if (q.seq <= kMaxDecodeQueries && q.seq < k.seq) {  // decode: always full attention
+      attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats);
+      r.path = KernelPath::decode;
+      r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, true);
+      return r;
+    }
+    ChunkedH2OTrace trace;
+    attention_chunked_h2o(q, k, v, out, p_, opt, lse, &r.stats, &trace);
+    r.extras["chunks"] = double(trace.chunk_begin.size());
+    r.coverage = std::make_shared<H2OCoverage>(std::move(trace));
+    r.extras["memory"] = double(p_.local + p_.heavy);
+    return r;
+  }
+
+ private:
+  ChunkedH2OParams p_;
+};
+
+}  // namespace
+
+std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec) {
+  ParamReader r(spec);
+  ChunkedH2OParams p;
+  p.chunk = r.get_int("chunk", 1024, 1, int64_t(1) << 30);
+  p.batch = r.get_int("batch", 2048, 1, int64_t(1) << 30);
+  p.local = r.get_int("local", 256, 0, int64_t(1) << 30);
+  p.heavy = r.get_int("heavy", 256, 0, int64_t(1) << 30);
+  p.carry = r.get_int("carry", 1, 0, 1) != 0;
+  r.finish();
+  p.validate();
+  return std::make_unique<ChunkedH2O>(p);
+}
+
+}  // namespace spattn

@@ -1,0 +1,116 @@
+// A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
+// LLM_ARCH_QWEN2). The file is read through the memory-mapped reader; weights are converted to
+// f32 while it is open, so the Model does not keep the mapping.
+#include <string>
+
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/model.hpp"
+
+namespace spattn::model {
+
+namespace {
+
+WeightType weight_type(gguf::GgmlType t) {
+  switch (t) {
+    case gguf::GgmlType::f32: return WeightType::f32;
+    case gguf::GgmlType::f16: return WeightType::f16;
+    case gguf::GgmlType::bf16: return WeightType::bf16;
+    case gguf::GgmlType::q8_0: return WeightType::q8_0;
+  }
+  detail::fail("model: unsupported tensor type");
+}
+
+gguf::GgmlType ggml_type(WeightType t) {
+  switch (t) {
+    case WeightType::f32: return gguf::GgmlType::f32;
+    case WeightType::f16: return gguf::GgmlType::f16;
+    case WeightType::bf16: return gguf::GgmlType::bf16;
+    default: return gguf::GgmlType::q8_0;
+  }
+}
+
+// A 1-D or 2-D tensor as a WeightRef; absent (null data) when optional and missing.
+WeightRef ref(const gguf::File& f, const std::string& name, bool optional = false) {
+  const gguf::File::Tensor* t = f.find_tensor(name);
+  if (!t) {
+    SPATTN_CHECK(optional, f.name(), ": tensor ", name, " is missing");
+    return {};
+  }
+  SPATTN_CHECK(!t->ne.empty() && t->ne.size() <= 2, f.name(), ": tensor ", name, " has ",
+               t->ne.size(), " dimensions, expected 1 or 2");
+  WeightRef r;
+  r.type = weight_type(t->type);
+  r.data = t->data;
+  r.cols = t->ne[0];
+  r.rows = t->ne.size() == 2 ? t->ne[1] : 1;
+  return r;
+}
+
+}  // namespace
+
+Model load_model(const gguf::File& f) {
+  const std::string arch = f.get_string("general.architecture");
+  Config c;
+  if (arch == "llama") {
+    c.arch = Arch::llama;
+  } else if (arch == "qwen2") {
+    c.arch = Arch::qwen2;
+  } else {
+    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2)");
+  }
+  auto key = [&](const char* k) { return arch + "." + k; };
+  c.n_layer = int64_t(f.get_uint(key("block_count")));
+  c.n_embd = int64_t(f.get_uint(key("embedding_length")));
+  c.n_head = int64_t(f.get_uint(key("attention.head_count")));
+  c.n_head_kv = f.has(key("attention.head_count_kv"))
+                    ? int64_t(f.get_uint(key("attention.head_count_kv")))
+                    : c.n_head;
+  c.n_ff = int64_t(f.get_uint(key("feed_forward_length")));
+  c.n_ctx_train = int64_t(f.get_uint(key("context_length")));
+  c.rms_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
+  c.rope_base = f.has(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
+  SPATTN_CHECK(c.n_head > 0, f.name(), ": attention.head_count must be > 0");
+  c.head_dim = f.has(key("attention.key_length")) ? int64_t(f.get_uint(key("attention.key_length")))
+                                                  : c.n_embd / c.n_head;
+  if (f.has(key("rope.dimension_count")))
+    SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
+                 ": partial RoPE (rope.dimension_count != head dim) is not supported");
+  c.rope_neox = c.arch == Arch::qwen2;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
+  const gguf::File::Tensor& emb = f.tensor("token_embd.weight");
+  SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": token_embd.weight must be 2-D");
+  c.n_vocab = emb.ne[1];
+  SPATTN_CHECK(c.n_layer <= 4096, f.name(), ": block_count ", c.n_layer, " is implausible");
+
+  ModelRefs r;
+  r.cfg = c;
+  r.tok_embd = ref(f, "token_embd.weight");
+  r.output_norm = ref(f, "output_norm.weight");
+  r.output = ref(f, "output.weight", true);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    LayerRefs L;
+    L.attn_norm = ref(f, b + "attn_norm.weight");
+    L.wq = ref(f, b + "attn_q.weight");
+    L.wk = ref(f, b + "attn_k.weight");
+    L.wv = ref(f, b + "attn_v.weight");
+    L.wo = ref(f, b + "attn_output.weight");
+    if (c.arch == Arch::qwen2) {
+      L.bq = ref(f, b + "attn_q.bias");
+      L.bk = ref(f, b + "attn_k.bias");
+      L.bv = ref(f, b + "attn_v.bias");
+    }
+    L.ffn_norm = ref(f, b + "ffn_norm.weight");
+    L.gate = ref(f, b + "ffn_gate.weight");
+    L.up = ref(f, b + "ffn_up.weight");
+    L.down = ref(f, b + "ffn_down.weight");
+    r.layers.push_back(L);
+  }
+  return Model(r, [](WeightType t, const void* src, float* dst, int64_t n) {
+    gguf::dequantize_row(ggml_type(t), static_cast<const uint8_t*>(src), dst, n);
+  });
+}
+
+Model load_model(const std::string& path) { return load_model(gguf::File::open(path)); }
+
+}  // namespace spattn::model

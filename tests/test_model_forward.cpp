@@ -1,0 +1,329 @@
+// The model runner's forward pass against a naive double-precision forward written plainly
+// here, on made-up models: llama and qwen2 layouts, f32 and f16 weights, GQA; prefill in every
+// schedule and decode after it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+#include "spattn/model.hpp"
+
+namespace spattn::model {
+namespace {
+
+// Made-up weights held as f32 values and, for f16, their f16 bits.
+struct MadeUp {
+  Config cfg;
+  std::vector<std::vector<float>> f32;      // every tensor's values (f16-rounded for f16)
+  std::vector<std::vector<uint16_t>> half;  // f16 bits when stored as f16
+  ModelRefs refs;
+  bool tied = true;
+};
+
+struct Dims {
+  int64_t rows, cols;
+};
+
+MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed) {
+  MadeUp m;
+  Config& c = m.cfg;
+  c.arch = arch;
+  c.n_layer = 2;
+  c.n_embd = 48;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 16;
+  c.n_ff = 72;
+  c.n_vocab = 61;
+  c.n_ctx_train = 256;
+  c.rms_eps = 1e-5;
+  c.rope_base = arch == Arch::qwen2 ? 1e6 : 1e4;
+  c.rope_neox = arch == Arch::qwen2;
+  m.tied = tied;
+  std::mt19937_64 rng(seed);
+  m.f32.reserve(64);
+  m.half.reserve(64);
+  auto make = [&](int64_t rows, int64_t cols, float sigma, float mean, bool matrix) {
+    std::normal_distribution<float> nd(mean, sigma);
+    std::vector<float> w(size_t(rows * cols));
+    for (float& x : w) x = nd(rng);
+    WeightRef r;
+    r.rows = rows;
+    r.cols = cols;
+    if (f16 && matrix) {
+      std::vector<uint16_t> b(w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        b[i] = f32_to_f16(w[i]);
+        w[i] = f16_to_f32(b[i]);
+      }
+      m.half.push_back(std::move(b));
+      r.type = WeightType::f16;
+      r.data = m.half.back().data();
+    } else {
+      r.type = WeightType::f32;
+    }
+    m.f32.push_back(std::move(w));
+    if (r.type == WeightType::f32) r.data = m.f32.back().data();
+    return r;
+  };
+  const int64_t D = c.n_embd, dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
+  const float sD = 1.0f / std::sqrt(float(D));
+  m.refs.cfg = c;
+  m.refs.tok_embd = make(c.n_vocab, D, 1.0f, 0.0f, true);
+  m.refs.output_norm = make(1, D, 0.1f, 1.0f, false);
+  if (!tied) m.refs.output = make(c.n_vocab, D, sD, 0.0f, true);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LayerRefs L;
+    L.attn_norm = make(1, D, 0.1f, 1.0f, false);
+    L.wq = make(dq, D, 2 * sD, 0, true);
+    L.wk = make(dkv, D, 2 * sD, 0, true);
+    L.wv = make(dkv, D, sD, 0, true);
+    L.wo = make(D, dq, 1.0f / std::sqrt(float(dq)), 0, true);
+    if (arch == Arch::qwen2) {
+      L.bq = make(1, dq, 0.3f, 0, false);
+      L.bk = make(1, dkv, 0.3f, 0, false);
+      L.bv = make(1, dkv, 0.3f, 0, false);
+    }
+    L.ffn_norm = make(1, D, 0.1f, 1.0f, false);
+    L.gate = make(c.n_ff, D, sD, 0, true);
+    L.up = make(c.n_ff, D, sD, 0, true);
+    L.down = make(D, c.n_ff, 1.0f / std::sqrt(float(c.n_ff)), 0, true);
+    m.refs.layers.push_back(L);
+  }
+  return m;
+}
+
+// ---- The plain forward: double everywhere, one token at a time, full causal attention. ----
+using Vec = std::vector<double>;
+
+double at(const WeightRef& w, int64_t r, int64_t c) {
+  const int64_t i = r * w.cols + c;
+  return w.type == WeightType::f16 ? double(f16_to_f32(static_cast<const uint16_t*>(w.data)[i]))
+                                   : double(static_cast<const float*>(w.data)[i]);
+}
+Vec matvec(const WeightRef& w, const Vec& x) {
+  Vec y(size_t(w.rows), 0.0);
+  for (int64_t r = 0; r < w.rows; ++r)
+    for (int64_t c = 0; c < w.cols; ++c) y[size_t(r)] += at(w, r, c) * x[size_t(c)];
+  return y;
+}
+Vec rmsnorm(const Vec& x, const WeightRef& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double s = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * at(w, 0, int64_t(i));
+  return y;
+}
+void rope(double* x, int64_t d, int64_t pos, double base, bool neox) {
+  for (int64_t p = 0; p < d / 2; ++p) {
+    const double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
+    const int64_t i = neox ? p : 2 * p, j = neox ? p + d / 2 : 2 * p + 1;
+    const double x0 = x[i], x1 = x[j];
+    x[i] = x0 * std::cos(a) - x1 * std::sin(a);
+    x[j] = x0 * std::sin(a) + x1 * std::cos(a);
+  }
+}
+
+// Logits after every token of `tokens`.
+std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& tokens) {
+  const Config& c = m.cfg;
+  const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
+  std::vector<Vec> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t e = 0; e < D; ++e) x[size_t(i)].push_back(at(m.refs.tok_embd, tokens[size_t(i)], e));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerRefs& L = m.refs.layers[size_t(l)];
+    std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const Vec h = rmsnorm(x[size_t(i)], L.attn_norm, c.rms_eps);
+      q[size_t(i)] = matvec(L.wq, h);
+      k[size_t(i)] = matvec(L.wk, h);
+      v[size_t(i)] = matvec(L.wv, h);
+      if (c.arch == Arch::qwen2)
+        for (size_t e = 0; e < q[0].size(); ++e) {
+          q[size_t(i)][e] += at(L.bq, 0, int64_t(e));
+          if (e < k[0].size()) {
+            k[size_t(i)][e] += at(L.bk, 0, int64_t(e));
+            v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
+          }
+        }
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      Vec att(size_t(c.n_head * d), 0.0);
+      for (int64_t hh = 0; hh < c.n_head; ++hh) {
+        const int64_t kh = hh / (c.n_head / c.n_head_kv);
+        Vec s;
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t e = 0; e < d; ++e) dot += q[size_t(i)][size_t(hh * d + e)] * k[size_t(j)][size_t(kh * d + e)];
+          s.push_back(dot / std::sqrt(double(d)));
+          mx = std::max(mx, s.back());
+        }
+        double l = 0;
+        for (double& w : s) l += (w = std::exp(w - mx));
+        for (int64_t j = 0; j <= i; ++j)
+          for (int64_t e = 0; e < d; ++e)
+            att[size_t(hh * d + e)] += s[size_t(j)] / l * v[size_t(j)][size_t(kh * d + e)];
+      }
+      const Vec o = matvec(L.wo, att);
+      for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += o[size_t(e)];
+      const Vec h = rmsnorm(x[size_t(i)], L.ffn_norm, c.rms_eps);
+      Vec g = matvec(L.gate, h);
+      const Vec u = matvec(L.up, h);
+      for (size_t e = 0; e < g.size(); ++e) g[e] = g[e] / (1 + std::exp(-g[e])) * u[e];
+      const Vec dn = matvec(L.down, g);
+      for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += dn[size_t(e)];
+    }
+  }
+  std::vector<Vec> logits;
+  const WeightRef& out = m.tied ? m.refs.tok_embd : m.refs.output;
+  for (int64_t i = 0; i < n; ++i) logits.push_back(matvec(out, rmsnorm(x[size_t(i)], m.refs.output_norm, c.rms_eps)));
+  return logits;
+}
+
+std::vector<int32_t> some_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(rng() % uint64_t(vocab)));
+  return t;
+}
+
+double max_diff(const float* got, const Vec& want) {
+  double d = 0;
+  for (size_t i = 0; i < want.size(); ++i) d = std::max(d, std::abs(double(got[i]) - want[i]));
+  return d;
+}
+
+// Prefill `n_prompt` tokens in the given schedule, then decode the rest; every logit row is
+// compared with the plain forward.
+void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_prompt,
+                         int64_t n_decode, double tol) {
+  const Model model(mu.refs);
+  EXPECT_EQ(model.tied_output(), mu.tied);
+  const auto tokens = some_tokens(n_prompt + n_decode, mu.cfg.n_vocab, 5);
+  const auto want = plain_forward(mu, tokens);
+  double scale = 0;  // the tolerance is small next to the logits themselves
+  for (const Vec& r : want)
+    for (double x : r) scale = std::max(scale, std::abs(x));
+  EXPECT_GT(scale, 1.0);
+  Session s(model, so);
+  const int64_t V = mu.cfg.n_vocab;
+  std::vector<float> logits(size_t(n_prompt * V));
+  s.prefill(std::span(tokens).first(size_t(n_prompt)), logits.data(), 0);
+  for (int64_t i = 0; i < n_prompt; ++i) EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), tol) << "row " << i;
+  std::vector<float> one(static_cast<size_t>(V));
+  for (int64_t i = n_prompt; i < n_prompt + n_decode; ++i) {
+    s.decode(tokens[size_t(i)], one.data());
+    EXPECT_LT(max_diff(one.data(), want[size_t(i)]), tol) << "decode row " << i;
+  }
+  EXPECT_EQ(s.n_past(), n_prompt + n_decode);
+  // A reset session computes the same again; logits_from asks for the tail only.
+  s.reset();
+  std::vector<float> tail(size_t(3 * V));
+  s.prefill(std::span(tokens).first(size_t(n_prompt)), tail.data(), n_prompt - 3);
+  for (int64_t i = 0; i < 3; ++i)
+    EXPECT_LT(max_diff(&tail[size_t(i * V)], want[size_t(n_prompt - 3 + i)]), tol);
+}
+
+SessionOptions dense_opts(int64_t batch, int64_t ubatch) {
+  SessionOptions so;
+  so.n_ctx = 128;
+  so.n_batch = batch;
+  so.n_ubatch = ubatch;
+  return so;
+}
+
+TEST(ModelForward, LlamaF32EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::llama, false, true, 1), dense_opts(40, 17), 70, 4, 2e-4);
+}
+TEST(ModelForward, LlamaF16UntiedEqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::llama, true, false, 2), dense_opts(64, 64), 50, 3, 2e-4);
+}
+TEST(ModelForward, Qwen2F32EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8), 45, 3, 2e-4);
+}
+TEST(ModelForward, Qwen2F16EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen2, true, true, 4), dense_opts(100, 30), 61, 2, 2e-4);
+}
+
+TEST(ModelForward, ChunkedH2OWithCoveringMemoryEqualsPlainForward) {
+  SessionOptions so = dense_opts(48, 16);
+  so.mode = PrefillMode::chunked_h2o;
+  so.h2o_local = 8;
+  so.h2o_heavy = 128;  // every earlier token stays in memory
+  expect_equals_plain(make_model(Arch::llama, false, true, 5), so, 70, 3, 2e-4);
+}
+
+TEST(ModelForward, LibraryMethodPrefillEqualsPlainForward) {
+  SessionOptions so = dense_opts(64, 24);
+  so.mode = PrefillMode::method;
+  so.attn_spec = "dense";
+  expect_equals_plain(make_model(Arch::qwen2, false, true, 6), so, 60, 2, 2e-4);
+}
+
+TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
+  // With a small memory the prompt's logits move away from dense, but decode still attends
+  // to the whole prompt.
+  const MadeUp mu = make_model(Arch::llama, false, true, 7);
+  const Model model(mu.refs);
+  const auto tokens = some_tokens(90, mu.cfg.n_vocab, 9);
+  SessionOptions so = dense_opts(96, 16);
+  so.mode = PrefillMode::chunked_h2o;
+  so.h2o_local = 4;
+  so.h2o_heavy = 4;
+  Session s(model, so);
+  const int64_t V = mu.cfg.n_vocab;
+  std::vector<float> logits(size_t(90 * V));
+  s.prefill(tokens, logits.data(), 0);
+  const auto want = plain_forward(mu, tokens);
+  for (int64_t i = 0; i < 16; ++i) EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), 2e-4);
+  double far = 0;
+  for (int64_t i = 16; i < 90; ++i) far = std::max(far, max_diff(&logits[size_t(i * V)], want[size_t(i)]));
+  EXPECT_GT(far, 1e-3);
+  EXPECT_GT(s.timings().prefill_stats.causal_entries, s.timings().prefill_stats.score_entries);
+  EXPECT_EQ(s.n_past(), 90);
+}
+
+TEST(ModelForward, BadInputRaises) {
+  MadeUp mu = make_model(Arch::llama, false, true, 8);
+  {
+    ModelRefs r = mu.refs;
+    r.layers[1].wk.rows += 1;
+    EXPECT_THROW(Model{r}, Error);
+    r = mu.refs;
+    r.layers[0].gate.data = nullptr;
+    EXPECT_THROW(Model{r}, Error);
+    r = mu.refs;
+    r.cfg.n_head_kv = 3;
+    EXPECT_THROW(Model{r}, Error);
+    r = mu.refs;
+    r.layers[0].wq.type = WeightType::q8_0;
+    EXPECT_THROW(Model{r}, Error);  // no dequantizer
+  }
+  const Model model(mu.refs);
+  SessionOptions so = dense_opts(32, 16);
+  Session s(model, so);
+  std::vector<int32_t> bad = {1, 2, 61};
+  EXPECT_THROW(s.prefill(bad, nullptr, 0), Error);
+  std::vector<int32_t> big(129, 1);
+  EXPECT_THROW(s.prefill(big, nullptr, 0), Error);
+  so.n_ubatch = 0;
+  EXPECT_THROW(Session(model, so), Error);
+  so = dense_opts(32, 16);
+  so.mode = PrefillMode::chunked_h2o;
+  so.h2o_local = 17;
+  EXPECT_THROW(Session(model, so), Error);
+  so = dense_opts(32, 16);
+  so.mode = PrefillMode::method;
+  so.attn_spec = "nosuch";
+  EXPECT_THROW(Session(model, so), Error);
+}
+
+}  // namespace
+}  // namespace spattn::model

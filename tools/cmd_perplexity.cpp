@@ -1,0 +1,161 @@
+// `spattn perplexity`: llama-perplexity's protocol, for dense prefill and a sparse one on the
+// same text. The text is tokenized once (BOS as the vocabulary says) and cut into
+// non-overlapping windows of -c tokens; each window's first token is replaced by BOS (when the
+// vocabulary adds one) and is prefilled from position 0 in -b / -ub chunks; only the second
+// half is scored: the logits after token j (c/2 <= j < c - 1) against token j + 1. Perplexity
+// is exp(mean NLL) with standard error ppl * sqrt((mean NLL^2 - mean NLL^2) / (count - 1)),
+// as llama-perplexity prints it. Windows alternate between the two modes, so their prefill
+// and attention times are measured under the same conditions.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli.hpp"
+#include "runner.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct PplOptions {
+  RunnerOptions r;
+  std::string file;
+  std::string sparse = "chunked_h2o";  // --attn: the mode compared with dense
+  int64_t chunks = -1;                 // --chunks: at most this many windows (-1: all)
+  bool dense_only = false;
+};
+
+struct Tally {
+  double nll = 0, nll2 = 0;
+  int64_t count = 0;
+  double prefill_ms = 0, attn_ms = 0;
+  Stats stats;
+  double ppl() const { return std::exp(nll / double(count)); }
+  double err() const {
+    const double m = nll / double(count), v = nll2 / double(count) - m * m;
+    return v > 0 && count > 1 ? ppl() * std::sqrt(v / double(count - 1)) : 0.0;
+  }
+  nlohmann::json json() const {
+    return {{"ppl", ppl()},         {"ppl_err", err()},   {"tokens_scored", count},
+            {"prefill_ms", prefill_ms}, {"attn_ms", attn_ms},
+            {"score_entries", stats.score_entries}, {"causal_entries", stats.causal_entries}};
+  }
+};
+
+// NLL of the scored tokens of one window from its logits rows.
+void score(const std::vector<float>& logits, int64_t V, const int32_t* next, int64_t rows,
+           Tally& t) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* l = logits.data() + i * V;
+    double mx = l[0];
+    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, double(l[j]));
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(l[j]) - mx);
+    const double logp = double(l[next[i]]) - mx - std::log(sum);
+    t.nll -= logp;
+    t.nll2 += logp * logp;
+    ++t.count;
+  }
+}
+
+void run(const PplOptions& o) {
+  std::vector<std::string> modes = {"dense"};
+  if (!o.dense_only) modes.push_back(o.sparse);
+  std::vector<model::SessionOptions> so;
+  for (const auto& m : modes) so.push_back(session_options(o.r, m));
+  const int64_t c = o.r.n_ctx;
+  SPATTN_CHECK(c >= 4, "-c must be >= 4 for perplexity, got ", c);
+  SPATTN_CHECK(o.chunks == -1 || o.chunks >= 1, "--chunks must be >= 1 (or -1: all)");
+  const std::string text = read_prompt("", o.file);
+  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  const int64_t V = lm.model.config().n_vocab;
+  const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
+  int64_t windows = int64_t(tokens.size()) / c;
+  SPATTN_CHECK(windows >= 1, "the text has ", tokens.size(), " tokens, fewer than -c ", c,
+               " (one window)");
+  if (o.chunks > 0) windows = std::min(windows, o.chunks);
+  const int64_t first = c / 2, rows = c - 1 - first;
+  std::vector<std::unique_ptr<model::Session>> sessions;
+  for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
+  std::vector<Tally> tally(modes.size());
+  std::vector<float> logits(size_t(rows * V));
+  std::vector<int32_t> window(static_cast<size_t>(c));
+  Progress progress("perplexity");
+  for (int64_t w = 0; w < windows; ++w) {
+    std::copy_n(tokens.begin() + w * c, c, window.begin());
+    if (lm.tokenizer.add_bos() && lm.tokenizer.bos() >= 0) window[0] = lm.tokenizer.bos();
+    for (size_t i = 0; i < modes.size(); ++i) {
+      // Alternate which mode goes first, so neither always runs on a warm cache.
+      const size_t m = (size_t(w) + i) % modes.size();
+      model::Session& s = *sessions[m];
+      s.reset();
+      s.reset_timings();
+      s.prefill(std::span(window).first(size_t(c - 1)), logits.data(), first);
+      score(logits, V, window.data() + first + 1, rows, tally[m]);
+      tally[m].prefill_ms += s.timings().prefill_ms;
+      tally[m].attn_ms += s.timings().prefill_attn_ms;
+      tally[m].stats.add(s.timings().prefill_stats);
+    }
+    std::string status = fmt::format("window {}/{}", w + 1, windows);
+    for (size_t m = 0; m < modes.size(); ++m)
+      status += fmt::format(", {} {:.4f}", modes[m], tally[m].ppl());
+    progress.update(status);
+  }
+  progress.done();
+  const double rel = modes.size() > 1 ? tally[1].ppl() / tally[0].ppl() - 1.0 : 0.0;
+  if (o.r.json) {
+    nlohmann::json j;
+    j["model"] = o.r.model;
+    j["file"] = o.file;
+    j["n_ctx"] = c;
+    j["n_batch"] = so[0].n_batch;
+    j["n_ubatch"] = so[0].n_ubatch;
+    j["h2o_local"] = o.r.h2o_local;
+    j["h2o_heavy"] = o.r.h2o_heavy;
+    j["windows"] = windows;
+    j["text_tokens"] = tokens.size();
+    for (size_t m = 0; m < modes.size(); ++m) j["results"][modes[m]] = tally[m].json();
+    if (modes.size() > 1) {
+      j["relative_loss"] = rel;
+      j["attn_speedup"] = tally[0].attn_ms / tally[1].attn_ms;
+      j["prefill_speedup"] = tally[0].prefill_ms / tally[1].prefill_ms;
+    }
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("perplexity: {} tokens, {} windows of {} (-b {}, -ub {}), {} tokens scored per "
+             "window\n",
+             tokens.size(), windows, c, so[0].n_batch, so[0].n_ubatch, rows);
+  for (size_t m = 0; m < modes.size(); ++m) {
+    std::string name = modes[m];
+    if (so[m].mode == model::PrefillMode::chunked_h2o)
+      name += fmt::format(" (L {}, H {})", o.r.h2o_local, o.r.h2o_heavy);
+    fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   prefill {:9.1f} ms, attention {:9.1f} ms\n",
+               name, tally[m].ppl(), tally[m].err(), tally[m].prefill_ms, tally[m].attn_ms);
+  }
+  if (modes.size() > 1)
+    fmt::print("relative loss {:+.2f}%   attention {:.2f}x faster, prefill {:.2f}x faster\n",
+               100 * rel, tally[0].attn_ms / tally[1].attn_ms,
+               tally[0].prefill_ms / tally[1].prefill_ms);
+}
+
+}  // namespace
+
+void add_perplexity_command(CLI::App& root) {
+  auto o = std::make_shared<PplOptions>();
+  CLI::App* app = root.add_subcommand(
+      "perplexity", "perplexity of a text as llama-perplexity computes it, dense and sparse");
+  add_runner_options(*app, o->r);
+  app->add_option("-f,--file", o->file, "text file")->required();
+  app->add_option("--attn", o->sparse,
+                  "the prefill compared with dense: chunked_h2o or a method spec")
+      ->capture_default_str();
+  app->add_option("--chunks", o->chunks, "score at most this many windows (-1: all)")
+      ->capture_default_str();
+  app->add_flag("--dense-only", o->dense_only, "dense prefill only");
+  app->callback([o] { run(*o); });
+}
+
+}  // namespace spattn::cli

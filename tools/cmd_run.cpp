@@ -1,0 +1,207 @@
+// `spattn run`: llama-cli's one-shot generation. Loads a GGUF model, tokenizes the prompt (BOS
+// as the vocabulary says), prefills it with the chosen attention (-b / -ub chunks; --attn
+// chunked_h2o for the two-phase sparse prefill), then decodes -n tokens with full attention,
+// greedy at --temp 0 or sampled at temperature T with --seed. The prompt and the generated
+// text go to stdout; load time, prompt tokens, TTFT, prefill and decode rates and the
+// attention share of prefill go to stderr (or all of it as one JSON object with --json).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "runner.hpp"
+#include "spattn/error.hpp"
+#include "spattn/io.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct RunOptions {
+  RunnerOptions r;
+  std::string prompt, file;
+  int64_t n_predict = 64;
+  int64_t max_prompt = 0;  // keep only the first N prompt tokens (0: all)
+  double temp = 0.0;
+  uint64_t seed = 42;
+  int64_t dump_layer = -1;
+  std::string dump_dir;
+};
+
+int32_t sample(const std::vector<float>& logits, double temp, std::mt19937_64& rng) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+  if (temp <= 0) return best;
+  std::vector<double> p(logits.size());
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i)
+    sum += (p[i] = std::exp((double(logits[i]) - logits[size_t(best)]) / temp));
+  std::uniform_real_distribution<double> u(0.0, sum);
+  double x = u(rng);
+  for (size_t i = 0; i < p.size(); ++i)
+    if ((x -= p[i]) <= 0) return int32_t(i);
+  return best;
+}
+
+// Post-RoPE q, k, v of one layer over the whole prompt, gathered chunk by chunk, written as
+// q.npy, k.npy, v.npy ([heads, seq, dim] f32) under a directory: what `spattn bench --qkv` reads.
+struct QkvDump {
+  Tensor q, k, v;
+  void take(int64_t pos0, int64_t n, const float* qs, const float* ks, const float* vs) {
+    auto put = [&](Tensor& t, const float* src) {
+      const TensorView dst = t.view().rows(pos0, n);
+      copy_into(TensorView::shd(const_cast<float*>(src), DType::f32, t.heads(), n, t.dim()), dst);
+    };
+    put(q, qs);
+    put(k, ks);
+    put(v, vs);
+  }
+};
+
+void run(const RunOptions& o) {
+  model::SessionOptions so = session_options(o.r, o.r.attn);
+  SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
+  SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
+  const std::string text = read_prompt(o.prompt, o.file);
+  if (o.dump_layer >= 0) {
+    std::error_code ec;
+    SPATTN_CHECK(std::filesystem::is_directory(o.dump_dir, ec), "--dump-qkv: '", o.dump_dir,
+                 "' is not a directory");
+  }
+  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  const model::Config& cfg = lm.model.config();
+  std::vector<int32_t> prompt = lm.tokenizer.encode(text);
+  SPATTN_CHECK(o.max_prompt >= 0, "--max-prompt must be >= 0, got ", o.max_prompt);
+  if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt) prompt.resize(size_t(o.max_prompt));
+  SPATTN_CHECK(!prompt.empty(), "the prompt has no tokens");
+  SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
+               " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
+  model::Session s(lm.model, so);
+  QkvDump dump;
+  if (o.dump_layer >= 0) {
+    const int64_t n = int64_t(prompt.size());
+    dump = {Tensor(DType::f32, cfg.n_head, n, cfg.head_dim),
+            Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim),
+            Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim)};
+    s.set_qkv_tap(o.dump_layer, [&](int64_t, int64_t pos0, int64_t n_rows, const float* q,
+                                    const float* k, const float* v) {
+      dump.take(pos0, n_rows, q, k, v);
+    });
+  }
+  if (!o.r.json) {
+    fmt::print("{}", o.max_prompt > 0 ? lm.tokenizer.decode(prompt) : text);
+    std::fflush(stdout);
+  }
+  using Clock = std::chrono::steady_clock;
+  std::vector<float> logits(size_t(cfg.n_vocab));
+  std::mt19937_64 rng(o.seed);
+  const auto t0 = Clock::now();
+  s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
+  std::vector<int32_t> out;
+  double ttft_ms = 0;
+  if (o.n_predict > 0) {
+    out.push_back(sample(logits, o.temp, rng));
+    ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  }
+  if (o.dump_layer >= 0) {
+    const std::filesystem::path d(o.dump_dir);
+    write_npy((d / "q.npy").string(), dump.q);
+    write_npy((d / "k.npy").string(), dump.k);
+    write_npy((d / "v.npy").string(), dump.v);
+  }
+  std::string generated;
+  auto emit = [&](int32_t id) {
+    const std::string piece = lm.tokenizer.piece(id, false);
+    generated += piece;
+    if (!o.r.json) {
+      fmt::print("{}", piece);
+      std::fflush(stdout);
+    }
+  };
+  while (!out.empty() && !lm.tokenizer.is_eog(out.back())) {
+    emit(out.back());
+    if (int64_t(out.size()) >= o.n_predict) break;
+    s.decode(out.back(), logits.data());
+    out.push_back(sample(logits, o.temp, rng));
+  }
+  const model::Timings& t = s.timings();
+  const double prefill_tps = 1e3 * double(t.prefill_tokens) / t.prefill_ms;
+  const double decode_tps = t.decode_tokens ? 1e3 * double(t.decode_tokens) / t.decode_ms : 0;
+  const double attn_share = t.prefill_attn_ms / t.prefill_ms;
+  if (o.r.json) {
+    nlohmann::json j;
+    j["model"] = o.r.model;
+    j["attn"] = o.r.attn;
+    j["prompt_tokens"] = prompt.size();
+    j["generated_tokens"] = out.size();
+    j["text"] = generated;
+    j["load_ms"] = lm.load_ms;
+    j["ttft_ms"] = ttft_ms;
+    j["prefill_ms"] = t.prefill_ms;
+    j["prefill_tok_s"] = prefill_tps;
+    j["prefill_attn_ms"] = t.prefill_attn_ms;
+    j["attn_share"] = attn_share;
+    j["decode_tokens"] = t.decode_tokens;
+    j["decode_ms"] = t.decode_ms;
+    j["decode_tok_s"] = decode_tps;
+    j["score_entries"] = t.prefill_stats.score_entries;
+    j["causal_entries"] = t.prefill_stats.causal_entries;
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("\n");
+  fmt::print(stderr,
+             "\nmodel: {} ({}, {} layers, {} heads / {} kv, head dim {})\n"
+             "load time      = {:10.2f} ms\n"
+             "prompt tokens  = {:10d}   (attention: {}, -b {}, -ub {})\n"
+             "TTFT           = {:10.2f} ms\n"
+             "prefill        = {:10.2f} ms  {:9.2f} tokens/s\n"
+             "  attention    = {:10.2f} ms  ({:.1f}% of prefill; {:.2f}x fewer entries than dense)\n"
+             "decode         = {:10.2f} ms  {:9.2f} tokens/s ({} tokens)\n",
+             o.r.model, model::arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_head_kv,
+             cfg.head_dim, lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms,
+             t.prefill_ms, prefill_tps, t.prefill_attn_ms, 100 * attn_share,
+             double(t.prefill_stats.causal_entries) / double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
+             t.decode_ms, decode_tps, t.decode_tokens);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& root) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* app = root.add_subcommand("run", "generate text from a prompt with a GGUF model");
+  add_runner_options(*app, o->r);
+  app->add_option("-p,--prompt", o->prompt, "prompt text");
+  app->add_option("-f,--file", o->file, "read the prompt from a file");
+  app->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+  app->add_option("--max-prompt", o->max_prompt,
+                  "keep the first N tokens of the prompt (0: all), for timing at a fixed length")
+      ->capture_default_str();
+  app->add_option("--temp", o->temp, "temperature (0: greedy)")->capture_default_str();
+  app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  app->add_option("--attn", o->r.attn,
+                  "prefill attention: dense, chunked_h2o, or a method spec (blasst:lambda=1e-3, "
+                  "momo, ...)")
+      ->capture_default_str();
+  app->add_option("--dump-qkv", [o](const CLI::results_t& res) {
+                    SPATTN_CHECK(res.size() == 2, "--dump-qkv takes LAYER DIR");
+                    try {
+                      o->dump_layer = std::stoll(res[0]);
+                    } catch (const std::exception&) {
+                      detail::fail("--dump-qkv: LAYER must be a number, got '", res[0], "'");
+                    }
+                    o->dump_dir = res[1];
+                    SPATTN_CHECK(o->dump_layer >= 0, "--dump-qkv: LAYER must be >= 0");
+                    return true;
+                  },
+                  "write layer LAYER's post-RoPE q, k, v over the prompt as q.npy, k.npy, v.npy "
+                  "in DIR (what spattn bench --qkv reads)")
+      ->expected(2)
+      ->type_name("LAYER DIR");
+  app->callback([o] { run(*o); });
+}
+
+}  // namespace spattn::cli

@@ -1,0 +1,75 @@
+#include "runner.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "spattn/error.hpp"
+#include "spattn/method.hpp"
+
+namespace spattn::cli {
+
+void add_runner_options(CLI::App& app, RunnerOptions& o) {
+  app.add_option("-m,--model", o.model, "model file (GGUF: llama or qwen2)")->required();
+  app.add_option("-c,--ctx-size", o.n_ctx, "context size: KV cache capacity in tokens")
+      ->capture_default_str();
+  app.add_option("-b,--batch-size", o.n_batch, "logical batch size (tokens per llama_decode)")
+      ->capture_default_str();
+  app.add_option("--ubatch-size", o.n_ubatch, "-ub: physical batch, the prefill chunk size S")
+      ->capture_default_str();
+  app.add_option("--h2o-local", o.h2o_local, "chunked_h2o: local window L (tail of each chunk)")
+      ->capture_default_str();
+  app.add_option("--h2o-heavy", o.h2o_heavy, "chunked_h2o: heavy-hitter budget H")
+      ->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "threads for attention and matrix products")
+      ->capture_default_str();
+  app.add_flag("--json", o.json, "print one JSON object on stdout");
+}
+
+model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn) {
+  model::SessionOptions s;
+  s.n_ctx = o.n_ctx;
+  s.n_batch = o.n_batch;
+  s.n_ubatch = o.n_ubatch;
+  s.h2o_local = o.h2o_local;
+  s.h2o_heavy = o.h2o_heavy;
+  s.threads = o.threads;
+  const MethodSpec spec = parse_method_spec(attn);
+  if (spec.name == "dense" && spec.params.empty()) {
+    s.mode = model::PrefillMode::dense;
+  } else if (spec.name == "chunked_h2o") {
+    SPATTN_CHECK(spec.params.empty(), "--attn chunked_h2o takes its sizes from -b, -ub, "
+                 "--h2o-local and --h2o-heavy, not from the spec ('", attn, "')");
+    s.mode = model::PrefillMode::chunked_h2o;
+  } else {
+    make_method(spec);  // an unknown name or bad parameter fails here, before the model loads
+    s.mode = model::PrefillMode::method;
+    s.attn_spec = attn;
+  }
+  s.validate();
+  return s;
+}
+
+LoadedModel load_model_and_tokenizer(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const gguf::File f = gguf::File::open(path);
+  LoadedModel m{model::load_model(f), Tokenizer::from_gguf(f), 0};
+  SPATTN_CHECK(m.tokenizer.n_vocab() == m.model.config().n_vocab, path, ": the vocabulary has ",
+               m.tokenizer.n_vocab(), " tokens but token_embd.weight ",
+               m.model.config().n_vocab, " rows");
+  m.load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+std::string read_prompt(const std::string& text, const std::string& file) {
+  SPATTN_CHECK(text.empty() != file.empty(), "give the prompt with -p TEXT or -f FILE (one)");
+  if (!text.empty()) return text;
+  std::ifstream in(file, std::ios::binary);
+  SPATTN_CHECK(in.good(), "-f: cannot read '", file, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace spattn::cli

@@ -1,0 +1,47 @@
+// What `spattn run` and `spattn perplexity` share: llama.cpp's model flags (-m, -c, -b, -ub,
+// -t) and the prefill attention (--attn, --h2o-local, --h2o-heavy), loading the model and its
+// tokenizer, and reading the prompt.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "spattn/gguf.hpp"
+#include "spattn/model.hpp"
+#include "spattn/tokenizer.hpp"
+
+namespace spattn::cli {
+
+void add_run_command(CLI::App& root);
+void add_perplexity_command(CLI::App& root);
+
+struct RunnerOptions {
+  std::string model;          // -m
+  int64_t n_ctx = 4096;       // -c
+  int64_t n_batch = 2048;     // -b
+  int64_t n_ubatch = 512;     // -ub
+  int64_t h2o_local = 256, h2o_heavy = 256;
+  std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
+  int threads = 2;            // -t
+  bool json = false;
+};
+// `attn_default`: what --attn means when not given.
+void add_runner_options(CLI::App& app, RunnerOptions& o);
+
+// --attn as a prefill mode: "dense" and "chunked_h2o" (which takes -b, -ub, --h2o-local,
+// --h2o-heavy) are the runner's own schedules; any other spec runs that library method per
+// chunk. Throws Error on an unknown method or bad parameters.
+model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn);
+
+struct LoadedModel {
+  model::Model model;
+  Tokenizer tokenizer;
+  double load_ms = 0;
+};
+LoadedModel load_model_and_tokenizer(const std::string& path);
+
+// -p TEXT or -f FILE (exactly one); throws Error when neither or the file cannot be read.
+std::string read_prompt(const std::string& text, const std::string& file);
+
+}  // namespace spattn::cli
