@@ -214,6 +214,7 @@ void run_bench_command(const BenchCliOptions& o) {
     } else {
       src.qkv = o.problem.qkv;
       src.layout = o.problem.layout;
+      src.modality = o.problem.modality;
     }
     std::cout << bench_json(run, src) << std::endl;
   } else {

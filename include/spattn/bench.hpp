@@ -100,6 +100,7 @@ struct BenchSource {
   std::string workload;
   uint64_t seed = 0;
   std::string qkv, layout;
+  std::string modality;  // the --modality file beside a --qkv dump, if any
 };
 // The record `spattn bench --json` prints (one JSON object, indented).
 std::string bench_json(const BenchRun& run, const BenchSource& source);

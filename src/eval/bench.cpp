@@ -11,6 +11,7 @@
 
 #include "kernels/flash_common.hpp"
 #include "spattn/error.hpp"
+#include "spattn/modality.hpp"
 
 namespace spattn {
 
@@ -156,7 +157,10 @@ nlohmann::json config_json(const BenchRun& run, const BenchSource& src) {
   } else if (!src.qkv.empty()) {
     c["qkv"] = src.qkv;
     c["layout"] = src.layout;
+    if (!src.modality.empty()) c["modality"] = src.modality;
   }
+  if (run.opt.modality && run.opt.modality->frame_tokens > 0)
+    c["frame_tokens"] = run.opt.modality->frame_tokens;
   c["seq"] = run.seq;
   c["q_len"] = run.q_len;
   c["heads"] = run.heads;
