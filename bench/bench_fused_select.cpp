@@ -8,7 +8,8 @@
 // momo runs it, on the `text` workload (2 heads, d 128, f32, causal, 2 threads), K/V packed once
 // outside the timing. Blocks of beta = 64 keys and none forced: every causal block is a
 // candidate. The hybrid keeps 8 exact slots (the paper's 128/8). kind:-1 is the plain
-// query-sparse pass without observer; the fused pass's overhead is its time over that one.
+// query-sparse pass without observer. overhead_pct: the fused pass's time over the plain pass's,
+// less 1, the plain pass timed round-robin with it (one plain run before each fused run).
 //
 // mass: per sampled row with more causal blocks than 512, the softmax mass of the blocks kept
 // (sum of exp(S(j) - LSE_row)) over that of the exact top-512, averaged over those rows (rows
@@ -17,6 +18,7 @@
 // Run: build/bin/spattn_microbench --benchmark_filter='FusedSelect/seq:131072'
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -102,8 +104,22 @@ void BM_FusedSelect(benchmark::State& state) {
       attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
     return;
   }
+  // The plain pass round-robin with the fused one (outside the timed region), so that the
+  // overhead is a ratio within this benchmark, free of the machine's drift between benchmarks.
   std::unique_ptr<BlockSelectObserver> obs;
-  for (auto _ : state) obs = in.run(TopKKind(kind), k);
+  double plain_s = 0, fused_s = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
+    const auto t1 = std::chrono::steady_clock::now();
+    state.ResumeTiming();
+    obs = in.run(TopKKind(kind), k);
+    const auto t2 = std::chrono::steady_clock::now();
+    plain_s += std::chrono::duration<double>(t1 - t0).count();
+    fused_s += std::chrono::duration<double>(t2 - t1).count();
+  }
+  state.counters["overhead_pct"] = 100.0 * (fused_s / plain_s - 1.0);
   const std::vector<double> m = in.masses(*obs);
   double rel = 0, abs = 0;
   int64_t long_rows = 0;

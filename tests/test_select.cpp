@@ -454,6 +454,34 @@ TEST(SelectSelector, EachKindMatchesItsType) {
   }
 }
 
+// gate(): a push whose key is at or below it changes nothing, so the observer may drop it with
+// one compare. A selector that skips those pushes stays equal to one that takes every push, at
+// every step, for each kind (hybrid also with no estimated slot, k_exact = k), on random rows,
+// rows of three score levels (ties) and ascending rows; and the gate does drop blocks.
+TEST(SelectSelector, GatedPushesChangeNothing) {
+  const int n = 300;
+  Stream ascending;
+  for (int i = 0; i < n; ++i) ascending.push_back({i, float(i) * 0.25f - 30.0f});
+  const std::vector<Stream> rows = {random_stream(n, 4), random_stream(n, 5, 3), ascending,
+                                    random_stream(20, 6)};
+  for (TopKKind kind : {TopKKind::exact, TopKKind::tree, TopKKind::estimate, TopKKind::hybrid})
+    for (int k_exact : {8, 40}) {
+      int64_t dropped = 0;
+      for (const Stream& row : rows) {
+        const TopKParams p{.kind = kind, .k = 40, .k_exact = k_exact,
+                           .total_blocks = int64_t(row.size())};
+        TopKSelector all(p), gated(p);
+        for (const BlockScore& b : row) {
+          all.push(b.block, b.score);
+          if (topk_detail::make_key(b.block, b.score) <= gated.gate()) ++dropped;
+          else gated.push(b.block, b.score);
+          ASSERT_EQ(gated.result(), all.result()) << topk_kind_name(kind) << " block " << b.block;
+        }
+      }
+      EXPECT_GT(dropped, 0) << topk_kind_name(kind) << " k_exact " << k_exact;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mass captured on attention-like scores
 

@@ -97,6 +97,8 @@ class ExactTopK {
     if (key > min_key_) replace(key);
   }
 
+  // Every push whose key (topk_detail::make_key) is <= gate() changes nothing (see TopKSelector).
+  uint64_t gate() const { return min_key_; }
   int k() const { return int(keys_.size()); }
   int size() const { return filled_; }  // blocks held: min(k, blocks pushed)
   // The held blocks, best first (ranks_before). The first form reuses out's capacity.
@@ -136,6 +138,7 @@ class TournamentTopK {
     if (key > node_key_[1]) replace(key);
   }
 
+  uint64_t gate() const { return node_key_[1]; }
   int k() const { return k_; }
   int size() const { return filled_; }
   void result(std::vector<BlockScore>& out) const;
@@ -197,6 +200,8 @@ class EstimatedTopK {
     }
   }
 
+  // A push with a slot free updates m and sigma, taken or not; with none it does nothing.
+  uint64_t gate() const { return taken_ < k_ ? 0 : ~uint64_t(0); }
   int k() const { return k_; }
   int64_t total_blocks() const { return total_; }
   int size() const { return taken_; }
@@ -278,6 +283,9 @@ class HybridTopK {
     }
   }
 
+  // Once the estimate has no slot left (or none at all), what the exact part does not keep
+  // goes nowhere: the exact part's gate; before, every block counts in the estimate's m, sigma.
+  uint64_t gate() const { return estimate_.taken_ < estimate_.k_ ? 0 : exact_.gate(); }
   int k() const { return exact_.k() + estimate_.k(); }
   int k_exact() const { return exact_.k(); }
   int size() const { return exact_.size() + estimate_.size(); }
@@ -313,6 +321,18 @@ class TopKSelector {
     std::visit([&](auto& s) { s.push(block, score); }, impl_);
   }
   TopKKind kind() const { return TopKKind(impl_.index()); }
+  // A key (topk_detail::make_key(block, score)) at or below which push() is certain to keep
+  // nothing and change nothing, so a caller may drop such a block with one compare: for the
+  // exact selectors their minimum's key, for the estimate 0 while it has a slot free.
+  uint64_t gate() const {
+    return std::visit([](const auto& s) { return s.gate(); }, impl_);
+  }
+  // The held selector as its concrete type S, which must be the one kind() names: a caller
+  // pushing many rows' blocks dispatches on the kind once instead of once per push.
+  template <class S>
+  S& as() {
+    return *std::get_if<S>(&impl_);
+  }
   int k() const;
   int size() const;
   void result(std::vector<BlockScore>& out) const;

@@ -38,6 +38,11 @@ struct ForcedBlocks {
 // pushed when its last tile below the row's causal limit has come; its score is the
 // log-add-exp of its tiles in arrival order. A block whose tiles were all skipped (score -inf)
 // is not pushed. Rows are independent: the kernel's threads may report different rows at once.
+//
+// Cost. Per call (one strip of rows, one key tile) the selector kind is dispatched
+// once; per row, a tile outside its candidates costs one compare (Span), and a block its
+// selector would drop unchanged costs one more, against the selector's gate() kept in a dense
+// array, without touching the selector; only the others reach push().
 class BlockSelectObserver final : public BlockLseObserver {
  public:
   BlockSelectObserver(int64_t heads, const std::vector<int64_t>& rows, int64_t q_len,
@@ -63,11 +68,26 @@ class BlockSelectObserver final : public BlockLseObserver {
     Pending pending[kPending];
     bool fold(int32_t j, int32_t tiles, float& score);
   };
+  // A row's invariants, worked out once: a tile starting at key key0 is one of its candidates
+  // (below the causal limit, in no forced block) iff key0 - lo < span as unsigned, one compare.
+  struct Span {
+    int64_t lo = 0;
+    uint64_t span = 0;
+    int64_t limit = 0;         // the row's causal limit (keys)
+    int64_t total_blocks = 0;  // its causal blocks less its forced ones (the selector's)
+  };
+  // observe() for the selector type S every row holds (params_.kind), dispatched once a call.
+  template <class S>
+  void observe_rows(Row* state, uint64_t* gates, const Span* spans, int64_t rows, int64_t key0,
+                    const float* block_lse);
+
   int64_t rows_, beta_;
   TopKParams params_;
-  std::vector<int64_t> limit_;
-  std::vector<ForcedBlocks> forced_;
+  std::vector<Span> spans_;
   std::vector<Row> state_;
+  // Per (q head, row), its selector's gate() (0 before it has one), kept apart from state_ so
+  // that the common case, a block that loses, reads one dense word and not the selector.
+  std::vector<uint64_t> gate_;
 };
 
 }  // namespace spattn

@@ -539,8 +539,15 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
     const float rs = hn::GetLane(hn::SumOfLanes(df, sum));
     l[r] = l[r] * alpha[r] + rs;
     m[r] = m_new;
-    if constexpr (kObserve) block_lse[r] = rs > 0 ? (m_use + std::log2(rs)) * kLn2 : kNegInf;
+    if constexpr (kObserve) block_lse[r] = rs;
   }
+  // The tile LSE in a second pass over the rows, so that the libm call (which clobbers every
+  // vector register) stays out of the exp loop; m is the max after the tile, as above.
+  if constexpr (kObserve)
+    for (int64_t r = 0; r < n; ++r) {
+      const float rs = block_lse[r], m_use = m[r] == kNegInf ? 0.0f : m[r];
+      block_lse[r] = rs > 0 ? (m_use + std::log2(rs)) * kLn2 : kNegInf;
+    }
 }
 
 // Masks entries by original key position: (r, jj) is kept when jj < count, key index

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "select/select_common.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -22,17 +23,29 @@ BlockSelectObserver::BlockSelectObserver(int64_t heads, const std::vector<int64_
                                          const std::vector<ForcedBlocks>& forced, int64_t chi,
                                          const TopKParams& params)
     : rows_(int64_t(rows.size())), beta_(beta), params_(params),
-      state_(size_t(heads) * rows.size()) {
+      state_(size_t(heads) * rows.size()), gate_(state_.size(), 0) {
   SPATTN_CHECK(beta > 0 && beta % kKeyBlock == 0, "block selection: beta=", beta,
                " must be a positive multiple of ", kKeyBlock);
   SPATTN_CHECK(chi > 0, "block selection: chi=", chi, " must be > 0");
-  limit_.reserve(rows.size());
-  forced_.reserve(rows.size());
+  // The parameters are checked here, not at a row's first block on a worker thread, and
+  // observe() can then dispatch on a valid kind.
+  topk_detail::check_k(params.k);
+  topk_detail::check_k_exact(params.k_exact, params.k);
+  SPATTN_CHECK(params.kind >= TopKKind::exact && params.kind <= TopKKind::hybrid,
+               "block selection: top-k kind ", int(params.kind), " is none of the four");
+  spans_.reserve(rows.size());
   for (int64_t r : rows) {
     SPATTN_CHECK(r >= 0 && r < q_len && size_t(r / chi) < forced.size(),
                  "block selection: row ", r, " has no forced-block entry");
-    limit_.push_back(causal_limit(r, q_len, kv_len, true));
-    forced_.push_back(forced[size_t(r / chi)]);
+    const ForcedBlocks& f = forced[size_t(r / chi)];
+    const int64_t limit = causal_limit(r, q_len, kv_len, true);
+    const int64_t nb = (limit + beta - 1) / beta;  // causal blocks
+    // Candidates: blocks j in [sink_end, local_begin) below the limit, i.e. keys
+    // [sink_end beta, min(limit, local_begin beta)); clamped to [0, nb] first so that nothing
+    // overflows (ForcedBlocks may say INT64_MAX for "none").
+    const int64_t lo = std::clamp<int64_t>(f.sink_end, 0, nb) * beta;
+    const int64_t hi = std::min(limit, std::clamp<int64_t>(f.local_begin, 0, nb) * beta);
+    spans_.push_back({lo, uint64_t(std::max(hi, lo) - lo), limit, nb - f.count(nb)});
   }
 }
 
@@ -54,32 +67,55 @@ bool BlockSelectObserver::Row::fold(int32_t j, int32_t tiles, float& score) {
                " key blocks of a row in progress at once (visiting order)");
 }
 
-void BlockSelectObserver::observe(int64_t q_head, int64_t row_begin, int64_t rows,
-                                  int64_t key_block, const float* block_lse) {
-  const int64_t key0 = key_block * kKeyBlock;
+template <class S>
+void BlockSelectObserver::observe_rows(Row* state, uint64_t* gates, const Span* spans,
+                                       int64_t rows, int64_t key0, const float* block_lse) {
   const int64_t j = key0 / beta_;
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t r = row_begin + i;
-    const int64_t limit = limit_[size_t(r)];
-    if (key0 >= limit) continue;  // past this row's causal keys (the tile served later rows)
-    const ForcedBlocks& f = forced_[size_t(r)];
-    if (f.forced(j)) continue;
-    Row& s = state_[size_t(q_head * rows_ + r)];
+    const Span& sp = spans[i];
+    // Past this row's causal keys (the tile served later rows) or in a forced block.
+    if (uint64_t(key0 - sp.lo) >= sp.span) continue;
+    Row& s = state[i];
     float score = block_lse[i];
     if (beta_ > kKeyBlock) {
       const int64_t tiles =
-          (std::min(limit, (j + 1) * beta_) - j * beta_ + kKeyBlock - 1) / kKeyBlock;
+          (std::min(sp.limit, (j + 1) * beta_) - j * beta_ + kKeyBlock - 1) / kKeyBlock;
       if (tiles > 1 && !s.fold(int32_t(j), int32_t(tiles), score)) continue;
     }
     // Every tile of the block skipped (BLASST's rule): nothing was measured, nothing to rank.
     if (score == -std::numeric_limits<float>::infinity()) continue;
+    // A block the selector would not keep, and whose push would change nothing: one compare.
+    if (topk_detail::make_key(int32_t(j), score) <= gates[i]) continue;
     if (!s.sel) {
-      const int64_t nb = (limit + beta_ - 1) / beta_;
       TopKParams p = params_;
-      p.total_blocks = nb - f.count(nb);
+      p.total_blocks = sp.total_blocks;
       s.sel.emplace(p);
     }
-    s.sel->push(int32_t(j), score);
+    S& sel = s.sel->template as<S>();
+    sel.push(int32_t(j), score);
+    gates[i] = sel.gate();
+  }
+}
+
+void BlockSelectObserver::observe(int64_t q_head, int64_t row_begin, int64_t rows,
+                                  int64_t key_block, const float* block_lse) {
+  Row* state = state_.data() + q_head * rows_ + row_begin;
+  uint64_t* gates = gate_.data() + q_head * rows_ + row_begin;
+  const Span* spans = spans_.data() + row_begin;
+  const int64_t key0 = key_block * kKeyBlock;
+  switch (params_.kind) {
+    case TopKKind::exact:
+      observe_rows<ExactTopK>(state, gates, spans, rows, key0, block_lse);
+      break;
+    case TopKKind::tree:
+      observe_rows<TournamentTopK>(state, gates, spans, rows, key0, block_lse);
+      break;
+    case TopKKind::estimate:
+      observe_rows<EstimatedTopK>(state, gates, spans, rows, key0, block_lse);
+      break;
+    case TopKKind::hybrid:
+      observe_rows<HybridTopK>(state, gates, spans, rows, key0, block_lse);
+      break;
   }
 }
 
