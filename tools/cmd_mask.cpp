@@ -37,15 +37,6 @@ void check_out_dir(const std::string& out) {
                "' does not exist");
 }
 
-BlockRows head_rows(const BlockMask& m, int64_t head) {
-  BlockRows rows(size_t(m.n_qb()));
-  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
-    const auto r = m.row(head, qb);
-    rows[size_t(qb)].assign(r.begin(), r.end());
-  }
-  return rows;
-}
-
 void run_mask(const MaskOptions& o) {
   const std::unique_ptr<Method> method = make_method(o.method);
   check_out_dir(o.out);

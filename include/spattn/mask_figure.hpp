@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "spattn/block_mask.hpp"
 #include "spattn/image.hpp"
 #include "spattn/metrics.hpp"
 
@@ -13,6 +14,9 @@ namespace spattn {
 
 // rows[qb]: the key blocks query block qb keeps, for one head.
 using BlockRows = std::vector<std::vector<int32_t>>;
+
+// One head of a BlockMask as per-query-block lists.
+BlockRows head_rows(const BlockMask& m, int64_t head);
 
 // Per query block, the min(k[qb], causal blocks) key blocks with the most mass (ties go to the
 // lower index), in increasing order: the best any mask with that many blocks per row can do.

@@ -23,15 +23,6 @@ namespace {
 
 using namespace pybind11::literals;
 
-BlockRows head_rows(const BlockMask& m, int64_t head) {
-  BlockRows rows(size_t(m.n_qb()));
-  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
-    const auto r = m.row(head, qb);
-    rows[size_t(qb)].assign(r.begin(), r.end());
-  }
-  return rows;
-}
-
 py::array_t<bool> rows_grid(const BlockRows& rows, int64_t n_kb) {
   py::array_t<bool> a({py::ssize_t(rows.size()), py::ssize_t(n_kb)});
   bool* p = a.mutable_data();

@@ -10,6 +10,15 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
+
+BlockRows head_rows(const BlockMask& m, int64_t head) {
+  BlockRows rows(size_t(m.n_qb()));
+  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+    const auto r = m.row(head, qb);
+    rows[size_t(qb)].assign(r.begin(), r.end());
+  }
+  return rows;
+}
 namespace {
 
 constexpr Rgb kPaper{255, 255, 255}, kInk{24, 24, 28}, kMuted{96, 96, 104};

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/json_fields.hpp"
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
 
@@ -17,46 +18,12 @@ constexpr const char* kFormat = "spattn.mminference_plan";
 constexpr int kVersion = 1;
 constexpr int64_t kBig = int64_t(1) << 40;
 
-class Fields {
+// A plan entry is an object; its fields are read by the shared checked readers.
+class Fields : public detail::JsonFields {
  public:
-  Fields(const json& j, std::string origin) : j_(j), origin_(std::move(origin)) {
-    if (!j_.is_object()) detail::fail(origin_, ": must be a JSON object");
+  Fields(const json& j, std::string origin) : JsonFields(j, std::move(origin)) {
+    if (!j.is_object()) detail::fail(this->origin(), ": must be a JSON object");
   }
-  const json& get(const char* name) const {
-    auto it = j_.find(name);
-    if (it == j_.end()) detail::fail(origin_, ": missing field '", name, "'");
-    return *it;
-  }
-  int64_t integer(const char* name, int64_t lo, int64_t hi) const {
-    const json& v = get(name);
-    if (!v.is_number_integer()) detail::fail(origin_, ": field '", name, "' must be an integer");
-    const int64_t x = v.get<int64_t>();
-    if (x < lo || x > hi)
-      detail::fail(origin_, ": field '", name, "' must be in [", lo, ", ", hi, "], got ", x);
-    return x;
-  }
-  std::string string(const char* name) const {
-    const json& v = get(name);
-    if (!v.is_string()) detail::fail(origin_, ": field '", name, "' must be a string");
-    return v.get<std::string>();
-  }
-  bool boolean(const char* name) const {
-    const json& v = get(name);
-    if (!v.is_boolean()) detail::fail(origin_, ": field '", name, "' must be true or false");
-    return v.get<bool>();
-  }
-  double number_or(const char* name, double def) const {
-    auto it = j_.find(name);
-    if (it == j_.end()) return def;
-    if (!it->is_number() || !std::isfinite(it->get<double>()))
-      detail::fail(origin_, ": field '", name, "' must be a finite number");
-    return it->get<double>();
-  }
-  const std::string& origin() const { return origin_; }
-
- private:
-  const json& j_;
-  std::string origin_;
 };
 
 MMPattern parse_pattern(const std::string& s, const std::string& origin) {

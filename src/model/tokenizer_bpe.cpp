@@ -2,34 +2,17 @@
 // cuts the text into words; each word's bytes become GPT-2's printable stand-in characters;
 // the adjacent pair with the lowest merge rank (leftmost on ties) is merged until no ranked
 // pair is left; each symbol is then its vocabulary id.
-#include <queue>
+#include <optional>
 
+#include "model/pair_merge.hpp"
 #include "model/tokenizer_impl.hpp"
 
 namespace spattn {
 
-namespace {
-
-struct Symbol {
-  int prev, next;
-  size_t start, n;
-};
-
-struct Bigram {
-  int left, right;
-  int32_t rank;
-  size_t size;
-  bool operator<(const Bigram& o) const {  // priority_queue pops the largest: lowest rank
-    return rank > o.rank || (rank == o.rank && left > o.left);
-  }
-};
-
-}  // namespace
-
 void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& out) const {
   std::string word;
   std::string key;
-  std::vector<Symbol> sym;
+  std::vector<MergeSymbol> sym;
   for (std::string_view w : pretokenize(text, pre)) {
     word.clear();
     for (char c : w) word += byte_to_unicode(uint8_t(c));
@@ -41,32 +24,15 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
     }
     if (sym.empty()) continue;
     sym.back().next = -1;
-    std::priority_queue<Bigram> queue;
-    auto try_add = [&](int l, int r) {
-      if (l < 0 || r < 0) return;
-      const Symbol& a = sym[size_t(l)];
-      const Symbol& b = sym[size_t(r)];
+    // Lowest merge rank first.
+    merge_best_pairs<int64_t>(sym, [&](const MergeSymbol& a, const MergeSymbol& b) -> std::optional<int64_t> {
       key.assign(word, a.start, a.n);
       key += ' ';
       key.append(word, b.start, b.n);
       auto it = merge_rank.find(key);
-      if (it == merge_rank.end()) return;
-      queue.push({l, r, it->second, a.n + b.n});
-    };
-    for (size_t i = 1; i < sym.size(); ++i) try_add(int(i) - 1, int(i));
-    while (!queue.empty()) {
-      const Bigram b = queue.top();
-      queue.pop();
-      Symbol& l = sym[size_t(b.left)];
-      Symbol& r = sym[size_t(b.right)];
-      if (l.n == 0 || r.n == 0 || l.next != b.right || l.n + r.n != b.size) continue;
-      l.n += r.n;
-      r.n = 0;
-      l.next = r.next;
-      if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
-    }
+      if (it == merge_rank.end()) return std::nullopt;
+      return -int64_t(it->second);
+    });
     for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
       const std::string_view s = std::string_view(word).substr(sym[size_t(i)].start, sym[size_t(i)].n);
       const int32_t id = find(s);

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/json_fields.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
 
@@ -21,47 +22,7 @@ constexpr const char* kFormat = "spattn.blasst_calibration";
 // have one law; their reach is read off their curve at lambda = 1 where it has that point).
 constexpr int kVersion = 4;
 
-// Field readers: each throws Error "<origin>: field 'name' ..." on a missing or bad value.
-class Fields {
- public:
-  Fields(const json& j, const std::string& origin) : j_(j), origin_(origin) {}
-
-  const json& get(const char* name) const {
-    auto it = j_.find(name);
-    if (it == j_.end()) detail::fail(origin_, ": missing field '", name, "'");
-    return *it;
-  }
-  double number(const char* name, double lo, double hi, bool lo_open = false) const {
-    const json& v = get(name);
-    if (!v.is_number()) detail::fail(origin_, ": field '", name, "' must be a number");
-    const double x = v.get<double>();
-    if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
-      detail::fail(origin_, ": field '", name, "' must be a finite number in ", lo_open ? "(" : "[",
-                   lo, ", ", hi, "], got ", x);
-    return x;
-  }
-  int64_t integer(const char* name, int64_t lo) const {
-    const json& v = get(name);
-    if (!v.is_number_integer()) detail::fail(origin_, ": field '", name, "' must be an integer");
-    const int64_t x = v.get<int64_t>();
-    if (x < lo) detail::fail(origin_, ": field '", name, "' must be >= ", lo, ", got ", x);
-    return x;
-  }
-  std::string string(const char* name) const {
-    const json& v = get(name);
-    if (!v.is_string()) detail::fail(origin_, ": field '", name, "' must be a string");
-    return v.get<std::string>();
-  }
-  bool boolean(const char* name) const {
-    const json& v = get(name);
-    if (!v.is_boolean()) detail::fail(origin_, ": field '", name, "' must be true or false");
-    return v.get<bool>();
-  }
-
- private:
-  const json& j_;
-  const std::string& origin_;
-};
+using Fields = detail::JsonFields;
 
 }  // namespace
 
