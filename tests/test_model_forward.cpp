@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <random>
 
+#include "spattn/calibration.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
+#include "spattn/workload.hpp"
 
 namespace spattn::model {
 namespace {
@@ -288,6 +291,42 @@ TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
   EXPECT_GT(far, 1e-3);
   EXPECT_GT(s.timings().prefill_stats.causal_entries, s.timings().prefill_stats.score_entries);
   EXPECT_EQ(s.n_past(), 90);
+}
+
+// A calibrated BLASST spec runs each layer at its own law (layer=l added per layer): a per-layer
+// file without one of the model's layers is refused when the session is made, naming the layers
+// it has; a spec that names its layer uses that law for every layer.
+TEST(ModelForward, CalibratedBlasstTakesEachLayersOwnLaw) {
+  CalibrationOptions o;
+  o.order = BlasstOrder::local_first;
+  o.fit_min = 0.1, o.fit_max = 0.6;
+  o.gamma = 1.0;
+  BlasstCalibrator cal(o);
+  for (int64_t len : {512, 1024}) {
+    WorkloadConfig wc;
+    wc.seq = len, wc.heads = 4, wc.dim = 64, wc.seed = 3;
+    const Workload w = make_workload(wc);
+    cal.add(w.q, w.k, w.v, 0);
+    cal.add(w.q, w.k, w.v, 3);
+  }
+  const std::string file =
+      (std::filesystem::temp_directory_path() / "spattn_model_layers_calib.json").string();
+  save_calibration(file, cal.fit());
+  const MadeUp mu = make_model(Arch::llama, false, true, 9);
+  const Model model(mu.refs);
+  SessionOptions so = dense_opts(64, 24);
+  so.mode = PrefillMode::method;
+  so.attn_spec = "blasst:sparsity=0.3,calib=" + file;
+  std::string err;
+  try {
+    Session s(model, so);
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("no law for layer 1 (it has layers 0, 3)"), std::string::npos) << err;
+  so.attn_spec += ",layer=3";
+  EXPECT_NO_THROW(Session(model, so));
+  std::filesystem::remove(file);
 }
 
 TEST(ModelForward, BadInputRaises) {

@@ -59,7 +59,7 @@ struct Session::Impl {
   eval::RopeTable rope;
   std::vector<PackedKV> cache;
   std::vector<ChunkedH2OLayer> h2o;
-  std::unique_ptr<Method> method;
+  std::vector<std::unique_ptr<Method>> methods;  // per layer, method mode only
   std::vector<Tensor> k_raw, v_raw;  // [Hkv, n_ctx, d] per layer, method mode only
   int64_t n_past = 0;
   Timings t;
@@ -86,8 +86,18 @@ struct Session::Impl {
         h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx);
     }
     if (opt.mode == PrefillMode::method) {
-      method = make_method(opt.attn_spec);
+      // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
+      // layer=l is added unless the spec names a layer itself. A file with one law serves
+      // every layer; a per-layer file without this layer's law is an error naming its layers.
+      const MethodSpec spec = parse_method_spec(opt.attn_spec);
+      const bool per_layer = spec.params.count("calib") && !spec.params.count("layer");
       for (int64_t l = 0; l < cfg.n_layer; ++l) {
+        MethodSpec s = spec;
+        if (per_layer) {
+          s.params["layer"] = std::to_string(l);
+          s.text += ",layer=" + std::to_string(l);
+        }
+        methods.push_back(make_method(s));
         k_raw.emplace_back(DType::f32, cfg.n_head_kv, opt.n_ctx, cfg.head_dim);
         v_raw.emplace_back(DType::f32, cfg.n_head_kv, opt.n_ctx, cfg.head_dim);
       }
@@ -136,7 +146,7 @@ struct Session::Impl {
         Tensor& vr = v_raw[size_t(l)];
         copy_into(kv, kr.view().rows(pos0, n));
         copy_into(vv, vr.view().rows(pos0, n));
-        const MethodReport r = method->run(qv, kr.view().rows(0, pos0 + n),
+        const MethodReport r = methods[size_t(l)]->run(qv, kr.view().rows(0, pos0 + n),
                                            vr.view().rows(0, pos0 + n), ov, attn_opt(-1));
         if (stats) stats->add(r.stats);
         break;
