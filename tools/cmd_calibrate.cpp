@@ -58,11 +58,6 @@ struct CalibrateOptions {
 };
 
 void check(const CalibrateOptions& o) {
-  SPATTN_CHECK(!o.lengths.empty(), "--lengths needs at least one length");
-  for (int64_t l : o.lengths)
-    SPATTN_CHECK(l >= 1 && l <= (int64_t(1) << 30), "--lengths: each must be in [1, 2^30], got ", l);
-  SPATTN_CHECK(o.samples >= 1 && o.samples <= 1000, "--samples must be in [1, 1000], got ",
-               o.samples);
   SPATTN_CHECK(o.heads >= 1 && o.heads <= 4096, "--heads must be in [1, 4096], got ", o.heads);
   SPATTN_CHECK(o.kv_heads >= 0 && o.kv_heads <= o.heads && (o.kv_heads == 0 || o.heads % o.kv_heads == 0),
                "--kv-heads must be 0 or divide --heads (", o.heads, "), got ", o.kv_heads);
@@ -75,15 +70,14 @@ Tensor as_dtype(Tensor t, const std::string& dtype) {
   return t.dtype() == d ? std::move(t) : Tensor::copy_of(t.view(), d);
 }
 
-WorkloadConfig workload_config(const CalibrateOptions& o, int64_t length, uint64_t seed) {
+WorkloadConfig workload_config(const CalibrateOptions& o) {
   WorkloadConfig cfg;
   cfg.kind = parse_workload_kind(o.workload);
-  cfg.seq = length;
   cfg.heads = o.heads;
   cfg.kv_heads = o.kv_heads;
   cfg.dim = o.dim;
   cfg.dtype = o.dtype.empty() ? DType::f32 : parse_dtype(o.dtype);
-  cfg.seed = seed;
+  cfg.seed = o.seed;
   return cfg;
 }
 
@@ -91,17 +85,10 @@ WorkloadConfig workload_config(const CalibrateOptions& o, int64_t length, uint64
 template <class F>
 void for_each_sample(const CalibrateOptions& o, Progress& progress, F&& use) {
   if (o.qkv.empty()) {
-    int64_t done = 0;
-    const int64_t total = int64_t(o.lengths.size()) * o.samples;
-    for (int64_t len : o.lengths)
-      for (int64_t i = 0; i < o.samples; ++i) {
-        progress.update(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len,
-                                    o.seed + uint64_t(i)));
-        // The same seeds at every length: lengths differ only in length, as far as a generator
-        // can make them.
-        const Workload w = make_workload(workload_config(o, len, o.seed + uint64_t(i)));
-        use(int64_t(-1), w.q.view(), w.k.view(), w.v.view());
-      }
+    for_each_calibration_workload(
+        workload_config(o), o.lengths, o.samples,
+        [&](const std::string& status) { progress.update(status); },
+        [&](const Workload& w) { use(int64_t(-1), w.q.view(), w.k.view(), w.v.view()); });
     return;
   }
   const Layout layout = parse_layout(o.layout);

@@ -186,11 +186,18 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
 // Status lines for long calibrations ("sample 3/8: length 8192, seed 1"); may be empty.
 using CalibrationProgress = std::function<void(const std::string&)>;
 
-// Calibration on generated workloads (`spattn calibrate`, spattn.calibrate): `samples`
-// workloads of `base`'s kind and shape at each length, seeds base.seed, base.seed + 1, ...,
-// the same seeds at every length, so lengths differ only in length as far as a generator can
-// make them. Throws Error on empty lengths, lengths outside [1, 2^30], samples outside
-// [1, 1000], and whatever the calibrator or the fit throws.
+// The generated samples of calibration and of its evaluation: `samples` workloads of `base`'s
+// kind and shape at each length, seeds base.seed, base.seed + 1, ..., the same seeds at every
+// length, so lengths differ only in length as far as a generator can make them. Reports
+// "sample i/n: length L, seed s" before making each. Throws Error on empty lengths, lengths
+// outside [1, 2^30] and samples outside [1, 1000], before any work.
+void for_each_calibration_workload(const WorkloadConfig& base, const std::vector<int64_t>& lengths,
+                                   int64_t samples, const CalibrationProgress& progress,
+                                   const std::function<void(const Workload&)>& use);
+
+// Calibration on generated workloads (`spattn calibrate`, spattn.calibrate), made by
+// for_each_calibration_workload. Throws Error as it does, and whatever the calibrator or the
+// fit throws.
 Calibration calibrate_on_workloads(const CalibrationOptions& opt, const WorkloadConfig& base,
                                    const std::vector<int64_t>& lengths, int64_t samples,
                                    const CalibrationProgress& progress = {});

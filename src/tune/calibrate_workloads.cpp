@@ -17,34 +17,33 @@ void check_plan(const std::vector<int64_t>& lengths, int64_t samples) {
   SPATTN_CHECK(samples >= 1 && samples <= 1000, "--samples must be in [1, 1000], got ", samples);
 }
 
-WorkloadConfig at(const WorkloadConfig& base, int64_t length, int64_t sample) {
-  WorkloadConfig cfg = base;
-  cfg.seq = length;
-  cfg.q_len = 0;
-  cfg.seed = base.seed + uint64_t(sample);
-  return cfg;
-}
-
-void say(const CalibrationProgress& progress, const std::string& status) {
-  if (progress) progress(status);
-}
-
 }  // namespace
+
+void for_each_calibration_workload(const WorkloadConfig& base, const std::vector<int64_t>& lengths,
+                                   int64_t samples, const CalibrationProgress& progress,
+                                   const std::function<void(const Workload&)>& use) {
+  check_plan(lengths, samples);
+  int64_t done = 0;
+  const int64_t total = int64_t(lengths.size()) * samples;
+  for (int64_t len : lengths)
+    for (int64_t i = 0; i < samples; ++i) {
+      WorkloadConfig cfg = base;
+      cfg.seq = len;
+      cfg.q_len = 0;
+      cfg.seed = base.seed + uint64_t(i);
+      if (progress) progress(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len, cfg.seed));
+      use(make_workload(cfg));
+    }
+}
 
 Calibration calibrate_on_workloads(const CalibrationOptions& opt, const WorkloadConfig& base,
                                    const std::vector<int64_t>& lengths, int64_t samples,
                                    const CalibrationProgress& progress) {
   check_plan(lengths, samples);
   BlasstCalibrator cal(opt);  // checks the fit options before any data is made
-  int64_t done = 0;
-  const int64_t total = int64_t(lengths.size()) * samples;
-  for (int64_t len : lengths)
-    for (int64_t i = 0; i < samples; ++i) {
-      const WorkloadConfig cfg = at(base, len, i);
-      say(progress, fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len, cfg.seed));
-      const Workload w = make_workload(cfg);
-      cal.add(w.q.view(), w.k.view(), w.v.view());
-    }
+  for_each_calibration_workload(base, lengths, samples, progress, [&](const Workload& w) {
+    cal.add(w.q.view(), w.k.view(), w.v.view());
+  });
   return cal.fit();
 }
 
@@ -68,16 +67,14 @@ CalibrationEvaluation evaluate_calibration(const Calibration& c, const WorkloadC
   e.fixed_lambda = fixed_lambda > 0 ? fixed_lambda : c.lambda_for(targets.back(), lengths.front());
   e.sparsity.assign(lengths.size(), std::vector<std::vector<double>>(targets.size()));
   e.fixed.assign(lengths.size(), {});
-  for (size_t li = 0; li < lengths.size(); ++li)
-    for (int64_t i = 0; i < samples; ++i) {
-      const WorkloadConfig cfg = at(base, lengths[li], i);
-      say(progress, fmt::format("length {}, seed {}", lengths[li], cfg.seed));
-      const Workload w = make_workload(cfg);
-      const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn, c.order);
-      for (size_t ti = 0; ti < targets.size(); ++ti)
-        e.sparsity[li][ti].push_back(tm.sparsity_at(c.lambda_for(targets[ti], lengths[li])));
-      e.fixed[li].push_back(tm.sparsity_at(e.fixed_lambda));
-    }
+  size_t n = 0;  // samples come length by length
+  for_each_calibration_workload(base, lengths, samples, progress, [&](const Workload& w) {
+    const size_t li = n++ / size_t(samples);
+    const TileMargins tm = blasst_tile_margins(w.q, w.k, w.v, attn, c.order);
+    for (size_t ti = 0; ti < targets.size(); ++ti)
+      e.sparsity[li][ti].push_back(tm.sparsity_at(c.lambda_for(targets[ti], lengths[li])));
+    e.fixed[li].push_back(tm.sparsity_at(e.fixed_lambda));
+  });
   return e;
 }
 
