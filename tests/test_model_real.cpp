@@ -1,6 +1,6 @@
 // The runner on the real models in the shared models folder (skipped where it is absent):
 // code-tiny-8k loads as llama.cpp reports it, greedy generation is deterministic, chunked_h2o
-// leaves the KV cache complete for decode; stories260K's greedy story; `spattn run` and
+// leaves the KV cache complete for decode; stories260K's greedy text equals llama.cpp's; `spattn run` and
 // `spattn perplexity` end to end, and their bad input.
 #include <gtest/gtest.h>
 
@@ -78,6 +78,57 @@ TEST(ModelReal, Stories260KTellsItsStory) {
   EXPECT_EQ(tok.decode(out),
             ", there was a little girl named Lily. She loved to play outside in the park. One "
             "day,");
+}
+
+// Greedy continuations as llama.cpp writes them for the same file and prompts: llama.cpp
+// 0.5.0-dev (build 1, commit de3ff81, as bundled by node-llama-cpp 3.22.1), CPU backend, its
+// greedy sampler, stopping at end of generation:
+//   llama-simple -m stories260K.gguf -n N PROMPT
+// (its output, less the "<s> " it prints for BOS and SentencePiece's leading space, and the
+// newline at the end). llama-completion with --temp 0 prints the same text.
+TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
+  const std::string path = test::model_file("stories260K.gguf");
+  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  const gguf::File f = gguf::File::open(path);
+  const Model m = load_model(f);
+  const Tokenizer tok = Tokenizer::from_gguf(f);
+  struct Case {
+    const char* prompt;
+    int n;
+    const char* llama_cpp;
+  };
+  const Case cases[] = {
+      {"Once upon a time", 200,
+       "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+       "park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.\n"
+       "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. "
+       "She said, \"I want to play with your ball, but I can't find it.\"\n"
+       "Lily was sad and didn't know what to do. She said, \"I'm sorry, Lily. I didn't know what "
+       "to do.\"\n"
+       "Lily didn't want to help her mom, so she said, \"I"},
+      {"Lily and Ben went to the park.", 100,
+       "Lily and Ben went to the park. They saw a big box with a big box. They wanted to play "
+       "with it. They wanted to play with the box. They wanted to play with the box.\n"
+       "\"Look, Ben, I found a box. It is a big box.\" Lily said.\n"
+       "\"OK, it is not a box. It is a box."},
+      {"Tom had a big red ball. He", 100,
+       "Tom had a big red ball. He liked to play with his ball. He liked to play with his ball. "
+       "He liked to play with his ball. He liked to play with his ball.\n"
+       "One day, Tom saw a big ball. He wanted to play with it. He wanted to play with the ball. "
+       "He wanted to play with the ball. He wanted to play with the ball.\n"
+       "Tom said, \"I want to"},
+  };
+  SessionOptions so;
+  so.n_ctx = 256;
+  for (const Case& c : cases) {
+    const std::vector<int32_t> prompt = tok.encode(c.prompt);
+    std::vector<int32_t> out = greedy(m, so, prompt, c.n);
+    // llama-simple stops at end of generation; none of these continuations reaches it.
+    for (int32_t id : out) ASSERT_FALSE(tok.is_eog(id)) << c.prompt;
+    std::vector<int32_t> all(prompt);
+    all.insert(all.end(), out.begin(), out.end());
+    EXPECT_EQ(tok.decode(all), c.llama_cpp) << c.prompt;
+  }
 }
 
 class RunnerCli : public ::testing::Test {

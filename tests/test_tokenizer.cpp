@@ -1,5 +1,5 @@
 // Tokenizers: known ids on the real vocabularies (checked piece by piece against the vocab),
-// llama.cpp's result on the code model, round trips on ASCII, UTF-8 and whitespace runs, and
+// llama.cpp's ids on both real model vocabularies, round trips on ASCII, UTF-8 and whitespace runs, and
 // made-up vocabularies (always run) for the merge order, byte fallback and bad metadata.
 #include <gtest/gtest.h>
 
@@ -73,6 +73,52 @@ TEST(TokenizerReal, CodeTiny8kMatchesLlamaCpp) {
   EXPECT_EQ(m.tok.encode("a<|endoftext|>", false, true).back(), 0);
   EXPECT_NE(m.tok.encode("a<|endoftext|>", false, false).back(), 0);
   expect_round_trips(m.tok, "code-tiny-8k");
+}
+
+// llama.cpp's ids for accents, CJK, emoji (one with a skin-tone modifier), whitespace runs and
+// indented code, on both real model vocabularies (byte-level BPE and SentencePiece). Made with
+// llama.cpp 0.5.0-dev (build 1, commit de3ff81, as bundled by node-llama-cpp 3.22.1):
+//   llama-tokenize -m MODEL.gguf -p TEXT --ids --log-disable
+const std::vector<std::string> kParityText = {
+    "caf\xc3\xa9 na\xc3\xafve r\xc3\xa9sum\xc3\xa9",
+    "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e\xe3\x81\xae\xe3\x83\x86\xe3\x82\xad\xe3\x82\xb9\xe3\x83\x88"
+    " \xe4\xb8\xad\xe6\x96\x87",
+    "emoji \xf0\x9f\x98\x80\xf0\x9f\x8e\x89\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd done",
+    "a  b   c\t\td\n\n\n    e   ",
+    "    def f(x):\n        return x  # comment\n",
+};
+
+TEST(TokenizerReal, RealVocabulariesMatchLlamaCppIds) {
+  const std::string code = spattn::test::model_file("code-tiny-8k.gguf");
+  const std::string stories = spattn::test::model_file("stories260K.gguf");
+  if (code.empty() || stories.empty()) GTEST_SKIP() << "models folder absent";
+  const std::vector<Ids> code_ids = {
+      {0, 2283, 70, 128, 103, 348, 65, 128, 108, 415, 674, 128, 103, 83, 379, 128, 103},
+      {0, 163, 246, 99, 163, 251, 106, 165, 104, 253, 160, 224, 107, 160, 226, 229, 160, 225,
+       256, 160, 225, 118, 160, 226, 231, 221, 161, 117, 256, 163, 245, 230},
+      {0, 915, 79, 74, 73, 221, 173, 254, 247, 223, 173, 254, 237, 232, 173, 254, 240, 236, 173,
+       254, 238, 122, 426, 863},
+      {0, 65, 221, 324, 257, 273, 198, 198, 68, 199, 663, 629, 267},
+      {0, 267, 768, 306, 8, 88, 909, 404, 446, 754, 221, 521, 273, 642, 644, 199},
+  };
+  const std::vector<Ids> stories_ids = {
+      {1, 280, 412, 431, 485, 297, 412, 198, 178, 360, 352, 485, 419, 425, 423, 485},
+      {1, 410, 233, 154, 168, 233, 159, 175, 235, 173, 161, 230, 132, 177, 230, 134, 137, 230,
+       133, 176, 230, 133, 188, 230, 134, 139, 410, 231, 187, 176, 233, 153, 138},
+      {1, 344, 423, 414, 449, 417, 410, 243, 162, 155, 131, 243, 162, 145, 140, 243, 162, 148,
+       144, 243, 162, 146, 192, 279, 289, 411},
+      {1, 261, 410, 268, 410, 410, 280, 12, 12, 418, 13, 13, 13, 410, 410, 410, 344, 410, 410,
+       410},
+      {1, 410, 410, 410, 410, 279, 411, 431, 272, 489, 444, 488, 467, 13, 410, 410, 410, 410, 410,
+       410, 410, 410, 276, 413, 425, 420, 416, 410, 444, 410, 410, 38, 280, 287, 423, 377, 13},
+  };
+  const Loaded c = load(code), s = load(stories);
+  for (size_t i = 0; i < kParityText.size(); ++i) {
+    EXPECT_EQ(c.tok.encode(kParityText[i]), code_ids[i]) << "code-tiny-8k: '" << kParityText[i] << "'";
+    EXPECT_EQ(s.tok.encode(kParityText[i]), stories_ids[i]) << "stories260K: '" << kParityText[i] << "'";
+    EXPECT_EQ(c.tok.decode(code_ids[i]), kParityText[i]);
+    EXPECT_EQ(s.tok.decode(stories_ids[i]), kParityText[i]);
+  }
 }
 
 TEST(TokenizerReal, LlamaSpmVocabulary) {
