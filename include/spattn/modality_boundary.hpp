@@ -69,16 +69,20 @@ struct PairPlan {
 // offsets. Positions: q row r at kv_len - q_len + r.
 PairPlan pair_plan(const ModalityPairIndex& p, const ModalityLayout& layout, int64_t q_len);
 
-// out (and lse) = attention of each row over the union of its pieces' keys (a row in no piece:
-// zeros, LSE -inf). One head: q, k, v, out are [1, L, d]. Causal only.
-void attention_modality_pairs(const TensorView& q, const TensorView& k, const TensorView& v,
-                           const TensorView& out, const ModalityLayout& layout,
-                           const std::vector<ModalityPairIndex>& pairs, const AttnOptions& opt,
-                           float* lse = nullptr, Stats* stats = nullptr);
+// Every piece's plan, in order.
+std::vector<PairPlan> pair_plans(const std::vector<ModalityPairIndex>& pairs,
+                                 const ModalityLayout& layout, int64_t q_len);
 
-// Exactly the entries attention_modality_pairs computes, in original coordinates (head 0).
-std::unique_ptr<Coverage> modality_pairs_coverage(const ModalityLayout& layout,
-                                                  const std::vector<ModalityPairIndex>& pairs,
-                                                  int64_t q_len);
+// out (and lse) = attention of each row over the union of its pieces' keys (a row in no piece:
+// zeros, LSE -inf). One head: q, k, v, out are [1, L, d]. Causal only. plans from pair_plans.
+void attention_modality_pairs(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const std::vector<PairPlan>& plans,
+                              const AttnOptions& opt, float* lse = nullptr,
+                              Stats* stats = nullptr);
+
+// Exactly the entries attention_modality_pairs computes with `plans`, in original coordinates
+// (head 0).
+std::unique_ptr<Coverage> modality_pairs_coverage(std::vector<PairPlan> plans, int64_t q_len,
+                                                  int64_t kv_len);
 
 }  // namespace spattn

@@ -143,10 +143,16 @@ PairPlan pair_plan(const ModalityPairIndex& p, const ModalityLayout& layout, int
     const int64_t p1 = query_position(rows.back(), q_len, kv_len);
     const int64_t visible_cols = std::upper_bound(cols.begin(), cols.end(), p1) - cols.begin();
     if (visible_cols > 0) t.keys.push_back({0, visible_cols});
-    for (int64_t o : p.offsets) {
-      if (p1 - o < 0) break;  // offsets ascend: the rest are further left still
-      const int64_t a = std::lower_bound(rest.begin(), rest.end(), std::max<int64_t>(0, p0 - o)) - rest.begin();
-      const int64_t b = std::upper_bound(rest.begin(), rest.end(), p1 - o) - rest.begin();
+    // A run of consecutive diagonals o0..o1 covers [p0 - o1, p1 - o0]: one search per run
+    // (A-shape's local band is one run).
+    for (size_t x = 0; x < p.offsets.size();) {
+      size_t y = x;
+      while (y + 1 < p.offsets.size() && p.offsets[y + 1] == p.offsets[y] + 1) ++y;
+      const int64_t o0 = p.offsets[x], o1 = p.offsets[y];
+      x = y + 1;
+      if (p1 - o0 < 0) break;  // offsets ascend: the rest are further left still
+      const int64_t a = std::lower_bound(rest.begin(), rest.end(), std::max<int64_t>(0, p0 - o1)) - rest.begin();
+      const int64_t b = std::upper_bound(rest.begin(), rest.end(), p1 - o0) - rest.begin();
       if (a < b) t.keys.push_back({nc + a, nc + b});
     }
     coalesce(t.keys);
@@ -158,59 +164,57 @@ PairPlan pair_plan(const ModalityPairIndex& p, const ModalityLayout& layout, int
 
 namespace {
 
-class TwoDCoverage final : public Coverage {
+// Row queries walk the row's tile's packed ranges back to positions: building costs one pass
+// over the rows, so run() (which builds it) is not charged for what only recall reads.
+class PairsCoverage final : public Coverage {
  public:
-  TwoDCoverage(const ModalityLayout& layout, const std::vector<ModalityPairIndex>& pairs,
-               int64_t q_len)
-      : kv_len_(int64_t(layout.ids.size())), q_len_(q_len) {
-    for (const ModalityPairIndex& p : pairs) {
-      const PairPlan plan = pair_plan(p, layout, q_len);
-      Pair pc;
-      pc.tile_of.assign(size_t(q_len), -1);
-      for (size_t t = 0; t < plan.tiles.size(); ++t) {
-        for (int64_t r : plan.tiles[t].rows) pc.tile_of[size_t(r)] = int32_t(t);
-        // Packed ranges to runs of consecutive original positions.
-        std::vector<KeyRange> orig;
-        for (const KeyRange& kr : plan.tiles[t].keys)
-          for (int64_t i = kr.begin; i < kr.end; ++i) {
-            const int64_t j = plan.order[size_t(i)];
-            if (!orig.empty() && orig.back().end == j) ++orig.back().end;
-            else orig.push_back({j, j + 1});
-          }
-        coalesce(orig);
-        pc.tiles.push_back(std::move(orig));
-      }
-      pairs_.push_back(std::move(pc));
+  PairsCoverage(std::vector<PairPlan> plans, int64_t q_len, int64_t kv_len)
+      : plans_(std::move(plans)), q_len_(q_len), kv_len_(kv_len) {
+    for (const PairPlan& plan : plans_) {
+      std::vector<int32_t> tile_of(size_t(q_len), -1);
+      for (size_t t = 0; t < plan.tiles.size(); ++t)
+        for (int64_t r : plan.tiles[t].rows) tile_of[size_t(r)] = int32_t(t);
+      tile_of_.push_back(std::move(tile_of));
     }
   }
   void row_ranges(int64_t, int64_t row, std::vector<KeyRange>& out) const override {
     const int64_t lim = causal_limit(row, q_len_, kv_len_);
     std::vector<KeyRange> r;
-    for (const Pair& pc : pairs_) {
-      const int32_t t = pc.tile_of[size_t(row)];
+    for (size_t x = 0; x < plans_.size(); ++x) {
+      const int32_t t = tile_of_[x][size_t(row)];
       if (t < 0) continue;
-      for (const KeyRange& kr : pc.tiles[size_t(t)])
-        if (kr.begin < lim) r.push_back({kr.begin, std::min(kr.end, lim)});
+      const PairPlan& plan = plans_[x];
+      for (const KeyRange& kr : plan.tiles[size_t(t)].keys)
+        for (int64_t i = kr.begin; i < kr.end; ++i) {
+          const int64_t j = plan.order[size_t(i)];
+          if (j >= lim) continue;
+          if (!r.empty() && r.back().end == j) ++r.back().end;
+          else r.push_back({j, j + 1});
+        }
     }
     coalesce(r);
     out.insert(out.end(), r.begin(), r.end());
   }
 
  private:
-  struct Pair {
-    std::vector<int32_t> tile_of;             // q row -> tile, -1 when not of the query modality
-    std::vector<std::vector<KeyRange>> tiles;  // per tile, original key ranges before the causal cut
-  };
-  int64_t kv_len_, q_len_;
-  std::vector<Pair> pairs_;
+  std::vector<PairPlan> plans_;
+  std::vector<std::vector<int32_t>> tile_of_;  // per plan: q row -> tile, -1 when not its row
+  int64_t q_len_, kv_len_;
 };
 
 }  // namespace
 
-std::unique_ptr<Coverage> modality_pairs_coverage(const ModalityLayout& layout,
-                                                  const std::vector<ModalityPairIndex>& pairs,
-                                                  int64_t q_len) {
-  return std::make_unique<TwoDCoverage>(layout, pairs, q_len);
+std::vector<PairPlan> pair_plans(const std::vector<ModalityPairIndex>& pairs,
+                                 const ModalityLayout& layout, int64_t q_len) {
+  std::vector<PairPlan> plans;
+  plans.reserve(pairs.size());
+  for (const ModalityPairIndex& p : pairs) plans.push_back(pair_plan(p, layout, q_len));
+  return plans;
+}
+
+std::unique_ptr<Coverage> modality_pairs_coverage(std::vector<PairPlan> plans, int64_t q_len,
+                                                  int64_t kv_len) {
+  return std::make_unique<PairsCoverage>(std::move(plans), q_len, kv_len);
 }
 
 }  // namespace spattn

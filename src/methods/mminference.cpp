@@ -45,8 +45,9 @@ std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorVi
       detail::fail("mminference: boundary '", mm_boundary_name(hp.boundary),
                    "' is not implemented for grid heads");
   }
-  attention_modality_pairs(q, k, v, out, *layout, pieces, opt, lse, stats);
-  return modality_pairs_coverage(*layout, pieces, q.seq);
+  std::vector<PairPlan> plans = pair_plans(pieces, *layout, q.seq);
+  attention_modality_pairs(q, k, v, out, plans, opt, lse, stats);
+  return modality_pairs_coverage(std::move(plans), q.seq, k.seq);
 }
 
 }  // namespace
