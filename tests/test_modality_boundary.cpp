@@ -259,7 +259,7 @@ TEST(BoundaryPlan, OffRunsThePlanWithoutBoundaries) {
 // The boundary step: on a mixed sample the search may pick boundaries; its best recall is at
 // least the intra-only search's (a superset of candidates under the same budget); same input,
 // same plan; the plan records and round-trips the boundary.
-TEST(BoundarySearch, DeterministicAndNoWorseThanIntraOnly) {
+TEST(BoundarySearchSlow, DeterministicAndNoWorseThanIntraOnly) {
   WorkloadConfig cfg;
   cfg.kind = WorkloadKind::mixed;
   cfg.seq = 3072;
