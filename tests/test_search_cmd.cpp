@@ -1,10 +1,11 @@
 // `spattn search` and `mminference:plan=` end to end: a searched plan runs in bench and mask;
-// bad plans, a plan for another head count, and a bad grid stride exit with status 2 and name
-// the problem.
+// bad plans (unknown boundaries included), a plan for another head count, a bad boundary=
+// switch and a bad grid stride exit with status 2 and name the problem.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "cli_run.hpp"
@@ -63,6 +64,18 @@ TEST(SearchCmd, BadInputExits2) {
   expect_exit2(spattn::test::run_spattn(b + "grid:stride=4096", d), "above the length");
   expect_exit2(spattn::test::run_spattn(b + "grid:stride=64,phase=64", d), "phase");
   expect_exit2(spattn::test::run_spattn("search " + kVideo, d), "--out");
+  // An unknown boundary in a plan, and a bad boundary= switch.
+  const std::string plan = (d / "plan.json").string();
+  ASSERT_EQ(spattn::test::run_spattn("search " + kVideo + "--quiet --out " + plan, d).code(), 0);
+  std::ifstream in(plan);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = text.find("\"boundary\": \"none\"");
+  ASSERT_NE(at, std::string::npos);
+  const std::string odd = (d / "odd.json").string();
+  std::ofstream(odd) << text.replace(at, 18, "\"boundary\": \"diagonal\"");
+  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + odd, d), "unknown boundary 'diagonal'");
+  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + plan + ",boundary=maybe", d),
+               "boundary must be plan or off");
 }
 
 }  // namespace

@@ -34,8 +34,8 @@ void run_search(const SearchOptions& o) {
              plan.frame_stride, p.source);
   for (size_t h = 0; h < plan.layers[0].size(); ++h) {
     const MMHeadPlan& x = plan.layers[0][h];
-    fmt::print("  head {:>3}: {:<15} recall {:.4f}  cost {:.3f} of the A-shape budget\n", h,
-               mm_pattern_name(x.pattern), x.recall, x.cost);
+    fmt::print("  head {:>3}: {:<15} boundary {:<4} recall {:.4f}  cost {:.3f} of the A-shape budget\n",
+               h, mm_pattern_name(x.pattern), mm_boundary_name(x.boundary), x.recall, x.cost);
   }
 }
 

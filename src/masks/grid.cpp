@@ -1,14 +1,12 @@
 // MMInference's grid head: the stride space, the online stride/phase search (Algorithm 1), the
 // permuted layout the kernel computes it on (Algorithm 5), the natural band and the coverage.
 // See spattn/grid.hpp for the rules; this file is their one statement.
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
-#include "core/blas_threads.hpp"
-#include "core/threading.hpp"
+#include "masks/vertical_slash_estimate.hpp"
 #include "spattn/error.hpp"
 #include "spattn/grid.hpp"
 
@@ -43,11 +41,6 @@ void check_prefill_alignment(int64_t q_len, int64_t kv_len) {
                ") must be a multiple of ", kTile, " (query tiles aligned with key tiles)");
 }
 
-void load_rows(const TensorView& t, int64_t h, int64_t first, int64_t n, std::vector<float>& out) {
-  out.resize(size_t(n * t.dim));
-  for (int64_t s = 0; s < n; ++s)
-    for (int64_t c = 0; c < t.dim; ++c) out[size_t(s * t.dim + c)] = t.get(h, first + s, c);
-}
 
 }  // namespace
 
@@ -94,36 +87,28 @@ std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, c
   SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim &&
                    q.seq > 0 && q.seq <= k.seq,
                "grid: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
-  const int64_t lk = k.seq, d = q.dim, n = std::min(c.last_q, q.seq), group = q.heads / k.heads;
-  const float scale = softmax_scale(opt, d);
+  const int64_t lk = k.seq, n = std::min(c.last_q, q.seq);
   const std::vector<int64_t> strides = grid_stride_space(c, lk);
   const int64_t s_end = sink_end(c, lk);
-  BlasThreads blas(resolve_threads(opt.threads));
-  std::vector<float> kf, qf, sc(size_t(n * lk));
-  std::vector<double> vert(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(lk)), bucket;
+  std::vector<int64_t> est_rows(static_cast<size_t>(n));
+  std::iota(est_rows.begin(), est_rows.end(), q.seq - n);
+  // Algorithm 1's A_hat, the same estimate as vertical-slash's (one sgemm per head).
+  masks::AHatEstimator est(q, k, nullptr, opt);
+  std::vector<double> vert(static_cast<size_t>(lk)), slash(static_cast<size_t>(lk)), bucket;
   std::vector<GridLines> out(size_t(q.heads));
   for (int64_t h = 0; h < q.heads; ++h) {
-    if (h % group == 0) load_rows(k, h / group, 0, lk, kf);
-    load_rows(q, h, q.seq - n, n, qf);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(lk), int(d), scale, qf.data(),
-                int(d), kf.data(), int(d), 0.0f, sc.data(), int(lk));
     std::fill(vert.begin(), vert.end(), 0.0);
     std::fill(slash.begin(), slash.end(), 0.0);
     double total = 0;
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = lk - n + r;
-      const float* row = &sc[size_t(r * lk)];
-      const double m = *std::max_element(row, row + p + 1);
-      double l = 0;
-      for (int64_t j = 0; j <= p; ++j) l += e[size_t(j)] = std::exp(double(row[j]) - m);
+    est.head(h, est_rows, [&](int64_t p, const double* e, double l, int64_t) {
       // Only keys the grid pass could add: after the sink tiles, before the local band.
       for (int64_t j = s_end; j < band_begin(c, p); ++j) {
-        const double a = e[size_t(j)] / l;
+        const double a = e[j] / l;
         vert[size_t(j)] += a;
         slash[size_t(p - j)] += a;
         total += a;
       }
-    }
+    });
     GridLines best{strides.back(), 0};
     double best_score = -1e300;
     for (int64_t s : strides) {

@@ -56,14 +56,48 @@ namespace masks {
 //   vertical[j] = sum_r A_hat[r][j],   slash[o] = sum_r A_hat[r][p_r - o]
 // The QK^T product is one sgemm per head; softmax and sums are in double. Columns are chosen
 // among the candidates, `forced` ones first; diagonals 0..local-1 are forced.
+AHatEstimator::AHatEstimator(const TensorView& q, const TensorView& k,
+                             const std::vector<int64_t>* keys, const AttnOptions& opt)
+    : q_(q), k_(k), keys_(keys), scale_(softmax_scale(opt, q.dim)),
+      threads_(resolve_threads(opt.threads)) {}
+
+void AHatEstimator::head(int64_t h, const std::vector<int64_t>& est_rows,
+                         const std::function<void(int64_t, const double*, double, int64_t)>& visit) {
+  const int64_t lk = k_.seq, d = q_.dim, n = int64_t(est_rows.size());
+  const int64_t nk = keys_ ? int64_t(keys_->size()) : lk, kvh = h / (q_.heads / k_.heads);
+  BlasThreads blas(threads_);
+  if (kvh != loaded_kvh_) {
+    if (keys_) gather_rows(k_, kvh, *keys_, kf_);
+    else load_rows(k_, kvh, 0, lk, kf_);
+    loaded_kvh_ = kvh;
+  }
+  gather_rows(q_, h, est_rows, qf_);
+  s_.resize(size_t(n * nk));
+  e_.resize(size_t(nk));
+  if (n > 0 && nk > 0)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale_,
+                qf_.data(), int(d), kf_.data(), int(d), 0.0f, s_.data(), int(nk));
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t p = query_position(est_rows[size_t(r)], q_.seq, lk);
+    // Candidates the row sees: a prefix, since candidate positions ascend.
+    const int64_t vis = keys_ ? int64_t(std::upper_bound(keys_->begin(), keys_->end(), p) - keys_->begin())
+                              : p + 1;
+    if (vis <= 0) continue;
+    const float* row = &s_[size_t(r * nk)];
+    const double m = *std::max_element(row, row + vis);
+    double l = 0;
+    for (int64_t i = 0; i < vis; ++i) l += e_[size_t(i)] = std::exp(double(row[i]) - m);
+    visit(p, e_.data(), l, vis);
+  }
+}
+
 VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView& k,
                                            const VerticalSlashConfig& c, const AttnOptions& opt,
                                            const std::vector<int64_t>& est_rows,
                                            const std::vector<int64_t>* keys,
                                            const std::vector<int64_t>& forced) {
-  const int64_t lk = k.seq, d = q.dim, n = int64_t(est_rows.size()), group = q.heads / k.heads;
+  const int64_t lk = k.seq;
   const int64_t nk = keys ? int64_t(keys->size()) : lk;
-  const float scale = softmax_scale(opt, d);
   const int64_t n_cols = std::min(nk, std::max(c.vertical_size, int64_t(forced.size())));
   const int64_t n_diag = std::min(lk, std::max(c.slash_size, std::min(c.local, lk)));
   const auto key_pos = [&](int64_t i) { return keys ? (*keys)[size_t(i)] : i; };
@@ -73,35 +107,17 @@ VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView
   x.tile_rows = c.tile_rows;
   x.columns.resize(size_t(q.heads));
   x.offsets.resize(size_t(q.heads));
-  BlasThreads blas(resolve_threads(opt.threads));
-  std::vector<float> kf, qf, s(size_t(n * nk));
-  std::vector<double> vertical(static_cast<size_t>(nk)), slash(static_cast<size_t>(lk)), e(static_cast<size_t>(nk));
+  AHatEstimator est(q, k, keys, opt);
+  std::vector<double> vertical(static_cast<size_t>(nk)), slash(static_cast<size_t>(lk));
   for (int64_t h = 0; h < q.heads; ++h) {
-    if (h % group == 0) {
-      if (keys) gather_rows(k, h / group, *keys, kf);
-      else load_rows(k, h / group, 0, lk, kf);
-    }
-    gather_rows(q, h, est_rows, qf);
-    if (n > 0 && nk > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale,
-                  qf.data(), int(d), kf.data(), int(d), 0.0f, s.data(), int(nk));
     std::fill(vertical.begin(), vertical.end(), 0.0);
     std::fill(slash.begin(), slash.end(), 0.0);
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t p = query_position(est_rows[size_t(r)], q.seq, lk);
-      // Candidates the row sees: a prefix, since candidate positions ascend.
-      const int64_t vis = keys ? int64_t(std::upper_bound(keys->begin(), keys->end(), p) - keys->begin())
-                               : p + 1;
-      if (vis <= 0) continue;
-      const float* row = &s[size_t(r * nk)];
-      const double m = *std::max_element(row, row + vis);
-      double l = 0;
-      for (int64_t i = 0; i < vis; ++i) l += e[size_t(i)] = std::exp(double(row[i]) - m);
+    est.head(h, est_rows, [&](int64_t p, const double* e, double l, int64_t vis) {
       for (int64_t i = 0; i < vis; ++i) {
-        vertical[size_t(i)] += e[size_t(i)] / l;
-        slash[size_t(p - key_pos(i))] += e[size_t(i)] / l;
+        vertical[size_t(i)] += e[i] / l;
+        slash[size_t(p - key_pos(i))] += e[i] / l;
       }
-    }
+    });
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t i : forced) vertical[size_t(i)] = inf;
     std::fill(slash.begin(), slash.begin() + std::min(c.local, lk), inf);

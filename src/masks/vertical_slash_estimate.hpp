@@ -2,11 +2,36 @@
 // to src/masks).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "spattn/masks.hpp"
 
 namespace spattn::masks {
+
+// The estimate both vertical-slash and the grid head start from (MInference's and MMInference's
+// A_hat): for q head h, rows `est_rows` (sorted) against the candidate keys `keys` (ascending
+// positions; null: every key), A_hat[r][i] = softmax_i(scale q_r . k_i) over the candidates at
+// positions <= p_r. One sgemm per head; softmax in double. For each row, visit(p, e, l, vis) is
+// called with the row's position p, the number of visible candidates vis, and e[i] / l =
+// A_hat[r][i] for i < vis (rows that see no candidate are skipped). A kv head's keys are
+// gathered once for the q heads of its group when heads are asked in order.
+class AHatEstimator {
+ public:
+  AHatEstimator(const TensorView& q, const TensorView& k, const std::vector<int64_t>* keys,
+                const AttnOptions& opt);
+  void head(int64_t h, const std::vector<int64_t>& est_rows,
+            const std::function<void(int64_t p, const double* e, double l, int64_t vis)>& visit);
+
+ private:
+  const TensorView q_, k_;
+  const std::vector<int64_t>* keys_;
+  float scale_;
+  int threads_;
+  int64_t loaded_kvh_ = -1;
+  std::vector<float> kf_, qf_, s_;
+  std::vector<double> e_;
+};
 
 // Estimates from q rows `est_rows` (sorted) against the candidate keys `keys` (ascending
 // positions; null: every key) which columns and diagonals carry the attention (see

@@ -13,15 +13,52 @@
 #include "spattn/masks.hpp"
 #include "spattn/mminference.hpp"
 #include "spattn/modality.hpp"
+#include "spattn/modality_boundary.hpp"
 #include "spattn/sparse_attention.hpp"
 
 namespace spattn {
+
+namespace {
+
+// Q-boundary and 2D-boundary heads: the pattern's pieces per modality (or modality pair), each
+// from its own last queries, on the row-groups kernel (spattn/modality_boundary.hpp).
+std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorView& q,
+                                            const TensorView& k, const TensorView& v,
+                                            const TensorView& out, const AttnOptions& opt,
+                                            float* lse, Stats* stats) {
+  const bool split_keys = hp.boundary == MMBoundary::two_d;
+  const std::shared_ptr<const ModalityLayout> layout =
+      opt.modality ? opt.modality : std::make_shared<const ModalityLayout>(uniform_modality(k.seq));
+  layout->validate(k.seq);
+  std::vector<ModalityPairIndex> pieces;
+  switch (hp.pattern) {
+    case MMPattern::a_shape:
+      pieces = a_shape_pairs(*layout, q.seq, hp.sink, hp.local, split_keys);
+      break;
+    case MMPattern::vertical_slash: {
+      VerticalSlashConfig c;
+      c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
+      pieces = vertical_slash_pairs(q, k, *layout, c, opt, split_keys);
+      break;
+    }
+    case MMPattern::grid:
+      detail::fail("mminference: boundary '", mm_boundary_name(hp.boundary),
+                   "' is not implemented for grid heads");
+  }
+  std::vector<PairPlan> plans = pair_plans(pieces, *layout, q.seq);
+  attention_modality_pairs(q, k, v, out, plans, opt, lse, stats);
+  return modality_pairs_coverage(std::move(plans), q.seq, k.seq);
+}
+
+}  // namespace
 
 std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride,
                                       const TensorView& q, const TensorView& k,
                                       const TensorView& v, const TensorView& out,
                                       const AttnOptions& opt, float* lse, Stats* stats) {
   SPATTN_CHECK(q.heads == 1 && k.heads == 1, "mminference: mm_run_head takes one head");
+  if (hp.boundary == MMBoundary::q || hp.boundary == MMBoundary::two_d)
+    return run_boundary_head(hp, q, k, v, out, opt, lse, stats);
   switch (hp.pattern) {
     case MMPattern::grid: {
       GridConfig c;
@@ -74,6 +111,13 @@ class MMInference final : public Method {
     plan_ = load_mm_plan(path);
     layer_ = r.get_int("layer", 0, 0, int64_t(plan_.layers.size()) - 1);
     if (r.has("frame")) frame_ = r.get_int("frame", 0, 0, int64_t(1) << 40);
+    // boundary=off runs every head's pattern as a No-Boundary head (the comparison that shows
+    // what the plan's boundaries are worth); boundary=plan (the default) runs the plan's.
+    const std::string b = r.get_string("boundary", "plan");
+    SPATTN_CHECK(b == "plan" || b == "off", "mminference: boundary must be plan or off, got '", b, "'");
+    if (b == "off")
+      for (auto& layer : plan_.layers)
+        for (MMHeadPlan& h : layer) h.boundary = MMBoundary::none;
     r.finish();
   }
   std::string name() const override { return "mminference"; }
@@ -95,12 +139,14 @@ class MMInference final : public Method {
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
     auto& pattern = r.per_head["pattern"];  // 0 grid, 1 a_shape, 2 vertical_slash
+    auto& boundary = r.per_head["boundary"];  // 0 none, 1 k, 2 q, 3 2d
     for (int64_t h = 0; h < q.heads; ++h) {
       const int64_t kvh = h / group;
       cov.push_back(mm_run_head(heads[size_t(h)], frame, q.head_range(h, 1), k.head_range(kvh, 1),
                                 v.head_range(kvh, 1), out.head_range(h, 1), o,
                                 lse ? lse + h * q.seq : nullptr, &r.stats));
       pattern.push_back(double(int(heads[size_t(h)].pattern)));
+      boundary.push_back(double(int(heads[size_t(h)].boundary)));
     }
     r.coverage = std::make_shared<PerHeadCoverage>(std::move(cov));
     return r;

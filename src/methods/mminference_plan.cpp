@@ -33,13 +33,22 @@ MMPattern parse_pattern(const std::string& s, const std::string& origin) {
   detail::fail(origin, ": unknown pattern '", s, "' (expected grid, a_shape or vertical_slash)");
 }
 
+MMBoundary parse_boundary(const std::string& s, const std::string& origin) {
+  if (s == "none") return MMBoundary::none;
+  if (s == "k") return MMBoundary::k;
+  if (s == "q") return MMBoundary::q;
+  if (s == "2d") return MMBoundary::two_d;
+  detail::fail(origin, ": unknown boundary '", s, "' (expected none, k, q or 2d)");
+}
+
 MMHeadPlan head_from_json(const json& j, const std::string& origin) {
   const Fields f(j, origin);
   MMHeadPlan h;
   h.pattern = parse_pattern(f.string("pattern"), origin);
-  h.boundary = f.string("boundary");
-  if (h.boundary != "none")
-    detail::fail(origin, ": unknown boundary '", h.boundary, "' (supported: none)");
+  h.boundary = parse_boundary(f.string("boundary"), origin);
+  if (h.pattern == MMPattern::grid && (h.boundary == MMBoundary::q || h.boundary == MMBoundary::two_d))
+    detail::fail(origin, ": boundary '", mm_boundary_name(h.boundary),
+                 "' is not implemented for grid heads (only none and k)");
   switch (h.pattern) {
     case MMPattern::grid:
       h.hline = f.boolean("hline");
@@ -78,7 +87,7 @@ json head_to_json(const MMHeadPlan& h) {
       j["vertical"] = h.vertical, j["slash"] = h.slash_size;
       break;
   }
-  j["boundary"] = h.boundary;
+  j["boundary"] = mm_boundary_name(h.boundary);
   j["recall"] = h.recall;
   j["cost"] = h.cost;
   return j;
@@ -91,6 +100,16 @@ const char* mm_pattern_name(MMPattern p) {
     case MMPattern::grid: return "grid";
     case MMPattern::a_shape: return "a_shape";
     case MMPattern::vertical_slash: return "vertical_slash";
+  }
+  return "?";
+}
+
+const char* mm_boundary_name(MMBoundary b) {
+  switch (b) {
+    case MMBoundary::none: return "none";
+    case MMBoundary::k: return "k";
+    case MMBoundary::q: return "q";
+    case MMBoundary::two_d: return "2d";
   }
   return "?";
 }

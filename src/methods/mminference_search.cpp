@@ -1,7 +1,8 @@
 // MMInference's offline pattern search ("MMInference: Modality-Aware Permutation Sparse
-// Attention", section 3.3, Algorithm 4, Appendix A and C.5), intra-modality part: per q head,
-// every Table 3 candidate runs on our kernels against dense on one calibration sample. See
-// mm_search in spattn/mminference.hpp for the rule.
+// Attention", section 3.3, Algorithm 4, Appendix A and C.5): per q head, every Table 3
+// candidate, and on a mixed-modality sample each A-shape and vertical-slash candidate also as a
+// Q-boundary and a 2D-boundary head, runs on our kernels against dense on one calibration
+// sample. See mm_search in spattn/mminference.hpp for the rule.
 //
 // Kernel-aware and deterministic: a candidate's cost is the work our kernel did for it, key
 // tiles visited (each a 64-key tile against up to 64 rows), times a per-form factor (1.25 for
@@ -12,6 +13,7 @@
 
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
+#include "spattn/modality.hpp"
 
 namespace spattn {
 
@@ -47,8 +49,27 @@ std::vector<MMHeadPlan> table3_candidates() {
   return c;
 }
 
+// The boundary step's candidates (Algorithm 4, inter-modality search): each A-shape and
+// vertical-slash candidate again as a Q-boundary and a 2D-boundary head. Only where the sample
+// has two or more modalities: with one, q is the same index as none. K-boundary is not a
+// separate candidate: it runs exactly as none (see MMBoundary) and would only tie with it.
+std::vector<MMHeadPlan> with_boundaries(const std::vector<MMHeadPlan>& intra) {
+  std::vector<MMHeadPlan> c = intra;
+  for (MMBoundary b : {MMBoundary::q, MMBoundary::two_d})
+    for (MMHeadPlan h : intra)
+      if (h.pattern != MMPattern::grid) {
+        h.boundary = b;
+        c.push_back(h);
+      }
+  return c;
+}
+
+// Vertical-slash's own kernel gathers its vertical lines; boundary heads run on the row-groups
+// kernel, which packs a piece's columns as ordinary key tiles.
 double kernel_cost(const MMHeadPlan& h, const Stats& st) {
-  return double(st.tiles_visited) * (h.pattern == MMPattern::vertical_slash ? kGatherFactor : 1.0);
+  const bool gathers = h.pattern == MMPattern::vertical_slash &&
+                       (h.boundary == MMBoundary::none || h.boundary == MMBoundary::k);
+  return double(st.tiles_visited) * (gathers ? kGatherFactor : 1.0);
 }
 
 // 1 - ||o - ref|| / ||ref|| over one head.
@@ -79,7 +100,9 @@ MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
   MMHeadPlan budget_shape;
   budget_shape.pattern = MMPattern::a_shape;
   budget_shape.sink = 1024, budget_shape.local = 4096;  // Appendix C.5's target: 1k global + 4k local
-  const std::vector<MMHeadPlan> cands = table3_candidates();
+  const bool mixed = so.boundaries && opt.modality && opt.modality->num_modalities() >= 2;
+  if (opt.modality) opt.modality->validate(k.seq);
+  const std::vector<MMHeadPlan> cands = mixed ? with_boundaries(table3_candidates()) : table3_candidates();
   MMPlan plan;
   plan.heads = q.heads;
   plan.frame_stride = so.frame_stride;
@@ -110,8 +133,9 @@ MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
       best.recall = output_recall(out, ref), best.cost = 1.0;
     }
     if (so.verbose)
-      std::fprintf(stderr, "search: head %lld: %s (recall %.4f, cost %.3f of budget)\n",
-                   static_cast<long long>(h), mm_pattern_name(best.pattern), best.recall, best.cost);
+      std::fprintf(stderr, "search: head %lld: %s, boundary %s (recall %.4f, cost %.3f of budget)\n",
+                   static_cast<long long>(h), mm_pattern_name(best.pattern),
+                   mm_boundary_name(best.boundary), best.recall, best.cost);
     plan.layers[0].push_back(best);
   }
   return plan;
