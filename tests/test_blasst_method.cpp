@@ -2,6 +2,8 @@
 // from a calibration, and both kernels it dispatches to (prefill, and decode at q_len <= 16).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include "spec_error.hpp"
 
 #include <cmath>
@@ -26,7 +28,7 @@ fs::path write_calibration() {
   c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
   c.fit_min = 0.2, c.fit_max = 0.85, c.samples = 1, c.lengths = {1024};
   c.source = "test", c.heads = 2, c.kv_heads = 2, c.dim = 64, c.dtype = "f32";
-  const fs::path p = fs::path(::testing::TempDir()) / "spattn_blasst_method_calib.json";
+  const fs::path p = fs::path(::testing::TempDir()) / (std::string("spattn_blasst_method_calib_") + std::to_string(::getpid()) + ".json");
   save_calibration(p.string(), c);
   return p;
 }

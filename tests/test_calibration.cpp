@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cli_run.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/calibration.hpp"
@@ -269,7 +271,7 @@ TEST(CalibWorkloadSlow, SmallLengthsHitTarget) {
 }
 
 TEST(CalibCli, WritesLoadableFile) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "spattn_calib_cli";
+  const fs::path dir = fs::path(::testing::TempDir()) / (std::string("spattn_calib_cli_") + std::to_string(::getpid()) + "");
   fs::create_directories(dir);
   const fs::path out = dir / "calib.json";
   const std::string cmd = std::string(SPATTN_CLI_PATH) +
@@ -294,7 +296,7 @@ TEST(CalibCli, WritesLoadableFile) {
 // --evaluate reads a calibration and reports the sparsity it reaches on fresh workloads; every
 // bad value of its flags is a message and exit code 2.
 TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
-  const fs::path dir = fs::path(::testing::TempDir()) / "spattn_calib_eval";
+  const fs::path dir = fs::path(::testing::TempDir()) / (std::string("spattn_calib_eval_") + std::to_string(::getpid()) + "");
   fs::remove_all(dir);
   fs::create_directories(dir);
   const std::string calib = (dir / "calib.json").string();

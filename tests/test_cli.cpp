@@ -14,6 +14,8 @@
 #include <sstream>
 #include <string>
 
+#include <unistd.h>
+
 #include "cli_run.hpp"
 #include "spattn/method.hpp"
 #include "kernels/flash_common.hpp"
@@ -29,7 +31,9 @@ using spattn::test::slurp;
 
 fs::path test_root() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return fs::path(::testing::TempDir()) / (std::string("spattn_cli_") + info->name());
+  // The pid keeps two test runs on one machine (two checkouts) out of each other's files.
+  return fs::path(::testing::TempDir()) /
+         (std::string("spattn_cli_") + info->name() + "_" + std::to_string(::getpid()));
 }
 
 // A fresh directory for this test's files (`what`: "files" or "run"); cleared when asked

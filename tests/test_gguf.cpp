@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "models_dir.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
@@ -237,7 +239,7 @@ TEST(Gguf, WriterRejectsBadTensors) {
 }
 
 TEST(Gguf, FileOnDiskIsMappedAndNamed) {
-  const fs::path p = fs::path(::testing::TempDir()) / "spattn_gguf_disk.gguf";
+  const fs::path p = fs::path(::testing::TempDir()) / (std::string("spattn_gguf_disk_") + std::to_string(::getpid()) + ".gguf");
   Small s;
   Writer w;
   w.set("general.architecture", "llama");
@@ -252,7 +254,7 @@ TEST(Gguf, FileOnDiskIsMappedAndNamed) {
   fs::remove(p);
   expect_error([&] { File::open(p.string()); }, "cannot open");
   expect_error([&] { File::open(::testing::TempDir()); }, "not a regular file");
-  const fs::path e = fs::path(::testing::TempDir()) / "spattn_gguf_empty.gguf";
+  const fs::path e = fs::path(::testing::TempDir()) / (std::string("spattn_gguf_empty_") + std::to_string(::getpid()) + ".gguf");
   { std::ofstream(e.string()).flush(); }
   expect_error([&] { File::open(e.string()); }, "too small to be a GGUF file");
   fs::remove(e);
