@@ -117,11 +117,12 @@ void expect_same_as_selectors(const Rows& s, const TopKParams& params, Pattern p
     }
 }
 
-void expect_every_kind_and_pattern(std::initializer_list<int> ks) {
+void expect_every_kind_and_pattern(std::initializer_list<int> ks,
+                                   std::initializer_list<bool> forced) {
   const Pattern patterns[] = {Pattern::ascending, Pattern::descending, Pattern::ties,
                               Pattern::levels,    Pattern::extremes,   Pattern::random,
                               Pattern::climbing,  Pattern::skipped};
-  for (bool with_forced : {false, true}) {
+  for (bool with_forced : forced) {
     const Rows s = make_setup(with_forced ? 37 : 16, with_forced);
     for (TopKKind kind : {TopKKind::exact, TopKKind::tree, TopKKind::estimate, TopKKind::hybrid})
       for (int k : ks)
@@ -131,12 +132,16 @@ void expect_every_kind_and_pattern(std::initializer_list<int> ks) {
 }
 
 // k = 5: the buffers fill early and most pushes lose; k = 128 (the paper's): rows of up to 150
-// blocks, so the buffers fill late and many pushes win.
-TEST(SelectObserver, EachRowEqualsItsStandaloneSelector) { expect_every_kind_and_pattern({5, 128}); }
+// blocks, so the buffers fill late and many pushes win. Rows with sink and local blocks forced.
+TEST(SelectObserver, EachRowEqualsItsStandaloneSelector) {
+  expect_every_kind_and_pattern({5, 128}, {true});
+}
 
-// One slot; the hybrid's 8 exact slots alone (k = 8) and 8 of 40; k above the row's blocks.
-TEST(SelectObserver, EachRowEqualsItsStandaloneSelectorOtherKSlow) {
-  expect_every_kind_and_pattern({1, 8, 40, 200});
+// The same with nothing forced (every 16th row); then one slot, the hybrid's 8 exact slots
+// alone (k = 8) and 8 of 40, and k above the row's blocks, both ways.
+TEST(SelectObserver, EachRowEqualsItsStandaloneSelectorMoreSlow) {
+  expect_every_kind_and_pattern({5, 128}, {false});
+  expect_every_kind_and_pattern({1, 8, 40, 200}, {false, true});
 }
 
 TEST(SelectObserver, HybridSettingsOfThePaper) {
