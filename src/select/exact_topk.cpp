@@ -79,6 +79,11 @@ void ExactTopK::rescan_group(int g) {
 void ExactTopK::find_min() {
   const uint64_t* gm = group_min_.data();
   const int groups = int(group_min_.size());
+  if (groups == 1) {  // k <= kGroup (the hybrid's 8 exact slots): the group's argmin is mu
+    min_key_ = gm[0];
+    min_pos_ = group_arg_[0];
+    return;
+  }
   min_key_ = min_of(gm, groups);
   const int g = position_of(gm, groups, min_key_);
   min_pos_ = g * kGroup + group_arg_[size_t(g)];
