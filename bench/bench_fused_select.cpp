@@ -15,13 +15,24 @@
 // (sum of exp(S(j) - LSE_row)) over that of the exact top-512, averaged over those rows (rows
 // with fewer blocks keep everything at k = 512). mass_abs: the mean mass kept over every
 // sampled row.
+//
+// ObserverReplay: the observer's own work, free of the pass's timing noise. The observe() calls
+// of one observed pass at gamma = 16 (every strip's per-tile LSE) are recorded once, then
+// replayed on one thread into a fresh BlockSelectObserver, timed round-robin with the plain
+// pass. replay_pct: the replay's time over the plain pass's CPU time (its wall time times the
+// threads it ran on), i.e. the share of the pass the observer's selection work adds when spread
+// over the same threads. It leaves out what the kernel does for the observer (each tile's
+// per-row LSE, the virtual call), which the fused benchmark's overhead_pct includes.
 // Run: build/bin/spattn_microbench --benchmark_filter='FusedSelect/seq:131072'
+//      build/bin/spattn_microbench --benchmark_filter='ObserverReplay'
 #include <benchmark/benchmark.h>
 
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <optional>
 #include <vector>
 
@@ -131,6 +142,70 @@ void BM_FusedSelect(benchmark::State& state) {
   state.counters["mass"] = long_rows ? rel / double(long_rows) : 1.0;
   state.counters["mass_abs"] = abs / double(m.size());
 }
+
+// Every observe() call of a pass, in the order they came (each strip's in tile order).
+struct Recorder final : BlockLseObserver {
+  struct Call {
+    int64_t h, row_begin, rows, key_block;
+    size_t at;  // into lse
+  };
+  std::mutex mu;
+  std::vector<Call> calls;
+  std::vector<float> lse;
+  void observe(int64_t h, int64_t row_begin, int64_t rows, int64_t key_block,
+               const float* block_lse) override {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.push_back({h, row_begin, rows, key_block, lse.size()});
+    lse.insert(lse.end(), block_lse, block_lse + rows);
+  }
+};
+
+Recorder& recorded(int64_t seq) {
+  static std::map<int64_t, std::unique_ptr<Recorder>> cache;
+  auto& slot = cache[seq];
+  if (!slot) {
+    Inputs& in = inputs(seq);
+    slot = std::make_unique<Recorder>();
+    attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data(),
+                           slot.get());
+  }
+  return *slot;
+}
+
+void BM_ObserverReplay(benchmark::State& state) {
+  const int64_t seq = state.range(0);
+  Inputs& in = inputs(seq);
+  const Recorder& rec = recorded(seq);
+  TopKParams p;
+  p.kind = TopKKind(state.range(1)), p.k = int(state.range(2));
+  p.k_exact = std::min(kHybridExact, p.k);
+  double plain_s = 0, replay_s = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const auto t0 = std::chrono::steady_clock::now();
+    attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
+    const auto t1 = std::chrono::steady_clock::now();
+    BlockSelectObserver obs(kHeads, in.rows, seq, seq, kBeta, in.forced, seq, p);
+    state.ResumeTiming();
+    const auto t2 = std::chrono::steady_clock::now();
+    for (const Recorder::Call& c : rec.calls)
+      obs.observe(c.h, c.row_begin, c.rows, c.key_block, rec.lse.data() + c.at);
+    const auto t3 = std::chrono::steady_clock::now();
+    plain_s += std::chrono::duration<double>(t1 - t0).count();
+    replay_s += std::chrono::duration<double>(t3 - t2).count();
+  }
+  const double threads = std::max(1u, std::thread::hardware_concurrency());
+  state.counters["replay_pct"] = 100.0 * replay_s / (plain_s * threads);
+}
+
+void replay_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"seq", "kind", "k"});
+  for (int kind = 0; kind < 4; ++kind)
+    for (int k : {16, 128, 1024}) b->Args({131072, kind, k});
+}
+
+BENCHMARK(BM_ObserverReplay)->Apply(replay_args)->Iterations(3)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"seq", "kind", "k"});

@@ -242,6 +242,19 @@ TYPED_TEST(SelectExactKinds, ResetToOtherK) {
   }
 }
 
+// The exact buffer finds its argmin in two levels (groups of 16 slots): k over many groups,
+// with a partial last group, on long ascending rows (every push wins and every group is
+// rewritten) and random rows with ties.
+TEST(SelectExact, GroupedArgminOverManyGroups) {
+  std::vector<float> up(3000);
+  for (size_t i = 0; i < up.size(); ++i) up[i] = float(i) * 0.5f;
+  for (int k : {128, 129, 1000, 1024}) {
+    expect_exact<ExactTopK>(with_scores(up), k, "ascending");
+    expect_exact<ExactTopK>(shuffled(random_stream(3000, uint64_t(k), 7), uint64_t(k) + 1), k,
+                            "random, ties");
+  }
+}
+
 TEST(SelectTree, AnyKNotOnlyPowersOfTwo) {
   // The heap layout over 2k nodes is a complete binary tree for every k: leaves at two depths
   // when k is not a power of two. Every k from 1 to 130, ascending scores (every push wins, so

@@ -30,6 +30,7 @@
 // Preconditions, not checked in push(): block >= 0, each block pushed at most once per row,
 // score not NaN (+-inf are allowed: a -inf block is still a block and ranks last).
 #pragma once
+#include <array>
 #include <bit>
 #include <climits>
 #include <cmath>
@@ -71,6 +72,16 @@ inline uint64_t make_key(int32_t block, float score) {
   return (uint64_t(ordered) << 32) | uint64_t(~uint32_t(block));
 }
 
+// kInverse[n] = 1.0 / double(n) (n >= 1), computed at compile time, for the estimate's Welford
+// update: a row of up to kInverses blocks divides nowhere (IEEE division is correctly rounded
+// at compile time as at run time: the same bits).
+inline constexpr int64_t kInverses = 4096;
+inline constexpr std::array<double, kInverses> kInverse = [] {
+  std::array<double, kInverses> a{};
+  for (int64_t n = 1; n < kInverses; ++n) a[size_t(n)] = 1.0 / double(n);
+  return a;
+}();
+
 inline BlockScore from_key(uint64_t key) {
   const uint32_t ordered = uint32_t(key >> 32);
   const uint32_t b = (ordered & 0x80000000u) ? (ordered & 0x7fffffffu) : ~ordered;
@@ -82,9 +93,12 @@ inline BlockScore from_key(uint64_t key) {
 class HybridTopK;
 
 // MOMO Section 3, "Online Exact Top-K": the buffers t (blocks) and s (scores) as k keys, with
-// mu = argmin s kept after every update so the next push tests only s_mu (Eq. 4). An update
-// rescans the k slots (O(k)); while the buffer is still filling, a block takes the next empty
-// slot in O(1) (every empty slot is an argmin).
+// mu = argmin s kept after every update so the next push tests only s_mu (Eq. 4). While the
+// buffer is still filling, a block takes the next empty slot in O(1) (every empty slot is an
+// argmin). Finding the new mu after an update is the paper's O(k) rescan done in two levels:
+// the slots are cut into groups of kGroup, each with its minimum and that minimum's slot kept,
+// so an update rescans the group it wrote, then the group minima (kGroup + k / kGroup keys, a
+// few cache lines, instead of k). The argmin it finds is the same.
 class ExactTopK {
  public:
   ExactTopK() = default;  // k = 0: keeps nothing until reset
@@ -109,11 +123,16 @@ class ExactTopK {
   friend class HybridTopK;
   void init(int k);  // k >= 0 unchecked (the hybrid's k_exact may be 0)
   void replace(uint64_t key);
-  void rescan();
+  // Recomputes group g's minimum and its slot; find_min then finds mu from the group minima.
+  void rescan_group(int g);
+  void find_min();
   // Stores `key` (> min_key_); returns the key it evicted, or 0 if it took an empty slot.
   uint64_t exchange(uint64_t key);
 
+  static constexpr int kGroup = 16;  // slots per group: two cache lines of keys
   std::vector<uint64_t> keys_;  // (t_i, s_i) packed, filled_ of them valid
+  std::vector<uint64_t> group_min_;  // per group of kGroup slots, its least key (once full)
+  std::vector<uint8_t> group_arg_;   // and that key's slot within the group
   uint64_t min_key_ = ~uint64_t(0);  // key of slot mu; 0 while a slot is empty
   int min_pos_ = 0;                  // mu
   int filled_ = 0;
@@ -193,8 +212,11 @@ class EstimatedTopK {
     if (slots >= remaining || exceeds_threshold(score, slots, remaining))
       held_[size_t(taken_++)] = {block, score + 0.0f};
     if (std::isfinite(score)) {
-      // Welford's update of m and sigma^2; 1/n is off the dependency chain through m.
-      const double x = score, inv_n = 1.0 / double(++n_), d = x - mean_;
+      // Welford's update of m and sigma^2; 1/n is off the dependency chain through m, and
+      // read from a table for the first counts (the same value, without a division).
+      const int64_t n = ++n_;
+      const double x = score, d = x - mean_;
+      const double inv_n = n < topk_detail::kInverses ? topk_detail::kInverse[n] : 1.0 / double(n);
       mean_ += d * inv_n;
       m2_ += d * (x - mean_);
     }
@@ -227,9 +249,13 @@ class EstimatedTopK {
   bool exceeds_threshold(float score, int slots, int64_t remaining) {
     const double dev = double(score) - mean_;
     if (n_ >= 2 && 2 * int64_t(slots) <= remaining) {  // p >= 1/2
-      if (!(dev > 0.0)) return false;
-      const double a = dev * dev * double(n_ - 1);
-      if (remaining >= lo_remaining_ && a <= lo_2z2_ * m2_) return false;
+      // Both rejections (S <= m, and S - m at or below the lower bound) in one compare: dev's
+      // sign alone is a coin toss per block and would mispredict, while "rejected" is what
+      // most blocks are. a carries dev's sign, so a <= 0 iff dev <= 0; the bound is >= 0 (0
+      // once expired); for dev > 0, a is (S - m)^2 (n - 1) to the bit.
+      const double a = dev * std::fabs(dev) * double(n_ - 1);
+      const double lo = remaining >= lo_remaining_ ? lo_2z2_ * m2_ : 0.0;
+      if (a <= lo) return false;
       if (slots == hi_slots_ && a > hi_2z2_ * m2_) return true;
     }
     return exceeds_threshold_exact(score, slots, remaining);
@@ -272,14 +298,15 @@ class HybridTopK {
   void reset(int64_t total_blocks);  // a new row, same k and k_exact
 
   void push(int32_t block, float score) {
-    uint64_t key = topk_detail::make_key(block, score);
+    const uint64_t key = topk_detail::make_key(block, score);
     if (key > exact_.min_key_) {
-      key = exact_.exchange(key);
-      if (key == 0) return;
-    }
-    if (estimate_.k_ > 0) {
-      const BlockScore b = topk_detail::from_key(key);
-      estimate_.push(b.block, b.score);
+      const uint64_t out = exact_.exchange(key);
+      if (out != 0 && estimate_.k_ > 0) {
+        const BlockScore b = topk_detail::from_key(out);
+        estimate_.push(b.block, b.score);
+      }
+    } else if (estimate_.k_ > 0) {
+      estimate_.push(block, score + 0.0f);  // as from_key(key) would give it back
     }
   }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "spattn/attention.hpp"
@@ -39,10 +40,17 @@ struct ForcedBlocks {
 // log-add-exp of its tiles in arrival order. A block whose tiles were all skipped (score -inf)
 // is not pushed. Rows are independent: the kernel's threads may report different rows at once.
 //
-// Cost. Per call (one strip of rows, one key tile) the selector kind is dispatched
-// once; per row, a tile outside its candidates costs one compare (Span), and a block its
-// selector would drop unchanged costs one more, against the selector's gate() kept in a dense
-// array, without touching the selector; only the others reach push().
+// Cost. Per call (one strip of rows, one key tile) the selector kind is dispatched once; per
+// row, a tile outside its candidates costs one compare (Span), and a block its selector would
+// drop unchanged costs one more, against the selector's gate() kept in a dense array, without
+// touching the selector. For the exact selectors (exact, tree) the others are not pushed at
+// once: each row buffers up to kBuffer of them and pushes them in one go, in arrival order,
+// when the buffer is full or its last candidate tile has come. A row's pushes then run back to
+// back on its selector, whose k slots stay in cache across them, where pushing one row after
+// another within a tile evicts them between pushes; each selector still sees exactly the
+// pushes, in the order, that it would see unbuffered, so its result is the same bits. (The gate
+// a block is tested against may be older than the selector's state; gate() never decreases, so
+// an old gate drops only what the current one would.)
 class BlockSelectObserver final : public BlockLseObserver {
  public:
   BlockSelectObserver(int64_t heads, const std::vector<int64_t>& rows, int64_t q_len,
@@ -53,13 +61,22 @@ class BlockSelectObserver final : public BlockLseObserver {
                const float* block_lse) override;
 
   // The blocks row r (compact index) of q head h selected, best first (empty if it had none to
-  // choose from). Safe to call from several threads at once once the pass is over.
+  // choose from). Safe to call from several threads at once once the pass is over; throws
+  // Error if some of the row's candidate tiles have not been observed.
   void result(int64_t h, int64_t r, std::vector<BlockScore>& out) const;
 
  private:
   static constexpr int kPending = 4;
+  static constexpr int kBuffer = 16;  // pushes a row holds back (BlockScore each)
+  // Only the exact selectors' pushes are held back: theirs touch k slots' worth of state, the
+  // estimate's a few words, for which buffering measured slower than pushing at once.
+  template <class S>
+  static constexpr bool kBuffered =
+      std::is_same_v<S, ExactTopK> || std::is_same_v<S, TournamentTopK>;
   struct Row {
     std::optional<TopKSelector> sel;
+    int32_t tiles_left = 0;  // candidate tiles still to come
+    int32_t buffered = 0;    // pushes held in its kBuffer entries of buffer_
     // Beta-blocks in progress: block (-1: free slot), tiles still to come, LSE so far.
     struct Pending {
       int32_t block = -1, left = 0;
@@ -78,8 +95,11 @@ class BlockSelectObserver final : public BlockLseObserver {
   };
   // observe() for the selector type S every row holds (params_.kind), dispatched once a call.
   template <class S>
-  void observe_rows(Row* state, uint64_t* gates, const Span* spans, int64_t rows, int64_t key0,
-                    const float* block_lse);
+  void observe_rows(Row* state, uint64_t* gates, BlockScore* buffer, const Span* spans,
+                    int64_t rows, int64_t key0, const float* block_lse);
+  // Pushes a row's buffered blocks (buf, s.buffered of them) to its selector, in order.
+  template <class S>
+  void flush(Row& s, uint64_t& gate, const BlockScore* buf, const Span& sp);
 
   int64_t rows_, beta_;
   TopKParams params_;
@@ -88,6 +108,8 @@ class BlockSelectObserver final : public BlockLseObserver {
   // Per (q head, row), its selector's gate() (0 before it has one), kept apart from state_ so
   // that the common case, a block that loses, reads one dense word and not the selector.
   std::vector<uint64_t> gate_;
+  // Per (q head, row), kBuffer pushes held back.
+  std::vector<BlockScore> buffer_;
 };
 
 }  // namespace spattn

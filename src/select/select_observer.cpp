@@ -23,7 +23,8 @@ BlockSelectObserver::BlockSelectObserver(int64_t heads, const std::vector<int64_
                                          const std::vector<ForcedBlocks>& forced, int64_t chi,
                                          const TopKParams& params)
     : rows_(int64_t(rows.size())), beta_(beta), params_(params),
-      state_(size_t(heads) * rows.size()), gate_(state_.size(), 0) {
+      state_(size_t(heads) * rows.size()), gate_(state_.size(), 0),
+      buffer_(state_.size() * kBuffer) {
   SPATTN_CHECK(beta > 0 && beta % kKeyBlock == 0, "block selection: beta=", beta,
                " must be a positive multiple of ", kKeyBlock);
   SPATTN_CHECK(chi > 0, "block selection: chi=", chi, " must be > 0");
@@ -47,6 +48,11 @@ BlockSelectObserver::BlockSelectObserver(int64_t heads, const std::vector<int64_
     const int64_t hi = std::min(limit, std::clamp<int64_t>(f.local_begin, 0, nb) * beta);
     spans_.push_back({lo, uint64_t(std::max(hi, lo) - lo), limit, nb - f.count(nb)});
   }
+  // Candidate tiles: [lo, hi) starts on the 64-key grid (lo is a multiple of beta).
+  for (int64_t h = 0; h < heads; ++h)
+    for (size_t r = 0; r < spans_.size(); ++r)
+      state_[size_t(h) * spans_.size() + r].tiles_left =
+          int32_t((spans_[r].span + kKeyBlock - 1) / kKeyBlock);
 }
 
 bool BlockSelectObserver::Row::fold(int32_t j, int32_t tiles, float& score) {
@@ -68,32 +74,44 @@ bool BlockSelectObserver::Row::fold(int32_t j, int32_t tiles, float& score) {
 }
 
 template <class S>
-void BlockSelectObserver::observe_rows(Row* state, uint64_t* gates, const Span* spans,
-                                       int64_t rows, int64_t key0, const float* block_lse) {
+void BlockSelectObserver::flush(Row& s, uint64_t& gate, const BlockScore* buf, const Span& sp) {
+  if (s.buffered == 0) return;
+  if (!s.sel) {
+    TopKParams p = params_;
+    p.total_blocks = sp.total_blocks;
+    s.sel.emplace(p);
+  }
+  S& sel = s.sel->template as<S>();
+  for (int32_t b = 0; b < s.buffered; ++b) sel.push(buf[b].block, buf[b].score);
+  s.buffered = 0;
+  gate = sel.gate();
+}
+
+template <class S>
+void BlockSelectObserver::observe_rows(Row* state, uint64_t* gates, BlockScore* buffer,
+                                       const Span* spans, int64_t rows, int64_t key0,
+                                       const float* block_lse) {
   const int64_t j = key0 / beta_;
   for (int64_t i = 0; i < rows; ++i) {
     const Span& sp = spans[i];
     // Past this row's causal keys (the tile served later rows) or in a forced block.
     if (uint64_t(key0 - sp.lo) >= sp.span) continue;
     Row& s = state[i];
+    BlockScore* buf = buffer + i * kBuffer;
     float score = block_lse[i];
+    const bool last = --s.tiles_left == 0;
+    bool whole = true;
     if (beta_ > kKeyBlock) {
       const int64_t tiles =
           (std::min(sp.limit, (j + 1) * beta_) - j * beta_ + kKeyBlock - 1) / kKeyBlock;
-      if (tiles > 1 && !s.fold(int32_t(j), int32_t(tiles), score)) continue;
+      whole = tiles <= 1 || s.fold(int32_t(j), int32_t(tiles), score);
     }
     // Every tile of the block skipped (BLASST's rule): nothing was measured, nothing to rank.
-    if (score == -std::numeric_limits<float>::infinity()) continue;
     // A block the selector would not keep, and whose push would change nothing: one compare.
-    if (topk_detail::make_key(int32_t(j), score) <= gates[i]) continue;
-    if (!s.sel) {
-      TopKParams p = params_;
-      p.total_blocks = sp.total_blocks;
-      s.sel.emplace(p);
-    }
-    S& sel = s.sel->template as<S>();
-    sel.push(int32_t(j), score);
-    gates[i] = sel.gate();
+    if (whole && score != -std::numeric_limits<float>::infinity() &&
+        topk_detail::make_key(int32_t(j), score) > gates[i])
+      buf[s.buffered++] = {int32_t(j), score};
+    if (s.buffered == kBuffer || last || !kBuffered<S>) flush<S>(s, gates[i], buf, sp);
   }
 }
 
@@ -101,26 +119,29 @@ void BlockSelectObserver::observe(int64_t q_head, int64_t row_begin, int64_t row
                                   int64_t key_block, const float* block_lse) {
   Row* state = state_.data() + q_head * rows_ + row_begin;
   uint64_t* gates = gate_.data() + q_head * rows_ + row_begin;
+  BlockScore* buffer = buffer_.data() + (q_head * rows_ + row_begin) * kBuffer;
   const Span* spans = spans_.data() + row_begin;
   const int64_t key0 = key_block * kKeyBlock;
   switch (params_.kind) {
     case TopKKind::exact:
-      observe_rows<ExactTopK>(state, gates, spans, rows, key0, block_lse);
+      observe_rows<ExactTopK>(state, gates, buffer, spans, rows, key0, block_lse);
       break;
     case TopKKind::tree:
-      observe_rows<TournamentTopK>(state, gates, spans, rows, key0, block_lse);
+      observe_rows<TournamentTopK>(state, gates, buffer, spans, rows, key0, block_lse);
       break;
     case TopKKind::estimate:
-      observe_rows<EstimatedTopK>(state, gates, spans, rows, key0, block_lse);
+      observe_rows<EstimatedTopK>(state, gates, buffer, spans, rows, key0, block_lse);
       break;
     case TopKKind::hybrid:
-      observe_rows<HybridTopK>(state, gates, spans, rows, key0, block_lse);
+      observe_rows<HybridTopK>(state, gates, buffer, spans, rows, key0, block_lse);
       break;
   }
 }
 
 void BlockSelectObserver::result(int64_t h, int64_t r, std::vector<BlockScore>& out) const {
   const Row& s = state_[size_t(h * rows_ + r)];
+  SPATTN_CHECK(s.tiles_left == 0, "block selection: result of row ", r, " of q head ", h,
+               " asked with ", s.tiles_left, " of its candidate tiles not yet observed");
   if (s.sel) s.sel->result(out);
   else out.clear();
 }
