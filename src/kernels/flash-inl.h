@@ -147,6 +147,12 @@ struct F32Ops {
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(n * dp) * sizeof(T));
   }
+  // Zeroes slots [from, 64) of a K tile and a V tile (a partly filled gathered tile: its
+  // scores there are masked, and P = 0 times a zero V adds nothing).
+  static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
+    for (int64_t c = 0; c < d; ++c) std::fill(kt + c * kTileKeys + from, kt + (c + 1) * kTileKeys, 0.0f);
+    std::fill(vt + from * dp, vt + kTileKeys * dp, 0.0f);
+  }
 
   // R rows x CV vectors of accumulators; every entry is one dot product summed over k in order,
   // so the blocking does not change a bit of the result.
@@ -310,6 +316,14 @@ struct Bf16DotOps {
     }
     for (; i < n; ++i) CopyKeyV(src, sj + i, dst, dj + i, dp);
   }
+  static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2)
+      std::fill(kt + c2 * kTileKeys * 2 + from * 2, kt + (c2 + 1) * kTileKeys * 2, T(0));
+    for (int64_t j = from; j < kTileKeys; ++j) {
+      T* b = vt + (j / 2) * dp * 2 + (j & 1);
+      for (int64_t c = 0; c < dp; ++c) b[c * 2] = 0;
+    }
+  }
 
   // R rows x 4 vectors of accumulators (kRWide rows while a tile allows, then kR): more rows
   // per loaded K/V vector; each dot product keeps its order, so the blocking changes no bit.
@@ -446,6 +460,15 @@ inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const 
   PackAppend(kv, k, v, nullptr, k.seq, threads);
 }
 
+// (kPackFragments) Keys [src, src + n) of a range, copied into slots [dst, dst + n) of a
+// gathered tile.
+struct Piece {
+  int64_t src, dst, n;
+};
+// Pieces of a range up to this many keys are packed into gathered tiles; longer ones are
+// computed in their own packed tile (copying ~50 keys costs more than the ~14 wasted slots).
+inline constexpr int64_t kPackedPieceMax = 48;
+
 // Per-thread scratch of one work item.
 template <class Ops>
 struct Scratch {
@@ -461,6 +484,7 @@ struct Scratch {
   std::vector<KeyRange> ranges;
   std::vector<int64_t> columns;
   std::vector<TileVisit> visits;  // kOrder policies: the item's key tiles in visiting order
+  std::vector<Piece> pieces;      // kPackFragments: the gathered tile's pieces of ranges
 
   explicit Scratch(int64_t d, int64_t dp) {
     const int64_t R = kMaxTileRows + kR;
@@ -744,43 +768,55 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                        std::min(j0 + kTileKeys, tv.end));
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
   };
-  // (kShiftRanges) A short range off the 64-key grid touches one tile more than its length
-  // needs (a 64-key slash line usually straddles two): its keys are copied into one tile of
-  // their own, starting at the range's first key, so no tile is computed for a few keys. Only
-  // where positions equal packed indices, and where it saves a tile.
-  const auto visit_shifted = [&](const KeyRange& kr) {
-    using T = typename Ops::T;
-    for (int64_t s0 = kr.begin; s0 < kr.end; s0 += kTileKeys) {
-      const int64_t count = std::min(kTileKeys, kr.end - s0);
-      if (count < kTileKeys) {
-        std::fill(sc.gk, sc.gk + d.k_elems, T(0));
-        std::fill(sc.gv, sc.gv + d.v_elems, T(0));
+  // (kPackFragments) A range's keys off whole 64-key tiles (its first and last few keys; a
+  // slash line of a 64-row tile is one tile wide and rarely on the grid, so it straddles two
+  // tiles) are copied, piece after piece, into gathered tiles of 64, and each gathered tile is
+  // computed once: the tiles computed are about the keys needed over 64, not the tiles the
+  // ranges touch. A piece longer than kPackedPieceMax keys is cheaper to compute in its own
+  // tile than to copy. Only where positions equal packed indices.
+  int64_t filled = 0;  // keys in the gathered tile sc.gk / sc.gv
+  sc.pieces.clear();
+  const auto run_gathered = [&] {
+    if (filled == 0) return;
+    if (filled < kTileKeys) Ops::ZeroKeys(sc.gk, sc.gv, filled, p.dim, dp);
+    Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
+    for (int64_t r = 0; r < n; ++r)
+      std::fill(sc.s + r * kTileKeys + filled, sc.s + (r + 1) * kTileKeys, kNegInf);
+    sc.columns.resize(size_t(filled));
+    int64_t kept = 0;
+    for (const Piece& pc : sc.pieces) {
+      std::iota(sc.columns.begin() + pc.dst, sc.columns.begin() + pc.dst + pc.n, pc.src);
+      // Keys src.. in slots dst..: row r keeps those up to its position.
+      if (p.causal && pc.src + pc.n - 1 > sc.pos[0]) {
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t vis = std::clamp<int64_t>(sc.pos[r] + 1 - pc.src, 0, pc.n);
+          float* row = sc.s + r * kTileKeys + pc.dst;
+          std::fill(row + vis, row + pc.n, kNegInf);
+          kept += vis;
+        }
+      } else {
+        kept += n * pc.n;
       }
-      const int64_t t0 = s0 / kTileKeys, a = s0 % kTileKeys;
-      const int64_t first = std::min(count, kTileKeys - a);  // from tile t0, the rest from t0 + 1
-      Ops::CopyKeysK(kv.k_tile(kvh, t0), a, sc.gk, 0, first, p.dim);
-      Ops::CopyKeysV(kv.v_tile(kvh, t0), a, sc.gv, 0, first, dp);
-      if (count > first) {
-        Ops::CopyKeysK(kv.k_tile(kvh, t0 + 1), 0, sc.gk, first, count - first, p.dim);
-        Ops::CopyKeysV(kv.v_tile(kvh, t0 + 1), 0, sc.gv, first, count - first, dp);
-      }
-      Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
-      // Keys s0 + jj in natural order: the index-based mask, and none on a full tile.
-      const bool full = count == kTileKeys && (!p.causal || s0 + count - 1 <= sc.pos[0]);
-      int64_t kept = full ? n * kTileKeys : MaskTile(sc.s, n, sc.pos, p.causal, s0, s0, s0 + count);
       if constexpr (Policy::kPackedColumns)
-        kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, s0, s0, s0 + count);
-      sc.columns.resize(size_t(count));
-      std::iota(sc.columns.begin(), sc.columns.end(), s0);
-      step.Run(-1, sc.columns.data(), count, kept, sc.gv);
+        kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, pc.src - pc.dst, pc.src,
+                         pc.src + pc.n);
     }
+    step.Run(-1, sc.columns.data(), filled, kept, sc.gv);
+    filled = 0;
+    sc.pieces.clear();
   };
-  // Copying costs a fraction of a tile's arithmetic and saves one tile per range: worth it for
-  // ranges of one or two tiles (slash lines), not for long ones (many copies to save one).
-  const auto shift_saves_a_tile = [&](const KeyRange& kr) {
-    const int64_t touched = (kr.end + kTileKeys - 1) / kTileKeys - kr.begin / kTileKeys;
-    const int64_t needed = (kr.end - kr.begin + kTileKeys - 1) / kTileKeys;
-    return !kv.kpos && needed <= 2 && needed < touched;
+  // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
+  const auto add_piece = [&](int64_t lo, int64_t hi) {
+    const int64_t jt = lo / kTileKeys;
+    while (lo < hi) {
+      const int64_t take = std::min(hi - lo, kTileKeys - filled);
+      Ops::CopyKeysK(kv.k_tile(kvh, jt), lo % kTileKeys, sc.gk, filled, take, p.dim);
+      Ops::CopyKeysV(kv.v_tile(kvh, jt), lo % kTileKeys, sc.gv, filled, take, dp);
+      sc.pieces.push_back({lo, filled, take});
+      filled += take;
+      lo += take;
+      if (filled == kTileKeys) run_gathered();
+    }
   };
   if constexpr (Policy::kOrder) {
     // The same tiles as below, listed first so the policy can choose their order.
@@ -792,15 +828,21 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     for (const TileVisit& v : sc.visits) visit(v);
   } else {
     for (const KeyRange& kr : sc.ranges) {
-      if constexpr (Policy::kShiftRanges) {
-        if (shift_saves_a_tile(kr)) {
-          visit_shifted(kr);
+      if constexpr (Policy::kPackFragments) {
+        if (!kv.kpos) {
+          for (int64_t s0 = kr.begin; s0 < kr.end;) {
+            const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
+            if (s1 - s0 > kPackedPieceMax) visit(d.visit(jt, kr.begin, kr.end));
+            else add_piece(s0, s1);
+            s0 = s1;
+          }
           continue;
         }
       }
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
         visit(d.visit(jt, kr.begin, kr.end));
     }
+    if constexpr (Policy::kPackFragments) run_gathered();
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();
