@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/threading.hpp"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/flash_common.hpp"
 #include "kernels/packed_kv.hpp"
@@ -106,10 +107,38 @@ inline void LoadRowF32(const TensorView& t, int64_t h, int64_t s, int64_t d, flo
   for (int64_t c = 0; c < d; ++c) dst[c] = t.get(h, s, c);
 }
 
+// Copies n (< a few vectors) 32-bit words: one row of a K tile's slots, for the many short
+// copies of gathering (a memcpy call per row cost more than the copy).
+template <typename W>
+HWY_INLINE void CopyWords(const W* HWY_RESTRICT src, W* HWY_RESTRICT dst, int64_t n) {
+  static_assert(sizeof(W) == 4);
+  const hn::ScalableTag<W> dw;
+  const int64_t N = int64_t(hn::Lanes(dw));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(dw, src + i), dw, dst + i);
+  if (i < n) {
+    const auto m = hn::FirstN(dw, size_t(n - i));
+    hn::BlendedStore(hn::MaskedLoad(m, dw, src + i), m, dw, dst + i);
+  }
+}
+
+// Prefetches `rows` rows of `bytes` bytes each, `stride` bytes apart, from p: the slots of
+// keys a gathered tile will copy next (their rows are scattered, so the hardware prefetcher
+// does not see them coming).
+inline void PrefetchRows(const void* p, int64_t rows, int64_t stride, int64_t bytes) {
+  const char* b = static_cast<const char*>(p);
+  for (int64_t r = 0; r < rows; ++r, b += stride) {
+    for (int64_t o = 0; o < bytes; o += 64) hwy::Prefetch(b + o);
+    hwy::Prefetch(b + bytes - 1);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
 struct F32Ops {
   using T = float;
+  // V tiles hold keys in pairs (a gathered copy keeps a key's parity to copy whole pairs).
+  static constexpr bool kKeyPairs = false;
   static int64_t q_stride(int64_t d) { return d; }
   static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
   static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
@@ -141,11 +170,15 @@ struct F32Ops {
   // Copies n consecutive slots sj.. of packed tiles into slots dj.. of others (a key range
   // shifted off the 64-key grid): row copies, not per-key scatters.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
-    for (int64_t c = 0; c < d; ++c)
-      std::memcpy(dst + c * kTileKeys + dj, src + c * kTileKeys + sj, size_t(n) * sizeof(T));
+    for (int64_t c = 0; c < d; ++c) CopyWords(src + c * kTileKeys + sj, dst + c * kTileKeys + dj, n);
   }
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(n * dp) * sizeof(T));
+  }
+  // Prefetches slots [sj, sj + n) of a K tile and a V tile.
+  static void PrefetchKeys(const T* kt, const T* vt, int64_t sj, int64_t n, int64_t d, int64_t dp) {
+    PrefetchRows(kt + sj, d, kTileKeys * 4, n * 4);
+    PrefetchRows(vt + sj * dp, 1, 0, n * dp * 4);
   }
   // Zeroes slots [from, 64) of a K tile and a V tile (a partly filled gathered tile: its
   // scores there are masked, and P = 0 times a zero V adds nothing).
@@ -255,6 +288,7 @@ struct F32Ops {
 
 struct Bf16DotOps {
   using T = uint16_t;
+  static constexpr bool kKeyPairs = true;
   static int64_t q_stride(int64_t d) { return d; }
   static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
   static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
@@ -299,10 +333,11 @@ struct Bf16DotOps {
     T* b = dst + (dj / 2) * dp * 2 + (dj & 1);
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
+  // A key's pair of dims is one 32-bit word.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
     for (int64_t c2 = 0; c2 < d / 2; ++c2)
-      std::memcpy(dst + c2 * kTileKeys * 2 + dj * 2, src + c2 * kTileKeys * 2 + sj * 2,
-                  size_t(n) * 2 * sizeof(T));
+      CopyWords(reinterpret_cast<const uint32_t*>(src + c2 * kTileKeys * 2 + sj * 2),
+                reinterpret_cast<uint32_t*>(dst + c2 * kTileKeys * 2 + dj * 2), n);
   }
   // V pairs keys: whole pair rows copy when both ends start on the same parity.
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
@@ -315,6 +350,17 @@ struct Bf16DotOps {
       i += pairs * 2;
     }
     for (; i < n; ++i) CopyKeyV(src, sj + i, dst, dj + i, dp);
+  }
+  static void PrefetchKeys(const T* kt, const T* vt, int64_t sj, int64_t n, int64_t d, int64_t dp) {
+    PrefetchRows(kt + sj * 2, d / 2, kTileKeys * 4, n * 4);
+    const int64_t a = sj / 2, b = (sj + n + 1) / 2;
+    PrefetchRows(vt + a * dp * 2, 1, 0, (b - a) * dp * 4);
+  }
+  static void ZeroKey(T* kt, T* vt, int64_t j, int64_t d, int64_t dp) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2)
+      kt[c2 * kTileKeys * 2 + j * 2] = kt[c2 * kTileKeys * 2 + j * 2 + 1] = 0;
+    T* b = vt + (j / 2) * dp * 2 + (j & 1);
+    for (int64_t c = 0; c < dp; ++c) b[c * 2] = 0;
   }
   static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
     for (int64_t c2 = 0; c2 < d / 2; ++c2)
@@ -461,7 +507,7 @@ inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const 
 }
 
 // (kPackFragments) Keys [src, src + n) of a range, copied into slots [dst, dst + n) of a
-// gathered tile.
+// gathered tile; src -1: slot dst left empty (kKeyPairs).
 struct Piece {
   int64_t src, dst, n;
 };
@@ -785,6 +831,11 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     sc.columns.resize(size_t(filled));
     int64_t kept = 0;
     for (const Piece& pc : sc.pieces) {
+      if (pc.src < 0) {  // a skipped slot (kKeyPairs)
+        for (int64_t r = 0; r < n; ++r) sc.s[r * kTileKeys + pc.dst] = kNegInf;
+        sc.columns[size_t(pc.dst)] = 0;
+        continue;
+      }
       std::iota(sc.columns.begin() + pc.dst, sc.columns.begin() + pc.dst + pc.n, pc.src);
       // Keys src.. in slots dst..: row r keeps those up to its position.
       if (p.causal && pc.src + pc.n - 1 > sc.pos[0]) {
@@ -805,10 +856,31 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     filled = 0;
     sc.pieces.clear();
   };
+  // The pieces of a range the loop packs (its ends off whole tiles), prefetched one range
+  // ahead: their copies otherwise wait on memory.
+  const auto prefetch_pieces = [&](const KeyRange& kr) {
+    for (int64_t s0 = kr.begin; s0 < kr.end;) {
+      const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
+      if (s1 - s0 <= kPackedPieceMax)
+        Ops::PrefetchKeys(kv.k_tile(kvh, jt), kv.v_tile(kvh, jt), s0 % kTileKeys, s1 - s0, p.dim,
+                          dp);
+      s0 = s1 < kr.end && kr.end - s1 >= kTileKeys ? (kr.end / kTileKeys) * kTileKeys : s1;
+    }
+  };
   // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
   const auto add_piece = [&](int64_t lo, int64_t hi) {
     const int64_t jt = lo / kTileKeys;
     while (lo < hi) {
+      if constexpr (Ops::kKeyPairs) {
+        // A key moved to the other half of a pair costs a scalar copy per dim: skip a slot
+        // instead (zero K and V, masked below), so whole pairs copy.
+        if ((filled & 1) != (lo & 1)) {
+          Ops::ZeroKey(sc.gk, sc.gv, filled, p.dim, dp);
+          sc.pieces.push_back({-1, filled, 1});
+          if (++filled == kTileKeys) run_gathered();
+          continue;
+        }
+      }
       const int64_t take = std::min(hi - lo, kTileKeys - filled);
       Ops::CopyKeysK(kv.k_tile(kvh, jt), lo % kTileKeys, sc.gk, filled, take, p.dim);
       Ops::CopyKeysV(kv.v_tile(kvh, jt), lo % kTileKeys, sc.gv, filled, take, dp);
@@ -827,9 +899,11 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     pol.visit_order(p, view, sc.visits);
     for (const TileVisit& v : sc.visits) visit(v);
   } else {
-    for (const KeyRange& kr : sc.ranges) {
+    for (size_t ri = 0; ri < sc.ranges.size(); ++ri) {
+      const KeyRange& kr = sc.ranges[ri];
       if constexpr (Policy::kPackFragments) {
         if (!kv.kpos) {
+          if (ri + 1 < sc.ranges.size()) prefetch_pieces(sc.ranges[ri + 1]);
           for (int64_t s0 = kr.begin; s0 < kr.end;) {
             const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
             if (s1 - s0 > kPackedPieceMax) visit(d.visit(jt, kr.begin, kr.end));
