@@ -138,6 +138,60 @@ TEST(VerticalSlash, MatchesReferenceOverTheSameKeys) {
     }
 }
 
+// Off-grid slash ranges are packed piece by piece into gathered tiles. Offset pairs (64, 96)
+// and (256, 288) on 64-row tiles that start on the grid: each pair is one 96-key range, a
+// 32-key piece and a whole tile, so an item computes its range keys over 64 tiles (plus one
+// column tile): 3 tiles, not 2 per range. Then an odd layout (q_len < kv_len, 48-row tiles,
+// columns inside the ranges, pieces past some rows' positions, pieces split across gathered
+// tiles): the same keys as the reference, f32 and bf16, GQA.
+TEST(VerticalSlash, PacksRangePiecesIntoGatheredTiles) {
+  for (DType t : {DType::f32, DType::bf16})
+    for (const bool aligned : {true, false}) {
+      const int64_t hq = 2, hk = 1, d = 64;
+      const int64_t lk = aligned ? 640 : 677, lq = aligned ? 640 : 600;
+      Tensor q = test::random_tensor(t, hq, lq, d, 27), k = test::random_tensor(t, hk, lk, d, 28),
+             v = test::random_tensor(t, hk, lk, d, 29);
+      VerticalSlashIndex idx;
+      idx.heads = hq;
+      idx.tile_rows = aligned ? 64 : 48;
+      for (int64_t h = 0; h < hq; ++h) {
+        if (aligned) {
+          idx.columns.push_back({0});
+          idx.offsets.push_back({64, 96, 256, 288});
+        } else {
+          idx.columns.push_back({0, 5, 70 + h, 71, 300, 301, 302, 640});
+          idx.offsets.push_back({0, 1, 9 + h, 30, 77, 100, 101, 163, 250, 251, 252, 400});
+        }
+      }
+      Tensor out(DType::f32, hq, lq, d);
+      Stats st;
+      attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
+      const std::unique_ptr<Coverage> cov = vertical_slash_coverage(idx, lq, lk);
+      int64_t entries = 0, want_tiles = 0;
+      for (int64_t h = 0; h < hq; ++h) {
+        for (int64_t i = 0; i < lq; ++i) {
+          const int64_t pos = lk - lq + i;
+          std::vector<int64_t> keys = vs_row_keys(idx, h, i, pos, lq, lk);
+          entries += int64_t(keys.size());
+          std::sort(keys.begin(), keys.end());
+          ASSERT_EQ(test::coverage_keys(*cov, h, i), keys) << "head " << h << " row " << i;
+          expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys),
+                       t == DType::bf16 ? 2e-2 : 1e-4);
+        }
+        for (int64_t tile = 0; tile < idx.num_tiles(lq); ++tile) {
+          std::vector<KeyRange> ranges;
+          std::vector<int64_t> cols;
+          vertical_slash_tile_keys(idx, h, tile, lq, lk, ranges, cols);
+          int64_t range_keys = 0;
+          for (const KeyRange& r : ranges) range_keys += r.end - r.begin;
+          want_tiles += (range_keys + kKeyBlock - 1) / kKeyBlock + 1;  // + the column tile
+        }
+      }
+      EXPECT_EQ(st.score_entries, entries) << dtype_name(t) << " aligned " << aligned;
+      if (aligned) EXPECT_EQ(st.tiles_visited, want_tiles) << dtype_name(t);
+    }
+}
+
 // A row subset (one modality's queries): listed rows in tiles of their own, the rest untouched.
 TEST(VerticalSlash, RowSubsetComputesOnlyItsRows) {
   for (DType t : {DType::f32, DType::bf16}) {

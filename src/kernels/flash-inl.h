@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/threading.hpp"
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/flash_common.hpp"
 #include "kernels/packed_kv.hpp"
@@ -106,10 +107,38 @@ inline void LoadRowF32(const TensorView& t, int64_t h, int64_t s, int64_t d, flo
   for (int64_t c = 0; c < d; ++c) dst[c] = t.get(h, s, c);
 }
 
+// Copies n (< a few vectors) 32-bit words: one row of a K tile's slots, for the many short
+// copies of gathering (a memcpy call per row cost more than the copy).
+template <typename W>
+HWY_INLINE void CopyWords(const W* HWY_RESTRICT src, W* HWY_RESTRICT dst, int64_t n) {
+  static_assert(sizeof(W) == 4);
+  const hn::ScalableTag<W> dw;
+  const int64_t N = int64_t(hn::Lanes(dw));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(dw, src + i), dw, dst + i);
+  if (i < n) {
+    const auto m = hn::FirstN(dw, size_t(n - i));
+    hn::BlendedStore(hn::MaskedLoad(m, dw, src + i), m, dw, dst + i);
+  }
+}
+
+// Prefetches `rows` rows of `bytes` bytes each, `stride` bytes apart, from p: the slots of
+// keys a gathered tile will copy next (their rows are scattered, so the hardware prefetcher
+// does not see them coming).
+inline void PrefetchRows(const void* p, int64_t rows, int64_t stride, int64_t bytes) {
+  const char* b = static_cast<const char*>(p);
+  for (int64_t r = 0; r < rows; ++r, b += stride) {
+    for (int64_t o = 0; o < bytes; o += 64) hwy::Prefetch(b + o);
+    hwy::Prefetch(b + bytes - 1);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
 struct F32Ops {
   using T = float;
+  // V tiles hold keys in pairs (a gathered copy keeps a key's parity to copy whole pairs).
+  static constexpr bool kKeyPairs = false;
   static int64_t q_stride(int64_t d) { return d; }
   static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
   static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
@@ -141,11 +170,21 @@ struct F32Ops {
   // Copies n consecutive slots sj.. of packed tiles into slots dj.. of others (a key range
   // shifted off the 64-key grid): row copies, not per-key scatters.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
-    for (int64_t c = 0; c < d; ++c)
-      std::memcpy(dst + c * kTileKeys + dj, src + c * kTileKeys + sj, size_t(n) * sizeof(T));
+    for (int64_t c = 0; c < d; ++c) CopyWords(src + c * kTileKeys + sj, dst + c * kTileKeys + dj, n);
   }
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(n * dp) * sizeof(T));
+  }
+  // Prefetches slots [sj, sj + n) of a K tile and a V tile.
+  static void PrefetchKeys(const T* kt, const T* vt, int64_t sj, int64_t n, int64_t d, int64_t dp) {
+    PrefetchRows(kt + sj, d, kTileKeys * 4, n * 4);
+    PrefetchRows(vt + sj * dp, 1, 0, n * dp * 4);
+  }
+  // Zeroes slots [from, 64) of a K tile and a V tile (a partly filled gathered tile: its
+  // scores there are masked, and P = 0 times a zero V adds nothing).
+  static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
+    for (int64_t c = 0; c < d; ++c) std::fill(kt + c * kTileKeys + from, kt + (c + 1) * kTileKeys, 0.0f);
+    std::fill(vt + from * dp, vt + kTileKeys * dp, 0.0f);
   }
 
   // R rows x CV vectors of accumulators; every entry is one dot product summed over k in order,
@@ -249,6 +288,7 @@ struct F32Ops {
 
 struct Bf16DotOps {
   using T = uint16_t;
+  static constexpr bool kKeyPairs = true;
   static int64_t q_stride(int64_t d) { return d; }
   static int64_t k_tile_elems(int64_t d) { return d * kTileKeys; }
   static int64_t v_tile_elems(int64_t dp) { return kTileKeys * dp; }
@@ -293,10 +333,11 @@ struct Bf16DotOps {
     T* b = dst + (dj / 2) * dp * 2 + (dj & 1);
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
+  // A key's pair of dims is one 32-bit word.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
     for (int64_t c2 = 0; c2 < d / 2; ++c2)
-      std::memcpy(dst + c2 * kTileKeys * 2 + dj * 2, src + c2 * kTileKeys * 2 + sj * 2,
-                  size_t(n) * 2 * sizeof(T));
+      CopyWords(reinterpret_cast<const uint32_t*>(src + c2 * kTileKeys * 2 + sj * 2),
+                reinterpret_cast<uint32_t*>(dst + c2 * kTileKeys * 2 + dj * 2), n);
   }
   // V pairs keys: whole pair rows copy when both ends start on the same parity.
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
@@ -309,6 +350,25 @@ struct Bf16DotOps {
       i += pairs * 2;
     }
     for (; i < n; ++i) CopyKeyV(src, sj + i, dst, dj + i, dp);
+  }
+  static void PrefetchKeys(const T* kt, const T* vt, int64_t sj, int64_t n, int64_t d, int64_t dp) {
+    PrefetchRows(kt + sj * 2, d / 2, kTileKeys * 4, n * 4);
+    const int64_t a = sj / 2, b = (sj + n + 1) / 2;
+    PrefetchRows(vt + a * dp * 2, 1, 0, (b - a) * dp * 4);
+  }
+  static void ZeroKey(T* kt, T* vt, int64_t j, int64_t d, int64_t dp) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2)
+      kt[c2 * kTileKeys * 2 + j * 2] = kt[c2 * kTileKeys * 2 + j * 2 + 1] = 0;
+    T* b = vt + (j / 2) * dp * 2 + (j & 1);
+    for (int64_t c = 0; c < dp; ++c) b[c * 2] = 0;
+  }
+  static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
+    for (int64_t c2 = 0; c2 < d / 2; ++c2)
+      std::fill(kt + c2 * kTileKeys * 2 + from * 2, kt + (c2 + 1) * kTileKeys * 2, T(0));
+    for (int64_t j = from; j < kTileKeys; ++j) {
+      T* b = vt + (j / 2) * dp * 2 + (j & 1);
+      for (int64_t c = 0; c < dp; ++c) b[c * 2] = 0;
+    }
   }
 
   // R rows x 4 vectors of accumulators (kRWide rows while a tile allows, then kR): more rows
@@ -446,6 +506,15 @@ inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const 
   PackAppend(kv, k, v, nullptr, k.seq, threads);
 }
 
+// (kPackFragments) Keys [src, src + n) of a range, copied into slots [dst, dst + n) of a
+// gathered tile; src -1: slot dst left empty (kKeyPairs).
+struct Piece {
+  int64_t src, dst, n;
+};
+// Pieces of a range up to this many keys are packed into gathered tiles; longer ones are
+// computed in their own packed tile (copying ~50 keys costs more than the ~14 wasted slots).
+inline constexpr int64_t kPackedPieceMax = 48;
+
 // Per-thread scratch of one work item.
 template <class Ops>
 struct Scratch {
@@ -461,6 +530,7 @@ struct Scratch {
   std::vector<KeyRange> ranges;
   std::vector<int64_t> columns;
   std::vector<TileVisit> visits;  // kOrder policies: the item's key tiles in visiting order
+  std::vector<Piece> pieces;      // kPackFragments: the gathered tile's pieces of ranges
 
   explicit Scratch(int64_t d, int64_t dp) {
     const int64_t R = kMaxTileRows + kR;
@@ -744,43 +814,81 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                        std::min(j0 + kTileKeys, tv.end));
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
   };
-  // (kShiftRanges) A short range off the 64-key grid touches one tile more than its length
-  // needs (a 64-key slash line usually straddles two): its keys are copied into one tile of
-  // their own, starting at the range's first key, so no tile is computed for a few keys. Only
-  // where positions equal packed indices, and where it saves a tile.
-  const auto visit_shifted = [&](const KeyRange& kr) {
-    using T = typename Ops::T;
-    for (int64_t s0 = kr.begin; s0 < kr.end; s0 += kTileKeys) {
-      const int64_t count = std::min(kTileKeys, kr.end - s0);
-      if (count < kTileKeys) {
-        std::fill(sc.gk, sc.gk + d.k_elems, T(0));
-        std::fill(sc.gv, sc.gv + d.v_elems, T(0));
+  // (kPackFragments) A range's keys off whole 64-key tiles (its first and last few keys; a
+  // slash line of a 64-row tile is one tile wide and rarely on the grid, so it straddles two
+  // tiles) are copied, piece after piece, into gathered tiles of 64, and each gathered tile is
+  // computed once: the tiles computed are about the keys needed over 64, not the tiles the
+  // ranges touch. A piece longer than kPackedPieceMax keys is cheaper to compute in its own
+  // tile than to copy. Only where positions equal packed indices.
+  int64_t filled = 0;  // keys in the gathered tile sc.gk / sc.gv
+  sc.pieces.clear();
+  const auto run_gathered = [&] {
+    if (filled == 0) return;
+    if (filled < kTileKeys) Ops::ZeroKeys(sc.gk, sc.gv, filled, p.dim, dp);
+    Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
+    for (int64_t r = 0; r < n; ++r)
+      std::fill(sc.s + r * kTileKeys + filled, sc.s + (r + 1) * kTileKeys, kNegInf);
+    sc.columns.resize(size_t(filled));
+    int64_t kept = 0;
+    for (const Piece& pc : sc.pieces) {
+      if (pc.src < 0) {  // a skipped slot (kKeyPairs)
+        for (int64_t r = 0; r < n; ++r) sc.s[r * kTileKeys + pc.dst] = kNegInf;
+        sc.columns[size_t(pc.dst)] = 0;
+        continue;
       }
-      const int64_t t0 = s0 / kTileKeys, a = s0 % kTileKeys;
-      const int64_t first = std::min(count, kTileKeys - a);  // from tile t0, the rest from t0 + 1
-      Ops::CopyKeysK(kv.k_tile(kvh, t0), a, sc.gk, 0, first, p.dim);
-      Ops::CopyKeysV(kv.v_tile(kvh, t0), a, sc.gv, 0, first, dp);
-      if (count > first) {
-        Ops::CopyKeysK(kv.k_tile(kvh, t0 + 1), 0, sc.gk, first, count - first, p.dim);
-        Ops::CopyKeysV(kv.v_tile(kvh, t0 + 1), 0, sc.gv, first, count - first, dp);
+      std::iota(sc.columns.begin() + pc.dst, sc.columns.begin() + pc.dst + pc.n, pc.src);
+      // Keys src.. in slots dst..: row r keeps those up to its position.
+      if (p.causal && pc.src + pc.n - 1 > sc.pos[0]) {
+        for (int64_t r = 0; r < n; ++r) {
+          const int64_t vis = std::clamp<int64_t>(sc.pos[r] + 1 - pc.src, 0, pc.n);
+          float* row = sc.s + r * kTileKeys + pc.dst;
+          std::fill(row + vis, row + pc.n, kNegInf);
+          kept += vis;
+        }
+      } else {
+        kept += n * pc.n;
       }
-      Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
-      // Keys s0 + jj in natural order: the index-based mask, and none on a full tile.
-      const bool full = count == kTileKeys && (!p.causal || s0 + count - 1 <= sc.pos[0]);
-      int64_t kept = full ? n * kTileKeys : MaskTile(sc.s, n, sc.pos, p.causal, s0, s0, s0 + count);
       if constexpr (Policy::kPackedColumns)
-        kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, s0, s0, s0 + count);
-      sc.columns.resize(size_t(count));
-      std::iota(sc.columns.begin(), sc.columns.end(), s0);
-      step.Run(-1, sc.columns.data(), count, kept, sc.gv);
+        kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, pc.src - pc.dst, pc.src,
+                         pc.src + pc.n);
+    }
+    step.Run(-1, sc.columns.data(), filled, kept, sc.gv);
+    filled = 0;
+    sc.pieces.clear();
+  };
+  // The pieces of a range the loop packs (its ends off whole tiles), prefetched one range
+  // ahead: their copies otherwise wait on memory.
+  const auto prefetch_pieces = [&](const KeyRange& kr) {
+    for (int64_t s0 = kr.begin; s0 < kr.end;) {
+      const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
+      if (s1 - s0 <= kPackedPieceMax)
+        Ops::PrefetchKeys(kv.k_tile(kvh, jt), kv.v_tile(kvh, jt), s0 % kTileKeys, s1 - s0, p.dim,
+                          dp);
+      s0 = s1 < kr.end && kr.end - s1 >= kTileKeys ? (kr.end / kTileKeys) * kTileKeys : s1;
     }
   };
-  // Copying costs a fraction of a tile's arithmetic and saves one tile per range: worth it for
-  // ranges of one or two tiles (slash lines), not for long ones (many copies to save one).
-  const auto shift_saves_a_tile = [&](const KeyRange& kr) {
-    const int64_t touched = (kr.end + kTileKeys - 1) / kTileKeys - kr.begin / kTileKeys;
-    const int64_t needed = (kr.end - kr.begin + kTileKeys - 1) / kTileKeys;
-    return !kv.kpos && needed <= 2 && needed < touched;
+  // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
+  const auto add_piece = [&](int64_t lo, int64_t hi) {
+    const int64_t jt = lo / kTileKeys;
+    while (lo < hi) {
+      if constexpr (Ops::kKeyPairs) {
+        // A key moved to the other half of a pair costs a scalar copy per dim: skip a slot
+        // instead (zero K and V, masked below), so whole pairs copy.
+        if ((filled & 1) != (lo & 1)) {
+          Ops::ZeroKey(sc.gk, sc.gv, filled, p.dim, dp);
+          sc.pieces.push_back({-1, filled, 1});
+          if (++filled == kTileKeys) run_gathered();
+          continue;
+        }
+      }
+      const int64_t take = std::min(hi - lo, kTileKeys - filled);
+      Ops::CopyKeysK(kv.k_tile(kvh, jt), lo % kTileKeys, sc.gk, filled, take, p.dim);
+      Ops::CopyKeysV(kv.v_tile(kvh, jt), lo % kTileKeys, sc.gv, filled, take, dp);
+      sc.pieces.push_back({lo, filled, take});
+      filled += take;
+      lo += take;
+      if (filled == kTileKeys) run_gathered();
+    }
   };
   if constexpr (Policy::kOrder) {
     // The same tiles as below, listed first so the policy can choose their order.
@@ -791,16 +899,24 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     pol.visit_order(p, view, sc.visits);
     for (const TileVisit& v : sc.visits) visit(v);
   } else {
-    for (const KeyRange& kr : sc.ranges) {
-      if constexpr (Policy::kShiftRanges) {
-        if (shift_saves_a_tile(kr)) {
-          visit_shifted(kr);
+    for (size_t ri = 0; ri < sc.ranges.size(); ++ri) {
+      const KeyRange& kr = sc.ranges[ri];
+      if constexpr (Policy::kPackFragments) {
+        if (!kv.kpos) {
+          if (ri + 1 < sc.ranges.size()) prefetch_pieces(sc.ranges[ri + 1]);
+          for (int64_t s0 = kr.begin; s0 < kr.end;) {
+            const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
+            if (s1 - s0 > kPackedPieceMax) visit(d.visit(jt, kr.begin, kr.end));
+            else add_piece(s0, s1);
+            s0 = s1;
+          }
           continue;
         }
       }
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt)
         visit(d.visit(jt, kr.begin, kr.end));
     }
+    if constexpr (Policy::kPackFragments) run_gathered();
   }
   if constexpr (Policy::kGather) {
     sc.columns.clear();

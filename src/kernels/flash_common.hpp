@@ -121,9 +121,9 @@ struct DensePolicy {
   static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
   static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
   static constexpr bool kPackedColumns = false;  // calls head_columns() once per q head
-  // Short key ranges off the 64-key grid are copied into a tile of their own when that saves
-  // a tile (in the plain, unordered loop only; not with kOrder).
-  static constexpr bool kShiftRanges = false;
+  // The keys of ranges off whole 64-key tiles (short pieces at a range's ends) are copied
+  // together into gathered tiles of 64 (in the plain, unordered loop only; not with kOrder).
+  static constexpr bool kPackFragments = false;
   static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
   struct Local {};
   int64_t tile_rows = 64;
@@ -190,7 +190,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kOrder } -> std::convertible_to<bool>;
   { P::kSeedMax } -> std::convertible_to<bool>;
   { P::kPackedColumns } -> std::convertible_to<bool>;
-  { P::kShiftRanges } -> std::convertible_to<bool>;
+  { P::kPackFragments } -> std::convertible_to<bool>;
   { P::kOutput } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -20,18 +21,25 @@ namespace spattn {
 
 namespace {
 
+// Row s of head h as f32 into dst (a row copy where the storage is f32 and contiguous: the
+// estimate reads every key of the head, and an element-wise get cost more than its sgemm).
+void load_row(const TensorView& t, int64_t h, int64_t s, float* dst) {
+  if (t.dtype == DType::f32 && t.stride_dim == 1) {
+    std::memcpy(dst, t.ptr(h, s), size_t(t.dim) * sizeof(float));
+    return;
+  }
+  for (int64_t c = 0; c < t.dim; ++c) dst[c] = t.get(h, s, c);
+}
 // Rows [first, first + n) of head h as a contiguous f32 [n, d] matrix.
 void load_rows(const TensorView& t, int64_t h, int64_t first, int64_t n, std::vector<float>& out) {
   out.resize(size_t(n * t.dim));
-  for (int64_t s = 0; s < n; ++s)
-    for (int64_t c = 0; c < t.dim; ++c) out[size_t(s * t.dim + c)] = t.get(h, first + s, c);
+  for (int64_t s = 0; s < n; ++s) load_row(t, h, first + s, &out[size_t(s * t.dim)]);
 }
 // Rows `rows` of head h, likewise.
 void gather_rows(const TensorView& t, int64_t h, const std::vector<int64_t>& rows,
                  std::vector<float>& out) {
   out.resize(rows.size() * size_t(t.dim));
-  for (size_t s = 0; s < rows.size(); ++s)
-    for (int64_t c = 0; c < t.dim; ++c) out[s * size_t(t.dim) + size_t(c)] = t.get(h, rows[s], c);
+  for (size_t s = 0; s < rows.size(); ++s) load_row(t, h, rows[s], &out[s * size_t(t.dim)]);
 }
 
 }  // namespace
