@@ -573,14 +573,17 @@ inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool caus
   return kept;
 }
 
+// A row's natural-log LSE from its running max m (log2 units) and sum l; -inf for no key.
+// Finalize and the finish hook both take it from here, so they agree bit for bit.
+inline float RowLse(float m, float l) { return l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf; }
+
 // Writes O / l (and LSE) of rows [0, n) to output rows out_rows.
 inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64_t n, int64_t dp,
                      const float* o, const float* m, const float* l) {
   const int64_t out_len = p.out.seq;
   for (int64_t r = 0; r < n; ++r) {
     store_row(p.out, h, out_rows[r], o + r * dp, p.dim, l[r] > 0 ? 1.0f / l[r] : 0.0f);
-    if (p.lse)
-      p.lse[h * out_len + out_rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+    if (p.lse) p.lse[h * out_len + out_rows[r]] = RowLse(m[r], l[r]);
   }
 }
 
@@ -844,6 +847,13 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     }
   }
   if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::kFinish) {
+    // alpha is free once the last tile is done: it holds the rows' final LSE.
+    for (int64_t r = 0; r < n; ++r) sc.alpha[r] = RowLse(sc.m[r], sc.l[r]);
+    view.key_tile = -1, view.gathered = nullptr, view.n_keys = 0, view.entries = 0;
+    view.m = sc.m, view.l = sc.l, view.p = nullptr, view.lse = nullptr;
+    pol.finish(local, view, sc.alpha);
+  }
 }
 
 // Fixed assignment of items (already longest first) to threads: each goes to the thread with
