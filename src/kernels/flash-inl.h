@@ -452,6 +452,7 @@ struct Scratch {
   using T = typename Ops::T;
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   T* q = nullptr;
+  float* s_own = nullptr;  // the scores / P buffer; s points here unless a kKeepP policy moved it
   float *s = nullptr, *o = nullptr, *m = nullptr, *l = nullptr, *alpha = nullptr,
         *tile_max = nullptr, *block_lse = nullptr;
   T *gk = nullptr, *gv = nullptr;  // gathered key / value tile
@@ -475,7 +476,7 @@ struct Scratch {
     f += gkf;
     gv = reinterpret_cast<T*>(f);
     f += gvf;
-    s = f; f += R * kTileKeys;
+    s = s_own = f; f += R * kTileKeys;
     o = f; f += R * dp;
     m = f; f += R;
     l = f; f += R;
@@ -724,6 +725,10 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   view.tile_max = sc.tile_max;
   if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
+  // (kKeepP) Each tile's scores / P in the policy's buffer.
+  const auto next_p = [&] {
+    if constexpr (Policy::kKeepP) sc.s = pol.p_buffer(local, npad);
+  };
   const PackedKVData& d = kv.kv;
   // One key tile, limited to the keys [begin, end) of the range that brought it in.
   const auto visit = [&](const TileVisit& tv) {
@@ -731,6 +736,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
     // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
     if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
+    next_p();
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
     const bool full = tv.begin <= j0 && j0 + kTileKeys <= tv.end &&
                       (!p.causal || tv.last_pos <= sc.pos[0]);
@@ -767,6 +773,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         Ops::CopyKeysK(kv.k_tile(kvh, t0 + 1), 0, sc.gk, first, count - first, p.dim);
         Ops::CopyKeysV(kv.v_tile(kvh, t0 + 1), 0, sc.gv, first, count - first, dp);
       }
+      next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       // Keys s0 + jj in natural order: the index-based mask, and none on a full tile.
       const bool full = count == kTileKeys && (!p.causal || s0 + count - 1 <= sc.pos[0]);
@@ -820,6 +827,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         Ops::CopyKeyK(kv.k_tile(kvh, jt), sj, sc.gk, jj, p.dim);
         Ops::CopyKeyV(kv.v_tile(kvh, jt), sj, sc.gv, jj, dp);
       }
+      next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       const int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
                                           [keys](int64_t jj) { return keys[jj]; }, count, 0,
@@ -835,6 +843,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t* cpos = hc.kv.positions.data();
     for (int64_t i = 0; i < cols; i += kTileKeys) {
       const int64_t ct = i / kTileKeys, count = std::min(kTileKeys, cols - i);
+      next_p();
       Ops::Scores(sc.q, npad, hc.kv.template k_tile<typename Ops::T>(0, ct), p.dim, sc.s);
       const bool full =
           count == kTileKeys && (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
@@ -854,6 +863,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     view.m = sc.m, view.l = sc.l, view.p = nullptr, view.lse = nullptr;
     pol.finish(local, view, sc.alpha);
   }
+  sc.s = sc.s_own;
 }
 
 // Fixed assignment of items (already longest first) to threads: each goes to the thread with

@@ -128,6 +128,7 @@ struct DensePolicy {
   static constexpr bool kShiftRanges = false;
   static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
   static constexpr bool kFinish = false;   // calls finish() once per work item, after its tiles
+  static constexpr bool kKeepP = false;    // calls p_buffer() for where each tile's S / P goes
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -177,6 +178,11 @@ struct DensePolicy {
   // every P the item observed is now known against (column sums in the same pass).
   template <class L>
   void finish(L&, const TileView&, const float* /*row_lse*/) const {}
+  // (kKeepP) Where the next tile's scores and P go: npad x kTileKeys floats, 64-byte aligned,
+  // that stay the policy's (an observer that keeps P then copies nothing). Called once per
+  // tile, right before its scores; the loop's own buffer is used otherwise.
+  template <class L>
+  float* p_buffer(L&, int64_t /*npad*/) const { return nullptr; }
   // Once after the run (kReduce): every thread's Local, in thread order.
   template <class L>
   void reduce(std::vector<L>&) {}
@@ -201,6 +207,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kShiftRanges } -> std::convertible_to<bool>;
   { P::kOutput } -> std::convertible_to<bool>;
   { P::kFinish } -> std::convertible_to<bool>;
+  { P::kKeepP } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
@@ -211,6 +218,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { pol.skip(local, tile) } -> std::same_as<bool>;
   { pol.observe(local, tile) };
   { pol.finish(local, tile, m) };
+  { pol.p_buffer(local, int64_t{}) } -> std::same_as<float*>;
   { pol.visit_order(p, tile, visits) };
   { pol.seed_max(p, tile, m) };
   { mpol.reduce(locals) };

@@ -7,9 +7,11 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "kernels/flash_common.hpp"
+#include "spattn/tensor.hpp"
 #include "spattn/weight_sums.hpp"
 
 namespace spattn::kernels {
@@ -99,8 +101,8 @@ struct WeightSumsPolicy : DensePolicy {
 // Column sums in the attention pass itself (Base's coverage, output and LSE untouched): an
 // item keeps each tile's P, the running max it was taken against and the tile's keys, and once
 // its rows' final LSE is known (finish) weights them as WeightSumsPolicy would from that LSE
-// (the rows of a tile summed in f32, AddColumnSums), at the cost of copying P instead of
-// recomputing Q K^T and exp in a second pass. Each item writes its per-key f32 sums to a slot
+// (the rows of a tile summed in f32, RowSums), at the cost of keeping P (the loop writes it
+// into the policy's buffer: kKeepP) instead of recomputing Q K^T and exp in a second pass. Each item writes its per-key f32 sums to a slot
 // of its own (a key lies in one tile of an item), and sum_into() adds the slots in item order:
 // no per-thread state to reduce, so the items keep the loop's first-come schedule (a static
 // one stalls when another process takes a core) and the sums are bitwise the same for any
@@ -109,9 +111,13 @@ template <class Base>
 struct ColumnSumsPolicy : Base {
   static constexpr bool kObserve = true;
   static constexpr bool kFinish = true;
+  static constexpr bool kKeepP = true;  // the loop writes each tile's P into Local::p itself
   struct Local {
-    std::vector<float> p, m;     // the item's tiles so far: P [n][kTileKeys] and m [n] each
-    std::vector<int64_t> keys;   // [tiles][kTileKeys]: packed key of each column
+    // The item's tiles so far: P [npad][kTileKeys] each, back to back (64-byte aligned).
+    std::unique_ptr<float[], void (*)(void*)> p{nullptr, aligned_free};
+    size_t p_cap = 0, p_used = 0;  // floats
+    std::vector<float> m;          // [tiles][n]: running max after each tile
+    std::vector<int64_t> keys;     // [tiles][kTileKeys]: packed key of each column
     std::vector<int64_t> n_keys;
   };
   struct Slot {
@@ -121,8 +127,21 @@ struct ColumnSumsPolicy : Base {
   int64_t tiles = 0;                   // Base::num_tiles of the problem
   mutable std::vector<Slot> slots;     // [Hq][tiles]: written by item (h, t) only
 
+  float* p_buffer(Local& loc, int64_t npad) const {
+    const size_t need = loc.p_used + size_t(npad * kTileKeys);
+    if (need > loc.p_cap) {  // grow, keeping the item's earlier tiles
+      const size_t cap = std::max(need, 2 * loc.p_cap);
+      std::unique_ptr<float[], void (*)(void*)> p(
+          static_cast<float*>(aligned_alloc_bytes(cap * sizeof(float))), aligned_free);
+      if (loc.p_used) std::copy_n(loc.p.get(), loc.p_used, p.get());
+      loc.p = std::move(p);
+      loc.p_cap = cap;
+    }
+    float* at = loc.p.get() + loc.p_used;
+    loc.p_used = need;
+    return at;
+  }
   void observe(Local& loc, const TileView& v) const {
-    loc.p.insert(loc.p.end(), v.p, v.p + v.n * kTileKeys);
     loc.m.insert(loc.m.end(), v.m, v.m + v.n);
     for (int64_t jj = 0; jj < kTileKeys; ++jj) loc.keys.push_back(jj < v.n_keys ? v.key(jj) : 0);
     loc.n_keys.push_back(v.n_keys);
@@ -131,6 +150,7 @@ struct ColumnSumsPolicy : Base {
     Slot& slot = slots[size_t(v.h * tiles + v.t)];
     slot.keys.clear(), slot.sums.clear();
     float f[kMaxTileRows];
+    const size_t tile_floats = loc.n_keys.empty() ? 0 : loc.p_used / loc.n_keys.size();
     for (size_t t = 0; t < loc.n_keys.size(); ++t) {
       const float* m = loc.m.data() + t * size_t(v.n);
       for (int64_t r = 0; r < v.n; ++r) f[r] = weight_factor(m[r], row_lse[r]);
@@ -138,10 +158,10 @@ struct ColumnSumsPolicy : Base {
       const size_t first = slot.sums.size();
       slot.sums.resize(first + size_t(loc.n_keys[t]));
       slot.keys.insert(slot.keys.end(), keys, keys + loc.n_keys[t]);
-      RowSums(loc.p.data() + t * size_t(v.n * kTileKeys), v.n, loc.n_keys[t], f,
-              slot.sums.data() + first);
+      RowSums(loc.p.get() + t * tile_floats, v.n, loc.n_keys[t], f, slot.sums.data() + first);
     }
-    loc.p.clear(), loc.m.clear(), loc.keys.clear(), loc.n_keys.clear();
+    loc.p_used = 0;
+    loc.m.clear(), loc.keys.clear(), loc.n_keys.clear();
   }
   // column [Hq][kv_len] = the slots' sums, item by item in (h, t) order.
   void sum_into(std::vector<double>& column, int64_t heads, int64_t kv_len) const {
