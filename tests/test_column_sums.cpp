@@ -60,9 +60,9 @@ void expect_matches_plain(const Tensor& q, const Tensor& k, const Tensor& v, con
 // attention_weight_sums given that LSE (the same products, one pass), and the same sums bit for
 // bit whatever the thread count.
 TEST(ColumnSums, DenseFormIsTheTwoPassFormInOnePass) {
-  const Tensor q = test::random_tensor(DType::f32, 4, 150, 32, 41, 2.0f);
-  const Tensor k = test::random_tensor(DType::f32, 2, 230, 32, 42);
-  const Tensor v = test::random_tensor(DType::f32, 2, 230, 32, 43);
+  const Tensor q = test::random_tensor(DType::f32, 4, 100, 16, 41, 2.0f);
+  const Tensor k = test::random_tensor(DType::f32, 2, 150, 16, 42);
+  const Tensor v = test::random_tensor(DType::f32, 2, 150, 16, 43);
   const PackedKV kv = PackedKV::pack(k, v);
   test::for_each_target([&] {
     for (bool causal : {true, false}) {
@@ -72,8 +72,8 @@ TEST(ColumnSums, DenseFormIsTheTwoPassFormInOnePass) {
         AttnOptions opt;
         opt.causal = causal;
         opt.threads = threads;
-        Tensor out(DType::f32, 4, 150, 32), ref(DType::f32, 4, 150, 32);
-        std::vector<float> lse(4 * 150), lse_ref(4 * 150);
+        Tensor out(DType::f32, 4, 100, 16), ref(DType::f32, 4, 100, 16);
+        std::vector<float> lse(4 * 100), lse_ref(4 * 100);
         WeightSums sums, sums_ref;
         Stats st, st_ref;
         attention_with_column_sums(q, kv, out, lse.data(), sums, opt, &st);
@@ -102,13 +102,13 @@ TEST(ColumnSums, DenseFormIsTheTwoPassFormInOnePass) {
 // tile grid, one row per chunk, one chunk for everything, a short last chunk; GQA; 1 and 2
 // threads. Each chunk's rows equal attention_dense over that chunk alone.
 TEST(ColumnSums, DiagonalFormIsCausalAttentionPerChunk) {
-  const int64_t n = 300;
+  const int64_t n = 200;
   const Tensor q = test::random_tensor(DType::f32, 4, n, 16, 51, 2.0f);
   const Tensor k = test::random_tensor(DType::f32, 2, n, 16, 52);
   const Tensor v = test::random_tensor(DType::f32, 2, n, 16, 53);
   const PackedKV kv = PackedKV::pack(k, v);
   test::for_each_target([&] {
-    for (int64_t chunk : {int64_t(1), int64_t(50), int64_t(64), int64_t(128), n, int64_t(1000)})
+    for (int64_t chunk : {int64_t(1), int64_t(50), int64_t(128), int64_t(1000)})
       for (int threads : {1, 2}) {
         SCOPED_TRACE(::testing::Message() << "chunk " << chunk << " threads " << threads);
         AttnOptions opt;
