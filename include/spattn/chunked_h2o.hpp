@@ -72,8 +72,8 @@ class ChunkedH2OLayer {
   // position() + n - 1, 1 <= n <= batch; out [Hq, n, d]; lse [Hq, n] when non-null. `last`:
   // the prompt ends with this batch (its last chunk builds no memory set). opt.causal must be
   // true. Stats: the attention passes' entries (the paper's dot products), causal_entries of
-  // dense causal attention over the same rows; the column-sum passes are not counted there but
-  // in weight_sum_entries().
+  // dense causal attention over the same rows. The column sums come from the attention passes
+  // themselves (attention_with_column_sums): no entry is computed twice.
   void prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const AttnOptions& opt, bool last,
                      float* lse = nullptr, Stats* stats = nullptr);
@@ -84,7 +84,6 @@ class ChunkedH2OLayer {
   int64_t chunks_done() const;
   // Score accumulations from inter-attention so far (one per chunk that had a memory set).
   int64_t score_updates() const;
-  int64_t weight_sum_entries() const;  // entries the column-sum passes computed
   std::span<const int64_t> memory(int64_t q_head) const;  // M of the last chunk done
   std::span<const double> scores(int64_t q_head) const;   // per position, [0, position())
   void set_trace(ChunkedH2OTrace* trace);                  // null: record nothing

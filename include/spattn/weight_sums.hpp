@@ -27,4 +27,16 @@ void attention_weight_sums(const TensorView& q, const TensorView& k, const Tenso
 void attention_weight_sums(const TensorView& q, const PackedKV& kv, const float* row_lse,
                            WeightSums& out, const AttnOptions& opt = {});
 
+// Attention and its column sums in one pass: out, lse and stats exactly as attention_dense
+// gives them over kv (bit for bit), and sums.column ([Hq][kv.size()]) the column sums that
+// attention_weight_sums would give from that lse (to f32 rounding), without recomputing Q K^T
+// and exp: each work item keeps its tiles' P until its rows' LSE is final, then weights them.
+// The sums are added item by item in a fixed order: bitwise the same for any thread count.
+// sums must ask for columns only. diagonal_chunk S > 0: block-diagonal causal attention
+// instead, chunked prefill's intra pass over every chunk at once (row i sees keys
+// floor(i / S) S .. i); needs causal self-attention (kv holds exactly q's rows, in order).
+void attention_with_column_sums(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                                float* lse, WeightSums& sums, const AttnOptions& opt = {},
+                                Stats* stats = nullptr, int64_t diagonal_chunk = 0);
+
 }  // namespace spattn

@@ -521,6 +521,7 @@ struct Scratch {
   using T = typename Ops::T;
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   T* q = nullptr;
+  float* s_own = nullptr;  // the scores / P buffer; s points here unless a kKeepP policy moved it
   float *s = nullptr, *o = nullptr, *m = nullptr, *l = nullptr, *alpha = nullptr,
         *tile_max = nullptr, *block_lse = nullptr;
   T *gk = nullptr, *gv = nullptr;  // gathered key / value tile
@@ -545,7 +546,7 @@ struct Scratch {
     f += gkf;
     gv = reinterpret_cast<T*>(f);
     f += gvf;
-    s = f; f += R * kTileKeys;
+    s = s_own = f; f += R * kTileKeys;
     o = f; f += R * dp;
     m = f; f += R;
     l = f; f += R;
@@ -643,14 +644,17 @@ inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool caus
   return kept;
 }
 
+// A row's natural-log LSE from its running max m (log2 units) and sum l; -inf for no key.
+// Finalize and the finish hook both take it from here, so they agree bit for bit.
+inline float RowLse(float m, float l) { return l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf; }
+
 // Writes O / l (and LSE) of rows [0, n) to output rows out_rows.
 inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64_t n, int64_t dp,
                      const float* o, const float* m, const float* l) {
   const int64_t out_len = p.out.seq;
   for (int64_t r = 0; r < n; ++r) {
     store_row(p.out, h, out_rows[r], o + r * dp, p.dim, l[r] > 0 ? 1.0f / l[r] : 0.0f);
-    if (p.lse)
-      p.lse[h * out_len + out_rows[r]] = l[r] > 0 ? (m[r] + std::log2(l[r])) * kLn2 : kNegInf;
+    if (p.lse) p.lse[h * out_len + out_rows[r]] = RowLse(m[r], l[r]);
   }
 }
 
@@ -791,6 +795,10 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   view.tile_max = sc.tile_max;
   if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
+  // (kKeepP) Each tile's scores / P in the policy's buffer.
+  const auto next_p = [&] {
+    if constexpr (Policy::kKeepP) sc.s = pol.p_buffer(local, npad);
+  };
   const PackedKVData& d = kv.kv;
   // One key tile, limited to the keys [begin, end) of the range that brought it in.
   const auto visit = [&](const TileVisit& tv) {
@@ -798,6 +806,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
     // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
     if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
+    next_p();
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
     const bool full = tv.begin <= j0 && j0 + kTileKeys <= tv.end &&
                       (!p.causal || tv.last_pos <= sc.pos[0]);
@@ -825,6 +834,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   const auto run_gathered = [&] {
     if (filled == 0) return;
     if (filled < kTileKeys) Ops::ZeroKeys(sc.gk, sc.gv, filled, p.dim, dp);
+    next_p();
     Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
     for (int64_t r = 0; r < n; ++r)
       std::fill(sc.s + r * kTileKeys + filled, sc.s + (r + 1) * kTileKeys, kNegInf);
@@ -933,6 +943,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         Ops::CopyKeyK(kv.k_tile(kvh, jt), sj, sc.gk, jj, p.dim);
         Ops::CopyKeyV(kv.v_tile(kvh, jt), sj, sc.gv, jj, dp);
       }
+      next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       const int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
                                           [keys](int64_t jj) { return keys[jj]; }, count, 0,
@@ -948,6 +959,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t* cpos = hc.kv.positions.data();
     for (int64_t i = 0; i < cols; i += kTileKeys) {
       const int64_t ct = i / kTileKeys, count = std::min(kTileKeys, cols - i);
+      next_p();
       Ops::Scores(sc.q, npad, hc.kv.template k_tile<typename Ops::T>(0, ct), p.dim, sc.s);
       const bool full =
           count == kTileKeys && (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
@@ -960,6 +972,14 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     }
   }
   if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::kFinish) {
+    // alpha is free once the last tile is done: it holds the rows' final LSE.
+    for (int64_t r = 0; r < n; ++r) sc.alpha[r] = RowLse(sc.m[r], sc.l[r]);
+    view.key_tile = -1, view.gathered = nullptr, view.n_keys = 0, view.entries = 0;
+    view.m = sc.m, view.l = sc.l, view.p = nullptr, view.lse = nullptr;
+    pol.finish(local, view, sc.alpha);
+  }
+  sc.s = sc.s_own;
 }
 
 // Fixed assignment of items (already longest first) to threads: each goes to the thread with

@@ -9,6 +9,8 @@
 //   skip:        may this key tile be dropped once its scores are known (BLASST)
 //   observe:     what to do with the tile's P, running max and sum, and per-row LSE (MOMO's
 //                online top-k, column sums, block mass), into per-thread state (Local)
+//   finish:      what to do once an item's rows know their final LSE (column sums of the
+//                normalised weights in the attention pass itself)
 //   reduce:      how per-thread state combines, once, in thread order
 //   visit_order: in which order the key tiles run (BLASST's local-first order)
 //   seed_max:    what running max an item starts from (decode's key chunks under that order)
@@ -125,6 +127,8 @@ struct DensePolicy {
   // together into gathered tiles of 64 (in the plain, unordered loop only; not with kOrder).
   static constexpr bool kPackFragments = false;
   static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
+  static constexpr bool kFinish = false;   // calls finish() once per work item, after its tiles
+  static constexpr bool kKeepP = false;    // calls p_buffer() for where each tile's S / P goes
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -169,6 +173,16 @@ struct DensePolicy {
   // After a tile's P.V (kObserve): P, m, l and the tile's per-row LSE.
   template <class L>
   void observe(L&, const TileView&) const {}
+  // After an item's last tile (kFinish): its rows (h, t, n, q_rows, out_rows; no key tile)
+  // and each row's final natural-log LSE (-inf for a row that saw no key), the normaliser that
+  // every P the item observed is now known against (column sums in the same pass).
+  template <class L>
+  void finish(L&, const TileView&, const float* /*row_lse*/) const {}
+  // (kKeepP) Where the next tile's scores and P go: npad x kTileKeys floats, 64-byte aligned,
+  // that stay the policy's (an observer that keeps P then copies nothing). Called once per
+  // tile, right before its scores; the loop's own buffer is used otherwise.
+  template <class L>
+  float* p_buffer(L&, int64_t /*npad*/) const { return nullptr; }
   // Once after the run (kReduce): every thread's Local, in thread order.
   template <class L>
   void reduce(std::vector<L>&) {}
@@ -192,6 +206,8 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kPackedColumns } -> std::convertible_to<bool>;
   { P::kPackFragments } -> std::convertible_to<bool>;
   { P::kOutput } -> std::convertible_to<bool>;
+  { P::kFinish } -> std::convertible_to<bool>;
+  { P::kKeepP } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
@@ -201,6 +217,8 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
   { pol.skip(local, tile) } -> std::same_as<bool>;
   { pol.observe(local, tile) };
+  { pol.finish(local, tile, m) };
+  { pol.p_buffer(local, int64_t{}) } -> std::same_as<float*>;
   { pol.visit_order(p, tile, visits) };
   { pol.seed_max(p, tile, m) };
   { mpol.reduce(locals) };

@@ -34,6 +34,24 @@ void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView
                ", b ", o_b.shape_str(), ", out ", out.shape_str(), ")");
   SPATTN_CHECK(lse_a && lse_b, "merge: lse_a and lse_b must not be null");
   SPATTN_CHECK(o_a.data && o_b.data && out.data, "merge: null data");
+  const auto f32_rows = [](const TensorView& t) {
+    return t.dtype == DType::f32 && t.stride_dim == 1;
+  };
+  if (f32_rows(o_a) && f32_rows(o_b) && f32_rows(out)) {  // rows in place: the same arithmetic
+    for (int64_t h = 0; h < o_a.heads; ++h)
+      for (int64_t s = 0; s < o_a.seq; ++s) {
+        const int64_t i = h * o_a.seq + s;
+        SPATTN_CHECK(!std::isnan(lse_a[i]) && !std::isnan(lse_b[i]),
+                     "merge: lse is NaN at head ", h, " row ", s);
+        float* dst = static_cast<float*>(out.ptr(h, s));
+        const float* a = static_cast<const float*>(o_a.ptr(h, s));
+        if (dst != a) std::copy_n(a, o_a.dim, dst);
+        float lse = lse_a[i];
+        merge_row(dst, lse, static_cast<const float*>(o_b.ptr(h, s)), lse_b[i], o_a.dim);
+        if (lse_out) lse_out[i] = lse;
+      }
+    return;
+  }
   std::vector<float> row_a(size_t(o_a.dim)), row_b(size_t(o_a.dim));
   for (int64_t h = 0; h < o_a.heads; ++h)
     for (int64_t s = 0; s < o_a.seq; ++s) {

@@ -10,12 +10,13 @@
 //   carry  1: the memory set carries across logical batches (the paper's formula); 0: each
 //          logical batch starts without memory (the accounting of the paper's 4.6x and 9.1x)
 //
-// Every attention pass is a library kernel over a PackedKV: Phase 1 packs each chunk once and
-// runs attention_dense over it (the chunk's diagonal block of the block-diagonal causal mask)
-// and attention_weight_sums with the rows' LSE (the intra column sums, no S x S matrix); Phase
-// 2 packs the memory set gathered per q head (one packed "kv head" per q head, so every head
-// runs in one call), runs attention_dense without a mask and attention_weight_sums again (the
-// inter column sums), and merges (O, LSE) exactly with the cached intra state (merge.hpp).
+// Every attention pass is a library kernel over a PackedKV that also returns the column sums
+// of its normalised weights (attention_with_column_sums: one pass, no S x S matrix, no entry
+// computed twice): Phase 1 packs the logical batch once and runs every chunk's diagonal block
+// in one call (the block-diagonal causal mask), giving the intra (O, LSE) and the intra column
+// sums; Phase 2 packs the memory set gathered per q head (one packed "kv head" per q head, so
+// every head runs in one call), runs it without a mask (the inter column sums come with it),
+// and merges (O, LSE) exactly with the cached intra state (merge.hpp), in place in out.
 // The paper's (m, l, o) is kept as (o / l, m + ln l): the same state.
 //
 // As a method of the registry (spattn bench) a run is one layer's prompt: q [Hq, N, d] and
@@ -116,14 +117,16 @@ struct ChunkedH2OLayer::State {
   int64_t hq, hkv, dim, cap, mem_cap;
   DType dtype;
   size_t row_size;
-  int64_t pos = 0, chunks = 0, updates = 0, ws_entries = 0;
+  int64_t pos = 0, chunks = 0, updates = 0;
   bool have_mem = false;
   std::vector<std::vector<double>> scores;   // [Hq][cap]: score(j)
   std::vector<std::vector<int64_t>> mem;     // [Hq]: M_{c-1}, sorted positions
   std::vector<char> mem_k, mem_v, next_k, next_v;  // [Hq][mem_cap][d] raw rows of M
-  PackedKV intra_kv, mem_kv;
-  Tensor o_intra, o_inter;                    // [Hq, B, d] cached intra O; [Hq, S, d] inter O
-  std::vector<float> lse_intra, lse_inter, lse_out;  // chunk-major: chunk at Hq * offset
+  PackedKV intra_kv, mem_kv;                  // the batch's K/V; M_{c-1}, one "kv head" per q head
+  Tensor o_inter;                             // [Hq, S, d] inter O
+  Tensor o_intra;  // [Hq, B, d] intra O when out is not f32 (an f32 out holds it itself)
+  std::vector<float> lse_intra;               // [Hq][n]: the batch's intra LSE
+  std::vector<float> lse_inter, lse_out;      // [Hq][|C_c|]: one chunk's
   WeightSums ws;
   ChunkedH2OTrace* trace = nullptr;
 
@@ -131,10 +134,11 @@ struct ChunkedH2OLayer::State {
       : p(p_), hq(hq_), hkv(hkv_), dim(d), cap(c),
         mem_cap(std::min(p_.local + p_.heavy, c)), dtype(t), row_size(size_t(d) * dtype_size(t)),
         scores(size_t(hq_)), mem(size_t(hq_)),
-        intra_kv(hkv_, d, t, std::min(p_.chunk, c)),
+        intra_kv(hkv_, d, t, std::min(p_.batch, c)),
         mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p_.local + p_.heavy, c))),
-        o_intra(DType::f32, hq_, std::min(p_.batch, c), d),
         o_inter(DType::f32, hq_, std::min(p_.chunk, c), d) {
+    ws.want_columns = true;
+    ws.want_blocks = false;
     for (auto& s : scores) s.assign(size_t(cap), 0.0);
     const size_t mem_bytes = size_t(hq) * size_t(mem_cap) * row_size;
     mem_k.resize(mem_bytes);
@@ -143,6 +147,7 @@ struct ChunkedH2OLayer::State {
     next_v.resize(mem_bytes);
     lse_intra.resize(size_t(hq * std::min(p.batch, cap)));
     lse_inter.resize(size_t(hq * std::min(p.chunk, cap)));
+    lse_out.resize(size_t(hq * std::min(p.chunk, cap)));
   }
 
   TensorView mem_view(std::vector<char>& buf, int64_t m) {
@@ -205,7 +210,7 @@ ChunkedH2OLayer::~ChunkedH2OLayer() = default;
 
 void ChunkedH2OLayer::reset() {
   State& s = *s_;
-  s.pos = s.chunks = s.updates = s.ws_entries = 0;
+  s.pos = s.chunks = s.updates = 0;
   s.have_mem = false;
   for (auto& sc : s.scores) std::fill(sc.begin(), sc.end(), 0.0);
   for (auto& m : s.mem) m.clear();
@@ -214,7 +219,6 @@ void ChunkedH2OLayer::reset() {
 int64_t ChunkedH2OLayer::position() const { return s_->pos; }
 int64_t ChunkedH2OLayer::chunks_done() const { return s_->chunks; }
 int64_t ChunkedH2OLayer::score_updates() const { return s_->updates; }
-int64_t ChunkedH2OLayer::weight_sum_entries() const { return s_->ws_entries; }
 std::span<const int64_t> ChunkedH2OLayer::memory(int64_t h) const {
   SPATTN_CHECK(h >= 0 && h < s_->hq, "chunked_h2o: q head ", h, " out of range");
   return s_->mem[size_t(h)];
@@ -257,57 +261,53 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   inter_opt.causal = false;  // every memory token precedes the chunk (no mask)
   inter_opt.q_start = -1;
   inter_opt.check_finite = false;  // rows already checked by the intra pass
-  AttnOptions sums_opt = intra_opt;
-  sums_opt.check_finite = false;
 
-  // Phase 1: each chunk's diagonal block, (O, LSE) cached, scores initialised.
-  for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
-    const int64_t len = std::min(s.p.chunk, n - b0);
-    s.intra_kv.clear();
-    s.intra_kv.append(k.rows(b0, len), v.rows(b0, len), {}, opt.threads);
-    float* lse_c = s.lse_intra.data() + s.hq * b0;
-    const TensorView qc = q.rows(b0, len);
-    attention_dense(qc, s.intra_kv, s.o_intra.view().rows(b0, len), intra_opt, lse_c, &st);
-    s.ws.want_columns = true;
-    s.ws.want_blocks = false;
-    attention_weight_sums(qc, s.intra_kv, lse_c, s.ws, sums_opt);
-    s.ws_entries += s.hq * len * (len + 1) / 2;
-    for (int64_t h = 0; h < s.hq; ++h)  // score(j) = sum_{i in C_c, i >= j} A_intra(i, j)
-      for (int64_t j = 0; j < len; ++j)
-        s.scores[size_t(h)][size_t(pos0 + b0 + j)] = s.ws.column[size_t(h * len + j)];
-  }
+  // Phase 1: every chunk's diagonal block in one call (the block-diagonal causal mask), written
+  // straight into out with its LSE (the cached intra state), scores initialised from the same
+  // pass's column sums: score(j) = sum_{i in C_c, i >= j} A_intra(i, j).
+  // An f32 out holds the intra O until the merge; other dtypes would round it first.
+  if (out.dtype != DType::f32 && s.o_intra.numel() == 0)
+    s.o_intra = Tensor(DType::f32, s.hq, std::min(s.p.batch, s.cap), s.dim);
+  const TensorView intra_all = out.dtype == DType::f32 ? out : s.o_intra.view().rows(0, n);
+  s.intra_kv.clear();
+  s.intra_kv.append(k, v, {}, opt.threads);
+  attention_with_column_sums(q, s.intra_kv, intra_all, s.lse_intra.data(), s.ws, intra_opt, &st,
+                             s.p.chunk);
+  for (int64_t h = 0; h < s.hq; ++h)
+    std::copy_n(s.ws.column.data() + h * n, n, s.scores[size_t(h)].data() + pos0);
 
   // Phase 2: chunk by chunk.
   for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
     const int64_t len = std::min(s.p.chunk, n - b0), c0 = pos0 + b0, c1 = c0 + len;
     const TensorView qc = q.rows(b0, len), oc = out.rows(b0, len);
-    const TensorView intra = s.o_intra.view().rows(b0, len);
-    const float* lse_c = s.lse_intra.data() + s.hq * b0;
+    const TensorView intra = intra_all.rows(b0, len);
     if (s.have_mem) {
       const int64_t m = int64_t(s.mem[0].size());
       s.mem_kv.clear();
       s.mem_kv.append(s.mem_view(s.mem_k, m), s.mem_view(s.mem_v, m), {}, opt.threads);
       const TensorView inter = s.o_inter.view().rows(0, len);
-      // Step 1: inter-attention of C_c against M_{c-1}.
-      attention_dense(qc, s.mem_kv, inter, inter_opt, s.lse_inter.data(), &st);
-      // Step 2: score(j) += sum_{i in C_c} A_inter(i, j) for j in M_{c-1}.
-      attention_weight_sums(qc, s.mem_kv, s.lse_inter.data(), s.ws, inter_opt);
-      s.ws_entries += s.hq * len * m;
-      for (int64_t h = 0; h < s.hq; ++h)
-        for (int64_t j = 0; j < m; ++j)
-          s.scores[size_t(h)][size_t(s.mem[size_t(h)][size_t(j)])] +=
-              s.ws.column[size_t(h * m + j)];
+      // Steps 1 and 2 in one pass: inter-attention of C_c against M_{c-1}, and
+      // score(j) += sum_{i in C_c} A_inter(i, j) for j in M_{c-1} from its column sums.
+      attention_with_column_sums(qc, s.mem_kv, inter, s.lse_inter.data(), s.ws, inter_opt, &st);
+      for (int64_t h = 0; h < s.hq; ++h) {
+        const double* col = s.ws.column.data() + h * m;
+        double* sc = s.scores[size_t(h)].data();
+        const int64_t* mem = s.mem[size_t(h)].data();
+        for (int64_t j = 0; j < m; ++j) sc[mem[j]] += col[j];
+      }
       ++s.updates;
-      // Step 3: exact fusion with the cached intra state.
-      s.lse_out.resize(size_t(s.hq * len));
-      merge_attention(inter, s.lse_inter.data(), intra, lse_c, oc, s.lse_out.data());
+      // Step 3: exact fusion with the cached intra state (in place when out holds it).
+      for (int64_t h = 0; h < s.hq; ++h)
+        std::copy_n(s.lse_intra.data() + h * n + b0, len, s.lse_out.data() + h * len);
+      merge_attention(intra, s.lse_out.data(), inter, s.lse_inter.data(), oc, s.lse_out.data());
       if (lse)
         for (int64_t h = 0; h < s.hq; ++h)
           std::copy_n(s.lse_out.data() + h * len, len, lse + h * n + b0);
     } else {  // no history: the intra result is the output
-      copy_into(intra, oc);
+      if (intra.data != oc.data) copy_into(intra, oc);
       if (lse)
-        for (int64_t h = 0; h < s.hq; ++h) std::copy_n(lse_c + h * len, len, lse + h * n + b0);
+        for (int64_t h = 0; h < s.hq; ++h)
+          std::copy_n(s.lse_intra.data() + h * n + b0, len, lse + h * n + b0);
     }
     if (s.trace) {  // before Step 4 changes have_mem
       s.trace->chunk_begin.push_back(c0);
