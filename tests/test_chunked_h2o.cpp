@@ -168,6 +168,28 @@ TEST(ChunkedH2O, MatchesPlainTwinOnEdgeCases) {
   expect_matches_plain(250, params(s, 2048, 24, 0));         // local only
 }
 
+// Phase 1 over the caller's packed K/V (the model runner's KV cache) is the same computation as
+// packing the batch again: bitwise the same output, LSE and scores.
+TEST(ChunkedH2O, PackedBatchIsTheSameComputation) {
+  const int64_t n = 300;
+  const ChunkedH2OParams p = params(64, 2048, 16, 16);
+  const Inputs in = make_inputs(4, 2, n, 16, 57);
+  Tensor a(DType::f32, 4, n, 16), b(DType::f32, 4, n, 16);
+  std::vector<float> lse_a(size_t(4 * n)), lse_b(size_t(4 * n));
+  ChunkedH2OLayer la(p, 4, 2, 16, DType::f32, n), lb(p, 4, 2, 16, DType::f32, n);
+  la.prefill_batch(in.q.view(), in.k.view(), in.v.view(), a.view(), {}, true, lse_a.data());
+  PackedKV cache(2, 16, DType::f32, n + 8);  // a cache with room to grow, as the runner's
+  cache.append(in.k.view(), in.v.view());
+  lb.prefill_batch(in.q.view(), in.k.view(), in.v.view(), b.view(), {}, true, lse_b.data(),
+                   nullptr, &cache);
+  EXPECT_EQ(test::diff(a, b).max_abs, 0.0);
+  EXPECT_EQ(lse_a, lse_b);
+  for (int64_t h = 0; h < 4; ++h) {
+    EXPECT_TRUE(std::equal(la.scores(h).begin(), la.scores(h).end(), lb.scores(h).begin()));
+    EXPECT_TRUE(std::ranges::equal(la.memory(h), lb.memory(h)));
+  }
+}
+
 TEST(ChunkedH2O, OneChunkIsDense) {
   for (int64_t n : {40, 64}) {
     const Inputs in = make_inputs(4, 2, n, 16, 7);
@@ -370,6 +392,12 @@ TEST(ChunkedH2O, BadInputRaises) {
                Error);  // more rows than a logical batch
   EXPECT_THROW(layer.prefill_batch(in.q.view().rows(0, 10), in.k.view().rows(0, 9),
                                    in.v.view().rows(0, 10), out.view().rows(0, 10), {}, false),
+               Error);
+  PackedKV other(2, 16, DType::f32, 100);  // packed rows that are not the batch's
+  other.append(in.k.view().rows(0, 50), in.v.view().rows(0, 50));
+  EXPECT_THROW(layer.prefill_batch(in.q.view().rows(0, 40), in.k.view().rows(0, 40),
+                                   in.v.view().rows(0, 40), out.view().rows(0, 40), {}, false,
+                                   nullptr, nullptr, &other),
                Error);
   EXPECT_THROW(ChunkedH2OLayer(params(64, 64, 8, 8), 3, 2, 16, DType::f32, 100), Error);
   Tensor qn = Tensor::copy_of(in.q);

@@ -74,9 +74,13 @@ class ChunkedH2OLayer {
   // true. Stats: the attention passes' entries (the paper's dot products), causal_entries of
   // dense causal attention over the same rows. The column sums come from the attention passes
   // themselves (attention_with_column_sums): no entry is computed twice.
+  // packed: optional, the batch's k, v already packed (exactly these n rows at positions
+  // 0 .. n - 1, as a KV cache holds them after the prompt's first batch); Phase 1 then runs
+  // over it instead of packing them again (the same operands, so the same result).
   void prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const AttnOptions& opt, bool last,
-                     float* lse = nullptr, Stats* stats = nullptr);
+                     float* lse = nullptr, Stats* stats = nullptr,
+                     const PackedKV* packed = nullptr);
   // A new prompt: position 0, scores zero, no memory.
   void reset();
 

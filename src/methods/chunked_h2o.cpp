@@ -13,7 +13,8 @@
 // Every attention pass is a library kernel over a PackedKV that also returns the column sums
 // of its normalised weights (attention_with_column_sums: one pass, no S x S matrix, no entry
 // computed twice): Phase 1 packs the logical batch once and runs every chunk's diagonal block
-// in one call (the block-diagonal causal mask), giving the intra (O, LSE) and the intra column
+// in one call (the block-diagonal causal mask; over the caller's packed K/V when it has them,
+// as the model runner's KV cache does), giving the intra (O, LSE) and the intra column
 // sums; Phase 2 packs the memory set gathered per q head (one packed "kv head" per q head, so
 // every head runs in one call), runs it without a mask (the inter column sums come with it),
 // and merges (O, LSE) exactly with the cached intra state (merge.hpp), in place in out.
@@ -231,7 +232,7 @@ void ChunkedH2OLayer::set_trace(ChunkedH2OTrace* trace) { s_->trace = trace; }
 
 void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
                                     const TensorView& out, const AttnOptions& opt, bool last,
-                                    float* lse, Stats* stats) {
+                                    float* lse, Stats* stats, const PackedKV* packed) {
   State& s = *s_;
   const int64_t n = q.seq, pos0 = s.pos;
   SPATTN_CHECK(opt.causal, "chunked_h2o: defined for causal attention only");
@@ -250,6 +251,12 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   SPATTN_CHECK(k.dtype == s.dtype && v.dtype == s.dtype && k.stride_dim == 1 && v.stride_dim == 1,
                "chunked_h2o: k and v must be ", dtype_name(s.dtype), " with contiguous rows");
 
+  if (packed)
+    SPATTN_CHECK(packed->size() == n && packed->kv_heads() == s.hkv && packed->dim() == s.dim &&
+                     packed->dtype() == s.dtype && packed->max_position() == n - 1,
+                 "chunked_h2o: packed must hold exactly the batch's ", n, " rows (",
+                 s.hkv, " kv heads, dim ", s.dim, ", ", dtype_name(s.dtype),
+                 ") at positions 0 .. ", n - 1, "; it holds ", packed->size(), " keys");
   if (!s.p.carry) {
     s.have_mem = false;
     for (auto& m : s.mem) m.clear();
@@ -269,9 +276,11 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   if (out.dtype != DType::f32 && s.o_intra.numel() == 0)
     s.o_intra = Tensor(DType::f32, s.hq, std::min(s.p.batch, s.cap), s.dim);
   const TensorView intra_all = out.dtype == DType::f32 ? out : s.o_intra.view().rows(0, n);
-  s.intra_kv.clear();
-  s.intra_kv.append(k, v, {}, opt.threads);
-  attention_with_column_sums(q, s.intra_kv, intra_all, s.lse_intra.data(), s.ws, intra_opt, &st,
+  if (!packed) {
+    s.intra_kv.clear();
+    s.intra_kv.append(k, v, {}, opt.threads);
+  }
+  attention_with_column_sums(q, packed ? *packed : s.intra_kv, intra_all, s.lse_intra.data(), s.ws, intra_opt, &st,
                              s.p.chunk);
   for (int64_t h = 0; h < s.hq; ++h)
     std::copy_n(s.ws.column.data() + h * n, n, s.scores[size_t(h)].data() + pos0);

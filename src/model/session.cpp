@@ -139,7 +139,9 @@ struct Session::Impl {
           attention_dense(qv, c, ov, attn_opt(pos0), nullptr, stats);
         break;
       case Attn::h2o:
-        h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, nullptr, stats);
+        // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
+        h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, nullptr, stats,
+                                     c.size() == n ? &c : nullptr);
         break;
       case Attn::method: {
         Tensor& kr = k_raw[size_t(l)];
