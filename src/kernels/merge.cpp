@@ -37,34 +37,31 @@ void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView
   const auto f32_rows = [](const TensorView& t) {
     return t.dtype == DType::f32 && t.stride_dim == 1;
   };
-  if (f32_rows(o_a) && f32_rows(o_b) && f32_rows(out)) {  // rows in place: the same arithmetic
-    for (int64_t h = 0; h < o_a.heads; ++h)
-      for (int64_t s = 0; s < o_a.seq; ++s) {
-        const int64_t i = h * o_a.seq + s;
-        SPATTN_CHECK(!std::isnan(lse_a[i]) && !std::isnan(lse_b[i]),
-                     "merge: lse is NaN at head ", h, " row ", s);
-        float* dst = static_cast<float*>(out.ptr(h, s));
-        const float* a = static_cast<const float*>(o_a.ptr(h, s));
-        if (dst != a) std::copy_n(a, o_a.dim, dst);
-        float lse = lse_a[i];
-        merge_row(dst, lse, static_cast<const float*>(o_b.ptr(h, s)), lse_b[i], o_a.dim);
-        if (lse_out) lse_out[i] = lse;
-      }
-    return;
-  }
-  std::vector<float> row_a(size_t(o_a.dim)), row_b(size_t(o_a.dim));
+  // f32 rows merge in place in out (the same arithmetic); other dtypes through f32 copies.
+  const bool direct = f32_rows(o_a) && f32_rows(o_b) && f32_rows(out);
+  std::vector<float> row_a(direct ? 0 : size_t(o_a.dim)), row_b(direct ? 0 : size_t(o_a.dim));
   for (int64_t h = 0; h < o_a.heads; ++h)
     for (int64_t s = 0; s < o_a.seq; ++s) {
       const int64_t i = h * o_a.seq + s;
       SPATTN_CHECK(!std::isnan(lse_a[i]) && !std::isnan(lse_b[i]), "merge: lse is NaN at head ",
                    h, " row ", s);
-      for (int64_t c = 0; c < o_a.dim; ++c) {
-        row_a[size_t(c)] = o_a.get(h, s, c);
-        row_b[size_t(c)] = o_b.get(h, s, c);
+      float* a = row_a.data();
+      const float* b = row_b.data();
+      if (direct) {
+        a = static_cast<float*>(out.ptr(h, s));
+        const float* src = static_cast<const float*>(o_a.ptr(h, s));
+        if (a != src) std::copy_n(src, o_a.dim, a);
+        b = static_cast<const float*>(o_b.ptr(h, s));
+      } else {
+        for (int64_t c = 0; c < o_a.dim; ++c) {
+          row_a[size_t(c)] = o_a.get(h, s, c);
+          row_b[size_t(c)] = o_b.get(h, s, c);
+        }
       }
       float lse = lse_a[i];
-      merge_row(row_a.data(), lse, row_b.data(), lse_b[i], o_a.dim);
-      for (int64_t c = 0; c < o_a.dim; ++c) out.set(h, s, c, row_a[size_t(c)]);
+      merge_row(a, lse, b, lse_b[i], o_a.dim);
+      if (!direct)
+        for (int64_t c = 0; c < o_a.dim; ++c) out.set(h, s, c, row_a[size_t(c)]);
       if (lse_out) lse_out[i] = lse;
     }
 }
