@@ -8,16 +8,19 @@
 // momo runs it, on the `text` workload (2 heads, d 128, f32, causal, 2 threads), K/V packed once
 // outside the timing. Blocks of beta = 64 keys and none forced: every causal block is a
 // candidate. The hybrid keeps 8 exact slots (the paper's 128/8). kind:-1 is the plain
-// query-sparse pass without observer. overhead_pct: the fused pass's time over the plain pass's,
-// less 1, the plain pass timed round-robin with it (one plain run before each fused run).
+// query-sparse pass without observer; kind:-2 the pass with an observer that does nothing (the
+// kernel's side of observing: each tile's per-row LSE and a virtual call per strip and tile).
+// overhead_pct: the fused pass's time over the plain pass's, less 1, the plain pass timed
+// round-robin with it (one plain run before each fused run); cpu_overhead_pct: the same with
+// the process's CPU time (all threads), which a core taken by another process moves less.
 //
 // mass: per sampled row with more causal blocks than 512, the softmax mass of the blocks kept
 // (sum of exp(S(j) - LSE_row)) over that of the exact top-512, averaged over those rows (rows
 // with fewer blocks keep everything at k = 512). mass_abs: the mean mass kept over every
 // sampled row.
 //
-// ObserverReplay: the observer's own work, free of the pass's timing noise. The observe() calls
-// of one observed pass at gamma = 16 (every strip's per-tile LSE) are recorded once, then
+// ObserverReplay: the observer's own work, free of the pass's timing noise. The observe_tiles() calls
+// of one observed pass at gamma = 16 (batches of each strip's per-tile LSE) are recorded once, then
 // replayed on one thread into a fresh BlockSelectObserver, timed round-robin with the plain
 // pass. replay_pct: the replay's time over the plain pass's CPU time (its wall time times the
 // threads it ran on), i.e. the share of the pass the observer's selection work adds when spread
@@ -28,6 +31,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -107,10 +111,24 @@ Inputs& inputs(int64_t seq) {
   return *slot;
 }
 
+// An observer that does nothing: the pass with it costs what the kernel does for any observer
+// (each tile's per-row LSE, the virtual call per strip and tile) and no selection.
+struct NullObserver final : BlockLseObserver {
+  void observe(int64_t, int64_t, int64_t, int64_t, const float*) override {}
+};
+
+// CPU time of this process (every thread), for overheads that a core lost to another process
+// during one of the two passes moves less than it moves wall time.
+double process_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 void BM_FusedSelect(benchmark::State& state) {
   Inputs& in = inputs(state.range(0));
   const int kind = int(state.range(1)), k = int(state.range(2));
-  if (kind < 0) {
+  if (kind == -1) {
     for (auto _ : state)
       attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
     return;
@@ -118,19 +136,31 @@ void BM_FusedSelect(benchmark::State& state) {
   // The plain pass round-robin with the fused one (outside the timed region), so that the
   // overhead is a ratio within this benchmark, free of the machine's drift between benchmarks.
   std::unique_ptr<BlockSelectObserver> obs;
-  double plain_s = 0, fused_s = 0;
+  NullObserver null_observer;
+  double plain_s = 0, fused_s = 0, plain_cpu = 0, fused_cpu = 0;
   for (auto _ : state) {
     state.PauseTiming();
+    const double c0 = process_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
     attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data());
     const auto t1 = std::chrono::steady_clock::now();
+    const double c1 = process_cpu_s();
     state.ResumeTiming();
-    obs = in.run(TopKKind(kind), k);
+    if (kind == -2)
+      attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data(),
+                             &null_observer);
+    else
+      obs = in.run(TopKKind(kind), k);
     const auto t2 = std::chrono::steady_clock::now();
+    const double c2 = process_cpu_s();
     plain_s += std::chrono::duration<double>(t1 - t0).count();
     fused_s += std::chrono::duration<double>(t2 - t1).count();
+    plain_cpu += c1 - c0;
+    fused_cpu += c2 - c1;
   }
   state.counters["overhead_pct"] = 100.0 * (fused_s / plain_s - 1.0);
+  state.counters["cpu_overhead_pct"] = 100.0 * (fused_cpu / plain_cpu - 1.0);
+  if (kind == -2) return;
   const std::vector<double> m = in.masses(*obs);
   double rel = 0, abs = 0;
   int64_t long_rows = 0;
@@ -143,20 +173,28 @@ void BM_FusedSelect(benchmark::State& state) {
   state.counters["mass_abs"] = abs / double(m.size());
 }
 
-// Every observe() call of a pass, in the order they came (each strip's in tile order).
+// Every observe_tiles() call of a pass, in the order they came (each strip's in tile order).
 struct Recorder final : BlockLseObserver {
   struct Call {
-    int64_t h, row_begin, rows, key_block;
-    size_t at;  // into lse
+    int64_t h, row_begin, rows, tiles;
+    size_t at, blocks_at;  // into lse (tiles x rows) and key_blocks (tiles)
   };
   std::mutex mu;
   std::vector<Call> calls;
   std::vector<float> lse;
+  std::vector<int64_t> key_blocks;
   void observe(int64_t h, int64_t row_begin, int64_t rows, int64_t key_block,
                const float* block_lse) override {
+    observe_tiles(h, row_begin, rows, &key_block, 1, block_lse, rows);
+  }
+  void observe_tiles(int64_t h, int64_t row_begin, int64_t rows, const int64_t* blocks,
+                     int64_t tiles, const float* block_lse, int64_t stride) override {
     std::lock_guard<std::mutex> lock(mu);
-    calls.push_back({h, row_begin, rows, key_block, lse.size()});
-    lse.insert(lse.end(), block_lse, block_lse + rows);
+    calls.push_back({h, row_begin, rows, tiles, lse.size(), key_blocks.size()});
+    for (int64_t t = 0; t < tiles; ++t) {
+      lse.insert(lse.end(), block_lse + t * stride, block_lse + t * stride + rows);
+      key_blocks.push_back(blocks[t]);
+    }
   }
 };
 
@@ -189,7 +227,8 @@ void BM_ObserverReplay(benchmark::State& state) {
     state.ResumeTiming();
     const auto t2 = std::chrono::steady_clock::now();
     for (const Recorder::Call& c : rec.calls)
-      obs.observe(c.h, c.row_begin, c.rows, c.key_block, rec.lse.data() + c.at);
+      obs.observe_tiles(c.h, c.row_begin, c.rows, rec.key_blocks.data() + c.blocks_at,
+                        c.tiles, rec.lse.data() + c.at, c.rows);
     const auto t3 = std::chrono::steady_clock::now();
     plain_s += std::chrono::duration<double>(t1 - t0).count();
     replay_s += std::chrono::duration<double>(t3 - t2).count();
@@ -211,6 +250,7 @@ void args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"seq", "kind", "k"});
   for (int64_t seq : {32768, 131072}) {
     b->Args({seq, -1, 0});
+    b->Args({seq, -2, 0});
     for (int kind = 0; kind < 4; ++kind)  // TopKKind: exact, tree, estimate, hybrid
       for (int k = 16; k <= 1024; k *= 2) b->Args({seq, kind, k});
   }

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "select/select_common.hpp"
 #include "spattn/error.hpp"
 #include "spattn/select.hpp"
 #include "spattn/workload.hpp"
@@ -334,6 +335,33 @@ TEST(SelectEstimate, AllTiesTakeTheFirstBlockThenTheLast) {
   // until the slots left equal the blocks left: the row's last k - 1 blocks.
   EstimatedTopK e(4, 12);
   EXPECT_EQ(blocks_of(run(e, with_scores(std::vector<float>(12, 1.5f)))), (std::set<int32_t>{0, 9, 10, 11}));
+}
+
+TEST(SelectEstimate, GridBoundsBracketErfinv) {
+  // The estimate decides most blocks from bounds on z = erfinv(float(x)) read off a grid; they
+  // must hold for every x, including across the approximation's branch at |x| ~ 0.9966 (every
+  // float in [0.99, 1) is checked) and at the grid points themselves.
+  int64_t checked = 0;
+  auto check = [&](double x) {
+    const topk_detail::ZBounds b = topk_detail::erfinv_bounds(x);
+    const double z = erfinv(float(x));
+    ASSERT_LE(b.lo, z) << "x = " << x;
+    ASSERT_GE(b.hi, z) << "x = " << x;
+    ++checked;
+  };
+  for (float x = 0.99f; x < 1.0f; x = std::nextafter(x, 2.0f)) check(x);
+  for (int i = 0; i <= 4096; ++i) {
+    check(i / 4096.0);
+    if (i > 0) check(std::nextafter(i / 4096.0, 0.0));
+  }
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int i = 0; i < 1000000; ++i) check(u(rng));
+  check(1.0);
+  EXPECT_GT(checked, 1000000);
+  // Tight enough to decide: at x = 0.9 (p = 0.95) the bracket is within 1% of z.
+  const topk_detail::ZBounds b = topk_detail::erfinv_bounds(0.9);
+  EXPECT_LT(b.hi - b.lo, 0.01 * erfinv(0.9f));
 }
 
 TEST(SelectEstimate, ThresholdIsEq6BlockByBlock) {

@@ -93,11 +93,23 @@ inline constexpr int64_t kKeyBlock = 64;
 // Called from worker threads, but a given (q_head, row) is only ever reported by one thread,
 // in increasing key-block order (unless a BLASST skip rule with another visiting order is
 // given to the pass: spattn/blasst.hpp, BlasstSkip).
+//
+// The kernels report tiles in batches, observe_tiles(): the tiles a work item (one q head, one
+// run of output rows) computed, in the order it computed them, tile i's key block
+// key_blocks[i] and its rows' LSE at block_lse[i * stride, i * stride + rows). The default
+// hands them to observe() one tile at a time, in that order; an observer that keeps per-row
+// state can instead walk each row's tiles back to back (see BlockSelectObserver).
 class BlockLseObserver {
  public:
   virtual ~BlockLseObserver() = default;
   virtual void observe(int64_t q_head, int64_t row_begin, int64_t rows, int64_t key_block,
                        const float* block_lse) = 0;
+  virtual void observe_tiles(int64_t q_head, int64_t row_begin, int64_t rows,
+                             const int64_t* key_blocks, int64_t tiles, const float* block_lse,
+                             int64_t stride) {
+    for (int64_t i = 0; i < tiles; ++i)
+      observe(q_head, row_begin, rows, key_blocks[i], block_lse + i * stride);
+  }
 };
 
 // attention_dense that also reports per-(row, key block) LSE to `observer`.

@@ -40,8 +40,9 @@ struct ForcedBlocks {
 // log-add-exp of its tiles in arrival order. A block whose tiles were all skipped (score -inf)
 // is not pushed. Rows are independent: the kernel's threads may report different rows at once.
 //
-// Cost. Per call (one strip of rows, one key tile) the selector kind is dispatched once; per
-// row, a tile outside its candidates costs one compare (Span), and a block its selector would
+// Cost. Per call (one strip of rows, a batch of key tiles: the kernels send up to 16 at once,
+// observe_tiles) the selector kind is dispatched once. Per row and tile, a tile outside its
+// candidates costs one compare (Span), and a block its selector would
 // drop unchanged costs one more, against the selector's gate() kept in a dense array, without
 // touching the selector. For the exact selectors (exact, tree) the others are not pushed at
 // once: each row buffers up to kBuffer of them and pushes them in one go, in arrival order,
@@ -59,6 +60,8 @@ class BlockSelectObserver final : public BlockLseObserver {
 
   void observe(int64_t q_head, int64_t row_begin, int64_t rows, int64_t key_block,
                const float* block_lse) override;
+  void observe_tiles(int64_t q_head, int64_t row_begin, int64_t rows, const int64_t* key_blocks,
+                     int64_t tiles, const float* block_lse, int64_t stride) override;
 
   // The blocks row r (compact index) of q head h selected, best first (empty if it had none to
   // choose from). Safe to call from several threads at once once the pass is over; throws
@@ -93,10 +96,15 @@ class BlockSelectObserver final : public BlockLseObserver {
     int64_t limit = 0;         // the row's causal limit (keys)
     int64_t total_blocks = 0;  // its causal blocks less its forced ones (the selector's)
   };
-  // observe() for the selector type S every row holds (params_.kind), dispatched once a call.
+  // observe_tiles() for the selector type S every row holds (params_.kind), dispatched once a
+  // call.
   template <class S>
   void observe_rows(Row* state, uint64_t* gates, BlockScore* buffer, const Span* spans,
-                    int64_t rows, int64_t key0, const float* block_lse);
+                    int64_t rows, const int64_t* key_blocks, int64_t tiles,
+                    const float* block_lse, int64_t stride);
+  // The row's selector, created at its first push.
+  template <class S>
+  S& selector(Row& s, const Span& sp);
   // Pushes a row's buffered blocks (buf, s.buffered of them) to its selector, in order.
   template <class S>
   void flush(Row& s, uint64_t& gate, const BlockScore* buf, const Span& sp);

@@ -29,6 +29,7 @@
 
 #include "core/threading.hpp"
 #include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "kernels/flash_common.hpp"
 #include "kernels/packed_kv.hpp"
@@ -612,13 +613,20 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
     m[r] = m_new;
     if constexpr (kObserve) block_lse[r] = rs;
   }
-  // The tile LSE in a second pass over the rows, so that the libm call (which clobbers every
-  // vector register) stays out of the exp loop; m is the max after the tile, as above.
-  if constexpr (kObserve)
-    for (int64_t r = 0; r < n; ++r) {
-      const float rs = block_lse[r], m_use = m[r] == kNegInf ? 0.0f : m[r];
-      block_lse[r] = rs > 0 ? (m_use + std::log2(rs)) * kLn2 : kNegInf;
+  // The tile LSE, ln 2 (m + log2 rs) with m the max after the tile as above, in a second pass
+  // over the rows, a vector of rows at a time: a libm log2 per row cost as much as the
+  // observer's selection. Lanes past n (up to a multiple of N; the scratch holds
+  // kMaxTileRows >= that) compute values nobody reads.
+  if constexpr (kObserve) {
+    static_assert(kMaxTileRows % int64_t(hn::MaxLanes(DF())) == 0);
+    const VF ninf = hn::Set(df, kNegInf), zero = hn::Zero(df), ln2 = hn::Set(df, kLn2);
+    for (int64_t r = 0; r < n; r += N) {
+      const VF rs = hn::Load(df, block_lse + r), mr = hn::Load(df, m + r);
+      const VF m_use = hn::IfThenElse(hn::Eq(mr, ninf), zero, mr);
+      const VF lse = hn::Mul(hn::Add(m_use, hn::Log2(df, rs)), ln2);
+      hn::Store(hn::IfThenElse(hn::Gt(rs, zero), lse, ninf), df, block_lse + r);
     }
+  }
 }
 
 // Masks entries by original key position: (r, jj) is kept when jj < count, key index

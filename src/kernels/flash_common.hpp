@@ -225,14 +225,43 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
 };
 
 // A policy plus a BlockLseObserver (per-(row, packed key tile) log-sum-exp), for the public
-// observed forms. Output rows of a tile are contiguous in every policy this wraps.
+// observed forms. Output rows of a tile are contiguous in every policy this wraps. Tiles are
+// reported kBatch at a time (observe_tiles), and what is left at the end of each work item: one
+// virtual call and one dispatch on the observer's side per batch, not per tile.
 template <class Base>
 struct LseObserved : Base {
+  static_assert(!Base::kFinish, "LseObserved reports an item's last batch in finish()");
   static constexpr bool kObserve = true;
+  static constexpr bool kFinish = true;
+  static constexpr int kBatch = 16;
+  struct Local : Base::Local {
+    int tiles = 0;
+    int64_t key_tile[kBatch];
+    alignas(64) float lse[kBatch * kMaxTileRows];
+  };
   BlockLseObserver* observer = nullptr;
+  // Queues one tile's per-row LSE (n rows of v); gathered tiles (key_tile < 0) are not reported.
   template <class L>
-  void observe(L&, const TileView& v) const {
-    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, v.lse);
+  void report(L& local, const TileView& v, const float* lse) const {
+    if (v.key_tile < 0) return;
+    local.key_tile[local.tiles] = v.key_tile;
+    std::copy(lse, lse + v.n, local.lse + local.tiles * kMaxTileRows);
+    if (++local.tiles == kBatch) flush(local, v);
+  }
+  template <class L>
+  void flush(L& local, const TileView& v) const {
+    if (local.tiles == 0) return;
+    observer->observe_tiles(v.h, v.out_rows[0], v.n, local.key_tile, local.tiles, local.lse,
+                            kMaxTileRows);
+    local.tiles = 0;
+  }
+  template <class L>
+  void observe(L& local, const TileView& v) const {
+    report(local, v, v.lse);
+  }
+  template <class L>
+  void finish(L& local, const TileView& v, const float*) const {
+    flush(local, v);
   }
 };
 using ObservedDensePolicy = LseObserved<DensePolicy>;

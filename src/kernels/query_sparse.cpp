@@ -38,7 +38,7 @@ struct SkippingObservedRowList : BlasstSkipping<BlasstOrdered<LseObserved<RowLis
   bool skip(L& local, const TileView& v) const {
     if (!BlasstSkipping::skip(local, v)) return false;
     static const std::vector<float> no_mass(size_t(kMaxTileRows), kNegInf);
-    if (v.key_tile >= 0) observer->observe(v.h, v.out_rows[0], v.n, v.key_tile, no_mass.data());
+    this->report(local, v, no_mass.data());
     return true;
   }
 };

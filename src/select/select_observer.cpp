@@ -74,14 +74,19 @@ bool BlockSelectObserver::Row::fold(int32_t j, int32_t tiles, float& score) {
 }
 
 template <class S>
-void BlockSelectObserver::flush(Row& s, uint64_t& gate, const BlockScore* buf, const Span& sp) {
-  if (s.buffered == 0) return;
-  if (!s.sel) {
+S& BlockSelectObserver::selector(Row& s, const Span& sp) {
+  if (!s.sel) [[unlikely]] {
     TopKParams p = params_;
     p.total_blocks = sp.total_blocks;
     s.sel.emplace(p);
   }
-  S& sel = s.sel->template as<S>();
+  return s.sel->template as<S>();
+}
+
+template <class S>
+void BlockSelectObserver::flush(Row& s, uint64_t& gate, const BlockScore* buf, const Span& sp) {
+  if (s.buffered == 0) return;
+  S& sel = selector<S>(s, sp);
   for (int32_t b = 0; b < s.buffered; ++b) sel.push(buf[b].block, buf[b].score);
   s.buffered = 0;
   gate = sel.gate();
@@ -89,51 +94,72 @@ void BlockSelectObserver::flush(Row& s, uint64_t& gate, const BlockScore* buf, c
 
 template <class S>
 void BlockSelectObserver::observe_rows(Row* state, uint64_t* gates, BlockScore* buffer,
-                                       const Span* spans, int64_t rows, int64_t key0,
-                                       const float* block_lse) {
-  const int64_t j = key0 / beta_;
-  for (int64_t i = 0; i < rows; ++i) {
-    const Span& sp = spans[i];
-    // Past this row's causal keys (the tile served later rows) or in a forced block.
-    if (uint64_t(key0 - sp.lo) >= sp.span) continue;
-    Row& s = state[i];
-    BlockScore* buf = buffer + i * kBuffer;
-    float score = block_lse[i];
-    const bool last = --s.tiles_left == 0;
-    bool whole = true;
-    if (beta_ > kKeyBlock) {
-      const int64_t tiles =
-          (std::min(sp.limit, (j + 1) * beta_) - j * beta_ + kKeyBlock - 1) / kKeyBlock;
-      whole = tiles <= 1 || s.fold(int32_t(j), int32_t(tiles), score);
+                                       const Span* spans, int64_t rows, const int64_t* key_blocks,
+                                       int64_t tiles, const float* block_lse, int64_t stride) {
+  // Tile by tile, every row of the strip for each: consecutive pushes go to different rows,
+  // whose updates (Welford's mean, an argmin) are independent chains the core overlaps. Walking
+  // a row's tiles back to back instead (its state in cache across the batch) measured slower:
+  // each push then waits on the one before.
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t i = 0; i < rows; ++i) {
+      const Span& sp = spans[i];
+      const int64_t key0 = key_blocks[t] * kKeyBlock, j = key0 / beta_;
+      // Past this row's causal keys (the tile served later rows) or in a forced block.
+      if (uint64_t(key0 - sp.lo) >= sp.span) continue;
+      Row& s = state[i];
+      BlockScore* buf = buffer + i * kBuffer;
+      float score = block_lse[t * stride + i];
+      const bool last = --s.tiles_left == 0;
+      bool whole = true;
+      if (beta_ > kKeyBlock) {
+        const int64_t n_tiles =
+            (std::min(sp.limit, (j + 1) * beta_) - j * beta_ + kKeyBlock - 1) / kKeyBlock;
+        whole = n_tiles <= 1 || s.fold(int32_t(j), int32_t(n_tiles), score);
+      }
+      // Every tile of the block skipped (BLASST's rule): nothing was measured, nothing to
+      // rank. A block the selector would not keep, and whose push would change nothing: one
+      // compare.
+      const bool pass = whole && score != -std::numeric_limits<float>::infinity() &&
+                        topk_detail::make_key(int32_t(j), score) > gates[i];
+      if constexpr (kBuffered<S>) {
+        if (pass) buf[s.buffered++] = {int32_t(j), score};
+        if (s.buffered == kBuffer || last) flush<S>(s, gates[i], buf, sp);
+      } else if (pass) {  // pushed at once, without the buffer's round trip
+        S& sel = selector<S>(s, sp);
+        sel.push(int32_t(j), score);
+        gates[i] = sel.gate();
+      }
     }
-    // Every tile of the block skipped (BLASST's rule): nothing was measured, nothing to rank.
-    // A block the selector would not keep, and whose push would change nothing: one compare.
-    if (whole && score != -std::numeric_limits<float>::infinity() &&
-        topk_detail::make_key(int32_t(j), score) > gates[i])
-      buf[s.buffered++] = {int32_t(j), score};
-    if (s.buffered == kBuffer || last || !kBuffered<S>) flush<S>(s, gates[i], buf, sp);
-  }
 }
 
 void BlockSelectObserver::observe(int64_t q_head, int64_t row_begin, int64_t rows,
                                   int64_t key_block, const float* block_lse) {
+  observe_tiles(q_head, row_begin, rows, &key_block, 1, block_lse, rows);
+}
+
+void BlockSelectObserver::observe_tiles(int64_t q_head, int64_t row_begin, int64_t rows,
+                                        const int64_t* key_blocks, int64_t tiles,
+                                        const float* block_lse, int64_t stride) {
   Row* state = state_.data() + q_head * rows_ + row_begin;
   uint64_t* gates = gate_.data() + q_head * rows_ + row_begin;
   BlockScore* buffer = buffer_.data() + (q_head * rows_ + row_begin) * kBuffer;
   const Span* spans = spans_.data() + row_begin;
-  const int64_t key0 = key_block * kKeyBlock;
   switch (params_.kind) {
     case TopKKind::exact:
-      observe_rows<ExactTopK>(state, gates, buffer, spans, rows, key0, block_lse);
+      observe_rows<ExactTopK>(state, gates, buffer, spans, rows, key_blocks, tiles, block_lse,
+                              stride);
       break;
     case TopKKind::tree:
-      observe_rows<TournamentTopK>(state, gates, buffer, spans, rows, key0, block_lse);
+      observe_rows<TournamentTopK>(state, gates, buffer, spans, rows, key_blocks, tiles,
+                                   block_lse, stride);
       break;
     case TopKKind::estimate:
-      observe_rows<EstimatedTopK>(state, gates, buffer, spans, rows, key0, block_lse);
+      observe_rows<EstimatedTopK>(state, gates, buffer, spans, rows, key_blocks, tiles,
+                                  block_lse, stride);
       break;
     case TopKKind::hybrid:
-      observe_rows<HybridTopK>(state, gates, buffer, spans, rows, key0, block_lse);
+      observe_rows<HybridTopK>(state, gates, buffer, spans, rows, key_blocks, tiles, block_lse,
+                               stride);
       break;
   }
 }
