@@ -190,6 +190,21 @@ TEST(MaskVerticalSlash, CoverageIsWhatTheKernelComputes) {
   }
 }
 
+// The estimate runs heads in parallel batches (one per thread): the index is the same for any
+// thread count, GQA groups and head counts that do not divide into batches included.
+TEST(MaskVerticalSlash, IndexDoesNotDependOnThreads) {
+  for (const VsCase& c : vs_cases()) {
+    Inputs in(5, 1, c.lq, c.lk, 83);
+    AttnOptions one, many;
+    one.threads = 1;
+    many.threads = 3;
+    const VerticalSlashIndex a = vertical_slash_index(in.q, in.k, c.cfg, one);
+    const VerticalSlashIndex b = vertical_slash_index(in.q, in.k, c.cfg, many);
+    EXPECT_EQ(a.columns, b.columns) << label(c);
+    EXPECT_EQ(a.offsets, b.offsets) << label(c);
+  }
+}
+
 // The block version holds every computed entry, and every block it holds has one.
 TEST(MaskVerticalSlash, BlockMaskIsTheIndexRoundedOut) {
   for (const VsCase& c : vs_cases())

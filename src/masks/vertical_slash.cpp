@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -71,32 +72,52 @@ AHatEstimator::AHatEstimator(const TensorView& q, const TensorView& k,
 
 void AHatEstimator::head(int64_t h, const std::vector<int64_t>& est_rows,
                          const std::function<void(int64_t, const double*, double, int64_t)>& visit) {
+  heads(h, 1, est_rows, [&](int64_t, int64_t p, const double* e, double l, int64_t vis) {
+    visit(p, e, l, vis);
+  });
+}
+
+void AHatEstimator::heads(
+    int64_t h0, int64_t count, const std::vector<int64_t>& est_rows,
+    const std::function<void(int64_t, int64_t, const double*, double, int64_t)>& visit) {
   const int64_t lk = k_.seq, d = q_.dim, n = int64_t(est_rows.size());
-  const int64_t nk = keys_ ? int64_t(keys_->size()) : lk, kvh = h / (q_.heads / k_.heads);
-  BlasThreads blas(threads_);
-  if (kvh != loaded_kvh_) {
-    if (keys_) gather_rows(k_, kvh, *keys_, kf_);
-    else load_rows(k_, kvh, 0, lk, kf_);
-    loaded_kvh_ = kvh;
+  const int64_t nk = keys_ ? int64_t(keys_->size()) : lk;
+  s_.resize(size_t(std::max<int64_t>(count, int64_t(s_.size()))));
+  e_.resize(s_.size());
+  {
+    BlasThreads blas(threads_);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t h = h0 + i, kvh = h / (q_.heads / k_.heads);
+      if (kvh != loaded_kvh_) {
+        if (keys_) gather_rows(k_, kvh, *keys_, kf_);
+        else load_rows(k_, kvh, 0, lk, kf_);
+        loaded_kvh_ = kvh;
+      }
+      gather_rows(q_, h, est_rows, qf_);
+      std::vector<float>& s = s_[size_t(i)];
+      s.resize(size_t(n * nk));
+      e_[size_t(i)].resize(size_t(nk));
+      if (n > 0 && nk > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale_,
+                    qf_.data(), int(d), kf_.data(), int(d), 0.0f, s.data(), int(nk));
+    }
   }
-  gather_rows(q_, h, est_rows, qf_);
-  s_.resize(size_t(n * nk));
-  e_.resize(size_t(nk));
-  if (n > 0 && nk > 0)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale_,
-                qf_.data(), int(d), kf_.data(), int(d), 0.0f, s_.data(), int(nk));
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t p = query_position(est_rows[size_t(r)], q_.seq, lk);
-    // Candidates the row sees: a prefix, since candidate positions ascend.
-    const int64_t vis = keys_ ? int64_t(std::upper_bound(keys_->begin(), keys_->end(), p) - keys_->begin())
-                              : p + 1;
-    if (vis <= 0) continue;
-    const float* row = &s_[size_t(r * nk)];
-    const double m = *std::max_element(row, row + vis);
-    double l = 0;
-    for (int64_t i = 0; i < vis; ++i) l += e_[size_t(i)] = std::exp(double(row[i]) - m);
-    visit(p, e_.data(), l, vis);
-  }
+  parallel_for(count, std::min<int>(threads_, int(count)), [&](int64_t i, int) {
+    const std::vector<float>& s = s_[size_t(i)];
+    std::vector<double>& e = e_[size_t(i)];
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t p = query_position(est_rows[size_t(r)], q_.seq, lk);
+      // Candidates the row sees: a prefix, since candidate positions ascend.
+      const int64_t vis = keys_ ? int64_t(std::upper_bound(keys_->begin(), keys_->end(), p) - keys_->begin())
+                                : p + 1;
+      if (vis <= 0) continue;
+      const float* row = &s[size_t(r * nk)];
+      const double m = *std::max_element(row, row + vis);
+      double l = 0;
+      for (int64_t j = 0; j < vis; ++j) l += e[size_t(j)] = std::exp(double(row[j]) - m);
+      visit(i, p, e.data(), l, vis);
+    }
+  });
 }
 
 VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView& k,
@@ -116,23 +137,40 @@ VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView
   x.columns.resize(size_t(q.heads));
   x.offsets.resize(size_t(q.heads));
   AHatEstimator est(q, k, keys, opt);
-  std::vector<double> vertical(static_cast<size_t>(nk)), slash(static_cast<size_t>(lk));
-  for (int64_t h = 0; h < q.heads; ++h) {
-    std::fill(vertical.begin(), vertical.end(), 0.0);
-    std::fill(slash.begin(), slash.end(), 0.0);
-    est.head(h, est_rows, [&](int64_t p, const double* e, double l, int64_t vis) {
-      for (int64_t i = 0; i < vis; ++i) {
-        vertical[size_t(i)] += e[i] / l;
-        slash[size_t(p - key_pos(i))] += e[i] / l;
+  // Heads in batches of one per thread (their softmax in parallel, each head's sums in the
+  // order of one thread, as before).
+  const int64_t batch = std::min<int64_t>(q.heads, est.threads());
+  std::vector<std::vector<double>> vertical(static_cast<size_t>(batch)),
+      slash(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    vertical[size_t(i)].resize(size_t(nk));
+    slash[size_t(i)].resize(size_t(lk));
+  }
+  for (int64_t h0 = 0; h0 < q.heads; h0 += batch) {
+    const int64_t count = std::min(batch, q.heads - h0);
+    for (int64_t i = 0; i < count; ++i) {
+      std::fill(vertical[size_t(i)].begin(), vertical[size_t(i)].end(), 0.0);
+      std::fill(slash[size_t(i)].begin(), slash[size_t(i)].end(), 0.0);
+    }
+    est.heads(h0, count, est_rows, [&](int64_t i, int64_t p, const double* e, double l, int64_t vis) {
+      double* vert = vertical[size_t(i)].data();
+      double* sl = slash[size_t(i)].data();
+      for (int64_t j = 0; j < vis; ++j) {
+        vert[j] += e[j] / l;
+        sl[p - key_pos(j)] += e[j] / l;
       }
     });
     const double inf = std::numeric_limits<double>::infinity();
-    for (int64_t i : forced) vertical[size_t(i)] = inf;
-    std::fill(slash.begin(), slash.begin() + std::min(c.local, lk), inf);
-    std::vector<int64_t> cols = top_indices(vertical.data(), nk, n_cols);
-    for (int64_t& i : cols) i = key_pos(i);
-    x.columns[size_t(h)] = std::move(cols);
-    x.offsets[size_t(h)] = top_indices(slash.data(), lk, n_diag);
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<double>& vert = vertical[size_t(i)];
+      std::vector<double>& sl = slash[size_t(i)];
+      for (int64_t f : forced) vert[size_t(f)] = inf;
+      std::fill(sl.begin(), sl.begin() + std::min(c.local, lk), inf);
+      std::vector<int64_t> cols = top_indices(vert.data(), nk, n_cols);
+      for (int64_t& j : cols) j = key_pos(j);
+      x.columns[size_t(h0 + i)] = std::move(cols);
+      x.offsets[size_t(h0 + i)] = top_indices(sl.data(), lk, n_diag);
+    }
   }
   return x;
 }
@@ -166,15 +204,37 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
   // keep[qb][kb]: some row of query block qb computes a key of block kb. A tile of listed rows
   // (x.rows) may touch several query blocks and a block several tiles.
   std::vector<uint8_t> keep(static_cast<size_t>(m.n_qb() * n_kb)), tile_keep(static_cast<size_t>(n_kb));
+  std::vector<int64_t> offsets;
+  std::vector<std::pair<int64_t, int64_t>> col_blocks;  // (block, its first column), ascending
   for (int64_t h = 0; h < x.heads; ++h) {
     std::fill(keep.begin(), keep.end(), 0);
+    // Offsets largest first (their ranges' starts ascend), so overlapping diagonals (most are
+    // within a tile of the next) mark their blocks once as one range, not once each.
+    offsets = x.offsets[size_t(h)];
+    std::sort(offsets.begin(), offsets.end(), std::greater<>());
+    col_blocks.clear();
+    {
+      std::vector<int64_t> cols = x.columns[size_t(h)];
+      std::sort(cols.begin(), cols.end());
+      for (int64_t col : cols)
+        if (col >= 0 && col < n_kb * block_k &&
+            (col_blocks.empty() || col / block_k != col_blocks.back().first))
+          col_blocks.push_back({col / block_k, col});
+    }
     for (int64_t t = 0; t < x.num_tiles(q_len); ++t) {
       const auto [r0, r1] = x.tile_span(t, q_len);
       const int64_t p0 = off + r0, p1 = off + r1;
       std::fill(tile_keep.begin(), tile_keep.end(), 0);
-      for (int64_t o : x.offsets[size_t(h)]) masks::mark_blocks(p0 - o, p1 - o + 1, block_k, tile_keep);
-      for (int64_t col : x.columns[size_t(h)])
-        if (col <= p1) masks::mark_blocks(col, col + 1, block_k, tile_keep);
+      for (size_t i = 0; i < offsets.size();) {
+        const int64_t begin = p0 - offsets[i];
+        int64_t end = p1 - offsets[i] + 1;
+        for (++i; i < offsets.size() && p0 - offsets[i] <= end; ++i) end = std::max(end, p1 - offsets[i] + 1);
+        masks::mark_blocks(begin, end, block_k, tile_keep);
+      }
+      for (const auto& [kb, first] : col_blocks) {
+        if (first > p1) break;
+        tile_keep[size_t(kb)] = 1;
+      }
       const int64_t a = t * x.tile_rows, b = std::min(x.num_tiles(q_len) * x.tile_rows,
                                                       a + x.tile_rows);
       int64_t last_qb = -1;

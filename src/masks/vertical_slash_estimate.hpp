@@ -22,6 +22,15 @@ class AHatEstimator {
                 const AttnOptions& opt);
   void head(int64_t h, const std::vector<int64_t>& est_rows,
             const std::function<void(int64_t p, const double* e, double l, int64_t vis)>& visit);
+  // Heads [h0, h0 + count) at once: their sgemms one after another (OpenBLAS threads each),
+  // then their rows' softmax one head per thread, visit(i, p, e, l, vis) for head h0 + i. Each
+  // head's rows are visited in order by one thread, so a visit that sums per head gets the same
+  // bits as head() would give; the softmax in double (an exp per key and row) took most of the
+  // estimate's time on one thread.
+  void heads(int64_t h0, int64_t count, const std::vector<int64_t>& est_rows,
+             const std::function<void(int64_t i, int64_t p, const double* e, double l,
+                                      int64_t vis)>& visit);
+  int threads() const { return threads_; }
 
  private:
   const TensorView q_, k_;
@@ -29,8 +38,9 @@ class AHatEstimator {
   float scale_;
   int threads_;
   int64_t loaded_kvh_ = -1;
-  std::vector<float> kf_, qf_, s_;
-  std::vector<double> e_;
+  std::vector<float> kf_, qf_;
+  std::vector<std::vector<float>> s_;   // per head of a batch: its rows' scores [n, nk]
+  std::vector<std::vector<double>> e_;  // per head of a batch: one row's exp
 };
 
 // Estimates from q rows `est_rows` (sorted) against the candidate keys `keys` (ascending
