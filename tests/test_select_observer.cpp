@@ -68,21 +68,30 @@ Rows make_setup(int64_t stride, bool with_forced) {
 
 // Feeds every (strip of 64 compact rows, key tile) of every q head, tiles in increasing order,
 // as the query-sparse kernel does; entries past a row's causal keys are NaN (must be ignored).
-void feed(BlockSelectObserver& obs, const Rows& s, Pattern p) {
-  const int64_t n = int64_t(s.rows.size());
-  std::vector<float> lse(64);
+// batch 1: one observe() per tile; more: observe_tiles() with up to `batch` tiles a call (the
+// kernel sends 16), the LSE of tile i at i * stride with stride > rows.
+void feed(BlockSelectObserver& obs, const Rows& s, Pattern p, int64_t batch = 1) {
+  const int64_t n = int64_t(s.rows.size()), stride = 67;
+  std::vector<float> lse(size_t(batch * stride));
+  std::vector<int64_t> blocks(static_cast<size_t>(batch));
   for (int64_t h = 0; h < s.heads; ++h)
     for (int64_t b = 0; b < n; b += 64) {
       const int64_t rows = std::min<int64_t>(64, n - b);
       const int64_t tiles = (causal_limit(s.rows[size_t(b + rows - 1)], s.len, s.len) + 63) / 64;
-      for (int64_t t = 0; t < tiles; ++t) {
-        for (int64_t i = 0; i < rows; ++i) {
-          const int64_t r = s.rows[size_t(b + i)];
-          lse[size_t(i)] = t * 64 < causal_limit(r, s.len, s.len)
-                               ? score(p, h, r, t)
-                               : std::numeric_limits<float>::quiet_NaN();
+      for (int64_t t0 = 0; t0 < tiles; t0 += batch) {
+        const int64_t count = std::min(batch, tiles - t0);
+        for (int64_t c = 0; c < count; ++c) {
+          const int64_t t = t0 + c;
+          blocks[size_t(c)] = t;
+          for (int64_t i = 0; i < rows; ++i) {
+            const int64_t r = s.rows[size_t(b + i)];
+            lse[size_t(c * stride + i)] = t * 64 < causal_limit(r, s.len, s.len)
+                                              ? score(p, h, r, t)
+                                              : std::numeric_limits<float>::quiet_NaN();
+          }
         }
-        obs.observe(h, b, rows, t, lse.data());
+        if (batch == 1) obs.observe(h, b, rows, t0, lse.data());
+        else obs.observe_tiles(h, b, rows, blocks.data(), count, lse.data(), stride);
       }
     }
 }
@@ -103,9 +112,10 @@ std::vector<BlockScore> reference(const Rows& s, Pattern p, const TopKParams& pa
   return sel.result();
 }
 
-void expect_same_as_selectors(const Rows& s, const TopKParams& params, Pattern p) {
+void expect_same_as_selectors(const Rows& s, const TopKParams& params, Pattern p,
+                              int64_t batch = 1) {
   BlockSelectObserver obs(s.heads, s.rows, s.len, s.len, s.beta, s.forced, s.chi, params);
-  feed(obs, s, p);
+  feed(obs, s, p, batch);
   std::vector<BlockScore> got;
   for (int64_t h = 0; h < s.heads; ++h)
     for (size_t i = 0; i < s.rows.size(); ++i) {
@@ -142,6 +152,20 @@ TEST(SelectObserver, EachRowEqualsItsStandaloneSelector) {
 TEST(SelectObserver, EachRowEqualsItsStandaloneSelectorMoreSlow) {
   expect_every_kind_and_pattern({5, 128}, {false});
   expect_every_kind_and_pattern({1, 8, 40, 200}, {false, true});
+}
+
+// The kernel's batched reports (16 tiles a call, and a batch cut short at a strip's end; 5 for
+// batches that end mid-way through the buffered pushes): the same selections as tile by tile.
+TEST(SelectObserver, BatchedTilesEqualStandaloneSelectors) {
+  for (bool with_forced : {true, false}) {
+    const Rows s = make_setup(with_forced ? 37 : 16, with_forced);
+    for (TopKKind kind : {TopKKind::exact, TopKKind::tree, TopKKind::estimate, TopKKind::hybrid})
+      for (int k : {5, 128})
+        for (Pattern p : {Pattern::random, Pattern::climbing, Pattern::skipped, Pattern::ties})
+          for (int64_t batch : {16, 5})
+            expect_same_as_selectors(s, {.kind = kind, .k = k, .k_exact = std::min(8, k)}, p,
+                                     batch);
+  }
 }
 
 TEST(SelectObserver, HybridSettingsOfThePaper) {
