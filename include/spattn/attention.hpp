@@ -97,8 +97,8 @@ inline constexpr int64_t kKeyBlock = 64;
 // The kernels report tiles in batches, observe_tiles(): the tiles a work item (one q head, one
 // run of output rows) computed, in the order it computed them, tile i's key block
 // key_blocks[i] and its rows' LSE at block_lse[i * stride, i * stride + rows). The default
-// hands them to observe() one tile at a time, in that order; an observer that keeps per-row
-// state can instead walk each row's tiles back to back (see BlockSelectObserver).
+// hands them to observe() one tile at a time, in that order; an observer may instead take the
+// whole batch in one call (BlockSelectObserver dispatches on its selector kind once a batch).
 class BlockLseObserver {
  public:
   virtual ~BlockLseObserver() = default;

@@ -614,9 +614,9 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
     if constexpr (kObserve) block_lse[r] = rs;
   }
   // The tile LSE, ln 2 (m + log2 rs) with m the max after the tile as above, in a second pass
-  // over the rows, a vector of rows at a time: a libm log2 per row cost as much as the
-  // observer's selection. Lanes past n (up to a multiple of N; the scratch holds
-  // kMaxTileRows >= that) compute values nobody reads.
+  // over the rows, a vector of rows at a time rather than a scalar libm call per row (MOMO's
+  // observer reads it for every sampled row and key tile). Lanes past n (up to a multiple of
+  // N; the scratch holds kMaxTileRows >= that) compute values nobody reads.
   if constexpr (kObserve) {
     static_assert(kMaxTileRows % int64_t(hn::MaxLanes(DF())) == 0);
     const VF ninf = hn::Set(df, kNegInf), zero = hn::Zero(df), ln2 = hn::Set(df, kLn2);
