@@ -9,7 +9,8 @@
 // outside the timing. Blocks of beta = 64 keys and none forced: every causal block is a
 // candidate. The hybrid keeps 8 exact slots (the paper's 128/8). kind:-1 is the plain
 // query-sparse pass without observer; kind:-2 the pass with an observer that does nothing (the
-// kernel's side of observing: each tile's per-row LSE and a virtual call per strip and tile).
+// kernel's side of observing: each tile's per-row LSE, queued, and a virtual call per batch of
+// tiles).
 // overhead_pct: the fused pass's time over the plain pass's, less 1, the plain pass timed
 // round-robin with it (one plain run before each fused run); cpu_overhead_pct: the same with
 // the process's CPU time (all threads), which a core taken by another process moves less.
@@ -19,13 +20,13 @@
 // with fewer blocks keep everything at k = 512). mass_abs: the mean mass kept over every
 // sampled row.
 //
-// ObserverReplay: the observer's own work, free of the pass's timing noise. The observe_tiles() calls
-// of one observed pass at gamma = 16 (batches of each strip's per-tile LSE) are recorded once, then
-// replayed on one thread into a fresh BlockSelectObserver, timed round-robin with the plain
-// pass. replay_pct: the replay's time over the plain pass's CPU time (its wall time times the
+// ObserverReplay: the observer's own work, free of the pass's timing noise. The observe_tiles()
+// calls of one observed pass at gamma = 16 (batches of each strip's per-tile LSE) are recorded
+// once, then replayed on one thread into a fresh BlockSelectObserver, timed round-robin with
+// the plain pass. replay_pct: the replay's time over the plain pass's CPU time (its wall time times the
 // threads it ran on), i.e. the share of the pass the observer's selection work adds when spread
 // over the same threads. It leaves out what the kernel does for the observer (each tile's
-// per-row LSE, the virtual call), which the fused benchmark's overhead_pct includes.
+// per-row LSE, the virtual call per batch), which the fused benchmark's overhead_pct includes.
 // Run: build/bin/spattn_microbench --benchmark_filter='FusedSelect/seq:131072'
 //      build/bin/spattn_microbench --benchmark_filter='ObserverReplay'
 #include <benchmark/benchmark.h>
@@ -112,7 +113,7 @@ Inputs& inputs(int64_t seq) {
 }
 
 // An observer that does nothing: the pass with it costs what the kernel does for any observer
-// (each tile's per-row LSE, the virtual call per strip and tile) and no selection.
+// (each tile's per-row LSE, the virtual call per batch of tiles) and no selection.
 struct NullObserver final : BlockLseObserver {
   void observe(int64_t, int64_t, int64_t, int64_t, const float*) override {}
 };

@@ -240,12 +240,16 @@ class EstimatedTopK {
 
   // Eq. (6)'s test with 0 < slots < remaining. Most blocks are decided without erfinv, by
   // cached bounds on z = erfinv(2p - 1) for p >= 1/2 (where s_th >= m): z grows with p, and p
-  // grows as the row goes on unless a block is taken, which raises it further. So
-  //   z_lo, z at a p_lo a few blocks ahead, stays below z until remaining < r_lo;
-  //   z_hi, z when it was cached, stays above z until the next block is taken.
+  // falls as the row goes on (fewer blocks left for the same slots) until a block is taken,
+  // which raises it. So
+  //   z_lo, a lower bound on z at a p_lo a few blocks ahead, stays below z until remaining < r_lo;
+  //   z_hi, an upper bound on z when it was cached, stays above z until the next block is taken.
   // A score is rejected when S - m <= sqrt(2) sigma z_lo, taken when S - m > sqrt(2) sigma z_hi,
   // both compared squared, (S - m)^2 (n - 1) against 2 z^2 M2: no division, no square root.
-  // Only scores between the two (and the first after the bounds expire) evaluate erfinv.
+  // The bounds come from erfinv tabulated once on a grid (topk_detail::erfinv_bounds); the
+  // scores between them, or the first after they expire, go to exceeds_threshold_exact, which
+  // decides by the grid's bounds at the current p and evaluates erfinv only for a score within a
+  // few grid steps of s_th.
   bool exceeds_threshold(float score, int slots, int64_t remaining) {
     const double dev = double(score) - mean_;
     if (n_ >= 2 && 2 * int64_t(slots) <= remaining) {  // p >= 1/2

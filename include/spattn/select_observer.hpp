@@ -42,9 +42,8 @@ struct ForcedBlocks {
 //
 // Cost. Per call (one strip of rows, a batch of key tiles: the kernels send up to 16 at once,
 // observe_tiles) the selector kind is dispatched once. Per row and tile, a tile outside its
-// candidates costs one compare (Span), and a block its selector would
-// drop unchanged costs one more, against the selector's gate() kept in a dense array, without
-// touching the selector. For the exact selectors (exact, tree) the others are not pushed at
+// candidates costs one compare (Span), and a block its selector would drop unchanged costs one
+// more, against the selector's gate() kept in a dense array, without touching the selector. For the exact selectors (exact, tree) the others are not pushed at
 // once: each row buffers up to kBuffer of them and pushes them in one go, in arrival order,
 // when the buffer is full or its last candidate tile has come. A row's pushes then run back to
 // back on its selector, whose k slots stay in cache across them, where pushing one row after

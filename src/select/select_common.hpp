@@ -20,8 +20,8 @@ inline void check_total_blocks(int64_t total_blocks) {
   SPATTN_CHECK(total_blocks >= 0, "top-k: total_blocks must be >= 0 (got ", total_blocks, ")");
 }
 
-// lo <= erfinv(float(x)) <= hi for x in [0, 1], from erfinv on a grid of 4096 steps computed
-// once: the estimate's bounds on Eq. (6)'s z (estimated_topk.cpp). hi is +inf near x = 1.
+// lo <= erfinv(float(x)) <= hi for x in [0, 1], from erfinv on a grid computed once (kZGrid
+// steps, estimated_topk.cpp): the estimate's bounds on Eq. (6)'s z. hi is +inf near x = 1.
 struct ZBounds {
   double lo, hi;
 };
