@@ -2,8 +2,10 @@
 //   block-sparse: time per computed score entry over dense's time per entry, at random block
 //                 masks of a given density (the diagonal block always kept), with K/V packed
 //                 inside the call or packed once and reused;
-//   query-sparse: time at query stride gamma over dense time.
-// Run: build/bin/spattn_microbench --benchmark_filter='Sparse'
+//   query-sparse: time at query stride gamma over dense time;
+//   vertical-slash: time per computed entry over dense's on the `text` workload, the kernel
+//                   alone (index built once) and with the index built in every call.
+// Run: build/bin/spattn_microbench --benchmark_filter='Sparse|VerticalSlash'
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -14,8 +16,10 @@
 
 #include "bench_common.hpp"
 #include "spattn/attention.hpp"
+#include "spattn/masks.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
+#include "spattn/workload.hpp"
 
 namespace spattn::bench {
 namespace {
@@ -140,6 +144,62 @@ BENCHMARK(BM_SparseQueryVsDense)
     ->ArgNames({"seq", "gamma", "reuse"})
     ->Args({32768, 16, 1})
     ->Args({32768, 16, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(1);
+
+// Args: {seq, bf16}. vertical_slash's default index (vertical 1000, slash 2048, sink 30, local
+// 100) on the `text` workload; dense, the kernel alone and the index's estimate timed
+// round-robin, 3 rounds. per_entry_* is time per computed entry over dense's, of the kernel and
+// of kernel + estimate (the method; the bound is 1.25).
+void BM_VerticalSlashVsDense(benchmark::State& state) {
+  WorkloadConfig wc;
+  wc.kind = WorkloadKind::text;
+  wc.seq = state.range(0);
+  wc.heads = kHeads;
+  wc.dim = kDim;
+  wc.dtype = state.range(1) ? DType::bf16 : DType::f32;
+  const Workload w = make_workload(wc);
+  const Tensor out(DType::f32, kHeads, wc.seq, kDim);
+  const VerticalSlashConfig cfg;
+  VerticalSlashIndex index = vertical_slash_index(w.q, w.k, cfg, fast_options());
+  Stats dense_st, vs_st;
+  std::vector<double> td, tk, te;
+  for (auto _ : state) {
+    for (int r = 0; r < 3; ++r) {
+      LoopTimer t0;
+      dense_st = Stats{};
+      attention_dense(w.q, w.k, w.v, out, fast_options(), nullptr, &dense_st);
+      td.push_back(t0.seconds());
+      LoopTimer t1;
+      vs_st = Stats{};
+      attention_vertical_slash(w.q, w.k, w.v, out, index, fast_options(), nullptr, &vs_st);
+      tk.push_back(t1.seconds());
+      LoopTimer t2;
+      index = vertical_slash_index(w.q, w.k, cfg, fast_options());
+      te.push_back(t2.seconds());
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double dense_per = median(td) / double(dense_st.score_entries);
+  const double entries = double(vs_st.score_entries);
+  state.counters["density"] = 1.0 - vs_st.sparsity();
+  // Entries kept over entries computed (whole 64-key tiles of tile_rows rows).
+  state.counters["tile_fill"] = entries / (double(vs_st.tiles_visited) * 64.0 * double(cfg.tile_rows));
+  state.counters["dense_ms"] = median(td) * 1e3;
+  state.counters["kernel_ms"] = median(tk) * 1e3;
+  state.counters["estimate_ms"] = median(te) * 1e3;
+  state.counters["per_entry_kernel"] = median(tk) / entries / dense_per;
+  state.counters["per_entry_method"] = (median(tk) + median(te)) / entries / dense_per;
+}
+BENCHMARK(BM_VerticalSlashVsDense)
+    ->ArgNames({"seq", "bf16"})
+    ->Args({32768, 0})
+    ->Args({32768, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->Iterations(1);

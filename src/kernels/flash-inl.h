@@ -230,6 +230,75 @@ struct F32Ops {
     }
   }
 
+  // A shifted tile: packed keys sj, sj + 1, ... of tile kt and, past its end, of the tile after
+  // it (a head's K tiles lie back to back, kt + d x 64 words on), as slots 0..63. Vectors of
+  // slots come from one row of either tile (unaligned loads), except the one the tile boundary
+  // cuts, whose lanes `lo` come from kt and the rest from the next tile: it goes last in its
+  // strip (kBlendLast), so only one vector per strip pays a second load. Every entry is the
+  // same dot product, summed in the same order, as in the keys' own tiles.
+  template <int R, int CV, bool kBlendLast>
+  static HWY_INLINE void ScoreStripShifted(const T* HWY_RESTRICT q, int64_t d,
+                                           const T* const* src, const T* hi,
+                                           hn::Mask<DF> lo, const int64_t* col,
+                                           float* HWY_RESTRICT s) {
+    const DF df;
+    VF acc[R][CV];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < CV; ++c) acc[r][c] = hn::Zero(df);
+    for (int64_t k = 0; k < d; ++k) {
+      VF b[CV];
+      for (int c = 0; c < CV; ++c) b[c] = hn::LoadU(df, src[c] + k * kTileKeys);
+      if constexpr (kBlendLast)
+        b[CV - 1] = hn::IfThenElse(lo, b[CV - 1], hn::LoadU(df, hi + k * kTileKeys));
+      for (int r = 0; r < R; ++r) {
+        const VF a = hn::Set(df, q[r * d + k]);
+        for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col[c]);
+  }
+
+  // S[npad][64] = Q K^T over the shifted tile at slot sj (0 < sj < 64) of kt.
+  static HWY_NOINLINE void ScoresShifted(const T* q, int64_t npad, const T* kt, int64_t sj,
+                                         int64_t d, float* s) {
+    const DF df;
+    const int64_t N = int64_t(hn::Lanes(df)), vecs = kTileKeys / N;
+    static_assert(kTileKeys / int64_t(hn::MaxLanes(DF())) % kCV == 0);
+    const T* next = kt + d * kTileKeys;
+    const T* src[kTileKeys];
+    int64_t col[kTileKeys];
+    int64_t nv = 0, cut = -1;
+    for (int64_t v = 0; v < vecs; ++v) {
+      const int64_t o = sj + v * N;
+      if (o + N <= kTileKeys) src[nv] = kt + o, col[nv++] = v * N;
+      else if (o >= kTileKeys) src[nv] = next + (o - kTileKeys), col[nv++] = v * N;
+      else cut = v;
+    }
+    const T* hi = nullptr;
+    auto lo = hn::FirstN(df, 0);
+    if (cut >= 0) {
+      const int64_t o = sj + cut * N;
+      src[nv] = kt + o, col[nv++] = cut * N;
+      hi = next + (o - kTileKeys);  // lanes [kTileKeys - o, N): the next tile's first keys
+      lo = hn::FirstN(df, size_t(kTileKeys - o));
+    }
+    for (int64_t g = 0; g < nv; g += kCV) {
+      const bool blend = cut >= 0 && g + kCV >= nv;
+      int64_t r0 = 0;
+      for (; r0 < WideRows(npad); r0 += kRWide) {
+        if (blend) ScoreStripShifted<kRWide, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+        else ScoreStripShifted<kRWide, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+      }
+      for (; r0 < npad; r0 += kR) {
+        if (blend) ScoreStripShifted<kR, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+        else ScoreStripShifted<kR, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+      }
+    }
+  }
+  // The V rows of a shifted tile: V tiles also lie back to back, so they are one stretch.
+  static const T* ShiftedV(const T* vt, int64_t sj, int64_t dp) { return vt + sj * dp; }
+
   template <int R, int CV>
   static HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, const T* HWY_RESTRICT vt,
                                  int64_t dp, int64_t c0, const float* alpha,
@@ -402,6 +471,66 @@ struct Bf16DotOps {
     for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, kt, s + r0 * kTileKeys);
   }
 
+  // The shifted tile of F32Ops::ScoresShifted, on 32-bit words (a key's pair of dims): the
+  // vector the tile boundary cuts is the 4th, its lanes `lo` from kt and the rest from `hi`.
+  template <int R, bool kBlendLast>
+  SPATTN_BF16_ATTR static HWY_INLINE void ScoreStripShifted(const T* q, int64_t d,
+                                                            const uint32_t* const* src,
+                                                            const uint32_t* hi, __mmask16 lo,
+                                                            const int64_t* col, float* s) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k2 = 0; k2 < d / 2; ++k2) {
+      __m512i w[4];
+      for (int c = 0; c < 4; ++c) w[c] = _mm512_loadu_si512(src[c] + k2 * kTileKeys);
+      if constexpr (kBlendLast)
+        w[3] = _mm512_mask_blend_epi32(lo, _mm512_loadu_si512(hi + k2 * kTileKeys), w[3]);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, q + r * d + 2 * k2, 4);
+        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, (__m512bh)w[c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + col[c], acc[r][c]);
+  }
+
+  // sj even: V pairs keys, and a shifted tile keeps whole pairs.
+  SPATTN_BF16_ATTR static HWY_NOINLINE void ScoresShifted(const T* q, int64_t npad, const T* kt,
+                                                          int64_t sj, int64_t d, float* s) {
+    const uint32_t* k = reinterpret_cast<const uint32_t*>(kt);
+    const uint32_t* next = k + (d / 2) * kTileKeys;
+    const uint32_t* src[4];
+    int64_t col[4];
+    int nv = 0, cut = -1;
+    for (int v = 0; v < 4; ++v) {
+      const int64_t o = sj + v * 16;
+      if (o + 16 <= kTileKeys) src[nv] = k + o, col[nv++] = v * 16;
+      else if (o >= kTileKeys) src[nv] = next + (o - kTileKeys), col[nv++] = v * 16;
+      else cut = v;
+    }
+    const uint32_t* hi = nullptr;
+    __mmask16 lo = 0;
+    if (cut >= 0) {
+      const int64_t o = sj + cut * 16;
+      src[nv] = k + o, col[nv++] = cut * 16;
+      hi = next + (o - kTileKeys);
+      lo = __mmask16((1u << (kTileKeys - o)) - 1);
+    }
+    int64_t r0 = 0;
+    for (; r0 < WideRows(npad); r0 += kRWide) {
+      if (cut >= 0) ScoreStripShifted<kRWide, true>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
+      else ScoreStripShifted<kRWide, false>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
+    }
+    for (; r0 < npad; r0 += kR) {
+      if (cut >= 0) ScoreStripShifted<kR, true>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
+      else ScoreStripShifted<kR, false>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
+    }
+  }
+  static const T* ShiftedV(const T* vt, int64_t sj, int64_t dp) { return vt + (sj / 2) * dp * 2; }
+
   // Rows [0, R) of O's columns [c0, c0 + 16 vecs): alpha O + P V with P as bf16 pairs.
   template <int R>
   SPATTN_BF16_ATTR static HWY_INLINE void PVStrip(const uint16_t* pb, const T* vt, int64_t dp,
@@ -512,8 +641,8 @@ inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const 
 struct Piece {
   int64_t src, dst, n;
 };
-// Pieces of a range up to this many keys are packed into gathered tiles; longer ones are
-// computed in their own packed tile (copying ~50 keys costs more than the ~14 wasted slots).
+// The rest of a range up to this many keys is packed into gathered tiles; more is computed
+// as a tile of its own (copying ~50 keys costs more than the ~14 wasted slots).
 inline constexpr int64_t kPackedPieceMax = 48;
 
 // Per-thread scratch of one work item.
@@ -831,12 +960,11 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                        std::min(j0 + kTileKeys, tv.end));
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
   };
-  // (kPackFragments) A range's keys off whole 64-key tiles (its first and last few keys; a
-  // slash line of a 64-row tile is one tile wide and rarely on the grid, so it straddles two
-  // tiles) are copied, piece after piece, into gathered tiles of 64, and each gathered tile is
-  // computed once: the tiles computed are about the keys needed over 64, not the tiles the
-  // ranges touch. A piece longer than kPackedPieceMax keys is cheaper to compute in its own
-  // tile than to copy. Only where positions equal packed indices.
+  // (kPackFragments) A range is computed 64 keys at a time from its first key, on the grid or
+  // not (shifted tiles), and its last few keys (kPackedPieceMax or fewer) are copied, piece
+  // after piece, into gathered tiles of 64, each computed once: the tiles computed are about
+  // the keys needed over 64, not the tiles the ranges touch. Only where positions equal
+  // packed indices.
   int64_t filled = 0;  // keys in the gathered tile sc.gk / sc.gv
   sc.pieces.clear();
   const auto run_gathered = [&] {
@@ -874,16 +1002,50 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     filled = 0;
     sc.pieces.clear();
   };
-  // The pieces of a range the loop packs (its ends off whole tiles), prefetched one range
-  // ahead: their copies otherwise wait on memory.
-  const auto prefetch_pieces = [&](const KeyRange& kr) {
-    for (int64_t s0 = kr.begin; s0 < kr.end;) {
-      const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
-      if (s1 - s0 <= kPackedPieceMax)
-        Ops::PrefetchKeys(kv.k_tile(kvh, jt), kv.v_tile(kvh, jt), s0 % kTileKeys, s1 - s0, p.dim,
-                          dp);
-      s0 = s1 < kr.end && kr.end - s1 >= kTileKeys ? (kr.end / kTileKeys) * kTileKeys : s1;
+  // A shifted tile: packed keys [a, a + 64) (a off the 64-key grid) of a range [lo, hi), read
+  // straight from the two packed tiles they lie in.
+  const auto visit_shifted = [&](int64_t a, int64_t lo, int64_t hi) {
+    const int64_t jt = a / kTileKeys, sj = a % kTileKeys;
+    next_p();
+    Ops::ScoresShifted(sc.q, npad, kv.k_tile(kvh, jt), sj, p.dim, sc.s);
+    const bool full = lo <= a && a + kTileKeys <= hi &&
+                      (!p.causal || a + kTileKeys - 1 <= sc.pos[0]);
+    int64_t kept = full ? n * kTileKeys : MaskTile(sc.s, n, sc.pos, p.causal, a, lo, hi);
+    if constexpr (Policy::kPackedColumns)
+      kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, a, std::max(a, lo),
+                       std::min(a + kTileKeys, hi));
+    // The tile's keys, for the view (sc.columns is free until run_gathered fills it).
+    sc.columns.resize(size_t(kTileKeys));
+    std::iota(sc.columns.begin(), sc.columns.end(), a);
+    step.Run(-1, sc.columns.data(), std::min(kTileKeys, p.kv_len - a), kept,
+             Ops::ShiftedV(kv.v_tile(kvh, jt), sj, dp));
+  };
+  // How a range [b, e) is computed: from b on, 64 keys at a time as one tile (shifted when off
+  // the grid; with key pairs a shifted tile starts on an even key, so the first may start one
+  // key early, masked) while more than kPackedPieceMax keys are left, then the rest as pieces,
+  // one per packed tile they lie in, for gathered tiles. A slash line's range is as wide as
+  // the query tile, so most ranges are one shifted tile and copy nothing.
+  const auto split_range = [&](const KeyRange& kr, auto&& tile, auto&& piece) {
+    int64_t x = kr.begin;
+    while (kr.end - x > kPackedPieceMax) {
+      int64_t a = x;
+      if constexpr (Ops::kKeyPairs) a -= a & 1;
+      // A shifted tile reads the tile after a's: the storage's last one has none.
+      if (a % kTileKeys != 0 && a / kTileKeys + 1 >= d.tiles_cap) break;
+      tile(a);
+      x = a + kTileKeys;
     }
+    for (int64_t s0 = x; s0 < kr.end;) {
+      const int64_t s1 = std::min(kr.end, (s0 / kTileKeys + 1) * kTileKeys);
+      piece(s0, s1);
+      s0 = s1;
+    }
+  };
+  // The pieces of the next range, prefetched: their copies otherwise wait on memory (the
+  // hardware prefetcher does not see scattered short rows coming).
+  const auto prefetch_piece = [&](int64_t lo, int64_t hi) {
+    const int64_t jt = lo / kTileKeys;
+    Ops::PrefetchKeys(kv.k_tile(kvh, jt), kv.v_tile(kvh, jt), lo % kTileKeys, hi - lo, p.dim, dp);
   };
   // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
   const auto add_piece = [&](int64_t lo, int64_t hi) {
@@ -921,13 +1083,15 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       const KeyRange& kr = sc.ranges[ri];
       if constexpr (Policy::kPackFragments) {
         if (!kv.kpos) {
-          if (ri + 1 < sc.ranges.size()) prefetch_pieces(sc.ranges[ri + 1]);
-          for (int64_t s0 = kr.begin; s0 < kr.end;) {
-            const int64_t jt = s0 / kTileKeys, s1 = std::min(kr.end, (jt + 1) * kTileKeys);
-            if (s1 - s0 > kPackedPieceMax) visit(d.visit(jt, kr.begin, kr.end));
-            else add_piece(s0, s1);
-            s0 = s1;
-          }
+          if (ri + 1 < sc.ranges.size())
+            split_range(sc.ranges[ri + 1], [](int64_t) {}, prefetch_piece);
+          split_range(
+              kr,
+              [&](int64_t a) {
+                if (a % kTileKeys != 0) visit_shifted(a, kr.begin, kr.end);
+                else visit(d.visit(a / kTileKeys, kr.begin, kr.end));
+              },
+              add_piece);
           continue;
         }
       }
