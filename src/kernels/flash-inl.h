@@ -134,6 +134,26 @@ inline void PrefetchRows(const void* p, int64_t rows, int64_t stride, int64_t by
   }
 }
 
+#if HWY_TARGET == HWY_AVX3
+// A shifted tile on AVX-512 (F32Ops / Bf16DotOps::ScoresShifted): row k's slots are the 64
+// words from word sj of row k of the tile at kt, then of the tile after it (rows x 64 words
+// on). w gets the five aligned 16-word vectors of row 0 they lie in; ShiftIndex(sj) picks
+// vector c's lanes out of w[c] and w[c + 1] with one two-source permute. Aligned loads and a
+// permute ran the f32 score kernel faster than unaligned loads (most of which cross a cache
+// line).
+template <typename W>
+inline void ShiftedVectors(const W* kt, int64_t rows, int64_t sj, const W** w) {
+  for (int64_t i = 0; i < 5; ++i) {
+    const int64_t v = sj / 16 + i;
+    w[i] = v < 4 ? kt + v * 16 : kt + rows * kTileKeys + (v - 4) * 16;
+  }
+}
+inline __m512i ShiftIndex(int64_t sj) {
+  return _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                          _mm512_set1_epi32(int(sj % 16)));
+}
+#endif
+
 // ---------------------------------------------------------------------------------------
 // F32Ops: f32 operands. Q tile [rows][d]; K tile transposed [d][64]; V tile [64][dp].
 struct F32Ops {
@@ -231,8 +251,9 @@ struct F32Ops {
   }
 
   // A shifted tile: packed keys sj, sj + 1, ... of tile kt and, past its end, of the tile after
-  // it (a head's K tiles lie back to back, kt + d x 64 words on), as slots 0..63. Vectors of
-  // slots come from one row of either tile (unaligned loads), except the one the tile boundary
+  // it (a head's K tiles lie back to back, kt + d x 64 words on), as slots 0..63. Below
+  // AVX-512 (and there when no vector straddles the boundary), vectors of slots come from one
+  // row of either tile (unaligned loads), except the one the tile boundary
   // cuts, whose lanes `lo` come from kt and the rest from the next tile: it goes last in its
   // strip (kBlendLast), so only one vector per strip pays a second load. Every entry is the
   // same dot product, summed in the same order, as in the keys' own tiles.
@@ -259,9 +280,47 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col[c]);
   }
 
+#if HWY_TARGET == HWY_AVX3
+  // AVX-512: the shifted row's vectors through ShiftedVectors / ShiftIndex (aligned loads and
+  // a permute), where the tile boundary cuts a vector (sj not a multiple of 16).
+  template <int R>
+  static HWY_INLINE void ScoreStripPerm(const T* HWY_RESTRICT q, int64_t d, const T* const* w,
+                                        __m512i idx, float* HWY_RESTRICT s) {
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < d; ++k) {
+      __m512 b[4];
+      __m512 x = _mm512_load_ps(w[0] + k * kTileKeys);
+      for (int c = 0; c < 4; ++c) {
+        const __m512 y = _mm512_load_ps(w[c + 1] + k * kTileKeys);
+        b[c] = _mm512_permutex2var_ps(x, idx, y);
+        x = y;
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_set1_ps(q[r * d + k]);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(a, b[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + c * 16, acc[r][c]);
+  }
+#endif
   // S[npad][64] = Q K^T over the shifted tile at slot sj (0 < sj < 64) of kt.
   static HWY_NOINLINE void ScoresShifted(const T* q, int64_t npad, const T* kt, int64_t sj,
                                          int64_t d, float* s) {
+#if HWY_TARGET == HWY_AVX3
+    if (sj % 16 != 0) {
+      const T* w[5];
+      ShiftedVectors(kt, d, sj, w);
+      const __m512i idx = ShiftIndex(sj);
+      int64_t r0 = 0;
+      for (; r0 < WideRows(npad); r0 += kRWide)
+        ScoreStripPerm<kRWide>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
+      for (; r0 < npad; r0 += kR) ScoreStripPerm<kR>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
+      return;
+    }
+#endif
     const DF df;
     const int64_t N = int64_t(hn::Lanes(df)), vecs = kTileKeys / N;
     static_assert(kTileKeys / int64_t(hn::MaxLanes(DF())) % kCV == 0);
@@ -471,63 +530,44 @@ struct Bf16DotOps {
     for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, kt, s + r0 * kTileKeys);
   }
 
-  // The shifted tile of F32Ops::ScoresShifted, on 32-bit words (a key's pair of dims): the
-  // vector the tile boundary cuts is the 4th, its lanes `lo` from kt and the rest from `hi`.
-  template <int R, bool kBlendLast>
+  // The shifted tile of F32Ops::ScoresShifted on 32-bit words (a key's pair of dims), through
+  // ShiftedVectors / ShiftIndex: one two-source permute per vector.
+  template <int R>
   SPATTN_BF16_ATTR static HWY_INLINE void ScoreStripShifted(const T* q, int64_t d,
-                                                            const uint32_t* const* src,
-                                                            const uint32_t* hi, __mmask16 lo,
-                                                            const int64_t* col, float* s) {
+                                                            const uint32_t* const* w, __m512i idx,
+                                                            float* s) {
     __m512 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
     for (int64_t k2 = 0; k2 < d / 2; ++k2) {
-      __m512i w[4];
-      for (int c = 0; c < 4; ++c) w[c] = _mm512_loadu_si512(src[c] + k2 * kTileKeys);
-      if constexpr (kBlendLast)
-        w[3] = _mm512_mask_blend_epi32(lo, _mm512_loadu_si512(hi + k2 * kTileKeys), w[3]);
+      __m512bh b[4];
+      __m512i x = _mm512_load_si512(w[0] + k2 * kTileKeys);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i y = _mm512_load_si512(w[c + 1] + k2 * kTileKeys);
+        b[c] = (__m512bh)_mm512_permutex2var_epi32(x, idx, y);
+        x = y;
+      }
       for (int r = 0; r < R; ++r) {
         int32_t pair;
         std::memcpy(&pair, q + r * d + 2 * k2, 4);
         const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, (__m512bh)w[c]);
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
       }
     }
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + col[c], acc[r][c]);
+      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + c * 16, acc[r][c]);
   }
 
   // sj even: V pairs keys, and a shifted tile keeps whole pairs.
   SPATTN_BF16_ATTR static HWY_NOINLINE void ScoresShifted(const T* q, int64_t npad, const T* kt,
                                                           int64_t sj, int64_t d, float* s) {
-    const uint32_t* k = reinterpret_cast<const uint32_t*>(kt);
-    const uint32_t* next = k + (d / 2) * kTileKeys;
-    const uint32_t* src[4];
-    int64_t col[4];
-    int nv = 0, cut = -1;
-    for (int v = 0; v < 4; ++v) {
-      const int64_t o = sj + v * 16;
-      if (o + 16 <= kTileKeys) src[nv] = k + o, col[nv++] = v * 16;
-      else if (o >= kTileKeys) src[nv] = next + (o - kTileKeys), col[nv++] = v * 16;
-      else cut = v;
-    }
-    const uint32_t* hi = nullptr;
-    __mmask16 lo = 0;
-    if (cut >= 0) {
-      const int64_t o = sj + cut * 16;
-      src[nv] = k + o, col[nv++] = cut * 16;
-      hi = next + (o - kTileKeys);
-      lo = __mmask16((1u << (kTileKeys - o)) - 1);
-    }
+    const uint32_t* w[5];
+    ShiftedVectors(reinterpret_cast<const uint32_t*>(kt), d / 2, sj, w);
+    const __m512i idx = ShiftIndex(sj);
     int64_t r0 = 0;
-    for (; r0 < WideRows(npad); r0 += kRWide) {
-      if (cut >= 0) ScoreStripShifted<kRWide, true>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
-      else ScoreStripShifted<kRWide, false>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
-    }
-    for (; r0 < npad; r0 += kR) {
-      if (cut >= 0) ScoreStripShifted<kR, true>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
-      else ScoreStripShifted<kR, false>(q + r0 * d, d, src, hi, lo, col, s + r0 * kTileKeys);
-    }
+    for (; r0 < WideRows(npad); r0 += kRWide)
+      ScoreStripShifted<kRWide>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
+    for (; r0 < npad; r0 += kR) ScoreStripShifted<kR>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
   }
   static const T* ShiftedV(const T* vt, int64_t sj, int64_t dp) { return vt + (sj / 2) * dp * 2; }
 

@@ -12,6 +12,7 @@
 
 #include "core/threading.hpp"
 #include "core/blas_threads.hpp"
+#include "kernels/exp_row.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
 #include "masks/vertical_slash_estimate.hpp"
@@ -27,6 +28,11 @@ namespace {
 void load_row(const TensorView& t, int64_t h, int64_t s, float* dst) {
   if (t.dtype == DType::f32 && t.stride_dim == 1) {
     std::memcpy(dst, t.ptr(h, s), size_t(t.dim) * sizeof(float));
+    return;
+  }
+  if (t.dtype == DType::bf16 && t.stride_dim == 1) {  // a loop the compiler vectorises
+    const uint16_t* src = static_cast<const uint16_t*>(t.ptr(h, s));
+    for (int64_t c = 0; c < t.dim; ++c) dst[c] = bf16_to_f32(src[c]);
     return;
   }
   for (int64_t c = 0; c < t.dim; ++c) dst[c] = t.get(h, s, c);
@@ -113,9 +119,7 @@ void AHatEstimator::heads(
       if (vis <= 0) continue;
       const float* row = &s[size_t(r * nk)];
       const double m = *std::max_element(row, row + vis);
-      double l = 0;
-      for (int64_t j = 0; j < vis; ++j) l += e[size_t(j)] = std::exp(double(row[j]) - m);
-      visit(i, p, e.data(), l, vis);
+      visit(i, p, e.data(), kernels::exp_row_f64(row, vis, m, e.data()), vis);
     }
   });
 }
