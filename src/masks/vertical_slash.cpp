@@ -94,10 +94,17 @@ void AHatEstimator::heads(
     BlasThreads blas(threads_);
     for (int64_t i = 0; i < count; ++i) {
       const int64_t h = h0 + i, kvh = h / (q_.heads / k_.heads);
-      if (kvh != loaded_kvh_) {
+      // f32 rows with unit dim stride go to sgemm where they are (ldb = the row stride): a
+      // copy of every key costs several ms at 32K.
+      const bool in_place = !keys_ && k_.dtype == DType::f32 && k_.stride_dim == 1 &&
+                            k_.stride_seq >= d;
+      const float* kp = in_place ? static_cast<const float*>(k_.ptr(kvh, 0)) : kf_.data();
+      const int64_t ldk = in_place ? k_.stride_seq : d;
+      if (!in_place && kvh != loaded_kvh_) {
         if (keys_) gather_rows(k_, kvh, *keys_, kf_);
         else load_rows(k_, kvh, 0, lk, kf_);
         loaded_kvh_ = kvh;
+        kp = kf_.data();
       }
       gather_rows(q_, h, est_rows, qf_);
       std::vector<float>& s = s_[size_t(i)];
@@ -105,7 +112,7 @@ void AHatEstimator::heads(
       e_[size_t(i)].resize(size_t(nk));
       if (n > 0 && nk > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale_,
-                    qf_.data(), int(d), kf_.data(), int(d), 0.0f, s.data(), int(nk));
+                    qf_.data(), int(d), kp, int(ldk), 0.0f, s.data(), int(nk));
     }
   }
   parallel_for(count, std::min<int>(threads_, int(count)), [&](int64_t i, int) {
@@ -157,8 +164,16 @@ VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView
       std::fill(slash[size_t(i)].begin(), slash[size_t(i)].end(), 0.0);
     }
     est.heads(h0, count, est_rows, [&](int64_t i, int64_t p, const double* e, double l, int64_t vis) {
-      double* vert = vertical[size_t(i)].data();
-      double* sl = slash[size_t(i)].data();
+      double* __restrict vert = vertical[size_t(i)].data();
+      double* __restrict sl = slash[size_t(i)].data();
+      if (!keys) {  // key j at position j: a loop the compiler vectorises (the same bits)
+        for (int64_t j = 0; j < vis; ++j) {
+          const double a = e[j] / l;
+          vert[j] += a;
+          sl[p - j] += a;
+        }
+        return;
+      }
       for (int64_t j = 0; j < vis; ++j) {
         vert[j] += e[j] / l;
         sl[p - key_pos(j)] += e[j] / l;
