@@ -221,7 +221,44 @@ TEST(MaskVerticalSlash, BlockMaskIsTheIndexRoundedOut) {
           for (int64_t j = 0; j <= c.lk - c.lq + i; ++j)
             if (keep(h, i, j)) want[size_t((h * m.n_qb() + i / m.block_q) * m.n_kb() + j / bk)] = 1;
       EXPECT_EQ(m.to_dense(), want) << label(c) << " block_k " << bk;
+      // Heads run in parallel: one thread gives the same mask.
+      EXPECT_EQ(vertical_slash_block_mask(x, c.lq, c.lk, bk, 1).to_dense(), want) << label(c);
     }
+}
+
+// With a row list (one modality's queries), tile t holds listed rows t * tile_rows.., which may
+// lie in several query blocks: each block gets the blocks of the keys its own rows compute
+// (the list's tiles once marked whole tiles' blocks in every query block they touched, past
+// some rows' positions: an invalid causal mask).
+TEST(MaskVerticalSlash, BlockMaskOfListedRows) {
+  const int64_t lq = 300, lk = 300;
+  Inputs in(3, 1, lq, lk, 73);
+  VerticalSlashConfig cfg;
+  cfg.vertical_size = 9;
+  cfg.slash_size = 7;
+  cfg.tile_rows = 32;
+  VerticalSlashIndex x = vertical_slash_index(in.q, in.k, cfg, {});
+  std::vector<int64_t> rows;
+  for (int64_t r = 3; r < lq; r += 3 + r % 5) rows.push_back(r);
+  x.rows = rows;
+  for (int threads : {1, 3}) {
+    const BlockMask m = vertical_slash_block_mask(x, lq, lk, 64, threads);
+    m.validate();
+    std::vector<uint8_t> want(size_t(3 * m.n_qb() * m.n_kb()), 0);
+    for (int64_t h = 0; h < 3; ++h)
+      for (size_t i = 0; i < rows.size(); ++i) {
+        std::vector<KeyRange> ranges;
+        std::vector<int64_t> cols;
+        vertical_slash_tile_keys(x, h, int64_t(i) / x.tile_rows, lq, lk, ranges, cols);
+        const int64_t qb = rows[i] / x.tile_rows, pos = rows[i];  // q_len == kv_len
+        for (const KeyRange& r : ranges)
+          for (int64_t j = r.begin; j < r.end && j <= pos; ++j)
+            want[size_t((h * m.n_qb() + qb) * m.n_kb() + j / 64)] = 1;
+        for (int64_t j : cols)
+          if (j <= pos) want[size_t((h * m.n_qb() + qb) * m.n_kb() + j / 64)] = 1;
+      }
+    EXPECT_EQ(m.to_dense(), want) << threads << " threads";
+  }
 }
 
 TEST(MaskVerticalSlash, RejectsBadConfig) {

@@ -60,9 +60,10 @@ void check_vertical_slash_config(const VerticalSlashConfig& c);
 VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
                                         const VerticalSlashConfig& c, const AttnOptions& opt);
 // The index rounded to blocks of tile_rows queries x block_k keys: every block holding an
-// entry attention_vertical_slash computes. For pictures and block-level comparisons.
+// entry attention_vertical_slash computes. For pictures and block-level comparisons. Heads
+// run on `threads` threads (0: every core); the mask does not depend on it.
 BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_len,
-                                    int64_t kv_len, int64_t block_k = 64);
+                                    int64_t kv_len, int64_t block_k = 64, int threads = 0);
 
 // Mean-pool block top-k (MInference / SeerAttention; MOMO, Eq. 1): A_hat[m][n] =
 // scale * mean(Q rows of block m) . mean(K rows of block n); each query block keeps its `topk`

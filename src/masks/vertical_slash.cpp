@@ -212,26 +212,32 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
   return masks::estimate_vertical_slash(q, k, c, opt, est_rows, nullptr, forced);
 }
 
-// Tile rows p0..p1 see the diagonal ranges [p0 - o, p1 - o] and the columns <= p1.
+// Tile rows p0..p1 see the diagonal ranges [p0 - o, p1 - o] and the columns <= p1. Heads in
+// parallel, each into its own rows; they are joined in head order.
 BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, int64_t kv_len,
-                                    int64_t block_k) {
+                                    int64_t block_k, int threads) {
   SPATTN_CHECK(int64_t(x.columns.size()) == x.heads && int64_t(x.offsets.size()) == x.heads,
                "vertical_slash_block_mask: index has ", x.columns.size(), " column lists and ",
                x.offsets.size(), " offset lists for ", x.heads, " heads");
   BlockMask m(x.heads, q_len, kv_len, x.tile_rows, block_k, /*causal=*/true);
-  const int64_t off = query_position(0, q_len, kv_len), n_kb = m.n_kb();
-  // keep[qb][kb]: some row of query block qb computes a key of block kb. A tile of listed rows
-  // (x.rows) may touch several query blocks and a block several tiles.
-  std::vector<uint8_t> keep(static_cast<size_t>(m.n_qb() * n_kb)), tile_keep(static_cast<size_t>(n_kb));
-  std::vector<int64_t> offsets;
-  std::vector<std::pair<int64_t, int64_t>> col_blocks;  // (block, its first column), ascending
-  for (int64_t h = 0; h < x.heads; ++h) {
-    std::fill(keep.begin(), keep.end(), 0);
+  const int64_t off = query_position(0, q_len, kv_len), n_kb = m.n_kb(), n_qb = m.n_qb();
+  std::vector<std::vector<int32_t>> head_blocks(static_cast<size_t>(x.heads));
+  std::vector<std::vector<int64_t>> head_counts(static_cast<size_t>(x.heads));
+  const int workers = int(std::min<int64_t>(resolve_threads(threads), std::max<int64_t>(x.heads, 1)));
+  parallel_for(x.heads, workers, [&](int64_t h, int) {
+    // keep[qb][kb]: some row of query block qb computes a key of block kb. A tile of listed
+    // rows (x.rows) may touch several query blocks and a block several tiles; without a list,
+    // tile t is query block t, and its blocks go straight to the rows.
+    std::vector<uint8_t> keep(x.rows ? static_cast<size_t>(n_qb * n_kb) : 0),
+        tile_keep(static_cast<size_t>(n_kb));
+    std::vector<int32_t>& blocks = head_blocks[size_t(h)];
+    std::vector<int64_t>& counts = head_counts[size_t(h)];
+    counts.assign(size_t(n_qb), 0);
     // Offsets largest first (their ranges' starts ascend), so overlapping diagonals (most are
     // within a tile of the next) mark their blocks once as one range, not once each.
-    offsets = x.offsets[size_t(h)];
+    std::vector<int64_t> offsets = x.offsets[size_t(h)];
     std::sort(offsets.begin(), offsets.end(), std::greater<>());
-    col_blocks.clear();
+    std::vector<std::pair<int64_t, int64_t>> col_blocks;  // (block, its first column), ascending
     {
       std::vector<int64_t> cols = x.columns[size_t(h)];
       std::sort(cols.begin(), cols.end());
@@ -254,24 +260,43 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
         if (first > p1) break;
         tile_keep[size_t(kb)] = 1;
       }
+      if (!x.rows) {
+        const size_t before = blocks.size();
+        for (int64_t kb = 0; kb < n_kb; ++kb)
+          if (tile_keep[size_t(kb)]) blocks.push_back(int32_t(kb));
+        counts[size_t(t)] = int64_t(blocks.size() - before);
+        continue;
+      }
       const int64_t a = t * x.tile_rows, b = std::min(x.num_tiles(q_len) * x.tile_rows,
                                                       a + x.tile_rows);
-      int64_t last_qb = -1;
-      for (int64_t i = a; i < b; ++i) {
-        if (x.rows && i >= int64_t(x.rows->size())) break;
-        if (!x.rows && i >= q_len) break;
-        const int64_t qb = (x.rows ? (*x.rows)[size_t(i)] : i) / x.tile_rows;
-        if (qb == last_qb) continue;  // rows ascend: a block's rows come together
-        last_qb = qb;
+      // Each query block's rows of this tile, as a group: they see the tile's blocks up to
+      // their last row's position (every range starts at or before the tile's first row, so
+      // cutting there is exact where the main diagonal is kept, as vertical_slash_index does).
+      const int64_t listed = std::min<int64_t>(b, int64_t(x.rows->size()));
+      for (int64_t i = a; i < listed;) {
+        const int64_t qb = (*x.rows)[size_t(i)] / x.tile_rows;
+        int64_t j = i;
+        while (j + 1 < listed && (*x.rows)[size_t(j + 1)] / x.tile_rows == qb) ++j;
+        const int64_t kb_end = std::min(n_kb, (off + (*x.rows)[size_t(j)]) / block_k + 1);
         uint8_t* row = &keep[size_t(qb * n_kb)];
-        for (int64_t kb = 0; kb < n_kb; ++kb) row[kb] |= tile_keep[size_t(kb)];
+        for (int64_t kb = 0; kb < kb_end; ++kb) row[kb] |= tile_keep[size_t(kb)];
+        i = j + 1;
       }
     }
-    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+    if (!x.rows) return;
+    for (int64_t qb = 0; qb < n_qb; ++qb) {
+      const size_t before = blocks.size();
       for (int64_t kb = 0; kb < n_kb; ++kb)
-        if (keep[size_t(qb * n_kb + kb)]) m.blocks.push_back(int32_t(kb));
-      m.offsets[size_t(h * m.n_qb() + qb + 1)] = int64_t(m.blocks.size());
+        if (keep[size_t(qb * n_kb + kb)]) blocks.push_back(int32_t(kb));
+      counts[size_t(qb)] = int64_t(blocks.size() - before);
     }
+  });
+  for (int64_t h = 0; h < x.heads; ++h) {
+    const auto& blocks = head_blocks[size_t(h)];
+    m.blocks.insert(m.blocks.end(), blocks.begin(), blocks.end());
+    for (int64_t qb = 0; qb < n_qb; ++qb)
+      m.offsets[size_t(h * n_qb + qb + 1)] =
+          m.offsets[size_t(h * n_qb + qb)] + head_counts[size_t(h)][size_t(qb)];
   }
   return m;
 }
