@@ -100,6 +100,26 @@ std::vector<int64_t> vs_row_keys(const VerticalSlashIndex& idx, int64_t h, int64
   return keys;
 }
 
+// Head h of `out` against the exact reference over each row's keys (vs_row_keys), and, when
+// given, the coverage's keys against them; stops at the first row that fails. Returns the
+// head's entries.
+int64_t expect_vs_head(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const VerticalSlashIndex& idx, int64_t h, int64_t lq, int64_t lk,
+                       double tol, const Coverage* cov) {
+  int64_t entries = 0;
+  for (int64_t i = 0; i < lq; ++i) {
+    std::vector<int64_t> keys = vs_row_keys(idx, h, i, lk - lq + i, lq, lk);
+    entries += int64_t(keys.size());
+    std::sort(keys.begin(), keys.end());
+    if (cov) EXPECT_EQ(test::coverage_keys(*cov, h, i), keys);
+    expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys), tol);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "head " << h << " row " << i;
+      break;
+    }
+  }
+  return entries;
+}
 // Columns packed once per head: more than one packed column tile (up to 130 columns), columns
 // inside slash ranges (computed once, by the column tile), GQA, odd lengths, f32 and bf16.
 TEST(VerticalSlash, MatchesReferenceOverTheSameKeys) {
@@ -170,15 +190,8 @@ TEST(VerticalSlash, PacksRangePiecesIntoGatheredTiles) {
       const std::unique_ptr<Coverage> cov = vertical_slash_coverage(idx, lq, lk);
       int64_t entries = 0, want_tiles = 0;
       for (int64_t h = 0; h < hq; ++h) {
-        for (int64_t i = 0; i < lq; ++i) {
-          const int64_t pos = lk - lq + i;
-          std::vector<int64_t> keys = vs_row_keys(idx, h, i, pos, lq, lk);
-          entries += int64_t(keys.size());
-          std::sort(keys.begin(), keys.end());
-          ASSERT_EQ(test::coverage_keys(*cov, h, i), keys) << "head " << h << " row " << i;
-          expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys),
-                       t == DType::bf16 ? 2e-2 : 1e-4);
-        }
+        entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
+                                  cov.get());
         for (int64_t tile = 0; tile < idx.num_tiles(lq); ++tile) {
           std::vector<KeyRange> ranges;
           std::vector<int64_t> cols;
@@ -231,15 +244,9 @@ TEST(VerticalSlash, ShiftedTilesMatchReferenceAtEveryOffset) {
       const std::string what = std::string(dtype_name(t)) + " trial " + std::to_string(trial);
       int64_t entries = 0, max_tiles = 0;
       for (int64_t h = 0; h < hq; ++h) {
-        for (int64_t i = 0; i < lq; ++i) {
-          const int64_t pos = lk - lq + i;
-          std::vector<int64_t> keys = vs_row_keys(idx, h, i, pos, lq, lk);
-          entries += int64_t(keys.size());
-          std::sort(keys.begin(), keys.end());
-          expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys),
-                       t == DType::bf16 ? 2e-2 : 1e-4);
-          if (::testing::Test::HasFailure()) FAIL() << what << " head " << h << " row " << i;
-        }
+        entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
+                                  nullptr);
+        if (::testing::Test::HasFailure()) FAIL() << what;
         for (int64_t tt = 0; tt < idx.num_tiles(lq); ++tt) {
           std::vector<KeyRange> ranges;
           std::vector<int64_t> cols;

@@ -502,16 +502,17 @@ struct Bf16DotOps {
 
   // R rows x 4 vectors of accumulators (kRWide rows while a tile allows, then kR): more rows
   // per loaded K/V vector; each dot product keeps its order, so the blocking changes no bit.
-  template <int R>
-  SPATTN_BF16_ATTR static HWY_INLINE void ScoreStrip(const T* q, int64_t d, const T* kt,
+  // load(k2, b) gives the 4 K vectors of dim pair k2: a packed tile's (AlignedK) or a shifted
+  // tile's (ShiftedK).
+  template <int R, class LoadK>
+  SPATTN_BF16_ATTR static HWY_INLINE void ScoreStrip(const T* q, int64_t d, const LoadK& load,
                                                      float* s) {
     __m512 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
     for (int64_t k2 = 0; k2 < d / 2; ++k2) {
       __m512bh b[4];
-      for (int c = 0; c < 4; ++c)
-        b[c] = (__m512bh)_mm512_load_si512(kt + k2 * kTileKeys * 2 + c * 32);
+      load(k2, b);
       for (int r = 0; r < R; ++r) {
         int32_t pair;
         std::memcpy(&pair, q + r * d + 2 * k2, 4);
@@ -522,52 +523,45 @@ struct Bf16DotOps {
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + c * 16, acc[r][c]);
   }
-
-  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt,
-                                                   int64_t d, float* s) {
-    int64_t r0 = 0;
-    for (; r0 < WideRows(npad); r0 += kRWide) ScoreStrip<kRWide>(q + r0 * d, d, kt, s + r0 * kTileKeys);
-    for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, kt, s + r0 * kTileKeys);
-  }
-
+  struct AlignedK {
+    const T* kt;
+    SPATTN_BF16_ATTR HWY_INLINE void operator()(int64_t k2, __m512bh* b) const {
+      for (int c = 0; c < 4; ++c)
+        b[c] = (__m512bh)_mm512_load_si512(kt + k2 * kTileKeys * 2 + c * 32);
+    }
+  };
   // The shifted tile of F32Ops::ScoresShifted on 32-bit words (a key's pair of dims), through
   // ShiftedVectors / ShiftIndex: one two-source permute per vector.
-  template <int R>
-  SPATTN_BF16_ATTR static HWY_INLINE void ScoreStripShifted(const T* q, int64_t d,
-                                                            const uint32_t* const* w, __m512i idx,
-                                                            float* s) {
-    __m512 acc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
-    for (int64_t k2 = 0; k2 < d / 2; ++k2) {
-      __m512bh b[4];
+  struct ShiftedK {
+    const uint32_t* const* w;
+    __m512i idx;
+    SPATTN_BF16_ATTR HWY_INLINE void operator()(int64_t k2, __m512bh* b) const {
       __m512i x = _mm512_load_si512(w[0] + k2 * kTileKeys);
       for (int c = 0; c < 4; ++c) {
         const __m512i y = _mm512_load_si512(w[c + 1] + k2 * kTileKeys);
         b[c] = (__m512bh)_mm512_permutex2var_epi32(x, idx, y);
         x = y;
       }
-      for (int r = 0; r < R; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, q + r * d + 2 * k2, 4);
-        const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
-        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], a, b[c]);
-      }
     }
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < 4; ++c) _mm512_store_ps(s + r * kTileKeys + c * 16, acc[r][c]);
+  };
+  template <class LoadK>
+  SPATTN_BF16_ATTR static HWY_INLINE void ScoreRows(const T* q, int64_t npad, int64_t d,
+                                                    const LoadK& load, float* s) {
+    int64_t r0 = 0;
+    for (; r0 < WideRows(npad); r0 += kRWide) ScoreStrip<kRWide>(q + r0 * d, d, load, s + r0 * kTileKeys);
+    for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, load, s + r0 * kTileKeys);
   }
 
+  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt,
+                                                   int64_t d, float* s) {
+    ScoreRows(q, npad, d, AlignedK{kt}, s);
+  }
   // sj even: V pairs keys, and a shifted tile keeps whole pairs.
   SPATTN_BF16_ATTR static HWY_NOINLINE void ScoresShifted(const T* q, int64_t npad, const T* kt,
                                                           int64_t sj, int64_t d, float* s) {
     const uint32_t* w[5];
     ShiftedVectors(reinterpret_cast<const uint32_t*>(kt), d / 2, sj, w);
-    const __m512i idx = ShiftIndex(sj);
-    int64_t r0 = 0;
-    for (; r0 < WideRows(npad); r0 += kRWide)
-      ScoreStripShifted<kRWide>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
-    for (; r0 < npad; r0 += kR) ScoreStripShifted<kR>(q + r0 * d, d, w, idx, s + r0 * kTileKeys);
+    ScoreRows(q, npad, d, ShiftedK{w, ShiftIndex(sj)}, s);
   }
   static const T* ShiftedV(const T* vt, int64_t sj, int64_t dp) { return vt + (sj / 2) * dp * 2; }
 
