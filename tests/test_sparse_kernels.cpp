@@ -14,6 +14,7 @@
 #include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
+#include "targets.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -215,52 +216,60 @@ TEST(VerticalSlash, PacksRangePiecesIntoGatheredTiles) {
 // it), large logits; f32 and bf16, GQA, q_len < kv_len. The same keys as the reference, and
 // (f32) never more tiles than each range's keys over 64 plus the column tiles.
 TEST(VerticalSlash, ShiftedTilesMatchReferenceAtEveryOffset) {
-  for (DType t : {DType::f32, DType::bf16})
-    for (int trial = 0; trial < 8; ++trial) {
-      const int64_t hq = 2, hk = 1, d = 64, lk = trial % 2 ? 444 : 421;
-      const int64_t lq = trial % 4 < 2 ? lk : 300, tile = 64 + 32 * (trial % 3);
-      const float sigma = trial == 5 ? 6.0f : 1.0f;  // logits up to ~ +-300 at trial 5
-      const uint64_t seed = 100 + uint64_t(trial);
-      Tensor q = test::random_tensor(t, hq, lq, d, seed, sigma),
-             k = test::random_tensor(t, hk, lk, d, seed + 1, sigma),
-             v = test::random_tensor(t, hk, lk, d, seed + 2);
-      std::mt19937_64 rng(seed);
-      VerticalSlashIndex idx;
-      idx.heads = hq;
-      idx.tile_rows = tile;
-      for (int64_t h = 0; h < hq; ++h) {
-        std::vector<int64_t> offs = {0}, cols = {0, int64_t(rng() % uint64_t(lk))};
-        for (int i = 0; i < 12; ++i) offs.push_back(int64_t(rng() % uint64_t(lk)));
-        std::sort(offs.begin(), offs.end());
-        offs.erase(std::unique(offs.begin(), offs.end()), offs.end());
-        std::sort(cols.begin(), cols.end());
-        cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
-        idx.offsets.push_back(offs);
-        idx.columns.push_back(cols);
-      }
-      Tensor out(DType::f32, hq, lq, d);
-      Stats st;
-      attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
-      const std::string what = std::string(dtype_name(t)) + " trial " + std::to_string(trial);
-      int64_t entries = 0, max_tiles = 0;
-      for (int64_t h = 0; h < hq; ++h) {
-        entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
-                                  nullptr);
-        if (::testing::Test::HasFailure()) FAIL() << what;
-        for (int64_t tt = 0; tt < idx.num_tiles(lq); ++tt) {
-          std::vector<KeyRange> ranges;
-          std::vector<int64_t> cols;
-          vertical_slash_tile_keys(idx, h, tt, lq, lk, ranges, cols);
-          for (const KeyRange& r : ranges) max_tiles += (r.end - r.begin + kKeyBlock - 1) / kKeyBlock;
-          const int64_t last = lk - lq + std::min(lq, (tt + 1) * tile) - 1;
-          const auto& hc = idx.columns[size_t(h)];
-          const int64_t seen = std::upper_bound(hc.begin(), hc.end(), last) - hc.begin();
-          max_tiles += (seen + kKeyBlock - 1) / kKeyBlock;
+  int target = 0;  // every SIMD target (its own shifted-tile code), bf16 dot path on and off
+  test::for_each_target([&] {
+    ++target;
+    for (DType t : {DType::f32, DType::bf16})
+      for (int trial = 0; trial < 8; ++trial) {
+        const int64_t hq = 2, hk = 1, d = 64, lk = trial % 2 ? 444 : 421;
+        const int64_t lq = trial % 4 < 2 ? lk : 300, tile = 64 + 32 * (trial % 3);
+        const float sigma = trial == 5 ? 6.0f : 1.0f;  // logits up to ~ +-300 at trial 5
+        const uint64_t seed = 100 + uint64_t(trial);
+        Tensor q = test::random_tensor(t, hq, lq, d, seed, sigma),
+               k = test::random_tensor(t, hk, lk, d, seed + 1, sigma),
+               v = test::random_tensor(t, hk, lk, d, seed + 2);
+        std::mt19937_64 rng(seed);
+        VerticalSlashIndex idx;
+        idx.heads = hq;
+        idx.tile_rows = tile;
+        for (int64_t h = 0; h < hq; ++h) {
+          std::vector<int64_t> offs = {0}, cols = {0, int64_t(rng() % uint64_t(lk))};
+          for (int i = 0; i < 12; ++i) offs.push_back(int64_t(rng() % uint64_t(lk)));
+          std::sort(offs.begin(), offs.end());
+          offs.erase(std::unique(offs.begin(), offs.end()), offs.end());
+          std::sort(cols.begin(), cols.end());
+          cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
+          idx.offsets.push_back(offs);
+          idx.columns.push_back(cols);
         }
+        Tensor out(DType::f32, hq, lq, d);
+        Stats st;
+        attention_vertical_slash(q, k, v, out, idx, {}, nullptr, &st);
+        const std::string what = std::string(dtype_name(t)) + " trial " + std::to_string(trial) +
+                                 " target run " + std::to_string(target);
+        int64_t entries = 0, max_tiles = 0;
+        for (int64_t h = 0; h < hq; ++h) {
+          entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
+                                    nullptr);
+          if (::testing::Test::HasFailure()) {
+            ADD_FAILURE() << what;
+            return;
+          }
+          for (int64_t tt = 0; tt < idx.num_tiles(lq); ++tt) {
+            std::vector<KeyRange> ranges;
+            std::vector<int64_t> cols;
+            vertical_slash_tile_keys(idx, h, tt, lq, lk, ranges, cols);
+            for (const KeyRange& r : ranges) max_tiles += (r.end - r.begin + kKeyBlock - 1) / kKeyBlock;
+            const int64_t last = lk - lq + std::min(lq, (tt + 1) * tile) - 1;
+            const auto& hc = idx.columns[size_t(h)];
+            const int64_t seen = std::upper_bound(hc.begin(), hc.end(), last) - hc.begin();
+            max_tiles += (seen + kKeyBlock - 1) / kKeyBlock;
+          }
+        }
+        EXPECT_EQ(st.score_entries, entries) << what;
+        if (t == DType::f32) EXPECT_LE(st.tiles_visited, max_tiles) << what;
       }
-      EXPECT_EQ(st.score_entries, entries) << what;
-      if (t == DType::f32) EXPECT_LE(st.tiles_visited, max_tiles) << what;
-    }
+  });
 }
 
 // A row subset (one modality's queries): listed rows in tiles of their own, the rest untouched.
