@@ -972,6 +972,24 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   };
   const PackedKVData& d = kv.kv;
   // One key tile, limited to the keys [begin, end) of the range that brought it in.
+  // Masks the scores of keys j0.. (packed indices; any j0 in natural order) to the range
+  // [lo, hi) and causally (last_pos: the tile's last key position), and leaves out the keys a
+  // packed column tile computes (all of them, for the rows that see them); returns the
+  // entries kept.
+  const auto mask_range = [&](int64_t j0, int64_t n_keys, int64_t lo, int64_t hi,
+                              int64_t last_pos) {
+    const bool full = lo <= j0 && j0 + kTileKeys <= hi && (!p.causal || last_pos <= sc.pos[0]);
+    int64_t kept;
+    if (full) kept = n * kTileKeys;
+    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, lo, hi);
+    else
+      kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
+                            [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi);
+    if constexpr (Policy::kPackedColumns)
+      kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, lo),
+                       std::min(j0 + kTileKeys, hi));
+    return kept;
+  };
   const auto visit = [&](const TileVisit& tv) {
     const int64_t jt = tv.tile, j0 = jt * kTileKeys;
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
@@ -979,19 +997,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
     next_p();
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
-    const bool full = tv.begin <= j0 && j0 + kTileKeys <= tv.end &&
-                      (!p.causal || tv.last_pos <= sc.pos[0]);
-    int64_t kept;
-    if (full) kept = n * kTileKeys;
-    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, tv.begin, tv.end);
-    else
-      kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                            [j0](int64_t jj) { return j0 + jj; }, n_keys, tv.begin, tv.end);
-    // Keys a packed column tile computes (all of them, for the rows that see them) are left
-    // out here.
-    if constexpr (Policy::kPackedColumns)
-      kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, tv.begin),
-                       std::min(j0 + kTileKeys, tv.end));
+    const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
     step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
   };
   // (kPackFragments) A range is computed 64 keys at a time from its first key, on the grid or
@@ -1042,17 +1048,12 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t jt = a / kTileKeys, sj = a % kTileKeys;
     next_p();
     Ops::ScoresShifted(sc.q, npad, kv.k_tile(kvh, jt), sj, p.dim, sc.s);
-    const bool full = lo <= a && a + kTileKeys <= hi &&
-                      (!p.causal || a + kTileKeys - 1 <= sc.pos[0]);
-    int64_t kept = full ? n * kTileKeys : MaskTile(sc.s, n, sc.pos, p.causal, a, lo, hi);
-    if constexpr (Policy::kPackedColumns)
-      kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, a, std::max(a, lo),
-                       std::min(a + kTileKeys, hi));
+    const int64_t n_keys = std::min(kTileKeys, p.kv_len - a);
+    const int64_t kept = mask_range(a, n_keys, lo, hi, a + kTileKeys - 1);
     // The tile's keys, for the view (sc.columns is free until run_gathered fills it).
     sc.columns.resize(size_t(kTileKeys));
     std::iota(sc.columns.begin(), sc.columns.end(), a);
-    step.Run(-1, sc.columns.data(), std::min(kTileKeys, p.kv_len - a), kept,
-             Ops::ShiftedV(kv.v_tile(kvh, jt), sj, dp));
+    step.Run(-1, sc.columns.data(), n_keys, kept, Ops::ShiftedV(kv.v_tile(kvh, jt), sj, dp));
   };
   // How a range [b, e) is computed: from b on, 64 keys at a time as one tile (shifted when off
   // the grid; with key pairs a shifted tile starts on an even key, so the first may start one
