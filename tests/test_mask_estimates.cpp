@@ -259,6 +259,7 @@ TEST(MaskVerticalSlash, BlockMaskOfListedRows) {
       }
     EXPECT_EQ(m.to_dense(), want) << threads << " threads";
   }
+  EXPECT_THROW(vertical_slash_block_mask(x, lq, lk, 64, -1), Error);  // a negative thread count
 }
 
 TEST(MaskVerticalSlash, RejectsBadConfig) {
