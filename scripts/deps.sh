@@ -18,15 +18,46 @@ PKGS=(
   # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
   # is optional (its tests skip without it) and not installed here: it is large.
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
+  git                   # unpacks llama.cpp's source bundle (below)
 )
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)  # fetches llama.cpp's pinned source (below)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
-echo "deps.sh: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -ne 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  echo "deps.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ggml, llama.cpp's tensor library (quantized weights, their matrix products and the
+# persistent thread pool), from the llama.cpp source that npm's node-llama-cpp bundles as a
+# git bundle: pinned by package version and commit, unpacked once into a cache outside the
+# repository and linked as third_party/llama.cpp, which CMake builds ggml from.
+LLAMA_NPM=node-llama-cpp@3.22.1
+LLAMA_COMMIT=de3ff815ea7d559ee917f063901b8986f038abc6
+cache="${SPATTN_DEPS_DIR:-$HOME/.cache/spattn}"
+src="$cache/llama.cpp-$LLAMA_COMMIT"
+if [ ! -f "$src/.spattn-complete" ]; then
+  echo "deps.sh: fetching llama.cpp $LLAMA_COMMIT from $LLAMA_NPM" >&2
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && npm pack --silent "$LLAMA_NPM" >/dev/null)
+  tar -xzf "$tmp"/node-llama-cpp-*.tgz -C "$tmp" package/llama/gitRelease.bundle
+  rm -rf "$src"
+  mkdir -p "$cache"
+  git clone -q "$tmp/package/llama/gitRelease.bundle" "$src" 2>/dev/null
+  got="$(git -C "$src" rev-parse HEAD)"
+  if [ "$got" != "$LLAMA_COMMIT" ]; then
+    echo "deps.sh: $LLAMA_NPM bundles llama.cpp $got, expected $LLAMA_COMMIT" >&2
+    exit 1
+  fi
+  touch "$src/.spattn-complete"
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+mkdir -p "$root/third_party"
+ln -sfn "$src" "$root/third_party/llama.cpp"

@@ -396,10 +396,13 @@ TEST(GgufHostile, TruncatedTensorData) {
 TEST(GgufHostile, UnknownTensorTypes) {
   Small s;
   Bytes b = s.bytes();
+  // q4_K is a ggml type, but 'ta' has rows of 4 values: not whole 256-value blocks.
   poke<uint32_t>(b, type_at(b, "ta", 2), 12);
-  expect_bad(b, "tensor 'ta' has unsupported type 12 (q4_K)");
+  expect_bad(b, "row length 4 is not a multiple of q4_K's block of 256");
+  poke<uint32_t>(b, type_at(b, "ta", 2), 4);  // q4_2: removed from ggml
+  expect_bad(b, "tensor 'ta' has unknown type 4 (not a ggml type)");
   poke<uint32_t>(b, type_at(b, "ta", 2), 1000);
-  expect_bad(b, "unsupported type 1000");
+  expect_bad(b, "unknown type 1000");
   Writer w;
   std::vector<uint8_t> q(34 * 2);
   w.add_tensor("q", GgmlType::q8_0, {64}, q.data());

@@ -31,8 +31,9 @@ std::vector<int32_t> greedy(const Model& m, const SessionOptions& so,
 TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
   const std::string path = test::model_file("code-tiny-8k.gguf");
   if (path.empty()) GTEST_SKIP() << "shared models folder absent";
-  const gguf::File f = gguf::File::open(path);
-  const Model m = load_model(f);
+  const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  const gguf::File& f = *file;
+  const Model m = load_model(file);
   const Tokenizer tok = Tokenizer::from_gguf(f);
   const Config& c = m.config();
   EXPECT_EQ(c.arch, Arch::llama);
@@ -67,8 +68,9 @@ TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
 TEST(ModelReal, Stories260KTellsItsStory) {
   const std::string path = test::model_file("stories260K.gguf");
   if (path.empty()) GTEST_SKIP() << "shared models folder absent";
-  const gguf::File f = gguf::File::open(path);
-  const Model m = load_model(f);
+  const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  const gguf::File& f = *file;
+  const Model m = load_model(file);
   const Tokenizer tok = Tokenizer::from_gguf(f);
   EXPECT_FALSE(m.tied_output());
   EXPECT_EQ(m.config().n_head_kv, 4);
@@ -89,8 +91,9 @@ TEST(ModelReal, Stories260KTellsItsStory) {
 TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
   const std::string path = test::model_file("stories260K.gguf");
   if (path.empty()) GTEST_SKIP() << "shared models folder absent";
-  const gguf::File f = gguf::File::open(path);
-  const Model m = load_model(f);
+  const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  const gguf::File& f = *file;
+  const Model m = load_model(file);
   const Tokenizer tok = Tokenizer::from_gguf(f);
   struct Case {
     const char* prompt;

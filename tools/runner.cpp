@@ -52,8 +52,8 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
 
 LoadedModel load_model_and_tokenizer(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
-  const gguf::File f = gguf::File::open(path);
-  LoadedModel m{model::load_model(f), Tokenizer::from_gguf(f), 0};
+  auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
+  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0};
   SPATTN_CHECK(m.tokenizer.n_vocab() == m.model.config().n_vocab, path, ": the vocabulary has ",
                m.tokenizer.n_vocab(), " tokens but token_embd.weight ",
                m.model.config().n_vocab, " rows");

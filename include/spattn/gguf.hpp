@@ -16,10 +16,19 @@
 
 namespace spattn::gguf {
 
-// ggml tensor types spattn reads; any other type id is rejected naming it.
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
-const char* type_name(GgmlType t);  // "f32", "f16", "q8_0", "bf16"
-// Elements per block and bytes per block (q8_0: 32 values in 34 bytes; the rest 1 value).
+// ggml tensor types, numbered as ggml numbers them. The reader accepts every type ggml defines
+// (sizes from ggml's own type table); ids ggml removed or never used are rejected naming them.
+// Which types a model may use is the model loader's rule (model.hpp).
+enum class GgmlType : uint32_t {
+  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
+  q2_K = 10, q3_K = 11, q4_K = 12, q5_K = 13, q6_K = 14, q8_K = 15,
+  iq2_xxs = 16, iq2_xs = 17, iq3_xxs = 18, iq1_s = 19, iq4_nl = 20, iq3_s = 21, iq2_s = 22,
+  iq4_xs = 23, i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30,
+  tq1_0 = 34, tq2_0 = 35, mxfp4 = 39,
+};
+bool is_known_type(uint32_t id);   // a type ggml defines (with a block size)
+const char* type_name(GgmlType t);  // ggml's name: "f32", "q8_0", "q4_K", "iq4_xs", ...
+// Elements per block and bytes per block (q8_0: 32 values in 34 bytes; f32: 1 value, 4 bytes).
 int64_t block_size(GgmlType t);
 int64_t block_bytes(GgmlType t);
 // Bytes of one row of `n` elements; throws if n is not a whole number of blocks.
@@ -91,9 +100,11 @@ class File {
   std::unique_ptr<Impl> impl_;
 };
 
-// Converts `n` elements of type `t` at `src` to f32 (n must be whole blocks for q8_0).
+// Converts `n` elements of type `t` at `src` to f32 (n whole blocks; ggml's decoder). Throws
+// for types ggml cannot convert (integer types).
 void dequantize_row(GgmlType t, const uint8_t* src, float* dst, int64_t n);
-// Converts `n` f32 values to type `t` (q8_0 as ggml quantizes: d = max|x| / 127).
+// Converts `n` f32 values to type `t` as ggml quantizes them (q8_0: d = max|x| / 127). Throws
+// for types that need an importance matrix or have no quantizer.
 void quantize_row(GgmlType t, const float* src, uint8_t* dst, int64_t n);
 
 // Builds a GGUF file. Values and tensors are written in the order they were added.

@@ -8,8 +8,10 @@
 //   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
 //   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
 //   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
-// Matrix products are OpenBLAS sgemm over every row of a chunk at once; weights are converted
-// to f32 once at load (the models this runner targets are small; f32 sgemm is the fastest path).
+// Matrices stay in the type the file stores them in (f16, q8_0, q4_K, iq4_xs, ...: any type
+// ggml's CPU backend multiplies), read in place from the memory-mapped GGUF file or, where ggml
+// has a faster interleaved layout for the type on this CPU (q4_0, q4_K, iq4_nl, ... on AVX2 /
+// AVX-512), repacked once at load, as llama.cpp does; products are ggml's (model/ops.hpp).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -20,10 +22,9 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
+#include "spattn/gguf.hpp"
 
-namespace spattn::gguf {
-class File;
-}
+struct ggml_tensor;
 
 namespace spattn::model {
 
@@ -41,10 +42,8 @@ struct Config {
   void validate() const;
 };
 
-// Storage types a weight may come in (ggml's f32, f16, bf16, q8_0).
-enum class WeightType { f32, f16, bf16, q8_0 };
-// Converts n values of `t` at src to f32 (q8_0: n a multiple of 32, blocks of f16 scale + 32 i8).
-using Dequantize = std::function<void(WeightType t, const void* src, float* dst, int64_t n)>;
+// A weight's storage type: ggml's (gguf::GgmlType).
+using WeightType = gguf::GgmlType;
 
 // A matrix as stored: `rows` rows of `cols` elements (ggml: ne[0] = cols, ne[1] = rows); a
 // vector is one row. data null: absent (a tied output head, a missing bias).
@@ -62,39 +61,54 @@ struct ModelRefs {
   std::vector<LayerRefs> layers;
 };
 
-// An f32 matrix [rows, cols] owned by the model.
-struct Matrix {
-  std::vector<float> data;
-  int64_t rows = 0, cols = 0;
-  const float* row(int64_t r) const { return data.data() + r * cols; }
-};
-
 class Model {
  public:
-  // Checks every shape against cfg (Error names the tensor) and converts to f32. dequant
-  // converts q8_0 (f32/f16/bf16 need none); without it q8_0 weights are rejected.
-  explicit Model(const ModelRefs& refs, const Dequantize& dequant = nullptr);
-  const Config& config() const { return cfg_; }
-  bool tied_output() const { return tied_; }
+  // Checks every shape against cfg and every matrix's type (Error names the tensor; a type the
+  // CPU backend cannot multiply is refused naming it). Norms and biases become f32; matrices
+  // keep their type. With `mapping`, the refs point into it and matrices are read in place
+  // (the model keeps the mapping alive); without, their bytes are copied.
+  explicit Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping = nullptr);
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
 
-  struct Layer {
-    Matrix attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+  const Config& config() const;
+  bool tied_output() const;
+
+  // A matrix for model/ops.hpp's matmul: a ggml tensor over the stored (or repacked) bytes.
+  struct Weight {
+    ggml_tensor* t = nullptr;
+    WeightType type = WeightType::f32;
+    int64_t rows = 0, cols = 0;
+    bool repacked = false;
   };
-  const Matrix& tok_embd() const { return tok_embd_; }
-  const Matrix& output_norm() const { return output_norm_; }
-  const Matrix& output() const { return tied_ ? tok_embd_ : output_; }
-  const Layer& layer(int64_t i) const { return layers_[size_t(i)]; }
+  struct Layer {
+    std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
+    Weight wq, wk, wv, wo, gate, up, down;
+  };
+  const Layer& layer(int64_t i) const;
+  const std::vector<float>& output_norm() const;
+  const Weight& output() const;  // the token embedding when tied
+  // Row `token` of the token embedding, as f32 (n_embd values).
+  void embed(int32_t token, float* dst) const;
+
+  // Bytes of the weights: read in place from the mapping, repacked into memory of ours, and
+  // copied (models built from refs without a mapping; norms and biases as f32).
+  struct Memory {
+    size_t mapped = 0, repacked = 0, owned = 0;
+  };
+  Memory memory() const;
 
  private:
-  Config cfg_;
-  bool tied_ = false;
-  Matrix tok_embd_, output_norm_, output_;
-  std::vector<Layer> layers_;
+  struct Impl;
+  std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names; f32, f16, bf16, q8_0).
+// Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
+// backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
+// Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);
-Model load_model(const gguf::File& file);  // the weights are copied out: the file may close
+Model load_model(std::shared_ptr<const gguf::File> file);
 
 // How a prompt's attention is computed during prefill. Decode is always full attention.
 enum class PrefillMode { dense, chunked_h2o, method };
@@ -106,7 +120,7 @@ struct SessionOptions {
   PrefillMode mode = PrefillMode::dense;
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
   std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
-  int threads = 2;        // -t: attention kernels and OpenBLAS
+  int threads = 2;        // -t: matrix products, attention kernels and methods
   void validate() const;
 };
 

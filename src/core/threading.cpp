@@ -1,10 +1,11 @@
 #include "core/threading.hpp"
 
+#include "core/thread_pool.hpp"
+
 #include <atomic>
 #include <exception>
 #include <mutex>
 #include <thread>
-#include <vector>
 
 #include "spattn/error.hpp"
 
@@ -24,10 +25,12 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)
     for (int64_t i = 0; i < n; ++i) fn(i, 0);
     return;
   }
+  // On the process's persistent pool (no thread started per call). Inside another pool call
+  // the pool runs the body once on this thread, which then claims every item itself.
   std::atomic<int64_t> next{0};
   std::exception_ptr first_error;
   std::mutex err_mu;
-  auto worker = [&](int tid) {
+  ThreadPool::get().run(t, [&](int tid, int) {
     for (;;) {
       int64_t i = next.fetch_add(1, std::memory_order_relaxed);
       if (i >= n) return;
@@ -39,12 +42,7 @@ void parallel_for(int64_t n, int threads, const std::function<void(int64_t, int)
         next.store(n);
       }
     }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(size_t(t - 1));
-  for (int i = 1; i < t; ++i) pool.emplace_back(worker, i);
-  worker(0);
-  for (auto& th : pool) th.join();
+  });
   if (first_error) std::rethrow_exception(first_error);
 }
 

@@ -1,5 +1,6 @@
-// Work splitting over a fixed number of threads. Each work item is run by exactly one thread,
-// so results never depend on scheduling: determinism comes from the items, not the order.
+// Work splitting over a fixed number of threads of the process pool (core/thread_pool.hpp).
+// Each work item is run by exactly one thread, so results never depend on scheduling:
+// determinism comes from the items, not the order.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -63,20 +63,10 @@ bool is_integer(ValueType t) {
 
 bool known_value_type(uint32_t t) { return t <= uint32_t(ValueType::f64); }
 
-bool known_tensor_type(uint32_t t) {
-  return t == uint32_t(GgmlType::f32) || t == uint32_t(GgmlType::f16) ||
-         t == uint32_t(GgmlType::q8_0) || t == uint32_t(GgmlType::bf16);
-}
-
-// Names of ggml types spattn does not read, so the rejection says what the file holds.
+// The type id as a label, with ggml's name where it has one.
 std::string ggml_type_label(uint32_t t) {
-  static const char* names[] = {"f32",  "f16",  "q4_0", "q4_1", "q4_2", "q4_3", "q5_0",
-                                "q5_1", "q8_0", "q8_1", "q2_K", "q3_K", "q4_K", "q5_K",
-                                "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s",
-                                "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32",
-                                "i64", "f64", "iq1_m", "bf16"};
   std::string s = "type " + std::to_string(t);
-  if (t < std::size(names)) s += std::string(" (") + names[t] + ")";
+  if (is_known_type(t)) s += std::string(" (") + type_name(GgmlType(t)) + ")";
   return s;
 }
 
@@ -314,9 +304,8 @@ void File::Impl::parse() {
     }
     const size_t type_at = c.pos();
     const uint32_t t = c.read<uint32_t>("tensor type");
-    if (!known_tensor_type(t))
-      fail_at(type_at, tn + " has unsupported " + ggml_type_label(t) +
-                           " (spattn reads f32, f16, bf16 and q8_0)");
+    if (!is_known_type(t))
+      fail_at(type_at, tn + " has unknown " + ggml_type_label(t) + " (not a ggml type)");
     ti.type = GgmlType(t);
     ti.offset = c.read<uint64_t>("tensor offset");
     if (ti.ne[0] % block_size(ti.type) != 0)

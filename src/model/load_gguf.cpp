@@ -1,6 +1,6 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2). The file is read through the memory-mapped reader; weights are converted to
-// f32 while it is open, so the Model does not keep the mapping.
+// LLM_ARCH_QWEN2). The file is read through the memory-mapped reader and the Model keeps the
+// mapping: its matrices are read in place.
 #include <string>
 
 #include "spattn/error.hpp"
@@ -10,25 +10,6 @@
 namespace spattn::model {
 
 namespace {
-
-WeightType weight_type(gguf::GgmlType t) {
-  switch (t) {
-    case gguf::GgmlType::f32: return WeightType::f32;
-    case gguf::GgmlType::f16: return WeightType::f16;
-    case gguf::GgmlType::bf16: return WeightType::bf16;
-    case gguf::GgmlType::q8_0: return WeightType::q8_0;
-  }
-  detail::fail("model: unsupported tensor type");
-}
-
-gguf::GgmlType ggml_type(WeightType t) {
-  switch (t) {
-    case WeightType::f32: return gguf::GgmlType::f32;
-    case WeightType::f16: return gguf::GgmlType::f16;
-    case WeightType::bf16: return gguf::GgmlType::bf16;
-    default: return gguf::GgmlType::q8_0;
-  }
-}
 
 // A 1-D or 2-D tensor as a WeightRef; absent (null data) when optional and missing.
 WeightRef ref(const gguf::File& f, const std::string& name, bool optional = false) {
@@ -40,7 +21,7 @@ WeightRef ref(const gguf::File& f, const std::string& name, bool optional = fals
   SPATTN_CHECK(!t->ne.empty() && t->ne.size() <= 2, f.name(), ": tensor ", name, " has ",
                t->ne.size(), " dimensions, expected 1 or 2");
   WeightRef r;
-  r.type = weight_type(t->type);
+  r.type = t->type;
   r.data = t->data;
   r.cols = t->ne[0];
   r.rows = t->ne.size() == 2 ? t->ne[1] : 1;
@@ -49,7 +30,9 @@ WeightRef ref(const gguf::File& f, const std::string& name, bool optional = fals
 
 }  // namespace
 
-Model load_model(const gguf::File& f) {
+Model load_model(std::shared_ptr<const gguf::File> file) {
+  SPATTN_CHECK(file != nullptr, "load_model: no file");
+  const gguf::File& f = *file;
   const std::string arch = f.get_string("general.architecture");
   Config c;
   if (arch == "llama") {
@@ -106,11 +89,11 @@ Model load_model(const gguf::File& f) {
     L.down = ref(f, b + "ffn_down.weight");
     r.layers.push_back(L);
   }
-  return Model(r, [](WeightType t, const void* src, float* dst, int64_t n) {
-    gguf::dequantize_row(ggml_type(t), static_cast<const uint8_t*>(src), dst, n);
-  });
+  return Model(r, std::move(file));
 }
 
-Model load_model(const std::string& path) { return load_model(gguf::File::open(path)); }
+Model load_model(const std::string& path) {
+  return load_model(std::make_shared<const gguf::File>(gguf::File::open(path)));
+}
 
 }  // namespace spattn::model

@@ -1,7 +1,17 @@
-// Model: shapes checked against the config, every weight converted to f32 once.
+// Model: shapes and types checked against the config; matrices kept in their stored type as
+// ggml tensors over the mapped file (or over copied bytes), repacked where ggml has a faster
+// layout for this CPU; norms and biases as f32.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
 #include <string>
 
-#include "spattn/dtype.hpp"
+#include "core/threading.hpp"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
 
@@ -32,74 +42,213 @@ void Config::validate() const {
 
 namespace {
 
-Matrix convert(const WeightRef& w, const char* name, int64_t rows, int64_t cols,
-               const Dequantize& dequant) {
-  SPATTN_CHECK(w.data != nullptr, "model: tensor ", name, " is missing");
-  SPATTN_CHECK(w.rows == rows && w.cols == cols, "model: tensor ", name, " has shape [", w.cols,
-               ", ", w.rows, "], expected [", cols, ", ", rows, "] (ggml order)");
-  Matrix m;
-  m.rows = rows;
-  m.cols = cols;
-  m.data.resize(size_t(rows * cols));
-  const int64_t n = rows * cols;
-  switch (w.type) {
-    case WeightType::f32: {
-      const float* s = static_cast<const float*>(w.data);
-      std::copy(s, s + n, m.data.begin());
-      break;
-    }
-    case WeightType::f16:
-    case WeightType::bf16: {
-      const DType t = w.type == WeightType::f16 ? DType::f16 : DType::bf16;
-      const auto* s = static_cast<const uint16_t*>(w.data);
-      for (int64_t i = 0; i < n; ++i) m.data[size_t(i)] = load_as_f32(s + i, t);
-      break;
-    }
-    case WeightType::q8_0:
-      SPATTN_CHECK(dequant != nullptr, "model: tensor ", name, " is q8_0 but no dequantizer given");
-      SPATTN_CHECK(cols % 32 == 0, "model: q8_0 tensor ", name, " needs rows of 32k values");
-      dequant(w.type, w.data, m.data.data(), n);
-      break;
-  }
-  return m;
+// ggml's CPU buffer type that repacks weights into interleaved rows for its faster products
+// (llama.cpp's default), or null where this ggml has none.
+ggml_backend_buffer_type_t repack_buffer_type() {
+  ggml_backend_reg_t reg = ggml_backend_cpu_reg();
+  auto get = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+      ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
+  if (!get) return nullptr;
+  for (ggml_backend_buffer_type_t* b = get(ggml_backend_reg_dev_get(reg, 0)); b && *b; ++b)
+    if (std::strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
+  return nullptr;
+}
+
+// Whether gguf::dequantize_row converts the type (its rows are looked up, its norms read).
+bool has_f32(WeightType t) {
+  return t == WeightType::f32 || ggml_get_type_traits(ggml_type(t))->to_float != nullptr;
 }
 
 }  // namespace
 
-Model::Model(const ModelRefs& refs, const Dequantize& dequant) : cfg_(refs.cfg) {
-  cfg_.validate();
-  const int64_t D = cfg_.n_embd, hd = cfg_.head_dim, Hq = cfg_.n_head, Hkv = cfg_.n_head_kv;
-  SPATTN_CHECK(int64_t(refs.layers.size()) == cfg_.n_layer, "model: ", refs.layers.size(),
-               " layers given for block_count ", cfg_.n_layer);
-  tok_embd_ = convert(refs.tok_embd, "token_embd.weight", cfg_.n_vocab, D, dequant);
-  output_norm_ = convert(refs.output_norm, "output_norm.weight", 1, D, dequant);
-  tied_ = refs.output.data == nullptr;
-  if (!tied_) output_ = convert(refs.output, "output.weight", cfg_.n_vocab, D, dequant);
-  const bool bias = cfg_.arch == Arch::qwen2;
-  for (int64_t l = 0; l < cfg_.n_layer; ++l) {
-    const LayerRefs& r = refs.layers[size_t(l)];
-    auto name = [&](const char* t) {
-      static thread_local std::string s;
-      s = "blk." + std::to_string(l) + "." + t;
-      return s.c_str();
-    };
-    Layer L;
-    L.attn_norm = convert(r.attn_norm, name("attn_norm.weight"), 1, D, dequant);
-    L.wq = convert(r.wq, name("attn_q.weight"), Hq * hd, D, dequant);
-    L.wk = convert(r.wk, name("attn_k.weight"), Hkv * hd, D, dequant);
-    L.wv = convert(r.wv, name("attn_v.weight"), Hkv * hd, D, dequant);
-    L.wo = convert(r.wo, name("attn_output.weight"), D, Hq * hd, dequant);
-    if (bias) {
-      L.bq = convert(r.bq, name("attn_q.bias"), 1, Hq * hd, dequant);
-      L.bk = convert(r.bk, name("attn_k.bias"), 1, Hkv * hd, dequant);
-      L.bv = convert(r.bv, name("attn_v.bias"), 1, Hkv * hd, dequant);
-    }
-    L.ffn_norm = convert(r.ffn_norm, name("ffn_norm.weight"), 1, D, dequant);
-    L.gate = convert(r.gate, name("ffn_gate.weight"), cfg_.n_ff, D, dequant);
-    L.up = convert(r.up, name("ffn_up.weight"), cfg_.n_ff, D, dequant);
-    L.down = convert(r.down, name("ffn_down.weight"), D, cfg_.n_ff, dequant);
-    layers_.push_back(std::move(L));
+struct Model::Impl {
+  Config cfg;
+  bool tied = false;
+  std::shared_ptr<const gguf::File> mapping;
+  std::vector<std::vector<uint8_t>> owned;  // matrix bytes when there is no mapping
+  ggml_context* ctx = nullptr;              // the matrices' tensors (no data of its own)
+  ggml_context* repack_ctx = nullptr;       // tensors of the repacked matrices
+  ggml_backend_buffer_t repack_buf = nullptr;
+  Weight tok_embd, output;
+  size_t embd_row_bytes = 0;
+  std::vector<float> output_norm;
+  std::vector<Layer> layers;
+  Memory mem;
+
+  ~Impl() {
+    if (repack_buf) ggml_backend_buffer_free(repack_buf);
+    if (repack_ctx) ggml_free(repack_ctx);
+    if (ctx) ggml_free(ctx);
   }
+
+  const uint8_t* bytes_of(const WeightRef& w, size_t n) {
+    if (mapping) {
+      mem.mapped += n;
+      return static_cast<const uint8_t*>(w.data);
+    }
+    const auto* s = static_cast<const uint8_t*>(w.data);
+    owned.emplace_back(s, s + n);
+    mem.owned += n;
+    return owned.back().data();
+  }
+
+  void check(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols) {
+    SPATTN_CHECK(w.data != nullptr, "model: tensor ", name, " is missing");
+    SPATTN_CHECK(w.rows == rows && w.cols == cols, "model: tensor ", name, " has shape [", w.cols,
+                 ", ", w.rows, "], expected [", cols, ", ", rows, "] (ggml order)");
+    SPATTN_CHECK(gguf::is_known_type(uint32_t(w.type)), "model: tensor ", name,
+                 " has unknown type ", uint32_t(w.type));
+    SPATTN_CHECK(cols % gguf::block_size(w.type) == 0, "model: tensor ", name, " rows of ", cols,
+                 " values are not whole ", gguf::type_name(w.type), " blocks of ",
+                 gguf::block_size(w.type));
+  }
+
+  // A norm or bias as f32 values.
+  std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n) {
+    check(w, name, 1, n);
+    SPATTN_CHECK(has_f32(w.type), "model: tensor ", name, " has type ", gguf::type_name(w.type),
+                 ", which has no f32 conversion");
+    std::vector<float> v(static_cast<size_t>(n));
+    gguf::dequantize_row(w.type, static_cast<const uint8_t*>(w.data), v.data(), n);
+    mem.owned += v.size() * sizeof(float);
+    return v;
+  }
+
+  // A matrix as a ggml tensor over its stored bytes.
+  Weight mat(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols) {
+    check(w, name, rows, cols);
+    const ggml_type t = ggml_type(w.type);
+    SPATTN_CHECK(ggml_get_type_traits_cpu(t)->vec_dot != nullptr && has_f32(w.type),
+                 "model: tensor ", name, " has type ", gguf::type_name(w.type),
+                 ", which ggml's CPU backend cannot multiply");
+    ggml_tensor* g = ggml_new_tensor_2d(ctx, t, cols, rows);
+    ggml_set_name(g, name.c_str());
+    g->data = const_cast<uint8_t*>(bytes_of(w, ggml_nbytes(g)));
+    return Weight{g, w.type, rows, cols, false};
+  }
+
+  std::vector<Weight*> matrices() {
+    std::vector<Weight*> v;
+    for (Layer& L : layers)
+      for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) v.push_back(w);
+    if (!tied) v.push_back(&output);
+    return v;
+  }
+
+  // Moves the matrices ggml repacks on this CPU into a repack buffer (llama.cpp's default:
+  // faster products). The token embedding stays: its rows are looked up, and a tied head
+  // reads it in place. The mapped pages of a repacked matrix are released afterwards, so
+  // resident memory holds each weight once.
+  void repack(int threads) {
+    ggml_backend_buffer_type_t buft = repack_buffer_type();
+    if (!buft) return;
+    ggml_backend_dev_t dev = ggml_backend_reg_dev_get(ggml_backend_cpu_reg(), 0);
+    ggml_backend_buffer_t probe = ggml_backend_buft_alloc_buffer(buft, 0);
+    std::vector<Weight*> todo;
+    {
+      ggml_init_params ip{16 * ggml_tensor_overhead(), nullptr, true};
+      ggml_context* tmp = ggml_init(ip);
+      for (Weight* w : matrices()) {
+        // ggml's own test: would a product with this weight in the repack buffer run there?
+        ggml_tensor* a = ggml_dup_tensor(tmp, w->t);
+        a->buffer = probe;
+        ggml_tensor* x = ggml_new_tensor_2d(tmp, GGML_TYPE_F32, w->cols, 1);
+        if (probe && ggml_backend_dev_supports_op(dev, ggml_mul_mat(tmp, a, x))) todo.push_back(w);
+        ggml_reset(tmp);
+      }
+      ggml_free(tmp);
+    }
+    if (probe) ggml_backend_buffer_free(probe);
+    if (todo.empty()) return;
+    ggml_init_params ip{(todo.size() + 1) * ggml_tensor_overhead(), nullptr, true};
+    repack_ctx = ggml_init(ip);
+    std::vector<ggml_tensor*> dst;
+    for (Weight* w : todo) dst.push_back(ggml_dup_tensor(repack_ctx, w->t));
+    repack_buf = ggml_backend_alloc_ctx_tensors_from_buft(repack_ctx, buft);
+    SPATTN_CHECK(repack_buf != nullptr, "model: could not allocate ",
+                 "the repacked weights' buffer");
+    ggml_backend_buffer_set_usage(repack_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
+      ggml_tensor* src = todo[size_t(i)]->t;
+      ggml_backend_tensor_set(dst[size_t(i)], src->data, 0, ggml_nbytes(src));
+    });
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    for (size_t i = 0; i < todo.size(); ++i) {
+      Weight& w = *todo[i];
+      const size_t n = ggml_nbytes(w.t);
+      if (mapping) {
+        // Whole pages inside the matrix's bytes only: neighbours keep theirs.
+        const uintptr_t b = reinterpret_cast<uintptr_t>(w.t->data);
+        const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
+        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+        mem.mapped -= n;
+      }
+      mem.repacked += n;
+      w.t = dst[i];
+      w.repacked = true;
+    }
+  }
+};
+
+Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
+    : p_(std::make_unique<Impl>()) {
+  Impl& m = *p_;
+  m.cfg = refs.cfg;
+  m.mapping = std::move(mapping);
+  const Config& c = m.cfg;
+  c.validate();
+  const int64_t D = c.n_embd, hd = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
+  SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
+               " layers given for block_count ", c.n_layer);
+  ggml_init_params ip{size_t(8 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
+  m.ctx = ggml_init(ip);
+  SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
+  m.tok_embd = m.mat(refs.tok_embd, "token_embd.weight", c.n_vocab, D);
+  m.embd_row_bytes = gguf::row_bytes(m.tok_embd.type, D);
+  m.output_norm = m.vec(refs.output_norm, "output_norm.weight", D);
+  m.tied = refs.output.data == nullptr;
+  m.output = m.tied ? m.tok_embd : m.mat(refs.output, "output.weight", c.n_vocab, D);
+  const bool bias = c.arch == Arch::qwen2;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerRefs& r = refs.layers[size_t(l)];
+    const std::string b = "blk." + std::to_string(l) + ".";
+    Layer L;
+    L.attn_norm = m.vec(r.attn_norm, b + "attn_norm.weight", D);
+    L.wq = m.mat(r.wq, b + "attn_q.weight", Hq * hd, D);
+    L.wk = m.mat(r.wk, b + "attn_k.weight", Hkv * hd, D);
+    L.wv = m.mat(r.wv, b + "attn_v.weight", Hkv * hd, D);
+    L.wo = m.mat(r.wo, b + "attn_output.weight", D, Hq * hd);
+    if (bias) {
+      L.bq = m.vec(r.bq, b + "attn_q.bias", Hq * hd);
+      L.bk = m.vec(r.bk, b + "attn_k.bias", Hkv * hd);
+      L.bv = m.vec(r.bv, b + "attn_v.bias", Hkv * hd);
+    }
+    L.ffn_norm = m.vec(r.ffn_norm, b + "ffn_norm.weight", D);
+    L.gate = m.mat(r.gate, b + "ffn_gate.weight", c.n_ff, D);
+    L.up = m.mat(r.up, b + "ffn_up.weight", c.n_ff, D);
+    L.down = m.mat(r.down, b + "ffn_down.weight", D, c.n_ff);
+    m.layers.push_back(std::move(L));
+  }
+  m.repack(resolve_threads(0));
+}
+
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+const Config& Model::config() const { return p_->cfg; }
+bool Model::tied_output() const { return p_->tied; }
+const Model::Layer& Model::layer(int64_t i) const { return p_->layers[size_t(i)]; }
+const std::vector<float>& Model::output_norm() const { return p_->output_norm; }
+const Model::Weight& Model::output() const { return p_->output; }
+Model::Memory Model::memory() const { return p_->mem; }
+
+void Model::embed(int32_t token, float* dst) const {
+  SPATTN_CHECK(token >= 0 && token < p_->cfg.n_vocab, "token id ", token,
+               " is outside the vocabulary [0, ", p_->cfg.n_vocab, ")");
+  const auto* row = static_cast<const uint8_t*>(p_->tok_embd.t->data) +
+                    size_t(token) * p_->embd_row_bytes;
+  gguf::dequantize_row(p_->tok_embd.type, row, dst, p_->cfg.n_embd);
 }
 
 }  // namespace spattn::model

@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/blas_threads.hpp"
 #include "eval/rope.hpp"
 #include "model/ops.hpp"
 #include "spattn/decode.hpp"
@@ -162,27 +161,19 @@ struct Session::Impl {
                float* logits, int64_t logits_row0, double* attn_ms, Stats* stats) {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
-    // Prefill-sized products run OpenBLAS single-threaded, their output features split over
-    // our own threads: OpenBLAS's worker threads spin (sched_yield) for a while after each call
-    // they take part in, and on a 2-core machine that spinning takes a core from the attention
-    // that follows (4 windows of code-tiny-8k at N = 4096: chunked_h2o's attention 1263 ms
-    // with it, 837 ms with OPENBLAS_THREAD_TIMEOUT=4; dense 1261 and 1142 ms). Decode keeps
-    // OpenBLAS's threads (starting threads for a one-row product would cost more than it saves).
-    const bool prefill_sized = n > kMaxDecodeQueries;
-    const int mm = prefill_sized ? opt.threads : 1;
-    BlasThreads blas(prefill_sized ? 1 : opt.threads);
+    const int mm = opt.threads;
     for (int64_t i = 0; i < n; ++i) {
       SPATTN_CHECK(tokens[i] >= 0 && tokens[i] < cfg.n_vocab, "token id ", tokens[i],
                    " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
-      std::copy_n(m.tok_embd().row(tokens[i]), D, x.data() + i * D);
+      m.embed(tokens[i], x.data() + i * D);
     }
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
-      rms_norm(x.data(), n, D, L.attn_norm.data.data(), cfg.rms_eps, h.data());
+      rms_norm(x.data(), n, D, L.attn_norm.data(), cfg.rms_eps, h.data());
       matmul(h.data(), n, L.wq, q.data(), false, mm);
       matmul(h.data(), n, L.wk, k.data(), false, mm);
       matmul(h.data(), n, L.wv, v.data(), false, mm);
-      if (!L.bq.data.empty()) {
+      if (!L.bq.empty()) {
         add_bias(q.data(), n, L.bq);
         add_bias(k.data(), n, L.bk);
         add_bias(v.data(), n, L.bv);
@@ -196,7 +187,7 @@ struct Session::Impl {
       attention(l, n, pos0, kind, last, stats);
       if (attn_ms) *attn_ms += ms_since(t0);
       matmul(att.data(), n, L.wo, x.data(), true, mm);
-      rms_norm(x.data(), n, D, L.ffn_norm.data.data(), cfg.rms_eps, h.data());
+      rms_norm(x.data(), n, D, L.ffn_norm.data(), cfg.rms_eps, h.data());
       matmul(h.data(), n, L.gate, g.data(), false, mm);
       matmul(h.data(), n, L.up, u.data(), false, mm);
       silu_mul(g.data(), u.data(), n * cfg.n_ff);
@@ -204,7 +195,7 @@ struct Session::Impl {
     }
     if (logits && logits_row0 < n) {
       const int64_t r = n - logits_row0;
-      rms_norm(x.data() + logits_row0 * D, r, D, m.output_norm().data.data(), cfg.rms_eps,
+      rms_norm(x.data() + logits_row0 * D, r, D, m.output_norm().data(), cfg.rms_eps,
                h.data());
       matmul(h.data(), r, m.output(), logits, false, mm);
     }
