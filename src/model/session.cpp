@@ -18,7 +18,7 @@
 #include <cstring>
 
 #include "eval/rope.hpp"
-#include "model/ops.hpp"
+#include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
@@ -167,17 +167,11 @@ struct Session::Impl {
                    " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
       m.embed(tokens[i], x.data() + i * D);
     }
+    const RowBuffers rb{x.data(), h.data(), q.data(), k.data(), v.data(), att.data(), g.data(),
+                        u.data()};
+    const bool want_logits = logits && logits_row0 < n;
+    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
-      const Model::Layer& L = m.layer(l);
-      rms_norm(x.data(), n, D, L.attn_norm.data(), cfg.rms_eps, h.data());
-      matmul(h.data(), n, L.wq, q.data(), false, mm);
-      matmul(h.data(), n, L.wk, k.data(), false, mm);
-      matmul(h.data(), n, L.wv, v.data(), false, mm);
-      if (!L.bq.empty()) {
-        add_bias(q.data(), n, L.bq);
-        add_bias(k.data(), n, L.bk);
-        add_bias(v.data(), n, L.bv);
-      }
       for (int64_t i = 0; i < n; ++i) {
         for (int64_t hh = 0; hh < Hq; ++hh) rope.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
         for (int64_t hh = 0; hh < Hkv; ++hh) rope.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
@@ -186,18 +180,12 @@ struct Session::Impl {
       const auto t0 = Clock::now();
       attention(l, n, pos0, kind, last, stats);
       if (attn_ms) *attn_ms += ms_since(t0);
-      matmul(att.data(), n, L.wo, x.data(), true, mm);
-      rms_norm(x.data(), n, D, L.ffn_norm.data(), cfg.rms_eps, h.data());
-      matmul(h.data(), n, L.gate, g.data(), false, mm);
-      matmul(h.data(), n, L.up, u.data(), false, mm);
-      silu_mul(g.data(), u.data(), n * cfg.n_ff);
-      matmul(g.data(), n, L.down, x.data(), true, mm);
-    }
-    if (logits && logits_row0 < n) {
-      const int64_t r = n - logits_row0;
-      rms_norm(x.data() + logits_row0 * D, r, D, m.output_norm().data(), cfg.rms_eps,
-               h.data());
-      matmul(h.data(), r, m.output(), logits, false, mm);
+      // This layer's tail and the next layer's head (or the logits) in one graph.
+      const bool final = l + 1 == cfg.n_layer;
+      run_layer_graph(m, rb, n,
+                      GraphStep{l, final ? -1 : l + 1, final && want_logits ? logits : nullptr,
+                                logits_row0},
+                      mm);
     }
   }
 };

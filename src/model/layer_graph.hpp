@@ -1,0 +1,31 @@
+// The forward pass's matrix work as ggml graphs over the session's row buffers, one graph
+// between two attentions: layer l's tail (x += Attn Wo; h = RMSNorm(x) * ffn_norm;
+// x += (SiLU(h Wgate) * (h Wup)) Wdown) and layer l+1's head (h = RMSNorm(x) * attn_norm;
+// q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)), or the model's head (logits). One graph is one
+// wake-up of the thread pool; llama.cpp runs the same ops (its products, RMSNorm and SwiGLU).
+#pragma once
+#include <cstdint>
+
+#include "spattn/model.hpp"
+
+namespace spattn::model {
+
+// The session's scratch rows (row-major, n rows each): x [n, D] the residual stream, h [n, D],
+// q [n, Hq d], k and v [n, Hkv d], att [n, Hq d] the attention output, g and u [n, F].
+struct RowBuffers {
+  float *x, *h, *q, *k, *v, *att, *g, *u;
+};
+
+// What one graph computes for n rows: the tail of layer `tail` (none when < 0), then the head
+// of layer `head` (none when < 0 or past the last layer), then, with `logits`, the model's
+// output head over rows [logits_row0, n) into logits [n - logits_row0, n_vocab].
+struct GraphStep {
+  int64_t tail = -1, head = -1;
+  float* logits = nullptr;
+  int64_t logits_row0 = 0;
+};
+
+void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
+                     int threads);
+
+}  // namespace spattn::model
