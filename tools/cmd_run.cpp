@@ -28,6 +28,8 @@ struct RunOptions {
   uint64_t seed = 42;
   int64_t dump_layer = -1;
   std::string dump_dir;
+  bool warmup = false;  // one untimed prefill and decode step first, as llama-bench does
+  bool ignore_eos = false;
 };
 
 int32_t sample(const std::vector<float>& logits, double temp, std::mt19937_64& rng) {
@@ -98,6 +100,15 @@ void run(const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
   std::vector<float> logits(size_t(cfg.n_vocab));
   std::mt19937_64 rng(o.seed);
+  if (o.warmup) {
+    // The weights' pages, the caches and the thread pool warm, as llama-bench's warm-up run
+    // leaves them; the timed run then starts from an empty cache.
+    s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
+    if (o.n_predict > 1) s.decode(sample(logits, o.temp, rng), logits.data());
+    s.reset();
+    s.reset_timings();
+    rng.seed(o.seed);
+  }
   const auto t0 = Clock::now();
   s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
   std::vector<int32_t> out;
@@ -121,7 +132,7 @@ void run(const RunOptions& o) {
       std::fflush(stdout);
     }
   };
-  while (!out.empty() && !lm.tokenizer.is_eog(out.back())) {
+  while (!out.empty() && (o.ignore_eos || !lm.tokenizer.is_eog(out.back()))) {
     emit(out.back());
     if (int64_t(out.size()) >= o.n_predict) break;
     s.decode(out.back(), logits.data());
@@ -181,6 +192,11 @@ void add_run_command(CLI::App& root) {
                   "keep the first N tokens of the prompt (0: all), for timing at a fixed length")
       ->capture_default_str();
   app->add_option("--temp", o->temp, "temperature (0: greedy)")->capture_default_str();
+  app->add_flag("--ignore-eos", o->ignore_eos,
+                "keep generating past end-of-generation tokens (timing a fixed -n)");
+  app->add_flag("--warmup", o->warmup,
+                "one untimed prefill of the prompt and one decode step before the timed run "
+                "(llama-bench's warm-up)");
   app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   app->add_option("--attn", o->r.attn,
                   "prefill attention: dense, chunked_h2o, or a method spec (blasst:lambda=1e-3, "

@@ -1,7 +1,9 @@
-// The process's one pool of worker threads: ggml's persistent thread pool, shared by the
-// runner's matrix products (ggml graphs) and every parallel loop of spattn (parallel_for runs
-// as a one-node ggml graph whose node is our loop). No call starts a thread; the pool's
-// workers poll briefly after a call and then sleep, so nothing spins against the next call.
+// The process's one pool of worker threads, shared by the runner's matrix products (ggml
+// graphs) and every parallel loop of spattn (parallel_for runs as a one-node ggml graph whose
+// node is our loop). ggml is built as llama.cpp builds it by default, with OpenMP, so the
+// workers are libgomp's persistent team: no call starts a thread, and between calls the
+// workers spin briefly and then sleep (OMP_WAIT_POLICY / GOMP_SPINCOUNT tune that, as for
+// llama.cpp). Without OpenMP, ggml's own pthread pool serves the same way.
 #pragma once
 #include <cstddef>
 #include <cstdint>
