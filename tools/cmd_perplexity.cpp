@@ -122,6 +122,9 @@ void run(const PplOptions& o) {
       j["attn_speedup"] = tally[0].attn_ms / tally[1].attn_ms;
       j["prefill_speedup"] = tally[0].prefill_ms / tally[1].prefill_ms;
     }
+    for (size_t m = 0; m < modes.size(); ++m)
+      j["memory"][modes[m]] = memory_json(lm, {sessions[m].get()});
+    j["memory_peak_rss_bytes"] = j["memory"][modes[0]]["peak_rss_bytes"];
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -139,6 +142,8 @@ void run(const PplOptions& o) {
     fmt::print("relative loss {:+.2f}%   attention {:.2f}x faster, prefill {:.2f}x faster\n",
                100 * rel, tally[0].attn_ms / tally[1].attn_ms,
                tally[0].prefill_ms / tally[1].prefill_ms);
+  for (size_t m = 0; m < modes.size(); ++m)
+    fmt::print("{:<12} {}\n", modes[m], memory_line(lm, {sessions[m].get()}));
 }
 
 }  // namespace

@@ -160,6 +160,7 @@ void run(const RunOptions& o) {
     j["decode_tok_s"] = decode_tps;
     j["score_entries"] = t.prefill_stats.score_entries;
     j["causal_entries"] = t.prefill_stats.causal_entries;
+    j["memory"] = memory_json(lm, {&s});
     fmt::print("{}\n", j.dump(2));
     return;
   }
@@ -177,6 +178,7 @@ void run(const RunOptions& o) {
              t.prefill_ms, prefill_tps, t.prefill_attn_ms, 100 * attn_share,
              double(t.prefill_stats.causal_entries) / double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
              t.decode_ms, decode_tps, t.decode_tokens);
+  fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 #include "runner.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "core/process_memory.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 
@@ -53,13 +57,50 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
 LoadedModel load_model_and_tokenizer(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
-  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0};
+  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0, 0};
+  std::error_code ec;
+  m.file_bytes = size_t(std::filesystem::file_size(path, ec));
   SPATTN_CHECK(m.tokenizer.n_vocab() == m.model.config().n_vocab, path, ": the vocabulary has ",
                m.tokenizer.n_vocab(), " tokens but token_embd.weight ",
                m.model.config().n_vocab, " rows");
   m.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return m;
+}
+
+nlohmann::json memory_json(const LoadedModel& m,
+                           std::initializer_list<const model::Session*> sessions) {
+  const model::Model::Memory w = m.model.memory();
+  model::Session::Memory s;
+  for (const model::Session* x : sessions) {
+    const model::Session::Memory a = x->memory();
+    s.kv_cache += a.kv_cache;
+    s.method_kv += a.method_kv;
+    s.scratch += a.scratch;
+  }
+  nlohmann::json j;
+  j["peak_rss_bytes"] = peak_rss_bytes();
+  j["file_bytes"] = m.file_bytes;
+  j["weights_mapped_bytes"] = w.mapped;
+  j["weights_repacked_bytes"] = w.repacked;
+  j["weights_owned_bytes"] = w.owned;
+  j["kv_cache_bytes"] = s.kv_cache;
+  j["method_kv_bytes"] = s.method_kv;
+  j["scratch_bytes"] = s.scratch;
+  return j;
+}
+
+std::string memory_line(const LoadedModel& m,
+                        std::initializer_list<const model::Session*> sessions) {
+  const nlohmann::json j = memory_json(m, sessions);
+  auto mib = [&](const char* k) { return double(j[k].get<size_t>()) / (1 << 20); };
+  return fmt::format(
+      "memory: peak RSS {:.1f} MiB (file {:.1f} MiB); weights {:.1f} MiB mapped + {:.1f} MiB "
+      "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB; method K/V copies {:.1f} MiB; row "
+      "buffers {:.1f} MiB",
+      mib("peak_rss_bytes"), mib("file_bytes"), mib("weights_mapped_bytes"),
+      mib("weights_repacked_bytes"), mib("weights_owned_bytes"), mib("kv_cache_bytes"),
+      mib("method_kv_bytes"), mib("scratch_bytes"));
 }
 
 std::string read_prompt(const std::string& text, const std::string& file) {

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "spattn/gguf.hpp"
@@ -38,8 +40,16 @@ struct LoadedModel {
   model::Model model;
   Tokenizer tokenizer;
   double load_ms = 0;
+  size_t file_bytes = 0;
 };
 LoadedModel load_model_and_tokenizer(const std::string& path);
+
+// Peak resident memory and its parts (the model's weights, each session's KV cache, method
+// copies and row buffers), as JSON and as one line for stderr.
+nlohmann::json memory_json(const LoadedModel& m,
+                           std::initializer_list<const model::Session*> sessions);
+std::string memory_line(const LoadedModel& m,
+                        std::initializer_list<const model::Session*> sessions);
 
 // -p TEXT or -f FILE (exactly one); throws Error when neither or the file cannot be read.
 std::string read_prompt(const std::string& text, const std::string& file);

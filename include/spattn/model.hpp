@@ -151,6 +151,13 @@ class Session {
 
   const Timings& timings() const;
   void reset_timings();
+
+  // Bytes this session holds besides the model's weights: the KV cache (every layer's
+  // PackedKV at capacity), the raw K/V copies method mode keeps, and the row buffers.
+  struct Memory {
+    size_t kv_cache = 0, method_kv = 0, scratch = 0;
+  };
+  Memory memory() const;
   void set_qkv_tap(int64_t layer, QkvTap tap);
 
  private:

@@ -51,6 +51,7 @@ class PackedKV {
 
   int64_t size() const;
   int64_t capacity() const;
+  size_t bytes() const;  // storage held: K and V tiles at capacity, and the positions
   int64_t kv_heads() const;
   int64_t dim() const;
   DType dtype() const;

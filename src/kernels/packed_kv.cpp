@@ -180,6 +180,11 @@ void PackedKV::clear() { kernels::empty_packed(*d_, /*zero_all=*/true); }
 
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }
+size_t PackedKV::bytes() const {
+  const kernels::PackedKVData& d = *d_;
+  return size_t(d.kv_heads * d.tiles_cap * (d.k_elems + d.v_elems) * d.elem_bytes) +
+         d.positions.capacity() * sizeof(int64_t);
+}
 int64_t PackedKV::kv_heads() const { return d_->kv_heads; }
 int64_t PackedKV::dim() const { return d_->dim; }
 DType PackedKV::dtype() const { return d_->dtype; }

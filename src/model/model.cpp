@@ -168,21 +168,23 @@ struct Model::Impl {
     SPATTN_CHECK(repack_buf != nullptr, "model: could not allocate ",
                  "the repacked weights' buffer");
     ggml_backend_buffer_set_usage(repack_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;
-      ggml_backend_tensor_set(dst[size_t(i)], src->data, 0, ggml_nbytes(src));
+      const size_t n = ggml_nbytes(src);
+      ggml_backend_tensor_set(dst[size_t(i)], src->data, 0, n);
+      if (mapping) {
+        // Released as soon as it is repacked (whole pages inside the matrix's bytes only:
+        // neighbours keep theirs), so the file's pages and the copies are never all resident.
+        const uintptr_t b = reinterpret_cast<uintptr_t>(src->data);
+        const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
+        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+      }
     });
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
     for (size_t i = 0; i < todo.size(); ++i) {
       Weight& w = *todo[i];
       const size_t n = ggml_nbytes(w.t);
-      if (mapping) {
-        // Whole pages inside the matrix's bytes only: neighbours keep theirs.
-        const uintptr_t b = reinterpret_cast<uintptr_t>(w.t->data);
-        const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
-        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-        mem.mapped -= n;
-      }
+      if (mapping) mem.mapped -= n;
       mem.repacked += n;
       w.t = dst[i];
       w.repacked = true;

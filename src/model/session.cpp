@@ -101,7 +101,11 @@ struct Session::Impl {
         v_raw.emplace_back(DType::f32, cfg.n_head_kv, opt.n_ctx, cfg.head_dim);
       }
     }
-    max_rows = std::min(opt.n_ctx, std::max(opt.n_batch, opt.n_ubatch));
+    // chunked_h2o takes a whole logical batch through each layer at once; the other schedules
+    // one chunk of -ub rows.
+    max_rows = std::min(opt.n_ctx, opt.mode == PrefillMode::chunked_h2o
+                                       ? std::max(opt.n_batch, opt.n_ubatch)
+                                       : opt.n_ubatch);
     const int64_t D = cfg.n_embd, dq = cfg.n_head * cfg.head_dim,
                   dkv = cfg.n_head_kv * cfg.head_dim;
     x.resize(size_t(max_rows * D));
@@ -201,6 +205,16 @@ void Session::reset() {
 }
 int64_t Session::n_past() const { return p_->n_past; }
 const Timings& Session::timings() const { return p_->t; }
+Session::Memory Session::memory() const {
+  const Impl& s = *p_;
+  Memory m;
+  for (const PackedKV& c : s.cache) m.kv_cache += c.bytes();
+  for (const auto* raw : {&s.k_raw, &s.v_raw})
+    for (const Tensor& t : *raw) m.method_kv += t.nbytes();
+  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
+    m.scratch += b->capacity() * sizeof(float);
+  return m;
+}
 void Session::reset_timings() { p_->t = Timings{}; }
 void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
   SPATTN_CHECK(layer >= 0 && layer < p_->cfg.n_layer, "--dump-qkv: layer ", layer,

@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""spattn's runner against llama.cpp on the same GGUF file, threads and machine, timed
+round-robin: llama-bench once, spattn once, llama-bench once, ... (the order flips every
+round), so drift in the machine's speed lands on both. Prints the medians and their ratio.
+
+  scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
+      [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
+
+Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
+(N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
+-n N -d D). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup).
+llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1; spattn run
+with the same -b/-ub, dense attention, greedy, --ignore-eos. spattn's prompt is the first N
+tokens of --text (llama-bench's are random tokens: the same work for dense attention).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+
+def parse_test(t):
+    m = re.fullmatch(r"(pp|tg)(\d+)(?:@(\d+))?", t)
+    if not m:
+        sys.exit(f"vs_llama: bad --test '{t}' (ppN, tgN or tgN@D)")
+    kind, n, depth = m.group(1), int(m.group(2)), int(m.group(3) or 0)
+    if kind == "pp" and depth:
+        sys.exit("vs_llama: ppN@D is not supported")
+    return kind, n, depth
+
+
+def llama_once(a, kind, n, depth):
+    cmd = [os.path.join(a.llama_bin, "llama-bench"), "-m", a.model, "-t", str(a.threads),
+           "-fa", "1", "-r", "1", "-o", "json"]
+    cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
+    if depth:
+        cmd += ["-d", str(depth)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out)[0]["avg_ts"])
+
+
+def spattn_once(a, kind, n, depth):
+    prompt = n if kind == "pp" else max(depth, 1)
+    gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
+    cmd = [a.spattn, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
+           str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
+           str(a.threads), "--warmup", "--ignore-eos", "--json"]
+    j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    if j["prompt_tokens"] != prompt:
+        sys.exit(f"vs_llama: --text has only {j['prompt_tokens']} tokens, {prompt} needed")
+    return float(j["prefill_tok_s"] if kind == "pp" else j["decode_tok_s"]), j
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--llama-bin", required=True, help="folder with llama-bench")
+    p.add_argument("--spattn", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                    "bin", "spattn"))
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("--test", action="append", required=True)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                  "shared", "models", "code-heldout.txt"))
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    rows = []
+    for t in a.test:
+        kind, n, depth = parse_test(t)
+        ll, sp = [], []
+        rss = 0
+        for r in range(a.reps):
+            order = (0, 1) if r % 2 == 0 else (1, 0)
+            for side in order:
+                if side == 0:
+                    ll.append(llama_once(a, kind, n, depth))
+                else:
+                    v, j = spattn_once(a, kind, n, depth)
+                    sp.append(v)
+                    rss = max(rss, j.get("memory", {}).get("peak_rss_bytes", 0))
+        row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
+               "llama_tok_s": ll, "spattn_tok_s": sp,
+               "llama_median": statistics.median(ll), "spattn_median": statistics.median(sp)}
+        row["ratio"] = row["spattn_median"] / row["llama_median"]
+        if rss:
+            row["spattn_peak_rss_bytes"] = rss
+        rows.append(row)
+        if not a.json:
+            print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp {row['llama_median']:9.1f}"
+                  f"  spattn {row['spattn_median']:9.1f} tok/s  ratio {row['ratio']:.2f}x"
+                  f"  (llama {', '.join(f'{x:.1f}' for x in ll)}; spattn "
+                  f"{', '.join(f'{x:.1f}' for x in sp)})", flush=True)
+    if a.json:
+        print(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
