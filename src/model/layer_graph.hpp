@@ -4,6 +4,7 @@
 // q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)), or the model's head (logits). One graph is one
 // wake-up of the thread pool; llama.cpp runs the same ops (its products, RMSNorm and SwiGLU).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "spattn/model.hpp"
@@ -24,6 +25,10 @@ struct GraphStep {
   float* logits = nullptr;
   int64_t logits_row0 = 0;
 };
+
+// The threads a pool call over `bytes` of data is worth: 1 below about a megabyte, where the
+// barriers cost more than the split saves; else `threads`. (Graphs and decode attention.)
+int threads_for_bytes(size_t bytes, int threads);
 
 void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
                      int threads);

@@ -133,13 +133,17 @@ struct Session::Impl {
     const TensorView vv = TensorView::shd(v.data(), DType::f32, Hkv, n, d);
     const TensorView ov = TensorView::shd(att.data(), DType::f32, Hq, n, d);
     PackedKV& c = cache[size_t(l)];
-    c.append(kv, vv, {}, opt.threads);
+    c.append(kv, vv, {}, n > kMaxDecodeQueries ? opt.threads : 1);  // a decode row: no pool call
     switch (kind) {
       case Attn::dense:
-        if (n <= kMaxDecodeQueries)
-          attention_decode(qv, c, ov, attn_opt(pos0), DecodeOptions{}, nullptr, stats);
-        else
+        if (n <= kMaxDecodeQueries) {
+          AttnOptions a = attn_opt(pos0);
+          a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
+                                        opt.threads);
+          attention_decode(qv, c, ov, a, DecodeOptions{}, nullptr, stats);
+        } else {
           attention_dense(qv, c, ov, attn_opt(pos0), nullptr, stats);
+        }
         break;
       case Attn::h2o:
         // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
