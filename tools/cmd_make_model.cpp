@@ -37,8 +37,7 @@ void run_make_model(MakeModelOptions& o) {
   SPATTN_CHECK(!o.out.empty(), "-o/--out: the model file to write is required");
   ModelShape s = o.shape;
   if (!o.preset.empty()) {
-    SPATTN_CHECK(o.preset == "llama-3.2-1b", "--preset must be llama-3.2-1b, got '", o.preset, "'");
-    ModelShape p = llama_3_2_1b_shape();
+    const ModelShape p = preset_shape(o.preset);
     // The preset's fields, except those given on the command line.
     if (!o.layers->count()) s.layers = p.layers;
     if (!o.dim->count()) s.dim = p.dim;
@@ -74,7 +73,8 @@ void add_make_model_command(CLI::App& root) {
   cmd->add_option("-o,--out", o->out, "GGUF file to write")->required();
   cmd->add_option("--preset", o->preset,
                   "start from a known shape: llama-3.2-1b (16 layers, dim 2048, 32/8 heads, head "
-                  "dim 64, ffn 8192, vocab 128256, f16, tied); other flags override it");
+                  "dim 64, ffn 8192, vocab 128256, f16, tied) or llama-3.1-8b (32 layers, dim "
+                  "4096, 32/8 heads, head dim 128, ffn 14336, untied); other flags override it");
   o->arch = cmd->add_option("--arch", s.arch, "llama or qwen2 (q/k/v biases)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();

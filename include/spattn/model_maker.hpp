@@ -33,6 +33,11 @@ struct ModelShape {
 // Llama-3.2-1B's shape: 16 layers, dim 2048, 32 heads, 8 kv heads, head dim 64, FFN 8192,
 // vocab 128256, rope base 500000, tied head, f16.
 ModelShape llama_3_2_1b_shape();
+// Llama-3.1-8B's shape: 32 layers, dim 4096, 32 heads, 8 kv heads, head dim 128, FFN 14336,
+// vocab 128256, rope base 500000, untied head, f16 (its RoPE frequency scaling is not made).
+ModelShape llama_3_1_8b_shape();
+// A preset by name ("llama-3.2-1b", "llama-3.1-8b"); Error for any other.
+ModelShape preset_shape(const std::string& name);
 
 // Throws Error naming the field when the shape is not one a llama model can have.
 void check_shape(const ModelShape& s);

@@ -147,6 +147,24 @@ ModelShape llama_3_2_1b_shape() {
   return s;
 }
 
+ModelShape llama_3_1_8b_shape() {
+  ModelShape s = llama_3_2_1b_shape();
+  s.layers = 32;
+  s.dim = 4096;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.ffn = 14336;
+  s.tied = false;  // Llama-3.1-8B stores output.weight
+  return s;
+}
+
+ModelShape preset_shape(const std::string& name) {
+  if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
+  if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
+  detail::fail("--preset must be llama-3.2-1b or llama-3.1-8b, got '", name, "'");
+}
+
 void check_shape(const ModelShape& s) {
   SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2", "model: --arch must be llama or qwen2, got '",
                s.arch, "'");
