@@ -28,12 +28,14 @@ struct PackedKVData;
 class PackedKV {
  public:
   // An empty cache of `capacity` keys per kv head, for k/v of `dtype` and head dim `dim`
-  // (a multiple of 8, at most 256). The operand format (f32, or bf16 pairs for AVX512_BF16) is
-  // the one the kernels choose for that dtype on this machine now.
-  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity);
+  // (a multiple of 8, at most 256). The operand format is fixed here, for the object's life:
+  // bf16 pairs for vdpbf16ps when dtype is bf16, bf16_dot is true (AttnOptions::bf16_dot) and
+  // this CPU has AVX512_BF16; f32 otherwise. Calls over it compute in that format whatever
+  // their own options say.
+  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot = true);
   // Packs every key of k, v (positions 0..Lkv-1); capacity 0 means exactly Lkv.
   static PackedKV pack(const TensorView& k, const TensorView& v, int64_t capacity = 0,
-                       int threads = 0);
+                       int threads = 0, bool bf16_dot = true);
   PackedKV(PackedKV&&) noexcept;
   PackedKV& operator=(PackedKV&&) noexcept;
   ~PackedKV();

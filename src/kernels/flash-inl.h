@@ -636,10 +636,11 @@ void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v,
   });
 }
 
-// The operand format this target uses for inputs of `dtype`.
-inline Operands OperandsHere(DType dtype) {
+// The operand format this target uses for inputs of `dtype`: bf16 pairs when the caller asks
+// for the dot-product path (AttnOptions::bf16_dot) and it can run here.
+inline Operands OperandsHere(DType dtype, bool bf16_dot) {
 #if HWY_TARGET == HWY_AVX3
-  if (dtype == DType::bf16 && bf16_dot_enabled() && cpu_has_bf16_dot()) return Operands::bf16_dot;
+  if (dtype == DType::bf16 && bf16_dot && bf16_dot_supported()) return Operands::bf16_dot;
 #endif
   return Operands::f32;
 }
@@ -1267,7 +1268,7 @@ void RunFlash(const Problem& p, Policy& pol, Stats* stats) {
   const PackedKVData* packed = p.packed;
   PackedKVData own;
   if (!packed) {
-    PackInto(own, OperandsHere(p.q.dtype), p.k, p.v, p.threads);
+    PackInto(own, OperandsHere(p.q.dtype, p.bf16_dot), p.k, p.v, p.threads);
     packed = &own;
   }
 #if HWY_TARGET == HWY_AVX3

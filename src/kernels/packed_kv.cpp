@@ -12,7 +12,7 @@ void AppendEntry(PackedKVData* kv, const TensorView* k, const TensorView* v,
                  const int64_t* src_rows, int64_t n, int threads) {
   PackAppend(*kv, *k, *v, src_rows, n, threads);
 }
-Operands OperandsEntry(DType dtype) { return OperandsHere(dtype); }
+Operands OperandsEntry(DType dtype, bool bf16_dot) { return OperandsHere(dtype, bf16_dot); }
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -28,7 +28,9 @@ namespace kernels {
 HWY_EXPORT(AppendEntry);
 HWY_EXPORT(OperandsEntry);
 
-Operands operands_for(DType dtype) { return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype); }
+Operands operands_for(DType dtype, bool bf16_dot) {
+  return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype, bf16_dot);
+}
 
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all) {
@@ -122,19 +124,20 @@ void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorV
 }
 }  // namespace
 
-PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity)
+PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot)
     : d_(std::make_unique<kernels::PackedKVData>()) {
-  kernels::init_packed(*d_, kernels::operands_for(dtype), dtype, kv_heads, dim, capacity);
+  kernels::init_packed(*d_, kernels::operands_for(dtype, bf16_dot), dtype, kv_heads, dim,
+                       capacity);
 }
 PackedKV::PackedKV(PackedKV&&) noexcept = default;
 PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
 PackedKV::~PackedKV() = default;
 
 PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity,
-                        int threads) {
+                        int threads, bool bf16_dot) {
   SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
                " is below the ", k.seq, " keys given");
-  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq);
+  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot);
   kv.append(k, v, {}, threads);
   return kv;
 }

@@ -67,7 +67,8 @@ void empty_packed(PackedKVData& kv, bool zero_all);
 // Records the positions of keys [size, size + n) (before their data is written) and grows size.
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
 
-// The operand format the kernels use for inputs of this dtype on this machine's SIMD target.
-Operands operands_for(DType dtype);
+// The operand format the kernels use for inputs of this dtype on this machine's SIMD target:
+// bf16 pairs only for bf16 inputs, when bf16_dot asks for them and the CPU has AVX512_BF16.
+Operands operands_for(DType dtype, bool bf16_dot);
 
 }  // namespace spattn::kernels
