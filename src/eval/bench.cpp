@@ -248,8 +248,7 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
   say(o, "choosing the bf16 operand path");
   run.operands = choose_operands(o.bf16_path, p);
   run.results = bench_all(methods, p, o);
-  // The peaks are measured after the timed runs, sgemm last: OpenBLAS's worker threads keep
-  // spinning for a while after a call and would steal cores from whatever runs next.
+  // The peaks are measured after the timed runs (they take the cores for a while), sgemm last.
   say(o, "measuring the machine's peaks");
   run.peak = measure_machine_peak(opt.threads);
   run.machine = machine_info();

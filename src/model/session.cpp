@@ -23,7 +23,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "core/blas_threads.hpp"
+#include "core/blas.hpp"
 #include "eval/rope.hpp"
 #include "model/kv_cache.hpp"
 #include "model/ops.hpp"
@@ -86,6 +86,7 @@ struct Session::Impl {
              cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
               /*raw=*/o.mode == PrefillMode::method) {
+    blas::use_single_threaded_blas();  // the products below split over our own threads
     make_h2o();
     if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
@@ -203,15 +204,13 @@ struct Session::Impl {
                float* logits, int64_t logits_row0, double* attn_ms, Stats* stats) {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
-    // Prefill-sized products run OpenBLAS single-threaded, their output features split over
-    // our own threads: OpenBLAS's worker threads spin (sched_yield) for a while after each call
-    // they take part in, and on a 2-core machine that spinning takes a core from the attention
-    // that follows (4 windows of code-tiny-8k at N = 4096: chunked_h2o's attention 1263 ms
-    // with it, 837 ms with OPENBLAS_THREAD_TIMEOUT=4; dense 1261 and 1142 ms). Decode keeps
-    // OpenBLAS's threads (starting threads for a one-row product would cost more than it saves).
-    const bool prefill_sized = n > kMaxDecodeQueries;
-    const int mm = prefill_sized ? opt.threads : 1;
-    BlasThreads blas(prefill_sized ? 1 : opt.threads);
+    // Products run OpenBLAS single-threaded (core/blas.hpp: its thread count is process-wide,
+    // so it is never changed per call), their output features split over -t of our own
+    // threads. OpenBLAS's own workers would also spin (sched_yield) for a while after each
+    // call, and on a 2-core machine that took a core from the attention that follows (4
+    // windows of code-tiny-8k at N = 4096: chunked_h2o's attention 1263 ms with it, 837 ms with
+    // OPENBLAS_THREAD_TIMEOUT=4; dense 1261 and 1142 ms).
+    const int mm = opt.threads;
     for (int64_t i = 0; i < n; ++i) {
       SPATTN_CHECK(tokens[i] >= 0 && tokens[i] < cfg.n_vocab, "token id ", tokens[i],
                    " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
