@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <unistd.h>
 
 #include "model/kv_cache.hpp"
@@ -323,6 +324,33 @@ TEST(SessionState, ForkCopiesThePrefixAndIsIndependent) {
   f.prefill(std::span(t).first(100), a.data(), 0);
   fresh.prefill(std::span(t).first(100), b.data(), 0);
   EXPECT_TRUE(same_bits(a, b));
+}
+
+// A server runs sessions side by side over one model: a session and its fork (sharing the
+// per-layer methods), on two threads at once, compute what each computes alone.
+TEST(SessionState, ASessionAndItsForkRunAtOnce) {
+  const auto t = tokens(200, 17);
+  auto run = [&](Session& s, int64_t from) {
+    std::vector<float> out(60 * V), one(V);
+    s.prefill(std::span(t).subspan(size_t(from), 60), out.data(), 0);
+    for (int i = 0; i < 4; ++i) {
+      s.decode(t[size_t(from + 60 + i)], one.data());
+      out.insert(out.end(), one.begin(), one.end());
+    }
+    return out;
+  };
+  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::method}) {
+    Session base(small_model(), opts(mode, "dense"));
+    base.prefill(std::span(t).first(40), nullptr, 0);
+    Session a = base.fork(), b = base.fork(), a_alone = base.fork(), b_alone = base.fork();
+    const auto want_a = run(a_alone, 40), want_b = run(b_alone, 100);
+    std::vector<float> got_a, got_b;
+    std::thread ta([&] { got_a = run(a, 40); }), tb([&] { got_b = run(b, 100); });
+    ta.join();
+    tb.join();
+    EXPECT_TRUE(same_bits(got_a, want_a));
+    EXPECT_TRUE(same_bits(got_b, want_b));
+  }
 }
 
 // ---- The cache on its own. ----
