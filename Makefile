@@ -1,12 +1,13 @@
 # The two commands: `make run` and `make test`.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 # Executions per fuzz target (libFuzzer -runs); not part of ctest.
 FUZZ_RUNS  ?= 1000000
 JOBS       ?= $(shell nproc)
 
-.PHONY: deps build python run test test-sanitize fuzz bench clean
+.PHONY: deps build python run test test-sanitize test-tsan fuzz bench clean
 
 deps:
 	@bash scripts/deps.sh
@@ -37,6 +38,17 @@ test-sanitize: deps
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -E Slow
 
+# The tests of state shared between threads and calls under ThreadSanitizer: sessions and
+# their KV cache, PackedKV, per-call BLAS thread counts and bf16 operand paths (threads
+# running benches, methods and kernels at once). Not in .ci/run: a separate instrumented
+# build, and several minutes on 2 cores. TSAN_TESTS picks other GoogleTest names.
+TSAN_TESTS ?= SessionState.*:*PrefillAfterDecode*:KVCache.*:PackedKV.*:Blas.*:Bf16Path.*:ModelForward.*
+test-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPATTN_TSAN=ON > /dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target spattn_tests
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ./$(TSAN_BUILD)/bin/spattn_tests --gtest_filter='$(TSAN_TESTS)'
+
 # libFuzzer (clang, ASan + UBSan) on every file parser: GGUF, .npy, .safetensors, calibration
 # JSON, and the tokenizers on arbitrary text; FUZZ_RUNS executions each from generated seeds.
 fuzz: deps
@@ -49,4 +61,4 @@ bench: build
 	./$(BUILD)/bin/spattn_microbench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)

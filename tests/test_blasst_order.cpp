@@ -33,7 +33,7 @@ using test::for_each_target;
 
 std::string where(DType t) {
   return std::string(dtype_name(t)) + " target " + simd_target_name() +
-         (kernels::bf16_dot_enabled() ? "" : " (bf16 dot off)");
+         (kernels::bf16_dot_supported() ? "" : " (bf16 dot off)");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -151,7 +151,7 @@ TEST(BlasstOrder, LocalFirstIsExactOverItsCoverage) {
                          BlasstOrder::local_first);
         EXPECT_GT(skip.skipped_fraction(), 0.1);  // enough that a wrong list could not pass
         // The bf16 dot path rounds P to bf16 (as FlashAttention does on GPUs).
-        const bool dot = t == DType::bf16 && kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot();
+        const bool dot = t == DType::bf16 && kernels::bf16_dot_supported();
         check_exact(in, out, st, skip, causal, dot ? 2e-2 : 1e-4);
       });
     }
@@ -207,7 +207,7 @@ TEST(BlasstOrder, LambdaZeroIsDenseAndTinyLambdaIsDenseToFloatError) {
       EXPECT_EQ(st.tiles_skipped, 0);
       // The bf16 dot path rounds P to bf16 against the running max of the moment, which the
       // order changes: the two sums differ by that rounding, not by f32 rounding alone.
-      const bool dot = t == DType::bf16 && kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot();
+      const bool dot = t == DType::bf16 && kernels::bf16_dot_supported();
       EXPECT_LT(test::diff(out, dense).max_abs, dot ? 2e-3 : 1e-5);
       for (size_t i = 0; i < ld.size(); ++i) ASSERT_NEAR(lo[i], ld[i], 1e-5) << i;
     });
@@ -300,7 +300,7 @@ TEST(BlasstOrder, DecodeLocalFirstIsExactOverItsCoverage) {
       const Decode in = decode_problem(t, lq, lk);
       for_each_target([&] {
         const PackedKV kv = PackedKV::pack(in.k, in.v);  // in this target's operand format
-        const bool dot = t == DType::bf16 && kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot();
+        const bool dot = t == DType::bf16 && kernels::bf16_dot_supported();
         for (bool packed : {false, true})
           for (int64_t batch : {1, 4}) {
             if (packed && batch != 4) continue;  // packed decode has no batches

@@ -71,7 +71,7 @@ Prepared prepare(const Case& c, uint64_t seed = 1) {
 void check(const Prepared& p) {
   const Case& c = p.c;
   SCOPED_TRACE(name(c) + " target " + simd_target_name() +
-               (kernels::bf16_dot_enabled() ? "" : " (bf16 dot off)"));
+               (kernels::bf16_dot_supported() ? "" : " (bf16 dot off)"));
   Tensor out(DType::f32, c.hq, c.lq, c.d);
   std::vector<float> lse(size_t(c.hq * c.lq));
   AttnOptions opt;
@@ -389,7 +389,7 @@ TEST(DecodeSkipStats, RecordedBlocksGiveExactCoverage) {
       const Workload w = decode_workload(t, hq, hkv, lq, lk, 5, 0.5f);
       for_each_target([&] {
         SCOPED_TRACE(std::string(dtype_name(t)) + " lq " + std::to_string(lq) + " target " +
-                     simd_target_name() + (kernels::bf16_dot_enabled() ? "" : " (bf16 dot off)"));
+                     simd_target_name() + (kernels::bf16_dot_supported() ? "" : " (bf16 dot off)"));
         Tensor out(DType::f32, hq, lq, 64);
         std::vector<float> lse(size_t(hq * lq));
         Stats st;

@@ -34,7 +34,7 @@ std::string name(const Case& c) {
 
 // The kernel's error budget: f32 operands ~1e-6; bf16 dot products round P to bf16 (2^-9).
 double tolerance(DType t) {
-  return t == DType::bf16 && kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot() ? 2e-2
+  return t == DType::bf16 && kernels::bf16_dot_supported() ? 2e-2
                                                                                         : 2e-4;
 }
 

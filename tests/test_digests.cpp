@@ -187,7 +187,7 @@ const std::map<std::string, std::map<std::string, uint64_t>>& recorded() {
 std::string target_key() {
   const int64_t targets = hwy::SupportedTargets() & HWY_TARGETS;
   std::string k = hwy::TargetName(targets & -targets);
-  if (kernels::cpu_has_bf16_dot()) k += kernels::bf16_dot_enabled() ? "/bf16dot" : "/widen";
+  if (kernels::cpu_has_bf16_dot()) k += kernels::bf16_dot_supported() ? "/bf16dot" : "/widen";
   return k;
 }
 

@@ -13,6 +13,9 @@
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/sparse_attention.hpp"
+#include "hwy/targets.h"
+#include "kernels/flash_common.hpp"
+#include "packed_kv_state.hpp"
 #include "targets.hpp"
 #include "test_util.hpp"
 
@@ -325,6 +328,113 @@ TEST(PackedKV, BadInputRaisesError) {
   Tensor q1 = test::random_tensor(DType::f32, 4, 1, 64, 1), o1(DType::f32, 4, 1, 64);
   EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = 1.5}), Error);
   EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = -0.1}), Error);
+}
+
+
+// The formats a test packs in: f32, and bf16 in both operand formats (pairs where this CPU
+// has the dot product, widened to f32 when the caller asks for that).
+struct Format {
+  DType dtype;
+  bool bf16_dot;
+};
+const Format kFormats[] = {{DType::f32, true}, {DType::bf16, true}, {DType::bf16, false}};
+
+// truncate(n) leaves exactly what appending the first n keys to an empty cache leaves, bytes
+// included (the tail of the last tile zeroed again), at tile boundaries and inside tiles; the
+// dropped keys appended again give the whole pack back.
+TEST(PackedKV, TruncateEqualsPackingThePrefix) {
+  for (const Format f : kFormats) {
+    Qkv in(f.dtype, 4, 2, 40, 300, 64);
+    for (int64_t n : {300, 299, 256, 200, 65, 64, 1, 0}) {
+      PackedKV kv = PackedKV::pack(in.k, in.v, 320, 2, f.bf16_dot);
+      kv.truncate(n);
+      PackedKV want(2, 64, f.dtype, 320, f.bf16_dot);
+      if (n > 0) want.append(in.k.view().rows(0, n), in.v.view().rows(0, n));
+      EXPECT_EQ(test::packed_kv_difference(kv, want), "") << dtype_name(f.dtype) << " " << n;
+      if (n < 300) kv.append(in.k.view().rows(n, 300 - n), in.v.view().rows(n, 300 - n));
+      EXPECT_EQ(test::packed_kv_difference(kv, PackedKV::pack(in.k, in.v, 320, 2, f.bf16_dot)),
+                "")
+          << dtype_name(f.dtype) << " " << n;
+    }
+    // Keys in another order: truncating recomputes the order flags and spans.
+    std::vector<int64_t> order(300);
+    for (int64_t i = 0; i < 300; ++i) order[size_t(i)] = (i * 7) % 300;
+    PackedKV perm(2, 64, f.dtype, 300, f.bf16_dot), want(2, 64, f.dtype, 300, f.bf16_dot);
+    perm.append_rows(in.k, in.v, order);
+    perm.truncate(1);
+    want.append_rows(in.k, in.v, std::span(order).first(1));
+    EXPECT_EQ(test::packed_kv_difference(perm, want), "");
+  }
+  PackedKV kv(2, 64, DType::f32, 100);
+  EXPECT_THROW(kv.truncate(1), Error);
+  EXPECT_THROW(kv.truncate(-1), Error);
+}
+
+// copy(n) is the cache truncated to n, without touching the original; the two grow apart
+// independently, and attention over the copy equals attention over a fresh pack.
+TEST(PackedKV, CopyIsThePrefixAndIndependent) {
+  for (const Format f : kFormats) {
+    Qkv in(f.dtype, 4, 2, 40, 300, 64);
+    const PackedKV whole = PackedKV::pack(in.k, in.v, 400, 2, f.bf16_dot);
+    for (int64_t n : {-1, 300, 190, 128, 0}) {
+      PackedKV c = whole.copy(n);
+      PackedKV want = PackedKV::pack(in.k, in.v, 400, 2, f.bf16_dot);
+      want.truncate(n < 0 ? 300 : n);
+      EXPECT_EQ(test::packed_kv_difference(c, want), "") << dtype_name(f.dtype) << " " << n;
+      c.append(in.k.view().rows(0, 50), in.v.view().rows(0, 50));
+    }
+    EXPECT_EQ(test::packed_kv_difference(whole, PackedKV::pack(in.k, in.v, 400, 2, f.bf16_dot)),
+              "");
+    const PackedKV c = whole.copy(200);
+    Tensor a(DType::f32, 4, 40, 64), b(DType::f32, 4, 40, 64);
+    attention_dense(in.q, c, a);
+    attention_dense(in.q, PackedKV::pack(in.k.view().rows(0, 200), in.v.view().rows(0, 200), 0, 2,
+                                         f.bf16_dot),
+                    b);
+    EXPECT_TRUE(bitwise_equal(a, b));
+    EXPECT_THROW(whole.copy(301), Error);
+  }
+}
+
+// An append that fails while writing (here: bf16 pairs, which only the AVX-512 target can
+// write, appended with that target switched off) leaves the cache as it was; it used to grow
+// size() first and leave keys it never wrote.
+TEST(PackedKV, FailedAppendChangesNothing) {
+  if (!kernels::bf16_dot_supported()) GTEST_SKIP() << "no AVX512_BF16: no pair format to fail on";
+  Qkv in(DType::bf16, 4, 2, 8, 200, 64);
+  PackedKV kv(2, 64, DType::bf16, 256);
+  ASSERT_TRUE(kv.bf16_operands());
+  kv.append(in.k.view().rows(0, 100), in.v.view().rows(0, 100));
+  const PackedKV before = kv.copy();
+  hwy::SetSupportedTargetsForTest(HWY_AVX2);
+  EXPECT_THROW(kv.append(in.k.view().rows(100, 100), in.v.view().rows(100, 100)), Error);
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_EQ(kv.size(), 100);
+  EXPECT_EQ(test::packed_kv_difference(kv, before), "");
+  kv.append(in.k.view().rows(100, 100), in.v.view().rows(100, 100));
+  EXPECT_EQ(test::packed_kv_difference(kv, PackedKV::pack(in.k, in.v, 256)), "");
+}
+
+// The operand format is the object's, fixed when it is built: bf16_dot false packs widened
+// f32 whatever the CPU, and a call over it computes in that format whatever its options say.
+TEST(PackedKV, OperandFormatIsFixedAtConstruction) {
+  Qkv in(DType::bf16, 4, 2, 70, 200, 64);
+  EXPECT_FALSE(PackedKV(2, 64, DType::bf16, 10, false).bf16_operands());
+  EXPECT_EQ(PackedKV(2, 64, DType::bf16, 10, true).bf16_operands(), kernels::bf16_dot_supported());
+  EXPECT_FALSE(PackedKV(2, 64, DType::f32, 10, true).bf16_operands());
+  const PackedKV widened = PackedKV::pack(in.k, in.v, 0, 2, false);
+  AttnOptions dot, widen;
+  widen.bf16_dot = false;
+  Tensor a(DType::f32, 4, 70, 64), b(DType::f32, 4, 70, 64), c(DType::f32, 4, 70, 64);
+  attention_dense(in.q, widened, a, dot);
+  attention_dense(in.q, widened, b, widen);
+  attention_dense(in.q, in.k, in.v, c, widen);  // packs for itself, as the options say
+  EXPECT_TRUE(bitwise_equal(a, b));
+  EXPECT_TRUE(bitwise_equal(a, c));
+  if (kernels::bf16_dot_supported()) {  // the dot path computes other bits
+    attention_dense(in.q, in.k, in.v, c, dot);
+    EXPECT_FALSE(bitwise_equal(a, c));
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "hwy/targets.h"
@@ -12,6 +13,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 #include "spattn/peak.hpp"
+#include "test_util.hpp"
 
 namespace spattn {
 namespace {
@@ -101,11 +103,17 @@ TEST(Peak, LoopsOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
-// The chooser times both paths and leaves the flag in the state it reports.
-TEST(Bf16Path, ChooserReturnsAValidChoiceAndSetsTheFlag) {
-  const bool before = kernels::bf16_dot_enabled();
+// The chooser times both paths and returns its choice; it sets nothing, so a call made with
+// default options computes the same bits before and after it.
+TEST(Bf16Path, ChooserReturnsAValidChoiceAndSetsNothing) {
+  const Tensor q = test::random_tensor(DType::bf16, 2, 96, 64, 1),
+               k = test::random_tensor(DType::bf16, 2, 96, 64, 2),
+               v = test::random_tensor(DType::bf16, 2, 96, 64, 3);
+  Tensor before(DType::f32, 2, 96, 64), after(DType::f32, 2, 96, 64);
+  attention_dense(q, k, v, before);
+  const bool supported = kernels::bf16_dot_supported();
   const kernels::Bf16PathChoice c = kernels::choose_bf16_path(0, 64, 256, 2);
-  if (kernels::cpu_has_bf16_dot()) {
+  if (supported) {
     EXPECT_TRUE(finite_positive(c.dot_ms)) << c.dot_ms;
     EXPECT_TRUE(finite_positive(c.widen_ms)) << c.widen_ms;
     EXPECT_EQ(c.dot, c.dot_ms <= c.widen_ms);
@@ -114,15 +122,14 @@ TEST(Bf16Path, ChooserReturnsAValidChoiceAndSetsTheFlag) {
     EXPECT_EQ(c.dot_ms, 0.0);
     EXPECT_EQ(c.widen_ms, 0.0);
   }
-  EXPECT_EQ(kernels::bf16_dot_enabled(), c.dot);
-  kernels::set_bf16_dot_enabled(before);
+  EXPECT_EQ(kernels::bf16_dot_supported(), supported);
+  attention_dense(q, k, v, after);
+  EXPECT_EQ(std::memcmp(before.view().data, after.view().data, size_t(after.numel()) * 4), 0);
 }
 
 TEST(Bf16Path, BadProbeThrows) {
-  const bool before = kernels::bf16_dot_enabled();
   EXPECT_THROW(kernels::choose_bf16_path(1, 64, 256, 0), Error);
   EXPECT_THROW(kernels::choose_bf16_path(1, 64, 0, 1), Error);
-  kernels::set_bf16_dot_enabled(before);
 }
 
 }  // namespace

@@ -21,6 +21,11 @@ struct AttnOptions {
   float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(d)
   int threads = 0;      // 0: all hardware threads
   bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
+  // bf16 inputs: true takes the bf16 dot-product path (bf16 operand pairs, vdpbf16ps for Q K^T
+  // and P V, P rounded to bf16) where the CPU has AVX512_BF16; false widens them to f32 (the
+  // path every other CPU takes). Per call: nothing process-wide decides it. A call over a
+  // PackedKV computes in the format the PackedKV was built with (packed_kv.hpp).
+  bool bf16_dot = true;
   // Position of query row 0 in calls over a PackedKV; -1: bottom-right (see packed_kv.hpp).
   int64_t q_start = -1;
   // Per-token modality of the keys and the frame size (spattn/modality.hpp), for methods that

@@ -62,9 +62,10 @@ struct ChunkedH2OTrace {
 // One attention layer's chunked_h2o state across the logical batches of one prompt.
 class ChunkedH2OLayer {
  public:
-  // capacity: the longest prompt; dtype: of the k, v given to prefill_batch.
+  // capacity: the longest prompt; dtype: of the k, v given to prefill_batch; bf16_dot: the
+  // operand format of the K/V it packs (PackedKV, AttnOptions::bf16_dot), fixed here.
   ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int64_t kv_heads, int64_t dim,
-                  DType dtype, int64_t capacity);
+                  DType dtype, int64_t capacity, bool bf16_dot = true);
   ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept;
   ~ChunkedH2OLayer();
 

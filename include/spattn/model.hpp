@@ -135,13 +135,30 @@ struct Timings {
 using QkvTap = std::function<void(int64_t layer, int64_t pos0, int64_t n, const float* q,
                                   const float* k, const float* v)>;
 
+class KVCache;  // src/model/kv_cache.hpp
+
+// One sequence's state: its KV cache (every token's K and V per layer, whichever call computed
+// them) and n_past, the tokens it holds. prefill and decode are all or nothing: a call that
+// throws leaves n_past, every layer's cache and what later calls compute exactly as they were.
+// Not for use from two threads at once; two sessions (or a session and its fork) may run in
+// parallel over one Model.
 class Session {
  public:
   Session(const Model& model, const SessionOptions& opt);
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
   ~Session();
-  // Forgets every token: a fresh prompt at position 0.
+  // Forgets every token: a fresh prompt at position 0 (truncate(0)).
   void reset();
   int64_t n_past() const;
+  // Keeps the first n tokens (0 <= n <= n_past()): later calls compute what they would have
+  // after a prefill of those n tokens alone. chunked_h2o runs from position 0 only, so after
+  // truncate(n > 0) the next prefill is dense, as any prefill after the first is.
+  void truncate(int64_t n);
+  // A new session over the same model and options holding this one's first n tokens (all when
+  // -1), for prefix reuse: the cache's tiles are copied, nothing is recomputed; the methods
+  // (method mode) are shared, the tap copied, the timings fresh.
+  Session fork(int64_t n = -1) const;
 
   // Prefills tokens at positions n_past() .. n_past() + n - 1. logits (when non-null) receives
   // [n - logits_from, n_vocab] rows: the logits after tokens logits_from .. n - 1.
@@ -159,9 +176,11 @@ class Session {
   };
   Memory memory() const;
   void set_qkv_tap(int64_t layer, QkvTap tap);
+  const KVCache& cache() const;  // for tests and tools
 
  private:
   struct Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> p_;
 };
 

@@ -28,18 +28,22 @@ struct PackedKVData;
 class PackedKV {
  public:
   // An empty cache of `capacity` keys per kv head, for k/v of `dtype` and head dim `dim`
-  // (a multiple of 8, at most 256). The operand format (f32, or bf16 pairs for AVX512_BF16) is
-  // the one the kernels choose for that dtype on this machine now.
-  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity);
+  // (a multiple of 8, at most 256). The operand format is fixed here, for the object's life:
+  // bf16 pairs for vdpbf16ps when dtype is bf16, bf16_dot is true (AttnOptions::bf16_dot) and
+  // this CPU has AVX512_BF16; f32 otherwise. Calls over it compute in that format whatever
+  // their own options say.
+  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot = true);
   // Packs every key of k, v (positions 0..Lkv-1); capacity 0 means exactly Lkv.
   static PackedKV pack(const TensorView& k, const TensorView& v, int64_t capacity = 0,
-                       int threads = 0);
+                       int threads = 0, bool bf16_dot = true);
   PackedKV(PackedKV&&) noexcept;
   PackedKV& operator=(PackedKV&&) noexcept;
   ~PackedKV();
 
   // Appends every row of k, v ([kv_heads, n, dim], the cache's dtype) with positions
   // size() .. size() + n - 1 when positions is empty, else the given ones (n of them, >= 0).
+  // All or nothing: every argument is checked and the rows written before size() grows; a call
+  // that throws leaves the cache as it was, bytes included.
   void append(const TensorView& k, const TensorView& v, std::span<const int64_t> positions = {},
               int threads = 0);
   // Appends rows order[0], order[1], ... of k, v (a permutation or a gathered subset; any
@@ -48,6 +52,13 @@ class PackedKV {
                    std::span<const int64_t> positions = {}, int threads = 0);
   // Drops every key (capacity and format stay).
   void clear();
+  // Keeps the first n keys (0 <= n <= size()) and drops the rest: the bytes, positions and
+  // spans are what appending those n keys to an empty cache gives, so later appends and calls
+  // compute what they would have without the dropped keys.
+  void truncate(int64_t n);
+  // A new cache of the same capacity, format and dtype holding this one's first `keys` keys
+  // (all when -1): the bytes this one would hold after truncate(keys), copied, not repacked.
+  PackedKV copy(int64_t keys = -1) const;
 
   int64_t size() const;
   int64_t capacity() const;
@@ -63,6 +74,8 @@ class PackedKV {
 
  private:
   PackedKV() = default;
+  void write_rows(const TensorView& k, const TensorView& v, const int64_t* src_rows,
+                  const int64_t* positions, int64_t n, int threads);
   std::unique_ptr<kernels::PackedKVData> d_;
 };
 

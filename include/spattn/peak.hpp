@@ -24,7 +24,8 @@ struct PeakOptions {
 };
 
 // Best-of-several GFLOP/s of OpenBLAS cblas_sgemm (n x n x n, 2 n^3 flops) on `threads`
-// threads (0: all), after one warm-up call. Takes about budget_s plus one call.
+// threads (0: all) as spattn runs it (blas::sgemm: slices on spattn's threads, OpenBLAS
+// single-threaded), after one warm-up call. Takes about budget_s plus one call.
 double measure_sgemm_gflops(int threads, const PeakOptions& opt = {});
 
 // The machine's physical peaks, measured by register-bound loops on every thread at once
@@ -52,7 +53,7 @@ struct MachinePeakOptions {
 // only ever slows a loop down, and on a shared machine many short repetitions catch a quiet
 // window more often than a few long ones. The compute loops take about 2 x reps x rep_s, the
 // bandwidth about rep_s plus the buffer's first touch, sgemm about its budget; sgemm runs
-// last, because OpenBLAS's worker threads keep spinning for a while after a call. About
+// last. About
 // 0.7 s in all with the defaults on a quiet 2-core machine.
 MachinePeak measure_machine_peak(int threads, const MachinePeakOptions& opt = {});
 

@@ -69,22 +69,25 @@ struct Problem {
 };
 
 // bf16 inputs: auto times the dense kernel on a small problem with both paths and keeps the
-// faster (kernels::choose_bf16_path); dot and widen force one.
-BenchOperands choose_operands(const std::string& mode, const Problem& p) {
+// faster (kernels::choose_bf16_path); dot and widen force one. The choice goes into this
+// bench's own options (AttnOptions::bf16_dot) and its record, nowhere else: another thread's
+// calls, and this process's later ones, take their own.
+BenchOperands choose_operands(const std::string& mode, Problem& p) {
   BenchOperands r;
   r.mode = mode;
   r.input = dtype_name(p.q.dtype);
   r.bf16_input = p.q.dtype == DType::bf16;
   if (r.bf16_input) {
+    bool dot = mode == "dot";
     if (mode == "auto") {
       const kernels::Bf16PathChoice choice = kernels::choose_bf16_path(p.opt.threads, p.q.dim);
-      r.timed = kernels::cpu_has_bf16_dot();
+      r.timed = kernels::bf16_dot_supported();
       r.dot_ms = choice.dot_ms;
       r.widen_ms = choice.widen_ms;
-    } else {
-      kernels::set_bf16_dot_enabled(mode == "dot");
+      dot = choice.dot;
     }
-    if (kernels::bf16_dot_enabled() && kernels::cpu_has_bf16_dot()) r.operands = "bf16-dot";
+    p.opt.bf16_dot = dot;
+    if (dot && kernels::bf16_dot_supported()) r.operands = "bf16-dot";
   }
   return r;
 }
@@ -240,13 +243,12 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
                opt.threads);
   SPATTN_CHECK(!methods.methods.empty() && methods.methods.size() == methods.specs.size(),
                "a bench needs its methods from make_bench_methods");
-  const Problem p{q, k, v, opt};
+  Problem p{q, k, v, opt};
   BenchRun run;
   say(o, "choosing the bf16 operand path");
   run.operands = choose_operands(o.bf16_path, p);
   run.results = bench_all(methods, p, o);
-  // The peaks are measured after the timed runs, sgemm last: OpenBLAS's worker threads keep
-  // spinning for a while after a call and would steal cores from whatever runs next.
+  // The peaks are measured after the timed runs (they take the cores for a while), sgemm last.
   say(o, "measuring the machine's peaks");
   run.peak = measure_machine_peak(opt.threads);
   run.machine = machine_info();
@@ -258,7 +260,7 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
   run.seq = k.seq;
   run.dim = q.dim;
   run.dtype = q.dtype;
-  run.opt = opt;
+  run.opt = p.opt;  // with the bf16 path it chose
   run.repeat = o.repeat;
   return run;
 }

@@ -2,8 +2,6 @@
 // denominators of every "% of peak" spattn prints) and OpenBLAS sgemm for comparison.
 #include "spattn/peak.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/blas_threads.hpp"
+#include "core/blas.hpp"
 #include "core/threading.hpp"
 #include "kernels/peak_loops.hpp"
 #include "spattn/attention.hpp"
@@ -157,14 +155,13 @@ MachinePeak measure_machine_peak(int threads, const MachinePeakOptions& opt) {
 double measure_sgemm_gflops(int threads, const PeakOptions& opt) {
   SPATTN_CHECK(opt.n > 0 && opt.min_calls > 0 && opt.max_calls >= opt.min_calls,
                "peak: bad options (n ", opt.n, ", calls ", opt.min_calls, "..", opt.max_calls, ")");
-  BlasThreads scope(resolve_threads(threads));
+  const int t = resolve_threads(threads);
   const int n = opt.n;
   std::vector<float> a = test_matrix(n, 1), b = test_matrix(n, 5), c(size_t(n) * n);
   auto sgemm = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    blas::sgemm(false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n, t);
   };
-  sgemm();  // warm-up: spins up OpenBLAS's threads and faults in the pages
+  sgemm();  // warm-up: starts the threads and faults in the pages
   const double flops = 2.0 * double(n) * n * n;
   double best_s = 0;
   const auto start = std::chrono::steady_clock::now();

@@ -40,10 +40,7 @@ Bf16PathChoice choose_bf16_path(int threads, int64_t dim, int64_t seq, int reps)
   SPATTN_CHECK(seq >= 1 && seq <= (int64_t(1) << 20),
                "bf16 path probe: seq must be in [1, 2^20], got ", seq);
   Bf16PathChoice c;
-  if (!cpu_has_bf16_dot()) {
-    set_bf16_dot_enabled(false);
-    return c;
-  }
+  if (!bf16_dot_supported()) return c;
   const int64_t heads = 2;
   const Tensor q = probe_tensor(heads, seq, dim, 1), k = probe_tensor(heads, seq, dim, 2),
                v = probe_tensor(heads, seq, dim, 3);
@@ -52,7 +49,7 @@ Bf16PathChoice choose_bf16_path(int threads, int64_t dim, int64_t seq, int reps)
   opt.threads = threads;
   opt.check_finite = false;  // time the kernel, not the input scan
   auto time_ms = [&](bool dot) {
-    set_bf16_dot_enabled(dot);
+    opt.bf16_dot = dot;
     const auto t0 = std::chrono::steady_clock::now();
     attention_dense(q, k, v, out, opt, nullptr, nullptr);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
@@ -68,7 +65,6 @@ Bf16PathChoice choose_bf16_path(int threads, int64_t dim, int64_t seq, int reps)
   c.dot_ms = median(dot_ms);
   c.widen_ms = median(widen_ms);
   c.dot = c.dot_ms <= c.widen_ms;
-  set_bf16_dot_enabled(c.dot);
   return c;
 }
 

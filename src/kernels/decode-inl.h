@@ -787,7 +787,7 @@ inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, Blasst
     case DType::f16: RunDecodeAs<hwy::float16_t, false, false>(p, pl, stats, skip); return;
     case DType::bf16:
 #if HWY_TARGET == HWY_AVX3
-      if (bf16_dot_enabled() && cpu_has_bf16_dot()) {
+      if (p.bf16_dot && bf16_dot_supported()) {
         RunDecodeAs<hwy::bfloat16_t, false, true>(p, pl, stats, skip);
         return;
       }

@@ -636,19 +636,19 @@ void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v,
   });
 }
 
-// The operand format this target uses for inputs of `dtype`.
-inline Operands OperandsHere(DType dtype) {
+// The operand format this target uses for inputs of `dtype`: bf16 pairs when the caller asks
+// for the dot-product path (AttnOptions::bf16_dot) and it can run here.
+inline Operands OperandsHere(DType dtype, bool bf16_dot) {
 #if HWY_TARGET == HWY_AVX3
-  if (dtype == DType::bf16 && bf16_dot_enabled() && cpu_has_bf16_dot()) return Operands::bf16_dot;
+  if (dtype == DType::bf16 && bf16_dot && bf16_dot_supported()) return Operands::bf16_dot;
 #endif
   return Operands::f32;
 }
 
-// Appends rows src_rows[0..n) (or all rows of k when null) of k, v at the end of kv, with
-// their formats' packer.
+// Writes rows src_rows[0..n) (or all rows of k when null) of k, v into slots first.. of kv,
+// with their formats' packer. Positions and size are the caller's to record afterwards.
 inline void PackAppend(PackedKVData& kv, const TensorView& k, const TensorView& v,
-                       const int64_t* src_rows, int64_t n, int threads) {
-  const int64_t first = kv.size - n;  // positions were added already
+                       const int64_t* src_rows, int64_t first, int64_t n, int threads) {
 #if HWY_TARGET == HWY_AVX3
   if (kv.ops == Operands::bf16_dot) {
     PackRange<Bf16DotOps>(kv, k, v, src_rows, first, n, threads);
@@ -666,8 +666,8 @@ inline void PackInto(PackedKVData& kv, Operands ops, const TensorView& k, const 
                      int threads) {
   // Every slot but the last tile's tail is written below: only that tail needs zeroing.
   init_packed(kv, ops, k.dtype, k.heads, k.dim, k.seq, /*zero_all=*/false);
+  PackAppend(kv, k, v, nullptr, 0, k.seq, threads);
   add_positions(kv, nullptr, k.seq);
-  PackAppend(kv, k, v, nullptr, k.seq, threads);
 }
 
 // (kPackFragments) Keys [src, src + n) of a range, copied into slots [dst, dst + n) of a
@@ -1267,7 +1267,7 @@ void RunFlash(const Problem& p, Policy& pol, Stats* stats) {
   const PackedKVData* packed = p.packed;
   PackedKVData own;
   if (!packed) {
-    PackInto(own, OperandsHere(p.q.dtype), p.k, p.v, p.threads);
+    PackInto(own, OperandsHere(p.q.dtype, p.bf16_dot), p.k, p.v, p.threads);
     packed = &own;
   }
 #if HWY_TARGET == HWY_AVX3

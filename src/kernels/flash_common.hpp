@@ -47,6 +47,7 @@ struct Problem {
   bool causal = true;
   float scale = 0;       // softmax scale (resolved, > 0)
   int threads = 1;
+  bool bf16_dot = true;  // AttnOptions::bf16_dot: for a call that packs its own K/V
   int64_t group = 1;     // q heads per kv head
   int64_t q_len = 0, kv_len = 0, dim = 0;
   // Absolute position of query row i is i + pos_offset (bottom-right causal alignment).
@@ -369,22 +370,26 @@ void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, 
                float scale);
 
 
-// Test hook: when false, bf16 inputs take the portable widen-to-f32 path even where the CPU
-// has bf16 dot-product instructions.
-void set_bf16_dot_enabled(bool enabled);
-bool bf16_dot_enabled();
+// Whether the bf16 dot-product path can run here: the CPU has AVX512_BF16 and no test has
+// hidden it. Which path a call takes is its own choice (AttnOptions::bf16_dot, PackedKV's
+// format); nothing in the library changes this.
+bool bf16_dot_supported();
 bool cpu_has_bf16_dot();
+// Test hook, like hwy::SetSupportedTargetsForTest: false makes bf16_dot_supported() false, as
+// on a CPU without AVX512_BF16 (the widen path for every call). Process-wide, so for
+// single-threaded tests only; the library and the tools never call it.
+void set_bf16_dot_supported_for_test(bool supported);
 
 // Which operand path bf16 inputs take, chosen by measurement rather than by CPU flag alone.
 struct Bf16PathChoice {
-  bool dot = false;     // the bf16 dot-product path was chosen (and is now enabled)
+  bool dot = false;     // the bf16 dot-product path was the faster (pass it as bf16_dot)
   double dot_ms = 0;    // median time of the probe on each path; both 0 when nothing was
   double widen_ms = 0;  // timed (the CPU lacks AVX512_BF16, so only widening can run)
 };
 // Times attention_dense on a causal bf16 problem of 2 heads x seq x dim with the dot path and
-// the widened path, one warm-up each and then `reps` runs round-robin (dot, widen, dot, ...),
-// and enables the path with the lower median (set_bf16_dot_enabled). Numerics of both paths
-// are untouched; only which one runs changes. About 2 (reps + 1) dense calls.
+// the widened path (AttnOptions::bf16_dot true and false), one warm-up each and then `reps`
+// runs round-robin (dot, widen, dot, ...), and returns the faster by median. It sets nothing:
+// the caller passes the choice on in its own options. About 2 (reps + 1) dense calls.
 Bf16PathChoice choose_bf16_path(int threads, int64_t dim = 128, int64_t seq = 2048,
                                 int reps = 5);
 

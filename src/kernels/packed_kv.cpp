@@ -9,10 +9,10 @@
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 void AppendEntry(PackedKVData* kv, const TensorView* k, const TensorView* v,
-                 const int64_t* src_rows, int64_t n, int threads) {
-  PackAppend(*kv, *k, *v, src_rows, n, threads);
+                 const int64_t* src_rows, int64_t first, int64_t n, int threads) {
+  PackAppend(*kv, *k, *v, src_rows, first, n, threads);
 }
-Operands OperandsEntry(DType dtype) { return OperandsHere(dtype); }
+Operands OperandsEntry(DType dtype, bool bf16_dot) { return OperandsHere(dtype, bf16_dot); }
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -28,7 +28,9 @@ namespace kernels {
 HWY_EXPORT(AppendEntry);
 HWY_EXPORT(OperandsEntry);
 
-Operands operands_for(DType dtype) { return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype); }
+Operands operands_for(DType dtype, bool bf16_dot) {
+  return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype, bf16_dot);
+}
 
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all) {
@@ -57,6 +59,55 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
   empty_packed(kv, zero_all);
 }
 
+namespace {
+// No keys recorded (storage untouched).
+void forget_positions(PackedKVData& kv) {
+  kv.size = 0;
+  kv.positions.clear();
+  kv.identity = kv.ascending = true;
+  kv.max_position = -1;
+  kv.tile_min.assign(size_t(kv.tiles_cap), std::numeric_limits<int64_t>::max());
+  kv.tile_max.assign(size_t(kv.tiles_cap), -1);
+}
+
+// Zeroes tiles [t0, t1) of every head.
+void zero_tiles(PackedKVData& kv, int64_t t0, int64_t t1) {
+  if (t1 <= t0) return;
+  const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
+  for (int64_t h = 0; h < kv.kv_heads; ++h) {
+    const size_t first = size_t(h * kv.tiles_cap + t0), count = size_t(t1 - t0);
+    std::memset(kv.k.get() + first * kt, 0, count * kt);
+    std::memset(kv.v.get() + first * vt, 0, count * vt);
+  }
+}
+}  // namespace
+
+void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
+  if (to <= from) return;
+  const int64_t t_from = from / kTileKeys, t_to = (to + kTileKeys - 1) / kTileKeys;
+  // Whole tiles at once; only the first tile may keep slots below `from`.
+  const int64_t a = from % kTileKeys;
+  zero_tiles(kv, a == 0 ? t_from : t_from + 1, t_to);
+  if (a == 0) return;
+  const int64_t b = std::min(to - t_from * kTileKeys, kTileKeys);  // slots [a, b) of tile t_from
+  const int64_t d = kv.dim, dp = kv.dp;
+  for (int64_t h = 0; h < kv.kv_heads; ++h) {
+    if (kv.ops == Operands::f32) {  // K [d][64], V [64][dp]
+      float* kt = kv.k_tile<float>(h, t_from);
+      float* vt = kv.v_tile<float>(h, t_from);
+      for (int64_t c = 0; c < d; ++c) std::fill(kt + c * kTileKeys + a, kt + c * kTileKeys + b, 0.0f);
+      std::fill(vt + a * dp, vt + b * dp, 0.0f);
+    } else {  // bf16 pairs: K [d/2][64][2] (dims paired), V [32][dp][2] (keys paired)
+      uint16_t* kt = kv.k_tile<uint16_t>(h, t_from);
+      uint16_t* vt = kv.v_tile<uint16_t>(h, t_from);
+      for (int64_t c2 = 0; c2 < d / 2; ++c2)
+        std::fill(kt + (c2 * kTileKeys + a) * 2, kt + (c2 * kTileKeys + b) * 2, uint16_t(0));
+      for (int64_t j = a; j < b; ++j)
+        for (int64_t c = 0; c < dp; ++c) vt[(j / 2) * dp * 2 + c * 2 + (j & 1)] = 0;
+    }
+  }
+}
+
 void empty_packed(PackedKVData& kv, bool zero_all) {
   const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
   // Zero slots are what the micro-kernels read past the last key; appends rely on them.
@@ -70,32 +121,49 @@ void empty_packed(PackedKVData& kv, bool zero_all) {
       std::memset(kv.v.get() + last * vt, 0, vt);
     }
   }
-  kv.size = 0;
-  kv.positions.clear();
-  kv.identity = kv.ascending = true;
-  kv.max_position = -1;
-  kv.tile_min.assign(size_t(kv.tiles_cap), std::numeric_limits<int64_t>::max());
-  kv.tile_max.assign(size_t(kv.tiles_cap), -1);
+  forget_positions(kv);
 }
 
-void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n) {
+void check_positions(const PackedKVData& kv, const int64_t* positions, int64_t n) {
   SPATTN_CHECK(n >= 0 && kv.size + n <= kv.capacity, "PackedKV: appending ", n, " keys to ",
                kv.size, " exceeds the capacity of ", kv.capacity);
-  for (int64_t i = 0; positions && i < n; ++i)  // all checked before anything changes
+  for (int64_t i = 0; positions && i < n; ++i)
     SPATTN_CHECK(positions[i] >= 0 && positions[i] < (int64_t(1) << 40), "PackedKV: position ",
                  positions[i], " of key ", i, " is out of range [0, 2^40)");
+}
+
+namespace {
+// Key idx (== kv.size) at position pos: the flags and spans it changes, then size.
+void record_key(PackedKVData& kv, int64_t pos) {
+  const int64_t idx = kv.size;
+  if (kv.identity && pos != idx) kv.identity = false;
+  if (kv.ascending && idx > 0 && pos <= kv.positions[size_t(idx - 1)]) kv.ascending = false;
+  kv.max_position = std::max(kv.max_position, pos);
+  const size_t t = size_t(idx / kTileKeys);
+  kv.tile_min[t] = std::min(kv.tile_min[t], pos);
+  kv.tile_max[t] = std::max(kv.tile_max[t], pos);
+  kv.size = idx + 1;
+}
+}  // namespace
+
+void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n) {
+  check_positions(kv, positions, n);
+  kv.positions.reserve(size_t(kv.size + n));  // the one allocation, before anything changes
   for (int64_t i = 0; i < n; ++i) {
-    const int64_t idx = kv.size + i;
-    const int64_t pos = positions ? positions[i] : idx;
-    if (kv.identity && pos != idx) kv.identity = false;
-    if (kv.ascending && idx > 0 && pos <= kv.positions.back()) kv.ascending = false;
-    kv.positions.push_back(pos);
-    kv.max_position = std::max(kv.max_position, pos);
-    const size_t t = size_t(idx / kTileKeys);
-    kv.tile_min[t] = std::min(kv.tile_min[t], pos);
-    kv.tile_max[t] = std::max(kv.tile_max[t], pos);
+    kv.positions.push_back(positions ? positions[i] : kv.size);
+    record_key(kv, kv.positions.back());
   }
-  kv.size += n;
+}
+
+void keep_keys(PackedKVData& kv, int64_t n) {
+  clear_slots(kv, n, kv.size);
+  kv.positions.resize(size_t(n));  // shrinks: no allocation
+  kv.size = 0;
+  kv.identity = kv.ascending = true;
+  kv.max_position = -1;
+  std::fill(kv.tile_min.begin(), kv.tile_min.end(), std::numeric_limits<int64_t>::max());
+  std::fill(kv.tile_max.begin(), kv.tile_max.end(), -1);
+  for (int64_t i = 0; i < n; ++i) record_key(kv, kv.positions[size_t(i)]);
 }
 
 int64_t PackedKVData::causal_prefix(int64_t pos) const {
@@ -122,19 +190,20 @@ void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorV
 }
 }  // namespace
 
-PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity)
+PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot)
     : d_(std::make_unique<kernels::PackedKVData>()) {
-  kernels::init_packed(*d_, kernels::operands_for(dtype), dtype, kv_heads, dim, capacity);
+  kernels::init_packed(*d_, kernels::operands_for(dtype, bf16_dot), dtype, kv_heads, dim,
+                       capacity);
 }
 PackedKV::PackedKV(PackedKV&&) noexcept = default;
 PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
 PackedKV::~PackedKV() = default;
 
 PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity,
-                        int threads) {
+                        int threads, bool bf16_dot) {
   SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
                " is below the ", k.seq, " keys given");
-  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq);
+  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot);
   kv.append(k, v, {}, threads);
   return kv;
 }
@@ -151,9 +220,7 @@ void PackedKV::append(const TensorView& k, const TensorView& v, std::span<const 
     for (int64_t i = 0; i < k.seq; ++i) natural[size_t(i)] = base + i;
     positions = natural;
   }
-  kernels::add_positions(*d_, positions.data(), k.seq);
-  HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(d_.get(), &k, &v, nullptr, k.seq,
-                                             resolve_threads(threads));
+  write_rows(k, v, nullptr, positions.data(), k.seq, threads);
 }
 
 void PackedKV::append_rows(const TensorView& k, const TensorView& v,
@@ -171,12 +238,57 @@ void PackedKV::append_rows(const TensorView& k, const TensorView& v,
     SPATTN_CHECK(!seen[size_t(r)], "PackedKV: row ", r, " appears twice in the order");
     seen[size_t(r)] = 1;
   }
-  kernels::add_positions(*d_, positions.empty() ? order.data() : positions.data(), n);
-  HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(d_.get(), &k, &v, order.data(), n,
-                                             resolve_threads(threads));
+  write_rows(k, v, order.data(), positions.empty() ? order.data() : positions.data(), n, threads);
+}
+
+// The rows go into the slots past size() first and size() grows after, so a failure on the
+// way (a format this SIMD target cannot write, a thread's exception) leaves the cache as it
+// was: the slots it wrote are zeroed again.
+void PackedKV::write_rows(const TensorView& k, const TensorView& v, const int64_t* src_rows,
+                          const int64_t* positions, int64_t n, int threads) {
+  kernels::PackedKVData& d = *d_;
+  kernels::check_positions(d, positions, n);
+  const int t = resolve_threads(threads);
+  d.positions.reserve(size_t(d.size + n));
+  try {
+    HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(&d, &k, &v, src_rows, d.size, n, t);
+  } catch (...) {
+    kernels::clear_slots(d, d.size, d.size + n);
+    throw;
+  }
+  kernels::add_positions(d, positions, n);  // checked and reserved: cannot throw now
 }
 
 void PackedKV::clear() { kernels::empty_packed(*d_, /*zero_all=*/true); }
+
+void PackedKV::truncate(int64_t n) {
+  kernels::PackedKVData& d = *d_;
+  SPATTN_CHECK(n >= 0 && n <= d.size, "PackedKV: truncate to ", n, " keys, outside [0, ",
+               d.size, "]");
+  if (n < d.size) kernels::keep_keys(d, n);
+}
+
+PackedKV PackedKV::copy(int64_t keys) const {
+  const kernels::PackedKVData& d = *d_;
+  if (keys < 0) keys = d.size;
+  SPATTN_CHECK(keys <= d.size, "PackedKV: copy of ", keys, " keys from ", d.size);
+  PackedKV c;
+  c.d_ = std::make_unique<kernels::PackedKVData>();
+  kernels::PackedKVData& e = *c.d_;
+  kernels::init_packed(e, d.ops, d.dtype, d.kv_heads, d.dim, d.capacity, /*zero_all=*/false);
+  // The tiles holding keys are copied, the rest zeroed; then the last one's tail past `keys`.
+  const int64_t tiles = (keys + kernels::kTileKeys - 1) / kernels::kTileKeys;
+  const size_t kt = size_t(d.k_elems * d.elem_bytes), vt = size_t(d.v_elems * d.elem_bytes);
+  for (int64_t h = 0; h < d.kv_heads; ++h) {
+    const size_t first = size_t(h * d.tiles_cap);
+    std::memcpy(e.k.get() + first * kt, d.k.get() + first * kt, size_t(tiles) * kt);
+    std::memcpy(e.v.get() + first * vt, d.v.get() + first * vt, size_t(tiles) * vt);
+  }
+  kernels::zero_tiles(e, tiles, e.tiles_cap);
+  kernels::clear_slots(e, keys, tiles * kernels::kTileKeys);
+  kernels::add_positions(e, d.positions.data(), keys);
+  return c;
+}
 
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }

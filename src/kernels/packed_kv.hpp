@@ -64,10 +64,20 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
                  int64_t capacity, bool zero_all = true);
 // No keys: storage zeroed (zero_all) or each head's last tile only, positions and spans reset.
 void empty_packed(PackedKVData& kv, bool zero_all);
-// Records the positions of keys [size, size + n) (before their data is written) and grows size.
+// Throws Error unless n keys with these positions (null: natural) fit after the current ones.
+void check_positions(const PackedKVData& kv, const int64_t* positions, int64_t n);
+// Records the positions of keys [size, size + n) and grows size. Callers check first
+// (check_positions) and write the keys' data before, so that a failure leaves size alone.
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
+// Keeps keys [0, n) and zeroes the rest: bytes, positions, flags and spans as appending those n
+// keys to an empty cache gives. Allocates nothing (a rollback may call it while unwinding).
+void keep_keys(PackedKVData& kv, int64_t n);
+// Zeroes every head's slots [from, to) (keys past size must read as zero: see above), in the
+// layouts the packers write (flash-inl.h: F32Ops and Bf16DotOps' PackKeyK, PackKeyV).
+void clear_slots(PackedKVData& kv, int64_t from, int64_t to);
 
-// The operand format the kernels use for inputs of this dtype on this machine's SIMD target.
-Operands operands_for(DType dtype);
+// The operand format the kernels use for inputs of this dtype on this machine's SIMD target:
+// bf16 pairs only for bf16 inputs, when bf16_dot asks for them and the CPU has AVX512_BF16.
+Operands operands_for(DType dtype, bool bf16_dot);
 
 }  // namespace spattn::kernels

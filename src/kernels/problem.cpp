@@ -28,6 +28,7 @@ Problem common(const TensorView& q, const TensorView& out, const AttnOptions& op
   p.causal = opt.causal;
   p.scale = softmax_scale(opt, q.dim);
   p.threads = resolve_threads(opt.threads);
+  p.bf16_dot = opt.bf16_dot;
   p.group = q.heads / kv_heads;
   p.q_len = q.seq;
   p.kv_len = kv_len;
@@ -109,11 +110,11 @@ float blasst_log2_threshold(double lambda, const char* who) {
 }
 
 namespace {
-std::atomic<bool> g_bf16_dot{true};
+std::atomic<bool> g_bf16_dot_hidden{false};  // test hook only (flash_common.hpp)
 }
 
-void set_bf16_dot_enabled(bool enabled) { g_bf16_dot = enabled; }
-bool bf16_dot_enabled() { return g_bf16_dot; }
+void set_bf16_dot_supported_for_test(bool supported) { g_bf16_dot_hidden = !supported; }
+bool bf16_dot_supported() { return cpu_has_bf16_dot() && !g_bf16_dot_hidden; }
 
 bool cpu_has_bf16_dot() {
 #if defined(__x86_64__) && defined(__GNUC__)

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/threading.hpp"
-#include "core/blas_threads.hpp"
+#include "core/blas.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
 #include "spattn/error.hpp"
@@ -45,14 +45,14 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   const int64_t off = query_position(0, q.seq, k.seq);
   const float scale = softmax_scale(opt, d);
 
-  BlasThreads blas(resolve_threads(opt.threads));
+  const int threads = resolve_threads(opt.threads);
   std::vector<float> kp, score(size_t(nq * nk));
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
   for (int64_t h = 0; h < q.heads; ++h) {
     if (h % group == 0) kp = pooled(k, h / group, block_k);
     const std::vector<float> qp = pooled(q, h, block_q);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(nq), int(nk), int(d), scale,
-                qp.data(), int(d), kp.data(), int(d), 0.0f, score.data(), int(nk));
+    blas::sgemm(true, nq, nk, d, scale, qp.data(), d, kp.data(), d, 0.0f, score.data(), nk,
+                threads);
     for (int64_t qb = 0; qb < nq; ++qb) {
       const int64_t limit = m.causal_blocks(qb);
       const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;

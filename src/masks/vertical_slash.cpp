@@ -1,7 +1,6 @@
 // MInference's vertical-slash pattern (Jiang et al. 2024; the MMInference paper appendix C.3): estimate
 // from the last queries which key columns (vertical lines) and diagonals (slash lines) carry
 // the attention, then compute only those with attention_vertical_slash.
-#include <cblas.h>
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +10,7 @@
 #include <numeric>
 
 #include "core/threading.hpp"
-#include "core/blas_threads.hpp"
+#include "core/blas.hpp"
 #include "kernels/exp_row.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
@@ -91,7 +90,6 @@ void AHatEstimator::heads(
   s_.resize(size_t(std::max<int64_t>(count, int64_t(s_.size()))));
   e_.resize(s_.size());
   {
-    BlasThreads blas(threads_);
     for (int64_t i = 0; i < count; ++i) {
       const int64_t h = h0 + i, kvh = h / (q_.heads / k_.heads);
       // f32 rows with unit dim stride go to sgemm where they are (ldb = the row stride): a
@@ -111,8 +109,8 @@ void AHatEstimator::heads(
       s.resize(size_t(n * nk));
       e_[size_t(i)].resize(size_t(nk));
       if (n > 0 && nk > 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(n), int(nk), int(d), scale_,
-                    qf_.data(), int(d), kp, int(ldk), 0.0f, s.data(), int(nk));
+        blas::sgemm(true, n, nk, d, scale_, qf_.data(), d, kp, ldk, 0.0f, s.data(), nk,
+                    threads_);
     }
   }
   parallel_for(count, std::min<int>(threads_, int(count)), [&](int64_t i, int) {

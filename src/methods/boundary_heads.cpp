@@ -35,7 +35,7 @@ void attention_modality_pairs(const TensorView& q, const TensorView& k, const Te
     if (plan.tiles.empty()) continue;
     for (int64_t j : plan.order)
       SPATTN_CHECK(j >= 0 && j < lk, "modality_pairs: key ", j, " outside [0, ", lk, ")");
-    PackedKV kv(1, k.dim, k.dtype, int64_t(plan.order.size()));
+    PackedKV kv(1, k.dim, k.dtype, int64_t(plan.order.size()), opt.bf16_dot);
     kv.append_rows(k, v, plan.order, plan.order, opt.threads);
     std::vector<RowGroup> groups;
     groups.reserve(plan.tiles.size());

@@ -131,12 +131,13 @@ struct ChunkedH2OLayer::State {
   WeightSums ws;
   ChunkedH2OTrace* trace = nullptr;
 
-  State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c)
+  State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c,
+        bool bf16_dot)
       : p(p_), hq(hq_), hkv(hkv_), dim(d), cap(c),
         mem_cap(std::min(p_.local + p_.heavy, c)), dtype(t), row_size(size_t(d) * dtype_size(t)),
         scores(size_t(hq_)), mem(size_t(hq_)),
-        intra_kv(hkv_, d, t, std::min(p_.batch, c)),
-        mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p_.local + p_.heavy, c))),
+        intra_kv(hkv_, d, t, std::min(p_.batch, c), bf16_dot),
+        mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p_.local + p_.heavy, c)), bf16_dot),
         o_inter(DType::f32, hq_, std::min(p_.chunk, c), d) {
     ws.want_columns = true;
     ws.want_blocks = false;
@@ -198,13 +199,13 @@ struct ChunkedH2OLayer::State {
 };
 
 ChunkedH2OLayer::ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int64_t kv_heads,
-                                 int64_t dim, DType dtype, int64_t capacity) {
+                                 int64_t dim, DType dtype, int64_t capacity, bool bf16_dot) {
   p.validate();
   SPATTN_CHECK(q_heads >= 1 && kv_heads >= 1 && q_heads % kv_heads == 0,
                "chunked_h2o: q heads (", q_heads, ") must be a positive multiple of kv heads (",
                kv_heads, ")");
   SPATTN_CHECK(capacity >= 1, "chunked_h2o: capacity must be >= 1, got ", capacity);
-  s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity);
+  s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity, bf16_dot);
 }
 ChunkedH2OLayer::ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept = default;
 ChunkedH2OLayer::~ChunkedH2OLayer() = default;
@@ -347,7 +348,7 @@ void attention_chunked_h2o(const TensorView& q, const TensorView& k, const Tenso
   const int64_t n = q.seq;
   SPATTN_CHECK(n >= 1 && k.seq == n, "chunked_h2o: a prompt's q and k must hold the same rows "
                "(self-attention), got q ", q.shape_str(), ", k ", k.shape_str());
-  ChunkedH2OLayer layer(p, q.heads, k.heads, q.dim, k.dtype, n);
+  ChunkedH2OLayer layer(p, q.heads, k.heads, q.dim, k.dtype, n, opt.bf16_dot);
   layer.set_trace(trace);
   std::vector<float> lse_b;
   for (int64_t b0 = 0; b0 < n; b0 += p.batch) {

@@ -48,7 +48,8 @@ void attention_grid(const TensorView& q, const TensorView& k, const TensorView& 
         kv = nullptr;
         continue;
       }
-      pack = std::make_unique<PackedKV>(1, k.dim, k.dtype, int64_t(layout.order.size()));
+      pack = std::make_unique<PackedKV>(1, k.dim, k.dtype, int64_t(layout.order.size()),
+                                        opt.bf16_dot);
       pack->append_rows(k.head_range(kvh, 1), v.head_range(kvh, 1), layout.order, layout.positions,
                         opt.threads);
       kv = pack.get();

@@ -201,7 +201,7 @@ class Momo final : public Method {
 
     // Step 1: the fused query-sparse pass with online selection.
     auto t0 = Clock::now();
-    const PackedKV packed = PackedKV::pack(k, v, 0, opt.threads);
+    const PackedKV packed = PackedKV::pack(k, v, 0, opt.threads, opt.bf16_dot);
     const std::vector<int64_t> rows = strided_rows(L, gamma_);
     const int64_t R = int64_t(rows.size());
     Tensor og(DType::f32, H, R, d);

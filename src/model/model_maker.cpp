@@ -124,7 +124,10 @@ uint32_t file_type(GgmlType t) {  // llama.cpp's LLAMA_FTYPE_* for "all f32", "m
     case GgmlType::f16: return 1;
     case GgmlType::q8_0: return 7;
     case GgmlType::bf16: return 32;
+    default: break;  // make-model writes only the types above
   }
+  SPATTN_CHECK(false, "make-model: no llama.cpp file type for weights of type ",
+               gguf::type_name(t));
   return 0;
 }
 

@@ -10,14 +10,21 @@
 //                the batch's -ub chunks, then Phase 2 chunk by chunk). A prompt of one chunk,
 //                or a prefill that does not start at position 0, runs dense.
 //   method       chunks of -ub, each running a library method over every key before it (the
-//                raw K/V rows kept for it).
-// Every schedule appends every token's K and V to the layer's PackedKV, so decode (one token,
-// attention_decode over the cache) always sees the full prompt.
+//                cache's raw rows, which the same appends write).
+// Every schedule, and decode, appends every token's K and V to the layer's cache (KVCache:
+// packed, and raw in method mode), so every later call sees every token before it, whichever
+// call computed it.
+//
+// A call (prefill or decode) is all or nothing: its rows are staged in the cache layer by layer
+// and committed when the call has run through every layer and chunk; on an Error anywhere the
+// cache is rolled back, chunked_h2o's layer state reset (it only ever runs from position 0) and
+// the timings restored, and the Error propagates: the session is as it was before the call.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "eval/rope.hpp"
+#include "model/kv_cache.hpp"
 #include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
@@ -49,6 +56,10 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 enum class Attn { dense, h2o, method };
+const SessionOptions& validated(const SessionOptions& o) {
+  o.validate();
+  return o;
+}
 }  // namespace
 
 struct Session::Impl {
@@ -56,11 +67,11 @@ struct Session::Impl {
   const Config& cfg;
   SessionOptions opt;
   eval::RopeTable rope;
-  std::vector<PackedKV> cache;
+  // Every token's K/V per layer; its committed size is the session's n_past. f32 storage.
+  KVCache cache;
   std::vector<ChunkedH2OLayer> h2o;
-  std::vector<std::unique_ptr<Method>> methods;  // per layer, method mode only
-  std::vector<Tensor> k_raw, v_raw;  // [Hkv, n_ctx, d] per layer, method mode only
-  int64_t n_past = 0;
+  // Per layer, method mode only. A Method's run is const and keeps nothing, so forks share them.
+  std::vector<std::shared_ptr<const Method>> methods;
   Timings t;
   int64_t tap_layer = -1;
   QkvTap tap;
@@ -69,21 +80,12 @@ struct Session::Impl {
   std::vector<float> x, h, q, k, v, att, g, u;
 
   Impl(const Model& model, const SessionOptions& o)
-      : m(model), cfg(model.config()), opt(o),
+      : m(model), cfg(model.config()), opt(validated(o)),
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
-             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent) {
-    opt.validate();
-    for (int64_t l = 0; l < cfg.n_layer; ++l)
-      cache.emplace_back(cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx);
-    if (opt.mode == PrefillMode::chunked_h2o) {
-      ChunkedH2OParams p;
-      p.chunk = opt.n_ubatch;
-      p.batch = opt.n_batch;
-      p.local = opt.h2o_local;
-      p.heavy = opt.h2o_heavy;
-      for (int64_t l = 0; l < cfg.n_layer; ++l)
-        h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx);
-    }
+             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent),
+        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
+              /*raw=*/o.mode == PrefillMode::method) {
+    make_h2o();
     if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
       // layer=l is added unless the spec names a layer itself. A file with one law serves
@@ -97,10 +99,32 @@ struct Session::Impl {
           s.text += ",layer=" + std::to_string(l);
         }
         methods.push_back(make_method(s));
-        k_raw.emplace_back(DType::f32, cfg.n_head_kv, opt.n_ctx, cfg.head_dim);
-        v_raw.emplace_back(DType::f32, cfg.n_head_kv, opt.n_ctx, cfg.head_dim);
       }
     }
+    make_scratch();
+  }
+
+  // A fork: src's options, methods and tap, a copy of its first n committed tokens.
+  Impl(const Impl& src, int64_t n)
+      : m(src.m), cfg(src.cfg), opt(src.opt), rope(src.rope), cache(src.cache.fork(n)),
+        methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
+    make_h2o();
+    make_scratch();
+  }
+
+  // chunked_h2o's per-layer state, fresh (position 0).
+  void make_h2o() {
+    if (opt.mode != PrefillMode::chunked_h2o) return;
+    ChunkedH2OParams p;
+    p.chunk = opt.n_ubatch;
+    p.batch = opt.n_batch;
+    p.local = opt.h2o_local;
+    p.heavy = opt.h2o_heavy;
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx);
+  }
+
+  void make_scratch() {
     // chunked_h2o takes a whole logical batch through each layer at once; the other schedules
     // one chunk of -ub rows.
     max_rows = std::min(opt.n_ctx, opt.mode == PrefillMode::chunked_h2o
@@ -132,8 +156,11 @@ struct Session::Impl {
     const TensorView kv = TensorView::shd(k.data(), DType::f32, Hkv, n, d);
     const TensorView vv = TensorView::shd(v.data(), DType::f32, Hkv, n, d);
     const TensorView ov = TensorView::shd(att.data(), DType::f32, Hq, n, d);
-    PackedKV& c = cache[size_t(l)];
-    c.append(kv, vv, {}, n > kMaxDecodeQueries ? opt.threads : 1);  // a decode row: no pool call
+    SPATTN_CHECK(cache.layer_size(l) == pos0, "internal: layer ", l, " holds ",
+                 cache.layer_size(l), " tokens, rows start at ", pos0);
+    // Staged until the call commits; a decode row makes no pool call.
+    cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
+    const PackedKV& c = cache.packed(l);
     switch (kind) {
       case Attn::dense:
         if (n <= kMaxDecodeQueries) {
@@ -151,15 +178,30 @@ struct Session::Impl {
                                      c.size() == n ? &c : nullptr);
         break;
       case Attn::method: {
-        Tensor& kr = k_raw[size_t(l)];
-        Tensor& vr = v_raw[size_t(l)];
-        copy_into(kv, kr.view().rows(pos0, n));
-        copy_into(vv, vr.view().rows(pos0, n));
-        const MethodReport r = methods[size_t(l)]->run(qv, kr.view().rows(0, pos0 + n),
-                                           vr.view().rows(0, pos0 + n), ov, attn_opt(-1));
+        // Every key before and in the chunk, as the cache holds them (decode's rows included).
+        const MethodReport r =
+            methods[size_t(l)]->run(qv, cache.raw_k(l), cache.raw_v(l), ov, attn_opt(-1));
         if (stats) stats->add(r.stats);
         break;
       }
+    }
+  }
+
+  // Runs one call's forward passes as one change of the session: committed when `body`
+  // returns, undone when it throws (see the top of this file).
+  template <class Body>
+  void all_or_nothing(Body&& body) {
+    const int64_t pos0 = cache.size();
+    const Timings saved = t;
+    try {
+      body();
+      cache.commit();
+    } catch (...) {
+      cache.rollback();
+      if (pos0 == 0)  // chunked_h2o's layers only ever run from position 0, from a fresh state
+        for (auto& l : h2o) l.reset();
+      t = saved;
+      throw;
     }
   }
 
@@ -200,21 +242,37 @@ struct Session::Impl {
 
 Session::Session(const Model& model, const SessionOptions& opt)
     : p_(std::make_unique<Impl>(model, opt)) {}
+Session::Session(std::unique_ptr<Impl> impl) : p_(std::move(impl)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
-void Session::reset() {
-  for (auto& c : p_->cache) c.clear();
-  for (auto& l : p_->h2o) l.reset();
-  p_->n_past = 0;
+void Session::reset() { truncate(0); }
+
+void Session::truncate(int64_t n) {
+  Impl& s = *p_;
+  SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "truncate: ", n, " tokens, outside [0, ",
+               s.cache.size(), "]");
+  s.cache.truncate(n);
+  if (n == 0)  // a fresh prompt: chunked_h2o runs again from position 0
+    for (auto& l : s.h2o) l.reset();
 }
-int64_t Session::n_past() const { return p_->n_past; }
+
+Session Session::fork(int64_t n) const {
+  const Impl& s = *p_;
+  if (n < 0) n = s.cache.size();
+  SPATTN_CHECK(n <= s.cache.size(), "fork: ", n, " tokens, outside [0, ", s.cache.size(), "]");
+  return Session(std::make_unique<Impl>(s, n));
+}
+
+int64_t Session::n_past() const { return p_->cache.size(); }
+const KVCache& Session::cache() const { return p_->cache; }
 const Timings& Session::timings() const { return p_->t; }
 Session::Memory Session::memory() const {
   const Impl& s = *p_;
   Memory m;
-  for (const PackedKV& c : s.cache) m.kv_cache += c.bytes();
-  for (const auto* raw : {&s.k_raw, &s.v_raw})
-    for (const Tensor& t : *raw) m.method_kv += t.nbytes();
+  m.kv_cache = s.cache.packed_bytes();
+  m.method_kv = s.cache.raw_bytes();
   for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
     m.scratch += b->capacity() * sizeof(float);
   return m;
@@ -229,49 +287,51 @@ void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
 
 void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from) {
   Impl& s = *p_;
-  const int64_t n = int64_t(tokens.size()), V = s.cfg.n_vocab, pos0 = s.n_past;
+  const int64_t n = int64_t(tokens.size()), V = s.cfg.n_vocab, pos0 = s.cache.size();
   SPATTN_CHECK(n >= 1, "prefill: no tokens");
   SPATTN_CHECK(pos0 + n <= s.opt.n_ctx, "prompt of ", n, " tokens after ", pos0,
                " does not fit the context of ", s.opt.n_ctx, " (-c)");
   SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
                " outside [0, ", n, ")");
-  const auto t0 = Clock::now();
-  // Runs rows [r0, r1) of the prompt, writing the logits rows it holds.
-  auto run = [&](int64_t r0, int64_t r1, Attn kind, bool last) {
-    float* lg = nullptr;
-    int64_t row0 = 0;
-    if (logits && r1 > logits_from) {
-      row0 = std::max<int64_t>(0, logits_from - r0);
-      lg = logits + (r0 + row0 - logits_from) * V;
+  s.all_or_nothing([&] {
+    const auto t0 = Clock::now();
+    // Runs rows [r0, r1) of the prompt, writing the logits rows it holds.
+    auto run = [&](int64_t r0, int64_t r1, Attn kind, bool last) {
+      float* lg = nullptr;
+      int64_t row0 = 0;
+      if (logits && r1 > logits_from) {
+        row0 = std::max<int64_t>(0, logits_from - r0);
+        lg = logits + (r0 + row0 - logits_from) * V;
+      }
+      s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, kind, last, lg, row0,
+                &s.t.prefill_attn_ms, &s.t.prefill_stats);
+    };
+    const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == 0 && n > s.opt.n_ubatch;
+    for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
+      const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
+      if (h2o) {
+        run(b0, b1, Attn::h2o, b1 == n);
+        continue;
+      }
+      const Attn kind = s.opt.mode == PrefillMode::method ? Attn::method : Attn::dense;
+      for (int64_t c0 = b0; c0 < b1; c0 += s.opt.n_ubatch)
+        run(c0, std::min(b1, c0 + s.opt.n_ubatch), kind, false);
     }
-    s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, kind, last, lg, row0, &s.t.prefill_attn_ms,
-              &s.t.prefill_stats);
-  };
-  const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == 0 && n > s.opt.n_ubatch;
-  for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
-    const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
-    if (h2o) {
-      run(b0, b1, Attn::h2o, b1 == n);
-      continue;
-    }
-    const Attn kind = s.opt.mode == PrefillMode::method ? Attn::method : Attn::dense;
-    for (int64_t c0 = b0; c0 < b1; c0 += s.opt.n_ubatch)
-      run(c0, std::min(b1, c0 + s.opt.n_ubatch), kind, false);
-  }
-  s.n_past += n;
-  s.t.prefill_ms += ms_since(t0);
-  s.t.prefill_tokens += n;
+    s.t.prefill_ms += ms_since(t0);
+    s.t.prefill_tokens += n;
+  });
 }
 
 void Session::decode(int32_t token, float* logits) {
   Impl& s = *p_;
-  SPATTN_CHECK(s.n_past + 1 <= s.opt.n_ctx, "decode: the context of ", s.opt.n_ctx,
+  SPATTN_CHECK(s.cache.size() + 1 <= s.opt.n_ctx, "decode: the context of ", s.opt.n_ctx,
                " tokens (-c) is full");
-  const auto t0 = Clock::now();
-  s.forward(&token, 1, s.n_past, Attn::dense, false, logits, 0, nullptr, nullptr);
-  s.n_past += 1;
-  s.t.decode_ms += ms_since(t0);
-  s.t.decode_tokens += 1;
+  s.all_or_nothing([&] {
+    const auto t0 = Clock::now();
+    s.forward(&token, 1, s.cache.size(), Attn::dense, false, logits, 0, nullptr, nullptr);
+    s.t.decode_ms += ms_since(t0);
+    s.t.decode_tokens += 1;
+  });
 }
 
 }  // namespace spattn::model

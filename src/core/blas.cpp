@@ -1,0 +1,52 @@
+#include "core/blas.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <mutex>
+
+#include "core/threading.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::blas {
+
+void use_single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] { openblas_set_num_threads(1); });
+}
+
+void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+           int threads) {
+  SPATTN_CHECK(m >= 0 && n >= 0 && k >= 0 && threads >= 1, "sgemm: bad sizes m ", m, ", n ", n,
+               ", k ", k, " or threads ", threads);
+  SPATTN_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX &&
+                   ldb <= INT_MAX && ldc <= INT_MAX,
+               "sgemm: sizes beyond OpenBLAS's int range");
+  if (m == 0 || n == 0) return;
+  use_single_threaded_blas();
+  const CBLAS_TRANSPOSE tb = b_transposed ? CblasTrans : CblasNoTrans;
+  const auto call = [&](int64_t rows, int64_t cols, const float* a0, const float* b0, float* c0) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(k), alpha, a0,
+                int(lda), b0, int(ldb), beta, c0, int(ldc));
+  };
+  const bool by_rows = m >= n;
+  const int64_t extent = by_rows ? m : n, groups = (extent + 15) / 16;
+  const int64_t parts = std::min<int64_t>(threads, groups);
+  if (parts <= 1) {
+    call(m, n, a, b, c);
+    return;
+  }
+  parallel_for(parts, int(parts), [&](int64_t i, int) {
+    const int64_t lo = std::min(extent, groups * i / parts * 16),
+                  hi = std::min(extent, groups * (i + 1) / parts * 16);
+    if (hi <= lo) return;
+    if (by_rows)
+      call(hi - lo, n, a + lo * lda, b, c + lo * ldc);
+    else  // columns lo..hi of op(B): rows of B^T's B, or columns of B
+      call(m, hi - lo, a, b_transposed ? b + lo * ldb : b + lo, c + lo);
+  });
+}
+
+}  // namespace spattn::blas

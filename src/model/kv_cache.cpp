@@ -1,0 +1,130 @@
+#include "model/kv_cache.hpp"
+
+#include "spattn/error.hpp"
+
+namespace spattn::model {
+
+KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
+                 bool raw)
+    : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype) {
+  SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
+  packed_.reserve(size_t(n_layer));
+  for (int64_t l = 0; l < n_layer; ++l) packed_.emplace_back(kv_heads, dim, dtype, capacity);
+  if (raw)
+    for (int64_t l = 0; l < n_layer; ++l) {
+      raw_k_.emplace_back(dtype, kv_heads, capacity, dim);
+      raw_v_.emplace_back(dtype, kv_heads, capacity, dim);
+    }
+}
+
+void KVCache::check_layer(int64_t l) const {
+  SPATTN_CHECK(l >= 0 && l < n_layer(), "KV cache: layer ", l, " outside [0, ", n_layer(), ")");
+}
+
+int64_t KVCache::layer_size(int64_t l) const {
+  check_layer(l);
+  return packed_[size_t(l)].size();
+}
+
+bool KVCache::staged() const {
+  for (const PackedKV& p : packed_)
+    if (p.size() != size_) return true;
+  return false;
+}
+
+void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int threads) {
+  check_layer(l);
+  PackedKV& p = packed_[size_t(l)];
+  const int64_t at = p.size();
+  // The packed rows first (they check everything), then the raw copy, which cannot fail on
+  // rows the packer took; should it, the packed rows go again.
+  p.append(k, v, {}, threads);
+  if (has_raw()) {
+    try {
+      copy_into(k, raw_k_[size_t(l)].view().rows(at, k.seq));
+      copy_into(v, raw_v_[size_t(l)].view().rows(at, v.seq));
+    } catch (...) {
+      p.truncate(at);
+      throw;
+    }
+  }
+}
+
+void KVCache::commit() {
+  const int64_t n = packed_.front().size();
+  for (int64_t l = 0; l < n_layer(); ++l)
+    SPATTN_CHECK(packed_[size_t(l)].size() == n, "KV cache: layer ", l, " holds ",
+                 packed_[size_t(l)].size(), " tokens and layer 0 ", n,
+                 ": a pass must append to every layer before it commits");
+  size_ = n;
+}
+
+void KVCache::rollback() {
+  // Raw rows past a layer's size are never read (raw_k/raw_v end there), so only the packed
+  // caches, whose tails the kernels read as zeros, are restored.
+  for (PackedKV& p : packed_)
+    if (p.size() > size_) p.truncate(size_);
+}
+
+void KVCache::truncate(int64_t n) {
+  SPATTN_CHECK(!staged(), "KV cache: truncate during a pass (rows staged but not committed)");
+  SPATTN_CHECK(n >= 0 && n <= size_, "KV cache: truncate to ", n, " tokens, outside [0, ", size_,
+               "]");
+  for (PackedKV& p : packed_) p.truncate(n);
+  size_ = n;
+}
+
+KVCache KVCache::fork(int64_t n) const {
+  SPATTN_CHECK(!staged(), "KV cache: fork during a pass (rows staged but not committed)");
+  if (n < 0) n = size_;
+  SPATTN_CHECK(n <= size_, "KV cache: fork of ", n, " tokens from ", size_);
+  KVCache c;
+  c.kv_heads_ = kv_heads_;
+  c.dim_ = dim_;
+  c.capacity_ = capacity_;
+  c.dtype_ = dtype_;
+  c.size_ = n;
+  c.packed_.reserve(packed_.size());
+  for (const PackedKV& p : packed_) c.packed_.push_back(p.copy(n));
+  for (size_t l = 0; l < raw_k_.size(); ++l) {
+    c.raw_k_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
+    c.raw_v_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
+    if (n > 0) {
+      copy_into(raw_k_[l].view().rows(0, n), c.raw_k_[l].view().rows(0, n));
+      copy_into(raw_v_[l].view().rows(0, n), c.raw_v_[l].view().rows(0, n));
+    }
+  }
+  return c;
+}
+
+const PackedKV& KVCache::packed(int64_t l) const {
+  check_layer(l);
+  return packed_[size_t(l)];
+}
+
+TensorView KVCache::raw_k(int64_t l) const {
+  check_layer(l);
+  SPATTN_CHECK(has_raw(), "KV cache: made without raw rows");
+  return raw_k_[size_t(l)].view().rows(0, packed_[size_t(l)].size());
+}
+
+TensorView KVCache::raw_v(int64_t l) const {
+  check_layer(l);
+  SPATTN_CHECK(has_raw(), "KV cache: made without raw rows");
+  return raw_v_[size_t(l)].view().rows(0, packed_[size_t(l)].size());
+}
+
+size_t KVCache::packed_bytes() const {
+  size_t b = 0;
+  for (const PackedKV& c : packed_) b += c.bytes();
+  return b;
+}
+
+size_t KVCache::raw_bytes() const {
+  size_t b = 0;
+  for (const auto* raw : {&raw_k_, &raw_v_})
+    for (const Tensor& t : *raw) b += t.nbytes();
+  return b;
+}
+
+}  // namespace spattn::model
