@@ -5,12 +5,15 @@ round), so drift in the machine's speed lands on both. Prints the medians and th
 
   scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
       [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
+      [--spattn-arg=--attn --spattn-arg=chunked_h2o ...]
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
 -n N -d D). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup).
 llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1; spattn run
-with the same -b/-ub, dense attention, greedy, --ignore-eos. spattn's prompt is the first N
+with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
+is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
+For ppN both sides' time to first token (N / tokens per second) is printed too. spattn's prompt is the first N
 tokens of --text (llama-bench's are random tokens: the same work for dense attention).
 """
 import argparse
@@ -47,7 +50,7 @@ def spattn_once(a, kind, n, depth):
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
     cmd = [a.spattn, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
            str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
-           str(a.threads), "--warmup", "--ignore-eos", "--json"]
+           str(a.threads), "--warmup", "--ignore-eos", "--json"] + a.spattn_arg
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     if j["prompt_tokens"] != prompt:
         sys.exit(f"vs_llama: --text has only {j['prompt_tokens']} tokens, {prompt} needed")
@@ -66,6 +69,8 @@ def main():
     p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "shared", "models", "code-heldout.txt"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--spattn-arg", action="append", default=[],
+                   help="one more argument for spattn run (repeat for several)")
     a = p.parse_args()
     rows = []
     for t in a.test:
@@ -85,14 +90,22 @@ def main():
                "llama_tok_s": ll, "spattn_tok_s": sp,
                "llama_median": statistics.median(ll), "spattn_median": statistics.median(sp)}
         row["ratio"] = row["spattn_median"] / row["llama_median"]
+        if a.spattn_arg:
+            row["spattn_args"] = a.spattn_arg
+        if kind == "pp":
+            row["llama_ttft_s"] = n / row["llama_median"]
+            row["spattn_ttft_s"] = n / row["spattn_median"]
         if rss:
             row["spattn_peak_rss_bytes"] = rss
         rows.append(row)
         if not a.json:
+            ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
+                    if kind == "pp" else "")
+            extra = f"  [spattn {' '.join(a.spattn_arg)}]" if a.spattn_arg else ""
             print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp {row['llama_median']:9.1f}"
-                  f"  spattn {row['spattn_median']:9.1f} tok/s  ratio {row['ratio']:.2f}x"
+                  f"  spattn {row['spattn_median']:9.1f} tok/s  ratio {row['ratio']:.2f}x{ttft}"
                   f"  (llama {', '.join(f'{x:.1f}' for x in ll)}; spattn "
-                  f"{', '.join(f'{x:.1f}' for x in sp)})", flush=True)
+                  f"{', '.join(f'{x:.1f}' for x in sp)}){extra}", flush=True)
     if a.json:
         print(json.dumps(rows, indent=2))
 
