@@ -35,9 +35,10 @@ bool same_bits(const TensorView& a, const TensorView& b) {
          std::memcmp(a.data, b.data, size_t(a.heads * a.seq * a.dim) * dtype_size(a.dtype)) == 0;
 }
 
-// Split over any number of threads, a product is the one unsplit call's, bit for bit, and
-// within float error of the exact product.
-TEST(Blas, SgemmIsTheUnsplitProductForEveryThreadCount) {
+// Split over any number of threads, a product is deterministic (the same bits on a second call
+// with that count) and the unsplit call's to float rounding. Not bit for bit: OpenBLAS's edge
+// kernels (its Haswell set) sum a slice's last rows or columns in another order.
+TEST(Blas, SgemmSplitIsDeterministicAndTheUnsplitProduct) {
   blas::use_single_threaded_blas();
   struct Shape {
     int64_t m, n, k;
@@ -54,11 +55,21 @@ TEST(Blas, SgemmIsTheUnsplitProductForEveryThreadCount) {
                 int(s.n), int(s.k), 0.5f, a.data(), int(lda), b.data(), int(ldb), 0.25f,
                 want.data(), int(ldc));
     for (int threads : {1, 2, 3, 5}) {
-      std::vector<float> c = c0;
+      std::vector<float> c = c0, again = c0;
       blas::sgemm(s.bt, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, c.data(), ldc,
                   threads);
-      EXPECT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0)
-          << s.m << "x" << s.n << "x" << s.k << " on " << threads << " threads";
+      blas::sgemm(s.bt, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, again.data(),
+                  ldc, threads);
+      EXPECT_EQ(std::memcmp(c.data(), again.data(), c.size() * 4), 0)
+          << s.m << "x" << s.n << "x" << s.k << " on " << threads << " threads, twice";
+      if (threads == 1) {
+        EXPECT_EQ(std::memcmp(c.data(), want.data(), c.size() * 4), 0) << "one thread: one call";
+      }
+      // Each entry is a k-term sum of products of N(0,1) values; reordering it moves it by a
+      // few ulps of the terms' magnitude (k * 2^-24 * |a||b| bounds it loosely).
+      for (size_t i = 0; i < c.size(); ++i)
+        ASSERT_NEAR(c[i], want[i], 1e-5f * float(s.k)) << s.m << "x" << s.n << "x" << s.k
+                                                       << " on " << threads << " threads";
     }
     for (int64_t i = 0; i < s.m; ++i)  // and it is the product
       for (int64_t j = 0; j < s.n; ++j) {

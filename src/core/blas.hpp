@@ -21,8 +21,10 @@ void use_single_threaded_blas();
 // C = alpha A op(B) + beta C, row-major: A [m, k] (row stride lda), op(B) = B^T with B [n, k]
 // (b_transposed) or B [k, n] (row stride ldb), C [m, n] (row stride ldc). The rows of C (when
 // m >= n) or its columns are split into at most `threads` slices of whole 16-row or
-// 16-column groups; each entry is computed as one unsplit call computes it, so the result does
-// not depend on `threads` (>= 1).
+// 16-column groups, each one single-threaded OpenBLAS call. The result is deterministic for a
+// given `threads` (>= 1); across thread counts it agrees to float rounding, not bit for bit:
+// OpenBLAS's edge kernels (its Haswell set, which it runs on Zen 5) sum a slice's last rows or
+// columns in another order than the same entries inside a larger call.
 void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            int threads);
