@@ -12,6 +12,7 @@
 
 #include "kernels/flash-inl.h"
 #include "kernels/packed_kv.hpp"
+#include "model/kv_cache.hpp"
 #include "packed_kv_state.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/decode.hpp"
@@ -345,6 +346,33 @@ TEST(KVTypes, AppendInChunksTruncateAndCopyKeepTheBytes) {
       EXPECT_EQ(test::packed_kv_difference(whole.copy(n), fresh), "") << name(c) << " n " << n;
     }
   }
+}
+
+// The runner's cache: its raw rows (method mode) hold what its packed tiles hold, rounded to
+// the cache's types, and a fork keeps the types.
+TEST(KVTypes, RunnerCacheRawRowsAreRoundedAsThePackedOnes) {
+  const Case c{KVType::q8_0, KVType::f16};
+  Inputs in(4, 2, 1, 150, 64, c);
+  model::KVCache cache(2, 2, 64, 200, DType::f32, /*raw=*/true, c.k, c.v);
+  for (int64_t l = 0; l < 2; ++l) {
+    cache.append(l, in.k.view().rows(0, 100), in.v.view().rows(0, 100), 1);
+    cache.append(l, in.k.view().rows(100, 50), in.v.view().rows(100, 50), 1);
+  }
+  cache.commit();
+  EXPECT_TRUE(bitwise_equal(cache.raw_k(1), in.kr));
+  EXPECT_TRUE(bitwise_equal(cache.raw_v(1), in.vr));
+  const PackedKV plain = PackedKV::pack(in.kr, in.vr, 200);
+  Tensor a(DType::f32, 4, 1, 64), b(DType::f32, 4, 1, 64);
+  attention_decode(in.q, cache.packed(1), a);
+  attention_decode(in.q, plain, b);
+  EXPECT_TRUE(bitwise_equal(a, b));
+  const model::KVCache f = cache.fork(120);
+  EXPECT_EQ(f.k_type(), c.k);
+  EXPECT_EQ(f.v_type(), c.v);
+  EXPECT_EQ(f.packed(0).k_type(), c.k);
+  const size_t tiles = PackedKV(2, 64, DType::f32, 200, true, c.k, c.v).bytes();  // no keys
+  EXPECT_GE(cache.packed_bytes(), 2 * tiles);  // and each layer's positions
+  EXPECT_LE(cache.packed_bytes(), 2 * tiles + 2 * 200 * sizeof(int64_t));
 }
 
 TEST(KVTypes, BytesFollowTheTypes) {

@@ -111,12 +111,12 @@ std::string memory_line(const LoadedModel& m,
   auto mib = [&](const char* k) { return double(j[k].get<size_t>()) / (1 << 20); };
   return fmt::format(
       "memory: peak RSS {:.1f} MiB (file {:.1f} MiB); weights {:.1f} MiB mapped + {:.1f} MiB "
-      "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB ({}){}; method K/V copies {:.1f} MiB; row "
+      "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB (K {}, V {}); method K/V copies {:.1f} MiB; row "
       "buffers {:.1f} MiB",
       mib("peak_rss_bytes"), mib("file_bytes"), mib("weights_mapped_bytes"),
       mib("weights_repacked_bytes"), mib("weights_owned_bytes"), mib("kv_cache_bytes"),
       j.contains("kv_cache_type_k") ? j["kv_cache_type_k"].get<std::string>() : "-",
-      j.contains("kv_cache_type_v") ? " / " + j["kv_cache_type_v"].get<std::string>() : "",
+      j.contains("kv_cache_type_v") ? j["kv_cache_type_v"].get<std::string>() : "-",
       mib("method_kv_bytes"), mib("scratch_bytes"));
 }
 
