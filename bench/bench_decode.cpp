@@ -19,6 +19,8 @@
 #include "core/threading.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/decode.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/packed_kv.hpp"
 #include "spattn/workload.hpp"
 
 namespace spattn::bench {
@@ -139,6 +141,37 @@ void BM_Decode(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
 }
 
+// Decode over a PackedKV (the model runner's cache) stored as each KV cache type (-ctk / -ctv):
+// extra arg range(4) indexes f32, f16, bf16, q8_0, range(5) is the thread count. Inputs are
+// f32; the cache rounds them.
+void BM_DecodeCacheType(benchmark::State& state) {
+  const Workload& w = inputs(state);
+  static const KVType types[] = {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0};
+  const KVType t = types[state.range(4)];
+  // One cache at a time, packed once per argument set.
+  static std::vector<int64_t> key;
+  static std::unique_ptr<PackedKV> kv;
+  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2),
+                                     state.range(3), state.range(4)};
+  if (key != args) {
+    kv.reset();
+    kv = std::make_unique<PackedKV>(PackedKV::pack(w.k, w.v, 0, 0, true, t, t));
+    key = args;
+  }
+  const PackedKV& c = *kv;
+  Tensor out(DType::f32, w.q.heads(), 1, w.q.dim());
+  AttnOptions opt;
+  opt.check_finite = false;
+  opt.threads = int(state.range(5));
+  for (auto _ : state) {
+    attention_decode(w.q, c, out, opt);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetLabel(kv_type_name(t));
+  state.counters["cache_MB"] = double(c.bytes()) / 1e6;
+  set_bandwidth(state, double(c.bytes()));
+}
+
 // {kv_len, q heads, kv heads, dtype}: MHA-like 8/8 and GQA 32/8, 32K keys, f32 and bf16.
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"kv", "hq", "hkv", "bf16"});
@@ -155,6 +188,17 @@ void decode_shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 
+// {kv_len, q heads, kv heads, 0 (f32 inputs), cache type}: code-small-32k's attention at 16K
+// (4 / 2 heads) and Llama-3.1-8B's GQA (32 / 8).
+void cache_type_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"kv", "hq", "hkv", "bf16", "type", "threads"});
+  for (int64_t threads : {1, 2})
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 2}, {32, 8}})
+      for (int64_t t : {0, 1, 2, 3}) b->Args({16384, hq, hkv, 0, t, threads});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+BENCHMARK(BM_DecodeCacheType)->Apply(cache_type_shapes);
 BENCHMARK(BM_ReadKV)->Apply(shapes);
 BENCHMARK(BM_CopyKV)->Apply(shapes);
 BENCHMARK(BM_PrefillKernelOnDecode)->Apply(shapes);

@@ -114,6 +114,17 @@ TEST_F(Cli, MatchedDensityRowsAndBadNames) {
   expect_bad_input(run_cli(kSmall + "--matched oracle_topk:topk=3"), "plain names");
 }
 
+// -ctk / -ctv as llama.cpp spells them: an unknown cache type is named, before the model loads
+// (the file need not exist), on run and perplexity, with either spelling.
+TEST_F(Cli, UnknownKVCacheTypeExits2AndNamesIt) {
+  const std::string msg = "unknown KV cache type 'nonsense' (expected f32, f16, bf16 or q8_0)";
+  expect_bad_input(run_cli("run -m none.gguf -p hi -ctk nonsense"), msg);
+  expect_bad_input(run_cli("run -m none.gguf -p hi -ctv nonsense"), msg);
+  expect_bad_input(run_cli("run -m none.gguf -p hi --cache-type-k nonsense"), msg);
+  expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt -ctk nonsense"), msg);
+  expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt -ctv q4_0"), "'q4_0'");
+}
+
 TEST_F(Cli, BadDtypeExits2) { expect_bad_input(run_cli(kSmall + "--dtype f64"), "f64"); }
 
 TEST_F(Cli, BadWorkloadExits2) {

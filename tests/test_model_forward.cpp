@@ -3,6 +3,7 @@
 // schedule and decode after it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -29,7 +30,7 @@ struct Dims {
   int64_t rows, cols;
 };
 
-MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed) {
+MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_dim = 16) {
   MadeUp m;
   Config& c = m.cfg;
   c.arch = arch;
@@ -37,7 +38,7 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed) {
   c.n_embd = 48;
   c.n_head = 4;
   c.n_head_kv = 2;
-  c.head_dim = 16;
+  c.head_dim = head_dim;
   c.n_ff = 72;
   c.n_vocab = 61;
   c.n_ctx_train = 256;
@@ -130,8 +131,17 @@ void rope(double* x, int64_t d, int64_t pos, double base, bool neox) {
   }
 }
 
-// Logits after every token of `tokens`.
-std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& tokens) {
+// A head's K or V row as a cache of type t holds it: through f32, rounded (kv_round_row).
+void round_as_cache(double* x, int64_t d, KVType t) {
+  if (t == KVType::f32) return;
+  std::vector<float> f(x, x + d);
+  kv_round_row(t, f.data(), f.data(), d);
+  std::copy(f.begin(), f.end(), x);
+}
+
+// Logits after every token of `tokens`; K and V rows rounded as a cache of kt / vt holds them.
+std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& tokens,
+                               KVType kt = KVType::f32, KVType vt = KVType::f32) {
   const Config& c = m.cfg;
   const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
   std::vector<Vec> x(static_cast<size_t>(n));
@@ -155,6 +165,10 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
         }
       for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
+        round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
+        round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
+      }
     }
     for (int64_t i = 0; i < n; ++i) {
       Vec att(size_t(c.n_head * d), 0.0);
@@ -210,7 +224,7 @@ void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_p
   const Model model(mu.refs);
   EXPECT_EQ(model.tied_output(), mu.tied);
   const auto tokens = some_tokens(n_prompt + n_decode, mu.cfg.n_vocab, 5);
-  const auto want = plain_forward(mu, tokens);
+  const auto want = plain_forward(mu, tokens, so.cache_type_k, so.cache_type_v);
   double scale = 0;  // the tolerance is small next to the logits themselves
   for (const Vec& r : want)
     for (double x : r) scale = std::max(scale, std::abs(x));
@@ -235,8 +249,10 @@ void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_p
     EXPECT_LT(max_diff(&tail[size_t(i * V)], want[size_t(n_prompt - 3 + i)]), tol);
 }
 
-SessionOptions dense_opts(int64_t batch, int64_t ubatch) {
+// An f32 cache unless a test asks for another type: these tests check the forward pass itself.
+SessionOptions dense_opts(int64_t batch, int64_t ubatch, KVType kv = KVType::f32) {
   SessionOptions so;
+  so.cache_type_k = so.cache_type_v = kv;
   so.n_ctx = 128;
   so.n_batch = batch;
   so.n_ubatch = ubatch;
@@ -258,6 +274,45 @@ TEST(ModelForward, Qwen2F32EqualsPlainForward) {
 }
 TEST(ModelForward, Qwen2F16EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen2, true, true, 4), dense_opts(100, 30), 61, 2, kF16Tol);
+}
+
+// Cache types (-ctk / -ctv): the session equals the plain forward over K/V rounded as the cache
+// stores them. The session's K/V rows come from f32 products and the plain forward's from
+// double, so a value near a rounding boundary may round to the neighbouring f16 / q8_0 step on
+// one side: the tolerance is f16's, as for f16 weights. Without the rounding the plain forward
+// is further off (checked for q8_0, whose steps are largest).
+TEST(ModelForward, CacheTypesEqualPlainForwardOverRoundedKV) {
+  expect_equals_plain(make_model(Arch::llama, false, true, 1), dense_opts(40, 17, KVType::f16),
+                      70, 4, kF16Tol);
+  expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8, KVType::bf16),
+                      45, 3, kF16Tol);
+  SessionOptions mixed = dense_opts(64, 24, KVType::q8_0);
+  mixed.cache_type_v = KVType::f16;
+  expect_equals_plain(make_model(Arch::llama, false, true, 8, 32), mixed, 60, 3, kF16Tol);
+  SessionOptions q8 = dense_opts(64, 24, KVType::q8_0);
+  q8.mode = PrefillMode::chunked_h2o;
+  q8.h2o_local = 8;
+  q8.h2o_heavy = 128;
+  expect_equals_plain(make_model(Arch::qwen2, false, true, 9, 32), q8, 70, 3, kF16Tol);
+  q8.mode = PrefillMode::method;
+  q8.attn_spec = "dense";
+  expect_equals_plain(make_model(Arch::llama, false, true, 10, 32), q8, 50, 2, kF16Tol);
+  // q8_0 matters: the unrounded forward is further from the session than the rounded one.
+  const MadeUp mu = make_model(Arch::llama, false, true, 8, 32);
+  const Model model(mu.refs);
+  const auto tokens = some_tokens(40, mu.cfg.n_vocab, 5);
+  Session s(model, dense_opts(64, 24, KVType::q8_0));
+  const int64_t V = mu.cfg.n_vocab;
+  std::vector<float> logits(size_t(40 * V));
+  s.prefill(tokens, logits.data(), 0);
+  const auto rounded = plain_forward(mu, tokens, KVType::q8_0, KVType::q8_0);
+  const auto exact = plain_forward(mu, tokens);
+  double to_rounded = 0, to_exact = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    to_rounded = std::max(to_rounded, max_diff(&logits[size_t(i * V)], rounded[size_t(i)]));
+    to_exact = std::max(to_exact, max_diff(&logits[size_t(i * V)], exact[size_t(i)]));
+  }
+  EXPECT_LT(to_rounded * 4, to_exact) << to_rounded << " vs " << to_exact;
 }
 
 TEST(ModelForward, ChunkedH2OWithCoveringMemoryEqualsPlainForward) {

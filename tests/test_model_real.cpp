@@ -121,16 +121,19 @@ TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
        "He wanted to play with the ball. He wanted to play with the ball.\n"
        "Tom said, \"I want to"},
   };
-  SessionOptions so;
-  so.n_ctx = 256;
+  // llama.cpp's cache is f16 (our default too); the f32 cache gives the same texts.
+  for (KVType kv : {KVType::f16, KVType::f32})
   for (const Case& c : cases) {
+    SessionOptions so;
+    so.n_ctx = 256;
+    so.cache_type_k = so.cache_type_v = kv;
     const std::vector<int32_t> prompt = tok.encode(c.prompt);
     std::vector<int32_t> out = greedy(m, so, prompt, c.n);
     // llama-simple stops at end of generation; none of these continuations reaches it.
     for (int32_t id : out) ASSERT_FALSE(tok.is_eog(id)) << c.prompt;
     std::vector<int32_t> all(prompt);
     all.insert(all.end(), out.begin(), out.end());
-    EXPECT_EQ(tok.decode(all), c.llama_cpp) << c.prompt;
+    EXPECT_EQ(tok.decode(all), c.llama_cpp) << c.prompt << " (" << kv_type_name(kv) << " cache)";
   }
 }
 
@@ -197,6 +200,9 @@ TEST_F(RunnerCli, BadInputExits2) {
   bad("run -m " + (dir_ / "missing.gguf").string() + " -p hi", "missing.gguf");
   bad("run -m " + path + " -p hi --dump-qkv x " + dir_.string(), "LAYER");
   bad("perplexity -m " + path + " -f " + (dir_ / "none.txt").string(), "none.txt");
+  bad("run -m " + path + " -p hi -ctk nonsense", "unknown KV cache type 'nonsense'");
+  // stories260K's head dim (8) is no whole q8_0 block.
+  bad("run -m " + path + " -p hi -ctv q8_0", "q8_0");
 }
 
 }  // namespace

@@ -36,9 +36,16 @@ int main(int argc, char** argv) {
   spattn::cli::add_calibrate_command(app);
   spattn::cli::add_run_command(app);
   spattn::cli::add_perplexity_command(app);
-  // llama.cpp spells the physical batch "-ub"; CLI11 takes one-letter short names only.
+  // llama.cpp spells the physical batch "-ub" and the cache types "-ctk" / "-ctv"; CLI11 takes
+  // one-letter short names only.
+  const auto llama_spelling = [](const std::string& a) -> std::string {
+    if (a == "-ub") return "--ubatch-size";
+    if (a == "-ctk") return "--cache-type-k";
+    if (a == "-ctv") return "--cache-type-v";
+    return a;
+  };
   std::vector<std::string> args;
-  for (int i = argc - 1; i >= 1; --i) args.emplace_back(std::string(argv[i]) == "-ub" ? "--ubatch-size" : argv[i]);
+  for (int i = argc - 1; i >= 1; --i) args.emplace_back(llama_spelling(argv[i]));
   spattn::cli::add_make_model_command(app);
   spattn::cli::add_tokenize_command(app);
   spattn::cli::add_search_command(app);

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "core/process_memory.hpp"
+#include "model/kv_cache.hpp"
+#include "spattn/kv_type.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 
@@ -27,6 +29,12 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
       ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "threads for attention and matrix products")
       ->capture_default_str();
+  app.add_option("--cache-type-k", o.cache_type_k,
+                 "-ctk: KV cache type for K (f32, f16, bf16, q8_0), as llama.cpp's")
+      ->capture_default_str();
+  app.add_option("--cache-type-v", o.cache_type_v,
+                 "-ctv: KV cache type for V (f32, f16, bf16, q8_0), as llama.cpp's")
+      ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
 }
 
@@ -38,6 +46,8 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.h2o_local = o.h2o_local;
   s.h2o_heavy = o.h2o_heavy;
   s.threads = o.threads;
+  s.cache_type_k = parse_kv_type(o.cache_type_k);
+  s.cache_type_v = parse_kv_type(o.cache_type_v);
   const MethodSpec spec = parse_method_spec(attn);
   if (spec.name == "dense" && spec.params.empty()) {
     s.mode = model::PrefillMode::dense;
@@ -85,6 +95,11 @@ nlohmann::json memory_json(const LoadedModel& m,
   j["weights_repacked_bytes"] = w.repacked;
   j["weights_owned_bytes"] = w.owned;
   j["kv_cache_bytes"] = s.kv_cache;
+  if (sessions.size() > 0) {
+    const model::KVCache& c = (*sessions.begin())->cache();
+    j["kv_cache_type_k"] = kv_type_name(c.k_type());
+    j["kv_cache_type_v"] = kv_type_name(c.v_type());
+  }
   j["method_kv_bytes"] = s.method_kv;
   j["scratch_bytes"] = s.scratch;
   return j;
@@ -96,10 +111,12 @@ std::string memory_line(const LoadedModel& m,
   auto mib = [&](const char* k) { return double(j[k].get<size_t>()) / (1 << 20); };
   return fmt::format(
       "memory: peak RSS {:.1f} MiB (file {:.1f} MiB); weights {:.1f} MiB mapped + {:.1f} MiB "
-      "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB; method K/V copies {:.1f} MiB; row "
+      "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB (K {}, V {}); method K/V copies {:.1f} MiB; row "
       "buffers {:.1f} MiB",
       mib("peak_rss_bytes"), mib("file_bytes"), mib("weights_mapped_bytes"),
       mib("weights_repacked_bytes"), mib("weights_owned_bytes"), mib("kv_cache_bytes"),
+      j.contains("kv_cache_type_k") ? j["kv_cache_type_k"].get<std::string>() : "-",
+      j.contains("kv_cache_type_v") ? j["kv_cache_type_v"].get<std::string>() : "-",
       mib("method_kv_bytes"), mib("scratch_bytes"));
 }
 

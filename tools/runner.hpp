@@ -26,6 +26,7 @@ struct RunnerOptions {
   int64_t h2o_local = 256, h2o_heavy = 256;
   std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
   int threads = 2;            // -t
+  std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
   bool json = false;
 };
 // `attn_default`: what --attn means when not given.

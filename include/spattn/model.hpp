@@ -23,6 +23,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
 #include "spattn/gguf.hpp"
+#include "spattn/kv_type.hpp"
 
 struct ggml_tensor;
 
@@ -121,6 +122,10 @@ struct SessionOptions {
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
   std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
   int threads = 2;        // -t: matrix products, attention kernels and methods
+  // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every
+  // token's K and V rows are rounded to these types before any attention reads them, so
+  // prefill (every mode) and decode see the values the cache holds.
+  KVType cache_type_k = KVType::f16, cache_type_v = KVType::f16;
   void validate() const;
 };
 

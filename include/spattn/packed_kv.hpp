@@ -19,6 +19,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/kv_type.hpp"
 
 namespace spattn {
 namespace kernels {
@@ -32,10 +33,16 @@ class PackedKV {
   // bf16 pairs for vdpbf16ps when dtype is bf16, bf16_dot is true (AttnOptions::bf16_dot) and
   // this CPU has AVX512_BF16; f32 otherwise. Calls over it compute in that format whatever
   // their own options say.
-  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot = true);
+  // k_type / v_type: how keys and values are stored (llama.cpp's -ctk / -ctv; spattn/kv_type.hpp):
+  // rows are rounded to them as they are appended (q8_0 as ggml quantizes; needs dim % 32 ==
+  // 0), and the kernels widen them to f32 tile by tile as they read. bf16 pairs for vdpbf16ps
+  // are used only with both types f32 (the pairs round to bf16 themselves) or both bf16.
+  PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot = true,
+           KVType k_type = KVType::f32, KVType v_type = KVType::f32);
   // Packs every key of k, v (positions 0..Lkv-1); capacity 0 means exactly Lkv.
   static PackedKV pack(const TensorView& k, const TensorView& v, int64_t capacity = 0,
-                       int threads = 0, bool bf16_dot = true);
+                       int threads = 0, bool bf16_dot = true, KVType k_type = KVType::f32,
+                       KVType v_type = KVType::f32);
   PackedKV(PackedKV&&) noexcept;
   PackedKV& operator=(PackedKV&&) noexcept;
   ~PackedKV();
@@ -67,6 +74,8 @@ class PackedKV {
   int64_t dim() const;
   DType dtype() const;
   bool bf16_operands() const;  // packed as bf16 pairs for vdpbf16ps
+  KVType k_type() const;       // how keys are stored (bf16 for bf16 pairs)
+  KVType v_type() const;       // how values are stored
   std::span<const int64_t> positions() const;
   int64_t max_position() const;  // -1 when empty
 

@@ -10,6 +10,7 @@
 #include "spattn/error.hpp"
 #include "spattn/image.hpp"
 #include "spattn/io.hpp"
+#include "spattn/kv_type.hpp"
 #include "spattn/mask_figure.hpp"
 #include "spattn/merge.hpp"
 #include "spattn/method.hpp"

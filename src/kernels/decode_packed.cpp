@@ -146,6 +146,30 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
                       Stats* stats, SkipStats* skip) {
   SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
                kMaxDecodeQueries, "], got ", q.seq);
+  // Dense decode of one query per q head that sees every key (the newest token's, as a model
+  // runner decodes): the q heads of a kv head's group become the rows of one item, as raw
+  // decode does, so each key tile is read (and, stored as f16 / bf16 / q8_0, widened) once
+  // per group instead of once per q head, and a micro-kernel strip holds real rows. Rows are
+  // independent and each entry is the same dot product in the same order: the same bits.
+  const int64_t group = kv.kv_heads() > 0 ? q.heads / kv.kv_heads() : 0;
+  const int64_t q_pos = opt.q_start >= 0 ? opt.q_start : kv.max_position();
+  if (q.seq == 1 && group > 1 && group <= kMaxDecodeQueries && q.heads % kv.kv_heads() == 0 &&
+      dopt.lambda == 0 && !skip && kv.size() > 0 && (!opt.causal || q_pos >= kv.max_position()) &&
+      out.heads == q.heads && out.seq == 1) {
+    const auto grouped = [&](const TensorView& t) {
+      TensorView g = t;
+      g.heads = t.heads / group;
+      g.seq = group;
+      g.stride_seq = t.stride_head;
+      g.stride_head = t.stride_head * group;
+      return g;
+    };
+    AttnOptions all = opt;
+    all.causal = false;  // every key is visible to these queries
+    all.q_start = -1;
+    attention_decode(grouped(q), kv, grouped(out), all, dopt, lse, stats, nullptr);
+    return;
+  }
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");
   kernels::check_blasst_order(dopt.order, "decode");
   // At lambda 0 nothing is skipped: in order, as dense decode.

@@ -25,6 +25,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
 #include "core/threading.hpp"
@@ -613,6 +614,163 @@ struct Bf16DotOps {
 #endif  // HWY_TARGET == HWY_AVX3
 
 // ---------------------------------------------------------------------------------------
+// Stored K/V types (PackedKVData::k_type / v_type, kernels/packed_kv.hpp) under F32Ops: rows
+// are rounded into their storage as they are packed, and tiles are widened back to F32Ops'
+// layouts as the loop reads them (WidenedTiles), so the micro-kernels stay as they are and
+// the values they see are exactly the stored ones (f16 / bf16 exact in f32; q8_0's q * d is
+// exact too: 8-bit q times an 11-bit scale).
+
+// Slot jj of a K tile stored as t ([d][64], q8_0 scales [d/32][64] after the values) from an
+// f32 row.
+inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* row, int64_t d) {
+  switch (t) {
+    case KVType::f32: {
+      float* f = reinterpret_cast<float*>(tile);
+      for (int64_t c = 0; c < d; ++c) f[c * kTileKeys + jj] = row[c];
+      return;
+    }
+    case KVType::f16:
+    case KVType::bf16: {
+      uint16_t* h = reinterpret_cast<uint16_t*>(tile);
+      for (int64_t c = 0; c < d; ++c)
+        h[c * kTileKeys + jj] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
+      return;
+    }
+    case KVType::q8_0: {
+      int8_t qs[256];
+      uint16_t sc[256 / 32];
+      kv_quantize_q8_0(row, d, qs, sc);
+      int8_t* q = reinterpret_cast<int8_t*>(tile);
+      uint16_t* scales = reinterpret_cast<uint16_t*>(tile + d * kTileKeys);
+      for (int64_t c = 0; c < d; ++c) q[c * kTileKeys + jj] = qs[c];
+      for (int64_t b = 0; b < d / 32; ++b) scales[b * kTileKeys + jj] = sc[b];
+      return;
+    }
+  }
+}
+
+// Slot jj of a V tile stored as t ([64][dp], q8_0 scales [64][dp/32] after the values), its
+// padding [d, dp) zero.
+inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* row, int64_t d,
+                      int64_t dp) {
+  switch (t) {
+    case KVType::f32: {
+      float* f = reinterpret_cast<float*>(tile) + jj * dp;
+      std::copy_n(row, d, f);
+      std::fill(f + d, f + dp, 0.0f);
+      return;
+    }
+    case KVType::f16:
+    case KVType::bf16: {
+      uint16_t* h = reinterpret_cast<uint16_t*>(tile) + jj * dp;
+      for (int64_t c = 0; c < d; ++c) h[c] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
+      std::fill(h + d, h + dp, uint16_t(0));
+      return;
+    }
+    case KVType::q8_0:  // d % 32 == 0, so dp == d
+      kv_quantize_q8_0(row, d, reinterpret_cast<int8_t*>(tile) + jj * dp,
+                       reinterpret_cast<uint16_t*>(tile + kTileKeys * dp) + jj * (dp / 32));
+      return;
+  }
+}
+
+// n (a multiple of the vector length) 2-byte values widened to f32.
+inline void Widen16(KVType t, const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst,
+                    int64_t n) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  if (t == KVType::f16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const hwy::float16_t* p = reinterpret_cast<const hwy::float16_t*>(src);
+    for (int64_t i = 0; i < n; i += N) hn::Store(hn::PromoteTo(df, hn::LoadU(dh, p + i)), df, dst + i);
+  } else {  // bf16: the upper half of an f32
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    for (int64_t i = 0; i < n; i += N)
+      hn::Store(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + i)))),
+                df, dst + i);
+  }
+}
+
+// N int8 values at q times the f32 scales s.
+HWY_INLINE VF DequantQ8(DF df, const int8_t* HWY_RESTRICT q, VF s) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
+}
+
+// K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
+inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
+  if (t == KVType::f32) {
+    std::memcpy(dst, tile, size_t(d * kTileKeys) * 4);
+  } else if (t != KVType::q8_0) {
+    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, d * kTileKeys);
+  } else {
+    const DF df;
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    const int64_t N = int64_t(hn::Lanes(df));
+    const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+    const hwy::float16_t* sc = reinterpret_cast<const hwy::float16_t*>(tile + d * kTileKeys);
+    for (int64_t c = 0; c < d; ++c)
+      for (int64_t j = 0; j < kTileKeys; j += N) {
+        const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + (c / 32) * kTileKeys + j));
+        hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, dst + c * kTileKeys + j);
+      }
+  }
+}
+
+// V tile `tile` (stored as t) into dst in F32Ops' layout [64][dp].
+inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_RESTRICT dst) {
+  if (t == KVType::f32) {
+    std::memcpy(dst, tile, size_t(kTileKeys * dp) * 4);
+  } else if (t != KVType::q8_0) {
+    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, kTileKeys * dp);
+  } else {
+    const DF df;
+    const int64_t N = int64_t(hn::Lanes(df));
+    static_assert(32 % hn::MaxLanes(DF()) == 0);  // a vector lies in one block of 32
+    const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+    const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + kTileKeys * dp);
+    for (int64_t j = 0; j < kTileKeys; ++j)
+      for (int64_t c = 0; c < dp; c += N) {
+        const VF s = hn::Set(df, f16_to_f32(sc[j * (dp / 32) + c / 32]));
+        hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + j * dp + c);
+      }
+  }
+}
+
+// The loop's f32 view of a PackedKVData whose tiles are stored in other types: up to two
+// consecutive tiles of one head's K, and of its V, widened into per-thread buffers (two, back
+// to back, because a shifted tile reads the tile after its own). A tile is widened once per
+// visit run: consecutive reads of the same tiles reuse it. Tiles stored as f32 are read in
+// place.
+struct WidenedTiles {
+  std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
+  float *k = nullptr, *v = nullptr;
+  int64_t kh = -1, kt = -1, kn = 0, vh = -1, vt = -1, vn = 0;  // what k and v hold
+
+  void init(const PackedKVData& kv) {
+    if (!kv.widened()) return;
+    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(2 * (kv.k_elems + kv.v_elems)) * 4)));
+    k = buf.get();
+    v = k + 2 * kv.k_elems;
+  }
+  // Tiles [t, t + tiles) of head kvh (tiles 1 or 2), as f32 in F32Ops' layout, back to back.
+  const float* K(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t tiles) {
+    if (kv.k_type == KVType::f32) return kv.k_tile<float>(kvh, t);
+    if (kh != kvh || kt != t) kh = kvh, kt = t, kn = 0;
+    for (; kn < tiles; ++kn) WidenK(kv.k_type, kv.k_bytes(kvh, t + kn), kv.dim, k + kn * kv.k_elems);
+    return k;
+  }
+  const float* V(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t tiles) {
+    if (kv.v_type == KVType::f32) return kv.v_tile<float>(kvh, t);
+    if (vh != kvh || vt != t) vh = kvh, vt = t, vn = 0;
+    for (; vn < tiles; ++vn) WidenV(kv.v_type, kv.v_bytes(kvh, t + vn), kv.dp, v + vn * kv.v_elems);
+    return v;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
 // Packing into a PackedKVData (kernels/packed_kv.hpp): rows src_rows[i] of k, v (or rows
 // 0.. when null) become packed keys first, first + 1, ... Items are (kv head, tile), so each
 // tile is written by one thread; slots outside the range keep their bytes.
@@ -632,6 +790,25 @@ void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v,
       const int64_t src = src_rows ? src_rows[i - first] : i - first;
       Ops::PackKeyK(k, h, src, i - t * kTileKeys, kv.dim, kt, row_buf);
       Ops::PackKeyV(v, h, src, i - t * kTileKeys, kv.dim, kv.dp, vt, row_buf);
+    }
+  });
+}
+
+// PackRange for tiles stored in other types (k_type / v_type): each row rounded into them.
+inline void PackRangeStored(PackedKVData& kv, const TensorView& k, const TensorView& v,
+                            const int64_t* src_rows, int64_t first, int64_t n, int threads) {
+  if (n <= 0) return;
+  const int64_t t0 = first / kTileKeys, t1 = (first + n - 1) / kTileKeys + 1;
+  parallel_for(kv.kv_heads * (t1 - t0), threads, [&](int64_t item, int) {
+    alignas(64) float row[256];
+    const int64_t h = item / (t1 - t0), t = t0 + item % (t1 - t0);
+    const int64_t a = std::max(first, t * kTileKeys), b = std::min(first + n, (t + 1) * kTileKeys);
+    for (int64_t i = a; i < b; ++i) {
+      const int64_t src = src_rows ? src_rows[i - first] : i - first;
+      LoadRowF32(k, h, src, kv.dim, row);
+      StoreKeyK(kv.k_type, kv.k_bytes(h, t), i - t * kTileKeys, row, kv.dim);
+      LoadRowF32(v, h, src, kv.dim, row);
+      StoreKeyV(kv.v_type, kv.v_bytes(h, t), i - t * kTileKeys, row, kv.dim, kv.dp);
     }
   });
 }
@@ -658,6 +835,10 @@ inline void PackAppend(PackedKVData& kv, const TensorView& k, const TensorView& 
   SPATTN_CHECK(kv.ops == Operands::f32,
                "this K/V was packed for bf16 dot products, which the SIMD target now running "
                "lacks");
+  if (kv.widened()) {
+    PackRangeStored(kv, k, v, src_rows, first, n, threads);
+    return;
+  }
   PackRange<F32Ops>(kv, k, v, src_rows, first, n, threads);
 }
 
@@ -696,6 +877,7 @@ struct Scratch {
   std::vector<int64_t> columns;
   std::vector<TileVisit> visits;  // kOrder policies: the item's key tiles in visiting order
   std::vector<Piece> pieces;      // kPackFragments: the gathered tile's pieces of ranges
+  WidenedTiles win;               // tiles stored in other types, widened (F32Ops only)
 
   explicit Scratch(int64_t d, int64_t dp) {
     const int64_t R = kMaxTileRows + kR;
@@ -844,8 +1026,18 @@ struct KVTiles {
   const PackedKVData& kv;
   const int64_t* kpos;  // original positions, or null when they equal the packed index
   const std::vector<HeadColumns>* columns = nullptr;  // per q head (kPackedColumns)
-  const T* k_tile(int64_t kvh, int64_t t) const { return kv.k_tile<T>(kvh, t); }
-  const T* v_tile(int64_t kvh, int64_t t) const { return kv.v_tile<T>(kvh, t); }
+  // Tile t of head kvh with, for tiles == 2, tile t + 1 right after it (shifted tiles read
+  // into it): in place, or widened into the thread's scratch when stored in another type.
+  const T* k_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc, int64_t tiles = 1) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (kv.widened()) return sc.win.K(kv, kvh, t, tiles);
+    return kv.k_tile<T>(kvh, t);
+  }
+  const T* v_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc, int64_t tiles = 1) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (kv.widened()) return sc.win.V(kv, kvh, t, tiles);
+    return kv.v_tile<T>(kvh, t);
+  }
 };
 
 // Packs every q head's head_columns() into tiles of its own, copying slots of the main packed
@@ -870,12 +1062,23 @@ std::vector<HeadColumns> PackHeadColumns(const Problem& p, const Policy& pol,
     for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = main.positions[size_t(c.keys[size_t(i)])];
     add_positions(c.kv, pos.data(), n);
     const int64_t kvh = h / p.group;
+    // Stored types are widened (the column tiles hold f32): the same values as the loop reads.
+    WidenedTiles win;
+    win.init(main);
+    const auto k_of = [&](int64_t jt) -> const T* {
+      if constexpr (std::is_same_v<T, float>) return win.K(main, kvh, jt, 1);
+      return main.k_tile<T>(kvh, jt);
+    };
+    const auto v_of = [&](int64_t jt) -> const T* {
+      if constexpr (std::is_same_v<T, float>) return win.V(main, kvh, jt, 1);
+      return main.v_tile<T>(kvh, jt);
+    };
     for (int64_t i = 0; i < n; ++i) {
       const int64_t j = c.keys[size_t(i)], jt = j / kTileKeys, sj = j % kTileKeys;
       T* kt = c.kv.k_tile<T>(0, i / kTileKeys);
       T* vt = c.kv.v_tile<T>(0, i / kTileKeys);
-      Ops::CopyKeyK(main.k_tile<T>(kvh, jt), sj, kt, i % kTileKeys, main.dim);
-      Ops::CopyKeyV(main.v_tile<T>(kvh, jt), sj, vt, i % kTileKeys, main.dp);
+      Ops::CopyKeyK(k_of(jt), sj, kt, i % kTileKeys, main.dim);
+      Ops::CopyKeyV(v_of(jt), sj, vt, i % kTileKeys, main.dp);
     }
   });
   return out;
@@ -996,9 +1199,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
     if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
     next_p();
-    Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt), p.dim, sc.s);
+    Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt, sc), p.dim, sc.s);
     const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
-    step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt));
+    step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt, sc));
   };
   // (kPackFragments) A range is computed 64 keys at a time from its first key, on the grid or
   // not (shifted tiles), and its last few keys (kPackedPieceMax or fewer) are copied, piece
@@ -1047,13 +1250,13 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   const auto visit_shifted = [&](int64_t a, int64_t lo, int64_t hi) {
     const int64_t jt = a / kTileKeys, sj = a % kTileKeys;
     next_p();
-    Ops::ScoresShifted(sc.q, npad, kv.k_tile(kvh, jt), sj, p.dim, sc.s);
+    Ops::ScoresShifted(sc.q, npad, kv.k_tile(kvh, jt, sc, 2), sj, p.dim, sc.s);
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - a);
     const int64_t kept = mask_range(a, n_keys, lo, hi, a + kTileKeys - 1);
     // The tile's keys, for the view (sc.columns is free until run_gathered fills it).
     sc.columns.resize(size_t(kTileKeys));
     std::iota(sc.columns.begin(), sc.columns.end(), a);
-    step.Run(-1, sc.columns.data(), n_keys, kept, Ops::ShiftedV(kv.v_tile(kvh, jt), sj, dp));
+    step.Run(-1, sc.columns.data(), n_keys, kept, Ops::ShiftedV(kv.v_tile(kvh, jt, sc, 2), sj, dp));
   };
   // How a range [b, e) is computed: from b on, 64 keys at a time as one tile (shifted when off
   // the grid; with key pairs a shifted tile starts on an even key, so the first may start one
@@ -1080,7 +1283,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   // hardware prefetcher does not see scattered short rows coming).
   const auto prefetch_piece = [&](int64_t lo, int64_t hi) {
     const int64_t jt = lo / kTileKeys;
-    Ops::PrefetchKeys(kv.k_tile(kvh, jt), kv.v_tile(kvh, jt), lo % kTileKeys, hi - lo, p.dim, dp);
+    if (d.widened()) return;  // read once widened, from the thread's scratch
+    Ops::PrefetchKeys(d.template k_tile<typename Ops::T>(kvh, jt),
+                      d.template v_tile<typename Ops::T>(kvh, jt), lo % kTileKeys, hi - lo, p.dim, dp);
   };
   // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
   const auto add_piece = [&](int64_t lo, int64_t hi) {
@@ -1097,8 +1302,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         }
       }
       const int64_t take = std::min(hi - lo, kTileKeys - filled);
-      Ops::CopyKeysK(kv.k_tile(kvh, jt), lo % kTileKeys, sc.gk, filled, take, p.dim);
-      Ops::CopyKeysV(kv.v_tile(kvh, jt), lo % kTileKeys, sc.gv, filled, take, dp);
+      Ops::CopyKeysK(kv.k_tile(kvh, jt, sc), lo % kTileKeys, sc.gk, filled, take, p.dim);
+      Ops::CopyKeysV(kv.v_tile(kvh, jt, sc), lo % kTileKeys, sc.gv, filled, take, dp);
       sc.pieces.push_back({lo, filled, take});
       filled += take;
       lo += take;
@@ -1147,8 +1352,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       std::fill(sc.gv, sc.gv + d.v_elems, typename Ops::T(0));
       for (int64_t jj = 0; jj < count; ++jj) {
         const int64_t j = keys[jj], jt = j / kTileKeys, sj = j % kTileKeys;
-        Ops::CopyKeyK(kv.k_tile(kvh, jt), sj, sc.gk, jj, p.dim);
-        Ops::CopyKeyV(kv.v_tile(kvh, jt), sj, sc.gv, jj, dp);
+        Ops::CopyKeyK(kv.k_tile(kvh, jt, sc), sj, sc.gk, jj, p.dim);
+        Ops::CopyKeyV(kv.v_tile(kvh, jt, sc), sj, sc.gv, jj, dp);
       }
       next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
@@ -1236,7 +1441,10 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
   std::vector<std::unique_ptr<Scratch<Ops>>> scratch;
   std::vector<Stats> part(static_cast<size_t>(threads));
   std::vector<typename Policy::Local> locals(static_cast<size_t>(threads));
-  for (int i = 0; i < threads; ++i) scratch.push_back(std::make_unique<Scratch<Ops>>(p.dim, dp));
+  for (int i = 0; i < threads; ++i) {
+    scratch.push_back(std::make_unique<Scratch<Ops>>(p.dim, dp));
+    scratch.back()->win.init(packed);
+  }
   const Policy& cpol = pol;
   auto run = [&](int64_t i, size_t tid) {
     const Item& it = items[size_t(i)];

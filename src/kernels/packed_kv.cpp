@@ -32,30 +32,50 @@ Operands operands_for(DType dtype, bool bf16_dot) {
   return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype, bf16_dot);
 }
 
+namespace {
+// Bytes of one element of a tile stored as t (q8_0: its int8 values; the scales follow them).
+int64_t stored_elem_bytes(KVType t) {
+  return t == KVType::f32 ? 4 : t == KVType::q8_0 ? 1 : 2;
+}
+}  // namespace
+
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
-                 int64_t capacity, bool zero_all) {
+                 int64_t capacity, bool zero_all, KVType k_type, KVType v_type) {
   SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
   SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= 256,
                "PackedKV: head dim must be a multiple of 8 up to 256, got ", dim);
   SPATTN_CHECK(capacity > 0 && capacity <= (int64_t(1) << 31),
                "PackedKV: capacity must be in [1, 2^31] keys, got ", capacity);
+  for (KVType t : {k_type, v_type})
+    SPATTN_CHECK(t != KVType::q8_0 || dim % 32 == 0, "PackedKV: a q8_0 cache needs a head dim "
+                 "that is a multiple of 32 (q8_0 blocks are 32 values), got ", dim);
+  SPATTN_CHECK(ops == Operands::f32 || (k_type == KVType::f32 && v_type == KVType::f32),
+               "internal: bf16 dot operands keep their own storage");
   kv = PackedKVData{};
   kv.ops = ops;
   kv.dtype = dtype;
+  kv.k_type = k_type;
+  kv.v_type = v_type;
   kv.kv_heads = kv_heads;
   kv.dim = dim;
   kv.dp = (dim + 15) / 16 * 16;
   kv.capacity = capacity;
   kv.tiles_cap = (capacity + kTileKeys - 1) / kTileKeys;
-  kv.elem_bytes = ops == Operands::bf16_dot ? 2 : 4;
   kv.k_elems = dim * kTileKeys;
   kv.v_elems = kTileKeys * kv.dp;
-  const size_t tiles = size_t(kv_heads * kv.tiles_cap);
-  const auto bytes = [&](int64_t elems) {
-    return static_cast<unsigned char*>(aligned_alloc_bytes(tiles * size_t(elems * kv.elem_bytes)));
+  const auto tile_bytes = [&](KVType t, int64_t elems) {
+    if (ops == Operands::bf16_dot) return elems * 2;
+    // q8_0: one f16 scale per 32 values (every layout holds 64 keys x a multiple of 32 dims).
+    return elems * stored_elem_bytes(t) + (t == KVType::q8_0 ? elems / 32 * 2 : 0);
   };
-  kv.k.reset(bytes(kv.k_elems));
-  kv.v.reset(bytes(kv.v_elems));
+  kv.k_tile_bytes = tile_bytes(k_type, kv.k_elems);
+  kv.v_tile_bytes = tile_bytes(v_type, kv.v_elems);
+  const size_t tiles = size_t(kv_heads * kv.tiles_cap);
+  const auto bytes = [&](int64_t per_tile) {
+    return static_cast<unsigned char*>(aligned_alloc_bytes(tiles * size_t(per_tile)));
+  };
+  kv.k.reset(bytes(kv.k_tile_bytes));
+  kv.v.reset(bytes(kv.v_tile_bytes));
   empty_packed(kv, zero_all);
 }
 
@@ -73,7 +93,7 @@ void forget_positions(PackedKVData& kv) {
 // Zeroes tiles [t0, t1) of every head.
 void zero_tiles(PackedKVData& kv, int64_t t0, int64_t t1) {
   if (t1 <= t0) return;
-  const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
+  const size_t kt = size_t(kv.k_tile_bytes), vt = size_t(kv.v_tile_bytes);
   for (int64_t h = 0; h < kv.kv_heads; ++h) {
     const size_t first = size_t(h * kv.tiles_cap + t0), count = size_t(t1 - t0);
     std::memset(kv.k.get() + first * kt, 0, count * kt);
@@ -92,11 +112,24 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
   const int64_t b = std::min(to - t_from * kTileKeys, kTileKeys);  // slots [a, b) of tile t_from
   const int64_t d = kv.dim, dp = kv.dp;
   for (int64_t h = 0; h < kv.kv_heads; ++h) {
-    if (kv.ops == Operands::f32) {  // K [d][64], V [64][dp]
-      float* kt = kv.k_tile<float>(h, t_from);
-      float* vt = kv.v_tile<float>(h, t_from);
-      for (int64_t c = 0; c < d; ++c) std::fill(kt + c * kTileKeys + a, kt + c * kTileKeys + b, 0.0f);
-      std::fill(vt + a * dp, vt + b * dp, 0.0f);
+    if (kv.ops == Operands::f32) {
+      // K [d][64] and V [64][dp] in the stored element size; q8_0's scales after the values,
+      // K's [d/32][64], V's [64][dp/32].
+      unsigned char* kt = kv.k_bytes(h, t_from);
+      unsigned char* vt = kv.v_bytes(h, t_from);
+      const int64_t ke = stored_elem_bytes(kv.k_type), ve = stored_elem_bytes(kv.v_type);
+      for (int64_t c = 0; c < d; ++c)
+        std::memset(kt + (c * kTileKeys + a) * ke, 0, size_t((b - a) * ke));
+      std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
+      if (kv.k_type == KVType::q8_0) {
+        uint16_t* sc = reinterpret_cast<uint16_t*>(kt + d * kTileKeys);
+        for (int64_t c = 0; c < d / 32; ++c)
+          std::fill(sc + c * kTileKeys + a, sc + c * kTileKeys + b, uint16_t(0));
+      }
+      if (kv.v_type == KVType::q8_0) {
+        uint16_t* sc = reinterpret_cast<uint16_t*>(vt + kTileKeys * dp);
+        std::fill(sc + a * (dp / 32), sc + b * (dp / 32), uint16_t(0));
+      }
     } else {  // bf16 pairs: K [d/2][64][2] (dims paired), V [32][dp][2] (keys paired)
       uint16_t* kt = kv.k_tile<uint16_t>(h, t_from);
       uint16_t* vt = kv.v_tile<uint16_t>(h, t_from);
@@ -109,7 +142,7 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
 }
 
 void empty_packed(PackedKVData& kv, bool zero_all) {
-  const size_t kt = size_t(kv.k_elems * kv.elem_bytes), vt = size_t(kv.v_elems * kv.elem_bytes);
+  const size_t kt = size_t(kv.k_tile_bytes), vt = size_t(kv.v_tile_bytes);
   // Zero slots are what the micro-kernels read past the last key; appends rely on them.
   if (zero_all) {
     std::memset(kv.k.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * kt);
@@ -190,20 +223,27 @@ void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorV
 }
 }  // namespace
 
-PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot)
+PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot,
+                   KVType k_type, KVType v_type)
     : d_(std::make_unique<kernels::PackedKVData>()) {
-  kernels::init_packed(*d_, kernels::operands_for(dtype, bf16_dot), dtype, kv_heads, dim,
-                       capacity);
+  // A stored type other than f32 is read through the f32 operands (widened per tile), except
+  // bf16 for both, which bf16 inputs may keep as bf16 pairs for vdpbf16ps (bf16_dot).
+  const bool f32_store = k_type == KVType::f32 && v_type == KVType::f32;
+  const bool bf16_store = k_type == KVType::bf16 && v_type == KVType::bf16;
+  kernels::Operands ops = kernels::Operands::f32;
+  if (f32_store || bf16_store) ops = kernels::operands_for(dtype, bf16_dot);
+  if (ops == kernels::Operands::bf16_dot) k_type = v_type = KVType::f32;  // the pairs' own
+  kernels::init_packed(*d_, ops, dtype, kv_heads, dim, capacity, true, k_type, v_type);
 }
 PackedKV::PackedKV(PackedKV&&) noexcept = default;
 PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
 PackedKV::~PackedKV() = default;
 
 PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity,
-                        int threads, bool bf16_dot) {
+                        int threads, bool bf16_dot, KVType k_type, KVType v_type) {
   SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
                " is below the ", k.seq, " keys given");
-  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot);
+  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot, k_type, v_type);
   kv.append(k, v, {}, threads);
   return kv;
 }
@@ -275,10 +315,11 @@ PackedKV PackedKV::copy(int64_t keys) const {
   PackedKV c;
   c.d_ = std::make_unique<kernels::PackedKVData>();
   kernels::PackedKVData& e = *c.d_;
-  kernels::init_packed(e, d.ops, d.dtype, d.kv_heads, d.dim, d.capacity, /*zero_all=*/false);
+  kernels::init_packed(e, d.ops, d.dtype, d.kv_heads, d.dim, d.capacity, /*zero_all=*/false,
+                       d.k_type, d.v_type);
   // The tiles holding keys are copied, the rest zeroed; then the last one's tail past `keys`.
   const int64_t tiles = (keys + kernels::kTileKeys - 1) / kernels::kTileKeys;
-  const size_t kt = size_t(d.k_elems * d.elem_bytes), vt = size_t(d.v_elems * d.elem_bytes);
+  const size_t kt = size_t(d.k_tile_bytes), vt = size_t(d.v_tile_bytes);
   for (int64_t h = 0; h < d.kv_heads; ++h) {
     const size_t first = size_t(h * d.tiles_cap);
     std::memcpy(e.k.get() + first * kt, d.k.get() + first * kt, size_t(tiles) * kt);
@@ -294,13 +335,15 @@ int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }
 size_t PackedKV::bytes() const {
   const kernels::PackedKVData& d = *d_;
-  return size_t(d.kv_heads * d.tiles_cap * (d.k_elems + d.v_elems) * d.elem_bytes) +
+  return size_t(d.kv_heads * d.tiles_cap * (d.k_tile_bytes + d.v_tile_bytes)) +
          d.positions.capacity() * sizeof(int64_t);
 }
 int64_t PackedKV::kv_heads() const { return d_->kv_heads; }
 int64_t PackedKV::dim() const { return d_->dim; }
 DType PackedKV::dtype() const { return d_->dtype; }
 bool PackedKV::bf16_operands() const { return d_->ops == kernels::Operands::bf16_dot; }
+KVType PackedKV::k_type() const { return bf16_operands() ? KVType::bf16 : d_->k_type; }
+KVType PackedKV::v_type() const { return bf16_operands() ? KVType::bf16 : d_->v_type; }
 std::span<const int64_t> PackedKV::positions() const { return d_->positions; }
 int64_t PackedKV::max_position() const { return d_->max_position; }
 

@@ -12,6 +12,7 @@
 
 #include "kernels/flash_common.hpp"
 #include "spattn/dtype.hpp"
+#include "spattn/kv_type.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::kernels {
@@ -19,6 +20,14 @@ namespace spattn::kernels {
 // The operand format of a packed K/V (see flash-inl.h): f32 everywhere, or bf16 pairs for
 // AVX512_BF16's vdpbf16ps.
 enum class Operands : uint8_t { f32, bf16_dot };
+
+// Storage of the K and V tiles under Operands::f32, each fixed at construction (KVType):
+//   f32          K [d][64] floats, V [64][dp] floats: what the micro-kernels read directly;
+//   f16, bf16    the same layouts in 2-byte elements;
+//   q8_0         K: int8 [d][64] then f16 scales [d/32][64] (one per key and block of 32 dims);
+//                V: int8 [64][dp] then f16 scales [64][dp/32] (d % 32 == 0, so dp == d).
+// A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
+// reads it (flash-inl.h: WidenedTiles). Operands::bf16_dot keeps its own pair layouts (bf16).
 
 struct AlignedFree {
   void operator()(void* p) const noexcept { aligned_free(p); }
@@ -30,7 +39,9 @@ struct PackedKVData {
   int64_t kv_heads = 0, dim = 0;
   int64_t dp = 0;            // head dim of the V layout, padded to 16
   int64_t capacity = 0, tiles_cap = 0, size = 0;
-  int64_t k_elems = 0, v_elems = 0, elem_bytes = 4;  // per tile
+  KVType k_type = KVType::f32, v_type = KVType::f32;  // storage (f32 under bf16_dot: see there)
+  int64_t k_elems = 0, v_elems = 0;        // elements per tile
+  int64_t k_tile_bytes = 0, v_tile_bytes = 0;  // bytes per tile in storage
   std::unique_ptr<unsigned char[], AlignedFree> k, v;
   std::vector<int64_t> positions;  // [size] original position of each packed key
   bool identity = true;            // positions[i] == i for every i
@@ -38,14 +49,24 @@ struct PackedKVData {
   int64_t max_position = -1;
   std::vector<int64_t> tile_min, tile_max;  // [tiles_cap] over each tile's filled slots
 
+  // Tile t of head kvh as the operand format's elements (k_type / v_type f32, or bf16_dot).
   template <class T>
   T* k_tile(int64_t kvh, int64_t t) const {
-    return reinterpret_cast<T*>(k.get()) + (kvh * tiles_cap + t) * k_elems;
+    return reinterpret_cast<T*>(k_bytes(kvh, t));
   }
   template <class T>
   T* v_tile(int64_t kvh, int64_t t) const {
-    return reinterpret_cast<T*>(v.get()) + (kvh * tiles_cap + t) * v_elems;
+    return reinterpret_cast<T*>(v_bytes(kvh, t));
   }
+  // Tile t of head kvh's storage, in any type.
+  unsigned char* k_bytes(int64_t kvh, int64_t t) const {
+    return k.get() + (kvh * tiles_cap + t) * k_tile_bytes;
+  }
+  unsigned char* v_bytes(int64_t kvh, int64_t t) const {
+    return v.get() + (kvh * tiles_cap + t) * v_tile_bytes;
+  }
+  // Some tile is stored in a type the micro-kernels do not read (widened as it is read).
+  bool widened() const { return k_type != KVType::f32 || v_type != KVType::f32; }
   // Packed tile t as a visit for the keys [begin, end) of a range: the positions it spans.
   TileVisit visit(int64_t t, int64_t begin, int64_t end) const {
     return identity ? natural_visit(t, begin, end, size)
@@ -59,9 +80,11 @@ struct PackedKVData {
 };
 
 // Storage for kv_heads x capacity keys of head dim `dim` in format `ops`, zeroed (zero_all), or
-// only each head's last tile zeroed, for a caller that writes every other slot at once.
+// only each head's last tile zeroed, for a caller that writes every other slot at once. K and V
+// tiles are stored as k_type and v_type (f32 only under bf16_dot; q8_0 needs dim % 32 == 0).
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
-                 int64_t capacity, bool zero_all = true);
+                 int64_t capacity, bool zero_all = true, KVType k_type = KVType::f32,
+                 KVType v_type = KVType::f32);
 // No keys: storage zeroed (zero_all) or each head's last tile only, positions and spans reset.
 void empty_packed(PackedKVData& kv, bool zero_all);
 // Throws Error unless n keys with these positions (null: natural) fit after the current ones.

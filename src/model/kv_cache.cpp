@@ -4,12 +4,28 @@
 
 namespace spattn::model {
 
+namespace {
+// Rounds every row of t in place as a cache of type `type` stores it (kv_round_row).
+void round_rows(const TensorView& t, KVType type) {
+  if (type == KVType::f32) return;
+  std::vector<float> row(size_t(t.dim));
+  for (int64_t h = 0; h < t.heads; ++h)
+    for (int64_t s = 0; s < t.seq; ++s) {
+      for (int64_t c = 0; c < t.dim; ++c) row[size_t(c)] = t.get(h, s, c);
+      kv_round_row(type, row.data(), row.data(), t.dim);
+      for (int64_t c = 0; c < t.dim; ++c) t.set(h, s, c, row[size_t(c)]);
+    }
+}
+}  // namespace
+
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-                 bool raw)
-    : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype) {
+                 bool raw, KVType k_type, KVType v_type)
+    : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype), k_type_(k_type),
+      v_type_(v_type) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
   packed_.reserve(size_t(n_layer));
-  for (int64_t l = 0; l < n_layer; ++l) packed_.emplace_back(kv_heads, dim, dtype, capacity);
+  for (int64_t l = 0; l < n_layer; ++l)
+    packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
   if (raw)
     for (int64_t l = 0; l < n_layer; ++l) {
       raw_k_.emplace_back(dtype, kv_heads, capacity, dim);
@@ -41,8 +57,12 @@ void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int th
   p.append(k, v, {}, threads);
   if (has_raw()) {
     try {
-      copy_into(k, raw_k_[size_t(l)].view().rows(at, k.seq));
-      copy_into(v, raw_v_[size_t(l)].view().rows(at, v.seq));
+      const TensorView rk = raw_k_[size_t(l)].view().rows(at, k.seq);
+      const TensorView rv = raw_v_[size_t(l)].view().rows(at, v.seq);
+      copy_into(k, rk);
+      copy_into(v, rv);
+      round_rows(rk, k_type_);
+      round_rows(rv, v_type_);
     } catch (...) {
       p.truncate(at);
       throw;
@@ -83,6 +103,8 @@ KVCache KVCache::fork(int64_t n) const {
   c.dim_ = dim_;
   c.capacity_ = capacity_;
   c.dtype_ = dtype_;
+  c.k_type_ = k_type_;
+  c.v_type_ = v_type_;
   c.size_ = n;
   c.packed_.reserve(packed_.size());
   for (const PackedKV& p : packed_) c.packed_.push_back(p.copy(n));

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/tensor.hpp"
 
@@ -18,11 +19,13 @@ namespace spattn::model {
 
 class KVCache {
  public:
-  // n_layer layers of kv_heads x dim keys with room for `capacity` tokens, stored as `dtype`
-  // (the storage type is the cache's, fixed here: appends give rows of this dtype). raw: keep
-  // every row as a tensor too (raw_k, raw_v).
+  // n_layer layers of kv_heads x dim keys with room for `capacity` tokens, given as `dtype`
+  // rows (appends give rows of this dtype) and stored as k_type / v_type (llama.cpp's -ctk /
+  // -ctv; the packed tiles hold them in that type). raw: keep every row as a tensor too
+  // (raw_k, raw_v), in `dtype`, holding the values the packed cache holds (rounded to k_type /
+  // v_type), so methods read the same keys as the kernels over the packed cache.
   KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-          bool raw);
+          bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32);
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 
@@ -31,6 +34,8 @@ class KVCache {
   int64_t dim() const { return dim_; }
   int64_t capacity() const { return capacity_; }
   DType dtype() const { return dtype_; }
+  KVType k_type() const { return k_type_; }
+  KVType v_type() const { return v_type_; }
   bool has_raw() const { return !raw_k_.empty(); }
   size_t packed_bytes() const;  // every layer's PackedKV storage, at capacity
   size_t raw_bytes() const;     // the raw rows' tensors, at capacity (0 without raw)
@@ -65,6 +70,7 @@ class KVCache {
   void check_layer(int64_t l) const;
   int64_t kv_heads_ = 0, dim_ = 0, capacity_ = 0, size_ = 0;
   DType dtype_ = DType::f32;
+  KVType k_type_ = KVType::f32, v_type_ = KVType::f32;
   std::vector<PackedKV> packed_;
   std::vector<Tensor> raw_k_, raw_v_;  // [kv_heads, capacity, dim] per layer, or none
 };

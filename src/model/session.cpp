@@ -40,6 +40,9 @@ void SessionOptions::validate() const {
   SPATTN_CHECK(n_ubatch >= 1, "-ub (chunk) must be >= 1, got ", n_ubatch);
   SPATTN_CHECK(threads >= 1, "-t (threads) must be >= 1, got ", threads);
   SPATTN_CHECK(mode != PrefillMode::method || !attn_spec.empty(), "--attn: empty method spec");
+  for (KVType t : {cache_type_k, cache_type_v})
+    SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
+                 "-ctk / -ctv: unknown KV cache type ", int(t));
   if (mode == PrefillMode::chunked_h2o) {
     ChunkedH2OParams p;
     p.chunk = n_ubatch;
@@ -67,7 +70,8 @@ struct Session::Impl {
   const Config& cfg;
   SessionOptions opt;
   eval::RopeTable rope;
-  // Every token's K/V per layer; its committed size is the session's n_past. f32 storage.
+  // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
+  // stored as opt.cache_type_k / cache_type_v.
   KVCache cache;
   std::vector<ChunkedH2OLayer> h2o;
   // Per layer, method mode only. A Method's run is const and keeps nothing, so forks share them.
@@ -84,7 +88,7 @@ struct Session::Impl {
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
              cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
-              /*raw=*/o.mode == PrefillMode::method) {
+              /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v) {
     make_h2o();
     if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
@@ -158,6 +162,15 @@ struct Session::Impl {
     const TensorView ov = TensorView::shd(att.data(), DType::f32, Hq, n, d);
     SPATTN_CHECK(cache.layer_size(l) == pos0, "internal: layer ", l, " holds ",
                  cache.layer_size(l), " tokens, rows start at ", pos0);
+    // The rows as the cache stores them (-ctk / -ctv), for every reader: the packed cache
+    // rounds them the same way (idempotently), chunked_h2o's memory sets and the methods'
+    // raw rows take them from here.
+    if (opt.cache_type_k != KVType::f32)
+      for (int64_t i = 0; i < n * Hkv; ++i)
+        kv_round_row(opt.cache_type_k, &k[size_t(i * d)], &k[size_t(i * d)], d);
+    if (opt.cache_type_v != KVType::f32)
+      for (int64_t i = 0; i < n * Hkv; ++i)
+        kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     const PackedKV& c = cache.packed(l);

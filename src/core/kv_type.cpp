@@ -1,0 +1,88 @@
+// KV cache types: names, and the rounding each applies (q8_0 through ggml's own CPU quantizer,
+// so a key is rounded exactly as llama.cpp's q8_0 cache rounds it).
+#include "spattn/kv_type.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+const char* kv_type_name(KVType t) {
+  switch (t) {
+    case KVType::f32: return "f32";
+    case KVType::f16: return "f16";
+    case KVType::bf16: return "bf16";
+    case KVType::q8_0: return "q8_0";
+  }
+  return "?";
+}
+
+KVType parse_kv_type(std::string_view s) {
+  for (KVType t : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+    if (s == kv_type_name(t)) return t;
+  detail::fail("unknown KV cache type '", s, "' (expected f32, f16, bf16 or q8_0)");
+}
+
+double kv_type_bytes_per_element(KVType t) {
+  switch (t) {
+    case KVType::f32: return 4;
+    case KVType::f16:
+    case KVType::bf16: return 2;
+    case KVType::q8_0: return 34.0 / 32.0;
+  }
+  return 4;
+}
+
+namespace {
+// ggml's block_q8_0: an f16 scale, then 32 int8 values.
+constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 2 + kQ8Block;
+}  // namespace
+
+void kv_quantize_q8_0(const float* src, int64_t n, int8_t* qs, uint16_t* scales) {
+  SPATTN_CHECK(n % kQ8Block == 0, "q8_0: a row of ", n,
+               " values is not a whole number of blocks of 32");
+  static const ggml_from_float_t quantize = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+  unsigned char buf[8 * kQ8BlockBytes];
+  for (int64_t b0 = 0; b0 < n; b0 += 8 * kQ8Block) {
+    const int64_t m = std::min<int64_t>(8 * kQ8Block, n - b0);
+    quantize(src + b0, buf, m);
+    for (int64_t b = 0; b < m / kQ8Block; ++b) {
+      const unsigned char* blk = buf + b * kQ8BlockBytes;
+      std::memcpy(scales + b0 / kQ8Block + b, blk, 2);
+      std::memcpy(qs + b0 + b * kQ8Block, blk + 2, kQ8Block);
+    }
+  }
+}
+
+void kv_round_row(KVType t, const float* src, float* dst, int64_t n) {
+  switch (t) {
+    case KVType::f32:
+      if (dst != src) std::memmove(dst, src, size_t(n) * sizeof(float));
+      return;
+    case KVType::f16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(f32_to_f16(src[i]));
+      return;
+    case KVType::bf16:
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+      return;
+    case KVType::q8_0: {
+      SPATTN_CHECK(n % kQ8Block == 0, "q8_0: a row of ", n,
+                   " values is not a whole number of blocks of 32");
+      int8_t qs[kQ8Block];
+      uint16_t scale;
+      for (int64_t b = 0; b < n; b += kQ8Block) {
+        kv_quantize_q8_0(src + b, kQ8Block, qs, &scale);
+        const float d = f16_to_f32(scale);
+        for (int64_t i = 0; i < kQ8Block; ++i) dst[b + i] = float(qs[i]) * d;
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace spattn
