@@ -33,7 +33,7 @@ namespace {
 }
 
 void check_row(const ref::Format& f, const uint8_t* src, const float* got, int64_t n) {
-  std::vector<float> want(size_t(n));
+  std::vector<float> want(static_cast<size_t>(n));
   ref::decode_row(f, src, want.data(), n);
   for (int64_t i = 0; i < n; ++i) {
     if (std::memcmp(&got[i], &want[size_t(i)], 4) != 0)
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const gguf::File f = gguf::File::from_memory(file.data(), file.size(), "fuzz_quant.gguf");
     const gguf::File::Tensor& ti = f.tensor("fuzz");
     const ref::Format* rf = ref::find_format(t);
-    std::vector<float> row(size_t(ti.ne[0]));
+    std::vector<float> row(static_cast<size_t>(ti.ne[0]));
     const size_t rb = gguf::row_bytes(t, ti.ne[0]);
     for (int64_t r = 0; r < ti.nrows(); ++r) {
       gguf::dequantize_row(t, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);

@@ -77,7 +77,7 @@ void quant_seeds(const fs::path& dir) {
     std::vector<uint8_t> b(1, uint8_t(i));
     for (int row = 0; row < 2; ++row) {
       std::vector<uint8_t> q(gguf::row_bytes(t, n));
-      std::vector<float> x(size_t(n));
+      std::vector<float> x(static_cast<size_t>(n));
       for (int64_t j = 0; j < n; ++j) x[size_t(j)] = std::sin(0.1f * float(j + 7 * row)) * (1.0f + row);
       try {
         gguf::quantize_row(t, x.data(), q.data(), n);

@@ -95,7 +95,7 @@ std::string reader_error(const Bytes& b, const TempDir& dir, const std::string& 
 
 // Quantized bytes of `n` N(0,1)-ish values (a fixed pattern) in type t.
 Bytes quantized(GgmlType t, int64_t n) {
-  std::vector<float> x(size_t(n));
+  std::vector<float> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) x[size_t(i)] = std::sin(0.37f * float(i)) * 1.5f;
   Bytes q(spattn::gguf::row_bytes(t, n));
   spattn::gguf::quantize_row(t, x.data(), q.data(), n);

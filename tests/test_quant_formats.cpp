@@ -37,7 +37,7 @@ std::string hex(float v) {
 // reference, and reports every element whose bits differ (the first few in full: type,
 // block, element, both values and their bits). Returns the number of differing elements.
 int64_t compare(const ref::Format& f, const uint8_t* src, int64_t n, const std::string& what) {
-  std::vector<float> got(size_t(n)), want(size_t(n));
+  std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
   spattn::gguf::dequantize_row(f.type, src, got.data(), n);
   ref::decode_row(f, src, want.data(), n);
   int64_t bad = 0;
@@ -81,7 +81,7 @@ TEST(QuantFormats, RandomBlocksMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(20);
   for (const ref::Format& f : ref::formats()) {
     const int64_t blocks = 256 / f.block * 64;  // 64 super-blocks' worth of values
-    std::vector<uint8_t> b(size_t(blocks * f.bytes));
+    std::vector<uint8_t> b(static_cast<size_t>(blocks * f.bytes));
     for (uint8_t& x : b) x = uint8_t(rng());
     compare(f, b.data(), blocks * f.block, "random bytes");
     for (int64_t i = 0; i < blocks; ++i)
@@ -99,13 +99,13 @@ TEST(QuantFormats, EdgeBlocksMatchTheReferenceBitForBit) {
   std::mt19937_64 rng(21);
   for (const ref::Format& f : ref::formats()) {
     if (f.f16_fields.empty()) continue;  // bf16: every pattern is checked below
-    std::vector<uint8_t> zero(size_t(f.bytes), 0);
+    std::vector<uint8_t> zero(static_cast<size_t>(f.bytes), 0);
     compare(f, zero.data(), f.block, "all-zero block");
     for (int fill : {0x00, 0xff, -1}) {
       for (uint16_t edge : edges) {
         for (size_t field = 0; field < f.f16_fields.size(); ++field) {
           for (bool all_edges : {false, true}) {
-            std::vector<uint8_t> b(size_t(f.bytes));
+            std::vector<uint8_t> b(static_cast<size_t>(f.bytes));
             for (uint8_t& x : b) x = fill < 0 ? uint8_t(rng()) : uint8_t(fill);
             for (size_t o = 0; o < f.f16_fields.size(); ++o)
               put_f16(&b[size_t(f.f16_fields[o])], o == field || all_edges ? edge : 0x3c00);
@@ -140,7 +140,7 @@ TEST(QuantFormats, All65536F16AndBf16PatternsMatch) {
 // type, block, element and both values' bits.
 TEST(QuantFormats, ComparisonReportsAOneBitDifference) {
   const ref::Format& f = *ref::find_format(GgmlType::q4_K);
-  std::vector<uint8_t> b(size_t(f.bytes * 2));
+  std::vector<uint8_t> b(static_cast<size_t>(f.bytes * 2));
   std::mt19937_64 rng(22);
   for (uint8_t& x : b) x = uint8_t(rng());
   for (int off : f.f16_fields) {
@@ -180,10 +180,10 @@ TEST(QuantFormats, RoundTripIsWithinEachFormatsResolution) {
   std::mt19937_64 rng(23);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t n = 256 * 32;
-  std::vector<float> x(size_t(n)), y(size_t(n));
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
   for (float& v : x) v = normal(rng);
   for (const ref::Format& f : ref::formats()) {
-    std::vector<uint8_t> q(size_t(n / f.block * f.bytes));
+    std::vector<uint8_t> q(static_cast<size_t>(n / f.block * f.bytes));
     spattn::gguf::quantize_row(f.type, x.data(), q.data(), n);
     compare(f, q.data(), n, "round trip");
     ref::decode_row(f, q.data(), y.data(), n);
