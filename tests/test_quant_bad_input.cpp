@@ -249,9 +249,12 @@ TEST(QuantBadInput, ModelLoaderAndCliRefuseBadWeights) {
                 "which has no f32 conversion"});
 
   // The reader's errors reach the loader and the command line unchanged.
-  b = good;
-  set_type(b, "blk.0.ffn_up.weight", 99);
-  loader_error(b, dir, "t99.gguf", {"tensor 'blk.0.ffn_up.weight' [64, 64] has unknown type 99"});
+  for (uint32_t id : {99u, 4u, 0xFFFFFFFFu}) {
+    b = good;
+    set_type(b, "blk.0.ffn_up.weight", id);
+    loader_error(b, dir, "t" + std::to_string(id) + ".gguf",
+                 {"tensor 'blk.0.ffn_up.weight' [64, 64] has unknown type " + std::to_string(id)});
+  }
   b = good;
   set_type(b, "blk.0.ffn_up.weight", uint32_t(GgmlType::f32));  // 16384 bytes claimed, 8192 given
   loader_error(b, dir, "f32.gguf",
