@@ -131,6 +131,34 @@ TEST(QuantBadInput, TypeThatClaimsFewerBytesThanItsData) {
               "does not match its 96 bytes of data"});
 }
 
+// Empty tensors (a dimension of 0) take no space: laid out as ggml lays them out (at the end of
+// the data before them) they pass, and one that claims none of the data it was given is blamed.
+TEST(QuantBadInput, EmptyTensorsAndTheGapCheck) {
+  TempDir dir;
+  const std::vector<float> x(8, 1.0f);
+  Writer w;
+  w.add_tensor("a", GgmlType::f32, {8}, x.data());
+  w.add_tensor("e", GgmlType::f32, {8}, x.data());
+  w.add_tensor("c", GgmlType::f32, {8}, x.data());
+  const Bytes full = w.bytes();
+  // e at a's end with shape [0]: its 32 bytes are then unused before c.
+  Bytes b = full;
+  const uint64_t zero = 0;
+  std::memcpy(b.data() + type_offset(b, "e") - 8, &zero, 8);
+  expect_all(reader_error(b, dir, "empty.gguf"),
+             {"tensor 'e' (f32 [0], 0 bytes) at data offset 32 is followed by 32 unused bytes "
+              "before tensor 'c'"});
+  // As ggml lays it out: e empty at 32, c also at 32, e's 32 bytes gone from the file.
+  const size_t data_at = File::from_memory(full.data(), full.size()).data_offset();
+  const uint64_t thirty_two = 32;
+  std::memcpy(b.data() + type_offset(b, "c") + 4, &thirty_two, 8);
+  b.erase(b.begin() + std::ptrdiff_t(data_at + 32), b.begin() + std::ptrdiff_t(data_at + 64));
+  const File f = File::from_memory(b.data(), b.size());
+  EXPECT_EQ(f.tensor("e").nbytes, 0u);
+  EXPECT_EQ(f.tensor("e").offset, 32u);
+  EXPECT_EQ(f.tensor("c").offset, 32u);
+}
+
 TEST(QuantBadInput, TypeThatClaimsMoreBytesThanItsData) {
   TempDir dir;
   // q4_0 data labelled q8_0: the type says 68 bytes, only 64 lie before the next tensor.

@@ -373,8 +373,11 @@ void File::Impl::parse() {
   const uint64_t data_size = size - data_start;
   std::vector<size_t> idx(tensors.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::sort(idx.begin(), idx.end(),
-            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    return tensors[a].offset != tensors[b].offset ? tensors[a].offset < tensors[b].offset
+                                                  : tensors[a].nbytes < tensors[b].nbytes;
+  });
+  const Tensor* before = nullptr;  // of the tensors so far, the one whose data ends last
   for (size_t k = 0; k < idx.size(); ++k) {
     Tensor& t = tensors[idx[k]];
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
@@ -389,11 +392,11 @@ void File::Impl::parse() {
                    ") needs bytes [", t.offset, ", ", t.offset + t.nbytes,
                    ") of the data section, which holds ", data_size, inside);
     }
-    if (k > 0) {
-      const Tensor& p = tensors[idx[k - 1]];
+    if (before && t.nbytes > 0) {
+      const Tensor& p = *before;
       // The earlier tensor's type says it runs into this one: its type or shape disagrees
       // with the space its data was given.
-      if (p.offset + p.nbytes > t.offset && t.nbytes > 0)
+      if (p.offset + p.nbytes > t.offset)
         detail::fail(name, ": tensor '", printable(p.name), "' (", tensor_label(p),
                      ") at data offset ", p.offset, " runs into tensor '", printable(t.name),
                      "' at data offset ", t.offset, ": its type or shape does not match its ",
@@ -411,6 +414,9 @@ void File::Impl::parse() {
                      t.offset, ": its type or shape does not match its ", t.offset - p.offset,
                      " bytes of data");
     }
+    // An empty tensor sits where the data before it ends (ggml lays it out so), so it may
+    // take the place of the one ending last: a gap after it is then blamed on it.
+    if (!before || t.offset + t.nbytes >= before->offset + before->nbytes) before = &t;
     t.data = base + data_start + t.offset;
   }
 }
