@@ -1,10 +1,11 @@
 // libFuzzer target: arbitrary bytes as blocks of a ggml type (the first byte picks it) in a
 // GGUF tensor, through the reader and `gguf::dequantize_row`, row by row. For the formats with
-// a plain reference decoder (tests/quant_reference.hpp) the two must agree bit for bit, NaNs
-// included; and a decoded value may be infinite or NaN only where a scale of its block is (the
-// products of finite f16 scales and small integers cannot overflow f32), so a non-finite
-// output from finite scales is a decoding bug. Other types must decode or raise spattn::Error
-// (integer types have no conversion). A crash, a sanitizer report or a mismatch aborts.
+// a plain reference decoder (tests/quant_reference.hpp) the two must agree bit for bit (a NaN
+// for a NaN in the block formats, whose NaN payloads C leaves to the compiler); and a decoded
+// value may be infinite or NaN only where a scale of its block is (the products of finite f16
+// scales and small integers cannot overflow f32), so a non-finite output from finite scales
+// is a decoding bug. Other types must decode or raise spattn::Error (integer types have no
+// conversion). A crash, a sanitizer report or a mismatch aborts.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,7 @@ void check_row(const ref::Format& f, const uint8_t* src, const float* got, int64
   std::vector<float> want(static_cast<size_t>(n));
   ref::decode_row(f, src, want.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    if (std::memcmp(&got[i], &want[size_t(i)], 4) != 0)
+    if (!ref::same_value(f, got[i], want[size_t(i)]))
       mismatch("differs from the reference", f.type, i, got[i], want[size_t(i)]);
     if (std::isfinite(got[i])) continue;
     const uint8_t* block = src + (i / f.block) * f.bytes;

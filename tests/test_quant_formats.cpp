@@ -34,7 +34,8 @@ std::string hex(float v) {
 }
 
 // Decodes `n` values at `src` with ggml (through spattn's dequantize_row) and with the
-// reference, and reports every element whose bits differ (the first few in full: type,
+// reference, and reports every element whose bits differ (NaN for NaN in the block formats:
+// ref::same_value) (the first few in full: type,
 // block, element, both values and their bits). Returns the number of differing elements.
 int64_t compare(const ref::Format& f, const uint8_t* src, int64_t n, const std::string& what) {
   std::vector<float> got(static_cast<size_t>(n)), want(static_cast<size_t>(n));
@@ -42,8 +43,7 @@ int64_t compare(const ref::Format& f, const uint8_t* src, int64_t n, const std::
   ref::decode_row(f, src, want.data(), n);
   int64_t bad = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (std::bit_cast<uint32_t>(got[size_t(i)]) == std::bit_cast<uint32_t>(want[size_t(i)]))
-      continue;
+    if (ref::same_value(f, got[size_t(i)], want[size_t(i)])) continue;
     if (++bad <= 5)
       ADD_FAILURE() << type_name(f.type) << " " << what << ": block " << i / f.block
                     << ", element " << i % f.block << ": dequantize_row " << got[size_t(i)]
@@ -101,6 +101,13 @@ TEST(QuantFormats, EdgeBlocksMatchTheReferenceBitForBit) {
     if (f.f16_fields.empty()) continue;  // bf16: every pattern is checked below
     std::vector<uint8_t> zero(static_cast<size_t>(f.bytes), 0);
     compare(f, zero.data(), f.block, "all-zero block");
+    if (f.f16_fields.size() == 2) {  // two different NaNs in d and m / dmin (found by fuzz_quant)
+      std::vector<uint8_t> b(static_cast<size_t>(f.bytes));
+      for (uint8_t& x : b) x = uint8_t(rng());
+      put_f16(&b[size_t(f.f16_fields[0])], 0x7e01);
+      put_f16(&b[size_t(f.f16_fields[1])], 0xfdde);
+      compare(f, b.data(), f.block, "two different NaN scales");
+    }
     for (int fill : {0x00, 0xff, -1}) {
       for (uint16_t edge : edges) {
         for (size_t field = 0; field < f.f16_fields.size(); ++field) {
