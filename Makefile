@@ -50,10 +50,12 @@ test-tsan: deps
 	  ./$(TSAN_BUILD)/bin/spattn_tests --gtest_filter='$(TSAN_TESTS)'
 
 # libFuzzer (clang, ASan + UBSan) on every file parser: GGUF, .npy, .safetensors, calibration
-# JSON, and the tokenizers on arbitrary text; FUZZ_RUNS executions each from generated seeds.
+# JSON, the tokenizers on arbitrary text, and quantized blocks of every ggml type against the
+# reference decoders; FUZZ_RUNS executions each from generated seeds. ggml (C and C++) is built
+# with clang and ASan here, so reads inside its decoders are checked too.
 fuzz: deps
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_COMPILER=clang++ -DSPATTN_FUZZ=ON > /dev/null
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSPATTN_FUZZ=ON > /dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_RUNS)
 

@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "spattn/calibration.hpp"
+#include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/io.hpp"
 #include "spattn/model_maker.hpp"
+#include "quant_types.hpp"
 
 namespace fs = std::filesystem;
 using namespace spattn;
@@ -59,6 +61,35 @@ void gguf_seeds(const fs::path& dir) {
     s.vocab = std::string(tok) == "gpt2" ? 270 : 40;
     const fs::path p = dir / (std::string("model_") + tok + ".gguf");
     make_model(p.string(), s);
+  }
+}
+
+// For the quantized-block target: per ggml type, its index byte and two rows of two blocks,
+// quantized from a smooth signal where ggml has a quantizer that needs no importance matrix,
+// else seeded pseudo-random bytes (integer types, q8_K, the imatrix-only IQ types).
+void quant_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  const auto& types = fuzz::quant_fuzz_types();
+  uint64_t state = 20;
+  for (size_t i = 0; i < types.size(); ++i) {
+    const gguf::GgmlType t = types[i];
+    const int64_t n = 2 * gguf::block_size(t);
+    std::vector<uint8_t> b(1, uint8_t(i));
+    for (int row = 0; row < 2; ++row) {
+      std::vector<uint8_t> q(gguf::row_bytes(t, n));
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) x[size_t(j)] = std::sin(0.1f * float(j + 7 * row)) * (1.0f + row);
+      try {
+        gguf::quantize_row(t, x.data(), q.data(), n);
+      } catch (const Error&) {
+        for (uint8_t& v : q) {
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          v = uint8_t(state >> 56);
+        }
+      }
+      b.insert(b.end(), q.begin(), q.end());
+    }
+    save(dir / (std::string(gguf::type_name(t)) + ".bin"), b);
   }
 }
 
@@ -112,5 +143,6 @@ int main(int argc, char** argv) {
   npy_and_safetensors_seeds(root / "npy", root / "safetensors");
   calibration_seeds(root / "calibration");
   tokenizer_seeds(root / "tokenizer");
+  quant_seeds(root / "quant");
   return 0;
 }

@@ -70,6 +70,34 @@ std::string ggml_type_label(uint32_t t) {
   return s;
 }
 
+// Ids ggml once used and has removed (its enum keeps them as comments): files that still carry
+// them come from old converters, and saying so beats a bare "unknown".
+const char* removed_ggml_type(uint32_t t) {
+  switch (t) {
+    case 4: return "q4_2";
+    case 5: return "q4_3";
+    case 31: return "q4_0_4_4";
+    case 32: return "q4_0_4_8";
+    case 33: return "q4_0_8_8";
+    case 36: return "iq4_nl_4_4";
+    case 37: return "iq4_nl_4_8";
+    case 38: return "iq4_nl_8_8";
+    default: return nullptr;
+  }
+}
+
+std::string shape_label(const std::vector<int64_t>& ne) {
+  std::string s = "[";
+  for (size_t d = 0; d < ne.size(); ++d) s += (d ? ", " : "") + std::to_string(ne[d]);
+  return s + "]";
+}
+
+// "q4_K [512, 2], 576 bytes": what a tensor's type and shape say its data is.
+std::string tensor_label(const File::Tensor& t) {
+  return std::string(type_name(t.type)) + " " + shape_label(t.ne) + ", " +
+         std::to_string(t.nbytes) + " bytes";
+}
+
 // Raw integer of any integer type at p, as (negative?, magnitude) via int128-free logic.
 struct IntValue {
   bool negative = false;
@@ -304,8 +332,13 @@ void File::Impl::parse() {
     }
     const size_t type_at = c.pos();
     const uint32_t t = c.read<uint32_t>("tensor type");
-    if (!is_known_type(t))
-      fail_at(type_at, tn + " has unknown " + ggml_type_label(t) + " (not a ggml type)");
+    if (!is_known_type(t)) {
+      const char* removed = removed_ggml_type(t);
+      fail_at(type_at, tn + " " + shape_label(ti.ne) + " has unknown " + ggml_type_label(t) +
+                           (removed ? std::string(" (ggml's former ") + removed +
+                                          ", removed from ggml and GGUF)"
+                                    : std::string(" (not a ggml type)")));
+    }
     ti.type = GgmlType(t);
     ti.offset = c.read<uint64_t>("tensor offset");
     if (ti.ne[0] % block_size(ti.type) != 0)
@@ -340,21 +373,50 @@ void File::Impl::parse() {
   const uint64_t data_size = size - data_start;
   std::vector<size_t> idx(tensors.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
-  std::sort(idx.begin(), idx.end(),
-            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+    return tensors[a].offset != tensors[b].offset ? tensors[a].offset < tensors[b].offset
+                                                  : tensors[a].nbytes < tensors[b].nbytes;
+  });
+  const Tensor* before = nullptr;  // of the tensors so far, the one whose data ends last
   for (size_t k = 0; k < idx.size(); ++k) {
     Tensor& t = tensors[idx[k]];
-    if (t.offset > data_size || t.nbytes > data_size - t.offset)
-      detail::fail(name, ": truncated: tensor '", printable(t.name), "' needs bytes [",
-                   t.offset, ", ", t.offset + t.nbytes, ") of the data section, which holds ",
-                   data_size);
-    if (k > 0) {
-      const Tensor& p = tensors[idx[k - 1]];
-      if (p.offset + p.nbytes > t.offset && t.nbytes > 0)
-        detail::fail(name, ": tensor '", printable(t.name), "' at data offset ", t.offset,
-                     " overlaps tensor '", printable(p.name), "' [", p.offset, ", ",
-                     p.offset + p.nbytes, ")");
+    if (t.offset > data_size || t.nbytes > data_size - t.offset) {
+      // Where the file ends inside a block of a quantized type, say which block.
+      std::string inside;
+      const uint64_t bb = uint64_t(block_bytes(t.type));
+      if (block_size(t.type) > 1 && t.offset < data_size && (data_size - t.offset) % bb != 0)
+        inside = "; the file ends inside its " + std::string(type_name(t.type)) + " block " +
+                 std::to_string((data_size - t.offset) / bb) + " of " +
+                 std::to_string(t.nbytes / bb) + " (" + std::to_string(bb) + " bytes each)";
+      detail::fail(name, ": truncated: tensor '", printable(t.name), "' (", tensor_label(t),
+                   ") needs bytes [", t.offset, ", ", t.offset + t.nbytes,
+                   ") of the data section, which holds ", data_size, inside);
     }
+    if (before && t.nbytes > 0) {
+      const Tensor& p = *before;
+      // The earlier tensor's type says it runs into this one: its type or shape disagrees
+      // with the space its data was given.
+      if (p.offset + p.nbytes > t.offset)
+        detail::fail(name, ": tensor '", printable(p.name), "' (", tensor_label(p),
+                     ") at data offset ", p.offset, " runs into tensor '", printable(t.name),
+                     "' at data offset ", t.offset, ": its type or shape does not match its ",
+                     t.offset - p.offset, " bytes of data");
+      // The earlier tensor's type says it ends well before the next one starts. Writers lay
+      // tensors out back to back, each padded to the alignment (ggml's own reader requires
+      // exactly that), so a gap of a whole alignment unit or more means the type or shape
+      // claims fewer bytes than the data has (f32 data labelled f16, say), which would be read
+      // as garbage. The last tensor's space is not bounded this way: files may end unpadded.
+      const uint64_t padded_end = (p.offset + p.nbytes + alignment - 1) / alignment * alignment;
+      if (t.offset > padded_end)
+        detail::fail(name, ": tensor '", printable(p.name), "' (", tensor_label(p),
+                     ") at data offset ", p.offset, " is followed by ", t.offset - padded_end,
+                     " unused bytes before tensor '", printable(t.name), "' at data offset ",
+                     t.offset, ": its type or shape does not match its ", t.offset - p.offset,
+                     " bytes of data");
+    }
+    // An empty tensor sits where the data before it ends (ggml lays it out so), so it may
+    // take the place of the one ending last: a gap after it is then blamed on it.
+    if (!before || t.offset + t.nbytes >= before->offset + before->nbytes) before = &t;
     t.data = base + data_start + t.offset;
   }
 }

@@ -107,7 +107,8 @@ struct Model::Impl {
   std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n) {
     check(w, name, 1, n);
     SPATTN_CHECK(has_f32(w.type), "model: tensor ", name, " has type ", gguf::type_name(w.type),
-                 ", which has no f32 conversion");
+                 " (", n, " values in ", gguf::row_bytes(w.type, n),
+                 " bytes), which has no f32 conversion");
     std::vector<float> v(static_cast<size_t>(n));
     gguf::dequantize_row(w.type, static_cast<const uint8_t*>(w.data), v.data(), n);
     mem.owned += v.size() * sizeof(float);
@@ -119,8 +120,9 @@ struct Model::Impl {
     check(w, name, rows, cols);
     const ggml_type t = ggml_type(w.type);
     SPATTN_CHECK(ggml_get_type_traits_cpu(t)->vec_dot != nullptr && has_f32(w.type),
-                 "model: tensor ", name, " has type ", gguf::type_name(w.type),
-                 ", which ggml's CPU backend cannot multiply");
+                 "model: tensor ", name, " has type ", gguf::type_name(w.type), " ([", cols, ", ",
+                 rows, "] = ", cols * rows, " values in ", gguf::row_bytes(w.type, cols) * size_t(rows),
+                 " bytes), which ggml's CPU backend cannot multiply");
     ggml_tensor* g = ggml_new_tensor_2d(ctx, t, cols, rows);
     ggml_set_name(g, name.c_str());
     g->data = const_cast<uint8_t*>(bytes_of(w, ggml_nbytes(g)));
