@@ -202,7 +202,12 @@ void run_diag(const DiagOptions& o) {
   const std::vector<std::string> names = {"exact", "hybrid", "estimate", "estimate_shuffled",
                                           "gauss_final_stats"};
   std::vector<std::vector<Acc>> ratio(o.ks.size(), std::vector<Acc>(names.size()));
-  Acc corr, skew, kurt, top_last_quarter, fill_at, final_over_k, rows_used;
+  // Per k, over rows with at least 2k candidates (room to choose): the shape of S and where
+  // the true top-k sit, and when the estimate filled its slots.
+  struct Why {
+    Acc corr, skew, kurt, top_last_quarter, fill_at, final_over_k;
+  };
+  std::vector<Why> why(o.ks.size());
   std::vector<Acc> trim_ratio(o.ks.size()), trim_ratio_norm(o.ks.size());
   std::mt19937_64 rng(1);
   for (int64_t h = 0; h < H; ++h) {
@@ -218,11 +223,7 @@ void run_diag(const DiagOptions& o) {
       const int64_t n = int64_t(r.score.size());
       std::vector<size_t> order(static_cast<size_t>(n));
       std::iota(order.begin(), order.end(), size_t(0));
-      if (n >= 2 * o.ks.back()) {  // shape statistics on rows with room to choose
-        const RowShape s = shape_of(r);
-        corr.add(s.corr), skew.add(s.skew), kurt.add(s.kurt);
-        rows_used.add(1);
-      }
+      const RowShape shape = n >= 2 ? shape_of(r) : RowShape{};
       std::vector<size_t> shuffled = order;
       std::shuffle(shuffled.begin(), shuffled.end(), rng);
       for (size_t ki = 0; ki < o.ks.size(); ++ki) {
@@ -254,20 +255,22 @@ void run_diag(const DiagOptions& o) {
             if (int64_t(g.size()) < k) g.push_back({r.block[size_t(j)], r.score[size_t(j)]});
           }
         ratio[ki][4].add(mass_of(r, g) / ref);
-        if (k == o.ks.back() && n >= 2 * k) {
-          final_over_k.add(double(above) / double(k));
+        if (n >= 2 * k) {
+          Why& w = why[ki];
+          w.corr.add(shape.corr), w.skew.add(shape.skew), w.kurt.add(shape.kurt);
+          w.final_over_k.add(double(above) / double(k));
           // Where the true top-k sit, and when the estimate's slots ran out.
           int64_t last_q = 0;
           const float kth = best.back().score;
           for (int64_t j = 3 * n / 4; j < n; ++j) last_q += r.score[size_t(j)] >= kth;
-          top_last_quarter.add(double(last_q) / double(k));
+          w.top_last_quarter.add(double(last_q) / double(k));
           int64_t at = n;
           if (int64_t(est.size()) == k) {
             int32_t last_block = 0;
             for (const BlockScore& b : est) last_block = std::max(last_block, b.block);
             at = std::find(r.block.begin(), r.block.end(), last_block) - r.block.begin() + 1;
           }
-          fill_at.add(double(at) / double(n));
+          w.fill_at.add(double(at) / double(n));
         }
       }
     }
@@ -337,12 +340,18 @@ void run_diag(const DiagOptions& o) {
     for (const Acc& a : ratio[ki]) fmt::print(" {:>18.4f}", a.mean());
     fmt::print(" {:>12.4f} {:>12.4f}\n", trim_ratio[ki].mean(), trim_ratio_norm[ki].mean());
   }
-  fmt::print("rows with >= 2k candidates at k={}: {}\n", o.ks.back(), rows_used.n);
-  fmt::print("  corr(S, arrival index)      {:.3f}\n", corr.mean());
-  fmt::print("  skewness, excess kurtosis   {:.3f}, {:.3f}\n", skew.mean(), kurt.mean());
-  fmt::print("  true top-k in last quarter  {:.3f} (0.25 if no drift)\n", top_last_quarter.mean());
-  fmt::print("  blocks above final-stats Gaussian threshold / k  {:.3f}\n", final_over_k.mean());
-  fmt::print("  estimate's slots full at    {:.3f} of the row (1: never full)\n", fill_at.mean());
+  fmt::print("why, per k over rows with >= 2k candidates: corr(S, arrival index); skewness and "
+             "excess kurtosis of S; share of the true top-k in the last quarter of the row (0.25 "
+             "without drift); blocks above the Gaussian threshold of the row's final m, sigma, per "
+             "k (1 if Gaussian); where the estimate's slots filled (1: never):\n");
+  fmt::print("{:>6} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>10}\n", "k", "rows", "corr", "skew",
+             "kurt", "top_last_q", "above/k", "full_at");
+  for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+    const Why& w = why[ki];
+    fmt::print("{:>6} {:>8} {:>8.3f} {:>8.3f} {:>8.3f} {:>12.3f} {:>10.3f} {:>10.3f}\n", o.ks[ki],
+               w.corr.n, w.corr.mean(), w.skew.mean(), w.kurt.mean(), w.top_last_quarter.mean(),
+               w.final_over_k.mean(), w.fill_at.mean());
+  }
 }
 
 }  // namespace
