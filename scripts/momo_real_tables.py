@@ -5,13 +5,15 @@ For every layer of both models:
   - `spattn select-diag`: the mass each online selector keeps per sampled row against the
     row's exact top-k at k = 16, 32, 64, 128 (MOMO's Fig. 2e per row), and the union-and-trim's
     own loss (Algorithm 2 over exact per-row choices against the query block's top-k_trim);
-  - `spattn bench --qkv ... --matched oracle_topk`: momo's attention recall at two budgets
-    (about 50% and 75% sparsity) with the selectors given, against oracle_topk at matched
-    density.
+  - `spattn select-diag --recall`: momo's attention recall at two budgets (about 50% and 75%
+    sparsity), at its default selection and at the paper's, against oracle_topk at matched
+    density (the topk whose sparsity is closest, as `spattn bench --matched` picks it; with the
+    default 64-row query blocks and with momo's chi = 128), every method's recall measured on
+    the same 1,024 evenly spaced rows per head.
 Prints Markdown tables; --raw DIR keeps every command's output.
 
 Usage: scripts/momo_real_tables.py [--dumps /work/ext/dumps] [--bin build/bin/spattn]
-         [--selectors exact,hybrid] [--what diag,recall] [--models tiny8k,small32k]
+         [--selectors new,paper] [--what diag,recall] [--models tiny8k,small32k]
 """
 import argparse
 import json
@@ -24,8 +26,11 @@ import sys
 # 64 keys per sampled row; every sampled row, 1/16 of the rows, attends densely).
 BUDGETS = {
     "tiny8k": [("~50%", "k=32"), ("~75%", "k=8")],
-    "small32k": [("~50%", "k=128"), ("~75%", "k=32")],
+    "small32k": [("~50%", "k=128"), ("~75%", "k=40")],
 }
+# The selectors compared: the new default (exact selection, union ranked by row mass) and the
+# paper's (hybrid 128/8 or min(8, k) exact slots, union ranked by the mean score).
+SELECTORS = {"new": "", "paper": "topk=hybrid,trim=mean"}
 LAYERS = {"tiny8k": 8, "small32k": 6}
 
 
@@ -39,38 +44,40 @@ def run(cmd, raw, tag):
 
 
 def diag(a, model, layer, raw):
+    """{k: {column: value}} from the two tables `spattn select-diag` prints (mass per selector,
+    then the reasons per k)."""
     out = run([a.bin, "select-diag", "--qkv", f"{a.dumps}/{model}/layer{layer}/",
                "--k", "16,32,64,128"], raw, f"diag_{model}_{layer}")
-    rows = {}
-    lines = out.splitlines()
-    head = None
-    for ln in lines:
+    rows, head = {}, None
+    for ln in out.splitlines():
         f = ln.split()
         if f and f[0] == "k":
             head = f[1:]
         elif head and f and f[0].isdigit():
-            rows[int(f[0])] = dict(zip(head, map(float, f[1:])))
-        m = re.match(r"\s+(corr|true top-k|estimate's slots full at)\D*?(-?[\d.]+)", ln)
-        if m:
-            rows[m.group(1)] = float(m.group(2))
+            rows.setdefault(int(f[0]), {}).update(zip(head, map(float, f[1:])))
     return rows
 
 
-def recall(a, model, layer, spec, raw):
-    out = run([a.bin, "bench", "--qkv", f"{a.dumps}/{model}/layer{layer}/", "--method", spec,
-               "--matched", "oracle_topk", "--repeat", "1", "--json"], raw,
-              f"bench_{model}_{layer}_{spec.replace(':', '_').replace(',', '_')}")
-    j = json.loads(out)
-    momo = [r for r in j["results"] if r["method"].startswith("momo")][0]
-    orc = [r for r in j["results"] if r["method"].startswith("oracle_topk")][0]
-    return momo, orc
+def recall(a, model, layer, specs, raw):
+    """(spec, sparsity, recall, worst) rows from `spattn select-diag --recall`: each spec, then
+    the oracle at matched density with 64- and 128-row query blocks."""
+    cmd = [a.bin, "select-diag", "--qkv", f"{a.dumps}/{model}/layer{layer}/"]
+    for s in specs:
+        cmd += ["--recall", s]
+    out = run(cmd, raw, f"recall_{model}_{layer}")
+    rows = []
+    for ln in out.splitlines():
+        m = re.match(r"\s*(\S+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)$", ln)
+        if m:
+            rows.append((m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))))
+    return rows
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dumps", default="/work/ext/dumps")
     ap.add_argument("--bin", default="build/bin/spattn")
-    ap.add_argument("--selectors", default="exact,hybrid")
+    ap.add_argument("--selectors", default="new,paper")
     ap.add_argument("--what", default="diag,recall")
     ap.add_argument("--models", default="tiny8k,small32k")
     ap.add_argument("--raw", default="")
@@ -81,36 +88,40 @@ def main():
     what = a.what.split(",")
     if "diag" in what:
         print("| model | layer | k | exact | hybrid 8 | estimate | estimate, shuffled order | "
-              "Gaussian, final stats | trim (mean S) | corr(S, j) | true top-128 in last quarter | "
-              "estimate full at |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "Gaussian, row's final m, sigma | trim by mean S | trim by mass | rows | corr(S, j) | "
+              "skew | top-k in last quarter | estimate full at |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for model in models:
             for layer in range(LAYERS[model]):
                 d = diag(a, model, layer, a.raw)
                 for k in (16, 32, 64, 128):
                     r = d[k]
-                    extra = (f"{d['corr']:.2f} | {d['true top-k']:.2f} | "
-                             f"{d[\"estimate's slots full at\"]:.2f}") if k == 128 else " | | "
+                    if r["rows"] == 0:
+                        continue  # no row of this length has 2k candidates
                     print(f"| {model} | {layer} | {k} | {r['exact']:.3f} | {r['hybrid']:.3f} | "
                           f"{r['estimate']:.3f} | {r['estimate_shuffled']:.3f} | "
-                          f"{r['gauss_final_stats']:.3f} | {r['trim_mean_S']:.3f} | {extra} |",
+                          f"{r['gauss_final_stats']:.3f} | {r['trim_mean_S']:.3f} | "
+                          f"{r['trim_sum_p']:.3f} | {int(r['rows'])} | {r['corr']:.2f} | "
+                          f"{r['skew']:.2f} | {r['top_last_q']:.2f} | {r['full_at']:.2f} |",
                           flush=True)
     if "recall" in what:
         print("\n| model | layer | budget | selector | momo sparsity | momo recall | "
-              "oracle_topk sparsity | oracle recall | gap (points) |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              "oracle (64-row blocks) sparsity, recall | gap | oracle (128-row blocks) sparsity, "
+              "recall | gap |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        sels = a.selectors.split(",")
         for model in models:
             for layer in range(LAYERS[model]):
-                for label, budget in BUDGETS[model]:
-                    for sel in a.selectors.split(","):
-                        spec = f"momo:{budget},topk={sel}"
-                        m, o = recall(a, model, layer, spec, a.raw)
-                        gap = 100 * (o["recall"] - m["recall"])
-                        print(f"| {model} | {layer} | {label} ({budget}) | {sel} | "
-                              f"{100 * m['sparsity']:.1f}% | {m['recall']:.4f} | "
-                              f"{100 * o['sparsity']:.1f}% | {o['recall']:.4f} | {gap:.2f} |",
-                              flush=True)
-
+                specs = [f"momo:{b},{SELECTORS[s]}".rstrip(",") for _, b in BUDGETS[model] for s in sels]
+                rows = recall(a, model, layer, specs, a.raw)
+                for i, spec in enumerate(specs):
+                    m, o64, o128 = rows[3 * i:3 * i + 3]
+                    label = [l for l, b in BUDGETS[model] if spec.startswith(f"momo:{b},") or spec == f"momo:{b}"][0]
+                    sel = sels[i % len(sels)]
+                    print(f"| {model} | {layer} | {label} ({spec.split(':')[1].split(',')[0]}) | {sel} | "
+                          f"{m[1]:.1f}% | {m[2]:.4f} | {o64[1]:.1f}%, {o64[2]:.4f} | "
+                          f"{100 * (o64[2] - m[2]):.2f} | {o128[1]:.1f}%, {o128[2]:.4f} | "
+                          f"{100 * (o128[2] - m[2]):.2f} |", flush=True)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,11 @@
 
 #include "cli.hpp"
 #include "core/threading.hpp"
+#include "masks/top_k.hpp"
 #include "spattn/error.hpp"
+#include "spattn/masks.hpp"
+#include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
 #include "spattn/select.hpp"
 #include "spattn/sparse_attention.hpp"
 
@@ -45,7 +49,84 @@ struct DiagOptions {
   std::string trace;
   int64_t trace_head = 0, trace_row = -1;  // -1: the last sampled row
   int trace_k = 128;
+  // --recall SPEC (repeatable): run each method once and compare its attention recall with the
+  // oracle block top-k at matched density (instead of the selector tables).
+  std::vector<std::string> recall;
+  int64_t recall_rows = 1024;
 };
+
+// The oracle block top-k of one geometry from the block mass grids (one full attention pass per
+// head, computed once): the mask of topk blocks per query block (the blocks oracle_topk_mask
+// picks) and its sparsity, counted entry by entry, so a density can be matched by bisection
+// without running attention again.
+struct OracleGrids {
+  int64_t block_q;
+  std::vector<BlockMassGrid> g;  // per q head
+  BlockMask mask(int64_t topk) const {
+    const BlockMassGrid& g0 = g[0];
+    BlockMask m(int64_t(g.size()), g0.q_len, g0.kv_len, block_q, g0.block_k, true);
+    const int64_t nq = m.n_qb(), nk = m.n_kb();
+    for (size_t h = 0; h < g.size(); ++h)
+      for (int64_t qb = 0; qb < nq; ++qb) {
+        for (int64_t kb : masks::top_indices(&g[h].mass[size_t(qb * nk)], m.causal_blocks(qb), topk))
+          m.blocks.push_back(int32_t(kb));
+        m.offsets[size_t(int64_t(h) * nq + qb + 1)] = int64_t(m.blocks.size());
+      }
+    return m;
+  }
+  double sparsity(int64_t topk) const {
+    const BlockMask m = mask(topk);
+    int64_t entries = 0, causal = 0;
+    for (int64_t i = 0; i < m.q_len; ++i) causal += causal_limit(i, m.q_len, m.kv_len, true);
+    for (int64_t h = 0; h < m.heads; ++h)
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb)
+        for (int32_t kb : m.row(h, qb))
+          for (int64_t i = qb * block_q; i < std::min(m.q_len, (qb + 1) * block_q); ++i) {
+            const int64_t lim = causal_limit(i, m.q_len, m.kv_len, true);
+            entries += std::clamp<int64_t>(lim - int64_t(kb) * m.block_k, 0, m.block_k);
+          }
+    return 1.0 - double(entries) / double(causal * m.heads);
+  }
+  // The topk whose sparsity is closest to target (sparsity falls as topk grows).
+  int64_t match(double target) const {
+    int64_t lo = 1, hi = g[0].n_kb;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sparsity(mid) <= target) hi = mid; else lo = mid + 1;
+    }
+    if (lo > 1 && std::abs(sparsity(lo - 1) - target) < std::abs(sparsity(lo) - target)) --lo;
+    return lo;
+  }
+};
+
+void run_recall(const Problem& p, const DiagOptions& o) {
+  const int64_t H = p.q.heads(), L = p.q.seq(), d = p.q.dim();
+  Tensor out(DType::f32, H, L, d);
+  fmt::print("recall at matched density: {} ({} heads, {} rows); recall over {} evenly spaced "
+             "rows per head\n", p.source, H, L, std::min(L, o.recall_rows));
+  fmt::print("{:<44} {:>9} {:>8} {:>8}\n", "method", "sparsity", "recall", "worst");
+  std::vector<OracleGrids> grids;
+  for (int64_t bq : {int64_t(64), int64_t(128)}) {
+    OracleGrids og{bq, {}};
+    for (int64_t h = 0; h < H; ++h) og.g.push_back(block_mass(p.q, p.k, p.v, h, bq, 64, p.opt));
+    grids.push_back(std::move(og));
+  }
+  auto line = [&](const std::string& name, double sp, const Coverage& cov) {
+    const Recall r = attention_recall(p.q, p.k, cov, p.opt, o.recall_rows);
+    fmt::print("{:<44} {:>8.2f}% {:>8.4f} {:>8.4f}\n", name, 100 * sp, r.mean, r.worst);
+    std::fflush(stdout);
+  };
+  for (const std::string& spec : o.recall) {
+    const MethodReport rep = make_method(spec)->run(p.q, p.k, p.v, out, p.opt);
+    const double sp = rep.stats.sparsity();
+    line(spec, sp, *rep.coverage);
+    for (const OracleGrids& og : grids) {
+      const int64_t t = og.match(sp);
+      line(fmt::format("  oracle_topk:topk={},block_q={}", t, og.block_q), og.sparsity(t),
+           *block_mask_coverage(og.mask(t)));
+    }
+  }
+}
 
 // One sampled row: its candidate blocks' scores in arrival order, the forced blocks' mass and
 // the row's LSE over every causal key.
@@ -193,6 +274,7 @@ void run_diag(const DiagOptions& o) {
   po.dtype = "f32";
   const Problem p = load_problem(po);
   SPATTN_CHECK(p.q.seq() == p.k.seq(), "select-diag needs a prefill problem (q rows = k rows)");
+  if (!o.recall.empty()) return run_recall(p, o);
   const int64_t L = p.q.seq(), H = p.q.heads();
   std::vector<int64_t> all = strided_rows(L, o.gamma), rows;
   for (size_t i = 0; i < all.size(); i += size_t(o.row_step)) rows.push_back(all[i]);
@@ -371,6 +453,12 @@ void add_select_diag_command(CLI::App& root) {
   cmd->add_option("--trace-head", o->trace_head, "head of the traced row")->capture_default_str();
   cmd->add_option("--trace-row", o->trace_row, "traced row (-1: last sampled)")->capture_default_str();
   cmd->add_option("--trace-k", o->trace_k, "k of the traced estimate")->capture_default_str();
+  cmd->add_option("--recall", o->recall,
+                  "method spec to compare with the oracle block top-k (64- and 128-row query "
+                  "blocks) at matched density (repeatable; replaces the selector tables)")
+      ->allow_extra_args(false);
+  cmd->add_option("--recall-rows", o->recall_rows, "rows per head the recall is measured on")
+      ->capture_default_str();
   cmd->callback([o] { run_diag(*o); });
 }
 
