@@ -421,6 +421,21 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
       "--out " + (dir / "m.png").string(), dir);
   EXPECT_EQ(mask.code(), 0) << mask.err;
   EXPECT_TRUE(fs::exists(dir / "m.png"));
+  // select-diag: the selector tables, the recall comparison, and bad input exits 2.
+  const std::string diag = "select-diag --seq 2048 --heads 2 --dim 64 --workload text ";
+  const test::CliRun d = test::run_spattn(diag + "--k 4,8 --trace " + (dir / "t.tsv").string(), dir);
+  EXPECT_EQ(d.code(), 0) << d.err;
+  for (const char* col : {"exact", "hybrid", "estimate_shuffled", "trim_sum_p", "full_at"})
+    EXPECT_NE(d.out.find(col), std::string::npos) << col << "\n" << d.out;
+  EXPECT_TRUE(fs::exists(dir / "t.tsv"));
+  const test::CliRun rc = test::run_spattn(diag + "--recall momo:k=4", dir);
+  EXPECT_EQ(rc.code(), 0) << rc.err;
+  EXPECT_NE(rc.out.find("oracle_topk:topk="), std::string::npos) << rc.out;
+  for (const char* bad : {"--k 0", "--k-exact -1", "--chi 100", "--beta 32", "--row-step 0",
+                          "--recall momo:k=0"}) {
+    const test::CliRun r = test::run_spattn(diag + bad, dir);
+    EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
+  }
   fs::remove_all(dir);
 }
 

@@ -234,6 +234,8 @@ void write_trace(const Row& r, const DiagOptions& o) {
   SPATTN_CHECK(f, "--trace: cannot write '", o.trace, "'");
   const int k = o.trace_k;
   const int64_t n = int64_t(r.score.size());
+  SPATTN_CHECK(n > 0, "--trace-row ", r.row, " has no candidate block (every causal block is "
+               "forced)");
   std::vector<float> sorted(r.score);
   std::sort(sorted.begin(), sorted.end(), std::greater<float>());
   const float kth = sorted[size_t(std::min<int64_t>(k, n) - 1)];
@@ -269,11 +271,15 @@ void run_diag(const DiagOptions& o) {
   SPATTN_CHECK(o.chi % o.gamma == 0, "--chi must be a multiple of --gamma");
   SPATTN_CHECK(o.beta % 64 == 0, "--beta must be a multiple of 64");
   SPATTN_CHECK(o.row_step >= 1, "--row-step must be >= 1");
-  for (int k : o.ks) SPATTN_CHECK(k >= 1 && o.k_exact <= k, "--k values must be >= --k-exact");
+  for (int k : o.ks) SPATTN_CHECK(k >= 1, "--k values must be >= 1, got ", k);
+  SPATTN_CHECK(o.k_exact >= 0, "--k-exact must be >= 0 (the hybrid keeps min(k_exact, k) exact)");
   ProblemOptions po = o.problem;
   po.dtype = "f32";
   const Problem p = load_problem(po);
   SPATTN_CHECK(p.q.seq() == p.k.seq(), "select-diag needs a prefill problem (q rows = k rows)");
+  SPATTN_CHECK(o.trace.empty() || (o.trace_head >= 0 && o.trace_head < p.q.heads()),
+               "--trace-head must be in [0, ", p.q.heads(), ")");
+  SPATTN_CHECK(o.trace_k >= 1, "--trace-k must be >= 1");
   if (!o.recall.empty()) return run_recall(p, o);
   const int64_t L = p.q.seq(), H = p.q.heads();
   std::vector<int64_t> all = strided_rows(L, o.gamma), rows;
@@ -451,7 +457,7 @@ void add_select_diag_command(CLI::App& root) {
   cmd->add_option("--row-step", o->row_step, "use every N-th sampled row")->capture_default_str();
   cmd->add_option("--trace", o->trace, "write one row's arrival trace (TSV) here");
   cmd->add_option("--trace-head", o->trace_head, "head of the traced row")->capture_default_str();
-  cmd->add_option("--trace-row", o->trace_row, "traced row (-1: last sampled)")->capture_default_str();
+  cmd->add_option("--trace-row", o->trace_row, "traced row, a sampled one (else: the last sampled)")->capture_default_str();
   cmd->add_option("--trace-k", o->trace_k, "k of the traced estimate")->capture_default_str();
   cmd->add_option("--recall", o->recall,
                   "method spec to compare with the oracle block top-k (64- and 128-row query "
