@@ -12,9 +12,9 @@
 //   topk    exact | tree | estimate | hybrid (the four selectors of src/select); default exact,
 //           not the paper's hybrid 128/8: on real attention the block scores drift upward along
 //           the row in the order the fused pass delivers them, and the estimate of Eqs. (5)-(6),
-//           which takes blocks for good, spends its slots before the best blocks arrive (it lost
-//           up to 38 points of a row's top-k mass on code-tiny-8k's layers; docs/ARCHITECTURE.md,
-//           "Online top-k selectors"). The exact buffer costs a compare per losing block on a
+//           which takes blocks for good, spends its slots before the best blocks arrive (the
+//           hybrid lost up to 36 points of a row's top-k mass, the estimate 68, on
+//           code-small-32k's layer 1; docs/ARCHITECTURE.md, "MOMO's selection on real attention"). The exact buffer costs a compare per losing block on a
 //           CPU, where the SRAM limit the estimate works around does not exist.
 //   k_trim  key blocks kept per query block after the union (Appendix, Algorithm 2); default k
 //   trim    mass | mean: how the union ranks a block several sampled rows chose. mean: the mean
