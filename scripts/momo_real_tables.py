@@ -9,7 +9,7 @@ For every layer of both models:
     sparsity), at its default selection and at the paper's, against oracle_topk at matched
     density (the topk whose sparsity is closest, as `spattn bench --matched` picks it; with the
     default 64-row query blocks and with momo's chi = 128), every method's recall measured on
-    the same evenly spaced rows per head (--recall-rows, 256 by default, as `spattn bench`).
+    exactly over every row (from the block mass grids).
 Prints Markdown tables; --raw DIR keeps every command's output.
 
 Usage: scripts/momo_real_tables.py [--dumps /work/ext/dumps] [--bin build/bin/spattn]
@@ -59,18 +59,17 @@ def diag(a, model, layer, raw):
 
 
 def recall(a, model, layer, specs, raw):
-    """(spec, sparsity, recall, worst) rows from `spattn select-diag --recall`: each spec, then
+    """(spec, sparsity, recall) rows from `spattn select-diag --recall`: each spec, then
     the oracle at matched density with 64- and 128-row query blocks."""
-    cmd = [a.bin, "select-diag", "--qkv", f"{a.dumps}/{model}/layer{layer}/",
-           "--recall-rows", str(a.recall_rows)]
+    cmd = [a.bin, "select-diag", "--qkv", f"{a.dumps}/{model}/layer{layer}/"]
     for s in specs:
         cmd += ["--recall", s]
     out = run(cmd, raw, f"recall_{model}_{layer}")
     rows = []
     for ln in out.splitlines():
-        m = re.match(r"\s*(\S+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)$", ln)
+        m = re.match(r"\s*(\S+)\s+([\d.]+)%\s+([\d.]+)$", ln)
         if m:
-            rows.append((m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))))
+            rows.append((m.group(1), float(m.group(2)), float(m.group(3))))
     return rows
 
 
@@ -82,8 +81,6 @@ def main():
     ap.add_argument("--what", default="diag,recall")
     ap.add_argument("--models", default="tiny8k,small32k")
     ap.add_argument("--raw", default="")
-    ap.add_argument("--recall-rows", type=int, default=256,
-                    help="rows per head the recalls are measured on (the same rows for all)")
     a = ap.parse_args()
     if a.raw:
         os.makedirs(a.raw, exist_ok=True)

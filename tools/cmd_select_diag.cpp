@@ -31,6 +31,7 @@
 #include "cli.hpp"
 #include "core/threading.hpp"
 #include "masks/top_k.hpp"
+#include "spattn/coverage.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/method.hpp"
@@ -50,9 +51,8 @@ struct DiagOptions {
   int64_t trace_head = 0, trace_row = -1;  // -1: the last sampled row
   int trace_k = 128;
   // --recall SPEC (repeatable): run each method once and compare its attention recall with the
-  // oracle block top-k at matched density (instead of the selector tables).
+  // oracle block top-k at matched density (instead of the selector tables); see run_recall.
   std::vector<std::string> recall;
-  int64_t recall_rows = 1024;
 };
 
 // The oracle block top-k of one geometry from the block mass grids (one full attention pass per
@@ -98,35 +98,6 @@ struct OracleGrids {
     return lo;
   }
 };
-
-void run_recall(const Problem& p, const DiagOptions& o) {
-  const int64_t H = p.q.heads(), L = p.q.seq(), d = p.q.dim();
-  Tensor out(DType::f32, H, L, d);
-  fmt::print("recall at matched density: {} ({} heads, {} rows); recall over {} evenly spaced "
-             "rows per head\n", p.source, H, L, std::min(L, o.recall_rows));
-  fmt::print("{:<44} {:>9} {:>8} {:>8}\n", "method", "sparsity", "recall", "worst");
-  std::vector<OracleGrids> grids;
-  for (int64_t bq : {int64_t(64), int64_t(128)}) {
-    OracleGrids og{bq, {}};
-    for (int64_t h = 0; h < H; ++h) og.g.push_back(block_mass(p.q, p.k, p.v, h, bq, 64, p.opt));
-    grids.push_back(std::move(og));
-  }
-  auto line = [&](const std::string& name, double sp, const Coverage& cov) {
-    const Recall r = attention_recall(p.q, p.k, cov, p.opt, o.recall_rows);
-    fmt::print("{:<44} {:>8.2f}% {:>8.4f} {:>8.4f}\n", name, 100 * sp, r.mean, r.worst);
-    std::fflush(stdout);
-  };
-  for (const std::string& spec : o.recall) {
-    const MethodReport rep = make_method(spec)->run(p.q, p.k, p.v, out, p.opt);
-    const double sp = rep.stats.sparsity();
-    line(spec, sp, *rep.coverage);
-    for (const OracleGrids& og : grids) {
-      const int64_t t = og.match(sp);
-      line(fmt::format("  oracle_topk:topk={},block_q={}", t, og.block_q), og.sparsity(t),
-           *block_mask_coverage(og.mask(t)));
-    }
-  }
-}
 
 // One sampled row: its candidate blocks' scores in arrival order, the forced blocks' mass and
 // the row's LSE over every causal key.
@@ -265,6 +236,117 @@ void write_trace(const Row& r, const DiagOptions& o) {
     m2 += dlt * (r.score[size_t(j)] - m);
   }
   std::fclose(f);
+}
+
+// Row shares exp(S(b) - LSE_row) of every causal 64-key block of the given rows of head h.
+std::vector<std::vector<double>> row_block_shares(const Problem& p, int64_t h,
+                                                  const std::vector<int64_t>& rows) {
+  const int64_t L = p.q.seq(), Lkv = p.k.seq(), d = p.q.dim();
+  const int64_t group = p.q.heads() / p.k.heads();
+  const float scale = softmax_scale(p.opt, d);
+  const float* K = p.k.data_as<float>() + (h / group) * Lkv * d;
+  std::vector<std::vector<double>> out(rows.size());
+  parallel_for(int64_t(rows.size()), p.opt.threads, [&](int64_t ri, int) {
+    const int64_t i = rows[size_t(ri)];
+    const float* q = p.q.data_as<float>() + (h * L + i) * d;
+    const int64_t lim = causal_limit(i, L, Lkv, true);
+    std::vector<double> s(static_cast<size_t>(lim));
+    double mx = -std::numeric_limits<double>::infinity(), tot = 0;
+    for (int64_t j = 0; j < lim; ++j) {
+      float acc = 0;
+      for (int64_t c = 0; c < d; ++c) acc += q[c] * K[j * d + c];
+      mx = std::max(mx, s[size_t(j)] = double(acc) * scale);
+    }
+    std::vector<double>& b = out[size_t(ri)];
+    b.assign(size_t((lim + 63) / 64), 0.0);
+    for (int64_t j = 0; j < lim; ++j) {
+      const double e = std::exp(s[size_t(j)] - mx);
+      b[size_t(j / 64)] += e, tot += e;
+    }
+    for (double& x : b) x /= tot;
+  });
+  return out;
+}
+
+// --recall: each method run once; its recall (mean over every row of the softmax mass its
+// coverage holds) and the oracle's at matched density, both exact over all rows and computed
+// from the block mass grids: a block mask's rows hold sum over its blocks of the grid's mass
+// (the grid is the mean over the query block's rows). momo's sampled rows see every key: their
+// share of the grid is taken out, row by row from their exact block shares, and 1 put in.
+// Methods other than block masks at a grid's geometry (64 or 128 query rows, 64 keys), with or
+// without momo's dense sampled rows (rows --gamma - 1, 2 --gamma - 1, ... and the last), are
+// refused.
+std::string rep_name(const std::string& spec) { return make_method(spec)->name(); }
+
+void run_recall(const Problem& p, const DiagOptions& o) {
+  const int64_t H = p.q.heads(), L = p.q.seq(), d = p.q.dim();
+  Tensor out(DType::f32, H, L, d);
+  fmt::print("recall at matched density: {} ({} heads, {} rows); recall exact over every row\n",
+             p.source, H, L);
+  fmt::print("{:<44} {:>9} {:>8}\n", "method", "sparsity", "recall");
+  std::vector<OracleGrids> grids;
+  for (int64_t bq : {int64_t(64), int64_t(128)}) {
+    OracleGrids og{bq, {}};
+    for (int64_t h = 0; h < H; ++h) og.g.push_back(block_mass(p.q, p.k, p.v, h, bq, 64, p.opt));
+    grids.push_back(std::move(og));
+  }
+  // Mean over every row of the grid mass a mask's blocks hold.
+  auto mask_recall = [&](const OracleGrids& og, const BlockMask& m) {
+    double sum = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const BlockMassGrid& g = og.g[size_t(h)];
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t rows = std::min(L, (qb + 1) * og.block_q) - qb * og.block_q;
+        double held = 0;
+        for (int32_t kb : m.row(h, qb)) held += g.mass[size_t(qb * g.n_kb + kb)];
+        sum += double(rows) * held;
+      }
+    }
+    return sum;
+  };
+  const std::vector<int64_t> sampled = strided_rows(L, o.gamma);
+  std::vector<std::vector<std::vector<double>>> shares;  // per head, per sampled row
+  auto line = [&](const std::string& name, double sp, double recall) {
+    fmt::print("{:<44} {:>8.2f}% {:>8.4f}\n", name, 100 * sp, recall);
+    std::fflush(stdout);
+  };
+  for (const std::string& spec : o.recall) {
+    const MethodReport rep = make_method(spec)->run(p.q, p.k, p.v, out, p.opt);
+    SPATTN_CHECK(rep.mask && rep.mask->block_k == 64 &&
+                     (rep.mask->block_q == 64 || rep.mask->block_q == 128),
+                 "--recall: ", spec, " has no block mask of 64 or 128 query rows by 64 keys");
+    const BlockMask& m = *rep.mask;
+    const OracleGrids& og = grids[m.block_q == 64 ? 0 : 1];
+    double sum = mask_recall(og, m);
+    // momo's sampled rows see every key (checked row by row below).
+    const bool dense_sampled = rep_name(spec) == "momo";
+    std::vector<KeyRange> kr;
+    if (dense_sampled) {
+      if (shares.empty())
+        for (int64_t h = 0; h < H; ++h) shares.push_back(row_block_shares(p, h, sampled));
+      for (int64_t h = 0; h < H; ++h)
+        for (size_t ri = 0; ri < sampled.size(); ++ri) {
+          const int64_t r = sampled[ri];
+          kr.clear();
+          rep.coverage->row_ranges(h, r, kr);
+          SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1,
+                       "--recall: ", spec, " does not attend densely at sampled row ", r,
+                       " (is its gamma --gamma?)");
+          double held = 0;
+          const std::vector<double>& sh = shares[size_t(h)][ri];
+          for (int32_t kb : m.row(h, r / m.block_q))
+            if (size_t(kb) < sh.size()) held += sh[size_t(kb)];  // later blocks: past the row
+          sum += 1.0 - held;
+        }
+    }
+    const double sp = rep.stats.sparsity();
+    line(spec, sp, sum / double(H * L));
+    for (const OracleGrids& g : grids) {
+      const int64_t t = g.match(sp);
+      line(fmt::format("  oracle_topk:topk={},block_q={}", t, g.block_q), g.sparsity(t),
+           mask_recall(g, g.mask(t)) / double(H * L));
+    }
+  }
 }
 
 void run_diag(const DiagOptions& o) {
@@ -463,8 +545,6 @@ void add_select_diag_command(CLI::App& root) {
                   "method spec to compare with the oracle block top-k (64- and 128-row query "
                   "blocks) at matched density (repeatable; replaces the selector tables)")
       ->allow_extra_args(false);
-  cmd->add_option("--recall-rows", o->recall_rows, "rows per head the recall is measured on")
-      ->capture_default_str();
   cmd->callback([o] { run_diag(*o); });
 }
 
