@@ -34,7 +34,13 @@ SELECTORS = {"new": "", "paper": "topk=hybrid,trim=mean"}
 LAYERS = {"tiny8k": 8, "small32k": 6}
 
 
+FROM_RAW = ""  # --from-raw DIR: read the outputs a --raw DIR run kept instead of running
+
+
 def run(cmd, raw, tag):
+    if FROM_RAW:
+        with open(os.path.join(FROM_RAW, tag + ".txt")) as f:
+            return f.read().split("\n", 1)[1]
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     out = subprocess.run(["nice"] + cmd, check=True, capture_output=True, text=True, env=env).stdout
     if raw:
@@ -67,7 +73,7 @@ def recall(a, model, layer, specs, raw):
     out = run(cmd, raw, f"recall_{model}_{layer}")
     rows = []
     for ln in out.splitlines():
-        m = re.match(r"\s*(\S+)\s+([\d.]+)%\s+([\d.]+)$", ln)
+        m = re.match(r"\s*(.+?)\s+([\d.]+)%\s+([\d.]+)$", ln)
         if m:
             rows.append((m.group(1), float(m.group(2)), float(m.group(3))))
     return rows
@@ -81,7 +87,10 @@ def main():
     ap.add_argument("--what", default="diag,recall")
     ap.add_argument("--models", default="tiny8k,small32k")
     ap.add_argument("--raw", default="")
+    ap.add_argument("--from-raw", default="", help="tables from a --raw DIR's outputs, no runs")
     a = ap.parse_args()
+    global FROM_RAW
+    FROM_RAW = a.from_raw
     if a.raw:
         os.makedirs(a.raw, exist_ok=True)
     models = a.models.split(",")
@@ -107,21 +116,28 @@ def main():
     if "recall" in what:
         print("\n| model | layer | budget | selector | momo sparsity | momo recall | "
               "oracle (64-row blocks) sparsity, recall | gap | oracle (128-row blocks) sparsity, "
-              "recall | gap |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "recall | gap | ceiling (momo's structure, oracle's blocks) |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         sels = a.selectors.split(",")
         for model in models:
             for layer in range(LAYERS[model]):
                 specs = [f"momo:{b},{SELECTORS[s]}".rstrip(",") for _, b in BUDGETS[model] for s in sels]
                 rows = recall(a, model, layer, specs, a.raw)
+                groups = []  # a method's line, then its oracle lines and its ceiling (if printed)
+                for r in rows:
+                    if r[0].startswith(("oracle_topk", "ceiling")):
+                        groups[-1].append(r)
+                    else:
+                        groups.append([r])
                 for i, spec in enumerate(specs):
-                    m, o64, o128 = rows[3 * i:3 * i + 3]
+                    m, o64, o128 = groups[i][:3]
+                    ceil = f"{groups[i][3][2]:.4f}" if len(groups[i]) > 3 else "-"
                     label = [l for l, b in BUDGETS[model] if spec.startswith(f"momo:{b},") or spec == f"momo:{b}"][0]
                     sel = sels[i % len(sels)]
                     print(f"| {model} | {layer} | {label} ({spec.split(':')[1].split(',')[0]}) | {sel} | "
                           f"{m[1]:.1f}% | {m[2]:.4f} | {o64[1]:.1f}%, {o64[2]:.4f} | "
                           f"{100 * (o64[2] - m[2]):.2f} | {o128[1]:.1f}%, {o128[2]:.4f} | "
-                          f"{100 * (o128[2] - m[2]):.2f} |", flush=True)
+                          f"{100 * (o128[2] - m[2]):.2f} | {ceil} |", flush=True)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -283,7 +283,7 @@ void run_recall(const Problem& p, const DiagOptions& o) {
   Tensor out(DType::f32, H, L, d);
   fmt::print("recall at matched density: {} ({} heads, {} rows); recall exact over every row\n",
              p.source, H, L);
-  fmt::print("{:<44} {:>9} {:>8}\n", "method", "sparsity", "recall");
+  fmt::print("{:<60} {:>9} {:>8}\n", "method", "sparsity", "recall");
   std::vector<OracleGrids> grids;
   for (int64_t bq : {int64_t(64), int64_t(128)}) {
     OracleGrids og{bq, {}};
@@ -307,7 +307,7 @@ void run_recall(const Problem& p, const DiagOptions& o) {
   const std::vector<int64_t> sampled = strided_rows(L, o.gamma);
   std::vector<std::vector<std::vector<double>>> shares;  // per head, per sampled row
   auto line = [&](const std::string& name, double sp, double recall) {
-    fmt::print("{:<44} {:>8.2f}% {:>8.4f}\n", name, 100 * sp, recall);
+    fmt::print("{:<60} {:>8.2f}% {:>8.4f}\n", name, 100 * sp, recall);
     std::fflush(stdout);
   };
   for (const std::string& spec : o.recall) {
@@ -317,27 +317,36 @@ void run_recall(const Problem& p, const DiagOptions& o) {
                  "--recall: ", spec, " has no block mask of 64 or 128 query rows by 64 keys");
     const BlockMask& m = *rep.mask;
     const OracleGrids& og = grids[m.block_q == 64 ? 0 : 1];
-    double sum = mask_recall(og, m);
-    // momo's sampled rows see every key (checked row by row below).
-    const bool dense_sampled = rep_name(spec) == "momo";
-    std::vector<KeyRange> kr;
-    if (dense_sampled) {
+    // What the sampled rows (dense in momo) add over a mask's share of them.
+    auto sampled_gain = [&](const BlockMask& bm) {
       if (shares.empty())
         for (int64_t h = 0; h < H; ++h) shares.push_back(row_block_shares(p, h, sampled));
+      double gain = 0;
       for (int64_t h = 0; h < H; ++h)
         for (size_t ri = 0; ri < sampled.size(); ++ri) {
           const int64_t r = sampled[ri];
+          const std::vector<double>& sh = shares[size_t(h)][ri];
+          double held = 0;
+          for (int32_t kb : bm.row(h, r / bm.block_q))
+            if (size_t(kb) < sh.size()) held += sh[size_t(kb)];  // later blocks: past the row
+          gain += 1.0 - held;
+        }
+      return gain;
+    };
+    double sum = mask_recall(og, m);
+    // momo's sampled rows see every key (checked row by row).
+    const bool dense_sampled = rep_name(spec) == "momo";
+    if (dense_sampled) {
+      std::vector<KeyRange> kr;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t r : sampled) {
           kr.clear();
           rep.coverage->row_ranges(h, r, kr);
           SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1,
                        "--recall: ", spec, " does not attend densely at sampled row ", r,
                        " (is its gamma --gamma?)");
-          double held = 0;
-          const std::vector<double>& sh = shares[size_t(h)][ri];
-          for (int32_t kb : m.row(h, r / m.block_q))
-            if (size_t(kb) < sh.size()) held += sh[size_t(kb)];  // later blocks: past the row
-          sum += 1.0 - held;
         }
+      sum += sampled_gain(m);
     }
     const double sp = rep.stats.sparsity();
     line(spec, sp, sum / double(H * L));
@@ -345,6 +354,16 @@ void run_recall(const Problem& p, const DiagOptions& o) {
       const int64_t t = g.match(sp);
       line(fmt::format("  oracle_topk:topk={},block_q={}", t, g.block_q), g.sparsity(t),
            mask_recall(g, g.mask(t)) / double(H * L));
+    }
+    if (dense_sampled && rep.extras.count("k_dense")) {
+      // The same structure with perfect selection: momo's dense sampled rows, and for the
+      // block-sparse pass the oracle's mask at momo's geometry with the density the fused pass
+      // leaves (the selection's ceiling at this density).
+      const double fused = rep.extras.at("k_dense") * double(L) / (double(L) * double(L + 1) / 2);
+      const int64_t t = og.match(sp + fused);
+      const BlockMask bm = og.mask(t);
+      line(fmt::format("  ceiling: dense sampled rows + oracle topk={},block_q={}", t, og.block_q),
+           og.sparsity(t) - fused, (mask_recall(og, bm) + sampled_gain(bm)) / double(H * L));
     }
   }
 }
