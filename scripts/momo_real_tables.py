@@ -28,10 +28,13 @@ BUDGETS = {
     "tiny8k": [("~50%", "k=32"), ("~75%", "k=8")],
     "small32k": [("~50%", "k=128"), ("~75%", "k=40")],
 }
+BUDGETS["small32k_h2"] = BUDGETS["small32k"]
 # The selectors compared: the new default (exact selection, union ranked by row mass) and the
 # paper's (hybrid 128/8 or min(8, k) exact slots, union ranked by the mean score).
 SELECTORS = {"new": "", "paper": "topk=hybrid,trim=mean"}
-LAYERS = {"tiny8k": 8, "small32k": 6}
+# small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),
+# where the whole model's recall runs cost too much on a shared machine.
+LAYERS = {"tiny8k": 8, "small32k": 6, "small32k_h2": 6}
 
 
 FROM_RAW = ""  # --from-raw DIR: read the outputs a --raw DIR run kept instead of running
