@@ -4,6 +4,9 @@
 // `spattn perplexity` end to end, and their bad input.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include <filesystem>
 
 #include "cli_run.hpp"
@@ -168,6 +171,21 @@ TEST_F(RunnerCli, RunPrintsTextAndTimings) {
   ASSERT_EQ(d.code(), 0) << d.err;
   const auto b = run("bench --qkv " + dir_.string() + "/ --method dense --repeat 1");
   EXPECT_EQ(b.code(), 0) << b.err;
+  // --dump-qkv all: every layer under DIR/layerN/, layer 2's the same bytes as --dump-qkv 2's.
+  const auto all = run("run -m " + path + " -p 'Once upon a time there was' -n 1 -c 64 "
+                       "--dump-qkv all " + dir_.string());
+  ASSERT_EQ(all.code(), 0) << all.err;
+  auto bytes = [](const std::filesystem::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  for (int l = 0; l < 5; ++l)
+    for (const char* t : {"q.npy", "k.npy", "v.npy"})
+      EXPECT_TRUE(std::filesystem::exists(dir_ / ("layer" + std::to_string(l)) / t)) << l << t;
+  for (const char* t : {"q.npy", "k.npy", "v.npy"}) {
+    EXPECT_FALSE(bytes(dir_ / t).empty());
+    EXPECT_EQ(bytes(dir_ / "layer2" / t), bytes(dir_ / t)) << t;
+  }
 }
 
 TEST_F(RunnerCli, PerplexityComparesDenseAndChunkedH2O) {
@@ -199,6 +217,7 @@ TEST_F(RunnerCli, BadInputExits2) {
   bad("run -m " + path + " -p hi -c 4 -n 8", "-c");
   bad("run -m " + (dir_ / "missing.gguf").string() + " -p hi", "missing.gguf");
   bad("run -m " + path + " -p hi --dump-qkv x " + dir_.string(), "LAYER");
+  bad("run -m " + path + " -p hi --dump-qkv 9 " + dir_.string(), "layer 9");
   bad("perplexity -m " + path + " -f " + (dir_ / "none.txt").string(), "none.txt");
   bad("run -m " + path + " -p hi -ctk nonsense", "unknown KV cache type 'nonsense'");
   // stories260K's head dim (8) is no whole q8_0 block.

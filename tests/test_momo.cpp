@@ -232,6 +232,63 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
   }
 }
 
+// Union and trim against a plain reference: per query block, each sampled row's exact top-k
+// candidate blocks (by the reference's block LSE S(j)), pooled, a block several rows chose
+// ranked by the sum of its row shares exp(S(j) - LSE_row) (trim=mass) or the mean of its S(j)
+// (trim=mean), the top k_trim kept beside sink and local. Query blocks whose ranking has a near
+// tie at the cut are skipped (f32 may order those either way).
+TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
+  const Workload w = text(1400, 1, 1, 32, DType::f32, 17);
+  const int64_t gamma = 8, chi = 32, L = 1400;
+  for (const char* trim : {"mass", "mean"}) {
+    const MomoRun r = run(std::string("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,"
+                                      "trim=") + trim, w);
+    const BlockMask& m = *r.report.mask;
+    int64_t checked = 0;
+    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+      const int64_t cb = m.causal_blocks(qb);
+      if (cb < 6) continue;  // fewer candidates than the union keeps: nothing to rank
+      std::vector<double> sum(size_t(cb), 0.0);
+      std::vector<int> cnt(size_t(cb), 0);
+      for (int64_t row = qb * chi; row < std::min(L, (qb + 1) * chi); ++row) {
+        if (!sampled(row, gamma, L)) continue;
+        std::vector<int64_t> all;
+        for (int64_t c = 0; c <= row; ++c) all.push_back(c);
+        double row_lse = 0;
+        test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
+        std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
+        for (int64_t j = 1; j < cb - 1 && j * 64 <= row; ++j) {
+          std::vector<int64_t> keys;
+          for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
+          double lse = 0;
+          test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
+          s.push_back({lse, int32_t(j)});
+        }
+        std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+        for (size_t i = 0; i < std::min<size_t>(3, s.size()); ++i) {
+          const auto [score, j] = s[i];
+          sum[size_t(j)] += std::string(trim) == "mass" ? std::exp(score - row_lse) : score;
+          ++cnt[size_t(j)];
+        }
+      }
+      std::vector<std::pair<double, int32_t>> rank;
+      for (int32_t j = 0; j < cb; ++j)
+        if (cnt[size_t(j)] > 0)
+          rank.push_back({std::string(trim) == "mass" ? sum[size_t(j)] : sum[size_t(j)] / cnt[size_t(j)], j});
+      std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
+      if (rank.size() < 3) continue;
+      const double gap = rank[1].first - rank[2].first;
+      if (gap < 1e-3 * std::max(1.0, std::fabs(rank[1].first))) continue;
+      std::vector<int32_t> want = {0, rank[0].second, rank[1].second, int32_t(cb - 1)};
+      std::sort(want.begin(), want.end());
+      const auto got = m.row(0, qb);
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << trim << " qb " << qb;
+      ++checked;
+    }
+    EXPECT_GT(checked, 20) << trim;
+  }
+}
+
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
 // and mask, every selector, both block sizes, f32 and bf16, either visiting order named.
 TEST(MomoLambda, LambdaZeroIsBitwiseNoLambda) {
@@ -319,6 +376,7 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:lambda=-0.1", "lambda"},     {"momo:lambda=nan", "lambda"},
       {"momo:lambda=x", "lambda"},        {"momo:order=in_order", "order"},
       {"momo:lambda=0.1,order=sideways", "order"},
+      {"momo:trim=max", "trim"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -363,6 +421,21 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
       "--out " + (dir / "m.png").string(), dir);
   EXPECT_EQ(mask.code(), 0) << mask.err;
   EXPECT_TRUE(fs::exists(dir / "m.png"));
+  // select-diag: the selector tables, the recall comparison, and bad input exits 2.
+  const std::string diag = "select-diag --seq 2048 --heads 2 --dim 64 --workload text ";
+  const test::CliRun d = test::run_spattn(diag + "--k 4,8 --trace " + (dir / "t.tsv").string(), dir);
+  EXPECT_EQ(d.code(), 0) << d.err;
+  for (const char* col : {"exact", "hybrid", "estimate_shuffled", "trim_sum_p", "full_at"})
+    EXPECT_NE(d.out.find(col), std::string::npos) << col << "\n" << d.out;
+  EXPECT_TRUE(fs::exists(dir / "t.tsv"));
+  const test::CliRun rc = test::run_spattn(diag + "--recall momo:k=4", dir);
+  EXPECT_EQ(rc.code(), 0) << rc.err;
+  EXPECT_NE(rc.out.find("oracle_topk:topk="), std::string::npos) << rc.out;
+  for (const char* bad : {"--k 0", "--k-exact -1", "--chi 100", "--beta 32", "--row-step 0",
+                          "--recall momo:k=0"}) {
+    const test::CliRun r = test::run_spattn(diag + bad, dir);
+    EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
+  }
   fs::remove_all(dir);
 }
 

@@ -26,7 +26,8 @@ struct RunOptions {
   int64_t max_prompt = 0;  // keep only the first N prompt tokens (0: all)
   double temp = 0.0;
   uint64_t seed = 42;
-  int64_t dump_layer = -1;
+  int64_t dump_layer = -1;  // model::Session::kTapAllLayers with dump_all
+  bool dump_all = false;    // --dump-qkv all DIR: every layer, as DIR/layerN/
   std::string dump_dir;
   bool warmup = false;  // one untimed prefill and decode step first, as llama-bench does
   bool ignore_eos = false;
@@ -68,7 +69,8 @@ void run(const RunOptions& o) {
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
   const std::string text = read_prompt(o.prompt, o.file);
-  if (o.dump_layer >= 0) {
+  const bool dumping = o.dump_all || o.dump_layer >= 0;
+  if (dumping) {
     std::error_code ec;
     SPATTN_CHECK(std::filesystem::is_directory(o.dump_dir, ec), "--dump-qkv: '", o.dump_dir,
                  "' is not a directory");
@@ -82,16 +84,18 @@ void run(const RunOptions& o) {
   SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
                " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
   model::Session s(lm.model, so);
-  QkvDump dump;
-  if (o.dump_layer >= 0) {
+  std::vector<QkvDump> dumps;  // one per dumped layer (every layer with dump_all)
+  if (dumping) {
     const int64_t n = int64_t(prompt.size());
-    dump = {Tensor(DType::f32, cfg.n_head, n, cfg.head_dim),
-            Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim),
-            Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim)};
-    s.set_qkv_tap(o.dump_layer, [&](int64_t, int64_t pos0, int64_t n_rows, const float* q,
-                                    const float* k, const float* v) {
-      dump.take(pos0, n_rows, q, k, v);
-    });
+    for (int64_t l = 0; l < (o.dump_all ? cfg.n_layer : 1); ++l)
+      dumps.push_back({Tensor(DType::f32, cfg.n_head, n, cfg.head_dim),
+                       Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim),
+                       Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim)});
+    s.set_qkv_tap(o.dump_all ? model::Session::kTapAllLayers : o.dump_layer,
+                  [&](int64_t layer, int64_t pos0, int64_t n_rows, const float* q,
+                      const float* k, const float* v) {
+                    dumps[size_t(o.dump_all ? layer : 0)].take(pos0, n_rows, q, k, v);
+                  });
   }
   if (!o.r.json) {
     fmt::print("{}", o.max_prompt > 0 ? lm.tokenizer.decode(prompt) : text);
@@ -117,11 +121,15 @@ void run(const RunOptions& o) {
     out.push_back(sample(logits, o.temp, rng));
     ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
-  if (o.dump_layer >= 0) {
-    const std::filesystem::path d(o.dump_dir);
-    write_npy((d / "q.npy").string(), dump.q);
-    write_npy((d / "k.npy").string(), dump.k);
-    write_npy((d / "v.npy").string(), dump.v);
+  for (size_t l = 0; l < dumps.size(); ++l) {
+    std::filesystem::path d(o.dump_dir);
+    if (o.dump_all) {
+      d /= fmt::format("layer{}", l);
+      std::filesystem::create_directories(d);
+    }
+    write_npy((d / "q.npy").string(), dumps[l].q);
+    write_npy((d / "k.npy").string(), dumps[l].k);
+    write_npy((d / "v.npy").string(), dumps[l].v);
   }
   std::string generated;
   auto emit = [&](int32_t id) {
@@ -206,17 +214,20 @@ void add_run_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--dump-qkv", [o](const CLI::results_t& res) {
                     SPATTN_CHECK(res.size() == 2, "--dump-qkv takes LAYER DIR");
-                    try {
-                      o->dump_layer = std::stoll(res[0]);
-                    } catch (const std::exception&) {
-                      detail::fail("--dump-qkv: LAYER must be a number, got '", res[0], "'");
+                    o->dump_all = res[0] == "all";
+                    if (!o->dump_all) {
+                      try {
+                        o->dump_layer = std::stoll(res[0]);
+                      } catch (const std::exception&) {
+                        detail::fail("--dump-qkv: LAYER must be a number or all, got '", res[0], "'");
+                      }
+                      SPATTN_CHECK(o->dump_layer >= 0, "--dump-qkv: LAYER must be >= 0");
                     }
                     o->dump_dir = res[1];
-                    SPATTN_CHECK(o->dump_layer >= 0, "--dump-qkv: LAYER must be >= 0");
                     return true;
                   },
                   "write layer LAYER's post-RoPE q, k, v over the prompt as q.npy, k.npy, v.npy "
-                  "in DIR (what spattn bench --qkv reads)")
+                  "in DIR (what spattn bench --qkv reads); LAYER all: every layer's in DIR/layerN/")
       ->expected(2)
       ->type_name("LAYER DIR");
   app->callback([o] { run(*o); });

@@ -49,6 +49,7 @@ int main(int argc, char** argv) {
   spattn::cli::add_make_model_command(app);
   spattn::cli::add_tokenize_command(app);
   spattn::cli::add_search_command(app);
+  spattn::cli::add_select_diag_command(app);
   try {
     app.parse(std::move(args));
     return 0;

@@ -180,6 +180,8 @@ class Session {
     size_t kv_cache = 0, method_kv = 0, scratch = 0;
   };
   Memory memory() const;
+  // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.
+  static constexpr int64_t kTapAllLayers = -1;
   void set_qkv_tap(int64_t layer, QkvTap tap);
   const KVCache& cache() const;  // for tests and tools
 

@@ -1,6 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
-//   momo:gamma=16,chi=128,beta=64,k=128,k_exact=8,topk=hybrid,k_trim=K,sink=1,local=L,delta=on
+//   momo:gamma=16,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,sink=1,local=L,
+//        delta=on
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2)
 //   chi     query rows per block of the block-sparse pass (a multiple of gamma)
@@ -8,8 +9,20 @@
 //   k       key blocks each sampled row selects online (Section 3, Eqs. 3-6)
 //   k_exact exact slots of the hybrid selector (its "128/8"); must be <= k for every kind;
 //           default min(8, k)
-//   topk    exact | tree | estimate | hybrid (the four selectors of src/select)
+//   topk    exact | tree | estimate | hybrid (the four selectors of src/select); default exact,
+//           not the paper's hybrid 128/8: on real attention the block scores drift upward along
+//           the row in the order the fused pass delivers them, and the estimate of Eqs. (5)-(6),
+//           which takes blocks for good, spends its slots before the best blocks arrive (the
+//           hybrid lost up to 36 points of a row's top-k mass, the estimate 68, on
+//           code-small-32k's layer 1; docs/ARCHITECTURE.md, "MOMO's selection on real attention"). The exact buffer costs a compare per losing block on a
+//           CPU, where the SRAM limit the estimate works around does not exist.
 //   k_trim  key blocks kept per query block after the union (Appendix, Algorithm 2); default k
+//   trim    mass | mean: how the union ranks a block several sampled rows chose. mean: the mean
+//           of their scores S(j) (the paper's "mean calculation"); mass (default): the sum over
+//           those rows of the block's share of the row's attention, exp(S(j) - LSE_row), with
+//           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
+//           (each row's own LSE), so the mean favours a block one loud row chose over one every
+//           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
 //   sink    leading key blocks every query block keeps (the S of Eq. 9); default 1
 //   local   key blocks ending at each query block's last causal block, always kept (the W of
 //           Eq. 9, the diagonal window); default ceil((chi - 1) / beta) + 1, the most key blocks
@@ -36,8 +49,9 @@
 //      row's per-64-key-tile LSE, combined by log-add-exp into beta-key blocks, the block score
 //      S(j) (Eq. 3), and pushed into the row's own online top-k selector.
 //   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block pool their
-//      selected blocks, a block chosen by several rows takes the mean of its scores, the top
-//      k_trim by score (ties: smaller block) are kept, and the sink and local blocks added.
+//      selected blocks, a block chosen by several rows takes the sum of its row-normalised
+//      masses (trim=mass) or the mean of its scores (trim=mean), the top k_trim by that
+//      (ties: smaller block) are kept, and the sink and local blocks added.
 //      The result is a validated causal BlockMask (block_q = chi, block_k = beta).
 //   3. Block-sparse pass over the same PackedKV: O_*.
 //   4. Delta correction (Eq. 2): row i takes O_*_i + (O_gamma - O_*) at the sampled row of its
@@ -134,11 +148,14 @@ class Momo final : public Method {
     beta_ = r.get_int("beta", 64, 64, 1 << 20);
     k_ = int(r.get_int("k", 128, 1, 1 << 24));
     k_exact_ = int(r.get_int("k_exact", std::min(8, k_), 0, 1 << 24));
-    const std::string topk = r.get_string("topk", "hybrid");
+    const std::string topk = r.get_string("topk", "exact");
     SPATTN_CHECK(topk == "exact" || topk == "tree" || topk == "estimate" || topk == "hybrid",
                  "momo: topk='", topk, "' must be exact, tree, estimate or hybrid");
     kind_ = parse_topk_kind(topk);
     k_trim_ = r.get_int("k_trim", k_, 1, int64_t(1) << 40);
+    const std::string trim = r.get_string("trim", "mass");
+    SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
+    trim_mass_ = trim == "mass";
     sink_ = r.get_int("sink", 1, 0, int64_t(1) << 40);
     local_ = r.get_int("local", (chi_ - 1 + beta_ - 1) / beta_ + 1, 0, int64_t(1) << 40);
     const std::string delta = r.get_string("delta", "on");
@@ -247,9 +264,16 @@ class Momo final : public Method {
       for (size_t ri = first_row[size_t(qb)]; ri < first_row[size_t(qb + 1)]; ++ri) {
         observer.result(h, int64_t(ri), one);
         row_blocks[size_t(item)] += int64_t(one.size());
+        if (trim_mass_) {
+          // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
+          // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
+          const double row_lse = double(lse_g[size_t(h * R + int64_t(ri))]);
+          for (BlockScore& b : one) b.score = float(std::exp(double(b.score) - row_lse));
+        }
         pool.insert(pool.end(), one.begin(), one.end());
       }
-      // Duplicates (a block several rows chose) take the mean of their scores.
+      // Duplicates (a block several rows chose) take the mean of their scores, or with
+      // trim=mass the sum of their shares (a row that did not choose a block adds ~0).
       std::sort(pool.begin(), pool.end(),
                 [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
       size_t n = 0;
@@ -257,7 +281,7 @@ class Momo final : public Method {
         size_t e = i;
         double sum = 0;
         while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
-        pool[n++] = {pool[i].block, float(sum / double(e - i))};
+        pool[n++] = {pool[i].block, float(trim_mass_ ? sum : sum / double(e - i))};
         i = e;
       }
       pool.resize(n);
@@ -353,7 +377,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false;
+  bool delta_ = true, timing_ = false, trim_mass_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 

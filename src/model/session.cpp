@@ -239,7 +239,7 @@ struct Session::Impl {
         for (int64_t hh = 0; hh < Hq; ++hh) rope.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
         for (int64_t hh = 0; hh < Hkv; ++hh) rope.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
       }
-      if (tap && l == tap_layer) tap(l, pos0, n, q.data(), k.data(), v.data());
+      if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) tap(l, pos0, n, q.data(), k.data(), v.data());
       const auto t0 = Clock::now();
       attention(l, n, pos0, kind, last, stats);
       if (attn_ms) *attn_ms += ms_since(t0);
@@ -292,8 +292,8 @@ Session::Memory Session::memory() const {
 }
 void Session::reset_timings() { p_->t = Timings{}; }
 void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
-  SPATTN_CHECK(layer >= 0 && layer < p_->cfg.n_layer, "--dump-qkv: layer ", layer,
-               " outside [0, ", p_->cfg.n_layer, ")");
+  SPATTN_CHECK(layer == kTapAllLayers || (layer >= 0 && layer < p_->cfg.n_layer), "--dump-qkv: layer ",
+               layer, " outside [0, ", p_->cfg.n_layer, ")");
   p_->tap_layer = layer;
   p_->tap = std::move(tap);
 }

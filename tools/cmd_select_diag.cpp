@@ -1,0 +1,570 @@
+// `spattn select-diag`: why MOMO's online block selection keeps or loses attention mass on a
+// problem (a --qkv dump of real attention, or a generated workload). For every query row the
+// fused pass samples (rows gamma-1, 2 gamma-1, ...; --row-step thins them) it computes the
+// exact block scores S(j) (Eq. 3, natural log, scale included) of the row's candidate blocks
+// (causal, less the query block's forced sink and local blocks, as BlockSelectObserver pushes
+// them), in the order the fused pass delivers them (ascending j), and then:
+//   - the mass each selector's choice captures against the row's exact top-k (Fig. 2e per row;
+//     forced blocks counted on both sides), for each --k;
+//   - why: the drift of S along the row (correlation with j, and where the true top-k sit),
+//     the shape against the Gaussian Eq. (5) assumes (skewness, excess kurtosis, and how many
+//     blocks exceed the threshold that even the row's final m and sigma give), when the
+//     estimate runs out of slots, and the estimate on the same blocks in a shuffled order;
+//   - the union and trim of Algorithm 2 against the query block's top-k_trim by the mass of its
+//     sampled rows (the trim's own loss, with exact per-row selection);
+//   - with --trace FILE, one row's blocks as they arrive: S(j), the estimate's m, sigma and
+//     threshold s_th(j), whether it took the block, and the row's true k-th score.
+// The scores are computed by plain loops (this is a diagnostic, not a kernel).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "core/threading.hpp"
+#include "masks/top_k.hpp"
+#include "spattn/coverage.hpp"
+#include "spattn/error.hpp"
+#include "spattn/masks.hpp"
+#include "spattn/method.hpp"
+#include "spattn/metrics.hpp"
+#include "spattn/select.hpp"
+#include "spattn/sparse_attention.hpp"
+
+namespace spattn::cli {
+namespace {
+
+struct DiagOptions {
+  ProblemOptions problem;
+  std::vector<int> ks = {16, 32, 64, 128};
+  int k_exact = 8;
+  int64_t gamma = 16, chi = 128, beta = 64, sink = 1, local = 3, row_step = 1;
+  std::string trace;
+  int64_t trace_head = 0, trace_row = -1;  // -1: the last sampled row
+  int trace_k = 128;
+  // --recall SPEC (repeatable): run each method once and compare its attention recall with the
+  // oracle block top-k at matched density (instead of the selector tables); see run_recall.
+  std::vector<std::string> recall;
+};
+
+// The oracle block top-k of one geometry from the block mass grids (one full attention pass per
+// head, computed once): the mask of topk blocks per query block (the blocks oracle_topk_mask
+// picks) and its sparsity, counted entry by entry, so a density can be matched by bisection
+// without running attention again.
+struct OracleGrids {
+  int64_t block_q;
+  std::vector<BlockMassGrid> g;  // per q head
+  BlockMask mask(int64_t topk) const {
+    const BlockMassGrid& g0 = g[0];
+    BlockMask m(int64_t(g.size()), g0.q_len, g0.kv_len, block_q, g0.block_k, true);
+    const int64_t nq = m.n_qb(), nk = m.n_kb();
+    for (size_t h = 0; h < g.size(); ++h)
+      for (int64_t qb = 0; qb < nq; ++qb) {
+        for (int64_t kb : masks::top_indices(&g[h].mass[size_t(qb * nk)], m.causal_blocks(qb), topk))
+          m.blocks.push_back(int32_t(kb));
+        m.offsets[size_t(int64_t(h) * nq + qb + 1)] = int64_t(m.blocks.size());
+      }
+    return m;
+  }
+  double sparsity(int64_t topk) const {
+    const BlockMask m = mask(topk);
+    int64_t entries = 0, causal = 0;
+    for (int64_t i = 0; i < m.q_len; ++i) causal += causal_limit(i, m.q_len, m.kv_len, true);
+    for (int64_t h = 0; h < m.heads; ++h)
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb)
+        for (int32_t kb : m.row(h, qb))
+          for (int64_t i = qb * block_q; i < std::min(m.q_len, (qb + 1) * block_q); ++i) {
+            const int64_t lim = causal_limit(i, m.q_len, m.kv_len, true);
+            entries += std::clamp<int64_t>(lim - int64_t(kb) * m.block_k, 0, m.block_k);
+          }
+    return 1.0 - double(entries) / double(causal * m.heads);
+  }
+  // The topk whose sparsity is closest to target (sparsity falls as topk grows).
+  int64_t match(double target) const {
+    int64_t lo = 1, hi = g[0].n_kb;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sparsity(mid) <= target) hi = mid; else lo = mid + 1;
+    }
+    if (lo > 1 && std::abs(sparsity(lo - 1) - target) < std::abs(sparsity(lo) - target)) --lo;
+    return lo;
+  }
+};
+
+// One sampled row: its candidate blocks' scores in arrival order, the forced blocks' mass and
+// the row's LSE over every causal key.
+struct Row {
+  int64_t head = 0, row = 0;
+  std::vector<int32_t> block;
+  std::vector<float> score;
+  double lse = 0, forced_mass = 0;  // forced_mass: sum of exp(S - lse) over forced blocks
+};
+
+double mass_of(const Row& r, const std::vector<BlockScore>& sel) {
+  double m = r.forced_mass;
+  for (const BlockScore& b : sel) m += std::exp(double(b.score) - r.lse);
+  return m;
+}
+
+template <class Sel>
+std::vector<BlockScore> run_selector(Sel& s, const Row& r, const std::vector<size_t>& order) {
+  for (size_t i : order) s.push(r.block[i], r.score[i]);
+  return s.result();
+}
+
+struct Acc {
+  double sum = 0;
+  int64_t n = 0;
+  void add(double x) { sum += x, ++n; }
+  double mean() const { return n ? sum / double(n) : std::nan(""); }
+};
+
+// Exact block scores of the sampled rows of one head (plain loops, double sums).
+std::vector<Row> score_rows(const Problem& p, const DiagOptions& o, int64_t h,
+                            const std::vector<int64_t>& rows) {
+  const int64_t L = p.q.seq(), Lkv = p.k.seq(), d = p.q.dim();
+  const int64_t group = p.q.heads() / p.k.heads();
+  const float scale = softmax_scale(p.opt, d);
+  const float* K = p.k.data_as<float>() + (h / group) * Lkv * d;
+  std::vector<Row> out(rows.size());
+  parallel_for(int64_t(rows.size()), p.opt.threads, [&](int64_t ri, int) {
+    const int64_t i = rows[size_t(ri)];
+    const float* q = p.q.data_as<float>() + (h * L + i) * d;
+    const int64_t lim = causal_limit(i, L, Lkv, true);
+    const int64_t nb = (lim + o.beta - 1) / o.beta;
+    std::vector<double> s(static_cast<size_t>(lim));
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int64_t j = 0; j < lim; ++j) {
+      float acc = 0;
+      const float* kj = K + j * d;
+      for (int64_t c = 0; c < d; ++c) acc += q[c] * kj[c];
+      s[size_t(j)] = double(acc) * scale;
+      mx = std::max(mx, s[size_t(j)]);
+    }
+    std::vector<double> bs(static_cast<size_t>(nb));
+    double tot = 0;
+    for (int64_t b = 0; b < nb; ++b) {
+      double e = 0;
+      for (int64_t j = b * o.beta; j < std::min(lim, (b + 1) * o.beta); ++j)
+        e += std::exp(s[size_t(j)] - mx);
+      tot += e;
+      bs[size_t(b)] = std::log(e) + mx;
+    }
+    Row& r = out[size_t(ri)];
+    r.head = h, r.row = i;
+    r.lse = std::log(tot) + mx;
+    // The query block's forced blocks, as momo computes them (Lkv == L: prefill).
+    const int64_t qb = i / o.chi;
+    const int64_t qb_last = std::min(L, (qb + 1) * o.chi) - 1;
+    const int64_t causal_end = (causal_limit(qb_last, L, Lkv, true) + o.beta - 1) / o.beta;
+    const int64_t sink_end = std::min(o.sink, causal_end);
+    const int64_t local_begin = std::max<int64_t>(0, causal_end - o.local);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b < sink_end || b >= local_begin) {
+        r.forced_mass += std::exp(bs[size_t(b)] - r.lse);
+      } else {
+        r.block.push_back(int32_t(b));
+        r.score.push_back(float(bs[size_t(b)]));
+      }
+    }
+  });
+  return out;
+}
+
+struct RowShape {
+  double corr = 0, skew = 0, kurt = 0;
+};
+RowShape shape_of(const Row& r) {
+  const size_t n = r.score.size();
+  double m = 0, mj = 0;
+  for (size_t i = 0; i < n; ++i) m += r.score[i], mj += double(i);
+  m /= double(n), mj /= double(n);
+  double m2 = 0, m3 = 0, m4 = 0, cj = 0, vj = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = r.score[i] - m, y = double(i) - mj;
+    m2 += x * x, m3 += x * x * x, m4 += x * x * x * x, cj += x * y, vj += y * y;
+  }
+  m2 /= double(n), m3 /= double(n), m4 /= double(n);
+  RowShape s;
+  s.corr = m2 > 0 && vj > 0 ? cj / std::sqrt(m2 * double(n) * vj) : 0;
+  s.skew = m2 > 0 ? m3 / std::pow(m2, 1.5) : 0;
+  s.kurt = m2 > 0 ? m4 / (m2 * m2) - 3 : 0;
+  return s;
+}
+
+void write_trace(const Row& r, const DiagOptions& o) {
+  std::FILE* f = std::fopen(o.trace.c_str(), "w");
+  SPATTN_CHECK(f, "--trace: cannot write '", o.trace, "'");
+  const int k = o.trace_k;
+  const int64_t n = int64_t(r.score.size());
+  SPATTN_CHECK(n > 0, "--trace-row ", r.row, " has no candidate block (every causal block is "
+               "forced)");
+  std::vector<float> sorted(r.score);
+  std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+  const float kth = sorted[size_t(std::min<int64_t>(k, n) - 1)];
+  // The estimate of Eqs. (5)-(6) replayed step by step beside the real selector, which decides.
+  EstimatedTopK est(k, n);
+  double m = 0, m2 = 0;
+  int64_t cnt = 0, taken = 0;
+  fmt::print(f, "# head {} row {} k {} candidates {} true_kth {:.4f} lse {:.4f}\n", r.head, r.row,
+             k, n, kth, r.lse);
+  fmt::print(f, "j\tblock\tS\tm\tsigma\ts_th\ttaken\tin_true_topk\n");
+  for (int64_t j = 0; j < n; ++j) {
+    const int slots = k - int(taken);
+    const int64_t remaining = n - j;
+    const double sigma = cnt >= 2 ? std::sqrt(m2 / double(cnt - 1)) : 0;
+    double th = std::nan("");
+    if (slots > 0 && slots < remaining && cnt > 0)
+      th = std::sqrt(2.0) * sigma * erfinv(float(1.0 - 2.0 * double(slots) / double(remaining))) + m;
+    const int before = est.size();
+    est.push(r.block[size_t(j)], r.score[size_t(j)]);
+    const bool took = est.size() > before;
+    taken += took;
+    fmt::print(f, "{}\t{}\t{:.4f}\t{:.4f}\t{:.4f}\t{:.4f}\t{}\t{}\n", j, r.block[size_t(j)],
+               r.score[size_t(j)], m, sigma, th, int(took), int(r.score[size_t(j)] >= kth));
+    ++cnt;
+    const double dlt = r.score[size_t(j)] - m;
+    m += dlt / double(cnt);
+    m2 += dlt * (r.score[size_t(j)] - m);
+  }
+  std::fclose(f);
+}
+
+// Row shares exp(S(b) - LSE_row) of every causal 64-key block of the given rows of head h.
+std::vector<std::vector<double>> row_block_shares(const Problem& p, int64_t h,
+                                                  const std::vector<int64_t>& rows) {
+  const int64_t L = p.q.seq(), Lkv = p.k.seq(), d = p.q.dim();
+  const int64_t group = p.q.heads() / p.k.heads();
+  const float scale = softmax_scale(p.opt, d);
+  const float* K = p.k.data_as<float>() + (h / group) * Lkv * d;
+  std::vector<std::vector<double>> out(rows.size());
+  parallel_for(int64_t(rows.size()), p.opt.threads, [&](int64_t ri, int) {
+    const int64_t i = rows[size_t(ri)];
+    const float* q = p.q.data_as<float>() + (h * L + i) * d;
+    const int64_t lim = causal_limit(i, L, Lkv, true);
+    std::vector<double> s(static_cast<size_t>(lim));
+    double mx = -std::numeric_limits<double>::infinity(), tot = 0;
+    for (int64_t j = 0; j < lim; ++j) {
+      float acc = 0;
+      for (int64_t c = 0; c < d; ++c) acc += q[c] * K[j * d + c];
+      mx = std::max(mx, s[size_t(j)] = double(acc) * scale);
+    }
+    std::vector<double>& b = out[size_t(ri)];
+    b.assign(size_t((lim + 63) / 64), 0.0);
+    for (int64_t j = 0; j < lim; ++j) {
+      const double e = std::exp(s[size_t(j)] - mx);
+      b[size_t(j / 64)] += e, tot += e;
+    }
+    for (double& x : b) x /= tot;
+  });
+  return out;
+}
+
+// --recall: each method run once; its recall (mean over every row of the softmax mass its
+// coverage holds) and the oracle's at matched density, both exact over all rows and computed
+// from the block mass grids: a block mask's rows hold sum over its blocks of the grid's mass
+// (the grid is the mean over the query block's rows). momo's sampled rows see every key: their
+// share of the grid is taken out, row by row from their exact block shares, and 1 put in.
+// Methods other than block masks at a grid's geometry (64 or 128 query rows, 64 keys), with or
+// without momo's dense sampled rows (rows --gamma - 1, 2 --gamma - 1, ... and the last), are
+// refused.
+std::string rep_name(const std::string& spec) { return make_method(spec)->name(); }
+
+void run_recall(const Problem& p, const DiagOptions& o) {
+  const int64_t H = p.q.heads(), L = p.q.seq(), d = p.q.dim();
+  Tensor out(DType::f32, H, L, d);
+  fmt::print("recall at matched density: {} ({} heads, {} rows); recall exact over every row\n",
+             p.source, H, L);
+  fmt::print("{:<60} {:>9} {:>8}\n", "method", "sparsity", "recall");
+  std::vector<OracleGrids> grids;
+  for (int64_t bq : {int64_t(64), int64_t(128)}) {
+    OracleGrids og{bq, {}};
+    for (int64_t h = 0; h < H; ++h) og.g.push_back(block_mass(p.q, p.k, p.v, h, bq, 64, p.opt));
+    grids.push_back(std::move(og));
+  }
+  // Mean over every row of the grid mass a mask's blocks hold.
+  auto mask_recall = [&](const OracleGrids& og, const BlockMask& m) {
+    double sum = 0;
+    for (int64_t h = 0; h < H; ++h) {
+      const BlockMassGrid& g = og.g[size_t(h)];
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t rows = std::min(L, (qb + 1) * og.block_q) - qb * og.block_q;
+        double held = 0;
+        for (int32_t kb : m.row(h, qb)) held += g.mass[size_t(qb * g.n_kb + kb)];
+        sum += double(rows) * held;
+      }
+    }
+    return sum;
+  };
+  const std::vector<int64_t> sampled = strided_rows(L, o.gamma);
+  std::vector<std::vector<std::vector<double>>> shares;  // per head, per sampled row
+  auto line = [&](const std::string& name, double sp, double recall) {
+    fmt::print("{:<60} {:>8.2f}% {:>8.4f}\n", name, 100 * sp, recall);
+    std::fflush(stdout);
+  };
+  for (const std::string& spec : o.recall) {
+    const MethodReport rep = make_method(spec)->run(p.q, p.k, p.v, out, p.opt);
+    SPATTN_CHECK(rep.mask && rep.mask->block_k == 64 &&
+                     (rep.mask->block_q == 64 || rep.mask->block_q == 128),
+                 "--recall: ", spec, " has no block mask of 64 or 128 query rows by 64 keys");
+    const BlockMask& m = *rep.mask;
+    const OracleGrids& og = grids[m.block_q == 64 ? 0 : 1];
+    // What the sampled rows (dense in momo) add over a mask's share of them.
+    auto sampled_gain = [&](const BlockMask& bm) {
+      if (shares.empty())
+        for (int64_t h = 0; h < H; ++h) shares.push_back(row_block_shares(p, h, sampled));
+      double gain = 0;
+      for (int64_t h = 0; h < H; ++h)
+        for (size_t ri = 0; ri < sampled.size(); ++ri) {
+          const int64_t r = sampled[ri];
+          const std::vector<double>& sh = shares[size_t(h)][ri];
+          double held = 0;
+          for (int32_t kb : bm.row(h, r / bm.block_q))
+            if (size_t(kb) < sh.size()) held += sh[size_t(kb)];  // later blocks: past the row
+          gain += 1.0 - held;
+        }
+      return gain;
+    };
+    double sum = mask_recall(og, m);
+    // momo's sampled rows see every key (checked row by row).
+    const bool dense_sampled = rep_name(spec) == "momo";
+    if (dense_sampled) {
+      std::vector<KeyRange> kr;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t r : sampled) {
+          kr.clear();
+          rep.coverage->row_ranges(h, r, kr);
+          SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1,
+                       "--recall: ", spec, " does not attend densely at sampled row ", r,
+                       " (is its gamma --gamma?)");
+        }
+      sum += sampled_gain(m);
+    }
+    const double sp = rep.stats.sparsity();
+    line(spec, sp, sum / double(H * L));
+    for (const OracleGrids& g : grids) {
+      const int64_t t = g.match(sp);
+      line(fmt::format("  oracle_topk:topk={},block_q={}", t, g.block_q), g.sparsity(t),
+           mask_recall(g, g.mask(t)) / double(H * L));
+    }
+    if (dense_sampled && rep.extras.count("k_dense")) {
+      // The same structure with perfect selection: momo's dense sampled rows, and for the
+      // block-sparse pass the oracle's mask at momo's geometry with the density the fused pass
+      // leaves (the selection's ceiling at this density).
+      const double fused = rep.extras.at("k_dense") * double(L) / (double(L) * double(L + 1) / 2);
+      const int64_t t = og.match(sp + fused);
+      const BlockMask bm = og.mask(t);
+      line(fmt::format("  ceiling: dense sampled rows + oracle topk={},block_q={}", t, og.block_q),
+           og.sparsity(t) - fused, (mask_recall(og, bm) + sampled_gain(bm)) / double(H * L));
+    }
+  }
+}
+
+void run_diag(const DiagOptions& o) {
+  SPATTN_CHECK(o.chi % o.gamma == 0, "--chi must be a multiple of --gamma");
+  SPATTN_CHECK(o.beta % 64 == 0, "--beta must be a multiple of 64");
+  SPATTN_CHECK(o.row_step >= 1, "--row-step must be >= 1");
+  for (int k : o.ks) SPATTN_CHECK(k >= 1, "--k values must be >= 1, got ", k);
+  SPATTN_CHECK(o.k_exact >= 0, "--k-exact must be >= 0 (the hybrid keeps min(k_exact, k) exact)");
+  ProblemOptions po = o.problem;
+  po.dtype = "f32";
+  const Problem p = load_problem(po);
+  SPATTN_CHECK(p.q.seq() == p.k.seq(), "select-diag needs a prefill problem (q rows = k rows)");
+  SPATTN_CHECK(o.trace.empty() || (o.trace_head >= 0 && o.trace_head < p.q.heads()),
+               "--trace-head must be in [0, ", p.q.heads(), ")");
+  SPATTN_CHECK(o.trace_k >= 1, "--trace-k must be >= 1");
+  if (!o.recall.empty()) return run_recall(p, o);
+  const int64_t L = p.q.seq(), H = p.q.heads();
+  std::vector<int64_t> all = strided_rows(L, o.gamma), rows;
+  for (size_t i = 0; i < all.size(); i += size_t(o.row_step)) rows.push_back(all[i]);
+  if (rows.back() != all.back()) rows.push_back(all.back());
+  Progress progress("select-diag");
+
+  const std::vector<std::string> names = {"exact", "hybrid", "estimate", "estimate_shuffled",
+                                          "gauss_final_stats"};
+  std::vector<std::vector<Acc>> ratio(o.ks.size(), std::vector<Acc>(names.size()));
+  // Per k, over rows with at least 2k candidates (room to choose): the shape of S and where
+  // the true top-k sit, and when the estimate filled its slots.
+  struct Why {
+    Acc corr, skew, kurt, top_last_quarter, fill_at, final_over_k;
+  };
+  std::vector<Why> why(o.ks.size());
+  std::vector<Acc> trim_ratio(o.ks.size()), trim_ratio_norm(o.ks.size());
+  std::mt19937_64 rng(1);
+  for (int64_t h = 0; h < H; ++h) {
+    progress.update(fmt::format("head {} of {}", h + 1, H));
+    const std::vector<Row> rs = score_rows(p, o, h, rows);
+    if (!o.trace.empty() && h == o.trace_head) {
+      const Row* t = &rs.back();
+      for (const Row& r : rs)
+        if (r.row == o.trace_row) t = &r;
+      write_trace(*t, o);
+    }
+    for (const Row& r : rs) {
+      const int64_t n = int64_t(r.score.size());
+      std::vector<size_t> order(static_cast<size_t>(n));
+      std::iota(order.begin(), order.end(), size_t(0));
+      const RowShape shape = n >= 2 ? shape_of(r) : RowShape{};
+      std::vector<size_t> shuffled = order;
+      std::shuffle(shuffled.begin(), shuffled.end(), rng);
+      for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+        const int k = o.ks[ki];
+        if (n <= k) continue;  // every selector keeps every block
+        ExactTopK ex(k);
+        const auto best = run_selector(ex, r, order);
+        const double ref = mass_of(r, best);
+        HybridTopK hy(k, std::min(o.k_exact, k), n);
+        EstimatedTopK es(k, n), es2(k, n);
+        ratio[ki][0].add(1.0);
+        ratio[ki][1].add(mass_of(r, run_selector(hy, r, order)) / ref);
+        const auto est = run_selector(es, r, order);
+        ratio[ki][2].add(mass_of(r, est) / ref);
+        ratio[ki][3].add(mass_of(r, run_selector(es2, r, shuffled)) / ref);
+        // The Gaussian threshold with the row's final m and sigma (no drift, no order): the
+        // blocks above m + sqrt(2) sigma erfinv(1 - 2k/n), the first k of them kept.
+        double m = 0, m2 = 0;
+        for (float x : r.score) m += x;
+        m /= double(n);
+        for (float x : r.score) m2 += (x - m) * (x - m);
+        const double sd = std::sqrt(m2 / double(n - 1));
+        const double th = m + std::sqrt(2.0) * sd * erfinv(float(1.0 - 2.0 * double(k) / double(n)));
+        std::vector<BlockScore> g;
+        int64_t above = 0;
+        for (int64_t j = 0; j < n; ++j)
+          if (r.score[size_t(j)] > th) {
+            ++above;
+            if (int64_t(g.size()) < k) g.push_back({r.block[size_t(j)], r.score[size_t(j)]});
+          }
+        ratio[ki][4].add(mass_of(r, g) / ref);
+        if (n >= 2 * k) {
+          Why& w = why[ki];
+          w.corr.add(shape.corr), w.skew.add(shape.skew), w.kurt.add(shape.kurt);
+          w.final_over_k.add(double(above) / double(k));
+          // Where the true top-k sit, and when the estimate's slots ran out.
+          int64_t last_q = 0;
+          const float kth = best.back().score;
+          for (int64_t j = 3 * n / 4; j < n; ++j) last_q += r.score[size_t(j)] >= kth;
+          w.top_last_quarter.add(double(last_q) / double(k));
+          int64_t at = n;
+          if (int64_t(est.size()) == k) {
+            int32_t last_block = 0;
+            for (const BlockScore& b : est) last_block = std::max(last_block, b.block);
+            at = std::find(r.block.begin(), r.block.end(), last_block) - r.block.begin() + 1;
+          }
+          w.fill_at.add(double(at) / double(n));
+        }
+      }
+    }
+    // Union and trim (Algorithm 2) over the exact per-row choices, against the query block's
+    // top-k_trim by its sampled rows' summed row-normalised mass.
+    for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+      const int k = o.ks[ki];
+      for (size_t a = 0; a < rs.size();) {
+        const int64_t qb = rs[a].row / o.chi;
+        size_t e = a;
+        while (e < rs.size() && rs[e].row / o.chi == qb) ++e;
+        int64_t nb = 0;
+        for (size_t i = a; i < e; ++i)
+          for (int32_t b : rs[i].block) nb = std::max<int64_t>(nb, b + 1);
+        std::vector<double> mass(size_t(nb), 0.0), sum_s(size_t(nb), 0.0), sum_p(size_t(nb), 0.0);
+        std::vector<int> cnt(size_t(nb), 0);
+        for (size_t i = a; i < e; ++i) {
+          const Row& r = rs[i];
+          for (size_t j = 0; j < r.block.size(); ++j)
+            mass[size_t(r.block[j])] += std::exp(double(r.score[j]) - r.lse);
+          ExactTopK ex(k);
+          std::vector<size_t> order(r.block.size());
+          std::iota(order.begin(), order.end(), size_t(0));
+          for (const BlockScore& b : run_selector(ex, r, order)) {
+            sum_s[size_t(b.block)] += b.score;
+            sum_p[size_t(b.block)] += std::exp(double(b.score) - r.lse);
+            ++cnt[size_t(b.block)];
+          }
+        }
+        auto top_mass = [&](auto key) {
+          std::vector<int32_t> ids;
+          for (int32_t b = 0; b < nb; ++b)
+            if (cnt[size_t(b)] > 0 || key == nullptr) ids.push_back(b);
+          std::vector<double> v(static_cast<size_t>(nb));
+          for (int32_t b : ids) v[size_t(b)] = key ? key(b) : mass[size_t(b)];
+          const size_t keep = std::min<size_t>(ids.size(), size_t(k));
+          std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(),
+                            [&](int32_t x, int32_t y) { return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y); });
+          double got = 0;
+          for (size_t i = 0; i < keep; ++i) got += mass[size_t(ids[i])];
+          return got;
+        };
+        double forced = 0;
+        for (size_t i = a; i < e; ++i) forced += rs[i].forced_mass;
+        const double oracle = forced + top_mass(static_cast<double (*)(int32_t)>(nullptr));
+        std::function<double(int32_t)> mean_s = [&](int32_t b) { return sum_s[size_t(b)] / cnt[size_t(b)]; };
+        std::function<double(int32_t)> sum_norm = [&](int32_t b) { return sum_p[size_t(b)]; };
+        if (oracle > 0) {
+          trim_ratio[ki].add((forced + top_mass(mean_s)) / oracle);
+          trim_ratio_norm[ki].add((forced + top_mass(sum_norm)) / oracle);
+        }
+        a = e;
+      }
+    }
+  }
+  progress.done();
+
+  fmt::print("select-diag: {} ({} heads, {} rows, {} sampled rows per head), gamma {} chi {} "
+             "beta {}, k_exact {}\n", p.source, H, L, rows.size(), o.gamma, o.chi, o.beta, o.k_exact);
+  fmt::print("per-row mass captured / exact top-k's (forced blocks on both sides; rows with more "
+             "candidates than k):\n");
+  fmt::print("{:>6}", "k");
+  for (const auto& n : names) fmt::print(" {:>18}", n);
+  fmt::print(" {:>12} {:>12}\n", "trim_mean_S", "trim_sum_p");
+  for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+    fmt::print("{:>6}", o.ks[ki]);
+    for (const Acc& a : ratio[ki]) fmt::print(" {:>18.4f}", a.mean());
+    fmt::print(" {:>12.4f} {:>12.4f}\n", trim_ratio[ki].mean(), trim_ratio_norm[ki].mean());
+  }
+  fmt::print("why, per k over rows with >= 2k candidates: corr(S, arrival index); skewness and "
+             "excess kurtosis of S; share of the true top-k in the last quarter of the row (0.25 "
+             "without drift); blocks above the Gaussian threshold of the row's final m, sigma, per "
+             "k (1 if Gaussian); where the estimate's slots filled (1: never):\n");
+  fmt::print("{:>6} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>10}\n", "k", "rows", "corr", "skew",
+             "kurt", "top_last_q", "above/k", "full_at");
+  for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+    const Why& w = why[ki];
+    fmt::print("{:>6} {:>8} {:>8.3f} {:>8.3f} {:>8.3f} {:>12.3f} {:>10.3f} {:>10.3f}\n", o.ks[ki],
+               w.corr.n, w.corr.mean(), w.skew.mean(), w.kurt.mean(), w.top_last_quarter.mean(),
+               w.final_over_k.mean(), w.fill_at.mean());
+  }
+}
+
+}  // namespace
+
+void add_select_diag_command(CLI::App& root) {
+  auto o = std::make_shared<DiagOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "select-diag", "why MOMO's online top-k selectors keep or lose mass on a problem");
+  add_problem_options(*cmd, o->problem);
+  cmd->add_option("--k", o->ks, "blocks per row to evaluate: a,b,...")->delimiter(',');
+  cmd->add_option("--k-exact", o->k_exact, "hybrid's exact slots")->capture_default_str();
+  cmd->add_option("--gamma", o->gamma, "query stride of the fused pass")->capture_default_str();
+  cmd->add_option("--chi", o->chi, "query rows per block")->capture_default_str();
+  cmd->add_option("--beta", o->beta, "keys per block")->capture_default_str();
+  cmd->add_option("--row-step", o->row_step, "use every N-th sampled row")->capture_default_str();
+  cmd->add_option("--trace", o->trace, "write one row's arrival trace (TSV) here");
+  cmd->add_option("--trace-head", o->trace_head, "head of the traced row")->capture_default_str();
+  cmd->add_option("--trace-row", o->trace_row, "traced row, a sampled one (else: the last sampled)")->capture_default_str();
+  cmd->add_option("--trace-k", o->trace_k, "k of the traced estimate")->capture_default_str();
+  cmd->add_option("--recall", o->recall,
+                  "method spec to compare with the oracle block top-k (64- and 128-row query "
+                  "blocks) at matched density (repeatable; replaces the selector tables)")
+      ->allow_extra_args(false);
+  cmd->callback([o] { run_diag(*o); });
+}
+
+}  // namespace spattn::cli
