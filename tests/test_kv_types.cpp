@@ -30,16 +30,6 @@ namespace {
 
 constexpr KVType kTypes[] = {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0};
 
-bool bitwise_equal(const TensorView& a, const TensorView& b) {
-  for (int64_t h = 0; h < a.heads; ++h)
-    for (int64_t s = 0; s < a.seq; ++s)
-      for (int64_t c = 0; c < a.dim; ++c) {
-        const float x = a.get(h, s, c), y = b.get(h, s, c);
-        if (std::memcmp(&x, &y, 4) != 0) return false;
-      }
-  return true;
-}
-
 // t with every row rounded as a cache of `type` stores it (f32 tensor).
 Tensor rounded(const TensorView& t, KVType type) {
   Tensor r(DType::f32, t.heads, t.seq, t.dim);
@@ -183,7 +173,7 @@ TEST(KVTypes, DenseAndDecodeEqualTheF32CacheOfRoundedValues) {
           std::vector<float> la(size_t(hq * lq)), lb(size_t(hq * lq));
           attention_dense(in.q, stored, a, opt, la.data());
           attention_dense(in.q, plain, b, opt, lb.data());
-          EXPECT_TRUE(bitwise_equal(a, b)) << name(c);
+          EXPECT_TRUE(test::bitwise_equal(a, b)) << name(c);
           EXPECT_EQ(la, lb) << name(c);
           const test::Diff df = test::diff(a, r);
           EXPECT_LT(df.max_abs, 2e-5 * std::max(1.0, df.ref_max)) << name(c);
@@ -191,21 +181,21 @@ TEST(KVTypes, DenseAndDecodeEqualTheF32CacheOfRoundedValues) {
             Tensor e(DType::f32, hq, lq, d), f(DType::f32, hq, lq, d);
             attention_decode(in.q, stored, e, opt);
             attention_decode(in.q, plain, f, opt);
-            EXPECT_TRUE(bitwise_equal(e, f)) << name(c);
+            EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c);
             EXPECT_LT(test::diff(e, r).max_abs, 2e-5) << name(c);
             // A GQA group's q heads run as one item's rows (when nothing is recorded per q
             // head): the same bits as one item per q head, which a skip record still asks for.
             Tensor g(DType::f32, hq, lq, d);
             SkipStats per_head;
             attention_decode(in.q, stored, g, opt, {}, nullptr, nullptr, &per_head);
-            EXPECT_TRUE(bitwise_equal(e, g)) << name(c);
+            EXPECT_TRUE(test::bitwise_equal(e, g)) << name(c);
             // BLASST's skipping decode (local-first) reads the same tiles.
             DecodeOptions dopt;
             dopt.lambda = 1e-3;
             dopt.order = BlasstOrder::local_first;
             attention_decode(in.q, stored, e, opt, dopt);
             attention_decode(in.q, plain, f, opt, dopt);
-            EXPECT_TRUE(bitwise_equal(e, f)) << name(c);
+            EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c);
           }
         });
       }
@@ -247,14 +237,14 @@ TEST(KVTypes, SparseFormsEqualTheF32CacheOfRoundedValues) {
       Tensor a(DType::f32, 4, 200, 64), b(DType::f32, 4, 200, 64);
       attention_block_sparse(in.q, stored, a, mask);
       attention_block_sparse(in.q, plain, b, mask);
-      EXPECT_TRUE(bitwise_equal(a, b)) << name(c);
+      EXPECT_TRUE(test::bitwise_equal(a, b)) << name(c);
       // Query-sparse: every third row.
       std::vector<int64_t> rows;
       for (int64_t i = 0; i < 200; i += 3) rows.push_back(i);
       Tensor e(DType::f32, 4, int64_t(rows.size()), 64), f(DType::f32, 4, int64_t(rows.size()), 64);
       attention_query_sparse(in.q, stored, rows, e);
       attention_query_sparse(in.q, plain, rows, f);
-      EXPECT_TRUE(bitwise_equal(e, f)) << name(c);
+      EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c);
       // Row groups over ranges off the 64-key grid (shifted tiles and copied pieces).
       std::vector<RowGroup> groups(2);
       for (int64_t i = 0; i < 200; ++i) groups[size_t(i % 2)].rows.push_back(i);
@@ -263,7 +253,7 @@ TEST(KVTypes, SparseFormsEqualTheF32CacheOfRoundedValues) {
       Tensor g(DType::f32, 4, 200, 64), h(DType::f32, 4, 200, 64);
       attention_row_groups(in.q, stored, groups, g);
       attention_row_groups(in.q, plain, groups, h);
-      EXPECT_TRUE(bitwise_equal(g, h)) << name(c);
+      EXPECT_TRUE(test::bitwise_equal(g, h)) << name(c);
     }
   });
 }
@@ -314,11 +304,11 @@ TEST(KVTypes, GatheredShiftedAndColumnTilesEqualTheF32Cache) {
     Tensor a(DType::f32, 4, 230, 64), b(DType::f32, 4, 230, 64);
     run_policy<ColumnsAndFragments>(in, stored, a);
     run_policy<ColumnsAndFragments>(in, plain, b);
-    EXPECT_TRUE(bitwise_equal(a, b)) << name(c);
+    EXPECT_TRUE(test::bitwise_equal(a, b)) << name(c);
     Tensor e(DType::f32, 4, 230, 64), f(DType::f32, 4, 230, 64);
     run_policy<SlashLike>(in, stored, e);
     run_policy<SlashLike>(in, plain, f);
-    EXPECT_TRUE(bitwise_equal(e, f)) << name(c);
+    EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c);
   }
 }
 
@@ -359,13 +349,13 @@ TEST(KVTypes, RunnerCacheRawRowsAreRoundedAsThePackedOnes) {
     cache.append(l, in.k.view().rows(100, 50), in.v.view().rows(100, 50), 1);
   }
   cache.commit();
-  EXPECT_TRUE(bitwise_equal(cache.raw_k(1), in.kr));
-  EXPECT_TRUE(bitwise_equal(cache.raw_v(1), in.vr));
+  EXPECT_TRUE(test::bitwise_equal(cache.raw_k(1), in.kr));
+  EXPECT_TRUE(test::bitwise_equal(cache.raw_v(1), in.vr));
   const PackedKV plain = PackedKV::pack(in.kr, in.vr, 200);
   Tensor a(DType::f32, 4, 1, 64), b(DType::f32, 4, 1, 64);
   attention_decode(in.q, cache.packed(1), a);
   attention_decode(in.q, plain, b);
-  EXPECT_TRUE(bitwise_equal(a, b));
+  EXPECT_TRUE(test::bitwise_equal(a, b));
   const model::KVCache f = cache.fork(120);
   EXPECT_EQ(f.k_type(), c.k);
   EXPECT_EQ(f.v_type(), c.v);

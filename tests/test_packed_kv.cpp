@@ -22,16 +22,6 @@
 namespace spattn {
 namespace {
 
-bool bitwise_equal(const TensorView& a, const TensorView& b) {
-  for (int64_t h = 0; h < a.heads; ++h)
-    for (int64_t s = 0; s < a.seq; ++s)
-      for (int64_t c = 0; c < a.dim; ++c) {
-        const float x = a.get(h, s, c), y = b.get(h, s, c);
-        if (std::memcmp(&x, &y, 4) != 0) return false;
-      }
-  return true;
-}
-
 struct Qkv {
   Tensor q, k, v;
   Qkv(DType t, int64_t hq, int64_t hk, int64_t lq, int64_t lk, int64_t d)
@@ -49,7 +39,7 @@ TEST(PackedKV, PackedOnceEqualsPerCallPackingBitwise) {
       Stats sa, sb;
       attention_dense(in.q, in.k, in.v, a, {}, la.data(), &sa);
       attention_dense(in.q, kv, b, {}, lb.data(), &sb);
-      EXPECT_TRUE(bitwise_equal(a, b)) << dtype_name(t);
+      EXPECT_TRUE(test::bitwise_equal(a, b)) << dtype_name(t);
       EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * 4), 0);
       EXPECT_EQ(sa.score_entries, sb.score_entries);
       EXPECT_EQ(sa.causal_entries, sb.causal_entries);
@@ -57,7 +47,7 @@ TEST(PackedKV, PackedOnceEqualsPerCallPackingBitwise) {
       Tensor c(DType::f32, 4, 5, 64), e(DType::f32, 4, 5, 64);
       attention_dense(in.q.view().rows(295, 5), in.k, in.v, c);
       attention_dense(in.q.view().rows(295, 5), kv, e);
-      EXPECT_TRUE(bitwise_equal(c, e));
+      EXPECT_TRUE(test::bitwise_equal(c, e));
     }
   });
 }
@@ -78,12 +68,12 @@ TEST(PackedKV, AppendedInPiecesEqualsPackedAtOnce) {
       Tensor a(DType::f32, 6, 250, 128), b(DType::f32, 6, 250, 128);
       attention_dense(in.q, whole, a);
       attention_dense(in.q, grown, b);
-      EXPECT_TRUE(bitwise_equal(a, b)) << dtype_name(t);
+      EXPECT_TRUE(test::bitwise_equal(a, b)) << dtype_name(t);
       const std::vector<int64_t> rows = strided_rows(250, 16);
       Tensor qa(DType::f32, 6, int64_t(rows.size()), 128), qb(DType::f32, 6, int64_t(rows.size()), 128);
       attention_query_sparse(in.q, whole, rows, qa);
       attention_query_sparse(in.q, grown, rows, qb);
-      EXPECT_TRUE(bitwise_equal(qa, qb));
+      EXPECT_TRUE(test::bitwise_equal(qa, qb));
     }
   });
 }
@@ -104,7 +94,7 @@ TEST(PackedKV, ClearedCacheRefillsLikeAFreshOne) {
   Tensor a(DType::f32, 2, 100, 64), b(DType::f32, 2, 100, 64);
   attention_dense(in.q, PackedKV::pack(in.k, in.v), a);
   attention_dense(in.q, kv, b);
-  EXPECT_TRUE(bitwise_equal(a, b));
+  EXPECT_TRUE(test::bitwise_equal(a, b));
 }
 
 // A chunk of queries placed by q_start against a cache that holds more keys than they see:
@@ -255,7 +245,7 @@ TEST(PackedKV, BlasstDecodeIsExactOverItsCoverage) {
   Tensor dense(DType::f32, 4, 2, d), zero(DType::f32, 4, 2, d), out(DType::f32, 4, 2, d);
   attention_decode(in.q, kv, dense);
   attention_decode(in.q, kv, zero, {}, {.lambda = 0.0});
-  EXPECT_TRUE(bitwise_equal(dense, zero));
+  EXPECT_TRUE(test::bitwise_equal(dense, zero));
   SkipStats skip;
   skip.record_tiles = true;
   Stats st;
@@ -391,7 +381,7 @@ TEST(PackedKV, CopyIsThePrefixAndIndependent) {
     attention_dense(in.q, PackedKV::pack(in.k.view().rows(0, 200), in.v.view().rows(0, 200), 0, 2,
                                          f.bf16_dot),
                     b);
-    EXPECT_TRUE(bitwise_equal(a, b));
+    EXPECT_TRUE(test::bitwise_equal(a, b));
     EXPECT_THROW(whole.copy(301), Error);
   }
 }
@@ -429,11 +419,11 @@ TEST(PackedKV, OperandFormatIsFixedAtConstruction) {
   attention_dense(in.q, widened, a, dot);
   attention_dense(in.q, widened, b, widen);
   attention_dense(in.q, in.k, in.v, c, widen);  // packs for itself, as the options say
-  EXPECT_TRUE(bitwise_equal(a, b));
-  EXPECT_TRUE(bitwise_equal(a, c));
+  EXPECT_TRUE(test::bitwise_equal(a, b));
+  EXPECT_TRUE(test::bitwise_equal(a, c));
   if (kernels::bf16_dot_supported()) {  // the dot path computes other bits
     attention_dense(in.q, in.k, in.v, c, dot);
-    EXPECT_FALSE(bitwise_equal(a, c));
+    EXPECT_FALSE(test::bitwise_equal(a, c));
   }
 }
 

@@ -232,11 +232,11 @@ TEST(QuantBadInput, UnknownAndRemovedTypeIds) {
 
 // ---- through the model loader and the command line ----
 
-// A made-up f16 model (f16 weights, f32 norms) as bytes, and its path once written.
-Bytes model_bytes(const TempDir& dir) {
+// A made-up model (weights of `type`, f32 norms) as bytes.
+Bytes model_bytes(const TempDir& dir, GgmlType type = GgmlType::f16) {
   spattn::ModelShape s;
   s.layers = 1, s.dim = 64, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.vocab = 300;
-  s.type = GgmlType::f16;
+  s.type = type;
   const fs::path p = dir.path / "model.gguf";
   spattn::make_model(p.string(), s);
   std::ifstream in(p, std::ios::binary);
@@ -297,13 +297,7 @@ TEST(QuantBadInput, ModelLoaderAndCliRefuseBadWeights) {
 
 TEST(QuantBadInput, TruncatedQuantizedModelThroughTheCli) {
   TempDir dir;
-  spattn::ModelShape s;
-  s.layers = 1, s.dim = 64, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.vocab = 300;
-  s.type = GgmlType::q8_0;
-  const fs::path p = dir.path / "q8.gguf";
-  spattn::make_model(p.string(), s);
-  std::ifstream in(p, std::ios::binary);
-  Bytes b(std::istreambuf_iterator<char>(in), {});
+  Bytes b = model_bytes(dir, GgmlType::q8_0);
   const File f = File::from_memory(b.data(), b.size());
   // The tensor whose data ends the file, cut 10 bytes into its last block.
   const File::Tensor* last = &f.tensors()[0];

@@ -1,5 +1,6 @@
 // Shared helpers for the kernel tests: seeded inputs and comparisons against the reference.
 #pragma once
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -41,6 +42,17 @@ inline Diff diff(const TensorView& a, const TensorView& ref) {
       }
   d.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   return d;
+}
+
+// Every element of a and b (f32 views of one shape) has the same bits.
+inline bool bitwise_equal(const TensorView& a, const TensorView& b) {
+  for (int64_t h = 0; h < a.heads; ++h)
+    for (int64_t s = 0; s < a.seq; ++s)
+      for (int64_t c = 0; c < a.dim; ++c) {
+        const float x = a.get(h, s, c), y = b.get(h, s, c);
+        if (std::memcmp(&x, &y, 4) != 0) return false;
+      }
+  return true;
 }
 
 }  // namespace spattn::test
