@@ -128,6 +128,19 @@ struct Acc {
 };
 
 // Exact block scores of the sampled rows of one head (plain loops, double sums).
+// Row i's scaled scores q_i . k_j * scale over its causal keys j < lim, into s; returns their max.
+double row_scores(const float* q, const float* K, int64_t lim, int64_t d, float scale,
+                  std::vector<double>& s) {
+  s.assign(size_t(lim), 0.0);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < lim; ++j) {
+    float acc = 0;
+    for (int64_t c = 0; c < d; ++c) acc += q[c] * K[j * d + c];
+    mx = std::max(mx, s[size_t(j)] = double(acc) * scale);
+  }
+  return mx;
+}
+
 std::vector<Row> score_rows(const Problem& p, const DiagOptions& o, int64_t h,
                             const std::vector<int64_t>& rows) {
   const int64_t L = p.q.seq(), Lkv = p.k.seq(), d = p.q.dim();
@@ -140,15 +153,8 @@ std::vector<Row> score_rows(const Problem& p, const DiagOptions& o, int64_t h,
     const float* q = p.q.data_as<float>() + (h * L + i) * d;
     const int64_t lim = causal_limit(i, L, Lkv, true);
     const int64_t nb = (lim + o.beta - 1) / o.beta;
-    std::vector<double> s(static_cast<size_t>(lim));
-    double mx = -std::numeric_limits<double>::infinity();
-    for (int64_t j = 0; j < lim; ++j) {
-      float acc = 0;
-      const float* kj = K + j * d;
-      for (int64_t c = 0; c < d; ++c) acc += q[c] * kj[c];
-      s[size_t(j)] = double(acc) * scale;
-      mx = std::max(mx, s[size_t(j)]);
-    }
+    std::vector<double> s;
+    const double mx = row_scores(q, K, lim, d, scale, s);
     std::vector<double> bs(static_cast<size_t>(nb));
     double tot = 0;
     for (int64_t b = 0; b < nb; ++b) {
@@ -250,13 +256,9 @@ std::vector<std::vector<double>> row_block_shares(const Problem& p, int64_t h,
     const int64_t i = rows[size_t(ri)];
     const float* q = p.q.data_as<float>() + (h * L + i) * d;
     const int64_t lim = causal_limit(i, L, Lkv, true);
-    std::vector<double> s(static_cast<size_t>(lim));
-    double mx = -std::numeric_limits<double>::infinity(), tot = 0;
-    for (int64_t j = 0; j < lim; ++j) {
-      float acc = 0;
-      for (int64_t c = 0; c < d; ++c) acc += q[c] * K[j * d + c];
-      mx = std::max(mx, s[size_t(j)] = double(acc) * scale);
-    }
+    std::vector<double> s;
+    const double mx = row_scores(q, K, lim, d, scale, s);
+    double tot = 0;
     std::vector<double>& b = out[size_t(ri)];
     b.assign(size_t((lim + 63) / 64), 0.0);
     for (int64_t j = 0; j < lim; ++j) {
