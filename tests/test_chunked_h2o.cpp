@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "spattn/chunked_h2o.hpp"
 #include "spattn/error.hpp"
@@ -188,6 +189,46 @@ TEST(ChunkedH2O, PackedBatchIsTheSameComputation) {
     EXPECT_TRUE(std::equal(la.scores(h).begin(), la.scores(h).end(), lb.scores(h).begin()));
     EXPECT_TRUE(std::ranges::equal(la.memory(h), lb.memory(h)));
   }
+}
+
+// Two layers on one scratch, their batches interleaved as the runner runs them (layer A's
+// batch, layer B's, A's next, ...), give what each gives with a scratch of its own: nothing a
+// batch leaves in the scratch is read by the next layer or the next batch.
+TEST(ChunkedH2O, SharedScratchAcrossLayersIsTheSameComputation) {
+  const int64_t n = 300, batch = 128;
+  const ChunkedH2OParams p = params(48, batch, 16, 16);
+  const Inputs ia = make_inputs(4, 2, n, 16, 61), ib = make_inputs(4, 2, n, 16, 62);
+  auto run = [&](ChunkedH2OLayer& la, ChunkedH2OLayer& lb, Tensor& oa, Tensor& ob) {
+    for (int64_t b0 = 0; b0 < n; b0 += batch) {
+      const int64_t len = std::min(batch, n - b0);
+      const bool last = b0 + len == n;
+      for (auto [l, in, o] : {std::tuple{&la, &ia, &oa}, std::tuple{&lb, &ib, &ob}})
+        l->prefill_batch(in->q.view().rows(b0, len), in->k.view().rows(b0, len),
+                         in->v.view().rows(b0, len), o->view().rows(b0, len), {}, last);
+    }
+  };
+  Tensor oa(DType::f32, 4, n, 16), ob(DType::f32, 4, n, 16);
+  Tensor sa(DType::f32, 4, n, 16), sb(DType::f32, 4, n, 16);
+  ChunkedH2OLayer a(p, 4, 2, 16, DType::f32, n), b(p, 4, 2, 16, DType::f32, n);
+  run(a, b, oa, ob);
+  ChunkedH2OLayer c(p, 4, 2, 16, DType::f32, n);
+  ChunkedH2OLayer d(p, 4, 2, 16, DType::f32, n, true, c.scratch());
+  EXPECT_EQ(c.scratch(), d.scratch());
+  run(c, d, sa, sb);
+  EXPECT_EQ(test::diff(oa, sa).max_abs, 0.0);
+  EXPECT_EQ(test::diff(ob, sb).max_abs, 0.0);
+  for (int64_t h = 0; h < 4; ++h) {
+    EXPECT_TRUE(std::ranges::equal(a.scores(h), c.scores(h)));
+    EXPECT_TRUE(std::ranges::equal(b.memory(h), d.memory(h)));
+  }
+  // The state is the layer's own; the scratch is counted apart.
+  EXPECT_EQ(a.state_bytes(), d.state_bytes());
+  EXPECT_GT(c.scratch_bytes(), 0u);
+  // A scratch of another shape or other parameters is refused.
+  EXPECT_THROW(ChunkedH2OLayer(p, 4, 2, 32, DType::f32, n, true, c.scratch()), Error);
+  EXPECT_THROW(ChunkedH2OLayer(params(64, batch, 16, 16), 4, 2, 16, DType::f32, n, true,
+                               c.scratch()),
+               Error);
 }
 
 TEST(ChunkedH2O, OneChunkIsDense) {

@@ -87,6 +87,8 @@ nlohmann::json memory_json(const LoadedModel& m,
     s.kv_cache += a.kv_cache;
     s.method_kv += a.method_kv;
     s.scratch += a.scratch;
+    s.h2o_state += a.h2o_state;
+    s.h2o_scratch += a.h2o_scratch;
   }
   nlohmann::json j;
   j["peak_rss_bytes"] = peak_rss_bytes();
@@ -102,6 +104,8 @@ nlohmann::json memory_json(const LoadedModel& m,
   }
   j["method_kv_bytes"] = s.method_kv;
   j["scratch_bytes"] = s.scratch;
+  j["h2o_state_bytes"] = s.h2o_state;
+  j["h2o_scratch_bytes"] = s.h2o_scratch;
   return j;
 }
 
@@ -112,12 +116,13 @@ std::string memory_line(const LoadedModel& m,
   return fmt::format(
       "memory: peak RSS {:.1f} MiB (file {:.1f} MiB); weights {:.1f} MiB mapped + {:.1f} MiB "
       "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB (K {}, V {}); method K/V copies {:.1f} MiB; row "
-      "buffers {:.1f} MiB",
+      "buffers {:.1f} MiB; chunked_h2o scores and memory sets {:.1f} MiB + batch scratch {:.1f} MiB",
       mib("peak_rss_bytes"), mib("file_bytes"), mib("weights_mapped_bytes"),
       mib("weights_repacked_bytes"), mib("weights_owned_bytes"), mib("kv_cache_bytes"),
       j.contains("kv_cache_type_k") ? j["kv_cache_type_k"].get<std::string>() : "-",
       j.contains("kv_cache_type_v") ? j["kv_cache_type_v"].get<std::string>() : "-",
-      mib("method_kv_bytes"), mib("scratch_bytes"));
+      mib("method_kv_bytes"), mib("scratch_bytes"), mib("h2o_state_bytes"),
+      mib("h2o_scratch_bytes"));
 }
 
 std::string read_prompt(const std::string& text, const std::string& file) {

@@ -59,13 +59,21 @@ struct ChunkedH2OTrace {
   std::vector<std::vector<std::vector<int64_t>>> memory;  // [c][q head]: M_c (empty if not built)
 };
 
+// The buffers a logical batch uses only while it passes through a layer (the batch's packed
+// K/V, the memory set's packed K/V, the inter O, LSEs, column sums): layers of one shape may
+// share one, as long as they never run at the same time.
+struct ChunkedH2OScratch;
+
 // One attention layer's chunked_h2o state across the logical batches of one prompt.
 class ChunkedH2OLayer {
  public:
   // capacity: the longest prompt; dtype: of the k, v given to prefill_batch; bf16_dot: the
   // operand format of the K/V it packs (PackedKV, AttnOptions::bf16_dot), fixed here.
+  // scratch: another layer's scratch() to share (same shape and parameters, else Error), or
+  // null for one of its own.
   ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int64_t kv_heads, int64_t dim,
-                  DType dtype, int64_t capacity, bool bf16_dot = true);
+                  DType dtype, int64_t capacity, bool bf16_dot = true,
+                  std::shared_ptr<ChunkedH2OScratch> scratch = nullptr);
   ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept;
   ~ChunkedH2OLayer();
 
@@ -92,6 +100,11 @@ class ChunkedH2OLayer {
   std::span<const int64_t> memory(int64_t q_head) const;  // M of the last chunk done
   std::span<const double> scores(int64_t q_head) const;   // per position, [0, position())
   void set_trace(ChunkedH2OTrace* trace);                  // null: record nothing
+  std::shared_ptr<ChunkedH2OScratch> scratch() const;
+  // Bytes held: the layer's own state kept across batches (scores, memory sets and their raw
+  // K/V rows), and its scratch (shared ones counted once by the caller).
+  size_t state_bytes() const;
+  size_t scratch_bytes() const;
 
  private:
   struct State;

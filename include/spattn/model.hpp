@@ -175,9 +175,10 @@ class Session {
   void reset_timings();
 
   // Bytes this session holds besides the model's weights: the KV cache (every layer's
-  // PackedKV at capacity), the raw K/V copies method mode keeps, and the row buffers.
+  // PackedKV at capacity), the raw K/V copies method mode keeps, the row buffers, and
+  // chunked_h2o's per-layer state (scores, memory sets) and its one shared batch scratch.
   struct Memory {
-    size_t kv_cache = 0, method_kv = 0, scratch = 0;
+    size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.

@@ -113,6 +113,52 @@ const char* row_bytes(const TensorView& t, int64_t h, int64_t s) {
 
 }  // namespace
 
+// What one logical batch needs only while it runs through a layer: the same for every layer
+// of a model, so a session's layers share one (ChunkedH2OLayer::scratch), and a model of L
+// layers holds it once instead of L times.
+struct ChunkedH2OScratch {
+  int64_t hq, hkv, dim, cap, mem_cap, batch, chunk;
+  DType dtype;
+  bool bf16_dot;
+  std::vector<char> next_k, next_v;  // [Hq][mem_cap][d]: M_c's raw rows while they are gathered
+  PackedKV intra_kv, mem_kv;         // the batch's K/V; M_{c-1}, one "kv head" per q head
+  Tensor o_inter;                    // [Hq, S, d] inter O
+  Tensor o_intra;  // [Hq, B, d] intra O when out is not f32 (an f32 out holds it itself)
+  std::vector<float> lse_intra;      // [Hq][n]: the batch's intra LSE
+  std::vector<float> lse_inter, lse_out;  // [Hq][|C_c|]: one chunk's
+  WeightSums ws;
+
+  ChunkedH2OScratch(const ChunkedH2OParams& p, int64_t hq_, int64_t hkv_, int64_t d, DType t,
+                    int64_t c, bool bf16)
+      : hq(hq_), hkv(hkv_), dim(d), cap(c), mem_cap(std::min(p.local + p.heavy, c)),
+        batch(p.batch), chunk(p.chunk), dtype(t), bf16_dot(bf16),
+        intra_kv(hkv_, d, t, std::min(p.batch, c), bf16),
+        mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p.local + p.heavy, c)), bf16),
+        o_inter(DType::f32, hq_, std::min(p.chunk, c), d) {
+    ws.want_columns = true;
+    ws.want_blocks = false;
+    const size_t mem_bytes = size_t(hq) * size_t(mem_cap) * size_t(d) * dtype_size(t);
+    next_k.resize(mem_bytes);
+    next_v.resize(mem_bytes);
+    lse_intra.resize(size_t(hq * std::min(p.batch, cap)));
+    lse_inter.resize(size_t(hq * std::min(p.chunk, cap)));
+    lse_out.resize(size_t(hq * std::min(p.chunk, cap)));
+  }
+
+  bool fits(const ChunkedH2OParams& p, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c,
+            bool bf16) const {
+    return hq == hq_ && hkv == hkv_ && dim == d && dtype == t && cap == c && bf16_dot == bf16 &&
+           mem_cap == std::min(p.local + p.heavy, c) && batch == p.batch && chunk == p.chunk;
+  }
+
+  size_t bytes() const {
+    return next_k.capacity() + next_v.capacity() + intra_kv.bytes() + mem_kv.bytes() +
+           o_inter.numel() * sizeof(float) + o_intra.numel() * sizeof(float) +
+           (lse_intra.capacity() + lse_inter.capacity() + lse_out.capacity()) * sizeof(float) +
+           (ws.column.capacity() + ws.block.capacity()) * sizeof(double);
+  }
+};
+
 struct ChunkedH2OLayer::State {
   ChunkedH2OParams p;
   int64_t hq, hkv, dim, cap, mem_cap;
@@ -120,36 +166,29 @@ struct ChunkedH2OLayer::State {
   size_t row_size;
   int64_t pos = 0, chunks = 0, updates = 0;
   bool have_mem = false;
-  std::vector<std::vector<double>> scores;   // [Hq][cap]: score(j)
-  std::vector<std::vector<int64_t>> mem;     // [Hq]: M_{c-1}, sorted positions
-  std::vector<char> mem_k, mem_v, next_k, next_v;  // [Hq][mem_cap][d] raw rows of M
-  PackedKV intra_kv, mem_kv;                  // the batch's K/V; M_{c-1}, one "kv head" per q head
-  Tensor o_inter;                             // [Hq, S, d] inter O
-  Tensor o_intra;  // [Hq, B, d] intra O when out is not f32 (an f32 out holds it itself)
-  std::vector<float> lse_intra;               // [Hq][n]: the batch's intra LSE
-  std::vector<float> lse_inter, lse_out;      // [Hq][|C_c|]: one chunk's
-  WeightSums ws;
+  // Kept from batch to batch (the layer's own):
+  std::vector<std::vector<double>> scores;  // [Hq][cap]: score(j)
+  std::vector<std::vector<int64_t>> mem;    // [Hq]: M_{c-1}, sorted positions
+  std::vector<char> mem_k, mem_v;           // [Hq][mem_cap][d] raw rows of M_{c-1}
+  std::shared_ptr<ChunkedH2OScratch> scratch;
   ChunkedH2OTrace* trace = nullptr;
 
   State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c,
-        bool bf16_dot)
+        std::shared_ptr<ChunkedH2OScratch> shared)
       : p(p_), hq(hq_), hkv(hkv_), dim(d), cap(c),
         mem_cap(std::min(p_.local + p_.heavy, c)), dtype(t), row_size(size_t(d) * dtype_size(t)),
-        scores(size_t(hq_)), mem(size_t(hq_)),
-        intra_kv(hkv_, d, t, std::min(p_.batch, c), bf16_dot),
-        mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p_.local + p_.heavy, c)), bf16_dot),
-        o_inter(DType::f32, hq_, std::min(p_.chunk, c), d) {
-    ws.want_columns = true;
-    ws.want_blocks = false;
+        scores(size_t(hq_)), mem(size_t(hq_)), scratch(std::move(shared)) {
     for (auto& s : scores) s.assign(size_t(cap), 0.0);
     const size_t mem_bytes = size_t(hq) * size_t(mem_cap) * row_size;
     mem_k.resize(mem_bytes);
     mem_v.resize(mem_bytes);
-    next_k.resize(mem_bytes);
-    next_v.resize(mem_bytes);
-    lse_intra.resize(size_t(hq * std::min(p.batch, cap)));
-    lse_inter.resize(size_t(hq * std::min(p.chunk, cap)));
-    lse_out.resize(size_t(hq * std::min(p.chunk, cap)));
+  }
+
+  size_t bytes() const {
+    size_t b = mem_k.capacity() + mem_v.capacity();
+    for (const auto& s : scores) b += s.capacity() * sizeof(double);
+    for (const auto& m : mem) b += m.capacity() * sizeof(int64_t);
+    return b;
   }
 
   TensorView mem_view(std::vector<char>& buf, int64_t m) {
@@ -187,25 +226,34 @@ struct ChunkedH2OLayer::State {
           src_v = mem_v.data() + off;
         }
         const size_t dst = (size_t(h) * size_t(mem_cap) + i) * row_size;
-        std::memcpy(next_k.data() + dst, src_k, row_size);
-        std::memcpy(next_v.data() + dst, src_v, row_size);
+        std::memcpy(scratch->next_k.data() + dst, src_k, row_size);
+        std::memcpy(scratch->next_v.data() + dst, src_v, row_size);
       }
       mem[size_t(h)] = std::move(next);
     }
-    std::swap(mem_k, next_k);
-    std::swap(mem_v, next_v);
+    // The gathered rows become the layer's; its old rows, now garbage, the scratch's.
+    std::swap(mem_k, scratch->next_k);
+    std::swap(mem_v, scratch->next_v);
     have_mem = true;
   }
 };
 
 ChunkedH2OLayer::ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int64_t kv_heads,
-                                 int64_t dim, DType dtype, int64_t capacity, bool bf16_dot) {
+                                 int64_t dim, DType dtype, int64_t capacity, bool bf16_dot,
+                                 std::shared_ptr<ChunkedH2OScratch> scratch) {
   p.validate();
   SPATTN_CHECK(q_heads >= 1 && kv_heads >= 1 && q_heads % kv_heads == 0,
                "chunked_h2o: q heads (", q_heads, ") must be a positive multiple of kv heads (",
                kv_heads, ")");
   SPATTN_CHECK(capacity >= 1, "chunked_h2o: capacity must be >= 1, got ", capacity);
-  s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity, bf16_dot);
+  if (scratch)
+    SPATTN_CHECK(scratch->fits(p, q_heads, kv_heads, dim, dtype, capacity, bf16_dot),
+                 "chunked_h2o: a shared scratch must come from a layer of the same shape and "
+                 "parameters");
+  else
+    scratch = std::make_shared<ChunkedH2OScratch>(p, q_heads, kv_heads, dim, dtype, capacity,
+                                                  bf16_dot);
+  s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity, std::move(scratch));
 }
 ChunkedH2OLayer::ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept = default;
 ChunkedH2OLayer::~ChunkedH2OLayer() = default;
@@ -230,6 +278,9 @@ std::span<const double> ChunkedH2OLayer::scores(int64_t h) const {
   return std::span<const double>(s_->scores[size_t(h)]).first(size_t(s_->pos));
 }
 void ChunkedH2OLayer::set_trace(ChunkedH2OTrace* trace) { s_->trace = trace; }
+std::shared_ptr<ChunkedH2OScratch> ChunkedH2OLayer::scratch() const { return s_->scratch; }
+size_t ChunkedH2OLayer::state_bytes() const { return s_->bytes(); }
+size_t ChunkedH2OLayer::scratch_bytes() const { return s_->scratch->bytes(); }
 
 void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
                                     const TensorView& out, const AttnOptions& opt, bool last,
@@ -262,6 +313,7 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
     s.have_mem = false;
     for (auto& m : s.mem) m.clear();
   }
+  ChunkedH2OScratch& x = *s.scratch;
   Stats st;
   AttnOptions intra_opt = opt;
   intra_opt.q_start = -1;  // bottom-right against the chunk's own keys
@@ -274,17 +326,17 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   // straight into out with its LSE (the cached intra state), scores initialised from the same
   // pass's column sums: score(j) = sum_{i in C_c, i >= j} A_intra(i, j).
   // An f32 out holds the intra O until the merge; other dtypes would round it first.
-  if (out.dtype != DType::f32 && s.o_intra.numel() == 0)
-    s.o_intra = Tensor(DType::f32, s.hq, std::min(s.p.batch, s.cap), s.dim);
-  const TensorView intra_all = out.dtype == DType::f32 ? out : s.o_intra.view().rows(0, n);
+  if (out.dtype != DType::f32 && x.o_intra.numel() == 0)
+    x.o_intra = Tensor(DType::f32, s.hq, std::min(s.p.batch, s.cap), s.dim);
+  const TensorView intra_all = out.dtype == DType::f32 ? out : x.o_intra.view().rows(0, n);
   if (!packed) {
-    s.intra_kv.clear();
-    s.intra_kv.append(k, v, {}, opt.threads);
+    x.intra_kv.clear();
+    x.intra_kv.append(k, v, {}, opt.threads);
   }
-  attention_with_column_sums(q, packed ? *packed : s.intra_kv, intra_all, s.lse_intra.data(), s.ws, intra_opt, &st,
+  attention_with_column_sums(q, packed ? *packed : x.intra_kv, intra_all, x.lse_intra.data(), x.ws, intra_opt, &st,
                              s.p.chunk);
   for (int64_t h = 0; h < s.hq; ++h)
-    std::copy_n(s.ws.column.data() + h * n, n, s.scores[size_t(h)].data() + pos0);
+    std::copy_n(x.ws.column.data() + h * n, n, s.scores[size_t(h)].data() + pos0);
 
   // Phase 2: chunk by chunk.
   for (int64_t b0 = 0; b0 < n; b0 += s.p.chunk) {
@@ -293,14 +345,14 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
     const TensorView intra = intra_all.rows(b0, len);
     if (s.have_mem) {
       const int64_t m = int64_t(s.mem[0].size());
-      s.mem_kv.clear();
-      s.mem_kv.append(s.mem_view(s.mem_k, m), s.mem_view(s.mem_v, m), {}, opt.threads);
-      const TensorView inter = s.o_inter.view().rows(0, len);
+      x.mem_kv.clear();
+      x.mem_kv.append(s.mem_view(s.mem_k, m), s.mem_view(s.mem_v, m), {}, opt.threads);
+      const TensorView inter = x.o_inter.view().rows(0, len);
       // Steps 1 and 2 in one pass: inter-attention of C_c against M_{c-1}, and
       // score(j) += sum_{i in C_c} A_inter(i, j) for j in M_{c-1} from its column sums.
-      attention_with_column_sums(qc, s.mem_kv, inter, s.lse_inter.data(), s.ws, inter_opt, &st);
+      attention_with_column_sums(qc, x.mem_kv, inter, x.lse_inter.data(), x.ws, inter_opt, &st);
       for (int64_t h = 0; h < s.hq; ++h) {
-        const double* col = s.ws.column.data() + h * m;
+        const double* col = x.ws.column.data() + h * m;
         double* sc = s.scores[size_t(h)].data();
         const int64_t* mem = s.mem[size_t(h)].data();
         for (int64_t j = 0; j < m; ++j) sc[mem[j]] += col[j];
@@ -308,16 +360,16 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
       ++s.updates;
       // Step 3: exact fusion with the cached intra state (in place when out holds it).
       for (int64_t h = 0; h < s.hq; ++h)
-        std::copy_n(s.lse_intra.data() + h * n + b0, len, s.lse_out.data() + h * len);
-      merge_attention(intra, s.lse_out.data(), inter, s.lse_inter.data(), oc, s.lse_out.data());
+        std::copy_n(x.lse_intra.data() + h * n + b0, len, x.lse_out.data() + h * len);
+      merge_attention(intra, x.lse_out.data(), inter, x.lse_inter.data(), oc, x.lse_out.data());
       if (lse)
         for (int64_t h = 0; h < s.hq; ++h)
-          std::copy_n(s.lse_out.data() + h * len, len, lse + h * n + b0);
+          std::copy_n(x.lse_out.data() + h * len, len, lse + h * n + b0);
     } else {  // no history: the intra result is the output
       if (intra.data != oc.data) copy_into(intra, oc);
       if (lse)
         for (int64_t h = 0; h < s.hq; ++h)
-          std::copy_n(s.lse_intra.data() + h * n + b0, len, lse + h * n + b0);
+          std::copy_n(x.lse_intra.data() + h * n + b0, len, lse + h * n + b0);
     }
     if (s.trace) {  // before Step 4 changes have_mem
       s.trace->chunk_begin.push_back(c0);

@@ -124,8 +124,10 @@ struct Session::Impl {
     p.batch = opt.n_batch;
     p.local = opt.h2o_local;
     p.heavy = opt.h2o_heavy;
+    // One batch scratch for every layer: layers run one after another.
     for (int64_t l = 0; l < cfg.n_layer; ++l)
-      h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx);
+      h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx, true,
+                       h2o.empty() ? nullptr : h2o.front().scratch());
   }
 
   void make_scratch() {
@@ -288,6 +290,8 @@ Session::Memory Session::memory() const {
   m.method_kv = s.cache.raw_bytes();
   for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
     m.scratch += b->capacity() * sizeof(float);
+  for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
+  if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
