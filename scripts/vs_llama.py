@@ -5,7 +5,7 @@ round), so drift in the machine's speed lands on both. Prints the medians and th
 
   scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
       [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
-      [--spattn-arg=--attn --spattn-arg=chunked_h2o ...]
+      [--attn dense --attn chunked_h2o ...] [--spattn-arg=-ctk --spattn-arg=q8_0 ...]
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
@@ -13,7 +13,9 @@ Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 
 llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1; spattn run
 with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
 is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
-For ppN both sides' time to first token (N / tokens per second) is printed too. spattn's prompt is the first N
+For ppN both sides' time to first token (N / tokens per second) is printed too. Each --attn
+is one more spattn side in the same rotation (llama-bench, then each method, the starting
+side moving by one every round), printed as a row of its own against the same llama runs. spattn's prompt is the first N
 tokens of --text (llama-bench's are random tokens: the same work for dense attention).
 """
 import argparse
@@ -45,12 +47,14 @@ def llama_once(a, kind, n, depth):
     return float(json.loads(out)[0]["avg_ts"])
 
 
-def spattn_once(a, kind, n, depth):
+def spattn_once(a, kind, n, depth, attn=None):
     prompt = n if kind == "pp" else max(depth, 1)
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
     cmd = [a.spattn, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
            str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
            str(a.threads), "--warmup", "--ignore-eos", "--json"] + a.spattn_arg
+    if attn:
+        cmd += ["--attn", attn]
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     if j["prompt_tokens"] != prompt:
         sys.exit(f"vs_llama: --text has only {j['prompt_tokens']} tokens, {prompt} needed")
@@ -71,41 +75,48 @@ def main():
     p.add_argument("--json", action="store_true")
     p.add_argument("--spattn-arg", action="append", default=[],
                    help="one more argument for spattn run (repeat for several)")
+    p.add_argument("--attn", action="append", default=[],
+                   help="an attention method for spattn run: one spattn side each (repeat)")
     a = p.parse_args()
+    variants = a.attn or [None]
     rows = []
     for t in a.test:
         kind, n, depth = parse_test(t)
-        ll, sp = [], []
-        rss = 0
+        ll, sp = [], [[] for _ in variants]
+        rss = [0] * len(variants)
+        sides = list(range(len(variants) + 1))  # 0: llama-bench, i: variant i - 1
         for r in range(a.reps):
-            order = (0, 1) if r % 2 == 0 else (1, 0)
-            for side in order:
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 if side == 0:
                     ll.append(llama_once(a, kind, n, depth))
                 else:
-                    v, j = spattn_once(a, kind, n, depth)
-                    sp.append(v)
-                    rss = max(rss, j.get("memory", {}).get("peak_rss_bytes", 0))
-        row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
-               "llama_tok_s": ll, "spattn_tok_s": sp,
-               "llama_median": statistics.median(ll), "spattn_median": statistics.median(sp)}
-        row["ratio"] = row["spattn_median"] / row["llama_median"]
-        if a.spattn_arg:
-            row["spattn_args"] = a.spattn_arg
-        if kind == "pp":
-            row["llama_ttft_s"] = n / row["llama_median"]
-            row["spattn_ttft_s"] = n / row["spattn_median"]
-        if rss:
-            row["spattn_peak_rss_bytes"] = rss
-        rows.append(row)
-        if not a.json:
-            ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
-                    if kind == "pp" else "")
-            extra = f"  [spattn {' '.join(a.spattn_arg)}]" if a.spattn_arg else ""
-            print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp {row['llama_median']:9.1f}"
-                  f"  spattn {row['spattn_median']:9.1f} tok/s  ratio {row['ratio']:.2f}x{ttft}"
-                  f"  (llama {', '.join(f'{x:.1f}' for x in ll)}; spattn "
-                  f"{', '.join(f'{x:.1f}' for x in sp)}){extra}", flush=True)
+                    v, j = spattn_once(a, kind, n, depth, variants[side - 1])
+                    sp[side - 1].append(v)
+                    rss[side - 1] = max(rss[side - 1],
+                                        j.get("memory", {}).get("peak_rss_bytes", 0))
+        for vi, attn in enumerate(variants):
+            args = a.spattn_arg + (["--attn", attn] if attn else [])
+            row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
+                   "llama_tok_s": ll, "spattn_tok_s": sp[vi],
+                   "llama_median": statistics.median(ll),
+                   "spattn_median": statistics.median(sp[vi])}
+            row["ratio"] = row["spattn_median"] / row["llama_median"]
+            if args:
+                row["spattn_args"] = args
+            if kind == "pp":
+                row["llama_ttft_s"] = n / row["llama_median"]
+                row["spattn_ttft_s"] = n / row["spattn_median"]
+            if rss[vi]:
+                row["spattn_peak_rss_bytes"] = rss[vi]
+            rows.append(row)
+            if not a.json:
+                ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
+                        if kind == "pp" else "")
+                extra = f"  [spattn {' '.join(args)}]" if args else ""
+                print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp "
+                      f"{row['llama_median']:9.1f}  spattn {row['spattn_median']:9.1f} tok/s  "
+                      f"ratio {row['ratio']:.2f}x{ttft}  (llama {', '.join(f'{x:.1f}' for x in ll)}"
+                      f"; spattn {', '.join(f'{x:.1f}' for x in sp[vi])}){extra}", flush=True)
     if a.json:
         print(json.dumps(rows, indent=2))
 
