@@ -81,6 +81,10 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
   const auto t0 = Clock::now();
   std::vector<float> logits(size_t(model_.config().n_vocab));
   const std::span<const int32_t> rest(req.tokens.data() + keep, req.tokens.size() - size_t(keep));
+  // chunked_h2o needs more than one chunk from position 0; a shorter prompt runs dense, and
+  // usage says so.
+  if (mode_ == model::PrefillMode::chunked_h2o && int64_t(rest.size()) <= defaults_.n_ubatch)
+    r.usage.prefill = "dense";
   model::PrefillProgress progress;
   if (ev.progress) progress = [&](int64_t done, int64_t total) { ev.progress(keep, done, total); };
   if (ev.progress) ev.progress(keep, 0, int64_t(rest.size()));
