@@ -4,10 +4,15 @@
 // bounded queue, keep-alives while a request waits, a client leaving mid-prefill, and greedy
 // text equal to `spattn run`'s.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <httplib.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -528,6 +533,65 @@ TEST(Serve, AClientLeavingMidPrefillCancelsIt) {
   const json b = ok_json(post(c, "/v1/completions",
                               json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
   EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], int64_t(ids.size()) - 1);
+}
+
+// The binary itself: `spattn serve --port 0` says where it listens, serves, and ends cleanly
+// on SIGTERM; bad flags exit 2 before anything binds.
+TEST(ServeCli, TheBinaryServesAndStopsOnSigterm) {
+  NEED_STORIES();
+  const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_cli";
+  std::filesystem::create_directories(dir);
+  const std::string m = test::model_file("stories260K.gguf");
+  for (const char* bad : {"-np 2", "--attn no_such_method", "--port 70000", "--timeout 0"}) {
+    const test::CliRun r = test::run_spattn("serve -m " + m + " " + std::string(bad), dir);
+    EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("spattn: error:"), std::string::npos) << bad << ": " << r.err;
+  }
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  const std::string cli = SPATTN_CLI_PATH;
+  std::vector<std::string> args = {cli, "serve", "-m", m, "--port", "0", "-c", "256"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, cli.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  struct Reap {  // a failed check must not leave the server running
+    pid_t pid;
+    ~Reap() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{pid};
+  close(fds[1]);
+  FILE* err = fdopen(fds[0], "r");
+  int port = 0;
+  char line[512];
+  while (port == 0 && std::fgets(line, sizeof line, err)) {
+    const std::string l = line;
+    const size_t at = l.find("listening on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(l.substr(at + 30));
+  }
+  ASSERT_GT(port, 0) << "no 'listening on' line";
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(20);
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
+  const json a = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump()));
+  EXPECT_EQ(a["object"], "text_completion");
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  reap.pid = 0;
+  std::fclose(err);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 TEST(ServeRequest, HeldBackBytesCoverStopPrefixesAndCutCharacters) {
