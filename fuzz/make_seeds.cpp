@@ -131,6 +131,25 @@ void tokenizer_seeds(const fs::path& dir) {
   save(dir / "utf8.txt", std::string("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\xa6\x99 \xff\xfe"));
 }
 
+// `spattn serve` bodies: the first byte picks the route (0 completion, 1 chat, 2 tokenize,
+// 3 detokenize), as fuzz_serve reads them.
+void serve_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  auto route = [](char r, const std::string& body) { return std::string(1, r) + body; };
+  save(dir / "completion.json",
+       route(0, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": 0.7, "
+                "\"top_k\": 40, \"top_p\": 0.9, \"seed\": 3, \"stop\": [\"\\n\", \"end\"], "
+                "\"stream\": true, \"spattn\": {\"attn\": \"chunked_h2o\"}}"));
+  save(dir / "tokens.json", route(0, "{\"prompt\": [1, 2, 3], \"n_predict\": 2, \"cache_prompt\": false}"));
+  save(dir / "chat.json",
+       route(1, "{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, "
+                "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], "
+                "\"max_completion_tokens\": 8}"));
+  save(dir / "tokenize.json",
+       route(2, "{\"content\": \"caf\xc3\xa9\", \"add_special\": true, \"with_pieces\": true}"));
+  save(dir / "detokenize.json", route(3, "{\"tokens\": [5, 6, 7]}"));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -144,5 +163,6 @@ int main(int argc, char** argv) {
   calibration_seeds(root / "calibration");
   tokenizer_seeds(root / "tokenizer");
   quant_seeds(root / "quant");
+  serve_seeds(root / "serve");
   return 0;
 }

@@ -217,6 +217,39 @@ TEST(SessionState, ChunkedH2OPromptFailingLeavesAFreshSession) {
   EXPECT_EQ(cache_difference(s, fresh), "");
 }
 
+// The progress callback (what `spattn serve` streams): after each -ub chunk (each -b batch
+// with chunked_h2o) with the tokens done so far; one that throws (a client gone) rolls the
+// prefill back like any failure, and the same logits follow.
+TEST(SessionState, PrefillProgressReportsEachPieceAndMayCancel) {
+  const auto t = tokens(150, 4);
+  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::chunked_h2o}) {
+    Session s(small_model(), opts(mode)), fresh(small_model(), opts(mode));
+    std::vector<int64_t> seen;
+    std::vector<float> a(V), b(V);
+    s.prefill(t, a.data(), 149, [&](int64_t done, int64_t total) {
+      EXPECT_EQ(total, 150);
+      seen.push_back(done);
+    });
+    const std::vector<int64_t> want = mode == PrefillMode::dense
+                                          ? std::vector<int64_t>{32, 64, 96, 128, 150}
+                                          : std::vector<int64_t>{64, 128, 150};
+    EXPECT_EQ(seen, want);
+    s.reset();
+    struct Gone {};
+    int calls = 0;
+    EXPECT_THROW(s.prefill(t, a.data(), 149,
+                           [&](int64_t, int64_t) {
+                             if (++calls == 2) throw Gone{};
+                           }),
+                 Gone);
+    EXPECT_EQ(s.n_past(), 0);
+    EXPECT_EQ(cache_difference(s, fresh), "");
+    s.prefill(t, a.data(), 149);
+    fresh.prefill(t, b.data(), 149);
+    EXPECT_TRUE(same_bits(a, b));
+  }
+}
+
 // The natural failure: a calibrated BLASST target the last layer cannot reach at the length a
 // chunk brings, raised inside the method after that layer appended its rows.
 TEST(SessionState, CalibratedTargetOutOfReachInTheLastLayerChangesNothing) {

@@ -10,9 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <random>
 
 #include "runner.hpp"
+#include "sampler.hpp"
 #include "spattn/error.hpp"
 #include "spattn/io.hpp"
 
@@ -33,22 +33,6 @@ struct RunOptions {
   bool ignore_eos = false;
 };
 
-int32_t sample(const std::vector<float>& logits, double temp, std::mt19937_64& rng) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i)
-    if (logits[i] > logits[size_t(best)]) best = int32_t(i);
-  if (temp <= 0) return best;
-  std::vector<double> p(logits.size());
-  double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i)
-    sum += (p[i] = std::exp((double(logits[i]) - logits[size_t(best)]) / temp));
-  std::uniform_real_distribution<double> u(0.0, sum);
-  double x = u(rng);
-  for (size_t i = 0; i < p.size(); ++i)
-    if ((x -= p[i]) <= 0) return int32_t(i);
-  return best;
-}
-
 // Post-RoPE q, k, v of one layer over the whole prompt, gathered chunk by chunk, written as
 // q.npy, k.npy, v.npy ([heads, seq, dim] f32) under a directory: what `spattn bench --qkv` reads.
 struct QkvDump {
@@ -68,6 +52,9 @@ void run(const RunOptions& o) {
   model::SessionOptions so = session_options(o.r, o.r.attn);
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
+  SamplingParams sp;
+  sp.temperature = o.temp;
+  sp.seed = o.seed;
   const std::string text = read_prompt(o.prompt, o.file);
   const bool dumping = o.dump_all || o.dump_layer >= 0;
   if (dumping) {
@@ -103,22 +90,22 @@ void run(const RunOptions& o) {
   }
   using Clock = std::chrono::steady_clock;
   std::vector<float> logits(size_t(cfg.n_vocab));
-  std::mt19937_64 rng(o.seed);
+  Sampler sampler(sp);
   if (o.warmup) {
     // The weights' pages, the caches and the thread pool warm, as llama-bench's warm-up run
     // leaves them; the timed run then starts from an empty cache.
     s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
-    if (o.n_predict > 1) s.decode(sample(logits, o.temp, rng), logits.data());
+    if (o.n_predict > 1) s.decode(sampler.sample(logits), logits.data());
     s.reset();
     s.reset_timings();
-    rng.seed(o.seed);
+    sampler.reseed(o.seed);
   }
   const auto t0 = Clock::now();
   s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
   std::vector<int32_t> out;
   double ttft_ms = 0;
   if (o.n_predict > 0) {
-    out.push_back(sample(logits, o.temp, rng));
+    out.push_back(sampler.sample(logits));
     ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
   for (size_t l = 0; l < dumps.size(); ++l) {
@@ -144,7 +131,7 @@ void run(const RunOptions& o) {
     emit(out.back());
     if (int64_t(out.size()) >= o.n_predict) break;
     s.decode(out.back(), logits.data());
-    out.push_back(sample(logits, o.temp, rng));
+    out.push_back(sampler.sample(logits));
   }
   const model::Timings& t = s.timings();
   const double prefill_tps = 1e3 * double(t.prefill_tokens) / t.prefill_ms;

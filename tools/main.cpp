@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
     if (a == "-ub") return "--ubatch-size";
     if (a == "-ctk") return "--cache-type-k";
     if (a == "-ctv") return "--cache-type-v";
+    if (a == "-np") return "--parallel";
     return a;
   };
   std::vector<std::string> args;
@@ -50,6 +51,7 @@ int main(int argc, char** argv) {
   spattn::cli::add_tokenize_command(app);
   spattn::cli::add_search_command(app);
   spattn::cli::add_select_diag_command(app);
+  spattn::cli::add_serve_command(app);
   try {
     app.parse(std::move(args));
     return 0;

@@ -142,6 +142,12 @@ using QkvTap = std::function<void(int64_t layer, int64_t pos0, int64_t n, const 
 
 class KVCache;  // src/model/kv_cache.hpp
 
+// Called during a prefill after each piece of the prompt it finishes (a -ub chunk; a -b
+// logical batch with chunked_h2o) with the prompt tokens done and the call's total: a server
+// streams it as progress. It may throw (a client gone): the prefill then rolls back as after
+// any other error.
+using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
+
 // One sequence's state: its KV cache (every token's K and V per layer, whichever call computed
 // them) and n_past, the tokens it holds. prefill and decode are all or nothing: a call that
 // throws leaves n_past, every layer's cache and what later calls compute exactly as they were.
@@ -167,7 +173,8 @@ class Session {
 
   // Prefills tokens at positions n_past() .. n_past() + n - 1. logits (when non-null) receives
   // [n - logits_from, n_vocab] rows: the logits after tokens logits_from .. n - 1.
-  void prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from);
+  void prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
+               const PrefillProgress& progress = {});
   // One token with full attention over the cache; logits [n_vocab].
   void decode(int32_t token, float* logits);
 

@@ -302,7 +302,8 @@ void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
   p_->tap = std::move(tap);
 }
 
-void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from) {
+void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
+                      const PrefillProgress& progress) {
   Impl& s = *p_;
   const int64_t n = int64_t(tokens.size()), V = s.cfg.n_vocab, pos0 = s.cache.size();
   SPATTN_CHECK(n >= 1, "prefill: no tokens");
@@ -322,6 +323,7 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
       }
       s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, kind, last, lg, row0,
                 &s.t.prefill_attn_ms, &s.t.prefill_stats);
+      if (progress) progress(r1, n);
     };
     const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == 0 && n > s.opt.n_ubatch;
     for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {

@@ -1,0 +1,676 @@
+// `spattn serve` through plain HTTP: a server started in-process on 127.0.0.1 with an ephemeral
+// port over stories260K.gguf (skipped where the model is absent), every route, streaming,
+// the bad inputs that must get 400 (and the server serving on after them), the API key, the
+// bounded queue, keep-alives while a request waits, a client leaving mid-prefill, and greedy
+// text equal to `spattn run`'s.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "cli_run.hpp"
+#include "models_dir.hpp"
+#include "serve/chat_prompt.hpp"
+#include "serve/request.hpp"
+#include "serve/server.hpp"
+#include "serve/slot.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+using json = nlohmann::json;
+
+const cli::LoadedModel* stories() {
+  static std::unique_ptr<cli::LoadedModel> m;
+  static std::once_flag once;
+  const std::string path = test::model_file("stories260K.gguf");
+  if (path.empty()) return nullptr;
+  std::call_once(once, [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(path)); });
+  return m.get();
+}
+
+serve::ServeOptions options() {
+  serve::ServeOptions o;
+  o.r.model = test::model_file("stories260K.gguf");
+  o.r.n_ctx = 512;
+  o.port = 0;
+  o.timeout_s = 20;
+  return o;
+}
+
+// A server listening on its own thread for the test's lifetime.
+struct Running {
+  serve::Server server;
+  int port = 0;
+  std::thread thread;
+  Running(const serve::ServeOptions& o, const cli::LoadedModel& m) : server(o, m) {
+    port = server.bind();
+    thread = std::thread([this] { server.listen(); });
+    for (int i = 0; i < 1000 && !server.running(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ~Running() {
+    server.stop();
+    thread.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(20);
+    return c;
+  }
+};
+
+#define NEED_STORIES()                                                      \
+  const cli::LoadedModel* model = stories();                                \
+  if (!model) GTEST_SKIP() << "stories260K.gguf not in " << test::models_dir()
+
+httplib::Result post(httplib::Client& c, const std::string& path, const std::string& body,
+                     const httplib::Headers& h = {}) {
+  return c.Post(path.c_str(), h, body, "application/json");
+}
+json ok_json(const httplib::Result& r) {
+  EXPECT_TRUE(r) << "no response";
+  if (!r) return json();
+  EXPECT_EQ(r->status, 200) << r->body;
+  return json::parse(r->body);
+}
+
+// The `data:` payloads of an SSE body, and how many comment lines it had.
+struct Sse {
+  std::vector<std::string> data;
+  int comments = 0;
+};
+Sse parse_sse(const std::string& body) {
+  Sse s;
+  size_t at = 0;
+  while (at < body.size()) {
+    size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) end = body.size();
+    const std::string ev = body.substr(at, end - at);
+    if (ev.rfind("data: ", 0) == 0) s.data.push_back(ev.substr(6));
+    else if (ev.rfind(":", 0) == 0) ++s.comments;
+    else if (!ev.empty()) ADD_FAILURE() << "not an SSE event: " << ev;
+    at = end + 2;
+  }
+  return s;
+}
+
+// A streamed answer: its text, last chunk, and progress events.
+struct Streamed {
+  std::string text, role;
+  json last;
+  int progress = 0, chunks = 0, comments = 0;
+  bool done = false;
+};
+Streamed read_stream(const std::string& body, bool chat) {
+  Streamed s;
+  const Sse sse = parse_sse(body);
+  s.comments = sse.comments;
+  for (const std::string& d : sse.data) {
+    EXPECT_FALSE(s.done) << "data after [DONE]";
+    if (d == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const json j = json::parse(d);
+    if (j.contains("prompt_progress")) {
+      ++s.progress;
+      EXPECT_TRUE(j["choices"].empty());
+      continue;
+    }
+    ++s.chunks;
+    EXPECT_EQ(j["object"], chat ? "chat.completion.chunk" : "text_completion");
+    const json& c = j["choices"].at(0);
+    if (chat) {
+      if (c["delta"].contains("role")) s.role = c["delta"]["role"];
+      if (c["delta"].contains("content")) s.text += c["delta"]["content"].get<std::string>();
+    } else {
+      s.text += c["text"].get<std::string>();
+    }
+    s.last = j;
+  }
+  return s;
+}
+
+TEST(Serve, RoutesAnswerInTheirShapes) {
+  NEED_STORIES();
+  Running srv(options(), *model);
+  auto c = srv.client();
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
+  const json models = ok_json(c.Get("/v1/models"));
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"].at(0)["id"], "stories260K.gguf");
+  EXPECT_EQ(models["data"].at(0)["meta"]["n_vocab"], 512);
+  const json props = ok_json(c.Get("/props"));
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 512);
+  EXPECT_EQ(props["chat_template"], serve::kChatFallbackName);
+  EXPECT_EQ(props["total_slots"], 1);
+  EXPECT_EQ(props["spattn"]["attn"], "dense");
+
+  const std::string text = "Hello world, said the cat.";
+  const json tok = ok_json(post(c, "/tokenize", json{{"content", text}}.dump()));
+  const std::vector<int32_t> want = model->tokenizer.encode(text, false, false);
+  EXPECT_EQ(tok["tokens"].get<std::vector<int32_t>>(), want);
+  const json pieces =
+      ok_json(post(c, "/tokenize", json{{"content", text}, {"with_pieces", true}}.dump()));
+  std::string joined;
+  for (const json& p : pieces["tokens"]) joined += p["piece"].get<std::string>();
+  EXPECT_EQ(joined, " " + text);  // SentencePiece's leading space
+  const json detok = ok_json(post(c, "/detokenize", json{{"tokens", want}}.dump()));
+  EXPECT_EQ(detok["content"], text);
+  const json bos = ok_json(post(c, "/tokenize", json{{"content", text}, {"add_special", true}}.dump()));
+  EXPECT_EQ(bos["tokens"].at(0), model->tokenizer.bos());
+}
+
+TEST(Serve, GreedyCompletionEqualsSpattnRunStreamedOrNot) {
+  NEED_STORIES();
+  const std::string prompt = "Once upon a time, a little dog";
+  const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_run";
+  std::filesystem::create_directories(dir);
+  const test::CliRun run = test::run_spattn(
+      "run -m " + test::model_file("stories260K.gguf") + " -c 512 -n 40 --temp 0 --json -p '" +
+          prompt + "'",
+      dir);
+  ASSERT_EQ(run.code(), 0) << run.err;
+  const json want = json::parse(run.out);
+
+  Running srv(options(), *model);
+  auto c = srv.client();
+  const json req = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}};
+  const json a = ok_json(post(c, "/v1/completions", req.dump()));
+  EXPECT_EQ(a["object"], "text_completion");
+  EXPECT_EQ(a["choices"].at(0)["text"], want["text"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], want["prompt_tokens"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(a["usage"]["total_tokens"], a["usage"]["prompt_tokens"].get<int64_t>() +
+                                            a["usage"]["completion_tokens"].get<int64_t>());
+  EXPECT_EQ(a["usage"]["spattn"]["attn"], "dense");
+  EXPECT_EQ(a["usage"]["spattn"]["score_entries"], a["usage"]["spattn"]["causal_entries"]);
+
+  // The same prompt again: the slot keeps it and prefills only the last token.
+  const json b = ok_json(post(c, "/v1/completions", req.dump()));
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"],
+            a["usage"]["prompt_tokens"].get<int64_t>() - 1);
+  EXPECT_EQ(b["choices"].at(0)["text"], want["text"]);
+
+  json sreq = req;
+  sreq["stream"] = true;
+  sreq["cache_prompt"] = false;
+  const auto r = post(c, "/v1/completions", sreq.dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  const Streamed s = read_stream(r->body, false);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.text, want["text"]);
+  EXPECT_GE(s.progress, 2);  // before the prefill and after its one chunk
+  EXPECT_EQ(s.last["choices"].at(0)["finish_reason"], a["choices"].at(0)["finish_reason"]);
+  EXPECT_EQ(s.last["usage"]["completion_tokens"], a["usage"]["completion_tokens"]);
+  EXPECT_EQ(s.last["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+}
+
+TEST(Serve, ChatUsesThePlainFallbackStreamedOrNot) {
+  NEED_STORIES();
+  Running srv(options(), *model);
+  auto c = srv.client();
+  const std::vector<serve::ChatMessage> msgs = {{"system", "You tell stories."},
+                                                {"user", "Tell me about a cat."}};
+  json m = json::array();
+  for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
+  const json req = {{"messages", m}, {"max_tokens", 20}, {"temperature", 0}, {"cache_prompt", false}};
+  const json a = ok_json(post(c, "/v1/chat/completions", req.dump()));
+  EXPECT_EQ(a["object"], "chat.completion");
+  EXPECT_EQ(a["choices"].at(0)["message"]["role"], "assistant");
+  const json plain = ok_json(post(c, "/v1/completions",
+                                  json{{"prompt", serve::render_chat(msgs)},
+                                       {"max_tokens", 20},
+                                       {"temperature", 0},
+                                       {"cache_prompt", false}}
+                                      .dump()));
+  EXPECT_EQ(a["choices"].at(0)["message"]["content"], plain["choices"].at(0)["text"]);
+  EXPECT_EQ(a["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]);
+
+  json sreq = req;
+  sreq["stream"] = true;
+  const auto r = post(c, "/v1/chat/completions", sreq.dump());
+  ASSERT_TRUE(r);
+  const Streamed s = read_stream(r->body, true);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.role, "assistant");
+  EXPECT_EQ(s.text, a["choices"].at(0)["message"]["content"]);
+  EXPECT_EQ(s.last["usage"]["completion_tokens"], a["usage"]["completion_tokens"]);
+}
+
+TEST(Serve, SamplingIsSeededAndStopSequencesCut) {
+  NEED_STORIES();
+  Running srv(options(), *model);
+  auto c = srv.client();
+  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 1.0},
+                    {"top_k", 20}, {"top_p", 0.9}, {"seed", 7}};
+  const json a = ok_json(post(c, "/v1/completions", req.dump()));
+  const json b = ok_json(post(c, "/v1/completions", req.dump()));
+  EXPECT_EQ(a["choices"].at(0)["text"], b["choices"].at(0)["text"]);
+  // Greedy text cut at a stop sequence: the text before it, finish_reason "stop".
+  const json g = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", "Once upon a time"}, {"max_tokens", 30},
+                                   {"temperature", 0}}.dump()));
+  const std::string full = g["choices"].at(0)["text"];
+  ASSERT_NE(full.find("Lily"), std::string::npos) << full;
+  for (bool stream : {false, true}) {
+    const auto r = post(c, "/v1/completions",
+                        json{{"prompt", "Once upon a time"}, {"max_tokens", 30},
+                             {"temperature", 0}, {"stop", {"Lily", "zzz"}}, {"stream", stream}}
+                            .dump());
+    ASSERT_TRUE(r);
+    std::string text, reason;
+    if (stream) {
+      const Streamed s = read_stream(r->body, false);
+      text = s.text;
+      reason = s.last["choices"].at(0)["finish_reason"];
+    } else {
+      const json j = json::parse(r->body);
+      text = j["choices"].at(0)["text"];
+      reason = j["choices"].at(0)["finish_reason"];
+    }
+    EXPECT_EQ(text, full.substr(0, full.find("Lily"))) << "stream " << stream;
+    EXPECT_EQ(reason, "stop");
+  }
+}
+
+TEST(Serve, PerRequestAttentionRunsAndIsReported) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.r.n_ubatch = 32;
+  o.r.h2o_local = 8;
+  o.r.h2o_heavy = 8;
+  Running srv(o, *model);
+  auto c = srv.client();
+  std::string prompt = "Once upon a time there was a big red ball.";
+  for (int i = 0; i < 4; ++i) prompt += " The ball rolled down the hill and the children ran after it.";
+  const json a = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0},
+                                   {"spattn", {{"attn", "chunked_h2o"}}}}.dump()));
+  const json& u = a["usage"]["spattn"];
+  EXPECT_EQ(u["attn"], "chunked_h2o");
+  EXPECT_EQ(u["prefill"], "chunked_h2o");
+  EXPECT_LT(u["score_entries"].get<int64_t>(), u["causal_entries"].get<int64_t>());
+  EXPECT_GT(u["skipped_fraction"].get<double>(), 0.0);
+  const json d = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
+  EXPECT_EQ(d["usage"]["spattn"]["attn"], "dense");
+  EXPECT_EQ(d["usage"]["spattn"]["score_entries"], d["usage"]["spattn"]["causal_entries"]);
+  const auto bad = post(c, "/v1/completions",
+                        json{{"prompt", "x"}, {"spattn", {{"attn", "no_such_method"}}}}.dump());
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "spattn.attn");
+}
+
+TEST(Serve, BadRequestsGet400AndTheServerServesOn) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.r.n_ctx = 128;
+  o.max_body = 64 << 10;
+  Running srv(o, *model);
+  auto c = srv.client();
+  std::string long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt += "The cat sat on the mat. ";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"/v1/completions", "{not json"},
+      {"/v1/completions", "[1, 2]"},
+      {"/v1/completions", "{}"},
+      {"/v1/completions", R"({"prompt": 5})"},
+      {"/v1/completions", R"({"prompt": ["a", "b"]})"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": -3})"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": "ten"})"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 1e12})"},
+      {"/v1/completions", R"({"prompt": "x", "max_tokens": 2.5})"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": -1})"},
+      {"/v1/completions", R"({"prompt": "x", "temperature": 1e30})"},
+      {"/v1/completions", R"({"prompt": "x", "top_p": 1.5})"},
+      {"/v1/completions", R"({"prompt": "x", "top_k": -1})"},
+      {"/v1/completions", R"({"prompt": "x", "n": 3})"},
+      {"/v1/completions", R"({"prompt": "x", "stream": "yes"})"},
+      {"/v1/completions", R"({"prompt": "x", "stop": ["a", "b", "c", "d", "e"]})"},
+      {"/v1/completions", R"({"prompt": "x", "stop": [""]})"},
+      {"/v1/completions", R"({"prompt": "x", "seed": -7})"},
+      {"/v1/completions", R"({"prompt": "x", "spattn": "dense"})"},
+      {"/v1/completions", R"({"prompt": [1, 99999]})"},
+      {"/v1/completions", R"({"prompt": [1, -2]})"},
+      {"/v1/completions", json{{"prompt", long_prompt}}.dump()},
+      {"/v1/completions", "{\"prompt\": \"caf\xc3\"}"},          // a cut UTF-8 character
+      {"/v1/completions", "{\"prompt\": \"\xed\xa0\x80\"}"},     // a UTF-16 surrogate
+      {"/v1/completions", json{{"prompt", std::string(100 << 10, 'a')}}.dump()},  // over the limit
+      {"/v1/chat/completions", R"({"messages": []})"},
+      {"/v1/chat/completions", R"({"messages": [{"role": 1, "content": "x"}]})"},
+      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"},
+      {"/v1/chat/completions", R"({"prompt": "x"})"},
+      {"/tokenize", R"({"content": 3})"},
+      {"/detokenize", R"({"tokens": [-1]})"},
+      {"/detokenize", R"({"tokens": [100000]})"},
+  };
+  for (const auto& [path, body] : bad) {
+    const auto r = post(c, path, body);
+    ASSERT_TRUE(r) << path << " " << body.substr(0, 80);
+    EXPECT_EQ(r->status, 400) << path << " " << body.substr(0, 80) << " -> " << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r->body;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error") << r->body;
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+  }
+  // Streamed requests are refused the same way, before any event.
+  const auto rs = post(c, "/v1/completions", R"({"prompt": "x", "top_k": -1, "stream": true})");
+  ASSERT_TRUE(rs);
+  EXPECT_EQ(rs->status, 400);
+  const auto nf = c.Get("/v2/nothing");
+  ASSERT_TRUE(nf);
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_EQ(json::parse(nf->body)["error"]["type"], "not_found_error");
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
+  const json fine = ok_json(post(c, "/v1/completions",
+                                 json{{"prompt", "Once upon a time"}, {"max_tokens", 5}}.dump()));
+  EXPECT_EQ(fine["usage"]["completion_tokens"].get<int64_t>() > 0 ||
+                fine["choices"].at(0)["finish_reason"] == "stop",
+            true);
+  // A prompt that fits exactly leaves no room to decode: one token, then "length".
+  const std::vector<int32_t> fill(128, 300);
+  const json full = ok_json(post(c, "/v1/completions", json{{"prompt", fill}, {"temperature", 0}}.dump()));
+  EXPECT_LE(full["usage"]["completion_tokens"].get<int64_t>(), 1);
+}
+
+TEST(Serve, ApiKeyIsRequiredExceptForHealth) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.api_key = "sekret";
+  Running srv(o, *model);
+  auto c = srv.client();
+  const std::string body = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+    const auto r = post(c, "/v1/completions", body, h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
+    EXPECT_EQ(json::parse(r->body)["error"]["type"], "authentication_error");
+  }
+  const auto m = c.Get("/v1/models");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->status, 401);
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
+  ok_json(post(c, "/v1/completions", body, {{"Authorization", "Bearer sekret"}}));
+}
+
+// Blocks the server's hook at `event` until released; says when it is held.
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  bool held = false, open = false;
+  void wait_here() {
+    std::unique_lock<std::mutex> l(m);
+    held = true;
+    cv.notify_all();
+    cv.wait_for(l, std::chrono::seconds(10), [&] { return open; });
+  }
+  bool wait_held() {
+    std::unique_lock<std::mutex> l(m);
+    return cv.wait_for(l, std::chrono::seconds(10), [&] { return held; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> l(m);
+    open = true;
+    cv.notify_all();
+  }
+};
+
+TEST(Serve, AFullQueueGets503AndTheQueuedRequestsFinish) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.max_queue = 1;
+  Gate gate;
+  std::atomic<int> slot_events{0};
+  o.test_hook = [&](const std::string& ev) {
+    if (ev == "slot" && slot_events++ == 0) gate.wait_here();
+  };
+  Running srv(o, *model);
+  const std::string body = json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump();
+  auto first = std::async(std::launch::async, [&] {
+    auto c = srv.client();
+    auto r = post(c, "/v1/completions", body);
+    return r ? r->status : -1;
+  });
+  ASSERT_TRUE(gate.wait_held());
+  auto second = std::async(std::launch::async, [&] {
+    auto c = srv.client();
+    auto r = post(c, "/v1/completions", body);
+    return r ? r->status : -1;
+  });
+  auto c = srv.client();
+  for (int i = 0; i < 500 && ok_json(c.Get("/props"))["spattn"]["requests_in_flight"] != 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(ok_json(c.Get("/props"))["spattn"]["requests_in_flight"], 2);
+  const auto third = post(c, "/v1/completions", body);
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 503);
+  EXPECT_EQ(json::parse(third->body)["error"]["type"], "unavailable_error");
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");  // cheap routes still answer
+  gate.release();
+  EXPECT_EQ(first.get(), 200);
+  EXPECT_EQ(second.get(), 200);
+  EXPECT_EQ(ok_json(c.Get("/props"))["spattn"]["requests_in_flight"], 0);
+}
+
+TEST(Serve, AWaitingStreamGetsKeepAlives) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.test_hook = [](const std::string& ev) {
+    if (ev == "slot") std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  };
+  Running srv(o, *model);
+  auto c = srv.client();
+  const auto r = post(c, "/v1/completions",
+                      json{{"prompt", "Once"}, {"max_tokens", 3}, {"stream", true}}.dump());
+  ASSERT_TRUE(r);
+  const Streamed s = read_stream(r->body, false);
+  EXPECT_TRUE(s.done);
+  // Quiet for 1.6 s: a comment at least every 0.75 s (500 ms of quiet, checked every 250 ms).
+  EXPECT_GE(s.comments, 2) << r->body;
+}
+
+TEST(Serve, AClientLeavingMidPrefillCancelsIt) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.r.n_ubatch = 16;
+  std::promise<void> left;
+  std::shared_future<void> left_f = left.get_future().share();
+  std::atomic<int> progress{0};
+  o.test_hook = [&](const std::string& ev) {
+    // After the first progress event, wait until the client has hung up.
+    if (ev == "progress" && progress++ == 0) left_f.wait_for(std::chrono::seconds(10));
+  };
+  Running srv(o, *model);
+  std::string prompt;
+  for (int i = 0; i < 12; ++i) prompt += "The dog ran to the park and played with a ball. ";
+  const std::vector<int32_t> ids = model->tokenizer.encode(prompt);
+  ASSERT_GT(ids.size(), 16u * 8);
+  {
+    auto c = srv.client();
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = json{{"prompt", prompt}, {"max_tokens", 50}, {"stream", true}}.dump();
+    req.set_header("Content-Type", "application/json");
+    bool saw_progress = false;
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      saw_progress = saw_progress || std::string(d, n).find("prompt_progress") != std::string::npos;
+      return !saw_progress;  // hang up at the first progress event
+    };
+    c.send(req);
+    c.stop();
+    EXPECT_TRUE(saw_progress);
+  }
+  left.set_value();
+  // The prefill stopped at a chunk and rolled back: the next request finds nothing cached,
+  // where a finished prefill would have left all but its last token.
+  auto c = srv.client();
+  for (int i = 0; i < 500 && ok_json(c.Get("/props"))["spattn"]["requests_in_flight"] != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const json a = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
+  EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_LT(progress.load(), int(ids.size() / 16)) << "the prefill ran to its end";
+  const json b = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], int64_t(ids.size()) - 1);
+}
+
+// The binary itself: `spattn serve --port 0` says where it listens, serves, and ends cleanly
+// on SIGTERM; bad flags exit 2 before anything binds.
+TEST(ServeCli, TheBinaryServesAndStopsOnSigterm) {
+  NEED_STORIES();
+  const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_cli";
+  std::filesystem::create_directories(dir);
+  const std::string m = test::model_file("stories260K.gguf");
+  for (const char* bad : {"-np 2", "--attn no_such_method", "--port 70000", "--timeout 0"}) {
+    const test::CliRun r = test::run_spattn("serve -m " + m + " " + std::string(bad), dir);
+    EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("spattn: error:"), std::string::npos) << bad << ": " << r.err;
+  }
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  const std::string cli = SPATTN_CLI_PATH;
+  std::vector<std::string> args = {cli, "serve", "-m", m, "--port", "0", "-c", "256"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, cli.c_str(), &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  struct Reap {  // a failed check must not leave the server running
+    pid_t pid;
+    ~Reap() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{pid};
+  close(fds[1]);
+  FILE* err = fdopen(fds[0], "r");
+  int port = 0;
+  char line[512];
+  while (port == 0 && std::fgets(line, sizeof line, err)) {
+    const std::string l = line;
+    const size_t at = l.find("listening on http://127.0.0.1:");
+    if (at != std::string::npos) port = std::stoi(l.substr(at + 30));
+  }
+  ASSERT_GT(port, 0) << "no 'listening on' line";
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(20);
+  EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
+  const json a = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump()));
+  EXPECT_EQ(a["object"], "text_completion");
+  kill(pid, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  reap.pid = 0;
+  std::fclose(err);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+}
+
+TEST(ServeRequest, HeldBackBytesCoverStopPrefixesAndCutCharacters) {
+  EXPECT_EQ(serve::held_back_bytes("hello wor", {"world"}), 3u);
+  EXPECT_EQ(serve::held_back_bytes("hello", {"world"}), 0u);
+  EXPECT_EQ(serve::held_back_bytes("abc\xc3", {}), 1u);
+  EXPECT_EQ(serve::held_back_bytes("abc\xe2\x82", {}), 2u);
+  EXPECT_EQ(serve::held_back_bytes("abc\xe2\x82\xac", {}), 0u);
+  EXPECT_EQ(serve::held_back_bytes("x</s", {"</s>", "s"}), 3u);
+}
+
+TEST(ServeRequest, Utf8Validation) {
+  EXPECT_TRUE(serve::valid_utf8("plain ascii"));
+  EXPECT_TRUE(serve::valid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(serve::valid_utf8("\xc3"));
+  EXPECT_FALSE(serve::valid_utf8("\xc0\xaf"));          // overlong
+  EXPECT_FALSE(serve::valid_utf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(serve::valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(serve::valid_utf8("\xff"));
+}
+
+TEST(ServeRequest, ParsesOpenAIAndLlamaServerFields) {
+  const serve::GenerateRequest r = serve::parse_generate(
+      R"({"prompt": "hi", "max_tokens": 7, "temperature": 0.5, "top_k": 3, "top_p": 0.5,
+          "seed": 9, "stop": "x", "stream": true, "cache_prompt": false,
+          "spattn": {"attn": "momo"}, "frequency_penalty": 0})",
+      false);
+  EXPECT_EQ(r.prompt, "hi");
+  EXPECT_EQ(r.max_tokens, 7);
+  EXPECT_EQ(r.sampling.temperature, 0.5);
+  EXPECT_EQ(r.sampling.top_k, 3);
+  EXPECT_EQ(r.sampling.top_p, 0.5);
+  EXPECT_TRUE(r.seed_given);
+  EXPECT_EQ(r.sampling.seed, 9u);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_TRUE(r.stream);
+  EXPECT_FALSE(r.cache_prompt);
+  EXPECT_EQ(r.attn, "momo");
+  const serve::GenerateRequest d = serve::parse_generate(R"({"prompt": [1, 2, 3]})", false);
+  EXPECT_TRUE(d.prompt_is_tokens);
+  EXPECT_EQ(d.prompt_tokens, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(d.max_tokens, -1);
+  EXPECT_EQ(d.sampling.temperature, 0.8);  // llama-server's defaults
+  EXPECT_FALSE(d.seed_given);
+  const serve::GenerateRequest ch = serve::parse_generate(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                   {"type": "text", "text": "b"}]}],
+          "max_completion_tokens": 3})",
+      true);
+  EXPECT_EQ(ch.messages.at(0).content, "ab");
+  EXPECT_EQ(ch.max_tokens, 3);
+  EXPECT_THROW(serve::parse_generate(R"({"prompt": "x", "top_k": 1.5})", false),
+               serve::RequestError);
+}
+
+TEST(Sampler, TopKAndTopPKeepOnlyTheMostLikely) {
+  const std::vector<float> logits = {0.0f, 1.0f, 3.0f, 2.0f, 2.9f};
+  cli::SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(cli::Sampler(p).sample(logits), 2);
+  p.temperature = 5.0;  // nearly flat: every token drawn without a cut
+  std::set<int32_t> seen_all, seen_k2, seen_p;
+  cli::Sampler all(p);
+  p.top_k = 2;
+  cli::Sampler k2(p);
+  p.top_k = 0;
+  p.top_p = 0.3;  // at T = 5 the top two (2, 4) hold about 0.46: only they are kept
+  cli::Sampler tp(p);
+  for (int i = 0; i < 2000; ++i) {
+    seen_all.insert(all.sample(logits));
+    seen_k2.insert(k2.sample(logits));
+    seen_p.insert(tp.sample(logits));
+  }
+  EXPECT_EQ(seen_all.size(), 5u);
+  EXPECT_EQ(seen_k2, (std::set<int32_t>{2, 4}));
+  EXPECT_EQ(seen_p, (std::set<int32_t>{2, 4}));
+  p.top_p = 0;
+  EXPECT_THROW(p.validate(), Error);
+}
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,73 @@
+// One slot of `spattn serve`: a Session (its KV cache) that serves one request at a time, and
+// the tokens its cache holds, so a request that starts with them prefills only the rest
+// (llama-server's cache_prompt). A request naming another attention than the slot's session
+// runs gets a fresh session with it.
+//
+// Prefix reuse is only taken where keeping the prefix computes what a fresh prefill would, up
+// to float rounding: with the dense schedule (the prefix's rows are the same whichever call
+// computed them; a reused prefix changes the logits only by the order of sums, as llama-server's
+// cache_prompt does). chunked_h2o's memory set and scores are not kept with the cache yet, and a
+// library method runs per -ub chunk, so both prefill the whole prompt each time.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../runner.hpp"
+#include "../sampler.hpp"
+#include "openai.hpp"
+
+namespace spattn::serve {
+
+struct SlotRequest {
+  std::vector<int32_t> tokens;  // the prompt (at most the context)
+  cli::SamplingParams sampling;
+  int64_t max_tokens = -1;  // -1: until end of generation or a full context
+  std::vector<std::string> stop;
+  std::string attn;  // the prefill attention spec (the server's --attn when not asked)
+  bool cache_prompt = true;
+};
+
+struct SlotEvents {
+  // After each prefilled piece: prompt tokens taken from the cache, prefilled so far (of the
+  // rest), the rest's total. May throw to cancel (the prefill then rolls back).
+  std::function<void(int64_t cached, int64_t done, int64_t total)> progress;
+  // Text that is final (no stop sequence can still start in it, no UTF-8 character cut).
+  std::function<void(const std::string& text)> text;
+  // Polled between tokens; true stops the generation.
+  std::function<bool()> cancelled;
+};
+
+struct SlotResult {
+  std::string text;           // the whole generated text, stop sequence left out
+  std::string finish_reason;  // "stop" (end of generation or a stop sequence) or "length"
+  bool cancelled = false;
+  Usage usage;
+};
+
+class Slot {
+ public:
+  Slot(const model::Model& model, const Tokenizer& tok, const cli::RunnerOptions& defaults);
+  // Throws spattn::Error for a bad attention spec, before anything runs.
+  SlotResult generate(const SlotRequest& req, const SlotEvents& ev);
+  int64_t n_ctx() const { return defaults_.n_ctx; }
+  int64_t cached_tokens() const { return int64_t(cached_.size()); }
+
+ private:
+  model::Session& session_for(const std::string& attn);
+  const model::Model& model_;
+  const Tokenizer& tok_;
+  cli::RunnerOptions defaults_;
+  std::optional<model::Session> session_;
+  std::string session_attn_;
+  model::PrefillMode mode_ = model::PrefillMode::dense;
+  std::vector<int32_t> cached_;  // the tokens the session's cache holds, when reusable
+};
+
+// How many bytes at the end of `text` must wait: the longest tail that starts a stop
+// sequence, or an incomplete UTF-8 character.
+size_t held_back_bytes(const std::string& text, const std::vector<std::string>& stop);
+
+}  // namespace spattn::serve
