@@ -136,8 +136,8 @@ TEST(MomoMethod, DeltaOffIsExactAttentionOverItsCoverage) {
 TEST(MomoMethod, DeltaOnAddsTheSampledRowsDifferenceToItsGroup) {
   const int64_t L = 1000, gamma = 16;
   const Workload w = text(L, 2, 1, 64, DType::f32, 9);
-  const MomoRun on = run("momo:k=4,delta=on", w);
-  const MomoRun off = run("momo:k=4,delta=off", w);
+  const MomoRun on = run("momo:gamma=16,k=4,delta=on", w);
+  const MomoRun off = run("momo:gamma=16,k=4,delta=off", w);
   ASSERT_EQ(on.report.mask->to_dense(), off.report.mask->to_dense());
   Tensor os_t(DType::f32, 2, L, 64);
   const TensorView os = os_t.view();
@@ -350,6 +350,37 @@ TEST(MomoLambda, CoverageIsExactUnderTheSkipRule) {
     }
 }
 
+// gamma=auto (the default): the smallest stride 16 * 2^i dividing chi whose dense sampled rows
+// take at most 1/8 of Eq. 9's per-row budget (chi if none); the rows it reports are the rows
+// that attend densely, and a given gamma is used as given.
+TEST(MomoMethod, AutoGammaBoundsTheDenseRowsShareOfTheBudget) {
+  const int64_t L = 2048;
+  const Workload w = text(L, 2, 1, 32, DType::f32, 21);
+  auto share = [&](double g, double k) { return (L / g) / (64 * (k + 1 + 3) + L / g); };
+  int64_t last = 0;
+  for (int k : {64, 24, 12, 4, 1}) {  // smaller budgets, larger strides
+    const std::string spec = "momo:k=" + std::to_string(k);
+    const MomoRun r = run(spec, w);
+    const int64_t g = int64_t(r.report.extras.at("gamma"));
+    EXPECT_TRUE(g == 16 || g == 32 || g == 64 || g == 128) << spec << ": gamma " << g;
+    EXPECT_TRUE(g == 128 || share(double(g), k) <= 1.0 / 8) << spec << ": gamma " << g;
+    EXPECT_TRUE(g == 16 || share(double(g) / 2, k) > 1.0 / 8) << spec << ": gamma " << g;
+    EXPECT_GE(g, last) << spec;
+    last = g;
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<KeyRange> kr;
+      r.report.coverage->row_ranges(1, i, kr);
+      const bool dense = kr.size() == 1 && kr[0].begin == 0 && kr[0].end == i + 1;
+      if (sampled(i, g, L)) {
+        ASSERT_TRUE(dense) << spec << " row " << i;
+      }
+    }
+    EXPECT_EQ(run(spec + ",gamma=auto", w).report.extras.at("gamma"), double(g));
+  }
+  EXPECT_GT(last, 16);
+  EXPECT_EQ(run("momo:k=1,gamma=16", w).report.extras.at("gamma"), 16.0);
+}
+
 // Decode-sized queries run dense decode.
 TEST(MomoMethod, DecodeFallsBackToDenseDecode) {
   const Workload w = text(1000, 4, 2, 64, DType::f32, 17, 5);
@@ -376,7 +407,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:lambda=-0.1", "lambda"},     {"momo:lambda=nan", "lambda"},
       {"momo:lambda=x", "lambda"},        {"momo:order=in_order", "order"},
       {"momo:lambda=0.1,order=sideways", "order"},
-      {"momo:trim=max", "trim"},
+      {"momo:trim=max", "trim"},         {"momo:gamma=x", "gamma"},
+      {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -388,6 +420,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
   }
   EXPECT_NO_THROW(make_method("momo:gamma=16,chi=128,beta=128,k=64,k_exact=64,topk=tree"));
   EXPECT_NO_THROW(make_method("momo:lambda=1"));
+  EXPECT_NO_THROW(make_method("momo:gamma=auto,chi=64"));
+  EXPECT_NO_THROW(make_method("momo:gamma=8,chi=24"));
   EXPECT_NO_THROW(make_method("momo:lambda=0.01,order=in_order"));
 }
 

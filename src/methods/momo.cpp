@@ -101,6 +101,11 @@
 namespace spattn {
 namespace {
 
+// gamma=auto (Momo::gamma_for): the smallest stride it picks (the paper's gamma), and the most
+// of Eq. 9's budget the dense sampled rows may take.
+constexpr int64_t kAutoGammaMin = 16;
+constexpr double kAutoDenseShare = 1.0 / 8;
+
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -143,7 +148,11 @@ class Momo final : public Method {
  public:
   explicit Momo(const MethodSpec& spec) {
     ParamReader r(spec);
-    gamma_ = r.get_int("gamma", 16, 1, 1 << 20);
+    // gamma: an integer, or auto (default): chosen per run from the budget (gamma_for).
+    if (!r.has("gamma") || r.get_string("gamma", "auto") == "auto")
+      gamma_ = 0;
+    else
+      gamma_ = r.get_int("gamma", 16, 1, 1 << 20);
     chi_ = r.get_int("chi", 128, 1, 1 << 20);
     beta_ = r.get_int("beta", 64, 64, 1 << 20);
     k_ = int(r.get_int("k", 128, 1, 1 << 24));
@@ -172,8 +181,14 @@ class Momo final : public Method {
     SPATTN_CHECK(blasst_ || !r.has("order"), "momo: order= goes with lambda=X (the skip rule's "
                  "visiting order)");
     r.finish();
-    SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
-    SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=", gamma_);
+    if (gamma_ == 0) {
+      SPATTN_CHECK(chi_ % kAutoGammaMin == 0, "momo: chi=", chi_, " must be a multiple of ",
+                   kAutoGammaMin, " with gamma=auto (its smallest stride; or give gamma)");
+    } else {
+      SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
+      SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=",
+                   gamma_);
+    }
     SPATTN_CHECK(beta_ % kKeyBlock == 0, "momo: beta=", beta_, " must be a multiple of ",
                  kKeyBlock, " (the kernel's key tile)");
     SPATTN_CHECK(k_exact_ <= k_, "momo: k_exact=", k_exact_, " must be <= k=", k_);
@@ -182,6 +197,21 @@ class Momo final : public Method {
     delta_ = delta == "on";
   }
   std::string name() const override { return "momo"; }
+
+  // gamma=auto: the smallest stride kAutoGammaMin * 2^i (a divisor of chi) whose dense sampled
+  // rows take at most kAutoDenseShare of Eq. 9's per-row budget, (C / gamma) / (beta k_trim +
+  // S + W + C / gamma) with C = kv_len; chi if none does. The share bound is the one rule for
+  // every layer and model (docs/ARCHITECTURE.md, "MOMO's selection on real attention").
+  int64_t gamma_for(int64_t kv_len) const {
+    if (gamma_ > 0) return gamma_;
+    const double C = double(kv_len);
+    const double mask = double(beta_) * double(k_trim_ + sink_ + local_);
+    int64_t g = kAutoGammaMin;
+    while (2 * g <= chi_ && chi_ % (2 * g) == 0 &&
+           (C / double(g)) / (mask + C / double(g)) > kAutoDenseShare)
+      g *= 2;
+    return g;
+  }
 
   MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
                    const TensorView& out, const AttnOptions& opt, float* lse) const override {
@@ -205,6 +235,7 @@ class Momo final : public Method {
                MethodReport& rep) const {
     validate_attention_args(q, k, v, out, opt);
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq, d = q.dim;
+    const int64_t gamma = gamma_for(Lkv);
     // Geometry of the mask and each query block's forced (sink, local) blocks.
     auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
     const int64_t nqb = mask->n_qb();
@@ -219,7 +250,7 @@ class Momo final : public Method {
     // Step 1: the fused query-sparse pass with online selection.
     auto t0 = Clock::now();
     const PackedKV packed = PackedKV::pack(k, v, 0, opt.threads, opt.bf16_dot);
-    const std::vector<int64_t> rows = strided_rows(L, gamma_);
+    const std::vector<int64_t> rows = strided_rows(L, gamma);
     const int64_t R = int64_t(rows.size());
     Tensor og(DType::f32, H, R, d);
     std::vector<float> lse_g(size_t(H * R));
@@ -355,7 +386,8 @@ class Momo final : public Method {
     const double K = double(selected_mask_blocks) / double(H * nqb), C = double(Lkv);
     rep.extras["sparsity_eq9"] =
         1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) + double(local_ * beta_) +
-                             C / double(gamma_)) / C);
+                             C / double(gamma)) / C);
+    rep.extras["gamma"] = double(gamma);
     if (blasst_) {
       rep.extras["lambda"] = blasst_->lambda;
       rep.extras["skipped_fused"] = fused_skips->skipped_fraction();
@@ -368,7 +400,7 @@ class Momo final : public Method {
       rep.extras["ms_delta"] = ms_delta;
     }
     std::shared_ptr<const BlockMask> cmask = std::move(mask);
-    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma_, R, std::move(fused_skips),
+    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma, R, std::move(fused_skips),
                                                   std::move(sparse_skips));
     rep.mask = std::move(cmask);
   }
