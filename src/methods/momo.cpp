@@ -104,7 +104,7 @@ namespace {
 // gamma=auto (Momo::gamma_for): the smallest stride it picks (the paper's gamma), and the most
 // of Eq. 9's budget the dense sampled rows may take.
 constexpr int64_t kAutoGammaMin = 16;
-constexpr double kAutoDenseShare = 1.0 / 8;
+constexpr double kAutoDenseShare = 1.0 / 32;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
