@@ -32,8 +32,10 @@ BUDGETS = {
 BUDGETS["small32k_h2"] = BUDGETS["small32k"]
 # The selectors compared: the new default (exact selection, union ranked by row mass) and the
 # paper's (hybrid 128/8 or min(8, k) exact slots, union ranked by the mean score).
-# gamma16: the same with the paper's fixed query stride (the default before gamma=auto).
-SELECTORS = {"new": "", "gamma16": "gamma=16", "paper": "gamma=16,topk=hybrid,trim=mean"}
+# gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
+# the block's own sampled rows); paper: that with the paper's selection.
+SELECTORS = {"new": "", "gamma16": "gamma=16,pool=block",
+             "paper": "gamma=16,pool=block,topk=hybrid,trim=mean"}
 # small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),
 # where the whole model's recall runs cost too much on a shared machine.
 LAYERS = {"tiny8k": 8, "small32k": 6, "small32k_h2": 6}

@@ -165,6 +165,10 @@ class Momo final : public Method {
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
+    const std::string pool = r.get_string("pool", "above");
+    SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
+                 "' must be block or above");
+    pool_above_ = pool == "above";
     sink_ = r.get_int("sink", 1, 0, int64_t(1) << 40);
     local_ = r.get_int("local", (chi_ - 1 + beta_ - 1) / beta_ + 1, 0, int64_t(1) << 40);
     const std::string delta = r.get_string("delta", "on");
@@ -292,9 +296,20 @@ class Momo final : public Method {
       std::vector<BlockScore>& pool = pools[size_t(thread)];
       std::vector<BlockScore>& one = ones[size_t(thread)];
       pool.clear();
-      for (size_t ri = first_row[size_t(qb)]; ri < first_row[size_t(qb + 1)]; ++ri) {
+      const ForcedBlocks& fb = forced[size_t(qb)];
+      // pool=above: also the last sampled row above the block (its choices outside this
+      // block's candidates, the sink and the local window, dropped).
+      const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
+      for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
         observer.result(h, int64_t(ri), one);
-        row_blocks[size_t(item)] += int64_t(one.size());
+        if (ri < first_row[size_t(qb)])
+          one.erase(std::remove_if(one.begin(), one.end(),
+                                   [&](const BlockScore& b) {
+                                     return b.block < fb.sink_end || b.block >= fb.local_begin;
+                                   }),
+                    one.end());
+        else
+          row_blocks[size_t(item)] += int64_t(one.size());
         if (trim_mass_) {
           // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
           // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
@@ -409,7 +424,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false, trim_mass_ = true;
+  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
