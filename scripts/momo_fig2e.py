@@ -52,6 +52,8 @@ def diag(a, model, layer):
     rows, head = {}, None
     for ln in out.splitlines():
         f = ln.split()
+        if ln.startswith("why"):
+            break  # the second table (the reasons) has as many columns
         if f and f[0] == "k" and head is None:
             head = f[1:]
         elif head and f and f[0].isdigit() and len(f) == len(head) + 1:
