@@ -11,13 +11,14 @@
 //           on its best blocks what momo spends on rows that see every key; at gamma = 16 those
 //           rows were over a quarter of the budget at 75% sparsity, and on diffuse layers (a
 //           row seen in full adds little; a block more per query block adds a lot) momo trailed
-//           oracle_topk by 3-7 points even with perfect selection. With the bound, the
-//           structure's own ceiling is within 0.2-1.0 points of the oracle on every layer of
-//           both code models, at the cost of pooling fewer rows per query block (one at 128,
-//           which loses most on layers whose blocks vary from row to row: tiny8k layers 1 and
-//           7). The bound 1/32 is the one rule for every layer of both models (16, 32, 64 and
-//           128 were measured on all of them); docs/ARCHITECTURE.md, "MOMO's selection on real
-//           attention". The fused pass's work only shrinks as gamma grows.
+//           oracle_topk by 2-7 points even with perfect selection. With the bound, the
+//           structure's own ceiling is within 1.25 points of the oracle on every layer of both
+//           code models at ~50% and ~75% sparsity, at the cost of pooling fewer rows per query
+//           block (one at 128, which loses 1.2-3.6 points on layers whose blocks vary from row
+//           to row: code-tiny-8k layers 1, 2 and 7, code-small-32k layer 5 at ~75%). 1/32 is
+//           one rule for every layer and model, chosen from gamma 16-128 measured on every
+//           layer of code-tiny-8k and three of code-small-32k; docs/ARCHITECTURE.md, "The
+//           structural gap". The fused pass's work only shrinks as gamma grows.
 //   chi     query rows per block of the block-sparse pass (a multiple of gamma)
 //   beta    keys per key block (a multiple of 64, the kernel's key tile)
 //   k       key blocks each sampled row selects online (Section 3, Eqs. 3-6)
