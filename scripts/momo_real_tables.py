@@ -24,14 +24,18 @@ import sys
 
 # Budgets per model: the momo spec suffixes that give about 50% and 75% sparsity (k blocks of
 # 64 keys per sampled row; every sampled row, 1/16 of the rows, attends densely).
+# The same k per model for every layer; momo's default gamma=auto takes 128 at all four.
 BUDGETS = {
-    "tiny8k": [("~50%", "k=32"), ("~75%", "k=8")],
-    "small32k": [("~50%", "k=128"), ("~75%", "k=40")],
+    "tiny8k": [("~50%", "k=33"), ("~75%", "k=14")],
+    "small32k": [("~50%", "k=142"), ("~75%", "k=64")],
 }
 BUDGETS["small32k_h2"] = BUDGETS["small32k"]
 # The selectors compared: the new default (exact selection, union ranked by row mass) and the
 # paper's (hybrid 128/8 or min(8, k) exact slots, union ranked by the mean score).
-SELECTORS = {"new": "", "paper": "topk=hybrid,trim=mean"}
+# gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
+# the block's own sampled rows); paper: that with the paper's selection.
+SELECTORS = {"new": "", "gamma16": "gamma=16,pool=block",
+             "paper": "gamma=16,pool=block,topk=hybrid,trim=mean"}
 # small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),
 # where the whole model's recall runs cost too much on a shared machine.
 LAYERS = {"tiny8k": 8, "small32k": 6, "small32k_h2": 6}
@@ -86,7 +90,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dumps", default="/work/ext/dumps")
     ap.add_argument("--bin", default="build/bin/spattn")
-    ap.add_argument("--selectors", default="new,paper")
+    ap.add_argument("--selectors", default="new,gamma16")
     ap.add_argument("--what", default="diag,recall")
     ap.add_argument("--models", default="tiny8k,small32k")
     ap.add_argument("--raw", default="")
@@ -117,10 +121,10 @@ def main():
                           f"{r['skew']:.2f} | {r['top_last_q']:.2f} | {r['full_at']:.2f} |",
                           flush=True)
     if "recall" in what:
-        print("\n| model | layer | budget | selector | momo sparsity | momo recall | "
+        print("\n| model | layer | budget | selector | gamma | momo sparsity | momo recall | "
               "oracle (64-row blocks) sparsity, recall | gap | oracle (128-row blocks) sparsity, "
               "recall | gap | ceiling (momo's structure, oracle's blocks) |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         sels = a.selectors.split(",")
         for model in models:
             for layer in range(LAYERS[model]):
@@ -137,7 +141,9 @@ def main():
                     ceil = f"{groups[i][3][2]:.4f}" if len(groups[i]) > 3 else "-"
                     label = [l for l, b in BUDGETS[model] if spec.startswith(f"momo:{b},") or spec == f"momo:{b}"][0]
                     sel = sels[i % len(sels)]
-                    print(f"| {model} | {layer} | {label} ({spec.split(':')[1].split(',')[0]}) | {sel} | "
+                    g = re.search(r"\(gamma (\d+)\)", m[0])
+                    gamma = g.group(1) if g else "-"
+                    print(f"| {model} | {layer} | {label} ({spec.split(':')[1].split(',')[0]}) | {sel} | {gamma} | "
                           f"{m[1]:.1f}% | {m[2]:.4f} | {o64[1]:.1f}%, {o64[2]:.4f} | "
                           f"{100 * (o64[2] - m[2]):.2f} | {o128[1]:.1f}%, {o128[2]:.4f} | "
                           f"{100 * (o128[2] - m[2]):.2f} | {ceil} |", flush=True)

@@ -136,8 +136,8 @@ TEST(MomoMethod, DeltaOffIsExactAttentionOverItsCoverage) {
 TEST(MomoMethod, DeltaOnAddsTheSampledRowsDifferenceToItsGroup) {
   const int64_t L = 1000, gamma = 16;
   const Workload w = text(L, 2, 1, 64, DType::f32, 9);
-  const MomoRun on = run("momo:k=4,delta=on", w);
-  const MomoRun off = run("momo:k=4,delta=off", w);
+  const MomoRun on = run("momo:gamma=16,k=4,delta=on", w);
+  const MomoRun off = run("momo:gamma=16,k=4,delta=off", w);
   ASSERT_EQ(on.report.mask->to_dense(), off.report.mask->to_dense());
   Tensor os_t(DType::f32, 2, L, 64);
   const TensorView os = os_t.view();
@@ -207,7 +207,8 @@ TEST(MomoMethod, UnionAndTrimKeepSinkLocalAndAtMostKTrimOthers) {
 // reference's row LSE over the block.
 TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
   const Workload w = text(640, 1, 1, 32, DType::f32, 13);
-  const MomoRun r = run("momo:gamma=16,chi=16,k=1,k_exact=1,topk=exact,sink=0,local=1", w);
+  const MomoRun r =
+      run("momo:gamma=16,chi=16,k=1,k_exact=1,topk=exact,sink=0,local=1,pool=block", w);
   const BlockMask& m = *r.report.mask;
   for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
     const int64_t row = qb * 16 + 15, cb = m.causal_blocks(qb);
@@ -236,28 +237,36 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
 // candidate blocks (by the reference's block LSE S(j)), pooled, a block several rows chose
 // ranked by the sum of its row shares exp(S(j) - LSE_row) (trim=mass) or the mean of its S(j)
 // (trim=mean), the top k_trim kept beside sink and local. Query blocks whose ranking has a near
-// tie at the cut are skipped (f32 may order those either way).
+// tie at the cut are skipped (f32 may order those either way). pool=above (the default) also
+// pools the last sampled row above the block, its choices outside the block's candidates
+// dropped.
 TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 17);
   const int64_t gamma = 8, chi = 32, L = 1400;
+  std::vector<std::vector<uint8_t>> masks;  // the row above changes some block's choice
+  for (const char* pool : {"block", "above"})
   for (const char* trim : {"mass", "mean"}) {
     const MomoRun r = run(std::string("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,"
-                                      "trim=") + trim, w);
+                                      "pool=") + pool + ",trim=" + trim, w);
     const BlockMask& m = *r.report.mask;
+    masks.push_back(m.to_dense());
     int64_t checked = 0;
     for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
       const int64_t cb = m.causal_blocks(qb);
       if (cb < 6) continue;  // fewer candidates than the union keeps: nothing to rank
       std::vector<double> sum(size_t(cb), 0.0);
       std::vector<int> cnt(size_t(cb), 0);
-      for (int64_t row = qb * chi; row < std::min(L, (qb + 1) * chi); ++row) {
+      const int64_t first = std::string(pool) == "above" ? qb * chi - 1 : qb * chi;
+      for (int64_t row = first; row < std::min(L, (qb + 1) * chi); ++row) {
         if (!sampled(row, gamma, L)) continue;
+        // The row's own query block's candidates: past the sink, before its local block.
+        const int64_t own_cb = m.causal_blocks(row / chi);
         std::vector<int64_t> all;
         for (int64_t c = 0; c <= row; ++c) all.push_back(c);
         double row_lse = 0;
         test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
         std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
-        for (int64_t j = 1; j < cb - 1 && j * 64 <= row; ++j) {
+        for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
           std::vector<int64_t> keys;
           for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
           double lse = 0;
@@ -267,6 +276,7 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
         std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
         for (size_t i = 0; i < std::min<size_t>(3, s.size()); ++i) {
           const auto [score, j] = s[i];
+          if (j >= cb - 1) continue;  // the row above chose a block this block keeps anyway
           sum[size_t(j)] += std::string(trim) == "mass" ? std::exp(score - row_lse) : score;
           ++cnt[size_t(j)];
         }
@@ -282,11 +292,14 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
       std::vector<int32_t> want = {0, rank[0].second, rank[1].second, int32_t(cb - 1)};
       std::sort(want.begin(), want.end());
       const auto got = m.row(0, qb);
-      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << trim << " qb " << qb;
+      EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want)
+          << pool << " " << trim << " qb " << qb;
       ++checked;
     }
-    EXPECT_GT(checked, 20) << trim;
+    EXPECT_GT(checked, 20) << pool << " " << trim;
   }
+  EXPECT_NE(masks[0], masks[2]);  // mass: block against above
+  EXPECT_NE(masks[1], masks[3]);  // mean
 }
 
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
@@ -350,6 +363,37 @@ TEST(MomoLambda, CoverageIsExactUnderTheSkipRule) {
     }
 }
 
+// gamma=auto (the default): the smallest stride 16 * 2^i dividing chi whose dense sampled rows
+// take at most 1/32 of Eq. 9's per-row budget (chi if none); the rows it reports are the rows
+// that attend densely, and a given gamma is used as given.
+TEST(MomoMethod, AutoGammaBoundsTheDenseRowsShareOfTheBudget) {
+  const int64_t L = 2048;
+  const Workload w = text(L, 2, 1, 32, DType::f32, 21);
+  auto share = [&](double g, double k) { return (L / g) / (64 * (k + 1 + 3) + L / g); };  // Eq. 9
+  int64_t last = 0;
+  for (int k : {64, 24, 12, 4, 1}) {  // smaller budgets, larger strides
+    const std::string spec = "momo:k=" + std::to_string(k);
+    const MomoRun r = run(spec, w);
+    const int64_t g = int64_t(r.report.extras.at("gamma"));
+    EXPECT_TRUE(g == 16 || g == 32 || g == 64 || g == 128) << spec << ": gamma " << g;
+    EXPECT_TRUE(g == 128 || share(double(g), k) <= 1.0 / 32) << spec << ": gamma " << g;
+    EXPECT_TRUE(g == 16 || share(double(g) / 2, k) > 1.0 / 32) << spec << ": gamma " << g;
+    EXPECT_GE(g, last) << spec;
+    last = g;
+    for (int64_t i = 0; i < L; ++i) {
+      std::vector<KeyRange> kr;
+      r.report.coverage->row_ranges(1, i, kr);
+      const bool dense = kr.size() == 1 && kr[0].begin == 0 && kr[0].end == i + 1;
+      if (sampled(i, g, L)) {
+        ASSERT_TRUE(dense) << spec << " row " << i;
+      }
+    }
+    EXPECT_EQ(run(spec + ",gamma=auto", w).report.extras.at("gamma"), double(g));
+  }
+  EXPECT_GT(last, 16);
+  EXPECT_EQ(run("momo:k=1,gamma=16", w).report.extras.at("gamma"), 16.0);
+}
+
 // Decode-sized queries run dense decode.
 TEST(MomoMethod, DecodeFallsBackToDenseDecode) {
   const Workload w = text(1000, 4, 2, 64, DType::f32, 17, 5);
@@ -376,7 +420,9 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:lambda=-0.1", "lambda"},     {"momo:lambda=nan", "lambda"},
       {"momo:lambda=x", "lambda"},        {"momo:order=in_order", "order"},
       {"momo:lambda=0.1,order=sideways", "order"},
-      {"momo:trim=max", "trim"},
+      {"momo:trim=max", "trim"},         {"momo:gamma=x", "gamma"},
+      {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
+      {"momo:pool=left", "pool"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -388,6 +434,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
   }
   EXPECT_NO_THROW(make_method("momo:gamma=16,chi=128,beta=128,k=64,k_exact=64,topk=tree"));
   EXPECT_NO_THROW(make_method("momo:lambda=1"));
+  EXPECT_NO_THROW(make_method("momo:gamma=auto,chi=64"));
+  EXPECT_NO_THROW(make_method("momo:gamma=8,chi=24"));
   EXPECT_NO_THROW(make_method("momo:lambda=0.01,order=in_order"));
 }
 

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -276,7 +277,8 @@ std::vector<std::vector<double>> row_block_shares(const Problem& p, int64_t h,
 // (the grid is the mean over the query block's rows). momo's sampled rows see every key: their
 // share of the grid is taken out, row by row from their exact block shares, and 1 put in.
 // Methods other than block masks at a grid's geometry (64 or 128 query rows, 64 keys), with or
-// without momo's dense sampled rows (rows --gamma - 1, 2 --gamma - 1, ... and the last), are
+// without momo's dense sampled rows (rows gamma - 1, 2 gamma - 1, ... and the last, gamma the
+// stride momo reports in its extras, else --gamma), are
 // refused.
 std::string rep_name(const std::string& spec) { return make_method(spec)->name(); }
 
@@ -306,8 +308,8 @@ void run_recall(const Problem& p, const DiagOptions& o) {
     }
     return sum;
   };
-  const std::vector<int64_t> sampled = strided_rows(L, o.gamma);
-  std::vector<std::vector<std::vector<double>>> shares;  // per head, per sampled row
+  // Per gamma: per head, per sampled row, the row's block shares.
+  std::map<int64_t, std::vector<std::vector<std::vector<double>>>> shares_by_gamma;
   auto line = [&](const std::string& name, double sp, double recall) {
     fmt::print("{:<60} {:>8.2f}% {:>8.4f}\n", name, 100 * sp, recall);
     std::fflush(stdout);
@@ -319,6 +321,10 @@ void run_recall(const Problem& p, const DiagOptions& o) {
                  "--recall: ", spec, " has no block mask of 64 or 128 query rows by 64 keys");
     const BlockMask& m = *rep.mask;
     const OracleGrids& og = grids[m.block_q == 64 ? 0 : 1];
+    // momo reports the stride it ran with (gamma=auto picks it per run); else --gamma.
+    const int64_t gamma = rep.extras.count("gamma") ? int64_t(rep.extras.at("gamma")) : o.gamma;
+    const std::vector<int64_t> sampled = strided_rows(L, gamma);
+    auto& shares = shares_by_gamma[gamma];
     // What the sampled rows (dense in momo) add over a mask's share of them.
     auto sampled_gain = [&](const BlockMask& bm) {
       if (shares.empty())
@@ -346,12 +352,12 @@ void run_recall(const Problem& p, const DiagOptions& o) {
           rep.coverage->row_ranges(h, r, kr);
           SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1,
                        "--recall: ", spec, " does not attend densely at sampled row ", r,
-                       " (is its gamma --gamma?)");
+                       " (gamma ", gamma, ")");
         }
       sum += sampled_gain(m);
     }
     const double sp = rep.stats.sparsity();
-    line(spec, sp, sum / double(H * L));
+    line(dense_sampled ? fmt::format("{} (gamma {})", spec, gamma) : spec, sp, sum / double(H * L));
     for (const OracleGrids& g : grids) {
       const int64_t t = g.match(sp);
       line(fmt::format("  oracle_topk:topk={},block_q={}", t, g.block_q), g.sparsity(t),

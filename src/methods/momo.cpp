@@ -1,9 +1,24 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
-//   momo:gamma=16,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,sink=1,local=L,
-//        delta=on
+//   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,pool=block,
+//        sink=1,local=L,delta=on
 //
-//   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2)
+//   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
+//           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
+//           16, 32, 64, ... (a divisor of chi) whose dense sampled rows take at most 1/32 of
+//           Eq. 9's per-row budget, C / gamma <= (beta k_trim + S + W + C / gamma) / 32 with
+//           C = kv_len; chi if none does (gamma_for). Why: at matched density the oracle spends
+//           on its best blocks what momo spends on rows that see every key; at gamma = 16 those
+//           rows were over a quarter of the budget at 75% sparsity, and on diffuse layers (a
+//           row seen in full adds little; a block more per query block adds a lot) momo trailed
+//           oracle_topk by 2-7 points even with perfect selection. With the bound, the
+//           structure's own ceiling is within 1.25 points of the oracle on every layer of both
+//           code models at ~50% and ~75% sparsity, at the cost of pooling fewer rows per query
+//           block (one at 128, which loses 1.2-3.6 points on layers whose blocks vary from row
+//           to row: code-tiny-8k layers 1, 2 and 7, code-small-32k layer 5 at ~75%). 1/32 is
+//           one rule for every layer and model, chosen from gamma 16-128 measured on every
+//           layer of code-tiny-8k and three of code-small-32k; docs/ARCHITECTURE.md, "The
+//           structural gap". The fused pass's work only shrinks as gamma grows.
 //   chi     query rows per block of the block-sparse pass (a multiple of gamma)
 //   beta    keys per key block (a multiple of 64, the kernel's key tile)
 //   k       key blocks each sampled row selects online (Section 3, Eqs. 3-6)
@@ -23,6 +38,11 @@
 //           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
 //           (each row's own LSE), so the mean favours a block one loud row chose over one every
 //           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
+//   pool    block | above: the rows the union pools for a query block: its own sampled rows
+//           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
+//           outside the block's candidates dropped). Measured on every layer of code-tiny-8k at
+//           gamma=auto: above gains on layers 1 and 7 and loses on 2, 4 and 5 (sum of the gaps
+//           to the oracle 20.05 against 20.15 points), so block stays the default.
 //   sink    leading key blocks every query block keeps (the S of Eq. 9); default 1
 //   local   key blocks ending at each query block's last causal block, always kept (the W of
 //           Eq. 9, the diagonal window); default ceil((chi - 1) / beta) + 1, the most key blocks
@@ -48,9 +68,10 @@
 //      O_gamma and, through a BlockSelectObserver (spattn/select_observer.hpp), each sampled
 //      row's per-64-key-tile LSE, combined by log-add-exp into beta-key blocks, the block score
 //      S(j) (Eq. 3), and pushed into the row's own online top-k selector.
-//   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block pool their
-//      selected blocks, a block chosen by several rows takes the sum of its row-normalised
-//      masses (trim=mass) or the mean of its scores (trim=mean), the top k_trim by that
+//   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block (with
+//      pool=above, and the last one above it) pool their selected blocks, a block chosen by
+//      several rows takes the sum of its row-normalised masses (trim=mass) or the mean of its
+//      scores (trim=mean), the top k_trim by that
 //      (ties: smaller block) are kept, and the sink and local blocks added.
 //      The result is a validated causal BlockMask (block_q = chi, block_k = beta).
 //   3. Block-sparse pass over the same PackedKV: O_*.
@@ -70,6 +91,7 @@
 //                        rows (its score entries / rows)
 //   blocks_per_row       mean blocks selected online per sampled row (sink and local excluded)
 //   blocks_per_qblock    mean blocks per query block in the trimmed mask (sink, local included)
+//   gamma                the query stride this run used (gamma=auto picks it per run)
 //   sparsity_eq9         1 - min(1, (beta K + S + W + C / gamma) / C), Eq. 9, with K the mean
 //                        selected (non-forced) blocks per query block, S = sink * beta,
 //                        W = local * beta, C = kv_len
@@ -100,6 +122,11 @@
 
 namespace spattn {
 namespace {
+
+// gamma=auto (Momo::gamma_for): the smallest stride it picks (the paper's gamma), and the most
+// of Eq. 9's budget the dense sampled rows may take.
+constexpr int64_t kAutoGammaMin = 16;
+constexpr double kAutoDenseShare = 1.0 / 32;
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
@@ -143,7 +170,11 @@ class Momo final : public Method {
  public:
   explicit Momo(const MethodSpec& spec) {
     ParamReader r(spec);
-    gamma_ = r.get_int("gamma", 16, 1, 1 << 20);
+    // gamma: an integer, or auto (default): chosen per run from the budget (gamma_for).
+    if (!r.has("gamma") || r.get_string("gamma", "auto") == "auto")
+      gamma_ = 0;
+    else
+      gamma_ = r.get_int("gamma", 16, 1, 1 << 20);
     chi_ = r.get_int("chi", 128, 1, 1 << 20);
     beta_ = r.get_int("beta", 64, 64, 1 << 20);
     k_ = int(r.get_int("k", 128, 1, 1 << 24));
@@ -156,6 +187,10 @@ class Momo final : public Method {
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
+    const std::string pool = r.get_string("pool", "block");
+    SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
+                 "' must be block or above");
+    pool_above_ = pool == "above";
     sink_ = r.get_int("sink", 1, 0, int64_t(1) << 40);
     local_ = r.get_int("local", (chi_ - 1 + beta_ - 1) / beta_ + 1, 0, int64_t(1) << 40);
     const std::string delta = r.get_string("delta", "on");
@@ -172,8 +207,14 @@ class Momo final : public Method {
     SPATTN_CHECK(blasst_ || !r.has("order"), "momo: order= goes with lambda=X (the skip rule's "
                  "visiting order)");
     r.finish();
-    SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
-    SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=", gamma_);
+    if (gamma_ == 0) {
+      SPATTN_CHECK(chi_ % kAutoGammaMin == 0, "momo: chi=", chi_, " must be a multiple of ",
+                   kAutoGammaMin, " with gamma=auto (its smallest stride; or give gamma)");
+    } else {
+      SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
+      SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=",
+                   gamma_);
+    }
     SPATTN_CHECK(beta_ % kKeyBlock == 0, "momo: beta=", beta_, " must be a multiple of ",
                  kKeyBlock, " (the kernel's key tile)");
     SPATTN_CHECK(k_exact_ <= k_, "momo: k_exact=", k_exact_, " must be <= k=", k_);
@@ -182,6 +223,21 @@ class Momo final : public Method {
     delta_ = delta == "on";
   }
   std::string name() const override { return "momo"; }
+
+  // gamma=auto: the smallest stride kAutoGammaMin * 2^i (a divisor of chi) whose dense sampled
+  // rows take at most kAutoDenseShare of Eq. 9's per-row budget, (C / gamma) / (beta k_trim +
+  // S + W + C / gamma) with C = kv_len; chi if none does. The share bound is the one rule for
+  // every layer and model (docs/ARCHITECTURE.md, "MOMO's selection on real attention").
+  int64_t gamma_for(int64_t kv_len) const {
+    if (gamma_ > 0) return gamma_;
+    const double C = double(kv_len);
+    const double mask = double(beta_) * double(k_trim_ + sink_ + local_);
+    int64_t g = kAutoGammaMin;
+    while (2 * g <= chi_ && chi_ % (2 * g) == 0 &&
+           (C / double(g)) / (mask + C / double(g)) > kAutoDenseShare)
+      g *= 2;
+    return g;
+  }
 
   MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
                    const TensorView& out, const AttnOptions& opt, float* lse) const override {
@@ -205,6 +261,7 @@ class Momo final : public Method {
                MethodReport& rep) const {
     validate_attention_args(q, k, v, out, opt);
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq, d = q.dim;
+    const int64_t gamma = gamma_for(Lkv);
     // Geometry of the mask and each query block's forced (sink, local) blocks.
     auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
     const int64_t nqb = mask->n_qb();
@@ -219,7 +276,7 @@ class Momo final : public Method {
     // Step 1: the fused query-sparse pass with online selection.
     auto t0 = Clock::now();
     const PackedKV packed = PackedKV::pack(k, v, 0, opt.threads, opt.bf16_dot);
-    const std::vector<int64_t> rows = strided_rows(L, gamma_);
+    const std::vector<int64_t> rows = strided_rows(L, gamma);
     const int64_t R = int64_t(rows.size());
     Tensor og(DType::f32, H, R, d);
     std::vector<float> lse_g(size_t(H * R));
@@ -261,9 +318,20 @@ class Momo final : public Method {
       std::vector<BlockScore>& pool = pools[size_t(thread)];
       std::vector<BlockScore>& one = ones[size_t(thread)];
       pool.clear();
-      for (size_t ri = first_row[size_t(qb)]; ri < first_row[size_t(qb + 1)]; ++ri) {
+      const ForcedBlocks& fb = forced[size_t(qb)];
+      // pool=above: also the last sampled row above the block (its choices outside this
+      // block's candidates, the sink and the local window, dropped).
+      const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
+      for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
         observer.result(h, int64_t(ri), one);
-        row_blocks[size_t(item)] += int64_t(one.size());
+        if (ri < first_row[size_t(qb)])
+          one.erase(std::remove_if(one.begin(), one.end(),
+                                   [&](const BlockScore& b) {
+                                     return b.block < fb.sink_end || b.block >= fb.local_begin;
+                                   }),
+                    one.end());
+        else
+          row_blocks[size_t(item)] += int64_t(one.size());
         if (trim_mass_) {
           // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
           // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
@@ -355,7 +423,8 @@ class Momo final : public Method {
     const double K = double(selected_mask_blocks) / double(H * nqb), C = double(Lkv);
     rep.extras["sparsity_eq9"] =
         1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) + double(local_ * beta_) +
-                             C / double(gamma_)) / C);
+                             C / double(gamma)) / C);
+    rep.extras["gamma"] = double(gamma);
     if (blasst_) {
       rep.extras["lambda"] = blasst_->lambda;
       rep.extras["skipped_fused"] = fused_skips->skipped_fraction();
@@ -368,7 +437,7 @@ class Momo final : public Method {
       rep.extras["ms_delta"] = ms_delta;
     }
     std::shared_ptr<const BlockMask> cmask = std::move(mask);
-    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma_, R, std::move(fused_skips),
+    rep.coverage = std::make_shared<MomoCoverage>(cmask, gamma, R, std::move(fused_skips),
                                                   std::move(sparse_skips));
     rep.mask = std::move(cmask);
   }
@@ -377,7 +446,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false, trim_mass_ = true;
+  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
