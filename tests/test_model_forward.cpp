@@ -12,6 +12,7 @@
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
+#include "spattn/model_maker.hpp"
 #include "spattn/workload.hpp"
 
 namespace spattn::model {
@@ -121,9 +122,12 @@ Vec rmsnorm(const Vec& x, const WeightRef& w, double eps) {
   for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * at(w, 0, int64_t(i));
   return y;
 }
-void rope(double* x, int64_t d, int64_t pos, double base, bool neox) {
+// factors (empty or d / 2): pair p's frequency divided by factors[p] (rope_freqs.weight).
+void rope(double* x, int64_t d, int64_t pos, double base, bool neox,
+          const std::vector<float>& factors) {
   for (int64_t p = 0; p < d / 2; ++p) {
-    const double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
+    double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
+    if (!factors.empty()) a /= double(factors[size_t(p)]);
     const int64_t i = neox ? p : 2 * p, j = neox ? p + d / 2 : 2 * p + 1;
     const double x0 = x[i], x1 = x[j];
     x[i] = x0 * std::cos(a) - x1 * std::sin(a);
@@ -163,8 +167,8 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
             v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
           }
         }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
         round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
         round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
@@ -269,6 +273,39 @@ constexpr double kF16Tol = -4e-3;
 TEST(ModelForward, LlamaF16UntiedEqualsPlainForward) {
   expect_equals_plain(make_model(Arch::llama, true, false, 2), dense_opts(64, 64), 50, 3, kF16Tol);
 }
+// Llama 3.1's rope scaling: rope_freqs divides each pair's frequency. The factors are the
+// llama3 ones for an original context of 32 (head dim 16, base 1e4: pair 0 kept, pair 1
+// blended, the rest slowed 8x), so all three kinds of pair are exercised.
+MadeUp with_llama3_rope(MadeUp m) {
+  ModelShape s;
+  s.head_dim = m.cfg.head_dim;
+  s.rope_base = float(m.cfg.rope_base);
+  s.rope_original_context = 32;
+  m.cfg.rope_freq_factors = m.refs.cfg.rope_freq_factors = llama3_rope_factors(s);
+  return m;
+}
+TEST(ModelForward, LlamaRopeFreqsEqualPlainForward) {
+  const MadeUp mu = with_llama3_rope(make_model(Arch::llama, false, true, 11));
+  const std::vector<float>& f = mu.cfg.rope_freq_factors;
+  ASSERT_EQ(f.size(), 8u);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_GT(f[1], 1.0f);
+  EXPECT_LT(f[1], 8.0f);
+  EXPECT_EQ(f[7], 8.0f);
+  expect_equals_plain(mu, dense_opts(40, 17), 70, 4, 2e-4);
+  expect_equals_plain(with_llama3_rope(make_model(Arch::llama, true, false, 12)),
+                      dense_opts(64, 24), 60, 3, kF16Tol);
+  // The factors matter: the unscaled forward is far from the scaled one.
+  MadeUp plain = mu;
+  plain.cfg.rope_freq_factors.clear();
+  const auto tokens = some_tokens(70, mu.cfg.n_vocab, 5);
+  const auto a = plain_forward(mu, tokens), b = plain_forward(plain, tokens);
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, std::abs(a[i][j] - b[i][j]));
+  EXPECT_GT(diff, 0.1);
+}
+
 TEST(ModelForward, Qwen2F32EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8), 45, 3, 2e-4);
 }
@@ -415,6 +452,11 @@ TEST(ModelForward, BadInputRaises) {
     }
     r = mu.refs;
     r.layers[0].wq.type = WeightType(4);  // an id ggml removed (q4_2)
+    EXPECT_THROW(Model{r}, Error);
+    r = mu.refs;
+    r.cfg.rope_freq_factors.assign(size_t(mu.cfg.head_dim / 2 + 1), 1.0f);  // one too many
+    EXPECT_THROW(Model{r}, Error);
+    r.cfg.rope_freq_factors.assign(size_t(mu.cfg.head_dim / 2), 0.0f);  // a zero divisor
     EXPECT_THROW(Model{r}, Error);
   }
   const Model model(mu.refs);

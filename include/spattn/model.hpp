@@ -39,6 +39,10 @@ struct Config {
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
   bool rope_neox = false;  // rotate-half pairs (qwen2); false: adjacent pairs (llama "normal")
+  // Per-pair divisors of the RoPE frequencies (head_dim / 2 of them), or empty: the file's
+  // rope_freqs.weight, which is how Llama 3.1's "llama3" rope scaling reaches a GGUF (the
+  // converter turns factor, low / high frequency factors and original context into it).
+  std::vector<float> rope_freq_factors;
   // Throws Error naming the field when a size is not positive or heads do not divide.
   void validate() const;
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -38,6 +39,12 @@ void Config::validate() const {
   SPATTN_CHECK(rms_eps > 0 && rms_eps < 1, "model: layer_norm_rms_epsilon must be in (0, 1), got ",
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);
+  SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
+               "model: rope_freqs.weight has ", rope_freq_factors.size(),
+               " values, expected head dim / 2 = ", head_dim / 2);
+  for (float f : rope_freq_factors)
+    SPATTN_CHECK(std::isfinite(f) && f > 0, "model: rope_freqs.weight holds ", f,
+                 " (frequency divisors must be finite and > 0)");
 }
 
 namespace {
