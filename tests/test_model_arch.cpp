@@ -141,4 +141,42 @@ TEST(ModelArch, BadFilesAreNamedErrorsExitTwo) {
   }
 }
 
+TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("qwen3");
+  s.head_dim = 48;  // heads x head dim (96) != dim (64), as in the real Qwen3 shapes
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(f.get_uint("qwen3.attention.key_length"), 48u);
+  for (const char* t : {"blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"})
+    EXPECT_EQ(f.tensor(t).ne, std::vector<int64_t>{48}) << t;
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.bias"), nullptr);  // no biases, unlike qwen2
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight").ne, (std::vector<int64_t>{64, 96}));
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  EXPECT_EQ(m.config().arch, spattn::model::Arch::qwen3);
+  EXPECT_TRUE(m.config().rope_neox);
+  EXPECT_EQ(m.layer(1).k_norm.size(), 48u);
+  EXPECT_TRUE(m.layer(0).bq.empty());
+  {  // qwen3 without a q norm: named, exit 2.
+    spattn::test::GgufEdit e;
+    e.drop_tensors = {"blk.0.attn_q_norm.weight"};
+    spattn::test::write_edited(f, (d / "noqnorm.gguf").string(), e);
+    expect_run_refuses(d, (d / "noqnorm.gguf").string(),
+                       {"tensor blk.0.attn_q_norm.weight is missing"});
+  }
+  // `make-model --arch qwen3` from the command line.
+  const auto r = spattn::test::run_spattn("make-model -o " + (d / "c.gguf").string() +
+                                              " --arch qwen3 --layers 1 --dim 32 --heads 2 "
+                                              "--kv-heads 1 --ffn 64 --vocab 300",
+                                          d);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("qwen3 1 layers"), std::string::npos) << r.out;
+  EXPECT_NE(File::open((d / "c.gguf").string()).find_tensor("blk.0.attn_k_norm.weight"), nullptr);
+}
+
 }  // namespace

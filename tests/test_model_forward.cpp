@@ -44,8 +44,8 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   c.n_vocab = 61;
   c.n_ctx_train = 256;
   c.rms_eps = 1e-5;
-  c.rope_base = arch == Arch::qwen2 ? 1e6 : 1e4;
-  c.rope_neox = arch == Arch::qwen2;
+  c.rope_base = arch != Arch::llama ? 1e6 : 1e4;
+  c.rope_neox = arch != Arch::llama;
   m.tied = tied;
   std::mt19937_64 rng(seed);
   m.f32.reserve(64);
@@ -86,6 +86,10 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
     L.wk = make(dkv, D, 2 * sD, 0, true);
     L.wv = make(dkv, D, sD, 0, true);
     L.wo = make(D, dq, 1.0f / std::sqrt(float(dq)), 0, true);
+    if (arch == Arch::qwen3) {
+      L.q_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
+      L.k_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
+    }
     if (arch == Arch::qwen2) {
       L.bq = make(1, dq, 0.3f, 0, false);
       L.bk = make(1, dkv, 0.3f, 0, false);
@@ -167,6 +171,17 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
             v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
           }
         }
+      if (c.arch == Arch::qwen3) {  // RMSNorm over each head's d values, then its weight
+        auto head_norm = [&](Vec& x, int64_t heads, const WeightRef& w) {
+          for (int64_t hh = 0; hh < heads; ++hh) {
+            const Vec part(x.begin() + hh * d, x.begin() + (hh + 1) * d);
+            const Vec nrm = rmsnorm(part, w, c.rms_eps);
+            std::copy(nrm.begin(), nrm.end(), x.begin() + hh * d);
+          }
+        };
+        head_norm(q[size_t(i)], c.n_head, L.q_norm);
+        head_norm(k[size_t(i)], c.n_head_kv, L.k_norm);
+      }
       for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
@@ -304,6 +319,21 @@ TEST(ModelForward, LlamaRopeFreqsEqualPlainForward) {
   for (size_t i = 0; i < a.size(); ++i)
     for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, std::abs(a[i][j] - b[i][j]));
   EXPECT_GT(diff, 0.1);
+}
+
+// Qwen3: per-head RMSNorm on q and k before RoPE, no biases, rotate-half pairs; head dim 32
+// so that heads x head dim (128) differs from the embedding (48).
+TEST(ModelForward, Qwen3F32EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen3, false, false, 13, 32), dense_opts(32, 8), 45, 3, 2e-4);
+}
+TEST(ModelForward, Qwen3F16EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen3, true, true, 14), dense_opts(100, 30), 61, 2, kF16Tol);
+}
+TEST(ModelForward, Qwen3MethodPrefillEqualsPlainForward) {
+  SessionOptions so = dense_opts(64, 24);
+  so.mode = PrefillMode::method;
+  so.attn_spec = "dense";
+  expect_equals_plain(make_model(Arch::qwen3, false, true, 15, 32), so, 50, 2, 2e-4);
 }
 
 TEST(ModelForward, Qwen2F32EqualsPlainForward) {
@@ -452,6 +482,13 @@ TEST(ModelForward, BadInputRaises) {
     }
     r = mu.refs;
     r.layers[0].wq.type = WeightType(4);  // an id ggml removed (q4_2)
+    EXPECT_THROW(Model{r}, Error);
+    MadeUp q3 = make_model(Arch::qwen3, false, true, 16);
+    r = q3.refs;
+    r.layers[1].k_norm.data = nullptr;  // qwen3 without its k norm
+    EXPECT_THROW(Model{r}, Error);
+    r = q3.refs;
+    r.layers[0].q_norm.cols = 8;  // a q norm of the wrong length
     EXPECT_THROW(Model{r}, Error);
     r = mu.refs;
     r.cfg.rope_freq_factors.assign(size_t(mu.cfg.head_dim / 2 + 1), 1.0f);  // one too many

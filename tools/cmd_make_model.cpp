@@ -89,7 +89,7 @@ void add_make_model_command(CLI::App& root) {
                   "dim 64, ffn 8192, vocab 128256, f16, tied) or llama-3.1-8b (32 layers, dim "
                   "4096, 32/8 heads, head dim 128, ffn 14336, untied, llama3 rope scaling 8 / 1 "
                   "/ 4 / 8192); other flags override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama or qwen2 (q/k/v biases)")->capture_default_str();
+  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases) or qwen3 (per-head q/k RMSNorm)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();

@@ -1,7 +1,7 @@
 // Made-up llama-family models: a GGUF file of any shape with seeded random weights and a
 // small made-up vocabulary, so tests need no download and benchmarks can run at realistic
 // shapes (for example Llama-3.2-1B's). Tensor names, shapes and metadata keys are those
-// llama.cpp writes for the `llama` and `qwen2` architectures.
+// llama.cpp writes for the `llama`, `qwen2` and `qwen3` architectures.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,7 +12,7 @@
 namespace spattn {
 
 struct ModelShape {
-  std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases)
+  std::string arch = "llama";  // "llama", "qwen2" (q/k/v biases) or "qwen3" (q/k head norms)
   int64_t layers = 2;
   int64_t dim = 64;            // embedding length
   int64_t heads = 4;

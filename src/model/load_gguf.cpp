@@ -1,5 +1,5 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2). The file is read through the memory-mapped reader and the Model keeps the
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3). The file is read through the memory-mapped reader and the Model keeps the
 // mapping: its matrices are read in place.
 #include <cstring>
 #include <string>
@@ -40,8 +40,10 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::llama;
   } else if (arch == "qwen2") {
     c.arch = Arch::qwen2;
+  } else if (arch == "qwen3") {
+    c.arch = Arch::qwen3;
   } else {
-    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2)");
+    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2, qwen3)");
   }
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
@@ -60,7 +62,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   if (f.has(key("rope.dimension_count")))
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
-  c.rope_neox = c.arch == Arch::qwen2;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
+  c.rope_neox = c.arch != Arch::llama;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
   // Scalings llama.cpp reads from metadata (linear, yarn, longrope) change every angle; spattn
   // runs none of them, so a file that asks for one is refused rather than run unscaled.
   if (f.has(key("rope.scaling.type"))) {
@@ -103,6 +105,10 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.bq = ref(f, b + "attn_q.bias");
       L.bk = ref(f, b + "attn_k.bias");
       L.bv = ref(f, b + "attn_v.bias");
+    }
+    if (c.arch == Arch::qwen3) {
+      L.q_norm = ref(f, b + "attn_q_norm.weight");
+      L.k_norm = ref(f, b + "attn_k_norm.weight");
     }
     L.ffn_norm = ref(f, b + "ffn_norm.weight");
     L.gate = ref(f, b + "ffn_gate.weight");

@@ -196,8 +196,8 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 }
 
 void check_shape(const ModelShape& s) {
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2", "model: --arch must be llama or qwen2, got '",
-               s.arch, "'");
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3",
+               "model: --arch must be llama, qwen2 or qwen3, got '", s.arch, "'");
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
   SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
@@ -244,6 +244,7 @@ int64_t parameter_count(const ModelShape& s) {
   const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
   int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
+  if (s.arch == "qwen3") per_layer += 2 * hd;
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
@@ -289,6 +290,10 @@ void make_model(const std::string& path, const ModelShape& s) {
     }
     add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(q)));
+    if (a == "qwen3") {  // per-head q/k RMSNorm weights
+      add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
+      add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
+    }
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
     add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
