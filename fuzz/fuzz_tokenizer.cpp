@@ -4,6 +4,7 @@
 // (control-token text aside; for SentencePiece, text without a literal U+2581, which
 // SentencePiece cannot tell from the space it stands for), so a mismatch aborts as a finding.
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,17 +81,19 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // One BPE vocabulary per word split (the names map to distinct splits).
-  static const std::vector<const Vocab*> bpe = [] {
-    std::vector<const Vocab*> v;
+  // Owned by statics (freed at exit, so LeakSanitizer sees nothing left over).
+  static const std::vector<std::unique_ptr<const Vocab>> bpe = [] {
+    std::vector<std::unique_ptr<const Vocab>> v;
     for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm",
                             "deepseek-coder", "falcon", "starcoder"})
-      v.push_back(new Vocab(vocab_bytes("gpt2", pre)));
+      v.push_back(std::make_unique<const Vocab>(vocab_bytes("gpt2", pre)));
     return v;
   }();
   static const Vocab spm(vocab_bytes("llama"));
   const std::string text(reinterpret_cast<const char*>(data), size);
   const bool spm_exact = text.find("\xe2\x96\x81") == std::string::npos;
-  std::vector<const Vocab*> all = bpe;
+  std::vector<const Vocab*> all;
+  for (const auto& v : bpe) all.push_back(v.get());
   all.push_back(&spm);
   for (const Vocab* v : all) {
     const std::vector<int32_t> ids = v->tok.encode(text, true, false);
