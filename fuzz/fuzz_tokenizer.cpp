@@ -1,8 +1,10 @@
-// libFuzzer target: encoding arbitrary bytes with a made-up byte-level BPE and a
-// SentencePiece vocabulary with byte fallback. Both must give back exactly the input bytes
+// libFuzzer target: encoding arbitrary bytes with a made-up byte-level BPE under every word
+// split spattn implements (tokenizer.ggml.pre: each list of regexes, and Llama 3's
+// ignore_merges) and a SentencePiece vocabulary with byte fallback. Both must give back exactly the input bytes
 // (control-token text aside; for SentencePiece, text without a literal U+2581, which
 // SentencePiece cannot tell from the space it stands for), so a mismatch aborts as a finding.
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,7 +26,7 @@ struct Vocab {
         tok(Tokenizer::from_gguf(file)) {}
 };
 
-std::vector<uint8_t> vocab_bytes(const char* kind) {
+std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
   gguf::Writer w;
   std::vector<std::string> toks;
   std::vector<int32_t> types;
@@ -51,6 +53,7 @@ std::vector<uint8_t> vocab_bytes(const char* kind) {
       types.push_back(1);
     }
     w.set("tokenizer.ggml.merges", merges);
+    w.set("tokenizer.ggml.pre", pre);
   } else {
     toks = {"<unk>", "<s>", "</s>"};
     types = {2, 3, 3};
@@ -77,13 +80,25 @@ std::vector<uint8_t> vocab_bytes(const char* kind) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const Vocab bpe(vocab_bytes("gpt2")), spm(vocab_bytes("llama"));
+  // One BPE vocabulary per word split (the names map to distinct splits).
+  // Owned by statics (freed at exit, so LeakSanitizer sees nothing left over).
+  static const std::vector<std::unique_ptr<const Vocab>> bpe = [] {
+    std::vector<std::unique_ptr<const Vocab>> v;
+    for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm",
+                            "deepseek-coder", "falcon", "starcoder"})
+      v.push_back(std::make_unique<const Vocab>(vocab_bytes("gpt2", pre)));
+    return v;
+  }();
+  static const Vocab spm(vocab_bytes("llama"));
   const std::string text(reinterpret_cast<const char*>(data), size);
   const bool spm_exact = text.find("\xe2\x96\x81") == std::string::npos;
-  for (const Vocab* v : {&bpe, &spm}) {
+  std::vector<const Vocab*> all;
+  for (const auto& v : bpe) all.push_back(v.get());
+  all.push_back(&spm);
+  for (const Vocab* v : all) {
     const std::vector<int32_t> ids = v->tok.encode(text, true, false);
     const std::string back = v->tok.decode(ids);
-    if (back != text && (v == &bpe || spm_exact)) std::abort();  // every byte must survive
+    if (back != text && (v != &spm || spm_exact)) std::abort();  // every byte must survive
   }
   return 0;
 }

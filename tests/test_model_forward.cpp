@@ -12,6 +12,7 @@
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
+#include "spattn/model_maker.hpp"
 #include "spattn/workload.hpp"
 
 namespace spattn::model {
@@ -43,8 +44,8 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   c.n_vocab = 61;
   c.n_ctx_train = 256;
   c.rms_eps = 1e-5;
-  c.rope_base = arch == Arch::qwen2 ? 1e6 : 1e4;
-  c.rope_neox = arch == Arch::qwen2;
+  c.rope_base = arch != Arch::llama ? 1e6 : 1e4;
+  c.rope_neox = arch != Arch::llama;
   m.tied = tied;
   std::mt19937_64 rng(seed);
   m.f32.reserve(64);
@@ -85,6 +86,10 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
     L.wk = make(dkv, D, 2 * sD, 0, true);
     L.wv = make(dkv, D, sD, 0, true);
     L.wo = make(D, dq, 1.0f / std::sqrt(float(dq)), 0, true);
+    if (arch == Arch::qwen3) {
+      L.q_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
+      L.k_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
+    }
     if (arch == Arch::qwen2) {
       L.bq = make(1, dq, 0.3f, 0, false);
       L.bk = make(1, dkv, 0.3f, 0, false);
@@ -121,9 +126,12 @@ Vec rmsnorm(const Vec& x, const WeightRef& w, double eps) {
   for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * at(w, 0, int64_t(i));
   return y;
 }
-void rope(double* x, int64_t d, int64_t pos, double base, bool neox) {
+// factors (empty or d / 2): pair p's frequency divided by factors[p] (rope_freqs.weight).
+void rope(double* x, int64_t d, int64_t pos, double base, bool neox,
+          const std::vector<float>& factors) {
   for (int64_t p = 0; p < d / 2; ++p) {
-    const double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
+    double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
+    if (!factors.empty()) a /= double(factors[size_t(p)]);
     const int64_t i = neox ? p : 2 * p, j = neox ? p + d / 2 : 2 * p + 1;
     const double x0 = x[i], x1 = x[j];
     x[i] = x0 * std::cos(a) - x1 * std::sin(a);
@@ -163,8 +171,19 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
             v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
           }
         }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox);
+      if (c.arch == Arch::qwen3) {  // RMSNorm over each head's d values, then its weight
+        auto head_norm = [&](Vec& x, int64_t heads, const WeightRef& w) {
+          for (int64_t hh = 0; hh < heads; ++hh) {
+            const Vec part(x.begin() + hh * d, x.begin() + (hh + 1) * d);
+            const Vec nrm = rmsnorm(part, w, c.rms_eps);
+            std::copy(nrm.begin(), nrm.end(), x.begin() + hh * d);
+          }
+        };
+        head_norm(q[size_t(i)], c.n_head, L.q_norm);
+        head_norm(k[size_t(i)], c.n_head_kv, L.k_norm);
+      }
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
         round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
         round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
@@ -269,6 +288,54 @@ constexpr double kF16Tol = -4e-3;
 TEST(ModelForward, LlamaF16UntiedEqualsPlainForward) {
   expect_equals_plain(make_model(Arch::llama, true, false, 2), dense_opts(64, 64), 50, 3, kF16Tol);
 }
+// Llama 3.1's rope scaling: rope_freqs divides each pair's frequency. The factors are the
+// llama3 ones for an original context of 32 (head dim 16, base 1e4: pair 0 kept, pair 1
+// blended, the rest slowed 8x), so all three kinds of pair are exercised.
+MadeUp with_llama3_rope(MadeUp m) {
+  ModelShape s;
+  s.head_dim = m.cfg.head_dim;
+  s.rope_base = float(m.cfg.rope_base);
+  s.rope_original_context = 32;
+  m.cfg.rope_freq_factors = m.refs.cfg.rope_freq_factors = llama3_rope_factors(s);
+  return m;
+}
+TEST(ModelForward, LlamaRopeFreqsEqualPlainForward) {
+  const MadeUp mu = with_llama3_rope(make_model(Arch::llama, false, true, 11));
+  const std::vector<float>& f = mu.cfg.rope_freq_factors;
+  ASSERT_EQ(f.size(), 8u);
+  EXPECT_EQ(f[0], 1.0f);
+  EXPECT_GT(f[1], 1.0f);
+  EXPECT_LT(f[1], 8.0f);
+  EXPECT_EQ(f[7], 8.0f);
+  expect_equals_plain(mu, dense_opts(40, 17), 70, 4, 2e-4);
+  expect_equals_plain(with_llama3_rope(make_model(Arch::llama, true, false, 12)),
+                      dense_opts(64, 24), 60, 3, kF16Tol);
+  // The factors matter: the unscaled forward is far from the scaled one.
+  MadeUp plain = mu;
+  plain.cfg.rope_freq_factors.clear();
+  const auto tokens = some_tokens(70, mu.cfg.n_vocab, 5);
+  const auto a = plain_forward(mu, tokens), b = plain_forward(plain, tokens);
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, std::abs(a[i][j] - b[i][j]));
+  EXPECT_GT(diff, 0.1);
+}
+
+// Qwen3: per-head RMSNorm on q and k before RoPE, no biases, rotate-half pairs; head dim 32
+// so that heads x head dim (128) differs from the embedding (48).
+TEST(ModelForward, Qwen3F32EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen3, false, false, 13, 32), dense_opts(32, 8), 45, 3, 2e-4);
+}
+TEST(ModelForward, Qwen3F16EqualsPlainForward) {
+  expect_equals_plain(make_model(Arch::qwen3, true, true, 14), dense_opts(100, 30), 61, 2, kF16Tol);
+}
+TEST(ModelForward, Qwen3MethodPrefillEqualsPlainForward) {
+  SessionOptions so = dense_opts(64, 24);
+  so.mode = PrefillMode::method;
+  so.attn_spec = "dense";
+  expect_equals_plain(make_model(Arch::qwen3, false, true, 15, 32), so, 50, 2, 2e-4);
+}
+
 TEST(ModelForward, Qwen2F32EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8), 45, 3, 2e-4);
 }
@@ -415,6 +482,18 @@ TEST(ModelForward, BadInputRaises) {
     }
     r = mu.refs;
     r.layers[0].wq.type = WeightType(4);  // an id ggml removed (q4_2)
+    EXPECT_THROW(Model{r}, Error);
+    MadeUp q3 = make_model(Arch::qwen3, false, true, 16);
+    r = q3.refs;
+    r.layers[1].k_norm.data = nullptr;  // qwen3 without its k norm
+    EXPECT_THROW(Model{r}, Error);
+    r = q3.refs;
+    r.layers[0].q_norm.cols = 8;  // a q norm of the wrong length
+    EXPECT_THROW(Model{r}, Error);
+    r = mu.refs;
+    r.cfg.rope_freq_factors.assign(size_t(mu.cfg.head_dim / 2 + 1), 1.0f);  // one too many
+    EXPECT_THROW(Model{r}, Error);
+    r.cfg.rope_freq_factors.assign(size_t(mu.cfg.head_dim / 2), 0.0f);  // a zero divisor
     EXPECT_THROW(Model{r}, Error);
   }
   const Model model(mu.refs);

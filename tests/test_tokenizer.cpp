@@ -337,7 +337,7 @@ TEST(TokenizerPreSplit, Gpt2Llama3AndQwen2Regexes) {
 TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {
   Writer w;
   w.set("tokenizer.ggml.model", "gpt2");
-  w.set("tokenizer.ggml.pre", "deepseek-coder");
+  w.set("tokenizer.ggml.pre", "made-up-split");
   w.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
   w.set("tokenizer.ggml.merges", std::vector<std::string>{"a b"});
   const std::vector<uint8_t> b = w.bytes();
@@ -346,7 +346,7 @@ TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {
     Tokenizer::from_gguf(f);
     ADD_FAILURE() << "accepted";
   } catch (const spattn::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre 'deepseek-coder' is not supported"),
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre 'made-up-split' is not supported"),
               std::string::npos) << e.what();
   }
 }

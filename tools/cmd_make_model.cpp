@@ -21,7 +21,9 @@ struct MakeModelOptions {
   // Flags given explicitly override the preset.
   CLI::Option *layers = nullptr, *dim = nullptr, *heads = nullptr, *kv_heads = nullptr,
               *head_dim = nullptr, *ffn = nullptr, *vocab = nullptr, *context = nullptr,
-              *type_opt = nullptr, *rope = nullptr, *arch = nullptr;
+              *type_opt = nullptr, *rope = nullptr, *arch = nullptr, *rope_scaling = nullptr,
+              *rope_factor = nullptr, *rope_low = nullptr, *rope_high = nullptr,
+              *rope_orig = nullptr;
   bool tied = false, untied = false;
 };
 
@@ -48,6 +50,11 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.vocab->count()) s.vocab = p.vocab;
     if (!o.context->count()) s.context = p.context;
     if (!o.rope->count()) s.rope_base = p.rope_base;
+    if (!o.rope_scaling->count()) s.rope_scaling = p.rope_scaling;
+    if (!o.rope_factor->count()) s.rope_factor = p.rope_factor;
+    if (!o.rope_low->count()) s.rope_low_freq_factor = p.rope_low_freq_factor;
+    if (!o.rope_high->count()) s.rope_high_freq_factor = p.rope_high_freq_factor;
+    if (!o.rope_orig->count()) s.rope_original_context = p.rope_original_context;
     if (!o.type_opt->count()) o.type = "f16";
     if (!o.untied) s.tied = p.tied;
   }
@@ -57,9 +64,15 @@ void run_make_model(MakeModelOptions& o) {
   check_shape(s);
   make_model(o.out, s);
   fmt::print("{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
-             "{}{}, {:.1f}M parameters\n",
+             "{}{}{}, {:.1f}M parameters\n",
              o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
              s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
+             s.rope_scaling == "llama3"
+                 ? fmt::format(", llama3 rope scaling (factor {}, low/high {}/{}, original "
+                               "context {})",
+                               s.rope_factor, s.rope_low_freq_factor, s.rope_high_freq_factor,
+                               s.rope_original_context)
+                 : std::string(),
              double(parameter_count(s)) / 1e6);
 }
 
@@ -74,8 +87,9 @@ void add_make_model_command(CLI::App& root) {
   cmd->add_option("--preset", o->preset,
                   "start from a known shape: llama-3.2-1b (16 layers, dim 2048, 32/8 heads, head "
                   "dim 64, ffn 8192, vocab 128256, f16, tied) or llama-3.1-8b (32 layers, dim "
-                  "4096, 32/8 heads, head dim 128, ffn 14336, untied); other flags override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama or qwen2 (q/k/v biases)")->capture_default_str();
+                  "4096, 32/8 heads, head dim 128, ffn 14336, untied, llama3 rope scaling 8 / 1 "
+                  "/ 4 / 8192); other flags override it");
+  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases) or qwen3 (per-head q/k RMSNorm)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -89,6 +103,16 @@ void add_make_model_command(CLI::App& root) {
   o->type_opt = cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0")
                     ->capture_default_str();
   o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
+  o->rope_scaling = cmd->add_option("--rope-scaling", s.rope_scaling,
+                                    "none or llama3 (Llama 3.1's: writes rope_freqs.weight)");
+  o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3: factor")
+                       ->capture_default_str();
+  o->rope_low = cmd->add_option("--rope-low-freq-factor", s.rope_low_freq_factor,
+                                "llama3: low frequency factor")->capture_default_str();
+  o->rope_high = cmd->add_option("--rope-high-freq-factor", s.rope_high_freq_factor,
+                                 "llama3: high frequency factor")->capture_default_str();
+  o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
+                                 "llama3: original context length")->capture_default_str();
   cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");

@@ -1,10 +1,11 @@
-// Llama-family decoder models (architectures `llama` and `qwen2`) and a session that runs one
+// Llama-family decoder models (architectures `llama`, `qwen2` and `qwen3`) and a session that runs one
 // prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
 // token-by-token decode with full attention over a pre-allocated KV cache.
 //
 // Forward pass per layer (llama.cpp's llm_build_llama / llm_build_qwen2):
 //   h = RMSNorm(x) * attn_norm;  q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   (qwen2: biases)
-//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2: rotate-half)
+//   qwen3: q, k = RMSNorm(q) * q_norm, RMSNorm(k) * k_norm per head (no biases)
+//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2, qwen3: rotate-half)
 //   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
 //   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
 //   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
@@ -29,7 +30,7 @@ struct ggml_tensor;
 
 namespace spattn::model {
 
-enum class Arch { llama, qwen2 };
+enum class Arch { llama, qwen2, qwen3 };
 const char* arch_name(Arch a);
 
 struct Config {
@@ -39,6 +40,10 @@ struct Config {
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
   bool rope_neox = false;  // rotate-half pairs (qwen2); false: adjacent pairs (llama "normal")
+  // Per-pair divisors of the RoPE frequencies (head_dim / 2 of them), or empty: the file's
+  // rope_freqs.weight, which is how Llama 3.1's "llama3" rope scaling reaches a GGUF (the
+  // converter turns factor, low / high frequency factors and original context into it).
+  std::vector<float> rope_freq_factors;
   // Throws Error naming the field when a size is not positive or heads do not divide.
   void validate() const;
 };
@@ -55,6 +60,7 @@ struct WeightRef {
 };
 struct LayerRefs {
   WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
+  WeightRef q_norm, k_norm;  // qwen3: per-head RMSNorm weights (head_dim values each)
 };
 struct ModelRefs {
   Config cfg;
@@ -85,6 +91,7 @@ class Model {
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
+    std::vector<float> q_norm, k_norm;  // empty: no per-head q/k norm (qwen3 has them)
     Weight wq, wk, wv, wo, gate, up, down;
   };
   const Layer& layer(int64_t i) const;
@@ -105,7 +112,7 @@ class Model {
   std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama` or `qwen2` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
+// Loads a `llama`, `qwen2` or `qwen3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
 // backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
 // Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);

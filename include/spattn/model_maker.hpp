@@ -1,17 +1,18 @@
 // Made-up llama-family models: a GGUF file of any shape with seeded random weights and a
 // small made-up vocabulary, so tests need no download and benchmarks can run at realistic
 // shapes (for example Llama-3.2-1B's). Tensor names, shapes and metadata keys are those
-// llama.cpp writes for the `llama` and `qwen2` architectures.
+// llama.cpp writes for the `llama`, `qwen2` and `qwen3` architectures.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "spattn/gguf.hpp"
 
 namespace spattn {
 
 struct ModelShape {
-  std::string arch = "llama";  // "llama" or "qwen2" (q/k/v biases)
+  std::string arch = "llama";  // "llama", "qwen2" (q/k/v biases) or "qwen3" (q/k head norms)
   int64_t layers = 2;
   int64_t dim = 64;            // embedding length
   int64_t heads = 4;
@@ -23,6 +24,11 @@ struct ModelShape {
   gguf::GgmlType type = gguf::GgmlType::f32;  // matrices and embedding; norms/biases are f32
   bool tied = false;           // no output.weight: the head reuses token_embd.weight
   float rope_base = 10000.0f;
+  // "llama3": Llama 3.1's RoPE frequency scaling, written as rope_freqs.weight (what
+  // llama.cpp's converter makes of HF's rope_scaling) from the four numbers below; "": none.
+  std::string rope_scaling;
+  float rope_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
+  int64_t rope_original_context = 8192;
   float rms_eps = 1e-5f;
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
@@ -34,10 +40,18 @@ struct ModelShape {
 // vocab 128256, rope base 500000, tied head, f16.
 ModelShape llama_3_2_1b_shape();
 // Llama-3.1-8B's shape: 32 layers, dim 4096, 32 heads, 8 kv heads, head dim 128, FFN 14336,
-// vocab 128256, rope base 500000, untied head, f16 (its RoPE frequency scaling is not made).
+// vocab 128256, rope base 500000, untied head, f16, llama3 rope scaling (factor 8, low / high
+// frequency factors 1 / 4, original context 8192: its config.json's rope_scaling).
 ModelShape llama_3_1_8b_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b"); Error for any other.
 ModelShape preset_shape(const std::string& name);
+
+// Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,
+// head dim and llama3 numbers, as llama.cpp's converter computes rope_freqs: pair p's
+// wavelength 2 pi / base^(-2p/d) below original_context / high_freq_factor keeps its
+// frequency (1), above original_context / low_freq_factor is slowed by `factor`, and in
+// between is blended: 1 / ((1 - s) / factor + s), s = (orig / wavelength - low) / (high - low).
+std::vector<float> llama3_rope_factors(const ModelShape& s);
 
 // Throws Error naming the field when the shape is not one a llama model can have.
 void check_shape(const ModelShape& s);

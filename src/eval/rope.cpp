@@ -1,18 +1,24 @@
 #include "eval/rope.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "spattn/error.hpp"
 
 namespace spattn::eval {
 
-RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style)
-    : max_pos_(max_pos), dim_(dim), theta_(theta),
+RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style,
+                     std::vector<float> freq_factors)
+    : max_pos_(max_pos), dim_(dim), theta_(theta), factors_(std::move(freq_factors)),
       first_(style == RopeStyle::adjacent ? 2 : 1),
       second_(style == RopeStyle::adjacent ? 1 : dim / 2) {
   SPATTN_CHECK(dim > 0 && dim % 2 == 0, "RoPE needs an even head dim, got ", dim);
   SPATTN_CHECK(theta > 1.0 && std::isfinite(theta), "rope_theta must be > 1, got ", theta);
   SPATTN_CHECK(max_pos >= 0, "RoPE table length must be >= 0");
+  SPATTN_CHECK(factors_.empty() || int64_t(factors_.size()) == dim / 2, "RoPE: ",
+               factors_.size(), " frequency factors for ", dim / 2, " pairs");
+  for (float f : factors_)
+    SPATTN_CHECK(std::isfinite(f) && f > 0, "RoPE: frequency factor ", f, " is not > 0");
   const int64_t P = pairs();
   cos_.resize(size_t(max_pos * P));
   sin_.resize(size_t(max_pos * P));
@@ -27,7 +33,8 @@ RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style
 }
 
 double RopeTable::frequency(int64_t pair) const {
-  return std::pow(theta_, -2.0 * double(pair) / double(dim_));
+  const double w = std::pow(theta_, -2.0 * double(pair) / double(dim_));
+  return factors_.empty() ? w : w / double(factors_[size_t(pair)]);
 }
 
 void RopeTable::rotate_add(float* dst, const float* src, int64_t pos, float coef,

@@ -14,7 +14,10 @@ enum class RopeStyle { neox, adjacent };
 class RopeTable {
  public:
   // cos/sin for positions [0, max_pos) and dim/2 pairs, angles computed in double.
-  RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style = RopeStyle::neox);
+  // freq_factors (empty, or one per pair): pair p's frequency is divided by factor p, as
+  // llama.cpp's ggml_rope_ext does with a model's rope_freqs (Llama 3.1's frequency scaling).
+  RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style = RopeStyle::neox,
+            std::vector<float> freq_factors = {});
   int64_t dim() const { return dim_; }
   int64_t pairs() const { return dim_ / 2; }
   double frequency(int64_t pair) const;  // radians per token
@@ -27,6 +30,7 @@ class RopeTable {
  private:
   int64_t max_pos_, dim_;
   double theta_;
+  std::vector<float> factors_;
   // Dimensions of pair p: (p * first_, p * first_ + second_).
   int64_t first_, second_;
   std::vector<float> cos_, sin_;  // [pos][pair]

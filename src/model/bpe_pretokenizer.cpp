@@ -1,10 +1,13 @@
-// Byte-level BPE pre-tokenizers and GPT-2's byte-to-character map. Each split is the regex
-// its model published (GPT-2's; Llama 3's, which llama.cpp calls llama-bpe; Qwen2's), run by
-// PCRE2 in UTF mode with Unicode properties (\p{L} letters, \p{N} numbers, \s white space),
+// Byte-level BPE pre-tokenizers and GPT-2's byte-to-character map. Each split is the list of
+// regexes its model published (GPT-2's; Llama 3's, which llama.cpp calls llama-bpe; Qwen2's,
+// Qwen3.5's, DeepSeek's, Falcon's, StarCoder's), run by PCRE2 in UTF mode with Unicode
+// properties (\p{L} letters, \p{N} numbers, \p{P} punctuation, \p{M} marks, \s white space),
 // so the character classes are the Unicode ones llama.cpp's splitter uses. Invalid UTF-8
 // never matches; such bytes become words of their own.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+
+#include <memory>
 
 #include "model/tokenizer_impl.hpp"
 #include "spattn/error.hpp"
@@ -13,38 +16,97 @@ namespace spattn {
 
 namespace {
 
-const char* pattern(PreTokenizer p) {
+// llama.cpp's custom splitter for GPT-2's expression also takes a lone white space that
+// (?!\S) leaves, so the trailing \s+ here gives the same words.
+#define SPATTN_GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+// The expressions of each split, applied one after the other: each one cuts every word the
+// previous ones left into its matches and the runs between them (llama.cpp's
+// unicode_regex_split). The lists are the models' published pre-tokenizers (their
+// tokenizer.json) as llama.cpp's llm_tokenizer_bpe writes them.
+std::vector<const char*> patterns(PreTokenizer p) {
   switch (p) {
     case PreTokenizer::gpt2:
-      return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+      return {SPATTN_GPT2_RE};
     case PreTokenizer::llama3:
-      return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
-             "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+              "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     case PreTokenizer::qwen2:
-      return "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-             "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+              "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    case PreTokenizer::qwen35:  // Qwen2's with combining marks (\p{M}) kept in words
+      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}"
+              "\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    case PreTokenizer::deepseek_llm:
+      return {
+      "[\r\n]",
+      "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+      "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+      "\\s+$",
+      "[一-龥ࠀ-一가-퟿]+",
+      "\\p{N}+",
+      };
+    case PreTokenizer::deepseek_coder:
+      return {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"};
+    case PreTokenizer::falcon:
+      return {"[\\p{P}\\$\\+<=>\\^~\\|`]+", SPATTN_GPT2_RE, "[0-9][0-9][0-9]"};
+    case PreTokenizer::starcoder:  // also refact and command-r: single digits, then GPT-2's
+      return {"\\p{N}", SPATTN_GPT2_RE};
   }
-  return "";
+  return {};
 }
 
+// One compiled expression; PCRE2 in UTF mode with Unicode properties, $ only at the very end
+// of a word (ECMAScript's $, which llama.cpp's std::regex uses).
 struct Regex {
   pcre2_code* code = nullptr;
-  explicit Regex(PreTokenizer p) {
-    const char* pat = pattern(p);
+  explicit Regex(const char* pat) {
     int err = 0;
     PCRE2_SIZE off = 0;
     code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat), PCRE2_ZERO_TERMINATED,
-                         PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, nullptr);
+                         PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | PCRE2_DOLLAR_ENDONLY,
+                         &err, &off, nullptr);
     if (!code) detail::fail("BPE pre-tokenizer: regex does not compile (PCRE2 error ", err, ")");
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // optional: falls back to the interpreter
   }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
   ~Regex() { pcre2_code_free(code); }
 };
 
-const Regex& regex(PreTokenizer p) {
-  static const Regex gpt2(PreTokenizer::gpt2), llama3(PreTokenizer::llama3),
-      qwen2(PreTokenizer::qwen2);
-  return p == PreTokenizer::llama3 ? llama3 : p == PreTokenizer::qwen2 ? qwen2 : gpt2;
+constexpr int kSplits = int(PreTokenizer::starcoder) + 1;
+
+const std::vector<std::unique_ptr<Regex>>& regexes(PreTokenizer p) {
+  static const auto all = [] {
+    std::vector<std::vector<std::unique_ptr<Regex>>> v(kSplits);
+    for (int i = 0; i < kSplits; ++i)
+      for (const char* pat : patterns(PreTokenizer(i))) v[size_t(i)].push_back(std::make_unique<Regex>(pat));
+    return v;
+  }();
+  return all[size_t(p)];
+}
+
+// Cuts `word` into the matches of `code` and the runs between them, appending to `out`.
+void split(std::string_view word, const pcre2_code* code, pcre2_match_data* md,
+           std::vector<std::string_view>& out) {
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(word.data());
+  size_t pos = 0;
+  while (pos < word.size()) {
+    const int rc = pcre2_match(code, subject, word.size(), pos, 0, md, nullptr);
+    if (rc < 0) {  // no match in the rest: one run
+      out.push_back(word.substr(pos));
+      break;
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+    if (ov[0] > pos) out.push_back(word.substr(pos, ov[0] - pos));  // the run before it
+    if (ov[1] == ov[0]) {  // no pattern matches empty, but never loop forever
+      out.push_back(word.substr(ov[0], 1));
+      pos = ov[0] + 1;
+      continue;
+    }
+    out.push_back(word.substr(ov[0], ov[1] - ov[0]));
+    pos = ov[1];
+  }
 }
 
 struct ByteMap {
@@ -82,29 +144,16 @@ int unicode_to_byte(uint32_t cp) {
 }
 
 std::vector<std::string_view> pretokenize(std::string_view text, PreTokenizer p) {
-  std::vector<std::string_view> words;
-  const pcre2_code* code = regex(p).code;
-  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
-  SPATTN_CHECK(md != nullptr, "BPE pre-tokenizer: out of memory");
-  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), pos, 0, md, nullptr);
-    if (rc < 0) {  // no match in the rest (only possible for invalid UTF-8)
-      words.push_back(text.substr(pos));
-      break;
-    }
-    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-    if (ov[0] > pos) words.push_back(text.substr(pos, ov[0] - pos));  // unmatched bytes
-    if (ov[1] == ov[0]) {  // the pattern cannot match empty, but never loop forever
-      words.push_back(text.substr(ov[0], 1));
-      pos = ov[0] + 1;
-      continue;
-    }
-    words.push_back(text.substr(ov[0], ov[1] - ov[0]));
-    pos = ov[1];
+  std::vector<std::string_view> words{text}, next;
+  if (text.empty()) return {};
+  for (const auto& re : regexes(p)) {
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re->code, nullptr);
+    SPATTN_CHECK(md != nullptr, "BPE pre-tokenizer: out of memory");
+    next.clear();
+    for (std::string_view w : words) split(w, re->code, md, next);
+    pcre2_match_data_free(md);
+    words.swap(next);
   }
-  pcre2_match_data_free(md);
   return words;
 }
 

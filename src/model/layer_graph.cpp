@@ -37,6 +37,14 @@ struct Builder {
     ggml_tensor* n = at(ggml_rms_norm(ctx, x, float(eps)), h);
     return at(ggml_mul(ctx, n, vec(w)), h);
   }
+  // RMSNorm(x) * w over each of the `heads` runs of w.size() values in every row, into y
+  // (qwen3's q/k norm: rows viewed as [head_dim, heads, n]).
+  ggml_tensor* head_norm(ggml_tensor* x, const std::vector<float>& w, int64_t heads, int64_t n,
+                         double eps, float* y) {
+    ggml_tensor* v = ggml_reshape_3d(ctx, x, int64_t(w.size()), heads, n);
+    ggml_tensor* nrm = at(ggml_rms_norm(ctx, v, float(eps)), y);
+    return at(ggml_mul(ctx, nrm, vec(w)), y);
+  }
   // W x (+ bias) into y.
   size_t weight_bytes = 0;
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
@@ -86,8 +94,14 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
   if (head) {
     const Model::Layer& L = m.layer(step.head);
     ggml_tensor* h = B.norm(x, L.attn_norm, c.rms_eps, b.h);
-    ggml_build_forward_expand(g, B.linear(L.wq, h, L.bq, b.q));
-    ggml_build_forward_expand(g, B.linear(L.wk, h, L.bk, b.k));
+    ggml_tensor* q = B.linear(L.wq, h, L.bq, b.q);
+    ggml_tensor* k = B.linear(L.wk, h, L.bk, b.k);
+    if (!L.q_norm.empty()) {  // qwen3: RMSNorm over each head's values, in place
+      q = B.head_norm(q, L.q_norm, c.n_head, n, c.rms_eps, b.q);
+      k = B.head_norm(k, L.k_norm, c.n_head_kv, n, c.rms_eps, b.k);
+    }
+    ggml_build_forward_expand(g, q);
+    ggml_build_forward_expand(g, k);
     ggml_build_forward_expand(g, B.linear(L.wv, h, L.bv, b.v));
   }
   if (step.logits) {

@@ -1,7 +1,8 @@
 // The forward pass's matrix work as ggml graphs over the session's row buffers, one graph
 // between two attentions: layer l's tail (x += Attn Wo; h = RMSNorm(x) * ffn_norm;
 // x += (SiLU(h Wgate) * (h Wup)) Wdown) and layer l+1's head (h = RMSNorm(x) * attn_norm;
-// q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)), or the model's head (logits). One graph is one
+// q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv); qwen3: q, k RMS-normed per head), or the
+// model's head (logits). One graph is one
 // wake-up of the thread pool; llama.cpp runs the same ops (its products, RMSNorm and SwiGLU).
 #pragma once
 #include <cstddef>

@@ -1,6 +1,7 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2). The file is read through the memory-mapped reader and the Model keeps the
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3). The file is read through the memory-mapped reader and the Model keeps the
 // mapping: its matrices are read in place.
+#include <cstring>
 #include <string>
 
 #include "spattn/error.hpp"
@@ -39,8 +40,10 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::llama;
   } else if (arch == "qwen2") {
     c.arch = Arch::qwen2;
+  } else if (arch == "qwen3") {
+    c.arch = Arch::qwen3;
   } else {
-    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2)");
+    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2, qwen3)");
   }
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
@@ -59,7 +62,27 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   if (f.has(key("rope.dimension_count")))
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
-  c.rope_neox = c.arch == Arch::qwen2;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
+  c.rope_neox = c.arch != Arch::llama;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
+  // Scalings llama.cpp reads from metadata (linear, yarn, longrope) change every angle; spattn
+  // runs none of them, so a file that asks for one is refused rather than run unscaled.
+  if (f.has(key("rope.scaling.type"))) {
+    const std::string st = f.get_string(key("rope.scaling.type"));
+    SPATTN_CHECK(st == "none", f.name(), ": ", key("rope.scaling.type"), " '", st,
+                 "' is not supported (spattn runs Llama 3.1's scaling, given as rope_freqs.weight)");
+  }
+  // Llama 3.1's scaling: per-pair frequency divisors in rope_freqs.weight (llama.cpp's
+  // LLM_TENSOR_ROPE_FREQS, which only its llama-family graphs read).
+  if (c.arch == Arch::llama) {
+    if (const gguf::File::Tensor* t = f.find_tensor("rope_freqs.weight")) {
+      SPATTN_CHECK(t->type == gguf::GgmlType::f32 && t->ne.size() == 1, f.name(),
+                   ": rope_freqs.weight must be a 1-D f32 tensor, got ", t->ne.size(), "-D ",
+                   gguf::type_name(t->type));
+      SPATTN_CHECK(t->ne[0] == c.head_dim / 2, f.name(), ": rope_freqs.weight has ", t->ne[0],
+                   " values, expected head dim / 2 = ", c.head_dim / 2);
+      c.rope_freq_factors.resize(size_t(t->ne[0]));
+      std::memcpy(c.rope_freq_factors.data(), t->data, c.rope_freq_factors.size() * sizeof(float));
+    }
+  }
   const gguf::File::Tensor& emb = f.tensor("token_embd.weight");
   SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": token_embd.weight must be 2-D");
   c.n_vocab = emb.ne[1];
@@ -82,6 +105,10 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.bq = ref(f, b + "attn_q.bias");
       L.bk = ref(f, b + "attn_k.bias");
       L.bv = ref(f, b + "attn_v.bias");
+    }
+    if (c.arch == Arch::qwen3) {
+      L.q_norm = ref(f, b + "attn_q_norm.weight");
+      L.k_norm = ref(f, b + "attn_k_norm.weight");
     }
     L.ffn_norm = ref(f, b + "ffn_norm.weight");
     L.gate = ref(f, b + "ffn_gate.weight");

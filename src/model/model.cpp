@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -17,7 +18,14 @@
 
 namespace spattn::model {
 
-const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "qwen2"; }
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::llama: return "llama";
+    case Arch::qwen2: return "qwen2";
+    case Arch::qwen3: return "qwen3";
+  }
+  return "?";
+}
 
 void Config::validate() const {
   auto pos = [](int64_t v, const char* name) {
@@ -38,6 +46,12 @@ void Config::validate() const {
   SPATTN_CHECK(rms_eps > 0 && rms_eps < 1, "model: layer_norm_rms_epsilon must be in (0, 1), got ",
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);
+  SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
+               "model: rope_freqs.weight has ", rope_freq_factors.size(),
+               " values, expected head dim / 2 = ", head_dim / 2);
+  for (float f : rope_freq_factors)
+    SPATTN_CHECK(std::isfinite(f) && f > 0, "model: rope_freqs.weight holds ", f,
+                 " (frequency divisors must be finite and > 0)");
 }
 
 namespace {
@@ -222,6 +236,10 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
     L.wk = m.mat(r.wk, b + "attn_k.weight", Hkv * hd, D);
     L.wv = m.mat(r.wv, b + "attn_v.weight", Hkv * hd, D);
     L.wo = m.mat(r.wo, b + "attn_output.weight", D, Hq * hd);
+    if (c.arch == Arch::qwen3) {
+      L.q_norm = m.vec(r.q_norm, b + "attn_q_norm.weight", hd);
+      L.k_norm = m.vec(r.k_norm, b + "attn_k_norm.weight", hd);
+    }
     if (bias) {
       L.bq = m.vec(r.bq, b + "attn_q.bias", Hq * hd);
       L.bk = m.vec(r.bk, b + "attn_k.bias", Hkv * hd);

@@ -2,6 +2,7 @@
 #include "spattn/model_maker.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -159,6 +160,11 @@ ModelShape llama_3_1_8b_shape() {
   s.head_dim = 128;
   s.ffn = 14336;
   s.tied = false;  // Llama-3.1-8B stores output.weight
+  s.rope_scaling = "llama3";
+  s.rope_factor = 8.0f;
+  s.rope_low_freq_factor = 1.0f;
+  s.rope_high_freq_factor = 4.0f;
+  s.rope_original_context = 8192;
   return s;
 }
 
@@ -168,9 +174,30 @@ ModelShape preset_shape(const std::string& name) {
   detail::fail("--preset must be llama-3.2-1b or llama-3.1-8b, got '", name, "'");
 }
 
+std::vector<float> llama3_rope_factors(const ModelShape& s) {
+  const int64_t d = s.head_dim_or_default();
+  const double low_wavelen = double(s.rope_original_context) / s.rope_low_freq_factor;
+  const double high_wavelen = double(s.rope_original_context) / s.rope_high_freq_factor;
+  std::vector<float> f;
+  for (int64_t p = 0; p < d / 2; ++p) {
+    const double freq = std::pow(double(s.rope_base), -2.0 * double(p) / double(d));
+    const double wavelen = 2 * M_PI / freq;
+    if (wavelen < high_wavelen) {
+      f.push_back(1.0f);
+    } else if (wavelen > low_wavelen) {
+      f.push_back(s.rope_factor);
+    } else {
+      const double sm = (double(s.rope_original_context) / wavelen - s.rope_low_freq_factor) /
+                        (s.rope_high_freq_factor - s.rope_low_freq_factor);
+      f.push_back(float(1.0 / ((1 - sm) / s.rope_factor + sm)));
+    }
+  }
+  return f;
+}
+
 void check_shape(const ModelShape& s) {
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2", "model: --arch must be llama or qwen2, got '",
-               s.arch, "'");
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3",
+               "model: --arch must be llama, qwen2 or qwen3, got '", s.arch, "'");
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
   SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
@@ -187,6 +214,22 @@ void check_shape(const ModelShape& s) {
                s.context);
   SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
   SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
+  SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3",
+               "model: --rope-scaling must be none or llama3, got '", s.rope_scaling, "'");
+  if (s.rope_scaling == "llama3") {
+    SPATTN_CHECK(s.arch == "llama", "model: llama3 rope scaling is for --arch llama (llama.cpp "
+                 "reads rope_freqs.weight there), got '", s.arch, "'");
+    SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
+                 "model: --rope-factor must be >= 1, got ", s.rope_factor);
+    SPATTN_CHECK(std::isfinite(s.rope_low_freq_factor) && s.rope_low_freq_factor > 0 &&
+                     std::isfinite(s.rope_high_freq_factor) &&
+                     s.rope_high_freq_factor > s.rope_low_freq_factor,
+                 "model: rope frequency factors need 0 < low < high, got low ",
+                 s.rope_low_freq_factor, ", high ", s.rope_high_freq_factor);
+    SPATTN_CHECK(s.rope_original_context >= 1 && s.rope_original_context <= 1 << 24,
+                 "model: --rope-original-context must be in [1, 2^24], got ",
+                 s.rope_original_context);
+  }
   SPATTN_CHECK(s.tokenizer.empty() || s.tokenizer == "gpt2" || s.tokenizer == "llama",
                "model: --tokenizer must be gpt2 or llama, got '", s.tokenizer, "'");
   SPATTN_CHECK(s.tokenizer != "gpt2" || s.vocab >= 257,
@@ -201,7 +244,9 @@ int64_t parameter_count(const ModelShape& s) {
   const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
   int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
-  return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer;
+  if (s.arch == "qwen3") per_layer += 2 * hd;
+  const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : 0;
+  return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
 
 void make_model(const std::string& path, const ModelShape& s) {
@@ -245,6 +290,10 @@ void make_model(const std::string& path, const ModelShape& s) {
     }
     add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(q)));
+    if (a == "qwen3") {  // per-head q/k RMSNorm weights
+      add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
+      add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
+    }
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
     add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
@@ -252,6 +301,12 @@ void make_model(const std::string& path, const ModelShape& s) {
                1.0f / std::sqrt(float(s.ffn)));
   }
   add_random(w, "output_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+  if (s.rope_scaling == "llama3") {
+    const std::vector<float> f = llama3_rope_factors(s);
+    w.add_tensor("rope_freqs.weight", f32, {int64_t(f.size())}, [f](int64_t, uint8_t* dst) {
+      std::memcpy(dst, f.data(), f.size() * sizeof(float));
+    });
+  }
   if (!s.tied) add_random(w, "output.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, in_sd);
   w.write(path);
 }

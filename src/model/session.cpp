@@ -86,7 +86,8 @@ struct Session::Impl {
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)),
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
-             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent),
+             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
+             cfg.rope_freq_factors),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v) {
     make_h2o();

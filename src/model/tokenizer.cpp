@@ -50,6 +50,43 @@ std::string bpe_unmap(const std::string& s) {
   return out;
 }
 
+constexpr const char* kPreTokenizerNames =
+    "gpt-2, phi-2, mpt, olmo, llama-bpe, llama3, llama-v3, falcon3, pixtral, dbrx, smaug-bpe, qwen2, "
+    "deepseek-r1-qwen, stablelm2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, "
+    "command-r, smollm, codeshell, exaone, minerva-7b";
+
+// tokenizer.ggml.pre -> the split and whether whole-word tokens bypass the merges, as
+// llama.cpp's llama_vocab::load maps them; false for a name not in kPreTokenizerNames.
+bool pre_tokenizer_named(const std::string& pre, PreTokenizer& split, bool& ignore_merges) {
+  struct Entry {
+    const char* name;
+    PreTokenizer split;
+    bool ignore_merges;
+  };
+  static constexpr Entry kTable[] = {
+      {"gpt-2", PreTokenizer::gpt2, false},         {"phi-2", PreTokenizer::gpt2, false},
+      {"mpt", PreTokenizer::gpt2, false},           {"olmo", PreTokenizer::gpt2, false},
+      {"llama-bpe", PreTokenizer::llama3, true},    {"llama3", PreTokenizer::llama3, true},
+      {"llama-v3", PreTokenizer::llama3, true},     {"falcon3", PreTokenizer::llama3, true},
+      {"pixtral", PreTokenizer::llama3, true},      {"dbrx", PreTokenizer::llama3, false},
+      {"smaug-bpe", PreTokenizer::llama3, false},   {"qwen2", PreTokenizer::qwen2, false},
+      {"deepseek-r1-qwen", PreTokenizer::qwen2, false}, {"stablelm2", PreTokenizer::qwen2, false},
+      {"qwen35", PreTokenizer::qwen35, false},      {"deepseek-llm", PreTokenizer::deepseek_llm, false},
+      {"deepseek-coder", PreTokenizer::deepseek_coder, false},
+      {"falcon", PreTokenizer::falcon, false},      {"starcoder", PreTokenizer::starcoder, false},
+      {"refact", PreTokenizer::starcoder, false},   {"command-r", PreTokenizer::starcoder, false},
+      {"smollm", PreTokenizer::starcoder, false},   {"codeshell", PreTokenizer::starcoder, false},
+      {"exaone", PreTokenizer::starcoder, false},   {"minerva-7b", PreTokenizer::starcoder, false},
+  };
+  for (const Entry& e : kTable)
+    if (pre == e.name) {
+      split = e.split;
+      ignore_merges = e.ignore_merges;
+      return true;
+    }
+  return false;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -111,13 +148,11 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t->add_space_prefix = false;
     std::fill(std::begin(t->byte_ids), std::end(t->byte_ids), -1);
     // The word split: absent means GPT-2's. Other splits would give other ids silently, so
-    // names spattn does not implement are refused.
+    // names spattn does not implement are refused. The names are llama.cpp's.
     const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
-    if (pre == "gpt-2") t->pre = PreTokenizer::gpt2;
-    else if (pre == "llama-bpe" || pre == "llama3") t->pre = PreTokenizer::llama3;
-    else if (pre == "qwen2") t->pre = PreTokenizer::qwen2;
-    else detail::fail(path, ": tokenizer.ggml.pre '", pre,
-                      "' is not supported (spattn splits words as gpt-2, llama-bpe or qwen2)");
+    if (!pre_tokenizer_named(pre, t->pre, t->ignore_merges))
+      detail::fail(path, ": tokenizer.ggml.pre '", pre, "' is not supported (spattn splits words as ",
+                   kPreTokenizerNames, ")");
     SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
                  ": a gpt2 tokenizer needs tokenizer.ggml.merges");
     const std::vector<std::string_view> merges = f.get_string_views("tokenizer.ggml.merges");
@@ -168,7 +203,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
     std::string_view text;
     int32_t id;  // -1: plain text
   };
-  std::vector<Frag> frags{{text, -1}};
+  // No text, no fragment: an empty prompt is no tokens, even with a space prefix (llama.cpp).
+  std::vector<Frag> frags;
+  if (!text.empty()) frags.push_back({text, -1});
   for (int32_t id : t.special) {
     const TokenType ty = t.types[size_t(id)];
     if (!parse_special && ty != TokenType::user_defined) continue;

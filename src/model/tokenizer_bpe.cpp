@@ -1,7 +1,8 @@
 // Byte-level BPE encoding as llama.cpp's llm_tokenizer_bpe does it: the pre-tokenizer
 // cuts the text into words; each word's bytes become GPT-2's printable stand-in characters;
 // the adjacent pair with the lowest merge rank (leftmost on ties) is merged until no ranked
-// pair is left; each symbol is then its vocabulary id.
+// pair is left; each symbol is then its vocabulary id. With ignore_merges (Llama 3) a word that
+// is a vocabulary token is that token at once.
 #include <optional>
 
 #include "model/pair_merge.hpp"
@@ -16,6 +17,12 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   for (std::string_view w : pretokenize(text, pre)) {
     word.clear();
     for (char c : w) word += byte_to_unicode(uint8_t(c));
+    if (ignore_merges) {
+      if (const int32_t id = find(word); id >= 0) {
+        out.push_back(id);
+        continue;
+      }
+    }
     sym.clear();
     for (size_t off = 0; off < word.size();) {
       const size_t n = std::min(utf8_len(uint8_t(word[off])), word.size() - off);

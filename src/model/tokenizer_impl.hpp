@@ -9,8 +9,9 @@
 
 namespace spattn {
 
-// The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre.
-enum class PreTokenizer { gpt2, llama3, qwen2 };
+// The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre (several names
+// may share one split: starcoder is also refact's and command-r's).
+enum class PreTokenizer { gpt2, llama3, qwen2, qwen35, deepseek_llm, deepseek_coder, falcon, starcoder };
 
 struct Tokenizer::Impl {
   Kind kind = Kind::spm;
@@ -24,6 +25,9 @@ struct Tokenizer::Impl {
   int32_t bos = -1, eos = -1, eot = -1, unk = -1;
   bool add_bos = false;
   bool add_space_prefix = false;
+  // BPE: a word that is itself a vocabulary token is that token, whatever the merges would
+  // make of it (Llama 3's tokenizer.json sets ignore_merges; llama.cpp does this for it).
+  bool ignore_merges = false;
   int32_t byte_ids[256];  // SPM: the id of <0xXX>, or -1
 
   int32_t find(std::string_view s) const {

@@ -1,0 +1,182 @@
+// Architectures beyond the base llama / qwen2 layouts, in files: Llama 3.1's rope scaling
+// (rope_freqs.weight written by make-model, read by the loader), and the bad files each
+// architecture must refuse with a named Error (exit 2 from `spattn run`): a tensor the arch
+// needs missing, rope_freqs of the wrong length, an unknown architecture, a rope scaling type
+// spattn does not run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli_run.hpp"
+#include "gguf_edit.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/model.hpp"
+#include "spattn/model_maker.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using spattn::ModelShape;
+using spattn::gguf::File;
+
+fs::path temp_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path d = fs::path(::testing::TempDir()) / (std::string("spattn_arch_") + info->name());
+  fs::create_directories(d);
+  return d;
+}
+
+ModelShape small(const std::string& arch) {
+  ModelShape s;
+  s.arch = arch;
+  s.layers = 2, s.dim = 64, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.vocab = 300;
+  return s;
+}
+
+// `spattn run` on `path` exits 2 with every one of `parts` in its message.
+void expect_run_refuses(const fs::path& d, const std::string& path,
+                        const std::vector<std::string>& parts) {
+  const auto r = spattn::test::run_spattn("run -m " + path + " -p hi -n 1", d);
+  EXPECT_TRUE(r.exited()) << path << ": " << r.err;
+  EXPECT_EQ(r.code(), 2) << path << ": " << r.err;
+  EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
+  for (const std::string& p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << r.err;
+  EXPECT_THROW(spattn::model::load_model(path), spattn::Error) << path;
+}
+
+TEST(ModelArch, Llama3RopeScalingIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("llama");
+  s.rope_scaling = "llama3";
+  s.rope_base = 500000.0f;
+  s.rope_original_context = 64;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  const File::Tensor& t = f.tensor("rope_freqs.weight");
+  ASSERT_EQ(t.ne, std::vector<int64_t>{16});
+  const std::vector<float> want = spattn::llama3_rope_factors(s);
+  ASSERT_EQ(want.size(), 16u);
+  // llama.cpp reads llama3 scaling from the tensor only (no rope.scaling.type key).
+  EXPECT_FALSE(f.has("llama.rope.scaling.type"));
+  // Head dim 32, base 5e5, original context 64: wavelengths from 2 pi up, so some pairs keep
+  // their frequency, some are blended, the slowest are divided by the factor 8.
+  EXPECT_EQ(want.front(), 1.0f);
+  EXPECT_EQ(want.back(), 8.0f);
+  EXPECT_TRUE(std::any_of(want.begin(), want.end(), [](float x) { return x > 1 && x < 8; }));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  EXPECT_EQ(m.config().rope_freq_factors, want);
+  // The factors follow the converter's formula: blended pairs lie between the two ends and
+  // never fall as the wavelength grows.
+  for (size_t i = 1; i < want.size(); ++i) EXPECT_GE(want[i], want[i - 1]);
+  // Without scaling no tensor is written and none is read.
+  s.rope_scaling.clear();
+  spattn::make_model(p, s);
+  EXPECT_EQ(File::open(p).find_tensor("rope_freqs.weight"), nullptr);
+  EXPECT_TRUE(spattn::model::load_model(p).config().rope_freq_factors.empty());
+}
+
+TEST(ModelArch, Llama31PresetHasItsRopeScaling) {
+  const ModelShape s = spattn::preset_shape("llama-3.1-8b");
+  EXPECT_EQ(s.rope_scaling, "llama3");
+  EXPECT_EQ(s.rope_factor, 8.0f);
+  EXPECT_EQ(s.rope_low_freq_factor, 1.0f);
+  EXPECT_EQ(s.rope_high_freq_factor, 4.0f);
+  EXPECT_EQ(s.rope_original_context, 8192);
+  // Llama-3.1-8B's published parameter count, plus rope_freqs' 64 values.
+  EXPECT_EQ(spattn::parameter_count(s), 8030261248 + 64);
+  ModelShape bad = small("qwen2");
+  bad.rope_scaling = "llama3";
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+  bad = small("llama");
+  bad.rope_scaling = "yarn";
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+  bad.rope_scaling = "llama3";
+  bad.rope_high_freq_factor = bad.rope_low_freq_factor;
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+}
+
+TEST(ModelArch, BadFilesAreNamedErrorsExitTwo) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("llama");
+  s.rope_scaling = "llama3";
+  const std::string good = (d / "good.gguf").string();
+  spattn::make_model(good, s);
+  ASSERT_NO_THROW(spattn::model::load_model(good));
+  const File f = File::open(good);
+  auto edited = [&](const std::string& name, const spattn::test::GgufEdit& e) {
+    const std::string p = (d / name).string();
+    spattn::test::write_edited(f, p, e);
+    return p;
+  };
+  {  // A tensor the arch needs.
+    spattn::test::GgufEdit e;
+    e.drop_tensors = {"blk.1.ffn_up.weight"};
+    expect_run_refuses(d, edited("missing.gguf", e), {"tensor blk.1.ffn_up.weight is missing"});
+  }
+  {  // rope_freqs of the wrong length: 15 values for head dim 32.
+    spattn::test::GgufEdit e;
+    e.f32_tensors["rope_freqs.weight"] = std::vector<float>(15, 2.0f);
+    expect_run_refuses(d, edited("freqs15.gguf", e),
+                       {"rope_freqs.weight has 15 values, expected head dim / 2 = 16"});
+  }
+  {  // A zero divisor.
+    spattn::test::GgufEdit e;
+    e.f32_tensors["rope_freqs.weight"] = std::vector<float>(16, 0.0f);
+    expect_run_refuses(d, edited("freqs0.gguf", e), {"rope_freqs.weight holds 0"});
+  }
+  {  // An architecture spattn does not run.
+    spattn::test::GgufEdit e;
+    e.set_strings["general.architecture"] = "mamba";
+    expect_run_refuses(d, edited("mamba.gguf", e), {"architecture 'mamba' is not supported"});
+  }
+  {  // A rope scaling spattn does not run is refused, not run unscaled.
+    spattn::test::GgufEdit e;
+    e.set_strings["llama.rope.scaling.type"] = "yarn";
+    expect_run_refuses(d, edited("yarn.gguf", e), {"llama.rope.scaling.type 'yarn' is not supported"});
+  }
+}
+
+TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("qwen3");
+  s.head_dim = 48;  // heads x head dim (96) != dim (64), as in the real Qwen3 shapes
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(f.get_uint("qwen3.attention.key_length"), 48u);
+  for (const char* t : {"blk.1.attn_q_norm.weight", "blk.1.attn_k_norm.weight"})
+    EXPECT_EQ(f.tensor(t).ne, std::vector<int64_t>{48}) << t;
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.bias"), nullptr);  // no biases, unlike qwen2
+  EXPECT_EQ(f.tensor("blk.0.attn_q.weight").ne, (std::vector<int64_t>{64, 96}));
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  EXPECT_EQ(m.config().arch, spattn::model::Arch::qwen3);
+  EXPECT_TRUE(m.config().rope_neox);
+  EXPECT_EQ(m.layer(1).k_norm.size(), 48u);
+  EXPECT_TRUE(m.layer(0).bq.empty());
+  {  // qwen3 without a q norm: named, exit 2.
+    spattn::test::GgufEdit e;
+    e.drop_tensors = {"blk.0.attn_q_norm.weight"};
+    spattn::test::write_edited(f, (d / "noqnorm.gguf").string(), e);
+    expect_run_refuses(d, (d / "noqnorm.gguf").string(),
+                       {"tensor blk.0.attn_q_norm.weight is missing"});
+  }
+  // `make-model --arch qwen3` from the command line.
+  const auto r = spattn::test::run_spattn("make-model -o " + (d / "c.gguf").string() +
+                                              " --arch qwen3 --layers 1 --dim 32 --heads 2 "
+                                              "--kv-heads 1 --ffn 64 --vocab 300",
+                                          d);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("qwen3 1 layers"), std::string::npos) << r.out;
+  EXPECT_NE(File::open((d / "c.gguf").string()).find_tensor("blk.0.attn_k_norm.weight"), nullptr);
+}
+
+}  // namespace
