@@ -6,7 +6,9 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/threading.hpp"
@@ -55,6 +57,15 @@ void Config::validate() const {
 }
 
 namespace {
+
+// ggml's default logger prints every level, so each load printed a line per repacked matrix
+// (ggml's debug level); llama.cpp's logger drops debug unless asked. Info and above go to
+// stderr, with the lines that continue them.
+void ggml_log_info_and_above(ggml_log_level level, const char* text, void*) {
+  static thread_local ggml_log_level last = GGML_LOG_LEVEL_INFO;
+  if (level != GGML_LOG_LEVEL_CONT) last = level;
+  if (last >= GGML_LOG_LEVEL_INFO) std::fputs(text, stderr);
+}
 
 // ggml's CPU buffer type that repacks weights into interleaved rows for its faster products
 // (llama.cpp's default), or null where this ggml has none.
@@ -251,6 +262,8 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
     L.down = m.mat(r.down, b + "ffn_down.weight", D, c.n_ff);
     m.layers.push_back(std::move(L));
   }
+  static std::once_flag log_once;
+  std::call_once(log_once, [] { ggml_log_set(ggml_log_info_and_above, nullptr); });
   m.repack(resolve_threads(0));
 }
 
