@@ -222,13 +222,12 @@ TEST(TokenizerMadeUp, SpmMergesByScoreAndFallsBackToBytes) {
   expect_round_trips(t, "made-up spm");
 }
 
-TEST(TokenizerMadeUp, BpeMergesByRank) {
-  // Byte-level: the 256 stand-in characters, then merges "a b" (rank 0), "b c" (rank 1),
-  // "ab c" (rank 2), and "Ġ a" (rank 3).
-  std::vector<std::string> toks;
+// "<|endoftext|>", then GPT-2's 256 byte stand-in characters (ids 1-256), built the way GPT-2
+// does, independently of the library.
+std::vector<std::string> bpe_byte_tokens() {
+  std::vector<std::string> toks{"<|endoftext|>"};
   int extra = 0;
   for (int b = 0; b < 256; ++b) {
-    // Build the stand-ins the same way GPT-2 does, independently of the library.
     const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
     const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
     std::string s;
@@ -236,7 +235,13 @@ TEST(TokenizerMadeUp, BpeMergesByRank) {
     else s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
     toks.push_back(s);
   }
-  toks.insert(toks.begin(), "<|endoftext|>");
+  return toks;
+}
+
+TEST(TokenizerMadeUp, BpeMergesByRank) {
+  // Byte-level: the 256 stand-in characters, then merges "a b" (rank 0), "b c" (rank 1),
+  // "ab c" (rank 2), and "Ġ a" (rank 3).
+  std::vector<std::string> toks = bpe_byte_tokens();
   for (const char* p : {"ab", "bc", "abc", "\xc4\xa0" "a"}) toks.push_back(p);
   std::vector<int32_t> types(toks.size(), 1);
   types[0] = 3;
@@ -258,6 +263,27 @@ TEST(TokenizerMadeUp, BpeMergesByRank) {
   EXPECT_EQ(t.encode(" a", false, false), (Ids{260}));
   EXPECT_EQ(t.encode("bc", false, false), (Ids{258}));
   expect_round_trips(t, "made-up bpe");
+}
+
+TEST(TokenizerMadeUp, BpeMergeTablesKeepLlamaCppsRules) {
+  // "x y" makes "xy", which is no token, and "xy z" merges it on to "xyz"; "p q" is listed
+  // twice (ranks 2 and 4: the first counts, so p+q beats q+r at rank 3); "pq" is listed twice
+  // as a token (the later id counts).
+  std::vector<std::string> toks = bpe_byte_tokens();
+  for (const char* p : {"xyz", "pq", "qr", "pq"}) toks.push_back(p);  // ids 257-260
+  Writer w;
+  w.set("tokenizer.ggml.model", "gpt2");
+  w.set("tokenizer.ggml.tokens", toks);
+  w.set("tokenizer.ggml.merges",
+        std::vector<std::string>{"x y", "xy z", "p q", "q r", "p q"});
+  const std::vector<uint8_t> b = w.bytes();
+  const File f = File::from_memory(b.data(), b.size());
+  const Tokenizer t = Tokenizer::from_gguf(f);
+  EXPECT_EQ(t.encode("xyz", false, false), (Ids{257}));
+  // x+y merges, but "xy" is no token: its characters, one by one.
+  EXPECT_EQ(t.encode("xy", false, false), (Ids{1 + 'x', 1 + 'y'}));
+  EXPECT_EQ(t.encode("pqr", false, false), (Ids{260, 1 + 'r'}));
+  EXPECT_EQ(t.encode("qr", false, false), (Ids{259}));
 }
 
 TEST(TokenizerMadeUp, BadMetadataIsNamed) {

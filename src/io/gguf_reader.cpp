@@ -144,9 +144,8 @@ struct MetaValue {
   ValueType type = ValueType::u8;
   ValueType elem = ValueType::u8;  // arrays only
   uint64_t count = 0;              // arrays only
-  const uint8_t* data = nullptr;   // scalar payload, or the first element of a scalar array
+  const uint8_t* data = nullptr;   // scalar payload, or the first element of an array
   std::string_view str;            // strings
-  std::vector<std::string_view> strs;  // string arrays
 };
 
 struct File::Impl {
@@ -192,6 +191,7 @@ class Cursor {
   explicit Cursor(const File::Impl& f) : f_(f) {}
   size_t pos() const { return pos_; }
   size_t left() const { return f_.size - pos_; }
+  const uint8_t* base_at() const { return f_.base + pos_; }
 
   const uint8_t* take(uint64_t n, const char* what) {
     if (n > left()) {
@@ -292,8 +292,10 @@ void File::Impl::parse() {
         fail_at(c.pos(), "array '" + printable(key) + "' of " + std::to_string(v.count) + " " +
                              value_type_name(v.elem) + " runs past the end of the file");
       if (v.elem == ValueType::string) {
-        v.strs.reserve(size_t(v.count));
-        for (uint64_t j = 0; j < v.count; ++j) v.strs.push_back(c.string("array string"));
+        // Checked here, read again on demand (get_string_views): a 128K-token vocabulary and
+        // its 280K merges would otherwise hold 6.5 MB of views for the file's lifetime.
+        v.data = c.base_at();
+        for (uint64_t j = 0; j < v.count; ++j) c.string("array string");
       } else {
         v.data = c.take(v.count * min_size, "array data");
       }
@@ -527,7 +529,17 @@ std::vector<std::string_view> File::get_string_views(std::string_view key) const
   const MetaValue& v = impl_->get(key);
   if (v.type != ValueType::array || v.elem != ValueType::string)
     impl_->mistyped(key, v, "an array of string");
-  return v.strs;
+  // Every length and byte was bounds-checked when the file was parsed.
+  std::vector<std::string_view> out;
+  out.reserve(size_t(v.count));
+  const uint8_t* p = v.data;
+  for (uint64_t j = 0; j < v.count; ++j) {
+    uint64_t len;
+    std::memcpy(&len, p, 8);
+    out.emplace_back(reinterpret_cast<const char*>(p + 8), size_t(len));
+    p += 8 + len;
+  }
+  return out;
 }
 
 std::vector<std::string> File::get_string_array(std::string_view key) const {

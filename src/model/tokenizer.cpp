@@ -94,6 +94,22 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+void Tokenizer::Impl::index_tokens() {
+  size_t cap = 16;
+  while (cap < 2 * tokens.size()) cap *= 2;
+  id_slots.assign(cap, -1);
+  const size_t mask = cap - 1;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    for (size_t i = std::hash<std::string_view>{}(tokens[id]) & mask;; i = (i + 1) & mask) {
+      int32_t& slot = id_slots[i];
+      if (slot < 0 || tokens[size_t(slot)] == tokens[id]) {
+        slot = int32_t(id);  // a text listed twice: the later id, as llama.cpp
+        break;
+      }
+    }
+  }
+}
+
 Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   auto t = std::make_unique<Impl>();
   const std::string& path = f.name();
@@ -123,8 +139,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     for (size_t i = 0; i < n; ++i)
       t->types[i] = ty[i] >= 0 && ty[i] <= 6 ? TokenType(ty[i]) : TokenType::undefined;
   }
-  t->to_id.reserve(n);
-  for (size_t i = 0; i < n; ++i) t->to_id[t->tokens[i]] = int32_t(i);
+  t->index_tokens();
 
   const int32_t nv = int32_t(n);
   if (t->kind == Kind::spm) {
@@ -155,15 +170,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
                    kPreTokenizerNames, ")");
     SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
                  ": a gpt2 tokenizer needs tokenizer.ggml.merges");
-    const std::vector<std::string_view> merges = f.get_string_views("tokenizer.ggml.merges");
-    t->merge_rank.reserve(merges.size());
-    for (size_t r = 0; r < merges.size(); ++r) {
-      // "left right"; the search starts at 1 so that a left part may itself begin with ' '.
-      const size_t sp = merges[r].size() > 1 ? merges[r].find(' ', 1) : std::string_view::npos;
-      SPATTN_CHECK(sp != std::string_view::npos && sp + 1 < merges[r].size(), path,
-                   ": tokenizer.ggml.merges entry ", r, " is not 'left right'");
-      t->merge_rank.emplace(std::string(merges[r]), int32_t(r));
-    }
+    t->set_merges(f.get_string_views("tokenizer.ggml.merges"), path);
   }
   t->eot = optional_id(f, "tokenizer.ggml.eot_token_id", -1, nv);
   if (f.has("tokenizer.ggml.add_bos_token")) t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
