@@ -19,11 +19,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "cli_run.hpp"
 #include "models_dir.hpp"
 #include "serve/chat_prompt.hpp"
+#include "serve/metrics.hpp"
 #include "serve/request.hpp"
 #include "serve/server.hpp"
 #include "serve/slot.hpp"
@@ -390,6 +392,81 @@ TEST(Serve, BadRequestsGet400AndTheServerServesOn) {
   const std::vector<int32_t> fill(128, 300);
   const json full = ok_json(post(c, "/v1/completions", json{{"prompt", fill}, {"temperature", 0}}.dump()));
   EXPECT_LE(full["usage"]["completion_tokens"].get<int64_t>(), 1);
+}
+
+// The value of one sample line ("NAME VALUE") of a Prometheus text page, or -1.
+double metric(const std::string& page, const std::string& name) {
+  size_t at = 0;
+  while ((at = page.find(name + " ", at)) != std::string::npos) {
+    if (at == 0 || page[at - 1] == '\n') return std::stod(page.substr(at + name.size() + 1));
+    at += name.size();
+  }
+  return -1;
+}
+
+TEST(Serve, MetricsCountWhatRanOnlyWithTheFlag) {
+  NEED_STORIES();
+  {
+    Running srv(options(), *model);
+    auto c = srv.client();
+    const auto r = c.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 501);  // as llama-server without --metrics
+    EXPECT_NE(r->body.find("--metrics"), std::string::npos);
+  }
+  serve::ServeOptions o = options();
+  o.metrics = true;
+  Running srv(o, *model);
+  auto c = srv.client();
+  const std::string empty = c.Get("/metrics")->body;
+  EXPECT_EQ(metric(empty, "spattn:prompt_tokens_total"), 0);
+  EXPECT_EQ(metric(empty, "spattn:time_to_first_token_seconds_count"), 0);
+  EXPECT_EQ(metric(empty, "spattn:time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 0);
+
+  const json a = ok_json(post(c, "/v1/completions",
+                              R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})"));
+  const json b = ok_json(post(c, "/v1/completions",
+                              R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
+                                  "spattn": {"attn": "chunked_h2o"}})"));
+  const auto bad = post(c, "/v1/completions", "{not json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(c.Get("/no/such/route")->status, 404);
+
+  const auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
+  const std::string& m = r->body;
+  const int64_t prompt = a["usage"]["prompt_tokens"].get<int64_t>() +
+                         b["usage"]["prompt_tokens"].get<int64_t>();
+  const int64_t cached = a["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0) +
+                         b["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0);
+  EXPECT_EQ(metric(m, "spattn:prompt_tokens_total"), double(prompt - cached));
+  EXPECT_EQ(metric(m, "spattn:prompt_cached_tokens_total"), double(cached));
+  EXPECT_EQ(metric(m, "spattn:tokens_predicted_total"),
+            double(a["usage"]["completion_tokens"].get<int64_t>() +
+                   b["usage"]["completion_tokens"].get<int64_t>()));
+  EXPECT_GT(metric(m, "spattn:prompt_seconds_total"), 0);
+  EXPECT_EQ(metric(m, "spattn:time_to_first_token_seconds_count"), 2);
+  EXPECT_EQ(metric(m, "spattn:time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 2);
+  EXPECT_EQ(metric(m, "spattn:decode_tokens_per_second_count"), 2);
+  EXPECT_EQ(metric(m, "spattn:requests_total{attn=\"dense\"}"), 1);
+  EXPECT_EQ(metric(m, "spattn:requests_total{attn=\"chunked_h2o\"}"), 1);
+  EXPECT_EQ(metric(m, "spattn:errors_total{status=\"400\"}"), 1);
+  EXPECT_EQ(metric(m, "spattn:errors_total{status=\"404\"}"), 1);
+  EXPECT_EQ(metric(m, "spattn:requests_processing"), 0);
+  EXPECT_EQ(metric(m, "spattn:requests_deferred"), 0);
+  EXPECT_GT(metric(m, "spattn:kv_cache_tokens"), 0);
+  // Buckets are cumulative: each at most the next.
+  double prev = 0;
+  for (double le : serve::Metrics::kTtftSeconds) {
+    std::ostringstream name;
+    name << "spattn:time_to_first_token_seconds_bucket{le=\"" << le << "\"}";
+    const double v = metric(m, name.str());
+    EXPECT_GE(v, prev) << name.str();
+    prev = v;
+  }
 }
 
 TEST(Serve, ApiKeyIsRequiredExceptForHealth) {

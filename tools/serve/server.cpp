@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "chat_prompt.hpp"
+#include "metrics.hpp"
 #include "openai.hpp"
 #include "request.hpp"
 #include "slot.hpp"
@@ -63,6 +64,7 @@ struct Server::Impl {
   mutable std::mutex admit_mutex;
   int64_t admitted = 0;  // requests running or waiting for the slot
   std::atomic<int64_t> next_id{0};
+  Metrics metrics;
 
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
       : o(opt), m(lm), slot(lm.model, lm.tokenizer, opt.r) {
@@ -98,9 +100,11 @@ struct Server::Impl {
 
   template <class F>
   httplib::Server::Handler guarded(F f) {
-    return [f](const httplib::Request& req, httplib::Response& res) {
+    Metrics* metrics = &this->metrics;
+    return [f, metrics](const httplib::Request& req, httplib::Response& res) {
       try {
         f(req, res);
+        return;
       } catch (const RequestError& e) {
         send_error(res, e.status, e.what(), e.type, e.param);
       } catch (const Error& e) {
@@ -110,6 +114,7 @@ struct Server::Impl {
       } catch (const std::exception& e) {
         send_error(res, 500, std::string("unexpected failure: ") + e.what(), "server_error");
       }
+      metrics->error(res.status);
     };
   }
 
@@ -121,6 +126,7 @@ struct Server::Impl {
           return httplib::Server::HandlerResponse::Unhandled;
         send_error(res, 401, "invalid or missing API key (Authorization: Bearer KEY)",
                    "authentication_error");
+        metrics.error(401);
         return httplib::Server::HandlerResponse::Handled;
       });
     // Errors httplib answers itself (no route, a body over the limit) get an error object too.
@@ -134,6 +140,7 @@ struct Server::Impl {
         send_error(res, 404, "no such route", "not_found_error");
       else
         send_error(res, res.status, "request failed", "invalid_request_error");
+      metrics.error(res.status);
       return httplib::Server::HandlerResponse::Handled;
     }));
     http.Get("/health", guarded([](const httplib::Request&, httplib::Response& res) {
@@ -143,6 +150,14 @@ struct Server::Impl {
       http.Get(path, guarded([this](const httplib::Request&, httplib::Response& res) {
                  send_json(res, 200, models());
                }));
+    http.Get("/metrics", guarded([this](const httplib::Request&, httplib::Response& res) {
+               if (!o.metrics)
+                 throw RequestError(501, "not_supported_error",
+                                    "this server has no metrics: start it with --metrics");
+               const int64_t admitted = in_flight(), processing = std::min<int64_t>(admitted, o.slots);
+               res.set_content(metrics.render(processing, admitted - processing, o.r.n_ctx),
+                               "text/plain; version=0.0.4; charset=utf-8");
+             }));
     http.Get("/props", guarded([this](const httplib::Request&, httplib::Response& res) {
                send_json(res, 200, props());
              }));
@@ -260,6 +275,7 @@ struct Server::Impl {
       std::lock_guard<std::mutex> l(slot_mutex);
       if (o.test_hook) o.test_hook("slot");
       const SlotResult r = slot.generate(*sr, {});
+      metrics.record(r.usage, slot.kv_tokens());
       send_json(res, 200, completion_json(id, created, model, chat, r.text, r.finish_reason, r.usage));
       return;
     }
@@ -311,6 +327,7 @@ struct Server::Impl {
         ev.cancelled = [&] { return w.gone(); };
         const SlotResult r = slot.generate(sr, ev);
         if (!r.cancelled) {
+          metrics.record(r.usage, slot.kv_tokens());
           w.event(chunk_json(id, created, model, chat, "", first, r.finish_reason, &r.usage));
           w.done();
         }
@@ -319,10 +336,13 @@ struct Server::Impl {
       // the prefill rolled back; nothing more to say to no one
     } catch (const RequestError& e) {
       w.event(error_json(e.what(), e.type, e.param));
+      metrics.error(e.status);
     } catch (const Error& e) {
       w.event(error_json(e.what(), "invalid_request_error", ""));
+      metrics.error(400);
     } catch (const std::exception& e) {
       w.event(error_json(std::string("unexpected failure: ") + e.what(), "server_error", ""));
+      metrics.error(500);
     }
     {
       std::lock_guard<std::mutex> l(tm);

@@ -1,6 +1,6 @@
 // `spattn serve`'s HTTP server: llama-server's routes over one loaded model (OpenAI's
 // /v1/completions, /v1/chat/completions, /v1/models; llama-server's /health, /props,
-// /tokenize, /detokenize), generation through one Slot at a time with a bounded queue of
+// /tokenize, /detokenize, /metrics with --metrics), generation through one Slot at a time with a bounded queue of
 // waiting requests (503 beyond it). Tests start it in-process on an ephemeral port.
 #pragma once
 #include <cstdint>
@@ -22,6 +22,7 @@ struct ServeOptions {
   int64_t max_queue = 8;         // requests that may wait for the slot; more get 503
   size_t max_body = 8u << 20;    // bytes; a larger body gets 400
   std::string alias;             // the model's id in /v1/models (the file name by default)
+  bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server
   // For tests only: called with "slot" once a generation holds the slot and with "progress"
   // after each streamed progress event, so a test can hold the slot or leave mid-prefill at a
   // point it knows.

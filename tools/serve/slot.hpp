@@ -54,6 +54,8 @@ class Slot {
   SlotResult generate(const SlotRequest& req, const SlotEvents& ev);
   int64_t n_ctx() const { return defaults_.n_ctx; }
   int64_t cached_tokens() const { return int64_t(cached_.size()); }
+  // The tokens its session's KV cache holds, reusable or not.
+  int64_t kv_tokens() const { return session_ ? session_->n_past() : 0; }
 
  private:
   model::Session& session_for(const std::string& attn);
