@@ -257,6 +257,39 @@ TEST(Serve, ChatUsesThePlainFallbackStreamedOrNot) {
   EXPECT_EQ(s.last["usage"]["completion_tokens"], a["usage"]["completion_tokens"]);
 }
 
+TEST(Serve, ChatTemplateByNameRendersTheConversation) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.chat_template = "chatml";
+  Running srv(o, *model);
+  auto c = srv.client();
+  EXPECT_EQ(ok_json(c.Get("/props"))["chat_template"], "chatml");
+  const std::vector<serve::ChatMessage> msgs = {{"system", "You tell stories."},
+                                                {"user", "Tell me about a cat."}};
+  json m = json::array();
+  for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
+  const json a = ok_json(post(c, "/v1/chat/completions",
+                              json{{"messages", m}, {"max_tokens", 12}, {"temperature", 0},
+                                   {"cache_prompt", false}}.dump()));
+  // The same as a completion of the rendered text's tokens (control tokens parsed).
+  const std::vector<int32_t> ids = model->tokenizer.encode(
+      apply_chat_template(ChatTemplate::chatml, msgs, true), model->tokenizer.add_bos(), true);
+  const json plain = ok_json(post(c, "/v1/completions",
+                                  json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0},
+                                       {"cache_prompt", false}}.dump()));
+  EXPECT_EQ(a["usage"]["prompt_tokens"], int64_t(ids.size()));
+  EXPECT_EQ(a["choices"].at(0)["message"]["content"], plain["choices"].at(0)["text"]);
+
+  serve::ServeOptions bad = options();
+  bad.chat_template = "llama-3";
+  try {
+    bad.validate();
+    ADD_FAILURE() << "an unknown --chat-template passed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown template 'llama-3'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Serve, SamplingIsSeededAndStopSequencesCut) {
   NEED_STORIES();
   Running srv(options(), *model);

@@ -1,6 +1,6 @@
 // `spattn serve`: llama-server's OpenAI-compatible HTTP server over spattn's runner, with
 // llama-server's flags where they exist (-m, --host, --port, -c, -np, -t, --api-key,
-// --timeout, --metrics) and spattn's --attn as every request's default prefill attention (a request may
+// --timeout, --metrics, --chat-template) and spattn's --attn as every request's default prefill attention (a request may
 // name another: "spattn": {"attn": SPEC}). The server itself lives in tools/serve/.
 #include <fmt/format.h>
 
@@ -50,6 +50,9 @@ void add_serve_command(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on requests");
   app->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");
+  app->add_option("--chat-template", o->chat_template,
+                  "chat template by llama.cpp's name (chatml, llama3, phi3, gemma, mistral-v1, "
+                  "mistral-v3, mistral-v3-tekken, mistral-v7); default: the model's");
   app->add_option("--timeout", o->timeout_s, "socket read / write timeout in seconds")
       ->capture_default_str();
   app->add_option("--queue", o->max_queue,

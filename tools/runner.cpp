@@ -67,7 +67,9 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
 LoadedModel load_model_and_tokenizer(const std::string& path) {
   const auto t0 = std::chrono::steady_clock::now();
   auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
-  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0, 0};
+  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0, 0, ""};
+  if (file->has("tokenizer.chat_template"))
+    m.chat_template = file->get_string("tokenizer.chat_template");
   std::error_code ec;
   m.file_bytes = size_t(std::filesystem::file_size(path, ec));
   SPATTN_CHECK(m.tokenizer.n_vocab() == m.model.config().n_vocab, path, ": the vocabulary has ",

@@ -42,6 +42,7 @@ struct LoadedModel {
   Tokenizer tokenizer;
   double load_ms = 0;
   size_t file_bytes = 0;
+  std::string chat_template;  // tokenizer.chat_template (Jinja source), "" when absent
 };
 LoadedModel load_model_and_tokenizer(const std::string& path);
 

@@ -1,19 +1,26 @@
-// The text a chat request's messages become before tokenizing. Until the models' own chat
-// templates are read from the GGUF (another piece of work), every model gets one plain
+// The text a chat request's messages become before tokenizing: the model's chat template
+// (--chat-template NAME, else the family recognised in the GGUF's tokenizer.chat_template;
+// see spattn/chat_template.hpp), or, for a model with none spattn renders, one plain
 // fallback: each message as "role: content" on its own line, then "assistant:" for the reply
-// to follow. /props reports it, so a client can tell.
+// to follow. /props says which.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "request.hpp"
+#include "spattn/chat_template.hpp"
 
 namespace spattn::serve {
 
 inline constexpr const char* kChatFallbackName = "spattn-plain";
 inline constexpr const char* kChatFallbackDescription =
-    "no chat template yet: each message as a line 'role: content', then 'assistant:'";
+    "no chat template spattn renders: each message as a line 'role: content', then 'assistant:'";
 
 std::string render_chat(const std::vector<ChatMessage>& messages);
+
+// The template a server uses: the named one (Error for an unknown name), else the one
+// recognised in the model's Jinja source, else none (the plain fallback).
+std::optional<ChatTemplate> pick_chat_template(const std::string& name, const std::string& jinja);
 
 }  // namespace spattn::serve

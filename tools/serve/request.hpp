@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "spattn/chat_template.hpp"
 #include <string_view>
 #include <vector>
 
@@ -32,9 +34,7 @@ inline constexpr double kMaxTemperature = 10.0;
 inline constexpr size_t kMaxStops = 4, kMaxStopBytes = 256;
 inline constexpr size_t kMaxMessages = 4096;
 
-struct ChatMessage {
-  std::string role, content;
-};
+using ChatMessage = spattn::ChatMessage;
 
 struct GenerateRequest {
   bool chat = false;

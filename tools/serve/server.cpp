@@ -7,6 +7,7 @@
 #include <csignal>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -27,6 +28,7 @@ void ServeOptions::validate() const {
   SPATTN_CHECK(max_queue >= 0 && max_queue <= 1024, "--queue must be in [0, 1024], got ",
                max_queue);
   cli::session_options(r, r.attn);  // --attn and the sizes, before the model loads
+  pick_chat_template(chat_template, "");  // an unknown --chat-template name
 }
 
 namespace {
@@ -65,9 +67,11 @@ struct Server::Impl {
   int64_t admitted = 0;  // requests running or waiting for the slot
   std::atomic<int64_t> next_id{0};
   Metrics metrics;
+  std::optional<ChatTemplate> chat_template;  // none: the plain fallback
 
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
-      : o(opt), m(lm), slot(lm.model, lm.tokenizer, opt.r) {
+      : o(opt), m(lm), slot(lm.model, lm.tokenizer, opt.r),
+        chat_template(pick_chat_template(opt.chat_template, lm.chat_template)) {
     model_id = o.alias.empty() ? std::filesystem::path(o.r.model).filename().string() : o.alias;
     // A client that closes its socket must not end the process: writes then just fail.
     std::signal(SIGPIPE, SIG_IGN);
@@ -212,8 +216,11 @@ struct Server::Impl {
                 {"top_p", d.top_p},
                 {"n_predict", -1},
                 {"cache_prompt", true}}}}},
-            {"chat_template", kChatFallbackName},
-            {"chat_template_note", kChatFallbackDescription},
+            {"chat_template", chat_template ? chat_template_name(*chat_template) : kChatFallbackName},
+            {"chat_template_note",
+             chat_template ? (o.chat_template.empty() ? "recognised in the model's tokenizer.chat_template"
+                                                      : "named by --chat-template")
+                           : kChatFallbackDescription},
             {"spattn",
              {{"attn", o.r.attn},
               {"n_batch", o.r.n_batch},
@@ -247,8 +254,13 @@ struct Server::Impl {
     if (req.body.size() > o.max_body) bad_request("the request body is over the limit");
     const GenerateRequest g = parse_generate(req.body, chat);
     auto sr = std::make_shared<SlotRequest>();
-    sr->tokens = g.prompt_is_tokens ? g.prompt_tokens
-                                    : m.tokenizer.encode(chat ? render_chat(g.messages) : g.prompt);
+    if (g.prompt_is_tokens)
+      sr->tokens = g.prompt_tokens;
+    else if (chat && chat_template)  // the template's control tokens are tokens, as llama-server
+      sr->tokens = m.tokenizer.encode(apply_chat_template(*chat_template, g.messages, true),
+                                      m.tokenizer.add_bos(), true);
+    else
+      sr->tokens = m.tokenizer.encode(chat ? render_chat(g.messages) : g.prompt);
     check_ids(sr->tokens, "prompt");
     if (sr->tokens.empty()) bad_request("the prompt has no tokens", chat ? "messages" : "prompt");
     if (int64_t(sr->tokens.size()) > o.r.n_ctx)

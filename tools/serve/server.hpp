@@ -23,6 +23,7 @@ struct ServeOptions {
   size_t max_body = 8u << 20;    // bytes; a larger body gets 400
   std::string alias;             // the model's id in /v1/models (the file name by default)
   bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server
+  std::string chat_template;     // --chat-template NAME; "": the model's, recognised
   // For tests only: called with "slot" once a generation holds the slot and with "progress"
   // after each streamed progress event, so a test can hold the slot or leave mid-prefill at a
   // point it knows.
