@@ -62,3 +62,17 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$root/third_party"
 ln -sfn "$src" "$root/third_party/llama.cpp"
+
+# The official OpenAI client for Node (npm's `openai`, pinned; it has no dependencies), for
+# the test that drives `spattn serve` with it (tests/test_serve_openai.cpp; it skips where
+# this is absent). Into the same cache, outside the repository.
+OPENAI_NPM_VERSION=6.30.1
+oa="$cache/openai-node-$OPENAI_NPM_VERSION"
+if [ ! -f "$oa/.spattn-complete" ]; then
+  echo "deps.sh: fetching npm openai@$OPENAI_NPM_VERSION" >&2
+  rm -rf "$oa"
+  mkdir -p "$oa"
+  npm install --silent --prefix "$oa" --no-audit --no-fund --legacy-peer-deps \
+    "openai@$OPENAI_NPM_VERSION" >/dev/null
+  touch "$oa/.spattn-complete"
+fi

@@ -29,56 +29,13 @@
 #include "serve/request.hpp"
 #include "serve/server.hpp"
 #include "serve/slot.hpp"
+#include "serve_fixture.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
 namespace {
 
 using json = nlohmann::json;
-
-const cli::LoadedModel* stories() {
-  static std::unique_ptr<cli::LoadedModel> m;
-  static std::once_flag once;
-  const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) return nullptr;
-  std::call_once(once, [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(path)); });
-  return m.get();
-}
-
-serve::ServeOptions options() {
-  serve::ServeOptions o;
-  o.r.model = test::model_file("stories260K.gguf");
-  o.r.n_ctx = 512;
-  o.port = 0;
-  o.timeout_s = 20;
-  return o;
-}
-
-// A server listening on its own thread for the test's lifetime.
-struct Running {
-  serve::Server server;
-  int port = 0;
-  std::thread thread;
-  Running(const serve::ServeOptions& o, const cli::LoadedModel& m) : server(o, m) {
-    port = server.bind();
-    thread = std::thread([this] { server.listen(); });
-    for (int i = 0; i < 1000 && !server.running(); ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  ~Running() {
-    server.stop();
-    thread.join();
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(20);
-    return c;
-  }
-};
-
-#define NEED_STORIES()                                                      \
-  const cli::LoadedModel* model = stories();                                \
-  if (!model) GTEST_SKIP() << "stories260K.gguf not in " << test::models_dir()
 
 httplib::Result post(httplib::Client& c, const std::string& path, const std::string& body,
                      const httplib::Headers& h = {}) {
