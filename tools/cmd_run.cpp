@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "run_chat.hpp"
 #include "runner.hpp"
 #include "sampler.hpp"
 #include "spattn/error.hpp"
@@ -31,6 +32,9 @@ struct RunOptions {
   std::string dump_dir;
   bool warmup = false;  // one untimed prefill and decode step first, as llama-bench does
   bool ignore_eos = false;
+  bool chat = false;    // --chat / -cnv: run_chat.hpp
+  bool n_predict_given = false;
+  ChatOptions c;
 };
 
 // Post-RoPE q, k, v of one layer over the whole prompt, gathered chunk by chunk, written as
@@ -49,6 +53,14 @@ struct QkvDump {
 };
 
 void run(const RunOptions& o) {
+  if (o.chat) {
+    ChatOptions c = o.c;
+    c.sampling.temperature = o.temp;
+    c.sampling.seed = o.seed;
+    c.n_predict = o.n_predict_given ? o.n_predict : -1;
+    run_chat(o.r, c);
+    return;
+  }
   model::SessionOptions so = session_options(o.r, o.r.attn);
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
@@ -184,7 +196,21 @@ void add_run_command(CLI::App& root) {
   add_runner_options(*app, o->r);
   app->add_option("-p,--prompt", o->prompt, "prompt text");
   app->add_option("-f,--file", o->file, "read the prompt from a file");
-  app->add_option("-n,--n-predict", o->n_predict, "tokens to generate")->capture_default_str();
+  app->add_option_function<int64_t>(
+         "-n,--n-predict",
+         [o](int64_t n) {
+           o->n_predict = n;
+           o->n_predict_given = true;
+         },
+         "tokens to generate (with --chat: per answer; default until end of generation)")
+      ->default_str(std::to_string(o->n_predict));
+  app->add_flag("--chat", o->chat,
+                "-cnv: conversation, each stdin line a user turn, rendered with the model's chat "
+                "template, answers streamed");
+  app->add_option("--system-prompt", o->c.system, "-sys: with --chat, the system message");
+  app->add_option("--chat-template", o->c.chat_template,
+                  "with --chat: the template by llama.cpp's name (chatml, llama3, phi3, gemma, "
+                  "mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7)");
   app->add_option("--max-prompt", o->max_prompt,
                   "keep the first N tokens of the prompt (0: all), for timing at a fixed length")
       ->capture_default_str();

@@ -36,13 +36,15 @@ int main(int argc, char** argv) {
   spattn::cli::add_calibrate_command(app);
   spattn::cli::add_run_command(app);
   spattn::cli::add_perplexity_command(app);
-  // llama.cpp spells the physical batch "-ub" and the cache types "-ctk" / "-ctv"; CLI11 takes
-  // one-letter short names only.
+  // llama.cpp spells the physical batch "-ub", the cache types "-ctk" / "-ctv", conversation
+  // mode "-cnv" and the system prompt "-sys"; CLI11 takes one-letter short names only.
   const auto llama_spelling = [](const std::string& a) -> std::string {
     if (a == "-ub") return "--ubatch-size";
     if (a == "-ctk") return "--cache-type-k";
     if (a == "-ctv") return "--cache-type-v";
     if (a == "-np") return "--parallel";
+    if (a == "-cnv") return "--chat";
+    if (a == "-sys") return "--system-prompt";
     return a;
   };
   std::vector<std::string> args;

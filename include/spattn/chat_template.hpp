@@ -27,6 +27,10 @@ std::string chat_template_names();
 // The family of a Jinja template's source, or nothing when no family's markers are in it.
 std::optional<ChatTemplate> detect_chat_template(std::string_view jinja);
 
+// What a runner uses: the template named (llama.cpp's name; an unknown one is an Error naming
+// the known ones), else the family recognised in the model's Jinja source, else nothing.
+std::optional<ChatTemplate> pick_chat_template(const std::string& name, std::string_view jinja);
+
 // The conversation as the family formats it; with add_assistant, the opening of the
 // assistant's turn follows (where the format has one), for the model to continue.
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages,

@@ -4,6 +4,8 @@
 // so that the same conversation gives the same text as llama.cpp's llama_chat_apply_template.
 #include "spattn/chat_template.hpp"
 
+#include "spattn/error.hpp"
+
 #include <array>
 #include <utility>
 
@@ -97,6 +99,16 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view jinja) {
   if (has("<start_of_turn>")) return ChatTemplate::gemma;
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ChatTemplate::llama3;
   return std::nullopt;
+}
+
+std::optional<ChatTemplate> pick_chat_template(const std::string& name, std::string_view jinja) {
+  if (!name.empty()) {
+    const std::optional<ChatTemplate> t = chat_template_named(name);
+    SPATTN_CHECK(t.has_value(), "--chat-template: unknown template '", name, "' (spattn renders ",
+                 chat_template_names(), ")");
+    return t;
+  }
+  return detect_chat_template(jinja);
 }
 
 std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& messages,

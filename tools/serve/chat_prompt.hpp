@@ -4,7 +4,6 @@
 // fallback: each message as "role: content" on its own line, then "assistant:" for the reply
 // to follow. /props says which.
 #pragma once
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +17,5 @@ inline constexpr const char* kChatFallbackDescription =
     "no chat template spattn renders: each message as a line 'role: content', then 'assistant:'";
 
 std::string render_chat(const std::vector<ChatMessage>& messages);
-
-// The template a server uses: the named one (Error for an unknown name), else the one
-// recognised in the model's Jinja source, else none (the plain fallback).
-std::optional<ChatTemplate> pick_chat_template(const std::string& name, const std::string& jinja);
 
 }  // namespace spattn::serve
