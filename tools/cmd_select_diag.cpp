@@ -465,6 +465,14 @@ void run_study(const Problem& p, const DiagOptions& o) {
         for (size_t i = 0; i < ids.size(); ++i) rank_mp[size_t(ids[i])] = double(i);
       }
       double kth = 0;
+      size_t keep_now = 0;
+      // Row 127 of qb + dq, clipped at its own k-th share among this block's candidates.
+      auto clipN = [&](int64_t dq, int64_t j) {
+        std::vector<double> v;
+        for (int32_t c : cand) v.push_back(N(dq, c));
+        std::sort(v.rbegin(), v.rend());
+        return std::max(N(dq, j) - v[keep_now - 1], 0.0);
+      };
       std::vector<std::pair<std::string, std::function<double(int64_t)>>> rules = {
           {"row127", [&](int64_t j) { return S(4, j); }},
           {"row63", [&](int64_t j) { return S(2, j); }},
@@ -491,6 +499,9 @@ void run_study(const Problem& p, const DiagOptions& o) {
           {"mp32", [&](int64_t j) { return mp32[size_t(j)]; }},
           {"clip+mp64", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp64[size_t(j)]; }},
           {"clip+mp32", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp32[size_t(j)]; }},
+          {"aob clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) / 3 + mp[size_t(j)]; }},
+          {"ao clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mp[size_t(j)]; }},
+          {"aob sumclip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) + mp[size_t(j)]; }},
           {"own+2mp", [&](int64_t j) { return S(4, j) + 2 * mp[size_t(j)]; }},
           {"own+4mp", [&](int64_t j) { return S(4, j) + 4 * mp[size_t(j)]; }},
           {"sqrt", [&](int64_t j) { return std::sqrt(S(4, j) * mp[size_t(j)]); }},
@@ -503,6 +514,7 @@ void run_study(const Problem& p, const DiagOptions& o) {
           for (int32_t j : cand) v.push_back(S(4, j));
           std::sort(v.rbegin(), v.rend());
           kth = v[keep - 1];
+          keep_now = keep;
         }
         auto topk = [&](const std::function<double(int64_t)>& key) {
           std::vector<int32_t> ids = cand;
