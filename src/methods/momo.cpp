@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
-//   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,pool=block,
-//        sink=1,local=L,delta=on
+//   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
+//        blend=mean_pool,pool=block,sink=1,local=L,delta=on
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -38,6 +38,24 @@
 //           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
 //           (each row's own LSE), so the mean favours a block one loud row chose over one every
 //           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
+//   blend   mean_pool | none (beyond the paper; default mean_pool with trim=mass, none with
+//           trim=mean, which it needs): how the union ranks a query block's candidates. none:
+//           the trim above over the pooled rows' choices alone. mean_pool: every candidate block
+//           (sink and local excluded) scores the mean over the block's pooled rows of what the
+//           row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the row
+//           left out is at most that share, so it counts as that: 0), plus its share of the
+//           softmax over the query block's causal blocks of scale * mean(q rows of the block) .
+//           mean(k rows of the key block) (mean_pool_rows, the estimate of mean_pool, MOMO's
+//           Eq. 1). Why: at gamma=auto a query block has one sampled row, which sees its own
+//           needs exactly but not the other 127 rows'; on layers whose attention moves from row
+//           to row the pooled query sees every row's, roughly (select-diag --study: on
+//           code-tiny-8k layer 1 at k = 33 the last row's top-k held 1.95 points less of the
+//           block's mass than the block's own top-k, the rows 0/63/127 of the block 1.66/1.91/1.95
+//           alone, the pooled estimate 0.17, the blend 0.28). Its work: a d-long dot product per
+//           (query block, key block) pair and one pass over Q and K, 2-4% of the fused pass's
+//           multiply-adds at 8K-32K;
+//           the fused pass itself (k_dense) is unchanged. docs/ARCHITECTURE.md, "The selection's
+//           last misses".
 //   pool    block | above: the rows the union pools for a query block: its own sampled rows
 //           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
 //           outside the block's candidates dropped). Measured on every layer of code-tiny-8k at
@@ -71,7 +89,8 @@
 //   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block (with
 //      pool=above, and the last one above it) pool their selected blocks, a block chosen by
 //      several rows takes the sum of its row-normalised masses (trim=mass) or the mean of its
-//      scores (trim=mean), the top k_trim by that
+//      scores (trim=mean), with blend=mean_pool the rows' votes above their cut and the pooled
+//      query's share (every candidate), the top k_trim by that
 //      (ties: smaller block) are kept, and the sink and local blocks added.
 //      The result is a validated causal BlockMask (block_q = chi, block_k = beta).
 //   3. Block-sparse pass over the same PackedKV: O_*.
