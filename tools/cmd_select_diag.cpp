@@ -12,6 +12,11 @@
 //     estimate runs out of slots, and the estimate on the same blocks in a shuffled order;
 //   - the union and trim of Algorithm 2 against the query block's top-k_trim by the mass of its
 //     sampled rows (the trim's own loss, with exact per-row selection);
+//   - with --study (issue 27's last misses; every sampled row and gamma option ignored): per
+//     128-row query block, its own top-k candidates by its mean row mass against the top-k of
+//     rules built from exact shares of a few of its rows (0, 31, 63, 95, 127), of the last rows
+//     of the blocks around it, and of the pooled query (mean_pool's estimate), each rule's loss
+//     in points of the block's mass; and where the last row's misses sit;
 //   - with --trace FILE, one row's blocks as they arrive: S(j), the estimate's m, sigma and
 //     threshold s_th(j), whether it took the block, and the row's true k-th score.
 // The scores are computed by plain loops (this is a diagnostic, not a kernel).
