@@ -237,9 +237,9 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
 // candidate blocks (by the reference's block LSE S(j)), pooled, a block several rows chose
 // ranked by the sum of its row shares exp(S(j) - LSE_row) (trim=mass) or the mean of its S(j)
 // (trim=mean), the top k_trim kept beside sink and local (blend=none: the union alone). Query
-// blocks whose ranking has a near tie at the cut are skipped (f32 may order those either way). pool=above also
-// pools the last sampled row above the block, its choices outside the block's candidates
-// dropped.
+// blocks whose ranking has a near tie at the cut are skipped (f32 may order those either way).
+// pool=above also pools the last sampled row above the block, its choices outside the block's
+// candidates dropped.
 TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 17);
   const int64_t gamma = 8, chi = 32, L = 1400;
@@ -312,7 +312,8 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
   const int64_t gamma = 8, chi = 32, L = 1400, d = 32, kk = 3;
   const MomoRun r = run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact", w);
-  const MomoRun none = run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,blend=none", w);
+  const MomoRun none =
+      run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,blend=none", w);
   const BlockMask& m = *r.report.mask;
   EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
   const double scale = softmax_scale(AttnOptions{}, d);

@@ -368,87 +368,88 @@ class Momo final : public Method {
         blas::sgemm(true, qb1 - qb0, nkb, d, scale, qpool[size_t(h)].data() + qb0 * d, d,
                     kpool[size_t(h / group)].data(), d, 0.0f, sc.data(), nkb, 1);
       }
-    for (int64_t qb = qb0; qb < qb1; ++qb) {
-      const int64_t item = h * nqb + qb;
-      std::vector<BlockScore>& pool = pools[size_t(thread)];
-      std::vector<BlockScore>& one = ones[size_t(thread)];
-      pool.clear();
-      const ForcedBlocks& fb = forced[size_t(qb)];
-      // pool=above: also the last sampled row above the block (its choices outside this
-      // block's candidates, the sink and the local window, dropped).
-      const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
-      for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
-        observer.result(h, int64_t(ri), one);
-        if (trim_mass_) {
-          // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
-          // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
-          const double row_lse = double(lse_g[size_t(h * R + int64_t(ri))]);
-          for (BlockScore& b : one) b.score = float(std::exp(double(b.score) - row_lse));
-        }
-        if (blend_ && !one.empty()) {
-          // The row knows its shares above its cut and, for every block it left out, only a
-          // bound: its k-th share. Those are taken at the bound, so the row's vote is what its
-          // chosen blocks hold above it (the k-th itself adds 0), and the blocks it left out
-          // are ranked by the pooled estimate alone.
-          float cut = one.front().score;
-          for (const BlockScore& b : one) cut = std::min(cut, b.score);
-          for (BlockScore& b : one) b.score -= cut;
-        }
-        if (ri < first_row[size_t(qb)])
-          one.erase(std::remove_if(one.begin(), one.end(),
-                                   [&](const BlockScore& b) {
-                                     return b.block < fb.sink_end || b.block >= fb.local_begin;
-                                   }),
-                    one.end());
-        else
-          row_blocks[size_t(item)] += int64_t(one.size());
-        pool.insert(pool.end(), one.begin(), one.end());
-      }
-      const double pooled_rows = double(first_row[size_t(qb + 1)] - from);
-      // Duplicates (a block several rows chose) take the mean of their scores, or with
-      // trim=mass the sum of their shares (a row that did not choose a block adds ~0).
-      std::sort(pool.begin(), pool.end(),
-                [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
-      size_t n = 0;
-      for (size_t i = 0; i < pool.size();) {
-        size_t e = i;
-        double sum = 0;
-        while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
-        pool[n++] = {pool[i].block, float(trim_mass_ ? sum : sum / double(e - i))};
-        i = e;
-      }
-      pool.resize(n);
-      if (blend_ && fb.local_begin > fb.sink_end) {
-        // blend=mean_pool: every candidate block scores the mean of the pooled rows' shares
-        // (a row that did not choose it adds 0) plus its share of the pooled query's softmax
-        // over the query block's causal blocks. The sampled rows see their own needs exactly;
-        // the pooled query sees, roughly, every row's.
-        const float* srow = scores[size_t(thread)].data() + (qb - qb0) * nkb;
-        std::vector<float>& mp = dense[size_t(thread)];
-        mp.assign(size_t(fb.causal_end), 0.0f);
-        float mx = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j < fb.causal_end; ++j) mx = std::max(mx, srow[j]);
-        double tot = 0;
-        for (int64_t j = 0; j < fb.causal_end; ++j) tot += double(mp[size_t(j)] = std::exp(srow[j] - mx));
-        for (float& x : mp) x = float(double(x) / tot);
-        for (const BlockScore& b : pool)
-          mp[size_t(b.block)] += float(double(b.score) / pooled_rows);
+      for (int64_t qb = qb0; qb < qb1; ++qb) {
+        const int64_t item = h * nqb + qb;
+        std::vector<BlockScore>& pool = pools[size_t(thread)];
+        std::vector<BlockScore>& one = ones[size_t(thread)];
         pool.clear();
-        for (int64_t j = fb.sink_end; j < fb.local_begin; ++j)
-          pool.push_back({int32_t(j), mp[size_t(j)]});
-        n = pool.size();
+        const ForcedBlocks& fb = forced[size_t(qb)];
+        // pool=above: also the last sampled row above the block (its choices outside this
+        // block's candidates, the sink and the local window, dropped).
+        const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
+        for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
+          observer.result(h, int64_t(ri), one);
+          if (trim_mass_) {
+            // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
+            // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
+            const double row_lse = double(lse_g[size_t(h * R + int64_t(ri))]);
+            for (BlockScore& b : one) b.score = float(std::exp(double(b.score) - row_lse));
+          }
+          if (blend_ && !one.empty()) {
+            // The row knows its shares above its cut and, for every block it left out, only a
+            // bound: its k-th share. Those are taken at the bound, so the row's vote is what its
+            // chosen blocks hold above it (the k-th itself adds 0), and the blocks it left out
+            // are ranked by the pooled estimate alone.
+            float cut = one.front().score;
+            for (const BlockScore& b : one) cut = std::min(cut, b.score);
+            for (BlockScore& b : one) b.score -= cut;
+          }
+          if (ri < first_row[size_t(qb)])
+            one.erase(std::remove_if(one.begin(), one.end(),
+                                     [&](const BlockScore& b) {
+                                       return b.block < fb.sink_end || b.block >= fb.local_begin;
+                                     }),
+                      one.end());
+          else
+            row_blocks[size_t(item)] += int64_t(one.size());
+          pool.insert(pool.end(), one.begin(), one.end());
+        }
+        const double pooled_rows = double(first_row[size_t(qb + 1)] - from);
+        // Duplicates (a block several rows chose) take the mean of their scores, or with
+        // trim=mass the sum of their shares (a row that did not choose a block adds ~0).
+        std::sort(pool.begin(), pool.end(),
+                  [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
+        size_t n = 0;
+        for (size_t i = 0; i < pool.size();) {
+          size_t e = i;
+          double sum = 0;
+          while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
+          pool[n++] = {pool[i].block, float(trim_mass_ ? sum : sum / double(e - i))};
+          i = e;
+        }
+        pool.resize(n);
+        if (blend_ && fb.local_begin > fb.sink_end) {
+          // blend=mean_pool: every candidate block scores the mean of the pooled rows' shares
+          // (a row that did not choose it adds 0) plus its share of the pooled query's softmax
+          // over the query block's causal blocks. The sampled rows see their own needs exactly;
+          // the pooled query sees, roughly, every row's.
+          const float* srow = scores[size_t(thread)].data() + (qb - qb0) * nkb;
+          std::vector<float>& mp = dense[size_t(thread)];
+          mp.assign(size_t(fb.causal_end), 0.0f);
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < fb.causal_end; ++j) mx = std::max(mx, srow[j]);
+          double tot = 0;
+          for (int64_t j = 0; j < fb.causal_end; ++j)
+            tot += double(mp[size_t(j)] = std::exp(srow[j] - mx));
+          for (float& x : mp) x = float(double(x) / tot);
+          for (const BlockScore& b : pool)
+            mp[size_t(b.block)] += float(double(b.score) / pooled_rows);
+          pool.clear();
+          for (int64_t j = fb.sink_end; j < fb.local_begin; ++j)
+            pool.push_back({int32_t(j), mp[size_t(j)]});
+          n = pool.size();
+        }
+        const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
+        std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+        kept_blocks[size_t(item)] = int64_t(keep);
+        std::vector<int32_t>& list = lists[size_t(item)];
+        const ForcedBlocks& f = forced[size_t(qb)];
+        for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
+        for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
+        for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
+          list.push_back(int32_t(j));
+        std::sort(list.begin(), list.end());
       }
-      const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
-      std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
-      kept_blocks[size_t(item)] = int64_t(keep);
-      std::vector<int32_t>& list = lists[size_t(item)];
-      const ForcedBlocks& f = forced[size_t(qb)];
-      for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
-      for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
-      for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
-        list.push_back(int32_t(j));
-      std::sort(list.begin(), list.end());
-    }
     });
     int64_t selected_row_blocks = 0, selected_mask_blocks = 0;
     for (size_t i = 0; i < row_blocks.size(); ++i)
