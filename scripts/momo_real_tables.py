@@ -30,11 +30,13 @@ BUDGETS = {
     "small32k": [("~50%", "k=142"), ("~75%", "k=64")],
 }
 BUDGETS["small32k_h2"] = BUDGETS["small32k"]
-# The selectors compared: the new default (exact selection, union ranked by row mass) and the
-# paper's (hybrid 128/8 or min(8, k) exact slots, union ranked by the mean score).
+# The selectors compared: the new default (exact selection, union ranked by row mass blended with
+# the pooled query's share, gamma=auto) and the paper's (hybrid 128/8 or min(8, k) exact slots,
+# union ranked by the mean score).
 # gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
 # the block's own sampled rows); paper: that with the paper's selection.
-SELECTORS = {"new": "", "gamma16": "gamma=16,pool=block",
+# noblend: the default before the blend (the union of the sampled rows' choices alone).
+SELECTORS = {"new": "", "noblend": "blend=none", "gamma16": "gamma=16,pool=block,blend=none",
              "paper": "gamma=16,pool=block,topk=hybrid,trim=mean"}
 # small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),
 # where the whole model's recall runs cost too much on a shared machine.
@@ -90,7 +92,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dumps", default="/work/ext/dumps")
     ap.add_argument("--bin", default="build/bin/spattn")
-    ap.add_argument("--selectors", default="new,gamma16")
+    ap.add_argument("--selectors", default="new,noblend")
     ap.add_argument("--what", default="diag,recall")
     ap.add_argument("--models", default="tiny8k,small32k")
     ap.add_argument("--raw", default="")

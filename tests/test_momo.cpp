@@ -208,7 +208,7 @@ TEST(MomoMethod, UnionAndTrimKeepSinkLocalAndAtMostKTrimOthers) {
 TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
   const Workload w = text(640, 1, 1, 32, DType::f32, 13);
   const MomoRun r =
-      run("momo:gamma=16,chi=16,k=1,k_exact=1,topk=exact,sink=0,local=1,pool=block", w);
+      run("momo:gamma=16,chi=16,k=1,k_exact=1,topk=exact,sink=0,local=1,pool=block,blend=none", w);
   const BlockMask& m = *r.report.mask;
   for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
     const int64_t row = qb * 16 + 15, cb = m.causal_blocks(qb);
@@ -236,10 +236,10 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
 // Union and trim against a plain reference: per query block, each sampled row's exact top-k
 // candidate blocks (by the reference's block LSE S(j)), pooled, a block several rows chose
 // ranked by the sum of its row shares exp(S(j) - LSE_row) (trim=mass) or the mean of its S(j)
-// (trim=mean), the top k_trim kept beside sink and local. Query blocks whose ranking has a near
-// tie at the cut are skipped (f32 may order those either way). pool=above (the default) also
-// pools the last sampled row above the block, its choices outside the block's candidates
-// dropped.
+// (trim=mean), the top k_trim kept beside sink and local (blend=none: the union alone). Query
+// blocks whose ranking has a near tie at the cut are skipped (f32 may order those either way).
+// pool=above also pools the last sampled row above the block, its choices outside the block's
+// candidates dropped.
 TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 17);
   const int64_t gamma = 8, chi = 32, L = 1400;
@@ -247,7 +247,7 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   for (const char* pool : {"block", "above"})
   for (const char* trim : {"mass", "mean"}) {
     const MomoRun r = run(std::string("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,"
-                                      "pool=") + pool + ",trim=" + trim, w);
+                                      "blend=none,pool=") + pool + ",trim=" + trim, w);
     const BlockMask& m = *r.report.mask;
     masks.push_back(m.to_dense());
     int64_t checked = 0;
@@ -300,6 +300,87 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   }
   EXPECT_NE(masks[0], masks[2]);  // mass: block against above
   EXPECT_NE(masks[1], masks[3]);  // mean
+}
+
+// blend=mean_pool (the default with trim=mass) against a plain reference: per query block, each
+// sampled row's exact top-k candidate blocks by S(j), each voting its share exp(S(j) - LSE_row)
+// less its k-th share (the row's bound on every block it left out), the votes averaged over the
+// block's sampled rows; every candidate adds its share of the softmax over the query block's
+// causal blocks of scale * mean(q rows of the block) . mean(k rows of the key block); the top
+// k_trim of the candidates by that sum kept beside sink and local. Near ties at the cut skipped.
+TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
+  const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
+  const int64_t gamma = 8, chi = 32, L = 1400, d = 32, kk = 3;
+  const MomoRun r = run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact", w);
+  const MomoRun none =
+      run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,blend=none", w);
+  const BlockMask& m = *r.report.mask;
+  EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
+  const double scale = softmax_scale(AttnOptions{}, d);
+  const float* Q = w.q.data_as<float>();
+  const float* K = w.k.data_as<float>();
+  int64_t checked = 0;
+  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+    const int64_t cb = m.causal_blocks(qb);
+    if (cb < 5) continue;  // at most k_trim candidates: nothing to rank
+    std::vector<double> score(size_t(cb), 0.0);
+    // The pooled query's share of each causal block.
+    std::vector<double> qm(size_t(d), 0.0), mp(size_t(cb), 0.0);
+    const int64_t r0 = qb * chi, r1 = std::min(L, (qb + 1) * chi);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < d; ++c) qm[size_t(c)] += Q[i * d + c] / double(r1 - r0);
+    double tot = 0;
+    for (int64_t j = 0; j < cb; ++j) {
+      const int64_t k0 = j * 64, k1 = std::min(L, (j + 1) * 64);
+      double dot = 0;
+      for (int64_t c = 0; c < d; ++c) {
+        double km = 0;
+        for (int64_t t = k0; t < k1; ++t) km += K[t * d + c];
+        dot += qm[size_t(c)] * km / double(k1 - k0);
+      }
+      mp[size_t(j)] = std::exp(scale * dot);
+      tot += mp[size_t(j)];
+    }
+    for (int64_t j = 1; j < cb - 1; ++j) score[size_t(j)] = mp[size_t(j)] / tot;
+    // The sampled rows' votes.
+    int rows = 0;
+    for (int64_t row = r0; row < r1; ++row) {
+      if (!sampled(row, gamma, L)) continue;
+      ++rows;
+    }
+    for (int64_t row = r0; row < r1; ++row) {
+      if (!sampled(row, gamma, L)) continue;
+      std::vector<int64_t> all;
+      for (int64_t c = 0; c <= row; ++c) all.push_back(c);
+      double row_lse = 0;
+      test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
+      std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
+      for (int64_t j = 1; j < cb - 1 && j * 64 <= row; ++j) {
+        std::vector<int64_t> keys;
+        for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
+        double lse = 0;
+        test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
+        s.push_back({lse, int32_t(j)});
+      }
+      std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+      const size_t n = std::min<size_t>(size_t(kk), s.size());
+      if (n == 0) continue;
+      const double cut = std::exp(s[n - 1].first - row_lse);
+      for (size_t i = 0; i < n; ++i)
+        score[size_t(s[i].second)] += (std::exp(s[i].first - row_lse) - cut) / rows;
+    }
+    std::vector<std::pair<double, int32_t>> rank;
+    for (int32_t j = 1; j < cb - 1; ++j) rank.push_back({score[size_t(j)], j});
+    std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
+    const double gap = rank[1].first - rank[2].first;
+    if (gap < 1e-4 * std::max(1e-3, rank[1].first)) continue;
+    std::vector<int32_t> want = {0, rank[0].second, rank[1].second, int32_t(cb - 1)};
+    std::sort(want.begin(), want.end());
+    const auto got = m.row(0, qb);
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << "qb " << qb;
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
 }
 
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
@@ -422,7 +503,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:lambda=0.1,order=sideways", "order"},
       {"momo:trim=max", "trim"},         {"momo:gamma=x", "gamma"},
       {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
-      {"momo:pool=left", "pool"},
+      {"momo:pool=left", "pool"},         {"momo:blend=max", "blend"},
+      {"momo:trim=mean,blend=mean_pool", "blend"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -437,6 +519,7 @@ TEST(MomoParams, BadParametersNameTheParameter) {
   EXPECT_NO_THROW(make_method("momo:gamma=auto,chi=64"));
   EXPECT_NO_THROW(make_method("momo:gamma=8,chi=24"));
   EXPECT_NO_THROW(make_method("momo:lambda=0.01,order=in_order"));
+  EXPECT_NO_THROW(make_method("momo:trim=mean"));  // blend defaults to none there
 }
 
 TEST(MomoParams, NonCausalIsAnError) {

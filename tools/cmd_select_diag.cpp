@@ -12,6 +12,11 @@
 //     estimate runs out of slots, and the estimate on the same blocks in a shuffled order;
 //   - the union and trim of Algorithm 2 against the query block's top-k_trim by the mass of its
 //     sampled rows (the trim's own loss, with exact per-row selection);
+//   - with --study (issue 27's last misses; every sampled row and gamma option ignored): per
+//     128-row query block, its own top-k candidates by its mean row mass against the top-k of
+//     rules built from exact shares of a few of its rows (0, 31, 63, 95, 127), of the last rows
+//     of the blocks around it, and of the pooled query (mean_pool's estimate), each rule's loss
+//     in points of the block's mass; and where the last row's misses sit;
 //   - with --trace FILE, one row's blocks as they arrive: S(j), the estimate's m, sigma and
 //     threshold s_th(j), whether it took the block, and the row's true k-th score.
 // The scores are computed by plain loops (this is a diagnostic, not a kernel).
@@ -19,6 +24,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
+#include <functional>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -54,6 +61,7 @@ struct DiagOptions {
   // --recall SPEC (repeatable): run each method once and compare its attention recall with the
   // oracle block top-k at matched density (instead of the selector tables); see run_recall.
   std::vector<std::string> recall;
+  bool study = false;
 };
 
 // The oracle block top-k of one geometry from the block mass grids (one full attention pass per
@@ -376,6 +384,202 @@ void run_recall(const Problem& p, const DiagOptions& o) {
   }
 }
 
+// --study K: which candidate blocks a query block's rows need that its sampled row does not pick
+// (issue 27's last misses). Per head and 128-row query block, against the block's own top-k by
+// its mean row mass (the grid), the grid mass each rule's top-k holds (candidates only: the sink
+// and local blocks are forced on both sides). Rules score the candidates from exact per-row
+// block shares of a few rows of the block. Plain loops; a diagnostic.
+void run_study(const Problem& p, const DiagOptions& o) {
+  const int64_t H = p.q.heads(), L = p.q.seq();
+  const int64_t chi = 128;
+  const int64_t nqb = (L + chi - 1) / chi;
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<Acc>> held;  // per k
+  std::vector<std::array<double, 6>> miss_by_dist(o.ks.size());
+  std::vector<double> oracle_tot(o.ks.size(), 0.0);
+  const std::vector<int> offs = {0, 31, 63, 95, 127};
+  for (int64_t h = 0; h < H; ++h) {
+    const BlockMassGrid g = block_mass(p.q, p.k, p.v, h, chi, 64, p.opt);
+    std::vector<int64_t> rows;
+    for (int64_t qb = 0; qb < nqb; ++qb)
+      for (int off : offs) rows.push_back(std::min(L - 1, qb * chi + off));
+    const auto sh = row_block_shares(p, h, rows);
+    std::vector<double> kmean;  // per key block, its mean key
+    for (int64_t qb = 1; qb < nqb - 1; ++qb) {
+      const int64_t ce = g.causal_blocks(qb), sink_end = std::min<int64_t>(1, ce),
+                    lb = std::max<int64_t>(0, ce - 3);
+      std::vector<int32_t> cand;
+      for (int64_t j = sink_end; j < lb; ++j) cand.push_back(int32_t(j));
+      if (cand.empty()) continue;
+      const float* gm = &g.mass[size_t(qb * g.n_kb)];
+      auto S = [&](int oi, int64_t j) {
+        const auto& v = sh[size_t(qb * int64_t(offs.size()) + oi)];
+        return size_t(j) < v.size() ? v[size_t(j)] : 0.0;
+      };
+      // Row 127 of query block qb + dq (the sampled row at gamma = chi).
+      auto N = [&](int64_t dq, int64_t j) {
+        const auto& v = sh[size_t((qb + dq) * int64_t(offs.size()) + 4)];
+        return size_t(j) < v.size() ? v[size_t(j)] : 0.0;
+      };
+      // Mean-pool estimate: the mean query of each sub-block of `sub` rows against each key
+      // block's mean key, softmaxed over the causal blocks, averaged over the sub-blocks.
+      auto mpool = [&](int64_t sub) {
+        std::vector<double> out(size_t(ce), 0.0);
+        const int64_t d = p.q.dim(), group = H / p.k.heads();
+        const float* Q = p.q.data_as<float>() + h * L * d;
+        const float* K = p.k.data_as<float>() + (h / group) * L * d;
+        if (kmean.empty()) {
+          kmean.assign(size_t(g.n_kb * d), 0.0);
+          for (int64_t t = 0; t < L; ++t)
+            for (int64_t c = 0; c < d; ++c) kmean[size_t((t / 64) * d + c)] += K[t * d + c] / 64.0;
+        }
+        const int64_t nsub = chi / sub;
+        for (int64_t sb = 0; sb < nsub; ++sb) {
+          std::vector<double> qm(size_t(d), 0.0);
+          std::vector<double> e(static_cast<size_t>(ce));
+          for (int64_t i = qb * chi + sb * sub; i < qb * chi + (sb + 1) * sub; ++i)
+            for (int64_t c = 0; c < d; ++c) qm[size_t(c)] += Q[i * d + c] / double(sub);
+          double mx = -1e300;
+          for (int64_t j = 0; j < ce; ++j) {
+            double acc = 0;
+            for (int64_t c = 0; c < d; ++c) acc += qm[size_t(c)] * kmean[size_t(j * d + c)];
+            mx = std::max(mx, e[size_t(j)] = acc * softmax_scale(p.opt, d));
+          }
+          double tot = 0;
+          for (double& x : e) tot += (x = std::exp(x - mx));
+          for (int64_t j = 0; j < ce; ++j) out[size_t(j)] += e[size_t(j)] / tot / double(nsub);
+        }
+        return out;
+      };
+      const std::vector<double> mp = mpool(128), mp64 = mpool(64), mp32 = mpool(32);
+      // Window-normalised shares of row oi over its last W blocks (a row that sees only them).
+      auto Sw = [&](int oi, int64_t j, int64_t W) {
+        const auto& v = sh[size_t(qb * int64_t(offs.size()) + oi)];
+        const int64_t n = int64_t(v.size()), from = std::max<int64_t>(0, n - W);
+        if (j < from || j >= n) return 0.0;
+        double t = 0;
+        for (int64_t x = from; x < n; ++x) t += v[size_t(x)];
+        return v[size_t(j)] / t;
+      };
+      std::vector<double> rank_row(size_t(ce), 1e9), rank_mp(size_t(ce), 1e9);
+      {
+        std::vector<int32_t> ids = cand;
+        std::sort(ids.begin(), ids.end(), [&](int32_t x, int32_t y) { return S(4, x) > S(4, y); });
+        for (size_t i = 0; i < ids.size(); ++i) rank_row[size_t(ids[i])] = double(i);
+        std::sort(ids.begin(), ids.end(), [&](int32_t x, int32_t y) { return mp[size_t(x)] > mp[size_t(y)]; });
+        for (size_t i = 0; i < ids.size(); ++i) rank_mp[size_t(ids[i])] = double(i);
+      }
+      double kth = 0;
+      size_t keep_now = 0;
+      // Row 127 of qb + dq, clipped at its own k-th share among this block's candidates.
+      auto clipN = [&](int64_t dq, int64_t j) {
+        std::vector<double> v;
+        for (int32_t c : cand) v.push_back(N(dq, c));
+        std::sort(v.rbegin(), v.rend());
+        return std::max(N(dq, j) - v[keep_now - 1], 0.0);
+      };
+      std::vector<std::pair<std::string, std::function<double(int64_t)>>> rules = {
+          {"row127", [&](int64_t j) { return S(4, j); }},
+          {"row63", [&](int64_t j) { return S(2, j); }},
+          {"row0", [&](int64_t j) { return S(0, j); }},
+          {"pool63+127", [&](int64_t j) { return S(2, j) + S(4, j); }},
+          {"pool0+127", [&](int64_t j) { return S(0, j) + S(4, j); }},
+          {"pool4", [&](int64_t j) { return S(1, j) + S(2, j) + S(3, j) + S(4, j); }},
+          {"pool5", [&](int64_t j) { return S(0, j) + S(1, j) + S(2, j) + S(3, j) + S(4, j); }},
+          {"127+w16x3", [&](int64_t j) { return S(4, j) + Sw(0, j, 16) + Sw(1, j, 16) + Sw(2, j, 16) + Sw(3, j, 16); }},
+          {"127+w32x4", [&](int64_t j) { return S(4, j) + Sw(0, j, 32) + Sw(1, j, 32) + Sw(2, j, 32) + Sw(3, j, 32); }},
+          {"127smooth", [&](int64_t j) { return 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2); }},
+          {"127+smooth", [&](int64_t j) { return S(4, j) + 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2); }},
+          {"127max3", [&](int64_t j) { return std::max({S(4, j), S(4, j + 1), S(4, j + 2)}); }},
+          {"above+own", [&](int64_t j) { return N(-1, j) + S(4, j); }},
+          {"own+below", [&](int64_t j) { return N(1, j) + S(4, j); }},
+          {"above+own+below", [&](int64_t j) { return N(-1, j) + S(4, j) + N(1, j); }},
+          {"a2+a+own+b", [&](int64_t j) { return (qb > 1 ? N(-2, j) : 0.0) + N(-1, j) + S(4, j) + N(1, j); }},
+          {"a+own+b+b2", [&](int64_t j) { return N(-1, j) + S(4, j) + N(1, j) + (qb + 2 < nqb ? N(2, j) : 0.0); }},
+          {"meanpool", [&](int64_t j) { return mp[size_t(j)]; }},
+          {"own+meanpool", [&](int64_t j) { return S(4, j) + mp[size_t(j)]; }},
+          {"topk+mp", [&](int64_t j) { return (S(4, j) >= kth ? S(4, j) : 0.0) + mp[size_t(j)]; }},
+          {"clip+mp", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp[size_t(j)]; }},
+          {"mp64", [&](int64_t j) { return mp64[size_t(j)]; }},
+          {"mp32", [&](int64_t j) { return mp32[size_t(j)]; }},
+          {"clip+mp64", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp64[size_t(j)]; }},
+          {"clip+mp32", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp32[size_t(j)]; }},
+          {"aob clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) / 3 + mp[size_t(j)]; }},
+          {"ao clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mp[size_t(j)]; }},
+          {"aob sumclip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) + mp[size_t(j)]; }},
+          {"own+2mp", [&](int64_t j) { return S(4, j) + 2 * mp[size_t(j)]; }},
+          {"own+4mp", [&](int64_t j) { return S(4, j) + 4 * mp[size_t(j)]; }},
+          {"sqrt", [&](int64_t j) { return std::sqrt(S(4, j) * mp[size_t(j)]); }},
+          {"rrf", [&](int64_t j) { return 1.0 / (10 + rank_row[size_t(j)]) + 1.0 / (10 + rank_mp[size_t(j)]); }},
+      };
+      for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+        const size_t keep = std::min(cand.size(), size_t(o.ks[ki]));
+        {
+          std::vector<double> v;
+          for (int32_t j : cand) v.push_back(S(4, j));
+          std::sort(v.rbegin(), v.rend());
+          kth = v[keep - 1];
+          keep_now = keep;
+        }
+        auto topk = [&](const std::function<double(int64_t)>& key) {
+          std::vector<int32_t> ids = cand;
+          std::vector<double> v(size_t(ce), 0.0);
+          for (int32_t j : ids) v[size_t(j)] = key(j);
+          std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), [&](int32_t x, int32_t y) {
+            return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
+          });
+          ids.resize(keep);
+          return ids;
+        };
+        const auto orc = topk([&](int64_t j) { return double(gm[j]); });
+        double om = 0;
+        for (int32_t j : orc) om += gm[j];
+        oracle_tot[ki] += om;
+        held["oracle"].resize(o.ks.size());
+        held["oracle"][ki].add(om);
+        for (auto& [n, f] : rules) {
+          if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+          const auto sel = topk(f);
+          double m = 0;
+          for (int32_t j : sel) m += gm[j];
+          held[n].resize(o.ks.size());
+          held[n][ki].add(m);
+          if (n == "row127") {
+            std::vector<char> in(size_t(ce), 0);
+            for (int32_t j : sel) in[size_t(j)] = 1;
+            for (int32_t j : orc)
+              if (!in[size_t(j)]) {
+                const int64_t dist = lb - 1 - j;  // 0: just below the local window
+                const int bkt = dist < 4 ? 0 : dist < 8 ? 1 : dist < 16 ? 2 : dist < 32 ? 3 : dist < 64 ? 4 : 5;
+                miss_by_dist[ki][size_t(bkt)] += gm[j];
+              }
+            for (int32_t j : sel) {
+              bool o2 = false;
+              for (int32_t x : orc) o2 |= x == j;
+              if (!o2) {
+                const int64_t dist = lb - 1 - j;
+                const int bkt = dist < 4 ? 0 : dist < 8 ? 1 : dist < 16 ? 2 : dist < 32 ? 3 : dist < 64 ? 4 : 5;
+                miss_by_dist[ki][size_t(bkt)] -= gm[j];
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  fmt::print("study: {} ({} heads); candidate mass held per query block (mean), oracle top-k "
+             "by the block's mean mass, then each rule's gap to it in points\n", p.source, H);
+  for (size_t ki = 0; ki < o.ks.size(); ++ki) {
+    const double om = held["oracle"][ki].mean();
+    fmt::print("k={} oracle {:.4f}:", o.ks[ki], om);
+    for (const auto& n : names) fmt::print(" {} {:.2f}", n, 100 * (om - held[n][ki].mean()));
+    fmt::print("\n  row127's net loss by distance below the local window (blocks 0-3,4-7,8-15,16-31,32-63,64+):");
+    const double nq = double(held["oracle"][ki].n);
+    for (double x : miss_by_dist[ki]) fmt::print(" {:.2f}", 100 * x / nq);
+    fmt::print("\n");
+  }
+}
+
 void run_diag(const DiagOptions& o) {
   SPATTN_CHECK(o.chi % o.gamma == 0, "--chi must be a multiple of --gamma");
   SPATTN_CHECK(o.beta % 64 == 0, "--beta must be a multiple of 64");
@@ -390,6 +594,7 @@ void run_diag(const DiagOptions& o) {
                "--trace-head must be in [0, ", p.q.heads(), ")");
   SPATTN_CHECK(o.trace_k >= 1, "--trace-k must be >= 1");
   if (!o.recall.empty()) return run_recall(p, o);
+  if (o.study) return run_study(p, o);
   const int64_t L = p.q.seq(), H = p.q.heads();
   std::vector<int64_t> all = strided_rows(L, o.gamma), rows;
   for (size_t i = 0; i < all.size(); i += size_t(o.row_step)) rows.push_back(all[i]);
@@ -572,6 +777,7 @@ void add_select_diag_command(CLI::App& root) {
                   "method spec to compare with the oracle block top-k (64- and 128-row query "
                   "blocks) at matched density (repeatable; replaces the selector tables)")
       ->allow_extra_args(false);
+  cmd->add_flag("--study", o->study, "which blocks the rows of a query block need that its last row does not pick");
   cmd->callback([o] { run_diag(*o); });
 }
 

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "spattn/attention.hpp"
 #include "spattn/block_mask.hpp"
@@ -70,6 +71,9 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_l
 // best causal key blocks, plus the blocks holding the first `sink` keys and the blocks holding
 // its rows' `local` most recent keys (rounded out to blocks as above). topk >= 0, sink >= 0,
 // local >= 1. Honors opt.causal.
+// Means of consecutive `block` rows (positions) of head h of t, the last block possibly
+// partial: [ceil(seq / block), dim], row-major. mean_pool_mask's rho; momo's blend uses it too.
+std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block);
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
                          int64_t block_k, int64_t topk, int64_t sink, int64_t local,
                          const AttnOptions& opt);

@@ -13,24 +13,30 @@
 
 namespace spattn {
 
-namespace {
-
-// Means of consecutive `block` rows of head h (the last block may be partial): [n_blocks, d].
-std::vector<float> pooled(const TensorView& t, int64_t h, int64_t block) {
+std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block) {
+  SPATTN_CHECK(block >= 1, "mean_pool_rows: block must be >= 1, got ", block);
   const int64_t nb = (t.seq + block - 1) / block, d = t.dim;
   std::vector<float> out(static_cast<size_t>(nb * d));
   std::vector<double> acc(static_cast<size_t>(d));
+  // f32 rows contiguous along dim (the runner's and the dumps'): summed through a pointer,
+  // since this runs inside momo's union, where a per-element dtype switch would cost more than
+  // the products it feeds.
+  const bool f32 = t.dtype == DType::f32 && t.stride_dim == 1;
   for (int64_t b = 0; b < nb; ++b) {
     const int64_t s0 = b * block, s1 = std::min(s0 + block, t.seq);
     std::fill(acc.begin(), acc.end(), 0.0);
-    for (int64_t s = s0; s < s1; ++s)
-      for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += t.get(h, s, c);
+    for (int64_t s = s0; s < s1; ++s) {
+      if (f32) {
+        const float* x = static_cast<const float*>(t.ptr(h, s));
+        for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += double(x[c]);
+      } else {
+        for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += t.get(h, s, c);
+      }
+    }
     for (int64_t c = 0; c < d; ++c) out[size_t(b * d + c)] = float(acc[size_t(c)] / double(s1 - s0));
   }
   return out;
 }
-
-}  // namespace
 
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
                          int64_t block_k, int64_t topk, int64_t sink, int64_t local,
@@ -49,8 +55,8 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   std::vector<float> kp, score(size_t(nq * nk));
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
   for (int64_t h = 0; h < q.heads; ++h) {
-    if (h % group == 0) kp = pooled(k, h / group, block_k);
-    const std::vector<float> qp = pooled(q, h, block_q);
+    if (h % group == 0) kp = mean_pool_rows(k, h / group, block_k);
+    const std::vector<float> qp = mean_pool_rows(q, h, block_q);
     blas::sgemm(true, nq, nk, d, scale, qp.data(), d, kp.data(), d, 0.0f, score.data(), nk,
                 threads);
     for (int64_t qb = 0; qb < nq; ++qb) {

@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
-//   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,pool=block,
-//        sink=1,local=L,delta=on
+//   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
+//        blend=mean_pool,pool=block,sink=1,local=L,delta=on
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -38,6 +38,24 @@
 //           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
 //           (each row's own LSE), so the mean favours a block one loud row chose over one every
 //           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
+//   blend   mean_pool | none (beyond the paper; default mean_pool with trim=mass, none with
+//           trim=mean, which it needs): how the union ranks a query block's candidates. none:
+//           the trim above over the pooled rows' choices alone. mean_pool: every candidate block
+//           (sink and local excluded) scores the mean over the block's pooled rows of what the
+//           row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the row
+//           left out is at most that share, so it counts as that: 0), plus its share of the
+//           softmax over the query block's causal blocks of scale * mean(q rows of the block) .
+//           mean(k rows of the key block) (mean_pool_rows, the estimate of mean_pool, MOMO's
+//           Eq. 1). Why: at gamma=auto a query block has one sampled row, which sees its own
+//           needs exactly but not the other 127 rows'; on layers whose attention moves from row
+//           to row the pooled query sees every row's, roughly (select-diag --study: on
+//           code-tiny-8k layer 1 at k = 33 the last row's top-k held 1.95 points less of the
+//           block's mass than the block's own top-k, the rows 0/63/127 of the block 1.66/1.91/1.95
+//           alone, the pooled estimate 0.17, the blend 0.28). Its work: a d-long dot product per
+//           (query block, key block) pair and one pass over Q and K, 2-4% of the fused pass's
+//           multiply-adds at 8K-32K;
+//           the fused pass itself (k_dense) is unchanged. docs/ARCHITECTURE.md, "The selection's
+//           last misses".
 //   pool    block | above: the rows the union pools for a query block: its own sampled rows
 //           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
 //           outside the block's candidates dropped). Measured on every layer of code-tiny-8k at
@@ -71,7 +89,8 @@
 //   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block (with
 //      pool=above, and the last one above it) pool their selected blocks, a block chosen by
 //      several rows takes the sum of its row-normalised masses (trim=mass) or the mean of its
-//      scores (trim=mean), the top k_trim by that
+//      scores (trim=mean), with blend=mean_pool the rows' votes above their cut and the pooled
+//      query's share (every candidate), the top k_trim by that
 //      (ties: smaller block) are kept, and the sink and local blocks added.
 //      The result is a validated causal BlockMask (block_q = chi, block_k = beta).
 //   3. Block-sparse pass over the same PackedKV: O_*.
@@ -108,6 +127,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/blas.hpp"
 #include "core/threading.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
@@ -187,6 +207,13 @@ class Momo final : public Method {
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
+    // blend: mean_pool (default with trim=mass) or none; see the header.
+    const std::string blend = r.get_string("blend", trim_mass_ ? "mean_pool" : "none");
+    SPATTN_CHECK(blend == "mean_pool" || blend == "none", "momo: blend='", blend,
+                 "' must be mean_pool or none");
+    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=mean_pool needs trim=mass (it adds "
+                 "a share of the query block's attention, which a mean score has no scale for)");
+    blend_ = blend == "mean_pool";
     const std::string pool = r.get_string("pool", "block");
     SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
                  "' must be block or above");
@@ -310,59 +337,119 @@ class Momo final : public Method {
       first_row[size_t(qb)] = size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) -
                                      rows.begin());
     const int threads = resolve_threads(opt.threads);
+    // blend: the pooled query of each query block against the pooled key of each key block
+    // (mean_pool_rows), per q head and per kv head, for the blend's share below.
+    const int64_t nkb = mask->n_kb(), group = H / k.heads;
+    std::vector<std::vector<float>> qpool(size_t(blend_ ? H : 0)),
+        kpool(size_t(blend_ ? k.heads : 0));
+    if (blend_)
+      parallel_for(H + k.heads, threads, [&](int64_t i, int) {
+        if (i < H)
+          qpool[size_t(i)] = mean_pool_rows(q, i, chi_);
+        else
+          kpool[size_t(i - H)] = mean_pool_rows(k, i - H, beta_);
+      });
+    const float scale = softmax_scale(opt, d);
+    // Items of kQbChunk query blocks of one head: the blend's products are one single-threaded
+    // sgemm per item, so the mask does not depend on the thread count.
+    constexpr int64_t kQbChunk = 16;
+    const int64_t chunks = (nqb + kQbChunk - 1) / kQbChunk;
     std::vector<std::vector<BlockScore>> pools(static_cast<size_t>(threads)),
         ones(static_cast<size_t>(threads));
+    std::vector<std::vector<float>> scores(size_t(blend_ ? threads : 0)),
+        dense(size_t(blend_ ? threads : 0));
     std::vector<int64_t> row_blocks(size_t(H * nqb)), kept_blocks(size_t(H * nqb));
-    parallel_for(H * nqb, threads, [&](int64_t item, int thread) {
-      const int64_t h = item / nqb, qb = item % nqb;
-      std::vector<BlockScore>& pool = pools[size_t(thread)];
-      std::vector<BlockScore>& one = ones[size_t(thread)];
-      pool.clear();
-      const ForcedBlocks& fb = forced[size_t(qb)];
-      // pool=above: also the last sampled row above the block (its choices outside this
-      // block's candidates, the sink and the local window, dropped).
-      const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
-      for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
-        observer.result(h, int64_t(ri), one);
-        if (ri < first_row[size_t(qb)])
-          one.erase(std::remove_if(one.begin(), one.end(),
-                                   [&](const BlockScore& b) {
-                                     return b.block < fb.sink_end || b.block >= fb.local_begin;
-                                   }),
-                    one.end());
-        else
-          row_blocks[size_t(item)] += int64_t(one.size());
-        if (trim_mass_) {
-          // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
-          // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
-          const double row_lse = double(lse_g[size_t(h * R + int64_t(ri))]);
-          for (BlockScore& b : one) b.score = float(std::exp(double(b.score) - row_lse));
+    parallel_for(H * chunks, threads, [&](int64_t chunk_item, int thread) {
+      const int64_t h = chunk_item / chunks, qb0 = (chunk_item % chunks) * kQbChunk,
+                    qb1 = std::min(nqb, qb0 + kQbChunk);
+      if (blend_) {
+        std::vector<float>& sc = scores[size_t(thread)];
+        sc.resize(size_t((qb1 - qb0) * nkb));
+        blas::sgemm(true, qb1 - qb0, nkb, d, scale, qpool[size_t(h)].data() + qb0 * d, d,
+                    kpool[size_t(h / group)].data(), d, 0.0f, sc.data(), nkb, 1);
+      }
+      for (int64_t qb = qb0; qb < qb1; ++qb) {
+        const int64_t item = h * nqb + qb;
+        std::vector<BlockScore>& pool = pools[size_t(thread)];
+        std::vector<BlockScore>& one = ones[size_t(thread)];
+        pool.clear();
+        const ForcedBlocks& fb = forced[size_t(qb)];
+        // pool=above: also the last sampled row above the block (its choices outside this
+        // block's candidates, the sink and the local window, dropped).
+        const size_t from = first_row[size_t(qb)] - (pool_above_ && first_row[size_t(qb)] > 0);
+        for (size_t ri = from; ri < first_row[size_t(qb + 1)]; ++ri) {
+          observer.result(h, int64_t(ri), one);
+          if (trim_mass_) {
+            // The block's share of the row's attention, exp(S(j) - LSE_row): S(j) is an
+            // unnormalised log-mass, so raw scores of rows with different LSEs do not compare.
+            const double row_lse = double(lse_g[size_t(h * R + int64_t(ri))]);
+            for (BlockScore& b : one) b.score = float(std::exp(double(b.score) - row_lse));
+          }
+          if (blend_ && !one.empty()) {
+            // The row knows its shares above its cut and, for every block it left out, only a
+            // bound: its k-th share. Those are taken at the bound, so the row's vote is what its
+            // chosen blocks hold above it (the k-th itself adds 0), and the blocks it left out
+            // are ranked by the pooled estimate alone.
+            float cut = one.front().score;
+            for (const BlockScore& b : one) cut = std::min(cut, b.score);
+            for (BlockScore& b : one) b.score -= cut;
+          }
+          if (ri < first_row[size_t(qb)])
+            one.erase(std::remove_if(one.begin(), one.end(),
+                                     [&](const BlockScore& b) {
+                                       return b.block < fb.sink_end || b.block >= fb.local_begin;
+                                     }),
+                      one.end());
+          else
+            row_blocks[size_t(item)] += int64_t(one.size());
+          pool.insert(pool.end(), one.begin(), one.end());
         }
-        pool.insert(pool.end(), one.begin(), one.end());
+        const double pooled_rows = double(first_row[size_t(qb + 1)] - from);
+        // Duplicates (a block several rows chose) take the mean of their scores, or with
+        // trim=mass the sum of their shares (a row that did not choose a block adds ~0).
+        std::sort(pool.begin(), pool.end(),
+                  [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
+        size_t n = 0;
+        for (size_t i = 0; i < pool.size();) {
+          size_t e = i;
+          double sum = 0;
+          while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
+          pool[n++] = {pool[i].block, float(trim_mass_ ? sum : sum / double(e - i))};
+          i = e;
+        }
+        pool.resize(n);
+        if (blend_ && fb.local_begin > fb.sink_end) {
+          // blend=mean_pool: every candidate block scores the mean of the pooled rows' shares
+          // (a row that did not choose it adds 0) plus its share of the pooled query's softmax
+          // over the query block's causal blocks. The sampled rows see their own needs exactly;
+          // the pooled query sees, roughly, every row's.
+          const float* srow = scores[size_t(thread)].data() + (qb - qb0) * nkb;
+          std::vector<float>& mp = dense[size_t(thread)];
+          mp.assign(size_t(fb.causal_end), 0.0f);
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t j = 0; j < fb.causal_end; ++j) mx = std::max(mx, srow[j]);
+          double tot = 0;
+          for (int64_t j = 0; j < fb.causal_end; ++j)
+            tot += double(mp[size_t(j)] = std::exp(srow[j] - mx));
+          for (float& x : mp) x = float(double(x) / tot);
+          for (const BlockScore& b : pool)
+            mp[size_t(b.block)] += float(double(b.score) / pooled_rows);
+          pool.clear();
+          for (int64_t j = fb.sink_end; j < fb.local_begin; ++j)
+            pool.push_back({int32_t(j), mp[size_t(j)]});
+          n = pool.size();
+        }
+        const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
+        std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+        kept_blocks[size_t(item)] = int64_t(keep);
+        std::vector<int32_t>& list = lists[size_t(item)];
+        const ForcedBlocks& f = forced[size_t(qb)];
+        for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
+        for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
+        for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
+          list.push_back(int32_t(j));
+        std::sort(list.begin(), list.end());
       }
-      // Duplicates (a block several rows chose) take the mean of their scores, or with
-      // trim=mass the sum of their shares (a row that did not choose a block adds ~0).
-      std::sort(pool.begin(), pool.end(),
-                [](const BlockScore& a, const BlockScore& b) { return a.block < b.block; });
-      size_t n = 0;
-      for (size_t i = 0; i < pool.size();) {
-        size_t e = i;
-        double sum = 0;
-        while (e < pool.size() && pool[e].block == pool[i].block) sum += pool[e++].score;
-        pool[n++] = {pool[i].block, float(trim_mass_ ? sum : sum / double(e - i))};
-        i = e;
-      }
-      pool.resize(n);
-      const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
-      std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
-      kept_blocks[size_t(item)] = int64_t(keep);
-      std::vector<int32_t>& list = lists[size_t(item)];
-      const ForcedBlocks& f = forced[size_t(qb)];
-      for (int64_t j = 0; j < f.sink_end; ++j) list.push_back(int32_t(j));
-      for (size_t i = 0; i < keep; ++i) list.push_back(pool[i].block);
-      for (int64_t j = std::max(f.local_begin, f.sink_end); j < f.causal_end; ++j)
-        list.push_back(int32_t(j));
-      std::sort(list.begin(), list.end());
     });
     int64_t selected_row_blocks = 0, selected_mask_blocks = 0;
     for (size_t i = 0; i < row_blocks.size(); ++i)
@@ -446,7 +533,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false;
+  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
