@@ -48,7 +48,7 @@ TEST(DecodeCli, DenseDecodeTailEqualsThePrefillsTail) {
   if (model.empty() || text.empty()) GTEST_SKIP() << "stories260K.gguf or code-heldout.txt absent";
   const CliRun r = run_cli("perplexity -m " + model + " -f " + text +
                            " -c 128 --decode-tail 40 --chunks 2 --attn-decode quest:k=1,page=16 "
-                           "--json");
+                           "--decode-recall --json");
   ASSERT_EQ(r.code(), 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   const auto& dense = j["results"]["dense"];
@@ -57,6 +57,12 @@ TEST(DecodeCli, DenseDecodeTailEqualsThePrefillsTail) {
   const auto& quest = j["results"]["quest:k=1,page=16"];
   EXPECT_EQ(quest["tokens_scored"].get<int64_t>(), 80);
   EXPECT_LT(quest["decode_keys_read"].get<int64_t>(), quest["decode_keys_total"].get<int64_t>());
+  // Recall: a share of the softmax mass, below 1 when pages were left out (k=1 of 8 pages).
+  const double mean = quest["recall"]["mean"].get<double>(), worst = quest["recall"]["worst"].get<double>();
+  EXPECT_GT(worst, 0.0);
+  EXPECT_LE(worst, mean);
+  EXPECT_LT(mean, 1.0);
+  EXPECT_EQ(quest["recall"]["head_steps"].get<int64_t>(), 2 * 40 * 3 * 8);  // windows x steps x layers 2-4 x heads
   EXPECT_EQ(dense["decode_keys_read"].get<int64_t>(), dense["decode_keys_total"].get<int64_t>());
 }
 

@@ -14,6 +14,8 @@
 
 #include "cli.hpp"
 #include "runner.hpp"
+#include "model/kv_cache.hpp"
+#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cli {
@@ -26,6 +28,38 @@ struct PplOptions {
   int64_t chunks = -1;                 // --chunks: at most this many windows (-1: all)
   bool dense_only = false;
   int64_t decode_tail = 0;  // --decode-tail N: score each window's last N tokens by decode
+  bool decode_recall = false;  // --decode-recall: quest's attention recall per decode step
+};
+
+// Quest's recall (--decode-recall): after each decode step, per sparse layer and q head, the
+// share of the dense softmax mass on the keys the step read: exp(LSE over the chosen pages -
+// LSE over every key). The step's post-RoPE q rows come from the session's tap; the choice is
+// made again from the same summaries and q, so it is the step's own. Outside the timed decode.
+struct RecallTally {
+  double sum = 0, worst = 1;
+  int64_t count = 0;
+  std::vector<std::vector<float>> q;  // per layer, the last decoded row's q [Hq * d]
+  void measure(const model::Session& s, const model::Config& cfg, const QuestParams& qp) {
+    const model::KVCache& c = s.cache();
+    AttnOptions a;
+    a.q_start = s.n_past() - 1;
+    a.threads = 2;
+    Tensor out(DType::f32, cfg.n_head, 1, cfg.head_dim);
+    std::vector<float> lse_sel(size_t(cfg.n_head)), lse_all(size_t(cfg.n_head));
+    for (int64_t l = qp.dense_layers; l < cfg.n_layer; ++l) {
+      const TensorView qv =
+          TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
+      const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
+      attention_decode_ranges(qv, c.packed(l), out, ranges, a, lse_sel.data());
+      attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
+      for (int64_t h = 0; h < cfg.n_head; ++h) {
+        const double r = std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)]));
+        sum += r;
+        worst = std::min(worst, r);
+        ++count;
+      }
+    }
+  }
 };
 
 struct Tally {
@@ -95,6 +129,20 @@ void run_decode_tail(const PplOptions& o) {
   std::vector<double> decode_ms(modes.size()), decode_attn_ms(modes.size());
   std::vector<int64_t> keys_read(modes.size()), keys_total(modes.size());
   Tally prefill_tally;
+  const model::Config& cfg = lm.model.config();
+  const DecodeSpec compared = parse_decode_spec(modes.back());
+  const bool recall = o.decode_recall && compared.kind == DecodeKind::quest;
+  SPATTN_CHECK(!o.decode_recall || recall, "--decode-recall needs --attn-decode quest[:...]");
+  RecallTally rt;
+  if (recall) {
+    rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(cfg.n_head * cfg.head_dim)));
+    sessions.back()->set_qkv_tap(model::Session::kTapAllLayers,
+                                 [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q,
+                                             const float*, const float*) {
+                                   if (n == 1)
+                                     std::copy_n(q, cfg.n_head * cfg.head_dim, rt.q[size_t(l)].data());
+                                 });
+  }
   std::vector<float> logits(size_t(N * V));
   std::vector<int32_t> window(static_cast<size_t>(c));
   Progress progress("decode tail");
@@ -107,8 +155,10 @@ void run_decode_tail(const PplOptions& o) {
       s.reset();
       s.reset_timings();
       if (prefix > 0) s.prefill(std::span(window).first(size_t(prefix)), nullptr, 0);
-      for (int64_t j = 0; j < N; ++j)
+      for (int64_t j = 0; j < N; ++j) {
         s.decode(window[size_t(prefix + j)], logits.data() + j * V);
+        if (recall && m + 1 == modes.size()) rt.measure(s, cfg, compared.quest);
+      }
       score(logits, V, window.data() + prefix + 1, N, tally[m]);
       const model::Timings& t = s.timings();
       decode_ms[m] += t.decode_ms;
@@ -145,6 +195,12 @@ void run_decode_tail(const PplOptions& o) {
           {"mean_loglik", mean_ll(tally[m])}, {"tokens_scored", tally[m].count},
           {"decode_ms", decode_ms[m]},       {"decode_attn_ms", decode_attn_ms[m]},
           {"decode_keys_read", keys_read[m]}, {"decode_keys_total", keys_total[m]}};
+    for (size_t m = 0; m < modes.size(); ++m)
+      j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];
+    if (recall)
+      j["results"][modes.back()]["recall"] = {{"mean", rt.sum / double(rt.count)},
+                                              {"worst", rt.worst},
+                                              {"head_steps", rt.count}};
     if (modes.size() > 1) {
       j["relative_loss"] = rel;
       j["decode_attn_speedup"] = decode_attn_ms[0] / decode_attn_ms[1];
@@ -160,9 +216,14 @@ void run_decode_tail(const PplOptions& o) {
              "prefill", prefill_tally.ppl(), mean_ll(prefill_tally));
   for (size_t m = 0; m < modes.size(); ++m)
     fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   mean log-likelihood {:.5f}   decode {:9.1f} "
-               "ms, attention {:9.1f} ms, keys read {:.1f}%\n",
+               "ms ({:.1f} tok/s), attention {:9.1f} ms, keys read {:.1f}%\n",
                modes[m], tally[m].ppl(), tally[m].err(), mean_ll(tally[m]), decode_ms[m],
-               decode_attn_ms[m], 100.0 * double(keys_read[m]) / double(keys_total[m]));
+               1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
+               100.0 * double(keys_read[m]) / double(keys_total[m]));
+  if (recall)
+    fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
+               "({} head-steps)\n",
+               modes.back(), rt.sum / double(rt.count), rt.worst, rt.count);
   if (modes.size() > 1)
     fmt::print("relative loss {:+.3f}%   decode attention {:.2f}x faster, decode {:.2f}x faster\n",
                100 * rel, decode_attn_ms[0] / decode_attn_ms[1], decode_ms[0] / decode_ms[1]);
@@ -273,6 +334,9 @@ void add_perplexity_command(CLI::App& root) {
                   "score each window's last N tokens token by token through decode, dense "
                   "decode against --attn-decode (prefill dense)")
       ->capture_default_str();
+  app->add_flag("--decode-recall", o->decode_recall,
+                "with --decode-tail and --attn-decode quest: the dense attention mass on the "
+                "keys each decode step read (per sparse layer and q head)");
   app->callback([o] { run(*o); });
 }
 
