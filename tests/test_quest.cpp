@@ -50,23 +50,32 @@ Tensor rounded(const TensorView& t, KVType type) {
   return r;
 }
 
-// The plain twin of the page choice: bounds in double, pages sorted by bound, topk or topp.
-std::vector<char> twin_pages(const TensorView& q, int64_t h, const TensorView& k, int64_t group,
-                             const QuestParams& p, float scale) {
+// The plain twin of the page choice for kv head g: bounds in double per q head of the group,
+// each head's softmax over the pages averaged over the group, pages sorted by it, topk or topp.
+std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k, int64_t group,
+                             const QuestParams& p, double scale) {
   const int64_t n = k.seq, np = (n + p.page - 1) / p.page;
-  std::vector<double> u(static_cast<size_t>(np));
-  for (int64_t pg = 0; pg < np; ++pg) {
-    double s = 0;
-    for (int64_t c = 0; c < k.dim; ++c) {
-      double lo = INFINITY, hi = -INFINITY;
-      for (int64_t j = pg * p.page; j < std::min(n, (pg + 1) * p.page); ++j) {
-        lo = std::min(lo, double(k.get(h / group, j, c)));
-        hi = std::max(hi, double(k.get(h / group, j, c)));
+  std::vector<double> score(static_cast<size_t>(np), 0.0);
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    std::vector<double> u(static_cast<size_t>(np));
+    for (int64_t pg = 0; pg < np; ++pg) {
+      double s = 0;
+      for (int64_t c = 0; c < k.dim; ++c) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = pg * p.page; j < std::min(n, (pg + 1) * p.page); ++j) {
+          lo = std::min(lo, double(k.get(g, j, c)));
+          hi = std::max(hi, double(k.get(g, j, c)));
+        }
+        const double qc = q.get(h, 0, c);
+        s += std::max(qc * lo, qc * hi);
       }
-      const double qc = q.get(h, 0, c);
-      s += std::max(qc * lo, qc * hi);
+      u[size_t(pg)] = s;
     }
-    u[size_t(pg)] = s;
+    const double mx = *std::max_element(u.begin(), u.end());
+    double total = 0;
+    for (double x : u) total += std::exp(scale * (x - mx));
+    for (int64_t pg = 0; pg < np; ++pg)
+      score[size_t(pg)] += std::exp(scale * (u[size_t(pg)] - mx)) / total / double(group);
   }
   std::vector<char> keep(size_t(np), 0);
   const int64_t first = std::min(np, p.sink), last = std::max(first, np - p.local);
@@ -74,20 +83,17 @@ std::vector<char> twin_pages(const TensorView& q, int64_t h, const TensorView& k
   std::vector<int64_t> cand(size_t(last - first));
   std::iota(cand.begin(), cand.end(), first);
   std::stable_sort(cand.begin(), cand.end(),
-                   [&](int64_t a, int64_t b) { return u[size_t(a)] > u[size_t(b)]; });
+                   [&](int64_t a, int64_t b) { return score[size_t(a)] > score[size_t(b)]; });
   if (p.topp == 0) {
     for (int64_t i = 0; i < std::min<int64_t>(p.topk, int64_t(cand.size())); ++i)
       keep[size_t(cand[size_t(i)])] = 1;
   } else {
-    const double mx = *std::max_element(u.begin(), u.end());
-    double total = 0, kept = 0;
-    for (int64_t pg = 0; pg < np; ++pg) {
-      total += std::exp(scale * (u[size_t(pg)] - mx));
-      if (keep[size_t(pg)]) kept += std::exp(scale * (u[size_t(pg)] - mx));
-    }
-    for (size_t i = 0; i < cand.size() && kept < p.topp * total; ++i) {
+    double kept = 0;
+    for (int64_t pg = 0; pg < np; ++pg)
+      if (keep[size_t(pg)]) kept += score[size_t(pg)];
+    for (size_t i = 0; i < cand.size() && kept < p.topp; ++i) {
       keep[size_t(cand[i])] = 1;
-      kept += std::exp(scale * (u[size_t(cand[i])] - mx));
+      kept += score[size_t(cand[i])];
     }
   }
   return keep;
@@ -120,11 +126,13 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
 }
 
 TEST(Quest, PageChoiceEqualsThePlainTwin) {
-  const int64_t d = 64, hkv = 2, hq = 8, group = hq / hkv;
-  for (int64_t n : {1, 47, 640, 1001})
+  using Shape = std::pair<int64_t, int64_t>;  // kv heads, q heads
+  for (const auto& [hkv, hq] : std::initializer_list<Shape>{{2, 8}, {3, 3}})
+    for (int64_t n : {1, 47, 640, 1001})
     for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
                              "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
       const QuestParams p = parse_decode_spec(spec).quest;
+      const int64_t d = 64, group = hq / hkv;
       const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
       const Tensor q = random_tensor(hq, 1, d, uint64_t(n) + 1);
       QuestPages pages(hkv, d, p.page, n);
@@ -134,14 +142,15 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
       const auto ranges = quest_select(q, pages, p, scale, &st);
       const int64_t np = pages.pages();
       int64_t read = 0;
-      for (int64_t h = 0; h < hq; ++h) {
-        EXPECT_EQ(chosen_pages(ranges[size_t(h)], p.page, np), twin_pages(q, h, k, group, p, scale))
-            << spec << " n " << n << " head " << h;
-        for (const KeyRange& r : ranges[size_t(h)]) read += r.end - r.begin;
+      ASSERT_EQ(int64_t(ranges.size()), hkv);
+      for (int64_t g = 0; g < hkv; ++g) {
+        EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np), twin_pages(q, g, k, group, p, scale))
+            << spec << " n " << n << " kv head " << g;
+        for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
       }
       EXPECT_EQ(st.keys_read, read);
-      EXPECT_EQ(st.keys_total, hq * n);
-      EXPECT_EQ(st.pages_total, hq * np);
+      EXPECT_EQ(st.keys_total, hkv * n);
+      EXPECT_EQ(st.pages_total, hkv * np);
     }
 }
 
@@ -168,7 +177,7 @@ TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {
       const Tensor kr = rounded(k, type), vr = rounded(v, type);
       for (int64_t h = 0; h < hq; ++h) {
         std::vector<int64_t> keys;
-        for (const KeyRange& r : ranges[size_t(h)])
+        for (const KeyRange& r : ranges[size_t(h / (hq / hkv))])
           for (int64_t j = r.begin; j < r.end; ++j) keys.push_back(j);
         const int64_t m = int64_t(keys.size());
         Tensor kg(DType::f32, 1, m, d), vg(DType::f32, 1, m, d), qh(DType::f32, 1, 1, d),

@@ -50,7 +50,7 @@ struct RecallTally {
       const TensorView qv =
           TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
       const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
-      attention_decode_ranges(qv, c.packed(l), out, ranges, a, lse_sel.data());
+      quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
       for (int64_t h = 0; h < cfg.n_head; ++h) {
         const double r = std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)]));

@@ -153,7 +153,7 @@ void run(const RunOptions& o) {
     j["decode_tokens"] = t.decode_tokens;
     j["decode_ms"] = t.decode_ms;
     j["decode_tok_s"] = decode_tps;
-    // What decode read: keys (K rows) against the keys visible, over layers and q heads.
+    // What decode read: keys (K rows) against the keys visible, over layers and kv heads.
     j["attn_decode"] = o.r.attn_decode;
     j["decode_attn_ms"] = t.decode_attn_ms;
     j["decode_keys_read"] = t.decode_keys_read;

@@ -144,7 +144,7 @@ struct Timings {
   int64_t prefill_tokens = 0, decode_tokens = 0;
   Stats prefill_stats;  // attention entries of prefill
   // Decode's attention: time, entries, and keys read against the keys visible, summed over
-  // layers and q heads (Quest reads fewer; dense and BLASST read every key's K).
+  // layers and kv heads (Quest reads fewer; dense and BLASST read every key's K).
   double decode_attn_ms = 0;
   Stats decode_stats;
   int64_t decode_keys_read = 0, decode_keys_total = 0;

@@ -73,7 +73,7 @@ class QuestPages {
   std::vector<float> mm_;
 };
 
-// What a decode read, summed over q heads (and layers, by the runner).
+// What a decode read, summed over kv heads (and layers, by the runner).
 struct QuestDecodeStats {
   int64_t pages_read = 0, pages_total = 0;
   int64_t keys_read = 0, keys_total = 0;
@@ -85,11 +85,20 @@ struct QuestDecodeStats {
 
 // The bound U of every page of kv head h for one query row q (dim floats).
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds);
-// The key ranges (ascending, merged) each q head of q ([Hq, 1, d]) reads over the first
-// pages.size() keys; scale: the softmax scale (resolved), for topp's mass estimate.
+// The key ranges (ascending, merged) each kv head reads for q ([Hq, 1, d]) over the first
+// pages.size() keys. The q heads of a GQA group share their kv head's pages (its K and V are
+// then read once per group): a page's score is its estimated mass, the softmax over the pages
+// of scale * U, averaged over the group's q heads (one q head per kv head: the paper's ranking
+// by U); topk keeps the k best, topp the fewest whose scores, with the sink's and the newest
+// pages', reach P. scale: the softmax scale (resolved).
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
                                                 QuestDecodeStats* stats = nullptr);
+// Attention of q ([Hq, 1, d], the newest token: every key visible) over the ranges of its kv
+// head (quest_select's), each group's q heads as the rows of one item.
+void quest_attend(const TensorView& q, const PackedKV& kv,
+                  const std::vector<std::vector<KeyRange>>& ranges, const TensorView& out,
+                  const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
 // One decode step: q [Hq, 1, d] attends to the selected pages of kv (pages summarises kv's keys).
 void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
                   const QuestParams& params, const TensorView& out, const AttnOptions& opt = {},

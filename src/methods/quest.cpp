@@ -104,51 +104,58 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
                " heads x ", q.dim, " dims over summaries of ", pages.kv_heads(), " x ",
                pages.dim());
   const int64_t np = pages.pages(), n = pages.size(), page = pages.page();
-  const int64_t group = q.heads / pages.kv_heads();
-  std::vector<std::vector<KeyRange>> out(size_t(q.heads));
+  const int64_t hkv = pages.kv_heads(), group = q.heads / hkv;
+  std::vector<std::vector<KeyRange>> out(static_cast<size_t>(hkv));
   std::vector<float> qrow(static_cast<size_t>(q.dim)), bounds(static_cast<size_t>(np));
+  std::vector<double> score(static_cast<size_t>(np));
   std::vector<int64_t> order;
   std::vector<char> keep(static_cast<size_t>(np));
-  for (int64_t h = 0; h < q.heads; ++h) {
+  // Sink and local pages are always read; the rest compete on their scores.
+  const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
+  const bool all = params.topp == 0 && params.topk >= last - first;
+  for (int64_t g = 0; g < hkv; ++g) {
     std::fill(keep.begin(), keep.end(), 0);
-    // Sink and local pages are always read; the rest compete on their bounds.
-    const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
     for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
     for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
     order.resize(size_t(last - first));
     std::iota(order.begin(), order.end(), first);
-    const bool all = params.topp == 0 && params.topk >= last - first;
     if (!all && !order.empty()) {
-      for (int64_t c = 0; c < q.dim; ++c) qrow[size_t(c)] = q.get(h, 0, c);
-      quest_page_bounds(pages, h / group, qrow.data(), bounds.data());
-      // Largest bound first; ties by page index, so the choice is deterministic.
-      const auto by_bound = [&](int64_t a, int64_t b) {
-        return bounds[size_t(a)] != bounds[size_t(b)] ? bounds[size_t(a)] > bounds[size_t(b)]
-                                                      : a < b;
+      // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
+      // averaged over the q heads of the group (they share the kv head's pages, so its K and V
+      // are read once). With one q head per kv head this ranks pages by U, as the paper does.
+      std::fill(score.begin(), score.end(), 0.0);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        for (int64_t c = 0; c < q.dim; ++c) qrow[size_t(c)] = q.get(h, 0, c);
+        quest_page_bounds(pages, g, qrow.data(), bounds.data());
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < np; ++p) mx = std::max(mx, bounds[size_t(p)]);
+        double total = 0;
+        for (int64_t p = 0; p < np; ++p) total += std::exp(double(scale) * (double(bounds[size_t(p)]) - mx));
+        for (int64_t p = 0; p < np; ++p)
+          score[size_t(p)] +=
+              std::exp(double(scale) * (double(bounds[size_t(p)]) - mx)) / (total * double(group));
+      }
+      // Largest score first; ties by page index, so the choice is deterministic.
+      const auto by_score = [&](int64_t a, int64_t b) {
+        return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
       };
       int64_t take = 0;
       if (params.topp == 0) {
         take = params.topk;
-        std::nth_element(order.begin(), order.begin() + take, order.end(), by_bound);
+        std::nth_element(order.begin(), order.begin() + take, order.end(), by_score);
       } else {
-        // The estimated mass of page p: softmax over every page of scale * U(p).
-        std::sort(order.begin(), order.end(), by_bound);
-        float mx = -INFINITY;
-        for (int64_t p = 0; p < np; ++p) mx = std::max(mx, bounds[size_t(p)]);
-        double total = 0, kept = 0;
-        for (int64_t p = 0; p < np; ++p) {
-          const double e = std::exp(double(scale) * (double(bounds[size_t(p)]) - mx));
-          total += e;
-          if (keep[size_t(p)]) kept += e;
-        }
-        while (take < int64_t(order.size()) && kept < params.topp * total)
-          kept += std::exp(double(scale) * (double(bounds[size_t(order[size_t(take++)])]) - mx));
+        std::sort(order.begin(), order.end(), by_score);
+        double kept = 0;
+        for (int64_t p = 0; p < np; ++p)
+          if (keep[size_t(p)]) kept += score[size_t(p)];
+        while (take < int64_t(order.size()) && kept < params.topp)
+          kept += score[size_t(order[size_t(take++)])];
       }
       for (int64_t i = 0; i < take; ++i) keep[size_t(order[size_t(i)])] = 1;
     } else {
       for (int64_t p : order) keep[size_t(p)] = 1;
     }
-    auto& r = out[size_t(h)];
+    auto& r = out[size_t(g)];
     int64_t read = 0, pages_read = 0;
     for (int64_t p = 0; p < np; ++p) {
       if (!keep[size_t(p)]) continue;
@@ -163,6 +170,32 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   return out;
 }
 
+void quest_attend(const TensorView& q, const PackedKV& kv,
+                  const std::vector<std::vector<KeyRange>>& ranges, const TensorView& out,
+                  const AttnOptions& opt, float* lse, Stats* stats) {
+  const int64_t hkv = kv.kv_heads(), group = hkv > 0 ? q.heads / hkv : 0;
+  SPATTN_CHECK(q.seq == 1 && out.seq == 1 && out.heads == q.heads && group >= 1 &&
+                   group * hkv == q.heads && group <= kMaxDecodeQueries,
+               "quest: q of ", q.heads, " heads x ", q.seq, " rows over ", hkv, " kv heads");
+  SPATTN_CHECK(!opt.causal || opt.q_start < 0 || opt.q_start >= kv.max_position(),
+               "quest: the decode query must see every key (q_start ", opt.q_start,
+               ", newest key ", kv.max_position(), ")");
+  // The q heads of a group become the rows of one item over the group's pages (as dense decode
+  // groups them): every key is visible to the newest token, so no causal mask.
+  const auto grouped = [&](const TensorView& t) {
+    TensorView g = t;
+    g.heads = hkv;
+    g.seq = group;
+    g.stride_seq = t.stride_head;
+    g.stride_head = t.stride_head * group;
+    return g;
+  };
+  AttnOptions a = opt;
+  a.causal = false;
+  a.q_start = -1;
+  attention_decode_ranges(grouped(q), kv, grouped(out), ranges, a, lse, stats);
+}
+
 void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
                   const QuestParams& params, const TensorView& out, const AttnOptions& opt,
                   float* lse, Stats* stats, QuestDecodeStats* qstats) {
@@ -171,10 +204,10 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
   QuestDecodeStats qs;
   const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs);
   if (qstats) qstats->add(qs);
-  if (qs.keys_read == qs.keys_total)  // every key: dense decode (GQA groups read K/V once)
+  if (qs.keys_read == qs.keys_total)  // every key: dense decode
     attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
   else
-    attention_decode_ranges(q, kv, out, ranges, opt, lse, stats);
+    quest_attend(q, kv, ranges, out, opt, lse, stats);
 }
 
 }  // namespace spattn

@@ -229,8 +229,8 @@ struct Session::Impl {
     }
     attention_decode(qv, c, ov, a, dec.kind == DecodeKind::blasst ? dec.blasst : DecodeOptions{},
                      nullptr, &st);
-    t.decode_keys_read += qv.heads * c.size();
-    t.decode_keys_total += qv.heads * c.size();
+    t.decode_keys_read += c.kv_heads() * c.size();
+    t.decode_keys_total += c.kv_heads() * c.size();
   }
 
   // Runs one call's forward passes as one change of the session: committed when `body`
