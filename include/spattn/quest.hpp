@@ -5,7 +5,8 @@
 //     U(page) = sum_i max(q_i * min_i, q_i * max_i)  >=  q . k  for every key k of the page,
 // and attends only to the pages with the largest bounds (a budget of `topk` pages, or with
 // `topp=P` the fewest pages whose estimated mass, the softmax of scale * U over the pages,
-// reaches P), plus the first `sink` pages and the newest `local` pages, always. Only the chosen
+// reaches P), plus the first `sink` pages and the newest `local` pages, always. Under GQA the
+// q heads of a group share their kv head's pages (quest_select). Only the chosen
 // pages' K and V are read (attention_decode_ranges over the packed cache).
 //
 // Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L]
