@@ -14,6 +14,8 @@
 
 #include "cli.hpp"
 #include "runner.hpp"
+#include "model/kv_cache.hpp"
+#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cli {
@@ -25,6 +27,39 @@ struct PplOptions {
   std::string sparse = "chunked_h2o";  // --attn: the mode compared with dense
   int64_t chunks = -1;                 // --chunks: at most this many windows (-1: all)
   bool dense_only = false;
+  int64_t decode_tail = 0;  // --decode-tail N: score each window's last N tokens by decode
+  bool decode_recall = false;  // --decode-recall: quest's attention recall per decode step
+};
+
+// Quest's recall (--decode-recall): after each decode step, per sparse layer and q head, the
+// share of the dense softmax mass on the keys the step read: exp(LSE over the chosen pages -
+// LSE over every key). The step's post-RoPE q rows come from the session's tap; the choice is
+// made again from the same summaries and q, so it is the step's own. Outside the timed decode.
+struct RecallTally {
+  double sum = 0, worst = 1;
+  int64_t count = 0;
+  std::vector<std::vector<float>> q;  // per layer, the last decoded row's q [Hq * d]
+  void measure(const model::Session& s, const model::Config& cfg, const QuestParams& qp) {
+    const model::KVCache& c = s.cache();
+    AttnOptions a;
+    a.q_start = s.n_past() - 1;
+    a.threads = 2;
+    Tensor out(DType::f32, cfg.n_head, 1, cfg.head_dim);
+    std::vector<float> lse_sel(size_t(cfg.n_head)), lse_all(size_t(cfg.n_head));
+    for (int64_t l = qp.dense_layers; l < cfg.n_layer; ++l) {
+      const TensorView qv =
+          TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
+      const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
+      quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
+      attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
+      for (int64_t h = 0; h < cfg.n_head; ++h) {
+        const double r = std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)]));
+        sum += r;
+        worst = std::min(worst, r);
+        ++count;
+      }
+    }
+  }
 };
 
 struct Tally {
@@ -60,7 +95,142 @@ void score(const std::vector<float>& logits, int64_t V, const int32_t* next, int
   }
 }
 
+// --decode-tail N: the decode path's quality. Per window w[0..c), dense prefill of
+// w[0..c-1-N), then w[c-1-N .. c-2] decoded one by one (teacher forcing), each step's logits
+// scoring the next token: N tokens, all predicted by decode. Dense decode and --attn-decode's
+// method run on the same windows, alternating which goes first; dense's prefill of w[0..c-1)
+// scoring the same N tokens from its logits rows is printed beside them (`prefill`): dense
+// decode must equal it up to float rounding.
+void run_decode_tail(const PplOptions& o) {
+  const int64_t c = o.r.n_ctx, N = o.decode_tail;
+  SPATTN_CHECK(N >= 1 && N <= c - 2, "--decode-tail must be in [1, -c - 2] = [1, ", c - 2,
+               "], got ", N);
+  SPATTN_CHECK(o.chunks == -1 || o.chunks >= 1, "--chunks must be >= 1 (or -1: all)");
+  std::vector<std::string> modes = {"dense"};
+  if (o.r.attn_decode != "dense") modes.push_back(o.r.attn_decode);
+  std::vector<model::SessionOptions> so;
+  for (const auto& m : modes) {
+    RunnerOptions r = o.r;
+    r.attn_decode = m;
+    so.push_back(session_options(r, "dense"));
+  }
+  const std::string text = read_prompt("", o.file);
+  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  const int64_t V = lm.model.config().n_vocab;
+  const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
+  int64_t windows = int64_t(tokens.size()) / c;
+  SPATTN_CHECK(windows >= 1, "the text has ", tokens.size(), " tokens, fewer than -c ", c,
+               " (one window)");
+  if (o.chunks > 0) windows = std::min(windows, o.chunks);
+  const int64_t prefix = c - 1 - N;
+  std::vector<std::unique_ptr<model::Session>> sessions;
+  for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
+  std::vector<Tally> tally(modes.size());
+  std::vector<double> decode_ms(modes.size()), decode_attn_ms(modes.size());
+  std::vector<int64_t> keys_read(modes.size()), keys_total(modes.size());
+  Tally prefill_tally;
+  const model::Config& cfg = lm.model.config();
+  const DecodeSpec compared = parse_decode_spec(modes.back());
+  const bool recall = o.decode_recall && compared.kind == DecodeKind::quest;
+  SPATTN_CHECK(!o.decode_recall || recall, "--decode-recall needs --attn-decode quest[:...]");
+  RecallTally rt;
+  if (recall) {
+    rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(cfg.n_head * cfg.head_dim)));
+    sessions.back()->set_qkv_tap(model::Session::kTapAllLayers,
+                                 [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q,
+                                             const float*, const float*) {
+                                   if (n == 1)
+                                     std::copy_n(q, cfg.n_head * cfg.head_dim, rt.q[size_t(l)].data());
+                                 });
+  }
+  std::vector<float> logits(size_t(N * V));
+  std::vector<int32_t> window(static_cast<size_t>(c));
+  Progress progress("decode tail");
+  for (int64_t w = 0; w < windows; ++w) {
+    std::copy_n(tokens.begin() + w * c, c, window.begin());
+    if (lm.tokenizer.add_bos() && lm.tokenizer.bos() >= 0) window[0] = lm.tokenizer.bos();
+    for (size_t i = 0; i < modes.size(); ++i) {
+      const size_t m = (size_t(w) + i) % modes.size();
+      model::Session& s = *sessions[m];
+      s.reset();
+      s.reset_timings();
+      if (prefix > 0) s.prefill(std::span(window).first(size_t(prefix)), nullptr, 0);
+      for (int64_t j = 0; j < N; ++j) {
+        s.decode(window[size_t(prefix + j)], logits.data() + j * V);
+        if (recall && m + 1 == modes.size()) rt.measure(s, cfg, compared.quest);
+      }
+      score(logits, V, window.data() + prefix + 1, N, tally[m]);
+      const model::Timings& t = s.timings();
+      decode_ms[m] += t.decode_ms;
+      decode_attn_ms[m] += t.decode_attn_ms;
+      keys_read[m] += t.decode_keys_read;
+      keys_total[m] += t.decode_keys_total;
+      if (m == 0) {  // dense prefill of the same tokens, scored on the same N tokens
+        s.reset();
+        s.prefill(std::span(window).first(size_t(c - 1)), logits.data(), prefix);
+        score(logits, V, window.data() + prefix + 1, N, prefill_tally);
+      }
+    }
+    std::string status = fmt::format("window {}/{}", w + 1, windows);
+    for (size_t m = 0; m < modes.size(); ++m)
+      status += fmt::format(", {} {:.4f}", modes[m], tally[m].ppl());
+    progress.update(status);
+  }
+  progress.done();
+  const auto mean_ll = [](const Tally& t) { return -t.nll / double(t.count); };
+  const double rel = modes.size() > 1 ? tally[1].ppl() / tally[0].ppl() - 1.0 : 0.0;
+  if (o.r.json) {
+    nlohmann::json j;
+    j["model"] = o.r.model;
+    j["file"] = o.file;
+    j["n_ctx"] = c;
+    j["decode_tail"] = N;
+    j["windows"] = windows;
+    j["text_tokens"] = tokens.size();
+    j["prefill"] = {{"ppl", prefill_tally.ppl()}, {"mean_loglik", mean_ll(prefill_tally)},
+                    {"tokens_scored", prefill_tally.count}};
+    for (size_t m = 0; m < modes.size(); ++m)
+      j["results"][modes[m]] = {
+          {"ppl", tally[m].ppl()},           {"ppl_err", tally[m].err()},
+          {"mean_loglik", mean_ll(tally[m])}, {"tokens_scored", tally[m].count},
+          {"decode_ms", decode_ms[m]},       {"decode_attn_ms", decode_attn_ms[m]},
+          {"decode_keys_read", keys_read[m]}, {"decode_keys_total", keys_total[m]}};
+    for (size_t m = 0; m < modes.size(); ++m)
+      j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];
+    if (recall)
+      j["results"][modes.back()]["recall"] = {{"mean", rt.sum / double(rt.count)},
+                                              {"worst", rt.worst},
+                                              {"head_steps", rt.count}};
+    if (modes.size() > 1) {
+      j["relative_loss"] = rel;
+      j["decode_attn_speedup"] = decode_attn_ms[0] / decode_attn_ms[1];
+      j["decode_speedup"] = decode_ms[0] / decode_ms[1];
+    }
+    fmt::print("{}\n", j.dump(2));
+    return;
+  }
+  fmt::print("decode tail: {} tokens, {} windows of {}, the last {} tokens of each scored "
+             "through decode after a dense prefill of {}\n",
+             tokens.size(), windows, c, N, prefix);
+  fmt::print("{:<28} PPL = {:.4f}   mean log-likelihood {:.5f}   (dense prefill, same tokens)\n",
+             "prefill", prefill_tally.ppl(), mean_ll(prefill_tally));
+  for (size_t m = 0; m < modes.size(); ++m)
+    fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   mean log-likelihood {:.5f}   decode {:9.1f} "
+               "ms ({:.1f} tok/s), attention {:9.1f} ms, keys read {:.1f}%\n",
+               modes[m], tally[m].ppl(), tally[m].err(), mean_ll(tally[m]), decode_ms[m],
+               1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
+               100.0 * double(keys_read[m]) / double(keys_total[m]));
+  if (recall)
+    fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
+               "({} head-steps)\n",
+               modes.back(), rt.sum / double(rt.count), rt.worst, rt.count);
+  if (modes.size() > 1)
+    fmt::print("relative loss {:+.3f}%   decode attention {:.2f}x faster, decode {:.2f}x faster\n",
+               100 * rel, decode_attn_ms[0] / decode_attn_ms[1], decode_ms[0] / decode_ms[1]);
+}
+
 void run(const PplOptions& o) {
+  if (o.decode_tail != 0) return run_decode_tail(o);
   std::vector<std::string> modes = {"dense"};
   if (!o.dense_only) modes.push_back(o.sparse);
   std::vector<model::SessionOptions> so;
@@ -160,6 +330,13 @@ void add_perplexity_command(CLI::App& root) {
   app->add_option("--chunks", o->chunks, "score at most this many windows (-1: all)")
       ->capture_default_str();
   app->add_flag("--dense-only", o->dense_only, "dense prefill only");
+  app->add_option("--decode-tail", o->decode_tail,
+                  "score each window's last N tokens token by token through decode, dense "
+                  "decode against --attn-decode (prefill dense)")
+      ->capture_default_str();
+  app->add_flag("--decode-recall", o->decode_recall,
+                "with --decode-tail and --attn-decode quest: the dense attention mass on the "
+                "keys each decode step read (per sparse layer and q head)");
   app->callback([o] { run(*o); });
 }
 

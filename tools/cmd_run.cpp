@@ -1,7 +1,7 @@
 // `spattn run`: llama-cli's one-shot generation. Loads a GGUF model, tokenizes the prompt (BOS
 // as the vocabulary says), prefills it with the chosen attention (-b / -ub chunks; --attn
-// chunked_h2o for the two-phase sparse prefill), then decodes -n tokens with full attention,
-// greedy at --temp 0 or sampled at temperature T with --seed. The prompt and the generated
+// chunked_h2o for the two-phase sparse prefill), then decodes -n tokens (--attn-decode: dense,
+// quest or blasst), greedy at --temp 0 or sampled at temperature T with --seed. The prompt and the generated
 // text go to stdout; load time, prompt tokens, TTFT, prefill and decode rates and the
 // attention share of prefill go to stderr (or all of it as one JSON object with --json).
 #include <fmt/format.h>
@@ -165,6 +165,15 @@ void run(const RunOptions& o) {
     j["decode_tokens"] = t.decode_tokens;
     j["decode_ms"] = t.decode_ms;
     j["decode_tok_s"] = decode_tps;
+    // What decode read: keys (K rows) against the keys visible, over layers and kv heads.
+    j["attn_decode"] = o.r.attn_decode;
+    j["decode_attn_ms"] = t.decode_attn_ms;
+    j["decode_keys_read"] = t.decode_keys_read;
+    j["decode_keys_total"] = t.decode_keys_total;
+    j["decode_pages_read"] = t.decode_pages_read;
+    j["decode_pages_total"] = t.decode_pages_total;
+    j["decode_tiles_visited"] = t.decode_stats.tiles_visited;
+    j["decode_tiles_skipped"] = t.decode_stats.tiles_skipped;
     j["score_entries"] = t.prefill_stats.score_entries;
     j["causal_entries"] = t.prefill_stats.causal_entries;
     j["memory"] = memory_json(lm, {&s});
@@ -185,6 +194,13 @@ void run(const RunOptions& o) {
              t.prefill_ms, prefill_tps, t.prefill_attn_ms, 100 * attn_share,
              double(t.prefill_stats.causal_entries) / double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
              t.decode_ms, decode_tps, t.decode_tokens);
+  if (t.decode_tokens > 0)
+    fmt::print(stderr,
+               "  attention    = {:10.2f} ms  (--attn-decode {}: {:.1f}% of keys read, {} of {} "
+               "tiles skipped)\n",
+               t.decode_attn_ms, o.r.attn_decode,
+               100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
+               t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
 }
 

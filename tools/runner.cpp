@@ -35,6 +35,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
   app.add_option("--cache-type-v", o.cache_type_v,
                  "-ctv: KV cache type for V (f32, f16, bf16, q8_0), as llama.cpp's")
       ->capture_default_str();
+  app.add_option("--attn-decode", o.attn_decode,
+                 "decode attention: dense, quest[:k=PAGES,page=16..64,topp=P,sink=,local=,"
+                 "dense_layers=] or blasst:lambda=X[,order=]")
+      ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
 }
 
@@ -48,6 +52,7 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.threads = o.threads;
   s.cache_type_k = parse_kv_type(o.cache_type_k);
   s.cache_type_v = parse_kv_type(o.cache_type_v);
+  s.attn_decode = o.attn_decode;
   const MethodSpec spec = parse_method_spec(attn);
   if (spec.name == "dense" && spec.params.empty()) {
     s.mode = model::PrefillMode::dense;
@@ -91,6 +96,7 @@ nlohmann::json memory_json(const LoadedModel& m,
     s.scratch += a.scratch;
     s.h2o_state += a.h2o_state;
     s.h2o_scratch += a.h2o_scratch;
+    s.decode_pages += a.decode_pages;
   }
   nlohmann::json j;
   j["peak_rss_bytes"] = peak_rss_bytes();
@@ -108,6 +114,7 @@ nlohmann::json memory_json(const LoadedModel& m,
   j["scratch_bytes"] = s.scratch;
   j["h2o_state_bytes"] = s.h2o_state;
   j["h2o_scratch_bytes"] = s.h2o_scratch;
+  j["decode_pages_bytes"] = s.decode_pages;
   return j;
 }
 

@@ -27,6 +27,7 @@ struct RunnerOptions {
   std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
   int threads = 2;            // -t
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
+  std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:lambda=X
   bool json = false;
 };
 // `attn_default`: what --attn means when not given.

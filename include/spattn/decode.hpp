@@ -10,7 +10,10 @@
 // max is not ln(lambda) below it are loaded and multiplied. Skipped V blocks are never read.
 #pragma once
 #include "spattn/attention.hpp"
+#include <vector>
+
 #include "spattn/blasst.hpp"
+#include "spattn/coverage.hpp"
 
 namespace spattn {
 
@@ -55,5 +58,15 @@ class PackedKV;
 void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
                       const AttnOptions& opt = {}, const DecodeOptions& dopt = {},
                       float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr);
+
+// Decode over a PackedKV restricted to chosen keys: q head h attends to the packed keys of
+// ranges[h] only (each [begin, end) inside the cache, keys in natural order), causally at
+// opt.q_start or the bottom right. One work item per q head; the keys outside the ranges are
+// never read. Exactly attention over the gathered keys, up to float rounding (the sum order
+// differs). A head with no range gets output 0 and LSE -inf.
+void attention_decode_ranges(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                             const std::vector<std::vector<KeyRange>>& ranges,
+                             const AttnOptions& opt = {}, float* lse = nullptr,
+                             Stats* stats = nullptr);
 
 }  // namespace spattn

@@ -118,7 +118,7 @@ class Model {
 Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);
 
-// How a prompt's attention is computed during prefill. Decode is always full attention.
+// How a prompt's attention is computed during prefill (decode: SessionOptions::attn_decode).
 enum class PrefillMode { dense, chunked_h2o, method };
 
 struct SessionOptions {
@@ -133,6 +133,9 @@ struct SessionOptions {
   // token's K and V rows are rounded to these types before any attention reads them, so
   // prefill (every mode) and decode see the values the cache holds.
   KVType cache_type_k = KVType::f16, cache_type_v = KVType::f16;
+  // --attn-decode: how decode attends (spattn/decode_spec.hpp): dense, quest[:...] (page
+  // summaries kept with the cache) or blasst:lambda=X. Prefill is unaffected.
+  std::string attn_decode = "dense";
   void validate() const;
 };
 
@@ -140,6 +143,12 @@ struct Timings {
   double prefill_ms = 0, prefill_attn_ms = 0, decode_ms = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
   Stats prefill_stats;  // attention entries of prefill
+  // Decode's attention: time, entries, and keys read against the keys visible, summed over
+  // layers and kv heads (Quest reads fewer; dense and BLASST read every key's K).
+  double decode_attn_ms = 0;
+  Stats decode_stats;
+  int64_t decode_keys_read = 0, decode_keys_total = 0;
+  int64_t decode_pages_read = 0, decode_pages_total = 0;  // Quest's layers only
 };
 
 // Called with a layer's post-RoPE q [n, Hq, d], k, v [n, Hkv, d] (f32, row-major) and the
@@ -182,7 +191,7 @@ class Session {
   // [n - logits_from, n_vocab] rows: the logits after tokens logits_from .. n - 1.
   void prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
                const PrefillProgress& progress = {});
-  // One token with full attention over the cache; logits [n_vocab].
+  // One token, attending over the cache as SessionOptions::attn_decode says; logits [n_vocab].
   void decode(int32_t token, float* logits);
 
   const Timings& timings() const;
@@ -193,6 +202,7 @@ class Session {
   // chunked_h2o's per-layer state (scores, memory sets) and its one shared batch scratch.
   struct Memory {
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
+    size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.

@@ -79,6 +79,10 @@ class PackedKV {
   std::span<const int64_t> positions() const;
   int64_t max_position() const;  // -1 when empty
 
+  // Packed key i of kv head kvh as stored (widened to f32: the values the kernels compute
+  // with), dim() floats into out. Not for caches packed as bf16 pairs (Error).
+  void read_key(int64_t kvh, int64_t i, float* out) const;
+
   const kernels::PackedKVData& data() const { return *d_; }
 
  private:

@@ -84,6 +84,31 @@ struct AnchorMaxPolicy : DensePolicy {
   }
 };
 
+// Decode restricted to chosen keys (a page-selecting method such as Quest): one item per q head
+// holding all q_len rows, attending to that head's key ranges (packed indices) only. Ranges are
+// pages of 16..64 keys, rarely on the 64-key grid: kPackFragments computes a range 64 keys at a
+// time from its first key and copies the short remainders together into gathered tiles, so the
+// tiles computed are about the keys kept over 64, and unselected keys are never read.
+struct KeyRangesPolicy : DensePolicy {
+  static constexpr bool kPackFragments = true;
+  int64_t q_len = 1;
+  const std::vector<std::vector<KeyRange>>* ranges = nullptr;  // per q head, ascending
+  int64_t num_tiles(const Problem&) const { return 1; }
+  int64_t rows(const Problem&, int64_t, int64_t* q_rows, int64_t* out_rows) const {
+    for (int64_t r = 0; r < q_len; ++r) q_rows[r] = out_rows[r] = r;
+    return q_len;
+  }
+  void key_ranges(const Problem&, int64_t h, int64_t, int64_t, std::vector<KeyRange>& out) const {
+    const auto& r = (*ranges)[size_t(h)];
+    out.insert(out.end(), r.begin(), r.end());
+  }
+  int64_t cost(const Problem&, int64_t h, int64_t, int64_t) const {
+    int64_t n = 0;
+    for (const KeyRange& r : (*ranges)[size_t(h)]) n += r.end - r.begin;
+    return n;
+  }
+};
+
 }  // namespace spattn::kernels
 #endif
 
@@ -127,6 +152,13 @@ void DecodePackedEntry(const Problem& p, int64_t splits, float log2_lambda, Blas
     RunFlash(p, pol, stats);
   }
 }
+void DecodeRangesEntry(const Problem& p, const std::vector<std::vector<KeyRange>>* ranges,
+                       Stats* stats) {
+  KeyRangesPolicy pol;
+  pol.tile_rows = pol.q_len = p.q_len;
+  pol.ranges = ranges;
+  RunFlash(p, pol, stats);
+}
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -139,6 +171,7 @@ HWY_AFTER_NAMESPACE();
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(DecodePackedEntry);
+HWY_EXPORT(DecodeRangesEntry);
 }
 
 void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
@@ -215,6 +248,22 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
     if (skip->record_tiles && order != BlasstOrder::in_order)
       for (auto& tiles : skip->skipped_tiles) std::sort(tiles.begin(), tiles.end());
   }
+}
+
+void attention_decode_ranges(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                             const std::vector<std::vector<KeyRange>>& ranges,
+                             const AttnOptions& opt, float* lse, Stats* stats) {
+  SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
+               kMaxDecodeQueries, "], got ", q.seq);
+  SPATTN_CHECK(int64_t(ranges.size()) == q.heads, "decode: key ranges for ", ranges.size(),
+               " q heads, q has ", q.heads);
+  SPATTN_CHECK(kv.data().identity, "decode: key ranges need keys in natural order");
+  for (const auto& head : ranges)
+    for (const KeyRange& r : head)
+      SPATTN_CHECK(r.begin >= 0 && r.begin < r.end && r.end <= kv.size(), "decode: key range [",
+                   r.begin, ", ", r.end, ") outside the cache's ", kv.size(), " keys");
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodeRangesEntry)(p, &ranges, stats);
 }
 
 }  // namespace spattn

@@ -331,6 +331,41 @@ PackedKV PackedKV::copy(int64_t keys) const {
   return c;
 }
 
+// Scalar: a caller reads back a few keys (a summary rebuilt after a truncation), never a tile.
+void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
+  const kernels::PackedKVData& d = *d_;
+  SPATTN_CHECK(d.ops == kernels::Operands::f32,
+               "PackedKV: read_key of a cache packed as bf16 pairs is not supported");
+  SPATTN_CHECK(kvh >= 0 && kvh < d.kv_heads && i >= 0 && i < d.size, "PackedKV: read_key(",
+               kvh, ", ", i, ") outside ", d.kv_heads, " heads x ", d.size, " keys");
+  const int64_t t = i / kernels::kTileKeys, jj = i % kernels::kTileKeys, n = d.dim;
+  const unsigned char* tile = d.k_bytes(kvh, t);
+  switch (d.k_type) {
+    case KVType::f32: {
+      const float* f = reinterpret_cast<const float*>(tile);
+      for (int64_t c = 0; c < n; ++c) out[c] = f[c * kernels::kTileKeys + jj];
+      return;
+    }
+    case KVType::f16:
+    case KVType::bf16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
+      for (int64_t c = 0; c < n; ++c) {
+        const uint16_t x = h[c * kernels::kTileKeys + jj];
+        out[c] = d.k_type == KVType::f16 ? f16_to_f32(x) : bf16_to_f32(x);
+      }
+      return;
+    }
+    case KVType::q8_0: {  // [d][64] int8, then f16 scales [d/32][64]
+      const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+      const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + n * kernels::kTileKeys);
+      for (int64_t c = 0; c < n; ++c)
+        out[c] = float(q[c * kernels::kTileKeys + jj]) *
+                 f16_to_f32(sc[(c / 32) * kernels::kTileKeys + jj]);
+      return;
+    }
+  }
+}
+
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }
 size_t PackedKV::bytes() const {

@@ -19,13 +19,16 @@ void round_rows(const TensorView& t, KVType type) {
 }  // namespace
 
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-                 bool raw, KVType k_type, KVType v_type)
+                 bool raw, KVType k_type, KVType v_type, int64_t quest_page)
     : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype), k_type_(k_type),
       v_type_(v_type) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
   packed_.reserve(size_t(n_layer));
   for (int64_t l = 0; l < n_layer; ++l)
     packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
+  if (quest_page > 0)
+    for (int64_t l = 0; l < n_layer; ++l)
+      pages_.emplace_back(kv_heads, dim, quest_page, capacity, k_type);
   if (raw)
     for (int64_t l = 0; l < n_layer; ++l) {
       raw_k_.emplace_back(dtype, kv_heads, capacity, dim);
@@ -68,6 +71,14 @@ void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int th
       throw;
     }
   }
+  if (has_pages()) {
+    try {
+      pages_[size_t(l)].append(k);
+    } catch (...) {
+      p.truncate(at);
+      throw;
+    }
+  }
 }
 
 void KVCache::commit() {
@@ -84,6 +95,8 @@ void KVCache::rollback() {
   // caches, whose tails the kernels read as zeros, are restored.
   for (PackedKV& p : packed_)
     if (p.size() > size_) p.truncate(size_);
+  for (size_t l = 0; l < pages_.size(); ++l)
+    if (pages_[l].size() > size_) pages_[l].truncate(size_, packed_[l]);
 }
 
 void KVCache::truncate(int64_t n) {
@@ -91,6 +104,7 @@ void KVCache::truncate(int64_t n) {
   SPATTN_CHECK(n >= 0 && n <= size_, "KV cache: truncate to ", n, " tokens, outside [0, ", size_,
                "]");
   for (PackedKV& p : packed_) p.truncate(n);
+  for (size_t l = 0; l < pages_.size(); ++l) pages_[l].truncate(n, packed_[l]);
   size_ = n;
 }
 
@@ -108,6 +122,10 @@ KVCache KVCache::fork(int64_t n) const {
   c.size_ = n;
   c.packed_.reserve(packed_.size());
   for (const PackedKV& p : packed_) c.packed_.push_back(p.copy(n));
+  for (size_t l = 0; l < pages_.size(); ++l) {
+    c.pages_.push_back(pages_[l]);
+    c.pages_.back().truncate(n, c.packed_[l]);
+  }
   for (size_t l = 0; l < raw_k_.size(); ++l) {
     c.raw_k_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
     c.raw_v_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
@@ -122,6 +140,18 @@ KVCache KVCache::fork(int64_t n) const {
 const PackedKV& KVCache::packed(int64_t l) const {
   check_layer(l);
   return packed_[size_t(l)];
+}
+
+const QuestPages& KVCache::pages(int64_t l) const {
+  check_layer(l);
+  SPATTN_CHECK(has_pages(), "KV cache: made without Quest page summaries");
+  return pages_[size_t(l)];
+}
+
+size_t KVCache::pages_bytes() const {
+  size_t b = 0;
+  for (const QuestPages& p : pages_) b += p.bytes();
+  return b;
 }
 
 TensorView KVCache::raw_k(int64_t l) const {

@@ -13,6 +13,7 @@
 
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
+#include "spattn/quest.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::model {
@@ -24,8 +25,11 @@ class KVCache {
   // -ctv; the packed tiles hold them in that type). raw: keep every row as a tensor too
   // (raw_k, raw_v), in `dtype`, holding the values the packed cache holds (rounded to k_type /
   // v_type), so methods read the same keys as the kernels over the packed cache.
+  // quest_page > 0: per layer also Quest's page summaries (spattn/quest.hpp) of that page
+  // size, written by every append and kept through commit, rollback, truncate and fork.
   KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-          bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32);
+          bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32,
+          int64_t quest_page = 0);
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 
@@ -61,6 +65,10 @@ class KVCache {
   KVCache fork(int64_t n = -1) const;
 
   const PackedKV& packed(int64_t l) const;
+  bool has_pages() const { return !pages_.empty(); }
+  // Layer l's page summaries (has_pages() only), covering layer_size(l) keys.
+  const QuestPages& pages(int64_t l) const;
+  size_t pages_bytes() const;
   // Layer l's rows [0, layer_size(l)) as [kv_heads, rows, dim] views; has_raw() only.
   TensorView raw_k(int64_t l) const;
   TensorView raw_v(int64_t l) const;
@@ -72,7 +80,8 @@ class KVCache {
   DType dtype_ = DType::f32;
   KVType k_type_ = KVType::f32, v_type_ = KVType::f32;
   std::vector<PackedKV> packed_;
-  std::vector<Tensor> raw_k_, raw_v_;  // [kv_heads, capacity, dim] per layer, or none
+  std::vector<Tensor> raw_k_, raw_v_;
+  std::vector<QuestPages> pages_;  // per layer, or none  // [kv_heads, capacity, dim] per layer, or none
 };
 
 }  // namespace spattn::model

@@ -27,6 +27,7 @@
 #include "model/kv_cache.hpp"
 #include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
+#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/model.hpp"
@@ -43,6 +44,7 @@ void SessionOptions::validate() const {
   for (KVType t : {cache_type_k, cache_type_v})
     SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
                  "-ctk / -ctv: unknown KV cache type ", int(t));
+  parse_decode_spec(attn_decode);
   if (mode == PrefillMode::chunked_h2o) {
     ChunkedH2OParams p;
     p.chunk = n_ubatch;
@@ -58,7 +60,7 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-enum class Attn { dense, h2o, method };
+enum class Attn { dense, h2o, method, decode };
 const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
@@ -69,6 +71,7 @@ struct Session::Impl {
   const Model& m;
   const Config& cfg;
   SessionOptions opt;
+  DecodeSpec dec;
   eval::RopeTable rope;
   // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
   // stored as opt.cache_type_k / cache_type_v.
@@ -84,12 +87,13 @@ struct Session::Impl {
   std::vector<float> x, h, q, k, v, att, g, u;
 
   Impl(const Model& model, const SessionOptions& o)
-      : m(model), cfg(model.config()), opt(validated(o)),
+      : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
              cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
              cfg.rope_freq_factors),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
-              /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v) {
+              /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
+              dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
     make_h2o();
     if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
@@ -111,7 +115,8 @@ struct Session::Impl {
 
   // A fork: src's options, methods and tap, a copy of its first n committed tokens.
   Impl(const Impl& src, int64_t n)
-      : m(src.m), cfg(src.cfg), opt(src.opt), rope(src.rope), cache(src.cache.fork(n)),
+      : m(src.m), cfg(src.cfg), opt(src.opt), dec(src.dec), rope(src.rope),
+        cache(src.cache.fork(n)),
         methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
     make_h2o();
     make_scratch();
@@ -188,6 +193,9 @@ struct Session::Impl {
           attention_dense(qv, c, ov, attn_opt(pos0), nullptr, stats);
         }
         break;
+      case Attn::decode:
+        decode_attention(l, qv, ov, pos0);
+        break;
       case Attn::h2o:
         // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
         h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, nullptr, stats,
@@ -201,6 +209,28 @@ struct Session::Impl {
         break;
       }
     }
+  }
+
+  // One decoded token's attention in layer l, as --attn-decode says.
+  void decode_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t pos0) {
+    const PackedKV& c = cache.packed(l);
+    AttnOptions a = attn_opt(pos0);
+    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
+                                  opt.threads);
+    Stats& st = t.decode_stats;
+    if (dec.kind == DecodeKind::quest && l >= dec.quest.dense_layers) {
+      QuestDecodeStats qs;
+      quest_decode(qv, c, cache.pages(l), dec.quest, ov, a, nullptr, &st, &qs);
+      t.decode_keys_read += qs.keys_read;
+      t.decode_keys_total += qs.keys_total;
+      t.decode_pages_read += qs.pages_read;
+      t.decode_pages_total += qs.pages_total;
+      return;
+    }
+    attention_decode(qv, c, ov, a, dec.kind == DecodeKind::blasst ? dec.blasst : DecodeOptions{},
+                     nullptr, &st);
+    t.decode_keys_read += c.kv_heads() * c.size();
+    t.decode_keys_total += c.kv_heads() * c.size();
   }
 
   // Runs one call's forward passes as one change of the session: committed when `body`
@@ -289,6 +319,7 @@ Session::Memory Session::memory() const {
   Memory m;
   m.kv_cache = s.cache.packed_bytes();
   m.method_kv = s.cache.raw_bytes();
+  m.decode_pages = s.cache.pages_bytes();
   for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
     m.scratch += b->capacity() * sizeof(float);
   for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
@@ -348,7 +379,8 @@ void Session::decode(int32_t token, float* logits) {
                " tokens (-c) is full");
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
-    s.forward(&token, 1, s.cache.size(), Attn::dense, false, logits, 0, nullptr, nullptr);
+    s.forward(&token, 1, s.cache.size(), Attn::decode, false, logits, 0, &s.t.decode_attn_ms,
+              nullptr);
     s.t.decode_ms += ms_since(t0);
     s.t.decode_tokens += 1;
   });

@@ -1,0 +1,109 @@
+// Quest decode ("Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference",
+// ICML'24, Section 3): the KV cache is cut into pages of `page` keys; beside the cache each page
+// keeps the element-wise min and max of its keys (updated as keys are appended, O(head_dim) per
+// key). A decode query q bounds each page's largest score from above,
+//     U(page) = sum_i max(q_i * min_i, q_i * max_i)  >=  q . k  for every key k of the page,
+// and attends only to the pages with the largest bounds (a budget of `topk` pages, or with
+// `topp=P` the fewest pages whose estimated mass, the softmax of scale * U over the pages,
+// reaches P), plus the first `sink` pages and the newest `local` pages, always. Under GQA the
+// q heads of a group share their kv head's pages (quest_select). Only the chosen
+// pages' K and V are read (attention_decode_ranges over the packed cache).
+//
+// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L]
+//   page          16..64, a multiple of 16 (default 16, the paper's page size)
+//   k             pages kept by bound besides sink and local (default 128: 2048 tokens at
+//                 page 16, inside the 1K-4K token budgets the paper evaluates)
+//   topp          in (0, 1]: a mass budget instead of k (giving both is an Error)
+//   sink, local   pages always kept at the start and the end (default 1 each)
+//   dense_layers  the first L layers decode densely (default 2: the paper leaves its first two
+//                 layers dense, their attention being the least sparse)
+#pragma once
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/coverage.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/method.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+
+class PackedKV;
+
+struct QuestParams {
+  int64_t page = 16;
+  int64_t topk = 128;
+  double topp = 0;  // 0: the topk budget; else the mass budget in (0, 1]
+  int64_t sink = 1, local = 1;
+  int64_t dense_layers = 2;
+};
+// Parses a `quest[:...]` spec (above); Error naming the parameter for anything out of range.
+QuestParams parse_quest_params(const MethodSpec& spec);
+
+// Per kv head and page, the element-wise min and max of the page's keys, as the cache stores
+// them (rows rounded to k_type first, so the bounds hold for the keys the kernels read).
+class QuestPages {
+ public:
+  QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
+             KVType k_type = KVType::f32);
+  // Keys [size(), size() + n) from k ([kv_heads, n, dim]): each widens its page's min and max.
+  void append(const TensorView& k);
+  // Keeps the first n keys. The page holding key n - 1, when cut, is rebuilt from the keys the
+  // cache holds (kv: the packed cache, holding at least n keys), so the summaries are what
+  // appending those n keys gives.
+  void truncate(int64_t n, const PackedKV& kv);
+
+  int64_t size() const { return size_; }
+  int64_t page() const { return page_; }
+  int64_t pages() const { return (size_ + page_ - 1) / page_; }
+  int64_t kv_heads() const { return kv_heads_; }
+  int64_t dim() const { return dim_; }
+  size_t bytes() const { return mm_.capacity() * sizeof(float); }
+  // min (dim floats) then max (dim floats) of page p of kv head h.
+  const float* min_max(int64_t h, int64_t p) const {
+    return mm_.data() + size_t(((h * pages_cap_) + p) * 2 * dim_);
+  }
+
+ private:
+  float* mm(int64_t h, int64_t p) { return mm_.data() + size_t(((h * pages_cap_) + p) * 2 * dim_); }
+  void add_key(int64_t h, int64_t i, const float* key);
+  int64_t kv_heads_, dim_, page_, pages_cap_, size_ = 0;
+  KVType k_type_;
+  std::vector<float> mm_;
+};
+
+// What a decode read, summed over kv heads (and layers, by the runner).
+struct QuestDecodeStats {
+  int64_t pages_read = 0, pages_total = 0;
+  int64_t keys_read = 0, keys_total = 0;
+  void add(const QuestDecodeStats& o) {
+    pages_read += o.pages_read, pages_total += o.pages_total;
+    keys_read += o.keys_read, keys_total += o.keys_total;
+  }
+};
+
+// The bound U of every page of kv head h for one query row q (dim floats).
+void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds);
+// The key ranges (ascending, merged) each kv head reads for q ([Hq, 1, d]) over the first
+// pages.size() keys. The q heads of a GQA group share their kv head's pages (its K and V are
+// then read once per group): a page's score is its estimated mass, the softmax over the pages
+// of scale * U, averaged over the group's q heads (one q head per kv head: the paper's ranking
+// by U); topk keeps the k best, topp the fewest whose scores, with the sink's and the newest
+// pages', reach P. scale: the softmax scale (resolved).
+std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
+                                                const QuestParams& params, float scale,
+                                                QuestDecodeStats* stats = nullptr);
+// Attention of q ([Hq, 1, d], the newest token: every key visible) over the ranges of its kv
+// head (quest_select's), each group's q heads as the rows of one item.
+void quest_attend(const TensorView& q, const PackedKV& kv,
+                  const std::vector<std::vector<KeyRange>>& ranges, const TensorView& out,
+                  const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
+// One decode step: q [Hq, 1, d] attends to the selected pages of kv (pages summarises kv's keys).
+void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
+                  const QuestParams& params, const TensorView& out, const AttnOptions& opt = {},
+                  float* lse = nullptr, Stats* stats = nullptr,
+                  QuestDecodeStats* qstats = nullptr);
+
+}  // namespace spattn

@@ -1,0 +1,213 @@
+// Quest decode (spattn/quest.hpp): page summaries kept beside the KV cache, the per-page upper
+// bound of q . k, the page budget (topk or topp) and the decode over the chosen pages.
+#include "spattn/quest.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "spattn/decode.hpp"
+#include "spattn/error.hpp"
+#include "spattn/packed_kv.hpp"
+
+namespace spattn {
+
+QuestParams parse_quest_params(const MethodSpec& spec) {
+  SPATTN_CHECK(spec.name == "quest", "quest: not a quest spec ('", spec.text, "')");
+  ParamReader r(spec);
+  QuestParams p;
+  p.page = r.get_int("page", p.page, 16, 64);
+  SPATTN_CHECK(p.page % 16 == 0, "quest: page=", p.page, " is not a multiple of 16");
+  SPATTN_CHECK(!(r.has("k") && r.has("topp")), "quest: give k (pages) or topp (mass), not both");
+  p.topk = r.get_int("k", p.topk, 0, int64_t(1) << 30);
+  if (r.has("topp")) {
+    p.topp = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
+    SPATTN_CHECK(p.topp > 0 && p.topp <= 1, "quest: topp=", p.topp, " outside (0, 1]");
+  }
+  p.sink = r.get_int("sink", p.sink, 0, int64_t(1) << 30);
+  p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
+  p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
+  r.finish();
+  return p;
+}
+
+QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
+                       KVType k_type)
+    : kv_heads_(kv_heads), dim_(dim), page_(page), pages_cap_((capacity + page - 1) / page),
+      k_type_(k_type) {
+  SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
+               " x ", capacity, " x ", dim);
+  SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,
+               " is not a multiple of 16 in [16, 64]");
+  mm_.assign(size_t(kv_heads * pages_cap_ * 2 * dim), 0.0f);
+}
+
+void QuestPages::add_key(int64_t h, int64_t i, const float* key) {
+  float* lo = mm(h, i / page_);
+  float* hi = lo + dim_;
+  if (i % page_ == 0) {  // a page's first key sets its summary
+    std::copy_n(key, dim_, lo);
+    std::copy_n(key, dim_, hi);
+    return;
+  }
+  for (int64_t c = 0; c < dim_; ++c) {
+    lo[c] = std::min(lo[c], key[c]);
+    hi[c] = std::max(hi[c], key[c]);
+  }
+}
+
+void QuestPages::append(const TensorView& k) {
+  SPATTN_CHECK(k.heads == kv_heads_ && k.dim == dim_, "quest: appending keys of ", k.heads,
+               " heads x ", k.dim, " dims to summaries of ", kv_heads_, " x ", dim_);
+  SPATTN_CHECK(size_ + k.seq <= pages_cap_ * page_, "quest: ", size_ + k.seq,
+               " keys exceed the summaries' capacity");
+  std::vector<float> row(static_cast<size_t>(dim_));
+  for (int64_t h = 0; h < kv_heads_; ++h)
+    for (int64_t s = 0; s < k.seq; ++s) {
+      for (int64_t c = 0; c < dim_; ++c) row[size_t(c)] = k.get(h, s, c);
+      kv_round_row(k_type_, row.data(), row.data(), dim_);  // as the cache stores it
+      add_key(h, size_ + s, row.data());
+    }
+  size_ += k.seq;
+}
+
+void QuestPages::truncate(int64_t n, const PackedKV& kv) {
+  SPATTN_CHECK(n >= 0 && n <= size_, "quest: truncate to ", n, " keys, outside [0, ", size_, "]");
+  SPATTN_CHECK(kv.size() >= n, "quest: the cache holds ", kv.size(), " keys, fewer than ", n);
+  if (n % page_ != 0) {  // the cut page: rebuilt from the keys it keeps
+    std::vector<float> row(static_cast<size_t>(dim_));
+    for (int64_t h = 0; h < kv_heads_; ++h)
+      for (int64_t i = n / page_ * page_; i < n; ++i) {
+        kv.read_key(h, i, row.data());
+        add_key(h, i, row.data());
+      }
+  }
+  size_ = n;
+}
+
+void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
+  const int64_t d = pages.dim();
+  for (int64_t p = 0; p < pages.pages(); ++p) {
+    const float* lo = pages.min_max(h, p);
+    const float* hi = lo + d;
+    float u = 0;
+    for (int64_t c = 0; c < d; ++c) u += std::max(q[c] * lo[c], q[c] * hi[c]);
+    bounds[p] = u;
+  }
+}
+
+std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
+                                                const QuestParams& params, float scale,
+                                                QuestDecodeStats* stats) {
+  SPATTN_CHECK(q.seq == 1, "quest: decode takes one query per q head, got ", q.seq);
+  SPATTN_CHECK(q.dim == pages.dim() && q.heads % pages.kv_heads() == 0, "quest: q of ", q.heads,
+               " heads x ", q.dim, " dims over summaries of ", pages.kv_heads(), " x ",
+               pages.dim());
+  const int64_t np = pages.pages(), n = pages.size(), page = pages.page();
+  const int64_t hkv = pages.kv_heads(), group = q.heads / hkv;
+  std::vector<std::vector<KeyRange>> out(static_cast<size_t>(hkv));
+  std::vector<float> qrow(static_cast<size_t>(q.dim)), bounds(static_cast<size_t>(np));
+  std::vector<double> score(static_cast<size_t>(np));
+  std::vector<int64_t> order;
+  std::vector<char> keep(static_cast<size_t>(np));
+  // Sink and local pages are always read; the rest compete on their scores.
+  const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
+  const bool all = params.topp == 0 && params.topk >= last - first;
+  for (int64_t g = 0; g < hkv; ++g) {
+    std::fill(keep.begin(), keep.end(), 0);
+    for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
+    for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
+    order.resize(size_t(last - first));
+    std::iota(order.begin(), order.end(), first);
+    if (!all && !order.empty()) {
+      // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
+      // averaged over the q heads of the group (they share the kv head's pages, so its K and V
+      // are read once). With one q head per kv head this ranks pages by U, as the paper does.
+      std::fill(score.begin(), score.end(), 0.0);
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        for (int64_t c = 0; c < q.dim; ++c) qrow[size_t(c)] = q.get(h, 0, c);
+        quest_page_bounds(pages, g, qrow.data(), bounds.data());
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < np; ++p) mx = std::max(mx, bounds[size_t(p)]);
+        double total = 0;
+        for (int64_t p = 0; p < np; ++p) total += std::exp(double(scale) * (double(bounds[size_t(p)]) - mx));
+        for (int64_t p = 0; p < np; ++p)
+          score[size_t(p)] +=
+              std::exp(double(scale) * (double(bounds[size_t(p)]) - mx)) / (total * double(group));
+      }
+      // Largest score first; ties by page index, so the choice is deterministic.
+      const auto by_score = [&](int64_t a, int64_t b) {
+        return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
+      };
+      int64_t take = 0;
+      if (params.topp == 0) {
+        take = params.topk;
+        std::nth_element(order.begin(), order.begin() + take, order.end(), by_score);
+      } else {
+        std::sort(order.begin(), order.end(), by_score);
+        double kept = 0;
+        for (int64_t p = 0; p < np; ++p)
+          if (keep[size_t(p)]) kept += score[size_t(p)];
+        while (take < int64_t(order.size()) && kept < params.topp)
+          kept += score[size_t(order[size_t(take++)])];
+      }
+      for (int64_t i = 0; i < take; ++i) keep[size_t(order[size_t(i)])] = 1;
+    } else {
+      for (int64_t p : order) keep[size_t(p)] = 1;
+    }
+    auto& r = out[size_t(g)];
+    int64_t read = 0, pages_read = 0;
+    for (int64_t p = 0; p < np; ++p) {
+      if (!keep[size_t(p)]) continue;
+      const int64_t b = p * page, e = std::min(n, b + page);
+      if (!r.empty() && r.back().end == b) r.back().end = e;
+      else r.push_back({b, e});
+      read += e - b;
+      ++pages_read;
+    }
+    if (stats) stats->add({pages_read, np, read, n});
+  }
+  return out;
+}
+
+void quest_attend(const TensorView& q, const PackedKV& kv,
+                  const std::vector<std::vector<KeyRange>>& ranges, const TensorView& out,
+                  const AttnOptions& opt, float* lse, Stats* stats) {
+  const int64_t hkv = kv.kv_heads(), group = hkv > 0 ? q.heads / hkv : 0;
+  SPATTN_CHECK(q.seq == 1 && out.seq == 1 && out.heads == q.heads && group >= 1 &&
+                   group * hkv == q.heads && group <= kMaxDecodeQueries,
+               "quest: q of ", q.heads, " heads x ", q.seq, " rows over ", hkv, " kv heads");
+  SPATTN_CHECK(!opt.causal || opt.q_start < 0 || opt.q_start >= kv.max_position(),
+               "quest: the decode query must see every key (q_start ", opt.q_start,
+               ", newest key ", kv.max_position(), ")");
+  // The q heads of a group become the rows of one item over the group's pages (as dense decode
+  // groups them): every key is visible to the newest token, so no causal mask.
+  const auto grouped = [&](const TensorView& t) {
+    TensorView g = t;
+    g.heads = hkv;
+    g.seq = group;
+    g.stride_seq = t.stride_head;
+    g.stride_head = t.stride_head * group;
+    return g;
+  };
+  AttnOptions a = opt;
+  a.causal = false;
+  a.q_start = -1;
+  attention_decode_ranges(grouped(q), kv, grouped(out), ranges, a, lse, stats);
+}
+
+void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
+                  const QuestParams& params, const TensorView& out, const AttnOptions& opt,
+                  float* lse, Stats* stats, QuestDecodeStats* qstats) {
+  SPATTN_CHECK(pages.size() == kv.size(), "quest: the page summaries cover ", pages.size(),
+               " keys, the cache holds ", kv.size());
+  QuestDecodeStats qs;
+  const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs);
+  if (qstats) qstats->add(qs);
+  if (qs.keys_read == qs.keys_total)  // every key: dense decode
+    attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
+  else
+    quest_attend(q, kv, ranges, out, opt, lse, stats);
+}
+
+}  // namespace spattn

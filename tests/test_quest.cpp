@@ -1,0 +1,337 @@
+// Quest decode (spattn/quest.hpp): the page bound is an upper bound of every key's score; the
+// page choice equals a plain twin's; the decode over the chosen pages equals plain attention
+// over the same keys gathered (every cache type, GQA, odd lengths); summaries survive
+// truncation exactly; the runner's --attn-decode reads fewer keys and, with every page kept,
+// computes what dense decode computes; bad specs are named Errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <unistd.h>
+
+#include "model/kv_cache.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/decode_spec.hpp"
+#include "spattn/error.hpp"
+#include "spattn/model.hpp"
+#include "spattn/model_maker.hpp"
+#include "spattn/packed_kv.hpp"
+#include "spattn/quest.hpp"
+#include "spattn/tensor.hpp"
+
+namespace spattn {
+namespace {
+
+Tensor random_tensor(int64_t h, int64_t s, int64_t d, uint64_t seed, float shift = 0) {
+  Tensor t(DType::f32, h, s, d);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const TensorView v = t;
+  for (int64_t a = 0; a < h; ++a)
+    for (int64_t b = 0; b < s; ++b)
+      for (int64_t c = 0; c < d; ++c) v.set(a, b, c, g(rng) + shift * float(c % 3));
+  return t;
+}
+
+// Rows of t rounded as a cache of type `type` stores them.
+Tensor rounded(const TensorView& t, KVType type) {
+  Tensor r(DType::f32, t.heads, t.seq, t.dim);
+  const TensorView v = r;
+  std::vector<float> row(size_t(t.dim));
+  for (int64_t h = 0; h < t.heads; ++h)
+    for (int64_t s = 0; s < t.seq; ++s) {
+      for (int64_t c = 0; c < t.dim; ++c) row[size_t(c)] = t.get(h, s, c);
+      kv_round_row(type, row.data(), row.data(), t.dim);
+      for (int64_t c = 0; c < t.dim; ++c) v.set(h, s, c, row[size_t(c)]);
+    }
+  return r;
+}
+
+// The plain twin of the page choice for kv head g: bounds in double per q head of the group,
+// each head's softmax over the pages averaged over the group, pages sorted by it, topk or topp.
+std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k, int64_t group,
+                             const QuestParams& p, double scale) {
+  const int64_t n = k.seq, np = (n + p.page - 1) / p.page;
+  std::vector<double> score(static_cast<size_t>(np), 0.0);
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    std::vector<double> u(static_cast<size_t>(np));
+    for (int64_t pg = 0; pg < np; ++pg) {
+      double s = 0;
+      for (int64_t c = 0; c < k.dim; ++c) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int64_t j = pg * p.page; j < std::min(n, (pg + 1) * p.page); ++j) {
+          lo = std::min(lo, double(k.get(g, j, c)));
+          hi = std::max(hi, double(k.get(g, j, c)));
+        }
+        const double qc = q.get(h, 0, c);
+        s += std::max(qc * lo, qc * hi);
+      }
+      u[size_t(pg)] = s;
+    }
+    const double mx = *std::max_element(u.begin(), u.end());
+    double total = 0;
+    for (double x : u) total += std::exp(scale * (x - mx));
+    for (int64_t pg = 0; pg < np; ++pg)
+      score[size_t(pg)] += std::exp(scale * (u[size_t(pg)] - mx)) / total / double(group);
+  }
+  std::vector<char> keep(size_t(np), 0);
+  const int64_t first = std::min(np, p.sink), last = std::max(first, np - p.local);
+  for (int64_t pg = 0; pg < np; ++pg) keep[size_t(pg)] = pg < first || pg >= last;
+  std::vector<int64_t> cand(size_t(last - first));
+  std::iota(cand.begin(), cand.end(), first);
+  std::stable_sort(cand.begin(), cand.end(),
+                   [&](int64_t a, int64_t b) { return score[size_t(a)] > score[size_t(b)]; });
+  if (p.topp == 0) {
+    for (int64_t i = 0; i < std::min<int64_t>(p.topk, int64_t(cand.size())); ++i)
+      keep[size_t(cand[size_t(i)])] = 1;
+  } else {
+    double kept = 0;
+    for (int64_t pg = 0; pg < np; ++pg)
+      if (keep[size_t(pg)]) kept += score[size_t(pg)];
+    for (size_t i = 0; i < cand.size() && kept < p.topp; ++i) {
+      keep[size_t(cand[i])] = 1;
+      kept += score[size_t(cand[i])];
+    }
+  }
+  return keep;
+}
+
+std::vector<char> chosen_pages(const std::vector<KeyRange>& ranges, int64_t page, int64_t np) {
+  std::vector<char> keep(size_t(np), 0);
+  for (const KeyRange& r : ranges)
+    for (int64_t j = r.begin; j < r.end; ++j) keep[size_t(j / page)] = 1;
+  return keep;
+}
+
+TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
+  const int64_t n = 333, d = 64;
+  const Tensor k = random_tensor(2, n, d, 1, 0.5f), q = random_tensor(2, 1, d, 2);
+  QuestPages pages(2, d, 32, 400);
+  pages.append(k);
+  ASSERT_EQ(pages.pages(), (n + 31) / 32);
+  std::vector<float> u(size_t(pages.pages()));
+  std::vector<float> qrow(static_cast<size_t>(d));
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t c = 0; c < d; ++c) qrow[size_t(c)] = q.view().get(h, 0, c);
+    quest_page_bounds(pages, h, qrow.data(), u.data());
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t c = 0; c < d; ++c) s += double(qrow[size_t(c)]) * k.view().get(h, j, c);
+      EXPECT_LE(s, double(u[size_t(j / 32)]) + 1e-4) << "head " << h << " key " << j;
+    }
+  }
+}
+
+TEST(Quest, PageChoiceEqualsThePlainTwin) {
+  using Shape = std::pair<int64_t, int64_t>;  // kv heads, q heads
+  for (const auto& [hkv, hq] : std::initializer_list<Shape>{{2, 8}, {3, 3}})
+    for (int64_t n : {1, 47, 640, 1001})
+    for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
+                             "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
+      const QuestParams p = parse_decode_spec(spec).quest;
+      const int64_t d = 64, group = hq / hkv;
+      const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
+      const Tensor q = random_tensor(hq, 1, d, uint64_t(n) + 1);
+      QuestPages pages(hkv, d, p.page, n);
+      pages.append(k);
+      const float scale = 1.0f / std::sqrt(float(d));
+      QuestDecodeStats st;
+      const auto ranges = quest_select(q, pages, p, scale, &st);
+      const int64_t np = pages.pages();
+      int64_t read = 0;
+      ASSERT_EQ(int64_t(ranges.size()), hkv);
+      for (int64_t g = 0; g < hkv; ++g) {
+        EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np), twin_pages(q, g, k, group, p, scale))
+            << spec << " n " << n << " kv head " << g;
+        for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
+      }
+      EXPECT_EQ(st.keys_read, read);
+      EXPECT_EQ(st.keys_total, hkv * n);
+      EXPECT_EQ(st.pages_total, hkv * np);
+    }
+}
+
+// The decode over the chosen pages equals exact attention over those keys gathered (rows as
+// the cache stores them), in every cache type, with GQA and lengths off the page grid.
+TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {
+  const int64_t d = 64, hkv = 2, hq = 6;
+  for (KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+    for (int64_t n : {77, 1000, 2500}) {
+      const QuestParams p = parse_decode_spec("quest:k=6,page=16").quest;
+      const Tensor k = random_tensor(hkv, n, d, 7 + uint64_t(n), 0.5f);
+      const Tensor v = random_tensor(hkv, n, d, 8 + uint64_t(n));
+      const Tensor q = random_tensor(hq, 1, d, 9 + uint64_t(n));
+      PackedKV kv(hkv, d, DType::f32, n + 10, true, type, type);
+      kv.append(k, v);
+      QuestPages pages(hkv, d, p.page, n + 10, type);
+      pages.append(k);
+      Tensor out(DType::f32, hq, 1, d);
+      std::vector<float> lse(static_cast<size_t>(hq));
+      QuestDecodeStats st;
+      quest_decode(q, kv, pages, p, out, AttnOptions{}, lse.data(), nullptr, &st);
+      if (n > 8 * 16) EXPECT_LT(st.keys_read, st.keys_total);
+      const auto ranges = quest_select(q, pages, p, 1.0f / std::sqrt(float(d)));
+      const Tensor kr = rounded(k, type), vr = rounded(v, type);
+      for (int64_t h = 0; h < hq; ++h) {
+        std::vector<int64_t> keys;
+        for (const KeyRange& r : ranges[size_t(h / (hq / hkv))])
+          for (int64_t j = r.begin; j < r.end; ++j) keys.push_back(j);
+        const int64_t m = int64_t(keys.size());
+        Tensor kg(DType::f32, 1, m, d), vg(DType::f32, 1, m, d), qh(DType::f32, 1, 1, d),
+            ref(DType::f32, 1, 1, d);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            kg.view().set(0, i, c, kr.view().get(h / (hq / hkv), keys[size_t(i)], c));
+            vg.view().set(0, i, c, vr.view().get(h / (hq / hkv), keys[size_t(i)], c));
+          }
+        for (int64_t c = 0; c < d; ++c) qh.view().set(0, 0, c, q.view().get(h, 0, c));
+        float ref_lse = 0;
+        AttnOptions all;
+        all.causal = false;
+        attention_reference(qh, kg, vg, ref, all, &ref_lse);
+        for (int64_t c = 0; c < d; ++c)
+          EXPECT_NEAR(out.view().get(h, 0, c), ref.view().get(0, 0, c), 2e-5)
+              << kv_type_name(type) << " n " << n << " head " << h << " dim " << c;
+        EXPECT_NEAR(lse[size_t(h)], ref_lse, 2e-5);
+      }
+    }
+}
+
+TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
+  const int64_t d = 32, n = 200;
+  for (KVType type : {KVType::f32, KVType::f16, KVType::q8_0}) {
+    const Tensor k = random_tensor(2, n, d, 21), v = random_tensor(2, n, d, 22);
+    PackedKV kv(2, d, DType::f32, n, true, type, type);
+    kv.append(k, v);
+    QuestPages pages(2, d, 48, n, type);
+    pages.append(k);
+    for (int64_t keep : {150, 97, 96, 1, 0}) {
+      kv.truncate(keep);
+      pages.truncate(keep, kv);
+      QuestPages fresh(2, d, 48, n, type);
+      fresh.append(k.view().rows(0, keep));
+      ASSERT_EQ(pages.pages(), fresh.pages());
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t p = 0; p < pages.pages(); ++p)
+          for (int64_t c = 0; c < 2 * d; ++c)
+            ASSERT_EQ(pages.min_max(h, p)[c], fresh.min_max(h, p)[c])
+                << kv_type_name(type) << " keep " << keep << " page " << p;
+    }
+  }
+}
+
+TEST(Quest, BadSpecsAreNamedErrors) {
+  const auto expect_error = [](const std::string& spec, const std::string& mention) {
+    try {
+      parse_decode_spec(spec);
+      ADD_FAILURE() << "accepted '" << spec << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
+    }
+  };
+  expect_error("quest:page=24", "multiple of 16");
+  expect_error("quest:page=128", "page");
+  expect_error("quest:topp=0", "topp");
+  expect_error("quest:topp=1.5", "topp");
+  expect_error("quest:topp=-0.1", "topp");
+  expect_error("quest:k=4,topp=0.5", "not both");
+  expect_error("quest:pages=4", "pages");
+  expect_error("blasst", "lambda");
+  expect_error("blasst:lambda=2", "lambda");
+  expect_error("nonsense", "nonsense");
+  EXPECT_EQ(parse_decode_spec("quest:topp=1").quest.topp, 1.0);
+  EXPECT_EQ(parse_decode_spec("dense").kind, DecodeKind::dense);
+}
+
+// The runner: quest with every page kept computes dense decode's logits; with a small budget
+// it reads fewer keys; after truncate its summaries give what a fresh session's give.
+namespace fs = std::filesystem;
+const model::Model& small_model() {
+  static const model::Model m = [] {
+    ModelShape s;
+    s.layers = 3;
+    s.dim = 64;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.ffn = 96;
+    s.vocab = 300;
+    s.seed = 5;
+    const fs::path p =
+        fs::temp_directory_path() / ("spattn_quest_" + std::to_string(::getpid()) + ".gguf");
+    make_model(p.string(), s);
+    model::Model model = model::load_model(p.string());
+    fs::remove(p);
+    return model;
+  }();
+  return m;
+}
+
+model::SessionOptions session(const std::string& decode) {
+  model::SessionOptions so;
+  so.n_ctx = 512;
+  so.n_ubatch = 64;
+  so.threads = 2;
+  so.attn_decode = decode;
+  return so;
+}
+
+std::vector<float> decode_logits(model::Session& s, const std::vector<int32_t>& t, int64_t prompt,
+                                 int64_t steps) {
+  s.prefill(std::span(t).first(size_t(prompt)), nullptr, 0);
+  std::vector<float> all, l(300);
+  for (int64_t i = 0; i < steps; ++i) {
+    s.decode(t[size_t(prompt + i)], l.data());
+    all.insert(all.end(), l.begin(), l.end());
+  }
+  return all;
+}
+
+TEST(Quest, RunnerDecodeKeepingEveryPageIsDense) {
+  std::vector<int32_t> t(400);
+  std::mt19937_64 rng(3);
+  for (auto& x : t) x = int32_t(rng() % 300);
+  model::Session dense(small_model(), session("dense"));
+  model::Session all(small_model(), session("quest:k=100000,dense_layers=0"));
+  model::Session few(small_model(), session("quest:k=2,dense_layers=1"));
+  const auto a = decode_logits(dense, t, 300, 8), b = decode_logits(all, t, 300, 8);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << i;
+  EXPECT_EQ(all.timings().decode_keys_read, all.timings().decode_keys_total);
+  decode_logits(few, t, 300, 8);
+  const model::Timings& f = few.timings();
+  // Layer 0 dense, layers 1-2 read sink + newest + 2 pages of 16 of ~19 pages.
+  EXPECT_LT(f.decode_keys_read, f.decode_keys_total * 2 / 3);
+  EXPECT_GT(f.decode_pages_total, 0);
+  EXPECT_GT(few.memory().decode_pages, 0u);
+  EXPECT_EQ(dense.memory().decode_pages, 0u);
+}
+
+TEST(Quest, RunnerAfterTruncateEqualsAFreshSession) {
+  std::vector<int32_t> t(300);
+  std::mt19937_64 rng(4);
+  for (auto& x : t) x = int32_t(rng() % 300);
+  model::Session s(small_model(), session("quest:k=3,dense_layers=0"));
+  model::Session fresh(small_model(), session("quest:k=3,dense_layers=0"));
+  s.prefill(std::span(t).first(250), nullptr, 0);
+  s.decode(t[250], nullptr);
+  s.truncate(203);  // inside a page
+  fresh.prefill(std::span(t).first(203), nullptr, 0);
+  model::Session forked = s.fork(190);
+  model::Session fresh190(small_model(), session("quest:k=3,dense_layers=0"));
+  fresh190.prefill(std::span(t).first(190), nullptr, 0);
+  std::vector<float> a(300), b(300);
+  for (int64_t i = 0; i < 6; ++i) {
+    s.decode(t[size_t(203 + i)], a.data());
+    fresh.decode(t[size_t(203 + i)], b.data());
+    ASSERT_EQ(a, b) << "step " << i;
+    forked.decode(t[size_t(190 + i)], a.data());
+    fresh190.decode(t[size_t(190 + i)], b.data());
+    ASSERT_EQ(a, b) << "fork, step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace spattn
