@@ -109,7 +109,7 @@ Image h2o_figure(const H2OTraceLayer& t, int64_t max_width) {
   const std::string title = fmt::format("LAYER {}: CHUNKED_H2O S={} L={} H={}, {} TOKENS", t.layer,
                                         t.chunk, t.local, t.heavy, t.tokens);
   const std::string about = fmt::format(
-      "ROW C: MEMORY SET M_C AFTER CHUNK C (TOP: C=0); X: POSITION, {} PER PIXEL", fx.pool);
+      "ROW C: MEMORY SET M_C AFTER CHUNK C (TOP: C=0), X: POSITION, {} PER PIXEL", fx.pool);
   const int64_t width = std::max({panel_w, text_width(title, kScale), text_width(about, 1)}) + 2 * kMargin;
   const int64_t head_h = line + space + panel_h + 2 * space;
   const int64_t height = kMargin + 2 * (line + space) + t.heads * head_h + line + kMargin;
