@@ -235,6 +235,11 @@ TEST(H2OTrace, FigureStacksHeadsAndMarksHeavyHitters) {
     }
   EXPECT_TRUE(heavy);
   EXPECT_TRUE(local);
+  // A file may claim 2^40 tokens: the figure's work follows its pixels, not that count.
+  H2OTraceLayer huge = t;
+  huge.tokens = int64_t(1) << 40;
+  const Image h = h2o_figure(parse(bytes_of(huge)));
+  EXPECT_LE(h.width, 1024 + 64);
 }
 
 TEST(H2OTrace, RunTraceThenReportFromTheCommandLine) {

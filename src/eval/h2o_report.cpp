@@ -120,18 +120,26 @@ Image h2o_figure(const H2OTraceLayer& t, int64_t max_width) {
   y += line + space;
   draw_text(img, kMargin, y, about, kMuted, 1);
   y += line + space;
+  // Pooled while filled (a cell per pixel column, the most important state of its positions):
+  // the work and memory follow the figure's size, not the token count a file claims.
+  const int64_t pool = fx.pool, cols = (t.tokens + pool - 1) / pool;
+  AxisFit fx_cells;
+  fx_cells.scale = fx.scale;
   for (int64_t h = 0; h < t.heads; ++h) {
-    Grid g(n_rows, t.tokens, kStUnseen);
+    Grid g(n_rows, cols, kStUnseen);
     for (int64_t c = 0; c < n_rows; ++c) {
       const auto& ch = t.chunks[size_t(c)];
       const int64_t local_begin = std::max(ch.begin, ch.end - t.local);
-      for (int64_t j = 0; j < ch.end; ++j) g.at(c, j) = kStDropped;
-      for (int64_t j : ch.memory[size_t(h)]) g.at(c, j) = j >= local_begin ? kStLocal : kStHeavy;
+      for (int64_t x = 0; x < (ch.end + pool - 1) / pool; ++x) g.at(c, x) = kStDropped;
+      for (int64_t j : ch.memory[size_t(h)]) {
+        float& cell = g.at(c, j / pool);
+        cell = std::max(cell, j >= local_begin ? kStLocal : kStHeavy);
+      }
     }
     draw_text(img, kMargin, y, fmt::format("HEAD {}", h), kInk, kScale);
     y += line + space;
     img.fill_rect(kMargin - 1, y - 1, panel_w + 2, panel_h + 2, kMuted);  // a 1 px frame
-    img.blit(paint_grid(g, fy, fx, state_colour), kMargin, y);
+    img.blit(paint_grid(g, fy, fx_cells, state_colour), kMargin, y);
     y += panel_h + 2 * space;
   }
   int64_t x = kMargin;
