@@ -10,6 +10,7 @@
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
+#include "spattn/h2o_trace.hpp"
 #include "spattn/io.hpp"
 #include "spattn/model_maker.hpp"
 #include "quant_types.hpp"
@@ -150,6 +151,19 @@ void serve_seeds(const fs::path& dir) {
   save(dir / "detokenize.json", route(3, "{\"tokens\": [5, 6, 7]}"));
 }
 
+// Heavy-hitter traces: one head and two, sets with runs (one-byte gaps) and wide gaps.
+void h2o_trace_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  H2OTraceLayer t;
+  t.layer = 1, t.heads = 1, t.tokens = 40, t.chunk = 16, t.local = 4, t.heavy = 4;
+  t.chunks.push_back({0, 16, {{0, 1, 7, 9, 12, 13, 14, 15}}});
+  t.chunks.push_back({16, 32, {{0, 1, 9, 20, 28, 29, 30, 31}}});
+  save(dir / "one_head.h2o", h2o_trace_to_bytes(t));
+  t.heads = 2, t.tokens = 300, t.chunk = 128, t.local = 2, t.heavy = 200;
+  t.chunks = {{0, 128, {{0, 3, 126, 127}, {5, 126, 127}}}, {128, 256, {{0, 3, 130, 254, 255}, {254, 255}}}};
+  save(dir / "two_heads.h2o", h2o_trace_to_bytes(t));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -164,5 +178,6 @@ int main(int argc, char** argv) {
   tokenizer_seeds(root / "tokenizer");
   quant_seeds(root / "quant");
   serve_seeds(root / "serve");
+  h2o_trace_seeds(root / "h2o_trace");
   return 0;
 }

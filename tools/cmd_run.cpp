@@ -15,6 +15,7 @@
 #include "runner.hpp"
 #include "sampler.hpp"
 #include "spattn/error.hpp"
+#include "spattn/h2o_trace.hpp"
 #include "spattn/io.hpp"
 
 namespace spattn::cli {
@@ -30,6 +31,7 @@ struct RunOptions {
   int64_t dump_layer = -1;  // model::Session::kTapAllLayers with dump_all
   bool dump_all = false;    // --dump-qkv all DIR: every layer, as DIR/layerN/
   std::string dump_dir;
+  std::string h2o_trace_dir;  // --h2o-trace DIR: chunked_h2o's memory sets, DIR/layerN.h2o
   bool warmup = false;  // one untimed prefill and decode step first, as llama-bench does
   bool ignore_eos = false;
   bool chat = false;    // --chat / -cnv: run_chat.hpp
@@ -74,6 +76,13 @@ void run(const RunOptions& o) {
     SPATTN_CHECK(std::filesystem::is_directory(o.dump_dir, ec), "--dump-qkv: '", o.dump_dir,
                  "' is not a directory");
   }
+  if (!o.h2o_trace_dir.empty()) {
+    std::error_code ec;
+    SPATTN_CHECK(so.mode == model::PrefillMode::chunked_h2o,
+                 "--h2o-trace needs --attn chunked_h2o");
+    SPATTN_CHECK(std::filesystem::is_directory(o.h2o_trace_dir, ec), "--h2o-trace: '",
+                 o.h2o_trace_dir, "' is not a directory");
+  }
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   const model::Config& cfg = lm.model.config();
   std::vector<int32_t> prompt = lm.tokenizer.encode(text);
@@ -112,8 +121,24 @@ void run(const RunOptions& o) {
     s.reset_timings();
     sampler.reseed(o.seed);
   }
+  std::vector<ChunkedH2OTrace> traces;  // per layer, the timed prefill's only
+  if (!o.h2o_trace_dir.empty()) {
+    SPATTN_CHECK(int64_t(prompt.size()) > so.n_ubatch, "--h2o-trace: the prompt's ",
+                 prompt.size(), " tokens fit one chunk (-ub ", so.n_ubatch,
+                 "), so chunked_h2o builds no memory set");
+    s.set_h2o_traces(&traces);
+  }
   const auto t0 = Clock::now();
   s.prefill(prompt, logits.data(), int64_t(prompt.size()) - 1);
+  if (!o.h2o_trace_dir.empty()) {
+    s.set_h2o_traces(nullptr);
+    ChunkedH2OParams hp;
+    hp.chunk = so.n_ubatch, hp.batch = so.n_batch, hp.local = so.h2o_local, hp.heavy = so.h2o_heavy;
+    std::vector<H2OTraceLayer> layers;
+    for (size_t l = 0; l < traces.size(); ++l)
+      layers.push_back(h2o_trace_layer(traces[l], int64_t(l), cfg.n_head, int64_t(prompt.size()), hp));
+    write_h2o_trace(o.h2o_trace_dir, layers);
+  }
   std::vector<int32_t> out;
   double ttft_ms = 0;
   if (o.n_predict > 0) {
@@ -259,6 +284,10 @@ void add_run_command(CLI::App& root) {
                   "in DIR (what spattn bench --qkv reads); LAYER all: every layer's in DIR/layerN/")
       ->expected(2)
       ->type_name("LAYER DIR");
+  app->add_option("--h2o-trace", o->h2o_trace_dir,
+                  "with --attn chunked_h2o: write every layer's memory sets per chunk and head "
+                  "as DIR/layerN.h2o (what spattn h2o-report reads)")
+      ->type_name("DIR");
   app->callback([o] { run(*o); });
 }
 

@@ -19,6 +19,7 @@ struct SearchOptions {
   ProblemOptions problem;
   std::string out;
   bool quiet = false;
+  double recall = 0;  // --recall R: the recall rule (0: the budget rule)
 };
 
 void run_search(const SearchOptions& o) {
@@ -28,15 +29,24 @@ void run_search(const SearchOptions& o) {
   so.frame_stride = p.opt.modality ? p.opt.modality->frame_tokens : 0;
   so.threads = resolve_threads(o.problem.threads);
   so.verbose = !o.quiet;
+  so.recall_target = o.recall;
   const MMPlan plan = mm_search(p.q, p.k, p.v, p.opt, so);
   save_mm_plan(plan, o.out);
   fmt::print("wrote {} ({} heads, frame stride {}) from {}\n", o.out, plan.heads,
              plan.frame_stride, p.source);
+  double sum = 0;
+  int flagged = 0;
   for (size_t h = 0; h < plan.layers[0].size(); ++h) {
     const MMHeadPlan& x = plan.layers[0][h];
-    fmt::print("  head {:>3}: {:<15} boundary {:<4} recall {:.4f}  cost {:.3f} of the A-shape budget\n",
-               h, mm_pattern_name(x.pattern), mm_boundary_name(x.boundary), x.recall, x.cost);
+    fmt::print("  head {:>3}: {:<15} boundary {:<4} recall {:.4f}  cost {:.3f} of the A-shape "
+               "budget{}  ({})\n",
+               h, mm_pattern_name(x.pattern), mm_boundary_name(x.boundary), x.recall, x.cost,
+               x.flagged ? "  FLAGGED" : "", x.reason);
+    sum += x.recall, flagged += x.flagged;
   }
+  fmt::print("mean output recall {:.4f} over {} heads{}\n", sum / double(plan.layers[0].size()),
+             plan.layers[0].size(),
+             o.recall > 0 ? fmt::format("; {} flagged below {:.4g}", flagged, o.recall) : "");
 }
 
 }  // namespace
@@ -50,6 +60,11 @@ void add_search_command(CLI::App& root) {
   add_problem_options(*cmd, o->problem);
   cmd->add_option("--out", o->out, "plan file to write (JSON)");
   cmd->add_flag("--quiet", o->quiet, "no per-head lines on stderr");
+  cmd->add_option("--recall", o->recall,
+                  "per head the cheapest candidate reaching this output recall, whatever its "
+                  "cost, else the best one, flagged (0: the best recall within the A-shape "
+                  "budget)")
+      ->capture_default_str();
   cmd->callback([o] { run_search(*o); });
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,8 +51,12 @@ struct MMHeadPlan {
   // vertical_slash (Table 3: vertical size, slash size)
   int64_t vertical = 1000, slash_size = 2048;
   MMBoundary boundary = MMBoundary::none;
-  // What the search measured on its calibration sample (informational; 0 when hand-written).
+  // What the search measured on its calibration sample (informational; 0 when hand-written):
+  // output recall, cost relative to the A-shape budget, why the search chose this pattern,
+  // and whether the head missed the search's recall target (--recall) with every candidate.
   double recall = 0, cost = 0;
+  std::string reason;
+  bool flagged = false;
 };
 
 struct MMPlan {
@@ -83,13 +88,26 @@ std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride
 // count; the budget is A-shape with 1k global + 4k local tokens on the same sample. Among
 // candidates within budget, the one with the highest output recall
 // (1 - ||O - O_dense|| / ||O_dense||) wins; ties go to the earlier candidate (no-boundary
-// first). Same input, same plan.
+// first). With a recall target (MMSearchOptions::recall_target) the budget no longer caps the
+// cost: see mm_pick. Same input, same plan.
 struct MMSearchOptions {
   int64_t frame_stride = 0;
   bool boundaries = true;  // false: the intra-modality search only (every head "none")
   int threads = 0;
   bool verbose = false;  // one line per head on stderr
+  // 0: the budget rule (the best recall within the A-shape budget). R in (0, 1]: the cheapest
+  // candidate reaching output recall R, whatever its cost; else the best one, flagged.
+  double recall_target = 0;
+  // When set: per q head, every candidate as measured (recall, cost), in candidate order.
+  std::vector<std::vector<MMHeadPlan>>* measured = nullptr;
 };
+
+// The search's choice among measured candidates (recall and cost set; cost relative to the
+// budget), with its reason. recall_target 0: the best recall among those with cost <= 1 (ties
+// to the earlier), none: nullopt (the search then runs the budget pattern itself).
+// recall_target R: the cheapest with recall >= R (ties to the earlier); none reaching it: the
+// best recall, flagged.
+std::optional<MMHeadPlan> mm_pick(const std::vector<MMHeadPlan>& measured, double recall_target);
 MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
                  const AttnOptions& opt, const MMSearchOptions& so);
 

@@ -209,6 +209,10 @@ class Session {
   static constexpr int64_t kTapAllLayers = -1;
   void set_qkv_tap(int64_t layer, QkvTap tap);
   const KVCache& cache() const;  // for tests and tools
+  // chunked_h2o only: every memory set the layers build from now on is recorded in
+  // (*traces)[layer] (resized to the layer count), for the heavy-hitter analysis; null stops.
+  // Records accumulate over prefills: clear them between prompts.
+  void set_h2o_traces(std::vector<ChunkedH2OTrace>* traces);
 
  private:
   struct Impl;

@@ -63,6 +63,19 @@ class JsonFields {
     if (!v.is_boolean()) fail(origin_, ": field '", name, "' must be true or false");
     return v.get<bool>();
   }
+  // Absent: def; present: must be a string / true or false.
+  std::string string_or(const char* name, const std::string& def) const {
+    auto it = j_.find(name);
+    if (it == j_.end()) return def;
+    if (!it->is_string()) fail(origin_, ": field '", name, "' must be a string");
+    return it->get<std::string>();
+  }
+  bool boolean_or(const char* name, bool def) const {
+    auto it = j_.find(name);
+    if (it == j_.end()) return def;
+    if (!it->is_boolean()) fail(origin_, ": field '", name, "' must be true or false");
+    return it->get<bool>();
+  }
   const std::string& origin() const { return origin_; }
 
  private:

@@ -69,6 +69,8 @@ MMHeadPlan head_from_json(const json& j, const std::string& origin) {
   }
   h.recall = f.number_or("recall", 0);
   h.cost = f.number_or("cost", 0);
+  h.reason = f.string_or("reason", "");
+  h.flagged = f.boolean_or("flagged", false);
   return h;
 }
 
@@ -90,6 +92,8 @@ json head_to_json(const MMHeadPlan& h) {
   j["boundary"] = mm_boundary_name(h.boundary);
   j["recall"] = h.recall;
   j["cost"] = h.cost;
+  if (!h.reason.empty()) j["reason"] = h.reason;  // written by the search: why this pattern
+  if (h.flagged) j["flagged"] = true;            // missed the search's recall target
   return j;
 }
 

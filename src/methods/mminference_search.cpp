@@ -10,6 +10,7 @@
 // per entry). Counted, not timed, so the same input always gives the same plan.
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
@@ -86,9 +87,46 @@ double output_recall(const TensorView& o, const TensorView& ref) {
 
 }  // namespace
 
+std::optional<MMHeadPlan> mm_pick(const std::vector<MMHeadPlan>& measured, double recall_target) {
+  SPATTN_CHECK(recall_target >= 0 && recall_target <= 1, "search: the recall target must be in "
+               "(0, 1] (0: the budget rule), got ", recall_target);
+  const MMHeadPlan* best = nullptr;  // budget rule: best recall within budget
+  const MMHeadPlan* cheapest = nullptr;  // recall rule: cheapest reaching the target
+  const MMHeadPlan* top = nullptr;  // recall rule: best recall overall
+  for (const MMHeadPlan& c : measured) {
+    if (recall_target == 0) {
+      if (c.cost <= 1.0 && (!best || c.recall > best->recall)) best = &c;
+      continue;
+    }
+    if (c.recall >= recall_target && (!cheapest || c.cost < cheapest->cost)) cheapest = &c;
+    if (!top || c.recall > top->recall) top = &c;
+  }
+  MMHeadPlan pick;
+  char why[160];
+  if (recall_target == 0) {
+    if (!best) return std::nullopt;
+    pick = *best;
+    std::snprintf(why, sizeof why, "best recall within the A-shape budget (1k sink + 4k local)");
+  } else if (cheapest) {
+    pick = *cheapest;
+    std::snprintf(why, sizeof why, "cheapest candidate reaching recall %.4g", recall_target);
+  } else if (top) {
+    pick = *top;
+    pick.flagged = true;
+    std::snprintf(why, sizeof why, "no candidate reaches recall %.4g: the best recall",
+                  recall_target);
+  } else {
+    return std::nullopt;
+  }
+  pick.reason = why;
+  return pick;
+}
+
 MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
                  const AttnOptions& opt, const MMSearchOptions& so) {
   SPATTN_CHECK(opt.causal, "search: needs causal attention");
+  SPATTN_CHECK(so.recall_target >= 0 && so.recall_target <= 1, "search: the recall target must "
+               "be in (0, 1] (0: the budget rule), got ", so.recall_target);
   SPATTN_CHECK(so.frame_stride >= 0, "search: frame_stride must be >= 0, got ", so.frame_stride);
   SPATTN_CHECK(q.heads % k.heads == 0, "search: q heads (", q.heads, ") must be a multiple of kv heads (", k.heads, ")");
   AttnOptions o = opt;
@@ -113,29 +151,32 @@ MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
     Stats bst;
     mm_run_head(budget_shape, so.frame_stride, qh, kh, vh, out, o, nullptr, &bst);
     const double budget = kernel_cost(budget_shape, bst);
-    MMHeadPlan best;
-    bool found = false;
+    std::vector<MMHeadPlan> measured;
     for (const MMHeadPlan& c : cands) {
       Stats st;
       mm_run_head(c, so.frame_stride, qh, kh, vh, out, o, nullptr, &st);
-      const double cost = kernel_cost(c, st);
-      if (cost > budget) continue;
-      const double rec = output_recall(out, ref);
-      if (!found || rec > best.recall) {
-        best = c;
-        best.recall = rec, best.cost = cost / budget;
-        found = true;
-      }
+      MMHeadPlan m = c;
+      m.cost = kernel_cost(c, st) / budget;
+      // Over budget, the budget rule never looks at its recall: not computed (as before).
+      m.recall = so.recall_target == 0 && m.cost > 1.0 ? 0.0 : output_recall(out, ref);
+      measured.push_back(m);
     }
-    if (!found) {  // nothing fits (a short sample): the budget pattern itself
+    std::optional<MMHeadPlan> pick = mm_pick(measured, so.recall_target);
+    MMHeadPlan best;
+    if (pick) {
+      best = *pick;
+    } else {  // nothing fits (a short sample): the budget pattern itself
       best = budget_shape;
       mm_run_head(best, so.frame_stride, qh, kh, vh, out, o, nullptr, &bst);
       best.recall = output_recall(out, ref), best.cost = 1.0;
+      best.reason = "no candidate within the A-shape budget: the budget pattern itself";
     }
+    if (so.measured) so.measured->push_back(std::move(measured));
     if (so.verbose)
-      std::fprintf(stderr, "search: head %lld: %s, boundary %s (recall %.4f, cost %.3f of budget)\n",
+      std::fprintf(stderr, "search: head %lld: %s, boundary %s (recall %.4f, cost %.3f of budget%s)\n",
                    static_cast<long long>(h), mm_pattern_name(best.pattern),
-                   mm_boundary_name(best.boundary), best.recall, best.cost);
+                   mm_boundary_name(best.boundary), best.recall, best.cost,
+                   best.flagged ? ", FLAGGED" : "");
     plan.layers[0].push_back(best);
   }
   return plan;

@@ -327,6 +327,13 @@ Session::Memory Session::memory() const {
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
+void Session::set_h2o_traces(std::vector<ChunkedH2OTrace>* traces) {
+  SPATTN_CHECK(p_->opt.mode == PrefillMode::chunked_h2o,
+               "a heavy-hitter trace needs --attn chunked_h2o");
+  if (traces) traces->resize(p_->h2o.size());
+  for (size_t l = 0; l < p_->h2o.size(); ++l) p_->h2o[l].set_trace(traces ? &(*traces)[l] : nullptr);
+}
+
 void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
   SPATTN_CHECK(layer == kTapAllLayers || (layer >= 0 && layer < p_->cfg.n_layer), "--dump-qkv: layer ",
                layer, " outside [0, ", p_->cfg.n_layer, ")");
