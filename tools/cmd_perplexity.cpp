@@ -101,6 +101,22 @@ void score(const std::vector<float>& logits, int64_t V, const int32_t* next, int
 // method run on the same windows, alternating which goes first; dense's prefill of w[0..c-1)
 // scoring the same N tokens from its logits rows is printed beside them (`prefill`): dense
 // decode must equal it up to float rounding.
+// The text's whole windows of c tokens, at most `chunks` of them (when > 0).
+int64_t count_windows(const std::vector<int32_t>& tokens, int64_t c, int64_t chunks) {
+  const int64_t windows = int64_t(tokens.size()) / c;
+  SPATTN_CHECK(windows >= 1, "the text has ", tokens.size(), " tokens, fewer than -c ", c,
+               " (one window)");
+  return chunks > 0 ? std::min(windows, chunks) : windows;
+}
+
+// Window w of the text (window.size() tokens), its first token BOS where the vocabulary adds
+// one, as llama-perplexity scores it.
+void fill_window(std::vector<int32_t>& window, const std::vector<int32_t>& tokens, int64_t w,
+                 const Tokenizer& tok) {
+  std::copy_n(tokens.begin() + w * int64_t(window.size()), window.size(), window.begin());
+  if (tok.add_bos() && tok.bos() >= 0) window[0] = tok.bos();
+}
+
 void run_decode_tail(const PplOptions& o) {
   const int64_t c = o.r.n_ctx, N = o.decode_tail;
   SPATTN_CHECK(N >= 1 && N <= c - 2, "--decode-tail must be in [1, -c - 2] = [1, ", c - 2,
@@ -118,10 +134,7 @@ void run_decode_tail(const PplOptions& o) {
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   const int64_t V = lm.model.config().n_vocab;
   const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
-  int64_t windows = int64_t(tokens.size()) / c;
-  SPATTN_CHECK(windows >= 1, "the text has ", tokens.size(), " tokens, fewer than -c ", c,
-               " (one window)");
-  if (o.chunks > 0) windows = std::min(windows, o.chunks);
+  const int64_t windows = count_windows(tokens, c, o.chunks);
   const int64_t prefix = c - 1 - N;
   std::vector<std::unique_ptr<model::Session>> sessions;
   for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
@@ -147,8 +160,7 @@ void run_decode_tail(const PplOptions& o) {
   std::vector<int32_t> window(static_cast<size_t>(c));
   Progress progress("decode tail");
   for (int64_t w = 0; w < windows; ++w) {
-    std::copy_n(tokens.begin() + w * c, c, window.begin());
-    if (lm.tokenizer.add_bos() && lm.tokenizer.bos() >= 0) window[0] = lm.tokenizer.bos();
+    fill_window(window, tokens, w, lm.tokenizer);
     for (size_t i = 0; i < modes.size(); ++i) {
       const size_t m = (size_t(w) + i) % modes.size();
       model::Session& s = *sessions[m];
@@ -242,10 +254,7 @@ void run(const PplOptions& o) {
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   const int64_t V = lm.model.config().n_vocab;
   const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
-  int64_t windows = int64_t(tokens.size()) / c;
-  SPATTN_CHECK(windows >= 1, "the text has ", tokens.size(), " tokens, fewer than -c ", c,
-               " (one window)");
-  if (o.chunks > 0) windows = std::min(windows, o.chunks);
+  const int64_t windows = count_windows(tokens, c, o.chunks);
   const int64_t first = c / 2, rows = c - 1 - first;
   std::vector<std::unique_ptr<model::Session>> sessions;
   for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
@@ -254,8 +263,7 @@ void run(const PplOptions& o) {
   std::vector<int32_t> window(static_cast<size_t>(c));
   Progress progress("perplexity");
   for (int64_t w = 0; w < windows; ++w) {
-    std::copy_n(tokens.begin() + w * c, c, window.begin());
-    if (lm.tokenizer.add_bos() && lm.tokenizer.bos() >= 0) window[0] = lm.tokenizer.bos();
+    fill_window(window, tokens, w, lm.tokenizer);
     for (size_t i = 0; i < modes.size(); ++i) {
       // Alternate which mode goes first, so neither always runs on a warm cache.
       const size_t m = (size_t(w) + i) % modes.size();
