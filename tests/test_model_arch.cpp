@@ -1,11 +1,14 @@
 // Architectures beyond the base llama / qwen2 layouts, in files: Llama 3.1's rope scaling
-// (rope_freqs.weight written by make-model, read by the loader), and the bad files each
+// (rope_freqs.weight written by make-model, read by the loader), qwen3, phi3 (fused matrices,
+// LongRoPE), and the bad files each
 // architecture must refuse with a named Error (exit 2 from `spattn run`): a tensor the arch
 // needs missing, rope_freqs of the wrong length, an unknown architecture, a rope scaling type
 // spattn does not run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -177,6 +180,77 @@ TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("qwen3 1 layers"), std::string::npos) << r.out;
   EXPECT_NE(File::open((d / "c.gguf").string()).find_tensor("blk.0.attn_k_norm.weight"), nullptr);
+}
+
+TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("phi3");
+  s.rope_scaling = "longrope";
+  s.context = 256;
+  s.rope_original_context = 64;
+  s.tokenizer = "llama";
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "phi3");
+  // Head dim 32: Wq 64 rows, Wk and Wv 32 each, in one matrix; Wgate and Wup in ffn_up.
+  EXPECT_EQ(f.tensor("blk.0.attn_qkv.weight").ne, (std::vector<int64_t>{64, 128}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_up.weight").ne, (std::vector<int64_t>{64, 128}));
+  for (const char* t : {"blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.ffn_gate.weight"})
+    EXPECT_EQ(f.find_tensor(t), nullptr) << t;
+  EXPECT_EQ(f.get_uint("phi3.rope.scaling.original_context_length"), 64u);
+  const double attn_factor = std::sqrt(1 + std::log(4.0) / std::log(64.0));
+  EXPECT_NEAR(f.get_float("phi3.rope.scaling.attn_factor"), attn_factor, 1e-6);
+  // Phi-3's added tokens end the vocabulary (llama.cpp's loader needs <|endoftext|>).
+  const auto toks = f.get_string_array("tokenizer.ggml.tokens");
+  EXPECT_EQ(toks.back(), "<|user|>");
+  EXPECT_NE(std::find(toks.begin(), toks.end(), "<|endoftext|>"), toks.end());
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+
+  const spattn::model::Model m = spattn::model::load_model(p);
+  const spattn::model::Config& c = m.config();
+  EXPECT_EQ(c.arch, spattn::model::Arch::phi3);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.rope_factors_long, spattn::longrope_factors(s, true));
+  EXPECT_EQ(c.rope_factors_short, spattn::longrope_factors(s, false));
+  EXPECT_EQ(c.rope_factors_long.back(), 4.0f);  // the stretch, 256 / 64, at the slowest pair
+  EXPECT_EQ(c.n_ctx_orig, 64);
+  EXPECT_NEAR(c.rope_attn_factor, attn_factor, 1e-6);
+  EXPECT_EQ(&c.rope_factors(64), &c.rope_factors_short);
+  EXPECT_EQ(&c.rope_factors(65), &c.rope_factors_long);
+  // The split matrices are the fused ones' row blocks, read in place (f32: nothing repacked;
+  // the model maps the file itself, so the blocks are checked by offset and by bytes).
+  const auto* qkv = static_cast<const uint8_t*>(f.tensor("blk.0.attn_qkv.weight").data);
+  const auto* gu = static_cast<const uint8_t*>(f.tensor("blk.0.ffn_up.weight").data);
+  const size_t row = 64 * sizeof(float);
+  const spattn::model::Model::Layer& L = m.layer(0);
+  EXPECT_EQ(L.wq.rows, 64);
+  EXPECT_EQ(L.wk.rows, 32);
+  EXPECT_EQ(L.gate.rows, 64);
+  auto at = [](const spattn::model::Model::Weight& w) { return static_cast<const uint8_t*>(w.data()); };
+  EXPECT_EQ(at(L.wk) - at(L.wq), ptrdiff_t(64 * row));
+  EXPECT_EQ(at(L.wv) - at(L.wq), ptrdiff_t(96 * row));
+  EXPECT_EQ(at(L.up) - at(L.gate), ptrdiff_t(64 * row));
+  EXPECT_EQ(std::memcmp(at(L.wq), qkv, 128 * row), 0);
+  EXPECT_EQ(std::memcmp(at(L.gate), gu, 128 * row), 0);
+  {  // A fused matrix with the wrong row count, and LongRoPE factors of the wrong length.
+    spattn::test::GgufEdit e;
+    e.drop_tensors = {"blk.1.ffn_up.weight"};
+    spattn::test::write_edited(f, (d / "noup.gguf").string(), e);
+    expect_run_refuses(d, (d / "noup.gguf").string(), {"tensor blk.1.ffn_up.weight is missing"});
+    spattn::test::GgufEdit g;
+    g.f32_tensors["rope_factors_long.weight"] = std::vector<float>(15, 2.0f);
+    spattn::test::write_edited(f, (d / "long15.gguf").string(), g);
+    expect_run_refuses(d, (d / "long15.gguf").string(),
+                       {"rope_factors_long.weight has 15 values, expected head dim / 2 = 16"});
+  }
+  ModelShape bad = small("llama");
+  bad.rope_scaling = "longrope";
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+  // Phi-3.5-mini's published parameter count (LongRoPE's 96 factors are buffers there).
+  EXPECT_EQ(spattn::parameter_count(spattn::preset_shape("phi-3.5-mini")), 3821079552 + 96);
 }
 
 }  // namespace

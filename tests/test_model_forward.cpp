@@ -126,16 +126,18 @@ Vec rmsnorm(const Vec& x, const WeightRef& w, double eps) {
   for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * s * at(w, 0, int64_t(i));
   return y;
 }
-// factors (empty or d / 2): pair p's frequency divided by factors[p] (rope_freqs.weight).
+// factors (empty or d / 2): pair p's frequency divided by factors[p] (rope_freqs.weight,
+// LongRoPE's long or short set); every cos and sin times mscale (LongRoPE's attn factor).
 void rope(double* x, int64_t d, int64_t pos, double base, bool neox,
-          const std::vector<float>& factors) {
+          const std::vector<float>& factors, double mscale) {
   for (int64_t p = 0; p < d / 2; ++p) {
     double a = double(pos) * std::pow(base, -2.0 * double(p) / double(d));
     if (!factors.empty()) a /= double(factors[size_t(p)]);
     const int64_t i = neox ? p : 2 * p, j = neox ? p + d / 2 : 2 * p + 1;
     const double x0 = x[i], x1 = x[j];
-    x[i] = x0 * std::cos(a) - x1 * std::sin(a);
-    x[j] = x0 * std::sin(a) + x1 * std::cos(a);
+    const double co = mscale * std::cos(a), si = mscale * std::sin(a);
+    x[i] = x0 * co - x1 * si;
+    x[j] = x0 * si + x1 * co;
   }
 }
 
@@ -147,10 +149,16 @@ void round_as_cache(double* x, int64_t d, KVType t) {
   std::copy(f.begin(), f.end(), x);
 }
 
-// Logits after every token of `tokens`; K and V rows rounded as a cache of kt / vt holds them.
-std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& tokens,
+// Logits after every token of `tokens` in a context of n_ctx; K and V rows rounded as a cache
+// of kt / vt holds them.
+std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& tokens, int64_t n_ctx,
                                KVType kt = KVType::f32, KVType vt = KVType::f32) {
   const Config& c = m.cfg;
+  // LongRoPE (llama.cpp): the long divisors once the context passes the original one.
+  const std::vector<float>& factors =
+      !c.rope_freq_factors.empty() ? c.rope_freq_factors
+      : n_ctx > (c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train) ? c.rope_factors_long
+                                                                   : c.rope_factors_short;
   const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
   std::vector<Vec> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
@@ -182,8 +190,8 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
         head_norm(q[size_t(i)], c.n_head, L.q_norm);
         head_norm(k[size_t(i)], c.n_head_kv, L.k_norm);
       }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, c.rope_freq_factors);
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, factors, c.rope_attn_factor);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, factors, c.rope_attn_factor);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
         round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
         round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
@@ -243,7 +251,7 @@ void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_p
   const Model model(mu.refs);
   EXPECT_EQ(model.tied_output(), mu.tied);
   const auto tokens = some_tokens(n_prompt + n_decode, mu.cfg.n_vocab, 5);
-  const auto want = plain_forward(mu, tokens, so.cache_type_k, so.cache_type_v);
+  const auto want = plain_forward(mu, tokens, so.n_ctx, so.cache_type_k, so.cache_type_v);
   double scale = 0;  // the tolerance is small next to the logits themselves
   for (const Vec& r : want)
     for (double x : r) scale = std::max(scale, std::abs(x));
@@ -314,7 +322,7 @@ TEST(ModelForward, LlamaRopeFreqsEqualPlainForward) {
   MadeUp plain = mu;
   plain.cfg.rope_freq_factors.clear();
   const auto tokens = some_tokens(70, mu.cfg.n_vocab, 5);
-  const auto a = plain_forward(mu, tokens), b = plain_forward(plain, tokens);
+  const auto a = plain_forward(mu, tokens, 128), b = plain_forward(plain, tokens, 128);
   double diff = 0;
   for (size_t i = 0; i < a.size(); ++i)
     for (size_t j = 0; j < a[i].size(); ++j) diff = std::max(diff, std::abs(a[i][j] - b[i][j]));
@@ -323,6 +331,51 @@ TEST(ModelForward, LlamaRopeFreqsEqualPlainForward) {
 
 // Qwen3: per-head RMSNorm on q and k before RoPE, no biases, rotate-half pairs; head dim 32
 // so that heads x head dim (128) differs from the embedding (48).
+// Phi-3's LongRoPE: rotate-half pairs, per-pair divisors (long past the original context,
+// short within it) and every cos / sin scaled by the attn factor (scores by its square). The
+// fused attn_qkv / ffn_up of its files are split at load (test_model_arch.cpp); here the
+// forward itself.
+MadeUp with_longrope(MadeUp m, int64_t n_ctx_orig) {
+  ModelShape s;
+  s.arch = "phi3";
+  s.head_dim = m.cfg.head_dim;
+  s.context = 256;
+  s.rope_original_context = 32;
+  for (Config* c : {&m.cfg, &m.refs.cfg}) {
+    c->rope_factors_long = longrope_factors(s, true);
+    c->rope_factors_short = longrope_factors(s, false);
+    c->n_ctx_orig = n_ctx_orig;
+    c->rope_attn_factor = longrope_attn_factor(s);
+  }
+  return m;
+}
+TEST(ModelForward, Phi3LongRopeEqualsPlainForward) {
+  const MadeUp base = make_model(Arch::phi3, false, false, 17, 32);
+  EXPECT_TRUE(base.cfg.rope_neox);
+  // The sessions below run n_ctx = 128: past an original context of 64 (long), within 256
+  // (short).
+  const MadeUp lng = with_longrope(base, 64), shrt = with_longrope(base, 256);
+  EXPECT_EQ(&lng.cfg.rope_factors(128), &lng.cfg.rope_factors_long);
+  EXPECT_EQ(&shrt.cfg.rope_factors(128), &shrt.cfg.rope_factors_short);
+  EXPECT_GT(lng.cfg.rope_attn_factor, 1.1);
+  expect_equals_plain(lng, dense_opts(40, 17), 70, 4, 2e-4);
+  expect_equals_plain(shrt, dense_opts(64, 24), 60, 3, 2e-4);
+  expect_equals_plain(with_longrope(make_model(Arch::phi3, true, true, 18), 64), dense_opts(64, 64),
+                      50, 3, kF16Tol);
+  // Each part matters: the long set, the short set and the attn factor move the logits.
+  const auto tokens = some_tokens(70, base.cfg.n_vocab, 5);
+  auto far = [&](const MadeUp& a, const MadeUp& b) {
+    const auto x = plain_forward(a, tokens, 128), y = plain_forward(b, tokens, 128);
+    double diff = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      for (size_t j = 0; j < x[i].size(); ++j) diff = std::max(diff, std::abs(x[i][j] - y[i][j]));
+    return diff;
+  };
+  EXPECT_GT(far(lng, shrt), 0.05);
+  MadeUp unscaled = lng;
+  unscaled.cfg.rope_attn_factor = 1.0;
+  EXPECT_GT(far(lng, unscaled), 0.05);
+}
 TEST(ModelForward, Qwen3F32EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen3, false, false, 13, 32), dense_opts(32, 8), 45, 3, 2e-4);
 }
@@ -372,8 +425,8 @@ TEST(ModelForward, CacheTypesEqualPlainForwardOverRoundedKV) {
   const int64_t V = mu.cfg.n_vocab;
   std::vector<float> logits(size_t(40 * V));
   s.prefill(tokens, logits.data(), 0);
-  const auto rounded = plain_forward(mu, tokens, KVType::q8_0, KVType::q8_0);
-  const auto exact = plain_forward(mu, tokens);
+  const auto rounded = plain_forward(mu, tokens, 128, KVType::q8_0, KVType::q8_0);
+  const auto exact = plain_forward(mu, tokens, 128);
   double to_rounded = 0, to_exact = 0;
   for (int64_t i = 0; i < 40; ++i) {
     to_rounded = std::max(to_rounded, max_diff(&logits[size_t(i * V)], rounded[size_t(i)]));
@@ -411,7 +464,7 @@ TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
   const int64_t V = mu.cfg.n_vocab;
   std::vector<float> logits(size_t(90 * V));
   s.prefill(tokens, logits.data(), 0);
-  const auto want = plain_forward(mu, tokens);
+  const auto want = plain_forward(mu, tokens, 128);
   for (int64_t i = 0; i < 16; ++i) EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), 2e-4);
   double far = 0;
   for (int64_t i = 16; i < 90; ++i) far = std::max(far, max_diff(&logits[size_t(i * V)], want[size_t(i)]));

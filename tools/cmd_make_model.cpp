@@ -23,7 +23,7 @@ struct MakeModelOptions {
               *head_dim = nullptr, *ffn = nullptr, *vocab = nullptr, *context = nullptr,
               *type_opt = nullptr, *rope = nullptr, *arch = nullptr, *rope_scaling = nullptr,
               *rope_factor = nullptr, *rope_low = nullptr, *rope_high = nullptr,
-              *rope_orig = nullptr;
+              *rope_orig = nullptr, *tokenizer = nullptr;
   bool tied = false, untied = false;
 };
 
@@ -41,6 +41,7 @@ void run_make_model(MakeModelOptions& o) {
   if (!o.preset.empty()) {
     const ModelShape p = preset_shape(o.preset);
     // The preset's fields, except those given on the command line.
+    if (!o.arch->count()) s.arch = p.arch;
     if (!o.layers->count()) s.layers = p.layers;
     if (!o.dim->count()) s.dim = p.dim;
     if (!o.heads->count()) s.heads = p.heads;
@@ -56,6 +57,7 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.rope_high->count()) s.rope_high_freq_factor = p.rope_high_freq_factor;
     if (!o.rope_orig->count()) s.rope_original_context = p.rope_original_context;
     if (!o.type_opt->count()) o.type = "f16";
+    if (!o.tokenizer->count()) s.tokenizer = p.tokenizer;
     if (!o.untied) s.tied = p.tied;
   }
   if (o.tied) s.tied = true;
@@ -72,7 +74,10 @@ void run_make_model(MakeModelOptions& o) {
                                "context {})",
                                s.rope_factor, s.rope_low_freq_factor, s.rope_high_freq_factor,
                                s.rope_original_context)
-                 : std::string(),
+                 : s.rope_scaling == "longrope"
+                       ? fmt::format(", LongRoPE (original context {}, attn factor {:.4f})",
+                                     s.rope_original_context, longrope_attn_factor(s))
+                       : std::string(),
              double(parameter_count(s)) / 1e6);
 }
 
@@ -88,8 +93,9 @@ void add_make_model_command(CLI::App& root) {
                   "start from a known shape: llama-3.2-1b (16 layers, dim 2048, 32/8 heads, head "
                   "dim 64, ffn 8192, vocab 128256, f16, tied) or llama-3.1-8b (32 layers, dim "
                   "4096, 32/8 heads, head dim 128, ffn 14336, untied, llama3 rope scaling 8 / 1 "
-                  "/ 4 / 8192); other flags override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases) or qwen3 (per-head q/k RMSNorm)")->capture_default_str();
+                  "/ 4 / 8192) or phi-3.5-mini (phi3, 32 layers, dim 3072, 32/32 heads, head dim "
+                  "96, ffn 8192, vocab 32064, untied, LongRoPE from 4096); other flags override it");
+  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm) or phi3 (fused qkv and gate-up)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -104,7 +110,8 @@ void add_make_model_command(CLI::App& root) {
                     ->capture_default_str();
   o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
   o->rope_scaling = cmd->add_option("--rope-scaling", s.rope_scaling,
-                                    "none or llama3 (Llama 3.1's: writes rope_freqs.weight)");
+                                    "none, llama3 (Llama 3.1's: writes rope_freqs.weight) or "
+                                    "longrope (phi3: rope_factors_long / _short)");
   o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3: factor")
                        ->capture_default_str();
   o->rope_low = cmd->add_option("--rope-low-freq-factor", s.rope_low_freq_factor,
@@ -112,8 +119,8 @@ void add_make_model_command(CLI::App& root) {
   o->rope_high = cmd->add_option("--rope-high-freq-factor", s.rope_high_freq_factor,
                                  "llama3: high frequency factor")->capture_default_str();
   o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
-                                 "llama3: original context length")->capture_default_str();
-  cmd->add_option("--tokenizer", s.tokenizer,
+                                 "llama3, longrope: original context length")->capture_default_str();
+  o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");
   cmd->add_flag("--untied", o->untied, "write output.weight (overrides a preset's tied head)");

@@ -140,8 +140,20 @@ void run(const RunOptions& o) {
     write_h2o_trace(o.h2o_trace_dir, layers);
   }
   std::vector<int32_t> out;
+  // Per generated token, its logit above the runner-up's: where two runners' greedy texts
+  // part, this says whether the step was a near tie (--json "logit_gaps").
+  std::vector<float> gaps;
+  auto top2_gap = [&] {
+    float a = -INFINITY, b = -INFINITY;
+    for (float x : logits) {
+      if (x > a) b = a, a = x;
+      else if (x > b) b = x;
+    }
+    gaps.push_back(a - b);
+  };
   double ttft_ms = 0;
   if (o.n_predict > 0) {
+    top2_gap();
     out.push_back(sampler.sample(logits));
     ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   }
@@ -168,6 +180,7 @@ void run(const RunOptions& o) {
     emit(out.back());
     if (int64_t(out.size()) >= o.n_predict) break;
     s.decode(out.back(), logits.data());
+    top2_gap();
     out.push_back(sampler.sample(logits));
   }
   const model::Timings& t = s.timings();
@@ -181,6 +194,8 @@ void run(const RunOptions& o) {
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = out.size();
     j["text"] = generated;
+    j["tokens"] = out;
+    j["logit_gaps"] = gaps;
     j["load_ms"] = lm.load_ms;
     j["ttft_ms"] = ttft_ms;
     j["prefill_ms"] = t.prefill_ms;
@@ -202,7 +217,9 @@ void run(const RunOptions& o) {
     j["score_entries"] = t.prefill_stats.score_entries;
     j["causal_entries"] = t.prefill_stats.causal_entries;
     j["memory"] = memory_json(lm, {&s});
-    fmt::print("{}\n", j.dump(2));
+    // The text may end inside a UTF-8 sequence (a byte token): replaced (U+FFFD) rather than
+    // thrown at; "tokens" keeps the ids exact.
+    fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
   fmt::print("\n");

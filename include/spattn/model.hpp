@@ -30,7 +30,7 @@ struct ggml_tensor;
 
 namespace spattn::model {
 
-enum class Arch { llama, qwen2, qwen3 };
+enum class Arch { llama, qwen2, qwen3, phi3 };
 const char* arch_name(Arch a);
 
 struct Config {
@@ -39,11 +39,21 @@ struct Config {
   int64_t n_vocab = 0, n_ctx_train = 0;
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
-  bool rope_neox = false;  // rotate-half pairs (qwen2); false: adjacent pairs (llama "normal")
+  bool rope_neox = false;  // rotate-half pairs (qwen2, qwen3, phi3); false: adjacent (llama)
   // Per-pair divisors of the RoPE frequencies (head_dim / 2 of them), or empty: the file's
   // rope_freqs.weight, which is how Llama 3.1's "llama3" rope scaling reaches a GGUF (the
   // converter turns factor, low / high frequency factors and original context into it).
   std::vector<float> rope_freq_factors;
+  // Phi-3's LongRoPE (llama.cpp's rope_factors_long / rope_factors_short tensors): per-pair
+  // divisors for a context past n_ctx_orig (long) or within it (short), and the factor that
+  // scales every cos and sin (rope.scaling.attn_factor: sqrt(1 + ln(s) / ln(orig)) for a
+  // context stretch s, so scores grow by its square). Empty / 1: none.
+  std::vector<float> rope_factors_long, rope_factors_short;
+  int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length; 0: n_ctx_train
+  double rope_attn_factor = 1.0;
+  // The per-pair divisors a session with context n_ctx runs (llama.cpp's get_rope_factors:
+  // rope_freqs if any, else long past the original context, else short).
+  const std::vector<float>& rope_factors(int64_t n_ctx) const;
   // Throws Error naming the field when a size is not positive or heads do not divide.
   void validate() const;
 };
@@ -88,6 +98,7 @@ class Model {
     WeightType type = WeightType::f32;
     int64_t rows = 0, cols = 0;
     bool repacked = false;
+    const void* data() const;  // the bytes products read: in the mapping, or repacked
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases

@@ -12,7 +12,9 @@
 namespace spattn {
 
 struct ModelShape {
-  std::string arch = "llama";  // "llama", "qwen2" (q/k/v biases) or "qwen3" (q/k head norms)
+  // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms) or "phi3" (fused attn_qkv and
+  // gate-up ffn_up matrices, rotate-half RoPE)
+  std::string arch = "llama";
   int64_t layers = 2;
   int64_t dim = 64;            // embedding length
   int64_t heads = 4;
@@ -25,7 +27,9 @@ struct ModelShape {
   bool tied = false;           // no output.weight: the head reuses token_embd.weight
   float rope_base = 10000.0f;
   // "llama3": Llama 3.1's RoPE frequency scaling, written as rope_freqs.weight (what
-  // llama.cpp's converter makes of HF's rope_scaling) from the four numbers below; "": none.
+  // llama.cpp's converter makes of HF's rope_scaling) from the four numbers below; "longrope"
+  // (phi3): Phi-3's, written as rope_factors_long / rope_factors_short with the original
+  // context and attn factor (longrope_factors below); "": none.
   std::string rope_scaling;
   float rope_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;
@@ -43,7 +47,10 @@ ModelShape llama_3_2_1b_shape();
 // vocab 128256, rope base 500000, untied head, f16, llama3 rope scaling (factor 8, low / high
 // frequency factors 1 / 4, original context 8192: its config.json's rope_scaling).
 ModelShape llama_3_1_8b_shape();
-// A preset by name ("llama-3.2-1b", "llama-3.1-8b"); Error for any other.
+// Phi-3.5-mini's shape: 32 layers, dim 3072, 32 heads, 32 kv heads, head dim 96, FFN 8192,
+// vocab 32064 (SentencePiece), context 131072, untied, f16, LongRoPE from original context 4096.
+ModelShape phi_3_5_mini_shape();
+// A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini"); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,
@@ -52,6 +59,14 @@ ModelShape preset_shape(const std::string& name);
 // frequency (1), above original_context / low_freq_factor is slowed by `factor`, and in
 // between is blended: 1 / ((1 - s) / factor + s), s = (orig / wavelength - low) / (high - low).
 std::vector<float> llama3_rope_factors(const ModelShape& s);
+
+// Made-up LongRoPE divisors (head dim / 2 of them) for a shape with rope_scaling "longrope":
+// Phi-3's are searched per model, so these only have their form: short ones near 1, long ones
+// rising from 1 at the fastest pair to the stretch context / original context at the slowest.
+std::vector<float> longrope_factors(const ModelShape& s, bool long_factors);
+// LongRoPE's attention factor for the shape (llama.cpp's converter): sqrt(1 + ln(s) / ln(orig))
+// for the stretch s = context / original context when s > 1, else 1.
+double longrope_attn_factor(const ModelShape& s);
 
 // Throws Error naming the field when the shape is not one a llama model can have.
 void check_shape(const ModelShape& s);

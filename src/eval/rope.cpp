@@ -8,7 +8,7 @@
 namespace spattn::eval {
 
 RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style,
-                     std::vector<float> freq_factors)
+                     std::vector<float> freq_factors, double mscale)
     : max_pos_(max_pos), dim_(dim), theta_(theta), factors_(std::move(freq_factors)),
       first_(style == RopeStyle::adjacent ? 2 : 1),
       second_(style == RopeStyle::adjacent ? 1 : dim / 2) {
@@ -19,6 +19,7 @@ RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style
                factors_.size(), " frequency factors for ", dim / 2, " pairs");
   for (float f : factors_)
     SPATTN_CHECK(std::isfinite(f) && f > 0, "RoPE: frequency factor ", f, " is not > 0");
+  SPATTN_CHECK(std::isfinite(mscale) && mscale > 0, "RoPE: scale ", mscale, " is not > 0");
   const int64_t P = pairs();
   cos_.resize(size_t(max_pos * P));
   sin_.resize(size_t(max_pos * P));
@@ -26,8 +27,8 @@ RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style
     const double w = frequency(p);
     for (int64_t pos = 0; pos < max_pos; ++pos) {
       const double a = double(pos) * w;
-      cos_[size_t(pos * P + p)] = float(std::cos(a));
-      sin_[size_t(pos * P + p)] = float(std::sin(a));
+      cos_[size_t(pos * P + p)] = float(mscale * std::cos(a));
+      sin_[size_t(pos * P + p)] = float(mscale * std::sin(a));
     }
   }
 }

@@ -16,8 +16,9 @@ class RopeTable {
   // cos/sin for positions [0, max_pos) and dim/2 pairs, angles computed in double.
   // freq_factors (empty, or one per pair): pair p's frequency is divided by factor p, as
   // llama.cpp's ggml_rope_ext does with a model's rope_freqs (Llama 3.1's frequency scaling).
+  // mscale multiplies every cos and sin (ggml_rope_ext's attn_factor: Phi-3's LongRoPE).
   RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style = RopeStyle::neox,
-            std::vector<float> freq_factors = {});
+            std::vector<float> freq_factors = {}, double mscale = 1.0);
   int64_t dim() const { return dim_; }
   int64_t pairs() const { return dim_ / 2; }
   double frequency(int64_t pair) const;  // radians per token

@@ -1,8 +1,9 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3). The file is read through the memory-mapped reader and the Model keeps the
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_PHI3). The file is read through the memory-mapped reader and the Model keeps the
 // mapping: its matrices are read in place.
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
@@ -29,6 +30,32 @@ WeightRef ref(const gguf::File& f, const std::string& name, bool optional = fals
   return r;
 }
 
+// Rows [r0, r0 + n) of a matrix, in place: Phi-3 stores Wq, Wk, Wv as one attn_qkv matrix and
+// Wgate, Wup as one ffn_up matrix, row blocks one after another (llama.cpp's build_qkv views
+// and ggml_swiglu's halves: gate first).
+WeightRef row_block(const gguf::File& f, const std::string& name, const WeightRef& w, int64_t r0,
+                    int64_t n, int64_t rows_expected) {
+  SPATTN_CHECK(w.rows == rows_expected, f.name(), ": tensor ", name, " has ", w.rows,
+               " rows, expected ", rows_expected);
+  WeightRef r = w;
+  r.rows = n;
+  r.data = static_cast<const uint8_t*>(w.data) + size_t(r0) * gguf::row_bytes(w.type, w.cols);
+  return r;
+}
+
+// A 1-D f32 tensor of n values (rope factors), copied; empty when absent.
+std::vector<float> f32_values(const gguf::File& f, const std::string& name, int64_t n) {
+  const gguf::File::Tensor* t = f.find_tensor(name);
+  if (!t) return {};
+  SPATTN_CHECK(t->type == gguf::GgmlType::f32 && t->ne.size() == 1, f.name(), ": ", name,
+               " must be a 1-D f32 tensor, got ", t->ne.size(), "-D ", gguf::type_name(t->type));
+  SPATTN_CHECK(t->ne[0] == n, f.name(), ": ", name, " has ", t->ne[0],
+               " values, expected head dim / 2 = ", n);
+  std::vector<float> v(static_cast<size_t>(n));
+  std::memcpy(v.data(), t->data, v.size() * sizeof(float));
+  return v;
+}
+
 }  // namespace
 
 Model load_model(std::shared_ptr<const gguf::File> file) {
@@ -42,8 +69,11 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::qwen2;
   } else if (arch == "qwen3") {
     c.arch = Arch::qwen3;
+  } else if (arch == "phi3") {
+    c.arch = Arch::phi3;
   } else {
-    detail::fail(f.name(), ": architecture '", arch, "' is not supported (llama, qwen2, qwen3)");
+    detail::fail(f.name(), ": architecture '", arch,
+                 "' is not supported (llama, qwen2, qwen3, phi3)");
   }
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
@@ -72,17 +102,19 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   }
   // Llama 3.1's scaling: per-pair frequency divisors in rope_freqs.weight (llama.cpp's
   // LLM_TENSOR_ROPE_FREQS, which only its llama-family graphs read).
-  if (c.arch == Arch::llama) {
-    if (const gguf::File::Tensor* t = f.find_tensor("rope_freqs.weight")) {
-      SPATTN_CHECK(t->type == gguf::GgmlType::f32 && t->ne.size() == 1, f.name(),
-                   ": rope_freqs.weight must be a 1-D f32 tensor, got ", t->ne.size(), "-D ",
-                   gguf::type_name(t->type));
-      SPATTN_CHECK(t->ne[0] == c.head_dim / 2, f.name(), ": rope_freqs.weight has ", t->ne[0],
-                   " values, expected head dim / 2 = ", c.head_dim / 2);
-      c.rope_freq_factors.resize(size_t(t->ne[0]));
-      std::memcpy(c.rope_freq_factors.data(), t->data, c.rope_freq_factors.size() * sizeof(float));
-    }
+  if (c.arch == Arch::llama) c.rope_freq_factors = f32_values(f, "rope_freqs.weight", c.head_dim / 2);
+  // Phi-3's LongRoPE: long and short divisors and the original context that picks between
+  // them. Its sliding window (attention.sliding_window) is ignored, as llama.cpp does (its SWA
+  // for phi3 is disabled).
+  if (c.arch == Arch::phi3) {
+    c.rope_factors_long = f32_values(f, "rope_factors_long.weight", c.head_dim / 2);
+    c.rope_factors_short = f32_values(f, "rope_factors_short.weight", c.head_dim / 2);
   }
+  if (f.has(key("rope.scaling.original_context_length")))
+    c.n_ctx_orig = int64_t(f.get_uint(key("rope.scaling.original_context_length")));
+  // The cos/sin factor, which llama.cpp applies for every architecture that has it.
+  if (f.has(key("rope.scaling.attn_factor")))
+    c.rope_attn_factor = f.get_float(key("rope.scaling.attn_factor"));
   const gguf::File::Tensor& emb = f.tensor("token_embd.weight");
   SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": token_embd.weight must be 2-D");
   c.n_vocab = emb.ne[1];
@@ -97,9 +129,18 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerRefs L;
     L.attn_norm = ref(f, b + "attn_norm.weight");
-    L.wq = ref(f, b + "attn_q.weight");
-    L.wk = ref(f, b + "attn_k.weight");
-    L.wv = ref(f, b + "attn_v.weight");
+    const int64_t dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
+    if (c.arch == Arch::phi3 && f.find_tensor(b + "attn_qkv.weight")) {
+      const std::string n = b + "attn_qkv.weight";
+      const WeightRef qkv = ref(f, n);
+      L.wq = row_block(f, n, qkv, 0, dq, dq + 2 * dkv);
+      L.wk = row_block(f, n, qkv, dq, dkv, dq + 2 * dkv);
+      L.wv = row_block(f, n, qkv, dq + dkv, dkv, dq + 2 * dkv);
+    } else {
+      L.wq = ref(f, b + "attn_q.weight");
+      L.wk = ref(f, b + "attn_k.weight");
+      L.wv = ref(f, b + "attn_v.weight");
+    }
     L.wo = ref(f, b + "attn_output.weight");
     if (c.arch == Arch::qwen2) {
       L.bq = ref(f, b + "attn_q.bias");
@@ -111,8 +152,15 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.k_norm = ref(f, b + "attn_k_norm.weight");
     }
     L.ffn_norm = ref(f, b + "ffn_norm.weight");
-    L.gate = ref(f, b + "ffn_gate.weight");
-    L.up = ref(f, b + "ffn_up.weight");
+    if (c.arch == Arch::phi3) {
+      const std::string n = b + "ffn_up.weight";
+      const WeightRef gu = ref(f, n);
+      L.gate = row_block(f, n, gu, 0, c.n_ff, 2 * c.n_ff);
+      L.up = row_block(f, n, gu, c.n_ff, c.n_ff, 2 * c.n_ff);
+    } else {
+      L.gate = ref(f, b + "ffn_gate.weight");
+      L.up = ref(f, b + "ffn_up.weight");
+    }
     L.down = ref(f, b + "ffn_down.weight");
     r.layers.push_back(L);
   }

@@ -25,6 +25,7 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::phi3: return "phi3";
   }
   return "?";
 }
@@ -51,9 +52,28 @@ void Config::validate() const {
   SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
                "model: rope_freqs.weight has ", rope_freq_factors.size(),
                " values, expected head dim / 2 = ", head_dim / 2);
-  for (float f : rope_freq_factors)
-    SPATTN_CHECK(std::isfinite(f) && f > 0, "model: rope_freqs.weight holds ", f,
-                 " (frequency divisors must be finite and > 0)");
+  auto factors = [&](const std::vector<float>& v, const char* name) {
+    SPATTN_CHECK(v.empty() || int64_t(v.size()) == head_dim / 2, "model: ", name, " has ",
+                 v.size(), " values, expected head dim / 2 = ", head_dim / 2);
+    for (float f : v)
+      SPATTN_CHECK(std::isfinite(f) && f > 0, "model: ", name, " holds ", f,
+                   " (frequency divisors must be finite and > 0)");
+  };
+  factors(rope_freq_factors, "rope_freqs.weight");
+  factors(rope_factors_long, "rope_factors_long.weight");
+  factors(rope_factors_short, "rope_factors_short.weight");
+  SPATTN_CHECK(rope_factors_long.empty() == rope_factors_short.empty(),
+               "model: rope_factors_long.weight and rope_factors_short.weight come together");
+  SPATTN_CHECK(n_ctx_orig >= 0, "model: rope.scaling.original_context_length must be >= 0, got ",
+               n_ctx_orig);
+  SPATTN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0 && rope_attn_factor < 16,
+               "model: rope.scaling.attn_factor must be in (0, 16), got ", rope_attn_factor);
+}
+
+const std::vector<float>& Config::rope_factors(int64_t n_ctx) const {
+  if (!rope_freq_factors.empty()) return rope_freq_factors;
+  const int64_t orig = n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train;
+  return n_ctx > orig ? rope_factors_long : rope_factors_short;
 }
 
 namespace {
@@ -287,6 +307,8 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
 Model::Model(Model&&) noexcept = default;
 Model& Model::operator=(Model&&) noexcept = default;
 Model::~Model() = default;
+
+const void* Model::Weight::data() const { return t ? t->data : nullptr; }
 
 const Config& Model::config() const { return p_->cfg; }
 bool Model::tied_output() const { return p_->tied; }

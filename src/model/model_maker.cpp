@@ -76,10 +76,15 @@ void add_bpe_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
 
 // A SentencePiece style vocabulary: <unk>, <s>, </s>, the byte tokens when there is room,
 // U+2581, printable ASCII, then pieces with falling scores.
-void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
+// `specials` (control tokens) take the last ids, as a model's added tokens do.
+void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed,
+                   const std::vector<std::string>& specials = {}) {
+  SPATTN_CHECK(vocab >= 3 + int64_t(specials.size()) + 1, "model: --vocab ", vocab,
+               " leaves no room for the ", specials.size(), " special tokens");
+  const int64_t base = vocab - int64_t(specials.size());
   std::vector<std::string> toks = {"<unk>", "<s>", "</s>"};
   std::vector<int32_t> types = {2, 3, 3};
-  if (vocab >= 3 + 256 + 1) {
+  if (base >= 3 + 256 + 1) {
     for (int b = 0; b < 256; ++b) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "<0x%02X>", b);
@@ -92,13 +97,13 @@ void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
   for (char c = '!'; c <= '~'; ++c) parts.push_back(std::string(1, c));
   std::set<std::string> seen(toks.begin(), toks.end());
   for (const std::string& p : parts) {
-    if (int64_t(toks.size()) >= vocab) break;
+    if (int64_t(toks.size()) >= base) break;
     toks.push_back(p);
     types.push_back(1);
     seen.insert(p);
   }
   eval::Rng rng(eval::stream_seed(seed, name_hash("vocab")));
-  while (int64_t(toks.size()) < vocab) {
+  while (int64_t(toks.size()) < base) {
     const std::string& a = parts[size_t(rng.range(0, int64_t(parts.size()) - 1))];
     const std::string& b = parts[size_t(rng.range(1, std::min<int64_t>(95, int64_t(parts.size()) - 1)))];
     const std::string m = a + b;
@@ -106,6 +111,10 @@ void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
     toks.push_back(m);
     types.push_back(1);
     parts.push_back(m);
+  }
+  for (const std::string& t : specials) {
+    toks.push_back(t);
+    types.push_back(3);
   }
   std::vector<float> scores(toks.size());
   for (size_t i = 0; i < scores.size(); ++i) scores[i] = -float(i);
@@ -168,10 +177,49 @@ ModelShape llama_3_1_8b_shape() {
   return s;
 }
 
+ModelShape phi_3_5_mini_shape() {
+  ModelShape s;
+  s.arch = "phi3";
+  s.layers = 32;
+  s.dim = 3072;
+  s.heads = 32;
+  s.kv_heads = 32;
+  s.head_dim = 96;
+  s.ffn = 8192;
+  s.vocab = 32064;
+  s.context = 131072;
+  s.type = GgmlType::f16;
+  s.tied = false;
+  s.rope_base = 10000.0f;
+  s.rope_scaling = "longrope";
+  s.rope_original_context = 4096;
+  s.tokenizer = "llama";
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
-  detail::fail("--preset must be llama-3.2-1b or llama-3.1-8b, got '", name, "'");
+  if (name == "phi-3.5-mini") return phi_3_5_mini_shape();
+  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b or phi-3.5-mini, got '", name, "'");
+}
+
+std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
+  const int64_t P = s.head_dim_or_default() / 2;
+  const double stretch = std::max(1.0, double(s.context) / double(s.rope_original_context));
+  std::vector<float> f;
+  for (int64_t p = 0; p < P; ++p) {
+    const double t = P > 1 ? double(p) / double(P - 1) : 0.0;  // 0: the fastest pair
+    f.push_back(float(long_factors ? 1.0 + (stretch - 1.0) * t * t : 1.0 + 0.05 * t));
+  }
+  return f;
+}
+
+double longrope_attn_factor(const ModelShape& s) {
+  const double stretch = double(s.context) / double(s.rope_original_context);
+  return stretch > 1.0
+             ? std::sqrt(1.0 + std::log(stretch) / std::log(double(s.rope_original_context)))
+             : 1.0;
 }
 
 std::vector<float> llama3_rope_factors(const ModelShape& s) {
@@ -196,8 +244,8 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 }
 
 void check_shape(const ModelShape& s) {
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3",
-               "model: --arch must be llama, qwen2 or qwen3, got '", s.arch, "'");
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" || s.arch == "phi3",
+               "model: --arch must be llama, qwen2, qwen3 or phi3, got '", s.arch, "'");
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
   SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
@@ -214,8 +262,16 @@ void check_shape(const ModelShape& s) {
                s.context);
   SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
   SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
-  SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3",
-               "model: --rope-scaling must be none or llama3, got '", s.rope_scaling, "'");
+  SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3" ||
+                   s.rope_scaling == "longrope",
+               "model: --rope-scaling must be none, llama3 or longrope, got '", s.rope_scaling, "'");
+  if (s.rope_scaling == "longrope") {
+    SPATTN_CHECK(s.arch == "phi3", "model: longrope scaling is for --arch phi3 (llama.cpp reads "
+                 "rope_factors_long / rope_factors_short there), got '", s.arch, "'");
+    SPATTN_CHECK(s.rope_original_context >= 2 && s.rope_original_context <= 1 << 24,
+                 "model: --rope-original-context must be in [2, 2^24], got ",
+                 s.rope_original_context);
+  }
   if (s.rope_scaling == "llama3") {
     SPATTN_CHECK(s.arch == "llama", "model: llama3 rope scaling is for --arch llama (llama.cpp "
                  "reads rope_freqs.weight there), got '", s.arch, "'");
@@ -245,7 +301,7 @@ int64_t parameter_count(const ModelShape& s) {
   int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
   if (s.arch == "qwen3") per_layer += 2 * hd;
-  const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : 0;
+  const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
 
@@ -270,8 +326,15 @@ void make_model(const std::string& path, const ModelShape& s) {
   w.set(a + ".rope.freq_base", s.rope_base);
   w.set(a + ".rope.dimension_count", uint32_t(hd));
   w.set(a + ".vocab_size", uint32_t(s.vocab));
+  if (s.rope_scaling == "longrope") {
+    w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
+    w.set(a + ".rope.scaling.attn_factor", float(longrope_attn_factor(s)));
+  }
   const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
   if (tok == "gpt2") add_bpe_vocab(w, s.vocab, s.seed);
+  // Phi-3's vocabulary ends in its added chat tokens (llama.cpp's loader also sets attributes
+  // on <|endoftext|> by name for models it takes for Phi-3, and fails without it).
+  else if (a == "phi3") add_spm_vocab(w, s.vocab, s.seed, {"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"});
   else add_spm_vocab(w, s.vocab, s.seed);
 
   const GgmlType f32 = GgmlType::f32;
@@ -280,9 +343,13 @@ void make_model(const std::string& path, const ModelShape& s) {
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add_random(w, b + "attn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    add_random(w, b + "attn_q.weight", s.type, {s.dim, q}, s.seed, 0.0f, in_sd);
-    add_random(w, b + "attn_k.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
-    add_random(w, b + "attn_v.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
+    if (a == "phi3") {  // Wq, Wk, Wv as one matrix, row blocks in that order
+      add_random(w, b + "attn_qkv.weight", s.type, {s.dim, q + 2 * kv}, s.seed, 0.0f, in_sd);
+    } else {
+      add_random(w, b + "attn_q.weight", s.type, {s.dim, q}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "attn_k.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "attn_v.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
+    }
     if (a == "qwen2") {
       add_random(w, b + "attn_q.bias", f32, {q}, s.seed, 0.0f, 0.1f);
       add_random(w, b + "attn_k.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
@@ -295,17 +362,25 @@ void make_model(const std::string& path, const ModelShape& s) {
       add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
     }
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
-    add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
+    if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
+      add_random(w, b + "ffn_up.weight", s.type, {s.dim, 2 * s.ffn}, s.seed, 0.0f, in_sd);
+    } else {
+      add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
+    }
     add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(s.ffn)));
   }
   add_random(w, "output_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-  if (s.rope_scaling == "llama3") {
-    const std::vector<float> f = llama3_rope_factors(s);
-    w.add_tensor("rope_freqs.weight", f32, {int64_t(f.size())}, [f](int64_t, uint8_t* dst) {
+  auto add_values = [&](const std::string& name, const std::vector<float>& f) {
+    w.add_tensor(name, f32, {int64_t(f.size())}, [f](int64_t, uint8_t* dst) {
       std::memcpy(dst, f.data(), f.size() * sizeof(float));
     });
+  };
+  if (s.rope_scaling == "llama3") add_values("rope_freqs.weight", llama3_rope_factors(s));
+  if (s.rope_scaling == "longrope") {
+    add_values("rope_factors_long.weight", longrope_factors(s, true));
+    add_values("rope_factors_short.weight", longrope_factors(s, false));
   }
   if (!s.tied) add_random(w, "output.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, in_sd);
   w.write(path);

@@ -91,7 +91,7 @@ struct Session::Impl {
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
              cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
-             cfg.rope_freq_factors),
+             cfg.rope_factors(o.n_ctx), cfg.rope_attn_factor),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
