@@ -1,11 +1,13 @@
-// Llama-family decoder models (architectures `llama`, `qwen2` and `qwen3`) and a session that runs one
+// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3` and `phi3`) and a session that runs one
 // prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
 // token-by-token decode with full attention over a pre-allocated KV cache.
 //
 // Forward pass per layer (llama.cpp's llm_build_llama / llm_build_qwen2):
 //   h = RMSNorm(x) * attn_norm;  q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   (qwen2: biases)
 //   qwen3: q, k = RMSNorm(q) * q_norm, RMSNorm(k) * k_norm per head (no biases)
-//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2, qwen3: rotate-half)
+//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2, qwen3, phi3:
+//          rotate-half; phi3: LongRoPE divisors and cos/sin factor)
+//   phi3: Wq/Wk/Wv and Wgate/Wup stored fused (attn_qkv, ffn_up), split into row blocks at load
 //   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
 //   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
 //   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
@@ -123,7 +125,7 @@ class Model {
   std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama`, `qwen2` or `qwen3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
+// Loads a `llama`, `qwen2`, `qwen3` or `phi3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
 // backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
 // Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);
