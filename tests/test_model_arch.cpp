@@ -253,4 +253,13 @@ TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {
   EXPECT_EQ(spattn::parameter_count(spattn::preset_shape("phi-3.5-mini")), 3821079552 + 96);
 }
 
+TEST(ModelArch, PresetsHaveThePublishedParameterCounts) {
+  // Qwen3-4B: 4,022,468,096 weights (tied head); Mistral-7B-v0.3: 7,248,023,552.
+  EXPECT_EQ(spattn::parameter_count(spattn::preset_shape("qwen3-4b")), 4022468096);
+  EXPECT_EQ(spattn::parameter_count(spattn::preset_shape("mistral-7b")), 7248023552);
+  EXPECT_EQ(spattn::preset_shape("qwen3-4b").arch, "qwen3");
+  EXPECT_EQ(spattn::preset_shape("mistral-7b").tokenizer, "llama");
+  EXPECT_THROW(spattn::preset_shape("gemma-3-4b"), spattn::Error);  // not yet
+}
+
 }  // namespace

@@ -56,6 +56,7 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.rope_low->count()) s.rope_low_freq_factor = p.rope_low_freq_factor;
     if (!o.rope_high->count()) s.rope_high_freq_factor = p.rope_high_freq_factor;
     if (!o.rope_orig->count()) s.rope_original_context = p.rope_original_context;
+    s.rms_eps = p.rms_eps;
     if (!o.type_opt->count()) o.type = "f16";
     if (!o.tokenizer->count()) s.tokenizer = p.tokenizer;
     if (!o.untied) s.tied = p.tied;
@@ -94,7 +95,10 @@ void add_make_model_command(CLI::App& root) {
                   "dim 64, ffn 8192, vocab 128256, f16, tied) or llama-3.1-8b (32 layers, dim "
                   "4096, 32/8 heads, head dim 128, ffn 14336, untied, llama3 rope scaling 8 / 1 "
                   "/ 4 / 8192) or phi-3.5-mini (phi3, 32 layers, dim 3072, 32/32 heads, head dim "
-                  "96, ffn 8192, vocab 32064, untied, LongRoPE from 4096); other flags override it");
+                  "96, ffn 8192, vocab 32064, untied, LongRoPE from 4096), qwen3-4b (36 layers, "
+                  "dim 2560, 32/8 heads, head dim 128, ffn 9728, vocab 151936, tied) or "
+                  "mistral-7b (llama, 32 layers, dim 4096, 32/8 heads, ffn 14336, vocab 32768, "
+                  "rope base 1e6); other flags override it");
   o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm) or phi3 (fused qkv and gate-up)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();

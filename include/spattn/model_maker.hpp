@@ -50,7 +50,14 @@ ModelShape llama_3_1_8b_shape();
 // Phi-3.5-mini's shape: 32 layers, dim 3072, 32 heads, 32 kv heads, head dim 96, FFN 8192,
 // vocab 32064 (SentencePiece), context 131072, untied, f16, LongRoPE from original context 4096.
 ModelShape phi_3_5_mini_shape();
-// A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini"); Error for any other.
+// Qwen3-4B's shape: 36 layers, dim 2560, 32 heads, 8 kv heads, head dim 128 (heads x head dim
+// 4096 != dim), FFN 9728, vocab 151936, context 40960, rope base 1e6, rms eps 1e-6, tied, f16.
+ModelShape qwen3_4b_shape();
+// Mistral-7B-v0.3's shape (llama): 32 layers, dim 4096, 32 heads, 8 kv heads, head dim 128,
+// FFN 14336, vocab 32768 (SentencePiece), context 32768, rope base 1e6, untied, f16.
+ModelShape mistral_7b_shape();
+// A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
+// "mistral-7b"); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

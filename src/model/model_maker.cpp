@@ -197,11 +197,50 @@ ModelShape phi_3_5_mini_shape() {
   return s;
 }
 
+ModelShape qwen3_4b_shape() {
+  ModelShape s;
+  s.arch = "qwen3";
+  s.layers = 36;
+  s.dim = 2560;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.ffn = 9728;
+  s.vocab = 151936;
+  s.context = 40960;
+  s.type = GgmlType::f16;
+  s.tied = true;
+  s.rope_base = 1000000.0f;
+  s.rms_eps = 1e-6f;
+  return s;
+}
+
+ModelShape mistral_7b_shape() {
+  ModelShape s;
+  s.arch = "llama";  // llama.cpp reads Mistral's dense models as llama
+  s.layers = 32;
+  s.dim = 4096;
+  s.heads = 32;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.ffn = 14336;
+  s.vocab = 32768;
+  s.context = 32768;
+  s.type = GgmlType::f16;
+  s.tied = false;
+  s.rope_base = 1000000.0f;
+  s.tokenizer = "llama";
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
   if (name == "phi-3.5-mini") return phi_3_5_mini_shape();
-  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b or phi-3.5-mini, got '", name, "'");
+  if (name == "qwen3-4b") return qwen3_4b_shape();
+  if (name == "mistral-7b") return mistral_7b_shape();
+  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b or "
+               "mistral-7b, got '", name, "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
