@@ -131,7 +131,7 @@ struct SessionOptions {
   // state (the most recent ones), so a later prompt that starts with the same tokens goes on
   // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
   // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none.
-  int64_t h2o_keep = 4;
+  int64_t h2o_keep = 2;
   std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
   int threads = 2;        // -t: matrix products, attention kernels and methods
   // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every
