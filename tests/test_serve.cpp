@@ -609,7 +609,7 @@ TEST(ServeCli, TheBinaryServesAndStopsOnSigterm) {
   const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_cli";
   std::filesystem::create_directories(dir);
   const std::string m = test::model_file("stories260K.gguf");
-  for (const char* bad : {"-np 2", "--attn no_such_method", "--port 70000", "--timeout 0"}) {
+  for (const char* bad : {"-np 0", "--attn no_such_method", "--port 70000", "--timeout 0"}) {
     const test::CliRun r = test::run_spattn("serve -m " + m + " " + std::string(bad), dir);
     EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
     EXPECT_NE(r.err.find("spattn: error:"), std::string::npos) << bad << ": " << r.err;

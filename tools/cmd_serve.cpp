@@ -43,7 +43,7 @@ void add_serve_command(CLI::App& root) {
   app->remove_option(app->get_option("--json"));
   app->add_option("--host", o->host, "address to listen on")->capture_default_str();
   app->add_option("--port", o->port, "port to listen on (0: any free port)")->capture_default_str();
-  app->add_option("--parallel", o->slots, "-np: slots (requests served at once); 1 so far")
+  app->add_option("--parallel", o->slots, "-np: slots (requests served at once, each its own KV cache)")
       ->capture_default_str();
   app->add_option("--attn", o->r.attn,
                   "default prefill attention: dense, chunked_h2o, or a method spec")

@@ -64,6 +64,20 @@ struct ChunkedH2OTrace {
 // share one, as long as they never run at the same time.
 struct ChunkedH2OScratch;
 
+// What later batches read of a layer's state at a batch boundary, to continue a prompt from
+// there exactly as a prefill running on from that boundary would (a server's prefix reuse):
+// the position and counters, M_{c-1} per q head with its tokens' scores and raw K/V rows.
+// Scores of tokens outside M_{c-1} are left out: no later chunk reads them (a token that
+// left the memory set never returns to it, h2o_build_memory draws from M_{c-1} u C_c).
+struct ChunkedH2OSnapshot {
+  int64_t pos = 0, chunks = 0, updates = 0;
+  bool have_mem = false;
+  std::vector<std::vector<int64_t>> mem;        // [Hq]: M_{c-1}, sorted
+  std::vector<std::vector<double>> mem_scores;  // [Hq]: score of each position in mem
+  std::vector<char> mem_k, mem_v;               // [Hq][|M|][d] rows, as the layer stores them
+  size_t bytes() const;
+};
+
 // One attention layer's chunked_h2o state across the logical batches of one prompt.
 class ChunkedH2OLayer {
  public:
@@ -92,6 +106,12 @@ class ChunkedH2OLayer {
                      const PackedKV* packed = nullptr);
   // A new prompt: position 0, scores zero, no memory.
   void reset();
+  // The state after the batches done so far, and back to it: a prefill_batch after restore
+  // computes, bit for bit, what it computed after the batch that snapshot() followed. Only
+  // a state whose last batch was not `last` can go on (its last chunk built its memory set).
+  // After restore, scores() of positions outside the memory set read 0 (see the snapshot).
+  ChunkedH2OSnapshot snapshot() const;
+  void restore(const ChunkedH2OSnapshot& snap);
 
   int64_t position() const;
   int64_t chunks_done() const;

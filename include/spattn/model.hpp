@@ -140,6 +140,11 @@ struct SessionOptions {
   int64_t n_ubatch = 512;   // -ub: chunk
   PrefillMode mode = PrefillMode::dense;
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
+  // chunked_h2o: how many logical-batch boundaries of the prompts prefilled keep the layers'
+  // state (the most recent ones), so a later prompt that starts with the same tokens goes on
+  // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
+  // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none.
+  int64_t h2o_keep = 2;
   std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
   int threads = 2;        // -t: matrix products, attention kernels and methods
   // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every
@@ -192,12 +197,22 @@ class Session {
   void reset();
   int64_t n_past() const;
   // Keeps the first n tokens (0 <= n <= n_past()): later calls compute what they would have
-  // after a prefill of those n tokens alone. chunked_h2o runs from position 0 only, so after
-  // truncate(n > 0) the next prefill is dense, as any prefill after the first is.
+  // after a prefill of those n tokens alone. chunked_h2o: at n = 0, or at a batch boundary
+  // whose state is kept (reuse_point), the layers' state goes back to what it was there and
+  // the next prefill goes on with chunked_h2o exactly as the prefill that passed n did; at any
+  // other n that state is dropped and the next prefill is dense (as a prefill after decode is).
   void truncate(int64_t n);
+  // The longest prefix of at most n (<= n_past()) tokens that a prefill can go on from and
+  // compute what one prefill of the whole prompt computes: dense, n (the prefix's rows are the
+  // same whichever call computed them; the logits then differ by the order of sums only);
+  // chunked_h2o, the largest batch boundary <= n whose layer state is kept (SessionOptions::
+  // h2o_keep), bit for bit with the same -b / -ub, else 0; method mode, 0 (a method runs per
+  // -ub chunk and decoded rows are dense).
+  int64_t reuse_point(int64_t n) const;
   // A new session over the same model and options holding this one's first n tokens (all when
   // -1), for prefix reuse: the cache's tiles are copied, nothing is recomputed; the methods
-  // (method mode) are shared, the tap copied, the timings fresh.
+  // (method mode) are shared, the tap copied, the timings fresh; chunked_h2o's kept states up
+  // to n are copied and the fork's layers set as truncate(n) sets them.
   Session fork(int64_t n = -1) const;
 
   // Prefills tokens at positions n_past() .. n_past() + n - 1. logits (when non-null) receives
@@ -212,7 +227,8 @@ class Session {
 
   // Bytes this session holds besides the model's weights: the KV cache (every layer's
   // PackedKV at capacity), the raw K/V copies method mode keeps, the row buffers, and
-  // chunked_h2o's per-layer state (scores, memory sets) and its one shared batch scratch.
+  // chunked_h2o's per-layer state (scores, memory sets, and the kept batch boundaries' states)
+  // and its one shared batch scratch.
   struct Memory {
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)

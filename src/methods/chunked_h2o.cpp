@@ -266,6 +266,64 @@ void ChunkedH2OLayer::reset() {
   for (auto& m : s.mem) m.clear();
 }
 
+size_t ChunkedH2OSnapshot::bytes() const {
+  size_t b = mem_k.capacity() + mem_v.capacity();
+  for (const auto& m : mem) b += m.capacity() * sizeof(int64_t);
+  for (const auto& m : mem_scores) b += m.capacity() * sizeof(double);
+  return b;
+}
+
+ChunkedH2OSnapshot ChunkedH2OLayer::snapshot() const {
+  const State& s = *s_;
+  ChunkedH2OSnapshot snap;
+  snap.pos = s.pos;
+  snap.chunks = s.chunks;
+  snap.updates = s.updates;
+  snap.have_mem = s.have_mem;
+  snap.mem = s.mem;
+  snap.mem_scores.resize(size_t(s.hq));
+  const size_t m = s.mem.empty() ? 0 : s.mem[0].size();  // every head keeps |M| tokens
+  snap.mem_k.resize(size_t(s.hq) * m * s.row_size);
+  snap.mem_v.resize(snap.mem_k.size());
+  for (int64_t h = 0; h < s.hq; ++h) {
+    for (int64_t j : s.mem[size_t(h)]) snap.mem_scores[size_t(h)].push_back(s.scores[size_t(h)][size_t(j)]);
+    // The layer's rows of head h start at h * mem_cap; the snapshot's at h * m.
+    const size_t from = size_t(h) * size_t(s.mem_cap) * s.row_size, to = size_t(h) * m * s.row_size;
+    std::memcpy(snap.mem_k.data() + to, s.mem_k.data() + from, m * s.row_size);
+    std::memcpy(snap.mem_v.data() + to, s.mem_v.data() + from, m * s.row_size);
+  }
+  return snap;
+}
+
+void ChunkedH2OLayer::restore(const ChunkedH2OSnapshot& snap) {
+  State& s = *s_;
+  const size_t m = snap.mem.empty() ? 0 : snap.mem[0].size();
+  SPATTN_CHECK(int64_t(snap.mem.size()) == s.hq && int64_t(snap.mem_scores.size()) == s.hq &&
+                   int64_t(m) <= s.mem_cap && snap.pos >= 0 && snap.pos <= s.cap &&
+                   snap.mem_k.size() == size_t(s.hq) * m * s.row_size &&
+                   snap.mem_v.size() == snap.mem_k.size(),
+               "chunked_h2o: a snapshot from a layer of another shape");
+  reset();
+  s.pos = snap.pos;
+  s.chunks = snap.chunks;
+  s.updates = snap.updates;
+  s.have_mem = snap.have_mem;
+  for (int64_t h = 0; h < s.hq; ++h) {
+    const auto& mem = snap.mem[size_t(h)];
+    SPATTN_CHECK(mem.size() == m && snap.mem_scores[size_t(h)].size() == m,
+                 "chunked_h2o: a snapshot with memory sets of different sizes");
+    for (size_t i = 0; i < m; ++i) {
+      SPATTN_CHECK(mem[i] >= 0 && mem[i] < snap.pos, "chunked_h2o: a snapshot's memory token ",
+                   mem[i], " lies outside [0, ", snap.pos, ")");
+      s.scores[size_t(h)][size_t(mem[i])] = snap.mem_scores[size_t(h)][i];
+    }
+    s.mem[size_t(h)] = mem;
+    const size_t to = size_t(h) * size_t(s.mem_cap) * s.row_size, from = size_t(h) * m * s.row_size;
+    std::memcpy(s.mem_k.data() + to, snap.mem_k.data() + from, m * s.row_size);
+    std::memcpy(s.mem_v.data() + to, snap.mem_v.data() + from, m * s.row_size);
+  }
+}
+
 int64_t ChunkedH2OLayer::position() const { return s_->pos; }
 int64_t ChunkedH2OLayer::chunks_done() const { return s_->chunks; }
 int64_t ChunkedH2OLayer::score_updates() const { return s_->updates; }

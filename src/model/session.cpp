@@ -7,18 +7,27 @@
 //                (attention_dense over the layer's PackedKV with q_start).
 //   chunked_h2o  the prompt in logical batches of -b; each batch passes through every layer at
 //                once, and a layer's attention is ChunkedH2OLayer::prefill_batch (Phase 1 over
-//                the batch's -ub chunks, then Phase 2 chunk by chunk). A prompt of one chunk,
-//                or a prefill that does not start at position 0, runs dense.
+//                the batch's -ub chunks, then Phase 2 chunk by chunk). A prompt of one chunk
+//                runs dense, and so does a prefill that starts neither at position 0 nor
+//                where the layers' state was restored (see below).
 //   method       chunks of -ub, each running a library method over every key before it (the
 //                cache's raw rows, which the same appends write).
 // Every schedule, and decode, appends every token's K and V to the layer's cache (KVCache:
 // packed, and raw in method mode), so every later call sees every token before it, whichever
 // call computed it.
 //
+// chunked_h2o's state at batch boundaries: after each logical batch but a prompt's last, every
+// layer's state (ChunkedH2OSnapshot) is kept with the position, the h2o_keep most recent ones.
+// truncate(n) to such a boundary restores it, and the next prefill goes on from there with
+// chunked_h2o: the same batches, the same state, so the same bits as the prefill that passed
+// n computed (a server's prefix reuse). h2o_at is the position the layers can go on from
+// (0 fresh, a restored boundary, -1 none: after a prompt's last batch or a decode).
+//
 // A call (prefill or decode) is all or nothing: its rows are staged in the cache layer by layer
 // and committed when the call has run through every layer and chunk; on an Error anywhere the
-// cache is rolled back, chunked_h2o's layer state reset (it only ever runs from position 0) and
-// the timings restored, and the Error propagates: the session is as it was before the call.
+// cache is rolled back, chunked_h2o's layer state put back where the call started (reset at 0,
+// restored at a kept boundary), its new kept states dropped and the timings restored, and the
+// Error propagates: the session is as it was before the call.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -41,6 +50,7 @@ void SessionOptions::validate() const {
   SPATTN_CHECK(n_batch >= 1, "-b (logical batch) must be >= 1, got ", n_batch);
   SPATTN_CHECK(n_ubatch >= 1, "-ub (chunk) must be >= 1, got ", n_ubatch);
   SPATTN_CHECK(threads >= 1, "-t (threads) must be >= 1, got ", threads);
+  SPATTN_CHECK(h2o_keep >= 0, "h2o_keep (kept chunked_h2o states) must be >= 0, got ", h2o_keep);
   SPATTN_CHECK(mode != PrefillMode::method || !attn_spec.empty(), "--attn: empty method spec");
   for (KVType t : {cache_type_k, cache_type_v})
     SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
@@ -78,6 +88,12 @@ struct Session::Impl {
   // stored as opt.cache_type_k / cache_type_v.
   KVCache cache;
   std::vector<ChunkedH2OLayer> h2o;
+  struct Kept {
+    int64_t pos;
+    std::vector<ChunkedH2OSnapshot> layers;
+  };
+  std::vector<Kept> h2o_kept;  // ascending positions, at most opt.h2o_keep
+  int64_t h2o_at = 0;
   // Per layer, method mode only. A Method's run is const and keeps nothing, so forks share them.
   std::vector<std::shared_ptr<const Method>> methods;
   Timings t;
@@ -120,7 +136,36 @@ struct Session::Impl {
         cache(src.cache.fork(n)),
         methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
     make_h2o();
+    for (const Kept& k : src.h2o_kept)
+      if (k.pos <= n) h2o_kept.push_back(k);
+    h2o_to(n);
     make_scratch();
+  }
+
+  // chunked_h2o's layers as truncate(n) leaves them (the cache already holds n tokens).
+  void h2o_to(int64_t n) {
+    while (!h2o_kept.empty() && h2o_kept.back().pos > n) h2o_kept.pop_back();
+    if (h2o.empty()) return;
+    if (n == 0) {
+      for (auto& l : h2o) l.reset();
+      h2o_at = 0;
+    } else if (!h2o_kept.empty() && h2o_kept.back().pos == n) {
+      for (size_t l = 0; l < h2o.size(); ++l) h2o[l].restore(h2o_kept.back().layers[l]);
+      h2o_at = n;
+    } else {
+      h2o_at = -1;
+    }
+  }
+
+  // Keeps the layers' state at position pos (a batch boundary of the prefill running).
+  void h2o_keep_state(int64_t pos, std::vector<Kept>& pending) const {
+    if (opt.h2o_keep <= 0) return;
+    Kept k{pos, {}};
+    k.layers.reserve(h2o.size());
+    for (const auto& l : h2o) k.layers.push_back(l.snapshot());
+    pending.push_back(std::move(k));
+    // Only the h2o_keep most recent can survive the call.
+    if (int64_t(pending.size()) > opt.h2o_keep) pending.erase(pending.begin());
   }
 
   // chunked_h2o's per-layer state, fresh (position 0).
@@ -264,8 +309,7 @@ struct Session::Impl {
       cache.commit();
     } catch (...) {
       cache.rollback();
-      if (pos0 == 0)  // chunked_h2o's layers only ever run from position 0, from a fresh state
-        for (auto& l : h2o) l.reset();
+      if (h2o_at == pos0) h2o_to(pos0);  // the layers as they were (reset or restored)
       t = saved;
       throw;
     }
@@ -322,8 +366,22 @@ void Session::truncate(int64_t n) {
   SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "truncate: ", n, " tokens, outside [0, ",
                s.cache.size(), "]");
   s.cache.truncate(n);
-  if (n == 0)  // a fresh prompt: chunked_h2o runs again from position 0
-    for (auto& l : s.h2o) l.reset();
+  s.h2o_to(n);
+}
+
+int64_t Session::reuse_point(int64_t n) const {
+  const Impl& s = *p_;
+  SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "reuse_point: ", n, " tokens, outside [0, ",
+               s.cache.size(), "]");
+  switch (s.opt.mode) {
+    case PrefillMode::dense: return n;
+    case PrefillMode::method: return 0;
+    case PrefillMode::chunked_h2o:
+      for (auto k = s.h2o_kept.rbegin(); k != s.h2o_kept.rend(); ++k)
+        if (k->pos <= n) return k->pos;
+      return 0;
+  }
+  return 0;
 }
 
 Session Session::fork(int64_t n) const {
@@ -345,6 +403,8 @@ Session::Memory Session::memory() const {
   for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
     m.scratch += b->capacity() * sizeof(float);
   for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
+  for (const auto& k : s.h2o_kept)
+    for (const ChunkedH2OSnapshot& l : k.layers) m.h2o_state += l.bytes();
   if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
   return m;
 }
@@ -372,6 +432,7 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
                " does not fit the context of ", s.opt.n_ctx, " (-c)");
   SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
                " outside [0, ", n, ")");
+  std::vector<Impl::Kept> pending;  // the boundaries this call passes, kept if it succeeds
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
     // Runs rows [r0, r1) of the prompt, writing the logits rows it holds.
@@ -386,11 +447,15 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
                 &s.t.prefill_attn_ms, &s.t.prefill_stats);
       if (progress) progress(r1, n);
     };
-    const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == 0 && n > s.opt.n_ubatch;
+    // chunked_h2o from position 0, or on from a restored boundary (a multiple of -b, so the
+    // batches fall where one prefill of the whole prompt puts them).
+    const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == s.h2o_at &&
+                     pos0 + n > s.opt.n_ubatch;
     for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
       const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
       if (h2o) {
         run(b0, b1, Attn::h2o, b1 == n);
+        if (b1 < n) s.h2o_keep_state(pos0 + b1, pending);
         continue;
       }
       const Attn kind = s.opt.mode == PrefillMode::method ? Attn::method : Attn::dense;
@@ -400,6 +465,14 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
     s.t.prefill_ms += ms_since(t0);
     s.t.prefill_tokens += n;
   });
+  // The layers now hold the prompt's end, which built no memory set: no prefill goes on from it.
+  if (s.opt.mode == PrefillMode::chunked_h2o) {
+    s.h2o_at = -1;
+    for (auto& k : pending) s.h2o_kept.push_back(std::move(k));
+    if (int64_t(s.h2o_kept.size()) > s.opt.h2o_keep)
+      s.h2o_kept.erase(s.h2o_kept.begin(),
+                       s.h2o_kept.end() - std::max<int64_t>(0, s.opt.h2o_keep));
+  }
 }
 
 void Session::decode(int32_t token, float* logits) {
@@ -413,6 +486,7 @@ void Session::decode(int32_t token, float* logits) {
     s.t.decode_ms += ms_since(t0);
     s.t.decode_tokens += 1;
   });
+  s.h2o_at = -1;  // decoded rows are not in chunked_h2o's state
 }
 
 }  // namespace spattn::model

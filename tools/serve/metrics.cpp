@@ -15,14 +15,13 @@ void Metrics::observe(Histogram& h, const std::array<double, N>& bounds, double 
   ++h.n;
 }
 
-void Metrics::record(const Usage& u, int64_t kv_tokens) {
+void Metrics::record(const Usage& u) {
   std::lock_guard<std::mutex> l(mu_);
   prompt_tokens_ += u.prompt_tokens - u.cached_tokens;
   cached_tokens_ += u.cached_tokens;
   prompt_s_ += u.prefill_ms / 1e3;
   predicted_tokens_ += u.completion_tokens;
   predicted_s_ += u.decode_ms / 1e3;
-  kv_tokens_ = kv_tokens;
   ++by_attn_[u.attn];
   observe(ttft_, kTtftSeconds, u.ttft_ms / 1e3);
   // The rate of the tokens after the first (which prefill gives): none for a 1-token answer.
@@ -64,8 +63,12 @@ std::string label(const std::string& s) {
 
 }  // namespace
 
-std::string Metrics::render(int64_t processing, int64_t deferred, int64_t n_ctx) const {
+std::string Metrics::render(int64_t processing, int64_t deferred, int64_t n_ctx,
+                            const std::vector<SlotState>& slots) const {
   std::lock_guard<std::mutex> l(mu_);
+  int64_t kv_tokens = 0;
+  for (const SlotState& s : slots) kv_tokens += s.kv_tokens;
+  const int64_t kv_capacity = n_ctx * int64_t(slots.size());
   std::ostringstream os;
   one(os, "prompt_tokens_total", "counter", "Prompt tokens prefilled.", prompt_tokens_);
   one(os, "prompt_seconds_total", "counter", "Prefill time.", prompt_s_);
@@ -75,9 +78,19 @@ std::string Metrics::render(int64_t processing, int64_t deferred, int64_t n_ctx)
   one(os, "tokens_predicted_seconds_total", "counter", "Decode time.", predicted_s_);
   one(os, "requests_processing", "gauge", "Requests generating.", processing);
   one(os, "requests_deferred", "gauge", "Requests waiting for a slot.", deferred);
-  one(os, "kv_cache_tokens", "gauge", "Tokens held in the slots' KV caches.", kv_tokens_);
-  one(os, "kv_cache_usage_ratio", "gauge", "KV cache use (tokens over the context).",
-      n_ctx > 0 ? double(kv_tokens_) / double(n_ctx) : 0.0);
+  one(os, "kv_cache_tokens", "gauge", "Tokens held in the slots' KV caches.", kv_tokens);
+  one(os, "kv_cache_usage_ratio", "gauge",
+      "KV cache use (tokens over the slots' contexts together).",
+      kv_capacity > 0 ? double(kv_tokens) / double(kv_capacity) : 0.0);
+  head(os, "slot_kv_tokens", "gauge", "Tokens held in each slot's KV cache.");
+  for (const SlotState& s : slots)
+    os << "spattn:slot_kv_tokens{slot=\"" << s.id << "\"} " << s.kv_tokens << '\n';
+  head(os, "slot_processing", "gauge", "1 while a slot serves a request.");
+  for (const SlotState& s : slots)
+    os << "spattn:slot_processing{slot=\"" << s.id << "\"} " << (s.busy ? 1 : 0) << '\n';
+  head(os, "slot_requests_total", "counter", "Requests each slot has served.");
+  for (const SlotState& s : slots)
+    os << "spattn:slot_requests_total{slot=\"" << s.id << "\"} " << s.requests << '\n';
   const auto histogram = [&](const char* name, const char* help, const Histogram& h,
                              const auto& bounds) {
     head(os, name, "histogram", help);

@@ -10,18 +10,22 @@
 #include <mutex>
 #include <string>
 
+#include <vector>
+
 #include "openai.hpp"
+#include "slot_pool.hpp"
 
 namespace spattn::serve {
 
 class Metrics {
  public:
-  // A generation that finished (stopped or hit its length; not cancelled). kv_tokens: what
-  // the slot's cache holds afterwards.
-  void record(const Usage& u, int64_t kv_tokens);
+  // A generation that finished (stopped or hit its length; not cancelled).
+  void record(const Usage& u);
   void error(int status);
-  // The text for GET /metrics; the gauges are the server's at this moment.
-  std::string render(int64_t processing, int64_t deferred, int64_t n_ctx) const;
+  // The text for GET /metrics; the gauges are the server's at this moment, the KV cache's
+  // summed over the slots (n_ctx each) and given per slot.
+  std::string render(int64_t processing, int64_t deferred, int64_t n_ctx,
+                     const std::vector<SlotState>& slots) const;
 
   // Upper bounds of the histograms' buckets (+Inf is implied).
   static constexpr std::array<double, 12> kTtftSeconds = {0.05, 0.1, 0.25, 0.5, 1, 2.5,
@@ -39,7 +43,7 @@ class Metrics {
   static void observe(Histogram& h, const std::array<double, N>& bounds, double v);
 
   mutable std::mutex mu_;
-  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, predicted_tokens_ = 0, kv_tokens_ = 0;
+  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, predicted_tokens_ = 0;
   double prompt_s_ = 0, predicted_s_ = 0;
   Histogram ttft_, decode_rate_;
   std::map<std::string, int64_t> by_attn_;

@@ -16,6 +16,8 @@
 #include "openai.hpp"
 #include "request.hpp"
 #include "slot.hpp"
+#include "slot_pool.hpp"
+#include "turn.hpp"
 #include "spattn/error.hpp"
 #include "sse.hpp"
 
@@ -24,7 +26,7 @@ namespace spattn::serve {
 void ServeOptions::validate() const {
   SPATTN_CHECK(port >= 0 && port <= 65535, "--port must be in [0, 65535], got ", port);
   SPATTN_CHECK(timeout_s >= 1, "--timeout must be >= 1 second, got ", timeout_s);
-  SPATTN_CHECK(slots == 1, "-np: only one slot is served so far, got ", slots);
+  SPATTN_CHECK(slots >= 1 && slots <= 64, "-np must be in [1, 64], got ", slots);
   SPATTN_CHECK(max_queue >= 0 && max_queue <= 1024, "--queue must be in [0, 1024], got ",
                max_queue);
   cli::session_options(r, r.attn);  // --attn and the sizes, before the model loads
@@ -61,8 +63,8 @@ struct Server::Impl {
   const cli::LoadedModel& m;
   std::string model_id;
   httplib::Server http;
-  Slot slot;
-  std::mutex slot_mutex;
+  SlotPool slots;
+  Turn turn;  // one step of work at a time over the slots (turn.hpp)
   mutable std::mutex admit_mutex;
   int64_t admitted = 0;  // requests running or waiting for the slot
   std::atomic<int64_t> next_id{0};
@@ -70,7 +72,7 @@ struct Server::Impl {
   std::optional<ChatTemplate> chat_template;  // none: the plain fallback
 
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
-      : o(opt), m(lm), slot(lm.model, lm.tokenizer, opt.r),
+      : o(opt), m(lm), slots(lm.model, lm.tokenizer, opt.r, opt.slots),
         chat_template(pick_chat_template(opt.chat_template, lm.chat_template)) {
     model_id = o.alias.empty() ? std::filesystem::path(o.r.model).filename().string() : o.alias;
     // A client that closes its socket must not end the process: writes then just fail.
@@ -159,7 +161,8 @@ struct Server::Impl {
                  throw RequestError(501, "not_supported_error",
                                     "this server has no metrics: start it with --metrics");
                const int64_t admitted = in_flight(), processing = std::min<int64_t>(admitted, o.slots);
-               res.set_content(metrics.render(processing, admitted - processing, o.r.n_ctx),
+               res.set_content(metrics.render(processing, admitted - processing, o.r.n_ctx,
+                                              slots.states()),
                                "text/plain; version=0.0.4; charset=utf-8");
              }));
     http.Get("/props", guarded([this](const httplib::Request&, httplib::Response& res) {
@@ -227,7 +230,22 @@ struct Server::Impl {
               {"n_ubatch", o.r.n_ubatch},
               {"queue", o.max_queue},
               {"requests_in_flight", in_flight()},
-              {"max_body_bytes", o.max_body}}}};
+              {"max_body_bytes", o.max_body},
+              {"slots", slots_json()}}}};
+  }
+
+  // Each slot's state, as llama-server's /slots lists them.
+  json slots_json() const {
+    json a = json::array();
+    for (const SlotState& s : slots.states())
+      a.push_back({{"id", s.id},
+                   {"state", s.busy ? "processing" : "idle"},
+                   {"n_ctx", o.r.n_ctx},
+                   {"kv_tokens", s.kv_tokens},
+                   {"cached_tokens", s.cached_tokens},
+                   {"requests", s.requests},
+                   {"attn", s.attn}});
+    return a;
   }
 
   void check_ids(const std::vector<int32_t>& ids, const char* param) const {
@@ -284,10 +302,11 @@ struct Server::Impl {
     std::shared_ptr<Ticket> ticket = admit();
 
     if (!g.stream) {
-      std::lock_guard<std::mutex> l(slot_mutex);
+      SlotPool::Lease lease = slots.acquire(sr->tokens);
       if (o.test_hook) o.test_hook("slot");
-      const SlotResult r = slot.generate(*sr, {});
-      metrics.record(r.usage, slot.kv_tokens());
+      const SlotResult r = lease.slot().generate(*sr, {}, &turn);
+      lease.release(&r);
+      metrics.record(r.usage);
       send_json(res, 200, completion_json(id, created, model, chat, r.text, r.finish_reason, r.usage));
       return;
     }
@@ -316,7 +335,7 @@ struct Server::Impl {
         w.keep_alive(std::chrono::milliseconds(500));
     });
     try {
-      std::lock_guard<std::mutex> l(slot_mutex);
+      SlotPool::Lease lease = slots.acquire(sr.tokens);
       if (o.test_hook) o.test_hook("slot");
       if (!w.gone()) {
         const auto t0 = Clock::now();
@@ -337,9 +356,10 @@ struct Server::Impl {
           first = false;
         };
         ev.cancelled = [&] { return w.gone(); };
-        const SlotResult r = slot.generate(sr, ev);
+        const SlotResult r = lease.slot().generate(sr, ev, &turn);
+        lease.release(&r);
         if (!r.cancelled) {
-          metrics.record(r.usage, slot.kv_tokens());
+          metrics.record(r.usage);
           w.event(chunk_json(id, created, model, chat, "", first, r.finish_reason, &r.usage));
           w.done();
         }

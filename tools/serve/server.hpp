@@ -1,7 +1,7 @@
 // `spattn serve`'s HTTP server: llama-server's routes over one loaded model (OpenAI's
 // /v1/completions, /v1/chat/completions, /v1/models; llama-server's /health, /props,
-// /tokenize, /detokenize, /metrics with --metrics), generation through one Slot at a time with a bounded queue of
-// waiting requests (503 beyond it). Tests start it in-process on an ephemeral port.
+// /tokenize, /detokenize, /metrics with --metrics), generation through -np Slots (slot_pool.hpp,
+// their steps interleaved by turn.hpp) with a bounded queue of waiting requests (503 beyond it). Tests start it in-process on an ephemeral port.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,8 +18,8 @@ struct ServeOptions {
   int port = 8080;               // 0: any free port (bind() says which)
   std::string api_key;           // --api-key: requests need "Authorization: Bearer KEY"
   int timeout_s = 600;           // --timeout: socket read / write timeout
-  int slots = 1;                 // -np (one slot so far)
-  int64_t max_queue = 8;         // requests that may wait for the slot; more get 503
+  int slots = 1;                 // -np: slots, each its own KV cache, served interleaved
+  int64_t max_queue = 8;         // requests that may wait for a slot; more get 503
   size_t max_body = 8u << 20;    // bytes; a larger body gets 400
   std::string alias;             // the model's id in /v1/models (the file name by default)
   bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server

@@ -56,10 +56,18 @@ model::Session& Slot::session_for(const std::string& attn) {
   return *session_;
 }
 
-SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
+int64_t Slot::common_prefix(const std::vector<int32_t>& prompt) const {
+  const size_t n = std::min(cached_.size(), prompt.size());
+  size_t i = 0;
+  while (i < n && cached_[i] == prompt[i]) ++i;
+  return int64_t(i);
+}
+
+SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* turn) {
   SPATTN_CHECK(!req.tokens.empty(), "the prompt has no tokens");
   SPATTN_CHECK(int64_t(req.tokens.size()) <= defaults_.n_ctx, "the prompt has ",
                req.tokens.size(), " tokens, more than the context of ", defaults_.n_ctx);
+  TurnHold hold(turn);
   model::Session& s = session_for(req.attn);
   SlotResult r;
   r.usage.attn = req.attn;
@@ -67,11 +75,13 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
   r.usage.prompt_tokens = int64_t(req.tokens.size());
 
   // The prefix to keep: the cached tokens the prompt starts with, leaving at least one token
-  // to prefill (its logits give the first token).
+  // to prefill (its logits give the first token), down to where the session can go on as a
+  // fresh prefill would (chunked_h2o: a kept batch boundary; method mode: nothing).
   int64_t keep = 0;
-  if (req.cache_prompt && mode_ == model::PrefillMode::dense) {
+  if (req.cache_prompt) {
     const size_t n = std::min(cached_.size(), req.tokens.size() - 1);
     while (keep < int64_t(n) && cached_[size_t(keep)] == req.tokens[size_t(keep)]) ++keep;
+    keep = s.reuse_point(keep);
   }
   s.truncate(keep);
   cached_.resize(size_t(keep));
@@ -81,15 +91,24 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
   const auto t0 = Clock::now();
   std::vector<float> logits(size_t(model_.config().n_vocab));
   const std::span<const int32_t> rest(req.tokens.data() + keep, req.tokens.size() - size_t(keep));
-  // chunked_h2o needs more than one chunk from position 0; a shorter prompt runs dense, and
-  // usage says so.
-  if (mode_ == model::PrefillMode::chunked_h2o && int64_t(rest.size()) <= defaults_.n_ubatch)
+  // chunked_h2o needs a prompt of more than one chunk; a shorter one runs dense, and usage
+  // says so.
+  if (mode_ == model::PrefillMode::chunked_h2o && int64_t(req.tokens.size()) <= defaults_.n_ubatch)
     r.usage.prefill = "dense";
   model::PrefillProgress progress;
-  if (ev.progress) progress = [&](int64_t done, int64_t total) { ev.progress(keep, done, total); };
-  if (ev.progress) ev.progress(keep, 0, int64_t(rest.size()));
+  if (ev.progress)
+    progress = [&](int64_t done, int64_t total) {
+      hold.leave();
+      ev.progress(keep, done, total);
+      hold.enter();
+    };
+  if (ev.progress) {
+    hold.leave();
+    ev.progress(keep, 0, int64_t(rest.size()));
+    hold.enter();
+  }
   s.prefill(rest, logits.data(), int64_t(rest.size()) - 1, progress);
-  if (mode_ == model::PrefillMode::dense) cached_ = req.tokens;
+  cached_ = req.tokens;
 
   cli::Sampler sampler(req.sampling);
   size_t sent = 0;  // r.text's bytes already handed to ev.text
@@ -118,6 +137,7 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
       break;
     }
     const size_t ready = r.text.size() - held_back_bytes(r.text, req.stop);
+    hold.leave();  // between tokens: the other slots' steps and this client's text
     if (ev.text && ready > sent) ev.text(r.text.substr(sent, ready - sent));
     sent = std::max(sent, ready);
     if (req.max_tokens >= 0 && r.usage.completion_tokens >= req.max_tokens) break;
@@ -126,10 +146,12 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev) {
       r.cancelled = true;
       break;
     }
+    hold.enter();
     s.decode(tok, logits.data());
-    if (mode_ == model::PrefillMode::dense) cached_.push_back(tok);
+    cached_.push_back(tok);
     tok = sampler.sample(logits);
   }
+  hold.leave();
   if (ev.text && r.text.size() > sent) ev.text(r.text.substr(sent));
   const model::Timings& t = s.timings();
   r.usage.prefill_ms = t.prefill_ms;

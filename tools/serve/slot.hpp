@@ -3,11 +3,12 @@
 // (llama-server's cache_prompt). A request naming another attention than the slot's session
 // runs gets a fresh session with it.
 //
-// Prefix reuse is only taken where keeping the prefix computes what a fresh prefill would, up
-// to float rounding: with the dense schedule (the prefix's rows are the same whichever call
-// computed them; a reused prefix changes the logits only by the order of sums, as llama-server's
-// cache_prompt does). chunked_h2o's memory set and scores are not kept with the cache yet, and a
-// library method runs per -ub chunk, so both prefill the whole prompt each time.
+// Prefix reuse is only taken where keeping the prefix computes what a fresh prefill would
+// (Session::reuse_point): with the dense schedule any prefix (the prefix's rows are the same
+// whichever call computed them; a reused prefix changes the logits only by the order of sums,
+// as llama-server's cache_prompt does); with chunked_h2o the longest batch boundary whose
+// layer state the session kept, bit for bit; a library method runs per -ub chunk, so method
+// mode prefills the whole prompt each time.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "../runner.hpp"
 #include "../sampler.hpp"
 #include "openai.hpp"
+#include "turn.hpp"
 
 namespace spattn::serve {
 
@@ -50,8 +52,13 @@ struct SlotResult {
 class Slot {
  public:
   Slot(const model::Model& model, const Tokenizer& tok, const cli::RunnerOptions& defaults);
-  // Throws spattn::Error for a bad attention spec, before anything runs.
-  SlotResult generate(const SlotRequest& req, const SlotEvents& ev);
+  // Throws spattn::Error for a bad attention spec, before anything runs. With a turn, every
+  // step of work (a prefill piece, a decoded token) is taken inside it and every event is
+  // called outside it (turn.hpp).
+  SlotResult generate(const SlotRequest& req, const SlotEvents& ev, Turn* turn = nullptr);
+  // How many of the prompt's first tokens its cache holds (before reuse_point rounds down).
+  int64_t common_prefix(const std::vector<int32_t>& prompt) const;
+  const std::string& attn() const { return session_attn_; }
   int64_t n_ctx() const { return defaults_.n_ctx; }
   int64_t cached_tokens() const { return int64_t(cached_.size()); }
   // The tokens its session's KV cache holds, reusable or not.
@@ -65,7 +72,7 @@ class Slot {
   std::optional<model::Session> session_;
   std::string session_attn_;
   model::PrefillMode mode_ = model::PrefillMode::dense;
-  std::vector<int32_t> cached_;  // the tokens the session's cache holds, when reusable
+  std::vector<int32_t> cached_;  // the tokens the session's cache holds
 };
 
 // How many bytes at the end of `text` must wait: the longest tail that starts a stop

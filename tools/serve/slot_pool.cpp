@@ -1,0 +1,59 @@
+#include "slot_pool.hpp"
+
+namespace spattn::serve {
+
+SlotPool::SlotPool(const model::Model& model, const Tokenizer& tok,
+                   const cli::RunnerOptions& defaults, int n)
+    : state_(size_t(n)), last_used_(size_t(n), 0) {
+  for (int i = 0; i < n; ++i) {
+    slots_.push_back(std::make_unique<Slot>(model, tok, defaults));
+    state_[size_t(i)].id = i;
+  }
+}
+
+SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
+  std::unique_lock<std::mutex> l(mu_);
+  int best = -1;
+  free_.wait(l, [&] {
+    int64_t best_len = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (state_[i].busy) continue;
+      // A free slot's tokens do not change while it is free: reading them here is safe.
+      const int64_t len = slots_[i]->common_prefix(prompt);
+      if (len > best_len || (len == best_len && last_used_[i] < last_used_[size_t(best)])) {
+        best = int(i);
+        best_len = len;
+      }
+    }
+    return best >= 0;
+  });
+  state_[size_t(best)].busy = true;
+  last_used_[size_t(best)] = ++clock_;
+  return Lease(this, best);
+}
+
+void SlotPool::Lease::release(const SlotResult* r) {
+  if (!pool_) return;
+  SlotPool& p = *pool_;
+  pool_ = nullptr;
+  {
+    std::lock_guard<std::mutex> l(p.mu_);
+    SlotState& s = p.state_[size_t(id_)];
+    // This thread still holds the slot: its session is safe to read.
+    s.kv_tokens = p.slots_[size_t(id_)]->kv_tokens();
+    s.attn = p.slots_[size_t(id_)]->attn();
+    if (r) {
+      s.cached_tokens = r->usage.cached_tokens;
+      ++s.requests;
+    }
+    s.busy = false;
+  }
+  p.free_.notify_all();
+}
+
+std::vector<SlotState> SlotPool::states() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return state_;
+}
+
+}  // namespace spattn::serve
