@@ -143,8 +143,9 @@ struct SessionOptions {
   // chunked_h2o: how many logical-batch boundaries of the prompts prefilled keep the layers'
   // state (the most recent ones), so a later prompt that starts with the same tokens goes on
   // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
-  // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none.
-  int64_t h2o_keep = 2;
+  // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none: one-shot prompts (`run`,
+  // `perplexity`) never go back, so only a server's slots ask for some (serve: 2).
+  int64_t h2o_keep = 0;
   std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
   int threads = 2;        // -t: matrix products, attention kernels and methods
   // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every

@@ -46,7 +46,10 @@ Slot::Slot(const model::Model& model, const Tokenizer& tok, const cli::RunnerOpt
 
 model::Session& Slot::session_for(const std::string& attn) {
   if (!session_ || attn != session_attn_) {
-    const model::SessionOptions so = cli::session_options(defaults_, attn);  // throws on a bad spec
+    model::SessionOptions so = cli::session_options(defaults_, attn);  // throws on a bad spec
+    // chunked_h2o's states at the last two batch boundaries of each prompt: a chat's next
+    // turn goes on from the boundary before the previous prompt's end.
+    so.h2o_keep = 2;
     session_.reset();  // one session's cache at a time
     cached_.clear();
     session_.emplace(model_, so);
