@@ -284,6 +284,14 @@ TEST(XAttention, RejectsBadParameters) {
   }
 }
 
+TEST(XAttention, RejectsNonFiniteInputBeforeItsEstimate) {
+  const Case c{{2, 2, 256, 256, 32}, 8, 64, 64, 0.9, true, "random"};
+  const Inputs in = make_inputs(c, 2);
+  TensorView(in.k).set(1, 100, 3, NAN);
+  Tensor out(DType::f32, 2, 256, 32);
+  EXPECT_THROW(make_method("xattention")->run(in.q, in.k, in.v, out, {}), Error);
+}
+
 // ---- mean_pool's topp -------------------------------------------------------------------
 
 TEST(MeanPoolTopP, MaskEqualsTheScalarTwin) {

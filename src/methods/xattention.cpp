@@ -33,6 +33,7 @@
 #include "masks/block_closure.hpp"
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
+#include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -71,6 +72,8 @@ class XAttention final : public BlockMaskMethod {
 
   MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
                    const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    // Checked before the estimate: a NaN would otherwise reach the ranking's sort.
+    validate_attention_args(q, k, v, out, opt);
     MethodReport r = BlockMaskMethod::run(q, k, v, out, opt, lse);
     r.extras["stride"] = double(stride_);
     r.extras["tau"] = tau_;
