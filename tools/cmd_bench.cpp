@@ -137,7 +137,8 @@ void check_matched(const std::vector<std::string>& names) {
   }
 }
 
-// --matched: beside each method of the run (dense and the matched ones aside), each named
+// --matched: beside each method of the run (dense and the matched ones aside, but a matched
+// one with a topp budget included), each named
 // block top-k method (a `topk` parameter: oracle_topk, mean_pool) at the topk whose sparsity
 // comes closest to that method's, found by bisection (sparsity falls as topk grows), so
 // recall and error compare at matched density in one command. Returns one note per row added.
@@ -156,7 +157,11 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
     return false;
   };
   for (size_t i = 0; i < specs.size(); ++i) {
-    const bool reference = i > 0 && std::find(names.begin(), names.end(), specs[i].name) == names.end();
+    // A matched method is matched to itself only under a mass budget (topp): its topk twin
+    // at the same density is the comparison a topp budget is for.
+    const bool reference =
+        i > 0 && (std::find(names.begin(), names.end(), specs[i].name) == names.end() ||
+                  specs[i].params.count("topp"));
     all.push_back(specs[i]);
     built.push_back(std::move(methods[i]));
     if (!reference) continue;

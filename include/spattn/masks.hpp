@@ -74,9 +74,12 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_l
 // Means of consecutive `block` rows (positions) of head h of t, the last block possibly
 // partial: [ceil(seq / block), dim], row-major. mean_pool_mask's rho; momo's blend uses it too.
 std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block);
+// topp > 0 replaces the topk budget by a mass budget: the fewest blocks (forced ones counted
+// first) whose estimated mass, the softmax of the pooled scores weighted by each block's visible
+// keys, reaches topp of the query block's total; topp must lie in [0, 1] (0: topk).
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
                          int64_t block_k, int64_t topk, int64_t sink, int64_t local,
-                         const AttnOptions& opt);
+                         const AttnOptions& opt, double topp = 0);
 
 // Oracle block top-k: each query block keeps the `topk` key blocks holding the most exact
 // softmax mass (block_mass, averaged over the block's rows). Evaluation only: it computes full

@@ -145,6 +145,18 @@ def test_report_holds_what_the_run_did(small):
     assert spattn.block_mask(*b, "a_shape", layout="bhsd").shape == (2, 4, 4, 4)
 
 
+def test_mass_budgets_by_spec():
+    # xattention and mean_pool's topp are reached by spec like every method: a larger budget
+    # keeps at least the blocks of a smaller one's count, and topp=1 keeps every causal block.
+    w = spattn.workload("text", seq=1024, heads=2, dim=64, layout="bhsd", seed=3)
+    counts = [spattn.block_mask(*w, f"mean_pool:topp={p}", layout="bhsd").sum() for p in (0.5, 0.9, 1)]
+    assert counts[0] <= counts[1] <= counts[2] == 2 * 16 * 17 // 2
+    x = spattn.block_mask(*w, "xattention", layout="bhsd")
+    assert x.shape == (2, 8, 8)  # the paper's blocks of 128
+    assert np.all(x[:, :, 0]) and np.all(x[:, np.arange(8), np.arange(8)])  # sink, diagonal
+    assert np.array_equal(x, spattn.block_mask(*w, "xattention:topp=0.9", layout="bhsd"))
+
+
 def test_two_python_threads_at_once(small):
     q, k, v = small
     methods = ["dense", "blasst:lambda=1e-3", "vertical_slash", "mean_pool"]

@@ -72,6 +72,14 @@ def test_unknown_methods_and_parameters(qkv):
         spattn.attention(*qkv, method="blasst:sparsity=0.5,calib=/nonexistent/c.json")
 
 
+def test_bad_mass_budgets(qkv):
+    for spec, name in [("xattention:tau=0", "tau"), ("xattention:tau=1.5", "tau"),
+                       ("xattention:stride=3", "stride"), ("mean_pool:topp=0", "topp"),
+                       ("mean_pool:topk=4,topp=0.5", "topp")]:
+        with pytest.raises(ValueError, match=name):
+            spattn.attention(*qkv, method=spec)
+
+
 def test_q_longer_than_kv(qkv):
     q, k, v = qkv
     with pytest.raises(ValueError, match=r"causal attention needs q_len <= kv_len \(128 > 64\)"):

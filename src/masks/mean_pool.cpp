@@ -38,10 +38,44 @@ std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block)
   return out;
 }
 
+namespace {
+
+// The topp budget (Twilight's top-p, on mean_pool's estimate): a block's estimated mass is its
+// pooled score's softmax numerator times its keys visible to the query block (the mass if each
+// of them scored the pooled score), normalized over the causal blocks. The forced blocks count
+// first; then the others, largest estimated mass first (ties: the smaller index), until the
+// kept mass reaches p: the fewest blocks that reach it under the estimate.
+void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t block_k, double p,
+               std::vector<uint8_t>& keep, std::vector<double>& mass,
+               std::vector<int64_t>& order) {
+  if (limit <= 0) return;
+  const float mx = *std::max_element(row, row + limit);
+  mass.assign(size_t(limit), 0.0);
+  double total = 0, kept = 0;
+  order.clear();
+  for (int64_t kb = 0; kb < limit; ++kb) {
+    const int64_t n = std::min(visible_end, (kb + 1) * block_k) - kb * block_k;
+    mass[size_t(kb)] = double(std::max<int64_t>(n, 0)) * std::exp(double(row[kb]) - double(mx));
+    total += mass[size_t(kb)];
+    if (keep[size_t(kb)]) kept += mass[size_t(kb)];
+    else order.push_back(kb);
+  }
+  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return mass[size_t(a)] != mass[size_t(b)] ? mass[size_t(a)] > mass[size_t(b)] : a < b;
+  });
+  for (size_t i = 0; i < order.size() && kept < p * total; ++i) {
+    keep[size_t(order[i])] = 1;
+    kept += mass[size_t(order[i])];
+  }
+}
+
+}  // namespace
+
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
                          int64_t block_k, int64_t topk, int64_t sink, int64_t local,
-                         const AttnOptions& opt) {
+                         const AttnOptions& opt, double topp) {
   SPATTN_CHECK(topk >= 0, "mean_pool: topk must be >= 0, got ", topk);
+  SPATTN_CHECK(topp >= 0 && topp <= 1, "mean_pool: topp=", topp, " outside (0, 1]");
   SPATTN_CHECK(sink >= 0, "mean_pool: sink must be >= 0, got ", sink);
   SPATTN_CHECK(local >= 1, "mean_pool: local must be >= 1 (each row sees itself), got ", local);
   SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim,
@@ -54,6 +88,8 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   const int threads = resolve_threads(opt.threads);
   std::vector<float> kp, score(size_t(nq * nk));
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
+  std::vector<double> mass;
+  std::vector<int64_t> order;
   for (int64_t h = 0; h < q.heads; ++h) {
     if (h % group == 0) kp = mean_pool_rows(k, h / group, block_k);
     const std::vector<float> qp = mean_pool_rows(q, h, block_q);
@@ -67,13 +103,17 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
       // Sink and local are token units rounded out to the blocks holding them.
       masks::mark_blocks(0, std::min(sink, visible_end), block_k, keep);
       masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, visible_end), block_k, keep);
-      // topk more blocks by pooled score, among the causal blocks not already kept.
       float* row = &score[size_t(qb * nk)];
-      for (int64_t kb = 0; kb < nk; ++kb)
-        if (keep[size_t(kb)] || kb >= limit) row[kb] = -INFINITY;
-      int64_t open = 0;
-      for (int64_t kb = 0; kb < limit; ++kb) open += !keep[size_t(kb)];
-      for (int64_t kb : masks::top_indices(row, nk, std::min(topk, open))) keep[size_t(kb)] = 1;
+      if (topp > 0) {
+        keep_mass(row, limit, std::min(k.seq, visible_end), block_k, topp, keep, mass, order);
+      } else {
+        // topk more blocks by pooled score, among the causal blocks not already kept.
+        for (int64_t kb = 0; kb < nk; ++kb)
+          if (keep[size_t(kb)] || kb >= limit) row[kb] = -INFINITY;
+        int64_t open = 0;
+        for (int64_t kb = 0; kb < limit; ++kb) open += !keep[size_t(kb)];
+        for (int64_t kb : masks::top_indices(row, nk, std::min(topk, open))) keep[size_t(kb)] = 1;
+      }
       for (int64_t kb = 0; kb < nk; ++kb)
         if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
       m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
