@@ -74,6 +74,10 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_l
 // Means of consecutive `block` rows (positions) of head h of t, the last block possibly
 // partial: [ceil(seq / block), dim], row-major. mean_pool_mask's rho; momo's blend uses it too.
 std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block);
+// Per block of `block` consecutive rows of head h of t (the last possibly partial): the mean of
+// each channel, then its (population) variance: [ceil(seq / block), 2 * dim], row-major (mean in
+// the first dim columns). momo's blend=moments, the pooled estimate's second-order term.
+std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t block);
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
                          int64_t block_k, int64_t topk, int64_t sink, int64_t local,
                          const AttnOptions& opt);

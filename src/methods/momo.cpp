@@ -207,13 +207,14 @@ class Momo final : public Method {
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
-    // blend: mean_pool (default with trim=mass) or none; see the header.
-    const std::string blend = r.get_string("blend", trim_mass_ ? "mean_pool" : "none");
-    SPATTN_CHECK(blend == "mean_pool" || blend == "none", "momo: blend='", blend,
-                 "' must be mean_pool or none");
-    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=mean_pool needs trim=mass (it adds "
+    // blend: moments (default with trim=mass), mean_pool or none; see the header.
+    const std::string blend = r.get_string("blend", trim_mass_ ? "moments" : "none");
+    SPATTN_CHECK(blend == "moments" || blend == "mean_pool" || blend == "none", "momo: blend='",
+                 blend, "' must be moments, mean_pool or none");
+    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend, " needs trim=mass (it adds "
                  "a share of the query block's attention, which a mean score has no scale for)");
-    blend_ = blend == "mean_pool";
+    blend_ = blend != "none";
+    moments_ = blend == "moments";
     const std::string pool = r.get_string("pool", "block");
     SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
                  "' must be block or above");
@@ -337,19 +338,44 @@ class Momo final : public Method {
       first_row[size_t(qb)] = size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) -
                                      rows.begin());
     const int threads = resolve_threads(opt.threads);
-    // blend: the pooled query of each query block against the pooled key of each key block
-    // (mean_pool_rows), per q head and per kv head, for the blend's share below.
+    // blend: the pooled query of each query block against the pooled key of each key block,
+    // per q head and per kv head, for the blend's share below. mean_pool: the means
+    // (mean_pool_rows), the product scaled in the sgemm. moments: rows of pd = 3 d, so that one
+    // product gives the log-normal estimate of the block pair's mean exp(score) (see the
+    // header): q side [qm, qm^2, vq], k side [s km, s^2/2 vk, s^2/2 (km^2 + vk)] (s the softmax
+    // scale, m means, v variances per channel, pool_row_moments).
     const int64_t nkb = mask->n_kb(), group = H / k.heads;
+    const int64_t pd = moments_ ? 3 * d : d;
+    const float scale = softmax_scale(opt, d);
     std::vector<std::vector<float>> qpool(size_t(blend_ ? H : 0)),
         kpool(size_t(blend_ ? k.heads : 0));
     if (blend_)
       parallel_for(H + k.heads, threads, [&](int64_t i, int) {
-        if (i < H)
-          qpool[size_t(i)] = mean_pool_rows(q, i, chi_);
-        else
-          kpool[size_t(i - H)] = mean_pool_rows(k, i - H, beta_);
+        const bool is_q = i < H;
+        const int64_t hh = is_q ? i : i - H;
+        std::vector<float>& dst = is_q ? qpool[size_t(hh)] : kpool[size_t(hh)];
+        if (!moments_) {
+          dst = mean_pool_rows(is_q ? q : k, hh, is_q ? chi_ : beta_);
+          return;
+        }
+        const std::vector<float> mv = pool_row_moments(is_q ? q : k, hh, is_q ? chi_ : beta_);
+        const int64_t nb = int64_t(mv.size()) / (2 * d);
+        const float s2 = 0.5f * scale * scale;
+        dst.resize(size_t(nb * pd));
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* m = &mv[size_t(b * 2 * d)];
+          const float* var = m + d;
+          float* o = &dst[size_t(b * pd)];
+          for (int64_t c = 0; c < d; ++c) {
+            if (is_q) {
+              o[c] = m[c], o[d + c] = m[c] * m[c], o[2 * d + c] = var[c];
+            } else {
+              o[c] = scale * m[c], o[d + c] = s2 * var[c];
+              o[2 * d + c] = s2 * (m[c] * m[c] + var[c]);
+            }
+          }
+        }
       });
-    const float scale = softmax_scale(opt, d);
     // Items of kQbChunk query blocks of one head: the blend's products are one single-threaded
     // sgemm per item, so the mask does not depend on the thread count.
     constexpr int64_t kQbChunk = 16;
@@ -365,8 +391,9 @@ class Momo final : public Method {
       if (blend_) {
         std::vector<float>& sc = scores[size_t(thread)];
         sc.resize(size_t((qb1 - qb0) * nkb));
-        blas::sgemm(true, qb1 - qb0, nkb, d, scale, qpool[size_t(h)].data() + qb0 * d, d,
-                    kpool[size_t(h / group)].data(), d, 0.0f, sc.data(), nkb, 1);
+        blas::sgemm(true, qb1 - qb0, nkb, pd, moments_ ? 1.0f : scale,
+                    qpool[size_t(h)].data() + qb0 * pd, pd, kpool[size_t(h / group)].data(), pd,
+                    0.0f, sc.data(), nkb, 1);
       }
       for (int64_t qb = qb0; qb < qb1; ++qb) {
         const int64_t item = h * nqb + qb;
@@ -533,7 +560,8 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true;
+  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true,
+       moments_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
