@@ -36,7 +36,9 @@ BUDGETS["small32k_h2"] = BUDGETS["small32k"]
 # gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
 # the block's own sampled rows); paper: that with the paper's selection.
 # noblend: the default before the blend (the union of the sampled rows' choices alone).
-SELECTORS = {"new": "", "above": "pool=above", "meanpool": "blend=mean_pool",
+# moments_block: blend=moments without the row above; meanpool: the default before blend=moments
+# (main's until then; its union over the block's own sampled rows).
+SELECTORS = {"new": "", "moments_block": "pool=block", "meanpool": "blend=mean_pool,pool=block",
              "meanpool_above": "blend=mean_pool,pool=above", "noblend": "blend=none", "gamma16": "gamma=16,pool=block,blend=none",
              "paper": "gamma=16,pool=block,topk=hybrid,trim=mean"}
 # small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),

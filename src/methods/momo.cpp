@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
 //   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
-//        blend=mean_pool,pool=block,sink=1,local=L,delta=on
+//        blend=moments,pool=above,sink=1,local=L,delta=on
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -38,29 +38,40 @@
 //           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
 //           (each row's own LSE), so the mean favours a block one loud row chose over one every
 //           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
-//   blend   mean_pool | none (beyond the paper; default mean_pool with trim=mass, none with
-//           trim=mean, which it needs): how the union ranks a query block's candidates. none:
-//           the trim above over the pooled rows' choices alone. mean_pool: every candidate block
-//           (sink and local excluded) scores the mean over the block's pooled rows of what the
-//           row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the row
-//           left out is at most that share, so it counts as that: 0), plus its share of the
-//           softmax over the query block's causal blocks of scale * mean(q rows of the block) .
-//           mean(k rows of the key block) (mean_pool_rows, the estimate of mean_pool, MOMO's
-//           Eq. 1). Why: at gamma=auto a query block has one sampled row, which sees its own
-//           needs exactly but not the other 127 rows'; on layers whose attention moves from row
-//           to row the pooled query sees every row's, roughly (select-diag --study: on
-//           code-tiny-8k layer 1 at k = 33 the last row's top-k held 1.95 points less of the
-//           block's mass than the block's own top-k, the rows 0/63/127 of the block 1.66/1.91/1.95
-//           alone, the pooled estimate 0.17, the blend 0.28). Its work: a d-long dot product per
-//           (query block, key block) pair and one pass over Q and K, 2-4% of the fused pass's
-//           multiply-adds at 8K-32K;
-//           the fused pass itself (k_dense) is unchanged. docs/ARCHITECTURE.md, "The selection's
-//           last misses".
-//   pool    block | above: the rows the union pools for a query block: its own sampled rows
+//   blend   moments | mean_pool | none (beyond the paper; default moments with trim=mass, none
+//           with trim=mean, which it needs): how the union ranks a query block's candidates.
+//           none: the trim above over the pooled rows' choices alone. mean_pool: every candidate
+//           block (sink and local excluded) scores the mean over the block's pooled rows of what
+//           the row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the
+//           row left out is at most that share, so it counts as that: 0), plus its share of the
+//           softmax over the query block's causal blocks of the pooled estimate: scale * qm . km,
+//           qm and km the means of the block's q rows and of the key block's k rows
+//           (mean_pool_rows, the estimate of mean_pool, MOMO's Eq. 1). Why: at gamma=auto a
+//           query block has one sampled row, which sees its own needs exactly but not the other
+//           127 rows'; on layers whose attention moves from row to row the pooled query sees
+//           every row's, roughly (select-diag --study: on code-tiny-8k layer 1 at k = 33 the last
+//           row's top-k held 1.95 points less of the block's mass than the block's own top-k,
+//           the pooled estimate 0.17, the blend 0.28). moments (default): the pooled estimate
+//           with its second-order term, scale * qm . km + scale^2 / 2 * sum_c (qm_c^2 vk_c +
+//           vq_c (km_c^2 + vk_c)), vq and vk the per-channel variances over the same rows
+//           (pool_row_moments): the log of the mean of exp(score) over the block pair's (row,
+//           key) pairs if the score were Gaussian with the variance of a product of independent
+//           channels. Why: the block's mass is a mean of exponentials, which favours the blocks
+//           where the rows' scores spread (the rows that need the block need it a lot), and the
+//           mean query alone cannot see that spread (select-diag --study, code-tiny-8k layer 7
+//           at k = 14: the mean query against every key exactly is 0.83 points short of the
+//           block's own top-k, against the pooled keys 0.84, with the second-order term 0.66).
+//           Its work: three d-long products per (query block, key block) pair instead of one,
+//           and one pass over Q and K; 1/64 of the fused pass's multiply-adds per product at
+//           gamma = 128 (about 5% for the three), in the union step; the fused pass itself
+//           (k_dense) is unchanged. docs/ARCHITECTURE.md, "The selection's last misses".
+//   pool    above | block: the rows the union pools for a query block: its own sampled rows
 //           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
-//           outside the block's candidates dropped). Measured on every layer of code-tiny-8k at
-//           gamma=auto: above gains on layers 1 and 7 and loses on 2, 4 and 5 (sum of the gaps
-//           to the oracle 20.05 against 20.15 points), so block stays the default.
+//           outside the block's candidates dropped). Default above with a blend, block with
+//           blend=none. With the blend, above is as good or better on every layer of both code
+//           models at both budgets measured (it brackets the block: the first rows of a block
+//           need what the row just above it needs); with blend=none it was a wash on
+//           code-tiny-8k (sum of the gaps to the oracle 20.05 against 20.15 points).
 //   sink    leading key blocks every query block keeps (the S of Eq. 9); default 1
 //   local   key blocks ending at each query block's last causal block, always kept (the W of
 //           Eq. 9, the diagonal window); default ceil((chi - 1) / beta) + 1, the most key blocks
@@ -215,7 +226,8 @@ class Momo final : public Method {
                  "a share of the query block's attention, which a mean score has no scale for)");
     blend_ = blend != "none";
     moments_ = blend == "moments";
-    const std::string pool = r.get_string("pool", "block");
+    // pool: above (default with a blend) or block (default with blend=none); see the header.
+    const std::string pool = r.get_string("pool", blend_ ? "above" : "block");
     SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
                  "' must be block or above");
     pool_above_ = pool == "above";
@@ -391,7 +403,9 @@ class Momo final : public Method {
       if (blend_) {
         std::vector<float>& sc = scores[size_t(thread)];
         sc.resize(size_t((qb1 - qb0) * nkb));
-        blas::sgemm(true, qb1 - qb0, nkb, pd, moments_ ? 1.0f : scale,
+        // Only the key blocks the item's last query block sees (the others are never read).
+        const int64_t ncols = forced[size_t(qb1 - 1)].causal_end;
+        blas::sgemm(true, qb1 - qb0, ncols, pd, moments_ ? 1.0f : scale,
                     qpool[size_t(h)].data() + qb0 * pd, pd, kpool[size_t(h / group)].data(), pd,
                     0.0f, sc.data(), nkb, 1);
       }
