@@ -30,8 +30,9 @@ BUDGETS = {
     "small32k": [("~50%", "k=142"), ("~75%", "k=64")],
 }
 BUDGETS["small32k_h2"] = BUDGETS["small32k"]
-# The selectors compared: the new default (exact selection, union ranked by row mass blended with
-# the pooled query's share, gamma=auto) and the paper's (hybrid 128/8 or min(8, k) exact slots,
+# The selectors compared: the new default (exact selection, union of the block's sampled rows and
+# the one above it ranked by row mass blended with the pooled estimate's share, its second-order
+# term included, gamma=auto) and the paper's (hybrid 128/8 or min(8, k) exact slots,
 # union ranked by the mean score).
 # gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
 # the block's own sampled rows); paper: that with the paper's selection.
