@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Issue 27's perplexity check: code-small-32k.gguf on code-heldout.txt with --attn momo at its
-# defaults, at gamma=16 (the paper's fixed stride, the default before gamma=auto) and at the
-# paper's selection too (gamma=16,topk=hybrid,trim=mean, the default before issue 27), against
+# defaults, at blend=mean_pool,pool=block (the default before blend=moments), at gamma=16 (the
+# paper's fixed stride, the default before gamma=auto) and at the paper's selection too
+# (gamma=16,topk=hybrid,trim=mean, the default before issue 27), against
 # dense on the same windows, whole-window prefill (-b = -ub = -c), at 16K and 32K.
 # Usage: scripts/momo_real_ppl.sh [CHUNKS_16K] [CHUNKS_32K]   (default 2 and 1; BIN, MODELS;
 #   SIZES="16384" for one length, ATTNS="momo" for a subset of the specs)
 set -euo pipefail
 BIN=${BIN:-build/bin/spattn}
 MODELS=${MODELS:-/work/shared/models}
-ATTNS=${ATTNS:-"momo momo:gamma=16 momo:gamma=16,topk=hybrid,trim=mean"}
+ATTNS=${ATTNS:-"momo momo:blend=mean_pool,pool=block momo:gamma=16 momo:gamma=16,topk=hybrid,trim=mean"}
 SIZES=${SIZES:-"16384 32768"}
 declare -A CHUNKS=([16384]=${1:-2} [32768]=${2:-1})
 for c in $SIZES; do

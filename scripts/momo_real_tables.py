@@ -30,13 +30,17 @@ BUDGETS = {
     "small32k": [("~50%", "k=142"), ("~75%", "k=64")],
 }
 BUDGETS["small32k_h2"] = BUDGETS["small32k"]
-# The selectors compared: the new default (exact selection, union ranked by row mass blended with
-# the pooled query's share, gamma=auto) and the paper's (hybrid 128/8 or min(8, k) exact slots,
+# The selectors compared: the new default (exact selection, union of the block's sampled rows and
+# the one above it ranked by row mass blended with the pooled estimate's share, its second-order
+# term included, gamma=auto) and the paper's (hybrid 128/8 or min(8, k) exact slots,
 # union ranked by the mean score).
 # gamma16: the default before issue 27's second step (the paper's fixed query stride, the union over
 # the block's own sampled rows); paper: that with the paper's selection.
 # noblend: the default before the blend (the union of the sampled rows' choices alone).
-SELECTORS = {"new": "", "noblend": "blend=none", "gamma16": "gamma=16,pool=block,blend=none",
+# moments_block: blend=moments without the row above; meanpool: the default before blend=moments
+# (main's until then; its union over the block's own sampled rows).
+SELECTORS = {"new": "", "moments_block": "pool=block", "meanpool": "blend=mean_pool,pool=block",
+             "meanpool_above": "blend=mean_pool,pool=above", "noblend": "blend=none", "gamma16": "gamma=16,pool=block,blend=none",
              "paper": "gamma=16,pool=block,topk=hybrid,trim=mean"}
 # small32k_h2: q heads 0-1 and their kv head of every small32k layer (scripts/npy_head_slice.py),
 # where the whole model's recall runs cost too much on a shared machine.

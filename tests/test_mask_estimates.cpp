@@ -363,6 +363,42 @@ TEST(MaskMeanPool, RejectsBadParameters) {
   EXPECT_THROW(mean_pool_mask(in.q, in.k, 0, 64, 1, 0, 1, {}), Error);
 }
 
+// pool_row_moments (momo's blend=moments) against a plain two-pass mean and variance per block,
+// f32 and bf16 (the generic path), a partial last block, and a block of equal rows (variance 0,
+// not a rounding below it).
+TEST(MaskMeanPool, RowMomentsAreThePlainMeanAndVariance) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor t = test::random_tensor(dt, 2, 100, 32, 91);
+    for (int64_t block : {1, 7, 64, 128}) {
+      const std::vector<float> got = pool_row_moments(t.view(), 1, block);
+      const int64_t nb = (100 + block - 1) / block, d = 32;
+      ASSERT_EQ(int64_t(got.size()), nb * 2 * d);
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t s0 = b * block, s1 = std::min<int64_t>(100, s0 + block);
+        for (int64_t c = 0; c < d; ++c) {
+          double m = 0, v = 0;
+          for (int64_t s = s0; s < s1; ++s) m += double(t.view().get(1, s, c));
+          m /= double(s1 - s0);
+          for (int64_t s = s0; s < s1; ++s) {
+            const double x = double(t.view().get(1, s, c)) - m;
+            v += x * x;
+          }
+          v /= double(s1 - s0);
+          EXPECT_NEAR(got[size_t(b * 2 * d + c)], m, 1e-5) << block << " " << b << " " << c;
+          EXPECT_NEAR(got[size_t(b * 2 * d + d + c)], v, 1e-5) << block << " " << b << " " << c;
+        }
+      }
+    }
+  }
+  Tensor same(DType::f32, 1, 5, 4);
+  for (int64_t s = 0; s < 5; ++s)
+    for (int64_t c = 0; c < 4; ++c) same.view().set(0, s, c, 0.1f * float(c + 1));
+  for (float x : std::vector<float>(pool_row_moments(same.view(), 0, 5)))
+    EXPECT_GE(x, 0.0f);
+  EXPECT_EQ(pool_row_moments(same.view(), 0, 5)[4], 0.0f);
+  EXPECT_THROW(pool_row_moments(same.view(), 0, 0), Error);
+}
+
 // ---- oracle top-k -----------------------------------------------------------------------
 
 // Mass of (query block, key block) averaged over the block's rows, in double.

@@ -302,60 +302,83 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   EXPECT_NE(masks[1], masks[3]);  // mean
 }
 
-// blend=mean_pool (the default with trim=mass) against a plain reference: per query block, each
-// sampled row's exact top-k candidate blocks by S(j), each voting its share exp(S(j) - LSE_row)
-// less its k-th share (the row's bound on every block it left out), the votes averaged over the
-// block's sampled rows; every candidate adds its share of the softmax over the query block's
-// causal blocks of scale * mean(q rows of the block) . mean(k rows of the key block); the top
-// k_trim of the candidates by that sum kept beside sink and local. Near ties at the cut skipped.
+// The blend (blend=moments, the default with trim=mass, and blend=mean_pool) against a plain
+// reference: per query block, each pooled sampled row's exact top-k candidate blocks by S(j),
+// each voting its share exp(S(j) - LSE_row) less its k-th share (the row's bound on every block
+// it left out), the votes averaged over the pooled rows (pool=above: the last sampled row above
+// the block too, its choices outside the block's candidates dropped); every candidate adds its
+// share of the softmax over the query block's causal blocks of the pooled estimate: mean_pool
+// scale * qm . km (qm, km the means of the block's q rows and the key block's k rows); moments
+// that plus scale^2 / 2 sum_c (qm_c^2 vk_c + vq_c (km_c^2 + vk_c)) (vq, vk the per-channel
+// variances over the same rows); the top k_trim of the candidates by that sum kept beside sink
+// and local. Near ties at the cut skipped.
 TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
   const int64_t gamma = 8, chi = 32, L = 1400, d = 32, kk = 3;
-  const MomoRun r = run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact", w);
-  const MomoRun none =
-      run("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,blend=none", w);
+  const std::string base = "momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact";
+  const MomoRun none = run(base + ",blend=none", w);
+  std::vector<std::vector<uint8_t>> masks;
+  for (const char* pool : {"block", "above"})
+  for (const char* blend : {"moments", "mean_pool"}) {
+  const bool moments = std::string(blend) == "moments", above = std::string(pool) == "above";
+  // The defaults are blend=moments, pool=above.
+  const MomoRun r = run(moments && above ? base : base + ",blend=" + blend + ",pool=" + pool, w);
   const BlockMask& m = *r.report.mask;
+  masks.push_back(m.to_dense());
   EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
   const double scale = softmax_scale(AttnOptions{}, d);
   const float* Q = w.q.data_as<float>();
   const float* K = w.k.data_as<float>();
+  // Per-channel mean and variance of rows [r0, r1) of X.
+  auto moments_of = [&](const float* X, int64_t r0, int64_t r1, std::vector<double>& mean,
+                        std::vector<double>& var) {
+    mean.assign(size_t(d), 0.0), var.assign(size_t(d), 0.0);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < d; ++c) mean[size_t(c)] += X[i * d + c] / double(r1 - r0);
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = 0; c < d; ++c) {
+        const double x = X[i * d + c] - mean[size_t(c)];
+        var[size_t(c)] += x * x / double(r1 - r0);
+      }
+  };
   int64_t checked = 0;
   for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
     const int64_t cb = m.causal_blocks(qb);
     if (cb < 5) continue;  // at most k_trim candidates: nothing to rank
     std::vector<double> score(size_t(cb), 0.0);
-    // The pooled query's share of each causal block.
-    std::vector<double> qm(size_t(d), 0.0), mp(size_t(cb), 0.0);
+    // The pooled estimate's share of each causal block.
+    std::vector<double> qm, vq, km, vk, mp(size_t(cb), 0.0);
     const int64_t r0 = qb * chi, r1 = std::min(L, (qb + 1) * chi);
-    for (int64_t i = r0; i < r1; ++i)
-      for (int64_t c = 0; c < d; ++c) qm[size_t(c)] += Q[i * d + c] / double(r1 - r0);
-    double tot = 0;
+    moments_of(Q, r0, r1, qm, vq);
+    std::vector<double> logit(static_cast<size_t>(cb));
+    double mx = -1e300;
     for (int64_t j = 0; j < cb; ++j) {
-      const int64_t k0 = j * 64, k1 = std::min(L, (j + 1) * 64);
-      double dot = 0;
+      moments_of(K, j * 64, std::min(L, (j + 1) * 64), km, vk);
+      double dot = 0, spread = 0;
       for (int64_t c = 0; c < d; ++c) {
-        double km = 0;
-        for (int64_t t = k0; t < k1; ++t) km += K[t * d + c];
-        dot += qm[size_t(c)] * km / double(k1 - k0);
+        const size_t u = size_t(c);
+        dot += qm[u] * km[u];
+        spread += qm[u] * qm[u] * vk[u] + vq[u] * (km[u] * km[u] + vk[u]);
       }
-      mp[size_t(j)] = std::exp(scale * dot);
-      tot += mp[size_t(j)];
+      logit[size_t(j)] = scale * dot + (moments ? 0.5 * scale * scale * spread : 0.0);
+      mx = std::max(mx, logit[size_t(j)]);
     }
+    double tot = 0;
+    for (int64_t j = 0; j < cb; ++j) tot += mp[size_t(j)] = std::exp(logit[size_t(j)] - mx);
     for (int64_t j = 1; j < cb - 1; ++j) score[size_t(j)] = mp[size_t(j)] / tot;
-    // The sampled rows' votes.
+    // The pooled rows' votes.
+    const int64_t first = above ? r0 - 1 : r0;
     int rows = 0;
-    for (int64_t row = r0; row < r1; ++row) {
+    for (int64_t row = first; row < r1; ++row) rows += sampled(row, gamma, L);
+    for (int64_t row = first; row < r1; ++row) {
       if (!sampled(row, gamma, L)) continue;
-      ++rows;
-    }
-    for (int64_t row = r0; row < r1; ++row) {
-      if (!sampled(row, gamma, L)) continue;
+      const int64_t own_cb = m.causal_blocks(row / chi);  // the row's own query block's
       std::vector<int64_t> all;
       for (int64_t c = 0; c <= row; ++c) all.push_back(c);
       double row_lse = 0;
       test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
       std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
-      for (int64_t j = 1; j < cb - 1 && j * 64 <= row; ++j) {
+      for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
         std::vector<int64_t> keys;
         for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
         double lse = 0;
@@ -367,7 +390,8 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
       if (n == 0) continue;
       const double cut = std::exp(s[n - 1].first - row_lse);
       for (size_t i = 0; i < n; ++i)
-        score[size_t(s[i].second)] += (std::exp(s[i].first - row_lse) - cut) / rows;
+        if (s[i].second < cb - 1)  // the row above's choices this block keeps anyway: dropped
+          score[size_t(s[i].second)] += (std::exp(s[i].first - row_lse) - cut) / rows;
     }
     std::vector<std::pair<double, int32_t>> rank;
     for (int32_t j = 1; j < cb - 1; ++j) rank.push_back({score[size_t(j)], j});
@@ -377,10 +401,14 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
     std::vector<int32_t> want = {0, rank[0].second, rank[1].second, int32_t(cb - 1)};
     std::sort(want.begin(), want.end());
     const auto got = m.row(0, qb);
-    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << "qb " << qb;
+    EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want)
+        << blend << " " << pool << " qb " << qb;
     ++checked;
   }
-  EXPECT_GT(checked, 20);
+  EXPECT_GT(checked, 20) << blend << " " << pool;
+  }
+  EXPECT_NE(masks[0], masks[1]);  // moments against mean_pool
+  EXPECT_NE(masks[0], masks[2]);  // above against block
 }
 
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
@@ -504,7 +532,7 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:trim=max", "trim"},         {"momo:gamma=x", "gamma"},
       {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
       {"momo:pool=left", "pool"},         {"momo:blend=max", "blend"},
-      {"momo:trim=mean,blend=mean_pool", "blend"},
+      {"momo:trim=mean,blend=mean_pool", "blend"}, {"momo:trim=mean,blend=moments", "blend"},
   };
   for (const auto& [spec, name] : cases) {
     try {

@@ -452,6 +452,65 @@ void run_study(const Problem& p, const DiagOptions& o) {
         return out;
       };
       const std::vector<double> mp = mpool(128), mp64 = mpool(64), mp32 = mpool(32);
+      // Variants of the pooled estimate (the block's mean query q against the keys): mode 0 key
+      // sub-blocks of 16 (mean key of each, log-sum-exp'd into the block); 1 every key exactly
+      // (the key pooling's own loss); 2 the second-order (Gaussian) term of the score's spread
+      // over the block's keys and rows, diagonal: exp(q.k + s^2/2 sum_c (q_c^2 vk_c + k_c^2 vq_c
+      // + vq_c vk_c)); 3 that with the key spread only (q_c^2 vk_c).
+      auto mpvar = [&](int mode) {
+        const int64_t d = p.q.dim(), group = H / p.k.heads();
+        const float* Q = p.q.data_as<float>() + h * L * d;
+        const float* K = p.k.data_as<float>() + (h / group) * L * d;
+        const double sc = softmax_scale(p.opt, d);
+        std::vector<double> qm(size_t(d), 0.0), vq(size_t(d), 0.0);
+        for (int64_t i = qb * chi; i < (qb + 1) * chi; ++i)
+          for (int64_t c = 0; c < d; ++c) qm[size_t(c)] += Q[i * d + c] / double(chi);
+        for (int64_t i = qb * chi; i < (qb + 1) * chi; ++i)
+          for (int64_t c = 0; c < d; ++c) {
+            const double x = Q[i * d + c] - qm[size_t(c)];
+            vq[size_t(c)] += x * x / double(chi);
+          }
+        std::vector<double> e(static_cast<size_t>(ce), 0.0);
+        double mx = -1e300;
+        for (int64_t j = 0; j < ce; ++j) {
+          if (mode == 0 || mode == 1) {
+            const int64_t sub = mode == 0 ? 16 : 1;
+            std::vector<double> ls;
+            for (int64_t t0 = j * 64; t0 < (j + 1) * 64; t0 += sub) {
+              double acc = 0;
+              for (int64_t c = 0; c < d; ++c) {
+                double km = 0;
+                for (int64_t t = t0; t < t0 + sub; ++t) km += K[t * d + c];
+                acc += qm[size_t(c)] * km / double(sub);
+              }
+              ls.push_back(acc * sc);
+            }
+            double m2 = -1e300;
+            for (double x : ls) m2 = std::max(m2, x);
+            double z = 0;
+            for (double x : ls) z += std::exp(x - m2);
+            e[size_t(j)] = m2 + std::log(z / double(ls.size()));
+          } else {
+            double acc = 0, var = 0;
+            for (int64_t c = 0; c < d; ++c) {
+              double km = 0, kv = 0;
+              for (int64_t t = j * 64; t < (j + 1) * 64; ++t) km += K[t * d + c] / 64.0;
+              for (int64_t t = j * 64; t < (j + 1) * 64; ++t)
+                kv += (K[t * d + c] - km) * (K[t * d + c] - km) / 64.0;
+              acc += qm[size_t(c)] * km;
+              var += qm[size_t(c)] * qm[size_t(c)] * kv;
+              if (mode == 2) var += km * km * vq[size_t(c)] + vq[size_t(c)] * kv;
+            }
+            e[size_t(j)] = acc * sc + 0.5 * sc * sc * var;
+          }
+          mx = std::max(mx, e[size_t(j)]);
+        }
+        double tot = 0;
+        for (double& x : e) tot += (x = std::exp(x - mx));
+        for (double& x : e) x /= tot;
+        return e;
+      };
+      const std::vector<double> mpk16 = mpvar(0), mpxk = mpvar(1), mpv = mpvar(2), mpvk = mpvar(3);
       // Window-normalised shares of row oi over its last W blocks (a row that sees only them).
       auto Sw = [&](int oi, int64_t j, int64_t W) {
         const auto& v = sh[size_t(qb * int64_t(offs.size()) + oi)];
@@ -507,6 +566,15 @@ void run_study(const Problem& p, const DiagOptions& o) {
           {"aob clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) / 3 + mp[size_t(j)]; }},
           {"ao clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mp[size_t(j)]; }},
           {"aob sumclip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) + mp[size_t(j)]; }},
+          {"mpk16", [&](int64_t j) { return mpk16[size_t(j)]; }},
+          {"mpxk", [&](int64_t j) { return mpxk[size_t(j)]; }},
+          {"mpv", [&](int64_t j) { return mpv[size_t(j)]; }},
+          {"mpvk", [&](int64_t j) { return mpvk[size_t(j)]; }},
+          {"clip+mpk16", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpk16[size_t(j)]; }},
+          {"clip+mpv", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpv[size_t(j)]; }},
+          {"clip+mpvk", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpvk[size_t(j)]; }},
+          {"ao clip+mpv", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpv[size_t(j)]; }},
+          {"ao clip+mpk16", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpk16[size_t(j)]; }},
           {"own+2mp", [&](int64_t j) { return S(4, j) + 2 * mp[size_t(j)]; }},
           {"own+4mp", [&](int64_t j) { return S(4, j) + 4 * mp[size_t(j)]; }},
           {"sqrt", [&](int64_t j) { return std::sqrt(S(4, j) * mp[size_t(j)]); }},

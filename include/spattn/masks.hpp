@@ -74,6 +74,10 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_l
 // Means of consecutive `block` rows (positions) of head h of t, the last block possibly
 // partial: [ceil(seq / block), dim], row-major. mean_pool_mask's rho; momo's blend uses it too.
 std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block);
+// Per block of `block` consecutive rows of head h of t (the last possibly partial): the mean of
+// each channel, then its (population) variance: [ceil(seq / block), 2 * dim], row-major (mean in
+// the first dim columns). momo's blend=moments, the pooled estimate's second-order term.
+std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t block);
 // topp > 0 replaces the topk budget by a mass budget: the fewest blocks (forced ones counted
 // first) whose estimated mass, the softmax of the pooled scores weighted by each block's visible
 // keys, reaches topp of the query block's total; topp must lie in [0, 1] (0: topk).

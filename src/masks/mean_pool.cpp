@@ -38,6 +38,34 @@ std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block)
   return out;
 }
 
+std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t block) {
+  SPATTN_CHECK(block >= 1, "pool_row_moments: block must be >= 1, got ", block);
+  const int64_t nb = (t.seq + block - 1) / block, d = t.dim;
+  std::vector<float> out(static_cast<size_t>(nb * 2 * d));
+  std::vector<double> sum(static_cast<size_t>(d)), sq(static_cast<size_t>(d));
+  const bool f32 = t.dtype == DType::f32 && t.stride_dim == 1;  // as in mean_pool_rows
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t s0 = b * block, s1 = std::min(s0 + block, t.seq);
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(sq.begin(), sq.end(), 0.0);
+    for (int64_t s = s0; s < s1; ++s) {
+      const float* x = f32 ? static_cast<const float*>(t.ptr(h, s)) : nullptr;
+      for (int64_t c = 0; c < d; ++c) {
+        const double v = f32 ? double(x[c]) : double(t.get(h, s, c));
+        sum[size_t(c)] += v, sq[size_t(c)] += v * v;
+      }
+    }
+    const double n = double(s1 - s0);
+    float* o = &out[size_t(b * 2 * d)];
+    for (int64_t c = 0; c < d; ++c) {
+      const double m = sum[size_t(c)] / n;
+      o[c] = float(m);
+      o[d + c] = float(std::max(0.0, sq[size_t(c)] / n - m * m));  // rounding can dip below 0
+    }
+  }
+  return out;
+}
+
 namespace {
 
 // The topp budget (Twilight's top-p, on mean_pool's estimate): a block's estimated mass is its

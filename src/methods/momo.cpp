@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
 //   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
-//        blend=mean_pool,pool=block,sink=1,local=L,delta=on
+//        blend=moments,pool=above,sink=1,local=L,delta=on
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -38,29 +38,41 @@
 //           LSE_row from the same fused pass. Raw S(j) of different rows sit on different scales
 //           (each row's own LSE), so the mean favours a block one loud row chose over one every
 //           row chose; ranking by mass lost up to 5 points less of the sampled rows' mass.
-//   blend   mean_pool | none (beyond the paper; default mean_pool with trim=mass, none with
-//           trim=mean, which it needs): how the union ranks a query block's candidates. none:
-//           the trim above over the pooled rows' choices alone. mean_pool: every candidate block
-//           (sink and local excluded) scores the mean over the block's pooled rows of what the
-//           row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the row
-//           left out is at most that share, so it counts as that: 0), plus its share of the
-//           softmax over the query block's causal blocks of scale * mean(q rows of the block) .
-//           mean(k rows of the key block) (mean_pool_rows, the estimate of mean_pool, MOMO's
-//           Eq. 1). Why: at gamma=auto a query block has one sampled row, which sees its own
-//           needs exactly but not the other 127 rows'; on layers whose attention moves from row
-//           to row the pooled query sees every row's, roughly (select-diag --study: on
-//           code-tiny-8k layer 1 at k = 33 the last row's top-k held 1.95 points less of the
-//           block's mass than the block's own top-k, the rows 0/63/127 of the block 1.66/1.91/1.95
-//           alone, the pooled estimate 0.17, the blend 0.28). Its work: a d-long dot product per
-//           (query block, key block) pair and one pass over Q and K, 2-4% of the fused pass's
-//           multiply-adds at 8K-32K;
-//           the fused pass itself (k_dense) is unchanged. docs/ARCHITECTURE.md, "The selection's
-//           last misses".
-//   pool    block | above: the rows the union pools for a query block: its own sampled rows
+//   blend   moments | mean_pool | none (beyond the paper; default moments with trim=mass, none
+//           with trim=mean, which it needs): how the union ranks a query block's candidates.
+//           none: the trim above over the pooled rows' choices alone. mean_pool: every candidate
+//           block (sink and local excluded) scores the mean over the block's pooled rows of what
+//           the row's share exp(S(j) - LSE_row) holds above its k-th chosen share (a block the
+//           row left out is at most that share, so it counts as that: 0), plus its share of the
+//           softmax over the query block's causal blocks of the pooled estimate: scale * qm . km,
+//           qm and km the means of the block's q rows and of the key block's k rows
+//           (mean_pool_rows, the estimate of mean_pool, MOMO's Eq. 1). Why: at gamma=auto a
+//           query block has one sampled row, which sees its own needs exactly but not the other
+//           127 rows'; on layers whose attention moves from row to row the pooled query sees
+//           every row's, roughly (select-diag --study: on code-tiny-8k layer 1 at k = 33 the last
+//           row's top-k held 1.95 points less of the block's mass than the block's own top-k,
+//           the pooled estimate 0.17, the blend 0.28). moments (default): the pooled estimate
+//           with its second-order term, scale * qm . km + scale^2 / 2 * sum_c (qm_c^2 vk_c +
+//           vq_c (km_c^2 + vk_c)), vq and vk the per-channel variances over the same rows
+//           (pool_row_moments): the log of the mean of exp(score) over the block pair's (row,
+//           key) pairs if the score were Gaussian with the variance of a product of independent
+//           channels. Why: the block's mass is a mean of exponentials, which favours the blocks
+//           where the rows' scores spread (the rows that need the block need it a lot), and the
+//           mean query alone cannot see that spread (select-diag --study, code-tiny-8k layer 7
+//           at k = 14: the mean query against every key exactly is 0.83 points short of the
+//           block's own top-k, against the pooled keys 0.84, with the second-order term 0.66).
+//           Its work, in the union step: three d-long products per causal (query block, key
+//           block) pair instead of one, and one pass over Q and K (sums and squares): 7.1% of
+//           the fused pass's multiply-adds on code-tiny-8k at 8K and 3.7% on code-small-32k at
+//           32K (mean_pool: 3.6% and 2.1%); the fused pass itself (k_dense) is unchanged.
+//           docs/ARCHITECTURE.md, "The selection's last misses" and "The last miss".
+//   pool    above | block: the rows the union pools for a query block: its own sampled rows
 //           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
-//           outside the block's candidates dropped). Measured on every layer of code-tiny-8k at
-//           gamma=auto: above gains on layers 1 and 7 and loses on 2, 4 and 5 (sum of the gaps
-//           to the oracle 20.05 against 20.15 points), so block stays the default.
+//           outside the block's candidates dropped). Default above with a blend, block with
+//           blend=none. With the blend, above is as good or better on every layer of both code
+//           models at both budgets measured (it brackets the block: the first rows of a block
+//           need what the row just above it needs); with blend=none it was a wash on
+//           code-tiny-8k (sum of the gaps to the oracle 20.05 against 20.15 points).
 //   sink    leading key blocks every query block keeps (the S of Eq. 9); default 1
 //   local   key blocks ending at each query block's last causal block, always kept (the W of
 //           Eq. 9, the diagonal window); default ceil((chi - 1) / beta) + 1, the most key blocks
@@ -89,9 +101,9 @@
 //   2. Union and trim (Algorithm 2): the chi / gamma sampled rows of a query block (with
 //      pool=above, and the last one above it) pool their selected blocks, a block chosen by
 //      several rows takes the sum of its row-normalised masses (trim=mass) or the mean of its
-//      scores (trim=mean), with blend=mean_pool the rows' votes above their cut and the pooled
-//      query's share (every candidate), the top k_trim by that
-//      (ties: smaller block) are kept, and the sink and local blocks added.
+//      scores (trim=mean), with a blend (moments or mean_pool) the rows' votes above their cut
+//      and the pooled estimate's share (every candidate), the top k_trim by that (ties: smaller
+//      block) are kept, and the sink and local blocks added.
 //      The result is a validated causal BlockMask (block_q = chi, block_k = beta).
 //   3. Block-sparse pass over the same PackedKV: O_*.
 //   4. Delta correction (Eq. 2): row i takes O_*_i + (O_gamma - O_*) at the sampled row of its
@@ -207,14 +219,16 @@ class Momo final : public Method {
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
-    // blend: mean_pool (default with trim=mass) or none; see the header.
-    const std::string blend = r.get_string("blend", trim_mass_ ? "mean_pool" : "none");
-    SPATTN_CHECK(blend == "mean_pool" || blend == "none", "momo: blend='", blend,
-                 "' must be mean_pool or none");
-    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=mean_pool needs trim=mass (it adds "
+    // blend: moments (default with trim=mass), mean_pool or none; see the header.
+    const std::string blend = r.get_string("blend", trim_mass_ ? "moments" : "none");
+    SPATTN_CHECK(blend == "moments" || blend == "mean_pool" || blend == "none", "momo: blend='",
+                 blend, "' must be moments, mean_pool or none");
+    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend, " needs trim=mass (it adds "
                  "a share of the query block's attention, which a mean score has no scale for)");
-    blend_ = blend == "mean_pool";
-    const std::string pool = r.get_string("pool", "block");
+    blend_ = blend != "none";
+    moments_ = blend == "moments";
+    // pool: above (default with a blend) or block (default with blend=none); see the header.
+    const std::string pool = r.get_string("pool", blend_ ? "above" : "block");
     SPATTN_CHECK(pool == "block" || pool == "above", "momo: pool='", pool,
                  "' must be block or above");
     pool_above_ = pool == "above";
@@ -337,19 +351,44 @@ class Momo final : public Method {
       first_row[size_t(qb)] = size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) -
                                      rows.begin());
     const int threads = resolve_threads(opt.threads);
-    // blend: the pooled query of each query block against the pooled key of each key block
-    // (mean_pool_rows), per q head and per kv head, for the blend's share below.
+    // blend: the pooled query of each query block against the pooled key of each key block,
+    // per q head and per kv head, for the blend's share below. mean_pool: the means
+    // (mean_pool_rows), the product scaled in the sgemm. moments: rows of pd = 3 d, so that one
+    // product gives the log-normal estimate of the block pair's mean exp(score) (see the
+    // header): q side [qm, qm^2, vq], k side [s km, s^2/2 vk, s^2/2 (km^2 + vk)] (s the softmax
+    // scale, m means, v variances per channel, pool_row_moments).
     const int64_t nkb = mask->n_kb(), group = H / k.heads;
+    const int64_t pd = moments_ ? 3 * d : d;
+    const float scale = softmax_scale(opt, d);
     std::vector<std::vector<float>> qpool(size_t(blend_ ? H : 0)),
         kpool(size_t(blend_ ? k.heads : 0));
     if (blend_)
       parallel_for(H + k.heads, threads, [&](int64_t i, int) {
-        if (i < H)
-          qpool[size_t(i)] = mean_pool_rows(q, i, chi_);
-        else
-          kpool[size_t(i - H)] = mean_pool_rows(k, i - H, beta_);
+        const bool is_q = i < H;
+        const int64_t hh = is_q ? i : i - H;
+        std::vector<float>& dst = is_q ? qpool[size_t(hh)] : kpool[size_t(hh)];
+        if (!moments_) {
+          dst = mean_pool_rows(is_q ? q : k, hh, is_q ? chi_ : beta_);
+          return;
+        }
+        const std::vector<float> mv = pool_row_moments(is_q ? q : k, hh, is_q ? chi_ : beta_);
+        const int64_t nb = int64_t(mv.size()) / (2 * d);
+        const float s2 = 0.5f * scale * scale;
+        dst.resize(size_t(nb * pd));
+        for (int64_t b = 0; b < nb; ++b) {
+          const float* m = &mv[size_t(b * 2 * d)];
+          const float* var = m + d;
+          float* o = &dst[size_t(b * pd)];
+          for (int64_t c = 0; c < d; ++c) {
+            if (is_q) {
+              o[c] = m[c], o[d + c] = m[c] * m[c], o[2 * d + c] = var[c];
+            } else {
+              o[c] = scale * m[c], o[d + c] = s2 * var[c];
+              o[2 * d + c] = s2 * (m[c] * m[c] + var[c]);
+            }
+          }
+        }
       });
-    const float scale = softmax_scale(opt, d);
     // Items of kQbChunk query blocks of one head: the blend's products are one single-threaded
     // sgemm per item, so the mask does not depend on the thread count.
     constexpr int64_t kQbChunk = 16;
@@ -365,8 +404,11 @@ class Momo final : public Method {
       if (blend_) {
         std::vector<float>& sc = scores[size_t(thread)];
         sc.resize(size_t((qb1 - qb0) * nkb));
-        blas::sgemm(true, qb1 - qb0, nkb, d, scale, qpool[size_t(h)].data() + qb0 * d, d,
-                    kpool[size_t(h / group)].data(), d, 0.0f, sc.data(), nkb, 1);
+        // Only the key blocks the item's last query block sees (the others are never read).
+        const int64_t ncols = forced[size_t(qb1 - 1)].causal_end;
+        blas::sgemm(true, qb1 - qb0, ncols, pd, moments_ ? 1.0f : scale,
+                    qpool[size_t(h)].data() + qb0 * pd, pd, kpool[size_t(h / group)].data(), pd,
+                    0.0f, sc.data(), nkb, 1);
       }
       for (int64_t qb = qb0; qb < qb1; ++qb) {
         const int64_t item = h * nqb + qb;
@@ -533,7 +575,8 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true;
+  bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true,
+       moments_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
 };
 
