@@ -15,6 +15,7 @@ PKGS=(
   jq                    # benchmark scripts read spattn --json
   libpcre2-dev          # GPT-2's pre-tokenizer regex (Unicode letter/number classes)
   libcpp-httplib-dev    # `spattn serve`: HTTP server and the tests' client
+  libopenmpi-dev openmpi-bin  # context-parallel runs across processes (`mpirun ... --cp P`)
   clang libclang-rt-14-dev  # `make fuzz`: libFuzzer targets with ASan/UBSan
   # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
   # is optional (its tests skip without it) and not installed here: it is large.
