@@ -14,6 +14,7 @@ PKGS=(
   libbenchmark-dev      # micro-benchmarks (not in ctest)
   jq                    # benchmark scripts read spattn --json
   libpcre2-dev          # GPT-2's pre-tokenizer regex (Unicode letter/number classes)
+  libicu-dev            # WordPiece's normaliser (Unicode categories, lowercase, NFD)
   libcpp-httplib-dev    # `spattn serve`: HTTP server and the tests' client
   libopenmpi-dev openmpi-bin  # context-parallel runs across processes (`mpirun ... --cp P`)
   clang libclang-rt-14-dev  # `make fuzz`: libFuzzer targets with ASan/UBSan

@@ -300,9 +300,13 @@ TEST(TokenizerMadeUp, BadMetadataIsNamed) {
   Writer none;
   none.set("general.architecture", "llama");
   expect_bad(none, "no tokenizer.ggml.model");
-  Writer bert;
-  bert.set("tokenizer.ggml.model", "bert");
-  expect_bad(bert, "tokenizer.ggml.model 'bert' is not supported");
+  Writer ugm;
+  ugm.set("tokenizer.ggml.model", "t5");
+  expect_bad(ugm, "tokenizer.ggml.model 't5' is not supported");
+  Writer gemma4;  // Gemma 4's BPE without its merges
+  gemma4.set("tokenizer.ggml.model", "gemma4");
+  gemma4.set("tokenizer.ggml.tokens", std::vector<std::string>{"a", "b"});
+  expect_bad(gemma4, "a gemma4 tokenizer needs tokenizer.ggml.merges");
   Writer w = spm_vocab();
   w.set("tokenizer.ggml.scores", std::vector<float>{1.0f});
   expect_bad(w, "tokenizer.ggml.scores has 1 entries for 266 tokens");

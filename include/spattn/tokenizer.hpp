@@ -4,7 +4,10 @@
 //    characters no piece covers fall back to byte tokens <0xXX>;
 //  - byte-level BPE (tokenizer.ggml.model = "gpt2"): GPT-2's pre-tokenizer splits the text
 //    into words, each word's bytes are mapped to printable characters (GPT-2's
-//    bytes_to_unicode) and merged by the ranked merges list, lowest rank first.
+//    bytes_to_unicode) and merged by the ranked merges list, lowest rank first; Gemma 4's
+//    ("gemma4") is BPE over raw UTF-8 with spaces as U+2581 and <0xXX> byte tokens;
+//  - WordPiece (tokenizer.ggml.model = "bert"): BERT's normaliser and split, then the
+//    longest vocabulary pieces of each word; [CLS] text [SEP] when special tokens are added.
 // Control and user-defined tokens written in the text (such as <|endoftext|>) become their
 // ids when parse_special is on. BOS/EOS and whether BOS is added come from the metadata.
 #pragma once
@@ -20,7 +23,7 @@ namespace spattn {
 
 class Tokenizer {
  public:
-  enum class Kind { spm, bpe };
+  enum class Kind { spm, bpe, wpm };
   // Token types as GGUF stores them in tokenizer.ggml.token_type.
   enum class TokenType : int32_t {
     undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6

@@ -37,6 +37,8 @@ std::vector<const char*> patterns(PreTokenizer p) {
     case PreTokenizer::qwen35:  // Qwen2's with combining marks (\p{M}) kept in words
       return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}"
               "\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    case PreTokenizer::gemma4:  // no word split: lines, and runs of newlines
+      return {"[^\\n]+|[\\n]+"};
     case PreTokenizer::deepseek_llm:
       return {
       "[\r\n]",
@@ -74,7 +76,7 @@ struct Regex {
   ~Regex() { pcre2_code_free(code); }
 };
 
-constexpr int kSplits = int(PreTokenizer::starcoder) + 1;
+constexpr int kSplits = int(PreTokenizer::gemma4) + 1;  // the last split
 
 const std::vector<std::unique_ptr<Regex>>& regexes(PreTokenizer p) {
   static const auto all = [] {

@@ -21,6 +21,15 @@ int32_t optional_id(const gguf::File& f, const char* key, int32_t dflt, int32_t 
 // SentencePiece writes spaces as U+2581 LOWER ONE EIGHTH BLOCK.
 constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
 
+std::string spm_escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == ' ') out += kSpmSpace;
+    else out += c;
+  }
+  return out;
+}
+
 std::string spm_unescape(const std::string& s) {
   std::string out;
   for (size_t i = 0; i < s.size();) {
@@ -117,9 +126,10 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
                ": no tokenizer.ggml.model (the file has no vocabulary)");
   const std::string model = f.get_string("tokenizer.ggml.model");
   if (model == "llama") t->kind = Kind::spm;
-  else if (model == "gpt2") t->kind = Kind::bpe;
+  else if (model == "gpt2" || model == "gemma4") t->kind = Kind::bpe;
+  else if (model == "bert") t->kind = Kind::wpm;
   else detail::fail(path, ": tokenizer.ggml.model '", model,
-                    "' is not supported (spattn reads 'llama' and 'gpt2')");
+                    "' is not supported (spattn reads 'llama', 'gpt2', 'gemma4' and 'bert')");
   t->tokens = f.get_string_array("tokenizer.ggml.tokens");
   const size_t n = t->tokens.size();
   SPATTN_CHECK(n > 0 && n < size_t(INT32_MAX), path, ": tokenizer.ggml.tokens has ", n,
@@ -154,6 +164,38 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
       std::snprintf(buf, sizeof buf, "<0x%02X>", b);
       t->byte_ids[b] = t->find(buf);
     }
+  } else if (t->kind == Kind::wpm) {
+    // ...for BERT's WordPiece: [CLS] text [SEP] when special tokens are added.
+    t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", 101, nv);
+    t->eos = optional_id(f, "tokenizer.ggml.eos_token_id", -1, nv);
+    t->unk = optional_id(f, "tokenizer.ggml.unknown_token_id", 100, nv);
+    t->sep = optional_id(f, "tokenizer.ggml.seperator_token_id", 102, nv);  // GGUF's spelling
+    t->add_bos = true;
+    std::fill(std::begin(t->byte_ids), std::end(t->byte_ids), -1);
+    // BERT's normaliser: lowercase by default; accents stripped when lowercasing unless the
+    // file says otherwise (llama.cpp's reading of the two keys).
+    if (f.has("tokenizer.ggml.normalizer.lowercase"))
+      t->lowercase = f.get_bool("tokenizer.ggml.normalizer.lowercase");
+    t->strip_accents = t->lowercase;
+    if (f.has("tokenizer.ggml.normalizer.strip_accents"))
+      t->strip_accents = f.get_bool("tokenizer.ggml.normalizer.strip_accents");
+    for (const std::string& s : t->tokens) t->max_token_bytes = std::max(t->max_token_bytes, s.size());
+  } else if (model == "gemma4") {
+    // ...for Gemma 4's SentencePiece-style BPE: special ids only from the file, BOS always
+    // added (llama.cpp overrides add_bos_token = false for it).
+    t->spm_style_bpe = true;
+    t->pre = PreTokenizer::gemma4;
+    t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", -1, nv);
+    t->eos = optional_id(f, "tokenizer.ggml.eos_token_id", -1, nv);
+    t->unk = optional_id(f, "tokenizer.ggml.unknown_token_id", -1, nv);
+    for (int b = 0; b < 256; ++b) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+      t->byte_ids[b] = t->find(buf);
+    }
+    SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
+                 ": a gemma4 tokenizer needs tokenizer.ggml.merges");
+    t->set_merges(f.get_string_views("tokenizer.ggml.merges"), path);
   } else {
     // ...and for GPT-2's byte-level BPE.
     t->bos = optional_id(f, "tokenizer.ggml.bos_token_id", 11, nv);
@@ -174,8 +216,9 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   }
   t->eot = optional_id(f, "tokenizer.ggml.eot_token_id", -1, nv);
   if (f.has("tokenizer.ggml.add_bos_token")) t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
-  if (f.has("tokenizer.ggml.add_space_prefix"))
+  if (f.has("tokenizer.ggml.add_space_prefix") && t->kind == Kind::spm)
     t->add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
+  if (t->spm_style_bpe) t->add_bos = t->bos >= 0;
   SPATTN_CHECK(!t->add_bos || t->bos >= 0, path,
                ": add_bos_token is set but the vocabulary has no BOS token");
 
@@ -244,17 +287,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos,
       std::string s;
       if (t.add_space_prefix && prev_special) s = " ";
       s.append(fr.text);
-      std::string esc;  // spaces -> U+2581
-      for (char c : s) {
-        if (c == ' ') esc += "\xe2\x96\x81";
-        else esc += c;
-      }
-      t.encode_spm(esc, out);
+      t.encode_spm(spm_escape(s), out);
+    } else if (t.kind == Kind::wpm) {
+      t.encode_wpm(fr.text, out);
+    } else if (t.spm_style_bpe) {
+      t.encode_bpe(spm_escape(fr.text), out);
     } else {
       t.encode_bpe(fr.text, out);
     }
     prev_special = false;
   }
+  if (add_bos && t.kind == Kind::wpm && t.sep >= 0) out.push_back(t.sep);
   return out;
 }
 
@@ -268,11 +311,11 @@ std::string Tokenizer::piece(int32_t id, bool special) const {
     case TokenType::unknown:
       return t.kind == Kind::spm ? std::string("\xe2\x96\x85") : (special ? s : std::string());
     case TokenType::byte:
-      if (t.kind == Kind::spm && s.size() == 6 && s.compare(0, 3, "<0x") == 0)
+      if ((t.kind == Kind::spm || t.spm_style_bpe) && s.size() == 6 && s.compare(0, 3, "<0x") == 0)
         return std::string(1, char(std::strtol(s.substr(3, 2).c_str(), nullptr, 16)));
       return s;
     case TokenType::user_defined: return s;
-    default: return t.kind == Kind::spm ? spm_unescape(s) : bpe_unmap(s);
+    default: return t.kind == Kind::bpe && !t.spm_style_bpe ? bpe_unmap(s) : spm_unescape(s);
   }
 }
 
@@ -282,8 +325,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     std::string p = piece(id, false);
     if (impl_->types[size_t(id)] == TokenType::control) continue;
-    if (first && impl_->kind == Kind::spm && impl_->add_space_prefix && !p.empty() && p[0] == ' ')
-      p.erase(0, 1);  // the space encode put in front of the text
+    // The space encode put in front of the text (SentencePiece), or WordPiece's first word.
+    const bool spaced = (impl_->kind == Kind::spm && impl_->add_space_prefix) ||
+                        impl_->kind == Kind::wpm;
+    if (first && spaced && !p.empty() && p[0] == ' ') p.erase(0, 1);
     first = false;
     out += p;
   }

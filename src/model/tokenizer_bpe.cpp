@@ -2,7 +2,8 @@
 // cuts the text into words; each word's bytes become GPT-2's printable stand-in characters;
 // the adjacent pair with the lowest merge rank (leftmost on ties) is merged until no ranked
 // pair is left; each symbol is then its vocabulary id. With ignore_merges (Llama 3) a word that
-// is a vocabulary token is that token at once.
+// is a vocabulary token is that token at once. Gemma 4's variant works on the raw UTF-8 (spaces
+// already U+2581) and falls back to <0xXX> byte tokens.
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -63,8 +64,12 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   std::vector<MergeSymbol> sym;
   for (std::string_view w : pretokenize(text, pre)) {
     word.clear();
-    for (char c : w) word += byte_to_unicode(uint8_t(c));
-    if (ignore_merges) {
+    if (spm_style_bpe) word.assign(w);
+    else for (char c : w) word += byte_to_unicode(uint8_t(c));
+    // Gemma 4: a run of newlines that is a token is that token (llama.cpp's fix for the
+    // merges that build such runs in an order its queue cannot follow).
+    const bool newlines = spm_style_bpe && word.find_first_not_of('\n') == std::string::npos;
+    if (ignore_merges || newlines) {
       if (const int32_t id = find(word); id >= 0) {
         out.push_back(id);
         continue;
@@ -93,7 +98,13 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
         continue;
       }
       // A merge whose result is not in the vocabulary: its characters one by one, as
-      // llama.cpp does; a character missing too becomes <unk> where there is one.
+      // llama.cpp does; a character missing too becomes <unk> where there is one. Gemma 4
+      // writes such a symbol as its bytes' <0xXX> tokens instead.
+      if (spm_style_bpe) {
+        for (char c : s)
+          if (byte_ids[uint8_t(c)] >= 0) out.push_back(byte_ids[uint8_t(c)]);
+        continue;
+      }
       for (size_t off = 0; off < s.size();) {
         const size_t n = std::min(utf8_len(uint8_t(s[off])), s.size() - off);
         int32_t c = find(s.substr(off, n));

@@ -13,7 +13,10 @@ namespace spattn {
 
 // The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre (several names
 // may share one split: starcoder is also refact's and command-r's).
-enum class PreTokenizer { gpt2, llama3, qwen2, qwen35, deepseek_llm, deepseek_coder, falcon, starcoder };
+enum class PreTokenizer {
+  gpt2, llama3, qwen2, qwen35, deepseek_llm, deepseek_coder, falcon, starcoder,
+  gemma4  // SentencePiece-style BPE: lines and runs of newlines only (spaces are U+2581 first)
+};
 
 struct Tokenizer::Impl {
   Kind kind = Kind::spm;
@@ -39,6 +42,14 @@ struct Tokenizer::Impl {
   // BPE: a word that is itself a vocabulary token is that token, whatever the merges would
   // make of it (Llama 3's tokenizer.json sets ignore_merges; llama.cpp does this for it).
   bool ignore_merges = false;
+  // BPE over raw UTF-8 with spaces written U+2581 and <0xXX> byte tokens (Gemma 4's
+  // SentencePiece-style BPE), instead of GPT-2's byte-to-character map.
+  bool spm_style_bpe = false;
+  // WordPiece: BERT's normaliser (lowercase; strip accents: NFD, then marks dropped), the
+  // separator appended after the text when special tokens are added, the longest token.
+  bool lowercase = true, strip_accents = true;
+  int32_t sep = -1;
+  size_t max_token_bytes = 0;
   int32_t byte_ids[256];  // SPM: the id of <0xXX>, or -1
 
   int32_t find(std::string_view s) const {
@@ -57,6 +68,7 @@ struct Tokenizer::Impl {
   // Appends the ids of a run of plain text (no special tokens in it).
   void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
   void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_wpm(std::string_view text, std::vector<int32_t>& out) const;
 };
 
 // UTF-8 sequence length from its first byte (1 for stray continuation bytes), as llama.cpp.
