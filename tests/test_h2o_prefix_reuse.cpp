@@ -1,6 +1,7 @@
-// chunked_h2o under prefix reuse: a session that keeps its layers' state at logical-batch
+// chunked_h2o under prefix reuse: a session that keeps its layers' state at -ub chunk
 // boundaries and goes on from the longest kept one computes, bit for bit, what one fresh
-// prefill of the whole prompt computes (the same -b / -ub), on stories260K's real attention
+// prefill of the whole prompt computes (the same -b / -ub; from a boundary inside a logical
+// batch too, finishing that batch where the fresh prefill does), on stories260K's real attention
 // with a memory set small enough that chunked_h2o is far from dense. Going on without that
 // state (dense from the kept prefix, what the session did before it kept any) does not.
 #include <gtest/gtest.h>
@@ -73,8 +74,8 @@ std::vector<float> fresh_logits(const Model& m, const std::vector<int32_t>& p, i
   return lg;
 }
 
-// A session after the first turn: a 200-token prompt (batches end at 64, 128, 192, 200) and
-// three decoded tokens.
+// A session after the first turn: a 200-token prompt (batches end at 64, 128, 192, 200;
+// chunks every 32 within them) and three decoded tokens.
 Session first_turn(const Model& m, const std::vector<int32_t>& t, int64_t keep = 4) {
   Session s(m, h2o_opts(keep));
   s.prefill(std::span(t).first(200), nullptr, 0);
@@ -101,10 +102,12 @@ TEST(H2OPrefixReuse, GoesOnFromTheLongestKeptBoundaryBitForBit) {
   ASSERT_EQ(f->model.config().n_vocab, kVocab);
   const auto p = second_prompt(f->text);
   Session s = first_turn(f->model, f->text);
-  // The common prefix is 195 tokens; the kept boundaries below it 64, 128, 192.
+  // The common prefix is 195 tokens; the kept boundaries below it the last four chunk ends,
+  // 96, 128, 160 (inside the batch [128, 192)) and 192.
   EXPECT_EQ(s.reuse_point(195), 192);
-  EXPECT_EQ(s.reuse_point(191), 128);
-  EXPECT_EQ(s.reuse_point(63), 0);
+  EXPECT_EQ(s.reuse_point(191), 160);
+  EXPECT_EQ(s.reuse_point(159), 128);
+  EXPECT_EQ(s.reuse_point(95), 0);
   EXPECT_EQ(s.reuse_point(s.n_past()), 192);  // the prompt's end built no memory set
   EXPECT_THROW(s.reuse_point(s.n_past() + 1), Error);
   EXPECT_GT(s.memory().h2o_state, 0u);
@@ -116,6 +119,10 @@ TEST(H2OPrefixReuse, GoesOnFromTheLongestKeptBoundaryBitForBit) {
   EXPECT_TRUE(same_bits(again, fresh_logits(f->model, p, 128)));
   // Going on from 128 passed 192 again and kept it.
   EXPECT_EQ(s.reuse_point(s.n_past()), 192);
+  // From a chunk boundary inside a batch: the first batch runs [160, 192), as the fresh
+  // prefill's batch [128, 192) ends there, then [192, 220).
+  const std::vector<float> inner = go_on(s, p, 160);
+  EXPECT_TRUE(same_bits(inner, fresh_logits(f->model, p, 160)));
 }
 
 // A fork at a kept boundary goes on as the session would; h2o_keep bounds what is kept.
@@ -133,6 +140,8 @@ TEST(H2OPrefixReuse, ForkAndKeepBound) {
   const Session one = first_turn(f->model, f->text, 1);
   EXPECT_EQ(one.reuse_point(195), 192);
   EXPECT_EQ(one.reuse_point(191), 0);
+  Session inner = s.fork(160);
+  EXPECT_EQ(inner.reuse_point(160), 160);
   const Session none = first_turn(f->model, f->text, 0);
   EXPECT_EQ(none.reuse_point(195), 0);
 }

@@ -217,8 +217,8 @@ TEST(SessionState, ChunkedH2OPromptFailingLeavesAFreshSession) {
   EXPECT_EQ(cache_difference(s, fresh), "");
 }
 
-// The progress callback (what `spattn serve` streams): after each -ub chunk (each -b batch
-// with chunked_h2o) with the tokens done so far; one that throws (a client gone) rolls the
+// The progress callback (what `spattn serve` streams): after each layer of each -ub chunk
+// (each -b batch with chunked_h2o) with the tokens done so far; one that throws (a client gone) rolls the
 // prefill back like any failure, and the same logits follow.
 TEST(SessionState, PrefillProgressReportsEachPieceAndMayCancel) {
   const auto t = tokens(150, 4);
@@ -230,9 +230,11 @@ TEST(SessionState, PrefillProgressReportsEachPieceAndMayCancel) {
       EXPECT_EQ(total, 150);
       seen.push_back(done);
     });
-    const std::vector<int64_t> want = mode == PrefillMode::dense
-                                          ? std::vector<int64_t>{32, 64, 96, 128, 150}
-                                          : std::vector<int64_t>{64, 128, 150};
+    // After each of the 3 layers of each piece, its tokens in proportion (rounded down).
+    const std::vector<int64_t> want =
+        mode == PrefillMode::dense
+            ? std::vector<int64_t>{10, 21, 32, 42, 53, 64, 74, 85, 96, 106, 117, 128, 135, 142, 150}
+            : std::vector<int64_t>{21, 42, 64, 85, 106, 128, 135, 142, 150};
     EXPECT_EQ(seen, want);
     s.reset();
     struct Gone {};

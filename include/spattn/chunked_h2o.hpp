@@ -17,6 +17,7 @@
 // next, as llama.cpp's KV cache does from one llama_decode call to the next.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -64,7 +65,7 @@ struct ChunkedH2OTrace {
 // share one, as long as they never run at the same time.
 struct ChunkedH2OScratch;
 
-// What later batches read of a layer's state at a batch boundary, to continue a prompt from
+// What later batches read of a layer's state at a chunk boundary, to continue a prompt from
 // there exactly as a prefill running on from that boundary would (a server's prefix reuse):
 // the position and counters, M_{c-1} per q head with its tokens' scores and raw K/V rows.
 // Scores of tokens outside M_{c-1} are left out: no later chunk reads them (a token that
@@ -120,6 +121,11 @@ class ChunkedH2OLayer {
   std::span<const int64_t> memory(int64_t q_head) const;  // M of the last chunk done
   std::span<const double> scores(int64_t q_head) const;   // per position, [0, position())
   void set_trace(ChunkedH2OTrace* trace);                  // null: record nothing
+  // Called inside prefill_batch after each chunk that built its memory set M_c, with the
+  // position the chunk ends at: snapshot() then is the state a batch ending there leaves, so a
+  // prefill restored from it and batched from there on the same chunk grid computes the same
+  // bits (a server's prefix reuse at -ub granularity). Empty: nothing is called.
+  void set_on_memory(std::function<void(int64_t end)> f);
   std::shared_ptr<ChunkedH2OScratch> scratch() const;
   // Bytes held: the layer's own state kept across batches (scores, memory sets and their raw
   // K/V rows), and its scratch (shared ones counted once by the caller).

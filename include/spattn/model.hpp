@@ -140,7 +140,7 @@ struct SessionOptions {
   int64_t n_ubatch = 512;   // -ub: chunk
   PrefillMode mode = PrefillMode::dense;
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
-  // chunked_h2o: how many logical-batch boundaries of the prompts prefilled keep the layers'
+  // chunked_h2o: how many -ub chunk boundaries of the prompts prefilled keep the layers'
   // state (the most recent ones), so a later prompt that starts with the same tokens goes on
   // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
   // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none: one-shot prompts (`run`,
@@ -177,10 +177,12 @@ using QkvTap = std::function<void(int64_t layer, int64_t pos0, int64_t n, const 
 
 class KVCache;  // src/model/kv_cache.hpp
 
-// Called during a prefill after each piece of the prompt it finishes (a -ub chunk; a -b
+// Called during a prefill after each layer of each piece of the prompt (a -ub chunk; a -b
 // logical batch with chunked_h2o) with the prompt tokens done and the call's total: a server
-// streams it as progress. It may throw (a client gone): the prefill then rolls back as after
-// any other error.
+// streams it as progress. A piece's tokens count in proportion to the layers it has passed
+// (all of them once it is through the last layer), so a long piece still reports every few
+// hundred milliseconds. It may throw (a client gone): the prefill then rolls back as after any
+// other error.
 using PrefillProgress = std::function<void(int64_t done, int64_t total)>;
 
 // One sequence's state: its KV cache (every token's K and V per layer, whichever call computed
@@ -198,7 +200,7 @@ class Session {
   void reset();
   int64_t n_past() const;
   // Keeps the first n tokens (0 <= n <= n_past()): later calls compute what they would have
-  // after a prefill of those n tokens alone. chunked_h2o: at n = 0, or at a batch boundary
+  // after a prefill of those n tokens alone. chunked_h2o: at n = 0, or at a chunk boundary
   // whose state is kept (reuse_point), the layers' state goes back to what it was there and
   // the next prefill goes on with chunked_h2o exactly as the prefill that passed n did; at any
   // other n that state is dropped and the next prefill is dense (as a prefill after decode is).
@@ -206,7 +208,7 @@ class Session {
   // The longest prefix of at most n (<= n_past()) tokens that a prefill can go on from and
   // compute what one prefill of the whole prompt computes: dense, n (the prefix's rows are the
   // same whichever call computed them; the logits then differ by the order of sums only);
-  // chunked_h2o, the largest batch boundary <= n whose layer state is kept (SessionOptions::
+  // chunked_h2o, the largest -ub chunk boundary <= n whose layer state is kept (SessionOptions::
   // h2o_keep), bit for bit with the same -b / -ub, else 0; method mode, 0 (a method runs per
   // -ub chunk and decoded rows are dense).
   int64_t reuse_point(int64_t n) const;

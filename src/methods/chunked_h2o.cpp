@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 
@@ -172,6 +173,7 @@ struct ChunkedH2OLayer::State {
   std::vector<char> mem_k, mem_v;           // [Hq][mem_cap][d] raw rows of M_{c-1}
   std::shared_ptr<ChunkedH2OScratch> scratch;
   ChunkedH2OTrace* trace = nullptr;
+  std::function<void(int64_t)> on_memory;
 
   State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c,
         std::shared_ptr<ChunkedH2OScratch> shared)
@@ -336,6 +338,7 @@ std::span<const double> ChunkedH2OLayer::scores(int64_t h) const {
   return std::span<const double>(s_->scores[size_t(h)]).first(size_t(s_->pos));
 }
 void ChunkedH2OLayer::set_trace(ChunkedH2OTrace* trace) { s_->trace = trace; }
+void ChunkedH2OLayer::set_on_memory(std::function<void(int64_t)> f) { s_->on_memory = std::move(f); }
 std::shared_ptr<ChunkedH2OScratch> ChunkedH2OLayer::scratch() const { return s_->scratch; }
 size_t ChunkedH2OLayer::state_bytes() const { return s_->bytes(); }
 size_t ChunkedH2OLayer::scratch_bytes() const { return s_->scratch->bytes(); }
@@ -441,8 +444,12 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
       if (s.trace) s.trace->memory.back() = s.mem;
     }
     ++s.chunks;
+    s.pos = c1;
+    // The state now is what a batch ending at c1 leaves (chunks never look ahead: Phase 1 is
+    // block-diagonal and the later chunks' scores are outside M_c), so a prefill can go on
+    // from a snapshot taken here.
+    if (!prompt_ends && s.on_memory) s.on_memory(c1);
   }
-  s.pos += n;
 
   if (stats) {
     st.causal_entries = 0;

@@ -16,12 +16,13 @@
 // packed, and raw in method mode), so every later call sees every token before it, whichever
 // call computed it.
 //
-// chunked_h2o's state at batch boundaries: after each logical batch but a prompt's last, every
-// layer's state (ChunkedH2OSnapshot) is kept with the position, the h2o_keep most recent ones.
-// truncate(n) to such a boundary restores it, and the next prefill goes on from there with
-// chunked_h2o: the same batches, the same state, so the same bits as the prefill that passed
-// n computed (a server's prefix reuse). h2o_at is the position the layers can go on from
-// (0 fresh, a restored boundary, -1 none: after a prompt's last batch or a decode).
+// chunked_h2o's state at chunk boundaries: at the last h2o_keep ends of -ub chunks that built
+// a memory set (every chunk but a prompt's last), every layer's state (ChunkedH2OSnapshot) is
+// kept with the position. truncate(n) to such a boundary restores it, and the next prefill
+// goes on from there with chunked_h2o: the same chunk grid (its first batch ends where the
+// whole prompt's would), the same state, so the same bits as the prefill that passed n
+// computed (a server's prefix reuse). h2o_at is the position the layers can go on from (0
+// fresh, a restored boundary, -1 none: after a prompt's last batch or a decode).
 //
 // A call (prefill or decode) is all or nothing: its rows are staged in the cache layer by layer
 // and committed when the call has run through every layer and chunk; on an Error anywhere the
@@ -31,6 +32,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 
 #include "core/threading.hpp"
 #include "eval/rope.hpp"
@@ -157,15 +159,42 @@ struct Session::Impl {
     }
   }
 
-  // Keeps the layers' state at position pos (a batch boundary of the prefill running).
-  void h2o_keep_state(int64_t pos, std::vector<Kept>& pending) const {
+  // chunked_h2o's logical batches for a prefill of n tokens from pos0, as [begin, end) rows of
+  // the call: on the grid a prefill from position 0 lays (multiples of -b), so a prefill that
+  // goes on from a kept chunk boundary inside a batch first finishes that batch.
+  std::vector<std::pair<int64_t, int64_t>> h2o_batches(int64_t pos0, int64_t n) const {
+    std::vector<std::pair<int64_t, int64_t>> b;
+    for (int64_t b0 = 0; b0 < n;) {
+      const int64_t b1 = std::min(n, b0 + opt.n_batch - (pos0 + b0) % opt.n_batch);
+      b.emplace_back(b0, b1);
+      b0 = b1;
+    }
+    return b;
+  }
+
+  // Has each layer keep its state at the last h2o_keep chunk boundaries (positions where a
+  // chunk built its memory set) of the prefill whose batches are given, into `pending`, in
+  // ascending order. The hooks capture `pending`: h2o_unhook() before it goes.
+  void h2o_hook(int64_t pos0, const std::vector<std::pair<int64_t, int64_t>>& batches,
+                std::vector<Kept>& pending) {
     if (opt.h2o_keep <= 0) return;
-    Kept k{pos, {}};
-    k.layers.reserve(h2o.size());
-    for (const auto& l : h2o) k.layers.push_back(l.snapshot());
-    pending.push_back(std::move(k));
-    // Only the h2o_keep most recent can survive the call.
-    if (int64_t(pending.size()) > opt.h2o_keep) pending.erase(pending.begin());
+    std::vector<int64_t> ends;  // every chunk end but the prompt's own
+    for (auto [b0, b1] : batches)
+      for (int64_t c1 = std::min(b1, b0 + opt.n_ubatch);; c1 = std::min(b1, c1 + opt.n_ubatch)) {
+        if (c1 == batches.back().second) break;
+        ends.push_back(pos0 + c1);
+        if (c1 == b1) break;
+      }
+    if (int64_t(ends.size()) > opt.h2o_keep) ends.erase(ends.begin(), ends.end() - opt.h2o_keep);
+    for (int64_t e : ends) pending.push_back(Kept{e, {}});
+    for (size_t l = 0; l < h2o.size(); ++l)
+      h2o[l].set_on_memory([this, l, &pending](int64_t end) {
+        for (Kept& k : pending)
+          if (k.pos == end && k.layers.size() == l) k.layers.push_back(h2o[l].snapshot());
+      });
+  }
+  void h2o_unhook() {
+    for (auto& l : h2o) l.set_on_memory({});
   }
 
   // chunked_h2o's per-layer state, fresh (position 0).
@@ -318,7 +347,8 @@ struct Session::Impl {
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
   void forward(const int32_t* tokens, int64_t n, int64_t pos0, Attn kind, bool last,
-               float* logits, int64_t logits_row0, double* attn_ms, Stats* stats) {
+               float* logits, int64_t logits_row0, double* attn_ms, Stats* stats,
+               const std::function<void(int64_t layers_done)>& after_layer = {}) {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
     const int mm = opt.threads;
@@ -348,6 +378,7 @@ struct Session::Impl {
                       GraphStep{l, final ? -1 : l + 1, final && want_logits ? logits : nullptr,
                                 logits_row0},
                       mm);
+      if (after_layer) after_layer(l + 1);
     }
   }
 };
@@ -443,24 +474,31 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
         row0 = std::max<int64_t>(0, logits_from - r0);
         lg = logits + (r0 + row0 - logits_from) * V;
       }
+      const int64_t L = s.cfg.n_layer;
       s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, kind, last, lg, row0,
-                &s.t.prefill_attn_ms, &s.t.prefill_stats);
-      if (progress) progress(r1, n);
+                &s.t.prefill_attn_ms, &s.t.prefill_stats, [&](int64_t layers) {
+                  if (progress) progress(r0 + (r1 - r0) * layers / L, n);
+                });
     };
-    // chunked_h2o from position 0, or on from a restored boundary (a multiple of -b, so the
-    // batches fall where one prefill of the whole prompt puts them).
+    // chunked_h2o from position 0, or on from a restored chunk boundary, in the batches and
+    // chunks one prefill of the whole prompt has there.
     const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == s.h2o_at &&
                      pos0 + n > s.opt.n_ubatch;
-    for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
-      const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
-      if (h2o) {
-        run(b0, b1, Attn::h2o, b1 == n);
-        if (b1 < n) s.h2o_keep_state(pos0 + b1, pending);
-        continue;
-      }
+    if (h2o) {
+      const auto batches = s.h2o_batches(pos0, n);
+      struct Unhook {
+        Impl& s;
+        ~Unhook() { s.h2o_unhook(); }
+      } unhook{s};
+      s.h2o_hook(pos0, batches, pending);
+      for (auto [b0, b1] : batches) run(b0, b1, Attn::h2o, b1 == n);
+    } else {
       const Attn kind = s.opt.mode == PrefillMode::method ? Attn::method : Attn::dense;
-      for (int64_t c0 = b0; c0 < b1; c0 += s.opt.n_ubatch)
-        run(c0, std::min(b1, c0 + s.opt.n_ubatch), kind, false);
+      for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
+        const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
+        for (int64_t c0 = b0; c0 < b1; c0 += s.opt.n_ubatch)
+          run(c0, std::min(b1, c0 + s.opt.n_ubatch), kind, false);
+      }
     }
     s.t.prefill_ms += ms_since(t0);
     s.t.prefill_tokens += n;

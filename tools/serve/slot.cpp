@@ -79,7 +79,7 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
 
   // The prefix to keep: the cached tokens the prompt starts with, leaving at least one token
   // to prefill (its logits give the first token), down to where the session can go on as a
-  // fresh prefill would (chunked_h2o: a kept batch boundary; method mode: nothing).
+  // fresh prefill would (chunked_h2o: a kept chunk boundary; method mode: nothing).
   int64_t keep = 0;
   if (req.cache_prompt) {
     const size_t n = std::min(cached_.size(), req.tokens.size() - 1);

@@ -6,7 +6,7 @@
 // Prefix reuse is only taken where keeping the prefix computes what a fresh prefill would
 // (Session::reuse_point): with the dense schedule any prefix (the prefix's rows are the same
 // whichever call computed them; a reused prefix changes the logits only by the order of sums,
-// as llama-server's cache_prompt does); with chunked_h2o the longest batch boundary whose
+// as llama-server's cache_prompt does); with chunked_h2o the longest -ub chunk boundary whose
 // layer state the session kept, bit for bit; a library method runs per -ub chunk, so method
 // mode prefills the whole prompt each time.
 #pragma once

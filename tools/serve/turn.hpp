@@ -1,6 +1,6 @@
 // The compute turn of `spattn serve -np N`: the slots' generations run on their own HTTP
-// threads, and each step of work (one prefill piece, one decoded token) is taken in turn, first
-// come first served, so N slots interleave their steps as llama-server's loop interleaves its
+// threads, and each step of work (one layer of a prefill piece, one decoded token) is taken in
+// turn, first come first served, so N slots interleave their steps as llama-server's loop interleaves its
 // slots' batches. Why a turn rather than N threads computing at once: every step already runs
 // on the process's one thread pool with -t threads (ThreadPool makes calls from several
 // threads take turns per call, but the work a step does on its calling thread alone - RoPE,
