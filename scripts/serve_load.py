@@ -22,13 +22,12 @@ import http.client
 import json
 import os
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
+
+import serve_client
 
 SHORT = [
     "def main():\n",
@@ -41,23 +40,11 @@ SHORT = [
 
 
 def start_server(a):
-    cmd = [a.spattn, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0",
-           "-c", str(a.ctx), "-np", str(a.slots), "--queue", str(a.clients), "-t", str(a.threads),
-           "--timeout", "600", "--metrics"]
+    args = ["-c", str(a.ctx), "-np", str(a.slots), "--queue", str(a.clients), "-t", str(a.threads),
+            "--timeout", "600", "--metrics"]
     if a.attn:
-        cmd += ["--attn", a.attn]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = p.stderr.readline()
-        if not line:
-            break
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-            return p, int(m.group(1))
-    p.kill()
-    sys.exit("the server did not start: " + " ".join(cmd))
+        args += ["--attn", a.attn]
+    return serve_client.start_server(a.spattn, a.model, args)
 
 
 class Stats:
@@ -124,36 +111,28 @@ def good_request(port, body, st, timeout):
         first = None
         usage = None
         done = False
-        buf = b""
-        while True:
-            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(4096)
-            if not chunk:
-                break
-            buf += chunk
-            while b"\n\n" in buf:
-                ev, buf = buf.split(b"\n\n", 1)
-                ev = ev.decode()
-                if ev.startswith(":"):
-                    continue  # keep-alive
-                if not ev.startswith("data: "):
-                    raise ValueError(f"not an SSE event: {ev[:100]!r}")
-                d = ev[6:]
-                if done:
-                    raise ValueError("data after [DONE]")
-                if d == "[DONE]":
-                    done = True
-                    continue
-                j = json.loads(d)
-                if "error" in j:
-                    raise ValueError(f"error event: {d[:200]}")
-                if "prompt_progress" in j:
-                    continue
-                if j.get("object") != "text_completion":
-                    raise ValueError(f"not a chunk: {d[:200]}")
-                if first is None and j["choices"] and j["choices"][0].get("text"):
-                    first = time.time() - t0
-                if j.get("usage"):
-                    usage = j["usage"]
+        for now, ev in serve_client.sse_events(r):
+            if ev.startswith(":"):
+                continue  # keep-alive
+            if not ev.startswith("data: "):
+                raise ValueError(f"not an SSE event: {ev[:100]!r}")
+            d = ev[6:]
+            if done:
+                raise ValueError("data after [DONE]")
+            if d == "[DONE]":
+                done = True
+                continue
+            j = json.loads(d)
+            if "error" in j:
+                raise ValueError(f"error event: {d[:200]}")
+            if "prompt_progress" in j:
+                continue
+            if j.get("object") != "text_completion":
+                raise ValueError(f"not a chunk: {d[:200]}")
+            if first is None and j["choices"] and j["choices"][0].get("text"):
+                first = now - t0
+            if j.get("usage"):
+                usage = j["usage"]
         if not done or usage is None:
             raise ValueError(f"stream ended without [DONE] and usage (done={done})")
         check_usage(usage, "stream")
@@ -251,11 +230,7 @@ def main():
         if a.long_share > 0:
             path = a.text or os.path.join(os.path.dirname(a.model), "code-heldout.txt")
             text = open(path, encoding="utf-8", errors="replace").read()
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            c.request("POST", "/tokenize", body=json.dumps({"content": text}),
-                      headers={"Content-Type": "application/json"})
-            ids = json.loads(c.getresponse().read())["tokens"]
-            c.close()
+            ids = json.loads(serve_client.post_json(port, "/tokenize", {"content": text}, 120)[1])["tokens"]
             step = max(1, (len(ids) - a.long) // 4)
             docs = [ids[k * step:k * step + a.long] for k in range(4)]
             if any(len(d) < a.long for d in docs):
@@ -272,11 +247,7 @@ def main():
         lost = sum(t.is_alive() for t in threads)
         wall = time.time() - t0
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        serve_client.stop_server(server)
 
     n = sum(st.counts.values())
     print(f"spattn serve load: {a.clients} clients, {a.seconds:.0f} s (+ {wall - a.seconds:.1f} s to drain), "

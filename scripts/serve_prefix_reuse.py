@@ -17,37 +17,16 @@ import argparse
 import http.client
 import json
 import os
-import re
-import signal
-import subprocess
 import sys
-import threading
 import time
 
-
-def start_server(a):
-    cmd = [a.spattn, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0", "-c", str(a.ctx),
-           "-np", "1", "-t", str(a.threads), "--timeout", "1200"]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    while True:
-        line = p.stderr.readline()
-        if not line:
-            p.kill()
-            sys.exit("the server did not start: " + " ".join(cmd))
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
-            return p, int(m.group(1))
+import serve_client
 
 
-def post(port, path, body, timeout=1800):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    if r.status != 200:
-        sys.exit(f"{path}: status {r.status}: {data[:300]!r}")
+def post(port, path, body):
+    status, data = serve_client.post_json(port, path, body)
+    if status != 200:
+        sys.exit(f"{path}: status {status}: {data[:300]!r}")
     return json.loads(data)
 
 
@@ -66,33 +45,24 @@ def stream(port, body):
     last_any = last_progress = t0
     gap_any = gap_progress = 0.0
     progress = 0
-    buf = b""
-    while True:
-        chunk = r.read1(65536)
-        if not chunk:
-            break
-        buf += chunk
-        while b"\n\n" in buf:
-            ev, buf = buf.split(b"\n\n", 1)
-            now = time.time()
+    for now, ev in serve_client.sse_events(r):
+        if first is None:
+            gap_any = max(gap_any, now - last_any)
+        last_any = now
+        if ev.startswith(":") or ev == "data: [DONE]":
+            continue
+        j = json.loads(ev[6:])
+        if "prompt_progress" in j:
+            progress += 1
+            gap_progress = max(gap_progress, now - last_progress)
+            last_progress = now
+            continue
+        if j["choices"] and j["choices"][0].get("text"):
             if first is None:
-                gap_any = max(gap_any, now - last_any)
-            last_any = now
-            ev = ev.decode()
-            if ev.startswith(":") or ev == "data: [DONE]":
-                continue
-            j = json.loads(ev[6:])
-            if "prompt_progress" in j:
-                progress += 1
-                gap_progress = max(gap_progress, now - last_progress)
-                last_progress = now
-                continue
-            if j["choices"] and j["choices"][0].get("text"):
-                if first is None:
-                    first = now - t0
-                text += j["choices"][0]["text"]
-            if j.get("usage"):
-                usage = j["usage"]
+                first = now - t0
+            text += j["choices"][0]["text"]
+        if j.get("usage"):
+            usage = j["usage"]
     c.close()
     return text, usage, first, gap_progress, gap_any, progress
 
@@ -112,7 +82,8 @@ def main():
         print(f"{a.model}: absent, skipped")
         return 77
     attns = a.attn or ["dense", "chunked_h2o"]
-    server, port = start_server(a)
+    server, port = serve_client.start_server(
+        a.spattn, a.model, ["-c", str(a.ctx), "-np", "1", "-t", str(a.threads), "--timeout", "1200"])
     ok = True
     try:
         path = a.text or os.path.join(os.path.dirname(a.model), "code-heldout.txt")
@@ -140,11 +111,7 @@ def main():
                   f"than turn 1; fresh turn 2 TTFT {sf['ttft_ms'] / 1e3:.2f} s "
                   f"({sf['ttft_ms'] / s2['ttft_ms']:.1f}x); reused text == fresh text: {same}")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        serve_client.stop_server(server)
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
 

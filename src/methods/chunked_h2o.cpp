@@ -28,7 +28,6 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
-#include <limits>
 #include <memory>
 
 #include "methods/kernel_path.hpp"
@@ -104,8 +103,6 @@ int64_t chunked_h2o_entries(int64_t n, const ChunkedH2OParams& p) {
 }
 
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Row s of head h of a view, as bytes (rows are contiguous along dim in every layout we take).
 const char* row_bytes(const TensorView& t, int64_t h, int64_t s) {
