@@ -10,9 +10,14 @@ namespace spattn {
 MethodReport BlockMaskMethod::run(const TensorView& q, const TensorView& k, const TensorView& v,
                                   const TensorView& out, const AttnOptions& opt,
                                   float* lse) const {
+  // Inputs checked before the estimate reads them: a NaN would otherwise reach a ranking's
+  // sort (undefined order) before the kernel could refuse it. The kernel need not scan again.
+  validate_attention_args(q, k, v, out, opt);
   auto mask = std::make_shared<const BlockMask>(build_mask(q, k, v, opt));
   MethodReport r;
-  attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats);
+  AttnOptions checked = opt;
+  checked.check_finite = false;
+  attention_block_sparse(q, k, v, out, *mask, checked, lse, &r.stats);
   r.coverage = block_mask_coverage(mask);
   r.mask = std::move(mask);
   return r;
