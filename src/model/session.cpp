@@ -252,6 +252,14 @@ struct Session::Impl {
     return a;
   }
 
+  // A few queries' attention over the cache: as many threads as the bytes it reads pay for
+  // (a pool call costs more than a short cache's whole read).
+  AttnOptions decode_opt(int64_t pos0, const PackedKV& c) const {
+    AttnOptions a = attn_opt(pos0);
+    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()), opt.threads);
+    return a;
+  }
+
   // One layer's attention for n rows at pos0.
   void attention(int64_t l, int64_t n, int64_t pos0, Attn kind, bool last, Stats* stats) {
     const int64_t Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
@@ -279,10 +287,7 @@ struct Session::Impl {
     switch (kind) {
       case Attn::dense:
         if (n <= kMaxDecodeQueries) {
-          AttnOptions a = attn_opt(pos0);
-          a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
-                                        opt.threads);
-          attention_decode(qv, c, ov, a, DecodeOptions{}, nullptr, stats);
+          attention_decode(qv, c, ov, decode_opt(pos0, c), DecodeOptions{}, nullptr, stats);
         } else {
           attention_dense(qv, c, ov, attn_opt(pos0), nullptr, stats);
         }
@@ -308,9 +313,7 @@ struct Session::Impl {
   // One decoded token's attention in layer l, as --attn-decode says.
   void decode_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t pos0) {
     const PackedKV& c = cache.packed(l);
-    AttnOptions a = attn_opt(pos0);
-    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
-                                  opt.threads);
+    const AttnOptions a = decode_opt(pos0, c);
     Stats& st = t.decode_stats;
     if (dec.kind == DecodeKind::quest && l >= dec.quest.dense_layers) {
       QuestDecodeStats qs;
