@@ -20,16 +20,19 @@
 //
 // Defaults as the paper's language-model runs (its code's xattn_estimate): stride S = 8, tau =
 // 0.9, blocks of B = 128 queries and keys. `topp=P` is accepted as another name for tau, the
-// mass budget every block-selecting method takes.
+// mass budget every block-selecting method takes. `dot=bf16` (default; the paper's kernels run
+// in bf16 too) computes the estimate's products from bf16-rounded q and k with vdpbf16ps where
+// the CPU has AVX512_BF16 (f32 elsewhere), `dot=f32` in f32; both on the flash kernel's score
+// micro-kernels (kernels/long_row_scores.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
 
-#include "core/blas.hpp"
 #include "core/threading.hpp"
 #include "kernels/exp_row.hpp"
+#include "kernels/long_row_scores.hpp"
 #include "masks/block_closure.hpp"
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
@@ -66,6 +69,9 @@ class XAttention final : public BlockMaskMethod {
     SPATTN_CHECK(block_q_ % stride_ == 0 && block_k_ % stride_ == 0, "xattention: stride=",
                  stride_, " must divide block_q=", block_q_, " and block_k=", block_k_,
                  " (an antidiagonal's S x S sub-block lies in one block)");
+    const std::string dot = r.get_string("dot", "bf16");
+    SPATTN_CHECK(dot == "bf16" || dot == "f32", "xattention: dot='", dot, "' must be bf16 or f32");
+    dot_bf16_ = dot == "bf16";
     r.finish();
   }
   std::string name() const override { return "xattention"; }
@@ -75,6 +81,7 @@ class XAttention final : public BlockMaskMethod {
     MethodReport r = BlockMaskMethod::run(q, k, v, out, opt, lse);
     r.extras["stride"] = double(stride_);
     r.extras["tau"] = tau_;
+    r.extras["dot_bf16"] = dot_bf16_ && kernels::long_row_bf16_supported() ? 1.0 : 0.0;
     return r;
   }
 
@@ -91,10 +98,13 @@ class XAttention final : public BlockMaskMethod {
     const float alpha = softmax_scale(opt, d) / float(S);  // the antidiagonal's mean, scaled
     const int threads = resolve_threads(opt.threads);
 
-    // Key groups side by side per kv head, zero past the last key (as the paper pads).
-    std::vector<float> kr(size_t(k.heads * gk * w), 0.0f);
+    // Key groups side by side per kv head, zero past the last key (as the paper pads), packed
+    // into the score micro-kernels' tiles.
+    std::vector<kernels::LongRowKeys> keys(static_cast<size_t>(k.heads));
     parallel_for(k.heads, threads, [&](int64_t h, int) {
-      for (int64_t s = 0; s < k.seq; ++s) copy_row(k, h, s, &kr[size_t((h * gk + s / S) * w + (s % S) * d)]);
+      std::vector<float> kr(size_t(gk * w), 0.0f);
+      for (int64_t s = 0; s < k.seq; ++s) copy_row(k, h, s, &kr[size_t((s / S) * w + (s % S) * d)]);
+      keys[size_t(h)] = kernels::pack_long_row_keys(kr.data(), gk, w, dot_bf16_);
     });
 
     // Key groups strided row g sees: those starting at or before its last query's position.
@@ -130,8 +140,7 @@ class XAttention final : public BlockMaskMethod {
       if (cols > 0) {
         x.sc.resize(size_t(rows * cols));
         x.e.resize(size_t(cols));
-        blas::sgemm(true, rows, cols, w, alpha, x.qr.data(), w, &kr[size_t(kh * gk * w)], w,
-                    0.0f, x.sc.data(), cols, 1);
+        kernels::long_row_scores(x.qr.data(), rows, keys[size_t(kh)], cols, alpha, x.sc.data(), cols);
         for (int64_t g = g0; g < g1; ++g) {
           const int64_t n = visible(g);
           if (n == 0) continue;
@@ -181,6 +190,7 @@ class XAttention final : public BlockMaskMethod {
  private:
   int64_t stride_ = 8;
   double tau_ = 0.9;
+  bool dot_bf16_ = true;
 };
 
 }  // namespace

@@ -1,0 +1,35 @@
+// Q K^T for rows far longer than a head (XAttention's antidiagonal estimate multiplies rows of
+// stride x head_dim values) on the flash kernel's own score micro-kernels: f32 FMAs, or bf16
+// operands with vdpbf16ps where the CPU has AVX512_BF16 (twice the products per instruction;
+// each product exact, sums in f32). The keys are packed once into the micro-kernels' tiles of
+// 64 and scored against any number of row blocks.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "spattn/tensor.hpp"
+
+namespace spattn::kernels {
+
+struct LongRowKeys {
+  bool bf16 = false;      // the tiles hold bf16 pairs (Bf16DotOps), else f32 (F32Ops)
+  int64_t n = 0, w = 0;   // keys, values per key (a multiple of 2)
+  int64_t tiles = 0;
+  std::unique_ptr<unsigned char[], void (*)(void*)> data{nullptr, aligned_free};
+};
+
+// Whether bf16 operands can be asked for on this CPU.
+bool long_row_bf16_supported();
+
+// Packs keys k [n][w] (row-major f32), zero past the last key; bf16 only where supported
+// (else the f32 tiles).
+LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16);
+
+// s[r * lds + j] = alpha * q[r] . k[j] for r < rows, j < cols (cols <= keys.n); q [rows][w]
+// row-major f32 (rounded to bf16 first when the keys are bf16). Single-threaded; every entry
+// is summed in the same order whatever rows and cols are, so results do not depend on how a
+// caller splits the work.
+void long_row_scores(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols,
+                     float alpha, float* s, int64_t lds);
+
+}  // namespace spattn::kernels
