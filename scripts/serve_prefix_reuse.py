@@ -31,7 +31,8 @@ def post(port, path, body):
 
 
 def stream(port, body):
-    """A streamed completion: text, usage, TTFT, the largest gaps between progress events and
+    """A streamed completion: text, usage, TTFT, when the first progress event came (the
+    prefill's start), the largest gap between two progress events (through the prefill) and
     between any two events (keep-alive comments included) until the first text."""
     body = dict(body, stream=True)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
@@ -42,7 +43,7 @@ def stream(port, body):
     if r.status != 200:
         sys.exit(f"stream: status {r.status}")
     text, usage, first = "", None, None
-    last_any = last_progress = t0
+    last_any, last_progress, first_progress = t0, None, None
     gap_any = gap_progress = 0.0
     progress = 0
     for now, ev in serve_client.sse_events(r):
@@ -54,7 +55,10 @@ def stream(port, body):
         j = json.loads(ev[6:])
         if "prompt_progress" in j:
             progress += 1
-            gap_progress = max(gap_progress, now - last_progress)
+            if last_progress is None:
+                first_progress = now - t0
+            else:
+                gap_progress = max(gap_progress, now - last_progress)
             last_progress = now
             continue
         if j["choices"] and j["choices"][0].get("text"):
@@ -64,7 +68,7 @@ def stream(port, body):
         if j.get("usage"):
             usage = j["usage"]
     c.close()
-    return text, usage, first, gap_progress, gap_any, progress
+    return text, usage, first, first_progress, gap_progress, gap_any, progress
 
 
 def main():
@@ -94,7 +98,7 @@ def main():
         print(f"model {os.path.basename(a.model)}, turn 1 of {len(turn1)} tokens, -t {a.threads}")
         for attn in attns:
             base = {"max_tokens": a.max_tokens, "temperature": 0, "spattn": {"attn": attn}}
-            t1, u1, ttft1_client, gap_p, gap_any, n_progress = stream(port, dict(base, prompt=turn1))
+            t1, u1, ttft1_client, first_p, gap_p, gap_any, n_progress = stream(port, dict(base, prompt=turn1))
             answer = post(port, "/tokenize", {"content": t1, "add_special": False})["tokens"]
             turn2 = turn1 + answer + new_line
             r2 = post(port, "/v1/completions", dict(base, prompt=turn2))
@@ -104,7 +108,8 @@ def main():
             ok = ok and same
             s1, s2, sf = u1["spattn"], u2["spattn"], fresh["usage"]["spattn"]
             print(f"{attn}: turn 1 TTFT {s1['ttft_ms'] / 1e3:.2f} s (client {ttft1_client or float('nan'):.2f} s; "
-                  f"{n_progress} progress events, largest gap {gap_p:.2f} s, between any events {gap_any:.2f} s; "
+                  f"{n_progress} progress events from {first_p:.2f} s on, largest gap between them {gap_p:.2f} s, "
+                  f"between any events {gap_any:.2f} s; "
                   f"prefill {s1['prefill']}, skipped {s1['skipped_fraction']:.3f})")
             print(f"{attn}: turn 2 ({u2['prompt_tokens']} tokens, {u2['prompt_tokens_details']['cached_tokens']} "
                   f"from the cache) TTFT {s2['ttft_ms'] / 1e3:.3f} s: {s1['ttft_ms'] / s2['ttft_ms']:.1f}x sooner "

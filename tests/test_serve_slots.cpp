@@ -1,8 +1,9 @@
 // `spattn serve -np 2` and prefix reuse across slots: two streamed requests served at once (both
 // holding a slot at the same moment) give the greedy text each gives alone; a request goes to
-// the slot whose cache holds its prefix; /props and /metrics report each slot; and with
-// chunked_h2o a second turn reuses the first turn's prefix up to a kept batch boundary and
-// answers as a fresh prefill of the whole prompt does.
+// the slot whose cache holds its prefix, and an unrelated one leaves a long cached document
+// alone; /props and /metrics report each slot; and with chunked_h2o a second turn reuses the
+// first turn's prefix up to a kept chunk boundary and answers as a fresh prefill of the whole
+// prompt does.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -139,6 +140,25 @@ TEST(ServeSlots, TwoStreamsOnTwoSlotsEqualEachAlone) {
 // chunked_h2o (batches of 32, chunks of 16, a memory of 16 tokens): the second turn reuses the
 // first turn's tokens up to the last kept batch boundary, says so in cached_tokens, and answers
 // as a server that prefills the whole second prompt afresh.
+// A short prompt that shares only the BOS token with a slot's long document takes the other
+// slot (the one holding fewer tokens), so the document's next turn still finds it cached.
+TEST(ServeSlots, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.slots = 2;
+  std::string doc = "Once upon a time there was a big red ball.";
+  for (int i = 0; i < 4; ++i) doc += " The ball rolled down the hill and the children ran after it.";
+  Running srv(o, *model);
+  auto c = srv.client();
+  const json a = post_json(c, {{"prompt", doc}, {"max_tokens", 1}, {"temperature", 0}});
+  const int64_t n_doc = a["usage"]["prompt_tokens"];
+  ASSERT_GT(n_doc, 40);
+  for (const char* p : {kPromptA, kPromptB, kPromptA})  // unrelated, short
+    post_json(c, {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}});
+  const json b = post_json(c, {{"prompt", doc + " Then it stopped."}, {"max_tokens", 1}, {"temperature", 0}});
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], n_doc) << "the document was evicted";
+}
+
 TEST(ServeSlots, ChunkedH2OSecondTurnReusesAKeptBoundary) {
   NEED_STORIES();
   serve::ServeOptions o = options();
@@ -160,8 +180,8 @@ TEST(ServeSlots, ChunkedH2OSecondTurnReusesAKeptBoundary) {
   const json b = post_json(c, req2);
   const int64_t cached = b["usage"]["prompt_tokens_details"]["cached_tokens"];
   EXPECT_GT(cached, 0);
-  EXPECT_EQ(cached % 32, 0) << "not a batch boundary";
-  EXPECT_GT(cached, n1 - 1 - 32) << "not the last boundary inside the first prompt";
+  EXPECT_EQ(cached % 16, 0) << "not a chunk boundary";
+  EXPECT_GT(cached, n1 - 1 - 16) << "not the last chunk boundary inside the first prompt";
   json fresh_req = req2;
   fresh_req["cache_prompt"] = false;
   const json fresh = post_json(c, fresh_req);

@@ -47,8 +47,8 @@ Slot::Slot(const model::Model& model, const Tokenizer& tok, const cli::RunnerOpt
 model::Session& Slot::session_for(const std::string& attn) {
   if (!session_ || attn != session_attn_) {
     model::SessionOptions so = cli::session_options(defaults_, attn);  // throws on a bad spec
-    // chunked_h2o's states at the last two batch boundaries of each prompt: a chat's next
-    // turn goes on from the boundary before the previous prompt's end.
+    // chunked_h2o's states at the last two -ub chunk boundaries of each prompt: a chat's next
+    // turn goes on from the chunk boundary before the previous prompt's end.
     so.h2o_keep = 2;
     session_.reset();  // one session's cache at a time
     cached_.clear();

@@ -15,14 +15,31 @@ SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
   std::unique_lock<std::mutex> l(mu_);
   int best = -1;
   free_.wait(l, [&] {
+    best = -1;
+    // A free slot's tokens do not change while it is free: reading them here is safe.
+    // 1. A slot whose cache holds more than half of the prompt (llama-server's
+    //    slot_prompt_similarity, 0.5): the longest such prefix, least recently used on ties.
     int64_t best_len = -1;
     for (size_t i = 0; i < slots_.size(); ++i) {
       if (state_[i].busy) continue;
-      // A free slot's tokens do not change while it is free: reading them here is safe.
       const int64_t len = slots_[i]->common_prefix(prompt);
+      if (2 * len <= int64_t(prompt.size())) continue;
       if (len > best_len || (len == best_len && last_used_[i] < last_used_[size_t(best)])) {
         best = int(i);
         best_len = len;
+      }
+    }
+    if (best >= 0) return true;
+    // 2. Else the slot holding the fewest cached tokens, least recently used on ties: the
+    //    cheapest to overwrite, so a short unrelated prompt does not evict a long document
+    //    (sharing only the BOS token with it) that its next turn would reuse.
+    int64_t fewest = -1;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (state_[i].busy) continue;
+      const int64_t n = slots_[i]->cached_tokens();
+      if (best < 0 || n < fewest || (n == fewest && last_used_[i] < last_used_[size_t(best)])) {
+        best = int(i);
+        fewest = n;
       }
     }
     return best >= 0;

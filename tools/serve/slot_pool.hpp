@@ -48,7 +48,9 @@ class SlotPool {
     int id_;
   };
 
-  // Waits for a free slot and takes the best one for `prompt`.
+  // Waits for a free slot and takes the best one for `prompt`: the longest cached prefix when
+  // it covers more than half of the prompt, else the slot holding the fewest cached tokens
+  // (least recently used on ties).
   Lease acquire(const std::vector<int32_t>& prompt);
   std::vector<SlotState> states() const;
   int size() const { return int(slots_.size()); }
