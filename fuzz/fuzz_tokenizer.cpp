@@ -12,21 +12,24 @@
 
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
+#include "made_up_vocab.hpp"
 #include "spattn/tokenizer.hpp"
 
 using namespace spattn;
 
 namespace {
 
-struct Vocab {
-  std::vector<uint8_t> bytes;
-  gguf::File file;
-  Tokenizer tok;
-  explicit Vocab(std::vector<uint8_t> b)
-      : bytes(std::move(b)),
-        file(gguf::File::from_memory(bytes.data(), bytes.size())),
-        tok(Tokenizer::from_gguf(file)) {}
-};
+using Vocab = test::MadeUpVocab;
+
+// SentencePiece's byte tokens <0x00> .. <0xFF> (type 6), as Gemma 4's vocabulary has them too.
+void add_byte_tokens(std::vector<std::string>& toks, std::vector<int32_t>& types) {
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    toks.push_back(buf);
+    types.push_back(6);
+  }
+}
 
 std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
   gguf::Writer w;
@@ -45,12 +48,7 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
   } else if (std::string(kind) == "gemma4") {
     toks = {"<pad>", "<eos>", "<bos>", "<unk>"};
     types = {3, 3, 3, 2};
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      toks.push_back(buf);
-      types.push_back(6);
-    }
+    add_byte_tokens(toks, types);
     for (const char* p : {"\xe2\x96\x81", "h", "e", "he", "\xe2\x96\x81" "he", "\n\n"}) {
       toks.push_back(p);
       types.push_back(1);
@@ -82,12 +80,7 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
   } else {
     toks = {"<unk>", "<s>", "</s>"};
     types = {2, 3, 3};
-    for (int b = 0; b < 256; ++b) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-      toks.push_back(buf);
-      types.push_back(6);
-    }
+    add_byte_tokens(toks, types);
     for (const char* p : {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xc3\xa9"}) {
       toks.push_back(p);
       types.push_back(1);

@@ -7,27 +7,19 @@
 #include <string>
 #include <vector>
 
+#include "made_up_vocab.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
 
 namespace {
 
 using spattn::Tokenizer;
-using spattn::gguf::File;
 using spattn::gguf::Writer;
 using Ids = std::vector<int32_t>;
 
 constexpr int kFirstPiece = 4 + 256;  // <pad> <eos> <bos> <unk>, then <0x00> .. <0xFF>
 
-struct Vocab {
-  std::vector<uint8_t> bytes;
-  File file;
-  Tokenizer tok;
-  explicit Vocab(std::vector<uint8_t> b)
-      : bytes(std::move(b)),
-        file(File::from_memory(bytes.data(), bytes.size())),
-        tok(Tokenizer::from_gguf(file)) {}
-};
+using Vocab = spattn::test::MadeUpVocab;
 
 std::vector<uint8_t> vocab() {
   std::vector<std::string> toks = {"<pad>", "<eos>", "<bos>", "<unk>"};

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "made_up_vocab.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
 
 namespace {
 
 using spattn::Tokenizer;
-using spattn::gguf::File;
 using spattn::gguf::Writer;
 using Ids = std::vector<int32_t>;
 
@@ -53,15 +53,7 @@ std::vector<uint8_t> vocab(int lowercase = -1, int strip_accents = -1) {
   return w.bytes();
 }
 
-struct Vocab {
-  std::vector<uint8_t> bytes;
-  File file;
-  Tokenizer tok;
-  explicit Vocab(std::vector<uint8_t> b)
-      : bytes(std::move(b)),
-        file(File::from_memory(bytes.data(), bytes.size())),
-        tok(Tokenizer::from_gguf(file)) {}
-};
+using Vocab = spattn::test::MadeUpVocab;
 
 TEST(TokenizerWordPiece, NormalisesSplitsAndCutsLongestFirst) {
   const Vocab v(vocab());
