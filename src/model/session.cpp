@@ -30,6 +30,7 @@
 // Error propagates: the session is as it was before the call.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "core/threading.hpp"
@@ -76,6 +77,22 @@ const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
 }
+eval::RopeStyle rope_style(const Config& c) {
+  return c.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent;
+}
+// The global layers' per-pair divisors: gemma3's linear scaling divides every angle by its
+// factor (llama.cpp's freq_scale = 1 / factor), else the file's rope factors for this context.
+std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
+  if (c.rope_linear_factor != 1.0)
+    return std::vector<float>(size_t(c.head_dim / 2), float(c.rope_linear_factor));
+  return c.rope_factors(n_ctx);
+}
+// Sliding-window layers (gemma3's local ones) turn by their own base, unscaled; none: null.
+std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
+  if (c.sliding_window <= 0) return nullptr;
+  return std::make_shared<const eval::RopeTable>(n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
+                                                 std::vector<float>{}, c.rope_attn_factor);
+}
 }  // namespace
 
 struct Session::Impl {
@@ -84,6 +101,7 @@ struct Session::Impl {
   SessionOptions opt;
   DecodeSpec dec;
   eval::RopeTable rope;
+  std::shared_ptr<const eval::RopeTable> rope_swa;  // sliding-window layers' table, or null
   // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
   // stored as opt.cache_type_k / cache_type_v.
   KVCache cache;
@@ -105,9 +123,9 @@ struct Session::Impl {
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
-        rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
-             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
-             cfg.rope_factors(o.n_ctx), cfg.rope_attn_factor),
+        rope(o.n_ctx, cfg.head_dim, cfg.rope_base, rope_style(cfg),
+             global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
+        rope_swa(swa_rope(cfg, o.n_ctx)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
@@ -133,7 +151,7 @@ struct Session::Impl {
   // A fork: src's options, methods and tap, a copy of its first n committed tokens.
   Impl(const Impl& src, int64_t n)
       : m(src.m), cfg(src.cfg), opt(src.opt), dec(src.dec), rope(src.rope),
-        cache(src.cache.fork(n)),
+        rope_swa(src.rope_swa), cache(src.cache.fork(n)),
         methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
     make_h2o();
     for (const Kept& k : src.h2o_kept)
@@ -220,7 +238,29 @@ struct Session::Impl {
     AttnOptions a;
     a.threads = opt.threads;
     a.q_start = q_start;
+    a.scale = float(cfg.attn_scale);  // 0: 1 / sqrt(head dim)
     return a;
+  }
+
+  // A sliding-window layer's attention for n rows at pos0, whatever the mode: the band over
+  // the cache. One decoded row reads only the window's keys (attention_decode_ranges); more
+  // rows run the dense kernel with the window, which visits only the key tiles in the rows'
+  // bands.
+  void band_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t n,
+                      int64_t pos0, Stats* stats) {
+    const PackedKV& c = cache.packed(l);
+    const int64_t W = cfg.window(l);
+    AttnOptions a = attn_opt(pos0);
+    if (n == 1) {
+      const int64_t lo = window_start(pos0, W);
+      const std::vector<std::vector<KeyRange>> ranges(size_t(cfg.n_head), {KeyRange{lo, pos0 + 1}});
+      a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(pos0 + 1 - lo),
+                                    opt.threads);
+      attention_decode_ranges(qv, c, ov, ranges, a, nullptr, stats);
+      return;
+    }
+    a.window = W;
+    attention_dense(qv, c, ov, a, nullptr, stats);
   }
 
   // One layer's attention for n rows at pos0.
@@ -247,6 +287,18 @@ struct Session::Impl {
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     const PackedKV& c = cache.packed(l);
+    if (cfg.is_swa(l)) {
+      // A sliding window is already sparse: the band runs in every mode (layer_attention()).
+      if (kind == Attn::decode) {
+        const int64_t lo = window_start(pos0, cfg.window(l));
+        band_attention(l, qv, ov, n, pos0, &t.decode_stats);
+        t.decode_keys_read += c.kv_heads() * (pos0 + 1 - lo);
+        t.decode_keys_total += c.kv_heads() * (pos0 + 1 - lo);
+      } else {
+        band_attention(l, qv, ov, n, pos0, stats);
+      }
+      return;
+    }
     switch (kind) {
       case Attn::dense:
         if (n <= kMaxDecodeQueries) {
@@ -327,21 +379,34 @@ struct Session::Impl {
                    " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
       m.embed(tokens[i], x.data() + i * D);
     }
+    // gemma3 scales the embeddings by sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)).
+    if (cfg.arch == Arch::gemma3) {
+      const float e = std::sqrt(float(D));
+      for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
+    }
     const RowBuffers rb{x.data(), h.data(), q.data(), k.data(), v.data(), att.data(), g.data(),
                         u.data()};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
-          for (int64_t hh = 0; hh < Hq; ++hh) rope.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
-          for (int64_t hh = 0; hh < Hkv; ++hh) rope.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
+          for (int64_t hh = 0; hh < Hq; ++hh) rt.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
+          for (int64_t hh = 0; hh < Hkv; ++hh) rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
         }
       });
       if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) tap(l, pos0, n, q.data(), k.data(), v.data());
       const auto t0 = Clock::now();
       attention(l, n, pos0, kind, last, stats);
-      if (attn_ms) *attn_ms += ms_since(t0);
+      if (attn_ms) {
+        const double ms = ms_since(t0);
+        *attn_ms += ms;
+        if (kind != Attn::decode) {
+          t.prefill_layer_attn_ms.resize(size_t(cfg.n_layer));
+          t.prefill_layer_attn_ms[size_t(l)] += ms;
+        }
+      }
       // This layer's tail and the next layer's head (or the logits) in one graph.
       const bool final = l + 1 == cfg.n_layer;
       run_layer_graph(m, rb, n,
@@ -409,6 +474,27 @@ Session::Memory Session::memory() const {
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
+
+std::vector<LayerAttention> Session::layer_attention() const {
+  const Impl& s = *p_;
+  std::vector<LayerAttention> out;
+  for (int64_t l = 0; l < s.cfg.n_layer; ++l) {
+    LayerAttention a;
+    if (s.cfg.is_swa(l)) {
+      a.sliding = true;
+      a.window = s.cfg.window(l);
+      a.prefill = a.decode = "band";
+    } else {
+      a.prefill = s.opt.mode == PrefillMode::dense         ? "dense"
+                  : s.opt.mode == PrefillMode::chunked_h2o ? "chunked_h2o"
+                                                           : s.opt.attn_spec;
+      a.decode = s.dec.kind == DecodeKind::quest && l < s.dec.quest.dense_layers ? "dense"
+                                                                                 : s.opt.attn_decode;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
 void Session::set_h2o_traces(std::vector<ChunkedH2OTrace>* traces) {
   SPATTN_CHECK(p_->opt.mode == PrefillMode::chunked_h2o,
                "a heavy-hitter trace needs --attn chunked_h2o");
