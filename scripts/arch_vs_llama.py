@@ -11,12 +11,12 @@ With --quantize TYPE the model is first written again by llama-quantize (next to
 type in its name) and both sides run that file. Greedy: equal texts pass; where they part, the
 token where they part is found from spattn's --json piece_ends, and the step passes only as a
 near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps); the
-report says which. llama-completion prints the prompt before the text and a newline after it:
-both are taken off. Perplexity: spattn's must lie within llama-perplexity's +/- of its value.
+report says which. llama-completion prints the prompt before the text and one or two newlines
+after it: both are taken off. Perplexity: spattn's must lie within llama-perplexity's +/- of its value.
 Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
 
-Exit status: 0 all checks pass, 1 a check fails, 77 llama.cpp's tools are not in --llama-bin
-(a test harness reads that as skipped).
+Exit status: 0 all checks pass, 1 a check fails, 77 llama.cpp's tools are not in --llama-bin or
+the text is absent (a test harness reads that as skipped).
 """
 import argparse
 import json
@@ -41,11 +41,14 @@ def greedy(a, model):
     text = ll.stdout.decode("utf-8", errors="replace")
     if text.startswith(a.prompt):
         text = text[len(a.prompt):]
-    if text.endswith("\n"):
-        text = text[:-1]
     sp = json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
                         "0", "-t", str(a.threads), "-c", "4096", "--json"]).stdout)
     mine = sp["text"]
+    # llama-completion ends its output with one or two newlines of its own.
+    for tail in ("\n\n", "\n"):
+        if text == mine + tail or (text.endswith(tail) and not mine.startswith(text)):
+            text = text[:-len(tail)]
+            break
     row = {"model": os.path.basename(model), "check": "greedy", "tokens": a.n,
            "llama": text, "spattn": mine, "equal": text == mine}
     if not row["equal"]:
@@ -92,7 +95,7 @@ def main():
                                                     "bin", "spattn"))
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--quantize", help="llama-quantize type to run instead (Q4_K_M, ...)")
-    p.add_argument("--prompt", default="def main():\n")
+    p.add_argument("--prompt", default="def main():\n    parser = argparse")
     p.add_argument("-n", type=int, default=64)
     p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "shared", "models", "code-heldout.txt"))
@@ -106,6 +109,9 @@ def main():
     tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])
     if not all(os.access(os.path.join(a.llama_bin, t), os.X_OK) for t in tools):
         print(f"arch_vs_llama: llama.cpp's tools are not in {a.llama_bin}: skipped")
+        sys.exit(77)
+    if not os.path.isfile(a.text):
+        print(f"arch_vs_llama: {a.text} absent: skipped")
         sys.exit(77)
     model = a.model
     if a.quantize:
