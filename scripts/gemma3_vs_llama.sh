@@ -7,7 +7,8 @@
 #
 #   scripts/gemma3_vs_llama.sh LLAMA_BIN SPATTN [arch_vs_llama.py options: -c 1024 --chunks 3 ...]
 #
-# Exits 77 (skipped) when llama.cpp's tools are not in LLAMA_BIN, else 1 if a check fails.
+# Exits 77 (skipped) when llama.cpp's tools are not in LLAMA_BIN or a comparison could not be
+# made, 1 if a check fails.
 set -e
 bin=$1 spattn=$2
 shift 2
@@ -21,8 +22,12 @@ trap 'rm -rf "$dir"' EXIT
   --sliding-window 128 --rope-base 1000000 --rope-scaling linear --rope-factor 8 --type f16 \
   --untied --seed 7
 here=$(dirname "$0")
+# Each run: 0 passed, 1 failed, 77 a comparison not made (see arch_vs_llama.py).
 status=0
-python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/gemma3.gguf" "$@" || status=1
-python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/gemma3.gguf" \
-  --quantize Q4_K_M "$@" || status=1
+for q in "" "--quantize Q4_K_M"; do
+  rc=0
+  python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/gemma3.gguf" \
+    $q "$@" || rc=$?
+  if [ $rc -eq 77 ] && [ $status -eq 0 ]; then status=77; elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then status=1; fi
+done
 exit $status
