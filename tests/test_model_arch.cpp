@@ -1,6 +1,6 @@
 // Architectures beyond the base llama / qwen2 layouts, in files: Llama 3.1's rope scaling
 // (rope_freqs.weight written by make-model, read by the loader), qwen3, phi3 (fused matrices,
-// LongRoPE), and the bad files each
+// LongRoPE), gemma3 (sliding-window layers, post norms, linear scaling), and the bad files each
 // architecture must refuse with a named Error (exit 2 from `spattn run`): a tensor the arch
 // needs missing, rope_freqs of the wrong length, an unknown architecture, a rope scaling type
 // spattn does not run.
@@ -259,7 +259,93 @@ TEST(ModelArch, PresetsHaveThePublishedParameterCounts) {
   EXPECT_EQ(spattn::parameter_count(spattn::preset_shape("mistral-7b")), 7248023552);
   EXPECT_EQ(spattn::preset_shape("qwen3-4b").arch, "qwen3");
   EXPECT_EQ(spattn::preset_shape("mistral-7b").tokenizer, "llama");
-  EXPECT_THROW(spattn::preset_shape("gemma-3-4b"), spattn::Error);  // not yet
+}
+
+TEST(ModelArch, Gemma3LayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("gemma3");
+  s.layers = 7;
+  s.head_dim = 32;
+  s.sliding_window = 48;
+  s.rope_base = 1e6f;
+  s.rope_scaling = "linear";
+  s.rope_factor = 8.0f;
+  s.tokenizer = "llama";
+  s.tied = true;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "gemma3");
+  EXPECT_EQ(f.get_uint("gemma3.attention.sliding_window"), 48u);
+  EXPECT_EQ(f.get_string("gemma3.rope.scaling.type"), "linear");
+  EXPECT_EQ(f.get_float("gemma3.rope.scaling.factor"), 8.0);
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_space_prefix"));
+  for (const char* t : {"blk.6.attn_q_norm.weight", "blk.6.attn_k_norm.weight",
+                        "blk.6.post_attention_norm.weight", "blk.6.post_ffw_norm.weight"})
+    EXPECT_NE(f.find_tensor(t), nullptr) << t;
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+
+  const spattn::model::Model m = spattn::model::load_model(p);
+  const spattn::model::Config& c = m.config();
+  EXPECT_EQ(c.arch, spattn::model::Arch::gemma3);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.sliding_window, 48);
+  // llama.cpp's default pattern of 6: layers 0-4 local, 5 global, 6 local.
+  EXPECT_EQ(c.swa_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(c.window(4), 48);
+  EXPECT_EQ(c.window(5), 0);
+  EXPECT_EQ(c.rope_base, 1e6);
+  EXPECT_EQ(c.rope_base_swa, 1e4);
+  EXPECT_EQ(c.rope_linear_factor, 8.0);
+  EXPECT_EQ(c.attn_scale, double(1.0f / std::sqrt(32.0f)));  // 1 / sqrt(head dim), not 27B
+  EXPECT_EQ(c.final_logit_softcap, 0.0);
+  EXPECT_EQ(m.layer(3).attn_post_norm.size(), 64u);
+  EXPECT_EQ(m.layer(3).q_norm.size(), 32u);
+  {
+    // Bad files: each gemma3 tensor missing, an unsupported rope scaling; a pattern key.
+    for (const char* t : {"blk.2.post_ffw_norm.weight", "blk.0.post_attention_norm.weight",
+                          "blk.5.attn_k_norm.weight"}) {
+      spattn::test::GgufEdit e;
+      e.drop_tensors = {t};
+      const std::string bad = (d / (std::string(t) + ".gguf")).string();
+      spattn::test::write_edited(f, bad, e);
+      expect_run_refuses(d, bad, {std::string("tensor ") + t + " is missing"});
+    }
+    spattn::test::GgufEdit y;
+    y.set_strings["gemma3.rope.scaling.type"] = "yarn";
+    spattn::test::write_edited(f, (d / "yarn.gguf").string(), y);
+    expect_run_refuses(d, (d / "yarn.gguf").string(), {"rope.scaling.type 'yarn'"});
+    // No window: every layer global (llama.cpp's LLAMA_SWA_TYPE_NONE).
+    spattn::test::GgufEdit nw;
+    nw.drop_keys = {"gemma3.attention.sliding_window"};
+    spattn::test::write_edited(f, (d / "nowin.gguf").string(), nw);
+    EXPECT_TRUE(spattn::model::load_model((d / "nowin.gguf").string()).config().swa_layers.empty());
+  }
+  // `spattn run --json` says what each layer ran: the local ones their band.
+  const auto r = spattn::test::run_spattn(
+      "run -m " + p + " -p \"hello world\" -n 2 --attn a_shape --json", d);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("\"kind\": \"sliding\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"prefill\": \"band\""), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"prefill\": \"a_shape\""), std::string::npos) << r.out;
+  ModelShape bad = small("llama");
+  bad.rope_scaling = "linear";
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+}
+
+TEST(ModelArch, Gemma3PresetHasThePublishedShape) {
+  // Gemma 3 Technical Report, Table 1: the 4B model's non-embedding parameters, 3,209M; its
+  // embedding here is the GGUF's 262144 x 2560 (llama.cpp's converter drops the unused rows).
+  const ModelShape s = spattn::preset_shape("gemma-3-4b");
+  EXPECT_EQ(s.arch, "gemma3");
+  EXPECT_EQ(s.sliding_window, 1024);
+  const int64_t n = spattn::parameter_count(s);
+  EXPECT_EQ(n, 3880099328);
+  EXPECT_EQ(n - s.vocab * s.dim, 3209010688);  // 34 layers of 94,382,592 and the final norm
+  EXPECT_EQ((n - s.vocab * s.dim + 500000) / 1000000, 3209);
 }
 
 }  // namespace

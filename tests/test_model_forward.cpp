@@ -1,6 +1,7 @@
 // The model runner's forward pass against a naive double-precision forward written plainly
-// here, on made-up models: llama and qwen2 layouts, f32 and f16 weights, GQA; prefill in every
-// schedule and decode after it.
+// here, on made-up models: llama, qwen2, qwen3, phi3 and gemma3 layouts (gemma3's sliding
+// window shorter than the sequences), f32 and f16 weights, GQA; prefill in every schedule and
+// decode after it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,7 +77,8 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   const int64_t D = c.n_embd, dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
   const float sD = 1.0f / std::sqrt(float(D));
   m.refs.cfg = c;
-  m.refs.tok_embd = make(c.n_vocab, D, 1.0f, 0.0f, true);
+  // gemma3 scales its embeddings by sqrt(D): rows of sd 1 / sqrt(D) start at sd 1.
+  m.refs.tok_embd = make(c.n_vocab, D, arch == Arch::gemma3 ? sD : 1.0f, 0.0f, true);
   m.refs.output_norm = make(1, D, 0.1f, 1.0f, false);
   if (!tied) m.refs.output = make(c.n_vocab, D, sD, 0.0f, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -86,9 +88,13 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
     L.wk = make(dkv, D, 2 * sD, 0, true);
     L.wv = make(dkv, D, sD, 0, true);
     L.wo = make(D, dq, 1.0f / std::sqrt(float(dq)), 0, true);
-    if (arch == Arch::qwen3) {
+    if (arch == Arch::qwen3 || arch == Arch::gemma3) {
       L.q_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
       L.k_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
+    }
+    if (arch == Arch::gemma3) {
+      L.attn_post_norm = make(1, D, 0.3f, 1.0f, false);
+      L.ffn_post_norm = make(1, D, 0.3f, 1.0f, false);
     }
     if (arch == Arch::qwen2) {
       L.bq = make(1, dq, 0.3f, 0, false);
@@ -160,11 +166,23 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
       : n_ctx > (c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train) ? c.rope_factors_long
                                                                    : c.rope_factors_short;
   const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
+  const bool gemma = c.arch == Arch::gemma3;
   std::vector<Vec> x(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t e = 0; e < D; ++e) x[size_t(i)].push_back(at(m.refs.tok_embd, tokens[size_t(i)], e));
+    for (int64_t e = 0; e < D; ++e)
+      x[size_t(i)].push_back(at(m.refs.tok_embd, tokens[size_t(i)], e) *
+                             (gemma ? std::sqrt(double(D)) : 1.0));
+  // gemma3's global layers divide every angle by the linear factor.
+  const std::vector<float> linear(size_t(d / 2), float(c.rope_linear_factor));
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerRefs& L = m.refs.layers[size_t(l)];
+    // A sliding-window layer (gemma3's local ones): its own rope base, unscaled, and row i sees
+    // keys (i - W, i] only.
+    const bool local = c.is_swa(l);
+    const double base = local ? c.rope_base_swa : c.rope_base;
+    const std::vector<float>& fac = local ? std::vector<float>{}
+                                    : c.rope_linear_factor != 1.0 ? linear : factors;
+    const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(d));
     std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const Vec h = rmsnorm(x[size_t(i)], L.attn_norm, c.rms_eps);
@@ -179,7 +197,7 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
             v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
           }
         }
-      if (c.arch == Arch::qwen3) {  // RMSNorm over each head's d values, then its weight
+      if (c.arch == Arch::qwen3 || gemma) {  // RMSNorm over each head's d values, then its weight
         auto head_norm = [&](Vec& x, int64_t heads, const WeightRef& w) {
           for (int64_t hh = 0; hh < heads; ++hh) {
             const Vec part(x.begin() + hh * d, x.begin() + (hh + 1) * d);
@@ -190,8 +208,8 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
         head_norm(q[size_t(i)], c.n_head, L.q_norm);
         head_norm(k[size_t(i)], c.n_head_kv, L.k_norm);
       }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, factors, c.rope_attn_factor);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, c.rope_base, c.rope_neox, factors, c.rope_attn_factor);
+      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
         round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
         round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
@@ -203,31 +221,44 @@ std::vector<Vec> plain_forward(const MadeUp& m, const std::vector<int32_t>& toke
         const int64_t kh = hh / (c.n_head / c.n_head_kv);
         Vec s;
         double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
+        const int64_t j0 = local ? std::max<int64_t>(0, i - c.sliding_window + 1) : 0;
+        for (int64_t j = j0; j <= i; ++j) {
           double dot = 0;
           for (int64_t e = 0; e < d; ++e) dot += q[size_t(i)][size_t(hh * d + e)] * k[size_t(j)][size_t(kh * d + e)];
-          s.push_back(dot / std::sqrt(double(d)));
+          s.push_back(dot * scale);
           mx = std::max(mx, s.back());
         }
         double l = 0;
         for (double& w : s) l += (w = std::exp(w - mx));
-        for (int64_t j = 0; j <= i; ++j)
+        for (int64_t j = j0; j <= i; ++j)
           for (int64_t e = 0; e < d; ++e)
-            att[size_t(hh * d + e)] += s[size_t(j)] / l * v[size_t(j)][size_t(kh * d + e)];
+            att[size_t(hh * d + e)] += s[size_t(j - j0)] / l * v[size_t(j)][size_t(kh * d + e)];
       }
-      const Vec o = matvec(L.wo, att);
+      Vec o = matvec(L.wo, att);
+      if (gemma) o = rmsnorm(o, L.attn_post_norm, c.rms_eps);
       for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += o[size_t(e)];
       const Vec h = rmsnorm(x[size_t(i)], L.ffn_norm, c.rms_eps);
       Vec g = matvec(L.gate, h);
       const Vec u = matvec(L.up, h);
-      for (size_t e = 0; e < g.size(); ++e) g[e] = g[e] / (1 + std::exp(-g[e])) * u[e];
-      const Vec dn = matvec(L.down, g);
+      for (size_t e = 0; e < g.size(); ++e) {
+        const double a = g[e];
+        // gemma3: GELU, tanh approximation (ggml's, llama.cpp's); else SiLU.
+        g[e] = (gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                      : a / (1 + std::exp(-a))) *
+               u[e];
+      }
+      Vec dn = matvec(L.down, g);
+      if (gemma) dn = rmsnorm(dn, L.ffn_post_norm, c.rms_eps);
       for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += dn[size_t(e)];
     }
   }
   std::vector<Vec> logits;
   const WeightRef& out = m.tied ? m.refs.tok_embd : m.refs.output;
-  for (int64_t i = 0; i < n; ++i) logits.push_back(matvec(out, rmsnorm(x[size_t(i)], m.refs.output_norm, c.rms_eps)));
+  for (int64_t i = 0; i < n; ++i) {
+    logits.push_back(matvec(out, rmsnorm(x[size_t(i)], m.refs.output_norm, c.rms_eps)));
+    if (c.final_logit_softcap > 0)
+      for (double& z : logits.back()) z = c.final_logit_softcap * std::tanh(z / c.final_logit_softcap);
+  }
   return logits;
 }
 
@@ -387,6 +418,96 @@ TEST(ModelForward, Qwen3MethodPrefillEqualsPlainForward) {
   so.mode = PrefillMode::method;
   so.attn_spec = "dense";
   expect_equals_plain(make_model(Arch::qwen3, false, true, 15, 32), so, 50, 2, 2e-4);
+}
+
+// Gemma 3: layer 0 local (a sliding window of `window` keys, rope base 1e4 unscaled), layer 1
+// global (rope base 1e6, linear scaling), embeddings times sqrt(D), q/k head norms, the post
+// norms, GeGLU, an attention scale other than 1/sqrt(d) and soft-capped logits. The window is
+// shorter than every sequence and than a -ub chunk, so chunks reach back into earlier ones.
+MadeUp gemma3(bool f16, bool tied, uint64_t seed, int64_t window, int64_t head_dim = 16) {
+  MadeUp m = make_model(Arch::gemma3, f16, tied, seed, head_dim);
+  for (Config* c : {&m.cfg, &m.refs.cfg}) {
+    c->sliding_window = window;
+    c->swa_layers = {1, 0};
+    c->rope_base_swa = 1e4;
+    c->rope_linear_factor = 4.0;
+    c->attn_scale = 1.0 / std::sqrt(24.0);  // the 27B rule's 1 / sqrt(n_embd / n_head)
+    c->final_logit_softcap = 6.0;
+  }
+  return m;
+}
+// ggml's GELU reads a table of f16 inputs and outputs (GGML_GELU_FP16), as llama.cpp runs it:
+// the activations it gives are f16-rounded, so f32 weights get f16's tolerance here.
+TEST(ModelForward, Gemma3F32EqualsPlainForward) {
+  const MadeUp mu = gemma3(false, true, 21, 11);
+  EXPECT_TRUE(mu.cfg.is_swa(0));
+  EXPECT_FALSE(mu.cfg.is_swa(1));
+  expect_equals_plain(mu, dense_opts(40, 17), 70, 4, kF16Tol);
+  expect_equals_plain(gemma3(false, false, 22, 3, 32), dense_opts(32, 8), 45, 3, kF16Tol);
+}
+TEST(ModelForward, Gemma3F16EqualsPlainForward) {
+  expect_equals_plain(gemma3(true, true, 23, 20), dense_opts(64, 24), 60, 3, kF16Tol);
+}
+// Every prefill mode runs the band on the local layer; the global one runs the mode (a dense
+// method, and chunked_h2o with a memory that keeps every key: both exact).
+TEST(ModelForward, Gemma3EveryModeRunsTheBand) {
+  const MadeUp mu = gemma3(false, true, 24, 9);
+  SessionOptions me = dense_opts(64, 24);
+  me.mode = PrefillMode::method;
+  me.attn_spec = "dense";
+  expect_equals_plain(mu, me, 50, 2, kF16Tol);
+  SessionOptions h2o = dense_opts(64, 16);
+  h2o.mode = PrefillMode::chunked_h2o;
+  h2o.h2o_local = 16;
+  h2o.h2o_heavy = 64;  // more than the 60 tokens: every key stays in memory
+  expect_equals_plain(mu, h2o, 60, 2, kF16Tol);
+  const Model model(mu.refs);
+  SessionOptions q = dense_opts(64, 24);
+  q.mode = PrefillMode::method;
+  q.attn_spec = "a_shape";
+  q.attn_decode = "quest";
+  const std::vector<LayerAttention> la = Session(model, q).layer_attention();
+  ASSERT_EQ(la.size(), 2u);
+  EXPECT_TRUE(la[0].sliding);
+  EXPECT_EQ(la[0].window, 9);
+  EXPECT_EQ(la[0].prefill, "band");
+  EXPECT_EQ(la[0].decode, "band");
+  EXPECT_FALSE(la[1].sliding);
+  EXPECT_EQ(la[1].prefill, "a_shape");
+  EXPECT_EQ(la[1].decode, "dense");  // quest's first dense_layers (2) decode densely
+}
+// Each of gemma3's parts moves the logits: the window, the local rope base, the linear
+// scaling, the soft cap.
+TEST(ModelForward, Gemma3PartsMatter) {
+  const MadeUp mu = gemma3(false, true, 25, 11);
+  const auto tokens = some_tokens(60, mu.cfg.n_vocab, 5);
+  const auto base = plain_forward(mu, tokens, 128);
+  // Each part must move the logits well past the tolerance the forward tests allow (kF16Tol of
+  // the largest logit), so a runner that dropped one would fail them.
+  double scale = 0;
+  for (const Vec& r : base)
+    for (double x : r) scale = std::max(scale, std::abs(x));
+  const double tol = -kF16Tol * scale;
+  auto far = [&](MadeUp other) {
+    other.refs.cfg = other.cfg;
+    const auto y = plain_forward(other, tokens, 128);
+    double diff = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+      for (size_t j = 0; j < y[i].size(); ++j) diff = std::max(diff, std::abs(base[i][j] - y[i][j]));
+    return diff;
+  };
+  MadeUp a = mu;
+  a.cfg.sliding_window = 0;
+  EXPECT_GT(far(a), 5 * tol);
+  MadeUp b = mu;
+  b.cfg.rope_base_swa = b.cfg.rope_base;
+  EXPECT_GT(far(b), 5 * tol);
+  MadeUp c = mu;
+  c.cfg.rope_linear_factor = 1.0;
+  EXPECT_GT(far(c), 5 * tol);
+  MadeUp e = mu;
+  e.cfg.final_logit_softcap = 0;
+  EXPECT_GT(far(e), 5 * tol);
 }
 
 TEST(ModelForward, Qwen2F32EqualsPlainForward) {

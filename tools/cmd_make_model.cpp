@@ -23,7 +23,7 @@ struct MakeModelOptions {
               *head_dim = nullptr, *ffn = nullptr, *vocab = nullptr, *context = nullptr,
               *type_opt = nullptr, *rope = nullptr, *arch = nullptr, *rope_scaling = nullptr,
               *rope_factor = nullptr, *rope_low = nullptr, *rope_high = nullptr,
-              *rope_orig = nullptr, *tokenizer = nullptr;
+              *rope_orig = nullptr, *tokenizer = nullptr, *window = nullptr;
   bool tied = false, untied = false;
 };
 
@@ -56,6 +56,7 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.rope_low->count()) s.rope_low_freq_factor = p.rope_low_freq_factor;
     if (!o.rope_high->count()) s.rope_high_freq_factor = p.rope_high_freq_factor;
     if (!o.rope_orig->count()) s.rope_original_context = p.rope_original_context;
+    if (!o.window->count()) s.sliding_window = p.sliding_window;
     s.rms_eps = p.rms_eps;
     if (!o.type_opt->count()) o.type = "f16";
     if (!o.tokenizer->count()) s.tokenizer = p.tokenizer;
@@ -67,9 +68,12 @@ void run_make_model(MakeModelOptions& o) {
   check_shape(s);
   make_model(o.out, s);
   fmt::print("{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
-             "{}{}{}, {:.1f}M parameters\n",
+             "{}{}{}{}, {:.1f}M parameters\n",
              o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
              s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
+             s.arch == "gemma3" ? fmt::format(", sliding window {} (every sixth layer global)",
+                                              s.sliding_window)
+                                : std::string(),
              s.rope_scaling == "llama3"
                  ? fmt::format(", llama3 rope scaling (factor {}, low/high {}/{}, original "
                                "context {})",
@@ -78,6 +82,8 @@ void run_make_model(MakeModelOptions& o) {
                  : s.rope_scaling == "longrope"
                        ? fmt::format(", LongRoPE (original context {}, attn factor {:.4f})",
                                      s.rope_original_context, longrope_attn_factor(s))
+                 : s.rope_scaling == "linear"
+                       ? fmt::format(", linear rope scaling {} (global layers)", s.rope_factor)
                        : std::string(),
              double(parameter_count(s)) / 1e6);
 }
@@ -98,8 +104,10 @@ void add_make_model_command(CLI::App& root) {
                   "96, ffn 8192, vocab 32064, untied, LongRoPE from 4096), qwen3-4b (36 layers, "
                   "dim 2560, 32/8 heads, head dim 128, ffn 9728, vocab 151936, tied) or "
                   "mistral-7b (llama, 32 layers, dim 4096, 32/8 heads, ffn 14336, vocab 32768, "
-                  "rope base 1e6); other flags override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm) or phi3 (fused qkv and gate-up)")->capture_default_str();
+                  "rope base 1e6) or gemma-3-4b (gemma3, 34 layers, dim 2560, 8/4 heads, head "
+                  "dim 256, ffn 10240, vocab 262144, tied, window 1024, linear rope scaling 8 "
+                  "on global layers); other flags override it");
+  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm), phi3 (fused qkv and gate-up) or gemma3 (sliding-window layers, GeGLU, post norms)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -114,9 +122,10 @@ void add_make_model_command(CLI::App& root) {
                     ->capture_default_str();
   o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
   o->rope_scaling = cmd->add_option("--rope-scaling", s.rope_scaling,
-                                    "none, llama3 (Llama 3.1's: writes rope_freqs.weight) or "
-                                    "longrope (phi3: rope_factors_long / _short)");
-  o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3: factor")
+                                    "none, llama3 (Llama 3.1's: writes rope_freqs.weight), "
+                                    "longrope (phi3: rope_factors_long / _short) or linear "
+                                    "(gemma3's global layers: --rope-factor)");
+  o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3, linear: factor")
                        ->capture_default_str();
   o->rope_low = cmd->add_option("--rope-low-freq-factor", s.rope_low_freq_factor,
                                 "llama3: low frequency factor")->capture_default_str();
@@ -124,6 +133,9 @@ void add_make_model_command(CLI::App& root) {
                                  "llama3: high frequency factor")->capture_default_str();
   o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
                                  "llama3, longrope: original context length")->capture_default_str();
+  o->window = cmd->add_option("--sliding-window", s.sliding_window,
+                              "gemma3: the local layers' window (five local to each global)")
+                  ->capture_default_str();
   o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");

@@ -168,9 +168,13 @@ void run(const RunOptions& o) {
     write_npy((d / "v.npy").string(), dumps[l].v);
   }
   std::string generated;
+  // Where each generated token's text ends in `generated` (bytes): a comparison with another
+  // runner's text finds the token where they part (--json "piece_ends").
+  std::vector<size_t> piece_ends;
   auto emit = [&](int32_t id) {
     const std::string piece = lm.tokenizer.piece(id, false);
     generated += piece;
+    piece_ends.push_back(generated.size());
     if (!o.r.json) {
       fmt::print("{}", piece);
       std::fflush(stdout);
@@ -196,6 +200,7 @@ void run(const RunOptions& o) {
     j["text"] = generated;
     j["tokens"] = out;
     j["logit_gaps"] = gaps;
+    j["piece_ends"] = piece_ends;
     j["load_ms"] = lm.load_ms;
     j["ttft_ms"] = ttft_ms;
     j["prefill_ms"] = t.prefill_ms;
@@ -217,6 +222,16 @@ void run(const RunOptions& o) {
     j["score_entries"] = t.prefill_stats.score_entries;
     j["causal_entries"] = t.prefill_stats.causal_entries;
     j["memory"] = memory_json(lm, {&s});
+    // Per layer: its kind (a sliding-window layer runs its band whatever --attn says) and its
+    // prefill attention time.
+    const std::vector<model::LayerAttention> la = s.layer_attention();
+    for (size_t l = 0; l < la.size(); ++l) {
+      nlohmann::json e = {{"layer", l}, {"kind", la[l].sliding ? "sliding" : "global"},
+                          {"prefill", la[l].prefill}, {"decode", la[l].decode}};
+      if (la[l].sliding) e["window"] = la[l].window;
+      if (l < t.prefill_layer_attn_ms.size()) e["prefill_attn_ms"] = t.prefill_layer_attn_ms[l];
+      j["layers"].push_back(e);
+    }
     // The text may end inside a UTF-8 sequence (a byte token): replaced (U+FFFD) rather than
     // thrown at; "tokens" keeps the ids exact.
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));

@@ -32,6 +32,12 @@ struct AttnOptions {
   // use them (MMInference's heads, frame-sized baselines such as sf_fixed:local=frame); the
   // kernels ignore it. Null: not given. Shared so that copies of the options stay valid.
   std::shared_ptr<const ModalityLayout> modality = nullptr;
+  // Sliding window (Gemma 3's local layers; llama.cpp's LLAMA_SWA_TYPE_STANDARD): > 0, a row at
+  // position p sees only the keys at positions p - window < j <= p, a band the dense kernel
+  // runs as such (key tiles below every row's band are never visited: O(Lq * window) work).
+  // Causal only; attention_dense and attention_reference take it, other forms refuse it.
+  // 0: none.
+  int64_t window = 0;
 };
 
 // The softmax scale: opt.scale, or 1/sqrt(d) when it is 0. The one place this default lives;
@@ -50,6 +56,12 @@ inline int64_t causal_limit(int64_t row, int64_t q_len, int64_t kv_len, bool cau
   if (!causal) return kv_len;
   const int64_t lim = query_position(row, q_len, kv_len) + 1;
   return lim < 0 ? 0 : (lim > kv_len ? kv_len : lim);
+}
+
+// The first key a causal row at position `pos` sees under a sliding window of `window` keys
+// (0: none, key 0): the band's lower edge, with causal_limit its upper one.
+inline int64_t window_start(int64_t pos, int64_t window) {
+  return window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 }
 
 // What a kernel really did, summed over heads. Score entries are counted after masking:

@@ -124,7 +124,9 @@ class ChunkedH2OLayer {
   // Called inside prefill_batch after each chunk that built its memory set M_c, with the
   // position the chunk ends at: snapshot() then is the state a batch ending there leaves, so a
   // prefill restored from it and batched from there on the same chunk grid computes the same
-  // bits (a server's prefix reuse at -ub granularity). Empty: nothing is called.
+  // state (a server's prefix reuse at -ub granularity); the same bits where the chunk ends a
+  // multiple of kKeyBlock keys into its batch (Phase 1 packs a batch's keys in tiles from its
+  // start). Empty: nothing is called.
   void set_on_memory(std::function<void(int64_t end)> f);
   std::shared_ptr<ChunkedH2OScratch> scratch() const;
   // Bytes held: the layer's own state kept across batches (scores, memory sets and their raw

@@ -1,4 +1,4 @@
-// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3` and `phi3`) and a session that runs one
+// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `phi3` and `gemma3`) and a session that runs one
 // prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
 // token-by-token decode with full attention over a pre-allocated KV cache.
 //
@@ -11,6 +11,12 @@
 //   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
 //   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
 //   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
+// gemma3 (llama.cpp's llm_build_gemma3): x0 = embedding * sqrt(n_embd); q/k per-head RMSNorm;
+//   sliding-window layers (attention over the last `sliding_window` positions, RoPE base
+//   rope.freq_base_swa) interleaved with global ones (rope.freq_base, linear rope scaling);
+//   x += RMSNorm(Attention Wo) * attn_post_norm; x += RMSNorm(GeGLU FFN) * ffn_post_norm, GeGLU
+//   = GELU(h Wgate) * (h Wup) with ggml's tanh-approximated GELU; scores scaled by
+//   Config::attn_scale; logits soft-capped when final_logit_softcapping is set.
 // Matrices stay in the type the file stores them in (f16, q8_0, q4_K, iq4_xs, ...: any type
 // ggml's CPU backend multiplies), read in place from the memory-mapped GGUF file or, where ggml
 // has a faster interleaved layout for the type on this CPU (q4_0, q4_K, iq4_nl, ... on AVX2 /
@@ -32,7 +38,7 @@ struct ggml_tensor;
 
 namespace spattn::model {
 
-enum class Arch { llama, qwen2, qwen3, phi3 };
+enum class Arch { llama, qwen2, qwen3, phi3, gemma3 };
 const char* arch_name(Arch a);
 
 struct Config {
@@ -53,6 +59,21 @@ struct Config {
   std::vector<float> rope_factors_long, rope_factors_short;
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length; 0: n_ctx_train
   double rope_attn_factor = 1.0;
+  // gemma3: the sliding window of its local layers (attention.sliding_window; 0: none) and
+  // which layers are local (llama.cpp's set_swa_pattern: with pattern n, layer l is local when
+  // l % n < n - 1, so every n-th is global; empty: none). Local layers turn by
+  // rope_base_swa, unscaled; global ones by rope_base with positions divided by
+  // rope_linear_factor (rope.scaling.factor of "linear" scaling, as llama.cpp's freq_scale).
+  int64_t sliding_window = 0;
+  std::vector<uint8_t> swa_layers;
+  double rope_base_swa = 10000.0;
+  double rope_linear_factor = 1.0;
+  double attn_scale = 0.0;           // softmax scale of the scores; 0: 1 / sqrt(head_dim)
+  double final_logit_softcap = 0.0;  // logits = c tanh(logits / c); 0: none
+  bool is_swa(int64_t layer) const {
+    return sliding_window > 0 && size_t(layer) < swa_layers.size() && swa_layers[size_t(layer)];
+  }
+  int64_t window(int64_t layer) const { return is_swa(layer) ? sliding_window : 0; }
   // The per-pair divisors a session with context n_ctx runs (llama.cpp's get_rope_factors:
   // rope_freqs if any, else long past the original context, else short).
   const std::vector<float>& rope_factors(int64_t n_ctx) const;
@@ -72,7 +93,8 @@ struct WeightRef {
 };
 struct LayerRefs {
   WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
-  WeightRef q_norm, k_norm;  // qwen3: per-head RMSNorm weights (head_dim values each)
+  WeightRef q_norm, k_norm;  // qwen3, gemma3: per-head RMSNorm weights (head_dim values each)
+  WeightRef attn_post_norm, ffn_post_norm;  // gemma3: RMSNorm of the attention and FFN outputs
 };
 struct ModelRefs {
   Config cfg;
@@ -105,6 +127,7 @@ class Model {
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
     std::vector<float> q_norm, k_norm;  // empty: no per-head q/k norm (qwen3 has them)
+    std::vector<float> attn_post_norm, ffn_post_norm;  // empty: none (gemma3 has them)
     Weight wq, wk, wv, wo, gate, up, down;
   };
   const Layer& layer(int64_t i) const;
@@ -125,7 +148,7 @@ class Model {
   std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama`, `qwen2`, `qwen3` or `phi3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
+// Loads a `llama`, `qwen2`, `qwen3`, `phi3` or `gemma3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
 // backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
 // Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);
@@ -140,8 +163,9 @@ struct SessionOptions {
   int64_t n_ubatch = 512;   // -ub: chunk
   PrefillMode mode = PrefillMode::dense;
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
-  // chunked_h2o: how many -ub chunk boundaries of the prompts prefilled keep the layers'
-  // state (the most recent ones), so a later prompt that starts with the same tokens goes on
+  // chunked_h2o: how many chunk boundaries of the prompts prefilled keep the layers' state
+  // (the most recent ones; every -ub chunk end when -ub is a multiple of 64, as the default
+  // 512, else those a multiple of 64 tokens into their -b batch, and the batch ends), so a later prompt that starts with the same tokens goes on
   // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
   // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none: one-shot prompts (`run`,
   // `perplexity`) never go back, so only a server's slots ask for some (serve: 2).
@@ -168,6 +192,19 @@ struct Timings {
   Stats decode_stats;
   int64_t decode_keys_read = 0, decode_keys_total = 0;
   int64_t decode_pages_read = 0, decode_pages_total = 0;  // Quest's layers only
+  // prefill_attn_ms per layer (empty before the first prefill): a sliding-window layer's band
+  // against a global layer's attention in the same run.
+  std::vector<double> prefill_layer_attn_ms;
+};
+
+// What one layer's attention runs in a session (spattn run --json "layers"): a sliding-window
+// layer (gemma3's local ones) runs its band whatever the session's methods, since a window is
+// already sparse; a global layer runs what the options say.
+struct LayerAttention {
+  bool sliding = false;
+  int64_t window = 0;   // sliding: the band's width in keys
+  std::string prefill;  // "dense", "chunked_h2o", the --attn spec, or "band"
+  std::string decode;   // "dense", the --attn-decode spec, or "band"
 };
 
 // Called with a layer's post-RoPE q [n, Hq, d], k, v [n, Hkv, d] (f32, row-major) and the
@@ -208,7 +245,7 @@ class Session {
   // The longest prefix of at most n (<= n_past()) tokens that a prefill can go on from and
   // compute what one prefill of the whole prompt computes: dense, n (the prefix's rows are the
   // same whichever call computed them; the logits then differ by the order of sums only);
-  // chunked_h2o, the largest -ub chunk boundary <= n whose layer state is kept (SessionOptions::
+  // chunked_h2o, the largest chunk boundary <= n whose layer state is kept (SessionOptions::
   // h2o_keep), bit for bit with the same -b / -ub, else 0; method mode, 0 (a method runs per
   // -ub chunk and decoded rows are dense).
   int64_t reuse_point(int64_t n) const;
@@ -227,6 +264,8 @@ class Session {
 
   const Timings& timings() const;
   void reset_timings();
+  // Per layer, what its attention runs in prefill and decode.
+  std::vector<LayerAttention> layer_attention() const;
 
   // Bytes this session holds besides the model's weights: the KV cache (every layer's
   // PackedKV at capacity), the raw K/V copies method mode keeps, the row buffers, and

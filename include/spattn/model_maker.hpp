@@ -1,7 +1,7 @@
 // Made-up llama-family models: a GGUF file of any shape with seeded random weights and a
 // small made-up vocabulary, so tests need no download and benchmarks can run at realistic
 // shapes (for example Llama-3.2-1B's). Tensor names, shapes and metadata keys are those
-// llama.cpp writes for the `llama`, `qwen2` and `qwen3` architectures.
+// llama.cpp writes for the `llama`, `qwen2`, `qwen3`, `phi3` and `gemma3` architectures.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,8 +12,9 @@
 namespace spattn {
 
 struct ModelShape {
-  // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms) or "phi3" (fused attn_qkv and
-  // gate-up ffn_up matrices, rotate-half RoPE)
+  // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms), "phi3" (fused attn_qkv and
+  // gate-up ffn_up matrices, rotate-half RoPE) or "gemma3" (q/k head norms, post-attention and
+  // post-FFN norms, GeGLU, sliding-window layers: every sixth global)
   std::string arch = "llama";
   int64_t layers = 2;
   int64_t dim = 64;            // embedding length
@@ -29,11 +30,14 @@ struct ModelShape {
   // "llama3": Llama 3.1's RoPE frequency scaling, written as rope_freqs.weight (what
   // llama.cpp's converter makes of HF's rope_scaling) from the four numbers below; "longrope"
   // (phi3): Phi-3's, written as rope_factors_long / rope_factors_short with the original
-  // context and attn factor (longrope_factors below); "": none.
+  // context and attn factor (longrope_factors below); "linear" (gemma3): rope.scaling.type
+  // linear with rope.scaling.factor = rope_factor, which llama.cpp runs on global layers only;
+  // "": none.
   std::string rope_scaling;
   float rope_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;
   float rms_eps = 1e-5f;
+  int64_t sliding_window = 1024;  // gemma3: attention.sliding_window of its local layers
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 
@@ -56,8 +60,13 @@ ModelShape qwen3_4b_shape();
 // Mistral-7B-v0.3's shape (llama): 32 layers, dim 4096, 32 heads, 8 kv heads, head dim 128,
 // FFN 14336, vocab 32768 (SentencePiece), context 32768, rope base 1e6, untied, f16.
 ModelShape mistral_7b_shape();
+// Gemma-3-4B's text shape (gemma3): 34 layers, dim 2560, 8 heads, 4 kv heads, head dim 256,
+// FFN 10240, vocab 262144 (SentencePiece; the converter drops the embedding's unused rows),
+// context 131072, sliding window 1024 (five local layers to each global one), rope base 1e6
+// on global layers with linear scaling 8, rms eps 1e-6, tied, f16.
+ModelShape gemma_3_4b_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
-// "mistral-7b"); Error for any other.
+// "mistral-7b", "gemma-3-4b"); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

@@ -1,4 +1,5 @@
-// The dense kernel forms: every causal key for every query row, optionally observed.
+// The dense kernel forms: every causal key for every query row (or, with a sliding window,
+// every key of its band), optionally observed.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/dense.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -33,7 +34,7 @@ HWY_EXPORT(DenseObservedEntry);
 
 void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats) {
-  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
+  const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse, /*takes_window=*/true);
   HWY_DYNAMIC_DISPATCH(kernels::DenseEntry)(p, stats);
 }
 
@@ -46,7 +47,7 @@ void attention_dense_observed(const TensorView& q, const TensorView& k, const Te
 
 void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& out,
                      const AttnOptions& opt, float* lse, Stats* stats) {
-  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse, /*takes_window=*/true);
   HWY_DYNAMIC_DISPATCH(kernels::DenseEntry)(p, stats);
 }
 

@@ -902,14 +902,15 @@ struct Scratch {
   }
 };
 
-// Masks scores outside [lo, hi) and past each row's causal limit to -inf; returns the
-// number of score entries left.
+// Masks scores outside [lo, hi), past each row's causal limit and (window > 0) below its
+// sliding window's start to -inf; returns the number of score entries left.
 inline int64_t MaskTile(float* s, int64_t n, const int64_t* pos, bool causal, int64_t j0,
-                        int64_t lo, int64_t hi) {
+                        int64_t lo, int64_t hi, int64_t window = 0) {
   int64_t kept = 0;
   for (int64_t r = 0; r < n; ++r) {
     const int64_t row_hi = causal ? std::min(hi, pos[r] + 1) : hi;
-    const int64_t a = std::clamp<int64_t>(lo - j0, 0, kTileKeys);
+    const int64_t row_lo = window > 0 ? std::max(lo, window_start(pos[r], window)) : lo;
+    const int64_t a = std::clamp<int64_t>(row_lo - j0, 0, kTileKeys);
     const int64_t b = std::clamp<int64_t>(row_hi - j0, a, kTileKeys);
     float* row = s + r * kTileKeys;
     std::fill(row, row + a, kNegInf);
@@ -976,19 +977,21 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
 
 // Masks entries by original key position: (r, jj) is kept when jj < count, key index
 // key(jj) lies in [lo, hi), and (causal) its position kpos[key(jj)] (or key(jj) itself when kpos
-// is null) is <= pos[r]. Used for gathered tiles and for packed K/V in a permuted order.
+// is null) is <= pos[r] and (window > 0) > pos[r] - window. Used for gathered tiles and for
+// packed K/V in a permuted order.
 template <class KeyOf>
 inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool causal,
                               const int64_t* kpos, KeyOf key, int64_t count, int64_t lo,
-                              int64_t hi) {
+                              int64_t hi, int64_t window = 0) {
   int64_t kept = 0;
   for (int64_t r = 0; r < n; ++r) {
     float* row = s + r * kTileKeys;
     for (int64_t jj = 0; jj < kTileKeys; ++jj) {
       bool keep = jj < count;
       if (keep) {
-        const int64_t j = key(jj);
-        keep = j >= lo && j < hi && (!causal || (kpos ? kpos[j] : j) <= pos[r]);
+        const int64_t j = key(jj), kp = kpos ? kpos[j] : j;
+        keep = j >= lo && j < hi && (!causal || kp <= pos[r]) &&
+               (window <= 0 || kp > pos[r] - window);
       }
       if (!keep) row[jj] = kNegInf;
       kept += keep;
@@ -1157,6 +1160,15 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   sc.ranges.clear();
   pol.key_ranges(p, h, t, limit, sc.ranges);
   NormalizeRanges(sc.ranges, limit);
+  // A sliding window: keys before the first row's band are nobody's, so the ranges start at
+  // its edge and the tiles below are never visited (a band of W keys costs O(W) per row, not
+  // O(position)). In natural order only, where packed index = position; permuted keys are
+  // masked by position below.
+  if (p.window > 0 && !kv.kpos) {
+    const int64_t lo = window_start(sc.pos[0], p.window);
+    for (KeyRange& kr : sc.ranges) kr.begin = std::max(kr.begin, lo);
+    std::erase_if(sc.ranges, [](const KeyRange& kr) { return kr.end <= kr.begin; });
+  }
 
   Ops::PackQ(p.q, h, sc.rows, n, npad, p.dim, sc.q);
   std::fill(sc.o, sc.o + npad * dp, 0.0f);
@@ -1181,13 +1193,15 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   // entries kept.
   const auto mask_range = [&](int64_t j0, int64_t n_keys, int64_t lo, int64_t hi,
                               int64_t last_pos) {
-    const bool full = lo <= j0 && j0 + kTileKeys <= hi && (!p.causal || last_pos <= sc.pos[0]);
+    // (A window leaves a tile whole only when its first key is in the last row's band.)
+    const bool full = lo <= j0 && j0 + kTileKeys <= hi && (!p.causal || last_pos <= sc.pos[0]) &&
+                      (p.window <= 0 || (!kv.kpos && j0 >= window_start(sc.pos[n - 1], p.window)));
     int64_t kept;
     if (full) kept = n * kTileKeys;
-    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, lo, hi);
+    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, lo, hi, p.window);
     else
       kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                            [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi);
+                            [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi, p.window);
     if constexpr (Policy::kPackedColumns)
       kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, lo),
                        std::min(j0 + kTileKeys, hi));
@@ -1198,6 +1212,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - j0);
     // Permuted keys: a tile whose every key lies after the tile's last row adds nothing.
     if (p.causal && tv.first_pos > sc.pos[n - 1]) return;
+    // ...and one whose every key lies before the first row's sliding window.
+    if (p.window > 0 && tv.last_pos < window_start(sc.pos[0], p.window)) return;
     next_p();
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt, sc), p.dim, sc.s);
     const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
@@ -1226,13 +1242,17 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         continue;
       }
       std::iota(sc.columns.begin() + pc.dst, sc.columns.begin() + pc.dst + pc.n, pc.src);
-      // Keys src.. in slots dst..: row r keeps those up to its position.
-      if (p.causal && pc.src + pc.n - 1 > sc.pos[0]) {
+      // Keys src.. in slots dst..: row r keeps those up to its position (and, with a
+      // sliding window, from its band's start).
+      if ((p.causal && pc.src + pc.n - 1 > sc.pos[0]) ||
+          (p.window > 0 && pc.src < window_start(sc.pos[n - 1], p.window))) {
         for (int64_t r = 0; r < n; ++r) {
           const int64_t vis = std::clamp<int64_t>(sc.pos[r] + 1 - pc.src, 0, pc.n);
+          const int64_t from = std::clamp<int64_t>(window_start(sc.pos[r], p.window) - pc.src, 0, vis);
           float* row = sc.s + r * kTileKeys + pc.dst;
+          std::fill(row, row + from, kNegInf);
           std::fill(row + vis, row + pc.n, kNegInf);
-          kept += vis;
+          kept += vis - from;
         }
       } else {
         kept += n * pc.n;
@@ -1359,7 +1379,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       const int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
                                           [keys](int64_t jj) { return keys[jj]; }, count, 0,
-                                          p.kv_len);
+                                          p.kv_len, p.window);
       step.Run(-1, keys, count, kept, sc.gv);
     }
   }
@@ -1373,12 +1393,12 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       const int64_t ct = i / kTileKeys, count = std::min(kTileKeys, cols - i);
       next_p();
       Ops::Scores(sc.q, npad, hc.kv.template k_tile<typename Ops::T>(0, ct), p.dim, sc.s);
-      const bool full =
-          count == kTileKeys && (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
+      const bool full = count == kTileKeys && p.window <= 0 &&
+                        (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
       const int64_t kept =
           full ? n * kTileKeys
                : MaskByPosition(sc.s, n, sc.pos, p.causal, cpos, [i](int64_t jj) { return i + jj; },
-                                count, 0, total);
+                                count, 0, total, p.window);
       step.Run(-1, hc.keys.data() + i, count, kept,
                hc.kv.template v_tile<typename Ops::T>(0, ct));
     }

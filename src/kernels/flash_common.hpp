@@ -52,17 +52,21 @@ struct Problem {
   int64_t q_len = 0, kv_len = 0, dim = 0;
   // Absolute position of query row i is i + pos_offset (bottom-right causal alignment).
   int64_t pos_offset = 0;
+  // AttnOptions::window: > 0, row i sees keys at positions > its own - window (a band).
+  int64_t window = 0;
   // K/V packed by the caller (reused across calls, appended to, or in a chosen key order);
   // null: the loop packs k and v for this call.
   const PackedKVData* packed = nullptr;
 };
 
-// Resolves defaults and validates (throws Error).
+// Resolves defaults and validates (throws Error). A sliding window (AttnOptions::window) is
+// refused unless the form says it runs one (takes_window: the dense forms).
 Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttnOptions& opt, float* lse);
+                     const TensorView& out, const AttnOptions& opt, float* lse,
+                     bool takes_window = false);
 // The same over a packed K/V (q_start or bottom-right against its newest key position).
 Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorView& out,
-                     const AttnOptions& opt, float* lse);
+                     const AttnOptions& opt, float* lse, bool takes_window = false);
 
 // Throws Error naming `name` for an empty or null view, and (finite) for NaN/Inf values.
 void check_tensor(const TensorView& t, const char* name, bool finite);

@@ -20,8 +20,11 @@ namespace spattn::kernels {
 namespace {
 // The fields every kernel form shares; k, v and packed are the caller's.
 Problem common(const TensorView& q, const TensorView& out, const AttnOptions& opt, float* lse,
-               int64_t kv_heads, int64_t kv_len, int64_t q_start) {
+               int64_t kv_heads, int64_t kv_len, int64_t q_start, bool takes_window) {
+  SPATTN_CHECK(opt.window == 0 || takes_window, "a sliding window (window ", opt.window,
+               ") runs in attention_dense only");
   Problem p;
+  p.window = opt.window;
   p.q = q;
   p.out = out;
   p.lse = lse;
@@ -39,16 +42,18 @@ Problem common(const TensorView& q, const TensorView& out, const AttnOptions& op
 }  // namespace
 
 Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttnOptions& opt, float* lse) {
+                     const TensorView& out, const AttnOptions& opt, float* lse,
+                     bool takes_window) {
   validate_attention_args(q, k, v, out, opt);
-  Problem p = common(q, out, opt, lse, k.heads, k.seq, query_position(0, q.seq, k.seq));
+  Problem p = common(q, out, opt, lse, k.heads, k.seq, query_position(0, q.seq, k.seq),
+                     takes_window);
   p.k = k;
   p.v = v;
   return p;
 }
 
 Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorView& out,
-                     const AttnOptions& opt, float* lse) {
+                     const AttnOptions& opt, float* lse, bool takes_window) {
   check_tensor(q, "q", opt.check_finite);
   check_tensor(out, "out", false);
   SPATTN_CHECK(kv.size > 0, "PackedKV is empty");
@@ -65,7 +70,7 @@ Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorVi
   const int64_t start = opt.q_start >= 0 ? opt.q_start : kv.max_position + 1 - q.seq;
   SPATTN_CHECK(!opt.causal || start >= 0, "causal attention needs q_len <= the newest key "
                "position + 1 (", q.seq, " queries, newest key at ", kv.max_position, ")");
-  Problem p = common(q, out, opt, lse, kv.kv_heads, kv.size, start);
+  Problem p = common(q, out, opt, lse, kv.kv_heads, kv.size, start, takes_window);
   p.packed = &kv;
   return p;
 }

@@ -70,6 +70,9 @@ void check_scale_and_threads(const AttnOptions& opt) {
   SPATTN_CHECK(std::isfinite(opt.scale) && opt.scale >= 0,
                "scale must be finite and >= 0 (0 = 1/sqrt(d)), got ", opt.scale);
   SPATTN_CHECK(opt.threads >= 0, "threads must be >= 0, got ", opt.threads);
+  SPATTN_CHECK(opt.window >= 0, "window must be >= 0 (0: none), got ", opt.window);
+  SPATTN_CHECK(opt.window == 0 || opt.causal, "a sliding window (window ", opt.window,
+               ") needs causal attention");
 }
 }  // namespace kernels
 

@@ -83,12 +83,21 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
   if (step.tail >= 0) {
     const Model::Layer& L = m.layer(step.tail);
     ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dq, n), {}, b.h);
+    // gemma3: the attention's and the FFN's outputs are RMS-normed before their residual adds
+    // (in place: each row is read whole before it is written).
+    if (!L.attn_post_norm.empty()) o = B.norm(o, L.attn_post_norm, c.rms_eps, b.h);
     x = B.at(ggml_add(ctx, x, o), b.x);
     ggml_tensor* h = B.norm(x, L.ffn_norm, c.rms_eps, b.h);
     ggml_tensor* gate = B.linear(L.gate, h, {}, b.g);
     ggml_tensor* up = B.linear(L.up, h, {}, b.u);
-    ggml_tensor* act = B.at(ggml_swiglu_split(ctx, gate, up), b.g);  // SiLU(gate) * up
-    x = B.at(ggml_add(ctx, x, B.linear(L.down, act, {}, b.h)), b.x);
+    // SiLU(gate) * up; gemma3's GeGLU: GELU(gate) * up, ggml's tanh-approximated GELU, as
+    // llama.cpp's build_ffn (LLM_FFN_GELU, LLM_FFN_PAR) runs it.
+    ggml_tensor* act = B.at(c.arch == Arch::gemma3 ? ggml_geglu_split(ctx, gate, up)
+                                                   : ggml_swiglu_split(ctx, gate, up),
+                            b.g);
+    ggml_tensor* down = B.linear(L.down, act, {}, b.h);
+    if (!L.ffn_post_norm.empty()) down = B.norm(down, L.ffn_post_norm, c.rms_eps, b.h);
+    x = B.at(ggml_add(ctx, x, down), b.x);
     ggml_build_forward_expand(g, x);
   }
   if (head) {
@@ -96,7 +105,7 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
     ggml_tensor* h = B.norm(x, L.attn_norm, c.rms_eps, b.h);
     ggml_tensor* q = B.linear(L.wq, h, L.bq, b.q);
     ggml_tensor* k = B.linear(L.wk, h, L.bk, b.k);
-    if (!L.q_norm.empty()) {  // qwen3: RMSNorm over each head's values, in place
+    if (!L.q_norm.empty()) {  // qwen3, gemma3: RMSNorm over each head's values, in place
       q = B.head_norm(q, L.q_norm, c.n_head, n, c.rms_eps, b.q);
       k = B.head_norm(k, L.k_norm, c.n_head_kv, n, c.rms_eps, b.k);
     }
@@ -109,7 +118,14 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
     SPATTN_CHECK(r >= 1, "internal: no logits rows");
     ggml_tensor* xs = ggml_view_2d(ctx, x, D, r, x->nb[1], size_t(step.logits_row0) * x->nb[1]);
     ggml_tensor* h = B.norm(xs, m.output_norm(), c.rms_eps, b.h);
-    ggml_build_forward_expand(g, B.linear(m.output(), h, {}, step.logits));
+    ggml_tensor* out = B.linear(m.output(), h, {}, step.logits);
+    if (c.final_logit_softcap > 0) {  // cap * tanh(logits / cap), in place, as llama.cpp
+      const float cap = float(c.final_logit_softcap);
+      out = B.at(ggml_scale(ctx, out, 1.0f / cap), step.logits);
+      out = B.at(ggml_tanh(ctx, out), step.logits);
+      out = B.at(ggml_scale(ctx, out, cap), step.logits);
+    }
+    ggml_build_forward_expand(g, out);
   }
   threads = threads_for_bytes(B.weight_bytes * size_t(n), threads);
   try {

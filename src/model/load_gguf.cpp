@@ -1,6 +1,7 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_PHI3). The file is read through the memory-mapped reader and the Model keeps the
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3). The file is read through the memory-mapped reader and the Model keeps the
 // mapping: its matrices are read in place.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -71,9 +72,11 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::qwen3;
   } else if (arch == "phi3") {
     c.arch = Arch::phi3;
+  } else if (arch == "gemma3") {
+    c.arch = Arch::gemma3;
   } else {
     detail::fail(f.name(), ": architecture '", arch,
-                 "' is not supported (llama, qwen2, qwen3, phi3)");
+                 "' is not supported (llama, qwen2, qwen3, phi3, gemma3)");
   }
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
@@ -95,10 +98,44 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   c.rope_neox = c.arch != Arch::llama;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
   // Scalings llama.cpp reads from metadata (linear, yarn, longrope) change every angle; spattn
   // runs none of them, so a file that asks for one is refused rather than run unscaled.
-  if (f.has(key("rope.scaling.type"))) {
-    const std::string st = f.get_string(key("rope.scaling.type"));
-    SPATTN_CHECK(st == "none", f.name(), ": ", key("rope.scaling.type"), " '", st,
-                 "' is not supported (spattn runs Llama 3.1's scaling, given as rope_freqs.weight)");
+  // gemma3's global layers run linear scaling (llama.cpp's default type when a factor is
+  // given): positions divided by rope.scaling.factor.
+  const bool linear_ok = c.arch == Arch::gemma3;
+  std::string scaling = "none";
+  if (f.has(key("rope.scaling.type"))) scaling = f.get_string(key("rope.scaling.type"));
+  else if (linear_ok && f.has(key("rope.scaling.factor"))) scaling = "linear";
+  SPATTN_CHECK(scaling == "none" || (linear_ok && scaling == "linear"), f.name(), ": ",
+               key("rope.scaling.type"), " '", scaling, "' is not supported (spattn runs Llama "
+               "3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE and gemma3's linear)");
+  if (scaling == "linear" && f.has(key("rope.scaling.factor"))) {
+    const double factor = f.get_float(key("rope.scaling.factor"));
+    c.rope_linear_factor = factor == 0.0 ? 1.0 : factor;  // llama.cpp: 0 means none
+  }
+  if (c.arch == Arch::gemma3) {
+    // llama_model_gemma3::load_arch_hparams: a window > 0 makes every sixth layer global
+    // (sliding_window_pattern, when given, is the period; an integer array, per-layer flags).
+    if (f.has(key("attention.sliding_window")))
+      c.sliding_window = int64_t(f.get_uint(key("attention.sliding_window")));
+    if (c.sliding_window > 0) {
+      const std::string pk = key("attention.sliding_window_pattern");
+      if (f.has(pk) && f.type_of(pk) == gguf::ValueType::array) {
+        const std::vector<int64_t> flags = f.get_int_array(pk);
+        SPATTN_CHECK(int64_t(flags.size()) == c.n_layer, f.name(), ": ", pk, " has ",
+                     flags.size(), " layer flags for ", c.n_layer, " layers");
+        for (int64_t x : flags) c.swa_layers.push_back(x != 0);
+      } else {
+        const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : 6;
+        for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n < n - 1);
+      }
+      if (f.has(key("rope.freq_base_swa")))
+        c.rope_base_swa = f.get_float(key("rope.freq_base_swa"));
+    }
+    if (f.has(key("final_logit_softcapping")))
+      c.final_logit_softcap = f.get_float(key("final_logit_softcapping"));
+    // llama.cpp's attention scale for gemma3: 1 / sqrt(head dim), except the 62-layer (27B)
+    // model's 1 / sqrt(n_embd / n_head) (its query_pre_attn_scalar).
+    c.attn_scale = double(1.0f / std::sqrt(float(c.n_layer == 62 ? c.n_embd / c.n_head
+                                                                  : c.head_dim)));
   }
   // Llama 3.1's scaling: per-pair frequency divisors in rope_freqs.weight (llama.cpp's
   // LLM_TENSOR_ROPE_FREQS, which only its llama-family graphs read).
@@ -147,9 +184,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.bk = ref(f, b + "attn_k.bias");
       L.bv = ref(f, b + "attn_v.bias");
     }
-    if (c.arch == Arch::qwen3) {
+    if (c.arch == Arch::qwen3 || c.arch == Arch::gemma3) {
       L.q_norm = ref(f, b + "attn_q_norm.weight");
       L.k_norm = ref(f, b + "attn_k_norm.weight");
+    }
+    if (c.arch == Arch::gemma3) {
+      L.attn_post_norm = ref(f, b + "post_attention_norm.weight");
+      L.ffn_post_norm = ref(f, b + "post_ffw_norm.weight");
     }
     L.ffn_norm = ref(f, b + "ffn_norm.weight");
     if (c.arch == Arch::phi3) {

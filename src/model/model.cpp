@@ -26,6 +26,7 @@ const char* arch_name(Arch a) {
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
     case Arch::phi3: return "phi3";
+    case Arch::gemma3: return "gemma3";
   }
   return "?";
 }
@@ -68,6 +69,17 @@ void Config::validate() const {
                n_ctx_orig);
   SPATTN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0 && rope_attn_factor < 16,
                "model: rope.scaling.attn_factor must be in (0, 16), got ", rope_attn_factor);
+  SPATTN_CHECK(sliding_window >= 0, "model: attention.sliding_window must be >= 0, got ",
+               sliding_window);
+  SPATTN_CHECK(swa_layers.empty() || int64_t(swa_layers.size()) == n_layer, "model: ",
+               swa_layers.size(), " sliding-window layer flags for ", n_layer, " layers");
+  SPATTN_CHECK(rope_base_swa > 1, "model: rope.freq_base_swa must be > 1, got ", rope_base_swa);
+  SPATTN_CHECK(std::isfinite(rope_linear_factor) && rope_linear_factor > 0,
+               "model: rope.scaling.factor must be finite and > 0, got ", rope_linear_factor);
+  SPATTN_CHECK(std::isfinite(attn_scale) && attn_scale >= 0,
+               "model: attention scale must be finite and >= 0, got ", attn_scale);
+  SPATTN_CHECK(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
+               "model: final_logit_softcapping must be finite and >= 0, got ", final_logit_softcap);
 }
 
 const std::vector<float>& Config::rope_factors(int64_t n_ctx) const {
@@ -284,9 +296,13 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
     L.wk = m.mat(r.wk, b + "attn_k.weight", Hkv * hd, D);
     L.wv = m.mat(r.wv, b + "attn_v.weight", Hkv * hd, D);
     L.wo = m.mat(r.wo, b + "attn_output.weight", D, Hq * hd);
-    if (c.arch == Arch::qwen3) {
+    if (c.arch == Arch::qwen3 || c.arch == Arch::gemma3) {
       L.q_norm = m.vec(r.q_norm, b + "attn_q_norm.weight", hd);
       L.k_norm = m.vec(r.k_norm, b + "attn_k_norm.weight", hd);
+    }
+    if (c.arch == Arch::gemma3) {
+      L.attn_post_norm = m.vec(r.attn_post_norm, b + "post_attention_norm.weight", D);
+      L.ffn_post_norm = m.vec(r.ffn_post_norm, b + "post_ffw_norm.weight", D);
     }
     if (bias) {
       L.bq = m.vec(r.bq, b + "attn_q.bias", Hq * hd);

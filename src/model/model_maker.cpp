@@ -233,14 +233,37 @@ ModelShape mistral_7b_shape() {
   return s;
 }
 
+ModelShape gemma_3_4b_shape() {
+  ModelShape s;
+  s.arch = "gemma3";
+  s.layers = 34;
+  s.dim = 2560;
+  s.heads = 8;
+  s.kv_heads = 4;
+  s.head_dim = 256;
+  s.ffn = 10240;
+  s.vocab = 262144;
+  s.context = 131072;
+  s.type = GgmlType::f16;
+  s.tied = true;
+  s.rope_base = 1000000.0f;
+  s.rope_scaling = "linear";
+  s.rope_factor = 8.0f;
+  s.rms_eps = 1e-6f;
+  s.sliding_window = 1024;
+  s.tokenizer = "llama";
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
   if (name == "phi-3.5-mini") return phi_3_5_mini_shape();
   if (name == "qwen3-4b") return qwen3_4b_shape();
   if (name == "mistral-7b") return mistral_7b_shape();
-  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b or "
-               "mistral-7b, got '", name, "'");
+  if (name == "gemma-3-4b") return gemma_3_4b_shape();
+  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
+               "mistral-7b or gemma-3-4b, got '", name, "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
@@ -283,8 +306,9 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 }
 
 void check_shape(const ModelShape& s) {
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" || s.arch == "phi3",
-               "model: --arch must be llama, qwen2, qwen3 or phi3, got '", s.arch, "'");
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" || s.arch == "phi3" ||
+                   s.arch == "gemma3",
+               "model: --arch must be llama, qwen2, qwen3, phi3 or gemma3, got '", s.arch, "'");
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
   SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
@@ -302,8 +326,18 @@ void check_shape(const ModelShape& s) {
   SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
   SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
   SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3" ||
-                   s.rope_scaling == "longrope",
-               "model: --rope-scaling must be none, llama3 or longrope, got '", s.rope_scaling, "'");
+                   s.rope_scaling == "longrope" || s.rope_scaling == "linear",
+               "model: --rope-scaling must be none, llama3, longrope or linear, got '",
+               s.rope_scaling, "'");
+  if (s.rope_scaling == "linear") {
+    SPATTN_CHECK(s.arch == "gemma3", "model: linear rope scaling is for --arch gemma3 (its "
+                 "global layers), got '", s.arch, "'");
+    SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
+                 "model: --rope-factor must be >= 1, got ", s.rope_factor);
+  }
+  if (s.arch == "gemma3")
+    SPATTN_CHECK(s.sliding_window >= 1 && s.sliding_window <= 1 << 24,
+                 "model: --sliding-window must be in [1, 2^24], got ", s.sliding_window);
   if (s.rope_scaling == "longrope") {
     SPATTN_CHECK(s.arch == "phi3", "model: longrope scaling is for --arch phi3 (llama.cpp reads "
                  "rope_factors_long / rope_factors_short there), got '", s.arch, "'");
@@ -340,6 +374,7 @@ int64_t parameter_count(const ModelShape& s) {
   int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
   if (s.arch == "qwen3") per_layer += 2 * hd;
+  if (s.arch == "gemma3") per_layer += 2 * hd + 2 * s.dim;  // q/k norms, post norms
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
@@ -369,16 +404,26 @@ void make_model(const std::string& path, const ModelShape& s) {
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
     w.set(a + ".rope.scaling.attn_factor", float(longrope_attn_factor(s)));
   }
+  if (s.rope_scaling == "linear") {
+    w.set(a + ".rope.scaling.type", std::string("linear"));
+    w.set(a + ".rope.scaling.factor", s.rope_factor);
+  }
+  // gemma3: the window (llama.cpp's default pattern then makes every sixth layer global).
+  if (a == "gemma3") w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
   const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
   if (tok == "gpt2") add_bpe_vocab(w, s.vocab, s.seed);
   // Phi-3's vocabulary ends in its added chat tokens (llama.cpp's loader also sets attributes
   // on <|endoftext|> by name for models it takes for Phi-3, and fails without it).
   else if (a == "phi3") add_spm_vocab(w, s.vocab, s.seed, {"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"});
   else add_spm_vocab(w, s.vocab, s.seed);
+  // Gemma's SentencePiece vocabulary adds no space before the text (its converter says so).
+  if (tok == "llama" && a == "gemma3") w.set("tokenizer.ggml.add_space_prefix", false);
 
   const GgmlType f32 = GgmlType::f32;
   const float in_sd = 1.0f / std::sqrt(float(s.dim));
-  add_random(w, "token_embd.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, 1.0f);
+  // gemma3 multiplies the embeddings by sqrt(dim): rows of sd 1 / sqrt(dim) start at sd 1.
+  add_random(w, "token_embd.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f,
+             a == "gemma3" ? in_sd : 1.0f);
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     add_random(w, b + "attn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
@@ -396,10 +441,12 @@ void make_model(const std::string& path, const ModelShape& s) {
     }
     add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(q)));
-    if (a == "qwen3") {  // per-head q/k RMSNorm weights
+    if (a == "qwen3" || a == "gemma3") {  // per-head q/k RMSNorm weights
       add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
       add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
     }
+    if (a == "gemma3")  // the attention output's RMSNorm before its residual add
+      add_random(w, b + "post_attention_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
       add_random(w, b + "ffn_up.weight", s.type, {s.dim, 2 * s.ffn}, s.seed, 0.0f, in_sd);
@@ -409,6 +456,8 @@ void make_model(const std::string& path, const ModelShape& s) {
     }
     add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(s.ffn)));
+    if (a == "gemma3")  // the FFN output's RMSNorm before its residual add
+      add_random(w, b + "post_ffw_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
   }
   add_random(w, "output_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
   auto add_values = [&](const std::string& name, const std::vector<float>& f) {

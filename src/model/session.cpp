@@ -17,8 +17,9 @@
 // call computed it.
 //
 // chunked_h2o's state at chunk boundaries: at the last h2o_keep ends of -ub chunks that built
-// a memory set (every chunk but a prompt's last), every layer's state (ChunkedH2OSnapshot) is
-// kept with the position. truncate(n) to such a boundary restores it, and the next prefill
+// a memory set (every chunk but a prompt's last) and fall on Phase 1's key tiles (a batch's
+// end, or a multiple of 64 tokens into it: every chunk end with the default -ub 512), every
+// layer's state (ChunkedH2OSnapshot) is kept with the position. truncate(n) to such a boundary restores it, and the next prefill
 // goes on from there with chunked_h2o: the same chunk grid (its first batch ends where the
 // whole prompt's would), the same state, so the same bits as the prefill that passed n
 // computed (a server's prefix reuse). h2o_at is the position the layers can go on from (0
@@ -31,6 +32,7 @@
 // Error propagates: the session is as it was before the call.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 
@@ -78,6 +80,22 @@ const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
 }
+eval::RopeStyle rope_style(const Config& c) {
+  return c.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent;
+}
+// The global layers' per-pair divisors: gemma3's linear scaling divides every angle by its
+// factor (llama.cpp's freq_scale = 1 / factor), else the file's rope factors for this context.
+std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
+  if (c.rope_linear_factor != 1.0)
+    return std::vector<float>(size_t(c.head_dim / 2), float(c.rope_linear_factor));
+  return c.rope_factors(n_ctx);
+}
+// Sliding-window layers (gemma3's local ones) turn by their own base, unscaled; none: null.
+std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
+  if (c.sliding_window <= 0) return nullptr;
+  return std::make_shared<const eval::RopeTable>(n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
+                                                 std::vector<float>{}, c.rope_attn_factor);
+}
 }  // namespace
 
 struct Session::Impl {
@@ -86,6 +104,7 @@ struct Session::Impl {
   SessionOptions opt;
   DecodeSpec dec;
   eval::RopeTable rope;
+  std::shared_ptr<const eval::RopeTable> rope_swa;  // sliding-window layers' table, or null
   // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
   // stored as opt.cache_type_k / cache_type_v.
   KVCache cache;
@@ -107,9 +126,9 @@ struct Session::Impl {
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
-        rope(o.n_ctx, cfg.head_dim, cfg.rope_base,
-             cfg.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
-             cfg.rope_factors(o.n_ctx), cfg.rope_attn_factor),
+        rope(o.n_ctx, cfg.head_dim, cfg.rope_base, rope_style(cfg),
+             global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
+        rope_swa(swa_rope(cfg, o.n_ctx)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
@@ -135,7 +154,7 @@ struct Session::Impl {
   // A fork: src's options, methods and tap, a copy of its first n committed tokens.
   Impl(const Impl& src, int64_t n)
       : m(src.m), cfg(src.cfg), opt(src.opt), dec(src.dec), rope(src.rope),
-        cache(src.cache.fork(n)),
+        rope_swa(src.rope_swa), cache(src.cache.fork(n)),
         methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
     make_h2o();
     for (const Kept& k : src.h2o_kept)
@@ -178,19 +197,30 @@ struct Session::Impl {
   void h2o_hook(int64_t pos0, const std::vector<std::pair<int64_t, int64_t>>& batches,
                 std::vector<Kept>& pending) {
     if (opt.h2o_keep <= 0) return;
-    std::vector<int64_t> ends;  // every chunk end but the prompt's own
+    // Every chunk end but the prompt's own, where going on computes what the whole batch did:
+    // a batch's end, or a chunk end a multiple of kKeyBlock keys into its batch (Phase 1 packs
+    // the batch's keys in tiles of kKeyBlock from its start, so only there do the chunks after
+    // it fall on the same tiles; with the default -ub 512 every chunk end).
+    std::vector<int64_t> ends;
     for (auto [b0, b1] : batches)
       for (int64_t c1 = std::min(b1, b0 + opt.n_ubatch);; c1 = std::min(b1, c1 + opt.n_ubatch)) {
         if (c1 == batches.back().second) break;
-        ends.push_back(pos0 + c1);
+        const int64_t batch_start = (pos0 + b0) / opt.n_batch * opt.n_batch;
+        if (c1 == b1 || (pos0 + c1 - batch_start) % kKeyBlock == 0) ends.push_back(pos0 + c1);
         if (c1 == b1) break;
       }
     if (int64_t(ends.size()) > opt.h2o_keep) ends.erase(ends.begin(), ends.end() - opt.h2o_keep);
-    for (int64_t e : ends) pending.push_back(Kept{e, {}});
+    // A sliding-window layer runs its band, never chunked_h2o: its (fresh) state is kept as is.
+    for (int64_t e : ends) {
+      Kept k{e, std::vector<ChunkedH2OSnapshot>(h2o.size())};
+      for (size_t l = 0; l < h2o.size(); ++l)
+        if (cfg.is_swa(int64_t(l))) k.layers[l] = h2o[l].snapshot();
+      pending.push_back(std::move(k));
+    }
     for (size_t l = 0; l < h2o.size(); ++l)
       h2o[l].set_on_memory([this, l, &pending](int64_t end) {
         for (Kept& k : pending)
-          if (k.pos == end && k.layers.size() == l) k.layers.push_back(h2o[l].snapshot());
+          if (k.pos == end) k.layers[l] = h2o[l].snapshot();
       });
   }
   void h2o_unhook() {
@@ -249,15 +279,39 @@ struct Session::Impl {
     AttnOptions a;
     a.threads = opt.threads;
     a.q_start = q_start;
+    a.scale = float(cfg.attn_scale);  // 0: 1 / sqrt(head dim)
     return a;
   }
 
-  // A few queries' attention over the cache: as many threads as the bytes it reads pay for
-  // (a pool call costs more than a short cache's whole read).
-  AttnOptions decode_opt(int64_t pos0, const PackedKV& c) const {
+  // A few queries' attention over the cache, reading n_keys of its keys (all of them by
+  // default): as many threads as the bytes it reads pay for (a pool call costs more than a
+  // short cache's whole read).
+  AttnOptions decode_opt(int64_t pos0, const PackedKV& c, int64_t n_keys = -1) const {
     AttnOptions a = attn_opt(pos0);
-    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()), opt.threads);
+    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) *
+                                      size_t(n_keys < 0 ? c.size() : n_keys),
+                                  opt.threads);
     return a;
+  }
+
+  // A sliding-window layer's attention for n rows at pos0, whatever the mode: the band over
+  // the cache. One decoded row reads only the window's keys (attention_decode_ranges); more
+  // rows run the dense kernel with the window, which visits only the key tiles in the rows'
+  // bands.
+  void band_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t n,
+                      int64_t pos0, Stats* stats) {
+    const PackedKV& c = cache.packed(l);
+    const int64_t W = cfg.window(l);
+    if (n == 1) {
+      const int64_t lo = window_start(pos0, W);
+      const std::vector<std::vector<KeyRange>> ranges(size_t(cfg.n_head), {KeyRange{lo, pos0 + 1}});
+      attention_decode_ranges(qv, c, ov, ranges, decode_opt(pos0, c, pos0 + 1 - lo), nullptr,
+                              stats);
+      return;
+    }
+    AttnOptions a = attn_opt(pos0);
+    a.window = W;
+    attention_dense(qv, c, ov, a, nullptr, stats);
   }
 
   // One layer's attention for n rows at pos0.
@@ -284,6 +338,18 @@ struct Session::Impl {
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     const PackedKV& c = cache.packed(l);
+    if (cfg.is_swa(l)) {
+      // A sliding window is already sparse: the band runs in every mode (layer_attention()).
+      if (kind == Attn::decode) {
+        const int64_t lo = window_start(pos0, cfg.window(l));
+        band_attention(l, qv, ov, n, pos0, &t.decode_stats);
+        t.decode_keys_read += c.kv_heads() * (pos0 + 1 - lo);
+        t.decode_keys_total += c.kv_heads() * (pos0 + 1 - lo);
+      } else {
+        band_attention(l, qv, ov, n, pos0, stats);
+      }
+      return;
+    }
     switch (kind) {
       case Attn::dense:
         if (n <= kMaxDecodeQueries) {
@@ -360,21 +426,34 @@ struct Session::Impl {
                    " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
       m.embed(tokens[i], x.data() + i * D);
     }
+    // gemma3 scales the embeddings by sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)).
+    if (cfg.arch == Arch::gemma3) {
+      const float e = std::sqrt(float(D));
+      for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
+    }
     const RowBuffers rb{x.data(), h.data(), q.data(), k.data(), v.data(), att.data(), g.data(),
                         u.data()};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
-          for (int64_t hh = 0; hh < Hq; ++hh) rope.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
-          for (int64_t hh = 0; hh < Hkv; ++hh) rope.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
+          for (int64_t hh = 0; hh < Hq; ++hh) rt.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
+          for (int64_t hh = 0; hh < Hkv; ++hh) rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
         }
       });
       if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) tap(l, pos0, n, q.data(), k.data(), v.data());
       const auto t0 = Clock::now();
       attention(l, n, pos0, kind, last, stats);
-      if (attn_ms) *attn_ms += ms_since(t0);
+      if (attn_ms) {
+        const double ms = ms_since(t0);
+        *attn_ms += ms;
+        if (kind != Attn::decode) {
+          t.prefill_layer_attn_ms.resize(size_t(cfg.n_layer));
+          t.prefill_layer_attn_ms[size_t(l)] += ms;
+        }
+      }
       // This layer's tail and the next layer's head (or the logits) in one graph.
       const bool final = l + 1 == cfg.n_layer;
       run_layer_graph(m, rb, n,
@@ -443,6 +522,27 @@ Session::Memory Session::memory() const {
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
+
+std::vector<LayerAttention> Session::layer_attention() const {
+  const Impl& s = *p_;
+  std::vector<LayerAttention> out;
+  for (int64_t l = 0; l < s.cfg.n_layer; ++l) {
+    LayerAttention a;
+    if (s.cfg.is_swa(l)) {
+      a.sliding = true;
+      a.window = s.cfg.window(l);
+      a.prefill = a.decode = "band";
+    } else {
+      a.prefill = s.opt.mode == PrefillMode::dense         ? "dense"
+                  : s.opt.mode == PrefillMode::chunked_h2o ? "chunked_h2o"
+                                                           : s.opt.attn_spec;
+      a.decode = s.dec.kind == DecodeKind::quest && l < s.dec.quest.dense_layers ? "dense"
+                                                                                 : s.opt.attn_decode;
+    }
+    out.push_back(std::move(a));
+  }
+  return out;
+}
 void Session::set_h2o_traces(std::vector<ChunkedH2OTrace>* traces) {
   SPATTN_CHECK(p_->opt.mode == PrefillMode::chunked_h2o,
                "a heavy-hitter trace needs --attn chunked_h2o");

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""spattn's runner against llama.cpp on one GGUF model, for the architecture checks of issue 21:
+greedy text (llama-completion --temp 0 against spattn run --temp 0) and perplexity
+(llama-perplexity against spattn perplexity) at each -c given.
+
+  scripts/arch_vs_llama.py --llama-bin DIR -m MODEL.gguf [--quantize Q4_K_M]
+      [--prompt TEXT] [-n 64] [--text FILE] [-c 1024 -c 4096] [--chunks N] [-t 2]
+      [--near-tie 0.1] [--json]
+
+With --quantize TYPE the model is first written again by llama-quantize (next to it, with the
+type in its name) and both sides run that file. Greedy: equal texts pass; where they part, the
+token where they part is found from spattn's --json piece_ends, and the step passes only as a
+near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps); the
+report says which. llama-completion prints the prompt before the text (taken off) and runs 8
+tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value.
+Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
+
+Exit status: 0 all checks pass, 1 a check fails, 77 llama.cpp's tools are not in --llama-bin,
+the text is absent, or a llama-perplexity run never printed its final estimate (llama.cpp's
+logger loses its last lines at exit on a loaded machine) and nothing failed (a test harness
+reads 77 as skipped).
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+def sh(cmd):
+    r = subprocess.run(cmd, capture_output=True)
+    if r.returncode != 0:
+        sys.exit(f"arch_vs_llama: {' '.join(cmd)} failed ({r.returncode}):\n"
+                 f"{r.stderr.decode(errors='replace')[-3000:]}")
+    return r
+
+
+def greedy(a, model):
+    sp = json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
+                        "0", "-t", str(a.threads), "-c", "4096", "--json"]).stdout)
+    mine = sp["text"]
+    # llama.cpp prints the text through its logger's worker thread, which may lose the last
+    # lines at exit on a loaded machine (its common/log.cpp says so): llama-completion
+    # generates 8 tokens more than compared, and a text that still ends short of spattn's is
+    # a lost tail, so the run is repeated (up to three times).
+    for _ in range(3):
+        ll = sh([os.path.join(a.llama_bin, "llama-completion"), "-m", model, "-p", a.prompt, "-n",
+                 str(a.n + 8), "--temp", "0", "-t", str(a.threads), "-no-cnv", "--simple-io",
+                 "--no-warmup", "-c", "4096"])
+        text = ll.stdout.decode("utf-8", errors="replace")
+        if text.startswith(a.prompt):
+            text = text[len(a.prompt):]
+        if len(text.encode()) > len(mine.encode()) or not mine.startswith(text):
+            break
+    # spattn's n tokens against the start of llama.cpp's n + 8.
+    if text.startswith(mine):
+        text = mine
+    row = {"model": os.path.basename(model), "check": "greedy", "tokens": a.n,
+           "llama": text, "spattn": mine, "equal": text == mine}
+    if not row["equal"]:
+        # The first byte where they part, and spattn's token that holds it (texts compared as
+        # UTF-8 with bad bytes replaced on both sides; piece_ends are byte offsets).
+        lb, sb = text.encode(), mine.encode()
+        k = next((i for i in range(min(len(lb), len(sb))) if lb[i] != sb[i]), min(len(lb), len(sb)))
+        tok = next((i for i, e in enumerate(sp["piece_ends"]) if e > k), len(sp["piece_ends"]) - 1)
+        gap = sp["logit_gaps"][tok] if tok < len(sp["logit_gaps"]) else None
+        row.update({"part_byte": k, "part_token": tok, "spattn_gap": gap,
+                    "near_tie": gap is not None and gap < a.near_tie})
+    row["pass"] = row["equal"] or row["near_tie"]
+    return row
+
+
+PPL = re.compile(rb"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
+
+
+def perplexity(a, model, c):
+    cmd = [os.path.join(a.llama_bin, "llama-perplexity"), "-m", model, "-f", a.text, "-c", str(c),
+           "-t", str(a.threads)]
+    if a.chunks > 0:
+        cmd += ["--chunks", str(a.chunks)]
+    # llama.cpp logs through a worker thread, and on a loaded machine its last line (the final
+    # estimate) is sometimes lost at exit: such a run is repeated, up to five times, and if the
+    # line never comes the check is reported as not made (exit 77 when nothing else failed).
+    for _ in range(5):
+        r = sh(cmd)
+        m = PPL.search(r.stdout + b"\n" + r.stderr)
+        if m:
+            break
+    if not m:
+        return {"model": os.path.basename(model), "check": "perplexity", "ctx": c,
+                "chunks": a.chunks, "lost": True, "pass": True}
+    lp, le = float(m.group(1)), float(m.group(2))
+    cmd = [a.spattn, "perplexity", "-m", model, "-f", a.text, "-c", str(c), "-t", str(a.threads),
+           "--dense-only", "--json"]
+    if a.chunks > 0:
+        cmd += ["--chunks", str(a.chunks)]
+    sp = json.loads(sh(cmd).stdout)
+    mine = sp["results"]["dense"]["ppl"]
+    return {"model": os.path.basename(model), "check": "perplexity", "ctx": c, "chunks": a.chunks,
+            "llama": lp, "llama_err": le, "spattn": mine, "pass": abs(mine - lp) <= le}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--llama-bin", required=True, help="folder with llama-completion, "
+                   "llama-perplexity and llama-quantize")
+    p.add_argument("--spattn", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                    "bin", "spattn"))
+    p.add_argument("-m", "--model", required=True)
+    p.add_argument("--quantize", help="llama-quantize type to run instead (Q4_K_M, ...)")
+    p.add_argument("--prompt", default="def main():\n    parser = argparse")
+    p.add_argument("-n", type=int, default=64)
+    p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
+                                                  "shared", "models", "code-heldout.txt"))
+    p.add_argument("-c", "--ctx", type=int, action="append", default=[])
+    p.add_argument("--chunks", type=int, default=-1, help="windows per perplexity (-1: all)")
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--near-tie", type=float, default=0.1,
+                   help="a parting step passes when spattn's top two logits are closer than this")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])
+    if not all(os.access(os.path.join(a.llama_bin, t), os.X_OK) for t in tools):
+        print(f"arch_vs_llama: llama.cpp's tools are not in {a.llama_bin}: skipped")
+        sys.exit(77)
+    if not os.path.isfile(a.text):
+        print(f"arch_vs_llama: {a.text} absent: skipped")
+        sys.exit(77)
+    model = a.model
+    if a.quantize:
+        base, _ = os.path.splitext(a.model)
+        model = f"{base}-{a.quantize}.gguf"
+        sh([os.path.join(a.llama_bin, "llama-quantize"), a.model, model, a.quantize])
+    rows = [greedy(a, model)] + [perplexity(a, model, c) for c in (a.ctx or [1024])]
+    if a.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for r in rows:
+            if r["check"] == "greedy":
+                how = ("equal" if r["equal"] else
+                       f"part at byte {r['part_byte']}, token {r['part_token']}: spattn's top two "
+                       f"logits {r['spattn_gap']:.4f} apart ("
+                       + ("near tie" if r["near_tie"] else "NOT a near tie") + ")")
+                print(f"{r['model']}: greedy {r['tokens']} tokens: {how}")
+            elif r.get("lost"):
+                print(f"{r['model']}: perplexity -c {r['ctx']}: not compared, llama-perplexity's "
+                      "final estimate was lost five times (llama.cpp's logger at exit)")
+            else:
+                print(f"{r['model']}: perplexity -c {r['ctx']}: llama.cpp {r['llama']:.4f} +/- "
+                      f"{r['llama_err']:.5f}, spattn {r['spattn']:.4f}"
+                      + ("" if r["pass"] else "  OUTSIDE the +/-"))
+    if not all(r["pass"] for r in rows):
+        sys.exit(1)
+    sys.exit(77 if any(r.get("lost") for r in rows) else 0)
+
+
+if __name__ == "__main__":
+    main()
