@@ -43,6 +43,39 @@ void dense_sizes(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_DenseCausal<DType::f32>)->Apply(dense_sizes);
 BENCHMARK(BM_DenseCausal<DType::bf16>)->Apply(dense_sizes);
 
+// Args: {seq, window}. A sliding window's band (Gemma 3's local layers; window 0: the causal
+// triangle) at head dim 256, 2 heads, f32, q_len == kv_len: the kernel alone, against the
+// model runner's per-layer times (BENCHMARKS.md, issue 21). Each call packs its K/V first:
+// window 1 (each row its own key) times mostly that.
+void BM_DenseWindow(benchmark::State& state) {
+  const int64_t seq = state.range(0), dim = 256;
+  const Tensor q = filled_tensor(DType::f32, kHeads, seq, dim, 1);
+  const Tensor k = filled_tensor(DType::f32, kHeads, seq, dim, 2);
+  const Tensor v = filled_tensor(DType::f32, kHeads, seq, dim, 3);
+  const Tensor out(DType::f32, kHeads, seq, dim);
+  AttnOptions opt;
+  opt.check_finite = false;
+  opt.window = state.range(1);
+  Stats stats;
+  const LoopTimer timer;
+  for (auto _ : state) {
+    stats = Stats{};
+    attention_dense(q, k, v, out, opt, nullptr, &stats);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * stats.score_entries);
+  report_flops(state, stats.flops, timer.seconds(), DType::f32);
+}
+BENCHMARK(BM_DenseWindow)
+    ->ArgNames({"seq", "window"})
+    ->Args({16384, 1})
+    ->Args({16384, 256})
+    ->Args({16384, 1024})
+    ->Args({16384, 4096})
+    ->Args({16384, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Args: {heads, seq, dim}. Merges two f32 partial results into a third buffer.
 void BM_MergeAttention(benchmark::State& state) {
   const int64_t heads = state.range(0), seq = state.range(1), dim = state.range(2);

@@ -475,6 +475,14 @@ TEST(ModelForward, Gemma3EveryModeRunsTheBand) {
   EXPECT_FALSE(la[1].sliding);
   EXPECT_EQ(la[1].prefill, "a_shape");
   EXPECT_EQ(la[1].decode, "dense");  // quest's first dense_layers (2) decode densely
+  // A decoded token reads only the local layer's window: 2 kv heads x 9 keys there, 2 x 41 on
+  // the global layer.
+  Session d(model, dense_opts(64, 24));
+  const std::vector<int32_t> prompt = some_tokens(40, mu.cfg.n_vocab, 5);
+  d.prefill(prompt, nullptr, 0);
+  std::vector<float> one(size_t(mu.cfg.n_vocab));
+  d.decode(3, one.data());
+  EXPECT_EQ(d.timings().decode_keys_read, 2 * 9 + 2 * 41);
 }
 // Each of gemma3's parts moves the logits: the window, the local rope base, the linear
 // scaling, the soft cap.
