@@ -25,6 +25,7 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
+#include "spattn/context_parallel.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/kv_type.hpp"
 
@@ -155,6 +156,11 @@ struct SessionOptions {
   // --attn-decode: how decode attends (spattn/decode_spec.hpp): dense, quest[:...] (page
   // summaries kept with the cache) or blasst:lambda=X. Prefill is unaffected.
   std::string attn_decode = "dense";
+  // --cp P: context parallelism (spattn/context_parallel.hpp): this session is one rank of the
+  // group, holding only the tokens the zigzag split (prefill) and decode give it; every rank
+  // runs the same calls with the same tokens. Null: one process. First stage: dense prefill
+  // from position 0 (a fresh or reset session), dense decode, -ctk / -ctv any type.
+  std::shared_ptr<dist::Group> cp;
   void validate() const;
 };
 
@@ -168,6 +174,8 @@ struct Timings {
   Stats decode_stats;
   int64_t decode_keys_read = 0, decode_keys_total = 0;
   int64_t decode_pages_read = 0, decode_pages_total = 0;  // Quest's layers only
+  // Context parallelism (SessionOptions::cp): this rank's communication in prefill and decode.
+  dist::CommStats prefill_comm, decode_comm;
 };
 
 // Called with a layer's post-RoPE q [n, Hq, d], k, v [n, Hkv, d] (f32, row-major) and the
@@ -233,6 +241,7 @@ class Session {
   struct Memory {
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
+    size_t cp_ring = 0;       // --cp: the ring's shard buffers (the one in hand, the arriving one)
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.
