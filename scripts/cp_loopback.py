@@ -33,7 +33,7 @@ def main():
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     rank_t = max(1, a.threads // a.ranks)
     print(f"| prompt | one process (-t {a.threads}) prefill ms | {a.ranks} ranks (-t {rank_t} "
-          f"each) prefill ms | ratio | comm share per rank | ring KiB/layer per rank | "
+          f"each) prefill ms | ratio | comm share per rank (ring's) | ring KiB/layer per rank | "
           f"KV cache per rank / one process | decode ms/token one / ranks |")
     print("|---|---|---|---|---|---|---|---|")
     for n in a.tokens:
@@ -49,7 +49,8 @@ def main():
         t1 = statistics.median(r["prefill_ms"] for r in one)
         tp = statistics.median(max(x["prefill_ms"] for x in r["cp"]["per_rank"]) for r in cp)
         last = cp[-1]["cp"]["per_rank"]
-        share = "/".join(f"{100 * x['prefill_comm_share']:.0f}%" for x in last)
+        share = "/".join(f"{100 * x['prefill_comm_share']:.0f}% ({100 * x['ring_comm_share']:.0f}%)"
+                         for x in last)
         ring = "/".join(f"{x['ring_bytes_per_layer'] / 1024:.0f}" for x in last)
         kv = "/".join(f"{x['kv_cache_bytes'] / one[-1]['memory']['kv_cache_bytes']:.3f}"
                       for x in last)

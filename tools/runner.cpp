@@ -133,11 +133,12 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
   const model::Timings& t = s.timings();
   // One fixed record per rank.
   struct Rank {
-    double prefill_ms, prefill_attn_ms, prefill_comm_ms, decode_ms, decode_comm_ms;
+    double prefill_ms, prefill_attn_ms, prefill_comm_ms, ring_comm_ms, decode_ms, decode_comm_ms;
     int64_t prefill_sent, prefill_recv, ring_sent, ring_layers, logits_recv, decode_sent,
         decode_recv, kv_bytes, kv_tokens, peak_rss;
   };
-  const Rank mine{t.prefill_ms, t.prefill_attn_ms, t.prefill_comm.comm_ms, t.decode_ms,
+  const Rank mine{t.prefill_ms, t.prefill_attn_ms, t.prefill_comm.comm_ms,
+                  t.prefill_comm.ring_comm_ms, t.decode_ms,
                   t.decode_comm.comm_ms, t.prefill_comm.bytes_sent, t.prefill_comm.bytes_recv,
                   t.prefill_comm.ring_bytes_sent, t.prefill_comm.ring_layers,
                   t.prefill_comm.logits_bytes_recv, t.decode_comm.bytes_sent,
@@ -156,6 +157,8 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
          {"prefill_attn_ms", r.prefill_attn_ms},
          {"prefill_comm_ms", r.prefill_comm_ms},
          {"prefill_comm_share", r.prefill_ms > 0 ? r.prefill_comm_ms / r.prefill_ms : 0.0},
+         {"ring_comm_ms", r.ring_comm_ms},
+         {"ring_comm_share", r.prefill_ms > 0 ? r.ring_comm_ms / r.prefill_ms : 0.0},
          {"prefill_bytes_sent", r.prefill_sent},
          {"prefill_bytes_recv", r.prefill_recv},
          {"ring_bytes_sent", r.ring_sent},
@@ -178,10 +181,11 @@ std::string cp_line(const nlohmann::json& j) {
   int r = 0;
   for (const auto& x : j["per_rank"])
     s += fmt::format(
-        "\n  rank {}: prefill {:.1f} ms, communication {:.1f} ms ({:.1f}%), ring {:.1f} KiB per "
-        "layer, KV cache {:.2f} MiB ({} tokens), decode communication {:.1f} ms",
+        "\n  rank {}: prefill {:.1f} ms, communication {:.1f} ms ({:.1f}%; the ring's {:.1f} ms), "
+        "ring {:.1f} KiB per layer, KV cache {:.2f} MiB ({} tokens), decode communication {:.1f} ms",
         r++, x["prefill_ms"].get<double>(), x["prefill_comm_ms"].get<double>(),
-        100 * x["prefill_comm_share"].get<double>(), x["ring_bytes_per_layer"].get<double>() / 1024,
+        100 * x["prefill_comm_share"].get<double>(), x["ring_comm_ms"].get<double>(),
+        x["ring_bytes_per_layer"].get<double>() / 1024,
         double(x["kv_cache_bytes"].get<int64_t>()) / (1 << 20), x["kv_tokens"].get<int64_t>(),
         x["decode_comm_ms"].get<double>());
   return s;

@@ -16,6 +16,7 @@ void CommStats::add(const CommStats& o) {
   comm_ms += o.comm_ms;
   ring_bytes_sent += o.ring_bytes_sent;
   ring_layers += o.ring_layers;
+  ring_comm_ms += o.ring_comm_ms;
   logits_bytes_recv += o.logits_bytes_recv;
 }
 

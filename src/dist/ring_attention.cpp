@@ -70,6 +70,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
                                          L.k_type, L.v_type);
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  const double comm0 = g.stats().comm_ms;
   int cur = 0;
   for (int step = 0; step < P; ++step) {
     const int src = (r - step + P) % P;
@@ -122,6 +123,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     }
   }
   g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
 }
 
 void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,

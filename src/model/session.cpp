@@ -93,6 +93,7 @@ dist::CommStats delta(const dist::CommStats& now, const dist::CommStats& before)
   d.comm_ms = now.comm_ms - before.comm_ms;
   d.ring_bytes_sent = now.ring_bytes_sent - before.ring_bytes_sent;
   d.ring_layers = now.ring_layers - before.ring_layers;
+  d.ring_comm_ms = now.ring_comm_ms - before.ring_comm_ms;
   d.logits_bytes_recv = now.logits_bytes_recv - before.logits_bytes_recv;
   return d;
 }
