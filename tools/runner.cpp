@@ -203,6 +203,7 @@ nlohmann::json memory_json(const LoadedModel& m,
     s.h2o_state += a.h2o_state;
     s.h2o_scratch += a.h2o_scratch;
     s.decode_pages += a.decode_pages;
+    s.cp_ring += a.cp_ring;
   }
   nlohmann::json j;
   j["peak_rss_bytes"] = peak_rss_bytes();
@@ -221,6 +222,7 @@ nlohmann::json memory_json(const LoadedModel& m,
   j["h2o_state_bytes"] = s.h2o_state;
   j["h2o_scratch_bytes"] = s.h2o_scratch;
   j["decode_pages_bytes"] = s.decode_pages;
+  j["cp_ring_bytes"] = s.cp_ring;  // --cp: the ring's shard buffers
   return j;
 }
 
