@@ -2,8 +2,9 @@
 // --oversubscribe -np 2 and -np 4 on the project's code-tiny-8k.gguf. Every mpirun runs under
 // `timeout`, so a rank left waiting fails the test instead of hanging it. Skipped where spattn
 // was built without MPI, mpirun is absent, or the model is.
-//   - spattn_cp_check (tests/mpi/cp_check.cpp): the ring and decode's merge alone on random
-//     rows against one attention call over every key (2e-6: float rounding); on the model, per
+//   - spattn_cp_check (tests/mpi/cp_check.cpp): the ring alone on random rows against the
+//     exact reference, decode's merge against one decode over every key (2e-6: float
+//     rounding); on the model, per
 //     layer each rank's rows of q, k, v (layer l >= 1's come from layer l-1's ring output) and
 //     every logits row within 2e-3 of max |x| of the one-process session (measured: <= 4e-4;
 //     one process gives the same bits whatever -ub, so this is the merge order's rounding
