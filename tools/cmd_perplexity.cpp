@@ -241,20 +241,45 @@ void run_decode_tail(const PplOptions& o) {
                100 * rel, decode_attn_ms[0] / decode_attn_ms[1], decode_ms[0] / decode_ms[1]);
 }
 
+void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp);
+
 void run(const PplOptions& o) {
-  if (o.decode_tail != 0) return run_decode_tail(o);
+  const std::shared_ptr<dist::Group> grp = cp_group(o.r);
+  with_cp(grp.get(), [&] {
+    if (grp) SPATTN_CHECK(o.decode_tail == 0, "--cp: --decode-tail is not context-parallel");
+    if (o.decode_tail != 0) return run_decode_tail(o);
+    run_windows(o, grp);
+  });
+}
+
+void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
+  // Under --cp: dense only (the sparse prefills are not context-parallel yet), rank 0 prints.
   std::vector<std::string> modes = {"dense"};
-  if (!o.dense_only) modes.push_back(o.sparse);
+  if (!o.dense_only && !grp) modes.push_back(o.sparse);
   std::vector<model::SessionOptions> so;
-  for (const auto& m : modes) so.push_back(session_options(o.r, m));
+  for (const auto& m : modes) {
+    so.push_back(session_options(o.r, m));
+    so.back().cp = grp;
+    so.back().validate();
+  }
   const int64_t c = o.r.n_ctx;
   SPATTN_CHECK(c >= 4, "-c must be >= 4 for perplexity, got ", c);
   SPATTN_CHECK(o.chunks == -1 || o.chunks >= 1, "--chunks must be >= 1 (or -1: all)");
-  const std::string text = read_prompt("", o.file);
-  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  std::string text;
+  if (!grp) text = read_prompt("", o.file);
+  LoadedModel lm = load_runner_model(o.r.model, grp.get());
   const int64_t V = lm.model.config().n_vocab;
-  const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
-  const int64_t windows = count_windows(tokens, c, o.chunks);
+  std::vector<int32_t> tokens;
+  int64_t windows = 0;
+  const auto tokenize = [&] {
+    if (grp) text = read_prompt("", o.file);
+    tokens = lm.tokenizer.encode(text);
+    windows = count_windows(tokens, c, o.chunks);
+  };
+  if (grp)
+    dist::agree(*grp, "reading the text", tokenize);
+  else
+    tokenize();
   const int64_t first = c / 2, rows = c - 1 - first;
   std::vector<std::unique_ptr<model::Session>> sessions;
   for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
@@ -283,11 +308,18 @@ void run(const PplOptions& o) {
   }
   progress.done();
   const double rel = modes.size() > 1 ? tally[1].ppl() / tally[0].ppl() - 1.0 : 0.0;
+  nlohmann::json cp;
+  if (grp) {
+    cp = cp_json(*grp, lm, *sessions[0]);  // every rank takes part
+    cp["window"] = "the last";  // the timings restart with each window
+  }
+  if (grp && grp->rank() != 0) return;
   if (o.r.json) {
     nlohmann::json j;
     j["model"] = o.r.model;
     j["file"] = o.file;
     j["n_ctx"] = c;
+    if (grp) j["cp"] = cp;
     j["n_batch"] = so[0].n_batch;
     j["n_ubatch"] = so[0].n_ubatch;
     j["h2o_local"] = o.r.h2o_local;
@@ -322,6 +354,7 @@ void run(const PplOptions& o) {
                tally[0].prefill_ms / tally[1].prefill_ms);
   for (size_t m = 0; m < modes.size(); ++m)
     fmt::print("{:<12} {}\n", modes[m], memory_line(lm, {sessions[m].get()}));
+  if (grp) fmt::print("{}\n", cp_line(cp));
 }
 
 }  // namespace

@@ -54,7 +54,21 @@ struct QkvDump {
   }
 };
 
+void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp);
+
 void run(const RunOptions& o) {
+  const std::shared_ptr<dist::Group> grp = cp_group(o.r);
+  with_cp(grp.get(), [&] { run_one(o, grp); });
+}
+
+void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
+  if (grp) {
+    SPATTN_CHECK(!o.chat, "--cp: --chat is not context-parallel");
+    SPATTN_CHECK(o.dump_layer < 0 && !o.dump_all, "--cp: --dump-qkv is not context-parallel");
+    SPATTN_CHECK(o.h2o_trace_dir.empty(), "--cp: --h2o-trace is not context-parallel");
+  }
+  // Under --cp only rank 0 prints; every rank computes the same tokens.
+  const bool quiet = grp && grp->rank() != 0;
   if (o.chat) {
     ChatOptions c = o.c;
     c.sampling.temperature = o.temp;
@@ -64,12 +78,15 @@ void run(const RunOptions& o) {
     return;
   }
   model::SessionOptions so = session_options(o.r, o.r.attn);
+  so.cp = grp;
+  so.validate();
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
   SamplingParams sp;
   sp.temperature = o.temp;
   sp.seed = o.seed;
-  const std::string text = read_prompt(o.prompt, o.file);
+  std::string text;
+  if (!grp) text = read_prompt(o.prompt, o.file);
   const bool dumping = o.dump_all || o.dump_layer >= 0;
   if (dumping) {
     std::error_code ec;
@@ -83,14 +100,22 @@ void run(const RunOptions& o) {
     SPATTN_CHECK(std::filesystem::is_directory(o.h2o_trace_dir, ec), "--h2o-trace: '",
                  o.h2o_trace_dir, "' is not a directory");
   }
-  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  LoadedModel lm = load_runner_model(o.r.model, grp.get());
   const model::Config& cfg = lm.model.config();
-  std::vector<int32_t> prompt = lm.tokenizer.encode(text);
-  SPATTN_CHECK(o.max_prompt >= 0, "--max-prompt must be >= 0, got ", o.max_prompt);
-  if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt) prompt.resize(size_t(o.max_prompt));
-  SPATTN_CHECK(!prompt.empty(), "the prompt has no tokens");
-  SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
-               " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
+  std::vector<int32_t> prompt;
+  const auto tokenize = [&] {
+    if (grp) text = read_prompt(o.prompt, o.file);
+    prompt = lm.tokenizer.encode(text);
+    SPATTN_CHECK(o.max_prompt >= 0, "--max-prompt must be >= 0, got ", o.max_prompt);
+    if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt) prompt.resize(size_t(o.max_prompt));
+    SPATTN_CHECK(!prompt.empty(), "the prompt has no tokens");
+    SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
+                 " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
+  };
+  if (grp)
+    dist::agree(*grp, "reading the prompt", tokenize);
+  else
+    tokenize();
   model::Session s(lm.model, so);
   std::vector<QkvDump> dumps;  // one per dumped layer (every layer with dump_all)
   if (dumping) {
@@ -105,7 +130,7 @@ void run(const RunOptions& o) {
                     dumps[size_t(o.dump_all ? layer : 0)].take(pos0, n_rows, q, k, v);
                   });
   }
-  if (!o.r.json) {
+  if (!o.r.json && !quiet) {
     fmt::print("{}", o.max_prompt > 0 ? lm.tokenizer.decode(prompt) : text);
     std::fflush(stdout);
   }
@@ -175,7 +200,7 @@ void run(const RunOptions& o) {
     const std::string piece = lm.tokenizer.piece(id, false);
     generated += piece;
     piece_ends.push_back(generated.size());
-    if (!o.r.json) {
+    if (!o.r.json && !quiet) {
       fmt::print("{}", piece);
       std::fflush(stdout);
     }
@@ -191,6 +216,9 @@ void run(const RunOptions& o) {
   const double prefill_tps = 1e3 * double(t.prefill_tokens) / t.prefill_ms;
   const double decode_tps = t.decode_tokens ? 1e3 * double(t.decode_tokens) / t.decode_ms : 0;
   const double attn_share = t.prefill_attn_ms / t.prefill_ms;
+  nlohmann::json cp;
+  if (grp) cp = cp_json(*grp, lm, s);  // every rank takes part
+  if (quiet) return;
   if (o.r.json) {
     nlohmann::json j;
     j["model"] = o.r.model;
@@ -232,6 +260,7 @@ void run(const RunOptions& o) {
       if (l < t.prefill_layer_attn_ms.size()) e["prefill_attn_ms"] = t.prefill_layer_attn_ms[l];
       j["layers"].push_back(e);
     }
+    if (grp) j["cp"] = cp;
     // The text may end inside a UTF-8 sequence (a byte token): replaced (U+FFFD) rather than
     // thrown at; "tokens" keeps the ids exact.
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -259,6 +288,7 @@ void run(const RunOptions& o) {
                100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
                t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
+  if (grp) fmt::print(stderr, "{}\n", cp_line(cp));
 }
 
 }  // namespace

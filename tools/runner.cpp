@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/process_memory.hpp"
@@ -40,6 +41,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
                  "dense_layers=] or blasst:lambda=X[,order=]")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
+  app.add_option("--cp", o.cp,
+                 "context parallelism: run as one of P ranks under mpirun -np P (dense prefill "
+                 "by a pass-KV ring over zigzag chunks, decode merged over the ranks)")
+      ->capture_default_str();
 }
 
 model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn) {
@@ -85,6 +90,107 @@ LoadedModel load_model_and_tokenizer(const std::string& path) {
   return m;
 }
 
+std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o) {
+  SPATTN_CHECK(o.cp >= 1, "--cp must be >= 1, got ", o.cp);
+  if (o.cp == 1) return nullptr;
+  return dist::mpi_world(o.cp);
+}
+
+LoadedModel load_runner_model(const std::string& path, dist::Group* g) {
+  if (!g) return load_model_and_tokenizer(path);
+  std::optional<LoadedModel> m;
+  dist::agree(*g, "loading the model", [&] { m.emplace(load_model_and_tokenizer(path)); });
+  // Every rank must hold the same model: compare the shapes and the vocabulary.
+  const model::Config& c = m->model.config();
+  const int64_t shape[] = {int64_t(c.arch), c.n_layer, c.n_embd, c.n_head, c.n_head_kv,
+                           c.head_dim, c.n_ff, c.n_vocab};
+  const uint64_t mine = dist::fingerprint(shape, sizeof shape);
+  std::vector<uint64_t> all(size_t(g->size()));
+  g->allgather(&mine, sizeof mine, all.data());
+  dist::agree(*g, "loading the model", [&] {
+    for (int r = 1; r < g->size(); ++r)
+      SPATTN_CHECK(all[size_t(r)] == all[0], "rank ", r, " loaded a model of another shape "
+                   "than rank 0's");
+  });
+  return std::move(*m);
+}
+
+void with_cp(dist::Group* g, const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    if (g && g->size() > 1 && !g->failed_together()) {
+      fmt::print(stderr, "error: rank {} of {} (alone; ending every rank): {}\n", g->rank(),
+                 g->size(), e.what());
+      std::fflush(stderr);
+      g->abort(2);
+    }
+    throw;
+  }
+}
+
+nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Session& s) {
+  const model::Timings& t = s.timings();
+  // One fixed record per rank.
+  struct Rank {
+    double prefill_ms, prefill_attn_ms, prefill_comm_ms, ring_comm_ms, decode_ms, decode_comm_ms;
+    int64_t prefill_sent, prefill_recv, ring_sent, ring_layers, logits_recv, decode_sent,
+        decode_recv, kv_bytes, kv_tokens, peak_rss;
+  };
+  const Rank mine{t.prefill_ms, t.prefill_attn_ms, t.prefill_comm.comm_ms,
+                  t.prefill_comm.ring_comm_ms, t.decode_ms,
+                  t.decode_comm.comm_ms, t.prefill_comm.bytes_sent, t.prefill_comm.bytes_recv,
+                  t.prefill_comm.ring_bytes_sent, t.prefill_comm.ring_layers,
+                  t.prefill_comm.logits_bytes_recv, t.decode_comm.bytes_sent,
+                  t.decode_comm.bytes_recv, int64_t(s.memory().kv_cache),
+                  s.cache().size(), int64_t(peak_rss_bytes())};
+  std::vector<Rank> all(size_t(g.size()));
+  g.allgather(&mine, sizeof mine, all.data());
+  nlohmann::json j;
+  j["ranks"] = g.size();
+  j["n_layer"] = m.model.config().n_layer;
+  for (const Rank& r : all) {
+    const double per_layer =
+        r.ring_layers > 0 ? double(r.ring_sent) / double(r.ring_layers) : 0.0;
+    j["per_rank"].push_back(
+        {{"prefill_ms", r.prefill_ms},
+         {"prefill_attn_ms", r.prefill_attn_ms},
+         {"prefill_comm_ms", r.prefill_comm_ms},
+         {"prefill_comm_share", r.prefill_ms > 0 ? r.prefill_comm_ms / r.prefill_ms : 0.0},
+         {"ring_comm_ms", r.ring_comm_ms},
+         {"ring_comm_share", r.prefill_ms > 0 ? r.ring_comm_ms / r.prefill_ms : 0.0},
+         {"prefill_bytes_sent", r.prefill_sent},
+         {"prefill_bytes_recv", r.prefill_recv},
+         {"ring_bytes_sent", r.ring_sent},
+         {"ring_layer_passes", r.ring_layers},
+         {"ring_bytes_per_layer", per_layer},
+         {"logits_bytes_recv", r.logits_recv},
+         {"decode_ms", r.decode_ms},
+         {"decode_comm_ms", r.decode_comm_ms},
+         {"decode_bytes_sent", r.decode_sent},
+         {"decode_bytes_recv", r.decode_recv},
+         {"kv_cache_bytes", r.kv_bytes},
+         {"kv_tokens", r.kv_tokens},
+         {"peak_rss_bytes", r.peak_rss}});
+  }
+  return j;
+}
+
+std::string cp_line(const nlohmann::json& j) {
+  std::string s = fmt::format("context parallel: {} ranks", j["ranks"].get<int>());
+  int r = 0;
+  for (const auto& x : j["per_rank"])
+    s += fmt::format(
+        "\n  rank {}: prefill {:.1f} ms, communication {:.1f} ms ({:.1f}%; the ring's {:.1f} ms), "
+        "ring {:.1f} KiB per layer, KV cache {:.2f} MiB ({} tokens), decode communication {:.1f} ms",
+        r++, x["prefill_ms"].get<double>(), x["prefill_comm_ms"].get<double>(),
+        100 * x["prefill_comm_share"].get<double>(), x["ring_comm_ms"].get<double>(),
+        x["ring_bytes_per_layer"].get<double>() / 1024,
+        double(x["kv_cache_bytes"].get<int64_t>()) / (1 << 20), x["kv_tokens"].get<int64_t>(),
+        x["decode_comm_ms"].get<double>());
+  return s;
+}
+
 nlohmann::json memory_json(const LoadedModel& m,
                            std::initializer_list<const model::Session*> sessions) {
   const model::Model::Memory w = m.model.memory();
@@ -97,6 +203,7 @@ nlohmann::json memory_json(const LoadedModel& m,
     s.h2o_state += a.h2o_state;
     s.h2o_scratch += a.h2o_scratch;
     s.decode_pages += a.decode_pages;
+    s.cp_ring += a.cp_ring;
   }
   nlohmann::json j;
   j["peak_rss_bytes"] = peak_rss_bytes();
@@ -115,6 +222,7 @@ nlohmann::json memory_json(const LoadedModel& m,
   j["h2o_state_bytes"] = s.h2o_state;
   j["h2o_scratch_bytes"] = s.h2o_scratch;
   j["decode_pages_bytes"] = s.decode_pages;
+  j["cp_ring_bytes"] = s.cp_ring;  // --cp: the ring's shard buffers
   return j;
 }
 

@@ -5,10 +5,13 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "spattn/context_parallel.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 #include "spattn/tokenizer.hpp"
@@ -29,6 +32,7 @@ struct RunnerOptions {
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
   std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:lambda=X
   bool json = false;
+  int cp = 1;  // --cp P: context parallelism over P MPI ranks (mpirun -np P)
 };
 // `attn_default`: what --attn means when not given.
 void add_runner_options(CLI::App& app, RunnerOptions& o);
@@ -46,6 +50,21 @@ struct LoadedModel {
   std::string chat_template;  // tokenizer.chat_template (Jinja source), "" when absent
 };
 LoadedModel load_model_and_tokenizer(const std::string& path);
+
+// --cp P > 1: MPI's world of P ranks (spattn/context_parallel.hpp), else null. Throws Error on
+// every rank when mpirun started another count or this build has no MPI.
+std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o);
+// load_model_and_tokenizer, agreed over the group when there is one: a rank that cannot load
+// the model makes every rank throw an Error naming it.
+LoadedModel load_runner_model(const std::string& path, dist::Group* g);
+// Runs body; with a group of several ranks, an error one rank met alone (the others would wait
+// for it) is printed with the rank and ends every rank at once (exit 2); an error every rank
+// met together (dist::agree) propagates as usual on every rank.
+void with_cp(dist::Group* g, const std::function<void()>& body);
+// Every rank's communication, time and KV cache (a collective call): rank by rank, with the
+// ring's bytes per layer and the communication's share of prefill.
+nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Session& s);
+std::string cp_line(const nlohmann::json& j);
 
 // Peak resident memory and its parts (the model's weights, each session's KV cache, method
 // copies and row buffers), as JSON and as one line for stderr.

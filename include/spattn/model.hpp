@@ -31,6 +31,7 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
+#include "spattn/context_parallel.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/kv_type.hpp"
 
@@ -179,6 +180,11 @@ struct SessionOptions {
   // --attn-decode: how decode attends (spattn/decode_spec.hpp): dense, quest[:...] (page
   // summaries kept with the cache) or blasst:lambda=X. Prefill is unaffected.
   std::string attn_decode = "dense";
+  // --cp P: context parallelism (spattn/context_parallel.hpp): this session is one rank of the
+  // group, holding only the tokens the zigzag split (prefill) and decode give it; every rank
+  // runs the same calls with the same tokens. Null: one process. First stage: dense prefill
+  // from position 0 (a fresh or reset session), dense decode, -ctk / -ctv any type.
+  std::shared_ptr<dist::Group> cp;
   void validate() const;
 };
 
@@ -195,6 +201,8 @@ struct Timings {
   // prefill_attn_ms per layer (empty before the first prefill): a sliding-window layer's band
   // against a global layer's attention in the same run.
   std::vector<double> prefill_layer_attn_ms;
+  // Context parallelism (SessionOptions::cp): this rank's communication in prefill and decode.
+  dist::CommStats prefill_comm, decode_comm;
 };
 
 // What one layer's attention runs in a session (spattn run --json "layers"): a sliding-window
@@ -274,6 +282,7 @@ class Session {
   struct Memory {
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
+    size_t cp_ring = 0;       // --cp: the ring's shard buffers (the one in hand, the arriving one)
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.

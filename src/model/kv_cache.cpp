@@ -51,13 +51,16 @@ bool KVCache::staged() const {
   return false;
 }
 
-void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int threads) {
+void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int threads,
+                     std::span<const int64_t> positions) {
   check_layer(l);
+  SPATTN_CHECK(positions.empty() || (!has_raw() && !has_pages()),
+               "KV cache: rows at given positions go to the packed cache only");
   PackedKV& p = packed_[size_t(l)];
   const int64_t at = p.size();
   // The packed rows first (they check everything), then the raw copy, which cannot fail on
   // rows the packer took; should it, the packed rows go again.
-  p.append(k, v, {}, threads);
+  p.append(k, v, positions, threads);
   if (has_raw()) {
     try {
       const TensorView rk = raw_k_[size_t(l)].view().rows(at, k.seq);

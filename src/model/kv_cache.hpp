@@ -9,6 +9,7 @@
 // included. A pass that fails in any layer therefore leaves the cache as it was.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "spattn/kv_type.hpp"
@@ -51,8 +52,10 @@ class KVCache {
   bool staged() const;  // some layer holds rows not yet committed
 
   // Stages k, v ([kv_heads, n, dim], the cache's dtype) after layer l's rows, at positions
-  // layer_size(l) ..; a refused call changes nothing.
-  void append(int64_t l, const TensorView& k, const TensorView& v, int threads);
+  // layer_size(l) .. or the given ones (a context-parallel rank holds the positions it owns;
+  // packed cache only: not with raw rows or Quest's pages); a refused call changes nothing.
+  void append(int64_t l, const TensorView& k, const TensorView& v, int threads,
+              std::span<const int64_t> positions = {});
   // The staged rows become committed. Every layer must hold the same number of rows (else
   // Error, and nothing changes).
   void commit();

@@ -25,6 +25,12 @@
 // computed (a server's prefix reuse). h2o_at is the position the layers can go on from (0
 // fresh, a restored boundary, -1 none: after a prompt's last batch or a decode).
 //
+// Context parallelism (SessionOptions::cp, spattn/context_parallel.hpp): a prefill runs the
+// rank's zigzag rows through every layer at once (not in -ub chunks), attention by the pass-KV
+// ring (dist/ring_attention.cpp); a decode runs the token on every rank, its K/V staged on the
+// rank with the fewest tokens, attention merged over the ranks. n_past is then the group's
+// token count; the rank's cache holds its own tokens at their positions.
+//
 // A call (prefill or decode) is all or nothing: its rows are staged in the cache layer by layer
 // and committed when the call has run through every layer and chunk; on an Error anywhere the
 // cache is rolled back, chunked_h2o's layer state put back where the call started (reset at 0,
@@ -37,6 +43,7 @@
 #include <functional>
 
 #include "core/threading.hpp"
+#include "dist/ring_attention.hpp"
 #include "eval/rope.hpp"
 #include "model/kv_cache.hpp"
 #include "model/layer_graph.hpp"
@@ -60,6 +67,12 @@ void SessionOptions::validate() const {
     SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
                  "-ctk / -ctv: unknown KV cache type ", int(t));
   parse_decode_spec(attn_decode);
+  if (cp) {
+    SPATTN_CHECK(mode == PrefillMode::dense, "--cp: only dense prefill is context-parallel so "
+                 "far (--attn dense)");
+    SPATTN_CHECK(attn_decode == "dense", "--cp: only dense decode is context-parallel so far "
+                 "(--attn-decode dense), got '", attn_decode, "'");
+  }
   if (mode == PrefillMode::chunked_h2o) {
     ChunkedH2OParams p;
     p.chunk = n_ubatch;
@@ -75,7 +88,21 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-enum class Attn { dense, h2o, method, decode };
+// What a group's counters gained since `before`.
+dist::CommStats delta(const dist::CommStats& now, const dist::CommStats& before) {
+  dist::CommStats d;
+  d.bytes_sent = now.bytes_sent - before.bytes_sent;
+  d.bytes_recv = now.bytes_recv - before.bytes_recv;
+  d.messages = now.messages - before.messages;
+  d.comm_ms = now.comm_ms - before.comm_ms;
+  d.ring_bytes_sent = now.ring_bytes_sent - before.ring_bytes_sent;
+  d.ring_layers = now.ring_layers - before.ring_layers;
+  d.ring_comm_ms = now.ring_comm_ms - before.ring_comm_ms;
+  d.logits_bytes_recv = now.logits_bytes_recv - before.logits_bytes_recv;
+  return d;
+}
+// ring and cp_decode: context parallelism's prefill and decode.
+enum class Attn { dense, h2o, method, decode, ring, cp_decode };
 const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
@@ -95,6 +122,13 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
   if (c.sliding_window <= 0) return nullptr;
   return std::make_shared<const eval::RopeTable>(n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
                                                  std::vector<float>{}, c.rope_attn_factor);
+}
+// A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
+// n / P + 2 prompt tokens and decode the next token to the emptiest rank.
+int64_t cache_capacity(const SessionOptions& o) {
+  if (!o.cp) return o.n_ctx;
+  const int64_t P = o.cp->size();
+  return std::min(o.n_ctx, (o.n_ctx + P - 1) / P + 2);
 }
 }  // namespace
 
@@ -118,6 +152,16 @@ struct Session::Impl {
   // Per layer, method mode only. A Method's run is const and keeps nothing, so forks share them.
   std::vector<std::shared_ptr<const Method>> methods;
   Timings t;
+  // Context parallelism: the group, the tokens it holds in all and per rank (committed), the
+  // zigzag of the prefill running, the ring's buffers and decode's gathered (O, LSE).
+  dist::Group* grp = nullptr;
+  int64_t cp_n = 0;
+  std::vector<int64_t> cp_counts;
+  dist::Zigzag zz;
+  int cp_owner = -1;     // the rank a decoded token's K/V goes to
+  int32_t cp_token = 0;  // the token decoding, which every rank checks it shares
+  dist::RingScratch ring;
+  std::vector<float> cp_gather;
   int64_t tap_layer = -1;
   QkvTap tap;
   // Scratch for up to max_rows rows.
@@ -129,10 +173,17 @@ struct Session::Impl {
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base, rope_style(cfg),
              global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
         rope_swa(swa_rope(cfg, o.n_ctx)),
-        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, o.n_ctx, DType::f32,
+        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o), DType::f32,
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
     make_h2o();
+    if (opt.cp) {
+      for (int64_t l = 0; l < cfg.n_layer; ++l)
+        SPATTN_CHECK(!cfg.is_swa(l), "context parallelism (--cp) does not split a model with "
+                     "sliding-window layers (", arch_name(cfg.arch), ") across ranks yet");
+      grp = opt.cp.get();
+      cp_counts.assign(size_t(grp->size()), 0);
+    }
     if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
       // layer=l is added unless the spec names a layer itself. A file with one law serves
@@ -247,6 +298,8 @@ struct Session::Impl {
     max_rows = std::min(opt.n_ctx, opt.mode == PrefillMode::chunked_h2o
                                        ? std::max(opt.n_batch, opt.n_ubatch)
                                        : opt.n_ubatch);
+    // A context-parallel prefill takes the rank's rows through each layer at once.
+    if (grp) max_rows = cache_capacity(opt);
     const int64_t D = cfg.n_embd, dq = cfg.n_head * cfg.head_dim,
                   dkv = cfg.n_head_kv * cfg.head_dim;
     x.resize(size_t(max_rows * D));
@@ -321,7 +374,7 @@ struct Session::Impl {
     const TensorView kv = TensorView::shd(k.data(), DType::f32, Hkv, n, d);
     const TensorView vv = TensorView::shd(v.data(), DType::f32, Hkv, n, d);
     const TensorView ov = TensorView::shd(att.data(), DType::f32, Hq, n, d);
-    SPATTN_CHECK(cache.layer_size(l) == pos0, "internal: layer ", l, " holds ",
+    SPATTN_CHECK(grp || cache.layer_size(l) == pos0, "internal: layer ", l, " holds ",
                  cache.layer_size(l), " tokens, rows start at ", pos0);
     // The rows as the cache stores them (-ctk / -ctv), for every reader: the packed cache
     // rounds them the same way (idempotently), chunked_h2o's memory sets and the methods'
@@ -335,6 +388,25 @@ struct Session::Impl {
             kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
         }
       });
+    if (kind == Attn::ring) {
+      cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
+      const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
+                               opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data()};
+      dist::ring_prefill(*grp, zz, rl, ring, stats);
+      return;
+    }
+    if (kind == Attn::cp_decode) {
+      const int64_t at[1] = {pos0};
+      if (cp_owner == grp->rank()) cache.append(l, kv, vv, 1, at);
+      const PackedKV& c = cache.packed(l);
+      AttnOptions a = attn_opt(pos0);
+      a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
+                                    opt.threads);
+      dist::decode_merge(*grp, qv, c, ov, a, cp_token, &t.decode_stats, cp_gather);
+      t.decode_keys_read += c.kv_heads() * c.size();
+      t.decode_keys_total += c.kv_heads() * c.size();
+      return;
+    }
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     const PackedKV& c = cache.packed(l);
@@ -361,6 +433,9 @@ struct Session::Impl {
       case Attn::decode:
         decode_attention(l, qv, ov, pos0);
         break;
+      case Attn::ring:
+      case Attn::cp_decode:
+        break;  // above
       case Attn::h2o:
         // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
         h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, nullptr, stats,
@@ -413,6 +488,9 @@ struct Session::Impl {
     }
   }
 
+  void cp_prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
+                  const PrefillProgress& progress);
+
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
   void forward(const int32_t* tokens, int64_t n, int64_t pos0, Attn kind, bool last,
@@ -421,9 +499,14 @@ struct Session::Impl {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
     const int mm = opt.threads;
+    // Row i's position: pos0 + i, or the rank's zigzag rows in a context-parallel prefill.
+    const dist::Zigzag::Run run_a = kind == Attn::ring ? zz.first(grp->rank()) : dist::Zigzag::Run{pos0, n};
+    const auto row_pos = [&](int64_t i) {
+      return i < run_a.len ? run_a.pos + i : zz.second(grp->rank()).pos + (i - run_a.len);
+    };
     for (int64_t i = 0; i < n; ++i) {
       SPATTN_CHECK(tokens[i] >= 0 && tokens[i] < cfg.n_vocab, "token id ", tokens[i],
-                   " at position ", pos0 + i, " is outside the vocabulary [0, ", cfg.n_vocab, ")");
+                   " at position ", row_pos(i), " is outside the vocabulary [0, ", cfg.n_vocab, ")");
       m.embed(tokens[i], x.data() + i * D);
     }
     // gemma3 scales the embeddings by sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)).
@@ -439,11 +522,21 @@ struct Session::Impl {
       const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
-          for (int64_t hh = 0; hh < Hq; ++hh) rt.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos0 + i);
-          for (int64_t hh = 0; hh < Hkv; ++hh) rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos0 + i);
+          const int64_t pos = row_pos(i);
+          for (int64_t hh = 0; hh < Hq; ++hh) rt.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos);
+          for (int64_t hh = 0; hh < Hkv; ++hh) rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos);
         }
       });
-      if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) tap(l, pos0, n, q.data(), k.data(), v.data());
+      if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) {
+        if (kind == Attn::ring) {  // the rank's two runs, each contiguous
+          const dist::Zigzag::Run a = zz.first(grp->rank()), b = zz.second(grp->rank());
+          tap(l, a.pos, a.len, q.data(), k.data(), v.data());
+          tap(l, b.pos, b.len, q.data() + a.len * Hq * d, k.data() + a.len * Hkv * d,
+              v.data() + a.len * Hkv * d);
+        } else {
+          tap(l, pos0, n, q.data(), k.data(), v.data());
+        }
+      }
       const auto t0 = Clock::now();
       attention(l, n, pos0, kind, last, stats);
       if (attn_ms) {
@@ -476,6 +569,17 @@ void Session::reset() { truncate(0); }
 
 void Session::truncate(int64_t n) {
   Impl& s = *p_;
+  if (s.grp) {
+    // The ranks' caches hold the zigzag of one prompt: only all of it or none is a prefix.
+    SPATTN_CHECK(n == 0 || n == s.cp_n, "--cp: truncate keeps all ", s.cp_n,
+                 " tokens or none, not ", n);
+    if (n == 0) {
+      s.cache.truncate(0);
+      s.cp_n = 0;
+      std::fill(s.cp_counts.begin(), s.cp_counts.end(), 0);
+    }
+    return;
+  }
   SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "truncate: ", n, " tokens, outside [0, ",
                s.cache.size(), "]");
   s.cache.truncate(n);
@@ -486,6 +590,7 @@ int64_t Session::reuse_point(int64_t n) const {
   const Impl& s = *p_;
   SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "reuse_point: ", n, " tokens, outside [0, ",
                s.cache.size(), "]");
+  if (s.grp) return 0;  // a context-parallel prefill starts at position 0
   switch (s.opt.mode) {
     case PrefillMode::dense: return n;
     case PrefillMode::method: return 0;
@@ -499,12 +604,13 @@ int64_t Session::reuse_point(int64_t n) const {
 
 Session Session::fork(int64_t n) const {
   const Impl& s = *p_;
+  SPATTN_CHECK(!s.grp, "--cp: a context-parallel session cannot be forked");
   if (n < 0) n = s.cache.size();
   SPATTN_CHECK(n <= s.cache.size(), "fork: ", n, " tokens, outside [0, ", s.cache.size(), "]");
   return Session(std::make_unique<Impl>(s, n));
 }
 
-int64_t Session::n_past() const { return p_->cache.size(); }
+int64_t Session::n_past() const { return p_->grp ? p_->cp_n : p_->cache.size(); }
 const KVCache& Session::cache() const { return p_->cache; }
 const Timings& Session::timings() const { return p_->t; }
 Session::Memory Session::memory() const {
@@ -519,6 +625,7 @@ Session::Memory Session::memory() const {
   for (const auto& k : s.h2o_kept)
     for (const ChunkedH2OSnapshot& l : k.layers) m.h2o_state += l.bytes();
   if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
+  m.cp_ring = s.ring.bytes();
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
@@ -560,6 +667,7 @@ void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
 void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
                       const PrefillProgress& progress) {
   Impl& s = *p_;
+  if (s.grp) return s.cp_prefill(tokens, logits, logits_from, progress);
   const int64_t n = int64_t(tokens.size()), V = s.cfg.n_vocab, pos0 = s.cache.size();
   SPATTN_CHECK(n >= 1, "prefill: no tokens");
   SPATTN_CHECK(pos0 + n <= s.opt.n_ctx, "prompt of ", n, " tokens after ", pos0,
@@ -618,6 +726,27 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
 
 void Session::decode(int32_t token, float* logits) {
   Impl& s = *p_;
+  if (s.grp) {
+    SPATTN_CHECK(s.cp_n >= 1, "--cp: decode needs a prefill first");
+    SPATTN_CHECK(s.cp_n + 1 <= s.opt.n_ctx, "decode: the context of ", s.opt.n_ctx,
+                 " tokens (-c) is full");
+    // The emptiest rank (the lowest of equals) holds the new token's K/V.
+    s.cp_token = token;
+    s.cp_owner = int(std::min_element(s.cp_counts.begin(), s.cp_counts.end()) -
+                     s.cp_counts.begin());
+    const dist::CommStats c0 = s.grp->stats();
+    s.all_or_nothing([&] {
+      const auto t0 = Clock::now();
+      s.forward(&token, 1, s.cp_n, Attn::cp_decode, false, logits, 0, &s.t.decode_attn_ms,
+                nullptr);
+      s.t.decode_ms += ms_since(t0);
+      s.t.decode_tokens += 1;
+    });
+    s.t.decode_comm.add(delta(s.grp->stats(), c0));
+    s.cp_counts[size_t(s.cp_owner)] += 1;
+    s.cp_n += 1;
+    return;
+  }
   SPATTN_CHECK(s.cache.size() + 1 <= s.opt.n_ctx, "decode: the context of ", s.opt.n_ctx,
                " tokens (-c) is full");
   s.all_or_nothing([&] {
@@ -628,6 +757,89 @@ void Session::decode(int32_t token, float* logits) {
     s.t.decode_tokens += 1;
   });
   s.h2o_at = -1;  // decoded rows are not in chunked_h2o's state
+}
+
+}  // namespace spattn::model
+
+namespace spattn::model {
+
+// A context-parallel prefill (see the top of this file): the ranks first agree that they were
+// given the same call and that it can run, then take their zigzag rows through every layer;
+// the logits rows asked for are gathered to every rank.
+void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
+                               int64_t logits_from, const PrefillProgress& progress) {
+  Impl& s = *this;
+  dist::Group& g = *s.grp;
+  const int P = g.size(), r = g.rank();
+  const int64_t n = int64_t(tokens.size()), V = s.cfg.n_vocab;
+  const dist::CommStats c0 = g.stats();
+  // What every rank was asked: the call's shape and a fingerprint of its tokens.
+  struct Ask {
+    int64_t n, logits_from, with_logits, n_past;
+    uint64_t tokens;
+  };
+  const Ask mine{n, logits_from, logits ? 1 : 0, s.cp_n,
+                 dist::fingerprint(tokens.data(), tokens.size_bytes())};
+  std::vector<Ask> all(static_cast<size_t>(P));
+  g.allgather(&mine, sizeof mine, all.data());
+  dist::agree(g, "prefill", [&] {
+    for (int q = 1; q < P; ++q)
+      SPATTN_CHECK(std::memcmp(&all[size_t(q)], &all[0], sizeof(Ask)) == 0, "rank ", q,
+                   " was given another prompt or call than rank 0 (", all[size_t(q)].n,
+                   " tokens against ", all[0].n, ")");
+    SPATTN_CHECK(s.cp_n == 0, "--cp: a prefill starts at position 0 (reset the session); this "
+                 "one holds ", s.cp_n, " tokens");
+    SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n, " tokens are fewer than "
+                 "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
+    SPATTN_CHECK(n <= s.opt.n_ctx, "prompt of ", n, " tokens does not fit the context of ",
+                 s.opt.n_ctx, " (-c)");
+    SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
+                 " outside [0, ", n, ")");
+    for (int64_t i = 0; i < n; ++i)
+      SPATTN_CHECK(tokens[size_t(i)] >= 0 && tokens[size_t(i)] < s.cfg.n_vocab, "token id ",
+                   tokens[size_t(i)], " at position ", i, " is outside the vocabulary [0, ",
+                   s.cfg.n_vocab, ")");
+  });
+  s.zz = dist::Zigzag{n, P};
+  const std::vector<int64_t> own = s.zz.positions(r);
+  const int64_t rows = int64_t(own.size());
+  std::vector<int32_t> own_tokens(own.size());
+  for (size_t i = 0; i < own.size(); ++i) own_tokens[i] = tokens[size_t(own[i])];
+  // This rank's logits rows: its positions >= logits_from, a suffix of its rows.
+  const auto rows_from = [&](int rank) {
+    const std::vector<int64_t> p = s.zz.positions(rank);
+    return int64_t(std::lower_bound(p.begin(), p.end(), logits_from) - p.begin());
+  };
+  const int64_t lrow0 = rows_from(r);
+  std::vector<float> mine_logits(logits ? size_t((rows - lrow0) * V) : 0);
+  s.all_or_nothing([&] {
+    const auto t0 = Clock::now();
+    s.forward(own_tokens.data(), rows, 0, Attn::ring, false,
+              logits && lrow0 < rows ? mine_logits.data() : nullptr, lrow0, &s.t.prefill_attn_ms,
+              &s.t.prefill_stats);
+    if (logits) {
+      std::vector<size_t> counts(static_cast<size_t>(P));
+      for (int q = 0; q < P; ++q)
+        counts[size_t(q)] = size_t((s.zz.rows(q) - rows_from(q)) * V) * sizeof(float);
+      std::vector<float> gathered(size_t((n - logits_from) * V));
+      const int64_t before = g.stats().bytes_recv;
+      g.allgatherv(mine_logits.data(), mine_logits.size() * sizeof(float), gathered.data(),
+                   counts);
+      g.stats().logits_bytes_recv += g.stats().bytes_recv - before;
+      const float* src = gathered.data();
+      for (int q = 0; q < P; ++q) {
+        const std::vector<int64_t> p = s.zz.positions(q);
+        for (size_t i = size_t(rows_from(q)); i < p.size(); ++i, src += V)
+          std::copy_n(src, V, logits + (p[i] - logits_from) * V);
+      }
+    }
+    s.t.prefill_ms += ms_since(t0);
+    s.t.prefill_tokens += n;
+  });
+  for (int q = 0; q < P; ++q) s.cp_counts[size_t(q)] = s.zz.rows(q);
+  s.cp_n = n;
+  s.t.prefill_comm.add(delta(g.stats(), c0));
+  if (progress) progress(n, n);
 }
 
 }  // namespace spattn::model

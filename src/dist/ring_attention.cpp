@@ -1,0 +1,169 @@
+// The pass-KV ring and the decode merge (see ring_attention.hpp and
+// spattn/context_parallel.hpp). Ring step s on rank r holds the shard of rank (r - s) mod P:
+// it starts forwarding that shard to rank r + 1 and receiving rank (r - s - 1)'s from r - 1,
+// computes its queries against the shard in hand meanwhile, then waits. Every partial result
+// over a disjoint key set merges exactly by (O, LSE) (merge_attention).
+#include "dist/ring_attention.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "spattn/decode.hpp"
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+#include "spattn/merge.hpp"
+
+namespace spattn::dist {
+
+DType wire_dtype(KVType k_type, KVType v_type) {
+  if (k_type == v_type && k_type == KVType::f16) return DType::f16;
+  if (k_type == v_type && k_type == KVType::bf16) return DType::bf16;
+  return DType::f32;
+}
+
+size_t RingScratch::bytes() const {
+  size_t b = buf[0].capacity() + buf[1].capacity() +
+             (k.capacity() + v.capacity() + tmp_out.capacity() + tmp_lse.capacity() +
+              lse.capacity()) * sizeof(float);
+  if (shard) b += shard->bytes();
+  return b;
+}
+
+namespace {
+
+// n f32 values (exactly representable in `t`) into `t`'s bytes at dst, and back.
+void to_wire(const float* src, int64_t n, DType t, unsigned char* dst) {
+  if (t == DType::f32) {
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) store_from_f32(dst + i * 2, t, src[i]);
+}
+void from_wire(const unsigned char* src, int64_t n, DType t, float* dst) {
+  if (t == DType::f32) {
+    std::memcpy(dst, src, size_t(n) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src + i * 2, t);
+}
+
+}  // namespace
+
+void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
+  const int P = g.size(), r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const auto shard_bytes = [&](int rank) { return size_t(z.rows(rank) * Hkv * d) * es * 2; };
+  int64_t max_rows = 0;
+  for (int q = 0; q < P; ++q) max_rows = std::max(max_rows, z.rows(q));
+  const int64_t rows = z.rows(r);
+  SPATTN_CHECK(L.own && L.own->size() == rows, "internal: the rank's cache holds ",
+               L.own ? L.own->size() : 0, " rows, its shard ", rows);
+  for (auto& b : s.buf) b.resize(size_t(max_rows * Hkv * d) * es * 2);
+  to_wire(L.k, rows * Hkv * d, wire, s.buf[0].data());
+  to_wire(L.v, rows * Hkv * d, wire, s.buf[0].data() + size_t(rows * Hkv * d) * es);
+  if (P > 1 && (!s.shard || s.shard->capacity() < max_rows || s.shard->k_type() != L.k_type ||
+                s.shard->v_type() != L.v_type || s.shard->kv_heads() != Hkv))
+    s.shard = std::make_unique<PackedKV>(Hkv, d, DType::f32, max_rows, /*bf16_dot=*/false,
+                                         L.k_type, L.v_type);
+  s.lse.resize(size_t(Hq * rows));
+  const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  const double comm0 = g.stats().comm_ms;
+  int cur = 0;
+  for (int step = 0; step < P; ++step) {
+    const int src = (r - step + P) % P;
+    if (step + 1 < P) {
+      const int next = (r - step - 1 + P) % P;
+      g.start_exchange(s.buf[cur].data(), shard_bytes(src), (r + 1) % P, s.buf[1 - cur].data(),
+                       shard_bytes(next), (r - 1 + P) % P);
+      g.stats().ring_bytes_sent += int64_t(shard_bytes(src));
+    }
+    const PackedKV* kv = L.own;
+    if (step > 0) {
+      // The shard in hand, packed with its owner's positions.
+      const int64_t n = z.rows(src);
+      s.k.resize(size_t(n * Hkv * d));
+      s.v.resize(size_t(n * Hkv * d));
+      from_wire(s.buf[cur].data(), n * Hkv * d, wire, s.k.data());
+      from_wire(s.buf[cur].data() + size_t(n * Hkv * d) * es, n * Hkv * d, wire, s.v.data());
+      const std::vector<int64_t> pos = z.positions(src);
+      s.shard->clear();
+      s.shard->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
+                      TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos, L.opt.threads);
+      kv = s.shard.get();
+      g.progress();
+    }
+    const int64_t first_key = z.first(src).pos;
+    int64_t row0 = 0;
+    for (const Zigzag::Run& run : runs) {
+      AttnOptions a = L.opt;
+      a.q_start = run.pos;
+      const TensorView qv =
+          TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d);
+      const TensorView ov = TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d);
+      float* lse = s.lse.data() + row0 * Hq;  // [Hq, run.len] for this run
+      // Step 0 is the rank's own shard, which both runs see (its first run is its diagonal).
+      if (step == 0) {
+        attention_dense(qv, *kv, ov, a, lse, stats);
+      } else if (run.pos + run.len - 1 >= first_key) {  // else no key of the shard is visible
+        s.tmp_out.resize(size_t(run.len * Hq * d));
+        s.tmp_lse.resize(size_t(run.len * Hq));
+        const TensorView tv = TensorView::shd(s.tmp_out.data(), DType::f32, Hq, run.len, d);
+        attention_dense(qv, *kv, tv, a, s.tmp_lse.data(), stats);
+        merge_attention(ov, lse, tv, s.tmp_lse.data(), ov, lse);
+      }
+      row0 += run.len;
+      g.progress();
+    }
+    if (step + 1 < P) {
+      g.finish_exchange();
+      cur = 1 - cur;
+    }
+  }
+  g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+}
+
+void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
+                  const AttnOptions& opt, int32_t token, Stats* stats,
+                  std::vector<float>& scratch) {
+  const int P = g.size();
+  const int64_t Hq = q.heads, d = q.dim;
+  SPATTN_CHECK(q.seq == 1 && out.seq == 1, "internal: decode_merge takes one query row");
+  // This rank's slot: O [Hq, d], LSE [Hq], then the token's id (as int32 bytes).
+  const size_t slot = size_t(Hq * (d + 1) + 1);
+  scratch.resize(slot * size_t(P + 1));
+  float* mine = scratch.data() + slot * size_t(P);
+  const TensorView mo = TensorView::shd(mine, DType::f32, Hq, 1, d);
+  if (local.size() > 0) {
+    attention_decode(q, local, mo, opt, DecodeOptions{}, mine + Hq * d, stats);
+  } else {
+    std::fill(mine, mine + Hq * d, 0.0f);
+    std::fill(mine + Hq * d, mine + Hq * (d + 1), -std::numeric_limits<float>::infinity());
+  }
+  std::memcpy(mine + slot - 1, &token, sizeof token);
+  g.allgather(mine, slot * sizeof(float), scratch.data());
+  for (int rank = 0; rank < P; ++rank) {
+    int32_t t = 0;
+    std::memcpy(&t, scratch.data() + slot * size_t(rank + 1) - 1, sizeof t);
+    if (t != token) {
+      g.set_failed_together();
+      detail::fail("--cp: rank ", rank, " decodes token ", t, " where rank ", g.rank(),
+                   " decodes ", token, ": the ranks are out of step");
+    }
+  }
+  std::vector<float> o(static_cast<size_t>(d));
+  for (int64_t h = 0; h < Hq; ++h) {
+    std::copy_n(scratch.begin() + h * d, d, o.begin());
+    float lse = scratch[size_t(Hq * d + h)];
+    for (int rank = 1; rank < P; ++rank) {
+      const float* part = scratch.data() + slot * size_t(rank);
+      merge_row(o.data(), lse, part + h * d, part[Hq * d + h], d);
+    }
+    for (int64_t c = 0; c < d; ++c) out.set(h, 0, c, o[size_t(c)]);
+  }
+}
+
+}  // namespace spattn::dist

@@ -1,0 +1,53 @@
+// Context-parallel attention for one layer (spattn/context_parallel.hpp): the pass-KV ring of
+// prefill and decode's merge of every rank's partial result. Transport-free: bytes move
+// through a Group, so this file never sees MPI.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/context_parallel.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/packed_kv.hpp"
+
+namespace spattn::dist {
+
+// A shard travels as its K rows then its V rows ([rows, kv_heads, dim] each, the session's row
+// layout) in the narrowest type that holds the cache's values exactly: f16 or bf16 when K and V
+// are both stored so, else f32 (q8_0 values and mixed types).
+DType wire_dtype(KVType k_type, KVType v_type);
+
+// Buffers the ring reuses from layer to layer (sized on first use).
+struct RingScratch {
+  std::vector<unsigned char> buf[2];  // the shard in hand and the one arriving
+  std::vector<float> k, v;            // a received shard widened to f32 for packing
+  std::unique_ptr<PackedKV> shard;    // a received shard, packed with its positions
+  std::vector<float> tmp_out, tmp_lse, lse;
+  size_t bytes() const;
+};
+
+// One layer of a context-parallel prefill from position 0, on rank g.rank() of the zigzag z:
+// q [rows, Hq, d], k and v [rows, Hkv, d] are the rank's rows (its two runs, as the cache
+// rounded them), `own` the layer's cache holding exactly those rows at their positions; out
+// [rows, Hq, d] receives attention over the whole prompt. opt gives threads and scale.
+struct RingLayer {
+  const float *q, *k, *v;
+  const PackedKV* own;
+  int64_t q_heads, kv_heads, dim;
+  KVType k_type, v_type;
+  AttnOptions opt;
+  float* out;
+};
+void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s,
+                  Stats* stats);
+
+// One decoded query per q head (q, out [Hq, 1, d] views), at position opt.q_start: attention
+// over `local` (this rank's tokens, possibly none), then one all-gather of every rank's (O,
+// LSE) merged in rank order, so every rank gets the same bits. `token` rides along: ranks
+// decoding different tokens (out of step) fail together with an Error naming them.
+void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
+                  const AttnOptions& opt, int32_t token, Stats* stats,
+                  std::vector<float>& scratch);
+
+}  // namespace spattn::dist

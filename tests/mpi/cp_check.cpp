@@ -1,0 +1,245 @@
+// spattn_cp_check: run under `mpirun -np P`, every rank compares a context-parallel session
+// (SessionOptions::cp) with a one-process session of the same model on the same prompt:
+//   - per layer, the rows the rank owns of that layer's post-RoPE q, k, v (the inputs of layer
+//     l are computed from layer l-1's attention output, so layer l >= 1 checks the ring's
+//     output of the layer before); the last layer's attention is checked through the logits;
+//   - every prompt row's logits (gathered to every rank);
+//   - greedy decode: the same tokens, and each step's logits;
+//   - the rank's KV cache bytes against the one-process cache's.
+// Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL]
+// Exit 0 when every check holds on this rank, 1 when one fails (printed), 77 when the model
+// or text is absent (skip).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/ring_attention.hpp"
+#include "model/kv_cache.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/context_parallel.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/model.hpp"
+#include "spattn/tokenizer.hpp"
+
+using namespace spattn;
+
+namespace {
+
+// Every layer's rows by position: q [n, Hq d], k and v [n, Hkv d].
+struct Rows {
+  std::vector<std::vector<float>> q, k, v;
+  void tap(model::Session& s, const model::Config& c, int64_t n) {
+    q.assign(size_t(c.n_layer), std::vector<float>(size_t(n * c.n_head * c.head_dim)));
+    k.assign(size_t(c.n_layer), std::vector<float>(size_t(n * c.n_head_kv * c.head_dim)));
+    v = k;
+    const int64_t dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
+    s.set_qkv_tap(model::Session::kTapAllLayers,
+                  [this, dq, dkv, n](int64_t l, int64_t pos0, int64_t rows, const float* qs,
+                                     const float* ks, const float* vs) {
+                    if (pos0 + rows > n) return;  // decode rows
+                    std::copy_n(qs, rows * dq, q[size_t(l)].data() + pos0 * dq);
+                    std::copy_n(ks, rows * dkv, k[size_t(l)].data() + pos0 * dkv);
+                    std::copy_n(vs, rows * dkv, v[size_t(l)].data() + pos0 * dkv);
+                  });
+  }
+};
+
+// max |a - b| over the rows at `positions`, relative to max |a| there.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b, int64_t width,
+                const std::vector<int64_t>& positions) {
+  double diff = 0, scale = 0;
+  for (int64_t p : positions)
+    for (int64_t i = p * width; i < (p + 1) * width; ++i) {
+      diff = std::max(diff, double(std::fabs(a[size_t(i)] - b[size_t(i)])));
+      scale = std::max(scale, double(std::fabs(a[size_t(i)])));
+    }
+  return scale > 0 ? diff / scale : diff;
+}
+
+// The ring alone on seeded random rows (4 q heads, 2 kv heads, head dim 64, f32 cache): each
+// rank's attention output against the exact reference over every key, and decode's merged
+// output against one attention_decode over every key, computed on the rank itself. Only the
+// order of sums differs, so the tolerance is float rounding's.
+bool ring_alone(dist::Group& g, int64_t n, double tol) {
+  const int64_t Hq = 4, Hkv = 2, d = 64;
+  const int r = g.rank();
+  std::vector<float> q(size_t(n * Hq * d)), k(size_t(n * Hkv * d)), v(k.size());
+  uint64_t x = 26;
+  auto rnd = [&] {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);
+  };
+  for (float& e : q) e = 2 * rnd();
+  for (float& e : k) e = 2 * rnd();
+  for (float& e : v) e = rnd();
+  AttnOptions opt;
+  opt.threads = 1;
+  // One process: every key, rows by position.
+  const PackedKV all = PackedKV::pack(TensorView::shd(k.data(), DType::f32, Hkv, n, d),
+                                      TensorView::shd(v.data(), DType::f32, Hkv, n, d), 0, 1);
+  std::vector<float> ref(q.size());  // the exact reference (double sums)
+  attention_reference(TensorView::shd(q.data(), DType::f32, Hq, n, d),
+                      TensorView::shd(k.data(), DType::f32, Hkv, n, d),
+                      TensorView::shd(v.data(), DType::f32, Hkv, n, d),
+                      TensorView::shd(ref.data(), DType::f32, Hq, n, d), opt);
+  // This rank's rows, cache and ring.
+  const dist::Zigzag z{n, g.size()};
+  const std::vector<int64_t> own = z.positions(r);
+  const int64_t m = int64_t(own.size());
+  std::vector<float> oq(size_t(m * Hq * d)), ok_(size_t(m * Hkv * d)), ov(ok_.size()),
+      out(oq.size());
+  for (int64_t i = 0; i < m; ++i) {
+    std::copy_n(q.data() + own[size_t(i)] * Hq * d, Hq * d, oq.data() + i * Hq * d);
+    std::copy_n(k.data() + own[size_t(i)] * Hkv * d, Hkv * d, ok_.data() + i * Hkv * d);
+    std::copy_n(v.data() + own[size_t(i)] * Hkv * d, Hkv * d, ov.data() + i * Hkv * d);
+  }
+  PackedKV mine(Hkv, d, DType::f32, m + 1);
+  mine.append(TensorView::shd(ok_.data(), DType::f32, Hkv, m, d),
+              TensorView::shd(ov.data(), DType::f32, Hkv, m, d), own, 1);
+  dist::RingScratch scratch;
+  dist::ring_prefill(g, z,
+                     {oq.data(), ok_.data(), ov.data(), &mine, Hq, Hkv, d, KVType::f32,
+                      KVType::f32, opt, out.data()},
+                     scratch, nullptr);
+  double diff = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < Hq * d; ++c)
+      diff = std::max(diff, double(std::fabs(out[size_t(i * Hq * d + c)] -
+                                             ref[size_t(own[size_t(i)] * Hq * d + c)])));
+  // Decode: the last row's query over every key, the last key on rank 0 alone.
+  std::vector<float> dref(size_t(Hq * d)), dout(size_t(Hq * d)), gather;
+  const TensorView dq = TensorView::shd(q.data() + (n - 1) * Hq * d, DType::f32, Hq, 1, d);
+  AttnOptions dopt = opt;
+  dopt.q_start = n - 1;
+  attention_decode(dq, all, TensorView::shd(dref.data(), DType::f32, Hq, 1, d), dopt);
+  dist::decode_merge(g, dq, mine, TensorView::shd(dout.data(), DType::f32, Hq, 1, d), dopt, 7,
+                     nullptr, gather);
+  double ddiff = 0;
+  for (size_t c = 0; c < dref.size(); ++c) ddiff = std::max(ddiff, double(std::fabs(dref[c] - dout[c])));
+  std::printf("rank %d: ring alone (random rows, n %lld): attention max |diff| %.3g, decode "
+              "merge %.3g\n",
+              r, (long long)n, diff, ddiff);
+  return diff <= tol && ddiff <= tol;
+}
+
+int argmax(const float* x, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return int(best);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 7) {
+    std::fprintf(stderr, "usage: %s MODEL TEXT P N_TOKENS N_DECODE CTK [TOL]\n", argv[0]);
+    return 2;
+  }
+  const std::string model_path = argv[1], text_path = argv[2];
+  const int P = std::atoi(argv[3]);
+  const int64_t n = std::atoll(argv[4]), n_decode = std::atoll(argv[5]);
+  const KVType ctk = parse_kv_type(argv[6]);
+  const double tol = argc > 7 ? std::atof(argv[7]) : 1e-3;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(model_path, ec) ||
+      !std::filesystem::is_regular_file(text_path, ec)) {
+    std::fprintf(stderr, "skip: %s or %s is absent\n", model_path.c_str(), text_path.c_str());
+    return 77;
+  }
+  try {
+    auto group = dist::mpi_world(P);
+    const int r = group->rank();
+    bool ok = ring_alone(*group, 333, 2e-6);
+    auto file = std::make_shared<const gguf::File>(gguf::File::open(model_path));
+    const model::Model m = model::load_model(file);
+    const Tokenizer tok = Tokenizer::from_gguf(*file);
+    const model::Config& c = m.config();
+    std::ifstream in(text_path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::vector<int32_t> tokens = tok.encode(ss.str().substr(0, size_t(n) * 8));
+    if (int64_t(tokens.size()) < n) {
+      std::fprintf(stderr, "the text gives %zu tokens, fewer than %lld\n", tokens.size(),
+                   (long long)n);
+      return 1;
+    }
+    tokens.resize(size_t(n));
+    const int64_t V = c.n_vocab;
+
+    model::SessionOptions so;
+    so.n_ctx = n + n_decode + 8;
+    so.n_ubatch = 64;  // the one-process session in several chunks, as -ub does
+    so.threads = 1;    // ranks share 2 cores
+    so.cache_type_k = so.cache_type_v = ctk;
+    model::Session one(m, so);
+    so.cp = group;
+    model::Session cp(m, so);
+    Rows a, b;
+    a.tap(one, c, n);
+    b.tap(cp, c, n);
+    std::vector<float> la(size_t(n * V)), lb(size_t(n * V));
+    one.prefill(tokens, la.data(), 0);
+    cp.prefill(tokens, lb.data(), 0);
+
+    const std::vector<int64_t> own = dist::Zigzag{n, P}.positions(r);
+    std::vector<int64_t> all(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
+    double worst = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const double dq = rel_diff(a.q[size_t(l)], b.q[size_t(l)], c.n_head * c.head_dim, own);
+      const double dk = rel_diff(a.k[size_t(l)], b.k[size_t(l)], c.n_head_kv * c.head_dim, own);
+      const double dv = rel_diff(a.v[size_t(l)], b.v[size_t(l)], c.n_head_kv * c.head_dim, own);
+      const double d = std::max({dq, dk, dv});
+      worst = std::max(worst, d);
+      if (r == 0 || d > tol)
+        std::printf("rank %d layer %lld: q/k/v of own rows, max |diff| / max |x| = %.3g\n", r,
+                    (long long)l, d);
+      if (d > tol) ok = false;
+    }
+    const double dl = rel_diff(la, lb, V, all);
+    std::printf("rank %d: logits of all %lld rows, max |diff| / max |x| = %.3g\n", r,
+                (long long)n, dl);
+    if (dl > tol) ok = false;
+    // Greedy decode in lockstep: every rank has the same logits, so the same token.
+    std::vector<float> da(static_cast<size_t>(V)), db(static_cast<size_t>(V));
+    int ta = argmax(la.data() + (n - 1) * V, V), tb = argmax(lb.data() + (n - 1) * V, V);
+    for (int64_t step = 0; step < n_decode; ++step) {
+      if (ta != tb) {
+        std::printf("rank %d: decode step %lld: token %d (one process) against %d (cp)\n", r,
+                    (long long)step, ta, tb);
+        ok = false;
+        break;
+      }
+      one.decode(ta, da.data());
+      cp.decode(tb, db.data());
+      const double d = rel_diff(da, db, V, {0});
+      if (d > tol) {
+        std::printf("rank %d: decode step %lld: logits max |diff| / max |x| = %.3g\n", r,
+                    (long long)step, d);
+        ok = false;
+      }
+      ta = argmax(da.data(), V);
+      tb = argmax(db.data(), V);
+    }
+    if (cp.n_past() != one.n_past()) {
+      std::printf("rank %d: n_past %lld against %lld\n", r, (long long)cp.n_past(),
+                  (long long)one.n_past());
+      ok = false;
+    }
+    const double share = double(cp.memory().kv_cache) / double(one.memory().kv_cache);
+    std::printf("rank %d: %s; layers worst %.3g; KV cache %zu bytes against %zu (%.3f of the "
+                "one-process cache, %lld of %lld tokens)\n",
+                r, ok ? "ok" : "FAILED", worst, cp.memory().kv_cache, one.memory().kv_cache,
+                share, (long long)cp.cache().size(), (long long)one.n_past());
+    std::fflush(stdout);
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

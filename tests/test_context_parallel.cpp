@@ -1,0 +1,217 @@
+// Context parallelism over MPI (issue 26; spattn/context_parallel.hpp), on loopback: mpirun
+// --oversubscribe -np 2 and -np 4 on the project's code-tiny-8k.gguf. Every mpirun runs under
+// `timeout`, so a rank left waiting fails the test instead of hanging it. Skipped where spattn
+// was built without MPI, mpirun is absent, or the model is.
+//   - spattn_cp_check (tests/mpi/cp_check.cpp): the ring alone on random rows against the
+//     exact reference, decode's merge against one decode over every key (2e-6: float
+//     rounding); on the model, per
+//     layer each rank's rows of q, k, v (layer l >= 1's come from layer l-1's ring output) and
+//     every logits row within 2e-3 of max |x| of the one-process session (measured: <= 4e-4;
+//     one process gives the same bits whatever -ub, so this is the merge order's rounding
+//     carried through the layers), greedy decode equal, KV cache 1/P;
+//   - the CLI: `spattn run` greedy text equal to the one-process run; `spattn perplexity`
+//     within 1e-4 relative (four significant digits; measured 0.8e-5 at np 2, 3e-5 at np 4);
+//   - bad input: --cp not matching the ranks, a rank failing to load the model, a prompt
+//     shorter than 2P chunks: every rank exits 2 naming the error, none hangs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_run.hpp"
+#include "models_dir.hpp"
+#include "spattn/context_parallel.hpp"
+
+namespace spattn::test {
+namespace {
+
+#ifdef SPATTN_MPIRUN
+constexpr bool kHaveMpi = true;
+const char* const kMpirun = SPATTN_MPIRUN;
+const char* const kCpCheck = SPATTN_CP_CHECK_PATH;
+#else
+constexpr bool kHaveMpi = false;
+const char* const kMpirun = "";
+const char* const kCpCheck = "";
+#endif
+
+#define SKIP_WITHOUT_MPI()                                                    \
+  do {                                                                        \
+    if (!kHaveMpi || !dist::mpi_available())                                  \
+      GTEST_SKIP() << "spattn was built without MPI (or mpirun is absent)";   \
+  } while (0)
+
+// Under AddressSanitizer (make test-sanitize) the ranks run without leak detection: Open MPI
+// keeps allocations past exit that LeakSanitizer would report as ours.
+#if defined(__SANITIZE_ADDRESS__)
+const std::string kRankEnv = "ASAN_OPTIONS=${ASAN_OPTIONS}:detect_leaks=0 ";
+const std::string kRankExport = " -x ASAN_OPTIONS";
+#else
+const std::string kRankEnv, kRankExport;
+#endif
+
+// `mpirun -np N` as root on 2 cores, in its own time limit (exit 124 when it runs out).
+std::string mpirun(int np, int seconds = 60) {
+  return kRankEnv + "timeout -k 5 " + std::to_string(seconds) + " " + kMpirun + kRankExport +
+         " --allow-run-as-root --oversubscribe --mca btl self,vader -x OMP_WAIT_POLICY=passive -np " +
+         std::to_string(np) + " ";
+}
+
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) {
+    path = std::filesystem::temp_directory_path() /
+           (name + "-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+CliRun shell(const std::string& cmd, const std::filesystem::path& dir) {
+  const std::filesystem::path out = dir / "stdout", err = dir / "stderr";
+  CliRun r;
+  r.status = std::system((cmd + " >" + out.string() + " 2>" + err.string()).c_str());
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-check");
+  const CliRun r = shell(mpirun(np) + kCpCheck + " " + model + " " + text + " " +
+                             std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
+                             " " + tol,
+                         dir.path);
+  ASSERT_TRUE(r.exited()) << r.err;
+  EXPECT_EQ(r.code(), 0) << r.out << r.err;
+  EXPECT_EQ(count(r.out, ": ok;"), np) << r.out << r.err;
+}
+
+// f32 cache: only the order of sums differs from the one-process session.
+TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp2) { cp_check(2, "f32", "2e-3", 200); }
+TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp4) { cp_check(4, "f32", "2e-3", 200); }
+// The default f16 cache (the shards travel as f16).
+TEST(ContextParallel, LayersMatchOneProcessWithF16CacheNp2) { cp_check(2, "f16", "2e-3", 200); }
+
+nlohmann::json json_of(const CliRun& r) {
+  const size_t at = r.out.find('{');
+  EXPECT_NE(at, std::string::npos) << r.out << r.err;
+  return nlohmann::json::parse(r.out.substr(at == std::string::npos ? 0 : at));
+}
+
+TEST(ContextParallel, GreedyTextEqualsOneProcess) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-run");
+  const std::string args = std::string(" run -m ") + model +
+                           " -p 'def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.' "
+                           "-n 24 -c 256 -t 1 --ignore-eos --json";
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const nlohmann::json a = json_of(one);
+  for (int np : {2, 4}) {
+    const CliRun cp =
+        shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+    ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
+    const nlohmann::json b = json_of(cp);
+    EXPECT_EQ(a["tokens"], b["tokens"]) << "np " << np;
+    EXPECT_EQ(a["text"], b["text"]) << "np " << np;
+    ASSERT_TRUE(b.contains("cp"));
+    EXPECT_EQ(b["cp"]["ranks"], np);
+    const nlohmann::json& ranks = b["cp"]["per_rank"];
+    ASSERT_EQ(int(ranks.size()), np);
+    int64_t tokens = 0;
+    for (const auto& x : ranks) {
+      // Each layer's ring sends the rank's own shard and forwards P - 2 others.
+      EXPECT_GT(x["ring_bytes_per_layer"].get<double>(), 0);
+      EXPECT_EQ(x["ring_layer_passes"].get<int64_t>(), 8);  // code-tiny-8k: 8 layers
+      EXPECT_GT(x["decode_bytes_sent"].get<int64_t>(), 0);
+      tokens += x["kv_tokens"].get<int64_t>();
+    }
+    // Every token the prompt and decode brought is in exactly one rank's cache.
+    EXPECT_EQ(tokens, a["prompt_tokens"].get<int64_t>() + a["decode_tokens"].get<int64_t>());
+  }
+}
+
+TEST(ContextParallel, PerplexityEqualsOneProcess) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-ppl");
+  const std::string args = std::string(" perplexity -m ") + model + " -f " + text +
+                           " -c 256 --chunks 2 --dense-only -t 1 --json";
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const double a = json_of(one)["results"]["dense"]["ppl"].get<double>();
+  for (int np : {2, 4}) {
+    const CliRun cp =
+        shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+    ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
+    const double b = json_of(cp)["results"]["dense"]["ppl"].get<double>();
+    EXPECT_LE(std::fabs(b - a) / a, 1e-4) << "np " << np << ": " << a << " against " << b;
+  }
+}
+
+// Every rank exits 2 and prints the named error; mpirun itself ends within its time limit.
+void expect_every_rank_fails(const CliRun& r, int np, const std::string& named) {
+  ASSERT_TRUE(r.exited()) << r.err;
+  EXPECT_NE(r.code(), 124) << "timed out: a rank hung\n" << r.err;
+  EXPECT_NE(r.code(), 0) << r.err;
+  EXPECT_EQ(count(r.err, named), np) << r.err;
+  EXPECT_EQ(count(r.err, "error: "), np) << r.err;
+}
+
+TEST(ContextParallel, CpNotMatchingTheRanksFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir("spattn-cp-bad");
+  const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH +
+                             " run -m /nonexistent.gguf -p hello --cp 3",
+                         dir.path);
+  expect_every_rank_fails(r, 2, "--cp 3 (rank 0) does not match the 2 processes MPI started");
+}
+
+TEST(ContextParallel, ARankFailingToLoadTheModelFailsEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-load");
+  // Two programs in one job (mpirun's MPMD form): rank 1 is given a file that is not there.
+  const std::string rest = " -p 'int main(void) { return 0; }' -n 4 -c 128 --cp 2";
+  const CliRun r = shell(kRankEnv + "timeout -k 5 30 " + std::string(kMpirun) + kRankExport +
+                             " --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 " +
+                             SPATTN_CLI_PATH + " run -m " + model + rest + " : -np 1 " +
+                             SPATTN_CLI_PATH + " run -m " + (dir.path / "absent.gguf").string() +
+                             rest,
+                         dir.path);
+  expect_every_rank_fails(r, 2, "rank 1 of 2 failed (loading the model)");
+}
+
+TEST(ContextParallel, PromptShorterThanTwoPChunksFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-short");
+  const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model +
+                             " -p 'x = 1' -n 4 -c 128 --cp 4",
+                         dir.path);
+  expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
+}
+
+}  // namespace
+}  // namespace spattn::test
