@@ -153,9 +153,13 @@ TEST(Ruler, NiahTextsAreRulersTemplate) {
                              "sure to memorize it. I will quiz you about the number afterwards.\n",
                              0),
             0u);
-  const size_t q = one.prompt.find("\nWhat is the special magic number for ");
+  const std::string question = "\nWhat is the special magic number for ";
+  const size_t q = one.prompt.find(question);
   ASSERT_NE(q, std::string::npos);
-  const std::string key = one.prompt.substr(q + 38, one.prompt.find(' ', q + 38) - q - 38);
+  const size_t key_at = q + question.size(), key_end = one.prompt.find(' ', key_at);
+  ASSERT_NE(key_end, std::string::npos);
+  const std::string key(one.prompt.begin() + std::ptrdiff_t(key_at),
+                        one.prompt.begin() + std::ptrdiff_t(key_end));
   EXPECT_NE(one.prompt.find("One of the special magic numbers for " + key + " is: " +
                             one.answers[0] + "."),
             std::string::npos);
@@ -185,11 +189,11 @@ TEST(Ruler, OtherTasksAreRulersTemplates) {
   ASSERT_EQ(vt.answers.size(), 5u);
   EXPECT_NE(vt.prompt.find("VAR " + vt.answers[1] + " = VAR " + vt.answers[0] + " "),
             std::string::npos);
-  EXPECT_TRUE(vt.prompt.ends_with("5 variables are assigned the value " +
-                                  vt.prompt.substr(vt.prompt.find("VAR " + vt.answers[0] + " = ") +
-                                                       vt.answers[0].size() + 7,
-                                                   5) +
-                                  ", they are: "));
+  const std::string first_link = "VAR " + vt.answers[0] + " = ";
+  const size_t value_at = vt.prompt.find(first_link);
+  ASSERT_NE(value_at, std::string::npos);
+  const std::string value(vt.prompt, value_at + first_link.size(), 5);
+  EXPECT_TRUE(vt.prompt.ends_with("5 variables are assigned the value " + value + ", they are: "));
   // The worked example comes first, answered.
   EXPECT_EQ(vt.prompt.rfind("Memorize and track the chain(s)", 0), 0u);
   EXPECT_NE(vt.prompt.find("they are: ", 0), vt.prompt.rfind("they are: "));

@@ -19,6 +19,8 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "cli.hpp"
 #include "runner.hpp"
@@ -47,13 +49,16 @@ struct SampleResult {
   std::string prediction;
   double score = 0;
   double ll_with = 0, ll_without = 0;  // mean log-likelihood per reference token (nats)
+  // The first reference token's log-likelihood alone: it is predicted by the prompt's last row,
+  // which the prefill attention computed, while the later ones are read through decode.
+  double first_with = 0, first_without = 0;
   double prefill_ms = 0;
   int64_t generated = 0;
 };
 
 // Sums of SampleResult over a (task, length, method) cell.
 struct Cell {
-  double score = 0, ll_with = 0, ll_without = 0, prefill_ms = 0;
+  double score = 0, ll_with = 0, ll_without = 0, first_with = 0, first_without = 0, prefill_ms = 0;
   double prompt_tokens = 0;
   int64_t n = 0;
   nlohmann::json per_sample = nlohmann::json::array();
@@ -72,15 +77,17 @@ int32_t argmax(const std::vector<float>& logits) {
 }
 
 // Mean log-probability of `ref` after the state whose next-token logits are `first`, teacher
-// forced through decode (the path a generated answer takes).
-double teacher_forced(model::Session& s, const std::vector<float>& first,
-                      const std::vector<int32_t>& ref, std::vector<float>& logits) {
-  double sum = log_prob(first, ref[0]);
+// forced through decode (the path a generated answer takes), and its first token's alone.
+std::pair<double, double> teacher_forced(model::Session& s, const std::vector<float>& first,
+                                         const std::vector<int32_t>& ref,
+                                         std::vector<float>& logits) {
+  const double first_lp = log_prob(first, ref[0]);
+  double sum = first_lp;
   for (size_t j = 1; j < ref.size(); ++j) {
     s.decode(ref[j - 1], logits.data());
     sum += log_prob(logits, ref[j]);
   }
-  return sum / double(ref.size());
+  return {sum / double(ref.size()), first_lp};
 }
 
 SampleResult run_sample(model::Session& s, const LoadedModel& lm, const RulerTaskInfo& task,
@@ -94,7 +101,7 @@ SampleResult run_sample(model::Session& s, const LoadedModel& lm, const RulerTas
   s.reset_timings();
   s.prefill(prompt, first.data(), int64_t(prompt.size()) - 1);
   r.prefill_ms = s.timings().prefill_ms;
-  r.ll_with = teacher_forced(s, first, ref, logits);
+  std::tie(r.ll_with, r.first_with) = teacher_forced(s, first, ref, logits);
   // Greedy generation from the same prefilled prompt.
   s.truncate(int64_t(prompt.size()));
   int32_t tok = argmax(first);
@@ -107,7 +114,7 @@ SampleResult run_sample(model::Session& s, const LoadedModel& lm, const RulerTas
   r.score = ruler_score(task, r.prediction, sample.answers);
   s.reset();
   s.prefill(without, first.data(), int64_t(without.size()) - 1);
-  r.ll_without = teacher_forced(s, first, ref, logits);
+  std::tie(r.ll_without, r.first_without) = teacher_forced(s, first, ref, logits);
   return r;
 }
 
@@ -206,6 +213,8 @@ void run(EvalOptions& o) {
           c.score += r.score;
           c.ll_with += r.ll_with;
           c.ll_without += r.ll_without;
+          c.first_with += r.first_with;
+          c.first_without += r.first_without;
           c.prefill_ms += r.prefill_ms;
           c.prompt_tokens += double(prompt.size());
           ++c.n;
@@ -215,6 +224,8 @@ void run(EvalOptions& o) {
                                {"answers", sample.answers},
                                {"ll_with", r.ll_with},
                                {"ll_without", r.ll_without},
+                               {"ll_first_with", r.first_with},
+                               {"ll_first_without", r.first_without},
                                {"prompt_tokens", prompt.size()},
                                {"prompt_without_tokens", without.size()},
                                {"reference_tokens", ref.size()},
@@ -253,6 +264,9 @@ void run(EvalOptions& o) {
                        {"ll_with", c.ll_with / n},
                        {"ll_without", c.ll_without / n},
                        {"gap", (c.ll_with - c.ll_without) / n},
+                       {"ll_first_with", c.first_with / n},
+                       {"ll_first_without", c.first_without / n},
+                       {"gap_first", (c.first_with - c.first_without) / n},
                        {"prompt_tokens", c.prompt_tokens / n},
                        {"prefill_ms", c.prefill_ms / n},
                        {"per_sample", c.per_sample}});
@@ -275,18 +289,19 @@ void run(EvalOptions& o) {
   }
   fmt::print("RULER synthetic tasks on {} (seed {}, {} samples each, --attn-decode {}); score: "
              "RULER's string_match_all in percent; log-likelihood: mean nats per reference "
-             "token, with the needles and without them; gap = with - without\n",
+             "token, with the needles and without them; gap = with - without; gap 1st: the same "
+             "for the answer's first token alone (the one the prefill's last row predicts)\n",
              o.r.model, o.seed, o.samples, o.r.attn_decode);
   size_t width = 6;
   for (const auto& m : methods) width = std::max(width, m.size());
-  fmt::print("{:<16} {:>7} {:<{}} {:>7} {:>9} {:>9} {:>8} {:>8}\n", "task", "length", "method",
-             width, "score", "ll with", "ll w/o", "gap", "tokens");
+  fmt::print("{:<16} {:>7} {:<{}} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "task", "length",
+             "method", width, "score", "ll with", "ll w/o", "gap", "gap 1st", "tokens");
   for (const auto& r : results)
-    fmt::print("{:<16} {:>7} {:<{}} {:>7.1f} {:>9.3f} {:>9.3f} {:>+8.3f} {:>8.0f}\n",
+    fmt::print("{:<16} {:>7} {:<{}} {:>7.1f} {:>9.3f} {:>9.3f} {:>+8.3f} {:>+8.3f} {:>8.0f}\n",
                r["task"].get<std::string>(), r["length"].get<int64_t>(),
                r["method"].get<std::string>(), width, r["score"].get<double>(),
                r["ll_with"].get<double>(), r["ll_without"].get<double>(), r["gap"].get<double>(),
-               r["prompt_tokens"].get<double>());
+               r["gap_first"].get<double>(), r["prompt_tokens"].get<double>());
 }
 
 }  // namespace
