@@ -300,13 +300,17 @@ TEST(Ruler, EvalCommandRunsAndIsDeterministic) {
     EXPECT_LT(r["ll_without"].get<double>(), 0.0);
     EXPECT_NEAR(r["gap"].get<double>(),
                 r["ll_with"].get<double>() - r["ll_without"].get<double>(), 1e-9);
+    EXPECT_LT(r["ll_first_with"].get<double>(), 0.0);
+    EXPECT_NEAR(r["gap_first"].get<double>(),
+                r["ll_first_with"].get<double>() - r["ll_first_without"].get<double>(), 1e-9);
     EXPECT_LE(r["prompt_tokens"].get<double>() + (r["task"] == "vt" ? 30 : 128), 1024);
     EXPECT_LE(r["per_sample"][0]["generated_tokens"].get<int64_t>(), 4);
     // The table's row for the same cell, with the same figures.
     const std::string row = fmt::format(
-        "{:<16} {:>7} {:<7} {:>7.1f} {:>9.3f} {:>9.3f} {:>+8.3f}", r["task"].get<std::string>(),
-        1024, r["method"].get<std::string>(), r["score"].get<double>(),
-        r["ll_with"].get<double>(), r["ll_without"].get<double>(), r["gap"].get<double>());
+        "{:<16} {:>7} {:<7} {:>7.1f} {:>9.3f} {:>9.3f} {:>+8.3f} {:>+8.3f}",
+        r["task"].get<std::string>(), 1024, r["method"].get<std::string>(),
+        r["score"].get<double>(), r["ll_with"].get<double>(), r["ll_without"].get<double>(),
+        r["gap"].get<double>(), r["gap_first"].get<double>());
     EXPECT_NE(b.out.find(row), std::string::npos) << row << "\n" << b.out;
   }
   fs::remove_all(d);
