@@ -288,6 +288,7 @@ ChunkedH2OSnapshot ChunkedH2OLayer::snapshot() const {
     for (int64_t j : s.mem[size_t(h)]) snap.mem_scores[size_t(h)].push_back(s.scores[size_t(h)][size_t(j)]);
     // The layer's rows of head h start at h * mem_cap; the snapshot's at h * m.
     const size_t from = size_t(h) * size_t(s.mem_cap) * s.row_size, to = size_t(h) * m * s.row_size;
+    if (m == 0) continue;  // a fresh layer (or one that never ran): no rows, no null memcpy
     std::memcpy(snap.mem_k.data() + to, s.mem_k.data() + from, m * s.row_size);
     std::memcpy(snap.mem_v.data() + to, s.mem_v.data() + from, m * s.row_size);
   }
@@ -318,6 +319,7 @@ void ChunkedH2OLayer::restore(const ChunkedH2OSnapshot& snap) {
     }
     s.mem[size_t(h)] = mem;
     const size_t to = size_t(h) * size_t(s.mem_cap) * s.row_size, from = size_t(h) * m * s.row_size;
+    if (m == 0) continue;
     std::memcpy(s.mem_k.data() + to, snap.mem_k.data() + from, m * s.row_size);
     std::memcpy(s.mem_v.data() + to, snap.mem_v.data() + from, m * s.row_size);
   }
