@@ -21,6 +21,7 @@
 #include "spattn/decode.hpp"
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
+#include "spattn/quest.hpp"
 #include "spattn/workload.hpp"
 
 namespace spattn::bench {
@@ -172,6 +173,62 @@ void BM_DecodeCacheType(benchmark::State& state) {
   set_bandwidth(state, double(c.bytes()));
 }
 
+// Quest decode over a PackedKV stored as range(4) (as BM_DecodeCacheType), range(5) threads,
+// range(6) the page size with a budget of 2,048 keys (128 pages of 16, 32 of 64; 0: dense decode
+// of the same cache, the baseline), range(7) 1: the pages' selection only, 0: selection and
+// attention.
+void BM_QuestDecode(benchmark::State& state) {
+  const Workload& w = inputs(state);
+  static const KVType types[] = {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0};
+  const KVType t = types[state.range(4)];
+  static std::vector<int64_t> key;
+  static std::unique_ptr<PackedKV> kv;
+  static std::unique_ptr<QuestPages> pages;
+  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2),
+                                     state.range(3), state.range(4), state.range(6)};
+  if (key != args) {
+    kv.reset();
+    pages.reset();
+    kv = std::make_unique<PackedKV>(PackedKV::pack(w.k, w.v, 0, 0, true, t, t));
+    pages = std::make_unique<QuestPages>(w.k.heads(), w.k.dim(), std::max<int64_t>(16, state.range(6)),
+                                         w.k.seq(), t);
+    pages->append(w.k);
+    key = args;
+  }
+  QuestParams qp;
+  qp.page = std::max<int64_t>(16, state.range(6));
+  qp.topk = 2048 / qp.page;
+  const bool dense = state.range(6) == 0;
+  Tensor out(DType::f32, w.q.heads(), 1, w.q.dim());
+  AttnOptions opt;
+  opt.check_finite = false;
+  opt.threads = int(state.range(5));
+  QuestDecodeStats qs;
+  for (auto _ : state) {
+    if (dense) {
+      attention_decode(w.q, *kv, out, opt);
+      benchmark::DoNotOptimize(out.data());
+    } else if (state.range(7)) {
+      const auto ranges = quest_select(w.q, *pages, qp, softmax_scale(opt, w.q.dim()), &qs);
+      benchmark::DoNotOptimize(ranges.data());
+    } else {
+      quest_decode(w.q, *kv, *pages, qp, out, opt, nullptr, nullptr, &qs);
+      benchmark::DoNotOptimize(out.data());
+    }
+  }
+  state.SetLabel(kv_type_name(t));
+  state.counters["keys_read"] = double(qs.keys_read) / double(std::max<int64_t>(1, qs.keys_total));
+}
+
+void quest_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"kv", "hq", "hkv", "bf16", "type", "threads", "page", "select_only"});
+  for (int64_t kv : {16384, 32768})
+    for (int64_t page : {0, 16, 64})
+      for (int64_t sel : {0, 1})
+        if (page > 0 || sel == 0) b->Args({kv, 4, 2, 0, 1, 2, page, sel});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
 // {kv_len, q heads, kv heads, dtype}: MHA-like 8/8 and GQA 32/8, 32K keys, f32 and bf16.
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"kv", "hq", "hkv", "bf16"});
@@ -199,6 +256,7 @@ void cache_type_shapes(benchmark::internal::Benchmark* b) {
 }
 
 BENCHMARK(BM_DecodeCacheType)->Apply(cache_type_shapes);
+BENCHMARK(BM_QuestDecode)->Apply(quest_shapes);
 BENCHMARK(BM_ReadKV)->Apply(shapes);
 BENCHMARK(BM_CopyKV)->Apply(shapes);
 BENCHMARK(BM_PrefillKernelOnDecode)->Apply(shapes);

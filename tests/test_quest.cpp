@@ -12,6 +12,7 @@
 #include <random>
 #include <unistd.h>
 
+#include "kernels/quest_bounds.hpp"
 #include "model/kv_cache.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/decode_spec.hpp"
@@ -125,6 +126,37 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
   }
 }
 
+// The bound kernel against the plain loop it vectorizes: the same sum in the same order, so
+// the same bits, for any number of rows (the group's q heads), pages and dims.
+TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
+  const int64_t pad = kernels::kQuestPagePad;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
+    for (int64_t pages : {1, 31, 32, 33, 70})
+      for (int64_t d : {1, 17, 64, 128}) {
+        const int64_t ld = (pages + pad - 1) / pad * pad + pad;  // wider than needed
+        std::vector<float> q(size_t(rows * d)), lo(size_t(d * ld)), hi(size_t(d * ld));
+        for (float& x : q) x = g(rng);
+        for (size_t i = 0; i < lo.size(); ++i) {
+          const float a = g(rng), b = g(rng);
+          lo[i] = std::min(a, b), hi[i] = std::max(a, b);
+        }
+        std::vector<float> u(size_t(rows * ld), NAN);
+        kernels::quest_bounds(q.data(), rows, d, lo.data(), hi.data(), ld, pages, u.data(), ld);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t p = 0; p < pages; ++p) {
+            float want = 0;
+            for (int64_t c = 0; c < d; ++c) {
+              const float qc = q[size_t(r * d + c)];
+              want += std::max(qc * lo[size_t(c * ld + p)], qc * hi[size_t(c * ld + p)]);
+            }
+            ASSERT_EQ(u[size_t(r * ld + p)], want) << rows << " rows, " << pages << " pages, d "
+                                                   << d << ": row " << r << " page " << p;
+          }
+      }
+}
+
 TEST(Quest, PageChoiceEqualsThePlainTwin) {
   using Shape = std::pair<int64_t, int64_t>;  // kv heads, q heads
   for (const auto& [hkv, hq] : std::initializer_list<Shape>{{2, 8}, {3, 3}})
@@ -218,9 +250,13 @@ TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
       ASSERT_EQ(pages.pages(), fresh.pages());
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t p = 0; p < pages.pages(); ++p)
-          for (int64_t c = 0; c < 2 * d; ++c)
-            ASSERT_EQ(pages.min_max(h, p)[c], fresh.min_max(h, p)[c])
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t i = c * pages.stride() + p;
+            ASSERT_EQ(pages.lo(h)[i], fresh.lo(h)[i])
                 << kv_type_name(type) << " keep " << keep << " page " << p;
+            ASSERT_EQ(pages.hi(h)[i], fresh.hi(h)[i])
+                << kv_type_name(type) << " keep " << keep << " page " << p;
+          }
     }
   }
 }

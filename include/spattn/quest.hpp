@@ -61,15 +61,16 @@ class QuestPages {
   int64_t kv_heads() const { return kv_heads_; }
   int64_t dim() const { return dim_; }
   size_t bytes() const { return mm_.capacity() * sizeof(float); }
-  // min (dim floats) then max (dim floats) of page p of kv head h.
-  const float* min_max(int64_t h, int64_t p) const {
-    return mm_.data() + size_t(((h * pages_cap_) + p) * 2 * dim_);
-  }
+  // The mins of kv head h's pages, dimension-major: page p's min in dimension c at
+  // lo(h)[c * stride() + p] (one vector of loads covers many pages); the maxes likewise at
+  // hi(h). stride() is the page capacity, padded for the bound kernel.
+  const float* lo(int64_t h) const { return mm_.data() + size_t(2 * h * dim_ * pages_cap_); }
+  const float* hi(int64_t h) const { return lo(h) + size_t(dim_ * pages_cap_); }
+  int64_t stride() const { return pages_cap_; }
 
  private:
-  float* mm(int64_t h, int64_t p) { return mm_.data() + size_t(((h * pages_cap_) + p) * 2 * dim_); }
   void add_key(int64_t h, int64_t i, const float* key);
-  int64_t kv_heads_, dim_, page_, pages_cap_, size_ = 0;
+  int64_t kv_heads_, dim_, page_, capacity_, pages_cap_ = 0, size_ = 0;
   KVType k_type_;
   std::vector<float> mm_;
 };

@@ -13,15 +13,15 @@ HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-double ExpRowF64(const float* x, int64_t n, double m, double* e) {
+double ExpRowF64(const float* x, int64_t n, double m, double* e, double scale) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;  // half a vector of floats, one per double lane
   const int64_t N = int64_t(hn::Lanes(dd));
-  const auto vm = hn::Set(dd, m);
+  const auto vm = hn::Set(dd, m), vs = hn::Set(dd, scale);  // scale 1: the product is exact
   auto sum = hn::Zero(dd);
   int64_t j = 0;
   for (; j + N <= n; j += N) {
-    const auto v = hn::Exp(dd, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, x + j)), vm));
+    const auto v = hn::Exp(dd, hn::Mul(vs, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, x + j)), vm)));
     hn::StoreU(v, dd, e + j);
     sum = hn::Add(sum, v);
   }
@@ -30,7 +30,7 @@ double ExpRowF64(const float* x, int64_t n, double m, double* e) {
     double et[HWY_MAX_BYTES / sizeof(double)];
     std::copy(x + j, x + n, xt);
     const auto v = hn::IfThenElseZero(hn::FirstN(dd, size_t(n - j)),
-                                      hn::Exp(dd, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, xt)), vm)));
+                                      hn::Exp(dd, hn::Mul(vs, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, xt)), vm))));
     hn::StoreU(v, dd, et);
     sum = hn::Add(sum, v);
     std::copy(et, et + (n - j), e + j);
@@ -45,8 +45,8 @@ HWY_AFTER_NAMESPACE();
 namespace spattn::kernels {
 HWY_EXPORT(ExpRowF64);
 
-double exp_row_f64(const float* x, int64_t n, double m, double* e) {
-  return HWY_DYNAMIC_DISPATCH(ExpRowF64)(x, n, m, e);
+double exp_row_f64(const float* x, int64_t n, double m, double* e, double scale) {
+  return HWY_DYNAMIC_DISPATCH(ExpRowF64)(x, n, m, e, scale);
 }
 }  // namespace spattn::kernels
 #endif

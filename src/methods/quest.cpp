@@ -9,6 +9,8 @@
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
+#include "kernels/exp_row.hpp"
+#include "kernels/quest_bounds.hpp"
 
 namespace spattn {
 
@@ -33,33 +35,33 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
 
 QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
                        KVType k_type)
-    : kv_heads_(kv_heads), dim_(dim), page_(page), pages_cap_((capacity + page - 1) / page),
-      k_type_(k_type) {
+    : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
                " x ", capacity, " x ", dim);
   SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,
                " is not a multiple of 16 in [16, 64]");
-  mm_.assign(size_t(kv_heads * pages_cap_ * 2 * dim), 0.0f);
+  const int64_t pad = kernels::kQuestPagePad;
+  pages_cap_ = ((capacity + page - 1) / page + pad - 1) / pad * pad;
+  mm_.assign(size_t(kv_heads * 2 * dim * pages_cap_), 0.0f);
 }
 
 void QuestPages::add_key(int64_t h, int64_t i, const float* key) {
-  float* lo = mm(h, i / page_);
-  float* hi = lo + dim_;
-  if (i % page_ == 0) {  // a page's first key sets its summary
-    std::copy_n(key, dim_, lo);
-    std::copy_n(key, dim_, hi);
-    return;
-  }
+  const int64_t p = i / page_;
+  float* lo = mm_.data() + size_t(2 * h * dim_ * pages_cap_) + p;
+  float* hi = lo + dim_ * pages_cap_;
+  const bool first = i % page_ == 0;  // a page's first key sets its summary
   for (int64_t c = 0; c < dim_; ++c) {
-    lo[c] = std::min(lo[c], key[c]);
-    hi[c] = std::max(hi[c], key[c]);
+    float& l = lo[c * pages_cap_];
+    float& u = hi[c * pages_cap_];
+    l = first ? key[c] : std::min(l, key[c]);
+    u = first ? key[c] : std::max(u, key[c]);
   }
 }
 
 void QuestPages::append(const TensorView& k) {
   SPATTN_CHECK(k.heads == kv_heads_ && k.dim == dim_, "quest: appending keys of ", k.heads,
                " heads x ", k.dim, " dims to summaries of ", kv_heads_, " x ", dim_);
-  SPATTN_CHECK(size_ + k.seq <= pages_cap_ * page_, "quest: ", size_ + k.seq,
+  SPATTN_CHECK(size_ + k.seq <= capacity_, "quest: ", size_ + k.seq,
                " keys exceed the summaries' capacity");
   std::vector<float> row(static_cast<size_t>(dim_));
   for (int64_t h = 0; h < kv_heads_; ++h)
@@ -86,14 +88,11 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
 }
 
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
-  const int64_t d = pages.dim();
-  for (int64_t p = 0; p < pages.pages(); ++p) {
-    const float* lo = pages.min_max(h, p);
-    const float* hi = lo + d;
-    float u = 0;
-    for (int64_t c = 0; c < d; ++c) u += std::max(q[c] * lo[c], q[c] * hi[c]);
-    bounds[p] = u;
-  }
+  const int64_t pad = kernels::kQuestPagePad, np = pages.pages();
+  std::vector<float> u(size_t((np + pad - 1) / pad * pad));
+  kernels::quest_bounds(q, 1, pages.dim(), pages.lo(h), pages.hi(h), pages.stride(), np, u.data(),
+                        int64_t(u.size()));
+  std::copy_n(u.data(), np, bounds);
 }
 
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
@@ -106,8 +105,9 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   const int64_t np = pages.pages(), n = pages.size(), page = pages.page();
   const int64_t hkv = pages.kv_heads(), group = q.heads / hkv;
   std::vector<std::vector<KeyRange>> out(static_cast<size_t>(hkv));
-  std::vector<float> qrow(static_cast<size_t>(q.dim)), bounds(static_cast<size_t>(np));
-  std::vector<double> score(static_cast<size_t>(np));
+  const int64_t ldu = (np + kernels::kQuestPagePad - 1) / kernels::kQuestPagePad * kernels::kQuestPagePad;
+  std::vector<float> qrows(static_cast<size_t>(group * q.dim)), bounds(static_cast<size_t>(group * ldu));
+  std::vector<double> score(static_cast<size_t>(np)), e(static_cast<size_t>(np));
   std::vector<int64_t> order;
   std::vector<char> keep(static_cast<size_t>(np));
   // Sink and local pages are always read; the rest compete on their scores.
@@ -123,17 +123,17 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
       // averaged over the q heads of the group (they share the kv head's pages, so its K and V
       // are read once). With one q head per kv head this ranks pages by U, as the paper does.
+      // The group's bounds in one pass over the kv head's summaries.
+      for (int64_t r = 0; r < group; ++r)
+        for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
+      kernels::quest_bounds(qrows.data(), group, q.dim, pages.lo(g), pages.hi(g), pages.stride(),
+                            np, bounds.data(), ldu);
       std::fill(score.begin(), score.end(), 0.0);
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        for (int64_t c = 0; c < q.dim; ++c) qrow[size_t(c)] = q.get(h, 0, c);
-        quest_page_bounds(pages, g, qrow.data(), bounds.data());
-        float mx = -INFINITY;
-        for (int64_t p = 0; p < np; ++p) mx = std::max(mx, bounds[size_t(p)]);
-        double total = 0;
-        for (int64_t p = 0; p < np; ++p) total += std::exp(double(scale) * (double(bounds[size_t(p)]) - mx));
-        for (int64_t p = 0; p < np; ++p)
-          score[size_t(p)] +=
-              std::exp(double(scale) * (double(bounds[size_t(p)]) - mx)) / (total * double(group));
+      for (int64_t r = 0; r < group; ++r) {
+        const float* u = bounds.data() + r * ldu;
+        const float mx = *std::max_element(u, u + np);
+        const double total = kernels::exp_row_f64(u, np, double(mx), e.data(), double(scale));
+        for (int64_t p = 0; p < np; ++p) score[size_t(p)] += e[size_t(p)] / (total * double(group));
       }
       // Largest score first; ties by page index, so the choice is deterministic.
       const auto by_score = [&](int64_t a, int64_t b) {
