@@ -92,10 +92,10 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 // then read once per group): a page's score is its estimated mass, the softmax over the pages
 // of scale * U, averaged over the group's q heads (one q head per kv head: the paper's ranking
 // by U); topk keeps the k best, topp the fewest whose scores, with the sink's and the newest
-// pages', reach P. scale: the softmax scale (resolved).
+// pages', reach P. scale: the softmax scale (resolved); threads: kv heads in parallel.
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
-                                                QuestDecodeStats* stats = nullptr);
+                                                QuestDecodeStats* stats = nullptr, int threads = 1);
 // Attention of q ([Hq, 1, d], the newest token: every key visible) over the ranges of its kv
 // head (quest_select's), each group's q heads as the rows of one item.
 void quest_attend(const TensorView& q, const PackedKV& kv,

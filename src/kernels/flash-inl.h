@@ -699,44 +699,75 @@ HWY_INLINE VF DequantQ8(DF df, const int8_t* HWY_RESTRICT q, VF s) {
   return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
 }
 
-// K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
-inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
+// Slots [sj, sj + n) of K tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
+// layout [d][64]: the keys a gathered piece takes, widened without the rest of their tile.
+// Each dimension's row widens whole vectors around the slots (a row holds 64 of them) and
+// keeps the slots.
+inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                       float* HWY_RESTRICT dst, int64_t dj) {
   if (t == KVType::f32) {
-    std::memcpy(dst, tile, size_t(d * kTileKeys) * 4);
-  } else if (t != KVType::q8_0) {
-    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, d * kTileKeys);
-  } else {
-    const DF df;
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const int64_t N = int64_t(hn::Lanes(df));
-    const int8_t* q = reinterpret_cast<const int8_t*>(tile);
-    const hwy::float16_t* sc = reinterpret_cast<const hwy::float16_t*>(tile + d * kTileKeys);
+    const float* f = reinterpret_cast<const float*>(tile);
     for (int64_t c = 0; c < d; ++c)
-      for (int64_t j = 0; j < kTileKeys; j += N) {
+      std::memcpy(dst + c * kTileKeys + dj, f + c * kTileKeys + sj, size_t(n) * 4);
+    return;
+  }
+  if (t != KVType::q8_0 && sj == 0 && dj == 0 && n == kTileKeys) {  // a whole tile: one run
+    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, d * kTileKeys);
+    return;
+  }
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const int64_t s0 = sj / N * N, s1 = (sj + n + N - 1) / N * N;
+  // In place when the slots are whole vectors at the same offset, else through a row.
+  const bool direct = s0 == sj && s1 == sj + n && dj % N == 0;
+  alignas(64) float row[kTileKeys];
+  const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+  const hwy::float16_t* sc = reinterpret_cast<const hwy::float16_t*>(tile + d * kTileKeys);
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  for (int64_t c = 0; c < d; ++c) {
+    float* out = direct ? dst + c * kTileKeys + dj : row + s0;
+    if (t != KVType::q8_0) {
+      Widen16(t, reinterpret_cast<const uint16_t*>(tile) + c * kTileKeys + s0, out, s1 - s0);
+    } else {
+      for (int64_t j = s0; j < s1; j += N) {
         const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + (c / 32) * kTileKeys + j));
-        hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, dst + c * kTileKeys + j);
+        hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, out + (j - s0));
       }
+    }
+    if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
   }
 }
 
-// V tile `tile` (stored as t) into dst in F32Ops' layout [64][dp].
-inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_RESTRICT dst) {
+// Slots [sj, sj + n) of V tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
+// layout [64][dp]: rows, so only those rows are read.
+inline void WidenKeysV(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t dp,
+                       float* HWY_RESTRICT dst, int64_t dj) {
   if (t == KVType::f32) {
-    std::memcpy(dst, tile, size_t(kTileKeys * dp) * 4);
-  } else if (t != KVType::q8_0) {
-    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, kTileKeys * dp);
+    std::memcpy(dst + dj * dp, reinterpret_cast<const float*>(tile) + sj * dp, size_t(n * dp) * 4);
+  } else if (t != KVType::q8_0) {  // dp is a multiple of 16: whole vectors
+    Widen16(t, reinterpret_cast<const uint16_t*>(tile) + sj * dp, dst + dj * dp, n * dp);
   } else {
     const DF df;
     const int64_t N = int64_t(hn::Lanes(df));
     static_assert(32 % hn::MaxLanes(DF()) == 0);  // a vector lies in one block of 32
     const int8_t* q = reinterpret_cast<const int8_t*>(tile);
     const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + kTileKeys * dp);
-    for (int64_t j = 0; j < kTileKeys; ++j)
+    for (int64_t j = sj; j < sj + n; ++j)
       for (int64_t c = 0; c < dp; c += N) {
         const VF s = hn::Set(df, f16_to_f32(sc[j * (dp / 32) + c / 32]));
-        hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + j * dp + c);
+        hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + (dj + j - sj) * dp + c);
       }
   }
+}
+
+// K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
+inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
+  WidenKeysK(t, tile, 0, kTileKeys, d, dst, 0);
+}
+
+// V tile `tile` (stored as t) into dst in F32Ops' layout [64][dp].
+inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_RESTRICT dst) {
+  WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
 }
 
 // The loop's f32 view of a PackedKVData whose tiles are stored in other types: up to two
@@ -1041,6 +1072,19 @@ struct KVTiles {
       if (kv.widened()) return sc.win.V(kv, kvh, t, tiles);
     return kv.v_tile<T>(kvh, t);
   }
+  // Slots [sj, sj + n) of tile t of head kvh into slots dj.. of the gathered tiles. Stored in
+  // another type, only those slots are widened: a 16-key page would otherwise widen its whole
+  // tile of 64 keys to keep a quarter of it.
+  void copy_keys(int64_t kvh, int64_t t, int64_t sj, int64_t n, Scratch<Ops>& sc, int64_t dj) const {
+    if constexpr (std::is_same_v<T, float>)
+      if (kv.widened()) {
+        WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, n, kv.dim, sc.gk, dj);
+        WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.dp, sc.gv, dj);
+        return;
+      }
+    Ops::CopyKeysK(kv.k_tile<T>(kvh, t), sj, sc.gk, dj, n, kv.dim);
+    Ops::CopyKeysV(kv.v_tile<T>(kvh, t), sj, sc.gv, dj, n, kv.dp);
+  }
 };
 
 // Packs every q head's head_columns() into tiles of its own, copying slots of the main packed
@@ -1322,8 +1366,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         }
       }
       const int64_t take = std::min(hi - lo, kTileKeys - filled);
-      Ops::CopyKeysK(kv.k_tile(kvh, jt, sc), lo % kTileKeys, sc.gk, filled, take, p.dim);
-      Ops::CopyKeysV(kv.v_tile(kvh, jt, sc), lo % kTileKeys, sc.gv, filled, take, dp);
+      kv.copy_keys(kvh, jt, lo % kTileKeys, take, sc, filled);
       sc.pieces.push_back({lo, filled, take});
       filled += take;
       lo += take;

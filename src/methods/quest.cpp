@@ -9,6 +9,7 @@
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
+#include "core/threading.hpp"
 #include "kernels/exp_row.hpp"
 #include "kernels/quest_bounds.hpp"
 
@@ -97,7 +98,7 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
-                                                QuestDecodeStats* stats) {
+                                                QuestDecodeStats* stats, int threads) {
   SPATTN_CHECK(q.seq == 1, "quest: decode takes one query per q head, got ", q.seq);
   SPATTN_CHECK(q.dim == pages.dim() && q.heads % pages.kv_heads() == 0, "quest: q of ", q.heads,
                " heads x ", q.dim, " dims over summaries of ", pages.kv_heads(), " x ",
@@ -105,19 +106,19 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   const int64_t np = pages.pages(), n = pages.size(), page = pages.page();
   const int64_t hkv = pages.kv_heads(), group = q.heads / hkv;
   std::vector<std::vector<KeyRange>> out(static_cast<size_t>(hkv));
+  std::vector<QuestDecodeStats> per_head(static_cast<size_t>(hkv));
   const int64_t ldu = (np + kernels::kQuestPagePad - 1) / kernels::kQuestPagePad * kernels::kQuestPagePad;
-  std::vector<float> qrows(static_cast<size_t>(group * q.dim)), bounds(static_cast<size_t>(group * ldu));
-  std::vector<double> score(static_cast<size_t>(np)), e(static_cast<size_t>(np));
-  std::vector<int64_t> order;
-  std::vector<char> keep(static_cast<size_t>(np));
   // Sink and local pages are always read; the rest compete on their scores.
   const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
   const bool all = params.topp == 0 && params.topk >= last - first;
-  for (int64_t g = 0; g < hkv; ++g) {
-    std::fill(keep.begin(), keep.end(), 0);
+  // Kv heads in parallel (each reads its own summaries, writes its own ranges and stats).
+  parallel_for(hkv, threads, [&](int64_t g, int) {
+    std::vector<float> qrows(static_cast<size_t>(group * q.dim)), bounds(static_cast<size_t>(group * ldu));
+    std::vector<double> score(static_cast<size_t>(np)), e(static_cast<size_t>(np));
+    std::vector<int64_t> order(size_t(last - first));
+    std::vector<char> keep(static_cast<size_t>(np), 0);
     for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
     for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
-    order.resize(size_t(last - first));
     std::iota(order.begin(), order.end(), first);
     if (!all && !order.empty()) {
       // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
@@ -159,14 +160,16 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
     int64_t read = 0, pages_read = 0;
     for (int64_t p = 0; p < np; ++p) {
       if (!keep[size_t(p)]) continue;
-      const int64_t b = p * page, e = std::min(n, b + page);
-      if (!r.empty() && r.back().end == b) r.back().end = e;
-      else r.push_back({b, e});
-      read += e - b;
+      const int64_t b = p * page, end = std::min(n, b + page);
+      if (!r.empty() && r.back().end == b) r.back().end = end;
+      else r.push_back({b, end});
+      read += end - b;
       ++pages_read;
     }
-    if (stats) stats->add({pages_read, np, read, n});
-  }
+    per_head[size_t(g)] = {pages_read, np, read, n};
+  });
+  if (stats)
+    for (const QuestDecodeStats& s : per_head) stats->add(s);
   return out;
 }
 
@@ -202,7 +205,7 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
   SPATTN_CHECK(pages.size() == kv.size(), "quest: the page summaries cover ", pages.size(),
                " keys, the cache holds ", kv.size());
   QuestDecodeStats qs;
-  const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs);
+  const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
   if (qstats) qstats->add(qs);
   if (qs.keys_read == qs.keys_total)  // every key: dense decode
     attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
