@@ -770,33 +770,46 @@ inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_R
   WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
 }
 
-// The loop's f32 view of a PackedKVData whose tiles are stored in other types: up to two
-// consecutive tiles of one head's K, and of its V, widened into per-thread buffers (two, back
-// to back, because a shifted tile reads the tile after its own). A tile is widened once per
-// visit run: consecutive reads of the same tiles reuse it. Tiles stored as f32 are read in
+// The loop's f32 view of a PackedKVData whose tiles are stored in other types: one tile of a
+// head's K, and one of its V, widened into per-thread buffers. A tile is widened once per
+// visit run: consecutive reads of the same tile reuse it. Tiles stored as f32 are read in
 // place.
 struct WidenedTiles {
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   float *k = nullptr, *v = nullptr;
-  int64_t kh = -1, kt = -1, kn = 0, vh = -1, vt = -1, vn = 0;  // what k and v hold
+  int64_t kh = -1, kt = -1, vh = -1, vt = -1;  // the tiles k and v hold
 
   void init(const PackedKVData& kv) {
     if (!kv.widened()) return;
-    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(2 * (kv.k_elems + kv.v_elems)) * 4)));
+    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(kv.k_elems + kv.v_elems) * 4)));
     k = buf.get();
-    v = k + 2 * kv.k_elems;
+    v = k + kv.k_elems;
   }
-  // Tiles [t, t + tiles) of head kvh (tiles 1 or 2), as f32 in F32Ops' layout, back to back.
-  const float* K(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t tiles) {
+  // Tile t of head kvh, as f32 in F32Ops' layout.
+  const float* K(const PackedKVData& kv, int64_t kvh, int64_t t) {
     if (kv.k_type == KVType::f32) return kv.k_tile<float>(kvh, t);
-    if (kh != kvh || kt != t) kh = kvh, kt = t, kn = 0;
-    for (; kn < tiles; ++kn) WidenK(kv.k_type, kv.k_bytes(kvh, t + kn), kv.dim, k + kn * kv.k_elems);
+    if (kh != kvh || kt != t) kh = kvh, kt = t, WidenK(kv.k_type, kv.k_bytes(kvh, t), kv.dim, k);
     return k;
   }
-  const float* V(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t tiles) {
+  const float* V(const PackedKVData& kv, int64_t kvh, int64_t t) {
     if (kv.v_type == KVType::f32) return kv.v_tile<float>(kvh, t);
-    if (vh != kvh || vt != t) vh = kvh, vt = t, vn = 0;
-    for (; vn < tiles; ++vn) WidenV(kv.v_type, kv.v_bytes(kvh, t + vn), kv.dp, v + vn * kv.v_elems);
+    if (vh != kvh || vt != t) vh = kvh, vt = t, WidenV(kv.v_type, kv.v_bytes(kvh, t), kv.dp, v);
+    return v;
+  }
+  // Keys [a, a + 64) of head kvh, a off the grid (the end of tile a / 64, the start of the
+  // next), widened as one tile of their own: half the work of widening both tiles whole.
+  const float* KRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
+    const int64_t t = a / kTileKeys, sj = a % kTileKeys;
+    kh = -1;  // the buffer no longer holds whole tiles
+    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, kTileKeys - sj, kv.dim, k, 0);
+    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t + 1), 0, sj, kv.dim, k, kTileKeys - sj);
+    return k;
+  }
+  const float* VRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
+    const int64_t t = a / kTileKeys, sj = a % kTileKeys;
+    vh = -1;
+    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, kTileKeys - sj, kv.dp, v, 0);
+    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t + 1), 0, sj, kv.dp, v, kTileKeys - sj);
     return v;
   }
 };
@@ -1060,17 +1073,30 @@ struct KVTiles {
   const PackedKVData& kv;
   const int64_t* kpos;  // original positions, or null when they equal the packed index
   const std::vector<HeadColumns>* columns = nullptr;  // per q head (kPackedColumns)
-  // Tile t of head kvh with, for tiles == 2, tile t + 1 right after it (shifted tiles read
-  // into it): in place, or widened into the thread's scratch when stored in another type.
-  const T* k_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc, int64_t tiles = 1) const {
+  // Tile t of head kvh: in place, or widened into the thread's scratch when stored in another
+  // type.
+  const T* k_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc) const {
     if constexpr (std::is_same_v<T, float>)
-      if (kv.widened()) return sc.win.K(kv, kvh, t, tiles);
+      if (kv.widened()) return sc.win.K(kv, kvh, t);
     return kv.k_tile<T>(kvh, t);
   }
-  const T* v_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc, int64_t tiles = 1) const {
+  const T* v_tile(int64_t kvh, int64_t t, Scratch<Ops>& sc) const {
     if constexpr (std::is_same_v<T, float>)
-      if (kv.widened()) return sc.win.V(kv, kvh, t, tiles);
+      if (kv.widened()) return sc.win.V(kv, kvh, t);
     return kv.v_tile<T>(kvh, t);
+  }
+  // Keys [a, a + 64) of head kvh, a off the grid, for a shifted tile: in place, the two tiles
+  // they span, read shifted; stored in another type, one tile of their own widened from the
+  // two (then scored as a plain tile).
+  struct Run {
+    const T *k, *v;
+    bool shifted;
+  };
+  Run run(int64_t kvh, int64_t a, Scratch<Ops>& sc) const {
+    const int64_t t = a / kTileKeys;
+    if constexpr (std::is_same_v<T, float>)
+      if (kv.widened()) return {sc.win.KRun(kv, kvh, a), sc.win.VRun(kv, kvh, a), false};
+    return {kv.k_tile<T>(kvh, t), Ops::ShiftedV(kv.v_tile<T>(kvh, t), a % kTileKeys, kv.dp), true};
   }
   // Slots [sj, sj + n) of tile t of head kvh into slots dj.. of the gathered tiles. Stored in
   // another type, only those slots are widened: a 16-key page would otherwise widen its whole
@@ -1113,11 +1139,11 @@ std::vector<HeadColumns> PackHeadColumns(const Problem& p, const Policy& pol,
     WidenedTiles win;
     win.init(main);
     const auto k_of = [&](int64_t jt) -> const T* {
-      if constexpr (std::is_same_v<T, float>) return win.K(main, kvh, jt, 1);
+      if constexpr (std::is_same_v<T, float>) return win.K(main, kvh, jt);
       return main.k_tile<T>(kvh, jt);
     };
     const auto v_of = [&](int64_t jt) -> const T* {
-      if constexpr (std::is_same_v<T, float>) return win.V(main, kvh, jt, 1);
+      if constexpr (std::is_same_v<T, float>) return win.V(main, kvh, jt);
       return main.v_tile<T>(kvh, jt);
     };
     for (int64_t i = 0; i < n; ++i) {
@@ -1312,15 +1338,16 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   // A shifted tile: packed keys [a, a + 64) (a off the 64-key grid) of a range [lo, hi), read
   // straight from the two packed tiles they lie in.
   const auto visit_shifted = [&](int64_t a, int64_t lo, int64_t hi) {
-    const int64_t jt = a / kTileKeys, sj = a % kTileKeys;
+    const auto run = kv.run(kvh, a, sc);
     next_p();
-    Ops::ScoresShifted(sc.q, npad, kv.k_tile(kvh, jt, sc, 2), sj, p.dim, sc.s);
+    if (run.shifted) Ops::ScoresShifted(sc.q, npad, run.k, a % kTileKeys, p.dim, sc.s);
+    else Ops::Scores(sc.q, npad, run.k, p.dim, sc.s);
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - a);
     const int64_t kept = mask_range(a, n_keys, lo, hi, a + kTileKeys - 1);
     // The tile's keys, for the view (sc.columns is free until run_gathered fills it).
     sc.columns.resize(size_t(kTileKeys));
     std::iota(sc.columns.begin(), sc.columns.end(), a);
-    step.Run(-1, sc.columns.data(), n_keys, kept, Ops::ShiftedV(kv.v_tile(kvh, jt, sc, 2), sj, dp));
+    step.Run(-1, sc.columns.data(), n_keys, kept, run.v);
   };
   // How a range [b, e) is computed: from b on, 64 keys at a time as one tile (shifted when off
   // the grid; with key pairs a shifted tile starts on an even key, so the first may start one
