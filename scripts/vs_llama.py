@@ -5,7 +5,8 @@ round), so drift in the machine's speed lands on both. Prints the medians and th
 
   scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
       [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
-      [--attn dense --attn chunked_h2o ...] [--spattn-arg=-ctk --spattn-arg=q8_0 ...]
+      [--attn dense --attn chunked_h2o ...] [--attn-decode quest ...]
+      [--spattn-arg=-ctk --spattn-arg=q8_0 ...]
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
@@ -15,7 +16,9 @@ with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each -
 is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
 For ppN both sides' time to first token (N / tokens per second) is printed too. Each --attn
 is one more spattn side in the same rotation (llama-bench, then each method, the starting
-side moving by one every round), printed as a row of its own against the same llama runs. spattn's prompt is the first N
+side moving by one every round), printed as a row of its own against the same llama runs;
+each --attn-decode SPEC likewise (a decode method: for tgN@D its row also gives the decode
+attention's ms per token and the share of cached keys it read). spattn's prompt is the first N
 tokens of --text (llama-bench's are random tokens: the same work for dense attention).
 """
 import argparse
@@ -47,14 +50,13 @@ def llama_once(a, kind, n, depth):
     return float(json.loads(out)[0]["avg_ts"])
 
 
-def spattn_once(a, kind, n, depth, attn=None):
+def spattn_once(a, kind, n, depth, side_args):
     prompt = n if kind == "pp" else max(depth, 1)
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
     cmd = [a.spattn, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
            str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
            str(a.threads), "--warmup", "--ignore-eos", "--json"] + a.spattn_arg
-    if attn:
-        cmd += ["--attn", attn]
+    cmd += side_args
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     if j["prompt_tokens"] != prompt:
         sys.exit(f"vs_llama: --text has only {j['prompt_tokens']} tokens, {prompt} needed")
@@ -77,13 +79,17 @@ def main():
                    help="one more argument for spattn run (repeat for several)")
     p.add_argument("--attn", action="append", default=[],
                    help="an attention method for spattn run: one spattn side each (repeat)")
+    p.add_argument("--attn-decode", action="append", default=[],
+                   help="a decode method for spattn run: one spattn side each (repeat)")
     a = p.parse_args()
-    variants = a.attn or [None]
+    variants = ([["--attn", x] for x in a.attn] + [["--attn-decode", x] for x in a.attn_decode]
+                or [[]])
     rows = []
     for t in a.test:
         kind, n, depth = parse_test(t)
         ll, sp = [], [[] for _ in variants]
         rss = [0] * len(variants)
+        dec = [[] for _ in variants]  # (decode attention ms per token, share of keys read)
         sides = list(range(len(variants) + 1))  # 0: llama-bench, i: variant i - 1
         for r in range(a.reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
@@ -94,8 +100,12 @@ def main():
                     sp[side - 1].append(v)
                     rss[side - 1] = max(rss[side - 1],
                                         j.get("memory", {}).get("peak_rss_bytes", 0))
-        for vi, attn in enumerate(variants):
-            args = a.spattn_arg + (["--attn", attn] if attn else [])
+                    if kind == "tg" and j.get("decode_tokens"):
+                        dec[side - 1].append((j["decode_attn_ms"] / j["decode_tokens"],
+                                              j["decode_keys_read"] / j["decode_keys_total"]
+                                              if j.get("decode_keys_total") else 1.0))
+        for vi, side_args in enumerate(variants):
+            args = a.spattn_arg + side_args
             row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
                    "llama_tok_s": ll, "spattn_tok_s": sp[vi],
                    "llama_median": statistics.median(ll),
@@ -108,11 +118,17 @@ def main():
                 row["spattn_ttft_s"] = n / row["spattn_median"]
             if rss[vi]:
                 row["spattn_peak_rss_bytes"] = rss[vi]
+            if dec[vi]:
+                row["decode_attn_ms_per_token"] = statistics.median(x for x, _ in dec[vi])
+                row["decode_keys_read_share"] = statistics.median(y for _, y in dec[vi])
             rows.append(row)
             if not a.json:
                 ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
                         if kind == "pp" else "")
                 extra = f"  [spattn {' '.join(args)}]" if args else ""
+                if dec[vi]:
+                    extra += (f"  decode attention {row['decode_attn_ms_per_token']:.2f} ms/token,"
+                              f" keys read {100 * row['decode_keys_read_share']:.1f}%")
                 print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp "
                       f"{row['llama_median']:9.1f}  spattn {row['spattn_median']:9.1f} tok/s  "
                       f"ratio {row['ratio']:.2f}x{ttft}  (llama {', '.join(f'{x:.1f}' for x in ll)}"

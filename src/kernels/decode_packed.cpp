@@ -179,16 +179,19 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
                       Stats* stats, SkipStats* skip) {
   SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
                kMaxDecodeQueries, "], got ", q.seq);
-  // Dense decode of one query per q head that sees every key (the newest token's, as a model
-  // runner decodes): the q heads of a kv head's group become the rows of one item, as raw
-  // decode does, so each key tile is read (and, stored as f16 / bf16 / q8_0, widened) once
-  // per group instead of once per q head, and a micro-kernel strip holds real rows. Rows are
+  // Decode of one query per q head that sees every key (the newest token's, as a model runner
+  // decodes): the q heads of a kv head's group become the rows of one item, as raw decode
+  // does, so each key tile is read (and, stored as f16 / bf16 / q8_0, widened) once per group
+  // instead of once per q head, and a micro-kernel strip holds real rows. Dense, rows are
   // independent and each entry is the same dot product in the same order: the same bits.
+  // With BLASST's rule the group is one query tile, as prefill's rows are: a tile is skipped
+  // when every q head of the group is below the threshold (BLASST, Section 3: the rule per
+  // query block), and its V is then read by none of them.
   const int64_t group = kv.kv_heads() > 0 ? q.heads / kv.kv_heads() : 0;
   const int64_t q_pos = opt.q_start >= 0 ? opt.q_start : kv.max_position();
   if (q.seq == 1 && group > 1 && group <= kMaxDecodeQueries && q.heads % kv.kv_heads() == 0 &&
-      dopt.lambda == 0 && !skip && kv.size() > 0 && (!opt.causal || q_pos >= kv.max_position()) &&
-      out.heads == q.heads && out.seq == 1) {
+      kv.size() > 0 && (!opt.causal || q_pos >= kv.max_position()) && out.heads == q.heads &&
+      out.seq == 1) {
     const auto grouped = [&](const TensorView& t) {
       TensorView g = t;
       g.heads = t.heads / group;
@@ -200,7 +203,17 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
     AttnOptions all = opt;
     all.causal = false;  // every key is visible to these queries
     all.q_start = -1;
-    attention_decode(grouped(q), kv, grouped(out), all, dopt, lse, stats, nullptr);
+    SkipStats per_group;
+    per_group.record_tiles = skip && skip->record_tiles;
+    attention_decode(grouped(q), kv, grouped(out), all, dopt, lse, stats, skip ? &per_group : nullptr);
+    if (skip) {  // per q head, as the ungrouped call records it: each its group's tiles
+      skip->reset(q.heads, 1);
+      for (int64_t h = 0; h < q.heads; ++h) {
+        skip->visited[size_t(h)] = per_group.visited[size_t(h / group)];
+        skip->skipped[size_t(h)] = per_group.skipped[size_t(h / group)];
+        if (skip->record_tiles) skip->skipped_tiles[size_t(h)] = per_group.skipped_tiles[size_t(h / group)];
+      }
+    }
     return;
   }
   const float log2_lambda = kernels::blasst_log2_threshold(dopt.lambda, "decode");

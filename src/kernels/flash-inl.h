@@ -1182,9 +1182,12 @@ struct TileStep {
   int64_t npad, dp;
   float c;  // scale * log2(e)
 
-  // One key tile whose scores are in sc.s and whose masked entries number `kept`.
+  // One key tile whose scores are in sc.s and whose masked entries number `kept`. v_tile: the
+  // tile's V, or a callable giving it, called only when the tile is not skipped (a V stored in
+  // another type is then widened only for the tiles whose V is read).
+  template <class VTile>
   void Run(int64_t key_tile, const int64_t* gathered, int64_t n_keys, int64_t kept,
-           const typename Ops::T* v_tile) {
+           VTile&& v_tile) {
     const int64_t n = view.n;
     // Padding rows stay finite and contribute nothing.
     std::fill(sc.s + n * kTileKeys, sc.s + npad * kTileKeys, kNegInf);
@@ -1204,7 +1207,10 @@ struct TileStep {
     st.score_entries += kept;
     SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
                                     sc.block_lse);
-    if constexpr (Policy::kOutput) Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+    if constexpr (Policy::kOutput) {
+      if constexpr (std::is_invocable_v<VTile>) Ops::PV(sc.s, npad, v_tile(), dp, sc.alpha, sc.o);
+      else Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+    }
     if constexpr (Policy::kObserve) {
       view.m = sc.m;
       view.l = sc.l;
@@ -1287,7 +1293,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     next_p();
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt, sc), p.dim, sc.s);
     const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
-    step.Run(jt, nullptr, n_keys, kept, kv.v_tile(kvh, jt, sc));
+    step.Run(jt, nullptr, n_keys, kept, [&] { return kv.v_tile(kvh, jt, sc); });
   };
   // (kPackFragments) A range is computed 64 keys at a time from its first key, on the grid or
   // not (shifted tiles), and its last few keys (kPackedPieceMax or fewer) are copied, piece
