@@ -12,6 +12,7 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/calibration.hpp"
+#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -66,6 +67,37 @@ TEST(BlasstSpec, ThresholdFromCalibration) {
   EXPECT_DOUBLE_EQ(run_lambda(*m, 4096), c.lambda_for(0.6, 4096));
   EXPECT_DOUBLE_EQ(run_lambda(*m, 65536), c.lambda_for(0.6, 65536));
   EXPECT_DOUBLE_EQ(run_lambda(*make_method("blasst:lambda=0.001"), 4096), 0.001);
+}
+
+// The runner's decode (--attn-decode): the same spec forms, the threshold from the file's law
+// at the cache's length each step, the file's order; bad forms are named Errors.
+TEST(BlasstSpec, DecodeThresholdFromCalibration) {
+  const fs::path p = write_calibration();
+  const Calibration c = load_calibration(p.string());
+  const DecodeSpec d = parse_decode_spec("blasst:sparsity=0.6,calib=" + p.string());
+  ASSERT_EQ(d.kind, DecodeKind::blasst);
+  EXPECT_EQ(d.blasst.order, c.order);
+  for (int64_t layer : {0, 5})  // a file with one law serves every layer
+    for (int64_t length : {4096, 65536})
+      EXPECT_DOUBLE_EQ(d.blasst_step(layer, length).lambda, c.lambda_for(0.6, length));
+  EXPECT_DOUBLE_EQ(parse_decode_spec("blasst:lambda=0.01").blasst_step(3, 4096).lambda, 0.01);
+  const auto expect_error = [](const std::string& spec, const std::string& mention) {
+    try {
+      parse_decode_spec(spec);
+      ADD_FAILURE() << "accepted '" << spec << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
+    }
+  };
+  const std::string calib = p.string();
+  expect_error("blasst", "exactly one");
+  expect_error("blasst:lambda=0.1,sparsity=0.5,calib=" + calib, "exactly one");
+  expect_error("blasst:sparsity=0.5", "calib=FILE");
+  expect_error("blasst:sparsity=0.5,calib=/nonexistent/c.json", "/nonexistent/c.json");
+  expect_error("blasst:lambda=0.1,calib=" + calib, "calib=FILE goes with sparsity");
+  expect_error("blasst:sparsity=1,calib=" + calib, "sparsity");
+  const char* other = c.order == BlasstOrder::local_first ? "in_order" : "local_first";
+  expect_error("blasst:sparsity=0.5,calib=" + calib + ",order=" + other, "calibrated for order");
 }
 
 // lambda = 0 computes every tile: the output is exact attention, prefill and decode alike;

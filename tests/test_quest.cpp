@@ -277,7 +277,7 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("quest:topp=-0.1", "topp");
   expect_error("quest:k=4,topp=0.5", "not both");
   expect_error("quest:pages=4", "pages");
-  expect_error("blasst", "lambda");
+  expect_error("blasst", "lambda=X or sparsity=S");
   expect_error("blasst:lambda=2", "lambda");
   expect_error("nonsense", "nonsense");
   EXPECT_EQ(parse_decode_spec("quest:topp=1").quest.topp, 1.0);

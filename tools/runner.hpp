@@ -30,7 +30,7 @@ struct RunnerOptions {
   std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
   int threads = 2;            // -t
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
-  std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:lambda=X
+  std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:...
   bool json = false;
   int cp = 1;  // --cp P: context parallelism over P MPI ranks (mpirun -np P)
 };

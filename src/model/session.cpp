@@ -177,6 +177,10 @@ struct Session::Impl {
               /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
     make_h2o();
+    // A calibrated decode (blasst:sparsity=S,calib=FILE) needs every layer's law: a per-layer
+    // file without one is an error naming its layers now, not at the first decoded token.
+    if (dec.blasst_calib)
+      for (int64_t l = 0; l < cfg.n_layer; ++l) dec.blasst_calib->for_layer(l);
     if (opt.cp) {
       for (int64_t l = 0; l < cfg.n_layer; ++l)
         SPATTN_CHECK(!cfg.is_swa(l), "context parallelism (--cp) does not split a model with "
@@ -465,7 +469,8 @@ struct Session::Impl {
       t.decode_pages_total += qs.pages_total;
       return;
     }
-    attention_decode(qv, c, ov, a, dec.kind == DecodeKind::blasst ? dec.blasst : DecodeOptions{},
+    attention_decode(qv, c, ov, a,
+                     dec.kind == DecodeKind::blasst ? dec.blasst_step(l, c.size()) : DecodeOptions{},
                      nullptr, &st);
     t.decode_keys_read += c.kv_heads() * c.size();
     t.decode_keys_total += c.kv_heads() * c.size();
