@@ -3,9 +3,9 @@
 // method is this file.
 //
 // Per q head, from the last B queries (the paper's q_hat, Sec. 3.2, Algorithm 1):
-//  - A_hat = their causal softmax against every key (MInference's estimate, the same helper
-//    vertical_slash runs on); vertical[j] = A_hat's mean over the rows at key j, slash[o] its
-//    mean along the diagonal o = p - j.
+//  - A_hat = their causal softmax against every key (MInference's estimate, as vertical_slash
+//    makes it, here on the flash kernel's score micro-kernels); vertical[j] = A_hat's mean over
+//    the rows at key j, slash[o] its mean along the diagonal o = p - j.
 //  - the estimated block distribution a_bar[b] = vertical summed over key block b (sums to 1);
 //    the pooled one a_hat[b] = softmax_b(scale * mean(q_hat) . mean(keys of block b)).
 //  - d = sqrt(JSD(a_bar, a_hat)) (natural log, so d lies in [0, sqrt(ln 2)]). d < tau: the
@@ -29,7 +29,7 @@
 //
 // Defaults as the paper's language-model runs: gamma = 0.9, tau = 0.1, B = 128, min_budget =
 // 1024. `topp=` is gamma's other name, the mass budget every block-selecting method takes.
-// The pooled products run on the flash kernel's score micro-kernels (kernels/long_row_scores).
+// Every product (last queries x keys, pooled x pooled) runs on kernels/long_row_scores in f32.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -39,7 +39,6 @@
 #include "kernels/exp_row.hpp"
 #include "kernels/long_row_scores.hpp"
 #include "masks/block_closure.hpp"
-#include "masks/vertical_slash_estimate.hpp"
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
@@ -162,44 +161,52 @@ class FlexPrefill final : public BlockMaskMethod {
     const float scale = softmax_scale(opt, d);
     const int threads = resolve_threads(opt.threads);
 
-    // Pooled keys per kv head, packed once for the score micro-kernels (f32: the pooled map
-    // picks the pattern, and a near-tie there is worth no rounding).
-    std::vector<kernels::LongRowKeys> pooled_k(static_cast<size_t>(k.heads));
+    // Keys and pooled keys per kv head, packed once for the score micro-kernels (f32: the
+    // estimate picks the pattern, and a near-tie there is worth no rounding).
+    std::vector<kernels::LongRowKeys> keys(static_cast<size_t>(k.heads)),
+        pooled_k(static_cast<size_t>(k.heads));
     parallel_for(k.heads, threads, [&](int64_t h, int) {
+      std::vector<float> kr(static_cast<size_t>(lk * w), 0.0f);
+      for (int64_t j = 0; j < lk; ++j) kernels::copy_row_f32(k, h, j, &kr[size_t(j * w)]);
+      keys[size_t(h)] = kernels::pack_long_row_keys(kr.data(), lk, w, false);
       const std::vector<float> kp = padded(mean_pool_rows(k, h, B), nk, d, w, 0);
       pooled_k[size_t(h)] = kernels::pack_long_row_keys(kp.data(), nk, w, false);
     });
 
-    std::vector<int64_t> est_rows(static_cast<size_t>(n_hat));
-    std::iota(est_rows.begin(), est_rows.end(), q.seq - n_hat);
-    masks::AHatEstimator est(q, k, nullptr, opt);
-    const int64_t batch = std::min<int64_t>(q.heads, est.threads());
-    std::vector<std::vector<double>> vertical(static_cast<size_t>(batch)),
-        slash(static_cast<size_t>(batch));
+    // Per q head, single-threaded (the result does not depend on the thread count): the last
+    // queries' softmax (MInference's A_hat) summed per key (vertical) and per diagonal (slash),
+    // then the head's choice and lists.
+    struct Scratch {
+      std::vector<float> qr, sc;
+      std::vector<double> e, vertical, slash;
+    };
+    std::vector<Scratch> scratch(static_cast<size_t>(std::max(1, threads)));
     std::vector<HeadChoice> choice(static_cast<size_t>(q.heads));
     std::vector<std::vector<int32_t>> lists(static_cast<size_t>(q.heads * nq));
-    for (int64_t h0 = 0; h0 < q.heads; h0 += batch) {
-      const int64_t count = std::min(batch, q.heads - h0);
-      for (int64_t i = 0; i < count; ++i) {
-        vertical[size_t(i)].assign(size_t(lk), 0.0);
-        slash[size_t(i)].assign(size_t(lk), 0.0);
-      }
-      est.heads(h0, count, est_rows, [&](int64_t i, int64_t p, const double* e, double l, int64_t vis) {
-        double* __restrict vert = vertical[size_t(i)].data();
-        double* __restrict sl = slash[size_t(i)].data();
-        const double inv = 1.0 / (l * double(n_hat));
+    parallel_for(q.heads, threads, [&](int64_t h, int t) {
+      Scratch& x = scratch[size_t(t)];
+      x.qr.assign(size_t(n_hat * w), 0.0f);
+      for (int64_t r = 0; r < n_hat; ++r) kernels::copy_row_f32(q, h, q.seq - n_hat + r, &x.qr[size_t(r * w)]);
+      x.sc.resize(size_t(n_hat * lk));
+      x.e.resize(size_t(lk));
+      x.vertical.assign(size_t(lk), 0.0);
+      x.slash.assign(size_t(lk), 0.0);
+      kernels::long_row_scores(x.qr.data(), n_hat, keys[size_t(h / group)], lk, scale, x.sc.data(), lk);
+      for (int64_t r = 0; r < n_hat; ++r) {
+        const int64_t p = off + q.seq - n_hat + r, vis = std::min(lk, p + 1);
+        const float* row = &x.sc[size_t(r * lk)];
+        const float mx = *std::max_element(row, row + vis);
+        const double inv = 1.0 / (kernels::exp_row_f64(row, vis, double(mx), x.e.data()) * double(n_hat));
+        double* __restrict vert = x.vertical.data();
+        double* __restrict sl = x.slash.data();
         for (int64_t j = 0; j < vis; ++j) {
-          vert[j] += e[j] * inv;
-          sl[p - j] += e[j] * inv;
+          vert[j] += x.e[size_t(j)] * inv;
+          sl[p - j] += x.e[size_t(j)] * inv;
         }
-      });
-      parallel_for(count, std::min<int>(threads, int(count)), [&](int64_t i, int) {
-        const int64_t h = h0 + i;
-        choice[size_t(h)] = select_head(q, h, pooled_k[size_t(h / group)], vertical[size_t(i)],
-                                        slash[size_t(i)], geo, off, floor, scale,
-                                        &lists[size_t(h * nq)]);
-      });
-    }
+      }
+      choice[size_t(h)] = select_head(q, h, pooled_k[size_t(h / group)], x.vertical, x.slash, geo,
+                                      off, floor, scale, &lists[size_t(h * nq)]);
+    });
 
     std::vector<double>& js = report.per_head["js_distance"];
     std::vector<double>& qa = report.per_head["query_aware"];
