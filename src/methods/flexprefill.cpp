@@ -32,7 +32,6 @@
 // Every product (last queries x keys, pooled x pooled) runs on kernels/long_row_scores in f32.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "core/threading.hpp"
