@@ -157,6 +157,24 @@ def test_mass_budgets_by_spec():
     assert np.array_equal(x, spattn.block_mask(*w, "xattention:topp=0.9", layout="bhsd"))
 
 
+def test_flexprefill_by_spec():
+    # flexprefill is reached by spec like every method; its report names each head's pattern.
+    w = spattn.workload("text", seq=1024, heads=2, dim=64, layout="bhsd", seed=3)
+    x = spattn.block_mask(*w, "flexprefill", layout="bhsd")
+    assert x.shape == (2, 8, 8)  # the paper's blocks of 128
+    assert np.all(x[:, :, 0]) and np.all(x[:, np.arange(8), np.arange(8)])  # sink, diagonal
+    assert np.array_equal(x, spattn.block_mask(*w, "flexprefill:topp=0.9", layout="bhsd"))
+    _, rep = spattn.attention(*w, layout="bhsd", method="flexprefill:min_budget=0",
+                              return_report=True)
+    assert set(rep["per_head"]["query_aware"]) <= {0.0, 1.0}
+    assert len(rep["per_head"]["js_distance"]) == 2
+    assert rep["extras"]["gamma"] == 0.9 and rep["extras"]["tau"] == 0.1
+    # tau = 1 makes every head query-aware (the distance is at most sqrt(ln 2)), tau = 0 none.
+    _, all_qa = spattn.attention(*w, layout="bhsd", method="flexprefill:tau=1", return_report=True)
+    _, no_qa = spattn.attention(*w, layout="bhsd", method="flexprefill:tau=0", return_report=True)
+    assert all_qa["extras"]["query_aware_heads"] == 2 and no_qa["extras"]["query_aware_heads"] == 0
+
+
 def test_two_python_threads_at_once(small):
     q, k, v = small
     methods = ["dense", "blasst:lambda=1e-3", "vertical_slash", "mean_pool"]

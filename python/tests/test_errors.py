@@ -75,7 +75,9 @@ def test_unknown_methods_and_parameters(qkv):
 def test_bad_mass_budgets(qkv):
     for spec, name in [("xattention:tau=0", "tau"), ("xattention:tau=1.5", "tau"),
                        ("xattention:stride=3", "stride"), ("mean_pool:topp=0", "topp"),
-                       ("mean_pool:topk=4,topp=0.5", "topp")]:
+                       ("mean_pool:topk=4,topp=0.5", "topp"), ("flexprefill:gamma=0", "gamma"),
+                       ("flexprefill:gamma=1.2", "gamma"), ("flexprefill:tau=-0.5", "tau"),
+                       ("flexprefill:tau=2", "tau")]:
         with pytest.raises(ValueError, match=name):
             spattn.attention(*qkv, method=spec)
 

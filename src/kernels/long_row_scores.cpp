@@ -3,6 +3,8 @@
 #define HWY_TARGET_INCLUDE "kernels/long_row_scores.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <cstring>
+
 #include "kernels/flash-inl.h"
 #include "kernels/long_row_scores.hpp"
 #include "spattn/error.hpp"
@@ -82,6 +84,14 @@ HWY_EXPORT(ScoresEntry);
 bool long_row_bf16_supported() {
   const int64_t best = hwy::SupportedTargets() & HWY_TARGETS;
   return bf16_dot_supported() && (best & -best) == HWY_AVX3;
+}
+
+void copy_row_f32(const TensorView& t, int64_t h, int64_t s, float* dst) {
+  if (t.dtype == DType::f32 && t.stride_dim == 1) {
+    std::memcpy(dst, t.ptr(h, s), size_t(t.dim) * sizeof(float));
+    return;
+  }
+  for (int64_t c = 0; c < t.dim; ++c) dst[c] = t.get(h, s, c);
 }
 
 LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16) {

@@ -18,6 +18,10 @@ struct LongRowKeys {
   std::unique_ptr<unsigned char[], void (*)(void*)> data{nullptr, aligned_free};
 };
 
+// Row s of head h of t as f32 into dst (t.dim values; a copy where t is f32 and contiguous),
+// how callers lay out the rows they score.
+void copy_row_f32(const TensorView& t, int64_t h, int64_t s, float* dst);
+
 // Whether bf16 operands can be asked for on this CPU.
 bool long_row_bf16_supported();
 

@@ -13,8 +13,8 @@ MethodReport BlockMaskMethod::run(const TensorView& q, const TensorView& k, cons
   // Inputs checked before the estimate reads them: a NaN would otherwise reach a ranking's
   // sort (undefined order) before the kernel could refuse it. The kernel need not scan again.
   validate_attention_args(q, k, v, out, opt);
-  auto mask = std::make_shared<const BlockMask>(build_mask(q, k, v, opt));
   MethodReport r;
+  auto mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));
   AttnOptions checked = opt;
   checked.check_finite = false;
   attention_block_sparse(q, k, v, out, *mask, checked, lse, &r.stats);

@@ -20,6 +20,14 @@ class BlockMaskMethod : public Method {
  protected:
   virtual BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                                const AttnOptions& opt) const = 0;
+  // build_mask, for a method with choices to report (flexprefill's per-head pattern): run()
+  // builds the mask through this and returns `report` with the kernel's stats added.
+  virtual BlockMask build_mask_reported(const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const AttnOptions& opt,
+                                        MethodReport& report) const {
+    (void)report;
+    return build_mask(q, k, v, opt);
+  }
   // The geometry of a static (causal, input-independent) pattern for these inputs.
   MaskGeometry geometry(const TensorView& q, const TensorView& k, const AttnOptions& opt) const;
 

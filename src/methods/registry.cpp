@@ -24,6 +24,7 @@ const Entry kMethods[] = {
     {"vertical_slash", make_vertical_slash, "", false, true},
     {"mean_pool", make_mean_pool, "", false, false},
     {"xattention", make_xattention, "", false, false},
+    {"flexprefill", make_flexprefill, "", false, true},
     {"oracle_topk", make_oracle_topk, "", true, false},
     {"blasst", make_blasst, "lambda=0.001", false, false},
     {"momo", make_momo, "", false, true},

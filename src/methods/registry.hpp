@@ -15,6 +15,7 @@ std::unique_ptr<Method> make_sf_strided(const MethodSpec& spec);
 std::unique_ptr<Method> make_vertical_slash(const MethodSpec& spec);
 std::unique_ptr<Method> make_mean_pool(const MethodSpec& spec);
 std::unique_ptr<Method> make_xattention(const MethodSpec& spec);
+std::unique_ptr<Method> make_flexprefill(const MethodSpec& spec);
 std::unique_ptr<Method> make_oracle_topk(const MethodSpec& spec);
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec);
 std::unique_ptr<Method> make_momo(const MethodSpec& spec);

@@ -46,14 +46,6 @@ namespace {
 // deterministic at any thread count and its scores (rows x key groups) stay a few MB at 32K.
 constexpr int64_t kRowsPerItem = 128;
 
-void copy_row(const TensorView& t, int64_t h, int64_t s, float* dst) {
-  if (t.dtype == DType::f32 && t.stride_dim == 1) {
-    std::memcpy(dst, t.ptr(h, s), size_t(t.dim) * sizeof(float));
-    return;
-  }
-  for (int64_t c = 0; c < t.dim; ++c) dst[c] = t.get(h, s, c);
-}
-
 class XAttention final : public BlockMaskMethod {
  public:
   explicit XAttention(const MethodSpec& spec) {
@@ -103,7 +95,7 @@ class XAttention final : public BlockMaskMethod {
     std::vector<kernels::LongRowKeys> keys(static_cast<size_t>(k.heads));
     parallel_for(k.heads, threads, [&](int64_t h, int) {
       std::vector<float> kr(size_t(gk * w), 0.0f);
-      for (int64_t s = 0; s < k.seq; ++s) copy_row(k, h, s, &kr[size_t((s / S) * w + (s % S) * d)]);
+      for (int64_t s = 0; s < k.seq; ++s) kernels::copy_row_f32(k, h, s, &kr[size_t((s / S) * w + (s % S) * d)]);
       keys[size_t(h)] = kernels::pack_long_row_keys(kr.data(), gk, w, dot_bf16_);
     });
 
@@ -134,7 +126,7 @@ class XAttention final : public BlockMaskMethod {
       for (int64_t g = g0; g < g1; ++g)
         for (int64_t t2 = 0; t2 < S; ++t2) {
           const int64_t s = g * S + S - 1 - t2;  // the antidiagonal: rows reversed
-          if (s < q.seq) copy_row(q, h, s, &x.qr[size_t((g - g0) * w + t2 * d)]);
+          if (s < q.seq) kernels::copy_row_f32(q, h, s, &x.qr[size_t((g - g0) * w + t2 * d)]);
         }
       x.bs.assign(size_t((qb1 - qb0) * nk), 0.0);
       if (cols > 0) {
