@@ -88,14 +88,15 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens) {
+void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens,
+              const std::string& attn = "dense", int ub = 64) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
   if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
   TempDir dir("spattn-cp-check");
   const CliRun r = shell(mpirun(np) + kCpCheck + " " + model + " " + text + " " +
                              std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
-                             " " + tol,
+                             " " + tol + " '" + attn + "' " + std::to_string(ub),
                          dir.path);
   ASSERT_TRUE(r.exited()) << r.err;
   EXPECT_EQ(r.code(), 0) << r.out << r.err;
@@ -107,6 +108,29 @@ TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp2) { cp_check(2, "f3
 TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp4) { cp_check(4, "f32", "2e-3", 200); }
 // The default f16 cache (the shards travel as f16).
 TEST(ContextParallel, LayersMatchOneProcessWithF16CacheNp2) { cp_check(2, "f16", "2e-3", 200); }
+
+// chunked_h2o (-ub 64, -b 128, local = heavy = 16, 512 tokens: 8 chunks, 4 logical batches):
+// the chain over the ranks runs every chunk on the operands one process gives it, so every
+// layer's q/k/v and every logits row are the same bits (tolerance 0); decode is dense
+// flash-decoding over the ranks (the dense tolerance).
+TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp2) {
+  cp_check(2, "f32", "0", 512, "chunked_h2o", 64);
+}
+TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp4) {
+  cp_check(4, "f32", "0", 512, "chunked_h2o", 64);
+}
+TEST(ContextParallel, ChunkedH2OSameBitsWithF16CacheNp2) {
+  cp_check(2, "f16", "0", 512, "chunked_h2o", 64);
+}
+
+// a_shape (sink 16, local 64, blocks of 16; -ub 64): the same keys per row as one process,
+// each row's partials over the ranks merged by (O, LSE): the dense tolerance.
+TEST(ContextParallel, AShapeMatchesOneProcessNp2) {
+  cp_check(2, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
+}
+TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
+  cp_check(4, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
+}
 
 nlohmann::json json_of(const CliRun& r) {
   const size_t at = r.out.find('{');

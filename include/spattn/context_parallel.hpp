@@ -19,6 +19,7 @@
 // includes mpi.h; without MPI at build time it refuses --cp > 1 by name). Nothing else in
 // spattn knows about MPI.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,11 @@ class Group {
   // Lets an exchange in flight move on (MPI moves large messages only inside its calls): the
   // ring calls it between pieces of its compute. No effect when nothing is in flight.
   virtual void progress() {}
+  // One message from this rank to rank `to` (blocking), and its receipt on rank `from`'s side:
+  // at most `capacity` bytes into recv, returning how many came. For a chain of state where
+  // only one rank computes at a time (chunked_h2o's memory set, src/dist/h2o_chain.cpp).
+  virtual void send(const void* data, size_t bytes, int to) = 0;
+  virtual size_t recv(void* data, size_t capacity, int from) = 0;
   // Every rank's `bytes` bytes, in rank order, into recv (size() * bytes).
   virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
   // Rank i's counts[i] bytes, in rank order, into recv (the sum of counts).
@@ -96,10 +102,25 @@ void agree(Group& g, const std::string& what, const std::function<void()>& body)
 
 // The zigzag split of n tokens into 2P chunks: chunk c is [begin(c), begin(c + 1)) with
 // begin(c) = c n / (2P); rank r owns chunks r and 2P-1-r, in that order (ascending positions).
+// grid > 1 rounds every inner boundary to the nearest multiple of grid (chunked_h2o: its -ub
+// chunks then never straddle two ranks); a chunk may then be empty (see empty_chunk()).
 struct Zigzag {
   int64_t n = 0;
   int ranks = 1;
-  int64_t begin(int64_t chunk) const { return chunk * n / (2 * int64_t(ranks)); }
+  int64_t grid = 1;
+  int64_t begin(int64_t chunk) const {
+    const int64_t b = chunk * n / (2 * int64_t(ranks));
+    if (grid <= 1 || chunk == 0 || chunk >= 2 * int64_t(ranks)) return b;
+    return std::min(n, (b + grid / 2) / grid * grid);
+  }
+  // True when some chunk of the split holds no token.
+  bool empty_chunk() const {
+    for (int64_t c = 0; c < 2 * int64_t(ranks); ++c)
+      if (begin(c + 1) <= begin(c)) return true;
+    return false;
+  }
+  // The rank that owns chunk c.
+  int owner(int64_t c) const { return c < ranks ? int(c) : int(2 * int64_t(ranks) - 1 - c); }
   struct Run {
     int64_t pos = 0, len = 0;
   };
