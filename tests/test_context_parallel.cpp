@@ -304,5 +304,32 @@ TEST(ContextParallel, PromptShorterThanTwoPChunksFailsOnEveryRank) {
   expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
 }
 
+// chunked_h2o lays the split on the -ub grid: a prompt of 100 tokens at -ub 64 over 4 ranks
+// leaves chunks empty, and every rank says so.
+TEST(ContextParallel, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-h2o-short");
+  const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model + " -f " + text +
+                             " --max-prompt 100 -n 2 -c 128 -ub 64 --h2o-local 16 --h2o-heavy 16 "
+                             "--attn chunked_h2o --cp 4",
+                         dir.path);
+  expect_every_rank_fails(r, 4, "leave a chunk of the zigzag split empty on the -ub grid of 64");
+}
+
+// Methods the ring cannot split are refused by name on every rank, before any work.
+TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-method");
+  const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH + " run -m " + model +
+                             " -p 'int main(void) { return 0; }' -n 2 -c 128 --attn "
+                             "blasst:lambda=0.01 --cp 2",
+                         dir.path);
+  expect_every_rank_fails(r, 2, "is not context-parallel (dense, chunked_h2o and a_shape are)");
+}
+
 }  // namespace
 }  // namespace spattn::test

@@ -8,11 +8,15 @@
 // which restores it. The selection rule, scores and rows are therefore the one-process ones.
 //
 // Wire form of a snapshot: int64 header {pos, chunks, updates, have_mem, m, hq}, then per q
-// head m int64 positions and m double scores, then the K rows and the V rows ([hq][m][row]).
+// head m int64 positions and m double scores, then the K rows and the V rows ([hq][m][d]) in
+// the ring's wire type (wire_dtype: f16 / bf16 when the cache stores both so, which holds the
+// rows' values exactly, since the layer takes them as the cache rounded them; else f32).
 #include "dist/h2o_chain.hpp"
 
 #include <cstring>
 
+#include "dist/ring_attention.hpp"
+#include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::dist {
@@ -32,10 +36,29 @@ void get(const std::vector<unsigned char>& w, size_t& at, size_t size, void* p, 
   at += n;
 }
 
-size_t encode(const ChunkedH2OSnapshot& s, std::vector<unsigned char>& w) {
+// f32 rows (bytes) into `t` at w[at..], and back.
+void put_rows(std::vector<unsigned char>& w, size_t& at, const std::vector<char>& rows, DType t) {
+  const size_t n = rows.size() / sizeof(float);
+  const float* f = reinterpret_cast<const float*>(rows.data());
+  if (t == DType::f32) return put(w, at, f, n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) store_from_f32(w.data() + at + i * 2, t, f[i]);
+  at += n * 2;
+}
+void get_rows(const std::vector<unsigned char>& w, size_t& at, size_t size, std::vector<char>& rows,
+              DType t) {
+  const size_t n = rows.size() / sizeof(float);
+  float* f = reinterpret_cast<float*>(rows.data());
+  if (t == DType::f32) return get(w, at, size, f, n * sizeof(float));
+  SPATTN_CHECK(at + n * 2 <= size, "--cp chunked_h2o: a memory-set message of ", size,
+               " bytes is cut short");
+  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(w.data() + at + i * 2, t);
+  at += n * 2;
+}
+
+size_t encode(const ChunkedH2OSnapshot& s, DType t, std::vector<unsigned char>& w) {
   const int64_t hq = int64_t(s.mem.size()), m = hq ? int64_t(s.mem[0].size()) : 0;
   const size_t bytes = kHeader + size_t(hq * m) * (sizeof(int64_t) + sizeof(double)) +
-                       s.mem_k.size() + s.mem_v.size();
+                       (s.mem_k.size() + s.mem_v.size()) / sizeof(float) * dtype_size(t);
   if (w.size() < bytes) w.resize(bytes);
   size_t at = 0;
   const int64_t head[6] = {s.pos, s.chunks, s.updates, s.have_mem ? 1 : 0, m, hq};
@@ -44,12 +67,13 @@ size_t encode(const ChunkedH2OSnapshot& s, std::vector<unsigned char>& w) {
     put(w, at, s.mem[size_t(h)].data(), size_t(m) * sizeof(int64_t));
     put(w, at, s.mem_scores[size_t(h)].data(), size_t(m) * sizeof(double));
   }
-  put(w, at, s.mem_k.data(), s.mem_k.size());
-  put(w, at, s.mem_v.data(), s.mem_v.size());
+  put_rows(w, at, s.mem_k, t);
+  put_rows(w, at, s.mem_v, t);
   return at;
 }
 
-ChunkedH2OSnapshot decode(const std::vector<unsigned char>& w, size_t size, size_t row_bytes) {
+ChunkedH2OSnapshot decode(const std::vector<unsigned char>& w, size_t size, size_t row_bytes,
+                          DType t) {
   ChunkedH2OSnapshot s;
   size_t at = 0;
   int64_t head[6];
@@ -71,8 +95,8 @@ ChunkedH2OSnapshot decode(const std::vector<unsigned char>& w, size_t size, size
   }
   s.mem_k.resize(size_t(hq * m) * row_bytes);
   s.mem_v.resize(s.mem_k.size());
-  get(w, at, size, s.mem_k.data(), s.mem_k.size());
-  get(w, at, size, s.mem_v.data(), s.mem_v.size());
+  get_rows(w, at, size, s.mem_k, t);
+  get_rows(w, at, size, s.mem_v, t);
   SPATTN_CHECK(at == size, "--cp chunked_h2o: a memory-set message of ", size, " bytes holds ",
                at);
   return s;
@@ -85,6 +109,7 @@ void h2o_chain_prefill(Group& g, const Zigzag& z, const H2OChainLayer& L,
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, S = L.chunk;
   const int64_t row_bytes = d * int64_t(sizeof(float));
+  const DType t = wire_dtype(L.k_type, L.v_type);
   // The largest message: every head's whole memory set.
   const size_t most = kHeader + size_t(Hq * L.memory) * (sizeof(int64_t) + sizeof(double) +
                                                         2 * size_t(row_bytes));
@@ -100,11 +125,11 @@ void h2o_chain_prefill(Group& g, const Zigzag& z, const H2OChainLayer& L,
     if (prev >= 0 && prev != owner) {
       // The state at position b moves from the last owner to this one.
       if (r == prev) {
-        const size_t bytes = encode(layer.snapshot(), wire);
+        const size_t bytes = encode(layer.snapshot(), t, wire);
         g.send(wire.data(), bytes, owner);
       } else if (r == owner) {
         const size_t got = g.recv(wire.data(), wire.size(), prev);
-        layer.restore(decode(wire, got, size_t(row_bytes)));
+        layer.restore(decode(wire, got, size_t(row_bytes), t));
         SPATTN_CHECK(layer.position() == b, "--cp chunked_h2o: the memory set arrived at ",
                      layer.position(), ", the chunk starts at ", b);
       }

@@ -8,6 +8,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
 #include "spattn/context_parallel.hpp"
+#include "spattn/kv_type.hpp"
 
 namespace spattn::dist {
 
@@ -18,6 +19,7 @@ struct H2OChainLayer {
   const float *q, *k, *v;
   float* out;
   int64_t q_heads, kv_heads, dim, chunk, memory;
+  KVType k_type, v_type;  // the cache's: the memory rows travel as the ring's shards do
   AttnOptions opt;
 };
 

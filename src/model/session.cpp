@@ -140,12 +140,12 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
 }
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
 // n / P + 2 prompt tokens and decode the next token to the emptiest rank.
-// chunked_h2o's split on the -ub grid moves each of the rank's two boundaries by up to half a
-// chunk.
+// chunked_h2o's split on the -ub grid moves each of the four ends of the rank's two runs by up
+// to half a chunk: up to two chunks more.
 int64_t cache_capacity(const SessionOptions& o) {
   if (!o.cp) return o.n_ctx;
   const int64_t P = o.cp->size();
-  const int64_t slack = o.mode == PrefillMode::chunked_h2o ? o.n_ubatch : 0;
+  const int64_t slack = o.mode == PrefillMode::chunked_h2o ? 2 * o.n_ubatch : 0;
   return std::min(o.n_ctx, (o.n_ctx + P - 1) / P + 2 + slack);
 }
 }  // namespace
@@ -417,7 +417,8 @@ struct Session::Impl {
     if (kind == Attn::ring && cp_h2o) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
       const dist::H2OChainLayer hl{q.data(), k.data(), v.data(), att.data(), Hq, Hkv, d,
-                                   opt.n_ubatch, opt.h2o_local + opt.h2o_heavy, attn_opt(-1)};
+                                   opt.n_ubatch, opt.h2o_local + opt.h2o_heavy, opt.cache_type_k,
+                                   opt.cache_type_v, attn_opt(-1)};
       dist::h2o_chain_prefill(*grp, zz, hl, h2o[size_t(l)], h2o_wire, stats);
       return;
     }
