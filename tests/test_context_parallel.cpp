@@ -304,8 +304,8 @@ TEST(ContextParallel, PromptShorterThanTwoPChunksFailsOnEveryRank) {
   expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
 }
 
-// chunked_h2o lays the split on the -ub grid: a prompt of 100 tokens at -ub 64 over 4 ranks
-// leaves chunks empty, and every rank says so.
+// chunked_h2o splits whole -ub chunks: a prompt of 100 tokens at -ub 64 makes 2 chunks, fewer
+// than 4 ranks, and every rank says so.
 TEST(ContextParallel, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
@@ -315,7 +315,7 @@ TEST(ContextParallel, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
                              " --max-prompt 100 -n 2 -c 128 -ub 64 --h2o-local 16 --h2o-heavy 16 "
                              "--attn chunked_h2o --cp 4",
                          dir.path);
-  expect_every_rank_fails(r, 4, "leave a chunk of the zigzag split empty on the -ub grid of 64");
+  expect_every_rank_fails(r, 4, "tokens make fewer than the 4 chunks of -ub 64 the split needs");
 }
 
 // Methods the ring cannot split are refused by name on every rank, before any work.

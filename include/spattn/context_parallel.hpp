@@ -102,21 +102,30 @@ void agree(Group& g, const std::string& what, const std::function<void()>& body)
 
 // The zigzag split of n tokens into 2P chunks: chunk c is [begin(c), begin(c + 1)) with
 // begin(c) = c n / (2P); rank r owns chunks r and 2P-1-r, in that order (ascending positions).
-// grid > 1 rounds every inner boundary to the nearest multiple of grid (chunked_h2o: its -ub
-// chunks then never straddle two ranks); a chunk may then be empty (see empty_chunk()).
+// grid > 1 (chunked_h2o: its -ub chunks must never straddle two ranks) splits whole chunks of
+// `grid` tokens instead: ceil(n / grid) of them, each rank ceil or floor of that over P (the
+// lower ranks the extra ones), the first half of its share in its early run and the rest in
+// its late one; a run may then be empty, a rank is empty only when the chunks are fewer than P.
 struct Zigzag {
   int64_t n = 0;
   int ranks = 1;
   int64_t grid = 1;
   int64_t begin(int64_t chunk) const {
-    const int64_t b = chunk * n / (2 * int64_t(ranks));
-    if (grid <= 1 || chunk == 0 || chunk >= 2 * int64_t(ranks)) return b;
-    return std::min(n, (b + grid / 2) / grid * grid);
+    if (grid <= 1) return chunk * n / (2 * int64_t(ranks));
+    int64_t before = 0;
+    for (int64_t c = 0; c < chunk; ++c) before += grid_chunks(c);
+    return std::min(n, before * grid);
   }
-  // True when some chunk of the split holds no token.
-  bool empty_chunk() const {
-    for (int64_t c = 0; c < 2 * int64_t(ranks); ++c)
-      if (begin(c + 1) <= begin(c)) return true;
+  // grid > 1: the grid chunks in zigzag chunk c.
+  int64_t grid_chunks(int64_t c) const {
+    const int64_t C = (n + grid - 1) / grid, P = ranks, r = owner(c);
+    const int64_t share = C / P + (r < C % P ? 1 : 0), early = share / 2;
+    return c < P ? early : share - early;
+  }
+  // True when some rank holds no token.
+  bool empty_rank() const {
+    for (int r = 0; r < ranks; ++r)
+      if (rows(r) == 0) return true;
     return false;
   }
   // The rank that owns chunk c.

@@ -140,13 +140,15 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
 }
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
 // n / P + 2 prompt tokens and decode the next token to the emptiest rank.
-// chunked_h2o's split on the -ub grid moves each of the four ends of the rank's two runs by up
-// to half a chunk: up to two chunks more.
+// chunked_h2o's split on the -ub grid gives a rank whole chunks: at most ceil(ceil(c / S) / P)
+// of S tokens (1/P of the context when it holds many chunks per rank).
 int64_t cache_capacity(const SessionOptions& o) {
   if (!o.cp) return o.n_ctx;
-  const int64_t P = o.cp->size();
-  const int64_t slack = o.mode == PrefillMode::chunked_h2o ? 2 * o.n_ubatch : 0;
-  return std::min(o.n_ctx, (o.n_ctx + P - 1) / P + 2 + slack);
+  const int64_t P = o.cp->size(), S = o.n_ubatch;
+  int64_t share = (o.n_ctx + P - 1) / P;
+  if (o.mode == PrefillMode::chunked_h2o)
+    share = std::max(share, ((o.n_ctx + S - 1) / S + P - 1) / P * S);
+  return std::min(o.n_ctx, share + 2);
 }
 }  // namespace
 
@@ -660,7 +662,7 @@ Session::Memory Session::memory() const {
   for (const auto& k : s.h2o_kept)
     for (const ChunkedH2OSnapshot& l : k.layers) m.h2o_state += l.bytes();
   if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
-  m.cp_ring = s.ring.bytes();
+  m.cp_ring = s.ring.bytes() + s.h2o_wire.capacity();  // the ring's buffers or the chain's
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
@@ -828,10 +830,9 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
                  "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
     const dist::Zigzag on_grid{n, P, s.opt.n_ubatch};
     if (s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch)
-      SPATTN_CHECK(!on_grid.empty_chunk(), "--cp ", P,
-                   " with chunked_h2o: the prompt's ", n, " tokens leave a chunk of the zigzag "
-                   "split empty on the -ub grid of ", s.opt.n_ubatch, " (give at least ",
-                   2 * P, " chunks of -ub)");
+      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", P, " with chunked_h2o: the prompt's ", n,
+                   " tokens make fewer than the ", P, " chunks of -ub ", s.opt.n_ubatch,
+                   " the split needs (one per rank)");
     SPATTN_CHECK(n <= s.opt.n_ctx, "prompt of ", n, " tokens does not fit the context of ",
                  s.opt.n_ctx, " (-c)");
     SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
