@@ -97,7 +97,10 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
   if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
   TempDir dir("spattn-cp-check");
-  const CliRun r = shell(mpirun(np) + kCpCheck + " " + model + " " + text + " " +
+  // 512 tokens (the sparse checks) take longer, most under the sanitizers: a longer limit, still
+  // one that ends a hung rank.
+  const CliRun r = shell(mpirun(np, tokens > 256 ? 180 : 60) + kCpCheck + " " + model + " " +
+                             text + " " +
                              std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
                              " " + tol + " '" + attn + "' " + std::to_string(ub),
                          dir.path);
@@ -210,7 +213,7 @@ void sparse_perplexity(const std::string& attn, double tol) {
   const double a = json_of(one)["results"][attn]["ppl"].get<double>();
   for (int np : {2, 4}) {
     const CliRun cp =
-        shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+        shell(mpirun(np, 180) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     const nlohmann::json b = json_of(cp)["results"];
     ASSERT_TRUE(b.contains(attn)) << b.dump();
@@ -245,8 +248,9 @@ TEST(ContextParallel, AShapeSendsFewerBytesThanDense) {
   const std::string ashape = " --attn a_shape:sink=16,local=64,block_q=16,block_k=16";
   const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args + ashape, dir.path);
   ASSERT_EQ(one.code(), 0) << one.err;
-  const CliRun dense = shell(mpirun(2) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
-  const CliRun sparse = shell(mpirun(2) + SPATTN_CLI_PATH + args + ashape + " --cp 2", dir.path);
+  const CliRun dense = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
+  const CliRun sparse =
+      shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + ashape + " --cp 2", dir.path);
   ASSERT_EQ(dense.code(), 0) << dense.out << dense.err;
   ASSERT_EQ(sparse.code(), 0) << sparse.out << sparse.err;
   const nlohmann::json d = json_of(dense), s = json_of(sparse);
