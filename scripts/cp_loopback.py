@@ -5,6 +5,8 @@ same machine. Reports prefill time, the ratio, each rank's time in communication
 of prefill, the ring's bytes per layer, and the KV cache per rank against one process's.
 
   scripts/cp_loopback.py --spattn build/bin/spattn -m MODEL.gguf -f TEXT --tokens 2048 4096
+  scripts/cp_loopback.py ... --attn chunked_h2o -- -ub 256 -b 512   (a sparse prefill; after
+                                                                  -- : options for every run)
 """
 import argparse
 import json
@@ -29,16 +31,20 @@ def main():
                     "threads / ranks (at least 1)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("-n", type=int, default=8, help="tokens decoded after the prompt")
+    ap.add_argument("--attn", default="dense", help="the prefill method (dense, chunked_h2o, "
+                    "an a_shape spec), in both runs")
+    ap.add_argument("extra", nargs="*", help="more spattn run options, after --")
     a = ap.parse_args()
     env = dict(os.environ, OMP_WAIT_POLICY="passive")
     rank_t = max(1, a.threads // a.ranks)
+    print(f"--attn {a.attn} {' '.join(a.extra)}")
     print(f"| prompt | one process (-t {a.threads}) prefill ms | {a.ranks} ranks (-t {rank_t} "
           f"each) prefill ms | ratio | comm share per rank (ring's) | ring KiB/layer per rank | "
           f"KV cache per rank / one process | decode ms/token one / ranks |")
     print("|---|---|---|---|---|---|---|---|")
     for n in a.tokens:
         base = [a.spattn, "run", "-m", a.m, "-f", a.f, "--max-prompt", str(n), "-n", str(a.n),
-                "-c", str(n + a.n + 8), "--ignore-eos", "--json"]
+                "-c", str(n + a.n + 8), "--ignore-eos", "--json", "--attn", a.attn] + a.extra
         one, cp = [], []
         for _ in range(a.rounds):
             one.append(run(base + ["-t", str(a.threads)], env))

@@ -11,6 +11,9 @@
 //     carried through the layers), greedy decode equal, KV cache 1/P;
 //   - the CLI: `spattn run` greedy text equal to the one-process run; `spattn perplexity`
 //     within 1e-4 relative (four significant digits; measured 0.8e-5 at np 2, 3e-5 at np 4);
+//   - sparse prefill across ranks: chunked_h2o the same bits as one process (every layer's
+//     q/k/v, every logits row, perplexity), a_shape within the dense tolerance per layer and an
+//     f16 step in perplexity, its ring sending under half the dense ring's bytes;
 //   - bad input: --cp not matching the ranks, a rank failing to load the model, a prompt
 //     shorter than 2P chunks: every rank exits 2 naming the error, none hangs.
 #include <gtest/gtest.h>
@@ -88,14 +91,18 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens) {
+void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens,
+              const std::string& attn = "dense", int ub = 64) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
   if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
   TempDir dir("spattn-cp-check");
-  const CliRun r = shell(mpirun(np) + kCpCheck + " " + model + " " + text + " " +
+  // 512 tokens (the sparse checks) take longer, most under the sanitizers: a longer limit, still
+  // one that ends a hung rank.
+  const CliRun r = shell(mpirun(np, tokens > 256 ? 180 : 60) + kCpCheck + " " + model + " " +
+                             text + " " +
                              std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
-                             " " + tol,
+                             " " + tol + " '" + attn + "' " + std::to_string(ub),
                          dir.path);
   ASSERT_TRUE(r.exited()) << r.err;
   EXPECT_EQ(r.code(), 0) << r.out << r.err;
@@ -107,6 +114,29 @@ TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp2) { cp_check(2, "f3
 TEST(ContextParallel, LayersLogitsAndDecodeMatchOneProcessNp4) { cp_check(4, "f32", "2e-3", 200); }
 // The default f16 cache (the shards travel as f16).
 TEST(ContextParallel, LayersMatchOneProcessWithF16CacheNp2) { cp_check(2, "f16", "2e-3", 200); }
+
+// chunked_h2o (-ub 64, -b 128, local = heavy = 16, 512 tokens: 8 chunks, 4 logical batches):
+// the chain over the ranks runs every chunk on the operands one process gives it, so every
+// layer's q/k/v and every logits row are the same bits (tolerance 0); decode is dense
+// flash-decoding over the ranks (the dense tolerance).
+TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp2) {
+  cp_check(2, "f32", "0", 512, "chunked_h2o", 64);
+}
+TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp4) {
+  cp_check(4, "f32", "0", 512, "chunked_h2o", 64);
+}
+TEST(ContextParallel, ChunkedH2OSameBitsWithF16CacheNp2) {
+  cp_check(2, "f16", "0", 512, "chunked_h2o", 64);
+}
+
+// a_shape (sink 16, local 64, blocks of 16; -ub 64): the same keys per row as one process,
+// each row's partials over the ranks merged by (O, LSE): the dense tolerance.
+TEST(ContextParallel, AShapeMatchesOneProcessNp2) {
+  cp_check(2, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
+}
+TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
+  cp_check(4, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
+}
 
 nlohmann::json json_of(const CliRun& r) {
   const size_t at = r.out.find('{');
@@ -168,6 +198,71 @@ TEST(ContextParallel, PerplexityEqualsOneProcess) {
   }
 }
 
+// A sparse prefill's perplexity under --cp 2 and 4 against one process's: `attn`'s result,
+// relative difference at most `tol` (0: equal).
+void sparse_perplexity(const std::string& attn, double tol) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-ppl-sparse");
+  const std::string args = std::string(" perplexity -m ") + model + " -f " + text +
+                           " -c 512 --chunks 1 -ub 64 -b 128 --h2o-local 16 --h2o-heavy 16 "
+                           "-t 1 --json --attn '" + attn + "'";
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const double a = json_of(one)["results"][attn]["ppl"].get<double>();
+  for (int np : {2, 4}) {
+    const CliRun cp =
+        shell(mpirun(np, 180) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+    ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
+    const nlohmann::json b = json_of(cp)["results"];
+    ASSERT_TRUE(b.contains(attn)) << b.dump();
+    const double p = b[attn]["ppl"].get<double>();
+    if (tol == 0)
+      EXPECT_EQ(a, p) << "np " << np;
+    else
+      EXPECT_LE(std::fabs(p - a) / a, tol) << "np " << np << ": " << a << " against " << p;
+  }
+}
+
+// chunked_h2o's logits are one process's bits (the chain), so its perplexity is equal.
+TEST(ContextParallel, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity("chunked_h2o", 0); }
+// a_shape's rows merge their partials over the ranks (and over the sink's and window's pieces):
+// the last bits differ, and the f16 matrices round the next layer's inputs to f16, so a
+// difference shows at up to one f16 step (2^-11 = 4.9e-4 relative) per activation. Measured
+// 1.1e-4 at np 4 on these 255 scored tokens (the dense ring's 3e-5 at 510): bounded here by
+// one f16 step, 5e-4, not by the dense test's 1e-4.
+TEST(ContextParallel, AShapePerplexityWithinAnF16StepOfOneProcess) {
+  sparse_perplexity("a_shape:sink=16,local=64,block_q=16,block_k=16", 5e-4);
+}
+
+// a_shape's ring sends only the rows another rank's blocks see: fewer bytes per layer than the
+// dense ring on the same prompt, and the same greedy text as one process.
+TEST(ContextParallel, AShapeSendsFewerBytesThanDense) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-ashape");
+  const std::string args = std::string(" run -m ") + model + " -f " + text +
+                           " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json";
+  const std::string ashape = " --attn a_shape:sink=16,local=64,block_q=16,block_k=16";
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args + ashape, dir.path);
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const CliRun dense = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
+  const CliRun sparse =
+      shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + ashape + " --cp 2", dir.path);
+  ASSERT_EQ(dense.code(), 0) << dense.out << dense.err;
+  ASSERT_EQ(sparse.code(), 0) << sparse.out << sparse.err;
+  const nlohmann::json d = json_of(dense), s = json_of(sparse);
+  EXPECT_EQ(json_of(one)["tokens"], s["tokens"]);
+  for (int r = 0; r < 2; ++r) {
+    const double bd = d["cp"]["per_rank"][r]["ring_bytes_per_layer"].get<double>(),
+                 bs = s["cp"]["per_rank"][r]["ring_bytes_per_layer"].get<double>();
+    EXPECT_GT(bs, 0) << "rank " << r;
+    EXPECT_LT(bs, bd / 2) << "rank " << r << ": a_shape " << bs << " bytes, dense " << bd;
+  }
+}
+
 // Every rank exits 2 and prints the named error; mpirun itself ends within its time limit.
 void expect_every_rank_fails(const CliRun& r, int np, const std::string& named) {
   ASSERT_TRUE(r.exited()) << r.err;
@@ -211,6 +306,33 @@ TEST(ContextParallel, PromptShorterThanTwoPChunksFailsOnEveryRank) {
                              " -p 'x = 1' -n 4 -c 128 --cp 4",
                          dir.path);
   expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
+}
+
+// chunked_h2o splits whole -ub chunks: a prompt of 100 tokens at -ub 64 makes 2 chunks, fewer
+// than 4 ranks, and every rank says so.
+TEST(ContextParallel, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-h2o-short");
+  const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model + " -f " + text +
+                             " --max-prompt 100 -n 2 -c 128 -ub 64 --h2o-local 16 --h2o-heavy 16 "
+                             "--attn chunked_h2o --cp 4",
+                         dir.path);
+  expect_every_rank_fails(r, 4, "tokens make fewer than the 4 chunks of -ub 64 the split needs");
+}
+
+// Methods the ring cannot split are refused by name on every rank, before any work.
+TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-method");
+  const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH + " run -m " + model +
+                             " -p 'int main(void) { return 0; }' -n 2 -c 128 --attn "
+                             "blasst:lambda=0.01 --cp 2",
+                         dir.path);
+  expect_every_rank_fails(r, 2, "is not context-parallel (dense, chunked_h2o and a_shape are)");
 }
 
 }  // namespace

@@ -133,6 +133,33 @@ TEST(MaskPatterns, DegenerateParametersGiveTheFullMask) {
   EXPECT_NE(tri_shape_mask(g, 0, 1, 0).to_dense(), full.to_dense());
 }
 
+// a_shape_block_keys (context parallelism's form of the pattern) against a_shape_mask: the
+// key blocks its ranges cover for each query block are the mask's blocks of that row block.
+TEST(MaskPatterns, AShapeBlockKeysAreTheMasksBlocks) {
+  struct Case {
+    int64_t n, bq, bk, sink, local;
+  };
+  for (const Case c : {Case{300, 16, 16, 16, 64}, Case{333, 64, 32, 5, 40}, Case{257, 16, 64, 0, 1},
+                       Case{200, 32, 16, 128, 17}, Case{512, 64, 64, 0, 4096}}) {
+    const MaskGeometry g = geometry({c.n, c.n, c.bq, c.bk}, 1);
+    const std::vector<uint8_t> dense = a_shape_mask(g, c.sink, c.local).to_dense();
+    const int64_t nq = (c.n + c.bq - 1) / c.bq, nk = (c.n + c.bk - 1) / c.bk;
+    for (int64_t qb = 0; qb < nq; ++qb) {
+      const int64_t p0 = qb * c.bq, p1 = std::min(c.n, p0 + c.bq) - 1;
+      std::vector<uint8_t> mine(static_cast<size_t>(nk), 0);
+      int64_t last_end = -1;
+      for (const KeyRange& r : a_shape_block_keys(p0, p1, c.sink, c.local, c.bk)) {
+        EXPECT_LT(r.begin, r.end);
+        EXPECT_GT(r.begin, last_end);  // ascending and disjoint
+        last_end = r.end;
+        for (int64_t j = r.begin; j < std::min(r.end, p1 + 1); ++j) mine[size_t(j / c.bk)] = 1;
+      }
+      const std::vector<uint8_t> want(dense.begin() + qb * nk, dense.begin() + (qb + 1) * nk);
+      EXPECT_EQ(mine, want) << "n " << c.n << " block " << qb;
+    }
+  }
+}
+
 TEST(MaskPatterns, RejectBadParameters) {
   const MaskGeometry g = geometry({200, 200, 64, 64}, 1);
   EXPECT_THROW(a_shape_mask(g, -1, 64), Error);

@@ -253,9 +253,10 @@ void run(const PplOptions& o) {
 }
 
 void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
-  // Under --cp: dense only (the sparse prefills are not context-parallel yet), rank 0 prints.
+  // Under --cp the sparse mode too where it is context-parallel (chunked_h2o, a_shape; the
+  // session refuses the others by name); rank 0 prints.
   std::vector<std::string> modes = {"dense"};
-  if (!o.dense_only && !grp) modes.push_back(o.sparse);
+  if (!o.dense_only) modes.push_back(o.sparse);
   std::vector<model::SessionOptions> so;
   for (const auto& m : modes) {
     so.push_back(session_options(o.r, m));

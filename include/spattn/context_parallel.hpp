@@ -19,6 +19,7 @@
 // includes mpi.h; without MPI at build time it refuses --cp > 1 by name). Nothing else in
 // spattn knows about MPI.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -60,6 +61,11 @@ class Group {
   // Lets an exchange in flight move on (MPI moves large messages only inside its calls): the
   // ring calls it between pieces of its compute. No effect when nothing is in flight.
   virtual void progress() {}
+  // One message from this rank to rank `to` (blocking), and its receipt on rank `from`'s side:
+  // at most `capacity` bytes into recv, returning how many came. For a chain of state where
+  // only one rank computes at a time (chunked_h2o's memory set, src/dist/h2o_chain.cpp).
+  virtual void send(const void* data, size_t bytes, int to) = 0;
+  virtual size_t recv(void* data, size_t capacity, int from) = 0;
   // Every rank's `bytes` bytes, in rank order, into recv (size() * bytes).
   virtual void allgather(const void* send, size_t bytes, void* recv) = 0;
   // Rank i's counts[i] bytes, in rank order, into recv (the sum of counts).
@@ -96,10 +102,34 @@ void agree(Group& g, const std::string& what, const std::function<void()>& body)
 
 // The zigzag split of n tokens into 2P chunks: chunk c is [begin(c), begin(c + 1)) with
 // begin(c) = c n / (2P); rank r owns chunks r and 2P-1-r, in that order (ascending positions).
+// grid > 1 (chunked_h2o: its -ub chunks must never straddle two ranks) splits whole chunks of
+// `grid` tokens instead: ceil(n / grid) of them, each rank ceil or floor of that over P (the
+// lower ranks the extra ones), the first half of its share in its early run and the rest in
+// its late one; a run may then be empty, a rank is empty only when the chunks are fewer than P.
 struct Zigzag {
   int64_t n = 0;
   int ranks = 1;
-  int64_t begin(int64_t chunk) const { return chunk * n / (2 * int64_t(ranks)); }
+  int64_t grid = 1;
+  int64_t begin(int64_t chunk) const {
+    if (grid <= 1) return chunk * n / (2 * int64_t(ranks));
+    int64_t before = 0;
+    for (int64_t c = 0; c < chunk; ++c) before += grid_chunks(c);
+    return std::min(n, before * grid);
+  }
+  // grid > 1: the grid chunks in zigzag chunk c.
+  int64_t grid_chunks(int64_t c) const {
+    const int64_t C = (n + grid - 1) / grid, P = ranks, r = owner(c);
+    const int64_t share = C / P + (r < C % P ? 1 : 0), early = share / 2;
+    return c < P ? early : share - early;
+  }
+  // True when some rank holds no token.
+  bool empty_rank() const {
+    for (int r = 0; r < ranks; ++r)
+      if (rows(r) == 0) return true;
+    return false;
+  }
+  // The rank that owns chunk c.
+  int owner(int64_t c) const { return c < ranks ? int(c) : int(2 * int64_t(ranks) - 1 - c); }
   struct Run {
     int64_t pos = 0, len = 0;
   };

@@ -29,6 +29,12 @@ struct MaskGeometry {
 // A-shape / StreamingLLM (Xiao et al.): the first `sink` keys and the `local` most recent keys
 // (row at position p sees keys j < sink and p - local < j <= p). Needs sink >= 0, local >= 1.
 BlockMask a_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local);
+// The same pattern at absolute positions, for a caller holding the keys in pieces (context
+// parallelism, src/dist/ring_attention.cpp): the keys a_shape_mask gives the query block of
+// rows [p0, p1] (whole key blocks of block_k from position 0), before each row's causal limit,
+// as at most two ascending disjoint ranges ending at or before p1 + 1 rounded up to a block.
+std::vector<KeyRange> a_shape_block_keys(int64_t p0, int64_t p1, int64_t sink, int64_t local,
+                                         int64_t block_k);
 
 // Tri-shape: A-shape, plus every causal key for the last `bottom` query rows. bottom >= 0.
 BlockMask tri_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local, int64_t bottom);

@@ -81,6 +81,24 @@ class MpiGroup final : public Group {
     stats().bytes_recv += int64_t(recv_bytes_);
     stats().comm_ms += ms_since(t0);
   }
+  void send(const void* data, size_t bytes, int to) override {
+    const auto t0 = Clock::now();
+    check(MPI_Send(data, count_of(bytes), MPI_BYTE, to, kChainTag, MPI_COMM_WORLD), "MPI_Send");
+    stats().bytes_sent += int64_t(bytes);
+    stats().messages += 1;
+    stats().comm_ms += ms_since(t0);
+  }
+  size_t recv(void* data, size_t capacity, int from) override {
+    const auto t0 = Clock::now();
+    MPI_Status st;
+    check(MPI_Recv(data, count_of(capacity), MPI_BYTE, from, kChainTag, MPI_COMM_WORLD, &st),
+          "MPI_Recv");
+    int got = 0;
+    MPI_Get_count(&st, MPI_BYTE, &got);
+    stats().bytes_recv += got;
+    stats().comm_ms += ms_since(t0);
+    return size_t(got);
+  }
   void allgather(const void* send, size_t bytes, void* recv) override {
     const auto t0 = Clock::now();
     check(MPI_Allgather(send, count_of(bytes), MPI_BYTE, recv, count_of(bytes), MPI_BYTE,
@@ -118,7 +136,7 @@ class MpiGroup final : public Group {
   }
 
  private:
-  static constexpr int kTag = 26;
+  static constexpr int kTag = 26, kChainTag = 27;
   int rank_ = 0, size_ = 1;
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   MPI_Status st_[2];

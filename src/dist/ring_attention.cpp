@@ -6,12 +6,14 @@
 #include "dist/ring_attention.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 
 #include "spattn/decode.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
+#include "spattn/masks.hpp"
 #include "spattn/merge.hpp"
 
 namespace spattn::dist {
@@ -50,7 +52,165 @@ void from_wire(const unsigned char* src, int64_t n, DType t, float* dst) {
 
 }  // namespace
 
+std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pt) {
+  const int P = z.ranks;
+  const int64_t n = z.n;
+  std::vector<int> owner(static_cast<size_t>(n));
+  for (int64_t c = 0; c < 2 * int64_t(P); ++c)
+    for (int64_t j = z.begin(c); j < z.begin(c + 1); ++j) owner[size_t(j)] = z.owner(c);
+  std::vector<char> need(static_cast<size_t>(n), 0);
+  std::vector<int64_t> diff(size_t(n) + 1);
+  for (int q = 0; q < P; ++q) {
+    std::fill(diff.begin(), diff.end(), 0);
+    // Every query block with rows on rank q: its key ranges up to its last row there.
+    for (const Zigzag::Run run : {z.first(q), z.second(q)})
+      for (int64_t b = run.pos / pt.block_q * pt.block_q; b < run.pos + run.len; b += pt.block_q) {
+        const int64_t last = std::min(run.pos + run.len, b + pt.block_q) - 1;
+        for (const KeyRange& k : a_shape_block_keys(b, std::min(b + pt.block_q, n) - 1, pt.sink,
+                                                    pt.local, pt.block_k)) {
+          const int64_t lo = k.begin, hi = std::min(k.end, last + 1);
+          if (lo >= hi) continue;
+          diff[size_t(lo)] += 1;
+          diff[size_t(hi)] -= 1;
+        }
+      }
+    int64_t seen = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      seen += diff[size_t(j)];
+      if (seen > 0 && owner[size_t(j)] != q) need[size_t(j)] = 1;
+    }
+  }
+  return need;
+}
+
+namespace {
+
+// The sparse ring (RingLayer::pattern): as the dense one, but a shard carries only the rows
+// pattern_needed marks, and each query block of the rank's runs attends, piece by piece, to
+// the keys of its ranges the shard in hand holds. Every row's partials merge by (O, LSE) into
+// out (started empty: LSE -inf).
+void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
+  const RingPattern& pt = *L.pattern;
+  const int P = g.size(), r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, n = z.n;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const int64_t row = Hkv * d;  // values per K (or V) row
+  const std::vector<char> need = pattern_needed(z, pt);
+  // Per rank: the positions its shard carries on the wire.
+  std::vector<std::vector<int64_t>> sent(static_cast<size_t>(P));
+  size_t most = 1;
+  for (int q = 0; q < P; ++q) {
+    for (int64_t p : z.positions(q))
+      if (need[size_t(p)]) sent[size_t(q)].push_back(p);
+    most = std::max(most, sent[size_t(q)].size());
+  }
+  const auto shard_bytes = [&](int q) { return sent[size_t(q)].size() * size_t(row) * es * 2; };
+  for (auto& b : s.buf) b.resize(most * size_t(row) * es * 2);
+  {  // the rank's own rows that others see, K rows then V rows
+    const std::vector<int64_t> own = z.positions(r);
+    const size_t m = sent[size_t(r)].size();
+    size_t i = 0;
+    for (size_t j = 0; j < own.size(); ++j) {
+      if (!need[size_t(own[j])]) continue;
+      to_wire(L.k + int64_t(j) * row, row, wire, s.buf[0].data() + i * size_t(row) * es);
+      to_wire(L.v + int64_t(j) * row, row, wire, s.buf[0].data() + (m + i) * size_t(row) * es);
+      ++i;
+    }
+  }
+  const int64_t rows = z.rows(r);
+  std::fill(L.out, L.out + rows * Hq * d, 0.0f);
+  s.lse.assign(size_t(rows * Hq), -std::numeric_limits<float>::infinity());  // [row][Hq]
+  const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  const double comm0 = g.stats().comm_ms;
+  int cur = 0;
+  for (int step = 0; step < P; ++step) {
+    const int src = (r - step + P) % P;
+    if (step + 1 < P) {
+      const int next = (r - step - 1 + P) % P;
+      g.start_exchange(s.buf[cur].data(), shard_bytes(src), (r + 1) % P, s.buf[1 - cur].data(),
+                       shard_bytes(next), (r - 1 + P) % P);
+      g.stats().ring_bytes_sent += int64_t(shard_bytes(src));
+    }
+    // The shard in hand as f32 rows with their positions: the rank's own rows whole at step 0.
+    const float *kk = L.k, *vv = L.v;
+    std::vector<int64_t> pos;
+    if (step == 0) {
+      pos = z.positions(r);
+    } else {
+      pos = sent[size_t(src)];
+      const int64_t m = int64_t(pos.size());
+      s.k.resize(size_t(m * row));
+      s.v.resize(size_t(m * row));
+      from_wire(s.buf[cur].data(), m * row, wire, s.k.data());
+      from_wire(s.buf[cur].data() + size_t(m * row) * es, m * row, wire, s.v.data());
+      kk = s.k.data();
+      vv = s.v.data();
+      g.progress();
+    }
+    // Rows [at, at + cnt) of the rank against the shard's rows [k0, k0 + nk), merged into out.
+    const auto partial = [&](int64_t at, int64_t cnt, int64_t k0, int64_t nk, bool causal) {
+      if (cnt <= 0) return;
+      AttnOptions o = L.opt;
+      o.causal = causal;
+      o.q_start = -1;
+      s.tmp_out.resize(size_t(cnt * Hq * d));
+      s.tmp_lse.resize(size_t(cnt * Hq));
+      attention_dense(
+          TensorView::shd(const_cast<float*>(L.q) + at * Hq * d, DType::f32, Hq, cnt, d),
+          TensorView::shd(const_cast<float*>(kk) + k0 * row, DType::f32, Hkv, nk, d),
+          TensorView::shd(const_cast<float*>(vv) + k0 * row, DType::f32, Hkv, nk, d),
+          TensorView::shd(s.tmp_out.data(), DType::f32, Hq, cnt, d), o, s.tmp_lse.data(), stats);
+      for (int64_t x = 0; x < cnt; ++x)
+        for (int64_t h = 0; h < Hq; ++h)
+          merge_row(L.out + ((at + x) * Hq + h) * d, s.lse[size_t((at + x) * Hq + h)],
+                    s.tmp_out.data() + (x * Hq + h) * d, s.tmp_lse[size_t(h * cnt + x)], d);
+    };
+    // Its stretches of consecutive positions: {first position, first row, length}.
+    std::vector<std::array<int64_t, 3>> st;
+    for (size_t i = 0; i < pos.size(); ++i)
+      if (i > 0 && pos[i] == pos[i - 1] + 1) ++st.back()[2];
+      else st.push_back({pos[i], int64_t(i), 1});
+    int64_t row0 = 0;
+    for (const Zigzag::Run& run : runs) {
+      for (int64_t b = run.pos / pt.block_q * pt.block_q; b < run.pos + run.len; b += pt.block_q) {
+        const int64_t rs = std::max(run.pos, b), re = std::min(run.pos + run.len, b + pt.block_q);
+        for (const KeyRange& kr : a_shape_block_keys(b, std::min(b + pt.block_q, n) - 1, pt.sink,
+                                                     pt.local, pt.block_k)) {
+          // Each stretch that meets the range, from the first that ends after its start.
+          auto it = std::lower_bound(st.begin(), st.end(), kr.begin,
+                                     [](const auto& x, int64_t p) { return x[0] + x[2] <= p; });
+          for (; it != st.end() && (*it)[0] < std::min(kr.end, re); ++it) {
+            const int64_t a = std::max(kr.begin, (*it)[0]),
+                          end = std::min({kr.end, (*it)[0] + (*it)[2], re});
+            // Rows [max(rs, a), end) see keys [a, their own position] (causal, bottom-right);
+            // rows from end on see all of [a, end) (no mask). Rows before a see none of them.
+            if (a < end) {
+              const int64_t k0 = (*it)[1] + (a - (*it)[0]);
+              partial(row0 + (std::max(rs, a) - run.pos), end - std::max(rs, a), k0, end - a,
+                      true);
+              const int64_t r1 = std::max(rs, end);
+              partial(row0 + (r1 - run.pos), re - r1, k0, end - a, false);
+            }
+          }
+        }
+        g.progress();
+      }
+      row0 += run.len;
+    }
+    if (step + 1 < P) {
+      g.finish_exchange();
+      cur = 1 - cur;
+    }
+  }
+  g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+}
+
+}  // namespace
+
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
+  if (L.pattern) return ring_pattern(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
   const DType wire = wire_dtype(L.k_type, L.v_type);

@@ -31,6 +31,13 @@ struct RingScratch {
 // q [rows, Hq, d], k and v [rows, Hkv, d] are the rank's rows (its two runs, as the cache
 // rounded them), `own` the layer's cache holding exactly those rows at their positions; out
 // [rows, Hq, d] receives attention over the whole prompt. opt gives threads and scale.
+// pattern: null for dense attention, else a_shape's static block pattern (blocks from
+// position 0, as one process lays them when -ub is a multiple of block_q): each shard then
+// travels with only the rows some rank other than its owner sees, and each query block
+// attends to the pieces of its key ranges (a_shape_block_keys) the shard in hand holds.
+struct RingPattern {
+  int64_t sink = 0, local = 1, block_q = 64, block_k = 64;
+};
 struct RingLayer {
   const float *q, *k, *v;
   const PackedKV* own;
@@ -38,9 +45,14 @@ struct RingLayer {
   KVType k_type, v_type;
   AttnOptions opt;
   float* out;
+  const RingPattern* pattern = nullptr;
 };
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s,
                   Stats* stats);
+
+// The positions of a prompt of z.n tokens that some rank other than their owner sees under
+// `pattern`: what the sparse ring sends (1 per position).
+std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pattern);
 
 // One decoded query per q head (q, out [Hq, 1, d] views), at position opt.q_start: attention
 // over `local` (this rank's tokens, possibly none), then one all-gather of every rank's (O,

@@ -1,5 +1,6 @@
 // a_shape: StreamingLLM's sinks plus local window, a static block mask (MMInference Table 2:
 // sink = 128, local = 4096). No estimate: the mask depends on the lengths only.
+#include "methods/a_shape.hpp"
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
 
@@ -9,11 +10,11 @@ namespace {
 class AShape final : public BlockMaskMethod {
  public:
   explicit AShape(const MethodSpec& spec) {
-    ParamReader r(spec);
-    sink_ = r.get_int("sink", 128, 0, int64_t(1) << 40);
-    local_ = r.get_int("local", 4096, 1, int64_t(1) << 40);
-    read_block_sizes(r, block_q_, block_k_);
-    r.finish();
+    const AShapeParams p = a_shape_params(spec);
+    sink_ = p.sink;
+    local_ = p.local;
+    block_q_ = p.block_q;
+    block_k_ = p.block_k;
   }
   std::string name() const override { return "a_shape"; }
 
@@ -28,6 +29,16 @@ class AShape final : public BlockMaskMethod {
 };
 
 }  // namespace
+
+AShapeParams a_shape_params(const MethodSpec& spec) {
+  ParamReader r(spec);
+  AShapeParams p;
+  p.sink = r.get_int("sink", 128, 0, int64_t(1) << 40);
+  p.local = r.get_int("local", 4096, 1, int64_t(1) << 40);
+  read_block_sizes(r, p.block_q, p.block_k);
+  r.finish();
+  return p;
+}
 
 std::unique_ptr<Method> make_a_shape(const MethodSpec& spec) { return std::make_unique<AShape>(spec); }
 

@@ -43,9 +43,11 @@
 #include <functional>
 
 #include "core/threading.hpp"
+#include "dist/h2o_chain.hpp"
 #include "dist/ring_attention.hpp"
 #include "eval/rope.hpp"
 #include "model/kv_cache.hpp"
+#include "methods/a_shape.hpp"
 #include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/decode_spec.hpp"
@@ -68,8 +70,21 @@ void SessionOptions::validate() const {
                  "-ctk / -ctv: unknown KV cache type ", int(t));
   parse_decode_spec(attn_decode);
   if (cp) {
-    SPATTN_CHECK(mode == PrefillMode::dense, "--cp: only dense prefill is context-parallel so "
-                 "far (--attn dense)");
+    if (mode == PrefillMode::method) {
+      const MethodSpec spec = parse_method_spec(attn_spec);
+      SPATTN_CHECK(spec.name == "a_shape", "--cp: --attn ", attn_spec, " is not "
+                   "context-parallel (dense, chunked_h2o and a_shape are)");
+      // One process lays a_shape's query blocks from each -ub chunk's start; across ranks
+      // they lie from position 0: the same blocks when -ub is a multiple of block_q.
+      const AShapeParams a = a_shape_params(spec);
+      SPATTN_CHECK(n_ubatch % a.block_q == 0, "--cp with a_shape needs -ub (", n_ubatch,
+                   ") a multiple of block_q (", a.block_q, ")");
+    }
+    // chunked_h2o's chunks restart at each logical batch: on the -ub grid only when -b is a
+    // multiple of -ub, the grid the ranks' split is laid on.
+    SPATTN_CHECK(mode != PrefillMode::chunked_h2o || n_batch % n_ubatch == 0,
+                 "--cp with chunked_h2o needs -b (", n_batch, ") a multiple of -ub (", n_ubatch,
+                 ")");
     SPATTN_CHECK(attn_decode == "dense", "--cp: only dense decode is context-parallel so far "
                  "(--attn-decode dense), got '", attn_decode, "'");
   }
@@ -125,10 +140,15 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
 }
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
 // n / P + 2 prompt tokens and decode the next token to the emptiest rank.
+// chunked_h2o's split on the -ub grid gives a rank whole chunks: at most ceil(ceil(c / S) / P)
+// of S tokens (1/P of the context when it holds many chunks per rank).
 int64_t cache_capacity(const SessionOptions& o) {
   if (!o.cp) return o.n_ctx;
-  const int64_t P = o.cp->size();
-  return std::min(o.n_ctx, (o.n_ctx + P - 1) / P + 2);
+  const int64_t P = o.cp->size(), S = o.n_ubatch;
+  int64_t share = (o.n_ctx + P - 1) / P;
+  if (o.mode == PrefillMode::chunked_h2o)
+    share = std::max(share, ((o.n_ctx + S - 1) / S + P - 1) / P * S);
+  return std::min(o.n_ctx, share + 2);
 }
 }  // namespace
 
@@ -161,6 +181,9 @@ struct Session::Impl {
   int cp_owner = -1;     // the rank a decoded token's K/V goes to
   int32_t cp_token = 0;  // the token decoding, which every rank checks it shares
   dist::RingScratch ring;
+  std::vector<unsigned char> h2o_wire;  // chunked_h2o's memory set between ranks
+  bool cp_h2o = false;  // the prefill running is chunked_h2o's chain (else the dense ring)
+  std::unique_ptr<dist::RingPattern> cp_pattern;  // a_shape across ranks, else null
   std::vector<float> cp_gather;
   int64_t tap_layer = -1;
   QkvTap tap;
@@ -174,7 +197,7 @@ struct Session::Impl {
              global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
         rope_swa(swa_rope(cfg, o.n_ctx)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o), DType::f32,
-              /*raw=*/o.mode == PrefillMode::method, o.cache_type_k, o.cache_type_v,
+              /*raw=*/o.mode == PrefillMode::method && !o.cp, o.cache_type_k, o.cache_type_v,
               dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
     make_h2o();
     // A calibrated decode (blasst:sparsity=S,calib=FILE) needs every layer's law: a per-layer
@@ -188,7 +211,12 @@ struct Session::Impl {
       grp = opt.cp.get();
       cp_counts.assign(size_t(grp->size()), 0);
     }
-    if (opt.mode == PrefillMode::method) {
+    if (opt.mode == PrefillMode::method && opt.cp) {
+      // The ring runs a_shape's pattern itself (validate() let no other method through).
+      const AShapeParams a = a_shape_params(parse_method_spec(opt.attn_spec));
+      cp_pattern = std::make_unique<dist::RingPattern>(
+          dist::RingPattern{a.sink, a.local, a.block_q, a.block_k});
+    } else if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
       // layer=l is added unless the spec names a layer itself. A file with one law serves
       // every layer; a per-layer file without this layer's law is an error naming its layers.
@@ -392,10 +420,19 @@ struct Session::Impl {
             kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
         }
       });
+    if (kind == Attn::ring && cp_h2o) {
+      cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
+      const dist::H2OChainLayer hl{q.data(), k.data(), v.data(), att.data(), Hq, Hkv, d,
+                                   opt.n_ubatch, opt.h2o_local + opt.h2o_heavy, opt.cache_type_k,
+                                   opt.cache_type_v, attn_opt(-1)};
+      dist::h2o_chain_prefill(*grp, zz, hl, h2o[size_t(l)], h2o_wire, stats);
+      return;
+    }
     if (kind == Attn::ring) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
       const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
-                               opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data()};
+                               opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
+                               cp_pattern.get()};
       dist::ring_prefill(*grp, zz, rl, ring, stats);
       return;
     }
@@ -630,7 +667,7 @@ Session::Memory Session::memory() const {
   for (const auto& k : s.h2o_kept)
     for (const ChunkedH2OSnapshot& l : k.layers) m.h2o_state += l.bytes();
   if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
-  m.cp_ring = s.ring.bytes();
+  m.cp_ring = s.ring.bytes() + s.h2o_wire.capacity();  // the ring's buffers or the chain's
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
@@ -796,6 +833,11 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
                  "one holds ", s.cp_n, " tokens");
     SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n, " tokens are fewer than "
                  "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
+    const dist::Zigzag on_grid{n, P, s.opt.n_ubatch};
+    if (s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch)
+      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", P, " with chunked_h2o: the prompt's ", n,
+                   " tokens make fewer than the ", P, " chunks of -ub ", s.opt.n_ubatch,
+                   " the split needs (one per rank)");
     SPATTN_CHECK(n <= s.opt.n_ctx, "prompt of ", n, " tokens does not fit the context of ",
                  s.opt.n_ctx, " (-c)");
     SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
@@ -805,7 +847,9 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
                    tokens[size_t(i)], " at position ", i, " is outside the vocabulary [0, ",
                    s.cfg.n_vocab, ")");
   });
-  s.zz = dist::Zigzag{n, P};
+  // chunked_h2o on the -ub grid; a prompt of one chunk runs dense, as in one process.
+  s.cp_h2o = s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch;
+  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch : 1};
   const std::vector<int64_t> own = s.zz.positions(r);
   const int64_t rows = int64_t(own.size());
   std::vector<int32_t> own_tokens(own.size());

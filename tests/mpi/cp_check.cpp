@@ -6,7 +6,10 @@
 //   - every prompt row's logits (gathered to every rank);
 //   - greedy decode: the same tokens, and each step's logits;
 //   - the rank's KV cache bytes against the one-process cache's.
-// Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL]
+// Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL [ATTN UB]]
+//   ATTN dense (default), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4) or an
+//   a_shape spec (a_shape:sink=..,local=..), in both sessions, at -ub UB; TOL 0 asks for the
+//   same bits.
 // Exit 0 when every check holds on this rank, 1 when one fails (printed), 77 when the model
 // or text is absent (skip).
 #include <cmath>
@@ -137,7 +140,8 @@ int argmax(const float* x, int64_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s MODEL TEXT P N_TOKENS N_DECODE CTK [TOL]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL TEXT P N_TOKENS N_DECODE CTK [TOL [ATTN UB]]\n",
+                 argv[0]);
     return 2;
   }
   const std::string model_path = argv[1], text_path = argv[2];
@@ -145,6 +149,8 @@ int main(int argc, char** argv) {
   const int64_t n = std::atoll(argv[4]), n_decode = std::atoll(argv[5]);
   const KVType ctk = parse_kv_type(argv[6]);
   const double tol = argc > 7 ? std::atof(argv[7]) : 1e-3;
+  const std::string attn = argc > 8 ? argv[8] : "dense";
+  const int64_t ub = argc > 9 ? std::atoll(argv[9]) : 64;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(model_path, ec) ||
       !std::filesystem::is_regular_file(text_path, ec)) {
@@ -173,7 +179,18 @@ int main(int argc, char** argv) {
 
     model::SessionOptions so;
     so.n_ctx = n + n_decode + 8;
-    so.n_ubatch = 64;  // the one-process session in several chunks, as -ub does
+    so.n_ubatch = ub;  // the one-process session in several chunks, as -ub does
+    if (attn == "chunked_h2o") {
+      so.mode = model::PrefillMode::chunked_h2o;
+      so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
+      so.h2o_local = so.h2o_heavy = ub / 4;
+    } else if (attn.rfind("a_shape", 0) == 0) {
+      so.mode = model::PrefillMode::method;
+      so.attn_spec = attn;
+    } else if (attn != "dense") {
+      std::fprintf(stderr, "ATTN: dense, chunked_h2o or a_shape[:...], not %s\n", attn.c_str());
+      return 2;
+    }
     so.threads = 1;    // ranks share 2 cores
     so.cache_type_k = so.cache_type_v = ctk;
     model::Session one(m, so);
@@ -186,7 +203,12 @@ int main(int argc, char** argv) {
     one.prefill(tokens, la.data(), 0);
     cp.prefill(tokens, lb.data(), 0);
 
-    const std::vector<int64_t> own = dist::Zigzag{n, P}.positions(r);
+    // chunked_h2o splits on the -ub grid (a prompt of one chunk runs dense).
+    const int64_t grid = so.mode == model::PrefillMode::chunked_h2o && n > ub ? ub : 1;
+    const std::vector<int64_t> own = dist::Zigzag{n, P, grid}.positions(r);
+    // Decode is dense flash-decoding over the ranks in every mode: its merge order rounds, so
+    // a prefill asked for the same bits (TOL 0) still gives decode the dense tolerance.
+    const double dtol = tol > 0 ? tol : 2e-3;
     std::vector<int64_t> all(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
     double worst = 0;
@@ -218,7 +240,7 @@ int main(int argc, char** argv) {
       one.decode(ta, da.data());
       cp.decode(tb, db.data());
       const double d = rel_diff(da, db, V, {0});
-      if (d > tol) {
+      if (d > dtol) {
         std::printf("rank %d: decode step %lld: logits max |diff| / max |x| = %.3g\n", r,
                     (long long)step, d);
         ok = false;
