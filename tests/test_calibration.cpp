@@ -230,6 +230,12 @@ TEST(CalibJson, ReadsVersion4AsNoCurvature) {
   EXPECT_EQ(c.eta, 0.0);
   EXPECT_EQ(c.epsilon, 0.0);
   EXPECT_TRUE(std::isnan(c.linear_rms_log_error));
+  // With curvature, beta alone may be negative: the slope over s in [0, 1] decides.
+  auto bent = nlohmann::json::parse(calibration_to_json(fitted()));
+  bent["beta"] = -1.0, bent["delta"] = -0.5, bent["eta"] = 20.0, bent["epsilon"] = 0.1;
+  EXPECT_EQ(calibration_from_json(bent.dump()).beta, -1.0);
+  bent["delta"] = 0.3;  // slope -1 - 0.3 ln L at s = 0: falling
+  expect_rejected(bent, "beta");
   // From version 5 on they are required and checked.
   j["version"] = 5;
   expect_rejected(j, "eta");

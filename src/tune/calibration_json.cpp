@@ -110,8 +110,10 @@ std::vector<int64_t> read_lengths(const json& a, const std::string& origin, cons
 void read_law(const json& j, const std::string& origin, int64_t version, Calibration& c) {
   const Fields f(j, origin);
   c.alpha = f.number("alpha", 0.0, HUGE_VAL, /*lo_open=*/true);
-  // A failed fit (beta <= 0: sparsity falling with lambda) gives thresholds that mean nothing.
-  c.beta = f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
+  // A failed fit (beta <= 0 in a linear law: sparsity falling with lambda) gives thresholds
+  // that mean nothing. With curvature (version 5) beta alone may be negative: the slope check
+  // below, over all of s in [0, 1], is what says the law is monotone.
+  c.beta = version >= 5 ? f.number("beta", -1e6, 1e6) : f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
   c.gamma = f.number("gamma", -8.0, 8.0);
   c.delta = version >= 2 ? f.number("delta", -8.0, 8.0) : 0.0;
   c.eta = version >= 5 ? f.number("eta", -1000.0, 1000.0) : 0.0;
