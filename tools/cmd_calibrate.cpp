@@ -412,8 +412,8 @@ void add_calibrate_command(CLI::App& root) {
                 "fit delta, letting the law's slope in s move with ln L (default), or keep one "
                 "slope for every length");
   cmd->add_flag("--curvature,!--no-curvature", o->curvature,
-                "fit the curvature in s (eta, and epsilon moving it with ln L; default), or keep "
-                "ln(lambda) linear in s at every length");
+                "fit the curvature in s (eta, and epsilon moving it with ln L; default, from 3+ "
+                "lengths), or keep ln(lambda) linear in s at every length");
   cmd->callback([o] { run_calibrate(*o); });
 }
 

@@ -64,8 +64,8 @@ struct CalibrationOptions {
   std::optional<double> gamma;            // fixed length exponent (delta = 0); unset: fitted
                                           // (needs 2+ lengths)
   bool length_slope = true;               // fit delta too (with a fitted gamma); false: delta = 0
-  bool curvature = true;                  // fit eta (and epsilon with delta and 3+ lengths);
-                                          // false: both 0
+  bool curvature = true;                  // fit eta (and epsilon with delta) from 3+ lengths;
+                                          // false (or fewer lengths): both 0
   std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};  // also the targets flagged when
                                                              // out of reach
   AttnOptions attn;                       // causal, scale, threads of the dense passes
@@ -183,9 +183,8 @@ class BlasstCalibrator {
 
 // Least squares of ln(lambda) = ln(alpha) + beta s + eta s^2 - (gamma + delta s + epsilon s^2)
 // ln(L) over the points with s in [fit_min, fit_max]. gamma, delta and epsilon are fitted only
-// when opt.gamma is unset and 2+ lengths are in range (delta only with opt.length_slope,
-// epsilon only with delta, opt.curvature and 3+ lengths), eta when opt.gamma is unset and
-// opt.curvature; else gamma = opt.gamma or 1 and the others 0. Throws Error when the fit fails: fewer points
+// when opt.gamma is unset and 2+ lengths are in range (delta only with opt.length_slope),
+// eta only with opt.curvature and 3+ lengths (epsilon also only with delta); else gamma = opt.gamma or 1 and the others 0. Throws Error when the fit fails: fewer points
 // in range than parameters + 1, the parameters not determined by them, or sparsity not growing
 // with lambda for every s in [0, 1] at some calibrated length.
 Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,

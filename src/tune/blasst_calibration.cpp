@@ -241,10 +241,11 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   Form form;
   form.fit_gamma = !opt.gamma && lengths.size() >= 2;
   form.fit_delta = form.fit_gamma && opt.length_slope;
-  form.fit_eta = !opt.gamma && opt.curvature;
-  // epsilon needs a third length: with two, all six terms are read off two curves exactly,
-  // and their noise becomes a steep length law (|delta| in the tens at 512 and 1024).
-  form.fit_epsilon = form.fit_eta && form.fit_delta && lengths.size() >= 3;
+  // The curvature needs a third length: beta and delta are the slope at s = 0, outside the
+  // fit range, and with two curves only the bend's noise would pass into a steep length law
+  // (|delta| 9 to 47 on two short lengths); with fewer lengths the law stays linear in s.
+  form.fit_eta = !opt.gamma && opt.curvature && lengths.size() >= 3;
+  form.fit_epsilon = form.fit_eta && form.fit_delta;
   form.gamma = opt.gamma.value_or(1.0);
   const int64_t terms = 2 + form.fit_gamma + form.fit_delta + form.fit_eta + form.fit_epsilon;
   SPATTN_CHECK(int64_t(in.size()) >= terms + 1, "calibration fit failed: ", in.size(),
