@@ -103,6 +103,9 @@ fi
 
 meta=$dir/meta.json
 cpu=$(lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -1)
+family=$(lscpu 2>/dev/null | sed -n 's/^CPU family:[[:space:]]*//p' | head -1)
+cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model:[[:space:]]*//p' | head -1)
+[ -n "$family" ] && cpu="$cpu (family $family model $cpu_model)"
 "$py" - "$meta" "$cpu" "$(nproc)" "$(git rev-parse --short HEAD)" \
   "$(git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean)" \
   "$(date -u '+%Y-%m-%d %H:%M UTC')" "$note" "$quick" "$dir" <<'EOF'

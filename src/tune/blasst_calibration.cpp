@@ -110,7 +110,7 @@ std::vector<std::string> Calibration::warnings() const {
 namespace {
 
 // The bound the file format puts on eta and epsilon (calibration_json.cpp): far beyond any
-// measured curve's bend (|eta| ~ 40 on generated text), finite and sane.
+// measured curve's bend (eta ~ 20 on generated text), finite and sane.
 constexpr double kMaxCurvature = 1000;
 
 // Which terms of ln(lambda) = c + beta s + eta s^2 - (gamma + delta s + epsilon s^2) x
