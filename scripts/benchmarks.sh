@@ -5,13 +5,14 @@
 # when its tools are built. Every table comes from one `spattn bench` process, whose timed runs
 # go round-robin over dense and the methods, so the ratios hold on a noisy machine too.
 #
-#   scripts/benchmarks.sh [--quick] [--long] [--build DIR] [--models DIR] [--llama-bin DIR]
-#                         [--note TEXT] [--out FILE]
+#   scripts/benchmarks.sh [--quick] [--long] [--lengths A,B] [--build DIR] [--models DIR]
+#                         [--llama-bin DIR] [--note TEXT] [--out FILE]
 #
 #   --quick      a smoke test (2K and 4K, one timed run, no llama.cpp) into a temporary folder
 #                (and a copy of BENCHMARKS.md unless --out): checks the script and the tables,
 #                not the figures. Never part of ctest.
 #   --long       adds 128K on `text` (slow: dense alone takes minutes on 2 cores).
+#   --lengths    the `text` lengths instead (e.g. 8192 when the machine is too busy for 32K).
 #   --build      the build folder with bin/spattn and python/ (default: build; run `make build`).
 #   --models     the shared models folder (default: $SPATTN_MODELS, else ../shared/models).
 #   --llama-bin  llama.cpp's bin folder with llama-bench (default: $LLAMA_BIN, else
@@ -19,24 +20,28 @@
 #   --note       a sentence for the generated header (e.g. "shared machine: other jobs ran").
 #   --out        the file whose block is replaced (default: BENCHMARKS.md).
 #
-# The default run takes about 15-20 minutes on 2 cores. The figures and plots go to
-# docs/benchmarks/ (the JSON records and PNGs), the tables into the block in --out.
+# Time: every method's warm-up computes its recall against exact attention, so a length
+# costs several dense passes per method, and 32K about 16 times 8K. `--lengths 8192` (8K, the
+# dump, llama.cpp) took 7 minutes on 2 cores shared with other builds (load average 5-7); the
+# default was not timed. The records and plots go to docs/benchmarks/ (JSON, PNG), the tables
+# into the block in --out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build quick=0 long=0 note="" out=BENCHMARKS.md out_given=0
+build=build quick=0 long=0 note="" out=BENCHMARKS.md out_given=0 lengths_given=
 models=${SPATTN_MODELS:-../shared/models}
 llama_bin=${LLAMA_BIN:-third_party/llama.cpp/build/bin}
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1 ;;
     --long) long=1 ;;
+    --lengths) lengths_given=${2//,/ }; shift ;;
     --build) build=$2; shift ;;
     --models) models=$2; shift ;;
     --llama-bin) llama_bin=$2; shift ;;
     --note) note=$2; shift ;;
     --out) out=$2; out_given=1; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -50,8 +55,9 @@ if [ $quick = 1 ]; then
   lengths="2048 4096" repeat=1 reps=1
 else
   lengths="8192 32768" repeat=3 reps=3
-  [ $long = 1 ] && lengths="$lengths 131072"
+  if [ $long = 1 ]; then lengths="$lengths 131072"; fi
 fi
+if [ -n "$lengths_given" ]; then lengths=$lengths_given; fi
 dir=docs/benchmarks
 py=${PYTHON:-/usr/bin/python3}  # the interpreter the Python package is built for (README)
 if [ $quick = 1 ]; then  # a smoke test leaves the repository alone unless --out says otherwise
