@@ -24,14 +24,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Points exactly on lambda * L^(gamma + delta * s) = alpha * exp(beta * s), s in [0.2, 0.8]
-// (the default fit range).
-std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma, double delta = 0) {
+// Points exactly on lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s +
+// eta * s^2), s in [0.2, 0.8] (the default fit range).
+std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma, double delta = 0,
+                                        double eta = 0, double epsilon = 0) {
   std::vector<CalibrationPoint> pts;
   for (int64_t len : {4096, 8192, 16384, 32768})
     for (int i = 0; i <= 12; ++i) {
       const double s = 0.2 + 0.05 * i;
-      pts.push_back({len, alpha * std::exp(beta * s) / std::pow(double(len), gamma + delta * s), s});
+      pts.push_back({len, alpha * std::exp(beta * s + eta * s * s) /
+                              std::pow(double(len), gamma + delta * s + epsilon * s * s), s});
     }
   return pts;
 }
@@ -50,6 +52,41 @@ TEST(CalibFit, RecoversAlphaBetaGammaDelta) {
   EXPECT_GT(c.paper_rms_log_error, c.one_slope_rms_log_error);
   EXPECT_NEAR(c.lambda_for(0.5, 8192), 3e-4 * std::exp(7.5) / std::pow(8192.0, 0.3 + 0.35), 1e-12);
   EXPECT_NEAR(c.predicted_sparsity(c.lambda_for(0.6, 16384), 16384), 0.6, 1e-9);
+}
+
+// The curvature terms: a known law bent in s (as measured curves are near their reach) is
+// recovered, the linear form cannot follow it, and the inverse still inverts.
+TEST(CalibFit, RecoversCurvature) {
+  const Calibration c = fit_blasst_calibration(synthetic(2e-5, 8.0, -0.2, 0.5, 30.0, 2.5), {});
+  EXPECT_NEAR(c.alpha, 2e-5, 2e-5 * 1e-6);
+  EXPECT_NEAR(c.beta, 8.0, 1e-6);
+  EXPECT_NEAR(c.gamma, -0.2, 1e-6);
+  EXPECT_NEAR(c.delta, 0.5, 1e-6);
+  EXPECT_NEAR(c.eta, 30.0, 1e-5);
+  EXPECT_NEAR(c.epsilon, 2.5, 1e-6);
+  EXPECT_LT(c.rms_log_error, 1e-9);
+  EXPECT_LT(c.max_sparsity_error, 1e-9);
+  EXPECT_GT(c.linear_rms_log_error, 0.05);
+  for (int64_t len : {4096, 6000, 32768})
+    for (double s : {0.1, 0.5, 0.7})  // (at 0.9 and 4K lambda clamps at 1)
+      EXPECT_NEAR(c.predicted_sparsity(c.lambda_for(s, len), len), s, 1e-9) << len << " " << s;
+  const double x = std::log(8192.0), s = 0.6;
+  EXPECT_NEAR(c.lambda_for(s, 8192),
+              2e-5 * std::exp(8.0 * s + 30.0 * s * s - (-0.2 + 0.5 * s + 2.5 * s * s) * x), 1e-12);
+  // Without the terms, the fit is the linear law it was before (and worse on these points).
+  CalibrationOptions o;
+  o.curvature = false;
+  const Calibration lin = fit_blasst_calibration(synthetic(2e-5, 8.0, -0.2, 0.5, 30.0, 2.5), o);
+  EXPECT_EQ(lin.eta, 0.0);
+  EXPECT_EQ(lin.epsilon, 0.0);
+  EXPECT_NEAR(lin.rms_log_error, c.linear_rms_log_error, 1e-12);
+  // A bend that turns sparsity against lambda inside [0, 1] at a calibrated length fails.
+  try {
+    fit_blasst_calibration(synthetic(2e-5, 8.0, -0.2, 0.5, -10.0, 0.0), {});
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("every calibrated length"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CalibFit, OneSlopeWhenAsked) {
@@ -122,7 +159,7 @@ TEST(CalibLambda, TargetAndClamp) {
 }
 
 Calibration fitted() {
-  Calibration c = fit_blasst_calibration(synthetic(3e-4, 12.0, 0.3, 0.3), {});
+  Calibration c = fit_blasst_calibration(synthetic(3e-4, 12.0, 0.3, 0.3, 2.0, 0.1), {});
   c.samples = 4, c.source = "text workload", c.heads = 2, c.kv_heads = 1, c.dim = 64;
   c.dtype = "f32";
   c.checks.push_back({4096, 0.5, 1e-3, 0.51});
@@ -136,6 +173,8 @@ TEST(CalibJson, RoundTrip) {
   EXPECT_DOUBLE_EQ(b.beta, a.beta);
   EXPECT_DOUBLE_EQ(b.gamma, a.gamma);
   EXPECT_DOUBLE_EQ(b.delta, a.delta);
+  EXPECT_DOUBLE_EQ(b.eta, a.eta);
+  EXPECT_DOUBLE_EQ(b.epsilon, a.epsilon);
   EXPECT_NE(a.delta, 0.0);
   EXPECT_DOUBLE_EQ(b.one_slope_rms_log_error, a.one_slope_rms_log_error);
   EXPECT_EQ(b.points, a.points);
@@ -179,6 +218,31 @@ void expect_rejected(const nlohmann::json& j, const std::string& field) {
   }
 }
 
+// Files before version 5 have no curvature terms: they load as the linear law they were.
+TEST(CalibJson, ReadsVersion4AsNoCurvature) {
+  auto j = nlohmann::json::parse(calibration_to_json(fitted()));
+  EXPECT_NE(j["eta"].get<double>(), 0.0);
+  j["version"] = 4;
+  j.erase("eta");
+  j.erase("epsilon");
+  j.erase("linear_rms_log_error");
+  const Calibration c = calibration_from_json(j.dump(), "v4.json");
+  EXPECT_EQ(c.eta, 0.0);
+  EXPECT_EQ(c.epsilon, 0.0);
+  EXPECT_TRUE(std::isnan(c.linear_rms_log_error));
+  // With curvature, beta alone may be negative: the slope over s in [0, 1] decides.
+  auto bent = nlohmann::json::parse(calibration_to_json(fitted()));
+  bent["beta"] = -1.0, bent["delta"] = -0.5, bent["eta"] = 20.0, bent["epsilon"] = 0.1;
+  EXPECT_EQ(calibration_from_json(bent.dump()).beta, -1.0);
+  bent["delta"] = 0.3;  // slope -1 - 0.3 ln L at s = 0: falling
+  expect_rejected(bent, "beta");
+  // From version 5 on they are required and checked.
+  j["version"] = 5;
+  expect_rejected(j, "eta");
+  j["eta"] = 1e9;
+  expect_rejected(j, "eta");
+}
+
 TEST(CalibJson, RejectsBadFields) {
   const auto good = nlohmann::json::parse(calibration_to_json(fitted()));
   for (const char* f : {"alpha", "beta", "gamma", "delta", "points", "lengths", "source", "heads",
@@ -206,7 +270,7 @@ TEST(CalibJson, RejectsBadFields) {
   j["delta"] = "0";
   expect_rejected(j, "delta");
   j = good;
-  j["version"] = 5;  // a newer format than this build reads
+  j["version"] = 6;  // a newer format than this build reads
   expect_rejected(j, "version");
   j = good;
   j["order"] = "sideways";

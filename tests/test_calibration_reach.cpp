@@ -133,9 +133,9 @@ TEST(CalibReach, FilesOfEveryVersionLoad) {
   j.erase("curve");
   EXPECT_TRUE(calibration_from_json(j.dump(), "v3.json").reach.empty());
   // A newer version than this build reads is named.
-  j["version"] = 5;
-  const std::string e = error_of([&] { calibration_from_json(j.dump(), "v5.json"); });
-  EXPECT_NE(e.find("'version' 5 is not supported"), std::string::npos) << e;
+  j["version"] = 6;
+  const std::string e = error_of([&] { calibration_from_json(j.dump(), "v6.json"); });
+  EXPECT_NE(e.find("'version' 6 is not supported"), std::string::npos) << e;
   // Version 4 fields are required and checked.
   auto bad = nlohmann::json::parse(calibration_to_json(c));
   bad["reach"][0]["max_sparsity"] = 1.5;

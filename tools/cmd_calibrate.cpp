@@ -1,5 +1,5 @@
 // `spattn calibrate`: fit BLASST's threshold law
-// lambda * L^(gamma + delta * s) = alpha * exp(beta * s) on
+// lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s + eta * s^2) on
 // generated workloads at several lengths (or on --qkv dumps and their prefixes, optionally one
 // --layer per dump for laws per layer), write it as JSON for
 // `--method blasst:sparsity=S,calib=FILE[,layer=N]`, and print the fit, where it holds and
@@ -45,6 +45,7 @@ struct CalibrateOptions {
   double gamma = 0;  // used only when --length-exponent is given
   bool gamma_given = false;
   bool length_slope = true;
+  bool curvature = true;
   // The visiting order calibrated (BlasstOrder): the method's default, so a file written with
   // no --order serves `blasst:sparsity=S,calib=FILE` as it runs by default.
   std::string order = "local_first";
@@ -173,13 +174,13 @@ void print(const Calibration& c, const std::string& out) {
              "order {}\n",
              c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
              c.causal ? "causal" : "full", blasst_order_name(c.order));
-  fmt::print("fit: lambda * L^(gamma + delta * s) = alpha * exp(beta * s)\n");
-  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}\n", c.alpha, c.beta,
-             c.gamma,
+  fmt::print("fit: lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s + eta * s^2)\n");
+  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon {:.4f}\n",
+             c.alpha, c.beta, c.gamma,
              c.gamma_fitted ? "fitted"
              : c.fit_lengths.size() < 2 ? "fixed: every fitted point is from one length"
                                         : "fixed",
-             c.delta);
+             c.delta, c.eta, c.epsilon);
   fmt::print("  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
              "max sparsity error {:.1f} points\n",
              c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
@@ -189,6 +190,9 @@ void print(const Calibration& c, const std::string& out) {
     if (c.delta != 0)
       fmt::print("  one slope for all lengths (delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
                  c.one_slope_rms_log_error);
+    if (c.eta != 0 || c.epsilon != 0)
+      fmt::print("  no curvature (eta = epsilon = 0) on the same points: rms ln(lambda) error {:.3f}\n",
+                 c.linear_rms_log_error);
   }
   print_checks(c, "");
   for (const auto& l : c.layers) {
@@ -196,10 +200,10 @@ void print(const Calibration& c, const std::string& out) {
     if (l.pooled)
       fmt::print("pooled (too few points of its own): uses the law above\n");
     else
-      fmt::print("alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}, {} points, rms "
-                 "ln(lambda) error {:.3f}\n",
-                 l.alpha, l.beta, l.gamma, l.gamma_fitted ? "fitted" : "fixed", l.delta, l.points,
-                 l.rms_log_error);
+      fmt::print("alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon "
+                 "{:.4f}, {} points, rms ln(lambda) error {:.3f}\n",
+                 l.alpha, l.beta, l.gamma, l.gamma_fitted ? "fitted" : "fixed", l.delta, l.eta,
+                 l.epsilon, l.points, l.rms_log_error);
     print_checks(l, "  ");
   }
   print_warnings(c.warnings());
@@ -262,8 +266,9 @@ void run_evaluate(const CalibrateOptions& o) {
       o.qkv.empty() ? fmt::format("{} fresh {} workloads per length (seeds {}..{}), {} q heads", o.samples,
                                   o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads)
                     : fmt::format("{} file(s){}", o.qkv.size(), o.lengths_given ? " and their prefixes" : "");
-  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, order {}{}) on {}\n",
-             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, blasst_order_name(c.order),
+  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, eta {:.4f}, "
+             "epsilon {:.4f}, order {}{}) on {}\n",
+             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, c.eta, c.epsilon, blasst_order_name(c.order),
              c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
   fmt::print("sparsity reached: mean over the samples (points off target) [min, max]; reach: the most "
              "any lambda skips on them; ! target beyond the calibration's reach (a run refuses it)\n");
@@ -307,6 +312,7 @@ void run_calibrate(const CalibrateOptions& o) {
   copt.fit_max = o.fit_max;
   if (o.gamma_given) copt.gamma = o.gamma;
   copt.length_slope = o.length_slope;
+  copt.curvature = o.curvature;
   copt.attn.causal = o.causal;
   copt.attn.threads = resolve_threads(o.threads);
   if (o.targets_given) {
@@ -405,6 +411,9 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_flag("--length-slope,!--no-length-slope", o->length_slope,
                 "fit delta, letting the law's slope in s move with ln L (default), or keep one "
                 "slope for every length");
+  cmd->add_flag("--curvature,!--no-curvature", o->curvature,
+                "fit the curvature in s (eta, and epsilon moving it with ln L; default, from 3+ "
+                "lengths), or keep ln(lambda) linear in s at every length");
   cmd->callback([o] { run_calibrate(*o); });
 }
 

@@ -1,5 +1,5 @@
 """BLASST threshold calibration (the BLASST paper, Algorithm 2, with spattn's length-slope
-form): the fit `spattn calibrate` writes, as a dict."""
+and curvature form): the fit `spattn calibrate` writes, as a dict."""
 import json
 import os
 
@@ -12,21 +12,23 @@ _LENGTHS = (4096, 8192, 16384, 32768)
 def calibrate(workload="text", lengths=_LENGTHS, heads=8, kv_heads=None, dim=128,
               dtype="float32", seed=0, samples=2, *, qkv=None, layout="bshd",
               file_layout="hsd", fit_min=0.2, fit_max=0.8, gamma=None, length_slope=True,
-              order="local_first", causal=True, threads=None, out=None):
-    """Fits lambda * L^(gamma + delta * s) = alpha * exp(beta * s) on generated workloads
-    (`samples` per length, seeds seed, seed + 1, ...), or on `qkv`: a list of (q, k, v) tuples
-    in `layout` or of paths load_qkv reads. gamma: fix the length exponent (1: the paper's
-    form) instead of fitting it. Writes the JSON to `out` when given; returns it as a dict
-    (use it as blasst:sparsity=S,calib=FILE)."""
+              curvature=True, order="local_first", causal=True, threads=None, out=None):
+    """Fits lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s + eta * s^2)
+    on generated workloads (`samples` per length, seeds seed, seed + 1, ...), or on `qkv`: a
+    list of (q, k, v) tuples in `layout` or of paths load_qkv reads. gamma: fix the length
+    exponent (1: the paper's form) instead of fitting it; curvature=False keeps eta = epsilon
+    = 0. Writes the JSON to `out` when given; returns it as a dict (use it as
+    blasst:sparsity=S,calib=FILE)."""
     if qkv is None:
         text = _core.calibrate_workloads(workload, list(lengths), heads, kv_heads or 0, dim,
                                          normalize_dtype(dtype), seed, samples, fit_min, fit_max,
-                                         gamma, length_slope, order, causal, threads or 0)
+                                         gamma, length_slope, curvature, order, causal,
+                                         threads or 0)
     else:
         from ._tools import load_qkv
         items = [qkv] if isinstance(qkv, (str, os.PathLike)) else list(qkv)
         names = ", ".join(str(x) for x in items if isinstance(x, (str, os.PathLike)))
-        cal = _core.Calibrator(fit_min, fit_max, gamma, length_slope, order, causal,
+        cal = _core.Calibrator(fit_min, fit_max, gamma, length_slope, curvature, order, causal,
                                threads or 0, names or "arrays")
         for item in items:
             if isinstance(item, (str, os.PathLike)):

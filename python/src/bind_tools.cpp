@@ -168,9 +168,10 @@ void save(const std::string& path, const py::handle& q, const py::handle& k, con
 
 CalibrationOptions calibration_options(double fit_min, double fit_max,
                                        std::optional<double> gamma, bool length_slope,
-                                       const std::string& order, bool causal, int threads,
-                                       const std::string& source) {
+                                       bool curvature, const std::string& order, bool causal,
+                                       int threads, const std::string& source) {
   CalibrationOptions c;
+  c.curvature = curvature;
   c.fit_min = fit_min;
   c.fit_max = fit_max;
   c.gamma = gamma;
@@ -185,9 +186,10 @@ CalibrationOptions calibration_options(double fit_min, double fit_max,
 class Calibrator {
  public:
   Calibrator(double fit_min, double fit_max, std::optional<double> gamma, bool length_slope,
-             const std::string& order, bool causal, int threads, const std::string& source)
-      : cal_(calibration_options(fit_min, fit_max, gamma, length_slope, order, causal, threads,
-                                 source)) {}
+             bool curvature, const std::string& order, bool causal, int threads,
+             const std::string& source)
+      : cal_(calibration_options(fit_min, fit_max, gamma, length_slope, curvature, order, causal,
+                                 threads, source)) {}
   void add(const py::handle& q, const py::handle& k, const py::handle& v, const std::string& tag,
            const std::string& layout) {
     const Qkv x = single_qkv(q, k, v, tag, layout);
@@ -204,11 +206,11 @@ std::string calibrate_generated(const std::string& kind, const std::vector<int64
                                 int64_t heads, int64_t kv_heads, int64_t dim,
                                 const std::string& dtype, uint64_t seed, int64_t samples,
                                 double fit_min, double fit_max, std::optional<double> gamma,
-                                bool length_slope, const std::string& order, bool causal,
-                                int threads) {
+                                bool length_slope, bool curvature, const std::string& order,
+                                bool causal, int threads) {
   const WorkloadConfig base = workload_config(kind, 1, heads, kv_heads, dim, dtype, seed, 0);
   const CalibrationOptions opt = calibration_options(
-      fit_min, fit_max, gamma, length_slope, order, causal, threads,
+      fit_min, fit_max, gamma, length_slope, curvature, order, causal, threads,
       std::string(workload_kind_name(base.kind)) + " workload");
   py::gil_scoped_release release;
   return calibration_to_json(calibrate_on_workloads(opt, base, lengths, samples));
@@ -263,15 +265,15 @@ void bind_tools(py::module_& m) {
   m.def("load_qkv", &load, "path"_a, "layout"_a);
   m.def("save_qkv", &save, "path"_a, "q"_a, "k"_a, "v"_a, "tag"_a, "layout"_a);
   py::class_<Calibrator>(m, "Calibrator")
-      .def(py::init<double, double, std::optional<double>, bool, const std::string&, bool, int,
-                    const std::string&>(),
-           "fit_min"_a, "fit_max"_a, "gamma"_a, "length_slope"_a, "order"_a, "causal"_a,
-           "threads"_a, "source"_a)
+      .def(py::init<double, double, std::optional<double>, bool, bool, const std::string&, bool,
+                    int, const std::string&>(),
+           "fit_min"_a, "fit_max"_a, "gamma"_a, "length_slope"_a, "curvature"_a, "order"_a,
+           "causal"_a, "threads"_a, "source"_a)
       .def("add", &Calibrator::add, "q"_a, "k"_a, "v"_a, "tag"_a, "layout"_a)
       .def("fit", &Calibrator::fit);
   m.def("calibrate_workloads", &calibrate_generated, "kind"_a, "lengths"_a, "heads"_a,
         "kv_heads"_a, "dim"_a, "dtype"_a, "seed"_a, "samples"_a, "fit_min"_a, "fit_max"_a,
-        "gamma"_a, "length_slope"_a, "order"_a, "causal"_a, "threads"_a);
+        "gamma"_a, "length_slope"_a, "curvature"_a, "order"_a, "causal"_a, "threads"_a);
   m.def("evaluate_calibration", &evaluate, "calibration_json"_a, "origin"_a, "kind"_a,
         "lengths"_a, "heads"_a, "kv_heads"_a, "dim"_a, "dtype"_a, "seed"_a, "samples"_a,
         "targets"_a, "fixed_lambda"_a, "causal"_a, "threads"_a);

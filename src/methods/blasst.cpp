@@ -1,7 +1,8 @@
 // blasst ("BLASST: Dynamic Blocked Attention Sparsity via Softmax Thresholding", section 3):
 // skip key tiles whose scores fall ln(lambda) below the running max.
 //   blasst:lambda=X                 a fixed threshold in [0, 1]
-//   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S) / L^(gamma + delta * S) from a
+//   blasst:sparsity=S,calib=FILE    lambda = alpha * exp(beta * S + eta * S^2) /
+//                                   L^(gamma + delta * S + epsilon * S^2) from a
 //                                   `spattn calibrate` file, L the context (kv) length. A target
 //                                   above what any lambda reaches at L (the file's reach) raises
 //                                   Error naming the reachable range: never a silent shortfall

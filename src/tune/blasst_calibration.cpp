@@ -1,5 +1,5 @@
 // BLASST calibration: sweep lambda over per-sample tile margins and fit
-// ln(lambda) = ln(alpha) + beta * s - (gamma + delta * s) * ln(L).
+// ln(lambda) = ln(alpha) + beta * s + eta * s^2 - (gamma + delta * s + epsilon * s^2) * ln(L).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,9 +16,14 @@ namespace spattn {
 namespace {
 std::string fmt_layer(int64_t layer) { return " for layer " + std::to_string(layer); }
 
-// d ln(lambda) / ds at length L: must be positive (sparsity grows with lambda).
-double slope_at(double beta, double delta, int64_t length) {
-  return beta - delta * std::log(double(length));
+// d ln(lambda) / ds at sparsity s and length L: must be positive (sparsity grows with lambda).
+double slope_at(const Calibration& c, double s, int64_t length) {
+  return c.beta + 2 * c.eta * s - (c.delta + 2 * c.epsilon * s) * std::log(double(length));
+}
+// The slope is linear in s, so positive on all of [0, 1] when positive at both ends: the law
+// is then monotone at this length and lambda_for / predicted_sparsity invert each other.
+double least_slope(const Calibration& c, int64_t length) {
+  return std::min(slope_at(c, 0.0, length), slope_at(c, 1.0, length));
 }
 }  // namespace
 
@@ -26,20 +31,27 @@ double Calibration::lambda_for(double sparsity, int64_t length) const {
   SPATTN_CHECK(std::isfinite(sparsity) && sparsity >= 0.0 && sparsity < 1.0,
                "target sparsity must be in [0, 1), got ", sparsity);
   SPATTN_CHECK(length >= 1, "context length must be >= 1, got ", length);
-  // A fitted delta tilts the law with length; far enough out it would turn sparsity against
-  // lambda. That is outside anything the calibration saw, so say so instead of guessing.
-  SPATTN_CHECK(slope_at(beta, delta, length) > 0, "calibration does not extend to length ",
-               length, ": beta - delta * ln(L) = ", slope_at(beta, delta, length),
-               " (calibrate at lengths nearer to it)");
-  const double x = std::log(double(length));
-  const double ln = std::log(alpha) + beta * sparsity - (gamma + delta * sparsity) * x;
+  // A fitted delta (or epsilon) tilts the law with length; far enough out it would turn
+  // sparsity against lambda. That is outside anything the calibration saw, so say so instead
+  // of guessing.
+  SPATTN_CHECK(least_slope(*this, length) > 0, "calibration does not extend to length ", length,
+               ": d ln(lambda) / ds = ", least_slope(*this, length),
+               " somewhere in [0, 1] there (calibrate at lengths nearer to it)");
+  const double x = std::log(double(length)), s = sparsity;
+  const double ln = std::log(alpha) + beta * s + eta * s * s - (gamma + delta * s + epsilon * s * s) * x;
   // exp overflows to inf for huge ln; the clamp makes that 1 (skip everything skippable).
   return std::clamp(std::exp(ln), 0.0, 1.0);
 }
 
 double Calibration::predicted_sparsity(double lambda, int64_t length) const {
+  // The root of a2 s^2 + a1 s + a0 = 0 on the branch where the slope a1 + 2 a2 s is positive,
+  // written so that a2 = 0 (no curvature) is the linear law's answer.
   const double x = std::log(double(length));
-  return (std::log(lambda) + gamma * x - std::log(alpha)) / slope_at(beta, delta, length);
+  const double a2 = eta - epsilon * x, a1 = beta - delta * x;
+  const double a0 = std::log(alpha) - gamma * x - std::log(lambda);
+  const double disc = a1 * a1 - 4 * a2 * a0;
+  if (!(disc >= 0)) return NAN;  // lambda beyond every sparsity the law gives at this length
+  return -2 * a0 / (a1 + std::sqrt(disc));
 }
 
 double Calibration::max_sparsity_at(int64_t length) const {
@@ -97,22 +109,28 @@ std::vector<std::string> Calibration::warnings() const {
 
 namespace {
 
-// Which terms of ln(lambda) = c + beta * s - gamma * x - delta * s * x (x = ln L) are fitted;
-// a term not fitted is fixed (gamma at `gamma`, delta at 0).
+// The bound the file format puts on eta and epsilon (calibration_json.cpp): far beyond any
+// measured curve's bend (eta ~ 20 on generated text), finite and sane.
+constexpr double kMaxCurvature = 1000;
+
+// Which terms of ln(lambda) = c + beta s + eta s^2 - (gamma + delta s + epsilon s^2) x
+// (x = ln L) are fitted; a term not fitted is fixed (gamma at `gamma`, the others at 0).
 struct Form {
-  bool fit_gamma = false, fit_delta = false;
+  bool fit_gamma = false, fit_delta = false, fit_eta = false, fit_epsilon = false;
   double gamma = 1.0;
 };
 struct Law {
-  double intercept = 0, beta = 0, gamma = 0, delta = 0;
-  double ln_lambda(double s, double x) const { return intercept + beta * s - (gamma + delta * s) * x; }
+  double intercept = 0, beta = 0, gamma = 0, delta = 0, eta = 0, epsilon = 0;
+  double ln_lambda(double s, double x) const {
+    return intercept + beta * s + eta * s * s - (gamma + delta * s + epsilon * s * s) * x;
+  }
 };
 
 // Least squares over the form's free terms. Columns are centered (the intercept comes from
 // the means), which keeps the normal equations well conditioned: ln L ~ 8-11 would otherwise
 // nearly repeat the constant column. Returns false when the points do not determine the terms.
 bool solve(const std::vector<CalibrationPoint>& pts, const Form& form, Law& out) {
-  constexpr int kMax = 3;  // beta, gamma, delta
+  constexpr int kMax = 5;  // beta, gamma, delta, eta, epsilon
   const double n = double(pts.size());
   auto columns = [&](const CalibrationPoint& p, std::array<double, kMax>& col, double& y) {
     const double x = std::log(double(p.length));
@@ -120,6 +138,8 @@ bool solve(const std::vector<CalibrationPoint>& pts, const Form& form, Law& out)
     col[k++] = p.sparsity;
     if (form.fit_gamma) col[k++] = -x;
     if (form.fit_delta) col[k++] = -p.sparsity * x;
+    if (form.fit_eta) col[k++] = p.sparsity * p.sparsity;
+    if (form.fit_epsilon) col[k++] = -p.sparsity * p.sparsity * x;
     y = std::log(p.lambda) + (form.fit_gamma ? 0.0 : form.gamma * x);
     return k;
   };
@@ -162,6 +182,8 @@ bool solve(const std::vector<CalibrationPoint>& pts, const Form& form, Law& out)
   out.beta = coef[size_t(i++)];
   out.gamma = form.fit_gamma ? coef[size_t(i++)] : form.gamma;
   out.delta = form.fit_delta ? coef[size_t(i++)] : 0.0;
+  out.eta = form.fit_eta ? coef[size_t(i++)] : 0.0;
+  out.epsilon = form.fit_epsilon ? coef[size_t(i++)] : 0.0;
   out.intercept = my;  // my = c + sum_i coef_i * mean_i, in the y the fit used
   for (int t = 0; t < k; ++t) out.intercept -= coef[size_t(t)] * mean[size_t(t)];
   return true;
@@ -210,13 +232,22 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   SPATTN_CHECK(in.size() >= 3, "calibration fit failed: ", in.size(),
                " points with sparsity in [", opt.fit_min, ", ", opt.fit_max,
                "] (need 3; widen the lambda grid or the fit range)");
-  // gamma and delta are only identifiable across lengths; one length falls back to the
-  // paper's 1/L. A fixed gamma means the paper's shape (one slope for every length).
+  // gamma, delta and epsilon are only identifiable across lengths; one length falls back to
+  // the paper's 1/L. A fixed gamma means the paper's shape (one slope for every length, no
+  // curvature). The curvature terms (eta, and epsilon letting it move with ln L) are there
+  // because at a fixed length ln(lambda) is not linear in s: the measured curves bend upwards
+  // as s nears the length's reach (the most any lambda skips), more at short lengths, whose
+  // reach is lowest. No straight line in s fits a 4K curve to within 2 points at s = 0.5.
   Form form;
   form.fit_gamma = !opt.gamma && lengths.size() >= 2;
   form.fit_delta = form.fit_gamma && opt.length_slope;
+  // The curvature needs a third length: beta and delta are the slope at s = 0, outside the
+  // fit range, and with two curves only the bend's noise would pass into a steep length law
+  // (|delta| 9 to 47 on two short lengths); with fewer lengths the law stays linear in s.
+  form.fit_eta = !opt.gamma && opt.curvature && lengths.size() >= 3;
+  form.fit_epsilon = form.fit_eta && form.fit_delta;
   form.gamma = opt.gamma.value_or(1.0);
-  const int64_t terms = 2 + form.fit_gamma + form.fit_delta;
+  const int64_t terms = 2 + form.fit_gamma + form.fit_delta + form.fit_eta + form.fit_epsilon;
   SPATTN_CHECK(int64_t(in.size()) >= terms + 1, "calibration fit failed: ", in.size(),
                " points with sparsity in [", opt.fit_min, ", ", opt.fit_max, "] for ", terms,
                " parameters (widen the lambda grid or the fit range)");
@@ -228,18 +259,22 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   SPATTN_CHECK(std::abs(f.gamma) <= 8 && std::abs(f.delta) <= 8, "calibration fit failed: gamma = ",
                f.gamma, ", delta = ", f.delta, " outside [-8, 8] (the lengths do not determine the "
                "length law: calibrate at lengths further apart, or fix gamma with --length-exponent)");
-  const int64_t shortest = *std::min_element(lengths.begin(), lengths.end());
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  SPATTN_CHECK(std::isfinite(f.beta) && std::isfinite(f.delta) && slope_at(f.beta, f.delta, shortest) > 0 &&
-                   slope_at(f.beta, f.delta, longest) > 0,
-               "calibration fit failed: beta = ", f.beta, ", delta = ", f.delta,
-               " (sparsity must grow with lambda at every calibrated length)");
+  SPATTN_CHECK(std::abs(f.eta) <= kMaxCurvature && std::abs(f.epsilon) <= kMaxCurvature,
+               "calibration fit failed: eta = ", f.eta, ", epsilon = ", f.epsilon, " outside [-",
+               kMaxCurvature, ", ", kMaxCurvature, "] (fit without them: --no-curvature)");
   Calibration c;
   c.alpha = std::exp(f.intercept);
   SPATTN_CHECK(std::isfinite(c.alpha) && c.alpha > 0, "calibration fit failed: alpha = ", c.alpha);
   c.beta = f.beta;
   c.gamma = f.gamma;
   c.delta = f.delta;
+  c.eta = f.eta;
+  c.epsilon = f.epsilon;
+  for (int64_t len : lengths)
+    SPATTN_CHECK(std::isfinite(f.beta) && std::isfinite(f.delta) && least_slope(c, len) > 0,
+                 "calibration fit failed: beta = ", f.beta, ", delta = ", f.delta, ", eta = ", f.eta,
+                 ", epsilon = ", f.epsilon, " (sparsity must grow with lambda at every calibrated "
+                 "length, for every s in [0, 1]; at ", len, " the slope falls to ", least_slope(c, len), ")");
   c.gamma_fitted = form.fit_gamma;
   c.points = int64_t(in.size());
   c.fit_min = opt.fit_min;
@@ -249,10 +284,16 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
     c.max_sparsity_error =
         std::max(c.max_sparsity_error, std::abs(c.predicted_sparsity(p.lambda, p.length) - p.sparsity));
   // The simpler forms on the same points, so a user sees what each term buys.
-  Law paper, one_slope;
+  Form one_slope_form, linear_form;
+  one_slope_form.fit_gamma = linear_form.fit_gamma = true;
+  linear_form.fit_delta = true;
+  Law paper, one_slope, linear;
+  const bool lengths_vary = lengths.size() >= 2;
   c.paper_rms_log_error = solve(in, Form{}, paper) ? rms_residual(in, paper) : NAN;
   c.one_slope_rms_log_error =
-      lengths.size() >= 2 && solve(in, Form{true, false, 1.0}, one_slope) ? rms_residual(in, one_slope) : NAN;
+      lengths_vary && solve(in, one_slope_form, one_slope) ? rms_residual(in, one_slope) : NAN;
+  c.linear_rms_log_error =
+      lengths_vary && solve(in, linear_form, linear) ? rms_residual(in, linear) : NAN;
   std::sort(lengths.begin(), lengths.end());
   c.lengths = lengths;
   c.fit_lengths = lengths;

@@ -19,8 +19,9 @@ constexpr const char* kFormat = "spattn.blasst_calibration";
 // Version 2 added delta (version 1 files are the delta = 0 law and still load); version 3 the
 // visiting order (older files were measured in order, and load as in_order); version 4 the
 // reach per length, the lengths the fit's points came from, and laws per layer (older files
-// have one law; their reach is read off their curve at lambda = 1 where it has that point).
-constexpr int kVersion = 4;
+// have one law; their reach is read off their curve at lambda = 1 where it has that point);
+// version 5 the curvature terms eta and epsilon (older files are the eta = epsilon = 0 law).
+constexpr int kVersion = 5;
 
 using Fields = detail::JsonFields;
 
@@ -35,6 +36,8 @@ json law_json(const Calibration& c) {
   j["beta"] = c.beta;
   j["gamma"] = c.gamma;
   j["delta"] = c.delta;
+  j["eta"] = c.eta;
+  j["epsilon"] = c.epsilon;
   j["gamma_fitted"] = c.gamma_fitted;
   j["points"] = c.points;
   j["rms_log_error"] = c.rms_log_error;
@@ -43,6 +46,7 @@ json law_json(const Calibration& c) {
   auto finite_or_null = [](double x) { return std::isfinite(x) ? json(x) : json(nullptr); };
   j["paper_rms_log_error"] = finite_or_null(c.paper_rms_log_error);
   j["one_slope_rms_log_error"] = finite_or_null(c.one_slope_rms_log_error);
+  j["linear_rms_log_error"] = finite_or_null(c.linear_rms_log_error);
   j["fit_min"] = c.fit_min;
   j["fit_max"] = c.fit_max;
   j["samples"] = c.samples;
@@ -63,7 +67,9 @@ std::string calibration_to_json(const Calibration& c) {
   json j = law_json(c);
   j["format"] = kFormat;
   j["version"] = kVersion;
-  j["model"] = "lambda * L^(gamma + delta * sparsity) = alpha * exp(beta * sparsity)";
+  j["model"] =
+      "lambda * L^(gamma + delta * sparsity + epsilon * sparsity^2) = alpha * exp(beta * sparsity + "
+      "eta * sparsity^2)";
   j["source"] = c.source;
   j["heads"] = c.heads;
   j["kv_heads"] = c.kv_heads;
@@ -104,10 +110,14 @@ std::vector<int64_t> read_lengths(const json& a, const std::string& origin, cons
 void read_law(const json& j, const std::string& origin, int64_t version, Calibration& c) {
   const Fields f(j, origin);
   c.alpha = f.number("alpha", 0.0, HUGE_VAL, /*lo_open=*/true);
-  // A failed fit (beta <= 0: sparsity falling with lambda) gives thresholds that mean nothing.
-  c.beta = f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
+  // A failed fit (beta <= 0 in a linear law: sparsity falling with lambda) gives thresholds
+  // that mean nothing. With curvature (version 5) beta alone may be negative: the slope check
+  // below, over all of s in [0, 1], is what says the law is monotone.
+  c.beta = version >= 5 ? f.number("beta", -1e6, 1e6) : f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
   c.gamma = f.number("gamma", -8.0, 8.0);
   c.delta = version >= 2 ? f.number("delta", -8.0, 8.0) : 0.0;
+  c.eta = version >= 5 ? f.number("eta", -1000.0, 1000.0) : 0.0;
+  c.epsilon = version >= 5 ? f.number("epsilon", -1000.0, 1000.0) : 0.0;
   c.gamma_fitted = f.boolean("gamma_fitted");
   c.points = f.integer("points", 3);
   c.rms_log_error = f.number("rms_log_error", 0.0, HUGE_VAL);
@@ -120,6 +130,9 @@ void read_law(const json& j, const std::string& origin, int64_t version, Calibra
       !j.contains("one_slope_rms_log_error") || j["one_slope_rms_log_error"].is_null()
           ? NAN
           : f.number("one_slope_rms_log_error", 0.0, HUGE_VAL);
+  c.linear_rms_log_error = !j.contains("linear_rms_log_error") || j["linear_rms_log_error"].is_null()
+                               ? NAN
+                               : f.number("linear_rms_log_error", 0.0, HUGE_VAL);
   c.fit_min = f.number("fit_min", 0.0, 1.0);
   c.fit_max = f.number("fit_max", 0.0, 1.0);
   SPATTN_CHECK(c.fit_min < c.fit_max, origin, ": field 'fit_min' (", c.fit_min,
@@ -128,10 +141,12 @@ void read_law(const json& j, const std::string& origin, int64_t version, Calibra
   c.lengths = read_lengths(f.get("lengths"), origin, "lengths");
   SPATTN_CHECK(!c.lengths.empty(), origin, ": field 'lengths' must be a non-empty array");
   for (int64_t len : c.lengths) {
-    // A failed fit also shows as sparsity falling with lambda at a calibrated length.
-    const double slope = c.beta - c.delta * std::log(double(len));
-    SPATTN_CHECK(slope > 0, origin, ": fields 'beta' and 'delta' give a slope beta - delta ln L = ",
-                 slope, " <= 0 at calibrated length ", len, " (a failed fit)");
+    // A failed fit also shows as sparsity falling with lambda at a calibrated length: the slope
+    // d ln(lambda) / ds is linear in s, so its ends s = 0 and 1 bound it.
+    const double x = std::log(double(len));
+    const double slope = std::min(c.beta - c.delta * x, c.beta + 2 * c.eta - (c.delta + 2 * c.epsilon) * x);
+    SPATTN_CHECK(slope > 0, origin, ": fields 'beta', 'delta', 'eta' and 'epsilon' give a slope "
+                 "d ln(lambda) / ds = ", slope, " <= 0 at calibrated length ", len, " (a failed fit)");
   }
   if (version >= 4) {
     c.fit_lengths = read_lengths(f.get("fit_lengths"), origin, "fit_lengths");
