@@ -145,12 +145,19 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
         take = params.topk;
         std::nth_element(order.begin(), order.begin() + take, order.end(), by_score);
       } else {
-        std::sort(order.begin(), order.end(), by_score);
+        // The best pages one at a time off a heap until the mass is reached: the sorted order's
+        // prefix (the order is total), without sorting the pages never taken.
+        const auto after = [&](int64_t a, int64_t b) { return by_score(b, a); };
+        std::make_heap(order.begin(), order.end(), after);
         double kept = 0;
         for (int64_t p = 0; p < np; ++p)
           if (keep[size_t(p)]) kept += score[size_t(p)];
-        while (take < int64_t(order.size()) && kept < params.topp)
-          kept += score[size_t(order[size_t(take++)])];
+        for (auto end = order.end(); end != order.begin() && kept < params.topp; --end) {
+          std::pop_heap(order.begin(), end, after);  // the best left moves to end - 1
+          const int64_t best = *(end - 1);
+          kept += score[size_t(best)];
+          keep[size_t(best)] = 1;
+        }
       }
       for (int64_t i = 0; i < take; ++i) keep[size_t(order[size_t(i)])] = 1;
     } else {
