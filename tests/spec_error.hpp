@@ -1,9 +1,10 @@
-// Checks that a method spec is refused with an Error that names what is wrong.
+// Checks that a method spec (or a decode spec) is refused with an Error that names what is wrong.
 #pragma once
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 
@@ -12,6 +13,16 @@ namespace spattn::test {
 inline void expect_spec_error(const std::string& spec, const std::string& mention) {
   try {
     make_method(spec);
+    ADD_FAILURE() << "accepted '" << spec << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
+  }
+}
+
+// The same for a runner's decode spec (`--attn-decode`, parse_decode_spec).
+inline void expect_decode_spec_error(const std::string& spec, const std::string& mention) {
+  try {
+    parse_decode_spec(spec);
     ADD_FAILURE() << "accepted '" << spec << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();

@@ -81,14 +81,7 @@ TEST(BlasstSpec, DecodeThresholdFromCalibration) {
     for (int64_t length : {4096, 65536})
       EXPECT_DOUBLE_EQ(d.blasst_step(layer, length).lambda, c.lambda_for(0.6, length));
   EXPECT_DOUBLE_EQ(parse_decode_spec("blasst:lambda=0.01").blasst_step(3, 4096).lambda, 0.01);
-  const auto expect_error = [](const std::string& spec, const std::string& mention) {
-    try {
-      parse_decode_spec(spec);
-      ADD_FAILURE() << "accepted '" << spec << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
-    }
-  };
+  const auto& expect_error = test::expect_decode_spec_error;
   const std::string calib = p.string();
   expect_error("blasst", "exactly one");
   expect_error("blasst:lambda=0.1,sparsity=0.5,calib=" + calib, "exactly one");

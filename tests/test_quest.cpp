@@ -21,6 +21,7 @@
 #include "spattn/model_maker.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/quest.hpp"
+#include "spec_error.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn {
@@ -262,14 +263,7 @@ TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
 }
 
 TEST(Quest, BadSpecsAreNamedErrors) {
-  const auto expect_error = [](const std::string& spec, const std::string& mention) {
-    try {
-      parse_decode_spec(spec);
-      ADD_FAILURE() << "accepted '" << spec << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();
-    }
-  };
+  const auto& expect_error = test::expect_decode_spec_error;
   expect_error("quest:page=24", "multiple of 16");
   expect_error("quest:page=128", "page");
   expect_error("quest:topp=0", "topp");
