@@ -1,0 +1,94 @@
+// The CUDA backend (issue 25, first stage): dense, block-sparse and BLASST attention on NVIDIA
+// GPUs (sm_80 and later), over tensors that live in device memory. Same shapes, options and
+// results as the CPU entry points (attention.hpp, sparse_attention.hpp, blasst.hpp):
+// q [Hq, Lq, d], k and v [Hkv, Lkv, d] as TensorViews whose `data` is a device pointer (any
+// head and row strides, the head dimension contiguous, rows 16-byte aligned), bf16 or f16,
+// d 64 or 128, GQA, causal bottom-right or not; out has q's shape and dtype; lse, when given,
+// is a device array [Hq, Lq] of f32 natural-log LSE (-inf and an output of 0 for a row that
+// sees no key). Accumulation is f32.
+//
+// Built when CMake finds a CUDA compiler (SPATTN_CUDA=auto|on|off); without it, or without a
+// GPU, every call throws Error saying so (built() and device_count() tell beforehand).
+// `stream` is a cudaStream_t (null: the default stream). Calls are asynchronous unless a
+// Stats or SkipStats is asked for (those are read back, which waits for the kernel).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spattn/attention.hpp"
+#include "spattn/blasst.hpp"
+#include "spattn/block_mask.hpp"
+
+namespace spattn::cuda {
+
+// Whether this build holds the CUDA backend.
+bool built();
+// GPUs visible (0 without the backend, a driver or a device).
+int device_count();
+// "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, runtime 13.0"; throws Error without one.
+std::string device_description(int device = 0);
+
+// Whether p points into CUDA device (or managed) memory; false without a GPU or the backend.
+bool is_device_pointer(const void* p);
+// A host copy of a device view (contiguous [heads, seq, dim], same dtype); waits for the copy.
+Tensor to_host(const TensorView& device_view, void* stream = nullptr);
+
+void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttnOptions& opt = {}, float* lse = nullptr,
+                     Stats* stats = nullptr, void* stream = nullptr);
+
+// Exactly the mask's blocks (causal inside diagonal blocks), as the CPU attention_block_sparse.
+// The mask stays on the host; its lists go to the device per call (64-row, 64-key kernel
+// tiles: block_q and block_k must be multiples of 64).
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockMask& mask,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            Stats* stats = nullptr, void* stream = nullptr);
+
+// The same with the mask's lists already on the device (FlashInfer's plan/run split): build
+// the plan once per mask, run it on any inputs of the mask's geometry. Masks whose rows come in
+// 128s run on 128-row kernel tiles, others on 64-row ones. Holds device memory
+// until destroyed; the device current at construction must be current at run.
+class BlockSparsePlan {
+ public:
+  BlockSparsePlan(const BlockMask& mask, void* stream = nullptr);
+  ~BlockSparsePlan();
+  BlockSparsePlan(const BlockSparsePlan&) = delete;
+  BlockSparsePlan& operator=(const BlockSparsePlan&) = delete;
+  int64_t heads() const { return heads_; }
+  int64_t q_len() const { return q_len_; }
+  int64_t kv_len() const { return kv_len_; }
+  bool causal() const { return causal_; }
+  int64_t tiles() const { return tiles_; }          // 64-key tiles listed, all heads
+  int64_t tile_rows() const { return tile_rows_; }  // query rows per listed tile: 64 or 128
+  const int* device_offsets() const { return offsets_; }
+  const int* device_tiles() const { return list_; }
+
+ private:
+  void upload(const std::vector<int>& offsets, const std::vector<int>& tiles, void* stream);
+  int64_t heads_ = 0, q_len_ = 0, kv_len_ = 0, tiles_ = 0, tile_rows_ = 64;
+  bool causal_ = true;
+  int* offsets_ = nullptr;
+  int* list_ = nullptr;
+};
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockSparsePlan& plan,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            Stats* stats = nullptr, void* stream = nullptr);
+
+// BLASST's skip rule inside the dense loop (blasst.hpp): the same 64x64 tiles, threshold
+// lambda in [0, 1], visiting order in_order or local_first (causal). `skip`, when given, is
+// filled as the CPU kernel fills it (record_tiles too).
+void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, double lambda, const AttnOptions& opt = {},
+                      float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr,
+                      BlasstOrder order = BlasstOrder::in_order, void* stream = nullptr);
+
+// The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
+// (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.
+void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView& o_b,
+                     const float* lse_b, const TensorView& out, float* lse_out,
+                     void* stream = nullptr);
+
+}  // namespace spattn::cuda

@@ -1,0 +1,332 @@
+// Host side of the GPU attention forms (spattn/cuda.hpp): input checks that turn a host
+// pointer, a device mismatch or an unsupported shape into a named Error before any launch,
+// the BlockMask -> kernel tile lists conversion, the dispatch over dtype, head dim and policy,
+// and the read-back of skip and work statistics.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <sstream>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "cuda/flash_fwd.cuh"
+#include "kernels/flash_common.hpp"
+#include "spattn/cuda.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+
+bool built() { return true; }
+
+int device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // no driver or no device: not an error here
+    return 0;
+  }
+  return n;
+}
+
+std::string device_description(int device) {
+  SPATTN_CHECK(device >= 0 && device < device_count(), "cuda: no CUDA device ", device,
+               " (devices: ", device_count(), ")");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  int drv = 0, rt = 0;
+  check(cudaDriverGetVersion(&drv), "cudaDriverGetVersion");
+  check(cudaRuntimeGetVersion(&rt), "cudaRuntimeGetVersion");
+  std::ostringstream os;
+  os << prop.name << ", sm_" << prop.major << prop.minor << ", " << prop.multiProcessorCount
+     << " SMs, driver " << drv / 1000 << "." << (drv % 1000) / 10 << ", runtime " << rt / 1000
+     << "." << (rt % 1000) / 10;
+  return os.str();
+}
+
+namespace {
+
+// The checks every form shares; returns the device all operands live on.
+int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
+                  const TensorView& out, const float* lse, bool causal, const char* who) {
+  SPATTN_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f16, who,
+               ": the CUDA kernels take bf16 or f16 inputs, got q ", q.shape_str());
+  SPATTN_CHECK(k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype, who,
+               ": q, k, v and out must share one dtype (q ", q.shape_str(), ", k ", k.shape_str(),
+               ", v ", v.shape_str(), ", out ", out.shape_str(), ")");
+  SPATTN_CHECK(q.dim == 64 || q.dim == 128, who, ": the CUDA kernels take head dim 64 or 128, got ",
+               q.dim);
+  SPATTN_CHECK(k.dim == q.dim && v.dim == q.dim && out.dim == q.dim, who, ": head dims differ (q ",
+               q.dim, ", k ", k.dim, ", v ", v.dim, ", out ", out.dim, ")");
+  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0, who, ": q heads (", q.heads,
+               ") must be a positive multiple of kv heads (", k.heads, ")");
+  SPATTN_CHECK(v.heads == k.heads && k.seq == v.seq, who, ": k ", k.shape_str(), " and v ",
+               v.shape_str(), " differ");
+  SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq, who, ": out ", out.shape_str(),
+               " must have q's shape ", q.shape_str());
+  SPATTN_CHECK(!causal || q.seq <= k.seq, who, ": causal attention needs q_len <= kv_len (", q.seq,
+               " > ", k.seq, ")");
+  SPATTN_CHECK(q.seq >= 0 && k.seq >= 0 && q.seq < (int64_t(1) << 30) && k.seq < (int64_t(1) << 30),
+               who, ": sequence lengths out of range (", q.seq, ", ", k.seq, ")");
+  for (const TensorView* t : {&q, &k, &v, &out}) {
+    SPATTN_CHECK(t->stride_dim == 1, who, ": the head dimension must be contiguous (stride_dim ",
+                 t->stride_dim, ")");
+    SPATTN_CHECK(t->stride_seq % 8 == 0 && t->stride_head % 8 == 0, who,
+                 ": row and head strides must be multiples of 8 elements (16 bytes)");
+    SPATTN_CHECK(reinterpret_cast<uintptr_t>(t->data) % 16 == 0, who,
+                 ": tensor data must be 16-byte aligned");
+  }
+  const int dev = device_of(q.data, "q", who);
+  SPATTN_CHECK(device_of(k.data, "k", who) == dev && device_of(v.data, "v", who) == dev &&
+                   device_of(out.data, "out", who) == dev &&
+                   (!lse || device_of(lse, "lse", who) == dev),
+               who, ": q, k, v, out and lse must be on one device");
+  int cur = 0;
+  check(cudaGetDevice(&cur), "cudaGetDevice");
+  SPATTN_CHECK(cur == dev, who, ": the tensors are on device ", dev, " but device ", cur,
+               " is current");
+  return dev;
+}
+
+FlashParams base_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse, int rows) {
+  FlashParams p;
+  p.q = q.data, p.k = k.data, p.v = v.data, p.o = out.data, p.lse = lse;
+  p.q_h = q.stride_head, p.q_s = q.stride_seq;
+  p.k_h = k.stride_head, p.k_s = k.stride_seq;
+  p.v_h = v.stride_head, p.v_s = v.stride_seq;
+  p.o_h = out.stride_head, p.o_s = out.stride_seq;
+  p.lse_h = q.seq;
+  p.q_len = int(q.seq), p.kv_len = int(k.seq);
+  p.heads = int(q.heads), p.group = int(q.heads / k.heads);
+  p.n_qt = int((q.seq + rows - 1) / rows);
+  p.n_qt64 = int((q.seq + kGroupRows - 1) / kGroupRows);
+  p.n_kt = int((k.seq + kBN - 1) / kBN);
+  p.pos_offset = int(k.seq - q.seq);
+  p.causal = opt.causal;
+  const float scale = softmax_scale(opt, q.dim);
+  SPATTN_CHECK(scale > 0 && std::isfinite(scale),
+               "cuda attention: the softmax scale must be "
+               "positive and finite, got ",
+               scale);
+  p.scale_log2 = scale * 1.4426950408889634f;
+  return p;
+}
+
+template <class T, int D, int kMT, bool kList, bool kSkip>
+void launch(const FlashParams& p, cudaStream_t stream) {
+  constexpr size_t smem = size_t(kWarps * 16 * kMT + 2 * kBN) * D * sizeof(T);
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+        "cudaFuncSetAttribute");
+  const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
+  check(cudaGetLastError(), "flash_fwd_kernel launch");
+}
+
+// Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
+// rows come in 64s.
+template <bool kList, bool kSkip>
+void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream_t stream) {
+  if (p.n_qt == 0) return;
+  const bool bf = dtype == DType::bf16;
+  if (!kList || rows == 128) {
+    if (bf)
+      d == 64 ? launch<__nv_bfloat16, 64, 2, kList, kSkip>(p, stream)
+              : launch<__nv_bfloat16, 128, 2, kList, kSkip>(p, stream);
+    else
+      d == 64 ? launch<__half, 64, 2, kList, kSkip>(p, stream)
+              : launch<__half, 128, 2, kList, kSkip>(p, stream);
+  } else if constexpr (kList) {
+    if (bf)
+      d == 64 ? launch<__nv_bfloat16, 64, 1, kList, kSkip>(p, stream)
+              : launch<__nv_bfloat16, 128, 1, kList, kSkip>(p, stream);
+    else
+      d == 64 ? launch<__half, 64, 1, kList, kSkip>(p, stream)
+              : launch<__half, 128, 1, kList, kSkip>(p, stream);
+  }
+}
+
+// Score entries of the dense problem: what Stats::causal_entries holds on the CPU.
+int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal) {
+  int64_t n = 0;
+  for (int64_t r = 0; r < q_len; ++r) n += causal_limit(r, q_len, kv_len, causal);
+  return n * heads;
+}
+
+// Per-item records on the device, read back after the kernel.
+struct Records {
+  DeviceBuffer<int> visited, skipped;
+  DeviceBuffer<unsigned long long> entries;
+  DeviceBuffer<uint8_t> skip_map;
+  size_t items = 0;
+
+  void attach(FlashParams& p, bool want_stats, bool want_skip, bool want_map, cudaStream_t s) {
+    items = size_t(p.heads) * size_t(p.n_qt64);
+    if (!want_stats && !want_skip) return;
+    visited.alloc(items, s);
+    skipped.alloc(items, s);
+    entries.alloc(items, s);
+    p.visited = visited.get(), p.skipped = skipped.get(), p.entries = entries.get();
+    if (want_map) {
+      skip_map.alloc(items * size_t(p.n_kt), s);
+      p.skip_map = skip_map.get();
+    }
+  }
+  void read(const FlashParams& p, int64_t dim, Stats* stats, SkipStats* skip, cudaStream_t s) {
+    if (!stats && !skip) return;
+    std::vector<int> vis = visited.to_host(s), skp = skipped.to_host(s);
+    std::vector<unsigned long long> ent = entries.to_host(s);
+    if (stats) {
+      Stats st;
+      for (size_t i = 0; i < items; ++i) {
+        st.score_entries += int64_t(ent[i]);
+        st.tiles_visited += vis[i];
+        st.tiles_skipped += skp[i];
+      }
+      st.causal_entries = dense_entries(p.heads, p.q_len, p.kv_len, p.causal);
+      st.flops = 4.0 * double(dim) * double(st.score_entries);
+      stats->add(st);
+    }
+    if (skip) {
+      skip->reset(p.heads, p.n_qt64, kGroupRows);
+      for (size_t i = 0; i < items; ++i) skip->visited[i] = vis[i], skip->skipped[i] = skp[i];
+      if (skip->record_tiles) {
+        std::vector<uint8_t> map = skip_map.to_host(s);
+        for (size_t i = 0; i < items; ++i)
+          for (int kt = 0; kt < p.n_kt; ++kt)
+            if (map[i * size_t(p.n_kt) + size_t(kt)]) skip->skipped_tiles[i].push_back(kt);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttnOptions& opt, float* lse, Stats* stats,
+                     void* stream) {
+  check_qkv_out(q, k, v, out, lse, opt.causal, "cuda attention_dense");
+  SPATTN_CHECK(opt.window == 0, "cuda attention_dense: sliding windows have no GPU path yet");
+  const auto s = static_cast<cudaStream_t>(stream);
+  FlashParams p = base_params(q, k, v, out, opt, lse, 128);
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  dispatch<false, false>(q.dtype, q.dim, 128, p, s);
+  rec.read(p, q.dim, stats, nullptr, s);
+}
+
+BlockSparsePlan::BlockSparsePlan(const BlockMask& mask, void* stream)
+    : heads_(mask.heads), q_len_(mask.q_len), kv_len_(mask.kv_len), causal_(mask.causal) {
+  const char* who = "cuda BlockSparsePlan";
+  SPATTN_CHECK(mask.block_q % kGroupRows == 0 && mask.block_k % kBN == 0, who,
+               ": mask blocks must be multiples of 64 rows and 64 keys (got ", mask.block_q, "x",
+               mask.block_k, ")");
+  mask.validate();
+  // Each 64-row kernel tile takes its mask block's list, each listed block as its 64-key
+  // tiles, minus tiles no row of the kernel tile may see (the lower half of a 128-row block's
+  // diagonal block, say): the kernel masks inside a tile, these it need not visit at all.
+  // Kernel tiles of 128 rows where the mask's rows come in 128s (both warp groups share a
+  // list), else of 64.
+  tile_rows_ = mask.block_q % 128 == 0 ? 128 : 64;
+  const int64_t n_qt = (q_len_ + tile_rows_ - 1) / tile_rows_;
+  std::vector<int> offsets(size_t(heads_ * n_qt) + 1, 0), tiles;
+  const int64_t per_block = mask.block_k / kBN;
+  for (int64_t h = 0; h < heads_; ++h) {
+    for (int64_t t = 0; t < n_qt; ++t) {
+      const int64_t last_row = std::min<int64_t>(q_len_, (t + 1) * tile_rows_) - 1;
+      const int64_t reach = causal_ ? causal_limit(last_row, q_len_, kv_len_) : kv_len_;
+      for (int32_t blk : mask.row(h, t * tile_rows_ / mask.block_q))
+        for (int64_t j = 0; j < per_block; ++j) {
+          const int64_t kt = blk * per_block + j;
+          if (kt * kBN < reach) tiles.push_back(int(kt));
+        }
+      offsets[size_t(h * n_qt + t) + 1] = int(tiles.size());
+    }
+  }
+  tiles_ = int64_t(tiles.size());
+  try {
+    upload(offsets, tiles, stream);
+  } catch (...) {
+    cudaFree(offsets_);
+    cudaFree(list_);
+    throw;
+  }
+}
+
+void BlockSparsePlan::upload(const std::vector<int>& offsets, const std::vector<int>& tiles,
+                             void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  check(cudaMalloc(reinterpret_cast<void**>(&offsets_), offsets.size() * sizeof(int)),
+        "cudaMalloc");
+  check(
+      cudaMalloc(reinterpret_cast<void**>(&list_), std::max<size_t>(1, tiles.size()) * sizeof(int)),
+      "cudaMalloc");
+  check(cudaMemcpyAsync(offsets_, offsets.data(), offsets.size() * sizeof(int),
+                        cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync");
+  if (!tiles.empty())
+    check(
+        cudaMemcpyAsync(list_, tiles.data(), tiles.size() * sizeof(int), cudaMemcpyHostToDevice, s),
+        "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+BlockSparsePlan::~BlockSparsePlan() {
+  cudaFree(offsets_);
+  cudaFree(list_);
+}
+
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockSparsePlan& plan,
+                            const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
+  const char* who = "cuda attention_block_sparse";
+  check_qkv_out(q, k, v, out, lse, opt.causal, who);
+  SPATTN_CHECK(plan.heads() == q.heads && plan.q_len() == q.seq && plan.kv_len() == k.seq &&
+                   plan.causal() == opt.causal,
+               who, ": the mask is for ", plan.heads(), " heads, ", plan.q_len(), " queries over ",
+               plan.kv_len(), " keys, ", plan.causal() ? "causal" : "non-causal",
+               "; the inputs are ", q.heads, " heads, ", q.seq, " over ", k.seq, ", ",
+               opt.causal ? "causal" : "non-causal");
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int rows = int(plan.tile_rows());
+  FlashParams p = base_params(q, k, v, out, opt, lse, rows);
+  p.list_offsets = plan.device_offsets(), p.list_tiles = plan.device_tiles();
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  dispatch<true, false>(q.dtype, q.dim, rows, p, s);
+  rec.read(p, q.dim, stats, nullptr, s);
+}
+
+void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const BlockMask& mask, const AttnOptions& opt,
+                            float* lse, Stats* stats, void* stream) {
+  const char* who = "cuda attention_block_sparse";
+  check_qkv_out(q, k, v, out, lse, opt.causal, who);  // before the plan touches the device
+  mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
+  const BlockSparsePlan plan(mask, stream);
+  attention_block_sparse(q, k, v, out, plan, opt, lse, stats, stream);
+  // The plan's lists are freed when it goes: wait for the kernel that reads them.
+  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
+                      Stats* stats, SkipStats* skip, BlasstOrder order, void* stream) {
+  const char* who = "cuda attention_blasst";
+  check_qkv_out(q, k, v, out, lse, opt.causal, who);
+  SPATTN_CHECK(opt.window == 0, who, ": sliding windows have no GPU path yet");
+  const float threshold = kernels::blasst_log2_threshold(lambda, who);
+  kernels::check_blasst_order(order, who);
+  SPATTN_CHECK(order == BlasstOrder::in_order || opt.causal, who,
+               ": local_first is causal-only on the GPU");
+  const auto s = static_cast<cudaStream_t>(stream);
+  FlashParams p = base_params(q, k, v, out, opt, lse, 128);
+  p.threshold = threshold;
+  // At lambda 0 nothing can be skipped: the CPU runs in order; so does this.
+  p.local_first = order == BlasstOrder::local_first && threshold != -INFINITY;
+  Records rec;
+  rec.attach(p, stats != nullptr, skip != nullptr, skip && skip->record_tiles, s);
+  dispatch<false, true>(q.dtype, q.dim, 128, p, s);
+  rec.read(p, q.dim, stats, skip, s);
+}
+
+}  // namespace spattn::cuda

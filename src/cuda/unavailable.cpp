@@ -1,0 +1,46 @@
+// spattn/cuda.hpp in a build without the CUDA backend (no CUDA compiler, or SPATTN_CUDA=off):
+// every entry point says so by name. CMake compiles this file only in such builds.
+#include "spattn/cuda.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+namespace {
+[[noreturn]] void unavailable(const char* what) {
+  detail::fail("cuda ", what,
+               ": this spattn was built without CUDA (configure with a CUDA "
+               "compiler and SPATTN_CUDA=auto or on)");
+}
+}  // namespace
+
+bool built() { return false; }
+int device_count() { return 0; }
+std::string device_description(int) { unavailable("device_description"); }
+bool is_device_pointer(const void*) { return false; }
+Tensor to_host(const TensorView&, void*) { unavailable("to_host"); }
+void attention_dense(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                     const AttnOptions&, float*, Stats*, void*) {
+  unavailable("attention_dense");
+}
+void attention_block_sparse(const TensorView&, const TensorView&, const TensorView&,
+                            const TensorView&, const BlockMask&, const AttnOptions&, float*, Stats*,
+                            void*) {
+  unavailable("attention_block_sparse");
+}
+BlockSparsePlan::BlockSparsePlan(const BlockMask&, void*) { unavailable("BlockSparsePlan"); }
+BlockSparsePlan::~BlockSparsePlan() = default;
+void BlockSparsePlan::upload(const std::vector<int>&, const std::vector<int>&, void*) {}
+void attention_block_sparse(const TensorView&, const TensorView&, const TensorView&,
+                            const TensorView&, const BlockSparsePlan&, const AttnOptions&, float*,
+                            Stats*, void*) {
+  unavailable("attention_block_sparse");
+}
+void attention_blasst(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                      double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
+  unavailable("attention_blasst");
+}
+void merge_attention(const TensorView&, const float*, const TensorView&, const float*,
+                     const TensorView&, float*, void*) {
+  unavailable("merge_attention");
+}
+
+}  // namespace spattn::cuda
