@@ -56,14 +56,26 @@ class ParamReader {
 // what depends on the spec alone when the method is made (BLASST reads its calibration file in
 // make_method, not per run); what depends on the inputs inside run(), so that timing run()
 // times the estimate too (mean pooling, vertical-slash's last-64-query estimate).
+//
+// One API on either device: run() on tensors in CUDA device memory (spattn/cuda.hpp) takes the
+// method's GPU path, run_cuda(), and on host memory run_host(). A method without a GPU path
+// throws Error saying so.
 class Method {
  public:
   virtual ~Method() = default;
   virtual std::string name() const = 0;
-  // Computes out (and lse when non-null, [Hq, Lq]) and reports what it did.
-  virtual MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                           const TensorView& out, const AttnOptions& opt,
-                           float* lse = nullptr) const = 0;
+  // Computes out (and lse when non-null, [Hq, Lq], on the same device as out) and reports what
+  // it did.
+  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const AttnOptions& opt, float* lse = nullptr) const;
+
+ protected:
+  virtual MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& out, const AttnOptions& opt,
+                                float* lse) const = 0;
+  // Default: Error, "<name>: no GPU path yet".
+  virtual MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& out, const AttnOptions& opt, float* lse) const;
 };
 
 // What `spattn bench` needs to know about a method before running it.

@@ -26,6 +26,7 @@
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/calibration.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 
@@ -83,8 +84,8 @@ class Blasst final : public Method {
   }
   std::string name() const override { return "blasst"; }
 
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     const double lambda = calib_ ? calib_->threshold_for(k.seq, sparsity_) : lambda_;
     // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
     // q head), negligible next to the tile work, and it makes recall exact.
@@ -101,16 +102,33 @@ class Blasst final : public Method {
           attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
         },
         [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
+    report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
+    return r;
+  }
+  // The same rule on the GPU's prefill loop (spattn/cuda.hpp), for any query length: the
+  // split-K decode form is not on the GPU yet.
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    const double lambda = calib_ ? calib_->threshold_for(k.seq, sparsity_) : lambda_;
+    SkipStats skip;
+    skip.record_tiles = true;
+    MethodReport r;
+    cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_);
+    report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
+    return r;
+  }
+
+ private:
+  static void report_skips(MethodReport& r, double lambda, SkipStats skip, int64_t q_len,
+                           int64_t kv_len, bool causal) {
     r.extras["lambda"] = lambda;
     r.extras["skipped_fraction"] = skip.skipped_fraction();
     std::vector<double>& heads = r.per_head["head_skipped"];
     heads.reserve(size_t(skip.heads));
     for (int64_t h = 0; h < skip.heads; ++h) heads.push_back(skip.head_skipped_fraction(h));
-    r.coverage = blasst_coverage(std::move(skip), q.seq, k.seq, opt.causal);
-    return r;
+    r.coverage = blasst_coverage(std::move(skip), q_len, kv_len, causal);
   }
 
- private:
   double lambda_ = 0, sparsity_ = 0;
   std::shared_ptr<const Calibration> calib_;  // set for sparsity=S
   int64_t batch_ = 4;

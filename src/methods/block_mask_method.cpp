@@ -1,15 +1,17 @@
 #include "methods/block_mask_method.hpp"
 
+#include <chrono>
 #include <memory>
 #include <utility>
 
+#include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
 
-MethodReport BlockMaskMethod::run(const TensorView& q, const TensorView& k, const TensorView& v,
-                                  const TensorView& out, const AttnOptions& opt,
-                                  float* lse) const {
+MethodReport BlockMaskMethod::run_host(const TensorView& q, const TensorView& k,
+                                       const TensorView& v, const TensorView& out,
+                                       const AttnOptions& opt, float* lse) const {
   // Inputs checked before the estimate reads them: a NaN would otherwise reach a ranking's
   // sort (undefined order) before the kernel could refuse it. The kernel need not scan again.
   validate_attention_args(q, k, v, out, opt);
@@ -18,6 +20,24 @@ MethodReport BlockMaskMethod::run(const TensorView& q, const TensorView& k, cons
   AttnOptions checked = opt;
   checked.check_finite = false;
   attention_block_sparse(q, k, v, out, *mask, checked, lse, &r.stats);
+  r.coverage = block_mask_coverage(mask);
+  r.mask = std::move(mask);
+  return r;
+}
+
+MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
+                                       const TensorView& v, const TensorView& out,
+                                       const AttnOptions& opt, float* lse) const {
+  const auto t0 = std::chrono::steady_clock::now();
+  const Tensor hq = cuda::to_host(q), hk = cuda::to_host(k), hv = cuda::to_host(v);
+  validate_attention_args(hq, hk, hv, hq, opt);  // NaN checks, as on the host path
+  MethodReport r;
+  AttnOptions checked = opt;
+  checked.check_finite = false;
+  auto mask = std::make_shared<const BlockMask>(build_mask_reported(hq, hk, hv, checked, r));
+  r.extras["mask_host_ms"] =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cuda::attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats);
   r.coverage = block_mask_coverage(mask);
   r.mask = std::move(mask);
   return r;

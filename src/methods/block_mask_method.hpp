@@ -14,8 +14,12 @@ namespace spattn {
 class BlockMaskMethod : public Method {
  public:
   // Building the mask is part of run(), so a caller timing run() times the estimate too.
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override;
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override;
+  // On the GPU: the mask is built on the host from copies of q, k and v (extras
+  // "mask_host_ms": the copies and the estimate), the block-sparse kernel runs on the device.
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override;
 
  protected:
   virtual BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -508,8 +508,8 @@ class ChunkedH2O final : public Method {
  public:
   explicit ChunkedH2O(const ChunkedH2OParams& p) : p_(p) {}
   std::string name() const override { return "chunked_h2o"; }
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     MethodReport r;
     SPATTN_CHECK(opt.causal, "chunked_h2o: defined for causal attention only");
     if (q.seq <= kMaxDecodeQueries && q.seq < k.seq) {  // decode: always full attention

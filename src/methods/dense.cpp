@@ -5,6 +5,7 @@
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/decode.hpp"
 
 namespace spattn {
@@ -13,14 +14,21 @@ namespace {
 class Dense final : public Method {
  public:
   std::string name() const override { return "dense"; }
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     MethodReport r;
     // Decode-sized queries take the decode kernel (lambda 0: every block), so a decode
     // method's speedup is measured against dense decode, not the prefill kernel.
     r.path = run_decode_or_prefill(
         q.seq, [&] { attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats); },
         [&] { attention_dense(q, k, v, out, opt, lse, &r.stats); });
+    r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
+    return r;
+  }
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    MethodReport r;
+    cuda::attention_dense(q, k, v, out, opt, lse, &r.stats);
     r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
     return r;
   }

@@ -44,8 +44,8 @@ class Grid final : public Method {
   }
   std::string name() const override { return "grid"; }
 
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     GridConfig cfg = c_;
     // The frame stride joins the stride space: frame=N, else the run's modality layout's.
     cfg.frame_stride = frame_ >= 0 ? frame_ : opt.modality ? opt.modality->frame_tokens : 0;

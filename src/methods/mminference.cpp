@@ -122,8 +122,8 @@ class MMInference final : public Method {
   }
   std::string name() const override { return "mminference"; }
 
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     const auto& heads = plan_.layers[size_t(layer_)];
     SPATTN_CHECK(int64_t(heads.size()) == q.heads, "mminference: the plan has ", heads.size(),
                  " heads, the problem ", q.heads, " q heads");

@@ -280,8 +280,8 @@ class Momo final : public Method {
     return g;
   }
 
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     SPATTN_CHECK(opt.causal, "momo: needs causal attention");
     SPATTN_CHECK(opt.q_start < 0 || opt.q_start == k.seq - q.seq,
                  "momo: queries sit bottom-right (q_start -1), got q_start=", opt.q_start);

@@ -32,8 +32,8 @@ class VerticalSlash final : public Method {
 
   // Reports the index's coverage (token level: exactly the columns and diagonal tile ranges the
   // kernel computed) and its block view (tile_rows x 64 blocks), which `spattn mask` draws.
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
     VerticalSlashIndex index = vertical_slash_index(q, k, cfg_, opt);
     MethodReport r;
     attention_vertical_slash(q, k, v, out, index, opt, lse, &r.stats);

@@ -68,9 +68,9 @@ class XAttention final : public BlockMaskMethod {
   }
   std::string name() const override { return "xattention"; }
 
-  MethodReport run(const TensorView& q, const TensorView& k, const TensorView& v,
-                   const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    MethodReport r = BlockMaskMethod::run(q, k, v, out, opt, lse);
+  MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    MethodReport r = BlockMaskMethod::run_host(q, k, v, out, opt, lse);
     r.extras["stride"] = double(stride_);
     r.extras["tau"] = tau_;
     r.extras["dot_bf16"] = dot_bf16_ && kernels::long_row_bf16_supported() ? 1.0 : 0.0;
