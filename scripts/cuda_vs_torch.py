@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""spattn's CUDA attention against PyTorch's SDPA backends in one process (issue 25).
+
+Contenders, timed round-robin with CUDA events on the same inputs (bf16, causal, batch 1;
+Llama-3-8B heads by default: 32 q heads, 8 kv heads, head dim 128):
+  cudnn     torch SDPA, cuDNN backend
+  flash     torch SDPA, flash backend (FlashAttention-2)
+  dense     spattn dense
+  bs10      spattn block-sparse over a random 64x64 block mask holding ~10% of the causal
+            blocks (the diagonal block always), mask planned once (its planning time reported)
+  bs10_128  the same with 128x128 blocks (128-row kernel tiles)
+  full64/128  block-sparse over every causal block, 64- and 128-row tiles (the list's cost)
+  a_shape, mean_pool  the methods at the papers' defaults through the method API on device
+            tensors: mask built on the host (its time reported), kernel timed from the plan
+On the text workload also each method's recall: the mean over rows of the softmax mass it
+computed, exp(lse_method - lse_dense).
+  blasst    spattn BLASST (local_first) at --blasst-lambda on the project's `text` workload
+            (make_workload), with its skipped fraction; dense re-timed on the same inputs
+Also checks spattn dense against the flash backend's output (max abs difference).
+
+Needs torch with CUDA and libspattn_c.so (cmake build with the CUDA backend: build/lib).
+Prints one JSON object per measurement and writes them all to --json.
+"""
+import argparse
+import ctypes
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+class CTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("heads", ctypes.c_int64), ("seq", ctypes.c_int64),
+                ("dim", ctypes.c_int64), ("stride_head", ctypes.c_int64),
+                ("stride_seq", ctypes.c_int64)]
+
+
+class CAttention(ctypes.Structure):
+    _fields_ = [("form", ctypes.c_char_p), ("dtype", ctypes.c_int), ("q", CTensor),
+                ("k", CTensor), ("v", CTensor), ("out", CTensor), ("lse", ctypes.c_void_p),
+                ("causal", ctypes.c_int), ("scale", ctypes.c_float), ("lam", ctypes.c_double),
+                ("local_first", ctypes.c_int), ("plan", ctypes.c_void_p),
+                ("grid", ctypes.c_void_p), ("block_q", ctypes.c_int64),
+                ("block_k", ctypes.c_int64), ("stream", ctypes.c_void_p),
+                ("want_stats", ctypes.c_int), ("tiles_visited", ctypes.c_int64),
+                ("tiles_skipped", ctypes.c_int64), ("score_entries", ctypes.c_int64),
+                ("causal_entries", ctypes.c_int64)]
+
+
+class Spattn:
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.spattn_c_cuda_attention.argtypes = [ctypes.POINTER(CAttention), ctypes.c_char_p,
+                                                     ctypes.c_size_t]
+        self.lib.spattn_c_cuda_plan_block_sparse.argtypes = [
+            ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_int64, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
+            ctypes.c_size_t]
+        self.lib.spattn_c_cuda_plan_free.argtypes = [ctypes.c_void_p]
+        self.lib.spattn_c_cuda_plan_method.argtypes = [
+            ctypes.c_char_p, ctypes.POINTER(CAttention), ctypes.POINTER(ctypes.c_void_p),
+            ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.spattn_c_workload_bf16.argtypes = [
+            ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+            ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+            ctypes.c_size_t]
+        self.err = ctypes.create_string_buffer(4096)
+
+    def _check(self, rc):
+        if rc != 0:
+            raise RuntimeError(self.err.value.decode())
+
+    @staticmethod
+    def _view(t):  # t: [1, heads, seq, dim] (any strides, dim contiguous)
+        assert t.stride(3) == 1
+        return CTensor(t.data_ptr(), t.shape[1], t.shape[2], t.shape[3], t.stride(1), t.stride(2))
+
+    def args(self, form, q, k, v, out, lse=None, lam=0.0, local_first=False, plan=None,
+             want_stats=False):
+        a = CAttention()
+        a.form = form.encode()
+        a.dtype = 0 if q.dtype == torch.bfloat16 else 1
+        a.q, a.k, a.v, a.out = self._view(q), self._view(k), self._view(v), self._view(out)
+        a.lse = lse.data_ptr() if lse is not None else None
+        a.causal = 1
+        a.lam = lam
+        a.local_first = int(local_first)
+        a.plan = plan
+        a.stream = torch.cuda.current_stream().cuda_stream
+        a.want_stats = int(want_stats)
+        return a
+
+    def run(self, a):
+        self._check(self.lib.spattn_c_cuda_attention(ctypes.byref(a), self.err, len(self.err)))
+        return a
+
+    def plan(self, grid, heads, q_len, kv_len, block):
+        p = ctypes.c_void_p()
+        g = grid.contiguous().cpu()
+        self._check(self.lib.spattn_c_cuda_plan_block_sparse(
+            g.data_ptr(), heads, q_len, kv_len, block, block, 1, ctypes.byref(p), self.err,
+            len(self.err)))
+        return p
+
+    def plan_method(self, spec, a):
+        """Runs a block-mask method once (mask on the host); its mask as a plan, the mask's
+        host time in ms, and the entries it computed over the dense problem's."""
+        p, ms = ctypes.c_void_p(), ctypes.c_double()
+        self._check(self.lib.spattn_c_cuda_plan_method(spec.encode(), ctypes.byref(a),
+                                                       ctypes.byref(p), ctypes.byref(ms),
+                                                       self.err, len(self.err)))
+        return p, ms.value, a.score_entries / a.causal_entries
+
+    def workload(self, kind, seq, heads, kv_heads, dim, seed):
+        q = torch.empty((1, heads, seq, dim), dtype=torch.bfloat16)
+        k = torch.empty((1, kv_heads, seq, dim), dtype=torch.bfloat16)
+        v = torch.empty((1, kv_heads, seq, dim), dtype=torch.bfloat16)
+        self._check(self.lib.spattn_c_workload_bf16(kind.encode(), seq, heads, kv_heads, dim,
+                                                    seed, q.data_ptr(), k.data_ptr(),
+                                                    v.data_ptr(), self.err, len(self.err)))
+        return q.cuda(), k.cuda(), v.cuda()
+
+
+def timed_round_robin(fns, reps, warmup):
+    """fns: name -> callable. Median ms of each, interleaved rep by rep."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    torch.cuda.synchronize()
+    times = {n: [] for n in fns}
+    for _ in range(reps):
+        for n, f in fns.items():
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            f()
+            e.record()
+            e.synchronize()
+            times[n].append(s.elapsed_time(e))
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+
+
+def causal_flops(heads, seq, dim):
+    return 4.0 * dim * heads * seq * (seq + 1) / 2.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--lib", default="build/lib/libspattn_c.so")
+    ap.add_argument("--lens", default="8192,32768,131072")
+    ap.add_argument("--heads", type=int, default=32)
+    ap.add_argument("--kv-heads", type=int, default=8)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--density", type=float, default=0.10)
+    ap.add_argument("--blasst-len", type=int, default=32768)
+    ap.add_argument("--blasst-lambda", default="0.001,0.01,0.05")
+    ap.add_argument("--skip-blasst", action="store_true")
+    ap.add_argument("--methods", default="a_shape,mean_pool",
+                    help="block-mask methods timed through the method API")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+
+    sp = Spattn(args.lib)
+    dev = torch.cuda.get_device_name()
+    rows = []
+
+    def emit(d):
+        d.update(gpu=dev, torch=torch.__version__, cuda=torch.version.cuda)
+        rows.append(d)
+        print(json.dumps(d), flush=True)
+
+    H, KV, D = args.heads, args.kv_heads, args.dim
+    for L in [int(x) for x in args.lens.split(",")]:
+        torch.manual_seed(L)
+        q = torch.randn((1, H, L, D), device="cuda", dtype=torch.bfloat16)
+        k = torch.randn((1, KV, L, D), device="cuda", dtype=torch.bfloat16)
+        v = torch.randn((1, KV, L, D), device="cuda", dtype=torch.bfloat16)
+        out = torch.empty_like(q)
+        lse = torch.empty((H, L), device="cuda", dtype=torch.float32)
+        # torch's backends with GQA when they take it, else over k, v expanded to q's heads.
+        gqa = {}
+        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                              ("flash", SDPBackend.FLASH_ATTENTION)):
+            for enable_gqa in (True, False):
+                kk = k if enable_gqa else k.repeat_interleave(H // KV, dim=1)
+                vv = v if enable_gqa else v.repeat_interleave(H // KV, dim=1)
+                try:
+                    with sdpa_kernel(backend):
+                        F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
+                                                       enable_gqa=enable_gqa)
+                    torch.cuda.synchronize()
+                    gqa[name] = (backend, kk, vv, enable_gqa)
+                    break
+                except Exception as e:  # noqa: BLE001 - report and try the other form
+                    print(f"# {name} enable_gqa={enable_gqa}: {type(e).__name__}: {e}"[:300],
+                          file=sys.stderr)
+
+        def torch_fn(name):
+            backend, kk, vv, eg = gqa[name]
+
+            def f():
+                with sdpa_kernel(backend):
+                    return F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
+                                                          enable_gqa=eg)
+            return f
+
+        dense_args = sp.args("dense", q, k, v, out, lse)
+        fns = {n: torch_fn(n) for n in gqa}
+        fns["dense"] = lambda: sp.run(dense_args)
+
+        # Correctness against the flash backend.
+        sp.run(dense_args)
+        if "flash" in fns:
+            ref = fns["flash"]()
+            torch.cuda.synchronize()
+            err = (out.float() - ref.float()).abs().max().item()
+            emit(dict(kind="check", seq=L, vs="flash", max_abs_diff=err))
+
+        # Block-sparse: ~density of the causal 64x64 blocks, the diagonal always.
+        nb = (L + 63) // 64
+        g = torch.Generator(device="cpu").manual_seed(L + 1)
+        grid = (torch.rand((H, nb, nb), generator=g) < args.density)
+        grid |= torch.eye(nb, dtype=torch.bool).unsqueeze(0)
+        grid &= torch.ones((nb, nb), dtype=torch.bool).tril().unsqueeze(0)
+        grid = grid.to(torch.uint8)
+        t0 = time.perf_counter()
+        plan = sp.plan(grid, H, L, L, 64)
+        plan_s = time.perf_counter() - t0
+        bs_args = sp.args("block_sparse", q, k, v, out, lse, plan=plan)
+        st = sp.run(sp.args("block_sparse", q, k, v, out, lse, plan=plan, want_stats=True))
+        density = st.score_entries / st.causal_entries
+        fns["bs10"] = lambda: sp.run(bs_args)
+        # The same at 128x128 blocks (128-row kernel tiles), and every causal block in 64s and
+        # 128s: what the list costs against the dense loop, at both tile heights.
+        plans = [plan]
+        nb2 = (L + 127) // 128
+        grid2 = (torch.rand((H, nb2, nb2), generator=g) < args.density)
+        grid2 |= torch.eye(nb2, dtype=torch.bool).unsqueeze(0)
+        grid2 &= torch.ones((nb2, nb2), dtype=torch.bool).tril().unsqueeze(0)
+        plans.append(sp.plan(grid2.to(torch.uint8), H, L, L, 128))
+        st2 = sp.run(sp.args("block_sparse", q, k, v, out, lse, plan=plans[-1], want_stats=True))
+        bs128_args = sp.args("block_sparse", q, k, v, out, lse, plan=plans[-1])
+        fns["bs10_128"] = lambda: sp.run(bs128_args)
+        full_args = {}
+        for blk in (64, 128):
+            n = (L + blk - 1) // blk
+            full = torch.ones((nb, nb) if blk == 64 else (n, n), dtype=torch.bool).tril()
+            plans.append(sp.plan(full.expand(H, n, n).to(torch.uint8).contiguous(), H, L, L, blk))
+            full_args[blk] = sp.args("block_sparse", q, k, v, out, lse, plan=plans[-1])
+        fns["full64"] = lambda: sp.run(full_args[64])
+        fns["full128"] = lambda: sp.run(full_args[128])
+        method_info = {}
+        for spec in args.methods.split(","):
+            pl, mask_ms, dens = sp.plan_method(spec, sp.args("block_sparse", q, k, v, out, lse))
+            plans.append(pl)
+            method_info[spec] = dict(mask_host_ms=mask_ms, density=dens)
+            fns[spec] = (lambda a: (lambda: sp.run(a)))(
+                sp.args("block_sparse", q, k, v, out, lse, plan=pl))
+
+        ms = timed_round_robin(fns, args.reps, args.warmup)
+        flops = causal_flops(H, L, D)
+        for n, t in ms.items():
+            d = dict(kind="time", seq=L, heads=H, kv_heads=KV, dim=D, contender=n, ms=t,
+                     reps=args.reps)
+            if n in ("cudnn", "flash", "dense"):
+                d["tflops"] = flops / (t * 1e-3) / 1e12
+            if n in gqa:
+                d["enable_gqa"] = gqa[n][3]
+            if n == "bs10":
+                d.update(density=density, plan_s=plan_s, vs_dense=ms["dense"] / t)
+            if n == "bs10_128":
+                d.update(density=st2.score_entries / st2.causal_entries, vs_dense=ms["dense"] / t)
+            if n.startswith("full"):
+                d.update(vs_dense=ms["dense"] / t)
+            if n in method_info:
+                d.update(method_info[n], vs_dense=ms["dense"] / t)
+                for b in gqa:
+                    d[f"vs_{b}"] = ms[b] / t
+            if n == "dense":
+                for b in gqa:
+                    d[f"vs_{b}"] = ms[b] / t
+            emit(d)
+        for pl in plans:
+            sp.lib.spattn_c_cuda_plan_free(pl)
+        del q, k, v, out, lse, gqa, fns
+        torch.cuda.empty_cache()
+
+    if not args.skip_blasst:
+        L = args.blasst_len
+        t0 = time.perf_counter()
+        q, k, v = sp.workload("text", L, H, KV, D, 7)
+        gen_s = time.perf_counter() - t0
+        out = torch.empty_like(q)
+        lse = torch.empty((H, L), device="cuda", dtype=torch.float32)
+        fns = {"dense": (lambda a: (lambda: sp.run(a)))(sp.args("dense", q, k, v, out, lse))}
+        info = {}
+        for lam in [float(x) for x in args.blasst_lambda.split(",")]:
+            a = sp.args("blasst", q, k, v, out, lse, lam=lam, local_first=True)
+            st = sp.run(sp.args("blasst", q, k, v, out, lse, lam=lam, local_first=True,
+                                want_stats=True))
+            name = f"blasst:{lam:g}"
+            info[name] = dict(lam=lam, skipped=st.tiles_skipped / max(1, st.tiles_visited))
+            fns[name] = (lambda a: (lambda: sp.run(a)))(a)
+        # Recall: the softmax mass each method computed, from its LSE against dense's.
+        sp.run(sp.args("dense", q, k, v, out, lse))
+        lse_dense = lse.clone()
+        recall = {}
+        for n in list(info):
+            sp.run(sp.args("blasst", q, k, v, out, lse, lam=info[n]["lam"], local_first=True))
+            recall[n] = torch.exp(lse - lse_dense).mean().item()
+        text_plans = []
+        for spec in args.methods.split(","):
+            pl, mask_ms, dens = sp.plan_method(spec, sp.args("block_sparse", q, k, v, out, lse))
+            text_plans.append(pl)
+            recall[spec] = torch.exp(lse - lse_dense).mean().item()
+            info[spec] = dict(mask_host_ms=mask_ms, density=dens)
+            fns[spec] = (lambda a: (lambda: sp.run(a)))(
+                sp.args("block_sparse", q, k, v, out, lse, plan=pl))
+        for n in recall:
+            info[n]["recall"] = recall[n]
+        ms = timed_round_robin(fns, args.reps, args.warmup)
+        for pl in text_plans:
+            sp.lib.spattn_c_cuda_plan_free(pl)
+        for n, t in ms.items():
+            d = dict(kind="time", workload="text", seq=L, heads=H, kv_heads=KV, dim=D,
+                     contender=n, ms=t, reps=args.reps, workload_s=gen_s)
+            if n in info:
+                d.update(info[n], vs_dense=ms["dense"] / t)
+            emit(d)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
