@@ -10,6 +10,7 @@ Llama-3-8B heads by default: 32 q heads, 8 kv heads, head dim 128):
             blocks (the diagonal block always), mask planned once (its planning time reported)
   bs10_128  the same with 128x128 blocks (128-row kernel tiles)
   full64/128  block-sparse over every causal block, 64- and 128-row tiles (the list's cost)
+  qs16      spattn query-sparse over every 16th row and the last (MOMO's first pass)
   a_shape, mean_pool  the methods at the papers' defaults through the method API on device
             tensors: mask built on the host (its time reported), kernel timed from the plan
 On the text workload also each method's recall: the mean over rows of the softmax mass it
@@ -49,7 +50,7 @@ class CAttention(ctypes.Structure):
                 ("block_k", ctypes.c_int64), ("stream", ctypes.c_void_p),
                 ("want_stats", ctypes.c_int), ("tiles_visited", ctypes.c_int64),
                 ("tiles_skipped", ctypes.c_int64), ("score_entries", ctypes.c_int64),
-                ("causal_entries", ctypes.c_int64)]
+                ("causal_entries", ctypes.c_int64), ("row_stride", ctypes.c_int64)]
 
 
 class Spattn:
@@ -81,7 +82,7 @@ class Spattn:
         return CTensor(t.data_ptr(), t.shape[1], t.shape[2], t.shape[3], t.stride(1), t.stride(2))
 
     def args(self, form, q, k, v, out, lse=None, lam=0.0, local_first=False, plan=None,
-             want_stats=False):
+             want_stats=False, row_stride=0):
         a = CAttention()
         a.form = form.encode()
         a.dtype = 0 if q.dtype == torch.bfloat16 else 1
@@ -93,6 +94,7 @@ class Spattn:
         a.plan = plan
         a.stream = torch.cuda.current_stream().cuda_stream
         a.want_stats = int(want_stats)
+        a.row_stride = row_stride
         return a
 
     def run(self, a):
@@ -255,6 +257,14 @@ def main():
             full_args[blk] = sp.args("block_sparse", q, k, v, out, lse, plan=plans[-1])
         fns["full64"] = lambda: sp.run(full_args[64])
         fns["full128"] = lambda: sp.run(full_args[128])
+        # Query-sparse: every 16th row and the last (MOMO's gamma = 16), compact out and lse.
+        n_qs = len(range(15, L, 16)) + (0 if (L - 1) % 16 == 15 else 1)
+        out_qs = torch.empty((1, H, n_qs, D), device="cuda", dtype=torch.bfloat16)
+        lse_qs = torch.empty((H, n_qs), device="cuda", dtype=torch.float32)
+        qs_args = sp.args("query_sparse", q, k, v, out_qs, lse_qs, row_stride=16)
+        st_qs = sp.run(sp.args("query_sparse", q, k, v, out_qs, lse_qs, row_stride=16,
+                               want_stats=True))
+        fns["qs16"] = lambda: sp.run(qs_args)
         method_info = {}
         for spec in args.methods.split(","):
             pl, mask_ms, dens = sp.plan_method(spec, sp.args("block_sparse", q, k, v, out, lse))
@@ -276,6 +286,9 @@ def main():
                 d.update(density=density, plan_s=plan_s, vs_dense=ms["dense"] / t)
             if n == "bs10_128":
                 d.update(density=st2.score_entries / st2.causal_entries, vs_dense=ms["dense"] / t)
+            if n == "qs16":
+                d.update(rows=n_qs, density=st_qs.score_entries / st_qs.causal_entries,
+                         vs_dense=ms["dense"] / t)
             if n.startswith("full"):
                 d.update(vs_dense=ms["dense"] / t)
             if n in method_info:
@@ -288,7 +301,7 @@ def main():
             emit(d)
         for pl in plans:
             sp.lib.spattn_c_cuda_plan_free(pl)
-        del q, k, v, out, lse, gqa, fns
+        del q, k, v, out, lse, gqa, fns, out_qs, lse_qs
         torch.cuda.empty_cache()
 
     if not args.skip_blasst:

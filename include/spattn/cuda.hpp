@@ -77,6 +77,14 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
                             const AttnOptions& opt = {}, float* lse = nullptr,
                             Stats* stats = nullptr, void* stream = nullptr);
 
+// A subset of query rows against all their causal keys (MOMO's query-sparse pass; the CPU's
+// attention_query_sparse): rows strictly increasing in [0, Lq), out [Hq, rows.size(), d] and
+// lse [Hq, rows.size()] compact (row i is q row rows[i]). Tiles of 64 listed rows, as the CPU's.
+void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt = {}, float* lse = nullptr,
+                            Stats* stats = nullptr, void* stream = nullptr);
+
 // BLASST's skip rule inside the dense loop (blasst.hpp): the same 64x64 tiles, threshold
 // lambda in [0, 1], visiting order in_order or local_first (causal). `skip`, when given, is
 // filled as the CPU kernel fills it (record_tiles too).

@@ -24,7 +24,8 @@ enum { SPATTN_C_BF16 = 0, SPATTN_C_F16 = 1 };
 typedef struct spattn_c_plan spattn_c_plan;
 
 typedef struct spattn_c_attention {
-  /* "dense", "blasst" (lambda, local_first) or "block_sparse" (grid). */
+  /* "dense", "blasst" (lambda, local_first), "block_sparse" (plan or grid) or "query_sparse"
+   * (row_stride: rows stride-1, 2 stride-1, ... and the last, out and lse compact). */
   const char* form;
   int dtype; /* SPATTN_C_BF16 or SPATTN_C_F16 */
   spattn_c_tensor q, k, v, out;
@@ -43,6 +44,7 @@ typedef struct spattn_c_attention {
    * skipped, score entries computed and those of the dense problem. */
   int want_stats;
   int64_t tiles_visited, tiles_skipped, score_entries, causal_entries;
+  int64_t row_stride;
 } spattn_c_attention;
 
 int spattn_c_cuda_device_count(void);

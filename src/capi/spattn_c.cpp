@@ -9,6 +9,7 @@
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
+#include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
 
 struct spattn_c_plan {
@@ -89,9 +90,13 @@ extern "C" int spattn_c_cuda_attention(spattn_c_attention* a, char* err, size_t 
                 grid_mask(a->grid, q.heads, q.seq, k.seq, a->block_q, a->block_k, opt.causal);
             cuda::attention_block_sparse(q, k, v, out, mask, opt, a->lse, stats, a->stream);
           }
+        } else if (form == "query_sparse") {
+          SPATTN_CHECK(a->row_stride >= 1, "spattn_c_cuda_attention: row_stride must be >= 1");
+          cuda::attention_query_sparse(q, k, v, strided_rows(q.seq, a->row_stride), out, opt,
+                                       a->lse, stats, a->stream);
         } else {
           detail::fail("spattn_c_cuda_attention: unknown form '", form,
-                       "' (dense, blasst, block_sparse)");
+                       "' (dense, blasst, block_sparse, query_sparse)");
         }
         a->tiles_visited = st.tiles_visited, a->tiles_skipped = st.tiles_skipped;
         a->score_entries = st.score_entries, a->causal_entries = st.causal_entries;

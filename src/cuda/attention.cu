@@ -45,8 +45,10 @@ std::string device_description(int device) {
 namespace {
 
 // The checks every form shares; returns the device all operands live on.
+// out_rows: the rows out holds (-1: q's).
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
-                  const TensorView& out, const float* lse, bool causal, const char* who) {
+                  const TensorView& out, const float* lse, bool causal, const char* who,
+                  int64_t out_rows = -1) {
   SPATTN_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f16, who,
                ": the CUDA kernels take bf16 or f16 inputs, got q ", q.shape_str());
   SPATTN_CHECK(k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype, who,
@@ -60,8 +62,9 @@ int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
                ") must be a positive multiple of kv heads (", k.heads, ")");
   SPATTN_CHECK(v.heads == k.heads && k.seq == v.seq, who, ": k ", k.shape_str(), " and v ",
                v.shape_str(), " differ");
-  SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq, who, ": out ", out.shape_str(),
-               " must have q's shape ", q.shape_str());
+  SPATTN_CHECK(out.heads == q.heads && out.seq == (out_rows < 0 ? q.seq : out_rows), who, ": out ",
+               out.shape_str(), " must be [", q.heads, ", ", out_rows < 0 ? q.seq : out_rows, ", ",
+               q.dim, "]");
   SPATTN_CHECK(!causal || q.seq <= k.seq, who, ": causal attention needs q_len <= kv_len (", q.seq,
                " > ", k.seq, ")");
   SPATTN_CHECK(q.seq >= 0 && k.seq >= 0 && q.seq < (int64_t(1) << 30) && k.seq < (int64_t(1) << 30),
@@ -111,10 +114,10 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
   return p;
 }
 
-template <class T, int D, int kMT, bool kList, bool kSkip>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false>
 void launch(const FlashParams& p, cudaStream_t stream) {
   constexpr size_t smem = size_t(kWarps * 16 * kMT + 2 * kBN) * D * sizeof(T);
-  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip>;
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -171,7 +174,9 @@ struct Records {
       p.skip_map = skip_map.get();
     }
   }
-  void read(const FlashParams& p, int64_t dim, Stats* stats, SkipStats* skip, cudaStream_t s) {
+  // full_q_len: q's rows, for the dense problem's entries (query-sparse runs fewer).
+  void read(const FlashParams& p, int64_t dim, Stats* stats, SkipStats* skip, cudaStream_t s,
+            int64_t full_q_len = -1) {
     if (!stats && !skip) return;
     std::vector<int> vis = visited.to_host(s), skp = skipped.to_host(s);
     std::vector<unsigned long long> ent = entries.to_host(s);
@@ -182,7 +187,8 @@ struct Records {
         st.tiles_visited += vis[i];
         st.tiles_skipped += skp[i];
       }
-      st.causal_entries = dense_entries(p.heads, p.q_len, p.kv_len, p.causal);
+      st.causal_entries =
+          dense_entries(p.heads, full_q_len < 0 ? p.q_len : full_q_len, p.kv_len, p.causal);
       st.flops = 4.0 * double(dim) * double(st.score_entries);
       stats->add(st);
     }
@@ -306,6 +312,41 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
   attention_block_sparse(q, k, v, out, plan, opt, lse, stats, stream);
   // The plan's lists are freed when it goes: wait for the kernel that reads them.
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+}
+
+void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const std::vector<int64_t>& rows, const TensorView& out,
+                            const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
+  const char* who = "cuda attention_query_sparse";
+  SPATTN_CHECK(!rows.empty(), who, ": the row list is empty");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq, who, ": row ", rows[i], " outside [0, ", q.seq,
+                 ")");
+    SPATTN_CHECK(i == 0 || rows[i] > rows[i - 1], who, ": rows must be strictly increasing (",
+                 rows[i - 1], " then ", rows[i], ")");
+  }
+  check_qkv_out(q, k, v, out, lse, opt.causal, who, int64_t(rows.size()));
+  SPATTN_CHECK(opt.window == 0, who, ": sliding windows have no GPU path yet");
+  const auto s = static_cast<cudaStream_t>(stream);
+  FlashParams p = base_params(q, k, v, out, opt, lse, 64);
+  // The kernel's rows are the listed ones; positions stay q's.
+  const int n = int(rows.size());
+  p.q_len = n;
+  p.n_qt = p.n_qt64 = (n + kGroupRows - 1) / kGroupRows;
+  p.lse_h = n;
+  DeviceBuffer<int> d_rows;
+  d_rows.upload(std::vector<int>(rows.begin(), rows.end()), s);
+  p.rows = d_rows.get();
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  if (q.dtype == DType::bf16) {
+    q.dim == 64 ? launch<__nv_bfloat16, 64, 1, false, false, true>(p, s)
+                : launch<__nv_bfloat16, 128, 1, false, false, true>(p, s);
+  } else {
+    q.dim == 64 ? launch<__half, 64, 1, false, false, true>(p, s)
+                : launch<__half, 128, 1, false, false, true>(p, s);
+  }
+  rec.read(p, q.dim, stats, nullptr, s, q.seq);
 }
 
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -3,6 +3,8 @@
 // one kernel whose variants are policies, as the CPU kernels (src/kernels/flash-inl.h):
 //   - which key tiles a query tile visits, in which order: every causal tile (dense), a list
 //     per query tile (block-sparse over a BlockMask), in order or BLASST's local-first order;
+//   - which query rows a tile holds: consecutive ones, or a sorted row list (query-sparse:
+//     MOMO's sampled rows, "MOMO", section 3), gathered in and written out compactly;
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
 //     the running max before it), in which case its V tile is never loaded.
@@ -55,6 +57,9 @@ struct FlashParams {
   // list_tiles[list_offsets[i], list_offsets[i + 1]), ascending.
   const int* list_offsets = nullptr;
   const int* list_tiles = nullptr;
+  // Query-sparse: the kernel's rows are rows[0, q_len) of q (ascending), written compactly
+  // (out and lse row i is q row rows[i]); pos_offset stays q's own.
+  const int* rows = nullptr;
   // BLASST: log2(lambda) (-inf: skip nothing) and the visiting order.
   float threshold = -INFINITY;
   bool local_first = false;
@@ -95,6 +100,22 @@ __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t stride, i
   }
 }
 
+// The same for Q's rows of a query-sparse tile: tile row i is matrix row rows[row0 + i].
+template <class T, int D, int kRows, int kThreads>
+__device__ __forceinline__ void load_rows(T* smem, const T* g, int64_t stride, const int* rows,
+                                          int row0, int n_rows, int tid) {
+  constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
+  const int c = tid % kChunks, r = tid / kChunks;
+  const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
+#pragma unroll
+  for (int n = 0; n < kRows / kStep; ++n) {
+    const int i = row0 + r + n * kStep;
+    const bool valid = i < n_rows;
+    ptx::cp_async_16(dst + n * kStep * D * sizeof(T),
+                     valid ? g + int64_t(rows[i]) * stride + c * 8 : g, valid);
+  }
+}
+
 // The i-th key tile a query tile visits. Dense: tiles [0, n) (n from the causal limit);
 // lists: the listed ones. local_first: the last (the diagonal's) first, then tile 0 (the
 // sink) when it is among them, then the rest from nearest to farthest, as
@@ -112,7 +133,7 @@ __device__ __forceinline__ int tile_at(int i, int n, const int* list, bool local
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <class T, int D, int kMT, bool kList, bool kSkip>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
@@ -149,7 +170,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     list = p.list_tiles + begin;
     n_visit = p.list_offsets[item + 1] - begin;
   } else if (p.causal) {
-    const int last_pos = p.pos_offset + row0 + rows_here - 1;  // the newest row's position
+    // The newest row's position.
+    const int last_pos = p.pos_offset + (kRows ? p.rows[row0 + rows_here - 1] : row0 + rows_here - 1);
     n_visit = last_pos < 0 ? 0 : min(p.n_kt, last_pos / kBN + 1);
   } else {
     n_visit = p.n_kt;
@@ -160,8 +182,23 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   // [0, lim) a row sees. Recomputed where needed rather than held: registers go to O and S.
   const int row_base = row0 + warp * 16 * kMT + lane / 4;
   auto row_of = [&](int mt, int r) { return row_base + mt * 16 + r * 8; };
+  // The q row of kernel row i (query-sparse: from the list; rows past the end: the last).
+  auto q_row = [&](int i) {
+    if constexpr (kRows) return p.rows[min(i, p.q_len - 1)];
+    else return i;
+  };
+  auto lim_calc = [&](int mt, int r) {
+    return p.causal ? min(p.kv_len, p.pos_offset + q_row(row_of(mt, r)) + 1) : p.kv_len;
+  };
+  // Query-sparse rows' limits are read from the list once; consecutive rows' are arithmetic.
+  int lim_held[kRows ? kMT : 1][2];
+  if constexpr (kRows) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) lim_held[mt][0] = lim_calc(mt, 0), lim_held[mt][1] = lim_calc(mt, 1);
+  }
   auto lim_of = [&](int mt, int r) {
-    return p.causal ? min(p.kv_len, p.pos_offset + row_of(mt, r) + 1) : p.kv_len;
+    if constexpr (kRows) return lim_held[mt][r];
+    else return lim_calc(mt, r);
   };
   const int lim_min = lim_of(0, 0);  // the warp's first rows see the fewest keys
   // Keys [0, reach) some row of this 64-row group sees: a key tile at or past it is no tile of
@@ -170,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   const int reach =
       grp_last < row0 + grp * kGroupRows
           ? 0
-          : (p.causal ? max(0, min(p.kv_len, p.pos_offset + grp_last + 1)) : p.kv_len);
+          : (p.causal ? max(0, min(p.kv_len, p.pos_offset + q_row(grp_last) + 1)) : p.kv_len);
 
   float o[kMT][D / 8][4];
 #pragma unroll
@@ -185,7 +222,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   const float sl2 = p.scale_log2;
 
   if (n_visit > 0) {
-    load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
+    if constexpr (kRows) load_rows<T, D, kBM, kThreads>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
+    else load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
     ptx::cp_async_commit();
     int kt = tile_at(0, n_visit, list, local_first);
     load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
@@ -220,15 +258,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     }
 
     // FlashAttention-2's schedule, two barriers a tile: V(kt) loads while S is computed, K(next)
-    // while the softmax and P V run. BLASST loads V(kt) only after the skip vote, so it waits
-    // for V behind a third barrier.
+    // while the softmax and P V run. BLASST's prefill keeps it: a skipped tile saves its
+    // softmax and P V but not its V load, as the paper's prefill kernel (section 4.1): loading
+    // V only after the vote puts the load's latency into the loop of a compute-bound kernel
+    // (measured: BENCHMARKS.md). Not loading skipped V tiles is the decode kernel's saving.
     for (int i = 0; i < n_visit; ++i) {
       // Here K(kt) is resident and every warp is done with the previous tile's V.
       const int kbase = kt * kBN;
-      if constexpr (!kSkip) {
-        load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
-        ptx::cp_async_commit();
-      }
+      load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
+      ptx::cp_async_commit();
       // Whether this warp's group has the tile at all (uniform over the group).
       const bool mine = kbase < reach;
       float s[kMT][kBN / 8][4];
@@ -295,9 +333,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 
       // BLASST: a group skips the tile when each of its rows is ln(lambda) below its running
       // max (the CPU rule, blasst_skips: a NaN difference, -inf against -inf, counts as
-      // below; a -inf threshold, lambda 0, skips nothing). The V tile is loaded only when some
-      // group keeps the tile.
-      bool skip = false, skip_all = false;
+      // below; a -inf threshold, lambda 0, skips nothing).
+      bool skip = false;
       if constexpr (kSkip) {
         bool below = true;
 #pragma unroll
@@ -307,16 +344,13 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             below = below && (row_of(mt, r) >= p.q_len || !(mx[mt][r] - m[mt][r] >= p.threshold));
         const bool warp_all = __all_sync(0xffffffffu, below);
         if (lane == 0) warp_below[warp] = warp_all || !mine;
-        __syncthreads();  // also: every warp is done with K
-        bool grp_below = true, all_below = true;
+        ptx::cp_async_wait<0>();  // V(kt)
+        __syncthreads();          // the vote; every warp is done with K; V(kt) is visible
+        bool grp_below = true;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-          all_below = all_below && warp_below[w];
+        for (int w = 0; w < kWarps; ++w)
           if (w / kGroupWarps == grp) grp_below = grp_below && warp_below[w];
-        }
-        const bool on = p.threshold != -INFINITY;
-        skip = mine && on && grp_below;
-        skip_all = on && all_below;
+        skip = mine && p.threshold != -INFINITY && grp_below;
         if (mine && tid % kGroupThreads == 0) {
           ++n_visited;
           if (skip) {
@@ -330,21 +364,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
       const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
-      if constexpr (kSkip) {
-        if (!skip_all) {
-          load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
-          ptx::cp_async_commit();
-        }
-      }
       if (next >= 0) {
         load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
         ptx::cp_async_commit();
-      }
-      if (skip_all) {
-        ptx::cp_async_wait<0>();
-        __syncthreads();
-        kt = next;
-        continue;
       }
       const bool compute = mine && !skip;
       if (compute) {
@@ -391,16 +413,6 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             o[mt][j][3] *= alpha[1];
           }
         }
-      }
-
-      if constexpr (kSkip) {
-        if (next >= 0)
-          ptx::cp_async_wait<1>();  // V(kt); K(next) may still be in flight
-        else
-          ptx::cp_async_wait<0>();
-        __syncthreads();
-      }
-      if (compute) {
         // O += P V.
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk) {

@@ -34,6 +34,11 @@ void attention_block_sparse(const TensorView&, const TensorView&, const TensorVi
                             Stats*, void*) {
   unavailable("attention_block_sparse");
 }
+void attention_query_sparse(const TensorView&, const TensorView&, const TensorView&,
+                            const std::vector<int64_t>&, const TensorView&, const AttnOptions&,
+                            float*, Stats*, void*) {
+  unavailable("attention_query_sparse");
+}
 void attention_blasst(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                       double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
   unavailable("attention_blasst");

@@ -1,8 +1,9 @@
 // The CUDA kernels (spattn/cuda.hpp) against their plain twins on the host: the double
-// reference (attention_reference) for dense, the CPU block-sparse and BLASST kernels for the
-// sparse forms (same outputs within bf16/f16 rounding, the same score entries, the same
-// skipped tiles modulo ties), over both dtypes, head dims 64 and 128, GQA, causal and not,
-// odd lengths, extreme logits and rows that see no key. Every test skips without a GPU.
+// reference (attention_reference) for dense, the CPU kernels for the sparse forms
+// (block-sparse, query-sparse, BLASST: same outputs within bf16/f16 rounding, the same score
+// entries, the same skipped tiles modulo ties), over both dtypes, head dims 64 and 128, GQA,
+// causal and not, odd lengths, extreme logits and rows that see no key. Every test skips
+// without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -224,6 +225,48 @@ TEST(CudaAttention, BlockSparseMatchesCpuKernel) {
         }
 }
 
+TEST(CudaAttention, QuerySparseMatchesCpuKernel) {
+  SKIP_WITHOUT_GPU();
+  uint64_t seed = 300;
+  for (DType t : {DType::bf16, DType::f16})
+    for (int64_t d : {64, 128})
+      for (bool causal : {true, false})
+        for (int kind = 0; kind < 2; ++kind) {
+          const int64_t hq = 4, hkv = 2, lq = 333, lkv = causal ? 461 : 333;
+          // Every 16th row (MOMO's gamma) and the last, or a random subset of 150 rows.
+          std::vector<int64_t> rows;
+          if (kind == 0) {
+            rows = strided_rows(lq, 16);
+          } else {
+            std::mt19937_64 rng(seed);
+            for (int64_t r = 0; r < lq; ++r)
+              if (rng() % 20 < 9) rows.push_back(r);
+          }
+          const int64_t n = int64_t(rows.size());
+          const Tensor q = test::random_tensor(t, hq, lq, d, seed++);
+          const Tensor k = test::random_tensor(t, hkv, lkv, d, seed++);
+          const Tensor v = test::random_tensor(t, hkv, lkv, d, seed++);
+          AttnOptions opt;
+          opt.causal = causal;
+          opt.bf16_dot = false;
+          Tensor ref(DType::f32, hq, n, d);
+          std::vector<float> lse_ref(size_t(hq * n));
+          Stats cpu;
+          attention_query_sparse(q, k, v, rows, ref, opt, lse_ref.data(), nullptr, &cpu);
+          DeviceTensor dq(q), dk(k), dv(v), dout(t, hq, n, d);
+          DeviceFloats dlse(size_t(hq * n));
+          Stats gpu;
+          cuda::attention_query_sparse(dq.view, dk.view, dv.view, rows, dout.view, opt, dlse.ptr,
+                                       &gpu);
+          const std::string what = std::string(dtype_name(t)) + " d" + std::to_string(d) +
+                                   (causal ? " causal" : " full") +
+                                   (kind == 0 ? " strided" : " random") + " rows";
+          expect_close(dout.to_host(), ref, dlse.to_host(), lse_ref, t, what);
+          EXPECT_EQ(gpu.score_entries, cpu.score_entries) << what;
+          EXPECT_EQ(gpu.causal_entries, cpu.causal_entries) << what;
+        }
+}
+
 Workload text_workload(int64_t seq, int64_t dim, uint64_t seed) {
   WorkloadConfig c;
   c.kind = WorkloadKind::text;
@@ -363,6 +406,11 @@ TEST(CudaAttention, BadInputIsANamedError) {
   DeviceTensor d20(q20), d20o(DType::bf16, 2, 20, 64);
   expect_error([&] { cuda::attention_dense(d20.view, dk.view, dv.view, d20o.view); },
                "q_len <= kv_len");
+  // Query-sparse rows out of order, and an out of the wrong row count.
+  expect_error([&] { cuda::attention_query_sparse(dq.view, dk.view, dv.view, {3, 2}, dout.view); },
+               "strictly increasing");
+  expect_error([&] { cuda::attention_query_sparse(dq.view, dk.view, dv.view, {1, 2}, dout.view); },
+               "out");
   // A mask of another geometry.
   const BlockMask m = BlockMask::full(2, 20, 20, 64, 64, true);
   expect_error([&] { cuda::attention_block_sparse(dq.view, dk.view, dv.view, dout.view, m); },
