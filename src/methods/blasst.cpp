@@ -86,11 +86,8 @@ class Blasst final : public Method {
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const double lambda = calib_ ? calib_->threshold_for(k.seq, sparsity_) : lambda_;
-    // Both kernels record the skipped tiles: one small vector per (head, q tile) (decode: per
-    // q head), negligible next to the tile work, and it makes recall exact.
-    SkipStats skip;
-    skip.record_tiles = true;
+    const double lambda = lambda_at(k.seq);
+    SkipStats skip = recording_skips();
     MethodReport r;
     r.path = run_decode_or_prefill(
         q.seq,
@@ -109,9 +106,8 @@ class Blasst final : public Method {
   // split-K decode form is not on the GPU yet.
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const double lambda = calib_ ? calib_->threshold_for(k.seq, sparsity_) : lambda_;
-    SkipStats skip;
-    skip.record_tiles = true;
+    const double lambda = lambda_at(k.seq);
+    SkipStats skip = recording_skips();
     MethodReport r;
     cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_);
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
@@ -119,6 +115,17 @@ class Blasst final : public Method {
   }
 
  private:
+  // The threshold for a cache of kv_len keys: the calibration's law or the fixed lambda.
+  double lambda_at(int64_t kv_len) const {
+    return calib_ ? calib_->threshold_for(kv_len, sparsity_) : lambda_;
+  }
+  // Every kernel records the skipped tiles: one small vector per (head, q tile) (decode: per
+  // q head), negligible next to the tile work, and it makes recall exact.
+  static SkipStats recording_skips() {
+    SkipStats skip;
+    skip.record_tiles = true;
+    return skip;
+  }
   static void report_skips(MethodReport& r, double lambda, SkipStats skip, int64_t q_len,
                            int64_t kv_len, bool causal) {
     r.extras["lambda"] = lambda;

@@ -22,6 +22,7 @@
 #include "spattn/merge.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
+#include "cuda/device_buffers.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -30,41 +31,8 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
 
-// A host tensor's copy in device memory, freed with the object.
-struct DeviceTensor {
-  void* ptr = nullptr;
-  TensorView view;
-  explicit DeviceTensor(const Tensor& host) {
-    EXPECT_EQ(cudaMalloc(&ptr, host.nbytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    view = TensorView::hsd(ptr, host.dtype(), host.heads(), host.seq(), host.dim());
-  }
-  DeviceTensor(DType t, int64_t heads, int64_t seq, int64_t dim)
-      : DeviceTensor(Tensor(t, heads, seq, dim)) {}
-  DeviceTensor(const DeviceTensor&) = delete;
-  ~DeviceTensor() { cudaFree(ptr); }
-  Tensor to_host() const {
-    Tensor t(view.dtype, view.heads, view.seq, view.dim);
-    EXPECT_EQ(cudaMemcpy(t.data(), ptr, t.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    return t;
-  }
-};
-
-struct DeviceFloats {
-  float* ptr = nullptr;
-  size_t n;
-  explicit DeviceFloats(size_t n_) : n(n_) { EXPECT_EQ(cudaMalloc(&ptr, n * 4 + 4), cudaSuccess); }
-  explicit DeviceFloats(const std::vector<float>& h) : DeviceFloats(h.size()) {
-    cudaMemcpy(ptr, h.data(), n * 4, cudaMemcpyHostToDevice);
-  }
-  DeviceFloats(const DeviceFloats&) = delete;
-  ~DeviceFloats() { cudaFree(ptr); }
-  std::vector<float> to_host() const {
-    std::vector<float> h(n);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
+using test::DeviceFloats;
+using test::DeviceTensor;
 
 // Output tolerance: rounding of P and of the output to the input dtype, relative to the largest
 // |v| (an output row is a convex combination of v rows).

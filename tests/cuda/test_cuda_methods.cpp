@@ -11,22 +11,13 @@
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/workload.hpp"
+#include "cuda/device_buffers.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
 namespace {
 
-struct OnDevice {
-  void* ptr = nullptr;
-  TensorView view;
-  explicit OnDevice(const Tensor& t) {
-    EXPECT_EQ(cudaMalloc(&ptr, t.nbytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(ptr, t.data(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
-    view = TensorView::hsd(ptr, t.dtype(), t.heads(), t.seq(), t.dim());
-  }
-  OnDevice(const OnDevice&) = delete;
-  ~OnDevice() { cudaFree(ptr); }
-};
+using test::DeviceTensor;
 
 TEST(CudaMethods, DeviceRunMatchesHostRun) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
@@ -39,7 +30,7 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
   c.dtype = DType::bf16;
   c.seed = 11;
   const Workload w = make_workload(c);
-  OnDevice dq(w.q), dk(w.k), dv(w.v);
+  DeviceTensor dq(w.q), dk(w.k), dv(w.v);
   for (const std::string spec :
        {"dense", "blasst:lambda=0.01", "a_shape", "mean_pool", "xattention", "flexprefill"}) {
     const auto m = make_method(spec);
@@ -47,7 +38,7 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
     opt.bf16_dot = false;
     Tensor host_out(DType::f32, 4, 1500, 128);
     const MethodReport hr = m->run(w.q, w.k, w.v, host_out, opt);
-    OnDevice dout(Tensor(DType::bf16, 4, 1500, 128));
+    DeviceTensor dout(DType::bf16, 4, 1500, 128);
     const MethodReport dr = m->run(dq.view, dk.view, dv.view, dout.view, opt);
     const Tensor got = cuda::to_host(dout.view);
     const test::Diff d = test::diff(got.view(), host_out.view());
@@ -73,7 +64,7 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
 TEST(CudaMethods, AMethodWithoutAGpuPathSaysSo) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   const Tensor x = test::random_tensor(DType::bf16, 2, 100, 64, 1);
-  OnDevice d(x), o(Tensor(DType::bf16, 2, 100, 64));
+  DeviceTensor d(x), o(DType::bf16, 2, 100, 64);
   try {
     make_method("momo")->run(d.view, d.view, d.view, o.view, {});
     ADD_FAILURE() << "no error";
