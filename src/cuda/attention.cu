@@ -107,9 +107,7 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
   p.causal = opt.causal;
   const float scale = softmax_scale(opt, q.dim);
   SPATTN_CHECK(scale > 0 && std::isfinite(scale),
-               "cuda attention: the softmax scale must be "
-               "positive and finite, got ",
-               scale);
+               "cuda attention: the softmax scale must be positive and finite, got ", scale);
   p.scale_log2 = scale * 1.4426950408889634f;
   return p;
 }
@@ -227,11 +225,10 @@ BlockSparsePlan::BlockSparsePlan(const BlockMask& mask, void* stream)
                ": mask blocks must be multiples of 64 rows and 64 keys (got ", mask.block_q, "x",
                mask.block_k, ")");
   mask.validate();
-  // Each 64-row kernel tile takes its mask block's list, each listed block as its 64-key
-  // tiles, minus tiles no row of the kernel tile may see (the lower half of a 128-row block's
-  // diagonal block, say): the kernel masks inside a tile, these it need not visit at all.
-  // Kernel tiles of 128 rows where the mask's rows come in 128s (both warp groups share a
-  // list), else of 64.
+  // Each kernel tile (128 rows where the mask's rows come in 128s, so that both 64-row groups
+  // share a list; else 64) takes its mask block's list, each listed block as its 64-key tiles,
+  // minus tiles no row of the kernel tile may see (the diagonal block's far half, say): the
+  // kernel masks inside a tile, these it need not visit at all.
   tile_rows_ = mask.block_q % 128 == 0 ? 128 : 64;
   const int64_t n_qt = (q_len_ + tile_rows_ - 1) / tile_rows_;
   std::vector<int> offsets(size_t(heads_ * n_qt) + 1, 0), tiles;

@@ -171,7 +171,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     n_visit = p.list_offsets[item + 1] - begin;
   } else if (p.causal) {
     // The newest row's position.
-    const int last_pos = p.pos_offset + (kRows ? p.rows[row0 + rows_here - 1] : row0 + rows_here - 1);
+    const int last_pos =
+        p.pos_offset + (kRows ? p.rows[row0 + rows_here - 1] : row0 + rows_here - 1);
     n_visit = last_pos < 0 ? 0 : min(p.n_kt, last_pos / kBN + 1);
   } else {
     n_visit = p.n_kt;
@@ -184,8 +185,10 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   auto row_of = [&](int mt, int r) { return row_base + mt * 16 + r * 8; };
   // The q row of kernel row i (query-sparse: from the list; rows past the end: the last).
   auto q_row = [&](int i) {
-    if constexpr (kRows) return p.rows[min(i, p.q_len - 1)];
-    else return i;
+    if constexpr (kRows)
+      return p.rows[min(i, p.q_len - 1)];
+    else
+      return i;
   };
   auto lim_calc = [&](int mt, int r) {
     return p.causal ? min(p.kv_len, p.pos_offset + q_row(row_of(mt, r)) + 1) : p.kv_len;
@@ -194,11 +197,14 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   int lim_held[kRows ? kMT : 1][2];
   if constexpr (kRows) {
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) lim_held[mt][0] = lim_calc(mt, 0), lim_held[mt][1] = lim_calc(mt, 1);
+    for (int mt = 0; mt < kMT; ++mt)
+      lim_held[mt][0] = lim_calc(mt, 0), lim_held[mt][1] = lim_calc(mt, 1);
   }
   auto lim_of = [&](int mt, int r) {
-    if constexpr (kRows) return lim_held[mt][r];
-    else return lim_calc(mt, r);
+    if constexpr (kRows)
+      return lim_held[mt][r];
+    else
+      return lim_calc(mt, r);
   };
   const int lim_min = lim_of(0, 0);  // the warp's first rows see the fewest keys
   // Keys [0, reach) some row of this 64-row group sees: a key tile at or past it is no tile of
@@ -222,8 +228,10 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   const float sl2 = p.scale_log2;
 
   if (n_visit > 0) {
-    if constexpr (kRows) load_rows<T, D, kBM, kThreads>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
-    else load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
+    if constexpr (kRows)
+      load_rows<T, D, kBM, kThreads>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
+    else
+      load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
     ptx::cp_async_commit();
     int kt = tile_at(0, n_visit, list, local_first);
     load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);

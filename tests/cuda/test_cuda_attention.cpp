@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffers.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
@@ -22,7 +23,6 @@
 #include "spattn/merge.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
-#include "cuda/device_buffers.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -375,10 +375,16 @@ TEST(CudaAttention, BadInputIsANamedError) {
   expect_error([&] { cuda::attention_dense(d20.view, dk.view, dv.view, d20o.view); },
                "q_len <= kv_len");
   // Query-sparse rows out of order, and an out of the wrong row count.
-  expect_error([&] { cuda::attention_query_sparse(dq.view, dk.view, dv.view, {3, 2}, dout.view); },
-               "strictly increasing");
-  expect_error([&] { cuda::attention_query_sparse(dq.view, dk.view, dv.view, {1, 2}, dout.view); },
-               "out");
+  expect_error(
+      [&] {
+        cuda::attention_query_sparse(dq.view, dk.view, dv.view, {3, 2}, dout.view);
+      },
+      "strictly increasing");
+  expect_error(
+      [&] {
+        cuda::attention_query_sparse(dq.view, dk.view, dv.view, {1, 2}, dout.view);
+      },
+      "out");
   // A mask of another geometry.
   const BlockMask m = BlockMask::full(2, 20, 20, 64, 64, true);
   expect_error([&] { cuda::attention_block_sparse(dq.view, dk.view, dv.view, dout.view, m); },

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "cuda/device_buffers.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/workload.hpp"
-#include "cuda/device_buffers.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
