@@ -123,27 +123,26 @@ void launch(const FlashParams& p, cudaStream_t stream) {
   check(cudaGetLastError(), "flash_fwd_kernel launch");
 }
 
+// The kernel for a dtype and head dim.
+template <int kMT, bool kList, bool kSkip, bool kRows = false>
+void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
+  if (dtype == DType::bf16)
+    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows>(p, stream)
+            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows>(p, stream);
+  else
+    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows>(p, stream)
+            : launch<__half, 128, kMT, kList, kSkip, kRows>(p, stream);
+}
+
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
 // rows come in 64s.
 template <bool kList, bool kSkip>
 void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream_t stream) {
   if (p.n_qt == 0) return;
-  const bool bf = dtype == DType::bf16;
-  if (!kList || rows == 128) {
-    if (bf)
-      d == 64 ? launch<__nv_bfloat16, 64, 2, kList, kSkip>(p, stream)
-              : launch<__nv_bfloat16, 128, 2, kList, kSkip>(p, stream);
-    else
-      d == 64 ? launch<__half, 64, 2, kList, kSkip>(p, stream)
-              : launch<__half, 128, 2, kList, kSkip>(p, stream);
-  } else if constexpr (kList) {
-    if (bf)
-      d == 64 ? launch<__nv_bfloat16, 64, 1, kList, kSkip>(p, stream)
-              : launch<__nv_bfloat16, 128, 1, kList, kSkip>(p, stream);
-    else
-      d == 64 ? launch<__half, 64, 1, kList, kSkip>(p, stream)
-              : launch<__half, 128, 1, kList, kSkip>(p, stream);
-  }
+  if (!kList || rows == 128)
+    launch_for<2, kList, kSkip>(dtype, d, p, stream);
+  else if constexpr (kList)
+    launch_for<1, kList, kSkip>(dtype, d, p, stream);
 }
 
 // Score entries of the dense problem: what Stats::causal_entries holds on the CPU.
@@ -336,13 +335,7 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   p.rows = d_rows.get();
   Records rec;
   rec.attach(p, stats != nullptr, false, false, s);
-  if (q.dtype == DType::bf16) {
-    q.dim == 64 ? launch<__nv_bfloat16, 64, 1, false, false, true>(p, s)
-                : launch<__nv_bfloat16, 128, 1, false, false, true>(p, s);
-  } else {
-    q.dim == 64 ? launch<__half, 64, 1, false, false, true>(p, s)
-                : launch<__half, 128, 1, false, false, true>(p, s);
-  }
+  launch_for<1, false, false, true>(q.dtype, q.dim, p, s);  // 64 listed rows a block
   rec.read(p, q.dim, stats, nullptr, s, q.seq);
 }
 
