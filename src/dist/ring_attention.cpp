@@ -89,6 +89,38 @@ namespace {
 // pattern_needed marks, and each query block of the rank's runs attends, piece by piece, to
 // the keys of its ranges the shard in hand holds. Every row's partials merge by (O, LSE) into
 // out (started empty: LSE -inf).
+// The pass-KV ring's double buffer, shared by the dense and the pattern prefill: at each step
+// the shard in hand (from rank source(step)) goes on to the next rank while the next step's
+// shard arrives from the previous one; finish() waits for both and swaps the buffers.
+// shard_bytes(rank): the bytes rank's shard takes on the wire.
+template <class Bytes>
+class RingExchange {
+ public:
+  RingExchange(Group& g, RingScratch& s, Bytes shard_bytes)
+      : g_(g), s_(s), bytes_(shard_bytes), P_(g.size()), r_(g.rank()) {}
+  int source(int step) const { return (r_ - step + P_) % P_; }
+  void start(int step) {
+    if (step + 1 >= P_) return;
+    const int src = source(step), next = source(step + 1);
+    g_.start_exchange(s_.buf[cur_].data(), bytes_(src), (r_ + 1) % P_, s_.buf[1 - cur_].data(),
+                      bytes_(next), (r_ - 1 + P_) % P_);
+    g_.stats().ring_bytes_sent += int64_t(bytes_(src));
+  }
+  const unsigned char* in_hand() const { return s_.buf[cur_].data(); }
+  void finish(int step) {
+    if (step + 1 >= P_) return;
+    g_.finish_exchange();
+    cur_ = 1 - cur_;
+  }
+
+ private:
+  Group& g_;
+  RingScratch& s_;
+  Bytes bytes_;
+  const int P_, r_;
+  int cur_ = 0;
+};
+
 void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   const RingPattern& pt = *L.pattern;
   const int P = g.size(), r = g.rank();
@@ -123,15 +155,10 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   s.lse.assign(size_t(rows * Hq), -std::numeric_limits<float>::infinity());  // [row][Hq]
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   const double comm0 = g.stats().comm_ms;
-  int cur = 0;
+  RingExchange ring(g, s, shard_bytes);
   for (int step = 0; step < P; ++step) {
-    const int src = (r - step + P) % P;
-    if (step + 1 < P) {
-      const int next = (r - step - 1 + P) % P;
-      g.start_exchange(s.buf[cur].data(), shard_bytes(src), (r + 1) % P, s.buf[1 - cur].data(),
-                       shard_bytes(next), (r - 1 + P) % P);
-      g.stats().ring_bytes_sent += int64_t(shard_bytes(src));
-    }
+    const int src = ring.source(step);
+    ring.start(step);
     // The shard in hand as f32 rows with their positions: the rank's own rows whole at step 0.
     const float *kk = L.k, *vv = L.v;
     std::vector<int64_t> pos;
@@ -142,8 +169,8 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       const int64_t m = int64_t(pos.size());
       s.k.resize(size_t(m * row));
       s.v.resize(size_t(m * row));
-      from_wire(s.buf[cur].data(), m * row, wire, s.k.data());
-      from_wire(s.buf[cur].data() + size_t(m * row) * es, m * row, wire, s.v.data());
+      from_wire(ring.in_hand(), m * row, wire, s.k.data());
+      from_wire(ring.in_hand() + size_t(m * row) * es, m * row, wire, s.v.data());
       kk = s.k.data();
       vv = s.v.data();
       g.progress();
@@ -198,10 +225,7 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       }
       row0 += run.len;
     }
-    if (step + 1 < P) {
-      g.finish_exchange();
-      cur = 1 - cur;
-    }
+    ring.finish(step);
   }
   g.stats().ring_layers += 1;
   g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
@@ -231,23 +255,18 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   const double comm0 = g.stats().comm_ms;
-  int cur = 0;
+  RingExchange ring(g, s, shard_bytes);
   for (int step = 0; step < P; ++step) {
-    const int src = (r - step + P) % P;
-    if (step + 1 < P) {
-      const int next = (r - step - 1 + P) % P;
-      g.start_exchange(s.buf[cur].data(), shard_bytes(src), (r + 1) % P, s.buf[1 - cur].data(),
-                       shard_bytes(next), (r - 1 + P) % P);
-      g.stats().ring_bytes_sent += int64_t(shard_bytes(src));
-    }
+    const int src = ring.source(step);
+    ring.start(step);
     const PackedKV* kv = L.own;
     if (step > 0) {
       // The shard in hand, packed with its owner's positions.
       const int64_t n = z.rows(src);
       s.k.resize(size_t(n * Hkv * d));
       s.v.resize(size_t(n * Hkv * d));
-      from_wire(s.buf[cur].data(), n * Hkv * d, wire, s.k.data());
-      from_wire(s.buf[cur].data() + size_t(n * Hkv * d) * es, n * Hkv * d, wire, s.v.data());
+      from_wire(ring.in_hand(), n * Hkv * d, wire, s.k.data());
+      from_wire(ring.in_hand() + size_t(n * Hkv * d) * es, n * Hkv * d, wire, s.v.data());
       const std::vector<int64_t> pos = z.positions(src);
       s.shard->clear();
       s.shard->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
@@ -277,10 +296,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       row0 += run.len;
       g.progress();
     }
-    if (step + 1 < P) {
-      g.finish_exchange();
-      cur = 1 - cur;
-    }
+    ring.finish(step);
   }
   g.stats().ring_layers += 1;
   g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
