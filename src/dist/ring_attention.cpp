@@ -91,13 +91,15 @@ namespace {
 // out (started empty: LSE -inf).
 // The pass-KV ring's double buffer, shared by the dense and the pattern prefill: at each step
 // the shard in hand (from rank source(step)) goes on to the next rank while the next step's
-// shard arrives from the previous one; finish() waits for both and swaps the buffers.
-// shard_bytes(rank): the bytes rank's shard takes on the wire.
+// shard arrives from the previous one; finish() waits for both and swaps the buffers; done()
+// counts the layer and its communication time. shard_bytes(rank): the bytes rank's shard takes
+// on the wire.
 template <class Bytes>
 class RingExchange {
  public:
   RingExchange(Group& g, RingScratch& s, Bytes shard_bytes)
-      : g_(g), s_(s), bytes_(shard_bytes), P_(g.size()), r_(g.rank()) {}
+      : g_(g), s_(s), bytes_(shard_bytes), P_(g.size()), r_(g.rank()),
+        comm0_(g.stats().comm_ms) {}
   int source(int step) const { return (r_ - step + P_) % P_; }
   void start(int step) {
     if (step + 1 >= P_) return;
@@ -112,12 +114,17 @@ class RingExchange {
     g_.finish_exchange();
     cur_ = 1 - cur_;
   }
+  void done() {
+    g_.stats().ring_layers += 1;
+    g_.stats().ring_comm_ms += g_.stats().comm_ms - comm0_;
+  }
 
  private:
   Group& g_;
   RingScratch& s_;
   Bytes bytes_;
   const int P_, r_;
+  const double comm0_;
   int cur_ = 0;
 };
 
@@ -154,7 +161,6 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   std::fill(L.out, L.out + rows * Hq * d, 0.0f);
   s.lse.assign(size_t(rows * Hq), -std::numeric_limits<float>::infinity());  // [row][Hq]
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
-  const double comm0 = g.stats().comm_ms;
   RingExchange ring(g, s, shard_bytes);
   for (int step = 0; step < P; ++step) {
     const int src = ring.source(step);
@@ -227,8 +233,7 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     }
     ring.finish(step);
   }
-  g.stats().ring_layers += 1;
-  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  ring.done();
 }
 
 }  // namespace
@@ -254,7 +259,6 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
                                          L.k_type, L.v_type);
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
-  const double comm0 = g.stats().comm_ms;
   RingExchange ring(g, s, shard_bytes);
   for (int step = 0; step < P; ++step) {
     const int src = ring.source(step);
@@ -298,8 +302,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     }
     ring.finish(step);
   }
-  g.stats().ring_layers += 1;
-  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  ring.done();
 }
 
 void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
