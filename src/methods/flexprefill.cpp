@@ -64,21 +64,27 @@ void take_by_mass(const std::vector<double>& mass, std::vector<uint8_t>& keep, d
   }
 }
 
+// Tops `keep` up by mass (take_by_mass) until gamma of the total mass and at least `floor`
+// entries are kept, what `keep` holds already counting first.
+void top_up(const std::vector<double>& mass, std::vector<uint8_t>& keep, double gamma,
+            int64_t floor) {
+  double kept = 0, total = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < mass.size(); ++i) {
+    total += mass[i];
+    if (keep[i]) kept += mass[i], ++count;
+  }
+  take_by_mass(mass, keep, gamma * total, floor, kept, count);
+}
+
 // Keeps forced entries, then the rest by mass until gamma of the total (vertical-slash heads)
 // and at least `floor` entries in all.
 std::vector<uint8_t> cover(const std::vector<double>& mass, const std::vector<int64_t>& forced,
                            double gamma, int64_t floor) {
   std::vector<uint8_t> keep(mass.size(), 0);
-  double kept = 0, total = 0;
-  int64_t count = 0;
-  for (double x : mass) total += x;
   for (int64_t f : forced)
-    if (f < int64_t(mass.size()) && !keep[size_t(f)]) {
-      keep[size_t(f)] = 1;
-      kept += mass[size_t(f)];
-      ++count;
-    }
-  take_by_mass(mass, keep, gamma * total, floor, kept, count);
+    if (f < int64_t(mass.size())) keep[size_t(f)] = 1;
+  top_up(mass, keep, gamma, floor);
   return keep;
 }
 
@@ -289,30 +295,20 @@ class FlexPrefill final : public BlockMaskMethod {
         for (int64_t qb = 0; qb < nq; ++qb) {
           const std::vector<double>& m = pm[size_t(qb)];
           std::vector<uint8_t> kp(keep[size_t(qb)].begin(), keep[size_t(qb)].begin() + int64_t(m.size()));
-          double kept = 0, total = 0;
-          int64_t count = 0;
-          for (size_t b = 0; b < m.size(); ++b) {
-            total += m[b];
-            if (kp[b]) kept += m[b];
-          }
-          take_by_mass(m, kp, gamma_ * total, 0, kept, count);
+          top_up(m, kp, gamma_, 0);
           std::copy(kp.begin(), kp.end(), keep[size_t(qb)].begin());
         }
       } else {
         // The whole map flattened (index qb * nk + kb), every row's mass 1.
         std::vector<double> flat(static_cast<size_t>(nq * nk), 0.0);
-        std::vector<uint8_t> fk(static_cast<size_t>(nq * nk), 1);
-        double kept = 0, total = 0;
-        int64_t count = 0;
+        std::vector<uint8_t> fk(static_cast<size_t>(nq * nk), 1);  // non-causal: never taken
         for (int64_t qb = 0; qb < nq; ++qb)
           for (size_t b = 0; b < pm[size_t(qb)].size(); ++b) {
             const size_t i = size_t(qb * nk) + b;
             flat[i] = pm[size_t(qb)][b];
             fk[i] = keep[size_t(qb)][b];
-            total += flat[i];
-            if (fk[i]) kept += flat[i];
           }
-        take_by_mass(flat, fk, gamma_ * total, 0, kept, count);
+        top_up(flat, fk, gamma_, 0);
         for (int64_t qb = 0; qb < nq; ++qb)
           for (size_t b = 0; b < pm[size_t(qb)].size(); ++b) keep[size_t(qb)][b] = fk[size_t(qb * nk) + b];
       }
