@@ -41,7 +41,7 @@ void QuestBounds(const float* q, int64_t rows, int64_t d, const float* lo, const
                  int64_t ld, int64_t pages, float* u, int64_t ldu) {
   const hn::ScalableTag<float> df;
   const int64_t step = 2 * int64_t(hn::Lanes(df));  // divides kQuestPagePad
-  const int64_t padded = (pages + kQuestPagePad - 1) / kQuestPagePad * kQuestPagePad;
+  const int64_t padded = quest_padded(pages);
   for (int64_t p0 = 0; p0 < padded; p0 += step) {
     int64_t r0 = 0;
     for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<4>(q, r0, d, lo, hi, ld, p0, u, ldu);

@@ -11,9 +11,13 @@ namespace spattn::kernels {
 // Pages are padded to a multiple of this in the summaries and in u (lanes of the widest
 // target, twice: the kernel runs two vectors of pages at once).
 inline constexpr int64_t kQuestPagePad = 32;
+// pages rounded up to a multiple of kQuestPagePad: a summary row's and a bound row's length.
+inline constexpr int64_t quest_padded(int64_t pages) {
+  return (pages + kQuestPagePad - 1) / kQuestPagePad * kQuestPagePad;
+}
 
 // u[r * ldu + p] = sum over c < d, ascending, of max(q[r][c] * lo[c * ld + p],
-// q[r][c] * hi[c * ld + p]) for r < rows and p < round_up(pages, kQuestPagePad); q is
+// q[r][c] * hi[c * ld + p]) for r < rows and p < quest_padded(pages); q is
 // [rows][d] row-major; ld and ldu are multiples of kQuestPagePad. Every entry is summed in
 // the plain loop's order, so the bits equal a scalar loop's.
 void quest_bounds(const float* q, int64_t rows, int64_t d, const float* lo, const float* hi,

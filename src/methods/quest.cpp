@@ -41,8 +41,7 @@ QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capa
                " x ", capacity, " x ", dim);
   SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,
                " is not a multiple of 16 in [16, 64]");
-  const int64_t pad = kernels::kQuestPagePad;
-  pages_cap_ = ((capacity + page - 1) / page + pad - 1) / pad * pad;
+  pages_cap_ = kernels::quest_padded((capacity + page - 1) / page);
   mm_.assign(size_t(kv_heads * 2 * dim * pages_cap_), 0.0f);
 }
 
@@ -89,8 +88,8 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
 }
 
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
-  const int64_t pad = kernels::kQuestPagePad, np = pages.pages();
-  std::vector<float> u(size_t((np + pad - 1) / pad * pad));
+  const int64_t np = pages.pages();
+  std::vector<float> u(size_t(kernels::quest_padded(np)));
   kernels::quest_bounds(q, 1, pages.dim(), pages.lo(h), pages.hi(h), pages.stride(), np, u.data(),
                         int64_t(u.size()));
   std::copy_n(u.data(), np, bounds);
@@ -107,7 +106,7 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   const int64_t hkv = pages.kv_heads(), group = q.heads / hkv;
   std::vector<std::vector<KeyRange>> out(static_cast<size_t>(hkv));
   std::vector<QuestDecodeStats> per_head(static_cast<size_t>(hkv));
-  const int64_t ldu = (np + kernels::kQuestPagePad - 1) / kernels::kQuestPagePad * kernels::kQuestPagePad;
+  const int64_t ldu = kernels::quest_padded(np);
   // Sink and local pages are always read; the rest compete on their scores.
   const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
   const bool all = params.topp == 0 && params.topk >= last - first;
