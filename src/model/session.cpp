@@ -420,16 +420,15 @@ struct Session::Impl {
             kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
         }
       });
-    if (kind == Attn::ring && cp_h2o) {
-      cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
-      const dist::H2OChainLayer hl{q.data(), k.data(), v.data(), att.data(), Hq, Hkv, d,
-                                   opt.n_ubatch, opt.h2o_local + opt.h2o_heavy, opt.cache_type_k,
-                                   opt.cache_type_v, attn_opt(-1)};
-      dist::h2o_chain_prefill(*grp, zz, hl, h2o[size_t(l)], h2o_wire, stats);
-      return;
-    }
     if (kind == Attn::ring) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
+      if (cp_h2o) {  // chunked_h2o's chain instead of the pass-KV ring
+        const dist::H2OChainLayer hl{q.data(), k.data(), v.data(), att.data(), Hq, Hkv, d,
+                                     opt.n_ubatch, opt.h2o_local + opt.h2o_heavy,
+                                     opt.cache_type_k, opt.cache_type_v, attn_opt(-1)};
+        dist::h2o_chain_prefill(*grp, zz, hl, h2o[size_t(l)], h2o_wire, stats);
+        return;
+      }
       const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
                                opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
                                cp_pattern.get()};
