@@ -277,6 +277,21 @@ BlockSparsePlan::~BlockSparsePlan() {
   cudaFree(list_);
 }
 
+namespace {
+// The kernel over a plan whose geometry matches inputs already checked.
+void run_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, const BlockSparsePlan& plan, const AttnOptions& opt,
+                      float* lse, Stats* stats, cudaStream_t s) {
+  const int rows = int(plan.tile_rows());
+  FlashParams p = base_params(q, k, v, out, opt, lse, rows);
+  p.list_offsets = plan.device_offsets(), p.list_tiles = plan.device_tiles();
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  dispatch<true, false>(q.dtype, q.dim, rows, p, s);
+  rec.read(p, q.dim, stats, nullptr, s);
+}
+}  // namespace
+
 void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
                             const TensorView& out, const BlockSparsePlan& plan,
                             const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
@@ -288,14 +303,7 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
                plan.kv_len(), " keys, ", plan.causal() ? "causal" : "non-causal",
                "; the inputs are ", q.heads, " heads, ", q.seq, " over ", k.seq, ", ",
                opt.causal ? "causal" : "non-causal");
-  const auto s = static_cast<cudaStream_t>(stream);
-  const int rows = int(plan.tile_rows());
-  FlashParams p = base_params(q, k, v, out, opt, lse, rows);
-  p.list_offsets = plan.device_offsets(), p.list_tiles = plan.device_tiles();
-  Records rec;
-  rec.attach(p, stats != nullptr, false, false, s);
-  dispatch<true, false>(q.dtype, q.dim, rows, p, s);
-  rec.read(p, q.dim, stats, nullptr, s);
+  run_block_sparse(q, k, v, out, plan, opt, lse, stats, static_cast<cudaStream_t>(stream));
 }
 
 void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -305,7 +313,7 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
   check_qkv_out(q, k, v, out, lse, opt.causal, who);  // before the plan touches the device
   mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
   const BlockSparsePlan plan(mask, stream);
-  attention_block_sparse(q, k, v, out, plan, opt, lse, stats, stream);
+  run_block_sparse(q, k, v, out, plan, opt, lse, stats, static_cast<cudaStream_t>(stream));
   // The plan's lists are freed when it goes: wait for the kernel that reads them.
   check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
 }
