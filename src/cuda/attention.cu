@@ -10,6 +10,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/flash_fwd.cuh"
+#include "cuda/inputs.hpp"
 #include "kernels/flash_common.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -42,13 +43,9 @@ std::string device_description(int device) {
   return os.str();
 }
 
-namespace {
-
-// The checks every form shares; returns the device all operands live on.
-// out_rows: the rows out holds (-1: q's).
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& out, const float* lse, bool causal, const char* who,
-                  int64_t out_rows = -1) {
+                  int64_t out_rows) {
   SPATTN_CHECK(q.dtype == DType::bf16 || q.dtype == DType::f16, who,
                ": the CUDA kernels take bf16 or f16 inputs, got q ", q.shape_str());
   SPATTN_CHECK(k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype, who,
@@ -89,6 +86,14 @@ int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
   return dev;
 }
 
+int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal) {
+  int64_t n = 0;
+  for (int64_t r = 0; r < q_len; ++r) n += causal_limit(r, q_len, kv_len, causal);
+  return n * heads;
+}
+
+namespace {
+
 FlashParams base_params(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse, int rows) {
   FlashParams p;
@@ -112,10 +117,10 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
   return p;
 }
 
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 void launch(const FlashParams& p, cudaStream_t stream) {
-  constexpr size_t smem = size_t(kWarps * 16 * kMT + 2 * kBN) * D * sizeof(T);
-  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows>;
+  constexpr size_t smem = size_t(kWarps * 16 * kMT + (1 + kKBufs) * kBN) * D * sizeof(T);
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -124,32 +129,28 @@ void launch(const FlashParams& p, cudaStream_t stream) {
 }
 
 // The kernel for a dtype and head dim.
-template <int kMT, bool kList, bool kSkip, bool kRows = false>
+template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
   if (dtype == DType::bf16)
-    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows>(p, stream)
-            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows>(p, stream);
+    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
+            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
   else
-    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows>(p, stream)
-            : launch<__half, 128, kMT, kList, kSkip, kRows>(p, stream);
+    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
+            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
 }
 
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
-// rows come in 64s.
+// rows come in 64s. BLASST double-buffers K: a skipped tile has no P V to hide the next K
+// load under (measured: BENCHMARKS.md).
 template <bool kList, bool kSkip>
 void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream_t stream) {
   if (p.n_qt == 0) return;
-  if (!kList || rows == 128)
+  if constexpr (!kList && kSkip)
+    launch_for<2, false, true, false, 2>(dtype, d, p, stream);
+  else if (!kList || rows == 128)
     launch_for<2, kList, kSkip>(dtype, d, p, stream);
   else if constexpr (kList)
     launch_for<1, kList, kSkip>(dtype, d, p, stream);
-}
-
-// Score entries of the dense problem: what Stats::causal_entries holds on the CPU.
-int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal) {
-  int64_t n = 0;
-  for (int64_t r = 0; r < q_len; ++r) n += causal_limit(r, q_len, kv_len, causal);
-  return n * heads;
 }
 
 // Per-item records on the device, read back after the kernel.

@@ -7,7 +7,8 @@
 //     MOMO's sampled rows, "MOMO", section 3), gathered in and written out compactly;
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
-//     the running max before it), in which case its V tile is never loaded.
+//     the running max before it), in which case its softmax and P V are not computed;
+//   - one K buffer or two (K(next) loaded under P V only, or from the top of the tile).
 //
 // One thread block: four warps over a query tile of 64 * kMT rows, each warp kMT m16 tiles
 // (kMT 2: 32 rows a warp, FlashAttention-2's 128-row tile for head dim 128: every K and V
@@ -133,10 +134,11 @@ __device__ __forceinline__ int tile_at(int i, int n, const int* list, bool local
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
+  static_assert(kKBufs == 1 || kKBufs == 2, "one or two K buffers");
   using namespace detail;
   constexpr int kBM = kWarps * 16 * kMT;                // query rows a block
   constexpr int kGroupWarps = kGroupRows / (16 * kMT);  // warps a 64-row group
@@ -144,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + kBM * D;
-  T* sV = sK + kBN * D;
-  __shared__ int warp_below[kWarps];
+  T* sV = sK + kKBufs * kBN * D;
+  __shared__ int warp_below[kWarps];  // the skip vote
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, grp = warp / kGroupWarps;
   // Causal: the longest query tiles first, so the last wave is short ones.
@@ -269,12 +271,23 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     // while the softmax and P V run. BLASST's prefill keeps it: a skipped tile saves its
     // softmax and P V but not its V load, as the paper's prefill kernel (section 4.1): loading
     // V only after the vote puts the load's latency into the loop of a compute-bound kernel
-    // (measured: BENCHMARKS.md). Not loading skipped V tiles is the decode kernel's saving.
+    // (measured: BENCHMARKS.md). Not loading skipped V tiles is the decode kernel's saving
+    // (flash_decode.cuh). With two K buffers (kKBufs, BLASST's) K(next) loads from the top of
+    // the tile, under S as well: a skipped tile has no softmax and P V to hide it under.
     for (int i = 0; i < n_visit; ++i) {
       // Here K(kt) is resident and every warp is done with the previous tile's V.
       const int kbase = kt * kBN;
       load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
       ptx::cp_async_commit();
+      const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
+      // K(kt)'s buffer; with two, K(next) loads into the other one from here on, under S.
+      const uint32_t kbuf = kKBufs == 2 ? (i & 1) * kBN * kRowBytes : 0;
+      if constexpr (kKBufs == 2) {
+        if (next >= 0)
+          load_tile<T, D, kBN, kThreads>(sK + ((i + 1) & 1) * kBN * D, gK, p.k_s, next * kBN,
+                                         p.kv_len, tid);
+        ptx::cp_async_commit();  // an empty group at the end keeps the wait counts
+      }
       // Whether this warp's group has the tile at all (uniform over the group).
       const bool mine = kbase < reach;
       float s[kMT][kBN / 8][4];
@@ -303,7 +316,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 #pragma unroll
           for (int np = 0; np < kBN / 16; ++np) {
             uint32_t bk[4];  // keys np * 16 + [0, 16), dims kk * 16 + [0, 16)
-            ptx::ldmatrix_x4(bk, k_off[kk & 3] + (kk >> 2) * 128 + np * 16 * kRowBytes);
+            ptx::ldmatrix_x4(bk, k_off[kk & 3] + kbuf + (kk >> 2) * 128 + np * 16 * kRowBytes);
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) {
               ptx::mma_16816<T>(s[mt][2 * np], qa[mt], bk[0], bk[1]);
@@ -352,8 +365,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             below = below && (row_of(mt, r) >= p.q_len || !(mx[mt][r] - m[mt][r] >= p.threshold));
         const bool warp_all = __all_sync(0xffffffffu, below);
         if (lane == 0) warp_below[warp] = warp_all || !mine;
-        ptx::cp_async_wait<0>();  // V(kt)
-        __syncthreads();          // the vote; every warp is done with K; V(kt) is visible
+        ptx::cp_async_wait<kKBufs - 1>();  // V(kt)
+        __syncthreads();  // the vote; every warp is done with K(kt); V(kt) is visible
         bool grp_below = true;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w)
@@ -367,12 +380,11 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
           }
         }
       } else {
-        ptx::cp_async_wait<0>();  // V(kt)
+        ptx::cp_async_wait<kKBufs - 1>();  // V(kt)
         __syncthreads();          // every warp is done with K; V(kt) is visible
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
-      const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
-      if (next >= 0) {
+      if (kKBufs == 1 && next >= 0) {
         load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
         ptx::cp_async_commit();
       }
