@@ -17,6 +17,10 @@ On the text workload also each method's recall: the mean over rows of the softma
 computed, exp(lse_method - lse_dense).
   blasst    spattn BLASST (local_first) at --blasst-lambda on the project's `text` workload
             (make_workload), with its skipped fraction; dense re-timed on the same inputs
+  decode    one new query against --decode-lens caches of the text workload: torch SDPA
+            (flash, cuDNN, efficient backends as they take it), spattn's split-K decode
+            (dense) and BLASST's decode at --decode-lambda (V tiles of skipped blocks never
+            read); K/V bytes read per second, the fraction of --hbm-gbps
 Also checks spattn dense against the flash backend's output (max abs difference).
 
 Needs torch with CUDA and libspattn_c.so (cmake build with the CUDA backend: build/lib).
@@ -163,6 +167,13 @@ def main():
     ap.add_argument("--blasst-len", type=int, default=32768)
     ap.add_argument("--blasst-lambda", default="0.001,0.01,0.05")
     ap.add_argument("--skip-blasst", action="store_true")
+    ap.add_argument("--decode-lens", default="8192,32768,131072")
+    ap.add_argument("--decode-lambda", default="0.001,0.01")
+    ap.add_argument("--hbm-gbps", type=float, default=3350.0,
+                    help="the GPU's memory bandwidth (H100 SXM: 3350 GB/s)")
+    ap.add_argument("--skip-decode", action="store_true")
+    ap.add_argument("--skip-prefill", action="store_true",
+                    help="only BLASST's text workload and decode")
     ap.add_argument("--methods", default="a_shape,mean_pool",
                     help="block-mask methods timed through the method API")
     ap.add_argument("--json", default="")
@@ -178,7 +189,7 @@ def main():
         print(json.dumps(d), flush=True)
 
     H, KV, D = args.heads, args.kv_heads, args.dim
-    for L in [int(x) for x in args.lens.split(",")]:
+    for L in [] if args.skip_prefill else [int(x) for x in args.lens.split(",")]:
         torch.manual_seed(L)
         q = torch.randn((1, H, L, D), device="cuda", dtype=torch.bfloat16)
         k = torch.randn((1, KV, L, D), device="cuda", dtype=torch.bfloat16)
@@ -346,6 +357,66 @@ def main():
             if n in info:
                 d.update(info[n], vs_dense=ms["dense"] / t)
             emit(d)
+
+    if not args.skip_decode:
+        for L in [int(x) for x in args.decode_lens.split(",")]:
+            qf, k, v = sp.workload("text", L, H, KV, D, 9)
+            q = qf[:, :, -1:, :]  # the newest query: a strided view, read in place
+            del qf
+            out = torch.empty((1, H, 1, D), device="cuda", dtype=torch.bfloat16)
+            lse = torch.empty((H, 1), device="cuda", dtype=torch.float32)
+            fns, info = {}, {}
+            # One query sees every key: torch's is_causal is top-left aligned, so False.
+            for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
+                                  ("flash", SDPBackend.FLASH_ATTENTION),
+                                  ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+                qc = q.contiguous()
+                try:
+                    with sdpa_kernel(backend):
+                        F.scaled_dot_product_attention(qc, k, v, enable_gqa=True)
+                    torch.cuda.synchronize()
+                except Exception as e:  # noqa: BLE001 - report and go on without it
+                    print(f"# decode {name}: {type(e).__name__}: {e}"[:300], file=sys.stderr)
+                    continue
+
+                def f(backend=backend, qc=qc):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(qc, k, v, enable_gqa=True)
+                fns[name] = f
+            da = sp.args("decode", q, k, v, out, lse)
+            fns["dense"] = (lambda a: (lambda: sp.run(a)))(da)
+            sp.run(da)
+            ref = torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), enable_gqa=True)
+            torch.cuda.synchronize()
+            emit(dict(kind="check", workload="text", seq=L, q_len=1, vs="fp32 torch",
+                      max_abs_diff=(out.float() - ref).abs().max().item()))
+            for lam in [float(x) for x in args.decode_lambda.split(",")]:
+                a = sp.args("decode", q, k, v, out, lse, lam=lam, local_first=True)
+                st = sp.run(sp.args("decode", q, k, v, out, lse, lam=lam, local_first=True,
+                                    want_stats=True))
+                n = f"blasst:{lam:g}"
+                info[n] = dict(lam=lam, skipped=st.tiles_skipped / max(1, st.tiles_visited),
+                               max_abs_diff=(out.float() - ref).abs().max().item())
+                fns[n] = (lambda a: (lambda: sp.run(a)))(a)
+            inner = 20  # calls per timed sample: a call is tens of microseconds
+            loops = {n: (lambda f: (lambda: [f() for _ in range(inner)]))(f) for n, f in fns.items()}
+            ms = {n: t / inner for n, t in timed_round_robin(loops, args.reps, args.warmup).items()}
+            kv_bytes = 2 * KV * L * D * 2
+            for n, t in ms.items():
+                d = dict(kind="time", workload="text", seq=L, q_len=1, heads=H, kv_heads=KV, dim=D,
+                         contender=n, ms=t, reps=args.reps, inner=inner,
+                         kv_gbps=kv_bytes / (t * 1e-3) / 1e9)
+                d["hbm_fraction"] = d["kv_gbps"] / args.hbm_gbps
+                if n in info:
+                    d.update(info[n])
+                d["vs_dense"] = ms["dense"] / t
+                for b in ("cudnn", "flash", "efficient"):
+                    if b in ms and n in ("dense",) + tuple(info):
+                        d[f"vs_{b}"] = ms[b] / t
+                emit(d)
+            del q, k, v, out, lse, fns, loops
+            torch.cuda.empty_cache()
 
     if args.json:
         with open(args.json, "w") as f:

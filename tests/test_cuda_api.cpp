@@ -33,6 +33,12 @@ TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
   expect_named_error([](const Tensor& t) { cuda::attention_blasst(t, t, t, t, 0.01); }, x);
   expect_named_error(
       [](const Tensor& t) {
+        const Tensor q = test::random_tensor(DType::bf16, 2, 1, 64, 2), o(DType::bf16, 2, 1, 64);
+        cuda::attention_decode(q, t, t, o);
+      },
+      x);
+  expect_named_error(
+      [](const Tensor& t) {
         cuda::attention_block_sparse(t, t, t, t, BlockMask::full(2, 10, 10, 64, 64, true));
       },
       x);

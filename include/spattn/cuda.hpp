@@ -19,6 +19,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
+#include "spattn/decode.hpp"
 
 namespace spattn::cuda {
 
@@ -92,6 +93,18 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       const TensorView& out, double lambda, const AttnOptions& opt = {},
                       float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr,
                       BlasstOrder order = BlasstOrder::in_order, void* stream = nullptr);
+
+// Decode (spattn/decode.hpp's attention_decode) on the device: 1 <= Lq <= 16 queries at the
+// end of the cache, flash-decoding's split-K over the CPU's plan (splits of at most 32 key
+// tiles, each its own running max; partials merged exactly). With dopt.lambda > 0 it is
+// BLASST's decode: `batch` (1..4 on the GPU) tiles scored, the running max taken over them, and
+// only the kept tiles' V read. Rows are packed per kv head in chunks of whole q heads of at
+// most 16 rows (the CPU's: 128), so both skip the same tiles whenever group x Lq <= 16. stats
+// and skip as the CPU fills them.
+void attention_decode(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, const AttnOptions& opt = {},
+                      const DecodeOptions& dopt = {}, float* lse = nullptr,
+                      Stats* stats = nullptr, SkipStats* skip = nullptr, void* stream = nullptr);
 
 // The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
 // (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.

@@ -24,8 +24,9 @@ enum { SPATTN_C_BF16 = 0, SPATTN_C_F16 = 1 };
 typedef struct spattn_c_plan spattn_c_plan;
 
 typedef struct spattn_c_attention {
-  /* "dense", "blasst" (lambda, local_first), "block_sparse" (plan or grid) or "query_sparse"
-   * (row_stride: rows stride-1, 2 stride-1, ... and the last, out and lse compact). */
+  /* "dense", "blasst" (lambda, local_first), "decode" (q_len <= 16; lambda > 0: BLASST's
+   * decode, local_first), "block_sparse" (plan or grid) or "query_sparse" (row_stride: rows
+   * stride-1, 2 stride-1, ... and the last, out and lse compact). */
   const char* form;
   int dtype; /* SPATTN_C_BF16 or SPATTN_C_F16 */
   spattn_c_tensor q, k, v, out;

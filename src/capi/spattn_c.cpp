@@ -81,6 +81,11 @@ extern "C" int spattn_c_cuda_attention(spattn_c_attention* a, char* err, size_t 
           cuda::attention_blasst(q, k, v, out, a->lambda, opt, a->lse, stats, nullptr,
                                  a->local_first ? BlasstOrder::local_first : BlasstOrder::in_order,
                                  a->stream);
+        } else if (form == "decode") {
+          DecodeOptions d;
+          d.lambda = a->lambda;
+          d.order = a->local_first ? BlasstOrder::local_first : BlasstOrder::in_order;
+          cuda::attention_decode(q, k, v, out, opt, d, a->lse, stats, nullptr, a->stream);
         } else if (form == "block_sparse") {
           if (a->plan) {
             cuda::attention_block_sparse(q, k, v, out, a->plan->plan, opt, a->lse, stats,
@@ -96,7 +101,7 @@ extern "C" int spattn_c_cuda_attention(spattn_c_attention* a, char* err, size_t 
                                        a->lse, stats, a->stream);
         } else {
           detail::fail("spattn_c_cuda_attention: unknown form '", form,
-                       "' (dense, blasst, block_sparse, query_sparse)");
+                       "' (dense, blasst, decode, block_sparse, query_sparse)");
         }
         a->tiles_visited = st.tiles_visited, a->tiles_skipped = st.tiles_skipped;
         a->score_entries = st.score_entries, a->causal_entries = st.causal_entries;

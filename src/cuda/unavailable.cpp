@@ -43,6 +43,11 @@ void attention_blasst(const TensorView&, const TensorView&, const TensorView&, c
                       double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
   unavailable("attention_blasst");
 }
+void attention_decode(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                      const AttnOptions&, const DecodeOptions&, float*, Stats*, SkipStats*,
+                      void*) {
+  unavailable("attention_decode");
+}
 void merge_attention(const TensorView&, const float*, const TensorView&, const float*,
                      const TensorView&, float*, void*) {
   unavailable("merge_attention");

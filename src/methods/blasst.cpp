@@ -102,14 +102,23 @@ class Blasst final : public Method {
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }
-  // The same rule on the GPU's prefill loop (spattn/cuda.hpp), for any query length: the
-  // split-K decode form is not on the GPU yet.
+  // The same kernels on the GPU (spattn/cuda.hpp): its split-K decode (batch 1..4 there) and
+  // its prefill loop.
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
     const double lambda = lambda_at(k.seq);
     SkipStats skip = recording_skips();
     MethodReport r;
-    cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_);
+    r.path = run_decode_or_prefill(
+        q.seq,
+        [&] {
+          DecodeOptions d;
+          d.lambda = lambda;
+          d.batch = batch_;
+          d.order = order_;
+          cuda::attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
+        },
+        [&] { cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }
