@@ -19,6 +19,7 @@ class AShape final : public BlockMaskMethod {
   std::string name() const override { return "a_shape"; }
 
  protected:
+  bool static_pattern() const override { return true; }
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     return a_shape_mask(geometry(q, k, opt), sink_, local_);

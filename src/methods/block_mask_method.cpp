@@ -29,12 +29,18 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
                                        const TensorView& v, const TensorView& out,
                                        const AttnOptions& opt, float* lse) const {
   const auto t0 = std::chrono::steady_clock::now();
-  const Tensor hq = cuda::to_host(q), hk = cuda::to_host(k), hv = cuda::to_host(v);
-  validate_attention_args(hq, hk, hv, hq, opt);  // NaN checks, as on the host path
   MethodReport r;
-  AttnOptions checked = opt;
-  checked.check_finite = false;
-  auto mask = std::make_shared<const BlockMask>(build_mask_reported(hq, hk, hv, checked, r));
+  std::shared_ptr<const BlockMask> mask;
+  if (static_pattern()) {
+    // The shapes are all it reads; the device kernel checks them.
+    mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));
+  } else {
+    const Tensor hq = cuda::to_host(q), hk = cuda::to_host(k), hv = cuda::to_host(v);
+    validate_attention_args(hq, hk, hv, hq, opt);  // NaN checks, as on the host path
+    AttnOptions checked = opt;
+    checked.check_finite = false;
+    mask = std::make_shared<const BlockMask>(build_mask_reported(hq, hk, hv, checked, r));
+  }
   r.extras["mask_host_ms"] =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   cuda::attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats);

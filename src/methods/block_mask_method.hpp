@@ -16,8 +16,9 @@ class BlockMaskMethod : public Method {
   // Building the mask is part of run(), so a caller timing run() times the estimate too.
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override;
-  // On the GPU: the mask is built on the host from copies of q, k and v (extras
-  // "mask_host_ms": the copies and the estimate), the block-sparse kernel runs on the device.
+  // On the GPU: the mask is built on the host (extras "mask_host_ms"), from copies of q, k
+  // and v where the method estimates from them, from the shapes alone for a static pattern;
+  // the block-sparse kernel runs on the device.
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override;
 
@@ -32,6 +33,9 @@ class BlockMaskMethod : public Method {
     (void)report;
     return build_mask(q, k, v, opt);
   }
+  // Whether the mask is a static pattern (from the shapes alone, never reading q, k or v):
+  // then the GPU path copies nothing to the host.
+  virtual bool static_pattern() const { return false; }
   // The geometry of a static (causal, input-independent) pattern for these inputs.
   MaskGeometry geometry(const TensorView& q, const TensorView& k, const AttnOptions& opt) const;
 

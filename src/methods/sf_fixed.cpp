@@ -21,6 +21,7 @@ class SfFixed final : public BlockMaskMethod {
   std::string name() const override { return "sf_fixed"; }
 
  protected:
+  bool static_pattern() const override { return true; }
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     return sf_fixed_mask(geometry(q, k, opt), local_.resolve(opt, name(), "local"),

@@ -21,6 +21,7 @@ class SfStrided final : public BlockMaskMethod {
   std::string name() const override { return "sf_strided"; }
 
  protected:
+  bool static_pattern() const override { return true; }
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     return sf_strided_mask(geometry(q, k, opt), local_.resolve(opt, name(), "local"),
