@@ -221,18 +221,19 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) flash_decode_kernel(const D
     const bool mine = warp < nb;
     const int kt = mine ? split_tile_at(i0 + warp, t0, n_vis, local_first) : 0;
     const int kbase = kt * kBN;
+    __syncwarp();  // every lane is done with the tiles overwritten here
+    // Dense decode (nothing can be skipped) loads this batch's V tile here, under the scores.
+    if (v_early && mine) load_tile_warp<T, D>(myV, gV, p.v_s, kbase, p.kv_len, lane);
+    ptx::cp_async_commit();
     // The next batch's K tile into the other buffer (this warp read it two batches ago, or
-    // scored the seed from it).
+    // scored the seed from it); last, so that P V waits for V alone and this load stays in
+    // flight into the next batch.
     const int i_next = i0 + p.batch + warp;
-    __syncwarp();
     if (warp < p.batch && i_next < n_vis)
       load_tile_warp<T, D>(myK[(b + 1) & 1], gK, p.k_s,
                            split_tile_at(i_next, t0, n_vis, local_first) * kBN, p.kv_len, lane);
     ptx::cp_async_commit();
-    // Dense decode (nothing can be skipped) loads the V tile here, under the scores as well.
-    if (v_early && mine) load_tile_warp<T, D>(myV, gV, p.v_s, kbase, p.kv_len, lane);
-    ptx::cp_async_commit();
-    // This batch's K tile (issued a batch ago; a warp that skipped has not waited for it).
+    // This batch's K tile (the last group of the batch before; not waited for there).
     ptx::cp_async_wait<2>();
     __syncwarp();
     mx[0] = mx[1] = -INFINITY;
@@ -290,7 +291,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) flash_decode_kernel(const D
       pf[j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(p0, p1);
       pf[j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
     }
-    ptx::cp_async_wait<0>();  // V (and the next K, issued earlier)
+    // V: dense decode's is the second newest group (the next K may stay in flight); a kept
+    // tile's, loaded after the vote, the newest.
+    if (v_early)
+      ptx::cp_async_wait<1>();
+    else
+      ptx::cp_async_wait<0>();
     __syncwarp();
     const uint32_t v_base = ptx::smem_u32(myV);
 #pragma unroll
