@@ -109,7 +109,7 @@ class Blasst final : public Method {
     const double lambda = lambda_at(k.seq);
     SkipStats skip = recording_skips();
     MethodReport r;
-    cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_);
+    cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_, opt.stream);
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }

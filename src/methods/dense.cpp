@@ -28,7 +28,7 @@ class Dense final : public Method {
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
     MethodReport r;
-    cuda::attention_dense(q, k, v, out, opt, lse, &r.stats);
+    cuda::attention_dense(q, k, v, out, opt, lse, &r.stats, opt.stream);
     r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
     return r;
   }
