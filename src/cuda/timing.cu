@@ -8,6 +8,7 @@
 namespace spattn::cuda {
 
 EventTimer::EventTimer() {
+  SPATTN_CHECK(device_count() > 0, "cuda EventTimer: no CUDA device is visible");
   cudaEvent_t a = nullptr, b = nullptr;
   check(cudaEventCreate(&a), "cudaEventCreate");
   if (const cudaError_t e = cudaEventCreate(&b); e != cudaSuccess) {

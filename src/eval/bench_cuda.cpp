@@ -28,7 +28,6 @@ void say(const BenchOptions& o, const std::string& status) {
 
 struct DeviceProblem {
   cuda::DeviceTensor q, k, v, out;
-  AttnOptions opt;
 };
 
 // One run between two events on the default stream.
@@ -66,7 +65,7 @@ BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const 
   say(o, "uploading q, k, v");
   DeviceProblem d{cuda::DeviceTensor::upload(hq, dtype), cuda::DeviceTensor::upload(hk, dtype),
                   cuda::DeviceTensor::upload(hv, dtype),
-                  cuda::DeviceTensor(dtype, q.heads, q.seq, q.dim), opt};
+                  cuda::DeviceTensor(dtype, q.heads, q.seq, q.dim)};
   AttnOptions unchecked = opt;
   unchecked.check_finite = false;
 
