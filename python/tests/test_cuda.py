@@ -80,7 +80,7 @@ def test_dense_matches_the_float64_reference(dtype, dim, causal):
     ref, ref_lse = reference_attention(*(_hsd(x) for x in host), causal=causal)
     tol = _tol(td) * max(1.0, np.abs(ref).max())
     np.testing.assert_allclose(_hsd(out), ref, atol=tol, rtol=0)
-    np.testing.assert_allclose(lse.cpu().numpy(), ref_lse, atol=2e-3, rtol=1e-4)
+    np.testing.assert_allclose(lse.cpu().numpy(), ref_lse, atol=2e-3, rtol=2e-3)
     assert report["sparsity"] == 0.0 and report["flops"] > 0
 
 
@@ -95,7 +95,7 @@ def test_batched_bhsd_strided_views_and_scale():
     for b, host in enumerate(hosts):
         ref, ref_lse = reference_attention(*(_hsd(x) for x in host), scale=0.1)
         np.testing.assert_allclose(out[b].float().cpu().numpy(), ref, atol=2e-2, rtol=0)
-        np.testing.assert_allclose(lse[b].cpu().numpy(), ref_lse, atol=2e-3, rtol=1e-4)
+        np.testing.assert_allclose(lse[b].cpu().numpy(), ref_lse, atol=2e-3, rtol=2e-3)
 
 
 @gpu
