@@ -181,7 +181,8 @@ TEST_F(Cli, BenchDeviceCuda) {
                      spattn::cuda::built() ? "no CUDA device" : "built without CUDA");
     return;
   }
-  const CliRun r = run_cli(kSmall + "--device cuda --methods blasst,a_shape,momo");
+  const CliRun r =
+      run_cli(kSmall + "--device cuda --method blasst:lambda=0.01 --methods a_shape,momo");
   ASSERT_TRUE(r.exited()) << r.err;
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("device: "), std::string::npos) << r.out;

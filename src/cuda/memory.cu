@@ -44,7 +44,11 @@ DeviceTensor::DeviceTensor(DType t, int64_t heads, int64_t seq, int64_t dim) {
   const size_t bytes = size_t(heads * seq * dim) * dtype_size(t);
   void* p = nullptr;
   check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-  if (const cudaError_t e = cudaMemset(p, 0, bytes); e != cudaSuccess) {
+  // cudaMemset is asynchronous: wait for it, or a kernel on another stream could write the
+  // tensor before the zeros land.
+  cudaError_t e = cudaMemset(p, 0, bytes);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+  if (e != cudaSuccess) {
     cudaFree(p);
     check(e, "cudaMemset");
   }

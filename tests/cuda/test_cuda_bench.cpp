@@ -68,7 +68,7 @@ TEST(CudaHelpers, MethodsRunOnTheCallersStream) {
                            v = cuda::DeviceTensor::upload(w.v, DType::bf16);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  for (const std::string spec : {"dense", "blasst:lambda=0.01", "a_shape"}) {
+  for (const std::string spec : {"dense", "blasst:lambda=0.01", "a_shape:sink=64,local=256"}) {
     const auto m = make_method(spec);
     cuda::DeviceTensor o1(DType::bf16, 4, 700, 128), o2(DType::bf16, 4, 700, 128);
     AttnOptions opt;
@@ -92,7 +92,7 @@ TEST(CudaBench, RowsJudgedAgainstDenseAndTheHost) {
   c.seq = 1200, c.heads = 4, c.kv_heads = 2, c.dim = 64, c.seed = 8;
   const Workload w = make_workload(c);  // f32: the bench converts to the device dtype
   const BenchMethods methods =
-      make_bench_methods({"blasst:lambda=0.01", "a_shape"}, {"momo"}, true);
+      make_bench_methods({"blasst:lambda=0.01", "a_shape:sink=64,local=256"}, {"momo"}, true);
   AttnOptions opt;
   opt.threads = 2;
   BenchOptions bo;
@@ -111,7 +111,7 @@ TEST(CudaBench, RowsJudgedAgainstDenseAndTheHost) {
   // a_shape: the recall of its mask, computed on the host as the CPU bench does.
   const BenchResult& ashape = run.results[2];
   ASSERT_TRUE(ashape.unavailable.empty()) << ashape.unavailable;
-  const auto m = make_method("a_shape");
+  const auto m = make_method("a_shape:sink=64,local=256");
   Tensor host_out(DType::f32, 4, 1200, 64);
   const Tensor hq = Tensor::copy_of(w.q, DType::f16), hk = Tensor::copy_of(w.k, DType::f16),
                hv = Tensor::copy_of(w.v, DType::f16);
