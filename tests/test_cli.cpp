@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli_run.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/method.hpp"
 #include "kernels/flash_common.hpp"
 #include "spattn/io.hpp"
@@ -165,6 +166,37 @@ TEST_F(Cli, TruncatedQkvFileExits2) {
 TEST_F(Cli, NanInputExits2) {
   const fs::path path = write_qkv(test_dir(), /*poison=*/true);
   expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string()), "non-finite");
+}
+
+TEST_F(Cli, BenchDeviceMustBeCpuOrCuda) {
+  expect_bad_input(run_cli(kSmall + "--device gpu"), "--device must be cpu or cuda");
+}
+
+// --device cuda: where this build has no backend or this machine no GPU (every CI machine),
+// exit 2 naming which; on a GPU machine the bench runs there, says which device, gives a method
+// without a GPU path a row saying so, and refuses f32 inputs.
+TEST_F(Cli, BenchDeviceCuda) {
+  if (spattn::cuda::device_count() == 0) {
+    expect_bad_input(run_cli(kSmall + "--device cuda"),
+                     spattn::cuda::built() ? "no CUDA device" : "built without CUDA");
+    return;
+  }
+  const CliRun r =
+      run_cli(kSmall + "--device cuda --method blasst:lambda=0.01 --methods a_shape,momo");
+  ASSERT_TRUE(r.exited()) << r.err;
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("device: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not run on the GPU: momo: no GPU path yet"), std::string::npos)
+      << r.out;
+  expect_bad_input(run_cli(kSmall + "--device cuda --dtype f32"), "bf16 or f16");
+  const CliRun j = run_cli(kSmall + "--device cuda --dtype f16 --methods momo --json");
+  ASSERT_EQ(j.code(), 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["config"]["dtype"], "f16");
+  EXPECT_EQ(doc["results"][0]["method"], "dense");
+  EXPECT_GT(doc["results"][0]["dense_equiv_tflops"].get<double>(), 0.0);
+  EXPECT_NE(doc["results"][1]["unavailable"].get<std::string>().find("no GPU path"),
+            std::string::npos);
 }
 
 TEST_F(Cli, ParseErrorsUseCli11ExitCodes) {

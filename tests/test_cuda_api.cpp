@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "spattn/bench.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "test_util.hpp"
@@ -47,6 +48,31 @@ TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
     EXPECT_THROW(cuda::merge_attention(x, l.data(), x, l.data(), x, l.data()), Error);
   }
   EXPECT_THROW(cuda::device_description(0), Error);
+}
+
+// The helpers bench --device cuda and the Python package stand on, likewise.
+TEST(CudaApi, WithoutAGpuTheDeviceHelpersAreNamedErrors) {
+  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is present: tests/cuda covers it";
+  const std::string why = cuda::built() ? "no CUDA device" : "built without CUDA";
+  auto expect = [&](auto call, const char* name) {
+    try {
+      call();
+      ADD_FAILURE() << name << ": no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << name << ": " << e.what();
+    }
+  };
+  const Tensor x = test::random_tensor(DType::f32, 2, 10, 64, 1);
+  expect([] { cuda::DeviceGuard g(0); }, "DeviceGuard");
+  expect([] { cuda::current_device(); }, "current_device");
+  expect([] { cuda::set_device(0); }, "set_device");
+  expect([] { cuda::DeviceTensor t(DType::bf16, 2, 10, 64); }, "DeviceTensor");
+  expect([&] { cuda::DeviceTensor::upload(x, DType::bf16); }, "DeviceTensor::upload");
+  const BenchMethods m = make_bench_methods({}, {"a_shape"}, true);
+  AttnOptions opt;
+  opt.threads = 1;
+  expect([&] { run_bench_cuda(m, x, x, x, opt, {}, DType::bf16); }, "run_bench_cuda");
+  expect([] { cuda::EventTimer t; }, "EventTimer");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "cli.hpp"
 #include "spattn/bench.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -32,6 +33,7 @@ struct BenchCliOptions {
   bool json = false;
   std::string bf16_path = "auto";  // --bf16-path: auto (time both), dot, widen
   std::vector<std::string> matched;  // --matched: block top-k methods to run at each method's density
+  std::string device = "cpu";  // --device: cpu, or cuda (the GPU paths, spattn/cuda.hpp)
 };
 
 std::string shape(const Tensor& t) {
@@ -125,6 +127,53 @@ void print_table(const BenchRun& run, const Problem& p) {
   print_notes(results, run.left_out);
 }
 
+// --device cuda: one row per method as on the CPU, with dense-equivalent TFLOP/s (the dense
+// problem's work over the row's time) in place of the CPU peak fractions, and errors against
+// dense's own GPU output; a method with no GPU path gets a row that says so.
+void print_table_cuda(const BenchRun& run, const Problem& p) {
+  fmt::print("device: {}\n", run.device);
+  fmt::print("host: {}, {} threads (masks of mask-building methods are built there, inside "
+             "their time)\n", run.machine.cpu, run.opt.threads);
+  fmt::print("problem: {}, q {} kv {} {} on the device, {}, median of {} runs timed with CUDA "
+             "events, round-robin over the methods after one warm-up run each\n",
+             p.source, shape(p.q), shape(p.k), dtype_name(run.dtype),
+             p.opt.causal ? "causal" : "full", run.repeat);
+  const OutputError& de = run.dense_exact_error;
+  fmt::print("dense against exact attention (sampled rows): rel-L2 {:.1e}, max-abs {:.1e}; the "
+             "rows' errors are against dense's GPU output\n", de.rel_l2, de.max_abs);
+  size_t w = 6;
+  for (const auto& r : run.results) w = std::max(w, r.spec.size());
+  fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}\n", "method", w, "ms",
+             "TFLOP/s", "speedup", "sparsity", "recall", "worst", "rel-L2");
+  for (const auto& r : run.results) {
+    if (!r.unavailable.empty()) {
+      fmt::print("{:<{}}  not run on the GPU: {}\n", r.spec, w, r.unavailable);
+      continue;
+    }
+    fmt::print("{:<{}}  {:>10.3f}  {:>8.1f}  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  {:>8.4f}  {:>8.1e}\n",
+               r.spec, w, r.ms, r.dense_equiv_tflops(run.dim), r.speedup,
+               100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst, r.error.rel_l2);
+  }
+  fmt::print("\nTFLOP/s: the dense problem's work (4 d per causal entry) over each row's time\n");
+  print_notes(run.results, run.left_out);
+}
+
+// --device: cpu or cuda; cuda needs the backend and a visible GPU, and bf16 or f16 inputs (the
+// default there: bf16). Checked before any data is made.
+void check_device(BenchCliOptions& o) {
+  SPATTN_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '",
+               o.device, "'");
+  if (o.device == "cpu") return;
+  SPATTN_CHECK(cuda::built(), "--device cuda: this spattn was built without CUDA (configure with "
+               "a CUDA compiler and SPATTN_CUDA=auto or on)");
+  SPATTN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible (driver or "
+               "GPU missing, or CUDA_VISIBLE_DEVICES empty)");
+  if (o.problem.dtype.empty()) o.problem.dtype = "bf16";
+  SPATTN_CHECK(o.problem.dtype == "bf16" || o.problem.dtype == "f16",
+               "--device cuda: the GPU kernels take --dtype bf16 or f16, got '", o.problem.dtype,
+               "'");
+}
+
 // --matched names, checked before any data is made: plain names of methods with a topk.
 void check_matched(const std::vector<std::string>& names) {
   for (const auto& n : names) {
@@ -196,7 +245,8 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
   return notes;
 }
 
-void run_bench_command(const BenchCliOptions& o) {
+void run_bench_command(BenchCliOptions o) {
+  check_device(o);
   BenchOptions bo;
   bo.repeat = o.repeat;
   bo.bf16_path = o.bf16_path;
@@ -209,7 +259,9 @@ void run_bench_command(const BenchCliOptions& o) {
   bo.progress = [&progress](const std::string& status) { progress.update(status); };
   const std::vector<std::string> matched =
       o.matched.empty() ? std::vector<std::string>{} : add_matched(o.matched, methods, p, progress);
-  const BenchRun run = run_bench(methods, p.q, p.k, p.v, p.opt, bo);
+  const bool gpu = o.device == "cuda";
+  const BenchRun run = gpu ? run_bench_cuda(methods, p.q, p.k, p.v, p.opt, bo, p.q.dtype())
+                           : run_bench(methods, p.q, p.k, p.v, p.opt, bo);
   progress.done();
   if (o.json) {
     BenchSource src;
@@ -223,7 +275,10 @@ void run_bench_command(const BenchCliOptions& o) {
     }
     std::cout << bench_json(run, src) << std::endl;
   } else {
-    print_table(run, p);
+    if (gpu)
+      print_table_cuda(run, p);
+    else
+      print_table(run, p);
     if (!matched.empty()) fmt::print("\nmatched density:\n  {}\n", fmt::join(matched, "\n  "));
   }
 }
@@ -254,6 +309,10 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--bf16-path", o->bf16_path,
                   "operand path for bf16 inputs: auto (time both, keep the faster), dot "
                   "(AVX512_BF16 dot products), widen (to f32)")
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "where the methods run: cpu, or cuda (inputs uploaded once as bf16, or "
+                  "--dtype f16; timed with CUDA events)")
       ->capture_default_str();
   cmd->callback([o] { run_bench_command(*o); });
 }

@@ -38,6 +38,10 @@ struct AttnOptions {
   // Causal only; attention_dense and attention_reference take it, other forms refuse it.
   // 0: none.
   int64_t window = 0;
+  // The CUDA stream (a cudaStream_t) a method's GPU path runs on, for callers that order work
+  // on their own stream (torch's current stream, from Python); null: the default stream. The
+  // host kernels ignore it.
+  void* stream = nullptr;
 };
 
 // The softmax scale: opt.scale, or 1/sqrt(d) when it is 0. The one place this default lives;

@@ -68,10 +68,23 @@ struct BenchResult {
   Recall recall;
   OutputError error;
   double speedup = 0;  // dense ms / ms
+  // Device runs: why the method did not run there (its Error, "<name>: no GPU path yet"); the
+  // row holds nothing else. Empty: it ran.
+  std::string unavailable;
   double gflops() const { return ms > 0 ? report.stats.flops / (ms * 1e-3) / 1e9 : 0.0; }
+  // TFLOP/s of the dense problem's work (4 d per entry of the causal or full problem) in this
+  // row's time: what a sparse method's speed is worth against dense's own TFLOP/s.
+  double dense_equiv_tflops(int64_t dim) const {
+    return ms > 0 ? attention_flops(report.stats.causal_entries, dim) / (ms * 1e-3) / 1e12 : 0.0;
+  }
 };
 
 struct BenchRun {
+  // Device runs (run_bench_cuda): cuda::device_description() of the GPU; empty on the CPU.
+  std::string device;
+  // Device runs: dense's output against exact attention at sampled rows (the other rows'
+  // errors are against dense's device output).
+  OutputError dense_exact_error;
   MachineInfo machine;
   MachinePeak peak;  // measured after the timed runs, in the same process
   BenchOperands operands;
@@ -93,6 +106,18 @@ struct BenchRun {
 // metrics judge the method, not the rounding of its output. opt.threads must be resolved (> 0).
 BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnOptions& opt, const BenchOptions& o);
+
+// The same bench on the current CUDA device (`spattn bench --device cuda`): q, k, v (host views)
+// uploaded once in `dtype` (bf16 or f16), every method run through Method::run on the device
+// views (its GPU path), one warm-up run each whose output is copied back and judged, then
+// o.repeat rounds round-robin timed with CUDA events on the default stream (host work a GPU
+// path does before its kernel, a mask built on the CPU, is in its time), the median kept.
+// Recall is computed on the host from the method's coverage, error against dense's device
+// output. A method whose GPU run throws Error (no GPU path yet) gets a row saying so. Throws
+// Error without the backend or a device. No CPU peaks are measured.
+BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const TensorView& k,
+                        const TensorView& v, const AttnOptions& opt, const BenchOptions& o,
+                        DType dtype);
 
 // Where the problem came from, for the JSON record's "config": a generated workload and its
 // seed, or a --qkv file and its layout; neither (both empty): arrays a caller passed.

@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "spattn/attention.hpp"
@@ -34,6 +35,64 @@ std::string device_description(int device = 0);
 bool is_device_pointer(const void* p);
 // A host copy of a device view (contiguous [heads, seq, dim], same dtype); waits for the copy.
 Tensor to_host(const TensorView& device_view, void* stream = nullptr);
+
+// The device this thread's calls run on, and setting it; throw Error naming a device that
+// does not exist.
+int current_device();
+void set_device(int device);
+// Makes `device` current for the guard's lifetime and restores the previous one after (the
+// Python package runs on the device a torch tensor lives on, whatever is current).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// Waits for everything queued on `stream` (null: the default stream).
+void synchronize(void* stream = nullptr);
+
+// An owning, contiguous [heads, seq, dim] tensor in device memory of the current device,
+// zero-filled: what `spattn bench --device cuda` uploads its inputs into and writes outputs to.
+class DeviceTensor {
+ public:
+  DeviceTensor() = default;
+  DeviceTensor(DType t, int64_t heads, int64_t seq, int64_t dim);
+  // A device copy of a host view, converted to dtype t on the host first; waits for the copy.
+  static DeviceTensor upload(const TensorView& host, DType t);
+  ~DeviceTensor();
+  DeviceTensor(DeviceTensor&& o) noexcept { *this = std::move(o); }
+  DeviceTensor& operator=(DeviceTensor&& o) noexcept;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  TensorView view() const { return view_; }
+  operator TensorView() const { return view_; }
+
+ private:
+  TensorView view_;
+};
+
+// GPU time between two points of a stream (CUDA events): start() and stop() record, ms() waits
+// for the stop and returns the milliseconds between. Host work between the two calls that
+// holds the stream back (a mask built on the CPU before its kernel is queued) is in the time.
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(void* stream = nullptr);
+  void stop(void* stream = nullptr);
+  double ms() const;
+
+ private:
+  void* start_ = nullptr;
+  void* stop_ = nullptr;
+};
 
 void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const AttnOptions& opt = {}, float* lse = nullptr,

@@ -4,7 +4,8 @@
     out = spattn.attention(q, k, v, method="blasst:lambda=1e-3")          # flash-attn layout
     out, report = spattn.attention(q, k, v, method="vertical_slash", return_report=True)
 
-A thin layer over the C++ library: numpy arrays and CPU torch tensors are read in place,
+A thin layer over the C++ library: numpy arrays and CPU torch tensors are read in place
+(torch CUDA tensors too, on the GPU path of a CUDA build),
 methods are the command line's spec strings, and the tools (workloads, metrics, calibration,
 bench records) are the library's own. Figures: spattn.plot (matplotlib).
 """

@@ -1,5 +1,5 @@
 """spattn.attention and spattn.block_mask: a method run over q, k, v read in place."""
-from . import _core
+from . import _core, _cuda
 from ._arrays import unwrap_qkv, wrap
 
 
@@ -11,7 +11,10 @@ def attention(q, k, v, *, method="dense", causal=True, scale=None, layout="bshd"
     shaped [batch, seq, heads, dim] (layout="bshd", flash-attn's) or [batch, heads, seq, dim]
     (layout="bhsd"), or the same without the batch axis. k and v may have fewer heads than q
     (GQA/MQA: q heads a multiple of kv heads). Causal attention aligns bottom-right: with
-    q_len <= kv_len, query row i sits at position kv_len - q_len + i.
+    q_len <= kv_len, query row i sits at position kv_len - q_len + i. torch CUDA tensors
+    (bfloat16 or float16, head dim 64 or 128, all on one device) run the method's GPU path on
+    that device and torch's current stream, with no host round trip; out and lse come back on
+    q's device. A method without a GPU path raises ValueError saying so.
 
     method: a spec string as on the command line, "name[:key=value,...]", e.g. "blasst:lambda=1e-3"
     or "blasst:sparsity=0.7,calib=calib.json"; spattn.method_catalog() lists the names.
@@ -23,6 +26,12 @@ def attention(q, k, v, *, method="dense", causal=True, scale=None, layout="bshd"
     batch element, for batched inputs). Inputs are read in place through their strides; the
     GIL is released while the kernels run. Bad input raises ValueError or TypeError.
     """
+    if _cuda.on_cuda(q, k, v):
+        out, lse, report = _cuda.attention(q, k, v, method, causal, scale, layout, return_lse,
+                                           return_report, threads)
+        if not (return_lse or return_report):
+            return out
+        return tuple([out] + ([lse] if return_lse else []) + ([report] if return_report else []))
     qa, ka, va, tag, torch_dtype = unwrap_qkv(q, k, v)
     out = None
     out_array = None

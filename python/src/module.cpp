@@ -18,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
   spattn::python::bind_attention(m);
   spattn::python::bind_tools(m);
   spattn::python::bind_mask(m);
+  spattn::python::bind_cuda(m);
 }

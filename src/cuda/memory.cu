@@ -1,5 +1,6 @@
 // Device memory queries and copies for code that holds a TensorView and must know where it
-// lives (Method::run's dispatch) or needs it on the host (masks built on the CPU).
+// lives (Method::run's dispatch) or needs it on the host (masks built on the CPU), and the
+// owning DeviceTensor (bench's inputs and outputs).
 #include <cuda_runtime.h>
 
 #include "cuda/check.cuh"
@@ -34,6 +35,47 @@ Tensor to_host(const TensorView& v, void* stream) {
           "cudaMemcpy2DAsync");
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   return t;
+}
+
+DeviceTensor::DeviceTensor(DType t, int64_t heads, int64_t seq, int64_t dim) {
+  SPATTN_CHECK(heads >= 0 && seq >= 0 && dim >= 0, "cuda DeviceTensor: negative shape [", heads,
+               ", ", seq, ", ", dim, "]");
+  SPATTN_CHECK(device_count() > 0, "cuda DeviceTensor: no CUDA device is visible");
+  const size_t bytes = size_t(heads * seq * dim) * dtype_size(t);
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  // cudaMemset is asynchronous: wait for it, or a kernel on another stream could write the
+  // tensor before the zeros land.
+  cudaError_t e = cudaMemset(p, 0, bytes);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(nullptr);
+  if (e != cudaSuccess) {
+    cudaFree(p);
+    check(e, "cudaMemset");
+  }
+  view_ = TensorView::hsd(p, t, heads, seq, dim);
+}
+
+DeviceTensor DeviceTensor::upload(const TensorView& host, DType t) {
+  SPATTN_CHECK(!is_device_pointer(host.data), "cuda DeviceTensor::upload: the source is already "
+               "in device memory (it takes a host view)");
+  const Tensor staged = Tensor::copy_of(host, t);
+  DeviceTensor d(t, host.heads, host.seq, host.dim);
+  check(cudaMemcpy(d.view_.data, staged.data(), staged.nbytes(), cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  return d;
+}
+
+DeviceTensor::~DeviceTensor() {
+  if (view_.data) cudaFree(view_.data);
+}
+
+DeviceTensor& DeviceTensor::operator=(DeviceTensor&& o) noexcept {
+  if (this != &o) {
+    if (view_.data) cudaFree(view_.data);
+    view_ = o.view_;
+    o.view_ = TensorView{};
+  }
+  return *this;
 }
 
 }  // namespace spattn::cuda

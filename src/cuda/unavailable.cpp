@@ -17,6 +17,24 @@ int device_count() { return 0; }
 std::string device_description(int) { unavailable("device_description"); }
 bool is_device_pointer(const void*) { return false; }
 Tensor to_host(const TensorView&, void*) { unavailable("to_host"); }
+int current_device() { unavailable("current_device"); }
+void set_device(int) { unavailable("set_device"); }
+DeviceGuard::DeviceGuard(int) { unavailable("DeviceGuard"); }
+DeviceGuard::~DeviceGuard() = default;
+void synchronize(void*) { unavailable("synchronize"); }
+DeviceTensor::DeviceTensor(DType, int64_t, int64_t, int64_t) { unavailable("DeviceTensor"); }
+DeviceTensor DeviceTensor::upload(const TensorView&, DType) { unavailable("DeviceTensor"); }
+DeviceTensor::~DeviceTensor() = default;
+DeviceTensor& DeviceTensor::operator=(DeviceTensor&& o) noexcept {
+  view_ = o.view_;
+  o.view_ = TensorView{};
+  return *this;
+}
+EventTimer::EventTimer() { unavailable("EventTimer"); }
+EventTimer::~EventTimer() = default;
+void EventTimer::start(void*) { unavailable("EventTimer"); }
+void EventTimer::stop(void*) { unavailable("EventTimer"); }
+double EventTimer::ms() const { unavailable("EventTimer"); }
 void attention_dense(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                      const AttnOptions&, float*, Stats*, void*) {
   unavailable("attention_dense");

@@ -206,6 +206,45 @@ nlohmann::json result_json(const BenchResult& r, const MachinePeak& pk, const Be
   return j;
 }
 
+// A device run's row: dense-equivalent TFLOP/s instead of CPU peak fractions; a method with
+// no GPU path holds only why.
+nlohmann::json device_result_json(const BenchResult& r, int64_t dim) {
+  if (!r.unavailable.empty()) return {{"method", r.spec}, {"unavailable", r.unavailable}};
+  nlohmann::json j = {{"method", r.spec},
+                      {"ms", r.ms},
+                      {"runs_ms", r.run_ms},
+                      {"dense_equiv_tflops", r.dense_equiv_tflops(dim)},
+                      {"speedup", r.speedup},
+                      {"sparsity", r.report.stats.sparsity()},
+                      {"score_entries", r.report.stats.score_entries},
+                      {"flops", r.report.stats.flops},
+                      {"recall", r.recall.mean},
+                      {"recall_min", r.recall.worst},
+                      {"rel_l2_vs_dense", r.error.rel_l2},
+                      {"cosine_min_vs_dense", r.error.cosine_min},
+                      {"max_abs_vs_dense", r.error.max_abs}};
+  j["extras"] = r.report.extras;
+  j["per_head"] = r.report.per_head;
+  return j;
+}
+
+std::string device_bench_json(const BenchRun& run, const BenchSource& source) {
+  nlohmann::json j;
+  j["device"] = run.device;
+  j["host"] = machine_json(run.machine);
+  j["timing"] = "CUDA events on the default stream, median of the timed runs";
+  j["dense_vs_exact"] = {{"rel_l2", run.dense_exact_error.rel_l2},
+                         {"cosine_min", run.dense_exact_error.cosine_min},
+                         {"max_abs", run.dense_exact_error.max_abs}};
+  j["config"] = config_json(run, source);
+  j["config"]["device"] = "cuda";
+  j["config"].erase("threads");
+  j["config"]["host_threads"] = run.opt.threads;  // the CPU mask builders'
+  j["results"] = nlohmann::json::array();
+  for (const auto& r : run.results) j["results"].push_back(device_result_json(r, run.dim));
+  return j.dump(2);
+}
+
 }  // namespace
 
 BenchMethods make_bench_methods(const std::vector<std::string>& specs,
@@ -266,6 +305,7 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
 }
 
 std::string bench_json(const BenchRun& run, const BenchSource& source) {
+  if (!run.device.empty()) return device_bench_json(run, source);
   const MachinePeak& pk = run.peak;
   const BenchOperands& op = run.operands;
   nlohmann::json j;

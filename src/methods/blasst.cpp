@@ -116,9 +116,12 @@ class Blasst final : public Method {
           d.lambda = lambda;
           d.batch = batch_;
           d.order = order_;
-          cuda::attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
+          cuda::attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip, opt.stream);
         },
-        [&] { cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
+        [&] {
+          cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_,
+                                 opt.stream);
+        });
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }

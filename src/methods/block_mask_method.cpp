@@ -35,7 +35,8 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
     // The shapes are all it reads; the device kernel checks them.
     mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));
   } else {
-    const Tensor hq = cuda::to_host(q), hk = cuda::to_host(k), hv = cuda::to_host(v);
+    const Tensor hq = cuda::to_host(q, opt.stream), hk = cuda::to_host(k, opt.stream),
+                 hv = cuda::to_host(v, opt.stream);
     validate_attention_args(hq, hk, hv, hq, opt);  // NaN checks, as on the host path
     AttnOptions checked = opt;
     checked.check_finite = false;
@@ -43,7 +44,7 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
   }
   r.extras["mask_host_ms"] =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  cuda::attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats);
+  cuda::attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats, opt.stream);
   r.coverage = block_mask_coverage(mask);
   r.mask = std::move(mask);
   return r;

@@ -30,8 +30,11 @@ class Dense final : public Method {
     MethodReport r;
     r.path = run_decode_or_prefill(
         q.seq,
-        [&] { cuda::attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats); },
-        [&] { cuda::attention_dense(q, k, v, out, opt, lse, &r.stats); });
+        [&] {
+          cuda::attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats, nullptr,
+                                 opt.stream);
+        },
+        [&] { cuda::attention_dense(q, k, v, out, opt, lse, &r.stats, opt.stream); });
     r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
     return r;
   }
