@@ -25,20 +25,6 @@ struct Call {
   AttnOptions opt;
 };
 
-AttnOptions options(bool causal, std::optional<double> scale, std::optional<int> threads) {
-  AttnOptions opt;
-  opt.causal = causal;
-  if (scale) {
-    SPATTN_CHECK(std::isfinite(*scale) && *scale > 0,
-                 "scale must be finite and > 0 (None: 1/sqrt(dim)), got ", *scale);
-    opt.scale = float(*scale);
-  }
-  if (threads) {
-    SPATTN_CHECK(*threads >= 0, "threads must be >= 0 (None or 0: all), got ", *threads);
-    opt.threads = *threads;
-  }
-  return opt;
-}
 
 Call make_call(const py::handle& q, const py::handle& k, const py::handle& v,
                const std::string& tag, const std::string& layout, AttnOptions opt) {
@@ -121,6 +107,21 @@ double cpp_call_seconds(const py::handle& q, const py::handle& k, const py::hand
 }
 
 }  // namespace
+
+AttnOptions options(bool causal, std::optional<double> scale, std::optional<int> threads) {
+  AttnOptions opt;
+  opt.causal = causal;
+  if (scale) {
+    SPATTN_CHECK(std::isfinite(*scale) && *scale > 0,
+                 "scale must be finite and > 0 (None: 1/sqrt(dim)), got ", *scale);
+    opt.scale = float(*scale);
+  }
+  if (threads) {
+    SPATTN_CHECK(*threads >= 0, "threads must be >= 0 (None or 0: all), got ", *threads);
+    opt.threads = *threads;
+  }
+  return opt;
+}
 
 void bind_attention(py::module_& m) {
   using namespace pybind11::literals;

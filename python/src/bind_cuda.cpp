@@ -96,17 +96,7 @@ py::object cuda_attention(const DeviceArg& q, const DeviceArg& k, const DeviceAr
   SPATTN_CHECK(bq.batch == bk.batch && bk.batch == bv.batch, "q, k, v batch sizes must match (",
                bq.batch, ", ", bk.batch, ", ", bv.batch, ")");
   SPATTN_CHECK(std::get<1>(out) == std::get<1>(q), "out must have q's shape");
-  AttnOptions opt;
-  opt.causal = causal;
-  if (scale) {
-    SPATTN_CHECK(std::isfinite(*scale) && *scale > 0,
-                 "scale must be finite and > 0 (None: 1/sqrt(dim)), got ", *scale);
-    opt.scale = float(*scale);
-  }
-  if (threads) {
-    SPATTN_CHECK(*threads >= 0, "threads must be >= 0 (None or 0: all), got ", *threads);
-    opt.threads = *threads;
-  }
+  AttnOptions opt = options(causal, scale, threads);
   opt.stream = reinterpret_cast<void*>(stream);
   const std::unique_ptr<Method> m = make_method(method);
   const TensorView& q0 = bq.first;

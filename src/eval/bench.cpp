@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/bench_parts.hpp"
 #include "kernels/flash_common.hpp"
 #include "spattn/error.hpp"
 #include "spattn/modality.hpp"
@@ -57,11 +58,7 @@ std::vector<MethodSpec> collect_specs(const std::vector<std::string>& texts,
   return specs;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using bench_parts::median;
 
 struct Problem {
   const TensorView &q, &k, &v;
@@ -100,9 +97,7 @@ double run_once_ms(const Method& m, const Problem& p, const TensorView& out,
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void say(const BenchOptions& o, const std::string& status) {
-  if (o.progress) o.progress(status);
-}
+using bench_parts::say;
 
 // One untimed run (it also validates the inputs, NaN/Inf included), then the metrics on its
 // output: the kernels are deterministic, so every timed run computes the same output and
@@ -177,29 +172,35 @@ nlohmann::json config_json(const BenchRun& run, const BenchSource& src) {
   return c;
 }
 
+// What a row says on either device: its times, speed over dense, the work done and the
+// recall of what it kept.
+nlohmann::json common_result_json(const BenchResult& r) {
+  return {{"method", r.spec},
+          {"ms", r.ms},
+          {"runs_ms", r.run_ms},
+          {"speedup", r.speedup},
+          {"sparsity", r.report.stats.sparsity()},
+          {"score_entries", r.report.stats.score_entries},
+          {"flops", r.report.stats.flops},
+          {"recall", r.recall.mean},
+          {"recall_min", r.recall.worst},
+          {"path", kernel_path_name(r.report.path)},
+          {"extras", r.report.extras},
+          {"per_head", r.report.per_head}};
+}
+
 nlohmann::json result_json(const BenchResult& r, const MachinePeak& pk, const BenchOperands& op) {
   const double peak = op.peak_gflops(pk);
-  nlohmann::json j = {{"method", r.spec},
-                      {"ms", r.ms},
-                      {"runs_ms", r.run_ms},
-                      {"gflops", r.gflops()},
-                      {"operands", op.operands},
-                      {"peak_fraction", peak > 0 ? r.gflops() / peak : 0.0},
-                      {"fma_peak_fraction", pk.fma_gflops > 0 ? r.gflops() / pk.fma_gflops : 0.0},
-                      {"speedup", r.speedup},
-                      {"sparsity", r.report.stats.sparsity()},
-                      {"score_entries", r.report.stats.score_entries},
-                      {"flops", r.report.stats.flops},
-                      {"recall", r.recall.mean},
-                      {"recall_min", r.recall.worst},
-                      {"rel_l2", r.error.rel_l2},
-                      {"cosine_min", r.error.cosine_min},
-                      {"cosine_mean", r.error.cosine_mean},
-                      {"max_abs", r.error.max_abs}};
+  nlohmann::json j = common_result_json(r);
+  j["gflops"] = r.gflops();
+  j["operands"] = op.operands;
+  j["peak_fraction"] = peak > 0 ? r.gflops() / peak : 0.0;
+  j["fma_peak_fraction"] = pk.fma_gflops > 0 ? r.gflops() / pk.fma_gflops : 0.0;
+  j["rel_l2"] = r.error.rel_l2;
+  j["cosine_min"] = r.error.cosine_min;
+  j["cosine_mean"] = r.error.cosine_mean;
+  j["max_abs"] = r.error.max_abs;
   const MethodReport& rep = r.report;
-  j["path"] = kernel_path_name(rep.path);
-  j["extras"] = rep.extras;
-  j["per_head"] = rep.per_head;
   // The name scripts read before per-head series had one place.
   if (const auto it = rep.per_head.find("head_skipped"); it != rep.per_head.end())
     j["skipped_per_head"] = it->second;
@@ -210,21 +211,11 @@ nlohmann::json result_json(const BenchResult& r, const MachinePeak& pk, const Be
 // no GPU path holds only why.
 nlohmann::json device_result_json(const BenchResult& r, int64_t dim) {
   if (!r.unavailable.empty()) return {{"method", r.spec}, {"unavailable", r.unavailable}};
-  nlohmann::json j = {{"method", r.spec},
-                      {"ms", r.ms},
-                      {"runs_ms", r.run_ms},
-                      {"dense_equiv_tflops", r.dense_equiv_tflops(dim)},
-                      {"speedup", r.speedup},
-                      {"sparsity", r.report.stats.sparsity()},
-                      {"score_entries", r.report.stats.score_entries},
-                      {"flops", r.report.stats.flops},
-                      {"recall", r.recall.mean},
-                      {"recall_min", r.recall.worst},
-                      {"rel_l2_vs_dense", r.error.rel_l2},
-                      {"cosine_min_vs_dense", r.error.cosine_min},
-                      {"max_abs_vs_dense", r.error.max_abs}};
-  j["extras"] = r.report.extras;
-  j["per_head"] = r.report.per_head;
+  nlohmann::json j = common_result_json(r);
+  j["dense_equiv_tflops"] = r.dense_equiv_tflops(dim);
+  j["rel_l2_vs_dense"] = r.error.rel_l2;
+  j["cosine_min_vs_dense"] = r.error.cosine_min;
+  j["max_abs_vs_dense"] = r.error.max_abs;
   return j;
 }
 
@@ -290,17 +281,7 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
   // The peaks are measured after the timed runs (they take the cores for a while), sgemm last.
   say(o, "measuring the machine's peaks");
   run.peak = measure_machine_peak(opt.threads);
-  run.machine = machine_info();
-  for (const auto& s : methods.specs) run.specs.push_back(s.text);
-  run.left_out = methods.left_out;
-  run.heads = q.heads;
-  run.kv_heads = k.heads;
-  run.q_len = q.seq;
-  run.seq = k.seq;
-  run.dim = q.dim;
-  run.dtype = q.dtype;
-  run.opt = p.opt;  // with the bf16 path it chose
-  run.repeat = o.repeat;
+  bench_parts::describe(run, methods, q, k, q.dtype, p.opt, o);  // p.opt: with the bf16 path
   return run;
 }
 

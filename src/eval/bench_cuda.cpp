@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "eval/bench_parts.hpp"
 #include "spattn/bench.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -16,15 +17,8 @@
 namespace spattn {
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-void say(const BenchOptions& o, const std::string& status) {
-  if (o.progress) o.progress(status);
-}
+using bench_parts::median;
+using bench_parts::say;
 
 struct DeviceProblem {
   cuda::DeviceTensor q, k, v, out;
@@ -106,17 +100,8 @@ BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const 
   for (auto& r : results)
     if (r.unavailable.empty()) r.speedup = r.ms > 0 ? results.front().ms / r.ms : 0.0;
   run.results = std::move(results);
-  run.machine = machine_info();  // the host, which builds the masks of mask-building methods
-  for (const auto& s : methods.specs) run.specs.push_back(s.text);
-  run.left_out = methods.left_out;
-  run.heads = q.heads;
-  run.kv_heads = k.heads;
-  run.q_len = q.seq;
-  run.seq = k.seq;
-  run.dim = q.dim;
-  run.dtype = dtype;
-  run.opt = opt;
-  run.repeat = o.repeat;
+  // The machine: the host, which builds the masks of mask-building methods.
+  bench_parts::describe(run, methods, q, k, dtype, opt, o);
   return run;
 }
 

@@ -91,13 +91,7 @@ class Blasst final : public Method {
     MethodReport r;
     r.path = run_decode_or_prefill(
         q.seq,
-        [&] {
-          DecodeOptions d;
-          d.lambda = lambda;
-          d.batch = batch_;
-          d.order = order_;
-          attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip);
-        },
+        [&] { attention_decode(q, k, v, out, opt, decode_options(lambda), lse, &r.stats, &skip); },
         [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
@@ -112,11 +106,8 @@ class Blasst final : public Method {
     r.path = run_decode_or_prefill(
         q.seq,
         [&] {
-          DecodeOptions d;
-          d.lambda = lambda;
-          d.batch = batch_;
-          d.order = order_;
-          cuda::attention_decode(q, k, v, out, opt, d, lse, &r.stats, &skip, opt.stream);
+          cuda::attention_decode(q, k, v, out, opt, decode_options(lambda), lse, &r.stats, &skip,
+                                 opt.stream);
         },
         [&] {
           cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_,
@@ -127,6 +118,13 @@ class Blasst final : public Method {
   }
 
  private:
+  DecodeOptions decode_options(double lambda) const {
+    DecodeOptions d;
+    d.lambda = lambda;
+    d.batch = batch_;
+    d.order = order_;
+    return d;
+  }
   // The threshold for a cache of kv_len keys: the calibration's law or the fixed lambda.
   double lambda_at(int64_t kv_len) const {
     return calib_ ? calib_->threshold_for(kv_len, sparsity_) : lambda_;
