@@ -9,8 +9,9 @@
 //
 // Built when CMake finds a CUDA compiler (SPATTN_CUDA=auto|on|off); without it, or without a
 // GPU, every call throws Error saying so (built() and device_count() tell beforehand).
-// `stream` is a cudaStream_t (null: the default stream). Calls are asynchronous unless a
-// Stats or SkipStats is asked for (those are read back, which waits for the kernel).
+// `stream` is a cudaStream_t (null: AttnOptions::stream, the one Method::run passes; null too:
+// the default stream). Calls are asynchronous unless a Stats or SkipStats is asked for (those
+// are read back, which waits for the kernel).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -210,7 +210,7 @@ void attention_dense(const TensorView& q, const TensorView& k, const TensorView&
                      void* stream) {
   check_qkv_out(q, k, v, out, lse, opt.causal, "cuda attention_dense");
   SPATTN_CHECK(opt.window == 0, "cuda attention_dense: sliding windows have no GPU path yet");
-  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = stream_of(stream, opt);
   FlashParams p = base_params(q, k, v, out, opt, lse, 128);
   Records rec;
   rec.attach(p, stats != nullptr, false, false, s);
@@ -304,7 +304,7 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
                plan.kv_len(), " keys, ", plan.causal() ? "causal" : "non-causal",
                "; the inputs are ", q.heads, " heads, ", q.seq, " over ", k.seq, ", ",
                opt.causal ? "causal" : "non-causal");
-  run_block_sparse(q, k, v, out, plan, opt, lse, stats, static_cast<cudaStream_t>(stream));
+  run_block_sparse(q, k, v, out, plan, opt, lse, stats, stream_of(stream, opt));
 }
 
 void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -313,10 +313,11 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
   const char* who = "cuda attention_block_sparse";
   check_qkv_out(q, k, v, out, lse, opt.causal, who);  // before the plan touches the device
   mask.check_matches(q.heads, q.seq, k.seq, opt.causal);
-  const BlockSparsePlan plan(mask, stream);
-  run_block_sparse(q, k, v, out, plan, opt, lse, stats, static_cast<cudaStream_t>(stream));
+  const cudaStream_t s = stream_of(stream, opt);
+  const BlockSparsePlan plan(mask, s);
+  run_block_sparse(q, k, v, out, plan, opt, lse, stats, s);
   // The plan's lists are freed when it goes: wait for the kernel that reads them.
-  check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 void attention_query_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -332,7 +333,7 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   }
   check_qkv_out(q, k, v, out, lse, opt.causal, who, int64_t(rows.size()));
   SPATTN_CHECK(opt.window == 0, who, ": sliding windows have no GPU path yet");
-  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = stream_of(stream, opt);
   FlashParams p = base_params(q, k, v, out, opt, lse, 64);
   // The kernel's rows are the listed ones; positions stay q's.
   const int n = int(rows.size());
@@ -358,7 +359,7 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
   kernels::check_blasst_order(order, who);
   SPATTN_CHECK(order == BlasstOrder::in_order || opt.causal, who,
                ": local_first is causal-only on the GPU");
-  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = stream_of(stream, opt);
   FlashParams p = base_params(q, k, v, out, opt, lse, 128);
   p.threshold = threshold;
   // At lambda 0 nothing can be skipped: the CPU runs in order; so does this.

@@ -45,7 +45,7 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
   SPATTN_CHECK(dopt.batch >= 1 && dopt.batch <= kDecodeWarps, who,
                ": batch must be in [1, 4] on the GPU (one tile a warp), got ", dopt.batch);
   kernels::check_blasst_order(dopt.order, who);
-  const auto s = static_cast<cudaStream_t>(stream);
+  const cudaStream_t s = stream_of(stream, opt);
 
   DecodeParams p;
   p.q = q.data, p.k = k.data, p.v = v.data;

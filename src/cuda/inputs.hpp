@@ -1,6 +1,8 @@
-// What every GPU form checks of its inputs before a kernel touches them, and the dense
-// problem's size the statistics are measured against (attention.cu holds both).
+// What every GPU form checks of its inputs before a kernel touches them, the stream it runs on,
+// and the dense problem's size the statistics are measured against (attention.cu holds both).
 #pragma once
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "spattn/attention.hpp"
@@ -13,6 +15,12 @@ namespace spattn::cuda {
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
                   const TensorView& out, const float* lse, bool causal, const char* who,
                   int64_t out_rows = -1);
+
+// The stream a form runs on: the one passed, else the options' (Method::run passes only
+// AttnOptions::stream), else the default stream.
+inline cudaStream_t stream_of(void* stream, const AttnOptions& opt) {
+  return static_cast<cudaStream_t>(stream ? stream : opt.stream);
+}
 
 // Score entries of the dense problem: what Stats::causal_entries holds on the CPU.
 int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal);
