@@ -53,17 +53,15 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
   p.k_h = k.stride_head, p.k_s = k.stride_seq;
   p.v_h = v.stride_head, p.v_s = v.stride_seq;
   p.q_len = int(q.seq), p.kv_len = int(k.seq), p.group = int(q.heads / k.heads);
-  // Chunks of whole q heads, at most 16 rows each, evenly sized (decode-inl.h's rule with the
-  // GPU's 16 rows for the CPU's 128: the same chunks whenever group x q_len <= 16).
-  const int max_heads = kDecodeRows / p.q_len;
-  const int chunks = (p.group + max_heads - 1) / max_heads;
-  p.chunk_heads = (p.group + chunks - 1) / chunks;
+  // The CPU decode's plan (flash_common.hpp) with the GPU's 16 rows a chunk for the CPU's 128:
+  // the same chunks whenever group x q_len <= 16, the same splits always.
+  const kernels::DecodeChunks dc = kernels::decode_chunks(p.group, p.q_len, kDecodeRows);
+  const int chunks = int(dc.chunks);
+  p.chunk_heads = int(dc.chunk_heads);
   p.n_kt = (p.kv_len + kBN - 1) / kBN;
-  // PlanSplits: as few splits as give at most 32 tiles each, evenly sized.
-  constexpr int kSplitTiles = 32;
-  p.splits = (p.n_kt + kSplitTiles - 1) / kSplitTiles;
-  p.split_tiles = (p.n_kt + p.splits - 1) / p.splits;
-  p.splits = (p.n_kt + p.split_tiles - 1) / p.split_tiles;
+  const kernels::DecodeSplits ds = kernels::decode_splits(p.n_kt);
+  p.splits = int(ds.splits);
+  p.split_tiles = int(ds.split_tiles);
   p.batch = int(dopt.batch);
   p.causal = opt.causal;
   p.threshold = threshold;

@@ -680,17 +680,16 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
   }
 }
 
-// Splits of the key axis: as few as give splits of at most kSplitTiles blocks (2048 keys),
-// evenly sized. The plan depends on kv_len only, not on the thread count, so results (BLASST's
-// skip decisions included: each split starts its own running max) are the same for any
-// number of threads. At 2048 keys a split reads 0.5-1 MiB of K per kv head at d = 128,
-// far more than the per-item setup and the merge cost; a 32K cache gives 16 items per kv
-// head, plenty for two threads (and the items all cost the same).
+// Splits of the key axis (decode_splits, flash_common.hpp: the GPU's too): as few as give
+// splits of at most 32 blocks (2048 keys), evenly sized. The plan depends on kv_len only, not
+// on the thread count, so results (BLASST's skip decisions included: each split starts its own
+// running max) are the same for any number of threads. At 2048 keys a split reads 0.5-1 MiB of
+// K per kv head at d = 128, far more than the per-item setup and the merge cost; a 32K cache
+// gives 16 items per kv head, plenty for two threads (and the items all cost the same).
 inline void PlanSplits(Plan& pl) {
-  constexpr int64_t kSplitTiles = 32;
-  pl.splits = (pl.tiles + kSplitTiles - 1) / kSplitTiles;
-  pl.split_tiles = (pl.tiles + pl.splits - 1) / pl.splits;
-  pl.splits = (pl.tiles + pl.split_tiles - 1) / pl.split_tiles;
+  const DecodeSplits d = decode_splits(pl.tiles);
+  pl.splits = d.splits;
+  pl.split_tiles = d.split_tiles;
 }
 
 // Joins the items' records per q head: q head h is in chunk (h % group) / chunk_heads of kv
@@ -757,9 +756,9 @@ inline void RunDecode(const Problem& p, float log2_lambda, int64_t batch, Blasst
   // decision then covers all rows of each q head it concerns, which is what lets SkipStats
   // record it per q head exactly. Splitting by rows could cut a head in two chunks that decide
   // differently (e.g. group 9 x q_len 15).
-  const int64_t max_heads = kMaxRows / p.q_len;
-  pl.chunks = (p.group + max_heads - 1) / max_heads;
-  pl.chunk_heads = (p.group + pl.chunks - 1) / pl.chunks;
+  const DecodeChunks c = decode_chunks(p.group, p.q_len, kMaxRows);
+  pl.chunks = c.chunks;
+  pl.chunk_heads = c.chunk_heads;
   pl.chunk_rows = pl.chunk_heads * p.q_len;
   pl.tiles = (p.kv_len + kTileKeys - 1) / kTileKeys;
   pl.batch = batch;

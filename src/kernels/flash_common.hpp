@@ -328,6 +328,32 @@ inline void blasst_local_first(std::vector<TileVisit>& visits, int64_t pos) {
             [&](const TileVisit& a, const TileVisit& b) { return key(a) < key(b); });
 }
 
+// The decode plan both devices run (decode-inl.h, src/cuda/decode.cu), so that BLASST's decode
+// skips the same tiles on both: the key axis in as few splits as give at most 32 tiles (2048
+// keys) each, evenly sized, each split with its own running max; and the rows (q head, query)
+// of a kv head's group in chunks of whole q heads of at most max_rows rows, evenly sized.
+struct DecodeSplits {
+  int64_t splits = 0, split_tiles = 0;
+};
+inline DecodeSplits decode_splits(int64_t tiles) {
+  constexpr int64_t kSplitTiles = 32;
+  DecodeSplits d;
+  d.splits = (tiles + kSplitTiles - 1) / kSplitTiles;
+  d.split_tiles = d.splits > 0 ? (tiles + d.splits - 1) / d.splits : 0;
+  d.splits = d.split_tiles > 0 ? (tiles + d.split_tiles - 1) / d.split_tiles : 0;
+  return d;
+}
+struct DecodeChunks {
+  int64_t chunks = 0, chunk_heads = 0;
+};
+inline DecodeChunks decode_chunks(int64_t group, int64_t q_len, int64_t max_rows) {
+  const int64_t max_heads = max_rows / q_len;
+  DecodeChunks c;
+  c.chunks = (group + max_heads - 1) / max_heads;
+  c.chunk_heads = (group + c.chunks - 1) / c.chunks;
+  return c;
+}
+
 // lambda in [0, 1] as the rule's log2 threshold (-inf for 0); throws Error naming `who` else.
 float blasst_log2_threshold(double lambda, const char* who);
 // Throws Error naming `who` unless `order` is one of BlasstOrder's values.
