@@ -139,6 +139,13 @@ TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
   cp_check(4, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
 }
 
+// --cp-gather: each layer's whole K/V gathered, the one-process kernel over it in position
+// order: every layer's q/k/v and every logits row are one process's bits (tolerance 0), f16 and
+// f32 caches; decode is the dense merge (its tolerance).
+TEST(ContextParallel, GatherSameBitsAsOneProcessNp2) { cp_check(2, "f16", "0", 200, "gather"); }
+TEST(ContextParallel, GatherSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200, "gather"); }
+TEST(ContextParallel, GatherSameBitsWithF32CacheNp2) { cp_check(2, "f32", "0", 200, "gather"); }
+
 // BLASST (lambda 0.05, -ub 64, f16 cache): each query tile's running max is seeded with its
 // diagonal and sink tiles, then carried through the ring; tiles after those meet a different
 // running max than in one process (the ring's order of shards), so a few other tiles are
@@ -209,6 +216,12 @@ TEST(ContextParallel, PerplexityEqualsOneProcess) {
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     const double b = json_of(cp)["results"]["dense"]["ppl"].get<double>();
     EXPECT_LE(std::fabs(b - a) / a, 1e-4) << "np " << np << ": " << a << " against " << b;
+    // --cp-gather: one process's logits bits, so its perplexity exactly.
+    const CliRun gather = shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " +
+                                    std::to_string(np) + " --cp-gather",
+                                dir.path);
+    ASSERT_EQ(gather.code(), 0) << gather.out << gather.err;
+    EXPECT_EQ(json_of(gather)["results"]["dense"]["ppl"].get<double>(), a) << "np " << np;
   }
 }
 
@@ -407,6 +420,21 @@ TEST(ContextParallel, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
   expect_every_rank_fails(
       shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path),
       2, "--cp with blasst takes lambda=X");
+}
+
+// --cp-gather runs the dense prefill only, and only with --cp P > 1: named errors.
+TEST(ContextParallel, GatherWithAMethodOrWithoutRanksIsAnError) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-gather-bad");
+  const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
+                          " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp-gather";
+  expect_every_rank_fails(shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path),
+                          2, "--cp-gather runs the dense prefill (not --attn blasst:lambda=0.1)");
+  const CliRun one = shell(std::string("exec ") + run, dir.path);
+  EXPECT_EQ(one.code(), 2) << one.err;
+  EXPECT_NE(one.err.find("--cp-gather needs --cp P with P > 1"), std::string::npos) << one.err;
 }
 
 }  // namespace

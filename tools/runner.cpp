@@ -46,6 +46,9 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
                  "pass-KV ring over zigzag chunks: dense or a_shape; chunked_h2o by its memory "
                  "set passed from rank to rank; decode merged over the ranks)")
       ->capture_default_str();
+  app.add_flag("--cp-gather", o.cp_gather,
+               "with --cp, dense prefill: all-gather each layer's K/V and run the one-process "
+               "kernel (the same bits as one process; the layer's whole K/V on every rank)");
 }
 
 model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn) {
@@ -59,6 +62,7 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.cache_type_k = parse_kv_type(o.cache_type_k);
   s.cache_type_v = parse_kv_type(o.cache_type_v);
   s.attn_decode = o.attn_decode;
+  s.cp_gather = o.cp_gather;
   const MethodSpec spec = parse_method_spec(attn);
   if (spec.name == "dense" && spec.params.empty()) {
     s.mode = model::PrefillMode::dense;
@@ -93,6 +97,7 @@ LoadedModel load_model_and_tokenizer(const std::string& path) {
 
 std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o) {
   SPATTN_CHECK(o.cp >= 1, "--cp must be >= 1, got ", o.cp);
+  SPATTN_CHECK(!o.cp_gather || o.cp > 1, "--cp-gather needs --cp P with P > 1");
   if (o.cp == 1) return nullptr;
   return dist::mpi_world(o.cp);
 }

@@ -31,6 +31,8 @@ size_t RingScratch::bytes() const {
               lse.capacity() + sink_k.capacity() + carry.capacity()) * sizeof(float);
   if (shard) b += shard->bytes();
   if (sink) b += sink->bytes();
+  if (whole) b += whole->bytes();
+  b += gathered.capacity();
   return b;
 }
 
@@ -282,10 +284,67 @@ void blasst_seed(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s) 
   }
 }
 
+// RingLayer::gather: every rank's shard to every rank, then the one-process kernel over the
+// whole K/V in position order.
+void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
+                    Stats* stats) {
+  const int P = g.size(), r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d, n = z.n;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const auto shard_bytes = [&](int q) { return size_t(z.rows(q) * row) * es * 2; };
+  const int64_t rows = z.rows(r);
+  std::vector<size_t> counts(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) counts[size_t(q)] = shard_bytes(q);
+  s.buf[0].resize(shard_bytes(r));
+  to_wire(L.k, rows * row, wire, s.buf[0].data());
+  to_wire(L.v, rows * row, wire, s.buf[0].data() + size_t(rows * row) * es);
+  s.gathered.resize(size_t(n * row) * es * 2);
+  const double comm0 = g.stats().comm_ms;
+  g.allgatherv(s.buf[0].data(), shard_bytes(r), s.gathered.data(), counts);
+  g.stats().ring_bytes_sent += int64_t(shard_bytes(r)) * (P - 1);
+  g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  // K and V of every position, as f32 rows in position order.
+  s.k.resize(size_t(n * row));
+  s.v.resize(size_t(n * row));
+  const unsigned char* at = s.gathered.data();
+  for (int q = 0; q < P; ++q) {
+    const int64_t m = z.rows(q);
+    int64_t i = 0;
+    for (const Zigzag::Run run : {z.first(q), z.second(q)}) {
+      from_wire(at + size_t(i * row) * es, run.len * row, wire, s.k.data() + run.pos * row);
+      from_wire(at + size_t((m + i) * row) * es, run.len * row, wire, s.v.data() + run.pos * row);
+      i += run.len;
+    }
+    at += shard_bytes(q);
+  }
+  // Packed as the rank's cache packs its rows (its format), so as one process's cache.
+  if (!s.whole || s.whole->capacity() < n || s.whole->k_type() != L.k_type ||
+      s.whole->v_type() != L.v_type || s.whole->kv_heads() != Hkv ||
+      s.whole->bf16_operands() != L.own->bf16_operands())
+    s.whole = std::make_unique<PackedKV>(Hkv, d, DType::f32, n, L.own->bf16_operands(),
+                                         L.k_type, L.v_type);
+  s.whole->clear();
+  s.whole->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
+                  TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {}, L.opt.threads);
+  int64_t row0 = 0;
+  for (const Zigzag::Run& run : {z.first(r), z.second(r)}) {
+    AttnOptions a = L.opt;
+    a.q_start = run.pos;
+    attention_dense(
+        TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d),
+        *s.whole, TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d), a,
+        nullptr, stats);
+    row0 += run.len;
+  }
+}
+
 }  // namespace
 
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   if (L.pattern) return ring_pattern(g, z, L, s, stats);
+  if (L.gather) return gather_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
   const DType wire = wire_dtype(L.k_type, L.v_type);

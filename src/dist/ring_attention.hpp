@@ -27,6 +27,8 @@ struct RingScratch {
   std::unique_ptr<PackedKV> sink;  // BLASST: the sink tile's keys, for the seed
   std::vector<unsigned char> sink_buf;
   std::vector<float> sink_k, carry;  // carry: BLASST's running max [run][Hq][run.len]
+  std::unique_ptr<PackedKV> whole;   // gather: the layer's whole K/V
+  std::vector<unsigned char> gathered;
   size_t bytes() const;
 };
 
@@ -59,6 +61,10 @@ struct RingLayer {
   float* out;
   const RingPattern* pattern = nullptr;
   const RingBlasst* blasst = nullptr;
+  // Dense only: no ring; one all-gather of every rank's shard, the whole K/V packed in position
+  // order as one process's cache packs it (own's format), and the rank's runs attend over it
+  // with the one-process kernel: one process's bits (SessionOptions::cp_gather).
+  bool gather = false;
 };
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s,
                   Stats* stats);

@@ -93,6 +93,9 @@ void SessionOptions::validate() const {
     SPATTN_CHECK(mode != PrefillMode::chunked_h2o || n_batch % n_ubatch == 0,
                  "--cp with chunked_h2o needs -b (", n_batch, ") a multiple of -ub (", n_ubatch,
                  ")");
+    SPATTN_CHECK(!cp_gather || mode == PrefillMode::dense, "--cp-gather runs the dense "
+                 "prefill (not --attn ", mode == PrefillMode::method ? attn_spec : "chunked_h2o",
+                 ")");
     SPATTN_CHECK(attn_decode == "dense", "--cp: only dense decode is context-parallel so far "
                  "(--attn-decode dense), got '", attn_decode, "'");
   }
@@ -447,7 +450,7 @@ struct Session::Impl {
       }
       const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
                                opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
-                               cp_pattern.get(), cp_blasst.get()};
+                               cp_pattern.get(), cp_blasst.get(), opt.cp_gather};
       dist::ring_prefill(*grp, zz, rl, ring, stats);
       return;
     }

@@ -7,7 +7,7 @@
 //   - greedy decode: the same tokens, and each step's logits;
 //   - the rank's KV cache bytes against the one-process cache's.
 // Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL [ATTN UB [SKIP_TOL]]]
-//   ATTN dense (default), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4), an
+//   ATTN dense (default), gather (dense with --cp-gather), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4), an
 //   a_shape spec (a_shape:sink=..,local=..) or a blasst one (blasst:lambda=X), in both
 //   sessions, at -ub UB; TOL 0 asks for the same bits. For blasst also the prefill's key tiles:
 //   visited the same over the ranks as in one process, the skipped fraction within SKIP_TOL
@@ -186,10 +186,11 @@ int main(int argc, char** argv) {
       so.mode = model::PrefillMode::chunked_h2o;
       so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
       so.h2o_local = so.h2o_heavy = ub / 4;
+    } else if (attn == "gather") {  // dense over all-gathered K/V (SessionOptions::cp_gather)
     } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0) {
       so.mode = model::PrefillMode::method;
       so.attn_spec = attn;
-    } else if (attn != "dense") {
+    } else if (attn != "dense" && attn != "gather") {
       std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...] or blasst:..., not %s\n",
                    attn.c_str());
       return 2;
@@ -198,6 +199,7 @@ int main(int argc, char** argv) {
     so.cache_type_k = so.cache_type_v = ctk;
     model::Session one(m, so);
     so.cp = group;
+    so.cp_gather = attn == "gather";
     model::Session cp(m, so);
     Rows a, b;
     a.tap(one, c, n);
