@@ -43,8 +43,8 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,
                  "context parallelism: run as one of P ranks under mpirun -np P (prefill by a "
-                 "pass-KV ring over zigzag chunks: dense or a_shape; chunked_h2o by its memory "
-                 "set passed from rank to rank; decode merged over the ranks)")
+                 "pass-KV ring over zigzag chunks: dense, a_shape or blasst:lambda=X; chunked_h2o by "
+                 "its memory set passed from rank to rank; decode merged over the ranks)")
       ->capture_default_str();
   app.add_flag("--cp-gather", o.cp_gather,
                "with --cp, dense prefill: all-gather each layer's K/V and run the one-process "
