@@ -26,6 +26,7 @@
 
 #include "cli_run.hpp"
 #include "models_dir.hpp"
+#include "spattn/calibration.hpp"
 #include "spattn/context_parallel.hpp"
 
 namespace spattn::test {
@@ -92,7 +93,7 @@ int count(const std::string& text, const std::string& what) {
 }
 
 void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens,
-              const std::string& attn = "dense", int ub = 64) {
+              const std::string& attn = "dense", int ub = 64, const std::string& skip_tol = "0") {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
   if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
@@ -102,7 +103,7 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
   const CliRun r = shell(mpirun(np, tokens > 256 ? 180 : 60) + kCpCheck + " " + model + " " +
                              text + " " +
                              std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
-                             " " + tol + " '" + attn + "' " + std::to_string(ub),
+                             " " + tol + " '" + attn + "' " + std::to_string(ub) + " " + skip_tol,
                          dir.path);
   ASSERT_TRUE(r.exited()) << r.err;
   EXPECT_EQ(r.code(), 0) << r.out << r.err;
@@ -136,6 +137,26 @@ TEST(ContextParallel, AShapeMatchesOneProcessNp2) {
 }
 TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
   cp_check(4, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
+}
+
+// --cp-gather: each layer's whole K/V gathered, the one-process kernel over it in position
+// order: every layer's q/k/v and every logits row are one process's bits (tolerance 0), f16 and
+// f32 caches; decode is the dense merge (its tolerance).
+TEST(ContextParallel, GatherSameBitsAsOneProcessNp2) { cp_check(2, "f16", "0", 200, "gather"); }
+TEST(ContextParallel, GatherSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200, "gather"); }
+TEST(ContextParallel, GatherSameBitsWithF32CacheNp2) { cp_check(2, "f32", "0", 200, "gather"); }
+
+// BLASST (lambda 0.05, -ub 64, f16 cache): each query tile's running max is seeded with its
+// diagonal and sink tiles, then carried through the ring; tiles after those meet a different
+// running max than in one process (the ring's order of shards), so a few other tiles are
+// skipped. Measured on these 512 tokens: skipped fraction 0.0469 in one process, 0.0503 at
+// np 2 and 0.0376 at np 4 (|diff| <= 0.0093: bound 0.02); q/k/v per layer and logits within
+// 0.0075 relative (bound 0.02); greedy decode equal.
+TEST(ContextParallel, BlasstWithinAStatedToleranceOfOneProcessNp2) {
+  cp_check(2, "f16", "2e-2", 512, "blasst:lambda=0.05", 64, "0.02");
+}
+TEST(ContextParallel, BlasstWithinAStatedToleranceOfOneProcessNp4) {
+  cp_check(4, "f16", "2e-2", 512, "blasst:lambda=0.05", 64, "0.02");
 }
 
 nlohmann::json json_of(const CliRun& r) {
@@ -195,6 +216,12 @@ TEST(ContextParallel, PerplexityEqualsOneProcess) {
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     const double b = json_of(cp)["results"]["dense"]["ppl"].get<double>();
     EXPECT_LE(std::fabs(b - a) / a, 1e-4) << "np " << np << ": " << a << " against " << b;
+    // --cp-gather: one process's logits bits, so its perplexity exactly.
+    const CliRun gather = shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " +
+                                    std::to_string(np) + " --cp-gather",
+                                dir.path);
+    ASSERT_EQ(gather.code(), 0) << gather.out << gather.err;
+    EXPECT_EQ(json_of(gather)["results"]["dense"]["ppl"].get<double>(), a) << "np " << np;
   }
 }
 
@@ -232,6 +259,13 @@ TEST(ContextParallel, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity(
 // difference shows at up to one f16 step (2^-11 = 4.9e-4 relative) per activation. Measured
 // 1.1e-4 at np 4 on these 255 scored tokens (the dense ring's 3e-5 at 510): bounded here by
 // one f16 step, 5e-4, not by the dense test's 1e-4.
+// BLASST's perplexity: the tiles skipped differ a little across ranks (see above). Measured on
+// these 255 scored tokens: 20.8347 in one process, 20.8408 at np 2 (2.9e-4 relative), 20.8711
+// at np 4 (1.7e-3): bounded at 5e-3 relative.
+TEST(ContextParallel, BlasstPerplexityWithinAStatedToleranceOfOneProcess) {
+  sparse_perplexity("blasst:lambda=0.05", 5e-3);
+}
+
 TEST(ContextParallel, AShapePerplexityWithinAnF16StepOfOneProcess) {
   sparse_perplexity("a_shape:sink=16,local=64,block_q=16,block_k=16", 5e-4);
 }
@@ -261,6 +295,34 @@ TEST(ContextParallel, AShapeSendsFewerBytesThanDense) {
     EXPECT_GT(bs, 0) << "rank " << r;
     EXPECT_LT(bs, bd / 2) << "rank " << r << ": a_shape " << bs << " bytes, dense " << bd;
   }
+}
+
+// BLASST under `run --cp 2 --json`: the same greedy text as one process, the key tiles counted
+// over the ranks as one process counts them, and the seed's bytes (the sink tile's K rows,
+// once per layer, to every rank but rank 0) reported apart from the ring's.
+TEST(ContextParallel, BlasstRunReportsSkipsAndSeedBytes) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  TempDir dir("spattn-cp-blasst");
+  const std::string args = std::string(" run -m ") + model + " -f " + text +
+                           " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json "
+                           "--attn blasst:lambda=0.05";
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  ASSERT_EQ(one.code(), 0) << one.err;
+  const CliRun cp = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
+  ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
+  const nlohmann::json a = json_of(one), b = json_of(cp);
+  EXPECT_EQ(a["tokens"], b["tokens"]);
+  EXPECT_GT(a["prefill_tiles_skipped"].get<int64_t>(), 0);
+  EXPECT_EQ(b["cp"]["prefill_tiles_visited"], a["prefill_tiles_visited"]);
+  EXPECT_GT(b["cp"]["prefill_tiles_skipped"].get<int64_t>(), 0);
+  const nlohmann::json& ranks = b["cp"]["per_rank"];
+  EXPECT_EQ(ranks[0]["blasst_seed_bytes_recv"].get<int64_t>(), 0);
+  // code-tiny-8k: 8 layers, and a shard's K rows (half the ring's K+V bytes per row).
+  const int64_t kv_row_bytes = ranks[1]["ring_bytes_per_layer"].get<int64_t>() / 2 /
+                               (b["prompt_tokens"].get<int64_t>() / 2);  // 256 rows a rank
+  EXPECT_EQ(ranks[1]["blasst_seed_bytes_recv"].get<int64_t>(), 8 * 64 * kv_row_bytes);
 }
 
 // Every rank exits 2 and prints the named error; mpirun itself ends within its time limit.
@@ -330,9 +392,49 @@ TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
   TempDir dir("spattn-cp-method");
   const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH + " run -m " + model +
                              " -p 'int main(void) { return 0; }' -n 2 -c 128 --attn "
-                             "blasst:lambda=0.01 --cp 2",
+                             "tri_shape --cp 2",
                          dir.path);
-  expect_every_rank_fails(r, 2, "is not context-parallel (dense, chunked_h2o and a_shape are)");
+  expect_every_rank_fails(r, 2,
+                          "is not context-parallel (dense, chunked_h2o, a_shape and blasst are)");
+}
+
+// BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold
+// (it follows each one-process chunk's kv length) and the in-order visit are refused by name.
+TEST(ContextParallel, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-blasst-bad");
+  const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
+                          " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp 2 --attn ";
+  expect_every_rank_fails(shell(mpirun(2, 30) + run + "blasst:lambda=0.01,order=in_order",
+                                dir.path),
+                          2, "--cp with blasst runs order=local_first only");
+  // A calibration file one process would run (a made-up law; what matters is that it loads).
+  Calibration c;
+  c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
+  c.fit_min = 0.2, c.fit_max = 0.85, c.samples = 1, c.lengths = {1024};
+  c.source = "test", c.heads = 2, c.kv_heads = 2, c.dim = 64, c.dtype = "f32";
+  const std::string calib = (dir.path / "c.json").string();
+  save_calibration(calib, c);
+  expect_every_rank_fails(
+      shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path),
+      2, "--cp with blasst takes lambda=X");
+}
+
+// --cp-gather runs the dense prefill only, and only with --cp P > 1: named errors.
+TEST(ContextParallel, GatherWithAMethodOrWithoutRanksIsAnError) {
+  SKIP_WITHOUT_MPI();
+  const std::string model = model_file("code-tiny-8k.gguf");
+  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  TempDir dir("spattn-cp-gather-bad");
+  const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
+                          " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp-gather";
+  expect_every_rank_fails(shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path),
+                          2, "--cp-gather runs the dense prefill (not --attn blasst:lambda=0.1)");
+  const CliRun one = shell(std::string("exec ") + run, dir.path);
+  EXPECT_EQ(one.code(), 2) << one.err;
+  EXPECT_NE(one.err.find("--cp-gather needs --cp P with P > 1"), std::string::npos) << one.err;
 }
 
 }  // namespace

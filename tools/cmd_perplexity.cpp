@@ -75,7 +75,8 @@ struct Tally {
   nlohmann::json json() const {
     return {{"ppl", ppl()},         {"ppl_err", err()},   {"tokens_scored", count},
             {"prefill_ms", prefill_ms}, {"attn_ms", attn_ms},
-            {"score_entries", stats.score_entries}, {"causal_entries", stats.causal_entries}};
+            {"score_entries", stats.score_entries}, {"causal_entries", stats.causal_entries},
+            {"tiles_visited", stats.tiles_visited}, {"tiles_skipped", stats.tiles_skipped}};
   }
 };
 
@@ -311,7 +312,23 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
   const double rel = modes.size() > 1 ? tally[1].ppl() / tally[0].ppl() - 1.0 : 0.0;
   nlohmann::json cp;
   if (grp) {
+    // The entries and key tiles every rank computed and skipped (BLASST's rule), summed over
+    // the ranks so the counts are the whole prompt's, as one process reports them.
+    for (Tally& t : tally) {
+      int64_t* const f[4] = {&t.stats.score_entries, &t.stats.causal_entries,
+                             &t.stats.tiles_visited, &t.stats.tiles_skipped};
+      int64_t mine[4];
+      for (int i = 0; i < 4; ++i) mine[i] = *f[i];
+      std::vector<int64_t> all(size_t(4 * grp->size()));
+      grp->allgather(mine, sizeof mine, all.data());
+      for (int i = 0; i < 4; ++i) {
+        *f[i] = 0;
+        for (int q = 0; q < grp->size(); ++q) *f[i] += all[size_t(4 * q + i)];
+      }
+    }
     cp = cp_json(*grp, lm, *sessions[0]);  // every rank takes part
+    // The sparse mode's own communication (BLASST's seed, a_shape's rows) beside dense's.
+    if (sessions.size() > 1) cp["sparse"] = cp_json(*grp, lm, *sessions[1]);
     cp["window"] = "the last";  // the timings restart with each window
   }
   if (grp && grp->rank() != 0) return;

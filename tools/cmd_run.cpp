@@ -247,6 +247,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     j["decode_pages_total"] = t.decode_pages_total;
     j["decode_tiles_visited"] = t.decode_stats.tiles_visited;
     j["decode_tiles_skipped"] = t.decode_stats.tiles_skipped;
+    // Key tiles the prefill visited and skipped (BLASST), this process's; under --cp the
+    // group's sums are in cp.
+    j["prefill_tiles_visited"] = t.prefill_stats.tiles_visited;
+    j["prefill_tiles_skipped"] = t.prefill_stats.tiles_skipped;
     j["score_entries"] = t.prefill_stats.score_entries;
     j["causal_entries"] = t.prefill_stats.causal_entries;
     j["memory"] = memory_json(lm, {&s});

@@ -43,9 +43,12 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,
                  "context parallelism: run as one of P ranks under mpirun -np P (prefill by a "
-                 "pass-KV ring over zigzag chunks: dense or a_shape; chunked_h2o by its memory "
-                 "set passed from rank to rank; decode merged over the ranks)")
+                 "pass-KV ring over zigzag chunks: dense, a_shape or blasst:lambda=X; chunked_h2o by "
+                 "its memory set passed from rank to rank; decode merged over the ranks)")
       ->capture_default_str();
+  app.add_flag("--cp-gather", o.cp_gather,
+               "with --cp, dense prefill: all-gather each layer's K/V and run the one-process "
+               "kernel (the same bits as one process; the layer's whole K/V on every rank)");
 }
 
 model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn) {
@@ -59,6 +62,7 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.cache_type_k = parse_kv_type(o.cache_type_k);
   s.cache_type_v = parse_kv_type(o.cache_type_v);
   s.attn_decode = o.attn_decode;
+  s.cp_gather = o.cp_gather;
   const MethodSpec spec = parse_method_spec(attn);
   if (spec.name == "dense" && spec.params.empty()) {
     s.mode = model::PrefillMode::dense;
@@ -93,6 +97,7 @@ LoadedModel load_model_and_tokenizer(const std::string& path) {
 
 std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o) {
   SPATTN_CHECK(o.cp >= 1, "--cp must be >= 1, got ", o.cp);
+  SPATTN_CHECK(!o.cp_gather || o.cp > 1, "--cp-gather needs --cp P with P > 1");
   if (o.cp == 1) return nullptr;
   return dist::mpi_world(o.cp);
 }
@@ -136,7 +141,7 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
   struct Rank {
     double prefill_ms, prefill_attn_ms, prefill_comm_ms, ring_comm_ms, decode_ms, decode_comm_ms;
     int64_t prefill_sent, prefill_recv, ring_sent, ring_layers, logits_recv, decode_sent,
-        decode_recv, kv_bytes, kv_tokens, peak_rss;
+        decode_recv, kv_bytes, kv_tokens, peak_rss, seed_recv, tiles_visited, tiles_skipped;
   };
   const Rank mine{t.prefill_ms, t.prefill_attn_ms, t.prefill_comm.comm_ms,
                   t.prefill_comm.ring_comm_ms, t.decode_ms,
@@ -144,12 +149,20 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
                   t.prefill_comm.ring_bytes_sent, t.prefill_comm.ring_layers,
                   t.prefill_comm.logits_bytes_recv, t.decode_comm.bytes_sent,
                   t.decode_comm.bytes_recv, int64_t(s.memory().kv_cache),
-                  s.cache().size(), int64_t(peak_rss_bytes())};
+                  s.cache().size(), int64_t(peak_rss_bytes()),
+                  t.prefill_comm.blasst_seed_bytes_recv, t.prefill_stats.tiles_visited,
+                  t.prefill_stats.tiles_skipped};
   std::vector<Rank> all(size_t(g.size()));
   g.allgather(&mine, sizeof mine, all.data());
   nlohmann::json j;
   j["ranks"] = g.size();
   j["n_layer"] = m.model.config().n_layer;
+  // Key tiles of the prefill over every rank (BLASST: how many its rule skipped).
+  int64_t visited = 0, skipped = 0;
+  for (const Rank& r : all) visited += r.tiles_visited, skipped += r.tiles_skipped;
+  j["prefill_tiles_visited"] = visited;
+  j["prefill_tiles_skipped"] = skipped;
+  j["prefill_skipped_fraction"] = visited > 0 ? double(skipped) / double(visited) : 0.0;
   for (const Rank& r : all) {
     const double per_layer =
         r.ring_layers > 0 ? double(r.ring_sent) / double(r.ring_layers) : 0.0;
@@ -166,6 +179,9 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
          {"ring_layer_passes", r.ring_layers},
          {"ring_bytes_per_layer", per_layer},
          {"logits_bytes_recv", r.logits_recv},
+         {"blasst_seed_bytes_recv", r.seed_recv},
+         {"prefill_tiles_visited", r.tiles_visited},
+         {"prefill_tiles_skipped", r.tiles_skipped},
          {"decode_ms", r.decode_ms},
          {"decode_comm_ms", r.decode_comm_ms},
          {"decode_bytes_sent", r.decode_sent},

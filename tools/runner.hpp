@@ -33,6 +33,7 @@ struct RunnerOptions {
   std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:...
   bool json = false;
   int cp = 1;  // --cp P: context parallelism over P MPI ranks (mpirun -np P)
+  bool cp_gather = false;  // --cp-gather: dense prefill over all-gathered K/V (one process's bits)
 };
 // `attn_default`: what --attn means when not given.
 void add_runner_options(CLI::App& app, RunnerOptions& o);

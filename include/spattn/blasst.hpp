@@ -78,6 +78,27 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
                       float* lse = nullptr, Stats* stats = nullptr,
                       SkipStats* skip = nullptr, BlasstOrder order = BlasstOrder::in_order);
 
+class PackedKV;
+
+// BLASST over one piece of each row's keys, for a caller that visits a row's keys piece by
+// piece and merges the pieces' (out, lse) (context parallelism's pass-KV ring,
+// src/dist/ring_attention.cpp). running_max [q.heads][q.seq] is each row's running max before
+// the piece, in the rule's units (log2 of e^(scale q.k): max_j q.k_j scale / ln 2), -inf for
+// none; it receives the max after the piece. The piece's tiles run local-first (BlasstOrder)
+// against it; the 64-key tile holding a query tile's last row (its diagonal, when the piece
+// holds it) is never skipped, as one process visits it first against nothing. out and lse are
+// the piece's own softmax (rows that kept no key: lse -inf). opt.q_start places q against
+// kv's positions. At lambda 0 nothing is skipped (the tiles then run in order).
+void attention_blasst_piece(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                            double lambda, float* running_max, const AttnOptions& opt = {},
+                            float* lse = nullptr, Stats* stats = nullptr);
+// The seed for attention_blasst_piece: raises running_max to each row's max over `kv`'s
+// visible keys (the sink tile, sent whole), or, diagonal_only, over the 64-key tile of kv
+// holding the query tile's last row (kv: the rows' own keys, packed on the 64-position grid).
+// The max after both is the one a single process has after local-first's first two tiles.
+void blasst_seed_max(const TensorView& q, const PackedKV& kv, bool diagonal_only,
+                     float* running_max, const AttnOptions& opt = {});
+
 // What a BLASST prefill run computed (for recall): every causal key except the skipped
 // tiles. Needs a SkipStats filled with record_tiles = true; the coverage keeps its own copy
 // (move one in to avoid it).

@@ -43,6 +43,9 @@ struct CommStats {
   double ring_comm_ms = 0;  // the part of comm_ms spent in the ring (the rest: agreements,
                             // the logits gather, which also absorb ranks arriving late)
   int64_t logits_bytes_recv = 0;  // logits rows gathered from other ranks
+  // BLASST across ranks: the sink tile's K rows each rank received for the running max's seed
+  // (once per layer; not in ring_bytes_sent, in bytes_recv).
+  int64_t blasst_seed_bytes_recv = 0;
   void add(const CommStats& o);
 };
 

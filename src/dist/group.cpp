@@ -18,6 +18,7 @@ void CommStats::add(const CommStats& o) {
   ring_layers += o.ring_layers;
   ring_comm_ms += o.ring_comm_ms;
   logits_bytes_recv += o.logits_bytes_recv;
+  blasst_seed_bytes_recv += o.blasst_seed_bytes_recv;
 }
 
 void agree(Group& g, const std::string& what, const std::function<void()>& body) {

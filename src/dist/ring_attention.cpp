@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "spattn/blasst.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
@@ -25,10 +26,13 @@ DType wire_dtype(KVType k_type, KVType v_type) {
 }
 
 size_t RingScratch::bytes() const {
-  size_t b = buf[0].capacity() + buf[1].capacity() +
+  size_t b = buf[0].capacity() + buf[1].capacity() + sink_buf.capacity() +
              (k.capacity() + v.capacity() + tmp_out.capacity() + tmp_lse.capacity() +
-              lse.capacity()) * sizeof(float);
+              lse.capacity() + sink_k.capacity() + carry.capacity()) * sizeof(float);
   if (shard) b += shard->bytes();
+  if (sink) b += sink->bytes();
+  if (whole) b += whole->bytes();
+  b += gathered.capacity();
   return b;
 }
 
@@ -236,10 +240,111 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   ring.done();
 }
 
+// BLASST's seed (RingBlasst): rank 0's first kTileKeys rows of K (the sink tile) to every
+// rank, then each run's running max over its diagonal tile and the sink tile, into s.carry.
+void blasst_seed(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s) {
+  const int r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const int64_t m = std::min<int64_t>(kKeyBlock, z.first(0).len);  // rank 0's first run
+  const size_t bytes = size_t(m * row) * es;
+  s.sink_buf.resize(bytes);
+  if (r == 0) to_wire(L.k, m * row, wire, s.sink_buf.data());
+  std::vector<size_t> counts(static_cast<size_t>(g.size()), 0);
+  counts[0] = bytes;
+  std::vector<unsigned char> mine(r == 0 ? bytes : 0);
+  if (r == 0) mine = s.sink_buf;
+  const int64_t before = g.stats().bytes_recv;
+  g.allgatherv(mine.data(), mine.size(), s.sink_buf.data(), counts);
+  g.stats().blasst_seed_bytes_recv += g.stats().bytes_recv - before;
+  s.sink_k.resize(size_t(m * row));
+  from_wire(s.sink_buf.data(), m * row, wire, s.sink_k.data());
+  if (!s.sink || s.sink->capacity() < m || s.sink->k_type() != L.k_type ||
+      s.sink->v_type() != L.v_type || s.sink->kv_heads() != Hkv)
+    s.sink = std::make_unique<PackedKV>(Hkv, d, DType::f32, kKeyBlock, /*bf16_dot=*/false,
+                                        L.k_type, L.v_type);
+  std::vector<int64_t> pos(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = i;
+  s.sink->clear();
+  // Only K enters the seed: V rides along as K (never read).
+  const TensorView kv = TensorView::shd(s.sink_k.data(), DType::f32, Hkv, m, d);
+  s.sink->append(kv, kv, pos, 1);
+  s.carry.assign(size_t(z.rows(r) * Hq), -std::numeric_limits<float>::infinity());
+  int64_t row0 = 0;
+  for (const Zigzag::Run& run : {z.first(r), z.second(r)}) {
+    AttnOptions a = L.opt;
+    a.q_start = run.pos;
+    const TensorView qv =
+        TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d);
+    float* carry = s.carry.data() + row0 * Hq;
+    blasst_seed_max(qv, *L.own, /*diagonal_only=*/true, carry, a);
+    blasst_seed_max(qv, *s.sink, /*diagonal_only=*/false, carry, a);
+    row0 += run.len;
+  }
+}
+
+// RingLayer::gather: every rank's shard to every rank, then the one-process kernel over the
+// whole K/V in position order.
+void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
+                    Stats* stats) {
+  const int P = g.size(), r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d, n = z.n;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const auto shard_bytes = [&](int q) { return size_t(z.rows(q) * row) * es * 2; };
+  const int64_t rows = z.rows(r);
+  std::vector<size_t> counts(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) counts[size_t(q)] = shard_bytes(q);
+  s.buf[0].resize(shard_bytes(r));
+  to_wire(L.k, rows * row, wire, s.buf[0].data());
+  to_wire(L.v, rows * row, wire, s.buf[0].data() + size_t(rows * row) * es);
+  s.gathered.resize(size_t(n * row) * es * 2);
+  const double comm0 = g.stats().comm_ms;
+  g.allgatherv(s.buf[0].data(), shard_bytes(r), s.gathered.data(), counts);
+  g.stats().ring_bytes_sent += int64_t(shard_bytes(r)) * (P - 1);
+  g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  // K and V of every position, as f32 rows in position order.
+  s.k.resize(size_t(n * row));
+  s.v.resize(size_t(n * row));
+  const unsigned char* at = s.gathered.data();
+  for (int q = 0; q < P; ++q) {
+    const int64_t m = z.rows(q);
+    int64_t i = 0;
+    for (const Zigzag::Run run : {z.first(q), z.second(q)}) {
+      from_wire(at + size_t(i * row) * es, run.len * row, wire, s.k.data() + run.pos * row);
+      from_wire(at + size_t((m + i) * row) * es, run.len * row, wire, s.v.data() + run.pos * row);
+      i += run.len;
+    }
+    at += shard_bytes(q);
+  }
+  // Packed as the rank's cache packs its rows (its format), so as one process's cache.
+  if (!s.whole || s.whole->capacity() < n || s.whole->k_type() != L.k_type ||
+      s.whole->v_type() != L.v_type || s.whole->kv_heads() != Hkv ||
+      s.whole->bf16_operands() != L.own->bf16_operands())
+    s.whole = std::make_unique<PackedKV>(Hkv, d, DType::f32, n, L.own->bf16_operands(),
+                                         L.k_type, L.v_type);
+  s.whole->clear();
+  s.whole->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
+                  TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {}, L.opt.threads);
+  int64_t row0 = 0;
+  for (const Zigzag::Run& run : {z.first(r), z.second(r)}) {
+    AttnOptions a = L.opt;
+    a.q_start = run.pos;
+    attention_dense(
+        TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d),
+        *s.whole, TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d), a,
+        nullptr, stats);
+    row0 += run.len;
+  }
+}
+
 }  // namespace
 
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   if (L.pattern) return ring_pattern(g, z, L, s, stats);
+  if (L.gather) return gather_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
   const DType wire = wire_dtype(L.k_type, L.v_type);
@@ -259,6 +364,26 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
                                          L.k_type, L.v_type);
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  const double lambda = L.blasst ? L.blasst->lambda : 0.0;
+  if (L.blasst) {
+    SPATTN_CHECK(z.grid == kKeyBlock && runs[0].len > 0 && runs[1].len > 0,
+                 "internal: BLASST's ring needs the zigzag on the ", kKeyBlock,
+                 "-token grid with two runs per rank");
+    if (lambda > 0) {
+      blasst_seed(g, z, L, s);
+    } else {  // nothing is skipped: no seed, the tiles in order (the dense ring's sums)
+      s.carry.assign(size_t(rows * Hq), -std::numeric_limits<float>::infinity());
+    }
+  }
+  // The rows' attention over the shard kv, into o and lse: dense, or BLASST against the
+  // running max the run's rows carry.
+  const auto attend = [&](const TensorView& qv, const PackedKV& kv, const TensorView& o,
+                          const AttnOptions& a, float* l, int64_t row0) {
+    if (L.blasst)
+      attention_blasst_piece(qv, kv, o, lambda, s.carry.data() + row0 * Hq, a, l, stats);
+    else
+      attention_dense(qv, kv, o, a, l, stats);
+  };
   RingExchange ring(g, s, shard_bytes);
   for (int step = 0; step < P; ++step) {
     const int src = ring.source(step);
@@ -289,12 +414,12 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       float* lse = s.lse.data() + row0 * Hq;  // [Hq, run.len] for this run
       // Step 0 is the rank's own shard, which both runs see (its first run is its diagonal).
       if (step == 0) {
-        attention_dense(qv, *kv, ov, a, lse, stats);
+        attend(qv, *kv, ov, a, lse, row0);
       } else if (run.pos + run.len - 1 >= first_key) {  // else no key of the shard is visible
         s.tmp_out.resize(size_t(run.len * Hq * d));
         s.tmp_lse.resize(size_t(run.len * Hq));
         const TensorView tv = TensorView::shd(s.tmp_out.data(), DType::f32, Hq, run.len, d);
-        attention_dense(qv, *kv, tv, a, s.tmp_lse.data(), stats);
+        attend(qv, *kv, tv, a, s.tmp_lse.data(), row0);
         merge_attention(ov, lse, tv, s.tmp_lse.data(), ov, lse);
       }
       row0 += run.len;

@@ -24,6 +24,11 @@ struct RingScratch {
   std::vector<float> k, v;            // a received shard widened to f32 for packing
   std::unique_ptr<PackedKV> shard;    // a received shard, packed with its positions
   std::vector<float> tmp_out, tmp_lse, lse;
+  std::unique_ptr<PackedKV> sink;  // BLASST: the sink tile's keys, for the seed
+  std::vector<unsigned char> sink_buf;
+  std::vector<float> sink_k, carry;  // carry: BLASST's running max [run][Hq][run.len]
+  std::unique_ptr<PackedKV> whole;   // gather: the layer's whole K/V
+  std::vector<unsigned char> gathered;
   size_t bytes() const;
 };
 
@@ -38,6 +43,15 @@ struct RingScratch {
 struct RingPattern {
   int64_t sink = 0, local = 1, block_q = 64, block_k = 64;
 };
+// blasst: BLASST's skip rule across the ring (lambda in (0, 1]; RingLayer::blasst). Before the
+// ring, each query tile's running max is seeded with its diagonal tile (on the rank) and the
+// sink tile (positions 0..63, rank 0's first rows, sent to every rank: the seed's bytes); then
+// every shard in hand runs attention_blasst_piece against that running max, which carries from
+// shard to shard. Needs the zigzag on the 64-token grid (Zigzag::grid 64, no empty run), so
+// query and key tiles are one process's.
+struct RingBlasst {
+  double lambda = 0;
+};
 struct RingLayer {
   const float *q, *k, *v;
   const PackedKV* own;
@@ -46,6 +60,11 @@ struct RingLayer {
   AttnOptions opt;
   float* out;
   const RingPattern* pattern = nullptr;
+  const RingBlasst* blasst = nullptr;
+  // Dense only: no ring; one all-gather of every rank's shard, the whole K/V packed in position
+  // order as one process's cache packs it (own's format), and the rank's runs attend over it
+  // with the one-process kernel: one process's bits (SessionOptions::cp_gather).
+  bool gather = false;
 };
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s,
                   Stats* stats);

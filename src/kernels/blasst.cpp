@@ -36,6 +36,58 @@ struct MarginPolicy : BlasstOrdered<DensePolicy> {
   }
 };
 
+// BLASST over one piece of each row's keys (attention_blasst_piece: the context-parallel ring's
+// shard in hand). The running max enters from `carry` (seed_max) and leaves in it (finish);
+// the tile holding the item's diagonal is never skipped, as one process visits it first,
+// against nothing (with a seeded max it could fall below it).
+struct PiecePolicy : BlasstPolicy {
+  static constexpr bool kSeedMax = true;
+  static constexpr bool kFinish = true;
+  float* carry = nullptr;  // [Hq][q_len], log2 units
+  int64_t q_len = 0;
+
+  void seed_max(const Problem&, const TileView& v, float* m) const {
+    for (int64_t r = 0; r < v.n; ++r) m[r] = carry[v.h * q_len + v.out_rows[r]];
+  }
+  template <class L>
+  bool skip(L& local, const TileView& v) const {
+    const int64_t pos = v.row_pos[v.n - 1];
+    if (v.key_position(0) <= pos && pos <= v.key_position(v.n_keys - 1)) return false;
+    return BlasstPolicy::skip(local, v);
+  }
+  template <class L>
+  void finish(L&, const TileView& v, const float*) const {
+    for (int64_t r = 0; r < v.n; ++r) carry[v.h * q_len + v.out_rows[r]] = v.m[r];
+  }
+};
+
+// The seed of attention_blasst_piece (blasst_seed_max): each row's max scaled score over the
+// item's diagonal tile (diagonal_only; the piece then holds the rows' own keys, on the tile
+// grid) or over every key of the piece, raised into `carry`. Scores only: every tile is
+// "skipped" once its max is read, so nothing else is computed and the maxima are the bits
+// the loop itself computes.
+struct SeedPolicy : DensePolicy {
+  static constexpr bool kMaySkip = true;
+  static constexpr bool kOutput = false;
+  float* carry = nullptr;  // [Hq][q_len], log2 units
+  int64_t q_len = 0;
+  bool diagonal_only = false;
+
+  void key_ranges(const Problem&, int64_t, int64_t, int64_t key_limit,
+                  std::vector<KeyRange>& out) const {
+    if (key_limit <= 0) return;
+    out.push_back({diagonal_only ? (key_limit - 1) / kTileKeys * kTileKeys : 0, key_limit});
+  }
+  template <class L>
+  bool skip(L&, const TileView& v) const {
+    for (int64_t r = 0; r < v.n; ++r) {
+      float& c = carry[v.h * q_len + v.out_rows[r]];
+      c = std::max(c, v.tile_max[r]);
+    }
+    return true;
+  }
+};
+
 }  // namespace spattn::kernels
 #endif
 
@@ -45,6 +97,21 @@ void BlasstEntry(const Problem& p, const BlasstSetup& s, Stats* stats) {
   BlasstPolicy pol;
   apply_blasst(pol, s);
   RunFlash(p, pol, stats);
+}
+void PieceEntry(const Problem& p, const BlasstSetup& s, float* carry, Stats* stats) {
+  PiecePolicy pol;
+  apply_blasst(pol, s);
+  pol.carry = carry;
+  pol.q_len = p.q_len;
+  RunFlash(p, pol, stats);
+}
+void SeedEntry(const Problem& p, bool diagonal_only, float* carry) {
+  SeedPolicy pol;
+  pol.carry = carry;
+  pol.q_len = p.q_len;
+  pol.diagonal_only = diagonal_only;
+  Stats st;
+  RunFlash(p, pol, &st);
 }
 void MarginEntry(const Problem& p, BlasstOrder order,
                  std::vector<std::vector<std::pair<float, int64_t>>>* items, Stats* stats) {
@@ -61,10 +128,14 @@ HWY_AFTER_NAMESPACE();
 #include <algorithm>
 #include <cmath>
 
+#include "spattn/packed_kv.hpp"
+
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(BlasstEntry);
 HWY_EXPORT(MarginEntry);
+HWY_EXPORT(PieceEntry);
+HWY_EXPORT(SeedEntry);
 }
 
 const char* blasst_order_name(BlasstOrder order) {
@@ -90,6 +161,27 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
       BlasstSkip{lambda, order, skip}, q.heads, tiles.num_tiles(p), tiles.tile_rows, "blasst");
   HWY_DYNAMIC_DISPATCH(kernels::BlasstEntry)(p, s, stats);
   kernels::blasst_finish(s);
+}
+
+void attention_blasst_piece(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                            double lambda, float* running_max, const AttnOptions& opt,
+                            float* lse, Stats* stats) {
+  SPATTN_CHECK(running_max, "attention_blasst_piece: running_max is null");
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  // Local-first, the order the seed assumes; nothing to record (Stats counts the tiles).
+  const kernels::BlasstSetup s =
+      kernels::blasst_setup(BlasstSkip{lambda, BlasstOrder::local_first, nullptr}, q.heads,
+                            kernels::DensePolicy{}.num_tiles(p), 64, "blasst");
+  HWY_DYNAMIC_DISPATCH(kernels::PieceEntry)(p, s, running_max, stats);
+}
+
+void blasst_seed_max(const TensorView& q, const PackedKV& kv, bool diagonal_only,
+                     float* running_max, const AttnOptions& opt) {
+  SPATTN_CHECK(running_max, "blasst_seed_max: running_max is null");
+  if (kv.size() == 0) return;
+  Tensor out(DType::f32, q.heads, q.seq, q.dim);  // validated, never written
+  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, nullptr);
+  HWY_DYNAMIC_DISPATCH(kernels::SeedEntry)(p, diagonal_only, running_max);
 }
 
 namespace kernels {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "methods/blasst.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
@@ -83,6 +84,8 @@ class Blasst final : public Method {
     }
   }
   std::string name() const override { return "blasst"; }
+  double lambda() const { return lambda_; }
+  BlasstOrder order() const { return order_; }
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
@@ -156,6 +159,16 @@ class Blasst final : public Method {
 
 std::unique_ptr<Method> make_blasst(const MethodSpec& spec) {
   return std::make_unique<Blasst>(spec);
+}
+
+double blasst_cp_lambda(const MethodSpec& spec) {
+  SPATTN_CHECK(!spec.params.count("sparsity") && !spec.params.count("calib"),
+               "--cp with blasst takes lambda=X, not sparsity=S,calib=FILE (its threshold "
+               "follows each one-process chunk's kv length)");
+  const Blasst b(spec);  // every check make_method makes
+  SPATTN_CHECK(b.order() == BlasstOrder::local_first, "--cp with blasst runs order=local_first "
+               "only (the ranks seed the running max with its first two tiles)");
+  return b.lambda();
 }
 
 }  // namespace spattn

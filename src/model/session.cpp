@@ -48,6 +48,7 @@
 #include "eval/rope.hpp"
 #include "model/kv_cache.hpp"
 #include "methods/a_shape.hpp"
+#include "methods/blasst.hpp"
 #include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/decode_spec.hpp"
@@ -72,18 +73,28 @@ void SessionOptions::validate() const {
   if (cp) {
     if (mode == PrefillMode::method) {
       const MethodSpec spec = parse_method_spec(attn_spec);
-      SPATTN_CHECK(spec.name == "a_shape", "--cp: --attn ", attn_spec, " is not "
-                   "context-parallel (dense, chunked_h2o and a_shape are)");
-      // One process lays a_shape's query blocks from each -ub chunk's start; across ranks
-      // they lie from position 0: the same blocks when -ub is a multiple of block_q.
-      const AShapeParams a = a_shape_params(spec);
-      SPATTN_CHECK(n_ubatch % a.block_q == 0, "--cp with a_shape needs -ub (", n_ubatch,
-                   ") a multiple of block_q (", a.block_q, ")");
+      SPATTN_CHECK(spec.name == "a_shape" || spec.name == "blasst", "--cp: --attn ", attn_spec,
+                   " is not context-parallel (dense, chunked_h2o, a_shape and blasst are)");
+      // One process lays query tiles (a_shape's blocks, BLASST's 64-row tiles) from each -ub
+      // chunk's start; across ranks they lie from position 0: the same tiles when -ub is a
+      // multiple of their height.
+      if (spec.name == "a_shape") {
+        const AShapeParams a = a_shape_params(spec);
+        SPATTN_CHECK(n_ubatch % a.block_q == 0, "--cp with a_shape needs -ub (", n_ubatch,
+                     ") a multiple of block_q (", a.block_q, ")");
+      } else {
+        blasst_cp_lambda(spec);
+        SPATTN_CHECK(n_ubatch % kKeyBlock == 0, "--cp with blasst needs -ub (", n_ubatch,
+                     ") a multiple of ", kKeyBlock, " (its tiles)");
+      }
     }
     // chunked_h2o's chunks restart at each logical batch: on the -ub grid only when -b is a
     // multiple of -ub, the grid the ranks' split is laid on.
     SPATTN_CHECK(mode != PrefillMode::chunked_h2o || n_batch % n_ubatch == 0,
                  "--cp with chunked_h2o needs -b (", n_batch, ") a multiple of -ub (", n_ubatch,
+                 ")");
+    SPATTN_CHECK(!cp_gather || mode == PrefillMode::dense, "--cp-gather runs the dense "
+                 "prefill (not --attn ", mode == PrefillMode::method ? attn_spec : "chunked_h2o",
                  ")");
     SPATTN_CHECK(attn_decode == "dense", "--cp: only dense decode is context-parallel so far "
                  "(--attn-decode dense), got '", attn_decode, "'");
@@ -114,6 +125,7 @@ dist::CommStats delta(const dist::CommStats& now, const dist::CommStats& before)
   d.ring_layers = now.ring_layers - before.ring_layers;
   d.ring_comm_ms = now.ring_comm_ms - before.ring_comm_ms;
   d.logits_bytes_recv = now.logits_bytes_recv - before.logits_bytes_recv;
+  d.blasst_seed_bytes_recv = now.blasst_seed_bytes_recv - before.blasst_seed_bytes_recv;
   return d;
 }
 // ring and cp_decode: context parallelism's prefill and decode.
@@ -184,6 +196,7 @@ struct Session::Impl {
   std::vector<unsigned char> h2o_wire;  // chunked_h2o's memory set between ranks
   bool cp_h2o = false;  // the prefill running is chunked_h2o's chain (else the dense ring)
   std::unique_ptr<dist::RingPattern> cp_pattern;  // a_shape across ranks, else null
+  std::unique_ptr<dist::RingBlasst> cp_blasst;    // blasst across ranks, else null
   std::vector<float> cp_gather;
   int64_t tap_layer = -1;
   QkvTap tap;
@@ -212,10 +225,16 @@ struct Session::Impl {
       cp_counts.assign(size_t(grp->size()), 0);
     }
     if (opt.mode == PrefillMode::method && opt.cp) {
-      // The ring runs a_shape's pattern itself (validate() let no other method through).
-      const AShapeParams a = a_shape_params(parse_method_spec(opt.attn_spec));
-      cp_pattern = std::make_unique<dist::RingPattern>(
-          dist::RingPattern{a.sink, a.local, a.block_q, a.block_k});
+      // The ring runs a_shape's pattern or BLASST's rule itself (validate() let no other
+      // method through).
+      const MethodSpec spec = parse_method_spec(opt.attn_spec);
+      if (spec.name == "blasst") {
+        cp_blasst = std::make_unique<dist::RingBlasst>(dist::RingBlasst{blasst_cp_lambda(spec)});
+      } else {
+        const AShapeParams a = a_shape_params(spec);
+        cp_pattern = std::make_unique<dist::RingPattern>(
+            dist::RingPattern{a.sink, a.local, a.block_q, a.block_k});
+      }
     } else if (opt.mode == PrefillMode::method) {
       // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
       // layer=l is added unless the spec names a layer itself. A file with one law serves
@@ -431,7 +450,7 @@ struct Session::Impl {
       }
       const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
                                opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
-                               cp_pattern.get()};
+                               cp_pattern.get(), cp_blasst.get(), opt.cp_gather};
       dist::ring_prefill(*grp, zz, rl, ring, stats);
       return;
     }
@@ -833,6 +852,10 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
     SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n, " tokens are fewer than "
                  "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
     const dist::Zigzag on_grid{n, P, s.opt.n_ubatch};
+    // BLASST's tiles: two runs of whole 64-token chunks per rank.
+    SPATTN_CHECK(!s.cp_blasst || (n + kKeyBlock - 1) / kKeyBlock >= 2 * int64_t(P), "--cp ", P,
+                 " with blasst: the prompt's ", n, " tokens make fewer than the ", 2 * P,
+                 " chunks of ", kKeyBlock, " tokens (its tiles) the split needs");
     if (s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch)
       SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", P, " with chunked_h2o: the prompt's ", n,
                    " tokens make fewer than the ", P, " chunks of -ub ", s.opt.n_ubatch,
@@ -848,7 +871,8 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
   });
   // chunked_h2o on the -ub grid; a prompt of one chunk runs dense, as in one process.
   s.cp_h2o = s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch;
-  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch : 1};
+  // BLASST on its tiles' 64-token grid (so every query and key tile is one process's).
+  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch : s.cp_blasst ? kKeyBlock : 1};
   const std::vector<int64_t> own = s.zz.positions(r);
   const int64_t rows = int64_t(own.size());
   std::vector<int32_t> own_tokens(own.size());

@@ -6,10 +6,12 @@
 //   - every prompt row's logits (gathered to every rank);
 //   - greedy decode: the same tokens, and each step's logits;
 //   - the rank's KV cache bytes against the one-process cache's.
-// Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL [ATTN UB]]
-//   ATTN dense (default), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4) or an
-//   a_shape spec (a_shape:sink=..,local=..), in both sessions, at -ub UB; TOL 0 asks for the
-//   same bits.
+// Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL [ATTN UB [SKIP_TOL]]]
+//   ATTN dense (default), gather (dense with --cp-gather), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4), an
+//   a_shape spec (a_shape:sink=..,local=..) or a blasst one (blasst:lambda=X), in both
+//   sessions, at -ub UB; TOL 0 asks for the same bits. For blasst also the prefill's key tiles:
+//   visited the same over the ranks as in one process, the skipped fraction within SKIP_TOL
+//   (absolute) of one process's.
 // Exit 0 when every check holds on this rank, 1 when one fails (printed), 77 when the model
 // or text is absent (skip).
 #include <cmath>
@@ -184,17 +186,20 @@ int main(int argc, char** argv) {
       so.mode = model::PrefillMode::chunked_h2o;
       so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
       so.h2o_local = so.h2o_heavy = ub / 4;
-    } else if (attn.rfind("a_shape", 0) == 0) {
+    } else if (attn == "gather") {  // dense over all-gathered K/V (SessionOptions::cp_gather)
+    } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0) {
       so.mode = model::PrefillMode::method;
       so.attn_spec = attn;
-    } else if (attn != "dense") {
-      std::fprintf(stderr, "ATTN: dense, chunked_h2o or a_shape[:...], not %s\n", attn.c_str());
+    } else if (attn != "dense" && attn != "gather") {
+      std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...] or blasst:..., not %s\n",
+                   attn.c_str());
       return 2;
     }
     so.threads = 1;    // ranks share 2 cores
     so.cache_type_k = so.cache_type_v = ctk;
     model::Session one(m, so);
     so.cp = group;
+    so.cp_gather = attn == "gather";
     model::Session cp(m, so);
     Rows a, b;
     a.tap(one, c, n);
@@ -203,8 +208,30 @@ int main(int argc, char** argv) {
     one.prefill(tokens, la.data(), 0);
     cp.prefill(tokens, lb.data(), 0);
 
-    // chunked_h2o splits on the -ub grid (a prompt of one chunk runs dense).
-    const int64_t grid = so.mode == model::PrefillMode::chunked_h2o && n > ub ? ub : 1;
+    // chunked_h2o splits on the -ub grid (a prompt of one chunk runs dense), blasst on its
+    // 64-key tiles'.
+    const bool blasst = attn.rfind("blasst", 0) == 0;
+    const int64_t grid = so.mode == model::PrefillMode::chunked_h2o && n > ub ? ub
+                         : blasst                                            ? kKeyBlock
+                                                                             : 1;
+    if (blasst) {
+      // The prefill's key tiles over every rank against one process's.
+      const Stats& sa = one.timings().prefill_stats;
+      const int64_t mine[2] = {cp.timings().prefill_stats.tiles_visited,
+                               cp.timings().prefill_stats.tiles_skipped};
+      std::vector<int64_t> every(size_t(2 * P));
+      group->allgather(mine, sizeof mine, every.data());
+      int64_t visited = 0, skipped = 0;
+      for (int q = 0; q < P; ++q) visited += every[size_t(2 * q)], skipped += every[size_t(2 * q + 1)];
+      const double fa = double(sa.tiles_skipped) / double(std::max<int64_t>(1, sa.tiles_visited)),
+                   fb = double(skipped) / double(std::max<int64_t>(1, visited));
+      const double skip_tol = argc > 10 ? std::atof(argv[10]) : 0.0;
+      std::printf("rank %d: blasst prefill tiles: one process %lld of %lld skipped (%.4f), %d "
+                  "ranks %lld of %lld (%.4f), difference %.4f\n",
+                  r, (long long)sa.tiles_skipped, (long long)sa.tiles_visited, fa, P,
+                  (long long)skipped, (long long)visited, fb, fb - fa);
+      if (visited != sa.tiles_visited || std::fabs(fb - fa) > skip_tol || skipped == 0) ok = false;
+    }
     const std::vector<int64_t> own = dist::Zigzag{n, P, grid}.positions(r);
     // Decode is dense flash-decoding over the ranks in every mode: its merge order rounds, so
     // a prefill asked for the same bits (TOL 0) still gives decode the dense tolerance.
