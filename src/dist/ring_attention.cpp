@@ -89,6 +89,17 @@ std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pt) {
 
 namespace {
 
+// A packed f32 buffer for `rows` keys of the layer's kv heads, cache types and operand path:
+// the scratch one kept from the layer before when it fits, else a new one.
+PackedKV& fit_packed(std::unique_ptr<PackedKV>& p, const RingLayer& L, int64_t rows,
+                     bool bf16_dot) {
+  if (!p || p->capacity() < rows || p->k_type() != L.k_type || p->v_type() != L.v_type ||
+      p->kv_heads() != L.kv_heads || p->bf16_operands() != bf16_dot)
+    p = std::make_unique<PackedKV>(L.kv_heads, L.dim, DType::f32, rows, bf16_dot, L.k_type,
+                                   L.v_type);
+  return *p;
+}
+
 // The sparse ring (RingLayer::pattern): as the dense one, but a shard carries only the rows
 // pattern_needed marks, and each query block of the rank's runs attends, piece by piece, to
 // the keys of its ranges the shard in hand holds. Every row's partials merge by (O, LSE) into
@@ -260,10 +271,7 @@ void blasst_seed(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s) 
   g.stats().blasst_seed_bytes_recv += g.stats().bytes_recv - before;
   s.sink_k.resize(size_t(m * row));
   from_wire(s.sink_buf.data(), m * row, wire, s.sink_k.data());
-  if (!s.sink || s.sink->capacity() < m || s.sink->k_type() != L.k_type ||
-      s.sink->v_type() != L.v_type || s.sink->kv_heads() != Hkv)
-    s.sink = std::make_unique<PackedKV>(Hkv, d, DType::f32, kKeyBlock, /*bf16_dot=*/false,
-                                        L.k_type, L.v_type);
+  fit_packed(s.sink, L, kKeyBlock, /*bf16_dot=*/false);  // m <= kKeyBlock
   std::vector<int64_t> pos(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) pos[size_t(i)] = i;
   s.sink->clear();
@@ -320,11 +328,7 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
     at += shard_bytes(q);
   }
   // Packed as the rank's cache packs its rows (its format), so as one process's cache.
-  if (!s.whole || s.whole->capacity() < n || s.whole->k_type() != L.k_type ||
-      s.whole->v_type() != L.v_type || s.whole->kv_heads() != Hkv ||
-      s.whole->bf16_operands() != L.own->bf16_operands())
-    s.whole = std::make_unique<PackedKV>(Hkv, d, DType::f32, n, L.own->bf16_operands(),
-                                         L.k_type, L.v_type);
+  fit_packed(s.whole, L, n, L.own->bf16_operands());
   s.whole->clear();
   s.whole->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
                   TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {}, L.opt.threads);
@@ -358,10 +362,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   for (auto& b : s.buf) b.resize(size_t(max_rows * Hkv * d) * es * 2);
   to_wire(L.k, rows * Hkv * d, wire, s.buf[0].data());
   to_wire(L.v, rows * Hkv * d, wire, s.buf[0].data() + size_t(rows * Hkv * d) * es);
-  if (P > 1 && (!s.shard || s.shard->capacity() < max_rows || s.shard->k_type() != L.k_type ||
-                s.shard->v_type() != L.v_type || s.shard->kv_heads() != Hkv))
-    s.shard = std::make_unique<PackedKV>(Hkv, d, DType::f32, max_rows, /*bf16_dot=*/false,
-                                         L.k_type, L.v_type);
+  if (P > 1) fit_packed(s.shard, L, max_rows, /*bf16_dot=*/false);
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   const double lambda = L.blasst ? L.blasst->lambda : 0.0;
