@@ -15,7 +15,7 @@
 
 #include "cli.hpp"
 #include "spattn/bench.hpp"
-#include "spattn/cuda.hpp"
+#include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -164,14 +164,8 @@ void check_device(BenchCliOptions& o) {
   SPATTN_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '",
                o.device, "'");
   if (o.device == "cpu") return;
-  SPATTN_CHECK(cuda::built(), "--device cuda: this spattn was built without CUDA (configure with "
-               "a CUDA compiler and SPATTN_CUDA=auto or on)");
-  SPATTN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible (driver or "
-               "GPU missing, or CUDA_VISIBLE_DEVICES empty)");
   if (o.problem.dtype.empty()) o.problem.dtype = "bf16";
-  SPATTN_CHECK(o.problem.dtype == "bf16" || o.problem.dtype == "f16",
-               "--device cuda: the GPU kernels take --dtype bf16 or f16, got '", o.problem.dtype,
-               "'");
+  check_bench_cuda(parse_dtype(o.problem.dtype));
 }
 
 // --matched names, checked before any data is made: plain names of methods with a topk.

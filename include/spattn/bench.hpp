@@ -118,6 +118,9 @@ BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const Tenso
 BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const TensorView& k,
                         const TensorView& v, const AttnOptions& opt, const BenchOptions& o,
                         DType dtype);
+// What run_bench_cuda needs before any data is made: the CUDA backend, a visible device, and
+// dtype bf16 or f16; Error saying which is missing.
+void check_bench_cuda(DType dtype);
 
 // Where the problem came from, for the JSON record's "config": a generated workload and its
 // seed, or a --qkv file and its layout; neither (both empty): arrays a caller passed.
