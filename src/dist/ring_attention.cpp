@@ -348,10 +348,10 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
 
 // The dense prefill in position order (ring_prefill's comment): rank r steps through chunks
 // c = 0 .. 2P-1-r (its late run's own); at step c it takes chunk c (its own cache's run, or
-// the chunk received), posts chunk c + 1's messages (the owner's sends, a reader's receive)
-// so they move during the compute, and continues the early run's state over chunk c when
-// c <= r and the late run's always. A rank waits only for its own receive; its sends are
-// waited for at the layer's end (each run's wire rows are sent from one buffer that stays).
+// the chunk received), posts the receive of chunk c + 1 so it moves during the compute, and
+// continues the early run's state over chunk c when c <= r and the late run's always. A rank
+// waits only for its own receive; its sends, posted at the start, are waited for at the
+// layer's end (each run's wire rows are sent from one buffer that stays).
 void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
                      Stats* stats) {
   const int P = g.size(), r = g.rank();
@@ -386,21 +386,21 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
   for (int64_t c = 0; c < C; ++c) most_rows = std::max(most_rows, len(c));
   fit_packed(s.shard, L, most_rows, L.own->bf16_operands());
   const double comm0 = g.stats().comm_ms;
-  // Chunk c's messages: its owner sends it to every other reader; a reader posts its receive
-  // into buffer c % 2.
+  // The rank's two chunks go to every other reader at once, at the layer's start: they are its
+  // own rows, so this holds no more memory, and a reader is never kept waiting for its owner
+  // to reach a step (MPI moves a large message once the reader posts its receive). Were they
+  // posted one step ahead instead, the ranks' steps would be coupled: the last rank computes
+  // both runs against each early chunk while the first computes one, and the first would wait.
+  for (const int64_t c : {int64_t(r), C - 1 - r})
+    for (int q = 0; q < P; ++q)
+      if (q != r && reads(q, c)) {
+        g.post_send(run_wire[c < P ? 0 : 1], chunk_bytes(c), q);
+        g.stats().ring_bytes_sent += int64_t(chunk_bytes(c));
+      }
+  // A reader receives chunk c into buffer c % 2, posted one chunk ahead.
   const auto post = [&](int64_t c) {
-    if (c >= C) return;
-    const int o = z.owner(c);
-    if (o == r) {
-      const unsigned char* data = run_wire[c < P ? 0 : 1];
-      for (int q = 0; q < P; ++q)
-        if (q != r && reads(q, c)) {
-          g.post_send(data, chunk_bytes(c), q);
-          g.stats().ring_bytes_sent += int64_t(chunk_bytes(c));
-        }
-    } else if (reads(r, c)) {
-      g.post_recv(s.buf[c % 2].data(), chunk_bytes(c), o);
-    }
+    if (c < C && z.owner(c) != r && reads(r, c))
+      g.post_recv(s.buf[c % 2].data(), chunk_bytes(c), z.owner(c));
   };
   for (int i = 0; i < 2; ++i) s.state[i].reset(Hq, runs[i].len, d);
   post(0);
