@@ -115,8 +115,12 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
 // bits (tolerance 0), f32 and the default f16 cache (the chunks travel as f16). 200 tokens
 // make 4 tiles (2 ranks: one per chunk), 512 make 8 (4 ranks). Decode merges (O, LSE) over
 // the ranks (its tolerance).
-TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp2) { cp_check(2, "f32", "0", 200); }
-TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp4) { cp_check(4, "f32", "0", 512); }
+TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp2) {
+  cp_check(2, "f32", "0", 200);
+}
+TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp4) {
+  cp_check(4, "f32", "0", 512);
+}
 TEST(ContextParallel, LayersSameBitsAsOneProcessWithF16CacheNp2) { cp_check(2, "f16", "0", 200); }
 TEST(ContextParallel, LayersSameBitsAsOneProcessWithF16CacheNp4) { cp_check(4, "f16", "0", 512); }
 // A prompt of fewer than 2P tiles (200 tokens: 4 tiles, 4 ranks) gathers its whole K/V (at
