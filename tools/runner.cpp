@@ -42,13 +42,15 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,
-                 "context parallelism: run as one of P ranks under mpirun -np P (prefill by a "
-                 "pass-KV ring over zigzag chunks: dense, a_shape or blasst:lambda=X; chunked_h2o by "
-                 "its memory set passed from rank to rank; decode merged over the ranks)")
+                 "context parallelism: run as one of P ranks under mpirun -np P (prefill over "
+                 "zigzag chunks: dense in position order, one process's bits; a_shape or "
+                 "blasst:lambda=X by a pass-KV ring; chunked_h2o by its memory set passed from "
+                 "rank to rank; decode merged over the ranks)")
       ->capture_default_str();
   app.add_flag("--cp-gather", o.cp_gather,
                "with --cp, dense prefill: all-gather each layer's K/V and run the one-process "
-               "kernel (the same bits as one process; the layer's whole K/V on every rank)");
+               "kernel (the same bits as one process, as the default; the layer's whole K/V on "
+               "every rank)");
 }
 
 model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn) {

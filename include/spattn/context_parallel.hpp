@@ -4,11 +4,14 @@
 //
 //   prefill  The prompt is cut into 2P chunks; rank r owns chunks r and 2P-1-r (the zigzag
 //            order that gives every rank the same causal work: an early chunk sees few keys, a
-//            late one many). Per layer each rank runs the linear parts on its own rows, then a
-//            pass-KV ring: P steps, in each the rank's queries attend to the K/V shard in hand
-//            while that shard is forwarded to the next rank and the previous rank's arrives
-//            (nonblocking send and receive, overlapped with the compute); the partial results
-//            merge by (O, LSE). The logits rows asked for are gathered to every rank.
+//            late one many). Per layer each rank runs the linear parts on its own rows, then
+//            attention. Dense: the chunks in position order, each sent by its owner to the
+//            ranks whose queries see it while the chunk before is computed, every row's online
+//            softmax (m, l, O) carried from chunk to chunk: one process's bits, two chunks in
+//            hand. The sparse methods: a pass-KV ring, P steps, in each the rank's queries
+//            attend to the K/V shard in hand while that shard is forwarded to the next rank
+//            and the previous rank's arrives, the partial results merged by (O, LSE). The
+//            logits rows asked for are gathered to every rank.
 //   decode   Every rank computes the new token's q, k, v (the same bits everywhere); the K/V
 //            goes to the rank that holds the fewest tokens (the lowest such rank); every rank
 //            attends with the q to its own shard and one all-gather of (O, LSE) lets each
@@ -64,6 +67,15 @@ class Group {
   // Lets an exchange in flight move on (MPI moves large messages only inside its calls): the
   // ring calls it between pieces of its compute. No effect when nothing is in flight.
   virtual void progress() {}
+  // Messages of a schedule that is not a ring (the dense prefill's chunks, sent by their owner
+  // to every rank that needs them, in position order: ring_attention.cpp). post_send starts
+  // sending `bytes` from `data` to rank `to` (the buffer untouched until wait_sends(), which
+  // waits for every send posted); post_recv starts receiving exactly `bytes` from rank `from`
+  // (one at a time; the buffer untouched until wait_recv()). progress() moves them too.
+  virtual void post_send(const void* data, size_t bytes, int to) = 0;
+  virtual void wait_sends() = 0;
+  virtual void post_recv(void* data, size_t bytes, int from) = 0;
+  virtual void wait_recv() = 0;
   // One message from this rank to rank `to` (blocking), and its receipt on rank `from`'s side:
   // at most `capacity` bytes into recv, returning how many came. For a chain of state where
   // only one rank computes at a time (chunked_h2o's memory set, src/dist/h2o_chain.cpp).

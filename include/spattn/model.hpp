@@ -289,7 +289,8 @@ class Session {
   struct Memory {
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
-    size_t cp_ring = 0;       // --cp: the ring's shard buffers (the one in hand, the arriving one)
+    size_t cp_ring = 0;       // --cp: the prefill's buffers (own rows on the wire, the chunks
+                              // or shards in hand and arriving, packed, the runs' state)
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.

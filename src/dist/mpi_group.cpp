@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 #include "spattn/context_parallel.hpp"
 #include "spattn/error.hpp"
@@ -62,11 +63,60 @@ class MpiGroup final : public Group {
     stats().comm_ms += ms_since(t0);
   }
   void progress() override {
-    if (n_req_ == 0 || done_) return;
+    if ((n_req_ == 0 || done_) && sends_.empty() && recv_ == MPI_REQUEST_NULL) return;
     const auto t0 = Clock::now();
     int flag = 0;
-    check(MPI_Testall(n_req_, req_, &flag, st_), "MPI_Testall");
-    done_ = flag != 0;  // then st_ holds both statuses and the requests are freed
+    if (n_req_ > 0 && !done_) {
+      check(MPI_Testall(n_req_, req_, &flag, st_), "MPI_Testall");
+      done_ = flag != 0;  // then st_ holds both statuses and the requests are freed
+    }
+    // A completed request becomes MPI_REQUEST_NULL; its status is read in wait_recv.
+    if (recv_ != MPI_REQUEST_NULL && !recv_done_) {
+      check(MPI_Test(&recv_, &flag, &recv_st_), "MPI_Test");
+      recv_done_ = flag != 0;
+    }
+    if (!sends_.empty())
+      check(MPI_Testall(int(sends_.size()), sends_.data(), &flag, MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+    stats().comm_ms += ms_since(t0);
+  }
+  void post_send(const void* data, size_t bytes, int to) override {
+    const auto t0 = Clock::now();
+    sends_.push_back(MPI_REQUEST_NULL);
+    check(MPI_Isend(data, count_of(bytes), MPI_BYTE, to, kChunkTag, MPI_COMM_WORLD,
+                    &sends_.back()),
+          "MPI_Isend");
+    stats().bytes_sent += int64_t(bytes);
+    stats().messages += 1;
+    stats().comm_ms += ms_since(t0);
+  }
+  void wait_sends() override {
+    const auto t0 = Clock::now();
+    if (!sends_.empty())
+      check(MPI_Waitall(int(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    sends_.clear();
+    stats().comm_ms += ms_since(t0);
+  }
+  void post_recv(void* data, size_t bytes, int from) override {
+    SPATTN_CHECK(recv_ == MPI_REQUEST_NULL && !recv_done_, "internal: a receive is already "
+                 "in flight");
+    const auto t0 = Clock::now();
+    check(MPI_Irecv(data, count_of(bytes), MPI_BYTE, from, kChunkTag, MPI_COMM_WORLD, &recv_),
+          "MPI_Irecv");
+    recv_bytes_posted_ = bytes;
+    recv_from_ = from;
+    stats().comm_ms += ms_since(t0);
+  }
+  void wait_recv() override {
+    const auto t0 = Clock::now();
+    if (!recv_done_) check(MPI_Wait(&recv_, &recv_st_), "MPI_Wait");
+    recv_done_ = false;
+    recv_ = MPI_REQUEST_NULL;
+    int got = 0;
+    MPI_Get_count(&recv_st_, MPI_BYTE, &got);
+    SPATTN_CHECK(size_t(got) == recv_bytes_posted_, "--cp: expected ", recv_bytes_posted_,
+                 " bytes from rank ", recv_from_, ", got ", got);
+    stats().bytes_recv += int64_t(got);
     stats().comm_ms += ms_since(t0);
   }
   void finish_exchange() override {
@@ -136,13 +186,20 @@ class MpiGroup final : public Group {
   }
 
  private:
-  static constexpr int kTag = 26, kChainTag = 27;
+  static constexpr int kTag = 26, kChainTag = 27, kChunkTag = 28;
   int rank_ = 0, size_ = 1;
   MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   MPI_Status st_[2];
   int n_req_ = 0;
   bool done_ = false;
   size_t recv_bytes_ = 0;
+  // post_send / post_recv: the sends in flight, and the one receive.
+  std::vector<MPI_Request> sends_;
+  MPI_Request recv_ = MPI_REQUEST_NULL;
+  MPI_Status recv_st_;
+  bool recv_done_ = false;
+  size_t recv_bytes_posted_ = 0;
+  int recv_from_ = -1;
 };
 
 std::mutex g_mutex;

@@ -32,7 +32,9 @@ size_t RingScratch::bytes() const {
   if (shard) b += shard->bytes();
   if (sink) b += sink->bytes();
   if (whole) b += whole->bytes();
-  b += gathered.capacity();
+  b += gathered.capacity() + own_wire.capacity();
+  for (const AttnState& st : state)
+    b += (st.m.capacity() + st.l.capacity() + st.o.capacity()) * sizeof(float);
   return b;
 }
 
@@ -344,11 +346,117 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   }
 }
 
+// The dense prefill in position order (ring_prefill's comment): rank r steps through chunks
+// c = 0 .. 2P-1-r (its late run's own); at step c it takes chunk c (its own cache's run, or
+// the chunk received), posts the receive of chunk c + 1 so it moves during the compute, and
+// continues the early run's state over chunk c when c <= r and the late run's always. A rank
+// waits only for its own receive; its sends, posted at the start, are waited for at the
+// layer's end (each run's wire rows are sent from one buffer that stays).
+void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
+                     Stats* stats) {
+  const int P = g.size(), r = g.rank();
+  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d;
+  const DType wire = wire_dtype(L.k_type, L.v_type);
+  const size_t es = dtype_size(wire);
+  const int64_t C = 2 * int64_t(P);
+  const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  SPATTN_CHECK(z.grid % kKeyBlock == 0 && runs[0].len > 0 && runs[1].len > 0,
+               "internal: the dense prefill in position order needs the zigzag on the ",
+               kKeyBlock, "-token grid with two runs per rank");
+  SPATTN_CHECK(L.own && L.own->size() == runs[0].len + runs[1].len, "internal: the rank's "
+               "cache holds ", L.own ? L.own->size() : 0, " rows, its shard ",
+               runs[0].len + runs[1].len);
+  const auto len = [&](int64_t c) { return z.begin(c + 1) - z.begin(c); };
+  const auto chunk_bytes = [&](int64_t c) { return size_t(len(c) * row) * es * 2; };
+  // Rank q reads chunk c when its late run (chunk C-1-q, after its early one) lies at or after c.
+  const auto reads = [&](int q, int64_t c) { return c <= C - 1 - q; };
+  // The rank's runs on the wire, each K rows then V rows (the layout a chunk travels in).
+  s.own_wire.resize(chunk_bytes(r) + chunk_bytes(C - 1 - r));
+  unsigned char* run_wire[2] = {s.own_wire.data(), s.own_wire.data() + chunk_bytes(r)};
+  for (int i = 0, at = 0; i < 2; at += int(runs[i].len), ++i) {
+    const int64_t n = runs[i].len * row;
+    to_wire(L.k + at * row, n, wire, run_wire[i]);
+    to_wire(L.v + at * row, n, wire, run_wire[i] + size_t(n) * es);
+  }
+  size_t most = 0;
+  for (int64_t c = 0; c < C; ++c)
+    if (z.owner(c) != r && reads(r, c)) most = std::max(most, chunk_bytes(c));
+  for (auto& b : s.buf) b.resize(most);
+  int64_t most_rows = 0;
+  for (int64_t c = 0; c < C; ++c) most_rows = std::max(most_rows, len(c));
+  fit_packed(s.shard, L, most_rows, L.own->bf16_operands());
+  const double comm0 = g.stats().comm_ms;
+  // The rank's two chunks go to every other reader at once, at the layer's start: they are its
+  // own rows, so this holds no more memory, and a reader is never kept waiting for its owner
+  // to reach a step (MPI moves a large message once the reader posts its receive). Were they
+  // posted one step ahead instead, the ranks' steps would be coupled: the last rank computes
+  // both runs against each early chunk while the first computes one, and the first would wait.
+  for (const int64_t c : {int64_t(r), C - 1 - r})
+    for (int q = 0; q < P; ++q)
+      if (q != r && reads(q, c)) {
+        g.post_send(run_wire[c < P ? 0 : 1], chunk_bytes(c), q);
+        g.stats().ring_bytes_sent += int64_t(chunk_bytes(c));
+      }
+  // A reader receives chunk c into buffer c % 2, posted one chunk ahead.
+  const auto post = [&](int64_t c) {
+    if (c < C && z.owner(c) != r && reads(r, c))
+      g.post_recv(s.buf[c % 2].data(), chunk_bytes(c), z.owner(c));
+  };
+  for (int i = 0; i < 2; ++i) s.state[i].reset(Hq, runs[i].len, d);
+  post(0);
+  for (int64_t c = 0; c < C && reads(r, c); ++c) {
+    const int o = z.owner(c);
+    // The chunk's keys: a run of the rank's own cache, or the chunk received, packed with its
+    // positions in the cache's format.
+    const PackedKV* kv = L.own;
+    KeyRange keys{0, len(c)};
+    if (o == r) {
+      if (c != r) keys = {runs[0].len, runs[0].len + runs[1].len};
+    } else {
+      g.wait_recv();
+    }
+    post(c + 1);
+    if (o != r) {
+      const int64_t n = len(c);
+      s.k.resize(size_t(n * row));
+      s.v.resize(size_t(n * row));
+      from_wire(s.buf[c % 2].data(), n * row, wire, s.k.data());
+      from_wire(s.buf[c % 2].data() + size_t(n * row) * es, n * row, wire, s.v.data());
+      std::vector<int64_t> pos(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = z.begin(c) + i;
+      s.shard->clear();
+      s.shard->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
+                      TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos, L.opt.threads);
+      kv = s.shard.get();
+      g.progress();
+    }
+    int64_t row0 = 0;
+    for (int i = 0; i < 2; row0 += runs[i].len, ++i) {
+      if (i == 0 && c > r) continue;  // the early run's keys end at its own chunk
+      AttnOptions a = L.opt;
+      a.q_start = runs[i].pos;
+      attention_dense_continue(
+          TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq,
+                          runs[i].len, d),
+          *kv, keys, s.state[i], a, stats);
+      g.progress();
+    }
+  }
+  g.wait_sends();
+  g.stats().ring_layers += 1;
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  int64_t row0 = 0;
+  for (int i = 0; i < 2; row0 += runs[i].len, ++i)
+    attention_state_finish(s.state[i],
+                           TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, runs[i].len, d));
+}
+
 }  // namespace
 
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   if (L.pattern) return ring_pattern(g, z, L, s, stats);
   if (L.gather) return gather_prefill(g, z, L, s, stats);
+  if (!L.blasst) return ordered_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
   const DType wire = wire_dtype(L.k_type, L.v_type);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "spattn/attention.hpp"
+#include "spattn/attention_state.hpp"
 #include "spattn/context_parallel.hpp"
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
@@ -29,6 +30,9 @@ struct RingScratch {
   std::vector<float> sink_k, carry;  // carry: BLASST's running max [run][Hq][run.len]
   std::unique_ptr<PackedKV> whole;   // gather: the layer's whole K/V
   std::vector<unsigned char> gathered;
+  std::vector<unsigned char> own_wire;  // in order: the rank's two runs, each K rows then V rows
+  AttnState state[2];                   // in order: each run's online softmax
+
   size_t bytes() const;
 };
 
@@ -36,6 +40,13 @@ struct RingScratch {
 // q [rows, Hq, d], k and v [rows, Hkv, d] are the rank's rows (its two runs, as the cache
 // rounded them), `own` the layer's cache holding exactly those rows at their positions; out
 // [rows, Hq, d] receives attention over the whole prompt. opt gives threads and scale.
+// Dense (no pattern, no blasst, no gather): the chunks in position order, not a ring. Each
+// chunk goes from its owner to every rank whose queries see it (chunk c < P: every rank; a
+// late chunk: the ranks whose late chunk lies after it), and every rank runs its two runs'
+// online softmax (attention_dense_continue) over chunk 0, 1, ... up to the run's own, carrying
+// each row's (m, l, O) from chunk to chunk: one process's tiles in one process's order, so
+// its bits. Needs the zigzag on the 64-position tile grid (Zigzag::grid a multiple of 64, no
+// empty run). Holds two received chunks at a time (the one in use and the next arriving).
 // pattern: null for dense attention, else a_shape's static block pattern (blocks from
 // position 0, as one process lays them when -ub is a multiple of block_q): each shard then
 // travels with only the rows some rank other than its owner sees, and each query block

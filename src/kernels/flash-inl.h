@@ -1054,10 +1054,6 @@ inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool caus
   return kept;
 }
 
-// A row's natural-log LSE from its running max m (log2 units) and sum l; -inf for no key.
-// Finalize and the finish hook both take it from here, so they agree bit for bit.
-inline float RowLse(float m, float l) { return l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf; }
-
 // Writes O / l (and LSE) of rows [0, n) to output rows out_rows.
 inline void Finalize(const Problem& p, int64_t h, const int64_t* out_rows, int64_t n, int64_t dp,
                      const float* o, const float* m, const float* l) {
@@ -1266,6 +1262,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   view.positions = kv.kpos;
   view.tile_max = sc.tile_max;
   if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
+  if constexpr (Policy::kCarry) pol.load_state(p, view, sc.o, sc.m, sc.l, dp);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
   // (kKeepP) Each tile's scores / P in the policy's buffer.
   const auto next_p = [&] {
@@ -1499,7 +1496,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                hc.kv.template v_tile<typename Ops::T>(0, ct));
     }
   }
-  if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::kCarry) pol.store_state(p, view, sc.o, sc.m, sc.l, dp);
+  else if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
   if constexpr (Policy::kFinish) {
     // alpha is free once the last tile is done: it holds the rows' final LSE.
     for (int64_t r = 0; r < n; ++r) sc.alpha[r] = RowLse(sc.m[r], sc.l[r]);

@@ -14,6 +14,9 @@
 //   reduce:      how per-thread state combines, once, in thread order
 //   visit_order: in which order the key tiles run (BLASST's local-first order)
 //   seed_max:    what running max an item starts from (decode's key chunks under that order)
+//   load_state / store_state: the rows' whole online-softmax state (m, l, O) taken from and
+//                left to the caller instead of starting empty and normalising at the end, so
+//                a caller holding a row's keys in pieces continues one loop across calls
 // The dense policy answers "contiguous, all causal, never, nobody, nothing, in order, -inf"
 // with compile-time constants, so the dense kernel pays nothing for the hooks.
 #pragma once
@@ -127,6 +130,9 @@ struct DensePolicy {
   static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
   static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
   static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
+  // Calls load_state() before an item's first key tile and store_state() after its last,
+  // instead of Finalize (no O / l, no LSE written to the problem's out).
+  static constexpr bool kCarry = false;
   static constexpr bool kPackedColumns = false;  // calls head_columns() once per q head
   // The keys of ranges off whole 64-key tiles (short pieces at a range's ends) are copied
   // together into gathered tiles of 64 (in the plain, unordered loop only; not with kOrder).
@@ -167,6 +173,13 @@ struct DensePolicy {
   // entry: a policy may raise it to a max it knows from keys another item computes. The item's
   // output is the same softmax (O and l scale with m); only the skip rule sees it sooner.
   void seed_max(const Problem&, const TileView& /*rows*/, float* /*m*/) const {}
+  // (kCarry) Rows [0, rows.n)'s running max m (log2 units), sum l and unnormalised O (rows of
+  // dp floats, padding [dim, dp) zero) before the first tile, on entry -inf, 0 and 0; and
+  // after the last tile, to keep for the next call.
+  void load_state(const Problem&, const TileView& /*rows*/, float* /*o*/, float* /*m*/,
+                  float* /*l*/, int64_t /*dp*/) const {}
+  void store_state(const Problem&, const TileView& /*rows*/, const float* /*o*/,
+                   const float* /*m*/, const float* /*l*/, int64_t /*dp*/) const {}
   // Scheduling weight of (h, t): the keys it may see. Items run longest first.
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
     return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
@@ -208,6 +221,7 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { P::kReduce } -> std::convertible_to<bool>;
   { P::kOrder } -> std::convertible_to<bool>;
   { P::kSeedMax } -> std::convertible_to<bool>;
+  { P::kCarry } -> std::convertible_to<bool>;
   { P::kPackedColumns } -> std::convertible_to<bool>;
   { P::kPackFragments } -> std::convertible_to<bool>;
   { P::kOutput } -> std::convertible_to<bool>;
@@ -226,6 +240,8 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { pol.p_buffer(local, int64_t{}) } -> std::same_as<float*>;
   { pol.visit_order(p, tile, visits) };
   { pol.seed_max(p, tile, m) };
+  { pol.load_state(p, tile, m, m, m, int64_t{}) };
+  { pol.store_state(p, tile, m, m, m, int64_t{}) };
   { mpol.reduce(locals) };
 };
 
@@ -358,6 +374,11 @@ inline DecodeChunks decode_chunks(int64_t group, int64_t q_len, int64_t max_rows
 float blasst_log2_threshold(double lambda, const char* who);
 // Throws Error naming `who` unless `order` is one of BlasstOrder's values.
 void check_blasst_order(BlasstOrder order, const char* who);
+
+// A row's natural-log LSE from its running max m (log2 units) and sum l; -inf for no key.
+// Finalize, the finish hook and attention_state_finish all take it from here, so they agree
+// bit for bit.
+inline float RowLse(float m, float l) { return l > 0 ? (m + std::log2(l)) * kLn2 : kNegInf; }
 
 // Sorted, clipped to [0, limit), adjacent/overlapping ranges merged.
 inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {

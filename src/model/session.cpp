@@ -151,16 +151,24 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
                                                  std::vector<float>{}, c.rope_attn_factor);
 }
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
-// n / P + 2 prompt tokens and decode the next token to the emptiest rank.
-// chunked_h2o's split on the -ub grid gives a rank whole chunks: at most ceil(ceil(c / S) / P)
-// of S tokens (1/P of the context when it holds many chunks per rank).
+// n / P + 2 prompt tokens and decode the next token to the emptiest rank. A split on a grid
+// of S tokens (chunked_h2o: -ub; dense and BLASST: the 64-token tiles) gives a rank whole
+// chunks: at most ceil(ceil(c / S) / P) of S tokens (1/P of the context when it holds many
+// chunks per rank).
 int64_t cache_capacity(const SessionOptions& o) {
   if (!o.cp) return o.n_ctx;
-  const int64_t P = o.cp->size(), S = o.n_ubatch;
-  int64_t share = (o.n_ctx + P - 1) / P;
-  if (o.mode == PrefillMode::chunked_h2o)
-    share = std::max(share, ((o.n_ctx + S - 1) / S + P - 1) / P * S);
-  return std::min(o.n_ctx, share + 2);
+  const int64_t P = o.cp->size();
+  const auto grid = [&](int64_t S) { return ((o.n_ctx + S - 1) / S + P - 1) / P * S; };
+  int64_t share = (o.n_ctx + P - 1) / P + 2;
+  if (o.mode == PrefillMode::chunked_h2o) {
+    share = std::max(share, grid(o.n_ubatch) + 2);
+  } else {
+    // Dense and BLASST split on the 64-token tiles. Decode gives a token to the emptiest
+    // rank only, which then holds at most ceil(c / P) + 1: a rank at the grid's share needs
+    // no more room.
+    share = std::max(share, grid(kKeyBlock));
+  }
+  return std::min(o.n_ctx, share);
 }
 }  // namespace
 
@@ -198,6 +206,7 @@ struct Session::Impl {
   std::unique_ptr<dist::RingPattern> cp_pattern;  // a_shape across ranks, else null
   std::unique_ptr<dist::RingBlasst> cp_blasst;    // blasst across ranks, else null
   std::vector<float> cp_gather;
+  bool cp_whole = false;  // the dense prefill running gathers the whole K/V (RingLayer::gather)
   int64_t tap_layer = -1;
   QkvTap tap;
   // Scratch for up to max_rows rows.
@@ -450,7 +459,7 @@ struct Session::Impl {
       }
       const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
                                opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
-                               cp_pattern.get(), cp_blasst.get(), opt.cp_gather};
+                               cp_pattern.get(), cp_blasst.get(), cp_whole};
       dist::ring_prefill(*grp, zz, rl, ring, stats);
       return;
     }
@@ -871,8 +880,14 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
   });
   // chunked_h2o on the -ub grid; a prompt of one chunk runs dense, as in one process.
   s.cp_h2o = s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch;
-  // BLASST on its tiles' 64-token grid (so every query and key tile is one process's).
-  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch : s.cp_blasst ? kKeyBlock : 1};
+  // Dense: the chunks in position order on the tiles' 64-token grid (one process's bits), or,
+  // for a prompt of fewer than 2P tiles (runs would be empty), the whole K/V gathered: at most
+  // 2P - 1 tiles, and one process's bits too. BLASST on the same grid (so every query and key
+  // tile is one process's).
+  const bool dense = !s.cp_h2o && !s.cp_pattern && !s.cp_blasst;
+  s.cp_whole = dense && (s.opt.cp_gather || (n + kKeyBlock - 1) / kKeyBlock < 2 * int64_t(P));
+  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch
+                            : s.cp_blasst || (dense && !s.cp_whole) ? kKeyBlock : 1};
   const std::vector<int64_t> own = s.zz.positions(r);
   const int64_t rows = int64_t(own.size());
   std::vector<int32_t> own_tokens(own.size());

@@ -65,10 +65,11 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b, int64_
   return scale > 0 ? diff / scale : diff;
 }
 
-// The ring alone on seeded random rows (4 q heads, 2 kv heads, head dim 64, f32 cache): each
-// rank's attention output against the exact reference over every key, and decode's merged
-// output against one attention_decode over every key, computed on the rank itself. Only the
-// order of sums differs, so the tolerance is float rounding's.
+// The dense prefill alone on seeded random rows (4 q heads, 2 kv heads, head dim 64, f32
+// cache; n tokens on the 64-token grid): each rank's attention output against one
+// attention_dense call over every key (the same bits: the chunks in position order) and the
+// exact reference (float rounding), and decode's merged output against one attention_decode
+// over every key, computed on the rank itself (only the order of sums differs: rounding).
 bool ring_alone(dist::Group& g, int64_t n, double tol) {
   const int64_t Hq = 4, Hkv = 2, d = 64;
   const int r = g.rank();
@@ -91,8 +92,11 @@ bool ring_alone(dist::Group& g, int64_t n, double tol) {
                       TensorView::shd(k.data(), DType::f32, Hkv, n, d),
                       TensorView::shd(v.data(), DType::f32, Hkv, n, d),
                       TensorView::shd(ref.data(), DType::f32, Hq, n, d), opt);
-  // This rank's rows, cache and ring.
-  const dist::Zigzag z{n, g.size()};
+  std::vector<float> one(q.size());  // one process's kernel over every key
+  attention_dense(TensorView::shd(q.data(), DType::f32, Hq, n, d), all,
+                  TensorView::shd(one.data(), DType::f32, Hq, n, d), opt);
+  // This rank's rows, cache and prefill.
+  const dist::Zigzag z{n, g.size(), kKeyBlock};
   const std::vector<int64_t> own = z.positions(r);
   const int64_t m = int64_t(own.size());
   std::vector<float> oq(size_t(m * Hq * d)), ok_(size_t(m * Hkv * d)), ov(ok_.size()),
@@ -110,11 +114,13 @@ bool ring_alone(dist::Group& g, int64_t n, double tol) {
                      {oq.data(), ok_.data(), ov.data(), &mine, Hq, Hkv, d, KVType::f32,
                       KVType::f32, opt, out.data()},
                      scratch, nullptr);
-  double diff = 0;
+  double diff = 0, bits = 0;
   for (int64_t i = 0; i < m; ++i)
-    for (int64_t c = 0; c < Hq * d; ++c)
-      diff = std::max(diff, double(std::fabs(out[size_t(i * Hq * d + c)] -
-                                             ref[size_t(own[size_t(i)] * Hq * d + c)])));
+    for (int64_t c = 0; c < Hq * d; ++c) {
+      const float o = out[size_t(i * Hq * d + c)];
+      diff = std::max(diff, double(std::fabs(o - ref[size_t(own[size_t(i)] * Hq * d + c)])));
+      bits = std::max(bits, double(std::fabs(o - one[size_t(own[size_t(i)] * Hq * d + c)])));
+    }
   // Decode: the last row's query over every key, the last key on rank 0 alone.
   std::vector<float> dref(size_t(Hq * d)), dout(size_t(Hq * d)), gather;
   const TensorView dq = TensorView::shd(q.data() + (n - 1) * Hq * d, DType::f32, Hq, 1, d);
@@ -125,10 +131,10 @@ bool ring_alone(dist::Group& g, int64_t n, double tol) {
                      nullptr, gather);
   double ddiff = 0;
   for (size_t c = 0; c < dref.size(); ++c) ddiff = std::max(ddiff, double(std::fabs(dref[c] - dout[c])));
-  std::printf("rank %d: ring alone (random rows, n %lld): attention max |diff| %.3g, decode "
-              "merge %.3g\n",
-              r, (long long)n, diff, ddiff);
-  return diff <= tol && ddiff <= tol;
+  std::printf("rank %d: prefill alone (random rows, n %lld): attention max |diff| %.3g against "
+              "the reference, %.3g against one call; decode merge %.3g\n",
+              r, (long long)n, diff, bits, ddiff);
+  return diff <= tol && bits == 0 && ddiff <= tol;
 }
 
 int argmax(const float* x, int64_t n) {
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
   try {
     auto group = dist::mpi_world(P);
     const int r = group->rank();
-    bool ok = ring_alone(*group, 333, 2e-6);
+    bool ok = ring_alone(*group, 600, 2e-6);
     auto file = std::make_shared<const gguf::File>(gguf::File::open(model_path));
     const model::Model m = model::load_model(file);
     const Tokenizer tok = Tokenizer::from_gguf(*file);
@@ -208,11 +214,13 @@ int main(int argc, char** argv) {
     one.prefill(tokens, la.data(), 0);
     cp.prefill(tokens, lb.data(), 0);
 
-    // chunked_h2o splits on the -ub grid (a prompt of one chunk runs dense), blasst on its
-    // 64-key tiles'.
+    // chunked_h2o splits on the -ub grid (a prompt of one chunk runs dense), blasst and dense
+    // on the 64-key tiles' (dense: when the prompt has 2P tiles; else, as --cp-gather, on
+    // none).
     const bool blasst = attn.rfind("blasst", 0) == 0;
+    const bool tiles = blasst || (attn == "dense" && (n + kKeyBlock - 1) / kKeyBlock >= 2 * P);
     const int64_t grid = so.mode == model::PrefillMode::chunked_h2o && n > ub ? ub
-                         : blasst                                            ? kKeyBlock
+                         : tiles                                             ? kKeyBlock
                                                                              : 1;
     if (blasst) {
       // The prefill's key tiles over every rank against one process's.

@@ -29,6 +29,12 @@ void ServeOptions::validate() const {
   SPATTN_CHECK(slots >= 1 && slots <= 64, "-np must be in [1, 64], got ", slots);
   SPATTN_CHECK(max_queue >= 0 && max_queue <= 1024, "--queue must be in [0, 1024], got ",
                max_queue);
+  // Context parallelism needs every rank to run the same calls in lockstep: a request stream
+  // read on one rank, sent to the others, slots and their prefix reuse (a prefill after decode,
+  // which --cp does not continue) on every rank. Not built: refused by name rather than served
+  // by one process as if --cp were not given.
+  SPATTN_CHECK(r.cp == 1 && !r.cp_gather, "serve --cp ", r.cp, r.cp_gather ? " --cp-gather" : "",
+               ": serve is not context-parallel (run and perplexity are); start it without --cp");
   cli::session_options(r, r.attn);  // --attn and the sizes, before the model loads
   pick_chat_template(chat_template, "");  // an unknown --chat-template name
 }
