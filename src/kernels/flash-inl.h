@@ -139,7 +139,7 @@ inline void PrefetchRows(const void* p, int64_t rows, int64_t stride, int64_t by
 // and is widened into scratch that the L1 has to hold). For the next tiles of a contiguous
 // range of a cache stored as f16 / bf16 / q8_0: decode over such a cache is bound by memory,
 // and the loop reads each tile in one burst (its widening) between bursts of arithmetic, which
-// the hardware prefetcher does not cover (see PrefetchRangeTiles).
+// the hardware prefetcher does not cover (RunTile's plain range loop calls it).
 inline void PrefetchL2(const void* p, int64_t bytes) {
   const char* b = static_cast<const char*>(p);
   for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(b + o, 0, 2);
@@ -1440,10 +1440,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       }
       for (int64_t jt = kr.begin / kTileKeys; jt * kTileKeys < kr.end; ++jt) {
         // A stored (widened) cache: this tile's V and the next tile's K start coming into the
-        // L2 while this tile's K is widened and scored. Decode over an f16 cache (2 threads,
-        // Zen 5): 13-25% less time at 16K-32K keys (BM_DecodeCacheType, BM_QuestDecode's dense
-        // row), the runner's decode at 16K depth 17-30% more tokens/s. Further ahead measured
-        // no better.
+        // L2 while this tile's K is widened and scored. The runner's decode over an f16 cache
+        // at 16K depth (code-small-32k, 2 threads, Zen 5): 1.20-1.23x tokens/s (BENCHMARKS.md,
+        // "Decode over an f16 cache"). Two or three tiles ahead measured no better.
         if (d.widened()) {
           PrefetchL2(d.v_bytes(kvh, jt), d.v_tile_bytes);
           if ((jt + 1) * kTileKeys < kr.end) PrefetchL2(d.k_bytes(kvh, jt + 1), d.k_tile_bytes);
