@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 import spattn
+from calibration_draws import columns  # the terms of the CLI's fit, written once
 
 LENGTHS = [4096, 8192, 16384, 32768]
 TARGETS = [0.3, 0.5, 0.7]
@@ -42,16 +43,6 @@ def ln_lambda_at(curve, lnl, s):
         return np.nan
     t = (s - curve[j - 1]) / max(curve[j] - curve[j - 1], 1e-12)
     return lnl[j - 1] + t * (lnl[j] - lnl[j - 1])
-
-
-def columns(n, s, form):
-    x = math.log(n)
-    c = [1.0, s]
-    if "g" in form: c.append(-x)
-    if "d" in form: c.append(-s * x)
-    if "q" in form: c.append(s * s)
-    if "Q" in form: c.append(-s * s * x)
-    return c
 
 
 def fit(train, lnl, form):
