@@ -106,7 +106,7 @@ template <class T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t stride, int row0, int rows,
                                           int tid) {
   constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
-  static_assert(kStep % 8 == 0 && kRows % kStep == 0, "rows per pass");
+  static_assert(kRows % kStep == 0, "rows per pass");
   const int c = tid % kChunks, r = tid / kChunks;
   const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
   const T* src = g + int64_t(row0 + r) * stride + c * 8;
@@ -114,7 +114,10 @@ __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t stride, i
 #pragma unroll
   for (int n = 0; n < kRows / kStep; ++n) {
     const bool valid = row0 + r + n * kStep < rows;
-    ptx::cp_async_16(dst + n * kStep * D * sizeof(T), valid ? src + n * step : g, valid);
+    // Fewer threads than 8 rows of chunks: the swizzle changes from pass to pass.
+    const uint32_t d = kStep % 8 == 0 ? dst + n * kStep * D * sizeof(T)
+                                      : ptx::smem_u32(smem + swz<D>(r + n * kStep, c * 8));
+    ptx::cp_async_16(d, valid ? src + n * step : g, valid);
   }
 }
 
@@ -123,6 +126,7 @@ template <class T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_rows(T* smem, const T* g, int64_t stride, const int* rows,
                                           int row0, int n_rows, int tid) {
   constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
+  static_assert(kStep % 8 == 0 && kRows % kStep == 0, "rows per pass");
   const int c = tid % kChunks, r = tid / kChunks;
   const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
 #pragma unroll
@@ -151,9 +155,10 @@ __device__ __forceinline__ int tile_at(int i, int n, const int* list, bool local
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
+// kW: warps a block (kWarps; 2 with kMT 2 makes a block one 64-row group).
 template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false,
-          int kPipe = kPipeFa2>
-__global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
+          int kPipe = kPipeFa2, int kW = kWarps>
+__global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
   static_assert(kPipe >= kPipeFa2 && kPipe <= kPipeKvRun, "a load pipeline");
@@ -163,7 +168,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   constexpr bool kKvAhead = kPipe >= kPipeKvAhead;
   constexpr int kVoteWait = kKvAhead ? 2 : kPipe, kEndWait = kKvAhead ? 1 : 0;
   using namespace detail;
-  constexpr int kBM = kWarps * 16 * kMT;                // query rows a block
+  constexpr int kBM = kW * 16 * kMT;                    // query rows a block
+  constexpr int kBT = kW * 32;                          // threads a block
+  static_assert(kBM % kGroupRows == 0, "whole 64-row groups");
   constexpr int kGroupWarps = kGroupRows / (16 * kMT);  // warps a 64-row group
   constexpr int kGroupThreads = kGroupWarps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -172,7 +179,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   T* sV = sK + kKBufs * kBN * D;  // kVBufs tiles
   // The skip vote, by tile parity: with kPipeKvRun a warp may write the next tile's vote
   // before another has read this one's (no end barrier between them).
-  __shared__ int warp_below[2][kWarps];
+  __shared__ int warp_below[2][kW];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, grp = warp / kGroupWarps;
   // Causal: the longest query tiles first, so the last wave is short ones.
@@ -256,15 +263,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 
   if (n_visit > 0) {
     if constexpr (kRows)
-      load_rows<T, D, kBM, kThreads>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
+      load_rows<T, D, kBM, kBT>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
     else
-      load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
+      load_tile<T, D, kBM, kBT>(sQ, gQ, p.q_s, row0, p.q_len, tid);
     ptx::cp_async_commit();
     int kt = tile_at(0, n_visit, list, local_first);
-    load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
+    load_tile<T, D, kBN, kBT>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
     ptx::cp_async_commit();
     if constexpr (kKvAhead) {
-      load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kt * kBN, p.kv_len, tid);
+      load_tile<T, D, kBN, kBT>(sV, gV, p.v_s, kt * kBN, p.kv_len, tid);
       ptx::cp_async_commit();
     }
     ptx::cp_async_wait<kEndWait>();  // Q and K(kt)
@@ -308,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       // Here K(kt) is resident and every warp is done with the previous tile's V.
       const int kbase = kt * kBN;
       if constexpr (!kKvAhead) {
-        load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
+        load_tile<T, D, kBN, kBT>(sV, gV, p.v_s, kbase, p.kv_len, tid);
         ptx::cp_async_commit();
       }
       const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
@@ -317,13 +324,13 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       const uint32_t vbuf = kVBufs == 2 ? (i & 1) * kBN * kRowBytes : 0;
       if constexpr (kKBufs == 2) {
         if (next >= 0)
-          load_tile<T, D, kBN, kThreads>(sK + ((i + 1) & 1) * kBN * D, gK, p.k_s, next * kBN,
+          load_tile<T, D, kBN, kBT>(sK + ((i + 1) & 1) * kBN * D, gK, p.k_s, next * kBN,
                                          p.kv_len, tid);
         ptx::cp_async_commit();  // an empty group at the end keeps the wait counts
       }
       if constexpr (kVBufs == 2) {
         if (next >= 0)
-          load_tile<T, D, kBN, kThreads>(sV + ((i + 1) & 1) * kBN * D, gV, p.v_s, next * kBN,
+          load_tile<T, D, kBN, kBT>(sV + ((i + 1) & 1) * kBN * D, gV, p.v_s, next * kBN,
                                          p.kv_len, tid);
         ptx::cp_async_commit();
       }
@@ -414,7 +421,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         bool grp_below = true;
         block_skip = p.threshold != -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
+        for (int w = 0; w < kW; ++w) {
           if (w / kGroupWarps == grp) grp_below = grp_below && vote[w];
           block_skip = block_skip && vote[w];
         }
@@ -432,7 +439,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
       if (kPipe == kPipeFa2 && next >= 0) {
-        load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
+        load_tile<T, D, kBN, kBT>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
         ptx::cp_async_commit();
       }
       const bool compute = mine && !skip;
