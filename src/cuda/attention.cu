@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -118,75 +117,40 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
   return p;
 }
 
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false,
-          int kPipe = kPipeFa2, int kW = kWarps>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 void launch(const FlashParams& p, cudaStream_t stream) {
-  constexpr size_t smem =
-      size_t(kW * 16 * kMT + (k_bufs(kPipe) + v_bufs(kPipe)) * kBN) * D * sizeof(T);
-  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kPipe, kW>;
+  constexpr size_t smem = size_t(kWarps * 16 * kMT + (1 + kKBufs) * kBN) * D * sizeof(T);
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
-  kernel<<<grid, kW * 32, smem, stream>>>(p);
+  kernel<<<grid, kThreads, smem, stream>>>(p);
   check(cudaGetLastError(), "flash_fwd_kernel launch");
 }
 
 // The kernel for a dtype and head dim.
-template <int kMT, bool kList, bool kSkip, bool kRows = false, int kPipe = kPipeFa2,
-          int kW = kWarps>
+template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
   if (dtype == DType::bf16)
-    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kPipe, kW>(p, stream)
-            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kPipe, kW>(p, stream);
+    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
+            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
   else
-    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kPipe, kW>(p, stream)
-            : launch<__half, 128, kMT, kList, kSkip, kRows, kPipe, kW>(p, stream);
-}
-
-// The load pipeline of the dense and BLASST kernels (flash_fwd.cuh's kPipe). Temporary, for
-// timing the pipelines against each other in one process: SPATTN_CUDA_PIPE=0..3 overrides
-// the default (dense: FlashAttention-2's; BLASST: K a tile ahead).
-int pipe_override() {
-  const char* e = std::getenv("SPATTN_CUDA_PIPE");
-  return e && e[0] >= '0' && e[0] <= '5' && !e[1] ? e[0] - '0' : -1;
-}
-
-template <bool kSkip>
-void launch_pipe(int pipe, DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
-  if (pipe == kPipeFa2)
-    launch_for<2, false, kSkip, false, kPipeFa2>(dtype, d, p, stream);
-  else if (pipe == kPipeKAhead)
-    launch_for<2, false, kSkip, false, kPipeKAhead>(dtype, d, p, stream);
-  else if (pipe == kPipeKvAhead)
-    launch_for<2, false, kSkip, false, kPipeKvAhead>(dtype, d, p, stream);
-  else if (pipe == kPipeKvRun)
-    launch_for<2, false, kSkip, false, kPipeKvRun>(dtype, d, p, stream);
-  else {
-    // 4, 5: two warps a block, one 64-row group (the vote is the block's), K a tile ahead
-    // (4) or FlashAttention-2's loads (5).
-    FlashParams p64 = p;
-    p64.n_qt = p.n_qt64;
-    if (pipe == 4)
-      launch_for<2, false, kSkip, false, kPipeKAhead, 2>(dtype, d, p64, stream);
-    else
-      launch_for<2, false, kSkip, false, kPipeFa2, 2>(dtype, d, p64, stream);
-  }
+    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
+            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
 }
 
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
-// rows come in 64s. BLASST loads K a tile ahead: a skipped tile has no P V to hide the next K
+// rows come in 64s. BLASST double-buffers K: a skipped tile has no P V to hide the next K
 // load under (measured: BENCHMARKS.md).
 template <bool kList, bool kSkip>
 void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream_t stream) {
   if (p.n_qt == 0) return;
-  if constexpr (!kList) {
-    const int pipe = pipe_override();
-    launch_pipe<kSkip>(pipe >= 0 ? pipe : kSkip ? kPipeKAhead : kPipeFa2, dtype, d, p, stream);
-  } else if (rows == 128) {
+  if constexpr (!kList && kSkip)
+    launch_for<2, false, true, false, 2>(dtype, d, p, stream);
+  else if (!kList || rows == 128)
     launch_for<2, kList, kSkip>(dtype, d, p, stream);
-  } else {
+  else if constexpr (kList)
     launch_for<1, kList, kSkip>(dtype, d, p, stream);
-  }
 }
 
 // Per-item records on the device, read back after the kernel.

@@ -8,8 +8,7 @@
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
 //     the running max before it), in which case its softmax and P V are not computed;
-//   - when K and V tiles load (the pipeline, kPipe below): K(next) under P V only, K(next)
-//     from the top of the tile, or K(next) and V(next) both from the top, a tile ahead.
+//   - one K buffer or two (K(next) loaded under P V only, or from the top of the tile).
 //
 // One thread block: four warps over a query tile of 64 * kMT rows, each warp kMT m16 tiles
 // (kMT 2: 32 rows a warp, FlashAttention-2's 128-row tile for head dim 128: every K and V
@@ -74,22 +73,6 @@ struct FlashParams {
   uint8_t* skip_map = nullptr;
 };
 
-// When the loop's K and V tiles load (kPipe). Every form keeps two barriers a tile.
-//   kPipeFa2:     FlashAttention-2's: V(kt) loads under S, K(next) under the softmax and P V
-//                 (one K and one V buffer).
-//   kPipeKAhead:  K(next) from the top of the tile, under S as well (two K buffers): a skipped
-//                 tile has no softmax and P V to hide the K load under.
-//   kPipeKvAhead: K(next) and V(next) both from the top of the tile (two K and two V buffers):
-//                 V(kt) was issued a whole tile earlier, so the vote never waits on a V load a
-//                 skipped tile does not need, and a computed tile finds its V resident.
-//   kPipeKvRun:   kPipeKvAhead, and in a run of tiles the whole block skips, one barrier a
-//                 tile: after a block-skipped tile the vote also waits for K(next), so when
-//                 this tile is block-skipped too nothing is left for the end barrier to order.
-//                 Only a whole block's skip counts: the two 64-row groups share the barrier.
-constexpr int kPipeFa2 = 0, kPipeKAhead = 1, kPipeKvAhead = 2, kPipeKvRun = 3;
-__host__ __device__ constexpr int k_bufs(int pipe) { return pipe == kPipeFa2 ? 1 : 2; }
-__host__ __device__ constexpr int v_bufs(int pipe) { return pipe >= kPipeKvAhead ? 2 : 1; }
-
 namespace detail {
 
 // Element offset of (row, col) in a [rows][D] tile whose 8-element chunks are swizzled by row.
@@ -106,7 +89,7 @@ template <class T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t stride, int row0, int rows,
                                           int tid) {
   constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
-  static_assert(kRows % kStep == 0, "rows per pass");
+  static_assert(kStep % 8 == 0 && kRows % kStep == 0, "rows per pass");
   const int c = tid % kChunks, r = tid / kChunks;
   const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
   const T* src = g + int64_t(row0 + r) * stride + c * 8;
@@ -114,10 +97,7 @@ __device__ __forceinline__ void load_tile(T* smem, const T* g, int64_t stride, i
 #pragma unroll
   for (int n = 0; n < kRows / kStep; ++n) {
     const bool valid = row0 + r + n * kStep < rows;
-    // Fewer threads than 8 rows of chunks: the swizzle changes from pass to pass.
-    const uint32_t d = kStep % 8 == 0 ? dst + n * kStep * D * sizeof(T)
-                                      : ptx::smem_u32(smem + swz<D>(r + n * kStep, c * 8));
-    ptx::cp_async_16(d, valid ? src + n * step : g, valid);
+    ptx::cp_async_16(dst + n * kStep * D * sizeof(T), valid ? src + n * step : g, valid);
   }
 }
 
@@ -126,7 +106,6 @@ template <class T, int D, int kRows, int kThreads>
 __device__ __forceinline__ void load_rows(T* smem, const T* g, int64_t stride, const int* rows,
                                           int row0, int n_rows, int tid) {
   constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
-  static_assert(kStep % 8 == 0 && kRows % kStep == 0, "rows per pass");
   const int c = tid % kChunks, r = tid / kChunks;
   const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
 #pragma unroll
@@ -155,31 +134,20 @@ __device__ __forceinline__ int tile_at(int i, int n, const int* list, bool local
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-// kW: warps a block (kWarps; 2 with kMT 2 makes a block one 64-row group).
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false,
-          int kPipe = kPipeFa2, int kW = kWarps>
-__global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p) {
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
+__global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
-  static_assert(kPipe >= kPipeFa2 && kPipe <= kPipeKvRun, "a load pipeline");
-  constexpr int kKBufs = k_bufs(kPipe), kVBufs = v_bufs(kPipe);
-  // cp.async groups the vote and the tile's end may leave pending (newest first): the vote
-  // needs V(kt), the end K(next); kPipeKvAhead issues K(next) then V(next) as two groups.
-  constexpr bool kKvAhead = kPipe >= kPipeKvAhead;
-  constexpr int kVoteWait = kKvAhead ? 2 : kPipe, kEndWait = kKvAhead ? 1 : 0;
+  static_assert(kKBufs == 1 || kKBufs == 2, "one or two K buffers");
   using namespace detail;
-  constexpr int kBM = kW * 16 * kMT;                    // query rows a block
-  constexpr int kBT = kW * 32;                          // threads a block
-  static_assert(kBM % kGroupRows == 0, "whole 64-row groups");
+  constexpr int kBM = kWarps * 16 * kMT;                // query rows a block
   constexpr int kGroupWarps = kGroupRows / (16 * kMT);  // warps a 64-row group
   constexpr int kGroupThreads = kGroupWarps * 32;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + kBM * D;
-  T* sV = sK + kKBufs * kBN * D;  // kVBufs tiles
-  // The skip vote, by tile parity: with kPipeKvRun a warp may write the next tile's vote
-  // before another has read this one's (no end barrier between them).
-  __shared__ int warp_below[2][kW];
+  T* sV = sK + kKBufs * kBN * D;
+  __shared__ int warp_below[kWarps];  // the skip vote
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, grp = warp / kGroupWarps;
   // Causal: the longest query tiles first, so the last wave is short ones.
@@ -263,18 +231,14 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
 
   if (n_visit > 0) {
     if constexpr (kRows)
-      load_rows<T, D, kBM, kBT>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
+      load_rows<T, D, kBM, kThreads>(sQ, gQ, p.q_s, p.rows, row0, p.q_len, tid);
     else
-      load_tile<T, D, kBM, kBT>(sQ, gQ, p.q_s, row0, p.q_len, tid);
+      load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
     ptx::cp_async_commit();
     int kt = tile_at(0, n_visit, list, local_first);
-    load_tile<T, D, kBN, kBT>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
+    load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
     ptx::cp_async_commit();
-    if constexpr (kKvAhead) {
-      load_tile<T, D, kBN, kBT>(sV, gV, p.v_s, kt * kBN, p.kv_len, tid);
-      ptx::cp_async_commit();
-    }
-    ptx::cp_async_wait<kEndWait>();  // Q and K(kt)
+    ptx::cp_async_wait<0>();
     __syncthreads();
 
     // One m16 tile: Q's A operands stay in registers, one per k16 step. Two: they are read
@@ -308,31 +272,21 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
     // softmax and P V but not its V load, as the paper's prefill kernel (section 4.1): loading
     // V only after the vote puts the load's latency into the loop of a compute-bound kernel
     // (measured: BENCHMARKS.md). Not loading skipped V tiles is the decode kernel's saving
-    // (flash_decode.cuh). The other pipelines (kPipe, above) load K(next), and V(next), from
-    // the top of the tile.
-    bool run = false;  // kPipeKvRun: the previous tile was block-skipped (uniform over the block)
+    // (flash_decode.cuh). With two K buffers (kKBufs, BLASST's) K(next) loads from the top of
+    // the tile, under S as well: a skipped tile has no softmax and P V to hide it under.
     for (int i = 0; i < n_visit; ++i) {
       // Here K(kt) is resident and every warp is done with the previous tile's V.
       const int kbase = kt * kBN;
-      if constexpr (!kKvAhead) {
-        load_tile<T, D, kBN, kBT>(sV, gV, p.v_s, kbase, p.kv_len, tid);
-        ptx::cp_async_commit();
-      }
+      load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
+      ptx::cp_async_commit();
       const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
-      // K(kt)'s and V(kt)'s buffers; the next tile's load into the others from here on.
+      // K(kt)'s buffer; with two, K(next) loads into the other one from here on, under S.
       const uint32_t kbuf = kKBufs == 2 ? (i & 1) * kBN * kRowBytes : 0;
-      const uint32_t vbuf = kVBufs == 2 ? (i & 1) * kBN * kRowBytes : 0;
       if constexpr (kKBufs == 2) {
         if (next >= 0)
-          load_tile<T, D, kBN, kBT>(sK + ((i + 1) & 1) * kBN * D, gK, p.k_s, next * kBN,
+          load_tile<T, D, kBN, kThreads>(sK + ((i + 1) & 1) * kBN * D, gK, p.k_s, next * kBN,
                                          p.kv_len, tid);
         ptx::cp_async_commit();  // an empty group at the end keeps the wait counts
-      }
-      if constexpr (kVBufs == 2) {
-        if (next >= 0)
-          load_tile<T, D, kBN, kBT>(sV + ((i + 1) & 1) * kBN * D, gV, p.v_s, next * kBN,
-                                         p.kv_len, tid);
-        ptx::cp_async_commit();
       }
       // Whether this warp's group has the tile at all (uniform over the group).
       const bool mine = kbase < reach;
@@ -402,7 +356,6 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
       // max (the CPU rule, blasst_skips: a NaN difference, -inf against -inf, counts as
       // below; a -inf threshold, lambda 0, skips nothing).
       bool skip = false;
-      bool block_skip = false;  // every warp of the block skips (or has no row seeing the tile)
       if constexpr (kSkip) {
         bool below = true;
 #pragma unroll
@@ -411,20 +364,13 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
           for (int r = 0; r < 2; ++r)
             below = below && (row_of(mt, r) >= p.q_len || !(mx[mt][r] - m[mt][r] >= p.threshold));
         const bool warp_all = __all_sync(0xffffffffu, below);
-        int* vote = warp_below[i & 1];
-        if (lane == 0) vote[warp] = warp_all || !mine;
-        if (kPipe == kPipeKvRun && run)
-          ptx::cp_async_wait<kEndWait>();  // V(kt) and K(next)
-        else
-          ptx::cp_async_wait<kVoteWait>();  // V(kt)
+        if (lane == 0) warp_below[warp] = warp_all || !mine;
+        ptx::cp_async_wait<kKBufs - 1>();  // V(kt)
         __syncthreads();  // the vote; every warp is done with K(kt); V(kt) is visible
         bool grp_below = true;
-        block_skip = p.threshold != -INFINITY;
 #pragma unroll
-        for (int w = 0; w < kW; ++w) {
-          if (w / kGroupWarps == grp) grp_below = grp_below && vote[w];
-          block_skip = block_skip && vote[w];
-        }
+        for (int w = 0; w < kWarps; ++w)
+          if (w / kGroupWarps == grp) grp_below = grp_below && warp_below[w];
         skip = mine && p.threshold != -INFINITY && grp_below;
         if (mine && tid % kGroupThreads == 0) {
           ++n_visited;
@@ -434,12 +380,12 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
           }
         }
       } else {
-        ptx::cp_async_wait<kVoteWait>();  // V(kt)
-        __syncthreads();                  // every warp is done with K; V(kt) is visible
+        ptx::cp_async_wait<kKBufs - 1>();  // V(kt)
+        __syncthreads();          // every warp is done with K; V(kt) is visible
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
-      if (kPipe == kPipeFa2 && next >= 0) {
-        load_tile<T, D, kBN, kBT>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
+      if (kKBufs == 1 && next >= 0) {
+        load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
         ptx::cp_async_commit();
       }
       const bool compute = mine && !skip;
@@ -493,8 +439,7 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
 #pragma unroll
           for (int dp = 0; dp < D / 16; ++dp) {
             uint32_t bv[4];  // keys kk * 16 + [0, 16), dims dp * 16 + [0, 16)
-            ptx::ldmatrix_x4_trans(bv,
-                                   v_off[dp & 3] + vbuf + (dp >> 2) * 128 + kk * 16 * kRowBytes);
+            ptx::ldmatrix_x4_trans(bv, v_off[dp & 3] + (dp >> 2) * 128 + kk * 16 * kRowBytes);
 #pragma unroll
             for (int mt = 0; mt < kMT; ++mt) {
               ptx::mma_16816<T>(o[mt][2 * dp], pf[mt][kk], bv[0], bv[1]);
@@ -503,16 +448,9 @@ __global__ void __launch_bounds__(kW * 32) flash_fwd_kernel(const FlashParams p)
           }
         }
       }
+      ptx::cp_async_wait<0>();  // K(next)
+      __syncthreads();          // K(next) is visible; every warp is done with V
       kt = next;
-      if constexpr (kPipe == kPipeKvRun) {
-        // Block-skipped after a block-skipped tile: K(next) was waited for before the vote
-        // barrier, so it is visible, and no warp read V(kt).
-        const bool again = run && block_skip;
-        run = block_skip;
-        if (again) continue;
-      }
-      ptx::cp_async_wait<kEndWait>();  // K(next)
-      __syncthreads();                 // K(next) is visible; every warp is done with V(kt)
     }
   }
 
