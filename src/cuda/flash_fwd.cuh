@@ -267,6 +267,95 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
                  (((2 * j + lane / 16) ^ (lane % 8)) * 16);
     }
 
+    // S = Q K^T of the key tile at kbase (K in buffer kbuf), masked past each row's limit, and
+    // each row's max in scaled log2 units.
+    auto scores = [&](uint32_t kbuf, int kbase, float (&s)[kMT][kBN / 8][4],
+                      float (&mx)[kMT][2]) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+          s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[kMT][4];
+        if constexpr (kMT == 1) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[0][e] = qf[kk][e];
+        } else {
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+            ptx::ldmatrix_x4(qa[mt], q_off[kk & 3] + (kk >> 2) * 128 + mt * 16 * kRowBytes);
+        }
+#pragma unroll
+        for (int np = 0; np < kBN / 16; ++np) {
+          uint32_t bk[4];  // keys np * 16 + [0, 16), dims kk * 16 + [0, 16)
+          ptx::ldmatrix_x4(bk, k_off[kk & 3] + kbuf + (kk >> 2) * 128 + np * 16 * kRowBytes);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            ptx::mma_16816<T>(s[mt][2 * np], qa[mt], bk[0], bk[1]);
+            ptx::mma_16816<T>(s[mt][2 * np + 1], qa[mt], bk[2], bk[3]);
+          }
+        }
+      }
+      if (kbase + kBN > lim_min) {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = kbase + j * 8 + (lane % 4) * 2 + (e & 1);
+              if (key >= lim_of(mt, e >> 1)) s[mt][j][e] = -INFINITY;
+            }
+      }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j) {
+          mx[mt][0] = fmaxf(mx[mt][0], fmaxf(s[mt][j][0], s[mt][j][1]));
+          mx[mt][1] = fmaxf(mx[mt][1], fmaxf(s[mt][j][2], s[mt][j][3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 1));
+          mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 2));
+          mx[mt][r] *= sl2;  // the scale is positive: the max commutes
+        }
+      }
+    };
+
+    // local_first visits the block's tiles in one order, the CPU's for the block's last 64-row
+    // group: its diagonal tile, the sink, then nearest to farthest. The first group's diagonal
+    // (one tile before) comes after the sink in it, where the CPU's 64-row tile visits it
+    // first. So that group takes its diagonal's row maxima before the loop (m's seed: the
+    // running max the CPU has after that first tile), decides the sink against them, and never
+    // skips its diagonal (the CPU's first tile, met with nothing before it): the CPU's
+    // decisions, tile for tile.
+    int seed_tile = -1;  // this group's diagonal, where it took the seed
+    if constexpr (kSkip && !kList && !kRows && kMT == 2 && kKBufs == 2) {
+      const int last0 = min(p.q_len, row0 + kGroupRows) - 1;  // group 0's last row
+      const int reach0 =
+          p.causal ? max(0, min(p.kv_len, p.pos_offset + last0 + 1)) : p.kv_len;
+      const int diag0 = reach0 > 0 ? (reach0 - 1) / kBN : 0;
+      if (local_first && p.threshold != -INFINITY && diag0 > 0 && diag0 < n_visit - 1) {
+        // The second K buffer is free until the loop's first K(next).
+        load_tile<T, D, kBN, kThreads>(sK + kBN * D, gK, p.k_s, diag0 * kBN, p.kv_len, tid);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
+        __syncthreads();
+        if (grp == 0) {
+          float s[kMT][kBN / 8][4], mx[kMT][2];
+          scores(kBN * kRowBytes, diag0 * kBN, s, mx);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) m[mt][0] = mx[mt][0], m[mt][1] = mx[mt][1];
+          seed_tile = diag0;
+        }
+        __syncthreads();  // every warp is done with the buffer
+      }
+    }
+
     // FlashAttention-2's schedule, two barriers a tile: V(kt) loads while S is computed, K(next)
     // while the softmax and P V run. BLASST's prefill keeps it: a skipped tile saves its
     // softmax and P V but not its V load, as the paper's prefill kernel (section 4.1): loading
@@ -295,62 +384,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       uint32_t pf[kMT][kBN / 16][4];
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) mx[mt][0] = mx[mt][1] = -INFINITY;
-      if (mine) {
-        // S = Q K^T, masked past each row's limit; each row's max in scaled log2 units.
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j)
-            s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk) {
-          uint32_t qa[kMT][4];
-          if constexpr (kMT == 1) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) qa[0][e] = qf[kk][e];
-          } else {
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt)
-              ptx::ldmatrix_x4(qa[mt], q_off[kk & 3] + (kk >> 2) * 128 + mt * 16 * kRowBytes);
-          }
-#pragma unroll
-          for (int np = 0; np < kBN / 16; ++np) {
-            uint32_t bk[4];  // keys np * 16 + [0, 16), dims kk * 16 + [0, 16)
-            ptx::ldmatrix_x4(bk, k_off[kk & 3] + kbuf + (kk >> 2) * 128 + np * 16 * kRowBytes);
-#pragma unroll
-            for (int mt = 0; mt < kMT; ++mt) {
-              ptx::mma_16816<T>(s[mt][2 * np], qa[mt], bk[0], bk[1]);
-              ptx::mma_16816<T>(s[mt][2 * np + 1], qa[mt], bk[2], bk[3]);
-            }
-          }
-        }
-        if (kbase + kBN > lim_min) {
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int j = 0; j < kBN / 8; ++j)
-#pragma unroll
-              for (int e = 0; e < 4; ++e) {
-                const int key = kbase + j * 8 + (lane % 4) * 2 + (e & 1);
-                if (key >= lim_of(mt, e >> 1)) s[mt][j][e] = -INFINITY;
-              }
-        }
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          mx[mt][0] = mx[mt][1] = -INFINITY;
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            mx[mt][0] = fmaxf(mx[mt][0], fmaxf(s[mt][j][0], s[mt][j][1]));
-            mx[mt][1] = fmaxf(mx[mt][1], fmaxf(s[mt][j][2], s[mt][j][3]));
-          }
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 1));
-            mx[mt][r] = fmaxf(mx[mt][r], __shfl_xor_sync(0xffffffffu, mx[mt][r], 2));
-            mx[mt][r] *= sl2;  // the scale is positive: the max commutes
-          }
-        }
-      }
+      if (mine) scores(kbuf, kbase, s, mx);
 
       // BLASST: a group skips the tile when each of its rows is ln(lambda) below its running
       // max (the CPU rule, blasst_skips: a NaN difference, -inf against -inf, counts as
@@ -371,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 #pragma unroll
         for (int w = 0; w < kWarps; ++w)
           if (w / kGroupWarps == grp) grp_below = grp_below && warp_below[w];
-        skip = mine && p.threshold != -INFINITY && grp_below;
+        skip = mine && p.threshold != -INFINITY && grp_below && kt != seed_tile;
         if (mine && tid % kGroupThreads == 0) {
           ++n_visited;
           if (skip) {

@@ -309,6 +309,49 @@ TEST(CudaAttention, BlasstSkipsTheCpuTiles) {
     }
 }
 
+// local_first is the CPU's order for every 64-row group, also the first of a 128-row kernel
+// block, whose diagonal tile the block's shared order reaches only after the sink. A sink that
+// outscores every other key by far: the CPU keeps each group's diagonal (its first tile) and
+// the sink and skips the rest, every margin far from ln(lambda), so no decision is a rounding
+// tie and none may differ.
+TEST(CudaAttention, BlasstLocalFirstKeepsEachGroupsDiagonal) {
+  SKIP_WITHOUT_GPU();
+  const int64_t L = 1000, d = 64;
+  Tensor q = test::random_tensor(DType::bf16, 2, L, d, 11, 0.1f);
+  Tensor k = test::random_tensor(DType::bf16, 1, L, d, 12, 0.1f);
+  const Tensor v = test::random_tensor(DType::bf16, 1, L, d, 13);
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t j = 0; j < d; ++j) q.view().set(h, i, j, q.view().get(h, i, j) + 0.5f);
+  for (int64_t j = 0; j < d; ++j) k.view().set(0, 0, j, 4.0f);  // q.k_0 / sqrt(d) ~ 16
+  const double lambda = 1e-2;                                    // ln: -4.6
+  AttnOptions opt;
+  opt.bf16_dot = false;
+  Tensor ref(DType::f32, 2, L, d);
+  std::vector<float> lse_ref(2 * L);
+  SkipStats cpu, gpu;
+  cpu.record_tiles = gpu.record_tiles = true;
+  Stats cst, gst;
+  attention_blasst(q, k, v, ref, lambda, opt, lse_ref.data(), &cst, &cpu,
+                   BlasstOrder::local_first);
+  DeviceTensor dq(q), dk(k), dv(v), dout(DType::bf16, 2, L, d);
+  DeviceFloats dlse(2 * L);
+  cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, opt, dlse.ptr, &gst, &gpu,
+                         BlasstOrder::local_first);
+  // Per 64-row tile t (its diagonal is key tile t), in both heads: every tile but t and 0.
+  int64_t want = 0;
+  for (int64_t t = 0; t < (L + 63) / 64; ++t) want += 2 * std::max<int64_t>(0, t - 1);
+  EXPECT_EQ(cst.tiles_skipped, want);
+  EXPECT_EQ(gpu.visited, cpu.visited);
+  ASSERT_EQ(gpu.skipped_tiles.size(), cpu.skipped_tiles.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < cpu.skipped_tiles.size(); ++i)
+    differ += gpu.skipped_tiles[i] != cpu.skipped_tiles[i];
+  EXPECT_EQ(differ, 0) << "query tiles whose skipped key tiles differ from the CPU's";
+  EXPECT_EQ(gst.tiles_skipped, cst.tiles_skipped);
+  expect_close(dout.to_host(), ref, dlse.to_host(), lse_ref, DType::bf16, "sink-dominated");
+}
+
 TEST(CudaAttention, MergeMatchesCpu) {
   SKIP_WITHOUT_GPU();
   for (DType t : {DType::bf16, DType::f16, DType::f32}) {
