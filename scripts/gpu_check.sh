@@ -5,8 +5,10 @@
 #   scripts/gpu_check.sh [OUT_DIR]         (default: gpu-check/)
 # Needs on that machine: the runtime libraries the binaries link (libgomp, libhwy, libfmt,
 # libopenblas: put copies on LD_LIBRARY_PATH where the image lacks them), compute-sanitizer,
-# and torch with CUDA for the benchmark and the Python tests (the extension must have been built
-# for that interpreter's version: the Python tests are skipped otherwise).
+# and torch with CUDA for the benchmark and the Python tests. Where build/python's extension is
+# for another interpreter (a build machine's Debian Python against the GPU machine's), it is
+# built here for python3 from build/libspattn.a with this machine's g++ and pip's pybind11 (the
+# shared libraries it links: on LD_LIBRARY_PATH, or in $SPATTN_RUNTIME_LIBS).
 set -u
 out=${1:-gpu-check}
 mkdir -p "$out"
@@ -27,11 +29,22 @@ timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/sp
 echo "== Python on torch CUDA tensors"
 ext=$(ls build/python/spattn/_core.cpython-*.so 2>/dev/null | head -1)
 want=$(python3 -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-if [ -n "$ext" ] && [ "${ext%"$want"}" != "$ext" ]; then
-  PYTHONPATH=build/python timeout 300 python3 -m pytest -q -p no:cacheprovider \
+pydir=build/python
+if [ -z "$ext" ] || [ "${ext%"$want"}" = "$ext" ]; then
+  echo "build/python's extension (${ext:-none}) is not for this python3 ($want): building one"
+  pydir="$out/python"
+  mkdir -p "$pydir/spattn" && cp python/spattn/*.py "$pydir/spattn/"
+  libs=${SPATTN_RUNTIME_LIBS:-}
+  timeout 300 g++ -O2 -fPIC -shared -fvisibility=hidden -std=c++20 -DGGML_USE_CPU -Isrc -Iinclude \
+    $(python3 -m pybind11 --includes) python/src/*.cpp -o "$pydir/spattn/_core$want" \
+    -Wl,--as-needed build/libspattn.a build/ggml/src/libggml.a build/ggml/src/libggml-cpu.a \
+    build/ggml/src/libggml-base.a -L/usr/local/cuda/lib64 -lcudart_static -lrt -ldl -lpthread \
+    ${libs:+-L"$libs"} -l:libgomp.so.1 -l:libhwy.so.1 -l:libfmt.so.9 -l:libpng16.so.16 \
+    -l:libopenblas.so.0 > "$out/python-build.log" 2>&1 || { echo "build failed:"; tail -5 "$out/python-build.log"; }
+fi
+if [ -e "$pydir/spattn/_core$want" ]; then
+  PYTHONPATH="$pydir:python/tests" timeout 300 python3 -m pytest -q -p no:cacheprovider -rs \
     python/tests/test_cuda.py python/tests/test_torch.py 2>&1 | tail -5
-else
-  echo "skipped: build/python's extension ($ext) is not for this python3 ($want)"
 fi
 
 echo "== benchmark against torch SDPA"
