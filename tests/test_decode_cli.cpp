@@ -63,6 +63,24 @@ TEST(DecodeCli, DenseDecodeTailEqualsThePrefillsTail) {
   EXPECT_LE(worst, mean);
   EXPECT_LT(mean, 1.0);
   EXPECT_EQ(quest["recall"]["head_steps"].get<int64_t>(), 2 * 40 * 3 * 8);  // windows x steps x layers 2-4 x heads
+  // Per layer: every layer, the two dense ones flagged (there: what the choice would keep);
+  // the sparse layers' means average to the overall mean (equal head-steps each).
+  const auto& layers = quest["recall"]["per_layer"];
+  ASSERT_EQ(layers.size(), 5u);
+  double sparse_sum = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_EQ(layers[l]["layer"].get<int64_t>(), int64_t(l));
+    EXPECT_EQ(layers[l]["dense"].get<bool>(), l < 2);
+    const double lm = layers[l]["mean"].get<double>(), lw = layers[l]["worst"].get<double>();
+    EXPECT_GT(lm, 0.0);
+    EXPECT_LE(lm, 1.0 + 1e-6);
+    EXPECT_LE(lw, lm + 1e-12);
+    if (l >= 2) {
+      sparse_sum += lm;
+      EXPECT_GE(lw, worst - 1e-12);
+    }
+  }
+  EXPECT_NEAR(sparse_sum / 3.0, mean, 1e-9);
   EXPECT_EQ(dense["decode_keys_read"].get<int64_t>(), dense["decode_keys_total"].get<int64_t>());
 }
 

@@ -35,9 +35,14 @@ struct PplOptions {
 // share of the dense softmax mass on the keys the step read: exp(LSE over the chosen pages -
 // LSE over every key). The step's post-RoPE q rows come from the session's tap; the choice is
 // made again from the same summaries and q, so it is the step's own. Outside the timed decode.
+// Per layer too, the dense layers (Quest's dense_layers) included: there the mass Quest's choice
+// would keep if the layer were sparse (the layer itself read every key), so one run shows which
+// layers a budget can serve. The mean and worst are the sparse layers'.
 struct RecallTally {
   double sum = 0, worst = 1;
   int64_t count = 0;
+  std::vector<double> layer_sum, layer_worst;  // per layer
+  std::vector<int64_t> layer_count;
   std::vector<std::vector<float>> q;  // per layer, the last decoded row's q [Hq * d]
   void measure(const model::Session& s, const model::Config& cfg, const QuestParams& qp) {
     const model::KVCache& c = s.cache();
@@ -46,7 +51,10 @@ struct RecallTally {
     a.threads = 2;
     Tensor out(DType::f32, cfg.n_head, 1, cfg.head_dim);
     std::vector<float> lse_sel(size_t(cfg.n_head)), lse_all(size_t(cfg.n_head));
-    for (int64_t l = qp.dense_layers; l < cfg.n_layer; ++l) {
+    layer_sum.resize(size_t(cfg.n_layer), 0.0);
+    layer_worst.resize(size_t(cfg.n_layer), 1.0);
+    layer_count.resize(size_t(cfg.n_layer), 0);
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const TensorView qv =
           TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
       const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
@@ -54,6 +62,10 @@ struct RecallTally {
       attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
       for (int64_t h = 0; h < cfg.n_head; ++h) {
         const double r = std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)]));
+        layer_sum[size_t(l)] += r;
+        layer_worst[size_t(l)] = std::min(layer_worst[size_t(l)], r);
+        ++layer_count[size_t(l)];
+        if (l < qp.dense_layers) continue;
         sum += r;
         worst = std::min(worst, r);
         ++count;
@@ -210,10 +222,18 @@ void run_decode_tail(const PplOptions& o) {
           {"decode_keys_read", keys_read[m]}, {"decode_keys_total", keys_total[m]}};
     for (size_t m = 0; m < modes.size(); ++m)
       j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];
-    if (recall)
+    if (recall) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (size_t l = 0; l < rt.layer_sum.size(); ++l)
+        layers.push_back({{"layer", l},
+                          {"dense", int64_t(l) < compared.quest.dense_layers},
+                          {"mean", rt.layer_sum[l] / double(rt.layer_count[l])},
+                          {"worst", rt.layer_worst[l]}});
       j["results"][modes.back()]["recall"] = {{"mean", rt.sum / double(rt.count)},
                                               {"worst", rt.worst},
-                                              {"head_steps", rt.count}};
+                                              {"head_steps", rt.count},
+                                              {"per_layer", layers}};
+    }
     if (modes.size() > 1) {
       j["relative_loss"] = rel;
       j["decode_attn_speedup"] = decode_attn_ms[0] / decode_attn_ms[1];
@@ -233,10 +253,17 @@ void run_decode_tail(const PplOptions& o) {
                modes[m], tally[m].ppl(), tally[m].err(), mean_ll(tally[m]), decode_ms[m],
                1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
                100.0 * double(keys_read[m]) / double(keys_total[m]));
-  if (recall)
+  if (recall) {
     fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
                "({} head-steps)\n",
                modes.back(), rt.sum / double(rt.count), rt.worst, rt.count);
+    std::string per_layer;
+    for (size_t l = 0; l < rt.layer_sum.size(); ++l)
+      per_layer += fmt::format("  {}{} {:.4f}/{:.4f}", l,
+                               int64_t(l) < compared.quest.dense_layers ? " (dense: if sparse)" : "",
+                               rt.layer_sum[l] / double(rt.layer_count[l]), rt.layer_worst[l]);
+    fmt::print("  per layer, mean/worst:{}\n", per_layer);
+  }
   if (modes.size() > 1)
     fmt::print("relative loss {:+.3f}%   decode attention {:.2f}x faster, decode {:.2f}x faster\n",
                100 * rel, decode_attn_ms[0] / decode_attn_ms[1], decode_ms[0] / decode_ms[1]);
