@@ -39,11 +39,21 @@ struct PplOptions {
 // would keep if the layer were sparse (the layer itself read every key), so one run shows which
 // layers a budget can serve. The mean and worst are the sparse layers'.
 struct RecallTally {
-  double sum = 0, worst = 1;
-  int64_t count = 0;
-  std::vector<double> layer_sum, layer_worst;  // per layer
-  std::vector<int64_t> layer_count;
+  struct Share {
+    double sum = 0, worst = 1;
+    int64_t count = 0;  // head-steps
+    double mean() const { return sum / double(count); }
+    void add(double r) { sum += r, worst = std::min(worst, r), ++count; }
+    void add(const Share& o) { sum += o.sum, worst = std::min(worst, o.worst), count += o.count; }
+  };
+  std::vector<Share> layers;          // per layer (sized with q)
   std::vector<std::vector<float>> q;  // per layer, the last decoded row's q [Hq * d]
+  // Over the sparse layers [dense_layers, n_layer).
+  Share sparse(int64_t dense_layers) const {
+    Share all;
+    for (size_t l = size_t(dense_layers); l < layers.size(); ++l) all.add(layers[l]);
+    return all;
+  }
   void measure(const model::Session& s, const model::Config& cfg, const QuestParams& qp) {
     const model::KVCache& c = s.cache();
     AttnOptions a;
@@ -51,9 +61,6 @@ struct RecallTally {
     a.threads = 2;
     Tensor out(DType::f32, cfg.n_head, 1, cfg.head_dim);
     std::vector<float> lse_sel(size_t(cfg.n_head)), lse_all(size_t(cfg.n_head));
-    layer_sum.resize(size_t(cfg.n_layer), 0.0);
-    layer_worst.resize(size_t(cfg.n_layer), 1.0);
-    layer_count.resize(size_t(cfg.n_layer), 0);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const TensorView qv =
           TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
@@ -61,14 +68,8 @@ struct RecallTally {
       quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
       for (int64_t h = 0; h < cfg.n_head; ++h) {
-        const double r = std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)]));
-        layer_sum[size_t(l)] += r;
-        layer_worst[size_t(l)] = std::min(layer_worst[size_t(l)], r);
-        ++layer_count[size_t(l)];
-        if (l < qp.dense_layers) continue;
-        sum += r;
-        worst = std::min(worst, r);
-        ++count;
+        layers[size_t(l)].add(
+            std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)])));
       }
     }
   }
@@ -162,6 +163,7 @@ void run_decode_tail(const PplOptions& o) {
   RecallTally rt;
   if (recall) {
     rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(cfg.n_head * cfg.head_dim)));
+    rt.layers.assign(size_t(cfg.n_layer), {});
     sessions.back()->set_qkv_tap(model::Session::kTapAllLayers,
                                  [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q,
                                              const float*, const float*) {
@@ -224,14 +226,15 @@ void run_decode_tail(const PplOptions& o) {
       j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];
     if (recall) {
       nlohmann::json layers = nlohmann::json::array();
-      for (size_t l = 0; l < rt.layer_sum.size(); ++l)
+      for (size_t l = 0; l < rt.layers.size(); ++l)
         layers.push_back({{"layer", l},
                           {"dense", int64_t(l) < compared.quest.dense_layers},
-                          {"mean", rt.layer_sum[l] / double(rt.layer_count[l])},
-                          {"worst", rt.layer_worst[l]}});
-      j["results"][modes.back()]["recall"] = {{"mean", rt.sum / double(rt.count)},
-                                              {"worst", rt.worst},
-                                              {"head_steps", rt.count},
+                          {"mean", rt.layers[l].mean()},
+                          {"worst", rt.layers[l].worst}});
+      const RecallTally::Share all = rt.sparse(compared.quest.dense_layers);
+      j["results"][modes.back()]["recall"] = {{"mean", all.mean()},
+                                              {"worst", all.worst},
+                                              {"head_steps", all.count},
                                               {"per_layer", layers}};
     }
     if (modes.size() > 1) {
@@ -254,14 +257,15 @@ void run_decode_tail(const PplOptions& o) {
                1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
                100.0 * double(keys_read[m]) / double(keys_total[m]));
   if (recall) {
+    const RecallTally::Share all = rt.sparse(compared.quest.dense_layers);
     fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
                "({} head-steps)\n",
-               modes.back(), rt.sum / double(rt.count), rt.worst, rt.count);
+               modes.back(), all.mean(), all.worst, all.count);
     std::string per_layer;
-    for (size_t l = 0; l < rt.layer_sum.size(); ++l)
+    for (size_t l = 0; l < rt.layers.size(); ++l)
       per_layer += fmt::format("  {}{} {:.4f}/{:.4f}", l,
                                int64_t(l) < compared.quest.dense_layers ? " (dense: if sparse)" : "",
-                               rt.layer_sum[l] / double(rt.layer_count[l]), rt.layer_worst[l]);
+                               rt.layers[l].mean(), rt.layers[l].worst);
     fmt::print("  per layer, mean/worst:{}\n", per_layer);
   }
   if (modes.size() > 1)
