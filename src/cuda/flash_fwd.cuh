@@ -209,13 +209,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       return lim_calc(mt, r);
   };
   const int lim_min = lim_of(0, 0);  // the warp's first rows see the fewest keys
-  // Keys [0, reach) some row of this 64-row group sees: a key tile at or past it is no tile of
+  // Keys [0, reach) some row of 64-row group g sees: a key tile at or past it is no tile of
   // the group's (the CPU's 64-row tile never visits it).
-  const int grp_last = min(p.q_len, row0 + (grp + 1) * kGroupRows) - 1;
-  const int reach =
-      grp_last < row0 + grp * kGroupRows
-          ? 0
-          : (p.causal ? max(0, min(p.kv_len, p.pos_offset + q_row(grp_last) + 1)) : p.kv_len);
+  auto reach_of = [&](int g) {
+    const int last = min(p.q_len, row0 + (g + 1) * kGroupRows) - 1;
+    return last < row0 + g * kGroupRows
+               ? 0
+               : (p.causal ? max(0, min(p.kv_len, p.pos_offset + q_row(last) + 1)) : p.kv_len);
+  };
+  const int reach = reach_of(grp);
 
   float o[kMT][D / 8][4];
 #pragma unroll
@@ -335,9 +337,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     // decisions, tile for tile.
     int seed_tile = -1;  // this group's diagonal, where it took the seed
     if constexpr (kSkip && !kList && !kRows && kMT == 2 && kKBufs == 2) {
-      const int last0 = min(p.q_len, row0 + kGroupRows) - 1;  // group 0's last row
-      const int reach0 =
-          p.causal ? max(0, min(p.kv_len, p.pos_offset + last0 + 1)) : p.kv_len;
+      const int reach0 = reach_of(0);  // uniform over the block
       const int diag0 = reach0 > 0 ? (reach0 - 1) / kBN : 0;
       if (local_first && p.threshold != -INFINITY && diag0 > 0 && diag0 < n_visit - 1) {
         // The second K buffer is free until the loop's first K(next).
