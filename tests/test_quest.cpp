@@ -128,34 +128,77 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
 }
 
 // The bound kernel against the plain loop it vectorizes: the same sum in the same order, so
-// the same bits, for any number of rows (the group's q heads), pages and dims.
+// the same bits, for any number of rows (the group's q heads), pages and dims, over summaries
+// stored in each type (the loop reads them widened).
 TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
-  const int64_t pad = kernels::kQuestPagePad;
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0.0f, 2.0f);
-  for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
-    for (int64_t pages : {1, 31, 32, 33, 70})
-      for (int64_t d : {1, 17, 64, 128}) {
-        const int64_t ld = kernels::quest_padded(pages) + pad;  // wider than needed
-        std::vector<float> q(size_t(rows * d)), lo(size_t(d * ld)), hi(size_t(d * ld));
-        for (float& x : q) x = g(rng);
-        for (size_t i = 0; i < lo.size(); ++i) {
-          const float a = g(rng), b = g(rng);
-          lo[i] = std::min(a, b), hi[i] = std::max(a, b);
-        }
-        std::vector<float> u(size_t(rows * ld), NAN);
-        kernels::quest_bounds(q.data(), rows, d, lo.data(), hi.data(), ld, pages, u.data(), ld);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t p = 0; p < pages; ++p) {
-            float want = 0;
-            for (int64_t c = 0; c < d; ++c) {
-              const float qc = q[size_t(r * d + c)];
-              want += std::max(qc * lo[size_t(c * ld + p)], qc * hi[size_t(c * ld + p)]);
-            }
-            ASSERT_EQ(u[size_t(r * ld + p)], want) << rows << " rows, " << pages << " pages, d "
-                                                   << d << ": row " << r << " page " << p;
+  for (KVType type : {KVType::f32, KVType::f16, KVType::bf16})
+    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
+      for (int64_t pages : {1, 31, 32, 33, 70})
+        for (int64_t d : {1, 17, 64, 128}) {
+          const int64_t ld = kernels::quest_padded(pages);
+          // Summaries as stored: f32 values, or 16-bit words, in the block layout.
+          const size_t elems = size_t(2 * d * ld);
+          std::vector<float> wide(elems);
+          std::vector<uint16_t> half(elems);
+          for (size_t i = 0; i < elems; ++i) {
+            const float x = g(rng);
+            half[i] = type == KVType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+            wide[i] = type == KVType::f32    ? x
+                      : type == KVType::bf16 ? bf16_to_f32(half[i])
+                                             : f16_to_f32(half[i]);
           }
-      }
+          for (int64_t p = 0; p < pages; ++p)  // lo <= hi, as a page's summary
+            for (int64_t c = 0; c < d; ++c) {
+              const size_t a = size_t(kernels::quest_sum_index(d, p, c, false));
+              const size_t b = size_t(kernels::quest_sum_index(d, p, c, true));
+              if (wide[a] > wide[b]) std::swap(wide[a], wide[b]), std::swap(half[a], half[b]);
+            }
+          std::vector<float> q(size_t(rows * d));
+          for (float& x : q) x = g(rng);
+          std::vector<float> u(size_t(rows * ld), NAN);
+          const void* sums = type == KVType::f32 ? static_cast<const void*>(wide.data()) : half.data();
+          kernels::quest_bounds(q.data(), rows, d, sums, type, pages, u.data(), ld);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t p = 0; p < pages; ++p) {
+              float want = 0;
+              for (int64_t c = 0; c < d; ++c) {
+                const float qc = q[size_t(r * d + c)];
+                want += std::max(qc * wide[size_t(kernels::quest_sum_index(d, p, c, false))],
+                                 qc * wide[size_t(kernels::quest_sum_index(d, p, c, true))]);
+              }
+              ASSERT_EQ(u[size_t(r * ld + p)], want)
+                  << kv_type_name(type) << ", " << rows << " rows, " << pages << " pages, d " << d
+                  << ": row " << r << " page " << p;
+            }
+        }
+}
+
+// Over an f16 or bf16 cache the summaries are kept in that type: the same values as f32
+// summaries of the same (rounded) keys, so the same bounds and the same pages, in half the bytes.
+TEST(Quest, SixteenBitSummariesEqualF32SummariesOfTheSameKeys) {
+  const int64_t d = 64, hkv = 2, hq = 4, n = 1500;
+  for (KVType type : {KVType::f16, KVType::bf16}) {
+    const Tensor k = random_tensor(hkv, n, d, 31, 3.0f), q = random_tensor(hq, 1, d, 32);
+    QuestPages stored(hkv, d, 16, n, type), wide(hkv, d, 16, n, KVType::f32);
+    stored.append(k);
+    wide.append(rounded(k, type));
+    ASSERT_EQ(stored.type(), type);
+    ASSERT_EQ(wide.type(), KVType::f32);
+    EXPECT_EQ(stored.bytes() * 2, wide.bytes());
+    for (int64_t h = 0; h < hkv; ++h)
+      for (int64_t p = 0; p < stored.pages(); ++p)
+        for (int64_t c = 0; c < d; ++c)
+          for (bool max : {false, true})
+            ASSERT_EQ(stored.get(h, p, c, max), wide.get(h, p, c, max))
+                << kv_type_name(type) << " head " << h << " page " << p << " dim " << c;
+    for (const char* spec : {"quest:k=7", "quest:topp=0.8"}) {
+      const QuestParams p = parse_decode_spec(spec).quest;
+      EXPECT_EQ(quest_select(q, stored, p, 0.125f), quest_select(q, wide, p, 0.125f))
+          << kv_type_name(type) << " " << spec;
+    }
+  }
 }
 
 TEST(Quest, PageChoiceEqualsThePlainTwin) {
@@ -237,7 +280,7 @@ TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {
 
 TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
   const int64_t d = 32, n = 200;
-  for (KVType type : {KVType::f32, KVType::f16, KVType::q8_0}) {
+  for (KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0}) {
     const Tensor k = random_tensor(2, n, d, 21), v = random_tensor(2, n, d, 22);
     PackedKV kv(2, d, DType::f32, n, true, type, type);
     kv.append(k, v);
@@ -251,13 +294,10 @@ TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
       ASSERT_EQ(pages.pages(), fresh.pages());
       for (int64_t h = 0; h < 2; ++h)
         for (int64_t p = 0; p < pages.pages(); ++p)
-          for (int64_t c = 0; c < d; ++c) {
-            const int64_t i = c * pages.stride() + p;
-            ASSERT_EQ(pages.lo(h)[i], fresh.lo(h)[i])
-                << kv_type_name(type) << " keep " << keep << " page " << p;
-            ASSERT_EQ(pages.hi(h)[i], fresh.hi(h)[i])
-                << kv_type_name(type) << " keep " << keep << " page " << p;
-          }
+          for (int64_t c = 0; c < d; ++c)
+            for (bool max : {false, true})
+              ASSERT_EQ(pages.get(h, p, c, max), fresh.get(h, p, c, max))
+                  << kv_type_name(type) << " keep " << keep << " page " << p << " dim " << c;
     }
   }
 }

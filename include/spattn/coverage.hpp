@@ -7,6 +7,7 @@ namespace spattn {
 
 struct KeyRange {
   int64_t begin = 0, end = 0;  // keys [begin, end)
+  friend bool operator==(const KeyRange&, const KeyRange&) = default;
 };
 
 class Coverage {

@@ -44,6 +44,8 @@ QuestParams parse_quest_params(const MethodSpec& spec);
 
 // Per kv head and page, the element-wise min and max of the page's keys, as the cache stores
 // them (rows rounded to k_type first, so the bounds hold for the keys the kernels read).
+// Stored in the cache's own type when it is f16 or bf16 (the min and max of f16 values are
+// f16 values: exact, and half the bytes a decode step reads), else in f32.
 class QuestPages {
  public:
   QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
@@ -60,19 +62,21 @@ class QuestPages {
   int64_t pages() const { return (size_ + page_ - 1) / page_; }
   int64_t kv_heads() const { return kv_heads_; }
   int64_t dim() const { return dim_; }
-  size_t bytes() const { return mm_.capacity() * sizeof(float); }
-  // The mins of kv head h's pages, dimension-major: page p's min in dimension c at
-  // lo(h)[c * stride() + p] (one vector of loads covers many pages); the maxes likewise at
-  // hi(h). stride() is the page capacity, padded for the bound kernel.
-  const float* lo(int64_t h) const { return mm_.data() + size_t(2 * h * dim_ * pages_cap_); }
-  const float* hi(int64_t h) const { return lo(h) + size_t(dim_ * pages_cap_); }
-  int64_t stride() const { return pages_cap_; }
+  size_t bytes() const { return sums_.size(); }
+  // The summaries' element type (f32, f16 or bf16) and kv head h's summaries in the block
+  // layout of kernels::quest_sum_index.
+  KVType type() const { return type_; }
+  const void* data(int64_t h) const { return sums_.data() + size_t(h * head_elems_) * elem_; }
+  // Page p's min (or max) in dimension c of kv head h, widened to f32.
+  float get(int64_t h, int64_t p, int64_t c, bool max) const;
 
  private:
   void add_key(int64_t h, int64_t i, const float* key);
-  int64_t kv_heads_, dim_, page_, capacity_, pages_cap_ = 0, size_ = 0;
-  KVType k_type_;
-  std::vector<float> mm_;
+  void put(int64_t h, int64_t p, int64_t c, bool max, float x);
+  int64_t kv_heads_, dim_, page_, capacity_, head_elems_ = 0, size_ = 0;
+  KVType k_type_, type_;
+  size_t elem_;  // bytes of one summary element
+  std::vector<unsigned char> sums_;
 };
 
 // What a decode read, summed over kv heads (and layers, by the runner).

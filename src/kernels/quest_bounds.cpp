@@ -9,24 +9,43 @@
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
 
-// Rows [r0, r0 + R) against pages [p0, p0 + 2N): the summaries' two vectors are loaded once
-// per dimension for all R rows.
-template <int R>
-HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const float* lo,
-                            const float* hi, int64_t ld, int64_t p0, float* u, int64_t ldu) {
-  const hn::ScalableTag<float> df;
+// N summaries at p, widened to f32 (exactly: every f16 and bf16 value is an f32 value).
+struct LoadF32 {
+  using T = float;
+  static VF Load(const float* p) { return hn::LoadU(DF(), p); }
+};
+struct LoadF16 {
+  using T = hwy::float16_t;
+  static VF Load(const T* p) { return hn::PromoteTo(DF(), hn::LoadU(hn::Rebind<T, DF>(), p)); }
+};
+struct LoadBF16 {  // the upper half of an f32
+  using T = uint16_t;
+  static VF Load(const T* p) {
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(hn::Rebind<T, DF>(), p))));
+  }
+};
+
+// Rows [r0, r0 + R) against pages [p0, p0 + 2N) of one block (s: the block's first element,
+// off: p0's lane within it): the summaries' four vectors are loaded once per dimension for
+// all R rows.
+template <class L, int R>
+HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const typename L::T* s,
+                            int64_t off, int64_t p0, float* u, int64_t ldu) {
+  const DF df;
   const size_t N = hn::Lanes(df);
-  using V = hn::Vec<decltype(df)>;
-  V a0[R], a1[R];
+  VF a0[R], a1[R];
   for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
   for (int64_t c = 0; c < d; ++c) {
-    const float* l = lo + c * ld + p0;
-    const float* h = hi + c * ld + p0;
-    const V l0 = hn::LoadU(df, l), l1 = hn::LoadU(df, l + N);
-    const V h0 = hn::LoadU(df, h), h1 = hn::LoadU(df, h + N);
+    const typename L::T* l = s + c * 2 * kQuestPagePad + off;
+    const typename L::T* h = l + kQuestPagePad;
+    const VF l0 = L::Load(l), l1 = L::Load(l + N);
+    const VF h0 = L::Load(h), h1 = L::Load(h + N);
     for (int r = 0; r < R; ++r) {
-      const V qc = hn::Set(df, q[(r0 + r) * d + c]);
+      const VF qc = hn::Set(df, q[(r0 + r) * d + c]);
       a0[r] = hn::Add(a0[r], hn::Max(hn::Mul(qc, l0), hn::Mul(qc, h0)));
       a1[r] = hn::Add(a1[r], hn::Max(hn::Mul(qc, l1), hn::Mul(qc, h1)));
     }
@@ -37,20 +56,34 @@ HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const float* 
   }
 }
 
-void QuestBounds(const float* q, int64_t rows, int64_t d, const float* lo, const float* hi,
-                 int64_t ld, int64_t pages, float* u, int64_t ldu) {
-  const hn::ScalableTag<float> df;
-  const int64_t step = 2 * int64_t(hn::Lanes(df));  // divides kQuestPagePad
+template <class L>
+void Bounds(const float* q, int64_t rows, int64_t d, const typename L::T* sums, int64_t pages,
+            float* u, int64_t ldu) {
+  const int64_t step = 2 * int64_t(hn::Lanes(DF()));  // divides kQuestPagePad
   const int64_t padded = quest_padded(pages);
   for (int64_t p0 = 0; p0 < padded; p0 += step) {
+    const typename L::T* s = sums + p0 / kQuestPagePad * d * 2 * kQuestPagePad;  // the block
+    const int64_t off = p0 % kQuestPagePad;
     int64_t r0 = 0;
-    for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<4>(q, r0, d, lo, hi, ld, p0, u, ldu);
+    for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<L, 4>(q, r0, d, s, off, p0, u, ldu);
     switch (rows - r0) {
-      case 3: BoundsBlock<3>(q, r0, d, lo, hi, ld, p0, u, ldu); break;
-      case 2: BoundsBlock<2>(q, r0, d, lo, hi, ld, p0, u, ldu); break;
-      case 1: BoundsBlock<1>(q, r0, d, lo, hi, ld, p0, u, ldu); break;
+      case 3: BoundsBlock<L, 3>(q, r0, d, s, off, p0, u, ldu); break;
+      case 2: BoundsBlock<L, 2>(q, r0, d, s, off, p0, u, ldu); break;
+      case 1: BoundsBlock<L, 1>(q, r0, d, s, off, p0, u, ldu); break;
       default: break;
     }
+  }
+}
+
+void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+                 int64_t pages, float* u, int64_t ldu) {
+  switch (type) {
+    case KVType::f16:
+      return Bounds<LoadF16>(q, rows, d, static_cast<const hwy::float16_t*>(sums), pages, u, ldu);
+    case KVType::bf16:
+      return Bounds<LoadBF16>(q, rows, d, static_cast<const uint16_t*>(sums), pages, u, ldu);
+    default:
+      return Bounds<LoadF32>(q, rows, d, static_cast<const float*>(sums), pages, u, ldu);
   }
 }
 
@@ -58,12 +91,16 @@ void QuestBounds(const float* q, int64_t rows, int64_t d, const float* lo, const
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include "spattn/error.hpp"
+
 namespace spattn::kernels {
 HWY_EXPORT(QuestBounds);
 
-void quest_bounds(const float* q, int64_t rows, int64_t d, const float* lo, const float* hi,
-                  int64_t ld, int64_t pages, float* u, int64_t ldu) {
-  HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, lo, hi, ld, pages, u, ldu);
+void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+                  int64_t pages, float* u, int64_t ldu) {
+  SPATTN_CHECK(type == KVType::f32 || type == KVType::f16 || type == KVType::bf16,
+               "quest: summaries stored as ", kv_type_name(type));
+  HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, sums, type, pages, u, ldu);
 }
 }  // namespace spattn::kernels
 #endif  // HWY_ONCE

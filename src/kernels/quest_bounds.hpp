@@ -1,26 +1,40 @@
 // Quest's page bound (Quest: Query-Aware Sparsity for Efficient Long-Context LLM Inference,
 // ICML 2024, Section 3.2): for a query q and a page whose keys lie element-wise within
 // [lo, hi], U = sum_c max(q_c lo_c, q_c hi_c) bounds q . k for every key of the page. A decode
-// step computes it for every page, so it is the O(pages) part of Quest's cost; the summaries
-// are stored dimension-major ([dim][pages]) so that one vector holds many pages.
+// step computes it for every page, so it is the O(pages) part of Quest's cost and it reads
+// every summary: the summaries are laid out for one front-to-back pass (below) and kept in
+// the cache's own 16-bit type where that is exact.
 #pragma once
 #include <cstdint>
 
+#include "spattn/kv_type.hpp"
+
 namespace spattn::kernels {
 
-// Pages are padded to a multiple of this in the summaries and in u (lanes of the widest
-// target, twice: the kernel runs two vectors of pages at once).
+// Pages are grouped in blocks of this many (lanes of the widest target, twice: the kernel
+// runs two vectors of pages at once); summaries and bound rows are padded to whole blocks.
 inline constexpr int64_t kQuestPagePad = 32;
-// pages rounded up to a multiple of kQuestPagePad: a summary row's and a bound row's length.
+// pages rounded up to a multiple of kQuestPagePad: a summary's and a bound row's length.
 inline constexpr int64_t quest_padded(int64_t pages) {
   return (pages + kQuestPagePad - 1) / kQuestPagePad * kQuestPagePad;
 }
 
-// u[r * ldu + p] = sum over c < d, ascending, of max(q[r][c] * lo[c * ld + p],
-// q[r][c] * hi[c * ld + p]) for r < rows and p < quest_padded(pages); q is
-// [rows][d] row-major; ld and ldu are multiples of kQuestPagePad. Every entry is summed in
-// the plain loop's order, so the bits equal a scalar loop's.
-void quest_bounds(const float* q, int64_t rows, int64_t d, const float* lo, const float* hi,
-                  int64_t ld, int64_t pages, float* u, int64_t ldu);
+// One kv head's summaries, block after block; block b (pages [32b, 32b + 32)) holds per
+// dimension c its 32 pages' minima, then their maxima:
+//     element ((b * d + c) * 2 + (max ? 1 : 0)) * 32 + p % 32.
+// The bound kernel reads a block as one contiguous run (16 KiB of f32 at d 128) and the blocks
+// in order: one stream, which the hardware prefetcher follows (a [d][pages] layout made 2d
+// streams of one cache line per block each, which it did not).
+inline constexpr int64_t quest_sum_index(int64_t d, int64_t p, int64_t c, bool max) {
+  return ((p / kQuestPagePad * d + c) * 2 + (max ? 1 : 0)) * kQuestPagePad + p % kQuestPagePad;
+}
+
+// u[r * ldu + p] = sum over c < d, ascending, of max(q[r][c] * lo(p, c), q[r][c] * hi(p, c))
+// for r < rows and p < quest_padded(pages), the summaries `sums` laid out as above in `type`
+// (f32, f16 or bf16; widened exactly to f32). q is [rows][d] row-major; ldu a multiple of
+// kQuestPagePad. Every entry is summed in the plain loop's order, so the bits equal a scalar
+// loop's over the widened summaries.
+void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+                  int64_t pages, float* u, int64_t ldu);
 
 }  // namespace spattn::kernels

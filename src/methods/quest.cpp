@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "spattn/decode.hpp"
+#include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
 #include "core/threading.hpp"
@@ -36,25 +38,47 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
 
 QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
                        KVType k_type)
-    : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type) {
+    : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type),
+      type_(k_type == KVType::f16 || k_type == KVType::bf16 ? k_type : KVType::f32),
+      elem_(type_ == KVType::f32 ? 4 : 2) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
                " x ", capacity, " x ", dim);
   SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,
                " is not a multiple of 16 in [16, 64]");
-  pages_cap_ = kernels::quest_padded((capacity + page - 1) / page);
-  mm_.assign(size_t(kv_heads * 2 * dim * pages_cap_), 0.0f);
+  head_elems_ = kernels::quest_padded((capacity + page - 1) / page) * 2 * dim;
+  sums_.assign(size_t(kv_heads * head_elems_) * elem_, 0);
+}
+
+float QuestPages::get(int64_t h, int64_t p, int64_t c, bool max) const {
+  const unsigned char* at =
+      sums_.data() + size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max)) * elem_;
+  uint16_t b;
+  float f;
+  switch (type_) {
+    case KVType::f16: std::memcpy(&b, at, 2); return f16_to_f32(b);
+    case KVType::bf16: std::memcpy(&b, at, 2); return bf16_to_f32(b);
+    default: std::memcpy(&f, at, 4); return f;
+  }
+}
+
+// x is a key's value as the cache stores it, so a 16-bit summary holds it exactly.
+void QuestPages::put(int64_t h, int64_t p, int64_t c, bool max, float x) {
+  unsigned char* at =
+      sums_.data() + size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max)) * elem_;
+  uint16_t b;
+  switch (type_) {
+    case KVType::f16: b = f32_to_f16(x); std::memcpy(at, &b, 2); return;
+    case KVType::bf16: b = f32_to_bf16(x); std::memcpy(at, &b, 2); return;
+    default: std::memcpy(at, &x, 4); return;
+  }
 }
 
 void QuestPages::add_key(int64_t h, int64_t i, const float* key) {
   const int64_t p = i / page_;
-  float* lo = mm_.data() + size_t(2 * h * dim_ * pages_cap_) + p;
-  float* hi = lo + dim_ * pages_cap_;
   const bool first = i % page_ == 0;  // a page's first key sets its summary
   for (int64_t c = 0; c < dim_; ++c) {
-    float& l = lo[c * pages_cap_];
-    float& u = hi[c * pages_cap_];
-    l = first ? key[c] : std::min(l, key[c]);
-    u = first ? key[c] : std::max(u, key[c]);
+    put(h, p, c, false, first ? key[c] : std::min(get(h, p, c, false), key[c]));
+    put(h, p, c, true, first ? key[c] : std::max(get(h, p, c, true), key[c]));
   }
 }
 
@@ -90,7 +114,7 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
   const int64_t np = pages.pages();
   std::vector<float> u(size_t(kernels::quest_padded(np)));
-  kernels::quest_bounds(q, 1, pages.dim(), pages.lo(h), pages.hi(h), pages.stride(), np, u.data(),
+  kernels::quest_bounds(q, 1, pages.dim(), pages.data(h), pages.type(), np, u.data(),
                         int64_t(u.size()));
   std::copy_n(u.data(), np, bounds);
 }
@@ -126,8 +150,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
-      kernels::quest_bounds(qrows.data(), group, q.dim, pages.lo(g), pages.hi(g), pages.stride(),
-                            np, bounds.data(), ldu);
+      kernels::quest_bounds(qrows.data(), group, q.dim, pages.data(g), pages.type(), np,
+                            bounds.data(), ldu);
       std::fill(score.begin(), score.end(), 0.0);
       for (int64_t r = 0; r < group; ++r) {
         const float* u = bounds.data() + r * ldu;
