@@ -630,8 +630,8 @@ struct Bf16DotOps {
 // the values they see are exactly the stored ones (f16 / bf16 exact in f32; q8_0's q * d is
 // exact too: 8-bit q times an 11-bit scale).
 
-// Slot jj of a K tile stored as t ([d][64], q8_0 scales [d/32][64] after the values) from an
-// f32 row.
+// Slot jj of a K tile stored as t (f32 and q8_0 [d][64], q8_0 scales [d/32][64] after the
+// values; f16 / bf16 in groups of 16 keys, stored_k_index) from an f32 row.
 inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* row, int64_t d) {
   switch (t) {
     case KVType::f32: {
@@ -643,7 +643,7 @@ inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* ro
     case KVType::bf16: {
       uint16_t* h = reinterpret_cast<uint16_t*>(tile);
       for (int64_t c = 0; c < d; ++c)
-        h[c * kTileKeys + jj] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
+        h[stored_k_index(d, c, jj)] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
       return;
     }
     case KVType::q8_0: {
@@ -711,8 +711,8 @@ HWY_INLINE VF DequantQ8(DF df, const int8_t* HWY_RESTRICT q, VF s) {
 
 // Slots [sj, sj + n) of K tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
 // layout [d][64]: the keys a gathered piece takes, widened without the rest of their tile.
-// Each dimension's row widens whole vectors around the slots (a row holds 64 of them) and
-// keeps the slots.
+// Each dimension's row widens whole vectors (q8_0) or whole 16-key groups (f16 / bf16) around
+// the slots and keeps the slots.
 inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
                        float* HWY_RESTRICT dst, int64_t dj) {
   if (t == KVType::f32) {
@@ -721,28 +721,35 @@ inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t 
       std::memcpy(dst + c * kTileKeys + dj, f + c * kTileKeys + sj, size_t(n) * 4);
     return;
   }
-  if (t != KVType::q8_0 && sj == 0 && dj == 0 && n == kTileKeys) {  // a whole tile: one run
-    Widen16(t, reinterpret_cast<const uint16_t*>(tile), dst, d * kTileKeys);
-    return;
-  }
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
+  alignas(64) float row[kTileKeys];
+  if (t != KVType::q8_0) {
+    static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);  // a group is whole vectors
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
+    const int64_t g0 = sj / kKeyGroup, g1 = (sj + n + kKeyGroup - 1) / kKeyGroup;
+    // In place when the slots are whole groups and land on whole vectors, else through a row.
+    const bool direct = g0 * kKeyGroup == sj && g1 * kKeyGroup == sj + n && dj % N == 0;
+    for (int64_t c = 0; c < d; ++c) {
+      for (int64_t g = g0; g < g1; ++g)
+        Widen16(t, h + stored_k_index(d, c, g * kKeyGroup),
+                direct ? dst + c * kTileKeys + dj + (g - g0) * kKeyGroup : row + g * kKeyGroup,
+                kKeyGroup);
+      if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
+    }
+    return;
+  }
   const int64_t s0 = sj / N * N, s1 = (sj + n + N - 1) / N * N;
   // In place when the slots are whole vectors at the same offset, else through a row.
   const bool direct = s0 == sj && s1 == sj + n && dj % N == 0;
-  alignas(64) float row[kTileKeys];
   const int8_t* q = reinterpret_cast<const int8_t*>(tile);
   const hwy::float16_t* sc = reinterpret_cast<const hwy::float16_t*>(tile + d * kTileKeys);
   const hn::Rebind<hwy::float16_t, DF> dh;
   for (int64_t c = 0; c < d; ++c) {
     float* out = direct ? dst + c * kTileKeys + dj : row + s0;
-    if (t != KVType::q8_0) {
-      Widen16(t, reinterpret_cast<const uint16_t*>(tile) + c * kTileKeys + s0, out, s1 - s0);
-    } else {
-      for (int64_t j = s0; j < s1; j += N) {
-        const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + (c / 32) * kTileKeys + j));
-        hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, out + (j - s0));
-      }
+    for (int64_t j = s0; j < s1; j += N) {
+      const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + (c / 32) * kTileKeys + j));
+      hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, out + (j - s0));
     }
     if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
   }

@@ -113,13 +113,14 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
   const int64_t d = kv.dim, dp = kv.dp;
   for (int64_t h = 0; h < kv.kv_heads; ++h) {
     if (kv.ops == Operands::f32) {
-      // K [d][64] and V [64][dp] in the stored element size; q8_0's scales after the values,
-      // K's [d/32][64], V's [64][dp/32].
+      // K [d][64] (16-bit types: stored_k_index) and V [64][dp] in the stored element size;
+      // q8_0's scales after the values, K's [d/32][64], V's [64][dp/32].
       unsigned char* kt = kv.k_bytes(h, t_from);
       unsigned char* vt = kv.v_bytes(h, t_from);
       const int64_t ke = stored_elem_bytes(kv.k_type), ve = stored_elem_bytes(kv.v_type);
       for (int64_t c = 0; c < d; ++c)
-        std::memset(kt + (c * kTileKeys + a) * ke, 0, size_t((b - a) * ke));
+        for (int64_t j = a; j < b; ++j)
+          std::memset(kt + (ke == 2 ? stored_k_index(d, c, j) : c * kTileKeys + j) * ke, 0, size_t(ke));
       std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
       if (kv.k_type == KVType::q8_0) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(kt + d * kTileKeys);
@@ -350,7 +351,7 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
     case KVType::bf16: {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
       for (int64_t c = 0; c < n; ++c) {
-        const uint16_t x = h[c * kernels::kTileKeys + jj];
+        const uint16_t x = h[kernels::stored_k_index(n, c, jj)];
         out[c] = d.k_type == KVType::f16 ? f16_to_f32(x) : bf16_to_f32(x);
       }
       return;

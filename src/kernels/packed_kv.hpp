@@ -23,11 +23,20 @@ enum class Operands : uint8_t { f32, bf16_dot };
 
 // Storage of the K and V tiles under Operands::f32, each fixed at construction (KVType):
 //   f32          K [d][64] floats, V [64][dp] floats: what the micro-kernels read directly;
-//   f16, bf16    the same layouts in 2-byte elements;
+//   f16, bf16    K [4][d][16] (groups of 16 keys, stored_k_index), V [64][dp], 2-byte elements;
 //   q8_0         K: int8 [d][64] then f16 scales [d/32][64] (one per key and block of 32 dims);
 //                V: int8 [64][dp] then f16 scales [64][dp/32] (d % 32 == 0, so dp == d).
 // A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
 // reads it (flash-inl.h: WidenedTiles). Operands::bf16_dot keeps its own pair layouts (bf16).
+
+// Keys per group of a K tile stored in 16 bits, and element (c, j) of such a tile: a group's
+// keys lie in one 16 x d block, so a 16-key piece (Quest's page) reads one contiguous run
+// (4 KiB at d 128) where [d][64] made it d runs of 32 bytes, each a separate cache line. A
+// whole tile widens to F32Ops' [d][64] as fast either way (16 values a row and group).
+inline constexpr int64_t kKeyGroup = 16;
+inline constexpr int64_t stored_k_index(int64_t d, int64_t c, int64_t j) {
+  return ((j / kKeyGroup) * d + c) * kKeyGroup + j % kKeyGroup;
+}
 
 struct AlignedFree {
   void operator()(void* p) const noexcept { aligned_free(p); }
