@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#if __has_include(<sys/mman.h>)
+#include <sys/mman.h>  // madvise
+#endif
 
 #include "spattn/error.hpp"
 
@@ -41,6 +44,23 @@ std::string TensorView::shape_str() const {
 
 void* aligned_alloc_bytes(size_t bytes) {
   size_t rounded = (bytes + 63) / 64 * 64;
+#ifdef MADV_HUGEPAGE
+  // A large buffer (a layer's KV cache, a long workload) goes on transparent huge pages where
+  // the system offers them only on request (THP "madvise", a common default): decode reads a
+  // layer's whole cache each token, and a page selection (Quest) reads 16-key pieces scattered
+  // over it, each touching several 4 KiB pages; with 2 MiB pages the TLB stops missing.
+  // Measured on code-small-32k's shape at 32K keys (bench_decode's BM_QuestDecode, six layers'
+  // caches, Zen 5, five alternating runs each): dense decode 1.57-1.81 ms a layer against
+  // 1.94-2.03 on 4 KiB pages (BENCHMARKS.md, "Sparse decode (issue 22), stage 3").
+  constexpr size_t kHuge = size_t(2) << 20;
+  if (rounded >= 2 * kHuge) {
+    rounded = (rounded + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, rounded);
+    SPATTN_CHECK(p, "out of memory allocating ", bytes, " bytes");
+    madvise(p, rounded, MADV_HUGEPAGE);  // advice only: without THP it changes nothing
+    return p;
+  }
+#endif
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   SPATTN_CHECK(p || rounded == 0, "out of memory allocating ", bytes, " bytes");
   return p;
