@@ -133,7 +133,7 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
 TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0.0f, 2.0f);
-  for (KVType type : {KVType::f32, KVType::f16, KVType::bf16})
+  for (DType type : {DType::f32, DType::f16, DType::bf16})
     for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
       for (int64_t pages : {1, 31, 32, 33, 70})
         for (int64_t d : {1, 17, 64, 128}) {
@@ -144,10 +144,10 @@ TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
           std::vector<uint16_t> half(elems);
           for (size_t i = 0; i < elems; ++i) {
             const float x = g(rng);
-            half[i] = type == KVType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
-            wide[i] = type == KVType::f32    ? x
-                      : type == KVType::bf16 ? bf16_to_f32(half[i])
-                                             : f16_to_f32(half[i]);
+            half[i] = type == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+            wide[i] = type == DType::f32    ? x
+                      : type == DType::bf16 ? bf16_to_f32(half[i])
+                                            : f16_to_f32(half[i]);
           }
           for (int64_t p = 0; p < pages; ++p)  // lo <= hi, as a page's summary
             for (int64_t c = 0; c < d; ++c) {
@@ -158,7 +158,7 @@ TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
           std::vector<float> q(size_t(rows * d));
           for (float& x : q) x = g(rng);
           std::vector<float> u(size_t(rows * ld), NAN);
-          const void* sums = type == KVType::f32 ? static_cast<const void*>(wide.data()) : half.data();
+          const void* sums = type == DType::f32 ? static_cast<const void*>(wide.data()) : half.data();
           kernels::quest_bounds(q.data(), rows, d, sums, type, pages, u.data(), ld);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t p = 0; p < pages; ++p) {
@@ -169,7 +169,7 @@ TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
                                  qc * wide[size_t(kernels::quest_sum_index(d, p, c, true))]);
               }
               ASSERT_EQ(u[size_t(r * ld + p)], want)
-                  << kv_type_name(type) << ", " << rows << " rows, " << pages << " pages, d " << d
+                  << dtype_name(type) << ", " << rows << " rows, " << pages << " pages, d " << d
                   << ": row " << r << " page " << p;
             }
         }
@@ -184,8 +184,8 @@ TEST(Quest, SixteenBitSummariesEqualF32SummariesOfTheSameKeys) {
     QuestPages stored(hkv, d, 16, n, type), wide(hkv, d, 16, n, KVType::f32);
     stored.append(k);
     wide.append(rounded(k, type));
-    ASSERT_EQ(stored.type(), type);
-    ASSERT_EQ(wide.type(), KVType::f32);
+    ASSERT_EQ(stored.type(), type == KVType::f16 ? DType::f16 : DType::bf16);
+    ASSERT_EQ(wide.type(), DType::f32);
     EXPECT_EQ(stored.bytes() * 2, wide.bytes());
     for (int64_t h = 0; h < hkv; ++h)
       for (int64_t p = 0; p < stored.pages(); ++p)

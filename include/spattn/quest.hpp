@@ -65,17 +65,20 @@ class QuestPages {
   size_t bytes() const { return sums_.size(); }
   // The summaries' element type (f32, f16 or bf16) and kv head h's summaries in the block
   // layout of kernels::quest_sum_index.
-  KVType type() const { return type_; }
-  const void* data(int64_t h) const { return sums_.data() + size_t(h * head_elems_) * elem_; }
+  DType type() const { return type_; }
+  const void* data(int64_t h) const {
+    return sums_.data() + size_t(h * head_elems_) * dtype_size(type_);
+  }
   // Page p's min (or max) in dimension c of kv head h, widened to f32.
   float get(int64_t h, int64_t p, int64_t c, bool max) const;
 
  private:
   void add_key(int64_t h, int64_t i, const float* key);
   void put(int64_t h, int64_t p, int64_t c, bool max, float x);
+  size_t offset(int64_t h, int64_t p, int64_t c, bool max) const;  // bytes into sums_
   int64_t kv_heads_, dim_, page_, capacity_, head_elems_ = 0, size_ = 0;
-  KVType k_type_, type_;
-  size_t elem_;  // bytes of one summary element
+  KVType k_type_;
+  DType type_;  // the summaries' elements
   std::vector<unsigned char> sums_;
 };
 

@@ -75,12 +75,12 @@ void Bounds(const float* q, int64_t rows, int64_t d, const typename L::T* sums, 
   }
 }
 
-void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
                  int64_t pages, float* u, int64_t ldu) {
   switch (type) {
-    case KVType::f16:
+    case DType::f16:
       return Bounds<LoadF16>(q, rows, d, static_cast<const hwy::float16_t*>(sums), pages, u, ldu);
-    case KVType::bf16:
+    case DType::bf16:
       return Bounds<LoadBF16>(q, rows, d, static_cast<const uint16_t*>(sums), pages, u, ldu);
     default:
       return Bounds<LoadF32>(q, rows, d, static_cast<const float*>(sums), pages, u, ldu);
@@ -91,15 +91,11 @@ void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, KVTy
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "spattn/error.hpp"
-
 namespace spattn::kernels {
 HWY_EXPORT(QuestBounds);
 
-void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
                   int64_t pages, float* u, int64_t ldu) {
-  SPATTN_CHECK(type == KVType::f32 || type == KVType::f16 || type == KVType::bf16,
-               "quest: summaries stored as ", kv_type_name(type));
   HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, sums, type, pages, u, ldu);
 }
 }  // namespace spattn::kernels

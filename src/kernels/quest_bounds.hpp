@@ -7,7 +7,7 @@
 #pragma once
 #include <cstdint>
 
-#include "spattn/kv_type.hpp"
+#include "spattn/dtype.hpp"
 
 namespace spattn::kernels {
 
@@ -34,7 +34,7 @@ inline constexpr int64_t quest_sum_index(int64_t d, int64_t p, int64_t c, bool m
 // (f32, f16 or bf16; widened exactly to f32). q is [rows][d] row-major; ldu a multiple of
 // kQuestPagePad. Every entry is summed in the plain loop's order, so the bits equal a scalar
 // loop's over the widened summaries.
-void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, KVType type,
+void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
                   int64_t pages, float* u, int64_t ldu);
 
 }  // namespace spattn::kernels

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "spattn/decode.hpp"
@@ -39,38 +38,26 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
 QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
                        KVType k_type)
     : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type),
-      type_(k_type == KVType::f16 || k_type == KVType::bf16 ? k_type : KVType::f32),
-      elem_(type_ == KVType::f32 ? 4 : 2) {
+      type_(k_type == KVType::f16 ? DType::f16 : k_type == KVType::bf16 ? DType::bf16 : DType::f32) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
                " x ", capacity, " x ", dim);
   SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,
                " is not a multiple of 16 in [16, 64]");
   head_elems_ = kernels::quest_padded((capacity + page - 1) / page) * 2 * dim;
-  sums_.assign(size_t(kv_heads * head_elems_) * elem_, 0);
+  sums_.assign(size_t(kv_heads * head_elems_) * dtype_size(type_), 0);
+}
+
+size_t QuestPages::offset(int64_t h, int64_t p, int64_t c, bool max) const {
+  return size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max)) * dtype_size(type_);
 }
 
 float QuestPages::get(int64_t h, int64_t p, int64_t c, bool max) const {
-  const unsigned char* at =
-      sums_.data() + size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max)) * elem_;
-  uint16_t b;
-  float f;
-  switch (type_) {
-    case KVType::f16: std::memcpy(&b, at, 2); return f16_to_f32(b);
-    case KVType::bf16: std::memcpy(&b, at, 2); return bf16_to_f32(b);
-    default: std::memcpy(&f, at, 4); return f;
-  }
+  return load_as_f32(sums_.data() + offset(h, p, c, max), type_);
 }
 
 // x is a key's value as the cache stores it, so a 16-bit summary holds it exactly.
 void QuestPages::put(int64_t h, int64_t p, int64_t c, bool max, float x) {
-  unsigned char* at =
-      sums_.data() + size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max)) * elem_;
-  uint16_t b;
-  switch (type_) {
-    case KVType::f16: b = f32_to_f16(x); std::memcpy(at, &b, 2); return;
-    case KVType::bf16: b = f32_to_bf16(x); std::memcpy(at, &b, 2); return;
-    default: std::memcpy(at, &x, 4); return;
-  }
+  store_from_f32(sums_.data() + offset(h, p, c, max), type_, x);
 }
 
 void QuestPages::add_key(int64_t h, int64_t i, const float* key) {
