@@ -132,6 +132,21 @@ class Spattn:
         return q.cuda(), k.cuda(), v.cuda()
 
 
+def with_kernel(kernel, f):
+    """f run with SPATTN_CUDA_KERNEL=kernel (read by the library at each launch)."""
+    def g():
+        old = os.environ.get("SPATTN_CUDA_KERNEL")
+        os.environ["SPATTN_CUDA_KERNEL"] = kernel
+        try:
+            return f()
+        finally:
+            if old is None:
+                del os.environ["SPATTN_CUDA_KERNEL"]
+            else:
+                os.environ["SPATTN_CUDA_KERNEL"] = old
+    return g
+
+
 def timed_round_robin(fns, reps, warmup):
     """fns: name -> callable. Median ms of each, interleaved rep by rep."""
     for f in fns.values():
@@ -177,6 +192,9 @@ def main():
     ap.add_argument("--methods", default="a_shape,mean_pool",
                     help="block-mask methods timed through the method API")
     ap.add_argument("--json", default="")
+    ap.add_argument("--also-mma", action="store_true",
+                    help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
+                         "as dense_mma and blasst:LAMBDA_mma beside the default wgmma kernel")
     args = ap.parse_args()
 
     sp = Spattn(args.lib)
@@ -226,6 +244,8 @@ def main():
         dense_args = sp.args("dense", q, k, v, out, lse)
         fns = {n: torch_fn(n) for n in gqa}
         fns["dense"] = lambda: sp.run(dense_args)
+        if args.also_mma:
+            fns["dense_mma"] = with_kernel("mma", fns["dense"])
 
         # Correctness against the flash backend.
         sp.run(dense_args)
@@ -289,7 +309,7 @@ def main():
         for n, t in ms.items():
             d = dict(kind="time", seq=L, heads=H, kv_heads=KV, dim=D, contender=n, ms=t,
                      reps=args.reps)
-            if n in ("cudnn", "flash", "dense"):
+            if n in ("cudnn", "flash", "dense", "dense_mma"):
                 d["tflops"] = flops / (t * 1e-3) / 1e12
             if n in gqa:
                 d["enable_gqa"] = gqa[n][3]
@@ -306,7 +326,7 @@ def main():
                 d.update(method_info[n], vs_dense=ms["dense"] / t)
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
-            if n == "dense":
+            if n in ("dense", "dense_mma"):
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
             emit(d)
@@ -331,12 +351,22 @@ def main():
             name = f"blasst:{lam:g}"
             info[name] = dict(lam=lam, skipped=st.tiles_skipped / max(1, st.tiles_visited))
             fns[name] = (lambda a: (lambda: sp.run(a)))(a)
+            if args.also_mma:
+                fns[name + "_mma"] = with_kernel("mma", fns[name])
+                st = with_kernel("mma", lambda: sp.run(sp.args(
+                    "blasst", q, k, v, out, lse, lam=lam, local_first=True, want_stats=True)))()
+                info[name + "_mma"] = dict(lam=lam,
+                                           skipped=st.tiles_skipped / max(1, st.tiles_visited))
+        if args.also_mma:
+            fns["dense_mma"] = with_kernel("mma", fns["dense"])
         # Recall: the softmax mass each method computed, from its LSE against dense's.
         sp.run(sp.args("dense", q, k, v, out, lse))
         lse_dense = lse.clone()
         recall = {}
         for n in list(info):
-            sp.run(sp.args("blasst", q, k, v, out, lse, lam=info[n]["lam"], local_first=True))
+            run = lambda n=n: sp.run(sp.args("blasst", q, k, v, out, lse, lam=info[n]["lam"],
+                                             local_first=True))
+            (with_kernel("mma", run) if n.endswith("_mma") else run)()
             recall[n] = torch.exp(lse - lse_dense).mean().item()
         text_plans = []
         for spec in args.methods.split(","):
@@ -356,6 +386,8 @@ def main():
                      contender=n, ms=t, reps=args.reps, workload_s=gen_s)
             if n in info:
                 d.update(info[n], vs_dense=ms["dense"] / t)
+            if n.endswith("_mma"):
+                d["vs_dense_mma"] = ms["dense_mma"] / t
             emit(d)
 
     if not args.skip_decode:

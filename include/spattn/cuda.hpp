@@ -31,6 +31,11 @@ bool built();
 int device_count();
 // "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, driver 13.0, runtime 13.0"; throws Error without one.
 std::string device_description(int device = 0);
+// The prefill kernel 128-row query tiles run on the current device: "wgmma" on a Hopper GPU
+// (sm_90, FlashAttention-3's warp-specialized structure), else "mma" (mma.sync,
+// FlashAttention-2's). The environment variable SPATTN_CUDA_KERNEL=mma picks the second on a
+// Hopper too (=wgmma insists on the first: an Error elsewhere). Throws Error without a GPU.
+std::string prefill_kernel();
 
 // Whether p points into CUDA device (or managed) memory; false without a GPU or the backend.
 bool is_device_pointer(const void* p);

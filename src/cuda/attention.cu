@@ -11,6 +11,7 @@
 #include "cuda/check.cuh"
 #include "cuda/flash_fwd.cuh"
 #include "cuda/inputs.hpp"
+#include "cuda/sm90/launch.hpp"
 #include "kernels/flash_common.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -41,6 +42,11 @@ std::string device_description(int device) {
      << " SMs, driver " << drv / 1000 << "." << (drv % 1000) / 10 << ", runtime " << rt / 1000
      << "." << (rt % 1000) / 10;
   return os.str();
+}
+
+std::string prefill_kernel() {
+  SPATTN_CHECK(device_count() > 0, "cuda prefill_kernel: no CUDA device");
+  return sm90::selected() ? "wgmma" : "mma";
 }
 
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -140,12 +146,15 @@ void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t strea
 }
 
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
-// rows come in 64s. BLASST double-buffers K: a skipped tile has no P V to hide the next K
-// load under (measured: BENCHMARKS.md).
+// rows come in 64s. On a Hopper GPU 128-row tiles run the wgmma kernel (cuda/sm90/). BLASST
+// double-buffers K in the mma.sync kernel: a skipped tile has no P V to hide the next K load
+// under (measured: BENCHMARKS.md).
 template <bool kList, bool kSkip>
 void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream_t stream) {
   if (p.n_qt == 0) return;
-  if constexpr (!kList && kSkip)
+  if (rows == 128 && sm90::selected())
+    sm90::launch(dtype, d, kList, kSkip, p, stream);
+  else if constexpr (!kList && kSkip)
     launch_for<2, false, true, false, 2>(dtype, d, p, stream);
   else if (!kList || rows == 128)
     launch_for<2, kList, kSkip>(dtype, d, p, stream);

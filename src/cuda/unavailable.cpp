@@ -15,6 +15,7 @@ namespace {
 bool built() { return false; }
 int device_count() { return 0; }
 std::string device_description(int) { unavailable("device_description"); }
+std::string prefill_kernel() { unavailable("prefill_kernel"); }
 bool is_device_pointer(const void*) { return false; }
 Tensor to_host(const TensorView&, void*) { unavailable("to_host"); }
 int current_device() { unavailable("current_device"); }
