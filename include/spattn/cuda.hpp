@@ -130,13 +130,21 @@ class BlockSparsePlan {
   int64_t tile_rows() const { return tile_rows_; }  // query rows per listed tile: 64 or 128
   const int* device_offsets() const { return offsets_; }
   const int* device_tiles() const { return list_; }
+  // 64-row plans also as 128-row tiles (the wgmma kernel's): per pair of 64-row tiles the
+  // union of their lists, each entry's bit g set where 64-row tile g of the pair lists it.
+  // Null for 128-row plans.
+  const int* device_pair_offsets() const { return pair_offsets_; }
+  const int* device_pair_tiles() const { return pair_list_; }
+  const uint8_t* device_pair_groups() const { return pair_groups_; }
 
  private:
-  void upload(const std::vector<int>& offsets, const std::vector<int>& tiles, void* stream);
   int64_t heads_ = 0, q_len_ = 0, kv_len_ = 0, tiles_ = 0, tile_rows_ = 64;
   bool causal_ = true;
   int* offsets_ = nullptr;
   int* list_ = nullptr;
+  int* pair_offsets_ = nullptr;
+  int* pair_list_ = nullptr;
+  uint8_t* pair_groups_ = nullptr;
 };
 void attention_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
                             const TensorView& out, const BlockSparsePlan& plan,

@@ -4,6 +4,8 @@
 // and the read-back of skip and work statistics.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <sstream>
 #include <vector>
@@ -227,6 +229,20 @@ void attention_dense(const TensorView& q, const TensorView& k, const TensorView&
   rec.read(p, q.dim, stats, nullptr, s);
 }
 
+namespace {
+// A device copy of a host vector (at least one element, so the pointer is never null).
+template <class E>
+E* upload(const std::vector<E>& host, cudaStream_t s) {
+  E* d = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, host.size()) * sizeof(E)),
+        "cudaMalloc");
+  if (!host.empty())
+    check(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice, s),
+          "cudaMemcpyAsync");
+  return d;
+}
+}  // namespace
+
 BlockSparsePlan::BlockSparsePlan(const BlockMask& mask, void* stream)
     : heads_(mask.heads), q_len_(mask.q_len), kv_len_(mask.kv_len), causal_(mask.causal) {
   const char* who = "cuda BlockSparsePlan";
@@ -255,36 +271,53 @@ BlockSparsePlan::BlockSparsePlan(const BlockMask& mask, void* stream)
     }
   }
   tiles_ = int64_t(tiles.size());
+  // 64-row lists paired into 128-row tiles: the sorted union, with whose entry each tile is.
+  std::vector<int> pair_offsets, pair_tiles;
+  std::vector<uint8_t> pair_groups;
+  if (tile_rows_ == 64) {
+    const int64_t n_pairs = (n_qt + 1) / 2;
+    pair_offsets.assign(size_t(heads_ * n_pairs) + 1, 0);
+    for (int64_t h = 0; h < heads_; ++h)
+      for (int64_t t = 0; t < n_pairs; ++t) {
+        const size_t a = size_t(h * n_qt + 2 * t);
+        int i = offsets[a], i_end = offsets[a + 1];
+        int j = 2 * t + 1 < n_qt ? offsets[a + 1] : 0, j_end = 2 * t + 1 < n_qt ? offsets[a + 2] : 0;
+        while (i < i_end || j < j_end) {
+          const int ti = i < i_end ? tiles[size_t(i)] : INT32_MAX;
+          const int tj = j < j_end ? tiles[size_t(j)] : INT32_MAX;
+          pair_tiles.push_back(std::min(ti, tj));
+          pair_groups.push_back(uint8_t((ti <= tj ? 1 : 0) | (tj <= ti ? 2 : 0)));
+          i += ti <= tj;
+          j += tj <= ti;
+        }
+        pair_offsets[size_t(h * n_pairs + t) + 1] = int(pair_tiles.size());
+      }
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
   try {
-    upload(offsets, tiles, stream);
+    offsets_ = upload(offsets, s);
+    list_ = upload(tiles, s);
+    if (tile_rows_ == 64) {
+      pair_offsets_ = upload(pair_offsets, s);
+      pair_list_ = upload(pair_tiles, s);
+      pair_groups_ = upload(pair_groups, s);
+    }
+    check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   } catch (...) {
-    cudaFree(offsets_);
-    cudaFree(list_);
+    for (void* ptr : {static_cast<void*>(offsets_), static_cast<void*>(list_),
+                      static_cast<void*>(pair_offsets_), static_cast<void*>(pair_list_),
+                      static_cast<void*>(pair_groups_)})
+      cudaFree(ptr);
     throw;
   }
-}
-
-void BlockSparsePlan::upload(const std::vector<int>& offsets, const std::vector<int>& tiles,
-                             void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
-  check(cudaMalloc(reinterpret_cast<void**>(&offsets_), offsets.size() * sizeof(int)),
-        "cudaMalloc");
-  check(
-      cudaMalloc(reinterpret_cast<void**>(&list_), std::max<size_t>(1, tiles.size()) * sizeof(int)),
-      "cudaMalloc");
-  check(cudaMemcpyAsync(offsets_, offsets.data(), offsets.size() * sizeof(int),
-                        cudaMemcpyHostToDevice, s),
-        "cudaMemcpyAsync");
-  if (!tiles.empty())
-    check(
-        cudaMemcpyAsync(list_, tiles.data(), tiles.size() * sizeof(int), cudaMemcpyHostToDevice, s),
-        "cudaMemcpyAsync");
-  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
 BlockSparsePlan::~BlockSparsePlan() {
   cudaFree(offsets_);
   cudaFree(list_);
+  cudaFree(pair_offsets_);
+  cudaFree(pair_list_);
+  cudaFree(pair_groups_);
 }
 
 namespace {
@@ -292,9 +325,18 @@ namespace {
 void run_block_sparse(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, const BlockSparsePlan& plan, const AttnOptions& opt,
                       float* lse, Stats* stats, cudaStream_t s) {
-  const int rows = int(plan.tile_rows());
+  int rows = int(plan.tile_rows());
+  // The wgmma kernel takes a 64-row plan as pairs: 128-row tiles over the union of the two
+  // lists, each group computing its own entries.
+  const bool paired = rows == 64 && plan.device_pair_offsets() && sm90::selected();
+  if (paired) rows = 128;
   FlashParams p = base_params(q, k, v, out, opt, lse, rows);
-  p.list_offsets = plan.device_offsets(), p.list_tiles = plan.device_tiles();
+  if (paired) {
+    p.list_offsets = plan.device_pair_offsets(), p.list_tiles = plan.device_pair_tiles();
+    p.list_groups = plan.device_pair_groups();
+  } else {
+    p.list_offsets = plan.device_offsets(), p.list_tiles = plan.device_tiles();
+  }
   Records rec;
   rec.attach(p, stats != nullptr, false, false, s);
   dispatch<true, false>(q.dtype, q.dim, rows, p, s);

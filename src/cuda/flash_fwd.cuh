@@ -58,6 +58,9 @@ struct FlashParams {
   // list_tiles[list_offsets[i], list_offsets[i + 1]), ascending.
   const int* list_offsets = nullptr;
   const int* list_tiles = nullptr;
+  // Optional, beside the lists (the wgmma kernel's 128-row tiles over a 64-row mask): bit g
+  // of entry j set where the tile's 64-row group g has list entry j; null: both groups.
+  const uint8_t* list_groups = nullptr;
   // Query-sparse: the kernel's rows are rows[0, q_len) of q (ascending), written compactly
   // (out and lse row i is q row rows[i]); pos_offset stays q's own.
   const int* rows = nullptr;

@@ -101,10 +101,12 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_kernel(const __grid_con
   const int rows_here = min(kBM, p.q_len - row0);
 
   const int* list = nullptr;
+  const uint8_t* groups = nullptr;  // whose each listed tile is (null: both groups')
   int n_visit;
   if constexpr (kList) {
     const int begin = p.list_offsets[item];
     list = p.list_tiles + begin;
+    if (p.list_groups) groups = p.list_groups + begin;
     n_visit = p.list_offsets[item + 1] - begin;
   } else if (p.causal) {
     const int last_pos = p.pos_offset + row0 + rows_here - 1;
@@ -197,7 +199,8 @@ __global__ void __launch_bounds__(kThreads, 1) flash_fwd_kernel(const __grid_con
     const int kt = tile_at(pos, n_visit, list, local_first);
     const int kbase = kt * kBN;
     mbar_wait(full(s), (pos / kStages) & 1);
-    const bool mine = kbase < reach;  // uniform over the warpgroup
+    // Uniform over the warpgroup.
+    const bool mine = kbase < reach && (!groups || (groups[pos] >> g) & 1);
 
     float sc[kBN / 2];  // S: n8 tile j's four values at sc[4 j .. 4 j + 3]
     float mx[2] = {-INFINITY, -INFINITY};  // the tile's row maxima, scaled log2 units
