@@ -15,9 +15,12 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
 
-echo "== GPU tests"
+echo "== GPU tests (on a Hopper: the wgmma kernel, then again on the mma.sync one)"
 timeout 300 ./build/bin/spattn_cuda_tests > "$out/tests.log" 2>&1
 echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|differ" "$out/tests.log"
+SPATTN_CUDA_KERNEL=mma timeout 300 ./build/bin/spattn_cuda_tests \
+  --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/tests-mma.log" 2>&1
+echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/tests-mma.log"
 
 echo "== memcheck, racecheck"
 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
@@ -48,6 +51,6 @@ if [ -e "$pydir/spattn/_core$want" ]; then
 fi
 
 echo "== benchmark against torch SDPA"
-timeout 900 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --reps 5 \
+timeout 900 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --reps 5 --also-mma \
   --json "$out/bench.json" > "$out/bench.log" 2>&1
 echo "rc=$?; record: $out/bench.json"

@@ -55,7 +55,8 @@ BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const 
   SPATTN_CHECK(!methods.methods.empty() && methods.methods.size() == methods.specs.size(),
                "a bench needs its methods from make_bench_methods");
   BenchRun run;
-  run.device = cuda::device_description(cuda::current_device());
+  run.device = cuda::device_description(cuda::current_device()) + ", prefill kernel " +
+               cuda::prefill_kernel();
   // The host copies in the device's dtype: recall and the exact reference see the values the
   // GPU sees.
   const Tensor hq = Tensor::copy_of(q, dtype), hk = Tensor::copy_of(k, dtype),
