@@ -236,9 +236,12 @@ E* upload(const std::vector<E>& host, cudaStream_t s) {
   E* d = nullptr;
   check(cudaMalloc(reinterpret_cast<void**>(&d), std::max<size_t>(1, host.size()) * sizeof(E)),
         "cudaMalloc");
-  if (!host.empty())
-    check(cudaMemcpyAsync(d, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice, s),
-          "cudaMemcpyAsync");
+  if (!host.empty()) {
+    const cudaError_t e =
+        cudaMemcpyAsync(d, host.data(), host.size() * sizeof(E), cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) cudaFree(d);
+    check(e, "cudaMemcpyAsync");
+  }
   return d;
 }
 }  // namespace
@@ -280,8 +283,9 @@ BlockSparsePlan::BlockSparsePlan(const BlockMask& mask, void* stream)
     for (int64_t h = 0; h < heads_; ++h)
       for (int64_t t = 0; t < n_pairs; ++t) {
         const size_t a = size_t(h * n_qt + 2 * t);
+        const bool second = 2 * t + 1 < n_qt;  // the pair's second 64-row tile exists
         int i = offsets[a], i_end = offsets[a + 1];
-        int j = 2 * t + 1 < n_qt ? offsets[a + 1] : 0, j_end = 2 * t + 1 < n_qt ? offsets[a + 2] : 0;
+        int j = second ? offsets[a + 1] : 0, j_end = second ? offsets[a + 2] : 0;
         while (i < i_end || j < j_end) {
           const int ti = i < i_end ? tiles[size_t(i)] : INT32_MAX;
           const int tj = j < j_end ? tiles[size_t(j)] : INT32_MAX;

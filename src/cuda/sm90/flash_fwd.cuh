@@ -1,5 +1,5 @@
-// The attention kernel on Hopper's warpgroup MMA (sm_90a), after FlashAttention-3 ("FlashAttention-3:
-// Fast and Accurate Attention with Asynchrony and Low-precision", section 3.1: warp
+// The attention kernel on Hopper's warpgroup MMA (sm_90a), after FlashAttention-3
+// ("FlashAttention-3: Fast and Accurate Attention with Asynchrony and Low-precision", 3.1: warp
 // specialization, a producer and consumers over a ring of shared-memory stages). The same
 // policies and records as the mma.sync kernel (cuda/flash_fwd.cuh, FlashParams): dense or a key
 // tile list per query tile, BLASST's skip rule in the loop, in order or local-first.
@@ -67,7 +67,8 @@ __device__ __forceinline__ void load_tile(uint32_t dst_base, const T* g, int64_t
 }  // namespace detail
 
 template <class T, int D, bool kList, bool kSkip>
-__global__ void __launch_bounds__(kThreads, 1) flash_fwd_kernel(const __grid_constant__ FlashParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    flash_fwd_kernel(const __grid_constant__ FlashParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(!(kList && kSkip), "BLASST runs over the dense visiting order");
