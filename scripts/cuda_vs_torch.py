@@ -297,7 +297,7 @@ def main():
                                want_stats=True))
         fns["qs16"] = lambda: sp.run(qs_args)
         method_info = {}
-        for spec in args.methods.split(","):
+        for spec in [m for m in args.methods.split(",") if m]:
             pl, mask_ms, dens = sp.plan_method(spec, sp.args("block_sparse", q, k, v, out, lse))
             plans.append(pl)
             method_info[spec] = dict(mask_host_ms=mask_ms, density=dens)
@@ -369,7 +369,7 @@ def main():
             (with_kernel("mma", run) if n.endswith("_mma") else run)()
             recall[n] = torch.exp(lse - lse_dense).mean().item()
         text_plans = []
-        for spec in args.methods.split(","):
+        for spec in [m for m in args.methods.split(",") if m]:
             pl, mask_ms, dens = sp.plan_method(spec, sp.args("block_sparse", q, k, v, out, lse))
             text_plans.append(pl)
             recall[spec] = torch.exp(lse - lse_dense).mean().item()

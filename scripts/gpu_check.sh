@@ -3,6 +3,7 @@
 # CUDA build (`make build` with nvcc >= 12 found): the GPU tests, compute-sanitizer's memcheck
 # and racecheck on the kernels, then the benchmark against PyTorch's SDPA backends.
 #   scripts/gpu_check.sh [OUT_DIR]         (default: gpu-check/)
+#   SPATTN_NCU=1 scripts/gpu_check.sh ...  also profiles the prefill kernels with Nsight Compute
 # Needs on that machine: the runtime libraries the binaries link (libgomp, libhwy, libfmt,
 # libopenblas: put copies on LD_LIBRARY_PATH where the image lacks them), compute-sanitizer,
 # and torch with CUDA for the benchmark and the Python tests. Where build/python's extension is
@@ -48,6 +49,18 @@ fi
 if [ -e "$pydir/spattn/_core$want" ]; then
   PYTHONPATH="$pydir:python/tests" timeout 300 python3 -m pytest -q -p no:cacheprovider -rs \
     python/tests/test_cuda.py python/tests/test_torch.py 2>&1 | tail -5
+fi
+
+if [ "${SPATTN_NCU:-0}" = 1 ]; then
+  # Nsight Compute on the prefill kernels at 32K on `text`: the first dense and BLASST (lambda
+  # 1e-3) launches of the kernel the device picks (warm-up 0, one timed rep each).
+  echo "== ncu: dense and BLASST prefill at 32K"
+  timeout 600 ncu --clock-control none -k regex:flash_fwd_kernel --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section MemoryWorkloadAnalysis --section SourceCounters \
+    python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill --skip-decode \
+    --blasst-lambda 0.001 --methods "" --reps 1 --warmup 0 > "$out/ncu.txt" 2>&1
+  echo "ncu rc=$?; report: $out/ncu.txt"
 fi
 
 echo "== benchmark against torch SDPA"
