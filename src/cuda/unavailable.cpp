@@ -47,7 +47,6 @@ void attention_block_sparse(const TensorView&, const TensorView&, const TensorVi
 }
 BlockSparsePlan::BlockSparsePlan(const BlockMask&, void*) { unavailable("BlockSparsePlan"); }
 BlockSparsePlan::~BlockSparsePlan() = default;
-void BlockSparsePlan::upload(const std::vector<int>&, const std::vector<int>&, void*) {}
 void attention_block_sparse(const TensorView&, const TensorView&, const TensorView&,
                             const TensorView&, const BlockSparsePlan&, const AttnOptions&, float*,
                             Stats*, void*) {
