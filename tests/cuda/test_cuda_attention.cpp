@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda/device_buffers.hpp"
+#include "cuda/text_workload.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
@@ -33,6 +34,7 @@ namespace {
 
 using test::DeviceFloats;
 using test::DeviceTensor;
+using test::text_workload;
 
 // Output tolerance: rounding of P and of the output to the input dtype, relative to the largest
 // |v| (an output row is a convex combination of v rows).
@@ -233,18 +235,6 @@ TEST(CudaAttention, QuerySparseMatchesCpuKernel) {
           EXPECT_EQ(gpu.score_entries, cpu.score_entries) << what;
           EXPECT_EQ(gpu.causal_entries, cpu.causal_entries) << what;
         }
-}
-
-Workload text_workload(int64_t seq, int64_t dim, uint64_t seed) {
-  WorkloadConfig c;
-  c.kind = WorkloadKind::text;
-  c.seq = seq;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.dim = dim;
-  c.dtype = DType::bf16;
-  c.seed = seed;
-  return make_workload(c);
 }
 
 TEST(CudaAttention, BlasstLambdaZeroIsTheDenseKernel) {

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "cuda/device_buffers.hpp"
+#include "cuda/text_workload.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
-#include "spattn/workload.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -72,15 +72,8 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   if (!hopper()) GTEST_SKIP() << "not a Hopper GPU: one prefill kernel here";
   for (int64_t d : {64, 128}) {
-    WorkloadConfig c;
-    c.kind = WorkloadKind::text;
-    c.seq = 1500;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.dim = d;
-    c.dtype = DType::bf16;
-    c.seed = 21;
-    const Workload w = make_workload(c);
+    const int64_t seq = 1500;
+    const Workload w = test::text_workload(seq, d, 21);
     test::DeviceTensor dq(w.q), dk(w.k), dv(w.v);
     for (BlasstOrder order : {BlasstOrder::in_order, BlasstOrder::local_first})
       for (double lambda : {0.0, 1e-3, 1e-2}) {
@@ -88,7 +81,7 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
         SkipStats skip[2];
         for (int i = 0; i < 2; ++i) {
           KernelEnv env(i == 0 ? "wgmma" : "mma");
-          test::DeviceTensor dout(DType::bf16, 4, c.seq, d);
+          test::DeviceTensor dout(DType::bf16, 4, seq, d);
           skip[i].record_tiles = true;
           cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, {}, nullptr,
                                  nullptr, &skip[i], order);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/device_buffers.hpp"
+#include "cuda/text_workload.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
@@ -21,15 +22,7 @@ using test::DeviceTensor;
 
 TEST(CudaMethods, DeviceRunMatchesHostRun) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  WorkloadConfig c;
-  c.kind = WorkloadKind::text;
-  c.seq = 1500;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.dim = 128;
-  c.dtype = DType::bf16;
-  c.seed = 11;
-  const Workload w = make_workload(c);
+  const Workload w = test::text_workload(1500, 128, 11);
   DeviceTensor dq(w.q), dk(w.k), dv(w.v);
   for (const std::string spec :
        {"dense", "blasst:lambda=0.01", "a_shape", "mean_pool", "xattention", "flexprefill"}) {
