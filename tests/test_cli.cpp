@@ -111,8 +111,27 @@ TEST_F(Cli, MatchedDensityRowsAndBadNames) {
     // 8 key blocks of 64: one block more or less moves sparsity by at most ~1/5 here.
     EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.2) << name;
   }
-  expect_bad_input(run_cli(kSmall + "--matched dense"), "--matched: dense has no topk");
+  expect_bad_input(run_cli(kSmall + "--matched dense"), "--matched: dense has no block count");
+  expect_bad_input(run_cli(kSmall + "--matched xattention"), "--matched: xattention has no block count");
   expect_bad_input(run_cli(kSmall + "--matched oracle_topk:topk=3"), "plain names");
+}
+
+// A topp run is matched to its own method's count twin with its other parameters kept (momo by
+// k_trim, with the topp run's gamma and blend), and to the other named methods by theirs.
+TEST_F(Cli, MatchedToppGetsItsCountTwin) {
+  const CliRun r = run_cli("bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
+                           "momo:topp=0.5,gamma=32,blend=mean_pool --matched momo,oracle_topk --json");
+  ASSERT_EQ(r.code(), 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 4u) << r.out;
+  const double target = j["results"][1]["sparsity"].get<double>();
+  EXPECT_EQ(j["results"][1]["method"], "momo:topp=0.5,gamma=32,blend=mean_pool");
+  const std::string twin = j["results"][2]["method"].get<std::string>();
+  EXPECT_EQ(twin.rfind("momo:blend=mean_pool,gamma=32,k_trim=", 0), 0u) << twin;
+  EXPECT_EQ(twin.find("topp"), std::string::npos) << twin;
+  EXPECT_EQ(j["results"][3]["method"].get<std::string>().rfind("oracle_topk:topk=", 0), 0u);
+  for (int i : {2, 3})  // 16 key blocks of 64: a block more or less moves sparsity ~1/10
+    EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.12) << r.out;
 }
 
 // -ctk / -ctv as llama.cpp spells them: an unknown cache type is named, before the model loads

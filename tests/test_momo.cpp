@@ -302,30 +302,14 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   EXPECT_NE(masks[1], masks[3]);  // mean
 }
 
-// The blend (blend=moments, the default with trim=mass, and blend=mean_pool) against a plain
-// reference: per query block, each pooled sampled row's exact top-k candidate blocks by S(j),
-// each voting its share exp(S(j) - LSE_row) less its k-th share (the row's bound on every block
-// it left out), the votes averaged over the pooled rows (pool=above: the last sampled row above
-// the block too, its choices outside the block's candidates dropped); every candidate adds its
-// share of the softmax over the query block's causal blocks of the pooled estimate: mean_pool
-// scale * qm . km (qm, km the means of the block's q rows and the key block's k rows); moments
-// that plus scale^2 / 2 sum_c (qm_c^2 vk_c + vq_c (km_c^2 + vk_c)) (vq, vk the per-channel
-// variances over the same rows); the top k_trim of the candidates by that sum kept beside sink
-// and local. Near ties at the cut skipped.
-TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
-  const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
-  const int64_t gamma = 8, chi = 32, L = 1400, d = 32, kk = 3;
-  const std::string base = "momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact";
-  const MomoRun none = run(base + ",blend=none", w);
-  std::vector<std::vector<uint8_t>> masks;
-  for (const char* pool : {"block", "above"})
-  for (const char* blend : {"moments", "mean_pool"}) {
-  const bool moments = std::string(blend) == "moments", above = std::string(pool) == "above";
-  // The defaults are blend=moments, pool=above.
-  const MomoRun r = run(moments && above ? base : base + ",blend=" + blend + ",pool=" + pool, w);
-  const BlockMask& m = *r.report.mask;
-  masks.push_back(m.to_dense());
-  EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
+// The blend's score of every causal block of query block qb (head 0 of a one-head workload;
+// sink = 1, local = 1, beta = 64, topk=exact with kk blocks a row) as momo's union computes it,
+// in plain double arithmetic: each block's share of the pooled estimate's softmax over the
+// causal blocks (with moments, the second-order term), plus, for the candidates (neither sink
+// nor local), the pooled rows' shares above their kk-th, over the rows pooled.
+std::vector<double> blend_scores(const Workload& w, const BlockMask& m, int64_t qb, int64_t gamma,
+                                 int64_t chi, int64_t kk, bool moments, bool above) {
+  const int64_t L = w.q.seq(), d = w.q.dim(), cb = m.causal_blocks(qb);
   const double scale = softmax_scale(AttnOptions{}, d);
   const float* Q = w.q.data_as<float>();
   const float* K = w.k.data_as<float>();
@@ -341,61 +325,94 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
         var[size_t(c)] += x * x / double(r1 - r0);
       }
   };
+  // The pooled estimate's share of each causal block.
+  std::vector<double> qm, vq, km, vk, score(size_t(cb), 0.0);
+  std::vector<double> logit(static_cast<size_t>(cb));
+  const int64_t r0 = qb * chi, r1 = std::min(L, (qb + 1) * chi);
+  moments_of(Q, r0, r1, qm, vq);
+  double mx = -1e300;
+  for (int64_t j = 0; j < cb; ++j) {
+    moments_of(K, j * 64, std::min(L, (j + 1) * 64), km, vk);
+    double dot = 0, spread = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      const size_t u = size_t(c);
+      dot += qm[u] * km[u];
+      spread += qm[u] * qm[u] * vk[u] + vq[u] * (km[u] * km[u] + vk[u]);
+    }
+    logit[size_t(j)] = scale * dot + (moments ? 0.5 * scale * scale * spread : 0.0);
+    mx = std::max(mx, logit[size_t(j)]);
+  }
+  double tot = 0;
+  for (int64_t j = 0; j < cb; ++j) tot += score[size_t(j)] = std::exp(logit[size_t(j)] - mx);
+  for (double& x : score) x /= tot;
+  // The pooled rows' votes.
+  const int64_t first = above ? r0 - 1 : r0;
+  int rows = 0;
+  for (int64_t row = first; row < r1; ++row) rows += sampled(row, gamma, L);
+  for (int64_t row = first; row < r1; ++row) {
+    if (!sampled(row, gamma, L)) continue;
+    const int64_t own_cb = m.causal_blocks(row / chi);  // the row's own query block's
+    std::vector<int64_t> all;
+    for (int64_t c = 0; c <= row; ++c) all.push_back(c);
+    double row_lse = 0;
+    test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
+    std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
+    for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
+      std::vector<int64_t> keys;
+      for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
+      double lse = 0;
+      test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
+      s.push_back({lse, int32_t(j)});
+    }
+    std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+    const size_t n = std::min<size_t>(size_t(kk), s.size());
+    if (n == 0) continue;
+    const double cut = std::exp(s[n - 1].first - row_lse);
+    for (size_t i = 0; i < n; ++i)
+      if (s[i].second < cb - 1)  // the row above's choices this block keeps anyway: dropped
+        score[size_t(s[i].second)] += (std::exp(s[i].first - row_lse) - cut) / rows;
+  }
+  return score;
+}
+
+// The candidates of a query block (every causal block but the sink, 0, and the local, cb - 1),
+// best blend score first.
+std::vector<std::pair<double, int32_t>> ranked_candidates(const std::vector<double>& score) {
+  std::vector<std::pair<double, int32_t>> rank;
+  for (int32_t j = 1; j + 1 < int32_t(score.size()); ++j) rank.push_back({score[size_t(j)], j});
+  std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
+  return rank;
+}
+
+// The blend (blend=moments, the default with trim=mass, and blend=mean_pool) against a plain
+// reference: per query block, each pooled sampled row's exact top-k candidate blocks by S(j),
+// each voting its share exp(S(j) - LSE_row) less its k-th share (the row's bound on every block
+// it left out), the votes averaged over the pooled rows (pool=above: the last sampled row above
+// the block too, its choices outside the block's candidates dropped); every candidate adds its
+// share of the softmax over the query block's causal blocks of the pooled estimate: mean_pool
+// scale * qm . km (qm, km the means of the block's q rows and the key block's k rows); moments
+// that plus scale^2 / 2 sum_c (qm_c^2 vk_c + vq_c (km_c^2 + vk_c)) (vq, vk the per-channel
+// variances over the same rows); the top k_trim of the candidates by that sum kept beside sink
+// and local. Near ties at the cut skipped.
+TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
+  const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
+  const int64_t gamma = 8, chi = 32, kk = 3;
+  const std::string base = "momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact";
+  const MomoRun none = run(base + ",blend=none", w);
+  std::vector<std::vector<uint8_t>> masks;
+  for (const char* pool : {"block", "above"})
+  for (const char* blend : {"moments", "mean_pool"}) {
+  const bool moments = std::string(blend) == "moments", above = std::string(pool) == "above";
+  // The defaults are blend=moments, pool=above.
+  const MomoRun r = run(moments && above ? base : base + ",blend=" + blend + ",pool=" + pool, w);
+  const BlockMask& m = *r.report.mask;
+  masks.push_back(m.to_dense());
+  EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
   int64_t checked = 0;
   for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
     const int64_t cb = m.causal_blocks(qb);
     if (cb < 5) continue;  // at most k_trim candidates: nothing to rank
-    std::vector<double> score(size_t(cb), 0.0);
-    // The pooled estimate's share of each causal block.
-    std::vector<double> qm, vq, km, vk, mp(size_t(cb), 0.0);
-    const int64_t r0 = qb * chi, r1 = std::min(L, (qb + 1) * chi);
-    moments_of(Q, r0, r1, qm, vq);
-    std::vector<double> logit(static_cast<size_t>(cb));
-    double mx = -1e300;
-    for (int64_t j = 0; j < cb; ++j) {
-      moments_of(K, j * 64, std::min(L, (j + 1) * 64), km, vk);
-      double dot = 0, spread = 0;
-      for (int64_t c = 0; c < d; ++c) {
-        const size_t u = size_t(c);
-        dot += qm[u] * km[u];
-        spread += qm[u] * qm[u] * vk[u] + vq[u] * (km[u] * km[u] + vk[u]);
-      }
-      logit[size_t(j)] = scale * dot + (moments ? 0.5 * scale * scale * spread : 0.0);
-      mx = std::max(mx, logit[size_t(j)]);
-    }
-    double tot = 0;
-    for (int64_t j = 0; j < cb; ++j) tot += mp[size_t(j)] = std::exp(logit[size_t(j)] - mx);
-    for (int64_t j = 1; j < cb - 1; ++j) score[size_t(j)] = mp[size_t(j)] / tot;
-    // The pooled rows' votes.
-    const int64_t first = above ? r0 - 1 : r0;
-    int rows = 0;
-    for (int64_t row = first; row < r1; ++row) rows += sampled(row, gamma, L);
-    for (int64_t row = first; row < r1; ++row) {
-      if (!sampled(row, gamma, L)) continue;
-      const int64_t own_cb = m.causal_blocks(row / chi);  // the row's own query block's
-      std::vector<int64_t> all;
-      for (int64_t c = 0; c <= row; ++c) all.push_back(c);
-      double row_lse = 0;
-      test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
-      std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
-      for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
-        std::vector<int64_t> keys;
-        for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
-        double lse = 0;
-        test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
-        s.push_back({lse, int32_t(j)});
-      }
-      std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
-      const size_t n = std::min<size_t>(size_t(kk), s.size());
-      if (n == 0) continue;
-      const double cut = std::exp(s[n - 1].first - row_lse);
-      for (size_t i = 0; i < n; ++i)
-        if (s[i].second < cb - 1)  // the row above's choices this block keeps anyway: dropped
-          score[size_t(s[i].second)] += (std::exp(s[i].first - row_lse) - cut) / rows;
-    }
-    std::vector<std::pair<double, int32_t>> rank;
-    for (int32_t j = 1; j < cb - 1; ++j) rank.push_back({score[size_t(j)], j});
-    std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
+    const auto rank = ranked_candidates(blend_scores(w, m, qb, gamma, chi, kk, moments, above));
     const double gap = rank[1].first - rank[2].first;
     if (gap < 1e-4 * std::max(1e-3, rank[1].first)) continue;
     std::vector<int32_t> want = {0, rank[0].second, rank[1].second, int32_t(cb - 1)};
@@ -409,6 +426,50 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
   }
   EXPECT_NE(masks[0], masks[1]);  // moments against mean_pool
   EXPECT_NE(masks[0], masks[2]);  // above against block
+}
+
+// topp: per query block the sink, the local window and the fewest candidates, best blend score
+// first, whose scores with the forced blocks' reach topp of every causal block's, at most
+// k_trim of them, against the scalar twin of the blend's scores. Query blocks where a partial
+// sum lands within float error of the goal, or the last kept ties the next, are not judged.
+TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
+  const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
+  const int64_t gamma = 8, chi = 32, kk = 3;
+  for (const double p : {0.5, 0.8, 0.95})
+    for (const int64_t k_trim : {int64_t(1000), int64_t(3)}) {
+      const std::string spec = "momo:gamma=8,chi=32,k=3,k_trim=" + std::to_string(k_trim) +
+                               ",sink=1,local=1,topk=exact,topp=" + std::to_string(p);
+      const MomoRun r = run(spec, w);
+      const BlockMask& m = *r.report.mask;
+      int64_t checked = 0, below_cap = 0;
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t cb = m.causal_blocks(qb);
+        if (cb < 3) continue;  // no candidates
+        const std::vector<double> score = blend_scores(w, m, qb, gamma, chi, kk, true, true);
+        const auto rank = ranked_candidates(score);
+        double total = 0;
+        for (double x : score) total += x;
+        double kept = score[0] + score[size_t(cb - 1)];
+        bool close = std::abs(kept - p * total) < 1e-5 * total;
+        size_t n = 0;
+        for (; n < rank.size() && int64_t(n) < k_trim && kept < p * total; ++n) {
+          kept += rank[n].first;
+          close |= std::abs(kept - p * total) < 1e-5 * total;
+        }
+        if (close || (n > 0 && n < rank.size() &&
+                      rank[n - 1].first - rank[n].first < 1e-5 * std::max(1e-3, rank[n].first)))
+          continue;
+        std::vector<int32_t> want = {0, int32_t(cb - 1)};
+        for (size_t i = 0; i < n; ++i) want.push_back(rank[i].second);
+        std::sort(want.begin(), want.end());
+        const auto got = m.row(0, qb);
+        EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << spec << " qb " << qb;
+        ++checked;
+        below_cap += int64_t(n) < std::min<int64_t>(k_trim, int64_t(rank.size()));
+      }
+      EXPECT_GT(checked, 20) << spec;
+      if (k_trim == 1000) EXPECT_GT(below_cap, 10) << spec;  // the mass, not the cap, decided
+    }
 }
 
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
@@ -533,6 +594,10 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
       {"momo:pool=left", "pool"},         {"momo:blend=max", "blend"},
       {"momo:trim=mean,blend=mean_pool", "blend"}, {"momo:trim=mean,blend=moments", "blend"},
+      {"momo:topp=0", "topp"},            {"momo:topp=1.01", "topp"},
+      {"momo:topp=-0.5", "topp"},         {"momo:topp=nan", "topp"},
+      {"momo:blend=none,topp=0.9", "topp needs blend"},
+      {"momo:trim=mean,topp=0.9", "topp needs blend"},
   };
   for (const auto& [spec, name] : cases) {
     try {
@@ -548,6 +613,8 @@ TEST(MomoParams, BadParametersNameTheParameter) {
   EXPECT_NO_THROW(make_method("momo:gamma=8,chi=24"));
   EXPECT_NO_THROW(make_method("momo:lambda=0.01,order=in_order"));
   EXPECT_NO_THROW(make_method("momo:trim=mean"));  // blend defaults to none there
+  EXPECT_NO_THROW(make_method("momo:topp=1"));
+  EXPECT_NO_THROW(make_method("momo:topp=0.9,k_trim=4,blend=mean_pool"));
 }
 
 TEST(MomoParams, NonCausalIsAnError) {

@@ -168,23 +168,43 @@ void check_device(BenchCliOptions& o) {
   check_bench_cuda(parse_dtype(o.problem.dtype));
 }
 
-// --matched names, checked before any data is made: plain names of methods with a topk.
+// The parameter that sets a method's block count (MethodInfo::count_param), "" if none.
+std::string count_param(const std::string& name) {
+  for (const MethodInfo& m : method_catalog())
+    if (m.name == name) return m.count_param;
+  return "";
+}
+
+// --matched names, checked before any data is made: plain names of methods with a block count.
 void check_matched(const std::vector<std::string>& names) {
   for (const auto& n : names) {
     SPATTN_CHECK(parse_method_spec(n).params.empty(), "--matched takes plain names, got '", n, "'");
+    const std::string cp = count_param(n);
     try {
-      make_method(parse_method_spec(n + ":topk=1"));
+      SPATTN_CHECK(!cp.empty(), "no parameter sets its block count");
+      make_method(parse_method_spec(n + ":" + cp + "=1"));
     } catch (const Error& e) {
-      detail::fail("--matched: ", n, " has no topk to match a density with (", e.what(), ")");
+      detail::fail("--matched: ", n, " has no block count to match a density with (", e.what(), ")");
     }
   }
 }
 
+// The spec of method `name` keeping `count` blocks per query block: bare, or, for the count
+// twin of `of` (the same method under a topp budget), of's parameters with topp replaced.
+MethodSpec count_spec(const std::string& name, int64_t count, const MethodSpec& of) {
+  std::string text = name + ":";
+  if (of.name == name && of.params.count("topp"))
+    for (const auto& [key, value] : of.params)
+      if (key != "topp" && key != count_param(name)) text += key + "=" + value + ",";
+  return parse_method_spec(fmt::format("{}{}={}", text, count_param(name), count));
+}
+
 // --matched: beside each method of the run (dense and the matched ones aside, but a matched
-// one with a topp budget included), each named
-// block top-k method (a `topk` parameter: oracle_topk, mean_pool) at the topk whose sparsity
-// comes closest to that method's, found by bisection (sparsity falls as topk grows), so
-// recall and error compare at matched density in one command. Returns one note per row added.
+// one with a topp budget included), each named block-count method (oracle_topk and mean_pool
+// by `topk`, momo by `k_trim`) at the count whose sparsity comes closest to that method's,
+// found by bisection (sparsity falls as the count grows), so recall and error compare at
+// matched density in one command. A topp run's own method is matched with its other
+// parameters kept (count_spec). Returns one note per row added.
 std::vector<std::string> add_matched(const std::vector<std::string>& names, BenchMethods& bm,
                                      const Problem& p, Progress& progress) {
   std::vector<MethodSpec>& specs = bm.specs;
@@ -211,13 +231,13 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
     progress.update(fmt::format("matching density of {}", specs[i].text));
     const double target = sparsity(*built.back());
     for (const auto& n : names) {
-      auto at = [&](int64_t topk) { return parse_method_spec(fmt::format("{}:topk={}", n, topk)); };
+      auto at = [&](int64_t topk) { return count_spec(n, topk, specs[i]); };
       auto s_at = [&](int64_t topk) { return sparsity(*make_method(at(topk))); };
       // Smallest topk with sparsity <= target in [1, hi]; hi keeps every key block.
       int64_t lo = 1, hi = (p.k.seq() + 63) / 64 + 1;
       while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        progress.update(fmt::format("matching {} to {}: topk {}", n, specs[i].text, mid));
+        progress.update(fmt::format("matching {} to {}: {} {}", n, specs[i].text, count_param(n), mid));
         if (s_at(mid) <= target) hi = mid; else lo = mid + 1;
       }
       int64_t k = lo;
@@ -296,8 +316,8 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--repeat", o->repeat, "timed runs per method (the median is reported)")
       ->capture_default_str();
   cmd->add_option("--matched", o->matched,
-                  "block top-k methods (oracle_topk, mean_pool) to run beside each other method at "
-                  "the topk that matches its sparsity: a,b")
+                  "block-count methods (oracle_topk, mean_pool, momo) to run beside each other "
+                  "method at the count (topk, momo's k_trim) that matches its sparsity: a,b")
       ->delimiter(',');
   cmd->add_flag("--json", o->json, "print one JSON object instead of the table");
   cmd->add_option("--bf16-path", o->bf16_path,

@@ -89,6 +89,9 @@ struct MethodInfo {
   bool evaluation_only = false;
   // Defined by causal positions: throws Error on non-causal attention.
   bool causal_only = false;
+  // The parameter that sets how many key blocks a query block keeps (topk, k_trim), empty
+  // where there is none: the count twin a `topp` budget is compared with at equal density.
+  std::string count_param;
 };
 
 // Throws Error for unknown names (listing the known ones) and unknown or bad parameters.

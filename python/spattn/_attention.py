@@ -72,5 +72,6 @@ def block_mask(q, k, v, method, *, causal=True, layout="bshd", threads=None):
 
 def method_catalog():
     """Every method the library knows, in order: dicts with name, default_spec (what a default
-    comparison runs), evaluation_only and causal_only."""
+    comparison runs), evaluation_only, causal_only and count_param (the parameter that sets how
+    many key blocks a query block keeps, the twin of a topp budget; "" where there is none)."""
     return _core.method_catalog()

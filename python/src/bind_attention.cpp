@@ -137,6 +137,7 @@ void bind_attention(py::module_& m) {
       d["default_spec"] = i.default_spec;
       d["evaluation_only"] = i.evaluation_only;
       d["causal_only"] = i.causal_only;
+      d["count_param"] = i.count_param;
       l.append(d);
     }
     return l;

@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
 //   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
-//        blend=moments,pool=above,sink=1,local=L,delta=on
+//        blend=moments,pool=above,sink=1,local=L,delta=on[,topp=P]
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -32,6 +32,17 @@
 //           code-small-32k's layer 1; docs/ARCHITECTURE.md, "MOMO's selection on real attention"). The exact buffer costs a compare per losing block on a
 //           CPU, where the SRAM limit the estimate works around does not exist.
 //   k_trim  key blocks kept per query block after the union (Appendix, Algorithm 2); default k
+//   topp    (beyond the paper; absent by default) a mass budget in (0, 1] instead of a count:
+//           per query block the fewest candidates, in the blend's order, whose estimated mass
+//           with the sink's and the local window's reaches P of the query block's estimated
+//           total, at most k_trim (which gamma=auto still budgets for). The estimate is the
+//           blend's score of every causal block (the pooled share plus the rows' votes above
+//           their cut), normalised over the causal blocks, so topp needs a blend: with
+//           blend=none only the rows' chosen blocks have a score and the rest of the mass has
+//           no estimate. Why: "The Sparse Frontier" (arXiv 2504.17768) and Twilight (top-p)
+//           find that the blocks a query block needs vary with its attention's spread, which a
+//           fixed count cannot follow; the same budget as mean_pool's, xattention's tau and
+//           quest's topp.
 //   trim    mass | mean: how the union ranks a block several sampled rows chose. mean: the mean
 //           of their scores S(j) (the paper's "mean calculation"); mass (default): the sum over
 //           those rows of the block's share of the row's attention, exp(S(j) - LSE_row), with
@@ -216,6 +227,10 @@ class Momo final : public Method {
                  "momo: topk='", topk, "' must be exact, tree, estimate or hybrid");
     kind_ = parse_topk_kind(topk);
     k_trim_ = r.get_int("k_trim", k_, 1, int64_t(1) << 40);
+    if (r.has("topp")) {
+      topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "momo: topp=", topp_, " outside (0, 1]");
+    }
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";
@@ -226,6 +241,9 @@ class Momo final : public Method {
     SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend, " needs trim=mass (it adds "
                  "a share of the query block's attention, which a mean score has no scale for)");
     blend_ = blend != "none";
+    SPATTN_CHECK(blend_ || topp_ == 0, "momo: topp needs blend=moments or blend=mean_pool (an "
+                 "estimate of every causal block's mass; with blend=", blend,
+                 " only the rows' chosen blocks have one)");
     moments_ = blend == "moments";
     // pool: above (default with a blend) or block (default with blend=none); see the header.
     const std::string pool = r.get_string("pool", blend_ ? "above" : "block");
@@ -460,6 +478,9 @@ class Momo final : public Method {
           i = e;
         }
         pool.resize(n);
+        // topp: the blend's estimate of the query block's total mass, and of the forced
+        // blocks' part of it (no candidates: nothing more is needed).
+        double mass_total = 0, mass_forced = 0;
         if (blend_ && fb.local_begin > fb.sink_end) {
           // blend=mean_pool: every candidate block scores the mean of the pooled rows' shares
           // (a row that did not choose it adds 0) plus its share of the pooled query's softmax
@@ -476,13 +497,26 @@ class Momo final : public Method {
           for (float& x : mp) x = float(double(x) / tot);
           for (const BlockScore& b : pool)
             mp[size_t(b.block)] += float(double(b.score) / pooled_rows);
+          for (int64_t j = 0; j < fb.causal_end; ++j) {
+            mass_total += double(mp[size_t(j)]);
+            if (j < fb.sink_end || j >= fb.local_begin) mass_forced += double(mp[size_t(j)]);
+          }
           pool.clear();
           for (int64_t j = fb.sink_end; j < fb.local_begin; ++j)
             pool.push_back({int32_t(j), mp[size_t(j)]});
           n = pool.size();
         }
-        const size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
-        std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+        size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
+        if (topp_ > 0) {
+          // The best candidates one at a time until the kept estimate reaches topp.
+          std::sort(pool.begin(), pool.end(), ranks_before);
+          double kept = mass_forced;
+          size_t i = 0;
+          for (; i < keep && kept < topp_ * mass_total; ++i) kept += double(pool[i].score);
+          keep = i;
+        } else {
+          std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+        }
         kept_blocks[size_t(item)] = int64_t(keep);
         std::vector<int32_t>& list = lists[size_t(item)];
         const ForcedBlocks& f = forced[size_t(qb)];
@@ -575,6 +609,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
+  double topp_ = 0;  // 0: k_trim alone; else the mass budget in (0, 1], at most k_trim blocks
   bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true,
        moments_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)

@@ -14,21 +14,22 @@ struct Entry {
   const char* default_params;
   bool evaluation_only;
   bool causal_only;
+  const char* count_param;  // MethodInfo::count_param
 };
 const Entry kMethods[] = {
-    {"dense", make_dense, "", false, false},
-    {"a_shape", make_a_shape, "", false, true},
-    {"tri_shape", make_tri_shape, "", false, true},
-    {"sf_fixed", make_sf_fixed, "", false, true},
-    {"sf_strided", make_sf_strided, "", false, true},
-    {"vertical_slash", make_vertical_slash, "", false, true},
-    {"mean_pool", make_mean_pool, "", false, false},
-    {"xattention", make_xattention, "", false, false},
-    {"flexprefill", make_flexprefill, "", false, true},
-    {"oracle_topk", make_oracle_topk, "", true, false},
-    {"blasst", make_blasst, "lambda=0.001", false, false},
-    {"momo", make_momo, "", false, true},
-    {"chunked_h2o", make_chunked_h2o, "", false, true},
+    {"dense", make_dense, "", false, false, ""},
+    {"a_shape", make_a_shape, "", false, true, ""},
+    {"tri_shape", make_tri_shape, "", false, true, ""},
+    {"sf_fixed", make_sf_fixed, "", false, true, ""},
+    {"sf_strided", make_sf_strided, "", false, true, ""},
+    {"vertical_slash", make_vertical_slash, "", false, true, ""},
+    {"mean_pool", make_mean_pool, "", false, false, "topk"},
+    {"xattention", make_xattention, "", false, false, ""},
+    {"flexprefill", make_flexprefill, "", false, true, ""},
+    {"oracle_topk", make_oracle_topk, "", true, false, "topk"},
+    {"blasst", make_blasst, "lambda=0.001", false, false, ""},
+    {"momo", make_momo, "", false, true, "k_trim"},
+    {"chunked_h2o", make_chunked_h2o, "", false, true, ""},
 };
 // Methods outside the default comparison: mminference needs a plan file (from `spattn
 // search`), and grid is its building block, meant for video inputs (frame=N).
@@ -53,6 +54,7 @@ std::vector<MethodInfo> method_catalog() {
     i.default_spec = *e.default_params ? i.name + ":" + e.default_params : i.name;
     i.evaluation_only = e.evaluation_only;
     i.causal_only = e.causal_only;
+    i.count_param = e.count_param;
     infos.push_back(std::move(i));
   }
   return infos;
