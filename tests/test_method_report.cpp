@@ -171,6 +171,24 @@ TEST(MethodCatalog, MatchesTheRegistryAndItsFlagsHold) {
   }
 }
 
+// count_param names the parameter that sets the blocks a query block keeps: one more block per
+// query block is denser (what `bench --matched` bisects on).
+TEST(MethodCatalog, CountParamSetsTheBlocksKept) {
+  const Workload w = text(1024, 0, 21);
+  Tensor out(DType::f32, w.q.heads(), w.q.seq(), w.q.dim());
+  int counted = 0;
+  for (const MethodInfo& i : method_catalog()) {
+    if (i.count_param.empty()) continue;
+    const auto sparsity = [&](int count) {
+      const std::string spec = i.name + ":" + i.count_param + "=" + std::to_string(count);
+      return make_method(spec)->run(w.q, w.k, w.v, out, AttnOptions{}).stats.sparsity();
+    };
+    EXPECT_GT(sparsity(1), sparsity(4)) << i.name << ":" << i.count_param;
+    ++counted;
+  }
+  EXPECT_EQ(counted, 3);  // oracle_topk, mean_pool, momo
+}
+
 // Prefill inputs of two lengths and a decode input: every path of every method.
 struct Inputs {
   Workload a = text(1024, 0, 11), b = text(768, 0, 12), decode = text(2048, 4, 13);
