@@ -278,6 +278,36 @@ TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {
     }
 }
 
+// Summaries appended in pieces that start and end inside pages (as a runner appends a prompt's
+// batches and then one decoded token at a time) are each page's plain min and max, per kv head
+// and dimension, of the keys as the cache stores them.
+TEST(Quest, SummariesAppendedInPiecesAreEachPagesMinAndMax) {
+  const int64_t d = 64, n = 211;
+  for (KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+    for (int64_t page : {16, 48}) {
+      const Tensor k = random_tensor(2, n, d, 31, 0.5f);
+      const Tensor r = rounded(k, type);
+      const TensorView rv = r;
+      QuestPages pages(2, d, page, n, type);
+      int64_t at = 0;
+      for (int64_t piece : {5, 1, 40, 17, 1, 1, 100, 46}) {
+        pages.append(k.view().rows(at, piece));
+        at += piece;
+      }
+      ASSERT_EQ(at, n);
+      ASSERT_EQ(pages.size(), n);
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t p = 0; p < pages.pages(); ++p)
+          for (int64_t c = 0; c < d; ++c) {
+            float lo = INFINITY, hi = -INFINITY;
+            for (int64_t j = p * page; j < std::min(n, (p + 1) * page); ++j)
+              lo = std::min(lo, rv.get(h, j, c)), hi = std::max(hi, rv.get(h, j, c));
+            ASSERT_EQ(pages.get(h, p, c, false), lo) << kv_type_name(type) << " page " << p;
+            ASSERT_EQ(pages.get(h, p, c, true), hi) << kv_type_name(type) << " page " << p;
+          }
+    }
+}
+
 TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
   const int64_t d = 32, n = 200;
   for (KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0}) {

@@ -73,7 +73,8 @@ class QuestPages {
   float get(int64_t h, int64_t p, int64_t c, bool max) const;
 
  private:
-  void add_key(int64_t h, int64_t i, const float* key);
+  // Keys i .. i + n (n rows of dim floats, as the cache stores them), all in page i / page.
+  void add_keys(int64_t h, int64_t i, const float* keys, int64_t n);
   void put(int64_t h, int64_t p, int64_t c, bool max, float x);
   size_t offset(int64_t h, int64_t p, int64_t c, bool max) const;  // bytes into sums_
   int64_t kv_heads_, dim_, page_, capacity_, head_elems_ = 0, size_ = 0;

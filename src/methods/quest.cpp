@@ -60,13 +60,26 @@ void QuestPages::put(int64_t h, int64_t p, int64_t c, bool max, float x) {
   store_from_f32(sums_.data() + offset(h, p, c, max), type_, x);
 }
 
-void QuestPages::add_key(int64_t h, int64_t i, const float* key) {
+// The page's running min and max in f32, read and written once per call rather than once per
+// key (that get / put pair per dimension and key was 0.28% of the samples of a 32K perplexity
+// run with Quest decode, now 0.04%). The same values in the same order: a page's first key
+// sets its summary, each later one takes the min / max with it, and the stored summary (the
+// cache's type) holds every such value exactly.
+void QuestPages::add_keys(int64_t h, int64_t i, const float* keys, int64_t n) {
+  if (n <= 0) return;
   const int64_t p = i / page_;
-  const bool first = i % page_ == 0;  // a page's first key sets its summary
-  for (int64_t c = 0; c < dim_; ++c) {
-    put(h, p, c, false, first ? key[c] : std::min(get(h, p, c, false), key[c]));
-    put(h, p, c, true, first ? key[c] : std::max(get(h, p, c, true), key[c]));
+  std::vector<float> lo(keys, keys + dim_), hi(lo);
+  int64_t t = 1;  // a page's first key sets its summary
+  if (i % page_ != 0) {
+    for (int64_t c = 0; c < dim_; ++c) lo[size_t(c)] = get(h, p, c, false), hi[size_t(c)] = get(h, p, c, true);
+    t = 0;
   }
+  for (; t < n; ++t)
+    for (int64_t c = 0; c < dim_; ++c) {
+      lo[size_t(c)] = std::min(lo[size_t(c)], keys[t * dim_ + c]);
+      hi[size_t(c)] = std::max(hi[size_t(c)], keys[t * dim_ + c]);
+    }
+  for (int64_t c = 0; c < dim_; ++c) put(h, p, c, false, lo[size_t(c)]), put(h, p, c, true, hi[size_t(c)]);
 }
 
 void QuestPages::append(const TensorView& k) {
@@ -74,12 +87,17 @@ void QuestPages::append(const TensorView& k) {
                " heads x ", k.dim, " dims to summaries of ", kv_heads_, " x ", dim_);
   SPATTN_CHECK(size_ + k.seq <= capacity_, "quest: ", size_ + k.seq,
                " keys exceed the summaries' capacity");
-  std::vector<float> row(static_cast<size_t>(dim_));
+  std::vector<float> rows(static_cast<size_t>(page_ * dim_));
   for (int64_t h = 0; h < kv_heads_; ++h)
-    for (int64_t s = 0; s < k.seq; ++s) {
-      for (int64_t c = 0; c < dim_; ++c) row[size_t(c)] = k.get(h, s, c);
-      kv_round_row(k_type_, row.data(), row.data(), dim_);  // as the cache stores it
-      add_key(h, size_ + s, row.data());
+    for (int64_t s = 0; s < k.seq;) {  // one page's keys at a time
+      const int64_t i = size_ + s, n = std::min(k.seq - s, page_ - i % page_);
+      for (int64_t t = 0; t < n; ++t) {
+        float* row = rows.data() + t * dim_;
+        for (int64_t c = 0; c < dim_; ++c) row[c] = k.get(h, s + t, c);
+        kv_round_row(k_type_, row, row, dim_);  // as the cache stores it
+      }
+      add_keys(h, i, rows.data(), n);
+      s += n;
     }
   size_ += k.seq;
 }
@@ -88,12 +106,12 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
   SPATTN_CHECK(n >= 0 && n <= size_, "quest: truncate to ", n, " keys, outside [0, ", size_, "]");
   SPATTN_CHECK(kv.size() >= n, "quest: the cache holds ", kv.size(), " keys, fewer than ", n);
   if (n % page_ != 0) {  // the cut page: rebuilt from the keys it keeps
-    std::vector<float> row(static_cast<size_t>(dim_));
-    for (int64_t h = 0; h < kv_heads_; ++h)
-      for (int64_t i = n / page_ * page_; i < n; ++i) {
-        kv.read_key(h, i, row.data());
-        add_key(h, i, row.data());
-      }
+    const int64_t first = n / page_ * page_;
+    std::vector<float> rows(static_cast<size_t>((n - first) * dim_));
+    for (int64_t h = 0; h < kv_heads_; ++h) {
+      for (int64_t i = first; i < n; ++i) kv.read_key(h, i, rows.data() + (i - first) * dim_);
+      add_keys(h, first, rows.data(), n - first);
+    }
   }
   size_ = n;
 }
