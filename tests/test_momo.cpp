@@ -233,6 +233,27 @@ TEST(MomoMethod, ExactSelectionPicksTheHighestBlockScore) {
   }
 }
 
+// A sampled row's exact candidates (head 0, beta = 64, sink = 1, local = 1): the log-mass S(j)
+// of each block of its own query block past the sink and before its local block, best first,
+// and in *row_lse the row's LSE over every key it sees.
+std::vector<std::pair<double, int32_t>> row_candidates(const Workload& w, const BlockMask& m,
+                                                       int64_t row, int64_t chi, double* row_lse) {
+  const int64_t own_cb = m.causal_blocks(row / chi);
+  std::vector<int64_t> all;
+  for (int64_t c = 0; c <= row; ++c) all.push_back(c);
+  test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, row_lse);
+  std::vector<std::pair<double, int32_t>> s;  // (S(j), j)
+  for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
+    std::vector<int64_t> keys;
+    for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
+    double lse = 0;
+    test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
+    s.push_back({lse, int32_t(j)});
+  }
+  std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+  return s;
+}
+
 // Union and trim against a plain reference: per query block, each sampled row's exact top-k
 // candidate blocks (by the reference's block LSE S(j)), pooled, a block several rows chose
 // ranked by the sum of its row shares exp(S(j) - LSE_row) (trim=mass) or the mean of its S(j)
@@ -259,21 +280,8 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
       const int64_t first = std::string(pool) == "above" ? qb * chi - 1 : qb * chi;
       for (int64_t row = first; row < std::min(L, (qb + 1) * chi); ++row) {
         if (!sampled(row, gamma, L)) continue;
-        // The row's own query block's candidates: past the sink, before its local block.
-        const int64_t own_cb = m.causal_blocks(row / chi);
-        std::vector<int64_t> all;
-        for (int64_t c = 0; c <= row; ++c) all.push_back(c);
         double row_lse = 0;
-        test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
-        std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
-        for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
-          std::vector<int64_t> keys;
-          for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
-          double lse = 0;
-          test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
-          s.push_back({lse, int32_t(j)});
-        }
-        std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+        const auto s = row_candidates(w, m, row, chi, &row_lse);
         for (size_t i = 0; i < std::min<size_t>(3, s.size()); ++i) {
           const auto [score, j] = s[i];
           if (j >= cb - 1) continue;  // the row above chose a block this block keeps anyway
@@ -351,20 +359,8 @@ std::vector<double> blend_scores(const Workload& w, const BlockMask& m, int64_t 
   for (int64_t row = first; row < r1; ++row) rows += sampled(row, gamma, L);
   for (int64_t row = first; row < r1; ++row) {
     if (!sampled(row, gamma, L)) continue;
-    const int64_t own_cb = m.causal_blocks(row / chi);  // the row's own query block's
-    std::vector<int64_t> all;
-    for (int64_t c = 0; c <= row; ++c) all.push_back(c);
     double row_lse = 0;
-    test::row_over_keys(w.q, w.k, w.v, 0, row, all, 0, &row_lse);
-    std::vector<std::pair<double, int32_t>> s;  // (S(j), j) of the row's candidates
-    for (int64_t j = 1; j < own_cb - 1 && j * 64 <= row; ++j) {
-      std::vector<int64_t> keys;
-      for (int64_t c = j * 64; c < (j + 1) * 64 && c <= row; ++c) keys.push_back(c);
-      double lse = 0;
-      test::row_over_keys(w.q, w.k, w.v, 0, row, keys, 0, &lse);
-      s.push_back({lse, int32_t(j)});
-    }
-    std::sort(s.begin(), s.end(), [](auto a, auto b) { return a.first > b.first; });
+    const auto s = row_candidates(w, m, row, chi, &row_lse);
     const size_t n = std::min<size_t>(size_t(kk), s.size());
     if (n == 0) continue;
     const double cut = std::exp(s[n - 1].first - row_lse);
@@ -468,7 +464,9 @@ TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
         below_cap += int64_t(n) < std::min<int64_t>(k_trim, int64_t(rank.size()));
       }
       EXPECT_GT(checked, 20) << spec;
-      if (k_trim == 1000) EXPECT_GT(below_cap, 10) << spec;  // the mass, not the cap, decided
+      if (k_trim == 1000) {
+        EXPECT_GT(below_cap, 10) << spec;  // the mass, not the cap, decided
+      }
     }
 }
 
