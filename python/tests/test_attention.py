@@ -155,6 +155,12 @@ def test_mass_budgets_by_spec():
     assert x.shape == (2, 8, 8)  # the paper's blocks of 128
     assert np.all(x[:, :, 0]) and np.all(x[:, np.arange(8), np.arange(8)])  # sink, diagonal
     assert np.array_equal(x, spattn.block_mask(*w, "xattention:topp=0.9", layout="bhsd"))
+    # momo's topp: a larger mass keeps at least the blocks of a smaller one; the catalog names
+    # each method's count, the twin a topp budget is compared with.
+    m = [spattn.block_mask(*w, f"momo:topp={p},gamma=32", layout="bhsd").sum() for p in (0.5, 0.99)]
+    assert 0 < m[0] <= m[1]
+    counts = {c["name"]: c["count_param"] for c in spattn.method_catalog() if c["count_param"]}
+    assert counts == {"mean_pool": "topk", "oracle_topk": "topk", "momo": "k_trim"}
 
 
 def test_flexprefill_by_spec():
