@@ -132,6 +132,13 @@ TEST_F(Cli, MatchedToppGetsItsCountTwin) {
   EXPECT_EQ(j["results"][3]["method"].get<std::string>().rfind("oracle_topk:topk=", 0), 0u);
   for (int i : {2, 3})  // 16 key blocks of 64: a block more or less moves sparsity ~1/10
     EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.12) << r.out;
+  // momo's share threshold gets its count twin the same way.
+  const CliRun t = run_cli("bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
+                           "momo:min_share=0.02,gamma=32 --matched momo --json");
+  ASSERT_EQ(t.code(), 0) << t.err;
+  const auto jt = nlohmann::json::parse(t.out);
+  ASSERT_EQ(jt["results"].size(), 3u) << t.out;
+  EXPECT_EQ(jt["results"][2]["method"].get<std::string>().rfind("momo:gamma=32,k_trim=", 0), 0u);
 }
 
 // -ctk / -ctv as llama.cpp spells them: an unknown cache type is named, before the model loads

@@ -470,6 +470,48 @@ TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
     }
 }
 
+// min_share: per query block the sink, the local window and every candidate whose blend score
+// is at least min_share of every causal block's (the best k_trim of them if more), against the
+// scalar twin of the blend's scores; candidates within float error of the threshold are not
+// judged. Across query blocks the threshold is one, so blocks of spread attention keep fewer.
+TEST(MomoMethod, MinShareKeepsEveryCandidateAboveTheThreshold) {
+  const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
+  const int64_t gamma = 8, chi = 32, kk = 3;
+  for (const double t : {0.01, 0.03, 0.1})
+    for (const int64_t k_trim : {int64_t(1000), int64_t(2)}) {
+      const std::string spec = "momo:gamma=8,chi=32,k=3,k_trim=" + std::to_string(k_trim) +
+                               ",sink=1,local=1,topk=exact,min_share=" + std::to_string(t);
+      const MomoRun r = run(spec, w);
+      const BlockMask& m = *r.report.mask;
+      int64_t checked = 0, kept_some = 0, kept_none = 0;
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t cb = m.causal_blocks(qb);
+        if (cb < 3) continue;  // no candidates
+        const std::vector<double> score = blend_scores(w, m, qb, gamma, chi, kk, true, true);
+        const auto rank = ranked_candidates(score);
+        double total = 0;
+        for (double x : score) total += x;
+        bool close = false;
+        std::vector<int32_t> want = {0, int32_t(cb - 1)};
+        for (size_t i = 0; i < rank.size(); ++i) {
+          close |= std::abs(rank[i].first - t * total) < 1e-5 * total;
+          if (rank[i].first >= t * total && int64_t(i) < k_trim) want.push_back(rank[i].second);
+        }
+        if (close) continue;
+        std::sort(want.begin(), want.end());
+        const auto got = m.row(0, qb);
+        EXPECT_EQ(std::vector<int32_t>(got.begin(), got.end()), want) << spec << " qb " << qb;
+        ++checked;
+        (want.size() > 2 ? kept_some : kept_none) += 1;
+      }
+      EXPECT_GT(checked, 20) << spec;
+      EXPECT_GT(kept_some, 0) << spec;  // the threshold keeps blocks in some query blocks
+      if (t == 0.1) {
+        EXPECT_GT(kept_none, 0) << spec;  // and none in others
+      }
+    }
+}
+
 // lambda=0 (BLASST's rule that skips nothing) is momo without the rule bit for bit: output, LSE
 // and mask, every selector, both block sizes, f32 and bf16, either visiting order named.
 TEST(MomoLambda, LambdaZeroIsBitwiseNoLambda) {
@@ -596,6 +638,10 @@ TEST(MomoParams, BadParametersNameTheParameter) {
       {"momo:topp=-0.5", "topp"},         {"momo:topp=nan", "topp"},
       {"momo:blend=none,topp=0.9", "topp needs blend"},
       {"momo:trim=mean,topp=0.9", "topp needs blend"},
+      {"momo:min_share=0", "min_share"},  {"momo:min_share=1", "min_share"},
+      {"momo:min_share=-0.1", "min_share"},
+      {"momo:blend=none,min_share=0.01", "min_share needs blend"},
+      {"momo:topp=0.9,min_share=0.01", "not both"},
   };
   for (const auto& [spec, name] : cases) {
     try {

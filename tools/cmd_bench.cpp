@@ -189,22 +189,31 @@ void check_matched(const std::vector<std::string>& names) {
   }
 }
 
+// The budgets other than a count: a mass (topp) or a share threshold (momo's min_share).
+bool budget_key(const std::string& key) { return key == "topp" || key == "min_share"; }
+bool has_budget(const MethodSpec& s) {
+  for (const auto& kv : s.params)
+    if (budget_key(kv.first)) return true;
+  return false;
+}
+
 // The spec of method `name` keeping `count` blocks per query block: bare, or, for the count
-// twin of `of` (the same method under a topp budget), of's parameters with topp replaced.
+// twin of `of` (the same method under another budget), of's parameters with it replaced.
 MethodSpec count_spec(const std::string& name, int64_t count, const MethodSpec& of) {
   std::string text = name + ":";
-  if (of.name == name && of.params.count("topp"))
+  if (of.name == name && has_budget(of))
     for (const auto& [key, value] : of.params)
-      if (key != "topp" && key != count_param(name)) text += key + "=" + value + ",";
+      if (!budget_key(key) && key != count_param(name)) text += key + "=" + value + ",";
   return parse_method_spec(fmt::format("{}{}={}", text, count_param(name), count));
 }
 
 // --matched: beside each method of the run (dense and the matched ones aside, but a matched
-// one with a topp budget included), each named block-count method (oracle_topk and mean_pool
-// by `topk`, momo by `k_trim`) at the count whose sparsity comes closest to that method's,
+// one with a topp or min_share budget included), each named block-count method (oracle_topk
+// and mean_pool by `topk`, momo by `k_trim`) at the count whose sparsity comes closest to that
+// method's,
 // found by bisection (sparsity falls as the count grows), so recall and error compare at
-// matched density in one command. A topp run's own method is matched with its other
-// parameters kept (count_spec). Returns one note per row added.
+// matched density in one command. A topp or min_share run's own method is matched with its
+// other parameters kept (count_spec). Returns one note per row added.
 std::vector<std::string> add_matched(const std::vector<std::string>& names, BenchMethods& bm,
                                      const Problem& p, Progress& progress) {
   std::vector<MethodSpec>& specs = bm.specs;
@@ -220,11 +229,11 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
     return false;
   };
   for (size_t i = 0; i < specs.size(); ++i) {
-    // A matched method is matched to itself only under a mass budget (topp): its topk twin
-    // at the same density is the comparison a topp budget is for.
+    // A matched method is matched to itself only under another budget (topp, min_share): its
+    // count twin at the same density is the comparison such a budget is for.
     const bool reference =
         i > 0 && (std::find(names.begin(), names.end(), specs[i].name) == names.end() ||
-                  specs[i].params.count("topp"));
+                  has_budget(specs[i]));
     all.push_back(specs[i]);
     built.push_back(std::move(methods[i]));
     if (!reference) continue;

@@ -1,7 +1,7 @@
 // momo: "Measure Once, Mask Once: Delta Refined Block Sparse Attention" (MOMO), Algorithm 1.
 //
 //   momo:gamma=auto,chi=128,beta=64,k=128,k_exact=8,topk=exact,k_trim=K,trim=mass,
-//        blend=moments,pool=above,sink=1,local=L,delta=on[,topp=P]
+//        blend=moments,pool=above,sink=1,local=L,delta=on[,topp=P | min_share=T]
 //
 //   gamma   query stride of the query-sparse pass (every gamma-th row; Section 3, Eq. 1-2): an
 //           integer, or auto (default, beyond the paper's fixed 16): per run the smallest of
@@ -43,6 +43,16 @@
 //           find that the blocks a query block needs vary with its attention's spread, which a
 //           fixed count cannot follow; the same budget as mean_pool's, xattention's tau and
 //           quest's topp.
+//   min_share (beyond the paper; absent by default) a budget in (0, 1) by threshold instead: every
+//           candidate whose estimated share (the same normalised blend score) is at least T,
+//           at most k_trim of them (the best), beside sink and local; needs a blend, as topp.
+//           Why: the mean recall over rows is a sum of the kept blocks' shares, and every full
+//           block costs the same entries, so at a given density it is highest when blocks are
+//           kept by one threshold on their share across all query blocks. topp instead evens
+//           out the mass kept per query block (better worst rows, more blocks where attention
+//           is spread) and k_trim spends the same count everywhere. On the real dumps at equal
+//           density it kept 0.2-2.8 points more recall than k_trim where topp lost up to 0.4
+//           (BENCHMARKS.md, "Mass budgets against counts").
 //   trim    mass | mean: how the union ranks a block several sampled rows chose. mean: the mean
 //           of their scores S(j) (the paper's "mean calculation"); mass (default): the sum over
 //           those rows of the block's share of the row's attention, exp(S(j) - LSE_row), with
@@ -227,9 +237,16 @@ class Momo final : public Method {
                  "momo: topk='", topk, "' must be exact, tree, estimate or hybrid");
     kind_ = parse_topk_kind(topk);
     k_trim_ = r.get_int("k_trim", k_, 1, int64_t(1) << 40);
+    SPATTN_CHECK(!(r.has("topp") && r.has("min_share")),
+                 "momo: give topp (a mass) or min_share (a threshold), not both");
     if (r.has("topp")) {
       topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
       SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "momo: topp=", topp_, " outside (0, 1]");
+    }
+    if (r.has("min_share")) {
+      min_share_ = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "momo: min_share=", min_share_,
+                   " outside (0, 1)");
     }
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
@@ -241,7 +258,8 @@ class Momo final : public Method {
     SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend, " needs trim=mass (it adds "
                  "a share of the query block's attention, which a mean score has no scale for)");
     blend_ = blend != "none";
-    SPATTN_CHECK(blend_ || topp_ == 0, "momo: topp needs blend=moments or blend=mean_pool (an "
+    SPATTN_CHECK(blend_ || (topp_ == 0 && min_share_ == 0), "momo: ",
+                 topp_ > 0 ? "topp" : "min_share", " needs blend=moments or blend=mean_pool (an "
                  "estimate of every causal block's mass; with blend=", blend,
                  " only the rows' chosen blocks have one)");
     moments_ = blend == "moments";
@@ -478,8 +496,8 @@ class Momo final : public Method {
           i = e;
         }
         pool.resize(n);
-        // topp: the blend's estimate of the query block's total mass, and of the forced
-        // blocks' part of it (no candidates: nothing more is needed).
+        // topp, min_share: the blend's estimate of the query block's total mass, and of the
+        // forced blocks' part of it (no candidates: nothing more is needed).
         double mass_total = 0, mass_forced = 0;
         if (blend_ && fb.local_begin > fb.sink_end) {
           // blend=mean_pool: every candidate block scores the mean of the pooled rows' shares
@@ -513,6 +531,12 @@ class Momo final : public Method {
           double kept = mass_forced;
           size_t i = 0;
           for (; i < keep && kept < topp_ * mass_total; ++i) kept += double(pool[i].score);
+          keep = i;
+        } else if (min_share_ > 0) {
+          // Every candidate whose share of the estimate is at least min_share (the best first).
+          std::sort(pool.begin(), pool.end(), ranks_before);
+          size_t i = 0;
+          while (i < keep && double(pool[i].score) >= min_share_ * mass_total) ++i;
           keep = i;
         } else {
           std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
@@ -610,6 +634,7 @@ class Momo final : public Method {
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
   double topp_ = 0;  // 0: k_trim alone; else the mass budget in (0, 1], at most k_trim blocks
+  double min_share_ = 0;  // 0: none; else the share threshold in (0, 1), at most k_trim blocks
   bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true,
        moments_ = true;
   std::optional<BlasstSkip> blasst_;  // lambda given: the skip rule (record set per run)
