@@ -51,8 +51,8 @@
 //           kept by one threshold on their share across all query blocks. topp instead evens
 //           out the mass kept per query block (better worst rows, more blocks where attention
 //           is spread) and k_trim spends the same count everywhere. On the real dumps at equal
-//           density it kept 0.12-2.75 points more recall than k_trim, also where topp lost up to 0.4
-//           (BENCHMARKS.md, "Mass and threshold budgets against counts").
+//           density it kept 0.12-2.75 points more recall than k_trim, also where topp lost up
+//           to 0.4 (BENCHMARKS.md, "Mass and threshold budgets against counts").
 //   trim    mass | mean: how the union ranks a block several sampled rows chose. mean: the mean
 //           of their scores S(j) (the paper's "mean calculation"); mass (default): the sum over
 //           those rows of the block's share of the row's attention, exp(S(j) - LSE_row), with
