@@ -47,6 +47,8 @@ while [ $# -gt 0 ]; do
   shift
 done
 
+# The tree as it was before this run writes its records (tracked files under docs/benchmarks).
+tree=$(git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean)
 spattn=$build/bin/spattn
 [ -x "$spattn" ] || { echo "benchmarks.sh: $spattn not found: run 'make build' first" >&2; exit 2; }
 [ -f "$out" ] || { echo "benchmarks.sh: $out not found" >&2; exit 2; }
@@ -113,7 +115,7 @@ family=$(lscpu 2>/dev/null | sed -n 's/^CPU family:[[:space:]]*//p' | head -1)
 cpu_model=$(lscpu 2>/dev/null | sed -n 's/^Model:[[:space:]]*//p' | head -1)
 [ -n "$family" ] && cpu="$cpu (family $family model $cpu_model)"
 "$py" - "$meta" "$cpu" "$(nproc)" "$(git rev-parse --short HEAD)" \
-  "$(git status --porcelain --untracked-files=no | grep -q . && echo dirty || echo clean)" \
+  "$tree" \
   "$(date -u '+%Y-%m-%d %H:%M UTC')" "$note" "$quick" "$dir" <<'EOF'
 import json, sys
 keys = ["cpu", "cores", "commit", "tree", "date", "note", "quick", "dir"]

@@ -22,7 +22,8 @@ FAMILIES = [
     ("MOMO: delta-refined block sparse attention (momo)", ["momo"]),
     ("MMInference's patterns and its baselines' static masks",
      ["mminference", "a_shape", "tri_shape", "vertical_slash", "sf_fixed", "sf_strided"]),
-    ("Block top-k from pooled scores", ["mean_pool", "xattention", "oracle_topk"]),
+    ("Blocks chosen from an estimate (mean_pool, XAttention, FlexPrefill) and the oracle",
+     ["mean_pool", "xattention", "flexprefill", "oracle_topk"]),
     ("Chunked prefill with a heavy-hitter memory (chunked_h2o)", ["chunked_h2o"]),
 ]
 # Evaluation-only methods compute more than dense to choose what to compute: their time is no
