@@ -210,10 +210,9 @@ MethodSpec count_spec(const std::string& name, int64_t count, const MethodSpec& 
 // --matched: beside each method of the run (dense and the matched ones aside, but a matched
 // one with a topp or min_share budget included), each named block-count method (oracle_topk
 // and mean_pool by `topk`, momo by `k_trim`) at the count whose sparsity comes closest to that
-// method's,
-// found by bisection (sparsity falls as the count grows), so recall and error compare at
-// matched density in one command. A topp or min_share run's own method is matched with its
-// other parameters kept (count_spec). Returns one note per row added.
+// method's, found by bisection (sparsity falls as the count grows), so recall and error
+// compare at matched density in one command. A topp or min_share run's own method is matched
+// with its other parameters kept (count_spec). Returns one note per row added.
 std::vector<std::string> add_matched(const std::vector<std::string>& names, BenchMethods& bm,
                                      const Problem& p, Progress& progress) {
   std::vector<MethodSpec>& specs = bm.specs;
