@@ -380,6 +380,24 @@ std::vector<std::pair<double, int32_t>> ranked_candidates(const std::vector<doub
   return rank;
 }
 
+// The budget tests' runs: momo with one sampled row in 8 and query blocks of 32 (gamma = 8,
+// chi = 32), k = 3 exact blocks a row, sink and local one block each; and what the budgets read
+// of query block qb under that spec: every causal block's blend score (blend=moments,
+// pool=above, the defaults), the candidates ranked, and the total over the causal blocks.
+const std::string kBudgetSpec = "momo:gamma=8,chi=32,k=3,sink=1,local=1,topk=exact";
+struct BlendEstimate {
+  std::vector<double> score;
+  std::vector<std::pair<double, int32_t>> rank;
+  double total = 0;
+};
+BlendEstimate budget_estimate(const Workload& w, const BlockMask& m, int64_t qb) {
+  BlendEstimate e;
+  e.score = blend_scores(w, m, qb, /*gamma=*/8, /*chi=*/32, /*kk=*/3, true, true);
+  e.rank = ranked_candidates(e.score);
+  for (double x : e.score) e.total += x;
+  return e;
+}
+
 // The blend (blend=moments, the default with trim=mass, and blend=mean_pool) against a plain
 // reference: per query block, each pooled sampled row's exact top-k candidate blocks by S(j),
 // each voting its share exp(S(j) - LSE_row) less its k-th share (the row's bound on every block
@@ -430,21 +448,17 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
 // sum lands within float error of the goal, or the last kept ties the next, are not judged.
 TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
-  const int64_t gamma = 8, chi = 32, kk = 3;
   for (const double p : {0.5, 0.8, 0.95})
     for (const int64_t k_trim : {int64_t(1000), int64_t(3)}) {
-      const std::string spec = "momo:gamma=8,chi=32,k=3,k_trim=" + std::to_string(k_trim) +
-                               ",sink=1,local=1,topk=exact,topp=" + std::to_string(p);
+      const std::string spec = kBudgetSpec + ",k_trim=" + std::to_string(k_trim) +
+                               ",topp=" + std::to_string(p);
       const MomoRun r = run(spec, w);
       const BlockMask& m = *r.report.mask;
       int64_t checked = 0, below_cap = 0;
       for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
         const int64_t cb = m.causal_blocks(qb);
         if (cb < 3) continue;  // no candidates
-        const std::vector<double> score = blend_scores(w, m, qb, gamma, chi, kk, true, true);
-        const auto rank = ranked_candidates(score);
-        double total = 0;
-        for (double x : score) total += x;
+        const auto [score, rank, total] = budget_estimate(w, m, qb);
         double kept = score[0] + score[size_t(cb - 1)];
         bool close = std::abs(kept - p * total) < 1e-5 * total;
         size_t n = 0;
@@ -476,21 +490,17 @@ TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
 // judged. Across query blocks the threshold is one, so blocks of spread attention keep fewer.
 TEST(MomoMethod, MinShareKeepsEveryCandidateAboveTheThreshold) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
-  const int64_t gamma = 8, chi = 32, kk = 3;
   for (const double t : {0.01, 0.03, 0.1})
     for (const int64_t k_trim : {int64_t(1000), int64_t(2)}) {
-      const std::string spec = "momo:gamma=8,chi=32,k=3,k_trim=" + std::to_string(k_trim) +
-                               ",sink=1,local=1,topk=exact,min_share=" + std::to_string(t);
+      const std::string spec = kBudgetSpec + ",k_trim=" + std::to_string(k_trim) +
+                               ",min_share=" + std::to_string(t);
       const MomoRun r = run(spec, w);
       const BlockMask& m = *r.report.mask;
       int64_t checked = 0, kept_some = 0, kept_none = 0;
       for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
         const int64_t cb = m.causal_blocks(qb);
         if (cb < 3) continue;  // no candidates
-        const std::vector<double> score = blend_scores(w, m, qb, gamma, chi, kk, true, true);
-        const auto rank = ranked_candidates(score);
-        double total = 0;
-        for (double x : score) total += x;
+        const auto [score, rank, total] = budget_estimate(w, m, qb);
         bool close = false;
         std::vector<int32_t> want = {0, int32_t(cb - 1)};
         for (size_t i = 0; i < rank.size(); ++i) {
