@@ -525,22 +525,18 @@ class Momo final : public Method {
           n = pool.size();
         }
         size_t keep = size_t(std::min<int64_t>(int64_t(n), k_trim_));
-        if (topp_ > 0) {
-          // The best candidates one at a time until the kept estimate reaches topp.
-          std::sort(pool.begin(), pool.end(), ranks_before);
-          double kept = mass_forced;
-          size_t i = 0;
-          for (; i < keep && kept < topp_ * mass_total; ++i) kept += double(pool[i].score);
-          keep = i;
-        } else if (min_share_ > 0) {
-          // Every candidate whose share of the estimate is at least min_share (the best first).
-          std::sort(pool.begin(), pool.end(), ranks_before);
-          size_t i = 0;
-          while (i < keep && double(pool[i].score) >= min_share_ * mass_total) ++i;
-          keep = i;
-        } else {
-          std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
-        }
+        std::partial_sort(pool.begin(), pool.begin() + ptrdiff_t(keep), pool.end(), ranks_before);
+        // topp and min_share keep a prefix of those k_trim best: until the kept estimate
+        // reaches topp, or while a candidate's share is at least min_share.
+        size_t take = 0;
+        if (topp_ > 0)
+          for (double kept = mass_forced; take < keep && kept < topp_ * mass_total; ++take)
+            kept += double(pool[take].score);
+        else if (min_share_ > 0)
+          while (take < keep && double(pool[take].score) >= min_share_ * mass_total) ++take;
+        else
+          take = keep;
+        keep = take;
         kept_blocks[size_t(item)] = int64_t(keep);
         std::vector<int32_t>& list = lists[size_t(item)];
         const ForcedBlocks& f = forced[size_t(qb)];
