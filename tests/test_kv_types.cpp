@@ -1,7 +1,9 @@
 // KV cache storage types (-ctk / -ctv): a PackedKV storing K and V as f16, bf16 or q8_0 must
 // compute exactly what an f32 PackedKV of the same values rounded the same way computes (the
-// kernels widen each tile to the same f32 values; same micro-kernels, so the same bits), and
-// that is the exact reference over the rounded K/V within float tolerance. The rounding itself
+// kernels widen each tile to the same f32 values, or read 16-bit ones in place in the same
+// order; same arithmetic, so the same bits), and that is the exact reference over the rounded
+// K/V within float tolerance (decode over key ranges read in place groups keys into tiles its
+// own way: the reference only). The rounding itself
 // is checked against plain scalar twins written from the formats (and ggml's own dequantizer
 // for q8_0's bytes).
 #include <gtest/gtest.h>
@@ -258,6 +260,65 @@ TEST(KVTypes, SparseFormsEqualTheF32CacheOfRoundedValues) {
   });
 }
 
+// Decode over key ranges with K and V stored in 16 bits reads the ranges' 16-key groups in
+// place, four to a tile (kernels/group_tiles-inl.h): ranges off the group grid, ranges
+// sharing a group, single keys, the cache's last partial group, K and V in different 16-bit
+// types, causal rows at the end of the cache, and more rows than the in-place path takes
+// (widened instead). Each row against a double softmax over exactly its keys, rounded as stored.
+TEST(KVTypes, DecodeOverRangesReadsStoredGroupsInPlace) {
+  const int64_t d = 64, hk = 2, n = 1000;
+  const std::vector<std::vector<KeyRange>> shapes = {
+      {{0, 16}, {48, 80}, {992, 1000}},             // whole groups and the last partial one
+      {{5, 21}, {21, 22}, {30, 31}, {40, 700}},     // off the grid, sharing groups, one key
+      {{3, 4}, {17, 18}, {33, 34}, {49, 50}, {65, 999}},
+      {{0, 1000}}};
+  test::for_each_target([&] {
+    for (Case c : {Case{KVType::f16, KVType::f16}, Case{KVType::bf16, KVType::bf16},
+                   Case{KVType::f16, KVType::bf16}, Case{KVType::bf16, KVType::f16}})
+      for (int64_t rows : {1, 3, 5, 8, 9})  // 9 rows pad to 12: widened, not in place
+        for (bool causal : {false, true}) {
+          const int64_t hq = 4;
+          Inputs in(hq, hk, rows, n, d, c);
+          const PackedKV kv = PackedKV::pack(in.k, in.v, 0, 0, true, c.k, c.v);
+          std::vector<std::vector<KeyRange>> ranges;
+          for (int64_t h = 0; h < hq; ++h) ranges.push_back(shapes[size_t(h)]);
+          AttnOptions opt;
+          opt.causal = causal;  // rows at positions n - rows .. n - 1
+          Tensor out(DType::f32, hq, rows, d);
+          std::vector<float> lse(size_t(hq * rows));
+          attention_decode_ranges(in.q, kv, out, ranges, opt, lse.data());
+          const double scale = 1.0 / std::sqrt(double(d));
+          for (int64_t h = 0; h < hq; ++h)
+            for (int64_t r = 0; r < rows; ++r) {
+              const int64_t pos = causal ? n - rows + r : n - 1;
+              std::vector<double> logit, acc(size_t(d), 0.0);
+              std::vector<int64_t> keys;
+              for (const KeyRange& kr : ranges[size_t(h)])
+                for (int64_t j = kr.begin; j < std::min(kr.end, pos + 1); ++j) keys.push_back(j);
+              double mx = -1e300;
+              for (int64_t j : keys) {
+                double x = 0;
+                for (int64_t e = 0; e < d; ++e)
+                  x += double(in.q.view().get(h, r, e)) * in.kr.view().get(h / 2, j, e);
+                logit.push_back(x * scale);
+                mx = std::max(mx, x * scale);
+              }
+              double sum = 0;
+              for (size_t i = 0; i < keys.size(); ++i) {
+                const double w = std::exp(logit[i] - mx);
+                sum += w;
+                for (int64_t e = 0; e < d; ++e) acc[size_t(e)] += w * in.vr.view().get(h / 2, keys[i], e);
+              }
+              for (int64_t e = 0; e < d; ++e)
+                ASSERT_NEAR(out.view().get(h, r, e), acc[size_t(e)] / sum, 2e-5)
+                    << name(c) << " rows " << rows << " causal " << causal << " head " << h
+                    << " row " << r << " dim " << e;
+              EXPECT_NEAR(lse[size_t(h * rows + r)], mx + std::log(sum), 2e-5) << name(c);
+            }
+        }
+  });
+}
+
 // The loop's other ways of reading tiles, with test policies: gathered key columns (kGather),
 // ranges packed as shifted tiles and pieces (kPackFragments) and per-head packed columns
 // (kPackedColumns). Compiled for this TU's static target.
@@ -297,19 +358,21 @@ void run_policy(const Inputs& in, const PackedKV& kv, const TensorView& out) {
 }
 
 TEST(KVTypes, GatheredShiftedAndColumnTilesEqualTheF32Cache) {
-  for (const Case& c : type_cases()) {
-    Inputs in(4, 2, 230, 460, 64, c);
-    const PackedKV stored = PackedKV::pack(in.k, in.v, 0, 0, true, c.k, c.v);
-    const PackedKV plain = PackedKV::pack(in.kr, in.vr);
-    Tensor a(DType::f32, 4, 230, 64), b(DType::f32, 4, 230, 64);
-    run_policy<ColumnsAndFragments>(in, stored, a);
-    run_policy<ColumnsAndFragments>(in, plain, b);
-    EXPECT_TRUE(test::bitwise_equal(a, b)) << name(c);
-    Tensor e(DType::f32, 4, 230, 64), f(DType::f32, 4, 230, 64);
-    run_policy<SlashLike>(in, stored, e);
-    run_policy<SlashLike>(in, plain, f);
-    EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c);
-  }
+  // 197 rows: the last query tile's 5 rows read 16-bit tiles in place (group_tiles-inl.h).
+  for (int64_t rows : {230, 197})
+    for (const Case& c : type_cases()) {
+      Inputs in(4, 2, rows, 460, 64, c);
+      const PackedKV stored = PackedKV::pack(in.k, in.v, 0, 0, true, c.k, c.v);
+      const PackedKV plain = PackedKV::pack(in.kr, in.vr);
+      Tensor a(DType::f32, 4, rows, 64), b(DType::f32, 4, rows, 64);
+      run_policy<ColumnsAndFragments>(in, stored, a);
+      run_policy<ColumnsAndFragments>(in, plain, b);
+      EXPECT_TRUE(test::bitwise_equal(a, b)) << name(c) << " rows " << rows;
+      Tensor e(DType::f32, 4, rows, 64), f(DType::f32, 4, rows, 64);
+      run_policy<SlashLike>(in, stored, e);
+      run_policy<SlashLike>(in, plain, f);
+      EXPECT_TRUE(test::bitwise_equal(e, f)) << name(c) << " rows " << rows;
+    }
 }
 
 // ---------------------------------------------------------------------------------------

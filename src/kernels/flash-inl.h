@@ -831,6 +831,11 @@ struct WidenedTiles {
   }
 };
 
+}  // namespace spattn::kernels::HWY_NAMESPACE
+// Stored 16-bit tiles read in place for decode's few rows (GroupTile, GroupScoresOf, GroupPVOf).
+#include "kernels/group_tiles-inl.h"
+namespace spattn::kernels::HWY_NAMESPACE {
+
 // ---------------------------------------------------------------------------------------
 // Packing into a PackedKVData (kernels/packed_kv.hpp): rows src_rows[i] of k, v (or rows
 // 0.. when null) become packed keys first, first + 1, ... Items are (kv head, tile), so each
@@ -1221,8 +1226,14 @@ struct TileStep {
     SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
                                     sc.block_lse);
     if constexpr (Policy::kOutput) {
-      if constexpr (std::is_invocable_v<VTile>) Ops::PV(sc.s, npad, v_tile(), dp, sc.alpha, sc.o);
-      else Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+      if constexpr (std::is_invocable_v<VTile>) {
+        const auto v = v_tile();
+        if constexpr (std::is_same_v<std::remove_cv_t<decltype(v)>, GroupV>)
+          GroupPVOf(v.type, sc.s, npad, *v.g, dp, sc.alpha, sc.o);
+        else Ops::PV(sc.s, npad, v, dp, sc.alpha, sc.o);
+      } else {
+        Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
+      }
     }
     if constexpr (Policy::kObserve) {
       view.m = sc.m;
@@ -1276,6 +1287,12 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     if constexpr (Policy::kKeepP) sc.s = pol.p_buffer(local, npad);
   };
   const PackedKVData& d = kv.kv;
+  // Stored 16-bit K and V read in place (group_tiles-inl.h): decode's few rows.
+  const bool in_place = ReadsInPlace<Ops>(d, npad);
+  const auto group_scores = [&](const GroupTile& g) {
+    if constexpr (std::is_same_v<typename Ops::T, float>)
+      GroupScoresOf(d.k_type, sc.q, npad, g, p.dim, sc.s);
+  };
   // One key tile, limited to the keys [begin, end) of the range that brought it in.
   // Masks the scores of keys j0.. (packed indices; any j0 in natural order) to the range
   // [lo, hi) and causally (last_pos: the tile's last key position), and leaves out the keys a
@@ -1305,6 +1322,13 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     // ...and one whose every key lies before the first row's sliding window.
     if (p.window > 0 && tv.last_pos < window_start(sc.pos[0], p.window)) return;
     next_p();
+    if (in_place) {
+      const GroupTile g = TileGroups(d, kvh, jt);
+      group_scores(g);
+      const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
+      step.Run(jt, nullptr, n_keys, kept, [&] { return GroupV{&g, d.v_type}; });
+      return;
+    }
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt, sc), p.dim, sc.s);
     const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
     step.Run(jt, nullptr, n_keys, kept, [&] { return kv.v_tile(kvh, jt, sc); });
@@ -1420,6 +1444,52 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       if (filled == kTileKeys) run_gathered();
     }
   };
+  // (kPackFragments, stored 16-bit keys read in place) Each range as the 16-key groups it
+  // touches, four to a tile in the order met, wherever they lie: nothing is copied or shifted,
+  // and a group's keys outside its range (at most 15 a range end) are masked. A Quest page is
+  // whole groups (its size a multiple of 16). Not with kPackedColumns, whose keys the ranges
+  // must leave out (MaskKeys in the paths below).
+  const auto visit_groups = [&] {
+    GroupTile g;
+    int64_t first[kGroupsPerTile], lo[kGroupsPerTile], hi[kGroupsPerTile];
+    int64_t ng = 0;
+    const auto flush = [&] {
+      if (ng == 0) return;
+      for (int64_t c = ng; c < kGroupsPerTile; ++c)
+        g.k[c] = g.v[c] = kZeroGroup, first[c] = lo[c] = hi[c] = 0;
+      next_p();
+      group_scores(g);
+      sc.columns.resize(size_t(kTileKeys));
+      int64_t kept = 0;
+      for (int64_t c = 0; c < kGroupsPerTile; ++c)
+        for (int64_t jj = 0; jj < kKeyGroup; ++jj) {
+          const int64_t slot = c * kKeyGroup + jj, j = first[c] + jj;
+          sc.columns[size_t(slot)] = j;
+          for (int64_t r = 0; r < n; ++r) {
+            const bool keep = j >= lo[c] && j < hi[c] && (!p.causal || j <= sc.pos[r]) &&
+                              (p.window <= 0 || j >= window_start(sc.pos[r], p.window));
+            if (!keep) sc.s[r * kTileKeys + slot] = kNegInf;
+            kept += keep;
+          }
+        }
+      step.Run(-1, sc.columns.data(), ng * kKeyGroup, kept, [&] { return GroupV{&g, d.v_type}; });
+      ng = 0;
+    };
+    const auto* k0 = reinterpret_cast<const uint16_t*>(d.k_bytes(kvh, 0));
+    const auto* v0 = reinterpret_cast<const uint16_t*>(d.v_bytes(kvh, 0));
+    for (const KeyRange& kr : sc.ranges)
+      for (int64_t gi = kr.begin / kKeyGroup; gi * kKeyGroup < kr.end; ++gi) {
+        // A head's tiles lie back to back, so group gi is the gi-th run of 16 keys.
+        g.k[ng] = k0 + gi * p.dim * kKeyGroup;
+        g.v[ng] = v0 + gi * kKeyGroup * dp;
+        first[ng] = gi * kKeyGroup, lo[ng] = kr.begin, hi[ng] = kr.end;
+        if (++ng == kGroupsPerTile) flush();
+      }
+    flush();
+  };
+  bool grouped = false;
+  if constexpr (Policy::kPackFragments && !Policy::kOrder && !Policy::kPackedColumns)
+    if (in_place && !kv.kpos) visit_groups(), grouped = true;
   if constexpr (Policy::kOrder) {
     // The same tiles as below, listed first so the policy can choose their order.
     sc.visits.clear();
@@ -1428,7 +1498,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         sc.visits.push_back(d.visit(jt, kr.begin, kr.end));
     pol.visit_order(p, view, sc.visits);
     for (const TileVisit& v : sc.visits) visit(v);
-  } else {
+  } else if (!grouped) {
     for (size_t ri = 0; ri < sc.ranges.size(); ++ri) {
       const KeyRange& kr = sc.ranges[ri];
       if constexpr (Policy::kPackFragments) {

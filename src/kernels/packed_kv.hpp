@@ -27,7 +27,8 @@ enum class Operands : uint8_t { f32, bf16_dot };
 //   q8_0         K: int8 [d][64] then f16 scales [d/32][64] (one per key and block of 32 dims);
 //                V: int8 [64][dp] then f16 scales [64][dp/32] (d % 32 == 0, so dp == d).
 // A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
-// reads it (flash-inl.h: WidenedTiles). Operands::bf16_dot keeps its own pair layouts (bf16).
+// reads it (flash-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read in place
+// (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
 
 // Keys per group of a K tile stored in 16 bits, and element (c, j) of such a tile: a group's
 // keys lie in one 16 x d block, so a 16-key piece (Quest's page) reads one contiguous run
