@@ -219,11 +219,13 @@ struct F32Ops {
     std::fill(vt + from * dp, vt + kTileKeys * dp, 0.0f);
   }
 
-  // R rows x CV vectors of accumulators; every entry is one dot product summed over k in order,
-  // so the blocking does not change a bit of the result.
-  template <int R, int CV>
-  static HWY_INLINE void ScoreStrip(const T* HWY_RESTRICT q, int64_t d, const T* HWY_RESTRICT kt,
-                                    int64_t col0, float* HWY_RESTRICT s) {
+  // R rows x CV vectors of accumulators, the K vector of dim k at key column col from
+  // kvec(k, col); every entry is one dot product summed over k in order, so neither the
+  // blocking nor where the K vectors come from (a tile, or a 16-bit cache read in place:
+  // group_tiles-inl.h) changes a bit.
+  template <int R, int CV, class KVec>
+  static HWY_INLINE void ScoreStripOf(const T* HWY_RESTRICT q, int64_t d, const KVec& kvec,
+                                      int64_t col0, float* HWY_RESTRICT s) {
     const DF df;
     const int64_t N = int64_t(hn::Lanes(df));
     VF acc[R][CV];
@@ -231,7 +233,7 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) acc[r][c] = hn::Zero(df);
     for (int64_t k = 0; k < d; ++k) {
       VF b[CV];
-      for (int c = 0; c < CV; ++c) b[c] = hn::Load(df, kt + k * kTileKeys + col0 + c * N);
+      for (int c = 0; c < CV; ++c) b[c] = kvec(k, col0 + c * N);
       for (int r = 0; r < R; ++r) {
         const VF a = hn::Set(df, q[r * d + k]);
         for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
@@ -241,10 +243,12 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col0 + c * N);
   }
 
-  // S[npad][64] = Q K^T (unscaled). Not inlined (nor PV): inlined into the loop, GCC 12 ran out
-  // of registers there and kept a PV accumulator in memory, a store-to-load chain that cost
-  // the f32 loop a fifth of its speed.
-  static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
+
+
+  // S[npad][64] = Q K^T (unscaled) over the K vectors kvec gives (ScoreStripOf).
+  template <class KVec>
+  static HWY_INLINE void ScoresOf(const T* q, int64_t npad, int64_t d, const KVec& kvec,
+                                  float* s) {
     const int64_t N = int64_t(hn::Lanes(DF()));
     constexpr int64_t kChunk = kCV;
     static_assert(kTileKeys % 16 == 0);
@@ -253,13 +257,21 @@ struct F32Ops {
       int64_t r0 = 0;
       if (vecs == kCV)
         for (; r0 < WideRows(npad); r0 += kRWide)
-          ScoreStrip<kRWide, kCV>(q + r0 * d, d, kt, col0, s + r0 * kTileKeys);
+          ScoreStripOf<kRWide, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
       for (; r0 < npad; r0 += kR) {
-        if (vecs == kCV) ScoreStrip<kR, kCV>(q + r0 * d, d, kt, col0, s + r0 * kTileKeys);
-        else ScoreStrip<kR, 1>(q + r0 * d, d, kt, col0, s + r0 * kTileKeys);
+        if (vecs == kCV) ScoreStripOf<kR, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
+        else ScoreStripOf<kR, 1>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
       }
     }
   }
+  // S[npad][64] = Q K^T (unscaled) over K tile kt. Not inlined (nor PV): inlined into the
+  // loop, GCC 12 ran out of registers there and kept a PV accumulator in memory, a
+  // store-to-load chain that cost the f32 loop a fifth of its speed.
+  static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
+    const DF df;
+    ScoresOf(q, npad, d, [&](int64_t k, int64_t col) { return hn::Load(df, kt + k * kTileKeys + col); }, s);
+  }
+
 
   // A shifted tile: packed keys sj, sj + 1, ... of tile kt and, past its end, of the tile after
   // it (a head's K tiles lie back to back, kt + d x 64 words on), as slots 0..63. Below
@@ -369,10 +381,11 @@ struct F32Ops {
   // The V rows of a shifted tile: V tiles also lie back to back, so they are one stretch.
   static const T* ShiftedV(const T* vt, int64_t sj, int64_t dp) { return vt + sj * dp; }
 
-  template <int R, int CV>
-  static HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, const T* HWY_RESTRICT vt,
-                                 int64_t dp, int64_t c0, const float* alpha,
-                                 float* HWY_RESTRICT o) {
+  // O's R rows x CV vectors from column c0 on, alpha O + P V, the V vector of key j at column
+  // col from vvec(j, col): each entry summed over the keys in order, wherever V comes from.
+  template <int R, int CV, class VVec>
+  static HWY_INLINE void PVStripOf(const float* HWY_RESTRICT p, const VVec& vvec, int64_t dp,
+                                   int64_t c0, const float* alpha, float* HWY_RESTRICT o) {
     const DF df;
     const int64_t N = int64_t(hn::Lanes(df));
     VF acc[R][CV];
@@ -382,7 +395,7 @@ struct F32Ops {
     }
     for (int64_t j = 0; j < kTileKeys; ++j) {
       VF b[CV];
-      for (int c = 0; c < CV; ++c) b[c] = hn::Load(df, vt + j * dp + c0 + c * N);
+      for (int c = 0; c < CV; ++c) b[c] = vvec(j, c0 + c * N);
       for (int r = 0; r < R; ++r) {
         const VF a = hn::Set(df, p[r * kTileKeys + j]);
         for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
@@ -392,8 +405,11 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
   }
 
-  // O[npad][dp] = alpha O + P V.
-  static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
+
+
+  // O[npad][dp] = alpha O + P V over the V vectors vvec gives (PVStripOf).
+  template <class VVec>
+  static HWY_INLINE void PVOf(const float* p, int64_t npad, const VVec& vvec, int64_t dp,
                               const float* alpha, float* o) {
     const int64_t N = int64_t(hn::Lanes(DF()));
     for (int64_t c0 = 0; c0 < dp; c0 += kCV * N) {
@@ -401,19 +417,27 @@ struct F32Ops {
       int64_t r0 = 0;
       if (vecs == kCV)
         for (; r0 < WideRows(npad); r0 += kRWide)
-          PVStrip<kRWide, kCV>(p + r0 * kTileKeys, vt, dp, c0, alpha + r0, o + r0 * dp);
+          PVStripOf<kRWide, kCV>(p + r0 * kTileKeys, vvec, dp, c0, alpha + r0, o + r0 * dp);
       for (; r0 < npad; r0 += kR) {
         const float* pr = p + r0 * kTileKeys;
         float* orow = o + r0 * dp;
         switch (vecs) {
-          case kCV: PVStrip<kR, kCV>(pr, vt, dp, c0, alpha + r0, orow); break;
+          case kCV: PVStripOf<kR, kCV>(pr, vvec, dp, c0, alpha + r0, orow); break;
           default:
             for (int64_t c = 0; c < vecs; ++c)
-              PVStrip<kR, 1>(pr, vt, dp, c0 + c * N, alpha + r0, orow);
+              PVStripOf<kR, 1>(pr, vvec, dp, c0 + c * N, alpha + r0, orow);
         }
       }
     }
   }
+  // O[npad][dp] = alpha O + P V over V tile vt.
+  static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
+                              const float* alpha, float* o) {
+    const DF df;
+    PVOf(p, npad, [&](int64_t j, int64_t col) { return hn::Load(df, vt + j * dp + col); }, dp,
+         alpha, o);
+  }
+
 };
 
 #if HWY_TARGET == HWY_AVX3

@@ -68,99 +68,27 @@ HWY_INLINE VF LoadStored(DF df, const uint16_t* HWY_RESTRICT p) {
   }
 }
 
-// F32Ops::ScoreStrip with K vector c at kc[c] + k * 16 (a group's dim-k row).
-template <KVType kT, int R, int CV>
-HWY_INLINE void GroupScoreStrip(const float* HWY_RESTRICT q, int64_t d, const uint16_t* const* kc,
-                                int64_t col0, float* HWY_RESTRICT s) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  VF acc[R][CV];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < CV; ++c) acc[r][c] = hn::Zero(df);
-  for (int64_t k = 0; k < d; ++k) {
-    VF b[CV];
-    for (int c = 0; c < CV; ++c) b[c] = LoadStored<kT>(df, kc[c] + k * kKeyGroup);
-    for (int r = 0; r < R; ++r) {
-      const VF a = hn::Set(df, q[r * d + k]);
-      for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col0 + c * N);
-}
-
-// S[npad][64] = Q K^T (unscaled), as F32Ops::Scores over the tile widened.
+// S[npad][64] = Q K^T (unscaled), F32Ops' strips over the groups: the K vector of dim k at key
+// column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
 template <KVType kT>
 HWY_NOINLINE void GroupScores(const float* q, int64_t npad, const GroupTile& g, int64_t d,
                               float* s) {
-  const int64_t N = int64_t(hn::Lanes(DF()));
-  static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);  // a vector lies in one group
-  for (int64_t col0 = 0; col0 < kTileKeys; col0 += kCV * N) {
-    const int64_t vecs = std::min<int64_t>(kCV, (kTileKeys - col0) / N);
-    const uint16_t* kc[kCV];
-    for (int64_t c = 0; c < vecs; ++c) {
-      const int64_t j = col0 + c * N;
-      kc[c] = g.k[j / kKeyGroup] + j % kKeyGroup;
-    }
-    int64_t r0 = 0;
-    if (vecs == kCV)
-      for (; r0 < WideRows(npad); r0 += kRWide)
-        GroupScoreStrip<kT, kRWide, kCV>(q + r0 * d, d, kc, col0, s + r0 * kTileKeys);
-    for (; r0 < npad; r0 += kR) {
-      if (vecs == kCV) GroupScoreStrip<kT, kR, kCV>(q + r0 * d, d, kc, col0, s + r0 * kTileKeys);
-      else GroupScoreStrip<kT, kR, 1>(q + r0 * d, d, kc, col0, s + r0 * kTileKeys);
-    }
-  }
-}
-
-// F32Ops::PVStrip with key j's V row at g.v[j / 16] + (j % 16) * dp.
-template <KVType kT, int R, int CV>
-HWY_INLINE void GroupPVStrip(const float* HWY_RESTRICT p, const GroupTile& g, int64_t dp,
-                             int64_t c0, const float* alpha, float* HWY_RESTRICT o) {
+  static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);
   const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  VF acc[R][CV];
-  for (int r = 0; r < R; ++r) {
-    const VF al = hn::Set(df, alpha[r]);
-    for (int c = 0; c < CV; ++c) acc[r][c] = hn::Mul(al, hn::Load(df, o + r * dp + c0 + c * N));
-  }
-  for (int64_t gi = 0; gi < kGroupsPerTile; ++gi)
-    for (int64_t jj = 0; jj < kKeyGroup; ++jj) {
-      const uint16_t* row = g.v[gi] + jj * dp + c0;
-      const int64_t j = gi * kKeyGroup + jj;
-      VF b[CV];
-      for (int c = 0; c < CV; ++c) b[c] = LoadStored<kT>(df, row + c * N);
-      for (int r = 0; r < R; ++r) {
-        const VF a = hn::Set(df, p[r * kTileKeys + j]);
-        for (int c = 0; c < CV; ++c) acc[r][c] = hn::MulAdd(a, b[c], acc[r][c]);
-      }
-    }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
+  F32Ops::ScoresOf(q, npad, d, [&](int64_t k, int64_t col) {
+    return LoadStored<kT>(df, g.k[col / kKeyGroup] + k * kKeyGroup + col % kKeyGroup);
+  }, s);
 }
 
-// O[npad][dp] = alpha O + P V, as F32Ops::PV over the tile widened.
+// O[npad][dp] = alpha O + P V, F32Ops' strips over the groups: key j's V row is
+// g.v[j / 16] + (j % 16) * dp.
 template <KVType kT>
 HWY_NOINLINE void GroupPV(const float* p, int64_t npad, const GroupTile& g, int64_t dp,
                           const float* alpha, float* o) {
-  const int64_t N = int64_t(hn::Lanes(DF()));
-  for (int64_t c0 = 0; c0 < dp; c0 += kCV * N) {
-    const int64_t vecs = std::min<int64_t>(kCV, (dp - c0) / N);
-    int64_t r0 = 0;
-    if (vecs == kCV)
-      for (; r0 < WideRows(npad); r0 += kRWide)
-        GroupPVStrip<kT, kRWide, kCV>(p + r0 * kTileKeys, g, dp, c0, alpha + r0, o + r0 * dp);
-    for (; r0 < npad; r0 += kR) {
-      const float* pr = p + r0 * kTileKeys;
-      float* orow = o + r0 * dp;
-      if (vecs == kCV) {
-        GroupPVStrip<kT, kR, kCV>(pr, g, dp, c0, alpha + r0, orow);
-      } else {
-        for (int64_t c = 0; c < vecs; ++c)
-          GroupPVStrip<kT, kR, 1>(pr, g, dp, c0 + c * N, alpha + r0, orow);
-      }
-    }
-  }
+  const DF df;
+  F32Ops::PVOf(p, npad, [&](int64_t j, int64_t col) {
+    return LoadStored<kT>(df, g.v[j / kKeyGroup] + (j % kKeyGroup) * dp + col);
+  }, dp, alpha, o);
 }
 
 // The stored types' dispatch (one branch per tile).
