@@ -708,21 +708,30 @@ inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* ro
   }
 }
 
+// Lanes(df) values stored as kT (f16 or bf16) at p, as f32 (exact: both are f32 with fewer
+// bits): what the widening writes and what decode's in-place kernels read (group_tiles-inl.h).
+template <KVType kT>
+HWY_INLINE VF LoadStored(DF df, const uint16_t* HWY_RESTRICT p) {
+  static_assert(kT == KVType::f16 || kT == KVType::bf16);
+  if constexpr (kT == KVType::f16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  } else {  // bf16: the upper half of an f32
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  }
+}
+
 // n (a multiple of the vector length) 2-byte values widened to f32.
 inline void Widen16(KVType t, const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst,
                     int64_t n) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   if (t == KVType::f16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    const hwy::float16_t* p = reinterpret_cast<const hwy::float16_t*>(src);
-    for (int64_t i = 0; i < n; i += N) hn::Store(hn::PromoteTo(df, hn::LoadU(dh, p + i)), df, dst + i);
-  } else {  // bf16: the upper half of an f32
-    const hn::Rebind<uint16_t, DF> d16;
-    const hn::RebindToUnsigned<DF> du;
-    for (int64_t i = 0; i < n; i += N)
-      hn::Store(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + i)))),
-                df, dst + i);
+    for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<KVType::f16>(df, src + i), df, dst + i);
+  } else {
+    for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<KVType::bf16>(df, src + i), df, dst + i);
   }
 }
 

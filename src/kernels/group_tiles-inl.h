@@ -54,20 +54,6 @@ inline GroupTile TileGroups(const PackedKVData& kv, int64_t kvh, int64_t t) {
   return g;
 }
 
-// Lanes(df) stored values at p as f32: exactly Widen16's values.
-template <KVType kT>
-HWY_INLINE VF LoadStored(DF df, const uint16_t* HWY_RESTRICT p) {
-  static_assert(kT == KVType::f16 || kT == KVType::bf16);
-  if constexpr (kT == KVType::f16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
-  } else {  // bf16: the upper half of an f32
-    const hn::Rebind<uint16_t, DF> d16;
-    const hn::RebindToUnsigned<DF> du;
-    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
-  }
-}
-
 // S[npad][64] = Q K^T (unscaled), F32Ops' strips over the groups: the K vector of dim k at key
 // column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
 template <KVType kT>
