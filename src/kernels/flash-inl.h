@@ -243,8 +243,6 @@ struct F32Ops {
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, s + r * kTileKeys + col0 + c * N);
   }
 
-
-
   // S[npad][64] = Q K^T (unscaled) over the K vectors kvec gives (ScoreStripOf).
   template <class KVec>
   static HWY_INLINE void ScoresOf(const T* q, int64_t npad, int64_t d, const KVec& kvec,
@@ -269,9 +267,10 @@ struct F32Ops {
   // store-to-load chain that cost the f32 loop a fifth of its speed.
   static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
     const DF df;
-    ScoresOf(q, npad, d, [&](int64_t k, int64_t col) { return hn::Load(df, kt + k * kTileKeys + col); }, s);
+    ScoresOf(
+        q, npad, d,
+        [&](int64_t k, int64_t col) { return hn::Load(df, kt + k * kTileKeys + col); }, s);
   }
-
 
   // A shifted tile: packed keys sj, sj + 1, ... of tile kt and, past its end, of the tile after
   // it (a head's K tiles lie back to back, kt + d x 64 words on), as slots 0..63. Below
@@ -404,8 +403,6 @@ struct F32Ops {
     for (int r = 0; r < R; ++r)
       for (int c = 0; c < CV; ++c) hn::Store(acc[r][c], df, o + r * dp + c0 + c * N);
   }
-
-
 
   // O[npad][dp] = alpha O + P V over the V vectors vvec gives (PVStripOf).
   template <class VVec>
