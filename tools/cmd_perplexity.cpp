@@ -153,7 +153,8 @@ void run_decode_tail(const PplOptions& o) {
   std::vector<std::unique_ptr<model::Session>> sessions;
   for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));
   std::vector<Tally> tally(modes.size());
-  std::vector<double> decode_ms(modes.size()), decode_attn_ms(modes.size());
+  std::vector<double> decode_ms(modes.size()), decode_attn_ms(modes.size()),
+      decode_select_ms(modes.size());
   std::vector<int64_t> keys_read(modes.size()), keys_total(modes.size());
   Tally prefill_tally;
   const model::Config& cfg = lm.model.config();
@@ -190,6 +191,7 @@ void run_decode_tail(const PplOptions& o) {
       const model::Timings& t = s.timings();
       decode_ms[m] += t.decode_ms;
       decode_attn_ms[m] += t.decode_attn_ms;
+      decode_select_ms[m] += t.decode_select_ms;
       keys_read[m] += t.decode_keys_read;
       keys_total[m] += t.decode_keys_total;
       if (m == 0) {  // dense prefill of the same tokens, scored on the same N tokens
@@ -221,6 +223,7 @@ void run_decode_tail(const PplOptions& o) {
           {"ppl", tally[m].ppl()},           {"ppl_err", tally[m].err()},
           {"mean_loglik", mean_ll(tally[m])}, {"tokens_scored", tally[m].count},
           {"decode_ms", decode_ms[m]},       {"decode_attn_ms", decode_attn_ms[m]},
+          {"decode_select_ms", decode_select_ms[m]},
           {"decode_keys_read", keys_read[m]}, {"decode_keys_total", keys_total[m]}};
     for (size_t m = 0; m < modes.size(); ++m)
       j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];

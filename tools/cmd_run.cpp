@@ -245,6 +245,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     j["decode_keys_total"] = t.decode_keys_total;
     j["decode_pages_read"] = t.decode_pages_read;
     j["decode_pages_total"] = t.decode_pages_total;
+    j["decode_select_ms"] = t.decode_select_ms;
     j["decode_tiles_visited"] = t.decode_stats.tiles_visited;
     j["decode_tiles_skipped"] = t.decode_stats.tiles_skipped;
     // Key tiles the prefill visited and skipped (BLASST), this process's; under --cp the

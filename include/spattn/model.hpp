@@ -205,6 +205,7 @@ struct Timings {
   Stats decode_stats;
   int64_t decode_keys_read = 0, decode_keys_total = 0;
   int64_t decode_pages_read = 0, decode_pages_total = 0;  // Quest's layers only
+  double decode_select_ms = 0;  // Quest's page choice, part of decode_attn_ms
   // prefill_attn_ms per layer (empty before the first prefill): a sliding-window layer's band
   // against a global layer's attention in the same run.
   std::vector<double> prefill_layer_attn_ms;

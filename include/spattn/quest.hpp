@@ -89,9 +89,13 @@ class QuestPages {
 struct QuestDecodeStats {
   int64_t pages_read = 0, pages_total = 0;
   int64_t keys_read = 0, keys_total = 0;
+  // quest_decode's time choosing pages (the bounds, the budget, the ranges), wall clock: the
+  // part of a step's cost that grows with the cache's pages, not with the keys read.
+  double select_ms = 0;
   void add(const QuestDecodeStats& o) {
     pages_read += o.pages_read, pages_total += o.pages_total;
     keys_read += o.keys_read, keys_total += o.keys_total;
+    select_ms += o.select_ms;
   }
 };
 

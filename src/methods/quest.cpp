@@ -3,6 +3,7 @@
 #include "spattn/quest.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 
@@ -240,7 +241,10 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
   SPATTN_CHECK(pages.size() == kv.size(), "quest: the page summaries cover ", pages.size(),
                " keys, the cache holds ", kv.size());
   QuestDecodeStats qs;
+  const auto t0 = std::chrono::steady_clock::now();
   const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
+  qs.select_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (qstats) qstats->add(qs);
   if (qs.keys_read == qs.keys_total)  // every key: dense decode
     attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);

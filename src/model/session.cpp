@@ -531,6 +531,7 @@ struct Session::Impl {
       t.decode_keys_total += qs.keys_total;
       t.decode_pages_read += qs.pages_read;
       t.decode_pages_total += qs.pages_total;
+      t.decode_select_ms += qs.select_ms;
       return;
     }
     attention_decode(qv, c, ov, a,
