@@ -156,11 +156,15 @@ struct Inputs {
 TEST(KVTypes, DenseAndDecodeEqualTheF32CacheOfRoundedValues) {
   for (const Case& c : type_cases())
     for (bool causal : {true, false})
-      for (auto [hq, hk, lq, lk] : {std::array<int64_t, 4>{4, 2, 77, 333},
-                                    std::array<int64_t, 4>{3, 3, 64, 64},
-                                    std::array<int64_t, 4>{8, 2, 1, 2100}}) {
+      // Decode's groups of 4, 2 and 3 q heads read 16-bit tiles in place in row strips of
+      // 4, 2 and 4 (one of padding), their P V over 128 dims (one 8-vector strip on AVX-512)
+      // or 96.
+      for (auto [hq, hk, lq, lk, d] : {std::array<int64_t, 5>{4, 2, 77, 333, 64},
+                                       std::array<int64_t, 5>{3, 3, 64, 64, 64},
+                                       std::array<int64_t, 5>{8, 2, 1, 2100, 64},
+                                       std::array<int64_t, 5>{4, 2, 1, 1000, 128},
+                                       std::array<int64_t, 5>{6, 2, 1, 700, 96}}) {
         if (lq == 1 && !causal) continue;  // one query sees every key either way
-        const int64_t d = 64;
         Inputs in(hq, hk, lq, lk, d, c, 1.0f);
         AttnOptions opt;
         opt.causal = causal;

@@ -1259,7 +1259,7 @@ struct TileStep {
       if constexpr (std::is_invocable_v<VTile>) {
         const auto v = v_tile();
         if constexpr (std::is_same_v<std::remove_cv_t<decltype(v)>, GroupV>)
-          GroupPVOf(v.type, sc.s, npad, *v.g, dp, sc.alpha, sc.o);
+          GroupPVOf(v.type, sc.s, n, *v.g, dp, sc.alpha, sc.o);
         else Ops::PV(sc.s, npad, v, dp, sc.alpha, sc.o);
       } else {
         Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
@@ -1321,7 +1321,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   const bool in_place = ReadsInPlace<Ops>(d, npad);
   const auto group_scores = [&](const GroupTile& g) {
     if constexpr (std::is_same_v<typename Ops::T, float>)
-      GroupScoresOf(d.k_type, sc.q, npad, g, p.dim, sc.s);
+      GroupScoresOf(d.k_type, sc.q, n, g, p.dim, sc.s);
   };
   // One key tile, limited to the keys [begin, end) of the range that brought it in.
   // Masks the scores of keys j0.. (packed indices; any j0 in natural order) to the range

@@ -54,39 +54,79 @@ inline GroupTile TileGroups(const PackedKVData& kv, int64_t kvh, int64_t t) {
   return g;
 }
 
-// S[npad][64] = Q K^T (unscaled), F32Ops' strips over the groups: the K vector of dim k at key
-// column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
+// Decode's rows go in strips of kR = 4 where three or four are left, else of two or one. A row
+// past n is padding, whose scores the step masks and whose output nothing reads, so the strips
+// cover about n rows where F32Ops' cover npad (a multiple of 4): a kv head's two q heads
+// (code-small-32k) compute two rows, not four, and four (the 1B shape) stay one strip, each K
+// vector loaded once for them. Each entry is still one dot product (or P V sum) in F32Ops'
+// order, whatever the blocking: the same bits.
+//
+// P V's strips of one or two rows are kGroupPVVectors wide, a whole 128-wide V row on AVX-512
+// (2 x 8 vectors of accumulators): each V row is read once, front to back, where F32Ops'
+// 4-vector strip passes over the tile twice, taking half of every row each time.
+inline constexpr int kGroupPVVectors = 2 * kCV;
+
+// S[n][64] = Q K^T (unscaled) for rows [0, n) (strips as above): the K vector of dim k
+// at key column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
 template <KVType kT>
-HWY_NOINLINE void GroupScores(const float* q, int64_t npad, const GroupTile& g, int64_t d,
+HWY_NOINLINE void GroupScores(const float* q, int64_t n, const GroupTile& g, int64_t d,
                               float* s) {
   static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);
+  static_assert(kTileKeys % (kCV * hn::MaxLanes(DF())) == 0);
   const DF df;
-  F32Ops::ScoresOf(q, npad, d, [&](int64_t k, int64_t col) {
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto kvec = [&](int64_t k, int64_t col) {
     return LoadStored<kT>(df, g.k[col / kKeyGroup] + k * kKeyGroup + col % kKeyGroup);
-  }, s);
+  };
+  for (int64_t col0 = 0; col0 < kTileKeys; col0 += kCV * N)
+    for (int64_t r0 = 0; r0 < n;) {
+      float* sr = s + r0 * kTileKeys;
+      if (n - r0 >= 3) F32Ops::ScoreStripOf<kR, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += kR;
+      else if (n - r0 == 2) F32Ops::ScoreStripOf<2, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += 2;
+      else F32Ops::ScoreStripOf<1, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += 1;
+    }
 }
 
-// O[npad][dp] = alpha O + P V, F32Ops' strips over the groups: key j's V row is
+// O[n][dp] = alpha O + P V for rows [0, n) (strips as above): key j's V row is
 // g.v[j / 16] + (j % 16) * dp.
 template <KVType kT>
-HWY_NOINLINE void GroupPV(const float* p, int64_t npad, const GroupTile& g, int64_t dp,
+HWY_NOINLINE void GroupPV(const float* p, int64_t n, const GroupTile& g, int64_t dp,
                           const float* alpha, float* o) {
   const DF df;
-  F32Ops::PVOf(p, npad, [&](int64_t j, int64_t col) {
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto vvec = [&](int64_t j, int64_t col) {
     return LoadStored<kT>(df, g.v[j / kKeyGroup] + (j % kKeyGroup) * dp + col);
-  }, dp, alpha, o);
+  };
+  for (int64_t r0 = 0; r0 < n;) {
+    const float* pr = p + r0 * kTileKeys;
+    const float* al = alpha + r0;
+    float* orow = o + r0 * dp;
+    // Strips of R rows, kGroupPVVectors wide where they fit in the registers (R <= 2).
+    const auto strip = [&]<int R>() {
+      int64_t c0 = 0;
+      if constexpr (R <= 2)
+        for (; c0 + kGroupPVVectors * N <= dp; c0 += kGroupPVVectors * N)
+          F32Ops::PVStripOf<R, kGroupPVVectors>(pr, vvec, dp, c0, al, orow);
+      for (; c0 + kCV * N <= dp; c0 += kCV * N) F32Ops::PVStripOf<R, kCV>(pr, vvec, dp, c0, al, orow);
+      for (; c0 < dp; c0 += N) F32Ops::PVStripOf<R, 1>(pr, vvec, dp, c0, al, orow);
+      r0 += R;
+    };
+    if (n - r0 >= 3) strip.template operator()<kR>();
+    else if (n - r0 == 2) strip.template operator()<2>();
+    else strip.template operator()<1>();
+  }
 }
 
-// The stored types' dispatch (one branch per tile).
-inline void GroupScoresOf(KVType t, const float* q, int64_t npad, const GroupTile& g, int64_t d,
+// The stored types' dispatch (one branch per tile); n: the item's rows (not padded).
+inline void GroupScoresOf(KVType t, const float* q, int64_t n, const GroupTile& g, int64_t d,
                           float* s) {
-  if (t == KVType::f16) GroupScores<KVType::f16>(q, npad, g, d, s);
-  else GroupScores<KVType::bf16>(q, npad, g, d, s);
+  if (t == KVType::f16) GroupScores<KVType::f16>(q, n, g, d, s);
+  else GroupScores<KVType::bf16>(q, n, g, d, s);
 }
-inline void GroupPVOf(KVType t, const float* p, int64_t npad, const GroupTile& g, int64_t dp,
+inline void GroupPVOf(KVType t, const float* p, int64_t n, const GroupTile& g, int64_t dp,
                       const float* alpha, float* o) {
-  if (t == KVType::f16) GroupPV<KVType::f16>(p, npad, g, dp, alpha, o);
-  else GroupPV<KVType::bf16>(p, npad, g, dp, alpha, o);
+  if (t == KVType::f16) GroupPV<KVType::f16>(p, n, g, dp, alpha, o);
+  else GroupPV<KVType::bf16>(p, n, g, dp, alpha, o);
 }
 
 // The V a group tile's step sums (TileStep::Run calls GroupPVOf with it).
