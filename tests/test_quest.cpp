@@ -407,6 +407,10 @@ TEST(Quest, RunnerDecodeKeepingEveryPageIsDense) {
   // Layer 0 dense, layers 1-2 read sink + newest + 2 pages of 16 of ~19 pages.
   EXPECT_LT(f.decode_keys_read, f.decode_keys_total * 2 / 3);
   EXPECT_GT(f.decode_pages_total, 0);
+  // The page choice is timed as part of decode's attention; dense decode chooses nothing.
+  EXPECT_GT(f.decode_select_ms, 0.0);
+  EXPECT_LE(f.decode_select_ms, f.decode_attn_ms);
+  EXPECT_EQ(dense.timings().decode_select_ms, 0.0);
   EXPECT_GT(few.memory().decode_pages, 0u);
   EXPECT_EQ(dense.memory().decode_pages, 0u);
 }
