@@ -1491,7 +1491,22 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       group_scores(g);
       sc.columns.resize(size_t(kTileKeys));
       int64_t kept = 0;
-      for (int64_t c = 0; c < kGroupsPerTile; ++c)
+      // Groups wholly inside their ranges and visible to every row (Quest's pages: every
+      // group, decode being non-causal) need no per-entry test: only the missing groups'
+      // slots are masked.
+      bool whole = p.window <= 0;
+      for (int64_t c = 0; c < ng && whole; ++c)
+        whole = lo[c] <= first[c] && first[c] + kKeyGroup <= hi[c] &&
+                (!p.causal || first[c] + kKeyGroup - 1 <= sc.pos[0]);
+      if (whole) {
+        for (int64_t c = 0; c < kGroupsPerTile; ++c)
+          for (int64_t jj = 0; jj < kKeyGroup; ++jj)
+            sc.columns[size_t(c * kKeyGroup + jj)] = first[c] + jj;
+        for (int64_t r = 0; r < n; ++r)
+          std::fill(sc.s + r * kTileKeys + ng * kKeyGroup, sc.s + (r + 1) * kTileKeys, kNegInf);
+        kept = n * ng * kKeyGroup;
+      }
+      for (int64_t c = 0; c < kGroupsPerTile && !whole; ++c)
         for (int64_t jj = 0; jj < kKeyGroup; ++jj) {
           const int64_t slot = c * kKeyGroup + jj, j = first[c] + jj;
           sc.columns[size_t(slot)] = j;
