@@ -1490,7 +1490,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       next_p();
       group_scores(g);
       sc.columns.resize(size_t(kTileKeys));
-      int64_t kept = 0;
+      for (int64_t c = 0; c < kGroupsPerTile; ++c)
+        for (int64_t jj = 0; jj < kKeyGroup; ++jj)
+          sc.columns[size_t(c * kKeyGroup + jj)] = first[c] + jj;
       // Groups wholly inside their ranges and visible to every row (Quest's pages: every
       // group, decode being non-causal) need no per-entry test: only the missing groups'
       // slots are masked.
@@ -1498,18 +1500,14 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       for (int64_t c = 0; c < ng && whole; ++c)
         whole = lo[c] <= first[c] && first[c] + kKeyGroup <= hi[c] &&
                 (!p.causal || first[c] + kKeyGroup - 1 <= sc.pos[0]);
+      int64_t kept = 0;
       if (whole) {
-        for (int64_t c = 0; c < kGroupsPerTile; ++c)
-          for (int64_t jj = 0; jj < kKeyGroup; ++jj)
-            sc.columns[size_t(c * kKeyGroup + jj)] = first[c] + jj;
         for (int64_t r = 0; r < n; ++r)
           std::fill(sc.s + r * kTileKeys + ng * kKeyGroup, sc.s + (r + 1) * kTileKeys, kNegInf);
         kept = n * ng * kKeyGroup;
-      }
-      for (int64_t c = 0; c < kGroupsPerTile && !whole; ++c)
-        for (int64_t jj = 0; jj < kKeyGroup; ++jj) {
-          const int64_t slot = c * kKeyGroup + jj, j = first[c] + jj;
-          sc.columns[size_t(slot)] = j;
+      } else {
+        for (int64_t slot = 0; slot < kTileKeys; ++slot) {
+          const int64_t c = slot / kKeyGroup, j = sc.columns[size_t(slot)];
           for (int64_t r = 0; r < n; ++r) {
             const bool keep = j >= lo[c] && j < hi[c] && (!p.causal || j <= sc.pos[r]) &&
                               (p.window <= 0 || j >= window_start(sc.pos[r], p.window));
@@ -1517,6 +1515,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
             kept += keep;
           }
         }
+      }
       step.Run(-1, sc.columns.data(), ng * kKeyGroup, kept, [&] { return GroupV{&g, d.v_type}; });
       ng = 0;
     };

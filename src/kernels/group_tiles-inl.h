@@ -66,6 +66,16 @@ inline GroupTile TileGroups(const PackedKVData& kv, int64_t kvh, int64_t t) {
 // 4-vector strip passes over the tile twice, taking half of every row each time.
 inline constexpr int kGroupPVVectors = 2 * kCV;
 
+// Calls strip.template operator()<R>(r0) for the row strips of rows [0, n), as above.
+template <class Strip>
+HWY_INLINE void ForRowStrips(int64_t n, const Strip& strip) {
+  for (int64_t r0 = 0; r0 < n;) {
+    if (n - r0 >= 3) strip.template operator()<kR>(r0), r0 += kR;
+    else if (n - r0 == 2) strip.template operator()<2>(r0), r0 += 2;
+    else strip.template operator()<1>(r0), r0 += 1;
+  }
+}
+
 // S[n][64] = Q K^T (unscaled) for rows [0, n) (strips as above): the K vector of dim k
 // at key column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
 template <KVType kT>
@@ -79,12 +89,9 @@ HWY_NOINLINE void GroupScores(const float* q, int64_t n, const GroupTile& g, int
     return LoadStored<kT>(df, g.k[col / kKeyGroup] + k * kKeyGroup + col % kKeyGroup);
   };
   for (int64_t col0 = 0; col0 < kTileKeys; col0 += kCV * N)
-    for (int64_t r0 = 0; r0 < n;) {
-      float* sr = s + r0 * kTileKeys;
-      if (n - r0 >= 3) F32Ops::ScoreStripOf<kR, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += kR;
-      else if (n - r0 == 2) F32Ops::ScoreStripOf<2, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += 2;
-      else F32Ops::ScoreStripOf<1, kCV>(q + r0 * d, d, kvec, col0, sr), r0 += 1;
-    }
+    ForRowStrips(n, [&]<int R>(int64_t r0) {
+      F32Ops::ScoreStripOf<R, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
+    });
 }
 
 // O[n][dp] = alpha O + P V for rows [0, n) (strips as above): key j's V row is
@@ -97,24 +104,18 @@ HWY_NOINLINE void GroupPV(const float* p, int64_t n, const GroupTile& g, int64_t
   const auto vvec = [&](int64_t j, int64_t col) {
     return LoadStored<kT>(df, g.v[j / kKeyGroup] + (j % kKeyGroup) * dp + col);
   };
-  for (int64_t r0 = 0; r0 < n;) {
+  // Strips of R rows, kGroupPVVectors wide where they fit in the registers (R <= 2).
+  ForRowStrips(n, [&]<int R>(int64_t r0) {
     const float* pr = p + r0 * kTileKeys;
     const float* al = alpha + r0;
     float* orow = o + r0 * dp;
-    // Strips of R rows, kGroupPVVectors wide where they fit in the registers (R <= 2).
-    const auto strip = [&]<int R>() {
-      int64_t c0 = 0;
-      if constexpr (R <= 2)
-        for (; c0 + kGroupPVVectors * N <= dp; c0 += kGroupPVVectors * N)
-          F32Ops::PVStripOf<R, kGroupPVVectors>(pr, vvec, dp, c0, al, orow);
-      for (; c0 + kCV * N <= dp; c0 += kCV * N) F32Ops::PVStripOf<R, kCV>(pr, vvec, dp, c0, al, orow);
-      for (; c0 < dp; c0 += N) F32Ops::PVStripOf<R, 1>(pr, vvec, dp, c0, al, orow);
-      r0 += R;
-    };
-    if (n - r0 >= 3) strip.template operator()<kR>();
-    else if (n - r0 == 2) strip.template operator()<2>();
-    else strip.template operator()<1>();
-  }
+    int64_t c0 = 0;
+    if constexpr (R <= 2)
+      for (; c0 + kGroupPVVectors * N <= dp; c0 += kGroupPVVectors * N)
+        F32Ops::PVStripOf<R, kGroupPVVectors>(pr, vvec, dp, c0, al, orow);
+    for (; c0 + kCV * N <= dp; c0 += kCV * N) F32Ops::PVStripOf<R, kCV>(pr, vvec, dp, c0, al, orow);
+    for (; c0 < dp; c0 += N) F32Ops::PVStripOf<R, 1>(pr, vvec, dp, c0, al, orow);
+  });
 }
 
 // The stored types' dispatch (one branch per tile); n: the item's rows (not padded).
