@@ -332,6 +332,55 @@ TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
   }
 }
 
+// A k budget (sink + k + local pages, at most the cache) of dense_at of the cache or more
+// decodes densely: the same bits as dense decode, every key counted read, no page chosen.
+// Just under it Quest chooses; a mass budget always chooses.
+TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
+  const auto reads_all = [](const char* spec, int64_t keys) {
+    return quest_reads_every_key(parse_decode_spec(spec).quest, keys);
+  };
+  EXPECT_TRUE(reads_all("quest", 8192));     // 258 pages of 16: 4,128 keys of 8,192
+  EXPECT_TRUE(reads_all("quest", 8256));     // 4,128 of 8,256: exactly half
+  EXPECT_FALSE(reads_all("quest", 8257));
+  EXPECT_FALSE(reads_all("quest", 32768));
+  EXPECT_FALSE(reads_all("quest:dense_at=1", 8192));
+  EXPECT_TRUE(reads_all("quest:dense_at=1", 4100));  // every page
+  EXPECT_TRUE(reads_all("quest:k=6,dense_at=0.25", 512));  // 8 pages of 16: 128 of 512
+  EXPECT_FALSE(reads_all("quest:k=6,dense_at=0.25", 513));
+  EXPECT_FALSE(reads_all("quest:topp=0.9", 100));
+  EXPECT_FALSE(reads_all("quest", 0));
+
+  const int64_t d = 64, hkv = 2, hq = 4, n = 300;
+  const Tensor k = random_tensor(hkv, n, d, 41, 0.5f), v = random_tensor(hkv, n, d, 42);
+  const Tensor q = random_tensor(hq, 1, d, 43);
+  PackedKV kv(hkv, d, DType::f32, n, true, KVType::f16, KVType::f16);
+  kv.append(k, v);
+  Tensor dense(DType::f32, hq, 1, d);
+  std::vector<float> dense_lse(size_t(hq), 0.0f);
+  attention_decode(q, kv, dense, AttnOptions{}, DecodeOptions{}, dense_lse.data());
+  for (const char* spec : {"quest:k=8", "quest:k=6"}) {  // 160 and 128 of 300 keys
+    const QuestParams p = parse_decode_spec(spec).quest;
+    QuestPages pages(hkv, d, p.page, n, KVType::f16);
+    pages.append(k);
+    Tensor out(DType::f32, hq, 1, d);
+    std::vector<float> lse(size_t(hq), 0.0f);
+    QuestDecodeStats st;
+    quest_decode(q, kv, pages, p, out, AttnOptions{}, lse.data(), nullptr, &st);
+    const bool all = std::string(spec) == "quest:k=8";
+    EXPECT_EQ(st.keys_read == st.keys_total, all) << spec;
+    EXPECT_EQ(st.keys_total, hkv * n);
+    EXPECT_EQ(st.pages_total, hkv * pages.pages());
+    EXPECT_EQ(st.pages_read == st.pages_total, all) << spec;
+    if (all) {
+      EXPECT_EQ(st.select_ms, 0.0);
+      for (int64_t i = 0; i < hq * d; ++i)
+        ASSERT_EQ(static_cast<const float*>(out.data())[i],
+                  static_cast<const float*>(dense.data())[i]) << i;
+      EXPECT_EQ(lse, dense_lse);
+    }
+  }
+}
+
 TEST(Quest, BadSpecsAreNamedErrors) {
   const auto& expect_error = test::expect_decode_spec_error;
   expect_error("quest:page=24", "multiple of 16");
@@ -340,6 +389,8 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("quest:topp=1.5", "topp");
   expect_error("quest:topp=-0.1", "topp");
   expect_error("quest:k=4,topp=0.5", "not both");
+  expect_error("quest:dense_at=0", "dense_at");
+  expect_error("quest:dense_at=1.5", "dense_at");
   expect_error("quest:pages=4", "pages");
   expect_error("blasst", "lambda=X or sparsity=S");
   expect_error("blasst:lambda=2", "lambda");

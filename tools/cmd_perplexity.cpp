@@ -37,7 +37,8 @@ struct PplOptions {
 // made again from the same summaries and q, so it is the step's own. Outside the timed decode.
 // Per layer too, the dense layers (Quest's dense_layers) included: there the mass Quest's choice
 // would keep if the layer were sparse (the layer itself read every key), so one run shows which
-// layers a budget can serve. The mean and worst are the sparse layers'.
+// layers a budget can serve. The mean and worst are the sparse layers'. A step whose budget
+// reaches dense_at of the cache decodes densely (quest_reads_every_key) and keeps all of it.
 struct RecallTally {
   struct Share {
     double sum = 0, worst = 1;
@@ -64,9 +65,13 @@ struct RecallTally {
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const TensorView qv =
           TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
-      const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
-      quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
+      if (quest_reads_every_key(qp, c.packed(l).size())) {
+        lse_sel = lse_all;  // decoded densely: every key's mass kept
+      } else {
+        const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
+        quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
+      }
       for (int64_t h = 0; h < cfg.n_head; ++h) {
         layers[size_t(l)].add(
             std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)])));

@@ -38,7 +38,7 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
       ->capture_default_str();
   app.add_option("--attn-decode", o.attn_decode,
                  "decode attention: dense, quest[:k=PAGES,page=16..64,topp=P,sink=,local=,"
-                 "dense_layers=], blasst:lambda=X[,order=] or blasst:sparsity=S,calib=FILE")
+                 "dense_layers=,dense_at=F], blasst:lambda=X[,order=] or blasst:sparsity=S,calib=FILE")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,

@@ -9,7 +9,7 @@
 // q heads of a group share their kv head's pages (quest_select). Only the chosen
 // pages' K and V are read (attention_decode_ranges over the packed cache).
 //
-// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L]
+// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L,dense_at=F]
 //   page          16..64, a multiple of 16 (default 16, the paper's page size)
 //   k             pages kept by bound besides sink and local (default 256: 4096 tokens at
 //                 page 16, the top of the 1K-4K token budgets the paper evaluates; at 2048
@@ -19,6 +19,13 @@
 //   sink, local   pages always kept at the start and the end (default 1 each)
 //   dense_layers  the first L layers decode densely (default 2: the paper leaves its first two
 //                 layers dense, their attention being the least sparse)
+//   dense_at      in (0, 1]: a k budget (sink + k + local pages) reaching this share of the
+//                 cache's keys decodes densely instead (default 0.5; 1: only when it covers
+//                 every page). Chosen pages are read at about half of dense decode's rate per key
+//                 on 2 Zen 5 cores, and choosing them costs besides, so a budget of half the
+//                 cache gains nothing: on the 1B shape at 8K depth the default budget read half
+//                 of each sparse layer's keys and decoded slower than dense (BENCHMARKS.md,
+//                 "The 1B shape at 8K depth").
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -40,6 +47,7 @@ struct QuestParams {
   double topp = 0;  // 0: the topk budget; else the mass budget in (0, 1]
   int64_t sink = 1, local = 1;
   int64_t dense_layers = 2;
+  double dense_at = 0.5;
 };
 // Parses a `quest[:...]` spec (above); Error naming the parameter for anything out of range.
 QuestParams parse_quest_params(const MethodSpec& spec);
@@ -115,7 +123,11 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
 void quest_attend(const TensorView& q, const PackedKV& kv,
                   const std::vector<std::vector<KeyRange>>& ranges, const TensorView& out,
                   const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
-// One decode step: q [Hq, 1, d] attends to the selected pages of kv (pages summarises kv's keys).
+// Whether a decode step over a cache of `keys` keys reads every key (dense decode, nothing
+// chosen): a k budget of at least dense_at x keys (or every page).
+bool quest_reads_every_key(const QuestParams& params, int64_t keys);
+// One decode step: q [Hq, 1, d] attends to the selected pages of kv (pages summarises kv's keys);
+// densely where quest_reads_every_key says so.
 void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
                   const QuestParams& params, const TensorView& out, const AttnOptions& opt = {},
                   float* lse = nullptr, Stats* stats = nullptr,

@@ -32,6 +32,8 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   p.sink = r.get_int("sink", p.sink, 0, int64_t(1) << 30);
   p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
   p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
+  p.dense_at = r.get_double("dense_at", p.dense_at, -HUGE_VAL, HUGE_VAL);
+  SPATTN_CHECK(p.dense_at > 0 && p.dense_at <= 1, "quest: dense_at=", p.dense_at, " outside (0, 1]");
   r.finish();
   return p;
 }
@@ -235,11 +237,25 @@ void quest_attend(const TensorView& q, const PackedKV& kv,
   attention_decode_ranges(grouped(q), kv, grouped(out), ranges, a, lse, stats);
 }
 
+bool quest_reads_every_key(const QuestParams& params, int64_t keys) {
+  if (params.topp != 0 || keys <= 0) return false;  // a mass budget's size is known after choosing
+  const int64_t pages = (keys + params.page - 1) / params.page;
+  const int64_t budget = std::min(pages, params.sink + params.topk + params.local) * params.page;
+  return double(std::min(budget, keys)) >= params.dense_at * double(keys);
+}
+
 void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
                   const QuestParams& params, const TensorView& out, const AttnOptions& opt,
                   float* lse, Stats* stats, QuestDecodeStats* qstats) {
   SPATTN_CHECK(pages.size() == kv.size(), "quest: the page summaries cover ", pages.size(),
                " keys, the cache holds ", kv.size());
+  if (quest_reads_every_key(params, kv.size())) {
+    if (qstats)
+      qstats->add({pages.kv_heads() * pages.pages(), pages.kv_heads() * pages.pages(),
+                   pages.kv_heads() * kv.size(), pages.kv_heads() * kv.size(), 0.0});
+    attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
+    return;
+  }
   QuestDecodeStats qs;
   const auto t0 = std::chrono::steady_clock::now();
   const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
