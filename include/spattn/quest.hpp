@@ -21,11 +21,11 @@
 //                 layers dense, their attention being the least sparse)
 //   dense_at      in (0, 1]: a k budget (sink + k + local pages) reaching this share of the
 //                 cache's keys decodes densely instead (default 0.5; 1: only when it covers
-//                 every page). Chosen pages are read at about half of dense decode's rate per key
-//                 on 2 Zen 5 cores, and choosing them costs besides, so a budget of half the
-//                 cache gains nothing: on the 1B shape at 8K depth the default budget read half
-//                 of each sparse layer's keys and decoded slower than dense (BENCHMARKS.md,
-//                 "The 1B shape at 8K depth").
+//                 every page). Chosen pages are read at half to two thirds of dense decode's
+//                 rate per key on 2 Zen 5 cores, and choosing them costs besides, so a budget of
+//                 half the cache gains nothing: on the 1B shape at 8K depth the default budget
+//                 read half of each sparse layer's keys and decoded 1.04-1.17x slower than dense
+//                 (BENCHMARKS.md, "Quest decodes densely where its budget is half the cache").
 #pragma once
 #include <cstdint>
 #include <string_view>
