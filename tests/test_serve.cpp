@@ -305,11 +305,32 @@ TEST(Serve, PerRequestAttentionRunsAndIsReported) {
                               json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
   EXPECT_EQ(d["usage"]["spattn"]["attn"], "dense");
   EXPECT_EQ(d["usage"]["spattn"]["score_entries"], d["usage"]["spattn"]["causal_entries"]);
+  EXPECT_EQ(d["usage"]["spattn"]["attn_decode"], "dense");
+  EXPECT_GT(d["usage"]["spattn"]["decode_keys_total"].get<int64_t>(), 0);
+  EXPECT_EQ(d["usage"]["spattn"]["decode_keys_read"], d["usage"]["spattn"]["decode_keys_total"]);
   const auto bad = post(c, "/v1/completions",
                         json{{"prompt", "x"}, {"spattn", {{"attn", "no_such_method"}}}}.dump());
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400);
   EXPECT_EQ(json::parse(bad->body)["error"]["param"], "spattn.attn");
+}
+
+// A server started with --attn-decode decodes every request so and reports the keys decode read.
+TEST(Serve, SparseDecodeRunsAndIsReported) {
+  NEED_STORIES();
+  serve::ServeOptions o = options();
+  o.r.attn_decode = "quest:k=2,dense_layers=0,dense_at=1";
+  Running srv(o, *model);
+  auto c = srv.client();
+  std::string prompt = "Once upon a time there was a big red ball.";
+  for (int i = 0; i < 4; ++i) prompt += " The ball rolled down the hill and the children ran after it.";
+  const json a = ok_json(post(c, "/v1/completions",
+                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
+  const json& u = a["usage"]["spattn"];
+  EXPECT_EQ(u["attn_decode"], "quest:k=2,dense_layers=0,dense_at=1");
+  // Each step reads sink + newest + 2 pages of 16 of the ~70 keys it could see.
+  EXPECT_GT(u["decode_keys_read"].get<int64_t>(), 0);
+  EXPECT_LT(u["decode_keys_read"].get<int64_t>(), u["decode_keys_total"].get<int64_t>());
 }
 
 TEST(Serve, BadRequestsGet400AndTheServerServesOn) {

@@ -9,8 +9,9 @@ json usage_json(const Usage& u) {
             {"completion_tokens", u.completion_tokens},
             {"total_tokens", u.prompt_tokens + u.completion_tokens},
             {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
-  // What ran: the attention of the prefill (decode is always full attention) and how much of
-  // the causal score matrix it computed; entries cover the tokens this request prefilled.
+  // What ran: the attention of the prefill and how much of the causal score matrix it computed
+  // (entries cover the tokens this request prefilled), and decode's (the server's
+  // --attn-decode) keys read against the keys its steps could see.
   j["spattn"] = {{"attn", u.attn},
                  {"prefill", u.prefill},
                  {"prefill_ms", u.prefill_ms},
@@ -20,7 +21,10 @@ json usage_json(const Usage& u) {
                  {"causal_entries", u.causal_entries},
                  {"skipped_fraction", u.causal_entries > 0
                                           ? 1.0 - double(u.score_entries) / double(u.causal_entries)
-                                          : 0.0}};
+                                          : 0.0},
+                 {"attn_decode", u.attn_decode},
+                 {"decode_keys_read", u.decode_keys_read},
+                 {"decode_keys_total", u.decode_keys_total}};
   return j;
 }
 

@@ -18,6 +18,8 @@ struct Usage {
   std::string prefill;      // the schedule: dense, chunked_h2o or method
   double prefill_ms = 0, ttft_ms = 0, decode_ms = 0;
   int64_t score_entries = 0, causal_entries = 0;  // attention entries computed / causal total
+  std::string attn_decode;  // the server's --attn-decode
+  int64_t decode_keys_read = 0, decode_keys_total = 0;  // keys decode read / could see, all layers
 };
 
 std::string dump(const json& j);  // compact, invalid UTF-8 replaced by U+FFFD

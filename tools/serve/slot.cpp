@@ -161,6 +161,9 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
   r.usage.decode_ms = t.decode_ms;
   r.usage.score_entries = t.prefill_stats.score_entries;
   r.usage.causal_entries = t.prefill_stats.causal_entries;
+  r.usage.attn_decode = defaults_.attn_decode;
+  r.usage.decode_keys_read = t.decode_keys_read;
+  r.usage.decode_keys_total = t.decode_keys_total;
   return r;
 }
 
