@@ -249,18 +249,17 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
                   float* lse, Stats* stats, QuestDecodeStats* qstats) {
   SPATTN_CHECK(pages.size() == kv.size(), "quest: the page summaries cover ", pages.size(),
                " keys, the cache holds ", kv.size());
-  if (quest_reads_every_key(params, kv.size())) {
-    if (qstats)
-      qstats->add({pages.kv_heads() * pages.pages(), pages.kv_heads() * pages.pages(),
-                   pages.kv_heads() * kv.size(), pages.kv_heads() * kv.size(), 0.0});
-    attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
-    return;
-  }
   QuestDecodeStats qs;
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
-  qs.select_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<std::vector<KeyRange>> ranges;
+  if (quest_reads_every_key(params, kv.size())) {  // nothing chosen: every page, every key
+    const int64_t np = pages.kv_heads() * pages.pages(), n = pages.kv_heads() * kv.size();
+    qs = {np, np, n, n, 0.0};
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
+    qs.select_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
   if (qstats) qstats->add(qs);
   if (qs.keys_read == qs.keys_total)  // every key: dense decode
     attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
