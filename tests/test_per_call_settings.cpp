@@ -183,7 +183,9 @@ TEST(Bf16Path, BenchesAndCallsOnOtherThreadsKeepTheirOwnPath) {
   // Without AVX512_BF16 (a Zen 3, say) "dot" is refused by name; "auto" then widens, so the
   // two concurrent benches still take the two ways a path is chosen.
   const bool has_dot = kernels::bf16_dot_supported();
-  if (!has_dot) EXPECT_THROW(bench("dot"), Error);
+  if (!has_dot) {
+    EXPECT_THROW(bench("dot"), Error);
+  }
   const std::string first = has_dot ? "dot" : "auto";
   const std::string dot_alone = outcome(bench(first)), widen_alone = outcome(bench("widen"));
   const Tensor att_alone = attention();
