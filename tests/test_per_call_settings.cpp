@@ -187,19 +187,19 @@ TEST(Bf16Path, BenchesAndCallsOnOtherThreadsKeepTheirOwnPath) {
     EXPECT_THROW(bench("dot"), Error);
   }
   const std::string first = has_dot ? "dot" : "auto";
-  const std::string dot_alone = outcome(bench(first)), widen_alone = outcome(bench("widen"));
+  const std::string first_alone = outcome(bench(first)), widen_alone = outcome(bench("widen"));
   const Tensor att_alone = attention();
   if (has_dot) {
-    EXPECT_NE(dot_alone, widen_alone);  // the two paths compute different bits
-    EXPECT_EQ(dot_alone.rfind("bf16-dot", 0), 0u) << dot_alone;
+    EXPECT_NE(first_alone, widen_alone);  // the two paths compute different bits
+    EXPECT_EQ(first_alone.rfind("bf16-dot", 0), 0u) << first_alone;
   } else {
-    EXPECT_EQ(dot_alone, widen_alone);  // both widen
+    EXPECT_EQ(first_alone, widen_alone);  // both widen
   }
   EXPECT_EQ(widen_alone.rfind("f32", 0), 0u) << widen_alone;
-  std::string dot_then, widen_then;
+  std::string first_then, widen_then;
   std::atomic<int> differ{0};
   std::atomic<bool> benches_done{false};
-  std::thread a([&] { dot_then = outcome(bench(first)); });
+  std::thread a([&] { first_then = outcome(bench(first)); });
   std::thread b([&] { widen_then = outcome(bench("widen")); });
   std::thread c([&] {
     do {  // throughout both benches
@@ -210,7 +210,7 @@ TEST(Bf16Path, BenchesAndCallsOnOtherThreadsKeepTheirOwnPath) {
   b.join();
   benches_done = true;
   c.join();
-  EXPECT_EQ(dot_then, dot_alone);
+  EXPECT_EQ(first_then, first_alone);
   EXPECT_EQ(widen_then, widen_alone);
   EXPECT_EQ(differ.load(), 0);
   EXPECT_TRUE(same_bits(attention(), att_alone));  // and nothing was left changed

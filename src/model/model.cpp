@@ -116,6 +116,15 @@ bool has_f32(WeightType t) {
   return t == WeightType::f32 || ggml_get_type_traits(ggml_type(t))->to_float != nullptr;
 }
 
+// Maps in the file's pages under [data, data + n) in one call rather than a fault per few
+// pages as they are first read (advice: a kernel without MADV_POPULATE_READ faults them in as
+// before).
+void populate(const void* data, size_t n) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data), lo = b / page * page;
+  madvise(reinterpret_cast<void*>(lo), b + n - lo, MADV_POPULATE_READ);
+}
+
 }  // namespace
 
 struct Model::Impl {
@@ -206,11 +215,9 @@ struct Model::Impl {
     for (Weight* w : matrices())
       if (!w->repacked) todo.push_back(w);
     if (tied) todo.push_back(&tok_embd);
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       const ggml_tensor* t = todo[size_t(i)]->t;
-      const uintptr_t b = reinterpret_cast<uintptr_t>(t->data), lo = b / page * page;
-      madvise(reinterpret_cast<void*>(lo), b + ggml_nbytes(t) - lo, MADV_POPULATE_READ);  // advice
+      populate(t->data, ggml_nbytes(t));
     });
   }
 
@@ -262,17 +269,12 @@ struct Model::Impl {
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;
       const size_t n = ggml_nbytes(src);
-      const uintptr_t b = reinterpret_cast<uintptr_t>(src->data);
-      if (mapping) {
-        // The matrix's mapped pages in one call rather than a fault per few pages as the
-        // copy reads them (advice: an older kernel without it faults them in as before).
-        const uintptr_t lo = b / page * page;
-        madvise(reinterpret_cast<void*>(lo), b + n - lo, MADV_POPULATE_READ);
-      }
+      if (mapping) populate(src->data, n);  // before the copy reads them
       ggml_backend_tensor_set(dst[size_t(i)], src->data, 0, n);
       if (mapping) {
         // Released as soon as it is repacked (whole pages inside the matrix's bytes only:
         // neighbours keep theirs), so the file's pages and the copies are never all resident.
+        const uintptr_t b = reinterpret_cast<uintptr_t>(src->data);
         const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
         if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
       }
