@@ -230,6 +230,29 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
     }
 }
 
+// Pages of equal score go in page order, whatever selects the budget's threshold: keys that
+// repeat with the page's period give every whole page the same bounds, two pages get a larger
+// key, and the budget ends inside the tie.
+TEST(Quest, TiedPagesGoInPageOrder) {
+  const int64_t d = 64, page = 16, n = 40 * page, hkv = 1, hq = 2;
+  const Tensor base = random_tensor(hkv, page, d, 5, 0.5f), q = random_tensor(hq, 1, d, 6);
+  Tensor k(DType::f32, hkv, n, d);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = 0; c < d; ++c) k.view().set(0, j, c, base.view().get(0, j % page, c));
+  for (int64_t c = 0; c < d; ++c)  // pages 30 and 12: larger in the direction of both queries
+    for (int64_t pg : {30, 12})
+      k.view().set(0, pg * page + 3, c, 4.0f * (q.view().get(0, 0, c) + q.view().get(1, 0, c)));
+  QuestPages pages(hkv, d, page, n);
+  pages.append(k);
+  const QuestParams p = parse_decode_spec("quest:k=5").quest;
+  const auto ranges = quest_select(q, pages, p, 1.0f / std::sqrt(float(d)));
+  const std::vector<char> got = chosen_pages(ranges[0], page, pages.pages());
+  EXPECT_EQ(got, twin_pages(q, 0, k, hq / hkv, p, 1.0 / std::sqrt(double(d))));
+  std::vector<char> want(size_t(pages.pages()), 0);
+  for (int64_t pg : {0, 1, 2, 3, 12, 30, 39}) want[size_t(pg)] = 1;  // sink, 3 tied, 2 best, local
+  EXPECT_EQ(got, want);
+}
+
 // The decode over the chosen pages equals exact attention over those keys gathered (rows as
 // the cache stores them), in every cache type, with GQA and lengths off the page grid.
 TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {

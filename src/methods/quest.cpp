@@ -3,6 +3,7 @@
 #include "spattn/quest.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -16,6 +17,42 @@
 #include "kernels/quest_bounds.hpp"
 
 namespace spattn {
+
+namespace {
+
+uint64_t bits_of(double x) { return std::bit_cast<uint64_t>(x); }
+
+// The k-th largest (k in [1, a.size()]) of a, values compared as unsigned integers: 11 bits
+// at a time from the top, each pass counting the candidates' digits, keeping those in the
+// digit where the k-th lies and dropping the rest (a is overwritten). Branch-free counting.
+uint64_t kth_largest(std::vector<uint64_t>& a, int64_t k, std::vector<uint32_t>& hist) {
+  int64_t m = int64_t(a.size()), need = k;  // the need-th largest of a[0, m)
+  for (int shift = 53; m > 1; shift -= 11) {
+    const int width = shift >= 0 ? 11 : 11 + shift;
+    const int at = std::max(shift, 0);
+    const uint64_t mask = (uint64_t(1) << width) - 1;
+    hist.assign(size_t(mask + 1), 0);
+    for (int64_t i = 0; i < m; ++i) ++hist[size_t((a[size_t(i)] >> at) & mask)];
+    uint64_t digit = mask;
+    for (int64_t above = 0;; --digit) {
+      if (above + int64_t(hist[size_t(digit)]) >= need) {
+        need -= above;
+        break;
+      }
+      above += hist[size_t(digit)];
+    }
+    int64_t j = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      a[size_t(j)] = a[size_t(i)];
+      j += ((a[size_t(i)] >> at) & mask) == digit;
+    }
+    m = j;
+    if (at == 0) break;  // every bit decided: the m left are equal
+  }
+  return a[0];
+}
+
+}  // namespace
 
 QuestParams parse_quest_params(const MethodSpec& spec) {
   SPATTN_CHECK(spec.name == "quest", "quest: not a quest spec ('", spec.text, "')");
@@ -146,6 +183,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   parallel_for(hkv, threads, [&](int64_t g, int) {
     std::vector<float> qrows(static_cast<size_t>(group * q.dim)), bounds(static_cast<size_t>(group * ldu));
     std::vector<double> score(static_cast<size_t>(np)), e(static_cast<size_t>(np));
+    std::vector<uint64_t> cand;
+    std::vector<uint32_t> hist;
     std::vector<int64_t> order(size_t(last - first));
     std::vector<char> keep(static_cast<size_t>(np), 0);
     for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
@@ -163,7 +202,10 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       std::fill(score.begin(), score.end(), 0.0);
       for (int64_t r = 0; r < group; ++r) {
         const float* u = bounds.data() + r * ldu;
-        const float mx = *std::max_element(u, u + np);
+        // The max over four chains of compares (one chain, max_element's, waits on each).
+        float m4[4] = {u[0], u[0], u[0], u[0]};
+        for (int64_t p = 0; p < np; ++p) m4[p & 3] = std::max(m4[p & 3], u[p]);
+        const float mx = std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3]));
         const double total = kernels::exp_row_f64(u, np, double(mx), e.data(), double(scale));
         for (int64_t p = 0; p < np; ++p) score[size_t(p)] += e[size_t(p)] / (total * double(group));
       }
@@ -171,10 +213,23 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       const auto by_score = [&](int64_t a, int64_t b) {
         return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
       };
-      int64_t take = 0;
       if (params.topp == 0) {
-        take = params.topk;
-        std::nth_element(order.begin(), order.begin() + take, order.end(), by_score);
+        // The topk best by_score: every page scoring above the k-th best score t, then pages
+        // scoring t in index order. t by a radix select on the scores' bits (a non-negative
+        // double's bits order as its value), where nth_element's unpredictable branches over
+        // 1,790 candidates took 12-14 us of a 32K layer's 75 us page choice.
+        const int64_t take = params.topk;
+        if (take > 0) {
+          cand.resize(size_t(last - first));
+          for (int64_t p = first; p < last; ++p) cand[size_t(p - first)] = bits_of(score[size_t(p)]);
+          const uint64_t t = kth_largest(cand, take, hist);
+          int64_t ties = take;
+          for (int64_t p = first; p < last; ++p) ties -= bits_of(score[size_t(p)]) > t;
+          for (int64_t p = first; p < last; ++p) {
+            const uint64_t b = bits_of(score[size_t(p)]);
+            if (b > t || (b == t && ties-- > 0)) keep[size_t(p)] = 1;
+          }
+        }
       } else {
         // The best pages one at a time off a heap until the mass is reached: the sorted order's
         // prefix (the order is total), without sorting the pages never taken.
@@ -190,7 +245,6 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
           keep[size_t(best)] = 1;
         }
       }
-      for (int64_t i = 0; i < take; ++i) keep[size_t(order[size_t(i)])] = 1;
     } else {
       for (int64_t p : order) keep[size_t(p)] = 1;
     }
