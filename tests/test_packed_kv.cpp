@@ -78,6 +78,24 @@ TEST(PackedKV, AppendedInPiecesEqualsPackedAtOnce) {
   });
 }
 
+// A decode appends one key at a time: the positions' storage grows geometrically (up to the
+// capacity), not by one key per append, which copied every position at every step.
+TEST(PackedKV, KeyByKeyAppendsReallocateLogarithmicallyOften) {
+  Qkv in(DType::f32, 2, 2, 1, 3000, 64);
+  PackedKV kv(2, 64, DType::f32, 3000);
+  int64_t grew = 0;
+  size_t cap = kv.data().positions.capacity();
+  for (int64_t j = 0; j < 3000; ++j) {
+    kv.append(in.k.view().rows(j, 1), in.v.view().rows(j, 1));
+    grew += kv.data().positions.capacity() != cap;
+    cap = kv.data().positions.capacity();
+  }
+  EXPECT_LE(grew, 13) << "3000 single appends";
+  EXPECT_LE(cap, 3000u);
+  EXPECT_EQ(kv.data().positions.size(), 3000u);
+  EXPECT_EQ(kv.data().positions.back(), 2999);
+}
+
 // clear() empties the cache and keeps its capacity: refilled in another order and then in the
 // natural one, it computes what a fresh pack does, bit for bit.
 TEST(PackedKV, ClearedCacheRefillsLikeAFreshOne) {

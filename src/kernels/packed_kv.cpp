@@ -180,9 +180,15 @@ void record_key(PackedKVData& kv, int64_t pos) {
 }
 }  // namespace
 
+void reserve_positions(PackedKVData& kv, int64_t n) {
+  const size_t need = size_t(kv.size + n), have = kv.positions.capacity();
+  if (have < need)  // need <= capacity (check_positions)
+    kv.positions.reserve(std::max(need, std::min(2 * have, size_t(kv.capacity))));
+}
+
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n) {
   check_positions(kv, positions, n);
-  kv.positions.reserve(size_t(kv.size + n));  // the one allocation, before anything changes
+  reserve_positions(kv, n);  // the one allocation, before anything changes
   for (int64_t i = 0; i < n; ++i) {
     kv.positions.push_back(positions ? positions[i] : kv.size);
     record_key(kv, kv.positions.back());
@@ -290,7 +296,7 @@ void PackedKV::write_rows(const TensorView& k, const TensorView& v, const int64_
   kernels::PackedKVData& d = *d_;
   kernels::check_positions(d, positions, n);
   const int t = resolve_threads(threads);
-  d.positions.reserve(size_t(d.size + n));
+  kernels::reserve_positions(d, n);
   try {
     HWY_DYNAMIC_DISPATCH(kernels::AppendEntry)(&d, &k, &v, src_rows, d.size, n, t);
   } catch (...) {

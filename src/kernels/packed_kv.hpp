@@ -99,6 +99,11 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
 void empty_packed(PackedKVData& kv, bool zero_all);
 // Throws Error unless n keys with these positions (null: natural) fit after the current ones.
 void check_positions(const PackedKVData& kv, const int64_t* positions, int64_t n);
+// Room in kv.positions for n more keys, allocated before anything changes. It grows at least
+// twofold (up to the capacity): a decode step appends one key, and an exact reserve of
+// size + 1 reallocated and copied every position at every step (a 32K cache's 256 KiB per
+// layer and token: 18 us of a decode layer's 20 us append on Zen 5).
+void reserve_positions(PackedKVData& kv, int64_t n);
 // Records the positions of keys [size, size + n) and grows size. Callers check first
 // (check_positions) and write the keys' data before, so that a failure leaves size alone.
 void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
