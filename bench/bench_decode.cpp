@@ -194,14 +194,16 @@ void BM_QuestDecode(benchmark::State& state) {
   static std::vector<std::unique_ptr<PackedKV>> kv;
   static std::vector<std::unique_ptr<QuestPages>> pages;
   const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2),
-                                     state.range(3), state.range(4), state.range(6)};
+                                     state.range(3), state.range(4), state.range(6),
+                                     state.range(9)};
   if (key != args) {
     kv.clear();
     pages.clear();
     for (int l = 0; l < kQuestLayers; ++l) {
       kv.push_back(std::make_unique<PackedKV>(PackedKV::pack(w.k, w.v, 0, 0, true, t, t)));
       pages.push_back(std::make_unique<QuestPages>(
-          w.k.heads(), w.k.dim(), std::max<int64_t>(16, state.range(6)), w.k.seq(), t));
+          w.k.heads(), w.k.dim(), std::max<int64_t>(16, state.range(6)), w.k.seq(), t,
+          state.range(9) ? QuestSums::i8 : QuestSums::cache));
       pages.back()->append(w.k);
     }
     key = args;
@@ -245,13 +247,14 @@ void BM_QuestDecode(benchmark::State& state) {
 }
 
 void quest_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"kv", "hq", "hkv", "bf16", "type", "threads", "page", "select_only", "cold"});
+  b->ArgNames({"kv", "hq", "hkv", "bf16", "type", "threads", "page", "select_only", "cold", "i8"});
   for (int64_t kv : {16384, 32768})
     for (int64_t page : {0, 16, 64})
       for (int64_t sel : {0, 1})
         for (int64_t cold : {0, 1})
-          if ((page > 0 || sel == 0) && (cold == 0 || kv == 32768))
-            b->Args({kv, 4, 2, 0, 1, 2, page, sel, cold});
+          for (int64_t i8 : {0, 1})  // quest:sums=i8 (page 16 only)
+            if ((page > 0 || sel == 0) && (cold == 0 || kv == 32768) && (i8 == 0 || page == 16))
+              b->Args({kv, 4, 2, 0, 1, 2, page, sel, cold, i8});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 

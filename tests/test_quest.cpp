@@ -111,7 +111,8 @@ std::vector<char> chosen_pages(const std::vector<KeyRange>& ranges, int64_t page
 TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
   const int64_t n = 333, d = 64;
   const Tensor k = random_tensor(2, n, d, 1, 0.5f), q = random_tensor(2, 1, d, 2);
-  QuestPages pages(2, d, 32, 400);
+  for (QuestSums sums : {QuestSums::cache, QuestSums::i8}) {
+  QuestPages pages(2, d, 32, 400, KVType::f32, sums);
   pages.append(k);
   ASSERT_EQ(pages.pages(), (n + 31) / 32);
   std::vector<float> u(size_t(pages.pages()));
@@ -124,6 +125,7 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
       for (int64_t c = 0; c < d; ++c) s += double(qrow[size_t(c)]) * k.view().get(h, j, c);
       EXPECT_LE(s, double(u[size_t(j / 32)]) + 1e-4) << "head " << h << " key " << j;
     }
+  }
   }
 }
 
@@ -173,6 +175,98 @@ TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
                   << ": row " << r << " page " << p;
             }
         }
+}
+
+// The 8-bit bound kernel against its plain loop: q scaled per block and dimension, then the
+// same sum in the same order, so the same bits.
+TEST(Quest, I8BoundKernelEqualsThePlainLoopBitwise) {
+  std::mt19937_64 rng(6);
+  std::normal_distribution<float> g(0.0f, 2.0f);
+  std::uniform_int_distribution<int> code(-127, 127);
+  std::uniform_real_distribution<float> scale(0.0f, 0.05f);
+  for (int64_t rows : {1, 2, 3, 4, 5, 8})
+    for (int64_t pages : {1, 31, 32, 33, 70})
+      for (int64_t d : {1, 17, 64, 128}) {
+        const int64_t ld = kernels::quest_padded(pages), blocks = ld / kernels::kQuestPagePad;
+        std::vector<int8_t> codes(size_t(2 * d * ld));
+        for (int8_t& x : codes) x = int8_t(code(rng));
+        std::vector<float> scales(size_t(blocks * d)), q(size_t(rows * d));
+        for (float& x : scales) x = scale(rng);
+        for (float& x : q) x = g(rng);
+        std::vector<float> u(size_t(rows * ld), NAN);
+        kernels::quest_bounds_i8(q.data(), rows, d, codes.data(), scales.data(), pages, u.data(), ld);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t p = 0; p < pages; ++p) {
+            float want = 0;
+            for (int64_t c = 0; c < d; ++c) {
+              const float qs = q[size_t(r * d + c)] * scales[size_t(p / kernels::kQuestPagePad * d + c)];
+              const float lo = codes[size_t(kernels::quest_sum_index(d, p, c, false))];
+              const float hi = codes[size_t(kernels::quest_sum_index(d, p, c, true))];
+              want += std::max(qs * lo, qs * hi);
+            }
+            ASSERT_EQ(u[size_t(r * ld + p)], want)
+                << rows << " rows, " << pages << " pages, d " << d << ": row " << r << " page " << p;
+          }
+      }
+}
+
+// sums=i8: each page's codes hold its exact range ([s lo8, s hi8] contains [min, max] in
+// float arithmetic, codes within +-127, s the block's amax / 126), and they are a function of
+// the exact summaries: appended in pieces, at once, or truncated and appended again, the same
+// codes and scales. Large and tiny magnitudes (a block's amax growing page by page and key by
+// key) and an all-zero dimension included.
+TEST(Quest, I8CodesHoldEveryPagesRangeWhateverTheAppends) {
+  const int64_t d = 24, n = 1200, page = 16;
+  for (KVType type : {KVType::f32, KVType::f16}) {
+    Tensor k = random_tensor(2, n, d, 41, 0.5f);
+    for (int64_t j = 0; j < n; ++j) {
+      k.view().set(0, j, 1, k.view().get(0, j, 1) * float(1 + j % 97));  // amax grows
+      k.view().set(1, j, 2, k.view().get(1, j, 2) * 1e-6f);
+      k.view().set(0, j, 3, 0.0f);
+    }
+    const Tensor v = random_tensor(2, n, d, 42);
+    QuestPages once(2, d, page, n, type, QuestSums::i8), pieces(2, d, page, n, type, QuestSums::i8);
+    once.append(k);
+    int64_t at = 0;
+    for (int64_t piece : {5, 1, 40, 17, 1, 1, 500, 3, 600, 32}) {
+      pieces.append(k.view().rows(at, piece));
+      at += piece;
+    }
+    ASSERT_EQ(at, n);
+    ASSERT_TRUE(once.i8());
+    const auto same = [&](const QuestPages& a, const QuestPages& b, const char* what) {
+      ASSERT_EQ(a.pages(), b.pages()) << what;
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t p = 0; p < a.pages(); ++p)
+          for (int64_t c = 0; c < d; ++c) {
+            const float s = a.scales(h)[p / kernels::kQuestPagePad * d + c];
+            ASSERT_EQ(s, b.scales(h)[p / kernels::kQuestPagePad * d + c]) << what;
+            for (bool max : {false, true}) {
+              ASSERT_EQ(a.code(h, p, c, max), b.code(h, p, c, max))
+                  << what << " head " << h << " page " << p << " dim " << c;
+              const int x = a.code(h, p, c, max);
+              ASSERT_LE(std::abs(x), 127);
+              if (max) ASSERT_GE(float(x) * s, a.get(h, p, c, true)) << "page " << p << " dim " << c;
+              else ASSERT_LE(float(x) * s, a.get(h, p, c, false)) << "page " << p << " dim " << c;
+            }
+          }
+    };
+    same(once, pieces, kv_type_name(type));
+    PackedKV kv(2, d, DType::f32, n, true, type, type);
+    kv.append(k, v);
+    for (int64_t keep : {1000, 777, 512, 500, 31, 0}) {  // in a page, on a block, in a block
+      kv.truncate(keep);
+      once.truncate(keep, kv);
+      QuestPages fresh(2, d, page, n, type, QuestSums::i8);
+      fresh.append(k.view().rows(0, keep));
+      same(once, fresh, "truncated");
+    }
+    const Tensor k2 = random_tensor(2, n, d, 43, 0.25f);  // other keys over stale blocks
+    once.append(k2);
+    QuestPages fresh(2, d, page, n, type, QuestSums::i8);
+    fresh.append(k2);
+    same(once, fresh, "other keys appended after truncating to 0");
+  }
 }
 
 // Over an f16 or bf16 cache the summaries are kept in that type: the same values as f32
@@ -415,10 +509,14 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("quest:dense_at=0", "dense_at");
   expect_error("quest:dense_at=1.5", "dense_at");
   expect_error("quest:pages=4", "pages");
+  expect_error("quest:sums=f8", "sums=f8");
   expect_error("blasst", "lambda=X or sparsity=S");
   expect_error("blasst:lambda=2", "lambda");
   expect_error("nonsense", "nonsense");
   EXPECT_EQ(parse_decode_spec("quest:topp=1").quest.topp, 1.0);
+  EXPECT_EQ(parse_decode_spec("quest:sums=i8").quest.sums, QuestSums::i8);
+  EXPECT_EQ(parse_decode_spec("quest").quest.sums, QuestSums::i8);
+  EXPECT_EQ(parse_decode_spec("quest:sums=cache").quest.sums, QuestSums::cache);
   EXPECT_EQ(parse_decode_spec("dense").kind, DecodeKind::dense);
 }
 
@@ -485,6 +583,14 @@ TEST(Quest, RunnerDecodeKeepingEveryPageIsDense) {
   EXPECT_GT(f.decode_select_ms, 0.0);
   EXPECT_LE(f.decode_select_ms, f.decode_attn_ms);
   EXPECT_EQ(dense.timings().decode_select_ms, 0.0);
+  // Per layer: three layers whose times add up to decode's attention time.
+  ASSERT_EQ(f.decode_layer_attn_ms.size(), 3u);
+  double layers = 0;
+  for (double ms : f.decode_layer_attn_ms) {
+    EXPECT_GT(ms, 0.0);
+    layers += ms;
+  }
+  EXPECT_NEAR(layers, f.decode_attn_ms, 1e-9 * f.decode_attn_ms);
   EXPECT_GT(few.memory().decode_pages, 0u);
   EXPECT_EQ(dense.memory().decode_pages, 0u);
 }
@@ -493,14 +599,16 @@ TEST(Quest, RunnerAfterTruncateEqualsAFreshSession) {
   std::vector<int32_t> t(300);
   std::mt19937_64 rng(4);
   for (auto& x : t) x = int32_t(rng() % 300);
-  model::Session s(small_model(), session("quest:k=3,dense_layers=0"));
-  model::Session fresh(small_model(), session("quest:k=3,dense_layers=0"));
+  for (const char* spec : {"quest:k=3,dense_layers=0", "quest:k=3,dense_layers=0,sums=i8"}) {
+  SCOPED_TRACE(spec);
+  model::Session s(small_model(), session(spec));
+  model::Session fresh(small_model(), session(spec));
   s.prefill(std::span(t).first(250), nullptr, 0);
   s.decode(t[250], nullptr);
   s.truncate(203);  // inside a page
   fresh.prefill(std::span(t).first(203), nullptr, 0);
   model::Session forked = s.fork(190);
-  model::Session fresh190(small_model(), session("quest:k=3,dense_layers=0"));
+  model::Session fresh190(small_model(), session(spec));
   fresh190.prefill(std::span(t).first(190), nullptr, 0);
   std::vector<float> a(300), b(300);
   for (int64_t i = 0; i < 6; ++i) {
@@ -510,6 +618,7 @@ TEST(Quest, RunnerAfterTruncateEqualsAFreshSession) {
     forked.decode(t[size_t(190 + i)], a.data());
     fresh190.decode(t[size_t(190 + i)], b.data());
     ASSERT_EQ(a, b) << "fork, step " << i;
+  }
   }
 }
 

@@ -256,13 +256,14 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     j["causal_entries"] = t.prefill_stats.causal_entries;
     j["memory"] = memory_json(lm, {&s});
     // Per layer: its kind (a sliding-window layer runs its band whatever --attn says) and its
-    // prefill attention time.
+    // prefill and decode attention times.
     const std::vector<model::LayerAttention> la = s.layer_attention();
     for (size_t l = 0; l < la.size(); ++l) {
       nlohmann::json e = {{"layer", l}, {"kind", la[l].sliding ? "sliding" : "global"},
                           {"prefill", la[l].prefill}, {"decode", la[l].decode}};
       if (la[l].sliding) e["window"] = la[l].window;
       if (l < t.prefill_layer_attn_ms.size()) e["prefill_attn_ms"] = t.prefill_layer_attn_ms[l];
+      if (l < t.decode_layer_attn_ms.size()) e["decode_attn_ms"] = t.decode_layer_attn_ms[l];
       j["layers"].push_back(e);
     }
     if (grp) j["cp"] = cp;

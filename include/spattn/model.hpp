@@ -209,6 +209,9 @@ struct Timings {
   // prefill_attn_ms per layer (empty before the first prefill): a sliding-window layer's band
   // against a global layer's attention in the same run.
   std::vector<double> prefill_layer_attn_ms;
+  // decode_attn_ms per layer (empty before the first decoded token): Quest's dense layers
+  // against its sparse ones in the same run.
+  std::vector<double> decode_layer_attn_ms;
   // Context parallelism (SessionOptions::cp): this rank's communication in prefill and decode.
   dist::CommStats prefill_comm, decode_comm;
 };

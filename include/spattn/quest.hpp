@@ -9,7 +9,8 @@
 // q heads of a group share their kv head's pages (quest_select). Only the chosen
 // pages' K and V are read (attention_decode_ranges over the packed cache).
 //
-// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L,dense_at=F]
+// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L,dense_at=F,
+//               sums=cache|i8]
 //   page          16..64, a multiple of 16 (default 16, the paper's page size)
 //   k             pages kept by bound besides sink and local (default 256: 4096 tokens at
 //                 page 16, the top of the 1K-4K token budgets the paper evaluates; at 2048
@@ -26,6 +27,13 @@
 //                 half the cache gains nothing: on the 1B shape at 8K depth the default budget
 //                 read half of each sparse layer's keys and decoded 1.04-1.17x slower than dense
 //                 (BENCHMARKS.md, "Quest decodes densely where its budget is half the cache").
+//   sums          what the bound pass reads: `i8` (default), 8-bit codes of the summaries (per
+//                 block of 32 pages and dimension a scale; each range rounded outward, so U
+//                 still bounds every score), half the bytes of f16 at every decode step
+//                 (QuestPages); or `cache`, the exact summaries in the cache's type (f16 /
+//                 bf16, else f32). At 32K on code-small-32k i8 chose pages 17 us a layer
+//                 faster and kept 0.9565 of the mass against 0.9567 (BENCHMARKS.md, "Quest's
+//                 page choice on 8-bit summaries")
 #pragma once
 #include <cstdint>
 #include <string_view>
@@ -41,7 +49,11 @@ namespace spattn {
 
 class PackedKV;
 
+// What Quest's bound pass reads (the `sums` parameter).
+enum class QuestSums { cache, i8 };
+
 struct QuestParams {
+  QuestSums sums = QuestSums::i8;
   int64_t page = 16;
   int64_t topk = 256;
   double topp = 0;  // 0: the topk budget; else the mass budget in (0, 1]
@@ -56,10 +68,16 @@ QuestParams parse_quest_params(const MethodSpec& spec);
 // them (rows rounded to k_type first, so the bounds hold for the keys the kernels read).
 // Stored in the cache's own type when it is f16 or bf16 (the min and max of f16 values are
 // f16 values: exact, and half the bytes a decode step reads), else in f32.
+// With QuestSums::i8 also as 8-bit codes, which the bound pass reads instead: per kv head,
+// block of 32 pages and dimension c a scale s = amax / 126, amax the largest |min| or |max|
+// of the block's pages in c, and each page's min and max as the codes floor(min / s) and
+// ceil(max / s), moved one further where the float product would land inside the range, so
+// [s lo8, s hi8] holds [min, max]. The codes are a function of the exact summaries (kept as
+// above): a block's codes in c are redone when its amax grows, or after a truncate.
 class QuestPages {
  public:
   QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
-             KVType k_type = KVType::f32);
+             KVType k_type = KVType::f32, QuestSums sums = QuestSums::cache);
   // Keys [size(), size() + n) from k ([kv_heads, n, dim]): each widens its page's min and max.
   void append(const TensorView& k);
   // Keeps the first n keys. The page holding key n - 1, when cut, is rebuilt from the keys the
@@ -72,7 +90,9 @@ class QuestPages {
   int64_t pages() const { return (size_ + page_ - 1) / page_; }
   int64_t kv_heads() const { return kv_heads_; }
   int64_t dim() const { return dim_; }
-  size_t bytes() const { return sums_.size(); }
+  size_t bytes() const {
+    return sums_.size() + codes_.size() + (scales_.size() + amax_.size()) * sizeof(float);
+  }
   // The summaries' element type (f32, f16 or bf16) and kv head h's summaries in the block
   // layout of kernels::quest_sum_index.
   DType type() const { return type_; }
@@ -81,16 +101,29 @@ class QuestPages {
   }
   // Page p's min (or max) in dimension c of kv head h, widened to f32.
   float get(int64_t h, int64_t p, int64_t c, bool max) const;
+  // QuestSums::i8: kv head h's codes (the layout of data(h)) and scales ([blocks][dim]); a
+  // page's code in c (lo8 for the min, hi8 for the max).
+  bool i8() const { return !codes_.empty(); }
+  const int8_t* codes(int64_t h) const { return codes_.data() + h * head_elems_; }
+  const float* scales(int64_t h) const { return scales_.data() + h * blocks_ * dim_; }
+  int code(int64_t h, int64_t p, int64_t c, bool max) const;
 
  private:
   // Keys i .. i + n (n rows of dim floats, as the cache stores them), all in page i / page.
   void add_keys(int64_t h, int64_t i, const float* keys, int64_t n);
   void put(int64_t h, int64_t p, int64_t c, bool max, float x);
   size_t offset(int64_t h, int64_t p, int64_t c, bool max) const;  // bytes into sums_
-  int64_t kv_heads_, dim_, page_, capacity_, head_elems_ = 0, size_ = 0;
+  // (i8) Page p's codes in dimension c from its exact min and max and its block's scale.
+  void encode(int64_t h, int64_t p, int64_t c, float mn, float mx);
+  // (i8) Block b's amax, scale and codes in dimension c from pages [32 b, end) (end: one past
+  // the last page holding keys).
+  void encode_block(int64_t h, int64_t b, int64_t c, int64_t end);
+  int64_t kv_heads_, dim_, page_, capacity_, head_elems_ = 0, blocks_ = 0, size_ = 0;
   KVType k_type_;
   DType type_;  // the summaries' elements
   std::vector<unsigned char> sums_;
+  std::vector<int8_t> codes_;        // i8: [kv_heads][head_elems_]
+  std::vector<float> scales_, amax_;  // i8: [kv_heads][blocks_][dim]
 };
 
 // What a decode read, summed over kv heads (and layers, by the runner).

@@ -3,6 +3,8 @@
 #define HWY_TARGET_INCLUDE "kernels/quest_bounds.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
+#include <vector>
+
 #include "hwy/highway.h"
 #include "kernels/quest_bounds.hpp"
 
@@ -20,6 +22,13 @@ struct LoadF32 {
 struct LoadF16 {
   using T = hwy::float16_t;
   static VF Load(const T* p) { return hn::PromoteTo(DF(), hn::LoadU(hn::Rebind<T, DF>(), p)); }
+};
+struct LoadI8 {  // an 8-bit code, exactly
+  using T = int8_t;
+  static VF Load(const T* p) {
+    const hn::RebindToSigned<DF> di;
+    return hn::ConvertTo(DF(), hn::PromoteTo(di, hn::LoadU(hn::Rebind<T, DF>(), p)));
+  }
 };
 struct LoadBF16 {  // the upper half of an f32
   using T = uint16_t;
@@ -56,14 +65,21 @@ HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const typenam
   }
 }
 
+// scales: null, or per block the d scales of QuestBoundsI8 (q scaled into qs per block).
 template <class L>
-void Bounds(const float* q, int64_t rows, int64_t d, const typename L::T* sums, int64_t pages,
-            float* u, int64_t ldu) {
+void Bounds(const float* q0, int64_t rows, int64_t d, const typename L::T* sums, int64_t pages,
+            float* u, int64_t ldu, const float* scales = nullptr) {
   const int64_t step = 2 * int64_t(hn::Lanes(DF()));  // divides kQuestPagePad
   const int64_t padded = quest_padded(pages);
+  std::vector<float> qs(scales ? size_t(rows * d) : 0);
+  const float* q = scales ? qs.data() : q0;
   for (int64_t p0 = 0; p0 < padded; p0 += step) {
-    const typename L::T* s = sums + p0 / kQuestPagePad * d * 2 * kQuestPagePad;  // the block
+    const int64_t b = p0 / kQuestPagePad;
+    const typename L::T* s = sums + b * d * 2 * kQuestPagePad;  // the block
     const int64_t off = p0 % kQuestPagePad;
+    if (scales && off == 0)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < d; ++c) qs[size_t(r * d + c)] = q0[r * d + c] * scales[b * d + c];
     int64_t r0 = 0;
     for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<L, 4>(q, r0, d, s, off, p0, u, ldu);
     switch (rows - r0) {
@@ -87,16 +103,27 @@ void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, DTyp
   }
 }
 
+void QuestBoundsI8(const float* q, int64_t rows, int64_t d, const int8_t* codes,
+                   const float* scales, int64_t pages, float* u, int64_t ldu) {
+  Bounds<LoadI8>(q, rows, d, codes, pages, u, ldu, scales);
+}
+
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace spattn::kernels {
 HWY_EXPORT(QuestBounds);
+HWY_EXPORT(QuestBoundsI8);
 
 void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
                   int64_t pages, float* u, int64_t ldu) {
   HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, sums, type, pages, u, ldu);
+}
+
+void quest_bounds_i8(const float* q, int64_t rows, int64_t d, const int8_t* codes,
+                     const float* scales, int64_t pages, float* u, int64_t ldu) {
+  HWY_DYNAMIC_DISPATCH(QuestBoundsI8)(q, rows, d, codes, scales, pages, u, ldu);
 }
 }  // namespace spattn::kernels
 #endif  // HWY_ONCE

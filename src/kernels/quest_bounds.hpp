@@ -37,4 +37,13 @@ inline constexpr int64_t quest_sum_index(int64_t d, int64_t p, int64_t c, bool m
 void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
                   int64_t pages, float* u, int64_t ldu);
 
+// The same bound over 8-bit summaries (QuestPages' `sums=i8`): codes in the layout above, and
+// per block b and dimension c a scale s = scales[b * d + c], page p's range in c being
+// [s * lo8, s * hi8] (rounded outward from the exact min and max). Per block the kernel scales
+// q first, qs[r][c] = q[r][c] * s (f32), then sums max(qs * lo8, qs * hi8) as above: the bits
+// of that plain loop. Half the bytes of 16-bit summaries: the bound pass reads its summaries
+// from memory at every step, and 2 MiB a layer at 32K is most of its time.
+void quest_bounds_i8(const float* q, int64_t rows, int64_t d, const int8_t* codes,
+                     const float* scales, int64_t pages, float* u, int64_t ldu);
+
 }  // namespace spattn::kernels

@@ -71,12 +71,15 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
   p.dense_at = r.get_double("dense_at", p.dense_at, -HUGE_VAL, HUGE_VAL);
   SPATTN_CHECK(p.dense_at > 0 && p.dense_at <= 1, "quest: dense_at=", p.dense_at, " outside (0, 1]");
+  const std::string sums = r.get_string("sums", p.sums == QuestSums::i8 ? "i8" : "cache");
+  SPATTN_CHECK(sums == "cache" || sums == "i8", "quest: sums=", sums, " is not cache or i8");
+  p.sums = sums == "i8" ? QuestSums::i8 : QuestSums::cache;
   r.finish();
   return p;
 }
 
 QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
-                       KVType k_type)
+                       KVType k_type, QuestSums sums)
     : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type),
       type_(k_type == KVType::f16 ? DType::f16 : k_type == KVType::bf16 ? DType::bf16 : DType::f32) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
@@ -85,6 +88,46 @@ QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capa
                " is not a multiple of 16 in [16, 64]");
   head_elems_ = kernels::quest_padded((capacity + page - 1) / page) * 2 * dim;
   sums_.assign(size_t(kv_heads * head_elems_) * dtype_size(type_), 0);
+  if (sums == QuestSums::i8) {
+    blocks_ = head_elems_ / (2 * dim * kernels::kQuestPagePad);
+    codes_.assign(size_t(kv_heads * head_elems_), 0);
+    scales_.assign(size_t(kv_heads * blocks_ * dim), 0.0f);
+    amax_.assign(scales_.size(), 0.0f);
+  }
+}
+
+int QuestPages::code(int64_t h, int64_t p, int64_t c, bool max) const {
+  return codes_[size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max))];
+}
+
+void QuestPages::encode(int64_t h, int64_t p, int64_t c, float mn, float mx) {
+  const float s = scales_[size_t((h * blocks_ + p / kernels::kQuestPagePad) * dim_ + c)];
+  float lo = 0, hi = 0;
+  if (s > 0) {  // s = 0: amax = 0, every value in the block's dimension 0
+    lo = std::floor(mn / s);
+    if (lo * s > mn) lo -= 1;
+    hi = std::ceil(mx / s);
+    if (hi * s < mx) hi += 1;
+  }
+  // |min|, |max| <= 126 s up to rounding, so the codes lie in [-127, 127]; the clamp (NaN
+  // included) only keeps a non-finite key from making an out-of-range conversion.
+  const auto clamp = [](float x) { return int8_t(x >= -127.0f ? (x <= 127.0f ? x : 127.0f) : -127.0f); };
+  int8_t* k = codes_.data() + h * head_elems_;
+  k[kernels::quest_sum_index(dim_, p, c, false)] = clamp(lo);
+  k[kernels::quest_sum_index(dim_, p, c, true)] = clamp(hi);
+}
+
+void QuestPages::encode_block(int64_t h, int64_t b, int64_t c, int64_t end) {
+  const int64_t first = b * kernels::kQuestPagePad;
+  end = std::min(end, first + kernels::kQuestPagePad);
+  float amax = 0;
+  for (int64_t p = first; p < end; ++p)
+    amax = std::max({amax, std::fabs(get(h, p, c, false)), std::fabs(get(h, p, c, true))});
+  const size_t i = size_t((h * blocks_ + b) * dim_ + c);
+  amax_[i] = amax;
+  // A scale too small to be a normal float's 1/126 takes amax itself (codes within +-1).
+  scales_[i] = amax / 126.0f > 0 ? amax / 126.0f : amax;
+  for (int64_t p = first; p < end; ++p) encode(h, p, c, get(h, p, c, false), get(h, p, c, true));
 }
 
 size_t QuestPages::offset(int64_t h, int64_t p, int64_t c, bool max) const {
@@ -120,6 +163,18 @@ void QuestPages::add_keys(int64_t h, int64_t i, const float* keys, int64_t n) {
       hi[size_t(c)] = std::max(hi[size_t(c)], keys[t * dim_ + c]);
     }
   for (int64_t c = 0; c < dim_; ++c) put(h, p, c, false, lo[size_t(c)]), put(h, p, c, true, hi[size_t(c)]);
+  if (!i8()) return;
+  // The block's amax over its pages so far (a block's first page starts it afresh): a larger
+  // one redoes the block's codes in c, else only this page's.
+  const int64_t b = p / kernels::kQuestPagePad;
+  const bool fresh = p % kernels::kQuestPagePad == 0 && i % page_ == 0;
+  for (int64_t c = 0; c < dim_; ++c) {
+    const float mn = lo[size_t(c)], mx = hi[size_t(c)];  // as put() stored them, exactly
+    if (fresh || std::max(std::fabs(mn), std::fabs(mx)) > amax_[size_t((h * blocks_ + b) * dim_ + c)])
+      encode_block(h, b, c, p + 1);
+    else
+      encode(h, p, c, mn, mx);
+  }
 }
 
 void QuestPages::append(const TensorView& k) {
@@ -154,13 +209,22 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
     }
   }
   size_ = n;
+  // (i8) The last block's amax may hold pages or keys cut off: its codes from what is kept.
+  if (i8() && n > 0)
+    for (int64_t h = 0; h < kv_heads_; ++h)
+      for (int64_t c = 0; c < dim_; ++c)
+        encode_block(h, (pages() - 1) / kernels::kQuestPagePad, c, pages());
 }
 
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
   const int64_t np = pages.pages();
   std::vector<float> u(size_t(kernels::quest_padded(np)));
-  kernels::quest_bounds(q, 1, pages.dim(), pages.data(h), pages.type(), np, u.data(),
-                        int64_t(u.size()));
+  if (pages.i8())
+    kernels::quest_bounds_i8(q, 1, pages.dim(), pages.codes(h), pages.scales(h), np, u.data(),
+                             int64_t(u.size()));
+  else
+    kernels::quest_bounds(q, 1, pages.dim(), pages.data(h), pages.type(), np, u.data(),
+                          int64_t(u.size()));
   std::copy_n(u.data(), np, bounds);
 }
 
@@ -197,8 +261,12 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
-      kernels::quest_bounds(qrows.data(), group, q.dim, pages.data(g), pages.type(), np,
-                            bounds.data(), ldu);
+      if (pages.i8())
+        kernels::quest_bounds_i8(qrows.data(), group, q.dim, pages.codes(g), pages.scales(g), np,
+                                 bounds.data(), ldu);
+      else
+        kernels::quest_bounds(qrows.data(), group, q.dim, pages.data(g), pages.type(), np,
+                              bounds.data(), ldu);
       std::fill(score.begin(), score.end(), 0.0);
       for (int64_t r = 0; r < group; ++r) {
         const float* u = bounds.data() + r * ldu;

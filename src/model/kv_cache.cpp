@@ -19,7 +19,8 @@ void round_rows(const TensorView& t, KVType type) {
 }  // namespace
 
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-                 bool raw, KVType k_type, KVType v_type, int64_t quest_page)
+                 bool raw, KVType k_type, KVType v_type, int64_t quest_page,
+                 QuestSums quest_sums)
     : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype), k_type_(k_type),
       v_type_(v_type) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
@@ -28,7 +29,7 @@ KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacit
     packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
   if (quest_page > 0)
     for (int64_t l = 0; l < n_layer; ++l)
-      pages_.emplace_back(kv_heads, dim, quest_page, capacity, k_type);
+      pages_.emplace_back(kv_heads, dim, quest_page, capacity, k_type, quest_sums);
   if (raw)
     for (int64_t l = 0; l < n_layer; ++l) {
       raw_k_.emplace_back(dtype, kv_heads, capacity, dim);

@@ -30,7 +30,7 @@ class KVCache {
   // size, written by every append and kept through commit, rollback, truncate and fork.
   KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
           bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32,
-          int64_t quest_page = 0);
+          int64_t quest_page = 0, QuestSums quest_sums = QuestSums::cache);
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 

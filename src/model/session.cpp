@@ -220,7 +220,7 @@ struct Session::Impl {
         rope_swa(swa_rope(cfg, o.n_ctx)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o), DType::f32,
               /*raw=*/o.mode == PrefillMode::method && !o.cp, o.cache_type_k, o.cache_type_v,
-              dec.kind == DecodeKind::quest ? dec.quest.page : 0) {
+              dec.kind == DecodeKind::quest ? dec.quest.page : 0, dec.quest.sums) {
     make_h2o();
     // A calibrated decode (blasst:sparsity=S,calib=FILE) needs every layer's law: a per-layer
     // file without one is an error naming its layers now, not at the first decoded token.
@@ -612,10 +612,11 @@ struct Session::Impl {
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
-        if (kind != Attn::decode) {
-          t.prefill_layer_attn_ms.resize(size_t(cfg.n_layer));
-          t.prefill_layer_attn_ms[size_t(l)] += ms;
-        }
+        std::vector<double>& per_layer =
+            kind == Attn::decode || kind == Attn::cp_decode ? t.decode_layer_attn_ms
+                                                            : t.prefill_layer_attn_ms;
+        per_layer.resize(size_t(cfg.n_layer));
+        per_layer[size_t(l)] += ms;
       }
       // This layer's tail and the next layer's head (or the logits) in one graph.
       const bool final = l + 1 == cfg.n_layer;
