@@ -31,7 +31,7 @@
 //                 block of 32 pages and dimension a scale; each range rounded outward, so U
 //                 still bounds every score), half the bytes of f16 at every decode step
 //                 (QuestPages); or `cache`, the exact summaries in the cache's type (f16 /
-//                 bf16, else f32). At 32K on code-small-32k i8 chose pages 17 us a layer
+//                 bf16, else f32). At 32K on code-small-32k i8 chose pages about 15 us a layer
 //                 faster and kept 0.9565 of the mass against 0.9567 (BENCHMARKS.md, "Quest's
 //                 page choice on 8-bit summaries")
 #pragma once
