@@ -112,20 +112,20 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
   const int64_t n = 333, d = 64;
   const Tensor k = random_tensor(2, n, d, 1, 0.5f), q = random_tensor(2, 1, d, 2);
   for (QuestSums sums : {QuestSums::cache, QuestSums::i8}) {
-  QuestPages pages(2, d, 32, 400, KVType::f32, sums);
-  pages.append(k);
-  ASSERT_EQ(pages.pages(), (n + 31) / 32);
-  std::vector<float> u(size_t(pages.pages()));
-  std::vector<float> qrow(static_cast<size_t>(d));
-  for (int64_t h = 0; h < 2; ++h) {
-    for (int64_t c = 0; c < d; ++c) qrow[size_t(c)] = q.view().get(h, 0, c);
-    quest_page_bounds(pages, h, qrow.data(), u.data());
-    for (int64_t j = 0; j < n; ++j) {
-      double s = 0;
-      for (int64_t c = 0; c < d; ++c) s += double(qrow[size_t(c)]) * k.view().get(h, j, c);
-      EXPECT_LE(s, double(u[size_t(j / 32)]) + 1e-4) << "head " << h << " key " << j;
+    QuestPages pages(2, d, 32, 400, KVType::f32, sums);
+    pages.append(k);
+    ASSERT_EQ(pages.pages(), (n + 31) / 32);
+    std::vector<float> u(size_t(pages.pages()));
+    std::vector<float> qrow(static_cast<size_t>(d));
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t c = 0; c < d; ++c) qrow[size_t(c)] = q.view().get(h, 0, c);
+      quest_page_bounds(pages, h, qrow.data(), u.data());
+      for (int64_t j = 0; j < n; ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < d; ++c) s += double(qrow[size_t(c)]) * k.view().get(h, j, c);
+        EXPECT_LE(s, double(u[size_t(j / 32)]) + 1e-4) << "head " << h << " key " << j;
+      }
     }
-  }
   }
 }
 
@@ -194,18 +194,21 @@ TEST(Quest, I8BoundKernelEqualsThePlainLoopBitwise) {
         for (float& x : scales) x = scale(rng);
         for (float& x : q) x = g(rng);
         std::vector<float> u(size_t(rows * ld), NAN);
-        kernels::quest_bounds_i8(q.data(), rows, d, codes.data(), scales.data(), pages, u.data(), ld);
+        kernels::quest_bounds_i8(q.data(), rows, d, codes.data(), scales.data(), pages, u.data(),
+                                 ld);
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t p = 0; p < pages; ++p) {
             float want = 0;
             for (int64_t c = 0; c < d; ++c) {
-              const float qs = q[size_t(r * d + c)] * scales[size_t(p / kernels::kQuestPagePad * d + c)];
+              const float s = scales[size_t(p / kernels::kQuestPagePad * d + c)];
+              const float qs = q[size_t(r * d + c)] * s;
               const float lo = codes[size_t(kernels::quest_sum_index(d, p, c, false))];
               const float hi = codes[size_t(kernels::quest_sum_index(d, p, c, true))];
               want += std::max(qs * lo, qs * hi);
             }
             ASSERT_EQ(u[size_t(r * ld + p)], want)
-                << rows << " rows, " << pages << " pages, d " << d << ": row " << r << " page " << p;
+                << rows << " rows, " << pages << " pages, d " << d << ": row " << r << " page "
+                << p;
           }
       }
 }
@@ -246,8 +249,8 @@ TEST(Quest, I8CodesHoldEveryPagesRangeWhateverTheAppends) {
                   << what << " head " << h << " page " << p << " dim " << c;
               const int x = a.code(h, p, c, max);
               ASSERT_LE(std::abs(x), 127);
-              if (max) ASSERT_GE(float(x) * s, a.get(h, p, c, true)) << "page " << p << " dim " << c;
-              else ASSERT_LE(float(x) * s, a.get(h, p, c, false)) << "page " << p << " dim " << c;
+              if (max) ASSERT_GE(float(x) * s, a.get(h, p, c, true)) << "page " << p << ", " << c;
+              else ASSERT_LE(float(x) * s, a.get(h, p, c, false)) << "page " << p << ", " << c;
             }
           }
     };
@@ -600,25 +603,25 @@ TEST(Quest, RunnerAfterTruncateEqualsAFreshSession) {
   std::mt19937_64 rng(4);
   for (auto& x : t) x = int32_t(rng() % 300);
   for (const char* spec : {"quest:k=3,dense_layers=0", "quest:k=3,dense_layers=0,sums=i8"}) {
-  SCOPED_TRACE(spec);
-  model::Session s(small_model(), session(spec));
-  model::Session fresh(small_model(), session(spec));
-  s.prefill(std::span(t).first(250), nullptr, 0);
-  s.decode(t[250], nullptr);
-  s.truncate(203);  // inside a page
-  fresh.prefill(std::span(t).first(203), nullptr, 0);
-  model::Session forked = s.fork(190);
-  model::Session fresh190(small_model(), session(spec));
-  fresh190.prefill(std::span(t).first(190), nullptr, 0);
-  std::vector<float> a(300), b(300);
-  for (int64_t i = 0; i < 6; ++i) {
-    s.decode(t[size_t(203 + i)], a.data());
-    fresh.decode(t[size_t(203 + i)], b.data());
-    ASSERT_EQ(a, b) << "step " << i;
-    forked.decode(t[size_t(190 + i)], a.data());
-    fresh190.decode(t[size_t(190 + i)], b.data());
-    ASSERT_EQ(a, b) << "fork, step " << i;
-  }
+    SCOPED_TRACE(spec);
+    model::Session s(small_model(), session(spec));
+    model::Session fresh(small_model(), session(spec));
+    s.prefill(std::span(t).first(250), nullptr, 0);
+    s.decode(t[250], nullptr);
+    s.truncate(203);  // inside a page
+    fresh.prefill(std::span(t).first(203), nullptr, 0);
+    model::Session forked = s.fork(190);
+    model::Session fresh190(small_model(), session(spec));
+    fresh190.prefill(std::span(t).first(190), nullptr, 0);
+    std::vector<float> a(300), b(300);
+    for (int64_t i = 0; i < 6; ++i) {
+      s.decode(t[size_t(203 + i)], a.data());
+      fresh.decode(t[size_t(203 + i)], b.data());
+      ASSERT_EQ(a, b) << "step " << i;
+      forked.decode(t[size_t(190 + i)], a.data());
+      fresh190.decode(t[size_t(190 + i)], b.data());
+      ASSERT_EQ(a, b) << "fork, step " << i;
+    }
   }
 }
 

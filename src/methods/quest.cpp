@@ -111,7 +111,9 @@ void QuestPages::encode(int64_t h, int64_t p, int64_t c, float mn, float mx) {
   }
   // |min|, |max| <= 126 s up to rounding, so the codes lie in [-127, 127]; the clamp (NaN
   // included) only keeps a non-finite key from making an out-of-range conversion.
-  const auto clamp = [](float x) { return int8_t(x >= -127.0f ? (x <= 127.0f ? x : 127.0f) : -127.0f); };
+  const auto clamp = [](float x) {
+    return int8_t(x >= -127.0f ? (x <= 127.0f ? x : 127.0f) : -127.0f);
+  };
   int8_t* k = codes_.data() + h * head_elems_;
   k[kernels::quest_sum_index(dim_, p, c, false)] = clamp(lo);
   k[kernels::quest_sum_index(dim_, p, c, true)] = clamp(hi);
@@ -170,7 +172,8 @@ void QuestPages::add_keys(int64_t h, int64_t i, const float* keys, int64_t n) {
   const bool fresh = p % kernels::kQuestPagePad == 0 && i % page_ == 0;
   for (int64_t c = 0; c < dim_; ++c) {
     const float mn = lo[size_t(c)], mx = hi[size_t(c)];  // as put() stored them, exactly
-    if (fresh || std::max(std::fabs(mn), std::fabs(mx)) > amax_[size_t((h * blocks_ + b) * dim_ + c)])
+    const float amax = amax_[size_t((h * blocks_ + b) * dim_ + c)];
+    if (fresh || std::max(std::fabs(mn), std::fabs(mx)) > amax)
       encode_block(h, b, c, p + 1);
     else
       encode(h, p, c, mn, mx);
@@ -289,7 +292,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
         const int64_t take = params.topk;
         if (take > 0) {
           cand.resize(size_t(last - first));
-          for (int64_t p = first; p < last; ++p) cand[size_t(p - first)] = bits_of(score[size_t(p)]);
+          for (int64_t p = first; p < last; ++p)
+            cand[size_t(p - first)] = bits_of(score[size_t(p)]);
           const uint64_t t = kth_largest(cand, take, hist);
           int64_t ties = take;
           for (int64_t p = first; p < last; ++p) ties -= bits_of(score[size_t(p)]) > t;
