@@ -219,15 +219,24 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
         encode_block(h, (pages() - 1) / kernels::kQuestPagePad, c, pages());
 }
 
+namespace {
+// The bounds of kv head h's pages for `rows` query rows (q: [rows][dim]), into u (rows x ldu),
+// from the codes or the exact summaries, whichever the pages keep for the bound pass.
+void page_bounds(const QuestPages& pages, int64_t h, const float* q, int64_t rows, float* u,
+                 int64_t ldu) {
+  if (pages.i8())
+    kernels::quest_bounds_i8(q, rows, pages.dim(), pages.codes(h), pages.scales(h),
+                             pages.pages(), u, ldu);
+  else
+    kernels::quest_bounds(q, rows, pages.dim(), pages.data(h), pages.type(), pages.pages(), u,
+                          ldu);
+}
+}  // namespace
+
 void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float* bounds) {
   const int64_t np = pages.pages();
   std::vector<float> u(size_t(kernels::quest_padded(np)));
-  if (pages.i8())
-    kernels::quest_bounds_i8(q, 1, pages.dim(), pages.codes(h), pages.scales(h), np, u.data(),
-                             int64_t(u.size()));
-  else
-    kernels::quest_bounds(q, 1, pages.dim(), pages.data(h), pages.type(), np, u.data(),
-                          int64_t(u.size()));
+  page_bounds(pages, h, q, 1, u.data(), int64_t(u.size()));
   std::copy_n(u.data(), np, bounds);
 }
 
@@ -264,12 +273,7 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
-      if (pages.i8())
-        kernels::quest_bounds_i8(qrows.data(), group, q.dim, pages.codes(g), pages.scales(g), np,
-                                 bounds.data(), ldu);
-      else
-        kernels::quest_bounds(qrows.data(), group, q.dim, pages.data(g), pages.type(), np,
-                              bounds.data(), ldu);
+      page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu);
       std::fill(score.begin(), score.end(), 0.0);
       for (int64_t r = 0; r < group; ++r) {
         const float* u = bounds.data() + r * ldu;
