@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include "kernels/quest_bounds.hpp"
+#include "kernels/quest_pages.hpp"
+#include "kernels/quest_scores.hpp"
 #include "model/kv_cache.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/decode_spec.hpp"
@@ -211,6 +213,135 @@ TEST(Quest, I8BoundKernelEqualsThePlainLoopBitwise) {
                 << p;
           }
       }
+}
+
+// The page scores against a plain loop in double: each row's softmax of scale x U over the
+// pages, averaged over the rows, within f32 rounding and the vector exp's ulps; zero past the
+// last page. Rows whose bounds spread wider than f32's exp range give exact zeros, never NaN.
+TEST(Quest, PageScoresEqualThePlainSoftmaxMean) {
+  std::mt19937_64 rng(8);
+  for (const float spread : {1.0f, 40.0f, 3000.0f})
+    for (int64_t rows : {1, 2, 3, 8})
+      for (int64_t np : {1, 15, 16, 17, 33, 70, 2048}) {
+        std::normal_distribution<float> g(0.0f, spread);
+        const int64_t ld = kernels::quest_padded(np);
+        std::vector<float> u(size_t(rows * ld), 1e30f);  // padding that must not count
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t p = 0; p < np; ++p) u[size_t(r * ld + p)] = g(rng);
+        const float scale = 0.0884f;
+        std::vector<float> score(static_cast<size_t>(ld), NAN), e(static_cast<size_t>(ld));
+        kernels::quest_page_scores(u.data(), rows, ld, np, scale, score.data(), e.data());
+        std::vector<double> want(size_t(np), 0.0);
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* x = u.data() + r * ld;
+          const double mx = *std::max_element(x, x + np);
+          double z = 0;
+          for (int64_t p = 0; p < np; ++p) z += std::exp(double(scale) * (x[p] - mx));
+          for (int64_t p = 0; p < np; ++p)
+            want[size_t(p)] += std::exp(double(scale) * (x[p] - mx)) / z / double(rows);
+        }
+        for (int64_t p = 0; p < np; ++p) {
+          const double got = score[size_t(p)];
+          ASSERT_TRUE(std::isfinite(got)) << np << " pages, page " << p;
+          // f32 exps underflow near e^-87 (denormals below): absolute slack there.
+          ASSERT_NEAR(got, want[size_t(p)], 1e-5 * want[size_t(p)] + 1e-37)
+              << "spread " << spread << ", " << rows << " rows, " << np << " pages, page " << p;
+        }
+        for (int64_t p = np; p < ld; ++p) ASSERT_EQ(score[size_t(p)], 0.0f) << "padding " << p;
+      }
+}
+
+// A page's summaries moved to two f32 rows and back through the block layout: what get()
+// reads, in every summary type, for head dims with a tail and past the kernels' 256-wide chunk.
+TEST(Quest, PageRowsRoundTripThroughTheBlockLayout) {
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  for (DType type : {DType::f32, DType::f16, DType::bf16})
+    for (int64_t d : {1, 17, 128, 300})
+      for (int64_t p : {0, 5, 31, 32, 70}) {
+        const int64_t ld = kernels::quest_padded(p + 1);
+        const size_t elems = size_t(2 * d * ld);
+        std::vector<float> wide(elems, -1.0f);
+        std::vector<uint16_t> half(elems, 0xFFFF);
+        const size_t dn = static_cast<size_t>(d);
+        std::vector<float> lo(dn), hi(dn), lo2(dn), hi2(dn);
+        for (int64_t c = 0; c < d; ++c) {  // values the type holds exactly
+          const float a = g(rng), b = g(rng);
+          lo[size_t(c)] = type == DType::f32 ? a : type == DType::bf16 ? bf16_to_f32(f32_to_bf16(a)) : f16_to_f32(f32_to_f16(a));
+          hi[size_t(c)] = type == DType::f32 ? b : type == DType::bf16 ? bf16_to_f32(f32_to_bf16(b)) : f16_to_f32(f32_to_f16(b));
+        }
+        void* sums = type == DType::f32 ? static_cast<void*>(wide.data()) : half.data();
+        kernels::quest_page_write(sums, type, d, p, lo.data(), hi.data());
+        for (int64_t c = 0; c < d; ++c)
+          for (bool max : {false, true}) {
+            const size_t i = size_t(kernels::quest_sum_index(d, p, c, max));
+            const float stored = type == DType::f32    ? wide[i]
+                                 : type == DType::bf16 ? bf16_to_f32(half[i])
+                                                       : f16_to_f32(half[i]);
+            ASSERT_EQ(stored, max ? hi[size_t(c)] : lo[size_t(c)]) << dtype_name(type) << " d " << d << " c " << c;
+          }
+        size_t touched = 0;  // nothing but page p's 2d entries
+        for (size_t i = 0; i < elems; ++i)
+          touched += type == DType::f32 ? wide[i] != -1.0f : half[i] != 0xFFFF;
+        EXPECT_LE(touched, size_t(2 * d));
+        kernels::quest_page_read(sums, type, d, p, lo2.data(), hi2.data());
+        EXPECT_EQ(lo2, lo) << dtype_name(type) << " d " << d << " page " << p;
+        EXPECT_EQ(hi2, hi) << dtype_name(type) << " d " << d << " page " << p;
+      }
+}
+
+// The code rule of spattn/quest.hpp, written out plainly: floor / ceil of x / s, one step out
+// where the product lands inside, clamped to +-127 (non-finite to -127), 0 where s is 0.
+int plain_code(float x, float s, bool up) {
+  if (!(s > 0)) return 0;
+  float k = up ? std::ceil(x / s) : std::floor(x / s);
+  if (up && k * s < x) k += 1;
+  if (!up && k * s > x) k -= 1;
+  if (!(k >= -127.0f)) return -127;
+  return int(std::min(k, 127.0f));
+}
+
+// The vector encoder against that rule, bit for bit, with a per-entry scale (a page's
+// dimensions) and one scale (a block's pages in one dimension), odd counts, zero and tiny
+// scales, values at and past +-126 s, infinities and NaN.
+TEST(Quest, EncodeKernelEqualsThePlainRule) {
+  std::mt19937_64 rng(10);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  int64_t steps_down = 0, steps_up = 0;  // entries where the rule steps out
+  for (int64_t n : {1, 7, 16, 33, 300})
+    for (bool one_scale : {false, true}) {
+      const size_t nn = static_cast<size_t>(n);
+      std::vector<float> lo(nn), hi(nn), s(nn);
+      for (int64_t i = 0; i < n; ++i) {
+        const float amax = i % 11 == 0 ? 0.0f : i % 13 == 0 ? 1e-40f : std::exp(3 * g(rng));
+        s[size_t(i)] = amax / 126.0f > 0 ? amax / 126.0f : amax;
+        const float a = amax * (2 * u01(rng) - 1), b = amax * (2 * u01(rng) - 1);
+        lo[size_t(i)] = std::min(a, b), hi[size_t(i)] = std::max(a, b);
+        if (i % 17 == 3) lo[size_t(i)] = -amax, hi[size_t(i)] = amax;  // the block's extremes
+        if (i % 5 == 2) {  // just past a multiple of s: the quotient rounds onto it
+          const float m = std::round(100 * (2 * u01(rng) - 1)) * s[size_t(i)];
+          lo[size_t(i)] = std::nextafter(m, -INFINITY), hi[size_t(i)] = std::nextafter(m, INFINITY);
+        }
+        if (i % 29 == 5) lo[size_t(i)] = -INFINITY, hi[size_t(i)] = NAN;
+        if (i % 31 == 7) lo[size_t(i)] = 5 * amax + 1, hi[size_t(i)] = INFINITY;  // past 126 s
+      }
+      const int64_t step = one_scale ? 0 : 1, code_step = 3;
+      std::vector<int8_t> lo8(size_t(n * code_step), 99), hi8(size_t(n * code_step), 99);
+      kernels::quest_encode(lo.data(), hi.data(), s.data(), step, n, lo8.data(), hi8.data(), code_step);
+      for (int64_t i = 0; i < n; ++i) {
+        const float si = s[size_t(i * step)];
+        if (si > 0 && std::isfinite(lo[size_t(i)] / si) && std::isfinite(hi[size_t(i)] / si)) {
+          steps_down += std::floor(lo[size_t(i)] / si) * si > lo[size_t(i)];
+          steps_up += std::ceil(hi[size_t(i)] / si) * si < hi[size_t(i)];
+        }
+        ASSERT_EQ(lo8[size_t(i * code_step)], plain_code(lo[size_t(i)], si, false)) << n << " entry " << i;
+        ASSERT_EQ(hi8[size_t(i * code_step)], plain_code(hi[size_t(i)], si, true)) << n << " entry " << i;
+        ASSERT_EQ(lo8[size_t(i * code_step + 1)], 99);  // between the strided codes: untouched
+      }
+    }
+  EXPECT_GT(steps_down, 0);  // the step-out cases were exercised
+  EXPECT_GT(steps_up, 0);
 }
 
 // sums=i8: each page's codes hold its exact range ([s lo8, s hi8] contains [min, max] in

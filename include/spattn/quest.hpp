@@ -111,10 +111,7 @@ class QuestPages {
  private:
   // Keys i .. i + n (n rows of dim floats, as the cache stores them), all in page i / page.
   void add_keys(int64_t h, int64_t i, const float* keys, int64_t n);
-  void put(int64_t h, int64_t p, int64_t c, bool max, float x);
   size_t offset(int64_t h, int64_t p, int64_t c, bool max) const;  // bytes into sums_
-  // (i8) Page p's codes in dimension c from its exact min and max and its block's scale.
-  void encode(int64_t h, int64_t p, int64_t c, float mn, float mx);
   // (i8) Block b's amax, scale and codes in dimension c from pages [32 b, end) (end: one past
   // the last page holding keys).
   void encode_block(int64_t h, int64_t b, int64_t c, int64_t end);
@@ -124,6 +121,7 @@ class QuestPages {
   std::vector<unsigned char> sums_;
   std::vector<int8_t> codes_;        // i8: [kv_heads][head_elems_]
   std::vector<float> scales_, amax_;  // i8: [kv_heads][blocks_][dim]
+  std::vector<float> rows_;           // add_keys' scratch: a page's min and max rows
 };
 
 // What a decode read, summed over kv heads (and layers, by the runner).

@@ -1,5 +1,5 @@
 // The softmax numerators of one row in double, for the A_hat estimates of vertical-slash, the
-// grid head (masks/vertical_slash.cpp), XAttention and Quest's page masses: an exp per key and
+// grid head (masks/vertical_slash.cpp), XAttention and FlexPrefill: an exp per key and
 // estimate row was most of the estimate's time as a libm call per element.
 #pragma once
 #include <cstdint>

@@ -13,44 +13,63 @@
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
 #include "core/threading.hpp"
-#include "kernels/exp_row.hpp"
 #include "kernels/quest_bounds.hpp"
+#include "kernels/quest_pages.hpp"
+#include "kernels/quest_scores.hpp"
 
 namespace spattn {
 
 namespace {
 
-uint64_t bits_of(double x) { return std::bit_cast<uint64_t>(x); }
+uint32_t bits_of(float x) { return std::bit_cast<uint32_t>(x); }
 
-// The k-th largest (k in [1, a.size()]) of a, values compared as unsigned integers: 11 bits
-// at a time from the top, each pass counting the candidates' digits, keeping those in the
-// digit where the k-th lies and dropping the rest (a is overwritten). Branch-free counting.
-uint64_t kth_largest(std::vector<uint64_t>& a, int64_t k, std::vector<uint32_t>& hist) {
+// The k-th largest t (k in [1, a.size()]) of a, values compared as unsigned integers, and how
+// many of the k largest equal t (the rest lie above it): a byte at a time from the top, each
+// pass counting the candidates' digits, keeping those in the digit where the k-th lies and
+// dropping the rest (a is overwritten). Bytes, not wider digits: the passes after the first
+// count few candidates, and a pass's scan over the histogram waits on each bin.
+struct Kth {
+  uint32_t t;
+  int64_t ties;
+};
+Kth kth_largest(std::vector<uint32_t>& a, int64_t k) {
   int64_t m = int64_t(a.size()), need = k;  // the need-th largest of a[0, m)
-  for (int shift = 53; m > 1; shift -= 11) {
-    const int width = shift >= 0 ? 11 : 11 + shift;
-    const int at = std::max(shift, 0);
-    const uint64_t mask = (uint64_t(1) << width) - 1;
-    hist.assign(size_t(mask + 1), 0);
-    for (int64_t i = 0; i < m; ++i) ++hist[size_t((a[size_t(i)] >> at) & mask)];
-    uint64_t digit = mask;
+  for (int at = 24; at >= 0 && m > 1; at -= 8) {
+    // Four histograms, element i counted in the (i % 4)-th: most candidates share the first
+    // pass's top byte (the exponent), and a single histogram's increments of one bin each
+    // wait on the last one's store.
+    uint32_t h4[4][256] = {};
+    for (int64_t i = 0; i < m; ++i) ++h4[i & 3][(a[size_t(i)] >> at) & 255];
+    uint32_t hist[256];
+    for (int b = 0; b < 256; ++b) hist[b] = h4[0][b] + h4[1][b] + h4[2][b] + h4[3][b];
+    uint32_t digit = 255;
     for (int64_t above = 0;; --digit) {
-      if (above + int64_t(hist[size_t(digit)]) >= need) {
+      if (above + int64_t(hist[digit]) >= need) {
         need -= above;
         break;
       }
-      above += hist[size_t(digit)];
+      above += hist[digit];
     }
     int64_t j = 0;
     for (int64_t i = 0; i < m; ++i) {
       a[size_t(j)] = a[size_t(i)];
-      j += ((a[size_t(i)] >> at) & mask) == digit;
+      j += ((a[size_t(i)] >> at) & 255) == digit;
     }
     m = j;
-    if (at == 0) break;  // every bit decided: the m left are equal
   }
-  return a[0];
+  // Every bit decided (or one candidate left): the m left equal t, the need-th of them is the
+  // k-th largest, and the k - need dropped above it are larger.
+  return {a[0], need};
 }
+
+// One thread's buffers for quest_select, kept from call to call.
+struct SelectScratch {
+  std::vector<float> qrows, bounds;
+  std::vector<float> score, e;
+  std::vector<uint32_t> cand;
+  std::vector<int64_t> order;
+  std::vector<char> keep;
+};
 
 }  // namespace
 
@@ -100,36 +119,22 @@ int QuestPages::code(int64_t h, int64_t p, int64_t c, bool max) const {
   return codes_[size_t(h * head_elems_ + kernels::quest_sum_index(dim_, p, c, max))];
 }
 
-void QuestPages::encode(int64_t h, int64_t p, int64_t c, float mn, float mx) {
-  const float s = scales_[size_t((h * blocks_ + p / kernels::kQuestPagePad) * dim_ + c)];
-  float lo = 0, hi = 0;
-  if (s > 0) {  // s = 0: amax = 0, every value in the block's dimension 0
-    lo = std::floor(mn / s);
-    if (lo * s > mn) lo -= 1;
-    hi = std::ceil(mx / s);
-    if (hi * s < mx) hi += 1;
-  }
-  // |min|, |max| <= 126 s up to rounding, so the codes lie in [-127, 127]; the clamp (NaN
-  // included) only keeps a non-finite key from making an out-of-range conversion.
-  const auto clamp = [](float x) {
-    return int8_t(x >= -127.0f ? (x <= 127.0f ? x : 127.0f) : -127.0f);
-  };
-  int8_t* k = codes_.data() + h * head_elems_;
-  k[kernels::quest_sum_index(dim_, p, c, false)] = clamp(lo);
-  k[kernels::quest_sum_index(dim_, p, c, true)] = clamp(hi);
-}
-
 void QuestPages::encode_block(int64_t h, int64_t b, int64_t c, int64_t end) {
   const int64_t first = b * kernels::kQuestPagePad;
   end = std::min(end, first + kernels::kQuestPagePad);
-  float amax = 0;
-  for (int64_t p = first; p < end; ++p)
-    amax = std::max({amax, std::fabs(get(h, p, c, false)), std::fabs(get(h, p, c, true))});
+  float lo[kernels::kQuestPagePad], hi[kernels::kQuestPagePad], amax = 0;
+  for (int64_t p = first; p < end; ++p) {
+    lo[p - first] = get(h, p, c, false), hi[p - first] = get(h, p, c, true);
+    amax = std::max({amax, std::fabs(lo[p - first]), std::fabs(hi[p - first])});
+  }
   const size_t i = size_t((h * blocks_ + b) * dim_ + c);
   amax_[i] = amax;
   // A scale too small to be a normal float's 1/126 takes amax itself (codes within +-1).
   scales_[i] = amax / 126.0f > 0 ? amax / 126.0f : amax;
-  for (int64_t p = first; p < end; ++p) encode(h, p, c, get(h, p, c, false), get(h, p, c, true));
+  if (end > first)  // the block's pages in c lie side by side
+    kernels::quest_encode(lo, hi, &scales_[i], 0, end - first,
+                          codes_.data() + h * head_elems_ + kernels::quest_sum_index(dim_, first, c, false),
+                          codes_.data() + h * head_elems_ + kernels::quest_sum_index(dim_, first, c, true), 1);
 }
 
 size_t QuestPages::offset(int64_t h, int64_t p, int64_t c, bool max) const {
@@ -140,44 +145,44 @@ float QuestPages::get(int64_t h, int64_t p, int64_t c, bool max) const {
   return load_as_f32(sums_.data() + offset(h, p, c, max), type_);
 }
 
-// x is a key's value as the cache stores it, so a 16-bit summary holds it exactly.
-void QuestPages::put(int64_t h, int64_t p, int64_t c, bool max, float x) {
-  store_from_f32(sums_.data() + offset(h, p, c, max), type_, x);
-}
-
-// The page's running min and max in f32, read and written once per call rather than once per
-// key (that get / put pair per dimension and key was 0.28% of the samples of a 32K perplexity
-// run with Quest decode, now 0.04%). The same values in the same order: a page's first key
-// sets its summary, each later one takes the min / max with it, and the stored summary (the
-// cache's type) holds every such value exactly.
+// The page's running min and max as two f32 rows, read and written once per call rather than
+// once per key and dimension (the kernels move a page between the block layout and the rows),
+// the same values in the same order: a page's first key sets its summary, each later one takes
+// the min / max with it, and the stored summary (the cache's type) holds every such value
+// exactly.
 void QuestPages::add_keys(int64_t h, int64_t i, const float* keys, int64_t n) {
   if (n <= 0) return;
   const int64_t p = i / page_;
-  std::vector<float> lo(keys, keys + dim_), hi(lo);
+  void* sums = sums_.data() + size_t(h * head_elems_) * dtype_size(type_);
+  rows_.resize(size_t(2 * dim_));
+  float *lo = rows_.data(), *hi = lo + dim_;
   int64_t t = 1;  // a page's first key sets its summary
   if (i % page_ != 0) {
-    for (int64_t c = 0; c < dim_; ++c) lo[size_t(c)] = get(h, p, c, false), hi[size_t(c)] = get(h, p, c, true);
+    kernels::quest_page_read(sums, type_, dim_, p, lo, hi);
     t = 0;
+  } else {
+    std::copy_n(keys, dim_, lo);
+    std::copy_n(keys, dim_, hi);
   }
   for (; t < n; ++t)
     for (int64_t c = 0; c < dim_; ++c) {
-      lo[size_t(c)] = std::min(lo[size_t(c)], keys[t * dim_ + c]);
-      hi[size_t(c)] = std::max(hi[size_t(c)], keys[t * dim_ + c]);
+      lo[c] = std::min(lo[c], keys[t * dim_ + c]);
+      hi[c] = std::max(hi[c], keys[t * dim_ + c]);
     }
-  for (int64_t c = 0; c < dim_; ++c) put(h, p, c, false, lo[size_t(c)]), put(h, p, c, true, hi[size_t(c)]);
+  kernels::quest_page_write(sums, type_, dim_, p, lo, hi);
   if (!i8()) return;
   // The block's amax over its pages so far (a block's first page starts it afresh): a larger
-  // one redoes the block's codes in c, else only this page's.
+  // one redoes the block's codes in c (page p's among them); then page p's codes in every c.
   const int64_t b = p / kernels::kQuestPagePad;
   const bool fresh = p % kernels::kQuestPagePad == 0 && i % page_ == 0;
-  for (int64_t c = 0; c < dim_; ++c) {
-    const float mn = lo[size_t(c)], mx = hi[size_t(c)];  // as put() stored them, exactly
-    const float amax = amax_[size_t((h * blocks_ + b) * dim_ + c)];
-    if (fresh || std::max(std::fabs(mn), std::fabs(mx)) > amax)
-      encode_block(h, b, c, p + 1);
-    else
-      encode(h, p, c, mn, mx);
-  }
+  const float* amax = amax_.data() + (h * blocks_ + b) * dim_;
+  for (int64_t c = 0; c < dim_; ++c)  // lo, hi: as quest_page_write stored them, exactly
+    if (fresh || std::max(std::fabs(lo[c]), std::fabs(hi[c])) > amax[c]) encode_block(h, b, c, p + 1);
+  int8_t* codes = codes_.data() + h * head_elems_;
+  kernels::quest_encode(lo, hi, scales_.data() + (h * blocks_ + b) * dim_, 1, dim_,
+                        codes + kernels::quest_sum_index(dim_, p, 0, false),
+                        codes + kernels::quest_sum_index(dim_, p, 0, true),
+                        2 * kernels::kQuestPagePad);
 }
 
 void QuestPages::append(const TensorView& k) {
@@ -191,7 +196,10 @@ void QuestPages::append(const TensorView& k) {
       const int64_t i = size_ + s, n = std::min(k.seq - s, page_ - i % page_);
       for (int64_t t = 0; t < n; ++t) {
         float* row = rows.data() + t * dim_;
-        for (int64_t c = 0; c < dim_; ++c) row[c] = k.get(h, s + t, c);
+        if (k.dtype == DType::f32 && k.stride_dim == 1)
+          std::copy_n(static_cast<const float*>(k.ptr(h, s + t)), dim_, row);
+        else
+          for (int64_t c = 0; c < dim_; ++c) row[c] = k.get(h, s + t, c);
         kv_round_row(k_type_, row, row, dim_);  // as the cache stores it
       }
       add_keys(h, i, rows.data(), n);
@@ -255,18 +263,23 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   // Sink and local pages are always read; the rest compete on their scores.
   const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
   const bool all = params.topp == 0 && params.topk >= last - first;
-  // Kv heads in parallel (each reads its own summaries, writes its own ranges and stats).
+  // Kv heads in parallel (each reads its own summaries, writes its own ranges and stats), each
+  // in its thread's scratch: a decode step selects in every sparse layer, and allocating
+  // these buffers each time was a tenth of the choice's time.
   parallel_for(hkv, threads, [&](int64_t g, int) {
-    std::vector<float> qrows(static_cast<size_t>(group * q.dim)), bounds(static_cast<size_t>(group * ldu));
-    std::vector<double> score(static_cast<size_t>(np)), e(static_cast<size_t>(np));
-    std::vector<uint64_t> cand;
-    std::vector<uint32_t> hist;
-    std::vector<int64_t> order(size_t(last - first));
-    std::vector<char> keep(static_cast<size_t>(np), 0);
+    thread_local SelectScratch sc;
+    std::vector<float>& qrows = sc.qrows;
+    std::vector<float>& bounds = sc.bounds;
+    std::vector<float>& score = sc.score;
+    std::vector<char>& keep = sc.keep;
+    qrows.resize(size_t(group * q.dim));
+    bounds.resize(size_t(group * ldu));
+    score.resize(size_t(ldu));
+    sc.e.resize(size_t(ldu));
+    keep.assign(size_t(np), 0);
     for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
     for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
-    std::iota(order.begin(), order.end(), first);
-    if (!all && !order.empty()) {
+    if (!all && last > first) {
       // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
       // averaged over the q heads of the group (they share the kv head's pages, so its K and V
       // are read once). With one q head per kv head this ranks pages by U, as the paper does.
@@ -274,42 +287,37 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
       page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu);
-      std::fill(score.begin(), score.end(), 0.0);
-      for (int64_t r = 0; r < group; ++r) {
-        const float* u = bounds.data() + r * ldu;
-        // The max over four chains of compares (one chain, max_element's, waits on each).
-        float m4[4] = {u[0], u[0], u[0], u[0]};
-        for (int64_t p = 0; p < np; ++p) m4[p & 3] = std::max(m4[p & 3], u[p]);
-        const float mx = std::max(std::max(m4[0], m4[1]), std::max(m4[2], m4[3]));
-        const double total = kernels::exp_row_f64(u, np, double(mx), e.data(), double(scale));
-        for (int64_t p = 0; p < np; ++p) score[size_t(p)] += e[size_t(p)] / (total * double(group));
-      }
-      // Largest score first; ties by page index, so the choice is deterministic.
-      const auto by_score = [&](int64_t a, int64_t b) {
-        return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] > score[size_t(b)] : a < b;
-      };
+      kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
       if (params.topp == 0) {
-        // The topk best by_score: every page scoring above the k-th best score t, then pages
-        // scoring t in index order. t by a radix select on the scores' bits (a non-negative
-        // double's bits order as its value), where nth_element's unpredictable branches over
-        // 1,790 candidates took 12-14 us of a 32K layer's 75 us page choice.
+        // The topk best: every page scoring above the k-th best score t, then pages scoring t
+        // in index order (ties by page index, so the choice is deterministic). t by a radix
+        // select on the scores' bits (a non-negative float's bits order as its value), where
+        // nth_element's unpredictable branches over 1,790 candidates took 12-14 us of a 32K
+        // layer's 75 us page choice.
         const int64_t take = params.topk;
         if (take > 0) {
-          cand.resize(size_t(last - first));
+          sc.cand.resize(size_t(last - first));
           for (int64_t p = first; p < last; ++p)
-            cand[size_t(p - first)] = bits_of(score[size_t(p)]);
-          const uint64_t t = kth_largest(cand, take, hist);
-          int64_t ties = take;
-          for (int64_t p = first; p < last; ++p) ties -= bits_of(score[size_t(p)]) > t;
-          for (int64_t p = first; p < last; ++p) {
-            const uint64_t b = bits_of(score[size_t(p)]);
-            if (b > t || (b == t && ties-- > 0)) keep[size_t(p)] = 1;
+            sc.cand[size_t(p - first)] = bits_of(score[size_t(p)]);
+          const auto [t, equal] = kth_largest(sc.cand, take);
+          int64_t ties = equal;
+          for (int64_t p = first; p < last; ++p) {  // branch-free: the choice is data
+            const uint32_t b = bits_of(score[size_t(p)]);
+            keep[size_t(p)] = char((b > t) | ((b == t) & (ties > 0)));
+            ties -= b == t;
           }
         }
       } else {
         // The best pages one at a time off a heap until the mass is reached: the sorted order's
-        // prefix (the order is total), without sorting the pages never taken.
-        const auto after = [&](int64_t a, int64_t b) { return by_score(b, a); };
+        // prefix (the order is total: largest score first, ties by page index), without sorting
+        // the pages never taken.
+        const auto after = [&](int64_t a, int64_t b) {
+          return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] < score[size_t(b)]
+                                                      : a > b;
+        };
+        std::vector<int64_t>& order = sc.order;
+        order.resize(size_t(last - first));
+        std::iota(order.begin(), order.end(), first);
         std::make_heap(order.begin(), order.end(), after);
         double kept = 0;
         for (int64_t p = 0; p < np; ++p)
@@ -322,7 +330,7 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
         }
       }
     } else {
-      for (int64_t p : order) keep[size_t(p)] = 1;
+      std::fill(keep.begin() + first, keep.begin() + last, char(1));
     }
     auto& r = out[size_t(g)];
     int64_t read = 0, pages_read = 0;

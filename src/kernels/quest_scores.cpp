@@ -1,0 +1,55 @@
+// quest_page_scores (quest_scores.hpp), compiled once per SIMD target and dispatched.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/quest_scores.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+#include "kernels/quest_scores.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void QuestPageScores(const float* u, int64_t rows, int64_t ldu, int64_t np, float scale,
+                     float* score, float* e) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const int64_t padded = ldu;  // whole vectors (N divides kQuestPagePad), lanes >= np masked
+  const auto lane = hn::Iota(di, 0);
+  const auto in = [&](int64_t p) { return hn::RebindMask(df, hn::Lt(hn::Add(lane, hn::Set(di, int32_t(p))), hn::Set(di, int32_t(np)))); };
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = u + r * ldu;
+    auto mx = hn::Set(df, x[0]);
+    for (int64_t p = 0; p < padded; p += N) mx = hn::IfThenElse(in(p), hn::Max(mx, hn::LoadU(df, x + p)), mx);
+    const auto vm = hn::Set(df, hn::GetLane(hn::MaxOfLanes(df, mx))), vs = hn::Set(df, scale);
+    auto sum = hn::Zero(df);
+    for (int64_t p = 0; p < padded; p += N) {
+      const auto v = hn::IfThenElseZero(in(p), hn::Exp(df, hn::Mul(vs, hn::Sub(hn::LoadU(df, x + p), vm))));
+      hn::StoreU(v, df, e + p);
+      sum = hn::Add(sum, v);
+    }
+    // Z_r rows: one division a row, a product a page.
+    const auto w = hn::Set(df, 1.0f / (hn::GetLane(hn::SumOfLanes(df, sum)) * float(rows)));
+    for (int64_t p = 0; p < padded; p += N) {
+      auto s = hn::Mul(hn::LoadU(df, e + p), w);
+      if (r > 0) s = hn::Add(s, hn::LoadU(df, score + p));
+      hn::StoreU(s, df, score + p);
+    }
+  }
+}
+
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace spattn::kernels {
+HWY_EXPORT(QuestPageScores);
+
+void quest_page_scores(const float* u, int64_t rows, int64_t ldu, int64_t np, float scale,
+                       float* score, float* e) {
+  HWY_DYNAMIC_DISPATCH(QuestPageScores)(u, rows, ldu, np, scale, score, e);
+}
+}  // namespace spattn::kernels
+#endif
