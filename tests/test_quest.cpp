@@ -265,11 +265,12 @@ TEST(Quest, PageRowsRoundTripThroughTheBlockLayout) {
         std::vector<uint16_t> half(elems, 0xFFFF);
         const size_t dn = static_cast<size_t>(d);
         std::vector<float> lo(dn), hi(dn), lo2(dn), hi2(dn);
-        for (int64_t c = 0; c < d; ++c) {  // values the type holds exactly
-          const float a = g(rng), b = g(rng);
-          lo[size_t(c)] = type == DType::f32 ? a : type == DType::bf16 ? bf16_to_f32(f32_to_bf16(a)) : f16_to_f32(f32_to_f16(a));
-          hi[size_t(c)] = type == DType::f32 ? b : type == DType::bf16 ? bf16_to_f32(f32_to_bf16(b)) : f16_to_f32(f32_to_f16(b));
-        }
+        const auto held = [&](float x) {  // x as the type holds it
+          return type == DType::f32    ? x
+                 : type == DType::bf16 ? bf16_to_f32(f32_to_bf16(x))
+                                       : f16_to_f32(f32_to_f16(x));
+        };
+        for (int64_t c = 0; c < d; ++c) lo[size_t(c)] = held(g(rng)), hi[size_t(c)] = held(g(rng));
         void* sums = type == DType::f32 ? static_cast<void*>(wide.data()) : half.data();
         kernels::quest_page_write(sums, type, d, p, lo.data(), hi.data());
         for (int64_t c = 0; c < d; ++c)
@@ -278,7 +279,8 @@ TEST(Quest, PageRowsRoundTripThroughTheBlockLayout) {
             const float stored = type == DType::f32    ? wide[i]
                                  : type == DType::bf16 ? bf16_to_f32(half[i])
                                                        : f16_to_f32(half[i]);
-            ASSERT_EQ(stored, max ? hi[size_t(c)] : lo[size_t(c)]) << dtype_name(type) << " d " << d << " c " << c;
+            ASSERT_EQ(stored, max ? hi[size_t(c)] : lo[size_t(c)])
+                << dtype_name(type) << " d " << d << " c " << c;
           }
         size_t touched = 0;  // nothing but page p's 2d entries
         for (size_t i = 0; i < elems; ++i)
@@ -328,15 +330,18 @@ TEST(Quest, EncodeKernelEqualsThePlainRule) {
       }
       const int64_t step = one_scale ? 0 : 1, code_step = 3;
       std::vector<int8_t> lo8(size_t(n * code_step), 99), hi8(size_t(n * code_step), 99);
-      kernels::quest_encode(lo.data(), hi.data(), s.data(), step, n, lo8.data(), hi8.data(), code_step);
+      kernels::quest_encode(lo.data(), hi.data(), s.data(), step, n, lo8.data(), hi8.data(),
+                            code_step);
       for (int64_t i = 0; i < n; ++i) {
         const float si = s[size_t(i * step)];
         if (si > 0 && std::isfinite(lo[size_t(i)] / si) && std::isfinite(hi[size_t(i)] / si)) {
           steps_down += std::floor(lo[size_t(i)] / si) * si > lo[size_t(i)];
           steps_up += std::ceil(hi[size_t(i)] / si) * si < hi[size_t(i)];
         }
-        ASSERT_EQ(lo8[size_t(i * code_step)], plain_code(lo[size_t(i)], si, false)) << n << " entry " << i;
-        ASSERT_EQ(hi8[size_t(i * code_step)], plain_code(hi[size_t(i)], si, true)) << n << " entry " << i;
+        ASSERT_EQ(lo8[size_t(i * code_step)], plain_code(lo[size_t(i)], si, false))
+            << n << " entry " << i;
+        ASSERT_EQ(hi8[size_t(i * code_step)], plain_code(hi[size_t(i)], si, true))
+            << n << " entry " << i;
         ASSERT_EQ(lo8[size_t(i * code_step + 1)], 99);  // between the strided codes: untouched
       }
     }

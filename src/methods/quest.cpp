@@ -35,13 +35,8 @@ struct Kth {
 Kth kth_largest(std::vector<uint32_t>& a, int64_t k) {
   int64_t m = int64_t(a.size()), need = k;  // the need-th largest of a[0, m)
   for (int at = 24; at >= 0 && m > 1; at -= 8) {
-    // Four histograms, element i counted in the (i % 4)-th: most candidates share the first
-    // pass's top byte (the exponent), and a single histogram's increments of one bin each
-    // wait on the last one's store.
-    uint32_t h4[4][256] = {};
-    for (int64_t i = 0; i < m; ++i) ++h4[i & 3][(a[size_t(i)] >> at) & 255];
-    uint32_t hist[256];
-    for (int b = 0; b < 256; ++b) hist[b] = h4[0][b] + h4[1][b] + h4[2][b] + h4[3][b];
+    uint32_t hist[256] = {};
+    for (int64_t i = 0; i < m; ++i) ++hist[(a[size_t(i)] >> at) & 255];
     uint32_t digit = 255;
     for (int64_t above = 0;; --digit) {
       if (above + int64_t(hist[digit]) >= need) {
@@ -131,10 +126,11 @@ void QuestPages::encode_block(int64_t h, int64_t b, int64_t c, int64_t end) {
   amax_[i] = amax;
   // A scale too small to be a normal float's 1/126 takes amax itself (codes within +-1).
   scales_[i] = amax / 126.0f > 0 ? amax / 126.0f : amax;
+  int8_t* codes = codes_.data() + h * head_elems_;
   if (end > first)  // the block's pages in c lie side by side
     kernels::quest_encode(lo, hi, &scales_[i], 0, end - first,
-                          codes_.data() + h * head_elems_ + kernels::quest_sum_index(dim_, first, c, false),
-                          codes_.data() + h * head_elems_ + kernels::quest_sum_index(dim_, first, c, true), 1);
+                          codes + kernels::quest_sum_index(dim_, first, c, false),
+                          codes + kernels::quest_sum_index(dim_, first, c, true), 1);
 }
 
 size_t QuestPages::offset(int64_t h, int64_t p, int64_t c, bool max) const {
@@ -177,7 +173,8 @@ void QuestPages::add_keys(int64_t h, int64_t i, const float* keys, int64_t n) {
   const bool fresh = p % kernels::kQuestPagePad == 0 && i % page_ == 0;
   const float* amax = amax_.data() + (h * blocks_ + b) * dim_;
   for (int64_t c = 0; c < dim_; ++c)  // lo, hi: as quest_page_write stored them, exactly
-    if (fresh || std::max(std::fabs(lo[c]), std::fabs(hi[c])) > amax[c]) encode_block(h, b, c, p + 1);
+    if (fresh || std::max(std::fabs(lo[c]), std::fabs(hi[c])) > amax[c])
+      encode_block(h, b, c, p + 1);
   int8_t* codes = codes_.data() + h * head_elems_;
   kernels::quest_encode(lo, hi, scales_.data() + (h * blocks_ + b) * dim_, 1, dim_,
                         codes + kernels::quest_sum_index(dim_, p, 0, false),
