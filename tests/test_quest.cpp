@@ -734,6 +734,43 @@ TEST(Quest, RunnerDecodeKeepingEveryPageIsDense) {
   EXPECT_EQ(dense.memory().decode_pages, 0u);
 }
 
+// Page summaries only where Quest decodes: its dense layers keep none (a third of them here,
+// asking for one reads a named Error), unless every layer is asked for (the recall measure);
+// either way the same logits, and the summaries a layer keeps are the same.
+TEST(Quest, RunnerKeepsPagesOnlyInTheLayersQuestDecodes) {
+  std::vector<int32_t> t(300);
+  std::mt19937_64 rng(5);
+  for (auto& x : t) x = int32_t(rng() % 300);
+  model::Session sparse(small_model(), session("quest:k=3,dense_layers=1"));
+  model::SessionOptions every_opt = session("quest:k=3,dense_layers=1");
+  every_opt.quest_pages_every_layer = true;
+  model::Session every(small_model(), every_opt);
+  EXPECT_EQ(decode_logits(sparse, t, 250, 6), decode_logits(every, t, 250, 6));
+  const model::KVCache& a = sparse.cache();
+  const model::KVCache& b = every.cache();
+  EXPECT_FALSE(a.has_pages(0));
+  try {
+    a.pages(0);
+    ADD_FAILURE() << "pages of a dense layer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 keeps no Quest page summaries"),
+              std::string::npos) << e.what();
+  }
+  for (int64_t l = 0; l < 3; ++l) EXPECT_TRUE(b.has_pages(l)) << l;
+  for (int64_t l = 1; l < 3; ++l) {
+    ASSERT_TRUE(a.has_pages(l)) << l;
+    const QuestPages &pa = a.pages(l), &pb = b.pages(l);
+    ASSERT_EQ(pa.pages(), pb.pages());
+    for (int64_t h = 0; h < pa.kv_heads(); ++h)
+      for (int64_t p = 0; p < pa.pages(); ++p)
+        for (int64_t c = 0; c < pa.dim(); ++c)
+          ASSERT_EQ(pa.code(h, p, c, true), pb.code(h, p, c, true)) << l << " " << p << " " << c;
+  }
+  EXPECT_EQ(sparse.memory().decode_pages * 3, every.memory().decode_pages * 2);
+  model::Session dense(small_model(), session("dense"));
+  EXPECT_FALSE(dense.cache().has_pages(0));
+}
+
 TEST(Quest, RunnerAfterTruncateEqualsAFreshSession) {
   std::vector<int32_t> t(300);
   std::mt19937_64 rng(4);

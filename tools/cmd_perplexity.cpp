@@ -149,6 +149,8 @@ void run_decode_tail(const PplOptions& o) {
     r.attn_decode = m;
     so.push_back(session_options(r, "dense"));
   }
+  // The recall measure chooses pages in every layer, Quest's dense ones included.
+  so.back().quest_pages_every_layer = o.decode_recall;
   const std::string text = read_prompt("", o.file);
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   const int64_t V = lm.model.config().n_vocab;

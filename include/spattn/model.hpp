@@ -180,6 +180,9 @@ struct SessionOptions {
   // --attn-decode: how decode attends (spattn/decode_spec.hpp): dense, quest[:...] (page
   // summaries kept with the cache) or blasst:lambda=X. Prefill is unaffected.
   std::string attn_decode = "dense";
+  // With a quest decode: page summaries in every layer, not only in those Quest decodes
+  // (spattn perplexity --decode-recall measures what its choice would keep in the dense ones).
+  bool quest_pages_every_layer = false;
   // --cp P: context parallelism (spattn/context_parallel.hpp): this session is one rank of the
   // group, holding only the tokens the zigzag split (prefill) and decode give it; every rank
   // runs the same calls with the same tokens. Null: one process. First stage: dense prefill

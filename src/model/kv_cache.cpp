@@ -20,16 +20,22 @@ void round_rows(const TensorView& t, KVType type) {
 
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
                  bool raw, KVType k_type, KVType v_type, int64_t quest_page,
-                 QuestSums quest_sums)
+                 QuestSums quest_sums, const std::vector<bool>& quest_layers)
     : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype), k_type_(k_type),
       v_type_(v_type) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
   packed_.reserve(size_t(n_layer));
   for (int64_t l = 0; l < n_layer; ++l)
     packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
-  if (quest_page > 0)
+  SPATTN_CHECK(quest_layers.empty() || int64_t(quest_layers.size()) == n_layer,
+               "KV cache: Quest's layer list has ", quest_layers.size(), " entries for ",
+               n_layer, " layers");
+  if (quest_page > 0) {
+    pages_.resize(size_t(n_layer));
     for (int64_t l = 0; l < n_layer; ++l)
-      pages_.emplace_back(kv_heads, dim, quest_page, capacity, k_type, quest_sums);
+      if (quest_layers.empty() || quest_layers[size_t(l)])
+        pages_[size_t(l)].emplace(kv_heads, dim, quest_page, capacity, k_type, quest_sums);
+  }
   if (raw)
     for (int64_t l = 0; l < n_layer; ++l) {
       raw_k_.emplace_back(dtype, kv_heads, capacity, dim);
@@ -55,7 +61,7 @@ bool KVCache::staged() const {
 void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int threads,
                      std::span<const int64_t> positions) {
   check_layer(l);
-  SPATTN_CHECK(positions.empty() || (!has_raw() && !has_pages()),
+  SPATTN_CHECK(positions.empty() || (!has_raw() && !has_pages(l)),
                "KV cache: rows at given positions go to the packed cache only");
   PackedKV& p = packed_[size_t(l)];
   const int64_t at = p.size();
@@ -75,9 +81,9 @@ void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int th
       throw;
     }
   }
-  if (has_pages()) {
+  if (has_pages(l)) {
     try {
-      pages_[size_t(l)].append(k);
+      pages_[size_t(l)]->append(k);
     } catch (...) {
       p.truncate(at);
       throw;
@@ -100,7 +106,7 @@ void KVCache::rollback() {
   for (PackedKV& p : packed_)
     if (p.size() > size_) p.truncate(size_);
   for (size_t l = 0; l < pages_.size(); ++l)
-    if (pages_[l].size() > size_) pages_[l].truncate(size_, packed_[l]);
+    if (pages_[l] && pages_[l]->size() > size_) pages_[l]->truncate(size_, packed_[l]);
 }
 
 void KVCache::truncate(int64_t n) {
@@ -108,7 +114,8 @@ void KVCache::truncate(int64_t n) {
   SPATTN_CHECK(n >= 0 && n <= size_, "KV cache: truncate to ", n, " tokens, outside [0, ", size_,
                "]");
   for (PackedKV& p : packed_) p.truncate(n);
-  for (size_t l = 0; l < pages_.size(); ++l) pages_[l].truncate(n, packed_[l]);
+  for (size_t l = 0; l < pages_.size(); ++l)
+    if (pages_[l]) pages_[l]->truncate(n, packed_[l]);
   size_ = n;
 }
 
@@ -128,7 +135,7 @@ KVCache KVCache::fork(int64_t n) const {
   for (const PackedKV& p : packed_) c.packed_.push_back(p.copy(n));
   for (size_t l = 0; l < pages_.size(); ++l) {
     c.pages_.push_back(pages_[l]);
-    c.pages_.back().truncate(n, c.packed_[l]);
+    if (c.pages_.back()) c.pages_.back()->truncate(n, c.packed_[l]);
   }
   for (size_t l = 0; l < raw_k_.size(); ++l) {
     c.raw_k_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
@@ -148,13 +155,14 @@ const PackedKV& KVCache::packed(int64_t l) const {
 
 const QuestPages& KVCache::pages(int64_t l) const {
   check_layer(l);
-  SPATTN_CHECK(has_pages(), "KV cache: made without Quest page summaries");
-  return pages_[size_t(l)];
+  SPATTN_CHECK(has_pages(l), "KV cache: layer ", l, " keeps no Quest page summaries");
+  return *pages_[size_t(l)];
 }
 
 size_t KVCache::pages_bytes() const {
   size_t b = 0;
-  for (const QuestPages& p : pages_) b += p.bytes();
+  for (const auto& p : pages_)
+    if (p) b += p->bytes();
   return b;
 }
 

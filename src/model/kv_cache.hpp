@@ -9,6 +9,7 @@
 // included. A pass that fails in any layer therefore leaves the cache as it was.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,10 +28,13 @@ class KVCache {
   // (raw_k, raw_v), in `dtype`, holding the values the packed cache holds (rounded to k_type /
   // v_type), so methods read the same keys as the kernels over the packed cache.
   // quest_page > 0: per layer also Quest's page summaries (spattn/quest.hpp) of that page
-  // size, written by every append and kept through commit, rollback, truncate and fork.
+  // size, written by every append and kept through commit, rollback, truncate and fork; in
+  // the layers quest_layers marks (empty: every layer). A layer that never decodes by Quest
+  // (its dense layers, a sliding window's) then pays neither their memory nor their appends.
   KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
           bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32,
-          int64_t quest_page = 0, QuestSums quest_sums = QuestSums::cache);
+          int64_t quest_page = 0, QuestSums quest_sums = QuestSums::cache,
+          const std::vector<bool>& quest_layers = {});
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 
@@ -68,8 +72,11 @@ class KVCache {
   KVCache fork(int64_t n = -1) const;
 
   const PackedKV& packed(int64_t l) const;
-  bool has_pages() const { return !pages_.empty(); }
-  // Layer l's page summaries (has_pages() only), covering layer_size(l) keys.
+  // Whether layer l keeps page summaries.
+  bool has_pages(int64_t l) const {
+    return l >= 0 && size_t(l) < pages_.size() && pages_[size_t(l)].has_value();
+  }
+  // Layer l's page summaries (has_pages(l) only, else Error), covering layer_size(l) keys.
   const QuestPages& pages(int64_t l) const;
   size_t pages_bytes() const;
   // Layer l's rows [0, layer_size(l)) as [kv_heads, rows, dim] views; has_raw() only.
@@ -84,7 +91,7 @@ class KVCache {
   KVType k_type_ = KVType::f32, v_type_ = KVType::f32;
   std::vector<PackedKV> packed_;
   std::vector<Tensor> raw_k_, raw_v_;
-  std::vector<QuestPages> pages_;  // per layer, or none  // [kv_heads, capacity, dim] per layer, or none
+  std::vector<std::optional<QuestPages>> pages_;  // per layer (empty where none), or none
 };
 
 }  // namespace spattn::model

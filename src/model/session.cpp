@@ -155,6 +155,16 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
 // of S tokens (chunked_h2o: -ub; dense and BLASST: the 64-token tiles) gives a rank whole
 // chunks: at most ceil(ceil(c / S) / P) of S tokens (1/P of the context when it holds many
 // chunks per rank).
+// The layers that keep Quest's page summaries: those Quest decodes (past its dense layers, no
+// sliding window), or every layer where the options ask (a recall measure of the dense ones).
+std::vector<bool> quest_layers(const Config& cfg, const DecodeSpec& dec, const SessionOptions& o) {
+  std::vector<bool> keep(size_t(cfg.n_layer), o.quest_pages_every_layer);
+  if (dec.kind == DecodeKind::quest)
+    for (int64_t l = dec.quest.dense_layers; l < cfg.n_layer; ++l)
+      keep[size_t(l)] = keep[size_t(l)] || !cfg.is_swa(l);
+  return keep;
+}
+
 int64_t cache_capacity(const SessionOptions& o) {
   if (!o.cp) return o.n_ctx;
   const int64_t P = o.cp->size();
@@ -220,7 +230,8 @@ struct Session::Impl {
         rope_swa(swa_rope(cfg, o.n_ctx)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o), DType::f32,
               /*raw=*/o.mode == PrefillMode::method && !o.cp, o.cache_type_k, o.cache_type_v,
-              dec.kind == DecodeKind::quest ? dec.quest.page : 0, dec.quest.sums) {
+              dec.kind == DecodeKind::quest ? dec.quest.page : 0, dec.quest.sums,
+              quest_layers(cfg, dec, o)) {
     make_h2o();
     // A calibrated decode (blasst:sparsity=S,calib=FILE) needs every layer's law: a per-layer
     // file without one is an error naming its layers now, not at the first decoded token.
