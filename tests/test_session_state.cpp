@@ -412,6 +412,15 @@ TEST(KVCache, StagedRowsCommitOrRollBackTogether) {
   EXPECT_EQ(c.layer_size(0), 10);
   EXPECT_THROW(c.truncate(11), Error);
   EXPECT_THROW(KVCache(3, 2, 16, 100, DType::f32, false).raw_k(0), Error);
+  // Quest's page summaries in the layers a list marks; a list of the wrong length is refused.
+  const KVCache q(3, 2, 16, 100, DType::f32, false, KVType::f32, KVType::f32, 16,
+                  QuestSums::i8, {false, true, true});
+  EXPECT_FALSE(q.has_pages(0));
+  EXPECT_TRUE(q.has_pages(2));
+  EXPECT_THROW(q.pages(0), Error);
+  EXPECT_THROW(KVCache(3, 2, 16, 100, DType::f32, false, KVType::f32, KVType::f32, 16,
+                       QuestSums::i8, {true, true}),
+               Error);
 }
 
 }  // namespace
