@@ -1,23 +1,25 @@
 #include "model/layer_graph.hpp"
 
+#include <deque>
 #include <vector>
 
 #include "core/thread_pool.hpp"
 #include "ggml.h"
+#include "kernels/gemm_f16.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::model {
 
 namespace {
 
-constexpr int kMaxNodes = 64;
+constexpr int kMaxNodes = 96;
 
 // Every tensor of the graph is placed by hand on the session's buffers (the context allocates
 // nothing). A buffer is reused along the chain (h holds the normed rows, then Wo's output,
 // then Wdown's): each value is read only by nodes that run before the next write, since the
 // next writer depends on every reader through the chain.
 struct Builder {
-  ggml_context* ctx;
+  ggml_context* ctx = nullptr;
   ggml_tensor* rows(float* p, int64_t cols, int64_t n) {
     ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, n);
     t->data = p;
@@ -50,12 +52,67 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(ggml_mul_mat(ctx, w.t, x), y);
+    ggml_tensor* t = at(f16_product(w, x) ? f16_linear(w, x) : ggml_mul_mat(ctx, w.t, x), y);
     return bias.empty() ? t : at(ggml_add(ctx, t, vec(bias)), y);
+  }
+
+  // Prefill's f16 products on spattn's kernel (kernels/gemm_f16.hpp says why): a node packing
+  // the input's rows into xp, shared by the products that read the same input (q, k, v; gate,
+  // up), and a node per product. One xp serves the whole graph: each packing node depends,
+  // through the chain, on every product that read the packing before it.
+  float* xp = nullptr;
+  struct F16Args {
+    const float* x;
+    int64_t n, k, ldx;
+    float* xp;
+    const uint16_t* w;
+    int64_t ldw, m;
+  };
+  std::deque<F16Args> f16_args;  // stable addresses: the nodes point at them
+  ggml_tensor* packed = nullptr;   // the last packing node, and the input it packed
+  const ggml_tensor* packed_from = nullptr;
+  bool f16_product(const Model::Weight& w, const ggml_tensor* x) const {
+    return xp && w.t->type == GGML_TYPE_F16 && !w.repacked && x->type == GGML_TYPE_F32 &&
+           x->ne[1] >= kMinF16Rows && ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1;
+  }
+  static void pack_node(ggml_tensor*, int ith, int nth, void* ud) {
+    const auto* a = static_cast<const F16Args*>(ud);
+    kernels::gemm_f16_pack(a->x, a->n, a->k, a->ldx, a->xp, ith, nth);
+  }
+  static void product_node(ggml_tensor* dst, int ith, int nth, void* ud) {
+    const auto* a = static_cast<const F16Args*>(ud);
+    kernels::gemm_f16_run(a->w, a->ldw, a->m, a->xp, a->n, a->k, static_cast<float*>(dst->data),
+                          int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+  }
+  ggml_tensor* f16_linear(const Model::Weight& w, ggml_tensor* x) {
+    const int64_t k = x->ne[0], n = x->ne[1];
+    SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
+                 k);
+    if (packed_from != x) {
+      f16_args.push_back({static_cast<const float*>(x->data), n, k,
+                          int64_t(x->nb[1] / sizeof(float)), xp, nullptr, 0, 0});
+      ggml_tensor* src[] = {x};
+      // The node's own tensor is a token (no data): the packing lands in xp.
+      packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node,
+                              GGML_N_TASKS_MAX, &f16_args.back());
+      packed_from = x;
+    }
+    F16Args a = f16_args.back();
+    a.w = static_cast<const uint16_t*>(w.t->data);
+    a.ldw = int64_t(w.t->nb[1] / sizeof(uint16_t));
+    a.m = w.t->ne[1];
+    f16_args.push_back(a);
+    ggml_tensor* src[] = {w.t, packed};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.m, n, 1, 1, src, 2, &product_node,
+                          GGML_N_TASKS_MAX, &f16_args.back());
   }
 };
 
 }  // namespace
+
+bool f16_products_on_spattn(int64_t rows) {
+  return rows >= kMinF16Rows && kernels::gemm_f16_preferred();
+}
 
 int threads_for_bytes(size_t bytes, int threads) {
   // Each pool call ends at a barrier (a graph at one per node); with 2 threads those cost more
@@ -77,7 +134,9 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
   ggml_init_params ip{meta.size(), meta.data(), true};
   ggml_context* ctx = ggml_init(ip);
   SPATTN_CHECK(ctx != nullptr, "internal: ggml_init failed");
-  Builder B{ctx, 0};
+  Builder B;
+  B.ctx = ctx;
+  B.xp = b.xp;
   ggml_cgraph* g = ggml_new_graph_custom(ctx, kMaxNodes, false);
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {

@@ -46,6 +46,7 @@
 #include "dist/h2o_chain.hpp"
 #include "dist/ring_attention.hpp"
 #include "eval/rope.hpp"
+#include "kernels/gemm_f16.hpp"
 #include "model/kv_cache.hpp"
 #include "methods/a_shape.hpp"
 #include "methods/blasst.hpp"
@@ -222,6 +223,7 @@ struct Session::Impl {
   // Scratch for up to max_rows rows.
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, g, u;
+  std::vector<float> xp;  // f16 products' packed input (RowBuffers::xp); empty: none
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
@@ -381,6 +383,21 @@ struct Session::Impl {
     att.resize(size_t(max_rows * dq));
     g.resize(size_t(max_rows * cfg.n_ff));
     u.resize(size_t(max_rows * cfg.n_ff));
+    if (has_f16_products() && f16_products_on_spattn(max_rows))
+      xp.resize(size_t(kernels::gemm_f16_packed_floats(max_rows, std::max({D, dq, cfg.n_ff}))));
+  }
+
+  bool has_f16_products() const {
+    const auto f16 = [](const Model::Weight& w) {
+      return w.type == WeightType::f16 && !w.repacked;
+    };
+    if (f16(m.output())) return true;
+    for (int64_t l = 0; l < cfg.n_layer; ++l) {
+      const Model::Layer& L = m.layer(l);
+      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        if (f16(*w)) return true;
+    }
+    return false;
   }
 
   // body(r0, r1) over rows [0, n) in chunks of 32, on the pool for a prefill's rows (RoPE and
@@ -595,8 +612,9 @@ struct Session::Impl {
       const float e = std::sqrt(float(D));
       for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
     }
-    const RowBuffers rb{x.data(), h.data(), q.data(), k.data(), v.data(), att.data(), g.data(),
-                        u.data()};
+    const RowBuffers rb{x.data(), h.data(),   q.data(), k.data(),
+                        v.data(), att.data(), g.data(), u.data(),
+                        xp.empty() ? nullptr : xp.data()};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
@@ -701,7 +719,7 @@ Session::Memory Session::memory() const {
   m.kv_cache = s.cache.packed_bytes();
   m.method_kv = s.cache.raw_bytes();
   m.decode_pages = s.cache.pages_bytes();
-  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
+  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u, &s.xp})
     m.scratch += b->capacity() * sizeof(float);
   for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
   for (const auto& k : s.h2o_kept)

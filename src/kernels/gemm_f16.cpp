@@ -1,0 +1,383 @@
+// gemm_f16_pack / gemm_f16_run (gemm_f16.hpp), compiled once per SIMD target and dispatched.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/gemm_f16.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "hwy/highway.h"
+#include "kernels/gemm_f16.hpp"
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+#include "spattn/dtype.hpp"
+
+#ifndef SPATTN_GEMM_F16_SHARED
+#define SPATTN_GEMM_F16_SHARED
+namespace spattn::kernels::gemm_f16_detail {
+constexpr int64_t kPanel = 32;   // activation rows a panel (the tile's vector side)
+constexpr int64_t kBlockK = 256;  // columns a weight block is widened for, then reused
+constexpr int64_t kRowsN = 512;   // activation rows a pass keeps its accumulators for (L2)
+constexpr int64_t kTilesM = 16;   // weight tiles a pass over one block of columns serves (16:
+                                  // k = 8192 took 8% less time than with 8)
+inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
+// Where panel p's columns [t0, t0 + kc) start in the packed rows, of np panels: block by block
+// (every panel's slice of one block of columns together, so a pass over a block reads one
+// contiguous run rather than np runs a panel's length apart, which on k = 8192 put them in
+// the same L2 sets), kc x 32 floats a slice.
+inline int64_t slice(int64_t np, int64_t p, int64_t t0, int64_t kc) {
+  return (t0 * np + p * kc) * kPanel;
+}
+}  // namespace spattn::kernels::gemm_f16_detail
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace spattn::kernels::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using namespace gemm_f16_detail;
+
+void GemmF16Pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
+                 int nth) {
+  const int64_t np = panels(n);
+  for (int64_t p = np * ith / nth; p < np * (ith + 1) / nth; ++p) {
+    const int64_t rows = std::min(kPanel, n - p * kPanel);
+    const float* src = x + p * kPanel * ldx;
+    for (int64_t t0 = 0; t0 < k; t0 += kBlockK) {
+      const int64_t kc = std::min(kBlockK, k - t0);
+      float* dst = xp + slice(np, p, t0, kc);
+      // 64 columns at a time: the panel's 32 source rows stay in L1 while the packed side is
+      // written in order.
+      for (int64_t c0 = 0; c0 < kc; c0 += 64) {
+        const int64_t c1 = std::min(kc, c0 + 64);
+        for (int64_t c = c0; c < c1; ++c) {
+          float* d = dst + c * kPanel;
+          int64_t j = 0;
+          for (; j < rows; ++j) d[j] = src[j * ldx + t0 + c];
+          for (; j < kPanel; ++j) d[j] = 0.0f;
+        }
+      }
+    }
+  }
+}
+
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+using DF = hn::ScalableTag<float>;
+constexpr int64_t kLanes = int64_t(hn::MaxLanes(DF()));
+constexpr int kVecs = int(kPanel / kLanes);  // vectors a panel row of the tile spans
+// Accumulators: 24 where the target has 32 vector registers, else 12 (AVX2's 16).
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kAcc = 12;
+#else
+constexpr int kAcc = 24;
+#endif
+constexpr int kRowsM = kAcc / kVecs > 0 ? kAcc / kVecs : 1;  // MR: weight rows a tile
+#else
+constexpr int kRowsM = 1;
+#endif
+
+// Widens rows [m0, m0 + kRowsM) of w, columns [t0, t0 + kc), into wc (kBlockK floats a row;
+// rows past m are zeros, so the tile needs no row tail).
+void Widen(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, int64_t t0, int64_t kc,
+           float* wc) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int64_t L = int64_t(hn::Lanes(df));
+  for (int64_t i = 0; i < kRowsM; ++i) {
+    float* d = wc + i * kBlockK;
+    if (m0 + i >= m) {
+      std::memset(d, 0, sizeof(float) * size_t(kc));
+      continue;
+    }
+    const uint16_t* row = w + (m0 + i) * ldw + t0;
+    const auto* s = reinterpret_cast<const hwy::float16_t*>(row);
+    int64_t t = 0;
+#if !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2)
+    // (x86 below AVX2 has no F16C: Highway's emulated widening maps inf and NaN to finite
+    // values, so those targets take the scalar conversion.)
+    for (; t + L <= kc; t += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + t)), df, d + t);
+#else
+    (void)s;
+    (void)L;
+    (void)dh;
+#endif
+    for (; t < kc; ++t) d[t] = f16_to_f32(row[t]);
+  }
+}
+
+// The tile: ct[i][j] (+)= sum over t < kc of wc[i][t] xp[t][j] for i < kRowsM and the panel's
+// first NV x Lanes(D) rows j. Every variant runs the same per-lane chain (one fused
+// multiply-add a t, in order), so a row's result does not depend on the tile that holds it:
+// a partial panel takes a narrower variant (a prompt's last few rows, or a short prompt) with
+// the same bits as a full one.
+#if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
+template <class D, int NV>
+HWY_INLINE void Tile(const float* xp, const float* wc, int64_t kc, float* ct, int64_t ldct,
+                     bool first) {
+  const D d;
+  using V = hn::Vec<D>;
+  constexpr int64_t L = int64_t(hn::MaxLanes(D()));
+  V acc[kRowsM][NV];
+  for (int i = 0; i < kRowsM; ++i)
+    for (int v = 0; v < NV; ++v)
+      acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, ct + i * ldct + v * L);
+  for (int64_t t = 0; t < kc; ++t) {
+    V xv[NV];
+    for (int v = 0; v < NV; ++v) xv[v] = hn::LoadU(d, xp + t * kPanel + v * L);
+    for (int i = 0; i < kRowsM; ++i) {
+      const V wv = hn::Set(d, wc[i * kBlockK + t]);
+      for (int v = 0; v < NV; ++v) acc[i][v] = hn::MulAdd(wv, xv[v], acc[i][v]);
+    }
+  }
+  for (int i = 0; i < kRowsM; ++i)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[i][v], d, ct + i * ldct + v * L);
+}
+
+// The narrowest tile covering `rows` (<= kPanel) of the panel: whole vectors, then half and
+// quarter vectors below one.
+template <int NV = kVecs>
+HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t kc, float* ct,
+                         int64_t ldct, bool first) {
+  if constexpr (NV > 1) {
+    if (rows <= (NV - 1) * kLanes) return TileRows<NV - 1>(rows, xp, wc, kc, ct, ldct, first);
+  } else {
+    if constexpr (kLanes >= 8) {
+      if (rows <= kLanes / 4)
+        return Tile<hn::CappedTag<float, kLanes / 4>, 1>(xp, wc, kc, ct, ldct, first);
+      if (rows <= kLanes / 2)
+        return Tile<hn::CappedTag<float, kLanes / 2>, 1>(xp, wc, kc, ct, ldct, first);
+    }
+  }
+  Tile<DF, NV>(xp, wc, kc, ct, ldct, first);
+}
+#else
+HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t kc, float* ct,
+                         int64_t ldct, bool first) {
+  for (int64_t j = 0; j < rows; ++j) {
+    float s = first ? 0.0f : ct[j];
+    for (int64_t t = 0; t < kc; ++t) s += wc[t] * xp[t * kPanel + j];
+    ct[j] = s;
+  }
+  (void)ldct;
+}
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Calls of fewer than 128 rows (a prompt's last rows, a short chat turn): the tile above would
+// spend most of its lanes on a panel's zero rows and widen every weight for a few uses (about
+// 4x ggml's time at 2 rows). Here the lanes run along the weights instead: each 16 x 32 block
+// of f16 weights is transposed in registers as 16 x 16 pairs and widened, and each activation
+// value is broadcast. Per output the chain is the tile's (one fused multiply-add a column, in
+// order, from zero, of the same two floats), so a row's bits do not change with the path.
+// AVX-512 only (its in-register transpose); other targets take the tile.
+constexpr bool kRowPath = true;
+// Below 128 rows the row path was as fast as ggml or faster from 8 rows up (2-4 rows: 1.5x
+// ggml's time, the transposes' fixed cost), and the tile above faster from 128 (BENCHMARKS.md,
+// "Prefill's f16 products").
+constexpr int64_t kRowPathBelow = 128;
+
+// r[i] = row i of a 16 x 16 block; afterwards r[j] = column j.
+HWY_INLINE void Transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  // pairs of rows interleaved within 128-bit blocks
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m512 u[16];  // u[4g + c]: block b holds column 4b + c of rows 4g..4g+3
+  for (int g = 0; g < 4; ++g) {
+    const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]),
+                  cc = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, cc));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, cc));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+  }
+  for (int c = 0; c < 4; ++c) {  // 4 x 4 transpose of 128-bit blocks
+    const __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    const __m512 v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+  }
+}
+
+// One tile of the row path: acc[r][0..16) = sum over t < k of w[m0 + i][t] x[r][t] for the 16
+// weight rows from m0 (rows past m repeat the last) and R activation rows from r0 (within one
+// panel). 32 columns at a time: each weight row's 64-byte line is one 16 x u32 load (f16
+// pairs t, t + 1), the 16 x 16 pairs are transposed in registers, and each pair vector gives
+// the 16 rows' weights at t (low halves) and t + 1 (high halves). The first pass over a tile
+// keeps the transposed pairs in `pairs` (16 x 16 a step); later passes (more than R rows)
+// read them there instead of transposing again.
+template <int R>
+HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, const float* xp,
+                        int64_t np, int64_t r0, int64_t k, bool first_pass, __m512i* pairs,
+                        __m512 acc[R]) {
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  const auto widen = [](__m512i v, int half) {
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half ? _mm512_srli_epi32(v, 16) : v));
+  };
+  // x[r0][t]: panel r0 / 32's slice of t's block of columns; rows r0.. follow it, t + 1 is 32
+  // floats on (within the block).
+  const auto xcol = [&](int64_t t) {
+    const int64_t t0 = t / kBlockK * kBlockK;
+    return xp + slice(np, r0 / kPanel, t0, std::min(kBlockK, k - t0)) + (t - t0) * kPanel +
+           r0 % kPanel;
+  };
+  int64_t t = 0;
+  for (; t + 32 <= k; t += 32) {
+    __m512i* v = pairs + (t / 32) * 16;
+    if (first_pass) {
+      __m512 rows[16];
+      for (int i = 0; i < 16; ++i) {
+        const uint16_t* row = w + std::min(m0 + i, m - 1) * ldw + t;
+        // Sixteen streams 4 KiB apart outrun the hardware prefetchers: ask for the lines
+        // eight steps ahead.
+        _mm_prefetch(reinterpret_cast<const char*>(row + 8 * 32), _MM_HINT_T0);
+        rows[i] = _mm512_castsi512_ps(_mm512_loadu_si512(row));
+      }
+      Transpose16(rows);  // rows[j]: the 16 weight rows' pair (t + 2j, t + 2j + 1)
+      for (int j = 0; j < 16; ++j) _mm512_store_si512(v + j, _mm512_castps_si512(rows[j]));
+    }
+    const float* xa = xcol(t);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i pj = _mm512_load_si512(v + j);
+      const __m512 lo = widen(pj, 0), hi = widen(pj, 1);
+      const float* x0 = xa + 2 * j * kPanel;
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x0[r]), acc[r]);
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_fmadd_ps(hi, _mm512_set1_ps(x0[kPanel + r]), acc[r]);
+    }
+  }
+  for (; t < k; ++t) {
+    HWY_ALIGN float col[16];
+    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(w[std::min(m0 + i, m - 1) * ldw + t]);
+    const __m512 wv = _mm512_load_ps(col);
+    const float* x0 = xcol(t);
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[r]);
+  }
+}
+
+// Rows [r0, r0 + R) of every tile in this thread's share; rows past n (the last pass) read the
+// panel's zero rows and are not stored. first: the pass that transposes into `pairs`.
+template <int R>
+void RowPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+             float* c, int64_t ldc, int64_t m0, int64_t r0, bool first, __m512i* pairs) {
+  const int64_t cols = std::min<int64_t>(16, m - m0);
+  __m512 acc[R];
+  RowTile<R>(w, ldw, m, m0, xp, panels(n), r0, k, first, pairs, acc);
+  for (int64_t r = 0; r < std::min<int64_t>(R, n - r0); ++r) {
+    float* dst = c + (r0 + r) * ldc + m0;
+    if (cols == 16) {
+      _mm512_storeu_ps(dst, acc[r]);
+    } else {
+      HWY_ALIGN float tmp[16];
+      _mm512_store_ps(tmp, acc[r]);
+      std::copy_n(tmp, cols, dst);
+    }
+  }
+}
+
+// Per tile of 16 weight rows, passes of 16 activation rows, then one of 8 or 4 for the rest
+// (the accumulators beside the transposed block).
+void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+             float* c, int64_t ldc, int ith, int nth) {
+  const int64_t tiles = (m + 15) / 16;
+  const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
+  struct Aligned64 {
+    alignas(64) uint32_t v[16];
+  };
+  thread_local std::vector<Aligned64> pairs_buf;
+  pairs_buf.resize(size_t(k / 32 * 16));
+  auto* pairs = reinterpret_cast<__m512i*>(pairs_buf.data());
+  for (int64_t tt = tb; tt < te; ++tt) {
+    const int64_t m0 = tt * 16;
+    int64_t r0 = 0;
+    for (; n - r0 > 8; r0 += 16) RowPass<16>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
+    if (n - r0 > 4)
+      RowPass<8>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
+    else if (n > r0)
+      RowPass<4>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
+  }
+}
+#else
+constexpr bool kRowPath = false;
+constexpr int64_t kRowPathBelow = 0;
+void RunRows(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t,
+             int, int) {}
+#endif
+
+void GemmF16Run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n,
+                int64_t k, float* c, int64_t ldc, int ith, int nth) {
+  if (kRowPath && n < kRowPathBelow) return RunRows(w, ldw, m, xp, n, k, c, ldc, ith, nth);
+  const int64_t tiles = (m + kRowsM - 1) / kRowsM, np = panels(n);
+  const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
+  if (tb >= te || n <= 0) return;
+  constexpr int64_t ldct = kRowsN;
+  thread_local std::vector<float> ct_buf, wc_buf;
+  ct_buf.resize(size_t(kTilesM * kRowsM * ldct));
+  wc_buf.resize(size_t(kRowsM * kBlockK));
+  float* ct = ct_buf.data();
+  float* wc = wc_buf.data();
+  for (int64_t g0 = tb; g0 < te; g0 += kTilesM) {
+    const int64_t gt = std::min(kTilesM, te - g0);
+    for (int64_t n0 = 0; n0 < n; n0 += kRowsN) {
+      const int64_t nn = std::min(kRowsN, n - n0), p0 = n0 / kPanel, p1 = panels(n0 + nn);
+      for (int64_t t0 = 0; t0 < k; t0 += kBlockK) {
+        const int64_t kc = std::min(kBlockK, k - t0);
+        for (int64_t g = 0; g < gt; ++g) {
+          Widen(w, ldw, m, (g0 + g) * kRowsM, t0, kc, wc);
+          float* cg = ct + g * kRowsM * ldct;
+          for (int64_t p = p0; p < p1; ++p)
+            TileRows(std::min(kPanel, n0 + nn - p * kPanel), xp + slice(np, p, t0, kc), wc, kc,
+                     cg + (p - p0) * kPanel, ldct, t0 == 0);
+        }
+      }
+      for (int64_t g = 0; g < gt; ++g) {
+        const int64_t j0 = (g0 + g) * kRowsM, mr = std::min<int64_t>(kRowsM, m - j0);
+        const float* cg = ct + g * kRowsM * ldct;
+        for (int64_t r = 0; r < nn; ++r)
+          for (int64_t i = 0; i < mr; ++i) c[(n0 + r) * ldc + j0 + i] = cg[i * ldct + r];
+      }
+    }
+  }
+}
+
+bool IsPreferred() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace spattn::kernels::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace spattn::kernels {
+HWY_EXPORT(GemmF16Pack);
+HWY_EXPORT(GemmF16Run);
+HWY_EXPORT(IsPreferred);
+
+int64_t gemm_f16_packed_floats(int64_t n, int64_t k) {
+  return gemm_f16_detail::panels(n) * gemm_f16_detail::kPanel * k;
+}
+
+void gemm_f16_pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
+                   int nth) {
+  HWY_DYNAMIC_DISPATCH(GemmF16Pack)(x, n, k, ldx, xp, ith, nth);
+}
+
+void gemm_f16_run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n,
+                  int64_t k, float* c, int64_t ldc, int ith, int nth) {
+  HWY_DYNAMIC_DISPATCH(GemmF16Run)(w, ldw, m, xp, n, k, c, ldc, ith, nth);
+}
+
+bool gemm_f16_preferred() { return HWY_DYNAMIC_DISPATCH(IsPreferred)(); }
+}  // namespace spattn::kernels
+#endif
