@@ -173,9 +173,10 @@ HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t
 // order, from zero, of the same two floats), so a row's bits do not change with the path.
 // AVX-512 only (its in-register transpose); other targets take the tile.
 constexpr bool kRowPath = true;
-// Below 128 rows the row path was as fast as ggml or faster from 8 rows up (2-4 rows: 1.5x
-// ggml's time, the transposes' fixed cost), and the tile above faster from 128 (BENCHMARKS.md,
-// "Prefill's f16 products").
+// Below 128 rows the row path; from 128 the tile, which there is 10-20% faster than ggml. The
+// row path against ggml on two threads: 1.3x its time at 2 rows, 1.1x at 8, even at 16-32,
+// up to 1.1x at 64-100 (1.2x on the 8192-column product); the tile is no faster there
+// (BENCHMARKS.md, "Prefill's f16 products").
 constexpr int64_t kRowPathBelow = 128;
 
 // r[i] = row i of a 16 x 16 block; afterwards r[j] = column j.
@@ -206,17 +207,19 @@ HWY_INLINE void Transpose16(__m512 r[16]) {
   }
 }
 
+// How a pass over a tile gets its transposed weights: transposing them and using them in
+// registers (the only pass: up to 16 rows), transposing them and keeping them in `pairs` for
+// the passes after it, or reading them there.
+enum class Pairs { kFused, kSave, kLoad };
+
 // One tile of the row path: acc[r][0..16) = sum over t < k of w[m0 + i][t] x[r][t] for the 16
 // weight rows from m0 (rows past m repeat the last) and R activation rows from r0 (within one
 // panel). 32 columns at a time: each weight row's 64-byte line is one 16 x u32 load (f16
 // pairs t, t + 1), the 16 x 16 pairs are transposed in registers, and each pair vector gives
-// the 16 rows' weights at t (low halves) and t + 1 (high halves). The first pass over a tile
-// keeps the transposed pairs in `pairs` (16 x 16 a step); later passes (more than R rows)
-// read them there instead of transposing again.
-template <int R>
+// the 16 rows' weights at t (low halves) and t + 1 (high halves).
+template <int R, Pairs kMode>
 HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, const float* xp,
-                        int64_t np, int64_t r0, int64_t k, bool first_pass, __m512i* pairs,
-                        __m512 acc[R]) {
+                        int64_t np, int64_t r0, int64_t k, __m512i* pairs, __m512 acc[R]) {
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   const auto widen = [](__m512i v, int half) {
     return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half ? _mm512_srli_epi32(v, 16) : v));
@@ -228,24 +231,28 @@ HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, c
     return xp + slice(np, r0 / kPanel, t0, std::min(kBlockK, k - t0)) + (t - t0) * kPanel +
            r0 % kPanel;
   };
+  const uint16_t* row[16];
+  for (int i = 0; i < 16; ++i) row[i] = w + std::min(m0 + i, m - 1) * ldw;
   int64_t t = 0;
   for (; t + 32 <= k; t += 32) {
-    __m512i* v = pairs + (t / 32) * 16;
-    if (first_pass) {
-      __m512 rows[16];
+    __m512 v[16];
+    __m512i* saved = pairs + (t / 32) * 16;
+    if constexpr (kMode != Pairs::kLoad) {
       for (int i = 0; i < 16; ++i) {
-        const uint16_t* row = w + std::min(m0 + i, m - 1) * ldw + t;
         // Sixteen streams 4 KiB apart outrun the hardware prefetchers: ask for the lines
         // eight steps ahead.
-        _mm_prefetch(reinterpret_cast<const char*>(row + 8 * 32), _MM_HINT_T0);
-        rows[i] = _mm512_castsi512_ps(_mm512_loadu_si512(row));
+        _mm_prefetch(reinterpret_cast<const char*>(row[i] + t + 8 * 32), _MM_HINT_T0);
+        v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(row[i] + t));
       }
-      Transpose16(rows);  // rows[j]: the 16 weight rows' pair (t + 2j, t + 2j + 1)
-      for (int j = 0; j < 16; ++j) _mm512_store_si512(v + j, _mm512_castps_si512(rows[j]));
+      Transpose16(v);  // v[j]: the 16 weight rows' pair (t + 2j, t + 2j + 1)
+      if constexpr (kMode == Pairs::kSave)
+        for (int j = 0; j < 16; ++j) _mm512_store_si512(saved + j, _mm512_castps_si512(v[j]));
     }
     const float* xa = xcol(t);
     for (int j = 0; j < 16; ++j) {
-      const __m512i pj = _mm512_load_si512(v + j);
+      // (Loaded here, not all sixteen ahead: with 16 accumulators they would not all fit.)
+      const __m512i pj = kMode == Pairs::kLoad ? _mm512_load_si512(saved + j)
+                                               : _mm512_castps_si512(v[j]);
       const __m512 lo = widen(pj, 0), hi = widen(pj, 1);
       const float* x0 = xa + 2 * j * kPanel;
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x0[r]), acc[r]);
@@ -255,21 +262,21 @@ HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, c
   }
   for (; t < k; ++t) {
     HWY_ALIGN float col[16];
-    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(w[std::min(m0 + i, m - 1) * ldw + t]);
+    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
     const __m512 wv = _mm512_load_ps(col);
     const float* x0 = xcol(t);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[r]);
   }
 }
 
-// Rows [r0, r0 + R) of every tile in this thread's share; rows past n (the last pass) read the
-// panel's zero rows and are not stored. first: the pass that transposes into `pairs`.
-template <int R>
+// Rows [r0, r0 + R) of one tile; rows past n (the last pass) read the panel's zero rows and
+// are not stored.
+template <int R, Pairs kMode>
 void RowPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
-             float* c, int64_t ldc, int64_t m0, int64_t r0, bool first, __m512i* pairs) {
+             float* c, int64_t ldc, int64_t m0, int64_t r0, __m512i* pairs) {
   const int64_t cols = std::min<int64_t>(16, m - m0);
   __m512 acc[R];
-  RowTile<R>(w, ldw, m, m0, xp, panels(n), r0, k, first, pairs, acc);
+  RowTile<R, kMode>(w, ldw, m, m0, xp, panels(n), r0, k, pairs, acc);
   for (int64_t r = 0; r < std::min<int64_t>(R, n - r0); ++r) {
     float* dst = c + (r0 + r) * ldc + m0;
     if (cols == 16) {
@@ -282,8 +289,20 @@ void RowPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t
   }
 }
 
-// Per tile of 16 weight rows, passes of 16 activation rows, then one of 8 or 4 for the rest
-// (the accumulators beside the transposed block).
+// The last (or only) pass of a tile over the n - r0 rows left (at most 16), as few
+// accumulators as cover them.
+template <Pairs kMode>
+void LastPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+              float* c, int64_t ldc, int64_t m0, int64_t r0, __m512i* pairs) {
+  const int64_t left = n - r0;
+  if (left <= 2) return RowPass<2, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+  if (left <= 4) return RowPass<4, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+  if (left <= 8) return RowPass<8, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+  RowPass<16, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+}
+
+// Per tile of 16 weight rows: up to 16 rows in one pass with the transposed block in
+// registers; more in passes of 16, the first keeping the block for the others.
 void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
              float* c, int64_t ldc, int ith, int nth) {
   const int64_t tiles = (m + 15) / 16;
@@ -292,16 +311,19 @@ void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t
     alignas(64) uint32_t v[16];
   };
   thread_local std::vector<Aligned64> pairs_buf;
-  pairs_buf.resize(size_t(k / 32 * 16));
+  if (n > 16) pairs_buf.resize(size_t(k / 32 * 16));
   auto* pairs = reinterpret_cast<__m512i*>(pairs_buf.data());
   for (int64_t tt = tb; tt < te; ++tt) {
     const int64_t m0 = tt * 16;
-    int64_t r0 = 0;
-    for (; n - r0 > 8; r0 += 16) RowPass<16>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
-    if (n - r0 > 4)
-      RowPass<8>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
-    else if (n > r0)
-      RowPass<4>(w, ldw, m, xp, n, k, c, ldc, m0, r0, r0 == 0, pairs);
+    if (n <= 16) {
+      LastPass<Pairs::kFused>(w, ldw, m, xp, n, k, c, ldc, m0, 0, pairs);
+      continue;
+    }
+    RowPass<16, Pairs::kSave>(w, ldw, m, xp, n, k, c, ldc, m0, 0, pairs);
+    int64_t r0 = 16;
+    for (; n - r0 > 16; r0 += 16)
+      RowPass<16, Pairs::kLoad>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+    LastPass<Pairs::kLoad>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
   }
 }
 #else
