@@ -72,7 +72,7 @@ void product_sizes(benchmark::internal::Benchmark* b) {
   for (const auto& s : shapes)
     for (int threads : {1, 2})
       for (int impl : {0, 1}) b->Args({impl, s[0], s[1], 512, threads});
-  for (int64_t n : {2, 8, 16, 32, 64, 96, 128, 192})
+  for (int64_t n : {2, 8, 16, 20, 32, 64, 96, 128, 192})
     for (int threads : {1, 2})
       for (int impl : {0, 1}) b->Args({impl, 8192, 2048, n, threads});
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -174,8 +175,8 @@ HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t
 // AVX-512 only (its in-register transpose); other targets take the tile.
 constexpr bool kRowPath = true;
 // Below 128 rows the row path; from 128 the tile, which there is 10-20% faster than ggml. The
-// row path against ggml on two threads: 1.3x its time at 2 rows, 1.1x at 8, even at 16-32,
-// up to 1.1x at 64-100 (1.2x on the 8192-column product); the tile is no faster there
+// row path against ggml on two threads (8192 x 2048): 1.5x its time at 2 rows, 1.15x at 8,
+// even at 16, 1.3x at 20 (two passes), within 7% at 32-100; the tile is no faster there
 // (BENCHMARKS.md, "Prefill's f16 products").
 constexpr int64_t kRowPathBelow = 128;
 
@@ -207,53 +208,75 @@ HWY_INLINE void Transpose16(__m512 r[16]) {
   }
 }
 
-// How a pass over a tile gets its transposed weights: transposing them and using them in
-// registers (the only pass: up to 16 rows), transposing them and keeping them in `pairs` for
-// the passes after it, or reading them there.
+// The 16 weight rows' f16 pairs (t + 2j, t + 2j + 1), j < 16, of the 32 columns from t, for
+// the 16 weight rows whose row pointers are `row`, transposed in registers: v[j] holds row i's
+// pair in lane i.
+HWY_INLINE void LoadPairs(const uint16_t* const row[16], int64_t t, __m512 v[16]) {
+  for (int i = 0; i < 16; ++i) {
+    // Sixteen streams 4 KiB apart outrun the hardware prefetchers: ask for the lines eight
+    // steps ahead.
+    _mm_prefetch(reinterpret_cast<const char*>(row[i] + t + 8 * 32), _MM_HINT_T0);
+    v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(row[i] + t));
+  }
+  Transpose16(v);
+}
+
+// Pair vector -> the 16 rows' weights at its first (half 0) or second (half 1) column.
+HWY_INLINE __m512 WidenHalf(__m512i v, int half) {
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half ? _mm512_srli_epi32(v, 16) : v));
+}
+
+// x[r0][t] in the packed rows: panel r0 / 32's slice of t's block of columns; rows r0.. follow
+// it, and t + 1 is 32 floats on within the block.
+HWY_INLINE const float* XColumn(const float* xp, int64_t np, int64_t r0, int64_t k, int64_t t) {
+  const int64_t t0 = t / kBlockK * kBlockK;
+  return xp + slice(np, r0 / kPanel, t0, std::min(kBlockK, k - t0)) + (t - t0) * kPanel +
+         r0 % kPanel;
+}
+
+// Stores acc[r] (16 weight rows from m0) for the rows r0 + r < n.
+template <int R>
+HWY_INLINE void StoreRows(const __m512* acc, int64_t n, int64_t r0, int64_t m, int64_t m0,
+                          float* c, int64_t ldc) {
+  const int64_t cols = std::min<int64_t>(16, m - m0);
+  for (int64_t r = 0; r < std::min<int64_t>(R, n - r0); ++r) {
+    float* dst = c + (r0 + r) * ldc + m0;
+    if (cols == 16) {
+      _mm512_storeu_ps(dst, acc[r]);
+    } else {
+      HWY_ALIGN float tmp[16];
+      _mm512_store_ps(tmp, acc[r]);
+      std::copy_n(tmp, std::max<int64_t>(cols, 0), dst);
+    }
+  }
+}
+
+// How a pass over a tile of 16 weight rows gets its transposed weights: transposing them and
+// using them in registers (the only pass: up to 16 rows), transposing them and keeping them in
+// `pairs` for the pass after it, or reading them there (up to 32 rows: two passes).
 enum class Pairs { kFused, kSave, kLoad };
 
-// One tile of the row path: acc[r][0..16) = sum over t < k of w[m0 + i][t] x[r][t] for the 16
-// weight rows from m0 (rows past m repeat the last) and R activation rows from r0 (within one
-// panel). 32 columns at a time: each weight row's 64-byte line is one 16 x u32 load (f16
-// pairs t, t + 1), the 16 x 16 pairs are transposed in registers, and each pair vector gives
-// the 16 rows' weights at t (low halves) and t + 1 (high halves).
+// acc[r] = sum over t < k of w[m0 + i][t] x[r0 + r][t] (row[i] = w's row m0 + i), the chain in
+// t order, for the R activation rows from r0 (within one panel).
 template <int R, Pairs kMode>
-HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, const float* xp,
-                        int64_t np, int64_t r0, int64_t k, __m512i* pairs, __m512 acc[R]) {
+HWY_INLINE void RowTile(const uint16_t* const row[16], const float* xp, int64_t np, int64_t r0,
+                        int64_t k, __m512i* pairs, __m512 acc[R]) {
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
-  const auto widen = [](__m512i v, int half) {
-    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half ? _mm512_srli_epi32(v, 16) : v));
-  };
-  // x[r0][t]: panel r0 / 32's slice of t's block of columns; rows r0.. follow it, t + 1 is 32
-  // floats on (within the block).
-  const auto xcol = [&](int64_t t) {
-    const int64_t t0 = t / kBlockK * kBlockK;
-    return xp + slice(np, r0 / kPanel, t0, std::min(kBlockK, k - t0)) + (t - t0) * kPanel +
-           r0 % kPanel;
-  };
-  const uint16_t* row[16];
-  for (int i = 0; i < 16; ++i) row[i] = w + std::min(m0 + i, m - 1) * ldw;
   int64_t t = 0;
   for (; t + 32 <= k; t += 32) {
     __m512 v[16];
     __m512i* saved = pairs + (t / 32) * 16;
     if constexpr (kMode != Pairs::kLoad) {
-      for (int i = 0; i < 16; ++i) {
-        // Sixteen streams 4 KiB apart outrun the hardware prefetchers: ask for the lines
-        // eight steps ahead.
-        _mm_prefetch(reinterpret_cast<const char*>(row[i] + t + 8 * 32), _MM_HINT_T0);
-        v[i] = _mm512_castsi512_ps(_mm512_loadu_si512(row[i] + t));
-      }
-      Transpose16(v);  // v[j]: the 16 weight rows' pair (t + 2j, t + 2j + 1)
+      LoadPairs(row, t, v);
       if constexpr (kMode == Pairs::kSave)
         for (int j = 0; j < 16; ++j) _mm512_store_si512(saved + j, _mm512_castps_si512(v[j]));
     }
-    const float* xa = xcol(t);
+    const float* xa = XColumn(xp, np, r0, k, t);
     for (int j = 0; j < 16; ++j) {
       // (Loaded here, not all sixteen ahead: with 16 accumulators they would not all fit.)
       const __m512i pj = kMode == Pairs::kLoad ? _mm512_load_si512(saved + j)
                                                : _mm512_castps_si512(v[j]);
-      const __m512 lo = widen(pj, 0), hi = widen(pj, 1);
+      const __m512 lo = WidenHalf(pj, 0), hi = WidenHalf(pj, 1);
       const float* x0 = xa + 2 * j * kPanel;
       for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(lo, _mm512_set1_ps(x0[r]), acc[r]);
       for (int r = 0; r < R; ++r)
@@ -264,49 +287,33 @@ HWY_INLINE void RowTile(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, c
     HWY_ALIGN float col[16];
     for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
     const __m512 wv = _mm512_load_ps(col);
-    const float* x0 = xcol(t);
+    const float* x0 = XColumn(xp, np, r0, k, t);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[r]);
   }
 }
 
-// Rows [r0, r0 + R) of one tile; rows past n (the last pass) read the panel's zero rows and
-// are not stored.
-template <int R, Pairs kMode>
-void RowPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
-             float* c, int64_t ldc, int64_t m0, int64_t r0, __m512i* pairs) {
-  const int64_t cols = std::min<int64_t>(16, m - m0);
-  __m512 acc[R];
-  RowTile<R, kMode>(w, ldw, m, m0, xp, panels(n), r0, k, pairs, acc);
-  for (int64_t r = 0; r < std::min<int64_t>(R, n - r0); ++r) {
-    float* dst = c + (r0 + r) * ldc + m0;
-    if (cols == 16) {
-      _mm512_storeu_ps(dst, acc[r]);
-    } else {
-      HWY_ALIGN float tmp[16];
-      _mm512_store_ps(tmp, acc[r]);
-      std::copy_n(tmp, cols, dst);
-    }
-  }
-}
-
-// The last (or only) pass of a tile over the n - r0 rows left (at most 16), as few
-// accumulators as cover them.
+// The rows left from r0 (at most 16) in one pass, as few accumulators as cover them; rows past
+// n read the panel's zero rows and are not stored.
 template <Pairs kMode>
-void LastPass(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
-              float* c, int64_t ldc, int64_t m0, int64_t r0, __m512i* pairs) {
+void RowPass(const uint16_t* const row[16], const float* xp, int64_t n, int64_t k, float* c,
+             int64_t ldc, int64_t m, int64_t m0, int64_t r0, __m512i* pairs) {
+  const auto run = [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    __m512 acc[R];
+    RowTile<R, kMode>(row, xp, panels(n), r0, k, pairs, acc);
+    StoreRows<R>(acc, n, r0, m, m0, c, ldc);
+  };
   const int64_t left = n - r0;
-  if (left <= 2) return RowPass<2, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
-  if (left <= 4) return RowPass<4, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
-  if (left <= 8) return RowPass<8, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
-  RowPass<16, kMode>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+  if (left <= 2) return run(std::integral_constant<int, 2>());
+  if (left <= 4) return run(std::integral_constant<int, 4>());
+  if (left <= 8) return run(std::integral_constant<int, 8>());
+  run(std::integral_constant<int, 16>());
 }
 
-// Per tile of 16 weight rows: up to 16 rows in one pass with the transposed block in
-// registers; more in passes of 16, the first keeping the block for the others.
-void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
-             float* c, int64_t ldc, int ith, int nth) {
-  const int64_t tiles = (m + 15) / 16;
-  const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
+// Up to 32 rows: per tile of 16 weight rows, one pass with the transposed block in registers,
+// or two (16 rows, the block kept for the rest).
+void RowsFew(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+             float* c, int64_t ldc, int64_t tb, int64_t te) {
   struct Aligned64 {
     alignas(64) uint32_t v[16];
   };
@@ -315,16 +322,116 @@ void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t
   auto* pairs = reinterpret_cast<__m512i*>(pairs_buf.data());
   for (int64_t tt = tb; tt < te; ++tt) {
     const int64_t m0 = tt * 16;
+    const uint16_t* row[16];
+    for (int i = 0; i < 16; ++i) row[i] = w + std::min(m0 + i, m - 1) * ldw;  // past m: repeat
     if (n <= 16) {
-      LastPass<Pairs::kFused>(w, ldw, m, xp, n, k, c, ldc, m0, 0, pairs);
+      RowPass<Pairs::kFused>(row, xp, n, k, c, ldc, m, m0, 0, pairs);
       continue;
     }
-    RowPass<16, Pairs::kSave>(w, ldw, m, xp, n, k, c, ldc, m0, 0, pairs);
-    int64_t r0 = 16;
-    for (; n - r0 > 16; r0 += 16)
-      RowPass<16, Pairs::kLoad>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
-    LastPass<Pairs::kLoad>(w, ldw, m, xp, n, k, c, ldc, m0, r0, pairs);
+    RowPass<Pairs::kSave>(row, xp, n, k, c, ldc, m, m0, 0, pairs);
+    RowPass<Pairs::kLoad>(row, xp, n, k, c, ldc, m, m0, 16, pairs);
   }
+}
+
+// More than 32 rows: per tile of 32 weight rows and block of kRowBlock columns, the block's
+// transposed pairs are kept (kRowBlock / 32 x 2 x 16 vectors, 128 KiB, in L2), then passes of
+// R rows read them, each broadcast value feeding both 16-row halves (two multiply-adds a
+// broadcast, as the tile's loop). Between blocks a pass's sums wait in C (exact f32).
+constexpr int64_t kRowBlock = 2048;  // columns a tile's pairs are kept for (k = 8192 whole: 12%
+                                     // slower, the pairs falling out of L2)
+
+template <int R>
+HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int64_t r0,
+                         int64_t k, int64_t t0, int64_t t1, const uint16_t* const row[32],
+                         __m512 acc[2][R]) {
+  int64_t t = t0;
+  for (; t + 32 <= t1; t += 32) {
+    const __m512i* p = pairs + ((t - t0) / 32) * 32;
+    const float* xa = XColumn(xp, np, r0, k, t);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i p0 = _mm512_load_si512(p + j), p1 = _mm512_load_si512(p + 16 + j);
+      const float* x0 = xa + 2 * j * kPanel;
+      const __m512 lo0 = WidenHalf(p0, 0), lo1 = WidenHalf(p1, 0);
+      for (int r = 0; r < R; ++r) {
+        const __m512 a = _mm512_set1_ps(x0[r]);
+        acc[0][r] = _mm512_fmadd_ps(lo0, a, acc[0][r]);
+        acc[1][r] = _mm512_fmadd_ps(lo1, a, acc[1][r]);
+      }
+      const __m512 hi0 = WidenHalf(p0, 1), hi1 = WidenHalf(p1, 1);
+      for (int r = 0; r < R; ++r) {
+        const __m512 b = _mm512_set1_ps(x0[kPanel + r]);
+        acc[0][r] = _mm512_fmadd_ps(hi0, b, acc[0][r]);
+        acc[1][r] = _mm512_fmadd_ps(hi1, b, acc[1][r]);
+      }
+    }
+  }
+  for (; t < t1; ++t) {  // the last block's columns past a multiple of 32
+    const float* x0 = XColumn(xp, np, r0, k, t);
+    for (int h = 0; h < 2; ++h) {
+      HWY_ALIGN float col[16];
+      for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[16 * h + i][t]);
+      const __m512 wv = _mm512_load_ps(col);
+      for (int r = 0; r < R; ++r)
+        acc[h][r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[h][r]);
+    }
+  }
+}
+
+void RowsMany(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+              float* c, int64_t ldc, int64_t tb, int64_t te) {
+  constexpr int kR = 8;  // 2 x 8 accumulators
+  const int64_t np = panels(n);
+  struct Aligned64 {
+    alignas(64) uint32_t v[16];
+  };
+  thread_local std::vector<Aligned64> pairs_buf;
+  pairs_buf.resize(size_t(std::min(k, kRowBlock) / 32 * 32));
+  auto* pairs = reinterpret_cast<__m512i*>(pairs_buf.data());
+  for (int64_t tt = tb; tt < te; ++tt) {
+    const int64_t m0 = tt * 32;
+    const uint16_t* row[32];
+    for (int i = 0; i < 32; ++i) row[i] = w + std::min(m0 + i, m - 1) * ldw;  // past m: repeat
+    // The lanes of each half that are weight rows (C's columns m0 + 16h ...).
+    __mmask16 valid[2];
+    for (int h = 0; h < 2; ++h) {
+      const int64_t cols = std::clamp<int64_t>(m - m0 - 16 * h, 0, 16);
+      valid[h] = __mmask16((uint32_t(1) << cols) - 1);
+    }
+    for (int64_t t0 = 0; t0 < k; t0 += kRowBlock) {
+      const int64_t t1 = std::min(k, t0 + kRowBlock);
+      for (int64_t t = t0; t + 32 <= t1; t += 32)
+        for (int h = 0; h < 2; ++h) {
+          __m512 v[16];
+          LoadPairs(row + 16 * h, t, v);
+          for (int j = 0; j < 16; ++j)
+            _mm512_store_si512(pairs + ((t - t0) / 32) * 32 + 16 * h + j,
+                               _mm512_castps_si512(v[j]));
+        }
+      for (int64_t r0 = 0; r0 < n; r0 += kR) {
+        const int64_t rows = std::min<int64_t>(kR, n - r0);
+        __m512 acc[2][kR];
+        for (int h = 0; h < 2; ++h)
+          for (int r = 0; r < kR; ++r)
+            acc[h][r] = t0 == 0 || r >= rows ? _mm512_setzero_ps()
+                                             : _mm512_maskz_loadu_ps(
+                                                   valid[h], c + (r0 + r) * ldc + m0 + 16 * h);
+        WidePass<kR>(pairs, xp, np, r0, k, t0, t1, row, acc);
+        for (int h = 0; h < 2; ++h)
+          for (int64_t r = 0; r < rows; ++r)
+            _mm512_mask_storeu_ps(c + (r0 + r) * ldc + m0 + 16 * h, valid[h], acc[h][r]);
+      }
+    }
+  }
+}
+
+// Splits the weight rows' tiles (16 rows for up to 32 activation rows, else 32) between the
+// threads and runs the pass shape that covers n.
+void RunRows(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
+             float* c, int64_t ldc, int ith, int nth) {
+  const int64_t rows_a_tile = n <= 32 ? 16 : 32, tiles = (m + rows_a_tile - 1) / rows_a_tile;
+  const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
+  if (n <= 32) return RowsFew(w, ldw, m, xp, n, k, c, ldc, tb, te);
+  RowsMany(w, ldw, m, xp, n, k, c, ldc, tb, te);
 }
 #else
 constexpr bool kRowPath = false;
