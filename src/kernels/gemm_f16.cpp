@@ -175,8 +175,8 @@ HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t
 // AVX-512 only (its in-register transpose); other targets take the tile.
 constexpr bool kRowPath = true;
 // Below 128 rows the row path; from 128 the tile, which there is 10-20% faster than ggml. The
-// row path against ggml on two threads (8192 x 2048): 1.5x its time at 2 rows, 1.15x at 8,
-// even at 16, 1.3x at 20 (two passes), within 7% at 32-100; the tile is no faster there
+// row path against ggml on two threads (8192 x 2048): 1.4x its time at 2 rows, 1.1x at 8,
+// even at 16, 1.2x at 20 (two passes), 0.86-1.08x at 32-96; the tile is no faster there
 // (BENCHMARKS.md, "Prefill's f16 products").
 constexpr int64_t kRowPathBelow = 128;
 
@@ -208,9 +208,8 @@ HWY_INLINE void Transpose16(__m512 r[16]) {
   }
 }
 
-// The 16 weight rows' f16 pairs (t + 2j, t + 2j + 1), j < 16, of the 32 columns from t, for
-// the 16 weight rows whose row pointers are `row`, transposed in registers: v[j] holds row i's
-// pair in lane i.
+// The f16 pairs (t + 2j, t + 2j + 1), j < 16, of the 16 weight rows at row[0..16), transposed
+// in registers: v[j] holds row i's pair in lane i.
 HWY_INLINE void LoadPairs(const uint16_t* const row[16], int64_t t, __m512 v[16]) {
   for (int i = 0; i < 16; ++i) {
     // Sixteen streams 4 KiB apart outrun the hardware prefetchers: ask for the lines eight
@@ -246,7 +245,7 @@ HWY_INLINE void StoreRows(const __m512* acc, int64_t n, int64_t r0, int64_t m, i
     } else {
       HWY_ALIGN float tmp[16];
       _mm512_store_ps(tmp, acc[r]);
-      std::copy_n(tmp, std::max<int64_t>(cols, 0), dst);
+      std::copy_n(tmp, cols, dst);
     }
   }
 }
@@ -315,8 +314,9 @@ void RowsFew(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t
 // transposed pairs are kept (kRowBlock / 32 x 2 x 16 vectors, 128 KiB, in L2), then passes of
 // R rows read them, each broadcast value feeding both 16-row halves (two multiply-adds a
 // broadcast, as the tile's loop). Between blocks a pass's sums wait in C (exact f32).
-constexpr int64_t kRowBlock = 2048;  // columns a tile's pairs are kept for (k = 8192 whole: 12%
-                                     // slower, the pairs falling out of L2)
+constexpr int64_t kRowBlock = 2048;  // columns a tile's pairs are kept for (k = 8192 whole, the
+                                     // pairs falling out of L2: 1.16x ggml's time at 100 rows
+                                     // against 1.07x)
 
 template <int R>
 HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int64_t r0,
