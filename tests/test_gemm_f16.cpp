@@ -83,9 +83,12 @@ void expect_matches_twin(const Problem& p, const std::vector<float>& c) {
 
 TEST(GemmF16, MatchesTheDoubleTwinOnEveryTarget) {
   // Shapes around every block edge: one row or column, tails of the 12-row tile, the 32-row
-  // panel, the 256-column block and the 512-row pass, and k not a multiple of any vector.
-  const int64_t shapes[][3] = {{1, 1, 1},     {5, 3, 7},     {13, 33, 17},   {12, 32, 256},
-                               {37, 70, 300}, {97, 545, 530}, {25, 1030, 40}, {200, 64, 1}};
+  // panel, the 256-column block and the 512-row pass, the row path's 16- and 32-row tiles and
+  // its 2048-column blocks (sums carried across them in C), and k not a multiple of any
+  // vector.
+  const int64_t shapes[][3] = {{1, 1, 1},     {5, 3, 7},       {13, 33, 17},   {12, 32, 256},
+                               {37, 70, 300}, {97, 545, 530},  {25, 1030, 40}, {200, 64, 1},
+                               {37, 70, 2100}, {21, 20, 2080}};
   test::for_each_target([&] {
     uint32_t seed = 1;
     for (const auto& s : shapes) {
