@@ -118,7 +118,7 @@ TEST(GemmF16, ARowsResultIsTheSameBitsWhateverTheRowsBesideIt) {
   test::for_each_target([&] {
     const Problem big = make(27, 600, 300, 5);
     const std::vector<float> all = product(big, 1);
-    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 32, 33, 100, 513}) {
+    for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 16, 17, 20, 23, 31, 32, 33, 100, 513}) {
       Problem p = big;
       p.n = n;
       p.x.resize(size_t(n * p.ldx));

@@ -297,16 +297,75 @@ void RowPass(const uint16_t* const row[16], const float* xp, int64_t n, int64_t 
   run(std::integral_constant<int, 16>());
 }
 
-// Up to 32 rows: per tile of 16 weight rows, one pass, or two that each transpose the block
-// again (keeping the first pass's block in memory for the second measured slower in the
-// runner: 20-token prompts 0.74x of llama.cpp against 0.83x).
+// Rows r0.. (R of them) of the sums for one 32-column block whose widened weights are in
+// wl[j], wh[j] (columns t + 2j, t + 2j + 1), continuing acc.
+template <int R>
+HWY_INLINE void BlockRows(const __m512* wl, const __m512* wh, const float* xa, __m512 acc[R]) {
+  for (int j = 0; j < 16; ++j) {
+    const float* x0 = xa + 2 * j * kPanel;
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wl[j], _mm512_set1_ps(x0[r]), acc[r]);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm512_fmadd_ps(wh[j], _mm512_set1_ps(x0[kPanel + r]), acc[r]);
+  }
+}
+
+// 17 to 32 rows: per tile of 16 weight rows, each 32-column block transposed once and widened
+// into 2 KiB on the stack (L1), then rows 0-15 and the rest in turn read it, each group's sums
+// waiting in memory while the other's run.
+template <int R2>
+void RowsTwo(const uint16_t* const row[16], const float* xp, int64_t n, int64_t k, float* c,
+             int64_t ldc, int64_t m, int64_t m0) {
+  HWY_ALIGN float sums[(16 + R2) * 16];
+  auto* acc_mem = reinterpret_cast<__m512*>(sums);
+  for (int r = 0; r < 16 + R2; ++r) acc_mem[r] = _mm512_setzero_ps();
+  int64_t t = 0;
+  for (; t + 32 <= k; t += 32) {
+    __m512 v[16];
+    LoadPairs(row, t, v);
+    HWY_ALIGN __m512 wl[16], wh[16];
+    for (int j = 0; j < 16; ++j) {
+      wl[j] = WidenHalf(_mm512_castps_si512(v[j]), 0);
+      wh[j] = WidenHalf(_mm512_castps_si512(v[j]), 1);
+    }
+    const float* xa = XColumn(xp, 1, 0, k, t);
+    {
+      __m512 acc[16];
+      for (int r = 0; r < 16; ++r) acc[r] = acc_mem[r];
+      BlockRows<16>(wl, wh, xa, acc);
+      for (int r = 0; r < 16; ++r) acc_mem[r] = acc[r];
+    }
+    __m512 acc[R2];
+    for (int r = 0; r < R2; ++r) acc[r] = acc_mem[16 + r];
+    BlockRows<R2>(wl, wh, xa + 16, acc);
+    for (int r = 0; r < R2; ++r) acc_mem[16 + r] = acc[r];
+  }
+  for (; t < k; ++t) {
+    HWY_ALIGN float col[16];
+    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
+    const __m512 wv = _mm512_load_ps(col);
+    const float* x0 = XColumn(xp, 1, 0, k, t);
+    for (int r = 0; r < 16 + R2; ++r)
+      acc_mem[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc_mem[r]);
+  }
+  StoreRows<16 + R2>(acc_mem, n, 0, m, m0, c, ldc);
+}
+
+// Up to 32 rows: per tile of 16 weight rows, one pass from the registers (up to 16 rows), or
+// the two groups of RowsTwo.
 void RowsFew(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
              float* c, int64_t ldc, int64_t tb, int64_t te) {
   for (int64_t tt = tb; tt < te; ++tt) {
     const int64_t m0 = tt * 16;
     const uint16_t* row[16];
     for (int i = 0; i < 16; ++i) row[i] = w + std::min(m0 + i, m - 1) * ldw;  // past m: repeat
-    for (int64_t r0 = 0; r0 < n; r0 += 16) RowPass(row, xp, n, k, c, ldc, m, m0, r0);
+    if (n <= 16)
+      RowPass(row, xp, n, k, c, ldc, m, m0, 0);
+    else if (n <= 20)
+      RowsTwo<4>(row, xp, n, k, c, ldc, m, m0);
+    else if (n <= 24)
+      RowsTwo<8>(row, xp, n, k, c, ldc, m, m0);
+    else
+      RowsTwo<16>(row, xp, n, k, c, ldc, m, m0);
   }
 }
 
