@@ -175,9 +175,8 @@ HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t
 // AVX-512 only (its in-register transpose); other targets take the tile.
 constexpr bool kRowPath = true;
 // Below 128 rows the row path; from 128 the tile, which there is 10-20% faster than ggml. The
-// row path against ggml on two threads (8192 x 2048): 1.4x its time at 2 rows, 1.1x at 8,
-// even at 16, 1.2x at 20 (two passes), 0.86-1.08x at 32-96; the tile is no faster there
-// (BENCHMARKS.md, "Prefill's f16 products").
+// row path against ggml on two threads (8192 x 2048): 1.5x its time at 2 rows, 0.95-1.07x
+// at 8-96; the tile is no faster there (BENCHMARKS.md, "Prefill's f16 products").
 constexpr int64_t kRowPathBelow = 128;
 
 // r[i] = row i of a 16 x 16 block; afterwards r[j] = column j.
@@ -297,8 +296,8 @@ void RowPass(const uint16_t* const row[16], const float* xp, int64_t n, int64_t 
   run(std::integral_constant<int, 16>());
 }
 
-// Rows r0.. (R of them) of the sums for one 32-column block whose widened weights are in
-// wl[j], wh[j] (columns t + 2j, t + 2j + 1), continuing acc.
+// Continues the sums of R activation rows (x[r][t] at xa[r], the next column 32 floats on) over
+// one 32-column block whose 16 weight rows are widened in wl[j], wh[j] (columns 2j, 2j + 1).
 template <int R>
 HWY_INLINE void BlockRows(const __m512* wl, const __m512* wh, const float* xa, __m512 acc[R]) {
   for (int j = 0; j < 16; ++j) {
@@ -351,7 +350,9 @@ void RowsTwo(const uint16_t* const row[16], const float* xp, int64_t n, int64_t 
 }
 
 // Up to 32 rows: per tile of 16 weight rows, one pass from the registers (up to 16 rows), or
-// the two groups of RowsTwo.
+// the two groups of RowsTwo (keeping a whole tile's block for a second pass instead, in L2,
+// or transposing it again, measured slower: 20-token prompts 0.74x and 0.83x of llama.cpp
+// against 0.94x).
 void RowsFew(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n, int64_t k,
              float* c, int64_t ldc, int64_t tb, int64_t te) {
   for (int64_t tt = tb; tt < te; ++tt) {
