@@ -21,15 +21,12 @@ struct Problem {
   std::vector<float> x;
 };
 
-uint16_t f16_bits(float v) { return f32_to_f16(v); }
-float f16_value(uint16_t b) { return f16_to_f32(b); }
-
 Problem make(int64_t m, int64_t n, int64_t k, uint32_t seed) {
   Problem p{m, n, k, k + 3, k + 5, m + 2, {}, {}};
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   p.w.resize(size_t(m * p.ldw));
-  for (auto& b : p.w) b = f16_bits(u(rng));
+  for (auto& b : p.w) b = f32_to_f16(u(rng));
   p.x.resize(size_t(n * p.ldx));
   for (auto& v : p.x) v = u(rng);
   return p;
@@ -44,7 +41,7 @@ void twin(const Problem& p, std::vector<double>& ref, std::vector<double>& mag) 
       double s = 0, a = 0;
       for (int64_t t = 0; t < p.k; ++t) {
         const double v =
-            double(p.x[size_t(r * p.ldx + t)]) * f16_value(p.w[size_t(j * p.ldw + t)]);
+            double(p.x[size_t(r * p.ldx + t)]) * f16_to_f32(p.w[size_t(j * p.ldw + t)]);
         s += v;
         a += std::fabs(v);
       }
@@ -135,7 +132,7 @@ TEST(GemmF16, ExtremeValuesAsTheTwin) {
   test::for_each_target([&] {
     Problem p = make(29, 41, 75, 3);
     const float ws[] = {65504.0f, -65504.0f, 5.96046448e-8f, 0.0f, -0.0f, 1.0f};
-    for (size_t i = 0; i < p.w.size(); i += 3) p.w[i] = f16_bits(ws[(i / 3) % 6]);
+    for (size_t i = 0; i < p.w.size(); i += 3) p.w[i] = f32_to_f16(ws[(i / 3) % 6]);
     for (size_t i = 0; i < p.x.size(); i += 5) p.x[i] = (i / 5) % 2 ? 1e30f : -1e-30f;
     expect_matches_twin(p, product(p, 2));
   });

@@ -69,7 +69,8 @@ struct Builder {
     int64_t ldw, m;
   };
   std::deque<F16Args> f16_args;  // stable addresses: the nodes point at them
-  ggml_tensor* packed = nullptr;   // the last packing node, and the input it packed
+  ggml_tensor* packed = nullptr;   // the last packing node, its arguments, and the input
+  const F16Args* packed_args = nullptr;
   const ggml_tensor* packed_from = nullptr;
   bool f16_product(const Model::Weight& w, const ggml_tensor* x) const {
     return xp && w.t->type == GGML_TYPE_F16 && !w.repacked && x->type == GGML_TYPE_F32 &&
@@ -93,11 +94,12 @@ struct Builder {
                           int64_t(x->nb[1] / sizeof(float)), xp, nullptr, 0, 0});
       ggml_tensor* src[] = {x};
       // The node's own tensor is a token (no data): the packing lands in xp.
+      packed_args = &f16_args.back();
       packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node,
                               GGML_N_TASKS_MAX, &f16_args.back());
       packed_from = x;
     }
-    F16Args a = f16_args.back();
+    F16Args a = *packed_args;  // the packed input's n, k and xp; this product's weights below
     a.w = static_cast<const uint16_t*>(w.t->data);
     a.ldw = int64_t(w.t->nb[1] / sizeof(uint16_t));
     a.m = w.t->ne[1];
