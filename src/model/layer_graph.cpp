@@ -1,11 +1,12 @@
 #include "model/layer_graph.hpp"
 
 #include <deque>
+#include <optional>
 #include <vector>
 
 #include "core/thread_pool.hpp"
 #include "ggml.h"
-#include "kernels/gemm_f16.hpp"
+#include "kernels/gemm_widen.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::model {
@@ -13,6 +14,9 @@ namespace spattn::model {
 namespace {
 
 constexpr int kMaxNodes = 96;
+
+std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w);
+kernels::WeightRows widened(const Model::Weight& w);
 
 // Every tensor of the graph is placed by hand on the session's buffers (the context allocates
 // nothing). A buffer is reused along the chain (h holds the normed rows, then Wo's output,
@@ -52,68 +56,86 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(f16_product(w, x) ? f16_linear(w, x) : ggml_mul_mat(ctx, w.t, x), y);
+    ggml_tensor* t = at(spattn_product(w, x) ? spattn_linear(w, x) : ggml_mul_mat(ctx, w.t, x), y);
     return bias.empty() ? t : at(ggml_add(ctx, t, vec(bias)), y);
   }
 
-  // Prefill's f16 products on spattn's kernel (kernels/gemm_f16.hpp says why): a node packing
-  // the input's rows into xp, shared by the products that read the same input (q, k, v; gate,
-  // up), and a node per product. One xp serves the whole graph: each packing node depends,
-  // through the chain, on every product that read the packing before it.
+  // Prefill's products on spattn's kernel (kernels/gemm_widen.hpp says why): a node packing the
+  // input's rows into xp, shared by the products that read the same input (q, k, v; gate, up),
+  // and a node per product. One xp serves the whole graph: each packing node depends, through
+  // the chain, on every product that read the packing before it.
   float* xp = nullptr;
-  struct F16Args {
+  struct ProductArgs {
     const float* x;
     int64_t n, k, ldx;
     float* xp;
-    const uint16_t* w;
-    int64_t ldw, m;
+    kernels::WeightRows w;
   };
-  std::deque<F16Args> f16_args;  // stable addresses: the nodes point at them
-  ggml_tensor* packed = nullptr;   // the last packing node, its arguments, and the input
-  const F16Args* packed_args = nullptr;
+  std::deque<ProductArgs> product_args;  // stable addresses: the nodes point at them
+  ggml_tensor* packed = nullptr;         // the last packing node, its arguments, and the input
+  const ProductArgs* packed_args = nullptr;
   const ggml_tensor* packed_from = nullptr;
-  bool f16_product(const Model::Weight& w, const ggml_tensor* x) const {
-    return xp && w.t->type == GGML_TYPE_F16 && !w.repacked && x->type == GGML_TYPE_F32 &&
-           x->ne[1] >= kMinF16Rows && ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1;
+  bool spattn_product(const Model::Weight& w, const ggml_tensor* x) const {
+    const int64_t from = spattn_product_min_rows(w);
+    return xp && from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 &&
+           ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1;
   }
   static void pack_node(ggml_tensor*, int ith, int nth, void* ud) {
-    const auto* a = static_cast<const F16Args*>(ud);
-    kernels::gemm_f16_pack(a->x, a->n, a->k, a->ldx, a->xp, ith, nth);
+    const auto* a = static_cast<const ProductArgs*>(ud);
+    kernels::gemm_widen_pack(a->x, a->n, a->k, a->ldx, a->xp, ith, nth);
   }
   static void product_node(ggml_tensor* dst, int ith, int nth, void* ud) {
-    const auto* a = static_cast<const F16Args*>(ud);
-    kernels::gemm_f16_run(a->w, a->ldw, a->m, a->xp, a->n, a->k, static_cast<float*>(dst->data),
-                          int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+    const auto* a = static_cast<const ProductArgs*>(ud);
+    kernels::gemm_widen_run(a->w, a->xp, a->n, a->k, static_cast<float*>(dst->data),
+                            int64_t(dst->nb[1] / sizeof(float)), ith, nth);
   }
-  ggml_tensor* f16_linear(const Model::Weight& w, ggml_tensor* x) {
+  ggml_tensor* spattn_linear(const Model::Weight& w, ggml_tensor* x) {
     const int64_t k = x->ne[0], n = x->ne[1];
     SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
                  k);
     if (packed_from != x) {
-      f16_args.push_back({static_cast<const float*>(x->data), n, k,
-                          int64_t(x->nb[1] / sizeof(float)), xp, nullptr, 0, 0});
+      product_args.push_back({static_cast<const float*>(x->data), n, k,
+                              int64_t(x->nb[1] / sizeof(float)), xp, {}});
       ggml_tensor* src[] = {x};
       // The node's own tensor is a token (no data): the packing lands in xp.
-      packed_args = &f16_args.back();
+      packed_args = &product_args.back();
       packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node,
-                              GGML_N_TASKS_MAX, &f16_args.back());
+                              GGML_N_TASKS_MAX, &product_args.back());
       packed_from = x;
     }
-    F16Args a = *packed_args;  // the packed input's n, k and xp; this product's weights below
-    a.w = static_cast<const uint16_t*>(w.t->data);
-    a.ldw = int64_t(w.t->nb[1] / sizeof(uint16_t));
-    a.m = w.t->ne[1];
-    f16_args.push_back(a);
+    ProductArgs a = *packed_args;  // the packed input's n, k and xp; this product's weights below
+    a.w = widened(w);
+    kernels::gemm_widen_check(a.w, k);  // here: a throw inside the graph's threads would abort
+    product_args.push_back(a);
     ggml_tensor* src[] = {w.t, packed};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.m, n, 1, 1, src, 2, &product_node,
-                          GGML_N_TASKS_MAX, &f16_args.back());
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &product_node,
+                          GGML_N_TASKS_MAX, &product_args.back());
   }
 };
 
+// w's format as the kernel reads it, or none: a type it has no decoder for, or a matrix ggml
+// repacked into its own interleaved rows (q4_0, q4_K, iq4_nl on x86: multiplied in 8-bit by
+// ggml's repacked kernels, which the widened tile did not beat on q4_K, BENCHMARKS.md).
+std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w) {
+  using F = kernels::WeightFormat;
+  if (w.repacked) return std::nullopt;
+  switch (w.t->type) {
+    case GGML_TYPE_F16: return F::f16;
+    case GGML_TYPE_Q8_0: return F::q8_0;
+    case GGML_TYPE_Q6_K: return F::q6_K;
+    default: return std::nullopt;
+  }
+}
+
+kernels::WeightRows widened(const Model::Weight& w) {
+  return {*widen_format(w), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
+}
+
 }  // namespace
 
-bool f16_products_on_spattn(int64_t rows) {
-  return rows >= kMinF16Rows && kernels::gemm_f16_preferred();
+int64_t spattn_product_min_rows(const Model::Weight& w) {
+  const auto f = widen_format(w);
+  return f ? kernels::gemm_widen_min_rows(*f) : 0;
 }
 
 int threads_for_bytes(size_t bytes, int threads) {

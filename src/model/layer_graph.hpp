@@ -15,21 +15,21 @@ namespace spattn::model {
 
 // The session's scratch rows (row-major, n rows each): x [n, D] the residual stream, h [n, D],
 // q [n, Hq d], k and v [n, Hkv d], att [n, Hq d] the attention output, g and u [n, F]; xp the
-// packed input of f16 products (kernels::gemm_f16_packed_floats of n rows and the widest
-// input), or null: those products stay on ggml's.
+// packed input of the products on spattn's kernel (kernels::gemm_widen_packed_floats of n rows
+// and the widest input), or null: every product stays on ggml's.
 struct RowBuffers {
   float *x, *h, *q, *k, *v, *att, *g, *u;
   float* xp = nullptr;
 };
 
-// The fewest rows a product with f16 weights takes on spattn's kernel rather than ggml's: two,
-// where ggml also leaves its vector products for tinyBLAS, so that a row's bits do not depend
-// on how many rows its call holds (test_batch_invariance.cpp); decode's single rows stay on
-// ggml's vector products.
-constexpr int64_t kMinF16Rows = 2;
-
-// Whether products with f16 weights over `rows` rows go through spattn's kernel here.
-bool f16_products_on_spattn(int64_t rows);
+// The fewest rows from which a product with w goes through spattn's prefill kernel
+// (kernels/gemm_widen.hpp) rather than ggml's, or 0 where it never does (a format without a
+// widening decoder, or a CPU it was not measured on). f16: two, where ggml also leaves its
+// vector products for tinyBLAS, so that a row's bits do not depend on how many rows its call
+// holds (test_batch_invariance.cpp); the quantized formats: kernels::gemm_widen_min_rows's
+// (their shorter calls stay on ggml's 8-bit products, so there a row's bits do depend on which
+// side of that count its call falls). Decode's single rows stay on ggml's vector products.
+int64_t spattn_product_min_rows(const Model::Weight& w);
 
 // What one graph computes for n rows: the tail of layer `tail` (none when < 0), then the head
 // of layer `head` (none when < 0 or past the last layer), then, with `logits`, the model's

@@ -46,7 +46,7 @@
 #include "dist/h2o_chain.hpp"
 #include "dist/ring_attention.hpp"
 #include "eval/rope.hpp"
-#include "kernels/gemm_f16.hpp"
+#include "kernels/gemm_widen.hpp"
 #include "model/kv_cache.hpp"
 #include "methods/a_shape.hpp"
 #include "methods/blasst.hpp"
@@ -223,7 +223,7 @@ struct Session::Impl {
   // Scratch for up to max_rows rows.
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, g, u;
-  std::vector<float> xp;  // f16 products' packed input (RowBuffers::xp); empty: none
+  std::vector<float> xp;  // spattn's products' packed input (RowBuffers::xp); empty: none
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
@@ -383,19 +383,21 @@ struct Session::Impl {
     att.resize(size_t(max_rows * dq));
     g.resize(size_t(max_rows * cfg.n_ff));
     u.resize(size_t(max_rows * cfg.n_ff));
-    if (has_f16_products() && f16_products_on_spattn(max_rows))
-      xp.resize(size_t(kernels::gemm_f16_packed_floats(max_rows, std::max({D, dq, cfg.n_ff}))));
+    if (has_spattn_products(max_rows))
+      xp.resize(size_t(kernels::gemm_widen_packed_floats(max_rows, std::max({D, dq, cfg.n_ff}))));
   }
 
-  bool has_f16_products() const {
-    const auto f16 = [](const Model::Weight& w) {
-      return w.type == WeightType::f16 && !w.repacked;
+  // Whether a call of max_rows rows would run some product on spattn's kernel (then xp is needed).
+  bool has_spattn_products(int64_t max_rows) const {
+    const auto ours = [&](const Model::Weight& w) {
+      const int64_t from = spattn_product_min_rows(w);
+      return from > 0 && from <= max_rows;
     };
-    if (f16(m.output())) return true;
+    if (ours(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
       for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-        if (f16(*w)) return true;
+        if (ours(*w)) return true;
     }
     return false;
   }

@@ -1,6 +1,7 @@
-// gemm_f16_pack / gemm_f16_run (gemm_f16.hpp), compiled once per SIMD target and dispatched.
+// gemm_widen_pack / gemm_widen_run (gemm_widen.hpp), compiled once per SIMD target and
+// dispatched.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/gemm_f16.cpp"
+#define HWY_TARGET_INCLUDE "kernels/gemm_widen.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <algorithm>
@@ -10,15 +11,16 @@
 #include <vector>
 
 #include "hwy/highway.h"
-#include "kernels/gemm_f16.hpp"
+#include "kernels/gemm_widen.hpp"
 #if HWY_ARCH_X86
 #include <immintrin.h>
 #endif
 #include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
 
-#ifndef SPATTN_GEMM_F16_SHARED
-#define SPATTN_GEMM_F16_SHARED
-namespace spattn::kernels::gemm_f16_detail {
+#ifndef SPATTN_GEMM_WIDEN_SHARED
+#define SPATTN_GEMM_WIDEN_SHARED
+namespace spattn::kernels::gemm_widen_detail {
 constexpr int64_t kPanel = 32;   // activation rows a panel (the tile's vector side)
 constexpr int64_t kBlockK = 256;  // columns a weight block is widened for, then reused
 constexpr int64_t kRowsN = 512;   // activation rows a pass keeps its accumulators for (L2)
@@ -32,15 +34,17 @@ inline int64_t panels(int64_t n) { return (n + kPanel - 1) / kPanel; }
 inline int64_t slice(int64_t np, int64_t p, int64_t t0, int64_t kc) {
   return (t0 * np + p * kc) * kPanel;
 }
-}  // namespace spattn::kernels::gemm_f16_detail
+}  // namespace spattn::kernels::gemm_widen_detail
 #endif
 
 HWY_BEFORE_NAMESPACE();
+// The widening decoders, per target.
+#include "kernels/weight_widen-inl.h"
 namespace spattn::kernels::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-using namespace gemm_f16_detail;
+using namespace gemm_widen_detail;
 
-void GemmF16Pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
+void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
                  int nth) {
   const int64_t np = panels(n);
   for (int64_t p = np * ith / nth; p < np * (ith + 1) / nth; ++p) {
@@ -81,30 +85,13 @@ constexpr int kRowsM = 1;
 
 // Widens rows [m0, m0 + kRowsM) of w, columns [t0, t0 + kc), into wc (kBlockK floats a row;
 // rows past m are zeros, so the tile needs no row tail).
-void Widen(const uint16_t* w, int64_t ldw, int64_t m, int64_t m0, int64_t t0, int64_t kc,
-           float* wc) {
-  const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
-  const int64_t L = int64_t(hn::Lanes(df));
+void Widen(const WeightRows& w, int64_t m0, int64_t t0, int64_t kc, float* wc) {
   for (int64_t i = 0; i < kRowsM; ++i) {
     float* d = wc + i * kBlockK;
-    if (m0 + i >= m) {
+    if (m0 + i >= w.m)
       std::memset(d, 0, sizeof(float) * size_t(kc));
-      continue;
-    }
-    const uint16_t* row = w + (m0 + i) * ldw + t0;
-    const auto* s = reinterpret_cast<const hwy::float16_t*>(row);
-    int64_t t = 0;
-#if !(HWY_ARCH_X86 && HWY_TARGET > HWY_AVX2)
-    // (x86 below AVX2 has no F16C: Highway's emulated widening maps inf and NaN to finite
-    // values, so those targets take the scalar conversion.)
-    for (; t + L <= kc; t += L) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, s + t)), df, d + t);
-#else
-    (void)s;
-    (void)L;
-    (void)dh;
-#endif
-    for (; t < kc; ++t) d[t] = f16_to_f32(row[t]);
+    else
+      WidenRow(w, m0 + i, t0, kc, d);
   }
 }
 
@@ -478,9 +465,12 @@ void RunRows(const uint16_t*, int64_t, int64_t, const float*, int64_t, int64_t, 
              int, int) {}
 #endif
 
-void GemmF16Run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n,
-                int64_t k, float* c, int64_t ldc, int ith, int nth) {
-  if (kRowPath && n < kRowPathBelow) return RunRows(w, ldw, m, xp, n, k, c, ldc, ith, nth);
+void GemmWidenRun(const WeightRows& w, const float* xp, int64_t n, int64_t k, float* c,
+                  int64_t ldc, int ith, int nth) {
+  const int64_t m = w.m;
+  if (kRowPath && w.format == WeightFormat::f16 && n < kRowPathBelow)
+    return RunRows(static_cast<const uint16_t*>(w.data), w.row_bytes / 2, m, xp, n, k, c, ldc,
+                   ith, nth);
   const int64_t tiles = (m + kRowsM - 1) / kRowsM, np = panels(n);
   const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
   if (tb >= te || n <= 0) return;
@@ -497,7 +487,7 @@ void GemmF16Run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int6
       for (int64_t t0 = 0; t0 < k; t0 += kBlockK) {
         const int64_t kc = std::min(kBlockK, k - t0);
         for (int64_t g = 0; g < gt; ++g) {
-          Widen(w, ldw, m, (g0 + g) * kRowsM, t0, kc, wc);
+          Widen(w, (g0 + g) * kRowsM, t0, kc, wc);
           float* cg = ct + g * kRowsM * ldct;
           for (int64_t p = p0; p < p1; ++p)
             TileRows(std::min(kPanel, n0 + nn - p * kPanel), xp + slice(np, p, t0, kc), wc, kc,
@@ -514,6 +504,11 @@ void GemmF16Run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int6
   }
 }
 
+void GemmWidenRows(const WeightRows& w, int64_t r0, int64_t rows, int64_t t0, int64_t kc,
+                   float* dst, int64_t ldd) {
+  for (int64_t r = 0; r < rows; ++r) WidenRow(w, r0 + r, t0, kc, dst + r * ldd);
+}
+
 bool IsPreferred() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return true;
@@ -527,24 +522,61 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace spattn::kernels {
-HWY_EXPORT(GemmF16Pack);
-HWY_EXPORT(GemmF16Run);
+HWY_EXPORT(GemmWidenPack);
+HWY_EXPORT(GemmWidenRun);
+HWY_EXPORT(GemmWidenRows);
 HWY_EXPORT(IsPreferred);
 
-int64_t gemm_f16_packed_floats(int64_t n, int64_t k) {
-  return gemm_f16_detail::panels(n) * gemm_f16_detail::kPanel * k;
+void gemm_widen_check(const WeightRows& w, int64_t k) {
+  const int64_t block = w.format == WeightFormat::f16    ? 1
+                        : w.format == WeightFormat::q8_0 ? 32
+                                                         : 256;
+  const int64_t bytes = w.format == WeightFormat::f16    ? 2
+                        : w.format == WeightFormat::q8_0 ? 34
+                                                         : 210;
+  SPATTN_CHECK(k % block == 0 && w.row_bytes >= k / block * bytes &&
+                   (w.format != WeightFormat::f16 || w.row_bytes % 2 == 0),
+               "gemm_widen: ", w.m, " rows of ", k, " values in format ", int(w.format),
+               " with ", w.row_bytes, " bytes a row");
 }
 
-void gemm_f16_pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
-                   int nth) {
-  HWY_DYNAMIC_DISPATCH(GemmF16Pack)(x, n, k, ldx, xp, ith, nth);
+int64_t gemm_widen_packed_floats(int64_t n, int64_t k) {
+  return gemm_widen_detail::panels(n) * gemm_widen_detail::kPanel * k;
 }
 
-void gemm_f16_run(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_t n,
-                  int64_t k, float* c, int64_t ldc, int ith, int nth) {
-  HWY_DYNAMIC_DISPATCH(GemmF16Run)(w, ldw, m, xp, n, k, c, ldc, ith, nth);
+void gemm_widen_pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
+                     int nth) {
+  HWY_DYNAMIC_DISPATCH(GemmWidenPack)(x, n, k, ldx, xp, ith, nth);
 }
 
-bool gemm_f16_preferred() { return HWY_DYNAMIC_DISPATCH(IsPreferred)(); }
+void gemm_widen_run(const WeightRows& w, const float* xp, int64_t n, int64_t k, float* c,
+                    int64_t ldc, int ith, int nth) {
+  gemm_widen_check(w, k);
+  HWY_DYNAMIC_DISPATCH(GemmWidenRun)(w, xp, n, k, c, ldc, ith, nth);
+}
+
+void gemm_widen_rows(const WeightRows& w, int64_t k, int64_t r0, int64_t rows, int64_t t0,
+                     int64_t kc, float* dst, int64_t ldd) {
+  gemm_widen_check(w, k);
+  SPATTN_CHECK(r0 >= 0 && rows >= 0 && r0 + rows <= w.m && t0 >= 0 && kc >= 0 && t0 + kc <= k,
+               "gemm_widen_rows: rows [", r0, ", ", r0 + rows, ") columns [", t0, ", ", t0 + kc,
+               ") outside ", w.m, " x ", k);
+  HWY_DYNAMIC_DISPATCH(GemmWidenRows)(w, r0, rows, t0, kc, dst, ldd);
+}
+
+int64_t gemm_widen_min_rows(WeightFormat f) {
+  if (!HWY_DYNAMIC_DISPATCH(IsPreferred)()) return 0;
+  // f16: two rows, where ggml too leaves its vector product for tinyBLAS (the row path below 128
+  // rows, 1.5x ggml's time at 2 rows, even from 8). The quantized formats have the tile only,
+  // which widens every weight whatever the row count; against ggml's 8-bit products (8192 x 2048,
+  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.03x ggml's time, 32: 0.90x) and
+  // 8-16 for q6_K (8: 1.09x, 16: 0.67x), and at 128 rows takes 0.71x and 0.40x.
+  switch (f) {
+    case WeightFormat::f16: return 2;
+    case WeightFormat::q8_0: return 32;
+    case WeightFormat::q6_K: return 16;
+  }
+  return 0;
+}
 }  // namespace spattn::kernels
 #endif

@@ -1,5 +1,5 @@
-// Prefill's f16-weight products (kernels/gemm_f16) against a plain double twin, on every SIMD
-// target compiled in.
+// Prefill's products (kernels/gemm_widen) with f16 weights against a plain double twin, on every
+// SIMD target compiled in (the quantized formats: test_gemm_widen_formats.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/gemm_f16.hpp"
+#include "kernels/gemm_widen.hpp"
 #include "spattn/dtype.hpp"
 #include "targets.hpp"
 
@@ -53,12 +53,13 @@ void twin(const Problem& p, std::vector<double>& ref, std::vector<double>& mag) 
 // C through the kernel with nth threads' shares run one after another; C's padding columns
 // start as a sentinel.
 std::vector<float> product(const Problem& p, int nth) {
-  std::vector<float> xp(size_t(kernels::gemm_f16_packed_floats(p.n, p.k)), -7.0f);
+  std::vector<float> xp(size_t(kernels::gemm_widen_packed_floats(p.n, p.k)), -7.0f);
   for (int i = 0; i < nth; ++i)
-    kernels::gemm_f16_pack(p.x.data(), p.n, p.k, p.ldx, xp.data(), i, nth);
+    kernels::gemm_widen_pack(p.x.data(), p.n, p.k, p.ldx, xp.data(), i, nth);
   std::vector<float> c(size_t(p.n * p.ldc), 12345.0f);
+  const kernels::WeightRows w{kernels::WeightFormat::f16, p.w.data(), p.ldw * 2, p.m};
   for (int i = 0; i < nth; ++i)
-    kernels::gemm_f16_run(p.w.data(), p.ldw, p.m, xp.data(), p.n, p.k, c.data(), p.ldc, i, nth);
+    kernels::gemm_widen_run(w, xp.data(), p.n, p.k, c.data(), p.ldc, i, nth);
   return c;
 }
 
@@ -78,7 +79,7 @@ void expect_matches_twin(const Problem& p, const std::vector<float>& c) {
   }
 }
 
-TEST(GemmF16, MatchesTheDoubleTwinOnEveryTarget) {
+TEST(GemmWidenF16, MatchesTheDoubleTwinOnEveryTarget) {
   // Shapes around every block edge: one row or column, tails of the 12-row tile, the 32-row
   // panel, the 256-column block and the 512-row pass, the row path's 16- and 32-row tiles and
   // its 2048-column blocks (sums carried across them in C), and k not a multiple of any
@@ -95,7 +96,7 @@ TEST(GemmF16, MatchesTheDoubleTwinOnEveryTarget) {
   });
 }
 
-TEST(GemmF16, AnyThreadSplitGivesTheSameBits) {
+TEST(GemmWidenF16, AnyThreadSplitGivesTheSameBits) {
   test::for_each_target([&] {
     for (int64_t n : {40, 300}) {  // the row path and the tile
       const Problem p = make(131, n, 520, 7);
@@ -109,7 +110,7 @@ TEST(GemmF16, AnyThreadSplitGivesTheSameBits) {
   });
 }
 
-TEST(GemmF16, ARowsResultIsTheSameBitsWhateverTheRowsBesideIt) {
+TEST(GemmWidenF16, ARowsResultIsTheSameBitsWhateverTheRowsBesideIt) {
   // The runner's batch invariance (test_batch_invariance.cpp) rests on this: n picks the tile
   // variant (quarter, half, whole vectors, the 512-row pass), never a row's arithmetic.
   test::for_each_target([&] {
@@ -126,7 +127,7 @@ TEST(GemmF16, ARowsResultIsTheSameBitsWhateverTheRowsBesideIt) {
   });
 }
 
-TEST(GemmF16, ExtremeValuesAsTheTwin) {
+TEST(GemmWidenF16, ExtremeValuesAsTheTwin) {
   // f16's largest and smallest (subnormal) weights, zeros, and activations up to 1e30: the
   // f32 products and sums neither overflow nor flush where the double twin does not.
   test::for_each_target([&] {
@@ -138,7 +139,7 @@ TEST(GemmF16, ExtremeValuesAsTheTwin) {
   });
 }
 
-TEST(GemmF16, NonFiniteInputsReachOnlyTheirRowsAndColumns) {
+TEST(GemmWidenF16, NonFiniteInputsReachOnlyTheirRowsAndColumns) {
   test::for_each_target([&] {
     Problem p = make(20, 40, 60, 11);
     p.x[size_t(3 * p.ldx + 10)] = std::numeric_limits<float>::infinity();  // row 3
