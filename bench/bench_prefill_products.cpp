@@ -2,8 +2,8 @@
 // weights and rows, at the Llama-3.2-1B layer's shapes, on 1 or 2 threads (ggml's graph
 // threads; spattn's pool, as the runner runs both), for each weight format the kernel reads.
 // impl 0: ggml (its activation conversion to f16 or 8-bit blocks included, as in a graph);
-// impl 1: spattn (its packing included). (q4_K, which ggml repacks on x86 and multiplies in
-// 8-bit, stays ggml's: BENCHMARKS.md.)
+// impl 1: spattn (its packing included). (Repacked q4_K and iq4_xs, where ggml's 8-bit products
+// were faster, stay ggml's: BENCHMARKS.md.)
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -48,6 +48,7 @@ void BM_PrefillProduct(benchmark::State& state) {
     case GGML_TYPE_F16: break;
     case GGML_TYPE_Q8_0: rows.format = kernels::WeightFormat::q8_0; break;
     case GGML_TYPE_Q6_K: rows.format = kernels::WeightFormat::q6_K; break;
+    case GGML_TYPE_Q5_K: rows.format = kernels::WeightFormat::q5_K; break;
     default:
       state.SkipWithError("a format the kernel does not read");
       ggml_free(ctx);
@@ -88,11 +89,11 @@ void product_sizes(benchmark::internal::Benchmark* b) {
   // Llama-3.2-1B: q / o (2048 x 2048), k / v (512 x 2048), gate / up (8192 x 2048), down
   // (2048 x 8192); 512 rows (a -ub 512 chunk), and shorter chunks.
   const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
-  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K})
+  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K})
     for (const auto& s : shapes)
       for (int threads : {1, 2})
         for (int impl : {0, 1}) b->Args({impl, type, s[0], s[1], 512, threads});
-  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K})
+  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K})
     for (int64_t n : {2, 8, 16, 20, 32, 64, 96, 128, 192})
       for (int threads : {1, 2})
         for (int impl : {0, 1}) b->Args({impl, type, 8192, 2048, n, threads});

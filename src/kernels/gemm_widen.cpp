@@ -528,13 +528,14 @@ HWY_EXPORT(GemmWidenRows);
 HWY_EXPORT(IsPreferred);
 
 void gemm_widen_check(const WeightRows& w, int64_t k) {
-  const int64_t block = w.format == WeightFormat::f16    ? 1
-                        : w.format == WeightFormat::q8_0 ? 32
-                                                         : 256;
-  const int64_t bytes = w.format == WeightFormat::f16    ? 2
-                        : w.format == WeightFormat::q8_0 ? 34
-                                                         : 210;
-  SPATTN_CHECK(k % block == 0 && w.row_bytes >= k / block * bytes &&
+  int64_t block = 256, bytes = 0;  // values and bytes a block of the format holds
+  switch (w.format) {
+    case WeightFormat::f16: block = 1, bytes = 2; break;
+    case WeightFormat::q8_0: block = 32, bytes = 34; break;
+    case WeightFormat::q6_K: bytes = 210; break;
+    case WeightFormat::q5_K: bytes = 176; break;
+  }
+  SPATTN_CHECK(bytes > 0 && k % block == 0 && w.row_bytes >= k / block * bytes &&
                    (w.format != WeightFormat::f16 || w.row_bytes % 2 == 0),
                "gemm_widen: ", w.m, " rows of ", k, " values in format ", int(w.format),
                " with ", w.row_bytes, " bytes a row");
@@ -569,12 +570,14 @@ int64_t gemm_widen_min_rows(WeightFormat f) {
   // f16: two rows, where ggml too leaves its vector product for tinyBLAS (the row path below 128
   // rows, 1.5x ggml's time at 2 rows, even from 8). The quantized formats have the tile only,
   // which widens every weight whatever the row count; against ggml's 8-bit products (8192 x 2048,
-  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.03x ggml's time, 32: 0.90x) and
-  // 8-16 for q6_K (8: 1.09x, 16: 0.67x), and at 128 rows takes 0.71x and 0.40x.
+  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.03x ggml's time, 32: 0.90x), 8-16
+  // for q6_K (8: 1.09x, 16: 0.67x) and below 8 for q5_K (8: 0.88x), and at 128 rows takes 0.71x,
+  // 0.40x and 0.30x.
   switch (f) {
     case WeightFormat::f16: return 2;
     case WeightFormat::q8_0: return 32;
     case WeightFormat::q6_K: return 16;
+    case WeightFormat::q5_K: return 8;
   }
   return 0;
 }

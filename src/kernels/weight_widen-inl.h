@@ -1,8 +1,9 @@
 // A weight row's columns widened to f32, one decoder per format (gemm_widen.hpp's
 // WeightFormat): the policy of the prefill product's tile. Each decoder is the format's
 // definition vectorized, with ggml's operand order in every multiply (scale first, then the
-// integer, each rounded to float; no decoder here adds, so nothing can be fused), so it returns
-// the bits of ggml's own decoders and of tests/quant_reference.hpp's scalar twins.
+// integer, each rounded to float) and nothing fused (the file that includes this one is compiled
+// with -ffp-contract=off), so it returns the bits of ggml's own decoders and of
+// tests/quant_reference.hpp's scalar twins.
 //
 // Included by gemm_widen.cpp inside its target namespace region (HWY_BEFORE_NAMESPACE).
 
@@ -112,6 +113,48 @@ HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
   }
 }
 
+// q5_K, one super-block of 176 bytes: f16 d, f16 dmin, 12 bytes of six-bit scales and mins
+// (sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scale) and 4-7 (min); 4-7 in the nibbles of
+// bytes 8-11 with their top 2 bits in the top bits of bytes 0-7), 32 bytes qh (value l of 64-value
+// group g takes its fifth bit from bit 2g of qh[l], or 2g + 1 in the group's second 32), 128 bytes
+// of nibbles (each group's 32 bytes: its first 32 values low, the next 32 high).
+// x = (d * sc) * q - (dmin * mn): a multiply, then a subtraction (this file is compiled with
+// -ffp-contract=off, so the two are never fused into one rounding).
+HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
+  const DF df;
+  const DI di;
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const float d = F16At(b), dmin = F16At(b + 2);
+  const uint8_t* s = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  uint8_t sc[8], mn[8];
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    mn[j] = s[j + 4] & 63;
+    sc[j + 4] = uint8_t((s[j + 8] & 0xF) | (s[j] >> 6) << 4);
+    mn[j + 4] = uint8_t((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
+  }
+  const auto m4 = hn::Set(du, 0xF), one = hn::Set(du, 1);
+  for (int g = 0; g < 4; ++g) {
+    const auto d1 = hn::Set(df, d * float(sc[2 * g])), m1 = hn::Set(df, dmin * float(mn[2 * g]));
+    const auto d2 = hn::Set(df, d * float(sc[2 * g + 1])),
+               m2 = hn::Set(df, dmin * float(mn[2 * g + 1]));
+    for (int64_t l = 0; l < 32; l += L) {
+      const auto q = hn::PromoteTo(du, hn::LoadU(d8, qs + 32 * g + l));
+      const auto h = hn::PromoteTo(du, hn::LoadU(d8, qh + l));
+      const auto h1 = hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * g), one));
+      const auto h2 = hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * g + 1), one));
+      const auto v1 = hn::ConvertTo(df, hn::BitCast(di, hn::Or(hn::And(q, m4), h1)));
+      const auto v2 = hn::ConvertTo(df, hn::BitCast(di, hn::Or(hn::ShiftRight<4>(q), h2)));
+      hn::StoreU(hn::Sub(hn::Mul(d1, v1), m1), df, y + 64 * g + l);
+      hn::StoreU(hn::Sub(hn::Mul(d2, v2), m2), df, y + 64 * g + 32 + l);
+    }
+  }
+}
+
 }  // namespace widen
 
 // Row r of w, columns [t0, t0 + kc) (whole blocks of the format), into d.
@@ -125,6 +168,10 @@ HWY_INLINE void WidenRow(const WeightRows& w, int64_t r, int64_t t0, int64_t kc,
     case WeightFormat::q6_K:
       for (int64_t t = 0; t < kc; t += 256)
         widen::Q6_K(base + r * w.row_bytes + (t0 + t) / 256 * 210, d + t);
+      return;
+    case WeightFormat::q5_K:
+      for (int64_t t = 0; t < kc; t += 256)
+        widen::Q5_K(base + r * w.row_bytes + (t0 + t) / 256 * 176, d + t);
       return;
   }
 }

@@ -113,9 +113,9 @@ struct Builder {
   }
 };
 
-// w's format as the kernel reads it, or none: a type it has no decoder for, or a matrix ggml
-// repacked into its own interleaved rows (q4_0, q4_K, iq4_nl on x86: multiplied in 8-bit by
-// ggml's repacked kernels, which the widened tile did not beat on q4_K, BENCHMARKS.md).
+// w's format as the kernel reads it, or none: a matrix ggml repacked into its own interleaved
+// rows (q4_0, q4_K, iq4_nl on x86), or a type without a decoder here. ggml's 8-bit products beat
+// the widened tile on repacked q4_K and on iq4_xs (BENCHMARKS.md), so those stay ggml's.
 std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w) {
   using F = kernels::WeightFormat;
   if (w.repacked) return std::nullopt;
@@ -123,6 +123,7 @@ std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w) {
     case GGML_TYPE_F16: return F::f16;
     case GGML_TYPE_Q8_0: return F::q8_0;
     case GGML_TYPE_Q6_K: return F::q6_K;
+    case GGML_TYPE_Q5_K: return F::q5_K;
     default: return std::nullopt;
   }
 }
