@@ -1,5 +1,6 @@
 #include "model/layer_graph.hpp"
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <vector>
@@ -61,10 +62,9 @@ struct Builder {
   }
 
   // Prefill's products on spattn's kernel (kernels/gemm_widen.hpp says why): a node packing the
-  // input's rows into xp, shared by the products that read the same input (q, k, v; gate, up),
-  // and a node per product. One xp serves the whole graph: each packing node depends, through
-  // the chain, on every product that read the packing before it.
-  float* xp = nullptr;
+  // input's rows, shared by the products that read the same input (q, k, v; gate, up), and a
+  // node per product. Where each input is packed: RowBuffers' comment.
+  const RowBuffers* b = nullptr;
   struct ProductArgs {
     const float* x;
     int64_t n, k, ldx;
@@ -77,7 +77,7 @@ struct Builder {
   const ggml_tensor* packed_from = nullptr;
   bool spattn_product(const Model::Weight& w, const ggml_tensor* x) const {
     const int64_t from = spattn_product_min_rows(w);
-    return xp && from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 &&
+    return b->pack && from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 &&
            ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1;
   }
   static void pack_node(ggml_tensor*, int ith, int nth, void* ud) {
@@ -94,16 +94,19 @@ struct Builder {
     SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
                  k);
     if (packed_from != x) {
+      float* dst = x->data == b->att ? b->q : x->data == b->h ? b->att : x->data == b->g ? b->u
+                                                                                          : nullptr;
+      SPATTN_CHECK(dst != nullptr, "internal: a product input with no buffer to pack it into");
       product_args.push_back({static_cast<const float*>(x->data), n, k,
-                              int64_t(x->nb[1] / sizeof(float)), xp, {}});
+                              int64_t(x->nb[1] / sizeof(float)), dst, {}});
       ggml_tensor* src[] = {x};
-      // The node's own tensor is a token (no data): the packing lands in xp.
+      // The node's own tensor is a token (no data): the packing lands in dst.
       packed_args = &product_args.back();
       packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node,
                               GGML_N_TASKS_MAX, &product_args.back());
       packed_from = x;
     }
-    ProductArgs a = *packed_args;  // the packed input's n, k and xp; this product's weights below
+    ProductArgs a = *packed_args;  // the packed input's n, k and rows; this product's weights below
     a.w = widened(w);
     kernels::gemm_widen_check(a.w, k);  // here: a throw inside the graph's threads would abort
     product_args.push_back(a);
@@ -161,7 +164,7 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
   SPATTN_CHECK(ctx != nullptr, "internal: ggml_init failed");
   Builder B;
   B.ctx = ctx;
-  B.xp = b.xp;
+  B.b = &b;
   ggml_cgraph* g = ggml_new_graph_custom(ctx, kMaxNodes, false);
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {

@@ -14,12 +14,18 @@
 namespace spattn::model {
 
 // The session's scratch rows (row-major, n rows each): x [n, D] the residual stream, h [n, D],
-// q [n, Hq d], k and v [n, Hkv d], att [n, Hq d] the attention output, g and u [n, F]; xp the
-// packed input of the products on spattn's kernel (kernels::gemm_widen_packed_floats of n rows
-// and the widest input), or null: every product stays on ggml's.
+// q [n, Hq d], k and v [n, Hkv d], att [n, Hq d] the attention output, g and u [n, F].
+//
+// With `pack`, products on spattn's kernel pack their input into a buffer whose values are dead
+// by then, so they need no scratch of their own: the attention output (att, Wo's input) into q,
+// which the attention has read; a normed input (h: the q / k / v, gate / up and logits
+// products' input) into att, which Wo's packing has read; the FFN's activation (g) into u, which
+// the activation has read. Each packing depends through the graph on every reader of what it
+// overwrites. The session sizes q, att and u for the packed rows (padded to whole panels of 32,
+// att for max(D, Hq d) columns): an xp buffer of its own took 16 MiB on the 1B shape at -ub 512.
 struct RowBuffers {
   float *x, *h, *q, *k, *v, *att, *g, *u;
-  float* xp = nullptr;
+  bool pack = false;
 };
 
 // The fewest rows from which a product with w goes through spattn's prefill kernel

@@ -223,7 +223,7 @@ struct Session::Impl {
   // Scratch for up to max_rows rows.
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, g, u;
-  std::vector<float> xp;  // spattn's products' packed input (RowBuffers::xp); empty: none
+  bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
@@ -383,11 +383,20 @@ struct Session::Impl {
     att.resize(size_t(max_rows * dq));
     g.resize(size_t(max_rows * cfg.n_ff));
     u.resize(size_t(max_rows * cfg.n_ff));
-    if (has_spattn_products(max_rows))
-      xp.resize(size_t(kernels::gemm_widen_packed_floats(max_rows, std::max({D, dq, cfg.n_ff}))));
+    if (has_spattn_products(max_rows)) {
+      // Their packed inputs go into q, att and u (layer_graph.hpp: RowBuffers), rows padded to
+      // whole panels.
+      const auto packed = [&](int64_t cols) {
+        return size_t(kernels::gemm_widen_packed_floats(max_rows, cols));
+      };
+      q.resize(std::max(q.size(), packed(dq)));
+      att.resize(std::max(att.size(), packed(std::max(D, dq))));
+      u.resize(std::max(u.size(), packed(cfg.n_ff)));
+      pack = true;
+    }
   }
 
-  // Whether a call of max_rows rows would run some product on spattn's kernel (then xp is needed).
+  // Whether a call of max_rows rows would run some product on spattn's kernel.
   bool has_spattn_products(int64_t max_rows) const {
     const auto ours = [&](const Model::Weight& w) {
       const int64_t from = spattn_product_min_rows(w);
@@ -616,7 +625,7 @@ struct Session::Impl {
     }
     const RowBuffers rb{x.data(), h.data(),   q.data(), k.data(),
                         v.data(), att.data(), g.data(), u.data(),
-                        xp.empty() ? nullptr : xp.data()};
+                        pack};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
@@ -721,7 +730,7 @@ Session::Memory Session::memory() const {
   m.kv_cache = s.cache.packed_bytes();
   m.method_kv = s.cache.raw_bytes();
   m.decode_pages = s.cache.pages_bytes();
-  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u, &s.xp})
+  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
     m.scratch += b->capacity() * sizeof(float);
   for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
   for (const auto& k : s.h2o_kept)
