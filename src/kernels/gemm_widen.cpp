@@ -570,9 +570,9 @@ int64_t gemm_widen_min_rows(WeightFormat f) {
   // f16: two rows, where ggml too leaves its vector product for tinyBLAS (the row path below 128
   // rows, 1.5x ggml's time at 2 rows, even from 8). The quantized formats have the tile only,
   // which widens every weight whatever the row count; against ggml's 8-bit products (8192 x 2048,
-  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.03x ggml's time, 32: 0.90x), 8-16
-  // for q6_K (8: 1.09x, 16: 0.67x) and below 8 for q5_K (8: 0.88x), and at 128 rows takes 0.71x,
-  // 0.40x and 0.30x.
+  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.22x ggml's time, 32: 0.83x), 8-16
+  // for q6_K (8: 1.12x, 16: 0.63x) and about 8 for q5_K (8: 0.97x), and at 128 rows takes 0.72x,
+  // 0.42x and 0.30x (BENCHMARKS.md, "Prefill's quantized products").
   switch (f) {
     case WeightFormat::f16: return 2;
     case WeightFormat::q8_0: return 32;

@@ -7,10 +7,10 @@
 // Why spattn's own and not ggml's: ggml rounds the activations (to f16 for f16 weights, to
 // 8-bit blocks for the quantized ones) and multiplies in that format: tinyBLAS, for f16,
 // widens both operands back to f32 at every use (ten conversions for 24 multiply-adds in its
-// 4 x 6 tile, 72-80% of a core's f32 FMA peak on Zen 5); for q8_0 its 8-bit tile ran at about
-// 52% of that peak's rate, and q6_K and q5_K, which it does not cover, go through one vector dot
-// product per output at 30-33% and 22-25% (the 1B file's 512-token prefill: 146 tok/s at Q8_0,
-// 84 at Q6_K, against 181 at f16; BENCHMARKS.md). Here the
+// 4 x 6 tile, 72-80% of a core's f32 FMA peak on Zen 5); for q8_0 its 8-bit tile ran at 56% of
+// that peak's rate, and q6_K and q5_K, which it does not cover, go through one vector dot product
+// per output at 36% and 25% (llama.cpp's 512-token prefill of the 1B file: 145 tok/s at Q8_0, 94
+// at Q6_K, 73 at Q5_K_M, against 186 at f16; BENCHMARKS.md). Here the
 // activations stay f32 and are packed once per product (panels of 32 rows, shared by the
 // products that read the same input), each weight row is widened to f32 once per block of 256
 // columns and reused across every panel, and the tile keeps 24 accumulators (12 weight rows x
