@@ -5,7 +5,9 @@
 // value may be infinite or NaN only where a scale of its block is (the products of finite f16
 // scales and small integers cannot overflow f32), so a non-finite output from finite scales
 // is a decoding bug. Other types must decode or raise spattn::Error (integer types have no
-// conversion). A crash, a sanitizer report or a mismatch aborts.
+// conversion). The formats the prefill product widens itself (kernels/gemm_widen.hpp: f16,
+// q8_0, q6_K, q5_K) are widened by it too and must give dequantize_row's values (a NaN for a
+// NaN). A crash, a sanitizer report or a mismatch aborts.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "quant_reference.hpp"
+#include "kernels/gemm_widen.hpp"
 #include "quant_types.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
@@ -49,6 +52,17 @@ void check_row(const ref::Format& f, const uint8_t* src, const float* got, int64
   }
 }
 
+// The prefill product's decoder for t, if it has one.
+bool widen_format(gguf::GgmlType t, kernels::WeightFormat& f) {
+  switch (t) {
+    case gguf::GgmlType::f16: f = kernels::WeightFormat::f16; return true;
+    case gguf::GgmlType::q8_0: f = kernels::WeightFormat::q8_0; return true;
+    case gguf::GgmlType::q6_K: f = kernels::WeightFormat::q6_K; return true;
+    case gguf::GgmlType::q5_K: f = kernels::WeightFormat::q5_K; return true;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,6 +87,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t r = 0; r < ti.nrows(); ++r) {
       gguf::dequantize_row(t, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
       if (rf) check_row(*rf, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
+    }
+    kernels::WeightFormat wf;
+    if (widen_format(t, wf)) {
+      const kernels::WeightRows w{wf, ti.data, int64_t(rb), ti.nrows()};
+      std::vector<float> widened(static_cast<size_t>(ti.ne[0]));
+      for (int64_t r = 0; r < ti.nrows(); ++r) {
+        gguf::dequantize_row(t, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
+        kernels::gemm_widen_rows(w, ti.ne[0], r, 1, 0, ti.ne[0], widened.data(), ti.ne[0]);
+        for (int64_t i = 0; i < ti.ne[0]; ++i)
+          if (std::memcmp(&widened[size_t(i)], &row[size_t(i)], 4) != 0 &&
+              !(std::isnan(widened[size_t(i)]) && std::isnan(row[size_t(i)])))
+            mismatch("widened differently", t, i, widened[size_t(i)], row[size_t(i)]);
+      }
     }
   } catch (const Error&) {
   }

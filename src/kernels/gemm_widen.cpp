@@ -45,7 +45,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 using namespace gemm_widen_detail;
 
 void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
-                 int nth) {
+                   int nth) {
   const int64_t np = panels(n);
   for (int64_t p = np * ith / nth; p < np * (ith + 1) / nth; ++p) {
     const int64_t rows = std::min(kPanel, n - p * kPanel);
