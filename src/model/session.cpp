@@ -383,7 +383,8 @@ struct Session::Impl {
     att.resize(size_t(max_rows * dq));
     g.resize(size_t(max_rows * cfg.n_ff));
     u.resize(size_t(max_rows * cfg.n_ff));
-    if (has_spattn_products(max_rows)) {
+    pack = has_spattn_products(max_rows);
+    if (pack) {
       // Their packed inputs go into q, att and u (layer_graph.hpp: RowBuffers), rows padded to
       // whole panels.
       const auto packed = [&](int64_t cols) {
@@ -392,7 +393,6 @@ struct Session::Impl {
       q.resize(std::max(q.size(), packed(dq)));
       att.resize(std::max(att.size(), packed(std::max(D, dq))));
       u.resize(std::max(u.size(), packed(cfg.n_ff)));
-      pack = true;
     }
   }
 
