@@ -49,6 +49,7 @@ void BM_PrefillProduct(benchmark::State& state) {
     case GGML_TYPE_Q8_0: rows.format = kernels::WeightFormat::q8_0; break;
     case GGML_TYPE_Q6_K: rows.format = kernels::WeightFormat::q6_K; break;
     case GGML_TYPE_Q5_K: rows.format = kernels::WeightFormat::q5_K; break;
+    case GGML_TYPE_Q3_K: rows.format = kernels::WeightFormat::q3_K; break;
     default:
       state.SkipWithError("a format the kernel does not read");
       ggml_free(ctx);
@@ -89,11 +90,11 @@ void product_sizes(benchmark::internal::Benchmark* b) {
   // Llama-3.2-1B: q / o (2048 x 2048), k / v (512 x 2048), gate / up (8192 x 2048), down
   // (2048 x 8192); 512 rows (a -ub 512 chunk), and shorter chunks.
   const int64_t shapes[][2] = {{2048, 2048}, {512, 2048}, {8192, 2048}, {2048, 8192}};
-  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K})
+  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q3_K})
     for (const auto& s : shapes)
       for (int threads : {1, 2})
         for (int impl : {0, 1}) b->Args({impl, type, s[0], s[1], 512, threads});
-  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K})
+  for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K, GGML_TYPE_Q5_K, GGML_TYPE_Q3_K})
     for (int64_t n : {2, 8, 16, 20, 32, 64, 96, 128, 192})
       for (int threads : {1, 2})
         for (int impl : {0, 1}) b->Args({impl, type, 8192, 2048, n, threads});

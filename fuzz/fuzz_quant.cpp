@@ -6,7 +6,7 @@
 // scales and small integers cannot overflow f32), so a non-finite output from finite scales
 // is a decoding bug. Other types must decode or raise spattn::Error (integer types have no
 // conversion). The formats the prefill product widens itself (kernels/gemm_widen.hpp: f16,
-// q8_0, q6_K, q5_K) are widened by it too and must give dequantize_row's values (a NaN for a
+// q8_0, q6_K, q5_K, q3_K) are widened by it too and must give dequantize_row's values (a NaN for a
 // NaN). A crash, a sanitizer report or a mismatch aborts.
 #include <cmath>
 #include <cstddef>
@@ -59,6 +59,7 @@ bool widen_format(gguf::GgmlType t, kernels::WeightFormat& f) {
     case gguf::GgmlType::q8_0: f = kernels::WeightFormat::q8_0; return true;
     case gguf::GgmlType::q6_K: f = kernels::WeightFormat::q6_K; return true;
     case gguf::GgmlType::q5_K: f = kernels::WeightFormat::q5_K; return true;
+    case gguf::GgmlType::q3_K: f = kernels::WeightFormat::q3_K; return true;
     default: return false;
   }
 }

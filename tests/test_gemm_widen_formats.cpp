@@ -31,7 +31,8 @@ struct Kind {
 const Kind kKinds[] = {{WeightFormat::f16, GgmlType::f16},
                        {WeightFormat::q8_0, GgmlType::q8_0},
                        {WeightFormat::q6_K, GgmlType::q6_K},
-                       {WeightFormat::q5_K, GgmlType::q5_K}};
+                       {WeightFormat::q5_K, GgmlType::q5_K},
+                       {WeightFormat::q3_K, GgmlType::q3_K}};
 
 void put_f16(uint8_t* p, uint16_t h) {
   p[0] = uint8_t(h);

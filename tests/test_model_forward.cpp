@@ -368,15 +368,16 @@ constexpr double kF16Tol = -4e-3;
 TEST(ModelForward, LlamaF16UntiedEqualsPlainForward) {
   expect_equals_plain(make_model(Arch::llama, true, false, 2), dense_opts(64, 64), 50, 3, kF16Tol);
 }
-// q8_0 and q6_K matrices (Q8_0, Q4_K_M and Q6_K files hold them), against the plain forward over
-// the decoded weights. Where the CPU has AVX-512 the 64-row chunk's products run on spattn's
-// kernel (q8_0 from 32 rows, q6_K from 16: activations kept f32, within 1e-5 of the largest
-// logit when measured); the 24-row chunk's q8_0 products and decode's rows run on ggml's 8-bit
-// products, which round the activations to 8 bits (up to 1.2% of the largest logit). A wrong
-// block, scale or row is off by the logits' own size.
-TEST(ModelForward, LlamaQ8_0AndQ6_KEqualPlainForward) {
-  const MadeUp mu = make_model(Arch::llama, false, false, 3, 64,
-                               {WeightType::q8_0, WeightType::q6_K}, 256, 512);
+// q8_0, q6_K, q5_K and q3_K matrices (Q8_0, Q6_K, Q5_K_M, Q4_K_M and Q3_K_M files hold them),
+// against the plain forward over the decoded weights. Where the CPU has AVX-512 the 64-row
+// chunk's products run on spattn's kernel (q8_0 from 32 rows, q6_K and q3_K from 16, q5_K from 8:
+// activations kept f32, within 1e-5 of the largest logit when measured); the 24-row chunk's q8_0
+// products and decode's rows run on ggml's 8-bit products, which round the activations to 8 bits
+// (up to 1.2% of the largest logit). A wrong block, scale or row is off by the logits' own size.
+TEST(ModelForward, LlamaQuantizedEqualsPlainForward) {
+  const MadeUp mu = make_model(
+      Arch::llama, false, false, 3, 64,
+      {WeightType::q8_0, WeightType::q6_K, WeightType::q5_K, WeightType::q3_K}, 256, 512);
   expect_equals_plain(mu, dense_opts(88, 64), 88, 3, -2e-2);
 }
 // Llama 3.1's rope scaling: rope_freqs divides each pair's frequency. The factors are the

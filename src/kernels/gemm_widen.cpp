@@ -534,6 +534,7 @@ void gemm_widen_check(const WeightRows& w, int64_t k) {
     case WeightFormat::q8_0: block = 32, bytes = 34; break;
     case WeightFormat::q6_K: bytes = 210; break;
     case WeightFormat::q5_K: bytes = 176; break;
+    case WeightFormat::q3_K: bytes = 110; break;
   }
   SPATTN_CHECK(bytes > 0 && k % block == 0 && w.row_bytes >= k / block * bytes &&
                    (w.format != WeightFormat::f16 || w.row_bytes % 2 == 0),
@@ -578,6 +579,7 @@ int64_t gemm_widen_min_rows(WeightFormat f) {
     case WeightFormat::q8_0: return 32;
     case WeightFormat::q6_K: return 16;
     case WeightFormat::q5_K: return 8;
+    case WeightFormat::q3_K: return 16;  // 8: 1.20x ggml's time, 16: 0.75x
   }
   return 0;
 }

@@ -1,5 +1,5 @@
-// Prefill's products C = X W^T with the weights in their GGUF format (f16, q8_0, q6_K, q5_K),
-// widened to f32 block by block: the runner's matrix work for prompts. Decode's single rows stay
+// Prefill's products C = X W^T with the weights in their GGUF format (f16, q8_0, q6_K, q5_K,
+// q3_K), widened to f32 block by block: the runner's matrix work for prompts. Decode's single rows stay
 // on ggml's vector products, and so do the formats ggml repacks on x86 (q4_0, q4_K, iq4_nl) and
 // iq4_xs: there ggml's 8-bit products were faster than this tile (repacked q4_K: 0.93-0.96x its
 // time; iq4_xs: 0.79-0.96x).
@@ -8,9 +8,10 @@
 // 8-bit blocks for the quantized ones) and multiplies in that format: tinyBLAS, for f16,
 // widens both operands back to f32 at every use (ten conversions for 24 multiply-adds in its
 // 4 x 6 tile, 72-80% of a core's f32 FMA peak on Zen 5); for q8_0 its 8-bit tile ran at 56% of
-// that peak's rate, and q6_K and q5_K, which it does not cover, go through one vector dot product
-// per output at 36% and 25% (llama.cpp's 512-token prefill of the 1B file: 145 tok/s at Q8_0, 94
-// at Q6_K, 73 at Q5_K_M, against 186 at f16; BENCHMARKS.md). Here the
+// that peak's rate, and the K-quants it does not cover nor repack (q6_K, q5_K, q3_K) go through
+// one vector dot product per output at 36%, 25% and 25% (llama.cpp's 512-token prefill of the 1B
+// file: 145 tok/s at Q8_0, 94 at Q6_K, 73 at Q5_K_M, 90 at Q3_K_M, against 186 at f16;
+// BENCHMARKS.md). Here the
 // activations stay f32 and are packed once per product (panels of 32 rows, shared by the
 // products that read the same input), each weight row is widened to f32 once per block of 256
 // columns and reused across every panel, and the tile keeps 24 accumulators (12 weight rows x
@@ -33,6 +34,7 @@ enum class WeightFormat : uint8_t {
   q8_0,     // k / 32 blocks of 34 bytes: f16 scale, 32 int8
   q6_K,     // k / 256 super-blocks of 210 bytes
   q5_K,     // k / 256 super-blocks of 176 bytes
+  q3_K,     // k / 256 super-blocks of 110 bytes
 };
 
 struct WeightRows {
@@ -72,8 +74,8 @@ void gemm_widen_rows(const WeightRows& w, int64_t k, int64_t r0, int64_t rows, i
 
 // The fewest rows a call should hold for this product to be the runner's choice on the
 // dispatched target, or 0 where it is not (measured faster than ggml's on AVX-512 only: f16
-// from 2 rows with its row path; q8_0 from 32, q6_K from 16 and q5_K from 8, where the tile's
-// widening is paid back; on AVX2 and below the runner keeps ggml's until measured there).
+// from 2 rows with its row path; q8_0 from 32, q6_K and q3_K from 16, q5_K from 8, where the
+// tile's widening is paid back; on AVX2 and below the runner keeps ggml's until measured there).
 int64_t gemm_widen_min_rows(WeightFormat f);
 
 }  // namespace spattn::kernels

@@ -155,6 +155,39 @@ HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
   }
 }
 
+// q3_K, one super-block of 110 bytes: 32 bytes hmask (value e's third bit is bit e / 32 of
+// hmask[e % 32]), 64 bytes of two-bit quants (in half h, the 32 bytes from 32 h hold strip s's
+// value l in bits 2s, 2s + 1 of byte l), 12 bytes of sixteen six-bit scales (scale i: low 4 bits
+// the nibble i / 8 of byte i % 8, top 2 bits bits 2 (i / 4), + 1 of byte 8 + i % 4), f16 d. One
+// scale per 16 values. q = low2 - (third bit ? 0 : 4); x = (d * (scale - 32)) * q.
+HWY_INLINE void Q3_K(const uint8_t* b, float* y) {
+  const DF df;
+  const DI di;
+  const DU du;
+  const hn::Rebind<uint8_t, DU> d8;
+  const int64_t L = int64_t(hn::Lanes(df));
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const uint8_t* s12 = b + 96;
+  const float d = F16At(b + 108);
+  const auto m3 = hn::Set(du, 3), one = hn::Set(du, 1);
+  for (int i = 0; i < 16; ++i) {  // 16 values a scale
+    const int scale =
+        (i < 8 ? s12[i] & 0xF : s12[i - 8] >> 4) | ((s12[8 + i % 4] >> (2 * (i / 4))) & 3) << 4;
+    const auto dl = hn::Set(df, d * float(scale - 32));
+    const int e0 = 16 * i, h = e0 / 128, strip = (e0 % 128) / 32, l0 = e0 % 32;
+    for (int64_t l = 0; l < 16; l += L) {
+      const auto lo_bytes = hn::PromoteTo(du, hn::LoadU(d8, qs + 32 * h + l0 + l));
+      const auto hi_bytes = hn::PromoteTo(du, hn::LoadU(d8, hmask + l0 + l));
+      const auto low = hn::And(hn::ShiftRightSame(lo_bytes, 2 * strip), m3);
+      const auto high = hn::And(hn::ShiftRightSame(hi_bytes, e0 / 32), one);
+      // low2 - 4 + 4 x third bit, in -4..3
+      const auto q = hn::Sub(hn::BitCast(di, hn::Or(low, hn::ShiftLeft<2>(high))), hn::Set(di, 4));
+      hn::StoreU(hn::Mul(dl, hn::ConvertTo(df, q)), df, y + e0 + l);
+    }
+  }
+}
+
 }  // namespace widen
 
 // Row r of w, columns [t0, t0 + kc) (whole blocks of the format), into d.
@@ -172,6 +205,10 @@ HWY_INLINE void WidenRow(const WeightRows& w, int64_t r, int64_t t0, int64_t kc,
     case WeightFormat::q5_K:
       for (int64_t t = 0; t < kc; t += 256)
         widen::Q5_K(base + r * w.row_bytes + (t0 + t) / 256 * 176, d + t);
+      return;
+    case WeightFormat::q3_K:
+      for (int64_t t = 0; t < kc; t += 256)
+        widen::Q3_K(base + r * w.row_bytes + (t0 + t) / 256 * 110, d + t);
       return;
   }
 }

@@ -127,6 +127,7 @@ std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w) {
     case GGML_TYPE_Q8_0: return F::q8_0;
     case GGML_TYPE_Q6_K: return F::q6_K;
     case GGML_TYPE_Q5_K: return F::q5_K;
+    case GGML_TYPE_Q3_K: return F::q3_K;
     default: return std::nullopt;
   }
 }
