@@ -1,8 +1,8 @@
 // Prefill's products C = X W^T with the weights in their GGUF format (f16, q8_0, q6_K, q5_K,
-// q3_K), widened to f32 block by block: the runner's matrix work for prompts. Decode's single rows stay
-// on ggml's vector products, and so do the formats ggml repacks on x86 (q4_0, q4_K, iq4_nl) and
-// iq4_xs: there ggml's 8-bit products were faster than this tile (repacked q4_K: 0.93-0.96x its
-// time; iq4_xs: 0.79-0.96x).
+// q3_K), widened to f32 block by block: the runner's matrix work for prompts. Decode's single
+// rows stay on ggml's vector products, and so do the formats ggml repacks on x86 (q4_0, q4_K,
+// iq4_nl) and iq4_xs: there ggml's 8-bit products were faster than this tile (repacked q4_K:
+// 0.93-0.96x its time; iq4_xs: 0.79-0.96x).
 //
 // Why spattn's own and not ggml's: ggml rounds the activations (to f16 for f16 weights, to
 // 8-bit blocks for the quantized ones) and multiplies in that format: tinyBLAS, for f16,
