@@ -52,18 +52,22 @@ HWY_INLINE void F16(const uint16_t* row, int64_t kc, float* d) {
 using DF = hn::CappedTag<float, 16>;
 using DI = hn::RebindToSigned<DF>;
 using DU = hn::RebindToUnsigned<DF>;
+// Every decoder's tags: the f32 lanes, their integer twins, and as many bytes to widen from.
+constexpr DF df;
+constexpr DI di;
+constexpr DU du;
+constexpr hn::Rebind<uint8_t, DU> du8;
+constexpr hn::Rebind<int8_t, DI> di8;
+HWY_INLINE int64_t Lanes() { return int64_t(hn::Lanes(df)); }
 
 // q8_0, kc / 32 blocks from b: x = q * d.
 HWY_INLINE void Q8_0(const uint8_t* b, int64_t kc, float* d) {
-  const DF df;
-  const DI di;
-  const hn::Rebind<int8_t, DI> d8;
-  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t L = Lanes();
   for (int64_t blk = 0; blk < kc / 32; ++blk, b += 34, d += 32) {
     const auto scale = hn::Set(df, F16At(b));
     const auto* q = reinterpret_cast<const int8_t*>(b + 2);
     for (int64_t t = 0; t < 32; t += L)
-      hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q + t))), scale), df,
+      hn::StoreU(hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, q + t))), scale), df,
                  d + t);
   }
 }
@@ -72,11 +76,7 @@ HWY_INLINE void Q8_0(const uint8_t* b, int64_t kc, float* d) {
 // low nibbles share 64 bytes of ql and whose top two bits share 32 bytes of qh; one int8 scale
 // per 16 values. x = (d * scale) * (q - 32).
 HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
-  const DF df;
-  const DI di;
-  const DU du;
-  const hn::Rebind<uint8_t, DU> d8;
-  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t L = Lanes();
   const float dd = F16At(b + 208);
   const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
   const auto m4 = hn::Set(du, 0xF), m3 = hn::Set(du, 3);
@@ -87,9 +87,9 @@ HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
     const int8_t* s = sc + 8 * h;
     float* d = y + 128 * h;
     for (int64_t l = 0; l < 32; l += L) {
-      const auto lo0 = hn::PromoteTo(du, hn::LoadU(d8, ql + l));
-      const auto lo1 = hn::PromoteTo(du, hn::LoadU(d8, ql + 32 + l));
-      const auto hi = hn::PromoteTo(du, hn::LoadU(d8, qh + l));
+      const auto lo0 = hn::PromoteTo(du, hn::LoadU(du8, ql + l));
+      const auto lo1 = hn::PromoteTo(du, hn::LoadU(du8, ql + 32 + l));
+      const auto hi = hn::PromoteTo(du, hn::LoadU(du8, qh + l));
       // Strip s's top two bits: bits 2s, 2s + 1 of qh, moved to bits 4 and 5.
       const auto h0 = hn::ShiftLeft<4>(hn::And(hi, m3));
       const auto h1 = hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(hi), m3));
@@ -121,11 +121,7 @@ HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
 // x = (d * sc) * q - (dmin * mn): a multiply, then a subtraction (this file is compiled with
 // -ffp-contract=off, so the two are never fused into one rounding).
 HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
-  const DF df;
-  const DI di;
-  const DU du;
-  const hn::Rebind<uint8_t, DU> d8;
-  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t L = Lanes();
   const float d = F16At(b), dmin = F16At(b + 2);
   const uint8_t* s = b + 4;
   const uint8_t* qh = b + 16;
@@ -143,8 +139,8 @@ HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
     const auto d2 = hn::Set(df, d * float(sc[2 * g + 1])),
                m2 = hn::Set(df, dmin * float(mn[2 * g + 1]));
     for (int64_t l = 0; l < 32; l += L) {
-      const auto q = hn::PromoteTo(du, hn::LoadU(d8, qs + 32 * g + l));
-      const auto h = hn::PromoteTo(du, hn::LoadU(d8, qh + l));
+      const auto q = hn::PromoteTo(du, hn::LoadU(du8, qs + 32 * g + l));
+      const auto h = hn::PromoteTo(du, hn::LoadU(du8, qh + l));
       const auto h1 = hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * g), one));
       const auto h2 = hn::ShiftLeft<4>(hn::And(hn::ShiftRightSame(h, 2 * g + 1), one));
       const auto v1 = hn::ConvertTo(df, hn::BitCast(di, hn::Or(hn::And(q, m4), h1)));
@@ -161,11 +157,7 @@ HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
 // the nibble i / 8 of byte i % 8, top 2 bits bits 2 (i / 4), + 1 of byte 8 + i % 4), f16 d. One
 // scale per 16 values. q = low2 - (third bit ? 0 : 4); x = (d * (scale - 32)) * q.
 HWY_INLINE void Q3_K(const uint8_t* b, float* y) {
-  const DF df;
-  const DI di;
-  const DU du;
-  const hn::Rebind<uint8_t, DU> d8;
-  const int64_t L = int64_t(hn::Lanes(df));
+  const int64_t L = Lanes();
   const uint8_t* hmask = b;
   const uint8_t* qs = b + 32;
   const uint8_t* s12 = b + 96;
@@ -177,8 +169,8 @@ HWY_INLINE void Q3_K(const uint8_t* b, float* y) {
     const auto dl = hn::Set(df, d * float(scale - 32));
     const int e0 = 16 * i, h = e0 / 128, strip = (e0 % 128) / 32, l0 = e0 % 32;
     for (int64_t l = 0; l < 16; l += L) {
-      const auto lo_bytes = hn::PromoteTo(du, hn::LoadU(d8, qs + 32 * h + l0 + l));
-      const auto hi_bytes = hn::PromoteTo(du, hn::LoadU(d8, hmask + l0 + l));
+      const auto lo_bytes = hn::PromoteTo(du, hn::LoadU(du8, qs + 32 * h + l0 + l));
+      const auto hi_bytes = hn::PromoteTo(du, hn::LoadU(du8, hmask + l0 + l));
       const auto low = hn::And(hn::ShiftRightSame(lo_bytes, 2 * strip), m3);
       const auto high = hn::And(hn::ShiftRightSame(hi_bytes, e0 / 32), one);
       // low2 - 4 + 4 x third bit, in -4..3
