@@ -118,7 +118,7 @@ HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
 // bytes 8-11 with their top 2 bits in the top bits of bytes 0-7), 32 bytes qh (value l of 64-value
 // group g takes its fifth bit from bit 2g of qh[l], or 2g + 1 in the group's second 32), 128 bytes
 // of nibbles (each group's 32 bytes: its first 32 values low, the next 32 high).
-// x = (d * sc) * q - (dmin * mn): a multiply, then a subtraction (this file is compiled with
+// x = (d * sc) * q - (dmin * mn): a multiply, then a subtraction (gemm_widen.cpp is compiled with
 // -ffp-contract=off, so the two are never fused into one rounding).
 HWY_INLINE void Q5_K(const uint8_t* b, float* y) {
   const int64_t L = Lanes();
