@@ -43,18 +43,13 @@ void BM_PrefillProduct(benchmark::State& state) {
   ggml_init_params ip{size_t(1) << 20, nullptr, true};
   ggml_context* ctx = ggml_init(ip);
   ggml_tensor* wt = ggml_new_tensor_2d(ctx, type, k, m);
-  kernels::WeightRows rows{kernels::WeightFormat::f16, w.data(), int64_t(row_bytes), m};
-  switch (type) {
-    case GGML_TYPE_F16: break;
-    case GGML_TYPE_Q8_0: rows.format = kernels::WeightFormat::q8_0; break;
-    case GGML_TYPE_Q6_K: rows.format = kernels::WeightFormat::q6_K; break;
-    case GGML_TYPE_Q5_K: rows.format = kernels::WeightFormat::q5_K; break;
-    case GGML_TYPE_Q3_K: rows.format = kernels::WeightFormat::q3_K; break;
-    default:
-      state.SkipWithError("a format the kernel does not read");
-      ggml_free(ctx);
-      return;
+  const auto format = kernels::widen_format(gguf::GgmlType(type));
+  if (!format) {
+    state.SkipWithError("a format the kernel does not read");
+    ggml_free(ctx);
+    return;
   }
+  const kernels::WeightRows rows{*format, w.data(), int64_t(row_bytes), m};
   wt->data = w.data();
   ggml_tensor* xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, n);
   xt->data = x.data();

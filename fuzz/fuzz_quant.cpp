@@ -52,18 +52,6 @@ void check_row(const ref::Format& f, const uint8_t* src, const float* got, int64
   }
 }
 
-// The prefill product's decoder for t, if it has one.
-bool widen_format(gguf::GgmlType t, kernels::WeightFormat& f) {
-  switch (t) {
-    case gguf::GgmlType::f16: f = kernels::WeightFormat::f16; return true;
-    case gguf::GgmlType::q8_0: f = kernels::WeightFormat::q8_0; return true;
-    case gguf::GgmlType::q6_K: f = kernels::WeightFormat::q6_K; return true;
-    case gguf::GgmlType::q5_K: f = kernels::WeightFormat::q5_K; return true;
-    case gguf::GgmlType::q3_K: f = kernels::WeightFormat::q3_K; return true;
-    default: return false;
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -85,22 +73,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ref::Format* rf = ref::find_format(t);
     std::vector<float> row(static_cast<size_t>(ti.ne[0]));
     const size_t rb = gguf::row_bytes(t, ti.ne[0]);
+    const auto wf = kernels::widen_format(t);
+    std::vector<float> widened(wf ? static_cast<size_t>(ti.ne[0]) : 0);
     for (int64_t r = 0; r < ti.nrows(); ++r) {
       gguf::dequantize_row(t, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
       if (rf) check_row(*rf, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
-    }
-    kernels::WeightFormat wf;
-    if (widen_format(t, wf)) {
-      const kernels::WeightRows w{wf, ti.data, int64_t(rb), ti.nrows()};
-      std::vector<float> widened(static_cast<size_t>(ti.ne[0]));
-      for (int64_t r = 0; r < ti.nrows(); ++r) {
-        gguf::dequantize_row(t, ti.data + size_t(r) * rb, row.data(), ti.ne[0]);
-        kernels::gemm_widen_rows(w, ti.ne[0], r, 1, 0, ti.ne[0], widened.data(), ti.ne[0]);
-        for (int64_t i = 0; i < ti.ne[0]; ++i)
-          if (std::memcmp(&widened[size_t(i)], &row[size_t(i)], 4) != 0 &&
-              !(std::isnan(widened[size_t(i)]) && std::isnan(row[size_t(i)])))
-            mismatch("widened differently", t, i, widened[size_t(i)], row[size_t(i)]);
-      }
+      if (!wf) continue;
+      const kernels::WeightRows w{*wf, ti.data, int64_t(rb), ti.nrows()};
+      kernels::gemm_widen_rows(w, ti.ne[0], r, 1, 0, ti.ne[0], widened.data(), ti.ne[0]);
+      for (int64_t i = 0; i < ti.ne[0]; ++i)
+        if (std::memcmp(&widened[size_t(i)], &row[size_t(i)], 4) != 0 &&
+            !(std::isnan(widened[size_t(i)]) && std::isnan(row[size_t(i)])))
+          mismatch("widened differently", t, i, widened[size_t(i)], row[size_t(i)]);
     }
   } catch (const Error&) {
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "hwy/highway.h"
@@ -527,15 +528,24 @@ HWY_EXPORT(GemmWidenRun);
 HWY_EXPORT(GemmWidenRows);
 HWY_EXPORT(IsPreferred);
 
+namespace {
+// Each format and the GGUF type it is (block sizes and bytes: gguf::block_size, block_bytes).
+constexpr std::pair<WeightFormat, gguf::GgmlType> kFormats[] = {
+    {WeightFormat::f16, gguf::GgmlType::f16},   {WeightFormat::q8_0, gguf::GgmlType::q8_0},
+    {WeightFormat::q6_K, gguf::GgmlType::q6_K}, {WeightFormat::q5_K, gguf::GgmlType::q5_K},
+    {WeightFormat::q3_K, gguf::GgmlType::q3_K}};
+}  // namespace
+
+std::optional<WeightFormat> widen_format(gguf::GgmlType t) {
+  for (const auto& [f, g] : kFormats)
+    if (g == t) return f;
+  return std::nullopt;
+}
+
 void gemm_widen_check(const WeightRows& w, int64_t k) {
-  int64_t block = 256, bytes = 0;  // values and bytes a block of the format holds
-  switch (w.format) {
-    case WeightFormat::f16: block = 1, bytes = 2; break;
-    case WeightFormat::q8_0: block = 32, bytes = 34; break;
-    case WeightFormat::q6_K: bytes = 210; break;
-    case WeightFormat::q5_K: bytes = 176; break;
-    case WeightFormat::q3_K: bytes = 110; break;
-  }
+  int64_t block = 0, bytes = 0;  // values and bytes a block of the format holds
+  for (const auto& [f, g] : kFormats)
+    if (f == w.format) block = gguf::block_size(g), bytes = gguf::block_bytes(g);
   SPATTN_CHECK(bytes > 0 && k % block == 0 && w.row_bytes >= k / block * bytes &&
                    (w.format != WeightFormat::f16 || w.row_bytes % 2 == 0),
                "gemm_widen: ", w.m, " rows of ", k, " values in format ", int(w.format),

@@ -25,6 +25,9 @@
 // on it). BENCHMARKS.md, "Prefill's products on spattn's kernel", has the figures.
 #pragma once
 #include <cstdint>
+#include <optional>
+
+#include "spattn/gguf.hpp"
 
 namespace spattn::kernels {
 
@@ -36,6 +39,9 @@ enum class WeightFormat : uint8_t {
   q5_K,     // k / 256 super-blocks of 176 bytes
   q3_K,     // k / 256 super-blocks of 110 bytes
 };
+
+// The format this product widens a GGUF tensor type as, or none: a type without a decoder here.
+std::optional<WeightFormat> widen_format(gguf::GgmlType t);
 
 struct WeightRows {
   WeightFormat format = WeightFormat::f16;

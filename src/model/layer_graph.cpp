@@ -120,16 +120,7 @@ struct Builder {
 // rows (q4_0, q4_K, iq4_nl on x86), or a type without a decoder here. ggml's 8-bit products beat
 // the widened tile on repacked q4_K and on iq4_xs (BENCHMARKS.md), so those stay ggml's.
 std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w) {
-  using F = kernels::WeightFormat;
-  if (w.repacked) return std::nullopt;
-  switch (w.t->type) {
-    case GGML_TYPE_F16: return F::f16;
-    case GGML_TYPE_Q8_0: return F::q8_0;
-    case GGML_TYPE_Q6_K: return F::q6_K;
-    case GGML_TYPE_Q5_K: return F::q5_K;
-    case GGML_TYPE_Q3_K: return F::q3_K;
-    default: return std::nullopt;
-  }
+  return w.repacked ? std::nullopt : kernels::widen_format(w.type);
 }
 
 kernels::WeightRows widened(const Model::Weight& w) {
