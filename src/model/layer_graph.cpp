@@ -135,11 +135,14 @@ int64_t spattn_product_min_rows(const Model::Weight& w) {
 }
 
 int threads_for_bytes(size_t bytes, int threads) {
-  // Each pool call ends at a barrier (a graph at one per node); with 2 threads those cost more
-  // than the split saves below about 1 MiB of data: a decode step of stories260K (0.2 MB of
-  // weights a layer) ran at 14,000 tokens/s on one thread and 8,000 on two, while a layer of
-  // code-tiny-8k (3.6 MB of f16) gains from the second thread.
-  constexpr size_t kParallelBytes = size_t(1) << 20;
+  // A second thread halves the work and adds a fixed cost: a graph's region start and one
+  // barrier per node (about 7 us a layer's graph on 2 Zen 5 cores), an attention's pool call
+  // about 1.3 us. A layer reads about 18 KB of weights a microsecond on one thread whether
+  // f32 or q4_0, so the split pays above about 250 KB: stories260K's layer (0.18 MB of f32)
+  // decoded at about 17,000 tokens/s on one thread and 13,900 on two, code-tiny-8k's Q4_0
+  // layer (0.88 MB) at 2,780 and 3,400; one decode query over a code-tiny cache took 4.4 us
+  // on one thread and 5.0 on two at 256 keys (133 KB of f16), 7.9 and 6.4 at 512 (266 KB).
+  constexpr size_t kParallelBytes = size_t(256) << 10;
   return bytes < kParallelBytes ? 1 : threads;
 }
 

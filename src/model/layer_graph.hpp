@@ -46,7 +46,7 @@ struct GraphStep {
   int64_t logits_row0 = 0;
 };
 
-// The threads a pool call over `bytes` of data is worth: 1 below about a megabyte, where the
+// The threads a pool call over `bytes` of data is worth: 1 below 256 KiB, where the
 // barriers cost more than the split saves; else `threads`. (Graphs and decode attention.)
 int threads_for_bytes(size_t bytes, int threads);
 
