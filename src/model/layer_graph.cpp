@@ -134,16 +134,17 @@ int64_t spattn_product_min_rows(const Model::Weight& w) {
   return f ? kernels::gemm_widen_min_rows(*f) : 0;
 }
 
-int threads_for_bytes(size_t bytes, int threads) {
-  // A second thread halves the work and adds a fixed cost: a graph's region start and one
-  // barrier per node (about 7 us a layer's graph on 2 Zen 5 cores), an attention's pool call
-  // about 1.3 us. A layer reads about 18 KB of weights a microsecond on one thread whether
-  // f32 or q4_0, so the split pays above about 250 KB: stories260K's layer (0.18 MB of f32)
-  // decoded at about 17,000 tokens/s on one thread and 13,900 on two, code-tiny-8k's Q4_0
-  // layer (0.88 MB) at 2,780 and 3,400; one decode query over a code-tiny cache took 4.4 us
-  // on one thread and 5.0 on two at 256 keys (133 KB of f16), 7.9 and 6.4 at 512 (266 KB).
-  constexpr size_t kParallelBytes = size_t(256) << 10;
-  return bytes < kParallelBytes ? 1 : threads;
+int threads_for_bytes(size_t bytes, int threads, size_t from) {
+  // A second thread halves the work and adds a fixed cost, about 7 us for a layer's graph on 2
+  // Zen 5 cores and 1.3 us for a pool call. One thread reads about 18 KB of a layer's weights
+  // a microsecond, f32 or q4_0, so a graph's split pays from about 250 KB: stories260K's
+  // decode graphs (0.18 MB of f32 a layer, 0.28 MB the last with the output head) ran as fast
+  // on two threads as on one at best, slower when the host took a core, and code-tiny-8k's
+  // Q4_0 layer (0.88 MB) at 3,369 tokens/s on two against 2,762 on one: graphs split from
+  // kGraphParallelBytes, twice the crossover. One decode query over a code-tiny cache took
+  // 4.4 us on one thread and 5.0 on two at 256 keys (133 KB of f16), 7.9 and 6.4 at 512 (266
+  // KB): kAttentionParallelBytes.
+  return bytes < from ? 1 : threads;
 }
 
 void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
@@ -209,7 +210,7 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
     }
     ggml_build_forward_expand(g, out);
   }
-  threads = threads_for_bytes(B.weight_bytes * size_t(n), threads);
+  threads = threads_for_bytes(B.weight_bytes * size_t(n), threads, kGraphParallelBytes);
   try {
     ThreadPool::get().compute(g, threads);
   } catch (...) {

@@ -46,9 +46,12 @@ struct GraphStep {
   int64_t logits_row0 = 0;
 };
 
-// The threads a pool call over `bytes` of data is worth: 1 below 256 KiB, where the
-// barriers cost more than the split saves; else `threads`. (Graphs and decode attention.)
-int threads_for_bytes(size_t bytes, int threads);
+// The threads a pool call over `bytes` of data is worth: 1 below `from` bytes, where the
+// call's fixed cost is more than the split saves; else `threads`. A layer's graph costs a
+// region start and a barrier per node, a decode attention one pool call (layer_graph.cpp).
+inline constexpr size_t kGraphParallelBytes = size_t(512) << 10;
+inline constexpr size_t kAttentionParallelBytes = size_t(256) << 10;
+int threads_for_bytes(size_t bytes, int threads, size_t from);
 
 void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
                      int threads);

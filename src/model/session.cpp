@@ -442,7 +442,7 @@ struct Session::Impl {
     AttnOptions a = attn_opt(pos0);
     a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) *
                                       size_t(n_keys < 0 ? c.size() : n_keys),
-                                  opt.threads);
+                                  opt.threads, kAttentionParallelBytes);
     return a;
   }
 
@@ -508,7 +508,7 @@ struct Session::Impl {
       const PackedKV& c = cache.packed(l);
       AttnOptions a = attn_opt(pos0);
       a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
-                                    opt.threads);
+                                    opt.threads, kAttentionParallelBytes);
       dist::decode_merge(*grp, qv, c, ov, a, cp_token, &t.decode_stats, cp_gather);
       t.decode_keys_read += c.kv_heads() * c.size();
       t.decode_keys_total += c.kv_heads() * c.size();
