@@ -47,23 +47,24 @@ using namespace gemm_widen_detail;
 
 void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
                    int nth) {
-  const int64_t np = panels(n);
-  for (int64_t p = np * ith / nth; p < np * (ith + 1) / nth; ++p) {
+  // The threads split (panel, block of columns) pairs: a call of up to 32 rows is one panel,
+  // which a split by panels left to one thread while the others waited.
+  const int64_t np = panels(n), nb = (k + kBlockK - 1) / kBlockK;
+  for (int64_t u = np * nb * ith / nth; u < np * nb * (ith + 1) / nth; ++u) {
+    const int64_t p = u / nb, t0 = (u % nb) * kBlockK;
     const int64_t rows = std::min(kPanel, n - p * kPanel);
     const float* src = x + p * kPanel * ldx;
-    for (int64_t t0 = 0; t0 < k; t0 += kBlockK) {
-      const int64_t kc = std::min(kBlockK, k - t0);
-      float* dst = xp + slice(np, p, t0, kc);
-      // 64 columns at a time: the panel's 32 source rows stay in L1 while the packed side is
-      // written in order.
-      for (int64_t c0 = 0; c0 < kc; c0 += 64) {
-        const int64_t c1 = std::min(kc, c0 + 64);
-        for (int64_t c = c0; c < c1; ++c) {
-          float* d = dst + c * kPanel;
-          int64_t j = 0;
-          for (; j < rows; ++j) d[j] = src[j * ldx + t0 + c];
-          for (; j < kPanel; ++j) d[j] = 0.0f;
-        }
+    const int64_t kc = std::min(kBlockK, k - t0);
+    float* dst = xp + slice(np, p, t0, kc);
+    // 64 columns at a time: the panel's 32 source rows stay in L1 while the packed side is
+    // written in order.
+    for (int64_t c0 = 0; c0 < kc; c0 += 64) {
+      const int64_t c1 = std::min(kc, c0 + 64);
+      for (int64_t c = c0; c < c1; ++c) {
+        float* d = dst + c * kPanel;
+        int64_t j = 0;
+        for (; j < rows; ++j) d[j] = src[j * ldx + t0 + c];
+        for (; j < kPanel; ++j) d[j] = 0.0f;
       }
     }
   }
