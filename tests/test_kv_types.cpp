@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/flash-inl.h"
@@ -75,6 +76,39 @@ TEST(KVType, HalfTypesRoundToNearestEven) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], bf16_to_f32(f32_to_bf16(x[i]))) << x[i];
   kv_round_row(KVType::f32, x.data(), y.data(), int64_t(x.size()));
   EXPECT_EQ(x, y);
+}
+
+// The f16 round trip runs on vectors where the target converts (F16C, AVX-512): every target's
+// result must be the scalar converters' bits, at the range's edges (the largest half, the first
+// value that overflows, subnormals and their halfway points, zeros), on NaNs whatever their
+// payload, and on random values of every magnitude, in rows whose lengths leave every tail.
+TEST(KVType, HalfRoundingIsTheScalarConvertersOnEveryTarget) {
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
+                                0x7f800000u, 0xff800000u, 0x7f800001u, 0xffc00123u, 0x7fffffffu,
+                                0x38800000u, 0x387fffffu, 0x33000000u, 0x33000001u, 0x32ffffffu,
+                                0x33c00000u, 0xb3c00000u, 0x00000001u, 0x3f801000u, 0x3f803000u};
+  std::mt19937 rng(3);
+  for (int i = 0; i < 4000; ++i) bits.push_back(rng());
+  std::vector<float> x(bits.size());
+  std::memcpy(x.data(), bits.data(), bits.size() * sizeof(float));
+  test::for_each_target([&] {
+    for (int64_t n : {int64_t(x.size()), int64_t(1), int64_t(7), int64_t(17), int64_t(33)}) {
+      std::vector<float> y(size_t(n), 12345.0f);
+      kv_round_row(KVType::f16, x.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = f16_to_f32(f32_to_f16(x[size_t(i)]));
+        ASSERT_EQ(std::memcmp(&y[size_t(i)], &want, sizeof(float)), 0)
+            << "input bits 0x" << std::hex << bits[size_t(i)] << ": got " << y[size_t(i)]
+            << ", want " << want;
+      }
+    }
+    std::vector<float> z = x;  // in place, as the runner rounds its rows
+    kv_round_row(KVType::f16, z.data(), z.data(), int64_t(z.size()));
+    for (size_t i = 0; i < z.size(); ++i) {
+      const float want = f16_to_f32(f32_to_f16(x[i]));
+      ASSERT_EQ(std::memcmp(&z[i], &want, sizeof(float)), 0) << "in place, at " << i;
+    }
+  });
 }
 
 // q8_0 from the format: per block of 32, d = max|x| / 127 stored as f16, q = round(x / d) in

@@ -1,5 +1,6 @@
-// KV cache types: names, and the rounding each applies (q8_0 through ggml's own CPU quantizer,
-// so a key is rounded exactly as llama.cpp's q8_0 cache rounds it).
+// KV cache types: names, sizes and ggml's q8_0 quantizer (a key is rounded exactly as
+// llama.cpp's q8_0 cache rounds it). The rounding of a row, kv_round_row, is a kernel
+// (kernels/kv_round.cpp).
 #include "spattn/kv_type.hpp"
 
 #include <algorithm>
@@ -55,32 +56,6 @@ void kv_quantize_q8_0(const float* src, int64_t n, int8_t* qs, uint16_t* scales)
       const unsigned char* blk = buf + b * kQ8BlockBytes;
       std::memcpy(scales + b0 / kQ8Block + b, blk, 2);
       std::memcpy(qs + b0 + b * kQ8Block, blk + 2, kQ8Block);
-    }
-  }
-}
-
-void kv_round_row(KVType t, const float* src, float* dst, int64_t n) {
-  switch (t) {
-    case KVType::f32:
-      if (dst != src) std::memmove(dst, src, size_t(n) * sizeof(float));
-      return;
-    case KVType::f16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(f32_to_f16(src[i]));
-      return;
-    case KVType::bf16:
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
-      return;
-    case KVType::q8_0: {
-      SPATTN_CHECK(n % kQ8Block == 0, "q8_0: a row of ", n,
-                   " values is not a whole number of blocks of 32");
-      int8_t qs[kQ8Block];
-      uint16_t scale;
-      for (int64_t b = 0; b < n; b += kQ8Block) {
-        kv_quantize_q8_0(src + b, kQ8Block, qs, &scale);
-        const float d = f16_to_f32(scale);
-        for (int64_t i = 0; i < kQ8Block; ++i) dst[b + i] = float(qs[i]) * d;
-      }
-      return;
     }
   }
 }
