@@ -223,10 +223,20 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, nullptr);
   const int64_t splits = (kv.size() + kernels::kSplitKeys - 1) / kernels::kSplitKeys;
   const int64_t hq = q.heads, lq = q.seq, d = q.dim;
-  Tensor part(DType::f32, hq, splits * lq, d);
-  std::vector<float> part_lse(size_t(hq * splits * lq));
-  p.out = part;
-  p.lse = part_lse.data();
+  // One chunk of keys has nothing to merge: its rows go straight to out (and lse), the same bits
+  // as through the partial tensor, without allocating that and copying it value by value (a
+  // short cache's decode step spent about as long on those as on its keys).
+  const bool direct = splits == 1 && out.dtype == DType::f32;
+  Tensor part;
+  std::vector<float> part_lse;
+  if (direct) {
+    p.lse = lse;
+  } else {
+    part = Tensor(DType::f32, hq, splits * lq, d);
+    part_lse.resize(size_t(hq * splits * lq));
+    p.out = part;
+    p.lse = part_lse.data();
+  }
   SkipStats per_split;
   per_split.record_tiles = skip && skip->record_tiles;
   if (skip) per_split.reset(hq, splits);
@@ -235,7 +245,7 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   // Exact merge of each row's chunks, in chunk order.
   std::vector<float> o(static_cast<size_t>(d));
   const TensorView pv = part;
-  for (int64_t h = 0; h < hq; ++h)
+  for (int64_t h = 0; h < hq && !direct; ++h)
     for (int64_t i = 0; i < lq; ++i) {
       float l = part_lse[size_t(h * splits * lq + i)];
       std::copy_n(static_cast<const float*>(pv.ptr(h, i)), d, o.data());
