@@ -511,11 +511,39 @@ void GemmWidenRows(const WeightRows& w, int64_t r0, int64_t rows, int64_t t0, in
   for (int64_t r = 0; r < rows; ++r) WidenRow(w, r0 + r, t0, kc, dst + r * ldd);
 }
 
-bool IsPreferred() {
+// gemm_widen_min_rows on this target: from how many rows the tile (or, f16 on AVX-512, the row
+// path) beats ggml's product of the format, 0 where it does not (two threads, 8192 x 2048;
+// BENCHMARKS.md, "Prefill's quantized products" and "...on AVX2"). AVX-512: f16 from two rows,
+// where ggml too leaves its vector product for tinyBLAS (the row path below 128 rows, 1.5x
+// ggml's time at 2 rows, even from 8); the quantized formats from where the tile, which widens
+// every weight whatever the row count, pays that back: q8_0 32 (16: 1.22x ggml's time, 32:
+// 0.83x), q6_K 16 (8: 1.12x, 16: 0.63x), q5_K 8 (0.97x), q3_K 16 (8: 1.20x, 16: 0.75x); at 128
+// rows 0.72x, 0.42x, 0.30x and 0.30x. AVX2 (measured as AVX2 code on the Zen 5's cores, with
+// llama.cpp's AVX2 build of ggml): ggml's tinyBLAS keeps f16 and q8_0 (0.83-0.97x the tile's
+// time at 512 rows), the K-quants come here from 32 rows (20: 1.03-1.07x ggml's time,
+// 32: 0.76-0.83x; 512: q6_K 0.69x, q5_K 0.60x, q3_K 0.55x). Other targets: ggml's.
+int64_t MinRowsHere(WeightFormat f) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return true;
+  switch (f) {
+    case WeightFormat::f16: return 2;
+    case WeightFormat::q8_0: return 32;
+    case WeightFormat::q6_K: return 16;
+    case WeightFormat::q5_K: return 8;
+    case WeightFormat::q3_K: return 16;
+  }
+  return 0;
+#elif HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  switch (f) {
+    case WeightFormat::f16:
+    case WeightFormat::q8_0: return 0;
+    case WeightFormat::q6_K:
+    case WeightFormat::q5_K:
+    case WeightFormat::q3_K: return 32;
+  }
+  return 0;
 #else
-  return false;
+  (void)f;
+  return 0;
 #endif
 }
 
@@ -527,7 +555,7 @@ namespace spattn::kernels {
 HWY_EXPORT(GemmWidenPack);
 HWY_EXPORT(GemmWidenRun);
 HWY_EXPORT(GemmWidenRows);
-HWY_EXPORT(IsPreferred);
+HWY_EXPORT(MinRowsHere);
 
 namespace {
 // Each format and the GGUF type it is (block sizes and bytes: gguf::block_size, block_bytes).
@@ -578,21 +606,7 @@ void gemm_widen_rows(const WeightRows& w, int64_t k, int64_t r0, int64_t rows, i
 }
 
 int64_t gemm_widen_min_rows(WeightFormat f) {
-  if (!HWY_DYNAMIC_DISPATCH(IsPreferred)()) return 0;
-  // f16: two rows, where ggml too leaves its vector product for tinyBLAS (the row path below 128
-  // rows, 1.5x ggml's time at 2 rows, even from 8). The quantized formats have the tile only,
-  // which widens every weight whatever the row count; against ggml's 8-bit products (8192 x 2048,
-  // two threads) it breaks even at 16-32 rows for q8_0 (16: 1.22x ggml's time, 32: 0.83x), 8-16
-  // for q6_K (8: 1.12x, 16: 0.63x) and about 8 for q5_K (8: 0.97x), and at 128 rows takes 0.72x,
-  // 0.42x and 0.30x (BENCHMARKS.md, "Prefill's quantized products").
-  switch (f) {
-    case WeightFormat::f16: return 2;
-    case WeightFormat::q8_0: return 32;
-    case WeightFormat::q6_K: return 16;
-    case WeightFormat::q5_K: return 8;
-    case WeightFormat::q3_K: return 16;  // 8: 1.20x ggml's time, 16: 0.75x
-  }
-  return 0;
+  return HWY_DYNAMIC_DISPATCH(MinRowsHere)(f);
 }
 }  // namespace spattn::kernels
 #endif

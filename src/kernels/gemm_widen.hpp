@@ -79,9 +79,10 @@ void gemm_widen_rows(const WeightRows& w, int64_t k, int64_t r0, int64_t rows, i
                      int64_t kc, float* dst, int64_t ldd);
 
 // The fewest rows a call should hold for this product to be the runner's choice on the
-// dispatched target, or 0 where it is not (measured faster than ggml's on AVX-512 only: f16
-// from 2 rows with its row path; q8_0 from 32, q6_K and q3_K from 16, q5_K from 8, where the
-// tile's widening is paid back; on AVX2 and below the runner keeps ggml's until measured there).
+// dispatched target, or 0 where it is not (where it measured faster than ggml's: on AVX-512 f16
+// from 2 rows with its row path, q8_0 from 32, q6_K and q3_K from 16, q5_K from 8, where the
+// tile's widening is paid back; on AVX2 q6_K, q5_K and q3_K from 32, f16 and q8_0 never; older
+// targets never).
 int64_t gemm_widen_min_rows(WeightFormat f);
 
 }  // namespace spattn::kernels
