@@ -5,7 +5,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
   libhwy-dev            # Google Highway: portable SIMD with runtime dispatch
-  libopenblas-serial-dev  # sgemm, the in-process peak (serial build, no threads: CMakeLists.txt)
+  libopenblas-openmp-dev  # sgemm, the in-process peak (the OpenMP build: CMakeLists.txt says why)
   nlohmann-json3-dev    # JSON (safetensors headers, --json, calibration files)
   libcli11-dev          # command line
   libfmt-dev
