@@ -213,6 +213,13 @@ HWY_INLINE __m512 WidenHalf(__m512i v, int half) {
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(half ? _mm512_srli_epi32(v, 16) : v));
 }
 
+// The 16 rows' weights at column t, one by one: a block's columns past a multiple of 32.
+HWY_INLINE __m512 WeightColumn(const uint16_t* const row[16], int64_t t) {
+  HWY_ALIGN float col[16];
+  for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
+  return _mm512_load_ps(col);
+}
+
 // x[r0][t] in the packed rows: panel r0 / 32's slice of t's block of columns; rows r0.. follow
 // it, and t + 1 is 32 floats on within the block.
 HWY_INLINE const float* XColumn(const float* xp, int64_t np, int64_t r0, int64_t k, int64_t t) {
@@ -260,9 +267,7 @@ HWY_INLINE void RowTile(const uint16_t* const row[16], const float* xp, int64_t 
     }
   }
   for (; t < k; ++t) {
-    HWY_ALIGN float col[16];
-    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
-    const __m512 wv = _mm512_load_ps(col);
+    const __m512 wv = WeightColumn(row, t);
     const float* x0 = XColumn(xp, np, r0, k, t);
     for (int r = 0; r < R; ++r) acc[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[r]);
   }
@@ -328,9 +333,7 @@ void RowsTwo(const uint16_t* const row[16], const float* xp, int64_t n, int64_t 
     for (int r = 0; r < R2; ++r) acc_mem[16 + r] = acc[r];
   }
   for (; t < k; ++t) {
-    HWY_ALIGN float col[16];
-    for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[i][t]);
-    const __m512 wv = _mm512_load_ps(col);
+    const __m512 wv = WeightColumn(row, t);
     const float* x0 = XColumn(xp, 1, 0, k, t);
     for (int r = 0; r < 16 + R2; ++r)
       acc_mem[r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc_mem[r]);
@@ -395,9 +398,7 @@ HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int6
   for (; t < t1; ++t) {  // the last block's columns past a multiple of 32
     const float* x0 = XColumn(xp, np, r0, k, t);
     for (int h = 0; h < 2; ++h) {
-      HWY_ALIGN float col[16];
-      for (int i = 0; i < 16; ++i) col[i] = f16_to_f32(row[16 * h + i][t]);
-      const __m512 wv = _mm512_load_ps(col);
+      const __m512 wv = WeightColumn(row + 16 * h, t);
       for (int r = 0; r < R; ++r)
         acc[h][r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[h][r]);
     }

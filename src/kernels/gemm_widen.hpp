@@ -60,8 +60,8 @@ int64_t gemm_widen_packed_floats(int64_t n, int64_t k);
 
 // Packs X [n][k] (row stride ldx floats) into xp: panels of 32 rows (rows past n zero), each
 // column of a panel 32 floats, block by block of 256 columns (a block's panels together).
-// Thread ith of nth packs its share of the panels; every thread's share must be done before any
-// gemm_widen_run reads xp.
+// Thread ith of nth packs its share of the (panel, block of columns) pairs; every thread's share
+// must be done before any gemm_widen_run reads xp.
 void gemm_widen_pack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
                      int nth);
 

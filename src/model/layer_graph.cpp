@@ -1,6 +1,5 @@
 #include "model/layer_graph.hpp"
 
-#include <algorithm>
 #include <deque>
 #include <optional>
 #include <vector>

@@ -506,10 +506,8 @@ struct Session::Impl {
       const int64_t at[1] = {pos0};
       if (cp_owner == grp->rank()) cache.append(l, kv, vv, 1, at);
       const PackedKV& c = cache.packed(l);
-      AttnOptions a = attn_opt(pos0);
-      a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) * size_t(c.size()),
-                                    opt.threads, kAttentionParallelBytes);
-      dist::decode_merge(*grp, qv, c, ov, a, cp_token, &t.decode_stats, cp_gather);
+      dist::decode_merge(*grp, qv, c, ov, decode_opt(pos0, c), cp_token, &t.decode_stats,
+                         cp_gather);
       t.decode_keys_read += c.kv_heads() * c.size();
       t.decode_keys_total += c.kv_heads() * c.size();
       return;
