@@ -196,10 +196,7 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
     ggml_build_forward_expand(g, B.linear(L.wv, h, L.bv, b.v));
   }
   if (step.logits) {
-    const int64_t r = n - step.logits_row0;
-    SPATTN_CHECK(r >= 1, "internal: no logits rows");
-    ggml_tensor* xs = ggml_view_2d(ctx, x, D, r, x->nb[1], size_t(step.logits_row0) * x->nb[1]);
-    ggml_tensor* h = B.norm(xs, m.output_norm(), c.rms_eps, b.h);
+    ggml_tensor* h = B.norm(x, m.output_norm(), c.rms_eps, b.h);
     ggml_tensor* out = B.linear(m.output(), h, {}, step.logits);
     if (c.final_logit_softcap > 0) {  // cap * tanh(logits / cap), in place, as llama.cpp
       const float cap = float(c.final_logit_softcap);

@@ -39,11 +39,11 @@ int64_t spattn_product_min_rows(const Model::Weight& w);
 
 // What one graph computes for n rows: the tail of layer `tail` (none when < 0), then the head
 // of layer `head` (none when < 0 or past the last layer), then, with `logits`, the model's
-// output head over rows [logits_row0, n) into logits [n - logits_row0, n_vocab].
+// output head over the n rows into logits [n, n_vocab]. (The session runs the last layer's
+// tail over the rows whose logits it wants only.)
 struct GraphStep {
   int64_t tail = -1, head = -1;
   float* logits = nullptr;
-  int64_t logits_row0 = 0;
 };
 
 // The threads a pool call over `bytes` of data is worth: 1 below `from` bytes, where the

@@ -466,8 +466,12 @@ struct Session::Impl {
     attention_dense(qv, c, ov, a, nullptr, stats);
   }
 
-  // One layer's attention for n rows at pos0.
-  void attention(int64_t l, int64_t n, int64_t pos0, Attn kind, bool last, Stats* stats) {
+  // Layer l's attention over n new rows at pos0.. (their K and V appended to the cache). Rows
+  // before `read_from` have outputs nobody reads (the last layer's rows without logits): dense
+  // attention skips them, exactly, since a row's output does not depend on the other queries.
+  // The methods' and chunked_h2o's selections do, so they run every row.
+  void attention(int64_t l, int64_t n, int64_t pos0, Attn kind, bool last, int64_t read_from,
+                 Stats* stats) {
     const int64_t Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     const TensorView qv = TensorView::shd(q.data(), DType::f32, Hq, n, d);
     const TensorView kv = TensorView::shd(k.data(), DType::f32, Hkv, n, d);
@@ -528,13 +532,19 @@ struct Session::Impl {
       return;
     }
     switch (kind) {
-      case Attn::dense:
+      case Attn::dense: {
+        // The kernel as n says, whatever rows are skipped, so a row's bits stay the same.
+        const int64_t r = n - read_from;
+        if (r == 0) break;
+        const TensorView qr = qv.rows(read_from, r), orows = ov.rows(read_from, r);
         if (n <= kMaxDecodeQueries) {
-          attention_decode(qv, c, ov, decode_opt(pos0, c), DecodeOptions{}, nullptr, stats);
+          attention_decode(qr, c, orows, decode_opt(pos0 + read_from, c), DecodeOptions{}, nullptr,
+                           stats);
         } else {
-          attention_dense(qv, c, ov, attn_opt(pos0), nullptr, stats);
+          attention_dense(qr, c, orows, attn_opt(pos0 + read_from), nullptr, stats);
         }
         break;
+      }
       case Attn::decode:
         decode_attention(l, qv, ov, pos0);
         break;
@@ -625,7 +635,7 @@ struct Session::Impl {
                         v.data(), att.data(), g.data(), u.data(),
                         pack};
     const bool want_logits = logits && logits_row0 < n;
-    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr, 0}, mm);
+    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, mm);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
@@ -646,7 +656,8 @@ struct Session::Impl {
         }
       }
       const auto t0 = Clock::now();
-      attention(l, n, pos0, kind, last, stats);
+      const bool final = l + 1 == cfg.n_layer;
+      attention(l, n, pos0, kind, last, final ? (want_logits ? logits_row0 : n) : 0, stats);
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
@@ -656,12 +667,22 @@ struct Session::Impl {
         per_layer.resize(size_t(cfg.n_layer));
         per_layer[size_t(l)] += ms;
       }
-      // This layer's tail and the next layer's head (or the logits) in one graph.
-      const bool final = l + 1 == cfg.n_layer;
-      run_layer_graph(m, rb, n,
-                      GraphStep{l, final ? -1 : l + 1, final && want_logits ? logits : nullptr,
-                                logits_row0},
-                      mm);
+      // This layer's tail and the next layer's head (or the logits) in one graph. The last
+      // layer's tail feeds nothing but the logits, so it runs over their rows only, and not
+      // at all in a chunk without logits (llama.cpp's inp_out_ids does the same after Wo):
+      // 1/n_layer of the FFN's and Wo's work on every chunk of a prompt.
+      if (!final) {
+        run_layer_graph(m, rb, n, GraphStep{l, l + 1, nullptr}, mm);
+      } else if (want_logits) {
+        // Those rows moved to the front, so the scratch buffers' sizing (packed panels from
+        // row 0) holds as for any call of fewer rows.
+        const int64_t r = n - logits_row0, dq = Hq * d;
+        if (logits_row0 > 0) {
+          std::memmove(x.data(), x.data() + logits_row0 * D, size_t(r * D) * sizeof(float));
+          std::memmove(att.data(), att.data() + logits_row0 * dq, size_t(r * dq) * sizeof(float));
+        }
+        run_layer_graph(m, rb, r, GraphStep{l, -1, logits}, mm);
+      }
       if (after_layer) after_layer(l + 1);
     }
   }
