@@ -146,18 +146,52 @@ int threads_for_bytes(size_t bytes, int threads, size_t from) {
   return bytes < from ? 1 : threads;
 }
 
-void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
-                     int threads) {
+// A built graph and what its nodes point at: the builder's products' arguments (the custom
+// nodes' userdata), a copy of the row buffers' addresses, its context's metadata memory.
+struct LayerGraphCache::Entry {
+  const Model* m = nullptr;
+  RowBuffers b{};
+  int64_t n = 0;
+  GraphStep step;
+  int threads_asked = 0;
+  int threads = 1;  // as threads_for_bytes decided at build
+  std::vector<uint8_t> meta;
+  ggml_context* ctx = nullptr;
+  ggml_cgraph* g = nullptr;
+  Builder B;
+  ~Entry() {
+    if (ctx) ggml_free(ctx);
+  }
+  bool same(const Model& m2, const RowBuffers& b2, int64_t n2, const GraphStep& s2,
+            int threads2) const {
+    return g && m == &m2 && n == n2 && threads_asked == threads2 && step.tail == s2.tail &&
+           step.head == s2.head && step.logits == s2.logits && b.x == b2.x && b.h == b2.h &&
+           b.q == b2.q && b.k == b2.k && b.v == b2.v && b.att == b2.att && b.g == b2.g &&
+           b.u == b2.u && b.pack == b2.pack;
+  }
+};
+
+LayerGraphCache::LayerGraphCache() = default;
+LayerGraphCache::~LayerGraphCache() = default;
+
+namespace {
+
+// Builds the graph of e's step over its n rows into e.
+void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const Config& c = m.config();
+  const RowBuffers& b = e.b;
+  const GraphStep& step = e.step;
+  const int64_t n = e.n;
   const bool head = step.head >= 0 && step.head < c.n_layer;
   SPATTN_CHECK(!(head && step.logits), "internal: a layer's head and the logits in one graph");
   const int64_t D = c.n_embd, dq = c.n_head * c.head_dim;
-  thread_local std::vector<uint8_t> meta(size_t(kMaxNodes) * ggml_tensor_overhead() +
-                                         ggml_graph_overhead_custom(kMaxNodes, false));
-  ggml_init_params ip{meta.size(), meta.data(), true};
+  e.meta.resize(size_t(kMaxNodes) * ggml_tensor_overhead() +
+                ggml_graph_overhead_custom(kMaxNodes, false));
+  ggml_init_params ip{e.meta.size(), e.meta.data(), true};
   ggml_context* ctx = ggml_init(ip);
   SPATTN_CHECK(ctx != nullptr, "internal: ggml_init failed");
-  Builder B;
+  e.ctx = ctx;
+  Builder& B = e.B;
   B.ctx = ctx;
   B.b = &b;
   ggml_cgraph* g = ggml_new_graph_custom(ctx, kMaxNodes, false);
@@ -206,14 +240,29 @@ void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const Graph
     }
     ggml_build_forward_expand(g, out);
   }
-  threads = threads_for_bytes(B.weight_bytes * size_t(n), threads, kGraphParallelBytes);
-  try {
-    ThreadPool::get().compute(g, threads);
-  } catch (...) {
-    ggml_free(ctx);
-    throw;
+  e.g = g;
+  e.threads = threads_for_bytes(B.weight_bytes * size_t(n), threads, kGraphParallelBytes);
+}
+
+}  // namespace
+
+void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
+                     int threads, LayerGraphCache& cache) {
+  const size_t slot = size_t(step.tail + 1);
+  if (cache.slots_.size() <= slot) cache.slots_.resize(slot + 1);
+  std::unique_ptr<LayerGraphCache::Entry>& e = cache.slots_[slot];
+  if (!e || !e->same(m, b, n, step, threads)) {
+    e.reset();  // a build that throws leaves the slot empty
+    auto fresh = std::make_unique<LayerGraphCache::Entry>();
+    fresh->m = &m;
+    fresh->b = b;
+    fresh->n = n;
+    fresh->step = step;
+    fresh->threads_asked = threads;
+    build_layer_graph(m, *fresh, threads);
+    e = std::move(fresh);
   }
-  ggml_free(ctx);
+  ThreadPool::get().compute(e->g, e->threads);
 }
 
 }  // namespace spattn::model

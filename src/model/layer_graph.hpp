@@ -8,6 +8,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "spattn/model.hpp"
 
@@ -53,7 +55,27 @@ inline constexpr size_t kGraphParallelBytes = size_t(512) << 10;
 inline constexpr size_t kAttentionParallelBytes = size_t(256) << 10;
 int threads_for_bytes(size_t bytes, int threads, size_t from);
 
+// The graphs one session runs, kept for the next call with the same rows, step and threads
+// (each decode step repeats the last one's graphs; so does every full chunk of a prompt):
+// building a layer's graph (its tensors, nodes and products' arguments) took about 13 us of a
+// code-tiny-8k decode step's 476 (8 layers), where llama.cpp reuses its graph too. One graph a
+// step slot (layer tail), replaced when its key changes. Not copyable: a forked session starts
+// empty (its buffers are its own).
+class LayerGraphCache {
+ public:
+  LayerGraphCache();
+  ~LayerGraphCache();
+  LayerGraphCache(const LayerGraphCache&) = delete;
+  LayerGraphCache& operator=(const LayerGraphCache&) = delete;
+  struct Entry;
+
+ private:
+  friend void run_layer_graph(const Model&, const RowBuffers&, int64_t, const GraphStep&, int,
+                              LayerGraphCache&);
+  std::vector<std::unique_ptr<Entry>> slots_;
+};
+
 void run_layer_graph(const Model& m, const RowBuffers& b, int64_t n, const GraphStep& step,
-                     int threads);
+                     int threads, LayerGraphCache& cache);
 
 }  // namespace spattn::model

@@ -224,6 +224,7 @@ struct Session::Impl {
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, g, u;
   bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
+  LayerGraphCache graphs;  // the last graph of each layer step, for the next call alike
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
@@ -635,7 +636,7 @@ struct Session::Impl {
                         v.data(), att.data(), g.data(), u.data(),
                         pack};
     const bool want_logits = logits && logits_row0 < n;
-    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, mm);
+    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, mm, graphs);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
@@ -672,7 +673,7 @@ struct Session::Impl {
       // at all in a chunk without logits (llama.cpp's inp_out_ids does the same after Wo):
       // 1/n_layer of the FFN's and Wo's work on every chunk of a prompt.
       if (!final) {
-        run_layer_graph(m, rb, n, GraphStep{l, l + 1, nullptr}, mm);
+        run_layer_graph(m, rb, n, GraphStep{l, l + 1, nullptr}, mm, graphs);
       } else if (want_logits) {
         // Those rows moved to the front, so the scratch buffers' sizing (packed panels from
         // row 0) holds as for any call of fewer rows.
@@ -681,7 +682,7 @@ struct Session::Impl {
           std::memmove(x.data(), x.data() + logits_row0 * D, size_t(r * D) * sizeof(float));
           std::memmove(att.data(), att.data() + logits_row0 * dq, size_t(r * dq) * sizeof(float));
         }
-        run_layer_graph(m, rb, r, GraphStep{l, -1, logits}, mm);
+        run_layer_graph(m, rb, r, GraphStep{l, -1, logits}, mm, graphs);
       }
       if (after_layer) after_layer(l + 1);
     }
