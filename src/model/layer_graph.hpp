@@ -57,10 +57,10 @@ int threads_for_bytes(size_t bytes, int threads, size_t from);
 
 // The graphs one session runs, kept for the next call with the same rows, step and threads
 // (each decode step repeats the last one's graphs; so does every full chunk of a prompt):
-// building a layer's graph (its tensors, nodes and products' arguments) took about 13 us of a
-// code-tiny-8k decode step's 476 (8 layers), where llama.cpp reuses its graph too. One graph a
-// step slot (layer tail), replaced when its key changes. Not copyable: a forked session starts
-// empty (its buffers are its own).
+// building a step's graphs (their tensors, nodes and products' arguments) took 5-13 us of a
+// code-tiny-8k decode step of about 476 us (8 layers; two profiles), and llama.cpp reuses its
+// graph too. One graph a slot (a layer's tail, or none), replaced when its key changes. Not
+// copyable: a forked session starts empty (its buffers are its own).
 class LayerGraphCache {
  public:
   LayerGraphCache();
