@@ -655,6 +655,35 @@ TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
   EXPECT_EQ(s.n_past(), 90);
 }
 
+// The last layer runs only the rows whose logits are read (none in a chunk without logits), but
+// appends every row's K and V: decode after a prompt that asked for no logits, for the last
+// row's, or for every row's gives the same bits.
+TEST(ModelForward, PrefillWithoutLogitsLeavesTheSameCache) {
+  const MadeUp mu = make_model(Arch::llama, false, true, 12);
+  const Model model(mu.refs);
+  const auto tokens = some_tokens(75, mu.cfg.n_vocab, 13);
+  const int64_t V = mu.cfg.n_vocab, n = 70;
+  std::vector<std::vector<float>> decoded;
+  for (int64_t from : {n, n - 1, int64_t(0)}) {
+    Session s(model, dense_opts(40, 17));
+    std::vector<float> logits(size_t((n - from) * V) + 1);
+    s.prefill(std::span(tokens).first(size_t(n)), from == n ? nullptr : logits.data(),
+              std::min(from, n - 1));
+    std::vector<float> out;
+    std::vector<float> one(static_cast<size_t>(V));
+    for (int64_t i = n; i < 75; ++i) {
+      s.decode(tokens[size_t(i)], one.data());
+      out.insert(out.end(), one.begin(), one.end());
+    }
+    decoded.push_back(out);
+  }
+  EXPECT_EQ(decoded[0], decoded[1]);
+  EXPECT_EQ(decoded[0], decoded[2]);
+  const auto want = plain_forward(mu, tokens, 128);
+  for (int64_t i = n; i < 75; ++i)
+    EXPECT_LT(max_diff(&decoded[0][size_t((i - n) * V)], want[size_t(i)]), 2e-4) << "row " << i;
+}
+
 // A calibrated BLASST spec runs each layer at its own law (layer=l added per layer): a per-layer
 // file without one of the model's layers is refused when the session is made, naming the layers
 // it has; a spec that names its layer uses that law for every layer.
