@@ -242,19 +242,20 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   if (skip) per_split.reset(hq, splits);
   HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)(p, splits, log2_lambda, order,
                                                    skip ? &per_split : nullptr, stats);
-  // Exact merge of each row's chunks, in chunk order.
-  std::vector<float> o(static_cast<size_t>(d));
-  const TensorView pv = part;
-  for (int64_t h = 0; h < hq && !direct; ++h)
-    for (int64_t i = 0; i < lq; ++i) {
-      float l = part_lse[size_t(h * splits * lq + i)];
-      std::copy_n(static_cast<const float*>(pv.ptr(h, i)), d, o.data());
-      for (int64_t s = 1; s < splits; ++s)
-        merge_row(o.data(), l, static_cast<const float*>(pv.ptr(h, s * lq + i)),
-                  part_lse[size_t(h * splits * lq + s * lq + i)], d);
-      for (int64_t c = 0; c < d; ++c) out.set(h, i, c, o[size_t(c)]);
-      if (lse) lse[h * lq + i] = l;
-    }
+  if (!direct) {  // exact merge of each row's chunks, in chunk order
+    std::vector<float> o(static_cast<size_t>(d));
+    const TensorView pv = part;
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t i = 0; i < lq; ++i) {
+        float l = part_lse[size_t(h * splits * lq + i)];
+        std::copy_n(static_cast<const float*>(pv.ptr(h, i)), d, o.data());
+        for (int64_t s = 1; s < splits; ++s)
+          merge_row(o.data(), l, static_cast<const float*>(pv.ptr(h, s * lq + i)),
+                    part_lse[size_t(h * splits * lq + s * lq + i)], d);
+        for (int64_t c = 0; c < d; ++c) out.set(h, i, c, o[size_t(c)]);
+        if (lse) lse[h * lq + i] = l;
+      }
+  }
   if (skip) {  // one query tile per q head, as attention_decode records it
     skip->reset(hq, 1);
     for (int64_t h = 0; h < hq; ++h)
