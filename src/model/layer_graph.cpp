@@ -164,10 +164,7 @@ struct LayerGraphCache::Entry {
   }
   bool same(const Model& m2, const RowBuffers& b2, int64_t n2, const GraphStep& s2,
             int threads2) const {
-    return g && m == &m2 && n == n2 && threads_asked == threads2 && step.tail == s2.tail &&
-           step.head == s2.head && step.logits == s2.logits && b.x == b2.x && b.h == b2.h &&
-           b.q == b2.q && b.k == b2.k && b.v == b2.v && b.att == b2.att && b.g == b2.g &&
-           b.u == b2.u && b.pack == b2.pack;
+    return g && m == &m2 && n == n2 && threads_asked == threads2 && step == s2 && b == b2;
   }
 };
 

@@ -28,6 +28,7 @@ namespace spattn::model {
 struct RowBuffers {
   float *x, *h, *q, *k, *v, *att, *g, *u;
   bool pack = false;
+  bool operator==(const RowBuffers&) const = default;
 };
 
 // The fewest rows from which a product with w goes through spattn's prefill kernel
@@ -46,6 +47,7 @@ int64_t spattn_product_min_rows(const Model::Weight& w);
 struct GraphStep {
   int64_t tail = -1, head = -1;
   float* logits = nullptr;
+  bool operator==(const GraphStep&) const = default;
 };
 
 // The threads a pool call over `bytes` of data is worth: 1 below `from` bytes, where the
