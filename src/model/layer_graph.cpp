@@ -7,6 +7,7 @@
 #include "core/thread_pool.hpp"
 #include "ggml.h"
 #include "kernels/gemm_widen.hpp"
+#include "model/vector_product.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::model {
@@ -56,9 +57,15 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(spattn_product(w, x) ? spattn_linear(w, x) : ggml_mul_mat(ctx, w.t, x), y);
+    ggml_tensor* t = at(spattn_product(w, x)                      ? spattn_linear(w, x)
+                        : vector_product_applies(w, x, threads) ? vector_product(ctx, w, x, claims)
+                                                                : ggml_mul_mat(ctx, w.t, x),
+                        y);
     return bias.empty() ? t : at(ggml_add(ctx, t, vec(bias)), y);
   }
+
+  int threads = 1;                 // the most the graph runs on
+  std::deque<RangeClaims> claims;  // decode's products' (vector_product.hpp), one a node
 
   // Prefill's products on spattn's kernel (kernels/gemm_widen.hpp says why): a node packing the
   // input's rows, shared by the products that read the same input (q, k, v; gate, up), and a
@@ -191,6 +198,7 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   Builder& B = e.B;
   B.ctx = ctx;
   B.b = &b;
+  B.threads = threads;
   ggml_cgraph* g = ggml_new_graph_custom(ctx, kMaxNodes, false);
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {

@@ -1,0 +1,29 @@
+// Decode's one-row products W x as a graph node: each output is ggml's vector dot product for
+// w's type (`vec_dot`) over x converted to the type's partner (`vec_dot_type`), exactly as
+// ggml's mul_mat computes a one-row call, so every output has ggml's bits. What differs is how
+// the rows are split over threads: ggml hands out 64-row pieces from one shared counter, so the
+// two threads' reads interleave and each restarts its stream every 64 rows (256 KB of the 1B
+// shape's f16 rows); here each thread reads one contiguous range of rows and takes the others'
+// leftovers from their back ends (core/range_claims.hpp). A one-row product reads its whole
+// matrix once, so its speed is the memory's: the split is what decode's speed depends on.
+#pragma once
+#include <deque>
+
+#include "core/range_claims.hpp"
+#include "spattn/model.hpp"
+
+struct ggml_context;
+struct ggml_tensor;
+
+namespace spattn::model {
+
+// Whether w x goes through vector_product: x one f32 row, w in ggml's own layout (not
+// repacked: a repacked matrix has ggml's repacked vector products), `threads` within the
+// claims' limit.
+bool vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int threads);
+
+// The node computing w x; `claims` keeps each node's work-claiming state (stable addresses).
+ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
+                            std::deque<RangeClaims>& claims);
+
+}  // namespace spattn::model

@@ -1,0 +1,144 @@
+// Decode's one-row products (src/model/vector_product.hpp) and the range claims that split
+// their rows (src/core/range_claims.hpp): every index exactly once on any thread count, over
+// many calls on one object (nothing is reset between calls), with a delayed thread's range
+// finished by the others; and each output with the bits of ggml's own one-row mul_mat for
+// every weight type, thread count and row count.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/range_claims.hpp"
+#include "core/thread_pool.hpp"
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "model/vector_product.hpp"
+
+namespace spattn {
+namespace {
+
+TEST(RangeClaims, EveryIndexOnceOverManyCallsOnOneObject) {
+  RangeClaims claims;  // one object through every call, as a graph node keeps it
+  for (int threads : {1, 2, 3, 5})
+    for (int64_t n : {int64_t(0), int64_t(1), int64_t(7), int64_t(64), int64_t(1001)})
+      for (int64_t piece : {int64_t(1), int64_t(3), int64_t(16), int64_t(5000)}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::atomic<int> bad{0};
+        ThreadPool::get().run(threads, [&](int ith, int nth) {
+          claims.run(n, piece, ith, nth, [&](int64_t b, int64_t e) {
+            if (b < 0 || e > n || b >= e || e - b > piece) bad.fetch_add(1);
+            for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+          });
+        });
+        EXPECT_EQ(bad.load(), 0) << threads << " threads, n " << n << ", piece " << piece;
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(hits[size_t(i)].load(), 1)
+              << "index " << i << ", " << threads << " threads, n " << n << ", piece " << piece;
+      }
+}
+
+TEST(RangeClaims, TheOthersFinishADelayedThreadsRange) {
+  // Thread 0 starts late: the others take its range's pieces from the back, so some of the
+  // first half's indices run on another thread, and still each exactly once.
+  RangeClaims claims;
+  const int64_t n = 400;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::atomic<int>> hits(n), by(n);
+    ThreadPool::get().run(2, [&](int ith, int nth) {
+      if (ith == 0 && nth == 2) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      claims.run(n, 4, ith, nth, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+          hits[size_t(i)].fetch_add(1);
+          by[size_t(i)].store(ith);
+        }
+      });
+    });
+    int64_t taken = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[size_t(i)].load(), 1) << i;
+      taken += i < n / 2 && by[size_t(i)].load() == 1;
+    }
+    if (ThreadPool::get().size() >= 2) {
+      EXPECT_GT(taken, 0) << "round " << round;
+    }
+  }
+}
+
+// ggml's own one-row mul_mat and vector_product over the same weights and row, in one graph.
+void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt19937& rng) {
+  std::vector<uint8_t> meta(64 << 20);
+  ggml_init_params ip{meta.size(), meta.data(), false};
+  ggml_context* ctx = ggml_init(ip);
+  ASSERT_NE(ctx, nullptr);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(k * m)), xf(static_cast<size_t>(k));
+  for (float& v : wf) v = nd(rng);
+  for (float& v : xf) v = nd(rng);
+  wf[0] = 60000.0f;  // an extreme weight: the f16 / q8 rounding paths see a large scale
+  ggml_tensor* w = ggml_new_tensor_2d(ctx, type, k, m);
+  if (type == GGML_TYPE_F32)
+    std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
+  else
+    ggml_quantize_chunk(type, wf.data(), w->data, 0, m, k, nullptr);
+  ggml_tensor* x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, 1);
+  std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
+  model::Model::Weight mw;
+  mw.t = w;
+  ASSERT_TRUE(model::vector_product_applies(mw, x, threads));
+  std::deque<RangeClaims> claims;
+  ggml_tensor* want = ggml_mul_mat(ctx, w, x);
+  ggml_tensor* got = model::vector_product(ctx, mw, x, claims);
+  ggml_cgraph* g = ggml_new_graph(ctx);
+  ggml_build_forward_expand(g, want);
+  ggml_build_forward_expand(g, got);
+  for (int call = 0; call < 3; ++call) {  // the same node again: its claims ready for each call
+    std::memset(got->data, 0xff, ggml_nbytes(got));
+    ThreadPool::get().compute(g, threads);
+    for (int64_t r = 0; r < m; ++r) {
+      const float a = static_cast<const float*>(got->data)[r];
+      const float b = static_cast<const float*>(want->data)[r];
+      ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
+          << ggml_type_name(type) << " k " << k << " m " << m << " threads " << threads
+          << " call " << call << ": row " << r << " " << a << " against ggml's " << b;
+    }
+  }
+  ggml_free(ctx);
+}
+
+TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
+  const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,  GGML_TYPE_Q8_0,
+                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1,
+                             GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
+                             GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
+  std::mt19937 rng(7);
+  for (ggml_type t : types)
+    for (int threads : {1, 2, 3})
+      for (int64_t m : {int64_t(1), int64_t(37), int64_t(301)})
+        expect_ggml_bits(t, 512, m, threads, rng);
+  // A matrix larger than one claim (32 KB) per thread, so the pieces are many.
+  expect_ggml_bits(GGML_TYPE_F16, 2048, 200, 2, rng);
+}
+
+TEST(VectorProduct, LeavesWhatItDoesNotCover) {
+  std::vector<uint8_t> meta(1 << 20);
+  ggml_init_params ip{meta.size(), meta.data(), true};
+  ggml_context* ctx = ggml_init(ip);
+  model::Model::Weight mw;
+  mw.t = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, 64, 8);
+  ggml_tensor* one = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 1);
+  ggml_tensor* two = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 64, 2);
+  EXPECT_TRUE(model::vector_product_applies(mw, one, 2));
+  EXPECT_FALSE(model::vector_product_applies(mw, two, 2));  // prefill's products are others'
+  EXPECT_FALSE(model::vector_product_applies(mw, one, RangeClaims::kMaxThreads + 1));
+  mw.repacked = true;  // ggml's repacked layout has its own vector products
+  EXPECT_FALSE(model::vector_product_applies(mw, one, 2));
+  ggml_free(ctx);
+}
+
+}  // namespace
+}  // namespace spattn
