@@ -37,7 +37,8 @@ struct RowBuffers {
 // vector products for tinyBLAS, so that a row's bits do not depend on how many rows its call
 // holds (test_batch_invariance.cpp); the quantized formats: kernels::gemm_widen_min_rows's
 // (their shorter calls stay on ggml's 8-bit products, so there a row's bits do depend on which
-// side of that count its call falls). Decode's single rows stay on ggml's vector products.
+// side of that count its call falls). Decode's single rows keep ggml's vector dot products
+// (vector_product.hpp).
 int64_t spattn_product_min_rows(const Model::Weight& w);
 
 // What one graph computes for n rows: the tail of layer `tail` (none when < 0), then the head
