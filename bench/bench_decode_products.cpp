@@ -104,7 +104,10 @@ void decode_product_args(benchmark::internal::Benchmark* b) {
     for (int threads : {1, 2})
       for (int impl : {0, 1, 2}) b->Args({impl, type, threads});
 }
-BENCHMARK(BM_DecodeProduct)->Apply(decode_product_args)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_DecodeProduct)
+    ->Apply(decode_product_args)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace spattn::bench

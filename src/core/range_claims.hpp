@@ -3,8 +3,8 @@
 // not yet claimed, from the back of their ranges. So each thread reads one contiguous stream
 // (the memory prefetchers follow it: decode's f16 products read 56 GB/s in a shared counter's
 // interleaved 64-row pieces and 62 this way on 2 Zen 5 cores, BENCHMARKS.md) while a thread
-// the host delays still has its pieces taken by the others. Every index is run exactly once; which thread runs it
-// depends on timing, so fn's results must not depend on the thread.
+// the host delays still has its pieces taken by the others. Every index is run exactly once;
+// which thread runs it depends on timing, so fn's results must not depend on the thread.
 //
 // One object serves one pool call at a time, run by every thread of the call (ith of nth). The
 // last thread to finish leaves the object ready for the next call, so a graph node can keep it
@@ -19,8 +19,8 @@ class RangeClaims {
  public:
   static constexpr int kMaxThreads = 64;
 
-  // fn(begin, end) over the pieces of at most `piece` indices (more where a range would have
-  // over 65,535 pieces) this thread claims.
+  // fn(begin, end) over the pieces of at most `piece` indices (at least one; more where a range
+  // would have over 65,535 pieces) this thread claims.
   template <class Fn>
   void run(int64_t n, int64_t piece, int ith, int nth, Fn&& fn) {
     const int64_t longest = (n + nth - 1) / nth;

@@ -1,6 +1,5 @@
 #include "model/vector_product.hpp"
 
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -33,7 +32,8 @@ void node(ggml_tensor* dst, int ith, int nth, void* ud) {
   const auto* rows = static_cast<const char*>(w->data);
   const size_t nb1 = w->nb[1];
   auto* y = static_cast<float*>(dst->data);
-  const int64_t piece = std::max<int64_t>(1, kClaimBytes / int64_t(nb1));
+  // (A row over 32 KB makes the piece 0: the claims take one row at a time then.)
+  const int64_t piece = kClaimBytes / int64_t(nb1);
   static_cast<RangeClaims*>(ud)->run(m, piece, ith, nth, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) tr->vec_dot(int(k), y + r, 0, rows + r * nb1, 0, xd, 0, 1);
   });
