@@ -1,5 +1,5 @@
 // A copy of a GGUF file with edits, for bad-input tests: keys replaced or dropped, tensors
-// dropped or given other values. Copies the value types the model maker writes (strings,
+// dropped or given other values (1-D f32 tensors). Copies the value types the model maker writes (strings,
 // u32, f32, bool and arrays of strings, f32, i32).
 #pragma once
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@ namespace spattn::test {
 struct GgufEdit {
   std::set<std::string> drop_keys, drop_tensors;
   std::map<std::string, std::string> set_strings;       // key -> new string value
+  std::map<std::string, uint32_t> set_u32;              // key -> new u32 value
   std::map<std::string, std::vector<float>> f32_tensors;  // name -> new 1-D f32 values
 };
 
@@ -26,6 +27,10 @@ inline void write_edited(const gguf::File& f, const std::string& path, const Ggu
   for (const std::string& k : f.keys()) {
     if (e.drop_keys.count(k) || k == "general.alignment") continue;
     if (auto it = e.set_strings.find(k); it != e.set_strings.end()) {
+      w.set(k, it->second);
+      continue;
+    }
+    if (auto it = e.set_u32.find(k); it != e.set_u32.end()) {
       w.set(k, it->second);
       continue;
     }
@@ -51,6 +56,8 @@ inline void write_edited(const gguf::File& f, const std::string& path, const Ggu
     }
   }
   for (auto& [k, v] : e.set_strings)
+    if (!f.has(k)) w.set(k, v);
+  for (auto& [k, v] : e.set_u32)
     if (!f.has(k)) w.set(k, v);
   std::vector<std::vector<float>> keep;  // replaced values, alive until write()
   keep.reserve(e.f32_tensors.size());

@@ -1,5 +1,6 @@
 // Architectures beyond the base llama / qwen2 layouts, in files: Llama 3.1's rope scaling
-// (rope_freqs.weight written by make-model, read by the loader), qwen3, phi3 (fused matrices,
+// (rope_freqs.weight written by make-model, read by the loader), qwen3, qwen3moe and llama's
+// experts (Mixtral's layout), phi3 (fused matrices,
 // LongRoPE), gemma3 (sliding-window layers, post norms, linear scaling), and the bad files each
 // architecture must refuse with a named Error (exit 2 from `spattn run`): a tensor the arch
 // needs missing, rope_freqs of the wrong length, an unknown architecture, a rope scaling type
@@ -180,6 +181,112 @@ TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("qwen3 1 layers"), std::string::npos) << r.out;
   EXPECT_NE(File::open((d / "c.gguf").string()).find_tensor("blk.0.attn_k_norm.weight"), nullptr);
+}
+
+TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("qwen3moe");
+  s.head_dim = 48;
+  s.experts = 6, s.experts_used = 2, s.expert_ffn = 40;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen3moe");
+  EXPECT_EQ(f.get_uint("qwen3moe.expert_count"), 6u);
+  EXPECT_EQ(f.get_uint("qwen3moe.expert_used_count"), 2u);
+  EXPECT_EQ(f.get_uint("qwen3moe.expert_feed_forward_length"), 40u);
+  // llama.cpp's shapes (ggml order): the router [dim, experts], each expert a plane.
+  EXPECT_EQ(f.tensor("blk.1.ffn_gate_inp.weight").ne, (std::vector<int64_t>{64, 6}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_gate_inp.weight").type, spattn::gguf::GgmlType::f32);
+  EXPECT_EQ(f.tensor("blk.1.ffn_gate_exps.weight").ne, (std::vector<int64_t>{64, 40, 6}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_up_exps.weight").ne, (std::vector<int64_t>{64, 40, 6}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_down_exps.weight").ne, (std::vector<int64_t>{40, 64, 6}));
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate.weight"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.0.attn_q_norm.weight"), nullptr);
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  const spattn::model::Config& c = m.config();
+  EXPECT_EQ(c.arch, spattn::model::Arch::qwen3moe);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.n_expert, 6);
+  EXPECT_EQ(c.n_expert_used, 2);
+  EXPECT_EQ(c.n_ff_exp, 40);
+  EXPECT_EQ(m.layer(1).k_norm.size(), 48u);
+  EXPECT_EQ(m.layer(0).gate.t, nullptr);
+  EXPECT_TRUE(m.layer(0).up_exps.experts);
+  {  // More experts a token than experts: named, exit 2.
+    spattn::test::GgufEdit e;
+    e.set_u32["qwen3moe.expert_used_count"] = 7;
+    spattn::test::write_edited(f, (d / "used.gguf").string(), e);
+    expect_run_refuses(d, (d / "used.gguf").string(),
+                       {"expert_used_count must be in [1, expert_count = 6], got 7"});
+  }
+  {  // An expert tensor missing, or one of the wrong shape.
+    spattn::test::GgufEdit e;
+    e.drop_tensors = {"blk.1.ffn_down_exps.weight"};
+    spattn::test::write_edited(f, (d / "nodown.gguf").string(), e);
+    expect_run_refuses(d, (d / "nodown.gguf").string(),
+                       {"tensor blk.1.ffn_down_exps.weight is missing"});
+    e.drop_tensors.clear();
+    e.set_u32["qwen3moe.expert_feed_forward_length"] = 48;
+    spattn::test::write_edited(f, (d / "ffn.gguf").string(), e);
+    expect_run_refuses(d, (d / "ffn.gguf").string(),
+                       {"tensor blk.0.ffn_gate_exps.weight has shape [64, 40, 6], expected "
+                        "[64, 48, 6]"});
+  }
+  {  // qwen3moe without experts, and experts in an architecture that has none.
+    spattn::test::GgufEdit e;
+    e.drop_keys = {"qwen3moe.expert_count"};
+    spattn::test::write_edited(f, (d / "none.gguf").string(), e);
+    expect_run_refuses(d, (d / "none.gguf").string(),
+                       {"qwen3moe needs qwen3moe.expert_count > 0"});
+    ModelShape q = small("qwen3");
+    spattn::make_model((d / "q.gguf").string(), q);
+    spattn::test::GgufEdit x;
+    x.set_u32["qwen3.expert_count"] = 4;
+    spattn::test::write_edited(File::open((d / "q.gguf").string()), (d / "qx.gguf").string(), x);
+    expect_run_refuses(d, (d / "qx.gguf").string(),
+                       {"experts (qwen3.expert_count) in a qwen3 model are not supported"});
+  }
+  // Mixtral's layout: llama with experts of the FFN's size.
+  ModelShape mx = small("llama");
+  mx.experts = 4, mx.experts_used = 2;
+  spattn::make_model((d / "mx.gguf").string(), mx);
+  const File fm = File::open((d / "mx.gguf").string());
+  EXPECT_FALSE(fm.has("llama.expert_feed_forward_length"));
+  EXPECT_EQ(fm.tensor("blk.0.ffn_up_exps.weight").ne, (std::vector<int64_t>{64, 64, 4}));
+  const spattn::model::Model mm = spattn::model::load_model((d / "mx.gguf").string());
+  EXPECT_EQ(mm.config().n_ff_exp, 64);
+  // `make-model --arch qwen3moe` from the command line, and its bad shapes.
+  auto r = spattn::test::run_spattn("make-model -o " + (d / "c.gguf").string() +
+                                        " --arch qwen3moe --layers 1 --dim 32 --heads 2 "
+                                        "--kv-heads 1 --ffn 64 --experts 4 --experts-used 1 "
+                                        "--expert-ffn 16 --vocab 300",
+                                    d);
+  ASSERT_EQ(r.code(), 0) << r.err;
+  EXPECT_NE(r.out.find("4 experts (1 a token, ffn 16)"), std::string::npos) << r.out;
+  r = spattn::test::run_spattn("make-model -o " + (d / "b.gguf").string() +
+                                   " --arch qwen3moe --layers 1 --dim 32 --heads 2 --vocab 300",
+                               d);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("qwen3moe needs --experts > 0"), std::string::npos) << r.err;
+  r = spattn::test::run_spattn("make-model -o " + (d / "b.gguf").string() +
+                                   " --arch qwen2 --experts 4 --experts-used 2 --vocab 300",
+                               d);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe or llama"), std::string::npos) << r.err;
+}
+
+TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
+  // Qwen3-30B-A3B's model card: 30.5B parameters, 29.9B without the embeddings (untied: the
+  // input embedding and the output head).
+  const ModelShape s = spattn::preset_shape("qwen3-30b-a3b");
+  EXPECT_EQ(s.arch, "qwen3moe");
+  const int64_t n = spattn::parameter_count(s);
+  EXPECT_EQ((n + 50000000) / 100000000, 305);
+  EXPECT_EQ((n - 2 * s.vocab * s.dim + 50000000) / 100000000, 299);
 }
 
 TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {

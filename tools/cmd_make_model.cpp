@@ -23,7 +23,8 @@ struct MakeModelOptions {
               *head_dim = nullptr, *ffn = nullptr, *vocab = nullptr, *context = nullptr,
               *type_opt = nullptr, *rope = nullptr, *arch = nullptr, *rope_scaling = nullptr,
               *rope_factor = nullptr, *rope_low = nullptr, *rope_high = nullptr,
-              *rope_orig = nullptr, *tokenizer = nullptr, *window = nullptr;
+              *rope_orig = nullptr, *tokenizer = nullptr, *window = nullptr, *experts = nullptr,
+              *experts_used = nullptr, *expert_ffn = nullptr;
   bool tied = false, untied = false;
 };
 
@@ -57,6 +58,9 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.rope_high->count()) s.rope_high_freq_factor = p.rope_high_freq_factor;
     if (!o.rope_orig->count()) s.rope_original_context = p.rope_original_context;
     if (!o.window->count()) s.sliding_window = p.sliding_window;
+    if (!o.experts->count()) s.experts = p.experts;
+    if (!o.experts_used->count()) s.experts_used = p.experts_used;
+    if (!o.expert_ffn->count()) s.expert_ffn = p.expert_ffn;
     s.rms_eps = p.rms_eps;
     if (!o.type_opt->count()) o.type = "f16";
     if (!o.tokenizer->count()) s.tokenizer = p.tokenizer;
@@ -68,9 +72,13 @@ void run_make_model(MakeModelOptions& o) {
   check_shape(s);
   make_model(o.out, s);
   fmt::print("{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
-             "{}{}{}{}, {:.1f}M parameters\n",
+             "{}{}{}{}{}, {:.1f}M parameters\n",
              o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
              s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
+             s.experts > 0 ? fmt::format(", {} experts ({} a token, ffn {})", s.experts,
+                                         s.experts_used,
+                                         s.arch == "qwen3moe" ? s.expert_ffn : s.ffn)
+                           : std::string(),
              s.arch == "gemma3" ? fmt::format(", sliding window {} (every sixth layer global)",
                                               s.sliding_window)
                                 : std::string(),
@@ -106,8 +114,12 @@ void add_make_model_command(CLI::App& root) {
                   "mistral-7b (llama, 32 layers, dim 4096, 32/8 heads, ffn 14336, vocab 32768, "
                   "rope base 1e6) or gemma-3-4b (gemma3, 34 layers, dim 2560, 8/4 heads, head "
                   "dim 256, ffn 10240, vocab 262144, tied, window 1024, linear rope scaling 8 "
-                  "on global layers); other flags override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm), phi3 (fused qkv and gate-up) or gemma3 (sliding-window layers, GeGLU, post norms)")->capture_default_str();
+                  "on global layers) or qwen3-30b-a3b (qwen3moe, 48 layers, dim 2048, 32/4 heads, "
+                  "head dim 128, 128 experts of ffn 768, 8 a token, vocab 151936); other flags "
+                  "override it");
+  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm), qwen3moe (qwen3 with "
+                            "experts), phi3 (fused qkv and gate-up) or gemma3 (sliding-window "
+                            "layers, GeGLU, post norms)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -136,6 +148,14 @@ void add_make_model_command(CLI::App& root) {
   o->window = cmd->add_option("--sliding-window", s.sliding_window,
                               "gemma3: the local layers' window (five local to each global)")
                   ->capture_default_str();
+  o->experts = cmd->add_option("--experts", s.experts,
+                               "qwen3moe, llama: experts a layer (0: a dense FFN)")
+                   ->capture_default_str();
+  o->experts_used = cmd->add_option("--experts-used", s.experts_used, "experts a token")
+                        ->capture_default_str();
+  o->expert_ffn = cmd->add_option("--expert-ffn", s.expert_ffn,
+                                  "qwen3moe: an expert's SwiGLU hidden size")
+                      ->capture_default_str();
   o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");

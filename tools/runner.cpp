@@ -17,7 +17,7 @@
 namespace spattn::cli {
 
 void add_runner_options(CLI::App& app, RunnerOptions& o) {
-  app.add_option("-m,--model", o.model, "model file (GGUF: llama, qwen2, qwen3, phi3 or gemma3)")->required();
+  app.add_option("-m,--model", o.model, "model file (GGUF: llama (dense or with experts), qwen2, qwen3, qwen3moe, phi3 or gemma3)")->required();
   app.add_option("-c,--ctx-size", o.n_ctx, "context size: KV cache capacity in tokens")
       ->capture_default_str();
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size (tokens per llama_decode)")

@@ -1,16 +1,21 @@
-// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `phi3` and `gemma3`) and a session that runs one
+// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3` and
+// `gemma3`) and a session that runs one
 // prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
 // token-by-token decode with full attention over a pre-allocated KV cache.
 //
 // Forward pass per layer (llama.cpp's llm_build_llama / llm_build_qwen2):
 //   h = RMSNorm(x) * attn_norm;  q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   (qwen2: biases)
 //   qwen3: q, k = RMSNorm(q) * q_norm, RMSNorm(k) * k_norm per head (no biases)
-//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2, qwen3, phi3:
+//   q, k = RoPE(q, k) at global positions (llama: adjacent pairs; qwen2, qwen3(moe), phi3:
 //          rotate-half; phi3: LongRoPE divisors and cos/sin factor)
 //   phi3: Wq/Wk/Wv and Wgate/Wup stored fused (attn_qkv, ffn_up), split into row blocks at load
 //   x += Attention(q, k, v) Wo   (GQA: q head h reads kv head h / (Hq / Hkv))
 //   h = RMSNorm(x) * ffn_norm;   x += (SiLU(h Wgate) * (h Wup)) Wdown
 //   logits = RMSNorm(x) * output_norm Wout   (Wout = token embedding when output.weight is absent)
+// Mixture of experts (qwen3moe, and llama files with experts: Mixtral; llama.cpp's build_moe_ffn
+//   with softmax gating and normalized weights): the FFN is
+//   p = softmax(h Wrouter); E = the n_expert_used largest p; w_e = p_e / sum_{E} p
+//   x += sum_{e in E} w_e (SiLU(h Wgate_e) * (h Wup_e)) Wdown_e
 // gemma3 (llama.cpp's llm_build_gemma3): x0 = embedding * sqrt(n_embd); q/k per-head RMSNorm;
 //   sliding-window layers (attention over the last `sliding_window` positions, RoPE base
 //   rope.freq_base_swa) interleaved with global ones (rope.freq_base, linear rope scaling);
@@ -39,7 +44,7 @@ struct ggml_tensor;
 
 namespace spattn::model {
 
-enum class Arch { llama, qwen2, qwen3, phi3, gemma3 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3 };
 const char* arch_name(Arch a);
 
 struct Config {
@@ -48,7 +53,7 @@ struct Config {
   int64_t n_vocab = 0, n_ctx_train = 0;
   double rms_eps = 1e-5;
   double rope_base = 10000.0;
-  bool rope_neox = false;  // rotate-half pairs (qwen2, qwen3, phi3); false: adjacent (llama)
+  bool rope_neox = false;  // rotate-half pairs (qwen2, qwen3(moe), phi3); false: adjacent (llama)
   // Per-pair divisors of the RoPE frequencies (head_dim / 2 of them), or empty: the file's
   // rope_freqs.weight, which is how Llama 3.1's "llama3" rope scaling reaches a GGUF (the
   // converter turns factor, low / high frequency factors and original context into it).
@@ -71,6 +76,11 @@ struct Config {
   double rope_linear_factor = 1.0;
   double attn_scale = 0.0;           // softmax scale of the scores; 0: 1 / sqrt(head_dim)
   double final_logit_softcap = 0.0;  // logits = c tanh(logits / c); 0: none
+  // Mixture of experts (expert_count, expert_used_count; 0: a dense FFN): each token's FFN is
+  // the weighted sum of the n_expert_used experts its router scores highest, each a SwiGLU of
+  // hidden size n_ff_exp (qwen3moe: expert_feed_forward_length; llama: feed_forward_length).
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool is_moe() const { return n_expert > 0; }
   bool is_swa(int64_t layer) const {
     return sliding_window > 0 && size_t(layer) < swa_layers.size() && swa_layers[size_t(layer)];
   }
@@ -91,11 +101,15 @@ struct WeightRef {
   WeightType type = WeightType::f32;
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
+  int64_t planes = 1;  // experts' matrices: one [rows, cols] matrix an expert (ggml's ne[2])
 };
 struct LayerRefs {
   WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
   WeightRef q_norm, k_norm;  // qwen3, gemma3: per-head RMSNorm weights (head_dim values each)
   WeightRef attn_post_norm, ffn_post_norm;  // gemma3: RMSNorm of the attention and FFN outputs
+  // Mixture of experts (instead of gate, up, down): the router [n_expert, D] and the experts'
+  // matrices, n_expert planes each (ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps).
+  WeightRef router, gate_exps, up_exps, down_exps;
 };
 struct ModelRefs {
   Config cfg;
@@ -123,13 +137,15 @@ class Model {
     WeightType type = WeightType::f32;
     int64_t rows = 0, cols = 0;
     bool repacked = false;
+    bool experts = false;  // one matrix an expert (t->ne[2] of them), products pick one a token
     const void* data() const;  // the bytes products read: in the mapping, or repacked
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
     std::vector<float> q_norm, k_norm;  // empty: no per-head q/k norm (qwen3 has them)
     std::vector<float> attn_post_norm, ffn_post_norm;  // empty: none (gemma3 has them)
-    Weight wq, wk, wv, wo, gate, up, down;
+    Weight wq, wk, wv, wo, gate, up, down;  // gate, up, down absent (t null) in a MoE layer
+    Weight router, gate_exps, up_exps, down_exps;  // a MoE layer's (Config::is_moe)
   };
   const Layer& layer(int64_t i) const;
   const std::vector<float>& output_norm() const;
@@ -149,7 +165,7 @@ class Model {
   std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama`, `qwen2`, `qwen3`, `phi3` or `gemma3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
+// Loads a `llama` (dense or with experts), `qwen2`, `qwen3`, `qwen3moe`, `phi3` or `gemma3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
 // backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
 // Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);

@@ -1,7 +1,8 @@
 // Made-up llama-family models: a GGUF file of any shape with seeded random weights and a
 // small made-up vocabulary, so tests need no download and benchmarks can run at realistic
 // shapes (for example Llama-3.2-1B's). Tensor names, shapes and metadata keys are those
-// llama.cpp writes for the `llama`, `qwen2`, `qwen3`, `phi3` and `gemma3` architectures.
+// llama.cpp writes for the `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3` and `gemma3`
+// architectures.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,7 +13,8 @@
 namespace spattn {
 
 struct ModelShape {
-  // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms), "phi3" (fused attn_qkv and
+  // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms), "qwen3moe" (qwen3 with a
+  // mixture of experts: `experts` below), "phi3" (fused attn_qkv and
   // gate-up ffn_up matrices, rotate-half RoPE) or "gemma3" (q/k head norms, post-attention and
   // post-FFN norms, GeGLU, sliding-window layers: every sixth global)
   std::string arch = "llama";
@@ -38,6 +40,10 @@ struct ModelShape {
   int64_t rope_original_context = 8192;
   float rms_eps = 1e-5f;
   int64_t sliding_window = 1024;  // gemma3: attention.sliding_window of its local layers
+  // Mixture of experts (qwen3moe needs it; llama takes it: Mixtral's layout): `experts` SwiGLU
+  // experts of hidden size expert_ffn (qwen3moe; llama's experts use `ffn`), `experts_used` of
+  // them a token, chosen by a router (ffn_gate_inp). 0: a dense FFN.
+  int64_t experts = 0, experts_used = 0, expert_ffn = 0;
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 
@@ -65,8 +71,12 @@ ModelShape mistral_7b_shape();
 // context 131072, sliding window 1024 (five local layers to each global one), rope base 1e6
 // on global layers with linear scaling 8, rms eps 1e-6, tied, f16.
 ModelShape gemma_3_4b_shape();
+// Qwen3-30B-A3B's shape (qwen3moe): 48 layers, dim 2048, 32 heads, 4 kv heads, head dim 128,
+// 128 experts of FFN 768, 8 a token, vocab 151936, context 40960, rope base 1e6, rms eps
+// 1e-6, untied, f16 (about 61 GB: give --layers for a part of it).
+ModelShape qwen3_30b_a3b_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
-// "mistral-7b", "gemma-3-4b"); Error for any other.
+// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b"); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

@@ -1,5 +1,6 @@
 #include "model/layer_graph.hpp"
 
+#include <cmath>
 #include <deque>
 #include <optional>
 #include <vector>
@@ -66,6 +67,50 @@ struct Builder {
 
   int threads = 1;                 // the most the graph runs on
   std::deque<RangeClaims> claims;  // decode's products' (vector_product.hpp), one a node
+
+  // Memory of the graph's own for t (an op's result no session buffer holds), 64-byte aligned.
+  // A view (a reshape, a view) reads its source's and keeps it.
+  std::deque<std::vector<float>> scratch;
+  ggml_tensor* own(ggml_tensor* t) {
+    if (t->view_src) return t;
+    std::vector<float>& v = scratch.emplace_back(ggml_nbytes(t) / sizeof(float) + 16);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(v.data());
+    t->data = reinterpret_cast<void*>((p + 63) / 64 * 64);
+    return t;
+  }
+
+  // A mixture-of-experts FFN over the normed rows h [D, n] (llama.cpp's build_moe_ffn with
+  // softmax gating and normalized weights, op for op, so its bits are llama.cpp's): each row's
+  // router probabilities p = softmax(h Wrouter), its n_expert_used largest (ggml's argsort,
+  // descending), their weights p_e / sum p_e (the sum clamped at f16's smallest normal, as
+  // llama.cpp), the chosen experts' SwiGLU products by ggml's mul_mat_id, weighted and summed.
+  ggml_tensor* moe_ffn(const Config& c, const Model::Layer& L, ggml_tensor* h) {
+    const int64_t D = h->ne[0], n = h->ne[1], k = c.n_expert_used;
+    ggml_tensor* logits = own(ggml_mul_mat(ctx, L.router.t, h));  // [n_expert, n]
+    ggml_tensor* probs = own(ggml_soft_max(ctx, logits));
+    ggml_tensor* order = own(ggml_argsort(ctx, probs, GGML_SORT_ORDER_DESC));
+    ggml_tensor* chosen = ggml_view_2d(ctx, order, k, n, order->nb[1], 0);  // [k, n]
+    ggml_tensor* w = own(ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, c.n_expert, n),
+                                       chosen));  // [1, k, n]
+    w = ggml_reshape_2d(ctx, w, k, n);
+    ggml_tensor* sum =
+        own(ggml_clamp(ctx, own(ggml_sum_rows(ctx, w)), 6.103515625e-5f, INFINITY));
+    w = ggml_reshape_3d(ctx, own(ggml_div(ctx, w, sum)), 1, k, n);
+    ggml_tensor* x = ggml_reshape_3d(ctx, h, D, 1, n);
+    weight_bytes += ggml_nbytes(L.router.t);
+    for (const Model::Weight* e : {&L.up_exps, &L.gate_exps, &L.down_exps})  // the chosen ones
+      weight_bytes += ggml_nbytes(e->t) / size_t(c.n_expert) * size_t(k);
+    ggml_tensor* up = own(ggml_mul_mat_id(ctx, L.up_exps.t, x, chosen));  // [F, k, n]
+    ggml_tensor* gate = own(ggml_mul_mat_id(ctx, L.gate_exps.t, x, chosen));
+    ggml_tensor* act = own(ggml_swiglu_split(ctx, gate, up));
+    ggml_tensor* out = own(ggml_mul_mat_id(ctx, L.down_exps.t, act, chosen));  // [D, k, n]
+    out = own(ggml_mul(ctx, out, w));
+    ggml_tensor* sum_out = ggml_view_2d(ctx, out, D, n, out->nb[2], 0);
+    for (int64_t i = 1; i < k; ++i)
+      sum_out = own(ggml_add(ctx, sum_out, ggml_view_2d(ctx, out, D, n, out->nb[2],
+                                                        size_t(i) * out->nb[1])));
+    return k == 1 ? own(ggml_cont(ctx, sum_out)) : sum_out;
+  }
 
   // Prefill's products on spattn's kernel (kernels/gemm_widen.hpp says why): a node packing the
   // input's rows, shared by the products that read the same input (q, k, v; gate, up), and a
@@ -189,8 +234,10 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const bool head = step.head >= 0 && step.head < c.n_layer;
   SPATTN_CHECK(!(head && step.logits), "internal: a layer's head and the logits in one graph");
   const int64_t D = c.n_embd, dq = c.n_head * c.head_dim;
-  e.meta.resize(size_t(kMaxNodes) * ggml_tensor_overhead() +
-                ggml_graph_overhead_custom(kMaxNodes, false));
+  // A MoE FFN adds about 20 nodes and two a chosen expert (its view and add).
+  const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 24 + 2 * c.n_expert_used : 0);
+  e.meta.resize(size_t(max_nodes) * ggml_tensor_overhead() +
+                ggml_graph_overhead_custom(size_t(max_nodes), false));
   ggml_init_params ip{e.meta.size(), e.meta.data(), true};
   ggml_context* ctx = ggml_init(ip);
   SPATTN_CHECK(ctx != nullptr, "internal: ggml_init failed");
@@ -199,7 +246,7 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   B.ctx = ctx;
   B.b = &b;
   B.threads = threads;
-  ggml_cgraph* g = ggml_new_graph_custom(ctx, kMaxNodes, false);
+  ggml_cgraph* g = ggml_new_graph_custom(ctx, size_t(max_nodes), false);
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {
     const Model::Layer& L = m.layer(step.tail);
@@ -209,14 +256,19 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
     if (!L.attn_post_norm.empty()) o = B.norm(o, L.attn_post_norm, c.rms_eps, b.h);
     x = B.at(ggml_add(ctx, x, o), b.x);
     ggml_tensor* h = B.norm(x, L.ffn_norm, c.rms_eps, b.h);
-    ggml_tensor* gate = B.linear(L.gate, h, {}, b.g);
-    ggml_tensor* up = B.linear(L.up, h, {}, b.u);
-    // SiLU(gate) * up; gemma3's GeGLU: GELU(gate) * up, ggml's tanh-approximated GELU, as
-    // llama.cpp's build_ffn (LLM_FFN_GELU, LLM_FFN_PAR) runs it.
-    ggml_tensor* act = B.at(c.arch == Arch::gemma3 ? ggml_geglu_split(ctx, gate, up)
-                                                   : ggml_swiglu_split(ctx, gate, up),
-                            b.g);
-    ggml_tensor* down = B.linear(L.down, act, {}, b.h);
+    ggml_tensor* down = nullptr;
+    if (c.is_moe()) {
+      down = B.moe_ffn(c, L, h);
+    } else {
+      ggml_tensor* gate = B.linear(L.gate, h, {}, b.g);
+      ggml_tensor* up = B.linear(L.up, h, {}, b.u);
+      // SiLU(gate) * up; gemma3's GeGLU: GELU(gate) * up, ggml's tanh-approximated GELU, as
+      // llama.cpp's build_ffn (LLM_FFN_GELU, LLM_FFN_PAR) runs it.
+      ggml_tensor* act = B.at(c.arch == Arch::gemma3 ? ggml_geglu_split(ctx, gate, up)
+                                                     : ggml_swiglu_split(ctx, gate, up),
+                              b.g);
+      down = B.linear(L.down, act, {}, b.h);
+    }
     if (!L.ffn_post_norm.empty()) down = B.norm(down, L.ffn_post_norm, c.rms_eps, b.h);
     x = B.at(ggml_add(ctx, x, down), b.x);
     ggml_build_forward_expand(g, x);

@@ -1,6 +1,8 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3). The file is read through the memory-mapped reader and the Model keeps the
-// mapping: its matrices are read in place.
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_QWEN3MOE, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3). The file
+// is read through the memory-mapped reader and the Model keeps the mapping: its matrices are
+// read in place.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -14,20 +16,24 @@ namespace spattn::model {
 
 namespace {
 
-// A 1-D or 2-D tensor as a WeightRef; absent (null data) when optional and missing.
-WeightRef ref(const gguf::File& f, const std::string& name, bool optional = false) {
+// A 1-D or 2-D tensor as a WeightRef (3-D: experts', one matrix a plane); absent (null data)
+// when optional and missing.
+WeightRef ref(const gguf::File& f, const std::string& name, bool optional = false,
+              bool experts = false) {
   const gguf::File::Tensor* t = f.find_tensor(name);
   if (!t) {
     SPATTN_CHECK(optional, f.name(), ": tensor ", name, " is missing");
     return {};
   }
-  SPATTN_CHECK(!t->ne.empty() && t->ne.size() <= 2, f.name(), ": tensor ", name, " has ",
-               t->ne.size(), " dimensions, expected 1 or 2");
+  const size_t dims = experts ? 3 : 2;
+  SPATTN_CHECK(!t->ne.empty() && t->ne.size() <= dims, f.name(), ": tensor ", name, " has ",
+               t->ne.size(), " dimensions, expected ", experts ? "3" : "1 or 2");
   WeightRef r;
   r.type = t->type;
   r.data = t->data;
   r.cols = t->ne[0];
-  r.rows = t->ne.size() == 2 ? t->ne[1] : 1;
+  r.rows = t->ne.size() >= 2 ? t->ne[1] : 1;
+  r.planes = t->ne.size() == 3 ? t->ne[2] : 1;
   return r;
 }
 
@@ -70,13 +76,15 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::qwen2;
   } else if (arch == "qwen3") {
     c.arch = Arch::qwen3;
+  } else if (arch == "qwen3moe") {
+    c.arch = Arch::qwen3moe;
   } else if (arch == "phi3") {
     c.arch = Arch::phi3;
   } else if (arch == "gemma3") {
     c.arch = Arch::gemma3;
   } else {
     detail::fail(f.name(), ": architecture '", arch,
-                 "' is not supported (llama, qwen2, qwen3, phi3, gemma3)");
+                 "' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma3)");
   }
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
@@ -87,6 +95,20 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
                     : c.n_head;
   c.n_ff = int64_t(f.get_uint(key("feed_forward_length")));
   c.n_ctx_train = int64_t(f.get_uint(key("context_length")));
+  // Experts (llama.cpp reads expert_count for every architecture; qwen3moe's experts have their
+  // own hidden size, llama's (Mixtral's) the FFN's).
+  if (f.has(key("expert_count"))) c.n_expert = int64_t(f.get_uint(key("expert_count")));
+  SPATTN_CHECK(c.arch != Arch::qwen3moe || c.n_expert > 0, f.name(), ": qwen3moe needs ",
+               key("expert_count"), " > 0");
+  if (c.n_expert > 0) {
+    SPATTN_CHECK(c.arch == Arch::llama || c.arch == Arch::qwen3moe, f.name(), ": experts (",
+                 key("expert_count"), ") in a ", arch, " model are not supported");
+    c.n_expert_used = int64_t(f.get_uint(key("expert_used_count")));
+    c.n_ff_exp = c.arch == Arch::qwen3moe && f.has(key("expert_feed_forward_length"))
+                     ? int64_t(f.get_uint(key("expert_feed_forward_length")))
+                     : c.arch == Arch::qwen3moe ? c.n_ff / std::max<int64_t>(c.n_expert_used, 1)
+                                                : c.n_ff;
+  }
   c.rms_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
   c.rope_base = f.has(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
   SPATTN_CHECK(c.n_head > 0, f.name(), ": attention.head_count must be > 0");
@@ -184,7 +206,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.bk = ref(f, b + "attn_k.bias");
       L.bv = ref(f, b + "attn_v.bias");
     }
-    if (c.arch == Arch::qwen3 || c.arch == Arch::gemma3) {
+    if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || c.arch == Arch::gemma3) {
       L.q_norm = ref(f, b + "attn_q_norm.weight");
       L.k_norm = ref(f, b + "attn_k_norm.weight");
     }
@@ -193,7 +215,12 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.ffn_post_norm = ref(f, b + "post_ffw_norm.weight");
     }
     L.ffn_norm = ref(f, b + "ffn_norm.weight");
-    if (c.arch == Arch::phi3) {
+    if (c.is_moe()) {
+      L.router = ref(f, b + "ffn_gate_inp.weight");
+      L.gate_exps = ref(f, b + "ffn_gate_exps.weight", false, true);
+      L.up_exps = ref(f, b + "ffn_up_exps.weight", false, true);
+      L.down_exps = ref(f, b + "ffn_down_exps.weight", false, true);
+    } else if (c.arch == Arch::phi3) {
       const std::string n = b + "ffn_up.weight";
       const WeightRef gu = ref(f, n);
       L.gate = row_block(f, n, gu, 0, c.n_ff, 2 * c.n_ff);
@@ -202,7 +229,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.gate = ref(f, b + "ffn_gate.weight");
       L.up = ref(f, b + "ffn_up.weight");
     }
-    L.down = ref(f, b + "ffn_down.weight");
+    if (!c.is_moe()) L.down = ref(f, b + "ffn_down.weight");
     r.layers.push_back(L);
   }
   return Model(r, std::move(file));

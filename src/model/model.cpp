@@ -25,6 +25,7 @@ const char* arch_name(Arch a) {
     case Arch::llama: return "llama";
     case Arch::qwen2: return "qwen2";
     case Arch::qwen3: return "qwen3";
+    case Arch::qwen3moe: return "qwen3moe";
     case Arch::phi3: return "phi3";
     case Arch::gemma3: return "gemma3";
   }
@@ -80,6 +81,16 @@ void Config::validate() const {
                "model: attention scale must be finite and >= 0, got ", attn_scale);
   SPATTN_CHECK(std::isfinite(final_logit_softcap) && final_logit_softcap >= 0,
                "model: final_logit_softcapping must be finite and >= 0, got ", final_logit_softcap);
+  // llama.cpp's bound (LLAMA_MAX_EXPERTS) on expert_count.
+  SPATTN_CHECK(n_expert >= 0 && n_expert <= 512, "model: expert_count must be in [0, 512], got ",
+               n_expert);
+  SPATTN_CHECK(arch != Arch::qwen3moe || n_expert > 0, "model: qwen3moe needs expert_count > 0");
+  if (n_expert > 0) {
+    SPATTN_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert,
+                 "model: expert_used_count must be in [1, expert_count = ", n_expert, "], got ",
+                 n_expert_used);
+    pos(n_ff_exp, "expert_feed_forward_length");
+  }
 }
 
 const std::vector<float>& Config::rope_factors(int64_t n_ctx) const {
@@ -158,10 +169,12 @@ struct Model::Impl {
     return owned.back().data();
   }
 
-  void check(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols) {
+  void check(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols,
+             int64_t planes = 1) {
     SPATTN_CHECK(w.data != nullptr, "model: tensor ", name, " is missing");
-    SPATTN_CHECK(w.rows == rows && w.cols == cols, "model: tensor ", name, " has shape [", w.cols,
-                 ", ", w.rows, "], expected [", cols, ", ", rows, "] (ggml order)");
+    SPATTN_CHECK(w.rows == rows && w.cols == cols && w.planes == planes, "model: tensor ", name,
+                 " has shape [", w.cols, ", ", w.rows, ", ", w.planes, "], expected [", cols, ", ",
+                 rows, ", ", planes, "] (ggml order)");
     SPATTN_CHECK(gguf::is_known_type(uint32_t(w.type)), "model: tensor ", name,
                  " has unknown type ", uint32_t(w.type));
     SPATTN_CHECK(cols % gguf::block_size(w.type) == 0, "model: tensor ", name, " rows of ", cols,
@@ -181,24 +194,27 @@ struct Model::Impl {
     return v;
   }
 
-  // A matrix as a ggml tensor over its stored bytes.
-  Weight mat(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols) {
-    check(w, name, rows, cols);
+  // A matrix (or `planes` of them: experts') as a ggml tensor over its stored bytes.
+  Weight mat(const WeightRef& w, const std::string& name, int64_t rows, int64_t cols,
+             int64_t planes = 1) {
+    check(w, name, rows, cols, planes);
     const ggml_type t = ggml_type(w.type);
     SPATTN_CHECK(ggml_get_type_traits_cpu(t)->vec_dot != nullptr && has_f32(w.type),
                  "model: tensor ", name, " has type ", gguf::type_name(w.type), " ([", cols, ", ",
                  rows, "] = ", cols * rows, " values in ", gguf::row_bytes(w.type, cols) * size_t(rows),
                  " bytes), which ggml's CPU backend cannot multiply");
-    ggml_tensor* g = ggml_new_tensor_2d(ctx, t, cols, rows);
+    ggml_tensor* g = ggml_new_tensor_3d(ctx, t, cols, rows, planes);
     ggml_set_name(g, name.c_str());
     g->data = const_cast<uint8_t*>(bytes_of(w, ggml_nbytes(g)));
-    return Weight{g, w.type, rows, cols, false};
+    return Weight{g, w.type, rows, cols, false, planes > 1};
   }
 
   std::vector<Weight*> matrices() {
     std::vector<Weight*> v;
     for (Layer& L : layers)
-      for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) v.push_back(w);
+      for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.router,
+                        &L.gate_exps, &L.up_exps, &L.down_exps})
+        if (w->t) v.push_back(w);
     if (!tied) v.push_back(&output);
     return v;
   }
@@ -236,10 +252,18 @@ struct Model::Impl {
       ggml_context* tmp = ggml_init(ip);
       for (Weight* w : matrices()) {
         // ggml's own test: would a product with this weight in the repack buffer run there?
+        // (Experts' matrices: the product that picks a plane per token, as llama.cpp asks.)
         ggml_tensor* a = ggml_dup_tensor(tmp, w->t);
         a->buffer = probe;
-        ggml_tensor* x = ggml_new_tensor_2d(tmp, GGML_TYPE_F32, w->cols, 1);
-        if (probe && ggml_backend_dev_supports_op(dev, ggml_mul_mat(tmp, a, x))) todo.push_back(w);
+        ggml_tensor* op = nullptr;
+        if (w->experts) {
+          ggml_tensor* x = ggml_new_tensor_3d(tmp, GGML_TYPE_F32, w->cols, 1, 1);
+          ggml_tensor* ids = ggml_new_tensor_2d(tmp, GGML_TYPE_I32, 1, 1);
+          op = ggml_mul_mat_id(tmp, a, x, ids);
+        } else {
+          op = ggml_mul_mat(tmp, a, ggml_new_tensor_2d(tmp, GGML_TYPE_F32, w->cols, 1));
+        }
+        if (probe && ggml_backend_dev_supports_op(dev, op)) todo.push_back(w);
         ggml_reset(tmp);
       }
       ggml_free(tmp);
@@ -300,7 +324,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   const int64_t D = c.n_embd, hd = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
   SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
                " layers given for block_count ", c.n_layer);
-  ggml_init_params ip{size_t(8 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
+  ggml_init_params ip{size_t(12 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
   m.ctx = ggml_init(ip);
   SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
   m.tok_embd = m.mat(refs.tok_embd, "token_embd.weight", c.n_vocab, D);
@@ -318,7 +342,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
     L.wk = m.mat(r.wk, b + "attn_k.weight", Hkv * hd, D);
     L.wv = m.mat(r.wv, b + "attn_v.weight", Hkv * hd, D);
     L.wo = m.mat(r.wo, b + "attn_output.weight", D, Hq * hd);
-    if (c.arch == Arch::qwen3 || c.arch == Arch::gemma3) {
+    if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || c.arch == Arch::gemma3) {
       L.q_norm = m.vec(r.q_norm, b + "attn_q_norm.weight", hd);
       L.k_norm = m.vec(r.k_norm, b + "attn_k_norm.weight", hd);
     }
@@ -332,9 +356,18 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
       L.bv = m.vec(r.bv, b + "attn_v.bias", Hkv * hd);
     }
     L.ffn_norm = m.vec(r.ffn_norm, b + "ffn_norm.weight", D);
-    L.gate = m.mat(r.gate, b + "ffn_gate.weight", c.n_ff, D);
-    L.up = m.mat(r.up, b + "ffn_up.weight", c.n_ff, D);
-    L.down = m.mat(r.down, b + "ffn_down.weight", D, c.n_ff);
+    if (c.is_moe()) {
+      const int64_t E = c.n_expert, F = c.n_ff_exp;
+      L.router = m.mat(r.router, b + "ffn_gate_inp.weight", E, D);
+      L.gate_exps = m.mat(r.gate_exps, b + "ffn_gate_exps.weight", F, D, E);
+      L.up_exps = m.mat(r.up_exps, b + "ffn_up_exps.weight", F, D, E);
+      L.down_exps = m.mat(r.down_exps, b + "ffn_down_exps.weight", D, F, E);
+      for (Weight* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) w->experts = true;
+    } else {
+      L.gate = m.mat(r.gate, b + "ffn_gate.weight", c.n_ff, D);
+      L.up = m.mat(r.up, b + "ffn_up.weight", c.n_ff, D);
+      L.down = m.mat(r.down, b + "ffn_down.weight", D, c.n_ff);
+    }
     m.layers.push_back(std::move(L));
   }
   static std::once_flag log_once;

@@ -255,6 +255,27 @@ ModelShape gemma_3_4b_shape() {
   return s;
 }
 
+ModelShape qwen3_30b_a3b_shape() {
+  ModelShape s;
+  s.arch = "qwen3moe";
+  s.layers = 48;
+  s.dim = 2048;
+  s.heads = 32;
+  s.kv_heads = 4;
+  s.head_dim = 128;
+  s.ffn = 6144;  // feed_forward_length as its file states it; the experts use expert_ffn
+  s.experts = 128;
+  s.experts_used = 8;
+  s.expert_ffn = 768;
+  s.vocab = 151936;
+  s.context = 40960;
+  s.type = GgmlType::f16;
+  s.tied = false;
+  s.rope_base = 1e6f;
+  s.rms_eps = 1e-6f;
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
@@ -262,8 +283,9 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "qwen3-4b") return qwen3_4b_shape();
   if (name == "mistral-7b") return mistral_7b_shape();
   if (name == "gemma-3-4b") return gemma_3_4b_shape();
+  if (name == "qwen3-30b-a3b") return qwen3_30b_a3b_shape();
   detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-               "mistral-7b or gemma-3-4b, got '", name, "'");
+               "mistral-7b, gemma-3-4b or qwen3-30b-a3b, got '", name, "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
@@ -306,9 +328,22 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 }
 
 void check_shape(const ModelShape& s) {
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" || s.arch == "phi3" ||
-                   s.arch == "gemma3",
-               "model: --arch must be llama, qwen2, qwen3, phi3 or gemma3, got '", s.arch, "'");
+  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
+                   s.arch == "qwen3moe" || s.arch == "phi3" || s.arch == "gemma3",
+               "model: --arch must be llama, qwen2, qwen3, qwen3moe, phi3 or gemma3, got '",
+               s.arch, "'");
+  SPATTN_CHECK(s.experts >= 0 && s.experts <= 512, "model: --experts must be in [0, 512], got ",
+               s.experts);
+  SPATTN_CHECK(s.arch != "qwen3moe" || s.experts > 0, "model: qwen3moe needs --experts > 0");
+  SPATTN_CHECK(s.experts == 0 || s.arch == "llama" || s.arch == "qwen3moe",
+               "model: --experts is for --arch qwen3moe or llama, got '", s.arch, "'");
+  if (s.experts > 0) {
+    SPATTN_CHECK(s.experts_used >= 1 && s.experts_used <= s.experts,
+                 "model: --experts-used must be in [1, --experts = ", s.experts, "], got ",
+                 s.experts_used);
+    SPATTN_CHECK(s.arch != "qwen3moe" || (s.expert_ffn >= 1 && s.expert_ffn <= 1 << 20),
+                 "model: --expert-ffn must be in [1, 2^20], got ", s.expert_ffn);
+  }
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
   SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
@@ -364,16 +399,25 @@ void check_shape(const ModelShape& s) {
   SPATTN_CHECK(s.tokenizer != "gpt2" || s.vocab >= 257,
                "model: a gpt2 vocabulary needs --vocab >= 257 (the 256 bytes and <|endoftext|>)");
   if (s.type == GgmlType::q8_0)
-    SPATTN_CHECK(s.dim % 32 == 0 && s.ffn % 32 == 0 && (s.heads * hd) % 32 == 0,
-                 "model: q8_0 needs --dim, --ffn and heads x head dim to be multiples of 32");
+    SPATTN_CHECK(s.dim % 32 == 0 && s.ffn % 32 == 0 && (s.heads * hd) % 32 == 0 &&
+                     (s.arch != "qwen3moe" || s.expert_ffn % 32 == 0),
+                 "model: q8_0 needs --dim, --ffn, --expert-ffn and heads x head dim to be "
+                 "multiples of 32");
 }
+
+namespace {
+// The experts' hidden size (qwen3moe's own; llama's experts use the FFN's).
+int64_t expert_ffn_of(const ModelShape& s) { return s.arch == "qwen3moe" ? s.expert_ffn : s.ffn; }
+}  // namespace
 
 int64_t parameter_count(const ModelShape& s) {
   const int64_t hd = s.head_dim_or_default();
   const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
-  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + 3 * s.dim * s.ffn;
+  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim +
+                      (s.experts > 0 ? s.experts * (s.dim + 3 * s.dim * expert_ffn_of(s))
+                                     : 3 * s.dim * s.ffn);
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
-  if (s.arch == "qwen3") per_layer += 2 * hd;
+  if (s.arch == "qwen3" || s.arch == "qwen3moe") per_layer += 2 * hd;
   if (s.arch == "gemma3") per_layer += 2 * hd + 2 * s.dim;  // q/k norms, post norms
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
@@ -400,6 +444,11 @@ void make_model(const std::string& path, const ModelShape& s) {
   w.set(a + ".rope.freq_base", s.rope_base);
   w.set(a + ".rope.dimension_count", uint32_t(hd));
   w.set(a + ".vocab_size", uint32_t(s.vocab));
+  if (s.experts > 0) {
+    w.set(a + ".expert_count", uint32_t(s.experts));
+    w.set(a + ".expert_used_count", uint32_t(s.experts_used));
+    if (a == "qwen3moe") w.set(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
+  }
   if (s.rope_scaling == "longrope") {
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
     w.set(a + ".rope.scaling.attn_factor", float(longrope_attn_factor(s)));
@@ -441,21 +490,29 @@ void make_model(const std::string& path, const ModelShape& s) {
     }
     add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(q)));
-    if (a == "qwen3" || a == "gemma3") {  // per-head q/k RMSNorm weights
+    if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") {  // per-head q/k RMSNorm weights
       add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
       add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
     }
     if (a == "gemma3")  // the attention output's RMSNorm before its residual add
       add_random(w, b + "post_attention_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
+    if (s.experts > 0) {  // the router (f32, as llama-quantize leaves it) and the experts
+      const int64_t E = s.experts, F = expert_ffn_of(s);
+      add_random(w, b + "ffn_gate_inp.weight", f32, {s.dim, E}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "ffn_gate_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "ffn_up_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
+      add_random(w, b + "ffn_down_exps.weight", s.type, {F, s.dim, E}, s.seed, 0.0f,
+                 1.0f / std::sqrt(float(F)));
+    } else if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
       add_random(w, b + "ffn_up.weight", s.type, {s.dim, 2 * s.ffn}, s.seed, 0.0f, in_sd);
     } else {
       add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
       add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
     }
-    add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
-               1.0f / std::sqrt(float(s.ffn)));
+    if (s.experts == 0)
+      add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
+                 1.0f / std::sqrt(float(s.ffn)));
     if (a == "gemma3")  // the FFN output's RMSNorm before its residual add
       add_random(w, b + "post_ffw_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
   }

@@ -382,8 +382,10 @@ struct Session::Impl {
     k.resize(size_t(max_rows * dkv));
     v.resize(size_t(max_rows * dkv));
     att.resize(size_t(max_rows * dq));
-    g.resize(size_t(max_rows * cfg.n_ff));
-    u.resize(size_t(max_rows * cfg.n_ff));
+    // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp).
+    const int64_t ff = cfg.is_moe() ? 0 : cfg.n_ff;
+    g.resize(size_t(max_rows * ff));
+    u.resize(size_t(max_rows * ff));
     pack = has_spattn_products(max_rows);
     if (pack) {
       // Their packed inputs go into q, att and u (layer_graph.hpp: RowBuffers), rows padded to
@@ -393,7 +395,7 @@ struct Session::Impl {
       };
       q.resize(std::max(q.size(), packed(dq)));
       att.resize(std::max(att.size(), packed(std::max(D, dq))));
-      u.resize(std::max(u.size(), packed(cfg.n_ff)));
+      u.resize(std::max(u.size(), packed(ff)));
     }
   }
 
@@ -407,7 +409,7 @@ struct Session::Impl {
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
       for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
-        if (ours(*w)) return true;
+        if (w->t && ours(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
   }
