@@ -11,8 +11,9 @@ With --quantize TYPE the model is first written again by llama-quantize (next to
 type in its name) and both sides run that file. Greedy: equal texts pass; where they part, the
 token where they part is found from spattn's --json piece_ends, and the step passes only as a
 near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps); the
-report says which. llama-completion prints the prompt before the text (taken off) and runs 8
-tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value.
+report says which (-n 0: no greedy check). llama-completion prints the prompt before the text (taken off) and runs 8
+tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value
+(and with --ppl-rel F within F of it).
 Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
 
 Exit status: 0 all checks pass, 1 a check fails, 77 llama.cpp's tools are not in --llama-bin,
@@ -98,7 +99,8 @@ def perplexity(a, model, c):
     sp = json.loads(sh(cmd).stdout)
     mine = sp["results"]["dense"]["ppl"]
     return {"model": os.path.basename(model), "check": "perplexity", "ctx": c, "chunks": a.chunks,
-            "llama": lp, "llama_err": le, "spattn": mine, "pass": abs(mine - lp) <= le}
+            "llama": lp, "llama_err": le, "spattn": mine,
+            "pass": abs(mine - lp) <= le and (a.ppl_rel <= 0 or abs(mine - lp) <= a.ppl_rel * lp)}
 
 
 def main():
@@ -110,7 +112,7 @@ def main():
     p.add_argument("-m", "--model", required=True)
     p.add_argument("--quantize", help="llama-quantize type to run instead (Q4_K_M, ...)")
     p.add_argument("--prompt", default="def main():\n    parser = argparse")
-    p.add_argument("-n", type=int, default=64)
+    p.add_argument("-n", type=int, default=64, help="greedy tokens compared (0: no greedy check)")
     p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "shared", "models", "code-heldout.txt"))
     p.add_argument("-c", "--ctx", type=int, action="append", default=[])
@@ -118,6 +120,8 @@ def main():
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--near-tie", type=float, default=0.1,
                    help="a parting step passes when spattn's top two logits are closer than this")
+    p.add_argument("--ppl-rel", type=float, default=0,
+                   help="perplexity also within this fraction of llama.cpp's (0: its +/- only)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])
@@ -132,7 +136,8 @@ def main():
         base, _ = os.path.splitext(a.model)
         model = f"{base}-{a.quantize}.gguf"
         sh([os.path.join(a.llama_bin, "llama-quantize"), a.model, model, a.quantize])
-    rows = [greedy(a, model)] + [perplexity(a, model, c) for c in (a.ctx or [1024])]
+    rows = ([greedy(a, model)] if a.n > 0 else []) + [perplexity(a, model, c)
+                                                       for c in (a.ctx or [1024])]
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -149,7 +154,7 @@ def main():
             else:
                 print(f"{r['model']}: perplexity -c {r['ctx']}: llama.cpp {r['llama']:.4f} +/- "
                       f"{r['llama_err']:.5f}, spattn {r['spattn']:.4f}"
-                      + ("" if r["pass"] else "  OUTSIDE the +/-"))
+                      + ("" if r["pass"] else "  OUTSIDE the bound"))
     if not all(r["pass"] for r in rows):
         sys.exit(1)
     sys.exit(77 if any(r.get("lost") for r in rows) else 0)
