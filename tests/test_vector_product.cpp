@@ -2,7 +2,8 @@
 // their rows (src/core/range_claims.hpp): every index exactly once on any thread count, over
 // many calls on one object (nothing is reset between calls), with a delayed thread's range
 // finished by the others; and each output with the bits of ggml's own one-row mul_mat for
-// every weight type, thread count and row count.
+// every weight type, thread count and row count, and for one token's chosen experts with the
+// bits of ggml's mul_mat_id.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -73,7 +74,8 @@ TEST(RangeClaims, TheOthersFinishADelayedThreadsRange) {
 
 // ggml's own one-row mul_mat and vector_product over the same weights and row, in one graph.
 void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt19937& rng) {
-  std::vector<uint8_t> meta(64 << 20);
+  // The tensors' bytes (weights at most f32) and ggml's objects: a buffer zeroed per call.
+  std::vector<uint8_t> meta(size_t(k * (m + 2) + m * 2) * sizeof(float) + (size_t(1) << 20));
   ggml_init_params ip{meta.size(), meta.data(), false};
   ggml_context* ctx = ggml_init(ip);
   ASSERT_NE(ctx, nullptr);
@@ -126,6 +128,74 @@ TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
   expect_ggml_bits(GGML_TYPE_F16, 2048, 200, 2, rng);
 }
 
+// ggml's mul_mat_id for one token and expert_vector_product over the same experts' planes,
+// chosen experts (in the router's order, not sorted) and input rows: one row every expert reads
+// (x_rows 1) or one a chosen expert (x_rows = chosen), in one graph, called three times.
+void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
+                        const std::vector<int32_t>& chosen, int64_t x_rows, int threads,
+                        std::mt19937& rng) {
+  std::vector<uint8_t> meta(size_t(k * (m * n_expert + 2 * x_rows) + 2 * m * int64_t(chosen.size())) *
+                                sizeof(float) +
+                            (size_t(1) << 20));
+  ggml_init_params ip{meta.size(), meta.data(), false};
+  ggml_context* ctx = ggml_init(ip);
+  ASSERT_NE(ctx, nullptr);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(k * m * n_expert)), xf(size_t(k * x_rows));
+  for (float& v : wf) v = nd(rng);
+  for (float& v : xf) v = nd(rng);
+  wf[size_t(k * m)] = 60000.0f;  // an extreme weight in expert 1
+  ggml_tensor* w = ggml_new_tensor_3d(ctx, type, k, m, n_expert);
+  if (type == GGML_TYPE_F32)
+    std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
+  else
+    ggml_quantize_chunk(type, wf.data(), w->data, 0, m * n_expert, k, nullptr);
+  ggml_tensor* x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, x_rows, 1);
+  std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
+  ggml_tensor* ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, int64_t(chosen.size()), 1);
+  std::memcpy(ids->data, chosen.data(), chosen.size() * sizeof(int32_t));
+  model::Model::Weight mw;
+  mw.t = w;
+  mw.experts = true;
+  ASSERT_TRUE(model::expert_vector_product_applies(mw, x, ids, threads));
+  std::deque<RangeClaims> claims;
+  ggml_tensor* want = ggml_mul_mat_id(ctx, w, x, ids);
+  ggml_tensor* got = model::expert_vector_product(ctx, mw, x, ids, claims);
+  ASSERT_TRUE(ggml_are_same_shape(want, got));
+  ggml_cgraph* g = ggml_new_graph(ctx);
+  ggml_build_forward_expand(g, want);
+  ggml_build_forward_expand(g, got);
+  for (int call = 0; call < 3; ++call) {
+    std::memset(got->data, 0xff, ggml_nbytes(got));
+    ThreadPool::get().compute(g, threads);
+    for (int64_t i = 0; i < m * int64_t(chosen.size()); ++i) {
+      const float a = static_cast<const float*>(got->data)[i];
+      const float b = static_cast<const float*>(want->data)[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
+          << ggml_type_name(type) << " m " << m << " chosen " << chosen.size() << " x rows "
+          << x_rows << " threads " << threads << " call " << call << ": output " << i << " "
+          << a << " against ggml's " << b;
+    }
+  }
+  ggml_free(ctx);
+}
+
+TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
+  const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                             GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
+                             GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+  std::mt19937 rng(11);
+  const std::vector<int32_t> one = {3}, some = {5, 1, 6}, all = {2, 0, 7, 1, 3, 6, 4, 5};
+  for (ggml_type t : types)
+    for (int threads : {1, 2, 3})
+      for (const auto* chosen : {&one, &some, &all})
+        for (int64_t x_rows : {int64_t(1), int64_t(chosen->size())})
+          for (int64_t m : {int64_t(1), int64_t(45)})
+            expect_expert_bits(t, 256, m, 8, *chosen, x_rows, threads, rng);
+  // Experts larger than one claim (32 KB) per thread.
+  expect_expert_bits(GGML_TYPE_Q8_0, 2048, 96, 4, {2, 0}, 2, 2, rng);
+}
+
 TEST(VectorProduct, LeavesWhatItDoesNotCover) {
   std::vector<uint8_t> meta(1 << 20);
   ggml_init_params ip{meta.size(), meta.data(), true};
@@ -139,6 +209,19 @@ TEST(VectorProduct, LeavesWhatItDoesNotCover) {
   EXPECT_FALSE(model::vector_product_applies(mw, one, RangeClaims::kMaxThreads + 1));
   mw.repacked = true;  // ggml's repacked layout has its own vector products
   EXPECT_FALSE(model::vector_product_applies(mw, one, 2));
+  // Experts: one token's rows only, not repacked.
+  model::Model::Weight ew;
+  ew.t = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, 64, 8, 4);
+  ew.experts = true;
+  ggml_tensor* ids1 = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 2, 1);
+  ggml_tensor* ids2 = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 2, 2);  // two tokens: prefill
+  ggml_tensor* x3 = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 3, 1);
+  EXPECT_TRUE(model::expert_vector_product_applies(ew, one, ids1, 2));
+  EXPECT_TRUE(model::expert_vector_product_applies(ew, two, ids1, 2));  // a row per expert
+  EXPECT_FALSE(model::expert_vector_product_applies(ew, one, ids2, 2));
+  EXPECT_FALSE(model::expert_vector_product_applies(ew, x3, ids1, 2));
+  ew.repacked = true;
+  EXPECT_FALSE(model::expert_vector_product_applies(ew, one, ids1, 2));
   ggml_free(ctx);
 }
 

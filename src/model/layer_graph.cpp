@@ -100,10 +100,17 @@ struct Builder {
     weight_bytes += ggml_nbytes(L.router.t);
     for (const Model::Weight* e : {&L.up_exps, &L.gate_exps, &L.down_exps})  // the chosen ones
       weight_bytes += ggml_nbytes(e->t) / size_t(c.n_expert) * size_t(k);
-    ggml_tensor* up = own(ggml_mul_mat_id(ctx, L.up_exps.t, x, chosen));  // [F, k, n]
-    ggml_tensor* gate = own(ggml_mul_mat_id(ctx, L.gate_exps.t, x, chosen));
+    // One token (decode): the chosen experts' rows split as decode's products are
+    // (vector_product.hpp), where the experts are in ggml's own layout; ggml's bits either way.
+    const auto product = [&](const Model::Weight& e, ggml_tensor* in) {
+      return own(n == 1 && expert_vector_product_applies(e, in, chosen, threads)
+                     ? expert_vector_product(ctx, e, in, chosen, claims)
+                     : ggml_mul_mat_id(ctx, e.t, in, chosen));
+    };
+    ggml_tensor* up = product(L.up_exps, x);  // [F, k, n]
+    ggml_tensor* gate = product(L.gate_exps, x);
     ggml_tensor* act = own(ggml_swiglu_split(ctx, gate, up));
-    ggml_tensor* out = own(ggml_mul_mat_id(ctx, L.down_exps.t, act, chosen));  // [D, k, n]
+    ggml_tensor* out = product(L.down_exps, act);  // [D, k, n]
     out = own(ggml_mul(ctx, out, w));
     ggml_tensor* sum_out = ggml_view_2d(ctx, out, D, n, out->nb[2], 0);
     for (int64_t i = 1; i < k; ++i)

@@ -26,4 +26,13 @@ bool vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int th
 ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
                             std::deque<RangeClaims>& claims);
 
+// The same for one token's chosen experts (ggml's mul_mat_id with one token): w holds one
+// matrix an expert ([K, M, E]), ids the token's k chosen experts ([k, 1] i32), x one f32 row
+// [K, 1, 1] every expert reads, or one a chosen expert [K, k, 1]; the result is [M, k, 1]. The
+// k matrices' rows are one index space split as above, so each thread streams whole experts.
+bool expert_vector_product_applies(const Model::Weight& w, const ggml_tensor* x,
+                                   const ggml_tensor* ids, int threads);
+ggml_tensor* expert_vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
+                                   ggml_tensor* ids, std::deque<RangeClaims>& claims);
+
 }  // namespace spattn::model
