@@ -1,13 +1,20 @@
 // libFuzzer target: the GGUF reader, then everything a model loader reads from a parsed
-// file (every metadata value, every tensor's first row) and the tokenizer built from its
-// vocabulary. Any input must either parse or raise spattn::Error; a crash, leak or
-// sanitizer report is a bug.
+// file (every metadata value, every tensor's first row), the tokenizer built from its
+// vocabulary, and the model loader itself on the bytes as a file (a memfd, mapped as `spattn
+// run` maps a model: the loader releases pages of what it repacks, which it may do to a
+// mapping, not to the fuzzer's buffer). Any input must either parse or raise spattn::Error; a
+// crash, leak or sanitizer report is a bug.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
+#include "spattn/model.hpp"
 #include "spattn/tokenizer.hpp"
 
 using namespace spattn;
@@ -39,6 +46,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const Tokenizer tok = Tokenizer::from_gguf(f);
       const std::vector<int32_t> ids = tok.encode("Hello w\xc3\xb6rld  \n\tx <|endoftext|>", true, true);
       (void)tok.decode(ids);
+    }
+    if (f.has("general.architecture")) {
+      const int fd = memfd_create("fuzz.gguf", 0);
+      if (fd >= 0) {
+        bool whole = true;
+        for (size_t done = 0; done < size && whole;) {
+          const ssize_t n = write(fd, data + done, size - done);
+          whole = n > 0;
+          if (whole) done += size_t(n);
+        }
+        try {
+          if (whole) (void)model::load_model("/proc/self/fd/" + std::to_string(fd));
+        } catch (const Error&) {
+        }
+        close(fd);
+      }
     }
   } catch (const Error&) {
   }
