@@ -274,7 +274,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   fmt::print("\n");
   fmt::print(stderr,
-             "\nmodel: {} ({}, {} layers, {} heads / {} kv, head dim {})\n"
+             "\nmodel: {} ({}, {} layers, {} heads / {} kv, head dim {}{})\n"
              "load time      = {:10.2f} ms\n"
              "prompt tokens  = {:10d}   (attention: {}, -b {}, -ub {})\n"
              "TTFT           = {:10.2f} ms\n"
@@ -282,7 +282,11 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
              "  attention    = {:10.2f} ms  ({:.1f}% of prefill; {:.2f}x fewer entries than dense)\n"
              "decode         = {:10.2f} ms  {:9.2f} tokens/s ({} tokens)\n",
              o.r.model, model::arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_head_kv,
-             cfg.head_dim, lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms,
+             cfg.head_dim,
+             cfg.is_moe() ? fmt::format(", {} of {} experts a token", cfg.n_expert_used,
+                                        cfg.n_expert)
+                          : std::string(),
+             lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms,
              t.prefill_ms, prefill_tps, t.prefill_attn_ms, 100 * attn_share,
              double(t.prefill_stats.causal_entries) / double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
              t.decode_ms, decode_tps, t.decode_tokens);

@@ -110,8 +110,9 @@ LoadedModel load_runner_model(const std::string& path, dist::Group* g) {
   dist::agree(*g, "loading the model", [&] { m.emplace(load_model_and_tokenizer(path)); });
   // Every rank must hold the same model: compare the shapes and the vocabulary.
   const model::Config& c = m->model.config();
-  const int64_t shape[] = {int64_t(c.arch), c.n_layer, c.n_embd, c.n_head, c.n_head_kv,
-                           c.head_dim, c.n_ff, c.n_vocab};
+  const int64_t shape[] = {int64_t(c.arch), c.n_layer,  c.n_embd,       c.n_head,
+                           c.n_head_kv,      c.head_dim, c.n_ff,         c.n_vocab,
+                           c.n_expert,       c.n_expert_used, c.n_ff_exp};
   const uint64_t mine = dist::fingerprint(shape, sizeof shape);
   std::vector<uint64_t> all(size_t(g->size()));
   g->allgather(&mine, sizeof mine, all.data());
