@@ -92,6 +92,9 @@ void run_make_model(MakeModelOptions& o) {
                                      s.rope_original_context, longrope_attn_factor(s))
                  : s.rope_scaling == "linear"
                        ? fmt::format(", linear rope scaling {} (global layers)", s.rope_factor)
+                 : s.rope_scaling == "yarn"
+                       ? fmt::format(", yarn rope scaling {} from original context {}",
+                                     s.rope_factor, s.rope_original_context)
                        : std::string(),
              double(parameter_count(s)) / 1e6);
 }
@@ -135,16 +138,18 @@ void add_make_model_command(CLI::App& root) {
   o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
   o->rope_scaling = cmd->add_option("--rope-scaling", s.rope_scaling,
                                     "none, llama3 (Llama 3.1's: writes rope_freqs.weight), "
-                                    "longrope (phi3: rope_factors_long / _short) or linear "
-                                    "(gemma3's global layers: --rope-factor)");
-  o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3, linear: factor")
+                                    "longrope (phi3: rope_factors_long / _short), linear "
+                                    "(gemma3's global layers: --rope-factor) or yarn (llama, "
+                                    "qwen2, qwen3, qwen3moe: --rope-factor, "
+                                    "--rope-original-context)");
+  o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3, linear, yarn: factor")
                        ->capture_default_str();
   o->rope_low = cmd->add_option("--rope-low-freq-factor", s.rope_low_freq_factor,
                                 "llama3: low frequency factor")->capture_default_str();
   o->rope_high = cmd->add_option("--rope-high-freq-factor", s.rope_high_freq_factor,
                                  "llama3: high frequency factor")->capture_default_str();
   o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
-                                 "llama3, longrope: original context length")->capture_default_str();
+                                 "llama3, longrope, yarn: original context length")->capture_default_str();
   o->window = cmd->add_option("--sliding-window", s.sliding_window,
                               "gemma3: the local layers' window (five local to each global)")
                   ->capture_default_str();

@@ -92,6 +92,17 @@ struct Config {
   void validate() const;
 };
 
+// YaRN's RoPE scaling (rope.scaling.type yarn; llama.cpp's ggml_rope_ext with ext_factor 1,
+// beta_fast 32, beta_slow 1), as per-pair frequency divisors and a cos/sin factor: pair p's
+// angle is the unscaled one's blend of 1/factor (interpolation) and 1 (extrapolation), all
+// interpolation below the pair ggml's corr dims call low, none from high on (corr dims of
+// head_dim, base and the original context n_ctx_orig, in float as ggml computes them); every
+// cos and sin times 1 + 0.1 ln(factor) (factor > 1; llama.cpp's get_mscale, which its context
+// divides out and ggml's rope multiplies back in).
+std::vector<float> yarn_rope_divisors(int64_t head_dim, double base, double factor,
+                                      int64_t n_ctx_orig);
+double yarn_mscale(double factor);
+
 // A weight's storage type: ggml's (gguf::GgmlType).
 using WeightType = gguf::GgmlType;
 

@@ -34,7 +34,8 @@ struct ModelShape {
   // (phi3): Phi-3's, written as rope_factors_long / rope_factors_short with the original
   // context and attn factor (longrope_factors below); "linear" (gemma3): rope.scaling.type
   // linear with rope.scaling.factor = rope_factor, which llama.cpp runs on global layers only;
-  // "": none.
+  // "yarn" (llama, qwen2, qwen3, qwen3moe): rope.scaling.type yarn with rope_factor and
+  // rope_original_context (Qwen3's 128K setting: factor 4 from 32768); "": none.
   std::string rope_scaling;
   float rope_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;

@@ -122,13 +122,25 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // runs none of them, so a file that asks for one is refused rather than run unscaled.
   // gemma3's global layers run linear scaling (llama.cpp's default type when a factor is
   // given): positions divided by rope.scaling.factor.
+  // YaRN (Qwen2.5's and Qwen3's long-context setting, for example) on the architectures whose
+  // llama.cpp graphs run it with the default betas: per-pair divisors and a cos/sin factor
+  // (yarn_rope_divisors), set below once the original context is read.
   const bool linear_ok = c.arch == Arch::gemma3;
+  const bool yarn_ok = c.arch == Arch::llama || c.arch == Arch::qwen2 || c.arch == Arch::qwen3 ||
+                       c.arch == Arch::qwen3moe;
   std::string scaling = "none";
   if (f.has(key("rope.scaling.type"))) scaling = f.get_string(key("rope.scaling.type"));
   else if (linear_ok && f.has(key("rope.scaling.factor"))) scaling = "linear";
-  SPATTN_CHECK(scaling == "none" || (linear_ok && scaling == "linear"), f.name(), ": ",
-               key("rope.scaling.type"), " '", scaling, "' is not supported (spattn runs Llama "
-               "3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE and gemma3's linear)");
+  SPATTN_CHECK(scaling == "none" || (linear_ok && scaling == "linear") ||
+                   (yarn_ok && scaling == "yarn"),
+               f.name(), ": ", key("rope.scaling.type"), " '", scaling, "' is not supported "
+               "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, "
+               "gemma3's linear, and yarn for llama, qwen2, qwen3 and qwen3moe)");
+  double yarn_factor = 0;
+  if (scaling == "yarn") {
+    yarn_factor = f.has(key("rope.scaling.factor")) ? f.get_float(key("rope.scaling.factor")) : 0;
+    if (yarn_factor == 0.0) yarn_factor = 1.0;  // llama.cpp: 0 means none
+  }
   if (scaling == "linear" && f.has(key("rope.scaling.factor"))) {
     const double factor = f.get_float(key("rope.scaling.factor"));
     c.rope_linear_factor = factor == 0.0 ? 1.0 : factor;  // llama.cpp: 0 means none
@@ -174,6 +186,14 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // The cos/sin factor, which llama.cpp applies for every architecture that has it.
   if (f.has(key("rope.scaling.attn_factor")))
     c.rope_attn_factor = f.get_float(key("rope.scaling.attn_factor"));
+  if (yarn_factor > 0) {  // after rope_freqs (ggml divides by them before YaRN's blend)
+    std::vector<float> d = yarn_rope_divisors(
+        c.head_dim, c.rope_base, yarn_factor, c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
+    for (size_t p = 0; p < c.rope_freq_factors.size() && p < d.size(); ++p)
+      d[p] *= c.rope_freq_factors[p];
+    c.rope_freq_factors = std::move(d);
+    c.rope_attn_factor *= yarn_mscale(yarn_factor);
+  }
   const gguf::File::Tensor& emb = f.tensor("token_embd.weight");
   SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": token_embd.weight must be 2-D");
   c.n_vocab = emb.ne[1];

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -98,6 +99,33 @@ const std::vector<float>& Config::rope_factors(int64_t n_ctx) const {
   const int64_t orig = n_ctx_orig > 0 ? n_ctx_orig : n_ctx_train;
   return n_ctx > orig ? rope_factors_long : rope_factors_short;
 }
+
+std::vector<float> yarn_rope_divisors(int64_t head_dim, double base, double factor,
+                                      int64_t n_ctx_orig) {
+  SPATTN_CHECK(std::isfinite(factor) && factor > 0, "model: rope.scaling.factor must be finite "
+               "and > 0 for yarn, got ", factor);
+  SPATTN_CHECK(n_ctx_orig > 0, "model: yarn needs an original context > 0, got ", n_ctx_orig);
+  SPATTN_CHECK(head_dim >= 2 && head_dim % 2 == 0 && head_dim <= 1024,
+               "model: yarn needs an even head dim in [2, 1024], got ", head_dim);
+  SPATTN_CHECK(std::isfinite(base) && base > 1, "model: rope.freq_base must be > 1, got ", base);
+  // ggml_rope_yarn_corr_dim(s), in float: the pair index where a pair makes n_rot turns over
+  // the original context.
+  const auto corr = [&](float n_rot) {
+    return float(head_dim) * logf(float(n_ctx_orig) / (n_rot * 2 * float(M_PI))) /
+           (2 * logf(float(base)));
+  };
+  const float low = std::max(0.0f, floorf(corr(32.0f)));
+  const float high = std::min(float(head_dim - 1), ceilf(corr(1.0f)));
+  std::vector<float> d(size_t(head_dim / 2));
+  for (int64_t p = 0; p < head_dim / 2; ++p) {
+    const float y = (float(p) - low) / std::max(0.001f, high - low);
+    const double mix = 1.0 - std::min(1.0f, std::max(0.0f, y));  // 1: extrapolate (keep)
+    d[size_t(p)] = float(1.0 / ((1.0 - mix) / factor + mix));
+  }
+  return d;
+}
+
+double yarn_mscale(double factor) { return factor > 1 ? 1.0 + 0.1 * std::log(factor) : 1.0; }
 
 namespace {
 

@@ -361,9 +361,21 @@ void check_shape(const ModelShape& s) {
   SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
   SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
   SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3" ||
-                   s.rope_scaling == "longrope" || s.rope_scaling == "linear",
-               "model: --rope-scaling must be none, llama3, longrope or linear, got '",
+                   s.rope_scaling == "longrope" || s.rope_scaling == "linear" ||
+                   s.rope_scaling == "yarn",
+               "model: --rope-scaling must be none, llama3, longrope, linear or yarn, got '",
                s.rope_scaling, "'");
+  if (s.rope_scaling == "yarn") {
+    SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
+                     s.arch == "qwen3moe",
+                 "model: yarn rope scaling is for --arch llama, qwen2, qwen3 or qwen3moe, got '",
+                 s.arch, "'");
+    SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
+                 "model: --rope-factor must be >= 1, got ", s.rope_factor);
+    SPATTN_CHECK(s.rope_original_context >= 1 && s.rope_original_context <= 1 << 24,
+                 "model: --rope-original-context must be in [1, 2^24], got ",
+                 s.rope_original_context);
+  }
   if (s.rope_scaling == "linear") {
     SPATTN_CHECK(s.arch == "gemma3", "model: linear rope scaling is for --arch gemma3 (its "
                  "global layers), got '", s.arch, "'");
@@ -453,10 +465,12 @@ void make_model(const std::string& path, const ModelShape& s) {
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
     w.set(a + ".rope.scaling.attn_factor", float(longrope_attn_factor(s)));
   }
-  if (s.rope_scaling == "linear") {
-    w.set(a + ".rope.scaling.type", std::string("linear"));
+  if (s.rope_scaling == "linear" || s.rope_scaling == "yarn") {
+    w.set(a + ".rope.scaling.type", s.rope_scaling);
     w.set(a + ".rope.scaling.factor", s.rope_factor);
   }
+  if (s.rope_scaling == "yarn")  // as llama.cpp's converter writes HF's rope_scaling
+    w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
   // gemma3: the window (llama.cpp's default pattern then makes every sixth layer global).
   if (a == "gemma3") w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
   const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
