@@ -12,22 +12,15 @@
 set -e
 bin=$1 spattn=$2
 shift 2
-for t in llama-completion llama-perplexity llama-quantize; do
-  if [ ! -x "$bin/$t" ]; then echo "gemma3_vs_llama: $bin/$t absent: skipped"; exit 77; fi
-done
+. "$(dirname "$0")/made_up_vs_llama.sh"
+need_llama_tools gemma3_vs_llama "$bin"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$spattn" make-model -o "$dir/gemma3.gguf" --arch gemma3 --layers 6 --dim 256 --heads 4 \
   --kv-heads 2 --head-dim 64 --ffn 512 --vocab 2048 --tokenizer llama --context 8192 \
   --sliding-window 128 --rope-base 1000000 --rope-scaling linear --rope-factor 8 --type f16 \
   --untied --seed 7
-here=$(dirname "$0")
-# Each run: 0 passed, 1 failed, 77 a comparison not made (see arch_vs_llama.py).
-status=0
 for q in "" "--quantize Q4_K_M"; do
-  rc=0
-  python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/gemma3.gguf" \
-    $q "$@" || rc=$?
-  if [ $rc -eq 77 ] && [ $status -eq 0 ]; then status=77; elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then status=1; fi
+  check "$dir/gemma3.gguf" $q "$@"
 done
 exit $status

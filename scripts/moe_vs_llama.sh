@@ -19,9 +19,8 @@
 set -e
 bin=$1 spattn=$2
 shift 2
-for t in llama-completion llama-perplexity llama-quantize; do
-  if [ ! -x "$bin/$t" ]; then echo "moe_vs_llama: $bin/$t absent: skipped"; exit 77; fi
-done
+. "$(dirname "$0")/made_up_vs_llama.sh"
+need_llama_tools moe_vs_llama "$bin"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 for used in 8 2; do
@@ -30,17 +29,11 @@ for used in 8 2; do
     --vocab 2048 --context 8192 --rope-base 1000000 --type f16 --untied \
     --seed 7
 done
-here=$(dirname "$0")
-# Each run: 0 passed, 1 failed, 77 a comparison not made (see arch_vs_llama.py).
-status=0
 for m in moe8 moe2; do
   n=64
   if [ $m = moe2 ]; then n=0; fi
   for q in "" "--quantize Q4_K_M"; do
-    rc=0
-    python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/$m.gguf" \
-      -n $n --ppl-rel 0.005 $q "$@" || rc=$?
-    if [ $rc -eq 77 ] && [ $status -eq 0 ]; then status=77; elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then status=1; fi
+    check "$dir/$m.gguf" -n $n --ppl-rel 0.005 $q "$@"
   done
 done
 exit $status

@@ -14,21 +14,14 @@
 set -e
 bin=$1 spattn=$2
 shift 2
-for t in llama-completion llama-perplexity llama-quantize; do
-  if [ ! -x "$bin/$t" ]; then echo "yarn_vs_llama: $bin/$t absent: skipped"; exit 77; fi
-done
+. "$(dirname "$0")/made_up_vs_llama.sh"
+need_llama_tools yarn_vs_llama "$bin"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$spattn" make-model -o "$dir/yarn.gguf" --arch qwen3 --layers 2 --dim 256 --heads 4 \
   --kv-heads 2 --head-dim 64 --ffn 512 --vocab 2048 --context 8192 --rope-base 1000000 \
   --rope-scaling yarn --rope-factor 4 --rope-original-context 512 --type f16 --untied --seed 7
-here=$(dirname "$0")
-# Each run: 0 passed, 1 failed, 77 a comparison not made (see arch_vs_llama.py).
-status=0
 for q in "" "--quantize Q4_K_M"; do
-  rc=0
-  python3 "$here/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$dir/yarn.gguf" \
-    --ppl-rel 0.005 $q "$@" || rc=$?
-  if [ $rc -eq 77 ] && [ $status -eq 0 ]; then status=77; elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then status=1; fi
+  check "$dir/yarn.gguf" --ppl-rel 0.005 $q "$@"
 done
 exit $status
