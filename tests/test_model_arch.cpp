@@ -96,8 +96,11 @@ TEST(ModelArch, Llama31PresetHasItsRopeScaling) {
   ModelShape bad = small("qwen2");
   bad.rope_scaling = "llama3";
   EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
-  bad = small("llama");
+  bad = small("phi3");  // yarn is read for llama, qwen2, qwen3 and qwen3moe only
   bad.rope_scaling = "yarn";
+  EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
+  bad = small("llama");
+  bad.rope_scaling = "dynamic";  // HF's dynamic NTK: neither spattn nor llama.cpp runs it
   EXPECT_THROW(spattn::check_shape(bad), spattn::Error);
   bad.rope_scaling = "llama3";
   bad.rope_high_freq_factor = bad.rope_low_freq_factor;
@@ -140,8 +143,9 @@ TEST(ModelArch, BadFilesAreNamedErrorsExitTwo) {
   }
   {  // A rope scaling spattn does not run is refused, not run unscaled.
     spattn::test::GgufEdit e;
-    e.set_strings["llama.rope.scaling.type"] = "yarn";
-    expect_run_refuses(d, edited("yarn.gguf", e), {"llama.rope.scaling.type 'yarn' is not supported"});
+    e.set_strings["llama.rope.scaling.type"] = "dynamic";
+    expect_run_refuses(d, edited("dynamic.gguf", e),
+                       {"llama.rope.scaling.type 'dynamic' is not supported"});
   }
 }
 
