@@ -63,11 +63,12 @@ void gguf_seeds(const fs::path& dir) {
     const fs::path p = dir / (std::string("model_") + tok + ".gguf");
     make_model(p.string(), s);
   }
-  {  // A mixture of experts: the experts' 3-D tensors and their counts.
+  {  // A mixture of experts (the experts' 3-D tensors and their counts) with YaRN scaling.
     ModelShape s;
     s.arch = "qwen3moe";
     s.layers = 1, s.dim = 8, s.heads = 2, s.kv_heads = 1, s.ffn = 8, s.vocab = 270;
     s.experts = 3, s.experts_used = 2, s.expert_ffn = 4;
+    s.rope_scaling = "yarn", s.rope_factor = 4, s.rope_original_context = 64;
     make_model((dir / "model_qwen3moe.gguf").string(), s);
   }
 }
