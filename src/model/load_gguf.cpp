@@ -118,13 +118,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
   c.rope_neox = c.arch != Arch::llama;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
-  // Scalings llama.cpp reads from metadata (linear, yarn, longrope) change every angle; spattn
-  // runs none of them, so a file that asks for one is refused rather than run unscaled.
-  // gemma3's global layers run linear scaling (llama.cpp's default type when a factor is
-  // given): positions divided by rope.scaling.factor.
-  // YaRN (Qwen2.5's and Qwen3's long-context setting, for example) on the architectures whose
-  // llama.cpp graphs run it with the default betas: per-pair divisors and a cos/sin factor
-  // (yarn_rope_divisors), set below once the original context is read.
+  // Scalings llama.cpp reads from metadata change every angle, so a file that asks for one
+  // spattn does not run is refused rather than run unscaled. Run: gemma3's linear scaling on
+  // its global layers (llama.cpp's default type when a factor is given: positions divided by
+  // rope.scaling.factor), and YaRN (Qwen2.5's and Qwen3's long-context setting, for example)
+  // on the architectures whose llama.cpp graphs run it with the default betas: per-pair
+  // divisors and a cos/sin factor (yarn_rope_divisors), set below once the original context
+  // is read.
   const bool linear_ok = c.arch == Arch::gemma3;
   const bool yarn_ok = c.arch == Arch::llama || c.arch == Arch::qwen2 || c.arch == Arch::qwen3 ||
                        c.arch == Arch::qwen3moe;

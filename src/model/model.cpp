@@ -234,7 +234,7 @@ struct Model::Impl {
     ggml_tensor* g = ggml_new_tensor_3d(ctx, t, cols, rows, planes);
     ggml_set_name(g, name.c_str());
     g->data = const_cast<uint8_t*>(bytes_of(w, ggml_nbytes(g)));
-    return Weight{g, w.type, rows, cols, false, planes > 1};
+    return Weight{g, w.type, rows, cols, false, false};
   }
 
   std::vector<Weight*> matrices() {
