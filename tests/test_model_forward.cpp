@@ -1,8 +1,7 @@
 // The model runner's forward pass against a naive double-precision forward written plainly
 // here, on made-up models: llama, qwen2, qwen3, qwen3moe (and llama's experts), phi3 and
-// gemma3 layouts (gemma3's sliding
-// window shorter than the sequences), f32, f16, q8_0 and q6_K weights, GQA; prefill in every
-// schedule and decode after it.
+// gemma3 layouts (gemma3's sliding window shorter than the sequences), f32, f16, q8_0 and q6_K
+// weights, GQA; prefill in every schedule and decode after it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -382,7 +381,8 @@ double max_diff(const float* got, const Vec& want) {
 }
 
 // The smallest gap of router scores (natural log of the probabilities' ratio) at which a MoE
-// row is compared: f16 or 8-bit activations move a score by a few 1e-3 to 1e-2 here.
+// row is compared: the runner's f16 or 8-bit activations move the scores by their rounding,
+// and a choice that flips moves the row by the two experts' difference, not by rounding.
 constexpr double kNearTie = 0.1;
 
 // Prefill `n_prompt` tokens in the given schedule, then decode the rest; every logit row is
