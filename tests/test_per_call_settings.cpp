@@ -99,6 +99,23 @@ struct Together {
   }
 };
 
+// A product on a thread that has never called OpenBLAS has the bits of the same product on a
+// thread that has: in OpenBLAS's OpenMP build the one-thread setting is each thread's own, and a
+// fresh thread once ran its call on an OpenMP team of the machine's cores (different sums: every
+// call differed on 2 cores). A one-core machine cannot tell the two apart.
+TEST(Blas, AFreshThreadsProductHasTheBitsOfAnyOther) {
+  const int64_t m = 64, n = 1024, k = 64;
+  const auto a = random_floats(size_t(m * k), 4);
+  const auto b = random_floats(size_t(n * k), 5);
+  std::vector<float> here(size_t(m * n)), there(size_t(m * n));
+  blas::sgemm(true, m, n, k, 0.125f, a.data(), k, b.data(), k, 0.0f, here.data(), n, 1);
+  std::thread fresh([&] {
+    blas::sgemm(true, m, n, k, 0.125f, a.data(), k, b.data(), k, 0.0f, there.data(), n, 1);
+  });
+  fresh.join();
+  EXPECT_EQ(std::memcmp(here.data(), there.data(), here.size() * sizeof(float)), 0);
+}
+
 // Two methods whose estimates multiply through OpenBLAS, on 1 and 3 threads at once, while a
 // third thread watches OpenBLAS's process-wide count: it never moves, and each method computes
 // what it computes alone. (Scoped save-set-restore objects once changed the count around every

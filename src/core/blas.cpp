@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <mutex>
 
 #include "core/threading.hpp"
 #include "spattn/error.hpp"
@@ -12,8 +11,15 @@
 namespace spattn::blas {
 
 void use_single_threaded_blas() {
-  static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  // Once per thread: in OpenBLAS's OpenMP build (the one spattn links) the count a call runs
+  // with is the calling thread's OpenMP setting, which openblas_set_num_threads sets for that
+  // thread only (omp_set_num_threads). A thread that had not set it ran its products on an
+  // OpenMP team of its own, with other bits than the thread that had (every call from a fresh
+  // thread differed by up to 1.4e-6 on a 64 x 1024 x 64 product, 2 cores), so a method's
+  // estimate gave other bits when its slices ran on another thread than usual
+  // (Blas.ConcurrentCallsNeitherMoveTheProcessCountNorMeet, flaky under load).
+  thread_local const bool done = (openblas_set_num_threads(1), true);
+  (void)done;
 }
 
 void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

@@ -5,17 +5,18 @@
 // it around a call, as a scoped object here once did, races with every other thread's
 // products: one scope's restore undoes another's setting, a change lands under a running
 // call, and whoever calls OpenBLAS next inherits it. So spattn never changes it per call: it
-// sets OpenBLAS to one thread once for the process (use_single_threaded_blas, which sgemm
-// calls itself), and sgemm splits each product over `threads` of spattn's own threads, every
-// slice one single-threaded OpenBLAS call. (OpenBLAS's own workers also spin for a while after
+// sets OpenBLAS to one thread once in each thread that calls it (use_single_threaded_blas,
+// which sgemm calls itself: in the OpenMP build the setting is the calling thread's), and
+// sgemm splits each product over `threads` of spattn's own threads, every slice one
+// single-threaded OpenBLAS call. (OpenBLAS's own workers also spin for a while after
 // each call, taking a core from whatever runs next; single-threaded, it has none.)
 #pragma once
 #include <cstdint>
 
 namespace spattn::blas {
 
-// Sets OpenBLAS to one thread, the first time only (thread-safe). Code that calls cblas itself
-// over slices of its own threads (the model runner's products) calls this first.
+// Sets OpenBLAS to one thread for the calling thread, the first time it calls this. Code that
+// calls cblas itself calls this first, on the thread that calls cblas.
 void use_single_threaded_blas();
 
 // C = alpha A op(B) + beta C, row-major: A [m, k] (row stride lda), op(B) = B^T with B [n, k]
