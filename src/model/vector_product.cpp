@@ -35,43 +35,21 @@ const char* converted(const ggml_type_traits_cpu* tr, const ggml_tensor* x, int6
   return reinterpret_cast<const char*>(conv.data());
 }
 
-// (A row over 32 KB makes the piece 0: the claims take one row at a time then.)
-int64_t piece_rows(size_t row_bytes) { return kClaimBytes / int64_t(row_bytes); }
-
-void node(ggml_tensor* dst, int ith, int nth, void* ud) {
-  const ggml_tensor* w = dst->src[0];
-  const ggml_tensor* x = dst->src[1];
+// y[s m + r] = row r of matrix `plane(s)` . x row s (every s reads row 0 when x_stride is 0),
+// for s < count and r < m: the count matrices' rows are one index space split by the claims,
+// so each thread streams whole matrices. (A row over 32 KB makes the piece 0: the claims take
+// one row at a time then.)
+template <class Plane>
+void dot_rows(const ggml_tensor* w, int64_t count, Plane plane, const char* xd, size_t x_stride,
+              float* y, RangeClaims& claims, int ith, int nth) {
   const ggml_type_traits_cpu* tr = ggml_get_type_traits_cpu(w->type);
   const int64_t k = w->ne[0], m = w->ne[1];
-  size_t stride = 0;
-  const char* xd = converted(tr, x, k, 1, &stride);
-  const auto* rows = static_cast<const char*>(w->data);
   const size_t nb1 = w->nb[1];
-  auto* y = static_cast<float*>(dst->data);
-  static_cast<RangeClaims*>(ud)->run(m, piece_rows(nb1), ith, nth, [&](int64_t b, int64_t e) {
-    for (int64_t r = b; r < e; ++r) tr->vec_dot(int(k), y + r, 0, rows + r * nb1, 0, xd, 0, 1);
-  });
-}
-
-// Index i of the k chosen experts' m rows each: chosen expert s = i / m, its row i % m.
-void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
-  const ggml_tensor* w = dst->src[0];
-  const ggml_tensor* x = dst->src[1];
-  const ggml_tensor* ids = dst->src[2];
-  const ggml_type_traits_cpu* tr = ggml_get_type_traits_cpu(w->type);
-  const int64_t k = w->ne[0], m = w->ne[1], chosen = ids->ne[0], nx = x->ne[1];
-  size_t stride = 0;
-  const char* xd = converted(tr, x, k, nx, &stride);
-  const auto* planes = static_cast<const char*>(w->data);
-  const auto* id = static_cast<const int32_t*>(ids->data);
-  const size_t nb1 = w->nb[1], nb2 = w->nb[2];
-  auto* y = static_cast<float*>(dst->data);  // [m, chosen], contiguous
-  static_cast<RangeClaims*>(ud)->run(chosen * m, piece_rows(nb1), ith, nth,
-                                     [&](int64_t b, int64_t e) {
+  claims.run(count * m, kClaimBytes / int64_t(nb1), ith, nth, [&](int64_t b, int64_t e) {
     while (b < e) {
       const int64_t s = b / m, r0 = b % m, r1 = std::min(m, r0 + (e - b));
-      const char* rows = planes + size_t(id[s]) * nb2;
-      const char* xs = xd + size_t(nx == 1 ? 0 : s) * stride;
+      const char* rows = plane(s);
+      const char* xs = xd + size_t(s) * x_stride;
       for (int64_t r = r0; r < r1; ++r)
         tr->vec_dot(int(k), y + s * m + r, 0, rows + r * nb1, 0, xs, 0, 1);
       b += r1 - r0;
@@ -79,13 +57,44 @@ void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
   });
 }
 
+void node(ggml_tensor* dst, int ith, int nth, void* ud) {
+  const ggml_tensor* w = dst->src[0];
+  size_t stride = 0;
+  const char* xd = converted(ggml_get_type_traits_cpu(w->type), dst->src[1], w->ne[0], 1, &stride);
+  const auto* rows = static_cast<const char*>(w->data);
+  dot_rows(w, 1, [&](int64_t) { return rows; }, xd, 0, static_cast<float*>(dst->data),
+           *static_cast<RangeClaims*>(ud), ith, nth);
+}
+
+// The chosen experts: matrix s is plane ids[s] of w; x one row for all or one row each.
+void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
+  const ggml_tensor* w = dst->src[0];
+  const ggml_tensor* x = dst->src[1];
+  const ggml_tensor* ids = dst->src[2];
+  const int64_t nx = x->ne[1];
+  size_t stride = 0;
+  const char* xd = converted(ggml_get_type_traits_cpu(w->type), x, w->ne[0], nx, &stride);
+  const auto* planes = static_cast<const char*>(w->data);
+  const auto* id = static_cast<const int32_t*>(ids->data);
+  dot_rows(w, ids->ne[0], [&](int64_t s) { return planes + size_t(id[s]) * w->nb[2]; }, xd,
+           nx == 1 ? 0 : stride, static_cast<float*>(dst->data),  // [m, chosen], contiguous
+           *static_cast<RangeClaims*>(ud), ith, nth);
+}
+
+// What both nodes need: w in ggml's own layout (not repacked: a repacked matrix has ggml's
+// repacked vector products), contiguous, one row a dot product; f32 rows in; `threads` within
+// the claims' limit.
+bool ggml_rows_apply(const Model::Weight& w, const ggml_tensor* x, int threads) {
+  return !w.repacked && threads <= RangeClaims::kMaxThreads && x->type == GGML_TYPE_F32 &&
+         x->ne[2] == 1 && x->ne[3] == 1 && ggml_is_contiguous(w.t) &&
+         ggml_get_type_traits_cpu(w.t->type)->nrows == 1;
+}
+
 }  // namespace
 
 bool vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int threads) {
-  return !w.repacked && threads <= RangeClaims::kMaxThreads && x->type == GGML_TYPE_F32 &&
-         x->ne[1] == 1 && x->ne[2] == 1 && x->ne[3] == 1 && ggml_is_contiguous(x) &&
-         ggml_is_contiguous(w.t) && w.t->ne[2] == 1 && w.t->ne[3] == 1 &&
-         ggml_get_type_traits_cpu(w.t->type)->nrows == 1;
+  return ggml_rows_apply(w, x, threads) && x->ne[1] == 1 && ggml_is_contiguous(x) &&
+         w.t->ne[2] == 1 && w.t->ne[3] == 1;
 }
 
 ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
@@ -96,17 +105,11 @@ ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tens
                         &claims.back());
 }
 
-}  // namespace spattn::model
-
-namespace spattn::model {
-
 bool expert_vector_product_applies(const Model::Weight& w, const ggml_tensor* x,
                                    const ggml_tensor* ids, int threads) {
-  return w.experts && !w.repacked && threads <= RangeClaims::kMaxThreads &&
-         x->type == GGML_TYPE_F32 && ids->ne[1] == 1 && ids->nb[0] == sizeof(int32_t) &&
-         (x->ne[1] == 1 || x->ne[1] == ids->ne[0]) && x->ne[2] == 1 && x->ne[3] == 1 &&
-         x->nb[0] == sizeof(float) && ggml_is_contiguous(w.t) &&
-         ggml_get_type_traits_cpu(w.t->type)->nrows == 1;
+  return w.experts && ggml_rows_apply(w, x, threads) && ids->ne[1] == 1 &&
+         ids->nb[0] == sizeof(int32_t) && (x->ne[1] == 1 || x->ne[1] == ids->ne[0]) &&
+         x->nb[0] == sizeof(float);
 }
 
 ggml_tensor* expert_vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
