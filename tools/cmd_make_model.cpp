@@ -76,8 +76,7 @@ void run_make_model(MakeModelOptions& o) {
              o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
              s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
              s.experts > 0 ? fmt::format(", {} experts ({} a token, ffn {})", s.experts,
-                                         s.experts_used,
-                                         s.arch == "qwen3moe" ? s.expert_ffn : s.ffn)
+                                         s.experts_used, s.expert_ffn_or_default())
                            : std::string(),
              s.arch == "gemma3" ? fmt::format(", sliding window {} (every sixth layer global)",
                                               s.sliding_window)

@@ -49,6 +49,8 @@ struct ModelShape {
   uint64_t seed = 0;
 
   int64_t head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / heads; }
+  // An expert's hidden size: qwen3moe's own (expert_ffn); llama's experts use ffn.
+  int64_t expert_ffn_or_default() const { return arch == "qwen3moe" ? expert_ffn : ffn; }
 };
 
 // Llama-3.2-1B's shape: 16 layers, dim 2048, 32 heads, 8 kv heads, head dim 64, FFN 8192,

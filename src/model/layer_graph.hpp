@@ -1,10 +1,10 @@
 // The forward pass's matrix work as ggml graphs over the session's row buffers, one graph
 // between two attentions: layer l's tail (x += Attn Wo; h = RMSNorm(x) * ffn_norm;
 // x += (SiLU(h Wgate) * (h Wup)) Wdown, or a mixture of experts' FFN; gemma3: GeGLU and the
-// post-attention / post-FFN norms) and layer l+1's head (h = RMSNorm(x) * attn_norm; q, k, v = h Wq (+bq), h Wk (+bk),
-// h Wv (+bv); qwen3, gemma3: q, k RMS-normed per head), or the model's head (logits, gemma3's
-// soft-capping when the file sets it). One graph is one
-// wake-up of the thread pool; llama.cpp runs the same ops (its products, RMSNorm and SwiGLU).
+// post-attention / post-FFN norms) and layer l+1's head (h = RMSNorm(x) * attn_norm; q, k, v =
+// h Wq (+bq), h Wk (+bk), h Wv (+bv); qwen3, gemma3: q, k RMS-normed per head), or the model's
+// head (logits, gemma3's soft-capping when the file sets it). One graph is one wake-up of the
+// thread pool; llama.cpp runs the same ops (its products, RMSNorm and SwiGLU).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -417,17 +417,14 @@ void check_shape(const ModelShape& s) {
                  "multiples of 32");
 }
 
-namespace {
-// The experts' hidden size (qwen3moe's own; llama's experts use the FFN's).
-int64_t expert_ffn_of(const ModelShape& s) { return s.arch == "qwen3moe" ? s.expert_ffn : s.ffn; }
-}  // namespace
 
 int64_t parameter_count(const ModelShape& s) {
   const int64_t hd = s.head_dim_or_default();
   const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
-  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim +
-                      (s.experts > 0 ? s.experts * (s.dim + 3 * s.dim * expert_ffn_of(s))
-                                     : 3 * s.dim * s.ffn);
+  const int64_t ffn = s.experts > 0  // the router and each expert's three matrices
+                          ? s.experts * (s.dim + 3 * s.dim * s.expert_ffn_or_default())
+                          : 3 * s.dim * s.ffn;
+  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + ffn;
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
   if (s.arch == "qwen3" || s.arch == "qwen3moe") per_layer += 2 * hd;
   if (s.arch == "gemma3") per_layer += 2 * hd + 2 * s.dim;  // q/k norms, post norms
@@ -512,7 +509,7 @@ void make_model(const std::string& path, const ModelShape& s) {
       add_random(w, b + "post_attention_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
     if (s.experts > 0) {  // the router (f32, as llama-quantize leaves it) and the experts
-      const int64_t E = s.experts, F = expert_ffn_of(s);
+      const int64_t E = s.experts, F = s.expert_ffn_or_default();
       add_random(w, b + "ffn_gate_inp.weight", f32, {s.dim, E}, s.seed, 0.0f, in_sd);
       add_random(w, b + "ffn_gate_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
       add_random(w, b + "ffn_up_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
