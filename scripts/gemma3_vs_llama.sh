@@ -10,12 +10,7 @@
 # Exits 77 (skipped) when llama.cpp's tools are not in LLAMA_BIN or a comparison could not be
 # made, 1 if a check fails.
 set -e
-bin=$1 spattn=$2
-shift 2
 . "$(dirname "$0")/made_up_vs_llama.sh"
-need_llama_tools gemma3_vs_llama "$bin"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 "$spattn" make-model -o "$dir/gemma3.gguf" --arch gemma3 --layers 6 --dim 256 --heads 4 \
   --kv-heads 2 --head-dim 64 --ffn 512 --vocab 2048 --tokenizer llama --context 8192 \
   --sliding-window 128 --rope-base 1000000 --rope-scaling linear --rope-factor 8 --type f16 \

@@ -17,12 +17,7 @@
 # Exits 77 (skipped) when llama.cpp's tools are not in LLAMA_BIN or a comparison could not be
 # made, 1 if a check fails.
 set -e
-bin=$1 spattn=$2
-shift 2
 . "$(dirname "$0")/made_up_vs_llama.sh"
-need_llama_tools moe_vs_llama "$bin"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 for used in 8 2; do
   "$spattn" make-model -o "$dir/moe$used.gguf" --arch qwen3moe --layers 4 --dim 256 --heads 4 \
     --kv-heads 2 --head-dim 64 --ffn 512 --experts 8 --experts-used $used --expert-ffn 128 \

@@ -12,12 +12,7 @@
 # Exits 77 (skipped) when llama.cpp's tools are not in LLAMA_BIN or a comparison could not be
 # made, 1 if a check fails.
 set -e
-bin=$1 spattn=$2
-shift 2
 . "$(dirname "$0")/made_up_vs_llama.sh"
-need_llama_tools yarn_vs_llama "$bin"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
 "$spattn" make-model -o "$dir/yarn.gguf" --arch qwen3 --layers 2 --dim 256 --heads 4 \
   --kv-heads 2 --head-dim 64 --ffn 512 --vocab 2048 --context 8192 --rope-base 1000000 \
   --rope-scaling yarn --rope-factor 4 --rope-original-context 512 --type f16 --untied --seed 7
