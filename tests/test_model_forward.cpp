@@ -411,21 +411,28 @@ void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_p
   const int64_t V = mu.cfg.n_vocab;
   std::vector<float> logits(size_t(n_prompt * V));
   s.prefill(std::span(tokens).first(size_t(n_prompt)), logits.data(), 0);
-  for (int64_t i = 0; i < n_prompt; ++i)
-    if (compared(i)) EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), tol) << "row " << i;
+  for (int64_t i = 0; i < n_prompt; ++i) {
+    if (compared(i)) {
+      EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), tol) << "row " << i;
+    }
+  }
   std::vector<float> one(static_cast<size_t>(V));
   for (int64_t i = n_prompt; i < n_prompt + n_decode; ++i) {
     s.decode(tokens[size_t(i)], one.data());
-    if (compared(i)) EXPECT_LT(max_diff(one.data(), want[size_t(i)]), tol) << "decode row " << i;
+    if (compared(i)) {
+      EXPECT_LT(max_diff(one.data(), want[size_t(i)]), tol) << "decode row " << i;
+    }
   }
   EXPECT_EQ(s.n_past(), n_prompt + n_decode);
   // A reset session computes the same again; logits_from asks for the tail only.
   s.reset();
   std::vector<float> tail(size_t(3 * V));
   s.prefill(std::span(tokens).first(size_t(n_prompt)), tail.data(), n_prompt - 3);
-  for (int64_t i = 0; i < 3; ++i)
-    if (compared(n_prompt - 3 + i))
+  for (int64_t i = 0; i < 3; ++i) {
+    if (compared(n_prompt - 3 + i)) {
       EXPECT_LT(max_diff(&tail[size_t(i * V)], want[size_t(n_prompt - 3 + i)]), tol);
+    }
+  }
 }
 
 // An f32 cache unless a test asks for another type: these tests check the forward pass itself.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,29 @@ TEST(RangeClaims, TheOthersFinishADelayedThreadsRange) {
   }
 }
 
+// ggml's result `want` and the node's `got` computed in one graph, three times (the same node
+// again: its claims ready for each call), every output bit for bit; frees ctx. `what` names the
+// case in a failure.
+template <class What>
+void expect_same_bits(ggml_context* ctx, ggml_tensor* want, ggml_tensor* got, int threads,
+                      What what) {
+  ggml_cgraph* g = ggml_new_graph(ctx);
+  ggml_build_forward_expand(g, want);
+  ggml_build_forward_expand(g, got);
+  for (int call = 0; call < 3; ++call) {
+    std::memset(got->data, 0xff, ggml_nbytes(got));
+    ThreadPool::get().compute(g, threads);
+    for (int64_t i = 0; i < ggml_nelements(want); ++i) {
+      const float a = static_cast<const float*>(got->data)[i];
+      const float b = static_cast<const float*>(want->data)[i];
+      ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
+          << what() << " threads " << threads << " call " << call << ": output " << i << " "
+          << a << " against ggml's " << b;
+    }
+  }
+  ggml_free(ctx);
+}
+
 // ggml's own one-row mul_mat and vector_product over the same weights and row, in one graph.
 void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt19937& rng) {
   // The tensors' bytes (weights at most f32) and ggml's objects: a buffer zeroed per call.
@@ -97,21 +121,10 @@ void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt
   std::deque<RangeClaims> claims;
   ggml_tensor* want = ggml_mul_mat(ctx, w, x);
   ggml_tensor* got = model::vector_product(ctx, mw, x, claims);
-  ggml_cgraph* g = ggml_new_graph(ctx);
-  ggml_build_forward_expand(g, want);
-  ggml_build_forward_expand(g, got);
-  for (int call = 0; call < 3; ++call) {  // the same node again: its claims ready for each call
-    std::memset(got->data, 0xff, ggml_nbytes(got));
-    ThreadPool::get().compute(g, threads);
-    for (int64_t r = 0; r < m; ++r) {
-      const float a = static_cast<const float*>(got->data)[r];
-      const float b = static_cast<const float*>(want->data)[r];
-      ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
-          << ggml_type_name(type) << " k " << k << " m " << m << " threads " << threads
-          << " call " << call << ": row " << r << " " << a << " against ggml's " << b;
-    }
-  }
-  ggml_free(ctx);
+  expect_same_bits(ctx, want, got, threads, [&] {
+    return std::string(ggml_type_name(type)) + " k " + std::to_string(k) + " m " +
+           std::to_string(m);
+  });
 }
 
 TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
@@ -162,22 +175,10 @@ void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
   ggml_tensor* want = ggml_mul_mat_id(ctx, w, x, ids);
   ggml_tensor* got = model::expert_vector_product(ctx, mw, x, ids, claims);
   ASSERT_TRUE(ggml_are_same_shape(want, got));
-  ggml_cgraph* g = ggml_new_graph(ctx);
-  ggml_build_forward_expand(g, want);
-  ggml_build_forward_expand(g, got);
-  for (int call = 0; call < 3; ++call) {
-    std::memset(got->data, 0xff, ggml_nbytes(got));
-    ThreadPool::get().compute(g, threads);
-    for (int64_t i = 0; i < m * int64_t(chosen.size()); ++i) {
-      const float a = static_cast<const float*>(got->data)[i];
-      const float b = static_cast<const float*>(want->data)[i];
-      ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
-          << ggml_type_name(type) << " m " << m << " chosen " << chosen.size() << " x rows "
-          << x_rows << " threads " << threads << " call " << call << ": output " << i << " "
-          << a << " against ggml's " << b;
-    }
-  }
-  ggml_free(ctx);
+  expect_same_bits(ctx, want, got, threads, [&] {
+    return std::string(ggml_type_name(type)) + " m " + std::to_string(m) + " chosen " +
+           std::to_string(chosen.size()) + " x rows " + std::to_string(x_rows);
+  });
 }
 
 TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
