@@ -1,7 +1,7 @@
 // Architectures beyond the base llama / qwen2 layouts, in files: Llama 3.1's rope scaling
 // (rope_freqs.weight written by make-model, read by the loader), qwen3, qwen3moe and llama's
-// experts (Mixtral's layout), phi3 (fused matrices,
-// LongRoPE), gemma3 (sliding-window layers, post norms, linear scaling), and the bad files each
+// experts (Mixtral's layout), phi3 (fused matrices, LongRoPE), gemma3 (sliding-window layers,
+// post norms, linear scaling), gpt-oss (biases, sinks, experts' biases), and the bad files each
 // architecture must refuse with a named Error (exit 2 from `spattn run`): a tensor the arch
 // needs missing, rope_freqs of the wrong length, an unknown architecture, a rope scaling type
 // spattn does not run.
@@ -280,7 +280,7 @@ TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
                                    " --arch qwen2 --experts 4 --experts-used 2 --vocab 300",
                                d);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe or llama"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe, gpt-oss or llama"), std::string::npos) << r.err;
 }
 
 TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
@@ -291,6 +291,81 @@ TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
   const int64_t n = spattn::parameter_count(s);
   EXPECT_EQ((n + 50000000) / 100000000, 305);
   EXPECT_EQ((n - 2 * s.vocab * s.dim + 50000000) / 100000000, 299);
+}
+
+// gpt-oss: the biases, sinks and FFN norm by llama.cpp's names, the window and its pattern
+// (every second layer local, from layer 0), YaRN on both kinds of layer, and the bad files.
+TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("gpt-oss");
+  s.layers = 3;
+  s.experts = 4, s.experts_used = 2, s.expert_ffn = 32;
+  s.sliding_window = 16;
+  s.rope_scaling = "yarn";
+  s.rope_factor = 4;
+  s.rope_original_context = 64;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "gpt-oss");
+  EXPECT_EQ(f.get_uint("gpt-oss.expert_feed_forward_length"), 32u);
+  EXPECT_EQ(f.get_uint("gpt-oss.attention.sliding_window"), 16u);
+  EXPECT_EQ(f.tensor("blk.2.attn_sinks.weight").ne, (std::vector<int64_t>{2}));
+  EXPECT_EQ(f.tensor("blk.0.attn_output.bias").ne, (std::vector<int64_t>{64}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_gate_inp.bias").ne, (std::vector<int64_t>{4}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_up_exps.bias").ne, (std::vector<int64_t>{32, 4}));
+  EXPECT_EQ(f.tensor("blk.1.ffn_down_exps.bias").ne, (std::vector<int64_t>{64, 4}));
+  EXPECT_NE(f.find_tensor("blk.0.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_norm.weight"), nullptr);
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  const spattn::model::Config& c = m.config();
+  EXPECT_EQ(c.arch, spattn::model::Arch::gpt_oss);
+  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.gating, spattn::model::Config::Gating::softmax_of_chosen);
+  EXPECT_EQ(c.sliding_window, 16);
+  EXPECT_EQ(c.swa_layers, (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_TRUE(c.swa_rope_scaled);
+  EXPECT_EQ(c.rope_base_swa, c.rope_base);
+  EXPECT_EQ(c.rope_freq_factors, spattn::model::yarn_rope_divisors(32, s.rope_base, 4, 64));
+  EXPECT_EQ(m.layer(2).sinks.size(), 2u);
+  EXPECT_EQ(m.layer(0).bo.size(), 64u);
+  EXPECT_EQ(m.layer(0).bq.size(), 64u);
+  EXPECT_EQ(m.layer(1).up_exps_b.size(), 4u * 32u);
+  EXPECT_EQ(m.layer(1).down_exps_b.size(), 4u * 64u);
+  {  // A sink, an expert's bias or the window missing; biases of the wrong shape.
+    for (const char* t : {"blk.1.attn_sinks.weight", "blk.0.ffn_gate_exps.bias",
+                          "blk.2.attn_output.bias"}) {
+      spattn::test::GgufEdit e;
+      e.drop_tensors = {t};
+      spattn::test::write_edited(f, (d / "drop.gguf").string(), e);
+      expect_run_refuses(d, (d / "drop.gguf").string(), {std::string("tensor ") + t + " is missing"});
+    }
+    spattn::test::GgufEdit e;
+    e.drop_keys = {"gpt-oss.attention.sliding_window"};
+    spattn::test::write_edited(f, (d / "nowin.gguf").string(), e);
+    expect_run_refuses(d, (d / "nowin.gguf").string(), {"gpt-oss.attention.sliding_window"});
+    e.drop_keys.clear();
+    e.set_u32["gpt-oss.expert_feed_forward_length"] = 64;  // the biases' rows stay 32
+    spattn::test::write_edited(f, (d / "ffn.gguf").string(), e);
+    expect_run_refuses(d, (d / "ffn.gguf").string(), {"ffn_gate_exps.weight has shape"});
+    e.set_u32.clear();
+    e.drop_keys = {"gpt-oss.expert_count"};
+    spattn::test::write_edited(f, (d / "none.gguf").string(), e);
+    expect_run_refuses(d, (d / "none.gguf").string(), {"gpt-oss needs gpt-oss.expert_count > 0"});
+  }
+  // The runner runs it.
+  const auto r = spattn::test::run_spattn("run -m " + p + " -p hello -n 4 --temp 0", d);
+  EXPECT_EQ(r.code(), 0) << r.err;
+}
+
+TEST(ModelArch, GptOssPresetHasThePublishedSize) {
+  // gpt-oss-20b's model card: 20.9B parameters in all (21B in its summary; 3.6B active).
+  const ModelShape s = spattn::preset_shape("gpt-oss-20b");
+  EXPECT_EQ(s.arch, "gpt-oss");
+  EXPECT_EQ((spattn::parameter_count(s) + 50000000) / 100000000, 209);
 }
 
 TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {

@@ -126,10 +126,14 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
       L.attn_post_norm = make(1, D, 0.3f, 1.0f, false);
       L.ffn_post_norm = make(1, D, 0.3f, 1.0f, false);
     }
-    if (arch == Arch::qwen2) {
+    if (arch == Arch::qwen2 || arch == Arch::gpt_oss) {
       L.bq = make(1, dq, 0.3f, 0, false);
       L.bk = make(1, dkv, 0.3f, 0, false);
       L.bv = make(1, dkv, 0.3f, 0, false);
+    }
+    if (arch == Arch::gpt_oss) {  // Wo's bias; sink logits about as large as the scores
+      L.bo = make(1, D, 0.3f, 0, false);
+      L.sinks = make(1, c.n_head, 1.0f, 1.0f, false);
     }
     L.ffn_norm = make(1, D, 0.1f, 1.0f, false);
     if (c.is_moe()) {  // the router f32 (as in the files); the experts' planes one after another
@@ -145,6 +149,13 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
       L.gate_exps = planes(F, D, sD);
       L.up_exps = planes(F, D, sD);
       L.down_exps = planes(D, F, 1.0f / std::sqrt(float(F)));
+      if (arch == Arch::gpt_oss) {  // the router's bias, one row of biases an expert
+        L.router_b = make(1, E, 0.3f, 0, false);
+        // gate's mean of 2 puts some activations past the SwiGLU's limit of 7
+        L.gate_exps_b = make(E, F, 2.0f, 2.0f, false);
+        L.up_exps_b = make(E, F, 2.0f, 0, false);
+        L.down_exps_b = make(E, D, 0.3f, 0, false);
+      }
     } else {
       L.gate = make(c.n_ff, D, sD, 0, true);
       L.up = make(c.n_ff, D, sD, 0, true);
@@ -256,10 +267,14 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
     const LayerRefs& L = m.refs.layers[size_t(l)];
     // A sliding-window layer (gemma3's local ones): its own rope base, unscaled, and row i sees
     // keys (i - W, i] only.
+    // gpt-oss's local layers keep the global layers' scaling (swa_rope_scaled).
     const bool local = c.is_swa(l);
     const double base = local ? c.rope_base_swa : c.rope_base;
-    const std::vector<float>& fac = local ? std::vector<float>{}
+    const std::vector<float>& fac = local && !c.swa_rope_scaled ? std::vector<float>{}
                                     : c.rope_linear_factor != 1.0 ? linear : factors;
+    const auto add_bias = [](Vec& y, const WeightRef& b, int64_t row = 0) {
+      for (size_t e = 0; e < y.size(); ++e) y[e] += at(b, row, int64_t(e));
+    };
     const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(d));
     std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
@@ -267,14 +282,11 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
       q[size_t(i)] = matvec(L.wq, h);
       k[size_t(i)] = matvec(L.wk, h);
       v[size_t(i)] = matvec(L.wv, h);
-      if (c.arch == Arch::qwen2)
-        for (size_t e = 0; e < q[0].size(); ++e) {
-          q[size_t(i)][e] += at(L.bq, 0, int64_t(e));
-          if (e < k[0].size()) {
-            k[size_t(i)][e] += at(L.bk, 0, int64_t(e));
-            v[size_t(i)][e] += at(L.bv, 0, int64_t(e));
-          }
-        }
+      if (L.bq.data) {  // qwen2, gpt-oss
+        add_bias(q[size_t(i)], L.bq);
+        add_bias(k[size_t(i)], L.bk);
+        add_bias(v[size_t(i)], L.bv);
+      }
       if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || gemma) {  // per-head RMSNorm
         auto head_norm = [&](Vec& x, int64_t heads, const WeightRef& w) {
           for (int64_t hh = 0; hh < heads; ++hh) {
@@ -308,31 +320,50 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         }
         double l = 0;
         for (double& w : s) l += (w = std::exp(w - mx));
+        // gpt-oss: the head's sink logit in the softmax's sum, a key with a zero value
+        if (L.sinks.data) l += std::exp(at(L.sinks, 0, hh) - mx);
         for (int64_t j = j0; j <= i; ++j)
           for (int64_t e = 0; e < d; ++e)
             att[size_t(hh * d + e)] += s[size_t(j - j0)] / l * v[size_t(j)][size_t(kh * d + e)];
       }
       Vec o = matvec(L.wo, att);
+      if (L.bo.data) add_bias(o, L.bo);
       if (gemma) o = rmsnorm(o, L.attn_post_norm, c.rms_eps);
       for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += o[size_t(e)];
       const Vec h = rmsnorm(x[size_t(i)], L.ffn_norm, c.rms_eps);
-      const auto ffn = [&](const WeightRef& wg, const WeightRef& wu, const WeightRef& wd) {
+      const bool oss = c.arch == Arch::gpt_oss;
+      // expert: gpt-oss's expert bias rows (-1: none).
+      const auto ffn = [&](const WeightRef& wg, const WeightRef& wu, const WeightRef& wd,
+                           int64_t expert = -1) {
         Vec g = matvec(wg, h);
-        const Vec u = matvec(wu, h);
+        Vec u = matvec(wu, h);
+        if (expert >= 0) {
+          add_bias(g, L.gate_exps_b, expert);
+          add_bias(u, L.up_exps_b, expert);
+        }
         for (size_t e = 0; e < g.size(); ++e) {
           const double a = g[e];
+          if (oss) {  // OpenAI's SwiGLU: gate capped at 7, up clamped to +-7, alpha 1.702
+            const double x = std::min(a, 7.0), y = std::clamp(u[e], -7.0, 7.0);
+            g[e] = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+            continue;
+          }
           // gemma3: GELU, tanh approximation (ggml's, llama.cpp's); else SiLU.
           g[e] = (gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
                         : a / (1 + std::exp(-a))) *
                  u[e];
         }
-        return matvec(wd, g);
+        Vec y = matvec(wd, g);
+        if (expert >= 0) add_bias(y, L.down_exps_b, expert);
+        return y;
       };
       Vec dn(size_t(D), 0.0);
       if (c.is_moe()) {
         // The router's softmax, its n_expert_used most likely experts, their probabilities
-        // normalized to sum 1 weighting their FFNs.
+        // normalized to sum 1 weighting their FFNs. gpt-oss: the router's bias first; the
+        // same experts, their weights the softmax of their logits alone (the same ratios).
         Vec p = matvec(L.router, h);
+        if (L.router_b.data) add_bias(p, L.router_b);
         const double mx = *std::max_element(p.begin(), p.end());
         for (double& z : p) z = std::exp(z - mx);
         std::vector<int64_t> ids(p.size());
@@ -347,7 +378,8 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         double sum = 0;
         for (int64_t e : ids) sum += p[size_t(e)];
         for (int64_t e : ids) {
-          const Vec y = ffn(plane(L.gate_exps, e), plane(L.up_exps, e), plane(L.down_exps, e));
+          const Vec y = ffn(plane(L.gate_exps, e), plane(L.up_exps, e), plane(L.down_exps, e),
+                            oss ? e : -1);
           for (int64_t j = 0; j < D; ++j) dn[size_t(j)] += p[size_t(e)] / sum * y[size_t(j)];
         }
       } else {
@@ -571,6 +603,47 @@ TEST(ModelForward, LlamaExpertsEqualPlainForward) {
   expect_equals_plain(make_model(Arch::llama, false, false, 25, 16, {}, 48, 40, {3, 1, 40}),
                       dense_opts(40, 40), 50, 3, 2e-4);
 }
+// gpt-oss (2 layers: layer 0 local with a window shorter than a chunk, layer 1 global, both
+// with YaRN): q/k/v and Wo biases, attention sinks, the router's bias, weights the softmax of
+// the chosen logits, experts' biases and the clamped SwiGLU; f32 and f16, 2 of 6 experts and
+// all 4 of 4.
+MadeUp gpt_oss(bool f16, uint64_t seed, const std::vector<int64_t>& experts) {
+  MadeUp m = make_model(Arch::gpt_oss, f16, false, seed, 16, {}, 48, 72, experts);
+  for (Config* c : {&m.cfg, &m.refs.cfg}) {
+    c->gating = Config::Gating::softmax_of_chosen;
+    c->sliding_window = 9;
+    c->swa_layers = {1, 0};
+    c->rope_base_swa = c->rope_base;
+    c->swa_rope_scaled = true;
+    c->rope_freq_factors = yarn_rope_divisors(c->head_dim, c->rope_base, 4.0, 32);
+    c->rope_attn_factor = yarn_mscale(4.0);
+  }
+  return m;
+}
+TEST(ModelForward, GptOssEqualsPlainForward) {
+  expect_equals_plain(gpt_oss(false, 26, {6, 2, 24}), dense_opts(32, 8), 45, 3, 2e-4);
+  expect_equals_plain(gpt_oss(false, 27, {4, 4, 24}), dense_opts(40, 17), 70, 4, 2e-4);
+  expect_equals_plain(gpt_oss(true, 28, {6, 2, 24}), dense_opts(100, 30), 61, 2, kF16Tol);
+}
+// Every prefill mode and decode form passes its rows' LSE to the sinks: chunked_h2o with a
+// memory that keeps every key, a dense library method, and BLASST's decode at a threshold
+// that skips nothing are exact.
+TEST(ModelForward, GptOssSinksInEveryMode) {
+  const MadeUp mu = gpt_oss(false, 29, {6, 2, 24});
+  SessionOptions h2o = dense_opts(64, 16);
+  h2o.mode = PrefillMode::chunked_h2o;
+  h2o.h2o_local = 8;
+  h2o.h2o_heavy = 128;  // every earlier token stays in memory
+  expect_equals_plain(mu, h2o, 50, 2, 2e-4);
+  SessionOptions method = dense_opts(64, 24);
+  method.mode = PrefillMode::method;
+  method.attn_spec = "dense";
+  expect_equals_plain(mu, method, 50, 2, 2e-4);
+  SessionOptions blasst = dense_opts(64, 24);
+  blasst.attn_decode = "blasst:lambda=1e-30";  // skips no tile of these scores
+  expect_equals_plain(mu, blasst, 30, 4, 2e-4);
+}
+
 TEST(ModelForward, Qwen3MethodPrefillEqualsPlainForward) {
   SessionOptions so = dense_opts(64, 24);
   so.mode = PrefillMode::method;

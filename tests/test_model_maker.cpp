@@ -129,7 +129,7 @@ TEST(ModelMaker, ShapesAreChecked) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  bad([](ModelShape& s) { s.arch = "gpt2"; }, "--arch must be llama, qwen2, qwen3, qwen3moe, phi3 or gemma3");
+  bad([](ModelShape& s) { s.arch = "gpt2"; }, "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3 or gpt-oss");
   bad([](ModelShape& s) { s.experts = 4, s.experts_used = 5; }, "--experts-used must be in [1, --experts = 4]");
   bad([](ModelShape& s) { s.experts = 600; }, "--experts must be in [0, 512]");
   bad([](ModelShape& s) { s.kv_heads = 3; }, "--kv-heads must divide --heads");

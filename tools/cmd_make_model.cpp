@@ -117,11 +117,14 @@ void add_make_model_command(CLI::App& root) {
                   "rope base 1e6) or gemma-3-4b (gemma3, 34 layers, dim 2560, 8/4 heads, head "
                   "dim 256, ffn 10240, vocab 262144, tied, window 1024, linear rope scaling 8 "
                   "on global layers) or qwen3-30b-a3b (qwen3moe, 48 layers, dim 2048, 32/4 heads, "
-                  "head dim 128, 128 experts of ffn 768, 8 a token, vocab 151936); other flags "
+                  "head dim 128, 128 experts of ffn 768, 8 a token, vocab 151936) or gpt-oss-20b "
+                  "(gpt-oss, 24 layers, dim 2880, 64/8 heads, head dim 64, 32 experts of ffn "
+                  "2880, 4 a token, vocab 201088, yarn 32 from 4096, window 128); other flags "
                   "override it");
   o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm), qwen3moe (qwen3 with "
-                            "experts), phi3 (fused qkv and gate-up) or gemma3 (sliding-window "
-                            "layers, GeGLU, post norms)")->capture_default_str();
+                            "experts), phi3 (fused qkv and gate-up), gemma3 (sliding-window "
+                            "layers, GeGLU, post norms) or gpt-oss (biases, attention sinks, "
+                            "every second layer sliding, experts)")->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -139,7 +142,7 @@ void add_make_model_command(CLI::App& root) {
                                     "none, llama3 (Llama 3.1's: writes rope_freqs.weight), "
                                     "longrope (phi3: rope_factors_long / _short), linear "
                                     "(gemma3's global layers: --rope-factor) or yarn (llama, "
-                                    "qwen2, qwen3, qwen3moe: --rope-factor, "
+                                    "qwen2, qwen3, qwen3moe, gpt-oss: --rope-factor, "
                                     "--rope-original-context)");
   o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3, linear, yarn: factor")
                        ->capture_default_str();
@@ -150,15 +153,16 @@ void add_make_model_command(CLI::App& root) {
   o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
                                  "llama3, longrope, yarn: original context length")->capture_default_str();
   o->window = cmd->add_option("--sliding-window", s.sliding_window,
-                              "gemma3: the local layers' window (five local to each global)")
+                              "gemma3, gpt-oss: the local layers' window (gemma3: five local "
+                              "to each global; gpt-oss: one)")
                   ->capture_default_str();
   o->experts = cmd->add_option("--experts", s.experts,
-                               "qwen3moe, llama: experts a layer (0: a dense FFN)")
+                               "qwen3moe, gpt-oss, llama: experts a layer (0: a dense FFN)")
                    ->capture_default_str();
   o->experts_used = cmd->add_option("--experts-used", s.experts_used, "experts a token")
                         ->capture_default_str();
   o->expert_ffn = cmd->add_option("--expert-ffn", s.expert_ffn,
-                                  "qwen3moe: an expert's SwiGLU hidden size")
+                                  "qwen3moe, gpt-oss: an expert's hidden size")
                       ->capture_default_str();
   o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");

@@ -14,4 +14,10 @@ void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView
 // One row, f32: merges (o_b, lse_b) into (o_a, lse_a) in place.
 void merge_row(float* o_a, float& lse_a, const float* o_b, float lse_b, int64_t dim);
 
+// Attention sinks (gpt-oss's, ggml's flash_attn_ext_add_sinks): head h's learned logit
+// sinks[h] joins each of its rows' softmax as a key whose value is zero, so every row merges
+// with (0, sinks[h]): out *= 1 / (1 + exp(sinks[h] - lse)), lse = log(exp(lse) + exp(sinks[h])).
+// A row that saw no key stays 0. out: f32 rows (stride_dim 1), in place; lse [heads, seq].
+void merge_sinks(const TensorView& out, float* lse, const float* sinks);
+
 }  // namespace spattn

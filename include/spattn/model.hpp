@@ -1,5 +1,5 @@
-// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3` and
-// `gemma3`) and a session that runs one
+// Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3`,
+// `gemma3` and `gpt-oss`) and a session that runs one
 // prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
 // token-by-token decode with full attention over a pre-allocated KV cache.
 //
@@ -44,7 +44,7 @@ struct ggml_tensor;
 
 namespace spattn::model {
 
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3 };
+enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt_oss };
 const char* arch_name(Arch a);
 
 struct Config {
@@ -65,15 +65,18 @@ struct Config {
   std::vector<float> rope_factors_long, rope_factors_short;
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length; 0: n_ctx_train
   double rope_attn_factor = 1.0;
-  // gemma3: the sliding window of its local layers (attention.sliding_window; 0: none) and
+  // gemma3, gpt-oss: the sliding window of its local layers (attention.sliding_window; 0: none) and
   // which layers are local (llama.cpp's set_swa_pattern: with pattern n, layer l is local when
-  // l % n < n - 1, so every n-th is global; empty: none). Local layers turn by
+  // l % n < n - 1, so every n-th is global; empty: none). gemma3's local layers turn by
   // rope_base_swa, unscaled; global ones by rope_base with positions divided by
   // rope_linear_factor (rope.scaling.factor of "linear" scaling, as llama.cpp's freq_scale).
+  // gpt-oss's local layers turn by rope_base_swa with the global layers' scaling (llama.cpp
+  // copies freq_scale to them): swa_rope_scaled.
   int64_t sliding_window = 0;
   std::vector<uint8_t> swa_layers;
   double rope_base_swa = 10000.0;
   double rope_linear_factor = 1.0;
+  bool swa_rope_scaled = false;
   double attn_scale = 0.0;           // softmax scale of the scores; 0: 1 / sqrt(head_dim)
   double final_logit_softcap = 0.0;  // logits = c tanh(logits / c); 0: none
   // Mixture of experts (expert_count, expert_used_count; 0: a dense FFN): each token's FFN is
@@ -81,6 +84,13 @@ struct Config {
   // hidden size n_ff_exp (qwen3moe: expert_feed_forward_length; llama: feed_forward_length).
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   bool is_moe() const { return n_expert > 0; }
+  // How the chosen experts' weights are computed (llama.cpp's expert gating func): softmax
+  // over all experts, the chosen ones' probabilities normalized to sum 1 (qwen3moe, Mixtral);
+  // or the softmax of the chosen experts' logits alone (gpt-oss's SOFTMAX_WEIGHT). The same
+  // experts (the largest logits) and, in exact arithmetic, the same weights; the ops are
+  // llama.cpp's for each, so the bits are too.
+  enum class Gating { softmax_normalized, softmax_of_chosen };
+  Gating gating = Gating::softmax_normalized;
   bool is_swa(int64_t layer) const {
     return sliding_window > 0 && size_t(layer) < swa_layers.size() && swa_layers[size_t(layer)];
   }
@@ -118,9 +128,14 @@ struct LayerRefs {
   WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
   WeightRef q_norm, k_norm;  // qwen3, gemma3: per-head RMSNorm weights (head_dim values each)
   WeightRef attn_post_norm, ffn_post_norm;  // gemma3: RMSNorm of the attention and FFN outputs
+  WeightRef bo;     // gpt-oss: Wo's bias
+  WeightRef sinks;  // gpt-oss: each q head's sink logit (attn_sinks, n_head values)
   // Mixture of experts (instead of gate, up, down): the router [n_expert, D] and the experts'
   // matrices, n_expert planes each (ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps).
   WeightRef router, gate_exps, up_exps, down_exps;
+  // gpt-oss: the router's bias [n_expert] and each expert's biases, one row an expert
+  // ([n_expert, F] for gate and up, [n_expert, D] for down).
+  WeightRef router_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 struct ModelRefs {
   Config cfg;
@@ -155,6 +170,10 @@ class Model {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
     std::vector<float> q_norm, k_norm;  // empty: no per-head q/k norm (qwen3 has them)
     std::vector<float> attn_post_norm, ffn_post_norm;  // empty: none (gemma3 has them)
+    std::vector<float> bo;     // empty: no Wo bias (gpt-oss has one)
+    std::vector<float> sinks;  // empty: no attention sinks (gpt-oss: one logit a q head)
+    // gpt-oss: the router's bias and the experts' biases (rows of F or D values, one an expert)
+    std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
     Weight wq, wk, wv, wo, gate, up, down;  // gate, up, down absent (t null) in a MoE layer
     Weight router, gate_exps, up_exps, down_exps;  // a MoE layer's (Config::is_moe)
   };
@@ -176,8 +195,9 @@ class Model {
   std::unique_ptr<Impl> p_;
 };
 
-// Loads a `llama` (dense or with experts), `qwen2`, `qwen3`, `qwen3moe`, `phi3` or `gemma3` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU
-// backend multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, ...).
+// Loads a `llama` (dense or with experts), `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma3` or
+// `gpt-oss` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU backend
+// multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4, ...).
 // Matrices are read from the mapping, which the model keeps open.
 Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);

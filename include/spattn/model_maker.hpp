@@ -1,8 +1,8 @@
 // Made-up llama-family models: a GGUF file of any shape with seeded random weights and a
 // small made-up vocabulary, so tests need no download and benchmarks can run at realistic
 // shapes (for example Llama-3.2-1B's). Tensor names, shapes and metadata keys are those
-// llama.cpp writes for the `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3` and `gemma3`
-// architectures.
+// llama.cpp writes for the `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma3` and
+// `gpt-oss` architectures.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -15,8 +15,9 @@ namespace spattn {
 struct ModelShape {
   // "llama", "qwen2" (q/k/v biases), "qwen3" (q/k head norms), "qwen3moe" (qwen3 with a
   // mixture of experts: `experts` below), "phi3" (fused attn_qkv and
-  // gate-up ffn_up matrices, rotate-half RoPE) or "gemma3" (q/k head norms, post-attention and
-  // post-FFN norms, GeGLU, sliding-window layers: every sixth global)
+  // gate-up ffn_up matrices, rotate-half RoPE), "gemma3" (q/k head norms, post-attention and
+  // post-FFN norms, GeGLU, sliding-window layers: every sixth global) or "gpt-oss" (biases,
+  // attention sinks, every second layer global, experts with biases and OpenAI's SwiGLU)
   std::string arch = "llama";
   int64_t layers = 2;
   int64_t dim = 64;            // embedding length
@@ -34,23 +35,25 @@ struct ModelShape {
   // (phi3): Phi-3's, written as rope_factors_long / rope_factors_short with the original
   // context and attn factor (longrope_factors below); "linear" (gemma3): rope.scaling.type
   // linear with rope.scaling.factor = rope_factor, which llama.cpp runs on global layers only;
-  // "yarn" (llama, qwen2, qwen3, qwen3moe): rope.scaling.type yarn with rope_factor and
+  // "yarn" (llama, qwen2, qwen3, qwen3moe, gpt-oss): rope.scaling.type yarn with rope_factor and
   // rope_original_context (Qwen3's 128K setting: factor 4 from 32768); "": none.
   std::string rope_scaling;
   float rope_factor = 8.0f, rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;
   float rms_eps = 1e-5f;
-  int64_t sliding_window = 1024;  // gemma3: attention.sliding_window of its local layers
-  // Mixture of experts (qwen3moe needs it; llama takes it: Mixtral's layout): `experts` SwiGLU
-  // experts of hidden size expert_ffn (qwen3moe; llama's experts use `ffn`), `experts_used` of
+  int64_t sliding_window = 1024;  // gemma3, gpt-oss: attention.sliding_window, local layers
+  // Mixture of experts (qwen3moe and gpt-oss need it; llama takes it: Mixtral's layout):
+  // `experts` experts of hidden size expert_ffn (qwen3moe, gpt-oss; llama's use `ffn`), `experts_used` of
   // them a token, chosen by a router (ffn_gate_inp). 0: a dense FFN.
   int64_t experts = 0, experts_used = 0, expert_ffn = 0;
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 
   int64_t head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / heads; }
-  // An expert's hidden size: qwen3moe's own (expert_ffn); llama's experts use ffn.
-  int64_t expert_ffn_or_default() const { return arch == "qwen3moe" ? expert_ffn : ffn; }
+  // An expert's hidden size: qwen3moe's and gpt-oss's own (expert_ffn); llama's use ffn.
+  int64_t expert_ffn_or_default() const {
+    return arch == "qwen3moe" || arch == "gpt-oss" ? expert_ffn : ffn;
+  }
 };
 
 // Llama-3.2-1B's shape: 16 layers, dim 2048, 32 heads, 8 kv heads, head dim 64, FFN 8192,
@@ -78,8 +81,13 @@ ModelShape gemma_3_4b_shape();
 // 128 experts of FFN 768, 8 a token, vocab 151936, context 40960, rope base 1e6, rms eps
 // 1e-6, untied, f16 (about 61 GB: give --layers for a part of it).
 ModelShape qwen3_30b_a3b_shape();
+// gpt-oss-20b's shape (gpt-oss): 24 layers, dim 2880, 64 heads, 8 kv heads, head dim 64, 32
+// experts of FFN 2880, 4 a token, vocab 201088, context 131072, rope base 150000 with YaRN
+// (factor 32 from 4096), sliding window 128 on every second layer, untied, f16 (its release
+// stores the experts in MXFP4: llama-quantize ... MXFP4_MOE).
+ModelShape gpt_oss_20b_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
-// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b"); Error for any other.
+// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b", "gpt-oss-20b"); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

@@ -66,4 +66,14 @@ void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView
     }
 }
 
+void merge_sinks(const TensorView& out, float* lse, const float* sinks) {
+  SPATTN_CHECK(out.dtype == DType::f32 && out.stride_dim == 1 && out.data && lse && sinks,
+               "merge_sinks: out must be f32 rows, lse and sinks non-null");
+  const std::vector<float> zero(size_t(out.dim), 0.0f);  // the sink's value
+  for (int64_t h = 0; h < out.heads; ++h)
+    for (int64_t s = 0; s < out.seq; ++s)
+      merge_row(static_cast<float*>(out.ptr(h, s)), lse[h * out.seq + s], zero.data(), sinks[h],
+                out.dim);
+}
+
 }  // namespace spattn

@@ -79,38 +79,58 @@ struct Builder {
     return t;
   }
 
-  // A mixture-of-experts FFN over the normed rows h [D, n] (llama.cpp's build_moe_ffn with
-  // softmax gating and normalized weights, op for op, so its bits are llama.cpp's): each row's
-  // router probabilities p = softmax(h Wrouter), its n_expert_used largest (ggml's argsort,
-  // descending), their weights p_e / sum p_e (the sum clamped at f16's smallest normal, as
-  // llama.cpp), the chosen experts' SwiGLU products by ggml's mul_mat_id, weighted and summed.
+  // A vector of `rows` rows of `cols` values (experts' biases, one row an expert).
+  ggml_tensor* mat(const std::vector<float>& v, int64_t cols, int64_t rows) {
+    ggml_tensor* t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, rows);
+    t->data = const_cast<float*>(v.data());
+    return t;
+  }
+
+  // A mixture-of-experts FFN over the normed rows h [D, n] (llama.cpp's build_moe_ffn, op for
+  // op, so its bits are llama.cpp's). Softmax gating with normalized weights (qwen3moe,
+  // Mixtral): each row's router probabilities p = softmax(h Wrouter), its n_expert_used
+  // largest (ggml's argsort, descending), their weights p_e / sum p_e (the sum clamped at f16's
+  // smallest normal, as llama.cpp), the chosen experts' SwiGLU products by ggml's mul_mat_id,
+  // weighted and summed. gpt-oss: the router's logits with its bias, the largest chosen, their
+  // weights the softmax of the chosen logits; each product adds its expert's bias row
+  // (ggml_add_id) and the activation is OpenAI's clamped SwiGLU.
   ggml_tensor* moe_ffn(const Config& c, const Model::Layer& L, ggml_tensor* h) {
-    const int64_t D = h->ne[0], n = h->ne[1], k = c.n_expert_used;
+    const int64_t D = h->ne[0], n = h->ne[1], k = c.n_expert_used, E = c.n_expert;
+    const bool of_chosen = c.gating == Config::Gating::softmax_of_chosen;
     ggml_tensor* logits = own(ggml_mul_mat(ctx, L.router.t, h));  // [n_expert, n]
-    ggml_tensor* probs = own(ggml_soft_max(ctx, logits));
+    if (!L.router_b.empty()) logits = own(ggml_add(ctx, logits, vec(L.router_b)));
+    ggml_tensor* probs = of_chosen ? logits : own(ggml_soft_max(ctx, logits));
     ggml_tensor* order = own(ggml_argsort(ctx, probs, GGML_SORT_ORDER_DESC));
     ggml_tensor* chosen = ggml_view_2d(ctx, order, k, n, order->nb[1], 0);  // [k, n]
-    ggml_tensor* w = own(ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, c.n_expert, n),
+    ggml_tensor* w = own(ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, E, n),
                                        chosen));  // [1, k, n]
     w = ggml_reshape_2d(ctx, w, k, n);
-    ggml_tensor* sum =
-        own(ggml_clamp(ctx, own(ggml_sum_rows(ctx, w)), 6.103515625e-5f, INFINITY));
-    w = ggml_reshape_3d(ctx, own(ggml_div(ctx, w, sum)), 1, k, n);
+    if (of_chosen) {
+      w = ggml_reshape_3d(ctx, own(ggml_soft_max(ctx, w)), 1, k, n);
+    } else {
+      ggml_tensor* sum =
+          own(ggml_clamp(ctx, own(ggml_sum_rows(ctx, w)), 6.103515625e-5f, INFINITY));
+      w = ggml_reshape_3d(ctx, own(ggml_div(ctx, w, sum)), 1, k, n);
+    }
     ggml_tensor* x = ggml_reshape_3d(ctx, h, D, 1, n);
     weight_bytes += ggml_nbytes(L.router.t);
     for (const Model::Weight* e : {&L.up_exps, &L.gate_exps, &L.down_exps})  // the chosen ones
       weight_bytes += ggml_nbytes(e->t) / size_t(c.n_expert) * size_t(k);
     // One token (decode): the chosen experts' rows split as decode's products are
     // (vector_product.hpp), where the experts are in ggml's own layout; ggml's bits either way.
-    const auto product = [&](const Model::Weight& e, ggml_tensor* in) {
-      return own(n == 1 && expert_vector_product_applies(e, in, chosen, threads)
-                     ? expert_vector_product(ctx, e, in, chosen, claims)
-                     : ggml_mul_mat_id(ctx, e.t, in, chosen));
+    const auto product = [&](const Model::Weight& e, ggml_tensor* in,
+                             const std::vector<float>& bias) {
+      ggml_tensor* y = own(n == 1 && expert_vector_product_applies(e, in, chosen, threads)
+                               ? expert_vector_product(ctx, e, in, chosen, claims)
+                               : ggml_mul_mat_id(ctx, e.t, in, chosen));
+      return bias.empty() ? y : own(ggml_add_id(ctx, y, mat(bias, y->ne[0], E), chosen));
     };
-    ggml_tensor* up = product(L.up_exps, x);  // [F, k, n]
-    ggml_tensor* gate = product(L.gate_exps, x);
-    ggml_tensor* act = own(ggml_swiglu_split(ctx, gate, up));
-    ggml_tensor* out = product(L.down_exps, act);  // [D, k, n]
+    ggml_tensor* up = product(L.up_exps, x, L.up_exps_b);  // [F, k, n]
+    ggml_tensor* gate = product(L.gate_exps, x, L.gate_exps_b);
+    // gpt-oss: llama.cpp's LLM_FFN_SWIGLU_OAI_MOE (alpha and limit are its constants).
+    ggml_tensor* act = own(c.arch == Arch::gpt_oss ? ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f)
+                                                   : ggml_swiglu_split(ctx, gate, up));
+    ggml_tensor* out = product(L.down_exps, act, L.down_exps_b);  // [D, k, n]
     out = own(ggml_mul(ctx, out, w));
     ggml_tensor* sum_out = ggml_view_2d(ctx, out, D, n, out->nb[2], 0);
     for (int64_t i = 1; i < k; ++i)
@@ -241,8 +261,9 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const bool head = step.head >= 0 && step.head < c.n_layer;
   SPATTN_CHECK(!(head && step.logits), "internal: a layer's head and the logits in one graph");
   const int64_t D = c.n_embd, dq = c.n_head * c.head_dim;
-  // A MoE FFN adds about 20 nodes and two a chosen expert (its view and add).
-  const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 24 + 2 * c.n_expert_used : 0);
+  // A MoE FFN adds about 20 nodes (gpt-oss's biases four more) and two a chosen expert (its
+  // view and add).
+  const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 28 + 2 * c.n_expert_used : 0);
   e.meta.resize(size_t(max_nodes) * ggml_tensor_overhead() +
                 ggml_graph_overhead_custom(size_t(max_nodes), false));
   ggml_init_params ip{e.meta.size(), e.meta.data(), true};
@@ -257,7 +278,7 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {
     const Model::Layer& L = m.layer(step.tail);
-    ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dq, n), {}, b.h);
+    ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dq, n), L.bo, b.h);
     // gemma3: the attention's and the FFN's outputs are RMS-normed before their residual adds
     // (in place: each row is read whole before it is written).
     if (!L.attn_post_norm.empty()) o = B.norm(o, L.attn_post_norm, c.rms_eps, b.h);

@@ -1,5 +1,6 @@
 // A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_QWEN3MOE, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3). The file
+// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_QWEN3MOE, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3,
+// LLM_ARCH_OPENAI_MOE). The file
 // is read through the memory-mapped reader and the Model keeps the mapping: its matrices are
 // read in place.
 #include <algorithm>
@@ -82,10 +83,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.arch = Arch::phi3;
   } else if (arch == "gemma3") {
     c.arch = Arch::gemma3;
+  } else if (arch == "gpt-oss") {
+    c.arch = Arch::gpt_oss;
   } else {
     detail::fail(f.name(), ": architecture '", arch,
-                 "' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma3)");
+                 "' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss)");
   }
+  const bool oss = c.arch == Arch::gpt_oss;
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
   c.n_embd = int64_t(f.get_uint(key("embedding_length")));
@@ -98,16 +102,21 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // Experts (llama.cpp reads expert_count for every architecture; qwen3moe's experts have their
   // own hidden size, llama's (Mixtral's) the FFN's).
   if (f.has(key("expert_count"))) c.n_expert = int64_t(f.get_uint(key("expert_count")));
-  SPATTN_CHECK(c.arch != Arch::qwen3moe || c.n_expert > 0, f.name(), ": qwen3moe needs ",
-               key("expert_count"), " > 0");
+  SPATTN_CHECK((c.arch != Arch::qwen3moe && !oss) || c.n_expert > 0, f.name(), ": ", arch,
+               " needs ", key("expert_count"), " > 0");
   if (c.n_expert > 0) {
-    SPATTN_CHECK(c.arch == Arch::llama || c.arch == Arch::qwen3moe, f.name(), ": experts (",
-                 key("expert_count"), ") in a ", arch, " model are not supported");
+    SPATTN_CHECK(c.arch == Arch::llama || c.arch == Arch::qwen3moe || oss, f.name(),
+                 ": experts (", key("expert_count"), ") in a ", arch, " model are not supported");
     c.n_expert_used = int64_t(f.get_uint(key("expert_used_count")));
-    c.n_ff_exp = c.arch == Arch::qwen3moe && f.has(key("expert_feed_forward_length"))
-                     ? int64_t(f.get_uint(key("expert_feed_forward_length")))
-                     : c.arch == Arch::qwen3moe ? c.n_ff / std::max<int64_t>(c.n_expert_used, 1)
-                                                : c.n_ff;
+    const bool own_ffn = c.arch == Arch::qwen3moe || oss;  // experts of their own hidden size
+    const std::string fk = key("expert_feed_forward_length");
+    SPATTN_CHECK(!f.has(fk) || f.type_of(fk) != gguf::ValueType::array, f.name(), ": ", fk,
+                 " per layer (an array) is not supported");
+    c.n_ff_exp = own_ffn && f.has(fk) ? int64_t(f.get_uint(fk))
+                 : own_ffn            ? c.n_ff / std::max<int64_t>(c.n_expert_used, 1)
+                                      : c.n_ff;
+    // gpt-oss: llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT, without normalizing.
+    if (oss) c.gating = Config::Gating::softmax_of_chosen;
   }
   c.rms_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
   c.rope_base = f.has(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
@@ -127,7 +136,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // is read.
   const bool linear_ok = c.arch == Arch::gemma3;
   const bool yarn_ok = c.arch == Arch::llama || c.arch == Arch::qwen2 || c.arch == Arch::qwen3 ||
-                       c.arch == Arch::qwen3moe;
+                       c.arch == Arch::qwen3moe || oss;
   std::string scaling = "none";
   if (f.has(key("rope.scaling.type"))) scaling = f.get_string(key("rope.scaling.type"));
   else if (linear_ok && f.has(key("rope.scaling.factor"))) scaling = "linear";
@@ -135,7 +144,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
                    (yarn_ok && scaling == "yarn"),
                f.name(), ": ", key("rope.scaling.type"), " '", scaling, "' is not supported "
                "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, "
-               "gemma3's linear, and yarn for llama, qwen2, qwen3 and qwen3moe)");
+               "gemma3's linear, and yarn for llama, qwen2, qwen3, qwen3moe and gpt-oss)");
   double yarn_factor = 0;
   if (scaling == "yarn") {
     yarn_factor = f.has(key("rope.scaling.factor")) ? f.get_float(key("rope.scaling.factor")) : 0;
@@ -145,10 +154,12 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     const double factor = f.get_float(key("rope.scaling.factor"));
     c.rope_linear_factor = factor == 0.0 ? 1.0 : factor;  // llama.cpp: 0 means none
   }
-  if (c.arch == Arch::gemma3) {
-    // llama_model_gemma3::load_arch_hparams: a window > 0 makes every sixth layer global
-    // (sliding_window_pattern, when given, is the period; an integer array, per-layer flags).
-    if (f.has(key("attention.sliding_window")))
+  if (c.arch == Arch::gemma3 || oss) {
+    // llama.cpp's load_swa_pattern: a window > 0 makes every n-th layer global, n = 6 for
+    // gemma3 and 2 for gpt-oss (sliding_window_pattern, when given, is the period; an integer
+    // array, per-layer flags). gpt-oss requires the window (llama.cpp's get_key); its local
+    // layers turn by its rope base (freq_base_swa when given) and its global layers' scaling.
+    if (oss || f.has(key("attention.sliding_window")))
       c.sliding_window = int64_t(f.get_uint(key("attention.sliding_window")));
     if (c.sliding_window > 0) {
       const std::string pk = key("attention.sliding_window_pattern");
@@ -158,12 +169,16 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
                      flags.size(), " layer flags for ", c.n_layer, " layers");
         for (int64_t x : flags) c.swa_layers.push_back(x != 0);
       } else {
-        const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : 6;
+        const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : oss ? 2 : 6;
         for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n < n - 1);
       }
+      if (oss) c.rope_base_swa = c.rope_base;
       if (f.has(key("rope.freq_base_swa")))
         c.rope_base_swa = f.get_float(key("rope.freq_base_swa"));
+      c.swa_rope_scaled = oss;
     }
+  }
+  if (c.arch == Arch::gemma3) {
     if (f.has(key("final_logit_softcapping")))
       c.final_logit_softcap = f.get_float(key("final_logit_softcapping"));
     // llama.cpp's attention scale for gemma3: 1 / sqrt(head dim), except the 62-layer (27B)
@@ -186,6 +201,11 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // The cos/sin factor, which llama.cpp applies for every architecture that has it.
   if (f.has(key("rope.scaling.attn_factor")))
     c.rope_attn_factor = f.get_float(key("rope.scaling.attn_factor"));
+  // YaRN's ramp depends on the base: the local layers' scaling is the global layers' only when
+  // both turn by one base (gpt-oss's files: no freq_base_swa).
+  SPATTN_CHECK(!c.swa_rope_scaled || yarn_factor == 0 || c.rope_base_swa == c.rope_base,
+               f.name(), ": yarn with a ", key("rope.freq_base_swa"), " (", c.rope_base_swa,
+               ") other than ", key("rope.freq_base"), " (", c.rope_base, ") is not supported");
   if (yarn_factor > 0) {  // after rope_freqs (ggml divides by them before YaRN's blend)
     std::vector<float> d = yarn_rope_divisors(
         c.head_dim, c.rope_base, yarn_factor, c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
@@ -221,10 +241,14 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.wv = ref(f, b + "attn_v.weight");
     }
     L.wo = ref(f, b + "attn_output.weight");
-    if (c.arch == Arch::qwen2) {
-      L.bq = ref(f, b + "attn_q.bias");
-      L.bk = ref(f, b + "attn_k.bias");
-      L.bv = ref(f, b + "attn_v.bias");
+    if (c.arch == Arch::qwen2 || oss) {  // gpt-oss: optional, as llama.cpp reads them
+      L.bq = ref(f, b + "attn_q.bias", oss);
+      L.bk = ref(f, b + "attn_k.bias", oss);
+      L.bv = ref(f, b + "attn_v.bias", oss);
+    }
+    if (oss) {
+      L.bo = ref(f, b + "attn_output.bias");
+      L.sinks = ref(f, b + "attn_sinks.weight");
     }
     if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || c.arch == Arch::gemma3) {
       L.q_norm = ref(f, b + "attn_q_norm.weight");
@@ -234,12 +258,19 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       L.attn_post_norm = ref(f, b + "post_attention_norm.weight");
       L.ffn_post_norm = ref(f, b + "post_ffw_norm.weight");
     }
-    L.ffn_norm = ref(f, b + "ffn_norm.weight");
+    // gpt-oss names its FFN's input norm post_attention_norm (llama.cpp's attn_post_norm).
+    L.ffn_norm = ref(f, b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"));
     if (c.is_moe()) {
       L.router = ref(f, b + "ffn_gate_inp.weight");
       L.gate_exps = ref(f, b + "ffn_gate_exps.weight", false, true);
       L.up_exps = ref(f, b + "ffn_up_exps.weight", false, true);
       L.down_exps = ref(f, b + "ffn_down_exps.weight", false, true);
+      if (oss) {
+        L.router_b = ref(f, b + "ffn_gate_inp.bias");
+        L.gate_exps_b = ref(f, b + "ffn_gate_exps.bias");
+        L.up_exps_b = ref(f, b + "ffn_up_exps.bias");
+        L.down_exps_b = ref(f, b + "ffn_down_exps.bias");
+      }
     } else if (c.arch == Arch::phi3) {
       const std::string n = b + "ffn_up.weight";
       const WeightRef gu = ref(f, n);

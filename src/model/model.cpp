@@ -29,6 +29,7 @@ const char* arch_name(Arch a) {
     case Arch::qwen3moe: return "qwen3moe";
     case Arch::phi3: return "phi3";
     case Arch::gemma3: return "gemma3";
+    case Arch::gpt_oss: return "gpt-oss";
   }
   return "?";
 }
@@ -85,7 +86,8 @@ void Config::validate() const {
   // llama.cpp's bound (LLAMA_MAX_EXPERTS) on expert_count.
   SPATTN_CHECK(n_expert >= 0 && n_expert <= 512, "model: expert_count must be in [0, 512], got ",
                n_expert);
-  SPATTN_CHECK(arch != Arch::qwen3moe || n_expert > 0, "model: qwen3moe needs expert_count > 0");
+  SPATTN_CHECK((arch != Arch::qwen3moe && arch != Arch::gpt_oss) || n_expert > 0, "model: ",
+               arch_name(arch), " needs expert_count > 0");
   if (n_expert > 0) {
     SPATTN_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert,
                  "model: expert_used_count must be in [1, expert_count = ", n_expert, "], got ",
@@ -210,14 +212,18 @@ struct Model::Impl {
                  gguf::block_size(w.type));
   }
 
-  // A norm or bias as f32 values.
-  std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n) {
-    check(w, name, 1, n);
+  // A norm or bias as f32 values (`rows` of n: experts' biases, one row an expert).
+  std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n,
+                         int64_t rows = 1) {
+    check(w, name, rows, n);
     SPATTN_CHECK(has_f32(w.type), "model: tensor ", name, " has type ", gguf::type_name(w.type),
                  " (", n, " values in ", gguf::row_bytes(w.type, n),
                  " bytes), which has no f32 conversion");
-    std::vector<float> v(static_cast<size_t>(n));
-    gguf::dequantize_row(w.type, static_cast<const uint8_t*>(w.data), v.data(), n);
+    std::vector<float> v(static_cast<size_t>(n * rows));
+    for (int64_t r = 0; r < rows; ++r)
+      gguf::dequantize_row(w.type,
+                           static_cast<const uint8_t*>(w.data) + size_t(r) * gguf::row_bytes(w.type, n),
+                           v.data() + r * n, n);
     mem.owned += v.size() * sizeof(float);
     return v;
   }
@@ -360,7 +366,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   m.output_norm = m.vec(refs.output_norm, "output_norm.weight", D);
   m.tied = refs.output.data == nullptr;
   m.output = m.tied ? m.tok_embd : m.mat(refs.output, "output.weight", c.n_vocab, D);
-  const bool bias = c.arch == Arch::qwen2;
+  const bool bias = c.arch == Arch::qwen2, oss = c.arch == Arch::gpt_oss;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerRefs& r = refs.layers[size_t(l)];
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -378,10 +384,15 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
       L.attn_post_norm = m.vec(r.attn_post_norm, b + "post_attention_norm.weight", D);
       L.ffn_post_norm = m.vec(r.ffn_post_norm, b + "post_ffw_norm.weight", D);
     }
-    if (bias) {
+    // qwen2's q, k, v biases; gpt-oss's when its file has them (llama.cpp reads them if there)
+    if (bias || (oss && r.bq.data)) {
       L.bq = m.vec(r.bq, b + "attn_q.bias", Hq * hd);
       L.bk = m.vec(r.bk, b + "attn_k.bias", Hkv * hd);
       L.bv = m.vec(r.bv, b + "attn_v.bias", Hkv * hd);
+    }
+    if (oss) {
+      L.bo = m.vec(r.bo, b + "attn_output.bias", D);
+      L.sinks = m.vec(r.sinks, b + "attn_sinks.weight", Hq);
     }
     L.ffn_norm = m.vec(r.ffn_norm, b + "ffn_norm.weight", D);
     if (c.is_moe()) {
@@ -391,6 +402,12 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
       L.up_exps = m.mat(r.up_exps, b + "ffn_up_exps.weight", F, D, E);
       L.down_exps = m.mat(r.down_exps, b + "ffn_down_exps.weight", D, F, E);
       for (Weight* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) w->experts = true;
+      if (oss) {  // one row of biases an expert
+        L.router_b = m.vec(r.router_b, b + "ffn_gate_inp.bias", E);
+        L.gate_exps_b = m.vec(r.gate_exps_b, b + "ffn_gate_exps.bias", F, E);
+        L.up_exps_b = m.vec(r.up_exps_b, b + "ffn_up_exps.bias", F, E);
+        L.down_exps_b = m.vec(r.down_exps_b, b + "ffn_down_exps.bias", D, E);
+      }
     } else {
       L.gate = m.mat(r.gate, b + "ffn_gate.weight", c.n_ff, D);
       L.up = m.mat(r.up, b + "ffn_up.weight", c.n_ff, D);

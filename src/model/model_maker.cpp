@@ -276,6 +276,30 @@ ModelShape qwen3_30b_a3b_shape() {
   return s;
 }
 
+ModelShape gpt_oss_20b_shape() {
+  ModelShape s;
+  s.arch = "gpt-oss";
+  s.layers = 24;
+  s.dim = 2880;
+  s.heads = 64;
+  s.kv_heads = 8;
+  s.head_dim = 64;
+  s.ffn = 2880;
+  s.experts = 32;
+  s.experts_used = 4;
+  s.expert_ffn = 2880;
+  s.vocab = 201088;
+  s.context = 131072;
+  s.type = GgmlType::f16;
+  s.tied = false;
+  s.rope_base = 150000.0f;
+  s.rope_scaling = "yarn";
+  s.rope_factor = 32.0f;
+  s.rope_original_context = 4096;
+  s.sliding_window = 128;
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
@@ -284,8 +308,9 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "mistral-7b") return mistral_7b_shape();
   if (name == "gemma-3-4b") return gemma_3_4b_shape();
   if (name == "qwen3-30b-a3b") return qwen3_30b_a3b_shape();
+  if (name == "gpt-oss-20b") return gpt_oss_20b_shape();
   detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-               "mistral-7b, gemma-3-4b or qwen3-30b-a3b, got '", name, "'");
+               "mistral-7b, gemma-3-4b, qwen3-30b-a3b or gpt-oss-20b, got '", name, "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
@@ -328,21 +353,23 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 }
 
 void check_shape(const ModelShape& s) {
+  const bool oss = s.arch == "gpt-oss";
   SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
-                   s.arch == "qwen3moe" || s.arch == "phi3" || s.arch == "gemma3",
-               "model: --arch must be llama, qwen2, qwen3, qwen3moe, phi3 or gemma3, got '",
-               s.arch, "'");
+                   s.arch == "qwen3moe" || s.arch == "phi3" || s.arch == "gemma3" || oss,
+               "model: --arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3 or gpt-oss, "
+               "got '", s.arch, "'");
   SPATTN_CHECK(s.experts >= 0 && s.experts <= 512, "model: --experts must be in [0, 512], got ",
                s.experts);
-  SPATTN_CHECK(s.arch != "qwen3moe" || s.experts > 0, "model: qwen3moe needs --experts > 0");
-  SPATTN_CHECK(s.experts == 0 || s.arch == "llama" || s.arch == "qwen3moe",
-               "model: --experts is for --arch qwen3moe or llama, got '", s.arch, "'");
+  SPATTN_CHECK((s.arch != "qwen3moe" && !oss) || s.experts > 0, "model: ", s.arch,
+               " needs --experts > 0");
+  SPATTN_CHECK(s.experts == 0 || s.arch == "llama" || s.arch == "qwen3moe" || oss,
+               "model: --experts is for --arch qwen3moe, gpt-oss or llama, got '", s.arch, "'");
   if (s.experts > 0) {
     SPATTN_CHECK(s.experts_used >= 1 && s.experts_used <= s.experts,
                  "model: --experts-used must be in [1, --experts = ", s.experts, "], got ",
                  s.experts_used);
-    SPATTN_CHECK(s.arch != "qwen3moe" || (s.expert_ffn >= 1 && s.expert_ffn <= 1 << 20),
-                 "model: --expert-ffn must be in [1, 2^20], got ", s.expert_ffn);
+    SPATTN_CHECK(s.expert_ffn_or_default() >= 1 && s.expert_ffn_or_default() <= 1 << 20,
+                 "model: --expert-ffn must be in [1, 2^20], got ", s.expert_ffn_or_default());
   }
   SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
@@ -367,9 +394,9 @@ void check_shape(const ModelShape& s) {
                s.rope_scaling, "'");
   if (s.rope_scaling == "yarn") {
     SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
-                     s.arch == "qwen3moe",
-                 "model: yarn rope scaling is for --arch llama, qwen2, qwen3 or qwen3moe, got '",
-                 s.arch, "'");
+                     s.arch == "qwen3moe" || oss,
+                 "model: yarn rope scaling is for --arch llama, qwen2, qwen3, qwen3moe or "
+                 "gpt-oss, got '", s.arch, "'");
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
     SPATTN_CHECK(s.rope_original_context >= 1 && s.rope_original_context <= 1 << 24,
@@ -382,7 +409,7 @@ void check_shape(const ModelShape& s) {
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
   }
-  if (s.arch == "gemma3")
+  if (s.arch == "gemma3" || oss)
     SPATTN_CHECK(s.sliding_window >= 1 && s.sliding_window <= 1 << 24,
                  "model: --sliding-window must be in [1, 2^24], got ", s.sliding_window);
   if (s.rope_scaling == "longrope") {
@@ -412,7 +439,7 @@ void check_shape(const ModelShape& s) {
                "model: a gpt2 vocabulary needs --vocab >= 257 (the 256 bytes and <|endoftext|>)");
   if (s.type == GgmlType::q8_0)
     SPATTN_CHECK(s.dim % 32 == 0 && s.ffn % 32 == 0 && (s.heads * hd) % 32 == 0 &&
-                     (s.arch != "qwen3moe" || s.expert_ffn % 32 == 0),
+                     (s.experts == 0 || s.expert_ffn_or_default() % 32 == 0),
                  "model: q8_0 needs --dim, --ffn, --expert-ffn and heads x head dim to be "
                  "multiples of 32");
 }
@@ -428,6 +455,8 @@ int64_t parameter_count(const ModelShape& s) {
   if (s.arch == "qwen2") per_layer += q + 2 * kv;
   if (s.arch == "qwen3" || s.arch == "qwen3moe") per_layer += 2 * hd;
   if (s.arch == "gemma3") per_layer += 2 * hd + 2 * s.dim;  // q/k norms, post norms
+  if (s.arch == "gpt-oss")  // q/k/v and Wo biases, sinks, the router's and experts' biases
+    per_layer += q + 2 * kv + s.dim + s.heads + s.experts * (1 + 2 * s.expert_ffn + s.dim);
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
@@ -456,7 +485,8 @@ void make_model(const std::string& path, const ModelShape& s) {
   if (s.experts > 0) {
     w.set(a + ".expert_count", uint32_t(s.experts));
     w.set(a + ".expert_used_count", uint32_t(s.experts_used));
-    if (a == "qwen3moe") w.set(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
+    if (a == "qwen3moe" || a == "gpt-oss")
+      w.set(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
   }
   if (s.rope_scaling == "longrope") {
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
@@ -468,8 +498,10 @@ void make_model(const std::string& path, const ModelShape& s) {
   }
   if (s.rope_scaling == "yarn")  // as llama.cpp's converter writes HF's rope_scaling
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
-  // gemma3: the window (llama.cpp's default pattern then makes every sixth layer global).
-  if (a == "gemma3") w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
+  // gemma3, gpt-oss: the window (llama.cpp's default pattern then makes every sixth layer
+  // global, every second for gpt-oss).
+  if (a == "gemma3" || a == "gpt-oss")
+    w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
   const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
   if (tok == "gpt2") add_bpe_vocab(w, s.vocab, s.seed);
   // Phi-3's vocabulary ends in its added chat tokens (llama.cpp's loader also sets attributes
@@ -494,20 +526,26 @@ void make_model(const std::string& path, const ModelShape& s) {
       add_random(w, b + "attn_k.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
       add_random(w, b + "attn_v.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
     }
-    if (a == "qwen2") {
+    if (a == "qwen2" || a == "gpt-oss") {
       add_random(w, b + "attn_q.bias", f32, {q}, s.seed, 0.0f, 0.1f);
       add_random(w, b + "attn_k.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
       add_random(w, b + "attn_v.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
     }
     add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
                1.0f / std::sqrt(float(q)));
+    if (a == "gpt-oss") {  // Wo's bias; sink logits about as large as the scores
+      add_random(w, b + "attn_output.bias", f32, {s.dim}, s.seed, 0.0f, 0.1f);
+      add_random(w, b + "attn_sinks.weight", f32, {s.heads}, s.seed, 1.0f, 1.0f);
+    }
     if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") {  // per-head q/k RMSNorm weights
       add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
       add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
     }
     if (a == "gemma3")  // the attention output's RMSNorm before its residual add
       add_random(w, b + "post_attention_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    add_random(w, b + "ffn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+    // gpt-oss's FFN norm is named post_attention_norm.
+    add_random(w, b + (a == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), f32,
+               {s.dim}, s.seed, 1.0f, 0.1f);
     if (s.experts > 0) {  // the router (f32, as llama-quantize leaves it) and the experts
       const int64_t E = s.experts, F = s.expert_ffn_or_default();
       add_random(w, b + "ffn_gate_inp.weight", f32, {s.dim, E}, s.seed, 0.0f, in_sd);
@@ -515,6 +553,12 @@ void make_model(const std::string& path, const ModelShape& s) {
       add_random(w, b + "ffn_up_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
       add_random(w, b + "ffn_down_exps.weight", s.type, {F, s.dim, E}, s.seed, 0.0f,
                  1.0f / std::sqrt(float(F)));
+      if (a == "gpt-oss") {  // the router's bias and one row of biases an expert
+        add_random(w, b + "ffn_gate_inp.bias", f32, {E}, s.seed, 0.0f, 0.1f);
+        add_random(w, b + "ffn_gate_exps.bias", f32, {F, E}, s.seed, 0.0f, 0.1f);
+        add_random(w, b + "ffn_up_exps.bias", f32, {F, E}, s.seed, 0.0f, 0.1f);
+        add_random(w, b + "ffn_down_exps.bias", f32, {s.dim, E}, s.seed, 0.0f, 0.1f);
+      }
     } else if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
       add_random(w, b + "ffn_up.weight", s.type, {s.dim, 2 * s.ffn}, s.seed, 0.0f, in_sd);
     } else {

@@ -54,6 +54,7 @@
 #include "spattn/decode.hpp"
 #include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
+#include "spattn/merge.hpp"
 #include "spattn/method.hpp"
 #include "spattn/model.hpp"
 #include "spattn/packed_kv.hpp"
@@ -145,11 +146,14 @@ std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
     return std::vector<float>(size_t(c.head_dim / 2), float(c.rope_linear_factor));
   return c.rope_factors(n_ctx);
 }
-// Sliding-window layers (gemma3's local ones) turn by their own base, unscaled; none: null.
+// Sliding-window layers turn by their own base: gemma3's unscaled, gpt-oss's with the global
+// layers' scaling (Config::swa_rope_scaled); none: null.
 std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
   if (c.sliding_window <= 0) return nullptr;
-  return std::make_shared<const eval::RopeTable>(n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
-                                                 std::vector<float>{}, c.rope_attn_factor);
+  return std::make_shared<const eval::RopeTable>(
+      n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
+      c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{},
+      c.rope_attn_factor);
 }
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
 // n / P + 2 prompt tokens and decode the next token to the emptiest rank. A split on a grid
@@ -223,6 +227,7 @@ struct Session::Impl {
   // Scratch for up to max_rows rows.
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, g, u;
+  std::vector<float> lse;  // the attention rows' LSE [Hq, rows] where a layer has sinks
   bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
   LayerGraphCache graphs;  // the last graph of each layer step, for the next call alike
 
@@ -241,9 +246,12 @@ struct Session::Impl {
     if (dec.blasst_calib)
       for (int64_t l = 0; l < cfg.n_layer; ++l) dec.blasst_calib->for_layer(l);
     if (opt.cp) {
-      for (int64_t l = 0; l < cfg.n_layer; ++l)
+      for (int64_t l = 0; l < cfg.n_layer; ++l) {
         SPATTN_CHECK(!cfg.is_swa(l), "context parallelism (--cp) does not split a model with "
                      "sliding-window layers (", arch_name(cfg.arch), ") across ranks yet");
+        SPATTN_CHECK(m.layer(l).sinks.empty(), "context parallelism (--cp) does not run "
+                     "attention sinks (", arch_name(cfg.arch), ") yet");
+      }
       grp = opt.cp.get();
       cp_counts.assign(size_t(grp->size()), 0);
     }
@@ -382,6 +390,9 @@ struct Session::Impl {
     k.resize(size_t(max_rows * dkv));
     v.resize(size_t(max_rows * dkv));
     att.resize(size_t(max_rows * dq));
+    bool sinks = false;
+    for (int64_t l = 0; l < cfg.n_layer; ++l) sinks = sinks || !m.layer(l).sinks.empty();
+    lse.resize(sinks ? size_t(max_rows * cfg.n_head) : 0);
     // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp).
     const int64_t ff = cfg.is_moe() ? 0 : cfg.n_ff;
     g.resize(size_t(max_rows * ff));
@@ -454,19 +465,19 @@ struct Session::Impl {
   // rows run the dense kernel with the window, which visits only the key tiles in the rows'
   // bands.
   void band_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t n,
-                      int64_t pos0, Stats* stats) {
+                      int64_t pos0, float* lse, Stats* stats) {
     const PackedKV& c = cache.packed(l);
     const int64_t W = cfg.window(l);
     if (n == 1) {
       const int64_t lo = window_start(pos0, W);
       const std::vector<std::vector<KeyRange>> ranges(size_t(cfg.n_head), {KeyRange{lo, pos0 + 1}});
-      attention_decode_ranges(qv, c, ov, ranges, decode_opt(pos0, c, pos0 + 1 - lo), nullptr,
+      attention_decode_ranges(qv, c, ov, ranges, decode_opt(pos0, c, pos0 + 1 - lo), lse,
                               stats);
       return;
     }
     AttnOptions a = attn_opt(pos0);
     a.window = W;
-    attention_dense(qv, c, ov, a, nullptr, stats);
+    attention_dense(qv, c, ov, a, lse, stats);
   }
 
   // Layer l's attention over n new rows at pos0.. (their K and V appended to the cache). Rows
@@ -522,61 +533,73 @@ struct Session::Impl {
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     const PackedKV& c = cache.packed(l);
+    // Attention sinks (gpt-oss): every form below also gives its rows' LSE, and the sinks
+    // join them afterwards (merge_sinks), whichever keys the form read.
+    const std::vector<float>& sinks = m.layer(l).sinks;
+    float* L = sinks.empty() ? nullptr : lse.data();
+    TensorView done = ov;  // the rows computed
     if (cfg.is_swa(l)) {
       // A sliding window is already sparse: the band runs in every mode (layer_attention()).
       if (kind == Attn::decode) {
         const int64_t lo = window_start(pos0, cfg.window(l));
-        band_attention(l, qv, ov, n, pos0, &t.decode_stats);
+        band_attention(l, qv, ov, n, pos0, L, &t.decode_stats);
         t.decode_keys_read += c.kv_heads() * (pos0 + 1 - lo);
         t.decode_keys_total += c.kv_heads() * (pos0 + 1 - lo);
       } else {
-        band_attention(l, qv, ov, n, pos0, stats);
+        band_attention(l, qv, ov, n, pos0, L, stats);
       }
-      return;
-    }
-    switch (kind) {
-      case Attn::dense: {
-        // The kernel as n says, whatever rows are skipped, so a row's bits stay the same.
-        const int64_t r = n - read_from;
-        if (r == 0) break;
-        const TensorView qr = qv.rows(read_from, r), orows = ov.rows(read_from, r);
-        if (n <= kMaxDecodeQueries) {
-          attention_decode(qr, c, orows, decode_opt(pos0 + read_from, c), DecodeOptions{}, nullptr,
-                           stats);
-        } else {
-          attention_dense(qr, c, orows, attn_opt(pos0 + read_from), nullptr, stats);
+    } else {
+      switch (kind) {
+        case Attn::dense: {
+          // The kernel as n says, whatever rows are skipped, so a row's bits stay the same.
+          const int64_t r = n - read_from;
+          if (r == 0) {
+            done.seq = 0;
+            break;
+          }
+          const TensorView qr = qv.rows(read_from, r);
+          done = ov.rows(read_from, r);
+          if (n <= kMaxDecodeQueries) {
+            attention_decode(qr, c, done, decode_opt(pos0 + read_from, c), DecodeOptions{}, L,
+                             stats);
+          } else {
+            attention_dense(qr, c, done, attn_opt(pos0 + read_from), L, stats);
+          }
+          break;
         }
-        break;
-      }
-      case Attn::decode:
-        decode_attention(l, qv, ov, pos0);
-        break;
-      case Attn::ring:
-      case Attn::cp_decode:
-        break;  // above
-      case Attn::h2o:
-        // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
-        h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, nullptr, stats,
-                                     c.size() == n ? &c : nullptr);
-        break;
-      case Attn::method: {
-        // Every key before and in the chunk, as the cache holds them (decode's rows included).
-        const MethodReport r =
-            methods[size_t(l)]->run(qv, cache.raw_k(l), cache.raw_v(l), ov, attn_opt(-1));
-        if (stats) stats->add(r.stats);
-        break;
+        case Attn::decode:
+          decode_attention(l, qv, ov, pos0, L);
+          break;
+        case Attn::ring:
+        case Attn::cp_decode:
+          break;  // above
+        case Attn::h2o:
+          // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
+          h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, L, stats,
+                                       c.size() == n ? &c : nullptr);
+          break;
+        case Attn::method: {
+          // Every key before and in the chunk, as the cache holds them (decode's rows included).
+          const MethodReport r =
+              methods[size_t(l)]->run(qv, cache.raw_k(l), cache.raw_v(l), ov, attn_opt(-1), L);
+          if (stats) stats->add(r.stats);
+          break;
+        }
       }
     }
+    if (L && done.seq > 0) merge_sinks(done, L, sinks.data());
   }
 
-  // One decoded token's attention in layer l, as --attn-decode says.
-  void decode_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t pos0) {
+  // One decoded token's attention in layer l, as --attn-decode says (lse: its rows' LSE, when
+  // non-null).
+  void decode_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t pos0,
+                        float* lse) {
     const PackedKV& c = cache.packed(l);
     const AttnOptions a = decode_opt(pos0, c);
     Stats& st = t.decode_stats;
     if (dec.kind == DecodeKind::quest && l >= dec.quest.dense_layers) {
       QuestDecodeStats qs;
-      quest_decode(qv, c, cache.pages(l), dec.quest, ov, a, nullptr, &st, &qs);
+      quest_decode(qv, c, cache.pages(l), dec.quest, ov, a, lse, &st, &qs);
       t.decode_keys_read += qs.keys_read;
       t.decode_keys_total += qs.keys_total;
       t.decode_pages_read += qs.pages_read;
@@ -586,7 +609,7 @@ struct Session::Impl {
     }
     attention_decode(qv, c, ov, a,
                      dec.kind == DecodeKind::blasst ? dec.blasst_step(l, c.size()) : DecodeOptions{},
-                     nullptr, &st);
+                     lse, &st);
     t.decode_keys_read += c.kv_heads() * c.size();
     t.decode_keys_total += c.kv_heads() * c.size();
   }
