@@ -10,8 +10,10 @@ greedy text (llama-completion --temp 0 against spattn run --temp 0) and perplexi
 With --quantize TYPE the model is first written again by llama-quantize (next to it, with the
 type in its name) and both sides run that file. Greedy: equal texts pass; where they part, the
 token where they part is found from spattn's --json piece_ends, and the step passes only as a
-near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps); the
-report says which (-n 0: no greedy check). llama-completion prints the prompt before the text (taken off) and runs 8
+near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps), or as a
+step that rounding alone decides: spattn run again with an f32 KV cache (-ctk f32 -ctv f32,
+the same model computed with less rounding) parts from its own f16-cache text at the same
+token(s). The report says which (-n 0: no greedy check). llama-completion prints the prompt before the text (taken off) and runs 8
 tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value
 (and with --ppl-rel F within F of it).
 Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
@@ -37,9 +39,13 @@ def sh(cmd):
     return r
 
 
+def spattn_run(a, model, extra=()):
+    return json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
+                          "0", "-t", str(a.threads), "-c", "4096", "--json", *extra]).stdout)
+
+
 def greedy(a, model):
-    sp = json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
-                        "0", "-t", str(a.threads), "-c", "4096", "--json"]).stdout)
+    sp = spattn_run(a, model)
     mine = sp["text"]
     # llama.cpp prints the text through its logger's worker thread, which may lose the last
     # lines at exit on a loaded machine (its common/log.cpp says so): llama-completion
@@ -64,11 +70,30 @@ def greedy(a, model):
         # UTF-8 with bad bytes replaced on both sides; piece_ends are byte offsets).
         lb, sb = text.encode(), mine.encode()
         k = next((i for i in range(min(len(lb), len(sb))) if lb[i] != sb[i]), min(len(lb), len(sb)))
-        tok = next((i for i, e in enumerate(sp["piece_ends"]) if e > k), len(sp["piece_ends"]) - 1)
-        gap = sp["logit_gaps"][tok] if tok < len(sp["logit_gaps"]) else None
+        # A run of replacement characters just before k (a byte-level vocabulary's tokens that
+        # are parts of a UTF-8 sequence) hides which bytes each side wrote: the texts may have
+        # parted anywhere in it, so every token from the run's start to k is a candidate and
+        # the smallest of their gaps decides.
+        bad = "\ufffd".encode()
+        k0 = k
+        while k0 >= len(bad) and sb[k0 - len(bad):k0] == bad and lb[k0 - len(bad):k0] == bad:
+            k0 -= len(bad)
+        token_at = lambda b: next((i for i, e in enumerate(sp["piece_ends"]) if e > b),
+                                  len(sp["piece_ends"]) - 1)
+        tok0, tok = token_at(k0), token_at(k)
+        gaps = [g for g in sp["logit_gaps"][tok0:tok + 1]]
+        gap = min(gaps) if gaps else None
         row.update({"part_byte": k, "part_token": tok, "spattn_gap": gap,
                     "near_tie": gap is not None and gap < a.near_tie})
-    row["pass"] = row["equal"] or row["near_tie"]
+        if tok0 < tok:
+            row["hidden_from_token"] = tok0
+        if not row["near_tie"]:
+            # Does rounding alone flip this step? spattn with an f32 cache against itself.
+            fb = spattn_run(a, model, ("-ctk", "f32", "-ctv", "f32"))["text"].encode()
+            j = next((i for i in range(min(len(fb), len(sb))) if fb[i] != sb[i]), None)
+            row["f32_cache_part_byte"] = j
+            row["rounding"] = j is not None and tok0 <= token_at(j) <= tok
+    row["pass"] = row["equal"] or row["near_tie"] or row.get("rounding", False)
     return row
 
 
@@ -144,9 +169,16 @@ def main():
         for r in rows:
             if r["check"] == "greedy":
                 how = ("equal" if r["equal"] else
-                       f"part at byte {r['part_byte']}, token {r['part_token']}: spattn's top two "
-                       f"logits {r['spattn_gap']:.4f} apart ("
-                       + ("near tie" if r["near_tie"] else "NOT a near tie") + ")")
+                       f"part at byte {r['part_byte']}, token {r['part_token']}"
+                       + (f" (bytes hidden by U+FFFD from token {r['hidden_from_token']})"
+                          if "hidden_from_token" in r else "")
+                       + f": spattn's top two logits {r['spattn_gap']:.4f} apart ("
+                       + ("near tie" if r["near_tie"] else "NOT a near tie") + ")"
+                       + ("" if r["near_tie"] else
+                          "; spattn with an f32 cache parts from its f16 text there too "
+                          "(rounding decides the step)" if r.get("rounding") else
+                          f"; spattn with an f32 cache parts at byte "
+                          f"{r.get('f32_cache_part_byte')}: NOT rounding"))
                 print(f"{r['model']}: greedy {r['tokens']} tokens: {how}")
             elif r.get("lost"):
                 print(f"{r['model']}: perplexity -c {r['ctx']}: not compared, llama-perplexity's "

@@ -1,8 +1,8 @@
-// gemma3 (issue 21), qwen3moe and qwen3 with YaRN against llama.cpp on made-up models, f16 and
-// Q4_K_M: greedy text for 64 tokens and perplexity at -c 1024 over 3 windows of
-// code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh and
-// scripts/yarn_vs_llama.sh (the whole file and longer contexts by hand: README). Needs
-// llama.cpp's built tools: SPATTN_LLAMA_BIN, else third_party/llama.cpp/build/bin; skipped
+// gemma3 (issue 21), qwen3moe, gpt-oss and qwen3 with YaRN against llama.cpp on made-up models,
+// f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy text for 64 tokens and perplexity at -c 1024 over
+// 3 windows of code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh,
+// scripts/gpt_oss_vs_llama.sh and scripts/yarn_vs_llama.sh (the whole file and longer contexts
+// by hand: README). Needs llama.cpp's built tools: SPATTN_LLAMA_BIN, else third_party/llama.cpp/build/bin; skipped
 // where they or the held-out text are absent.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -49,6 +49,11 @@ TEST(ArchVsLlamaCpp, Gemma3GreedyTextAndPerplexity) { expect_script_passes("gemm
 // with 8 of 8 and 2 of 8 used, f16 and Q4_K_M (scripts/moe_vs_llama.sh says why the routed
 // model's text is not judged).
 TEST(ArchVsLlamaCpp, Qwen3MoeGreedyTextAndPerplexity) { expect_script_passes("moe_vs_llama.sh"); }
+
+// gpt-oss (sinks, biases, sliding-window layers, experts with biases, OpenAI's SwiGLU, YaRN):
+// greedy text with every expert used and perplexity within 0.5% with 4 of 4 and 2 of 8, f16
+// and MXFP4_MOE.
+TEST(ArchVsLlamaCpp, GptOssGreedyTextAndPerplexity) { expect_script_passes("gpt_oss_vs_llama.sh"); }
 
 // qwen3 with YaRN rope scaling: greedy text and perplexity within 0.5%, f16 and Q4_K_M.
 TEST(ArchVsLlamaCpp, Qwen3YarnGreedyTextAndPerplexity) { expect_script_passes("yarn_vs_llama.sh"); }

@@ -47,6 +47,11 @@ TEST(ChatTemplate, EachFamilysFormat) {
   EXPECT_EQ(render("mistral-v7"),
             "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST]  Hi there [/INST] Hello! </s>"
             "[INST] Bye[/INST]");
+  // gpt-oss: Harmony's turns, the assistant's ending in <|return|>.
+  EXPECT_EQ(render("gpt-oss"),
+            "<|start|>system<|message|>You are terse.<|end|><|start|>user<|message|> Hi there <|end|>"
+            "<|start|>assistant<|message|>Hello! <|return|><|start|>user<|message|>Bye<|end|>"
+            "<|start|>assistant");
   // Without the assistant's opening.
   EXPECT_EQ(render("phi3", false),
             "<|system|>\nYou are terse.<|end|>\n<|user|>\n Hi there <|end|>\n<|assistant|>\nHello! "
@@ -73,6 +78,8 @@ TEST(ChatTemplate, DetectedFromTheMarkersOfTheJinjaSource) {
             ChatTemplate::mistral_v3_tekken);
   EXPECT_EQ(is("{%- if tools %}[AVAILABLE_TOOLS]{% endif %}{{- '[INST] ' + content }}"),
             ChatTemplate::mistral_v3);
+  EXPECT_EQ(is("{{- '<|start|>' + message.role + '<|channel|>' + message.channel }}"),
+            ChatTemplate::gpt_oss);
   // ChatML's marker with Phi-4's separator is another format; Llama 2's [INST] is not
   // rendered; no markers: nothing.
   EXPECT_FALSE(is("<|im_start|>{{ role }}<|im_sep|>"));
@@ -84,7 +91,8 @@ TEST(ChatTemplate, DetectedFromTheMarkersOfTheJinjaSource) {
 TEST(ChatTemplate, NamesAreLlamaCppsAndRoundTrip) {
   for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::phi3,
                          ChatTemplate::gemma, ChatTemplate::mistral_v1, ChatTemplate::mistral_v3,
-                         ChatTemplate::mistral_v3_tekken, ChatTemplate::mistral_v7})
+                         ChatTemplate::mistral_v3_tekken, ChatTemplate::mistral_v7,
+                         ChatTemplate::gpt_oss})
     EXPECT_EQ(chat_template_named(chat_template_name(t)), t);
   EXPECT_FALSE(chat_template_named("llama-3"));
   EXPECT_NE(chat_template_names().find("mistral-v3-tekken"), std::string::npos);

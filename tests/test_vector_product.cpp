@@ -184,7 +184,7 @@ void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
 TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
   const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
                              GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
-                             GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS};
+                             GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
   std::mt19937 rng(11);
   const std::vector<int32_t> one = {3}, some = {5, 1, 6}, all = {2, 0, 7, 1, 3, 6, 4, 5};
   for (ggml_type t : types)

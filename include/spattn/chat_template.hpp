@@ -1,6 +1,6 @@
 // Chat templates: the text a conversation becomes before tokenizing, for the model families
 // the runner reads (Llama 3, ChatML as Qwen uses it, Phi-3, Gemma, Mistral's v1/v3/v3-tekken/v7
-// instruct formats). A GGUF carries its template as Jinja source (tokenizer.chat_template);
+// instruct formats, gpt-oss's Harmony turns as llama.cpp renders them). A GGUF carries its template as Jinja source (tokenizer.chat_template);
 // spattn does not run Jinja: it recognises the family from marker strings in that source, as
 // llama.cpp's built-in templates do, and renders the family's format itself. Names are
 // llama.cpp's (--chat-template NAME).
@@ -16,7 +16,9 @@ struct ChatMessage {
   std::string role, content;  // role: "system", "user", "assistant" (others pass through)
 };
 
-enum class ChatTemplate { chatml, llama3, phi3, gemma, mistral_v1, mistral_v3, mistral_v3_tekken, mistral_v7 };
+enum class ChatTemplate {
+  chatml, llama3, phi3, gemma, mistral_v1, mistral_v3, mistral_v3_tekken, mistral_v7, gpt_oss
+};
 
 // llama.cpp's name of a template ("chatml", "llama3", "phi3", "gemma", "mistral-v1", ...).
 const char* chat_template_name(ChatTemplate t);

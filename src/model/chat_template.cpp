@@ -1,6 +1,6 @@
 // The chat formats, each as its model family documents it (Meta's Llama 3 prompt format,
 // ChatML, Microsoft's Phi-3, Google's Gemma turns, Mistral's instruct formats v1 / v3 /
-// v3-tekken / v7); detection and whitespace handling follow llama.cpp's built-in templates,
+// v3-tekken / v7, OpenAI's Harmony turns for gpt-oss); detection and whitespace handling follow llama.cpp's built-in templates,
 // so that the same conversation gives the same text as llama.cpp's llama_chat_apply_template.
 #include "spattn/chat_template.hpp"
 
@@ -13,7 +13,7 @@ namespace spattn {
 
 namespace {
 
-constexpr std::array<std::pair<const char*, ChatTemplate>, 8> kNames = {{
+constexpr std::array<std::pair<const char*, ChatTemplate>, 9> kNames = {{
     {"chatml", ChatTemplate::chatml},
     {"llama3", ChatTemplate::llama3},
     {"phi3", ChatTemplate::phi3},
@@ -22,6 +22,7 @@ constexpr std::array<std::pair<const char*, ChatTemplate>, 8> kNames = {{
     {"mistral-v3", ChatTemplate::mistral_v3},
     {"mistral-v3-tekken", ChatTemplate::mistral_v3_tekken},
     {"mistral-v7", ChatTemplate::mistral_v7},
+    {"gpt-oss", ChatTemplate::gpt_oss},
 }};
 
 // Leading and trailing whitespace off (Llama 3 and Gemma strip message contents).
@@ -98,6 +99,7 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view jinja) {
   if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate::phi3;
   if (has("<start_of_turn>")) return ChatTemplate::gemma;
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ChatTemplate::llama3;
+  if (has("<|start|>") && has("<|channel|>")) return ChatTemplate::gpt_oss;
   return std::nullopt;
 }
 
@@ -162,6 +164,14 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
         else if (m.role == "user") s += "[INST] " + m.content + "[/INST]";
         else s += " " + m.content + "</s>";
       }
+      break;
+    case ChatTemplate::gpt_oss:
+      // Harmony's turns without channels, as llama.cpp's built-in OpenAI MoE template writes
+      // them: an assistant's answer ends <|return|>, every other message <|end|>.
+      for (const ChatMessage& m : messages)
+        s += "<|start|>" + m.role + "<|message|>" + m.content +
+             (m.role == "assistant" ? "<|return|>" : "<|end|>");
+      if (add_assistant) s += "<|start|>assistant";
       break;
   }
   return s;
