@@ -71,6 +71,13 @@ void gguf_seeds(const fs::path& dir) {
     s.rope_scaling = "yarn", s.rope_factor = 4, s.rope_original_context = 64;
     make_model((dir / "model_qwen3moe.gguf").string(), s);
   }
+  {  // gpt-oss: biases, sinks, experts' biases, the sliding window and its pattern.
+    ModelShape s;
+    s.arch = "gpt-oss";
+    s.layers = 2, s.dim = 8, s.heads = 2, s.kv_heads = 1, s.ffn = 8, s.vocab = 270;
+    s.experts = 3, s.experts_used = 2, s.expert_ffn = 4, s.sliding_window = 4;
+    make_model((dir / "model_gpt_oss.gguf").string(), s);
+  }
 }
 
 // For the quantized-block target: per ggml type, its index byte and two rows of two blocks,
