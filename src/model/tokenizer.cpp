@@ -81,9 +81,9 @@ const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
   static constexpr PreTokenizerName kTable[] = {
       {"gpt-2", P::gpt2},           {"phi-2", P::gpt2},
       {"mpt", P::gpt2},             {"olmo", P::gpt2},
-      {"llama-bpe", P::llama3, true}, {"llama3", P::llama3, true},
-      {"llama-v3", P::llama3, true},  {"falcon3", P::llama3, true},
-      {"pixtral", P::llama3, true},   {"dbrx", P::llama3},
+      {"llama-bpe", P::llama3, true, true}, {"llama3", P::llama3, true, true},
+      {"llama-v3", P::llama3, true, true},  {"falcon3", P::llama3, true, true},
+      {"pixtral", P::llama3, true, true},   {"dbrx", P::llama3},
       {"smaug-bpe", P::llama3},     {"qwen2", P::qwen2},
       {"deepseek-r1-qwen", P::qwen2}, {"stablelm2", P::qwen2},
       {"qwen35", P::qwen35},        {"deepseek-llm", P::deepseek_llm},
