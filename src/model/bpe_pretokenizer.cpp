@@ -25,8 +25,8 @@ namespace {
 // \p{M} and \p{Ll}\p{Lm}\p{Lo}\p{M}); llama.cpp, whose std::regex knows no such classes, runs
 // them as "a letter that is not a-z" and "a letter that is not A-Z", so every letter outside
 // ASCII is of both cases and marks are no part of a word. These are llama.cpp's classes, so the
-// ids are its; written as plain classes, not its lookahead groups, so PCRE2's JIT repeats them
-// without a stack frame per letter.
+// ids are its, written as plain classes: its lookahead groups, ((?=[\p{L}])([^a-z]))*, run
+// PCRE2's JIT out of stack (error -46) on a word of 1,000 letters.
 #define SPATTN_CAPITAL "[^\\P{L}a-z]"
 #define SPATTN_SMALL "[^\\P{L}A-Z]"
 // The published (?i:'s|'t|'re|'ve|'m|'ll|'d) case by case, as llama.cpp writes it: PCRE2's
@@ -124,10 +124,12 @@ void split(std::string_view word, const pcre2_code* code, pcre2_match_data* md,
   size_t pos = 0;
   while (pos < word.size()) {
     const int rc = pcre2_match(code, subject, word.size(), pos, 0, md, nullptr);
-    if (rc < 0) {  // no match in the rest: one run
+    if (rc == PCRE2_ERROR_NOMATCH) {  // no match in the rest: one run
       out.push_back(word.substr(pos));
       break;
     }
+    // Any other failure (JIT stack, match limit) would quietly make the rest one word.
+    if (rc < 0) detail::fail("BPE pre-tokenizer: PCRE2 match error ", rc, " at byte ", pos);
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     if (ov[0] > pos) out.push_back(word.substr(pos, ov[0] - pos));  // the run before it
     if (ov[1] == ov[0]) {  // no pattern matches empty, but never loop forever
