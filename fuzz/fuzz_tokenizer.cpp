@@ -1,7 +1,7 @@
 // libFuzzer target: encoding arbitrary bytes with a made-up byte-level BPE under every word
-// split spattn implements (tokenizer.ggml.pre: each list of regexes, and Llama 3's
-// ignore_merges), a SentencePiece vocabulary with byte fallback and Gemma 4's BPE with byte
-// tokens. Each must give back exactly the input bytes (control-token text aside; for
+// split spattn implements (tokenizer.ggml.pre: each list of regexes, and Llama 3's and
+// Tekken's ignore_merges), a SentencePiece vocabulary with byte fallback and Gemma 4's BPE
+// with byte tokens. Each must give back exactly the input bytes (control-token text aside; for
 // SentencePiece and Gemma 4, text without a literal U+2581, which they cannot tell from the
 // space it stands for), so a mismatch aborts as a finding. WordPiece, which normalises, must
 // give the same ids again when its decoded text is encoded.
@@ -103,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::vector<std::unique_ptr<const Vocab>> bpe = [] {
     std::vector<std::unique_ptr<const Vocab>> v;
     for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm",
-                            "deepseek-coder", "falcon", "starcoder"})
+                            "deepseek-coder", "falcon", "starcoder", "gpt-4o", "tekken"})
       v.push_back(std::make_unique<const Vocab>(vocab_bytes("gpt2", pre)));
     return v;
   }();

@@ -145,6 +145,9 @@ void tokenizer_seeds(const fs::path& dir) {
   fs::create_directories(dir);
   save(dir / "ascii.txt", std::string("Hello world, it's 42!\n\tdef f(x):  return x\n"));
   save(dir / "utf8.txt", std::string("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\xa6\x99 \xff\xfe"));
+  // Case changes, contractions, a combining mark, paths: what GPT-4o's and Tekken's splits cut.
+  save(dir / "cased.txt", std::string("HelloWorld DON'T it's \xc3\x89" "cole\xcc\x81 x'\xc5\xbf "
+                                      "io/file.h>/\n//x 12345\r\n"));
 }
 
 // `spattn serve` bodies: the first byte picks the route (0 completion, 1 chat, 2 tokenize,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "made_up_vocab.hpp"
 #include "models_dir.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
@@ -362,6 +363,65 @@ TEST(TokenizerPreSplit, Gpt2Llama3AndQwen2Regexes) {
   std::string joined;
   for (const std::string& w : words("a\xff\xfe b", PreTokenizer::gpt2)) joined += w;
   EXPECT_EQ(joined, "a\xff\xfe b");
+}
+
+// GPT-4o's and Tekken's splits; the words are llama.cpp's (its unicode_regex_split with the
+// expressions llm_tokenizer_bpe gives the two, commit de3ff81).
+TEST(TokenizerPreSplit, Gpt4oAndTekkenCutLetterRunsAtCaseChanges) {
+  using spattn::PreTokenizer;
+  // A capital starts a word; GPT-4o keeps a contraction on its word (case by case) and cuts
+  // digits in threes, Tekken cuts contractions off and digits one by one. Llama 3's split
+  // keeps "HelloWorld" whole.
+  const std::string text = "HelloWorld DON'T it's 12345";
+  EXPECT_EQ(words(text, PreTokenizer::gpt4o),
+            (Words{"Hello", "World", " DON'T", " it's", " ", "123", "45"}));
+  EXPECT_EQ(words(text, PreTokenizer::tekken),
+            (Words{"Hello", "World", " DON", "'T", " it", "'s", " ", "1", "2", "3", "4", "5"}));
+  EXPECT_EQ(words(text, PreTokenizer::llama3),
+            (Words{"HelloWorld", " DON", "'T", " it", "'s", " ", "123", "45"}));
+  // Capitals run on until the last one before small letters: "HTTPServer" is one word.
+  EXPECT_EQ(words("HTTPServer iOS", PreTokenizer::gpt4o), (Words{"HTTPServer", " i", "OS"}));
+  // As llama.cpp runs them: a letter outside ASCII is of both cases ("aÉb" is one word, where
+  // the published classes cut "a", "Éb"), a combining mark is no part of a word (U+0301 starts
+  // one here), and U+017F LONG S is no contraction's s.
+  for (PreTokenizer p : {PreTokenizer::gpt4o, PreTokenizer::tekken})
+    EXPECT_EQ(words("a\xc3\x89" "b cafe\xcc\x81" "s x'\xc5\xbf", p),
+              (Words{"a\xc3\x89" "b", " cafe", "\xcc\x81" "s", " x", "'\xc5\xbf"}));
+  // Punctuation takes the newlines and slashes after it.
+  EXPECT_EQ(words("io/file.h>/\n//x", PreTokenizer::gpt4o),
+            (Words{"io", "/file", ".h", ">/\n//", "x"}));
+}
+
+// Every name llama.cpp gives these two splits: the made-up merges "o W" and "1 2" show which
+// split ran ("oW" is one word only where case changes do not cut), and Tekken adds BOS when
+// the file does not say (llama.cpp's default for it, as for Llama 3's). The ids are
+// llama-tokenize's on the same vocabulary.
+TEST(TokenizerPreSplit, Gpt4oAndTekkenNames) {
+  std::vector<std::string> toks = bpe_byte_tokens();
+  toks.push_back("oW");  // 257
+  toks.push_back("12");  // 258
+  auto load_named = [&](const char* pre) {
+    Writer w;
+    w.set("tokenizer.ggml.model", "gpt2");
+    w.set("tokenizer.ggml.pre", pre);
+    w.set("tokenizer.ggml.tokens", toks);
+    w.set("tokenizer.ggml.merges", std::vector<std::string>{"o W", "1 2"});
+    w.set("tokenizer.ggml.bos_token_id", uint32_t(0));
+    return spattn::test::MadeUpVocab(w.bytes());
+  };
+  const std::string text = "oW 1234";
+  for (const char* pre : {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}) {
+    const auto v = load_named(pre);
+    EXPECT_FALSE(v.tok.add_bos()) << pre;
+    EXPECT_EQ(v.tok.encode(text), (Ids{1 + 'o', 1 + 'W', 1 + ' ', 258, 1 + '3', 1 + '4'})) << pre;
+  }
+  const auto tekken = load_named("tekken");
+  EXPECT_TRUE(tekken.tok.add_bos());
+  EXPECT_EQ(tekken.tok.encode(text),
+            (Ids{0, 1 + 'o', 1 + 'W', 1 + ' ', 1 + '1', 1 + '2', 1 + '3', 1 + '4'}));
+  const auto llama3 = load_named("llama-bpe");  // BOS too: llama.cpp's default for Llama 3
+  EXPECT_TRUE(llama3.tok.add_bos());
+  EXPECT_EQ(llama3.tok.encode(text), (Ids{0, 257, 1 + ' ', 258, 1 + '3', 1 + '4'}));
 }
 
 TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {

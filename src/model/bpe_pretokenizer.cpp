@@ -1,9 +1,9 @@
 // Byte-level BPE pre-tokenizers and GPT-2's byte-to-character map. Each split is the list of
 // regexes its model published (GPT-2's; Llama 3's, which llama.cpp calls llama-bpe; Qwen2's,
-// Qwen3.5's, DeepSeek's, Falcon's, StarCoder's), run by PCRE2 in UTF mode with Unicode
-// properties (\p{L} letters, \p{N} numbers, \p{P} punctuation, \p{M} marks, \s white space),
-// so the character classes are the Unicode ones llama.cpp's splitter uses. Invalid UTF-8
-// never matches; such bytes become words of their own.
+// Qwen3.5's, DeepSeek's, Falcon's, StarCoder's, GPT-4o's, Mistral's Tekken), run by PCRE2 in
+// UTF mode with Unicode properties (\p{L} letters, \p{N} numbers, \p{P} punctuation, \p{M}
+// marks, \s white space), so the character classes are the Unicode ones llama.cpp's splitter
+// uses. Invalid UTF-8 never matches; such bytes become words of their own.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -19,6 +19,19 @@ namespace {
 // llama.cpp's custom splitter for GPT-2's expression also takes a lone white space that
 // (?!\S) leaves, so the trailing \s+ here gives the same words.
 #define SPATTN_GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+
+// GPT-4o's and Tekken's letter runs: capitals then small letters, or capitals alone, so
+// "HelloWorld" is two words. They publish the cases as Unicode classes (\p{Lu}\p{Lt}\p{Lm}\p{Lo}
+// \p{M} and \p{Ll}\p{Lm}\p{Lo}\p{M}); llama.cpp, whose std::regex knows no such classes, runs
+// them as "a letter that is not a-z" and "a letter that is not A-Z", so every letter outside
+// ASCII is of both cases and marks are no part of a word. These are llama.cpp's classes, so the
+// ids are its, written as plain classes: its lookahead groups, ((?=[\p{L}])([^a-z]))*, run
+// PCRE2's JIT out of stack (error -46) on a word of 1,000 letters.
+#define SPATTN_CAPITAL "[^\\P{L}a-z]"
+#define SPATTN_SMALL "[^\\P{L}A-Z]"
+// The published (?i:'s|'t|'re|'ve|'m|'ll|'d) case by case, as llama.cpp writes it: PCRE2's
+// caseless s would also take U+017F LONG S.
+#define SPATTN_CONTRACTION "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 
 // The expressions of each split, applied one after the other: each one cuts every word the
 // previous ones left into its matches and the runs between them (llama.cpp's
@@ -54,6 +67,14 @@ std::vector<const char*> patterns(PreTokenizer p) {
       return {"[\\p{P}\\$\\+<=>\\^~\\|`]+", SPATTN_GPT2_RE, "[0-9][0-9][0-9]"};
     case PreTokenizer::starcoder:  // also refact and command-r: single digits, then GPT-2's
       return {"\\p{N}", SPATTN_GPT2_RE};
+    case PreTokenizer::gpt4o:  // OpenAI's o200k: contractions stay on their word, digits in threes
+      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL "+" SPATTN_CONTRACTION "?"
+              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL "*" SPATTN_CONTRACTION "?"
+              "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+    case PreTokenizer::tekken:  // Mistral's: GPT-4o's without contractions, single digits
+      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL "+"
+              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL "*"
+              "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
   }
   return {};
 }
@@ -76,12 +97,20 @@ struct Regex {
   ~Regex() { pcre2_code_free(code); }
 };
 
-constexpr int kSplits = int(PreTokenizer::gemma4) + 1;  // the last split
+// The number of splits: the enum's values run from 0, and patterns() has a case (-Wswitch
+// says so) with at least one regex for each, so the first value without one is the end. A
+// split added to the enum is counted with no edit here.
+int split_count() {
+  int n = 0;
+  while (!patterns(PreTokenizer(n)).empty()) ++n;
+  return n;
+}
 
 const std::vector<std::unique_ptr<Regex>>& regexes(PreTokenizer p) {
   static const auto all = [] {
-    std::vector<std::vector<std::unique_ptr<Regex>>> v(kSplits);
-    for (int i = 0; i < kSplits; ++i)
+    const int n = split_count();
+    std::vector<std::vector<std::unique_ptr<Regex>>> v(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i)
       for (const char* pat : patterns(PreTokenizer(i))) v[size_t(i)].push_back(std::make_unique<Regex>(pat));
     return v;
   }();
@@ -95,10 +124,12 @@ void split(std::string_view word, const pcre2_code* code, pcre2_match_data* md,
   size_t pos = 0;
   while (pos < word.size()) {
     const int rc = pcre2_match(code, subject, word.size(), pos, 0, md, nullptr);
-    if (rc < 0) {  // no match in the rest: one run
+    if (rc == PCRE2_ERROR_NOMATCH) {  // no match in the rest: one run
       out.push_back(word.substr(pos));
       break;
     }
+    // Any other failure (JIT stack, match limit) would quietly make the rest one word.
+    if (rc < 0) detail::fail("BPE pre-tokenizer: PCRE2 match error ", rc, " at byte ", pos);
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     if (ov[0] > pos) out.push_back(word.substr(pos, ov[0] - pos));  // the run before it
     if (ov[1] == ov[0]) {  // no pattern matches empty, but never loop forever

@@ -60,40 +60,48 @@ std::string bpe_unmap(const std::string& s) {
 }
 
 constexpr const char* kPreTokenizerNames =
-    "gpt-2, phi-2, mpt, olmo, llama-bpe, llama3, llama-v3, falcon3, pixtral, dbrx, smaug-bpe, qwen2, "
-    "deepseek-r1-qwen, stablelm2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, refact, "
-    "command-r, smollm, codeshell, exaone, minerva-7b";
+    "gpt-2, phi-2, mpt, olmo, llama-bpe, llama3, llama-v3, falcon3, pixtral, dbrx, smaug-bpe, "
+    "qwen2, deepseek-r1-qwen, stablelm2, qwen35, deepseek-llm, deepseek-coder, falcon, starcoder, "
+    "refact, command-r, smollm, codeshell, exaone, minerva-7b, gpt-4o, llama4, kanana2, talkie, "
+    "minimax-m2, tekken";
 
-// tokenizer.ggml.pre -> the split and whether whole-word tokens bypass the merges, as
-// llama.cpp's llama_vocab::load maps them; false for a name not in kPreTokenizerNames.
-bool pre_tokenizer_named(const std::string& pre, PreTokenizer& split, bool& ignore_merges) {
-  struct Entry {
-    const char* name;
-    PreTokenizer split;
-    bool ignore_merges;
+// What tokenizer.ggml.pre says, as llama.cpp's llama_vocab::load maps the name: the split,
+// whether whole-word tokens bypass the merges, and whether BOS is added when the file has no
+// tokenizer.ggml.add_bos_token.
+struct PreTokenizerName {
+  const char* name;
+  PreTokenizer split;
+  bool ignore_merges = false;
+  bool add_bos = false;
+};
+
+// The entry for `pre`, or null for a name not in kPreTokenizerNames.
+const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
+  using P = PreTokenizer;
+  static constexpr PreTokenizerName kTable[] = {
+      {"gpt-2", P::gpt2},           {"phi-2", P::gpt2},
+      {"mpt", P::gpt2},             {"olmo", P::gpt2},
+      {"llama-bpe", P::llama3, true, true}, {"llama3", P::llama3, true, true},
+      {"llama-v3", P::llama3, true, true},  {"falcon3", P::llama3, true, true},
+      {"pixtral", P::llama3, true, true},   {"dbrx", P::llama3},
+      {"smaug-bpe", P::llama3},     {"qwen2", P::qwen2},
+      {"deepseek-r1-qwen", P::qwen2}, {"stablelm2", P::qwen2},
+      {"qwen35", P::qwen35},        {"deepseek-llm", P::deepseek_llm},
+      {"deepseek-coder", P::deepseek_coder},
+      {"falcon", P::falcon},        {"starcoder", P::starcoder},
+      {"refact", P::starcoder},     {"command-r", P::starcoder},
+      {"smollm", P::starcoder},     {"codeshell", P::starcoder},
+      {"exaone", P::starcoder},     {"minerva-7b", P::starcoder},
+      // o200k: gpt-oss, Llama 4, Kanana 2, Talkie; MiniMax M2 is its own type in llama.cpp
+      // with the same expression and flags.
+      {"gpt-4o", P::gpt4o},         {"llama4", P::gpt4o},
+      {"kanana2", P::gpt4o},        {"talkie", P::gpt4o},
+      {"minimax-m2", P::gpt4o},
+      {"tekken", P::tekken, true, true},  // Mistral Nemo, Small 3, Ministral, Devstral
   };
-  static constexpr Entry kTable[] = {
-      {"gpt-2", PreTokenizer::gpt2, false},         {"phi-2", PreTokenizer::gpt2, false},
-      {"mpt", PreTokenizer::gpt2, false},           {"olmo", PreTokenizer::gpt2, false},
-      {"llama-bpe", PreTokenizer::llama3, true},    {"llama3", PreTokenizer::llama3, true},
-      {"llama-v3", PreTokenizer::llama3, true},     {"falcon3", PreTokenizer::llama3, true},
-      {"pixtral", PreTokenizer::llama3, true},      {"dbrx", PreTokenizer::llama3, false},
-      {"smaug-bpe", PreTokenizer::llama3, false},   {"qwen2", PreTokenizer::qwen2, false},
-      {"deepseek-r1-qwen", PreTokenizer::qwen2, false}, {"stablelm2", PreTokenizer::qwen2, false},
-      {"qwen35", PreTokenizer::qwen35, false},      {"deepseek-llm", PreTokenizer::deepseek_llm, false},
-      {"deepseek-coder", PreTokenizer::deepseek_coder, false},
-      {"falcon", PreTokenizer::falcon, false},      {"starcoder", PreTokenizer::starcoder, false},
-      {"refact", PreTokenizer::starcoder, false},   {"command-r", PreTokenizer::starcoder, false},
-      {"smollm", PreTokenizer::starcoder, false},   {"codeshell", PreTokenizer::starcoder, false},
-      {"exaone", PreTokenizer::starcoder, false},   {"minerva-7b", PreTokenizer::starcoder, false},
-  };
-  for (const Entry& e : kTable)
-    if (pre == e.name) {
-      split = e.split;
-      ignore_merges = e.ignore_merges;
-      return true;
-    }
-  return false;
+  for (const PreTokenizerName& e : kTable)
+    if (pre == e.name) return &e;
+  return nullptr;
 }
 
 }  // namespace
@@ -207,9 +215,13 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     // The word split: absent means GPT-2's. Other splits would give other ids silently, so
     // names spattn does not implement are refused. The names are llama.cpp's.
     const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
-    if (!pre_tokenizer_named(pre, t->pre, t->ignore_merges))
+    const PreTokenizerName* named = pre_tokenizer_named(pre);
+    if (!named)
       detail::fail(path, ": tokenizer.ggml.pre '", pre, "' is not supported (spattn splits words as ",
                    kPreTokenizerNames, ")");
+    t->pre = named->split;
+    t->ignore_merges = named->ignore_merges;
+    t->add_bos = named->add_bos;  // tokenizer.ggml.add_bos_token, below, overrides it
     SPATTN_CHECK(f.has("tokenizer.ggml.merges"), path,
                  ": a gpt2 tokenizer needs tokenizer.ggml.merges");
     t->set_merges(f.get_string_views("tokenizer.ggml.merges"), path);

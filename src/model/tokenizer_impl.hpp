@@ -12,10 +12,13 @@
 namespace spattn {
 
 // The word splits of byte-level BPE vocabularies, named by tokenizer.ggml.pre (several names
-// may share one split: starcoder is also refact's and command-r's).
+// may share one split: starcoder is also refact's and command-r's). Values run from 0 without
+// gaps: bpe_pretokenizer.cpp counts them by the cases of its switch.
 enum class PreTokenizer {
   gpt2, llama3, qwen2, qwen35, deepseek_llm, deepseek_coder, falcon, starcoder,
-  gemma4  // SentencePiece-style BPE: lines and runs of newlines only (spaces are U+2581 first)
+  gemma4,  // SentencePiece-style BPE: lines and runs of newlines only (spaces are U+2581 first)
+  gpt4o,   // OpenAI's o200k (gpt-oss; also Llama 4's): letter runs cut at case changes
+  tekken   // Mistral's: gpt4o's without contractions, single digits
 };
 
 struct Tokenizer::Impl {
