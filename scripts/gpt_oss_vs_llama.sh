@@ -23,11 +23,5 @@ for used in 4 2; do
     --expert-ffn 128 --sliding-window 64 --vocab 2048 --context 8192 --rope-base 150000 \
     --rope-scaling yarn --rope-factor 4 --rope-original-context 512 --type f16 --untied --seed 7
 done
-for m in oss4 oss2; do
-  n=64
-  if [ $m = oss2 ]; then n=0; fi
-  for q in "" "--quantize MXFP4_MOE"; do
-    check "$dir/$m.gguf" -n $n --ppl-rel 0.005 $q "$@"
-  done
-done
+check_moe "$dir/oss4.gguf" "$dir/oss2.gguf" MXFP4_MOE "$@"
 exit $status

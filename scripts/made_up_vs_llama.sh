@@ -1,10 +1,13 @@
 # Sourced, first thing, by the scripts that check a made-up model against llama.cpp
-# (gemma3_vs_llama.sh, moe_vs_llama.sh, yarn_vs_llama.sh), whose arguments are LLAMA_BIN SPATTN
+# (gemma3_vs_llama.sh, moe_vs_llama.sh, gpt_oss_vs_llama.sh, yarn_vs_llama.sh), whose arguments are LLAMA_BIN SPATTN
 # [arch_vs_llama.py options]: takes the first two into $bin and $spattn (the options stay in
 # "$@"), exits 77 (skipped) when llama.cpp's tools are not in $bin, and makes a folder $dir
 # removed at exit. `check MODEL [arch_vs_llama.py options]` then runs one arch_vs_llama.py check
 # and folds its exit status into $status (0 passed, 1 a check failed, 77 a comparison not
-# made); the script ends with `exit $status`.
+# made); the script ends with `exit $status`. `check_moe ALL ROUTED QUANT [options]` runs the
+# mixture-of-experts pair: greedy text (64 tokens) and perplexity on ALL (every expert used),
+# perplexity only on ROUTED (greedy text not judged: moe_vs_llama.sh says why), each as
+# written and through llama-quantize QUANT, perplexity within 0.5% as well as the +/-.
 bin=$1 spattn=$2
 shift 2
 for t in llama-completion llama-perplexity llama-quantize; do
@@ -17,4 +20,15 @@ check() {
   rc=0
   python3 "$(dirname "$0")/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" -m "$@" || rc=$?
   if [ $rc -eq 77 ] && [ $status -eq 0 ]; then status=77; elif [ $rc -ne 0 ] && [ $rc -ne 77 ]; then status=1; fi
+}
+check_moe() {
+  all=$1 routed=$2 quant=$3
+  shift 3
+  for m in "$all" "$routed"; do
+    n=64
+    if [ "$m" = "$routed" ]; then n=0; fi
+    for q in "" "--quantize $quant"; do
+      check "$m" -n $n --ppl-rel 0.005 $q "$@"
+    done
+  done
 }

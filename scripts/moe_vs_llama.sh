@@ -24,11 +24,5 @@ for used in 8 2; do
     --vocab 2048 --context 8192 --rope-base 1000000 --type f16 --untied \
     --seed 7
 done
-for m in moe8 moe2; do
-  n=64
-  if [ $m = moe2 ]; then n=0; fi
-  for q in "" "--quantize Q4_K_M"; do
-    check "$dir/$m.gguf" -n $n --ppl-rel 0.005 $q "$@"
-  done
-done
+check_moe "$dir/moe8.gguf" "$dir/moe2.gguf" Q4_K_M "$@"
 exit $status

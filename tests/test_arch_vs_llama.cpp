@@ -2,8 +2,8 @@
 // f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy text for 64 tokens and perplexity at -c 1024 over
 // 3 windows of code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh,
 // scripts/gpt_oss_vs_llama.sh and scripts/yarn_vs_llama.sh (the whole file and longer contexts
-// by hand: README). Needs llama.cpp's built tools: SPATTN_LLAMA_BIN, else third_party/llama.cpp/build/bin; skipped
-// where they or the held-out text are absent.
+// by hand: README). Needs llama.cpp's built tools: SPATTN_LLAMA_BIN, else
+// third_party/llama.cpp/build/bin; skipped where they or the held-out text are absent.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 

@@ -341,7 +341,8 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
       spattn::test::GgufEdit e;
       e.drop_tensors = {t};
       spattn::test::write_edited(f, (d / "drop.gguf").string(), e);
-      expect_run_refuses(d, (d / "drop.gguf").string(), {std::string("tensor ") + t + " is missing"});
+      expect_run_refuses(d, (d / "drop.gguf").string(),
+                         {std::string("tensor ") + t + " is missing"});
     }
     spattn::test::GgufEdit e;
     e.drop_keys = {"gpt-oss.attention.sliding_window"};

@@ -1,9 +1,9 @@
 // Chat templates: the text a conversation becomes before tokenizing, for the model families
 // the runner reads (Llama 3, ChatML as Qwen uses it, Phi-3, Gemma, Mistral's v1/v3/v3-tekken/v7
-// instruct formats, gpt-oss's Harmony turns as llama.cpp renders them). A GGUF carries its template as Jinja source (tokenizer.chat_template);
-// spattn does not run Jinja: it recognises the family from marker strings in that source, as
-// llama.cpp's built-in templates do, and renders the family's format itself. Names are
-// llama.cpp's (--chat-template NAME).
+// instruct formats, gpt-oss's Harmony turns as llama.cpp renders them). A GGUF carries its
+// template as Jinja source (tokenizer.chat_template); spattn does not run Jinja: it recognises
+// the family from marker strings in that source, as llama.cpp's built-in templates do, and
+// renders the family's format itself. Names are llama.cpp's (--chat-template NAME).
 #pragma once
 #include <optional>
 #include <string>

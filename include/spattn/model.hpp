@@ -65,9 +65,9 @@ struct Config {
   std::vector<float> rope_factors_long, rope_factors_short;
   int64_t n_ctx_orig = 0;  // rope.scaling.original_context_length; 0: n_ctx_train
   double rope_attn_factor = 1.0;
-  // gemma3, gpt-oss: the sliding window of its local layers (attention.sliding_window; 0: none) and
-  // which layers are local (llama.cpp's set_swa_pattern: with pattern n, layer l is local when
-  // l % n < n - 1, so every n-th is global; empty: none). gemma3's local layers turn by
+  // gemma3, gpt-oss: the sliding window of the local layers (attention.sliding_window; 0:
+  // none) and which layers are local (llama.cpp's set_swa_pattern: with pattern n, layer l is
+  // local when l % n < n - 1, so every n-th is global; empty: none). gemma3's local layers turn by
   // rope_base_swa, unscaled; global ones by rope_base with positions divided by
   // rope_linear_factor (rope.scaling.factor of "linear" scaling, as llama.cpp's freq_scale).
   // gpt-oss's local layers turn by rope_base_swa with the global layers' scaling (llama.cpp

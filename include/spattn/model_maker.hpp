@@ -43,8 +43,8 @@ struct ModelShape {
   float rms_eps = 1e-5f;
   int64_t sliding_window = 1024;  // gemma3, gpt-oss: attention.sliding_window, local layers
   // Mixture of experts (qwen3moe and gpt-oss need it; llama takes it: Mixtral's layout):
-  // `experts` experts of hidden size expert_ffn (qwen3moe, gpt-oss; llama's use `ffn`), `experts_used` of
-  // them a token, chosen by a router (ffn_gate_inp). 0: a dense FFN.
+  // `experts` experts of hidden size expert_ffn (qwen3moe, gpt-oss; llama's use `ffn`),
+  // `experts_used` of them a token, chosen by a router (ffn_gate_inp). 0: a dense FFN.
   int64_t experts = 0, experts_used = 0, expert_ffn = 0;
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;

@@ -1,7 +1,8 @@
 // The chat formats, each as its model family documents it (Meta's Llama 3 prompt format,
 // ChatML, Microsoft's Phi-3, Google's Gemma turns, Mistral's instruct formats v1 / v3 /
-// v3-tekken / v7, OpenAI's Harmony turns for gpt-oss); detection and whitespace handling follow llama.cpp's built-in templates,
-// so that the same conversation gives the same text as llama.cpp's llama_chat_apply_template.
+// v3-tekken / v7, OpenAI's Harmony turns for gpt-oss); detection and whitespace handling
+// follow llama.cpp's built-in templates, so that the same conversation gives the same text as
+// llama.cpp's llama_chat_apply_template.
 #include "spattn/chat_template.hpp"
 
 #include "spattn/error.hpp"

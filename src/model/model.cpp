@@ -221,9 +221,9 @@ struct Model::Impl {
                  " bytes), which has no f32 conversion");
     std::vector<float> v(static_cast<size_t>(n * rows));
     for (int64_t r = 0; r < rows; ++r)
-      gguf::dequantize_row(w.type,
-                           static_cast<const uint8_t*>(w.data) + size_t(r) * gguf::row_bytes(w.type, n),
-                           v.data() + r * n, n);
+      gguf::dequantize_row(
+          w.type, static_cast<const uint8_t*>(w.data) + size_t(r) * gguf::row_bytes(w.type, n),
+          v.data() + r * n, n);
     mem.owned += v.size() * sizeof(float);
     return v;
   }
