@@ -266,6 +266,39 @@ TEST(TokenizerMadeUp, BpeMergesByRank) {
   expect_round_trips(t, "made-up bpe");
 }
 
+// End of generation as llama.cpp marks it: EOS and EOT by key, turn enders and FIM tokens by
+// their text; in a vocabulary with <|return|> and <|call|> (gpt-oss's o200k_harmony) <|end|>
+// closes a message and does not end the answer, elsewhere (Phi-3) it does.
+TEST(TokenizerMadeUp, EndOfGenerationAsLlamaCppMarksIt) {
+  const auto vocab = [](const std::vector<std::string>& added, int32_t eos) {
+    std::vector<std::string> toks = bpe_byte_tokens();
+    for (const std::string& a : added) toks.push_back(a);
+    std::vector<int32_t> types(toks.size(), 1);
+    for (size_t i = 257; i < toks.size(); ++i) types[i] = 3;
+    Writer w;
+    w.set("tokenizer.ggml.model", "gpt2");
+    w.set("tokenizer.ggml.tokens", toks);
+    w.set("tokenizer.ggml.token_type", types);
+    w.set("tokenizer.ggml.merges", std::vector<std::string>{});
+    w.set("tokenizer.ggml.eos_token_id", uint32_t(eos));
+    return spattn::test::MadeUpVocab(w.bytes());
+  };
+  // gpt-oss: <|return|> (257, EOS), <|call|> (258) end it; <|end|> (259), <|start|> do not.
+  const auto oss = vocab({"<|return|>", "<|call|>", "<|end|>", "<|start|>"}, 257);
+  EXPECT_TRUE(oss.tok.is_eog(257));
+  EXPECT_TRUE(oss.tok.is_eog(258));
+  EXPECT_FALSE(oss.tok.is_eog(259));
+  EXPECT_FALSE(oss.tok.is_eog(260));
+  EXPECT_TRUE(oss.tok.is_eog(0));  // <|endoftext|>, by its text
+  EXPECT_FALSE(oss.tok.is_eog(1));
+  EXPECT_FALSE(oss.tok.is_eog(-1));
+  // Phi-3 / ChatML / Qwen's coder: <|end|>, <|im_end|>, <|fim_pad|> and <|file_sep|> end it.
+  const auto chat =
+      vocab({"<|end|>", "<|im_end|>", "<|im_start|>", "<|fim_pad|>", "<|file_sep|>"}, 0);
+  for (int32_t id : {0, 257, 258, 260, 261}) EXPECT_TRUE(chat.tok.is_eog(id)) << id;
+  EXPECT_FALSE(chat.tok.is_eog(259));  // <|im_start|>
+}
+
 TEST(TokenizerMadeUp, BpeMergeTablesKeepLlamaCppsRules) {
   // "x y" makes "xy", which is no token, and "xy z" merges it on to "xyz"; "p q" is listed
   // twice (ranks 2 and 4: the first counts, so p+q beats q+r at rank 3); "pq" is listed twice

@@ -56,7 +56,11 @@ class Tokenizer {
   int32_t bos() const;  // -1 when the vocabulary has none
   int32_t eos() const;
   bool add_bos() const;
-  bool is_eog(int32_t id) const;        // end of generation: EOS or EOT
+  // End of generation, as llama.cpp's vocabulary marks it: EOS, EOT, EOM, the FIM pad / repo /
+  // separator tokens, and tokens by their text (<|eot_id|>, <|im_end|>, <|end|>, <|return|>,
+  // <|call|>, <end_of_turn>, <|endoftext|>, ...; gpt-oss's <|end|> ends a message, not the
+  // answer, and is not one).
+  bool is_eog(int32_t id) const;
   TokenType type(int32_t id) const;
   const std::string& text(int32_t id) const;  // the raw vocabulary entry
   float score(int32_t id) const;

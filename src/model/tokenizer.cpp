@@ -104,6 +104,57 @@ const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
   return nullptr;
 }
 
+// llama.cpp's end-of-generation set (llama_vocab::load; its issue 9606 says why by text): the
+// FIM pad / repo / separator ids (by their keys, else by the texts llama.cpp looks for), every
+// token whose text is a turn ender some model uses, EOS, EOT and EOM. Where <|return|> and <|call|> are both there (gpt-oss's o200k_harmony) or
+// <|calls|> and <|flush|> (solar-open), <|end|> closes a message inside an answer and is
+// dropped; where <|tool_response> is (Gemma 4), </s> is.
+std::vector<int32_t> end_of_generation_ids(const Tokenizer::Impl& t, const gguf::File& f) {
+  const int32_t nv = int32_t(t.tokens.size());
+  std::vector<int32_t> eog;
+  const auto id_of = [&](std::string_view s) { return t.find(s); };
+  struct Fim {
+    const char* key;
+    std::vector<const char*> texts;
+  };
+  const Fim fims[] = {
+      {"tokenizer.ggml.fim_pad_token_id",
+       {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+      {"tokenizer.ggml.fim_rep_token_id",
+       {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+      {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}}};
+  for (const Fim& fim : fims) {
+    int32_t id = optional_id(f, fim.key, -1, nv);
+    for (size_t i = 0; id < 0 && i < fim.texts.size(); ++i) id = id_of(fim.texts[i]);
+    if (id >= 0) eog.push_back(id);
+  }
+  if (const int32_t id = optional_id(f, "tokenizer.ggml.eom_token_id", -1, nv); id >= 0)
+    eog.push_back(id);
+  static constexpr const char* kEnders[] = {
+      "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
+      "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+      "<｜end▁of▁sentence｜>", "[e~["};
+  for (const char* s : kEnders)
+    if (const int32_t id = id_of(s); id >= 0) eog.push_back(id);
+  for (int32_t id : {t.eos, t.eot})
+    if (id >= 0) eog.push_back(id);
+  std::sort(eog.begin(), eog.end());
+  eog.erase(std::unique(eog.begin(), eog.end()), eog.end());
+  const auto in = [&](std::string_view s) {
+    const int32_t id = id_of(s);
+    return id >= 0 && std::binary_search(eog.begin(), eog.end(), id);
+  };
+  const auto drop = [&](std::string_view s) {
+    const int32_t id = id_of(s);
+    eog.erase(std::remove(eog.begin(), eog.end(), id), eog.end());
+  };
+  if (in("<|end|>") && ((in("<|return|>") && in("<|call|>")) || (in("<|calls|>") && in("<|flush|>"))))
+    drop("<|end|>");
+  if (in("<|tool_response>") && in("</s>")) drop("</s>");
+  return eog;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -227,6 +278,7 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t->set_merges(f.get_string_views("tokenizer.ggml.merges"), path);
   }
   t->eot = optional_id(f, "tokenizer.ggml.eot_token_id", -1, nv);
+  t->eog = end_of_generation_ids(*t, f);
   if (f.has("tokenizer.ggml.add_bos_token")) t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   if (f.has("tokenizer.ggml.add_space_prefix") && t->kind == Kind::spm)
     t->add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
@@ -353,7 +405,7 @@ int32_t Tokenizer::bos() const { return impl_->bos; }
 int32_t Tokenizer::eos() const { return impl_->eos; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }
 bool Tokenizer::is_eog(int32_t id) const {
-  return id >= 0 && (id == impl_->eos || id == impl_->eot);
+  return std::binary_search(impl_->eog.begin(), impl_->eog.end(), id);
 }
 Tokenizer::TokenType Tokenizer::type(int32_t id) const {
   SPATTN_CHECK(id >= 0 && id < n_vocab(), "tokenizer: token id ", id, " is out of range");

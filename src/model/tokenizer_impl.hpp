@@ -40,6 +40,7 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, int32_t> merge_rank_text;
   std::vector<int32_t> special;  // control/user-defined/unknown ids, longest text first
   int32_t bos = -1, eos = -1, eot = -1, unk = -1;
+  std::vector<int32_t> eog;  // the ids that end generation, sorted (end_of_generation_ids)
   bool add_bos = false;
   bool add_space_prefix = false;
   // BPE: a word that is itself a vocabulary token is that token, whatever the merges would
