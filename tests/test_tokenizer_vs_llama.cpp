@@ -1,4 +1,5 @@
-// Word splits llama.cpp's tokenizer suite has no vocabulary for (GPT-4o's o200k, Mistral's
+// End of generation against llama.cpp on its suite's vocabularies (the last test), and word
+// splits llama.cpp's tokenizer suite has no vocabulary for (GPT-4o's o200k, Mistral's
 // Tekken, MiniMax M2's): Llama 3's vocabulary from the suite with tokenizer.ggml.pre rewritten,
 // tokenized by spattn and by llama.cpp's llama-tokenize, which must give the same ids, BOS
 // included (the suite's own test leaves it out); llama-bpe, the file as it is, for that. The texts
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -24,6 +26,7 @@
 #include "cli_run.hpp"
 #include "gguf_edit.hpp"
 #include "models_dir.hpp"
+#include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
 
@@ -194,6 +197,47 @@ TEST_P(TokenizerVsLlamaCpp, EditedVocabularyGivesLlamaCppIds) {
               pre.c_str(), equal, texts.size(), n_suite, kSplitTexts.size(),
               texts.size() > n_suite + kSplitTexts.size() ? ", code-heldout.txt" : "",
               theirs.size());
+}
+
+// End of generation: the ids llama.cpp's loader lists as EOG tokens (llama-tokenize --verbose
+// prints them) are those spattn's is_eog marks, on every vocabulary of llama.cpp's suite that
+// spattn reads.
+TEST(TokenizerEogVsLlamaCpp, SuiteVocabulariesEndGenerationAtLlamaCppsTokens) {
+  const fs::path tool = llama_bin() / "llama-tokenize";
+  if (!fs::exists(tool)) GTEST_SKIP() << "llama-tokenize absent in " << llama_bin()
+                                      << " (SPATTN_LLAMA_BIN)";
+  if (!fs::exists(suite_dir())) GTEST_SKIP() << "llama.cpp's tokenizer suite absent";
+  const fs::path out = fs::temp_directory_path() / ("spattn_eog_" + std::to_string(::getpid()));
+  int compared = 0;
+  for (const auto& e : fs::directory_iterator(suite_dir())) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("ggml-vocab-", 0) != 0 || e.path().extension() != ".gguf") continue;
+    const spattn::gguf::File f = spattn::gguf::File::open(e.path().string());
+    std::optional<spattn::Tokenizer> t;
+    try {
+      t.emplace(spattn::Tokenizer::from_gguf(f));
+    } catch (const spattn::Error&) {
+      continue;  // a vocabulary spattn refuses by name (the suite test covers which)
+    }
+    const std::string cmd = "exec " + tool.string() + " -m " + e.path().string() +
+                            " -p hi --ids --verbose >" + out.string() + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string log = spattn::test::slurp(out);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << name << ": " << log;
+    std::set<int32_t> theirs, ours;
+    std::istringstream lines(log);
+    for (std::string line; std::getline(lines, line);)
+      if (const size_t at = line.find("EOG token"); at != std::string::npos)
+        if (const size_t eq = line.find('=', at); eq != std::string::npos)
+          theirs.insert(int32_t(std::stol(line.substr(eq + 1))));
+    for (int32_t id = 0; id < t->n_vocab(); ++id)
+      if (t->is_eog(id)) ours.insert(id);
+    EXPECT_EQ(ours, theirs) << name;
+    ++compared;
+  }
+  fs::remove(out);
+  EXPECT_GE(compared, 10);
+  std::printf("end-of-generation sets equal to llama.cpp's on %d suite vocabularies\n", compared);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pre, TokenizerVsLlamaCpp,
