@@ -106,9 +106,10 @@ const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
 
 // llama.cpp's end-of-generation set (llama_vocab::load; its issue 9606 says why by text): the
 // FIM pad / repo / separator ids (by their keys, else by the texts llama.cpp looks for), every
-// token whose text is a turn ender some model uses, EOS, EOT and EOM. Where <|return|> and <|call|> are both there (gpt-oss's o200k_harmony) or
-// <|calls|> and <|flush|> (solar-open), <|end|> closes a message inside an answer and is
-// dropped; where <|tool_response> is (Gemma 4), </s> is.
+// token whose text is a turn ender some model uses, EOS, EOT and EOM. Where <|return|> and
+// <|call|> are both there (gpt-oss's o200k_harmony) or <|calls|> and <|flush|> (solar-open),
+// <|end|> closes a message inside an answer and is dropped; where <|tool_response> is (Gemma 4),
+// </s> is.
 std::vector<int32_t> end_of_generation_ids(const Tokenizer::Impl& t, const gguf::File& f) {
   const int32_t nv = int32_t(t.tokens.size());
   std::vector<int32_t> eog;
@@ -149,8 +150,8 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer::Impl& t, const gguf:
     const int32_t id = id_of(s);
     eog.erase(std::remove(eog.begin(), eog.end(), id), eog.end());
   };
-  if (in("<|end|>") && ((in("<|return|>") && in("<|call|>")) || (in("<|calls|>") && in("<|flush|>"))))
-    drop("<|end|>");
+  const bool harmony = (in("<|return|>") && in("<|call|>")) || (in("<|calls|>") && in("<|flush|>"));
+  if (harmony && in("<|end|>")) drop("<|end|>");
   if (in("<|tool_response>") && in("</s>")) drop("</s>");
   return eog;
 }
