@@ -18,6 +18,7 @@ struct GgufEdit {
   std::set<std::string> drop_keys, drop_tensors;
   std::map<std::string, std::string> set_strings;       // key -> new string value
   std::map<std::string, uint32_t> set_u32;              // key -> new u32 value
+  std::map<std::string, float> set_f32;                 // key -> new f32 value
   std::map<std::string, std::vector<float>> f32_tensors;  // name -> new 1-D f32 values
 };
 
@@ -31,6 +32,10 @@ inline void write_edited(const gguf::File& f, const std::string& path, const Ggu
       continue;
     }
     if (auto it = e.set_u32.find(k); it != e.set_u32.end()) {
+      w.set(k, it->second);
+      continue;
+    }
+    if (auto it = e.set_f32.find(k); it != e.set_f32.end()) {
       w.set(k, it->second);
       continue;
     }
@@ -58,6 +63,8 @@ inline void write_edited(const gguf::File& f, const std::string& path, const Ggu
   for (auto& [k, v] : e.set_strings)
     if (!f.has(k)) w.set(k, v);
   for (auto& [k, v] : e.set_u32)
+    if (!f.has(k)) w.set(k, v);
+  for (auto& [k, v] : e.set_f32)
     if (!f.has(k)) w.set(k, v);
   std::vector<std::vector<float>> keep;  // replaced values, alive until write()
   keep.reserve(e.f32_tensors.size());

@@ -353,6 +353,11 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
     spattn::test::write_edited(f, (d / "ffn.gguf").string(), e);
     expect_run_refuses(d, (d / "ffn.gguf").string(), {"ffn_gate_exps.weight has shape"});
     e.set_u32.clear();
+    e.set_f32["gpt-oss.rope.freq_base_swa"] = 20000.0f;  // rope.freq_base is 10000
+    spattn::test::write_edited(f, (d / "swabase.gguf").string(), e);
+    expect_run_refuses(d, (d / "swabase.gguf").string(),
+                       {"yarn with a gpt-oss.rope.freq_base_swa (20000) other than"});
+    e.set_f32.clear();
     e.drop_keys = {"gpt-oss.expert_count"};
     spattn::test::write_edited(f, (d / "none.gguf").string(), e);
     expect_run_refuses(d, (d / "none.gguf").string(), {"gpt-oss needs gpt-oss.expert_count > 0"});
