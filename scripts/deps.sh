@@ -4,6 +4,7 @@
 set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config
+  ccache                # compiles only what changed, across build folders and checkouts
   libhwy-dev            # Google Highway: portable SIMD with runtime dispatch
   libopenblas-openmp-dev  # sgemm, the in-process peak (the OpenMP build: CMakeLists.txt says why)
   nlohmann-json3-dev    # JSON (safetensors headers, --json, calibration files)
