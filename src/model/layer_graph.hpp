@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/threading.hpp"
 #include "spattn/model.hpp"
 
 namespace spattn::model {
@@ -51,12 +52,6 @@ struct GraphStep {
   bool operator==(const GraphStep&) const = default;
 };
 
-// The threads a pool call over `bytes` of data is worth: 1 below `from` bytes, where the
-// call's fixed cost is more than the split saves; else `threads`. A layer's graph costs a
-// region start and a barrier per node, a decode attention one pool call (layer_graph.cpp).
-inline constexpr size_t kGraphParallelBytes = size_t(512) << 10;
-inline constexpr size_t kAttentionParallelBytes = size_t(256) << 10;
-int threads_for_bytes(size_t bytes, int threads, size_t from);
 
 // The graphs one session runs, kept for the next call with the same rows, step and threads
 // (each decode step repeats the last one's graphs; so does every full chunk of a prompt):
