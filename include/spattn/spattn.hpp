@@ -1,4 +1,5 @@
-// Umbrella header.
+// Umbrella header: the attention engine (kernels, methods, their reports and inputs). The
+// tools' pieces (PNG figures, the in-process peaks) are included by name where used.
 #pragma once
 #include "spattn/attention.hpp"
 #include "spattn/blasst.hpp"
@@ -8,17 +9,14 @@
 #include "spattn/coverage.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
-#include "spattn/image.hpp"
 #include "spattn/io.hpp"
 #include "spattn/kv_type.hpp"
-#include "spattn/mask_figure.hpp"
 #include "spattn/merge.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
 #include "spattn/modality.hpp"
 #include "spattn/modality_heads.hpp"
 #include "spattn/packed_kv.hpp"
-#include "spattn/peak.hpp"
 #include "spattn/report.hpp"
 #include "spattn/select.hpp"
 #include "spattn/sparse_attention.hpp"
