@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "spattn/decode_spec.hpp"
+#include "methods/registry.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 
@@ -19,10 +19,10 @@ inline void expect_spec_error(const std::string& spec, const std::string& mentio
   }
 }
 
-// The same for a runner's decode spec (`--attn-decode`, parse_decode_spec).
+// The same for a runner's decode spec (`--attn-decode`: the registry's decode backend).
 inline void expect_decode_spec_error(const std::string& spec, const std::string& mention) {
   try {
-    parse_decode_spec(spec);
+    make_decode_backend(parse_method_spec(spec), BackendContext{});
     ADD_FAILURE() << "accepted '" << spec << "'";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << spec << ": " << e.what();

@@ -12,7 +12,9 @@
 
 #include "spattn/attention.hpp"
 #include "spattn/calibration.hpp"
-#include "spattn/decode_spec.hpp"
+#include "methods/registry.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/packed_kv.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
@@ -74,13 +76,43 @@ TEST(BlasstSpec, ThresholdFromCalibration) {
 TEST(BlasstSpec, DecodeThresholdFromCalibration) {
   const fs::path p = write_calibration();
   const Calibration c = load_calibration(p.string());
-  const DecodeSpec d = parse_decode_spec("blasst:sparsity=0.6,calib=" + p.string());
-  ASSERT_EQ(d.kind, DecodeKind::blasst);
-  EXPECT_EQ(d.blasst.order, c.order);
+  // One decoded row through the runner's backend at each layer and length: bit for bit the
+  // decode kernel at the law's threshold for that length, in the file's order.
+  const auto decoded = [](const std::string& spec, int64_t layer, int64_t length,
+                          const DecodeOptions* expected) {
+    const Tensor q = test::random_tensor(DType::f32, 2, 1, 64, 7);
+    const Tensor k = test::random_tensor(DType::f32, 2, length, 64, 8);
+    const Tensor v = test::random_tensor(DType::f32, 2, length, 64, 9);
+    const PackedKV kv = PackedKV::pack(k, v);
+    Tensor out(DType::f32, 2, 1, 64), want(DType::f32, 2, 1, 64);
+    BackendContext ctx;
+    ctx.layer = layer;
+    LayerCall c;
+    c.q = q, c.out = out;
+    c.pos0 = length - 1;
+    c.packed = &kv;
+    c.opt.threads = 1;
+    DecodeReads reads;
+    make_decode_backend(parse_method_spec(spec), ctx)->decode(c, reads);
+    AttnOptions a;
+    a.threads = 1;
+    a.q_start = length - 1;
+    attention_decode(q, kv, want, a, *expected);
+    EXPECT_EQ(test::diff(out, want).max_abs, 0.0) << spec << " layer " << layer << " length "
+                                                  << length;
+    EXPECT_EQ(reads.keys_read, 2 * length);
+  };
   for (int64_t layer : {0, 5})  // a file with one law serves every layer
-    for (int64_t length : {4096, 65536})
-      EXPECT_DOUBLE_EQ(d.blasst_step(layer, length).lambda, c.lambda_for(0.6, length));
-  EXPECT_DOUBLE_EQ(parse_decode_spec("blasst:lambda=0.01").blasst_step(3, 4096).lambda, 0.01);
+    for (int64_t length : {1024, 4096}) {
+      DecodeOptions o;
+      o.lambda = c.lambda_for(0.6, length);
+      o.order = c.order;
+      decoded("blasst:sparsity=0.6,calib=" + p.string(), layer, length, &o);
+    }
+  DecodeOptions fixed;
+  fixed.lambda = 0.01;
+  fixed.order = BlasstOrder::local_first;  // the runner's default order
+  decoded("blasst:lambda=0.01", 3, 1024, &fixed);
   const auto& expect_error = test::expect_decode_spec_error;
   const std::string calib = p.string();
   expect_error("blasst", "exactly one");

@@ -415,7 +415,7 @@ TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
                              "tri_shape --cp 2",
                          dir.path);
   expect_every_rank_fails(r, 2,
-                          "is not context-parallel (dense, chunked_h2o, a_shape and blasst are)");
+                          "is not context-parallel (dense, a_shape, blasst and chunked_h2o are)");
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold

@@ -66,7 +66,7 @@ model::SessionOptions h2o_options() {
   so.n_ctx = 256;
   so.n_batch = 64;
   so.n_ubatch = 32;
-  so.mode = model::PrefillMode::chunked_h2o;
+  so.attn = "chunked_h2o";
   so.h2o_local = 8;
   so.h2o_heavy = 12;  // smaller than the prompt: the scores choose
   so.threads = 2;

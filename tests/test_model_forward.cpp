@@ -631,13 +631,12 @@ TEST(ModelForward, GptOssEqualsPlainForward) {
 TEST(ModelForward, GptOssSinksInEveryMode) {
   const MadeUp mu = gpt_oss(false, 29, {6, 2, 24});
   SessionOptions h2o = dense_opts(64, 16);
-  h2o.mode = PrefillMode::chunked_h2o;
+  h2o.attn = "chunked_h2o";
   h2o.h2o_local = 8;
   h2o.h2o_heavy = 128;  // every earlier token stays in memory
   expect_equals_plain(mu, h2o, 50, 2, 2e-4);
   SessionOptions method = dense_opts(64, 24);
-  method.mode = PrefillMode::method;
-  method.attn_spec = "dense";
+  method.attn = "a_shape";  // keeps every key here: dense through the method path
   expect_equals_plain(mu, method, 50, 2, 2e-4);
   SessionOptions blasst = dense_opts(64, 24);
   blasst.attn_decode = "blasst:lambda=1e-30";  // skips no tile of these scores
@@ -646,8 +645,7 @@ TEST(ModelForward, GptOssSinksInEveryMode) {
 
 TEST(ModelForward, Qwen3MethodPrefillEqualsPlainForward) {
   SessionOptions so = dense_opts(64, 24);
-  so.mode = PrefillMode::method;
-  so.attn_spec = "dense";
+  so.attn = "a_shape";  // keeps every key here: dense through the method path
   expect_equals_plain(make_model(Arch::qwen3, false, true, 15, 32), so, 50, 2, 2e-4);
 }
 
@@ -684,18 +682,16 @@ TEST(ModelForward, Gemma3F16EqualsPlainForward) {
 TEST(ModelForward, Gemma3EveryModeRunsTheBand) {
   const MadeUp mu = gemma3(false, true, 24, 9);
   SessionOptions me = dense_opts(64, 24);
-  me.mode = PrefillMode::method;
-  me.attn_spec = "dense";
+  me.attn = "a_shape";  // keeps every key here: dense through the method path
   expect_equals_plain(mu, me, 50, 2, kF16Tol);
   SessionOptions h2o = dense_opts(64, 16);
-  h2o.mode = PrefillMode::chunked_h2o;
+  h2o.attn = "chunked_h2o";
   h2o.h2o_local = 16;
   h2o.h2o_heavy = 64;  // more than the 60 tokens: every key stays in memory
   expect_equals_plain(mu, h2o, 60, 2, kF16Tol);
   const Model model(mu.refs);
   SessionOptions q = dense_opts(64, 24);
-  q.mode = PrefillMode::method;
-  q.attn_spec = "a_shape";
+  q.attn = "a_shape";
   q.attn_decode = "quest";
   const std::vector<LayerAttention> la = Session(model, q).layer_attention();
   ASSERT_EQ(la.size(), 2u);
@@ -770,12 +766,11 @@ TEST(ModelForward, CacheTypesEqualPlainForwardOverRoundedKV) {
   mixed.cache_type_v = KVType::f16;
   expect_equals_plain(make_model(Arch::llama, false, true, 8, 32), mixed, 60, 3, kF16Tol);
   SessionOptions q8 = dense_opts(64, 24, KVType::q8_0);
-  q8.mode = PrefillMode::chunked_h2o;
+  q8.attn = "chunked_h2o";
   q8.h2o_local = 8;
   q8.h2o_heavy = 128;
   expect_equals_plain(make_model(Arch::qwen2, false, true, 9, 32), q8, 70, 3, kF16Tol);
-  q8.mode = PrefillMode::method;
-  q8.attn_spec = "dense";
+  q8.attn = "a_shape";  // keeps every key here: dense through the method path
   expect_equals_plain(make_model(Arch::llama, false, true, 10, 32), q8, 50, 2, kF16Tol);
   // q8_0 matters: the unrounded forward is further from the session than the rounded one.
   const MadeUp mu = make_model(Arch::llama, false, true, 8, 32);
@@ -797,7 +792,7 @@ TEST(ModelForward, CacheTypesEqualPlainForwardOverRoundedKV) {
 
 TEST(ModelForward, ChunkedH2OWithCoveringMemoryEqualsPlainForward) {
   SessionOptions so = dense_opts(48, 16);
-  so.mode = PrefillMode::chunked_h2o;
+  so.attn = "chunked_h2o";
   so.h2o_local = 8;
   so.h2o_heavy = 128;  // every earlier token stays in memory
   expect_equals_plain(make_model(Arch::llama, false, true, 5), so, 70, 3, 2e-4);
@@ -805,8 +800,7 @@ TEST(ModelForward, ChunkedH2OWithCoveringMemoryEqualsPlainForward) {
 
 TEST(ModelForward, LibraryMethodPrefillEqualsPlainForward) {
   SessionOptions so = dense_opts(64, 24);
-  so.mode = PrefillMode::method;
-  so.attn_spec = "dense";
+  so.attn = "a_shape";  // keeps every key here: dense through the method path
   expect_equals_plain(make_model(Arch::qwen2, false, true, 6), so, 60, 2, 2e-4);
 }
 
@@ -817,7 +811,7 @@ TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
   const Model model(mu.refs);
   const auto tokens = some_tokens(90, mu.cfg.n_vocab, 9);
   SessionOptions so = dense_opts(96, 16);
-  so.mode = PrefillMode::chunked_h2o;
+  so.attn = "chunked_h2o";
   so.h2o_local = 4;
   so.h2o_heavy = 4;
   Session s(model, so);
@@ -884,8 +878,7 @@ TEST(ModelForward, CalibratedBlasstTakesEachLayersOwnLaw) {
   const MadeUp mu = make_model(Arch::llama, false, true, 9);
   const Model model(mu.refs);
   SessionOptions so = dense_opts(64, 24);
-  so.mode = PrefillMode::method;
-  so.attn_spec = "blasst:sparsity=0.3,calib=" + file;
+  so.attn = "blasst:sparsity=0.3,calib=" + file;
   std::string err;
   try {
     Session s(model, so);
@@ -893,7 +886,7 @@ TEST(ModelForward, CalibratedBlasstTakesEachLayersOwnLaw) {
     err = e.what();
   }
   EXPECT_NE(err.find("no law for layer 1 (it has layers 0, 3)"), std::string::npos) << err;
-  so.attn_spec += ",layer=3";
+  so.attn += ",layer=3";
   EXPECT_NO_THROW(Session(model, so));
   std::filesystem::remove(file);
 }
@@ -948,12 +941,11 @@ TEST(ModelForward, BadInputRaises) {
   so.n_ubatch = 0;
   EXPECT_THROW(Session(model, so), Error);
   so = dense_opts(32, 16);
-  so.mode = PrefillMode::chunked_h2o;
+  so.attn = "chunked_h2o";
   so.h2o_local = 17;
   EXPECT_THROW(Session(model, so), Error);
   so = dense_opts(32, 16);
-  so.mode = PrefillMode::method;
-  so.attn_spec = "nosuch";
+  so.attn = "nosuch";
   EXPECT_THROW(Session(model, so), Error);
 }
 

@@ -61,7 +61,7 @@ TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
       "        path = os.path.join(os.getcwd(), name)\n        if os.path.exists(path):\n"
       "            print(path)\n\n\nif __name__ == \"__main__\":\n    main()\n");
   SessionOptions h2o = so;
-  h2o.mode = PrefillMode::chunked_h2o;
+  h2o.attn = "chunked_h2o";
   h2o.n_ubatch = 32;
   h2o.h2o_local = 8;
   h2o.h2o_heavy = 256;

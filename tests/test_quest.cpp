@@ -17,7 +17,6 @@
 #include "kernels/quest_scores.hpp"
 #include "model/kv_cache.hpp"
 #include "spattn/decode.hpp"
-#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
@@ -427,7 +426,7 @@ TEST(Quest, SixteenBitSummariesEqualF32SummariesOfTheSameKeys) {
             ASSERT_EQ(stored.get(h, p, c, max), wide.get(h, p, c, max))
                 << kv_type_name(type) << " head " << h << " page " << p << " dim " << c;
     for (const char* spec : {"quest:k=7", "quest:topp=0.8"}) {
-      const QuestParams p = parse_decode_spec(spec).quest;
+      const QuestParams p = parse_quest_params(parse_method_spec(spec));
       EXPECT_EQ(quest_select(q, stored, p, 0.125f), quest_select(q, wide, p, 0.125f))
           << kv_type_name(type) << " " << spec;
     }
@@ -440,7 +439,7 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
     for (int64_t n : {1, 47, 640, 1001})
     for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
                              "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
-      const QuestParams p = parse_decode_spec(spec).quest;
+      const QuestParams p = parse_quest_params(parse_method_spec(spec));
       const int64_t d = 64, group = hq / hkv;
       const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
       const Tensor q = random_tensor(hq, 1, d, uint64_t(n) + 1);
@@ -477,7 +476,7 @@ TEST(Quest, TiedPagesGoInPageOrder) {
       k.view().set(0, pg * page + 3, c, 4.0f * (q.view().get(0, 0, c) + q.view().get(1, 0, c)));
   QuestPages pages(hkv, d, page, n);
   pages.append(k);
-  const QuestParams p = parse_decode_spec("quest:k=5").quest;
+  const QuestParams p = parse_quest_params(parse_method_spec("quest:k=5"));
   const auto ranges = quest_select(q, pages, p, 1.0f / std::sqrt(float(d)));
   const std::vector<char> got = chosen_pages(ranges[0], page, pages.pages());
   EXPECT_EQ(got, twin_pages(q, 0, k, hq / hkv, p, 1.0 / std::sqrt(double(d))));
@@ -492,7 +491,7 @@ TEST(Quest, DecodeEqualsAttentionOverTheChosenKeys) {
   const int64_t d = 64, hkv = 2, hq = 6;
   for (KVType type : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
     for (int64_t n : {77, 1000, 2500}) {
-      const QuestParams p = parse_decode_spec("quest:k=6,page=16").quest;
+      const QuestParams p = parse_quest_params(parse_method_spec("quest:k=6,page=16"));
       const Tensor k = random_tensor(hkv, n, d, 7 + uint64_t(n), 0.5f);
       const Tensor v = random_tensor(hkv, n, d, 8 + uint64_t(n));
       const Tensor q = random_tensor(hq, 1, d, 9 + uint64_t(n));
@@ -593,7 +592,7 @@ TEST(Quest, TruncatedSummariesEqualAFreshAppend) {
 // Just under it Quest chooses; a mass budget always chooses.
 TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
   const auto reads_all = [](const char* spec, int64_t keys) {
-    return quest_reads_every_key(parse_decode_spec(spec).quest, keys);
+    return quest_reads_every_key(parse_quest_params(parse_method_spec(spec)), keys);
   };
   EXPECT_TRUE(reads_all("quest", 8192));     // 258 pages of 16: 4,128 keys of 8,192
   EXPECT_TRUE(reads_all("quest", 8256));     // 4,128 of 8,256: exactly half
@@ -615,7 +614,7 @@ TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
   std::vector<float> dense_lse(size_t(hq), 0.0f);
   attention_decode(q, kv, dense, AttnOptions{}, DecodeOptions{}, dense_lse.data());
   for (const char* spec : {"quest:k=8", "quest:k=6"}) {  // 160 and 128 of 300 keys
-    const QuestParams p = parse_decode_spec(spec).quest;
+    const QuestParams p = parse_quest_params(parse_method_spec(spec));
     QuestPages pages(hkv, d, p.page, n, KVType::f16);
     pages.append(k);
     Tensor out(DType::f32, hq, 1, d);
@@ -652,11 +651,19 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("blasst", "lambda=X or sparsity=S");
   expect_error("blasst:lambda=2", "lambda");
   expect_error("nonsense", "nonsense");
-  EXPECT_EQ(parse_decode_spec("quest:topp=1").quest.topp, 1.0);
-  EXPECT_EQ(parse_decode_spec("quest:sums=i8").quest.sums, QuestSums::i8);
-  EXPECT_EQ(parse_decode_spec("quest").quest.sums, QuestSums::i8);
-  EXPECT_EQ(parse_decode_spec("quest:sums=cache").quest.sums, QuestSums::cache);
-  EXPECT_EQ(parse_decode_spec("dense").kind, DecodeKind::dense);
+  const auto quest = [](const char* spec) { return parse_quest_params(parse_method_spec(spec)); };
+  EXPECT_EQ(quest("quest:topp=1").topp, 1.0);
+  EXPECT_EQ(quest("quest:sums=i8").sums, QuestSums::i8);
+  EXPECT_EQ(quest("quest").sums, QuestSums::i8);
+  EXPECT_EQ(quest("quest:sums=cache").sums, QuestSums::cache);
+  // What each spec's decode reads: Quest's pages past its dense layers, dense's every key.
+  BackendContext ctx;
+  ctx.layer = 2;
+  EXPECT_TRUE(make_decode_backend(parse_method_spec("quest"), ctx)->capabilities().reads_pages);
+  ctx.layer = 1;
+  EXPECT_FALSE(make_decode_backend(parse_method_spec("quest"), ctx)->capabilities().reads_pages);
+  EXPECT_EQ(make_decode_backend(parse_method_spec("quest"), ctx)->name(), "dense");
+  EXPECT_FALSE(make_decode_backend(parse_method_spec("dense"), ctx)->capabilities().sparse_decode);
 }
 
 // The runner: quest with every page kept computes dense decode's logits; with a small budget

@@ -50,13 +50,16 @@ std::vector<int32_t> tokens(int64_t n, uint64_t seed) {
   return t;
 }
 
-SessionOptions opts(PrefillMode mode, const std::string& spec = "") {
+// a_shape at its defaults (sink 128, local 4096) keeps every key of these short prompts: a
+// library method through the runner's method path that computes dense attention.
+constexpr const char* kExactMethod = "a_shape";
+
+SessionOptions opts(const std::string& attn = "dense") {
   SessionOptions so;
   so.n_ctx = 400;
   so.n_batch = 64;
   so.n_ubatch = 32;
-  so.mode = mode;
-  so.attn_spec = spec;
+  so.attn = attn;
   so.h2o_local = 8;
   so.h2o_heavy = 400;  // every earlier token stays in memory: chunked_h2o is dense here
   so.threads = 2;
@@ -93,8 +96,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 struct ModeCase {
   const char* name;
-  PrefillMode mode;
-  const char* spec;
+  const char* attn;
 };
 void PrintTo(const ModeCase& c, std::ostream* os) { *os << c.name; }
 
@@ -107,7 +109,7 @@ TEST_P(PrefillAfterDecode, EqualsOnePrefillOfTheSameTokens) {
   const ModeCase c = GetParam();
   const int64_t a = 70, n_dec = 5, b = 45, n = a + n_dec + b;
   const auto t = tokens(n, 3);
-  Session split(small_model(), opts(c.mode, c.spec));
+  Session split(small_model(), opts(c.attn));
   split.prefill(std::span(t).first(size_t(a)), nullptr, 0);
   std::vector<float> one(V);
   for (int64_t i = a; i < a + n_dec; ++i) split.decode(t[size_t(i)], one.data());
@@ -115,7 +117,7 @@ TEST_P(PrefillAfterDecode, EqualsOnePrefillOfTheSameTokens) {
   split.prefill(std::span(t).subspan(size_t(a + n_dec)), got.data(), 0);
   EXPECT_EQ(split.n_past(), n);
 
-  Session whole(small_model(), opts(c.mode, c.spec));
+  Session whole(small_model(), opts(c.attn));
   std::vector<float> want(size_t(b * V));
   whole.prefill(t, want.data(), a + n_dec);
   double scale = 0, worst = 0;
@@ -130,10 +132,9 @@ TEST_P(PrefillAfterDecode, EqualsOnePrefillOfTheSameTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Modes, PrefillAfterDecode,
-    ::testing::Values(ModeCase{"dense", PrefillMode::dense, ""},
-                      ModeCase{"chunked_h2o", PrefillMode::chunked_h2o, ""},
-                      ModeCase{"method_dense", PrefillMode::method, "dense"},
-                      ModeCase{"method_a_shape", PrefillMode::method, "a_shape:sink=64,local=512"}),
+    ::testing::Values(ModeCase{"dense", "dense"}, ModeCase{"chunked_h2o", "chunked_h2o"},
+                      ModeCase{"method_exact", kExactMethod},
+                      ModeCase{"method_a_shape", "a_shape:sink=64,local=512"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- A call that fails leaves the session as it was. ----
@@ -163,8 +164,8 @@ void expect_same_next_results(Session& a, Session& b, const std::vector<int32_t>
 
 TEST(SessionState, PrefillFailingInItsLastLayerChangesNothing) {
   const auto t = tokens(300, 5), more = tokens(40, 6);
-  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::method}) {
-    Session s(small_model(), opts(mode, "dense")), twin(small_model(), opts(mode, "dense"));
+  for (const std::string mode : {"dense", kExactMethod}) {
+    Session s(small_model(), opts(mode)), twin(small_model(), opts(mode));
     for (Session* x : {&s, &twin}) {
       x->prefill(std::span(t).first(100), nullptr, 0);
       x->decode(t[100], nullptr);
@@ -185,7 +186,7 @@ TEST(SessionState, PrefillFailingInItsLastLayerChangesNothing) {
 
 TEST(SessionState, DecodeFailingInItsLastLayerChangesNothing) {
   const auto t = tokens(80, 7), more = tokens(10, 8);
-  Session s(small_model(), opts(PrefillMode::dense)), twin(small_model(), opts(PrefillMode::dense));
+  Session s(small_model(), opts()), twin(small_model(), opts());
   s.prefill(t, nullptr, 0);
   twin.prefill(t, nullptr, 0);
   fail_last_layer_from(s, 0);
@@ -201,7 +202,7 @@ TEST(SessionState, DecodeFailingInItsLastLayerChangesNothing) {
 // its third batch leaves them, and the cache, as a fresh session's.
 TEST(SessionState, ChunkedH2OPromptFailingLeavesAFreshSession) {
   const auto t = tokens(200, 9);
-  SessionOptions so = opts(PrefillMode::chunked_h2o);
+  SessionOptions so = opts("chunked_h2o");
   so.h2o_heavy = 16;  // a memory smaller than the prompt: the layer state matters
   Session s(small_model(), so), fresh(small_model(), so);
   fail_last_layer_from(s, 128);
@@ -222,7 +223,7 @@ TEST(SessionState, ChunkedH2OPromptFailingLeavesAFreshSession) {
 // prefill back like any failure, and the same logits follow.
 TEST(SessionState, PrefillProgressReportsEachPieceAndMayCancel) {
   const auto t = tokens(150, 4);
-  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::chunked_h2o}) {
+  for (const std::string mode : {"dense", "chunked_h2o"}) {
     Session s(small_model(), opts(mode)), fresh(small_model(), opts(mode));
     std::vector<int64_t> seen;
     std::vector<float> a(V), b(V);
@@ -232,7 +233,7 @@ TEST(SessionState, PrefillProgressReportsEachPieceAndMayCancel) {
     });
     // After each of the 3 layers of each piece, its tokens in proportion (rounded down).
     const std::vector<int64_t> want =
-        mode == PrefillMode::dense
+        mode == "dense"
             ? std::vector<int64_t>{10, 21, 32, 42, 53, 64, 74, 85, 96, 106, 117, 128, 135, 142, 150}
             : std::vector<int64_t>{21, 42, 64, 85, 106, 128, 135, 142, 150};
     EXPECT_EQ(seen, want);
@@ -283,7 +284,7 @@ TEST(SessionState, CalibratedTargetOutOfReachInTheLastLayerChangesNothing) {
       (fs::temp_directory_path() / ("spattn_session_reach_" + std::to_string(::getpid()) + ".json"))
           .string();
   save_calibration(path, file);
-  const SessionOptions so = opts(PrefillMode::method, "blasst:sparsity=0.3,calib=" + path);
+  const SessionOptions so = opts("blasst:sparsity=0.3,calib=" + path);
   const auto t = tokens(300, 10), more = tokens(30, 11);
   Session s(small_model(), so), twin(small_model(), so);
   for (Session* x : {&s, &twin}) {
@@ -310,8 +311,8 @@ TEST(SessionState, CalibratedTargetOutOfReachInTheLastLayerChangesNothing) {
 // alone computes them), a session holds the bytes that prefill gives and continues alike.
 TEST(SessionState, TruncateEqualsAPrefillOfTheKeptTokens) {
   const auto t = tokens(120, 12), more = tokens(20, 13);
-  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::method}) {
-    Session s(small_model(), opts(mode, "dense")), kept(small_model(), opts(mode, "dense"));
+  for (const std::string mode : {"dense", kExactMethod}) {
+    Session s(small_model(), opts(mode)), kept(small_model(), opts(mode));
     s.prefill(std::span(t).first(100), nullptr, 0);
     s.decode(t[100], nullptr);
     s.truncate(64);
@@ -322,7 +323,7 @@ TEST(SessionState, TruncateEqualsAPrefillOfTheKeptTokens) {
     EXPECT_THROW(s.truncate(-1), Error);
     s.truncate(0);
     EXPECT_EQ(s.n_past(), 0);
-    EXPECT_EQ(cache_difference(s, Session(small_model(), opts(mode, "dense"))), "");
+    EXPECT_EQ(cache_difference(s, Session(small_model(), opts(mode))), "");
   }
 }
 
@@ -330,9 +331,9 @@ TEST(SessionState, TruncateEqualsAPrefillOfTheKeptTokens) {
 // by what the fork does, and the other way round.
 TEST(SessionState, ForkCopiesThePrefixAndIsIndependent) {
   const auto t = tokens(120, 14), more = tokens(20, 15), other = tokens(20, 16);
-  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::method}) {
-    Session s(small_model(), opts(mode, "dense")), twin(small_model(), opts(mode, "dense")),
-        kept(small_model(), opts(mode, "dense"));
+  for (const std::string mode : {"dense", kExactMethod}) {
+    Session s(small_model(), opts(mode)), twin(small_model(), opts(mode)),
+        kept(small_model(), opts(mode));
     for (Session* x : {&s, &twin}) {
       x->prefill(std::span(t).first(100), nullptr, 0);
       x->decode(t[100], nullptr);
@@ -351,8 +352,8 @@ TEST(SessionState, ForkCopiesThePrefixAndIsIndependent) {
     EXPECT_THROW(s.fork(s.n_past() + 1), Error);
   }
   // chunked_h2o: a fork of no tokens runs the prompt from position 0 as a fresh session does.
-  Session h(small_model(), opts(PrefillMode::chunked_h2o)),
-      fresh(small_model(), opts(PrefillMode::chunked_h2o));
+  Session h(small_model(), opts("chunked_h2o")),
+      fresh(small_model(), opts("chunked_h2o"));
   h.prefill(std::span(t).first(100), nullptr, 0);
   Session f = h.fork(0);
   std::vector<float> a(100 * V), b(100 * V);
@@ -374,8 +375,8 @@ TEST(SessionState, ASessionAndItsForkRunAtOnce) {
     }
     return out;
   };
-  for (PrefillMode mode : {PrefillMode::dense, PrefillMode::method}) {
-    Session base(small_model(), opts(mode, "dense"));
+  for (const std::string mode : {"dense", kExactMethod}) {
+    Session base(small_model(), opts(mode));
     base.prefill(std::span(t).first(40), nullptr, 0);
     Session a = base.fork(), b = base.fork(), a_alone = base.fork(), b_alone = base.fork();
     const auto want_a = run(a_alone, 40), want_b = run(b_alone, 100);

@@ -15,7 +15,8 @@
 #include "cli.hpp"
 #include "runner.hpp"
 #include "model/kv_cache.hpp"
-#include "spattn/decode_spec.hpp"
+#include "spattn/decode.hpp"
+#include "spattn/quest.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cli {
@@ -165,8 +166,11 @@ void run_decode_tail(const PplOptions& o) {
   std::vector<int64_t> keys_read(modes.size()), keys_total(modes.size());
   Tally prefill_tally;
   const model::Config& cfg = lm.model.config();
-  const DecodeSpec compared = parse_decode_spec(modes.back());
-  const bool recall = o.decode_recall && compared.kind == DecodeKind::quest;
+  // The recall measure is Quest's own (its page choice against the dense mass): it reads the
+  // compared spec's Quest parameters.
+  const MethodSpec compared_spec = parse_method_spec(modes.back());
+  const bool recall = o.decode_recall && compared_spec.name == "quest";
+  const QuestParams quest = recall ? parse_quest_params(compared_spec) : QuestParams{};
   SPATTN_CHECK(!o.decode_recall || recall, "--decode-recall needs --attn-decode quest[:...]");
   RecallTally rt;
   if (recall) {
@@ -192,7 +196,7 @@ void run_decode_tail(const PplOptions& o) {
       if (prefix > 0) s.prefill(std::span(window).first(size_t(prefix)), nullptr, 0);
       for (int64_t j = 0; j < N; ++j) {
         s.decode(window[size_t(prefix + j)], logits.data() + j * V);
-        if (recall && m + 1 == modes.size()) rt.measure(s, cfg, compared.quest);
+        if (recall && m + 1 == modes.size()) rt.measure(s, cfg, quest);
       }
       score(logits, V, window.data() + prefix + 1, N, tally[m]);
       const model::Timings& t = s.timings();
@@ -238,10 +242,10 @@ void run_decode_tail(const PplOptions& o) {
       nlohmann::json layers = nlohmann::json::array();
       for (size_t l = 0; l < rt.layers.size(); ++l)
         layers.push_back({{"layer", l},
-                          {"dense", int64_t(l) < compared.quest.dense_layers},
+                          {"dense", int64_t(l) < quest.dense_layers},
                           {"mean", rt.layers[l].mean()},
                           {"worst", rt.layers[l].worst}});
-      const RecallTally::Share all = rt.sparse(compared.quest.dense_layers);
+      const RecallTally::Share all = rt.sparse(quest.dense_layers);
       j["results"][modes.back()]["recall"] = {{"mean", all.mean()},
                                               {"worst", all.worst},
                                               {"head_steps", all.count},
@@ -267,14 +271,14 @@ void run_decode_tail(const PplOptions& o) {
                1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
                100.0 * double(keys_read[m]) / double(keys_total[m]));
   if (recall) {
-    const RecallTally::Share all = rt.sparse(compared.quest.dense_layers);
+    const RecallTally::Share all = rt.sparse(quest.dense_layers);
     fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
                "({} head-steps)\n",
                modes.back(), all.mean(), all.worst, all.count);
     std::string per_layer;
     for (size_t l = 0; l < rt.layers.size(); ++l)
       per_layer += fmt::format("  {}{} {:.4f}/{:.4f}", l,
-                               int64_t(l) < compared.quest.dense_layers ? " (dense: if sparse)" : "",
+                               int64_t(l) < quest.dense_layers ? " (dense: if sparse)" : "",
                                rt.layers[l].mean(), rt.layers[l].worst);
     fmt::print("  per layer, mean/worst:{}\n", per_layer);
   }
@@ -402,7 +406,7 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
              tokens.size(), windows, c, so[0].n_batch, so[0].n_ubatch, rows);
   for (size_t m = 0; m < modes.size(); ++m) {
     std::string name = modes[m];
-    if (so[m].mode == model::PrefillMode::chunked_h2o)
+    if (parse_method_spec(so[m].attn).name == "chunked_h2o")  // its sizes are the flags'
       name += fmt::format(" (L {}, H {})", o.r.h2o_local, o.r.h2o_heavy);
     fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   prefill {:9.1f} ms, attention {:9.1f} ms\n",
                name, tally[m].ppl(), tally[m].err(), tally[m].prefill_ms, tally[m].attn_ms);

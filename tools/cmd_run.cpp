@@ -15,6 +15,7 @@
 #include "runner.hpp"
 #include "sampler.hpp"
 #include "spattn/error.hpp"
+#include "spattn/method.hpp"
 #include "spattn/h2o_trace.hpp"
 #include "spattn/io.hpp"
 
@@ -95,7 +96,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   if (!o.h2o_trace_dir.empty()) {
     std::error_code ec;
-    SPATTN_CHECK(so.mode == model::PrefillMode::chunked_h2o,
+    SPATTN_CHECK(parse_method_spec(so.attn).name == "chunked_h2o",
                  "--h2o-trace needs --attn chunked_h2o");
     SPATTN_CHECK(std::filesystem::is_directory(o.h2o_trace_dir, ec), "--h2o-trace: '",
                  o.h2o_trace_dir, "' is not a directory");

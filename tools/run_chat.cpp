@@ -29,7 +29,6 @@ void run_chat(const RunnerOptions& r, const ChatOptions& c) {
   fmt::print(stderr, "chat: template {}, attention {}; one line per turn, end with Ctrl-D\n",
              chat_template_name(tmpl), r.attn);
   model::Session s(lm.model, so);
-  const bool continues = so.mode == model::PrefillMode::dense;  // others run from position 0
   std::vector<ChatMessage> msgs;
   if (!c.system.empty()) msgs.push_back({"system", c.system});
   std::vector<int32_t> conv;  // every token of the conversation (the cache holds n_past())
@@ -56,8 +55,9 @@ void run_chat(const RunnerOptions& r, const ChatOptions& c) {
     SPATTN_CHECK(int64_t(conv.size()) < so.n_ctx, "chat: the conversation (", conv.size(),
                  " tokens) fills the context -c ", so.n_ctx);
     // What the cache lacks: this turn's tokens, after the last answer's end token (sampled,
-    // never decoded); all of it where the prefill runs from position 0.
-    if (!continues) s.reset();
+    // never decoded), from the longest prefix the session can go on from (dense: all it holds;
+    // a method that chooses keys per call: none, so all of it from position 0).
+    s.truncate(s.reuse_point(s.n_past()));
     const std::span<const int32_t> rest(conv.data() + s.n_past(), conv.size() - size_t(s.n_past()));
     s.prefill(rest, logits.data(), int64_t(rest.size()) - 1);
     std::string answer;

@@ -65,18 +65,8 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.cache_type_v = parse_kv_type(o.cache_type_v);
   s.attn_decode = o.attn_decode;
   s.cp_gather = o.cp_gather;
-  const MethodSpec spec = parse_method_spec(attn);
-  if (spec.name == "dense" && spec.params.empty()) {
-    s.mode = model::PrefillMode::dense;
-  } else if (spec.name == "chunked_h2o") {
-    SPATTN_CHECK(spec.params.empty(), "--attn chunked_h2o takes its sizes from -b, -ub, "
-                 "--h2o-local and --h2o-heavy, not from the spec ('", attn, "')");
-    s.mode = model::PrefillMode::chunked_h2o;
-  } else {
-    make_method(spec);  // an unknown name or bad parameter fails here, before the model loads
-    s.mode = model::PrefillMode::method;
-    s.attn_spec = attn;
-  }
+  // An unknown name or a bad parameter fails here, before the model loads.
+  s.attn = attn;
   s.validate();
   return s;
 }

@@ -92,12 +92,23 @@ struct MethodInfo {
   // The parameter that sets how many key blocks a query block keeps (topk, k_trim), empty
   // where there is none: the count twin a `topp` budget is compared with at equal density.
   std::string count_param;
+  // In a model runner (spattn run, perplexity, serve, eval): whether `--attn SPEC` runs it over
+  // a prompt (false: a decode only, quest), whether `--attn-decode SPEC` decodes with it, and
+  // whether each runs across the ranks of a context-parallel group (--cp P).
+  bool prefills = true;
+  bool decodes = false;
+  bool context_parallel = false;
+  bool decode_context_parallel = false;
 };
 
 // Throws Error for unknown names (listing the known ones) and unknown or bad parameters.
 std::unique_ptr<Method> make_method(const MethodSpec& spec);
 std::unique_ptr<Method> make_method(std::string_view text);
+// The methods of the default comparison (`spattn bench`), and their infos in that order; the
+// registry's other methods (grid, mminference, quest) are asked for by name.
 std::vector<std::string> method_names();
-std::vector<MethodInfo> method_catalog();  // in method_names() order
+std::vector<MethodInfo> method_catalog();
+// Any method the registry knows; Error listing the known ones for another name.
+MethodInfo method_info(std::string_view name);
 
 }  // namespace spattn

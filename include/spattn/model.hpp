@@ -1,7 +1,8 @@
 // Llama-family decoder models (architectures `llama`, `qwen2`, `qwen3`, `qwen3moe`, `phi3`,
-// `gemma3` and `gpt-oss`) and a session that runs one
-// prompt through them: prefill in chunks (dense, chunked_h2o, or any library method), then
-// token-by-token decode with full attention over a pre-allocated KV cache.
+// `gemma3` and `gpt-oss`) and a session that runs one prompt through them: prefill in chunks
+// (dense, chunked_h2o, or any library method), then token-by-token decode (dense, Quest or
+// BLASST) over a pre-allocated KV cache; each layer's attention is a backend from the method
+// registry (src/methods/layer_backend.hpp).
 //
 // Forward pass per layer (llama.cpp's llm_build_llama / llm_build_qwen2):
 //   h = RMSNorm(x) * attn_norm;  q, k, v = h Wq (+bq), h Wk (+bk), h Wv (+bv)   (qwen2: biases)
@@ -202,30 +203,31 @@ class Model {
 Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);
 
-// How a prompt's attention is computed during prefill (decode: SessionOptions::attn_decode).
-enum class PrefillMode { dense, chunked_h2o, method };
-
 struct SessionOptions {
   int64_t n_ctx = 4096;     // -c: KV cache capacity (tokens)
   int64_t n_batch = 2048;   // -b: logical batch
   int64_t n_ubatch = 512;   // -ub: chunk
-  PrefillMode mode = PrefillMode::dense;
+  // --attn: how a prompt's attention is computed, any method of the registry (spattn/method.hpp:
+  // MethodInfo::prefills): "dense", "chunked_h2o" (its sizes: -b, -ub, --h2o-local and
+  // --h2o-heavy), or a library method's spec run over the cache per -ub chunk.
+  std::string attn = "dense";
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
   // chunked_h2o: how many chunk boundaries of the prompts prefilled keep the layers' state
   // (the most recent ones; every -ub chunk end when -ub is a multiple of 64, as the default
-  // 512, else those a multiple of 64 tokens into their -b batch, and the batch ends), so a later prompt that starts with the same tokens goes on
-  // from there bit for bit (Session::reuse_point). Each holds every layer's memory set and its
-  // rows (about 2 (L + H) Hq d 4 bytes a layer); 0 keeps none: one-shot prompts (`run`,
-  // `perplexity`) never go back, so only a server's slots ask for some (serve: 2).
+  // 512, else those a multiple of 64 tokens into their -b batch, and the batch ends), so a later
+  // prompt that starts with the same tokens goes on from there bit for bit (Session::
+  // reuse_point). Each holds every layer's memory set and its rows (about 2 (L + H) Hq d 4 bytes
+  // a layer); 0 keeps none: one-shot prompts (`run`, `perplexity`) never go back, so only a
+  // server's slots ask for some (serve: 2).
   int64_t h2o_keep = 0;
-  std::string attn_spec;  // PrefillMode::method: a library method spec (--attn)
   int threads = 2;        // -t: matrix products, attention kernels and methods
   // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every
   // token's K and V rows are rounded to these types before any attention reads them, so
   // prefill (every mode) and decode see the values the cache holds.
   KVType cache_type_k = KVType::f16, cache_type_v = KVType::f16;
-  // --attn-decode: how decode attends (spattn/decode_spec.hpp): dense, quest[:...] (page
-  // summaries kept with the cache) or blasst:lambda=X. Prefill is unaffected.
+  // --attn-decode: how decode attends, a registry method with a decode form (MethodInfo::
+  // decodes): dense, quest[:...] (page summaries kept with the cache) or blasst:lambda=X /
+  // blasst:sparsity=S,calib=FILE. Prefill is unaffected.
   std::string attn_decode = "dense";
   // With a quest decode: page summaries in every layer, not only in those Quest decodes
   // (spattn perplexity --decode-recall measures what its choice would keep in the dense ones).
@@ -335,6 +337,10 @@ class Session {
   void reset_timings();
   // Per layer, what its attention runs in prefill and decode.
   std::vector<LayerAttention> layer_attention() const;
+  // What the last prefill's global layers ran: the --attn spec's name as layer_attention()
+  // gives it, or "dense" where a stateful method ran dense (chunked_h2o on a prompt of one
+  // chunk, or going on from a position whose state was not kept).
+  std::string prefill_ran() const;
 
   // Bytes this session holds besides the model's weights: the KV cache (every layer's
   // PackedKV at capacity), the raw K/V copies method mode keeps, the row buffers, and

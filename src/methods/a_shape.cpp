@@ -1,10 +1,17 @@
 // a_shape: StreamingLLM's sinks plus local window, a static block mask (MMInference Table 2:
 // sink = 128, local = 4096). No estimate: the mask depends on the lengths only.
-#include "methods/a_shape.hpp"
+#include "dist/ring_attention.hpp"
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
+#include "spattn/error.hpp"
 
 namespace spattn {
+
+struct AShapeParams {
+  int64_t sink = 128, local = 4096, block_q = 64, block_k = 64;
+};
+// Throws Error on a bad or unknown parameter, as make_method does.
+AShapeParams a_shape_params(const MethodSpec& spec);
 namespace {
 
 class AShape final : public BlockMaskMethod {
@@ -42,5 +49,35 @@ AShapeParams a_shape_params(const MethodSpec& spec) {
 }
 
 std::unique_ptr<Method> make_a_shape(const MethodSpec& spec) { return std::make_unique<AShape>(spec); }
+
+namespace {
+// Across ranks the ring runs the static pattern itself: each shard travels with only the rows
+// some other rank sees (dist::RingPattern).
+class AShapePrefill final : public MethodPrefill {
+ public:
+  AShapePrefill(const MethodSpec& spec, const AShapeParams& a)
+      : MethodPrefill(make_method(spec), spec.text),
+        pattern_{a.sink, a.local, a.block_q, a.block_k} {}
+  RingPlan ring_plan(int64_t, int, bool) const override { return RingPlan{}; }
+  void ring_prefill(const RingCall& c, const RingPlan&) override {
+    const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
+                             c.v_type, c.opt, c.out, &pattern_, nullptr, false};
+    dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+  }
+
+ private:
+  dist::RingPattern pattern_;
+};
+}  // namespace
+
+std::unique_ptr<LayerBackend> make_a_shape_prefill(const MethodSpec& spec,
+                                                   const BackendContext& ctx) {
+  const AShapeParams a = a_shape_params(spec);
+  // One process lays query blocks from each -ub chunk's start; across ranks they lie from
+  // position 0: the same blocks when -ub is a multiple of their height.
+  SPATTN_CHECK(!ctx.cp || ctx.n_ubatch % a.block_q == 0, "--cp with a_shape needs -ub (",
+               ctx.n_ubatch, ") a multiple of block_q (", a.block_q, ")");
+  return std::make_unique<AShapePrefill>(spec, a);
+}
 
 }  // namespace spattn

@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-#include "methods/blasst.hpp"
+#include "dist/ring_attention.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
@@ -32,6 +32,12 @@
 #include "spattn/error.hpp"
 
 namespace spattn {
+
+// The fixed threshold of a blasst spec run across ranks (--cp): blasst:lambda=X with the
+// local-first order (the default). Throws Error for a spec make_method refuses, and by name
+// for what the ring cannot carry: sparsity=S,calib=FILE (its threshold follows the kv length
+// of each one-process chunk) and order=in_order (the seed is local-first's first two tiles).
+double blasst_cp_lambda(const MethodSpec& spec);
 namespace {
 
 // The default visiting order, chosen by measurement (docs/ARCHITECTURE.md, "BLASST's visiting
@@ -169,6 +175,121 @@ double blasst_cp_lambda(const MethodSpec& spec) {
   SPATTN_CHECK(b.order() == BlasstOrder::local_first, "--cp with blasst runs order=local_first "
                "only (the ranks seed the running max with its first two tiles)");
   return b.lambda();
+}
+
+namespace {
+// In a model runner a calibrated spec (sparsity=S,calib=FILE) runs each layer at its own law:
+// layer=l is added unless the spec names a layer itself. A file with one law serves every
+// layer; a per-layer file without this layer's law is an Error naming its layers. Across ranks
+// the ring runs BLASST's rule itself (dist::RingBlasst) on the 64-token tiles.
+class BlasstPrefill final : public MethodPrefill {
+ public:
+  BlasstPrefill(const MethodSpec& spec, const MethodSpec& layer_spec, double cp_lambda)
+      : MethodPrefill(make_method(layer_spec), spec.text), ring_{cp_lambda} {}
+  RingPlan ring_plan(int64_t, int, bool) const override { return RingPlan{kKeyBlock, false}; }
+  void ring_check(int64_t n, int ranks) const override {
+    SPATTN_CHECK((n + kKeyBlock - 1) / kKeyBlock >= 2 * int64_t(ranks), "--cp ", ranks,
+                 " with blasst: the prompt's ", n, " tokens make fewer than the ", 2 * ranks,
+                 " chunks of ", kKeyBlock, " tokens (its tiles) the split needs");
+  }
+  void ring_prefill(const RingCall& c, const RingPlan&) override {
+    const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
+                             c.v_type, c.opt, c.out, nullptr, &ring_, false};
+    dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+  }
+
+ private:
+  dist::RingBlasst ring_;
+};
+
+// Decode (`--attn-decode blasst:...`): the skip rule over the cache, one threshold per step
+// (lambda=X), or the layer's law at the cache's length (sparsity=S,calib=FILE).
+class BlasstDecode final : public LayerBackend {
+ public:
+  BlasstDecode(std::string spec, DecodeOptions opt, std::shared_ptr<const Calibration> calib,
+               double sparsity, int64_t layer)
+      : spec_(std::move(spec)), opt_(opt), calib_(std::move(calib)), sparsity_(sparsity),
+        layer_(layer) {}
+  std::string name() const override { return spec_; }
+  BackendCaps capabilities() const override {
+    BackendCaps c;
+    c.sparse_decode = true;
+    return c;
+  }
+  TensorView prefill(const LayerCall& c) override { return dense_prefill(c); }
+  void decode(const LayerCall& c, DecodeReads& reads) override {
+    const PackedKV& kv = *c.packed;
+    DecodeOptions o = opt_;
+    if (calib_) o.lambda = calib_->threshold_for(layer_, kv.size(), sparsity_);
+    attention_decode(c.q, kv, c.out, decode_options(c.opt, c.pos0, kv), o, c.lse, c.stats);
+    // Every key's K is read (the skip saves V and the exponentials).
+    reads.keys_read += kv.kv_heads() * kv.size();
+    reads.keys_total += kv.kv_heads() * kv.size();
+  }
+
+ private:
+  std::string spec_;
+  DecodeOptions opt_;
+  std::shared_ptr<const Calibration> calib_;
+  double sparsity_;
+  int64_t layer_;
+};
+}  // namespace
+
+std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec,
+                                                  const BackendContext& ctx) {
+  double cp_lambda = 0;
+  if (ctx.cp) {
+    cp_lambda = blasst_cp_lambda(spec);
+    SPATTN_CHECK(ctx.n_ubatch % kKeyBlock == 0, "--cp with blasst needs -ub (", ctx.n_ubatch,
+                 ") a multiple of ", kKeyBlock, " (its tiles)");
+  }
+  MethodSpec s = spec;
+  if (spec.params.count("calib") && !spec.params.count("layer")) {
+    s.params["layer"] = std::to_string(ctx.layer);
+    s.text += ",layer=" + std::to_string(ctx.layer);
+  }
+  return std::make_unique<BlasstPrefill>(spec, s, cp_lambda);
+}
+
+std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec,
+                                                 const BackendContext& ctx) {
+  ParamReader r(spec);
+  const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
+  SPATTN_CHECK(has_lambda != has_sparsity, "--attn-decode blasst: give exactly one of lambda=X "
+               "or sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
+  DecodeOptions o;
+  double sparsity = 0;
+  if (has_lambda) {
+    o.lambda = r.get_double("lambda", 0.0, 0.0, 1.0);
+    SPATTN_CHECK(o.lambda > 0, "blasst: lambda=0 is dense decode; give lambda in (0, 1]");
+  } else {
+    sparsity = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
+  }
+  const std::string calib = r.get_string("calib", "");
+  const bool has_order = r.has("order");
+  try {
+    o.order = parse_blasst_order(r.get_string("order", "local_first"));
+  } catch (const Error& e) {
+    detail::fail("blasst: order: ", e.what());
+  }
+  r.finish();
+  SPATTN_CHECK(has_lambda || !calib.empty(),
+               "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
+  SPATTN_CHECK(!has_lambda || calib.empty(), "blasst: calib=FILE goes with sparsity=S, not lambda=X");
+  std::shared_ptr<const Calibration> laws;
+  if (has_sparsity) {
+    laws = std::make_shared<const Calibration>(load_calibration(calib));
+    // Its thresholds reach their sparsity only in the order it was measured in.
+    SPATTN_CHECK(!has_order || o.order == laws->order, "blasst: order=",
+                 blasst_order_name(o.order), " but ", calib, " was calibrated for order ",
+                 blasst_order_name(laws->order), " (leave order= out to use it)");
+    o.order = laws->order;
+    // Every layer needs its law: a per-layer file without one is an Error naming its layers
+    // when the session is made, not at the first decoded token.
+    laws->for_layer(ctx.layer);
+  }
+  return std::make_unique<BlasstDecode>(spec.text, o, std::move(laws), sparsity, ctx.layer);
 }
 
 }  // namespace spattn

@@ -30,7 +30,9 @@
 #include <functional>
 #include <memory>
 
+#include "dist/h2o_chain.hpp"
 #include "methods/kernel_path.hpp"
+#include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
 #include "spattn/coverage.hpp"
 #include "spattn/decode.hpp"
@@ -543,6 +545,139 @@ std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec) {
   r.finish();
   p.validate();
   return std::make_unique<ChunkedH2O>(p);
+}
+
+namespace {
+struct H2OState final : BackendState {
+  ChunkedH2OSnapshot snap;
+  size_t bytes() const override { return snap.bytes(); }
+};
+
+// In a model runner: one ChunkedH2OLayer per layer, kept across the -b logical batches of a
+// prompt; each batch passes through every layer at once (Phase 1 over the batch's -ub chunks,
+// then Phase 2 chunk by chunk). Its sizes are the session's -b, -ub, --h2o-local and
+// --h2o-heavy. Across ranks the memory set passes along the chain of ranks in position order
+// (dist/h2o_chain.cpp); a prompt of one chunk runs dense, as in one process.
+class H2OPrefill final : public LayerBackend {
+ public:
+  H2OPrefill(const ChunkedH2OParams& p, const BackendContext& ctx)
+      : p_(p), layer_(p, ctx.q_heads, ctx.kv_heads, ctx.dim, DType::f32, ctx.n_ctx, true,
+                      shared_scratch(ctx)),
+        k_type_(ctx.k_type), v_type_(ctx.v_type) {
+    if (ctx.shared && !*ctx.shared) *ctx.shared = layer_.scratch();  // one for every layer
+  }
+  std::string name() const override { return "chunked_h2o"; }
+  BackendCaps capabilities() const override {
+    BackendCaps c;
+    c.stateful = true;
+    c.ring_grid = p_.chunk;
+    return c;
+  }
+  TensorView prefill(const LayerCall& c) override {
+    AttnOptions a = c.opt;
+    a.q_start = -1;
+    // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
+    layer_.prefill_batch(c.q, c.k, c.v, c.out, a, c.last, c.lse, c.stats,
+                         c.packed->size() == c.q.seq ? c.packed : nullptr);
+    return c.out;
+  }
+
+  RingPlan ring_plan(int64_t n, int ranks, bool gather_asked) const override {
+    if (n > p_.chunk) return RingPlan{p_.chunk, false};
+    return dense_ring_plan(n, ranks, gather_asked);
+  }
+  void ring_check(int64_t n, int ranks) const override {
+    const dist::Zigzag on_grid{n, ranks, p_.chunk};
+    if (n > p_.chunk)
+      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", ranks,
+                   " with chunked_h2o: the prompt's ", n, " tokens make fewer than the ", ranks,
+                   " chunks of -ub ", p_.chunk, " the split needs (one per rank)");
+  }
+  void ring_prefill(const RingCall& c, const RingPlan& plan) override {
+    if (c.zigzag.n <= p_.chunk) return dense_ring_prefill(c, plan);
+    AttnOptions a = c.opt;
+    a.q_start = -1;
+    const dist::H2OChainLayer hl{c.q, c.k, c.v, c.out, c.q_heads, c.kv_heads, c.dim, p_.chunk,
+                                 p_.local + p_.heavy, k_type_, v_type_, a};
+    dist::h2o_chain_prefill(c.group, c.zigzag, hl, layer_, c.wire, c.stats);
+  }
+
+  // The -b batches on the grid a prefill from position 0 lays (multiples of -b): a prefill that
+  // goes on from a kept chunk boundary inside a batch first finishes that batch.
+  std::vector<std::pair<int64_t, int64_t>> batches(int64_t pos0, int64_t n) const override {
+    std::vector<std::pair<int64_t, int64_t>> b;
+    for (int64_t b0 = 0; b0 < n;) {
+      const int64_t b1 = std::min(n, b0 + p_.batch - (pos0 + b0) % p_.batch);
+      b.emplace_back(b0, b1);
+      b0 = b1;
+    }
+    return b;
+  }
+  // Every chunk end but the prompt's own, where going on computes what the whole batch did: a
+  // batch's end, or a chunk end a multiple of kKeyBlock keys into its batch (Phase 1 packs the
+  // batch's keys in tiles of kKeyBlock from its start, so only there do the chunks after it
+  // fall on the same tiles; with the default -ub 512 every chunk end).
+  std::vector<int64_t> boundaries(int64_t pos0, const std::vector<std::pair<int64_t, int64_t>>& b,
+                                  int64_t keep) const override {
+    std::vector<int64_t> ends;
+    if (keep <= 0) return ends;
+    for (auto [b0, b1] : b)
+      for (int64_t c1 = std::min(b1, b0 + p_.chunk);; c1 = std::min(b1, c1 + p_.chunk)) {
+        if (c1 == b.back().second) break;
+        const int64_t batch_start = (pos0 + b0) / p_.batch * p_.batch;
+        if (c1 == b1 || (pos0 + c1 - batch_start) % kKeyBlock == 0) ends.push_back(pos0 + c1);
+        if (c1 == b1) break;
+      }
+    if (int64_t(ends.size()) > keep) ends.erase(ends.begin(), ends.end() - keep);
+    return ends;
+  }
+  // A prompt of one chunk runs dense.
+  bool runs_from(int64_t pos0, int64_t n) const override { return pos0 + n > p_.chunk; }
+  std::shared_ptr<const BackendState> snapshot() const override {
+    auto s = std::make_shared<H2OState>();
+    s->snap = layer_.snapshot();
+    return s;
+  }
+  void restore(const BackendState& s) override {
+    layer_.restore(dynamic_cast<const H2OState&>(s).snap);
+  }
+  void reset() override { layer_.reset(); }
+  void set_on_boundary(std::function<void(int64_t)> f) override {
+    layer_.set_on_memory(std::move(f));
+  }
+  size_t state_bytes() const override { return layer_.state_bytes(); }
+  size_t scratch_bytes() const override { return layer_.scratch_bytes(); }
+  void set_trace(ChunkedH2OTrace* trace) override { layer_.set_trace(trace); }
+  std::shared_ptr<LayerBackend> fork(const std::shared_ptr<LayerBackend>&,
+                                     const BackendContext& ctx) const override {
+    return std::make_shared<H2OPrefill>(p_, ctx);
+  }
+
+ private:
+  static std::shared_ptr<ChunkedH2OScratch> shared_scratch(const BackendContext& ctx) {
+    return ctx.shared ? std::static_pointer_cast<ChunkedH2OScratch>(*ctx.shared) : nullptr;
+  }
+  ChunkedH2OParams p_;
+  ChunkedH2OLayer layer_;
+  KVType k_type_, v_type_;
+};
+}  // namespace
+
+std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
+                                                       const BackendContext& ctx) {
+  SPATTN_CHECK(spec.params.empty(), "--attn chunked_h2o takes its sizes from -b, -ub, "
+               "--h2o-local and --h2o-heavy, not from the spec ('", spec.text, "')");
+  ChunkedH2OParams p;
+  p.chunk = ctx.n_ubatch;
+  p.batch = ctx.n_batch;
+  p.local = ctx.h2o_local;
+  p.heavy = ctx.h2o_heavy;
+  p.validate();
+  // chunked_h2o's chunks restart at each logical batch: on the -ub grid only when -b is a
+  // multiple of -ub, the grid the ranks' split is laid on.
+  SPATTN_CHECK(!ctx.cp || ctx.n_batch % ctx.n_ubatch == 0, "--cp with chunked_h2o needs -b (",
+               ctx.n_batch, ") a multiple of -ub (", ctx.n_ubatch, ")");
+  return std::make_unique<H2OPrefill>(p, ctx);
 }
 
 }  // namespace spattn

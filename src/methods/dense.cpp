@@ -2,7 +2,9 @@
 // sparse method's speedup is measured against.
 #include <memory>
 
+#include "dist/ring_attention.hpp"
 #include "methods/kernel_path.hpp"
+#include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
@@ -40,11 +42,52 @@ class Dense final : public Method {
   }
 };
 
+// In a model runner: the packed cache, read in place; across ranks, the chunks in position
+// order (or the whole K/V gathered), so every row gets one process's bits.
+class DenseBackend final : public LayerBackend {
+ public:
+  std::string name() const override { return "dense"; }
+  BackendCaps capabilities() const override {
+    BackendCaps c;
+    c.ring_gather = c.rows_independent = true;
+    return c;
+  }
+  TensorView prefill(const LayerCall& c) override { return dense_prefill(c); }
+  RingPlan ring_plan(int64_t n, int ranks, bool gather_asked) const override {
+    return dense_ring_plan(n, ranks, gather_asked);
+  }
+  void ring_prefill(const RingCall& c, const RingPlan& plan) override {
+    dense_ring_prefill(c, plan);
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Method> make_dense(const MethodSpec& spec) {
   ParamReader(spec).finish();
   return std::make_unique<Dense>();
+}
+
+RingPlan dense_ring_plan(int64_t n, int ranks, bool gather_asked) {
+  // A prompt of fewer than 2P tiles leaves some run empty on the tiles' grid: gathered, it is
+  // at most 2P - 1 tiles, and one process's bits too.
+  RingPlan p;
+  p.gather = gather_asked || (n + kKeyBlock - 1) / kKeyBlock < 2 * int64_t(ranks);
+  p.grid = p.gather ? 1 : kKeyBlock;
+  return p;
+}
+
+void dense_ring_prefill(const RingCall& c, const RingPlan& plan) {
+  const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
+                           c.v_type, c.opt, c.out, nullptr, nullptr, plan.gather};
+  dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+}
+
+std::unique_ptr<LayerBackend> make_dense_backend() { return std::make_unique<DenseBackend>(); }
+
+std::unique_ptr<LayerBackend> make_dense_prefill(const MethodSpec& spec, const BackendContext&) {
+  ParamReader(spec).finish();
+  return make_dense_backend();
 }
 
 }  // namespace spattn

@@ -16,6 +16,8 @@
 #include "kernels/quest_bounds.hpp"
 #include "kernels/quest_pages.hpp"
 #include "kernels/quest_scores.hpp"
+#include "methods/layer_backend.hpp"
+#include "methods/registry.hpp"
 
 namespace spattn {
 
@@ -400,6 +402,48 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
     attention_decode(q, kv, out, opt, DecodeOptions{}, lse, stats);
   else
     quest_attend(q, kv, ranges, out, opt, lse, stats);
+}
+
+namespace {
+// Decode (`--attn-decode quest[:...]`) in a model runner: the pages of the layer's cache its
+// bounds choose, past the first dense_layers layers (those decode densely and report "dense").
+// The session keeps the page summaries where decode() reads them (BackendCaps::quest_page).
+class QuestDecode final : public LayerBackend {
+ public:
+  QuestDecode(std::string spec, const QuestParams& p, bool dense_layer)
+      : spec_(std::move(spec)), p_(p), dense_(dense_layer) {}
+  std::string name() const override { return dense_ ? "dense" : spec_; }
+  BackendCaps capabilities() const override {
+    BackendCaps c;
+    c.sparse_decode = !dense_;
+    c.quest_page = p_.page;
+    c.quest_sums = p_.sums;
+    c.reads_pages = !dense_;
+    return c;
+  }
+  TensorView prefill(const LayerCall& c) override { return dense_prefill(c); }
+  void decode(const LayerCall& c, DecodeReads& reads) override {
+    if (dense_) return dense_decode(c, reads);
+    QuestDecodeStats qs;
+    quest_decode(c.q, *c.packed, *c.pages, p_, c.out, decode_options(c.opt, c.pos0, *c.packed),
+                 c.lse, c.stats, &qs);
+    reads.keys_read += qs.keys_read;
+    reads.keys_total += qs.keys_total;
+    reads.pages_read += qs.pages_read;
+    reads.pages_total += qs.pages_total;
+    reads.select_ms += qs.select_ms;
+  }
+
+ private:
+  std::string spec_;
+  QuestParams p_;
+  bool dense_;
+};
+}  // namespace
+
+std::unique_ptr<LayerBackend> make_quest_decode(const MethodSpec& spec, const BackendContext& ctx) {
+  const QuestParams p = parse_quest_params(spec);
+  return std::make_unique<QuestDecode>(spec.text, p, ctx.layer < p.dense_layers);
 }
 
 }  // namespace spattn

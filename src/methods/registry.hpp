@@ -1,8 +1,10 @@
-// The list of methods `make_method` knows. Each method file defines one factory; adding a
-// method is one new file and one line in registry.cpp.
+// The list of methods `make_method` knows, and how each runs in a model runner. Each method
+// file defines its factories; adding a method is one new file and one row in registry.cpp.
 #pragma once
 #include <memory>
+#include <string>
 
+#include "methods/layer_backend.hpp"
 #include "spattn/method.hpp"
 
 namespace spattn {
@@ -22,5 +24,34 @@ std::unique_ptr<Method> make_momo(const MethodSpec& spec);
 std::unique_ptr<Method> make_grid(const MethodSpec& spec);
 std::unique_ptr<Method> make_mminference(const MethodSpec& spec);
 std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec);
+
+// A layer's attention in a model runner (layer_backend.hpp), where a method has its own; a row
+// without one runs its Method over the cache's rows (make_method_prefill).
+using BackendFactory = std::unique_ptr<LayerBackend> (*)(const MethodSpec&,
+                                                         const BackendContext&);
+std::unique_ptr<LayerBackend> make_dense_prefill(const MethodSpec& spec, const BackendContext& c);
+std::unique_ptr<LayerBackend> make_a_shape_prefill(const MethodSpec& spec,
+                                                   const BackendContext& c);
+std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec,
+                                                  const BackendContext& c);
+std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec, const BackendContext& c);
+std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
+                                                       const BackendContext& c);
+std::unique_ptr<LayerBackend> make_quest_decode(const MethodSpec& spec, const BackendContext& c);
+// Any Method over the cache's raw rows (method_backend.cpp); `spec` is what it reports.
+std::unique_ptr<LayerBackend> make_method_prefill(std::shared_ptr<const Method> method,
+                                                  const std::string& spec);
+
+// A layer's prefill (--attn SPEC) and decode (--attn-decode SPEC) in a model runner. Throw Error
+// naming the method and parameter for unknown names and bad parameters, and naming the method
+// where it has no such form (a decode-only method as --attn, a method without a sparse decode
+// as --attn-decode).
+std::unique_ptr<LayerBackend> make_prefill_backend(const MethodSpec& spec,
+                                                   const BackendContext& ctx);
+std::unique_ptr<LayerBackend> make_decode_backend(const MethodSpec& spec,
+                                                  const BackendContext& ctx);
+// The methods whose prefill runs across ranks (MethodInfo::context_parallel), for messages:
+// "dense, a_shape, ... and chunked_h2o".
+std::string context_parallel_names();
 
 }  // namespace spattn

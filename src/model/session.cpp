@@ -1,29 +1,31 @@
 // Session: one prompt's prefill and decode through a Model (the forward pass is summarised in
 // include/spattn/model.hpp).
 //
-// Prefill schedules, as llama.cpp runs them:
-//   dense        the prompt in logical batches of -b, each in chunks of -ub that pass through
+// Each layer's attention is a LayerBackend (src/methods/layer_backend.hpp) built from the method
+// registry: the prefill's from --attn, the decode's from --attn-decode, and a sliding-window
+// layer's band for both whatever they say. The session keeps the layer loop, the KV cache and
+// the all-or-nothing commit; the backends decide which keys a layer reads. Prefill schedules,
+// as llama.cpp runs them:
+//   by chunk     the prompt in logical batches of -b, each in chunks of -ub that pass through
 //                every layer in turn; a chunk's queries attend to the whole cache before them
-//                (attention_dense over the layer's PackedKV with q_start).
-//   chunked_h2o  the prompt in logical batches of -b; each batch passes through every layer at
-//                once, and a layer's attention is ChunkedH2OLayer::prefill_batch (Phase 1 over
-//                the batch's -ub chunks, then Phase 2 chunk by chunk). A prompt of one chunk
-//                runs dense, and so does a prefill that starts neither at position 0 nor
-//                where the layers' state was restored (see below).
-//   method       chunks of -ub, each running a library method over every key before it (the
-//                cache's raw rows, which the same appends write).
+//                (dense: the layer's PackedKV with q_start; a library method: over the cache's
+//                raw rows, which the same appends write).
+//   by batch     a stateful backend (chunked_h2o): the prompt in logical batches of -b
+//                (LayerBackend::batches); each batch passes through every layer at once. A
+//                prompt the backend does not run statefully (runs_from: one chunk), and a
+//                prefill that starts neither at position 0 nor where the layers' state was
+//                restored, runs dense by chunk.
 // Every schedule, and decode, appends every token's K and V to the layer's cache (KVCache:
-// packed, and raw in method mode), so every later call sees every token before it, whichever
-// call computed it.
+// packed, and raw where a backend reads f32 rows), so every later call sees every token before
+// it, whichever call computed it.
 //
-// chunked_h2o's state at chunk boundaries: at the last h2o_keep ends of -ub chunks that built
-// a memory set (every chunk but a prompt's last) and fall on Phase 1's key tiles (a batch's
-// end, or a multiple of 64 tokens into it: every chunk end with the default -ub 512), every
-// layer's state (ChunkedH2OSnapshot) is kept with the position. truncate(n) to such a boundary restores it, and the next prefill
-// goes on from there with chunked_h2o: the same chunk grid (its first batch ends where the
-// whole prompt's would), the same state, so the same bits as the prefill that passed n
-// computed (a server's prefix reuse). h2o_at is the position the layers can go on from (0
-// fresh, a restored boundary, -1 none: after a prompt's last batch or a decode).
+// A stateful backend's state at chunk boundaries: at the last h2o_keep boundaries a prefill
+// passes (LayerBackend::boundaries: for chunked_h2o every chunk end with the default -ub 512),
+// every stateful layer's state (LayerBackend::snapshot) is kept with the position. truncate(n)
+// to such a boundary restores it, and the next prefill goes on from there statefully: the same
+// batches, the same state, so the same bits as the prefill that passed n computed (a server's
+// prefix reuse). state_at is the position the layers can go on from (0 fresh, a restored
+// boundary, -1 none: after a prompt's last batch or a decode).
 //
 // Context parallelism (SessionOptions::cp, spattn/context_parallel.hpp): a prefill runs the
 // rank's zigzag rows through every layer at once (not in -ub chunks), attention by the pass-KV
@@ -33,8 +35,8 @@
 //
 // A call (prefill or decode) is all or nothing: its rows are staged in the cache layer by layer
 // and committed when the call has run through every layer and chunk; on an Error anywhere the
-// cache is rolled back, chunked_h2o's layer state put back where the call started (reset at 0,
-// restored at a kept boundary), its new kept states dropped and the timings restored, and the
+// cache is rolled back, the stateful layers put back where the call started (reset at 0,
+// restored at a kept boundary), the new kept states dropped and the timings restored, and the
 // Error propagates: the session is as it was before the call.
 #include <algorithm>
 #include <chrono>
@@ -43,16 +45,14 @@
 #include <functional>
 
 #include "core/threading.hpp"
-#include "dist/h2o_chain.hpp"
 #include "dist/ring_attention.hpp"
 #include "eval/rope.hpp"
 #include "kernels/gemm_widen.hpp"
+#include "methods/layer_backend.hpp"
+#include "methods/registry.hpp"
 #include "model/kv_cache.hpp"
-#include "methods/a_shape.hpp"
-#include "methods/blasst.hpp"
 #include "model/layer_graph.hpp"
 #include "spattn/decode.hpp"
-#include "spattn/decode_spec.hpp"
 #include "spattn/error.hpp"
 #include "spattn/merge.hpp"
 #include "spattn/method.hpp"
@@ -61,54 +61,54 @@
 
 namespace spattn::model {
 
+namespace {
+// What a backend of layer `layer` is told: the session's sizes; model dimensions where known
+// (validate() builds the backends once on placeholders, to refuse a bad spec before any model
+// loads).
+BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64_t layer,
+                               std::shared_ptr<void>* shared) {
+  BackendContext c;
+  c.layer = layer;
+  if (cfg) {
+    c.n_layer = cfg->n_layer;
+    c.q_heads = cfg->n_head;
+    c.kv_heads = cfg->n_head_kv;
+    c.dim = cfg->head_dim;
+    c.window = cfg->window(layer);
+    c.scale = float(cfg->attn_scale);
+  }
+  c.n_ctx = o.n_ctx;
+  c.n_batch = o.n_batch;
+  c.n_ubatch = o.n_ubatch;
+  c.h2o_local = o.h2o_local;
+  c.h2o_heavy = o.h2o_heavy;
+  c.threads = o.threads;
+  c.k_type = o.cache_type_k;
+  c.v_type = o.cache_type_v;
+  c.cp = bool(o.cp);
+  c.shared = shared;
+  return c;
+}
+}  // namespace
+
 void SessionOptions::validate() const {
   SPATTN_CHECK(n_ctx >= 1, "-c (context) must be >= 1, got ", n_ctx);
   SPATTN_CHECK(n_batch >= 1, "-b (logical batch) must be >= 1, got ", n_batch);
   SPATTN_CHECK(n_ubatch >= 1, "-ub (chunk) must be >= 1, got ", n_ubatch);
   SPATTN_CHECK(threads >= 1, "-t (threads) must be >= 1, got ", threads);
   SPATTN_CHECK(h2o_keep >= 0, "h2o_keep (kept chunked_h2o states) must be >= 0, got ", h2o_keep);
-  SPATTN_CHECK(mode != PrefillMode::method || !attn_spec.empty(), "--attn: empty method spec");
+  SPATTN_CHECK(!attn.empty(), "--attn: empty method spec");
   for (KVType t : {cache_type_k, cache_type_v})
     SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
                  "-ctk / -ctv: unknown KV cache type ", int(t));
-  parse_decode_spec(attn_decode);
-  if (cp) {
-    if (mode == PrefillMode::method) {
-      const MethodSpec spec = parse_method_spec(attn_spec);
-      SPATTN_CHECK(spec.name == "a_shape" || spec.name == "blasst", "--cp: --attn ", attn_spec,
-                   " is not context-parallel (dense, chunked_h2o, a_shape and blasst are)");
-      // One process lays query tiles (a_shape's blocks, BLASST's 64-row tiles) from each -ub
-      // chunk's start; across ranks they lie from position 0: the same tiles when -ub is a
-      // multiple of their height.
-      if (spec.name == "a_shape") {
-        const AShapeParams a = a_shape_params(spec);
-        SPATTN_CHECK(n_ubatch % a.block_q == 0, "--cp with a_shape needs -ub (", n_ubatch,
-                     ") a multiple of block_q (", a.block_q, ")");
-      } else {
-        blasst_cp_lambda(spec);
-        SPATTN_CHECK(n_ubatch % kKeyBlock == 0, "--cp with blasst needs -ub (", n_ubatch,
-                     ") a multiple of ", kKeyBlock, " (its tiles)");
-      }
-    }
-    // chunked_h2o's chunks restart at each logical batch: on the -ub grid only when -b is a
-    // multiple of -ub, the grid the ranks' split is laid on.
-    SPATTN_CHECK(mode != PrefillMode::chunked_h2o || n_batch % n_ubatch == 0,
-                 "--cp with chunked_h2o needs -b (", n_batch, ") a multiple of -ub (", n_ubatch,
-                 ")");
-    SPATTN_CHECK(!cp_gather || mode == PrefillMode::dense, "--cp-gather runs the dense "
-                 "prefill (not --attn ", mode == PrefillMode::method ? attn_spec : "chunked_h2o",
-                 ")");
-    SPATTN_CHECK(attn_decode == "dense", "--cp: only dense decode is context-parallel so far "
-                 "(--attn-decode dense), got '", attn_decode, "'");
-  }
-  if (mode == PrefillMode::chunked_h2o) {
-    ChunkedH2OParams p;
-    p.chunk = n_ubatch;
-    p.batch = n_batch;
-    p.local = h2o_local;
-    p.heavy = h2o_heavy;
-    p.validate();
-  }
+  // Every check a backend makes of its spec and of these options (context parallelism's among
+  // them), on a placeholder layer.
+  std::shared_ptr<void> shared;
+  const BackendContext ctx = backend_context(*this, nullptr, 0, &shared);
+  const auto prefill = make_prefill_backend(parse_method_spec(attn), ctx);
+  make_decode_backend(parse_method_spec(attn_decode), ctx);
+  SPATTN_CHECK(!cp || !cp_gather || prefill->capabilities().ring_gather,
+               "--cp-gather runs the dense prefill (not --attn ", attn, ")");
 }
 
 namespace {
@@ -130,8 +130,10 @@ dist::CommStats delta(const dist::CommStats& now, const dist::CommStats& before)
   d.blasst_seed_bytes_recv = now.blasst_seed_bytes_recv - before.blasst_seed_bytes_recv;
   return d;
 }
-// ring and cp_decode: context parallelism's prefill and decode.
-enum class Attn { dense, h2o, method, decode, ring, cp_decode };
+// What a forward pass's attention runs: the layers' prefill backends; dense where a stateful
+// backend's prompt does not run statefully; decode's backends; context parallelism's prefill
+// and decode.
+enum class Pass { prefill, dense, decode, ring, cp_decode };
 const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
@@ -155,28 +157,89 @@ std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) 
       c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{},
       c.rope_attn_factor);
 }
+// Every layer's backends (src/methods/layer_backend.hpp) and what they need of the session.
+struct Backends {
+  std::shared_ptr<void> shared;  // one object the layers share (BackendContext::shared)
+  std::vector<std::shared_ptr<LayerBackend>> prefill, decode;
+  std::vector<BackendCaps> prefill_caps, decode_caps;
+  std::shared_ptr<LayerBackend> dense;  // a stateful backend's prompt that runs dense
+  // The first stateful prefill backend: its batches and boundaries are every layer's (null:
+  // none keeps state).
+  LayerBackend* sched = nullptr;
+  bool raw_keys = false;          // some layer reads the cache's rows as f32
+  bool rows_independent = true;   // every layer's rows are its queries' own (a prefix reused)
+  int64_t quest_page = 0;         // Quest's page summaries (0: none)
+  QuestSums quest_sums = QuestSums::cache;
+  std::vector<bool> pages;        // the layers that keep them
+  int64_t ring_grid = 0;          // BackendCaps::ring_grid, the widest
+
+  void add(std::shared_ptr<LayerBackend> p, std::shared_ptr<LayerBackend> d) {
+    prefill_caps.push_back(p->capabilities());
+    decode_caps.push_back(d->capabilities());
+    const BackendCaps &pc = prefill_caps.back(), &dc = decode_caps.back();
+    if (pc.stateful && !sched) sched = p.get();
+    raw_keys = raw_keys || pc.raw_keys;
+    rows_independent = rows_independent && pc.rows_independent;
+    if (dc.quest_page > 0) quest_page = dc.quest_page, quest_sums = dc.quest_sums;
+    ring_grid = std::max(ring_grid, pc.ring_grid);
+    prefill.push_back(std::move(p));
+    decode.push_back(std::move(d));
+  }
+  // The layers that keep Quest's page summaries: those its decode reads them in (past its dense
+  // layers, no sliding window), or every layer where the options ask (a recall measure of the
+  // dense ones).
+  void mark_pages(bool every_layer) {
+    for (const BackendCaps& c : decode_caps) pages.push_back(every_layer || c.reads_pages);
+  }
+};
+
+// A sliding-window layer runs its band whatever the specs say (a window is already sparse);
+// the others what --attn and --attn-decode say.
+Backends make_backends(const Config& cfg, const SessionOptions& o) {
+  Backends b;
+  const MethodSpec prefill = parse_method_spec(o.attn), decode = parse_method_spec(o.attn_decode);
+  b.dense = make_dense_backend();
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    const BackendContext ctx = backend_context(o, &cfg, l, &b.shared);
+    if (cfg.is_swa(l)) {
+      std::shared_ptr<LayerBackend> band = make_band_backend(ctx);
+      b.add(band, band);
+    } else {
+      b.add(make_prefill_backend(prefill, ctx), make_decode_backend(decode, ctx));
+    }
+  }
+  b.mark_pages(o.quest_pages_every_layer);
+  return b;
+}
+
+// A fork's backends: stateless ones shared, stateful ones fresh (the fork restores their state).
+Backends fork_backends(const Backends& src, const Config& cfg, const SessionOptions& o) {
+  Backends b;
+  b.dense = src.dense;
+  for (int64_t l = 0; l < cfg.n_layer; ++l) {
+    const BackendContext ctx = backend_context(o, &cfg, l, &b.shared);
+    const auto& p = src.prefill[size_t(l)];
+    const auto& d = src.decode[size_t(l)];
+    std::shared_ptr<LayerBackend> fp = p->fork(p, ctx);
+    std::shared_ptr<LayerBackend> fd = d == p ? fp : d->fork(d, ctx);  // a band serves both
+    b.add(std::move(fp), std::move(fd));
+  }
+  b.pages = src.pages;
+  return b;
+}
+
 // A rank's cache: its share of the context. The zigzag gives it at most 2 ceil(n / 2P) <=
 // n / P + 2 prompt tokens and decode the next token to the emptiest rank. A split on a grid
 // of S tokens (chunked_h2o: -ub; dense and BLASST: the 64-token tiles) gives a rank whole
 // chunks: at most ceil(ceil(c / S) / P) of S tokens (1/P of the context when it holds many
 // chunks per rank).
-// The layers that keep Quest's page summaries: those Quest decodes (past its dense layers, no
-// sliding window), or every layer where the options ask (a recall measure of the dense ones).
-std::vector<bool> quest_layers(const Config& cfg, const DecodeSpec& dec, const SessionOptions& o) {
-  std::vector<bool> keep(size_t(cfg.n_layer), o.quest_pages_every_layer);
-  if (dec.kind == DecodeKind::quest)
-    for (int64_t l = dec.quest.dense_layers; l < cfg.n_layer; ++l)
-      keep[size_t(l)] = keep[size_t(l)] || !cfg.is_swa(l);
-  return keep;
-}
-
-int64_t cache_capacity(const SessionOptions& o) {
+int64_t cache_capacity(const SessionOptions& o, const Backends& b) {
   if (!o.cp) return o.n_ctx;
   const int64_t P = o.cp->size();
   const auto grid = [&](int64_t S) { return ((o.n_ctx + S - 1) / S + P - 1) / P * S; };
   int64_t share = (o.n_ctx + P - 1) / P + 2;
-  if (o.mode == PrefillMode::chunked_h2o) {
-    share = std::max(share, grid(o.n_ubatch) + 2);
+  if (b.ring_grid > 0) {
+    share = std::max(share, grid(b.ring_grid) + 2);
   } else {
     // Dense and BLASST split on the 64-token tiles. Decode gives a token to the emptiest
     // rank only, which then holds at most ceil(c / P) + 1: a rank at the grid's share needs
@@ -191,60 +254,61 @@ struct Session::Impl {
   const Model& m;
   const Config& cfg;
   SessionOptions opt;
-  DecodeSpec dec;
   eval::RopeTable rope;
   std::shared_ptr<const eval::RopeTable> rope_swa;  // sliding-window layers' table, or null
+  // Every layer's attention: built before the cache, which keeps what they read.
+  Backends b;
   // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
   // stored as opt.cache_type_k / cache_type_v.
   KVCache cache;
-  std::vector<ChunkedH2OLayer> h2o;
+  // The stateful layers' states at kept boundaries (ascending positions, at most
+  // opt.h2o_keep; null for a stateless layer), and where the layers can go on from.
   struct Kept {
     int64_t pos;
-    std::vector<ChunkedH2OSnapshot> layers;
+    std::vector<std::shared_ptr<const BackendState>> layers;
   };
-  std::vector<Kept> h2o_kept;  // ascending positions, at most opt.h2o_keep
-  int64_t h2o_at = 0;
-  // Per layer, method mode only. A Method's run is const and keeps nothing, so forks share them.
-  std::vector<std::shared_ptr<const Method>> methods;
+  std::vector<Kept> kept;
+  int64_t state_at = 0;
   Timings t;
   // Context parallelism: the group, the tokens it holds in all and per rank (committed), the
-  // zigzag of the prefill running, the ring's buffers and decode's gathered (O, LSE).
+  // zigzag of the prefill running and how its backends lay it, the ring's buffers and decode's
+  // gathered (O, LSE).
   dist::Group* grp = nullptr;
   int64_t cp_n = 0;
   std::vector<int64_t> cp_counts;
   dist::Zigzag zz;
+  RingPlan cp_plan;
   int cp_owner = -1;     // the rank a decoded token's K/V goes to
   int32_t cp_token = 0;  // the token decoding, which every rank checks it shares
   dist::RingScratch ring;
   std::vector<unsigned char> h2o_wire;  // chunked_h2o's memory set between ranks
-  bool cp_h2o = false;  // the prefill running is chunked_h2o's chain (else the dense ring)
-  std::unique_ptr<dist::RingPattern> cp_pattern;  // a_shape across ranks, else null
-  std::unique_ptr<dist::RingBlasst> cp_blasst;    // blasst across ranks, else null
   std::vector<float> cp_gather;
-  bool cp_whole = false;  // the dense prefill running gathers the whole K/V (RingLayer::gather)
   int64_t tap_layer = -1;
   QkvTap tap;
-  // Scratch for up to max_rows rows.
+  // Row buffers for up to max_rows rows: the residual stream x, the normed rows h, q, k, v, the
+  // attention's output att, the FFN's gate and up rows (layer_graph.hpp: RowBuffers).
   int64_t max_rows;
-  std::vector<float> x, h, q, k, v, att, g, u;
+  std::vector<float> x, h, q, k, v, att, gate, up;
   std::vector<float> lse;  // the attention rows' LSE [Hq, rows] where a layer has sinks
   bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
   LayerGraphCache graphs;  // the last graph of each layer step, for the next call alike
+  std::string prefill_ran = "dense";  // what the last prefill's global layers ran
+
+  // The prefill backend of the first layer without a sliding window (else the first layer's).
+  const LayerBackend& global_prefill() const {
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      if (!cfg.is_swa(l)) return *b.prefill[size_t(l)];
+    return *b.prefill.front();
+  }
 
   Impl(const Model& model, const SessionOptions& o)
-      : m(model), cfg(model.config()), opt(validated(o)), dec(parse_decode_spec(o.attn_decode)),
+      : m(model), cfg(model.config()), opt(validated(o)),
         rope(o.n_ctx, cfg.head_dim, cfg.rope_base, rope_style(cfg),
              global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
-        rope_swa(swa_rope(cfg, o.n_ctx)),
-        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o), DType::f32,
-              /*raw=*/o.mode == PrefillMode::method && !o.cp, o.cache_type_k, o.cache_type_v,
-              dec.kind == DecodeKind::quest ? dec.quest.page : 0, dec.quest.sums,
-              quest_layers(cfg, dec, o)) {
-    make_h2o();
-    // A calibrated decode (blasst:sparsity=S,calib=FILE) needs every layer's law: a per-layer
-    // file without one is an error naming its layers now, not at the first decoded token.
-    if (dec.blasst_calib)
-      for (int64_t l = 0; l < cfg.n_layer; ++l) dec.blasst_calib->for_layer(l);
+        rope_swa(swa_rope(cfg, o.n_ctx)), b(make_backends(cfg, opt)),
+        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o, b), DType::f32,
+              /*raw=*/b.raw_keys && !o.cp, o.cache_type_k, o.cache_type_v, b.quest_page,
+              b.quest_sums, b.pages) {
     if (opt.cp) {
       for (int64_t l = 0; l < cfg.n_layer; ++l) {
         SPATTN_CHECK(!cfg.is_swa(l), "context parallelism (--cp) does not split a model with "
@@ -255,133 +319,62 @@ struct Session::Impl {
       grp = opt.cp.get();
       cp_counts.assign(size_t(grp->size()), 0);
     }
-    if (opt.mode == PrefillMode::method && opt.cp) {
-      // The ring runs a_shape's pattern or BLASST's rule itself (validate() let no other
-      // method through).
-      const MethodSpec spec = parse_method_spec(opt.attn_spec);
-      if (spec.name == "blasst") {
-        cp_blasst = std::make_unique<dist::RingBlasst>(dist::RingBlasst{blasst_cp_lambda(spec)});
-      } else {
-        const AShapeParams a = a_shape_params(spec);
-        cp_pattern = std::make_unique<dist::RingPattern>(
-            dist::RingPattern{a.sink, a.local, a.block_q, a.block_k});
-      }
-    } else if (opt.mode == PrefillMode::method) {
-      // A calibrated spec (blasst:sparsity=S,calib=FILE) runs each layer at its own law:
-      // layer=l is added unless the spec names a layer itself. A file with one law serves
-      // every layer; a per-layer file without this layer's law is an error naming its layers.
-      const MethodSpec spec = parse_method_spec(opt.attn_spec);
-      const bool per_layer = spec.params.count("calib") && !spec.params.count("layer");
-      for (int64_t l = 0; l < cfg.n_layer; ++l) {
-        MethodSpec s = spec;
-        if (per_layer) {
-          s.params["layer"] = std::to_string(l);
-          s.text += ",layer=" + std::to_string(l);
-        }
-        methods.push_back(make_method(s));
-      }
-    }
     make_scratch();
   }
 
-  // A fork: src's options, methods and tap, a copy of its first n committed tokens.
+  // A fork: src's options, backends and tap, a copy of its first n committed tokens.
   Impl(const Impl& src, int64_t n)
-      : m(src.m), cfg(src.cfg), opt(src.opt), dec(src.dec), rope(src.rope),
-        rope_swa(src.rope_swa), cache(src.cache.fork(n)),
-        methods(src.methods), tap_layer(src.tap_layer), tap(src.tap) {
-    make_h2o();
-    for (const Kept& k : src.h2o_kept)
-      if (k.pos <= n) h2o_kept.push_back(k);
-    h2o_to(n);
+      : m(src.m), cfg(src.cfg), opt(src.opt), rope(src.rope), rope_swa(src.rope_swa),
+        b(fork_backends(src.b, src.cfg, src.opt)), cache(src.cache.fork(n)),
+        tap_layer(src.tap_layer), tap(src.tap) {
+    for (const Kept& k : src.kept)
+      if (k.pos <= n) kept.push_back(k);
+    states_to(n);
     make_scratch();
   }
 
-  // chunked_h2o's layers as truncate(n) leaves them (the cache already holds n tokens).
-  void h2o_to(int64_t n) {
-    while (!h2o_kept.empty() && h2o_kept.back().pos > n) h2o_kept.pop_back();
-    if (h2o.empty()) return;
+  // The stateful layers as truncate(n) leaves them (the cache already holds n tokens).
+  void states_to(int64_t n) {
+    while (!kept.empty() && kept.back().pos > n) kept.pop_back();
+    if (!b.sched) return;
     if (n == 0) {
-      for (auto& l : h2o) l.reset();
-      h2o_at = 0;
-    } else if (!h2o_kept.empty() && h2o_kept.back().pos == n) {
-      for (size_t l = 0; l < h2o.size(); ++l) h2o[l].restore(h2o_kept.back().layers[l]);
-      h2o_at = n;
+      for (auto& p : b.prefill) p->reset();
+      state_at = 0;
+    } else if (!kept.empty() && kept.back().pos == n) {
+      for (size_t l = 0; l < b.prefill.size(); ++l)
+        if (kept.back().layers[l]) b.prefill[l]->restore(*kept.back().layers[l]);
+      state_at = n;
     } else {
-      h2o_at = -1;
+      state_at = -1;
     }
   }
 
-  // chunked_h2o's logical batches for a prefill of n tokens from pos0, as [begin, end) rows of
-  // the call: on the grid a prefill from position 0 lays (multiples of -b), so a prefill that
-  // goes on from a kept chunk boundary inside a batch first finishes that batch.
-  std::vector<std::pair<int64_t, int64_t>> h2o_batches(int64_t pos0, int64_t n) const {
-    std::vector<std::pair<int64_t, int64_t>> b;
-    for (int64_t b0 = 0; b0 < n;) {
-      const int64_t b1 = std::min(n, b0 + opt.n_batch - (pos0 + b0) % opt.n_batch);
-      b.emplace_back(b0, b1);
-      b0 = b1;
-    }
-    return b;
-  }
-
-  // Has each layer keep its state at the last h2o_keep chunk boundaries (positions where a
-  // chunk built its memory set) of the prefill whose batches are given, into `pending`, in
-  // ascending order. The hooks capture `pending`: h2o_unhook() before it goes.
-  void h2o_hook(int64_t pos0, const std::vector<std::pair<int64_t, int64_t>>& batches,
-                std::vector<Kept>& pending) {
+  // Has each stateful layer keep its state at the boundaries the prefill whose batches are
+  // given passes, into `pending`, in ascending order. The hooks capture `pending`: unhook()
+  // before it goes.
+  void hook(int64_t pos0, const std::vector<std::pair<int64_t, int64_t>>& batches,
+            std::vector<Kept>& pending) {
     if (opt.h2o_keep <= 0) return;
-    // Every chunk end but the prompt's own, where going on computes what the whole batch did:
-    // a batch's end, or a chunk end a multiple of kKeyBlock keys into its batch (Phase 1 packs
-    // the batch's keys in tiles of kKeyBlock from its start, so only there do the chunks after
-    // it fall on the same tiles; with the default -ub 512 every chunk end).
-    std::vector<int64_t> ends;
-    for (auto [b0, b1] : batches)
-      for (int64_t c1 = std::min(b1, b0 + opt.n_ubatch);; c1 = std::min(b1, c1 + opt.n_ubatch)) {
-        if (c1 == batches.back().second) break;
-        const int64_t batch_start = (pos0 + b0) / opt.n_batch * opt.n_batch;
-        if (c1 == b1 || (pos0 + c1 - batch_start) % kKeyBlock == 0) ends.push_back(pos0 + c1);
-        if (c1 == b1) break;
-      }
-    if (int64_t(ends.size()) > opt.h2o_keep) ends.erase(ends.begin(), ends.end() - opt.h2o_keep);
-    // A sliding-window layer runs its band, never chunked_h2o: its (fresh) state is kept as is.
-    for (int64_t e : ends) {
-      Kept k{e, std::vector<ChunkedH2OSnapshot>(h2o.size())};
-      for (size_t l = 0; l < h2o.size(); ++l)
-        if (cfg.is_swa(int64_t(l))) k.layers[l] = h2o[l].snapshot();
-      pending.push_back(std::move(k));
-    }
-    for (size_t l = 0; l < h2o.size(); ++l)
-      h2o[l].set_on_memory([this, l, &pending](int64_t end) {
-        for (Kept& k : pending)
-          if (k.pos == end) k.layers[l] = h2o[l].snapshot();
-      });
+    for (int64_t e : b.sched->boundaries(pos0, batches, opt.h2o_keep))
+      pending.push_back(Kept{e, std::vector<std::shared_ptr<const BackendState>>(b.prefill.size())});
+    for (size_t l = 0; l < b.prefill.size(); ++l)
+      if (b.prefill_caps[l].stateful)
+        b.prefill[l]->set_on_boundary([this, l, &pending](int64_t end) {
+          for (Kept& k : pending)
+            if (k.pos == end) k.layers[l] = b.prefill[l]->snapshot();
+        });
   }
-  void h2o_unhook() {
-    for (auto& l : h2o) l.set_on_memory({});
-  }
-
-  // chunked_h2o's per-layer state, fresh (position 0).
-  void make_h2o() {
-    if (opt.mode != PrefillMode::chunked_h2o) return;
-    ChunkedH2OParams p;
-    p.chunk = opt.n_ubatch;
-    p.batch = opt.n_batch;
-    p.local = opt.h2o_local;
-    p.heavy = opt.h2o_heavy;
-    // One batch scratch for every layer: layers run one after another.
-    for (int64_t l = 0; l < cfg.n_layer; ++l)
-      h2o.emplace_back(p, cfg.n_head, cfg.n_head_kv, cfg.head_dim, DType::f32, opt.n_ctx, true,
-                       h2o.empty() ? nullptr : h2o.front().scratch());
+  void unhook() {
+    for (size_t l = 0; l < b.prefill.size(); ++l)
+      if (b.prefill_caps[l].stateful) b.prefill[l]->set_on_boundary({});
   }
 
   void make_scratch() {
-    // chunked_h2o takes a whole logical batch through each layer at once; the other schedules
-    // one chunk of -ub rows.
-    max_rows = std::min(opt.n_ctx, opt.mode == PrefillMode::chunked_h2o
-                                       ? std::max(opt.n_batch, opt.n_ubatch)
-                                       : opt.n_ubatch);
+    // A stateful backend takes a whole logical batch through each layer at once; the other
+    // schedules one chunk of -ub rows.
+    max_rows = std::min(opt.n_ctx, b.sched ? std::max(opt.n_batch, opt.n_ubatch) : opt.n_ubatch);
     // A context-parallel prefill takes the rank's rows through each layer at once.
-    if (grp) max_rows = cache_capacity(opt);
+    if (grp) max_rows = cache_capacity(opt, b);
     const int64_t D = cfg.n_embd, dq = cfg.n_head * cfg.head_dim,
                   dkv = cfg.n_head_kv * cfg.head_dim;
     x.resize(size_t(max_rows * D));
@@ -395,18 +388,18 @@ struct Session::Impl {
     lse.resize(sinks ? size_t(max_rows * cfg.n_head) : 0);
     // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp).
     const int64_t ff = cfg.is_moe() ? 0 : cfg.n_ff;
-    g.resize(size_t(max_rows * ff));
-    u.resize(size_t(max_rows * ff));
+    gate.resize(size_t(max_rows * ff));
+    up.resize(size_t(max_rows * ff));
     pack = has_spattn_products(max_rows);
     if (pack) {
-      // Their packed inputs go into q, att and u (layer_graph.hpp: RowBuffers), rows padded to
+      // Their packed inputs go into q, att and up (layer_graph.hpp: RowBuffers), rows padded to
       // whole panels.
       const auto packed = [&](int64_t cols) {
         return size_t(kernels::gemm_widen_packed_floats(max_rows, cols));
       };
       q.resize(std::max(q.size(), packed(dq)));
       att.resize(std::max(att.size(), packed(std::max(D, dq))));
-      u.resize(std::max(u.size(), packed(ff)));
+      up.resize(std::max(up.size(), packed(ff)));
     }
   }
 
@@ -449,42 +442,11 @@ struct Session::Impl {
     return a;
   }
 
-  // A few queries' attention over the cache, reading n_keys of its keys (all of them by
-  // default): as many threads as the bytes it reads pay for (a pool call costs more than a
-  // short cache's whole read).
-  AttnOptions decode_opt(int64_t pos0, const PackedKV& c, int64_t n_keys = -1) const {
-    AttnOptions a = attn_opt(pos0);
-    a.threads = threads_for_bytes(c.bytes() / size_t(c.capacity()) *
-                                      size_t(n_keys < 0 ? c.size() : n_keys),
-                                  opt.threads, kAttentionParallelBytes);
-    return a;
-  }
-
-  // A sliding-window layer's attention for n rows at pos0, whatever the mode: the band over
-  // the cache. One decoded row reads only the window's keys (attention_decode_ranges); more
-  // rows run the dense kernel with the window, which visits only the key tiles in the rows'
-  // bands.
-  void band_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t n,
-                      int64_t pos0, float* lse, Stats* stats) {
-    const PackedKV& c = cache.packed(l);
-    const int64_t W = cfg.window(l);
-    if (n == 1) {
-      const int64_t lo = window_start(pos0, W);
-      const std::vector<std::vector<KeyRange>> ranges(size_t(cfg.n_head), {KeyRange{lo, pos0 + 1}});
-      attention_decode_ranges(qv, c, ov, ranges, decode_opt(pos0, c, pos0 + 1 - lo), lse,
-                              stats);
-      return;
-    }
-    AttnOptions a = attn_opt(pos0);
-    a.window = W;
-    attention_dense(qv, c, ov, a, lse, stats);
-  }
-
   // Layer l's attention over n new rows at pos0.. (their K and V appended to the cache). Rows
-  // before `read_from` have outputs nobody reads (the last layer's rows without logits): dense
-  // attention skips them, exactly, since a row's output does not depend on the other queries.
-  // The methods' and chunked_h2o's selections do, so they run every row.
-  void attention(int64_t l, int64_t n, int64_t pos0, Attn kind, bool last, int64_t read_from,
+  // before `read_from` have outputs nobody reads (the last layer's rows without logits): the
+  // dense backend skips them, exactly, since a row's output does not depend on the other
+  // queries; a method's or chunked_h2o's selection does, so they run every row.
+  void attention(int64_t l, int64_t n, int64_t pos0, Pass pass, bool last, int64_t read_from,
                  Stats* stats) {
     const int64_t Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     const TensorView qv = TensorView::shd(q.data(), DType::f32, Hq, n, d);
@@ -505,113 +467,56 @@ struct Session::Impl {
             kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
         }
       });
-    if (kind == Attn::ring) {
+    if (pass == Pass::ring) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
-      if (cp_h2o) {  // chunked_h2o's chain instead of the pass-KV ring
-        const dist::H2OChainLayer hl{q.data(), k.data(), v.data(), att.data(), Hq, Hkv, d,
-                                     opt.n_ubatch, opt.h2o_local + opt.h2o_heavy,
-                                     opt.cache_type_k, opt.cache_type_v, attn_opt(-1)};
-        dist::h2o_chain_prefill(*grp, zz, hl, h2o[size_t(l)], h2o_wire, stats);
-        return;
-      }
-      const dist::RingLayer rl{q.data(), k.data(), v.data(), &cache.packed(l), Hq, Hkv, d,
-                               opt.cache_type_k, opt.cache_type_v, attn_opt(-1), att.data(),
-                               cp_pattern.get(), cp_blasst.get(), cp_whole};
-      dist::ring_prefill(*grp, zz, rl, ring, stats);
+      const RingCall rc{*grp, zz, ring, h2o_wire, q.data(), k.data(), v.data(), att.data(),
+                        &cache.packed(l), Hq, Hkv, d, opt.cache_type_k, opt.cache_type_v,
+                        attn_opt(-1), stats};
+      b.prefill[size_t(l)]->ring_prefill(rc, cp_plan);
       return;
     }
-    if (kind == Attn::cp_decode) {
+    if (pass == Pass::cp_decode) {
       const int64_t at[1] = {pos0};
       if (cp_owner == grp->rank()) cache.append(l, kv, vv, 1, at);
       const PackedKV& c = cache.packed(l);
-      dist::decode_merge(*grp, qv, c, ov, decode_opt(pos0, c), cp_token, &t.decode_stats,
-                         cp_gather);
+      dist::decode_merge(*grp, qv, c, ov, decode_options(attn_opt(-1), pos0, c), cp_token,
+                         &t.decode_stats, cp_gather);
       t.decode_keys_read += c.kv_heads() * c.size();
       t.decode_keys_total += c.kv_heads() * c.size();
       return;
     }
     // Staged until the call commits; a decode row makes no pool call.
     cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
-    const PackedKV& c = cache.packed(l);
-    // Attention sinks (gpt-oss): every form below also gives its rows' LSE, and the sinks
-    // join them afterwards (merge_sinks), whichever keys the form read.
+    LayerCall c;
+    c.layer = l;
+    c.q = qv, c.k = kv, c.v = vv, c.out = ov;
+    c.pos0 = pos0;
+    c.read_from = read_from;
+    c.last = last;
+    c.packed = &cache.packed(l);
+    if (cache.has_raw()) c.raw_k = cache.raw_k(l), c.raw_v = cache.raw_v(l);
+    if (cache.has_pages(l)) c.pages = &cache.pages(l);
+    c.opt = attn_opt(-1);
+    // Attention sinks (gpt-oss): every backend also gives its rows' LSE, and the sinks join
+    // them afterwards (merge_sinks), whichever keys it read.
     const std::vector<float>& sinks = m.layer(l).sinks;
-    float* L = sinks.empty() ? nullptr : lse.data();
+    c.lse = sinks.empty() ? nullptr : lse.data();
     TensorView done = ov;  // the rows computed
-    if (cfg.is_swa(l)) {
-      // A sliding window is already sparse: the band runs in every mode (layer_attention()).
-      if (kind == Attn::decode) {
-        const int64_t lo = window_start(pos0, cfg.window(l));
-        band_attention(l, qv, ov, n, pos0, L, &t.decode_stats);
-        t.decode_keys_read += c.kv_heads() * (pos0 + 1 - lo);
-        t.decode_keys_total += c.kv_heads() * (pos0 + 1 - lo);
-      } else {
-        band_attention(l, qv, ov, n, pos0, L, stats);
-      }
+    if (pass == Pass::decode) {
+      DecodeReads reads;
+      c.stats = &t.decode_stats;
+      b.decode[size_t(l)]->decode(c, reads);
+      t.decode_keys_read += reads.keys_read;
+      t.decode_keys_total += reads.keys_total;
+      t.decode_pages_read += reads.pages_read;
+      t.decode_pages_total += reads.pages_total;
+      t.decode_select_ms += reads.select_ms;
     } else {
-      switch (kind) {
-        case Attn::dense: {
-          // The kernel as n says, whatever rows are skipped, so a row's bits stay the same.
-          const int64_t r = n - read_from;
-          if (r == 0) {
-            done.seq = 0;
-            break;
-          }
-          const TensorView qr = qv.rows(read_from, r);
-          done = ov.rows(read_from, r);
-          if (n <= kMaxDecodeQueries) {
-            attention_decode(qr, c, done, decode_opt(pos0 + read_from, c), DecodeOptions{}, L,
-                             stats);
-          } else {
-            attention_dense(qr, c, done, attn_opt(pos0 + read_from), L, stats);
-          }
-          break;
-        }
-        case Attn::decode:
-          decode_attention(l, qv, ov, pos0, L);
-          break;
-        case Attn::ring:
-        case Attn::cp_decode:
-          break;  // above
-        case Attn::h2o:
-          // The prompt's first batch is all the cache holds: Phase 1 runs over it as packed.
-          h2o[size_t(l)].prefill_batch(qv, kv, vv, ov, attn_opt(-1), last, L, stats,
-                                       c.size() == n ? &c : nullptr);
-          break;
-        case Attn::method: {
-          // Every key before and in the chunk, as the cache holds them (decode's rows included).
-          const MethodReport r =
-              methods[size_t(l)]->run(qv, cache.raw_k(l), cache.raw_v(l), ov, attn_opt(-1), L);
-          if (stats) stats->add(r.stats);
-          break;
-        }
-      }
+      c.stats = stats;
+      const bool dense = pass == Pass::dense && b.prefill_caps[size_t(l)].stateful;
+      done = (dense ? *b.dense : *b.prefill[size_t(l)]).prefill(c);
     }
-    if (L && done.seq > 0) merge_sinks(done, L, sinks.data());
-  }
-
-  // One decoded token's attention in layer l, as --attn-decode says (lse: its rows' LSE, when
-  // non-null).
-  void decode_attention(int64_t l, const TensorView& qv, const TensorView& ov, int64_t pos0,
-                        float* lse) {
-    const PackedKV& c = cache.packed(l);
-    const AttnOptions a = decode_opt(pos0, c);
-    Stats& st = t.decode_stats;
-    if (dec.kind == DecodeKind::quest && l >= dec.quest.dense_layers) {
-      QuestDecodeStats qs;
-      quest_decode(qv, c, cache.pages(l), dec.quest, ov, a, lse, &st, &qs);
-      t.decode_keys_read += qs.keys_read;
-      t.decode_keys_total += qs.keys_total;
-      t.decode_pages_read += qs.pages_read;
-      t.decode_pages_total += qs.pages_total;
-      t.decode_select_ms += qs.select_ms;
-      return;
-    }
-    attention_decode(qv, c, ov, a,
-                     dec.kind == DecodeKind::blasst ? dec.blasst_step(l, c.size()) : DecodeOptions{},
-                     lse, &st);
-    t.decode_keys_read += c.kv_heads() * c.size();
-    t.decode_keys_total += c.kv_heads() * c.size();
+    if (c.lse && done.seq > 0) merge_sinks(done, c.lse, sinks.data());
   }
 
   // Runs one call's forward passes as one change of the session: committed when `body`
@@ -625,7 +530,7 @@ struct Session::Impl {
       cache.commit();
     } catch (...) {
       cache.rollback();
-      if (h2o_at == pos0) h2o_to(pos0);  // the layers as they were (reset or restored)
+      if (state_at == pos0) states_to(pos0);  // the layers as they were (reset or restored)
       t = saved;
       throw;
     }
@@ -636,14 +541,14 @@ struct Session::Impl {
 
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
-  void forward(const int32_t* tokens, int64_t n, int64_t pos0, Attn kind, bool last,
+  void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last,
                float* logits, int64_t logits_row0, double* attn_ms, Stats* stats,
                const std::function<void(int64_t layers_done)>& after_layer = {}) {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
-    const int mm = opt.threads;
     // Row i's position: pos0 + i, or the rank's zigzag rows in a context-parallel prefill.
-    const dist::Zigzag::Run run_a = kind == Attn::ring ? zz.first(grp->rank()) : dist::Zigzag::Run{pos0, n};
+    const dist::Zigzag::Run run_a =
+        pass == Pass::ring ? zz.first(grp->rank()) : dist::Zigzag::Run{pos0, n};
     const auto row_pos = [&](int64_t i) {
       return i < run_a.len ? run_a.pos + i : zz.second(grp->rank()).pos + (i - run_a.len);
     };
@@ -657,11 +562,10 @@ struct Session::Impl {
       const float e = std::sqrt(float(D));
       for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
     }
-    const RowBuffers rb{x.data(), h.data(),   q.data(), k.data(),
-                        v.data(), att.data(), g.data(), u.data(),
-                        pack};
+    const RowBuffers rb{x.data(), h.data(),   q.data(),    k.data(), v.data(),
+                        att.data(), gate.data(), up.data(), pack};
     const bool want_logits = logits && logits_row0 < n;
-    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, mm, graphs);
+    run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, opt.threads, graphs);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
@@ -672,7 +576,7 @@ struct Session::Impl {
         }
       });
       if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) {
-        if (kind == Attn::ring) {  // the rank's two runs, each contiguous
+        if (pass == Pass::ring) {  // the rank's two runs, each contiguous
           const dist::Zigzag::Run a = zz.first(grp->rank()), b = zz.second(grp->rank());
           tap(l, a.pos, a.len, q.data(), k.data(), v.data());
           tap(l, b.pos, b.len, q.data() + a.len * Hq * d, k.data() + a.len * Hkv * d,
@@ -683,12 +587,12 @@ struct Session::Impl {
       }
       const auto t0 = Clock::now();
       const bool final = l + 1 == cfg.n_layer;
-      attention(l, n, pos0, kind, last, final ? (want_logits ? logits_row0 : n) : 0, stats);
+      attention(l, n, pos0, pass, last, final ? (want_logits ? logits_row0 : n) : 0, stats);
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
         std::vector<double>& per_layer =
-            kind == Attn::decode || kind == Attn::cp_decode ? t.decode_layer_attn_ms
+            pass == Pass::decode || pass == Pass::cp_decode ? t.decode_layer_attn_ms
                                                             : t.prefill_layer_attn_ms;
         per_layer.resize(size_t(cfg.n_layer));
         per_layer[size_t(l)] += ms;
@@ -698,7 +602,7 @@ struct Session::Impl {
       // at all in a chunk without logits (llama.cpp's inp_out_ids does the same after Wo):
       // 1/n_layer of the FFN's and Wo's work on every chunk of a prompt.
       if (!final) {
-        run_layer_graph(m, rb, n, GraphStep{l, l + 1, nullptr}, mm, graphs);
+        run_layer_graph(m, rb, n, GraphStep{l, l + 1, nullptr}, opt.threads, graphs);
       } else if (want_logits) {
         // Those rows moved to the front, so the scratch buffers' sizing (packed panels from
         // row 0) holds as for any call of fewer rows.
@@ -707,7 +611,7 @@ struct Session::Impl {
           std::memmove(x.data(), x.data() + logits_row0 * D, size_t(r * D) * sizeof(float));
           std::memmove(att.data(), att.data() + logits_row0 * dq, size_t(r * dq) * sizeof(float));
         }
-        run_layer_graph(m, rb, r, GraphStep{l, -1, logits}, mm, graphs);
+        run_layer_graph(m, rb, r, GraphStep{l, -1, logits}, opt.threads, graphs);
       }
       if (after_layer) after_layer(l + 1);
     }
@@ -739,7 +643,7 @@ void Session::truncate(int64_t n) {
   SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "truncate: ", n, " tokens, outside [0, ",
                s.cache.size(), "]");
   s.cache.truncate(n);
-  s.h2o_to(n);
+  s.states_to(n);
 }
 
 int64_t Session::reuse_point(int64_t n) const {
@@ -747,15 +651,12 @@ int64_t Session::reuse_point(int64_t n) const {
   SPATTN_CHECK(n >= 0 && n <= s.cache.size(), "reuse_point: ", n, " tokens, outside [0, ",
                s.cache.size(), "]");
   if (s.grp) return 0;  // a context-parallel prefill starts at position 0
-  switch (s.opt.mode) {
-    case PrefillMode::dense: return n;
-    case PrefillMode::method: return 0;
-    case PrefillMode::chunked_h2o:
-      for (auto k = s.h2o_kept.rbegin(); k != s.h2o_kept.rend(); ++k)
-        if (k->pos <= n) return k->pos;
-      return 0;
+  if (s.b.sched) {
+    for (auto k = s.kept.rbegin(); k != s.kept.rend(); ++k)
+      if (k->pos <= n) return k->pos;
+    return 0;
   }
-  return 0;
+  return s.b.rows_independent ? n : 0;
 }
 
 Session Session::fork(int64_t n) const {
@@ -775,12 +676,13 @@ Session::Memory Session::memory() const {
   m.kv_cache = s.cache.packed_bytes();
   m.method_kv = s.cache.raw_bytes();
   m.decode_pages = s.cache.pages_bytes();
-  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.g, &s.u})
+  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.gate, &s.up})
     m.scratch += b->capacity() * sizeof(float);
-  for (const ChunkedH2OLayer& l : s.h2o) m.h2o_state += l.state_bytes();
-  for (const auto& k : s.h2o_kept)
-    for (const ChunkedH2OSnapshot& l : k.layers) m.h2o_state += l.bytes();
-  if (!s.h2o.empty()) m.h2o_scratch = s.h2o.front().scratch_bytes();
+  for (const auto& l : s.b.prefill) m.h2o_state += l->state_bytes();
+  for (const auto& k : s.kept)
+    for (const auto& l : k.layers)
+      if (l) m.h2o_state += l->bytes();
+  if (s.b.sched) m.h2o_scratch = s.b.sched->scratch_bytes();
   m.cp_ring = s.ring.bytes() + s.h2o_wire.capacity();  // the ring's buffers or the chain's
   return m;
 }
@@ -791,26 +693,23 @@ std::vector<LayerAttention> Session::layer_attention() const {
   std::vector<LayerAttention> out;
   for (int64_t l = 0; l < s.cfg.n_layer; ++l) {
     LayerAttention a;
-    if (s.cfg.is_swa(l)) {
-      a.sliding = true;
-      a.window = s.cfg.window(l);
-      a.prefill = a.decode = "band";
-    } else {
-      a.prefill = s.opt.mode == PrefillMode::dense         ? "dense"
-                  : s.opt.mode == PrefillMode::chunked_h2o ? "chunked_h2o"
-                                                           : s.opt.attn_spec;
-      a.decode = s.dec.kind == DecodeKind::quest && l < s.dec.quest.dense_layers ? "dense"
-                                                                                 : s.opt.attn_decode;
-    }
+    a.sliding = s.cfg.is_swa(l);
+    a.window = s.cfg.window(l);
+    a.prefill = s.b.prefill[size_t(l)]->name();
+    a.decode = s.b.decode[size_t(l)]->name();
     out.push_back(std::move(a));
   }
   return out;
 }
+
+std::string Session::prefill_ran() const { return p_->prefill_ran; }
+
 void Session::set_h2o_traces(std::vector<ChunkedH2OTrace>* traces) {
-  SPATTN_CHECK(p_->opt.mode == PrefillMode::chunked_h2o,
-               "a heavy-hitter trace needs --attn chunked_h2o");
-  if (traces) traces->resize(p_->h2o.size());
-  for (size_t l = 0; l < p_->h2o.size(); ++l) p_->h2o[l].set_trace(traces ? &(*traces)[l] : nullptr);
+  Impl& s = *p_;
+  SPATTN_CHECK(s.b.sched, "a heavy-hitter trace needs --attn chunked_h2o");
+  if (traces) traces->resize(s.b.prefill.size());
+  for (size_t l = 0; l < s.b.prefill.size(); ++l)
+    if (s.b.prefill_caps[l].stateful) s.b.prefill[l]->set_trace(traces ? &(*traces)[l] : nullptr);
 }
 
 void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
@@ -834,7 +733,7 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
     // Runs rows [r0, r1) of the prompt, writing the logits rows it holds.
-    auto run = [&](int64_t r0, int64_t r1, Attn kind, bool last) {
+    auto run = [&](int64_t r0, int64_t r1, Pass pass, bool last) {
       float* lg = nullptr;
       int64_t row0 = 0;
       if (logits && r1 > logits_from) {
@@ -842,41 +741,40 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
         lg = logits + (r0 + row0 - logits_from) * V;
       }
       const int64_t L = s.cfg.n_layer;
-      s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, kind, last, lg, row0,
+      s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, pass, last, lg, row0,
                 &s.t.prefill_attn_ms, &s.t.prefill_stats, [&](int64_t layers) {
                   if (progress) progress(r0 + (r1 - r0) * layers / L, n);
                 });
     };
-    // chunked_h2o from position 0, or on from a restored chunk boundary, in the batches and
-    // chunks one prefill of the whole prompt has there.
-    const bool h2o = s.opt.mode == PrefillMode::chunked_h2o && pos0 == s.h2o_at &&
-                     pos0 + n > s.opt.n_ubatch;
-    if (h2o) {
-      const auto batches = s.h2o_batches(pos0, n);
+    // A stateful backend from position 0, or on from a restored boundary, in the batches one
+    // prefill of the whole prompt has there; else by chunk.
+    const bool stateful = s.b.sched && pos0 == s.state_at && s.b.sched->runs_from(pos0, n);
+    if (stateful) {
+      const auto batches = s.b.sched->batches(pos0, n);
       struct Unhook {
         Impl& s;
-        ~Unhook() { s.h2o_unhook(); }
+        ~Unhook() { s.unhook(); }
       } unhook{s};
-      s.h2o_hook(pos0, batches, pending);
-      for (auto [b0, b1] : batches) run(b0, b1, Attn::h2o, b1 == n);
+      s.hook(pos0, batches, pending);
+      for (auto [b0, b1] : batches) run(b0, b1, Pass::prefill, b1 == n);
     } else {
-      const Attn kind = s.opt.mode == PrefillMode::method ? Attn::method : Attn::dense;
+      const Pass pass = s.b.sched ? Pass::dense : Pass::prefill;
       for (int64_t b0 = 0; b0 < n; b0 += s.opt.n_batch) {
         const int64_t b1 = std::min(n, b0 + s.opt.n_batch);
         for (int64_t c0 = b0; c0 < b1; c0 += s.opt.n_ubatch)
-          run(c0, std::min(b1, c0 + s.opt.n_ubatch), kind, false);
+          run(c0, std::min(b1, c0 + s.opt.n_ubatch), pass, false);
       }
     }
+    s.prefill_ran = stateful || !s.b.sched ? s.global_prefill().name() : "dense";
     s.t.prefill_ms += ms_since(t0);
     s.t.prefill_tokens += n;
   });
   // The layers now hold the prompt's end, which built no memory set: no prefill goes on from it.
-  if (s.opt.mode == PrefillMode::chunked_h2o) {
-    s.h2o_at = -1;
-    for (auto& k : pending) s.h2o_kept.push_back(std::move(k));
-    if (int64_t(s.h2o_kept.size()) > s.opt.h2o_keep)
-      s.h2o_kept.erase(s.h2o_kept.begin(),
-                       s.h2o_kept.end() - std::max<int64_t>(0, s.opt.h2o_keep));
+  if (s.b.sched) {
+    s.state_at = -1;
+    for (auto& k : pending) s.kept.push_back(std::move(k));
+    if (int64_t(s.kept.size()) > s.opt.h2o_keep)
+      s.kept.erase(s.kept.begin(), s.kept.end() - std::max<int64_t>(0, s.opt.h2o_keep));
   }
 }
 
@@ -893,7 +791,7 @@ void Session::decode(int32_t token, float* logits) {
     const dist::CommStats c0 = s.grp->stats();
     s.all_or_nothing([&] {
       const auto t0 = Clock::now();
-      s.forward(&token, 1, s.cp_n, Attn::cp_decode, false, logits, 0, &s.t.decode_attn_ms,
+      s.forward(&token, 1, s.cp_n, Pass::cp_decode, false, logits, 0, &s.t.decode_attn_ms,
                 nullptr);
       s.t.decode_ms += ms_since(t0);
       s.t.decode_tokens += 1;
@@ -907,12 +805,12 @@ void Session::decode(int32_t token, float* logits) {
                " tokens (-c) is full");
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
-    s.forward(&token, 1, s.cache.size(), Attn::decode, false, logits, 0, &s.t.decode_attn_ms,
+    s.forward(&token, 1, s.cache.size(), Pass::decode, false, logits, 0, &s.t.decode_attn_ms,
               nullptr);
     s.t.decode_ms += ms_since(t0);
     s.t.decode_tokens += 1;
   });
-  s.h2o_at = -1;  // decoded rows are not in chunked_h2o's state
+  s.state_at = -1;  // decoded rows are not in a stateful backend's state
 }
 
 }  // namespace spattn::model
@@ -947,15 +845,9 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
                  "one holds ", s.cp_n, " tokens");
     SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n, " tokens are fewer than "
                  "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
-    const dist::Zigzag on_grid{n, P, s.opt.n_ubatch};
-    // BLASST's tiles: two runs of whole 64-token chunks per rank.
-    SPATTN_CHECK(!s.cp_blasst || (n + kKeyBlock - 1) / kKeyBlock >= 2 * int64_t(P), "--cp ", P,
-                 " with blasst: the prompt's ", n, " tokens make fewer than the ", 2 * P,
-                 " chunks of ", kKeyBlock, " tokens (its tiles) the split needs");
-    if (s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch)
-      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", P, " with chunked_h2o: the prompt's ", n,
-                   " tokens make fewer than the ", P, " chunks of -ub ", s.opt.n_ubatch,
-                   " the split needs (one per rank)");
+    // How the layers' backend splits the prompt (chunked_h2o: whole -ub chunks per rank;
+    // BLASST: whole 64-token tiles).
+    s.b.prefill.front()->ring_check(n, P);
     SPATTN_CHECK(n <= s.opt.n_ctx, "prompt of ", n, " tokens does not fit the context of ",
                  s.opt.n_ctx, " (-c)");
     SPATTN_CHECK(logits_from >= 0 && logits_from < n, "prefill: logits_from ", logits_from,
@@ -965,16 +857,13 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
                    tokens[size_t(i)], " at position ", i, " is outside the vocabulary [0, ",
                    s.cfg.n_vocab, ")");
   });
-  // chunked_h2o on the -ub grid; a prompt of one chunk runs dense, as in one process.
-  s.cp_h2o = s.opt.mode == PrefillMode::chunked_h2o && n > s.opt.n_ubatch;
-  // Dense: the chunks in position order on the tiles' 64-token grid (one process's bits), or,
-  // for a prompt of fewer than 2P tiles (runs would be empty), the whole K/V gathered: at most
-  // 2P - 1 tiles, and one process's bits too. BLASST on the same grid (so every query and key
-  // tile is one process's).
-  const bool dense = !s.cp_h2o && !s.cp_pattern && !s.cp_blasst;
-  s.cp_whole = dense && (s.opt.cp_gather || (n + kKeyBlock - 1) / kKeyBlock < 2 * int64_t(P));
-  s.zz = dist::Zigzag{n, P, s.cp_h2o ? s.opt.n_ubatch
-                            : s.cp_blasst || (dense && !s.cp_whole) ? kKeyBlock : 1};
+  // The zigzag's grid and whether the layers gather every rank's K/V: the backend's plan
+  // (chunked_h2o on the -ub grid, a prompt of one chunk dense as in one process; dense on the
+  // tiles' 64-token grid in position order, one process's bits, or the whole K/V gathered when
+  // asked or for a prompt of fewer than 2P tiles; BLASST on the tiles' grid; a_shape token by
+  // token).
+  s.cp_plan = s.b.prefill.front()->ring_plan(n, P, s.opt.cp_gather);
+  s.zz = dist::Zigzag{n, P, s.cp_plan.grid};
   const std::vector<int64_t> own = s.zz.positions(r);
   const int64_t rows = int64_t(own.size());
   std::vector<int32_t> own_tokens(own.size());
@@ -988,7 +877,7 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
   std::vector<float> mine_logits(logits ? size_t((rows - lrow0) * V) : 0);
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
-    s.forward(own_tokens.data(), rows, 0, Attn::ring, false,
+    s.forward(own_tokens.data(), rows, 0, Pass::ring, false,
               logits && lrow0 < rows ? mine_logits.data() : nullptr, lrow0, &s.t.prefill_attn_ms,
               &s.t.prefill_stats);
     if (logits) {

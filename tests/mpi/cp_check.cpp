@@ -189,13 +189,12 @@ int main(int argc, char** argv) {
     so.n_ctx = n + n_decode + 8;
     so.n_ubatch = ub;  // the one-process session in several chunks, as -ub does
     if (attn == "chunked_h2o") {
-      so.mode = model::PrefillMode::chunked_h2o;
+      so.attn = "chunked_h2o";
       so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
       so.h2o_local = so.h2o_heavy = ub / 4;
     } else if (attn == "gather") {  // dense over all-gathered K/V (SessionOptions::cp_gather)
     } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0) {
-      so.mode = model::PrefillMode::method;
-      so.attn_spec = attn;
+      so.attn = attn;
     } else if (attn != "dense" && attn != "gather") {
       std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...] or blasst:..., not %s\n",
                    attn.c_str());
@@ -219,7 +218,7 @@ int main(int argc, char** argv) {
     // none).
     const bool blasst = attn.rfind("blasst", 0) == 0;
     const bool tiles = blasst || (attn == "dense" && (n + kKeyBlock - 1) / kKeyBlock >= 2 * P);
-    const int64_t grid = so.mode == model::PrefillMode::chunked_h2o && n > ub ? ub
+    const int64_t grid = attn == "chunked_h2o" && n > ub ? ub
                          : tiles                                             ? kKeyBlock
                                                                              : 1;
     if (blasst) {

@@ -12,14 +12,6 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
-const char* mode_name(model::PrefillMode m) {
-  switch (m) {
-    case model::PrefillMode::dense: return "dense";
-    case model::PrefillMode::chunked_h2o: return "chunked_h2o";
-    case model::PrefillMode::method: return "method";
-  }
-  return "?";
-}
 }  // namespace
 
 size_t held_back_bytes(const std::string& text, const std::vector<std::string>& stop) {
@@ -54,7 +46,6 @@ model::Session& Slot::session_for(const std::string& attn) {
     cached_.clear();
     session_.emplace(model_, so);
     session_attn_ = attn;
-    mode_ = so.mode;
   }
   return *session_;
 }
@@ -74,7 +65,6 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
   model::Session& s = session_for(req.attn);
   SlotResult r;
   r.usage.attn = req.attn;
-  r.usage.prefill = mode_name(mode_);
   r.usage.prompt_tokens = int64_t(req.tokens.size());
 
   // The prefix to keep: the cached tokens the prompt starts with, leaving at least one token
@@ -94,10 +84,6 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
   const auto t0 = Clock::now();
   std::vector<float> logits(size_t(model_.config().n_vocab));
   const std::span<const int32_t> rest(req.tokens.data() + keep, req.tokens.size() - size_t(keep));
-  // chunked_h2o needs a prompt of more than one chunk; a shorter one runs dense, and usage
-  // says so.
-  if (mode_ == model::PrefillMode::chunked_h2o && int64_t(req.tokens.size()) <= defaults_.n_ubatch)
-    r.usage.prefill = "dense";
   model::PrefillProgress progress;
   if (ev.progress)
     progress = [&](int64_t done, int64_t total) {
@@ -111,6 +97,9 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
     hold.enter();
   }
   s.prefill(rest, logits.data(), int64_t(rest.size()) - 1, progress);
+  // What the global layers ran: chunked_h2o on a prompt of one chunk runs dense, and usage
+  // says so.
+  r.usage.prefill = s.prefill_ran();
   cached_ = req.tokens;
 
   cli::Sampler sampler(req.sampling);

@@ -71,7 +71,6 @@ class Slot {
   cli::RunnerOptions defaults_;
   std::optional<model::Session> session_;
   std::string session_attn_;
-  model::PrefillMode mode_ = model::PrefillMode::dense;
   std::vector<int32_t> cached_;  // the tokens the session's cache holds
 };
 
