@@ -156,6 +156,11 @@ TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
 TEST(ContextParallel, GatherSameBitsAsOneProcessNp2) { cp_check(2, "f16", "0", 200, "gather"); }
 TEST(ContextParallel, GatherSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200, "gather"); }
 TEST(ContextParallel, GatherSameBitsWithF32CacheNp2) { cp_check(2, "f32", "0", 200, "gather"); }
+// A method added as one file and one registry row (sliding_window) runs across ranks through
+// the gathered K/V and the one-process kernel: one process's bits.
+TEST(ContextParallel, SlidingWindowSameBitsAsOneProcessNp2) {
+  cp_check(2, "f16", "0", 200, "sliding_window:window=48");
+}
 
 // BLASST (lambda 0.05, -ub 64, f16 cache): each query tile's running max is seeded with its
 // diagonal and sink tiles, then carried through the ring; tiles after those meet a different
@@ -270,6 +275,10 @@ void sparse_perplexity(const std::string& attn, double tol) {
 
 // chunked_h2o's logits are one process's bits (the chain), so its perplexity is equal.
 TEST(ContextParallel, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity("chunked_h2o", 0); }
+// sliding_window gathers K/V and runs the one-process kernel: its perplexity is equal too.
+TEST(ContextParallel, SlidingWindowPerplexityEqualsOneProcess) {
+  sparse_perplexity("sliding_window:window=48", 0);
+}
 // a_shape's rows merge their partials over the ranks (and over the sink's and window's pieces):
 // the last bits differ, and the f16 matrices round the next layer's inputs to f16, so a
 // difference shows at up to one f16 step (2^-11 = 4.9e-4 relative) per activation. Measured
@@ -415,7 +424,7 @@ TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
                              "tri_shape --cp 2",
                          dir.path);
   expect_every_rank_fails(r, 2,
-                          "is not context-parallel (dense, a_shape, blasst and chunked_h2o are)");
+                          "is not context-parallel (dense, a_shape, blasst, chunked_h2o and sliding_window are)");
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold

@@ -148,5 +148,34 @@ TEST(LayerBackend, SessionReportsItsBackends) {
   EXPECT_EQ(dense.reuse_point(30), 30);  // a dense prefill goes on from any prefix
 }
 
+// A method added as one file and one registry row (sliding_window) reaches the runner: with a
+// window that covers the prompt it computes dense's bits (the same kernel, no key outside the
+// band), with a short one other logits; its rows are their own queries' (a prefix reusable);
+// its spec names the layers' prefill.
+TEST(LayerBackend, ANewMethodReachesTheRunner) {
+  const model::Model& m = tiny_model();
+  model::SessionOptions so;
+  so.n_ctx = 256;
+  so.n_ubatch = 32;
+  std::vector<int32_t> t(100);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = int32_t((i * 7) % 60);
+  const auto logits = [&](const std::string& attn) {
+    model::SessionOptions o = so;
+    o.attn = attn;
+    model::Session s(m, o);
+    std::vector<float> out(size_t(100 * 64));
+    s.prefill(t, out.data(), 0);
+    EXPECT_EQ(s.layer_attention()[0].prefill, attn);
+    EXPECT_EQ(s.reuse_point(50), 50);
+    return out;
+  };
+  const std::vector<float> dense = logits("dense");
+  EXPECT_EQ(logits("sliding_window:window=100"), dense);
+  EXPECT_NE(logits("sliding_window:window=8"), dense);
+  EXPECT_NE(error_of([] { make_method("sliding_window:window=0"); }).find("window"),
+            std::string::npos);
+  EXPECT_TRUE(method_info("sliding_window").context_parallel);
+}
+
 }  // namespace
 }  // namespace spattn

@@ -17,7 +17,7 @@ struct Entry {
   const char* count_param = "";  // MethodInfo::count_param
   // In `spattn bench`'s default comparison (method_names()). The others are asked for by name:
   // mminference needs a plan file (from `spattn search`), grid is its building block, meant for
-  // video inputs (frame=N), quest is a decode.
+  // video inputs (frame=N), quest is a decode, sliding_window a baseline of the runner's.
   bool compared = true;
   // In a model runner: the prefill's backend (null: the Method over the cache's rows), the
   // decode's (null: none, --attn-decode refuses it), and which of them run across ranks.
@@ -50,6 +50,8 @@ const Entry kMethods[] = {
     {.name = "grid", .make = make_grid, .compared = false},
     {.name = "mminference", .make = make_mminference, .compared = false},
     {.name = "quest", .causal_only = true, .compared = false, .decode = make_quest_decode},
+    {.name = "sliding_window", .make = make_sliding_window, .causal_only = true,
+     .compared = false, .prefill = make_sliding_window_prefill, .context_parallel = true},
 };
 
 MethodInfo info_of(const Entry& e) {

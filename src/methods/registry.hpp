@@ -24,6 +24,7 @@ std::unique_ptr<Method> make_momo(const MethodSpec& spec);
 std::unique_ptr<Method> make_grid(const MethodSpec& spec);
 std::unique_ptr<Method> make_mminference(const MethodSpec& spec);
 std::unique_ptr<Method> make_chunked_h2o(const MethodSpec& spec);
+std::unique_ptr<Method> make_sliding_window(const MethodSpec& spec);
 
 // A layer's attention in a model runner (layer_backend.hpp), where a method has its own; a row
 // without one runs its Method over the cache's rows (make_method_prefill).
@@ -38,6 +39,8 @@ std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec, const B
 std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
                                                        const BackendContext& c);
 std::unique_ptr<LayerBackend> make_quest_decode(const MethodSpec& spec, const BackendContext& c);
+std::unique_ptr<LayerBackend> make_sliding_window_prefill(const MethodSpec& spec,
+                                                          const BackendContext& c);
 // Any Method over the cache's raw rows (method_backend.cpp); `spec` is what it reports.
 std::unique_ptr<LayerBackend> make_method_prefill(std::shared_ptr<const Method> method,
                                                   const std::string& spec);

@@ -193,10 +193,12 @@ int main(int argc, char** argv) {
       so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
       so.h2o_local = so.h2o_heavy = ub / 4;
     } else if (attn == "gather") {  // dense over all-gathered K/V (SessionOptions::cp_gather)
-    } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0) {
+    } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0 ||
+               attn.rfind("sliding_window", 0) == 0) {
       so.attn = attn;
     } else if (attn != "dense" && attn != "gather") {
-      std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...] or blasst:..., not %s\n",
+      std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...], blasst:... or "
+                   "sliding_window:..., not %s\n",
                    attn.c_str());
       return 2;
     }
