@@ -7,11 +7,12 @@
 A thin layer over the C++ library: numpy arrays and CPU torch tensors are read in place
 (torch CUDA tensors too, on the GPU path of a CUDA build),
 methods are the command line's spec strings, and the tools (workloads, metrics, calibration,
-bench records) are the library's own. Figures: spattn.plot (matplotlib).
+bench records) are the library's own. Figures: spattn.plot (matplotlib). `python -m spattn VERB`
+runs the command line.
 """
 from . import metrics
 from ._attention import attention, block_mask, method_catalog
-from ._core import method_names, simd_target
+from ._core import __version__, method_names, simd_target
 from ._tools import Workload, bench, load_qkv, save_qkv, workload
 from .calibration import calibrate, evaluate_calibration, lambda_for, load_calibration
 
