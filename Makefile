@@ -17,7 +17,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The Python package alone (also part of `build`): import it with PYTHONPATH=$(BUILD)/python
-# under /usr/bin/python3 (see README.md).
+# under /usr/bin/python3, or install it with pip (see README.md, "Python").
 python: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target spattn_python spattn_run_method
@@ -63,4 +63,4 @@ bench: build
 	./$(BUILD)/bin/spattn_microbench
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(BUILD)-pip $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD) python/build

@@ -22,6 +22,7 @@ PKGS=(
   # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
   # is optional (its tests skip without it) and not installed here: it is large.
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
+  python3-venv python3-pip python3-setuptools python3-wheel  # `pip install ./python` in a venv
   git                   # unpacks llama.cpp's source bundle (below)
 )
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)  # fetches llama.cpp's pinned source (below)

@@ -31,6 +31,7 @@ int report(const std::string& message, int code) {
 int main(int argc, char** argv) {
   CLI::App app{"spattn: training-free sparse attention for long-context inference"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", SPATTN_VERSION);  // project()'s VERSION (CMakeLists.txt)
   spattn::cli::add_bench_command(app);
   spattn::cli::add_mask_command(app);
   spattn::cli::add_calibrate_command(app);

@@ -1,5 +1,5 @@
 """spattn.attention and spattn.block_mask: a method run over q, k, v read in place."""
-from . import _core, _cuda
+from . import _core, _cuda, _torch_op
 from ._arrays import unwrap_qkv, wrap
 
 
@@ -25,13 +25,30 @@ def attention(q, k, v, *, method="dense", causal=True, scale=None, layout="bshd"
     [heads, q_len]); with return_report also the run's report (a dict; a list of dicts, one per
     batch element, for batched inputs). Inputs are read in place through their strides; the
     GIL is released while the kernels run. Bad input raises ValueError or TypeError.
+
+    With torch 2.1 or newer, torch tensors go through the custom operator
+    torch.ops.spattn.attention (spattn._torch_op), so torch.compile traces this call without a
+    graph break; return_report (a dict, which no operator returns) takes the plain call.
     """
+    op = None if return_report else _torch_op.operator_for(q, k, v)
+    if op is not None:
+        # Inference only: no autograd formula, so no gradient is asked of one.
+        out, lse = op(q.detach(), k.detach(), v.detach(), method, causal, scale, layout,
+                      return_lse, threads)
+        return (out, lse) if return_lse else out
+    out, lse, report = run(q, k, v, method, causal, scale, layout, return_lse, return_report,
+                           threads)
+    if not (return_lse or return_report):
+        return out
+    return tuple([out] + ([lse] if return_lse else []) + ([report] if return_report else []))
+
+
+def run(q, k, v, method, causal, scale, layout, return_lse, return_report, threads):
+    """The plain call: (out, lse or None, report or None), on the CPU or (torch CUDA tensors)
+    the GPU."""
     if _cuda.on_cuda(q, k, v):
-        out, lse, report = _cuda.attention(q, k, v, method, causal, scale, layout, return_lse,
-                                           return_report, threads)
-        if not (return_lse or return_report):
-            return out
-        return tuple([out] + ([lse] if return_lse else []) + ([report] if return_report else []))
+        return _cuda.attention(q, k, v, method, causal, scale, layout, return_lse,
+                               return_report, threads)
     qa, ka, va, tag, torch_dtype = unwrap_qkv(q, k, v)
     out = None
     out_array = None
@@ -43,14 +60,7 @@ def attention(q, k, v, *, method="dense", causal=True, scale=None, layout="bshd"
                                        return_lse, return_report, threads, out_array)
     if out is None:
         out = res
-    if not (return_lse or return_report):
-        return out
-    result = [out]
-    if return_lse:
-        result.append(wrap(lse, "", torch_dtype))
-    if return_report:
-        result.append(report)
-    return tuple(result)
+    return out, wrap(lse, "", torch_dtype) if return_lse else None, report
 
 
 def block_mask(q, k, v, method, *, causal=True, layout="bshd", threads=None):

@@ -8,6 +8,7 @@
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "spattn's C++ library; use the spattn package, not this module";
+  m.attr("__version__") = SPATTN_VERSION;  // project()'s VERSION (CMakeLists.txt)
   pybind11::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

@@ -1,11 +1,13 @@
 """Shared fixtures: small problems, a float64 reference twin of attention, and the paths of the
-C++ programs the tests compare against (set by ctest; tests that need one skip without it)."""
+C++ programs the tests compare against (set by ctest, the command line else the package's own;
+tests that need one skip without it)."""
 import os
 
 import numpy as np
 import pytest
 
 import spattn
+from spattn._cli import executable
 
 
 def reference_attention(q, k, v, causal=True, scale=None):
@@ -40,6 +42,8 @@ def small():
 
 def program(var):
     path = os.environ.get(var)
+    if not path and var == "SPATTN_CLI":  # the command line the package carries, if built
+        path = str(executable())
     if not path or not os.path.exists(path):
         pytest.skip(f"{var} not set (run through ctest)")
     return path
