@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.hpp"
-#include "eval/rope.hpp"
+#include "core/rope.hpp"
 #include "ggml.h"
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
@@ -47,8 +47,8 @@ double max_diff_from_ggml(int64_t d, double base, double factor, int64_t orig, b
   ggml_cgraph* g = ggml_new_graph(ctx);
   ggml_build_forward_expand(g, y);
   ThreadPool::get().compute(g, 1);
-  const eval::RopeTable table(
-      positions.back() + 1, d, base, neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent,
+  const RopeTable table(
+      positions.back() + 1, d, base, neox ? RopeStyle::neox : RopeStyle::adjacent,
       yarn ? model::yarn_rope_divisors(d, base, factor, orig) : std::vector<float>{},
       yarn ? model::yarn_mscale(factor) : 1.0);
   double worst = 0;

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "eval/rope.hpp"
+#include "core/rope.hpp"
 #include "spattn/spattn.hpp"
 
 using namespace spattn;
@@ -187,7 +187,7 @@ TEST(Workload, BadConfigsThrow) {
 }
 
 TEST(Workload, RopeScoresDependOnRelativePositionOnly) {
-  const eval::RopeTable rope(200, 16, 10000.0);
+  const RopeTable rope(200, 16, 10000.0);
   std::vector<float> x(16), y(16);
   for (int i = 0; i < 16; ++i) x[size_t(i)] = float(std::sin(i + 1.0)), y[size_t(i)] = float(std::cos(3.0 * i));
   auto dot_at = [&](int64_t i, int64_t j) {

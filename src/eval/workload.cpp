@@ -29,7 +29,7 @@
 #include <utility>
 
 #include "eval/prng.hpp"
-#include "eval/rope.hpp"
+#include "core/rope.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn {
@@ -54,7 +54,6 @@ const char* workload_kind_name(WorkloadKind k) {
 
 namespace {
 
-using eval::RopeTable;
 using eval::Rng;
 
 constexpr int64_t kDefaultFrameTokens = 256;  // a 16 x 16 patch frame

@@ -46,7 +46,7 @@
 
 #include "core/threading.hpp"
 #include "dist/ring_attention.hpp"
-#include "eval/rope.hpp"
+#include "core/rope.hpp"
 #include "kernels/gemm_widen.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
@@ -138,8 +138,8 @@ const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
 }
-eval::RopeStyle rope_style(const Config& c) {
-  return c.rope_neox ? eval::RopeStyle::neox : eval::RopeStyle::adjacent;
+RopeStyle rope_style(const Config& c) {
+  return c.rope_neox ? RopeStyle::neox : RopeStyle::adjacent;
 }
 // The global layers' per-pair divisors: gemma3's linear scaling divides every angle by its
 // factor (llama.cpp's freq_scale = 1 / factor), else the file's rope factors for this context.
@@ -150,9 +150,9 @@ std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
 }
 // Sliding-window layers turn by their own base: gemma3's unscaled, gpt-oss's with the global
 // layers' scaling (Config::swa_rope_scaled); none: null.
-std::shared_ptr<const eval::RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
+std::shared_ptr<const RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
   if (c.sliding_window <= 0) return nullptr;
-  return std::make_shared<const eval::RopeTable>(
+  return std::make_shared<const RopeTable>(
       n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
       c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{},
       c.rope_attn_factor);
@@ -254,8 +254,8 @@ struct Session::Impl {
   const Model& m;
   const Config& cfg;
   SessionOptions opt;
-  eval::RopeTable rope;
-  std::shared_ptr<const eval::RopeTable> rope_swa;  // sliding-window layers' table, or null
+  RopeTable rope;
+  std::shared_ptr<const RopeTable> rope_swa;  // sliding-window layers' table, or null
   // Every layer's attention: built before the cache, which keeps what they read.
   Backends b;
   // Every token's K/V per layer; its committed size is the session's n_past. f32 rows given,
@@ -567,7 +567,7 @@ struct Session::Impl {
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, opt.threads, graphs);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
-      const eval::RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
+      const RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0; i < r1; ++i) {
           const int64_t pos = row_pos(i);

@@ -2,12 +2,13 @@
 // Which dimensions form pair p is the style: rotate-half (GPT-NeoX, HF Llama, Qwen2; llama.cpp's
 // "neox"): p and p + d/2; adjacent (Meta's Llama, llama2.c, llama.cpp's "normal"): 2p and 2p+1.
 // Because rotations compose, (R(i) x) . (R(j) y) = x . R(j - i) y: scores depend on the
-// relative position only, which is what the generator's patterns are built on.
+// relative position only. The model runner turns q and k by it; the workload generator builds
+// its patterns on it.
 #pragma once
 #include <cstdint>
 #include <vector>
 
-namespace spattn::eval {
+namespace spattn {
 
 enum class RopeStyle { neox, adjacent };
 
@@ -37,4 +38,4 @@ class RopeTable {
   std::vector<float> cos_, sin_;  // [pos][pair]
 };
 
-}  // namespace spattn::eval
+}  // namespace spattn

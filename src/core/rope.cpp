@@ -1,11 +1,11 @@
-#include "eval/rope.hpp"
+#include "core/rope.hpp"
 
 #include <cmath>
 #include <utility>
 
 #include "spattn/error.hpp"
 
-namespace spattn::eval {
+namespace spattn {
 
 RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style,
                      std::vector<float> freq_factors, double mscale)
@@ -65,4 +65,4 @@ void RopeTable::rotate_inplace(float* x, int64_t pos) const {
   }
 }
 
-}  // namespace spattn::eval
+}  // namespace spattn
