@@ -86,7 +86,9 @@ ssize_t ConnStream::read(char* ptr, size_t size) {
 }
 
 ssize_t ConnStream::write(const char* ptr, size_t size) {
-  if (!wait(POLLOUT, write_timeout_ms_, false)) return -1;
+  // A send to a client that has closed succeeds until its reset comes back: ask first, as
+  // httplib's own socket stream does, so a stream's next event finds its client gone.
+  if (!is_writable()) return -1;
   ssize_t n;
   do n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);

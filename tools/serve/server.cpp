@@ -126,9 +126,11 @@ void close_after() {
   if (Conn* c = current_conn()) c->close_after();
 }
 
-bool conn_gone() {
+// Whether the client of the connection this thread serves has left, as a test that holds the
+// connection, so events called on another thread still ask the right one.
+std::function<bool()> client_gone() {
   const Conn* c = current_conn();
-  return c && c->gone();
+  return [c] { return c && c->gone(); };
 }
 
 }  // namespace
@@ -471,15 +473,16 @@ struct Server::Impl {
     if (!g.stream) {
       // A client gone frees its place while it waits and cancels its generation at the next
       // step (a prefill piece or a token).
-      std::optional<SlotPool::Lease> lease = slots.acquire(sr->tokens, conn_gone);
+      const std::function<bool()> gone = client_gone();
+      std::optional<SlotPool::Lease> lease = slots.acquire(sr->tokens, gone);
       if (!lease) throw ClientGone();
       if (o.test_hook) o.test_hook("slot");
       SlotEvents ev;
-      ev.progress = [this](int64_t, int64_t, int64_t) {
+      ev.progress = [this, gone](int64_t, int64_t, int64_t) {
         if (o.test_hook) o.test_hook("progress");
-        if (conn_gone()) throw ClientGone();
+        if (gone()) throw ClientGone();
       };
-      ev.cancelled = conn_gone;
+      ev.cancelled = gone;
       const SlotResult r = lease->slot().generate(*sr, ev, &turn);
       lease->release(&r);
       if (r.cancelled) throw ClientGone();
@@ -511,7 +514,7 @@ struct Server::Impl {
       while (!tcv.wait_for(l, std::chrono::milliseconds(250), [&] { return finished; }))
         w.keep_alive(std::chrono::milliseconds(500));
     });
-    const auto gone = [&w] { return w.gone() || conn_gone(); };
+    const auto gone = [&w, conn = client_gone()] { return w.gone() || conn(); };
     try {
       std::optional<SlotPool::Lease> held = slots.acquire(sr.tokens, gone);
       if (!held) throw ClientGone();

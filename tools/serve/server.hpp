@@ -37,8 +37,8 @@ struct ServeOptions {
   bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server
   std::string chat_template;     // --chat-template NAME; "": the model's, recognised
   // For tests only: called with "slot" once a generation holds the slot and with "progress"
-  // after each streamed progress event, so a test can hold the slot or leave mid-prefill at a
-  // point it knows.
+  // after each prefill progress event (streamed or not), so a test can hold the slot or leave
+  // mid-prefill at a point it knows.
   std::function<void(const std::string& event)> test_hook;
   void validate() const;         // Error naming the flag
 };
