@@ -45,7 +45,8 @@ std::optional<Refusal> check_framing(const httplib::Request& req, size_t max_bod
   const size_t n_len = req.get_header_value_count("Content-Length");
   const size_t n_te = req.get_header_value_count("Transfer-Encoding");
   if (n_len > 1 || n_te > 1)
-    return Refusal{400, "the request repeats Content-Length or Transfer-Encoding", "Content-Length"};
+    return Refusal{400, "the request repeats Content-Length or Transfer-Encoding",
+                   "Content-Length"};
   if (n_len && n_te)
     return Refusal{400, "the request has both Content-Length and Transfer-Encoding",
                    "Transfer-Encoding"};
