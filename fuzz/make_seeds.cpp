@@ -169,6 +169,24 @@ void serve_seeds(const fs::path& dir) {
   save(dir / "detokenize.json", route(3, "{\"tokens\": [5, 6, 7]}"));
 }
 
+// `spattn serve` requests as a client sends them: Content-Length, chunked, gzip (an empty
+// member), a bad length, a foreign Host and a slow GET.
+void serve_http_seeds(const fs::path& dir) {
+  fs::create_directories(dir);
+  const std::string body = "{\"prompt\": \"Once\", \"max_tokens\": 2}";
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           "Content-Type: application/json\r\n";
+  save(dir / "length.http",
+       head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  save(dir / "chunked.http", head + "Transfer-Encoding: chunked\r\n\r\n10\r\n" +
+                                 body.substr(0, 16) + "\r\n" + "0\r\n\r\n");
+  save(dir / "gzip.http", head + "Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n" +
+                              std::string("\x1f\x8b\x08\0\0\0\0\0\0\x03\x03\0\0\0\0\0\0\0\0\0", 20));
+  save(dir / "bad_length.http", head + "Content-Length: -5\r\n\r\n");
+  save(dir / "host.http", "GET /health HTTP/1.1\r\nHost: evil.example\r\nOrigin: http://x\r\n\r\n"
+                          "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+}
+
 // Heavy-hitter traces: one head and two, sets with runs (one-byte gaps) and wide gaps.
 void h2o_trace_seeds(const fs::path& dir) {
   fs::create_directories(dir);
@@ -196,6 +214,7 @@ int main(int argc, char** argv) {
   tokenizer_seeds(root / "tokenizer");
   quant_seeds(root / "quant");
   serve_seeds(root / "serve");
+  serve_http_seeds(root / "serve_http");
   h2o_trace_seeds(root / "h2o_trace");
   return 0;
 }

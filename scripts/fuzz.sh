@@ -8,7 +8,7 @@ build=${1:?build dir}
 runs=${2:?runs}
 shift 2
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(gguf npy safetensors calibration tokenizer quant serve h2o_trace)
+[ ${#targets[@]} -eq 0 ] && targets=(gguf npy safetensors calibration tokenizer quant serve serve_http h2o_trace)
 work="$build/fuzz-work"
 mkdir -p "$work"
 rm -rf "$work/seeds"
@@ -16,7 +16,7 @@ rm -rf "$work/seeds"
 # Input size caps: GGUF seeds (small models with vocabularies) are a few KB; a quant input is a
 # type byte and up to a few rows of blocks (a 256-value K-quant block is at most 292 bytes).
 declare -A max_len=([gguf]=16384 [npy]=4096 [safetensors]=4096 [calibration]=4096 [tokenizer]=2048
-                   [quant]=4096 [serve]=4096 [h2o_trace]=4096)
+                   [quant]=4096 [serve]=4096 [serve_http]=8192 [h2o_trace]=4096)
 status=0
 for t in "${targets[@]}"; do
   corpus="$work/corpus-$t"

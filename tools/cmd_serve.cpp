@@ -1,36 +1,64 @@
 // `spattn serve`: llama-server's OpenAI-compatible HTTP server over spattn's runner, with
 // llama-server's flags where they exist (-m, --host, --port, -c, -np, -t, --api-key,
 // --timeout, --metrics, --chat-template) and spattn's --attn as every request's default prefill attention (a request may
-// name another: "spattn": {"attn": SPEC}). The server itself lives in tools/serve/.
+// name another: "spattn": {"attn": SPEC}). The server itself lives in tools/serve/; its flags
+// and limits are in docs/server.md.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <csignal>
+#include <thread>
 
 #include "runner.hpp"
+#include "spattn/error.hpp"
 #include "serve/server.hpp"
 
 namespace spattn::cli {
 namespace {
 
-serve::Server* g_server = nullptr;
+// Signals reach a thread through a pipe (a handler may only do async-signal-safe things);
+// the second signal exits at once, as llama-server's second Ctrl-C does.
+std::atomic<int> g_signals{0};
+int g_wake[2] = {-1, -1};
+
+void on_signal(int sig) {
+  if (g_signals.fetch_add(1) >= 1) _exit(128 + sig);
+  const char c = 1;
+  (void)!::write(g_wake[1], &c, 1);
+}
 
 void run_serve(const serve::ServeOptions& o) {
   o.validate();  // bad flags fail before the model loads
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
   serve::Server server(o, lm);
-  const int port = server.bind();
-  g_server = &server;
-  // Ctrl-C and SIGTERM end the server cleanly (httplib's stop is safe from here: it shuts
-  // the listening socket down).
-  for (int sig : {SIGINT, SIGTERM})
-    std::signal(sig, [](int) {
-      if (g_server) g_server->stop();
-    });
+  int port = 0;
+  try {
+    port = server.bind();
+  } catch (const Error& e) {
+    // A port in use ends the command with exit code 1 (as llama-server's failed bind), not
+    // the bad-input code 2: the flags were fine, the address was not free.
+    fmt::print(stderr, "spattn serve: error: {}\n", e.what());
+    throw CLI::RuntimeError(1);
+  }
+  if (::pipe(g_wake) != 0) throw CLI::RuntimeError(1);
+  std::thread waiter([&] {
+    char c = 0;
+    if (::read(g_wake[0], &c, 1) == 1 && c == 1) {
+      fmt::print(stderr, "spattn serve: stopping; in-flight work has {} s (--shutdown-timeout), "
+                 "a second signal exits now\n", o.shutdown_timeout_s);
+      server.stop();
+    }
+  });
+  for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_signal);
   fmt::print(stderr, "spattn serve: {} loaded in {:.0f} ms; context {}, attention {}\n",
              o.r.model, lm.load_ms, o.r.n_ctx, o.r.attn);
   fmt::print(stderr, "spattn serve: listening on http://{}:{}\n", o.host, port);
   server.listen();
-  g_server = nullptr;
+  const char done = 0;  // wakes the waiter when listen ended otherwise
+  (void)!::write(g_wake[1], &done, 1);
+  waiter.join();
 }
 
 }  // namespace
@@ -55,6 +83,27 @@ void add_serve_command(CLI::App& root) {
                   "mistral-v3, mistral-v3-tekken, mistral-v7); default: the model's");
   app->add_option("--timeout", o->timeout_s, "socket read / write timeout in seconds")
       ->capture_default_str();
+  app->add_option("--header-timeout", o->header_timeout_s,
+                  "seconds a request's headers may take from its first byte")
+      ->capture_default_str();
+  app->add_option("--body-timeout", o->body_timeout_s,
+                  "seconds a request's body may take after its headers")
+      ->capture_default_str();
+  app->add_option("--conns-per-ip", o->conns_per_addr,
+                  "open connections one client address may hold")
+      ->capture_default_str();
+  app->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "seconds in-flight work may take after SIGTERM/SIGINT (a second exits now)")
+      ->capture_default_str();
+  app->add_option("--allowed-hosts", o->allowed_hosts,
+                  "Host names served beyond loopback's when bound to loopback ('*': any)")
+      ->delimiter(',');
+  app->add_option("--cors", o->cors,
+                  "origins whose web pages may call the server (CORS; '*': any); default none")
+      ->delimiter(',');
+  app->add_option("--plans-dir", o->plans_dir,
+                  "directory of MMInference plans and BLASST calibrations, read at start; "
+                  "requests name them (plan=NAME, calib=NAME)");
   app->add_option("--queue", o->max_queue,
                   "requests that may wait for a slot; more are answered 503")
       ->capture_default_str();

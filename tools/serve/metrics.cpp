@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "spattn/method.hpp"
+
 namespace spattn::serve {
 
 template <size_t N>
@@ -15,6 +17,16 @@ void Metrics::observe(Histogram& h, const std::array<double, N>& bounds, double 
   ++h.n;
 }
 
+// The method's name, never its parameters: labels come from a closed set (the registry's
+// names), where the whole spec let 200 requests with `a_shape:sink=N` add 200 series.
+std::string Metrics::attn_label(const std::string& spec) {
+  try {
+    return parse_method_spec(spec).name;
+  } catch (const std::exception&) {
+    return "other";
+  }
+}
+
 void Metrics::record(const Usage& u) {
   std::lock_guard<std::mutex> l(mu_);
   prompt_tokens_ += u.prompt_tokens - u.cached_tokens;
@@ -22,7 +34,7 @@ void Metrics::record(const Usage& u) {
   prompt_s_ += u.prefill_ms / 1e3;
   predicted_tokens_ += u.completion_tokens;
   predicted_s_ += u.decode_ms / 1e3;
-  ++by_attn_[u.attn];
+  ++by_attn_[attn_label(u.attn)];
   observe(ttft_, kTtftSeconds, u.ttft_ms / 1e3);
   // The rate of the tokens after the first (which prefill gives): none for a 1-token answer.
   if (u.completion_tokens > 1 && u.decode_ms > 0)

@@ -2,7 +2,7 @@
 // and gauges under the prefix `spattn:` (prompt tokens and seconds, predicted tokens and
 // seconds, requests processing and deferred, KV cache tokens) plus what a sparse-prefill server
 // is watched for: time to first token and decode rate as histograms, requests by prefill
-// attention, prompt tokens taken from the cache, and errors by HTTP status.
+// attention (the method's name), prompt tokens taken from the cache, and errors by HTTP status.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -22,6 +22,8 @@ class Metrics {
   // A generation that finished (stopped or hit its length; not cancelled).
   void record(const Usage& u);
   void error(int status);
+  // The label a generation is counted under: its attention method's name.
+  static std::string attn_label(const std::string& spec);
   // The text for GET /metrics; the gauges are the server's at this moment, the KV cache's
   // summed over the slots (n_ctx each) and given per slot.
   std::string render(int64_t processing, int64_t deferred, int64_t n_ctx,

@@ -235,6 +235,9 @@ TokenizeRequest parse_tokenize(std::string_view body) {
   const json* c = field(j, "content");
   if (!c || !c->is_string()) bad_request("'content' must be a string", "content");
   r.content = c->get<std::string>();
+  if (r.content.size() > kMaxTokenizeBytes)
+    bad_request("'content' is over the limit of " + std::to_string(kMaxTokenizeBytes) + " bytes",
+                "content");
   r.add_special = get_bool(j, "add_special", false);
   r.with_pieces = get_bool(j, "with_pieces", false);
   return r;

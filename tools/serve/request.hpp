@@ -33,6 +33,8 @@ inline constexpr int64_t kMaxTokensLimit = 1 << 20;
 inline constexpr double kMaxTemperature = 10.0;
 inline constexpr size_t kMaxStops = 4, kMaxStopBytes = 256;
 inline constexpr size_t kMaxMessages = 4096;
+// /tokenize's content (its answer, with pieces, is many times larger).
+inline constexpr size_t kMaxTokenizeBytes = 1u << 20;
 
 using ChatMessage = spattn::ChatMessage;
 

@@ -6,14 +6,19 @@
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "attn_bounds.hpp"
 #include "chat_prompt.hpp"
+#include "http_checks.hpp"
+#include "http_server.hpp"
 #include "metrics.hpp"
 #include "openai.hpp"
+#include "plan_library.hpp"
 #include "request.hpp"
 #include "slot.hpp"
 #include "slot_pool.hpp"
@@ -26,6 +31,13 @@ namespace spattn::serve {
 void ServeOptions::validate() const {
   SPATTN_CHECK(port >= 0 && port <= 65535, "--port must be in [0, 65535], got ", port);
   SPATTN_CHECK(timeout_s >= 1, "--timeout must be >= 1 second, got ", timeout_s);
+  SPATTN_CHECK(header_timeout_s >= 1 && header_timeout_s <= 3600,
+               "--header-timeout must be in [1, 3600] seconds, got ", header_timeout_s);
+  SPATTN_CHECK(body_timeout_s >= 1 && body_timeout_s <= 3600,
+               "--body-timeout must be in [1, 3600] seconds, got ", body_timeout_s);
+  SPATTN_CHECK(conns_per_addr >= 1, "--conns-per-ip must be >= 1, got ", conns_per_addr);
+  SPATTN_CHECK(shutdown_timeout_s >= 0 && shutdown_timeout_s <= 3600,
+               "--shutdown-timeout must be in [0, 3600] seconds, got ", shutdown_timeout_s);
   SPATTN_CHECK(slots >= 1 && slots <= 64, "-np must be in [1, 64], got ", slots);
   SPATTN_CHECK(max_queue >= 0 && max_queue <= 1024, "--queue must be in [0, 1024], got ",
                max_queue);
@@ -62,13 +74,74 @@ int64_t unix_now() {
       .count();
 }
 
+// The routes and the method each takes: anything else is refused before its body is read.
+struct Route {
+  const char* path;
+  const char* method;
+};
+constexpr Route kRoutes[] = {
+    {"/health", "GET"},      {"/v1/models", "GET"},        {"/models", "GET"},
+    {"/metrics", "GET"},     {"/props", "GET"},            {"/tokenize", "POST"},
+    {"/detokenize", "POST"}, {"/v1/completions", "POST"},  {"/completions", "POST"},
+    {"/v1/chat/completions", "POST"}, {"/chat/completions", "POST"}};
+
+const Route* find_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+// The key compared in time that depends on its length only (== returns at the first
+// differing byte, which times a guess byte by byte).
+bool key_matches(const std::string& header, const std::string& key) {
+  const std::string want = "Bearer " + key;
+  if (header.size() != want.size()) return false;
+  volatile unsigned char diff = 0;
+  for (size_t i = 0; i < want.size(); ++i) diff = diff | (header[i] ^ want[i]);
+  return diff == 0;
+}
+
+HttpLimits http_limits(const ServeOptions& o) {
+  HttpLimits l;
+  l.read_timeout_s = l.write_timeout_s = o.timeout_s;
+  l.header_timeout_s = o.header_timeout_s;
+  l.body_timeout_s = o.body_timeout_s;
+  l.max_conns_per_addr = o.conns_per_addr;
+  // Enough workers for every admitted request plus a few for /health and friends, so a full
+  // queue never starves the cheap routes.
+  l.workers = size_t(o.slots + o.max_queue + 4);
+  return l;
+}
+
+HttpPolicy http_policy(const ServeOptions& o) {
+  HttpPolicy p;
+  p.max_body = o.max_body;
+  p.check_host = is_loopback(o.host);
+  p.allowed_hosts = o.allowed_hosts;
+  p.cors_origins = o.cors;
+  return p;
+}
+
+void close_after() {
+  if (Conn* c = current_conn()) c->close_after();
+}
+
+// Whether the client of the connection this thread serves has left, as a test that holds the
+// connection, so events called on another thread still ask the right one.
+std::function<bool()> client_gone() {
+  const Conn* c = current_conn();
+  return [c] { return c && c->gone(); };
+}
+
 }  // namespace
 
 struct Server::Impl {
   ServeOptions o;
   const cli::LoadedModel& m;
   std::string model_id;
-  httplib::Server http;
+  HttpServer http;
+  HttpPolicy policy;
+  PlanLibrary plans;
   SlotPool slots;
   Turn turn;  // one step of work at a time over the slots (turn.hpp)
   mutable std::mutex admit_mutex;
@@ -78,17 +151,15 @@ struct Server::Impl {
   std::optional<ChatTemplate> chat_template;  // none: the plain fallback
 
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
-      : o(opt), m(lm), slots(lm.model, lm.tokenizer, opt.r, opt.slots),
+      : o(opt), m(lm), http(http_limits(opt)), policy(http_policy(opt)),
+        plans(opt.plans_dir.empty() ? PlanLibrary() : PlanLibrary(opt.plans_dir)),
+        slots(lm.model, lm.tokenizer, opt.r, opt.slots),
         chat_template(pick_chat_template(opt.chat_template, lm.chat_template)) {
     model_id = o.alias.empty() ? std::filesystem::path(o.r.model).filename().string() : o.alias;
     // A client that closes its socket must not end the process: writes then just fail.
     std::signal(SIGPIPE, SIG_IGN);
-    // Enough workers for every admitted request plus a few for /health and friends, so a full
-    // queue never starves the cheap routes.
-    const size_t workers = size_t(o.slots + o.max_queue + 4);
-    http.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-    http.set_read_timeout(o.timeout_s);
-    http.set_write_timeout(o.timeout_s);
+    // httplib's own check of Content-Length (the guard refuses first); chunked and inflated
+    // bodies are counted by read_body as they arrive.
     http.set_payload_max_length(o.max_body);
     routes();
   }
@@ -117,6 +188,9 @@ struct Server::Impl {
       try {
         f(req, res);
         return;
+      } catch (const ClientGone&) {
+        close_after();  // no one to answer
+        return;
       } catch (const RequestError& e) {
         send_error(res, e.status, e.what(), e.type, e.param);
       } catch (const Error& e) {
@@ -130,18 +204,99 @@ struct Server::Impl {
     };
   }
 
+  void refuse(httplib::Response& res, int status, const std::string& message,
+              const std::string& param) {
+    static const std::map<int, const char*> kType = {
+        {401, "authentication_error"}, {403, "permission_error"}, {404, "not_found_error"},
+        {405, "invalid_request_error"}, {411, "invalid_request_error"},
+        {415, "invalid_request_error"}, {501, "not_supported_error"}};
+    const auto t = kType.find(status);
+    send_error(res, status, message, t == kType.end() ? "invalid_request_error" : t->second,
+               param);
+    metrics.error(status);
+  }
+
+  // Every request's head, before any body is read: Host, route and method, framing, Origin,
+  // the API key and the body's type. A refused request's body is left unread and its
+  // connection closed after the answer.
+  httplib::Server::HandlerResponse guard(const httplib::Request& req, httplib::Response& res) {
+    using HR = httplib::Server::HandlerResponse;
+    if (Conn* c = current_conn()) c->headers_done();
+    const auto refused = [&](int status, const std::string& message, const std::string& param) {
+      refuse(res, status, message, param);
+      res.set_header("Connection", "close");
+      close_after();
+      return HR::Handled;
+    };
+    if (auto r = check_host(req, policy)) return refused(r->status, r->message, r->param);
+    const std::string origin = req.get_header_value("Origin");
+    const bool cors = !origin.empty() && cors_allows(origin, policy);
+    if (cors) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    const Route* route = find_route(req.path);
+    if (!route) return refused(404, "no such route", "");
+    if (req.method == "OPTIONS" && cors) {  // a browser's preflight (llama-server's --cors)
+      res.set_header("Access-Control-Allow-Methods", std::string(route->method) + ", OPTIONS");
+      res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+      res.set_header("Access-Control-Max-Age", "600");
+      res.status = 204;
+      return HR::Handled;
+    }
+    if (req.method != route->method) {
+      res.set_header("Allow", route->method);
+      return refused(405, req.path + " takes " + route->method, "");
+    }
+    if (auto r = check_framing(req, o.max_body)) return refused(r->status, r->message, r->param);
+    if (auto r = check_origin(req, policy)) return refused(r->status, r->message, r->param);
+    if (!o.api_key.empty() && req.path != "/health" &&
+        !key_matches(req.get_header_value("Authorization"), o.api_key))
+      return refused(401, "invalid or missing API key (Authorization: Bearer KEY)", "");
+    if (req.method == "POST")
+      if (auto r = check_json_type(req)) return refused(r->status, r->message, r->param);
+    return HR::Unhandled;
+  }
+
+  // The body, counted as it arrives whatever its framing (Content-Length, chunked) and after
+  // any Content-Encoding is undone, so neither a chunked stream nor a compression bomb is held
+  // whole before its size is known (httplib's limit covers Content-Length only).
+  std::string read_body(const httplib::ContentReader& reader) {
+    std::string body;
+    bool over = false;
+    const bool ok = reader([&](const char* d, size_t n) {
+      if (n > o.max_body - body.size()) {
+        over = true;
+        return false;
+      }
+      body.append(d, n);
+      return true;
+    });
+    if (over || !ok) close_after();  // the rest of the body is left unread
+    if (over)
+      bad_request("the request body is over the limit of " + std::to_string(o.max_body) +
+                  " bytes (counted after any Content-Encoding is undone)");
+    if (!ok)
+      bad_request("the request body could not be read (cut short, too slow, or not valid for "
+                  "its Content-Encoding)");
+    return body;
+  }
+
+  template <class F>
+  void post(const char* path, F f) {
+    http.Post(path, [this, f](const httplib::Request& req, httplib::Response& res,
+                              const httplib::ContentReader& reader) {
+      guarded([&](const httplib::Request& rq, httplib::Response& rs) {
+        f(rq, rs, read_body(reader));
+      })(req, res);
+    });
+  }
+
   void routes() {
-    if (!o.api_key.empty())
-      http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        if (req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-        if (req.get_header_value("Authorization") == "Bearer " + o.api_key)
-          return httplib::Server::HandlerResponse::Unhandled;
-        send_error(res, 401, "invalid or missing API key (Authorization: Bearer KEY)",
-                   "authentication_error");
-        metrics.error(401);
-        return httplib::Server::HandlerResponse::Handled;
-      });
-    // Errors httplib answers itself (no route, a body over the limit) get an error object too.
+    http.set_pre_routing_handler(
+        [this](const httplib::Request& req, httplib::Response& res) { return guard(req, res); });
+    // Errors httplib answers itself (a request it cannot parse) get an error object too, and
+    // the connection is closed: what follows a malformed request cannot be trusted to frame.
     http.set_error_handler(httplib::Server::HandlerWithResponse(
         [this](const httplib::Request&, httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
@@ -151,7 +306,8 @@ struct Server::Impl {
       else if (res.status == 404)
         send_error(res, 404, "no such route", "not_found_error");
       else
-        send_error(res, res.status, "request failed", "invalid_request_error");
+        send_error(res, res.status, "malformed HTTP request", "invalid_request_error");
+      if (res.status == 400) close_after();
       metrics.error(res.status);
       return httplib::Server::HandlerResponse::Handled;
     }));
@@ -174,22 +330,23 @@ struct Server::Impl {
     http.Get("/props", guarded([this](const httplib::Request&, httplib::Response& res) {
                send_json(res, 200, props());
              }));
-    http.Post("/tokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                tokenize(req, res);
-              }));
-    http.Post("/detokenize", guarded([this](const httplib::Request& req, httplib::Response& res) {
-                const std::vector<int32_t> ids = parse_detokenize(req.body);
-                check_ids(ids, "tokens");
-                send_json(res, 200, {{"content", m.tokenizer.decode(ids)}});
-              }));
+    post("/tokenize", [this](const httplib::Request&, httplib::Response& res,
+                             const std::string& body) { tokenize(body, res); });
+    post("/detokenize", [this](const httplib::Request&, httplib::Response& res,
+                               const std::string& body) {
+      const std::vector<int32_t> ids = parse_detokenize(body);
+      check_ids(ids, "tokens");
+      std::shared_ptr<Ticket> ticket = admit();
+      send_json(res, 200, {{"content", m.tokenizer.decode(ids)}});
+    });
     for (const char* path : {"/v1/completions", "/completions"})
-      http.Post(path, guarded([this](const httplib::Request& req, httplib::Response& res) {
-                  generate(req, res, false);
-                }));
+      post(path, [this](const httplib::Request&, httplib::Response& res, const std::string& body) {
+        generate(body, res, false);
+      });
     for (const char* path : {"/v1/chat/completions", "/chat/completions"})
-      http.Post(path, guarded([this](const httplib::Request& req, httplib::Response& res) {
-                  generate(req, res, true);
-                }));
+      post(path, [this](const httplib::Request&, httplib::Response& res, const std::string& body) {
+        generate(body, res, true);
+      });
   }
 
   json models() const {
@@ -262,8 +419,9 @@ struct Server::Impl {
                     param);
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res) {
-    const TokenizeRequest t = parse_tokenize(req.body);
+  void tokenize(const std::string& body, httplib::Response& res) {
+    const TokenizeRequest t = parse_tokenize(body);
+    std::shared_ptr<Ticket> ticket = admit();  // counted against the queue like a completion
     const std::vector<int32_t> ids = m.tokenizer.encode(t.content, t.add_special, false);
     json tokens = json::array();
     for (int32_t id : ids)
@@ -274,9 +432,8 @@ struct Server::Impl {
     send_json(res, 200, {{"tokens", tokens}});
   }
 
-  void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
-    if (req.body.size() > o.max_body) bad_request("the request body is over the limit");
-    const GenerateRequest g = parse_generate(req.body, chat);
+  void generate(const std::string& body, httplib::Response& res, bool chat) {
+    const GenerateRequest g = parse_generate(body, chat);
     auto sr = std::make_shared<SlotRequest>();
     if (g.prompt_is_tokens)
       sr->tokens = g.prompt_tokens;
@@ -291,7 +448,13 @@ struct Server::Impl {
       bad_request("the prompt has " + std::to_string(sr->tokens.size()) +
                       " tokens, more than the context of " + std::to_string(o.r.n_ctx) +
                       " (-c)", chat ? "messages" : "prompt");
-    sr->attn = g.attn.empty() ? o.r.attn : g.attn;
+    // A request's spec names no file (plans and calibrations by their --plans-dir names) and
+    // keeps its cost bounded; the operator's --attn is taken as given.
+    sr->attn = o.r.attn;
+    if (!g.attn.empty()) {
+      sr->attn = plans.resolve(g.attn);
+      check_attn_bounds(sr->attn);
+    }
     try {
       cli::session_options(o.r, sr->attn);
     } catch (const Error& e) {
@@ -308,10 +471,21 @@ struct Server::Impl {
     std::shared_ptr<Ticket> ticket = admit();
 
     if (!g.stream) {
-      SlotPool::Lease lease = slots.acquire(sr->tokens);
+      // A client gone frees its place while it waits and cancels its generation at the next
+      // step (a prefill piece or a token).
+      const std::function<bool()> gone = client_gone();
+      std::optional<SlotPool::Lease> lease = slots.acquire(sr->tokens, gone);
+      if (!lease) throw ClientGone();
       if (o.test_hook) o.test_hook("slot");
-      const SlotResult r = lease.slot().generate(*sr, {}, &turn);
-      lease.release(&r);
+      SlotEvents ev;
+      ev.progress = [this, gone](int64_t, int64_t, int64_t) {
+        if (o.test_hook) o.test_hook("progress");
+        if (gone()) throw ClientGone();
+      };
+      ev.cancelled = gone;
+      const SlotResult r = lease->slot().generate(*sr, ev, &turn);
+      lease->release(&r);
+      if (r.cancelled) throw ClientGone();
       metrics.record(r.usage);
       send_json(res, 200, completion_json(id, created, model, chat, r.text, r.finish_reason, r.usage));
       return;
@@ -340,10 +514,13 @@ struct Server::Impl {
       while (!tcv.wait_for(l, std::chrono::milliseconds(250), [&] { return finished; }))
         w.keep_alive(std::chrono::milliseconds(500));
     });
+    const auto gone = [&w, conn = client_gone()] { return w.gone() || conn(); };
     try {
-      SlotPool::Lease lease = slots.acquire(sr.tokens);
+      std::optional<SlotPool::Lease> held = slots.acquire(sr.tokens, gone);
+      if (!held) throw ClientGone();
+      SlotPool::Lease lease = std::move(*held);
       if (o.test_hook) o.test_hook("slot");
-      if (!w.gone()) {
+      if (!gone()) {
         const auto t0 = Clock::now();
         bool first = true;
         if (chat) {
@@ -355,13 +532,13 @@ struct Server::Impl {
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
           w.event(progress_json(id, created, model, chat, cached + total, cached, cached + done, ms));
           if (o.test_hook) o.test_hook("progress");
-          if (w.gone()) throw ClientGone();
+          if (gone()) throw ClientGone();
         };
         ev.text = [&](const std::string& text) {
           w.event(chunk_json(id, created, model, chat, text, first, "", nullptr));
           first = false;
         };
-        ev.cancelled = [&] { return w.gone(); };
+        ev.cancelled = gone;
         const SlotResult r = lease.slot().generate(sr, ev, &turn);
         lease.release(&r);
         if (!r.cancelled) {
@@ -399,19 +576,14 @@ Server::Server(const ServeOptions& o, const cli::LoadedModel& m) {
 Server::~Server() = default;
 
 int Server::bind() {
-  int port = p_->o.port;
-  if (port == 0) {
-    port = p_->http.bind_to_any_port(p_->o.host);
-    SPATTN_CHECK(port > 0, "cannot bind ", p_->o.host, " to any port");
-  } else {
-    SPATTN_CHECK(p_->http.bind_to_port(p_->o.host, port), "cannot bind ", p_->o.host, ":", port,
-                 " (in use, or not an address of this machine)");
-  }
+  const int port = p_->http.bind_exclusive(p_->o.host, p_->o.port);
+  SPATTN_CHECK(port > 0, "cannot listen on ", p_->o.host, ":", p_->o.port,
+               " (the port is in use, or the address is not this machine's)");
   return port;
 }
 
 void Server::listen() { p_->http.listen_after_bind(); }
-void Server::stop() { p_->http.stop(); }
+void Server::stop() { p_->http.shutdown(std::chrono::seconds(p_->o.shutdown_timeout_s)); }
 bool Server::running() const { return p_->http.is_running(); }
 
 }  // namespace spattn::serve

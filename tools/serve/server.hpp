@@ -1,12 +1,17 @@
 // `spattn serve`'s HTTP server: llama-server's routes over one loaded model (OpenAI's
 // /v1/completions, /v1/chat/completions, /v1/models; llama-server's /health, /props,
 // /tokenize, /detokenize, /metrics with --metrics), generation through -np Slots (slot_pool.hpp,
-// their steps interleaved by turn.hpp) with a bounded queue of waiting requests (503 beyond it). Tests start it in-process on an ephemeral port.
+// their steps interleaved by turn.hpp) with a bounded queue of waiting requests (503 beyond it).
+// Safe to expose (docs/server.md): bodies bounded while read, requests never name a file, read
+// deadlines and worker eviction against slow clients (http_server.hpp), Host/Origin/
+// Content-Type checked (http_checks.hpp), a client gone cancels its work, and shutdown has a
+// deadline. Tests start it in-process on an ephemeral port.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "../runner.hpp"
 
@@ -18,15 +23,22 @@ struct ServeOptions {
   int port = 8080;               // 0: any free port (bind() says which)
   std::string api_key;           // --api-key: requests need "Authorization: Bearer KEY"
   int timeout_s = 600;           // --timeout: socket read / write timeout
+  int header_timeout_s = 10;     // --header-timeout: a request's headers, from its first byte
+  int body_timeout_s = 60;       // --body-timeout: its body, from the end of its headers
+  int conns_per_addr = 64;       // --conns-per-ip: open connections from one client address
+  int shutdown_timeout_s = 5;    // --shutdown-timeout: in-flight work's time after a signal
+  std::vector<std::string> allowed_hosts;  // --allowed-hosts: Host names beyond loopback's
+  std::vector<std::string> cors;           // --cors: origins whose pages may call the server
+  std::string plans_dir;         // --plans-dir: plans and calibrations requests name
   int slots = 1;                 // -np: slots, each its own KV cache, served interleaved
   int64_t max_queue = 8;         // requests that may wait for a slot; more get 503
-  size_t max_body = 8u << 20;    // bytes; a larger body gets 400
+  size_t max_body = 8u << 20;    // bytes, after any Content-Encoding; a larger body gets 400
   std::string alias;             // the model's id in /v1/models (the file name by default)
   bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server
   std::string chat_template;     // --chat-template NAME; "": the model's, recognised
   // For tests only: called with "slot" once a generation holds the slot and with "progress"
-  // after each streamed progress event, so a test can hold the slot or leave mid-prefill at a
-  // point it knows.
+  // after each prefill progress event (streamed or not), so a test can hold the slot or leave
+  // mid-prefill at a point it knows.
   std::function<void(const std::string& event)> test_hook;
   void validate() const;         // Error naming the flag
 };
@@ -43,6 +55,8 @@ class Server {
   int bind();
   // Serves until stop() (from another thread or a signal handler's thread).
   void listen();
+  // Stops accepting; in-flight work has --shutdown-timeout, then its connections are closed
+  // (and its generations cancelled at their next step). listen() returns when all are done.
   void stop();
   bool running() const;  // listening (after listen() has started)
 

@@ -1,5 +1,7 @@
 #include "slot_pool.hpp"
 
+#include <chrono>
+
 namespace spattn::serve {
 
 SlotPool::SlotPool(const model::Model& model, const Tokenizer& tok,
@@ -11,42 +13,59 @@ SlotPool::SlotPool(const model::Model& model, const Tokenizer& tok,
   }
 }
 
+int SlotPool::pick(const std::vector<int32_t>& prompt) const {
+  int best = -1;
+  // A free slot's tokens do not change while it is free: reading them here is safe.
+  // 1. A slot whose cache holds more than half of the prompt (llama-server's
+  //    slot_prompt_similarity, 0.5): the longest such prefix, least recently used on ties.
+  int64_t best_len = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (state_[i].busy) continue;
+    const int64_t len = slots_[i]->common_prefix(prompt);
+    if (2 * len <= int64_t(prompt.size())) continue;
+    if (len > best_len || (len == best_len && last_used_[i] < last_used_[size_t(best)])) {
+      best = int(i);
+      best_len = len;
+    }
+  }
+  if (best >= 0) return best;
+  // 2. Else the slot holding the fewest cached tokens, least recently used on ties: the
+  //    cheapest to overwrite, so a short unrelated prompt does not evict a long document
+  //    (sharing only the BOS token with it) that its next turn would reuse.
+  int64_t fewest = -1;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (state_[i].busy) continue;
+    const int64_t n = slots_[i]->cached_tokens();
+    if (best < 0 || n < fewest || (n == fewest && last_used_[i] < last_used_[size_t(best)])) {
+      best = int(i);
+      fewest = n;
+    }
+  }
+  return best;
+}
+
+SlotPool::Lease SlotPool::take(int id) {
+  state_[size_t(id)].busy = true;
+  last_used_[size_t(id)] = ++clock_;
+  return Lease(this, id);
+}
+
 SlotPool::Lease SlotPool::acquire(const std::vector<int32_t>& prompt) {
   std::unique_lock<std::mutex> l(mu_);
   int best = -1;
-  free_.wait(l, [&] {
-    best = -1;
-    // A free slot's tokens do not change while it is free: reading them here is safe.
-    // 1. A slot whose cache holds more than half of the prompt (llama-server's
-    //    slot_prompt_similarity, 0.5): the longest such prefix, least recently used on ties.
-    int64_t best_len = -1;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (state_[i].busy) continue;
-      const int64_t len = slots_[i]->common_prefix(prompt);
-      if (2 * len <= int64_t(prompt.size())) continue;
-      if (len > best_len || (len == best_len && last_used_[i] < last_used_[size_t(best)])) {
-        best = int(i);
-        best_len = len;
-      }
-    }
-    if (best >= 0) return true;
-    // 2. Else the slot holding the fewest cached tokens, least recently used on ties: the
-    //    cheapest to overwrite, so a short unrelated prompt does not evict a long document
-    //    (sharing only the BOS token with it) that its next turn would reuse.
-    int64_t fewest = -1;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (state_[i].busy) continue;
-      const int64_t n = slots_[i]->cached_tokens();
-      if (best < 0 || n < fewest || (n == fewest && last_used_[i] < last_used_[size_t(best)])) {
-        best = int(i);
-        fewest = n;
-      }
-    }
-    return best >= 0;
-  });
-  state_[size_t(best)].busy = true;
-  last_used_[size_t(best)] = ++clock_;
-  return Lease(this, best);
+  free_.wait(l, [&] { return (best = pick(prompt)) >= 0; });
+  return take(best);
+}
+
+std::optional<SlotPool::Lease> SlotPool::acquire(const std::vector<int32_t>& prompt,
+                                                 const std::function<bool()>& gone) {
+  std::unique_lock<std::mutex> l(mu_);
+  int best = -1;
+  // A client leaves without a notify: look every 50 ms.
+  while (!free_.wait_for(l, std::chrono::milliseconds(50),
+                         [&] { return (best = pick(prompt)) >= 0; }))
+    if (gone && gone()) return std::nullopt;
+  return take(best);
 }
 
 void SlotPool::Lease::release(const SlotResult* r) {

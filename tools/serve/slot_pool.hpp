@@ -7,8 +7,10 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,10 +54,16 @@ class SlotPool {
   // it covers more than half of the prompt, else the slot holding the fewest cached tokens
   // (least recently used on ties).
   Lease acquire(const std::vector<int32_t>& prompt);
+  // As acquire, but gives up (nullopt) once `gone` says the client left, so a request waiting
+  // for a slot frees its place in the queue when its client does, not when a slot frees.
+  std::optional<Lease> acquire(const std::vector<int32_t>& prompt,
+                               const std::function<bool()>& gone);
   std::vector<SlotState> states() const;
   int size() const { return int(slots_.size()); }
 
  private:
+  int pick(const std::vector<int32_t>& prompt) const;  // the best free slot, or -1
+  Lease take(int id);
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<SlotState> state_;
   std::vector<uint64_t> last_used_;

@@ -1,0 +1,236 @@
+#include "http_server.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "conn_stream.hpp"
+
+namespace spattn::serve {
+
+using Clock = std::chrono::steady_clock;
+
+struct HttpServer::Entry final : Conn {
+  enum class Phase { idle, headers, busy };
+  HttpServer* owner = nullptr;
+  ConnStream* stream = nullptr;
+  int fd = -1;
+  std::string addr;
+  Phase phase = Phase::idle;
+  Clock::time_point since;
+  bool evicted = false, close = false;
+
+  bool gone() const override { return evicted || stream->peer_gone(); }
+  void close_after() override { close = true; }
+  void headers_done() override {
+    std::lock_guard<std::mutex> l(owner->mu_);
+    phase = Phase::busy;
+    stream->set_deadline(Clock::now() + std::chrono::seconds(owner->limits_.body_timeout_s));
+  }
+};
+
+namespace {
+thread_local Conn* tl_conn = nullptr;
+}  // namespace
+
+Conn* current_conn() { return tl_conn; }
+
+// httplib's ThreadPool, and a connection waiting for a worker when all are taken asks the
+// server to free one (evict_one).
+class HttpServer::Pool final : public httplib::TaskQueue {
+ public:
+  Pool(HttpServer& owner, size_t n) : owner_(owner) {
+    for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    bool short_of_workers;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      jobs_.push_back(std::move(fn));
+      short_of_workers = jobs_.size() > idle_;
+    }
+    cv_.notify_one();
+    if (short_of_workers) owner_.evict_one();
+  }
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> l(mu_);
+    for (;;) {
+      ++idle_;
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      l.unlock();
+      fn();
+      l.lock();
+    }
+  }
+  HttpServer& owner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+HttpServer::HttpServer(const HttpLimits& l) : limits_(l) {
+  new_task_queue = [this] { return new Pool(*this, limits_.workers); };
+  set_read_timeout(l.read_timeout_s);
+  set_write_timeout(l.write_timeout_s);
+  set_keep_alive_timeout(l.keep_alive_s);
+  // SO_REUSEADDR only (a restart may bind over connections in TIME_WAIT); httplib's default
+  // adds SO_REUSEPORT, with which a second server binds the same port and the kernel splits
+  // the requests between them.
+  set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+}
+
+HttpServer::~HttpServer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    destroying_ = true;
+  }
+  closer_cv_.notify_all();
+  if (closer_.joinable()) closer_.join();
+}
+
+int HttpServer::bind_exclusive(const std::string& host, int port) {
+  if (port == 0) return bind_to_any_port(host);
+  return bind_to_port(host, port) ? port : -1;
+}
+
+void HttpServer::evict_one() {
+  std::lock_guard<std::mutex> l(mu_);
+  Entry* oldest = nullptr;
+  for (auto& [fd, e] : conns_)
+    if (!e->evicted && e->phase != Entry::Phase::busy && (!oldest || e->since < oldest->since))
+      oldest = e;
+  if (!oldest) return;
+  oldest->evicted = true;
+  ::shutdown(oldest->fd, SHUT_RDWR);
+}
+
+void HttpServer::shutdown(std::chrono::milliseconds deadline) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    draining_ = true;
+    for (auto& [fd, e] : conns_)
+      if (e->phase != Entry::Phase::busy) {
+        e->evicted = true;
+        ::shutdown(fd, SHUT_RDWR);
+      }
+  }
+  // The accept loop ends at stop(); listen() then joins the workers, which a closer below
+  // frees at the deadline if their work has not ended by then.
+  if (!closer_.joinable())
+    closer_ = std::thread([this, deadline] {
+      std::unique_lock<std::mutex> l(mu_);
+      if (closer_cv_.wait_for(l, deadline, [&] { return destroying_; })) return;
+      l.unlock();
+      close_all();
+    });
+  stop();
+}
+
+void HttpServer::close_all() {
+  std::lock_guard<std::mutex> l(mu_);
+  draining_ = true;
+  for (auto& [fd, e] : conns_) {
+    e->evicted = true;
+    ::shutdown(fd, SHUT_RDWR);
+  }
+}
+
+// A connection closed with a body left unread would be reset, and a reset can discard the
+// answer before the client reads it: stop writing, then drop what still comes, a bounded while.
+void HttpServer::linger(ConnStream& s) {
+  ::shutdown(s.socket(), SHUT_WR);
+  s.set_deadline(Clock::now() + std::chrono::milliseconds(500));
+  char buf[4096];
+  for (size_t dropped = 0; dropped < (4u << 20);) {
+    const ssize_t n = s.read(buf, sizeof buf);
+    if (n <= 0) break;
+    dropped += size_t(n);
+  }
+}
+
+void HttpServer::serve_socket(int fd) { process_and_close_socket(fd); }
+
+bool HttpServer::process_and_close_socket(socket_t sock) {
+  ConnStream s(sock, limits_.read_timeout_s, limits_.write_timeout_s);
+  Entry e;
+  e.owner = this;
+  e.stream = &s;
+  e.fd = sock;
+  int port = 0;
+  s.get_remote_ip_and_port(e.addr, port);
+  e.since = Clock::now();
+  bool admitted = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!draining_ && per_addr_[e.addr] < limits_.max_conns_per_addr) {
+      ++per_addr_[e.addr];
+      conns_[sock] = &e;
+      admitted = true;
+    }
+  }
+  bool ok = false;
+  if (!admitted) {
+    static const char kBusy[] =
+        "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+    (void)s.write(kBusy, sizeof kBusy - 1);
+  } else {
+    tl_conn = &e;
+    for (int left = int(keep_alive_max_count_); left > 0; --left) {
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (draining_ || e.evicted) break;
+        e.phase = Entry::Phase::idle;
+        e.since = Clock::now();
+      }
+      if (!s.wait_readable(limits_.keep_alive_s)) break;
+      bool last;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        if (e.evicted) break;
+        e.phase = Entry::Phase::headers;
+        e.since = Clock::now();
+        last = draining_ || left == 1;
+      }
+      s.set_deadline(Clock::now() + std::chrono::seconds(limits_.header_timeout_s));
+      bool closed = false;
+      ok = process_request(s, last, closed, nullptr);
+      s.set_deadline(Clock::time_point::max());
+      if (!ok || closed || e.close) break;
+    }
+    tl_conn = nullptr;
+    if (e.close && !e.evicted) linger(s);
+    std::lock_guard<std::mutex> l(mu_);
+    conns_.erase(sock);
+    if (--per_addr_[e.addr] == 0) per_addr_.erase(e.addr);
+  }
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  return ok;
+}
+
+}  // namespace spattn::serve
