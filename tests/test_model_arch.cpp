@@ -367,6 +367,24 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
   EXPECT_EQ(r.code(), 0) << r.err;
 }
 
+// The validator names the tensor the file holds: gpt-oss's FFN norm is post_attention_norm
+// (the tensor list has one name for it, which the reader, the validator and the maker read;
+// the validator once named it ffn_norm.weight, a tensor gpt-oss files do not have).
+TEST(ModelArch, GptOssFfnNormShapeErrorNamesItsTensor) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("gpt-oss");
+  s.experts = 4, s.experts_used = 2, s.expert_ffn = 32;
+  s.sliding_window = 16;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  spattn::test::GgufEdit e;
+  e.f32_tensors["blk.1.post_attention_norm.weight"] = std::vector<float>(63, 1.0f);
+  spattn::test::write_edited(File::open(p), (d / "norm.gguf").string(), e);
+  expect_run_refuses(d, (d / "norm.gguf").string(),
+                     {"tensor blk.1.post_attention_norm.weight has shape [63, 1, 1], expected "
+                      "[64, 1, 1]"});
+}
+
 TEST(ModelArch, GptOssPresetHasThePublishedSize) {
   // gpt-oss-20b's model card: 20.9B parameters in all (21B in its summary; 3.6B active).
   const ModelShape s = spattn::preset_shape("gpt-oss-20b");
