@@ -761,6 +761,14 @@ TEST(ModelForward, Qwen2F32EqualsPlainForward) {
 TEST(ModelForward, Qwen2F16EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen2, true, true, 4), dense_opts(100, 30), 61, 2, kF16Tol);
 }
+// seed_oss, one row of the traits table and nothing else: qwen2's layout (rotate-half RoPE,
+// q/k/v biases) with the FFN norm stored as post_attention_norm. make_model builds its layers
+// from the tensor list and the plain forward reads its traits.
+TEST(ModelForward, SeedOssEqualsPlainForward) {
+  const Arch seed_oss = arch_id(*find_arch("seed_oss"));  // a row with no enum name
+  expect_equals_plain(make_model(seed_oss, false, false, 31), dense_opts(32, 8), 45, 3, 2e-4);
+  expect_equals_plain(make_model(seed_oss, true, true, 32), dense_opts(100, 30), 61, 2, kF16Tol);
+}
 
 // Cache types (-ctk / -ctv): the session equals the plain forward over K/V rounded as the cache
 // stores them. The session's K/V rows come from f32 products and the plain forward's from

@@ -41,6 +41,10 @@ constexpr ArchTraits kArchs[] = {
      .ffn_act = FfnAct::swiglu_oai, .experts = P::required, .own_expert_ffn = true,
      .expert_biases = true, .gating_of_chosen = true, .sliding_window = P::required,
      .swa_period = 2, .swa_rope_scaled = true, .sinks = true},
+    // ByteDance's Seed-OSS (llama.cpp's llama_model_seed_oss): qwen2's graph, its q/k/v biases
+    // optional and its FFN norm stored as post_attention_norm.
+    {.name = "seed_oss", .summary = "qwen2's layout, FFN norm renamed",
+     .rope_neox = true, .qkv_bias = P::optional, .ffn_norm_named_post_attention = true},
 };
 
 // The named ids (arch.hpp) are their rows' indices.
