@@ -42,7 +42,7 @@ void Config::validate() const {
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);
   SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
-               "model: rope_freqs.weight has ", rope_freq_factors.size(),
+               "model: ", kRopeFreqs, " has ", rope_freq_factors.size(),
                " values, expected head dim / 2 = ", head_dim / 2);
   auto factors = [&](const std::vector<float>& v, const char* name) {
     SPATTN_CHECK(v.empty() || int64_t(v.size()) == head_dim / 2, "model: ", name, " has ",
@@ -51,11 +51,11 @@ void Config::validate() const {
       SPATTN_CHECK(std::isfinite(f) && f > 0, "model: ", name, " holds ", f,
                    " (frequency divisors must be finite and > 0)");
   };
-  factors(rope_freq_factors, "rope_freqs.weight");
-  factors(rope_factors_long, "rope_factors_long.weight");
-  factors(rope_factors_short, "rope_factors_short.weight");
+  factors(rope_freq_factors, kRopeFreqs);
+  factors(rope_factors_long, kRopeFactorsLong);
+  factors(rope_factors_short, kRopeFactorsShort);
   SPATTN_CHECK(rope_factors_long.empty() == rope_factors_short.empty(),
-               "model: rope_factors_long.weight and rope_factors_short.weight come together");
+               "model: ", kRopeFactorsLong, " and ", kRopeFactorsShort, " come together");
   SPATTN_CHECK(n_ctx_orig >= 0, "model: rope.scaling.original_context_length must be >= 0, got ",
                n_ctx_orig);
   SPATTN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0 && rope_attn_factor < 16,
