@@ -1,5 +1,6 @@
 # Sourced, first thing, by the scripts that check a made-up model against llama.cpp
-# (gemma3_vs_llama.sh, moe_vs_llama.sh, gpt_oss_vs_llama.sh, yarn_vs_llama.sh), whose arguments are LLAMA_BIN SPATTN
+# (gemma3_vs_llama.sh, moe_vs_llama.sh, gpt_oss_vs_llama.sh, yarn_vs_llama.sh,
+# seed_oss_vs_llama.sh), whose arguments are LLAMA_BIN SPATTN
 # [arch_vs_llama.py options]: takes the first two into $bin and $spattn (the options stay in
 # "$@"), exits 77 (skipped) when llama.cpp's tools are not in $bin, and makes a folder $dir
 # removed at exit. `check MODEL [arch_vs_llama.py options]` then runs one arch_vs_llama.py check

@@ -58,4 +58,8 @@ TEST(ArchVsLlamaCpp, GptOssGreedyTextAndPerplexity) { expect_script_passes("gpt_
 // qwen3 with YaRN rope scaling: greedy text and perplexity within 0.5%, f16 and Q4_K_M.
 TEST(ArchVsLlamaCpp, Qwen3YarnGreedyTextAndPerplexity) { expect_script_passes("yarn_vs_llama.sh"); }
 
+// seed_oss, an architecture added as one row of the traits table: greedy text and perplexity
+// within 0.5%, f16 and Q4_K_M.
+TEST(ArchVsLlamaCpp, SeedOssGreedyTextAndPerplexity) { expect_script_passes("seed_oss_vs_llama.sh"); }
+
 }  // namespace

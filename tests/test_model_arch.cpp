@@ -367,11 +367,68 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
   EXPECT_EQ(r.code(), 0) << r.err;
 }
 
+// The validator names the tensor the file holds: gpt-oss's FFN norm is post_attention_norm
+// (the tensor list has one name for it, which the reader, the validator and the maker read;
+// the validator once named it ffn_norm.weight, a tensor gpt-oss files do not have).
+TEST(ModelArch, GptOssFfnNormShapeErrorNamesItsTensor) {
+  const fs::path d = temp_dir();
+  ModelShape s = small("gpt-oss");
+  s.experts = 4, s.experts_used = 2, s.expert_ffn = 32;
+  s.sliding_window = 16;
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  spattn::test::GgufEdit e;
+  e.f32_tensors["blk.1.post_attention_norm.weight"] = std::vector<float>(63, 1.0f);
+  spattn::test::write_edited(File::open(p), (d / "norm.gguf").string(), e);
+  expect_run_refuses(d, (d / "norm.gguf").string(),
+                     {"tensor blk.1.post_attention_norm.weight has shape [63, 1, 1], expected "
+                      "[64, 1, 1]"});
+}
+
 TEST(ModelArch, GptOssPresetHasThePublishedSize) {
   // gpt-oss-20b's model card: 20.9B parameters in all (21B in its summary; 3.6B active).
   const ModelShape s = spattn::preset_shape("gpt-oss-20b");
   EXPECT_EQ(s.arch, "gpt-oss");
   EXPECT_EQ((spattn::parameter_count(s) + 50000000) / 100000000, 209);
+}
+
+// seed_oss, added as one row of the traits table: make-model writes its layout by llama.cpp's
+// names (the FFN norm as post_attention_norm, q/k/v biases), the loader reads it back, a
+// missing FFN norm is named as the file names it, files without the optional biases load, and
+// the runner runs it.
+TEST(ModelArch, SeedOssLayoutIsWrittenAndRead) {
+  const fs::path d = temp_dir();
+  const ModelShape s = small("seed_oss");
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "seed_oss");
+  EXPECT_NE(f.find_tensor("blk.1.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_norm.weight"), nullptr);
+  EXPECT_EQ(f.tensor("blk.0.attn_k.bias").ne, (std::vector<int64_t>{32}));
+  int64_t n = 0;
+  for (const auto& t : f.tensors()) n += t.nelements();
+  EXPECT_EQ(n, spattn::parameter_count(s));
+  {
+    const spattn::model::Model m = spattn::model::load_model(p);
+    EXPECT_STREQ(spattn::model::arch_name(m.config().arch), "seed_oss");
+    EXPECT_TRUE(m.config().rope_neox);
+    EXPECT_EQ(m.layer(0).bk.size(), 32u);
+    EXPECT_EQ(m.layer(1).ffn_norm.size(), 64u);
+  }
+  spattn::test::GgufEdit e;
+  e.drop_tensors = {"blk.1.post_attention_norm.weight"};
+  spattn::test::write_edited(f, (d / "drop.gguf").string(), e);
+  expect_run_refuses(d, (d / "drop.gguf").string(),
+                     {"tensor blk.1.post_attention_norm.weight is missing"});
+  e.drop_tensors.clear();
+  for (const char* l : {"blk.0.", "blk.1."})
+    for (const char* b : {"attn_q.bias", "attn_k.bias", "attn_v.bias"})
+      e.drop_tensors.insert(std::string(l) + b);
+  spattn::test::write_edited(f, (d / "nobias.gguf").string(), e);
+  EXPECT_TRUE(spattn::model::load_model((d / "nobias.gguf").string()).layer(0).bq.empty());
+  const auto r = spattn::test::run_spattn("run -m " + p + " -p hello -n 4 --temp 0", d);
+  EXPECT_EQ(r.code(), 0) << r.err;
 }
 
 TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {

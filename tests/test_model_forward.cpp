@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 
+#include "model/tensor_table.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
@@ -54,8 +55,9 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   c.n_vocab = 61;
   c.n_ctx_train = 256;
   c.rms_eps = 1e-5;
-  c.rope_base = arch != Arch::llama ? 1e6 : 1e4;
-  c.rope_neox = arch != Arch::llama;
+  const ArchTraits& t = arch_traits(arch);
+  c.rope_base = t.rope_neox ? 1e6 : 1e4;
+  c.rope_neox = t.rope_neox;
   if (!experts.empty()) {
     c.n_expert = experts[0];
     c.n_expert_used = experts[1];
@@ -107,8 +109,12 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   const int64_t D = c.n_embd, dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
   const float sD = 1.0f / std::sqrt(float(D));
   m.refs.cfg = c;
-  // gemma3 scales its embeddings by sqrt(D): rows of sd 1 / sqrt(D) start at sd 1.
-  m.refs.tok_embd = make(c.n_vocab, D, arch == Arch::gemma3 ? sD : 1.0f, 0.0f, true);
+  // Embeddings scaled by sqrt(D) (gemma3): rows of sd 1 / sqrt(D) start at sd 1.
+  m.refs.tok_embd = make(c.n_vocab, D, t.embd_scale ? sD : 1.0f, 0.0f, true);
+  // Whether the architecture's layers have a tensor (the tensor list's rule).
+  const auto has = [&](WeightRef LayerRefs::* r) {
+    return tensor_need(t, c.is_moe(), r) != Presence::absent;
+  };
   m.refs.output_norm = make(1, D, 0.1f, 1.0f, false);
   if (!tied) m.refs.output = make(c.n_vocab, D, sD, 0.0f, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -118,20 +124,20 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
     L.wk = make(dkv, D, 2 * sD, 0, true);
     L.wv = make(dkv, D, sD, 0, true);
     L.wo = make(D, dq, 1.0f / std::sqrt(float(dq)), 0, true);
-    if (arch == Arch::qwen3 || arch == Arch::qwen3moe || arch == Arch::gemma3) {
+    if (has(&LayerRefs::q_norm)) {
       L.q_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
       L.k_norm = make(1, c.head_dim, 0.3f, 1.0f, false);
     }
-    if (arch == Arch::gemma3) {
+    if (has(&LayerRefs::attn_post_norm)) {
       L.attn_post_norm = make(1, D, 0.3f, 1.0f, false);
       L.ffn_post_norm = make(1, D, 0.3f, 1.0f, false);
     }
-    if (arch == Arch::qwen2 || arch == Arch::gpt_oss) {
+    if (has(&LayerRefs::bq)) {
       L.bq = make(1, dq, 0.3f, 0, false);
       L.bk = make(1, dkv, 0.3f, 0, false);
       L.bv = make(1, dkv, 0.3f, 0, false);
     }
-    if (arch == Arch::gpt_oss) {  // Wo's bias; sink logits about as large as the scores
+    if (has(&LayerRefs::sinks)) {  // Wo's bias; sink logits about as large as the scores
       L.bo = make(1, D, 0.3f, 0, false);
       L.sinks = make(1, c.n_head, 1.0f, 1.0f, false);
     }
@@ -149,7 +155,7 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
       L.gate_exps = planes(F, D, sD);
       L.up_exps = planes(F, D, sD);
       L.down_exps = planes(D, F, 1.0f / std::sqrt(float(F)));
-      if (arch == Arch::gpt_oss) {  // the router's bias, one row of biases an expert
+      if (has(&LayerRefs::router_b)) {  // the router's bias, one row of biases an expert
         L.router_b = make(1, E, 0.3f, 0, false);
         // gate's mean of 2 puts some activations past the SwiGLU's limit of 7
         L.gate_exps_b = make(E, F, 2.0f, 2.0f, false);
@@ -254,13 +260,13 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
       : n_ctx > (c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train) ? c.rope_factors_long
                                                                    : c.rope_factors_short;
   const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
-  const bool gemma = c.arch == Arch::gemma3;
+  const ArchTraits& t = arch_traits(c.arch);
   std::vector<Vec> x(static_cast<size_t>(n));
   if (margins) margins->assign(size_t(n), HUGE_VAL);
   for (int64_t i = 0; i < n; ++i)
     for (int64_t e = 0; e < D; ++e)
       x[size_t(i)].push_back(at(m.refs.tok_embd, tokens[size_t(i)], e) *
-                             (gemma ? std::sqrt(double(D)) : 1.0));
+                             (t.embd_scale ? std::sqrt(double(D)) : 1.0));
   // gemma3's global layers divide every angle by the linear factor.
   const std::vector<float> linear(size_t(d / 2), float(c.rope_linear_factor));
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -287,7 +293,7 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         add_bias(k[size_t(i)], L.bk);
         add_bias(v[size_t(i)], L.bv);
       }
-      if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || gemma) {  // per-head RMSNorm
+      if (t.qk_norm) {  // per-head RMSNorm
         auto head_norm = [&](Vec& x, int64_t heads, const WeightRef& w) {
           for (int64_t hh = 0; hh < heads; ++hh) {
             const Vec part(x.begin() + hh * d, x.begin() + (hh + 1) * d);
@@ -328,10 +334,10 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
       }
       Vec o = matvec(L.wo, att);
       if (L.bo.data) add_bias(o, L.bo);
-      if (gemma) o = rmsnorm(o, L.attn_post_norm, c.rms_eps);
+      if (t.post_norms) o = rmsnorm(o, L.attn_post_norm, c.rms_eps);
       for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += o[size_t(e)];
       const Vec h = rmsnorm(x[size_t(i)], L.ffn_norm, c.rms_eps);
-      const bool oss = c.arch == Arch::gpt_oss;
+      const bool oss = t.ffn_act == FfnAct::swiglu_oai;
       // expert: gpt-oss's expert bias rows (-1: none).
       const auto ffn = [&](const WeightRef& wg, const WeightRef& wu, const WeightRef& wd,
                            int64_t expert = -1) {
@@ -349,7 +355,7 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
             continue;
           }
           // gemma3: GELU, tanh approximation (ggml's, llama.cpp's); else SiLU.
-          g[e] = (gemma ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+          g[e] = (t.ffn_act == FfnAct::gelu ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
                         : a / (1 + std::exp(-a))) *
                  u[e];
         }
@@ -379,13 +385,13 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         for (int64_t e : ids) sum += p[size_t(e)];
         for (int64_t e : ids) {
           const Vec y = ffn(plane(L.gate_exps, e), plane(L.up_exps, e), plane(L.down_exps, e),
-                            oss ? e : -1);
+                            t.expert_biases ? e : -1);
           for (int64_t j = 0; j < D; ++j) dn[size_t(j)] += p[size_t(e)] / sum * y[size_t(j)];
         }
       } else {
         dn = ffn(L.gate, L.up, L.down);
       }
-      if (gemma) dn = rmsnorm(dn, L.ffn_post_norm, c.rms_eps);
+      if (t.post_norms) dn = rmsnorm(dn, L.ffn_post_norm, c.rms_eps);
       for (int64_t e = 0; e < D; ++e) x[size_t(i)][size_t(e)] += dn[size_t(e)];
     }
   }
@@ -750,6 +756,14 @@ TEST(ModelForward, Qwen2F32EqualsPlainForward) {
 }
 TEST(ModelForward, Qwen2F16EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen2, true, true, 4), dense_opts(100, 30), 61, 2, kF16Tol);
+}
+// seed_oss, one row of the traits table and nothing else: qwen2's layout (rotate-half RoPE,
+// q/k/v biases) with the FFN norm stored as post_attention_norm. make_model builds its layers
+// from the tensor list and the plain forward reads its traits.
+TEST(ModelForward, SeedOssEqualsPlainForward) {
+  const Arch seed_oss = arch_id(*find_arch("seed_oss"));  // a row with no enum name
+  expect_equals_plain(make_model(seed_oss, false, false, 31), dense_opts(32, 8), 45, 3, 2e-4);
+  expect_equals_plain(make_model(seed_oss, true, true, 32), dense_opts(100, 30), 61, 2, kF16Tol);
 }
 
 // Cache types (-ctk / -ctv): the session equals the plain forward over K/V rounded as the cache

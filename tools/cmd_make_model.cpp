@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli.hpp"
+#include "spattn/arch.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model_maker.hpp"
@@ -34,6 +35,17 @@ gguf::GgmlType parse_type(const std::string& s) {
   if (s == "bf16") return gguf::GgmlType::bf16;
   if (s == "q8_0") return gguf::GgmlType::q8_0;
   detail::fail("--type must be f32, f16, bf16 or q8_0, got '", s, "'");
+}
+
+// ", sliding window W (every n-th layer global)" for an architecture with one (its row's
+// default pattern, which make-model writes), else "".
+std::string sliding_window_note(const ModelShape& s) {
+  const model::ArchTraits* t = model::find_arch(s.arch);
+  if (!t || t->sliding_window == model::Presence::absent) return {};
+  static const char* const kOrdinal[] = {"", "", "second", "third", "fourth", "fifth", "sixth"};
+  const int n = t->swa_period;
+  return fmt::format(", sliding window {} (every {} layer global)", s.sliding_window,
+                     n > 0 && n < 7 ? std::string(kOrdinal[n]) : fmt::format("{}th", n));
 }
 
 void run_make_model(MakeModelOptions& o) {
@@ -78,9 +90,7 @@ void run_make_model(MakeModelOptions& o) {
              s.experts > 0 ? fmt::format(", {} experts ({} a token, ffn {})", s.experts,
                                          s.experts_used, s.expert_ffn_or_default())
                            : std::string(),
-             s.arch == "gemma3" ? fmt::format(", sliding window {} (every sixth layer global)",
-                                              s.sliding_window)
-                                : std::string(),
+             sliding_window_note(s),
              s.rope_scaling == "llama3"
                  ? fmt::format(", llama3 rope scaling (factor {}, low/high {}/{}, original "
                                "context {})",
@@ -121,10 +131,8 @@ void add_make_model_command(CLI::App& root) {
                   "(gpt-oss, 24 layers, dim 2880, 64/8 heads, head dim 64, 32 experts of ffn "
                   "2880, 4 a token, vocab 201088, yarn 32 from 4096, window 128); other flags "
                   "override it");
-  o->arch = cmd->add_option("--arch", s.arch, "llama, qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm), qwen3moe (qwen3 with "
-                            "experts), phi3 (fused qkv and gate-up), gemma3 (sliding-window "
-                            "layers, GeGLU, post norms) or gpt-oss (biases, attention sinks, "
-                            "every second layer sliding, experts)")->capture_default_str();
+  o->arch = cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())
+                ->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();

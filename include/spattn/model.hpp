@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "spattn/arch.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/chunked_h2o.hpp"
 #include "spattn/context_parallel.hpp"
@@ -44,9 +45,6 @@
 struct ggml_tensor;
 
 namespace spattn::model {
-
-enum class Arch { llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt_oss };
-const char* arch_name(Arch a);
 
 struct Config {
   Arch arch = Arch::llama;

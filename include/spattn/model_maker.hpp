@@ -50,10 +50,9 @@ struct ModelShape {
   uint64_t seed = 0;
 
   int64_t head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / heads; }
-  // An expert's hidden size: qwen3moe's and gpt-oss's own (expert_ffn); llama's use ffn.
-  int64_t expert_ffn_or_default() const {
-    return arch == "qwen3moe" || arch == "gpt-oss" ? expert_ffn : ffn;
-  }
+  // An expert's hidden size: expert_ffn where the architecture's experts have their own
+  // (qwen3moe's, gpt-oss's: ArchTraits::own_expert_ffn); ffn for llama's.
+  int64_t expert_ffn_or_default() const;
 };
 
 // Llama-3.2-1B's shape: 16 layers, dim 2048, 32 heads, 8 kv heads, head dim 64, FFN 8192,

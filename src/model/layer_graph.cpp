@@ -20,6 +20,19 @@ constexpr int kMaxNodes = 96;
 std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w);
 kernels::WeightRows widened(const Model::Weight& w);
 
+// The FFN's gated activation of gate and up (ArchTraits::ffn_act), as llama.cpp's build_ffn and
+// build_moe_ffn run each: SwiGLU; GeGLU with ggml's tanh-approximated GELU (LLM_FFN_GELU,
+// LLM_FFN_PAR); OpenAI's clamped SwiGLU (LLM_FFN_SWIGLU_OAI_MOE: alpha and limit are its
+// constants).
+ggml_tensor* gated_activation(ggml_context* ctx, FfnAct act, ggml_tensor* gate, ggml_tensor* up) {
+  switch (act) {
+    case FfnAct::silu: return ggml_swiglu_split(ctx, gate, up);
+    case FfnAct::gelu: return ggml_geglu_split(ctx, gate, up);
+    case FfnAct::swiglu_oai: return ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f);
+  }
+  return nullptr;
+}
+
 // Every tensor of the graph is placed by hand on the session's buffers (the context allocates
 // nothing). A buffer is reused along the chain (h holds the normed rows, then Wo's output,
 // then Wdown's): each value is read only by nodes that run before the next write, since the
@@ -127,9 +140,7 @@ struct Builder {
     };
     ggml_tensor* up = product(L.up_exps, x, L.up_exps_b);  // [F, k, n]
     ggml_tensor* gate = product(L.gate_exps, x, L.gate_exps_b);
-    // gpt-oss: llama.cpp's LLM_FFN_SWIGLU_OAI_MOE (alpha and limit are its constants).
-    ggml_tensor* act = own(c.arch == Arch::gpt_oss ? ggml_swiglu_oai(ctx, gate, up, 1.702f, 7.0f)
-                                                   : ggml_swiglu_split(ctx, gate, up));
+    ggml_tensor* act = own(gated_activation(ctx, arch_traits(c.arch).ffn_act, gate, up));
     ggml_tensor* out = product(L.down_exps, act, L.down_exps_b);  // [D, k, n]
     out = own(ggml_mul(ctx, out, w));
     ggml_tensor* sum_out = ggml_view_2d(ctx, out, D, n, out->nb[2], 0);
@@ -277,11 +288,7 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
     } else {
       ggml_tensor* gate = B.linear(L.gate, h, {}, b.g);
       ggml_tensor* up = B.linear(L.up, h, {}, b.u);
-      // SiLU(gate) * up; gemma3's GeGLU: GELU(gate) * up, ggml's tanh-approximated GELU, as
-      // llama.cpp's build_ffn (LLM_FFN_GELU, LLM_FFN_PAR) runs it.
-      ggml_tensor* act = B.at(c.arch == Arch::gemma3 ? ggml_geglu_split(ctx, gate, up)
-                                                     : ggml_swiglu_split(ctx, gate, up),
-                              b.g);
+      ggml_tensor* act = B.at(gated_activation(ctx, arch_traits(c.arch).ffn_act, gate, up), b.g);
       down = B.linear(L.down, act, {}, b.h);
     }
     if (!L.ffn_post_norm.empty()) down = B.norm(down, L.ffn_post_norm, c.rms_eps, b.h);

@@ -1,6 +1,5 @@
-// A Model from a GGUF file, by llama.cpp's tensor and metadata names (LLM_ARCH_LLAMA,
-// LLM_ARCH_QWEN2, LLM_ARCH_QWEN3, LLM_ARCH_QWEN3MOE, LLM_ARCH_PHI3, LLM_ARCH_GEMMA3,
-// LLM_ARCH_OPENAI_MOE). The file
+// A Model from a GGUF file, by llama.cpp's tensor and metadata names, for every architecture of
+// the traits table (arch.hpp) and the tensors of the tensor list (tensor_table.hpp). The file
 // is read through the memory-mapped reader and the Model keeps the mapping: its matrices are
 // read in place.
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/tensor_table.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
@@ -38,9 +38,8 @@ WeightRef ref(const gguf::File& f, const std::string& name, bool optional = fals
   return r;
 }
 
-// Rows [r0, r0 + n) of a matrix, in place: Phi-3 stores Wq, Wk, Wv as one attn_qkv matrix and
-// Wgate, Wup as one ffn_up matrix, row blocks one after another (llama.cpp's build_qkv views
-// and ggml_swiglu's halves: gate first).
+// Rows [r0, r0 + n) of a matrix, in place: a fused matrix's part (FusedSpec), row blocks one
+// after another.
 WeightRef row_block(const gguf::File& f, const std::string& name, const WeightRef& w, int64_t r0,
                     int64_t n, int64_t rows_expected) {
   SPATTN_CHECK(w.rows == rows_expected, f.name(), ": tensor ", name, " has ", w.rows,
@@ -70,26 +69,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   SPATTN_CHECK(file != nullptr, "load_model: no file");
   const gguf::File& f = *file;
   const std::string arch = f.get_string("general.architecture");
+  const ArchTraits* found = find_arch(arch);
+  if (!found)
+    detail::fail(f.name(), ": architecture '", arch, "' is not supported (",
+                 arch_names([](const ArchTraits&) { return true; }, ", "), ")");
+  const ArchTraits& t = *found;
   Config c;
-  if (arch == "llama") {
-    c.arch = Arch::llama;
-  } else if (arch == "qwen2") {
-    c.arch = Arch::qwen2;
-  } else if (arch == "qwen3") {
-    c.arch = Arch::qwen3;
-  } else if (arch == "qwen3moe") {
-    c.arch = Arch::qwen3moe;
-  } else if (arch == "phi3") {
-    c.arch = Arch::phi3;
-  } else if (arch == "gemma3") {
-    c.arch = Arch::gemma3;
-  } else if (arch == "gpt-oss") {
-    c.arch = Arch::gpt_oss;
-  } else {
-    detail::fail(f.name(), ": architecture '", arch,
-                 "' is not supported (llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss)");
-  }
-  const bool oss = c.arch == Arch::gpt_oss;
+  c.arch = arch_id(t);
   auto key = [&](const char* k) { return arch + "." + k; };
   c.n_layer = int64_t(f.get_uint(key("block_count")));
   c.n_embd = int64_t(f.get_uint(key("embedding_length")));
@@ -102,21 +88,21 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // Experts (llama.cpp reads expert_count for every architecture; qwen3moe's experts have their
   // own hidden size, llama's (Mixtral's) the FFN's).
   if (f.has(key("expert_count"))) c.n_expert = int64_t(f.get_uint(key("expert_count")));
-  SPATTN_CHECK((c.arch != Arch::qwen3moe && !oss) || c.n_expert > 0, f.name(), ": ", arch,
+  SPATTN_CHECK(t.experts != Presence::required || c.n_expert > 0, f.name(), ": ", arch,
                " needs ", key("expert_count"), " > 0");
   if (c.n_expert > 0) {
-    SPATTN_CHECK(c.arch == Arch::llama || c.arch == Arch::qwen3moe || oss, f.name(),
-                 ": experts (", key("expert_count"), ") in a ", arch, " model are not supported");
+    SPATTN_CHECK(t.experts != Presence::absent, f.name(), ": experts (", key("expert_count"),
+                 ") in a ", arch, " model are not supported");
     c.n_expert_used = int64_t(f.get_uint(key("expert_used_count")));
-    const bool own_ffn = c.arch == Arch::qwen3moe || oss;  // experts of their own hidden size
+    const bool own_ffn = t.own_expert_ffn;  // experts of their own hidden size
     const std::string fk = key("expert_feed_forward_length");
     SPATTN_CHECK(!f.has(fk) || f.type_of(fk) != gguf::ValueType::array, f.name(), ": ", fk,
                  " per layer (an array) is not supported");
     c.n_ff_exp = own_ffn && f.has(fk) ? int64_t(f.get_uint(fk))
                  : own_ffn            ? c.n_ff / std::max<int64_t>(c.n_expert_used, 1)
                                       : c.n_ff;
-    // gpt-oss: llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT, without normalizing.
-    if (oss) c.gating = Config::Gating::softmax_of_chosen;
+    // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT, without normalizing.
+    if (t.gating_of_chosen) c.gating = Config::Gating::softmax_of_chosen;
   }
   c.rms_eps = f.get_float(key("attention.layer_norm_rms_epsilon"));
   c.rope_base = f.has(key("rope.freq_base")) ? f.get_float(key("rope.freq_base")) : 10000.0;
@@ -126,25 +112,25 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   if (f.has(key("rope.dimension_count")))
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
-  c.rope_neox = c.arch != Arch::llama;  // llama.cpp: LLAMA_ROPE_TYPE_NORM / _NEOX
+  c.rope_neox = t.rope_neox;  // llama.cpp: LLAMA_ROPE_TYPE_NEOX, else _NORM
   // Scalings llama.cpp reads from metadata change every angle, so a file that asks for one
-  // spattn does not run is refused rather than run unscaled. Run: gemma3's linear scaling on
-  // its global layers (llama.cpp's default type when a factor is given: positions divided by
-  // rope.scaling.factor), and YaRN (Qwen2.5's and Qwen3's long-context setting, for example)
-  // on the architectures whose llama.cpp graphs run it with the default betas: per-pair
+  // spattn does not run is refused rather than run unscaled. Run, where the row allows them:
+  // linear scaling on the global layers (llama.cpp's default type when a factor is given:
+  // positions divided by rope.scaling.factor), and YaRN (Qwen2.5's and Qwen3's long-context
+  // setting, for example) where llama.cpp's graphs run it with the default betas: per-pair
   // divisors and a cos/sin factor (yarn_rope_divisors), set below once the original context
   // is read.
-  const bool linear_ok = c.arch == Arch::gemma3;
-  const bool yarn_ok = c.arch == Arch::llama || c.arch == Arch::qwen2 || c.arch == Arch::qwen3 ||
-                       c.arch == Arch::qwen3moe || oss;
+  const bool linear_ok = t.scalings & rope_scaling::linear;
+  const bool yarn_ok = t.scalings & rope_scaling::yarn;
   std::string scaling = "none";
   if (f.has(key("rope.scaling.type"))) scaling = f.get_string(key("rope.scaling.type"));
   else if (linear_ok && f.has(key("rope.scaling.factor"))) scaling = "linear";
   SPATTN_CHECK(scaling == "none" || (linear_ok && scaling == "linear") ||
                    (yarn_ok && scaling == "yarn"),
                f.name(), ": ", key("rope.scaling.type"), " '", scaling, "' is not supported "
-               "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, "
-               "gemma3's linear, and yarn for llama, qwen2, qwen3, qwen3moe and gpt-oss)");
+               "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, ",
+               arch_names_scaled(rope_scaling::linear, " and "), "'s linear, and yarn for ",
+               arch_names_scaled(rope_scaling::yarn, " and "), ")");
   double yarn_factor = 0;
   if (scaling == "yarn") {
     yarn_factor = f.has(key("rope.scaling.factor")) ? f.get_float(key("rope.scaling.factor")) : 0;
@@ -154,12 +140,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     const double factor = f.get_float(key("rope.scaling.factor"));
     c.rope_linear_factor = factor == 0.0 ? 1.0 : factor;  // llama.cpp: 0 means none
   }
-  if (c.arch == Arch::gemma3 || oss) {
-    // llama.cpp's load_swa_pattern: a window > 0 makes every n-th layer global, n = 6 for
-    // gemma3 and 2 for gpt-oss (sliding_window_pattern, when given, is the period; an integer
-    // array, per-layer flags). gpt-oss requires the window (llama.cpp's get_key); its local
-    // layers turn by its rope base (freq_base_swa when given) and its global layers' scaling.
-    if (oss || f.has(key("attention.sliding_window")))
+  if (t.sliding_window != Presence::absent) {
+    // llama.cpp's load_swa_pattern: a window > 0 makes every n-th layer global, n the row's
+    // period (6 for gemma3, 2 for gpt-oss; sliding_window_pattern, when given, is the period;
+    // an integer array, per-layer flags). gpt-oss requires the window (llama.cpp's get_key);
+    // its local layers turn by its rope base (freq_base_swa when given) and its global
+    // layers' scaling (swa_rope_scaled).
+    if (t.sliding_window == Presence::required || f.has(key("attention.sliding_window")))
       c.sliding_window = int64_t(f.get_uint(key("attention.sliding_window")));
     if (c.sliding_window > 0) {
       const std::string pk = key("attention.sliding_window_pattern");
@@ -169,18 +156,18 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
                      flags.size(), " layer flags for ", c.n_layer, " layers");
         for (int64_t x : flags) c.swa_layers.push_back(x != 0);
       } else {
-        const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : oss ? 2 : 6;
+        const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : t.swa_period;
         for (int64_t l = 0; l < c.n_layer; ++l) c.swa_layers.push_back(n == 0 || l % n < n - 1);
       }
-      if (oss) c.rope_base_swa = c.rope_base;
+      if (t.swa_rope_scaled) c.rope_base_swa = c.rope_base;
       if (f.has(key("rope.freq_base_swa")))
         c.rope_base_swa = f.get_float(key("rope.freq_base_swa"));
-      c.swa_rope_scaled = oss;
+      c.swa_rope_scaled = t.swa_rope_scaled;
     }
   }
-  if (c.arch == Arch::gemma3) {
-    if (f.has(key("final_logit_softcapping")))
-      c.final_logit_softcap = f.get_float(key("final_logit_softcapping"));
+  if (t.logit_softcap && f.has(key("final_logit_softcapping")))
+    c.final_logit_softcap = f.get_float(key("final_logit_softcapping"));
+  if (t.attn_scale == AttnScale::gemma3) {
     // llama.cpp's attention scale for gemma3: 1 / sqrt(head dim), except the 62-layer (27B)
     // model's 1 / sqrt(n_embd / n_head) (its query_pre_attn_scalar).
     c.attn_scale = double(1.0f / std::sqrt(float(c.n_layer == 62 ? c.n_embd / c.n_head
@@ -188,13 +175,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   }
   // Llama 3.1's scaling: per-pair frequency divisors in rope_freqs.weight (llama.cpp's
   // LLM_TENSOR_ROPE_FREQS, which only its llama-family graphs read).
-  if (c.arch == Arch::llama) c.rope_freq_factors = f32_values(f, "rope_freqs.weight", c.head_dim / 2);
+  if (t.scalings & rope_scaling::llama3)
+    c.rope_freq_factors = f32_values(f, kRopeFreqs, c.head_dim / 2);
   // Phi-3's LongRoPE: long and short divisors and the original context that picks between
-  // them. Its sliding window (attention.sliding_window) is ignored, as llama.cpp does (its SWA
-  // for phi3 is disabled).
-  if (c.arch == Arch::phi3) {
-    c.rope_factors_long = f32_values(f, "rope_factors_long.weight", c.head_dim / 2);
-    c.rope_factors_short = f32_values(f, "rope_factors_short.weight", c.head_dim / 2);
+  // them.
+  if (t.scalings & rope_scaling::longrope) {
+    c.rope_factors_long = f32_values(f, kRopeFactorsLong, c.head_dim / 2);
+    c.rope_factors_short = f32_values(f, kRopeFactorsShort, c.head_dim / 2);
   }
   if (f.has(key("rope.scaling.original_context_length")))
     c.n_ctx_orig = int64_t(f.get_uint(key("rope.scaling.original_context_length")));
@@ -214,73 +201,42 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.rope_freq_factors = std::move(d);
     c.rope_attn_factor *= yarn_mscale(yarn_factor);
   }
-  const gguf::File::Tensor& emb = f.tensor("token_embd.weight");
-  SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": token_embd.weight must be 2-D");
+  const gguf::File::Tensor& emb = f.tensor(kTokenEmbd);
+  SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": ", kTokenEmbd, " must be 2-D");
   c.n_vocab = emb.ne[1];
   SPATTN_CHECK(c.n_layer <= 4096, f.name(), ": block_count ", c.n_layer, " is implausible");
 
   ModelRefs r;
   r.cfg = c;
-  r.tok_embd = ref(f, "token_embd.weight");
-  r.output_norm = ref(f, "output_norm.weight");
-  r.output = ref(f, "output.weight", true);
+  r.tok_embd = ref(f, kTokenEmbd);
+  r.output_norm = ref(f, kOutputNorm);
+  r.output = ref(f, kOutput, true);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     LayerRefs L;
-    L.attn_norm = ref(f, b + "attn_norm.weight");
-    const int64_t dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
-    if (c.arch == Arch::phi3 && f.find_tensor(b + "attn_qkv.weight")) {
-      const std::string n = b + "attn_qkv.weight";
-      const WeightRef qkv = ref(f, n);
-      L.wq = row_block(f, n, qkv, 0, dq, dq + 2 * dkv);
-      L.wk = row_block(f, n, qkv, dq, dkv, dq + 2 * dkv);
-      L.wv = row_block(f, n, qkv, dq + dkv, dkv, dq + 2 * dkv);
-    } else {
-      L.wq = ref(f, b + "attn_q.weight");
-      L.wk = ref(f, b + "attn_k.weight");
-      L.wv = ref(f, b + "attn_v.weight");
-    }
-    L.wo = ref(f, b + "attn_output.weight");
-    if (c.arch == Arch::qwen2 || oss) {  // gpt-oss: optional, as llama.cpp reads them
-      L.bq = ref(f, b + "attn_q.bias", oss);
-      L.bk = ref(f, b + "attn_k.bias", oss);
-      L.bv = ref(f, b + "attn_v.bias", oss);
-    }
-    if (oss) {
-      L.bo = ref(f, b + "attn_output.bias");
-      L.sinks = ref(f, b + "attn_sinks.weight");
-    }
-    if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || c.arch == Arch::gemma3) {
-      L.q_norm = ref(f, b + "attn_q_norm.weight");
-      L.k_norm = ref(f, b + "attn_k_norm.weight");
-    }
-    if (c.arch == Arch::gemma3) {
-      L.attn_post_norm = ref(f, b + "post_attention_norm.weight");
-      L.ffn_post_norm = ref(f, b + "post_ffw_norm.weight");
-    }
-    // gpt-oss names its FFN's input norm post_attention_norm (llama.cpp's attn_post_norm).
-    L.ffn_norm = ref(f, b + (oss ? "post_attention_norm.weight" : "ffn_norm.weight"));
-    if (c.is_moe()) {
-      L.router = ref(f, b + "ffn_gate_inp.weight");
-      L.gate_exps = ref(f, b + "ffn_gate_exps.weight", false, true);
-      L.up_exps = ref(f, b + "ffn_up_exps.weight", false, true);
-      L.down_exps = ref(f, b + "ffn_down_exps.weight", false, true);
-      if (oss) {
-        L.router_b = ref(f, b + "ffn_gate_inp.bias");
-        L.gate_exps_b = ref(f, b + "ffn_gate_exps.bias");
-        L.up_exps_b = ref(f, b + "ffn_up_exps.bias");
-        L.down_exps_b = ref(f, b + "ffn_down_exps.bias");
+    // A fused matrix the file has is split into its parts, whose own tensors are then not read.
+    std::vector<WeightRef LayerRefs::*> split;
+    for (const FusedSpec& fs : fused_tensors()) {
+      const Presence need = fs.need(t, c.is_moe());
+      const std::string n = b + fs.name;
+      if (need == Presence::absent || (need == Presence::optional && !f.find_tensor(n))) continue;
+      const WeightRef w = ref(f, n);
+      int64_t rows = 0;
+      for (const FusedSpec::Part& p : fs.parts) rows += dim(p.rows, c);
+      int64_t r0 = 0;
+      for (const FusedSpec::Part& p : fs.parts) {
+        L.*p.ref = row_block(f, n, w, r0, dim(p.rows, c), rows);
+        r0 += dim(p.rows, c);
+        split.push_back(p.ref);
       }
-    } else if (c.arch == Arch::phi3) {
-      const std::string n = b + "ffn_up.weight";
-      const WeightRef gu = ref(f, n);
-      L.gate = row_block(f, n, gu, 0, c.n_ff, 2 * c.n_ff);
-      L.up = row_block(f, n, gu, c.n_ff, c.n_ff, 2 * c.n_ff);
-    } else {
-      L.gate = ref(f, b + "ffn_gate.weight");
-      L.up = ref(f, b + "ffn_up.weight");
     }
-    if (!c.is_moe()) L.down = ref(f, b + "ffn_down.weight");
+    for (const TensorSpec& s : layer_tensors()) {
+      const Presence need = s.need(t, c.is_moe());
+      if (need == Presence::absent ||
+          std::find(split.begin(), split.end(), s.ref) != split.end())
+        continue;
+      L.*s.ref = ref(f, b + s.name, need == Presence::optional, s.planes != Dim::one);
+    }
     r.layers.push_back(L);
   }
   return Model(r, std::move(file));

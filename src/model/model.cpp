@@ -17,22 +17,10 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "spattn/error.hpp"
+#include "model/tensor_table.hpp"
 #include "spattn/model.hpp"
 
 namespace spattn::model {
-
-const char* arch_name(Arch a) {
-  switch (a) {
-    case Arch::llama: return "llama";
-    case Arch::qwen2: return "qwen2";
-    case Arch::qwen3: return "qwen3";
-    case Arch::qwen3moe: return "qwen3moe";
-    case Arch::phi3: return "phi3";
-    case Arch::gemma3: return "gemma3";
-    case Arch::gpt_oss: return "gpt-oss";
-  }
-  return "?";
-}
 
 void Config::validate() const {
   auto pos = [](int64_t v, const char* name) {
@@ -54,7 +42,7 @@ void Config::validate() const {
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);
   SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
-               "model: rope_freqs.weight has ", rope_freq_factors.size(),
+               "model: ", kRopeFreqs, " has ", rope_freq_factors.size(),
                " values, expected head dim / 2 = ", head_dim / 2);
   auto factors = [&](const std::vector<float>& v, const char* name) {
     SPATTN_CHECK(v.empty() || int64_t(v.size()) == head_dim / 2, "model: ", name, " has ",
@@ -63,11 +51,11 @@ void Config::validate() const {
       SPATTN_CHECK(std::isfinite(f) && f > 0, "model: ", name, " holds ", f,
                    " (frequency divisors must be finite and > 0)");
   };
-  factors(rope_freq_factors, "rope_freqs.weight");
-  factors(rope_factors_long, "rope_factors_long.weight");
-  factors(rope_factors_short, "rope_factors_short.weight");
+  factors(rope_freq_factors, kRopeFreqs);
+  factors(rope_factors_long, kRopeFactorsLong);
+  factors(rope_factors_short, kRopeFactorsShort);
   SPATTN_CHECK(rope_factors_long.empty() == rope_factors_short.empty(),
-               "model: rope_factors_long.weight and rope_factors_short.weight come together");
+               "model: ", kRopeFactorsLong, " and ", kRopeFactorsShort, " come together");
   SPATTN_CHECK(n_ctx_orig >= 0, "model: rope.scaling.original_context_length must be >= 0, got ",
                n_ctx_orig);
   SPATTN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0 && rope_attn_factor < 16,
@@ -86,7 +74,7 @@ void Config::validate() const {
   // llama.cpp's bound (LLAMA_MAX_EXPERTS) on expert_count.
   SPATTN_CHECK(n_expert >= 0 && n_expert <= 512, "model: expert_count must be in [0, 512], got ",
                n_expert);
-  SPATTN_CHECK((arch != Arch::qwen3moe && arch != Arch::gpt_oss) || n_expert > 0, "model: ",
+  SPATTN_CHECK(arch_traits(arch).experts != Presence::required || n_expert > 0, "model: ",
                arch_name(arch), " needs expert_count > 0");
   if (n_expert > 0) {
     SPATTN_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert,
@@ -355,63 +343,37 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   m.mapping = std::move(mapping);
   const Config& c = m.cfg;
   c.validate();
-  const int64_t D = c.n_embd, hd = c.head_dim, Hq = c.n_head, Hkv = c.n_head_kv;
+  const int64_t D = c.n_embd;
   SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
                " layers given for block_count ", c.n_layer);
   ggml_init_params ip{size_t(12 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
   m.ctx = ggml_init(ip);
   SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
-  m.tok_embd = m.mat(refs.tok_embd, "token_embd.weight", c.n_vocab, D);
+  m.tok_embd = m.mat(refs.tok_embd, kTokenEmbd, c.n_vocab, D);
   m.embd_row_bytes = gguf::row_bytes(m.tok_embd.type, D);
-  m.output_norm = m.vec(refs.output_norm, "output_norm.weight", D);
+  m.output_norm = m.vec(refs.output_norm, kOutputNorm, D);
   m.tied = refs.output.data == nullptr;
-  m.output = m.tied ? m.tok_embd : m.mat(refs.output, "output.weight", c.n_vocab, D);
-  const bool bias = c.arch == Arch::qwen2, oss = c.arch == Arch::gpt_oss;
+  m.output = m.tied ? m.tok_embd : m.mat(refs.output, kOutput, c.n_vocab, D);
+  const ArchTraits& t = arch_traits(c.arch);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerRefs& r = refs.layers[size_t(l)];
     const std::string b = "blk." + std::to_string(l) + ".";
     Layer L;
-    L.attn_norm = m.vec(r.attn_norm, b + "attn_norm.weight", D);
-    L.wq = m.mat(r.wq, b + "attn_q.weight", Hq * hd, D);
-    L.wk = m.mat(r.wk, b + "attn_k.weight", Hkv * hd, D);
-    L.wv = m.mat(r.wv, b + "attn_v.weight", Hkv * hd, D);
-    L.wo = m.mat(r.wo, b + "attn_output.weight", D, Hq * hd);
-    if (c.arch == Arch::qwen3 || c.arch == Arch::qwen3moe || c.arch == Arch::gemma3) {
-      L.q_norm = m.vec(r.q_norm, b + "attn_q_norm.weight", hd);
-      L.k_norm = m.vec(r.k_norm, b + "attn_k_norm.weight", hd);
-    }
-    if (c.arch == Arch::gemma3) {
-      L.attn_post_norm = m.vec(r.attn_post_norm, b + "post_attention_norm.weight", D);
-      L.ffn_post_norm = m.vec(r.ffn_post_norm, b + "post_ffw_norm.weight", D);
-    }
-    // qwen2's q, k, v biases; gpt-oss's when its file has them (llama.cpp reads them if there)
-    if (bias || (oss && r.bq.data)) {
-      L.bq = m.vec(r.bq, b + "attn_q.bias", Hq * hd);
-      L.bk = m.vec(r.bk, b + "attn_k.bias", Hkv * hd);
-      L.bv = m.vec(r.bv, b + "attn_v.bias", Hkv * hd);
-    }
-    if (oss) {
-      L.bo = m.vec(r.bo, b + "attn_output.bias", D);
-      L.sinks = m.vec(r.sinks, b + "attn_sinks.weight", Hq);
-    }
-    L.ffn_norm = m.vec(r.ffn_norm, b + "ffn_norm.weight", D);
-    if (c.is_moe()) {
-      const int64_t E = c.n_expert, F = c.n_ff_exp;
-      L.router = m.mat(r.router, b + "ffn_gate_inp.weight", E, D);
-      L.gate_exps = m.mat(r.gate_exps, b + "ffn_gate_exps.weight", F, D, E);
-      L.up_exps = m.mat(r.up_exps, b + "ffn_up_exps.weight", F, D, E);
-      L.down_exps = m.mat(r.down_exps, b + "ffn_down_exps.weight", D, F, E);
-      for (Weight* w : {&L.gate_exps, &L.up_exps, &L.down_exps}) w->experts = true;
-      if (oss) {  // one row of biases an expert
-        L.router_b = m.vec(r.router_b, b + "ffn_gate_inp.bias", E);
-        L.gate_exps_b = m.vec(r.gate_exps_b, b + "ffn_gate_exps.bias", F, E);
-        L.up_exps_b = m.vec(r.up_exps_b, b + "ffn_up_exps.bias", F, E);
-        L.down_exps_b = m.vec(r.down_exps_b, b + "ffn_down_exps.bias", D, E);
+    // Every tensor the architecture has, checked under the name the file gives it (a fused
+    // matrix's parts under their own: the reader split them); an optional one only when given.
+    for (const TensorSpec& s : layer_tensors()) {
+      const Presence need =
+          std::max(s.need(t, c.is_moe()), fused_part_need(t, c.is_moe(), s.ref));
+      const WeightRef& w = r.*s.ref;
+      if (need == Presence::absent || (need == Presence::optional && !w.data)) continue;
+      const int64_t rows = dim(s.rows, c), cols = dim(s.cols, c);
+      if (s.store == Store::values) {
+        L.*s.values = m.vec(w, b + s.name, cols, rows);
+      } else {
+        Weight& mw = L.*s.matrix;
+        mw = m.mat(w, b + s.name, rows, cols, dim(s.planes, c));
+        mw.experts = s.planes != Dim::one;
       }
-    } else {
-      L.gate = m.mat(r.gate, b + "ffn_gate.weight", c.n_ff, D);
-      L.up = m.mat(r.up, b + "ffn_up.weight", c.n_ff, D);
-      L.down = m.mat(r.down, b + "ffn_down.weight", D, c.n_ff);
     }
     m.layers.push_back(std::move(L));
   }

@@ -1,15 +1,19 @@
 // Made-up llama-family GGUF models (see include/spattn/model_maker.hpp).
 #include "spattn/model_maker.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "eval/prng.hpp"
+#include "model/tensor_table.hpp"
+#include "model/tokenizer_impl.hpp"
+#include "spattn/arch.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
-#include "model/tokenizer_impl.hpp"
 
 namespace spattn {
 
@@ -352,18 +356,43 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
   return f;
 }
 
+namespace {
+
+// The shape's traits row; Error naming the rows for an architecture without one.
+const model::ArchTraits& traits_of(const ModelShape& s) {
+  const model::ArchTraits* t = model::find_arch(s.arch);
+  SPATTN_CHECK(t != nullptr, "model: --arch must be ",
+               model::arch_names([](const model::ArchTraits&) { return true; }), ", got '",
+               s.arch, "'");
+  return *t;
+}
+
+}  // namespace
+
+int64_t ModelShape::expert_ffn_or_default() const {
+  const model::ArchTraits* t = model::find_arch(arch);
+  return t && t->own_expert_ffn ? expert_ffn : ffn;
+}
+
 void check_shape(const ModelShape& s) {
-  const bool oss = s.arch == "gpt-oss";
-  SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
-                   s.arch == "qwen3moe" || s.arch == "phi3" || s.arch == "gemma3" || oss,
-               "model: --arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3 or gpt-oss, "
-               "got '", s.arch, "'");
+  using model::Presence;
+  namespace rs = model::rope_scaling;
+  const model::ArchTraits& t = traits_of(s);
   SPATTN_CHECK(s.experts >= 0 && s.experts <= 512, "model: --experts must be in [0, 512], got ",
                s.experts);
-  SPATTN_CHECK((s.arch != "qwen3moe" && !oss) || s.experts > 0, "model: ", s.arch,
+  SPATTN_CHECK(t.experts != Presence::required || s.experts > 0, "model: ", s.arch,
                " needs --experts > 0");
-  SPATTN_CHECK(s.experts == 0 || s.arch == "llama" || s.arch == "qwen3moe" || oss,
-               "model: --experts is for --arch qwen3moe, gpt-oss or llama, got '", s.arch, "'");
+  // Those that need experts, then those that take them.
+  SPATTN_CHECK(s.experts == 0 || t.experts != Presence::absent,
+               "model: --experts is for --arch ",
+               model::arch_names([](const model::ArchTraits& a) {
+                 return a.experts == model::Presence::required;
+               }, ", "),
+               " or ",
+               model::arch_names([](const model::ArchTraits& a) {
+                 return a.experts == model::Presence::optional;
+               }),
+               ", got '", s.arch, "'");
   if (s.experts > 0) {
     SPATTN_CHECK(s.experts_used >= 1 && s.experts_used <= s.experts,
                  "model: --experts-used must be in [1, --experts = ", s.experts, "], got ",
@@ -393,10 +422,8 @@ void check_shape(const ModelShape& s) {
                "model: --rope-scaling must be none, llama3, longrope, linear or yarn, got '",
                s.rope_scaling, "'");
   if (s.rope_scaling == "yarn") {
-    SPATTN_CHECK(s.arch == "llama" || s.arch == "qwen2" || s.arch == "qwen3" ||
-                     s.arch == "qwen3moe" || oss,
-                 "model: yarn rope scaling is for --arch llama, qwen2, qwen3, qwen3moe or "
-                 "gpt-oss, got '", s.arch, "'");
+    SPATTN_CHECK(t.scalings & rs::yarn, "model: yarn rope scaling is for --arch ",
+                 model::arch_names_scaled(rs::yarn), ", got '", s.arch, "'");
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
     SPATTN_CHECK(s.rope_original_context >= 1 && s.rope_original_context <= 1 << 24,
@@ -404,24 +431,27 @@ void check_shape(const ModelShape& s) {
                  s.rope_original_context);
   }
   if (s.rope_scaling == "linear") {
-    SPATTN_CHECK(s.arch == "gemma3", "model: linear rope scaling is for --arch gemma3 (its "
-                 "global layers), got '", s.arch, "'");
+    SPATTN_CHECK(t.scalings & rs::linear, "model: linear rope scaling is for --arch ",
+                 model::arch_names_scaled(rs::linear), " (its global layers), got '", s.arch,
+                 "'");
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
   }
-  if (s.arch == "gemma3" || oss)
+  if (t.sliding_window != Presence::absent)
     SPATTN_CHECK(s.sliding_window >= 1 && s.sliding_window <= 1 << 24,
                  "model: --sliding-window must be in [1, 2^24], got ", s.sliding_window);
   if (s.rope_scaling == "longrope") {
-    SPATTN_CHECK(s.arch == "phi3", "model: longrope scaling is for --arch phi3 (llama.cpp reads "
-                 "rope_factors_long / rope_factors_short there), got '", s.arch, "'");
+    SPATTN_CHECK(t.scalings & rs::longrope, "model: longrope scaling is for --arch ",
+                 model::arch_names_scaled(rs::longrope), " (llama.cpp reads ", model::kRopeFactorsLong,
+                 " / ", model::kRopeFactorsShort, " there), got '", s.arch, "'");
     SPATTN_CHECK(s.rope_original_context >= 2 && s.rope_original_context <= 1 << 24,
                  "model: --rope-original-context must be in [2, 2^24], got ",
                  s.rope_original_context);
   }
   if (s.rope_scaling == "llama3") {
-    SPATTN_CHECK(s.arch == "llama", "model: llama3 rope scaling is for --arch llama (llama.cpp "
-                 "reads rope_freqs.weight there), got '", s.arch, "'");
+    SPATTN_CHECK(t.scalings & rs::llama3, "model: llama3 rope scaling is for --arch ",
+                 model::arch_names_scaled(rs::llama3), " (llama.cpp reads ", model::kRopeFreqs,
+                 " there), got '", s.arch, "'");
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
     SPATTN_CHECK(std::isfinite(s.rope_low_freq_factor) && s.rope_low_freq_factor > 0 &&
@@ -444,28 +474,87 @@ void check_shape(const ModelShape& s) {
                  "multiples of 32");
 }
 
+namespace {
+
+// The dimensions the tensor list's shapes are given in.
+model::Config dims_of(const ModelShape& s) {
+  model::Config c;
+  c.n_embd = s.dim;
+  c.n_head = s.heads;
+  c.n_head_kv = s.kv_heads;
+  c.head_dim = s.head_dim_or_default();
+  c.n_ff = s.ffn;
+  c.n_expert = s.experts;
+  c.n_ff_exp = s.expert_ffn_or_default();
+  return c;
+}
+
+// A tensor make-model writes in a layer: a name after "blk.N.", its shape in ggml's order
+// (ne), how it is stored and make-model's centre and sd for its values.
+struct Written {
+  const char* name;
+  std::vector<int64_t> ne;
+  model::Store store;
+  float centre, sd;
+};
+
+// Every tensor of a layer of the shape, in the order written: the tensor list's that the
+// architecture has (the optional ones too), a fused matrix in place of its parts.
+std::vector<Written> layer_tensors_of(const ModelShape& s) {
+  using model::Dim;
+  using model::Presence;
+  const model::ArchTraits& t = traits_of(s);
+  const model::Config c = dims_of(s);
+  const bool moe = s.experts > 0;
+  const auto ne = [&](Dim rows, Dim cols, Dim planes) {
+    std::vector<int64_t> v = {model::dim(cols, c)};
+    if (rows != Dim::one) v.push_back(model::dim(rows, c));
+    if (planes != Dim::one) v.push_back(model::dim(planes, c));
+    return v;
+  };
+  std::vector<Written> out;
+  std::vector<model::WeightRef model::LayerRefs::*> fused_parts;
+  for (const model::TensorSpec& ts : model::layer_tensors()) {
+    const model::FusedSpec* fused = nullptr;
+    for (const model::FusedSpec& f : model::fused_tensors())
+      if (f.need(t, moe) != Presence::absent && f.parts.front().ref == ts.ref) fused = &f;
+    if (fused) {  // written where its first part would be
+      int64_t rows = 0;
+      for (const model::FusedSpec::Part& part : fused->parts) {
+        rows += model::dim(part.rows, c);
+        fused_parts.push_back(part.ref);
+      }
+      out.push_back({fused->name, {model::dim(fused->cols, c), rows}, model::Store::matrix, 0, 0});
+    }
+    if (ts.need(t, moe) == Presence::absent ||
+        std::find(fused_parts.begin(), fused_parts.end(), ts.ref) != fused_parts.end())
+      continue;
+    out.push_back({ts.name, ne(ts.rows, ts.cols, ts.planes), ts.store, ts.centre, ts.sd});
+  }
+  return out;
+}
+
+int64_t elements(const std::vector<int64_t>& ne) {
+  int64_t n = 1;
+  for (int64_t x : ne) n *= x;
+  return n;
+}
+
+}  // namespace
 
 int64_t parameter_count(const ModelShape& s) {
   const int64_t hd = s.head_dim_or_default();
-  const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
-  const int64_t ffn = s.experts > 0  // the router and each expert's three matrices
-                          ? s.experts * (s.dim + 3 * s.dim * s.expert_ffn_or_default())
-                          : 3 * s.dim * s.ffn;
-  int64_t per_layer = 2 * s.dim + s.dim * (q + 2 * kv) + q * s.dim + ffn;
-  if (s.arch == "qwen2") per_layer += q + 2 * kv;
-  if (s.arch == "qwen3" || s.arch == "qwen3moe") per_layer += 2 * hd;
-  if (s.arch == "gemma3") per_layer += 2 * hd + 2 * s.dim;  // q/k norms, post norms
-  if (s.arch == "gpt-oss")  // q/k/v and Wo biases, sinks, the router's and experts' biases
-    per_layer += q + 2 * kv + s.dim + s.heads + s.experts * (1 + 2 * s.expert_ffn + s.dim);
+  int64_t per_layer = 0;
+  for (const Written& w : layer_tensors_of(s)) per_layer += elements(w.ne);
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
 }
 
 void make_model(const std::string& path, const ModelShape& s) {
   check_shape(s);
+  const model::ArchTraits& t = traits_of(s);
   const std::string& a = s.arch;
   const int64_t hd = s.head_dim_or_default();
-  const int64_t q = s.heads * hd, kv = s.kv_heads * hd;
   gguf::Writer w;
   w.set("general.architecture", a);
   w.set("general.name", "spattn-made-up-" + a);
@@ -485,8 +574,7 @@ void make_model(const std::string& path, const ModelShape& s) {
   if (s.experts > 0) {
     w.set(a + ".expert_count", uint32_t(s.experts));
     w.set(a + ".expert_used_count", uint32_t(s.experts_used));
-    if (a == "qwen3moe" || a == "gpt-oss")
-      w.set(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
+    if (t.own_expert_ffn) w.set(a + ".expert_feed_forward_length", uint32_t(s.expert_ffn));
   }
   if (s.rope_scaling == "longrope") {
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
@@ -498,91 +586,50 @@ void make_model(const std::string& path, const ModelShape& s) {
   }
   if (s.rope_scaling == "yarn")  // as llama.cpp's converter writes HF's rope_scaling
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
-  // gemma3, gpt-oss: the window (llama.cpp's default pattern then makes every sixth layer
-  // global, every second for gpt-oss).
-  if (a == "gemma3" || a == "gpt-oss")
+  // The window (llama.cpp's default pattern then makes every swa_period-th layer global).
+  if (t.sliding_window != model::Presence::absent)
     w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
   const std::string tok = !s.tokenizer.empty() ? s.tokenizer : s.vocab >= 257 ? "gpt2" : "llama";
-  if (tok == "gpt2") add_bpe_vocab(w, s.vocab, s.seed);
-  // Phi-3's vocabulary ends in its added chat tokens (llama.cpp's loader also sets attributes
-  // on <|endoftext|> by name for models it takes for Phi-3, and fails without it).
-  else if (a == "phi3") add_spm_vocab(w, s.vocab, s.seed, {"<|endoftext|>", "<|assistant|>", "<|system|>", "<|end|>", "<|user|>"});
-  else add_spm_vocab(w, s.vocab, s.seed);
-  // Gemma's SentencePiece vocabulary adds no space before the text (its converter says so).
-  if (tok == "llama" && a == "gemma3") w.set("tokenizer.ggml.add_space_prefix", false);
+  if (tok == "gpt2") {
+    add_bpe_vocab(w, s.vocab, s.seed);
+  } else {
+    // The row's added tokens end the vocabulary (llama.cpp's loader also sets attributes on
+    // Phi-3's <|endoftext|> by name for models it takes for Phi-3, and fails without it).
+    std::vector<std::string> specials;
+    for (std::string_view rest = t.spm_specials; !rest.empty();) {
+      const size_t sp = rest.find(' ');
+      specials.emplace_back(rest.substr(0, sp));
+      rest = sp == std::string_view::npos ? std::string_view() : rest.substr(sp + 1);
+    }
+    add_spm_vocab(w, s.vocab, s.seed, specials);
+    // Gemma's SentencePiece vocabulary adds no space before the text (its converter says so).
+    if (!t.spm_space_prefix) w.set("tokenizer.ggml.add_space_prefix", false);
+  }
 
   const GgmlType f32 = GgmlType::f32;
   const float in_sd = 1.0f / std::sqrt(float(s.dim));
-  // gemma3 multiplies the embeddings by sqrt(dim): rows of sd 1 / sqrt(dim) start at sd 1.
-  add_random(w, "token_embd.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f,
-             a == "gemma3" ? in_sd : 1.0f);
+  // Embeddings scaled by sqrt(dim) (embd_scale): rows of sd 1 / sqrt(dim) start at sd 1.
+  add_random(w, model::kTokenEmbd, s.type, {s.dim, s.vocab}, s.seed, 0.0f,
+             t.embd_scale ? in_sd : 1.0f);
+  const std::vector<Written> layer = layer_tensors_of(s);
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    add_random(w, b + "attn_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    if (a == "phi3") {  // Wq, Wk, Wv as one matrix, row blocks in that order
-      add_random(w, b + "attn_qkv.weight", s.type, {s.dim, q + 2 * kv}, s.seed, 0.0f, in_sd);
-    } else {
-      add_random(w, b + "attn_q.weight", s.type, {s.dim, q}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "attn_k.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "attn_v.weight", s.type, {s.dim, kv}, s.seed, 0.0f, in_sd);
-    }
-    if (a == "qwen2" || a == "gpt-oss") {
-      add_random(w, b + "attn_q.bias", f32, {q}, s.seed, 0.0f, 0.1f);
-      add_random(w, b + "attn_k.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
-      add_random(w, b + "attn_v.bias", f32, {kv}, s.seed, 0.0f, 0.1f);
-    }
-    add_random(w, b + "attn_output.weight", s.type, {q, s.dim}, s.seed, 0.0f,
-               1.0f / std::sqrt(float(q)));
-    if (a == "gpt-oss") {  // Wo's bias; sink logits about as large as the scores
-      add_random(w, b + "attn_output.bias", f32, {s.dim}, s.seed, 0.0f, 0.1f);
-      add_random(w, b + "attn_sinks.weight", f32, {s.heads}, s.seed, 1.0f, 1.0f);
-    }
-    if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") {  // per-head q/k RMSNorm weights
-      add_random(w, b + "attn_q_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
-      add_random(w, b + "attn_k_norm.weight", f32, {hd}, s.seed, 1.0f, 0.1f);
-    }
-    if (a == "gemma3")  // the attention output's RMSNorm before its residual add
-      add_random(w, b + "post_attention_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
-    // gpt-oss's FFN norm is named post_attention_norm.
-    add_random(w, b + (a == "gpt-oss" ? "post_attention_norm.weight" : "ffn_norm.weight"), f32,
-               {s.dim}, s.seed, 1.0f, 0.1f);
-    if (s.experts > 0) {  // the router (f32, as llama-quantize leaves it) and the experts
-      const int64_t E = s.experts, F = s.expert_ffn_or_default();
-      add_random(w, b + "ffn_gate_inp.weight", f32, {s.dim, E}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "ffn_gate_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "ffn_up_exps.weight", s.type, {s.dim, F, E}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "ffn_down_exps.weight", s.type, {F, s.dim, E}, s.seed, 0.0f,
-                 1.0f / std::sqrt(float(F)));
-      if (a == "gpt-oss") {  // the router's bias and one row of biases an expert
-        add_random(w, b + "ffn_gate_inp.bias", f32, {E}, s.seed, 0.0f, 0.1f);
-        add_random(w, b + "ffn_gate_exps.bias", f32, {F, E}, s.seed, 0.0f, 0.1f);
-        add_random(w, b + "ffn_up_exps.bias", f32, {F, E}, s.seed, 0.0f, 0.1f);
-        add_random(w, b + "ffn_down_exps.bias", f32, {s.dim, E}, s.seed, 0.0f, 0.1f);
-      }
-    } else if (a == "phi3") {  // Wgate then Wup, one matrix (ggml_swiglu's halves)
-      add_random(w, b + "ffn_up.weight", s.type, {s.dim, 2 * s.ffn}, s.seed, 0.0f, in_sd);
-    } else {
-      add_random(w, b + "ffn_gate.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
-      add_random(w, b + "ffn_up.weight", s.type, {s.dim, s.ffn}, s.seed, 0.0f, in_sd);
-    }
-    if (s.experts == 0)
-      add_random(w, b + "ffn_down.weight", s.type, {s.ffn, s.dim}, s.seed, 0.0f,
-                 1.0f / std::sqrt(float(s.ffn)));
-    if (a == "gemma3")  // the FFN output's RMSNorm before its residual add
-      add_random(w, b + "post_ffw_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+    for (const Written& x : layer)  // matrices: sd 1 / sqrt(fan-in)
+      add_random(w, b + x.name, x.store == model::Store::matrix ? s.type : f32, x.ne, s.seed,
+                 x.centre, x.sd > 0 ? x.sd : 1.0f / std::sqrt(float(x.ne[0])));
   }
-  add_random(w, "output_norm.weight", f32, {s.dim}, s.seed, 1.0f, 0.1f);
+  add_random(w, model::kOutputNorm, f32, {s.dim}, s.seed, 1.0f, 0.1f);
   auto add_values = [&](const std::string& name, const std::vector<float>& f) {
     w.add_tensor(name, f32, {int64_t(f.size())}, [f](int64_t, uint8_t* dst) {
       std::memcpy(dst, f.data(), f.size() * sizeof(float));
     });
   };
-  if (s.rope_scaling == "llama3") add_values("rope_freqs.weight", llama3_rope_factors(s));
+  if (s.rope_scaling == "llama3") add_values(model::kRopeFreqs, llama3_rope_factors(s));
   if (s.rope_scaling == "longrope") {
-    add_values("rope_factors_long.weight", longrope_factors(s, true));
-    add_values("rope_factors_short.weight", longrope_factors(s, false));
+    add_values(model::kRopeFactorsLong, longrope_factors(s, true));
+    add_values(model::kRopeFactorsShort, longrope_factors(s, false));
   }
-  if (!s.tied) add_random(w, "output.weight", s.type, {s.dim, s.vocab}, s.seed, 0.0f, in_sd);
+  if (!s.tied) add_random(w, model::kOutput, s.type, {s.dim, s.vocab}, s.seed, 0.0f, in_sd);
   w.write(path);
 }
 

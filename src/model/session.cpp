@@ -558,7 +558,7 @@ struct Session::Impl {
       m.embed(tokens[i], x.data() + i * D);
     }
     // gemma3 scales the embeddings by sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)).
-    if (cfg.arch == Arch::gemma3) {
+    if (arch_traits(cfg.arch).embd_scale) {
       const float e = std::sqrt(float(D));
       for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
     }

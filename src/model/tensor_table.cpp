@@ -1,0 +1,124 @@
+// The tensor list (tensor_table.hpp): each layer tensor's GGUF name, shape, store and the rule
+// over the traits row that says which architectures have it.
+#include "model/tensor_table.hpp"
+
+#include <algorithm>
+
+namespace spattn::model {
+
+int64_t dim(Dim d, const Config& c) {
+  switch (d) {
+    case Dim::one: return 1;
+    case Dim::embd: return c.n_embd;
+    case Dim::q: return c.n_head * c.head_dim;
+    case Dim::kv: return c.n_head_kv * c.head_dim;
+    case Dim::head_dim: return c.head_dim;
+    case Dim::heads: return c.n_head;
+    case Dim::ff: return c.n_ff;
+    case Dim::ff_exp: return c.n_ff_exp;
+    case Dim::experts: return c.n_expert;
+  }
+  return 0;
+}
+
+namespace {
+
+using P = Presence;
+using L = LayerRefs;
+using M = Model::Layer;
+
+constexpr P when(bool b) { return b ? P::required : P::absent; }
+
+// The rules, by what decides them.
+constexpr P always(const ArchTraits&, bool) { return P::required; }
+constexpr P qkv_bias(const ArchTraits& t, bool) { return t.qkv_bias; }
+constexpr P out_bias(const ArchTraits& t, bool) { return t.out_bias; }
+constexpr P sinks(const ArchTraits& t, bool) { return when(t.sinks); }
+constexpr P qk_norm(const ArchTraits& t, bool) { return when(t.qk_norm); }
+constexpr P post_norms(const ArchTraits& t, bool) { return when(t.post_norms); }
+constexpr P ffn_norm(const ArchTraits& t, bool) { return when(!t.ffn_norm_named_post_attention); }
+constexpr P ffn_norm_post(const ArchTraits& t, bool) {
+  return when(t.ffn_norm_named_post_attention);
+}
+constexpr P experts(const ArchTraits&, bool moe) { return when(moe); }
+constexpr P expert_biases(const ArchTraits& t, bool moe) { return when(moe && t.expert_biases); }
+constexpr P dense_gate_up(const ArchTraits& t, bool moe) { return when(!moe && !t.fused_gate_up); }
+constexpr P dense(const ArchTraits&, bool moe) { return when(!moe); }
+constexpr P fused_qkv(const ArchTraits& t, bool) { return t.fused_qkv; }
+constexpr P fused_gate_up(const ArchTraits& t, bool moe) { return when(!moe && t.fused_gate_up); }
+
+constexpr Store V = Store::values, W = Store::matrix, R = Store::f32_matrix;
+constexpr Dim one = Dim::one, D = Dim::embd, Q = Dim::q, KV = Dim::kv, HD = Dim::head_dim,
+              H = Dim::heads, F = Dim::ff, FE = Dim::ff_exp, E = Dim::experts;
+
+// name, rows, cols, planes, store, refs' member, model's member (matrix, values), rule,
+// make-model's centre and sd.
+constexpr TensorSpec kLayer[] = {
+    {"attn_norm.weight", one, D, one, V, &L::attn_norm, nullptr, &M::attn_norm, always, 1, 0.1f},
+    {"attn_q.weight", Q, D, one, W, &L::wq, &M::wq, nullptr, always, 0, 0},
+    {"attn_k.weight", KV, D, one, W, &L::wk, &M::wk, nullptr, always, 0, 0},
+    {"attn_v.weight", KV, D, one, W, &L::wv, &M::wv, nullptr, always, 0, 0},
+    {"attn_q.bias", one, Q, one, V, &L::bq, nullptr, &M::bq, qkv_bias, 0, 0.1f},
+    {"attn_k.bias", one, KV, one, V, &L::bk, nullptr, &M::bk, qkv_bias, 0, 0.1f},
+    {"attn_v.bias", one, KV, one, V, &L::bv, nullptr, &M::bv, qkv_bias, 0, 0.1f},
+    {"attn_output.weight", D, Q, one, W, &L::wo, &M::wo, nullptr, always, 0, 0},
+    {"attn_output.bias", one, D, one, V, &L::bo, nullptr, &M::bo, out_bias, 0, 0.1f},
+    // Sink logits about as large as the scores.
+    {"attn_sinks.weight", one, H, one, V, &L::sinks, nullptr, &M::sinks, sinks, 1, 1},
+    {"attn_q_norm.weight", one, HD, one, V, &L::q_norm, nullptr, &M::q_norm, qk_norm, 1, 0.1f},
+    {"attn_k_norm.weight", one, HD, one, V, &L::k_norm, nullptr, &M::k_norm, qk_norm, 1, 0.1f},
+    {"post_attention_norm.weight", one, D, one, V, &L::attn_post_norm, nullptr,
+     &M::attn_post_norm, post_norms, 1, 0.1f},
+    {"ffn_norm.weight", one, D, one, V, &L::ffn_norm, nullptr, &M::ffn_norm, ffn_norm, 1, 0.1f},
+    // gpt-oss's FFN norm (llama.cpp's ATTN_POST_NORM read as the FFN's input norm).
+    {"post_attention_norm.weight", one, D, one, V, &L::ffn_norm, nullptr, &M::ffn_norm,
+     ffn_norm_post, 1, 0.1f},
+    {"ffn_gate_inp.weight", E, D, one, R, &L::router, &M::router, nullptr, experts, 0, 0},
+    {"ffn_gate_exps.weight", FE, D, E, W, &L::gate_exps, &M::gate_exps, nullptr, experts, 0, 0},
+    {"ffn_up_exps.weight", FE, D, E, W, &L::up_exps, &M::up_exps, nullptr, experts, 0, 0},
+    {"ffn_down_exps.weight", D, FE, E, W, &L::down_exps, &M::down_exps, nullptr, experts, 0, 0},
+    // One row of biases an expert.
+    {"ffn_gate_inp.bias", one, E, one, V, &L::router_b, nullptr, &M::router_b, expert_biases, 0,
+     0.1f},
+    {"ffn_gate_exps.bias", E, FE, one, V, &L::gate_exps_b, nullptr, &M::gate_exps_b,
+     expert_biases, 0, 0.1f},
+    {"ffn_up_exps.bias", E, FE, one, V, &L::up_exps_b, nullptr, &M::up_exps_b, expert_biases, 0,
+     0.1f},
+    {"ffn_down_exps.bias", E, D, one, V, &L::down_exps_b, nullptr, &M::down_exps_b,
+     expert_biases, 0, 0.1f},
+    {"ffn_gate.weight", F, D, one, W, &L::gate, &M::gate, nullptr, dense_gate_up, 0, 0},
+    {"ffn_up.weight", F, D, one, W, &L::up, &M::up, nullptr, dense_gate_up, 0, 0},
+    {"ffn_down.weight", D, F, one, W, &L::down, &M::down, nullptr, dense, 0, 0},
+    {"post_ffw_norm.weight", one, D, one, V, &L::ffn_post_norm, nullptr, &M::ffn_post_norm,
+     post_norms, 1, 0.1f},
+};
+
+// Phi-3's (llama.cpp's build_qkv views and ggml_swiglu's halves: gate first).
+constexpr FusedSpec::Part kQkv[] = {{&L::wq, Q}, {&L::wk, KV}, {&L::wv, KV}};
+constexpr FusedSpec::Part kGateUp[] = {{&L::gate, F}, {&L::up, F}};
+constexpr FusedSpec kFused[] = {
+    {"attn_qkv.weight", fused_qkv, D, kQkv},
+    {"ffn_up.weight", fused_gate_up, D, kGateUp},
+};
+
+}  // namespace
+
+std::span<const TensorSpec> layer_tensors() { return kLayer; }
+std::span<const FusedSpec> fused_tensors() { return kFused; }
+
+Presence fused_part_need(const ArchTraits& t, bool moe, WeightRef LayerRefs::* ref) {
+  Presence p = P::absent;
+  for (const FusedSpec& f : kFused)
+    for (const FusedSpec::Part& part : f.parts)
+      if (part.ref == ref) p = std::max(p, f.need(t, moe));
+  return p;
+}
+
+Presence tensor_need(const ArchTraits& t, bool moe, WeightRef LayerRefs::* ref) {
+  Presence p = fused_part_need(t, moe, ref);
+  for (const TensorSpec& s : kLayer)
+    if (s.ref == ref) p = std::max(p, s.need(t, moe));
+  return p;
+}
+
+}  // namespace spattn::model
