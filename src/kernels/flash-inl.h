@@ -651,6 +651,21 @@ struct Bf16DotOps {
 // the values they see are exactly the stored ones (f16 / bf16 exact in f32; q8_0's q * d is
 // exact too: 8-bit q times an 11-bit scale).
 
+// x rounded to the bits of kT, a 16-bit stored type (f16 or bf16).
+template <KVType kT>
+inline uint16_t RoundStored(float x) {
+  static_assert(traits(kT).value_bytes() == 2);
+  if constexpr (traits(kT).widening == Widening::half) return f32_to_f16(x);
+  else return f32_to_bf16(x);  // Widening::upper_half
+}
+
+// Slot jj of a K tile stored in 16 bits (groups of 16 keys, stored_k_index) from an f32 row.
+template <KVType kT>
+inline void StoreKeyK16(unsigned char* tile, int64_t jj, const float* row, int64_t d) {
+  uint16_t* h = reinterpret_cast<uint16_t*>(tile);
+  for (int64_t c = 0; c < d; ++c) h[stored_k_index(d, c, jj)] = RoundStored<kT>(row[c]);
+}
+
 // Slot jj of a K tile stored as t (f32 and q8_0 [d][64], q8_0 scales [d/32][64] after the
 // values; f16 / bf16 in groups of 16 keys, stored_k_index) from an f32 row.
 inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* row, int64_t d) {
@@ -660,13 +675,8 @@ inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* ro
       for (int64_t c = 0; c < d; ++c) f[c * kTileKeys + jj] = row[c];
       return;
     }
-    case KVType::f16:
-    case KVType::bf16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(tile);
-      for (int64_t c = 0; c < d; ++c)
-        h[stored_k_index(d, c, jj)] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
-      return;
-    }
+    case KVType::f16: return StoreKeyK16<KVType::f16>(tile, jj, row, d);
+    case KVType::bf16: return StoreKeyK16<KVType::bf16>(tile, jj, row, d);
     case KVType::q8_0: {
       int8_t qs[256];
       uint16_t sc[256 / 32];
@@ -680,6 +690,15 @@ inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* ro
   }
 }
 
+// Slot jj of a V tile stored in 16 bits ([64][dp]), its padding [d, dp) zero.
+template <KVType kT>
+inline void StoreKeyV16(unsigned char* tile, int64_t jj, const float* row, int64_t d,
+                        int64_t dp) {
+  uint16_t* h = reinterpret_cast<uint16_t*>(tile) + jj * dp;
+  for (int64_t c = 0; c < d; ++c) h[c] = RoundStored<kT>(row[c]);
+  std::fill(h + d, h + dp, uint16_t(0));
+}
+
 // Slot jj of a V tile stored as t ([64][dp], q8_0 scales [64][dp/32] after the values), its
 // padding [d, dp) zero.
 inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* row, int64_t d,
@@ -691,13 +710,8 @@ inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* ro
       std::fill(f + d, f + dp, 0.0f);
       return;
     }
-    case KVType::f16:
-    case KVType::bf16: {
-      uint16_t* h = reinterpret_cast<uint16_t*>(tile) + jj * dp;
-      for (int64_t c = 0; c < d; ++c) h[c] = t == KVType::f16 ? f32_to_f16(row[c]) : f32_to_bf16(row[c]);
-      std::fill(h + d, h + dp, uint16_t(0));
-      return;
-    }
+    case KVType::f16: return StoreKeyV16<KVType::f16>(tile, jj, row, d, dp);
+    case KVType::bf16: return StoreKeyV16<KVType::bf16>(tile, jj, row, d, dp);
     case KVType::q8_0:  // d % 32 == 0, so dp == d
       kv_quantize_q8_0(row, d, reinterpret_cast<int8_t*>(tile) + jj * dp,
                        reinterpret_cast<uint16_t*>(tile + kTileKeys * dp) + jj * (dp / 32));
@@ -709,27 +723,23 @@ inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* ro
 // bits): what the widening writes and what decode's in-place kernels read (group_tiles-inl.h).
 template <KVType kT>
 HWY_INLINE VF LoadStored(DF df, const uint16_t* HWY_RESTRICT p) {
-  static_assert(kT == KVType::f16 || kT == KVType::bf16);
-  if constexpr (kT == KVType::f16) {
+  static_assert(traits(kT).value_bytes() == 2);
+  if constexpr (traits(kT).widening == Widening::half) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
-  } else {  // bf16: the upper half of an f32
+  } else {  // Widening::upper_half, bf16: the upper half of an f32
     const hn::Rebind<uint16_t, DF> d16;
     const hn::RebindToUnsigned<DF> du;
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
   }
 }
 
-// n (a multiple of the vector length) 2-byte values widened to f32.
-inline void Widen16(KVType t, const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst,
-                    int64_t n) {
+// n (a multiple of the vector length) 2-byte values stored as kT widened to f32.
+template <KVType kT>
+inline void Widen16(const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  if (t == KVType::f16) {
-    for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<KVType::f16>(df, src + i), df, dst + i);
-  } else {
-    for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<KVType::bf16>(df, src + i), df, dst + i);
-  }
+  for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<kT>(df, src + i), df, dst + i);
 }
 
 // N int8 values at q times the f32 scales s.
@@ -739,36 +749,42 @@ HWY_INLINE VF DequantQ8(DF df, const int8_t* HWY_RESTRICT q, VF s) {
   return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
 }
 
-// Slots [sj, sj + n) of K tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
-// layout [d][64]: the keys a gathered piece takes, widened without the rest of their tile.
-// Each dimension's row widens whole vectors (q8_0) or whole 16-key groups (f16 / bf16) around
-// the slots and keeps the slots.
-inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
-                       float* HWY_RESTRICT dst, int64_t dj) {
-  if (t == KVType::f32) {
-    const float* f = reinterpret_cast<const float*>(tile);
-    for (int64_t c = 0; c < d; ++c)
-      std::memcpy(dst + c * kTileKeys + dj, f + c * kTileKeys + sj, size_t(n) * 4);
-    return;
-  }
+// Slots [sj, sj + n) of a K tile into slots [dj, dj + n) of dst, F32Ops' layout [d][64]: the
+// keys a gathered piece takes, widened without the rest of their tile. Each dimension's row
+// widens whole vectors (q8_0) or whole 16-key groups (f16 / bf16) around the slots and keeps
+// the slots. One function per stored type; WidenKeysK dispatches.
+inline void WidenKeysKF32(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                          float* HWY_RESTRICT dst, int64_t dj) {
+  const float* f = reinterpret_cast<const float*>(tile);
+  for (int64_t c = 0; c < d; ++c)
+    std::memcpy(dst + c * kTileKeys + dj, f + c * kTileKeys + sj, size_t(n) * 4);
+}
+
+template <KVType kT>
+inline void WidenKeysK16(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                         float* HWY_RESTRICT dst, int64_t dj) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   alignas(64) float row[kTileKeys];
-  if (t != KVType::q8_0) {
-    static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);  // a group is whole vectors
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
-    const int64_t g0 = sj / kKeyGroup, g1 = (sj + n + kKeyGroup - 1) / kKeyGroup;
-    // In place when the slots are whole groups and land on whole vectors, else through a row.
-    const bool direct = g0 * kKeyGroup == sj && g1 * kKeyGroup == sj + n && dj % N == 0;
-    for (int64_t c = 0; c < d; ++c) {
-      for (int64_t g = g0; g < g1; ++g)
-        Widen16(t, h + stored_k_index(d, c, g * kKeyGroup),
-                direct ? dst + c * kTileKeys + dj + (g - g0) * kKeyGroup : row + g * kKeyGroup,
-                kKeyGroup);
-      if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
-    }
-    return;
+  static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);  // a group is whole vectors
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
+  const int64_t g0 = sj / kKeyGroup, g1 = (sj + n + kKeyGroup - 1) / kKeyGroup;
+  // In place when the slots are whole groups and land on whole vectors, else through a row.
+  const bool direct = g0 * kKeyGroup == sj && g1 * kKeyGroup == sj + n && dj % N == 0;
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t g = g0; g < g1; ++g)
+      Widen16<kT>(h + stored_k_index(d, c, g * kKeyGroup),
+                  direct ? dst + c * kTileKeys + dj + (g - g0) * kKeyGroup : row + g * kKeyGroup,
+                  kKeyGroup);
+    if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
   }
+}
+
+inline void WidenKeysKQ8(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  alignas(64) float row[kTileKeys];
   const int64_t s0 = sj / N * N, s1 = (sj + n + N - 1) / N * N;
   // In place when the slots are whole vectors at the same offset, else through a row.
   const bool direct = s0 == sj && s1 == sj + n && dj % N == 0;
@@ -785,25 +801,45 @@ inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t 
   }
 }
 
+// Slots [sj, sj + n) of K tile `tile` (stored as t) into slots [dj, dj + n) of dst.
+inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                       float* HWY_RESTRICT dst, int64_t dj) {
+  switch (t) {
+    case KVType::f32: return WidenKeysKF32(tile, sj, n, d, dst, dj);
+    case KVType::f16: return WidenKeysK16<KVType::f16>(tile, sj, n, d, dst, dj);
+    case KVType::bf16: return WidenKeysK16<KVType::bf16>(tile, sj, n, d, dst, dj);
+    case KVType::q8_0: return WidenKeysKQ8(tile, sj, n, d, dst, dj);
+  }
+}
+
+// Slots [sj, sj + n) of a q8_0 V tile into slots [dj, dj + n) of dst, F32Ops' layout [64][dp].
+inline void WidenKeysVQ8(const unsigned char* tile, int64_t sj, int64_t n, int64_t dp,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  static_assert(32 % hn::MaxLanes(DF()) == 0);  // a vector lies in one block of 32
+  const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+  const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + kTileKeys * dp);
+  for (int64_t j = sj; j < sj + n; ++j)
+    for (int64_t c = 0; c < dp; c += N) {
+      const VF s = hn::Set(df, f16_to_f32(sc[j * (dp / 32) + c / 32]));
+      hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + (dj + j - sj) * dp + c);
+    }
+}
+
 // Slots [sj, sj + n) of V tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
-// layout [64][dp]: rows, so only those rows are read.
+// layout [64][dp]: rows, so only those rows are read. dp is a multiple of 16: whole vectors.
 inline void WidenKeysV(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t dp,
                        float* HWY_RESTRICT dst, int64_t dj) {
-  if (t == KVType::f32) {
-    std::memcpy(dst + dj * dp, reinterpret_cast<const float*>(tile) + sj * dp, size_t(n * dp) * 4);
-  } else if (t != KVType::q8_0) {  // dp is a multiple of 16: whole vectors
-    Widen16(t, reinterpret_cast<const uint16_t*>(tile) + sj * dp, dst + dj * dp, n * dp);
-  } else {
-    const DF df;
-    const int64_t N = int64_t(hn::Lanes(df));
-    static_assert(32 % hn::MaxLanes(DF()) == 0);  // a vector lies in one block of 32
-    const int8_t* q = reinterpret_cast<const int8_t*>(tile);
-    const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + kTileKeys * dp);
-    for (int64_t j = sj; j < sj + n; ++j)
-      for (int64_t c = 0; c < dp; c += N) {
-        const VF s = hn::Set(df, f16_to_f32(sc[j * (dp / 32) + c / 32]));
-        hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + (dj + j - sj) * dp + c);
-      }
+  const auto* h = reinterpret_cast<const uint16_t*>(tile) + sj * dp;
+  switch (t) {
+    case KVType::f32:
+      std::memcpy(dst + dj * dp, reinterpret_cast<const float*>(tile) + sj * dp,
+                  size_t(n * dp) * 4);
+      return;
+    case KVType::f16: return Widen16<KVType::f16>(h, dst + dj * dp, n * dp);
+    case KVType::bf16: return Widen16<KVType::bf16>(h, dst + dj * dp, n * dp);
+    case KVType::q8_0: return WidenKeysVQ8(tile, sj, n, dp, dst, dj);
   }
 }
 

@@ -583,28 +583,19 @@ HWY_EXPORT(GemmWidenRun);
 HWY_EXPORT(GemmWidenRows);
 HWY_EXPORT(MinRowsHere);
 
-namespace {
-// Each format and the GGUF type it is (block sizes and bytes: gguf::block_size, block_bytes).
-constexpr std::pair<WeightFormat, gguf::GgmlType> kFormats[] = {
-    {WeightFormat::f16, gguf::GgmlType::f16},   {WeightFormat::q8_0, gguf::GgmlType::q8_0},
-    {WeightFormat::q6_K, gguf::GgmlType::q6_K}, {WeightFormat::q5_K, gguf::GgmlType::q5_K},
-    {WeightFormat::q3_K, gguf::GgmlType::q3_K}};
-}  // namespace
-
 std::optional<WeightFormat> widen_format(gguf::GgmlType t) {
-  for (const auto& [f, g] : kFormats)
-    if (g == t) return f;
+  for (WeightFormat f : kWeightFormats)
+    if (traits(f).ggml_id == uint32_t(t)) return f;
   return std::nullopt;
 }
 
 void gemm_widen_check(const WeightRows& w, int64_t k) {
-  int64_t block = 0, bytes = 0;  // values and bytes a block of the format holds
-  for (const auto& [f, g] : kFormats)
-    if (f == w.format) block = gguf::block_size(g), bytes = gguf::block_bytes(g);
-  SPATTN_CHECK(bytes > 0 && k % block == 0 && w.row_bytes >= k / block * bytes &&
-                   (w.format != WeightFormat::f16 || w.row_bytes % 2 == 0),
-               "gemm_widen: ", w.m, " rows of ", k, " values in format ", int(w.format),
-               " with ", w.row_bytes, " bytes a row");
+  const StorageTraits& f = traits(w.format);  // its values and bytes a block
+  // A format of single values (f16) is read value by value: its rows start on one.
+  SPATTN_CHECK(k % f.block == 0 && w.row_bytes >= k / f.block * f.block_bytes &&
+                   (f.block > 1 || w.row_bytes % f.block_bytes == 0),
+               "gemm_widen: ", w.m, " rows of ", k, " values in format ", f.name, " with ",
+               w.row_bytes, " bytes a row");
 }
 
 int64_t gemm_widen_packed_floats(int64_t n, int64_t k) {

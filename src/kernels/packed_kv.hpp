@@ -13,13 +13,24 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/kv_type.hpp"
+#include "spattn/storage_type.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::kernels {
 
 // The operand format of a packed K/V (see flash-inl.h): f32 everywhere, or bf16 pairs for
-// AVX512_BF16's vdpbf16ps.
+// AVX512_BF16's vdpbf16ps. Rows of the storage table (spattn/storage_type.hpp, kDotOperand).
 enum class Operands : uint8_t { f32, bf16_dot };
+constexpr StorageType storage_of(Operands o) {
+  switch (o) {
+    case Operands::f32: return StorageType::f32;
+    case Operands::bf16_dot: return StorageType::bf16;
+  }
+  return StorageType::f32;  // not reached for a valid Operands
+}
+constexpr const StorageTraits& traits(Operands o) { return storage_traits(storage_of(o)); }
+inline constexpr std::array kOperands = {Operands::f32, Operands::bf16_dot};
+static_assert(storage_detail::covers(kOperands, kDotOperand));
 
 // Storage of the K and V tiles under Operands::f32, each fixed at construction (KVType):
 //   f32          K [d][64] floats, V [64][dp] floats: what the micro-kernels read directly;
@@ -37,6 +48,16 @@ enum class Operands : uint8_t { f32, bf16_dot };
 inline constexpr int64_t kKeyGroup = 16;
 inline constexpr int64_t stored_k_index(int64_t d, int64_t c, int64_t j) {
   return ((j / kKeyGroup) * d + c) * kKeyGroup + j % kKeyGroup;
+}
+// Element (c, j) of a K tile stored as t: 16-bit types in key groups, the others [d][64].
+inline constexpr int64_t stored_k_slot(KVType t, int64_t d, int64_t c, int64_t j) {
+  switch (t) {
+    case KVType::f16:
+    case KVType::bf16: return stored_k_index(d, c, j);
+    case KVType::f32:
+    case KVType::q8_0: break;
+  }
+  return c * kTileKeys + j;
 }
 
 struct AlignedFree {

@@ -69,8 +69,7 @@ void SessionOptions::validate() const {
   SPATTN_CHECK(h2o_keep >= 0, "h2o_keep (kept chunked_h2o states) must be >= 0, got ", h2o_keep);
   SPATTN_CHECK(mode != PrefillMode::method || !attn_spec.empty(), "--attn: empty method spec");
   for (KVType t : {cache_type_k, cache_type_v})
-    SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
-                 "-ctk / -ctv: unknown KV cache type ", int(t));
+    SPATTN_CHECK(is_kv_type(t), "-ctk / -ctv: unknown KV cache type ", int(t));
   parse_decode_spec(attn_decode);
   if (cp) {
     if (mode == PrefillMode::method) {
