@@ -1,10 +1,10 @@
 // Key tiles read in place from a cache stored in 16 bits (f16 / bf16), for decode's few rows.
 //
 // Under F32Ops a stored tile is widened into the thread's scratch and then scored and summed
-// from there (flash-inl.h: WidenedTiles). Decode has one to eight rows (a kv head's q heads),
-// so each K and V value is used by at most two micro-kernel strips: widening first writes and
-// reads back 32 KiB of f32 for every 16 KiB the tile holds, in a burst between bursts of
-// arithmetic. These micro-kernels instead convert each vector as the FMAs take it, straight
+// from there (flash_kv_widen-inl.h: WidenedTiles). Decode has one to eight rows (a kv head's
+// q heads), so each K and V value is used by at most two micro-kernel strips: widening first
+// writes and reads back 32 KiB of f32 for every 16 KiB the tile holds, in a burst between
+// bursts of arithmetic. These micro-kernels instead convert each vector as the FMAs take it, straight
 // from the cache. The values are the same (f16 and bf16 are exact in f32) and every entry is
 // the same dot product summed in the same order as F32Ops::Scores / PV, so a tile read here
 // gives the same bits as the tile widened.
@@ -12,7 +12,7 @@
 // A GroupTile is 64 keys as four groups of 16, each wherever the cache holds it: K groups
 // [d][16] (stored_k_index) and V rows [16][dp]. A whole tile is its four groups in order; a
 // decode over chosen pages (Quest) takes the groups its ranges touch, four at a time, with no
-// copy (flash-inl.h: RunTile's group path).
+// copy (flash_tile-inl.h: RunTile's group path).
 //
 // Included by flash-inl.h, inside its target namespace region (HWY_BEFORE_NAMESPACE).
 

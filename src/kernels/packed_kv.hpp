@@ -38,8 +38,8 @@ static_assert(storage_detail::covers(kOperands, kDotOperand));
 //   q8_0         K: int8 [d][64] then f16 scales [d/32][64] (one per key and block of 32 dims);
 //                V: int8 [64][dp] then f16 scales [64][dp/32] (d % 32 == 0, so dp == d).
 // A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
-// reads it (flash-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read in place
-// (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
+// reads it (flash_kv_widen-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read
+// in place (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
 
 // Keys per group of a K tile stored in 16 bits, and element (c, j) of such a tile: a group's
 // keys lie in one 16 x d block, so a 16-key piece (Quest's page) reads one contiguous run
@@ -132,7 +132,8 @@ void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
 // keys to an empty cache gives. Allocates nothing (a rollback may call it while unwinding).
 void keep_keys(PackedKVData& kv, int64_t n);
 // Zeroes every head's slots [from, to) (keys past size must read as zero: see above), in the
-// layouts the packers write (flash-inl.h: F32Ops and Bf16DotOps' PackKeyK, PackKeyV).
+// layouts the packers write (PackKeyK, PackKeyV of F32Ops, flash_f32_ops-inl.h, and of
+// Bf16DotOps, flash_avx512-inl.h).
 void clear_slots(PackedKVData& kv, int64_t from, int64_t to);
 
 // The operand format the kernels use for inputs of this dtype on this machine's SIMD target:
