@@ -14,7 +14,9 @@ namespace spattn::kernels {
 
 // The dense policy over packed keys [begin, end), its state in an AttnState.
 struct ContinuePolicy : DensePolicy {
-  static constexpr bool kCarry = true;
+  struct TileState : DensePolicy::TileState {
+    static constexpr bool kCarry = true;
+  };
   AttnState* state = nullptr;
   int64_t begin = 0, end = 0;
 

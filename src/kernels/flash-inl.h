@@ -68,7 +68,7 @@ template <class Ops, class Policy>
 void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stats* stats) {
   const int64_t dp = packed.dp;
   std::vector<HeadColumns> columns;
-  if constexpr (Policy::kPackedColumns) columns = PackHeadColumns<Ops>(p, pol, packed);
+  if constexpr (Policy::KeySource::kPackedColumns) columns = PackHeadColumns<Ops>(p, pol, packed);
   const KVTiles<Ops> kv{packed, packed.mask_positions(), &columns};
 
   // Items kv head by kv head, each head's longest first: the threads then stream the same
@@ -105,7 +105,7 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
     const Item& it = items[size_t(i)];
     RunTile<Ops>(p, cpol, locals[tid], kv, dp, it.h, it.t, *scratch[tid], part[tid]);
   };
-  if constexpr (Policy::kReduce) {
+  if constexpr (Policy::Observers::kReduce) {
     std::vector<int64_t> costs;
     for (const Item& it : items) costs.push_back(it.cost);
     const auto lists = StaticSchedule(costs, threads);

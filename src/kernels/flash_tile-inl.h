@@ -40,7 +40,7 @@ struct TileStep {
     view.gathered = gathered;
     view.n_keys = n_keys;
     view.entries = kept;
-    if constexpr (Policy::kMaySkip) {
+    if constexpr (Policy::Observers::kMaySkip) {
       view.m = sc.m;
       if (pol.skip(local, view)) {
         ++st.tiles_skipped;
@@ -48,9 +48,9 @@ struct TileStep {
       }
     }
     st.score_entries += kept;
-    SoftmaxUpdate<Policy::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
+    SoftmaxUpdate<Policy::Observers::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
                                     sc.block_lse);
-    if constexpr (Policy::kOutput) {
+    if constexpr (Policy::Observers::kOutput) {
       if constexpr (std::is_invocable_v<VTile>) {
         const auto v = v_tile();
         if constexpr (std::is_same_v<std::remove_cv_t<decltype(v)>, GroupV>)
@@ -60,7 +60,7 @@ struct TileStep {
         Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
       }
     }
-    if constexpr (Policy::kObserve) {
+    if constexpr (Policy::Observers::kObserve) {
       view.m = sc.m;
       view.l = sc.l;
       view.p = sc.s;
@@ -104,12 +104,12 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   view.q_rows = sc.rows, view.out_rows = sc.out_rows, view.row_pos = sc.pos;
   view.positions = kv.kpos;
   view.tile_max = sc.tile_max;
-  if constexpr (Policy::kSeedMax) pol.seed_max(p, view, sc.m);
-  if constexpr (Policy::kCarry) pol.load_state(p, view, sc.o, sc.m, sc.l, dp);
+  if constexpr (Policy::TileState::kSeedMax) pol.seed_max(p, view, sc.m);
+  if constexpr (Policy::TileState::kCarry) pol.load_state(p, view, sc.o, sc.m, sc.l, dp);
   TileStep<Ops, Policy> step{p, pol, local, sc, st, view, npad, dp, p.scale * kLog2e};
   // (kKeepP) Each tile's scores / P in the policy's buffer.
   const auto next_p = [&] {
-    if constexpr (Policy::kKeepP) sc.s = pol.p_buffer(local, npad);
+    if constexpr (Policy::Observers::kKeepP) sc.s = pol.p_buffer(local, npad);
   };
   const PackedKVData& d = kv.kv;
   // Stored 16-bit K and V read in place (group_tiles-inl.h): decode's few rows.
@@ -134,7 +134,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     else
       kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
                             [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi, p.window);
-    if constexpr (Policy::kPackedColumns)
+    if constexpr (Policy::KeySource::kPackedColumns)
       kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, lo),
                        std::min(j0 + kTileKeys, hi));
     return kept;
@@ -196,7 +196,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       } else {
         kept += n * pc.n;
       }
-      if constexpr (Policy::kPackedColumns)
+      if constexpr (Policy::KeySource::kPackedColumns)
         kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, pc.src - pc.dst, pc.src,
                          pc.src + pc.n);
     }
@@ -327,9 +327,10 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     flush();
   };
   bool grouped = false;
-  if constexpr (Policy::kPackFragments && !Policy::kOrder && !Policy::kPackedColumns)
+  using Keys = typename Policy::KeySource;
+  if constexpr (Keys::kPackFragments && !Keys::kOrder && !Keys::kPackedColumns)
     if (in_place && !kv.kpos) visit_groups(), grouped = true;
-  if constexpr (Policy::kOrder) {
+  if constexpr (Policy::KeySource::kOrder) {
     // The same tiles as below, listed first so the policy can choose their order.
     sc.visits.clear();
     for (const KeyRange& kr : sc.ranges)
@@ -340,7 +341,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   } else if (!grouped) {
     for (size_t ri = 0; ri < sc.ranges.size(); ++ri) {
       const KeyRange& kr = sc.ranges[ri];
-      if constexpr (Policy::kPackFragments) {
+      if constexpr (Policy::KeySource::kPackFragments) {
         if (!kv.kpos) {
           if (ri + 1 < sc.ranges.size())
             split_range(sc.ranges[ri + 1], [](int64_t) {}, prefetch_piece);
@@ -366,9 +367,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         visit(d.visit(jt, kr.begin, kr.end));
       }
     }
-    if constexpr (Policy::kPackFragments) run_gathered();
+    if constexpr (Policy::KeySource::kPackFragments) run_gathered();
   }
-  if constexpr (Policy::kGather) {
+  if constexpr (Policy::KeySource::kGather) {
     sc.columns.clear();
     pol.key_columns(p, h, t, limit, sc.columns);
     NormalizeColumns(sc.columns, sc.ranges, limit);
@@ -391,7 +392,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       step.Run(-1, keys, count, kept, sc.gv);
     }
   }
-  if constexpr (Policy::kPackedColumns) {
+  if constexpr (Policy::KeySource::kPackedColumns) {
     const HeadColumns& hc = (*kv.columns)[size_t(h)];
     const int64_t total = int64_t(hc.keys.size());
     // The columns the tile's last row may see: a prefix when positions ascend.
@@ -411,9 +412,10 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
                hc.kv.template v_tile<typename Ops::T>(0, ct));
     }
   }
-  if constexpr (Policy::kCarry) pol.store_state(p, view, sc.o, sc.m, sc.l, dp);
-  else if constexpr (Policy::kOutput) Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
-  if constexpr (Policy::kFinish) {
+  if constexpr (Policy::TileState::kCarry) pol.store_state(p, view, sc.o, sc.m, sc.l, dp);
+  else if constexpr (Policy::Observers::kOutput)
+    Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
+  if constexpr (Policy::Observers::kFinish) {
     // alpha is free once the last tile is done: it holds the rows' final LSE.
     for (int64_t r = 0; r < n; ++r) sc.alpha[r] = RowLse(sc.m[r], sc.l[r]);
     view.key_tile = -1, view.gathered = nullptr, view.n_keys = 0, view.entries = 0;
