@@ -21,7 +21,7 @@ Tensor filled_tensor(DType t, int64_t heads, int64_t seq, int64_t dim, uint32_t 
     x = x * 1664525u + 1013904223u;  // LCG: cheap and the same on every machine
     p[i] = float(x >> 8) / float(1u << 24) * 2.0f - 1.0f;
   }
-  return t == DType::f32 ? std::move(out) : Tensor::copy_of(out.view(), t);
+  return out.dtype() == t ? std::move(out) : Tensor::copy_of(out.view(), t);
 }
 
 void report_flops(benchmark::State& state, double flops_per_iteration, double loop_seconds,

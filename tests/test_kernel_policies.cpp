@@ -120,8 +120,12 @@ TEST(KernelPolicy, KeyRangeLists) {
 // range. The entries are the same, each once, whatever the order; the skip hook records the
 // order it saw.
 struct ReversedRanges : RangeList {
-  static constexpr bool kOrder = true;
-  static constexpr bool kMaySkip = true;
+  struct KeySource : RangeList::KeySource {
+    static constexpr bool kOrder = true;
+  };
+  struct Observers : RangeList::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   std::vector<std::vector<int64_t>>* seen = nullptr;  // [h * q_tiles + t]: tiles as visited
   int64_t q_tiles = 0;
   void visit_order(const kernels::Problem&, const kernels::TileView&,
@@ -159,8 +163,12 @@ TEST(KernelPolicy, VisitOrderPermutesTheTiles) {
 // A running max seeded above every score (kSeedMax): the skip hook sees it from the first
 // tile, and the output and LSE are the same softmax.
 struct SeededHigh : kernels::DensePolicy {
-  static constexpr bool kSeedMax = true;
-  static constexpr bool kMaySkip = true;
+  struct Observers : kernels::DensePolicy::Observers {
+    static constexpr bool kMaySkip = true;
+  };
+  struct TileState : kernels::DensePolicy::TileState {
+    static constexpr bool kSeedMax = true;
+  };
   float seed = 20.0f;  // log2 units; these scores stay below ~8
   void seed_max(const kernels::Problem&, const kernels::TileView& rows, float* m) const {
     std::fill(m, m + rows.n, seed);
@@ -190,7 +198,9 @@ TEST(KernelPolicy, SeededRunningMaxIsTheSameSoftmax) {
 
 // Skips every key tile but the first once its scores are known.
 struct SkipLater : kernels::DensePolicy {
-  static constexpr bool kMaySkip = true;
+  struct Observers : kernels::DensePolicy::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   bool skip(Local&, const kernels::TileView& v) const { return v.key_tile > 0; }
 };
 
@@ -211,7 +221,9 @@ TEST(KernelPolicy, SkippedTilesAddNothing) {
 // Ranges plus single gathered key columns (vertical lines), some inside a range (must not be
 // counted twice) and some beyond the causal limit.
 struct RangesAndColumns : kernels::DensePolicy {
-  static constexpr bool kGather = true;
+  struct KeySource : kernels::DensePolicy::KeySource {
+    static constexpr bool kGather = true;
+  };
   void key_ranges(const kernels::Problem&, int64_t, int64_t, int64_t limit,
                   std::vector<KeyRange>& out) const {
     out.push_back({limit - 20, limit});

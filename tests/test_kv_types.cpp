@@ -363,7 +363,9 @@ TEST(KVTypes, DecodeOverRangesReadsStoredGroupsInPlace) {
 namespace kn = kernels::HWY_NAMESPACE;
 
 struct ColumnsAndFragments : kernels::DensePolicy {
-  static constexpr bool kGather = true;
+  struct KeySource : kernels::DensePolicy::KeySource {
+    static constexpr bool kGather = true;
+  };
   void key_ranges(const kernels::Problem&, int64_t h, int64_t t, int64_t limit,
                   std::vector<KeyRange>& out) const {
     out.push_back({std::max<int64_t>(0, limit - 150 + 7 * h), std::max<int64_t>(0, limit - 70 + t)});
@@ -374,8 +376,10 @@ struct ColumnsAndFragments : kernels::DensePolicy {
   }
 };
 struct SlashLike : kernels::DensePolicy {
-  static constexpr bool kPackedColumns = true;
-  static constexpr bool kPackFragments = true;
+  struct KeySource : kernels::DensePolicy::KeySource {
+    static constexpr bool kPackedColumns = true;
+    static constexpr bool kPackFragments = true;
+  };
   void key_ranges(const kernels::Problem&, int64_t h, int64_t t, int64_t limit,
                   std::vector<KeyRange>& out) const {
     const int64_t a = t * 64 + 11 * h + 1;  // off the grid

@@ -22,7 +22,9 @@ namespace kn = kernels::HWY_NAMESPACE;
 // Sink-free sparse coverage: the 100 nearest keys as a range, every third key gathered.
 template <class Base>
 struct RecentAndColumns : Base {
-  static constexpr bool kGather = true;
+  struct KeySource : Base::KeySource {
+    static constexpr bool kGather = true;
+  };
   void key_ranges(const kernels::Problem&, int64_t, int64_t, int64_t limit,
                   std::vector<KeyRange>& out) const {
     out.push_back({limit - 100, limit});
@@ -160,7 +162,9 @@ TEST(PolicyState, ColumnSumsSeeGatheredKeyIds) {
 // A policy whose hook has the wrong signature does not satisfy the contract (and RunFlash's
 // static_assert names it).
 struct WrongSkip : kernels::DensePolicy {
-  static constexpr bool kMaySkip = true;
+  struct Observers : kernels::DensePolicy::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   bool skip(int64_t key_tile) const { return key_tile > 0; }
 };
 static_assert(kernels::FlashPolicy<kernels::DensePolicy>);

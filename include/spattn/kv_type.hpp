@@ -1,18 +1,15 @@
 // KV cache storage types, as llama.cpp spells them for -ctk / -ctv: the type a PackedKV (and the
 // model runner's cache) stores its keys or values in. Compute is always f32: the kernels widen
 // f16 / bf16 and dequantize q8_0 tile by tile as they read them.
+// KVType itself, with its sizes and how each type widens, is a row set of the storage table
+// (spattn/storage_type.hpp).
 #pragma once
 #include <cstdint>
 #include <string_view>
 
-namespace spattn {
+#include "spattn/storage_type.hpp"
 
-enum class KVType : uint8_t {
-  f32,   // 4 bytes per element, as given
-  f16,   // IEEE half, rounded to nearest even (llama.cpp's default cache type)
-  bf16,  // bfloat16, rounded to nearest even
-  q8_0,  // ggml's q8_0: blocks of 32 along the head dim, int8 values and one f16 scale each
-};
+namespace spattn {
 
 const char* kv_type_name(KVType t);
 // "f32", "f16", "bf16" or "q8_0"; anything else throws Error

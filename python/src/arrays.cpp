@@ -90,8 +90,9 @@ py::dtype numpy_dtype(DType t) {
   switch (t) {
     case DType::f32: return py::dtype("float32");
     case DType::f16: return py::dtype("float16");
-    default: return py::dtype("int16");
+    case DType::bf16: break;  // numpy has no bfloat16: its bits, as int16
   }
+  return py::dtype("int16");
 }
 
 py::array new_array(DType t, const std::vector<int64_t>& shape) {

@@ -4,20 +4,16 @@
 
 namespace spattn {
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::f32: return "f32";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-  }
-  return "?";
-}
+const char* dtype_name(DType t) { return traits(t).name.data(); }
 
 DType parse_dtype(std::string_view s) {
-  if (s == "f32" || s == "float32" || s == "fp32") return DType::f32;
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "f16" || s == "float16" || s == "fp16" || s == "half") return DType::f16;
-  detail::fail("unknown dtype '", s, "' (expected f32, bf16 or f16)");
+  for (DType t : kDTypes)
+    if (s == traits(t).name) return t;
+  // The spellings of other libraries (numpy, PyTorch).
+  if (s == "float32" || s == "fp32") return DType::f32;
+  if (s == "bfloat16") return DType::bf16;
+  if (s == "float16" || s == "fp16" || s == "half") return DType::f16;
+  detail::fail("unknown dtype '", s, "' (expected ", storage_names(kDTypes), ")");
 }
 
 // IEEE half <-> single, bit-exact, round to nearest even.

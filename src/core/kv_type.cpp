@@ -13,35 +13,22 @@
 
 namespace spattn {
 
-const char* kv_type_name(KVType t) {
-  switch (t) {
-    case KVType::f32: return "f32";
-    case KVType::f16: return "f16";
-    case KVType::bf16: return "bf16";
-    case KVType::q8_0: return "q8_0";
-  }
-  return "?";
-}
+const char* kv_type_name(KVType t) { return traits(t).name.data(); }
 
 KVType parse_kv_type(std::string_view s) {
-  for (KVType t : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
-    if (s == kv_type_name(t)) return t;
-  detail::fail("unknown KV cache type '", s, "' (expected f32, f16, bf16 or q8_0)");
+  for (KVType t : kKVTypes)
+    if (s == traits(t).name) return t;
+  detail::fail("unknown KV cache type '", s, "' (expected ", storage_names(kKVTypes), ")");
 }
 
 double kv_type_bytes_per_element(KVType t) {
-  switch (t) {
-    case KVType::f32: return 4;
-    case KVType::f16:
-    case KVType::bf16: return 2;
-    case KVType::q8_0: return 34.0 / 32.0;
-  }
-  return 4;
+  return double(traits(t).block_bytes) / double(traits(t).block);
 }
 
 namespace {
 // ggml's block_q8_0: an f16 scale, then 32 int8 values.
-constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 2 + kQ8Block;
+constexpr int64_t kQ8Block = traits(KVType::q8_0).block;
+constexpr int64_t kQ8BlockBytes = traits(KVType::q8_0).block_bytes;
 }  // namespace
 
 void kv_quantize_q8_0(const float* src, int64_t n, int8_t* qs, uint16_t* scales) {

@@ -20,8 +20,7 @@
 namespace spattn::dist {
 
 DType wire_dtype(KVType k_type, KVType v_type) {
-  if (k_type == v_type && k_type == KVType::f16) return DType::f16;
-  if (k_type == v_type && k_type == KVType::bf16) return DType::bf16;
+  if (k_type == v_type) return dtype_holding(k_type);
   return DType::f32;
 }
 

@@ -530,7 +530,9 @@ int64_t locality_window(const Layout& L, const Bands& B, const RopeTable& rope, 
   return n;
 }
 
-Tensor to_dtype(Tensor&& t, DType dt) { return dt == DType::f32 ? std::move(t) : Tensor::copy_of(t.view(), dt); }
+Tensor to_dtype(Tensor&& t, DType dt) {
+  return t.dtype() == dt ? std::move(t) : Tensor::copy_of(t.view(), dt);
+}
 
 void fill_normal(Rng& rng, float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = float(rng.normal());

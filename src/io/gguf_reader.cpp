@@ -48,8 +48,10 @@ size_t scalar_size(ValueType t) {
     case ValueType::u64:
     case ValueType::i64:
     case ValueType::f64: return 8;
-    default: return 0;  // string, array: not fixed-size
+    case ValueType::string:
+    case ValueType::array: break;  // not fixed-size
   }
+  return 0;
 }
 
 bool is_integer(ValueType t) {
@@ -57,8 +59,10 @@ bool is_integer(ValueType t) {
     case ValueType::u8: case ValueType::i8: case ValueType::u16: case ValueType::i16:
     case ValueType::u32: case ValueType::i32: case ValueType::u64: case ValueType::i64:
       return true;
-    default: return false;
+    case ValueType::f32: case ValueType::f64: case ValueType::boolean: case ValueType::string:
+    case ValueType::array: break;
   }
+  return false;
 }
 
 bool known_value_type(uint32_t t) { return t <= uint32_t(ValueType::f64); }
@@ -122,7 +126,8 @@ IntValue read_int(ValueType t, const uint8_t* p) {
     case ValueType::i16: from_signed(load(int16_t{})); break;
     case ValueType::i32: from_signed(load(int32_t{})); break;
     case ValueType::i64: from_signed(load(int64_t{})); break;
-    default: break;
+    case ValueType::f32: case ValueType::f64: case ValueType::boolean: case ValueType::string:
+    case ValueType::array: break;  // not integers: callers check is_integer first
   }
   return r;
 }
@@ -585,7 +590,8 @@ std::string File::describe(std::string_view key) const {
     case ValueType::boolean: os << (v.data[0] ? "true" : "false"); break;
     case ValueType::f32:
     case ValueType::f64: os << read_float(v.type, v.data); break;
-    default: {
+    case ValueType::u8: case ValueType::i8: case ValueType::u16: case ValueType::i16:
+    case ValueType::u32: case ValueType::i32: case ValueType::u64: case ValueType::i64: {
       const IntValue x = read_int(v.type, v.data);
       os << (x.negative ? "-" : "") << x.magnitude;
     }

@@ -21,7 +21,9 @@ namespace spattn::kernels {
 // Never skips; records each tile's margin max_r(tile_max - m) (natural log) and its entries,
 // visiting the tiles in the order being measured (a margin is relative to the tiles before).
 struct MarginPolicy : BlasstOrdered<DensePolicy> {
-  static constexpr bool kMaySkip = true;
+  struct Observers : BlasstOrdered<DensePolicy>::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   std::vector<std::vector<std::pair<float, int64_t>>>* per_item = nullptr;  // [h * q_tiles + t]
   int64_t q_tiles = 0;
 
@@ -41,8 +43,12 @@ struct MarginPolicy : BlasstOrdered<DensePolicy> {
 // the tile holding the item's diagonal is never skipped, as one process visits it first,
 // against nothing (with a seeded max it could fall below it).
 struct PiecePolicy : BlasstPolicy {
-  static constexpr bool kSeedMax = true;
-  static constexpr bool kFinish = true;
+  struct Observers : BlasstPolicy::Observers {
+    static constexpr bool kFinish = true;
+  };
+  struct TileState : BlasstPolicy::TileState {
+    static constexpr bool kSeedMax = true;
+  };
   float* carry = nullptr;  // [Hq][q_len], log2 units
   int64_t q_len = 0;
 
@@ -67,8 +73,10 @@ struct PiecePolicy : BlasstPolicy {
 // "skipped" once its max is read, so nothing else is computed and the maxima are the bits
 // the loop itself computes.
 struct SeedPolicy : DensePolicy {
-  static constexpr bool kMaySkip = true;
-  static constexpr bool kOutput = false;
+  struct Observers : DensePolicy::Observers {
+    static constexpr bool kMaySkip = true;
+    static constexpr bool kOutput = false;
+  };
   float* carry = nullptr;  // [Hq][q_len], log2 units
   int64_t q_len = 0;
   bool diagonal_only = false;

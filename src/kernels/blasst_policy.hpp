@@ -12,7 +12,9 @@ namespace spattn::kernels {
 // around the item's newest row.
 template <class Base>
 struct BlasstOrdered : Base {
-  static constexpr bool kOrder = true;
+  struct KeySource : Base::KeySource {
+    static constexpr bool kOrder = true;
+  };
   BlasstOrder order = BlasstOrder::in_order;
 
   void visit_order(const Problem& p, const TileView& rows, std::vector<TileVisit>& visits) const {
@@ -26,7 +28,9 @@ struct BlasstOrdered : Base {
 // `record`, the visited and skipped tiles of this item's (h, t).
 template <class Base>
 struct BlasstSkipping : Base {
-  static constexpr bool kMaySkip = true;
+  struct Observers : Base::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   float threshold = kNegInf;  // log2(lambda): tile_max and m are in log2 units
   SkipStats* record = nullptr;  // written only at this item's (h, t)
 

@@ -44,7 +44,9 @@ struct SplitKeys : Base {
 // SplitKeys starting each chunk's running max at seed[q head][row] (log2 units).
 template <class Base>
 struct SeededSplitKeys : SplitKeys<Base> {
-  static constexpr bool kSeedMax = true;
+  struct TileState : SplitKeys<Base>::TileState {
+    static constexpr bool kSeedMax = true;
+  };
   const float* seed = nullptr;
   void seed_max(const Problem&, const TileView& rows, float* m) const {
     std::copy_n(seed + rows.h * this->q_len, rows.n, m);
@@ -56,7 +58,9 @@ struct SeededSplitKeys : SplitKeys<Base> {
 // entry) and skipping both tiles, so no exp or P.V runs. Only its skip hook's view is used; the
 // rows it finalizes (zeros) are written over by the chunk pass.
 struct AnchorMaxPolicy : DensePolicy {
-  static constexpr bool kMaySkip = true;
+  struct Observers : DensePolicy::Observers {
+    static constexpr bool kMaySkip = true;
+  };
   int64_t q_len = 1;
   float* seed = nullptr;
   int64_t num_tiles(const Problem&) const { return 1; }
@@ -90,7 +94,9 @@ struct AnchorMaxPolicy : DensePolicy {
 // time from its first key and copies the short remainders together into gathered tiles, so the
 // tiles computed are about the keys kept over 64, and unselected keys are never read.
 struct KeyRangesPolicy : DensePolicy {
-  static constexpr bool kPackFragments = true;
+  struct KeySource : DensePolicy::KeySource {
+    static constexpr bool kPackFragments = true;
+  };
   int64_t q_len = 1;
   const std::vector<std::vector<KeyRange>>* ranges = nullptr;  // per q head, ascending
   int64_t num_tiles(const Problem&) const { return 1; }

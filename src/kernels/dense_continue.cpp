@@ -14,7 +14,9 @@ namespace spattn::kernels {
 
 // The dense policy over packed keys [begin, end), its state in an AttnState.
 struct ContinuePolicy : DensePolicy {
-  static constexpr bool kCarry = true;
+  struct TileState : DensePolicy::TileState {
+    static constexpr bool kCarry = true;
+  };
   AttnState* state = nullptr;
   int64_t begin = 0, end = 0;
 
@@ -103,7 +105,7 @@ void attention_state_finish(const AttnState& state, const TensorView& out, float
     for (int64_t r = 0; r < state.rows; ++r) {
       const size_t at = size_t(h * state.rows + r);
       const float l = state.l[at];
-      // Finalize's arithmetic (flash-inl.h): O times 1 / l, the LSE from RowLse.
+      // Finalize's arithmetic (flash_softmax-inl.h): O times 1 / l, the LSE from RowLse.
       kernels::store_row(out, h, r, state.o.data() + at * size_t(state.dim), state.dim,
                          l > 0 ? 1.0f / l : 0.0f);
       if (lse) lse[at] = kernels::RowLse(state.m[at], l);

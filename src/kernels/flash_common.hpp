@@ -1,6 +1,6 @@
 // Target-independent pieces of the flash attention loop: the validated problem, the policy
 // interface every kernel form implements, and the scratch sizes. The per-target loop itself
-// is in flash-inl.h.
+// is in flash-inl.h and its pieces.
 //
 // A policy answers the loop's questions (the contract is the FlashPolicy concept below):
 //   rows:        which query rows form tile t, and which output rows they fill
@@ -119,27 +119,40 @@ inline TileVisit natural_visit(int64_t jt, int64_t begin, int64_t end, int64_t k
 //
 // Hooks are const: what a policy accumulates while the loop runs lives in its Local, one per
 // worker thread. Hooks that write to shared memory may only write what belongs to their own
-// work item (rows of (h, t)). A policy whose Locals must be combined sets kReduce: the loop then
-// assigns items to threads by a fixed rule (not first come, first served) and calls
-// reduce(locals) once at the end with the Locals in thread order, so the result is bitwise the
-// same on every run with the same thread count.
+// work item (rows of (h, t)). A policy whose Locals must be combined sets Observers::kReduce:
+// the loop then assigns items to threads by a fixed rule (not first come, first served) and
+// calls reduce(locals) once at the end with the Locals in thread order, so the result is
+// bitwise the same on every run with the same thread count.
 struct DensePolicy {
-  static constexpr bool kMaySkip = false;  // calls skip() after each tile's scores
-  static constexpr bool kObserve = false;  // calls observe() after each tile's P.V
-  static constexpr bool kGather = false;   // calls key_columns() for gathered key tiles
-  static constexpr bool kReduce = false;   // calls reduce() with every thread's Local
-  static constexpr bool kOrder = false;    // calls visit_order() to reorder an item's key tiles
-  static constexpr bool kSeedMax = false;  // calls seed_max() before an item's first key tile
-  // Calls load_state() before an item's first key tile and store_state() after its last,
-  // instead of Finalize (no O / l, no LSE written to the problem's out).
-  static constexpr bool kCarry = false;
-  static constexpr bool kPackedColumns = false;  // calls head_columns() once per q head
-  // The keys of ranges off whole 64-key tiles (short pieces at a range's ends) are copied
-  // together into gathered tiles of 64 (in the plain, unordered loop only; not with kOrder).
-  static constexpr bool kPackFragments = false;
-  static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
-  static constexpr bool kFinish = false;   // calls finish() once per work item, after its tiles
-  static constexpr bool kKeepP = false;    // calls p_buffer() for where each tile's S / P goes
+  // The loop's static choices, grouped by the decision each is part of. A policy overrides a
+  // choice by deriving the group from its base's and setting the flags that change, e.g.
+  //   struct KeySource : DensePolicy::KeySource { static constexpr bool kGather = true; };
+  //
+  // Where an item's keys come from, besides its ranges (key_ranges), and in which order.
+  struct KeySource {
+    static constexpr bool kGather = false;         // key_columns(): keys gathered per tile
+    static constexpr bool kPackedColumns = false;  // head_columns(): once per q head
+    // The keys of ranges off whole 64-key tiles (short pieces at a range's ends) are copied
+    // together into gathered tiles of 64 (in the plain, unordered loop only; not with kOrder).
+    static constexpr bool kPackFragments = false;
+    static constexpr bool kOrder = false;  // visit_order() reorders an item's key tiles
+  };
+  // What observes a tile's scores and P, and what becomes of them.
+  struct Observers {
+    static constexpr bool kMaySkip = false;  // skip() after each tile's scores
+    static constexpr bool kObserve = false;  // observe() after each tile's P.V
+    static constexpr bool kFinish = false;   // finish() once per work item, after its tiles
+    static constexpr bool kKeepP = false;    // p_buffer() says where each tile's S / P goes
+    static constexpr bool kReduce = false;   // reduce() with every thread's Local
+    static constexpr bool kOutput = true;    // false: no P.V and no output (a pass that wants P)
+  };
+  // What state an item carries across its tiles beyond the online softmax's own.
+  struct TileState {
+    static constexpr bool kSeedMax = false;  // seed_max() before an item's first key tile
+    // Calls load_state() before an item's first key tile and store_state() after its last,
+    // instead of Finalize (no O / l, no LSE written to the problem's out).
+    static constexpr bool kCarry = false;
+  };
   struct Local {};
   int64_t tile_rows = 64;
 
@@ -215,18 +228,18 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
                                std::vector<typename P::Local>& locals,
                                std::vector<TileVisit>& visits, float* m) {
   requires std::is_default_constructible_v<typename P::Local>;
-  { P::kMaySkip } -> std::convertible_to<bool>;
-  { P::kObserve } -> std::convertible_to<bool>;
-  { P::kGather } -> std::convertible_to<bool>;
-  { P::kReduce } -> std::convertible_to<bool>;
-  { P::kOrder } -> std::convertible_to<bool>;
-  { P::kSeedMax } -> std::convertible_to<bool>;
-  { P::kCarry } -> std::convertible_to<bool>;
-  { P::kPackedColumns } -> std::convertible_to<bool>;
-  { P::kPackFragments } -> std::convertible_to<bool>;
-  { P::kOutput } -> std::convertible_to<bool>;
-  { P::kFinish } -> std::convertible_to<bool>;
-  { P::kKeepP } -> std::convertible_to<bool>;
+  { P::KeySource::kGather } -> std::convertible_to<bool>;
+  { P::KeySource::kPackedColumns } -> std::convertible_to<bool>;
+  { P::KeySource::kPackFragments } -> std::convertible_to<bool>;
+  { P::KeySource::kOrder } -> std::convertible_to<bool>;
+  { P::Observers::kMaySkip } -> std::convertible_to<bool>;
+  { P::Observers::kObserve } -> std::convertible_to<bool>;
+  { P::Observers::kFinish } -> std::convertible_to<bool>;
+  { P::Observers::kKeepP } -> std::convertible_to<bool>;
+  { P::Observers::kReduce } -> std::convertible_to<bool>;
+  { P::Observers::kOutput } -> std::convertible_to<bool>;
+  { P::TileState::kSeedMax } -> std::convertible_to<bool>;
+  { P::TileState::kCarry } -> std::convertible_to<bool>;
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
@@ -251,9 +264,11 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
 // virtual call and one dispatch on the observer's side per batch, not per tile.
 template <class Base>
 struct LseObserved : Base {
-  static_assert(!Base::kFinish, "LseObserved reports an item's last batch in finish()");
-  static constexpr bool kObserve = true;
-  static constexpr bool kFinish = true;
+  static_assert(!Base::Observers::kFinish, "LseObserved reports an item's last batch in finish()");
+  struct Observers : Base::Observers {
+    static constexpr bool kObserve = true;
+    static constexpr bool kFinish = true;
+  };
   static constexpr int kBatch = 16;
   struct Local : Base::Local {
     int tiles = 0;

@@ -28,10 +28,12 @@
 #include <optional>
 
 #include "spattn/gguf.hpp"
+#include "spattn/storage_type.hpp"
 
 namespace spattn::kernels {
 
-// How a weight matrix's rows are stored (ggml's block layouts, ggml-common.h).
+// How a weight matrix's rows are stored (ggml's block layouts, ggml-common.h): the rows of the
+// storage table (spattn/storage_type.hpp) that take kWeightWiden, with their block sizes.
 enum class WeightFormat : uint8_t {
   f16,      // k IEEE binary16 values a row
   q8_0,     // k / 32 blocks of 34 bytes: f16 scale, 32 int8
@@ -39,6 +41,21 @@ enum class WeightFormat : uint8_t {
   q5_K,     // k / 256 super-blocks of 176 bytes
   q3_K,     // k / 256 super-blocks of 110 bytes
 };
+constexpr StorageType storage_of(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::f16: return StorageType::f16;
+    case WeightFormat::q8_0: return StorageType::q8_0;
+    case WeightFormat::q6_K: return StorageType::q6_K;
+    case WeightFormat::q5_K: return StorageType::q5_K;
+    case WeightFormat::q3_K: return StorageType::q3_K;
+  }
+  return StorageType::f16;  // not reached for a valid WeightFormat
+}
+constexpr const StorageTraits& traits(WeightFormat f) { return storage_traits(storage_of(f)); }
+inline constexpr std::array kWeightFormats = {WeightFormat::f16, WeightFormat::q8_0,
+                                              WeightFormat::q6_K, WeightFormat::q5_K,
+                                              WeightFormat::q3_K};
+static_assert(storage_detail::covers(kWeightFormats, kWeightWiden));
 
 // The format this product widens a GGUF tensor type as, or none: a type without a decoder here.
 std::optional<WeightFormat> widen_format(gguf::GgmlType t);

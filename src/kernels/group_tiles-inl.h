@@ -1,10 +1,10 @@
 // Key tiles read in place from a cache stored in 16 bits (f16 / bf16), for decode's few rows.
 //
 // Under F32Ops a stored tile is widened into the thread's scratch and then scored and summed
-// from there (flash-inl.h: WidenedTiles). Decode has one to eight rows (a kv head's q heads),
-// so each K and V value is used by at most two micro-kernel strips: widening first writes and
-// reads back 32 KiB of f32 for every 16 KiB the tile holds, in a burst between bursts of
-// arithmetic. These micro-kernels instead convert each vector as the FMAs take it, straight
+// from there (flash_kv_widen-inl.h: WidenedTiles). Decode has one to eight rows (a kv head's
+// q heads), so each K and V value is used by at most two micro-kernel strips: widening first
+// writes and reads back 32 KiB of f32 for every 16 KiB the tile holds, in a burst between
+// bursts of arithmetic. These micro-kernels instead convert each vector as the FMAs take it, straight
 // from the cache. The values are the same (f16 and bf16 are exact in f32) and every entry is
 // the same dot product summed in the same order as F32Ops::Scores / PV, so a tile read here
 // gives the same bits as the tile widened.
@@ -12,7 +12,7 @@
 // A GroupTile is 64 keys as four groups of 16, each wherever the cache holds it: K groups
 // [d][16] (stored_k_index) and V rows [16][dp]. A whole tile is its four groups in order; a
 // decode over chosen pages (Quest) takes the groups its ranges touch, four at a time, with no
-// copy (flash-inl.h: RunTile's group path).
+// copy (flash_tile-inl.h: RunTile's group path).
 //
 // Included by flash-inl.h, inside its target namespace region (HWY_BEFORE_NAMESPACE).
 
@@ -118,16 +118,27 @@ HWY_NOINLINE void GroupPV(const float* p, int64_t n, const GroupTile& g, int64_t
   });
 }
 
-// The stored types' dispatch (one branch per tile); n: the item's rows (not padded).
+// The stored types' dispatch (one branch per tile); n: the item's rows (not padded). Only the
+// types the table marks kKVInPlace come here (ReadsInPlace); the others are widened first.
 inline void GroupScoresOf(KVType t, const float* q, int64_t n, const GroupTile& g, int64_t d,
                           float* s) {
-  if (t == KVType::f16) GroupScores<KVType::f16>(q, n, g, d, s);
-  else GroupScores<KVType::bf16>(q, n, g, d, s);
+  switch (t) {
+    case KVType::f16: return GroupScores<KVType::f16>(q, n, g, d, s);
+    case KVType::bf16: return GroupScores<KVType::bf16>(q, n, g, d, s);
+    case KVType::f32:
+    case KVType::q8_0: break;
+  }
+  SPATTN_CHECK(false, "internal: a ", kv_type_name(t), " cache tile is not read in place");
 }
 inline void GroupPVOf(KVType t, const float* p, int64_t n, const GroupTile& g, int64_t dp,
                       const float* alpha, float* o) {
-  if (t == KVType::f16) GroupPV<KVType::f16>(p, n, g, dp, alpha, o);
-  else GroupPV<KVType::bf16>(p, n, g, dp, alpha, o);
+  switch (t) {
+    case KVType::f16: return GroupPV<KVType::f16>(p, n, g, dp, alpha, o);
+    case KVType::bf16: return GroupPV<KVType::bf16>(p, n, g, dp, alpha, o);
+    case KVType::f32:
+    case KVType::q8_0: break;
+  }
+  SPATTN_CHECK(false, "internal: a ", kv_type_name(t), " cache tile is not read in place");
 }
 
 // The V a group tile's step sums (TileStep::Run calls GroupPVOf with it).
@@ -137,12 +148,12 @@ struct GroupV {
 };
 
 // Whether this call reads stored tiles in place: F32Ops over a cache whose K and V are both
-// stored in 16 bits, npad rows at most kInPlaceRows.
+// of types read in place (kKVInPlace: the 16-bit ones), npad rows at most kInPlaceRows.
 template <class Ops>
 inline bool ReadsInPlace(const PackedKVData& kv, int64_t npad) {
-  const auto half = [](KVType t) { return t == KVType::f16 || t == KVType::bf16; };
-  return std::is_same_v<typename Ops::T, float> && kv.ops == Operands::f32 && half(kv.k_type) &&
-         half(kv.v_type) && npad <= kInPlaceRows;
+  return std::is_same_v<typename Ops::T, float> && kv.ops == Operands::f32 &&
+         traits(kv.k_type).takes(kKVInPlace) && traits(kv.v_type).takes(kKVInPlace) &&
+         npad <= kInPlaceRows;
 }
 
 }  // namespace spattn::kernels::HWY_NAMESPACE

@@ -32,13 +32,6 @@ Operands operands_for(DType dtype, bool bf16_dot) {
   return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype, bf16_dot);
 }
 
-namespace {
-// Bytes of one element of a tile stored as t (q8_0: its int8 values; the scales follow them).
-int64_t stored_elem_bytes(KVType t) {
-  return t == KVType::f32 ? 4 : t == KVType::q8_0 ? 1 : 2;
-}
-}  // namespace
-
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all, KVType k_type, KVType v_type) {
   SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
@@ -63,10 +56,15 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
   kv.tiles_cap = (capacity + kTileKeys - 1) / kTileKeys;
   kv.k_elems = dim * kTileKeys;
   kv.v_elems = kTileKeys * kv.dp;
+  // Whole blocks of the stored type (q8_0: one f16 scale per 32 values; every layout holds 64
+  // keys x a multiple of 32 dims); bf16 dot operands keep their own storage, bf16 pairs.
   const auto tile_bytes = [&](KVType t, int64_t elems) {
-    if (ops == Operands::bf16_dot) return elems * 2;
-    // q8_0: one f16 scale per 32 values (every layout holds 64 keys x a multiple of 32 dims).
-    return elems * stored_elem_bytes(t) + (t == KVType::q8_0 ? elems / 32 * 2 : 0);
+    const auto of = [&](const StorageTraits& s) { return elems / s.block * s.block_bytes; };
+    switch (ops) {
+      case Operands::bf16_dot: return of(traits(ops));
+      case Operands::f32: break;
+    }
+    return of(traits(t));
   };
   kv.k_tile_bytes = tile_bytes(k_type, kv.k_elems);
   kv.v_tile_bytes = tile_bytes(v_type, kv.v_elems);
@@ -117,10 +115,10 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
       // q8_0's scales after the values, K's [d/32][64], V's [64][dp/32].
       unsigned char* kt = kv.k_bytes(h, t_from);
       unsigned char* vt = kv.v_bytes(h, t_from);
-      const int64_t ke = stored_elem_bytes(kv.k_type), ve = stored_elem_bytes(kv.v_type);
+      const int64_t ke = traits(kv.k_type).value_bytes(), ve = traits(kv.v_type).value_bytes();
       for (int64_t c = 0; c < d; ++c)
         for (int64_t j = a; j < b; ++j)
-          std::memset(kt + (ke == 2 ? stored_k_index(d, c, j) : c * kTileKeys + j) * ke, 0, size_t(ke));
+          std::memset(kt + stored_k_slot(kv.k_type, d, c, j) * ke, 0, size_t(ke));
       std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
       if (kv.k_type == KVType::q8_0) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(kt + d * kTileKeys);
@@ -353,13 +351,14 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
       for (int64_t c = 0; c < n; ++c) out[c] = f[c * kernels::kTileKeys + jj];
       return;
     }
-    case KVType::f16:
+    case KVType::f16: {
+      const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
+      for (int64_t c = 0; c < n; ++c) out[c] = f16_to_f32(h[kernels::stored_k_index(n, c, jj)]);
+      return;
+    }
     case KVType::bf16: {
       const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
-      for (int64_t c = 0; c < n; ++c) {
-        const uint16_t x = h[kernels::stored_k_index(n, c, jj)];
-        out[c] = d.k_type == KVType::f16 ? f16_to_f32(x) : bf16_to_f32(x);
-      }
+      for (int64_t c = 0; c < n; ++c) out[c] = bf16_to_f32(h[kernels::stored_k_index(n, c, jj)]);
       return;
     }
     case KVType::q8_0: {  // [d][64] int8, then f16 scales [d/32][64]

@@ -13,13 +13,24 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/kv_type.hpp"
+#include "spattn/storage_type.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::kernels {
 
 // The operand format of a packed K/V (see flash-inl.h): f32 everywhere, or bf16 pairs for
-// AVX512_BF16's vdpbf16ps.
+// AVX512_BF16's vdpbf16ps. Rows of the storage table (spattn/storage_type.hpp, kDotOperand).
 enum class Operands : uint8_t { f32, bf16_dot };
+constexpr StorageType storage_of(Operands o) {
+  switch (o) {
+    case Operands::f32: return StorageType::f32;
+    case Operands::bf16_dot: return StorageType::bf16;
+  }
+  return StorageType::f32;  // not reached for a valid Operands
+}
+constexpr const StorageTraits& traits(Operands o) { return storage_traits(storage_of(o)); }
+inline constexpr std::array kOperands = {Operands::f32, Operands::bf16_dot};
+static_assert(storage_detail::covers(kOperands, kDotOperand));
 
 // Storage of the K and V tiles under Operands::f32, each fixed at construction (KVType):
 //   f32          K [d][64] floats, V [64][dp] floats: what the micro-kernels read directly;
@@ -27,8 +38,8 @@ enum class Operands : uint8_t { f32, bf16_dot };
 //   q8_0         K: int8 [d][64] then f16 scales [d/32][64] (one per key and block of 32 dims);
 //                V: int8 [64][dp] then f16 scales [64][dp/32] (d % 32 == 0, so dp == d).
 // A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
-// reads it (flash-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read in place
-// (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
+// reads it (flash_kv_widen-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read
+// in place (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
 
 // Keys per group of a K tile stored in 16 bits, and element (c, j) of such a tile: a group's
 // keys lie in one 16 x d block, so a 16-key piece (Quest's page) reads one contiguous run
@@ -37,6 +48,16 @@ enum class Operands : uint8_t { f32, bf16_dot };
 inline constexpr int64_t kKeyGroup = 16;
 inline constexpr int64_t stored_k_index(int64_t d, int64_t c, int64_t j) {
   return ((j / kKeyGroup) * d + c) * kKeyGroup + j % kKeyGroup;
+}
+// Element (c, j) of a K tile stored as t: 16-bit types in key groups, the others [d][64].
+inline constexpr int64_t stored_k_slot(KVType t, int64_t d, int64_t c, int64_t j) {
+  switch (t) {
+    case KVType::f16:
+    case KVType::bf16: return stored_k_index(d, c, j);
+    case KVType::f32:
+    case KVType::q8_0: break;
+  }
+  return c * kTileKeys + j;
 }
 
 struct AlignedFree {
@@ -111,7 +132,8 @@ void add_positions(PackedKVData& kv, const int64_t* positions, int64_t n);
 // keys to an empty cache gives. Allocates nothing (a rollback may call it while unwinding).
 void keep_keys(PackedKVData& kv, int64_t n);
 // Zeroes every head's slots [from, to) (keys past size must read as zero: see above), in the
-// layouts the packers write (flash-inl.h: F32Ops and Bf16DotOps' PackKeyK, PackKeyV).
+// layouts the packers write (PackKeyK, PackKeyV of F32Ops, flash_f32_ops-inl.h, and of
+// Bf16DotOps, flash_avx512-inl.h).
 void clear_slots(PackedKVData& kv, int64_t from, int64_t to);
 
 // The operand format the kernels use for inputs of this dtype on this machine's SIMD target:

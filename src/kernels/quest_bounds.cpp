@@ -98,7 +98,7 @@ void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, DTyp
       return Bounds<LoadF16>(q, rows, d, static_cast<const hwy::float16_t*>(sums), pages, u, ldu);
     case DType::bf16:
       return Bounds<LoadBF16>(q, rows, d, static_cast<const uint16_t*>(sums), pages, u, ldu);
-    default:
+    case DType::f32:
       return Bounds<LoadF32>(q, rows, d, static_cast<const float*>(sums), pages, u, ldu);
   }
 }

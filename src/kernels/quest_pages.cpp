@@ -10,6 +10,8 @@
 #include "hwy/highway.h"
 #include "kernels/quest_bounds.hpp"
 #include "kernels/quest_pages.hpp"
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
@@ -26,33 +28,45 @@ void Widen(DType type, const uint16_t* bits, int64_t n, float* out) {
   const int64_t N = int64_t(hn::Lanes(df));
   const auto* h = reinterpret_cast<const hwy::float16_t*>(bits);
   int64_t c = 0;
-  if (type == DType::f16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    for (; c + N <= n; c += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + c)), df, out + c);
-    for (; c < n; ++c) out[c] = f16_to_f32(bits[c]);
-  } else {
-    for (; c < n; ++c) {
-      const uint32_t u = uint32_t(bits[c]) << 16;
-      std::memcpy(out + c, &u, sizeof u);
+  switch (type) {
+    case DType::f16: {
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      for (; c + N <= n; c += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + c)), df, out + c);
+      for (; c < n; ++c) out[c] = f16_to_f32(bits[c]);
+      return;
     }
+    case DType::bf16:
+      for (; c < n; ++c) {
+        const uint32_t u = uint32_t(bits[c]) << 16;
+        std::memcpy(out + c, &u, sizeof u);
+      }
+      return;
+    case DType::f32: break;  // read in place by the callers
   }
+  SPATTN_CHECK(false, "internal: Quest's page sums widen 16-bit types, not ", dtype_name(type));
 }
 void Narrow(DType type, const float* in, int64_t n, uint16_t* bits) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   auto* h = reinterpret_cast<hwy::float16_t*>(bits);
   int64_t c = 0;
-  if (type == DType::f16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    for (; c + N <= n; c += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, in + c)), dh, h + c);
-    for (; c < n; ++c) bits[c] = f32_to_f16(in[c]);
-  } else {
-    for (; c < n; ++c) {
-      uint32_t u;
-      std::memcpy(&u, in + c, sizeof u);
-      bits[c] = uint16_t(u >> 16);
+  switch (type) {
+    case DType::f16: {
+      const hn::Rebind<hwy::float16_t, DF> dh;
+      for (; c + N <= n; c += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, in + c)), dh, h + c);
+      for (; c < n; ++c) bits[c] = f32_to_f16(in[c]);
+      return;
     }
+    case DType::bf16:
+      for (; c < n; ++c) {
+        uint32_t u;
+        std::memcpy(&u, in + c, sizeof u);
+        bits[c] = uint16_t(u >> 16);
+      }
+      return;
+    case DType::f32: break;  // written in place by the callers
   }
+  SPATTN_CHECK(false, "internal: Quest's page sums narrow to 16-bit types, not ", dtype_name(type));
 }
 
 // Page p's min (or max) in dimensions [c0, c0 + n): x[c * kStride] for c < n.

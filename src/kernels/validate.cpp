@@ -31,6 +31,19 @@ void check_view(const TensorView& t, const char* name) {
   SPATTN_CHECK(t.data != nullptr, name, ": data pointer is null");
 }
 
+namespace {
+// The exponent field of a 16-bit type (all set: Inf or NaN).
+uint16_t exponent_bits16(DType t) {
+  switch (t) {
+    case DType::bf16: return 0x7f80u;
+    case DType::f16: return 0x7c00u;
+    case DType::f32: break;
+  }
+  SPATTN_CHECK(false, "internal: ", dtype_name(t), " is not a 16-bit type");
+  return 0;
+}
+}  // namespace
+
 void check_finite(const TensorView& t, const char* name) {
   for (int64_t h = 0; h < t.heads; ++h)
     for (int64_t s = 0; s < t.seq; ++s) {
@@ -44,7 +57,7 @@ void check_finite(const TensorView& t, const char* name) {
       } else if (t.stride_dim == 1) {
         // bf16 and f16 are non-finite exactly when every exponent bit is set.
         const uint16_t* p = static_cast<const uint16_t*>(t.ptr(h, s));
-        uint16_t mask = t.dtype == DType::bf16 ? 0x7f80u : 0x7c00u;
+        const uint16_t mask = exponent_bits16(t.dtype);
         bool bad = false;
         for (int64_t d = 0; d < t.dim; ++d) bad |= (p[d] & mask) == mask;
         if (!bad) continue;

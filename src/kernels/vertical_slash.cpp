@@ -24,12 +24,14 @@ inline void slash_ranges(const VerticalSlashIndex& idx, int64_t h, int64_t p0, i
 // tiles of their own (kPackedColumns), they stream like any key tile; slash tiles leave them
 // out. (Gathering them per query tile, as this kernel once did, cost more than they saved.)
 struct VerticalSlashPolicy : DensePolicy {
-  static constexpr bool kPackedColumns = true;
-  // A slash line's range is as wide as the query tile and rarely on the 64-key grid, so most
-  // ranges are one or two short pieces of tiles: packed together into gathered tiles, they cost
-  // about their keys over 64 tiles instead of two tiles each (at 32K on `text`, 1.56 computed
-  // entries per entry kept before this).
-  static constexpr bool kPackFragments = true;
+  struct KeySource : DensePolicy::KeySource {
+    static constexpr bool kPackedColumns = true;
+    // A slash line's range is as wide as the query tile and rarely on the 64-key grid, so most
+    // ranges are one or two short pieces of tiles: packed together into gathered tiles, they cost
+    // about their keys over 64 tiles instead of two tiles each (at 32K on `text`, 1.56 computed
+    // entries per entry kept before this).
+    static constexpr bool kPackFragments = true;
+  };
   const VerticalSlashIndex* idx = nullptr;
 
   int64_t num_tiles(const Problem& p) const { return idx->num_tiles(p.q_len); }

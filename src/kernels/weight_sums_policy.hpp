@@ -47,9 +47,11 @@ inline void AddColumnSums(double* col, const float* p, int64_t n, int64_t n_keys
 }
 
 struct WeightSumsPolicy : DensePolicy {
-  static constexpr bool kObserve = true;
-  static constexpr bool kReduce = true;
-  static constexpr bool kOutput = false;  // P only: no P.V, no output
+  struct Observers : DensePolicy::Observers {
+    static constexpr bool kObserve = true;
+    static constexpr bool kReduce = true;
+    static constexpr bool kOutput = false;  // P only: no P.V, no output
+  };
   struct Local {
     std::vector<double> column, block;
   };
@@ -109,9 +111,11 @@ struct WeightSumsPolicy : DensePolicy {
 // thread count.
 template <class Base>
 struct ColumnSumsPolicy : Base {
-  static constexpr bool kObserve = true;
-  static constexpr bool kFinish = true;
-  static constexpr bool kKeepP = true;  // the loop writes each tile's P into Local::p itself
+  struct Observers : Base::Observers {
+    static constexpr bool kObserve = true;
+    static constexpr bool kFinish = true;
+    static constexpr bool kKeepP = true;  // the loop writes each tile's P into Local::p itself
+  };
   struct Local {
     // The item's tiles so far: P [npad][kTileKeys] each, back to back (64-byte aligned).
     std::unique_ptr<float[], void (*)(void*)> p{nullptr, aligned_free};

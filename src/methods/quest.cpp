@@ -97,7 +97,7 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
 QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
                        KVType k_type, QuestSums sums)
     : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type),
-      type_(k_type == KVType::f16 ? DType::f16 : k_type == KVType::bf16 ? DType::bf16 : DType::f32) {
+      type_(dtype_holding(k_type)) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
                " x ", capacity, " x ", dim);
   SPATTN_CHECK(page >= 16 && page <= 64 && page % 16 == 0, "quest: page=", page,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "eval/prng.hpp"
@@ -133,13 +134,11 @@ void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed,
 }
 
 uint32_t file_type(GgmlType t) {  // llama.cpp's LLAMA_FTYPE_* for "all f32", "mostly f16", ...
-  switch (t) {
-    case GgmlType::f32: return 0;
-    case GgmlType::f16: return 1;
-    case GgmlType::q8_0: return 7;
-    case GgmlType::bf16: return 32;
-    default: break;  // make-model writes only the types above
-  }
+  // make-model writes only these types (a table, not a switch over ggml's every type).
+  constexpr std::pair<GgmlType, uint32_t> kFileTypes[] = {
+      {GgmlType::f32, 0}, {GgmlType::f16, 1}, {GgmlType::q8_0, 7}, {GgmlType::bf16, 32}};
+  for (const auto& [type, ftype] : kFileTypes)
+    if (type == t) return ftype;
   SPATTN_CHECK(false, "make-model: no llama.cpp file type for weights of type ",
                gguf::type_name(t));
   return 0;

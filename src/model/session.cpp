@@ -99,8 +99,7 @@ void SessionOptions::validate() const {
   SPATTN_CHECK(h2o_keep >= 0, "h2o_keep (kept chunked_h2o states) must be >= 0, got ", h2o_keep);
   SPATTN_CHECK(!attn.empty(), "--attn: empty method spec");
   for (KVType t : {cache_type_k, cache_type_v})
-    SPATTN_CHECK(t == KVType::f32 || t == KVType::f16 || t == KVType::bf16 || t == KVType::q8_0,
-                 "-ctk / -ctv: unknown KV cache type ", int(t));
+    SPATTN_CHECK(is_kv_type(t), "-ctk / -ctv: unknown KV cache type ", int(t));
   // Every check a backend makes of its spec and of these options (context parallelism's among
   // them), on a placeholder layer.
   std::shared_ptr<void> shared;

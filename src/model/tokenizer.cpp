@@ -380,8 +380,11 @@ std::string Tokenizer::piece(int32_t id, bool special) const {
         return std::string(1, char(std::strtol(s.substr(3, 2).c_str(), nullptr, 16)));
       return s;
     case TokenType::user_defined: return s;
-    default: return t.kind == Kind::bpe && !t.spm_style_bpe ? bpe_unmap(s) : spm_unescape(s);
+    case TokenType::normal:
+    case TokenType::undefined:
+    case TokenType::unused: break;
   }
+  return t.kind == Kind::bpe && !t.spm_style_bpe ? bpe_unmap(s) : spm_unescape(s);
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

@@ -1,0 +1,203 @@
+// The KV widening (flash-inl.h): tiles of a PackedKVData stored as f16, bf16 or q8_0 (its
+// k_type / v_type) read back as F32Ops' f32 layouts, whole or a few slots at a time, and the
+// per-thread buffers that hold them (WidenedTiles).
+//
+// Included by flash-inl.h (inside its HWY_BEFORE_NAMESPACE region), once per SIMD target:
+// the include guard toggles with HWY_TARGET_TOGGLE, as Highway's foreach_target needs.
+
+#if defined(SPATTN_KERNELS_FLASH_KV_WIDEN_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef SPATTN_KERNELS_FLASH_KV_WIDEN_INL_H_
+#undef SPATTN_KERNELS_FLASH_KV_WIDEN_INL_H_
+#else
+#define SPATTN_KERNELS_FLASH_KV_WIDEN_INL_H_
+#endif
+
+namespace spattn::kernels::HWY_NAMESPACE {
+
+// Stored K/V types (PackedKVData::k_type / v_type, kernels/packed_kv.hpp) under F32Ops: rows
+// are rounded into their storage as they are packed, and tiles are widened back to F32Ops'
+// layouts as the loop reads them (WidenedTiles), so the micro-kernels stay as they are and
+// the values they see are exactly the stored ones (f16 / bf16 exact in f32; q8_0's q * d is
+// exact too: 8-bit q times an 11-bit scale).
+
+// Lanes(df) values stored as kT (f16 or bf16) at p, as f32 (exact: both are f32 with fewer
+// bits): what the widening writes and what decode's in-place kernels read (group_tiles-inl.h).
+template <KVType kT>
+HWY_INLINE VF LoadStored(DF df, const uint16_t* HWY_RESTRICT p) {
+  static_assert(traits(kT).value_bytes() == 2);
+  if constexpr (traits(kT).widening == Widening::half) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+  } else {  // Widening::upper_half, bf16: the upper half of an f32
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  }
+}
+
+// n (a multiple of the vector length) 2-byte values stored as kT widened to f32.
+template <KVType kT>
+inline void Widen16(const uint16_t* HWY_RESTRICT src, float* HWY_RESTRICT dst, int64_t n) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t i = 0; i < n; i += N) hn::Store(LoadStored<kT>(df, src + i), df, dst + i);
+}
+
+// N int8 values at q times the f32 scales s.
+HWY_INLINE VF DequantQ8(DF df, const int8_t* HWY_RESTRICT q, VF s) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, q))), s);
+}
+
+// Slots [sj, sj + n) of a K tile into slots [dj, dj + n) of dst, F32Ops' layout [d][64]: the
+// keys a gathered piece takes, widened without the rest of their tile. Each dimension's row
+// widens whole vectors (q8_0) or whole 16-key groups (f16 / bf16) around the slots and keeps
+// the slots. One function per stored type; WidenKeysK dispatches.
+inline void WidenKeysKF32(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                          float* HWY_RESTRICT dst, int64_t dj) {
+  const float* f = reinterpret_cast<const float*>(tile);
+  for (int64_t c = 0; c < d; ++c)
+    std::memcpy(dst + c * kTileKeys + dj, f + c * kTileKeys + sj, size_t(n) * 4);
+}
+
+template <KVType kT>
+inline void WidenKeysK16(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  alignas(64) float row[kTileKeys];
+  static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);  // a group is whole vectors
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(tile);
+  const int64_t g0 = sj / kKeyGroup, g1 = (sj + n + kKeyGroup - 1) / kKeyGroup;
+  // In place when the slots are whole groups and land on whole vectors, else through a row.
+  const bool direct = g0 * kKeyGroup == sj && g1 * kKeyGroup == sj + n && dj % N == 0;
+  for (int64_t c = 0; c < d; ++c) {
+    for (int64_t g = g0; g < g1; ++g)
+      Widen16<kT>(h + stored_k_index(d, c, g * kKeyGroup),
+                  direct ? dst + c * kTileKeys + dj + (g - g0) * kKeyGroup : row + g * kKeyGroup,
+                  kKeyGroup);
+    if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
+  }
+}
+
+inline void WidenKeysKQ8(const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  alignas(64) float row[kTileKeys];
+  const int64_t s0 = sj / N * N, s1 = (sj + n + N - 1) / N * N;
+  // In place when the slots are whole vectors at the same offset, else through a row.
+  const bool direct = s0 == sj && s1 == sj + n && dj % N == 0;
+  const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+  const hwy::float16_t* sc = reinterpret_cast<const hwy::float16_t*>(tile + d * kTileKeys);
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  for (int64_t c = 0; c < d; ++c) {
+    float* out = direct ? dst + c * kTileKeys + dj : row + s0;
+    for (int64_t j = s0; j < s1; j += N) {
+      const VF s = hn::PromoteTo(df, hn::LoadU(dh, sc + (c / 32) * kTileKeys + j));
+      hn::Store(DequantQ8(df, q + c * kTileKeys + j, s), df, out + (j - s0));
+    }
+    if (!direct) std::memcpy(dst + c * kTileKeys + dj, row + sj, size_t(n) * 4);
+  }
+}
+
+// Slots [sj, sj + n) of K tile `tile` (stored as t) into slots [dj, dj + n) of dst.
+inline void WidenKeysK(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t d,
+                       float* HWY_RESTRICT dst, int64_t dj) {
+  switch (t) {
+    case KVType::f32: return WidenKeysKF32(tile, sj, n, d, dst, dj);
+    case KVType::f16: return WidenKeysK16<KVType::f16>(tile, sj, n, d, dst, dj);
+    case KVType::bf16: return WidenKeysK16<KVType::bf16>(tile, sj, n, d, dst, dj);
+    case KVType::q8_0: return WidenKeysKQ8(tile, sj, n, d, dst, dj);
+  }
+}
+
+// Slots [sj, sj + n) of a q8_0 V tile into slots [dj, dj + n) of dst, F32Ops' layout [64][dp].
+inline void WidenKeysVQ8(const unsigned char* tile, int64_t sj, int64_t n, int64_t dp,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  static_assert(32 % hn::MaxLanes(DF()) == 0);  // a vector lies in one block of 32
+  const int8_t* q = reinterpret_cast<const int8_t*>(tile);
+  const uint16_t* sc = reinterpret_cast<const uint16_t*>(tile + kTileKeys * dp);
+  for (int64_t j = sj; j < sj + n; ++j)
+    for (int64_t c = 0; c < dp; c += N) {
+      const VF s = hn::Set(df, f16_to_f32(sc[j * (dp / 32) + c / 32]));
+      hn::Store(DequantQ8(df, q + j * dp + c, s), df, dst + (dj + j - sj) * dp + c);
+    }
+}
+
+// Slots [sj, sj + n) of V tile `tile` (stored as t) into slots [dj, dj + n) of dst, F32Ops'
+// layout [64][dp]: rows, so only those rows are read. dp is a multiple of 16: whole vectors.
+inline void WidenKeysV(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t dp,
+                       float* HWY_RESTRICT dst, int64_t dj) {
+  const auto* h = reinterpret_cast<const uint16_t*>(tile) + sj * dp;
+  switch (t) {
+    case KVType::f32:
+      std::memcpy(dst + dj * dp, reinterpret_cast<const float*>(tile) + sj * dp,
+                  size_t(n * dp) * 4);
+      return;
+    case KVType::f16: return Widen16<KVType::f16>(h, dst + dj * dp, n * dp);
+    case KVType::bf16: return Widen16<KVType::bf16>(h, dst + dj * dp, n * dp);
+    case KVType::q8_0: return WidenKeysVQ8(tile, sj, n, dp, dst, dj);
+  }
+}
+
+// K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
+inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
+  WidenKeysK(t, tile, 0, kTileKeys, d, dst, 0);
+}
+
+// V tile `tile` (stored as t) into dst in F32Ops' layout [64][dp].
+inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_RESTRICT dst) {
+  WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
+}
+
+// The loop's f32 view of a PackedKVData whose tiles are stored in other types: one tile of a
+// head's K, and one of its V, widened into per-thread buffers. A tile is widened once per
+// visit run: consecutive reads of the same tile reuse it. Tiles stored as f32 are read in
+// place.
+struct WidenedTiles {
+  std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
+  float *k = nullptr, *v = nullptr;
+  int64_t kh = -1, kt = -1, vh = -1, vt = -1;  // the tiles k and v hold
+
+  void init(const PackedKVData& kv) {
+    if (!kv.widened()) return;
+    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(kv.k_elems + kv.v_elems) * 4)));
+    k = buf.get();
+    v = k + kv.k_elems;
+  }
+  // Tile t of head kvh, as f32 in F32Ops' layout.
+  const float* K(const PackedKVData& kv, int64_t kvh, int64_t t) {
+    if (kv.k_type == KVType::f32) return kv.k_tile<float>(kvh, t);
+    if (kh != kvh || kt != t) kh = kvh, kt = t, WidenK(kv.k_type, kv.k_bytes(kvh, t), kv.dim, k);
+    return k;
+  }
+  const float* V(const PackedKVData& kv, int64_t kvh, int64_t t) {
+    if (kv.v_type == KVType::f32) return kv.v_tile<float>(kvh, t);
+    if (vh != kvh || vt != t) vh = kvh, vt = t, WidenV(kv.v_type, kv.v_bytes(kvh, t), kv.dp, v);
+    return v;
+  }
+  // Keys [a, a + 64) of head kvh, a off the grid (the end of tile a / 64, the start of the
+  // next), widened as one tile of their own: half the work of widening both tiles whole.
+  const float* KRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
+    const int64_t t = a / kTileKeys, sj = a % kTileKeys;
+    kh = -1;  // the buffer no longer holds whole tiles
+    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, kTileKeys - sj, kv.dim, k, 0);
+    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t + 1), 0, sj, kv.dim, k, kTileKeys - sj);
+    return k;
+  }
+  const float* VRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
+    const int64_t t = a / kTileKeys, sj = a % kTileKeys;
+    vh = -1;
+    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, kTileKeys - sj, kv.dp, v, 0);
+    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t + 1), 0, sj, kv.dp, v, kTileKeys - sj);
+    return v;
+  }
+};
+
+}  // namespace spattn::kernels::HWY_NAMESPACE
+
+#endif  // include guard
