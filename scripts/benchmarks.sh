@@ -76,7 +76,12 @@ run() {  # name, then the command; its stdout (JSON) goes to $dir/name.json
   echo "benchmarks.sh: $*" >&2
   "$@" > "$dir/$name.json"
   records+=("$dir/$name.json")
-  commands+=("$*")
+  # As a reader runs it: the models and llama.cpp's tools by the variables the page defines,
+  # not this machine's paths.
+  local c="$*"
+  c=${c//$models/\$MODELS}
+  c=${c//$llama_bin/\$LLAMA_BIN}
+  commands+=("$c")
 }
 
 # Every method at its defaults (the catalog's default specs), dense first.

@@ -10,7 +10,7 @@ and trim of Algorithm 2 over exact per-row choices against the query block's top
 rows' mass (ranked by mean score, the paper's reading, and by summed row shares, momo's default).
 Debian's python3-matplotlib (scripts/deps.sh), hence /usr/bin/python3.
 
-Usage: scripts/momo_fig2e.py [--dumps /work/ext/dumps] [--bin build/bin/spattn]
+Usage: scripts/momo_fig2e.py [--dumps build/dumps] [--bin build/bin/spattn]
          [--from-raw DIR] [--out docs/momo_fig2e_real.png]
   --from-raw DIR reads select-diag outputs kept by `scripts/momo_real_tables.py --raw DIR`
   (diag_MODEL_LAYER.txt, the command on the first line) instead of running them.
@@ -63,7 +63,7 @@ def diag(a, model, layer):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dumps", default="/work/ext/dumps")
+    ap.add_argument("--dumps", default="build/dumps")
     ap.add_argument("--bin", default="build/bin/spattn")
     ap.add_argument("--from-raw", default="")
     ap.add_argument("--out", default="docs/momo_fig2e_real.png")

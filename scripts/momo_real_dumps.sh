@@ -3,11 +3,11 @@
 #   code-tiny-8k.gguf at 8,192 tokens -> $OUT/tiny8k/layerN/{q,k,v}.npy  (8 layers, ~21 MB each)
 #   code-small-32k.gguf at 32,768     -> $OUT/small32k/layerN/{q,k,v}.npy (6 layers, ~128 MB each)
 # One dense prefill per model (`spattn run --dump-qkv all`); dumps stay outside the repository.
-# Usage: scripts/momo_real_dumps.sh [OUT]   (default /work/ext/dumps; BIN, MODELS override)
+# Usage: scripts/momo_real_dumps.sh [OUT]   (default build/dumps; BIN, MODELS override)
 set -euo pipefail
-OUT=${1:-/work/ext/dumps}
+OUT=${1:-build/dumps}
 BIN=${BIN:-build/bin/spattn}
-MODELS=${MODELS:-/work/shared/models}
+MODELS=${MODELS:-../shared/models}
 TEXT=$MODELS/code-heldout.txt
 
 dump() {  # model tokens name

@@ -8,7 +8,7 @@
 #   SIZES="16384" for one length, ATTNS="momo" for a subset of the specs)
 set -euo pipefail
 BIN=${BIN:-build/bin/spattn}
-MODELS=${MODELS:-/work/shared/models}
+MODELS=${MODELS:-../shared/models}
 ATTNS=${ATTNS:-"momo momo:blend=mean_pool,pool=block momo:gamma=16 momo:gamma=16,topk=hybrid,trim=mean"}
 SIZES=${SIZES:-"16384 32768"}
 declare -A CHUNKS=([16384]=${1:-2} [32768]=${2:-1})

@@ -12,7 +12,7 @@ For every layer of both models:
     exactly over every row (from the block mass grids).
 Prints Markdown tables; --raw DIR keeps every command's output.
 
-Usage: scripts/momo_real_tables.py [--dumps /work/ext/dumps] [--bin build/bin/spattn]
+Usage: scripts/momo_real_tables.py [--dumps build/dumps] [--bin build/bin/spattn]
          [--selectors new,paper] [--what diag,recall] [--models tiny8k,small32k]
 """
 import argparse
@@ -94,7 +94,7 @@ def recall(a, model, layer, specs, raw):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dumps", default="/work/ext/dumps")
+    ap.add_argument("--dumps", default="build/dumps")
     ap.add_argument("--bin", default="build/bin/spattn")
     ap.add_argument("--selectors", default="new,noblend")
     ap.add_argument("--what", default="diag,recall")
