@@ -66,7 +66,7 @@ else
 fi
 if [ -n "$lengths_given" ]; then lengths=$lengths_given; fi
 dir=docs/benchmarks
-py=${PYTHON:-/usr/bin/python3}  # the interpreter the Python package is built for (README)
+py=${PYTHON:-/usr/bin/python3}  # the interpreter the Python package is built for (docs/python.md)
 if [ $quick = 1 ]; then  # a smoke test leaves the repository alone unless --out says otherwise
   dir=$(mktemp -d)
   [ $out_given = 1 ] || { cp "$out" "$dir/BENCHMARKS.md"; out=$dir/BENCHMARKS.md; }
