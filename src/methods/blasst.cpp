@@ -40,7 +40,7 @@ namespace spattn {
 double blasst_cp_lambda(const MethodSpec& spec);
 namespace {
 
-// The default visiting order, chosen by measurement (docs/ARCHITECTURE.md, "BLASST's visiting
+// The default visiting order, chosen by measurement (docs/methods/blasst.md, "BLASST's visiting
 // order"): on real attention in order skips almost nothing at any useful lambda, local-first
 // skips most tiles at the same recall.
 constexpr BlasstOrder kDefaultOrder = BlasstOrder::local_first;
