@@ -750,7 +750,8 @@ TEST(ServeRequest, UnsupportedOutputFieldsAreRefusedByName) {
   for (const char* f : {R"("logit_bias": {"15": -100})", R"("logprobs": 3)", R"("logprobs": true)",
                         R"("presence_penalty": 0.5)", R"("repeat_penalty": 1.1)",
                         R"("grammar": "root ::= [a-z]+")", R"("response_format": {"type": "json_object"})",
-                        R"("tools": [{"type": "function"}])", R"("n_probs": 2)", R"("echo": true)"}) {
+                        R"("tools": [{"type": "function"}])", R"("n_probs": 2)", R"("echo": true)",
+                        R"("response_format": {"type": 5})"}) {
     const std::string body = std::string(R"({"prompt": "x", )") + f + "}";
     const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
     try {

@@ -166,7 +166,8 @@ bool is_empty(const nlohmann::json& v) {
 }
 bool is_one(const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1; }
 bool is_text_format(const nlohmann::json& v) {
-  return v.is_object() && v.value("type", std::string()) == "text";
+  const auto t = v.is_object() ? v.find("type") : v.end();
+  return t != v.end() && t->is_string() && t->get<std::string>() == "text";
 }
 bool is_none_choice(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "none"; }
 constexpr Unsupported kUnsupported[] = {
