@@ -178,12 +178,12 @@ void add_make_model_command(CLI::App& root) {
                               "to each global; gpt-oss: one)")
                   ->capture_default_str();
   o->experts = cmd->add_option("--experts", s.experts,
-                               "qwen3moe, gpt-oss, llama: experts a layer (0: a dense FFN)")
+                               "qwen3moe, gpt-oss, deepseek2, llama: experts a layer (0: a dense FFN)")
                    ->capture_default_str();
   o->experts_used = cmd->add_option("--experts-used", s.experts_used, "experts a token")
                         ->capture_default_str();
   o->expert_ffn = cmd->add_option("--expert-ffn", s.expert_ffn,
-                                  "qwen3moe, gpt-oss: an expert's hidden size")
+                                  "qwen3moe, gpt-oss, deepseek2: an expert's hidden size")
                       ->capture_default_str();
   const auto latent = [&](const char* name, int64_t ModelShape::* field, const char* what) {
     o->latent.emplace_back(cmd->add_option(name, s.*field, what)->capture_default_str(), field);
