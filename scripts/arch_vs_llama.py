@@ -118,7 +118,7 @@ def perplexity(a, model, c):
                 "chunks": a.chunks, "lost": True, "pass": True}
     lp, le = float(m.group(1)), float(m.group(2))
     cmd = [a.spattn, "perplexity", "-m", model, "-f", a.text, "-c", str(c), "-t", str(a.threads),
-           "--dense-only", "--json"]
+           "--dense-only", "--json", *a.spattn_ppl_arg]
     if a.chunks > 0:
         cmd += ["--chunks", str(a.chunks)]
     sp = json.loads(sh(cmd).stdout)
@@ -147,6 +147,9 @@ def main():
                    help="a parting step passes when spattn's top two logits are closer than this")
     p.add_argument("--ppl-rel", type=float, default=0,
                    help="perplexity also within this fraction of llama.cpp's (0: its +/- only)")
+    p.add_argument("--spattn-ppl-arg", action="append", default=[],
+                   help="an argument for spattn perplexity (e.g. -ub 16: products on ggml's "
+                   "8-bit path, as llama.cpp's, rather than spattn's f32-activation kernel)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])

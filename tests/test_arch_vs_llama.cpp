@@ -1,4 +1,4 @@
-// gemma3 (issue 21), qwen3moe, gpt-oss and qwen3 with YaRN against llama.cpp on made-up models,
+// gemma3 (issue 21), qwen3moe, gpt-oss, qwen3 with YaRN, seed_oss and deepseek2 against llama.cpp on made-up models,
 // f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy text for 64 tokens and perplexity at -c 1024 over
 // 3 windows of code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh,
 // scripts/gpt_oss_vs_llama.sh and scripts/yarn_vs_llama.sh (the whole file and longer contexts
@@ -61,5 +61,13 @@ TEST(ArchVsLlamaCpp, Qwen3YarnGreedyTextAndPerplexity) { expect_script_passes("y
 // seed_oss, an architecture added as one row of the traits table: greedy text and perplexity
 // within 0.5%, f16 and Q4_K_M.
 TEST(ArchVsLlamaCpp, SeedOssGreedyTextAndPerplexity) { expect_script_passes("seed_oss_vs_llama.sh"); }
+
+// deepseek2 (latent attention in its expanded form, DeepSeekMoE: a dense first layer, shared
+// experts, sigmoid gating with the selection bias, group-limited routing, scaled weights):
+// greedy text with every expert used, perplexity within 0.01% with 8 of 8 and 4 of 16, f16
+// and Q8_0.
+TEST(ArchVsLlamaCpp, DeepSeek2GreedyTextAndPerplexity) {
+  expect_script_passes("deepseek2_vs_llama.sh");
+}
 
 }  // namespace

@@ -113,7 +113,7 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   m.refs.tok_embd = make(c.n_vocab, D, t.embd_scale ? sD : 1.0f, 0.0f, true);
   // Whether the architecture's layers have a tensor (the tensor list's rule).
   const auto has = [&](WeightRef LayerRefs::* r) {
-    return tensor_need(t, c.is_moe(), r) != Presence::absent;
+    return tensor_need(t, {c.is_moe(), false}, r) != Presence::absent;
   };
   m.refs.output_norm = make(1, D, 0.1f, 1.0f, false);
   if (!tied) m.refs.output = make(c.n_vocab, D, sD, 0.0f, true);

@@ -129,7 +129,7 @@ TEST(ModelMaker, ShapesAreChecked) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  bad([](ModelShape& s) { s.arch = "gpt2"; }, "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss or seed_oss");
+  bad([](ModelShape& s) { s.arch = "gpt2"; }, "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, seed_oss or deepseek2");
   bad([](ModelShape& s) { s.arch = "gpt-oss"; }, "gpt-oss needs --experts > 0");
   bad([](ModelShape& s) { s.experts = 4, s.experts_used = 5; }, "--experts-used must be in [1, --experts = 4]");
   bad([](ModelShape& s) { s.experts = 600; }, "--experts must be in [0, 512]");

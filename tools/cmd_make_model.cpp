@@ -4,6 +4,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cli.hpp"
 #include "spattn/arch.hpp"
@@ -26,6 +28,8 @@ struct MakeModelOptions {
               *rope_factor = nullptr, *rope_low = nullptr, *rope_high = nullptr,
               *rope_orig = nullptr, *tokenizer = nullptr, *window = nullptr, *experts = nullptr,
               *experts_used = nullptr, *expert_ffn = nullptr;
+  // deepseek2's sizes: (option, field) pairs, the preset's where not given.
+  std::vector<std::pair<CLI::Option*, int64_t ModelShape::*>> latent;
   bool tied = false, untied = false;
 };
 
@@ -73,6 +77,12 @@ void run_make_model(MakeModelOptions& o) {
     if (!o.experts->count()) s.experts = p.experts;
     if (!o.experts_used->count()) s.experts_used = p.experts_used;
     if (!o.expert_ffn->count()) s.expert_ffn = p.expert_ffn;
+    for (const auto& [opt, field] : o.latent)
+      if (!opt->count()) s.*field = p.*field;
+    s.sigmoid_gating = p.sigmoid_gating;
+    s.weights_norm = p.weights_norm;
+    s.weights_scale = p.weights_scale;
+    s.yarn_log_mul = p.yarn_log_mul;
     s.rms_eps = p.rms_eps;
     if (!o.type_opt->count()) o.type = "f16";
     if (!o.tokenizer->count()) s.tokenizer = p.tokenizer;
@@ -129,7 +139,10 @@ void add_make_model_command(CLI::App& root) {
                   "on global layers) or qwen3-30b-a3b (qwen3moe, 48 layers, dim 2048, 32/4 heads, "
                   "head dim 128, 128 experts of ffn 768, 8 a token, vocab 151936) or gpt-oss-20b "
                   "(gpt-oss, 24 layers, dim 2880, 64/8 heads, head dim 64, 32 experts of ffn "
-                  "2880, 4 a token, vocab 201088, yarn 32 from 4096, window 128); other flags "
+                  "2880, 4 a token, vocab 201088, yarn 32 from 4096, window 128) or deepseek-v3 "
+                  "(deepseek2, 61 layers (3 dense), dim 7168, 128 heads, head dim 192 (rope 64), "
+                  "v 128, q/kv latents 1536/512, 256 experts of ffn 2048 in 8 groups (4 used), "
+                  "8 a token, 1 shared, sigmoid gating, scale 2.5, vocab 129280); other flags "
                   "override it");
   o->arch = cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())
                 ->capture_default_str();
@@ -165,13 +178,25 @@ void add_make_model_command(CLI::App& root) {
                               "to each global; gpt-oss: one)")
                   ->capture_default_str();
   o->experts = cmd->add_option("--experts", s.experts,
-                               "qwen3moe, gpt-oss, llama: experts a layer (0: a dense FFN)")
+                               "qwen3moe, gpt-oss, deepseek2, llama: experts a layer (0: a dense FFN)")
                    ->capture_default_str();
   o->experts_used = cmd->add_option("--experts-used", s.experts_used, "experts a token")
                         ->capture_default_str();
   o->expert_ffn = cmd->add_option("--expert-ffn", s.expert_ffn,
-                                  "qwen3moe, gpt-oss: an expert's hidden size")
+                                  "qwen3moe, gpt-oss, deepseek2: an expert's hidden size")
                       ->capture_default_str();
+  const auto latent = [&](const char* name, int64_t ModelShape::* field, const char* what) {
+    o->latent.emplace_back(cmd->add_option(name, s.*field, what)->capture_default_str(), field);
+  };
+  latent("--rope-dim", &ModelShape::rope_dim, "deepseek2: the rope part of a k head");
+  latent("--v-head-dim", &ModelShape::v_head_dim, "deepseek2: a v head's size");
+  latent("--q-lora", &ModelShape::q_lora, "deepseek2: the q latent's size (0: none)");
+  latent("--kv-lora", &ModelShape::kv_lora, "deepseek2: the kv latent's size");
+  latent("--dense-layers", &ModelShape::dense_layers, "deepseek2: leading layers with a dense FFN");
+  latent("--shared-experts", &ModelShape::shared_experts, "deepseek2: shared experts");
+  latent("--expert-groups", &ModelShape::expert_groups,
+         "deepseek2: groups of experts for group-limited routing (0: none)");
+  latent("--groups-used", &ModelShape::groups_used, "deepseek2: the groups a token routes to");
   o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
                   "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");

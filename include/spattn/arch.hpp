@@ -72,6 +72,17 @@ struct ArchTraits {
   bool sinks = false;  // attn_sinks: one logit a q head in every softmax's sum
   bool embd_scale = false;  // the embeddings times sqrt(n_embd)
   bool logit_softcap = false;  // final_logit_softcapping is read
+  // Multi-head latent attention (DeepSeek-V2 section 2.1): q through a low-rank latent
+  // (attention.q_lora_rank; 0: one attn_q matrix), k and v from a shared kv latent
+  // (attention.kv_lora_rank) through attn_kv_b, RoPE on the last rope.dimension_count values
+  // of each head with one rope key a token shared by every head, k and v heads of their own
+  // sizes (attention.key_length, value_length); an expanded cache of n_head kv heads.
+  bool mla = false;
+  // DeepSeek's mixture of experts (DeepSeekMoE): the first leading_dense_block_count layers
+  // dense, shared experts (ffn_*_shexp) beside the routed ones, a selection bias
+  // (exp_probs_b), sigmoid or softmax gating, group-limited routing, normalized and scaled
+  // weights as the file's expert_* keys say.
+  bool deepseek_moe = false;
   AttnScale attn_scale = AttnScale::inv_sqrt_head_dim;
   // make-model only: the SentencePiece vocabulary's last tokens (space-separated; llama.cpp's
   // loader looks some up by name) and whether it adds a space before the text.

@@ -88,8 +88,30 @@ struct Config {
   // or the softmax of the chosen experts' logits alone (gpt-oss's SOFTMAX_WEIGHT). The same
   // experts (the largest logits) and, in exact arithmetic, the same weights; the ops are
   // llama.cpp's for each, so the bits are too.
-  enum class Gating { softmax_normalized, softmax_of_chosen };
+  // DeepSeek's (deepseek_moe, the file's expert_gating_func): softmax or sigmoid of the
+  // logits, the chosen ones normalized when expert_weights_norm says so.
+  enum class Gating { softmax_normalized, softmax_of_chosen, softmax, sigmoid };
   Gating gating = Gating::softmax_normalized;
+  bool expert_weights_norm = false;  // softmax / sigmoid: the chosen weights normalized
+  double expert_weights_scale = 0;   // the chosen weights times this (0 or 1: not scaled)
+  // Group-limited routing (expert_group_count, expert_group_used_count; 0: none): the experts
+  // in n_expert_groups groups, each scored by its two best selection scores, the experts
+  // chosen among the n_group_used best groups' only.
+  int64_t n_expert_groups = 0, n_group_used = 0;
+  int64_t n_expert_shared = 0;     // shared experts' count (their FFN: n_ff_exp times it)
+  int64_t n_layer_dense_lead = 0;  // leading_dense_block_count: layers with a dense FFN
+  bool layer_moe(int64_t layer) const { return is_moe() && layer >= n_layer_dense_lead; }
+  bool normalizes_weights() const {
+    return gating == Gating::softmax_normalized ||
+           (expert_weights_norm && (gating == Gating::softmax || gating == Gating::sigmoid));
+  }
+  // Multi-head latent attention (ArchTraits::mla): q_lora_rank (0: q from one matrix) and
+  // kv_lora_rank, the latents' sizes; head_dim is a k head's (nope + rope), head_dim_v a v
+  // head's (0: head_dim); n_rot the rope part at the end of each head (0: all of it).
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, head_dim_v = 0, n_rot = 0;
+  bool is_mla() const { return kv_lora_rank > 0; }
+  int64_t v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  int64_t rot() const { return n_rot > 0 ? n_rot : head_dim; }
   bool is_swa(int64_t layer) const {
     return sliding_window > 0 && size_t(layer) < swa_layers.size() && swa_layers[size_t(layer)];
   }
@@ -135,6 +157,11 @@ struct LayerRefs {
   // gpt-oss: the router's bias [n_expert] and each expert's biases, one row an expert
   // ([n_expert, F] for gate and up, [n_expert, D] for down).
   WeightRef router_b, gate_exps_b, up_exps_b, down_exps_b;
+  // deepseek2: the latent attention's matrices and norms (attn_q_a, attn_q_a_norm, attn_q_b;
+  // attn_kv_a_mqa, attn_kv_a_norm, attn_kv_b), the experts' selection bias (exp_probs_b) and
+  // the shared experts' FFN (ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp).
+  WeightRef wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b, exp_probs_b;
+  WeightRef gate_shexp, up_shexp, down_shexp;
 };
 struct ModelRefs {
   Config cfg;
@@ -174,7 +201,11 @@ class Model {
     // gpt-oss: the router's bias and the experts' biases (rows of F or D values, one an expert)
     std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
     Weight wq, wk, wv, wo, gate, up, down;  // gate, up, down absent (t null) in a MoE layer
-    Weight router, gate_exps, up_exps, down_exps;  // a MoE layer's (Config::is_moe)
+    Weight router, gate_exps, up_exps, down_exps;  // a MoE layer's (Config::layer_moe)
+    // deepseek2 (LayerRefs says which): wq absent where q has a latent (wq_a, wq_b); wk, wv
+    // absent (wkv_a, wkv_b); the shared experts in a MoE layer.
+    std::vector<float> q_a_norm, kv_a_norm, exp_probs_b;
+    Weight wq_a, wq_b, wkv_a, wkv_b, gate_shexp, up_shexp, down_shexp;
   };
   const Layer& layer(int64_t i) const;
   const std::vector<float>& output_norm() const;

@@ -46,6 +46,18 @@ struct ModelShape {
   // `experts` experts of hidden size expert_ffn (qwen3moe, gpt-oss; llama's use `ffn`),
   // `experts_used` of them a token, chosen by a router (ffn_gate_inp). 0: a dense FFN.
   int64_t experts = 0, experts_used = 0, expert_ffn = 0;
+  // deepseek2 (multi-head latent attention, DeepSeekMoE): head_dim is a k head's (non-rope
+  // + rope_dim), v_head_dim a v head's; q_lora (0: q from one matrix) and kv_lora the latents;
+  // the first dense_layers layers dense, shared_experts beside the routed ones, expert_groups
+  // groups of which groups_used are routed to (0: no groups), sigmoid gating (else softmax),
+  // weights normalized (weights_norm) and scaled (weights_scale) as the file says.
+  int64_t rope_dim = 0, v_head_dim = 0, q_lora = 0, kv_lora = 0;
+  int64_t dense_layers = 0, shared_experts = 0, expert_groups = 0, groups_used = 0;
+  bool sigmoid_gating = true, weights_norm = true;
+  float weights_scale = 1.0f;
+  // deepseek2's YaRN: mscale_all_dim (written as rope.scaling.yarn_log_multiplier = 0.1 times
+  // it, as llama.cpp's converter does; 0: not written).
+  float yarn_log_mul = 0.0f;
   std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 
@@ -85,8 +97,16 @@ ModelShape qwen3_30b_a3b_shape();
 // (factor 32 from 4096), sliding window 128 on every second layer, untied, f16 (its release
 // stores the experts in MXFP4: llama-quantize ... MXFP4_MOE).
 ModelShape gpt_oss_20b_shape();
+// DeepSeek-V3's shape (deepseek2; R1 and Kimi K2 share it but for Kimi's 64 heads and 384
+// experts): 61 layers (the first 3 dense), dim 7168, 128 heads, head dim 192 (128 + 64 rope),
+// v head dim 128, q latent 1536, kv latent 512, FFN 18432, 256 experts of FFN 2048 in 8
+// groups (4 routed to), 8 a token, one shared, sigmoid gating, weights normalized and scaled
+// by 2.5, vocab 129280, context 163840, YaRN 40 from 4096 (mscale_all_dim 1), rms eps 1e-6,
+// untied, f16.
+ModelShape deepseek_v3_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
-// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b", "gpt-oss-20b"); Error for any other.
+// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v3"); Error for any
+// other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

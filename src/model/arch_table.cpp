@@ -45,6 +45,10 @@ constexpr ArchTraits kArchs[] = {
     // optional and its FFN norm stored as post_attention_norm.
     {.name = "seed_oss", .summary = "qwen2's layout, FFN norm renamed",
      .rope_neox = true, .qkv_bias = P::optional, .ffn_norm_named_post_attention = true},
+    // DeepSeek V2 / V3 / R1, Kimi K2 (llama.cpp's llama_model_deepseek2; adjacent-pair RoPE),
+    // in the layout of attn_kv_b (one matrix for every head's k_nope and v).
+    {.name = "deepseek2", .summary = "latent attention, shared experts, leading dense layers",
+     .scalings = rs::yarn, .experts = P::required, .own_expert_ffn = true, .mla = true, .deepseek_moe = true},
 };
 
 // The named ids (arch.hpp) are their rows' indices.

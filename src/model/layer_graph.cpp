@@ -8,6 +8,7 @@
 #include "core/thread_pool.hpp"
 #include "ggml.h"
 #include "kernels/gemm_widen.hpp"
+#include "model/moe_routing.hpp"
 #include "model/vector_product.hpp"
 #include "spattn/error.hpp"
 
@@ -100,31 +101,19 @@ struct Builder {
   }
 
   // A mixture-of-experts FFN over the normed rows h [D, n] (llama.cpp's build_moe_ffn, op for
-  // op, so its bits are llama.cpp's). Softmax gating with normalized weights (qwen3moe,
-  // Mixtral): each row's router probabilities p = softmax(h Wrouter), its n_expert_used
-  // largest (ggml's argsort, descending), their weights p_e / sum p_e (the sum clamped at f16's
-  // smallest normal, as llama.cpp), the chosen experts' SwiGLU products by ggml's mul_mat_id,
-  // weighted and summed. gpt-oss: the router's logits with its bias, the largest chosen, their
-  // weights the softmax of the chosen logits; each product adds its expert's bias row
-  // (ggml_add_id) and the activation is OpenAI's clamped SwiGLU.
+  // op, so its bits are llama.cpp's): the routing (moe_routing.hpp: which experts, their
+  // weights), the chosen experts' products by ggml's mul_mat_id, weighted and summed. gpt-oss:
+  // the router's logits with its bias; each product adds its expert's bias row (ggml_add_id)
+  // and the activation is OpenAI's clamped SwiGLU.
   ggml_tensor* moe_ffn(const Config& c, const Model::Layer& L, ggml_tensor* h) {
     const int64_t D = h->ne[0], n = h->ne[1], k = c.n_expert_used, E = c.n_expert;
-    const bool of_chosen = c.gating == Config::Gating::softmax_of_chosen;
     ggml_tensor* logits = own(ggml_mul_mat(ctx, L.router.t, h));  // [n_expert, n]
     if (!L.router_b.empty()) logits = own(ggml_add(ctx, logits, vec(L.router_b)));
-    ggml_tensor* probs = of_chosen ? logits : own(ggml_soft_max(ctx, logits));
-    ggml_tensor* order = own(ggml_argsort(ctx, probs, GGML_SORT_ORDER_DESC));
-    ggml_tensor* chosen = ggml_view_2d(ctx, order, k, n, order->nb[1], 0);  // [k, n]
-    ggml_tensor* w = own(ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, E, n),
-                                       chosen));  // [1, k, n]
-    w = ggml_reshape_2d(ctx, w, k, n);
-    if (of_chosen) {
-      w = ggml_reshape_3d(ctx, own(ggml_soft_max(ctx, w)), 1, k, n);
-    } else {
-      ggml_tensor* sum =
-          own(ggml_clamp(ctx, own(ggml_sum_rows(ctx, w)), 6.103515625e-5f, INFINITY));
-      w = ggml_reshape_3d(ctx, own(ggml_div(ctx, w, sum)), 1, k, n);
-    }
+    const MoeRoute route = route_experts(ctx, c, logits,
+                                         L.exp_probs_b.empty() ? nullptr : vec(L.exp_probs_b),
+                                         [this](ggml_tensor* t) { return own(t); });
+    ggml_tensor* chosen = route.chosen;
+    ggml_tensor* w = route.weights;
     ggml_tensor* x = ggml_reshape_3d(ctx, h, D, 1, n);
     weight_bytes += ggml_nbytes(L.router.t);
     for (const Model::Weight* e : {&L.up_exps, &L.gate_exps, &L.down_exps})  // the chosen ones
@@ -250,6 +239,35 @@ LayerGraphCache::~LayerGraphCache() = default;
 
 namespace {
 
+// The latent attention's head over the normed rows h (llama.cpp's deepseek2 graph, its
+// expanded form): q = h Wq, or RMSNorm(h Wq_a) * q_a_norm Wq_b through the q latent; kv_a = h
+// Wkv_a (the kv latent, then the rope key); kv_b = RMSNorm(kv latent) * kv_a_norm Wkv_b (each
+// head's k_nope and v). The session assembles each head's k (k_nope, rope key) and v from kv_a
+// and kv_b. Each buffer is written once its readers have run (RowBuffers).
+void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L, ggml_tensor* h,
+              int64_t n) {
+  const RowBuffers& b = *B.b;
+  ggml_tensor* q = nullptr;
+  ggml_tensor* kv_a = nullptr;
+  if (L.wq_a.t) {
+    ggml_tensor* qa = B.linear(L.wq_a, h, {}, b.g);
+    kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);
+    ggml_build_forward_expand(g, qa);
+    ggml_build_forward_expand(g, kv_a);
+    q = B.linear(L.wq_b, B.norm(qa, L.q_a_norm, c.rms_eps, b.g), {}, b.q);
+  } else {
+    q = B.linear(L.wq, h, {}, b.q);
+    kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);
+  }
+  ggml_build_forward_expand(g, q);
+  ggml_build_forward_expand(g, kv_a);
+  // The latent's part of each row (a strided view, as llama.cpp norms it), normed into h, whose
+  // readers (the products above) have run.
+  ggml_tensor* latent = ggml_view_2d(B.ctx, kv_a, c.kv_lora_rank, n, kv_a->nb[1], 0);
+  latent = B.norm(latent, L.kv_a_norm, c.rms_eps, b.h);
+  ggml_build_forward_expand(g, B.linear(L.wkv_b, latent, {}, b.kv_b));
+}
+
 // Builds the graph of e's step over its n rows into e.
 void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const Config& c = m.config();
@@ -258,10 +276,12 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const int64_t n = e.n;
   const bool head = step.head >= 0 && step.head < c.n_layer;
   SPATTN_CHECK(!(head && step.logits), "internal: a layer's head and the logits in one graph");
-  const int64_t D = c.n_embd, dq = c.n_head * c.head_dim;
-  // A MoE FFN adds about 20 nodes (gpt-oss's biases four more) and two a chosen expert (its
-  // view and add).
-  const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 28 + 2 * c.n_expert_used : 0);
+  const int64_t D = c.n_embd, dout = c.n_head * c.v_dim();
+  // A MoE FFN adds about 20 nodes (gpt-oss's biases four more, group-limited routing ten,
+  // shared experts eight) and two a chosen expert (its view and add); the latent attention's
+  // head about ten.
+  const int64_t max_nodes =
+      kMaxNodes + (c.is_moe() ? 48 + 2 * c.n_expert_used : 0) + (c.is_mla() ? 16 : 0);
   e.meta.resize(size_t(max_nodes) * ggml_tensor_overhead() +
                 ggml_graph_overhead_custom(size_t(max_nodes), false));
   ggml_init_params ip{e.meta.size(), e.meta.data(), true};
@@ -276,15 +296,22 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {
     const Model::Layer& L = m.layer(step.tail);
-    ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dq, n), L.bo, b.h);
+    ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dout, n), L.bo, b.h);
     // gemma3: the attention's and the FFN's outputs are RMS-normed before their residual adds
     // (in place: each row is read whole before it is written).
     if (!L.attn_post_norm.empty()) o = B.norm(o, L.attn_post_norm, c.rms_eps, b.h);
     x = B.at(ggml_add(ctx, x, o), b.x);
     ggml_tensor* h = B.norm(x, L.ffn_norm, c.rms_eps, b.h);
     ggml_tensor* down = nullptr;
-    if (c.is_moe()) {
+    if (c.layer_moe(step.tail)) {
       down = B.moe_ffn(c, L, h);
+      if (L.gate_shexp.t) {  // deepseek2's shared experts, added to the routed ones' sum
+        ggml_tensor* gate = B.linear(L.gate_shexp, h, {}, b.g);
+        ggml_tensor* up = B.linear(L.up_shexp, h, {}, b.u);
+        ggml_tensor* act = B.at(gated_activation(ctx, FfnAct::silu, gate, up), b.g);
+        ggml_tensor* shared = B.own(B.linear(L.down_shexp, act, {}, nullptr));
+        down = B.own(ggml_add(ctx, down, shared));
+      }
     } else {
       ggml_tensor* gate = B.linear(L.gate, h, {}, b.g);
       ggml_tensor* up = B.linear(L.up, h, {}, b.u);
@@ -298,15 +325,19 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   if (head) {
     const Model::Layer& L = m.layer(step.head);
     ggml_tensor* h = B.norm(x, L.attn_norm, c.rms_eps, b.h);
-    ggml_tensor* q = B.linear(L.wq, h, L.bq, b.q);
-    ggml_tensor* k = B.linear(L.wk, h, L.bk, b.k);
-    if (!L.q_norm.empty()) {  // qwen3, gemma3: RMSNorm over each head's values, in place
-      q = B.head_norm(q, L.q_norm, c.n_head, n, c.rms_eps, b.q);
-      k = B.head_norm(k, L.k_norm, c.n_head_kv, n, c.rms_eps, b.k);
+    if (c.is_mla()) {
+      mla_head(B, g, c, L, h, n);
+    } else {
+      ggml_tensor* q = B.linear(L.wq, h, L.bq, b.q);
+      ggml_tensor* k = B.linear(L.wk, h, L.bk, b.k);
+      if (!L.q_norm.empty()) {  // qwen3, gemma3: RMSNorm over each head's values, in place
+        q = B.head_norm(q, L.q_norm, c.n_head, n, c.rms_eps, b.q);
+        k = B.head_norm(k, L.k_norm, c.n_head_kv, n, c.rms_eps, b.k);
+      }
+      ggml_build_forward_expand(g, q);
+      ggml_build_forward_expand(g, k);
+      ggml_build_forward_expand(g, B.linear(L.wv, h, L.bv, b.v));
     }
-    ggml_build_forward_expand(g, q);
-    ggml_build_forward_expand(g, k);
-    ggml_build_forward_expand(g, B.linear(L.wv, h, L.bv, b.v));
   }
   if (step.logits) {
     ggml_tensor* h = B.norm(x, m.output_norm(), c.rms_eps, b.h);

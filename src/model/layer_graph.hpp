@@ -26,8 +26,14 @@ namespace spattn::model {
 // the activation has read. Each packing depends through the graph on every reader of what it
 // overwrites. The session sizes q, att and u for the packed rows (padded to whole panels of 32,
 // att for max(D, Hq d) columns): an xp buffer of its own took 16 MiB on the 1B shape at -ub 512.
+//
+// The latent attention (Config::is_mla) writes two more: kv_a [n, kv_lora + rope] (attn_kv_a_mqa's
+// rows: the kv latent, then the token's rope key) and kv_b [n, Hq (nope + v)] (attn_kv_b's: each
+// head's k_nope and v), from which the session assembles k and v; q's latent goes through g
+// (packed into u), the normed kv latent through h (packed into att). Null otherwise.
 struct RowBuffers {
   float *x, *h, *q, *k, *v, *att, *g, *u;
+  float *kv_a = nullptr, *kv_b = nullptr;
   bool pack = false;
   bool operator==(const RowBuffers&) const = default;
 };

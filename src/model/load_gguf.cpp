@@ -63,6 +63,74 @@ std::vector<float> f32_values(const gguf::File& f, const std::string& name, int6
   return v;
 }
 
+// deepseek2's latent attention sizes (llama.cpp's llama_model_deepseek2::load_arch_hparams):
+// the kv latent (required), the q latent (0 or absent: q from attn_q), the key and value
+// lengths of a head and the rope part at the end of each. The expanded cache keeps a kv head
+// a q head, whatever head_count_kv says.
+void read_latent_attention(const gguf::File& f, const std::string& arch, Config& c) {
+  const auto key = [&](const char* k) { return arch + "." + k; };
+  // The absorbed layout (attn_k_b / attn_v_b, which current converters write, with the _mla
+  // lengths) needs the latent cache and decode's absorbed form.
+  SPATTN_CHECK(!f.has(key("attention.key_length_mla")) && !f.find_tensor("blk.0.attn_k_b.weight"),
+               f.name(), ": ", arch, " in the absorbed layout (attn_k_b / attn_v_b, ",
+               key("attention.key_length_mla"), ") is not supported yet; spattn runs files with "
+               "attn_kv_b");
+  c.kv_lora_rank = int64_t(f.get_uint(key("attention.kv_lora_rank")));
+  if (f.has(key("attention.q_lora_rank")))
+    c.q_lora_rank = int64_t(f.get_uint(key("attention.q_lora_rank")));
+  if (f.has(key("attention.value_length")))
+    c.head_dim_v = int64_t(f.get_uint(key("attention.value_length")));
+  c.n_rot = f.has(key("rope.dimension_count")) ? int64_t(f.get_uint(key("rope.dimension_count")))
+                                               : c.head_dim;
+  c.n_head_kv = c.n_head;
+}
+
+// DeepSeek's mixture-of-experts keys (llama.cpp reads the same, with the same defaults:
+// softmax gating where the file names none, weights neither normalized nor scaled).
+void read_deepseek_moe(const gguf::File& f, const std::string& arch, Config& c) {
+  const auto key = [&](const char* k) { return arch + "." + k; };
+  const auto count = [&](const char* k) {
+    return f.has(key(k)) ? int64_t(f.get_uint(key(k))) : int64_t(0);
+  };
+  c.n_layer_dense_lead = count("leading_dense_block_count");
+  c.n_expert_shared = int64_t(f.get_uint(key("expert_shared_count")));
+  c.n_expert_groups = count("expert_group_count");
+  c.n_group_used = count("expert_group_used_count");
+  if (f.has(key("expert_weights_scale")))
+    c.expert_weights_scale = f.get_float(key("expert_weights_scale"));
+  if (f.has(key("expert_weights_norm"))) c.expert_weights_norm = f.get_bool(key("expert_weights_norm"));
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0, none: softmax).
+  const int64_t gating = count("expert_gating_func");
+  SPATTN_CHECK(gating <= 2, f.name(), ": ", key("expert_gating_func"), " ", gating,
+               " is not supported (1 softmax, 2 sigmoid)");
+  c.gating = gating == 2 ? Config::Gating::sigmoid : Config::Gating::softmax;
+}
+
+// DeepSeek's YaRN (llama.cpp's llama_context for deepseek2 and its graph, in float as they
+// compute it): with mscale_all_dim L (rope.scaling.yarn_log_multiplier, which the converter
+// writes as 0.1 L) and mscale m (L itself where L != 1, else 1; llama.cpp's special case for
+// DeepSeek-V2), every cos and sin times get_mscale(s, m) / get_mscale(s, L), and the scores'
+// scale (that factor times get_mscale(s, L))^2 / sqrt(key length), get_mscale(s, x) =
+// 1 + 0.1 x ln s: the YaRN paper's sqrt(1/t) on q and k, section 3.4.
+void deepseek_yarn(const gguf::File& f, const std::string& arch, double factor, Config& c) {
+  const std::string lk = arch + ".rope.scaling.yarn_log_multiplier";
+  const float L = f.has(lk) ? float(f.get_float(lk)) / 0.1f : 0.0f;
+  const float s = float(factor);
+  const auto get_mscale = [](float scale, float m) {
+    return scale <= 1.0f ? 1.0f : 0.1f * m * logf(scale) + 1.0f;
+  };
+  float yarn_attn = L != 0.0f ? get_mscale(s, L != 1.0f ? L : 1.0f) / get_mscale(s, L)
+                              : get_mscale(s, 1.0f);
+  yarn_attn *= 1.0f / (1.0f + 0.1f * logf(s));
+  yarn_attn *= float(c.rope_attn_factor);
+  // ggml's rope multiplies by 1 + 0.1 ln(1 / freq_scale) where YaRN runs.
+  const float inv_freq_scale = 1.0f / (1.0f / s);
+  const float rope_factor = yarn_attn * (1.0f + 0.1f * logf(inv_freq_scale));
+  const float mscale = rope_factor * (1.0f + 0.1f * L * logf(inv_freq_scale));
+  c.rope_attn_factor = rope_factor;
+  c.attn_scale = double(mscale * mscale / sqrtf(float(c.head_dim)));
+}
+
 }  // namespace
 
 Model load_model(std::shared_ptr<const gguf::File> file) {
@@ -109,9 +177,13 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   SPATTN_CHECK(c.n_head > 0, f.name(), ": attention.head_count must be > 0");
   c.head_dim = f.has(key("attention.key_length")) ? int64_t(f.get_uint(key("attention.key_length")))
                                                   : c.n_embd / c.n_head;
-  if (f.has(key("rope.dimension_count")))
+  if (t.mla) {
+    read_latent_attention(f, arch, c);
+  } else if (f.has(key("rope.dimension_count"))) {
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
+  }
+  if (t.deepseek_moe) read_deepseek_moe(f, arch, c);
   c.rope_neox = t.rope_neox;  // llama.cpp: LLAMA_ROPE_TYPE_NEOX, else _NORM
   // Scalings llama.cpp reads from metadata change every angle, so a file that asks for one
   // spattn does not run is refused rather than run unscaled. Run, where the row allows them:
@@ -195,11 +267,15 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
                ") other than ", key("rope.freq_base"), " (", c.rope_base, ") is not supported");
   if (yarn_factor > 0) {  // after rope_freqs (ggml divides by them before YaRN's blend)
     std::vector<float> d = yarn_rope_divisors(
-        c.head_dim, c.rope_base, yarn_factor, c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
+        c.rot(), c.rope_base, yarn_factor, c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
     for (size_t p = 0; p < c.rope_freq_factors.size() && p < d.size(); ++p)
       d[p] *= c.rope_freq_factors[p];
     c.rope_freq_factors = std::move(d);
-    c.rope_attn_factor *= yarn_mscale(yarn_factor);
+    if (t.mla) {
+      deepseek_yarn(f, arch, yarn_factor, c);
+    } else {
+      c.rope_attn_factor *= yarn_mscale(yarn_factor);
+    }
   }
   const gguf::File::Tensor& emb = f.tensor(kTokenEmbd);
   SPATTN_CHECK(emb.ne.size() == 2, f.name(), ": ", kTokenEmbd, " must be 2-D");
@@ -216,8 +292,9 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     LayerRefs L;
     // A fused matrix the file has is split into its parts, whose own tensors are then not read.
     std::vector<WeightRef LayerRefs::*> split;
+    const LayerKind kind = layer_kind(c, l);
     for (const FusedSpec& fs : fused_tensors()) {
-      const Presence need = fs.need(t, c.is_moe());
+      const Presence need = fs.need(t, kind);
       const std::string n = b + fs.name;
       if (need == Presence::absent || (need == Presence::optional && !f.find_tensor(n))) continue;
       const WeightRef w = ref(f, n);
@@ -231,7 +308,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       }
     }
     for (const TensorSpec& s : layer_tensors()) {
-      const Presence need = s.need(t, c.is_moe());
+      const Presence need = s.need(t, kind);
       if (need == Presence::absent ||
           std::find(split.begin(), split.end(), s.ref) != split.end())
         continue;

@@ -41,12 +41,12 @@ void Config::validate() const {
   SPATTN_CHECK(rms_eps > 0 && rms_eps < 1, "model: layer_norm_rms_epsilon must be in (0, 1), got ",
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);
-  SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == head_dim / 2,
+  SPATTN_CHECK(rope_freq_factors.empty() || int64_t(rope_freq_factors.size()) == rot() / 2,
                "model: ", kRopeFreqs, " has ", rope_freq_factors.size(),
-               " values, expected head dim / 2 = ", head_dim / 2);
+               " values, expected the rope dims / 2 = ", rot() / 2);
   auto factors = [&](const std::vector<float>& v, const char* name) {
-    SPATTN_CHECK(v.empty() || int64_t(v.size()) == head_dim / 2, "model: ", name, " has ",
-                 v.size(), " values, expected head dim / 2 = ", head_dim / 2);
+    SPATTN_CHECK(v.empty() || int64_t(v.size()) == rot() / 2, "model: ", name, " has ",
+                 v.size(), " values, expected the rope dims / 2 = ", rot() / 2);
     for (float f : v)
       SPATTN_CHECK(std::isfinite(f) && f > 0, "model: ", name, " holds ", f,
                    " (frequency divisors must be finite and > 0)");
@@ -81,6 +81,44 @@ void Config::validate() const {
                  "model: expert_used_count must be in [1, expert_count = ", n_expert, "], got ",
                  n_expert_used);
     pos(n_ff_exp, "expert_feed_forward_length");
+  }
+  SPATTN_CHECK(n_layer_dense_lead >= 0 && n_layer_dense_lead <= n_layer,
+               "model: leading_dense_block_count must be in [0, block_count = ", n_layer,
+               "], got ", n_layer_dense_lead);
+  SPATTN_CHECK(n_expert_shared >= 0 && n_expert_shared <= 64,
+               "model: expert_shared_count must be in [0, 64], got ", n_expert_shared);
+  SPATTN_CHECK(std::isfinite(expert_weights_scale) && expert_weights_scale >= 0,
+               "model: expert_weights_scale must be finite and >= 0, got ", expert_weights_scale);
+  if (n_expert_groups > 1) {  // llama.cpp's asserts on them, as errors
+    SPATTN_CHECK(n_expert % n_expert_groups == 0 && n_expert / n_expert_groups >= 2,
+                 "model: expert_group_count (", n_expert_groups, ") must divide expert_count (",
+                 n_expert, ") into groups of 2 or more");
+    SPATTN_CHECK(n_group_used >= 1 && n_group_used < n_expert_groups,
+                 "model: expert_group_used_count must be in [1, expert_group_count = ",
+                 n_expert_groups, "), got ", n_group_used);
+    SPATTN_CHECK(n_group_used * (n_expert / n_expert_groups) >= n_expert_used,
+                 "model: the ", n_group_used, " groups used hold fewer experts than the ",
+                 n_expert_used, " a token uses");
+  }
+  SPATTN_CHECK(n_rot >= 0 && n_rot <= head_dim && n_rot % 2 == 0, "model: rope.dimension_count ",
+               n_rot, " must be even and at most the head dim ", head_dim);
+  SPATTN_CHECK(head_dim_v >= 0 && head_dim_v <= head_dim, "model: attention.value_length ",
+               head_dim_v, " must be at most the key length ", head_dim);
+  if (arch_traits(arch).mla) {
+    // The latents' sizes against each other and the heads (inconsistent lora ranks, a rope
+    // part as large as the head, ...).
+    SPATTN_CHECK(kv_lora_rank > 0, "model: ", arch_name(arch),
+                 " needs attention.kv_lora_rank > 0, got ", kv_lora_rank);
+    SPATTN_CHECK(q_lora_rank >= 0, "model: attention.q_lora_rank must be >= 0, got ",
+                 q_lora_rank);
+    SPATTN_CHECK(rot() < head_dim, "model: ", arch_name(arch), "'s rope part (",
+                 "rope.dimension_count ", rot(), ") must leave a non-rope part of the key length ",
+                 head_dim);
+    SPATTN_CHECK(n_head_kv == n_head, "internal: the expanded latent attention keeps a kv head "
+                 "a q head");
+  } else {
+    SPATTN_CHECK(q_lora_rank == 0 && kv_lora_rank == 0 && n_rot == 0 && head_dim_v == 0,
+                 "model: latent attention sizes in a ", arch_name(arch), " model");
   }
 }
 
@@ -235,7 +273,8 @@ struct Model::Impl {
     std::vector<Weight*> v;
     for (Layer& L : layers)
       for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.router,
-                        &L.gate_exps, &L.up_exps, &L.down_exps})
+                        &L.gate_exps, &L.up_exps, &L.down_exps, &L.wq_a, &L.wq_b, &L.wkv_a,
+                        &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
         if (w->t) v.push_back(w);
     if (!tied) v.push_back(&output);
     return v;
@@ -346,7 +385,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   const int64_t D = c.n_embd;
   SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
                " layers given for block_count ", c.n_layer);
-  ggml_init_params ip{size_t(12 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
+  ggml_init_params ip{size_t(20 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
   m.ctx = ggml_init(ip);
   SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
   m.tok_embd = m.mat(refs.tok_embd, kTokenEmbd, c.n_vocab, D);
@@ -362,8 +401,8 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
     // Every tensor the architecture has, checked under the name the file gives it (a fused
     // matrix's parts under their own: the reader split them); an optional one only when given.
     for (const TensorSpec& s : layer_tensors()) {
-      const Presence need =
-          std::max(s.need(t, c.is_moe()), fused_part_need(t, c.is_moe(), s.ref));
+      const LayerKind kind = layer_kind(c, l);
+      const Presence need = std::max(s.need(t, kind), fused_part_need(t, kind, s.ref));
       const WeightRef& w = r.*s.ref;
       if (need == Presence::absent || (need == Presence::optional && !w.data)) continue;
       const int64_t rows = dim(s.rows, c), cols = dim(s.cols, c);

@@ -303,6 +303,42 @@ ModelShape gpt_oss_20b_shape() {
   return s;
 }
 
+ModelShape deepseek_v3_shape() {
+  ModelShape s;
+  s.arch = "deepseek2";
+  s.layers = 61;
+  s.dim = 7168;
+  s.heads = 128;
+  s.kv_heads = 128;
+  s.head_dim = 192;
+  s.rope_dim = 64;
+  s.v_head_dim = 128;
+  s.q_lora = 1536;
+  s.kv_lora = 512;
+  s.ffn = 18432;
+  s.experts = 256;
+  s.experts_used = 8;
+  s.expert_ffn = 2048;
+  s.dense_layers = 3;
+  s.shared_experts = 1;
+  s.expert_groups = 8;
+  s.groups_used = 4;
+  s.sigmoid_gating = true;
+  s.weights_norm = true;
+  s.weights_scale = 2.5f;
+  s.vocab = 129280;
+  s.context = 163840;
+  s.type = GgmlType::f16;
+  s.tied = false;
+  s.rope_base = 10000.0f;
+  s.rope_scaling = "yarn";
+  s.rope_factor = 40.0f;
+  s.rope_original_context = 4096;
+  s.yarn_log_mul = 1.0f;
+  s.rms_eps = 1e-6f;
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
@@ -312,8 +348,10 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "gemma-3-4b") return gemma_3_4b_shape();
   if (name == "qwen3-30b-a3b") return qwen3_30b_a3b_shape();
   if (name == "gpt-oss-20b") return gpt_oss_20b_shape();
+  if (name == "deepseek-v3") return deepseek_v3_shape();
   detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-               "mistral-7b, gemma-3-4b, qwen3-30b-a3b or gpt-oss-20b, got '", name, "'");
+               "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b or deepseek-v3, got '", name,
+               "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
@@ -462,6 +500,40 @@ void check_shape(const ModelShape& s) {
                  "model: --rope-original-context must be in [1, 2^24], got ",
                  s.rope_original_context);
   }
+  if (t.mla) {
+    SPATTN_CHECK(s.rope_dim >= 2 && s.rope_dim % 2 == 0 && s.rope_dim < hd,
+                 "model: --rope-dim must be even, >= 2 and below the head dim ", hd, ", got ",
+                 s.rope_dim);
+    SPATTN_CHECK(s.v_head_dim >= 1 && s.v_head_dim <= hd, "model: --v-head-dim must be in [1, ",
+                 "head dim ", hd, "], got ", s.v_head_dim);
+    SPATTN_CHECK(s.kv_lora >= 1 && s.kv_lora <= 65536, "model: --kv-lora must be in [1, 65536], "
+                 "got ", s.kv_lora);
+    SPATTN_CHECK(s.q_lora >= 0 && s.q_lora <= 65536, "model: --q-lora must be in [0, 65536], got ",
+                 s.q_lora);
+    SPATTN_CHECK(s.kv_heads == s.heads, "model: ", s.arch, " has a kv head a q head (--kv-heads ",
+                 s.heads, "), got ", s.kv_heads);
+  } else {
+    SPATTN_CHECK(s.rope_dim == 0 && s.v_head_dim == 0 && s.q_lora == 0 && s.kv_lora == 0,
+                 "model: --rope-dim, --v-head-dim, --q-lora and --kv-lora are for --arch ",
+                 model::arch_names([](const model::ArchTraits& a) { return a.mla; }));
+  }
+  if (t.deepseek_moe) {
+    SPATTN_CHECK(s.dense_layers >= 0 && s.dense_layers < s.layers,
+                 "model: --dense-layers must be in [0, --layers = ", s.layers, "), got ",
+                 s.dense_layers);
+    SPATTN_CHECK(s.shared_experts >= 0 && s.shared_experts <= 64,
+                 "model: --shared-experts must be in [0, 64], got ", s.shared_experts);
+    if (s.expert_groups > 1)
+      SPATTN_CHECK(s.experts % s.expert_groups == 0 && s.experts / s.expert_groups >= 2 &&
+                       s.groups_used >= 1 && s.groups_used < s.expert_groups &&
+                       s.groups_used * (s.experts / s.expert_groups) >= s.experts_used,
+                   "model: --expert-groups must divide --experts into groups of 2 or more and "
+                   "--groups-used in [1, groups) must hold --experts-used experts");
+  } else {
+    SPATTN_CHECK(s.dense_layers == 0 && s.shared_experts == 0 && s.expert_groups == 0,
+                 "model: --dense-layers, --shared-experts and --expert-groups are for --arch ",
+                 model::arch_names([](const model::ArchTraits& a) { return a.deepseek_moe; }));
+  }
   SPATTN_CHECK(s.tokenizer.empty() || s.tokenizer == "gpt2" || s.tokenizer == "llama",
                "model: --tokenizer must be gpt2 or llama, got '", s.tokenizer, "'");
   SPATTN_CHECK(s.tokenizer != "gpt2" || s.vocab >= 257,
@@ -485,6 +557,12 @@ model::Config dims_of(const ModelShape& s) {
   c.n_ff = s.ffn;
   c.n_expert = s.experts;
   c.n_ff_exp = s.expert_ffn_or_default();
+  c.n_expert_shared = s.shared_experts;
+  c.n_layer_dense_lead = s.dense_layers;
+  c.q_lora_rank = s.q_lora;
+  c.kv_lora_rank = s.kv_lora;
+  c.head_dim_v = s.v_head_dim;
+  c.n_rot = s.rope_dim;
   return c;
 }
 
@@ -497,14 +575,14 @@ struct Written {
   float centre, sd;
 };
 
-// Every tensor of a layer of the shape, in the order written: the tensor list's that the
+// Every tensor of layer `layer` of the shape, in the order written: the tensor list's that the
 // architecture has (the optional ones too), a fused matrix in place of its parts.
-std::vector<Written> layer_tensors_of(const ModelShape& s) {
+std::vector<Written> layer_tensors_of(const ModelShape& s, int64_t layer) {
   using model::Dim;
   using model::Presence;
   const model::ArchTraits& t = traits_of(s);
   const model::Config c = dims_of(s);
-  const bool moe = s.experts > 0;
+  const model::LayerKind kind = model::layer_kind(c, layer);
   const auto ne = [&](Dim rows, Dim cols, Dim planes) {
     std::vector<int64_t> v = {model::dim(cols, c)};
     if (rows != Dim::one) v.push_back(model::dim(rows, c));
@@ -516,7 +594,7 @@ std::vector<Written> layer_tensors_of(const ModelShape& s) {
   for (const model::TensorSpec& ts : model::layer_tensors()) {
     const model::FusedSpec* fused = nullptr;
     for (const model::FusedSpec& f : model::fused_tensors())
-      if (f.need(t, moe) != Presence::absent && f.parts.front().ref == ts.ref) fused = &f;
+      if (f.need(t, kind) != Presence::absent && f.parts.front().ref == ts.ref) fused = &f;
     if (fused) {  // written where its first part would be
       int64_t rows = 0;
       for (const model::FusedSpec::Part& part : fused->parts) {
@@ -525,7 +603,7 @@ std::vector<Written> layer_tensors_of(const ModelShape& s) {
       }
       out.push_back({fused->name, {model::dim(fused->cols, c), rows}, model::Store::matrix, 0, 0});
     }
-    if (ts.need(t, moe) == Presence::absent ||
+    if (ts.need(t, kind) == Presence::absent ||
         std::find(fused_parts.begin(), fused_parts.end(), ts.ref) != fused_parts.end())
       continue;
     out.push_back({ts.name, ne(ts.rows, ts.cols, ts.planes), ts.store, ts.centre, ts.sd});
@@ -543,10 +621,11 @@ int64_t elements(const std::vector<int64_t>& ne) {
 
 int64_t parameter_count(const ModelShape& s) {
   const int64_t hd = s.head_dim_or_default();
-  int64_t per_layer = 0;
-  for (const Written& w : layer_tensors_of(s)) per_layer += elements(w.ne);
+  int64_t layers = 0;
+  for (int64_t l = 0; l < s.layers; ++l)
+    for (const Written& w : layer_tensors_of(s, l)) layers += elements(w.ne);
   const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
-  return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + s.layers * per_layer + rope_freqs;
+  return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + layers + rope_freqs;
 }
 
 void make_model(const std::string& path, const ModelShape& s) {
@@ -565,10 +644,25 @@ void make_model(const std::string& path, const ModelShape& s) {
   w.set(a + ".attention.head_count", uint32_t(s.heads));
   w.set(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
   w.set(a + ".attention.key_length", uint32_t(hd));
-  w.set(a + ".attention.value_length", uint32_t(hd));
+  w.set(a + ".attention.value_length", uint32_t(t.mla ? s.v_head_dim : hd));
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set(a + ".rope.freq_base", s.rope_base);
-  w.set(a + ".rope.dimension_count", uint32_t(hd));
+  w.set(a + ".rope.dimension_count", uint32_t(t.mla ? s.rope_dim : hd));
+  if (t.mla) {  // as llama.cpp's converter writes a DeepSeek V2/V3 (q_lora_rank 0: none)
+    w.set(a + ".attention.q_lora_rank", uint32_t(s.q_lora));
+    w.set(a + ".attention.kv_lora_rank", uint32_t(s.kv_lora));
+  }
+  if (t.deepseek_moe) {
+    w.set(a + ".leading_dense_block_count", uint32_t(s.dense_layers));
+    w.set(a + ".expert_shared_count", uint32_t(s.shared_experts));
+    w.set(a + ".expert_weights_scale", s.weights_scale);
+    w.set(a + ".expert_weights_norm", s.weights_norm);
+    w.set(a + ".expert_gating_func", uint32_t(s.sigmoid_gating ? 2 : 1));
+    if (s.expert_groups > 1) {
+      w.set(a + ".expert_group_count", uint32_t(s.expert_groups));
+      w.set(a + ".expert_group_used_count", uint32_t(s.groups_used));
+    }
+  }
   w.set(a + ".vocab_size", uint32_t(s.vocab));
   if (s.experts > 0) {
     w.set(a + ".expert_count", uint32_t(s.experts));
@@ -585,6 +679,8 @@ void make_model(const std::string& path, const ModelShape& s) {
   }
   if (s.rope_scaling == "yarn")  // as llama.cpp's converter writes HF's rope_scaling
     w.set(a + ".rope.scaling.original_context_length", uint32_t(s.rope_original_context));
+  if (s.rope_scaling == "yarn" && t.mla && s.yarn_log_mul != 0)
+    w.set(a + ".rope.scaling.yarn_log_multiplier", 0.1f * s.yarn_log_mul);
   // The window (llama.cpp's default pattern then makes every swa_period-th layer global).
   if (t.sliding_window != model::Presence::absent)
     w.set(a + ".attention.sliding_window", uint32_t(s.sliding_window));
@@ -610,10 +706,9 @@ void make_model(const std::string& path, const ModelShape& s) {
   // Embeddings scaled by sqrt(dim) (embd_scale): rows of sd 1 / sqrt(dim) start at sd 1.
   add_random(w, model::kTokenEmbd, s.type, {s.dim, s.vocab}, s.seed, 0.0f,
              t.embd_scale ? in_sd : 1.0f);
-  const std::vector<Written> layer = layer_tensors_of(s);
   for (int64_t l = 0; l < s.layers; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
-    for (const Written& x : layer)  // matrices: sd 1 / sqrt(fan-in)
+    for (const Written& x : layer_tensors_of(s, l))  // matrices: sd 1 / sqrt(fan-in)
       add_random(w, b + x.name, x.store == model::Store::matrix ? s.type : f32, x.ne, s.seed,
                  x.centre, x.sd > 0 ? x.sd : 1.0f / std::sqrt(float(x.ne[0])));
   }

@@ -144,7 +144,7 @@ RopeStyle rope_style(const Config& c) {
 // factor (llama.cpp's freq_scale = 1 / factor), else the file's rope factors for this context.
 std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
   if (c.rope_linear_factor != 1.0)
-    return std::vector<float>(size_t(c.head_dim / 2), float(c.rope_linear_factor));
+    return std::vector<float>(size_t(c.rot() / 2), float(c.rope_linear_factor));
   return c.rope_factors(n_ctx);
 }
 // Sliding-window layers turn by their own base: gemma3's unscaled, gpt-oss's with the global
@@ -152,7 +152,7 @@ std::vector<float> global_rope_factors(const Config& c, int64_t n_ctx) {
 std::shared_ptr<const RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
   if (c.sliding_window <= 0) return nullptr;
   return std::make_shared<const RopeTable>(
-      n_ctx, c.head_dim, c.rope_base_swa, rope_style(c),
+      n_ctx, c.rot(), c.rope_base_swa, rope_style(c),
       c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{},
       c.rope_attn_factor);
 }
@@ -288,6 +288,7 @@ struct Session::Impl {
   // attention's output att, the FFN's gate and up rows (layer_graph.hpp: RowBuffers).
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, gate, up;
+  std::vector<float> kv_a, kv_b;  // the latent attention's rows (RowBuffers), else empty
   std::vector<float> lse;  // the attention rows' LSE [Hq, rows] where a layer has sinks
   bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
   LayerGraphCache graphs;  // the last graph of each layer step, for the next call alike
@@ -302,7 +303,7 @@ struct Session::Impl {
 
   Impl(const Model& model, const SessionOptions& o)
       : m(model), cfg(model.config()), opt(validated(o)),
-        rope(o.n_ctx, cfg.head_dim, cfg.rope_base, rope_style(cfg),
+        rope(o.n_ctx, cfg.rot(), cfg.rope_base, rope_style(cfg),
              global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
         rope_swa(swa_rope(cfg, o.n_ctx)), b(make_backends(cfg, opt)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o, b), DType::f32,
@@ -376,17 +377,28 @@ struct Session::Impl {
     if (grp) max_rows = cache_capacity(opt, b);
     const int64_t D = cfg.n_embd, dq = cfg.n_head * cfg.head_dim,
                   dkv = cfg.n_head_kv * cfg.head_dim;
+    // The latent attention's q latent goes through the FFN's g rows, its normed kv latent
+    // through h (RowBuffers).
+    const int64_t hd = std::max(D, cfg.kv_lora_rank);
     x.resize(size_t(max_rows * D));
-    h.resize(size_t(max_rows * D));
+    h.resize(size_t(max_rows * hd));
     q.resize(size_t(max_rows * dq));
     k.resize(size_t(max_rows * dkv));
     v.resize(size_t(max_rows * dkv));
     att.resize(size_t(max_rows * dq));
+    if (cfg.is_mla()) {
+      kv_a.resize(size_t(max_rows * (cfg.kv_lora_rank + cfg.rot())));
+      kv_b.resize(size_t(max_rows * cfg.n_head * (cfg.head_dim - cfg.rot() + cfg.v_dim())));
+    }
     bool sinks = false;
     for (int64_t l = 0; l < cfg.n_layer; ++l) sinks = sinks || !m.layer(l).sinks.empty();
     lse.resize(sinks ? size_t(max_rows * cfg.n_head) : 0);
-    // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp).
-    const int64_t ff = cfg.is_moe() ? 0 : cfg.n_ff;
+    // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp), but for
+    // shared experts'; deepseek2's leading layers are dense.
+    int64_t ff = 0;
+    for (int64_t l = 0; l < cfg.n_layer; ++l)
+      if (!cfg.layer_moe(l)) ff = cfg.n_ff;
+    ff = std::max({ff, cfg.n_ff_exp * cfg.n_expert_shared, cfg.q_lora_rank});
     gate.resize(size_t(max_rows * ff));
     up.resize(size_t(max_rows * ff));
     pack = has_spattn_products(max_rows);
@@ -397,7 +409,7 @@ struct Session::Impl {
         return size_t(kernels::gemm_widen_packed_floats(max_rows, cols));
       };
       q.resize(std::max(q.size(), packed(dq)));
-      att.resize(std::max(att.size(), packed(std::max(D, dq))));
+      att.resize(std::max(att.size(), packed(std::max(hd, dq))));
       up.resize(std::max(up.size(), packed(ff)));
     }
   }
@@ -411,7 +423,9 @@ struct Session::Impl {
     if (ours(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
-      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down,
+                                     &L.wq_a, &L.wq_b, &L.wkv_a, &L.wkv_b, &L.gate_shexp,
+                                     &L.up_shexp, &L.down_shexp})
         if (w->t && ours(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
@@ -538,6 +552,35 @@ struct Session::Impl {
   void cp_prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
                   const PrefillProgress& progress);
 
+  // The latent attention's k and v heads of rows [r0, r1) from the graph's kv_a and kv_b
+  // (llama.cpp's expanded form): head h's k is its k_nope then the token's rope key (one for
+  // every head, turned by RoPE with them), its v its v values then zeros up to the key length
+  // (every kernel reads one head size; the zeros add nothing to the output, whose first v
+  // values compact_attention keeps).
+  void assemble_kv(int64_t r0, int64_t r1) {
+    const int64_t H = cfg.n_head, d = cfg.head_dim, rot = cfg.rot(), nope = d - rot,
+                  dv = cfg.v_dim(), kva = cfg.kv_lora_rank + rot, kvb = nope + dv;
+    for (int64_t i = r0; i < r1; ++i) {
+      const float* pe = &kv_a[size_t(i * kva + cfg.kv_lora_rank)];
+      for (int64_t hh = 0; hh < H; ++hh) {
+        const float* src = &kv_b[size_t((i * H + hh) * kvb)];
+        float* kd = &k[size_t((i * H + hh) * d)];
+        float* vd = &v[size_t((i * H + hh) * d)];
+        std::copy_n(src, nope, kd);
+        std::copy_n(pe, rot, kd + nope);
+        std::copy_n(src + nope, dv, vd);
+        std::fill(vd + dv, vd + d, 0.0f);
+      }
+    }
+  }
+
+  // Each head's first v_dim() outputs of n rows, packed: Wo's input [n, Hq v_dim()].
+  void compact_attention(int64_t n) {
+    const int64_t H = cfg.n_head, d = cfg.head_dim, dv = cfg.v_dim();
+    for (int64_t r = 0; r < n * H; ++r)  // forward: each run moves down, over read ones only
+      std::memmove(&att[size_t(r * dv)], &att[size_t(r * d)], size_t(dv) * sizeof(float));
+  }
+
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
   void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last,
@@ -561,17 +604,32 @@ struct Session::Impl {
       const float e = std::sqrt(float(D));
       for (int64_t i = 0; i < n * D; ++i) x[size_t(i)] *= e;
     }
-    const RowBuffers rb{x.data(), h.data(),   q.data(),    k.data(), v.data(),
-                        att.data(), gate.data(), up.data(), pack};
+    const RowBuffers rb{x.data(),
+                        h.data(),
+                        q.data(),
+                        k.data(),
+                        v.data(),
+                        att.data(),
+                        gate.data(),
+                        up.data(),
+                        kv_a.empty() ? nullptr : kv_a.data(),
+                        kv_b.empty() ? nullptr : kv_b.data(),
+                        pack};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, opt.threads, graphs);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
+      // RoPE turns the last rot() values of each head (all of them but in the latent
+      // attention, whose heads are assembled first).
+      const int64_t rot0 = d - cfg.rot();
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
+        if (cfg.is_mla()) assemble_kv(r0, r1);
         for (int64_t i = r0; i < r1; ++i) {
           const int64_t pos = row_pos(i);
-          for (int64_t hh = 0; hh < Hq; ++hh) rt.rotate_inplace(&q[size_t((i * Hq + hh) * d)], pos);
-          for (int64_t hh = 0; hh < Hkv; ++hh) rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d)], pos);
+          for (int64_t hh = 0; hh < Hq; ++hh)
+            rt.rotate_inplace(&q[size_t((i * Hq + hh) * d + rot0)], pos);
+          for (int64_t hh = 0; hh < Hkv; ++hh)
+            rt.rotate_inplace(&k[size_t((i * Hkv + hh) * d + rot0)], pos);
         }
       });
       if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) {
@@ -587,6 +645,7 @@ struct Session::Impl {
       const auto t0 = Clock::now();
       const bool final = l + 1 == cfg.n_layer;
       attention(l, n, pos0, pass, last, final ? (want_logits ? logits_row0 : n) : 0, stats);
+      if (cfg.v_dim() < d) compact_attention(n);
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
@@ -605,7 +664,7 @@ struct Session::Impl {
       } else if (want_logits) {
         // Those rows moved to the front, so the scratch buffers' sizing (packed panels from
         // row 0) holds as for any call of fewer rows.
-        const int64_t r = n - logits_row0, dq = Hq * d;
+        const int64_t r = n - logits_row0, dq = Hq * cfg.v_dim();
         if (logits_row0 > 0) {
           std::memmove(x.data(), x.data() + logits_row0 * D, size_t(r * D) * sizeof(float));
           std::memmove(att.data(), att.data() + logits_row0 * dq, size_t(r * dq) * sizeof(float));
@@ -675,7 +734,7 @@ Session::Memory Session::memory() const {
   m.kv_cache = s.cache.packed_bytes();
   m.method_kv = s.cache.raw_bytes();
   m.decode_pages = s.cache.pages_bytes();
-  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.gate, &s.up})
+  for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.gate, &s.up, &s.kv_a, &s.kv_b})
     m.scratch += b->capacity() * sizeof(float);
   for (const auto& l : s.b.prefill) m.h2o_state += l->state_bytes();
   for (const auto& k : s.kept)

@@ -21,12 +21,24 @@ inline constexpr const char* kRopeFactorsLong = "rope_factors_long.weight";  // 
 inline constexpr const char* kRopeFactorsShort = "rope_factors_short.weight";
 
 // A dimension of a shape, from the config.
-enum class Dim : uint8_t { one, embd, q, kv, head_dim, heads, ff, ff_exp, experts };
+// o: the attention output's width (heads x v head); the latent attention's (deepseek2): the
+// latents (q_lora, kv_lora), attn_kv_a_mqa's rows (kv_a: kv latent + rope key), attn_kv_b's
+// (kv_b: heads x (k_nope + v)); shexp: the shared experts' FFN.
+enum class Dim : uint8_t {
+  one, embd, q, kv, head_dim, heads, ff, ff_exp, experts, o, q_lora, kv_lora, kv_a, kv_b, shexp
+};
 int64_t dim(Dim d, const Config& c);
 
 // How a tensor is stored: norms and biases as f32 values; matrices in the model's type, or in
 // f32 (the router, as llama-quantize leaves it).
 enum class Store : uint8_t { values, matrix, f32_matrix };
+
+// What decides a layer's tensors besides the architecture: a MoE FFN (the file has experts
+// and, for deepseek2, the layer is past the leading dense ones) and a q latent (q_lora_rank).
+struct LayerKind {
+  bool moe = false, q_lora = false;
+};
+LayerKind layer_kind(const Config& c, int64_t layer);
 
 struct TensorSpec {
   const char* name;                    // after "blk.N."
@@ -35,8 +47,8 @@ struct TensorSpec {
   WeightRef LayerRefs::* ref;          // where the reader puts it
   Model::Weight Model::Layer::* matrix;       // the model's, for a matrix;
   std::vector<float> Model::Layer::* values;  // for values
-  // Whether a layer of the architecture has it (moe: the file has experts).
-  Presence (*need)(const ArchTraits& t, bool moe);
+  // Whether a layer of the architecture and kind has it.
+  Presence (*need)(const ArchTraits& t, LayerKind k);
   // make-model's values: centre + uniform noise of sd (0: 1 / sqrt(cols), the fan-in).
   float centre, sd;
 };
@@ -45,7 +57,7 @@ struct TensorSpec {
 // and where the file has it, the parts' own tensors are not read.
 struct FusedSpec {
   const char* name;
-  Presence (*need)(const ArchTraits& t, bool moe);
+  Presence (*need)(const ArchTraits& t, LayerKind k);
   Dim cols;
   struct Part {
     WeightRef LayerRefs::* ref;
@@ -59,9 +71,9 @@ std::span<const TensorSpec> layer_tensors();
 std::span<const FusedSpec> fused_tensors();
 
 // Whether a layer of the architecture has `ref` as a part of a fused matrix.
-Presence fused_part_need(const ArchTraits& t, bool moe, WeightRef LayerRefs::* ref);
+Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref);
 // Whether a layer of the architecture has the tensor that fills `ref` (its own or a fused one's
 // part).
-Presence tensor_need(const ArchTraits& t, bool moe, WeightRef LayerRefs::* ref);
+Presence tensor_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref);
 
 }  // namespace spattn::model
