@@ -22,6 +22,7 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/io.hpp"
 #include "spattn/tensor.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -30,12 +31,10 @@ namespace fs = std::filesystem;
 using spattn::test::CliRun;
 using spattn::test::slurp;
 
-fs::path test_root() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  // The pid keeps two test runs on one machine (two checkouts) out of each other's files.
-  return fs::path(::testing::TempDir()) /
-         (std::string("spattn_cli_") + info->name() + "_" + std::to_string(::getpid()));
-}
+// The running test's folder: the fixture below makes one per test and removes it after.
+const spattn::test::TempDir* g_root = nullptr;
+
+fs::path test_root() { return g_root->path(); }
 
 // A fresh directory for this test's files (`what`: "files" or "run"); cleared when asked
 // for, so a test asks for each kind once.
@@ -48,10 +47,9 @@ fs::path test_dir(const char* what = "files") {
 
 class Cli : public ::testing::Test {
  protected:
-  void TearDown() override {
-    std::error_code ec;  // best effort: a leftover temp dir is no test failure
-    fs::remove_all(test_root(), ec);
-  }
+  void SetUp() override { g_root = &root_; }
+  void TearDown() override { g_root = nullptr; }
+  const spattn::test::TempDir root_{"spattn_cli"};
 };
 
 // `exec` replaces the shell with spattn, so a crash shows up as a signal in the wait status

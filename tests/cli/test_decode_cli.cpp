@@ -9,7 +9,8 @@
 #include <unistd.h>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -17,12 +18,8 @@ namespace fs = std::filesystem;
 using spattn::test::CliRun;
 
 CliRun run_cli(const std::string& args) {
-  const fs::path dir = fs::temp_directory_path() / ("spattn_decode_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  CliRun r = spattn::test::run_spattn(args, dir);
-  std::error_code ec;
-  fs::remove_all(dir, ec);
-  return r;
+  const spattn::test::TempDir dir("spattn_decode_cli");
+  return spattn::test::run_spattn(args, dir);
 }
 
 void expect_bad_input(const CliRun& r, const std::string& mention) {
@@ -42,10 +39,10 @@ TEST(DecodeCli, BadDecodeSpecsExit2AndNameThem) {
   expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt --attn-decode sideways"), "sideways");
 }
 
-TEST(DecodeCli, DenseDecodeTailEqualsThePrefillsTail) {
+TEST(DecodeCliReal, DenseDecodeTailEqualsThePrefillsTail) {
   const std::string model = spattn::test::model_file("stories260K.gguf");
   const std::string text = spattn::test::model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "stories260K.gguf or code-heldout.txt absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << spattn::test::models_dir());
   const CliRun r = run_cli("perplexity -m " + model + " -f " + text +
                            " -c 128 --decode-tail 40 --chunks 2 --attn-decode quest:k=1,page=16 "
                            "--decode-recall --json");

@@ -15,6 +15,7 @@
 #include "spattn/method.hpp"
 #include "spattn/metrics.hpp"
 #include "spattn/workload.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -25,16 +26,6 @@ using spattn::test::slurp;
 
 class MaskCmd : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(::testing::TempDir()) / (std::string("spattn_maskcmd_") + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   // `exec` so a crash shows as a signal, not as sh's exit code 128+N.
   CliRun run(const std::string& args) const { return spattn::test::run_spattn("mask " + args, dir_); }
   void expect_bad_input(const std::string& args, const std::string& mention) const {
@@ -47,7 +38,7 @@ class MaskCmd : public ::testing::Test {
     EXPECT_FALSE(fs::exists(png())) << "a failed run left " << png();
   }
   fs::path png() const { return dir_ / "mask.png"; }
-  fs::path dir_;
+  const spattn::test::TempDir dir_{"spattn_maskcmd"};
 };
 
 // 512 tokens: 8 x 8 blocks of 64, drawn 64 px per block.

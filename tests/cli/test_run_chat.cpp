@@ -9,25 +9,19 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/chat_template.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch_dir(const char* name) {
-  const fs::path d = fs::temp_directory_path() / (std::string("spattn_chat_") + name + "_" +
-                                                  std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
-
-TEST(RunChat, TurnsAreRenderedWithTheTemplateAndAnswered) {
+TEST(RunChatReal, TurnsAreRenderedWithTheTemplateAndAnswered) {
   const std::string model = test::model_file("stories260K.gguf");
-  if (model.empty()) GTEST_SKIP() << "stories260K.gguf not in " << test::models_dir();
-  const fs::path d = scratch_dir("turns");
+  if (model.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
+  const test::TempDir d("spattn_chat_turns");
   std::ofstream(d / "in") << "Tell me about a cat.\nWhat did it eat?\n";
   const test::CliRun r = test::run_spattn("run -m " + model + " -cnv -n 12 --temp 0 -sys 'You tell stories.' --chat-template chatml < " + (d / "in").string(), d);
   ASSERT_EQ(r.code(), 0) << r.err;
@@ -51,7 +45,6 @@ TEST(RunChat, TurnsAreRenderedWithTheTemplateAndAnswered) {
   const test::CliRun bad = test::run_spattn("run -m " + model + " -cnv --chat-template llama-3 < /dev/null", d);
   EXPECT_EQ(bad.code(), 2);
   EXPECT_NE(bad.err.find("unknown template 'llama-3'"), std::string::npos) << bad.err;
-  fs::remove_all(d);
 }
 
 }  // namespace

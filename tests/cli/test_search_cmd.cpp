@@ -9,16 +9,14 @@
 #include <string>
 
 #include "cli_run.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path dir_for(const std::string& name) {
-  fs::path d = fs::path(::testing::TempDir()) / ("spattn_search_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+spattn::test::TempDir dir_for(const std::string& name) {
+  return spattn::test::TempDir("spattn_search_" + name);
 }
 
 void expect_exit2(const spattn::test::CliRun& r, const std::string& mention) {
@@ -30,7 +28,7 @@ void expect_exit2(const spattn::test::CliRun& r, const std::string& mention) {
 const std::string kVideo = "--workload video --seq 1024 --heads 2 --dim 32 --frame-tokens 64 ";
 
 TEST(SearchCmd, PlanRunsInBenchAndMask) {
-  const fs::path d = dir_for("runs");
+  const spattn::test::TempDir d = dir_for("runs");
   const std::string plan = (d / "plan.json").string();
   auto r = spattn::test::run_spattn("search " + kVideo + "--quiet --out " + plan, d);
   ASSERT_EQ(r.code(), 0) << r.err;
@@ -52,7 +50,7 @@ TEST(SearchCmd, PlanRunsInBenchAndMask) {
 }
 
 TEST(SearchCmd, BadInputExits2) {
-  const fs::path d = dir_for("bad");
+  const spattn::test::TempDir d = dir_for("bad");
   const std::string bad = (d / "bad.json").string();
   std::ofstream(bad) << "{\"format\": \"spattn.mminference_plan\", \"version\": 1, \"heads\": 2}";
   const std::string b = "bench " + kVideo + "--repeat 1 --method ";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "spattn/bench.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -28,7 +29,7 @@ void expect_named_error(void (*call)(const Tensor&), const Tensor& x) {
 }
 
 TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
-  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is present: tests/cuda covers it";
+  if (cuda::device_count() > 0) SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
   const Tensor x = test::random_tensor(DType::bf16, 2, 10, 64, 1);
   expect_named_error([](const Tensor& t) { cuda::attention_dense(t, t, t, t); }, x);
   expect_named_error([](const Tensor& t) { cuda::attention_blasst(t, t, t, t, 0.01); }, x);
@@ -52,7 +53,7 @@ TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
 
 // The helpers bench --device cuda and the Python package stand on, likewise.
 TEST(CudaApi, WithoutAGpuTheDeviceHelpersAreNamedErrors) {
-  if (cuda::device_count() > 0) GTEST_SKIP() << "a GPU is present: tests/cuda covers it";
+  if (cuda::device_count() > 0) SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
   const std::string why = cuda::built() ? "no CUDA device" : "built without CUDA";
   auto expect = [&](auto call, const char* name) {
     try {

@@ -25,9 +25,10 @@
 #include <string>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/context_parallel.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn::test {
 namespace {
@@ -42,10 +43,12 @@ const char* const kMpirun = "";
 const char* const kCpCheck = "";
 #endif
 
-#define SKIP_WITHOUT_MPI()                                                    \
-  do {                                                                        \
-    if (!kHaveMpi || !dist::mpi_available())                                  \
-      GTEST_SKIP() << "spattn was built without MPI (or mpirun is absent)";   \
+#define SKIP_WITHOUT_MPI()                                                         \
+  do {                                                                             \
+    expect_label_allows(Asset::mpi, "MPI");                                        \
+    if (!kHaveMpi || !dist::mpi_available())                                       \
+      SPATTN_MISSING_ASSET("MPI: spattn was built without it, or mpirun is absent " \
+                           "(scripts/deps.sh installs Open MPI)");                 \
   } while (0)
 
 // Under AddressSanitizer (make test-sanitize) the ranks run without leak detection: Open MPI
@@ -63,19 +66,6 @@ std::string mpirun(int np, int seconds = 60) {
          " --allow-run-as-root --oversubscribe --mca btl self,vader -x OMP_WAIT_POLICY=passive -np " +
          std::to_string(np) + " ";
 }
-
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(const std::string& name) {
-    path = std::filesystem::temp_directory_path() /
-           (name + "-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
 
 CliRun shell(const std::string& cmd, const std::filesystem::path& dir) {
   const std::filesystem::path out = dir / "stdout", err = dir / "stderr";
@@ -96,7 +86,7 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
               const std::string& attn = "dense", int ub = 64, const std::string& skip_tol = "0") {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-check");
   // 512 tokens (the sparse checks) take longer, most under the sanitizers: a longer limit, still
   // one that ends a hung rank.
@@ -104,7 +94,7 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
                              text + " " +
                              std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
                              " " + tol + " '" + attn + "' " + std::to_string(ub) + " " + skip_tol,
-                         dir.path);
+                         dir.path());
   ASSERT_TRUE(r.exited()) << r.err;
   EXPECT_EQ(r.code(), 0) << r.out << r.err;
   EXPECT_EQ(count(r.out, ": ok;"), np) << r.out << r.err;
@@ -115,50 +105,50 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
 // bits (tolerance 0), f32 and the default f16 cache (the chunks travel as f16). 200 tokens
 // make 4 tiles (2 ranks: one per chunk), 512 make 8 (4 ranks). Decode merges (O, LSE) over
 // the ranks (its tolerance).
-TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp2) {
+TEST(ContextParallelMpi, LayersLogitsAndDecodeSameBitsAsOneProcessNp2) {
   cp_check(2, "f32", "0", 200);
 }
-TEST(ContextParallel, LayersLogitsAndDecodeSameBitsAsOneProcessNp4) {
+TEST(ContextParallelMpi, LayersLogitsAndDecodeSameBitsAsOneProcessNp4) {
   cp_check(4, "f32", "0", 512);
 }
-TEST(ContextParallel, LayersSameBitsAsOneProcessWithF16CacheNp2) { cp_check(2, "f16", "0", 200); }
-TEST(ContextParallel, LayersSameBitsAsOneProcessWithF16CacheNp4) { cp_check(4, "f16", "0", 512); }
+TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp2) { cp_check(2, "f16", "0", 200); }
+TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp4) { cp_check(4, "f16", "0", 512); }
 // A prompt of fewer than 2P tiles (200 tokens: 4 tiles, 4 ranks) gathers its whole K/V (at
 // most 2P - 1 tiles): one process's bits too.
-TEST(ContextParallel, ShortPromptGathersSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200); }
+TEST(ContextParallelMpi, ShortPromptGathersSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200); }
 
 // chunked_h2o (-ub 64, -b 128, local = heavy = 16, 512 tokens: 8 chunks, 4 logical batches):
 // the chain over the ranks runs every chunk on the operands one process gives it, so every
 // layer's q/k/v and every logits row are the same bits (tolerance 0); decode is dense
 // flash-decoding over the ranks (the dense tolerance).
-TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp2) {
+TEST(ContextParallelMpi, ChunkedH2OSameBitsAsOneProcessNp2) {
   cp_check(2, "f32", "0", 512, "chunked_h2o", 64);
 }
-TEST(ContextParallel, ChunkedH2OSameBitsAsOneProcessNp4) {
+TEST(ContextParallelMpi, ChunkedH2OSameBitsAsOneProcessNp4) {
   cp_check(4, "f32", "0", 512, "chunked_h2o", 64);
 }
-TEST(ContextParallel, ChunkedH2OSameBitsWithF16CacheNp2) {
+TEST(ContextParallelMpi, ChunkedH2OSameBitsWithF16CacheNp2) {
   cp_check(2, "f16", "0", 512, "chunked_h2o", 64);
 }
 
 // a_shape (sink 16, local 64, blocks of 16; -ub 64): the same keys per row as one process,
 // each row's partials over the ranks merged by (O, LSE): the dense tolerance.
-TEST(ContextParallel, AShapeMatchesOneProcessNp2) {
+TEST(ContextParallelMpi, AShapeMatchesOneProcessNp2) {
   cp_check(2, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
 }
-TEST(ContextParallel, AShapeMatchesOneProcessNp4) {
+TEST(ContextParallelMpi, AShapeMatchesOneProcessNp4) {
   cp_check(4, "f32", "2e-3", 512, "a_shape:sink=16,local=64,block_q=16,block_k=16", 64);
 }
 
 // --cp-gather: each layer's whole K/V gathered, the one-process kernel over it in position
 // order: every layer's q/k/v and every logits row are one process's bits (tolerance 0), f16 and
 // f32 caches; decode is the dense merge (its tolerance).
-TEST(ContextParallel, GatherSameBitsAsOneProcessNp2) { cp_check(2, "f16", "0", 200, "gather"); }
-TEST(ContextParallel, GatherSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200, "gather"); }
-TEST(ContextParallel, GatherSameBitsWithF32CacheNp2) { cp_check(2, "f32", "0", 200, "gather"); }
+TEST(ContextParallelMpi, GatherSameBitsAsOneProcessNp2) { cp_check(2, "f16", "0", 200, "gather"); }
+TEST(ContextParallelMpi, GatherSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200, "gather"); }
+TEST(ContextParallelMpi, GatherSameBitsWithF32CacheNp2) { cp_check(2, "f32", "0", 200, "gather"); }
 // A method added as one file and one registry row (sliding_window) runs across ranks through
 // the gathered K/V and the one-process kernel: one process's bits.
-TEST(ContextParallel, SlidingWindowSameBitsAsOneProcessNp2) {
+TEST(ContextParallelMpi, SlidingWindowSameBitsAsOneProcessNp2) {
   cp_check(2, "f16", "0", 200, "sliding_window:window=48");
 }
 
@@ -168,10 +158,10 @@ TEST(ContextParallel, SlidingWindowSameBitsAsOneProcessNp2) {
 // skipped. Measured on these 512 tokens: skipped fraction 0.0469 in one process, 0.0503 at
 // np 2 and 0.0376 at np 4 (|diff| <= 0.0093: bound 0.02); q/k/v per layer and logits within
 // 0.0075 relative (bound 0.02); greedy decode equal.
-TEST(ContextParallel, BlasstWithinAStatedToleranceOfOneProcessNp2) {
+TEST(ContextParallelMpi, BlasstWithinAStatedToleranceOfOneProcessNp2) {
   cp_check(2, "f16", "2e-2", 512, "blasst:lambda=0.05", 64, "0.02");
 }
-TEST(ContextParallel, BlasstWithinAStatedToleranceOfOneProcessNp4) {
+TEST(ContextParallelMpi, BlasstWithinAStatedToleranceOfOneProcessNp4) {
   cp_check(4, "f16", "2e-2", 512, "blasst:lambda=0.05", 64, "0.02");
 }
 
@@ -181,20 +171,20 @@ nlohmann::json json_of(const CliRun& r) {
   return nlohmann::json::parse(r.out.substr(at == std::string::npos ? 0 : at));
 }
 
-TEST(ContextParallel, GreedyTextEqualsOneProcess) {
+TEST(ContextParallelMpi, GreedyTextEqualsOneProcess) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-run");
   const std::string args = std::string(" run -m ") + model +
                            " -p 'def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.' "
                            "-n 24 -c 256 -t 1 --ignore-eos --json";
-  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
   const nlohmann::json a = json_of(one);
   for (int np : {2, 4}) {
     const CliRun cp =
-        shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+        shell(mpirun(np) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path());
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     const nlohmann::json b = json_of(cp);
     EXPECT_EQ(a["tokens"], b["tokens"]) << "np " << np;
@@ -216,22 +206,22 @@ TEST(ContextParallel, GreedyTextEqualsOneProcess) {
   }
 }
 
-TEST(ContextParallel, PerplexityEqualsOneProcess) {
+TEST(ContextParallelMpi, PerplexityEqualsOneProcess) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ppl");
   // 512 tokens a chunk: 8 tiles, so at 4 ranks too the chunks go in position order (no
   // gather).
   const std::string args = std::string(" perplexity -m ") + model + " -f " + text +
                            " -c 512 --chunks 2 --dense-only -t 1 --json";
-  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
   const double a = json_of(one)["results"]["dense"]["ppl"].get<double>();
   for (int np : {2, 4}) {
     const CliRun cp = shell(mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " +
                                 std::to_string(np),
-                            dir.path);
+                            dir.path());
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     // One process's logits bits, so its perplexity exactly (a difference at the fourth
     // decimal, or anywhere, fails).
@@ -240,7 +230,7 @@ TEST(ContextParallel, PerplexityEqualsOneProcess) {
     // --cp-gather: one process's logits bits, so its perplexity exactly.
     const CliRun gather = shell(mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " +
                                     std::to_string(np) + " --cp-gather",
-                                dir.path);
+                                dir.path());
     ASSERT_EQ(gather.code(), 0) << gather.out << gather.err;
     EXPECT_EQ(json_of(gather)["results"]["dense"]["ppl"].get<double>(), a) << "np " << np;
   }
@@ -251,17 +241,17 @@ TEST(ContextParallel, PerplexityEqualsOneProcess) {
 void sparse_perplexity(const std::string& attn, double tol) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ppl-sparse");
   const std::string args = std::string(" perplexity -m ") + model + " -f " + text +
                            " -c 512 --chunks 1 -ub 64 -b 128 --h2o-local 16 --h2o-heavy 16 "
                            "-t 1 --json --attn '" + attn + "'";
-  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
   const double a = json_of(one)["results"][attn]["ppl"].get<double>();
   for (int np : {2, 4}) {
     const CliRun cp =
-        shell(mpirun(np, 180) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path);
+        shell(mpirun(np, 180) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path());
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     const nlohmann::json b = json_of(cp)["results"];
     ASSERT_TRUE(b.contains(attn)) << b.dump();
@@ -274,9 +264,9 @@ void sparse_perplexity(const std::string& attn, double tol) {
 }
 
 // chunked_h2o's logits are one process's bits (the chain), so its perplexity is equal.
-TEST(ContextParallel, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity("chunked_h2o", 0); }
+TEST(ContextParallelMpi, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity("chunked_h2o", 0); }
 // sliding_window gathers K/V and runs the one-process kernel: its perplexity is equal too.
-TEST(ContextParallel, SlidingWindowPerplexityEqualsOneProcess) {
+TEST(ContextParallelMpi, SlidingWindowPerplexityEqualsOneProcess) {
   sparse_perplexity("sliding_window:window=48", 0);
 }
 // a_shape's rows merge their partials over the ranks (and over the sink's and window's pieces):
@@ -287,11 +277,11 @@ TEST(ContextParallel, SlidingWindowPerplexityEqualsOneProcess) {
 // BLASST's perplexity: the tiles skipped differ a little across ranks (see above). Measured on
 // these 255 scored tokens: 20.8347 in one process, 20.8408 at np 2 (2.9e-4 relative), 20.8711
 // at np 4 (1.7e-3): bounded at 5e-3 relative.
-TEST(ContextParallel, BlasstPerplexityWithinAStatedToleranceOfOneProcess) {
+TEST(ContextParallelMpi, BlasstPerplexityWithinAStatedToleranceOfOneProcess) {
   sparse_perplexity("blasst:lambda=0.05", 5e-3);
 }
 
-TEST(ContextParallel, AShapePerplexityWithinAnF16StepOfOneProcess) {
+TEST(ContextParallelMpi, AShapePerplexityWithinAnF16StepOfOneProcess) {
   sparse_perplexity("a_shape:sink=16,local=64,block_q=16,block_k=16", 5e-4);
 }
 
@@ -299,19 +289,19 @@ TEST(ContextParallel, AShapePerplexityWithinAnF16StepOfOneProcess) {
 // of a ring that sends whole shards, and the same greedy text as one process. The whole shard:
 // dense's rank 1 at 2 ranks sends both its chunks (the early one to rank 0's late run, the late
 // one too), so its figure is one shard's K/V (256 rows here, the same for both ranks).
-TEST(ContextParallel, AShapeSendsFewerBytesThanDense) {
+TEST(ContextParallelMpi, AShapeSendsFewerBytesThanDense) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ashape");
   const std::string args = std::string(" run -m ") + model + " -f " + text +
                            " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json";
   const std::string ashape = " --attn a_shape:sink=16,local=64,block_q=16,block_k=16";
-  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args + ashape, dir.path);
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args + ashape, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
-  const CliRun dense = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
+  const CliRun dense = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path());
   const CliRun sparse =
-      shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + ashape + " --cp 2", dir.path);
+      shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + ashape + " --cp 2", dir.path());
   ASSERT_EQ(dense.code(), 0) << dense.out << dense.err;
   ASSERT_EQ(sparse.code(), 0) << sparse.out << sparse.err;
   const nlohmann::json d = json_of(dense), s = json_of(sparse);
@@ -329,17 +319,17 @@ TEST(ContextParallel, AShapeSendsFewerBytesThanDense) {
 // BLASST under `run --cp 2 --json`: the same greedy text as one process, the key tiles counted
 // over the ranks as one process counts them, and the seed's bytes (the sink tile's K rows,
 // once per layer, to every rank but rank 0) reported apart from the ring's.
-TEST(ContextParallel, BlasstRunReportsSkipsAndSeedBytes) {
+TEST(ContextParallelMpi, BlasstRunReportsSkipsAndSeedBytes) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-blasst");
   const std::string args = std::string(" run -m ") + model + " -f " + text +
                            " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json "
                            "--attn blasst:lambda=0.05";
-  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path);
+  const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
-  const CliRun cp = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path);
+  const CliRun cp = shell(mpirun(2, 180) + SPATTN_CLI_PATH + args + " --cp 2", dir.path());
   ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
   const nlohmann::json a = json_of(one), b = json_of(cp);
   EXPECT_EQ(a["tokens"], b["tokens"]);
@@ -363,91 +353,91 @@ void expect_every_rank_fails(const CliRun& r, int np, const std::string& named) 
   EXPECT_EQ(count(r.err, "error: "), np) << r.err;
 }
 
-TEST(ContextParallel, CpNotMatchingTheRanksFailsOnEveryRank) {
+TEST(ContextParallelMpi, CpNotMatchingTheRanksFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   TempDir dir("spattn-cp-bad");
   const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH +
                              " run -m /nonexistent.gguf -p hello --cp 3",
-                         dir.path);
+                         dir.path());
   expect_every_rank_fails(r, 2, "--cp 3 (rank 0) does not match the 2 processes MPI started");
 }
 
-TEST(ContextParallel, ARankFailingToLoadTheModelFailsEveryRank) {
+TEST(ContextParallelMpi, ARankFailingToLoadTheModelFailsEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-load");
   // Two programs in one job (mpirun's MPMD form): rank 1 is given a file that is not there.
   const std::string rest = " -p 'int main(void) { return 0; }' -n 4 -c 128 --cp 2";
   const CliRun r = shell(kRankEnv + "timeout -k 5 30 " + std::string(kMpirun) + kRankExport +
                              " --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 " +
                              SPATTN_CLI_PATH + " run -m " + model + rest + " : -np 1 " +
-                             SPATTN_CLI_PATH + " run -m " + (dir.path / "absent.gguf").string() +
+                             SPATTN_CLI_PATH + " run -m " + (dir.path() / "absent.gguf").string() +
                              rest,
-                         dir.path);
+                         dir.path());
   expect_every_rank_fails(r, 2, "rank 1 of 2 failed (loading the model)");
 }
 
-TEST(ContextParallel, PromptShorterThanTwoPChunksFailsOnEveryRank) {
+TEST(ContextParallelMpi, PromptShorterThanTwoPChunksFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-short");
   const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model +
                              " -p 'x = 1' -n 4 -c 128 --cp 4",
-                         dir.path);
+                         dir.path());
   expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
 }
 
 // chunked_h2o splits whole -ub chunks: a prompt of 100 tokens at -ub 64 makes 2 chunks, fewer
 // than 4 ranks, and every rank says so.
-TEST(ContextParallel, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
+TEST(ContextParallelMpi, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) GTEST_SKIP() << "code-tiny-8k.gguf or its text is absent";
+  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-h2o-short");
   const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model + " -f " + text +
                              " --max-prompt 100 -n 2 -c 128 -ub 64 --h2o-local 16 --h2o-heavy 16 "
                              "--attn chunked_h2o --cp 4",
-                         dir.path);
+                         dir.path());
   expect_every_rank_fails(r, 4, "tokens make fewer than the 4 chunks of -ub 64 the split needs");
 }
 
 // Methods the ring cannot split are refused by name on every rank, before any work.
-TEST(ContextParallel, MethodNotContextParallelFailsOnEveryRank) {
+TEST(ContextParallelMpi, MethodNotContextParallelFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-method");
   const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH + " run -m " + model +
                              " -p 'int main(void) { return 0; }' -n 2 -c 128 --attn "
                              "tri_shape --cp 2",
-                         dir.path);
+                         dir.path());
   expect_every_rank_fails(r, 2,
                           "is not context-parallel (dense, a_shape, blasst, chunked_h2o and sliding_window are)");
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold
 // (it follows each one-process chunk's kv length) and the in-order visit are refused by name.
-TEST(ContextParallel, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
+TEST(ContextParallelMpi, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-blasst-bad");
   const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
                           " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp 2 --attn ";
   expect_every_rank_fails(shell(mpirun(2, 30) + run + "blasst:lambda=0.01,order=in_order",
-                                dir.path),
+                                dir.path()),
                           2, "--cp with blasst runs order=local_first only");
   // A calibration file one process would run (a made-up law; what matters is that it loads).
   Calibration c;
   c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
   c.fit_min = 0.2, c.fit_max = 0.85, c.samples = 1, c.lengths = {1024};
   c.source = "test", c.heads = 2, c.kv_heads = 2, c.dim = 64, c.dtype = "f32";
-  const std::string calib = (dir.path / "c.json").string();
+  const std::string calib = (dir.path() / "c.json").string();
   save_calibration(calib, c);
   expect_every_rank_fails(
-      shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path),
+      shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path()),
       2, "--cp with blasst takes lambda=X");
 }
 
@@ -456,7 +446,7 @@ TEST(ContextParallel, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
 TEST(ContextParallel, ServeWithCpIsANamedError) {
   TempDir dir("spattn-cp-serve");
   for (const std::string cp : {" --cp 2", " --cp 1 --cp-gather"}) {
-    const CliRun r = run_spattn("serve -m /nonexistent.gguf --port 0" + cp, dir.path);
+    const CliRun r = run_spattn("serve -m /nonexistent.gguf --port 0" + cp, dir.path());
     EXPECT_EQ(r.code(), 2) << r.err;
     EXPECT_NE(r.err.find(": serve is not context-parallel (run and perplexity are)"),
               std::string::npos)
@@ -465,16 +455,16 @@ TEST(ContextParallel, ServeWithCpIsANamedError) {
 }
 
 // --cp-gather runs the dense prefill only, and only with --cp P > 1: named errors.
-TEST(ContextParallel, GatherWithAMethodOrWithoutRanksIsAnError) {
+TEST(ContextParallelMpi, GatherWithAMethodOrWithoutRanksIsAnError) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf");
-  if (model.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-gather-bad");
   const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
                           " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp-gather";
-  expect_every_rank_fails(shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path),
+  expect_every_rank_fails(shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path()),
                           2, "--cp-gather runs the dense prefill (not --attn blasst:lambda=0.1)");
-  const CliRun one = shell(std::string("exec ") + run, dir.path);
+  const CliRun one = shell(std::string("exec ") + run, dir.path());
   EXPECT_EQ(one.code(), 2) << one.err;
   EXPECT_NE(one.err.find("--cp-gather needs --cp P with P > 1"), std::string::npos) << one.err;
 }

@@ -12,37 +12,32 @@
 #include "spattn/image.hpp"
 #include "spattn/mask_figure.hpp"
 #include "spattn/metrics.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) / (std::string("spattn_png_") + info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+test::TempDir temp_dir() { return test::TempDir("spattn_png"); }
 
 TEST(PngImage, RoundTripKeepsEveryPixel) {
   // Odd sizes, so row strides and filters see no convenient multiple.
   Image img(37, 23);
   std::mt19937 rng(5);
   for (auto& byte : img.pixels) byte = uint8_t(rng());
-  const fs::path path = temp_dir() / "round.png";
+  const test::TempDir dir = temp_dir();
+  const fs::path path = dir / "round.png";
   write_png(img, path.string());
   const test::PngPixels back = test::read_png_rgb(path.string());
   ASSERT_TRUE(back.ok) << back.error;
   EXPECT_EQ(back.width, 37);
   EXPECT_EQ(back.height, 23);
   EXPECT_EQ(back.rgb, img.pixels);
-  fs::remove_all(path.parent_path());
 }
 
 TEST(PngImage, BadPathThrowsNamingIt) {
-  const fs::path dir = temp_dir();
+  const test::TempDir dir = temp_dir();
   const Image img(4, 4, {1, 2, 3});
   const std::string missing = (dir / "no_such_dir" / "x.png").string();
   try {
@@ -52,7 +47,6 @@ TEST(PngImage, BadPathThrowsNamingIt) {
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
   }
   EXPECT_THROW(write_png(img, dir.string()), Error);  // a directory is not a file
-  fs::remove_all(dir);
 }
 
 TEST(PngImage, RejectsBadSizes) {
@@ -61,7 +55,8 @@ TEST(PngImage, RejectsBadSizes) {
   EXPECT_THROW(Image(int64_t(1) << 20, 1), Error);
   Image broken;
   broken.width = broken.height = 2;  // no pixels
-  EXPECT_THROW(write_png(broken, (temp_dir() / "b.png").string()), Error);
+  const test::TempDir dir = temp_dir();
+  EXPECT_THROW(write_png(broken, (dir / "b.png").string()), Error);
 }
 
 TEST(PngImage, FillAndBlitClipAtEdges) {
@@ -182,12 +177,12 @@ TEST(PngFigure, DrawsThreePanelsAtTheGridsScale) {
   EXPECT_EQ(img.width, 3 * panel + 2 * 2 + 2 * 16);
   EXPECT_GT(img.height, panel);
   EXPECT_LT(img.height, panel + 250);  // title, headers, legend and colour bar
-  const fs::path path = temp_dir() / "figure.png";
+  const test::TempDir dir = temp_dir();
+  const fs::path path = dir / "figure.png";
   write_png(img, path.string());
   const test::PngPixels back = test::read_png_rgb(path.string());
   ASSERT_TRUE(back.ok) << back.error;
   EXPECT_EQ(back.rgb, img.pixels);
-  fs::remove_all(path.parent_path());
 }
 
 }  // namespace

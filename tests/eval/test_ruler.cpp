@@ -18,24 +18,20 @@
 #include "spattn/model_maker.hpp"
 #include "spattn/ruler.hpp"
 #include "spattn/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& what) {
-  const fs::path d =
-      fs::temp_directory_path() / ("spattn_ruler_" + what + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+test::TempDir temp_dir(const std::string& what) { return test::TempDir("spattn_ruler_" + what); }
 
 // A made-up model (byte-level BPE vocabulary) written once; its path.
 const fs::path& model_path() {
+  static const test::TempDir dir = temp_dir("model");  // removed at exit
   static const fs::path p = [] {
-    const fs::path d = temp_dir("model") / "m.gguf";
+    const fs::path d = dir / "m.gguf";
     ModelShape s;
     s.layers = 2;
     s.dim = 64;
@@ -283,7 +279,7 @@ TEST(Ruler, BadOptionsAreErrors) {
 // Two runs of the same command: the JSON run's figures, and the table run printing the same
 // figures (a second run, so also determinism).
 TEST(Ruler, EvalCommandRunsAndIsDeterministic) {
-  const fs::path d = temp_dir("cli");
+  const test::TempDir d = temp_dir("cli");
   const std::string args = "eval -m " + model_path().string() +
                            " --task niah_single_1,vt --lengths 1024 --samples 1 --attn dense "
                            "--attn a_shape --max-gen 4";
@@ -313,11 +309,10 @@ TEST(Ruler, EvalCommandRunsAndIsDeterministic) {
         r["gap"].get<double>(), r["gap_first"].get<double>());
     EXPECT_NE(b.out.find(row), std::string::npos) << row << "\n" << b.out;
   }
-  fs::remove_all(d);
 }
 
 TEST(Ruler, EvalCommandBadArgumentsExit2) {
-  const fs::path d = temp_dir("bad");
+  const test::TempDir d = temp_dir("bad");
   const std::string m = "eval -m " + model_path().string();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {m + " --task niah_single_9", "unknown task 'niah_single_9'"},
@@ -337,7 +332,6 @@ TEST(Ruler, EvalCommandBadArgumentsExit2) {
     EXPECT_EQ(r.code(), 2) << r.err;
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
-  fs::remove_all(d);
 }
 
 }  // namespace

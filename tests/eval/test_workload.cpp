@@ -72,8 +72,6 @@ int64_t rank_of(const std::vector<double>& p, int64_t j) {
   return r;
 }
 
-bool skip_slow() { return std::getenv("SPATTN_SKIP_SLOW") != nullptr; }
-
 // Oracle top-5% block mass of every head of a prefill workload.
 std::vector<double> top5_per_head(const Workload& w) {
   std::vector<double> out;
@@ -395,7 +393,6 @@ TEST(Workload, GroundTruthIsConsistent) {
 // the 32K test checks at 5%: a few blocks hold nearly all the mass, unlike random inputs.
 // Slow only while attention_dense is the reference-speed stand-in (about 40 s).
 TEST(WorkloadSlow, TextConcentrates4K) {
-  if (skip_slow()) GTEST_SKIP() << "SPATTN_SKIP_SLOW is set";
   const Workload text = make_workload(config(WorkloadKind::text, 4096, 2, 11));
   const Workload rnd = make_workload(config(WorkloadKind::random, 4096, 2, 11));
   for (int64_t h = 0; h < 2; ++h) {
@@ -409,7 +406,6 @@ TEST(WorkloadSlow, TextConcentrates4K) {
 }
 
 TEST(WorkloadSlow, TextConcentrates8K) {
-  if (skip_slow()) GTEST_SKIP() << "SPATTN_SKIP_SLOW is set";
   for (double m : top5_per_head(make_workload(config(WorkloadKind::text, 8192, 2, 11))))
     EXPECT_GE(m, 0.85);
 }
@@ -417,7 +413,6 @@ TEST(WorkloadSlow, TextConcentrates8K) {
 // The spec's property: at 32K the oracle top 5% of 64x64 blocks hold at least 90% of a text
 // head's attention mass, and far less of a random head's.
 TEST(WorkloadSlow, TextConcentrates32K) {
-  if (skip_slow()) GTEST_SKIP() << "SPATTN_SKIP_SLOW is set";
   for (double m : top5_per_head(make_workload(config(WorkloadKind::text, 32768, 2, 11))))
     EXPECT_GE(m, 0.90);
   for (double m : top5_per_head(make_workload(config(WorkloadKind::random, 32768, 2, 11))))

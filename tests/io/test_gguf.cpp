@@ -13,10 +13,11 @@
 
 #include <unistd.h>
 
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/dtype.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -239,7 +240,8 @@ TEST(Gguf, WriterRejectsBadTensors) {
 }
 
 TEST(Gguf, FileOnDiskIsMappedAndNamed) {
-  const fs::path p = fs::path(::testing::TempDir()) / (std::string("spattn_gguf_disk_") + std::to_string(::getpid()) + ".gguf");
+  const spattn::test::TempDir dir("spattn_gguf_disk");
+  const fs::path p = dir / "t.gguf";
   Small s;
   Writer w;
   w.set("general.architecture", "llama");
@@ -253,11 +255,10 @@ TEST(Gguf, FileOnDiskIsMappedAndNamed) {
   EXPECT_EQ(parse(w.bytes(64)).data_offset(), moved.data_offset());
   fs::remove(p);
   expect_error([&] { File::open(p.string()); }, "cannot open");
-  expect_error([&] { File::open(::testing::TempDir()); }, "not a regular file");
-  const fs::path e = fs::path(::testing::TempDir()) / (std::string("spattn_gguf_empty_") + std::to_string(::getpid()) + ".gguf");
+  expect_error([&] { File::open(dir.string()); }, "not a regular file");
+  const fs::path e = dir / "empty.gguf";
   { std::ofstream(e.string()).flush(); }
   expect_error([&] { File::open(e.string()); }, "too small to be a GGUF file");
-  fs::remove(e);
 }
 
 // ---- Hostile files: one test per kind of lie ----
@@ -429,9 +430,9 @@ TEST(GgufHostile, EveryTruncationIsAnErrorNotACrash) {
 
 // ---- The real files ----
 
-TEST(GgufRealFiles, CodeTiny8k) {
+TEST(GgufReal, CodeTiny8k) {
   const std::string path = spattn::test::model_file("code-tiny-8k.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << spattn::test::models_dir());
   const File f = File::open(path);
   EXPECT_EQ(f.version(), 3u);
   EXPECT_EQ(f.get_string("general.architecture"), "llama");
@@ -454,9 +455,9 @@ TEST(GgufRealFiles, CodeTiny8k) {
   for (float v : row) ASSERT_TRUE(std::isfinite(v));
 }
 
-TEST(GgufRealFiles, CodeSmall32k) {
+TEST(GgufReal, CodeSmall32k) {
   const std::string path = spattn::test::model_file("code-small-32k.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("code-small-32k.gguf in " << spattn::test::models_dir());
   const File f = File::open(path);
   EXPECT_EQ(f.get_uint("llama.block_count"), 6u);
   EXPECT_EQ(f.get_uint("llama.embedding_length"), 512u);
@@ -470,9 +471,9 @@ TEST(GgufRealFiles, CodeSmall32k) {
   EXPECT_EQ(f.tensor("blk.5.ffn_down.weight").type, GgmlType::f16);
 }
 
-TEST(GgufRealFiles, Stories260kAndVocabularies) {
+TEST(GgufReal, Stories260kAndVocabularies) {
   const std::string stories = spattn::test::model_file("stories260K.gguf");
-  if (stories.empty()) GTEST_SKIP() << "models folder absent";
+  if (stories.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << spattn::test::models_dir());
   const File s = File::open(stories);
   EXPECT_EQ(s.get_uint("llama.block_count"), 5u);
   EXPECT_EQ(s.get_uint("llama.embedding_length"), 64u);

@@ -17,19 +17,14 @@
 #include "spattn/h2o_trace.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path temp_dir(const std::string& what) {
-  const fs::path d = fs::temp_directory_path() /
-                     ("spattn_h2o_" + what + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+test::TempDir temp_dir(const std::string& what) { return test::TempDir("spattn_h2o_" + what); }
 
 ModelShape small_shape() {
   ModelShape s;
@@ -45,10 +40,10 @@ ModelShape small_shape() {
 
 const model::Model& small_model() {
   static const model::Model m = [] {
-    const fs::path p = temp_dir("model") / "m.gguf";
+    const test::TempDir dir = temp_dir("model");
+    const fs::path p = dir / "m.gguf";
     make_model(p.string(), small_shape());
     model::Model model = model::load_model(p.string());
-    fs::remove_all(p.parent_path());
     return model;
   }();
   return m;
@@ -243,7 +238,7 @@ TEST(H2OTrace, FigureStacksHeadsAndMarksHeavyHitters) {
 }
 
 TEST(H2OTrace, RunTraceThenReportFromTheCommandLine) {
-  const fs::path d = temp_dir("cli");
+  const test::TempDir d = temp_dir("cli");
   make_model((d / "m.gguf").string(), small_shape());
   std::string prompt;
   for (int i = 0; i < 60; ++i) prompt += "tok" + std::to_string(i) + " ";
@@ -279,7 +274,6 @@ TEST(H2OTrace, RunTraceThenReportFromTheCommandLine) {
                            (d / "t1").string(), d);
   EXPECT_EQ(r.code(), 2);
   EXPECT_NE(r.err.find("--h2o-trace needs --attn chunked_h2o"), std::string::npos) << r.err;
-  fs::remove_all(d);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "spattn/error.hpp"
 #include "spattn/io.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -21,26 +22,7 @@ using spattn::Layout;
 using spattn::Tensor;
 using spattn::TensorView;
 
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = std::string("spattn_io_") + info->test_suite_name() + "_" + info->name() +
-                       "_" + std::to_string(std::random_device{}());
-    path_ = fs::temp_directory_path() / name;
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string dir() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using spattn::test::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -243,7 +225,7 @@ TEST(Npy, ToleratesTrailingBytesLikeNumpy) {
 TEST(Npy, MissingFile) {
   TempDir tmp;
   EXPECT_IO_ERROR(spattn::read_npy(tmp.file("nope.npy")), "nope.npy: no such file");
-  EXPECT_IO_ERROR(spattn::read_npy(tmp.dir()), "not a regular file");
+  EXPECT_IO_ERROR(spattn::read_npy(tmp.string()), "not a regular file");
 }
 
 TEST(Npy, EmptyFile) {
@@ -776,7 +758,7 @@ TEST(SaveQkv, RoundTripsThroughEachForm) {
   TempDir tmp;
   const Tensor q = random_tensor(DType::f16, 4, 9, 8, 1), k = random_tensor(DType::f16, 2, 9, 8, 2),
                v = random_tensor(DType::f16, 2, 9, 8, 3);
-  for (const std::string& where : {tmp.file("x.safetensors"), tmp.dir(), tmp.file("p_")}) {
+  for (const std::string& where : {tmp.file("x.safetensors"), tmp.string(), tmp.file("p_")}) {
     spattn::save_qkv(where, q, k, v);
     const spattn::QKV x = spattn::load_qkv(where);
     EXPECT_TRUE(same_bits(x.q, q)) << where;

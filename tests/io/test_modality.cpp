@@ -17,6 +17,7 @@
 #include "spattn/method.hpp"
 #include "spattn/modality.hpp"
 #include "spattn/workload.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -24,23 +25,9 @@ namespace fs = std::filesystem;
 using spattn::Error;
 using spattn::ModalityLayout;
 
-fs::path test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) /
-                 (std::string("spattn_modality_") + info->name() + "_" +
-                  std::to_string(std::random_device{}()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 class Modality : public ::testing::Test {
  protected:
-  fs::path dir = test_dir();
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+  const spattn::test::TempDir dir{"spattn_modality"};
   std::string file(const std::string& name) const { return (dir / name).string(); }
 };
 

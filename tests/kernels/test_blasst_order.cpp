@@ -24,6 +24,7 @@
 #include "spattn/workload.hpp"
 #include "targets.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -409,7 +410,8 @@ TEST(BlasstOrder, CalibrationRecordsItsOrder) {
   const Calibration c = cal.fit();
   EXPECT_EQ(c.order, BlasstOrder::local_first);
   EXPECT_EQ(calibration_from_json(calibration_to_json(c)).order, BlasstOrder::local_first);
-  const std::string path = ::testing::TempDir() + "spattn_order_calib.json";
+  const test::TempDir dir("spattn_order_calib");
+  const std::string path = dir.file("calib.json");
   save_calibration(path, c);
   expect_spec_error("blasst:sparsity=0.5,calib=" + path + ",order=in_order", "in_order");
   EXPECT_NO_THROW(make_method("blasst:sparsity=0.5,calib=" + path + ",order=local_first"));

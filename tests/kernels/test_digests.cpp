@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "hwy/targets.h"
 #include "kernels/flash_common.hpp"
 #include "spattn/blasst.hpp"
@@ -193,7 +194,7 @@ std::string target_key() {
 
 TEST(Digests, EveryKernelFormIsBitwiseUnchanged) {
 #if defined(SPATTN_SANITIZE)
-  GTEST_SKIP() << "digests are recorded for the optimised build";
+  SPATTN_SKIP_NOT_APPLICABLE("digests are recorded for the optimised build");
 #else
   const bool print = std::getenv("SPATTN_PRINT_DIGESTS") != nullptr;
   int checked = 0;
@@ -216,7 +217,7 @@ TEST(Digests, EveryKernelFormIsBitwiseUnchanged) {
     }
     EXPECT_EQ(got.size(), it->second.size()) << key;
   });
-  if (!print && checked == 0) GTEST_SKIP() << "no digests recorded for this machine's targets";
+  if (!print && checked == 0) SPATTN_SKIP_NOT_APPLICABLE("no digests recorded for this machine's targets");
 #endif
 }
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "assets.hpp"
 #include "spattn/blasst.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
@@ -408,7 +409,7 @@ TEST(PackedKV, CopyIsThePrefixAndIndependent) {
 // write, appended with that target switched off) leaves the cache as it was; it used to grow
 // size() first and leave keys it never wrote.
 TEST(PackedKV, FailedAppendChangesNothing) {
-  if (!kernels::bf16_dot_supported()) GTEST_SKIP() << "no AVX512_BF16: no pair format to fail on";
+  if (!kernels::bf16_dot_supported()) SPATTN_SKIP_NOT_APPLICABLE("no AVX512_BF16: no pair format to fail on");
   Qkv in(DType::bf16, 4, 2, 8, 200, 64);
   PackedKV kv(2, 64, DType::bf16, 256);
   ASSERT_TRUE(kv.bf16_operands());

@@ -20,18 +20,20 @@
 #include "spattn/metrics.hpp"
 #include "spattn/workload.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path write_calibration() {
+// A calibration file in the folder given.
+fs::path write_calibration(const test::TempDir& dir) {
   Calibration c;
   c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
   c.fit_min = 0.2, c.fit_max = 0.85, c.samples = 1, c.lengths = {1024};
   c.source = "test", c.heads = 2, c.kv_heads = 2, c.dim = 64, c.dtype = "f32";
-  const fs::path p = fs::path(::testing::TempDir()) / (std::string("spattn_blasst_method_calib_") + std::to_string(::getpid()) + ".json");
+  const fs::path p = dir / "calib.json";
   save_calibration(p.string(), c);
   return p;
 }
@@ -39,7 +41,8 @@ fs::path write_calibration() {
 using test::expect_spec_error;
 
 TEST(BlasstSpec, Errors) {
-  const std::string calib = write_calibration().string();
+  const test::TempDir dir("spattn_blasst_method");
+  const std::string calib = write_calibration(dir).string();
   expect_spec_error("blasst", "exactly one");
   expect_spec_error("blasst:lambda=0.1,sparsity=0.5,calib=" + calib, "exactly one");
   expect_spec_error("blasst:sparsity=0.5", "calib=FILE");
@@ -63,7 +66,8 @@ double run_lambda(const Method& m, int64_t kv_len) {
 }
 
 TEST(BlasstSpec, ThresholdFromCalibration) {
-  const fs::path p = write_calibration();
+  const test::TempDir dir("spattn_blasst_method");
+  const fs::path p = write_calibration(dir);
   auto m = make_method("blasst:sparsity=0.6,calib=" + p.string());
   const Calibration c = load_calibration(p.string());
   EXPECT_DOUBLE_EQ(run_lambda(*m, 4096), c.lambda_for(0.6, 4096));
@@ -74,7 +78,8 @@ TEST(BlasstSpec, ThresholdFromCalibration) {
 // The runner's decode (--attn-decode): the same spec forms, the threshold from the file's law
 // at the cache's length each step, the file's order; bad forms are named Errors.
 TEST(BlasstSpec, DecodeThresholdFromCalibration) {
-  const fs::path p = write_calibration();
+  const test::TempDir dir("spattn_blasst_method");
+  const fs::path p = write_calibration(dir);
   const Calibration c = load_calibration(p.string());
   // One decoded row through the runner's backend at each layer and length: bit for bit the
   // decode kernel at the law's threshold for that length, in the file's order.

@@ -19,6 +19,7 @@
 #include "masked_reference.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -395,9 +396,7 @@ TEST(FlexPrefill, RejectsBadParametersAndInputs) {
 }
 
 TEST(FlexPrefillCli, BadGammaOrTauExitsTwo) {
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("spattn_flexprefill_cli_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir("spattn_flexprefill_cli");
   for (const char* spec : {"flexprefill:gamma=0", "flexprefill:tau=2"}) {
     const test::CliRun r = test::run_spattn(
         std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") + spec, dir);

@@ -14,12 +14,13 @@
 #include <iterator>
 #include <sstream>
 
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
 #include "spattn/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn::model {
 namespace {
@@ -99,9 +100,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-TEST(H2OPrefixReuse, GoesOnFromTheLongestKeptBoundaryBitForBit) {
+TEST(H2OPrefixReuseReal, GoesOnFromTheLongestKeptBoundaryBitForBit) {
   const Fixture* f = fixture();
-  if (!f) GTEST_SKIP() << "shared models folder absent";
+  if (!f) SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << test::models_dir());
   ASSERT_EQ(f->model.config().n_vocab, kVocab);
   const auto p = second_prompt(f->text);
   Session s = first_turn(f->model, f->text);
@@ -125,9 +126,9 @@ TEST(H2OPrefixReuse, GoesOnFromTheLongestKeptBoundaryBitForBit) {
 }
 
 // A fork at a kept boundary goes on as the session would; h2o_keep bounds what is kept.
-TEST(H2OPrefixReuse, ForkAndKeepBound) {
+TEST(H2OPrefixReuseReal, ForkAndKeepBound) {
   const Fixture* f = fixture();
-  if (!f) GTEST_SKIP() << "shared models folder absent";
+  if (!f) SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << test::models_dir());
   const auto p = second_prompt(f->text);
   const Session s = first_turn(f->model, f->text);
   Session fk = s.fork(128);
@@ -146,9 +147,9 @@ TEST(H2OPrefixReuse, ForkAndKeepBound) {
 // Without the kept state (h2o_keep = 0, as before it was kept; or a prefix that is not a kept
 // boundary) the prefill after the prefix runs dense and its logits are not the fresh ones:
 // the bitwise test above can fail.
-TEST(H2OPrefixReuse, WithoutTheKeptStateTheResultDiffers) {
+TEST(H2OPrefixReuseReal, WithoutTheKeptStateTheResultDiffers) {
   const Fixture* f = fixture();
-  if (!f) GTEST_SKIP() << "shared models folder absent";
+  if (!f) SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << test::models_dir());
   const auto p = second_prompt(f->text);
   Session none = first_turn(f->model, f->text, 0);
   const std::vector<float> want = fresh_logits(f->model, p, 192);
@@ -178,8 +179,8 @@ TEST(H2OPrefixReuse, Gemma3GoesOnFromAChunkBoundaryBitForBit) {
   sh.vocab = 300;
   sh.sliding_window = 24;
   sh.seed = 5;
-  const std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                     ("spattn_h2o_gemma3_" + std::to_string(::getpid()) + ".gguf");
+  const test::TempDir dir("spattn_h2o_gemma3");
+  const std::filesystem::path path = dir / "m.gguf";
   make_model(path.string(), sh);
   const Model m = load_model(path.string());
   std::filesystem::remove(path);

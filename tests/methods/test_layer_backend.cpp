@@ -14,6 +14,7 @@
 #include "spattn/method.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -38,9 +39,8 @@ const model::Model& tiny_model() {
     shape.ffn = 64;
     shape.vocab = 64;
     shape.seed = 5;
-    const std::filesystem::path p =
-        std::filesystem::temp_directory_path() /
-        ("spattn_layer_backend_" + std::to_string(::getpid()) + ".gguf");
+    const test::TempDir dir("spattn_layer_backend");
+    const std::filesystem::path p = dir / "m.gguf";
     make_model(p.string(), shape);
     model::Model model = model::load_model(p.string());
     std::filesystem::remove(p);

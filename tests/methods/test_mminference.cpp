@@ -13,14 +13,10 @@
 #include "spattn/mminference.hpp"
 #include "spattn/workload.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
-
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("spattn_mm_" + std::to_string(::getpid()) + "_" + name)).string();
-}
 
 MMPlan three_head_plan() {
   MMPlan p;
@@ -59,6 +55,7 @@ void expect_plan_error(const std::string& text, const std::string& mention) {
 }
 
 TEST(MMInferencePlan, BadPlansRaiseErrors) {
+  const test::TempDir dir("spattn_mm");
   std::string good = mm_plan_to_json(three_head_plan());
   auto replace = [&](const std::string& from, const std::string& to) {
     std::string s = good;
@@ -76,13 +73,14 @@ TEST(MMInferencePlan, BadPlansRaiseErrors) {
   expect_plan_error(replace("\"hline\": false", "\"hline\": 0"), "'hline' must be true or false");
   expect_plan_error(replace("\"format\": \"spattn.mminference_plan\"", "\"format\": \"x\""), "format");
   expect_plan_error(replace("\"layers\": [", "\"lay\": ["), "missing field 'layers'");
-  EXPECT_THROW(load_mm_plan(temp_path("does_not_exist.json")), Error);
+  EXPECT_THROW(load_mm_plan(dir.file("does_not_exist.json")), Error);
 }
 
 // Each head of the method equals its pattern run alone on that head, and its coverage is the
 // pattern's; a plan for another head count is an error at run time.
 TEST(MMInference, EachHeadRunsItsOwnPattern) {
-  const std::string path = temp_path("plan3.json");
+  const test::TempDir dir("spattn_mm");
+  const std::string path = dir.file("plan3.json");
   save_mm_plan(three_head_plan(), path);
   auto m = make_method("mminference:plan=" + path);
   const int64_t lk = 512, d = 32;
@@ -112,11 +110,11 @@ TEST(MMInference, EachHeadRunsItsOwnPattern) {
   EXPECT_THROW(m->run(q2, k.view().head_range(0, 2), v.view().head_range(0, 2), out2, {}), Error);
   EXPECT_THROW(make_method("mminference"), Error);
   EXPECT_THROW(make_method("mminference:plan=" + path + ",layer=1"), Error);
-  std::remove(path.c_str());
 }
 
 // Same input, same plan; the plan file round-trips through save/load; a searched plan runs.
 TEST(MMInferenceSearch, DeterministicAndRoundTrips) {
+  const test::TempDir dir("spattn_mm");
   WorkloadConfig cfg;
   cfg.kind = WorkloadKind::video;
   cfg.seq = 4096;
@@ -129,7 +127,7 @@ TEST(MMInferenceSearch, DeterministicAndRoundTrips) {
   so.frame_stride = 64;
   const MMPlan a = mm_search(w.q, w.k, w.v, {}, so), b = mm_search(w.q, w.k, w.v, {}, so);
   EXPECT_EQ(mm_plan_to_json(a), mm_plan_to_json(b));
-  const std::string path = temp_path("searched.json");
+  const std::string path = dir.file("searched.json");
   save_mm_plan(a, path);
   EXPECT_EQ(mm_plan_to_json(load_mm_plan(path)), mm_plan_to_json(a));
   for (const MMHeadPlan& h : a.layers[0]) {
@@ -143,7 +141,6 @@ TEST(MMInferenceSearch, DeterministicAndRoundTrips) {
   ASSERT_EQ(r.per_head.at("pattern").size(), 2u);
   for (size_t h = 0; h < 2; ++h)
     EXPECT_EQ(r.per_head.at("pattern")[h], double(int(a.layers[0][h].pattern)));
-  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "spattn/modality_heads.hpp"
 #include "spattn/workload.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -76,11 +77,6 @@ test::EntryPredicate pieces_predicate(std::vector<std::vector<ModalityPairIndex>
   };
 }
 
-std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("spattn_mmb_" + std::to_string(::getpid()) + "_" + name)).string();
-}
-
 MMPlan boundary_plan() {
   MMPlan p;
   p.heads = 4;
@@ -112,10 +108,10 @@ void check_boundary_heads(DType t, int64_t lq, int64_t lk, int64_t d) {
                            std::to_string(lq) + " lk " + std::to_string(lk);
   SCOPED_TRACE(what);
   const MMPlan plan = boundary_plan();
-  const std::string path = temp_path("plan.json");
+  const test::TempDir dir("spattn_mmb");
+  const std::string path = dir.file("plan.json");
   save_mm_plan(plan, path);
   auto m = make_method("mminference:plan=" + path);
-  std::remove(path.c_str());
   Tensor q = test::random_tensor(t, 4, lq, d, 21, 1.5f), k = test::random_tensor(t, 2, lk, d, 22, 1.5f),
          v = test::random_tensor(t, 2, lk, d, 23);
   Tensor out(DType::f32, 4, lq, d);
@@ -232,7 +228,8 @@ TEST(BoundaryPlan, RoundTripsAndRefusesBadBoundaries) {
 
 // boundary=off runs the same patterns as No-Boundary heads: equal to a plan written with none.
 TEST(BoundaryPlan, OffRunsThePlanWithoutBoundaries) {
-  const std::string path = temp_path("b.json"), none_path = temp_path("n.json");
+  const test::TempDir dir("spattn_mmb");
+  const std::string path = dir.file("b.json"), none_path = dir.file("n.json");
   MMPlan p = boundary_plan();
   save_mm_plan(p, path);
   for (auto& h : p.layers[0]) h.boundary = MMBoundary::none;
@@ -252,8 +249,6 @@ TEST(BoundaryPlan, OffRunsThePlanWithoutBoundaries) {
     for (int64_t i = 0; i < lk; ++i)
       for (int64_t c = 0; c < d; ++c) ASSERT_EQ(o1.view().get(h, i, c), o2.view().get(h, i, c));
   EXPECT_THROW(make_method("mminference:plan=" + path + ",boundary=maybe"), Error);
-  std::remove(path.c_str());
-  std::remove(none_path.c_str());
 }
 
 // The boundary step: on a mixed sample the search may pick boundaries; its best recall is at

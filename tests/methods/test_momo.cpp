@@ -22,6 +22,7 @@
 #include "spattn/sparse_attention.hpp"
 #include "spattn/workload.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -681,8 +682,7 @@ TEST(MomoParams, NonCausalIsAnError) {
 // The command line: a bad parameter exits 2 naming it; a run and a mask figure work.
 TEST(MomoCli, BadParameterExits2AndRunsWork) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("spattn_momo_cli_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const test::TempDir dir("spattn_momo_cli");
   const std::string small = "bench --seq 512 --heads 2 --dim 64 --repeat 1 --workload text ";
   for (const char* p : {"gamma=0", "gamma=256", "beta=100", "k=0", "k_exact=200", "topk=x",
                         "sink=-1", "local=-1", "chi=100", "lambda=2"}) {
@@ -715,7 +715,6 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
     const test::CliRun r = test::run_spattn(diag + bad, dir);
     EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

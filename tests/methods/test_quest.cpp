@@ -24,6 +24,7 @@
 #include "spattn/quest.hpp"
 #include "spec_error.hpp"
 #include "spattn/tensor.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -679,8 +680,8 @@ const model::Model& small_model() {
     s.ffn = 96;
     s.vocab = 300;
     s.seed = 5;
-    const fs::path p =
-        fs::temp_directory_path() / ("spattn_quest_" + std::to_string(::getpid()) + ".gguf");
+    const test::TempDir dir("spattn_quest");
+    const fs::path p = dir / "m.gguf";
     make_model(p.string(), s);
     model::Model model = model::load_model(p.string());
     fs::remove(p);

@@ -11,6 +11,7 @@
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
 #include "spattn/workload.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -105,11 +106,10 @@ TEST(SearchRecall, TinyWorkloadCheapestMissesCostlierReaches) {
   // The reason and the flag survive the plan file.
   MMPlan flagged = plan;
   flagged.layers[0][1].flagged = true;
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("spattn_search_recall_" + std::to_string(::getpid()) + ".json")).string();
+  const test::TempDir dir("spattn_search_recall");
+  const std::string path = dir.file("plan.json");
   save_mm_plan(flagged, path);
   const MMPlan back = load_mm_plan(path);
-  std::filesystem::remove(path);
   EXPECT_EQ(back.layers[0][0].reason, h.reason);
   EXPECT_FALSE(back.layers[0][0].flagged);
   EXPECT_TRUE(back.layers[0][1].flagged);

@@ -20,6 +20,7 @@
 #include "spattn/masks.hpp"
 #include "spattn/method.hpp"
 #include "spattn/sparse_attention.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -401,10 +402,7 @@ TEST(MeanPoolTopP, RejectsBadBudgets) {
 
 // A bad budget on the command line is a named error and exit code 2.
 TEST(XAttentionCli, BadBudgetExitsTwo) {
-  // The pid keeps two test runs on one machine out of each other's files.
-  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) /
-                                    ("spattn_xattention_cli_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir("spattn_xattention_cli");
   for (const char* spec : {"xattention:tau=0", "xattention:stride=5", "mean_pool:topp=2"}) {
     const test::CliRun r = test::run_spattn(
         std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") + spec,

@@ -2,8 +2,8 @@
 // f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy text for 64 tokens and perplexity at -c 1024 over
 // 3 windows of code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh,
 // scripts/gpt_oss_vs_llama.sh and scripts/yarn_vs_llama.sh (the whole file and longer contexts
-// by hand: README). Needs llama.cpp's built tools: SPATTN_LLAMA_BIN, else
-// third_party/llama.cpp/build/bin; skipped where they or the held-out text are absent.
+// by hand: README). Needs llama.cpp's built tools (tests/assets.hpp says where they are found);
+// skipped where they or the held-out text are absent, failed under SPATTN_REQUIRE_ASSETS=1.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -11,35 +11,31 @@
 #include <filesystem>
 #include <string>
 
+#include "assets.hpp"
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path llama_bin() {
-  if (const char* env = std::getenv("SPATTN_LLAMA_BIN"); env && *env) return env;
-  return fs::path(SPATTN_SOURCE_DIR) / "third_party" / "llama.cpp" / "build" / "bin";
-}
-
 // scripts/SCRIPT LLAMA_BIN SPATTN -c 1024 --chunks 3 --text code-heldout.txt: passes on exit 0,
 // skips on 77 (a comparison not made).
 void expect_script_passes(const std::string& script) {
+  using spattn::test::llama_bin;
   const std::string text = spattn::test::model_file("code-heldout.txt");
-  if (text.empty()) GTEST_SKIP() << "code-heldout.txt absent: " << spattn::test::models_dir();
-  if (!fs::exists(llama_bin() / "llama-completion"))
-    GTEST_SKIP() << "llama.cpp's tools absent in " << llama_bin() << " (SPATTN_LLAMA_BIN)";
-  const fs::path dir = fs::temp_directory_path() / ("spattn_" + script + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  if (text.empty()) SPATTN_MISSING_ASSET("code-heldout.txt in " << spattn::test::models_dir());
+  const std::string tool = spattn::test::missing_llama_tool(
+      {"llama-completion", "llama-perplexity", "llama-quantize"});
+  if (!tool.empty()) SPATTN_MISSING_ASSET(tool << " in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
+  const spattn::test::TempDir dir("spattn_" + script);
   const std::string cmd = std::string("exec sh ") + SPATTN_SOURCE_DIR + "/scripts/" + script + " " +
                           llama_bin().string() + " " + SPATTN_CLI_PATH +
                           " -c 1024 --chunks 3 --text " + text + " >" + (dir / "out").string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   const std::string out = spattn::test::slurp(dir / "out");
-  fs::remove_all(dir);
   ASSERT_TRUE(WIFEXITED(status)) << out;
-  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << out;
+  if (WEXITSTATUS(status) == 77) SPATTN_MISSING_ASSET("a comparison " << script << " could not make: " << out);
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
 }
 

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 
@@ -44,9 +44,9 @@ Taps prefill_in_chunks(const model::Model& m, const std::vector<int32_t>& tokens
   return t;
 }
 
-TEST(BatchInvariance, ChunksOfTwoOrMoreTokensGiveEveryLayerTheSameBits) {
+TEST(BatchInvarianceReal, ChunksOfTwoOrMoreTokensGiveEveryLayerTheSameBits) {
   const std::string path = model_file("code-tiny-8k.gguf");
-  if (path.empty()) GTEST_SKIP() << "code-tiny-8k.gguf is absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
   const model::Model m = model::load_model(file);
   std::vector<int32_t> tokens(192);

@@ -20,6 +20,7 @@
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -27,12 +28,7 @@ namespace fs = std::filesystem;
 using spattn::ModelShape;
 using spattn::gguf::File;
 
-fs::path temp_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / (std::string("spattn_arch_") + info->name());
-  fs::create_directories(d);
-  return d;
-}
+spattn::test::TempDir temp_dir() { return spattn::test::TempDir("spattn_arch"); }
 
 ModelShape small(const std::string& arch) {
   ModelShape s;
@@ -53,7 +49,7 @@ void expect_run_refuses(const fs::path& d, const std::string& path,
 }
 
 TEST(ModelArch, Llama3RopeScalingIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("llama");
   s.rope_scaling = "llama3";
   s.rope_base = 500000.0f;
@@ -108,7 +104,7 @@ TEST(ModelArch, Llama31PresetHasItsRopeScaling) {
 }
 
 TEST(ModelArch, BadFilesAreNamedErrorsExitTwo) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("llama");
   s.rope_scaling = "llama3";
   const std::string good = (d / "good.gguf").string();
@@ -150,7 +146,7 @@ TEST(ModelArch, BadFilesAreNamedErrorsExitTwo) {
 }
 
 TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("qwen3");
   s.head_dim = 48;  // heads x head dim (96) != dim (64), as in the real Qwen3 shapes
   const std::string p = (d / "m.gguf").string();
@@ -188,7 +184,7 @@ TEST(ModelArch, Qwen3LayoutIsWrittenAndRead) {
 }
 
 TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("qwen3moe");
   s.head_dim = 48;
   s.experts = 6, s.experts_used = 2, s.expert_ffn = 40;
@@ -296,7 +292,7 @@ TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
 // gpt-oss: the biases, sinks and FFN norm by llama.cpp's names, the window and its pattern
 // (every second layer local, from layer 0), YaRN on both kinds of layer, and the bad files.
 TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("gpt-oss");
   s.layers = 3;
   s.experts = 4, s.experts_used = 2, s.expert_ffn = 32;
@@ -371,7 +367,7 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
 // (the tensor list has one name for it, which the reader, the validator and the maker read;
 // the validator once named it ffn_norm.weight, a tensor gpt-oss files do not have).
 TEST(ModelArch, GptOssFfnNormShapeErrorNamesItsTensor) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("gpt-oss");
   s.experts = 4, s.experts_used = 2, s.expert_ffn = 32;
   s.sliding_window = 16;
@@ -397,7 +393,7 @@ TEST(ModelArch, GptOssPresetHasThePublishedSize) {
 // missing FFN norm is named as the file names it, files without the optional biases load, and
 // the runner runs it.
 TEST(ModelArch, SeedOssLayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   const ModelShape s = small("seed_oss");
   const std::string p = (d / "m.gguf").string();
   spattn::make_model(p, s);
@@ -432,7 +428,7 @@ TEST(ModelArch, SeedOssLayoutIsWrittenAndRead) {
 }
 
 TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("phi3");
   s.rope_scaling = "longrope";
   s.context = 256;
@@ -511,7 +507,7 @@ TEST(ModelArch, PresetsHaveThePublishedParameterCounts) {
 }
 
 TEST(ModelArch, Gemma3LayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s = small("gemma3");
   s.layers = 7;
   s.head_dim = 32;

@@ -17,6 +17,7 @@
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
 #include "spattn/workload.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn::model {
 namespace {
@@ -886,8 +887,8 @@ TEST(ModelForward, CalibratedBlasstTakesEachLayersOwnLaw) {
     cal.add(w.q, w.k, w.v, 0);
     cal.add(w.q, w.k, w.v, 3);
   }
-  const std::string file =
-      (std::filesystem::temp_directory_path() / "spattn_model_layers_calib.json").string();
+  const test::TempDir dir("spattn_model_layers_calib");
+  const std::string file = dir.file("calib.json");
   save_calibration(file, cal.fit());
   const MadeUp mu = make_model(Arch::llama, false, true, 9);
   const Model model(mu.refs);
@@ -902,7 +903,6 @@ TEST(ModelForward, CalibratedBlasstTakesEachLayersOwnLaw) {
   EXPECT_NE(err.find("no law for layer 1 (it has layers 0, 3)"), std::string::npos) << err;
   so.attn += ",layer=3";
   EXPECT_NO_THROW(Session(model, so));
-  std::filesystem::remove(file);
 }
 
 TEST(ModelForward, BadInputRaises) {

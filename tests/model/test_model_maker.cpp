@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model_maker.hpp"
 #include "spattn/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -23,12 +24,7 @@ using spattn::ModelShape;
 using spattn::gguf::File;
 using spattn::gguf::GgmlType;
 
-fs::path temp_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const fs::path d = fs::path(::testing::TempDir()) / (std::string("spattn_mm_") + info->name());
-  fs::create_directories(d);
-  return d;
-}
+spattn::test::TempDir temp_dir() { return spattn::test::TempDir("spattn_mm"); }
 
 std::string read_all(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -36,7 +32,7 @@ std::string read_all(const fs::path& p) {
 }
 
 TEST(ModelMaker, Qwen2LayoutHasEveryTensorAndKey) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s;
   s.arch = "qwen2";
   s.layers = 3;
@@ -98,7 +94,7 @@ TEST(ModelMaker, Qwen2LayoutHasEveryTensorAndKey) {
 }
 
 TEST(ModelMaker, LlamaTiedSpmAndSeeds) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   ModelShape s;
   s.vocab = 64;  // too small for byte tokens: a SentencePiece vocabulary without fallback
   s.tied = true;
@@ -150,7 +146,7 @@ TEST(ModelMaker, Llama32_1bShape) {
 }
 
 TEST(ModelCli, MakeModelThenTokenize) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   const std::string m = (d / "m.gguf").string();
   auto r = spattn::test::run_spattn("make-model -o " + m + " --layers 1 --dim 32 --heads 2 "
                                     "--kv-heads 1 --ffn 64 --vocab 400 --type q8_0",
@@ -170,7 +166,7 @@ TEST(ModelCli, MakeModelThenTokenize) {
 }
 
 TEST(ModelCli, TokenizeBadFilesExitTwo) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   { std::ofstream(d / "junk.gguf") << "not a gguf file at all"; }
   auto r = spattn::test::run_spattn("tokenize -m " + (d / "junk.gguf").string() + " -p x", d);
   EXPECT_EQ(r.code(), 2);
@@ -191,10 +187,10 @@ TEST(ModelCli, TokenizeBadFilesExitTwo) {
   EXPECT_NE(r.err.find("give one of -p/--prompt and -f/--file"), std::string::npos) << r.err;
 }
 
-TEST(ModelCli, TokenizeRealVocabularyFromFile) {
+TEST(ModelCliReal, TokenizeRealVocabularyFromFile) {
   const std::string spm = spattn::test::model_file("ggml-vocab-llama-spm.gguf");
-  if (spm.empty()) GTEST_SKIP() << "models folder absent";
-  const fs::path d = temp_dir();
+  if (spm.empty()) SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
+  const spattn::test::TempDir d = temp_dir();
   { std::ofstream(d / "p.txt") << "Hello world"; }
   auto r = spattn::test::run_spattn("tokenize -m " + spm + " -f " + (d / "p.txt").string(), d);
   ASSERT_EQ(r.code(), 0) << r.err;

@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -46,7 +48,7 @@ __attribute__((no_sanitize("address"))) unsigned touch_pages(const unsigned char
 }
 
 TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
-  if (!kernel_populates()) GTEST_SKIP() << "this kernel has no MADV_POPULATE_READ";
+  if (!kernel_populates()) SPATTN_SKIP_NOT_APPLICABLE("this kernel has no MADV_POPULATE_READ");
   ModelShape sh;
   sh.layers = 2;
   sh.dim = 512;
@@ -57,9 +59,8 @@ TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
   sh.type = gguf::GgmlType::f16;  // read in place: ggml repacks no f16 matrix
   sh.tied = true;
   sh.seed = 3;
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() /
-      ("spattn_mapping_" + std::to_string(::getpid()) + ".gguf");
+  const test::TempDir dir("spattn_mapping");
+  const std::filesystem::path path = dir / "m.gguf";
   make_model(path.string(), sh);
   const model::Model m = model::load_model(path.string());
   std::filesystem::remove(path);  // the mapping keeps the file's pages
@@ -81,7 +82,7 @@ TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
   const long faults = minor_faults() - before;
   // About 7,040 pages. Unmapped, reading one byte a page faults at least once per 16 pages
   // (the kernel maps up to 64 KiB around a fault): 450 or more; mapped in at load, none.
-  if (pages < 7000) GTEST_SKIP() << "ggml repacks f16 matrices here: nothing read in place";
+  if (pages < 7000) SPATTN_SKIP_NOT_APPLICABLE("ggml repacks f16 matrices here: nothing read in place");
   EXPECT_LT(faults, pages / 64) << faults << " minor faults reading " << pages
                                 << " pages of weights (byte sum " << sum << ")";
 }

@@ -10,10 +10,11 @@
 #include <filesystem>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 #include "spattn/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn::model {
 namespace {
@@ -33,7 +34,7 @@ std::vector<int32_t> greedy(const Model& m, const SessionOptions& so,
 
 TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
   const std::string path = test::model_file("code-tiny-8k.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << test::models_dir());
   const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
   const gguf::File& f = *file;
   const Model m = load_model(file);
@@ -70,7 +71,7 @@ TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
 
 TEST(ModelReal, Stories260KTellsItsStory) {
   const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
   const gguf::File& f = *file;
   const Model m = load_model(file);
@@ -93,7 +94,7 @@ TEST(ModelReal, Stories260KTellsItsStory) {
 // newline at the end). llama-completion with --temp 0 prints the same text.
 TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
   const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   const auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
   const gguf::File& f = *file;
   const Model m = load_model(file);
@@ -140,22 +141,15 @@ TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
   }
 }
 
-class RunnerCli : public ::testing::Test {
+class RunnerCliReal : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("spattn_runner_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   test::CliRun run(const std::string& args) { return test::run_spattn(args, dir_); }
-  std::filesystem::path dir_;
+  const test::TempDir dir_{"spattn_runner_cli"};
 };
 
-TEST_F(RunnerCli, RunPrintsTextAndTimings) {
+TEST_F(RunnerCliReal, RunPrintsTextAndTimings) {
   const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   const auto r = run("run -m " + path + " -p 'Once upon a time' -n 8 -c 64 -b 16 -ub 4");
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl", 0), 0u) << r.out;
@@ -188,9 +182,9 @@ TEST_F(RunnerCli, RunPrintsTextAndTimings) {
   }
 }
 
-TEST_F(RunnerCli, PerplexityComparesDenseAndChunkedH2O) {
+TEST_F(RunnerCliReal, PerplexityComparesDenseAndChunkedH2O) {
   const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   std::ofstream(dir_ / "text.txt") << "Once upon a time, there was a little girl named Lily. She "
                                       "loved to play outside in the park. One day, she saw a big, "
                                       "red ball. She wanted to play with it, but it was too high.";
@@ -202,9 +196,9 @@ TEST_F(RunnerCli, PerplexityComparesDenseAndChunkedH2O) {
   EXPECT_NE(r.out.find("\"relative_loss\""), std::string::npos);
 }
 
-TEST_F(RunnerCli, BadInputExits2) {
+TEST_F(RunnerCliReal, BadInputExits2) {
   const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "shared models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   auto bad = [&](const std::string& args, const std::string& what) {
     const auto r = run(args);
     EXPECT_EQ(r.code(), 2) << args << "\n" << r.err;

@@ -20,6 +20,7 @@
 #include "spattn/gguf.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
@@ -65,18 +66,11 @@ void expect_all(const std::string& message, const std::vector<std::string>& part
     EXPECT_NE(message.find(p), std::string::npos) << "message: " << message << "\nmissing: " << p;
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::path(::testing::TempDir()) /
-           ("spattn_quant_bad_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+// This test's folder, with the bytes of a file written into it.
+struct TempDir : spattn::test::TempDir {
+  TempDir() : spattn::test::TempDir("spattn_quant_bad") {}
   fs::path write(const std::string& name, const Bytes& b) const {
-    const fs::path p = path / name;
+    const fs::path p = path() / name;
     std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
                                              std::streamsize(b.size()));
     return p;
@@ -237,7 +231,7 @@ Bytes model_bytes(const TempDir& dir, GgmlType type = GgmlType::f16) {
   spattn::ModelShape s;
   s.layers = 1, s.dim = 64, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.vocab = 300;
   s.type = type;
-  const fs::path p = dir.path / "model.gguf";
+  const fs::path p = dir.path() / "model.gguf";
   spattn::make_model(p.string(), s);
   std::ifstream in(p, std::ios::binary);
   return Bytes(std::istreambuf_iterator<char>(in), {});
@@ -249,7 +243,7 @@ std::string loader_error(const Bytes& b, const TempDir& dir, const std::string& 
   const fs::path p = dir.write(file, b);
   const std::string m = error_of([&] { spattn::model::load_model(p.string()); });
   expect_all(m, parts);
-  const spattn::test::CliRun r = spattn::test::run_spattn("run -m " + p.string() + " -p hi -n 1", dir.path);
+  const spattn::test::CliRun r = spattn::test::run_spattn("run -m " + p.string() + " -p hi -n 1", dir.path());
   EXPECT_TRUE(r.exited()) << "spattn run died on " << file << ": " << r.err;
   EXPECT_EQ(r.code(), 2) << file << ": " << r.err;
   expect_all(r.err, parts);
@@ -261,7 +255,7 @@ TEST(QuantBadInput, ModelLoaderAndCliRefuseBadWeights) {
   TempDir dir;
   const Bytes good = model_bytes(dir);
   // The good file loads (so each failure below is the one change's doing).
-  EXPECT_NO_THROW(spattn::model::load_model((dir.path / "model.gguf").string()));
+  EXPECT_NO_THROW(spattn::model::load_model((dir.path() / "model.gguf").string()));
 
   // i16 and i32 are ggml types the reader accepts but ggml cannot multiply: f16 data relabelled
   // i16 (same size), f32 norm relabelled i32 (same size).

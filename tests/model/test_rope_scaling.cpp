@@ -17,6 +17,7 @@
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -92,8 +93,7 @@ TEST(RopeScaling, YarnEqualsGgmlsRope) {
 
 TEST(RopeScaling, YarnFileIsReadAndBadValuesAreNamed) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "spattn_rope_scaling";
-  fs::create_directories(dir);
+  const spattn::test::TempDir dir("spattn_rope_scaling");
   ModelShape s;
   s.arch = "qwen3";
   s.layers = 1, s.dim = 64, s.heads = 2, s.kv_heads = 1, s.ffn = 64, s.vocab = 300;
@@ -118,7 +118,6 @@ TEST(RopeScaling, YarnFileIsReadAndBadValuesAreNamed) {
   EXPECT_THROW(model::yarn_rope_divisors(64, 1e6, -1, 512), Error);
   EXPECT_THROW(model::yarn_rope_divisors(64, 1e6, 4, 0), Error);
   EXPECT_THROW(model::yarn_rope_divisors(63, 1e6, 4, 512), Error);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "spattn/error.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn::model {
 namespace {
@@ -33,8 +34,8 @@ const Model& small_model() {
     s.ffn = 96;
     s.vocab = 300;
     s.seed = 11;
-    const fs::path p = fs::temp_directory_path() /
-                       ("spattn_session_state_" + std::to_string(::getpid()) + ".gguf");
+    const test::TempDir dir("spattn_session_state");
+    const fs::path p = dir / "m.gguf";
     spattn::make_model(p.string(), s);
     Model model = load_model(p.string());
     fs::remove(p);
@@ -280,9 +281,8 @@ TEST(SessionState, CalibratedTargetOutOfReachInTheLastLayerChangesNothing) {
     if (l == 2) e.reach = {{64, 0.9}, {512, 0.0}};
     file.layers.push_back(e);
   }
-  const std::string path =
-      (fs::temp_directory_path() / ("spattn_session_reach_" + std::to_string(::getpid()) + ".json"))
-          .string();
+  const test::TempDir dir("spattn_session_reach");
+  const std::string path = dir.file("calib.json");
   save_calibration(path, file);
   const SessionOptions so = opts("blasst:sparsity=0.3,calib=" + path);
   const auto t = tokens(300, 10), more = tokens(30, 11);
@@ -302,7 +302,6 @@ TEST(SessionState, CalibratedTargetOutOfReachInTheLastLayerChangesNothing) {
   EXPECT_EQ(s.n_past(), 151);
   EXPECT_EQ(cache_difference(s, twin), "");
   expect_same_next_results(s, twin, more);
-  fs::remove(path);
 }
 
 // ---- truncate and fork: the state a prefill of the kept tokens alone gives. ----

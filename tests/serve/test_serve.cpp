@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "serve/chat_prompt.hpp"
 #include "serve/metrics.hpp"
 #include "serve/request.hpp"
@@ -31,6 +31,7 @@
 #include "serve/slot.hpp"
 #include "serve_fixture.hpp"
 #include "spattn/error.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -105,7 +106,7 @@ Streamed read_stream(const std::string& body, bool chat) {
   return s;
 }
 
-TEST(Serve, RoutesAnswerInTheirShapes) {
+TEST(ServeReal, RoutesAnswerInTheirShapes) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
@@ -135,11 +136,10 @@ TEST(Serve, RoutesAnswerInTheirShapes) {
   EXPECT_EQ(bos["tokens"].at(0), model->tokenizer.bos());
 }
 
-TEST(Serve, GreedyCompletionEqualsSpattnRunStreamedOrNot) {
+TEST(ServeReal, GreedyCompletionEqualsSpattnRunStreamedOrNot) {
   NEED_STORIES();
   const std::string prompt = "Once upon a time, a little dog";
-  const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_run";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir("spattn_serve_run");
   const test::CliRun run = test::run_spattn(
       "run -m " + test::model_file("stories260K.gguf") + " -c 512 -n 40 --temp 0 --json -p '" +
           prompt + "'",
@@ -182,7 +182,7 @@ TEST(Serve, GreedyCompletionEqualsSpattnRunStreamedOrNot) {
   EXPECT_EQ(s.last["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
-TEST(Serve, ChatUsesThePlainFallbackStreamedOrNot) {
+TEST(ServeReal, ChatUsesThePlainFallbackStreamedOrNot) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
@@ -214,7 +214,7 @@ TEST(Serve, ChatUsesThePlainFallbackStreamedOrNot) {
   EXPECT_EQ(s.last["usage"]["completion_tokens"], a["usage"]["completion_tokens"]);
 }
 
-TEST(Serve, ChatTemplateByNameRendersTheConversation) {
+TEST(ServeReal, ChatTemplateByNameRendersTheConversation) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.chat_template = "chatml";
@@ -247,7 +247,7 @@ TEST(Serve, ChatTemplateByNameRendersTheConversation) {
   }
 }
 
-TEST(Serve, SamplingIsSeededAndStopSequencesCut) {
+TEST(ServeReal, SamplingIsSeededAndStopSequencesCut) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
@@ -283,7 +283,7 @@ TEST(Serve, SamplingIsSeededAndStopSequencesCut) {
   }
 }
 
-TEST(Serve, PerRequestAttentionRunsAndIsReported) {
+TEST(ServeReal, PerRequestAttentionRunsAndIsReported) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.n_ubatch = 32;
@@ -316,7 +316,7 @@ TEST(Serve, PerRequestAttentionRunsAndIsReported) {
 }
 
 // A server started with --attn-decode decodes every request so and reports the keys decode read.
-TEST(Serve, SparseDecodeRunsAndIsReported) {
+TEST(ServeReal, SparseDecodeRunsAndIsReported) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.attn_decode = "quest:k=2,dense_layers=0,dense_at=1";
@@ -333,7 +333,7 @@ TEST(Serve, SparseDecodeRunsAndIsReported) {
   EXPECT_LT(u["decode_keys_read"].get<int64_t>(), u["decode_keys_total"].get<int64_t>());
 }
 
-TEST(Serve, BadRequestsGet400AndTheServerServesOn) {
+TEST(ServeReal, BadRequestsGet400AndTheServerServesOn) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.n_ctx = 128;
@@ -415,7 +415,7 @@ double metric(const std::string& page, const std::string& name) {
   return -1;
 }
 
-TEST(Serve, MetricsCountWhatRanOnlyWithTheFlag) {
+TEST(ServeReal, MetricsCountWhatRanOnlyWithTheFlag) {
   NEED_STORIES();
   {
     Running srv(options(), *model);
@@ -480,7 +480,7 @@ TEST(Serve, MetricsCountWhatRanOnlyWithTheFlag) {
   }
 }
 
-TEST(Serve, ApiKeyIsRequiredExceptForHealth) {
+TEST(ServeReal, ApiKeyIsRequiredExceptForHealth) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.api_key = "sekret";
@@ -522,7 +522,7 @@ struct Gate {
   }
 };
 
-TEST(Serve, AFullQueueGets503AndTheQueuedRequestsFinish) {
+TEST(ServeReal, AFullQueueGets503AndTheQueuedRequestsFinish) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.max_queue = 1;
@@ -559,7 +559,7 @@ TEST(Serve, AFullQueueGets503AndTheQueuedRequestsFinish) {
   EXPECT_EQ(ok_json(c.Get("/props"))["spattn"]["requests_in_flight"], 0);
 }
 
-TEST(Serve, AWaitingStreamGetsKeepAlives) {
+TEST(ServeReal, AWaitingStreamGetsKeepAlives) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.test_hook = [](const std::string& ev) {
@@ -576,7 +576,7 @@ TEST(Serve, AWaitingStreamGetsKeepAlives) {
   EXPECT_GE(s.comments, 2) << r->body;
 }
 
-TEST(Serve, AClientLeavingMidPrefillCancelsIt) {
+TEST(ServeReal, AClientLeavingMidPrefillCancelsIt) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.n_ubatch = 16;
@@ -627,10 +627,9 @@ TEST(Serve, AClientLeavingMidPrefillCancelsIt) {
 
 // The binary itself: `spattn serve --port 0` says where it listens, serves, and ends cleanly
 // on SIGTERM; bad flags exit 2 before anything binds.
-TEST(ServeCli, TheBinaryServesAndStopsOnSigterm) {
+TEST(ServeCliReal, TheBinaryServesAndStopsOnSigterm) {
   NEED_STORIES();
-  const auto dir = std::filesystem::temp_directory_path() / "spattn_serve_cli";
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir("spattn_serve_cli");
   const std::string m = test::model_file("stories260K.gguf");
   for (const char* bad : {"-np 0", "--attn no_such_method", "--port 70000", "--timeout 0"}) {
     const test::CliRun r = test::run_spattn("serve -m " + m + " " + std::string(bad), dir);

@@ -21,6 +21,7 @@
 #include "serve_fixture.hpp"
 #include "spattn/error.hpp"
 #include "spattn/mminference.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -93,7 +94,7 @@ std::string error_message(const httplib::Result& r) {
 }
 
 // 1. A gzip body is counted after inflation, while it inflates: 64 MiB of spaces in 64 KB.
-TEST(ServeHardening, AGzipBombIsRefusedAtTheLimitWithoutInflatingIt) {
+TEST(ServeHardeningReal, AGzipBombIsRefusedAtTheLimitWithoutInflatingIt) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.max_body = 1 << 20;
@@ -114,7 +115,7 @@ TEST(ServeHardening, AGzipBombIsRefusedAtTheLimitWithoutInflatingIt) {
 }
 
 // 2. A chunked body is counted as its chunks arrive: the server stops reading at the limit.
-TEST(ServeHardening, AChunkedBodyStopsBeingReadAtTheLimit) {
+TEST(ServeHardeningReal, AChunkedBodyStopsBeingReadAtTheLimit) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.max_body = 1 << 20;
@@ -142,7 +143,7 @@ TEST(ServeHardening, AChunkedBodyStopsBeingReadAtTheLimit) {
 }
 
 // 3. /tokenize is bounded (its content, and through admission).
-TEST(ServeHardening, TokenizeIsBoundedAndAdmitted) {
+TEST(ServeHardeningReal, TokenizeIsBoundedAndAdmitted) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   Running srv(o, *model);
@@ -161,11 +162,9 @@ TEST(ServeHardening, TokenizeIsBoundedAndAdmitted) {
 
 // 4, 5, 9. A request never names a file: a path, a FIFO or /dev/zero is refused at once, with
 // a message that says nothing of whether the path exists; names from --plans-dir work.
-TEST(ServeHardening, RequestsNameNoFilesOnlyPlansDirNames) {
+TEST(ServeHardeningReal, RequestsNameNoFilesOnlyPlansDirNames) {
   NEED_STORIES();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("spattn_plans_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const test::TempDir dir("spattn_plans");
   const std::string fifo = (dir / "fifo").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   MMPlan plan;
@@ -199,12 +198,11 @@ TEST(ServeHardening, RequestsNameNoFilesOnlyPlansDirNames) {
   EXPECT_EQ(ask("mminference:plan=tiny.json")->status, 200) << ask("mminference:plan=tiny.json")->body;
   EXPECT_EQ(ask("mminference:plan=missing.json")->status, 400);
   EXPECT_EQ(c.Get("/health")->status, 200);
-  std::filesystem::remove_all(dir);
 }
 
 // 6. Slowloris: many sockets sending a header byte at a time neither stop /health nor hold a
 // worker past the header deadline.
-TEST(ServeHardening, SlowlorisNeitherStopsServiceNorOutlivesTheHeaderDeadlineSlow) {
+TEST(ServeHardeningReal, SlowlorisNeitherStopsServiceNorOutlivesTheHeaderDeadlineSlow) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.max_queue = 1;  // 6 workers
@@ -241,7 +239,7 @@ TEST(ServeHardening, SlowlorisNeitherStopsServiceNorOutlivesTheHeaderDeadlineSlo
 }
 
 // 7. A POST with no Content-Length, a negative one or a float is answered at once.
-TEST(ServeHardening, BadContentLengthIsAnsweredAtOnce) {
+TEST(ServeHardeningReal, BadContentLengthIsAnsweredAtOnce) {
   NEED_STORIES();
   Running srv(options(), *model);
   const std::vector<std::pair<std::string, int>> cases = {
@@ -263,7 +261,7 @@ TEST(ServeHardening, BadContentLengthIsAnsweredAtOnce) {
 
 // 8. Shutdown: in-flight work has the deadline, then its connection is closed and the work
 // sees its client gone.
-TEST(ServeHardening, StopEndsInFlightWorkAtTheDeadline) {
+TEST(ServeHardeningReal, StopEndsInFlightWorkAtTheDeadline) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.shutdown_timeout_s = 1;
@@ -291,7 +289,7 @@ TEST(ServeHardening, StopEndsInFlightWorkAtTheDeadline) {
 }
 
 // 10. No SO_REUSEPORT: a second server on a used port fails to bind; the CLI exits 1.
-TEST(ServeHardening, ASecondServerOnAUsedPortFails) {
+TEST(ServeHardeningReal, ASecondServerOnAUsedPortFails) {
   NEED_STORIES();
   Running first(options(), *model);
   serve::ServeOptions o = options();
@@ -301,7 +299,7 @@ TEST(ServeHardening, ASecondServerOnAUsedPortFails) {
 }
 
 // 11. Host, Origin and Content-Type: what a web page or a rebinding name would send.
-TEST(ServeHardening, ForeignHostOriginAndTextPlainAreRefused) {
+TEST(ServeHardeningReal, ForeignHostOriginAndTextPlainAreRefused) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   Running srv(o, *model);
@@ -333,7 +331,7 @@ TEST(ServeHardening, ForeignHostOriginAndTextPlainAreRefused) {
 }
 
 // 12. A client gone while queued gives its place back at once, streaming or not.
-TEST(ServeHardening, AnAbandonedQueuedRequestFreesItsPlace) {
+TEST(ServeHardeningReal, AnAbandonedQueuedRequestFreesItsPlace) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.max_queue = 1;
@@ -378,7 +376,7 @@ TEST(ServeHardening, AnAbandonedQueuedRequestFreesItsPlace) {
 
 // 13. A non-streaming client that leaves mid-prefill cancels its generation (the prefill
 // stops at its next piece and rolls back), as a streaming one's does.
-TEST(ServeHardening, ANonStreamingClientLeavingCancelsItsGeneration) {
+TEST(ServeHardeningReal, ANonStreamingClientLeavingCancelsItsGeneration) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.n_ubatch = 16;
@@ -413,7 +411,7 @@ TEST(ServeHardening, ANonStreamingClientLeavingCancelsItsGeneration) {
 }
 
 // 14. /metrics labels come from a closed set: the method's name, not its parameters.
-TEST(ServeHardening, MetricsLabelTheMethodNotItsParameters) {
+TEST(ServeHardeningReal, MetricsLabelTheMethodNotItsParameters) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.metrics = true;
@@ -430,7 +428,7 @@ TEST(ServeHardening, MetricsLabelTheMethodNotItsParameters) {
 }
 
 // 15. Per-request method parameters are bounded: a block size of 1 is refused by name.
-TEST(ServeHardening, CostlyMethodParametersAreRefused) {
+TEST(ServeHardeningReal, CostlyMethodParametersAreRefused) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
@@ -445,7 +443,7 @@ TEST(ServeHardening, CostlyMethodParametersAreRefused) {
 }
 
 // Minor: a GET on a POST route is 405; malformed HTTP gets 400 and the connection is closed.
-TEST(ServeHardening, WrongMethodIs405AndMalformedHttpCloses) {
+TEST(ServeHardeningReal, WrongMethodIs405AndMalformedHttpCloses) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();

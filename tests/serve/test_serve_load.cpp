@@ -10,25 +10,24 @@
 #include <string>
 
 #include "cli_run.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-TEST(ServeLoad, ShortRunLosesNoRequest) {
+TEST(ServeLoadReal, ShortRunLosesNoRequest) {
   const std::string model = spattn::test::model_file("stories260K.gguf");
-  if (model.empty()) GTEST_SKIP() << "stories260K.gguf absent: " << spattn::test::models_dir();
-  if (std::system("command -v python3 >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
-  const fs::path dir = fs::temp_directory_path() / ("spattn_serve_load_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  if (model.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << spattn::test::models_dir());
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) SPATTN_MISSING_ASSET("python3 (scripts/deps.sh)");
+  const spattn::test::TempDir dir("spattn_serve_load");
   const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
                           "/scripts/serve_load.py --spattn " + SPATTN_CLI_PATH + " -m " + model +
                           " --clients 4 --seconds 5 --long 400 -c 512 -np 2 --drain 60 >" +
                           (dir / "out").string() + " 2>&1";
   const int status = std::system(cmd.c_str());
   const std::string out = spattn::test::slurp(dir / "out");
-  fs::remove_all(dir);
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
   EXPECT_NE(out.find("failed 0, lost 0"), std::string::npos) << out;

@@ -46,11 +46,11 @@ std::pair<std::string, int> run(const std::string& cmd) {
   return {out, pclose(p)};
 }
 
-TEST(ServeOpenAIClient, CompletionsAndChatWholeAndStreamed) {
+TEST(ServeOpenAIClientReal, CompletionsAndChatWholeAndStreamed) {
   NEED_STORIES();
-  if (run("node --version 2>/dev/null").second != 0) GTEST_SKIP() << "no node on PATH";
+  if (run("node --version 2>/dev/null").second != 0) SPATTN_MISSING_ASSET("node on PATH (scripts/deps.sh)");
   const std::string pkg = openai_package();
-  if (pkg.empty()) GTEST_SKIP() << "npm's openai package not fetched (scripts/deps.sh)";
+  if (pkg.empty()) SPATTN_MISSING_ASSET("npm's openai package (scripts/deps.sh fetches it)");
   Running srv(options(), *model);
   const std::string script = (fs::path(SPATTN_SOURCE_DIR) / "tests" / "openai_client.mjs").string();
   const auto [out, status] = run("node '" + script + "' '" + pkg + "' 'http://127.0.0.1:" +

@@ -81,7 +81,7 @@ struct Barrier {
 const char* kPromptA = "Once upon a time, a little dog";
 const char* kPromptB = "The girl had a red ball and she";
 
-TEST(ServeSlots, TwoStreamsOnTwoSlotsEqualEachAlone) {
+TEST(ServeSlotsReal, TwoStreamsOnTwoSlotsEqualEachAlone) {
   NEED_STORIES();
   std::string alone_a, alone_b;
   {
@@ -142,7 +142,7 @@ TEST(ServeSlots, TwoStreamsOnTwoSlotsEqualEachAlone) {
 // as a server that prefills the whole second prompt afresh.
 // A short prompt that shares only the BOS token with a slot's long document takes the other
 // slot (the one holding fewer tokens), so the document's next turn still finds it cached.
-TEST(ServeSlots, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
+TEST(ServeSlotsReal, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.slots = 2;
@@ -159,7 +159,7 @@ TEST(ServeSlots, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
   EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], n_doc) << "the document was evicted";
 }
 
-TEST(ServeSlots, ChunkedH2OSecondTurnReusesAKeptBoundary) {
+TEST(ServeSlotsReal, ChunkedH2OSecondTurnReusesAKeptBoundary) {
   NEED_STORIES();
   serve::ServeOptions o = options();
   o.r.attn = "chunked_h2o";

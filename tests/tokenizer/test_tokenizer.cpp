@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "made_up_vocab.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
@@ -54,7 +54,7 @@ void expect_round_trips(const Tokenizer& t, const char* what) {
 
 TEST(TokenizerReal, CodeTiny8kMatchesLlamaCpp) {
   const std::string path = spattn::test::model_file("code-tiny-8k.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << spattn::test::models_dir());
   const Loaded m = load(path);
   EXPECT_EQ(m.tok.kind(), Tokenizer::Kind::bpe);
   EXPECT_EQ(m.tok.n_vocab(), 4096);
@@ -92,7 +92,7 @@ const std::vector<std::string> kParityText = {
 TEST(TokenizerReal, RealVocabulariesMatchLlamaCppIds) {
   const std::string code = spattn::test::model_file("code-tiny-8k.gguf");
   const std::string stories = spattn::test::model_file("stories260K.gguf");
-  if (code.empty() || stories.empty()) GTEST_SKIP() << "models folder absent";
+  if (code.empty() || stories.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or stories260K.gguf in " << spattn::test::models_dir());
   const std::vector<Ids> code_ids = {
       {0, 2283, 70, 128, 103, 348, 65, 128, 108, 415, 674, 128, 103, 83, 379, 128, 103},
       {0, 163, 246, 99, 163, 251, 106, 165, 104, 253, 160, 224, 107, 160, 226, 229, 160, 225,
@@ -124,7 +124,7 @@ TEST(TokenizerReal, RealVocabulariesMatchLlamaCppIds) {
 
 TEST(TokenizerReal, LlamaSpmVocabulary) {
   const std::string path = spattn::test::model_file("ggml-vocab-llama-spm.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
   const Loaded m = load(path);
   const Tokenizer& t = m.tok;
   EXPECT_EQ(t.kind(), Tokenizer::Kind::spm);
@@ -145,7 +145,7 @@ TEST(TokenizerReal, LlamaSpmVocabulary) {
 
 TEST(TokenizerReal, Gpt2Vocabulary) {
   const std::string path = spattn::test::model_file("ggml-vocab-gpt-2.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("ggml-vocab-gpt-2.gguf in " << spattn::test::models_dir());
   const Loaded m = load(path);
   const Tokenizer& t = m.tok;
   EXPECT_FALSE(t.add_bos());
@@ -167,7 +167,7 @@ TEST(TokenizerReal, Gpt2Vocabulary) {
 
 TEST(TokenizerReal, Stories260k) {
   const std::string path = spattn::test::model_file("stories260K.gguf");
-  if (path.empty()) GTEST_SKIP() << "models folder absent";
+  if (path.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << spattn::test::models_dir());
   const Loaded m = load(path);
   EXPECT_EQ(m.tok.kind(), Tokenizer::Kind::spm);
   EXPECT_TRUE(m.tok.add_bos());

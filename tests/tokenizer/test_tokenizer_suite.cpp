@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
@@ -27,9 +28,7 @@ namespace fs = std::filesystem;
 const std::map<std::string, std::string> kUnsupported = {
 };
 
-fs::path suite_dir() {
-  return fs::path(SPATTN_SOURCE_DIR) / "third_party" / "llama.cpp" / "models";
-}
+fs::path suite_dir() { return spattn::test::llama_cpp_source() / "models"; }
 
 // The vocabularies that have test strings, by the name between ggml-vocab- and .gguf.
 std::vector<std::string> suite_vocabs() {
@@ -99,12 +98,12 @@ class LlamaCppTokenizerSuite : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(LlamaCppTokenizerSuite, EveryStringGivesLlamaCppIds) {
   const std::string vocab = GetParam();
-  if (vocab == "absent") GTEST_SKIP() << "llama.cpp's tokenizer suite absent: " << suite_dir();
+  if (vocab == "absent") SPATTN_MISSING_ASSET("llama.cpp's tokenizer suite in " << suite_dir());
   const std::string path = (suite_dir() / ("ggml-vocab-" + vocab + ".gguf")).string();
   const spattn::gguf::File f = spattn::gguf::File::open(path);
   if (auto it = kUnsupported.find(vocab); it != kUnsupported.end()) {
     EXPECT_THROW(spattn::Tokenizer::from_gguf(f), spattn::Error) << vocab;
-    GTEST_SKIP() << vocab << ": not supported yet (" << it->second << ")";
+    SPATTN_SKIP_NOT_APPLICABLE(vocab << ": not supported yet (" << it->second << ")");
   }
   const spattn::Tokenizer t = spattn::Tokenizer::from_gguf(f);
   const std::vector<Case> cases = read_cases(vocab);

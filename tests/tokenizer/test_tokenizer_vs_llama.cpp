@@ -7,8 +7,8 @@
 // letters outside ASCII, marks, digits, paths, white space) and code-heldout.txt where the
 // models folder has it, joined by the vocabulary's end-of-text token (both tokenizers cut the
 // text at it and split each piece on its own, so each string is tokenized as if alone). Needs
-// llama.cpp's built tools: SPATTN_LLAMA_BIN, else third_party/llama.cpp/build/bin; skipped where
-// they or the suite are absent.
+// llama.cpp's built tools (tests/assets.hpp says where they are found); skipped where they or the
+// suite are absent, failed under SPATTN_REQUIRE_ASSETS=1.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,24 +25,20 @@
 
 #include "cli_run.hpp"
 #include "gguf_edit.hpp"
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 #include "spattn/tokenizer.hpp"
+#include "temp_dir.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using Ids = std::vector<int32_t>;
 
-fs::path llama_bin() {
-  if (const char* env = std::getenv("SPATTN_LLAMA_BIN"); env && *env) return env;
-  return fs::path(SPATTN_SOURCE_DIR) / "third_party" / "llama.cpp" / "build" / "bin";
-}
+using spattn::test::llama_bin;
 
-fs::path suite_dir() {
-  return fs::path(SPATTN_SOURCE_DIR) / "third_party" / "llama.cpp" / "models";
-}
+fs::path suite_dir() { return spattn::test::llama_cpp_source() / "models"; }
 
 // Strings whose words differ between the splits. U+180E is left out: PCRE2 counts it as white
 // space, llama.cpp's table (Unicode's, since 6.3) does not.
@@ -129,14 +125,12 @@ class TokenizerVsLlamaCpp : public ::testing::TestWithParam<std::string> {};
 TEST_P(TokenizerVsLlamaCpp, EditedVocabularyGivesLlamaCppIds) {
   const std::string pre = GetParam();
   const fs::path tool = llama_bin() / "llama-tokenize";
-  if (!fs::exists(tool)) GTEST_SKIP() << "llama-tokenize absent in " << llama_bin()
-                                      << " (SPATTN_LLAMA_BIN)";
+  if (!spattn::test::missing_llama_tool({"llama-tokenize"}).empty())
+    SPATTN_MISSING_ASSET("llama-tokenize in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
   const fs::path base = suite_dir() / "ggml-vocab-llama-bpe.gguf";
-  if (!fs::exists(base)) GTEST_SKIP() << "llama.cpp's tokenizer suite absent: " << suite_dir();
+  if (!fs::exists(base)) SPATTN_MISSING_ASSET("llama.cpp's tokenizer suite in " << suite_dir());
 
-  const fs::path dir = fs::temp_directory_path() /
-                       ("spattn_tok_" + pre + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const spattn::test::TempDir dir("spattn_tok_" + pre);
   const fs::path vocab = dir / "vocab.gguf";
   {
     const spattn::gguf::File f = spattn::gguf::File::open(base.string());
@@ -169,7 +163,6 @@ TEST_P(TokenizerVsLlamaCpp, EditedVocabularyGivesLlamaCppIds) {
   const int status = std::system(cmd.c_str());
   const std::string out = spattn::test::slurp(dir / "out");
   const std::string err = spattn::test::slurp(dir / "err");
-  fs::remove_all(dir);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "llama-tokenize: " << err;
   const Ids theirs = parse_ids(out);
   ASSERT_FALSE(theirs.empty()) << out << err;
@@ -204,10 +197,11 @@ TEST_P(TokenizerVsLlamaCpp, EditedVocabularyGivesLlamaCppIds) {
 // spattn reads.
 TEST(TokenizerEogVsLlamaCpp, SuiteVocabulariesEndGenerationAtLlamaCppsTokens) {
   const fs::path tool = llama_bin() / "llama-tokenize";
-  if (!fs::exists(tool)) GTEST_SKIP() << "llama-tokenize absent in " << llama_bin()
-                                      << " (SPATTN_LLAMA_BIN)";
-  if (!fs::exists(suite_dir())) GTEST_SKIP() << "llama.cpp's tokenizer suite absent";
-  const fs::path out = fs::temp_directory_path() / ("spattn_eog_" + std::to_string(::getpid()));
+  if (!spattn::test::missing_llama_tool({"llama-tokenize"}).empty())
+    SPATTN_MISSING_ASSET("llama-tokenize in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
+  if (!fs::exists(suite_dir())) SPATTN_MISSING_ASSET("llama.cpp's tokenizer suite in " << suite_dir());
+  const spattn::test::TempDir dir("spattn_eog");
+  const fs::path out = dir / "out";
   int compared = 0;
   for (const auto& e : fs::directory_iterator(suite_dir())) {
     const std::string name = e.path().filename().string();
@@ -235,7 +229,6 @@ TEST(TokenizerEogVsLlamaCpp, SuiteVocabulariesEndGenerationAtLlamaCppsTokens) {
     EXPECT_EQ(ours, theirs) << name;
     ++compared;
   }
-  fs::remove(out);
   EXPECT_GE(compared, 10);
   std::printf("end-of-generation sets equal to llama.cpp's on %d suite vocabularies\n", compared);
 }

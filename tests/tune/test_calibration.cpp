@@ -18,6 +18,7 @@
 #include "spattn/calibration.hpp"
 #include "spattn/error.hpp"
 #include "spattn/workload.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -335,8 +336,7 @@ TEST(CalibWorkloadSlow, SmallLengthsHitTarget) {
 }
 
 TEST(CalibCli, WritesLoadableFile) {
-  const fs::path dir = fs::path(::testing::TempDir()) / (std::string("spattn_calib_cli_") + std::to_string(::getpid()) + "");
-  fs::create_directories(dir);
+  const test::TempDir dir("spattn_calib_cli");
   const fs::path out = dir / "calib.json";
   const std::string cmd = std::string(SPATTN_CLI_PATH) +
                           " calibrate --lengths 512,1024 --heads 4 --dim 64 --samples 2 "
@@ -354,15 +354,12 @@ TEST(CalibCli, WritesLoadableFile) {
                           out.string() + " > /dev/null 2>&1";
   const int status = std::system(bad.c_str());
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
-  fs::remove_all(dir);
 }
 
 // --evaluate reads a calibration and reports the sparsity it reaches on fresh workloads; every
 // bad value of its flags is a message and exit code 2.
 TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
-  const fs::path dir = fs::path(::testing::TempDir()) / (std::string("spattn_calib_eval_") + std::to_string(::getpid()) + "");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const test::TempDir dir("spattn_calib_eval");
   const std::string calib = (dir / "calib.json").string();
   const std::string small = " --lengths 512,1024 --heads 4 --dim 64 --samples 2 ";
   ASSERT_EQ(test::run_spattn("calibrate" + small + "--fit-max 0.6 --out " + calib, dir).code(), 0);
@@ -382,7 +379,6 @@ TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
   expect_bad("--evaluate " + calib + " --fixed-lambda 2", "--fixed-lambda");
   expect_bad("", "--out is required");
   expect_bad("--order sideways --out " + calib, "sideways");
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "spattn/workload.hpp"
 #include "spec_error.hpp"
 #include "test_util.hpp"
+#include "temp_dir.hpp"
 
 namespace spattn {
 namespace {
@@ -221,17 +222,10 @@ TEST(CalibLayers, EachLayerItsOwnLawAndATooSmallOnePooled) {
   EXPECT_NE(error_of([&] { calibration_from_json(j.dump(), "t.json"); }).find("'layers'"), std::string::npos);
 }
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 // blasst:sparsity=S at run time: a target beyond the file's reach at the problem's length
 // raises Error (the choice, see README), one within it runs; layer=N picks the layer's law.
 TEST(CalibReach, MethodRefusesATargetBeyondReachAtRunTime) {
-  const fs::path dir = fresh_dir("spattn_reach_method");
+  const test::TempDir dir("spattn_reach_method");
   const std::string path = (dir / "c.json").string();
   Calibration c = reach_limited();
   Calibration l3 = reach_limited();
@@ -254,11 +248,10 @@ TEST(CalibReach, MethodRefusesATargetBeyondReachAtRunTime) {
   test::expect_spec_error("blasst:sparsity=0.4,calib=" + path + ",layer=2", "no law for layer 2");
   test::expect_spec_error("blasst:lambda=0.1,layer=2", "layer=N goes with sparsity");
   test::expect_spec_error("blasst:sparsity=0.4,calib=" + path + ",layer=-1", "layer");
-  fs::remove_all(dir);
 }
 
 TEST(CalibCliReach, SingleLengthAndOutOfReachAreReportedAndStrictFails) {
-  const fs::path dir = fresh_dir("spattn_reach_cli");
+  const test::TempDir dir("spattn_reach_cli");
   const std::string small = " --heads 4 --dim 64 --samples 1 --fit-max 0.6 ";
   const std::string one = (dir / "one.json").string();
   // One length: written (exit 0), said so in the table, on stderr and in the file.
@@ -294,13 +287,12 @@ TEST(CalibCliReach, SingleLengthAndOutOfReachAreReportedAndStrictFails) {
   EXPECT_EQ(r.code(), 2) << r.err;
   EXPECT_NE(r.err.find("out of reach at length 1024"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("reachable range [0%, "), std::string::npos) << r.err;
-  fs::remove_all(dir);
 }
 
 // Dumps of two layers, calibrated at two prefixes each: a law per layer in the file, and the
 // CLI's checks on --layer and --lengths.
 TEST(CalibCliReach, LayersFromDumpsAndTheirPrefixes) {
-  const fs::path dir = fresh_dir("spattn_layers_cli");
+  const test::TempDir dir("spattn_layers_cli");
   std::string files;
   for (int layer : {0, 1}) {
     const Workload w = text(1024, 20 + layer);
@@ -332,7 +324,6 @@ TEST(CalibCliReach, LayersFromDumpsAndTheirPrefixes) {
   expect_bad(f0 + f0 + " --layer 0 --out " + out, "--layer: give one per --qkv");
   expect_bad(f0 + " --lengths 4096 --out " + out, "--lengths: 4096 exceeds the 1024 rows");
   expect_bad(" --evaluate " + out + f0 + " --layer 9", "no law for layer 9");
-  fs::remove_all(dir);
 }
 
 }  // namespace
