@@ -42,16 +42,8 @@ TEST(Peak, FiguresArePositiveAndFinite) {
     EXPECT_TRUE(finite_positive(m.bf16_dot_gflops)) << m.bf16_dot_gflops;
   else
     EXPECT_EQ(m.bf16_dot_gflops, 0.0);
-  // A register-bound FMA loop does at least about what a tuned sgemm does, and a library
-  // reaching a tenth of the machine would be broken: a sanity factor, not a timing check.
-  // ctest runs tests side by side, so either measurement can lose a core to another test
-  // while the other has both (on a 2-core Zen 3: FMA 84 GFLOP/s against sgemm's 168), hence
-  // a quarter, not a half. Sanitizers put the loop's registers on the stack (OpenBLAS is not
-  // instrumented), so there the ratio means nothing.
-#ifndef SPATTN_SANITIZE
-  EXPECT_GT(m.fma_gflops, 0.25 * m.sgemm_gflops);
-  EXPECT_LT(m.fma_gflops, 10.0 * m.sgemm_gflops);
-#endif
+  // How the FMA peak compares with sgemm's is a timing, checked where timings belong: the
+  // microbenchmark warns when the ratio is implausible (bench/main.cpp).
 }
 
 TEST(Peak, SgemmCanBeLeftOut) {
