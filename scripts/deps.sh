@@ -87,8 +87,8 @@ if [ "${SPATTN_SKIP_LLAMA_TOOLS:-0}" != 1 ]; then
 fi
 
 # The official OpenAI client for Node (npm's `openai`, pinned; it has no dependencies), for
-# the test that drives `spattn serve` with it (tests/test_serve_openai.cpp; it skips where
-# this is absent). Into the same cache, outside the repository.
+# the test that drives `spattn serve` with it (tests/serve/test_serve_openai.cpp; a missing
+# asset there, tests/assets.hpp). Into the same cache, outside the repository.
 OPENAI_NPM_VERSION=6.30.1
 oa="$cache/openai-node-$OPENAI_NPM_VERSION"
 if [ ! -f "$oa/.spattn-complete" ]; then
