@@ -17,7 +17,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 
 # The Python package alone (also part of `build`): import it with PYTHONPATH=$(BUILD)/python
-# under /usr/bin/python3, or install it with pip (see README.md, "Python").
+# under /usr/bin/python3, or install it with pip (see docs/python.md).
 python: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release > /dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target spattn_python spattn_run_method

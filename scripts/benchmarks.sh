@@ -3,7 +3,12 @@
 # table per method family, speed over dense beside recall, on the generated `text` workload at
 # 8K and 32K and on the real layer-6 dump of code-tiny-8k, plus the runner against llama.cpp
 # when its tools are built. Every table comes from one `spattn bench` process, whose timed runs
-# go round-robin over dense and the methods, so the ratios hold on a noisy machine too.
+# go round-robin over dense and the methods, so the ratios hold on a noisy machine too. The
+# same pass renders the GPU tables from the GPU records docs/benchmarks/gpu-records.txt lists
+# (taken on a GPU machine by scripts/cuda_vs_torch.py, not by this script) and the index of
+# the dated log (docs/benchmarks/log/*.md). Everything else in BENCHMARKS.md is hand-written.
+# Without running anything, `scripts/benchmarks_tables.py docs/benchmarks BENCHMARKS.md
+# --no-plots` renders the same from the committed records (ctest benchmarks_current checks it).
 #
 #   scripts/benchmarks.sh [--quick] [--long] [--lengths A,B] [--build DIR] [--models DIR]
 #                         [--llama-bin DIR] [--note TEXT] [--out FILE]
@@ -41,7 +46,7 @@ while [ $# -gt 0 ]; do
     --llama-bin) llama_bin=$2; shift ;;
     --note) note=$2; shift ;;
     --out) out=$2; out_given=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "benchmarks.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -61,7 +66,7 @@ else
 fi
 if [ -n "$lengths_given" ]; then lengths=$lengths_given; fi
 dir=docs/benchmarks
-py=${PYTHON:-/usr/bin/python3}  # the interpreter the Python package is built for (README)
+py=${PYTHON:-/usr/bin/python3}  # the interpreter the Python package is built for (docs/python.md)
 if [ $quick = 1 ]; then  # a smoke test leaves the repository alone unless --out says otherwise
   dir=$(mktemp -d)
   [ $out_given = 1 ] || { cp "$out" "$dir/BENCHMARKS.md"; out=$dir/BENCHMARKS.md; }
@@ -71,10 +76,23 @@ heads=2 dim=128 threads=$(nproc)
 records=()
 commands=()
 
+unpath() {  # a record names the models and tools by $MODELS and $LLAMA_BIN, not this machine's paths
+  "$py" - "$1" "$models" "$llama_bin" <<'EOF'
+import os, sys
+path, models, llama_bin = sys.argv[1:]
+text = open(path).read()
+for given, var in ((models, "$MODELS"), (llama_bin, "$LLAMA_BIN")):
+    for form in sorted({os.path.realpath(given), os.path.abspath(given), given}, key=len, reverse=True):
+        text = text.replace(form.rstrip("/") + "/", var + "/")
+open(path, "w").write(text)
+EOF
+}
+
 run() {  # name, then the command; its stdout (JSON) goes to $dir/name.json
   local name=$1; shift
   echo "benchmarks.sh: $*" >&2
   "$@" > "$dir/$name.json"
+  unpath "$dir/$name.json"
   records+=("$dir/$name.json")
   # As a reader runs it: the models and llama.cpp's tools by the variables the page defines,
   # not this machine's paths.
@@ -108,6 +126,7 @@ elif [ -x "$llama_bin/llama-bench" ] && [ -f "$model" ]; then
   [ -f "$models/code-heldout.txt" ] && args+=(--text "$models/code-heldout.txt")
   echo "benchmarks.sh: ${args[*]}" >&2
   "$py" "${args[@]}" > "$dir/vs-llama.json"
+  unpath "$dir/vs-llama.json"
   records+=("$dir/vs-llama.json")
   commands+=("${args[*]}")
 else

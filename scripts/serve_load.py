@@ -14,14 +14,26 @@ and the decode rate the server reports. Exit status 0 only when nothing failed o
 Requests still running at the deadline are waited for, at most DRAIN seconds; then the
 server is stopped (SIGTERM) and the script ends. Python's standard library only.
 
-  scripts/serve_load.py --spattn build/bin/spattn -m ../shared/models/code-tiny-8k.gguf \
+Beside the clients, as an attacker on the same machine would (issue 59): --slowloris N sockets
+each sending a request's headers one byte a second, reconnecting whenever the server closes
+them, and --abandon N streamed requests whose client reads the first event and hangs up,
+spread over the run. While they run, /health is asked every second and must answer within
+HEALTH_S seconds, and the server's resident memory is sampled: the script prints it idle
+(before the load), after the first quarter of the run, at its peak and at the end, and fails
+when the end is more than --rss-growth-mb above the first quarter's (a leak, not the caches'
+first fill) when given.
+
+  scripts/serve_load.py --spattn build/bin/spattn -m $MODELS/code-tiny-8k.gguf \
       --clients 32 --seconds 60 --long 7800 -c 8192 -np 4
+  scripts/serve_load.py --spattn build/bin/spattn -m $MODELS/code-tiny-8k.gguf \
+      --clients 8 --seconds 120 --long 2000 -c 4096 -np 4 --slowloris 50 --abandon 100 --rss-growth-mb 32
 """
 import argparse
 import http.client
 import json
 import os
 import random
+import socket
 import statistics
 import sys
 import threading
@@ -40,7 +52,9 @@ SHORT = [
 
 
 def start_server(a):
-    args = ["-c", str(a.ctx), "-np", str(a.slots), "--queue", str(a.clients), "-t", str(a.threads),
+    # Each abandoning thread may hold a queue place until the server sees its client gone.
+    queue = a.clients + (ABANDONERS if a.abandon else 0)
+    args = ["-c", str(a.ctx), "-np", str(a.slots), "--queue", str(queue), "-t", str(a.threads),
             "--timeout", "600", "--metrics"]
     if a.attn:
         args += ["--attn", a.attn]
@@ -57,6 +71,7 @@ class Stats:
         self.decode_rate = []  # tokens/s after the first, from usage
         self.cached = 0
         self.prompt_tokens = 0
+        self.health = []  # seconds for /health to answer
 
     def count(self, kind):
         with self.lock:
@@ -194,6 +209,89 @@ def client(i, a, port, docs, st, deadline):
             st.fail(f"client {i}: {type(e).__name__}: {e}")
 
 
+ABANDONERS = 4  # threads sending the abandoned streams
+
+
+def abandoner(i, a, port, st, deadline):
+    """Streams whose client reads the first event (or nothing) and hangs up: --abandon of them
+    in all, spread over the run."""
+    rng = random.Random(2000 + i)
+    mine = a.abandon // ABANDONERS + (1 if i < a.abandon % ABANDONERS else 0)
+    gap = a.seconds / max(1, mine)
+    for k in range(mine):
+        if time.time() > deadline:
+            break
+        body = {"prompt": rng.choice(SHORT), "max_tokens": 256, "stream": True,
+                "temperature": 0.8, "seed": rng.randrange(1 << 30)}
+        try:
+            c, r, _ = request(port, json.dumps(body).encode(), a.drain + a.seconds)
+            if r.status != 200:
+                raise ValueError(f"abandoned stream got status {r.status}: {r.read()[:200]!r}")
+            if k % 2 == 0:
+                r.read1(1)  # half of them read something first
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+            st.count("abandoned")
+        except Exception as e:  # noqa: BLE001
+            st.fail(f"abandoner {i}: {type(e).__name__}: {e}")
+        time.sleep(gap * rng.uniform(0.5, 1.5))
+
+
+def slowloris(port, n, stop, st):
+    """n sockets sending a request's headers a byte a second; a socket the server closes is
+    opened again."""
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: " + b"a" * 4096
+    socks = [None] * n
+    sent = [0] * n
+    while not stop.is_set():
+        for j in range(n):
+            try:
+                if socks[j] is None:
+                    socks[j] = socket.create_connection(("127.0.0.1", port), timeout=2)
+                    sent[j] = 0
+                    st.count("slowloris_connects")
+                socks[j].sendall(head[sent[j] % len(head):][:1])
+                sent[j] += 1
+            except OSError:
+                if socks[j] is not None:
+                    socks[j].close()
+                socks[j] = None
+        stop.wait(1.0)
+    for s in socks:
+        if s is not None:
+            s.close()
+
+
+def rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def watch(a, server, port, stop, st, samples):
+    """The server's RSS every half second, and /health every second (within --health-s)."""
+    last = 0.0
+    while not stop.is_set():
+        samples.append((time.time(), rss_mb(server.pid)))
+        if time.time() - last >= 1.0:
+            last = time.time()
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=a.health_s)
+                c.request("GET", "/health")
+                r = c.getresponse()
+                r.read()
+                c.close()
+                if r.status != 200:
+                    raise ValueError(f"status {r.status}")
+                with st.lock:
+                    st.health.append(time.time() - last)
+            except Exception as e:  # noqa: BLE001
+                st.fail(f"/health: {type(e).__name__}: {e}")
+        stop.wait(0.5)
+
+
 def pct(xs, p):
     if not xs:
         return float("nan")
@@ -217,6 +315,12 @@ def main():
     ap.add_argument("-np", "--slots", type=int, default=4)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--attn", default="")
+    ap.add_argument("--slowloris", type=int, default=0, help="sockets trickling headers")
+    ap.add_argument("--abandon", type=int, default=0, help="streams whose client hangs up")
+    ap.add_argument("--health-s", type=float, default=2.0, help="/health must answer within this")
+    ap.add_argument("--rss-growth-mb", type=float, default=None,
+                    help="most the RSS may grow from the first quarter of the run to its end "
+                         "(default: reported, not checked)")
     a = ap.parse_args()
     if not os.path.isfile(a.model):
         print(f"{a.model}: absent, skipped")
@@ -236,16 +340,31 @@ def main():
             if any(len(d) < a.long for d in docs):
                 sys.exit(f"{path}: too little text for {a.long}-token prompts")
         st = Stats()
+        idle_rss = rss_mb(server.pid)
+        samples = []
+        stop = threading.Event()
+        side = [threading.Thread(target=watch, args=(a, server, port, stop, st, samples))]
+        if a.slowloris:
+            side.append(threading.Thread(target=slowloris, args=(port, a.slowloris, stop, st)))
+        for t in side:
+            t.start()
         t0 = time.time()
         deadline = t0 + a.seconds
         threads = [threading.Thread(target=client, args=(i, a, port, docs, st, deadline))
                    for i in range(a.clients)]
+        if a.abandon:
+            threads += [threading.Thread(target=abandoner, args=(i, a, port, st, deadline))
+                        for i in range(ABANDONERS)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(max(0.0, deadline + a.drain - time.time()))
         lost = sum(t.is_alive() for t in threads)
         wall = time.time() - t0
+        stop.set()
+        for t in side:
+            t.join()
+        end_rss = rss_mb(server.pid)
     finally:
         serve_client.stop_server(server)
 
@@ -262,6 +381,16 @@ def main():
         print(f"decode rate per request (tokens/s after the first, n={len(st.decode_rate)}): "
               f"p50 {pct(st.decode_rate, 50):.1f}, p1 {pct(st.decode_rate, 1):.1f}, "
               f"mean {statistics.mean(st.decode_rate):.1f}")
+    quarter = [r for t, r in samples if t <= t0 + a.seconds / 4] or [idle_rss]
+    peak = max([r for _, r in samples] + [idle_rss])
+    grew = end_rss - quarter[-1]
+    print(f"server RSS: idle {idle_rss:.1f} MB, after the first quarter {quarter[-1]:.1f} MB, "
+          f"peak {peak:.1f} MB, end {end_rss:.1f} MB (grew {grew:+.1f} MB since the quarter)")
+    if st.health:
+        print(f"/health during the run (n={len(st.health)}): p50 {pct(st.health, 50):.3f} s, "
+              f"max {max(st.health):.3f} s")
+    if a.rss_growth_mb is not None and grew > a.rss_growth_mb:
+        st.fail(f"RSS grew {grew:.1f} MB after the first quarter (bound {a.rss_growth_mb} MB)")
     for f in st.failures[:20]:
         print("FAIL", f)
     ok = not st.failures and lost == 0 and n > 0

@@ -6,7 +6,7 @@ round), so drift in the machine's speed lands on both. Prints the medians and th
   scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
       [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
       [--attn dense --attn chunked_h2o ...] [--attn-decode quest ...]
-      [--spattn-arg=-ctk --spattn-arg=q8_0 ...]
+      [--spattn-arg=-ctk --spattn-arg=q8_0 ...] [--spattn-build OLD/bin/spattn ...]
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
@@ -20,6 +20,8 @@ side moving by one every round), printed as a row of its own against the same ll
 each --attn-decode SPEC likewise (a decode method: for tgN@D its row also gives the decode
 attention's ms per token and the share of cached keys it read). spattn's prompt is the first N
 tokens of --text (llama-bench's are random tokens: the same work for dense attention).
+Each --spattn-build BIN is one more side running another build of spattn (an older commit, say)
+with the same arguments, so a change of code is timed against its parent in one rotation.
 """
 import argparse
 import json
@@ -50,10 +52,10 @@ def llama_once(a, kind, n, depth):
     return float(json.loads(out)[0]["avg_ts"])
 
 
-def spattn_once(a, kind, n, depth, side_args):
+def spattn_once(a, kind, n, depth, side_args, binary):
     prompt = n if kind == "pp" else max(depth, 1)
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
-    cmd = [a.spattn, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
+    cmd = [binary, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
            str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
            str(a.threads), "--warmup", "--ignore-eos", "--json"] + a.spattn_arg
     cmd += side_args
@@ -81,9 +83,13 @@ def main():
                    help="an attention method for spattn run: one spattn side each (repeat)")
     p.add_argument("--attn-decode", action="append", default=[],
                    help="a decode method for spattn run: one spattn side each (repeat)")
+    p.add_argument("--spattn-build", action="append", default=[],
+                   help="another spattn binary: one more side for each variant (repeat)")
     a = p.parse_args()
-    variants = ([["--attn", x] for x in a.attn] + [["--attn-decode", x] for x in a.attn_decode]
-                or [[]])
+    methods = ([["--attn", x] for x in a.attn] + [["--attn-decode", x] for x in a.attn_decode]
+               or [[]])
+    # One side per (binary, method); the binary is named in the row only when several are timed.
+    variants = [(b, m) for b in [a.spattn] + a.spattn_build for m in methods]
     rows = []
     for t in a.test:
         kind, n, depth = parse_test(t)
@@ -96,7 +102,8 @@ def main():
                 if side == 0:
                     ll.append(llama_once(a, kind, n, depth))
                 else:
-                    v, j = spattn_once(a, kind, n, depth, variants[side - 1])
+                    v, j = spattn_once(a, kind, n, depth, variants[side - 1][1],
+                                       variants[side - 1][0])
                     sp[side - 1].append(v)
                     rss[side - 1] = max(rss[side - 1],
                                         j.get("memory", {}).get("peak_rss_bytes", 0))
@@ -104,7 +111,7 @@ def main():
                         dec[side - 1].append((j["decode_attn_ms"] / j["decode_tokens"],
                                               j["decode_keys_read"] / j["decode_keys_total"]
                                               if j.get("decode_keys_total") else 1.0))
-        for vi, side_args in enumerate(variants):
+        for vi, (binary, side_args) in enumerate(variants):
             args = a.spattn_arg + side_args
             row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
                    "llama_tok_s": ll, "spattn_tok_s": sp[vi],
@@ -113,6 +120,8 @@ def main():
             row["ratio"] = row["spattn_median"] / row["llama_median"]
             if args:
                 row["spattn_args"] = args
+            if a.spattn_build:
+                row["spattn_binary"] = binary
             if kind == "pp":
                 row["llama_ttft_s"] = n / row["llama_median"]
                 row["spattn_ttft_s"] = n / row["spattn_median"]
@@ -126,6 +135,8 @@ def main():
                 ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
                         if kind == "pp" else "")
                 extra = f"  [spattn {' '.join(args)}]" if args else ""
+                if a.spattn_build:
+                    extra += f"  [{binary}]"
                 if dec[vi]:
                     extra += (f"  decode attention {row['decode_attn_ms_per_token']:.2f} ms/token,"
                               f" keys read {100 * row['decode_keys_read_share']:.1f}%")

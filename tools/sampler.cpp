@@ -14,6 +14,8 @@ void SamplingParams::validate() const {
   SPATTN_CHECK(top_k >= 0, "top_k must be >= 0, got ", top_k);
   SPATTN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1,
                "top_p must be in (0, 1], got ", top_p);
+  SPATTN_CHECK(std::isfinite(min_p) && min_p >= 0 && min_p <= 1,
+               "min_p must be in [0, 1], got ", min_p);
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
@@ -25,10 +27,12 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
   if (p_.temperature <= 0) return best;
   const double top = logits[size_t(best)], t = p_.temperature;
   // The candidates in the order the draw walks them: every token in id order, or, when top-k
-  // or top-p cut, the kept ones from most to least likely.
+  // top-p or min-p cut, the kept ones from most to least likely (llama.cpp's order: top-k,
+  // top-p, min-p, then temperature).
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  const bool cut = (p_.top_k > 0 && p_.top_k < int64_t(ids.size())) || p_.top_p < 1;
+  const bool cut =
+      (p_.top_k > 0 && p_.top_k < int64_t(ids.size())) || p_.top_p < 1 || p_.min_p > 0;
   if (cut) {
     const size_t k = p_.top_k > 0 ? std::min(ids.size(), size_t(p_.top_k)) : ids.size();
     // Ties keep id order, so the same logits always give the same candidates.
@@ -46,6 +50,14 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
     size_t n = 0;
     while (n < p.size() && kept < p_.top_p * sum) kept += p[n++];
     p.resize(std::max<size_t>(n, 1));
+    sum = std::accumulate(p.begin(), p.end(), 0.0);
+  }
+  if (p_.min_p > 0) {
+    // On the logits, before temperature: l >= l_max + ln(min_p). The top token always stays.
+    const double floor = top + std::log(p_.min_p);
+    size_t n = 1;
+    while (n < p.size() && double(logits[size_t(ids[n])]) >= floor) ++n;
+    p.resize(n);
     sum = std::accumulate(p.begin(), p.end(), 0.0);
   }
   std::uniform_real_distribution<double> u(0.0, sum);

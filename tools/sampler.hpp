@@ -13,9 +13,11 @@ struct SamplingParams {
   double temperature = 0.0;  // 0: greedy
   int64_t top_k = 0;         // 0: every token
   double top_p = 1.0;        // 1: no nucleus cut
+  double min_p = 0.0;        // 0: none; else keep tokens at least min_p times the top one's
+                             // probability before temperature, as llama.cpp's min_p
   uint64_t seed = 42;
   // Throws Error naming the parameter when one is out of range (a negative or non-finite
-  // temperature, top_p outside (0, 1], a negative top_k).
+  // temperature, top_p outside (0, 1], min_p outside [0, 1], a negative top_k).
   void validate() const;
 };
 

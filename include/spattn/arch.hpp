@@ -2,8 +2,8 @@
 // one traits row per architecture (src/model/arch_table.cpp) says how its forward pass differs
 // from llama's, and one tensor list (src/model/tensor_table.hpp) says which GGUF tensors it
 // has. The reader (load_gguf.cpp), the validator (model.cpp), the maker (model_maker.cpp) and
-// the forward pass read them; none of them names an architecture. docs/ARCHITECTURE.md: how to
-// add one.
+// the forward pass read them; none of them names an architecture. How to add one:
+// docs/development/add-an-architecture.md.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -28,7 +28,7 @@ namespace spattn {
 //                0), then the rest from nearest to farthest. Real heads score their nearest
 //                keys and the sink highest, so after two tiles the running max is close to its
 //                final value; in order it rises with almost every tile, and almost nothing
-//                falls ln(1/lambda) below it (docs/ARCHITECTURE.md has the measurements).
+//                falls ln(1/lambda) below it (docs/methods/blasst.md has the measurements).
 // At lambda = 0 nothing can be skipped and both orders run in order (bitwise dense).
 enum class BlasstOrder : uint8_t { in_order, local_first };
 // "in_order" / "local_first".

@@ -238,7 +238,7 @@ struct SessionOptions {
   // --cp-gather: a dense prefill gathers the layer's whole K/V on every rank (one all-gather
   // instead of the pass-KV ring, held for that layer only; each rank's cache keeps its own
   // tokens) and runs the one-process kernel over it in position order, so every row gets the
-  // bits one process gives it (docs/ARCHITECTURE.md: the ring's (O, LSE) merges round
+  // bits one process gives it (docs/context-parallel.md: the ring's (O, LSE) merges round
   // differently, and the f16 weight products turn that rounding into f16 steps). Costs the
   // layer's K/V on every rank and the ring's overlap of communication with compute.
   bool cp_gather = false;

@@ -7,7 +7,7 @@
 // (scripts/synthetic.yaml for the task settings, scripts/data/synthetic/{niah,
 // variable_tracking,common_words_extraction,freq_words_extraction,constants}.py for the texts
 // and scripts/eval/synthetic/constants.py for string_match_all / string_match_part),
-// re-expressed here. Where this differs from it (docs/ARCHITECTURE.md, "Task-level evaluation"):
+// re-expressed here. Where this differs from it (docs/eval.md):
 //  - RULER's "essay" haystack (Paul Graham's essays) is not available: the tasks that use it
 //    take lines of a held-out source file instead (the "code" haystack), one line per unit;
 //  - every sample is fitted on its own: its haystack size is found by bisection on the token

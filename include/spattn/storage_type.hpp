@@ -9,7 +9,7 @@
 // Each vocabulary maps onto the table by an exhaustive switch (storage_of): spattn's sources
 // build with -Werror=switch-enum, so a type added to a vocabulary and not to the table, or to
 // a kernel's dispatch, fails to compile instead of falling into a default.
-// docs/ARCHITECTURE.md, "How to add a storage type", lists the places a new type touches.
+// docs/development/add-a-storage-type.md lists the places a new type touches.
 #pragma once
 #include <array>
 #include <cstdint>

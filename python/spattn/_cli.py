@@ -15,7 +15,7 @@ def main(argv=None):
     exe = executable()
     if not os.access(exe, os.X_OK):
         sys.exit(f"spattn: the command line is not in this package ({exe}); install the "
-                 f"package with pip (README.md, \"Python\") or build it with `make build`")
+                 f"package with pip (docs/python.md) or build it with `make build`")
     args = sys.argv[1:] if argv is None else list(argv)
     sys.stdout.flush()
     sys.stderr.flush()

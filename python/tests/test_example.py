@@ -1,4 +1,4 @@
-"""The example script runs as the README shows it (on a small workload here, every method at
+"""The example script runs as docs/python.md shows it (on a small workload here, every method at
 its default spec), prints the table and writes its picture and records."""
 import json
 import os

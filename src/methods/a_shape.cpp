@@ -60,9 +60,7 @@ class AShapePrefill final : public MethodPrefill {
         pattern_{a.sink, a.local, a.block_q, a.block_k} {}
   RingPlan ring_plan(int64_t, int, bool) const override { return RingPlan{}; }
   void ring_prefill(const RingCall& c, const RingPlan&) override {
-    const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
-                             c.v_type, c.opt, c.out, &pattern_, nullptr, false};
-    dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+    ring_attention(c, &pattern_, nullptr, false);
   }
 
  private:

@@ -40,68 +40,86 @@ namespace spattn {
 double blasst_cp_lambda(const MethodSpec& spec);
 namespace {
 
-// The default visiting order, chosen by measurement (docs/ARCHITECTURE.md, "BLASST's visiting
+// The default visiting order, chosen by measurement (docs/methods/blasst.md, "BLASST's visiting
 // order"): on real attention in order skips almost nothing at any useful lambda, local-first
 // skips most tiles at the same recall.
 constexpr BlasstOrder kDefaultOrder = BlasstOrder::local_first;
 
+// The threshold rule of a blasst spec, read one way for the method and for decode: lambda=X, or
+// sparsity=S,calib=FILE with the law of layer=N (`layer` where the spec names none; -1: the
+// file's one law), and order=. The calibration file is read here, once, not per run: the one
+// plan-like step BLASST has (the threshold at a length is then a few flops).
+struct BlasstRule {
+  double lambda = 0, sparsity = 0;
+  std::shared_ptr<const Calibration> law;
+  BlasstOrder order = kDefaultOrder;
+  // The threshold for a cache of kv_len keys: the calibration's law or the fixed lambda.
+  double at(int64_t kv_len) const { return law ? law->threshold_for(kv_len, sparsity) : lambda; }
+};
+
+BlasstRule read_blasst_rule(ParamReader& r, int64_t layer) {
+  BlasstRule rule;
+  const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
+  SPATTN_CHECK(has_lambda != has_sparsity, "blasst: give exactly one of lambda=X or "
+               "sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
+  rule.lambda = r.get_double("lambda", 0.0, 0.0, 1.0);
+  // Upper bound just below 1: Calibration::lambda_for rejects 1 with its own message, but
+  // the spec should fail before any file is read.
+  rule.sparsity = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
+  const std::string calib = r.get_string("calib", "");
+  const bool has_layer = r.has("layer");
+  if (has_layer) layer = r.get_int("layer", 0, 0, int64_t(1) << 20);
+  const bool has_order = r.has("order");
+  try {
+    rule.order = parse_blasst_order(r.get_string("order", blasst_order_name(kDefaultOrder)));
+  } catch (const Error& e) {
+    detail::fail("blasst: order: ", e.what());
+  }
+  SPATTN_CHECK(!has_sparsity || !calib.empty(),
+               "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
+  SPATTN_CHECK(!has_lambda || !r.has("calib"),
+               "blasst: calib=FILE goes with sparsity=S, not lambda=X");
+  SPATTN_CHECK(!has_layer || has_sparsity, "blasst: layer=N goes with sparsity=S,calib=FILE");
+  if (has_sparsity) {
+    const Calibration file = load_calibration(calib);
+    try {
+      // The layer's own law, copied out so the rule holds one law whatever the file: a
+      // per-layer file without it is an Error naming its layers when the method or session is
+      // made, not at the first token.
+      rule.law = std::make_shared<const Calibration>(layer >= 0 ? file.for_layer(layer) : file);
+    } catch (const Error& e) {
+      detail::fail("blasst: layer: ", calib, ": ", e.what());
+    }
+    // Its thresholds reach their sparsity only in the order it was measured in.
+    SPATTN_CHECK(!has_order || rule.order == rule.law->order, "blasst: order=",
+                 blasst_order_name(rule.order), " but ", calib, " was calibrated for order ",
+                 blasst_order_name(rule.law->order), " (leave order= out to use it)");
+    rule.order = rule.law->order;
+  }
+  return rule;
+}
+
 class Blasst final : public Method {
  public:
-  // The calibration file is read here, once, not per run: the one plan-like step BLASST has
-  // (the threshold at a length is then a few flops).
   explicit Blasst(const MethodSpec& spec) {
     ParamReader r(spec);
-    const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
-    SPATTN_CHECK(has_lambda != has_sparsity, "blasst: give exactly one of lambda=X or "
-                 "sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
-    lambda_ = r.get_double("lambda", 0.0, 0.0, 1.0);
-    // Upper bound just below 1: Calibration::lambda_for rejects 1 with its own message, but
-    // the spec should fail before any file is read.
-    sparsity_ = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
-    const std::string calib = r.get_string("calib", "");
     batch_ = r.get_int("batch", DecodeOptions{}.batch, 1, 1024);
-    const bool has_layer = r.has("layer");
-    const int64_t layer = r.get_int("layer", 0, 0, int64_t(1) << 20);
-    const bool has_order = r.has("order");
-    try {
-      order_ = parse_blasst_order(r.get_string("order", blasst_order_name(kDefaultOrder)));
-    } catch (const Error& e) {
-      detail::fail("blasst: order: ", e.what());
-    }
+    rule_ = read_blasst_rule(r, -1);
     r.finish();
-    SPATTN_CHECK(!has_sparsity || !calib.empty(),
-                 "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
-    SPATTN_CHECK(!has_lambda || !r.has("calib"),
-                 "blasst: calib=FILE goes with sparsity=S, not lambda=X");
-    SPATTN_CHECK(!has_layer || has_sparsity, "blasst: layer=N goes with sparsity=S,calib=FILE");
-    if (has_sparsity) {
-      const Calibration file = load_calibration(calib);
-      try {
-        // The layer's own law, copied out so the method holds one law whatever the file.
-        calib_ = std::make_shared<const Calibration>(has_layer ? file.for_layer(layer) : file);
-      } catch (const Error& e) {
-        detail::fail("blasst: layer: ", calib, ": ", e.what());
-      }
-      // Its thresholds reach their sparsity only in the order it was measured in.
-      SPATTN_CHECK(!has_order || order_ == calib_->order, "blasst: order=",
-                   blasst_order_name(order_), " but ", calib, " was calibrated for order ",
-                   blasst_order_name(calib_->order), " (leave order= out to use it)");
-      order_ = calib_->order;
-    }
   }
   std::string name() const override { return "blasst"; }
-  double lambda() const { return lambda_; }
-  BlasstOrder order() const { return order_; }
+  double lambda() const { return rule_.lambda; }
+  BlasstOrder order() const { return rule_.order; }
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const double lambda = lambda_at(k.seq);
+    const double lambda = rule_.at(k.seq);
     SkipStats skip = recording_skips();
     MethodReport r;
     r.path = run_decode_or_prefill(
         q.seq,
         [&] { attention_decode(q, k, v, out, opt, decode_options(lambda), lse, &r.stats, &skip); },
-        [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_); });
+        [&] { attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, rule_.order); });
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
     return r;
   }
@@ -109,7 +127,7 @@ class Blasst final : public Method {
   // its prefill loop.
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const double lambda = lambda_at(k.seq);
+    const double lambda = rule_.at(k.seq);
     SkipStats skip = recording_skips();
     MethodReport r;
     r.path = run_decode_or_prefill(
@@ -119,7 +137,7 @@ class Blasst final : public Method {
                                  opt.stream);
         },
         [&] {
-          cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, order_,
+          cuda::attention_blasst(q, k, v, out, lambda, opt, lse, &r.stats, &skip, rule_.order,
                                  opt.stream);
         });
     report_skips(r, lambda, std::move(skip), q.seq, k.seq, opt.causal);
@@ -131,12 +149,8 @@ class Blasst final : public Method {
     DecodeOptions d;
     d.lambda = lambda;
     d.batch = batch_;
-    d.order = order_;
+    d.order = rule_.order;
     return d;
-  }
-  // The threshold for a cache of kv_len keys: the calibration's law or the fixed lambda.
-  double lambda_at(int64_t kv_len) const {
-    return calib_ ? calib_->threshold_for(kv_len, sparsity_) : lambda_;
   }
   // Every kernel records the skipped tiles: one small vector per (head, q tile) (decode: per
   // q head), negligible next to the tile work, and it makes recall exact.
@@ -155,10 +169,8 @@ class Blasst final : public Method {
     r.coverage = blasst_coverage(std::move(skip), q_len, kv_len, causal);
   }
 
-  double lambda_ = 0, sparsity_ = 0;
-  std::shared_ptr<const Calibration> calib_;  // set for sparsity=S
+  BlasstRule rule_;
   int64_t batch_ = 4;
-  BlasstOrder order_ = kDefaultOrder;
 };
 
 }  // namespace
@@ -193,9 +205,7 @@ class BlasstPrefill final : public MethodPrefill {
                  " chunks of ", kKeyBlock, " tokens (its tiles) the split needs");
   }
   void ring_prefill(const RingCall& c, const RingPlan&) override {
-    const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
-                             c.v_type, c.opt, c.out, nullptr, &ring_, false};
-    dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+    ring_attention(c, nullptr, &ring_, false);
   }
 
  private:
@@ -206,10 +216,7 @@ class BlasstPrefill final : public MethodPrefill {
 // (lambda=X), or the layer's law at the cache's length (sparsity=S,calib=FILE).
 class BlasstDecode final : public LayerBackend {
  public:
-  BlasstDecode(std::string spec, DecodeOptions opt, std::shared_ptr<const Calibration> calib,
-               double sparsity, int64_t layer)
-      : spec_(std::move(spec)), opt_(opt), calib_(std::move(calib)), sparsity_(sparsity),
-        layer_(layer) {}
+  BlasstDecode(std::string spec, BlasstRule rule) : spec_(std::move(spec)), rule_(std::move(rule)) {}
   std::string name() const override { return spec_; }
   BackendCaps capabilities() const override {
     BackendCaps c;
@@ -219,8 +226,9 @@ class BlasstDecode final : public LayerBackend {
   TensorView prefill(const LayerCall& c) override { return dense_prefill(c); }
   void decode(const LayerCall& c, DecodeReads& reads) override {
     const PackedKV& kv = *c.packed;
-    DecodeOptions o = opt_;
-    if (calib_) o.lambda = calib_->threshold_for(layer_, kv.size(), sparsity_);
+    DecodeOptions o;
+    o.lambda = rule_.at(kv.size());
+    o.order = rule_.order;
     attention_decode(c.q, kv, c.out, decode_options(c.opt, c.pos0, kv), o, c.lse, c.stats);
     // Every key's K is read (the skip saves V and the exponentials).
     reads.keys_read += kv.kv_heads() * kv.size();
@@ -229,10 +237,7 @@ class BlasstDecode final : public LayerBackend {
 
  private:
   std::string spec_;
-  DecodeOptions opt_;
-  std::shared_ptr<const Calibration> calib_;
-  double sparsity_;
-  int64_t layer_;
+  BlasstRule rule_;
 };
 }  // namespace
 
@@ -255,41 +260,11 @@ std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec,
 std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec,
                                                  const BackendContext& ctx) {
   ParamReader r(spec);
-  const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
-  SPATTN_CHECK(has_lambda != has_sparsity, "--attn-decode blasst: give exactly one of lambda=X "
-               "or sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
-  DecodeOptions o;
-  double sparsity = 0;
-  if (has_lambda) {
-    o.lambda = r.get_double("lambda", 0.0, 0.0, 1.0);
-    SPATTN_CHECK(o.lambda > 0, "blasst: lambda=0 is dense decode; give lambda in (0, 1]");
-  } else {
-    sparsity = r.get_double("sparsity", 0.0, 0.0, std::nextafter(1.0, 0.0));
-  }
-  const std::string calib = r.get_string("calib", "");
-  const bool has_order = r.has("order");
-  try {
-    o.order = parse_blasst_order(r.get_string("order", "local_first"));
-  } catch (const Error& e) {
-    detail::fail("blasst: order: ", e.what());
-  }
+  BlasstRule rule = read_blasst_rule(r, ctx.layer);
   r.finish();
-  SPATTN_CHECK(has_lambda || !calib.empty(),
-               "blasst: sparsity=S needs calib=FILE (write one with `spattn calibrate`)");
-  SPATTN_CHECK(!has_lambda || calib.empty(), "blasst: calib=FILE goes with sparsity=S, not lambda=X");
-  std::shared_ptr<const Calibration> laws;
-  if (has_sparsity) {
-    laws = std::make_shared<const Calibration>(load_calibration(calib));
-    // Its thresholds reach their sparsity only in the order it was measured in.
-    SPATTN_CHECK(!has_order || o.order == laws->order, "blasst: order=",
-                 blasst_order_name(o.order), " but ", calib, " was calibrated for order ",
-                 blasst_order_name(laws->order), " (leave order= out to use it)");
-    o.order = laws->order;
-    // Every layer needs its law: a per-layer file without one is an Error naming its layers
-    // when the session is made, not at the first decoded token.
-    laws->for_layer(ctx.layer);
-  }
-  return std::make_unique<BlasstDecode>(spec.text, o, std::move(laws), sparsity, ctx.layer);
+  SPATTN_CHECK(spec.params.count("sparsity") || rule.lambda > 0,
+               "blasst: lambda=0 is dense decode; give lambda in (0, 1]");
+  return std::make_unique<BlasstDecode>(spec.text, std::move(rule));
 }
 
 }  // namespace spattn

@@ -2,7 +2,6 @@
 // sparse method's speedup is measured against.
 #include <memory>
 
-#include "dist/ring_attention.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
@@ -78,9 +77,7 @@ RingPlan dense_ring_plan(int64_t n, int ranks, bool gather_asked) {
 }
 
 void dense_ring_prefill(const RingCall& c, const RingPlan& plan) {
-  const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
-                           c.v_type, c.opt, c.out, nullptr, nullptr, plan.gather};
-  dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+  ring_attention(c, nullptr, nullptr, plan.gather);
 }
 
 std::unique_ptr<LayerBackend> make_dense_backend() { return std::make_unique<DenseBackend>(); }

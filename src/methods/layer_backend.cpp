@@ -2,6 +2,7 @@
 #include "methods/layer_backend.hpp"
 
 #include "core/threading.hpp"
+#include "dist/ring_attention.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 
@@ -54,6 +55,12 @@ RingPlan LayerBackend::ring_plan(int64_t, int, bool) const {
   detail::fail("--cp: --attn ", name(), " is not context-parallel");
 }
 void LayerBackend::ring_check(int64_t, int) const {}
+void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
+                    const dist::RingBlasst* blasst, bool gather) {
+  const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
+                           c.v_type, c.opt, c.out, pattern, blasst, gather};
+  dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+}
 void LayerBackend::ring_prefill(const RingCall&, const RingPlan&) {
   detail::fail("--cp: --attn ", name(), " is not context-parallel");
 }

@@ -21,6 +21,8 @@
 namespace spattn {
 namespace dist {
 struct RingScratch;
+struct RingPattern;
+struct RingBlasst;
 }
 struct ChunkedH2OTrace;
 
@@ -170,6 +172,11 @@ void dense_decode(const LayerCall& c, DecodeReads& reads);
 // the whole K/V gathered (asked, or for a prompt of fewer than 2P tiles).
 RingPlan dense_ring_plan(int64_t n, int ranks, bool gather_asked);
 void dense_ring_prefill(const RingCall& c, const RingPlan& plan);
+// The ring over a call (dist::ring_prefill): dense, or a static pattern's blocks, or BLASST's
+// skip rule (at most one of the two), the K/V passed round or gathered. Every ring backend's one
+// way in.
+void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
+                    const dist::RingBlasst* blasst, bool gather);
 
 // The dense backend (dense.cpp), and the band of a layer's own sliding window (band.cpp).
 std::unique_ptr<LayerBackend> make_dense_backend();

@@ -17,7 +17,7 @@
 //           block (one at 128, which loses 1.2-3.6 points on layers whose blocks vary from row
 //           to row: code-tiny-8k layers 1, 2 and 7, code-small-32k layer 5 at ~75%). 1/32 is
 //           one rule for every layer and model, chosen from gamma 16-128 measured on every
-//           layer of code-tiny-8k and three of code-small-32k; docs/ARCHITECTURE.md, "The
+//           layer of code-tiny-8k and three of code-small-32k; docs/methods/momo.md, "The
 //           structural gap". The fused pass's work only shrinks as gamma grows.
 //   chi     query rows per block of the block-sparse pass (a multiple of gamma)
 //   beta    keys per key block (a multiple of 64, the kernel's key tile)
@@ -29,7 +29,7 @@
 //           the row in the order the fused pass delivers them, and the estimate of Eqs. (5)-(6),
 //           which takes blocks for good, spends its slots before the best blocks arrive (the
 //           hybrid lost up to 36 points of a row's top-k mass, the estimate 68, on
-//           code-small-32k's layer 1; docs/ARCHITECTURE.md, "MOMO's selection on real attention"). The exact buffer costs a compare per losing block on a
+//           code-small-32k's layer 1; docs/methods/momo.md, "MOMO's selection on real attention"). The exact buffer costs a compare per losing block on a
 //           CPU, where the SRAM limit the estimate works around does not exist.
 //   k_trim  key blocks kept per query block after the union (Appendix, Algorithm 2); default k
 //   topp    (beyond the paper; absent by default) a mass budget in (0, 1] instead of a count:
@@ -86,7 +86,7 @@
 //           block) pair instead of one, and one pass over Q and K (sums and squares): 7.1% of
 //           the fused pass's multiply-adds on code-tiny-8k at 8K and 3.7% on code-small-32k at
 //           32K (mean_pool: 3.6% and 2.1%); the fused pass itself (k_dense) is unchanged.
-//           docs/ARCHITECTURE.md, "The selection's last misses" and "The last miss".
+//           docs/methods/momo.md, "The selection's last misses" and "The last miss".
 //   pool    above | block: the rows the union pools for a query block: its own sampled rows
 //           (block, Algorithm 2), or those and the last sampled row above it (above; its choices
 //           outside the block's candidates dropped). Default above with a blend, block with
@@ -304,7 +304,7 @@ class Momo final : public Method {
   // gamma=auto: the smallest stride kAutoGammaMin * 2^i (a divisor of chi) whose dense sampled
   // rows take at most kAutoDenseShare of Eq. 9's per-row budget, (C / gamma) / (beta k_trim +
   // S + W + C / gamma) with C = kv_len; chi if none does. The share bound is the one rule for
-  // every layer and model (docs/ARCHITECTURE.md, "MOMO's selection on real attention").
+  // every layer and model (docs/methods/momo.md, "MOMO's selection on real attention").
   int64_t gamma_for(int64_t kv_len) const {
     if (gamma_ > 0) return gamma_;
     const double C = double(kv_len);

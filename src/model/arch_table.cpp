@@ -1,6 +1,6 @@
 // The traits table: one row per architecture, listing only what it has (every default is
 // "none"). Values from llama.cpp's loader and graph for each (llama-model.cpp's hparams and
-// rope type, src/models/<arch>.cpp). docs/ARCHITECTURE.md: how to add a row.
+// rope type, src/models/<arch>.cpp). docs/development/add-an-architecture.md: how to add a row.
 #include <iterator>
 #include <string>
 #include <string_view>

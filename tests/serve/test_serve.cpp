@@ -385,6 +385,13 @@ TEST(ServeReal, BadRequestsGet400AndTheServerServesOn) {
     EXPECT_EQ(e["error"]["type"], "invalid_request_error") << r->body;
     EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
   }
+  // A method the request chose that fails on its prompt (grid: too short for any stride) names
+  // the request's field.
+  const auto g = post(c, "/v1/completions", R"({"prompt": "Once upon a time", "max_tokens": 2,
+                                               "spattn": {"attn": "grid"}})");
+  ASSERT_TRUE(g);
+  EXPECT_EQ(g->status, 400) << g->body;
+  EXPECT_EQ(json::parse(g->body)["error"]["param"], "spattn.attn") << g->body;
   // Streamed requests are refused the same way, before any event.
   const auto rs = post(c, "/v1/completions", R"({"prompt": "x", "top_k": -1, "stream": true})");
   ASSERT_TRUE(rs);
@@ -736,6 +743,35 @@ TEST(ServeRequest, ParsesOpenAIAndLlamaServerFields) {
                serve::RequestError);
 }
 
+// Fields that change the answer and that the server does not implement are refused by name,
+// unless they ask for nothing; llama-server's min_p and ignore_eos are read.
+TEST(ServeRequest, UnsupportedOutputFieldsAreRefusedByName) {
+  for (const char* f : {R"("logit_bias": {"15": -100})", R"("logprobs": 3)", R"("logprobs": true)",
+                        R"("presence_penalty": 0.5)", R"("repeat_penalty": 1.1)",
+                        R"("grammar": "root ::= [a-z]+")", R"("response_format": {"type": "json_object"})",
+                        R"("tools": [{"type": "function"}])", R"("n_probs": 2)", R"("echo": true)",
+                        R"("response_format": {"type": 5})"}) {
+    const std::string body = std::string(R"({"prompt": "x", )") + f + "}";
+    const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
+    try {
+      serve::parse_generate(body, false);
+      ADD_FAILURE() << body << " was accepted";
+    } catch (const serve::RequestError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+      EXPECT_EQ(e.param, name) << body;
+    }
+  }
+  const serve::GenerateRequest ok = serve::parse_generate(
+      R"({"prompt": "x", "logit_bias": {}, "logprobs": false, "presence_penalty": 0,
+          "repeat_penalty": 1, "response_format": {"type": "text"}, "tools": [],
+          "min_p": 0.1, "ignore_eos": true})",
+      false);
+  EXPECT_EQ(ok.sampling.min_p, 0.1);
+  EXPECT_TRUE(ok.ignore_eos);
+  EXPECT_EQ(serve::parse_generate(R"({"prompt": "x"})", false).sampling.min_p, 0.05);
+  EXPECT_THROW(serve::parse_generate(R"({"prompt": "x", "min_p": 2})", false), serve::RequestError);
+}
+
 TEST(Sampler, TopKAndTopPKeepOnlyTheMostLikely) {
   const std::vector<float> logits = {0.0f, 1.0f, 3.0f, 2.0f, 2.9f};
   cli::SamplingParams p;
@@ -758,6 +794,28 @@ TEST(Sampler, TopKAndTopPKeepOnlyTheMostLikely) {
   EXPECT_EQ(seen_k2, (std::set<int32_t>{2, 4}));
   EXPECT_EQ(seen_p, (std::set<int32_t>{2, 4}));
   p.top_p = 0;
+  EXPECT_THROW(p.validate(), Error);
+}
+
+// min_p as llama.cpp's: keep the tokens whose logit is within ln(min_p) of the top one's,
+// before temperature (a plain reference over the same logits).
+TEST(Sampler, MinPKeepsTokensNearTheTopOnesProbability) {
+  const std::vector<float> logits = {0.0f, 1.0f, 3.0f, 2.0f, 2.9f};
+  cli::SamplingParams p;
+  p.temperature = 5.0;  // flat after temperature: the cut alone decides who is drawn
+  p.min_p = 0.3;        // ln 0.3 = -1.20: logits >= 1.80 stay
+  std::set<int32_t> want;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (logits[i] >= 3.0f + std::log(0.3f)) want.insert(int32_t(i));
+  ASSERT_EQ(want, (std::set<int32_t>{2, 3, 4}));
+  cli::Sampler s(p);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 2000; ++i) seen.insert(s.sample(logits));
+  EXPECT_EQ(seen, want);
+  p.min_p = 1.0;  // only the top token
+  cli::Sampler top(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(top.sample(logits), 2);
+  p.min_p = -0.1;
   EXPECT_THROW(p.validate(), Error);
 }
 

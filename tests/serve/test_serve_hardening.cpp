@@ -410,6 +410,41 @@ TEST(ServeHardeningReal, ANonStreamingClientLeavingCancelsItsGeneration) {
   EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
+// 12-13, in decode: a client that leaves mid-generation, streaming or not, frees its slot
+// within one decode step. The hook makes the model slow (20 ms a token), so a server that
+// noticed only at the end of the generation would hold the slot for seconds.
+TEST(ServeHardening, AClientLeavingMidDecodeFreesTheSlotWithinOneStep) {
+  NEED_STORIES();
+  for (bool stream : {false, true}) {
+    serve::ServeOptions o = options();
+    std::atomic<int> steps{0}, steps_at_leave{-1};
+    std::promise<void> decoding;
+    o.test_hook = [&](const std::string& ev) {
+      if (ev != "step") return;
+      if (++steps == 5) decoding.set_value();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    };
+    Running srv(o, *model);
+    const int fd = connect_local(srv.port);
+    const std::string b = json{{"prompt", "Once upon a time"}, {"max_tokens", 400},
+                               {"ignore_eos", true}, {"stream", stream}}.dump();
+    ASSERT_TRUE(send_all(fd, head("/v1/completions",
+                                  "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
+    decoding.get_future().wait();
+    steps_at_leave = steps.load();
+    ::close(fd);
+    const auto t0 = Clock::now();
+    auto c = srv.client();
+    while (json::parse(c.Get("/props")->body)["spattn"]["requests_in_flight"] != 0 &&
+           Clock::now() - t0 < std::chrono::seconds(5))
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The step running when the client left, and the one whose check sees it gone.
+    EXPECT_LE(steps.load() - steps_at_leave.load(), 2) << "stream " << stream;
+    EXPECT_LT(s, 0.5) << "stream " << stream << ": the slot was held after the client left";
+  }
+}
+
 // 14. /metrics labels come from a closed set: the method's name, not its parameters.
 TEST(ServeHardeningReal, MetricsLabelTheMethodNotItsParameters) {
   NEED_STORIES();

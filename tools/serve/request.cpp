@@ -18,6 +18,7 @@ cli::SamplingParams default_sampling() {
   p.temperature = 0.8;
   p.top_k = 40;
   p.top_p = 0.95;
+  p.min_p = 0.05;
   return p;
 }
 
@@ -148,6 +149,48 @@ std::string message_content(const json& c) {
 
 }  // namespace
 
+namespace {
+
+// Fields of OpenAI's or llama-server's requests that change the output and that spattn does
+// not implement, with the value that asks for nothing: a request giving another value gets a
+// 400 naming the field instead of an answer that silently ignored it.
+struct Unsupported {
+  const char* name;
+  bool (*neutral)(const nlohmann::json&);
+};
+bool is_false_or_zero(const nlohmann::json& v) {
+  return (v.is_boolean() && !v.get<bool>()) || (v.is_number() && v.get<double>() == 0);
+}
+bool is_empty(const nlohmann::json& v) {
+  return (v.is_object() || v.is_array() || v.is_string()) && v.empty();
+}
+bool is_one(const nlohmann::json& v) { return v.is_number() && v.get<double>() == 1; }
+bool is_text_format(const nlohmann::json& v) {
+  const auto t = v.is_object() ? v.find("type") : v.end();
+  return t != v.end() && t->is_string() && t->get<std::string>() == "text";
+}
+bool is_none_choice(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "none"; }
+constexpr Unsupported kUnsupported[] = {
+    {"logit_bias", is_empty},         {"logprobs", is_false_or_zero},
+    {"top_logprobs", is_false_or_zero}, {"n_probs", is_false_or_zero},
+    {"presence_penalty", is_false_or_zero}, {"frequency_penalty", is_false_or_zero},
+    {"repeat_penalty", is_one},       {"mirostat", is_false_or_zero},
+    {"typical_p", is_one},            {"echo", is_false_or_zero},
+    {"best_of", is_one},              {"suffix", is_empty},
+    {"grammar", is_empty},            {"json_schema", is_empty},
+    {"response_format", is_text_format}, {"tools", is_empty},
+    {"tool_choice", is_none_choice},
+};
+
+void refuse_unsupported(const nlohmann::json& j) {
+  for (const Unsupported& u : kUnsupported)
+    if (const nlohmann::json* f = field(j, u.name); f && !u.neutral(*f))
+      bad_request(std::string("'") + u.name + "' is not supported by this server (leave it out)",
+                  u.name);
+}
+
+}  // namespace
+
 GenerateRequest parse_generate(std::string_view body, bool chat) {
   const json j = parse_body(body);
   GenerateRequest r;
@@ -192,6 +235,9 @@ GenerateRequest parse_generate(std::string_view body, bool chat) {
   r.sampling.top_p = get_number(j, "top_p", r.sampling.top_p, 0, 1);
   if (r.sampling.top_p == 0) r.sampling.top_p = 1e-9;  // OpenAI's 0: only the top token
   r.sampling.top_k = get_int(j, "top_k", r.sampling.top_k, 0, INT32_MAX);
+  r.sampling.min_p = get_number(j, "min_p", r.sampling.min_p, 0, 1);
+  r.ignore_eos = get_bool(j, "ignore_eos", false);  // llama-server's
+  refuse_unsupported(j);
   if (const json* s = field(j, "seed")) {
     // llama-server's -1: a random seed; otherwise any 64-bit value.
     if (s->is_number_unsigned()) {

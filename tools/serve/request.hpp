@@ -50,11 +50,12 @@ struct GenerateRequest {
   bool seed_given = false;
   std::vector<std::string> stop;
   bool stream = false;
+  bool ignore_eos = false;   // llama-server's: generate past end-of-generation tokens
   bool cache_prompt = true;  // llama-server's: reuse the slot's cached prefix
   std::string attn;          // "spattn": {"attn": SPEC}; "" for the server's --attn
 };
 
-// llama-server's sampling defaults (temperature 0.8, top_k 40, top_p 0.95).
+// llama-server's sampling defaults (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05).
 cli::SamplingParams default_sampling();
 
 // Parses a /v1/completions (chat false) or /v1/chat/completions body.

@@ -380,6 +380,7 @@ struct Server::Impl {
                {{"temperature", d.temperature},
                 {"top_k", d.top_k},
                 {"top_p", d.top_p},
+                {"min_p", d.min_p},
                 {"n_predict", -1},
                 {"cache_prompt", true}}}}},
             {"chat_template", chat_template ? chat_template_name(*chat_template) : kChatFallbackName},
@@ -464,6 +465,7 @@ struct Server::Impl {
     if (!g.seed_given) sr->sampling.seed = std::random_device{}();
     sr->max_tokens = g.max_tokens;
     sr->stop = g.stop;
+    sr->ignore_eos = g.ignore_eos;
     sr->cache_prompt = g.cache_prompt;
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const std::string model = g.model.empty() ? model_id : g.model;
@@ -482,8 +484,8 @@ struct Server::Impl {
         if (o.test_hook) o.test_hook("progress");
         if (gone()) throw ClientGone();
       };
-      ev.cancelled = gone;
-      const SlotResult r = lease->slot().generate(*sr, ev, &turn);
+      ev.cancelled = step_then(gone);
+      const SlotResult r = generate(lease->slot(), *sr, ev);
       lease->release(&r);
       if (r.cancelled) throw ClientGone();
       metrics.record(r.usage);
@@ -497,6 +499,28 @@ struct Server::Impl {
           stream(*sr, id, model, created, chat, sink);
           return true;
         });
+  }
+
+  // An Error from the generation itself is the attention method's on this prompt (grid on a
+  // prompt too short for its strides, say): a 400 naming the request's field when the request
+  // chose the method, the operator's error otherwise.
+  SlotResult generate(Slot& slot, const SlotRequest& sr, const SlotEvents& ev) {
+    try {
+      return slot.generate(sr, ev, &turn);
+    } catch (const Error& e) {
+      if (sr.attn == o.r.attn) throw;
+      throw RequestError(400, "invalid_request_error", std::string("spattn.attn: ") + e.what(),
+                         "spattn.attn");
+    }
+  }
+
+  // The per-token cancel test: generate() asks it once after every decoded token, so the
+  // tests' hook sees each decode step ("step") and a client gone stops the next one.
+  std::function<bool()> step_then(std::function<bool()> gone) const {
+    return [this, gone = std::move(gone)] {
+      if (o.test_hook) o.test_hook("step");
+      return gone();
+    };
   }
 
   // One streamed generation, written as it happens: keep-alive comments from a ticker thread
@@ -538,8 +562,8 @@ struct Server::Impl {
           w.event(chunk_json(id, created, model, chat, text, first, "", nullptr));
           first = false;
         };
-        ev.cancelled = gone;
-        const SlotResult r = lease.slot().generate(sr, ev, &turn);
+        ev.cancelled = step_then(gone);
+        const SlotResult r = generate(lease.slot(), sr, ev);
         lease.release(&r);
         if (!r.cancelled) {
           metrics.record(r.usage);

@@ -36,9 +36,9 @@ struct ServeOptions {
   std::string alias;             // the model's id in /v1/models (the file name by default)
   bool metrics = false;          // --metrics: GET /metrics (Prometheus text), as llama-server
   std::string chat_template;     // --chat-template NAME; "": the model's, recognised
-  // For tests only: called with "slot" once a generation holds the slot and with "progress"
-  // after each prefill progress event (streamed or not), so a test can hold the slot or leave
-  // mid-prefill at a point it knows.
+  // For tests only: called with "slot" once a generation holds the slot, with "progress"
+  // after each prefill progress event (streamed or not) and with "step" after each decoded
+  // token, so a test can hold the slot, slow the model or leave at a point it knows.
   std::function<void(const std::string& event)> test_hook;
   void validate() const;         // Error naming the flag
 };

@@ -108,7 +108,7 @@ SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* tu
   int32_t tok = sampler.sample(logits);
   r.usage.ttft_ms = ms_since(t0);
   while (req.max_tokens != 0) {
-    if (tok_.is_eog(tok)) {
+    if (!req.ignore_eos && tok_.is_eog(tok)) {
       r.finish_reason = "stop";
       break;
     }

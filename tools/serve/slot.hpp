@@ -28,6 +28,7 @@ struct SlotRequest {
   cli::SamplingParams sampling;
   int64_t max_tokens = -1;  // -1: until end of generation or a full context
   std::vector<std::string> stop;
+  bool ignore_eos = false;
   std::string attn;  // the prefill attention spec (the server's --attn when not asked)
   bool cache_prompt = true;
 };
