@@ -413,7 +413,7 @@ TEST(ServeHardeningReal, ANonStreamingClientLeavingCancelsItsGeneration) {
 // 12-13, in decode: a client that leaves mid-generation, streaming or not, frees its slot
 // within one decode step. The hook makes the model slow (20 ms a token), so a server that
 // noticed only at the end of the generation would hold the slot for seconds.
-TEST(ServeHardening, AClientLeavingMidDecodeFreesTheSlotWithinOneStep) {
+TEST(ServeHardeningReal, AClientLeavingMidDecodeFreesTheSlotWithinOneStep) {
   NEED_STORIES();
   for (bool stream : {false, true}) {
     serve::ServeOptions o = options();

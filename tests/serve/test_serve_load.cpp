@@ -3,7 +3,7 @@
 // no request failed or was lost, every answer is well formed and every malformed request got a
 // 400 with an error object; its exit status says so. The 32-client, 60 s run on
 // code-tiny-8k is the same script by hand (BENCHMARKS.md). Here rather than as a bare ctest
-// command so that the model is found by the one rule every test uses (models_dir.hpp).
+// command so that the model is found by the one rule every test uses (assets.hpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
