@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 1000000
 JOBS       ?= $(shell nproc)
 
-.PHONY: deps build python run test test-sanitize test-tsan fuzz bench clean
+.PHONY: deps build python run test test-unit test-sanitize test-tsan fuzz bench clean
 
 deps:
 	@bash scripts/deps.sh
@@ -27,16 +27,25 @@ python: deps
 run: build
 	./$(BUILD)/bin/spattn bench
 
-# C++ tests and the Python package's pytest (ctest runs both).
+# Every test: C++ tests of every label (unit, model, llama, mpi, slow; gpu where built) and the
+# Python package's pytest. A test whose asset (a model, llama.cpp's tools, MPI) is absent skips;
+# SPATTN_REQUIRE_ASSETS=1 makes that a failure (.ci/run). docs/testing.md has the labels.
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
-# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer (tests named *Slow* left out).
+# The unit tests alone: no asset needed, a few minutes on 2 cores.
+test-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -L unit
+
+# The tests under AddressSanitizer + UndefinedBehaviorSanitizer: unit, model and mpi. Left out:
+# slow (minutes each when instrumented) and llama (parity with llama.cpp is the optimised build's
+# property, checked by `make test`; its scripts would run the instrumented binary for minutes).
+# Only the tests' binary and what it runs are built: no CUDA, Python or benchmarks here.
 test-sanitize: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPATTN_SANITIZE=ON > /dev/null
-	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target spattn_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -E Slow
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE 'slow|llama'
 
 # The tests of state shared between threads and calls under ThreadSanitizer: sessions and
 # their KV cache, PackedKV, per-call BLAS thread counts and bf16 operand paths (threads

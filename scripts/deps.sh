@@ -67,9 +67,28 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 mkdir -p "$root/third_party"
 ln -sfn "$src" "$root/third_party/llama.cpp"
 
+# llama.cpp's own tools from the same source, for the tests that compare spattn with llama.cpp
+# (ctest label "llama": greedy text, perplexity, tokenizer ids; docs/testing.md) and for the
+# benchmarks against it: only these targets, CPU only, no network code, through ccache, into
+# $src/build/bin (third_party/llama.cpp/build/bin, where the tests look unless SPATTN_LLAMA_BIN
+# says otherwise). Once built they stay: the folder is outside the repository, so a fresh clone
+# finds them. SPATTN_SKIP_LLAMA_TOOLS=1 leaves them out (a machine that only builds spattn).
+LLAMA_TOOLS=(llama-completion llama-perplexity llama-tokenize llama-quantize llama-bench)
+if [ "${SPATTN_SKIP_LLAMA_TOOLS:-0}" != 1 ]; then
+  need_tools=0
+  for t in "${LLAMA_TOOLS[@]}"; do [ -x "$src/build/bin/$t" ] || need_tools=1; done
+  if [ $need_tools = 1 ]; then
+    echo "deps.sh: building llama.cpp's ${LLAMA_TOOLS[*]} into $src/build/bin" >&2
+    cmake -S "$src" -B "$src/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CCACHE=ON \
+      -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF >/dev/null
+    cmake --build "$src/build" -j "$(nproc)" --target "${LLAMA_TOOLS[@]}" >/dev/null
+  fi
+fi
+
 # The official OpenAI client for Node (npm's `openai`, pinned; it has no dependencies), for
-# the test that drives `spattn serve` with it (tests/test_serve_openai.cpp; it skips where
-# this is absent). Into the same cache, outside the repository.
+# the test that drives `spattn serve` with it (tests/serve/test_serve_openai.cpp; a missing
+# asset there, tests/assets.hpp). Into the same cache, outside the repository.
 OPENAI_NPM_VERSION=6.30.1
 oa="$cache/openai-node-$OPENAI_NPM_VERSION"
 if [ ! -f "$oa/.spattn-complete" ]; then

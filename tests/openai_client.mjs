@@ -1,6 +1,6 @@
 // Drives `spattn serve` with the official OpenAI client for Node, as a user's program would:
 // completions and chat completions, each whole and streamed. Prints one JSON object with the
-// texts, the usages and what the stream delivered; tests/test_serve_openai.cpp checks it.
+// texts, the usages and what the stream delivered; tests/serve/test_serve_openai.cpp checks it.
 // Usage: node openai_client.mjs OPENAI_PACKAGE_DIR BASE_URL
 import { pathToFileURL } from "node:url";
 import path from "node:path";

@@ -2,7 +2,7 @@
 // ggml-common.h structs and the format descriptions), one small function per type and one
 // output element at a time, so that a slip in ggml's loops or in spattn's use of them shows up
 // as a difference. They are the reference twins of `gguf::dequantize_row`: the tests compare
-// the two bit for bit (tests/test_quant_formats.cpp) and so does the fuzz target
+// the two bit for bit (tests/model/test_quant_formats.cpp) and so does the fuzz target
 // (fuzz/fuzz_quant.cpp). Every multiply is written in ggml's operand order (scale first, then
 // the integer, each rounded to float) so that equal bits are the right expectation; nothing
 // here is fused or vectorized.

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "models_dir.hpp"
+#include "assets.hpp"
 #include "runner.hpp"
 #include "serve/server.hpp"
 
@@ -57,7 +57,7 @@ struct Running {
 
 #define NEED_STORIES()                                                      \
   const cli::LoadedModel* model = stories();                                \
-  if (!model) GTEST_SKIP() << "stories260K.gguf not in " << test::models_dir()
+  if (!model) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir())
 
 }  // namespace
 }  // namespace spattn

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/attention.hpp"
@@ -30,7 +31,7 @@ namespace spattn {
 namespace {
 
 #define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 using test::DeviceFloats;
 using test::DeviceTensor;

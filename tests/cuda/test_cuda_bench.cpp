@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "spattn/bench.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -22,7 +23,7 @@ namespace spattn {
 namespace {
 
 #define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 TEST(CudaHelpers, DeviceTensorRoundTripsAndMoves) {
   SKIP_WITHOUT_GPU();

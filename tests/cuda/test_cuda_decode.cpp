@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "cuda/device_buffers.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
@@ -26,7 +27,7 @@ namespace spattn {
 namespace {
 
 #define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 using test::DeviceFloats;
 using test::DeviceTensor;

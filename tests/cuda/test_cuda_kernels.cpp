@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "assets.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/blasst.hpp"
@@ -42,7 +43,7 @@ bool hopper() {
 }
 
 TEST(CudaKernels, ChoiceFollowsTheDeviceAndTheEnvironment) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
   {
     KernelEnv env("auto");
     EXPECT_EQ(cuda::prefill_kernel(), hopper() ? "wgmma" : "mma");
@@ -69,8 +70,8 @@ TEST(CudaKernels, ChoiceFollowsTheDeviceAndTheEnvironment) {
 
 // The two kernels on one input: BLASST's skipped tiles (both orders) and the outputs.
 TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  if (!hopper()) GTEST_SKIP() << "not a Hopper GPU: one prefill kernel here";
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
+  if (!hopper()) SPATTN_SKIP_NOT_APPLICABLE("not a Hopper GPU: one prefill kernel here");
   for (int64_t d : {64, 128}) {
     const int64_t seq = 1500;
     const Workload w = test::text_workload(seq, d, 21);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "assets.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/cuda.hpp"
@@ -21,7 +22,7 @@ namespace {
 using test::DeviceTensor;
 
 TEST(CudaMethods, DeviceRunMatchesHostRun) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
   const Workload w = test::text_workload(1500, 128, 11);
   DeviceTensor dq(w.q), dk(w.k), dv(w.v);
   for (const std::string spec :
@@ -55,7 +56,7 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
 }
 
 TEST(CudaMethods, AMethodWithoutAGpuPathSaysSo) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
   const Tensor x = test::random_tensor(DType::bf16, 2, 100, 64, 1);
   DeviceTensor d(x), o(DType::bf16, 2, 100, 64);
   try {
