@@ -24,6 +24,22 @@
 namespace spattn::kernels::gemm_int8_detail {
 namespace {
 
+// acc[r] = corr + row r's products with block bi's column groups [g0, g1) (four columns a
+// group: one vpdpbusd each).
+template <int R>
+SPATTN_VNNI_ATTR inline void dots(__m512i acc[R], const TileBlock& t, const int32_t* corr,
+                                  const uint8_t* const xq[R], int64_t bi, int g0, int g1) {
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_load_si512(corr);
+  for (int g = g0; g < g1; ++g) {
+    const __m512i wv = _mm512_load_si512(t.q + g * 64);
+    for (int r = 0; r < R; ++r) {
+      int32_t x4;
+      __builtin_memcpy(&x4, xq[r] + bi * kBlock + 4 * g, 4);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(x4), wv);
+    }
+  }
+}
+
 template <Scaling SC, int R>
 SPATTN_VNNI_ATTR void rows_r(const TileBlock* tb, int64_t nbt, const ActRows& a, int64_t b0,
                              int64_t r0, float* c, int64_t ldc, int64_t m0, int mrows,
@@ -41,31 +57,12 @@ SPATTN_VNNI_ATTR void rows_r(const TileBlock* tb, int64_t nbt, const ActRows& a,
   }
   for (int64_t bi = 0; bi < nbt; ++bi) {
     const TileBlock& t = tb[bi];
-    const __m512i corr = _mm512_load_si512(t.corr);
     __m512i lo[R];
-    for (int r = 0; r < R; ++r) lo[r] = corr;
-    constexpr int kLoGroups = SC == Scaling::halves ? 4 : 8;
-    for (int g = 0; g < kLoGroups; ++g) {
-      const __m512i wv = _mm512_load_si512(t.q + g * 64);
-      for (int r = 0; r < R; ++r) {
-        int32_t x4;
-        __builtin_memcpy(&x4, xq[r] + bi * kBlock + 4 * g, 4);
-        lo[r] = _mm512_dpbusd_epi32(lo[r], _mm512_set1_epi32(x4), wv);
-      }
-    }
+    dots<R>(lo, t, t.corr, xq, bi, 0, SC == Scaling::halves ? 4 : 8);
     const __m512 s0 = _mm512_load_ps(t.s0);
     if constexpr (SC == Scaling::halves) {
-      const __m512i corr_hi = _mm512_load_si512(t.corr_hi);
       __m512i hi[R];
-      for (int r = 0; r < R; ++r) hi[r] = corr_hi;
-      for (int g = 4; g < 8; ++g) {
-        const __m512i wv = _mm512_load_si512(t.q + g * 64);
-        for (int r = 0; r < R; ++r) {
-          int32_t x4;
-          __builtin_memcpy(&x4, xq[r] + bi * kBlock + 4 * g, 4);
-          hi[r] = _mm512_dpbusd_epi32(hi[r], _mm512_set1_epi32(x4), wv);
-        }
-      }
+      dots<R>(hi, t, t.corr_hi, xq, bi, 4, 8);
       const __m512 s1 = _mm512_load_ps(t.s1);
       for (int r = 0; r < R; ++r) {
         const __m512 part = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi[r]), s1,
