@@ -10,7 +10,8 @@
 # public repository (CPU only, GGML_NATIVE=ON; say its commit beside the figures). This script
 # fetches and builds nothing and is never part of CI. TESTS (default "pp512 tg64"), REPS
 # (default 3) and THREADS (default 2) as vs_llama.py's --test, --reps and -t; SPATTN the binary
-# (default build/bin/spattn); extra arguments for spattn run go in SPATTN_ARGS.
+# (default build/bin/spattn); TEXT the prompt text (vs_llama.py's --text); extra arguments for
+# spattn run go in SPATTN_ARGS.
 set -euo pipefail
 
 if [[ -z "${IK_LLAMA_BIN:-}" ]]; then
@@ -30,6 +31,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 tests=(${TESTS:-pp512 tg64})
 args=(--reps "${REPS:-3}" -t "${THREADS:-2}")
 [[ -n "${SPATTN:-}" ]] && args+=(--spattn "$SPATTN")
+[[ -n "${TEXT:-}" ]] && args+=(--text "$TEXT")
 for a in ${SPATTN_ARGS:-}; do args+=("--spattn-arg=$a"); done
 for t in "${tests[@]}"; do args+=(--test "$t"); done
 
