@@ -23,6 +23,7 @@ void add_search_command(CLI::App& root);
 void add_select_diag_command(CLI::App& root);
 void add_serve_command(CLI::App& root);
 void add_h2o_report_command(CLI::App& root);
+void add_bench_products_command(CLI::App& root);
 void add_eval_command(CLI::App& root);
 
 // What attention problem to run: flags shared by bench, mask and later calibrate.

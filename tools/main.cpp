@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   spattn::cli::add_select_diag_command(app);
   spattn::cli::add_serve_command(app);
   spattn::cli::add_h2o_report_command(app);
+  spattn::cli::add_bench_products_command(app);
   spattn::cli::add_eval_command(app);
   try {
     app.parse(std::move(args));

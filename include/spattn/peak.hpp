@@ -34,6 +34,8 @@ struct MachinePeak {
   double fma_gflops = 0;       // f32 FMA on full vectors: 2 flops per lane per FMA
   double bf16_dot_gflops = 0;  // vdpbf16ps: 4 flops per f32 lane; 0 where the kernels
                                // cannot use it (no AVX512_BF16)
+  double int8_dot_gops = 0;    // vpdpbusd: 2 ops (a product and a sum) per byte pair; 0
+                               // where the CPU has no AVX512_VNNI
   double sgemm_gflops = 0;     // OpenBLAS sgemm (measure_sgemm_gflops): a library's reach,
                                // not the machine's
   double read_gbps = 0;        // memory read bandwidth, 1e9 bytes/s, far beyond the caches

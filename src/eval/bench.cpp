@@ -294,6 +294,7 @@ std::string bench_json(const BenchRun& run, const BenchSource& source) {
   j["peak_gflops"] = pk.fma_gflops;  // the f32 FMA peak (was OpenBLAS sgemm)
   j["fma_gflops"] = pk.fma_gflops;
   j["bf16_dot_gflops"] = pk.bf16_dot_gflops;
+  j["int8_dot_gops"] = pk.int8_dot_gops;
   j["sgemm_gflops"] = pk.sgemm_gflops;
   j["read_gbps"] = pk.read_gbps;
   if (op.bf16_input) {

@@ -147,6 +147,7 @@ MachinePeak measure_machine_peak(int threads, const MachinePeakOptions& opt) {
   m.simd_target = simd_target_name();
   m.fma_gflops = best_loop_rate(t, opt, kernels::fma_peak_loop) / 1e9;
   m.bf16_dot_gflops = best_loop_rate(t, opt, kernels::bf16_dot_peak_loop) / 1e9;
+  m.int8_dot_gops = best_loop_rate(t, opt, kernels::int8_dot_peak_loop) / 1e9;
   m.read_gbps = best_read_rate(t, opt) / 1e9;
   if (opt.sgemm) m.sgemm_gflops = measure_sgemm_gflops(t, opt.sgemm_opt);
   return m;

@@ -17,6 +17,11 @@ double fma_peak_loop(int64_t iters, float* sink);
 // below AVX-512).
 double bf16_dot_peak_loop(int64_t iters, float* sink);
 
+// The same with vpdpbusd (AVX-512 VNNI: 64 u8 x s8 products a vector, 2 operations each, the
+// integer prefill products' instruction; int8_peak_loop.cpp). Returns 0 and runs nothing where
+// the CPU has no AVX512_VNNI.
+double int8_dot_peak_loop(int64_t iters, float* sink);
+
 // Sums n floats from p (any alignment) into *sink; returns the bytes read (4 n).
 double read_sum_loop(const float* p, int64_t n, float* sink);
 

@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.hpp"
 #include "ggml.h"
+#include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
 #include "model/moe_routing.hpp"
 #include "model/vector_product.hpp"
@@ -20,6 +21,8 @@ constexpr int kMaxNodes = 96;
 
 std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w);
 kernels::WeightRows widened(const Model::Weight& w);
+int64_t int8_product_min_rows(const Model::Weight& w);
+int64_t widen_product_min_rows(const Model::Weight& w);
 
 // The FFN's gated activation of gate and up (ArchTraits::ffn_act), as llama.cpp's build_ffn and
 // build_moe_ffn run each: SwiGLU; GeGLU with ggml's tanh-approximated GELU (LLM_FFN_GELU,
@@ -72,7 +75,8 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(spattn_product(w, x)                      ? spattn_linear(w, x)
+    ggml_tensor* t = at(int8_product(w, x)                        ? int8_linear(w, x)
+                        : spattn_product(w, x)                  ? spattn_linear(w, x)
                         : vector_product_applies(w, x, threads) ? vector_product(ctx, w, x, claims)
                                                                 : ggml_mul_mat(ctx, w.t, x),
                         y);
@@ -153,10 +157,24 @@ struct Builder {
   ggml_tensor* packed = nullptr;         // the last packing node, its arguments, and the input
   const ProductArgs* packed_args = nullptr;
   const ggml_tensor* packed_from = nullptr;
+  static bool product_input(const ggml_tensor* x, int64_t from) {
+    return from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
+           x->ne[2] == 1 && x->ne[3] == 1;
+  }
   bool spattn_product(const Model::Weight& w, const ggml_tensor* x) const {
-    const int64_t from = spattn_product_min_rows(w);
-    return b->pack && from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 &&
-           ggml_is_contiguous(x) && x->ne[2] == 1 && x->ne[3] == 1;
+    return b->pack && product_input(x, widen_product_min_rows(w));
+  }
+  bool int8_product(const Model::Weight& w, const ggml_tensor* x) const {
+    return b->pack && product_input(x, int8_product_min_rows(w));
+  }
+  // The buffer an input of the products is packed into (RowBuffers' comment): its first
+  // gemm_widen_packed_floats(n, k) floats take the widened product's panels, the integer
+  // product's quantized rows follow them (an input may feed both: q4_K's q and k, q6_K's v).
+  float* pack_buffer(const ggml_tensor* x) const {
+    float* dst = x->data == b->att ? b->q : x->data == b->h ? b->att : x->data == b->g ? b->u
+                                                                                      : nullptr;
+    SPATTN_CHECK(dst != nullptr, "internal: a product input with no buffer to pack it into");
+    return dst;
   }
   static void pack_node(ggml_tensor*, int ith, int nth, void* ud) {
     const auto* a = static_cast<const ProductArgs*>(ud);
@@ -172,9 +190,7 @@ struct Builder {
     SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
                  k);
     if (packed_from != x) {
-      float* dst = x->data == b->att ? b->q : x->data == b->h ? b->att : x->data == b->g ? b->u
-                                                                                          : nullptr;
-      SPATTN_CHECK(dst != nullptr, "internal: a product input with no buffer to pack it into");
+      float* dst = pack_buffer(x);
       product_args.push_back({static_cast<const float*>(x->data), n, k,
                               int64_t(x->nb[1] / sizeof(float)), dst, {}});
       ggml_tensor* src[] = {x};
@@ -192,6 +208,52 @@ struct Builder {
     return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &product_node,
                           GGML_N_TASKS_MAX, &product_args.back());
   }
+
+  // Prefill's products on integer dot products (kernels/gemm_int8.hpp): a node quantizing the
+  // input's rows to 8-bit blocks once, shared by the products that read the same input, and a
+  // node per product.
+  struct Int8Args {
+    const float* x;
+    int64_t n, k, ldx;
+    uint8_t* xq;
+    kernels::Int8Weights w;
+  };
+  std::deque<Int8Args> int8_args;  // stable addresses: the nodes point at them
+  ggml_tensor* quantized = nullptr;  // the last quantizing node, its arguments, and the input
+  const Int8Args* quantized_args = nullptr;
+  const ggml_tensor* quantized_from = nullptr;
+  static void quantize_node(ggml_tensor*, int ith, int nth, void* ud) {
+    const auto* a = static_cast<const Int8Args*>(ud);
+    kernels::gemm_int8_quantize(a->x, a->n, a->k, a->ldx, a->xq, ith, nth);
+  }
+  static void int8_node(ggml_tensor* dst, int ith, int nth, void* ud) {
+    const auto* a = static_cast<const Int8Args*>(ud);
+    kernels::gemm_int8_run(a->w, a->xq, a->n, a->k, static_cast<float*>(dst->data),
+                           int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+  }
+  ggml_tensor* int8_linear(const Model::Weight& w, ggml_tensor* x) {
+    const int64_t k = x->ne[0], n = x->ne[1];
+    SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
+                 k);
+    if (quantized_from != x) {
+      float* dst = pack_buffer(x) + kernels::gemm_widen_packed_floats(n, k);
+      int8_args.push_back({static_cast<const float*>(x->data), n, k,
+                           int64_t(x->nb[1] / sizeof(float)), reinterpret_cast<uint8_t*>(dst),
+                           {}});
+      ggml_tensor* src[] = {x};
+      quantized_args = &int8_args.back();
+      quantized = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &quantize_node,
+                                 GGML_N_TASKS_MAX, &int8_args.back());
+      quantized_from = x;
+    }
+    Int8Args a = *quantized_args;
+    a.w = {*kernels::int8_format(w.type), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
+    kernels::gemm_int8_check(a.w, k);  // here: a throw inside the graph's threads would abort
+    int8_args.push_back(a);
+    ggml_tensor* src[] = {w.t, quantized};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &int8_node,
+                          GGML_N_TASKS_MAX, &int8_args.back());
+  }
 };
 
 // w's format as the kernel reads it, or none: a matrix ggml repacked into its own interleaved
@@ -205,11 +267,25 @@ kernels::WeightRows widened(const Model::Weight& w) {
   return {*widen_format(w), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
 }
 
+// The integer product's rows, where it takes w: a format it reads (in ggml's own layout, not
+// repacked) on a CPU with its vector path.
+int64_t int8_product_min_rows(const Model::Weight& w) {
+  const auto f = kernels::int8_format(w.type);
+  return f && !w.repacked && !w.experts ? kernels::gemm_int8_min_rows(*f) : 0;
+}
+
+// The widened product's rows, where the integer product does not take w.
+int64_t widen_product_min_rows(const Model::Weight& w) {
+  if (int8_product_min_rows(w) > 0) return 0;
+  const auto f = widen_format(w);
+  return f ? kernels::gemm_widen_min_rows(*f) : 0;
+}
+
 }  // namespace
 
 int64_t spattn_product_min_rows(const Model::Weight& w) {
-  const auto f = widen_format(w);
-  return f ? kernels::gemm_widen_min_rows(*f) : 0;
+  const int64_t i8 = int8_product_min_rows(w);
+  return i8 > 0 ? i8 : widen_product_min_rows(w);
 }
 
 // A built graph and what its nodes point at: the builder's products' arguments (the custom

@@ -47,6 +47,7 @@
 #include "core/threading.hpp"
 #include "dist/ring_attention.hpp"
 #include "core/rope.hpp"
+#include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
@@ -405,8 +406,10 @@ struct Session::Impl {
     if (pack) {
       // Their packed inputs go into q, att and up (layer_graph.hpp: RowBuffers), rows padded to
       // whole panels.
+      // The integer product's quantized rows follow the widened product's panels.
       const auto packed = [&](int64_t cols) {
-        return size_t(kernels::gemm_widen_packed_floats(max_rows, cols));
+        return size_t(kernels::gemm_widen_packed_floats(max_rows, cols) +
+                      (kernels::gemm_int8_act_bytes(max_rows, cols) + 3) / 4);
       };
       q.resize(std::max(q.size(), packed(dq)));
       att.resize(std::max(att.size(), packed(std::max(hd, dq))));

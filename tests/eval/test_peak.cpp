@@ -9,6 +9,7 @@
 
 #include "hwy/targets.h"
 #include "kernels/flash_common.hpp"
+#include "kernels/gemm_int8.hpp"
 #include "kernels/peak_loops.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
@@ -42,6 +43,11 @@ TEST(Peak, FiguresArePositiveAndFinite) {
     EXPECT_TRUE(finite_positive(m.bf16_dot_gflops)) << m.bf16_dot_gflops;
   else
     EXPECT_EQ(m.bf16_dot_gflops, 0.0);
+  // int8 dot likewise: 0 exactly where the integer products have no vpdpbusd path.
+  if (kernels::gemm_int8_vnni())
+    EXPECT_TRUE(finite_positive(m.int8_dot_gops)) << m.int8_dot_gops;
+  else
+    EXPECT_EQ(m.int8_dot_gops, 0.0);
   // How the FMA peak compares with sgemm's is a timing, checked where timings belong: the
   // microbenchmark warns when the ratio is implausible (bench/main.cpp).
 }

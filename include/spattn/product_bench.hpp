@@ -1,0 +1,39 @@
+// Prefill's weight products timed in this process (`spattn bench-products`): each integer
+// product kernel (kernels/gemm_int8.hpp) on one weight shape and row count, in GOP/s and as a
+// fraction of the int8 dot-product peak the same process measures (MachinePeak::int8_dot_gops),
+// beside the widening f32 product (kernels/gemm_widen.hpp) where it takes the format, against
+// the f32 FMA peak.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spattn/peak.hpp"
+
+namespace spattn {
+
+struct ProductBenchOptions {
+  int64_t m = 2048;  // weight rows (outputs a row)
+  int64_t k = 2048;  // columns (a multiple of 256)
+  int64_t n = 512;   // activation rows (a prompt's chunk)
+  int threads = 0;   // 0: all
+  int repeat = 5;    // timed calls a kernel (the best counts: noise only slows a call)
+  std::vector<std::string> types;  // ggml type names; empty: every integer product format
+};
+
+struct ProductBenchResult {
+  std::string type;         // ggml's name of the weight type
+  double int8_gops = 0;     // 2 n m k / the best time (quantizing the activations included)
+  double quantize_ms = 0;   // of that time, the activations' quantization (best call)
+  double widen_gflops = 0;  // the widening f32 product's rate, 0 where it does not take the type
+};
+
+struct ProductBench {
+  MachinePeak peak;
+  bool vnni = false;  // the integer product ran on vpdpbusd (else its portable loops)
+  std::vector<ProductBenchResult> results;
+};
+
+ProductBench bench_products(const ProductBenchOptions& opt);
+
+}  // namespace spattn

@@ -1,0 +1,127 @@
+// bench_products (spattn/product_bench.hpp): the integer and widening prefill products timed on
+// one shape, with the machine's peaks measured first in the same process.
+#include "spattn/product_bench.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "core/threading.hpp"
+#include "kernels/gemm_int8.hpp"
+#include "kernels/gemm_widen.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+
+namespace spattn {
+
+namespace {
+
+double seconds(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// m rows of k values drawn from N(0, 0.05^2) (real weights' scale), quantized by ggml's own
+// quantizer as llama-quantize writes them.
+std::vector<uint8_t> weights(gguf::GgmlType t, int64_t m, int64_t k, int64_t row_bytes) {
+  std::vector<uint8_t> w(size_t(m * row_bytes));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t j = 0; j < m; ++j) {
+    for (float& v : row) v = g(rng);
+    gguf::quantize_row(t, row.data(), w.data() + j * row_bytes, k);
+  }
+  return w;
+}
+
+// fn(i) on each of `threads` threads at once: the threads meet at a barrier first, so no
+// thread takes a second share while another is still starting (parallel_for's counter would
+// let it; a thread waiting at the barrier keeps its item).
+template <class Fn>
+void on_all_threads(int threads, Fn fn) {
+  std::atomic<int> arrived{0};
+  parallel_for(threads, threads, [&](int64_t i, int) {
+    arrived.fetch_add(1);
+    while (arrived.load() < threads) std::this_thread::yield();
+    fn(int(i));
+  });
+}
+
+}  // namespace
+
+ProductBench bench_products(const ProductBenchOptions& o) {
+  SPATTN_CHECK(o.m > 0 && o.m <= 65536 && o.k > 0 && o.k <= 65536 && o.k % 256 == 0 &&
+                   o.n > 0 && o.n <= 8192 && o.repeat >= 1 && o.repeat <= 100,
+               "bench-products: need 0 < m, k <= 65536 (k a multiple of 256), 0 < n <= 8192, "
+               "1 <= repeat <= 100; got m ", o.m, ", k ", o.k, ", n ", o.n, ", repeat ",
+               o.repeat);
+  std::vector<kernels::Int8Format> formats;
+  if (o.types.empty()) formats.assign(kernels::kInt8Formats.begin(), kernels::kInt8Formats.end());
+  for (const std::string& name : o.types) {
+    std::optional<kernels::Int8Format> f;
+    for (kernels::Int8Format g : kernels::kInt8Formats)
+      if (name == gguf::type_name(kernels::ggml_type_of(g))) f = g;
+    SPATTN_CHECK(f.has_value(), "bench-products: '", name,
+                 "' is not a type the integer products take");
+    formats.push_back(*f);
+  }
+  const int threads = resolve_threads(o.threads);
+  ProductBench out;
+  out.peak = measure_machine_peak(threads, MachinePeakOptions{.read_bytes = 0, .sgemm = false});
+  out.vnni = kernels::gemm_int8_vnni();
+
+  std::vector<float> x(size_t(o.n * o.k));
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (float& v : x) v = u(rng);
+  std::vector<uint8_t> xq(size_t(kernels::gemm_int8_act_bytes(o.n, o.k)));
+  std::vector<float> xp, c(size_t(o.n * o.m));
+  const double ops = 2.0 * double(o.n) * double(o.m) * double(o.k);
+  for (kernels::Int8Format f : formats) {
+    const gguf::GgmlType t = kernels::ggml_type_of(f);
+    const int64_t row_bytes = o.k / gguf::block_size(t) * gguf::block_bytes(t);
+    const std::vector<uint8_t> w = weights(t, o.m, o.k, row_bytes);
+    ProductBenchResult r;
+    r.type = gguf::type_name(t);
+    const kernels::Int8Weights iw{f, w.data(), row_bytes, o.m};
+    double best = 0, best_q = 0;
+    for (int rep = 0; rep <= o.repeat; ++rep) {  // the first call warms up
+      const auto t0 = std::chrono::steady_clock::now();
+      on_all_threads(threads, [&](int i) {
+        kernels::gemm_int8_quantize(x.data(), o.n, o.k, o.k, xq.data(), i, threads);
+      });
+      const double q = seconds(t0);
+      on_all_threads(threads, [&](int i) {
+        kernels::gemm_int8_run(iw, xq.data(), o.n, o.k, c.data(), o.m, i, threads);
+      });
+      const double s = seconds(t0);
+      if (rep > 0 && (best == 0 || s < best)) best = s, best_q = q;
+    }
+    r.int8_gops = ops / best / 1e9;
+    r.quantize_ms = best_q * 1e3;
+    if (const auto wf = kernels::widen_format(t); wf && kernels::gemm_widen_min_rows(*wf) > 0) {
+      const kernels::WeightRows ww{*wf, w.data(), row_bytes, o.m};
+      xp.resize(size_t(kernels::gemm_widen_packed_floats(o.n, o.k)));
+      best = 0;
+      for (int rep = 0; rep <= o.repeat; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        on_all_threads(threads, [&](int i) {
+          kernels::gemm_widen_pack(x.data(), o.n, o.k, o.k, xp.data(), i, threads);
+        });
+        on_all_threads(threads, [&](int i) {
+          kernels::gemm_widen_run(ww, xp.data(), o.n, o.k, c.data(), o.m, i, threads);
+        });
+        const double s = seconds(t0);
+        if (rep > 0 && (best == 0 || s < best)) best = s;
+      }
+      r.widen_gflops = ops / best / 1e9;
+    }
+    out.results.push_back(r);
+  }
+  return out;
+}
+
+}  // namespace spattn

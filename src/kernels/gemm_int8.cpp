@@ -1,0 +1,302 @@
+// gemm_int8 (gemm_int8.hpp): the activations' quantization, the weight formats' unpacking to
+// 8-bit tiles, the loop over tiles and rows, and the portable block loops; the AVX-512 VNNI
+// block loops are in gemm_int8_avx512vnni.cpp.
+#include "kernels/gemm_int8.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/gemm_int8_tile.hpp"
+#include "spattn/dtype.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::kernels {
+
+using namespace gemm_int8_detail;
+
+namespace {
+
+constexpr int64_t kChunkBlocks = 16;  // blocks of columns a tile is unpacked for, then reused
+                                      // across every activation row (13 KB of tiles; the
+                                      // activations' share, n x 640 bytes, stays in L2)
+
+struct FormatInfo {
+  Int8Format format;
+  gguf::GgmlType type;
+  int64_t block;        // values a block of the file
+  int64_t block_bytes;  // its bytes
+  Scaling scaling;
+};
+constexpr FormatInfo kInfo[] = {
+    {Int8Format::q8_0, gguf::GgmlType::q8_0, 32, 34, Scaling::plain},
+    {Int8Format::q4_0, gguf::GgmlType::q4_0, 32, 18, Scaling::plain},
+    {Int8Format::q4_K, gguf::GgmlType::q4_K, 256, 144, Scaling::min},
+    {Int8Format::q5_K, gguf::GgmlType::q5_K, 256, 176, Scaling::min},
+    {Int8Format::q6_K, gguf::GgmlType::q6_K, 256, 210, Scaling::halves},
+    {Int8Format::iq4_nl, gguf::GgmlType::iq4_nl, 32, 18, Scaling::plain},
+    {Int8Format::iq4_xs, gguf::GgmlType::iq4_xs, 256, 136, Scaling::plain},
+};
+const FormatInfo& info(Int8Format f) {
+  for (const FormatInfo& i : kInfo)
+    if (i.format == f) return i;
+  throw Error("gemm_int8: unknown weight format");
+}
+
+// iq4_nl's and iq4_xs's 16 values (ggml's kvalues_iq4nl: the format's definition).
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                   1,    13,   25,  38,  53,  69,  89,  113};
+
+float f16_at(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | p[1] << 8)); }
+
+// The K-quants' packed 6-bit scale and min of sub-block j (ggml's get_scale_min_k4).
+void scale_min_k4(const uint8_t* s12, int j, int& sc, int& mn) {
+  if (j < 4) {
+    sc = s12[j] & 63;
+    mn = s12[j + 4] & 63;
+  } else {
+    sc = (s12[j + 4] & 0xf) | (s12[j - 4] >> 6) << 4;
+    mn = (s12[j + 4] >> 4) | (s12[j] >> 6) << 4;
+  }
+}
+
+// Block b (32 columns) of one weight row: its integers and scales, so that the row's values
+// are s0 q - mn (s1 for columns 16-31 where the format has scales of 16), the scales computed
+// as ggml's dequantizers compute them (d * sc, dmin * m), so that s q - mn is ggml's value.
+struct Decoded {
+  int8_t q[kBlock];
+  float s0, s1, mn;
+};
+void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
+  o.mn = 0.0f;
+  switch (f) {
+    case Int8Format::q8_0: {
+      const uint8_t* p = row + b * 34;
+      o.s0 = o.s1 = f16_at(p);
+      std::memcpy(o.q, p + 2, kBlock);
+      return;
+    }
+    case Int8Format::q4_0:
+    case Int8Format::iq4_nl: {
+      const uint8_t* p = row + b * 18;
+      o.s0 = o.s1 = f16_at(p);
+      const bool nl = f == Int8Format::iq4_nl;
+      for (int l = 0; l < 16; ++l) {
+        const int lo = p[2 + l] & 0xf, hi = p[2 + l] >> 4;
+        o.q[l] = int8_t(nl ? kIq4Values[lo] : lo - 8);
+        o.q[l + 16] = int8_t(nl ? kIq4Values[hi] : hi - 8);
+      }
+      return;
+    }
+    case Int8Format::q4_K:
+    case Int8Format::q5_K: {
+      const bool five = f == Int8Format::q5_K;
+      const uint8_t* sb = row + (b / 8) * (five ? 176 : 144);
+      const int j = int(b % 8);
+      int sc, mn;
+      scale_min_k4(sb + 4, j, sc, mn);
+      o.s0 = o.s1 = f16_at(sb) * float(sc);
+      o.mn = f16_at(sb + 2) * float(mn);
+      const uint8_t* qs = sb + (five ? 48 : 16) + (j / 2) * 32;
+      const int shift = (j % 2) * 4;
+      for (int l = 0; l < kBlock; ++l) {
+        int q = (qs[l] >> shift) & 0xf;
+        if (five) q |= ((sb[16 + l] >> j) & 1) << 4;
+        o.q[l] = int8_t(q);
+      }
+      return;
+    }
+    case Int8Format::q6_K: {
+      const uint8_t* sb = row + (b / 8) * 210;
+      const int j = int(b % 8), h = j / 4, s = j % 4;
+      const float d = f16_at(sb + 208);
+      o.s0 = d * float(int8_t(sb[192 + 2 * j]));
+      o.s1 = d * float(int8_t(sb[192 + 2 * j + 1]));
+      const uint8_t* ql = sb + h * 64 + (s % 2) * 32;
+      const uint8_t* qh = sb + 128 + h * 32;
+      const int lshift = s < 2 ? 0 : 4, hshift = 2 * s;
+      for (int l = 0; l < kBlock; ++l)
+        o.q[l] = int8_t((((ql[l] >> lshift) & 0xf) | ((qh[l] >> hshift) & 3) << 4) - 32);
+      return;
+    }
+    case Int8Format::iq4_xs: {
+      const uint8_t* sb = row + (b / 8) * 136;
+      const int j = int(b % 8);
+      const int ls = ((sb[4 + j / 2] >> 4 * (j % 2)) & 0xf) |
+                     ((uint16_t(sb[2] | sb[3] << 8) >> (2 * j)) & 3) << 4;
+      o.s0 = o.s1 = f16_at(sb) * float(ls - 32);
+      const uint8_t* qs = sb + 8 + j * 16;
+      for (int l = 0; l < 16; ++l) {
+        o.q[l] = kIq4Values[qs[l] & 0xf];
+        o.q[l + 16] = kIq4Values[qs[l] >> 4];
+      }
+      return;
+    }
+  }
+}
+
+// Rows [m0, m0 + 16) of w, blocks [b0, b0 + nbt), into tiles tb.
+void unpack(const Int8Weights& w, int64_t m0, int64_t b0, int64_t nbt, TileBlock* tb) {
+  for (int64_t bi = 0; bi < nbt; ++bi) std::memset(&tb[bi], 0, sizeof(TileBlock));
+  const int rows = int(std::min<int64_t>(kRows, w.m - m0));
+  const bool halves = info(w.format).scaling == Scaling::halves;
+  Decoded o{};
+  for (int i = 0; i < rows; ++i) {
+    const uint8_t* row = static_cast<const uint8_t*>(w.data) + (m0 + i) * w.row_bytes;
+    for (int64_t bi = 0; bi < nbt; ++bi) {
+      decode_block(w.format, row, b0 + bi, o);
+      TileBlock& t = tb[bi];
+      int32_t lo = 0, hi = 0;
+      for (int l = 0; l < 16; ++l) lo += o.q[l];
+      for (int l = 16; l < kBlock; ++l) hi += o.q[l];
+      for (int g = 0; g < 8; ++g) std::memcpy(t.q + g * 64 + i * 4, o.q + 4 * g, 4);
+      t.s0[i] = o.s0;
+      t.s1[i] = o.s1;
+      t.mn[i] = o.mn;
+      if (halves) {
+        t.corr[i] = -128 * lo;
+        t.corr_hi[i] = -128 * hi;
+      } else {
+        t.corr[i] = -128 * (lo + hi);
+      }
+    }
+  }
+}
+
+// The portable block loops: the VNNI loops' arithmetic, one lane at a time (the integer sums
+// are exact either way; the f32 steps are the same operations in the same order).
+void rows_portable(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& a, int64_t b0,
+                   int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0, int mrows,
+                   bool first) {
+  for (int64_t r = r0; r < r0 + rows; ++r) {
+    const uint8_t* xq = a.q(r);
+    const float* xd = a.d(r);
+    const float* xs = a.s(r);
+    float* cr = c + r * ldc + m0;
+    for (int i = 0; i < mrows; ++i) {
+      float out = first ? 0.0f : cr[i];
+      for (int64_t bi = 0; bi < nbt; ++bi) {
+        const TileBlock& t = tb[bi];
+        const uint8_t* x = xq + (b0 + bi) * kBlock;
+        int32_t lo = t.corr[i], hi = t.corr_hi[i];
+        for (int g = 0; g < 8; ++g) {
+          int32_t& acc = sc == Scaling::halves && g >= 4 ? hi : lo;
+          for (int u = 0; u < 4; ++u) acc += int32_t(x[4 * g + u]) * t.q[g * 64 + i * 4 + u];
+        }
+        const float dx = xd[b0 + bi];
+        if (sc == Scaling::halves) {
+          const float part = std::fma(float(hi), t.s1[i], float(lo) * t.s0[i]);
+          out = std::fma(part, dx, out);
+        } else {
+          out = std::fma(float(lo), t.s0[i] * dx, out);
+          if (sc == Scaling::min) out = std::fma(-t.mn[i], xs[b0 + bi], out);
+        }
+      }
+      cr[i] = out;
+    }
+  }
+}
+
+void run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c, int64_t ldc,
+         int ith, int nth, RowsFn rows_fn) {
+  const int64_t groups = (w.m + kRows - 1) / kRows;
+  const int64_t gb = groups * ith / nth, ge = groups * (ith + 1) / nth;
+  if (gb >= ge || n <= 0) return;
+  const Scaling sc = info(w.format).scaling;
+  const ActRows a{xq, act_row_bytes(k), k / kBlock};
+  thread_local std::vector<TileBlock> tiles;
+  tiles.resize(size_t(kChunkBlocks));
+  for (int64_t b0 = 0; b0 < a.nb; b0 += kChunkBlocks) {
+    const int64_t nbt = std::min(kChunkBlocks, a.nb - b0);
+    for (int64_t g = gb; g < ge; ++g) {
+      const int64_t m0 = g * kRows;
+      unpack(w, m0, b0, nbt, tiles.data());
+      rows_fn(sc, tiles.data(), nbt, a, b0, 0, n, c, ldc, m0,
+              int(std::min<int64_t>(kRows, w.m - m0)), b0 == 0);
+    }
+  }
+}
+
+// One block of 32 activations (gemm_int8_quantize's rounding, one value at a time).
+void quantize_block(const float* v, uint8_t* q, float* d, float* s) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int l = 0; l < kBlock; ++l) {
+    amax = std::max(amax, std::fabs(v[l]));
+    finite = finite && std::isfinite(v[l]);
+  }
+  if (!finite) {
+    // An infinity or NaN: the block's outputs become NaN through its scale (no integer
+    // conversion of a non-finite value).
+    std::memset(q, 128, kBlock);
+    *d = *s = std::numeric_limits<float>::quiet_NaN();
+    return;
+  }
+  const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+  int32_t sum = 0;
+  for (int l = 0; l < kBlock; ++l) {
+    const int qi = int(std::round(v[l] * id));
+    sum += qi;
+    q[l] = uint8_t(qi + 128);
+  }
+  *d = db;
+  *s = db * float(sum);
+}
+
+}  // namespace
+
+std::optional<Int8Format> int8_format(gguf::GgmlType t) {
+  for (const FormatInfo& i : kInfo)
+    if (i.type == t) return i.format;
+  return std::nullopt;
+}
+
+gguf::GgmlType ggml_type_of(Int8Format f) { return info(f).type; }
+
+void gemm_int8_check(const Int8Weights& w, int64_t k) {
+  const FormatInfo& f = info(w.format);
+  SPATTN_CHECK(k > 0 && k % f.block == 0 && w.m >= 0 && w.row_bytes >= k / f.block * f.block_bytes,
+               "gemm_int8: ", w.m, " rows of ", k, " values in format ",
+               gguf::type_name(f.type), " with ", w.row_bytes, " bytes a row");
+}
+
+int64_t gemm_int8_act_bytes(int64_t n, int64_t k) { return n * act_row_bytes(k); }
+
+void gemm_int8_quantize(const float* x, int64_t n, int64_t k, int64_t ldx, uint8_t* xq, int ith,
+                        int nth) {
+  const int64_t rb = act_row_bytes(k), nb = k / kBlock;
+  const QuantizeRowFn vec = vnni_quantize_row();
+  for (int64_t r = n * ith / nth; r < n * (ith + 1) / nth; ++r) {
+    uint8_t* q = xq + r * rb;
+    float* d = reinterpret_cast<float*>(q + k);
+    if (vec) {
+      vec(x + r * ldx, k, q, d, d + nb, &quantize_block);
+    } else {
+      for (int64_t b = 0; b < nb; ++b)
+        quantize_block(x + r * ldx + b * kBlock, q + b * kBlock, d + b, d + nb + b);
+    }
+  }
+}
+
+void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
+                   int64_t ldc, int ith, int nth) {
+  gemm_int8_check(w, k);
+  const RowsFn v = vnni_rows();
+  run(w, xq, n, k, c, ldc, ith, nth, v ? v : &rows_portable);
+}
+
+void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k,
+                            float* c, int64_t ldc) {
+  gemm_int8_check(w, k);
+  run(w, xq, n, k, c, ldc, 0, 1, &rows_portable);
+}
+
+bool gemm_int8_vnni() { return vnni_rows() != nullptr; }
+
+// From 16 rows: below, the tile's unpacking (every weight once per call) outweighs the rows'
+// products. TODO(lead): measure the crossover against ggml's products on a quiet machine.
+int64_t gemm_int8_min_rows(Int8Format) { return gemm_int8_vnni() ? 16 : 0; }
+
+}  // namespace spattn::kernels

@@ -1,0 +1,44 @@
+// bench_products (spattn bench-products): one row per asked type with positive, finite rates,
+// the widened product's only where it takes the type, the int8 peak exactly where the integer
+// products run on vpdpbusd, and bad options as errors. Not a timing check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/gemm_int8.hpp"
+#include "spattn/error.hpp"
+#include "spattn/product_bench.hpp"
+
+namespace spattn {
+namespace {
+
+TEST(BenchProducts, RowsForTheAskedTypes) {
+  ProductBenchOptions o;
+  o.m = 48, o.k = 256, o.n = 40, o.repeat = 1, o.threads = 2;
+  o.types = {"q8_0", "q4_K"};
+  const ProductBench b = bench_products(o);
+  ASSERT_EQ(b.results.size(), 2u);
+  EXPECT_EQ(b.results[0].type, "q8_0");
+  EXPECT_EQ(b.results[1].type, "q4_K");
+  for (const ProductBenchResult& r : b.results) {
+    EXPECT_TRUE(std::isfinite(r.int8_gops) && r.int8_gops > 0) << r.type;
+    EXPECT_GE(r.quantize_ms, 0.0);
+  }
+  // gemm_widen takes q8_0 on AVX-512 (and never q4_K, which it has no decoder for).
+  EXPECT_EQ(b.results[1].widen_gflops, 0.0);
+  EXPECT_EQ(b.vnni, kernels::gemm_int8_vnni());
+  EXPECT_EQ(b.peak.int8_dot_gops > 0, b.vnni);
+}
+
+TEST(BenchProducts, BadOptionsAreErrors) {
+  ProductBenchOptions o;
+  o.m = 16, o.k = 256, o.n = 8, o.repeat = 1;
+  o.types = {"f16"};
+  EXPECT_THROW(bench_products(o), Error);
+  o.types = {"q8_0"};
+  o.k = 100;
+  EXPECT_THROW(bench_products(o), Error);
+}
+
+}  // namespace
+}  // namespace spattn

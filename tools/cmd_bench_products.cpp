@@ -1,0 +1,56 @@
+// `spattn bench-products`: prefill's weight products on one shape, each integer product
+// kernel's GOP/s against the int8 dot-product (vpdpbusd) peak measured in the same process, and
+// the widening f32 product beside it where it takes the type, against the f32 FMA peak.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli.hpp"
+#include "spattn/attention.hpp"
+#include "spattn/product_bench.hpp"
+
+namespace spattn::cli {
+namespace {
+
+void run_bench_products(const ProductBenchOptions& o) {
+  const ProductBench b = bench_products(o);
+  const MachinePeak& pk = b.peak;
+  fmt::print("peak (measured in this process): int8 dot (vpdpbusd) {}, f32 FMA {:.1f} GFLOP/s; "
+             "SIMD target {}\n",
+             pk.int8_dot_gops > 0 ? fmt::format("{:.1f} GOP/s", pk.int8_dot_gops) : "none",
+             pk.fma_gflops, pk.simd_target);
+  fmt::print("C[{} x {}] = X[{} x {}] W^T, {} threads; integer products on {}\n\n", o.n, o.m,
+             o.n, o.k, o.threads, b.vnni ? "AVX-512 VNNI" : "portable loops (no AVX-512 VNNI)");
+  fmt::print("| type | int8 GOP/s | % int8 peak | of it quantizing | widened f32 GFLOP/s | "
+             "% FMA peak | int8 / widened |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const ProductBenchResult& r : b.results) {
+    const std::string i8peak =
+        pk.int8_dot_gops > 0 ? fmt::format("{:.1f}%", 100 * r.int8_gops / pk.int8_dot_gops) : "-";
+    const bool widen = r.widen_gflops > 0;
+    fmt::print("| {} | {:.1f} | {} | {:.2f} ms | {} | {} | {} |\n", r.type, r.int8_gops, i8peak,
+               r.quantize_ms, widen ? fmt::format("{:.1f}", r.widen_gflops) : "-",
+               widen ? fmt::format("{:.1f}%", 100 * r.widen_gflops / pk.fma_gflops) : "-",
+               widen ? fmt::format("{:.2f}x", r.int8_gops / r.widen_gflops) : "-");
+  }
+}
+
+}  // namespace
+
+void add_bench_products_command(CLI::App& root) {
+  auto o = std::make_shared<ProductBenchOptions>();
+  CLI::App* cmd = root.add_subcommand(
+      "bench-products",
+      "time prefill's quantized weight products against the int8 peak of this machine");
+  cmd->add_option("-m,--rows", o->m, "weight rows (outputs)")->capture_default_str();
+  cmd->add_option("-k,--cols", o->k, "columns (a multiple of 256)")->capture_default_str();
+  cmd->add_option("-n,--tokens", o->n, "activation rows (a prompt's chunk)")
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "threads (0: all)")->capture_default_str();
+  cmd->add_option("--repeat", o->repeat, "timed calls a kernel (the best counts)")
+      ->capture_default_str();
+  cmd->add_option("--types", o->types, "weight types, ggml's names: q8_0,q4_K (default: all)")
+      ->delimiter(',');
+  cmd->callback([o] { run_bench_products(*o); });
+}
+
+}  // namespace spattn::cli
