@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "assets.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "quant_reference.hpp"
 #include "spattn/error.hpp"
@@ -179,7 +180,7 @@ TEST(GemmInt8, EveryFormatMatchesTheReferenceTwin) {
 }
 
 TEST(GemmInt8, VectorPathIsThePortablePathsBits) {
-  if (!kernels::gemm_int8_vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  if (!kernels::gemm_int8_vnni()) SPATTN_SKIP_NOT_APPLICABLE("no AVX-512 VNNI here");
   for (Int8Format f : kernels::kInt8Formats) {
     const Problem p = make(f, 45, 19, 1024, 23 + uint32_t(f));  // 1024: two chunks of blocks
     const std::vector<float> v = product(p, 1);
