@@ -30,7 +30,9 @@ class TempDir {
   }
 
   const std::filesystem::path& path() const { return path_; }
-  operator const std::filesystem::path&() const { return path_; }  // where a folder is asked for
+  operator const std::filesystem::path&() const& { return path_; }  // where a folder is asked for
+  // Not from a temporary: the folder would be removed before the path is used.
+  operator const std::filesystem::path&() const&& = delete;
   std::string string() const { return path_.string(); }
   // A file (or folder) inside it, as a path and as a string.
   std::filesystem::path operator/(const std::string& name) const { return path_ / name; }

@@ -612,7 +612,7 @@ ModelShape deepseek2_tiny() {
 }
 
 TEST(ModelArch, DeepSeek2LayoutIsWrittenAndRead) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   const ModelShape s = deepseek2_tiny();
   const std::string p = (d / "m.gguf").string();
   spattn::make_model(p, s);
@@ -658,7 +658,7 @@ TEST(ModelArch, DeepSeek2LayoutIsWrittenAndRead) {
 // The heads the session hands the attention: every head's rope part is the token's one rope
 // key, v's last (k - v) values are zeros; and decode's logits are prefill's.
 TEST(ModelArch, DeepSeek2ExpandedHeadsAndDecodeMatchPrefill) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   for (int64_t q_lora : {32, 0}) {  // V3's q latent, and V2-Lite's one q matrix
     ModelShape s = deepseek2_tiny();
     s.q_lora = q_lora;
@@ -700,7 +700,7 @@ TEST(ModelArch, DeepSeek2ExpandedHeadsAndDecodeMatchPrefill) {
 }
 
 TEST(ModelArch, DeepSeek2BadFilesAreNamedErrors) {
-  const fs::path d = temp_dir();
+  const spattn::test::TempDir d = temp_dir();
   const std::string p = (d / "m.gguf").string();
   spattn::make_model(p, deepseek2_tiny());
   const File f = File::open(p);
