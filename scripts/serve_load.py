@@ -217,10 +217,9 @@ def abandoner(i, a, port, st, deadline):
     in all, spread over the run."""
     rng = random.Random(2000 + i)
     mine = a.abandon // ABANDONERS + (1 if i < a.abandon % ABANDONERS else 0)
-    gap = a.seconds / max(1, mine)
+    # Spread over the first 80% of the run, so every one is sent before the deadline.
+    gap = 0.8 * a.seconds / max(1, mine)
     for k in range(mine):
-        if time.time() > deadline:
-            break
         body = {"prompt": rng.choice(SHORT), "max_tokens": 256, "stream": True,
                 "temperature": 0.8, "seed": rng.randrange(1 << 30)}
         try:
@@ -234,7 +233,7 @@ def abandoner(i, a, port, st, deadline):
             st.count("abandoned")
         except Exception as e:  # noqa: BLE001
             st.fail(f"abandoner {i}: {type(e).__name__}: {e}")
-        time.sleep(gap * rng.uniform(0.5, 1.5))
+        time.sleep(max(0.0, min(gap * rng.uniform(0.5, 1.5), deadline - time.time())))
 
 
 def slowloris(port, n, stop, st):
