@@ -55,9 +55,9 @@ const Workload& inputs(const benchmark::State& state) {
 double kv_bytes(const Workload& w) { return 2.0 * double(w.k.nbytes()); }
 
 void set_bandwidth(benchmark::State& state, double bytes_per_iteration) {
-  state.counters["GB/s"] = benchmark::Counter(bytes_per_iteration * double(state.iterations()),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration * double(state.iterations()),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 // The ceiling: every thread sums 64-bit words of its share of K and V (read-only traffic).
@@ -138,9 +138,9 @@ void BM_Decode(benchmark::State& state) {
   state.counters["skipped"] = skipped;
   // Bytes really read: all of K, the V blocks that were kept.
   set_bandwidth(state, double(w.k.nbytes()) * (2.0 - skipped));
-  state.counters["KV_GB/s"] = benchmark::Counter(kv_bytes(w) * double(state.iterations()),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["KV_GB/s"] =
+      benchmark::Counter(kv_bytes(w) * double(state.iterations()), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 
 // Decode over a PackedKV (the model runner's cache) stored as each KV cache type (-ctk / -ctv):
@@ -153,8 +153,8 @@ void BM_DecodeCacheType(benchmark::State& state) {
   // One cache at a time, packed once per argument set.
   static std::vector<int64_t> key;
   static std::unique_ptr<PackedKV> kv;
-  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2),
-                                     state.range(3), state.range(4)};
+  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2), state.range(3),
+                                     state.range(4)};
   if (key != args) {
     kv.reset();
     kv = std::make_unique<PackedKV>(PackedKV::pack(w.k, w.v, 0, 0, true, t, t));
@@ -193,9 +193,8 @@ void BM_QuestDecode(benchmark::State& state) {
   static std::vector<int64_t> key;
   static std::vector<std::unique_ptr<PackedKV>> kv;
   static std::vector<std::unique_ptr<QuestPages>> pages;
-  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2),
-                                     state.range(3), state.range(4), state.range(6),
-                                     state.range(9)};
+  const std::vector<int64_t> args = {state.range(0), state.range(1), state.range(2), state.range(3),
+                                     state.range(4), state.range(6), state.range(9)};
   if (key != args) {
     kv.clear();
     pages.clear();
@@ -241,9 +240,9 @@ void BM_QuestDecode(benchmark::State& state) {
   }
   state.SetLabel(kv_type_name(t));
   state.counters["keys_read"] = double(qs.keys_read) / double(std::max<int64_t>(1, qs.keys_total));
-  state.counters["ms_per_layer"] = benchmark::Counter(
-      double(state.iterations()) * kQuestLayers,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ms_per_layer"] =
+      benchmark::Counter(double(state.iterations()) * kQuestLayers,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void quest_shapes(benchmark::internal::Benchmark* b) {
@@ -262,7 +261,8 @@ void quest_shapes(benchmark::internal::Benchmark* b) {
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"kv", "hq", "hkv", "bf16"});
   for (int64_t bf16 : {1, 0})
-    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 8}, {32, 8}}) b->Args({32768, hq, hkv, bf16});
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{8, 8}, {32, 8}})
+      b->Args({32768, hq, hkv, bf16});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 

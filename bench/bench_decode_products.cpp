@@ -24,7 +24,7 @@ namespace spattn::bench {
 namespace {
 
 constexpr int kLayers = 4;
-constexpr int64_t kShapes[][2] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048},
+constexpr int64_t kShapes[][2] = {{2048, 2048}, {512, 2048},  {512, 2048}, {2048, 2048},
                                   {8192, 2048}, {8192, 2048}, {2048, 8192}};  // {rows, cols}
 
 // Args: {impl, ggml type, threads}.

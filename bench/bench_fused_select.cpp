@@ -205,8 +205,7 @@ Recorder& recorded(int64_t seq) {
   if (!slot) {
     Inputs& in = inputs(seq);
     slot = std::make_unique<Recorder>();
-    attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data(),
-                           slot.get());
+    attention_query_sparse(in.w.q, in.packed, in.rows, in.og, options(), in.lse.data(), slot.get());
   }
   return *slot;
 }
@@ -228,8 +227,8 @@ void BM_ObserverReplay(benchmark::State& state) {
     state.ResumeTiming();
     const auto t2 = std::chrono::steady_clock::now();
     for (const Recorder::Call& c : rec.calls)
-      obs.observe_tiles(c.h, c.row_begin, c.rows, rec.key_blocks.data() + c.blocks_at,
-                        c.tiles, rec.lse.data() + c.at, c.rows);
+      obs.observe_tiles(c.h, c.row_begin, c.rows, rec.key_blocks.data() + c.blocks_at, c.tiles,
+                        rec.lse.data() + c.at, c.rows);
     const auto t3 = std::chrono::steady_clock::now();
     plain_s += std::chrono::duration<double>(t1 - t0).count();
     replay_s += std::chrono::duration<double>(t3 - t2).count();
@@ -244,7 +243,10 @@ void replay_args(benchmark::internal::Benchmark* b) {
     for (int k : {16, 128, 1024}) b->Args({131072, kind, k});
 }
 
-BENCHMARK(BM_ObserverReplay)->Apply(replay_args)->Iterations(3)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_ObserverReplay)
+    ->Apply(replay_args)
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void args(benchmark::internal::Benchmark* b) {
@@ -257,8 +259,7 @@ void args(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(BM_FusedSelect)->Apply(args)->Iterations(2)->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_FusedSelect)->Apply(args)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace spattn::bench

@@ -118,7 +118,9 @@ void BM_Reference(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * entries);
   report_flops(state, 4.0 * double(dim) * double(entries), timer.seconds());
 }
-BENCHMARK(BM_Reference)->ArgNames({"seq", "dim"})->Args({256, 64})
+BENCHMARK(BM_Reference)
+    ->ArgNames({"seq", "dim"})
+    ->Args({256, 64})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();  // like the others, so FLOP/s and %peak use the same clock
 

@@ -37,8 +37,9 @@ void time_rows(benchmark::State& state, Sel& sel, Reset reset) {
     row = (row + 1) % kRows;
   }
   // Time per push (reset included), in seconds with an SI prefix.
-  state.counters["per_push"] = benchmark::Counter(double(state.iterations()) * kBlocks,
-                                                  benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["per_push"] =
+      benchmark::Counter(double(state.iterations()) * kBlocks,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void BM_SelectExact(benchmark::State& state) {

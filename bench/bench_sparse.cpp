@@ -93,8 +93,10 @@ void BM_SparseBlockVsDense(benchmark::State& state) {
   };
   auto sparse = [&] {
     sparse_st = Stats{};
-    if (reuse) attention_block_sparse(in.q, packed, in.out, mask, fast_options(), nullptr, &sparse_st);
-    else attention_block_sparse(in.q, in.k, in.v, in.out, mask, fast_options(), nullptr, &sparse_st);
+    if (reuse)
+      attention_block_sparse(in.q, packed, in.out, mask, fast_options(), nullptr, &sparse_st);
+    else
+      attention_block_sparse(in.q, in.k, in.v, in.out, mask, fast_options(), nullptr, &sparse_st);
   };
   double dense_s = 0, sparse_s = 0;
   for (auto _ : state) {
@@ -106,8 +108,8 @@ void BM_SparseBlockVsDense(benchmark::State& state) {
   state.counters["sparse_ms"] = sparse_s * 1e3;
   state.counters["speedup"] = dense_s / sparse_s;
   // Time per computed entry over dense's: 1.0 means no sparse overhead per block.
-  state.counters["per_block_vs_dense"] = (sparse_s / double(sparse_st.score_entries)) /
-                                         (dense_s / double(dense_st.score_entries));
+  state.counters["per_block_vs_dense"] =
+      (sparse_s / double(sparse_st.score_entries)) / (dense_s / double(dense_st.score_entries));
 }
 BENCHMARK(BM_SparseBlockVsDense)
     ->ArgNames({"seq", "density_pct", "reuse"})
@@ -129,8 +131,10 @@ void BM_SparseQueryVsDense(benchmark::State& state) {
   const Tensor out(DType::f32, kHeads, int64_t(rows.size()), kDim);
   auto dense = [&] { attention_dense(in.q, in.k, in.v, in.out, fast_options()); };
   auto sparse = [&] {
-    if (reuse) attention_query_sparse(in.q, packed, rows, out, fast_options());
-    else attention_query_sparse(in.q, in.k, in.v, rows, out, fast_options());
+    if (reuse)
+      attention_query_sparse(in.q, packed, rows, out, fast_options());
+    else
+      attention_query_sparse(in.q, in.k, in.v, rows, out, fast_options());
   };
   double dense_s = 0, sparse_s = 0;
   for (auto _ : state) {
@@ -196,7 +200,8 @@ void BM_VerticalSlashVsDense(benchmark::State& state) {
   const double entries = double(vs_st.score_entries);
   state.counters["density"] = 1.0 - vs_st.sparsity();
   // Entries kept over entries computed (whole 64-key tiles of tile_rows rows).
-  state.counters["tile_fill"] = entries / (double(vs_st.tiles_visited) * 64.0 * double(cfg.tile_rows));
+  state.counters["tile_fill"] =
+      entries / (double(vs_st.tiles_visited) * 64.0 * double(cfg.tile_rows));
   state.counters["dense_ms"] = median(td) * 1e3;
   state.counters["kernel_ms"] = median(tk) * 1e3;
   state.counters["estimate_ms"] = median(te) * 1e3;

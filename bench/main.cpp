@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   // under load): a register-bound FMA loop does at least about what a tuned sgemm does, and a
   // library reaching a tenth of the machine would be broken. A quarter, not a half: a core lost
   // to another process during one measurement (2-core Zen 3: FMA 84 GFLOP/s, sgemm 168).
-  if (peak.sgemm_gflops > 0 && !(peak.fma_gflops > 0.25 * peak.sgemm_gflops &&
-                                 peak.fma_gflops < 10.0 * peak.sgemm_gflops))
+  if (peak.sgemm_gflops > 0 &&
+      !(peak.fma_gflops > 0.25 * peak.sgemm_gflops && peak.fma_gflops < 10.0 * peak.sgemm_gflops))
     std::fprintf(stderr,
                  "spattn_microbench: warning: f32 FMA peak %.1f GFLOP/s against sgemm's %.1f: "
                  "the peaks, and every %%peak below, are suspect (a loaded machine?)\n",

@@ -27,14 +27,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       try {
         if (f.type_of(k) == gguf::ValueType::array) {
           const gguf::ValueType e = f.array_type_of(k);
-          if (e == gguf::ValueType::string) (void)f.get_string_array(k);
-          else if (e == gguf::ValueType::f32 || e == gguf::ValueType::f64) (void)f.get_float_array(k);
-          else if (e != gguf::ValueType::boolean) (void)f.get_int_array(k);
+          if (e == gguf::ValueType::string)
+            (void)f.get_string_array(k);
+          else if (e == gguf::ValueType::f32 || e == gguf::ValueType::f64)
+            (void)f.get_float_array(k);
+          else if (e != gguf::ValueType::boolean)
+            (void)f.get_int_array(k);
         } else {
           (void)f.get_uint(k);
         }
-      } catch (const Error&) {
-      }
+      } catch (const Error&) {}
     }
     std::vector<float> row;
     for (const auto& t : f.tensors()) {
@@ -44,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (f.has("tokenizer.ggml.model")) {
       const Tokenizer tok = Tokenizer::from_gguf(f);
-      const std::vector<int32_t> ids = tok.encode("Hello w\xc3\xb6rld  \n\tx <|endoftext|>", true, true);
+      const std::vector<int32_t> ids =
+          tok.encode("Hello w\xc3\xb6rld  \n\tx <|endoftext|>", true, true);
       (void)tok.decode(ids);
     }
     if (f.has("general.architecture")) {
@@ -58,12 +61,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         try {
           if (whole) (void)model::load_model("/proc/self/fd/" + std::to_string(fd));
-        } catch (const Error&) {
-        }
+        } catch (const Error&) {}
         close(fd);
       }
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

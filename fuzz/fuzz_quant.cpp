@@ -48,7 +48,8 @@ void check_row(const ref::Format& f, const uint8_t* src, const float* got, int64
     for (int off : f.f16_fields)
       scale_non_finite = scale_non_finite || !std::isfinite(ref::f16_at(block + off));
     if (f.type == gguf::GgmlType::bf16) scale_non_finite = true;  // the value is its own scale
-    if (!scale_non_finite) mismatch("non-finite from finite scales", f.type, i, got[i], want[size_t(i)]);
+    if (!scale_non_finite)
+      mismatch("non-finite from finite scales", f.type, i, got[i], want[size_t(i)]);
   }
 }
 
@@ -86,7 +87,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             !(std::isnan(widened[size_t(i)]) && std::isnan(row[size_t(i)])))
           mismatch("widened differently", t, i, widened[size_t(i)], row[size_t(i)]);
     }
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return 0;
 }

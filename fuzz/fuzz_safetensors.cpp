@@ -8,8 +8,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (spattn::Layout l : {spattn::Layout::hsd, spattn::Layout::shd}) {
     try {
       (void)spattn::read_safetensors(path, l);
-    } catch (const spattn::Error&) {
-    }
+    } catch (const spattn::Error&) {}
   }
   return 0;
 }

@@ -83,8 +83,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shutdown(sv[0], SHUT_WR);
   server().serve_socket(sv[1]);  // closes sv[1]
   char buf[4096];
-  while (read(sv[0], buf, sizeof buf) > 0) {
-  }
+  while (read(sv[0], buf, sizeof buf) > 0) {}
   close(sv[0]);
   return 0;
 }

@@ -40,8 +40,17 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
   if (std::string(kind) == "bert") {
     toks = {"[PAD]", "[UNK]", "[CLS]", "[SEP]"};
     types = {3, 3, 3, 3};
-    for (const char* p : {"\xe2\x96\x81" "he", "\xe2\x96\x81" "hello", "l", "lo", "o", "w",
-                          "\xe2\x96\x81" "!", "\xe2\x96\x81" "e", "\xe2\x96\x81" "\xe4\xb8\xad"}) {
+    for (const char* p : {"\xe2\x96\x81"
+                          "he",
+                          "\xe2\x96\x81"
+                          "hello",
+                          "l", "lo", "o", "w",
+                          "\xe2\x96\x81"
+                          "!",
+                          "\xe2\x96\x81"
+                          "e",
+                          "\xe2\x96\x81"
+                          "\xe4\xb8\xad"}) {
       toks.push_back(p);
       types.push_back(1);
     }
@@ -49,7 +58,10 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
     toks = {"<pad>", "<eos>", "<bos>", "<unk>"};
     types = {3, 3, 3, 2};
     add_byte_tokens(toks, types);
-    for (const char* p : {"\xe2\x96\x81", "h", "e", "he", "\xe2\x96\x81" "he", "\n\n"}) {
+    for (const char* p : {"\xe2\x96\x81", "h", "e", "he",
+                          "\xe2\x96\x81"
+                          "he",
+                          "\n\n"}) {
       toks.push_back(p);
       types.push_back(1);
     }
@@ -63,8 +75,10 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
       const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
       const unsigned cp = printable ? unsigned(b) : unsigned(256 + extra++);
       std::string s;
-      if (cp < 0x80) s = char(cp);
-      else s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
+      if (cp < 0x80)
+        s = char(cp);
+      else
+        s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
       toks.push_back(s);
       types.push_back(1);
     }
@@ -81,7 +95,10 @@ std::vector<uint8_t> vocab_bytes(const char* kind, const char* pre = "gpt-2") {
     toks = {"<unk>", "<s>", "</s>"};
     types = {2, 3, 3};
     add_byte_tokens(toks, types);
-    for (const char* p : {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xc3\xa9"}) {
+    for (const char* p : {"\xe2\x96\x81", "a", "b", "ab",
+                          "\xe2\x96\x81"
+                          "a",
+                          "\xc3\xa9"}) {
       toks.push_back(p);
       types.push_back(1);
     }

@@ -94,7 +94,8 @@ void quant_seeds(const fs::path& dir) {
     for (int row = 0; row < 2; ++row) {
       std::vector<uint8_t> q(gguf::row_bytes(t, n));
       std::vector<float> x(static_cast<size_t>(n));
-      for (int64_t j = 0; j < n; ++j) x[size_t(j)] = std::sin(0.1f * float(j + 7 * row)) * (1.0f + row);
+      for (int64_t j = 0; j < n; ++j)
+        x[size_t(j)] = std::sin(0.1f * float(j + 7 * row)) * (1.0f + row);
       try {
         gguf::quantize_row(t, x.data(), q.data(), n);
       } catch (const Error&) {
@@ -144,9 +145,11 @@ void calibration_seeds(const fs::path& dir) {
 void tokenizer_seeds(const fs::path& dir) {
   fs::create_directories(dir);
   save(dir / "ascii.txt", std::string("Hello world, it's 42!\n\tdef f(x):  return x\n"));
-  save(dir / "utf8.txt", std::string("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\xa6\x99 \xff\xfe"));
+  save(dir / "utf8.txt",
+       std::string("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\xa6\x99 \xff\xfe"));
   // Case changes, contractions, a combining mark, paths: what GPT-4o's and Tekken's splits cut.
-  save(dir / "cased.txt", std::string("HelloWorld DON'T it's \xc3\x89" "cole\xcc\x81 x'\xc5\xbf "
+  save(dir / "cased.txt", std::string("HelloWorld DON'T it's \xc3\x89"
+                                      "cole\xcc\x81 x'\xc5\xbf "
                                       "io/file.h>/\n//x 12345\r\n"));
 }
 
@@ -156,14 +159,17 @@ void serve_seeds(const fs::path& dir) {
   fs::create_directories(dir);
   auto route = [](char r, const std::string& body) { return std::string(1, r) + body; };
   save(dir / "completion.json",
-       route(0, "{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": 0.7, "
-                "\"top_k\": 40, \"top_p\": 0.9, \"seed\": 3, \"stop\": [\"\\n\", \"end\"], "
-                "\"stream\": true, \"spattn\": {\"attn\": \"chunked_h2o\"}}"));
-  save(dir / "tokens.json", route(0, "{\"prompt\": [1, 2, 3], \"n_predict\": 2, \"cache_prompt\": false}"));
+       route(0,
+             "{\"prompt\": \"Once upon a time\", \"max_tokens\": 16, \"temperature\": 0.7, "
+             "\"top_k\": 40, \"top_p\": 0.9, \"seed\": 3, \"stop\": [\"\\n\", \"end\"], "
+             "\"stream\": true, \"spattn\": {\"attn\": \"chunked_h2o\"}}"));
+  save(dir / "tokens.json",
+       route(0, "{\"prompt\": [1, 2, 3], \"n_predict\": 2, \"cache_prompt\": false}"));
   save(dir / "chat.json",
-       route(1, "{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, "
-                "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], "
-                "\"max_completion_tokens\": 8}"));
+       route(1,
+             "{\"model\": \"m\", \"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, "
+             "{\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}], "
+             "\"max_completion_tokens\": 8}"));
   save(dir / "tokenize.json",
        route(2, "{\"content\": \"caf\xc3\xa9\", \"add_special\": true, \"with_pieces\": true}"));
   save(dir / "detokenize.json", route(3, "{\"tokens\": [5, 6, 7]}"));
@@ -174,17 +180,20 @@ void serve_seeds(const fs::path& dir) {
 void serve_http_seeds(const fs::path& dir) {
   fs::create_directories(dir);
   const std::string body = "{\"prompt\": \"Once\", \"max_tokens\": 2}";
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                           "Content-Type: application/json\r\n";
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+      "Content-Type: application/json\r\n";
   save(dir / "length.http",
        head + "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
   save(dir / "chunked.http", head + "Transfer-Encoding: chunked\r\n\r\n10\r\n" +
                                  body.substr(0, 16) + "\r\n" + "0\r\n\r\n");
-  save(dir / "gzip.http", head + "Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n" +
-                              std::string("\x1f\x8b\x08\0\0\0\0\0\0\x03\x03\0\0\0\0\0\0\0\0\0", 20));
+  save(dir / "gzip.http",
+       head + "Content-Encoding: gzip\r\nContent-Length: 20\r\n\r\n" +
+           std::string("\x1f\x8b\x08\0\0\0\0\0\0\x03\x03\0\0\0\0\0\0\0\0\0", 20));
   save(dir / "bad_length.http", head + "Content-Length: -5\r\n\r\n");
-  save(dir / "host.http", "GET /health HTTP/1.1\r\nHost: evil.example\r\nOrigin: http://x\r\n\r\n"
-                          "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
+  save(dir / "host.http",
+       "GET /health HTTP/1.1\r\nHost: evil.example\r\nOrigin: http://x\r\n\r\n"
+       "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n");
 }
 
 // Heavy-hitter traces: one head and two, sets with runs (one-byte gaps) and wide gaps.
@@ -196,7 +205,8 @@ void h2o_trace_seeds(const fs::path& dir) {
   t.chunks.push_back({16, 32, {{0, 1, 9, 20, 28, 29, 30, 31}}});
   save(dir / "one_head.h2o", h2o_trace_to_bytes(t));
   t.heads = 2, t.tokens = 300, t.chunk = 128, t.local = 2, t.heavy = 200;
-  t.chunks = {{0, 128, {{0, 3, 126, 127}, {5, 126, 127}}}, {128, 256, {{0, 3, 130, 254, 255}, {254, 255}}}};
+  t.chunks = {{0, 128, {{0, 3, 126, 127}, {5, 126, 127}}},
+              {128, 256, {{0, 3, 130, 254, 255}, {254, 255}}}};
   save(dir / "two_heads.h2o", h2o_trace_to_bytes(t));
 }
 

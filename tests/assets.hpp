@@ -31,8 +31,8 @@ inline bool assets_required() {
 
 // The labels (by the suite's name) under which a test may use an asset of this kind.
 inline bool label_allows(Asset a, std::string_view suite, std::string_view name) {
-  const bool slow = suite.find("Slow") != std::string_view::npos ||
-                    name.find("Slow") != std::string_view::npos;
+  const bool slow =
+      suite.find("Slow") != std::string_view::npos || name.find("Slow") != std::string_view::npos;
   const bool real = suite.ends_with("Real"), llama = suite.ends_with("VsLlamaCpp"),
              mpi = suite.ends_with("Mpi");
   switch (a) {
@@ -93,14 +93,14 @@ inline std::string missing_llama_tool(std::initializer_list<const char*> tools) 
 
 // A missing asset: skips the test naming it, or fails it under SPATTN_REQUIRE_ASSETS=1. `what`
 // is streamed (`SPATTN_MISSING_ASSET("llama-tokenize in " << dir)`). Returns from the test.
-#define SPATTN_MISSING_ASSET(what)                                                          \
-  do {                                                                                      \
-    std::ostringstream spattn_missing_;                                                     \
-    spattn_missing_ << what;                                                                \
-    if (::spattn::test::assets_required())                                                  \
-      GTEST_FAIL() << "missing asset: " << spattn_missing_.str()                            \
-                   << " (SPATTN_REQUIRE_ASSETS=1: a missing asset fails the test)";         \
-    GTEST_SKIP() << "missing asset: " << spattn_missing_.str();                             \
+#define SPATTN_MISSING_ASSET(what)                                                  \
+  do {                                                                              \
+    std::ostringstream spattn_missing_;                                             \
+    spattn_missing_ << what;                                                        \
+    if (::spattn::test::assets_required())                                          \
+      GTEST_FAIL() << "missing asset: " << spattn_missing_.str()                    \
+                   << " (SPATTN_REQUIRE_ASSETS=1: a missing asset fails the test)"; \
+    GTEST_SKIP() << "missing asset: " << spattn_missing_.str();                     \
   } while (0)
 
 // A test that does not apply to this machine or build (no GPU, a CPU feature absent, an

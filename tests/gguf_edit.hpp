@@ -16,9 +16,9 @@ namespace spattn::test {
 
 struct GgufEdit {
   std::set<std::string> drop_keys, drop_tensors;
-  std::map<std::string, std::string> set_strings;       // key -> new string value
-  std::map<std::string, uint32_t> set_u32;              // key -> new u32 value
-  std::map<std::string, float> set_f32;                 // key -> new f32 value
+  std::map<std::string, std::string> set_strings;         // key -> new string value
+  std::map<std::string, uint32_t> set_u32;                // key -> new u32 value
+  std::map<std::string, float> set_f32;                   // key -> new f32 value
   std::map<std::string, std::vector<float>> f32_tensors;  // name -> new 1-D f32 values
 };
 

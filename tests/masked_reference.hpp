@@ -67,7 +67,8 @@ inline void expect_matches(const TensorView& out, const std::vector<float>& lse,
       const double want_lse = ref.lse[size_t(h * lq + i)];
       if (std::isinf(want_lse)) {
         ASSERT_TRUE(std::isinf(lse[size_t(h * lq + i)]) && lse[size_t(h * lq + i)] < 0)
-            << "head " << h << " row " << i << " keeps nothing but has LSE " << lse[size_t(h * lq + i)];
+            << "head " << h << " row " << i << " keeps nothing but has LSE "
+            << lse[size_t(h * lq + i)];
       } else {
         ASSERT_NEAR(lse[size_t(h * lq + i)], want_lse, 1e-3 * std::max(1.0, std::abs(want_lse)))
             << "head " << h << " row " << i;

@@ -22,10 +22,8 @@ inline std::string packed_kv_difference(const PackedKV& a, const PackedKV& b) {
   if (x.max_position != y.max_position) return "max_position";
   if (x.tile_min != y.tile_min || x.tile_max != y.tile_max) return "tile spans";
   const size_t tiles = size_t(x.kv_heads * x.tiles_cap);
-  if (std::memcmp(x.k.get(), y.k.get(), tiles * size_t(x.k_tile_bytes)) != 0)
-    return "K bytes";
-  if (std::memcmp(x.v.get(), y.v.get(), tiles * size_t(x.v_tile_bytes)) != 0)
-    return "V bytes";
+  if (std::memcmp(x.k.get(), y.k.get(), tiles * size_t(x.k_tile_bytes)) != 0) return "K bytes";
+  if (std::memcmp(x.v.get(), y.v.get(), tiles * size_t(x.v_tile_bytes)) != 0) return "V bytes";
   return "";
 }
 

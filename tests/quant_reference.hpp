@@ -52,18 +52,14 @@ inline float bf16(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); 
 // ---- 32-value blocks ----
 
 // q8_0 (34 bytes): f16 d, then 32 int8 quants. x = q * d.
-inline float q8_0(const uint8_t* b, int e) {
-  return float(int8_t(b[2 + e])) * f16_at(b);
-}
+inline float q8_0(const uint8_t* b, int e) { return float(int8_t(b[2 + e])) * f16_at(b); }
 
 // The 4-bit quant of element e of a 32-value block whose 16 bytes hold element j in the low
 // nibble of byte j and element j + 16 in the high nibble of byte j.
 inline int nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0xf : qs[e - 16] >> 4; }
 
 // q4_0 (18 bytes): f16 d, 16 bytes of nibbles. x = (q - 8) * d.
-inline float q4_0(const uint8_t* b, int e) {
-  return float(nibble32(b + 2, e) - 8) * f16_at(b);
-}
+inline float q4_0(const uint8_t* b, int e) { return float(nibble32(b + 2, e) - 8) * f16_at(b); }
 
 // q4_1 (20 bytes): f16 d, f16 m, 16 bytes of nibbles. x = q * d + m.
 inline float q4_1(const uint8_t* b, int e) {
@@ -224,13 +220,13 @@ struct Format {
 inline const std::vector<Format>& formats() {
   using T = gguf::GgmlType;
   static const std::vector<Format> f = {
-      {T::q8_0, 32, 34, q8_0, {0}},        {T::q4_0, 32, 18, q4_0, {0}},
-      {T::q4_1, 32, 20, q4_1, {0, 2}},     {T::q5_0, 32, 22, q5_0, {0}},
-      {T::q5_1, 32, 24, q5_1, {0, 2}},     {T::q2_K, 256, 84, q2_K, {80, 82}},
-      {T::q3_K, 256, 110, q3_K, {108}},    {T::q4_K, 256, 144, q4_K, {0, 2}},
-      {T::q5_K, 256, 176, q5_K, {0, 2}},   {T::q6_K, 256, 210, q6_K, {208}},
-      {T::iq4_nl, 32, 18, iq4_nl, {0}},    {T::iq4_xs, 256, 136, iq4_xs, {0}},
-      {T::f16, 1, 2, f16_elem, {0}},       {T::bf16, 1, 2, bf16_elem, {}},
+      {T::q8_0, 32, 34, q8_0, {0}},      {T::q4_0, 32, 18, q4_0, {0}},
+      {T::q4_1, 32, 20, q4_1, {0, 2}},   {T::q5_0, 32, 22, q5_0, {0}},
+      {T::q5_1, 32, 24, q5_1, {0, 2}},   {T::q2_K, 256, 84, q2_K, {80, 82}},
+      {T::q3_K, 256, 110, q3_K, {108}},  {T::q4_K, 256, 144, q4_K, {0, 2}},
+      {T::q5_K, 256, 176, q5_K, {0, 2}}, {T::q6_K, 256, 210, q6_K, {208}},
+      {T::iq4_nl, 32, 18, iq4_nl, {0}},  {T::iq4_xs, 256, 136, iq4_xs, {0}},
+      {T::f16, 1, 2, f16_elem, {0}},     {T::bf16, 1, 2, bf16_elem, {}},
   };
   return f;
 }

@@ -41,7 +41,8 @@ inline std::string read_for(int fd, int ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now()).count();
+                          end - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, int(left)) <= 0) break;
@@ -58,7 +59,8 @@ inline bool closed_within(int fd, int ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now()).count();
+                          end - std::chrono::steady_clock::now())
+                          .count();
     if (left <= 0) return false;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, int(left)) <= 0) return false;

@@ -20,7 +20,8 @@ const cli::LoadedModel* stories() {
   static std::once_flag once;
   const std::string path = test::model_file("stories260K.gguf");
   if (path.empty()) return nullptr;
-  std::call_once(once, [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(path)); });
+  std::call_once(
+      once, [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(path)); });
   return m.get();
 }
 
@@ -55,8 +56,8 @@ struct Running {
   }
 };
 
-#define NEED_STORIES()                                                      \
-  const cli::LoadedModel* model = stories();                                \
+#define NEED_STORIES()                       \
+  const cli::LoadedModel* model = stories(); \
   if (!model) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir())
 
 }  // namespace

@@ -29,13 +29,13 @@ void add_eval_command(CLI::App& root);
 // What attention problem to run: flags shared by bench, mask and later calibrate.
 struct ProblemOptions {
   std::string workload = "text";
-  std::string qkv;            // a file or prefix for load_qkv; replaces the generated workload
+  std::string qkv;  // a file or prefix for load_qkv; replaces the generated workload
   std::string layout = "hsd";
   std::string modality;       // --modality: per-token ids for --qkv (.npy or .safetensors)
   int64_t frame_tokens = -1;  // --frame-tokens: -1 unset (generator default / file metadata)
   int64_t seq = 16384, heads = 2, kv_heads = 0, dim = 128;
-  int64_t q_len = 0;          // queries: the last q_len positions (0: all, prefill)
-  std::string dtype;          // empty: f32 for workloads, as stored for --qkv
+  int64_t q_len = 0;  // queries: the last q_len positions (0: all, prefill)
+  std::string dtype;  // empty: f32 for workloads, as stored for --qkv
   uint64_t seed = 0;
   bool causal = true;
   int threads = 0;

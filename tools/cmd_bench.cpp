@@ -32,7 +32,8 @@ struct BenchCliOptions {
   int repeat = 3;
   bool json = false;
   std::string bf16_path = "auto";  // --bf16-path: auto (time both), dot, widen
-  std::vector<std::string> matched;  // --matched: block top-k methods to run at each method's density
+  std::vector<std::string>
+      matched;                 // --matched: block top-k methods to run at each method's density
   std::string device = "cpu";  // --device: cpu, or cuda (the GPU paths, spattn/cuda.hpp)
 };
 
@@ -67,9 +68,10 @@ void print_notes(const std::vector<BenchResult>& results,
         break;
       }
   if (!evaluation.empty())
-    lines.push_back(fmt::format("evaluation only (they compute more than dense to choose what "
-                                "to compute; compare recall, not time): {}",
-                                fmt::join(evaluation, ", ")));
+    lines.push_back(
+        fmt::format("evaluation only (they compute more than dense to choose what "
+                    "to compute; compare recall, not time): {}",
+                    fmt::join(evaluation, ", ")));
   if (!left_out.empty())
     lines.push_back(fmt::format("left out (causal attention only): {}", fmt::join(left_out, ", ")));
   if (!lines.empty()) fmt::print("\n{}\n", fmt::join(lines, "\n"));
@@ -78,9 +80,10 @@ void print_notes(const std::vector<BenchResult>& results,
 void print_peaks(const MachinePeak& pk, const BenchOperands& op) {
   const std::string bf16 =
       pk.bf16_dot_gflops > 0 ? fmt::format("{:.1f} GFLOP/s", pk.bf16_dot_gflops) : "none";
-  fmt::print("peak (measured in this process): f32 FMA {:.1f} GFLOP/s, bf16 dot {}, memory "
-             "read {:.1f} GB/s; OpenBLAS sgemm {:.1f} GFLOP/s\n",
-             pk.fma_gflops, bf16, pk.read_gbps, pk.sgemm_gflops);
+  fmt::print(
+      "peak (measured in this process): f32 FMA {:.1f} GFLOP/s, bf16 dot {}, memory "
+      "read {:.1f} GB/s; OpenBLAS sgemm {:.1f} GFLOP/s\n",
+      pk.fma_gflops, bf16, pk.read_gbps, pk.sgemm_gflops);
   std::string how;
   if (op.timed)
     how = fmt::format(" (--bf16-path auto: dense probe dot {:.2f} ms, widened {:.2f} ms)",
@@ -100,9 +103,10 @@ void print_table(const BenchRun& run, const Problem& p) {
   const double peak = op.peak_gflops(pk);
   fmt::print("machine: {}, {} cores / {} threads, SIMD {}\n", m.cpu, m.cores, m.threads, m.simd);
   print_peaks(pk, op);
-  fmt::print("problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n", p.source,
-             shape(p.q), shape(p.k), dtype_name(p.q.dtype()), p.opt.causal ? "causal" : "full",
-             p.opt.threads, run.repeat);
+  fmt::print(
+      "problem: {}, q {} kv {} {}, {}, {} threads, median of {} runs taken round-robin over the methods\n",
+      p.source, shape(p.q), shape(p.k), dtype_name(p.q.dtype()), p.opt.causal ? "causal" : "full",
+      p.opt.threads, run.repeat);
   size_t w = 6;
   for (const auto& r : results) w = std::max(w, r.spec.size());
   // %fma (bf16 dot runs only): the same GFLOP/s over the f32 FMA peak.
@@ -113,17 +117,18 @@ void print_table(const BenchRun& run, const Problem& p) {
   for (const auto& r : results) {
     const double fma_pct = pk.fma_gflops > 0 ? 100.0 * r.gflops() / pk.fma_gflops : 0.0;
     const std::string fma = op.dot() ? fmt::format("  {:>5.1f}%", fma_pct) : "";
-    fmt::print("{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%{}  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  "
-               "{:>8.4f}  {:>8.1e}  {}\n",
-               r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0, fma,
-               r.speedup, 100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst,
-               r.error.rel_l2, kernel_path_name(r.report.path));
+    fmt::print(
+        "{:<{}}  {:>10.2f}  {:>8.1f}  {:>5.1f}%{}  {:>6.2f}x  {:>7.1f}%  {:>8.4f}  "
+        "{:>8.4f}  {:>8.1e}  {}\n",
+        r.spec, w, r.ms, r.gflops(), peak > 0 ? 100.0 * r.gflops() / peak : 0.0, fma, r.speedup,
+        100.0 * r.report.stats.sparsity(), r.recall.mean, r.recall.worst, r.error.rel_l2,
+        kernel_path_name(r.report.path));
   }
   if (const double gbps = run.decode_read_gbps(); gbps > 0 && pk.read_gbps > 0)
-    fmt::print("\ndense decode reads K and V ({:.1f} MB) at {:.1f} GB/s: {:.0f}% of the read "
-               "bandwidth measured above\n",
-               run.kv_bytes() / 1e6, gbps,
-               100.0 * gbps / pk.read_gbps);
+    fmt::print(
+        "\ndense decode reads K and V ({:.1f} MB) at {:.1f} GB/s: {:.0f}% of the read "
+        "bandwidth measured above\n",
+        run.kv_bytes() / 1e6, gbps, 100.0 * gbps / pk.read_gbps);
   print_notes(results, run.left_out);
 }
 
@@ -132,15 +137,20 @@ void print_table(const BenchRun& run, const Problem& p) {
 // dense's own GPU output; a method with no GPU path gets a row that says so.
 void print_table_cuda(const BenchRun& run, const Problem& p) {
   fmt::print("device: {}\n", run.device);
-  fmt::print("host: {}, {} threads (masks of mask-building methods are built there, inside "
-             "their time)\n", run.machine.cpu, run.opt.threads);
-  fmt::print("problem: {}, q {} kv {} {} on the device, {}, median of {} runs timed with CUDA "
-             "events, round-robin over the methods after one warm-up run each\n",
-             p.source, shape(p.q), shape(p.k), dtype_name(run.dtype),
-             p.opt.causal ? "causal" : "full", run.repeat);
+  fmt::print(
+      "host: {}, {} threads (masks of mask-building methods are built there, inside "
+      "their time)\n",
+      run.machine.cpu, run.opt.threads);
+  fmt::print(
+      "problem: {}, q {} kv {} {} on the device, {}, median of {} runs timed with CUDA "
+      "events, round-robin over the methods after one warm-up run each\n",
+      p.source, shape(p.q), shape(p.k), dtype_name(run.dtype), p.opt.causal ? "causal" : "full",
+      run.repeat);
   const OutputError& de = run.dense_exact_error;
-  fmt::print("dense against exact attention (sampled rows): rel-L2 {:.1e}, max-abs {:.1e}; the "
-             "rows' errors are against dense's GPU output\n", de.rel_l2, de.max_abs);
+  fmt::print(
+      "dense against exact attention (sampled rows): rel-L2 {:.1e}, max-abs {:.1e}; the "
+      "rows' errors are against dense's GPU output\n",
+      de.rel_l2, de.max_abs);
   size_t w = 6;
   for (const auto& r : run.results) w = std::max(w, r.spec.size());
   fmt::print("\n{:<{}}  {:>10}  {:>8}  {:>7}  {:>8}  {:>8}  {:>8}  {:>8}\n", "method", w, "ms",
@@ -184,7 +194,8 @@ void check_matched(const std::vector<std::string>& names) {
       SPATTN_CHECK(!cp.empty(), "no parameter sets its block count");
       make_method(parse_method_spec(n + ":" + cp + "=1"));
     } catch (const Error& e) {
-      detail::fail("--matched: ", n, " has no block count to match a density with (", e.what(), ")");
+      detail::fail("--matched: ", n, " has no block count to match a density with (", e.what(),
+                   ")");
     }
   }
 }
@@ -218,7 +229,9 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
   std::vector<MethodSpec>& specs = bm.specs;
   std::vector<std::unique_ptr<Method>>& methods = bm.methods;
   const Tensor out(DType::f32, p.q.heads(), p.q.seq(), p.q.dim());
-  auto sparsity = [&](const Method& m) { return m.run(p.q, p.k, p.v, out, p.opt).stats.sparsity(); };
+  auto sparsity = [&](const Method& m) {
+    return m.run(p.q, p.k, p.v, out, p.opt).stats.sparsity();
+  };
   std::vector<MethodSpec> all;
   std::vector<std::unique_ptr<Method>> built;
   std::vector<std::string> notes;
@@ -245,8 +258,12 @@ std::vector<std::string> add_matched(const std::vector<std::string>& names, Benc
       int64_t lo = 1, hi = (p.k.seq() + 63) / 64 + 1;
       while (lo < hi) {
         const int64_t mid = lo + (hi - lo) / 2;
-        progress.update(fmt::format("matching {} to {}: {} {}", n, specs[i].text, count_param(n), mid));
-        if (s_at(mid) <= target) hi = mid; else lo = mid + 1;
+        progress.update(
+            fmt::format("matching {} to {}: {} {}", n, specs[i].text, count_param(n), mid));
+        if (s_at(mid) <= target)
+          hi = mid;
+        else
+          lo = mid + 1;
       }
       int64_t k = lo;
       double got = s_at(k);

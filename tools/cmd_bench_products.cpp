@@ -15,14 +15,16 @@ namespace {
 void run_bench_products(const ProductBenchOptions& o) {
   const ProductBench b = bench_products(o);
   const MachinePeak& pk = b.peak;
-  fmt::print("peak (measured in this process): int8 dot (vpdpbusd) {}, f32 FMA {:.1f} GFLOP/s; "
-             "SIMD target {}\n",
-             pk.int8_dot_gops > 0 ? fmt::format("{:.1f} GOP/s", pk.int8_dot_gops) : "none",
-             pk.fma_gflops, pk.simd_target);
-  fmt::print("C[{} x {}] = X[{} x {}] W^T, {} threads; integer products on {}\n\n", o.n, o.m,
-             o.n, o.k, o.threads, b.vnni ? "AVX-512 VNNI" : "portable loops (no AVX-512 VNNI)");
-  fmt::print("| type | int8 GOP/s | % int8 peak | of it quantizing | widened f32 GFLOP/s | "
-             "% FMA peak | int8 / widened |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "peak (measured in this process): int8 dot (vpdpbusd) {}, f32 FMA {:.1f} GFLOP/s; "
+      "SIMD target {}\n",
+      pk.int8_dot_gops > 0 ? fmt::format("{:.1f} GOP/s", pk.int8_dot_gops) : "none", pk.fma_gflops,
+      pk.simd_target);
+  fmt::print("C[{} x {}] = X[{} x {}] W^T, {} threads; integer products on {}\n\n", o.n, o.m, o.n,
+             o.k, o.threads, b.vnni ? "AVX-512 VNNI" : "portable loops (no AVX-512 VNNI)");
+  fmt::print(
+      "| type | int8 GOP/s | % int8 peak | of it quantizing | widened f32 GFLOP/s | "
+      "% FMA peak | int8 / widened |\n|---|---:|---:|---:|---:|---:|---:|\n");
   for (const ProductBenchResult& r : b.results) {
     const std::string i8peak =
         pk.int8_dot_gops > 0 ? fmt::format("{:.1f}%", 100 * r.int8_gops / pk.int8_dot_gops) : "-";
@@ -43,8 +45,7 @@ void add_bench_products_command(CLI::App& root) {
       "time prefill's quantized weight products against the int8 peak of this machine");
   cmd->add_option("-m,--rows", o->m, "weight rows (outputs)")->capture_default_str();
   cmd->add_option("-k,--cols", o->k, "columns (a multiple of 256)")->capture_default_str();
-  cmd->add_option("-n,--tokens", o->n, "activation rows (a prompt's chunk)")
-      ->capture_default_str();
+  cmd->add_option("-n,--tokens", o->n, "activation rows (a prompt's chunk)")->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "threads (0: all)")->capture_default_str();
   cmd->add_option("--repeat", o->repeat, "timed calls a kernel (the best counts)")
       ->capture_default_str();

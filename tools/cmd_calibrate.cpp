@@ -60,8 +60,9 @@ struct CalibrateOptions {
 
 void check(const CalibrateOptions& o) {
   SPATTN_CHECK(o.heads >= 1 && o.heads <= 4096, "--heads must be in [1, 4096], got ", o.heads);
-  SPATTN_CHECK(o.kv_heads >= 0 && o.kv_heads <= o.heads && (o.kv_heads == 0 || o.heads % o.kv_heads == 0),
-               "--kv-heads must be 0 or divide --heads (", o.heads, "), got ", o.kv_heads);
+  SPATTN_CHECK(
+      o.kv_heads >= 0 && o.kv_heads <= o.heads && (o.kv_heads == 0 || o.heads % o.kv_heads == 0),
+      "--kv-heads must be 0 or divide --heads (", o.heads, "), got ", o.kv_heads);
   SPATTN_CHECK(o.dim >= 1 && o.dim <= 1024, "--dim must be in [1, 1024], got ", o.dim);
 }
 
@@ -104,11 +105,15 @@ void for_each_sample(const CalibrateOptions& o, Progress& progress, F&& use) {
       continue;
     }
     // A prefix of a causal prefill dump is the same attention on its first L tokens.
-    SPATTN_CHECK(q.seq() == k.seq(), "--lengths with --qkv takes prefixes of prefill dumps (q rows = "
-                 "k rows), but ", o.qkv[i], " has ", q.seq(), " q rows and ", k.seq(), " k rows");
+    SPATTN_CHECK(q.seq() == k.seq(),
+                 "--lengths with --qkv takes prefixes of prefill dumps (q rows = "
+                 "k rows), but ",
+                 o.qkv[i], " has ", q.seq(), " q rows and ", k.seq(), " k rows");
     for (int64_t len : o.lengths) {
-      SPATTN_CHECK(len <= k.seq(), "--lengths: ", len, " exceeds the ", k.seq(), " rows of ", o.qkv[i]);
-      const Tensor qp = Tensor::copy_of(q.view().rows(0, len)), kp = Tensor::copy_of(k.view().rows(0, len)),
+      SPATTN_CHECK(len <= k.seq(), "--lengths: ", len, " exceeds the ", k.seq(), " rows of ",
+                   o.qkv[i]);
+      const Tensor qp = Tensor::copy_of(q.view().rows(0, len)),
+                   kp = Tensor::copy_of(k.view().rows(0, len)),
                    vp = Tensor::copy_of(v.view().rows(0, len));
       use(layer, qp.view(), kp.view(), vp.view());
     }
@@ -116,10 +121,12 @@ void for_each_sample(const CalibrateOptions& o, Progress& progress, F&& use) {
 }
 
 void check_files(const CalibrateOptions& o) {
-  SPATTN_CHECK(o.layers.empty() || o.layers.size() == o.qkv.size(), "--layer: give one per --qkv "
-               "(the i-th --layer labels the i-th --qkv), got ", o.layers.size(), " for ",
-               o.qkv.size(), " files");
-  for (int64_t l : o.layers) SPATTN_CHECK(l >= 0 && l <= (int64_t(1) << 20), "--layer must be >= 0, got ", l);
+  SPATTN_CHECK(o.layers.empty() || o.layers.size() == o.qkv.size(),
+               "--layer: give one per --qkv "
+               "(the i-th --layer labels the i-th --qkv), got ",
+               o.layers.size(), " for ", o.qkv.size(), " files");
+  for (int64_t l : o.layers)
+    SPATTN_CHECK(l >= 0 && l <= (int64_t(1) << 20), "--layer must be >= 0, got ", l);
   if (o.lengths_given) {
     SPATTN_CHECK(!o.lengths.empty(), "--lengths needs at least one length");
     for (int64_t l : o.lengths) SPATTN_CHECK(l >= 1, "--lengths: each must be >= 1, got ", l);
@@ -134,10 +141,13 @@ void check_targets(const std::vector<double>& targets) {
 
 // The warnings are listed with the table (stdout); stderr gets their count, so a terminal or
 // a log that keeps only stderr still shows them; with --strict they are the error.
-void report_warnings(const std::vector<std::string>& warnings, bool strict, const std::string& what) {
+void report_warnings(const std::vector<std::string>& warnings, bool strict,
+                     const std::string& what) {
   if (warnings.empty()) return;
-  SPATTN_CHECK(!strict, "--strict: ", warnings.size(), " warning(s) ", what, " (listed under 'warnings:')");
-  fmt::print(stderr, "warning: {} warning(s) {} (listed under 'warnings:')\n", warnings.size(), what);
+  SPATTN_CHECK(!strict, "--strict: ", warnings.size(), " warning(s) ", what,
+               " (listed under 'warnings:')");
+  fmt::print(stderr, "warning: {} warning(s) {} (listed under 'warnings:')\n", warnings.size(),
+             what);
 }
 
 void print_warnings(const std::vector<std::string>& warnings) {
@@ -149,8 +159,10 @@ void print_warnings(const std::vector<std::string>& warnings) {
 // Per calibrated length: the reach, and the sparsity lambda_for(target) gives on the samples;
 // "!" marks a target out of reach there (a run asking for it raises Error).
 void print_checks(const Calibration& c, const std::string& indent) {
-  fmt::print("{}where it holds (sparsity that lambda_for(target) gives on the calibration samples; "
-             "! out of reach):\n", indent);
+  fmt::print(
+      "{}where it holds (sparsity that lambda_for(target) gives on the calibration samples; "
+      "! out of reach):\n",
+      indent);
   std::vector<double> targets;
   for (const auto& k : c.checks)
     if (std::find(targets.begin(), targets.end(), k.target) == targets.end())
@@ -170,29 +182,36 @@ void print_checks(const Calibration& c, const std::string& indent) {
 }
 
 void print(const Calibration& c, const std::string& out) {
-  fmt::print("calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}, "
-             "order {}\n",
-             c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
-             c.causal ? "causal" : "full", blasst_order_name(c.order));
-  fmt::print("fit: lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s + eta * s^2)\n");
-  fmt::print("  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon {:.4f}\n",
-             c.alpha, c.beta, c.gamma,
-             c.gamma_fitted ? "fitted"
-             : c.fit_lengths.size() < 2 ? "fixed: every fitted point is from one length"
-                                        : "fixed",
-             c.delta, c.eta, c.epsilon);
-  fmt::print("  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
-             "max sparsity error {:.1f} points\n",
-             c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
+  fmt::print(
+      "calibration: {}, {} samples at {} lengths, q heads {}, kv heads {}, dim {}, {}, {}, "
+      "order {}\n",
+      c.source, c.samples, c.lengths.size(), c.heads, c.kv_heads, c.dim, c.dtype,
+      c.causal ? "causal" : "full", blasst_order_name(c.order));
+  fmt::print(
+      "fit: lambda * L^(gamma + delta * s + epsilon * s^2) = alpha * exp(beta * s + eta * s^2)\n");
+  fmt::print(
+      "  alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon {:.4f}\n",
+      c.alpha, c.beta, c.gamma,
+      c.gamma_fitted             ? "fitted"
+      : c.fit_lengths.size() < 2 ? "fixed: every fitted point is from one length"
+                                 : "fixed",
+      c.delta, c.eta, c.epsilon);
+  fmt::print(
+      "  {} points with sparsity in [{:.2f}, {:.2f}]: rms ln(lambda) error {:.3f}, "
+      "max sparsity error {:.1f} points\n",
+      c.points, c.fit_min, c.fit_max, c.rms_log_error, 100 * c.max_sparsity_error);
   if (c.gamma_fitted) {
-    fmt::print("  paper's form (gamma = 1, delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
-               c.paper_rms_log_error);
+    fmt::print(
+        "  paper's form (gamma = 1, delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
+        c.paper_rms_log_error);
     if (c.delta != 0)
-      fmt::print("  one slope for all lengths (delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
-                 c.one_slope_rms_log_error);
+      fmt::print(
+          "  one slope for all lengths (delta = 0) on the same points: rms ln(lambda) error {:.3f}\n",
+          c.one_slope_rms_log_error);
     if (c.eta != 0 || c.epsilon != 0)
-      fmt::print("  no curvature (eta = epsilon = 0) on the same points: rms ln(lambda) error {:.3f}\n",
-                 c.linear_rms_log_error);
+      fmt::print(
+          "  no curvature (eta = epsilon = 0) on the same points: rms ln(lambda) error {:.3f}\n",
+          c.linear_rms_log_error);
   }
   print_checks(c, "");
   for (const auto& l : c.layers) {
@@ -200,10 +219,11 @@ void print(const Calibration& c, const std::string& out) {
     if (l.pooled)
       fmt::print("pooled (too few points of its own): uses the law above\n");
     else
-      fmt::print("alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon "
-                 "{:.4f}, {} points, rms ln(lambda) error {:.3f}\n",
-                 l.alpha, l.beta, l.gamma, l.gamma_fitted ? "fitted" : "fixed", l.delta, l.eta,
-                 l.epsilon, l.points, l.rms_log_error);
+      fmt::print(
+          "alpha {:.6g}  beta {:.4f}  gamma {:.4f} ({})  delta {:.4f}  eta {:.4f}  epsilon "
+          "{:.4f}, {} points, rms ln(lambda) error {:.3f}\n",
+          l.alpha, l.beta, l.gamma, l.gamma_fitted ? "fitted" : "fixed", l.delta, l.eta, l.epsilon,
+          l.points, l.rms_log_error);
     print_checks(l, "  ");
   }
   print_warnings(c.warnings());
@@ -238,40 +258,47 @@ void run_evaluate(const CalibrateOptions& o) {
   std::vector<Row> rows;
   {
     Progress progress("evaluate");
-    for_each_sample(o, progress, [&](int64_t layer, const TensorView& q, const TensorView& k,
-                                     const TensorView& v) {
-      const Calibration& law = layer >= 0 ? c.for_layer(layer) : c;
-      if (fixed == 0) fixed = c.lambda_for(o.targets.back(), k.seq);
-      auto it = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.length == k.seq; });
-      if (it == rows.end()) {
-        rows.push_back({k.seq, std::vector<std::vector<double>>(o.targets.size()), {}, {}, HUGE_VAL});
-        it = rows.end() - 1;
-      }
-      const TileMargins tm = blasst_tile_margins(q, k, v, attn, c.order);
-      for (size_t ti = 0; ti < o.targets.size(); ++ti)
-        it->per_target[ti].push_back(tm.sparsity_at(law.lambda_for(o.targets[ti], k.seq)));
-      it->fixed.push_back(tm.sparsity_at(fixed));
-      it->reach.push_back(tm.sparsity_at(1.0));
-      const double r = law.max_sparsity_at(k.seq);
-      if (!std::isnan(r)) it->calib_reach = std::min(it->calib_reach, r);
-    });
+    for_each_sample(
+        o, progress,
+        [&](int64_t layer, const TensorView& q, const TensorView& k, const TensorView& v) {
+          const Calibration& law = layer >= 0 ? c.for_layer(layer) : c;
+          if (fixed == 0) fixed = c.lambda_for(o.targets.back(), k.seq);
+          auto it = std::find_if(rows.begin(), rows.end(),
+                                 [&](const Row& r) { return r.length == k.seq; });
+          if (it == rows.end()) {
+            rows.push_back(
+                {k.seq, std::vector<std::vector<double>>(o.targets.size()), {}, {}, HUGE_VAL});
+            it = rows.end() - 1;
+          }
+          const TileMargins tm = blasst_tile_margins(q, k, v, attn, c.order);
+          for (size_t ti = 0; ti < o.targets.size(); ++ti)
+            it->per_target[ti].push_back(tm.sparsity_at(law.lambda_for(o.targets[ti], k.seq)));
+          it->fixed.push_back(tm.sparsity_at(fixed));
+          it->reach.push_back(tm.sparsity_at(1.0));
+          const double r = law.max_sparsity_at(k.seq);
+          if (!std::isnan(r)) it->calib_reach = std::min(it->calib_reach, r);
+        });
   }
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.length < b.length; });
+  std::sort(rows.begin(), rows.end(),
+            [](const Row& a, const Row& b) { return a.length < b.length; });
   auto mean = [](const std::vector<double>& x) {
     double s = 0;
     for (double v : x) s += v;
     return s / double(x.size());
   };
   const std::string what =
-      o.qkv.empty() ? fmt::format("{} fresh {} workloads per length (seeds {}..{}), {} q heads", o.samples,
-                                  o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads)
-                    : fmt::format("{} file(s){}", o.qkv.size(), o.lengths_given ? " and their prefixes" : "");
-  fmt::print("calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, eta {:.4f}, "
-             "epsilon {:.4f}, order {}{}) on {}\n",
-             o.evaluate, c.alpha, c.beta, c.gamma, c.delta, c.eta, c.epsilon, blasst_order_name(c.order),
-             c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
-  fmt::print("sparsity reached: mean over the samples (points off target) [min, max]; reach: the most "
-             "any lambda skips on them; ! target beyond the calibration's reach (a run refuses it)\n");
+      o.qkv.empty()
+          ? fmt::format("{} fresh {} workloads per length (seeds {}..{}), {} q heads", o.samples,
+                        o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads)
+          : fmt::format("{} file(s){}", o.qkv.size(), o.lengths_given ? " and their prefixes" : "");
+  fmt::print(
+      "calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, eta {:.4f}, "
+      "epsilon {:.4f}, order {}{}) on {}\n",
+      o.evaluate, c.alpha, c.beta, c.gamma, c.delta, c.eta, c.epsilon, blasst_order_name(c.order),
+      c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
+  fmt::print(
+      "sparsity reached: mean over the samples (points off target) [min, max]; reach: the most "
+      "any lambda skips on them; ! target beyond the calibration's reach (a run refuses it)\n");
   fmt::print("{:>8}  {:>6}", "length", "reach");
   for (double t : o.targets) fmt::print("  {:>28}", fmt::format("target {:.0f}%", 100 * t));
   fmt::print("  {:>24}\n", fmt::format("fixed lambda {:.3g}", fixed));
@@ -284,9 +311,10 @@ void run_evaluate(const CalibrateOptions& o) {
       const double m = mean(x), off = 100 * (m - o.targets[ti]);
       const bool out = o.targets[ti] > row.calib_reach;
       if (out)
-        warnings.push_back(fmt::format("target {:.1f}% is out of reach at length {}: the calibration "
-                                       "reaches at most {:.1f}% there",
-                                       100 * o.targets[ti], row.length, 100 * row.calib_reach));
+        warnings.push_back(
+            fmt::format("target {:.1f}% is out of reach at length {}: the calibration "
+                        "reaches at most {:.1f}% there",
+                        100 * o.targets[ti], row.length, 100 * row.calib_reach));
       else
         worst = std::max(worst, std::abs(off));
       fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]{}", 100 * m, off,
@@ -295,7 +323,8 @@ void run_evaluate(const CalibrateOptions& o) {
     }
     const auto& f = row.fixed;
     fmt::print("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * mean(f),
-               100 * *std::min_element(f.begin(), f.end()), 100 * *std::max_element(f.begin(), f.end()));
+               100 * *std::min_element(f.begin(), f.end()),
+               100 * *std::max_element(f.begin(), f.end()));
   }
   fmt::print("worst mean miss (targets within reach): {:.1f} points\n", worst);
   print_warnings(warnings);
@@ -332,8 +361,9 @@ void run_calibrate(const CalibrateOptions& o) {
   BlasstCalibrator cal(copt);  // checks the fit options before any data is made
   {
     Progress progress("calibrate");
-    for_each_sample(o, progress, [&](int64_t layer, const TensorView& q, const TensorView& k,
-                                     const TensorView& v) { cal.add(q, k, v, layer); });
+    for_each_sample(o, progress,
+                    [&](int64_t layer, const TensorView& q, const TensorView& k,
+                        const TensorView& v) { cal.add(q, k, v, layer); });
   }
   const Calibration c = cal.fit();
   // --strict: the warnings are the error, and nothing is written.
@@ -342,7 +372,8 @@ void run_calibrate(const CalibrateOptions& o) {
   if (write) save_calibration(o.out, c);
   print(c, write ? o.out : "");
   std::fflush(stdout);
-  report_warnings(warnings, o.strict, write ? "in the calibration" : "in the calibration; nothing written");
+  report_warnings(warnings, o.strict,
+                  write ? "in the calibration" : "in the calibration; nothing written");
 }
 
 }  // namespace
@@ -366,15 +397,15 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--fixed-lambda", o->fixed_lambda,
                   "with --evaluate: the fixed lambda shown for comparison (default: the "
                   "calibration's lambda for the last target at the first length)");
-  auto* workload = cmd->add_option("--workload", o->workload,
-                                   "generated workload: random, text, video, mixed")
-                       ->capture_default_str();
+  auto* workload =
+      cmd->add_option("--workload", o->workload, "generated workload: random, text, video, mixed")
+          ->capture_default_str();
   cmd->add_option("--lengths", o->lengths,
-                                  "context lengths to calibrate at: a,b (with --qkv: take these "
-                                  "prefixes of each file; without: each file whole)")
-                      ->delimiter(',')
-                      ->capture_default_str()
-                      ->each([o](const std::string&) { o->lengths_given = true; });
+                  "context lengths to calibrate at: a,b (with --qkv: take these "
+                  "prefixes of each file; without: each file whole)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->each([o](const std::string&) { o->lengths_given = true; });
   auto* qkv = cmd->add_option("--qkv", o->qkv,
                               "calibrate on q, k, v from a file or prefix (as bench's --qkv; "
                               "repeatable) instead of generated workloads")
@@ -392,17 +423,18 @@ void add_calibrate_command(CLI::App& root) {
                        ->capture_default_str();
   auto* dim = cmd->add_option("--dim", o->dim, "head dimension")->capture_default_str();
   auto* seed = cmd->add_option("--seed", o->seed, "first workload seed")->capture_default_str();
-  auto* samples = cmd->add_option("--samples", o->samples,
-                                  "workloads per length (seeds --seed, --seed+1, ...)")
-                      ->capture_default_str();
+  auto* samples =
+      cmd->add_option("--samples", o->samples, "workloads per length (seeds --seed, --seed+1, ...)")
+          ->capture_default_str();
   for (auto* gen : {workload, heads, kv_heads, dim, seed, samples}) qkv->excludes(gen);
   cmd->add_option("--dtype", o->dtype, "f32, bf16, f16 (default: f32, or as stored in --qkv)");
   cmd->add_flag("--causal,!--no-causal", o->causal, "causal attention (default) or full");
   cmd->add_option("--threads", o->threads, "worker threads (0: all)")->capture_default_str();
   cmd->add_option("--fit-min", o->fit_min, "lowest sparsity fitted")->capture_default_str();
   cmd->add_option("--fit-max", o->fit_max, "highest sparsity fitted")->capture_default_str();
-  cmd->add_option("--length-exponent", o->gamma,
-                  "fix gamma, with delta = 0 (1: the paper's lambda * L form), instead of fitting them")
+  cmd->add_option(
+         "--length-exponent", o->gamma,
+         "fix gamma, with delta = 0 (1: the paper's lambda * L form), instead of fitting them")
       ->each([o](const std::string&) { o->gamma_given = true; });
   cmd->add_option("--order", o->order,
                   "BLASST visiting order to calibrate: local_first or in_order (a file fits only "

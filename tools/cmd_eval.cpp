@@ -159,7 +159,8 @@ void run(EvalOptions& o) {
   bool needs_code = false;
   for (const auto& t : tasks) needs_code |= ruler_task(t).haystack == "code";
   if (needs_code) {
-    SPATTN_CHECK(!o.haystack.empty(), "tasks with the code haystack (niah_single_2/3, "
+    SPATTN_CHECK(!o.haystack.empty(),
+                 "tasks with the code haystack (niah_single_2/3, "
                  "niah_multikey_1, niah_multivalue, niah_multiquery) need --haystack FILE");
     haystack = read_file(o.haystack, "--haystack");
     SPATTN_CHECK(!haystack.empty(), "--haystack: '", o.haystack, "' is empty");
@@ -186,8 +187,8 @@ void run(EvalOptions& o) {
   for (int64_t L : o.lengths) {
     for (const auto& name : tasks) {
       const RulerTaskInfo& task = ruler_task(name);
-      const int64_t max_gen = o.max_gen > 0 ? std::min(o.max_gen, task.tokens_to_generate)
-                                            : task.tokens_to_generate;
+      const int64_t max_gen =
+          o.max_gen > 0 ? std::min(o.max_gen, task.tokens_to_generate) : task.tokens_to_generate;
       for (int64_t i = 0; i < o.samples; ++i) {
         RulerOptions ro;
         ro.length = L;
@@ -205,8 +206,8 @@ void run(EvalOptions& o) {
                      name, ": the prompt and its answer exceed -c ", o.r.n_ctx);
         for (size_t k = 0; k < methods.size(); ++k) {
           const size_t m = (size_t(i) + k) % methods.size();
-          const SampleResult r = run_sample(*sessions[m], lm, task, sample, prompt, without, ref,
-                                            max_gen);
+          const SampleResult r =
+              run_sample(*sessions[m], lm, task, sample, prompt, without, ref, max_gen);
           const auto key = std::make_tuple(name, L, m);
           if (!cells.count(key)) keys.push_back(key);
           Cell& c = cells[key];
@@ -287,11 +288,12 @@ void run(EvalOptions& o) {
     fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
     return;
   }
-  fmt::print("RULER synthetic tasks on {} (seed {}, {} samples each, --attn-decode {}); score: "
-             "RULER's string_match_all in percent; log-likelihood: mean nats per reference "
-             "token, with the needles and without them; gap = with - without; gap 1st: the same "
-             "for the answer's first token alone (the one the prefill's last row predicts)\n",
-             o.r.model, o.seed, o.samples, o.r.attn_decode);
+  fmt::print(
+      "RULER synthetic tasks on {} (seed {}, {} samples each, --attn-decode {}); score: "
+      "RULER's string_match_all in percent; log-likelihood: mean nats per reference "
+      "token, with the needles and without them; gap = with - without; gap 1st: the same "
+      "for the answer's first token alone (the one the prefill's last row predicts)\n",
+      o.r.model, o.seed, o.samples, o.r.attn_decode);
   size_t width = 6;
   for (const auto& m : methods) width = std::max(width, m.size());
   fmt::print("{:<16} {:>7} {:<{}} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "task", "length",
@@ -310,9 +312,10 @@ void add_eval_command(CLI::App& root) {
   auto o = std::make_shared<EvalOptions>();
   o->r.n_ctx = 0;  // the longest --lengths
   CLI::App* app = root.add_subcommand(
-      "eval", "RULER's synthetic tasks (needle in a haystack, variable tracking, common and "
-              "frequent words) on a GGUF model: exact match and the likelihood gap, per prefill "
-              "attention");
+      "eval",
+      "RULER's synthetic tasks (needle in a haystack, variable tracking, common and "
+      "frequent words) on a GGUF model: exact match and the likelihood gap, per prefill "
+      "attention");
   add_runner_options(*app, o->r);
   app->add_option("--task", o->tasks,
                   "tasks, comma-separated, RULER's names: niah_single_1..3, niah_multikey_1..3, "

@@ -38,16 +38,20 @@ void run_h2o_report(const H2OReportOptions& o) {
   if (!o.out.empty()) {
     std::filesystem::create_directories(o.out);
     for (const H2OTraceLayer& t : a)
-      write_png(h2o_figure(t), (std::filesystem::path(o.out) / fmt::format("layer{}.png", t.layer)).string());
+      write_png(h2o_figure(t),
+                (std::filesystem::path(o.out) / fmt::format("layer{}.png", t.layer)).string());
   }
   const H2OTraceLayer& t0 = a.front();
-  fmt::print("trace {}: {} layers, {} heads, {} tokens, S = {}, L = {}, H = {}, {} memory sets "
-             "per head and layer\n",
-             o.dir, a.size(), t0.heads, t0.tokens, t0.chunk, t0.local, t0.heavy, t0.chunks.size());
+  fmt::print(
+      "trace {}: {} layers, {} heads, {} tokens, S = {}, L = {}, H = {}, {} memory sets "
+      "per head and layer\n",
+      o.dir, a.size(), t0.heads, t0.tokens, t0.chunk, t0.local, t0.heavy, t0.chunks.size());
   if (!o.compare.empty()) fmt::print("compared with {}\n", o.compare);
   fmt::print("Jaccard of heavy-hitter sets (M_c without the local window), mean / lowest\n\n");
-  fmt::print("| layer | sets | holding pos 0 | holding pos 0..{} | J consecutive chunks | "
-             "J between heads |{}\n", o.sink - 1, o.compare.empty() ? "" : " J vs --compare |");
+  fmt::print(
+      "| layer | sets | holding pos 0 | holding pos 0..{} | J consecutive chunks | "
+      "J between heads |{}\n",
+      o.sink - 1, o.compare.empty() ? "" : " J vs --compare |");
   fmt::print("|---|---|---|---|---|---|{}\n", o.compare.empty() ? "" : "---|");
   double first = 0, all = 0;
   int64_t sets = 0;
@@ -55,14 +59,15 @@ void run_h2o_report(const H2OReportOptions& o) {
     SPATTN_CHECK(b.empty() || b[l].layer == a[l].layer, "--compare: layer ", b[l].layer,
                  " stands where '", o.dir, "' has layer ", a[l].layer);
     const H2OLayerStats s = h2o_layer_stats(a[l], o.sink, b.empty() ? nullptr : &b[l]);
-    fmt::print("| {} | {} | {:.1f}% | {:.1f}% | {} | {} |{}\n", s.layer, s.sets,
-               100 * s.sink_first, 100 * s.sink_all, cell(s.consecutive), cell(s.heads),
+    fmt::print("| {} | {} | {:.1f}% | {:.1f}% | {} | {} |{}\n", s.layer, s.sets, 100 * s.sink_first,
+               100 * s.sink_all, cell(s.consecutive), cell(s.heads),
                b.empty() ? "" : " " + cell(s.compare) + " |");
     first += s.sink_first * double(s.sets), all += s.sink_all * double(s.sets), sets += s.sets;
   }
-  fmt::print("\nsink share over all {} memory sets: {:.1f}% hold position 0, {:.1f}% hold all "
-             "of positions 0..{}\n", sets, 100 * first / double(sets), 100 * all / double(sets),
-             o.sink - 1);
+  fmt::print(
+      "\nsink share over all {} memory sets: {:.1f}% hold position 0, {:.1f}% hold all "
+      "of positions 0..{}\n",
+      sets, 100 * first / double(sets), 100 * all / double(sets), o.sink - 1);
   if (!o.out.empty()) fmt::print("wrote {}/layer*.png\n", o.out);
 }
 

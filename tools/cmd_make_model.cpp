@@ -93,29 +93,29 @@ void run_make_model(MakeModelOptions& o) {
   s.type = parse_type(o.type);
   check_shape(s);
   make_model(o.out, s);
-  fmt::print("{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
-             "{}{}{}{}{}, {:.1f}M parameters\n",
-             o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn,
-             s.vocab, s.context, o.type, s.tied ? ", tied head" : "",
-             s.experts > 0 ? fmt::format(", {} experts ({} a token, ffn {})", s.experts,
-                                         s.experts_used, s.expert_ffn_or_default())
-                           : std::string(),
-             sliding_window_note(s),
-             s.rope_scaling == "llama3"
-                 ? fmt::format(", llama3 rope scaling (factor {}, low/high {}/{}, original "
-                               "context {})",
-                               s.rope_factor, s.rope_low_freq_factor, s.rope_high_freq_factor,
-                               s.rope_original_context)
-                 : s.rope_scaling == "longrope"
-                       ? fmt::format(", LongRoPE (original context {}, attn factor {:.4f})",
-                                     s.rope_original_context, longrope_attn_factor(s))
-                 : s.rope_scaling == "linear"
-                       ? fmt::format(", linear rope scaling {} (global layers)", s.rope_factor)
-                 : s.rope_scaling == "yarn"
-                       ? fmt::format(", yarn rope scaling {} from original context {}",
-                                     s.rope_factor, s.rope_original_context)
-                       : std::string(),
-             double(parameter_count(s)) / 1e6);
+  fmt::print(
+      "{}: {} {} layers, dim {}, heads {}/{} (head dim {}), ffn {}, vocab {}, context {}, "
+      "{}{}{}{}{}, {:.1f}M parameters\n",
+      o.out, s.arch, s.layers, s.dim, s.heads, s.kv_heads, s.head_dim_or_default(), s.ffn, s.vocab,
+      s.context, o.type, s.tied ? ", tied head" : "",
+      s.experts > 0 ? fmt::format(", {} experts ({} a token, ffn {})", s.experts, s.experts_used,
+                                  s.expert_ffn_or_default())
+                    : std::string(),
+      sliding_window_note(s),
+      s.rope_scaling == "llama3"
+          ? fmt::format(", llama3 rope scaling (factor {}, low/high {}/{}, original "
+                        "context {})",
+                        s.rope_factor, s.rope_low_freq_factor, s.rope_high_freq_factor,
+                        s.rope_original_context)
+      : s.rope_scaling == "longrope"
+          ? fmt::format(", LongRoPE (original context {}, attn factor {:.4f})",
+                        s.rope_original_context, longrope_attn_factor(s))
+      : s.rope_scaling == "linear"
+          ? fmt::format(", linear rope scaling {} (global layers)", s.rope_factor)
+      : s.rope_scaling == "yarn" ? fmt::format(", yarn rope scaling {} from original context {}",
+                                               s.rope_factor, s.rope_original_context)
+                                 : std::string(),
+      double(parameter_count(s)) / 1e6);
 }
 
 }  // namespace
@@ -144,8 +144,8 @@ void add_make_model_command(CLI::App& root) {
                   "v 128, q/kv latents 1536/512, 256 experts of ffn 2048 in 8 groups (4 used), "
                   "8 a token, 1 shared, sigmoid gating, scale 2.5, vocab 129280); other flags "
                   "override it");
-  o->arch = cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())
-                ->capture_default_str();
+  o->arch =
+      cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
   o->dim = cmd->add_option("--dim", s.dim, "embedding length")->capture_default_str();
   o->heads = cmd->add_option("--heads", s.heads, "query heads")->capture_default_str();
@@ -158,7 +158,8 @@ void add_make_model_command(CLI::App& root) {
                    ->capture_default_str();
   o->type_opt = cmd->add_option("--type", o->type, "weight type: f32, f16, bf16, q8_0")
                     ->capture_default_str();
-  o->rope = cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
+  o->rope =
+      cmd->add_option("--rope-base", s.rope_base, "RoPE frequency base")->capture_default_str();
   o->rope_scaling = cmd->add_option("--rope-scaling", s.rope_scaling,
                                     "none, llama3 (Llama 3.1's: writes rope_freqs.weight), "
                                     "longrope (phi3: rope_factors_long / _short), linear "
@@ -168,24 +169,28 @@ void add_make_model_command(CLI::App& root) {
   o->rope_factor = cmd->add_option("--rope-factor", s.rope_factor, "llama3, linear, yarn: factor")
                        ->capture_default_str();
   o->rope_low = cmd->add_option("--rope-low-freq-factor", s.rope_low_freq_factor,
-                                "llama3: low frequency factor")->capture_default_str();
+                                "llama3: low frequency factor")
+                    ->capture_default_str();
   o->rope_high = cmd->add_option("--rope-high-freq-factor", s.rope_high_freq_factor,
-                                 "llama3: high frequency factor")->capture_default_str();
+                                 "llama3: high frequency factor")
+                     ->capture_default_str();
   o->rope_orig = cmd->add_option("--rope-original-context", s.rope_original_context,
-                                 "llama3, longrope, yarn: original context length")->capture_default_str();
+                                 "llama3, longrope, yarn: original context length")
+                     ->capture_default_str();
   o->window = cmd->add_option("--sliding-window", s.sliding_window,
                               "gemma3, gpt-oss: the local layers' window (gemma3: five local "
                               "to each global; gpt-oss: one)")
                   ->capture_default_str();
-  o->experts = cmd->add_option("--experts", s.experts,
-                               "qwen3moe, gpt-oss, deepseek2, llama: experts a layer (0: a dense FFN)")
-                   ->capture_default_str();
-  o->experts_used = cmd->add_option("--experts-used", s.experts_used, "experts a token")
-                        ->capture_default_str();
+  o->experts =
+      cmd->add_option("--experts", s.experts,
+                      "qwen3moe, gpt-oss, deepseek2, llama: experts a layer (0: a dense FFN)")
+          ->capture_default_str();
+  o->experts_used =
+      cmd->add_option("--experts-used", s.experts_used, "experts a token")->capture_default_str();
   o->expert_ffn = cmd->add_option("--expert-ffn", s.expert_ffn,
                                   "qwen3moe, gpt-oss, deepseek2: an expert's hidden size")
                       ->capture_default_str();
-  const auto latent = [&](const char* name, int64_t ModelShape::* field, const char* what) {
+  const auto latent = [&](const char* name, int64_t ModelShape::*field, const char* what) {
     o->latent.emplace_back(cmd->add_option(name, s.*field, what)->capture_default_str(), field);
   };
   latent("--rope-dim", &ModelShape::rope_dim, "deepseek2: the rope part of a k head");
@@ -197,8 +202,9 @@ void add_make_model_command(CLI::App& root) {
   latent("--expert-groups", &ModelShape::expert_groups,
          "deepseek2: groups of experts for group-limited routing (0: none)");
   latent("--groups-used", &ModelShape::groups_used, "deepseek2: the groups a token routes to");
-  o->tokenizer = cmd->add_option("--tokenizer", s.tokenizer,
-                  "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
+  o->tokenizer = cmd->add_option(
+      "--tokenizer", s.tokenizer,
+      "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");
   cmd->add_flag("--untied", o->untied, "write output.weight (overrides a preset's tied head)");
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();

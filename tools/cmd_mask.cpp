@@ -23,7 +23,7 @@ struct MaskOptions {
   ProblemOptions problem;
   std::string method;
   int64_t head = 0;
-  int64_t topk = 0;  // 0: as many blocks per query block as the method kept
+  int64_t topk = 0;                 // 0: as many blocks per query block as the method kept
   bool budget_from_method = false;  // the default, spelled out; excludes --topk
   std::string out;
 };
@@ -86,13 +86,13 @@ void run_mask(const MaskOptions& o) {
   progress.done();
 
   // Block numbers are this head's; sparsity is over all heads, as `spattn bench` reports it.
-  fmt::print("head {}: {} keeps {:.1f}% of causal blocks (all heads: sparsity {:.1f}%), mass "
-             "captured {:.4f}; oracle top-k ({}) {:.1f}%, {:.4f}; wrote {} ({}x{})\n",
-             o.head, o.method, 100 * block_density(g, method_rows), 100 * report.stats.sparsity(),
-             mass_captured(g, method_rows),
-             o.topk ? fmt::format("k={}", o.topk) : "same budget",
-             100 * block_density(g, oracle_rows), mass_captured(g, oracle_rows), o.out, img.width,
-             img.height);
+  fmt::print(
+      "head {}: {} keeps {:.1f}% of causal blocks (all heads: sparsity {:.1f}%), mass "
+      "captured {:.4f}; oracle top-k ({}) {:.1f}%, {:.4f}; wrote {} ({}x{})\n",
+      o.head, o.method, 100 * block_density(g, method_rows), 100 * report.stats.sparsity(),
+      mass_captured(g, method_rows), o.topk ? fmt::format("k={}", o.topk) : "same budget",
+      100 * block_density(g, oracle_rows), mass_captured(g, oracle_rows), o.out, img.width,
+      img.height);
 }
 
 }  // namespace
@@ -106,9 +106,9 @@ void add_mask_command(CLI::App& root) {
       ->required()
       ->allow_extra_args(false);
   cmd->add_option("--head", o->head, "query head to draw")->capture_default_str();
-  auto* from_method = cmd->add_flag(
-      "--budget-from-method", o->budget_from_method,
-      "oracle keeps as many blocks per query block as the method (default)");
+  auto* from_method =
+      cmd->add_flag("--budget-from-method", o->budget_from_method,
+                    "oracle keeps as many blocks per query block as the method (default)");
   cmd->add_option("--topk", o->topk, "oracle keeps K blocks per query block instead")
       ->check(CLI::PositiveNumber)
       ->excludes(from_method);

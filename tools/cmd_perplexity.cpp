@@ -28,7 +28,7 @@ struct PplOptions {
   std::string sparse = "chunked_h2o";  // --attn: the mode compared with dense
   int64_t chunks = -1;                 // --chunks: at most this many windows (-1: all)
   bool dense_only = false;
-  int64_t decode_tail = 0;  // --decode-tail N: score each window's last N tokens by decode
+  int64_t decode_tail = 0;     // --decode-tail N: score each window's last N tokens by decode
   bool decode_recall = false;  // --decode-recall: quest's attention recall per decode step
 };
 
@@ -74,8 +74,7 @@ struct RecallTally {
         quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       }
       for (int64_t h = 0; h < cfg.n_head; ++h) {
-        layers[size_t(l)].add(
-            std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)])));
+        layers[size_t(l)].add(std::exp(double(lse_sel[size_t(h)]) - double(lse_all[size_t(h)])));
       }
     }
   }
@@ -92,10 +91,15 @@ struct Tally {
     return v > 0 && count > 1 ? ppl() * std::sqrt(v / double(count - 1)) : 0.0;
   }
   nlohmann::json json() const {
-    return {{"ppl", ppl()},         {"ppl_err", err()},   {"tokens_scored", count},
-            {"prefill_ms", prefill_ms}, {"attn_ms", attn_ms},
-            {"score_entries", stats.score_entries}, {"causal_entries", stats.causal_entries},
-            {"tiles_visited", stats.tiles_visited}, {"tiles_skipped", stats.tiles_skipped}};
+    return {{"ppl", ppl()},
+            {"ppl_err", err()},
+            {"tokens_scored", count},
+            {"prefill_ms", prefill_ms},
+            {"attn_ms", attn_ms},
+            {"score_entries", stats.score_entries},
+            {"causal_entries", stats.causal_entries},
+            {"tiles_visited", stats.tiles_visited},
+            {"tiles_skipped", stats.tiles_skipped}};
   }
 };
 
@@ -176,12 +180,11 @@ void run_decode_tail(const PplOptions& o) {
   if (recall) {
     rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(cfg.n_head * cfg.head_dim)));
     rt.layers.assign(size_t(cfg.n_layer), {});
-    sessions.back()->set_qkv_tap(model::Session::kTapAllLayers,
-                                 [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q,
-                                             const float*, const float*) {
-                                   if (n == 1)
-                                     std::copy_n(q, cfg.n_head * cfg.head_dim, rt.q[size_t(l)].data());
-                                 });
+    sessions.back()->set_qkv_tap(
+        model::Session::kTapAllLayers,
+        [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q, const float*, const float*) {
+          if (n == 1) std::copy_n(q, cfg.n_head * cfg.head_dim, rt.q[size_t(l)].data());
+        });
   }
   std::vector<float> logits(size_t(N * V));
   std::vector<int32_t> window(static_cast<size_t>(c));
@@ -227,15 +230,19 @@ void run_decode_tail(const PplOptions& o) {
     j["decode_tail"] = N;
     j["windows"] = windows;
     j["text_tokens"] = tokens.size();
-    j["prefill"] = {{"ppl", prefill_tally.ppl()}, {"mean_loglik", mean_ll(prefill_tally)},
+    j["prefill"] = {{"ppl", prefill_tally.ppl()},
+                    {"mean_loglik", mean_ll(prefill_tally)},
                     {"tokens_scored", prefill_tally.count}};
     for (size_t m = 0; m < modes.size(); ++m)
-      j["results"][modes[m]] = {
-          {"ppl", tally[m].ppl()},           {"ppl_err", tally[m].err()},
-          {"mean_loglik", mean_ll(tally[m])}, {"tokens_scored", tally[m].count},
-          {"decode_ms", decode_ms[m]},       {"decode_attn_ms", decode_attn_ms[m]},
-          {"decode_select_ms", decode_select_ms[m]},
-          {"decode_keys_read", keys_read[m]}, {"decode_keys_total", keys_total[m]}};
+      j["results"][modes[m]] = {{"ppl", tally[m].ppl()},
+                                {"ppl_err", tally[m].err()},
+                                {"mean_loglik", mean_ll(tally[m])},
+                                {"tokens_scored", tally[m].count},
+                                {"decode_ms", decode_ms[m]},
+                                {"decode_attn_ms", decode_attn_ms[m]},
+                                {"decode_select_ms", decode_select_ms[m]},
+                                {"decode_keys_read", keys_read[m]},
+                                {"decode_keys_total", keys_total[m]}};
     for (size_t m = 0; m < modes.size(); ++m)
       j["results"][modes[m]]["decode_tok_s"] = 1e3 * double(tally[m].count) / decode_ms[m];
     if (recall) {
@@ -259,22 +266,25 @@ void run_decode_tail(const PplOptions& o) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("decode tail: {} tokens, {} windows of {}, the last {} tokens of each scored "
-             "through decode after a dense prefill of {}\n",
-             tokens.size(), windows, c, N, prefix);
+  fmt::print(
+      "decode tail: {} tokens, {} windows of {}, the last {} tokens of each scored "
+      "through decode after a dense prefill of {}\n",
+      tokens.size(), windows, c, N, prefix);
   fmt::print("{:<28} PPL = {:.4f}   mean log-likelihood {:.5f}   (dense prefill, same tokens)\n",
              "prefill", prefill_tally.ppl(), mean_ll(prefill_tally));
   for (size_t m = 0; m < modes.size(); ++m)
-    fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   mean log-likelihood {:.5f}   decode {:9.1f} "
-               "ms ({:.1f} tok/s), attention {:9.1f} ms, keys read {:.1f}%\n",
-               modes[m], tally[m].ppl(), tally[m].err(), mean_ll(tally[m]), decode_ms[m],
-               1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
-               100.0 * double(keys_read[m]) / double(keys_total[m]));
+    fmt::print(
+        "{:<28} PPL = {:.4f} +/- {:.5f}   mean log-likelihood {:.5f}   decode {:9.1f} "
+        "ms ({:.1f} tok/s), attention {:9.1f} ms, keys read {:.1f}%\n",
+        modes[m], tally[m].ppl(), tally[m].err(), mean_ll(tally[m]), decode_ms[m],
+        1e3 * double(tally[m].count) / decode_ms[m], decode_attn_ms[m],
+        100.0 * double(keys_read[m]) / double(keys_total[m]));
   if (recall) {
     const RecallTally::Share all = rt.sparse(quest.dense_layers);
-    fmt::print("{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
-               "({} head-steps)\n",
-               modes.back(), all.mean(), all.worst, all.count);
+    fmt::print(
+        "{} attention recall of the decode queries: mean {:.4f}, worst head-step {:.4f} "
+        "({} head-steps)\n",
+        modes.back(), all.mean(), all.worst, all.count);
     std::string per_layer;
     for (size_t l = 0; l < rt.layers.size(); ++l)
       per_layer += fmt::format("  {}{} {:.4f}/{:.4f}", l,
@@ -401,15 +411,16 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
     fmt::print("{}\n", j.dump(2));
     return;
   }
-  fmt::print("perplexity: {} tokens, {} windows of {} (-b {}, -ub {}), {} tokens scored per "
-             "window\n",
-             tokens.size(), windows, c, so[0].n_batch, so[0].n_ubatch, rows);
+  fmt::print(
+      "perplexity: {} tokens, {} windows of {} (-b {}, -ub {}), {} tokens scored per "
+      "window\n",
+      tokens.size(), windows, c, so[0].n_batch, so[0].n_ubatch, rows);
   for (size_t m = 0; m < modes.size(); ++m) {
     std::string name = modes[m];
     if (parse_method_spec(so[m].attn).name == "chunked_h2o")  // its sizes are the flags'
       name += fmt::format(" (L {}, H {})", o.r.h2o_local, o.r.h2o_heavy);
-    fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   prefill {:9.1f} ms, attention {:9.1f} ms\n",
-               name, tally[m].ppl(), tally[m].err(), tally[m].prefill_ms, tally[m].attn_ms);
+    fmt::print("{:<28} PPL = {:.4f} +/- {:.5f}   prefill {:9.1f} ms, attention {:9.1f} ms\n", name,
+               tally[m].ppl(), tally[m].err(), tally[m].prefill_ms, tally[m].attn_ms);
   }
   if (modes.size() > 1)
     fmt::print("relative loss {:+.2f}%   attention {:.2f}x faster, prefill {:.2f}x faster\n",

@@ -33,9 +33,9 @@ struct RunOptions {
   bool dump_all = false;    // --dump-qkv all DIR: every layer, as DIR/layerN/
   std::string dump_dir;
   std::string h2o_trace_dir;  // --h2o-trace DIR: chunked_h2o's memory sets, DIR/layerN.h2o
-  bool warmup = false;  // one untimed prefill and decode step first, as llama-bench does
+  bool warmup = false;        // one untimed prefill and decode step first, as llama-bench does
   bool ignore_eos = false;
-  bool chat = false;    // --chat / -cnv: run_chat.hpp
+  bool chat = false;  // --chat / -cnv: run_chat.hpp
   bool n_predict_given = false;
   ChatOptions c;
 };
@@ -108,7 +108,8 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     if (grp) text = read_prompt(o.prompt, o.file);
     prompt = lm.tokenizer.encode(text);
     SPATTN_CHECK(o.max_prompt >= 0, "--max-prompt must be >= 0, got ", o.max_prompt);
-    if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt) prompt.resize(size_t(o.max_prompt));
+    if (o.max_prompt > 0 && int64_t(prompt.size()) > o.max_prompt)
+      prompt.resize(size_t(o.max_prompt));
     SPATTN_CHECK(!prompt.empty(), "the prompt has no tokens");
     SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
                  " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
@@ -125,11 +126,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
       dumps.push_back({Tensor(DType::f32, cfg.n_head, n, cfg.head_dim),
                        Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim),
                        Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim)});
-    s.set_qkv_tap(o.dump_all ? model::Session::kTapAllLayers : o.dump_layer,
-                  [&](int64_t layer, int64_t pos0, int64_t n_rows, const float* q,
-                      const float* k, const float* v) {
-                    dumps[size_t(o.dump_all ? layer : 0)].take(pos0, n_rows, q, k, v);
-                  });
+    s.set_qkv_tap(
+        o.dump_all ? model::Session::kTapAllLayers : o.dump_layer,
+        [&](int64_t layer, int64_t pos0, int64_t n_rows, const float* q, const float* k,
+            const float* v) { dumps[size_t(o.dump_all ? layer : 0)].take(pos0, n_rows, q, k, v); });
   }
   if (!o.r.json && !quiet) {
     fmt::print("{}", o.max_prompt > 0 ? lm.tokenizer.decode(prompt) : text);
@@ -149,8 +149,8 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   std::vector<ChunkedH2OTrace> traces;  // per layer, the timed prefill's only
   if (!o.h2o_trace_dir.empty()) {
-    SPATTN_CHECK(int64_t(prompt.size()) > so.n_ubatch, "--h2o-trace: the prompt's ",
-                 prompt.size(), " tokens fit one chunk (-ub ", so.n_ubatch,
+    SPATTN_CHECK(int64_t(prompt.size()) > so.n_ubatch, "--h2o-trace: the prompt's ", prompt.size(),
+                 " tokens fit one chunk (-ub ", so.n_ubatch,
                  "), so chunked_h2o builds no memory set");
     s.set_h2o_traces(&traces);
   }
@@ -162,7 +162,8 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     hp.chunk = so.n_ubatch, hp.batch = so.n_batch, hp.local = so.h2o_local, hp.heavy = so.h2o_heavy;
     std::vector<H2OTraceLayer> layers;
     for (size_t l = 0; l < traces.size(); ++l)
-      layers.push_back(h2o_trace_layer(traces[l], int64_t(l), cfg.n_head, int64_t(prompt.size()), hp));
+      layers.push_back(
+          h2o_trace_layer(traces[l], int64_t(l), cfg.n_head, int64_t(prompt.size()), hp));
     write_h2o_trace(o.h2o_trace_dir, layers);
   }
   std::vector<int32_t> out;
@@ -172,8 +173,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   auto top2_gap = [&] {
     float a = -INFINITY, b = -INFINITY;
     for (float x : logits) {
-      if (x > a) b = a, a = x;
-      else if (x > b) b = x;
+      if (x > a)
+        b = a, a = x;
+      else if (x > b)
+        b = x;
     }
     gaps.push_back(a - b);
   };
@@ -260,8 +263,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     // prefill and decode attention times.
     const std::vector<model::LayerAttention> la = s.layer_attention();
     for (size_t l = 0; l < la.size(); ++l) {
-      nlohmann::json e = {{"layer", l}, {"kind", la[l].sliding ? "sliding" : "global"},
-                          {"prefill", la[l].prefill}, {"decode", la[l].decode}};
+      nlohmann::json e = {{"layer", l},
+                          {"kind", la[l].sliding ? "sliding" : "global"},
+                          {"prefill", la[l].prefill},
+                          {"decode", la[l].decode}};
       if (la[l].sliding) e["window"] = la[l].window;
       if (l < t.prefill_layer_attn_ms.size()) e["prefill_attn_ms"] = t.prefill_layer_attn_ms[l];
       if (l < t.decode_layer_attn_ms.size()) e["decode_attn_ms"] = t.decode_layer_attn_ms[l];
@@ -274,30 +279,31 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     return;
   }
   fmt::print("\n");
-  fmt::print(stderr,
-             "\nmodel: {} ({}, {} layers, {} heads / {} kv, head dim {}{})\n"
-             "load time      = {:10.2f} ms\n"
-             "prompt tokens  = {:10d}   (attention: {}, -b {}, -ub {})\n"
-             "TTFT           = {:10.2f} ms\n"
-             "prefill        = {:10.2f} ms  {:9.2f} tokens/s\n"
-             "  attention    = {:10.2f} ms  ({:.1f}% of prefill; {:.2f}x fewer entries than dense)\n"
-             "decode         = {:10.2f} ms  {:9.2f} tokens/s ({} tokens)\n",
-             o.r.model, model::arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_head_kv,
-             cfg.head_dim,
-             cfg.is_moe() ? fmt::format(", {} of {} experts a token", cfg.n_expert_used,
-                                        cfg.n_expert)
-                          : std::string(),
-             lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms,
-             t.prefill_ms, prefill_tps, t.prefill_attn_ms, 100 * attn_share,
-             double(t.prefill_stats.causal_entries) / double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
-             t.decode_ms, decode_tps, t.decode_tokens);
+  fmt::print(
+      stderr,
+      "\nmodel: {} ({}, {} layers, {} heads / {} kv, head dim {}{})\n"
+      "load time      = {:10.2f} ms\n"
+      "prompt tokens  = {:10d}   (attention: {}, -b {}, -ub {})\n"
+      "TTFT           = {:10.2f} ms\n"
+      "prefill        = {:10.2f} ms  {:9.2f} tokens/s\n"
+      "  attention    = {:10.2f} ms  ({:.1f}% of prefill; {:.2f}x fewer entries than dense)\n"
+      "decode         = {:10.2f} ms  {:9.2f} tokens/s ({} tokens)\n",
+      o.r.model, model::arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
+      cfg.is_moe() ? fmt::format(", {} of {} experts a token", cfg.n_expert_used, cfg.n_expert)
+                   : std::string(),
+      lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms, t.prefill_ms,
+      prefill_tps, t.prefill_attn_ms, 100 * attn_share,
+      double(t.prefill_stats.causal_entries) /
+          double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
+      t.decode_ms, decode_tps, t.decode_tokens);
   if (t.decode_tokens > 0)
-    fmt::print(stderr,
-               "  attention    = {:10.2f} ms  (--attn-decode {}: {:.1f}% of keys read, {} of {} "
-               "tiles skipped)\n",
-               t.decode_attn_ms, o.r.attn_decode,
-               100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
-               t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
+    fmt::print(
+        stderr,
+        "  attention    = {:10.2f} ms  (--attn-decode {}: {:.1f}% of keys read, {} of {} "
+        "tiles skipped)\n",
+        t.decode_attn_ms, o.r.attn_decode,
+        100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
+        t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
   if (grp) fmt::print(stderr, "{}\n", cp_line(cp));
 }
@@ -339,22 +345,24 @@ void add_run_command(CLI::App& root) {
                   "prefill attention: dense, chunked_h2o, or a method spec (blasst:lambda=1e-3, "
                   "momo, ...)")
       ->capture_default_str();
-  app->add_option("--dump-qkv", [o](const CLI::results_t& res) {
-                    SPATTN_CHECK(res.size() == 2, "--dump-qkv takes LAYER DIR");
-                    o->dump_all = res[0] == "all";
-                    if (!o->dump_all) {
-                      try {
-                        o->dump_layer = std::stoll(res[0]);
-                      } catch (const std::exception&) {
-                        detail::fail("--dump-qkv: LAYER must be a number or all, got '", res[0], "'");
-                      }
-                      SPATTN_CHECK(o->dump_layer >= 0, "--dump-qkv: LAYER must be >= 0");
-                    }
-                    o->dump_dir = res[1];
-                    return true;
-                  },
-                  "write layer LAYER's post-RoPE q, k, v over the prompt as q.npy, k.npy, v.npy "
-                  "in DIR (what spattn bench --qkv reads); LAYER all: every layer's in DIR/layerN/")
+  app->add_option(
+         "--dump-qkv",
+         [o](const CLI::results_t& res) {
+           SPATTN_CHECK(res.size() == 2, "--dump-qkv takes LAYER DIR");
+           o->dump_all = res[0] == "all";
+           if (!o->dump_all) {
+             try {
+               o->dump_layer = std::stoll(res[0]);
+             } catch (const std::exception&) {
+               detail::fail("--dump-qkv: LAYER must be a number or all, got '", res[0], "'");
+             }
+             SPATTN_CHECK(o->dump_layer >= 0, "--dump-qkv: LAYER must be >= 0");
+           }
+           o->dump_dir = res[1];
+           return true;
+         },
+         "write layer LAYER's post-RoPE q, k, v over the prompt as q.npy, k.npy, v.npy "
+         "in DIR (what spattn bench --qkv reads); LAYER all: every layer's in DIR/layerN/")
       ->expected(2)
       ->type_name("LAYER DIR");
   app->add_option("--h2o-trace", o->h2o_trace_dir,

@@ -32,16 +32,17 @@ void run_search(const SearchOptions& o) {
   so.recall_target = o.recall;
   const MMPlan plan = mm_search(p.q, p.k, p.v, p.opt, so);
   save_mm_plan(plan, o.out);
-  fmt::print("wrote {} ({} heads, frame stride {}) from {}\n", o.out, plan.heads,
-             plan.frame_stride, p.source);
+  fmt::print("wrote {} ({} heads, frame stride {}) from {}\n", o.out, plan.heads, plan.frame_stride,
+             p.source);
   double sum = 0;
   int flagged = 0;
   for (size_t h = 0; h < plan.layers[0].size(); ++h) {
     const MMHeadPlan& x = plan.layers[0][h];
-    fmt::print("  head {:>3}: {:<15} boundary {:<4} recall {:.4f}  cost {:.3f} of the A-shape "
-               "budget{}  ({})\n",
-               h, mm_pattern_name(x.pattern), mm_boundary_name(x.boundary), x.recall, x.cost,
-               x.flagged ? "  FLAGGED" : "", x.reason);
+    fmt::print(
+        "  head {:>3}: {:<15} boundary {:<4} recall {:.4f}  cost {:.3f} of the A-shape "
+        "budget{}  ({})\n",
+        h, mm_pattern_name(x.pattern), mm_boundary_name(x.boundary), x.recall, x.cost,
+        x.flagged ? "  FLAGGED" : "", x.reason);
     sum += x.recall, flagged += x.flagged;
   }
   fmt::print("mean output recall {:.4f} over {} heads{}\n", sum / double(plan.layers[0].size()),

@@ -77,7 +77,8 @@ struct OracleGrids {
     const int64_t nq = m.n_qb(), nk = m.n_kb();
     for (size_t h = 0; h < g.size(); ++h)
       for (int64_t qb = 0; qb < nq; ++qb) {
-        for (int64_t kb : masks::top_indices(&g[h].mass[size_t(qb * nk)], m.causal_blocks(qb), topk))
+        for (int64_t kb :
+             masks::top_indices(&g[h].mass[size_t(qb * nk)], m.causal_blocks(qb), topk))
           m.blocks.push_back(int32_t(kb));
         m.offsets[size_t(int64_t(h) * nq + qb + 1)] = int64_t(m.blocks.size());
       }
@@ -101,7 +102,10 @@ struct OracleGrids {
     int64_t lo = 1, hi = g[0].n_kb;
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      if (sparsity(mid) <= target) hi = mid; else lo = mid + 1;
+      if (sparsity(mid) <= target)
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     if (lo > 1 && std::abs(sparsity(lo - 1) - target) < std::abs(sparsity(lo) - target)) --lo;
     return lo;
@@ -220,7 +224,8 @@ void write_trace(const Row& r, const DiagOptions& o) {
   SPATTN_CHECK(f, "--trace: cannot write '", o.trace, "'");
   const int k = o.trace_k;
   const int64_t n = int64_t(r.score.size());
-  SPATTN_CHECK(n > 0, "--trace-row ", r.row, " has no candidate block (every causal block is "
+  SPATTN_CHECK(n > 0, "--trace-row ", r.row,
+               " has no candidate block (every causal block is "
                "forced)");
   std::vector<float> sorted(r.score);
   std::sort(sorted.begin(), sorted.end(), std::greater<float>());
@@ -238,7 +243,8 @@ void write_trace(const Row& r, const DiagOptions& o) {
     const double sigma = cnt >= 2 ? std::sqrt(m2 / double(cnt - 1)) : 0;
     double th = std::nan("");
     if (slots > 0 && slots < remaining && cnt > 0)
-      th = std::sqrt(2.0) * sigma * erfinv(float(1.0 - 2.0 * double(slots) / double(remaining))) + m;
+      th =
+          std::sqrt(2.0) * sigma * erfinv(float(1.0 - 2.0 * double(slots) / double(remaining))) + m;
     const int before = est.size();
     est.push(r.block[size_t(j)], r.score[size_t(j)]);
     const bool took = est.size() > before;
@@ -358,9 +364,8 @@ void run_recall(const Problem& p, const DiagOptions& o) {
         for (int64_t r : sampled) {
           kr.clear();
           rep.coverage->row_ranges(h, r, kr);
-          SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1,
-                       "--recall: ", spec, " does not attend densely at sampled row ", r,
-                       " (gamma ", gamma, ")");
+          SPATTN_CHECK(kr.size() == 1 && kr[0].begin == 0 && kr[0].end == r + 1, "--recall: ", spec,
+                       " does not attend densely at sampled row ", r, " (gamma ", gamma, ")");
         }
       sum += sampled_gain(m);
     }
@@ -525,7 +530,8 @@ void run_study(const Problem& p, const DiagOptions& o) {
         std::vector<int32_t> ids = cand;
         std::sort(ids.begin(), ids.end(), [&](int32_t x, int32_t y) { return S(4, x) > S(4, y); });
         for (size_t i = 0; i < ids.size(); ++i) rank_row[size_t(ids[i])] = double(i);
-        std::sort(ids.begin(), ids.end(), [&](int32_t x, int32_t y) { return mp[size_t(x)] > mp[size_t(y)]; });
+        std::sort(ids.begin(), ids.end(),
+                  [&](int32_t x, int32_t y) { return mp[size_t(x)] > mp[size_t(y)]; });
         for (size_t i = 0; i < ids.size(); ++i) rank_mp[size_t(ids[i])] = double(i);
       }
       double kth = 0;
@@ -545,16 +551,33 @@ void run_study(const Problem& p, const DiagOptions& o) {
           {"pool0+127", [&](int64_t j) { return S(0, j) + S(4, j); }},
           {"pool4", [&](int64_t j) { return S(1, j) + S(2, j) + S(3, j) + S(4, j); }},
           {"pool5", [&](int64_t j) { return S(0, j) + S(1, j) + S(2, j) + S(3, j) + S(4, j); }},
-          {"127+w16x3", [&](int64_t j) { return S(4, j) + Sw(0, j, 16) + Sw(1, j, 16) + Sw(2, j, 16) + Sw(3, j, 16); }},
-          {"127+w32x4", [&](int64_t j) { return S(4, j) + Sw(0, j, 32) + Sw(1, j, 32) + Sw(2, j, 32) + Sw(3, j, 32); }},
-          {"127smooth", [&](int64_t j) { return 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2); }},
-          {"127+smooth", [&](int64_t j) { return S(4, j) + 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2); }},
-          {"127max3", [&](int64_t j) { return std::max({S(4, j), S(4, j + 1), S(4, j + 2)}); }},
+          {"127+w16x3",
+           [&](int64_t j) {
+             return S(4, j) + Sw(0, j, 16) + Sw(1, j, 16) + Sw(2, j, 16) + Sw(3, j, 16);
+           }},
+          {"127+w32x4",
+           [&](int64_t j) {
+             return S(4, j) + Sw(0, j, 32) + Sw(1, j, 32) + Sw(2, j, 32) + Sw(3, j, 32);
+           }},
+          {"127smooth",
+           [&](int64_t j) { return 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2); }},
+          {"127+smooth",
+           [&](int64_t j) {
+             return S(4, j) + 0.25 * S(4, j) + 0.5 * S(4, j + 1) + 0.25 * S(4, j + 2);
+           }},
+          {"127max3",
+           [&](int64_t j) {
+             return std::max({S(4, j), S(4, j + 1), S(4, j + 2)});
+           }},
           {"above+own", [&](int64_t j) { return N(-1, j) + S(4, j); }},
           {"own+below", [&](int64_t j) { return N(1, j) + S(4, j); }},
           {"above+own+below", [&](int64_t j) { return N(-1, j) + S(4, j) + N(1, j); }},
-          {"a2+a+own+b", [&](int64_t j) { return (qb > 1 ? N(-2, j) : 0.0) + N(-1, j) + S(4, j) + N(1, j); }},
-          {"a+own+b+b2", [&](int64_t j) { return N(-1, j) + S(4, j) + N(1, j) + (qb + 2 < nqb ? N(2, j) : 0.0); }},
+          {"a2+a+own+b",
+           [&](int64_t j) { return (qb > 1 ? N(-2, j) : 0.0) + N(-1, j) + S(4, j) + N(1, j); }},
+          {"a+own+b+b2",
+           [&](int64_t j) {
+             return N(-1, j) + S(4, j) + N(1, j) + (qb + 2 < nqb ? N(2, j) : 0.0);
+           }},
           {"meanpool", [&](int64_t j) { return mp[size_t(j)]; }},
           {"own+meanpool", [&](int64_t j) { return S(4, j) + mp[size_t(j)]; }},
           {"topk+mp", [&](int64_t j) { return (S(4, j) >= kth ? S(4, j) : 0.0) + mp[size_t(j)]; }},
@@ -563,22 +586,41 @@ void run_study(const Problem& p, const DiagOptions& o) {
           {"mp32", [&](int64_t j) { return mp32[size_t(j)]; }},
           {"clip+mp64", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp64[size_t(j)]; }},
           {"clip+mp32", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mp32[size_t(j)]; }},
-          {"aob clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) / 3 + mp[size_t(j)]; }},
-          {"ao clip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mp[size_t(j)]; }},
-          {"aob sumclip+mp", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) + mp[size_t(j)]; }},
+          {"aob clip+mp",
+           [&](int64_t j) {
+             return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) / 3 + mp[size_t(j)];
+           }},
+          {"ao clip+mp",
+           [&](int64_t j) {
+             return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mp[size_t(j)];
+           }},
+          {"aob sumclip+mp",
+           [&](int64_t j) {
+             return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0) + clipN(1, j)) + mp[size_t(j)];
+           }},
           {"mpk16", [&](int64_t j) { return mpk16[size_t(j)]; }},
           {"mpxk", [&](int64_t j) { return mpxk[size_t(j)]; }},
           {"mpv", [&](int64_t j) { return mpv[size_t(j)]; }},
           {"mpvk", [&](int64_t j) { return mpvk[size_t(j)]; }},
-          {"clip+mpk16", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpk16[size_t(j)]; }},
+          {"clip+mpk16",
+           [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpk16[size_t(j)]; }},
           {"clip+mpv", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpv[size_t(j)]; }},
           {"clip+mpvk", [&](int64_t j) { return std::max(S(4, j) - kth, 0.0) + mpvk[size_t(j)]; }},
-          {"ao clip+mpv", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpv[size_t(j)]; }},
-          {"ao clip+mpk16", [&](int64_t j) { return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpk16[size_t(j)]; }},
+          {"ao clip+mpv",
+           [&](int64_t j) {
+             return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpv[size_t(j)];
+           }},
+          {"ao clip+mpk16",
+           [&](int64_t j) {
+             return (clipN(-1, j) + std::max(S(4, j) - kth, 0.0)) / 2 + mpk16[size_t(j)];
+           }},
           {"own+2mp", [&](int64_t j) { return S(4, j) + 2 * mp[size_t(j)]; }},
           {"own+4mp", [&](int64_t j) { return S(4, j) + 4 * mp[size_t(j)]; }},
           {"sqrt", [&](int64_t j) { return std::sqrt(S(4, j) * mp[size_t(j)]); }},
-          {"rrf", [&](int64_t j) { return 1.0 / (10 + rank_row[size_t(j)]) + 1.0 / (10 + rank_mp[size_t(j)]); }},
+          {"rrf",
+           [&](int64_t j) {
+             return 1.0 / (10 + rank_row[size_t(j)]) + 1.0 / (10 + rank_mp[size_t(j)]);
+           }},
       };
       for (size_t ki = 0; ki < o.ks.size(); ++ki) {
         const size_t keep = std::min(cand.size(), size_t(o.ks[ki]));
@@ -593,9 +635,10 @@ void run_study(const Problem& p, const DiagOptions& o) {
           std::vector<int32_t> ids = cand;
           std::vector<double> v(size_t(ce), 0.0);
           for (int32_t j : ids) v[size_t(j)] = key(j);
-          std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), [&](int32_t x, int32_t y) {
-            return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
-          });
+          std::partial_sort(
+              ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), [&](int32_t x, int32_t y) {
+                return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
+              });
           ids.resize(keep);
           return ids;
         };
@@ -618,7 +661,12 @@ void run_study(const Problem& p, const DiagOptions& o) {
             for (int32_t j : orc)
               if (!in[size_t(j)]) {
                 const int64_t dist = lb - 1 - j;  // 0: just below the local window
-                const int bkt = dist < 4 ? 0 : dist < 8 ? 1 : dist < 16 ? 2 : dist < 32 ? 3 : dist < 64 ? 4 : 5;
+                const int bkt = dist < 4    ? 0
+                                : dist < 8  ? 1
+                                : dist < 16 ? 2
+                                : dist < 32 ? 3
+                                : dist < 64 ? 4
+                                            : 5;
                 miss_by_dist[ki][size_t(bkt)] += gm[j];
               }
             for (int32_t j : sel) {
@@ -626,7 +674,12 @@ void run_study(const Problem& p, const DiagOptions& o) {
               for (int32_t x : orc) o2 |= x == j;
               if (!o2) {
                 const int64_t dist = lb - 1 - j;
-                const int bkt = dist < 4 ? 0 : dist < 8 ? 1 : dist < 16 ? 2 : dist < 32 ? 3 : dist < 64 ? 4 : 5;
+                const int bkt = dist < 4    ? 0
+                                : dist < 8  ? 1
+                                : dist < 16 ? 2
+                                : dist < 32 ? 3
+                                : dist < 64 ? 4
+                                            : 5;
                 miss_by_dist[ki][size_t(bkt)] -= gm[j];
               }
             }
@@ -635,13 +688,16 @@ void run_study(const Problem& p, const DiagOptions& o) {
       }
     }
   }
-  fmt::print("study: {} ({} heads); candidate mass held per query block (mean), oracle top-k "
-             "by the block's mean mass, then each rule's gap to it in points\n", p.source, H);
+  fmt::print(
+      "study: {} ({} heads); candidate mass held per query block (mean), oracle top-k "
+      "by the block's mean mass, then each rule's gap to it in points\n",
+      p.source, H);
   for (size_t ki = 0; ki < o.ks.size(); ++ki) {
     const double om = held["oracle"][ki].mean();
     fmt::print("k={} oracle {:.4f}:", o.ks[ki], om);
     for (const auto& n : names) fmt::print(" {} {:.2f}", n, 100 * (om - held[n][ki].mean()));
-    fmt::print("\n  row127's net loss by distance below the local window (blocks 0-3,4-7,8-15,16-31,32-63,64+):");
+    fmt::print(
+        "\n  row127's net loss by distance below the local window (blocks 0-3,4-7,8-15,16-31,32-63,64+):");
     const double nq = double(held["oracle"][ki].n);
     for (double x : miss_by_dist[ki]) fmt::print(" {:.2f}", 100 * x / nq);
     fmt::print("\n");
@@ -716,7 +772,8 @@ void run_diag(const DiagOptions& o) {
         m /= double(n);
         for (float x : r.score) m2 += (x - m) * (x - m);
         const double sd = std::sqrt(m2 / double(n - 1));
-        const double th = m + std::sqrt(2.0) * sd * erfinv(float(1.0 - 2.0 * double(k) / double(n)));
+        const double th =
+            m + std::sqrt(2.0) * sd * erfinv(float(1.0 - 2.0 * double(k) / double(n)));
         std::vector<BlockScore> g;
         int64_t above = 0;
         for (int64_t j = 0; j < n; ++j)
@@ -777,8 +834,10 @@ void run_diag(const DiagOptions& o) {
           std::vector<double> v(static_cast<size_t>(nb));
           for (int32_t b : ids) v[size_t(b)] = key ? key(b) : mass[size_t(b)];
           const size_t keep = std::min<size_t>(ids.size(), size_t(k));
-          std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(),
-                            [&](int32_t x, int32_t y) { return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y); });
+          std::partial_sort(
+              ids.begin(), ids.begin() + ptrdiff_t(keep), ids.end(), [&](int32_t x, int32_t y) {
+                return v[size_t(x)] > v[size_t(y)] || (v[size_t(x)] == v[size_t(y)] && x < y);
+              });
           double got = 0;
           for (size_t i = 0; i < keep; ++i) got += mass[size_t(ids[i])];
           return got;
@@ -786,7 +845,9 @@ void run_diag(const DiagOptions& o) {
         double forced = 0;
         for (size_t i = a; i < e; ++i) forced += rs[i].forced_mass;
         const double oracle = forced + top_mass(static_cast<double (*)(int32_t)>(nullptr));
-        std::function<double(int32_t)> mean_s = [&](int32_t b) { return sum_s[size_t(b)] / cnt[size_t(b)]; };
+        std::function<double(int32_t)> mean_s = [&](int32_t b) {
+          return sum_s[size_t(b)] / cnt[size_t(b)];
+        };
         std::function<double(int32_t)> sum_norm = [&](int32_t b) { return sum_p[size_t(b)]; };
         if (oracle > 0) {
           trim_ratio[ki].add((forced + top_mass(mean_s)) / oracle);
@@ -798,10 +859,13 @@ void run_diag(const DiagOptions& o) {
   }
   progress.done();
 
-  fmt::print("select-diag: {} ({} heads, {} rows, {} sampled rows per head), gamma {} chi {} "
-             "beta {}, k_exact {}\n", p.source, H, L, rows.size(), o.gamma, o.chi, o.beta, o.k_exact);
-  fmt::print("per-row mass captured / exact top-k's (forced blocks on both sides; rows with more "
-             "candidates than k):\n");
+  fmt::print(
+      "select-diag: {} ({} heads, {} rows, {} sampled rows per head), gamma {} chi {} "
+      "beta {}, k_exact {}\n",
+      p.source, H, L, rows.size(), o.gamma, o.chi, o.beta, o.k_exact);
+  fmt::print(
+      "per-row mass captured / exact top-k's (forced blocks on both sides; rows with more "
+      "candidates than k):\n");
   fmt::print("{:>6}", "k");
   for (const auto& n : names) fmt::print(" {:>18}", n);
   fmt::print(" {:>12} {:>12}\n", "trim_mean_S", "trim_sum_p");
@@ -810,10 +874,11 @@ void run_diag(const DiagOptions& o) {
     for (const Acc& a : ratio[ki]) fmt::print(" {:>18.4f}", a.mean());
     fmt::print(" {:>12.4f} {:>12.4f}\n", trim_ratio[ki].mean(), trim_ratio_norm[ki].mean());
   }
-  fmt::print("why, per k over rows with >= 2k candidates: corr(S, arrival index); skewness and "
-             "excess kurtosis of S; share of the true top-k in the last quarter of the row (0.25 "
-             "without drift); blocks above the Gaussian threshold of the row's final m, sigma, per "
-             "k (1 if Gaussian); where the estimate's slots filled (1: never):\n");
+  fmt::print(
+      "why, per k over rows with >= 2k candidates: corr(S, arrival index); skewness and "
+      "excess kurtosis of S; share of the true top-k in the last quarter of the row (0.25 "
+      "without drift); blocks above the Gaussian threshold of the row's final m, sigma, per "
+      "k (1 if Gaussian); where the estimate's slots filled (1: never):\n");
   fmt::print("{:>6} {:>8} {:>8} {:>8} {:>8} {:>12} {:>10} {:>10}\n", "k", "rows", "corr", "skew",
              "kurt", "top_last_q", "above/k", "full_at");
   for (size_t ki = 0; ki < o.ks.size(); ++ki) {
@@ -839,13 +904,15 @@ void add_select_diag_command(CLI::App& root) {
   cmd->add_option("--row-step", o->row_step, "use every N-th sampled row")->capture_default_str();
   cmd->add_option("--trace", o->trace, "write one row's arrival trace (TSV) here");
   cmd->add_option("--trace-head", o->trace_head, "head of the traced row")->capture_default_str();
-  cmd->add_option("--trace-row", o->trace_row, "traced row, a sampled one (else: the last sampled)")->capture_default_str();
+  cmd->add_option("--trace-row", o->trace_row, "traced row, a sampled one (else: the last sampled)")
+      ->capture_default_str();
   cmd->add_option("--trace-k", o->trace_k, "k of the traced estimate")->capture_default_str();
   cmd->add_option("--recall", o->recall,
                   "method spec to compare with the oracle block top-k (64- and 128-row query "
                   "blocks) at matched density (repeatable; replaces the selector tables)")
       ->allow_extra_args(false);
-  cmd->add_flag("--study", o->study, "which blocks the rows of a query block need that its last row does not pick");
+  cmd->add_flag("--study", o->study,
+                "which blocks the rows of a query block need that its last row does not pick");
   cmd->callback([o] { run_diag(*o); });
 }
 

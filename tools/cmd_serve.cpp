@@ -46,14 +46,16 @@ void run_serve(const serve::ServeOptions& o) {
   std::thread waiter([&] {
     char c = 0;
     if (::read(g_wake[0], &c, 1) == 1 && c == 1) {
-      fmt::print(stderr, "spattn serve: stopping; in-flight work has {} s (--shutdown-timeout), "
-                 "a second signal exits now\n", o.shutdown_timeout_s);
+      fmt::print(stderr,
+                 "spattn serve: stopping; in-flight work has {} s (--shutdown-timeout), "
+                 "a second signal exits now\n",
+                 o.shutdown_timeout_s);
       server.stop();
     }
   });
   for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_signal);
-  fmt::print(stderr, "spattn serve: {} loaded in {:.0f} ms; context {}, attention {}\n",
-             o.r.model, lm.load_ms, o.r.n_ctx, o.r.attn);
+  fmt::print(stderr, "spattn serve: {} loaded in {:.0f} ms; context {}, attention {}\n", o.r.model,
+             lm.load_ms, o.r.n_ctx, o.r.attn);
   fmt::print(stderr, "spattn serve: listening on http://{}:{}\n", o.host, port);
   server.listen();
   const char done = 0;  // wakes the waiter when listen ended otherwise
@@ -71,7 +73,8 @@ void add_serve_command(CLI::App& root) {
   app->remove_option(app->get_option("--json"));
   app->add_option("--host", o->host, "address to listen on")->capture_default_str();
   app->add_option("--port", o->port, "port to listen on (0: any free port)")->capture_default_str();
-  app->add_option("--parallel", o->slots, "-np: slots (requests served at once, each its own KV cache)")
+  app->add_option("--parallel", o->slots,
+                  "-np: slots (requests served at once, each its own KV cache)")
       ->capture_default_str();
   app->add_option("--attn", o->r.attn,
                   "default prefill attention: dense, chunked_h2o, or a method spec")

@@ -34,7 +34,8 @@ void run_tokenize(const TokenizeOptions& o) {
   const gguf::File f = gguf::File::open(o.model);
   const Tokenizer tok = Tokenizer::from_gguf(f);
   const std::string text = o.file.empty() ? o.prompt : read_text(o.file);
-  const std::vector<int32_t> ids = tok.encode(text, tok.add_bos() && !o.no_bos, !o.no_parse_special);
+  const std::vector<int32_t> ids =
+      tok.encode(text, tok.add_bos() && !o.no_bos, !o.no_parse_special);
   if (o.ids) {
     std::string line = "[";
     for (size_t i = 0; i < ids.size(); ++i) line += (i ? ", " : "") + std::to_string(ids[i]);
@@ -51,7 +52,8 @@ void add_tokenize_command(CLI::App& root) {
   auto o = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = root.add_subcommand(
       "tokenize", "print the token ids of a text under a GGUF vocabulary (as llama-tokenize)");
-  cmd->add_option("-m,--model", o->model, "GGUF file (a vocabulary-only file is enough)")->required();
+  cmd->add_option("-m,--model", o->model, "GGUF file (a vocabulary-only file is enough)")
+      ->required();
   auto* p = cmd->add_option("-p,--prompt", o->prompt, "text to tokenize");
   auto* f = cmd->add_option("-f,--file", o->file, "file whose text to tokenize");
   p->excludes(f);
@@ -62,8 +64,7 @@ void add_tokenize_command(CLI::App& root) {
                 "treat control tokens written in the text (<|endoftext|>) as plain text");
   cmd->add_flag("--show-count", o->show_count, "print the number of tokens at the end");
   cmd->callback([o] {
-    SPATTN_CHECK(!o->prompt.empty() || !o->file.empty(),
-                 "give one of -p/--prompt and -f/--file");
+    SPATTN_CHECK(!o->prompt.empty() || !o->file.empty(), "give one of -p/--prompt and -f/--file");
     run_tokenize(*o);
   });
 }

@@ -13,9 +13,9 @@
 namespace spattn::cli {
 
 void add_problem_options(CLI::App& app, ProblemOptions& o) {
-  auto* workload = app.add_option("--workload", o.workload,
-                                  "generated workload: random, text, video, mixed")
-                       ->capture_default_str();
+  auto* workload =
+      app.add_option("--workload", o.workload, "generated workload: random, text, video, mixed")
+          ->capture_default_str();
   auto* qkv = app.add_option("--qkv", o.qkv,
                              "read q, k, v from a .safetensors file, or q.npy/k.npy/v.npy "
                              "under a directory or prefix, instead of generating them");
@@ -32,9 +32,8 @@ void add_problem_options(CLI::App& app, ProblemOptions& o) {
                  "safetensors metadata 'frame_tokens')");
   auto* seq = app.add_option("--seq", o.seq, "sequence length")->capture_default_str();
   auto* heads = app.add_option("--heads", o.heads, "query heads")->capture_default_str();
-  auto* kv_heads =
-      app.add_option("--kv-heads", o.kv_heads, "key/value heads (0: same as --heads)")
-          ->capture_default_str();
+  auto* kv_heads = app.add_option("--kv-heads", o.kv_heads, "key/value heads (0: same as --heads)")
+                       ->capture_default_str();
   auto* dim = app.add_option("--dim", o.dim, "head dimension")->capture_default_str();
   auto* seed = app.add_option("--seed", o.seed, "workload seed")->capture_default_str();
   // A file fixes its own shapes and contents: generator flags next to --qkv are a mistake.
@@ -50,8 +49,7 @@ namespace {
 // Bounds that keep every size product (elements, causal entries) far from int64 overflow;
 // real limits (memory, the kernel's head-dim rule) are checked where they apply.
 void check_sizes(const ProblemOptions& o) {
-  SPATTN_CHECK(o.seq > 0 && o.seq <= (int64_t(1) << 30), "--seq must be in [1, 2^30], got ",
-               o.seq);
+  SPATTN_CHECK(o.seq > 0 && o.seq <= (int64_t(1) << 30), "--seq must be in [1, 2^30], got ", o.seq);
   SPATTN_CHECK(o.heads > 0 && o.heads <= 4096, "--heads must be in [1, 4096], got ", o.heads);
   SPATTN_CHECK(o.kv_heads >= 0 && o.kv_heads <= o.heads,
                "--kv-heads must be in [0, --heads] (0: same as --heads), got ", o.kv_heads);
@@ -74,9 +72,10 @@ void generate(const ProblemOptions& o, DType dtype, Problem& p) {
   cfg.dtype = dtype;
   cfg.seed = o.seed;
   SPATTN_CHECK(o.frame_tokens >= -1, "--frame-tokens must be >= 0, got ", o.frame_tokens);
-  SPATTN_CHECK(o.frame_tokens < 0 || cfg.kind == WorkloadKind::video || cfg.kind == WorkloadKind::mixed,
-               "--frame-tokens applies to the video and mixed workloads (or to --modality), not to ",
-               workload_kind_name(cfg.kind));
+  SPATTN_CHECK(
+      o.frame_tokens < 0 || cfg.kind == WorkloadKind::video || cfg.kind == WorkloadKind::mixed,
+      "--frame-tokens applies to the video and mixed workloads (or to --modality), not to ",
+      workload_kind_name(cfg.kind));
   if (o.frame_tokens > 0) cfg.frame_tokens = o.frame_tokens;
   Workload w = make_workload(cfg);
   p.q = std::move(w.q);
@@ -98,14 +97,14 @@ void load_file(const ProblemOptions& o, const DType* dtype, Problem& p) {
   SPATTN_CHECK(o.q_len >= 0, "--q-len must be >= 0 (0: all), got ", o.q_len);
   if (o.q_len > 0) {
     // A dump holds prefill queries: the last q_len rows are the decode-like queries.
-    SPATTN_CHECK(o.q_len <= p.q.seq(), "--q-len (", o.q_len, ") exceeds the file's ",
-                 p.q.seq(), " query rows");
+    SPATTN_CHECK(o.q_len <= p.q.seq(), "--q-len (", o.q_len, ") exceeds the file's ", p.q.seq(),
+                 " query rows");
     p.q = Tensor::copy_of(p.q.view().rows(p.q.seq() - o.q_len, o.q_len));
   }
   SPATTN_CHECK(o.frame_tokens < 0 || !o.modality.empty(),
                "--frame-tokens with --qkv needs --modality (the frame size of its vision runs)");
-  ModalityLayout m = o.modality.empty() ? uniform_modality(p.k.seq())
-                                        : load_modality(o.modality, o.frame_tokens);
+  ModalityLayout m =
+      o.modality.empty() ? uniform_modality(p.k.seq()) : load_modality(o.modality, o.frame_tokens);
   try {
     m.validate(p.k.seq());
   } catch (const Error& e) {

@@ -47,7 +47,8 @@ void run_chat(const RunnerOptions& r, const ChatOptions& c) {
     const std::string before = conv.empty() ? "" : apply_chat_template(tmpl, msgs, false);
     msgs.push_back({"user", line});
     const std::string after = apply_chat_template(tmpl, msgs, true);
-    std::string delta = after.compare(0, before.size(), before) == 0 ? after.substr(before.size()) : after;
+    std::string delta =
+        after.compare(0, before.size(), before) == 0 ? after.substr(before.size()) : after;
     if (!before.empty() && before.back() == '\n') delta = "\n" + delta;
     const std::vector<int32_t> add =
         lm.tokenizer.encode(delta, conv.empty() && lm.tokenizer.add_bos(), true);

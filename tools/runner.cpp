@@ -17,7 +17,10 @@
 namespace spattn::cli {
 
 void add_runner_options(CLI::App& app, RunnerOptions& o) {
-  app.add_option("-m,--model", o.model, "model file (GGUF: llama (dense or with experts), qwen2, qwen3, qwen3moe, phi3 or gemma3)")->required();
+  app.add_option(
+         "-m,--model", o.model,
+         "model file (GGUF: llama (dense or with experts), qwen2, qwen3, qwen3moe, phi3 or gemma3)")
+      ->required();
   app.add_option("-c,--ctx-size", o.n_ctx, "context size: KV cache capacity in tokens")
       ->capture_default_str();
   app.add_option("-b,--batch-size", o.n_batch, "logical batch size (tokens per llama_decode)")
@@ -36,9 +39,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
   app.add_option("--cache-type-v", o.cache_type_v,
                  "-ctv: KV cache type for V (f32, f16, bf16, q8_0), as llama.cpp's")
       ->capture_default_str();
-  app.add_option("--attn-decode", o.attn_decode,
-                 "decode attention: dense, quest[:k=PAGES,page=16..64,topp=P,sink=,local=,"
-                 "dense_layers=,dense_at=F], blasst:lambda=X[,order=] or blasst:sparsity=S,calib=FILE")
+  app.add_option(
+         "--attn-decode", o.attn_decode,
+         "decode attention: dense, quest[:k=PAGES,page=16..64,topp=P,sink=,local=,"
+         "dense_layers=,dense_at=F], blasst:lambda=X[,order=] or blasst:sparsity=S,calib=FILE")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,
@@ -80,8 +84,8 @@ LoadedModel load_model_and_tokenizer(const std::string& path) {
   std::error_code ec;
   m.file_bytes = size_t(std::filesystem::file_size(path, ec));
   SPATTN_CHECK(m.tokenizer.n_vocab() == m.model.config().n_vocab, path, ": the vocabulary has ",
-               m.tokenizer.n_vocab(), " tokens but token_embd.weight ",
-               m.model.config().n_vocab, " rows");
+               m.tokenizer.n_vocab(), " tokens but token_embd.weight ", m.model.config().n_vocab,
+               " rows");
   m.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return m;
@@ -100,15 +104,16 @@ LoadedModel load_runner_model(const std::string& path, dist::Group* g) {
   dist::agree(*g, "loading the model", [&] { m.emplace(load_model_and_tokenizer(path)); });
   // Every rank must hold the same model: compare the shapes and the vocabulary.
   const model::Config& c = m->model.config();
-  const int64_t shape[] = {int64_t(c.arch), c.n_layer,  c.n_embd,       c.n_head,
-                           c.n_head_kv,      c.head_dim, c.n_ff,         c.n_vocab,
-                           c.n_expert,       c.n_expert_used, c.n_ff_exp};
+  const int64_t shape[] = {int64_t(c.arch), c.n_layer,       c.n_embd,  c.n_head,
+                           c.n_head_kv,     c.head_dim,      c.n_ff,    c.n_vocab,
+                           c.n_expert,      c.n_expert_used, c.n_ff_exp};
   const uint64_t mine = dist::fingerprint(shape, sizeof shape);
   std::vector<uint64_t> all(size_t(g->size()));
   g->allgather(&mine, sizeof mine, all.data());
   dist::agree(*g, "loading the model", [&] {
     for (int r = 1; r < g->size(); ++r)
-      SPATTN_CHECK(all[size_t(r)] == all[0], "rank ", r, " loaded a model of another shape "
+      SPATTN_CHECK(all[size_t(r)] == all[0], "rank ", r,
+                   " loaded a model of another shape "
                    "than rank 0's");
   });
   return std::move(*m);
@@ -136,14 +141,24 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
     int64_t prefill_sent, prefill_recv, ring_sent, ring_layers, logits_recv, decode_sent,
         decode_recv, kv_bytes, kv_tokens, peak_rss, seed_recv, tiles_visited, tiles_skipped;
   };
-  const Rank mine{t.prefill_ms, t.prefill_attn_ms, t.prefill_comm.comm_ms,
-                  t.prefill_comm.ring_comm_ms, t.decode_ms,
-                  t.decode_comm.comm_ms, t.prefill_comm.bytes_sent, t.prefill_comm.bytes_recv,
-                  t.prefill_comm.ring_bytes_sent, t.prefill_comm.ring_layers,
-                  t.prefill_comm.logits_bytes_recv, t.decode_comm.bytes_sent,
-                  t.decode_comm.bytes_recv, int64_t(s.memory().kv_cache),
-                  s.cache().size(), int64_t(peak_rss_bytes()),
-                  t.prefill_comm.blasst_seed_bytes_recv, t.prefill_stats.tiles_visited,
+  const Rank mine{t.prefill_ms,
+                  t.prefill_attn_ms,
+                  t.prefill_comm.comm_ms,
+                  t.prefill_comm.ring_comm_ms,
+                  t.decode_ms,
+                  t.decode_comm.comm_ms,
+                  t.prefill_comm.bytes_sent,
+                  t.prefill_comm.bytes_recv,
+                  t.prefill_comm.ring_bytes_sent,
+                  t.prefill_comm.ring_layers,
+                  t.prefill_comm.logits_bytes_recv,
+                  t.decode_comm.bytes_sent,
+                  t.decode_comm.bytes_recv,
+                  int64_t(s.memory().kv_cache),
+                  s.cache().size(),
+                  int64_t(peak_rss_bytes()),
+                  t.prefill_comm.blasst_seed_bytes_recv,
+                  t.prefill_stats.tiles_visited,
                   t.prefill_stats.tiles_skipped};
   std::vector<Rank> all(size_t(g.size()));
   g.allgather(&mine, sizeof mine, all.data());
@@ -157,8 +172,7 @@ nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Sessio
   j["prefill_tiles_skipped"] = skipped;
   j["prefill_skipped_fraction"] = visited > 0 ? double(skipped) / double(visited) : 0.0;
   for (const Rank& r : all) {
-    const double per_layer =
-        r.ring_layers > 0 ? double(r.ring_sent) / double(r.ring_layers) : 0.0;
+    const double per_layer = r.ring_layers > 0 ? double(r.ring_sent) / double(r.ring_layers) : 0.0;
     j["per_rank"].push_back(
         {{"prefill_ms", r.prefill_ms},
          {"prefill_attn_ms", r.prefill_attn_ms},

@@ -22,17 +22,17 @@ void add_run_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);
 
 struct RunnerOptions {
-  std::string model;          // -m
-  int64_t n_ctx = 4096;       // -c
-  int64_t n_batch = 2048;     // -b
-  int64_t n_ubatch = 512;     // -ub
+  std::string model;       // -m
+  int64_t n_ctx = 4096;    // -c
+  int64_t n_batch = 2048;  // -b
+  int64_t n_ubatch = 512;  // -ub
   int64_t h2o_local = 256, h2o_heavy = 256;
   std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
-  int threads = 2;            // -t
+  int threads = 2;             // -t
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
   std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:...
   bool json = false;
-  int cp = 1;  // --cp P: context parallelism over P MPI ranks (mpirun -np P)
+  int cp = 1;              // --cp P: context parallelism over P MPI ranks (mpirun -np P)
   bool cp_gather = false;  // --cp-gather: dense prefill over all-gathered K/V (one process's bits)
 };
 // `attn_default`: what --attn means when not given.

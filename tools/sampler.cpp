@@ -9,13 +9,13 @@
 namespace spattn::cli {
 
 void SamplingParams::validate() const {
-  SPATTN_CHECK(std::isfinite(temperature) && temperature >= 0,
-               "temperature must be >= 0, got ", temperature);
+  SPATTN_CHECK(std::isfinite(temperature) && temperature >= 0, "temperature must be >= 0, got ",
+               temperature);
   SPATTN_CHECK(top_k >= 0, "top_k must be >= 0, got ", top_k);
-  SPATTN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1,
-               "top_p must be in (0, 1], got ", top_p);
-  SPATTN_CHECK(std::isfinite(min_p) && min_p >= 0 && min_p <= 1,
-               "min_p must be in [0, 1], got ", min_p);
+  SPATTN_CHECK(std::isfinite(top_p) && top_p > 0 && top_p <= 1, "top_p must be in (0, 1], got ",
+               top_p);
+  SPATTN_CHECK(std::isfinite(min_p) && min_p >= 0 && min_p <= 1, "min_p must be in [0, 1], got ",
+               min_p);
 }
 
 Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { p_.validate(); }
@@ -31,14 +31,15 @@ int32_t Sampler::sample(const std::vector<float>& logits) {
   // top-p, min-p, then temperature).
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
-  const bool cut =
-      (p_.top_k > 0 && p_.top_k < int64_t(ids.size())) || p_.top_p < 1 || p_.min_p > 0;
+  const bool cut = (p_.top_k > 0 && p_.top_k < int64_t(ids.size())) || p_.top_p < 1 || p_.min_p > 0;
   if (cut) {
     const size_t k = p_.top_k > 0 ? std::min(ids.size(), size_t(p_.top_k)) : ids.size();
     // Ties keep id order, so the same logits always give the same candidates.
-    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-      return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-    });
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        return logits[size_t(a)] > logits[size_t(b)] ||
+                               (logits[size_t(a)] == logits[size_t(b)] && a < b);
+                      });
     ids.resize(k);
   }
   std::vector<double> p(ids.size());

@@ -39,14 +39,14 @@ enum class AttnScale : uint8_t { inv_sqrt_head_dim, gemma3 };
 
 // A row lists only what it has: every default is "none" (a plain decoder, SiLU-gated FFN).
 struct ArchTraits {
-  const char* name = "";  // general.architecture, and the prefix of its metadata keys
+  const char* name = "";          // general.architecture, and the prefix of its metadata keys
   std::string_view summary = {};  // what it has, for make-model --help (empty: plain llama-like)
   // Rotate-half pairs (llama.cpp's LLAMA_ROPE_TYPE_NEOX); false: adjacent pairs (_NORM).
   bool rope_neox = false;
-  unsigned scalings = 0;  // rope_scaling bits the loader runs and make-model writes
+  unsigned scalings = 0;                 // rope_scaling bits the loader runs and make-model writes
   Presence qkv_bias = Presence::absent;  // attn_q / attn_k / attn_v .bias
   Presence out_bias = Presence::absent;  // attn_output.bias
-  bool qk_norm = false;  // per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE
+  bool qk_norm = false;     // per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) before RoPE
   bool post_norms = false;  // RMSNorm of the attention's, the FFN's output before its add
   // The FFN's input norm is stored as post_attention_norm (llama.cpp's ATTN_POST_NORM), not
   // ffn_norm.
@@ -69,8 +69,8 @@ struct ArchTraits {
   // The local layers turn by the global layers' base unless freq_base_swa is given, with
   // their scaling; false: by freq_base_swa (default 10000), unscaled.
   bool swa_rope_scaled = false;
-  bool sinks = false;  // attn_sinks: one logit a q head in every softmax's sum
-  bool embd_scale = false;  // the embeddings times sqrt(n_embd)
+  bool sinks = false;          // attn_sinks: one logit a q head in every softmax's sum
+  bool embd_scale = false;     // the embeddings times sqrt(n_embd)
   bool logit_softcap = false;  // final_logit_softcapping is read
   // Multi-head latent attention (DeepSeek-V2 section 2.1): q through a low-rank latent
   // (attention.q_lora_rank; 0: one attn_q matrix), k and v from a shared kv latent

@@ -18,8 +18,8 @@ struct ModalityLayout;  // spattn/modality.hpp
 
 struct AttnOptions {
   bool causal = true;
-  float scale = 0.0f;   // softmax scale; 0 means 1/sqrt(d)
-  int threads = 0;      // 0: all hardware threads
+  float scale = 0.0f;        // softmax scale; 0 means 1/sqrt(d)
+  int threads = 0;           // 0: all hardware threads
   bool check_finite = true;  // reject NaN/Inf in q, k, v (one pass over the inputs)
   // bf16 inputs: true takes the bf16 dot-product path (bf16 operand pairs, vdpbf16ps for Q K^T
   // and P V, P rounded to bf16) where the CPU has AVX512_BF16; false widens them to f32 (the
@@ -91,8 +91,7 @@ void validate_attention_args(const TensorView& q, const TensorView& k, const Ten
 
 // Exact attention with double accumulation. For tests and metrics only: O(Lq*Lkv*d).
 void attention_reference(const TensorView& q, const TensorView& k, const TensorView& v,
-                         const TensorView& out, const AttnOptions& opt = {},
-                         float* lse = nullptr);
+                         const TensorView& out, const AttnOptions& opt = {}, float* lse = nullptr);
 
 // Tiled FlashAttention-2-style kernel (SIMD, runtime dispatch, threads over (head, q tile)).
 void attention_dense(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -40,7 +40,6 @@ void attention_dense_continue(const TensorView& q, const PackedKV& kv, KeyRange 
 
 // out [heads, rows, dim] = O / l (0 for a row that saw no key) and lse [heads][rows] (natural
 // log; -inf for none), if given: attention_dense's last step, the same bits.
-void attention_state_finish(const AttnState& state, const TensorView& out,
-                            float* lse = nullptr);
+void attention_state_finish(const AttnState& state, const TensorView& out, float* lse = nullptr);
 
 }  // namespace spattn

@@ -51,8 +51,8 @@ struct BenchOperands {
   std::string operands = "f32";  // "bf16-dot" or "f32"
   std::string input;             // the inputs' dtype
   bool bf16_input = false;
-  std::string mode;              // BenchOptions::bf16_path
-  bool timed = false;            // auto mode with both paths available: the times below hold
+  std::string mode;    // BenchOptions::bf16_path
+  bool timed = false;  // auto mode with both paths available: the times below hold
   double dot_ms = 0, widen_ms = 0;
   bool dot() const { return operands == "bf16-dot"; }
   double peak_gflops(const MachinePeak& m) const {

@@ -75,8 +75,8 @@ void subtract_skipped_tiles(const std::vector<int32_t>& tiles, std::vector<KeyRa
 // `order`: see BlasstOrder; in_order (the default) is the kernel as it always ran.
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt = {},
-                      float* lse = nullptr, Stats* stats = nullptr,
-                      SkipStats* skip = nullptr, BlasstOrder order = BlasstOrder::in_order);
+                      float* lse = nullptr, Stats* stats = nullptr, SkipStats* skip = nullptr,
+                      BlasstOrder order = BlasstOrder::in_order);
 
 class PackedKV;
 

@@ -14,7 +14,7 @@
 namespace spattn {
 
 struct BlockMask {
-  int64_t heads = 0;    // q heads
+  int64_t heads = 0;  // q heads
   int64_t q_len = 0, kv_len = 0;
   int64_t block_q = 64;  // chi: query rows per block
   int64_t block_k = 64;  // beta: keys per block

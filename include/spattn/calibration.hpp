@@ -61,27 +61,27 @@ struct CalibrationOptions {
   double fit_min = 0.2, fit_max = 0.8, sparsity_step = 0.01;
   double lambda_min = 1e-12, lambda_max = 1.0;  // the log grid of the recorded curve
   int points_per_decade = 8;
-  std::optional<double> gamma;            // fixed length exponent (delta = 0); unset: fitted
-                                          // (needs 2+ lengths)
-  bool length_slope = true;               // fit delta too (with a fitted gamma); false: delta = 0
-  bool curvature = true;                  // fit eta (and epsilon with delta) from 3+ lengths;
-                                          // false (or fewer lengths): both 0
+  std::optional<double> gamma;  // fixed length exponent (delta = 0); unset: fitted
+                                // (needs 2+ lengths)
+  bool length_slope = true;     // fit delta too (with a fitted gamma); false: delta = 0
+  bool curvature = true;        // fit eta (and epsilon with delta) from 3+ lengths;
+                                // false (or fewer lengths): both 0
   std::vector<double> check_targets = {0.3, 0.5, 0.7, 0.9};  // also the targets flagged when
                                                              // out of reach
-  AttnOptions attn;                       // causal, scale, threads of the dense passes
+  AttnOptions attn;  // causal, scale, threads of the dense passes
   // The visiting order calibrated: the margin passes visit tiles in it, so the sparsity read
   // off them is what a run with this order skips (and only that order).
   BlasstOrder order = BlasstOrder::in_order;
-  std::string source;                     // recorded in the result ("text workload", files)
+  std::string source;  // recorded in the result ("text workload", files)
 };
 
 struct Calibration {
   double alpha = 0, beta = 0, gamma = 1, delta = 0;
   double eta = 0, epsilon = 0;  // curvature in s and its move with ln L (0 in files before v5)
   bool gamma_fitted = false;
-  int64_t points = 0;             // (length, lambda) points inside the fit range
-  double rms_log_error = 0;       // RMS of ln(lambda) residuals over those points
-  double max_sparsity_error = 0;  // max |s predicted from lambda - s measured| over them
+  int64_t points = 0;                  // (length, lambda) points inside the fit range
+  double rms_log_error = 0;            // RMS of ln(lambda) residuals over those points
+  double max_sparsity_error = 0;       // max |s predicted from lambda - s measured| over them
   double paper_rms_log_error = 0;      // the same points fitted with gamma = 1, delta = 0
   double one_slope_rms_log_error = 0;  // ... with gamma fitted, delta = 0 (NaN: one length)
   double linear_rms_log_error = 0;     // ... with gamma, delta fitted, no curvature (NaN: idem)
@@ -93,8 +93,8 @@ struct Calibration {
   std::string dtype;
   bool causal = true;
   BlasstOrder order = BlasstOrder::in_order;  // the visiting order its thresholds are for
-  std::vector<CalibrationCheck> checks;  // informational
-  std::vector<CalibrationPoint> curve;   // sparsity over the lambda grid per length (a record)
+  std::vector<CalibrationCheck> checks;       // informational
+  std::vector<CalibrationPoint> curve;        // sparsity over the lambda grid per length (a record)
   // The lengths whose points lie in the fit range (fewer than 2: the length dependence was
   // not measured, gamma is fixed). Empty in files older than version 4: unknown.
   std::vector<int64_t> fit_lengths;
@@ -227,8 +227,8 @@ struct CalibrationEvaluation {
 // outside [0, 1], and as calibrate_on_workloads.
 CalibrationEvaluation evaluate_calibration(const Calibration& c, const WorkloadConfig& base,
                                            const std::vector<int64_t>& lengths, int64_t samples,
-                                           const std::vector<double>& targets,
-                                           double fixed_lambda, const AttnOptions& attn,
+                                           const std::vector<double>& targets, double fixed_lambda,
+                                           const AttnOptions& attn,
                                            const CalibrationProgress& progress = {});
 
 // JSON (nlohmann). load validates every field: missing, wrong type, non-finite or

@@ -17,7 +17,15 @@ struct ChatMessage {
 };
 
 enum class ChatTemplate {
-  chatml, llama3, phi3, gemma, mistral_v1, mistral_v3, mistral_v3_tekken, mistral_v7, gpt_oss
+  chatml,
+  llama3,
+  phi3,
+  gemma,
+  mistral_v1,
+  mistral_v3,
+  mistral_v3_tekken,
+  mistral_v7,
+  gpt_oss
 };
 
 // llama.cpp's name of a template ("chatml", "llama3", "phi3", "gemma", "mistral-v1", ...).

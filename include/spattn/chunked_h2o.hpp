@@ -55,8 +55,8 @@ std::vector<int64_t> h2o_build_memory(std::span<const int64_t> prev, int64_t chu
 
 // What a prefill chose, for tests and analysis: every memory set built, per chunk and q head.
 struct ChunkedH2OTrace {
-  std::vector<int64_t> chunk_begin;                 // per chunk c: its first position
-  std::vector<char> inter;                          // per chunk c: attended to M_{c-1}
+  std::vector<int64_t> chunk_begin;                       // per chunk c: its first position
+  std::vector<char> inter;                                // per chunk c: attended to M_{c-1}
   std::vector<std::vector<std::vector<int64_t>>> memory;  // [c][q head]: M_c (empty if not built)
 };
 
@@ -102,9 +102,8 @@ class ChunkedH2OLayer {
   // 0 .. n - 1, as a KV cache holds them after the prompt's first batch); Phase 1 then runs
   // over it instead of packing them again (the same operands, so the same result).
   void prefill_batch(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttnOptions& opt, bool last,
-                     float* lse = nullptr, Stats* stats = nullptr,
-                     const PackedKV* packed = nullptr);
+                     const TensorView& out, const AttnOptions& opt, bool last, float* lse = nullptr,
+                     Stats* stats = nullptr, const PackedKV* packed = nullptr);
   // A new prompt: position 0, scores zero, no memory.
   void reset();
   // The state after the batches done so far, and back to it: a prefill_batch after restore
@@ -120,7 +119,7 @@ class ChunkedH2OLayer {
   int64_t score_updates() const;
   std::span<const int64_t> memory(int64_t q_head) const;  // M of the last chunk done
   std::span<const double> scores(int64_t q_head) const;   // per position, [0, position())
-  void set_trace(ChunkedH2OTrace* trace);                  // null: record nothing
+  void set_trace(ChunkedH2OTrace* trace);                 // null: record nothing
   // Called inside prefill_batch after each chunk that built its memory set M_c, with the
   // position the chunk ends at: snapshot() then is the state a batch ending there leaves, so a
   // prefill restored from it and batched from there on the same chunk grid computes the same

@@ -43,8 +43,8 @@ struct CommStats {
   // The ring's share: K/V bytes sent during prefill, and the layers they were sent for (so
   // bytes per layer per rank = ring_bytes_sent / ring_layers).
   int64_t ring_bytes_sent = 0, ring_layers = 0;
-  double ring_comm_ms = 0;  // the part of comm_ms spent in the ring (the rest: agreements,
-                            // the logits gather, which also absorb ranks arriving late)
+  double ring_comm_ms = 0;        // the part of comm_ms spent in the ring (the rest: agreements,
+                                  // the logits gather, which also absorb ranks arriving late)
   int64_t logits_bytes_recv = 0;  // logits rows gathered from other ranks
   // BLASST across ranks: the sink tile's K rows each rank received for the running max's seed
   // (once per layer; not in ring_bytes_sent, in bytes_recv).

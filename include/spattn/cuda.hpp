@@ -176,8 +176,8 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
 // and skip as the CPU fills them.
 void attention_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, const AttnOptions& opt = {},
-                      const DecodeOptions& dopt = {}, float* lse = nullptr,
-                      Stats* stats = nullptr, SkipStats* skip = nullptr, void* stream = nullptr);
+                      const DecodeOptions& dopt = {}, float* lse = nullptr, Stats* stats = nullptr,
+                      SkipStats* skip = nullptr, void* stream = nullptr);
 
 // The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
 // (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.

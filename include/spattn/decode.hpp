@@ -45,8 +45,8 @@ struct DecodeOptions {
 // blocks, and with one unit per kv head, sum over q heads of skipped = group x tiles_skipped.
 void attention_decode(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, const AttnOptions& opt = {},
-                      const DecodeOptions& dopt = {}, float* lse = nullptr,
-                      Stats* stats = nullptr, SkipStats* skip = nullptr);
+                      const DecodeOptions& dopt = {}, float* lse = nullptr, Stats* stats = nullptr,
+                      SkipStats* skip = nullptr);
 
 class PackedKV;
 // Decode over a PackedKV (the KV cache a runner appends to; nothing is repacked): q

@@ -19,6 +19,8 @@ namespace spattn::gguf {
 // ggml tensor types, numbered as ggml numbers them. The reader accepts every type ggml defines
 // (sizes from ggml's own type table); ids ggml removed or never used are rejected naming them.
 // Which types a model may use is the model loader's rule (model.hpp).
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 enum class GgmlType : uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q8_1 = 9,
   q2_K = 10, q3_K = 11, q4_K = 12, q5_K = 13, q6_K = 14, q8_K = 15,
@@ -26,7 +28,8 @@ enum class GgmlType : uint32_t {
   iq4_xs = 23, i8 = 24, i16 = 25, i32 = 26, i64 = 27, f64 = 28, iq1_m = 29, bf16 = 30,
   tq1_0 = 34, tq2_0 = 35, mxfp4 = 39,
 };
-bool is_known_type(uint32_t id);   // a type ggml defines (with a block size)
+// clang-format on
+bool is_known_type(uint32_t id);    // a type ggml defines (with a block size)
 const char* type_name(GgmlType t);  // ggml's name: "f32", "q8_0", "q4_K", "iq4_xs", ...
 // Elements per block and bytes per block (q8_0: 32 values in 34 bytes; f32: 1 value, 4 bytes).
 int64_t block_size(GgmlType t);
@@ -35,10 +38,13 @@ int64_t block_bytes(GgmlType t);
 size_t row_bytes(GgmlType t, int64_t n);
 
 // Metadata value types, numbered as in the GGUF specification.
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 enum class ValueType : uint32_t {
   u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7,
   string = 8, array = 9, u64 = 10, i64 = 11, f64 = 12,
 };
+// clang-format on
 const char* value_type_name(ValueType t);  // "u32", "string", "array", ...
 
 class File {
@@ -57,11 +63,11 @@ class File {
 
   const std::string& name() const;  // the path, for messages
   uint32_t version() const;
-  uint32_t alignment() const;       // general.alignment, or 32
-  size_t data_offset() const;       // where the tensor data section starts in the file
+  uint32_t alignment() const;  // general.alignment, or 32
+  size_t data_offset() const;  // where the tensor data section starts in the file
 
   bool has(std::string_view key) const;
-  std::vector<std::string> keys() const;  // in file order
+  std::vector<std::string> keys() const;                // in file order
   ValueType type_of(std::string_view key) const;        // throws if absent
   ValueType array_type_of(std::string_view key) const;  // element type; throws if not an array
   uint64_t array_size(std::string_view key) const;      // throws if not an array
@@ -74,8 +80,8 @@ class File {
   bool get_bool(std::string_view key) const;
   std::vector<std::string> get_string_array(std::string_view key) const;
   std::vector<std::string_view> get_string_views(std::string_view key) const;  // into the map
-  std::vector<float> get_float_array(std::string_view key) const;   // f32/f64 elements
-  std::vector<int64_t> get_int_array(std::string_view key) const;   // integer elements
+  std::vector<float> get_float_array(std::string_view key) const;              // f32/f64 elements
+  std::vector<int64_t> get_int_array(std::string_view key) const;              // integer elements
   // One-line rendering of any value ("4096", "\"llama\"", "[string x 4096]"), for dumps.
   std::string describe(std::string_view key) const;
 
@@ -85,9 +91,9 @@ class File {
     std::vector<int64_t> ne;  // ne[0] is the fastest-varying dimension, as in ggml
     const uint8_t* data;      // into the mapping
     size_t nbytes;
-    uint64_t offset;          // relative to data_offset()
+    uint64_t offset;  // relative to data_offset()
     int64_t nelements() const;
-    int64_t nrows() const;    // product of ne[1..]
+    int64_t nrows() const;  // product of ne[1..]
   };
   const std::vector<Tensor>& tensors() const;
   const Tensor* find_tensor(std::string_view name) const;  // nullptr if absent

@@ -59,8 +59,8 @@ std::vector<int64_t> grid_stride_space(const GridConfig& c, int64_t kv_len);
 // and the captured share = (vline mass at p + slash mass on diagonals i - j = 0 mod s) /
 // total. The stride with the largest captured share - density_weight * (lines on) / s wins
 // (ties: the smaller stride). Deterministic: one sgemm, sums in double, fixed order.
-std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k,
-                                     const GridConfig& c, const AttnOptions& opt);
+std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, const GridConfig& c,
+                                     const AttnOptions& opt);
 
 // The permuted layout of one head: which keys are packed in which order with which positions,
 // and the row groups over them. Key positions are not the keys' own: a key enters the grid pass
@@ -86,8 +86,7 @@ std::unique_ptr<Coverage> grid_coverage(std::vector<GridLines> lines, const Grid
 // lines has one entry per q head. Causal only; q_len must leave kv_len - q_len a multiple of
 // 64 (prefill).
 void attention_grid(const TensorView& q, const TensorView& k, const TensorView& v,
-                    const TensorView& out, const std::vector<GridLines>& lines,
-                    const GridConfig& c, const AttnOptions& opt = {}, float* lse = nullptr,
-                    Stats* stats = nullptr);
+                    const TensorView& out, const std::vector<GridLines>& lines, const GridConfig& c,
+                    const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr);
 
 }  // namespace spattn

@@ -27,12 +27,12 @@ struct MeanMin {
 
 struct H2OLayerStats {
   int64_t layer = 0;
-  int64_t sets = 0;         // memory sets (chunks x heads)
-  double sink_first = 0;    // share of memory sets holding position 0
-  double sink_all = 0;      // share holding every one of the first `sink` positions
-  MeanMin consecutive;      // J(Heavy_c, Heavy_{c+1}) per head
-  MeanMin heads;            // J(Heavy_c of head a, of head b), a < b, per chunk
-  MeanMin compare;          // J(Heavy_c here, Heavy_c of the other trace), per chunk and head
+  int64_t sets = 0;       // memory sets (chunks x heads)
+  double sink_first = 0;  // share of memory sets holding position 0
+  double sink_all = 0;    // share holding every one of the first `sink` positions
+  MeanMin consecutive;    // J(Heavy_c, Heavy_{c+1}) per head
+  MeanMin heads;          // J(Heavy_c of head a, of head b), a < b, per chunk
+  MeanMin compare;        // J(Heavy_c here, Heavy_c of the other trace), per chunk and head
 };
 
 // other (may be null): the same layer of another run or prompt; Error unless it has the same

@@ -23,7 +23,7 @@ struct Image {
   Image() = default;
   // Throws Error unless both sides are in [1, 1 << 15] (PNG allows more; readers don't like it).
   Image(int64_t width, int64_t height, Rgb fill = {});
-  Rgb at(int64_t x, int64_t y) const;  // unchecked
+  Rgb at(int64_t x, int64_t y) const;     // unchecked
   void set(int64_t x, int64_t y, Rgb c);  // unchecked
   // Fills the part of the rectangle that lies inside the image.
   void fill_rect(int64_t x, int64_t y, int64_t w, int64_t h, Rgb c);
@@ -46,7 +46,8 @@ struct Grid {
   int64_t rows = 0, cols = 0;
   std::vector<float> v;
   Grid() = default;
-  Grid(int64_t rows, int64_t cols, float fill) : rows(rows), cols(cols), v(size_t(rows * cols), fill) {}
+  Grid(int64_t rows, int64_t cols, float fill)
+      : rows(rows), cols(cols), v(size_t(rows * cols), fill) {}
   float& at(int64_t r, int64_t c) { return v[size_t(r * cols + c)]; }
   float at(int64_t r, int64_t c) const { return v[size_t(r * cols + c)]; }
 };

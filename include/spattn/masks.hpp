@@ -69,8 +69,8 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
 // The index rounded to blocks of tile_rows queries x block_k keys: every block holding an
 // entry attention_vertical_slash computes. For pictures and block-level comparisons. Heads
 // run on `threads` threads (0: every core); the mask does not depend on it.
-BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_len,
-                                    int64_t kv_len, int64_t block_k = 64, int threads = 0);
+BlockMask vertical_slash_block_mask(const VerticalSlashIndex& index, int64_t q_len, int64_t kv_len,
+                                    int64_t block_k = 64, int threads = 0);
 
 // Mean-pool block top-k (MInference / SeerAttention; MOMO, Eq. 1): A_hat[m][n] =
 // scale * mean(Q rows of block m) . mean(K rows of block n); each query block keeps its `topk`
@@ -87,16 +87,15 @@ std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t bloc
 // topp > 0 replaces the topk budget by a mass budget: the fewest blocks (forced ones counted
 // first) whose estimated mass, the softmax of the pooled scores weighted by each block's visible
 // keys, reaches topp of the query block's total; topp must lie in [0, 1] (0: topk).
-BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
-                         int64_t block_k, int64_t topk, int64_t sink, int64_t local,
-                         const AttnOptions& opt, double topp = 0);
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
+                         int64_t topk, int64_t sink, int64_t local, const AttnOptions& opt,
+                         double topp = 0);
 
 // Oracle block top-k: each query block keeps the `topk` key blocks holding the most exact
 // softmax mass (block_mass, averaged over the block's rows). Evaluation only: it computes full
 // attention twice to know the mass. block_k a multiple of 64; topk >= 1.
 BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
-                           int64_t block_q, int64_t block_k, int64_t topk,
-                           const AttnOptions& opt);
+                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt);
 
 // Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);

@@ -10,8 +10,8 @@
 namespace spattn {
 
 struct OutputError {
-  double rel_l2 = 0;       // ||out - ref||_2 / ||ref||_2 over all elements
-  double cosine_min = 1;   // worst row cosine similarity (rows where both are zero count 1)
+  double rel_l2 = 0;      // ||out - ref||_2 / ||ref||_2 over all elements
+  double cosine_min = 1;  // worst row cosine similarity (rows where both are zero count 1)
   double cosine_mean = 1;
   double max_abs = 0;
 };
@@ -49,8 +49,7 @@ struct BlockMassGrid {
 };
 // block_k must be a multiple of kKeyBlock; uses the fast kernel's block observer.
 BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorView& v,
-                         int64_t q_head, int64_t block_q, int64_t block_k,
-                         const AttnOptions& opt);
+                         int64_t q_head, int64_t block_q, int64_t block_k, const AttnOptions& opt);
 
 // Oracle block top-k: mean over query blocks of the mass held by its best key blocks, with
 // a per-row budget k = max(1, ceil(budget_fraction * causal blocks of that row)).
@@ -59,6 +58,8 @@ double oracle_topk_mass(const BlockMassGrid& g, double budget_fraction);
 double oracle_topk_mass_k(const BlockMassGrid& g, int64_t k);
 
 // FLOPs of attention over `entries` score entries at head dim d (QK^T and PV: 4*d each).
-inline double attention_flops(int64_t entries, int64_t dim) { return 4.0 * double(dim) * double(entries); }
+inline double attention_flops(int64_t entries, int64_t dim) {
+  return 4.0 * double(dim) * double(entries);
+}
 
 }  // namespace spattn

@@ -75,9 +75,9 @@ void save_mm_plan(const MMPlan& plan, const std::string& path);
 // and returns exactly the entries it computed. frame_stride joins the grid's stride space when
 // > 0. q and 2d heads read the modality layout from opt.modality (none: all text, one modality).
 std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride,
-                                      const TensorView& q, const TensorView& k,
-                                      const TensorView& v, const TensorView& out,
-                                      const AttnOptions& opt, float* lse, Stats* stats);
+                                      const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& out, const AttnOptions& opt, float* lse,
+                                      Stats* stats);
 
 // Algorithm 4 on one calibration sample: per q head, every candidate of Table 3 (grid's six
 // line options with the stride searched online, A-shape (128, 1k/2k/4k), vertical-slash's nine

@@ -77,8 +77,7 @@ std::vector<PairPlan> pair_plans(const std::vector<ModalityPairIndex>& pairs,
 // zeros, LSE -inf). One head: q, k, v, out are [1, L, d]. Causal only. plans from pair_plans.
 void attention_modality_pairs(const TensorView& q, const TensorView& k, const TensorView& v,
                               const TensorView& out, const std::vector<PairPlan>& plans,
-                              const AttnOptions& opt, float* lse = nullptr,
-                              Stats* stats = nullptr);
+                              const AttnOptions& opt, float* lse = nullptr, Stats* stats = nullptr);
 
 // Exactly the entries attention_modality_pairs computes with `plans`, in original coordinates
 // (head 0).

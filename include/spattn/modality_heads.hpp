@@ -37,8 +37,7 @@ VerticalSlashIndex a_shape_index_for_modality(const ModalityLayout& layout, uint
 // only (softmax over those keys), columns are chosen among the modality's keys (its first
 // `sink` tokens forced) and diagonals from same-modality pairs (0..local-1 forced).
 VerticalSlashIndex vertical_slash_index_for_modality(const TensorView& q, const TensorView& k,
-                                                     const ModalityLayout& layout,
-                                                     uint8_t modality,
+                                                     const ModalityLayout& layout, uint8_t modality,
                                                      const VerticalSlashConfig& c,
                                                      const AttnOptions& opt);
 

@@ -149,7 +149,7 @@ struct LayerRefs {
   WeightRef attn_norm, wq, wk, wv, wo, bq, bk, bv, ffn_norm, gate, up, down;
   WeightRef q_norm, k_norm;  // qwen3, gemma3: per-head RMSNorm weights (head_dim values each)
   WeightRef attn_post_norm, ffn_post_norm;  // gemma3: RMSNorm of the attention and FFN outputs
-  WeightRef bo;     // gpt-oss: Wo's bias
+  WeightRef bo;                             // gpt-oss: Wo's bias
   WeightRef sinks;  // gpt-oss: each q head's sink logit (attn_sinks, n_head values)
   // Mixture of experts (instead of gate, up, down): the router [n_expert, D] and the experts'
   // matrices, n_expert planes each (ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps).
@@ -189,18 +189,18 @@ class Model {
     WeightType type = WeightType::f32;
     int64_t rows = 0, cols = 0;
     bool repacked = false;
-    bool experts = false;  // one matrix an expert (t->ne[2] of them), products pick one a token
+    bool experts = false;      // one matrix an expert (t->ne[2] of them), products pick one a token
     const void* data() const;  // the bytes products read: in the mapping, or repacked
   };
   struct Layer {
     std::vector<float> attn_norm, ffn_norm, bq, bk, bv;  // bq/bk/bv empty: no biases
     std::vector<float> q_norm, k_norm;  // empty: no per-head q/k norm (qwen3 has them)
     std::vector<float> attn_post_norm, ffn_post_norm;  // empty: none (gemma3 has them)
-    std::vector<float> bo;     // empty: no Wo bias (gpt-oss has one)
+    std::vector<float> bo;                             // empty: no Wo bias (gpt-oss has one)
     std::vector<float> sinks;  // empty: no attention sinks (gpt-oss: one logit a q head)
     // gpt-oss: the router's bias and the experts' biases (rows of F or D values, one an expert)
     std::vector<float> router_b, gate_exps_b, up_exps_b, down_exps_b;
-    Weight wq, wk, wv, wo, gate, up, down;  // gate, up, down absent (t null) in a MoE layer
+    Weight wq, wk, wv, wo, gate, up, down;         // gate, up, down absent (t null) in a MoE layer
     Weight router, gate_exps, up_exps, down_exps;  // a MoE layer's (Config::layer_moe)
     // deepseek2 (LayerRefs says which): wq absent where q has a latent (wq_a, wq_b); wk, wv
     // absent (wkv_a, wkv_b); the shared experts in a MoE layer.
@@ -233,9 +233,9 @@ Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);
 
 struct SessionOptions {
-  int64_t n_ctx = 4096;     // -c: KV cache capacity (tokens)
-  int64_t n_batch = 2048;   // -b: logical batch
-  int64_t n_ubatch = 512;   // -ub: chunk
+  int64_t n_ctx = 4096;    // -c: KV cache capacity (tokens)
+  int64_t n_batch = 2048;  // -b: logical batch
+  int64_t n_ubatch = 512;  // -ub: chunk
   // --attn: how a prompt's attention is computed, any method of the registry (spattn/method.hpp:
   // MethodInfo::prefills): "dense", "chunked_h2o" (its sizes: -b, -ub, --h2o-local and
   // --h2o-heavy), or a library method's spec run over the cache per -ub chunk.
@@ -249,7 +249,7 @@ struct SessionOptions {
   // a layer); 0 keeps none: one-shot prompts (`run`, `perplexity`) never go back, so only a
   // server's slots ask for some (serve: 2).
   int64_t h2o_keep = 0;
-  int threads = 2;        // -t: matrix products, attention kernels and methods
+  int threads = 2;  // -t: matrix products, attention kernels and methods
   // -ctk / -ctv: how the KV cache stores keys and values (llama.cpp's default f16). Every
   // token's K and V rows are rounded to these types before any attention reads them, so
   // prefill (every mode) and decode see the values the cache holds.

@@ -20,15 +20,15 @@ struct ModelShape {
   // attention sinks, every second layer global, experts with biases and OpenAI's SwiGLU)
   std::string arch = "llama";
   int64_t layers = 2;
-  int64_t dim = 64;            // embedding length
+  int64_t dim = 64;  // embedding length
   int64_t heads = 4;
   int64_t kv_heads = 2;
-  int64_t head_dim = 0;        // 0: dim / heads
-  int64_t ffn = 128;           // SwiGLU hidden size
+  int64_t head_dim = 0;  // 0: dim / heads
+  int64_t ffn = 128;     // SwiGLU hidden size
   int64_t vocab = 512;
   int64_t context = 2048;
   gguf::GgmlType type = gguf::GgmlType::f32;  // matrices and embedding; norms/biases are f32
-  bool tied = false;           // no output.weight: the head reuses token_embd.weight
+  bool tied = false;                          // no output.weight: the head reuses token_embd.weight
   float rope_base = 10000.0f;
   // "llama3": Llama 3.1's RoPE frequency scaling, written as rope_freqs.weight (what
   // llama.cpp's converter makes of HF's rope_scaling) from the four numbers below; "longrope"
@@ -58,7 +58,7 @@ struct ModelShape {
   // deepseek2's YaRN: mscale_all_dim (written as rope.scaling.yarn_log_multiplier = 0.1 times
   // it, as llama.cpp's converter does; 0: not written).
   float yarn_log_mul = 0.0f;
-  std::string tokenizer;       // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
+  std::string tokenizer;  // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 
   int64_t head_dim_or_default() const { return head_dim > 0 ? head_dim : dim / heads; }

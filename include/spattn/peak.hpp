@@ -17,9 +17,9 @@ struct MachineInfo {
 MachineInfo machine_info();
 
 struct PeakOptions {
-  int n = 2048;            // square matrix size: large enough that sgemm is compute bound
-  double budget_s = 0.6;   // timed calls stop once this much time has passed ...
-  int min_calls = 3;       // ... and at least this many were timed
+  int n = 2048;           // square matrix size: large enough that sgemm is compute bound
+  double budget_s = 0.6;  // timed calls stop once this much time has passed ...
+  int min_calls = 3;      // ... and at least this many were timed
   int max_calls = 20;
 };
 

@@ -119,7 +119,7 @@ class QuestPages {
   KVType k_type_;
   DType type_;  // the summaries' elements
   std::vector<unsigned char> sums_;
-  std::vector<int8_t> codes_;        // i8: [kv_heads][head_elems_]
+  std::vector<int8_t> codes_;         // i8: [kv_heads][head_elems_]
   std::vector<float> scales_, amax_;  // i8: [kv_heads][blocks_][dim]
   std::vector<float> rows_;           // add_keys' scratch: a page's min and max rows
 };
@@ -161,7 +161,6 @@ bool quest_reads_every_key(const QuestParams& params, int64_t keys);
 // densely where quest_reads_every_key says so.
 void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pages,
                   const QuestParams& params, const TensorView& out, const AttnOptions& opt = {},
-                  float* lse = nullptr, Stats* stats = nullptr,
-                  QuestDecodeStats* qstats = nullptr);
+                  float* lse = nullptr, Stats* stats = nullptr, QuestDecodeStats* qstats = nullptr);
 
 }  // namespace spattn

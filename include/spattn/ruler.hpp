@@ -37,9 +37,9 @@ using TokenCounter = std::function<int64_t(std::string_view)>;
 enum class RulerMetric { match_all, match_part };
 
 struct RulerTaskInfo {
-  std::string name;            // RULER's name in synthetic.yaml: niah_single_1, vt, cwe, ...
-  std::string family;          // niah, variable_tracking, common_words_extraction, freq_words_extraction
-  std::string haystack;        // noise, code (RULER's essay), needle, words
+  std::string name;      // RULER's name in synthetic.yaml: niah_single_1, vt, cwe, ...
+  std::string family;    // niah, variable_tracking, common_words_extraction, freq_words_extraction
+  std::string haystack;  // noise, code (RULER's essay), needle, words
   int64_t tokens_to_generate;  // RULER's per family: kept free in the length budget
   RulerMetric metric;
 };
@@ -55,8 +55,8 @@ std::vector<std::string> expand_ruler_task(std::string_view name);
 struct RulerOptions {
   int64_t length = 4096;  // RULER's max_seq_length: prompt tokens + tokens_to_generate <= length
   uint64_t seed = 42;
-  int64_t index = 0;      // the sample's number
-  double depth = -1;      // needle and chain-link depth in percent [0, 100]; < 0: RULER's draw
+  int64_t index = 0;  // the sample's number
+  double depth = -1;  // needle and chain-link depth in percent [0, 100]; < 0: RULER's draw
   // The code haystack's text (its lines are the units): tasks whose haystack is "code" need it.
   std::string_view code_haystack;
 };
@@ -66,10 +66,10 @@ struct RulerSample {
   std::string prompt;          // RULER's input followed by its answer prefix (the base template)
   std::string prompt_without;  // the same prompt with the needles replaced by haystack
   std::vector<std::string> answers;  // the references the metric looks for
-  std::string reference;       // the continuation scored by teacher forcing: the answers written
-                               // as the prompt leads into them
+  std::string reference;  // the continuation scored by teacher forcing: the answers written
+                          // as the prompt leads into them
   int64_t prompt_tokens = 0, prompt_without_tokens = 0;
-  int64_t haystack = 0;        // haystack units the fit chose (sentences, lines, words)
+  int64_t haystack = 0;  // haystack units the fit chose (sentences, lines, words)
   // Needle tasks and variable tracking: each needle's (each chain link's) depth in percent of
   // the haystack units and its byte offset in `prompt`.
   std::vector<double> depths;

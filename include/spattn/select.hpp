@@ -130,7 +130,7 @@ class ExactTopK {
   uint64_t exchange(uint64_t key);
 
   static constexpr int kGroup = 16;  // slots per group: two cache lines of keys
-  std::vector<uint64_t> keys_;  // (t_i, s_i) packed, filled_ of them valid
+  std::vector<uint64_t> keys_;       // (t_i, s_i) packed, filled_ of them valid
   std::vector<uint64_t> group_min_;  // per group of kGroup slots, its least key (once full)
   std::vector<uint8_t> group_arg_;   // and that key's slot within the group
   uint64_t min_key_ = ~uint64_t(0);  // key of slot mu; 0 while a slot is empty

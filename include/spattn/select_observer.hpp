@@ -99,8 +99,8 @@ class BlockSelectObserver final : public BlockLseObserver {
   // call.
   template <class S>
   void observe_rows(Row* state, uint64_t* gates, BlockScore* buffer, const Span* spans,
-                    int64_t rows, const int64_t* key_blocks, int64_t tiles,
-                    const float* block_lse, int64_t stride);
+                    int64_t rows, const int64_t* key_blocks, int64_t tiles, const float* block_lse,
+                    int64_t stride);
   // The row's selector, created at its first push.
   template <class S>
   S& selector(Row& s, const Span& sp);

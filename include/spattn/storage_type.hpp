@@ -60,7 +60,7 @@ struct StorageTraits {
   int64_t block_bytes;    // bytes a block takes
   int64_t scale_bytes;    // of those, the block's scale (int8_scaled: stored after the values)
   Widening widening;
-  unsigned kernels;       // StorageUse bits
+  unsigned kernels;  // StorageUse bits
 
   constexpr bool takes(StorageUse use) const { return (kernels & use) != 0; }
   // Bytes of one value without its block's scale (int8_scaled: 1; k_quant: 0, not addressable).
@@ -72,8 +72,7 @@ struct StorageTraits {
 // The table, in StorageType's order. Block sizes and bytes are ggml's (ggml-common.h); a test
 // checks them against gguf::block_size / block_bytes (ggml's own table).
 inline constexpr StorageTraits kStorageTypes[] = {
-    {StorageType::f32, "f32", 0, 1, 4, 0, Widening::none,
-     kTensor | kKVCache | kDotOperand},
+    {StorageType::f32, "f32", 0, 1, 4, 0, Widening::none, kTensor | kKVCache | kDotOperand},
     {StorageType::f16, "f16", 1, 1, 2, 0, Widening::half,
      kTensor | kKVCache | kKVInPlace | kWeightWiden},
     {StorageType::bf16, "bf16", 30, 1, 2, 0, Widening::upper_half,
@@ -135,8 +134,7 @@ constexpr bool covers(const List& list, StorageUse use) {
 }  // namespace storage_detail
 static_assert(storage_detail::table_in_order(), "kStorageTypes rows follow StorageType's order");
 static_assert(storage_detail::covers(kDTypes, kTensor), "kDTypes and the table's kTensor rows");
-static_assert(storage_detail::covers(kKVTypes, kKVCache),
-              "kKVTypes and the table's kKVCache rows");
+static_assert(storage_detail::covers(kKVTypes, kKVCache), "kKVTypes and the table's kKVCache rows");
 
 // Whether t is one of KVType's values (a cast from an integer may not be).
 constexpr bool is_kv_type(KVType t) {

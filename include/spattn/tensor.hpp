@@ -29,7 +29,9 @@ struct TensorView {
     return static_cast<char*>(data) + offset(h, s, d) * int64_t(dtype_size(dtype));
   }
   float get(int64_t h, int64_t s, int64_t d) const { return load_as_f32(ptr(h, s, d), dtype); }
-  void set(int64_t h, int64_t s, int64_t d, float v) const { store_from_f32(ptr(h, s, d), dtype, v); }
+  void set(int64_t h, int64_t s, int64_t d, float v) const {
+    store_from_f32(ptr(h, s, d), dtype, v);
+  }
   // Rows [begin, begin+len) of the sequence axis, same heads and dims.
   TensorView rows(int64_t begin, int64_t len) const;
   // Heads [begin, begin+len).
@@ -54,7 +56,9 @@ class Tensor {
   operator TensorView() const { return view(); }
   void* data() const { return buf_.get(); }
   template <class T>
-  T* data_as() const { return reinterpret_cast<T*>(buf_.get()); }
+  T* data_as() const {
+    return reinterpret_cast<T*>(buf_.get());
+  }
   DType dtype() const { return dtype_; }
   int64_t heads() const { return heads_; }
   int64_t seq() const { return seq_; }
@@ -64,7 +68,9 @@ class Tensor {
   bool empty() const { return !buf_; }
 
  private:
-  struct Free { void operator()(void* p) const noexcept; };
+  struct Free {
+    void operator()(void* p) const noexcept;
+  };
   std::unique_ptr<char[], Free> buf_;
   DType dtype_ = DType::f32;
   int64_t heads_ = 0, seq_ = 0, dim_ = 0;

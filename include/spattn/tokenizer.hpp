@@ -26,7 +26,13 @@ class Tokenizer {
   enum class Kind { spm, bpe, wpm };
   // Token types as GGUF stores them in tokenizer.ggml.token_type.
   enum class TokenType : int32_t {
-    undefined = 0, normal = 1, unknown = 2, control = 3, user_defined = 4, unused = 5, byte = 6
+    undefined = 0,
+    normal = 1,
+    unknown = 2,
+    control = 3,
+    user_defined = 4,
+    unused = 5,
+    byte = 6
   };
 
   // Reads tokenizer.ggml.* from the file; throws Error naming what is missing or malformed.

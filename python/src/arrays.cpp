@@ -9,8 +9,10 @@ namespace spattn::python {
 AxisOrder parse_axis_order(const std::string& layout) {
   if (layout == "bshd") return AxisOrder::bshd;
   if (layout == "bhsd") return AxisOrder::bhsd;
-  detail::fail("layout must be 'bshd' ([batch, seq, heads, dim]) or 'bhsd' ([batch, heads, seq, "
-               "dim]), got '", layout, "'");
+  detail::fail(
+      "layout must be 'bshd' ([batch, seq, heads, dim]) or 'bhsd' ([batch, heads, seq, "
+      "dim]), got '",
+      layout, "'");
 }
 
 TensorView BatchedView::at(int64_t b) const {
@@ -53,8 +55,8 @@ BatchedView batched_view(const py::handle& obj, const char* name, AxisOrder orde
   b.array = py::reinterpret_borrow<py::array>(obj);
   const DType t = array_dtype(b.array, name, tag);
   const auto rank = b.array.ndim();
-  const char* shape = order == AxisOrder::bshd ? "[batch, seq, heads, dim]"
-                                               : "[batch, heads, seq, dim]";
+  const char* shape =
+      order == AxisOrder::bshd ? "[batch, seq, heads, dim]" : "[batch, heads, seq, dim]";
   SPATTN_CHECK(rank == 3 || rank == 4, name, " must have rank 4 ", shape,
                " or 3 (the same without batch), got rank ", rank);
   if (!strides_readable(b.array))
@@ -81,8 +83,10 @@ BatchedView batched_view(const py::handle& obj, const char* name, AxisOrder orde
 }
 
 TensorView single_view(const BatchedView& b, const char* name) {
-  SPATTN_CHECK(b.batch == 1, name, ": this function takes one sequence (no batch axis, or a "
-               "batch of 1), got batch ", b.batch);
+  SPATTN_CHECK(b.batch == 1, name,
+               ": this function takes one sequence (no batch axis, or a "
+               "batch of 1), got batch ",
+               b.batch);
   return b.first;
 }
 

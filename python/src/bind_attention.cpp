@@ -25,7 +25,6 @@ struct Call {
   AttnOptions opt;
 };
 
-
 Call make_call(const py::handle& q, const py::handle& k, const py::handle& v,
                const std::string& tag, const std::string& layout, AttnOptions opt) {
   const AxisOrder order = parse_axis_order(layout);
@@ -125,10 +124,10 @@ AttnOptions options(bool causal, std::optional<double> scale, std::optional<int>
 
 void bind_attention(py::module_& m) {
   using namespace pybind11::literals;
-  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "tag"_a, "method"_a, "causal"_a,
-        "scale"_a, "layout"_a, "return_lse"_a, "return_report"_a, "threads"_a, "out"_a);
-  m.def("cpp_call_seconds", &cpp_call_seconds, "q"_a, "k"_a, "v"_a, "tag"_a, "method"_a,
-        "causal"_a, "layout"_a, "threads"_a);
+  m.def("attention", &attention, "q"_a, "k"_a, "v"_a, "tag"_a, "method"_a, "causal"_a, "scale"_a,
+        "layout"_a, "return_lse"_a, "return_report"_a, "threads"_a, "out"_a);
+  m.def("cpp_call_seconds", &cpp_call_seconds, "q"_a, "k"_a, "v"_a, "tag"_a, "method"_a, "causal"_a,
+        "layout"_a, "threads"_a);
   m.def("method_catalog", [] {
     py::list l;
     for (const MethodInfo& i : method_catalog()) {

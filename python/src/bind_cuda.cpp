@@ -45,8 +45,8 @@ DeviceBatch device_batch(const DeviceArg& arg, const char* name, AxisOrder order
     const std::vector<int64_t>&shape, &strides;
   } a{std::get<0>(arg), std::get<1>(arg), std::get<2>(arg)};
   const size_t rank = a.shape.size();
-  const char* shape = order == AxisOrder::bshd ? "[batch, seq, heads, dim]"
-                                               : "[batch, heads, seq, dim]";
+  const char* shape =
+      order == AxisOrder::bshd ? "[batch, seq, heads, dim]" : "[batch, heads, seq, dim]";
   SPATTN_CHECK(rank == 3 || rank == 4, name, " must have rank 4 ", shape,
                " or 3 (the same without batch), got rank ", rank);
   SPATTN_CHECK(a.strides.size() == rank, name, ": ", a.strides.size(), " strides for rank ", rank);
@@ -82,8 +82,8 @@ DType device_dtype(const std::string& name) {
 // and layout, lse (pointer 0: not asked for) [batch, heads, q_len] or [heads, q_len], f32,
 // contiguous. Returns the reports, one per batch element (a dict without a batch axis).
 py::object cuda_attention(const DeviceArg& q, const DeviceArg& k, const DeviceArg& v,
-                          const DeviceArg& out, uintptr_t lse, const std::string& dtype,
-                          int device, uintptr_t stream, const std::string& method, bool causal,
+                          const DeviceArg& out, uintptr_t lse, const std::string& dtype, int device,
+                          uintptr_t stream, const std::string& method, bool causal,
                           std::optional<double> scale, const std::string& layout,
                           std::optional<int> threads, bool return_report) {
   const DType t = device_dtype(dtype);

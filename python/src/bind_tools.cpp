@@ -35,8 +35,12 @@ struct Qkv {
 Qkv single_qkv(const py::handle& q, const py::handle& k, const py::handle& v,
                const std::string& tag, const std::string& layout) {
   const AxisOrder order = parse_axis_order(layout);
-  Qkv x{batched_view(q, "q", order, tag), batched_view(k, "k", order, tag),
-        batched_view(v, "v", order, tag), {}, {}, {}};
+  Qkv x{batched_view(q, "q", order, tag),
+        batched_view(k, "k", order, tag),
+        batched_view(v, "v", order, tag),
+        {},
+        {},
+        {}};
   x.q = single_view(x.qb, "q");
   x.k = single_view(x.kb, "k");
   x.v = single_view(x.vb, "v");
@@ -86,8 +90,8 @@ py::dict workload(const std::string& kind, int64_t seq, int64_t heads, int64_t k
   d["local_window"] = w.local_window;
   py::list verticals, slashes, needles, segments;
   for (const auto& x : w.verticals)
-    verticals.append(py::dict("head"_a = x.head, "key"_a = x.key, "q_begin"_a = x.q_begin,
-                              "q_end"_a = x.q_end));
+    verticals.append(
+        py::dict("head"_a = x.head, "key"_a = x.key, "q_begin"_a = x.q_begin, "q_end"_a = x.q_end));
   for (const auto& x : w.slashes)
     slashes.append(py::dict("head"_a = x.head, "offset"_a = x.offset, "q_begin"_a = x.q_begin,
                             "q_end"_a = x.q_end));
@@ -166,10 +170,9 @@ void save(const std::string& path, const py::handle& q, const py::handle& k, con
   save_qkv(path, x.q, x.k, x.v);
 }
 
-CalibrationOptions calibration_options(double fit_min, double fit_max,
-                                       std::optional<double> gamma, bool length_slope,
-                                       bool curvature, const std::string& order, bool causal,
-                                       int threads, const std::string& source) {
+CalibrationOptions calibration_options(double fit_min, double fit_max, std::optional<double> gamma,
+                                       bool length_slope, bool curvature, const std::string& order,
+                                       bool causal, int threads, const std::string& source) {
   CalibrationOptions c;
   c.curvature = curvature;
   c.fit_min = fit_min;
@@ -209,9 +212,9 @@ std::string calibrate_generated(const std::string& kind, const std::vector<int64
                                 bool length_slope, bool curvature, const std::string& order,
                                 bool causal, int threads) {
   const WorkloadConfig base = workload_config(kind, 1, heads, kv_heads, dim, dtype, seed, 0);
-  const CalibrationOptions opt = calibration_options(
-      fit_min, fit_max, gamma, length_slope, curvature, order, causal, threads,
-      std::string(workload_kind_name(base.kind)) + " workload");
+  const CalibrationOptions opt =
+      calibration_options(fit_min, fit_max, gamma, length_slope, curvature, order, causal, threads,
+                          std::string(workload_kind_name(base.kind)) + " workload");
   py::gil_scoped_release release;
   return calibration_to_json(calibrate_on_workloads(opt, base, lengths, samples));
 }
@@ -271,15 +274,14 @@ void bind_tools(py::module_& m) {
            "causal"_a, "threads"_a, "source"_a)
       .def("add", &Calibrator::add, "q"_a, "k"_a, "v"_a, "tag"_a, "layout"_a)
       .def("fit", &Calibrator::fit);
-  m.def("calibrate_workloads", &calibrate_generated, "kind"_a, "lengths"_a, "heads"_a,
-        "kv_heads"_a, "dim"_a, "dtype"_a, "seed"_a, "samples"_a, "fit_min"_a, "fit_max"_a,
-        "gamma"_a, "length_slope"_a, "curvature"_a, "order"_a, "causal"_a, "threads"_a);
-  m.def("evaluate_calibration", &evaluate, "calibration_json"_a, "origin"_a, "kind"_a,
-        "lengths"_a, "heads"_a, "kv_heads"_a, "dim"_a, "dtype"_a, "seed"_a, "samples"_a,
-        "targets"_a, "fixed_lambda"_a, "causal"_a, "threads"_a);
-  m.def("load_calibration", [](const std::string& path) {
-    return calibration_to_json(load_calibration(path));
-  });
+  m.def("calibrate_workloads", &calibrate_generated, "kind"_a, "lengths"_a, "heads"_a, "kv_heads"_a,
+        "dim"_a, "dtype"_a, "seed"_a, "samples"_a, "fit_min"_a, "fit_max"_a, "gamma"_a,
+        "length_slope"_a, "curvature"_a, "order"_a, "causal"_a, "threads"_a);
+  m.def("evaluate_calibration", &evaluate, "calibration_json"_a, "origin"_a, "kind"_a, "lengths"_a,
+        "heads"_a, "kv_heads"_a, "dim"_a, "dtype"_a, "seed"_a, "samples"_a, "targets"_a,
+        "fixed_lambda"_a, "causal"_a, "threads"_a);
+  m.def("load_calibration",
+        [](const std::string& path) { return calibration_to_json(load_calibration(path)); });
   m.def("save_calibration", [](const std::string& path, const std::string& json) {
     save_calibration(path, calibration_from_json(json, path));
   });

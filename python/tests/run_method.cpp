@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     const spattn::MethodReport r = method->run(x.q, x.k, x.v, out, opt, lse.data());
     spattn::write_npy(dir + "out.npy", out);
     spattn::write_npy(dir + "lse.npy", spattn::TensorView::hsd(lse.data(), spattn::DType::f32, 1,
-                                                                x.q.heads(), x.q.seq()));
+                                                               x.q.heads(), x.q.seq()));
     nlohmann::json j = {{"score_entries", r.stats.score_entries},
                         {"causal_entries", r.stats.causal_entries},
                         {"tiles_visited", r.stats.tiles_visited},

@@ -27,15 +27,15 @@ void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, cons
            int threads) {
   SPATTN_CHECK(m >= 0 && n >= 0 && k >= 0 && threads >= 1, "sgemm: bad sizes m ", m, ", n ", n,
                ", k ", k, " or threads ", threads);
-  SPATTN_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX &&
-                   ldb <= INT_MAX && ldc <= INT_MAX,
+  SPATTN_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX && lda <= INT_MAX && ldb <= INT_MAX &&
+                   ldc <= INT_MAX,
                "sgemm: sizes beyond OpenBLAS's int range");
   if (m == 0 || n == 0) return;
   use_single_threaded_blas();
   const CBLAS_TRANSPOSE tb = b_transposed ? CblasTrans : CblasNoTrans;
   const auto call = [&](int64_t rows, int64_t cols, const float* a0, const float* b0, float* c0) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(k), alpha, a0,
-                int(lda), b0, int(ldb), beta, c0, int(ldc));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(k), alpha, a0, int(lda),
+                b0, int(ldb), beta, c0, int(ldc));
   };
   const bool by_rows = m >= n;
   const int64_t extent = by_rows ? m : n, groups = (extent + 15) / 16;

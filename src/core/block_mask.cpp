@@ -11,8 +11,8 @@ namespace spattn {
 
 namespace {
 
-void check_geometry(int64_t heads, int64_t q_len, int64_t kv_len, int64_t block_q,
-                    int64_t block_k, bool causal) {
+void check_geometry(int64_t heads, int64_t q_len, int64_t kv_len, int64_t block_q, int64_t block_k,
+                    bool causal) {
   SPATTN_CHECK(heads > 0, "BlockMask: heads must be > 0, got ", heads);
   SPATTN_CHECK(q_len > 0, "BlockMask: q_len must be > 0, got ", q_len);
   SPATTN_CHECK(kv_len > 0, "BlockMask: kv_len must be > 0, got ", kv_len);
@@ -36,15 +36,18 @@ int64_t sum_min(int64_t n, int64_t w) {
 
 BlockMask::BlockMask(int64_t heads_, int64_t q_len_, int64_t kv_len_, int64_t block_q_,
                      int64_t block_k_, bool causal_)
-    : heads(heads_), q_len(q_len_), kv_len(kv_len_), block_q(block_q_), block_k(block_k_),
+    : heads(heads_),
+      q_len(q_len_),
+      kv_len(kv_len_),
+      block_q(block_q_),
+      block_k(block_k_),
       causal(causal_) {
   check_geometry(heads, q_len, kv_len, block_q, block_k, causal);
   offsets.assign(size_t(heads * n_qb() + 1), 0);
 }
 
 int64_t BlockMask::causal_blocks(int64_t qb) const {
-  SPATTN_CHECK(qb >= 0 && qb < n_qb(), "BlockMask: query block ", qb, " outside [0, ", n_qb(),
-               ")");
+  SPATTN_CHECK(qb >= 0 && qb < n_qb(), "BlockMask: query block ", qb, " outside [0, ", n_qb(), ")");
   if (!causal) return n_kb();
   const int64_t last_row = std::min((qb + 1) * block_q, q_len) - 1;
   const int64_t visible = causal_limit(last_row, q_len, kv_len);
@@ -114,15 +117,15 @@ void BlockMask::validate() const {
                offsets.back(), " but blocks holds ", blocks.size());
   for (int64_t r = 0; r < rows; ++r)
     SPATTN_CHECK(offsets[size_t(r)] <= offsets[size_t(r + 1)], "BlockMask: offsets decrease at ",
-                 "head ", r / n_qb(), " query block ", r % n_qb(), " (", offsets[size_t(r)],
-                 " > ", offsets[size_t(r + 1)], ")");
+                 "head ", r / n_qb(), " query block ", r % n_qb(), " (", offsets[size_t(r)], " > ",
+                 offsets[size_t(r + 1)], ")");
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t qb = 0; qb < n_qb(); ++qb) {
       const int64_t limit = causal_blocks(qb);
       int64_t prev = -1;
       for (int32_t kb : row(h, qb)) {
-        SPATTN_CHECK(kb >= 0 && kb < nk, "BlockMask: head ", h, " query block ", qb, ": block ",
-                     kb, " outside [0, ", nk, ")");
+        SPATTN_CHECK(kb >= 0 && kb < nk, "BlockMask: head ", h, " query block ", qb, ": block ", kb,
+                     " outside [0, ", nk, ")");
         SPATTN_CHECK(kb != prev, "BlockMask: head ", h, " query block ", qb, ": block ", kb,
                      " listed twice");
         SPATTN_CHECK(kb > prev, "BlockMask: head ", h, " query block ", qb, ": block ", kb,
@@ -145,8 +148,8 @@ void BlockMask::check_matches(int64_t q_heads, int64_t q_len_, int64_t kv_len_,
                " but attention is ", causal_ ? "causal" : "not causal");
   // Offsets sized for other block sizes mean the lists index other blocks.
   SPATTN_CHECK(int64_t(offsets.size()) == heads * n_qb() + 1, "BlockMask: offsets has ",
-               offsets.size(), " entries, but block_q ", block_q, " over q_len ", q_len,
-               " needs ", heads * n_qb() + 1, " (was the mask built for another block size?)");
+               offsets.size(), " entries, but block_q ", block_q, " over q_len ", q_len, " needs ",
+               heads * n_qb() + 1, " (was the mask built for another block size?)");
 }
 
 // Per listed block: rows at positions P0..P1 see keys [k0, k1) up to their own position, so

@@ -46,10 +46,10 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);   // NaN
   if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // overflow (incl. inf)
   if (a < 0x38800000u) {                                  // subnormal or zero in half
-    if (a < 0x33000000u) return uint16_t(sign);            // below half of min subnormal
+    if (a < 0x33000000u) return uint16_t(sign);           // below half of min subnormal
     uint32_t e = a >> 23;
     uint32_t man = (a & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - e;  // 14..24

@@ -28,12 +28,13 @@ void ModalityLayout::validate(int64_t seq) const {
                " ids given for a sequence of ", seq, " tokens (one id per key token)");
   for (size_t j = 0; j < ids.size(); ++j)
     SPATTN_CHECK(ids[j] <= kMaxModality, "modality: unknown id ", int(ids[j]), " at token ", j,
-                 " (ids are 0.." , int(kMaxModality), ": 0 text, 1 vision, 2 audio, ...)");
+                 " (ids are 0..", int(kMaxModality), ": 0 text, 1 vision, 2 audio, ...)");
   SPATTN_CHECK(frame_tokens >= 0, "modality: frame_tokens must be >= 0 (0: none), got ",
                frame_tokens);
   if (frame_tokens == 0) return;
   for (const ModalitySegment& s : segments()) {
-    if (s.modality != kVisionModality || s.end == seq) continue;  // a cut last run may end mid-frame
+    if (s.modality != kVisionModality || s.end == seq)
+      continue;  // a cut last run may end mid-frame
     SPATTN_CHECK((s.end - s.begin) % frame_tokens == 0, "modality: frame_tokens ", frame_tokens,
                  " does not divide the vision run [", s.begin, ", ", s.end, ") of ",
                  s.end - s.begin, " tokens");

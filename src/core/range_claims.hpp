@@ -25,8 +25,7 @@ class RangeClaims {
   void run(int64_t n, int64_t piece, int ith, int nth, Fn&& fn) {
     const int64_t longest = (n + nth - 1) / nth;
     if (piece < 1) piece = 1;
-    if ((longest + piece - 1) / piece > kMaxPieces)
-      piece = (longest + kMaxPieces - 1) / kMaxPieces;
+    if ((longest + piece - 1) / piece > kMaxPieces) piece = (longest + kMaxPieces - 1) / kMaxPieces;
     const auto first = [&](int t) { return n * t / nth; };
     const auto piece_range = [&](int t, uint64_t p) {
       const int64_t b = first(t) + int64_t(p) * piece, e = first(t + 1);

@@ -9,14 +9,17 @@ namespace spattn {
 
 RopeTable::RopeTable(int64_t max_pos, int64_t dim, double theta, RopeStyle style,
                      std::vector<float> freq_factors, double mscale)
-    : max_pos_(max_pos), dim_(dim), theta_(theta), factors_(std::move(freq_factors)),
+    : max_pos_(max_pos),
+      dim_(dim),
+      theta_(theta),
+      factors_(std::move(freq_factors)),
       first_(style == RopeStyle::adjacent ? 2 : 1),
       second_(style == RopeStyle::adjacent ? 1 : dim / 2) {
   SPATTN_CHECK(dim > 0 && dim % 2 == 0, "RoPE needs an even head dim, got ", dim);
   SPATTN_CHECK(theta > 1.0 && std::isfinite(theta), "rope_theta must be > 1, got ", theta);
   SPATTN_CHECK(max_pos >= 0, "RoPE table length must be >= 0");
-  SPATTN_CHECK(factors_.empty() || int64_t(factors_.size()) == dim / 2, "RoPE: ",
-               factors_.size(), " frequency factors for ", dim / 2, " pairs");
+  SPATTN_CHECK(factors_.empty() || int64_t(factors_.size()) == dim / 2, "RoPE: ", factors_.size(),
+               " frequency factors for ", dim / 2, " pairs");
   for (float f : factors_)
     SPATTN_CHECK(std::isfinite(f) && f > 0, "RoPE: frequency factor ", f, " is not > 0");
   SPATTN_CHECK(std::isfinite(mscale) && mscale > 0, "RoPE: scale ", mscale, " is not > 0");

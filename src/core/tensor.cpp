@@ -29,8 +29,8 @@ TensorView TensorView::rows(int64_t begin, int64_t len) const {
 }
 
 TensorView TensorView::head_range(int64_t begin, int64_t len) const {
-  SPATTN_CHECK(begin >= 0 && len >= 0 && begin + len <= heads, "heads [", begin, ", ",
-               begin + len, ") out of range for ", heads, " heads");
+  SPATTN_CHECK(begin >= 0 && len >= 0 && begin + len <= heads, "heads [", begin, ", ", begin + len,
+               ") out of range for ", heads, " heads");
   TensorView v = *this;
   v.data = heads > 0 && len > 0 ? ptr(begin, 0, 0) : data;
   v.heads = len;
@@ -91,8 +91,8 @@ Tensor Tensor::copy_of(const TensorView& v, DType t) {
 }
 
 void copy_into(const TensorView& src, const TensorView& dst) {
-  SPATTN_CHECK(src.heads == dst.heads && src.seq == dst.seq && src.dim == dst.dim,
-               "copy: shape ", src.shape_str(), " does not match ", dst.shape_str());
+  SPATTN_CHECK(src.heads == dst.heads && src.seq == dst.seq && src.dim == dst.dim, "copy: shape ",
+               src.shape_str(), " does not match ", dst.shape_str());
   if (src.numel() == 0) return;
   SPATTN_CHECK(src.data && dst.data, "copy: null data");
   for (int64_t h = 0; h < src.heads; ++h)

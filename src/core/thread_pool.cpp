@@ -74,7 +74,8 @@ struct ThreadPool::Impl {
     if (plan.work_size > buf.size()) buf.resize(plan.work_size);
     plan.work_data = buf.data();
     const ggml_status st = ggml_graph_compute(g, &plan);
-    SPATTN_CHECK(st == GGML_STATUS_SUCCESS, "thread pool: ggml graph failed (status ", int(st), ")");
+    SPATTN_CHECK(st == GGML_STATUS_SUCCESS, "thread pool: ggml graph failed (status ", int(st),
+                 ")");
   }
 };
 

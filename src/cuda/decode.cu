@@ -25,8 +25,8 @@ void launch_decode(const DecodeParams& p, const CombineParams& c, dim3 grid, cud
   check(cudaGetLastError(), "flash_decode_kernel launch");
   constexpr int kWarpsPerBlock = 4;
   const int items = c.units * kDecodeRows;
-  decode_combine_kernel<T><<<(items + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32,
-                             0, s>>>(c);
+  decode_combine_kernel<T>
+      <<<(items + kWarpsPerBlock - 1) / kWarpsPerBlock, kWarpsPerBlock * 32, 0, s>>>(c);
   check(cudaGetLastError(), "decode_combine_kernel launch");
 }
 
@@ -121,7 +121,8 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
     // The CPU's layout (attention_decode): one query tile per q head, the counts and blocks
     // of the unit holding it.
     skip->reset(q.heads, 1);
-    const std::vector<uint8_t> map = skip->record_tiles ? skip_map.to_host(s) : std::vector<uint8_t>{};
+    const std::vector<uint8_t> map =
+        skip->record_tiles ? skip_map.to_host(s) : std::vector<uint8_t>{};
     for (int64_t h = 0; h < q.heads; ++h) {
       const int64_t unit = (h / p.group) * chunks + (h % p.group) / p.chunk_heads;
       for (int sp = 0; sp < p.splits; ++sp) {

@@ -40,7 +40,7 @@ struct DecodeParams {
   int chunk_heads = 1;  // q heads a chunk (the last may hold fewer)
   int n_kt = 0;         // key tiles
   int splits = 1, split_tiles = 0;
-  int batch = 4;        // tiles scored before the skip decision, <= kDecodeWarps
+  int batch = 4;  // tiles scored before the skip decision, <= kDecodeWarps
   bool causal = true;
   bool local_first = false;
   float scale_log2 = 0;
@@ -89,8 +89,8 @@ __device__ __forceinline__ void load_tile_warp(T* smem, const T* g, int64_t stri
 // Q's fragments are read from shared memory at each step: decode is bound by reading the
 // cache, and their registers would spill O's.
 template <class T, int D>
-__device__ __forceinline__ void decode_scores(uint32_t q_base, uint32_t k_base,
-                                              int kbase, const int (&lim)[2], float sl2,
+__device__ __forceinline__ void decode_scores(uint32_t q_base, uint32_t k_base, int kbase,
+                                              const int (&lim)[2], float sl2,
                                               float (&s)[kBN / 8][4], float (&mx)[2], int lane) {
   constexpr uint32_t kRowBytes = D * sizeof(T);
 #pragma unroll
@@ -138,9 +138,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) flash_decode_kernel(const D
   constexpr uint32_t kRowBytes = D * sizeof(T);
   constexpr int kTile = kBN * D;  // elements of one K or V tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* sQ = reinterpret_cast<T*>(smem_raw);       // [16][D]
-  T* sK = sQ + kDecodeRows * D;                 // [2 buffers][warps] tiles
-  T* sV = sK + 2 * kDecodeWarps * kTile;        // [warps] tiles
+  T* sQ = reinterpret_cast<T*>(smem_raw);                    // [16][D]
+  T* sK = sQ + kDecodeRows * D;                              // [2 buffers][warps] tiles
+  T* sV = sK + 2 * kDecodeWarps * kTile;                     // [warps] tiles
   __shared__ float batch_max[2][kDecodeWarps][kDecodeRows];  // by batch parity
   __shared__ float seed_max[2][kDecodeRows];
 
@@ -164,9 +164,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) flash_decode_kernel(const D
     for (int idx = tid; idx < kDecodeRows * kChunks; idx += kDecodeWarps * 32) {
       const int r = idx / kChunks, c = idx % kChunks;
       const bool valid = r < n_rows;
-      const T* src = valid ? gQ + int64_t(head0 + r / p.q_len) * p.q_h +
-                                 int64_t(r % p.q_len) * p.q_s + c * 8
-                           : gQ;
+      const T* src =
+          valid ? gQ + int64_t(head0 + r / p.q_len) * p.q_h + int64_t(r % p.q_len) * p.q_s + c * 8
+                : gQ;
       ptx::cp_async_16(ptx::smem_u32(sQ + swz<D>(r, c * 8)), src, valid);
     }
   }
@@ -356,8 +356,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) flash_decode_kernel(const D
     for (int j = 0; j < D / 8; ++j) {
       float2 acc = make_float2(o[j][2 * r], o[j][2 * r + 1]);
       for (int w = 1; w < kDecodeWarps; ++w) {
-        const float2 x =
-            *reinterpret_cast<const float2*>(red + (w * kDecodeRows + row) * D + j * 8 + (lane % 4) * 2);
+        const float2 x = *reinterpret_cast<const float2*>(red + (w * kDecodeRows + row) * D +
+                                                          j * 8 + (lane % 4) * 2);
         acc.x += x.x, acc.y += x.y;
       }
       *reinterpret_cast<float2*>(p.part_o + (part + row) * D + j * 8 + (lane % 4) * 2) =
@@ -405,7 +405,8 @@ __global__ void decode_combine_kernel(const CombineParams c) {
     }
     o[d] = T(acc * inv);
   }
-  if (lane == 0 && c.lse) c.lse[int64_t(h) * c.q_len + i] = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
+  if (lane == 0 && c.lse)
+    c.lse[int64_t(h) * c.q_len + i] = wsum > 0.f ? mx + logf(wsum) : -INFINITY;
 }
 
 }  // namespace spattn::cuda

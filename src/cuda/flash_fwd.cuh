@@ -274,8 +274,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 
     // S = Q K^T of the key tile at kbase (K in buffer kbuf), masked past each row's limit, and
     // each row's max in scaled log2 units.
-    auto scores = [&](uint32_t kbuf, int kbase, float (&s)[kMT][kBN / 8][4],
-                      float (&mx)[kMT][2]) {
+    auto scores = [&](uint32_t kbuf, int kbase, float(&s)[kMT][kBN / 8][4], float(&mx)[kMT][2]) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -418,7 +417,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         }
       } else {
         ptx::cp_async_wait<kKBufs - 1>();  // V(kt)
-        __syncthreads();          // every warp is done with K; V(kt) is visible
+        __syncthreads();                   // every warp is done with K; V(kt) is visible
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
       if (kKBufs == 1 && next >= 0) {

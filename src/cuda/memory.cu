@@ -56,7 +56,8 @@ DeviceTensor::DeviceTensor(DType t, int64_t heads, int64_t seq, int64_t dim) {
 }
 
 DeviceTensor DeviceTensor::upload(const TensorView& host, DType t) {
-  SPATTN_CHECK(!is_device_pointer(host.data), "cuda DeviceTensor::upload: the source is already "
+  SPATTN_CHECK(!is_device_pointer(host.data),
+               "cuda DeviceTensor::upload: the source is already "
                "in device memory (it takes a host view)");
   const Tensor staged = Tensor::copy_of(host, t);
   DeviceTensor d(t, host.heads, host.seq, host.dim);

@@ -36,9 +36,9 @@ void EventTimer::stop(void* stream) {
 double EventTimer::ms() const {
   check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
   float ms = 0;
-  check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                             static_cast<cudaEvent_t>(stop_)),
-        "cudaEventElapsedTime");
+  check(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)),
+      "cudaEventElapsedTime");
   return double(ms);
 }
 

@@ -62,8 +62,7 @@ void attention_blasst(const TensorView&, const TensorView&, const TensorView&, c
   unavailable("attention_blasst");
 }
 void attention_decode(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
-                      const AttnOptions&, const DecodeOptions&, float*, Stats*, SkipStats*,
-                      void*) {
+                      const AttnOptions&, const DecodeOptions&, float*, Stats*, SkipStats*, void*) {
   unavailable("attention_decode");
 }
 void merge_attention(const TensorView&, const float*, const TensorView&, const float*,

@@ -41,8 +41,8 @@ void agree(Group& g, const std::string& what, const std::function<void()>& body)
     const char* s = all.data() + kSlot * size_t(r);
     if (s[0] == '\0') continue;
     g.set_failed_together();
-    detail::fail("--cp: rank ", r, " of ", g.size(), " failed (", what, "): ",
-                 std::string(s, strnlen(s, kSlot)));
+    detail::fail("--cp: rank ", r, " of ", g.size(), " failed (", what,
+                 "): ", std::string(s, strnlen(s, kSlot)));
   }
 }
 

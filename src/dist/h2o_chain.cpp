@@ -97,22 +97,21 @@ ChunkedH2OSnapshot decode(const std::vector<unsigned char>& w, size_t size, size
   s.mem_v.resize(s.mem_k.size());
   get_rows(w, at, size, s.mem_k, t);
   get_rows(w, at, size, s.mem_v, t);
-  SPATTN_CHECK(at == size, "--cp chunked_h2o: a memory-set message of ", size, " bytes holds ",
-               at);
+  SPATTN_CHECK(at == size, "--cp chunked_h2o: a memory-set message of ", size, " bytes holds ", at);
   return s;
 }
 
 }  // namespace
 
-void h2o_chain_prefill(Group& g, const Zigzag& z, const H2OChainLayer& L,
-                       ChunkedH2OLayer& layer, std::vector<unsigned char>& wire, Stats* stats) {
+void h2o_chain_prefill(Group& g, const Zigzag& z, const H2OChainLayer& L, ChunkedH2OLayer& layer,
+                       std::vector<unsigned char>& wire, Stats* stats) {
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, S = L.chunk;
   const int64_t row_bytes = d * int64_t(sizeof(float));
   const DType t = wire_dtype(L.k_type, L.v_type);
   // The largest message: every head's whole memory set.
-  const size_t most = kHeader + size_t(Hq * L.memory) * (sizeof(int64_t) + sizeof(double) +
-                                                        2 * size_t(row_bytes));
+  const size_t most =
+      kHeader + size_t(Hq * L.memory) * (sizeof(int64_t) + sizeof(double) + 2 * size_t(row_bytes));
   if (wire.size() < most) wire.resize(most);
   const double comm0 = g.stats().comm_ms;
   const int64_t sent0 = g.stats().bytes_sent;

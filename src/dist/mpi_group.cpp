@@ -83,8 +83,7 @@ class MpiGroup final : public Group {
   void post_send(const void* data, size_t bytes, int to) override {
     const auto t0 = Clock::now();
     sends_.push_back(MPI_REQUEST_NULL);
-    check(MPI_Isend(data, count_of(bytes), MPI_BYTE, to, kChunkTag, MPI_COMM_WORLD,
-                    &sends_.back()),
+    check(MPI_Isend(data, count_of(bytes), MPI_BYTE, to, kChunkTag, MPI_COMM_WORLD, &sends_.back()),
           "MPI_Isend");
     stats().bytes_sent += int64_t(bytes);
     stats().messages += 1;
@@ -98,7 +97,8 @@ class MpiGroup final : public Group {
     stats().comm_ms += ms_since(t0);
   }
   void post_recv(void* data, size_t bytes, int from) override {
-    SPATTN_CHECK(recv_ == MPI_REQUEST_NULL && !recv_done_, "internal: a receive is already "
+    SPATTN_CHECK(recv_ == MPI_REQUEST_NULL && !recv_done_,
+                 "internal: a receive is already "
                  "in flight");
     const auto t0 = Clock::now();
     check(MPI_Irecv(data, count_of(bytes), MPI_BYTE, from, kChunkTag, MPI_COMM_WORLD, &recv_),
@@ -256,7 +256,8 @@ std::shared_ptr<Group> mpi_world(int ranks) {
 bool mpi_available() { return false; }
 
 std::shared_ptr<Group> mpi_world(int ranks) {
-  detail::fail("--cp ", ranks, ": this spattn was built without MPI (install libopenmpi-dev, "
+  detail::fail("--cp ", ranks,
+               ": this spattn was built without MPI (install libopenmpi-dev, "
                "scripts/deps.sh, and rebuild)");
 }
 

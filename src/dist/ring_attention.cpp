@@ -27,7 +27,8 @@ DType wire_dtype(KVType k_type, KVType v_type) {
 size_t RingScratch::bytes() const {
   size_t b = buf[0].capacity() + buf[1].capacity() + sink_buf.capacity() +
              (k.capacity() + v.capacity() + tmp_out.capacity() + tmp_lse.capacity() +
-              lse.capacity() + sink_k.capacity() + carry.capacity()) * sizeof(float);
+              lse.capacity() + sink_k.capacity() + carry.capacity()) *
+                 sizeof(float);
   if (shard) b += shard->bytes();
   if (sink) b += sink->bytes();
   if (whole) b += whole->bytes();
@@ -114,8 +115,7 @@ template <class Bytes>
 class RingExchange {
  public:
   RingExchange(Group& g, RingScratch& s, Bytes shard_bytes)
-      : g_(g), s_(s), bytes_(shard_bytes), P_(g.size()), r_(g.rank()),
-        comm0_(g.stats().comm_ms) {}
+      : g_(g), s_(s), bytes_(shard_bytes), P_(g.size()), r_(g.rank()), comm0_(g.stats().comm_ms) {}
   int source(int step) const { return (r_ - step + P_) % P_; }
   void start(int step) {
     if (step + 1 >= P_) return;
@@ -218,8 +218,10 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     // Its stretches of consecutive positions: {first position, first row, length}.
     std::vector<std::array<int64_t, 3>> st;
     for (size_t i = 0; i < pos.size(); ++i)
-      if (i > 0 && pos[i] == pos[i - 1] + 1) ++st.back()[2];
-      else st.push_back({pos[i], int64_t(i), 1});
+      if (i > 0 && pos[i] == pos[i - 1] + 1)
+        ++st.back()[2];
+      else
+        st.push_back({pos[i], int64_t(i), 1});
     int64_t row0 = 0;
     for (const Zigzag::Run& run : runs) {
       for (int64_t b = run.pos / pt.block_q * pt.block_q; b < run.pos + run.len; b += pt.block_q) {
@@ -236,8 +238,7 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
             // rows from end on see all of [a, end) (no mask). Rows before a see none of them.
             if (a < end) {
               const int64_t k0 = (*it)[1] + (a - (*it)[0]);
-              partial(row0 + (std::max(rs, a) - run.pos), end - std::max(rs, a), k0, end - a,
-                      true);
+              partial(row0 + (std::max(rs, a) - run.pos), end - std::max(rs, a), k0, end - a, true);
               const int64_t r1 = std::max(rs, end);
               partial(row0 + (r1 - run.pos), re - r1, k0, end - a, false);
             }
@@ -295,8 +296,7 @@ void blasst_seed(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s) 
 
 // RingLayer::gather: every rank's shard to every rank, then the one-process kernel over the
 // whole K/V in position order.
-void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
-                    Stats* stats) {
+void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d, n = z.n;
   const DType wire = wire_dtype(L.k_type, L.v_type);
@@ -339,8 +339,8 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
     a.q_start = run.pos;
     attention_dense(
         TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d),
-        *s.whole, TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d), a,
-        nullptr, stats);
+        *s.whole, TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d), a, nullptr,
+        stats);
     row0 += run.len;
   }
 }
@@ -351,8 +351,7 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
 // continues the early run's state over chunk c when c <= r and the late run's always. A rank
 // waits only for its own receive; its sends, posted at the start, are waited for at the
 // layer's end (each run's wire rows are sent from one buffer that stays).
-void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
-                     Stats* stats) {
+void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d;
   const DType wire = wire_dtype(L.k_type, L.v_type);
@@ -360,11 +359,12 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
   const int64_t C = 2 * int64_t(P);
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   SPATTN_CHECK(z.grid % kKeyBlock == 0 && runs[0].len > 0 && runs[1].len > 0,
-               "internal: the dense prefill in position order needs the zigzag on the ",
-               kKeyBlock, "-token grid with two runs per rank");
-  SPATTN_CHECK(L.own && L.own->size() == runs[0].len + runs[1].len, "internal: the rank's "
-               "cache holds ", L.own ? L.own->size() : 0, " rows, its shard ",
-               runs[0].len + runs[1].len);
+               "internal: the dense prefill in position order needs the zigzag on the ", kKeyBlock,
+               "-token grid with two runs per rank");
+  SPATTN_CHECK(L.own && L.own->size() == runs[0].len + runs[1].len,
+               "internal: the rank's "
+               "cache holds ",
+               L.own ? L.own->size() : 0, " rows, its shard ", runs[0].len + runs[1].len);
   const auto len = [&](int64_t c) { return z.begin(c + 1) - z.begin(c); };
   const auto chunk_bytes = [&](int64_t c) { return size_t(len(c) * row) * es * 2; };
   // Rank q reads chunk c when its late run (chunk C-1-q, after its early one) lies at or after c.
@@ -435,8 +435,7 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
       AttnOptions a = L.opt;
       a.q_start = runs[i].pos;
       attention_dense_continue(
-          TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq,
-                          runs[i].len, d),
+          TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, runs[i].len, d),
           *kv, keys, s.state[i], a, stats);
       g.progress();
     }
@@ -562,8 +561,8 @@ void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const Te
     std::memcpy(&t, scratch.data() + slot * size_t(rank + 1) - 1, sizeof t);
     if (t != token) {
       g.set_failed_together();
-      detail::fail("--cp: rank ", rank, " decodes token ", t, " where rank ", g.rank(),
-                   " decodes ", token, ": the ranks are out of step");
+      detail::fail("--cp: rank ", rank, " decodes token ", t, " where rank ", g.rank(), " decodes ",
+                   token, ": the ranks are out of step");
     }
   }
   std::vector<float> o(static_cast<size_t>(d));

@@ -77,8 +77,7 @@ struct RingLayer {
   // with the one-process kernel: one process's bits (SessionOptions::cp_gather).
   bool gather = false;
 };
-void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s,
-                  Stats* stats);
+void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s, Stats* stats);
 
 // The positions of a prompt of z.n tokens that some rank other than their owner sees under
 // `pattern`: what the sparse ring sends (1 per position).
@@ -89,7 +88,6 @@ std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pattern);
 // LSE) merged in rank order, so every rank gets the same bits. `token` rides along: ranks
 // decoding different tokens (out of step) fail together with an Error naming them.
 void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
-                  const AttnOptions& opt, int32_t token, Stats* stats,
-                  std::vector<float>& scratch);
+                  const AttnOptions& opt, int32_t token, Stats* stats, std::vector<float>& scratch);
 
 }  // namespace spattn::dist

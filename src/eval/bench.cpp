@@ -90,8 +90,8 @@ BenchOperands choose_operands(const std::string& mode, Problem& p) {
 }
 
 // The report is built inside run(), so its cost is part of the time, as it is for any caller.
-double run_once_ms(const Method& m, const Problem& p, const TensorView& out,
-                   const AttnOptions& opt, MethodReport& report) {
+double run_once_ms(const Method& m, const Problem& p, const TensorView& out, const AttnOptions& opt,
+                   MethodReport& report) {
   const auto t0 = std::chrono::steady_clock::now();
   report = m.run(p.q, p.k, p.v, out, opt);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -116,8 +116,7 @@ BenchResult measure_method(const Method& m, const std::string& spec, const Probl
   return r;
 }
 
-std::vector<BenchResult> bench_all(const BenchMethods& m, const Problem& p,
-                                   const BenchOptions& o) {
+std::vector<BenchResult> bench_all(const BenchMethods& m, const Problem& p, const BenchOptions& o) {
   const Tensor out(DType::f32, p.q.heads, p.q.seq, p.q.dim);
   std::vector<BenchResult> results;
   const size_t n = m.methods.size();
@@ -269,8 +268,7 @@ double BenchRun::decode_read_gbps() const {
 BenchRun run_bench(const BenchMethods& methods, const TensorView& q, const TensorView& k,
                    const TensorView& v, const AttnOptions& opt, const BenchOptions& o) {
   check_bench_options(o);
-  SPATTN_CHECK(opt.threads > 0, "threads must be resolved (> 0) before a bench, got ",
-               opt.threads);
+  SPATTN_CHECK(opt.threads > 0, "threads must be resolved (> 0) before a bench, got ", opt.threads);
   SPATTN_CHECK(!methods.methods.empty() && methods.methods.size() == methods.specs.size(),
                "a bench needs its methods from make_bench_methods");
   Problem p{q, k, v, opt};

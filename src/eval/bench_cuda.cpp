@@ -37,9 +37,11 @@ double timed_run_ms(const Method& m, const DeviceProblem& d, const AttnOptions& 
 }  // namespace
 
 void check_bench_cuda(DType dtype) {
-  SPATTN_CHECK(cuda::built(), "--device cuda: this spattn was built without CUDA (configure "
+  SPATTN_CHECK(cuda::built(),
+               "--device cuda: this spattn was built without CUDA (configure "
                "with a CUDA compiler and SPATTN_CUDA=auto or on)");
-  SPATTN_CHECK(cuda::device_count() > 0, "--device cuda: no CUDA device is visible (driver or "
+  SPATTN_CHECK(cuda::device_count() > 0,
+               "--device cuda: no CUDA device is visible (driver or "
                "GPU missing, or CUDA_VISIBLE_DEVICES empty)");
   SPATTN_CHECK(dtype == DType::bf16 || dtype == DType::f16,
                "--device cuda: the GPU kernels take bf16 or f16 inputs, got ", dtype_name(dtype));
@@ -50,8 +52,7 @@ BenchRun run_bench_cuda(const BenchMethods& methods, const TensorView& q, const 
                         DType dtype) {
   check_bench_options(o);
   check_bench_cuda(dtype);
-  SPATTN_CHECK(opt.threads > 0, "threads must be resolved (> 0) before a bench, got ",
-               opt.threads);
+  SPATTN_CHECK(opt.threads > 0, "threads must be resolved (> 0) before a bench, got ", opt.threads);
   SPATTN_CHECK(!methods.methods.empty() && methods.methods.size() == methods.specs.size(),
                "a bench needs its methods from make_bench_methods");
   BenchRun run;

@@ -13,14 +13,14 @@ namespace spattn {
 // along each segment and hence everywhere.
 Rgb colormap_magma(double t) {
   static constexpr std::array<std::array<double, 3>, 9> kAnchors{{{0, 0, 4},
-                                                                   {29, 17, 71},
-                                                                   {81, 18, 124},
-                                                                   {130, 38, 129},
-                                                                   {182, 54, 121},
-                                                                   {230, 81, 100},
-                                                                   {251, 136, 97},
-                                                                   {254, 194, 135},
-                                                                   {252, 253, 191}}};
+                                                                  {29, 17, 71},
+                                                                  {81, 18, 124},
+                                                                  {130, 38, 129},
+                                                                  {182, 54, 121},
+                                                                  {230, 81, 100},
+                                                                  {251, 136, 97},
+                                                                  {254, 194, 135},
+                                                                  {252, 253, 191}}};
   if (!(t > 0)) t = 0;  // NaN too
   if (t > 1) t = 1;
   const double x = t * double(kAnchors.size() - 1);

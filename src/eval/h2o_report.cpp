@@ -13,9 +13,12 @@ double jaccard(std::span<const int64_t> a, std::span<const int64_t> b) {
   if (a.empty() && b.empty()) return 1.0;
   size_t i = 0, j = 0, both = 0;
   while (i < a.size() && j < b.size()) {
-    if (a[i] == b[j]) ++both, ++i, ++j;
-    else if (a[i] < b[j]) ++i;
-    else ++j;
+    if (a[i] == b[j])
+      ++both, ++i, ++j;
+    else if (a[i] < b[j])
+      ++i;
+    else
+      ++j;
   }
   return double(both) / double(a.size() + b.size() - both);
 }
@@ -35,9 +38,7 @@ namespace {
 struct Acc {
   double sum = 0, min = 1;
   int64_t n = 0;
-  void add(double x) {
-    sum += x, min = std::min(min, x), ++n;
-  }
+  void add(double x) { sum += x, min = std::min(min, x), ++n; }
   MeanMin get() const { return {n ? sum / double(n) : 0.0, n ? min : 0.0, n}; }
 };
 
@@ -49,9 +50,12 @@ H2OLayerStats h2o_layer_stats(const H2OTraceLayer& t, int64_t sink, const H2OTra
     bool same = other->heads == t.heads && other->chunks.size() == t.chunks.size();
     for (size_t c = 0; same && c < t.chunks.size(); ++c)
       same = other->chunks[c].begin == t.chunks[c].begin && other->chunks[c].end == t.chunks[c].end;
-    SPATTN_CHECK(same, "h2o: layer ", t.layer, " of the two traces differs in heads or chunk "
-                 "boundaries (", t.heads, " heads, ", t.chunks.size(), " chunks against ",
-                 other->heads, ", ", other->chunks.size(), "); compare runs of one length, -b "
+    SPATTN_CHECK(same, "h2o: layer ", t.layer,
+                 " of the two traces differs in heads or chunk "
+                 "boundaries (",
+                 t.heads, " heads, ", t.chunks.size(), " chunks against ", other->heads, ", ",
+                 other->chunks.size(),
+                 "); compare runs of one length, -b "
                  "and -ub");
   }
   H2OLayerStats s;
@@ -98,7 +102,8 @@ Rgb state_colour(float v) {
 }  // namespace
 
 Image h2o_figure(const H2OTraceLayer& t, int64_t max_width) {
-  SPATTN_CHECK(!t.chunks.empty(), "h2o: layer ", t.layer, " has no memory sets to draw (a "
+  SPATTN_CHECK(!t.chunks.empty(), "h2o: layer ", t.layer,
+               " has no memory sets to draw (a "
                "prompt of one chunk builds none)");
   const int64_t n_rows = int64_t(t.chunks.size());
   const AxisFit fx = fit_axis(t.tokens, std::min<int64_t>(512, max_width), max_width);
@@ -110,7 +115,8 @@ Image h2o_figure(const H2OTraceLayer& t, int64_t max_width) {
                                         t.chunk, t.local, t.heavy, t.tokens);
   const std::string about = fmt::format(
       "ROW C: MEMORY SET M_C AFTER CHUNK C (TOP: C=0), X: POSITION, {} PER PIXEL", fx.pool);
-  const int64_t width = std::max({panel_w, text_width(title, kScale), text_width(about, 1)}) + 2 * kMargin;
+  const int64_t width =
+      std::max({panel_w, text_width(title, kScale), text_width(about, 1)}) + 2 * kMargin;
   const int64_t head_h = line + space + panel_h + 2 * space;
   const int64_t height = kMargin + 2 * (line + space) + t.heads * head_h + line + kMargin;
   Image img(width, height, kPaper);
@@ -143,8 +149,9 @@ Image h2o_figure(const H2OTraceLayer& t, int64_t max_width) {
     y += panel_h + 2 * space;
   }
   int64_t x = kMargin;
-  for (const auto& [colour, name] : {std::pair{kHeavy, "HEAVY HITTER"}, std::pair{kLocal, "LOCAL"},
-                                     std::pair{kDropped, "DROPPED"}, std::pair{kUnseen, "NOT YET SEEN"}}) {
+  for (const auto& [colour, name] :
+       {std::pair{kHeavy, "HEAVY HITTER"}, std::pair{kLocal, "LOCAL"},
+        std::pair{kDropped, "DROPPED"}, std::pair{kUnseen, "NOT YET SEEN"}}) {
     img.fill_rect(x, y, line, line, kInk);
     img.fill_rect(x + 1, y + 1, line - 2, line - 2, colour);
     draw_text(img, x + line + space, y, name, kInk, kScale);

@@ -58,11 +58,16 @@ CpuInfo read_cpuinfo(const std::set<int>& allowed) {
     core.clear();
   };
   while (std::getline(in, line)) {
-    if (line.empty()) end_block();
-    else if (starts_with(line, "processor")) processor = std::atoi(field_value(line).c_str());
-    else if (starts_with(line, "physical id")) package = field_value(line);
-    else if (starts_with(line, "core id")) core = field_value(line);
-    else if (info.model.empty() && starts_with(line, "model name")) info.model = field_value(line);
+    if (line.empty())
+      end_block();
+    else if (starts_with(line, "processor"))
+      processor = std::atoi(field_value(line).c_str());
+    else if (starts_with(line, "physical id"))
+      package = field_value(line);
+    else if (starts_with(line, "core id"))
+      core = field_value(line);
+    else if (info.model.empty() && starts_with(line, "model name"))
+      info.model = field_value(line);
   }
   end_block();
   info.cores = int(cores.size());

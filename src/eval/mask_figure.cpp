@@ -74,9 +74,9 @@ Grid log_mass_grid(const BlockMassGrid& g, int lo) {
 // stay readable when a big figure is shown shrunk. Every other size follows from it.
 struct Style {
   int scale = 2;
-  int64_t line() const { return 8 * scale; }     // one text line
-  int64_t swatch() const { return 7 * scale; }   // legend squares, colour bar height
-  int64_t space() const { return 3 * scale; }    // between lines
+  int64_t line() const { return 8 * scale; }    // one text line
+  int64_t swatch() const { return 7 * scale; }  // legend squares, colour bar height
+  int64_t space() const { return 3 * scale; }   // between lines
 };
 
 // Draws text at the style's scale when it fits `width`, else smaller, else cut short with "..".
@@ -122,7 +122,8 @@ void draw_legend(Image& img, const Style& st, int64_t x, int64_t y) {
 void draw_colour_bar(Image& img, const Style& st, int64_t x, int64_t y, int64_t width, int lo) {
   const int64_t bar = st.swatch(), tick = st.scale * 2;
   for (int64_t i = 0; i < width; ++i)
-    img.fill_rect(x + i, y, 1, bar, colormap_magma(double(i) / double(std::max<int64_t>(1, width - 1))));
+    img.fill_rect(x + i, y, 1, bar,
+                  colormap_magma(double(i) / double(std::max<int64_t>(1, width - 1))));
   int64_t free_right = x + width;  // labels must end left of this
   for (int d = 0; d >= lo; --d) {
     const int64_t tx = x + std::lround(double(d - lo) / double(-lo) * double(width - 1));
@@ -139,8 +140,8 @@ void draw_colour_bar(Image& img, const Style& st, int64_t x, int64_t y, int64_t 
 }  // namespace
 
 BlockRows oracle_topk_rows(const BlockMassGrid& g, const std::vector<int64_t>& k) {
-  SPATTN_CHECK(int64_t(k.size()) == g.n_qb, "oracle_topk_rows: ", k.size(),
-               " budgets for ", g.n_qb, " query blocks");
+  SPATTN_CHECK(int64_t(k.size()) == g.n_qb, "oracle_topk_rows: ", k.size(), " budgets for ", g.n_qb,
+               " query blocks");
   BlockRows rows(size_t(g.n_qb));
   std::vector<int32_t> order;
   for (int64_t qb = 0; qb < g.n_qb; ++qb) {
@@ -150,9 +151,8 @@ BlockRows oracle_topk_rows(const BlockMassGrid& g, const std::vector<int64_t>& k
     order.resize(size_t(n));
     std::iota(order.begin(), order.end(), 0);
     const float* m = &g.mass[size_t(qb * g.n_kb)];
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int32_t a, int32_t b) {
-      return m[a] != m[b] ? m[a] > m[b] : a < b;
-    });
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(),
+                      [&](int32_t a, int32_t b) { return m[a] != m[b] ? m[a] > m[b] : a < b; });
     rows[size_t(qb)].assign(order.begin(), order.begin() + keep);
     std::sort(rows[size_t(qb)].begin(), rows[size_t(qb)].end());
   }

@@ -35,17 +35,22 @@ class ErrorAccumulator {
     }
     ref2_ += nb;
     double cosine;
-    if (na == 0 && nb == 0) cosine = 1;
-    else if (na == 0 || nb == 0) cosine = 0;
-    else cosine = dot / (std::sqrt(na) * std::sqrt(nb));
+    if (na == 0 && nb == 0)
+      cosine = 1;
+    else if (na == 0 || nb == 0)
+      cosine = 0;
+    else
+      cosine = dot / (std::sqrt(na) * std::sqrt(nb));
     cos_min_ = std::min(cos_min_, cosine);
     cos_sum_ += cosine;
     ++rows_;
   }
   OutputError finish() const {
     OutputError e;
-    if (ref2_ > 0) e.rel_l2 = std::sqrt(err2_) / std::sqrt(ref2_);
-    else e.rel_l2 = err2_ > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+    if (ref2_ > 0)
+      e.rel_l2 = std::sqrt(err2_) / std::sqrt(ref2_);
+    else
+      e.rel_l2 = err2_ > 0 ? std::numeric_limits<double>::infinity() : 0.0;
     e.cosine_min = rows_ ? cos_min_ : 1.0;
     e.cosine_mean = rows_ ? cos_sum_ / double(rows_) : 1.0;
     e.max_abs = max_abs_;
@@ -61,8 +66,6 @@ void read_row(const TensorView& t, int64_t h, int64_t s, std::vector<double>& ro
   row.resize(size_t(t.dim));
   for (int64_t c = 0; c < t.dim; ++c) row[size_t(c)] = t.get(h, s, c);
 }
-
-
 
 void check_qk(const TensorView& q, const TensorView& k, const char* what) {
   SPATTN_CHECK(q.heads > 0 && k.heads > 0, what, ": heads must be > 0");
@@ -134,8 +137,8 @@ std::vector<int64_t> sample_rows(int64_t q_len, int64_t max_rows) {
 OutputError sampled_output_error(const TensorView& out, const TensorView& q, const TensorView& k,
                                  const TensorView& v, const AttnOptions& opt, int64_t max_rows) {
   check_qk(q, k, "sampled_output_error");
-  SPATTN_CHECK(v.heads == k.heads && v.seq == k.seq && v.dim == k.dim,
-               "sampled_output_error: v ", v.shape_str(), " must match k ", k.shape_str());
+  SPATTN_CHECK(v.heads == k.heads && v.seq == k.seq && v.dim == k.dim, "sampled_output_error: v ",
+               v.shape_str(), " must match k ", k.shape_str());
   SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq && out.dim == q.dim,
                "sampled_output_error: out ", out.shape_str(), " must match q ", q.shape_str());
   const std::vector<int64_t> rows = sample_rows(q.seq, max_rows);
@@ -186,8 +189,8 @@ Recall attention_recall(const TensorView& q, const TensorView& k, const Coverage
     for (const KeyRange& r : ranges) {
       SPATTN_CHECK(r.begin >= prev_end && r.begin <= r.end && r.end <= k.seq,
                    "attention_recall: coverage ranges of head ", h, " row ", i,
-                   " must be sorted, disjoint and inside [0, ", k.seq, "), got [", r.begin,
-                   ", ", r.end, ")");
+                   " must be sorted, disjoint and inside [0, ", k.seq, "), got [", r.begin, ", ",
+                   r.end, ")");
       prev_end = r.end;
       for (int64_t j = r.begin; j < std::min(r.end, visible); ++j)
         mass += std::exp(rs.s[size_t(j)] - rs.lse);
@@ -219,8 +222,7 @@ int64_t BlockMassGrid::causal_blocks(int64_t qb) const {
 // R_qb the number of such rows. Two passes: the kernel's final LSE per row first, then
 // attention_weight_sums, which sums the normalised weights per block through the P hook.
 BlockMassGrid block_mass(const TensorView& q, const TensorView& k, const TensorView& v,
-                         int64_t q_head, int64_t block_q, int64_t block_k,
-                         const AttnOptions& opt) {
+                         int64_t q_head, int64_t block_q, int64_t block_k, const AttnOptions& opt) {
   check_qk(q, k, "block_mass");
   SPATTN_CHECK(q_head >= 0 && q_head < q.heads, "block_mass: q_head ", q_head, " outside [0, ",
                q.heads, ")");
@@ -266,8 +268,8 @@ namespace {
 // Mean over query blocks with at least one causal key block of the mass held by that row's
 // k(qb) largest cells.
 double mean_topk_mass(const BlockMassGrid& g, const std::function<int64_t(int64_t)>& k_of) {
-  SPATTN_CHECK(int64_t(g.mass.size()) == g.n_qb * g.n_kb, "BlockMassGrid: mass has ",
-               g.mass.size(), " cells, expected ", g.n_qb * g.n_kb);
+  SPATTN_CHECK(int64_t(g.mass.size()) == g.n_qb * g.n_kb, "BlockMassGrid: mass has ", g.mass.size(),
+               " cells, expected ", g.n_qb * g.n_kb);
   double total = 0;
   int64_t blocks = 0;
   std::vector<float> row;

@@ -138,10 +138,10 @@ double best_read_rate(int threads, const MachinePeakOptions& opt) {
 }  // namespace
 
 MachinePeak measure_machine_peak(int threads, const MachinePeakOptions& opt) {
-  SPATTN_CHECK(opt.rep_s > 0 && opt.rep_s <= 10 && opt.reps >= 1 && opt.reps <= 100 &&
-                   opt.read_bytes >= 0,
-               "peak: bad options (rep_s ", opt.rep_s, ", reps ", opt.reps, ", read_bytes ",
-               opt.read_bytes, ")");
+  SPATTN_CHECK(
+      opt.rep_s > 0 && opt.rep_s <= 10 && opt.reps >= 1 && opt.reps <= 100 && opt.read_bytes >= 0,
+      "peak: bad options (rep_s ", opt.rep_s, ", reps ", opt.reps, ", read_bytes ", opt.read_bytes,
+      ")");
   const int t = resolve_threads(threads);
   MachinePeak m;
   m.simd_target = simd_target_name();

@@ -102,18 +102,17 @@ bool write_rows(FILE* file, const uint8_t* rgb, png_uint_32 w, png_uint_32 h, Pn
 }  // namespace
 
 void write_png(const Image& img, const std::string& path) {
-  SPATTN_CHECK(img.width > 0 && img.height > 0 &&
-                   img.pixels.size() == size_t(img.width * img.height * 3),
-               "write_png: image ", img.width, "x", img.height, " holds ", img.pixels.size(),
-               " bytes");
+  SPATTN_CHECK(
+      img.width > 0 && img.height > 0 && img.pixels.size() == size_t(img.width * img.height * 3),
+      "write_png: image ", img.width, "x", img.height, " holds ", img.pixels.size(), " bytes");
   FILE* file = std::fopen(path.c_str(), "wb");
   if (!file) {
     const int err = errno;
     detail::fail("cannot write '", path, "': ", std::strerror(err));
   }
   PngFailure fail{};
-  const bool ok = write_rows(file, img.pixels.data(), png_uint_32(img.width),
-                             png_uint_32(img.height), &fail);
+  const bool ok =
+      write_rows(file, img.pixels.data(), png_uint_32(img.width), png_uint_32(img.height), &fail);
   // fclose flushes: a full disk may only show up here.
   const bool closed = std::fclose(file) == 0;
   const int err = errno;

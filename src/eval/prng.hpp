@@ -42,9 +42,7 @@ class Rng {
   double uniform() { return double(next() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
   // Uniform integer in [lo, hi] (inclusive); lo <= hi. The tiny modulo bias is irrelevant here.
-  int64_t range(int64_t lo, int64_t hi) {
-    return lo + int64_t(next() % uint64_t(hi - lo + 1));
-  }
+  int64_t range(int64_t lo, int64_t hi) { return lo + int64_t(next() % uint64_t(hi - lo + 1)); }
   // Standard normal by Box-Muller; the second value of each pair is kept for the next call.
   double normal() {
     if (has_spare_) {

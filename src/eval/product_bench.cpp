@@ -53,11 +53,11 @@ void on_all_threads(int threads, Fn fn) {
 }  // namespace
 
 ProductBench bench_products(const ProductBenchOptions& o) {
-  SPATTN_CHECK(o.m > 0 && o.m <= 65536 && o.k > 0 && o.k <= 65536 && o.k % 256 == 0 &&
-                   o.n > 0 && o.n <= 8192 && o.repeat >= 1 && o.repeat <= 100,
+  SPATTN_CHECK(o.m > 0 && o.m <= 65536 && o.k > 0 && o.k <= 65536 && o.k % 256 == 0 && o.n > 0 &&
+                   o.n <= 8192 && o.repeat >= 1 && o.repeat <= 100,
                "bench-products: need 0 < m, k <= 65536 (k a multiple of 256), 0 < n <= 8192, "
-               "1 <= repeat <= 100; got m ", o.m, ", k ", o.k, ", n ", o.n, ", repeat ",
-               o.repeat);
+               "1 <= repeat <= 100; got m ",
+               o.m, ", k ", o.k, ", n ", o.n, ", repeat ", o.repeat);
   std::vector<kernels::Int8Format> formats;
   if (o.types.empty()) formats.assign(kernels::kInt8Formats.begin(), kernels::kInt8Formats.end());
   for (const std::string& name : o.types) {

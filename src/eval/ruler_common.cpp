@@ -26,8 +26,8 @@ std::string random_number(Rng& rng, int digits) {
 
 std::string random_uuid(Rng& rng) {
   uint64_t hi = rng.next(), lo = rng.next();
-  hi = (hi & ~0xF000ull) | 0x4000ull;                        // version 4
-  lo = (lo & ~(0xC0ull << 56)) | (0x80ull << 56);             // RFC 4122 variant
+  hi = (hi & ~0xF000ull) | 0x4000ull;              // version 4
+  lo = (lo & ~(0xC0ull << 56)) | (0x80ull << 56);  // RFC 4122 variant
   const std::string h = fmt::format("{:016x}{:016x}", hi, lo);
   return h.substr(0, 8) + "-" + h.substr(8, 4) + "-" + h.substr(12, 4) + "-" + h.substr(16, 4) +
          "-" + h.substr(20, 12);
@@ -144,10 +144,12 @@ Fitted fit_haystack(const std::string& task, int64_t length, int64_t budget, int
   // Tokens per unit from the smallest text against an empty-ish one: the template's share is
   // counted in, so the estimate is low and the bound generous.
   const double per_unit = std::max(1e-3, double(best.prompt_tokens) / double(lo));
-  int64_t lower = lo + 1, upper = std::max<int64_t>(int64_t(3.0 * double(budget) / per_unit), 2 * lo);
+  int64_t lower = lo + 1,
+          upper = std::max<int64_t>(int64_t(3.0 * double(budget) / per_unit), 2 * lo);
   // Grow the upper end if it still fits (a per-unit cost far above the average at lo).
   while (measure(upper, probe)) {
-    SPATTN_CHECK(upper < (int64_t(1) << 32), task, ": the token count does not grow with the "
+    SPATTN_CHECK(upper < (int64_t(1) << 32), task,
+                 ": the token count does not grow with the "
                  "haystack");
     best = std::move(probe);
     lower = upper + 1;

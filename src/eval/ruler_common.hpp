@@ -37,7 +37,8 @@ std::string pseudo_word(Rng& rng);
 std::vector<int64_t> sample_indices(Rng& rng, int64_t n, int64_t k);
 template <class T>
 void shuffle(Rng& rng, std::vector<T>& v) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[size_t(rng.range(0, int64_t(i) - 1))]);
+  for (size_t i = v.size(); i > 1; --i)
+    std::swap(v[i - 1], v[size_t(rng.range(0, int64_t(i) - 1))]);
 }
 
 // `depth` given (>= 0): k copies of it; else k distinct depths drawn from ruler_depths(). Sorted.
@@ -90,8 +91,8 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
 // One sample's texts for a haystack of n units.
 struct BuiltText {
   std::string prompt, without;
-  std::vector<double> depths;           // actual depth of each needle, percent of the units
-  std::vector<size_t> needle_offsets;   // byte offsets in prompt
+  std::vector<double> depths;          // actual depth of each needle, percent of the units
+  std::vector<size_t> needle_offsets;  // byte offsets in prompt
 };
 
 // The largest n in [lo, ...) whose texts both fit `budget` tokens, found by bisection (RULER's

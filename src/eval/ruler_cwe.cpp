@@ -84,7 +84,8 @@ RulerSample make_common_words(const RulerTaskInfo& t, const RulerOptions& o,
 
   auto build = [&](int64_t n) {
     words_up_to(n + kCommon);  // the task's n words and ten replacements for the common ones
-    const std::vector<size_t> order = repeated_order(size_t(n), common_reps, other_reps, order_seed);
+    const std::vector<size_t> order =
+        repeated_order(size_t(n), common_reps, other_reps, order_seed);
     // Word w of the list: the common ones first, then the others from pool[20] on.
     auto word = [&](size_t w) { return int64_t(w) < kCommon ? w : w + size_t(kCommon); };
     std::vector<std::string> with, without;

@@ -70,7 +70,8 @@ RulerSample make_freq_words(const RulerTaskInfo& t, const RulerOptions& o,
   // Below N = 30 the third answer would not appear at all.
   Fitted f = fit_haystack(t.name, o.length, o.length - t.tokens_to_generate, 30, build, count);
   const std::vector<std::string> answers(vocab.begin() + 1, vocab.begin() + 4);
-  return sample_from_fit(t, std::move(f), answers, " " + answers[0] + " " + answers[1] + " " + answers[2]);
+  return sample_from_fit(t, std::move(f), answers,
+                         " " + answers[0] + " " + answers[1] + " " + answers[2]);
 }
 
 }  // namespace spattn::eval

@@ -49,7 +49,8 @@ std::string draw(Rng& rng, const std::string& type) {
   return random_word_key(rng);
 }
 
-std::string needle_text(const std::string& type_v, const std::string& key, const std::string& value) {
+std::string needle_text(const std::string& type_v, const std::string& key,
+                        const std::string& value) {
   return "One of the special magic " + type_v + " for " + key + " is: " + value + ".";
 }
 

@@ -73,8 +73,10 @@ RulerSample make_ruler_sample(const RulerTaskInfo& task, const RulerOptions& opt
   s = eval::stream_seed(s, uint64_t(opt.length));
   eval::Rng rng(eval::stream_seed(s, uint64_t(opt.index)));
   if (task.family == "niah") return eval::make_niah(task, opt, count, rng);
-  if (task.family == "variable_tracking") return eval::make_variable_tracking(task, opt, count, rng);
-  if (task.family == "common_words_extraction") return eval::make_common_words(task, opt, count, rng);
+  if (task.family == "variable_tracking")
+    return eval::make_variable_tracking(task, opt, count, rng);
+  if (task.family == "common_words_extraction")
+    return eval::make_common_words(task, opt, count, rng);
   return eval::make_freq_words(task, opt, count, rng);
 }
 

@@ -96,8 +96,9 @@ RulerSample make_variable_tracking(const RulerTaskInfo& t, const RulerOptions& o
   const std::string example = fe.text.prompt + " " + join(ex.vars, " ") + "\n" + "\n";
 
   const Chain c = draw_chain(rng, 5, o.depth);
-  Fitted f = fit_haystack(t.name, o.length, o.length - t.tokens_to_generate, 1,
-                          [&](int64_t n) { return chain_text(c, n, example); }, count);
+  Fitted f = fit_haystack(
+      t.name, o.length, o.length - t.tokens_to_generate, 1,
+      [&](int64_t n) { return chain_text(c, n, example); }, count);
   return sample_from_fit(t, std::move(f), c.vars, join(c.vars, " "));
 }
 

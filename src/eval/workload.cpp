@@ -39,7 +39,8 @@ WorkloadKind parse_workload_kind(std::string_view s) {
   if (s == "text") return WorkloadKind::text;
   if (s == "video") return WorkloadKind::video;
   if (s == "mixed") return WorkloadKind::mixed;
-  detail::fail("unknown workload kind '", std::string(s), "' (expected random, text, video or mixed)");
+  detail::fail("unknown workload kind '", std::string(s),
+               "' (expected random, text, video or mixed)");
 }
 
 const char* workload_kind_name(WorkloadKind k) {
@@ -82,8 +83,10 @@ struct Bands {
 };
 Bands allocate_bands(int64_t pairs) {
   Bands b;
-  const int64_t n_sink = std::max<int64_t>(1, pairs / 32), n_grid = std::max<int64_t>(1, pairs / 32);
-  const int64_t n_needle = std::max<int64_t>(1, pairs / 8), n_vert = std::max<int64_t>(1, pairs * 3 / 16);
+  const int64_t n_sink = std::max<int64_t>(1, pairs / 32),
+                n_grid = std::max<int64_t>(1, pairs / 32);
+  const int64_t n_needle = std::max<int64_t>(1, pairs / 8),
+                n_vert = std::max<int64_t>(1, pairs * 3 / 16);
   auto take = [&](int64_t end, int64_t n) { return Band{std::max<int64_t>(0, end - n), end}; };
   b.sink = take(pairs, n_sink);
   b.grid = take(b.sink.begin > 0 ? b.sink.begin : pairs, n_grid);
@@ -120,10 +123,10 @@ struct HeadStyle {
 // gets a second ripple from a repeat it sits in, so the share of rows inside repeats must not
 // swing from workload to workload the way a few long repeats would make it.
 constexpr TextStyle kTextStyles[] = {
-    {17, 16, 15, 15, 28, 2, 4, 2},  // A-shape
+    {17, 16, 15, 15, 28, 2, 4, 2},         // A-shape
     {17.5, 14, 16.5, 16.5, 28, 8, 12, 2},  // vertical-slash
-    {15, 17, 15, 15, 28, 2, 4, 2},  // local
-    {17.5, 14, 15, 17, 28, 2, 20, 2},  // slash
+    {15, 17, 15, 15, 28, 2, 4, 2},         // local
+    {17.5, 14, 15, 17, 28, 2, 20, 2},      // slash
 };
 // Video heads: grid (MMInference), temporal (same patch in earlier frames), spatial-local.
 constexpr VideoStyle kVideoStyles[] = {
@@ -149,10 +152,11 @@ void validate(const WorkloadConfig& c) {
   SPATTN_CHECK(c.q_len >= 0 && c.q_len <= c.seq, "workload: q_len must be in [0, seq=", c.seq,
                "] (0 means seq), got ", c.q_len);
   SPATTN_CHECK(c.heads >= 1, "workload: heads must be >= 1, got ", c.heads);
-  SPATTN_CHECK(c.kv_heads >= 0, "workload: kv_heads must be >= 0 (0 means heads), got ", c.kv_heads);
+  SPATTN_CHECK(c.kv_heads >= 0, "workload: kv_heads must be >= 0 (0 means heads), got ",
+               c.kv_heads);
   const int64_t kvh = c.kv_heads ? c.kv_heads : c.heads;
-  SPATTN_CHECK(c.heads % kvh == 0, "workload: heads (", c.heads, ") must be a multiple of kv_heads (",
-               kvh, ")");
+  SPATTN_CHECK(c.heads % kvh == 0, "workload: heads (", c.heads,
+               ") must be a multiple of kv_heads (", kvh, ")");
   SPATTN_CHECK(c.dim >= 8 && c.dim <= 256 && c.dim % 8 == 0,
                "workload: dim must be a multiple of 8 in [8, 256], got ", c.dim);
   SPATTN_CHECK(std::isfinite(c.rope_theta) && c.rope_theta > 1.0,
@@ -174,8 +178,10 @@ void layout_segments(const WorkloadConfig& cfg, Layout& L, Rng& rng) {
     uint8_t m = 0;
     while (pos < L.seq) {
       int64_t len;
-      if (m == 0) len = rng.range(std::max<int64_t>(1, L.seq / 32), std::max<int64_t>(1, L.seq / 10));
-      else len = F * rng.range(2, std::max<int64_t>(2, L.seq / (5 * F)));
+      if (m == 0)
+        len = rng.range(std::max<int64_t>(1, L.seq / 32), std::max<int64_t>(1, L.seq / 10));
+      else
+        len = F * rng.range(2, std::max<int64_t>(2, L.seq / (5 * F)));
       len = std::min(len, L.seq - pos);
       L.segments.push_back({pos, pos + len, m});
       pos += len;
@@ -264,12 +270,14 @@ constexpr SpanShare kVerticalSpan{0.2, 0.7}, kSlashSpan{0.05, 0.175};
 
 // A query span covering a share (drawn from `share`) of one text segment's queries at or
 // after `after`.
-bool pick_span(Rng& rng, const Layout& L, int64_t after, SpanShare share, int64_t& qb, int64_t& qe) {
+bool pick_span(Rng& rng, const Layout& L, int64_t after, SpanShare share, int64_t& qb,
+               int64_t& qe) {
   auto segs = segments_in(L, 0, std::max(after, L.q0), L.seq);
   if (segs.empty()) return false;
   const auto& s = segs[size_t(rng.range(0, int64_t(segs.size()) - 1))];
   const int64_t avail = s.end - s.begin;
-  const int64_t len = std::max<int64_t>(1, int64_t(std::llround(double(avail) * rng.uniform(share.lo, share.hi))));
+  const int64_t len =
+      std::max<int64_t>(1, int64_t(std::llround(double(avail) * rng.uniform(share.lo, share.hi))));
   qb = s.begin + rng.range(0, avail - len);
   qe = qb + len;
   return true;
@@ -361,7 +369,8 @@ void add_in_band(float* dst, const float* src, int64_t pairs, Band b) {
 void positional_content(const Layout& L, const Bands& B, Rng& model_rng, Rng& rng, KeyContent& K) {
   const int64_t d = L.dim, pairs = d / 2;
   const Band pb = B.positional;
-  std::vector<float> w_text(static_cast<size_t>(d)), w_video(static_cast<size_t>(d)), drift(size_t(d), 0.0f), patch;
+  std::vector<float> w_text(static_cast<size_t>(d)), w_video(static_cast<size_t>(d)),
+      drift(size_t(d), 0.0f), patch;
   random_in_band(model_rng, w_text.data(), pairs, pb, kKeyNorm * 0.94);
   random_in_band(model_rng, w_video.data(), pairs, pb, kKeyNorm * 0.75);
   if (L.has_video) {
@@ -422,7 +431,8 @@ KeyContent build_key_content(const Layout& L, const Bands& B, const KvPlan& P, R
   // content, as special tokens do: their score is then their pattern's, not the pattern's
   // plus the far-field ripple of the positional band.
   auto clear_positional = [&](int64_t j) {
-    for (int64_t p = B.positional.begin; p < B.positional.end; ++p) K.at(j)[p] = K.at(j)[p + pairs] = 0.0f;
+    for (int64_t p = B.positional.begin; p < B.positional.end; ++p)
+      K.at(j)[p] = K.at(j)[p + pairs] = 0.0f;
   };
   for (int64_t j = 0; j < std::min(kSinkTokens, L.seq); ++j) clear_positional(j);
   for (const auto& v : P.verticals) clear_positional(v.key);
@@ -432,9 +442,11 @@ KeyContent build_key_content(const Layout& L, const Bands& B, const KvPlan& P, R
   for (int64_t j = 0; j < std::min(kSinkTokens, L.seq); ++j)
     add_in_band(K.at(j), K.sink_dir.data(), pairs, B.sink);
   for (size_t n = 0; n < P.verticals.size(); ++n)
-    random_in_band(rng, K.at(P.verticals[n].key), pairs, slot(B.vertical, n, P.verticals.size()), kKeyNorm);
+    random_in_band(rng, K.at(P.verticals[n].key), pairs, slot(B.vertical, n, P.verticals.size()),
+                   kKeyNorm);
   for (size_t n = 0; n < P.needles.size(); ++n)
-    random_in_band(rng, K.at(P.needles[n].key), pairs, slot(B.needle, n, P.needles.size()), kKeyNorm);
+    random_in_band(rng, K.at(P.needles[n].key), pairs, slot(B.needle, n, P.needles.size()),
+                   kKeyNorm);
   if (L.has_video) {
     K.grid_dir.assign(size_t(d), 0.0f);
     random_in_band(rng, K.grid_dir.data(), pairs, B.grid, kKeyNorm);
@@ -476,7 +488,8 @@ void build_queries(const Layout& L, const Bands& B, const RopeTable& rope, const
     // Grid rows (MMInference's horizontal lines) spread their attention over the context.
     const double damp = video && on_grid(L, i) ? kHlineDamping : 1.0;
     auto target = [&](const float* content, int64_t t, Band b, double strength) {
-      if (strength > 0) rope.rotate_add(q, content, t, float(strength * unit * damp), b.begin, b.end);
+      if (strength > 0)
+        rope.rotate_add(q, content, t, float(strength * unit * damp), b.begin, b.end);
     };
     // The local band holds only part of the positional content's norm: scale up to match.
     const double pos_pairs = double(B.positional.end - B.positional.begin);

@@ -56,10 +56,18 @@ size_t scalar_size(ValueType t) {
 
 bool is_integer(ValueType t) {
   switch (t) {
-    case ValueType::u8: case ValueType::i8: case ValueType::u16: case ValueType::i16:
-    case ValueType::u32: case ValueType::i32: case ValueType::u64: case ValueType::i64:
-      return true;
-    case ValueType::f32: case ValueType::f64: case ValueType::boolean: case ValueType::string:
+    case ValueType::u8:
+    case ValueType::i8:
+    case ValueType::u16:
+    case ValueType::i16:
+    case ValueType::u32:
+    case ValueType::i32:
+    case ValueType::u64:
+    case ValueType::i64: return true;
+    case ValueType::f32:
+    case ValueType::f64:
+    case ValueType::boolean:
+    case ValueType::string:
     case ValueType::array: break;
   }
   return false;
@@ -126,7 +134,10 @@ IntValue read_int(ValueType t, const uint8_t* p) {
     case ValueType::i16: from_signed(load(int16_t{})); break;
     case ValueType::i32: from_signed(load(int32_t{})); break;
     case ValueType::i64: from_signed(load(int64_t{})); break;
-    case ValueType::f32: case ValueType::f64: case ValueType::boolean: case ValueType::string:
+    case ValueType::f32:
+    case ValueType::f64:
+    case ValueType::boolean:
+    case ValueType::string:
     case ValueType::array: break;  // not integers: callers check is_integer first
   }
   return r;
@@ -219,8 +230,8 @@ class Cursor {
     const uint64_t len = read<uint64_t>(what);
     if (len > left()) {
       std::ostringstream os;
-      os << what << ": string length " << len << " runs past the end of the file ("
-         << left() << " bytes left)";
+      os << what << ": string length " << len << " runs past the end of the file (" << left()
+         << " bytes left)";
       f_.fail_at(at, os.str());
     }
     return {reinterpret_cast<const char*>(take(len, what)), size_t(len)};
@@ -262,10 +273,11 @@ void File::Impl::parse() {
   // byte of value; a tensor info is an 8-byte name length, a u32 n_dims, one u64 dimension, a
   // u32 type and a u64 offset. A count the remaining bytes cannot hold is a lie.
   if (n_kv > c.left() / 13)
-    fail_at(c.pos(), "metadata count " + std::to_string(n_kv) + " is larger than the file can hold");
+    fail_at(c.pos(),
+            "metadata count " + std::to_string(n_kv) + " is larger than the file can hold");
   if (n_tensors > c.left() / 32)
-    fail_at(c.pos(), "tensor count " + std::to_string(n_tensors) +
-                         " is larger than the file can hold");
+    fail_at(c.pos(),
+            "tensor count " + std::to_string(n_tensors) + " is larger than the file can hold");
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     const size_t at = c.pos();
@@ -277,8 +289,8 @@ void File::Impl::parse() {
     const size_t type_at = c.pos();
     const uint32_t t = c.read<uint32_t>("value type");
     if (!known_value_type(t))
-      fail_at(type_at, "metadata key '" + printable(key) + "' has unknown value type " +
-                           std::to_string(t));
+      fail_at(type_at,
+              "metadata key '" + printable(key) + "' has unknown value type " + std::to_string(t));
     v.type = ValueType(t);
     if (v.type == ValueType::string) {
       v.str = c.string("string value");
@@ -286,11 +298,12 @@ void File::Impl::parse() {
       const size_t et_at = c.pos();
       const uint32_t et = c.read<uint32_t>("array element type");
       if (!known_value_type(et))
-        fail_at(et_at, "array '" + printable(key) + "' has unknown element type " +
-                           std::to_string(et));
+        fail_at(et_at,
+                "array '" + printable(key) + "' has unknown element type " + std::to_string(et));
       v.elem = ValueType(et);
       if (v.elem == ValueType::array)
-        fail_at(et_at, "array '" + printable(key) + "' holds arrays (nested arrays are not supported)");
+        fail_at(et_at,
+                "array '" + printable(key) + "' holds arrays (nested arrays are not supported)");
       v.count = c.read<uint64_t>("array length");
       const size_t min_size = v.elem == ValueType::string ? 8 : scalar_size(v.elem);
       if (v.count > c.left() / min_size)
@@ -375,8 +388,8 @@ void File::Impl::parse() {
   data_offset = size_t(data_start);
   if (tensors.empty()) return;  // vocabulary-only files may end without padding
   if (data_start > size)
-    fail_at(size, "truncated: the tensor data section would start at byte " +
-                      std::to_string(data_start));
+    fail_at(size,
+            "truncated: the tensor data section would start at byte " + std::to_string(data_start));
   const uint64_t data_size = size - data_start;
   std::vector<size_t> idx(tensors.size());
   for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
@@ -584,14 +597,18 @@ std::string File::describe(std::string_view key) const {
   std::ostringstream os;
   switch (v.type) {
     case ValueType::string: os << '"' << printable(v.str) << '"'; break;
-    case ValueType::array:
-      os << '[' << value_type_name(v.elem) << " x " << v.count << ']';
-      break;
+    case ValueType::array: os << '[' << value_type_name(v.elem) << " x " << v.count << ']'; break;
     case ValueType::boolean: os << (v.data[0] ? "true" : "false"); break;
     case ValueType::f32:
     case ValueType::f64: os << read_float(v.type, v.data); break;
-    case ValueType::u8: case ValueType::i8: case ValueType::u16: case ValueType::i16:
-    case ValueType::u32: case ValueType::i32: case ValueType::u64: case ValueType::i64: {
+    case ValueType::u8:
+    case ValueType::i8:
+    case ValueType::u16:
+    case ValueType::i16:
+    case ValueType::u32:
+    case ValueType::i32:
+    case ValueType::u64:
+    case ValueType::i64: {
       const IntValue x = read_int(v.type, v.data);
       os << (x.negative ? "-" : "") << x.magnitude;
     }

@@ -81,16 +81,36 @@ void Writer::set_version(uint32_t v) {
   impl_->version = v;
 }
 
-void Writer::set(std::string k, uint8_t v) { impl_->set(std::move(k), ValueType::u8, scalar_payload(v)); }
-void Writer::set(std::string k, int8_t v) { impl_->set(std::move(k), ValueType::i8, scalar_payload(v)); }
-void Writer::set(std::string k, uint16_t v) { impl_->set(std::move(k), ValueType::u16, scalar_payload(v)); }
-void Writer::set(std::string k, int16_t v) { impl_->set(std::move(k), ValueType::i16, scalar_payload(v)); }
-void Writer::set(std::string k, uint32_t v) { impl_->set(std::move(k), ValueType::u32, scalar_payload(v)); }
-void Writer::set(std::string k, int32_t v) { impl_->set(std::move(k), ValueType::i32, scalar_payload(v)); }
-void Writer::set(std::string k, uint64_t v) { impl_->set(std::move(k), ValueType::u64, scalar_payload(v)); }
-void Writer::set(std::string k, int64_t v) { impl_->set(std::move(k), ValueType::i64, scalar_payload(v)); }
-void Writer::set(std::string k, float v) { impl_->set(std::move(k), ValueType::f32, scalar_payload(v)); }
-void Writer::set(std::string k, double v) { impl_->set(std::move(k), ValueType::f64, scalar_payload(v)); }
+void Writer::set(std::string k, uint8_t v) {
+  impl_->set(std::move(k), ValueType::u8, scalar_payload(v));
+}
+void Writer::set(std::string k, int8_t v) {
+  impl_->set(std::move(k), ValueType::i8, scalar_payload(v));
+}
+void Writer::set(std::string k, uint16_t v) {
+  impl_->set(std::move(k), ValueType::u16, scalar_payload(v));
+}
+void Writer::set(std::string k, int16_t v) {
+  impl_->set(std::move(k), ValueType::i16, scalar_payload(v));
+}
+void Writer::set(std::string k, uint32_t v) {
+  impl_->set(std::move(k), ValueType::u32, scalar_payload(v));
+}
+void Writer::set(std::string k, int32_t v) {
+  impl_->set(std::move(k), ValueType::i32, scalar_payload(v));
+}
+void Writer::set(std::string k, uint64_t v) {
+  impl_->set(std::move(k), ValueType::u64, scalar_payload(v));
+}
+void Writer::set(std::string k, int64_t v) {
+  impl_->set(std::move(k), ValueType::i64, scalar_payload(v));
+}
+void Writer::set(std::string k, float v) {
+  impl_->set(std::move(k), ValueType::f32, scalar_payload(v));
+}
+void Writer::set(std::string k, double v) {
+  impl_->set(std::move(k), ValueType::f64, scalar_payload(v));
+}
 void Writer::set(std::string k, bool v) {
   impl_->set(std::move(k), ValueType::boolean, scalar_payload(uint8_t(v ? 1 : 0)));
 }
@@ -146,8 +166,8 @@ void Writer::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne
 
 void Writer::add_tensor(std::string name, GgmlType type, std::vector<int64_t> ne, RowFill fill) {
   SPATTN_CHECK(!name.empty(), "gguf writer: tensor name is empty");
-  SPATTN_CHECK(ne.size() >= 1 && ne.size() <= 4, "gguf writer: tensor '", name, "' has ",
-               ne.size(), " dimensions (1 to 4 allowed)");
+  SPATTN_CHECK(ne.size() >= 1 && ne.size() <= 4, "gguf writer: tensor '", name, "' has ", ne.size(),
+               " dimensions (1 to 4 allowed)");
   for (const auto& t : impl_->tensors)
     SPATTN_CHECK(t.name != name, "gguf writer: duplicate tensor '", name, "'");
   int64_t rows = 1;
@@ -200,8 +220,8 @@ std::vector<uint8_t> header(const Writer::Impl& w, uint32_t alignment,
 }  // namespace
 
 std::vector<uint8_t> Writer::bytes(uint32_t alignment) const {
-  SPATTN_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0,
-               "gguf writer: alignment ", alignment, " is not a power of two");
+  SPATTN_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0, "gguf writer: alignment ",
+               alignment, " is not a power of two");
   std::vector<uint64_t> offsets;
   std::vector<uint8_t> out = header(*impl_, alignment, offsets);
   const size_t data_start = out.size();
@@ -215,8 +235,8 @@ std::vector<uint8_t> Writer::bytes(uint32_t alignment) const {
 }
 
 void Writer::write(const std::string& path, uint32_t alignment) const {
-  SPATTN_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0,
-               "gguf writer: alignment ", alignment, " is not a power of two");
+  SPATTN_CHECK(alignment > 0 && (alignment & (alignment - 1)) == 0, "gguf writer: alignment ",
+               alignment, " is not a power of two");
   std::vector<uint64_t> offsets;
   const std::vector<uint8_t> head = header(*impl_, alignment, offsets);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -68,8 +68,10 @@ H2OTraceLayer h2o_trace_layer(const ChunkedH2OTrace& t, int64_t layer, int64_t h
     const int64_t end = c + 1 < t.chunk_begin.size() ? t.chunk_begin[c + 1] : tokens;
     // Each chunk ends where the next begins: consecutive from 0 means increasing from 0.
     SPATTN_CHECK((c > 0 || t.chunk_begin[0] == 0) && end > t.chunk_begin[c] && end <= tokens,
-                 "h2o trace: layer ", layer, " recorded chunks that are not consecutive from 0 "
-                 "within ", tokens, " tokens (more than one prompt?)");
+                 "h2o trace: layer ", layer,
+                 " recorded chunks that are not consecutive from 0 "
+                 "within ",
+                 tokens, " tokens (more than one prompt?)");
     if (c + 1 == t.chunk_begin.size()) break;  // the prompt's last chunk builds no M_c
     SPATTN_CHECK(int64_t(t.memory[c].size()) == heads, "h2o trace: layer ", layer, " chunk ", c,
                  " has ", t.memory[c].size(), " memory sets for ", heads, " heads");
@@ -80,7 +82,8 @@ H2OTraceLayer h2o_trace_layer(const ChunkedH2OTrace& t, int64_t layer, int64_t h
 
 std::string h2o_trace_to_bytes(const H2OTraceLayer& t) {
   std::string out(kMagic, sizeof kMagic);
-  for (int64_t v : {t.layer, t.heads, t.tokens, t.chunk, t.local, t.heavy, int64_t(t.chunks.size())})
+  for (int64_t v :
+       {t.layer, t.heads, t.tokens, t.chunk, t.local, t.heavy, int64_t(t.chunks.size())})
     put_varint(out, uint64_t(v));
   for (const auto& c : t.chunks) {
     put_varint(out, uint64_t(c.begin));
@@ -107,7 +110,8 @@ H2OTraceLayer h2o_trace_from_bytes(std::span<const uint8_t> bytes, const std::st
   t.heavy = int64_t(r.varint("heavy (H)", kMaxTokens));
   if (t.heads < 1 || t.tokens < 1 || t.chunk < 1 || t.local > t.chunk || t.local + t.heavy < 1)
     detail::fail(origin, ": bad header (heads ", t.heads, ", tokens ", t.tokens, ", S ", t.chunk,
-                 ", L ", t.local, ", H ", t.heavy, "): need heads, tokens, S >= 1, L <= S, "
+                 ", L ", t.local, ", H ", t.heavy,
+                 "): need heads, tokens, S >= 1, L <= S, "
                  "L + H >= 1");
   // Each chunk takes at least 2 + heads bytes: a count beyond the bytes left is a lie.
   const uint64_t n_chunks = r.varint("chunk count", uint64_t(t.tokens));
@@ -122,13 +126,18 @@ H2OTraceLayer h2o_trace_from_bytes(std::span<const uint8_t> bytes, const std::st
     const int64_t len = int64_t(r.varint("chunk length", uint64_t(t.chunk)));
     ch.end = ch.begin + len;
     if (ch.begin != next_begin || len < 1 || ch.end > t.tokens)
-      detail::fail(origin, ": chunk ", c, " is [", ch.begin, ", ", ch.end, "); chunks must be "
-                   "non-empty, consecutive from 0 (this one from ", next_begin, ") and end "
-                   "within ", t.tokens, " tokens");
+      detail::fail(origin, ": chunk ", c, " is [", ch.begin, ", ", ch.end,
+                   "); chunks must be "
+                   "non-empty, consecutive from 0 (this one from ",
+                   next_begin,
+                   ") and end "
+                   "within ",
+                   t.tokens, " tokens");
     next_begin = ch.end;
     ch.memory.resize(size_t(t.heads));
     for (int64_t h = 0; h < t.heads; ++h) {
-      const uint64_t count = r.varint("memory set size", std::min<uint64_t>(max_set, uint64_t(ch.end)));
+      const uint64_t count =
+          r.varint("memory set size", std::min<uint64_t>(max_set, uint64_t(ch.end)));
       if (count > r.left())
         detail::fail(origin, ": chunk ", c, " head ", h, ": ", count,
                      " positions cannot fit in the ", r.left(), " bytes left");
@@ -165,8 +174,7 @@ void write_h2o_trace(const std::string& dir, const std::vector<H2OTraceLayer>& l
 
 std::vector<H2OTraceLayer> read_h2o_trace(const std::string& dir) {
   std::error_code ec;
-  SPATTN_CHECK(std::filesystem::is_directory(dir, ec), "h2o trace: '", dir,
-               "' is not a directory");
+  SPATTN_CHECK(std::filesystem::is_directory(dir, ec), "h2o trace: '", dir, "' is not a directory");
   static const std::regex name(R"(layer[0-9]+\.h2o)");
   std::vector<H2OTraceLayer> layers;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -55,8 +55,8 @@ std::ifstream open_for_read(const std::string& path, uint64_t& file_size) {
   fs::file_status st = fs::status(path, ec);
   // status() reports a missing file as not_found without an error; ec is set for the rest
   // (permission denied on a parent directory, a symlink loop, ...).
-  SPATTN_CHECK(!ec || st.type() == fs::file_type::not_found, path, ": cannot access: ",
-               ec.message());
+  SPATTN_CHECK(!ec || st.type() == fs::file_type::not_found, path,
+               ": cannot access: ", ec.message());
   SPATTN_CHECK(fs::exists(st), path, ": no such file");
   SPATTN_CHECK(fs::is_regular_file(st), path, ": not a regular file");
   file_size = fs::file_size(path, ec);
@@ -67,8 +67,8 @@ std::ifstream open_for_read(const std::string& path, uint64_t& file_size) {
 }
 
 void read_exact(std::ifstream& in, void* dst, uint64_t nbytes, const std::string& what) {
-  SPATTN_CHECK(nbytes <= uint64_t(std::numeric_limits<std::streamsize>::max()), what,
-               ": read of ", nbytes, " bytes is too large");
+  SPATTN_CHECK(nbytes <= uint64_t(std::numeric_limits<std::streamsize>::max()), what, ": read of ",
+               nbytes, " bytes is too large");
   in.read(static_cast<char*>(dst), std::streamsize(nbytes));
   SPATTN_CHECK(in && uint64_t(in.gcount()) == nbytes, what, ": short read (wanted ", nbytes,
                " bytes, got ", in.gcount(), "); was the file changed while reading?");
@@ -105,15 +105,16 @@ void write_hsd(std::ofstream& out, const TensorView& t) {
       if (t.stride_dim == 1) {
         std::memcpy(row.data(), t.ptr(h, s), row.size());
       } else {
-        for (int64_t d = 0; d < t.dim; ++d) std::memcpy(row.data() + d * item, t.ptr(h, s, d), item);
+        for (int64_t d = 0; d < t.dim; ++d)
+          std::memcpy(row.data() + d * item, t.ptr(h, s, d), item);
       }
       out.write(row.data(), std::streamsize(row.size()));
     }
 }
 
 void check_writable(const TensorView& t, const std::string& what) {
-  SPATTN_CHECK(t.heads > 0 && t.seq > 0 && t.dim > 0, what, ": cannot write tensor ",
-               t.shape_str(), ": every dimension must be > 0 (readers reject empty arrays)");
+  SPATTN_CHECK(t.heads > 0 && t.seq > 0 && t.dim > 0, what, ": cannot write tensor ", t.shape_str(),
+               ": every dimension must be > 0 (readers reject empty arrays)");
   SPATTN_CHECK(t.data != nullptr, what, ": cannot write tensor ", t.shape_str(),
                ": data pointer is null");
 }
@@ -138,11 +139,36 @@ std::vector<int64_t> decode_ints(const char* bytes, uint64_t n, IntType t) {
     switch (t.itemsize * (t.is_signed ? 1 : -1)) {
       case 1: out[i] = *reinterpret_cast<const int8_t*>(p); break;
       case -1: out[i] = *reinterpret_cast<const uint8_t*>(p); break;
-      case 2: { int16_t x; std::memcpy(&x, p, 2); out[i] = x; break; }
-      case -2: { uint16_t x; std::memcpy(&x, p, 2); out[i] = x; break; }
-      case 4: { int32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
-      case -4: { uint32_t x; std::memcpy(&x, p, 4); out[i] = x; break; }
-      case 8: { int64_t x; std::memcpy(&x, p, 8); out[i] = x; break; }
+      case 2: {
+        int16_t x;
+        std::memcpy(&x, p, 2);
+        out[i] = x;
+        break;
+      }
+      case -2: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        out[i] = x;
+        break;
+      }
+      case 4: {
+        int32_t x;
+        std::memcpy(&x, p, 4);
+        out[i] = x;
+        break;
+      }
+      case -4: {
+        uint32_t x;
+        std::memcpy(&x, p, 4);
+        out[i] = x;
+        break;
+      }
+      case 8: {
+        int64_t x;
+        std::memcpy(&x, p, 8);
+        out[i] = x;
+        break;
+      }
       default: {
         uint64_t x;
         std::memcpy(&x, p, 8);

@@ -189,8 +189,7 @@ DType parse_descr(const std::string& descr, const std::string& path) {
     const char order = descr[0];
     const std::string_view type = std::string_view(descr).substr(1);
     SPATTN_CHECK(order != '>', path, ": big-endian data ('", descr,
-                 "') is not supported; save it little-endian, e.g. arr.astype('<",
-                 type, "')");
+                 "') is not supported; save it little-endian, e.g. arr.astype('<", type, "')");
     if ((type == "f4" || type == "f2") && (order == '<' || order == '='))
       return type == "f4" ? DType::f32 : DType::f16;
     if (type == "V2" && (order == '<' || order == '|' || order == '=')) return DType::bf16;
@@ -253,7 +252,8 @@ NpyHeader read_header(std::ifstream& in, uint64_t size, const std::string& path,
 }
 
 // Checks that the header's shape of `itemsize`-byte elements fits in the `avail` bytes.
-uint64_t data_bytes(const NpyHeader& h, uint64_t itemsize, uint64_t avail, const std::string& path) {
+uint64_t data_bytes(const NpyHeader& h, uint64_t itemsize, uint64_t avail,
+                    const std::string& path) {
   uint64_t nbytes = 0;
   SPATTN_CHECK(io::checked_nbytes(h.shape, itemsize, nbytes), path, ": header says shape ",
                io::shape_str(h.shape), " of ", h.descr, ", whose byte size overflows 64 bits");
@@ -309,7 +309,8 @@ IntArray read_npy_ints(const std::string& path) {
 namespace {
 
 // Opens `path` and writes a version 1.0 preamble and header for a C-order array.
-std::ofstream begin_npy(const std::string& path, const char* descr, const std::vector<int64_t>& shape) {
+std::ofstream begin_npy(const std::string& path, const char* descr,
+                        const std::vector<int64_t>& shape) {
   std::string header = std::string("{'descr': '") + descr +
                        "', 'fortran_order': False, 'shape': " + io::shape_str(shape) + ", }";
   // Like numpy: pad with spaces and end with '\n' so the data starts on a 64-byte boundary.
@@ -317,7 +318,8 @@ std::ofstream begin_npy(const std::string& path, const char* descr, const std::v
   const size_t total = (preamble + header.size() + 1 + 63) / 64 * 64;
   header.append(total - preamble - header.size() - 1, ' ');
   header += '\n';
-  SPATTN_CHECK(header.size() <= 0xffff, path, ": .npy header too long");  // cannot happen: rank <= 3
+  SPATTN_CHECK(header.size() <= 0xffff, path,
+               ": .npy header too long");  // cannot happen: rank <= 3
 
   std::ofstream out = io::open_for_write(path);
   out.write(kMagic.data(), kMagic.size());

@@ -23,7 +23,8 @@ void check_same_dtype(const QKV& x, const std::string (&names)[3]) {
 }
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 QKV load_safetensors_qkv(const std::string& path, Layout layout) {
@@ -69,8 +70,9 @@ QKV load_qkv(const std::string& path, Layout layout) {
     return load_npy_qkv((fs::path(path) / "").string(),
                         "expected q.npy, k.npy and v.npy in directory " + path, layout);
   return load_npy_qkv(path,
-                      "'" + path + "' is neither a file nor a directory, so it was taken as the "
-                      "prefix of <prefix>q.npy, <prefix>k.npy, <prefix>v.npy",
+                      "'" + path +
+                          "' is neither a file nor a directory, so it was taken as the "
+                          "prefix of <prefix>q.npy, <prefix>k.npy, <prefix>v.npy",
                       layout);
 }
 
@@ -86,8 +88,7 @@ void save_qkv(const std::string& path, const TensorView& q, const TensorView& k,
   SPATTN_CHECK(!ends_with(path, ".npy"), "save_qkv: ", path,
                " names a single .npy file; pass a .safetensors file, a directory, or a prefix");
   std::error_code ec;
-  const std::string prefix =
-      fs::is_directory(path, ec) ? (fs::path(path) / "").string() : path;
+  const std::string prefix = fs::is_directory(path, ec) ? (fs::path(path) / "").string() : path;
   write_npy(prefix + "q.npy", q);
   write_npy(prefix + "k.npy", k);
   write_npy(prefix + "v.npy", v);

@@ -97,8 +97,8 @@ void check_offsets(std::vector<Entry>& entries, uint64_t data_len, const std::st
   for (const Entry& e : entries) {
     SPATTN_CHECK(e.begin <= e.end, path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ",
                  e.end, "] has begin > end");
-    SPATTN_CHECK(e.end <= data_len, path, ": tensor '", e.name, "': data_offsets [", e.begin,
-                 ", ", e.end, "] out of range: the data section holds only ", data_len, " bytes");
+    SPATTN_CHECK(e.end <= data_len, path, ": tensor '", e.name, "': data_offsets [", e.begin, ", ",
+                 e.end, "] out of range: the data section holds only ", data_len, " bytes");
   }
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
@@ -142,8 +142,10 @@ Header read_header(std::ifstream& in, uint64_t size, const std::string& path) {
     if (name == "__metadata__") {
       if (v.is_object())
         for (const auto& [key, value] : v.items()) {
-          if (value.is_string()) h.metadata[key] = value.get<std::string>();
-          else if (value.is_number_integer()) h.metadata[key] = value.dump();
+          if (value.is_string())
+            h.metadata[key] = value.get<std::string>();
+          else if (value.is_number_integer())
+            h.metadata[key] = value.dump();
         }
       continue;
     }
@@ -225,9 +227,9 @@ IntArray read_safetensors_ints(const std::string& path, const std::string& name)
   const Entry& e = *it;
   const std::string what = path + ": tensor '" + name + "'";
   static const std::map<std::string, IntType> kTypes = {
-      {"I8", {1, true}},  {"U8", {1, false}},  {"BOOL", {1, false}}, {"I16", {2, true}},
-      {"U16", {2, false}}, {"I32", {4, true}}, {"U32", {4, false}},  {"I64", {8, true}},
-      {"U64", {8, false}}};
+      {"I8", {1, true}},   {"U8", {1, false}},  {"BOOL", {1, false}},
+      {"I16", {2, true}},  {"U16", {2, false}}, {"I32", {4, true}},
+      {"U32", {4, false}}, {"I64", {8, true}},  {"U64", {8, false}}};
   const auto t = kTypes.find(e.dtype);
   SPATTN_CHECK(t != kTypes.end(), what, ": dtype '", e.dtype,
                "' is not an integer type (expected I8, U8, I16, U16, I32, U32, I64, U64 or BOOL)");

@@ -35,8 +35,7 @@ double median(std::vector<double> v) {
 }  // namespace
 
 Bf16PathChoice choose_bf16_path(int threads, int64_t dim, int64_t seq, int reps) {
-  SPATTN_CHECK(reps >= 1 && reps <= 100, "bf16 path probe: reps must be in [1, 100], got ",
-               reps);
+  SPATTN_CHECK(reps >= 1 && reps <= 100, "bf16 path probe: reps must be in [1, 100], got ", reps);
   SPATTN_CHECK(seq >= 1 && seq <= (int64_t(1) << 20),
                "bf16 path probe: seq must be in [1, 2^20], got ", seq);
   Bf16PathChoice c;
@@ -52,8 +51,7 @@ Bf16PathChoice choose_bf16_path(int threads, int64_t dim, int64_t seq, int reps)
     opt.bf16_dot = dot;
     const auto t0 = std::chrono::steady_clock::now();
     attention_dense(q, k, v, out, opt, nullptr, nullptr);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-        .count();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   time_ms(true);  // warm-up: first-touch of the scratch, the kernel's code
   time_ms(false);

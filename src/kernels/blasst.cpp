@@ -144,7 +144,7 @@ HWY_EXPORT(BlasstEntry);
 HWY_EXPORT(MarginEntry);
 HWY_EXPORT(PieceEntry);
 HWY_EXPORT(SeedEntry);
-}
+}  // namespace kernels
 
 const char* blasst_order_name(BlasstOrder order) {
   switch (order) {
@@ -172,8 +172,8 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
 }
 
 void attention_blasst_piece(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                            double lambda, float* running_max, const AttnOptions& opt,
-                            float* lse, Stats* stats) {
+                            double lambda, float* running_max, const AttnOptions& opt, float* lse,
+                            Stats* stats) {
   SPATTN_CHECK(running_max, "attention_blasst_piece: running_max is null");
   const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
   // Local-first, the order the seed assumes; nothing to record (Stats counts the tiles).
@@ -193,8 +193,8 @@ void blasst_seed_max(const TensorView& q, const PackedKV& kv, bool diagonal_only
 }
 
 namespace kernels {
-BlasstSetup blasst_setup(const BlasstSkip& skip, int64_t heads, int64_t q_tiles,
-                         int64_t tile_rows, const char* who) {
+BlasstSetup blasst_setup(const BlasstSkip& skip, int64_t heads, int64_t q_tiles, int64_t tile_rows,
+                         const char* who) {
   BlasstSetup s;
   s.threshold = blasst_log2_threshold(skip.lambda, who);
   check_blasst_order(skip.order, who);
@@ -262,7 +262,8 @@ double SkipStats::skipped_fraction() const {
 double SkipStats::head_skipped_fraction(int64_t h) const {
   SPATTN_CHECK(h >= 0 && h < heads, "head ", h, " out of range [0, ", heads, ")");
   int64_t v = 0, s = 0;
-  for (int64_t t = 0; t < q_tiles; ++t) v += visited[size_t(h * q_tiles + t)], s += skipped[size_t(h * q_tiles + t)];
+  for (int64_t t = 0; t < q_tiles; ++t)
+    v += visited[size_t(h * q_tiles + t)], s += skipped[size_t(h * q_tiles + t)];
   return v ? double(s) / double(v) : 0.0;
 }
 

@@ -31,7 +31,7 @@ struct BlasstSkipping : Base {
   struct Observers : Base::Observers {
     static constexpr bool kMaySkip = true;
   };
-  float threshold = kNegInf;  // log2(lambda): tile_max and m are in log2 units
+  float threshold = kNegInf;    // log2(lambda): tile_max and m are in log2 units
   SkipStats* record = nullptr;  // written only at this item's (h, t)
 
   template <class L>
@@ -60,8 +60,8 @@ struct BlasstSetup {
   BlasstOrder order = BlasstOrder::in_order;
   SkipStats* record = nullptr;
 };
-BlasstSetup blasst_setup(const BlasstSkip& skip, int64_t heads, int64_t q_tiles,
-                         int64_t tile_rows, const char* who);
+BlasstSetup blasst_setup(const BlasstSkip& skip, int64_t heads, int64_t q_tiles, int64_t tile_rows,
+                         const char* who);
 // After the call: recorded tile lists ascending, whatever the visiting order.
 void blasst_finish(const BlasstSetup& setup);
 

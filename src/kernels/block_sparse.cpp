@@ -78,8 +78,8 @@ void attention_block_sparse(const TensorView& q, const TensorView& k, const Tens
 }
 
 void attention_block_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                            const BlockMask& mask, const AttnOptions& opt, float* lse,
-                            Stats* stats, const BlasstSkip* skip) {
+                            const BlockMask& mask, const AttnOptions& opt, float* lse, Stats* stats,
+                            const BlasstSkip* skip) {
   const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
   // A BlockMask states causality by index, bottom-right. Over keys in another order (or queries
   // placed elsewhere) the mask is a plain set of packed blocks (causal = false) and the kernel

@@ -74,18 +74,21 @@ HWY_EXPORT(ColumnSumsEntry);
 }  // namespace kernels
 
 void attention_with_column_sums(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                                float* lse, WeightSums& sums, const AttnOptions& opt,
-                                Stats* stats, int64_t diagonal_chunk) {
+                                float* lse, WeightSums& sums, const AttnOptions& opt, Stats* stats,
+                                int64_t diagonal_chunk) {
   SPATTN_CHECK(sums.want_columns && !sums.want_blocks,
                "attention_with_column_sums: computes column sums only (want_columns, not "
                "want_blocks)");
-  SPATTN_CHECK(diagonal_chunk >= 0, "attention_with_column_sums: diagonal_chunk must be >= 0, "
-               "got ", diagonal_chunk);
+  SPATTN_CHECK(diagonal_chunk >= 0,
+               "attention_with_column_sums: diagonal_chunk must be >= 0, "
+               "got ",
+               diagonal_chunk);
   const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
   if (diagonal_chunk > 0)
     SPATTN_CHECK(p.causal && p.pos_offset == 0 && p.kv_len == p.q_len && kv.data().identity,
                  "attention_with_column_sums: diagonal_chunk needs causal self-attention (q at "
-                 "the keys' own positions: ", p.q_len, " rows over ", p.kv_len, " keys)");
+                 "the keys' own positions: ",
+                 p.q_len, " rows over ", p.kv_len, " keys)");
   HWY_DYNAMIC_DISPATCH(kernels::ColumnSumsEntry)(p, diagonal_chunk, &sums, stats);
 }
 

@@ -127,8 +127,10 @@ HWY_INLINE VF SumEach(DF df, const VF* v) {
     for (size_t g = 0; g < kQuads; ++g) {
       const VF* x = v + 4 * g;
       // per block [x0, x1, x0, x1], each lane the sum of two of that vector's lanes
-      const VF a = hn::Add(hn::InterleaveLower(df, x[0], x[1]), hn::InterleaveUpper(df, x[0], x[1]));
-      const VF b = hn::Add(hn::InterleaveLower(df, x[2], x[3]), hn::InterleaveUpper(df, x[2], x[3]));
+      const VF a =
+          hn::Add(hn::InterleaveLower(df, x[0], x[1]), hn::InterleaveUpper(df, x[0], x[1]));
+      const VF b =
+          hn::Add(hn::InterleaveLower(df, x[2], x[3]), hn::InterleaveUpper(df, x[2], x[3]));
       const auto a64 = hn::BitCast(d64, a), b64 = hn::BitCast(d64, b);
       y[g] = hn::Add(hn::BitCast(df, hn::InterleaveLower(d64, a64, b64)),
                      hn::BitCast(df, hn::InterleaveUpper(d64, a64, b64)));
@@ -187,7 +189,8 @@ HWY_INLINE void StoreDots(DF df, VF sums, float* s) {
 template <class E>
 HWY_INLINE void PrefetchKeys(const E* k, int64_t ks, int64_t j, int64_t nv, int64_t d) {
   if (j % 16 != 0) return;
-  for (int64_t i = j; i < std::min(j + 16, nv); ++i) PrefetchRow(k + i * ks, d * int64_t(sizeof(E)));
+  for (int64_t i = j; i < std::min(j + 16, nv); ++i)
+    PrefetchRow(k + i * ks, d * int64_t(sizeof(E)));
 }
 
 template <int RQ, class E>
@@ -208,7 +211,8 @@ HWY_NOINLINE void ScoreRows(const float* HWY_RESTRICT q, int64_t dp, const E* k,
         int64_t c = 0;
         for (; c < full; c += N)
           acc[kk] = hn::MulAdd(hn::Load(df, q + c), Elems<E>::Load(df, kr[kk] + c), acc[kk]);
-        if (c < d) acc[kk] = hn::MulAdd(hn::Load(df, q + c), LoadTail(df, kr[kk] + c, d - c), acc[kk]);
+        if (c < d)
+          acc[kk] = hn::MulAdd(hn::Load(df, q + c), LoadTail(df, kr[kk] + c, d - c), acc[kk]);
       }
     } else {
       for (int64_t c = 0; c < d; c += N) {
@@ -217,7 +221,8 @@ HWY_NOINLINE void ScoreRows(const float* HWY_RESTRICT q, int64_t dp, const E* k,
           kv[kk] = c < full ? Elems<E>::Load(df, kr[kk] + c) : LoadTail(df, kr[kk] + c, d - c);
         for (int r = 0; r < RQ; ++r) {
           const VF qv = hn::Load(df, q + r * dp + c);
-          for (int kk = 0; kk < KG; ++kk) acc[r * KG + kk] = hn::MulAdd(qv, kv[kk], acc[r * KG + kk]);
+          for (int kk = 0; kk < KG; ++kk)
+            acc[r * KG + kk] = hn::MulAdd(qv, kv[kk], acc[r * KG + kk]);
         }
       }
     }
@@ -231,18 +236,18 @@ HWY_NOINLINE void ScoreRows(const float* HWY_RESTRICT q, int64_t dp, const E* k,
 // so pairs run along the head dim, which is how both q and k rows are stored. q is bf16
 // zero-padded to dq (a multiple of 32); the last chunk of a k row is a masked load.
 #define SPATTN_DECODE_BF16_ATTR __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
-SPATTN_DECODE_BF16_ATTR HWY_INLINE __m512 DotBf16(__m512 acc, const uint16_t* q,
-                                                   const uint16_t* k, int64_t c, int64_t d) {
+SPATTN_DECODE_BF16_ATTR HWY_INLINE __m512 DotBf16(__m512 acc, const uint16_t* q, const uint16_t* k,
+                                                  int64_t c, int64_t d) {
   const __mmask32 mask = d - c >= 32 ? ~__mmask32(0) : __mmask32((1u << (d - c)) - 1);
   return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_load_si512(q + c),
                           (__m512bh)_mm512_maskz_loadu_epi16(mask, k + c));
 }
 
 template <int RQ>
-SPATTN_DECODE_BF16_ATTR HWY_NOINLINE void ScoreRowsBf16(const uint16_t* HWY_RESTRICT q,
-                                                         int64_t dq, const uint16_t* k,
-                                                         int64_t ks, int64_t nv, int64_t d,
-                                                         float* HWY_RESTRICT s, bool prefetch) {
+SPATTN_DECODE_BF16_ATTR HWY_NOINLINE void ScoreRowsBf16(const uint16_t* HWY_RESTRICT q, int64_t dq,
+                                                        const uint16_t* k, int64_t ks, int64_t nv,
+                                                        int64_t d, float* HWY_RESTRICT s,
+                                                        bool prefetch) {
   constexpr int KG = 16 / RQ;
   const DF df;
   for (int64_t j = 0; j < nv; j += KG) {
@@ -311,8 +316,8 @@ HWY_INLINE void LoadPairTail(DF df, const E* p, int64_t n, VF& a, VF& b) {
 // O[r][c0 .. c0 + 2 CP kLanes) += sum_{j < nk} P[r][j] V[j][...] for RQ rows (f32
 // arithmetic). kTail: the strip is the last, partial pair of the row (CP == 1).
 template <int RQ, int CP, bool kTail, class E>
-HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, int64_t nk, const E* v, int64_t vs,
-                        int64_t c0, int64_t d, float* HWY_RESTRICT o, int64_t dp) {
+HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, int64_t nk, const E* v, int64_t vs, int64_t c0,
+                        int64_t d, float* HWY_RESTRICT o, int64_t dp) {
   const DF df;
   const int64_t N = int64_t(kLanes);
   VF acc[RQ][2 * CP];
@@ -322,8 +327,10 @@ HWY_INLINE void PVStrip(const float* HWY_RESTRICT p, int64_t nk, const E* v, int
     const E* row = v + j * vs + c0;
     VF b[2 * CP];
     for (int c = 0; c < CP; ++c) {
-      if constexpr (kTail) LoadPairTail(df, row, d - c0, b[0], b[1]);
-      else LoadPair(df, row + 2 * c * N, b[2 * c], b[2 * c + 1]);
+      if constexpr (kTail)
+        LoadPairTail(df, row, d - c0, b[0], b[1]);
+      else
+        LoadPair(df, row + 2 * c * N, b[2 * c], b[2 * c + 1]);
     }
     for (int r = 0; r < RQ; ++r) {
       const VF a = hn::Set(df, p[r * kTileKeys + j]);
@@ -339,14 +346,16 @@ template <int RQ, int K, class E>
 HWY_INLINE void PVRemainder(int64_t rem, const float* p, int64_t nk, const E* v, int64_t vs,
                             int64_t c0, int64_t d, float* o, int64_t dp) {
   if constexpr (K > 0) {
-    if (rem == K) PVStrip<RQ, K, false>(p, nk, v, vs, c0, d, o, dp);
-    else PVRemainder<RQ, K - 1>(rem, p, nk, v, vs, c0, d, o, dp);
+    if (rem == K)
+      PVStrip<RQ, K, false>(p, nk, v, vs, c0, d, o, dp);
+    else
+      PVRemainder<RQ, K - 1>(rem, p, nk, v, vs, c0, d, o, dp);
   }
 }
 
 template <int RQ, class E>
-HWY_NOINLINE void PVRows(const float* p, int64_t nk, const E* v, int64_t vs, int64_t d,
-                         float* o, int64_t dp) {
+HWY_NOINLINE void PVRows(const float* p, int64_t nk, const E* v, int64_t vs, int64_t d, float* o,
+                         int64_t dp) {
   constexpr int CP = std::max(1, std::min(4, kAccRegs / (2 * RQ)));  // <= 8 vectors of O
   const int64_t W = 2 * int64_t(kLanes);
   const int64_t whole = d / W;
@@ -406,9 +415,9 @@ struct alignas(64) ItemSkips {
 };
 
 struct Plan {
-  int64_t rows = 0;        // group * q_len: the rows that share one kv head
+  int64_t rows = 0;  // group * q_len: the rows that share one kv head
   int64_t chunks = 1, chunk_heads = 0, chunk_rows = 0;  // chunk_rows = chunk_heads * q_len
-  int64_t tiles = 0;       // 64-key blocks of the cache
+  int64_t tiles = 0;                                    // 64-key blocks of the cache
   int64_t splits = 1, split_tiles = 0;
   int64_t batch = 1;
   bool may_skip = false;
@@ -439,11 +448,16 @@ struct Scratch {
   explicit Scratch(const Plan& pl) {
     const int64_t R = pl.chunk_rows;
     const auto up = [](int64_t floats) { return RoundUp(floats, 16); };  // 64-byte pieces
-    const int64_t sizes[] = {up(R * pl.dp),            up(pl.batch * R * kTileKeys),
-                             up(pl.batch * R),         up(R * pl.dp),
-                             up(R),                    up(R),
-                             up(R),                    up(R),
-                             up(kTileKeys * pl.dp),    up((R * pl.dq + 1) / 2)};
+    const int64_t sizes[] = {up(R * pl.dp),
+                             up(pl.batch * R * kTileKeys),
+                             up(pl.batch * R),
+                             up(R * pl.dp),
+                             up(R),
+                             up(R),
+                             up(R),
+                             up(R),
+                             up(kTileKeys * pl.dp),
+                             up((R * pl.dq + 1) / 2)};
     int64_t total = 0;
     for (int64_t x : sizes) total += x;
     buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(total) * 4)));
@@ -503,7 +517,8 @@ void ScoreBlock(const Scratch& sc, const Plan& pl, int64_t n, const E* k, int64_
       r += 2;
       prefetch = false;
     }
-    if (r < n) ScoreRowsBf16<1>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys, prefetch);
+    if (r < n)
+      ScoreRowsBf16<1>(sc.qb + r * pl.dq, pl.dq, kb, ks, nv, d, s + r * kTileKeys, prefetch);
     return;
   }
 #endif
@@ -601,8 +616,10 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
   const int64_t min_limit = LoadRows<kDot>(p, pl, kvh, r0, n, sc);
   std::fill(sc.o, sc.o + n * dp, 0.0f);
   std::fill(sc.l, sc.l + n, 0.0f);
-  if (pl.local_first) std::copy_n(pl.seed.data() + unit * pl.chunk_rows, n, sc.m);
-  else std::fill(sc.m, sc.m + n, kNegInf);
+  if (pl.local_first)
+    std::copy_n(pl.seed.data() + unit * pl.chunk_rows, n, sc.m);
+  else
+    std::fill(sc.m, sc.m + n, kNegInf);
 
   const Rows<E, kStaged> K(p.k, kvh), V(p.v, kvh);
   const int64_t t0 = split * pl.split_tiles, t1 = std::min(pl.tiles, t0 + pl.split_tiles);
@@ -629,9 +646,8 @@ void RunItem(const Problem& p, Plan& pl, int64_t item, Scratch& sc, Stats& st) {
       ScoreBlock<E, kDot>(sc, pl, n, kb, ks, nv, d, s, /*prefetch=*/!kStaged);
       // Only the blocks at the end hold keys some row may not see (bottom-right causal) or
       // keys past the cache.
-      sc.kept[b] = j0 + kTileKeys <= min_limit
-                       ? n * kTileKeys
-                       : MaskTile(s, n, sc.pos, p.causal, j0, 0, p.kv_len);
+      sc.kept[b] = j0 + kTileKeys <= min_limit ? n * kTileKeys
+                                               : MaskTile(s, n, sc.pos, p.causal, j0, 0, p.kv_len);
       RowMax(s, n, pl.c, sc.bmax + b * n);
     }
     // 2. The running max over the batch; O and l rescaled once.
@@ -703,8 +719,8 @@ inline void CollectSkips(const Problem& p, const Plan& pl, SkipStats& skip) {
       skip.visited[size_t(h)] += it.visited;
       skip.skipped[size_t(h)] += it.skipped;
       if (skip.record_tiles)
-        skip.skipped_tiles[size_t(h)].insert(skip.skipped_tiles[size_t(h)].end(),
-                                             it.blocks.begin(), it.blocks.end());
+        skip.skipped_tiles[size_t(h)].insert(skip.skipped_tiles[size_t(h)].end(), it.blocks.begin(),
+                                             it.blocks.end());
     }
   }
 }
@@ -721,7 +737,8 @@ void RunDecodeAs(const Problem& p, Plan& pl, Stats* stats, SkipStats* skip) {
     // (parallel_for starts its own each call) cost more than it saves at decode's sizes.
     const int64_t units = p.k.heads * pl.chunks;
     pl.seed.assign(size_t(units * pl.chunk_rows), kNegInf);
-    for (int64_t unit = 0; unit < units; ++unit) SeedUnit<E, kStaged, kDot>(p, pl, unit, *scratch[0]);
+    for (int64_t unit = 0; unit < units; ++unit)
+      SeedUnit<E, kStaged, kDot>(p, pl, unit, *scratch[0]);
   }
   parallel_for(items, threads, [&](int64_t item, int tid) {
     RunItem<E, kStaged, kDot>(p, pl, item, *scratch[size_t(tid)], part[size_t(tid)]);

@@ -42,8 +42,7 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
   // The prefill layout (attention_blasst) with one query tile: tile_rows 64 > Lq, so
   // blasst_coverage maps every row to tile 0.
   if (skip) skip->reset(q.heads, 1);
-  HWY_DYNAMIC_DISPATCH(kernels::DecodeEntry)(p, log2_lambda, dopt.batch, dopt.order, stats,
-                                             skip);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodeEntry)(p, log2_lambda, dopt.batch, dopt.order, stats, skip);
 }
 
 }  // namespace spattn

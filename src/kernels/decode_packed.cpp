@@ -178,11 +178,11 @@ namespace spattn {
 namespace kernels {
 HWY_EXPORT(DecodePackedEntry);
 HWY_EXPORT(DecodeRangesEntry);
-}
+}  // namespace kernels
 
 void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                      const AttnOptions& opt, const DecodeOptions& dopt, float* lse,
-                      Stats* stats, SkipStats* skip) {
+                      const AttnOptions& opt, const DecodeOptions& dopt, float* lse, Stats* stats,
+                      SkipStats* skip) {
   SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
                kMaxDecodeQueries, "], got ", q.seq);
   // Decode of one query per q head that sees every key (the newest token's, as a model runner
@@ -211,13 +211,15 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
     all.q_start = -1;
     SkipStats per_group;
     per_group.record_tiles = skip && skip->record_tiles;
-    attention_decode(grouped(q), kv, grouped(out), all, dopt, lse, stats, skip ? &per_group : nullptr);
+    attention_decode(grouped(q), kv, grouped(out), all, dopt, lse, stats,
+                     skip ? &per_group : nullptr);
     if (skip) {  // per q head, as the ungrouped call records it: each its group's tiles
       skip->reset(q.heads, 1);
       for (int64_t h = 0; h < q.heads; ++h) {
         skip->visited[size_t(h)] = per_group.visited[size_t(h / group)];
         skip->skipped[size_t(h)] = per_group.skipped[size_t(h / group)];
-        if (skip->record_tiles) skip->skipped_tiles[size_t(h)] = per_group.skipped_tiles[size_t(h / group)];
+        if (skip->record_tiles)
+          skip->skipped_tiles[size_t(h)] = per_group.skipped_tiles[size_t(h / group)];
       }
     }
     return;
@@ -246,8 +248,8 @@ void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView&
   SkipStats per_split;
   per_split.record_tiles = skip && skip->record_tiles;
   if (skip) per_split.reset(hq, splits);
-  HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)(p, splits, log2_lambda, order,
-                                                   skip ? &per_split : nullptr, stats);
+  HWY_DYNAMIC_DISPATCH(kernels::DecodePackedEntry)
+  (p, splits, log2_lambda, order, skip ? &per_split : nullptr, stats);
   if (!direct) {  // exact merge of each row's chunks, in chunk order
     std::vector<float> o(static_cast<size_t>(d));
     const TensorView pv = part;

@@ -47,7 +47,8 @@ void attention_dense_observed(const TensorView& q, const TensorView& k, const Te
 
 void attention_dense(const TensorView& q, const PackedKV& kv, const TensorView& out,
                      const AttnOptions& opt, float* lse, Stats* stats) {
-  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse, /*takes_window=*/true);
+  const kernels::Problem p =
+      kernels::make_problem(q, kv.data(), out, opt, lse, /*takes_window=*/true);
   HWY_DYNAMIC_DISPATCH(kernels::DenseEntry)(p, stats);
 }
 

@@ -82,11 +82,10 @@ void AttnState::reset(int64_t h, int64_t r, int64_t d) {
 void attention_dense_continue(const TensorView& q, const PackedKV& kv, KeyRange keys,
                               AttnState& state, const AttnOptions& opt, Stats* stats) {
   SPATTN_CHECK(state.heads == q.heads && state.rows == q.seq && state.dim == q.dim &&
-                   state.m.size() == size_t(q.heads * q.seq) &&
-                   state.l.size() == state.m.size() &&
+                   state.m.size() == size_t(q.heads * q.seq) && state.l.size() == state.m.size() &&
                    state.o.size() == state.m.size() * size_t(q.dim),
-               "attention_dense_continue: the state holds ", state.heads, " x ", state.rows,
-               " x ", state.dim, " rows, q is ", q.shape_str());
+               "attention_dense_continue: the state holds ", state.heads, " x ", state.rows, " x ",
+               state.dim, " rows, q is ", q.shape_str());
   SPATTN_CHECK(keys.begin >= 0 && keys.begin <= keys.end && keys.end <= kv.size(),
                "attention_dense_continue: keys [", keys.begin, ", ", keys.end,
                ") outside the PackedKV's [0, ", kv.size(), ")");
@@ -99,8 +98,8 @@ void attention_dense_continue(const TensorView& q, const PackedKV& kv, KeyRange 
 
 void attention_state_finish(const AttnState& state, const TensorView& out, float* lse) {
   SPATTN_CHECK(out.heads == state.heads && out.seq == state.rows && out.dim == state.dim,
-               "attention_state_finish: out ", out.shape_str(), " against a state of ",
-               state.heads, " x ", state.rows, " x ", state.dim);
+               "attention_state_finish: out ", out.shape_str(), " against a state of ", state.heads,
+               " x ", state.rows, " x ", state.dim);
   for (int64_t h = 0; h < state.heads; ++h)
     for (int64_t r = 0; r < state.rows; ++r) {
       const size_t at = size_t(h * state.rows + r);

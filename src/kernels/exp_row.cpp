@@ -29,8 +29,9 @@ double ExpRowF64(const float* x, int64_t n, double m, double* e, double scale) {
     float xt[HWY_MAX_BYTES / sizeof(double)] = {};
     double et[HWY_MAX_BYTES / sizeof(double)];
     std::copy(x + j, x + n, xt);
-    const auto v = hn::IfThenElseZero(hn::FirstN(dd, size_t(n - j)),
-                                      hn::Exp(dd, hn::Mul(vs, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, xt)), vm))));
+    const auto v = hn::IfThenElseZero(
+        hn::FirstN(dd, size_t(n - j)),
+        hn::Exp(dd, hn::Mul(vs, hn::Sub(hn::PromoteTo(dd, hn::LoadU(df, xt)), vm))));
     hn::StoreU(v, dd, et);
     sum = hn::Add(sum, v);
     std::copy(et, et + (n - j), e + j);

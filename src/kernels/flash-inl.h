@@ -77,7 +77,9 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
   // together. The order is fixed, and each item is computed by one thread, so the output does
   // not depend on scheduling.
   const int64_t tiles = pol.num_tiles(p);
-  struct Item { int64_t h, t, cost; };
+  struct Item {
+    int64_t h, t, cost;
+  };
   std::vector<Item> items;
   items.reserve(size_t(tiles * p.q.heads));
   std::vector<int64_t> rows(kMaxTileRows), out_rows(kMaxTileRows);
@@ -92,7 +94,8 @@ void RunFlashOps(const Problem& p, Policy& pol, const PackedKVData& packed, Stat
     return ka != kb ? ka < kb : a.cost > b.cost;
   });
 
-  const int threads = int(std::min<int64_t>(p.threads, std::max<int64_t>(1, int64_t(items.size()))));
+  const int threads =
+      int(std::min<int64_t>(p.threads, std::max<int64_t>(1, int64_t(items.size()))));
   std::vector<std::unique_ptr<Scratch<Ops>>> scratch;
   std::vector<Stats> part(static_cast<size_t>(threads));
   std::vector<typename Policy::Local> locals(static_cast<size_t>(threads));

@@ -110,8 +110,8 @@ struct Bf16DotOps {
       tile[(c / 2) * kTileKeys * 2 + jj * 2 + 1] = row[c + 1];
     }
   }
-  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d,
-                       int64_t dp, T* tile, float* row_buf) {
+  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d, int64_t dp,
+                       T* tile, float* row_buf) {
     T* row = reinterpret_cast<T*>(row_buf);
     LoadRowBf16(v, h, s, d, row);
     T* pair = tile + (jj / 2) * dp * 2 + (jj & 1);
@@ -215,12 +215,13 @@ struct Bf16DotOps {
   SPATTN_BF16_ATTR static HWY_INLINE void ScoreRows(const T* q, int64_t npad, int64_t d,
                                                     const LoadK& load, float* s) {
     int64_t r0 = 0;
-    for (; r0 < WideRows(npad); r0 += kRWide) ScoreStrip<kRWide>(q + r0 * d, d, load, s + r0 * kTileKeys);
+    for (; r0 < WideRows(npad); r0 += kRWide)
+      ScoreStrip<kRWide>(q + r0 * d, d, load, s + r0 * kTileKeys);
     for (; r0 < npad; r0 += kR) ScoreStrip<kR>(q + r0 * d, d, load, s + r0 * kTileKeys);
   }
 
-  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt,
-                                                   int64_t d, float* s) {
+  SPATTN_BF16_ATTR static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d,
+                                                   float* s) {
     ScoreRows(q, npad, d, AlignedK{kt}, s);
   }
   // sj even: V pairs keys, and a shifted tile keeps whole pairs.

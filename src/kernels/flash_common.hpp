@@ -48,7 +48,7 @@ struct Problem {
   TensorView q, k, v, out;
   float* lse = nullptr;  // [Hq, Lq] natural log, or null
   bool causal = true;
-  float scale = 0;       // softmax scale (resolved, > 0)
+  float scale = 0;  // softmax scale (resolved, > 0)
   int threads = 1;
   bool bf16_dot = true;  // AttnOptions::bf16_dot: for a call that packs its own K/V
   int64_t group = 1;     // q heads per kv head
@@ -81,20 +81,20 @@ void check_scale_and_threads(const AttnOptions& opt);
 // positions, which the causal mask compares with row_pos.
 struct TileView {
   int64_t h = 0, t = 0;
-  int64_t n = 0;                      // query rows of the tile
-  const int64_t* q_rows = nullptr;    // their rows in q
-  const int64_t* out_rows = nullptr;  // the output rows they fill
-  const int64_t* row_pos = nullptr;   // their absolute positions
-  int64_t key_tile = -1;              // packed 64-key tile, or -1 for a gathered tile
-  int64_t n_keys = 0;                 // keys in the tile (columns past n_keys are padding)
-  const int64_t* gathered = nullptr;  // gathered tiles: the packed index of each column
-  const int64_t* positions = nullptr; // original position of each packed index; null: identity
-  int64_t entries = 0;                // unmasked (row, key) entries
-  const float* tile_max = nullptr;    // per row, max scaled score x = S c (log2 units)
-  const float* m = nullptr;           // running max per row: before the tile in skip(), after in observe()
-  const float* l = nullptr;           // observe(): running sum per row after the tile
-  const float* p = nullptr;           // observe(): P = 2^(x - m), [n][kTileKeys], 0 where masked
-  const float* lse = nullptr;         // observe(): per-row natural-log LSE over this tile's keys
+  int64_t n = 0;                       // query rows of the tile
+  const int64_t* q_rows = nullptr;     // their rows in q
+  const int64_t* out_rows = nullptr;   // the output rows they fill
+  const int64_t* row_pos = nullptr;    // their absolute positions
+  int64_t key_tile = -1;               // packed 64-key tile, or -1 for a gathered tile
+  int64_t n_keys = 0;                  // keys in the tile (columns past n_keys are padding)
+  const int64_t* gathered = nullptr;   // gathered tiles: the packed index of each column
+  const int64_t* positions = nullptr;  // original position of each packed index; null: identity
+  int64_t entries = 0;                 // unmasked (row, key) entries
+  const float* tile_max = nullptr;     // per row, max scaled score x = S c (log2 units)
+  const float* m = nullptr;    // running max per row: before the tile in skip(), after in observe()
+  const float* l = nullptr;    // observe(): running sum per row after the tile
+  const float* p = nullptr;    // observe(): P = 2^(x - m), [n][kTileKeys], 0 where masked
+  const float* lse = nullptr;  // observe(): per-row natural-log LSE over this tile's keys
 
   int64_t key(int64_t jj) const { return gathered ? gathered[jj] : key_tile * kTileKeys + jj; }
   int64_t key_position(int64_t jj) const { return positions ? positions[key(jj)] : key(jj); }
@@ -191,8 +191,8 @@ struct DensePolicy {
   // after the last tile, to keep for the next call.
   void load_state(const Problem&, const TileView& /*rows*/, float* /*o*/, float* /*m*/,
                   float* /*l*/, int64_t /*dp*/) const {}
-  void store_state(const Problem&, const TileView& /*rows*/, const float* /*o*/,
-                   const float* /*m*/, const float* /*l*/, int64_t /*dp*/) const {}
+  void store_state(const Problem&, const TileView& /*rows*/, const float* /*o*/, const float* /*m*/,
+                   const float* /*l*/, int64_t /*dp*/) const {}
   // Scheduling weight of (h, t): the keys it may see. Items run longest first.
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
     return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
@@ -200,7 +200,9 @@ struct DensePolicy {
   // After a tile's scores are known (kMaySkip): true drops it (no exp, no P.V). The defaults
   // take any Local, so a derived policy may bring its own.
   template <class L>
-  bool skip(L&, const TileView&) const { return false; }
+  bool skip(L&, const TileView&) const {
+    return false;
+  }
   // After a tile's P.V (kObserve): P, m, l and the tile's per-row LSE.
   template <class L>
   void observe(L&, const TileView&) const {}
@@ -213,7 +215,9 @@ struct DensePolicy {
   // that stay the policy's (an observer that keeps P then copies nothing). Called once per
   // tile, right before its scores; the loop's own buffer is used otherwise.
   template <class L>
-  float* p_buffer(L&, int64_t /*npad*/) const { return nullptr; }
+  float* p_buffer(L&, int64_t /*npad*/) const {
+    return nullptr;
+  }
   // Once after the run (kReduce): every thread's Local, in thread order.
   template <class L>
   void reduce(std::vector<L>&) {}
@@ -243,19 +247,19 @@ concept FlashPolicy = requires(const P& pol, P& mpol, const Problem& p, int64_t*
   { pol.tile_rows } -> std::convertible_to<int64_t>;
   { pol.num_tiles(p) } -> std::same_as<int64_t>;
   { pol.rows(p, int64_t{}, rows, rows) } -> std::same_as<int64_t>;
-  { pol.key_ranges(p, int64_t{}, int64_t{}, int64_t{}, ranges) };
-  { pol.key_columns(p, int64_t{}, int64_t{}, int64_t{}, cols) };
-  { pol.head_columns(p, int64_t{}, cols) };
+  {pol.key_ranges(p, int64_t{}, int64_t{}, int64_t{}, ranges)};
+  {pol.key_columns(p, int64_t{}, int64_t{}, int64_t{}, cols)};
+  {pol.head_columns(p, int64_t{}, cols)};
   { pol.cost(p, int64_t{}, int64_t{}, int64_t{}) } -> std::same_as<int64_t>;
   { pol.skip(local, tile) } -> std::same_as<bool>;
-  { pol.observe(local, tile) };
-  { pol.finish(local, tile, m) };
+  {pol.observe(local, tile)};
+  {pol.finish(local, tile, m)};
   { pol.p_buffer(local, int64_t{}) } -> std::same_as<float*>;
-  { pol.visit_order(p, tile, visits) };
-  { pol.seed_max(p, tile, m) };
-  { pol.load_state(p, tile, m, m, m, int64_t{}) };
-  { pol.store_state(p, tile, m, m, m, int64_t{}) };
-  { mpol.reduce(locals) };
+  {pol.visit_order(p, tile, visits)};
+  {pol.seed_max(p, tile, m)};
+  {pol.load_state(p, tile, m, m, m, int64_t{})};
+  {pol.store_state(p, tile, m, m, m, int64_t{})};
+  {mpol.reduce(locals)};
 };
 
 // A policy plus a BlockLseObserver (per-(row, packed key tile) log-sum-exp), for the public
@@ -403,11 +407,14 @@ inline void NormalizeRanges(std::vector<KeyRange>& r, int64_t limit) {
   }
   r.erase(std::remove_if(r.begin(), r.end(), [](const KeyRange& x) { return x.end <= x.begin; }),
           r.end());
-  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  std::sort(r.begin(), r.end(),
+            [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
   size_t w = 0;
   for (size_t i = 0; i < r.size(); ++i) {
-    if (w > 0 && r[i].begin <= r[w - 1].end) r[w - 1].end = std::max(r[w - 1].end, r[i].end);
-    else r[w++] = r[i];
+    if (w > 0 && r[i].begin <= r[w - 1].end)
+      r[w - 1].end = std::max(r[w - 1].end, r[i].end);
+    else
+      r[w++] = r[i];
   }
   r.resize(w);
 }
@@ -435,7 +442,6 @@ void add_kernel_stats(const Problem& p, const std::vector<Stats>& parts, Stats* 
 void store_row(const TensorView& out, int64_t h, int64_t row, const float* src, int64_t dim,
                float scale);
 
-
 // Whether the bf16 dot-product path can run here: the CPU has AVX512_BF16 and no test has
 // hidden it. Which path a call takes is its own choice (AttnOptions::bf16_dot, PackedKV's
 // format); nothing in the library changes this.
@@ -456,7 +462,6 @@ struct Bf16PathChoice {
 // the widened path (AttnOptions::bf16_dot true and false), one warm-up each and then `reps`
 // runs round-robin (dot, widen, dot, ...), and returns the faster by median. It sets nothing:
 // the caller passes the choice on in its own options. About 2 (reps + 1) dense calls.
-Bf16PathChoice choose_bf16_path(int threads, int64_t dim = 128, int64_t seq = 2048,
-                                int reps = 5);
+Bf16PathChoice choose_bf16_path(int threads, int64_t dim = 128, int64_t seq = 2048, int reps = 5);
 
 }  // namespace spattn::kernels

@@ -35,8 +35,8 @@ struct F32Ops {
     LoadRowF32(k, h, s, d, row_buf);
     for (int64_t c = 0; c < d; ++c) tile[c * kTileKeys + jj] = row_buf[c];
   }
-  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d,
-                       int64_t dp, T* tile, float*) {
+  static void PackKeyV(const TensorView& v, int64_t h, int64_t s, int64_t jj, int64_t d, int64_t dp,
+                       T* tile, float*) {
     LoadRowF32(v, h, s, d, tile + jj * dp);
     std::fill(tile + jj * dp + d, tile + (jj + 1) * dp, 0.0f);
   }
@@ -50,7 +50,8 @@ struct F32Ops {
   // Copies n consecutive slots sj.. of packed tiles into slots dj.. of others (a key range
   // shifted off the 64-key grid): row copies, not per-key scatters.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
-    for (int64_t c = 0; c < d; ++c) CopyWords(src + c * kTileKeys + sj, dst + c * kTileKeys + dj, n);
+    for (int64_t c = 0; c < d; ++c)
+      CopyWords(src + c * kTileKeys + sj, dst + c * kTileKeys + dj, n);
   }
   static void CopyKeysV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(n * dp) * sizeof(T));
@@ -63,7 +64,8 @@ struct F32Ops {
   // Zeroes slots [from, 64) of a K tile and a V tile (a partly filled gathered tile: its
   // scores there are masked, and P = 0 times a zero V adds nothing).
   static void ZeroKeys(T* kt, T* vt, int64_t from, int64_t d, int64_t dp) {
-    for (int64_t c = 0; c < d; ++c) std::fill(kt + c * kTileKeys + from, kt + (c + 1) * kTileKeys, 0.0f);
+    for (int64_t c = 0; c < d; ++c)
+      std::fill(kt + c * kTileKeys + from, kt + (c + 1) * kTileKeys, 0.0f);
     std::fill(vt + from * dp, vt + kTileKeys * dp, 0.0f);
   }
 
@@ -93,8 +95,7 @@ struct F32Ops {
 
   // S[npad][64] = Q K^T (unscaled) over the K vectors kvec gives (ScoreStripOf).
   template <class KVec>
-  static HWY_INLINE void ScoresOf(const T* q, int64_t npad, int64_t d, const KVec& kvec,
-                                  float* s) {
+  static HWY_INLINE void ScoresOf(const T* q, int64_t npad, int64_t d, const KVec& kvec, float* s) {
     const int64_t N = int64_t(hn::Lanes(DF()));
     constexpr int64_t kChunk = kCV;
     static_assert(kTileKeys % 16 == 0);
@@ -105,8 +106,10 @@ struct F32Ops {
         for (; r0 < WideRows(npad); r0 += kRWide)
           ScoreStripOf<kRWide, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
       for (; r0 < npad; r0 += kR) {
-        if (vecs == kCV) ScoreStripOf<kR, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
-        else ScoreStripOf<kR, 1>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
+        if (vecs == kCV)
+          ScoreStripOf<kR, kCV>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
+        else
+          ScoreStripOf<kR, 1>(q + r0 * d, d, kvec, col0, s + r0 * kTileKeys);
       }
     }
   }
@@ -116,8 +119,8 @@ struct F32Ops {
   static HWY_NOINLINE void Scores(const T* q, int64_t npad, const T* kt, int64_t d, float* s) {
     const DF df;
     ScoresOf(
-        q, npad, d,
-        [&](int64_t k, int64_t col) { return hn::Load(df, kt + k * kTileKeys + col); }, s);
+        q, npad, d, [&](int64_t k, int64_t col) { return hn::Load(df, kt + k * kTileKeys + col); },
+        s);
   }
 
   // A shifted tile: packed keys sj, sj + 1, ... of tile kt and, past its end, of the tile after
@@ -128,9 +131,8 @@ struct F32Ops {
   // strip (kBlendLast), so only one vector per strip pays a second load. Every entry is the
   // same dot product, summed in the same order, as in the keys' own tiles.
   template <int R, int CV, bool kBlendLast>
-  static HWY_INLINE void ScoreStripShifted(const T* HWY_RESTRICT q, int64_t d,
-                                           const T* const* src, const T* hi,
-                                           hn::Mask<DF> lo, const int64_t* col,
+  static HWY_INLINE void ScoreStripShifted(const T* HWY_RESTRICT q, int64_t d, const T* const* src,
+                                           const T* hi, hn::Mask<DF> lo, const int64_t* col,
                                            float* HWY_RESTRICT s) {
     const DF df;
     VF acc[R][CV];
@@ -165,9 +167,12 @@ struct F32Ops {
     int64_t nv = 0, cut = -1;
     for (int64_t v = 0; v < vecs; ++v) {
       const int64_t o = sj + v * N;
-      if (o + N <= kTileKeys) src[nv] = kt + o, col[nv++] = v * N;
-      else if (o >= kTileKeys) src[nv] = next + (o - kTileKeys), col[nv++] = v * N;
-      else cut = v;
+      if (o + N <= kTileKeys)
+        src[nv] = kt + o, col[nv++] = v * N;
+      else if (o >= kTileKeys)
+        src[nv] = next + (o - kTileKeys), col[nv++] = v * N;
+      else
+        cut = v;
     }
     const T* hi = nullptr;
     auto lo = hn::FirstN(df, 0);
@@ -181,12 +186,20 @@ struct F32Ops {
       const bool blend = cut >= 0 && g + kCV >= nv;
       int64_t r0 = 0;
       for (; r0 < WideRows(npad); r0 += kRWide) {
-        if (blend) ScoreStripShifted<kRWide, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
-        else ScoreStripShifted<kRWide, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+        if (blend)
+          ScoreStripShifted<kRWide, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g,
+                                               s + r0 * kTileKeys);
+        else
+          ScoreStripShifted<kRWide, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g,
+                                                s + r0 * kTileKeys);
       }
       for (; r0 < npad; r0 += kR) {
-        if (blend) ScoreStripShifted<kR, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
-        else ScoreStripShifted<kR, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g, s + r0 * kTileKeys);
+        if (blend)
+          ScoreStripShifted<kR, kCV, true>(q + r0 * d, d, src + g, hi, lo, col + g,
+                                           s + r0 * kTileKeys);
+        else
+          ScoreStripShifted<kR, kCV, false>(q + r0 * d, d, src + g, hi, lo, col + g,
+                                            s + r0 * kTileKeys);
       }
     }
   }
@@ -244,10 +257,10 @@ struct F32Ops {
   static HWY_NOINLINE void PV(const float* p, int64_t npad, const T* vt, int64_t dp,
                               const float* alpha, float* o) {
     const DF df;
-    PVOf(p, npad, [&](int64_t j, int64_t col) { return hn::Load(df, vt + j * dp + col); }, dp,
-         alpha, o);
+    PVOf(
+        p, npad, [&](int64_t j, int64_t col) { return hn::Load(df, vt + j * dp + col); }, dp, alpha,
+        o);
   }
-
 };
 
 }  // namespace spattn::kernels::HWY_NAMESPACE

@@ -19,8 +19,10 @@ namespace spattn::kernels::HWY_NAMESPACE {
 template <KVType kT>
 inline uint16_t RoundStored(float x) {
   static_assert(traits(kT).value_bytes() == 2);
-  if constexpr (traits(kT).widening == Widening::half) return f32_to_f16(x);
-  else return f32_to_bf16(x);  // Widening::upper_half
+  if constexpr (traits(kT).widening == Widening::half)
+    return f32_to_f16(x);
+  else
+    return f32_to_bf16(x);  // Widening::upper_half
 }
 
 // Slot jj of a K tile stored in 16 bits (groups of 16 keys, stored_k_index) from an f32 row.
@@ -56,8 +58,7 @@ inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* ro
 
 // Slot jj of a V tile stored in 16 bits ([64][dp]), its padding [d, dp) zero.
 template <KVType kT>
-inline void StoreKeyV16(unsigned char* tile, int64_t jj, const float* row, int64_t d,
-                        int64_t dp) {
+inline void StoreKeyV16(unsigned char* tile, int64_t jj, const float* row, int64_t d, int64_t dp) {
   uint16_t* h = reinterpret_cast<uint16_t*>(tile) + jj * dp;
   for (int64_t c = 0; c < d; ++c) h[c] = RoundStored<kT>(row[c]);
   std::fill(h + d, h + dp, uint16_t(0));
@@ -87,8 +88,8 @@ inline void StoreKeyV(KVType t, unsigned char* tile, int64_t jj, const float* ro
 // 0.. when null) become packed keys first, first + 1, ... Items are (kv head, tile), so each
 // tile is written by one thread; slots outside the range keep their bytes.
 template <class Ops>
-void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v,
-               const int64_t* src_rows, int64_t first, int64_t n, int threads) {
+void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v, const int64_t* src_rows,
+               int64_t first, int64_t n, int threads) {
   using T = typename Ops::T;
   if (n <= 0) return;
   const int64_t t0 = first / kTileKeys, t1 = (first + n - 1) / kTileKeys + 1;

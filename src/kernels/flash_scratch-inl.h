@@ -55,12 +55,18 @@ struct Scratch {
     f += gkf;
     gv = reinterpret_cast<T*>(f);
     f += gvf;
-    s = s_own = f; f += R * kTileKeys;
-    o = f; f += R * dp;
-    m = f; f += R;
-    l = f; f += R;
-    alpha = f; f += R;
-    tile_max = f; f += R;
+    s = s_own = f;
+    f += R * kTileKeys;
+    o = f;
+    f += R * dp;
+    m = f;
+    f += R;
+    l = f;
+    f += R;
+    alpha = f;
+    f += R;
+    tile_max = f;
+    f += R;
     block_lse = f;
   }
 };
@@ -100,7 +106,8 @@ struct KVTiles {
   // Slots [sj, sj + n) of tile t of head kvh into slots dj.. of the gathered tiles. Stored in
   // another type, only those slots are widened: a 16-key page would otherwise widen its whole
   // tile of 64 keys to keep a quarter of it.
-  void copy_keys(int64_t kvh, int64_t t, int64_t sj, int64_t n, Scratch<Ops>& sc, int64_t dj) const {
+  void copy_keys(int64_t kvh, int64_t t, int64_t sj, int64_t n, Scratch<Ops>& sc,
+                 int64_t dj) const {
     if constexpr (std::is_same_v<T, float>)
       if (kv.widened()) {
         WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, n, kv.dim, sc.gk, dj);

@@ -37,7 +37,8 @@ inline void RowMax(const float* s, int64_t n, float c, float* tile_max) {
   const int64_t N = int64_t(hn::Lanes(df));
   for (int64_t r = 0; r < n; ++r) {
     VF mx = hn::Set(df, kNegInf);
-    for (int64_t j = 0; j < kTileKeys; j += N) mx = hn::Max(mx, hn::Load(df, s + r * kTileKeys + j));
+    for (int64_t j = 0; j < kTileKeys; j += N)
+      mx = hn::Max(mx, hn::Load(df, s + r * kTileKeys + j));
     tile_max[r] = hn::GetLane(hn::MaxOfLanes(df, mx)) * c;
   }
 }
@@ -92,8 +93,8 @@ inline void SoftmaxUpdate(float* s, int64_t n, float c, const float* tile_max, f
 // packed K/V in a permuted order.
 template <class KeyOf>
 inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool causal,
-                              const int64_t* kpos, KeyOf key, int64_t count, int64_t lo,
-                              int64_t hi, int64_t window = 0) {
+                              const int64_t* kpos, KeyOf key, int64_t count, int64_t lo, int64_t hi,
+                              int64_t window = 0) {
   int64_t kept = 0;
   for (int64_t r = 0; r < n; ++r) {
     float* row = s + r * kTileKeys;
@@ -101,8 +102,8 @@ inline int64_t MaskByPosition(float* s, int64_t n, const int64_t* pos, bool caus
       bool keep = jj < count;
       if (keep) {
         const int64_t j = key(jj), kp = kpos ? kpos[j] : j;
-        keep = j >= lo && j < hi && (!causal || kp <= pos[r]) &&
-               (window <= 0 || kp > pos[r] - window);
+        keep =
+            j >= lo && j < hi && (!causal || kp <= pos[r]) && (window <= 0 || kp > pos[r] - window);
       }
       if (!keep) row[jj] = kNegInf;
       kept += keep;

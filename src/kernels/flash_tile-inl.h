@@ -49,13 +49,14 @@ struct TileStep {
     }
     st.score_entries += kept;
     SoftmaxUpdate<Policy::Observers::kObserve>(sc.s, npad, c, sc.tile_max, sc.m, sc.l, sc.alpha,
-                                    sc.block_lse);
+                                               sc.block_lse);
     if constexpr (Policy::Observers::kOutput) {
       if constexpr (std::is_invocable_v<VTile>) {
         const auto v = v_tile();
         if constexpr (std::is_same_v<std::remove_cv_t<decltype(v)>, GroupV>)
           GroupPVOf(v.type, sc.s, n, *v.g, dp, sc.alpha, sc.o);
-        else Ops::PV(sc.s, npad, v, dp, sc.alpha, sc.o);
+        else
+          Ops::PV(sc.s, npad, v, dp, sc.alpha, sc.o);
       } else {
         Ops::PV(sc.s, npad, v_tile, dp, sc.alpha, sc.o);
       }
@@ -129,11 +130,14 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const bool full = lo <= j0 && j0 + kTileKeys <= hi && (!p.causal || last_pos <= sc.pos[0]) &&
                       (p.window <= 0 || (!kv.kpos && j0 >= window_start(sc.pos[n - 1], p.window)));
     int64_t kept;
-    if (full) kept = n * kTileKeys;
-    else if (!kv.kpos) kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, lo, hi, p.window);
+    if (full)
+      kept = n * kTileKeys;
+    else if (!kv.kpos)
+      kept = MaskTile(sc.s, n, sc.pos, p.causal, j0, lo, hi, p.window);
     else
-      kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                            [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi, p.window);
+      kept = MaskByPosition(
+          sc.s, n, sc.pos, p.causal, kv.kpos, [j0](int64_t jj) { return j0 + jj; }, n_keys, lo, hi,
+          p.window);
     if constexpr (Policy::KeySource::kPackedColumns)
       kept -= MaskKeys(sc.s, n, (*kv.columns)[size_t(h)].keys, j0, std::max(j0, lo),
                        std::min(j0 + kTileKeys, hi));
@@ -187,7 +191,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
           (p.window > 0 && pc.src < window_start(sc.pos[n - 1], p.window))) {
         for (int64_t r = 0; r < n; ++r) {
           const int64_t vis = std::clamp<int64_t>(sc.pos[r] + 1 - pc.src, 0, pc.n);
-          const int64_t from = std::clamp<int64_t>(window_start(sc.pos[r], p.window) - pc.src, 0, vis);
+          const int64_t from =
+              std::clamp<int64_t>(window_start(sc.pos[r], p.window) - pc.src, 0, vis);
           float* row = sc.s + r * kTileKeys + pc.dst;
           std::fill(row, row + from, kNegInf);
           std::fill(row + vis, row + pc.n, kNegInf);
@@ -209,8 +214,10 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   const auto visit_shifted = [&](int64_t a, int64_t lo, int64_t hi) {
     const auto run = kv.run(kvh, a, sc);
     next_p();
-    if (run.shifted) Ops::ScoresShifted(sc.q, npad, run.k, a % kTileKeys, p.dim, sc.s);
-    else Ops::Scores(sc.q, npad, run.k, p.dim, sc.s);
+    if (run.shifted)
+      Ops::ScoresShifted(sc.q, npad, run.k, a % kTileKeys, p.dim, sc.s);
+    else
+      Ops::Scores(sc.q, npad, run.k, p.dim, sc.s);
     const int64_t n_keys = std::min(kTileKeys, p.kv_len - a);
     const int64_t kept = mask_range(a, n_keys, lo, hi, a + kTileKeys - 1);
     // The tile's keys, for the view (sc.columns is free until run_gathered fills it).
@@ -245,7 +252,8 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     const int64_t jt = lo / kTileKeys;
     if (d.widened()) return;  // read once widened, from the thread's scratch
     Ops::PrefetchKeys(d.template k_tile<typename Ops::T>(kvh, jt),
-                      d.template v_tile<typename Ops::T>(kvh, jt), lo % kTileKeys, hi - lo, p.dim, dp);
+                      d.template v_tile<typename Ops::T>(kvh, jt), lo % kTileKeys, hi - lo, p.dim,
+                      dp);
   };
   // Keys [lo, hi) of one packed tile into the gathered tile (and the next, if it fills).
   const auto add_piece = [&](int64_t lo, int64_t hi) {
@@ -344,12 +352,15 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       if constexpr (Policy::KeySource::kPackFragments) {
         if (!kv.kpos) {
           if (ri + 1 < sc.ranges.size())
-            split_range(sc.ranges[ri + 1], [](int64_t) {}, prefetch_piece);
+            split_range(
+                sc.ranges[ri + 1], [](int64_t) {}, prefetch_piece);
           split_range(
               kr,
               [&](int64_t a) {
-                if (a % kTileKeys != 0) visit_shifted(a, kr.begin, kr.end);
-                else visit(d.visit(a / kTileKeys, kr.begin, kr.end));
+                if (a % kTileKeys != 0)
+                  visit_shifted(a, kr.begin, kr.end);
+                else
+                  visit(d.visit(a / kTileKeys, kr.begin, kr.end));
               },
               add_piece);
           continue;
@@ -386,9 +397,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       }
       next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
-      const int64_t kept = MaskByPosition(sc.s, n, sc.pos, p.causal, kv.kpos,
-                                          [keys](int64_t jj) { return keys[jj]; }, count, 0,
-                                          p.kv_len, p.window);
+      const int64_t kept = MaskByPosition(
+          sc.s, n, sc.pos, p.causal, kv.kpos, [keys](int64_t jj) { return keys[jj]; }, count, 0,
+          p.kv_len, p.window);
       step.Run(-1, keys, count, kept, sc.gv);
     }
   }
@@ -404,15 +415,16 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       Ops::Scores(sc.q, npad, hc.kv.template k_tile<typename Ops::T>(0, ct), p.dim, sc.s);
       const bool full = count == kTileKeys && p.window <= 0 &&
                         (!p.causal || hc.kv.tile_max[size_t(ct)] <= sc.pos[0]);
-      const int64_t kept =
-          full ? n * kTileKeys
-               : MaskByPosition(sc.s, n, sc.pos, p.causal, cpos, [i](int64_t jj) { return i + jj; },
-                                count, 0, total, p.window);
-      step.Run(-1, hc.keys.data() + i, count, kept,
-               hc.kv.template v_tile<typename Ops::T>(0, ct));
+      const int64_t kept = full
+                               ? n * kTileKeys
+                               : MaskByPosition(
+                                     sc.s, n, sc.pos, p.causal, cpos,
+                                     [i](int64_t jj) { return i + jj; }, count, 0, total, p.window);
+      step.Run(-1, hc.keys.data() + i, count, kept, hc.kv.template v_tile<typename Ops::T>(0, ct));
     }
   }
-  if constexpr (Policy::TileState::kCarry) pol.store_state(p, view, sc.o, sc.m, sc.l, dp);
+  if constexpr (Policy::TileState::kCarry)
+    pol.store_state(p, view, sc.o, sc.m, sc.l, dp);
   else if constexpr (Policy::Observers::kOutput)
     Finalize(p, h, sc.out_rows, n, dp, sc.o, sc.m, sc.l);
   if constexpr (Policy::Observers::kFinish) {

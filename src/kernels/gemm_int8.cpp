@@ -258,8 +258,8 @@ gguf::GgmlType ggml_type_of(Int8Format f) { return info(f).type; }
 void gemm_int8_check(const Int8Weights& w, int64_t k) {
   const FormatInfo& f = info(w.format);
   SPATTN_CHECK(k > 0 && k % f.block == 0 && w.m >= 0 && w.row_bytes >= k / f.block * f.block_bytes,
-               "gemm_int8: ", w.m, " rows of ", k, " values in format ",
-               gguf::type_name(f.type), " with ", w.row_bytes, " bytes a row");
+               "gemm_int8: ", w.m, " rows of ", k, " values in format ", gguf::type_name(f.type),
+               " with ", w.row_bytes, " bytes a row");
 }
 
 int64_t gemm_int8_act_bytes(int64_t n, int64_t k) { return n * act_row_bytes(k); }
@@ -287,8 +287,8 @@ void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k
   run(w, xq, n, k, c, ldc, ith, nth, v ? v : &rows_portable);
 }
 
-void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k,
-                            float* c, int64_t ldc) {
+void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
+                            int64_t ldc) {
   gemm_int8_check(w, k);
   run(w, xq, n, k, c, ldc, 0, 1, &rows_portable);
 }

@@ -40,9 +40,8 @@ enum class Int8Format : uint8_t {
   iq4_nl,  // blocks of 32: f16 d, 16 bytes of table indices.   w = d kIq4Values[q]
   iq4_xs,  // super-blocks of 256 (136 bytes), 6-bit scales.    w = d (ls - 32) kIq4Values[q]
 };
-inline constexpr std::array kInt8Formats = {Int8Format::q8_0,   Int8Format::q4_0,
-                                            Int8Format::q4_K,   Int8Format::q5_K,
-                                            Int8Format::q6_K,   Int8Format::iq4_nl,
+inline constexpr std::array kInt8Formats = {Int8Format::q8_0,  Int8Format::q4_0, Int8Format::q4_K,
+                                            Int8Format::q5_K,  Int8Format::q6_K, Int8Format::iq4_nl,
                                             Int8Format::iq4_xs};
 
 // The GGUF type's format here, or none.
@@ -77,8 +76,8 @@ void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k
 
 // As gemm_int8_run, on the portable path whatever the CPU (the reference the tests hold the
 // vector path to, bit for bit: both compute the same integer sums and the same f32 chain).
-void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k,
-                            float* c, int64_t ldc);
+void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
+                            int64_t ldc);
 
 // Whether this CPU runs the product on vpdpbusd (AVX-512 VNNI).
 bool gemm_int8_vnni();

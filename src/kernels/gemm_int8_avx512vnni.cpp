@@ -42,8 +42,7 @@ SPATTN_VNNI_ATTR inline void dots(__m512i acc[R], const TileBlock& t, const int3
 
 template <Scaling SC, int R>
 SPATTN_VNNI_ATTR void rows_r(const TileBlock* tb, int64_t nbt, const ActRows& a, int64_t b0,
-                             int64_t r0, float* c, int64_t ldc, int64_t m0, int mrows,
-                             bool first) {
+                             int64_t r0, float* c, int64_t ldc, int64_t m0, int mrows, bool first) {
   const __mmask16 mask = __mmask16((1u << mrows) - 1u);
   const uint8_t* xq[R];
   const float* xd[R];
@@ -103,8 +102,7 @@ SPATTN_VNNI_ATTR void rows_sc(const TileBlock* tb, int64_t nbt, const ActRows& a
 }
 
 void rows_vnni(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& a, int64_t b0,
-               int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0, int mrows,
-               bool first) {
+               int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0, int mrows, bool first) {
   switch (sc) {
     case Scaling::plain:
       return rows_sc<Scaling::plain>(tb, nbt, a, b0, r0, rows, c, ldc, m0, mrows, first);
@@ -127,8 +125,8 @@ SPATTN_VNNI_ATTR inline __m512 round_half_away(__m512 x) {
   return _mm512_mask_add_ps(t, up, t, one);
 }
 
-SPATTN_VNNI_ATTR void quantize_row_vnni(const float* x, int64_t k, uint8_t* q, float* d,
-                                        float* s, BlockFn fallback) {
+SPATTN_VNNI_ATTR void quantize_row_vnni(const float* x, int64_t k, uint8_t* q, float* d, float* s,
+                                        BlockFn fallback) {
   const __m512 inf = _mm512_set1_ps(__builtin_inff());
   for (int64_t b = 0; b < k / kBlock; ++b) {
     const float* v = x + b * kBlock;

@@ -47,9 +47,9 @@ inline int64_t act_row_bytes(int64_t k) { return k + 2 * int64_t(sizeof(float)) 
 // Rows [r0, r0 + rows) of C, columns [m0, m0 + mrows) (mrows <= 16), over blocks
 // [b0, b0 + nbt) of the activations with tiles tb[0..nbt): C = (first ? 0 : C) + the blocks'
 // products, one f32 chain per output in block order.
-using RowsFn = void (*)(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& a,
-                        int64_t b0, int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0,
-                        int mrows, bool first);
+using RowsFn = void (*)(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& a, int64_t b0,
+                        int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0, int mrows,
+                        bool first);
 
 // One row's k values (a multiple of 32) quantized into q (k bytes of q + 128), d and s (k / 32
 // floats each), gemm_int8_quantize's layout. Blocks holding a non-finite value go to

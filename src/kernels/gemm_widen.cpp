@@ -19,7 +19,7 @@
 #ifndef SPATTN_GEMM_WIDEN_SHARED
 #define SPATTN_GEMM_WIDEN_SHARED
 namespace spattn::kernels::gemm_widen_detail {
-constexpr int64_t kPanel = 32;   // activation rows a panel (the tile's vector side)
+constexpr int64_t kPanel = 32;    // activation rows a panel (the tile's vector side)
 constexpr int64_t kBlockK = 256;  // columns a weight block is widened for, then reused
 constexpr int64_t kRowsN = 512;   // activation rows a pass keeps its accumulators for (L2)
 constexpr int64_t kTilesM = 16;   // weight tiles a pass over one block of columns serves (16:
@@ -148,8 +148,7 @@ HWY_INLINE void TileRows(int64_t rows, const float* xp, const float* wc, int64_t
 #include "kernels/gemm_widen_avx512-inl.h"
 namespace spattn::kernels::HWY_NAMESPACE {
 
-void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith,
-                   int nth) {
+void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp, int ith, int nth) {
   // The threads split (panel, block of columns) pairs: a call of up to 32 rows is one panel,
   // which a split by panels left to one thread while the others waited.
   const int64_t np = panels(n), nb = (k + kBlockK - 1) / kBlockK;
@@ -161,12 +160,12 @@ void GemmWidenPack(const float* x, int64_t n, int64_t k, int64_t ldx, float* xp,
   }
 }
 
-void GemmWidenRun(const WeightRows& w, const float* xp, int64_t n, int64_t k, float* c,
-                  int64_t ldc, int ith, int nth) {
+void GemmWidenRun(const WeightRows& w, const float* xp, int64_t n, int64_t k, float* c, int64_t ldc,
+                  int ith, int nth) {
   const int64_t m = w.m;
   if (kRowPath && w.format == WeightFormat::f16 && n < kRowPathBelow)
-    return RunRows(static_cast<const uint16_t*>(w.data), w.row_bytes / 2, m, xp, n, k, c, ldc,
-                   ith, nth);
+    return RunRows(static_cast<const uint16_t*>(w.data), w.row_bytes / 2, m, xp, n, k, c, ldc, ith,
+                   nth);
   const int64_t tiles = (m + kRowsM - 1) / kRowsM, np = panels(n);
   const int64_t tb = tiles * ith / nth, te = tiles * (ith + 1) / nth;
   if (tb >= te || n <= 0) return;
@@ -290,8 +289,6 @@ void gemm_widen_rows(const WeightRows& w, int64_t k, int64_t r0, int64_t rows, i
   HWY_DYNAMIC_DISPATCH(GemmWidenRows)(w, r0, rows, t0, kc, dst, ldd);
 }
 
-int64_t gemm_widen_min_rows(WeightFormat f) {
-  return HWY_DYNAMIC_DISPATCH(MinRowsHere)(f);
-}
+int64_t gemm_widen_min_rows(WeightFormat f) { return HWY_DYNAMIC_DISPATCH(MinRowsHere)(f); }
 }  // namespace spattn::kernels
 #endif

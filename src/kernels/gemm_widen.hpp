@@ -35,11 +35,11 @@ namespace spattn::kernels {
 // How a weight matrix's rows are stored (ggml's block layouts, ggml-common.h): the rows of the
 // storage table (spattn/storage_type.hpp) that take kWeightWiden, with their block sizes.
 enum class WeightFormat : uint8_t {
-  f16,      // k IEEE binary16 values a row
-  q8_0,     // k / 32 blocks of 34 bytes: f16 scale, 32 int8
-  q6_K,     // k / 256 super-blocks of 210 bytes
-  q5_K,     // k / 256 super-blocks of 176 bytes
-  q3_K,     // k / 256 super-blocks of 110 bytes
+  f16,   // k IEEE binary16 values a row
+  q8_0,  // k / 32 blocks of 34 bytes: f16 scale, 32 int8
+  q6_K,  // k / 256 super-blocks of 210 bytes
+  q5_K,  // k / 256 super-blocks of 176 bytes
+  q3_K,  // k / 256 super-blocks of 110 bytes
 };
 constexpr StorageType storage_of(WeightFormat f) {
   switch (f) {

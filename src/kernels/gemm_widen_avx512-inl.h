@@ -111,8 +111,8 @@ HWY_INLINE const float* XColumn(const float* xp, int64_t np, int64_t r0, int64_t
 
 // Stores acc[r] (16 weight rows from m0) for the rows r0 + r < n.
 template <int R>
-HWY_INLINE void StoreRows(const __m512* acc, int64_t n, int64_t r0, int64_t m, int64_t m0,
-                          float* c, int64_t ldc) {
+HWY_INLINE void StoreRows(const __m512* acc, int64_t n, int64_t r0, int64_t m, int64_t m0, float* c,
+                          int64_t ldc) {
   const int64_t cols = std::min<int64_t>(16, m - m0);
   for (int64_t r = 0; r < std::min<int64_t>(R, n - r0); ++r) {
     float* dst = c + (r0 + r) * ldc + m0;
@@ -252,9 +252,8 @@ constexpr int64_t kRowBlock = 2048;  // columns a tile's pairs are kept for (k =
                                      // against 1.07x)
 
 template <int R>
-HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int64_t r0,
-                         int64_t k, int64_t t0, int64_t t1, const uint16_t* const row[32],
-                         __m512 acc[2][R]) {
+HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int64_t r0, int64_t k,
+                         int64_t t0, int64_t t1, const uint16_t* const row[32], __m512 acc[2][R]) {
   int64_t t = t0;
   for (; t + 32 <= t1; t += 32) {
     const __m512i* p = pairs + ((t - t0) / 32) * 32;
@@ -280,8 +279,7 @@ HWY_INLINE void WidePass(const __m512i* pairs, const float* xp, int64_t np, int6
     const float* x0 = XColumn(xp, np, r0, k, t);
     for (int h = 0; h < 2; ++h) {
       const __m512 wv = WeightColumn(row + 16 * h, t);
-      for (int r = 0; r < R; ++r)
-        acc[h][r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[h][r]);
+      for (int r = 0; r < R; ++r) acc[h][r] = _mm512_fmadd_ps(wv, _mm512_set1_ps(x0[r]), acc[h][r]);
     }
   }
 }
@@ -321,9 +319,9 @@ void RowsMany(const uint16_t* w, int64_t ldw, int64_t m, const float* xp, int64_
         __m512 acc[2][kR];
         for (int h = 0; h < 2; ++h)
           for (int r = 0; r < kR; ++r)
-            acc[h][r] = t0 == 0 || r >= rows ? _mm512_setzero_ps()
-                                             : _mm512_maskz_loadu_ps(
-                                                   valid[h], c + (r0 + r) * ldc + m0 + 16 * h);
+            acc[h][r] = t0 == 0 || r >= rows
+                            ? _mm512_setzero_ps()
+                            : _mm512_maskz_loadu_ps(valid[h], c + (r0 + r) * ldc + m0 + 16 * h);
         WidePass<kR>(pairs, xp, np, r0, k, t0, t1, row, acc);
         for (int h = 0; h < 2; ++h)
           for (int64_t r = 0; r < rows; ++r)

@@ -70,17 +70,19 @@ inline constexpr int kGroupPVVectors = 2 * kCV;
 template <class Strip>
 HWY_INLINE void ForRowStrips(int64_t n, const Strip& strip) {
   for (int64_t r0 = 0; r0 < n;) {
-    if (n - r0 >= 3) strip.template operator()<kR>(r0), r0 += kR;
-    else if (n - r0 == 2) strip.template operator()<2>(r0), r0 += 2;
-    else strip.template operator()<1>(r0), r0 += 1;
+    if (n - r0 >= 3)
+      strip.template operator()<kR>(r0), r0 += kR;
+    else if (n - r0 == 2)
+      strip.template operator()<2>(r0), r0 += 2;
+    else
+      strip.template operator()<1>(r0), r0 += 1;
   }
 }
 
 // S[n][64] = Q K^T (unscaled) for rows [0, n) (strips as above): the K vector of dim k
 // at key column col is g.k[col / 16] + k * 16 + col % 16 (a vector lies in one group).
 template <KVType kT>
-HWY_NOINLINE void GroupScores(const float* q, int64_t n, const GroupTile& g, int64_t d,
-                              float* s) {
+HWY_NOINLINE void GroupScores(const float* q, int64_t n, const GroupTile& g, int64_t d, float* s) {
   static_assert(kKeyGroup % hn::MaxLanes(DF()) == 0);
   static_assert(kTileKeys % (kCV * hn::MaxLanes(DF())) == 0);
   const DF df;

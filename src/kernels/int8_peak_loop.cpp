@@ -26,10 +26,12 @@ __attribute__((target("avx512f,avx512vnni"))) double vnni_loop(int64_t iters, fl
   for (int64_t i = 0; i < iters; ++i) {
     for (__m512i& x : acc) x = _mm512_dpbusd_epi32(x, a, b);
     // Keeps the compiler from folding the loop into a multiply of the iteration count.
-    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]),
-                     "+v"(acc[4]), "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]));
-    __asm__ volatile("" : "+v"(acc[8]), "+v"(acc[9]), "+v"(acc[10]), "+v"(acc[11]),
-                     "+v"(acc[12]), "+v"(acc[13]), "+v"(acc[14]), "+v"(acc[15]));
+    __asm__ volatile(""
+                     : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]),
+                       "+v"(acc[5]), "+v"(acc[6]), "+v"(acc[7]));
+    __asm__ volatile(""
+                     : "+v"(acc[8]), "+v"(acc[9]), "+v"(acc[10]), "+v"(acc[11]), "+v"(acc[12]),
+                       "+v"(acc[13]), "+v"(acc[14]), "+v"(acc[15]));
   }
   __m512i sum = _mm512_setzero_si512();
   for (const __m512i& x : acc) sum = _mm512_add_epi32(sum, x);

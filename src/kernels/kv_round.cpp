@@ -52,9 +52,7 @@ void kv_round_row(KVType t, const float* src, float* dst, int64_t n) {
     case KVType::f32:
       if (dst != src) std::memmove(dst, src, size_t(n) * sizeof(float));
       return;
-    case KVType::f16:
-      HWY_DYNAMIC_DISPATCH(kernels::RoundThroughF16)(src, dst, n);
-      return;
+    case KVType::f16: HWY_DYNAMIC_DISPATCH(kernels::RoundThroughF16)(src, dst, n); return;
     case KVType::bf16:
       for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
       return;

@@ -44,7 +44,8 @@ void ScoresWith(const float* q, int64_t rows, const LongRowKeys& keys, int64_t c
     Ops::Scores(qp.get(), npad, kt + (j0 / kTileKeys) * elems, w, tile.get());
     const int64_t n = std::min(kTileKeys, cols - j0);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t jj = 0; jj < n; ++jj) s[r * lds + j0 + jj] = alpha * tile[size_t(r * kTileKeys + jj)];
+      for (int64_t jj = 0; jj < n; ++jj)
+        s[r * lds + j0 + jj] = alpha * tile[size_t(r * kTileKeys + jj)];
   }
 }
 
@@ -61,8 +62,8 @@ bool PackEntry(const float* k, int64_t n, int64_t w, int64_t tiles, bool bf16, v
   return false;
 }
 
-void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t cols,
-                 float alpha, float* s, int64_t lds) {
+void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t cols, float alpha,
+                 float* s, int64_t lds) {
 #if HWY_TARGET == HWY_AVX3
   if (keys->bf16) return ScoresWith<Bf16DotOps>(q, rows, *keys, cols, alpha, s, lds);
 #else
@@ -109,8 +110,8 @@ LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16) 
 
 void long_row_scores(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols,
                      float alpha, float* s, int64_t lds) {
-  SPATTN_CHECK(rows >= 0 && cols >= 0 && cols <= keys.n && lds >= cols,
-               "long-row scores: ", rows, " x ", cols, " scores of ", keys.n, " keys, stride ", lds);
+  SPATTN_CHECK(rows >= 0 && cols >= 0 && cols <= keys.n && lds >= cols, "long-row scores: ", rows,
+               " x ", cols, " scores of ", keys.n, " keys, stride ", lds);
   if (rows == 0 || cols == 0) return;
   HWY_DYNAMIC_DISPATCH(ScoresEntry)(q, rows, &keys, cols, alpha, s, lds);
 }

@@ -12,8 +12,8 @@
 namespace spattn::kernels {
 
 struct LongRowKeys {
-  bool bf16 = false;      // the tiles hold bf16 pairs (Bf16DotOps), else f32 (F32Ops)
-  int64_t n = 0, w = 0;   // keys, values per key (a multiple of 2)
+  bool bf16 = false;     // the tiles hold bf16 pairs (Bf16DotOps), else f32 (F32Ops)
+  int64_t n = 0, w = 0;  // keys, values per key (a multiple of 2)
   int64_t tiles = 0;
   std::unique_ptr<unsigned char[], void (*)(void*)> data{nullptr, aligned_free};
 };

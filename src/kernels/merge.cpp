@@ -43,8 +43,8 @@ void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView
   for (int64_t h = 0; h < o_a.heads; ++h)
     for (int64_t s = 0; s < o_a.seq; ++s) {
       const int64_t i = h * o_a.seq + s;
-      SPATTN_CHECK(!std::isnan(lse_a[i]) && !std::isnan(lse_b[i]), "merge: lse is NaN at head ",
-                   h, " row ", s);
+      SPATTN_CHECK(!std::isnan(lse_a[i]) && !std::isnan(lse_b[i]), "merge: lse is NaN at head ", h,
+                   " row ", s);
       float* a = row_a.data();
       const float* b = row_b.data();
       if (direct) {

@@ -40,8 +40,10 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
   SPATTN_CHECK(capacity > 0 && capacity <= (int64_t(1) << 31),
                "PackedKV: capacity must be in [1, 2^31] keys, got ", capacity);
   for (KVType t : {k_type, v_type})
-    SPATTN_CHECK(t != KVType::q8_0 || dim % 32 == 0, "PackedKV: a q8_0 cache needs a head dim "
-                 "that is a multiple of 32 (q8_0 blocks are 32 values), got ", dim);
+    SPATTN_CHECK(t != KVType::q8_0 || dim % 32 == 0,
+                 "PackedKV: a q8_0 cache needs a head dim "
+                 "that is a multiple of 32 (q8_0 blocks are 32 values), got ",
+                 dim);
   SPATTN_CHECK(ops == Operands::f32 || (k_type == KVType::f32 && v_type == KVType::f32),
                "internal: bf16 dot operands keep their own storage");
   kv = PackedKVData{};
@@ -219,8 +221,8 @@ namespace {
 void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorView& v) {
   kernels::check_tensor(k, "k", true);
   kernels::check_tensor(v, "v", true);
-  SPATTN_CHECK(k.heads == d.kv_heads && v.heads == d.kv_heads && k.dim == d.dim &&
-                   v.dim == d.dim && k.seq == v.seq,
+  SPATTN_CHECK(k.heads == d.kv_heads && v.heads == d.kv_heads && k.dim == d.dim && v.dim == d.dim &&
+                   k.seq == v.seq,
                "PackedKV: k ", k.shape_str(), " and v ", v.shape_str(), " must both be [",
                d.kv_heads, ", n, ", d.dim, "]");
   SPATTN_CHECK(k.dtype == d.dtype && v.dtype == d.dtype, "PackedKV holds ", dtype_name(d.dtype),
@@ -244,8 +246,8 @@ PackedKV::PackedKV(PackedKV&&) noexcept = default;
 PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
 PackedKV::~PackedKV() = default;
 
-PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity,
-                        int threads, bool bf16_dot, KVType k_type, KVType v_type) {
+PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity, int threads,
+                        bool bf16_dot, KVType k_type, KVType v_type) {
   SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
                " is below the ", k.seq, " keys given");
   PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot, k_type, v_type);
@@ -256,8 +258,8 @@ PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capaci
 void PackedKV::append(const TensorView& k, const TensorView& v, std::span<const int64_t> positions,
                       int threads) {
   check_kv(*d_, k, v);
-  SPATTN_CHECK(positions.empty() || int64_t(positions.size()) == k.seq, "PackedKV: ",
-               positions.size(), " positions for ", k.seq, " keys");
+  SPATTN_CHECK(positions.empty() || int64_t(positions.size()) == k.seq,
+               "PackedKV: ", positions.size(), " positions for ", k.seq, " keys");
   const int64_t base = d_->size;
   std::vector<int64_t> natural;
   if (positions.empty()) {
@@ -268,18 +270,17 @@ void PackedKV::append(const TensorView& k, const TensorView& v, std::span<const 
   write_rows(k, v, nullptr, positions.data(), k.seq, threads);
 }
 
-void PackedKV::append_rows(const TensorView& k, const TensorView& v,
-                           std::span<const int64_t> order, std::span<const int64_t> positions,
-                           int threads) {
+void PackedKV::append_rows(const TensorView& k, const TensorView& v, std::span<const int64_t> order,
+                           std::span<const int64_t> positions, int threads) {
   check_kv(*d_, k, v);
   const int64_t n = int64_t(order.size());
-  SPATTN_CHECK(positions.empty() || positions.size() == order.size(), "PackedKV: ",
-               positions.size(), " positions for ", n, " rows");
+  SPATTN_CHECK(positions.empty() || positions.size() == order.size(),
+               "PackedKV: ", positions.size(), " positions for ", n, " rows");
   std::vector<uint8_t> seen(size_t(k.seq), 0);
   for (int64_t i = 0; i < n; ++i) {
     const int64_t r = order[size_t(i)];
-    SPATTN_CHECK(r >= 0 && r < k.seq, "PackedKV: row ", r, " (order entry ", i,
-                 ") is outside [0, ", k.seq, ")");
+    SPATTN_CHECK(r >= 0 && r < k.seq, "PackedKV: row ", r, " (order entry ", i, ") is outside [0, ",
+                 k.seq, ")");
     SPATTN_CHECK(!seen[size_t(r)], "PackedKV: row ", r, " appears twice in the order");
     seen[size_t(r)] = 1;
   }
@@ -308,8 +309,8 @@ void PackedKV::clear() { kernels::empty_packed(*d_, /*zero_all=*/true); }
 
 void PackedKV::truncate(int64_t n) {
   kernels::PackedKVData& d = *d_;
-  SPATTN_CHECK(n >= 0 && n <= d.size, "PackedKV: truncate to ", n, " keys, outside [0, ",
-               d.size, "]");
+  SPATTN_CHECK(n >= 0 && n <= d.size, "PackedKV: truncate to ", n, " keys, outside [0, ", d.size,
+               "]");
   if (n < d.size) kernels::keep_keys(d, n);
 }
 
@@ -341,8 +342,8 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
   const kernels::PackedKVData& d = *d_;
   SPATTN_CHECK(d.ops == kernels::Operands::f32,
                "PackedKV: read_key of a cache packed as bf16 pairs is not supported");
-  SPATTN_CHECK(kvh >= 0 && kvh < d.kv_heads && i >= 0 && i < d.size, "PackedKV: read_key(",
-               kvh, ", ", i, ") outside ", d.kv_heads, " heads x ", d.size, " keys");
+  SPATTN_CHECK(kvh >= 0 && kvh < d.kv_heads && i >= 0 && i < d.size, "PackedKV: read_key(", kvh,
+               ", ", i, ") outside ", d.kv_heads, " heads x ", d.size, " keys");
   const int64_t t = i / kernels::kTileKeys, jj = i % kernels::kTileKeys, n = d.dim;
   const unsigned char* tile = d.k_bytes(kvh, t);
   switch (d.k_type) {

@@ -68,11 +68,11 @@ struct PackedKVData {
   Operands ops = Operands::f32;
   DType dtype = DType::f32;  // dtype of the tensors it was packed from
   int64_t kv_heads = 0, dim = 0;
-  int64_t dp = 0;            // head dim of the V layout, padded to 16
+  int64_t dp = 0;  // head dim of the V layout, padded to 16
   int64_t capacity = 0, tiles_cap = 0, size = 0;
   KVType k_type = KVType::f32, v_type = KVType::f32;  // storage (f32 under bf16_dot: see there)
-  int64_t k_elems = 0, v_elems = 0;        // elements per tile
-  int64_t k_tile_bytes = 0, v_tile_bytes = 0;  // bytes per tile in storage
+  int64_t k_elems = 0, v_elems = 0;                   // elements per tile
+  int64_t k_tile_bytes = 0, v_tile_bytes = 0;         // bytes per tile in storage
   std::unique_ptr<unsigned char[], AlignedFree> k, v;
   std::vector<int64_t> positions;  // [size] original position of each packed key
   bool identity = true;            // positions[i] == i for every i

@@ -95,8 +95,8 @@ HWY_NOINLINE double ReadSum(const float* HWY_RESTRICT p, int64_t n, float* sink)
   }
   float tail = 0;
   for (; i < n; ++i) tail += p[i];
-  const auto sum = hn::Add(hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)),
-                           hn::Add(hn::Add(s4, s5), hn::Add(s6, s7)));
+  const auto sum =
+      hn::Add(hn::Add(hn::Add(s0, s1), hn::Add(s2, s3)), hn::Add(hn::Add(s4, s5), hn::Add(s6, s7)));
   *sink = hn::GetLane(hn::SumOfLanes(d, sum)) + tail;
   return 4.0 * double(n);
 }

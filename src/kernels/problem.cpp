@@ -42,11 +42,10 @@ Problem common(const TensorView& q, const TensorView& out, const AttnOptions& op
 }  // namespace
 
 Problem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttnOptions& opt, float* lse,
-                     bool takes_window) {
+                     const TensorView& out, const AttnOptions& opt, float* lse, bool takes_window) {
   validate_attention_args(q, k, v, out, opt);
-  Problem p = common(q, out, opt, lse, k.heads, k.seq, query_position(0, q.seq, k.seq),
-                     takes_window);
+  Problem p =
+      common(q, out, opt, lse, k.heads, k.seq, query_position(0, q.seq, k.seq), takes_window);
   p.k = k;
   p.v = v;
   return p;
@@ -68,8 +67,10 @@ Problem make_problem(const TensorView& q, const PackedKVData& kv, const TensorVi
   SPATTN_CHECK(opt.q_start >= -1, "q_start must be >= 0 (or -1: bottom-right), got ", opt.q_start);
   // Bottom-right against the newest key: with keys in natural order, query_position's rule.
   const int64_t start = opt.q_start >= 0 ? opt.q_start : kv.max_position + 1 - q.seq;
-  SPATTN_CHECK(!opt.causal || start >= 0, "causal attention needs q_len <= the newest key "
-               "position + 1 (", q.seq, " queries, newest key at ", kv.max_position, ")");
+  SPATTN_CHECK(!opt.causal || start >= 0,
+               "causal attention needs q_len <= the newest key "
+               "position + 1 (",
+               q.seq, " queries, newest key at ", kv.max_position, ")");
   Problem p = common(q, out, opt, lse, kv.kv_heads, kv.size, start, takes_window);
   p.packed = &kv;
   return p;

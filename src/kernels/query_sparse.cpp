@@ -44,7 +44,6 @@ struct SkippingObservedRowList : BlasstSkipping<BlasstOrdered<LseObserved<RowLis
 };
 using SkippingRowList = BlasstSkipping<BlasstOrdered<RowListPolicy>>;
 
-
 }  // namespace spattn::kernels
 #endif
 
@@ -98,10 +97,11 @@ namespace {
 void check_rows(const TensorView& q, const std::vector<int64_t>& rows, const TensorView& out) {
   SPATTN_CHECK(!rows.empty(), "query_sparse: the row list is empty");
   for (size_t i = 0; i < rows.size(); ++i) {
-    SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq, "query_sparse: row ", rows[i],
-                 " outside [0, ", q.seq, ")");
-    SPATTN_CHECK(i == 0 || rows[i] > rows[i - 1], "query_sparse: rows must be strictly increasing (",
-                 rows[i - 1], " then ", rows[i], ")");
+    SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq, "query_sparse: row ", rows[i], " outside [0, ",
+                 q.seq, ")");
+    SPATTN_CHECK(i == 0 || rows[i] > rows[i - 1],
+                 "query_sparse: rows must be strictly increasing (", rows[i - 1], " then ", rows[i],
+                 ")");
   }
   SPATTN_CHECK(out.heads == q.heads && out.seq == int64_t(rows.size()) && out.dim == q.dim,
                "query_sparse: out shape ", out.shape_str(), " must be [", q.heads, ", ",
@@ -138,8 +138,8 @@ void attention_query_sparse(const TensorView& q, const PackedKV& kv,
   }
   kernels::RowListPolicy tiles;
   tiles.list = &rows;
-  const kernels::BlasstSetup s = kernels::blasst_setup(*skip, q.heads, tiles.num_tiles(p),
-                                                       tiles.tile_rows, "query_sparse");
+  const kernels::BlasstSetup s =
+      kernels::blasst_setup(*skip, q.heads, tiles.num_tiles(p), tiles.tile_rows, "query_sparse");
   HWY_DYNAMIC_DISPATCH(kernels::QuerySparseEntry)(p, &rows, observer, stats, &s);
   kernels::blasst_finish(s);
 }

@@ -34,7 +34,8 @@ struct LoadBF16 {  // the upper half of an f32
   using T = uint16_t;
   static VF Load(const T* p) {
     const hn::RebindToUnsigned<DF> du;
-    return hn::BitCast(DF(), hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(hn::Rebind<T, DF>(), p))));
+    return hn::BitCast(DF(),
+                       hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(hn::Rebind<T, DF>(), p))));
   }
 };
 

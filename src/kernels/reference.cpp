@@ -34,10 +34,11 @@ void attention_reference(const TensorView& q, const TensorView& k, const TensorV
       l += p;
       for (int64_t c = 0; c < d; ++c) o[size_t(c)] += p * double(v.get(kh, j, c));
     }
-    for (int64_t c = 0; c < d; ++c) out.set(h, i, c, visible > first ? float(o[size_t(c)] / l) : 0.0f);
+    for (int64_t c = 0; c < d; ++c)
+      out.set(h, i, c, visible > first ? float(o[size_t(c)] / l) : 0.0f);
     if (lse)
-      lse[h * lq + i] = visible > first ? float(m + std::log(l))
-                                    : -std::numeric_limits<float>::infinity();
+      lse[h * lq + i] =
+          visible > first ? float(m + std::log(l)) : -std::numeric_limits<float>::infinity();
   });
 }
 

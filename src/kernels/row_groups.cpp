@@ -85,9 +85,9 @@ void attention_row_groups(const TensorView& q, const PackedKV& kv,
       seen[size_t(r)] = 1;
     }
     for (const KeyRange& k : groups[g].keys)
-      SPATTN_CHECK(k.begin >= 0 && k.begin <= k.end && k.end <= kv.size(), "row_groups: key range [",
-                   k.begin, ", ", k.end, ") of group ", g, " outside the ", kv.size(),
-                   " packed keys");
+      SPATTN_CHECK(k.begin >= 0 && k.begin <= k.end && k.end <= kv.size(),
+                   "row_groups: key range [", k.begin, ", ", k.end, ") of group ", g,
+                   " outside the ", kv.size(), " packed keys");
   }
   HWY_DYNAMIC_DISPATCH(kernels::RowGroupsEntry)(p, &groups, stats);
 }

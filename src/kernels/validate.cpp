@@ -96,23 +96,24 @@ void validate_attention_args(const TensorView& q, const TensorView& k, const Ten
   check_view(v, "v");
   check_view(out, "out");
   SPATTN_CHECK(q.dtype == k.dtype && k.dtype == v.dtype, "q, k, v dtypes must match (q ",
-               dtype_name(q.dtype), ", k ", dtype_name(k.dtype), ", v ", dtype_name(v.dtype),
-               ")");
+               dtype_name(q.dtype), ", k ", dtype_name(k.dtype), ", v ", dtype_name(v.dtype), ")");
   SPATTN_CHECK(q.dim == k.dim && k.dim == v.dim, "head dims must match (q ", q.dim, ", k ", k.dim,
                ", v ", v.dim, ")");
   SPATTN_CHECK(q.dim % 8 == 0 && q.dim <= 256, "head dim must be a multiple of 8 up to 256, got ",
                q.dim);
   SPATTN_CHECK(k.heads == v.heads, "k and v heads must match (", k.heads, " vs ", v.heads, ")");
   SPATTN_CHECK(k.seq == v.seq, "k and v lengths must match (", k.seq, " vs ", v.seq, ")");
-  SPATTN_CHECK(q.heads % k.heads == 0, "q heads (", q.heads,
-               ") must be a multiple of kv heads (", k.heads, ")");
+  SPATTN_CHECK(q.heads % k.heads == 0, "q heads (", q.heads, ") must be a multiple of kv heads (",
+               k.heads, ")");
   SPATTN_CHECK(out.heads == q.heads && out.seq == q.seq && out.dim == q.dim, "out shape ",
                out.shape_str(), " must equal q shape ", q.shape_str());
   SPATTN_CHECK(!opt.causal || q.seq <= k.seq, "causal attention needs q_len <= kv_len (", q.seq,
                " > ", k.seq, ")");
   kernels::check_scale_and_threads(opt);
-  SPATTN_CHECK(opt.q_start == -1, "q_start places queries over a PackedKV; with k and v given, "
-               "queries align bottom-right (got q_start ", opt.q_start, ")");
+  SPATTN_CHECK(opt.q_start == -1,
+               "q_start places queries over a PackedKV; with k and v given, "
+               "queries align bottom-right (got q_start ",
+               opt.q_start, ")");
   if (opt.check_finite) {
     check_finite(q, "q");
     check_finite(k, "k");

@@ -52,7 +52,8 @@ struct VerticalSlashPolicy : DensePolicy {
     out.insert(out.end(), c.begin(), c.end());
   }
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t) const {
-    return int64_t(idx->offsets[size_t(h)].size() * size_t(tile_rows) + idx->columns[size_t(h)].size());
+    return int64_t(idx->offsets[size_t(h)].size() * size_t(tile_rows) +
+                   idx->columns[size_t(h)].size());
   }
 };
 
@@ -81,8 +82,8 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               const AttnOptions& opt, float* lse, Stats* stats) {
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   SPATTN_CHECK(opt.causal, "vertical_slash: only causal attention is supported");
-  SPATTN_CHECK(index.heads == q.heads, "vertical_slash: index has ", index.heads,
-               " heads, q has ", q.heads);
+  SPATTN_CHECK(index.heads == q.heads, "vertical_slash: index has ", index.heads, " heads, q has ",
+               q.heads);
   SPATTN_CHECK(index.tile_rows >= 1 && index.tile_rows <= kernels::kMaxTileRows,
                "vertical_slash: tile_rows must be in [1, ", kernels::kMaxTileRows, "], got ",
                index.tile_rows);
@@ -92,13 +93,13 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
     const auto& rows = *index.rows;
     for (size_t i = 0; i < rows.size(); ++i)
       SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq && (i == 0 || rows[i] > rows[i - 1]),
-                   "vertical_slash: rows must be sorted, unique and in [0, ", q.seq,
-                   "); row ", rows[i], " at index ", i, " is not");
+                   "vertical_slash: rows must be sorted, unique and in [0, ", q.seq, "); row ",
+                   rows[i], " at index ", i, " is not");
   }
   for (int64_t h = 0; h < q.heads; ++h) {
     for (int64_t c : index.columns[size_t(h)])
-      SPATTN_CHECK(c >= 0 && c < k.seq, "vertical_slash: head ", h, " column ", c,
-                   " outside [0, ", k.seq, ")");
+      SPATTN_CHECK(c >= 0 && c < k.seq, "vertical_slash: head ", h, " column ", c, " outside [0, ",
+                   k.seq, ")");
     for (int64_t o : index.offsets[size_t(h)])
       SPATTN_CHECK(o >= 0 && o < k.seq, "vertical_slash: head ", h, " slash offset ", o,
                    " outside [0, ", k.seq, ")");

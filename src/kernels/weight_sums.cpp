@@ -31,8 +31,10 @@ HWY_EXPORT(WeightSumsEntry);
 
 void run_weight_sums(Problem p, const float* row_lse, WeightSums& out) {
   SPATTN_CHECK(row_lse != nullptr, "weight sums: row_lse (the first pass's LSE) is null");
-  SPATTN_CHECK(out.block_q >= 1 && out.block_k >= 1, "weight sums: block_q and block_k must be "
-               ">= 1, got ", out.block_q, " and ", out.block_k);
+  SPATTN_CHECK(out.block_q >= 1 && out.block_k >= 1,
+               "weight sums: block_q and block_k must be "
+               ">= 1, got ",
+               out.block_q, " and ", out.block_k);
   SPATTN_CHECK(out.want_columns || out.want_blocks, "weight sums: ask for columns or blocks");
   // The pass recomputes P only (WeightSumsPolicy::Observers::kOutput is false): nothing is
   // written to p.out, which is q itself.

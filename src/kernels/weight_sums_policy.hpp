@@ -128,8 +128,8 @@ struct ColumnSumsPolicy : Base {
     std::vector<int64_t> keys;
     std::vector<float> sums;
   };
-  int64_t tiles = 0;                   // Base::num_tiles of the problem
-  mutable std::vector<Slot> slots;     // [Hq][tiles]: written by item (h, t) only
+  int64_t tiles = 0;                // Base::num_tiles of the problem
+  mutable std::vector<Slot> slots;  // [Hq][tiles]: written by item (h, t) only
 
   float* p_buffer(Local& loc, int64_t npad) const {
     const size_t need = loc.p_used + size_t(npad * kTileKeys);

@@ -102,8 +102,7 @@ HWY_INLINE void Q6_K(const uint8_t* b, float* y) {
       const int is = int(l / 16);
       const auto put = [&](hn::Vec<DU> q, int strip) {
         const auto v = hn::ConvertTo(df, hn::Sub(hn::BitCast(di, q), bias));
-        hn::StoreU(hn::Mul(hn::Set(df, dd * float(s[is + 2 * strip])), v), df,
-                   d + 32 * strip + l);
+        hn::StoreU(hn::Mul(hn::Set(df, dd * float(s[is + 2 * strip])), v), df, d + 32 * strip + l);
       };
       put(q1, 0);
       put(q2, 1);
@@ -188,8 +187,7 @@ HWY_INLINE void WidenRow(const WeightRows& w, int64_t r, int64_t t0, int64_t kc,
   switch (w.format) {
     case WeightFormat::f16:
       return widen::F16(reinterpret_cast<const uint16_t*>(base + r * w.row_bytes) + t0, kc, d);
-    case WeightFormat::q8_0:
-      return widen::Q8_0(base + r * w.row_bytes + t0 / 32 * 34, kc, d);
+    case WeightFormat::q8_0: return widen::Q8_0(base + r * w.row_bytes + t0 / 32 * 34, kc, d);
     case WeightFormat::q6_K:
       for (int64_t t = 0; t < kc; t += 256)
         widen::Q6_K(base + r * w.row_bytes + (t0 + t) / 256 * 210, d + t);

@@ -16,8 +16,7 @@ void mark_blocks(int64_t begin, int64_t end, int64_t block_k, std::vector<uint8_
 // Static patterns depend on positions only, so one head's lists are built and repeated.
 BlockMask close_over_blocks(const char* who, const MaskGeometry& g, const BlockIntervals& fn) {
   SPATTN_CHECK(g.q_len > 0 && g.kv_len > 0 && g.q_len <= g.kv_len, who,
-               ": needs 0 < q_len <= kv_len (causal), got q_len ", g.q_len, ", kv_len ",
-               g.kv_len);
+               ": needs 0 < q_len <= kv_len (causal), got q_len ", g.q_len, ", kv_len ", g.kv_len);
   BlockMask m(g.heads, g.q_len, g.kv_len, g.block_q, g.block_k, /*causal=*/true);
   const int64_t nq = m.n_qb(), nk = m.n_kb(), off = query_position(0, g.q_len, g.kv_len);
   std::vector<int32_t> head0;
@@ -29,7 +28,8 @@ BlockMask close_over_blocks(const char* who, const MaskGeometry& g, const BlockI
     intervals.clear();
     fn(p0, p1, intervals);
     std::fill(keep.begin(), keep.end(), 0);
-    for (const KeyRange& r : intervals) mark_blocks(r.begin, std::min(r.end, p1 + 1), g.block_k, keep);
+    for (const KeyRange& r : intervals)
+      mark_blocks(r.begin, std::min(r.end, p1 + 1), g.block_k, keep);
     for (int64_t kb = 0; kb < nk; ++kb)
       if (keep[size_t(kb)]) head0.push_back(int32_t(kb));
     ends[size_t(qb + 1)] = int64_t(head0.size());
@@ -37,7 +37,8 @@ BlockMask close_over_blocks(const char* who, const MaskGeometry& g, const BlockI
   m.blocks.reserve(head0.size() * size_t(g.heads));
   for (int64_t h = 0; h < g.heads; ++h) {
     const int64_t base = int64_t(m.blocks.size());
-    for (int64_t qb = 0; qb < nq; ++qb) m.offsets[size_t(h * nq + qb + 1)] = base + ends[size_t(qb + 1)];
+    for (int64_t qb = 0; qb < nq; ++qb)
+      m.offsets[size_t(h * nq + qb + 1)] = base + ends[size_t(qb + 1)];
     m.blocks.insert(m.blocks.end(), head0.begin(), head0.end());
   }
   return m;

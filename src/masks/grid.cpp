@@ -35,21 +35,23 @@ int64_t grid_key_position(const GridConfig& c, int64_t j) {
 int64_t lines_on(const GridConfig& c) { return int64_t(c.hline) + c.vline + c.slash; }
 
 void check_prefill_alignment(int64_t q_len, int64_t kv_len) {
-  SPATTN_CHECK(q_len >= 1 && q_len <= kv_len, "grid: q_len ", q_len, " must be in [1, kv_len=",
-               kv_len, "]");
+  SPATTN_CHECK(q_len >= 1 && q_len <= kv_len, "grid: q_len ", q_len,
+               " must be in [1, kv_len=", kv_len, "]");
   SPATTN_CHECK((kv_len - q_len) % kTile == 0, "grid: kv_len - q_len (", kv_len - q_len,
                ") must be a multiple of ", kTile, " (query tiles aligned with key tiles)");
 }
 
-
 }  // namespace
 
 void check_grid_config(const GridConfig& c) {
-  SPATTN_CHECK(c.hline || c.vline || c.slash, "grid: at least one of hline, vline, slash must be on");
-  SPATTN_CHECK(c.frame_stride >= 0, "grid: frame_stride must be >= 0 (0: none), got ", c.frame_stride);
+  SPATTN_CHECK(c.hline || c.vline || c.slash,
+               "grid: at least one of hline, vline, slash must be on");
+  SPATTN_CHECK(c.frame_stride >= 0, "grid: frame_stride must be >= 0 (0: none), got ",
+               c.frame_stride);
   SPATTN_CHECK(c.max_stride >= 1, "grid: max_stride must be >= 1, got ", c.max_stride);
-  SPATTN_CHECK(c.min_stride >= 1 && c.min_stride <= c.max_stride, "grid: min_stride must be in [1, max_stride=",
-               c.max_stride, "], got ", c.min_stride);
+  SPATTN_CHECK(c.min_stride >= 1 && c.min_stride <= c.max_stride,
+               "grid: min_stride must be in [1, max_stride=", c.max_stride, "], got ",
+               c.min_stride);
   SPATTN_CHECK(c.last_q >= 1, "grid: last_q must be >= 1, got ", c.last_q);
   SPATTN_CHECK(c.sink_blocks >= 0, "grid: sink_blocks must be >= 0, got ", c.sink_blocks);
   SPATTN_CHECK(c.local_blocks >= 0, "grid: local_blocks must be >= 0, got ", c.local_blocks);
@@ -140,7 +142,8 @@ GridLayout grid_layout(const GridLines& g, const GridConfig& c, int64_t q_len, i
   L.order.reserve(size_t(std::max<int64_t>(0, kv_len - first)));
   for (int64_t r = 0; r < s; ++r) {
     cls[size_t(r)].begin = int64_t(L.order.size());
-    int64_t j = first + residue(g.phase + r - first, 0, s);  // smallest j >= first, j = phase + r (mod s)
+    int64_t j =
+        first + residue(g.phase + r - first, 0, s);  // smallest j >= first, j = phase + r (mod s)
     for (; j < kv_len; j += s) {
       L.order.push_back(j);
       L.positions.push_back(grid_key_position(c, j));
@@ -148,7 +151,8 @@ GridLayout grid_layout(const GridLines& g, const GridConfig& c, int64_t q_len, i
     cls[size_t(r)].end = int64_t(L.order.size());
   }
   L.groups.resize(size_t(s));
-  for (int64_t r = 0; r < q_len; ++r) L.groups[size_t(residue(off + r, g.phase, s))].rows.push_back(r);
+  for (int64_t r = 0; r < q_len; ++r)
+    L.groups[size_t(residue(off + r, g.phase, s))].rows.push_back(r);
   const KeyRange all{0, int64_t(L.order.size())};
   for (int64_t r = 0; r < s; ++r) {
     auto& keys = L.groups[size_t(r)].keys;
@@ -173,7 +177,8 @@ BlockMask grid_band_mask(const GridConfig& c, int64_t heads, int64_t q_len, int6
   for (int64_t h = 0; h < heads; ++h)
     for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
       const int64_t t = tile_of(off + qb * kTile);  // every row of the block is in this tile
-      const int64_t sinks = std::min(c.sink_blocks, t + 1), lo = std::max<int64_t>(0, t - c.local_blocks);
+      const int64_t sinks = std::min(c.sink_blocks, t + 1),
+                    lo = std::max<int64_t>(0, t - c.local_blocks);
       for (int64_t b = 0; b < sinks; ++b) m.blocks.push_back(int32_t(b));
       for (int64_t b = std::max(lo, sinks); b <= t; ++b) m.blocks.push_back(int32_t(b));
       m.offsets[size_t(h * m.n_qb() + qb + 1)] = int64_t(m.blocks.size());
@@ -194,8 +199,10 @@ class GridCoverage final : public Coverage {
     const int64_t band = band_begin(c_, pos), s = g.stride;
     const auto push = [&](int64_t b, int64_t e) {
       if (e <= b) return;
-      if (!out.empty() && out.back().end >= b) out.back().end = std::max(out.back().end, e);
-      else out.push_back({b, e});
+      if (!out.empty() && out.back().end >= b)
+        out.back().end = std::max(out.back().end, e);
+      else
+        out.push_back({b, e});
     };
     push(0, std::min(first, pos + 1));
     // The grid pass: keys in [first, band) on the row's lines.
@@ -205,7 +212,8 @@ class GridCoverage final : public Coverage {
     } else {
       // Two arithmetic progressions (class 0 and the row's class), merged in order.
       int64_t a = c_.vline ? first + residue(g.phase - first, 0, s) : band;
-      int64_t b = c_.slash && !(c_.vline && rc == 0) ? first + residue(g.phase + rc - first, 0, s) : band;
+      int64_t b =
+          c_.slash && !(c_.vline && rc == 0) ? first + residue(g.phase + rc - first, 0, s) : band;
       while (a < band || b < band) {
         const int64_t j = std::min(a, b);
         push(j, j + 1);

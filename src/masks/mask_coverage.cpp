@@ -21,8 +21,10 @@ void append_coalesced(std::vector<KeyRange>& ranges, int64_t limit, std::vector<
     r.begin = std::max<int64_t>(r.begin, 0);
     r.end = std::min(r.end, limit);
     if (r.begin >= r.end) continue;
-    if (out.size() > first && r.begin <= out.back().end) out.back().end = std::max(out.back().end, r.end);
-    else out.push_back(r);
+    if (out.size() > first && r.begin <= out.back().end)
+      out.back().end = std::max(out.back().end, r.end);
+    else
+      out.push_back(r);
   }
 }
 

@@ -33,7 +33,8 @@ std::vector<float> mean_pool_rows(const TensorView& t, int64_t h, int64_t block)
         for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += t.get(h, s, c);
       }
     }
-    for (int64_t c = 0; c < d; ++c) out[size_t(b * d + c)] = float(acc[size_t(c)] / double(s1 - s0));
+    for (int64_t c = 0; c < d; ++c)
+      out[size_t(b * d + c)] = float(acc[size_t(c)] / double(s1 - s0));
   }
   return out;
 }
@@ -74,8 +75,7 @@ namespace {
 // first; then the others, largest estimated mass first (ties: the smaller index), until the
 // kept mass reaches p: the fewest blocks that reach it under the estimate.
 void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t block_k, double p,
-               std::vector<uint8_t>& keep, std::vector<double>& mass,
-               std::vector<int64_t>& order) {
+               std::vector<uint8_t>& keep, std::vector<double>& mass, std::vector<int64_t>& order) {
   if (limit <= 0) return;
   const float mx = *std::max_element(row, row + limit);
   mass.assign(size_t(limit), 0.0);
@@ -85,8 +85,10 @@ void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t blo
     const int64_t n = std::min(visible_end, (kb + 1) * block_k) - kb * block_k;
     mass[size_t(kb)] = double(std::max<int64_t>(n, 0)) * std::exp(double(row[kb]) - double(mx));
     total += mass[size_t(kb)];
-    if (keep[size_t(kb)]) kept += mass[size_t(kb)];
-    else order.push_back(kb);
+    if (keep[size_t(kb)])
+      kept += mass[size_t(kb)];
+    else
+      order.push_back(kb);
   }
   std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return mass[size_t(a)] != mass[size_t(b)] ? mass[size_t(a)] > mass[size_t(b)] : a < b;
@@ -99,9 +101,9 @@ void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t blo
 
 }  // namespace
 
-BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q,
-                         int64_t block_k, int64_t topk, int64_t sink, int64_t local,
-                         const AttnOptions& opt, double topp) {
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
+                         int64_t topk, int64_t sink, int64_t local, const AttnOptions& opt,
+                         double topp) {
   SPATTN_CHECK(topk >= 0, "mean_pool: topk must be >= 0, got ", topk);
   SPATTN_CHECK(topp >= 0 && topp <= 1, "mean_pool: topp=", topp, " outside (0, 1]");
   SPATTN_CHECK(sink >= 0, "mean_pool: sink must be >= 0, got ", sink);

@@ -18,8 +18,8 @@ std::vector<int64_t> modality_positions(const ModalityLayout& layout, uint8_t mo
 
 std::vector<int64_t> modality_rows(const ModalityLayout& layout, uint8_t modality, int64_t q_len) {
   const int64_t kv_len = int64_t(layout.ids.size());
-  SPATTN_CHECK(q_len >= 0 && q_len <= kv_len, "modality_rows: q_len ", q_len,
-               " must be in [0, ", kv_len, "] (the layout's tokens)");
+  SPATTN_CHECK(q_len >= 0 && q_len <= kv_len, "modality_rows: q_len ", q_len, " must be in [0, ",
+               kv_len, "] (the layout's tokens)");
   std::vector<int64_t> out;
   for (int64_t r = 0; r < q_len; ++r)
     if (layout.ids[size_t(query_position(r, q_len, kv_len))] == modality) out.push_back(r);
@@ -63,15 +63,14 @@ VerticalSlashIndex a_shape_index_for_modality(const ModalityLayout& layout, uint
 }
 
 VerticalSlashIndex vertical_slash_index_for_modality(const TensorView& q, const TensorView& k,
-                                                     const ModalityLayout& layout,
-                                                     uint8_t modality,
+                                                     const ModalityLayout& layout, uint8_t modality,
                                                      const VerticalSlashConfig& c,
                                                      const AttnOptions& opt) {
   const char* who = "vertical_slash_index_for_modality";
   check_vertical_slash_config(c);
   SPATTN_CHECK(opt.causal, who, ": needs causal attention");
-  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim,
-               who, ": bad shapes q ", q.shape_str(), ", k ", k.shape_str());
+  SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim, who,
+               ": bad shapes q ", q.shape_str(), ", k ", k.shape_str());
   check_modality(layout, modality, q.seq, k.seq, who);
   std::vector<int64_t> rows = modality_rows(layout, modality, q.seq);
   const std::vector<int64_t> keys = modality_positions(layout, modality);

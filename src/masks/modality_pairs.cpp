@@ -35,12 +35,15 @@ std::vector<std::vector<int64_t>> consecutive_tiles(const std::vector<int64_t>& 
 }
 
 void coalesce(std::vector<KeyRange>& r) {
-  std::sort(r.begin(), r.end(), [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
+  std::sort(r.begin(), r.end(),
+            [](const KeyRange& a, const KeyRange& b) { return a.begin < b.begin; });
   size_t n = 0;
   for (const KeyRange& x : r) {
     if (x.begin >= x.end) continue;
-    if (n > 0 && x.begin <= r[n - 1].end) r[n - 1].end = std::max(r[n - 1].end, x.end);
-    else r[n++] = x;
+    if (n > 0 && x.begin <= r[n - 1].end)
+      r[n - 1].end = std::max(r[n - 1].end, x.end);
+    else
+      r[n++] = x;
   }
   r.resize(n);
 }
@@ -64,7 +67,8 @@ std::vector<ModalityPairIndex> vertical_slash_pairs(const TensorView& q, const T
   check_vertical_slash_config(c);
   SPATTN_CHECK(opt.causal, "vertical_slash_pairs: needs causal attention");
   SPATTN_CHECK(q.heads == 1 && k.heads == 1 && q.dim == k.dim && q.seq >= 1 && q.seq <= k.seq,
-               "vertical_slash_pairs: takes one head, got q ", q.shape_str(), ", k ", k.shape_str());
+               "vertical_slash_pairs: takes one head, got q ", q.shape_str(), ", k ",
+               k.shape_str());
   layout.validate(k.seq);
   std::vector<ModalityPairIndex> out;
   const std::vector<uint8_t> mods = present_modalities(layout);
@@ -151,7 +155,8 @@ PairPlan pair_plan(const ModalityPairIndex& p, const ModalityLayout& layout, int
       const int64_t o0 = p.offsets[x], o1 = p.offsets[y];
       x = y + 1;
       if (p1 - o0 < 0) break;  // offsets ascend: the rest are further left still
-      const int64_t a = std::lower_bound(rest.begin(), rest.end(), std::max<int64_t>(0, p0 - o1)) - rest.begin();
+      const int64_t a =
+          std::lower_bound(rest.begin(), rest.end(), std::max<int64_t>(0, p0 - o1)) - rest.begin();
       const int64_t b = std::upper_bound(rest.begin(), rest.end(), p1 - o0) - rest.begin();
       if (a < b) t.keys.push_back({nc + a, nc + b});
     }
@@ -188,8 +193,10 @@ class PairsCoverage final : public Coverage {
         for (int64_t i = kr.begin; i < kr.end; ++i) {
           const int64_t j = plan.order[size_t(i)];
           if (j >= lim) continue;
-          if (!r.empty() && r.back().end == j) ++r.back().end;
-          else r.push_back({j, j + 1});
+          if (!r.empty() && r.back().end == j)
+            ++r.back().end;
+          else
+            r.push_back({j, j + 1});
         }
     }
     coalesce(r);

@@ -11,8 +11,7 @@
 namespace spattn {
 
 BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
-                           int64_t block_q, int64_t block_k, int64_t topk,
-                           const AttnOptions& opt) {
+                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt) {
   SPATTN_CHECK(topk >= 1, "oracle_topk: topk must be >= 1, got ", topk);
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb();

@@ -12,14 +12,15 @@ namespace spattn {
 BlockMask sf_fixed_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride) {
   SPATTN_CHECK(local >= 1, "sf_fixed: local (segment length) must be >= 1, got ", local);
   SPATTN_CHECK(vline_stride >= 1, "sf_fixed: vline_stride must be >= 1, got ", vline_stride);
-  return masks::close_over_blocks("sf_fixed", g, [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
-    out.push_back({p0 / local * local, p1 + 1});
-    // One interval per key block that holds a column: the first column at or after it.
-    for (int64_t kb0 = 0; kb0 <= p1; kb0 += g.block_k) {
-      const int64_t c = (kb0 + vline_stride - 1) / vline_stride * vline_stride;
-      if (c < kb0 + g.block_k && c <= p1) out.push_back({c, c + 1});
-    }
-  });
+  return masks::close_over_blocks(
+      "sf_fixed", g, [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
+        out.push_back({p0 / local * local, p1 + 1});
+        // One interval per key block that holds a column: the first column at or after it.
+        for (int64_t kb0 = 0; kb0 <= p1; kb0 += g.block_k) {
+          const int64_t c = (kb0 + vline_stride - 1) / vline_stride * vline_stride;
+          if (c < kb0 + g.block_k && c <= p1) out.push_back({c, c + 1});
+        }
+      });
 }
 
 }  // namespace spattn

@@ -11,10 +11,12 @@ namespace spattn {
 BlockMask sf_strided_mask(const MaskGeometry& g, int64_t local, int64_t vline_stride) {
   SPATTN_CHECK(local >= 1, "sf_strided: local must be >= 1 (each row sees itself), got ", local);
   SPATTN_CHECK(vline_stride >= 1, "sf_strided: vline_stride must be >= 1, got ", vline_stride);
-  return masks::close_over_blocks("sf_strided", g, [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
-    out.push_back({p0 - local + 1, p1 + 1});
-    for (int64_t o = vline_stride; o <= p1; o += vline_stride) out.push_back({p0 - o, p1 - o + 1});
-  });
+  return masks::close_over_blocks("sf_strided", g,
+                                  [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
+                                    out.push_back({p0 - local + 1, p1 + 1});
+                                    for (int64_t o = vline_stride; o <= p1; o += vline_stride)
+                                      out.push_back({p0 - o, p1 - o + 1});
+                                  });
 }
 
 }  // namespace spattn

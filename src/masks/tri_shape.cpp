@@ -12,15 +12,17 @@ BlockMask tri_shape_mask(const MaskGeometry& g, int64_t sink, int64_t local, int
   SPATTN_CHECK(sink >= 0, "tri_shape: sink must be >= 0, got ", sink);
   SPATTN_CHECK(local >= 1, "tri_shape: local must be >= 1 (each row sees itself), got ", local);
   SPATTN_CHECK(bottom >= 0, "tri_shape: bottom must be >= 0, got ", bottom);
-  const int64_t first_dense = g.kv_len - std::min(bottom, g.q_len);  // position of the first dense row
-  return masks::close_over_blocks("tri_shape", g, [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
-    if (p1 >= first_dense) {
-      out.push_back({0, p1 + 1});
-      return;
-    }
-    out.push_back({0, sink});
-    out.push_back({p0 - local + 1, p1 + 1});
-  });
+  const int64_t first_dense =
+      g.kv_len - std::min(bottom, g.q_len);  // position of the first dense row
+  return masks::close_over_blocks("tri_shape", g,
+                                  [&](int64_t p0, int64_t p1, std::vector<KeyRange>& out) {
+                                    if (p1 >= first_dense) {
+                                      out.push_back({0, p1 + 1});
+                                      return;
+                                    }
+                                    out.push_back({0, sink});
+                                    out.push_back({p0 - local + 1, p1 + 1});
+                                  });
 }
 
 }  // namespace spattn

@@ -51,7 +51,8 @@ void gather_rows(const TensorView& t, int64_t h, const std::vector<int64_t>& row
 }  // namespace
 
 void check_vertical_slash_config(const VerticalSlashConfig& c) {
-  SPATTN_CHECK(c.vertical_size >= 0, "vertical_slash: vertical must be >= 0, got ", c.vertical_size);
+  SPATTN_CHECK(c.vertical_size >= 0, "vertical_slash: vertical must be >= 0, got ",
+               c.vertical_size);
   SPATTN_CHECK(c.slash_size >= 1, "vertical_slash: slash must be >= 1 (the main diagonal), got ",
                c.slash_size);
   SPATTN_CHECK(c.last_q >= 1, "vertical_slash: last_q must be >= 1, got ", c.last_q);
@@ -72,14 +73,17 @@ namespace masks {
 // among the candidates, `forced` ones first; diagonals 0..local-1 are forced.
 AHatEstimator::AHatEstimator(const TensorView& q, const TensorView& k,
                              const std::vector<int64_t>* keys, const AttnOptions& opt)
-    : q_(q), k_(k), keys_(keys), scale_(softmax_scale(opt, q.dim)),
+    : q_(q),
+      k_(k),
+      keys_(keys),
+      scale_(softmax_scale(opt, q.dim)),
       threads_(resolve_threads(opt.threads)) {}
 
-void AHatEstimator::head(int64_t h, const std::vector<int64_t>& est_rows,
-                         const std::function<void(int64_t, const double*, double, int64_t)>& visit) {
-  heads(h, 1, est_rows, [&](int64_t, int64_t p, const double* e, double l, int64_t vis) {
-    visit(p, e, l, vis);
-  });
+void AHatEstimator::head(
+    int64_t h, const std::vector<int64_t>& est_rows,
+    const std::function<void(int64_t, const double*, double, int64_t)>& visit) {
+  heads(h, 1, est_rows,
+        [&](int64_t, int64_t p, const double* e, double l, int64_t vis) { visit(p, e, l, vis); });
 }
 
 void AHatEstimator::heads(
@@ -94,13 +98,15 @@ void AHatEstimator::heads(
       const int64_t h = h0 + i, kvh = h / (q_.heads / k_.heads);
       // f32 rows with unit dim stride go to sgemm where they are (ldb = the row stride): a
       // copy of every key costs several ms at 32K.
-      const bool in_place = !keys_ && k_.dtype == DType::f32 && k_.stride_dim == 1 &&
-                            k_.stride_seq >= d;
+      const bool in_place =
+          !keys_ && k_.dtype == DType::f32 && k_.stride_dim == 1 && k_.stride_seq >= d;
       const float* kp = in_place ? static_cast<const float*>(k_.ptr(kvh, 0)) : kf_.data();
       const int64_t ldk = in_place ? k_.stride_seq : d;
       if (!in_place && kvh != loaded_kvh_) {
-        if (keys_) gather_rows(k_, kvh, *keys_, kf_);
-        else load_rows(k_, kvh, 0, lk, kf_);
+        if (keys_)
+          gather_rows(k_, kvh, *keys_, kf_);
+        else
+          load_rows(k_, kvh, 0, lk, kf_);
         loaded_kvh_ = kvh;
         kp = kf_.data();
       }
@@ -109,8 +115,7 @@ void AHatEstimator::heads(
       s.resize(size_t(n * nk));
       e_[size_t(i)].resize(size_t(nk));
       if (n > 0 && nk > 0)
-        blas::sgemm(true, n, nk, d, scale_, qf_.data(), d, kp, ldk, 0.0f, s.data(), nk,
-                    threads_);
+        blas::sgemm(true, n, nk, d, scale_, qf_.data(), d, kp, ldk, 0.0f, s.data(), nk, threads_);
     }
   }
   parallel_for(count, std::min<int>(threads_, int(count)), [&](int64_t i, int) {
@@ -119,8 +124,9 @@ void AHatEstimator::heads(
     for (int64_t r = 0; r < n; ++r) {
       const int64_t p = query_position(est_rows[size_t(r)], q_.seq, lk);
       // Candidates the row sees: a prefix, since candidate positions ascend.
-      const int64_t vis = keys_ ? int64_t(std::upper_bound(keys_->begin(), keys_->end(), p) - keys_->begin())
-                                : p + 1;
+      const int64_t vis =
+          keys_ ? int64_t(std::upper_bound(keys_->begin(), keys_->end(), p) - keys_->begin())
+                : p + 1;
       if (vis <= 0) continue;
       const float* row = &s[size_t(r * nk)];
       const double m = *std::max_element(row, row + vis);
@@ -161,22 +167,23 @@ VerticalSlashIndex estimate_vertical_slash(const TensorView& q, const TensorView
       std::fill(vertical[size_t(i)].begin(), vertical[size_t(i)].end(), 0.0);
       std::fill(slash[size_t(i)].begin(), slash[size_t(i)].end(), 0.0);
     }
-    est.heads(h0, count, est_rows, [&](int64_t i, int64_t p, const double* e, double l, int64_t vis) {
-      double* __restrict vert = vertical[size_t(i)].data();
-      double* __restrict sl = slash[size_t(i)].data();
-      if (!keys) {  // key j at position j: a loop the compiler vectorises (the same bits)
-        for (int64_t j = 0; j < vis; ++j) {
-          const double a = e[j] / l;
-          vert[j] += a;
-          sl[p - j] += a;
-        }
-        return;
-      }
-      for (int64_t j = 0; j < vis; ++j) {
-        vert[j] += e[j] / l;
-        sl[p - key_pos(j)] += e[j] / l;
-      }
-    });
+    est.heads(h0, count, est_rows,
+              [&](int64_t i, int64_t p, const double* e, double l, int64_t vis) {
+                double* __restrict vert = vertical[size_t(i)].data();
+                double* __restrict sl = slash[size_t(i)].data();
+                if (!keys) {  // key j at position j: a loop the compiler vectorises (the same bits)
+                  for (int64_t j = 0; j < vis; ++j) {
+                    const double a = e[j] / l;
+                    vert[j] += a;
+                    sl[p - j] += a;
+                  }
+                  return;
+                }
+                for (int64_t j = 0; j < vis; ++j) {
+                  vert[j] += e[j] / l;
+                  sl[p - key_pos(j)] += e[j] / l;
+                }
+              });
     const double inf = std::numeric_limits<double>::infinity();
     for (int64_t i = 0; i < count; ++i) {
       std::vector<double>& vert = vertical[size_t(i)];
@@ -204,7 +211,8 @@ VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k
                    q.seq > 0 && q.seq <= k.seq,
                "vertical_slash: bad shapes q ", q.shape_str(), ", k ", k.shape_str());
   const int64_t n = std::min(c.last_q, q.seq);
-  std::vector<int64_t> est_rows(static_cast<size_t>(n)), forced(static_cast<size_t>(std::min(c.sink, k.seq)));
+  std::vector<int64_t> est_rows(static_cast<size_t>(n)),
+      forced(static_cast<size_t>(std::min(c.sink, k.seq)));
   std::iota(est_rows.begin(), est_rows.end(), q.seq - n);
   std::iota(forced.begin(), forced.end(), 0);
   return masks::estimate_vertical_slash(q, k, c, opt, est_rows, nullptr, forced);
@@ -221,7 +229,8 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
   const int64_t off = query_position(0, q_len, kv_len), n_kb = m.n_kb(), n_qb = m.n_qb();
   std::vector<std::vector<int32_t>> head_blocks(static_cast<size_t>(x.heads));
   std::vector<std::vector<int64_t>> head_counts(static_cast<size_t>(x.heads));
-  const int workers = int(std::min<int64_t>(resolve_threads(threads), std::max<int64_t>(x.heads, 1)));
+  const int workers =
+      int(std::min<int64_t>(resolve_threads(threads), std::max<int64_t>(x.heads, 1)));
   parallel_for(x.heads, workers, [&](int64_t h, int) {
     // keep[qb][kb]: some row of query block qb computes a key of block kb. A tile of listed
     // rows (x.rows) may touch several query blocks and a block several tiles; without a list,
@@ -251,7 +260,8 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
       for (size_t i = 0; i < offsets.size();) {
         const int64_t begin = p0 - offsets[i];
         int64_t end = p1 - offsets[i] + 1;
-        for (++i; i < offsets.size() && p0 - offsets[i] <= end; ++i) end = std::max(end, p1 - offsets[i] + 1);
+        for (++i; i < offsets.size() && p0 - offsets[i] <= end; ++i)
+          end = std::max(end, p1 - offsets[i] + 1);
         masks::mark_blocks(begin, end, block_k, tile_keep);
       }
       for (const auto& [kb, first] : col_blocks) {
@@ -265,8 +275,8 @@ BlockMask vertical_slash_block_mask(const VerticalSlashIndex& x, int64_t q_len, 
         counts[size_t(t)] = int64_t(blocks.size() - before);
         continue;
       }
-      const int64_t a = t * x.tile_rows, b = std::min(x.num_tiles(q_len) * x.tile_rows,
-                                                      a + x.tile_rows);
+      const int64_t a = t * x.tile_rows,
+                    b = std::min(x.num_tiles(q_len) * x.tile_rows, a + x.tile_rows);
       // Each query block's rows of this tile, as a group: they see the tile's blocks up to
       // their last row's position (every range starts at or before the tile's first row, so
       // cutting there is exact where the main diagonal is kept, as vertical_slash_index does).

@@ -48,7 +48,9 @@ AShapeParams a_shape_params(const MethodSpec& spec) {
   return p;
 }
 
-std::unique_ptr<Method> make_a_shape(const MethodSpec& spec) { return std::make_unique<AShape>(spec); }
+std::unique_ptr<Method> make_a_shape(const MethodSpec& spec) {
+  return std::make_unique<AShape>(spec);
+}
 
 namespace {
 // Across ranks the ring runs the static pattern itself: each shard travels with only the rows

@@ -32,8 +32,9 @@ class Band final : public LayerBackend {
     reads.keys_total += c.packed->kv_heads() * (c.pos0 + 1 - lo);
   }
   RingPlan ring_plan(int64_t, int, bool) const override {
-    detail::fail("context parallelism (--cp) does not split a model with sliding-window layers "
-                 "across ranks yet");
+    detail::fail(
+        "context parallelism (--cp) does not split a model with sliding-window layers "
+        "across ranks yet");
   }
 
  private:

@@ -60,8 +60,10 @@ struct BlasstRule {
 BlasstRule read_blasst_rule(ParamReader& r, int64_t layer) {
   BlasstRule rule;
   const bool has_lambda = r.has("lambda"), has_sparsity = r.has("sparsity");
-  SPATTN_CHECK(has_lambda != has_sparsity, "blasst: give exactly one of lambda=X or "
-               "sparsity=S,calib=FILE (got ", has_lambda ? "both" : "neither", ")");
+  SPATTN_CHECK(has_lambda != has_sparsity,
+               "blasst: give exactly one of lambda=X or "
+               "sparsity=S,calib=FILE (got ",
+               has_lambda ? "both" : "neither", ")");
   rule.lambda = r.get_double("lambda", 0.0, 0.0, 1.0);
   // Upper bound just below 1: Calibration::lambda_for rejects 1 with its own message, but
   // the spec should fail before any file is read.
@@ -91,9 +93,10 @@ BlasstRule read_blasst_rule(ParamReader& r, int64_t layer) {
       detail::fail("blasst: layer: ", calib, ": ", e.what());
     }
     // Its thresholds reach their sparsity only in the order it was measured in.
-    SPATTN_CHECK(!has_order || rule.order == rule.law->order, "blasst: order=",
-                 blasst_order_name(rule.order), " but ", calib, " was calibrated for order ",
-                 blasst_order_name(rule.law->order), " (leave order= out to use it)");
+    SPATTN_CHECK(!has_order || rule.order == rule.law->order,
+                 "blasst: order=", blasst_order_name(rule.order), " but ", calib,
+                 " was calibrated for order ", blasst_order_name(rule.law->order),
+                 " (leave order= out to use it)");
     rule.order = rule.law->order;
   }
   return rule;
@@ -184,7 +187,8 @@ double blasst_cp_lambda(const MethodSpec& spec) {
                "--cp with blasst takes lambda=X, not sparsity=S,calib=FILE (its threshold "
                "follows each one-process chunk's kv length)");
   const Blasst b(spec);  // every check make_method makes
-  SPATTN_CHECK(b.order() == BlasstOrder::local_first, "--cp with blasst runs order=local_first "
+  SPATTN_CHECK(b.order() == BlasstOrder::local_first,
+               "--cp with blasst runs order=local_first "
                "only (the ranks seed the running max with its first two tiles)");
   return b.lambda();
 }
@@ -216,7 +220,8 @@ class BlasstPrefill final : public MethodPrefill {
 // (lambda=X), or the layer's law at the cache's length (sparsity=S,calib=FILE).
 class BlasstDecode final : public LayerBackend {
  public:
-  BlasstDecode(std::string spec, BlasstRule rule) : spec_(std::move(spec)), rule_(std::move(rule)) {}
+  BlasstDecode(std::string spec, BlasstRule rule)
+      : spec_(std::move(spec)), rule_(std::move(rule)) {}
   std::string name() const override { return spec_; }
   BackendCaps capabilities() const override {
     BackendCaps c;

@@ -43,7 +43,8 @@ void attention_modality_pairs(const TensorView& q, const TensorView& k, const Te
     attention_row_groups(q, kv, groups, part, o, part_lse.data(), &st);
     // Only this piece's rows were written; fold them into the row's result.
     for (const PairTile& t : plan.tiles)
-      for (int64_t r : t.rows) merge_row(a + r * d, acc_lse[size_t(r)], b + r * d, part_lse[size_t(r)], d);
+      for (int64_t r : t.rows)
+        merge_row(a + r * d, acc_lse[size_t(r)], b + r * d, part_lse[size_t(r)], d);
   }
   if (stats) {
     // The problem's causal entries once, not once per piece.

@@ -45,8 +45,8 @@ namespace spattn {
 void ChunkedH2OParams::validate() const {
   SPATTN_CHECK(chunk >= 1, "chunked_h2o: chunk (S, -ub) must be >= 1, got ", chunk);
   SPATTN_CHECK(batch >= 1, "chunked_h2o: batch (B, -b) must be >= 1, got ", batch);
-  SPATTN_CHECK(local >= 0 && local <= chunk, "chunked_h2o: local (L) must be in [0, chunk = ",
-               chunk, "], got ", local);
+  SPATTN_CHECK(local >= 0 && local <= chunk,
+               "chunked_h2o: local (L) must be in [0, chunk = ", chunk, "], got ", local);
   SPATTN_CHECK(heavy >= 0, "chunked_h2o: heavy (H) must be >= 0, got ", heavy);
   SPATTN_CHECK(local + heavy >= 1, "chunked_h2o: local + heavy (the memory size M) must be >= 1");
 }
@@ -69,7 +69,8 @@ std::vector<int64_t> h2o_build_memory(std::span<const int64_t> prev, int64_t chu
   for (size_t i = 0; i < cand.size(); ++i)
     SPATTN_CHECK(cand[i] >= 0 && cand[i] < chunk_begin && (i == 0 || cand[i - 1] < cand[i]),
                  "h2o_build_memory: the previous memory set must be sorted, distinct and lie "
-                 "before the chunk (entry ", i, " is ", cand[i], ")");
+                 "before the chunk (entry ",
+                 i, " is ", cand[i], ")");
   for (int64_t j = chunk_begin; j < local_begin; ++j) cand.push_back(j);  // C_c \ Local_c
   // Heavy_c: top-H by score, ties to the earlier position (deterministic).
   auto better = [&](int64_t a, int64_t b) {
@@ -124,14 +125,21 @@ struct ChunkedH2OScratch {
   PackedKV intra_kv, mem_kv;         // the batch's K/V; M_{c-1}, one "kv head" per q head
   Tensor o_inter;                    // [Hq, S, d] inter O
   Tensor o_intra;  // [Hq, B, d] intra O when out is not f32 (an f32 out holds it itself)
-  std::vector<float> lse_intra;      // [Hq][n]: the batch's intra LSE
+  std::vector<float> lse_intra;           // [Hq][n]: the batch's intra LSE
   std::vector<float> lse_inter, lse_out;  // [Hq][|C_c|]: one chunk's
   WeightSums ws;
 
   ChunkedH2OScratch(const ChunkedH2OParams& p, int64_t hq_, int64_t hkv_, int64_t d, DType t,
                     int64_t c, bool bf16)
-      : hq(hq_), hkv(hkv_), dim(d), cap(c), mem_cap(std::min(p.local + p.heavy, c)),
-        batch(p.batch), chunk(p.chunk), dtype(t), bf16_dot(bf16),
+      : hq(hq_),
+        hkv(hkv_),
+        dim(d),
+        cap(c),
+        mem_cap(std::min(p.local + p.heavy, c)),
+        batch(p.batch),
+        chunk(p.chunk),
+        dtype(t),
+        bf16_dot(bf16),
         intra_kv(hkv_, d, t, std::min(p.batch, c), bf16),
         mem_kv(hq_, d, t, std::max<int64_t>(1, std::min(p.local + p.heavy, c)), bf16),
         o_inter(DType::f32, hq_, std::min(p.chunk, c), d) {
@@ -176,9 +184,17 @@ struct ChunkedH2OLayer::State {
 
   State(const ChunkedH2OParams& p_, int64_t hq_, int64_t hkv_, int64_t d, DType t, int64_t c,
         std::shared_ptr<ChunkedH2OScratch> shared)
-      : p(p_), hq(hq_), hkv(hkv_), dim(d), cap(c),
-        mem_cap(std::min(p_.local + p_.heavy, c)), dtype(t), row_size(size_t(d) * dtype_size(t)),
-        scores(size_t(hq_)), mem(size_t(hq_)), scratch(std::move(shared)) {
+      : p(p_),
+        hq(hq_),
+        hkv(hkv_),
+        dim(d),
+        cap(c),
+        mem_cap(std::min(p_.local + p_.heavy, c)),
+        dtype(t),
+        row_size(size_t(d) * dtype_size(t)),
+        scores(size_t(hq_)),
+        mem(size_t(hq_)),
+        scratch(std::move(shared)) {
     for (auto& s : scores) s.assign(size_t(cap), 0.0);
     const size_t mem_bytes = size_t(hq) * size_t(mem_cap) * row_size;
     mem_k.resize(mem_bytes);
@@ -211,8 +227,8 @@ struct ChunkedH2OLayer::State {
                     int64_t batch_pos) {
     const int64_t group = hq / hkv;
     for (int64_t h = 0; h < hq; ++h) {
-      std::vector<int64_t> next = h2o_build_memory(mem[size_t(h)], c0, c1, scores[size_t(h)],
-                                                   p.local, p.heavy);
+      std::vector<int64_t> next =
+          h2o_build_memory(mem[size_t(h)], c0, c1, scores[size_t(h)], p.local, p.heavy);
       size_t i_prev = 0;
       for (size_t i = 0; i < next.size(); ++i) {
         const int64_t j = next[i];
@@ -243,17 +259,16 @@ ChunkedH2OLayer::ChunkedH2OLayer(const ChunkedH2OParams& p, int64_t q_heads, int
                                  int64_t dim, DType dtype, int64_t capacity, bool bf16_dot,
                                  std::shared_ptr<ChunkedH2OScratch> scratch) {
   p.validate();
-  SPATTN_CHECK(q_heads >= 1 && kv_heads >= 1 && q_heads % kv_heads == 0,
-               "chunked_h2o: q heads (", q_heads, ") must be a positive multiple of kv heads (",
-               kv_heads, ")");
+  SPATTN_CHECK(q_heads >= 1 && kv_heads >= 1 && q_heads % kv_heads == 0, "chunked_h2o: q heads (",
+               q_heads, ") must be a positive multiple of kv heads (", kv_heads, ")");
   SPATTN_CHECK(capacity >= 1, "chunked_h2o: capacity must be >= 1, got ", capacity);
   if (scratch)
     SPATTN_CHECK(scratch->fits(p, q_heads, kv_heads, dim, dtype, capacity, bf16_dot),
                  "chunked_h2o: a shared scratch must come from a layer of the same shape and "
                  "parameters");
   else
-    scratch = std::make_shared<ChunkedH2OScratch>(p, q_heads, kv_heads, dim, dtype, capacity,
-                                                  bf16_dot);
+    scratch =
+        std::make_shared<ChunkedH2OScratch>(p, q_heads, kv_heads, dim, dtype, capacity, bf16_dot);
   s_ = std::make_unique<State>(p, q_heads, kv_heads, dim, dtype, capacity, std::move(scratch));
 }
 ChunkedH2OLayer::ChunkedH2OLayer(ChunkedH2OLayer&&) noexcept = default;
@@ -287,7 +302,8 @@ ChunkedH2OSnapshot ChunkedH2OLayer::snapshot() const {
   snap.mem_k.resize(size_t(s.hq) * m * s.row_size);
   snap.mem_v.resize(snap.mem_k.size());
   for (int64_t h = 0; h < s.hq; ++h) {
-    for (int64_t j : s.mem[size_t(h)]) snap.mem_scores[size_t(h)].push_back(s.scores[size_t(h)][size_t(j)]);
+    for (int64_t j : s.mem[size_t(h)])
+      snap.mem_scores[size_t(h)].push_back(s.scores[size_t(h)][size_t(j)]);
     // The layer's rows of head h start at h * mem_cap; the snapshot's at h * m.
     const size_t from = size_t(h) * size_t(s.mem_cap) * s.row_size, to = size_t(h) * m * s.row_size;
     if (m == 0) continue;  // a fresh layer (or one that never ran): no rows, no null memcpy
@@ -339,7 +355,9 @@ std::span<const double> ChunkedH2OLayer::scores(int64_t h) const {
   return std::span<const double>(s_->scores[size_t(h)]).first(size_t(s_->pos));
 }
 void ChunkedH2OLayer::set_trace(ChunkedH2OTrace* trace) { s_->trace = trace; }
-void ChunkedH2OLayer::set_on_memory(std::function<void(int64_t)> f) { s_->on_memory = std::move(f); }
+void ChunkedH2OLayer::set_on_memory(std::function<void(int64_t)> f) {
+  s_->on_memory = std::move(f);
+}
 std::shared_ptr<ChunkedH2OScratch> ChunkedH2OLayer::scratch() const { return s_->scratch; }
 size_t ChunkedH2OLayer::state_bytes() const { return s_->bytes(); }
 size_t ChunkedH2OLayer::scratch_bytes() const { return s_->scratch->bytes(); }
@@ -358,8 +376,8 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
                "chunked_h2o: heads must be q/out ", s.hq, " and k/v ", s.hkv, " (got q ",
                q.shape_str(), ", k ", k.shape_str(), ", v ", v.shape_str(), ")");
   SPATTN_CHECK(k.seq == n && v.seq == n && out.seq == n,
-               "chunked_h2o: q, k, v and out must hold the same rows (q ", q.shape_str(),
-               ", k ", k.shape_str(), ", v ", v.shape_str(), ", out ", out.shape_str(), ")");
+               "chunked_h2o: q, k, v and out must hold the same rows (q ", q.shape_str(), ", k ",
+               k.shape_str(), ", v ", v.shape_str(), ", out ", out.shape_str(), ")");
   SPATTN_CHECK(q.dim == s.dim && k.dim == s.dim && v.dim == s.dim && out.dim == s.dim,
                "chunked_h2o: head dim must be ", s.dim);
   SPATTN_CHECK(k.dtype == s.dtype && v.dtype == s.dtype && k.stride_dim == 1 && v.stride_dim == 1,
@@ -368,9 +386,9 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
   if (packed)
     SPATTN_CHECK(packed->size() == n && packed->kv_heads() == s.hkv && packed->dim() == s.dim &&
                      packed->dtype() == s.dtype && packed->max_position() == n - 1,
-                 "chunked_h2o: packed must hold exactly the batch's ", n, " rows (",
-                 s.hkv, " kv heads, dim ", s.dim, ", ", dtype_name(s.dtype),
-                 ") at positions 0 .. ", n - 1, "; it holds ", packed->size(), " keys");
+                 "chunked_h2o: packed must hold exactly the batch's ", n, " rows (", s.hkv,
+                 " kv heads, dim ", s.dim, ", ", dtype_name(s.dtype), ") at positions 0 .. ", n - 1,
+                 "; it holds ", packed->size(), " keys");
   if (!s.p.carry) {
     s.have_mem = false;
     for (auto& m : s.mem) m.clear();
@@ -395,8 +413,8 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
     x.intra_kv.clear();
     x.intra_kv.append(k, v, {}, opt.threads);
   }
-  attention_with_column_sums(q, packed ? *packed : x.intra_kv, intra_all, x.lse_intra.data(), x.ws, intra_opt, &st,
-                             s.p.chunk);
+  attention_with_column_sums(q, packed ? *packed : x.intra_kv, intra_all, x.lse_intra.data(), x.ws,
+                             intra_opt, &st, s.p.chunk);
   for (int64_t h = 0; h < s.hq; ++h)
     std::copy_n(x.ws.column.data() + h * n, n, s.scores[size_t(h)].data() + pos0);
 
@@ -460,12 +478,13 @@ void ChunkedH2OLayer::prefill_batch(const TensorView& q, const TensorView& k, co
 }
 
 void attention_chunked_h2o(const TensorView& q, const TensorView& k, const TensorView& v,
-                           const TensorView& out, const ChunkedH2OParams& p,
-                           const AttnOptions& opt, float* lse, Stats* stats,
-                           ChunkedH2OTrace* trace) {
+                           const TensorView& out, const ChunkedH2OParams& p, const AttnOptions& opt,
+                           float* lse, Stats* stats, ChunkedH2OTrace* trace) {
   const int64_t n = q.seq;
-  SPATTN_CHECK(n >= 1 && k.seq == n, "chunked_h2o: a prompt's q and k must hold the same rows "
-               "(self-attention), got q ", q.shape_str(), ", k ", k.shape_str());
+  SPATTN_CHECK(n >= 1 && k.seq == n,
+               "chunked_h2o: a prompt's q and k must hold the same rows "
+               "(self-attention), got q ",
+               q.shape_str(), ", k ", k.shape_str());
   ChunkedH2OLayer layer(p, q.heads, k.heads, q.dim, k.dtype, n, opt.bf16_dot);
   layer.set_trace(trace);
   std::vector<float> lse_b;
@@ -494,12 +513,16 @@ class H2OCoverage final : public Coverage {
     const size_t c = size_t(it - t_.chunk_begin.begin()) - 1;
     if (t_.inter[c])
       for (int64_t j : t_.memory[c - 1][size_t(head)]) {
-        if (!out.empty() && out.back().end == j) ++out.back().end;
-        else out.push_back({j, j + 1});
+        if (!out.empty() && out.back().end == j)
+          ++out.back().end;
+        else
+          out.push_back({j, j + 1});
       }
     const int64_t c0 = t_.chunk_begin[c];
-    if (!out.empty() && out.back().end == c0) out.back().end = row + 1;
-    else out.push_back({c0, row + 1});
+    if (!out.empty() && out.back().end == c0)
+      out.back().end = row + 1;
+    else
+      out.push_back({c0, row + 1});
   }
 
  private:
@@ -561,9 +584,11 @@ struct H2OState final : BackendState {
 class H2OPrefill final : public LayerBackend {
  public:
   H2OPrefill(const ChunkedH2OParams& p, const BackendContext& ctx)
-      : p_(p), layer_(p, ctx.q_heads, ctx.kv_heads, ctx.dim, DType::f32, ctx.n_ctx, true,
-                      shared_scratch(ctx)),
-        k_type_(ctx.k_type), v_type_(ctx.v_type) {
+      : p_(p),
+        layer_(p, ctx.q_heads, ctx.kv_heads, ctx.dim, DType::f32, ctx.n_ctx, true,
+               shared_scratch(ctx)),
+        k_type_(ctx.k_type),
+        v_type_(ctx.v_type) {
     if (ctx.shared && !*ctx.shared) *ctx.shared = layer_.scratch();  // one for every layer
   }
   std::string name() const override { return "chunked_h2o"; }
@@ -589,16 +614,17 @@ class H2OPrefill final : public LayerBackend {
   void ring_check(int64_t n, int ranks) const override {
     const dist::Zigzag on_grid{n, ranks, p_.chunk};
     if (n > p_.chunk)
-      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", ranks,
-                   " with chunked_h2o: the prompt's ", n, " tokens make fewer than the ", ranks,
-                   " chunks of -ub ", p_.chunk, " the split needs (one per rank)");
+      SPATTN_CHECK(!on_grid.empty_rank(), "--cp ", ranks, " with chunked_h2o: the prompt's ", n,
+                   " tokens make fewer than the ", ranks, " chunks of -ub ", p_.chunk,
+                   " the split needs (one per rank)");
   }
   void ring_prefill(const RingCall& c, const RingPlan& plan) override {
     if (c.zigzag.n <= p_.chunk) return dense_ring_prefill(c, plan);
     AttnOptions a = c.opt;
     a.q_start = -1;
-    const dist::H2OChainLayer hl{c.q, c.k, c.v, c.out, c.q_heads, c.kv_heads, c.dim, p_.chunk,
-                                 p_.local + p_.heavy, k_type_, v_type_, a};
+    const dist::H2OChainLayer hl{
+        c.q,     c.k,     c.v, c.out, c.q_heads, c.kv_heads, c.dim, p_.chunk, p_.local + p_.heavy,
+        k_type_, v_type_, a};
     dist::h2o_chain_prefill(c.group, c.zigzag, hl, layer_, c.wire, c.stats);
   }
 
@@ -665,8 +691,10 @@ class H2OPrefill final : public LayerBackend {
 
 std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
                                                        const BackendContext& ctx) {
-  SPATTN_CHECK(spec.params.empty(), "--attn chunked_h2o takes its sizes from -b, -ub, "
-               "--h2o-local and --h2o-heavy, not from the spec ('", spec.text, "')");
+  SPATTN_CHECK(spec.params.empty(),
+               "--attn chunked_h2o takes its sizes from -b, -ub, "
+               "--h2o-local and --h2o-heavy, not from the spec ('",
+               spec.text, "')");
   ChunkedH2OParams p;
   p.chunk = ctx.n_ubatch;
   p.batch = ctx.n_batch;

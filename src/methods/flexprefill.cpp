@@ -113,8 +113,7 @@ void softmax(const float* x, int64_t n, std::vector<double>& out) {
 std::vector<float> padded(const std::vector<float>& rows, int64_t n, int64_t d, int64_t w,
                           int64_t extra) {
   std::vector<float> out(size_t((n + extra) * w), 0.0f);
-  for (int64_t r = 0; r < n; ++r)
-    std::copy_n(&rows[size_t(r * d)], d, &out[size_t(r * w)]);
+  for (int64_t r = 0; r < n; ++r) std::copy_n(&rows[size_t(r * d)], d, &out[size_t(r * w)]);
   return out;
 }
 
@@ -191,17 +190,20 @@ class FlexPrefill final : public BlockMaskMethod {
     parallel_for(q.heads, threads, [&](int64_t h, int t) {
       Scratch& x = scratch[size_t(t)];
       x.qr.assign(size_t(n_hat * w), 0.0f);
-      for (int64_t r = 0; r < n_hat; ++r) kernels::copy_row_f32(q, h, q.seq - n_hat + r, &x.qr[size_t(r * w)]);
+      for (int64_t r = 0; r < n_hat; ++r)
+        kernels::copy_row_f32(q, h, q.seq - n_hat + r, &x.qr[size_t(r * w)]);
       x.sc.resize(size_t(n_hat * lk));
       x.e.resize(size_t(lk));
       x.vertical.assign(size_t(lk), 0.0);
       x.slash.assign(size_t(lk), 0.0);
-      kernels::long_row_scores(x.qr.data(), n_hat, keys[size_t(h / group)], lk, scale, x.sc.data(), lk);
+      kernels::long_row_scores(x.qr.data(), n_hat, keys[size_t(h / group)], lk, scale, x.sc.data(),
+                               lk);
       for (int64_t r = 0; r < n_hat; ++r) {
         const int64_t p = off + q.seq - n_hat + r, vis = std::min(lk, p + 1);
         const float* row = &x.sc[size_t(r * lk)];
         const float mx = *std::max_element(row, row + vis);
-        const double inv = 1.0 / (kernels::exp_row_f64(row, vis, double(mx), x.e.data()) * double(n_hat));
+        const double inv =
+            1.0 / (kernels::exp_row_f64(row, vis, double(mx), x.e.data()) * double(n_hat));
         double* __restrict vert = x.vertical.data();
         double* __restrict sl = x.slash.data();
         for (int64_t j = 0; j < vis; ++j) {
@@ -247,7 +249,8 @@ class FlexPrefill final : public BlockMaskMethod {
       std::vector<double> acc(static_cast<size_t>(d), 0.0);
       for (int64_t s = q.seq - n_hat; s < q.seq; ++s)
         for (int64_t c = 0; c < d; ++c) acc[size_t(c)] += q.get(h, s, c);
-      for (int64_t c = 0; c < d; ++c) qp[size_t(nq * w + c)] = float(acc[size_t(c)] / double(n_hat));
+      for (int64_t c = 0; c < d; ++c)
+        qp[size_t(nq * w + c)] = float(acc[size_t(c)] / double(n_hat));
     }
     std::vector<float> sc(static_cast<size_t>((nq + 1) * nk));
     kernels::long_row_scores(qp.data(), nq + 1, pk, nk, scale, sc.data(), nk);
@@ -278,8 +281,8 @@ class FlexPrefill final : public BlockMaskMethod {
       kp.assign(size_t(nk), 0);
       const int64_t limit = geo.causal_blocks(qb);
       const int64_t p0 = off + qb * B, p1 = off + std::min((qb + 1) * B, q.seq) - 1;
-      if (limit > 0) kp[0] = 1;                                      // the sink
-      masks::mark_blocks(p0, std::min(p1 + 1, lk), B, kp);           // the diagonal
+      if (limit > 0) kp[0] = 1;                             // the sink
+      masks::mark_blocks(p0, std::min(p1 + 1, lk), B, kp);  // the diagonal
       for (int64_t b = 0; b < limit; ++b)
         if (vkeep[size_t(b)]) kp[size_t(b)] = 1;
       for (int64_t cb = 0; cb < nk; ++cb)
@@ -290,11 +293,13 @@ class FlexPrefill final : public BlockMaskMethod {
     if (c.query_aware) {
       // Each query block's pooled softmax over its causal blocks.
       std::vector<std::vector<double>> pm(static_cast<size_t>(nq));
-      for (int64_t qb = 0; qb < nq; ++qb) softmax(&sc[size_t(qb * nk)], geo.causal_blocks(qb), pm[size_t(qb)]);
+      for (int64_t qb = 0; qb < nq; ++qb)
+        softmax(&sc[size_t(qb * nk)], geo.causal_blocks(qb), pm[size_t(qb)]);
       if (qa_per_block_) {
         for (int64_t qb = 0; qb < nq; ++qb) {
           const std::vector<double>& m = pm[size_t(qb)];
-          std::vector<uint8_t> kp(keep[size_t(qb)].begin(), keep[size_t(qb)].begin() + int64_t(m.size()));
+          std::vector<uint8_t> kp(keep[size_t(qb)].begin(),
+                                  keep[size_t(qb)].begin() + int64_t(m.size()));
           top_up(m, kp, gamma_, 0);
           std::copy(kp.begin(), kp.end(), keep[size_t(qb)].begin());
         }
@@ -310,7 +315,8 @@ class FlexPrefill final : public BlockMaskMethod {
           }
         top_up(flat, fk, gamma_, 0);
         for (int64_t qb = 0; qb < nq; ++qb)
-          for (size_t b = 0; b < pm[size_t(qb)].size(); ++b) keep[size_t(qb)][b] = fk[size_t(qb * nk) + b];
+          for (size_t b = 0; b < pm[size_t(qb)].size(); ++b)
+            keep[size_t(qb)][b] = fk[size_t(qb * nk) + b];
       }
     }
     for (int64_t qb = 0; qb < nq; ++qb)

@@ -13,8 +13,8 @@
 namespace spattn {
 
 void attention_grid(const TensorView& q, const TensorView& k, const TensorView& v,
-                    const TensorView& out, const std::vector<GridLines>& lines,
-                    const GridConfig& c, const AttnOptions& opt, float* lse, Stats* stats) {
+                    const TensorView& out, const std::vector<GridLines>& lines, const GridConfig& c,
+                    const AttnOptions& opt, float* lse, Stats* stats) {
   check_grid_config(c);
   SPATTN_CHECK(opt.causal, "grid: needs causal attention");
   SPATTN_CHECK(int64_t(lines.size()) == q.heads, "grid: ", lines.size(), " grids for ", q.heads,
@@ -32,8 +32,8 @@ void attention_grid(const TensorView& q, const TensorView& k, const TensorView& 
 
   // Pass 2: the grid's lines on the permuted layout, keys outside the band only.
   AttnOptions o = opt;
-  o.check_finite = false;     // pass 1 checked q, k and v
-  o.q_start = lk - lq;        // rows keep their positions; key positions are the grid's
+  o.check_finite = false;  // pass 1 checked q, k and v
+  o.q_start = lk - lq;     // rows keep their positions; key positions are the grid's
   PackedKV* kv = nullptr;
   std::unique_ptr<PackedKV> pack;
   GridLayout layout;
@@ -42,14 +42,15 @@ void attention_grid(const TensorView& q, const TensorView& k, const TensorView& 
   for (int64_t h = 0; h < q.heads; ++h) {
     const int64_t kvh = h / group;
     const GridLines& g = lines[size_t(h)];
-    if (!kv || kvh != packed_kvh || g.stride != packed_lines.stride || g.phase != packed_lines.phase) {
+    if (!kv || kvh != packed_kvh || g.stride != packed_lines.stride ||
+        g.phase != packed_lines.phase) {
       layout = grid_layout(g, c, lq, lk);
       if (layout.order.empty()) {
         kv = nullptr;
         continue;
       }
-      pack = std::make_unique<PackedKV>(1, k.dim, k.dtype, int64_t(layout.order.size()),
-                                        opt.bf16_dot);
+      pack =
+          std::make_unique<PackedKV>(1, k.dim, k.dtype, int64_t(layout.order.size()), opt.bf16_dot);
       pack->append_rows(k.head_range(kvh, 1), v.head_range(kvh, 1), layout.order, layout.positions,
                         opt.threads);
       kv = pack.get();

@@ -12,9 +12,9 @@ AttnOptions decode_options(const AttnOptions& base, int64_t q_start, const Packe
                            int64_t keys) {
   AttnOptions a = base;
   a.q_start = q_start;
-  a.threads = threads_for_bytes(kv.bytes() / size_t(kv.capacity()) *
-                                    size_t(keys < 0 ? kv.size() : keys),
-                                base.threads, kAttentionParallelBytes);
+  a.threads =
+      threads_for_bytes(kv.bytes() / size_t(kv.capacity()) * size_t(keys < 0 ? kv.size() : keys),
+                        base.threads, kAttentionParallelBytes);
   return a;
 }
 
@@ -57,8 +57,8 @@ RingPlan LayerBackend::ring_plan(int64_t, int, bool) const {
 void LayerBackend::ring_check(int64_t, int) const {}
 void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
                     const dist::RingBlasst* blasst, bool gather) {
-  const dist::RingLayer rl{c.q, c.k, c.v, c.own, c.q_heads, c.kv_heads, c.dim, c.k_type,
-                           c.v_type, c.opt, c.out, pattern, blasst, gather};
+  const dist::RingLayer rl{c.q,      c.k,      c.v,   c.own, c.q_heads, c.kv_heads, c.dim,
+                           c.k_type, c.v_type, c.opt, c.out, pattern,   blasst,     gather};
   dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
 }
 void LayerBackend::ring_prefill(const RingCall&, const RingPlan&) {

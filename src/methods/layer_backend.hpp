@@ -23,7 +23,7 @@ namespace dist {
 struct RingScratch;
 struct RingPattern;
 struct RingBlasst;
-}
+}  // namespace dist
 struct ChunkedH2OTrace;
 
 // What a session tells a layer's backend when it builds it.
@@ -34,9 +34,9 @@ struct BackendContext {
   int64_t h2o_local = 256, h2o_heavy = 256;           // --h2o-local, --h2o-heavy
   int64_t window = 0;  // the layer's own sliding window (gemma3's local layers), 0: none
   int threads = 1;
-  float scale = 0;     // softmax scale, 0: 1 / sqrt(dim)
+  float scale = 0;  // softmax scale, 0: 1 / sqrt(dim)
   KVType k_type = KVType::f32, v_type = KVType::f32;
-  bool cp = false;     // the session is one rank of a context-parallel group (--cp)
+  bool cp = false;  // the session is one rank of a context-parallel group (--cp)
   // One object the layers of a session share, made by the first layer that asks (chunked_h2o's
   // batch scratch: layers run one after another).
   std::shared_ptr<void>* shared = nullptr;
@@ -71,10 +71,10 @@ struct LayerCall {
   int64_t pos0 = 0;         // the first row's position
   int64_t read_from = 0;    // rows before it have outputs nobody reads
   bool last = false;        // the prompt's last logical batch
-  const PackedKV* packed = nullptr;  // every key the layer holds, as stored
-  TensorView raw_k, raw_v;           // the same keys as f32 rows (BackendCaps::raw_keys)
+  const PackedKV* packed = nullptr;   // every key the layer holds, as stored
+  TensorView raw_k, raw_v;            // the same keys as f32 rows (BackendCaps::raw_keys)
   const QuestPages* pages = nullptr;  // (BackendCaps::quest_page)
-  AttnOptions opt;  // threads and scale (q_start is the backend's to set)
+  AttnOptions opt;                    // threads and scale (q_start is the backend's to set)
   float* lse = nullptr;  // [Hq, n] when non-null: the rows' LSE, for the attention sinks' merge
   Stats* stats = nullptr;
 };
@@ -151,7 +151,7 @@ class LayerBackend {
   virtual void set_on_boundary(std::function<void(int64_t)> f);
   virtual size_t state_bytes() const { return 0; }
   virtual size_t scratch_bytes() const { return 0; }  // BackendContext::shared's
-  virtual void set_trace(ChunkedH2OTrace* trace);  // chunked_h2o's heavy-hitter trace
+  virtual void set_trace(ChunkedH2OTrace* trace);     // chunked_h2o's heavy-hitter trace
 
   // A backend for a fork of the session: stateless ones are shared, stateful ones copied
   // fresh (the session restores their state). Default: this one, shared.

@@ -50,10 +50,10 @@ double ParamReader::get_double(const std::string& key, double def, double lo, do
   const std::string& s = it->second;
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
-  SPATTN_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v), spec_.name, ": ",
-               key, "='", s, "' is not a finite number");
-  SPATTN_CHECK(v >= lo && v <= hi, spec_.name, ": ", key, "=", s, " out of range [", lo, ", ",
-               hi, "]");
+  SPATTN_CHECK(!s.empty() && end == s.c_str() + s.size() && std::isfinite(v), spec_.name, ": ", key,
+               "='", s, "' is not a finite number");
+  SPATTN_CHECK(v >= lo && v <= hi, spec_.name, ": ", key, "=", s, " out of range [", lo, ", ", hi,
+               "]");
   return v;
 }
 

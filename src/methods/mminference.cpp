@@ -53,9 +53,9 @@ std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorVi
 }  // namespace
 
 std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride,
-                                      const TensorView& q, const TensorView& k,
-                                      const TensorView& v, const TensorView& out,
-                                      const AttnOptions& opt, float* lse, Stats* stats) {
+                                      const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& out, const AttnOptions& opt, float* lse,
+                                      Stats* stats) {
   SPATTN_CHECK(q.heads == 1 && k.heads == 1, "mminference: mm_run_head takes one head");
   if (hp.boundary == MMBoundary::q || hp.boundary == MMBoundary::two_d)
     return run_boundary_head(hp, q, k, v, out, opt, lse, stats);
@@ -93,7 +93,8 @@ namespace {
 // Head h's rows come from its own pattern's coverage (asked as head 0 of a one-head view).
 class PerHeadCoverage final : public Coverage {
  public:
-  explicit PerHeadCoverage(std::vector<std::unique_ptr<Coverage>> heads) : heads_(std::move(heads)) {}
+  explicit PerHeadCoverage(std::vector<std::unique_ptr<Coverage>> heads)
+      : heads_(std::move(heads)) {}
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
     heads_[size_t(head)]->row_ranges(0, row, out);
   }
@@ -114,7 +115,8 @@ class MMInference final : public Method {
     // boundary=off runs every head's pattern as a No-Boundary head (the comparison that shows
     // what the plan's boundaries are worth); boundary=plan (the default) runs the plan's.
     const std::string b = r.get_string("boundary", "plan");
-    SPATTN_CHECK(b == "plan" || b == "off", "mminference: boundary must be plan or off, got '", b, "'");
+    SPATTN_CHECK(b == "plan" || b == "off", "mminference: boundary must be plan or off, got '", b,
+                 "'");
     if (b == "off")
       for (auto& layer : plan_.layers)
         for (MMHeadPlan& h : layer) h.boundary = MMBoundary::none;
@@ -133,12 +135,13 @@ class MMInference final : public Method {
     o.check_finite = false;  // checked once above
     const int64_t group = q.heads / k.heads;
     // Frame stride: frame=N, else the run's modality layout's, else the calibration input's.
-    const int64_t frame = frame_ >= 0                                         ? frame_
-                          : opt.modality && opt.modality->frame_tokens > 0 ? opt.modality->frame_tokens
-                                                                           : plan_.frame_stride;
+    const int64_t frame = frame_ >= 0 ? frame_
+                          : opt.modality && opt.modality->frame_tokens > 0
+                              ? opt.modality->frame_tokens
+                              : plan_.frame_stride;
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
-    auto& pattern = r.per_head["pattern"];  // 0 grid, 1 a_shape, 2 vertical_slash
+    auto& pattern = r.per_head["pattern"];    // 0 grid, 1 a_shape, 2 vertical_slash
     auto& boundary = r.per_head["boundary"];  // 0 none, 1 k, 2 q, 3 2d
     for (int64_t h = 0; h < q.heads; ++h) {
       const int64_t kvh = h / group;

@@ -46,7 +46,8 @@ MMHeadPlan head_from_json(const json& j, const std::string& origin) {
   MMHeadPlan h;
   h.pattern = parse_pattern(f.string("pattern"), origin);
   h.boundary = parse_boundary(f.string("boundary"), origin);
-  if (h.pattern == MMPattern::grid && (h.boundary == MMBoundary::q || h.boundary == MMBoundary::two_d))
+  if (h.pattern == MMPattern::grid &&
+      (h.boundary == MMBoundary::q || h.boundary == MMBoundary::two_d))
     detail::fail(origin, ": boundary '", mm_boundary_name(h.boundary),
                  "' is not implemented for grid heads (only none and k)");
   switch (h.pattern) {
@@ -82,18 +83,14 @@ json head_to_json(const MMHeadPlan& h) {
       j["hline"] = h.hline, j["vline"] = h.vline, j["slash"] = h.slash;
       j["max_stride"] = h.max_stride;
       break;
-    case MMPattern::a_shape:
-      j["sink"] = h.sink, j["local"] = h.local;
-      break;
-    case MMPattern::vertical_slash:
-      j["vertical"] = h.vertical, j["slash"] = h.slash_size;
-      break;
+    case MMPattern::a_shape: j["sink"] = h.sink, j["local"] = h.local; break;
+    case MMPattern::vertical_slash: j["vertical"] = h.vertical, j["slash"] = h.slash_size; break;
   }
   j["boundary"] = mm_boundary_name(h.boundary);
   j["recall"] = h.recall;
   j["cost"] = h.cost;
   if (!h.reason.empty()) j["reason"] = h.reason;  // written by the search: why this pattern
-  if (h.flagged) j["flagged"] = true;            // missed the search's recall target
+  if (h.flagged) j["flagged"] = true;             // missed the search's recall target
   return j;
 }
 
@@ -145,7 +142,8 @@ MMPlan mm_plan_from_json(const std::string& text, const std::string& origin) {
   if (f.string("format") != kFormat)
     detail::fail(origin, ": field 'format' must be \"", kFormat, "\"");
   const int64_t version = f.integer("version", 1, kBig);
-  if (version != kVersion) detail::fail(origin, ": field 'version' ", version, " is not ", kVersion);
+  if (version != kVersion)
+    detail::fail(origin, ": field 'version' ", version, " is not ", kVersion);
   MMPlan p;
   p.heads = f.integer("heads", 1, 1 << 20);
   p.frame_stride = f.integer("frame_stride", 0, kBig);

@@ -88,11 +88,13 @@ double output_recall(const TensorView& o, const TensorView& ref) {
 }  // namespace
 
 std::optional<MMHeadPlan> mm_pick(const std::vector<MMHeadPlan>& measured, double recall_target) {
-  SPATTN_CHECK(recall_target >= 0 && recall_target <= 1, "search: the recall target must be in "
-               "(0, 1] (0: the budget rule), got ", recall_target);
-  const MMHeadPlan* best = nullptr;  // budget rule: best recall within budget
+  SPATTN_CHECK(recall_target >= 0 && recall_target <= 1,
+               "search: the recall target must be in "
+               "(0, 1] (0: the budget rule), got ",
+               recall_target);
+  const MMHeadPlan* best = nullptr;      // budget rule: best recall within budget
   const MMHeadPlan* cheapest = nullptr;  // recall rule: cheapest reaching the target
-  const MMHeadPlan* top = nullptr;  // recall rule: best recall overall
+  const MMHeadPlan* top = nullptr;       // recall rule: best recall overall
   for (const MMHeadPlan& c : measured) {
     if (recall_target == 0) {
       if (c.cost <= 1.0 && (!best || c.recall > best->recall)) best = &c;
@@ -125,10 +127,13 @@ std::optional<MMHeadPlan> mm_pick(const std::vector<MMHeadPlan>& measured, doubl
 MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
                  const AttnOptions& opt, const MMSearchOptions& so) {
   SPATTN_CHECK(opt.causal, "search: needs causal attention");
-  SPATTN_CHECK(so.recall_target >= 0 && so.recall_target <= 1, "search: the recall target must "
-               "be in (0, 1] (0: the budget rule), got ", so.recall_target);
+  SPATTN_CHECK(so.recall_target >= 0 && so.recall_target <= 1,
+               "search: the recall target must "
+               "be in (0, 1] (0: the budget rule), got ",
+               so.recall_target);
   SPATTN_CHECK(so.frame_stride >= 0, "search: frame_stride must be >= 0, got ", so.frame_stride);
-  SPATTN_CHECK(q.heads % k.heads == 0, "search: q heads (", q.heads, ") must be a multiple of kv heads (", k.heads, ")");
+  SPATTN_CHECK(q.heads % k.heads == 0, "search: q heads (", q.heads,
+               ") must be a multiple of kv heads (", k.heads, ")");
   AttnOptions o = opt;
   o.threads = so.threads;
   const int64_t group = q.heads / k.heads;
@@ -137,10 +142,12 @@ MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
   o.check_finite = false;
   MMHeadPlan budget_shape;
   budget_shape.pattern = MMPattern::a_shape;
-  budget_shape.sink = 1024, budget_shape.local = 4096;  // Appendix C.5's target: 1k global + 4k local
+  budget_shape.sink = 1024,
+  budget_shape.local = 4096;  // Appendix C.5's target: 1k global + 4k local
   const bool mixed = so.boundaries && opt.modality && opt.modality->num_modalities() >= 2;
   if (opt.modality) opt.modality->validate(k.seq);
-  const std::vector<MMHeadPlan> cands = mixed ? with_boundaries(table3_candidates()) : table3_candidates();
+  const std::vector<MMHeadPlan> cands =
+      mixed ? with_boundaries(table3_candidates()) : table3_candidates();
   MMPlan plan;
   plan.heads = q.heads;
   plan.frame_stride = so.frame_stride;
@@ -173,10 +180,10 @@ MMPlan mm_search(const TensorView& q, const TensorView& k, const TensorView& v,
     }
     if (so.measured) so.measured->push_back(std::move(measured));
     if (so.verbose)
-      std::fprintf(stderr, "search: head %lld: %s, boundary %s (recall %.4f, cost %.3f of budget%s)\n",
-                   static_cast<long long>(h), mm_pattern_name(best.pattern),
-                   mm_boundary_name(best.boundary), best.recall, best.cost,
-                   best.flagged ? ", FLAGGED" : "");
+      std::fprintf(
+          stderr, "search: head %lld: %s, boundary %s (recall %.4f, cost %.3f of budget%s)\n",
+          static_cast<long long>(h), mm_pattern_name(best.pattern), mm_boundary_name(best.boundary),
+          best.recall, best.cost, best.flagged ? ", FLAGGED" : "");
     plan.layers[0].push_back(best);
   }
   return plan;

@@ -193,8 +193,12 @@ class MomoCoverage final : public Coverage {
  public:
   MomoCoverage(std::shared_ptr<const BlockMask> mask, int64_t gamma, int64_t sampled_rows,
                std::optional<SkipStats> fused_skips, std::optional<SkipStats> sparse_skips)
-      : mask_(block_mask_coverage(mask)), m_(std::move(mask)), gamma_(gamma),
-        sampled_(sampled_rows), fused_(std::move(fused_skips)), sparse_(std::move(sparse_skips)) {}
+      : mask_(block_mask_coverage(mask)),
+        m_(std::move(mask)),
+        gamma_(gamma),
+        sampled_(sampled_rows),
+        fused_(std::move(fused_skips)),
+        sparse_(std::move(sparse_skips)) {}
   void row_ranges(int64_t head, int64_t row, std::vector<KeyRange>& out) const override {
     const size_t from = out.size();
     if (is_strided_row(row, m_->q_len, gamma_)) {
@@ -255,13 +259,15 @@ class Momo final : public Method {
     const std::string blend = r.get_string("blend", trim_mass_ ? "moments" : "none");
     SPATTN_CHECK(blend == "moments" || blend == "mean_pool" || blend == "none", "momo: blend='",
                  blend, "' must be moments, mean_pool or none");
-    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend, " needs trim=mass (it adds "
+    SPATTN_CHECK(blend == "none" || trim_mass_, "momo: blend=", blend,
+                 " needs trim=mass (it adds "
                  "a share of the query block's attention, which a mean score has no scale for)");
     blend_ = blend != "none";
-    SPATTN_CHECK(blend_ || (topp_ == 0 && min_share_ == 0), "momo: ",
-                 topp_ > 0 ? "topp" : "min_share", " needs blend=moments or blend=mean_pool (an "
-                 "estimate of every causal block's mass; with blend=", blend,
-                 " only the rows' chosen blocks have one)");
+    SPATTN_CHECK(blend_ || (topp_ == 0 && min_share_ == 0),
+                 "momo: ", topp_ > 0 ? "topp" : "min_share",
+                 " needs blend=moments or blend=mean_pool (an "
+                 "estimate of every causal block's mass; with blend=",
+                 blend, " only the rows' chosen blocks have one)");
     moments_ = blend == "moments";
     // pool: above (default with a blend) or block (default with blend=none); see the header.
     const std::string pool = r.get_string("pool", blend_ ? "above" : "block");
@@ -281,7 +287,8 @@ class Momo final : public Method {
         detail::fail("momo: order: ", e.what());
       }
     }
-    SPATTN_CHECK(blasst_ || !r.has("order"), "momo: order= goes with lambda=X (the skip rule's "
+    SPATTN_CHECK(blasst_ || !r.has("order"),
+                 "momo: order= goes with lambda=X (the skip rule's "
                  "visiting order)");
     r.finish();
     if (gamma_ == 0) {
@@ -289,14 +296,12 @@ class Momo final : public Method {
                    kAutoGammaMin, " with gamma=auto (its smallest stride; or give gamma)");
     } else {
       SPATTN_CHECK(gamma_ <= chi_, "momo: gamma=", gamma_, " must be <= chi=", chi_);
-      SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=",
-                   gamma_);
+      SPATTN_CHECK(chi_ % gamma_ == 0, "momo: chi=", chi_, " must be a multiple of gamma=", gamma_);
     }
-    SPATTN_CHECK(beta_ % kKeyBlock == 0, "momo: beta=", beta_, " must be a multiple of ",
-                 kKeyBlock, " (the kernel's key tile)");
+    SPATTN_CHECK(beta_ % kKeyBlock == 0, "momo: beta=", beta_, " must be a multiple of ", kKeyBlock,
+                 " (the kernel's key tile)");
     SPATTN_CHECK(k_exact_ <= k_, "momo: k_exact=", k_exact_, " must be <= k=", k_);
-    SPATTN_CHECK(delta == "on" || delta == "off", "momo: delta='", delta,
-                 "' must be on or off");
+    SPATTN_CHECK(delta == "on" || delta == "off", "momo: delta='", delta, "' must be on or off");
     delta_ = delta == "on";
   }
   std::string name() const override { return "momo"; }
@@ -333,9 +338,8 @@ class Momo final : public Method {
   }
 
  private:
-  void prefill(const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& out, const AttnOptions& opt, float* lse,
-               MethodReport& rep) const {
+  void prefill(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttnOptions& opt, float* lse, MethodReport& rep) const {
     validate_attention_args(q, k, v, out, opt);
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq, d = q.dim;
     const int64_t gamma = gamma_for(Lkv);
@@ -384,8 +388,8 @@ class Momo final : public Method {
     std::vector<std::vector<int32_t>> lists(size_t(H * nqb));
     std::vector<size_t> first_row(size_t(nqb + 1));  // rows[first_row[qb]...] in block qb
     for (int64_t qb = 0; qb <= nqb; ++qb)
-      first_row[size_t(qb)] = size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) -
-                                     rows.begin());
+      first_row[size_t(qb)] =
+          size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) - rows.begin());
     const int threads = resolve_threads(opt.threads);
     // blend: the pooled query of each query block against the pooled key of each key block,
     // per q head and per kv head, for the blend's share below. mean_pool: the means
@@ -604,9 +608,9 @@ class Momo final : public Method {
     rep.extras["blocks_per_row"] = double(selected_row_blocks) / double(H * R);
     rep.extras["blocks_per_qblock"] = double(mask->block_count()) / double(H * nqb);
     const double K = double(selected_mask_blocks) / double(H * nqb), C = double(Lkv);
-    rep.extras["sparsity_eq9"] =
-        1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) + double(local_ * beta_) +
-                             C / double(gamma)) / C);
+    rep.extras["sparsity_eq9"] = 1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) +
+                                                      double(local_ * beta_) + C / double(gamma)) /
+                                                         C);
     rep.extras["gamma"] = double(gamma);
     if (blasst_) {
       rep.extras["lambda"] = blasst_->lambda;
@@ -629,7 +633,7 @@ class Momo final : public Method {
   int k_, k_exact_;
   TopKKind kind_;
   int64_t k_trim_, sink_, local_;
-  double topp_ = 0;  // 0: k_trim alone; else the mass budget in (0, 1], at most k_trim blocks
+  double topp_ = 0;       // 0: k_trim alone; else the mass budget in (0, 1], at most k_trim blocks
   double min_share_ = 0;  // 0: none; else the share threshold in (0, 1), at most k_trim blocks
   bool delta_ = true, timing_ = false, trim_mass_ = true, pool_above_ = false, blend_ = true,
        moments_ = true;
@@ -638,8 +642,6 @@ class Momo final : public Method {
 
 }  // namespace
 
-std::unique_ptr<Method> make_momo(const MethodSpec& spec) {
-  return std::make_unique<Momo>(spec);
-}
+std::unique_ptr<Method> make_momo(const MethodSpec& spec) { return std::make_unique<Momo>(spec); }
 
 }  // namespace spattn

@@ -86,7 +86,8 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
   p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
   p.dense_at = r.get_double("dense_at", p.dense_at, -HUGE_VAL, HUGE_VAL);
-  SPATTN_CHECK(p.dense_at > 0 && p.dense_at <= 1, "quest: dense_at=", p.dense_at, " outside (0, 1]");
+  SPATTN_CHECK(p.dense_at > 0 && p.dense_at <= 1, "quest: dense_at=", p.dense_at,
+               " outside (0, 1]");
   const std::string sums = r.get_string("sums", p.sums == QuestSums::i8 ? "i8" : "cache");
   SPATTN_CHECK(sums == "cache" || sums == "i8", "quest: sums=", sums, " is not cache or i8");
   p.sums = sums == "i8" ? QuestSums::i8 : QuestSums::cache;
@@ -94,9 +95,13 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   return p;
 }
 
-QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity,
-                       KVType k_type, QuestSums sums)
-    : kv_heads_(kv_heads), dim_(dim), page_(page), capacity_(capacity), k_type_(k_type),
+QuestPages::QuestPages(int64_t kv_heads, int64_t dim, int64_t page, int64_t capacity, KVType k_type,
+                       QuestSums sums)
+    : kv_heads_(kv_heads),
+      dim_(dim),
+      page_(page),
+      capacity_(capacity),
+      k_type_(k_type),
       type_(dtype_holding(k_type)) {
   SPATTN_CHECK(kv_heads >= 1 && dim >= 1 && capacity >= 1, "quest: bad cache shape ", kv_heads,
                " x ", capacity, " x ", dim);
@@ -232,11 +237,10 @@ namespace {
 void page_bounds(const QuestPages& pages, int64_t h, const float* q, int64_t rows, float* u,
                  int64_t ldu) {
   if (pages.i8())
-    kernels::quest_bounds_i8(q, rows, pages.dim(), pages.codes(h), pages.scales(h),
-                             pages.pages(), u, ldu);
+    kernels::quest_bounds_i8(q, rows, pages.dim(), pages.codes(h), pages.scales(h), pages.pages(),
+                             u, ldu);
   else
-    kernels::quest_bounds(q, rows, pages.dim(), pages.data(h), pages.type(), pages.pages(), u,
-                          ldu);
+    kernels::quest_bounds(q, rows, pages.dim(), pages.data(h), pages.type(), pages.pages(), u, ldu);
 }
 }  // namespace
 
@@ -284,7 +288,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       // are read once). With one q head per kv head this ranks pages by U, as the paper does.
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
-        for (int64_t c = 0; c < q.dim; ++c) qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
+        for (int64_t c = 0; c < q.dim; ++c)
+          qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
       page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu);
       kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
       if (params.topp == 0) {
@@ -311,8 +316,7 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
         // prefix (the order is total: largest score first, ties by page index), without sorting
         // the pages never taken.
         const auto after = [&](int64_t a, int64_t b) {
-          return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] < score[size_t(b)]
-                                                      : a > b;
+          return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] < score[size_t(b)] : a > b;
         };
         std::vector<int64_t>& order = sc.order;
         order.resize(size_t(last - first));
@@ -336,8 +340,10 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
     for (int64_t p = 0; p < np; ++p) {
       if (!keep[size_t(p)]) continue;
       const int64_t b = p * page, end = std::min(n, b + page);
-      if (!r.empty() && r.back().end == b) r.back().end = end;
-      else r.push_back({b, end});
+      if (!r.empty() && r.back().end == b)
+        r.back().end = end;
+      else
+        r.push_back({b, end});
       read += end - b;
       ++pages_read;
     }
@@ -356,8 +362,8 @@ void quest_attend(const TensorView& q, const PackedKV& kv,
                    group * hkv == q.heads && group <= kMaxDecodeQueries,
                "quest: q of ", q.heads, " heads x ", q.seq, " rows over ", hkv, " kv heads");
   SPATTN_CHECK(!opt.causal || opt.q_start < 0 || opt.q_start >= kv.max_position(),
-               "quest: the decode query must see every key (q_start ", opt.q_start,
-               ", newest key ", kv.max_position(), ")");
+               "quest: the decode query must see every key (q_start ", opt.q_start, ", newest key ",
+               kv.max_position(), ")");
   // The q heads of a group become the rows of one item over the group's pages (as dense decode
   // groups them): every key is visible to the newest token, so no causal mask.
   const auto grouped = [&](const TensorView& t) {

@@ -28,6 +28,8 @@ struct Entry {
 };
 // blasst has no default threshold: 1e-3 skips about 70% of the entries on the text workload
 // (BENCHMARKS.md), the sparsity the paper reports its speedups at.
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 const Entry kMethods[] = {
     {.name = "dense", .make = make_dense, .prefill = make_dense_prefill,
      .decode = make_dense_prefill, .context_parallel = true, .decode_context_parallel = true},
@@ -53,6 +55,7 @@ const Entry kMethods[] = {
     {.name = "sliding_window", .make = make_sliding_window, .causal_only = true,
      .compared = false, .prefill = make_sliding_window_prefill, .context_parallel = true},
 };
+// clang-format on
 
 MethodInfo info_of(const Entry& e) {
   MethodInfo i;
@@ -83,8 +86,8 @@ std::string names_where(Pick pick, const char* last_sep) {
 const Entry& find(std::string_view name) {
   for (const auto& e : kMethods)
     if (name == e.name) return e;
-  detail::fail("unknown method '", name, "' (known: ",
-               names_where([](const Entry&) { return true; }, ", "), ")");
+  detail::fail("unknown method '", name,
+               "' (known: ", names_where([](const Entry&) { return true; }, ", "), ")");
 }
 }  // namespace
 
@@ -106,7 +109,8 @@ MethodInfo method_info(std::string_view name) { return info_of(find(name)); }
 
 std::unique_ptr<Method> make_method(const MethodSpec& spec) {
   const Entry& e = find(spec.name);
-  SPATTN_CHECK(e.make, spec.name, " is a decode method: give it to --attn-decode, not as "
+  SPATTN_CHECK(e.make, spec.name,
+               " is a decode method: give it to --attn-decode, not as "
                "attention over a whole input (methods with a prefill: ",
                names_where([](const Entry& x) { return x.make != nullptr; }, ", "), ")");
   return e.make(spec);
@@ -130,8 +134,10 @@ std::unique_ptr<LayerBackend> make_decode_backend(const MethodSpec& spec,
   const Entry& e = find(spec.name);
   SPATTN_CHECK(e.decode, "--attn-decode: ", spec.name, " has no decode form (decode methods: ",
                names_where([](const Entry& x) { return x.decode != nullptr; }, " and "), ")");
-  SPATTN_CHECK(!ctx.cp || e.decode_context_parallel, "--cp: only dense decode is context-parallel so "
-               "far (--attn-decode dense), got '", spec.text, "'");
+  SPATTN_CHECK(!ctx.cp || e.decode_context_parallel,
+               "--cp: only dense decode is context-parallel so "
+               "far (--attn-decode dense), got '",
+               spec.text, "'");
   return e.decode(spec, ctx);
 }
 

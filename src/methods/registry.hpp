@@ -28,13 +28,10 @@ std::unique_ptr<Method> make_sliding_window(const MethodSpec& spec);
 
 // A layer's attention in a model runner (layer_backend.hpp), where a method has its own; a row
 // without one runs its Method over the cache's rows (make_method_prefill).
-using BackendFactory = std::unique_ptr<LayerBackend> (*)(const MethodSpec&,
-                                                         const BackendContext&);
+using BackendFactory = std::unique_ptr<LayerBackend> (*)(const MethodSpec&, const BackendContext&);
 std::unique_ptr<LayerBackend> make_dense_prefill(const MethodSpec& spec, const BackendContext& c);
-std::unique_ptr<LayerBackend> make_a_shape_prefill(const MethodSpec& spec,
-                                                   const BackendContext& c);
-std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec,
-                                                  const BackendContext& c);
+std::unique_ptr<LayerBackend> make_a_shape_prefill(const MethodSpec& spec, const BackendContext& c);
+std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec, const BackendContext& c);
 std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec, const BackendContext& c);
 std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
                                                        const BackendContext& c);

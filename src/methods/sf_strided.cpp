@@ -25,7 +25,7 @@ class SfStrided final : public BlockMaskMethod {
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     return sf_strided_mask(geometry(q, k, opt), local_.resolve(opt, name(), "local"),
-                         vline_stride_.resolve(opt, name(), "vline_stride"));
+                           vline_stride_.resolve(opt, name(), "vline_stride"));
   }
 
  private:

@@ -50,8 +50,8 @@ class SlidingWindow final : public Method {
     MethodReport r;
     attention_dense(q, k, v, out, a, lse, &r.stats);
     r.path = KernelPath::prefill;
-    r.coverage = std::make_shared<BandCoverage>(opt.q_start < 0 ? k.seq - q.seq : opt.q_start,
-                                                window_);
+    r.coverage =
+        std::make_shared<BandCoverage>(opt.q_start < 0 ? k.seq - q.seq : opt.q_start, window_);
     return r;
   }
 

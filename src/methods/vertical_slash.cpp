@@ -37,7 +37,8 @@ class VerticalSlash final : public Method {
     VerticalSlashIndex index = vertical_slash_index(q, k, cfg_, opt);
     MethodReport r;
     attention_vertical_slash(q, k, v, out, index, opt, lse, &r.stats);
-    r.mask = std::make_shared<const BlockMask>(vertical_slash_block_mask(index, q.seq, k.seq, 64, opt.threads));
+    r.mask = std::make_shared<const BlockMask>(
+        vertical_slash_block_mask(index, q.seq, k.seq, 64, opt.threads));
     r.coverage = vertical_slash_coverage(std::move(index), q.seq, k.seq);
     return r;
   }

@@ -58,8 +58,8 @@ class XAttention final : public BlockMaskMethod {
     SPATTN_CHECK(tau_ > 0 && tau_ <= 1, "xattention: ", key, "=", tau_, " outside (0, 1]");
     block_q_ = r.get_int("block_q", 128, 1, 1 << 20);
     block_k_ = r.get_int("block_k", 128, 1, 1 << 20);
-    SPATTN_CHECK(block_q_ % stride_ == 0 && block_k_ % stride_ == 0, "xattention: stride=",
-                 stride_, " must divide block_q=", block_q_, " and block_k=", block_k_,
+    SPATTN_CHECK(block_q_ % stride_ == 0 && block_k_ % stride_ == 0, "xattention: stride=", stride_,
+                 " must divide block_q=", block_q_, " and block_k=", block_k_,
                  " (an antidiagonal's S x S sub-block lies in one block)");
     const std::string dot = r.get_string("dot", "bf16");
     SPATTN_CHECK(dot == "bf16" || dot == "f32", "xattention: dot='", dot, "' must be bf16 or f32");
@@ -95,7 +95,8 @@ class XAttention final : public BlockMaskMethod {
     std::vector<kernels::LongRowKeys> keys(static_cast<size_t>(k.heads));
     parallel_for(k.heads, threads, [&](int64_t h, int) {
       std::vector<float> kr(size_t(gk * w), 0.0f);
-      for (int64_t s = 0; s < k.seq; ++s) kernels::copy_row_f32(k, h, s, &kr[size_t((s / S) * w + (s % S) * d)]);
+      for (int64_t s = 0; s < k.seq; ++s)
+        kernels::copy_row_f32(k, h, s, &kr[size_t((s / S) * w + (s % S) * d)]);
       keys[size_t(h)] = kernels::pack_long_row_keys(kr.data(), gk, w, dot_bf16_);
     });
 
@@ -132,7 +133,8 @@ class XAttention final : public BlockMaskMethod {
       if (cols > 0) {
         x.sc.resize(size_t(rows * cols));
         x.e.resize(size_t(cols));
-        kernels::long_row_scores(x.qr.data(), rows, keys[size_t(kh)], cols, alpha, x.sc.data(), cols);
+        kernels::long_row_scores(x.qr.data(), rows, keys[size_t(kh)], cols, alpha, x.sc.data(),
+                                 cols);
         for (int64_t g = g0; g < g1; ++g) {
           const int64_t n = visible(g);
           if (n == 0) continue;
@@ -154,18 +156,19 @@ class XAttention final : public BlockMaskMethod {
         const int64_t limit = m.causal_blocks(qb);
         const int64_t p0 = off + qb * block_q_, p1 = off + std::min((qb + 1) * block_q_, q.seq) - 1;
         std::fill(keep.begin(), keep.end(), 0);
-        if (limit > 0) keep[0] = 1;  // the sink
+        if (limit > 0) keep[0] = 1;                                       // the sink
         masks::mark_blocks(p0, std::min(p1 + 1, k.seq), block_k_, keep);  // the diagonal
         double total = 0, kept = 0;
         order.clear();
         for (int64_t kb = 0; kb < limit; ++kb) {
           total += bs[kb];
-          if (keep[size_t(kb)]) kept += bs[kb];
-          else order.push_back(kb);
+          if (keep[size_t(kb)])
+            kept += bs[kb];
+          else
+            order.push_back(kb);
         }
-        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-          return bs[a] != bs[b] ? bs[a] > bs[b] : a < b;
-        });
+        std::sort(order.begin(), order.end(),
+                  [&](int64_t a, int64_t b) { return bs[a] != bs[b] ? bs[a] > bs[b] : a < b; });
         const double need = tau_ * total;
         for (size_t i = 0; i < order.size() && kept < need; ++i) {
           keep[size_t(order[i])] = 1;

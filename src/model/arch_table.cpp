@@ -16,6 +16,8 @@ namespace {
 using P = Presence;
 namespace rs = rope_scaling;
 
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 constexpr ArchTraits kArchs[] = {
     {.name = "llama", .scalings = rs::llama3 | rs::yarn, .experts = P::optional},
     {.name = "qwen2", .summary = "q/k/v biases", .rope_neox = true, .scalings = rs::yarn,
@@ -50,6 +52,7 @@ constexpr ArchTraits kArchs[] = {
     {.name = "deepseek2", .summary = "latent attention, shared experts, leading dense layers",
      .scalings = rs::yarn, .experts = P::required, .own_expert_ffn = true, .mla = true, .deepseek_moe = true},
 };
+// clang-format on
 
 // The named ids (arch.hpp) are their rows' indices.
 constexpr bool named(Arch a, std::string_view name) {
@@ -72,8 +75,7 @@ std::string join(const std::vector<std::string>& names, const char* last) {
 }  // namespace
 
 const ArchTraits& arch_traits(Arch a) {
-  SPATTN_CHECK(size_t(a) < std::size(kArchs), "internal: architecture id ", int(a),
-               " has no row");
+  SPATTN_CHECK(size_t(a) < std::size(kArchs), "internal: architecture id ", int(a), " has no row");
   return kArchs[size_t(a)];
 }
 

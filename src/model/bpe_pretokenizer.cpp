@@ -18,7 +18,8 @@ namespace {
 
 // llama.cpp's custom splitter for GPT-2's expression also takes a lone white space that
 // (?!\S) leaves, so the trailing \s+ here gives the same words.
-#define SPATTN_GPT2_RE "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define SPATTN_GPT2_RE \
+  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 // GPT-4o's and Tekken's letter runs: capitals then small letters, or capitals alone, so
 // "HelloWorld" is two words. They publish the cases as Unicode classes (\p{Lu}\p{Lt}\p{Lm}\p{Lo}
@@ -39,27 +40,29 @@ namespace {
 // tokenizer.json) as llama.cpp's llm_tokenizer_bpe writes them.
 std::vector<const char*> patterns(PreTokenizer p) {
   switch (p) {
-    case PreTokenizer::gpt2:
-      return {SPATTN_GPT2_RE};
+    case PreTokenizer::gpt2: return {SPATTN_GPT2_RE};
     case PreTokenizer::llama3:
-      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
-              "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+      return {
+          "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+          "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     case PreTokenizer::qwen2:
-      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-              "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+      return {
+          "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
+          "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     case PreTokenizer::qwen35:  // Qwen2's with combining marks (\p{M}) kept in words
-      return {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}"
-              "\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
+      return {
+          "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}"
+          "\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     case PreTokenizer::gemma4:  // no word split: lines, and runs of newlines
       return {"[^\\n]+|[\\n]+"};
     case PreTokenizer::deepseek_llm:
       return {
-      "[\r\n]",
-      "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
-      "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
-      "\\s+$",
-      "[一-龥ࠀ-一가-퟿]+",
-      "\\p{N}+",
+          "[\r\n]",
+          "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+          "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+          "\\s+$",
+          "[一-龥ࠀ-一가-퟿]+",
+          "\\p{N}+",
       };
     case PreTokenizer::deepseek_coder:
       return {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+", "[一-龥ࠀ-一가-퟿]+", "\\p{N}"};
@@ -68,12 +71,16 @@ std::vector<const char*> patterns(PreTokenizer p) {
     case PreTokenizer::starcoder:  // also refact and command-r: single digits, then GPT-2's
       return {"\\p{N}", SPATTN_GPT2_RE};
     case PreTokenizer::gpt4o:  // OpenAI's o200k: contractions stay on their word, digits in threes
-      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL "+" SPATTN_CONTRACTION "?"
-              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL "*" SPATTN_CONTRACTION "?"
+      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL "+" SPATTN_CONTRACTION
+              "?"
+              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL "*" SPATTN_CONTRACTION
+              "?"
               "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
     case PreTokenizer::tekken:  // Mistral's: GPT-4o's without contractions, single digits
-      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL "+"
-              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL "*"
+      return {"[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "*" SPATTN_SMALL
+              "+"
+              "|[^\\r\\n\\p{L}\\p{N}]?" SPATTN_CAPITAL "+" SPATTN_SMALL
+              "*"
               "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"};
   }
   return {};
@@ -111,7 +118,8 @@ const std::vector<std::unique_ptr<Regex>>& regexes(PreTokenizer p) {
     const int n = split_count();
     std::vector<std::vector<std::unique_ptr<Regex>>> v(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i)
-      for (const char* pat : patterns(PreTokenizer(i))) v[size_t(i)].push_back(std::make_unique<Regex>(pat));
+      for (const char* pat : patterns(PreTokenizer(i)))
+        v[size_t(i)].push_back(std::make_unique<Regex>(pat));
     return v;
   }();
   return all[size_t(p)];

@@ -81,7 +81,9 @@ std::string chat_template_names() {
 }
 
 std::optional<ChatTemplate> detect_chat_template(std::string_view jinja) {
-  const auto has = [&](std::string_view marker) { return jinja.find(marker) != std::string_view::npos; };
+  const auto has = [&](std::string_view marker) {
+    return jinja.find(marker) != std::string_view::npos;
+  };
   // In llama.cpp's order: a template carrying several markers is the first family matched.
   if (has("<|im_start|>")) {
     // Phi-4 (<|im_sep|>) and SmolVLM (<end_of_utterance>) share the marker but not the format.
@@ -155,15 +157,16 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
     }
     case ChatTemplate::mistral_v1:
     case ChatTemplate::mistral_v3:
-    case ChatTemplate::mistral_v3_tekken:
-      s = mistral_inst(t, messages);
-      break;
+    case ChatTemplate::mistral_v3_tekken: s = mistral_inst(t, messages); break;
     case ChatTemplate::mistral_v7:
       // Each message in its own brackets; the assistant's answer after a space, ending </s>.
       for (const ChatMessage& m : messages) {
-        if (m.role == "system") s += "[SYSTEM_PROMPT] " + m.content + "[/SYSTEM_PROMPT]";
-        else if (m.role == "user") s += "[INST] " + m.content + "[/INST]";
-        else s += " " + m.content + "</s>";
+        if (m.role == "system")
+          s += "[SYSTEM_PROMPT] " + m.content + "[/SYSTEM_PROMPT]";
+        else if (m.role == "user")
+          s += "[INST] " + m.content + "[/INST]";
+        else
+          s += " " + m.content + "</s>";
       }
       break;
     case ChatTemplate::gpt_oss:

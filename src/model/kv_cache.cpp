@@ -19,17 +19,21 @@ void round_rows(const TensorView& t, KVType type) {
 }  // namespace
 
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-                 bool raw, KVType k_type, KVType v_type, int64_t quest_page,
-                 QuestSums quest_sums, const std::vector<bool>& quest_layers)
-    : kv_heads_(kv_heads), dim_(dim), capacity_(capacity), dtype_(dtype), k_type_(k_type),
+                 bool raw, KVType k_type, KVType v_type, int64_t quest_page, QuestSums quest_sums,
+                 const std::vector<bool>& quest_layers)
+    : kv_heads_(kv_heads),
+      dim_(dim),
+      capacity_(capacity),
+      dtype_(dtype),
+      k_type_(k_type),
       v_type_(v_type) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
   packed_.reserve(size_t(n_layer));
   for (int64_t l = 0; l < n_layer; ++l)
     packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
   SPATTN_CHECK(quest_layers.empty() || int64_t(quest_layers.size()) == n_layer,
-               "KV cache: Quest's layer list has ", quest_layers.size(), " entries for ",
-               n_layer, " layers");
+               "KV cache: Quest's layer list has ", quest_layers.size(), " entries for ", n_layer,
+               " layers");
   if (quest_page > 0) {
     pages_.resize(size_t(n_layer));
     for (int64_t l = 0; l < n_layer; ++l)

@@ -31,10 +31,9 @@ class KVCache {
   // size, written by every append and kept through commit, rollback, truncate and fork; in
   // the layers quest_layers marks (empty: every layer). A layer that never decodes by Quest
   // (its dense layers, a sliding window's) then pays neither their memory nor their appends.
-  KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
-          bool raw, KVType k_type = KVType::f32, KVType v_type = KVType::f32,
-          int64_t quest_page = 0, QuestSums quest_sums = QuestSums::cache,
-          const std::vector<bool>& quest_layers = {});
+  KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype, bool raw,
+          KVType k_type = KVType::f32, KVType v_type = KVType::f32, int64_t quest_page = 0,
+          QuestSums quest_sums = QuestSums::cache, const std::vector<bool>& quest_layers = {});
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 

@@ -75,7 +75,7 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(int8_product(w, x)                        ? int8_linear(w, x)
+    ggml_tensor* t = at(int8_product(w, x)                      ? int8_linear(w, x)
                         : spattn_product(w, x)                  ? spattn_linear(w, x)
                         : vector_product_applies(w, x, threads) ? vector_product(ctx, w, x, claims)
                                                                 : ggml_mul_mat(ctx, w.t, x),
@@ -113,9 +113,9 @@ struct Builder {
     const int64_t D = h->ne[0], n = h->ne[1], k = c.n_expert_used, E = c.n_expert;
     ggml_tensor* logits = own(ggml_mul_mat(ctx, L.router.t, h));  // [n_expert, n]
     if (!L.router_b.empty()) logits = own(ggml_add(ctx, logits, vec(L.router_b)));
-    const MoeRoute route = route_experts(ctx, c, logits,
-                                         L.exp_probs_b.empty() ? nullptr : vec(L.exp_probs_b),
-                                         [this](ggml_tensor* t) { return own(t); });
+    const MoeRoute route =
+        route_experts(ctx, c, logits, L.exp_probs_b.empty() ? nullptr : vec(L.exp_probs_b),
+                      [this](ggml_tensor* t) { return own(t); });
     ggml_tensor* chosen = route.chosen;
     ggml_tensor* w = route.weights;
     ggml_tensor* x = ggml_reshape_3d(ctx, h, D, 1, n);
@@ -138,8 +138,8 @@ struct Builder {
     out = own(ggml_mul(ctx, out, w));
     ggml_tensor* sum_out = ggml_view_2d(ctx, out, D, n, out->nb[2], 0);
     for (int64_t i = 1; i < k; ++i)
-      sum_out = own(ggml_add(ctx, sum_out, ggml_view_2d(ctx, out, D, n, out->nb[2],
-                                                        size_t(i) * out->nb[1])));
+      sum_out = own(
+          ggml_add(ctx, sum_out, ggml_view_2d(ctx, out, D, n, out->nb[2], size_t(i) * out->nb[1])));
     return k == 1 ? own(ggml_cont(ctx, sum_out)) : sum_out;
   }
 
@@ -171,8 +171,10 @@ struct Builder {
   // gemm_widen_packed_floats(n, k) floats take the widened product's panels, the integer
   // product's quantized rows follow them (an input may feed both: q4_K's q and k, q6_K's v).
   float* pack_buffer(const ggml_tensor* x) const {
-    float* dst = x->data == b->att ? b->q : x->data == b->h ? b->att : x->data == b->g ? b->u
-                                                                                      : nullptr;
+    float* dst = x->data == b->att ? b->q
+                 : x->data == b->h ? b->att
+                 : x->data == b->g ? b->u
+                                   : nullptr;
     SPATTN_CHECK(dst != nullptr, "internal: a product input with no buffer to pack it into");
     return dst;
   }
@@ -191,13 +193,13 @@ struct Builder {
                  k);
     if (packed_from != x) {
       float* dst = pack_buffer(x);
-      product_args.push_back({static_cast<const float*>(x->data), n, k,
-                              int64_t(x->nb[1] / sizeof(float)), dst, {}});
+      product_args.push_back(
+          {static_cast<const float*>(x->data), n, k, int64_t(x->nb[1] / sizeof(float)), dst, {}});
       ggml_tensor* src[] = {x};
       // The node's own tensor is a token (no data): the packing lands in dst.
       packed_args = &product_args.back();
-      packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node,
-                              GGML_N_TASKS_MAX, &product_args.back());
+      packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node, GGML_N_TASKS_MAX,
+                              &product_args.back());
       packed_from = x;
     }
     ProductArgs a = *packed_args;  // the packed input's n, k and rows; this product's weights below
@@ -218,7 +220,7 @@ struct Builder {
     uint8_t* xq;
     kernels::Int8Weights w;
   };
-  std::deque<Int8Args> int8_args;  // stable addresses: the nodes point at them
+  std::deque<Int8Args> int8_args;    // stable addresses: the nodes point at them
   ggml_tensor* quantized = nullptr;  // the last quantizing node, its arguments, and the input
   const Int8Args* quantized_args = nullptr;
   const ggml_tensor* quantized_from = nullptr;
@@ -237,8 +239,11 @@ struct Builder {
                  k);
     if (quantized_from != x) {
       float* dst = pack_buffer(x) + kernels::gemm_widen_packed_floats(n, k);
-      int8_args.push_back({static_cast<const float*>(x->data), n, k,
-                           int64_t(x->nb[1] / sizeof(float)), reinterpret_cast<uint8_t*>(dst),
+      int8_args.push_back({static_cast<const float*>(x->data),
+                           n,
+                           k,
+                           int64_t(x->nb[1] / sizeof(float)),
+                           reinterpret_cast<uint8_t*>(dst),
                            {}});
       ggml_tensor* src[] = {x};
       quantized_args = &int8_args.back();
@@ -251,8 +256,8 @@ struct Builder {
     kernels::gemm_int8_check(a.w, k);  // here: a throw inside the graph's threads would abort
     int8_args.push_back(a);
     ggml_tensor* src[] = {w.t, quantized};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &int8_node,
-                          GGML_N_TASKS_MAX, &int8_args.back());
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &int8_node, GGML_N_TASKS_MAX,
+                          &int8_args.back());
   }
 };
 

@@ -58,7 +58,6 @@ struct GraphStep {
   bool operator==(const GraphStep&) const = default;
 };
 
-
 // The graphs one session runs, kept for the next call with the same rows, step and threads
 // (each decode step repeats the last one's graphs; so does every full chunk of a prompt):
 // building a step's graphs (their tensors, nodes and products' arguments) took 5-13 us of a

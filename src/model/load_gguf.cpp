@@ -73,7 +73,8 @@ void read_latent_attention(const gguf::File& f, const std::string& arch, Config&
   // lengths) needs the latent cache and decode's absorbed form.
   SPATTN_CHECK(!f.has(key("attention.key_length_mla")) && !f.find_tensor("blk.0.attn_k_b.weight"),
                f.name(), ": ", arch, " in the absorbed layout (attn_k_b / attn_v_b, ",
-               key("attention.key_length_mla"), ") is not supported yet; spattn runs files with "
+               key("attention.key_length_mla"),
+               ") is not supported yet; spattn runs files with "
                "attn_kv_b");
   c.kv_lora_rank = int64_t(f.get_uint(key("attention.kv_lora_rank")));
   if (f.has(key("attention.q_lora_rank")))
@@ -98,7 +99,8 @@ void read_deepseek_moe(const gguf::File& f, const std::string& arch, Config& c) 
   c.n_group_used = count("expert_group_used_count");
   if (f.has(key("expert_weights_scale")))
     c.expert_weights_scale = f.get_float(key("expert_weights_scale"));
-  if (f.has(key("expert_weights_norm"))) c.expert_weights_norm = f.get_bool(key("expert_weights_norm"));
+  if (f.has(key("expert_weights_norm")))
+    c.expert_weights_norm = f.get_bool(key("expert_weights_norm"));
   // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0, none: softmax).
   const int64_t gating = count("expert_gating_func");
   SPATTN_CHECK(gating <= 2, f.name(), ": ", key("expert_gating_func"), " ", gating,
@@ -119,8 +121,8 @@ void deepseek_yarn(const gguf::File& f, const std::string& arch, double factor, 
   const auto get_mscale = [](float scale, float m) {
     return scale <= 1.0f ? 1.0f : 0.1f * m * logf(scale) + 1.0f;
   };
-  float yarn_attn = L != 0.0f ? get_mscale(s, L != 1.0f ? L : 1.0f) / get_mscale(s, L)
-                              : get_mscale(s, 1.0f);
+  float yarn_attn =
+      L != 0.0f ? get_mscale(s, L != 1.0f ? L : 1.0f) / get_mscale(s, L) : get_mscale(s, 1.0f);
   yarn_attn *= 1.0f / (1.0f + 0.1f * logf(s));
   yarn_attn *= float(c.rope_attn_factor);
   // ggml's rope multiplies by 1 + 0.1 ln(1 / freq_scale) where YaRN runs.
@@ -156,8 +158,8 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   // Experts (llama.cpp reads expert_count for every architecture; qwen3moe's experts have their
   // own hidden size, llama's (Mixtral's) the FFN's).
   if (f.has(key("expert_count"))) c.n_expert = int64_t(f.get_uint(key("expert_count")));
-  SPATTN_CHECK(t.experts != Presence::required || c.n_expert > 0, f.name(), ": ", arch,
-               " needs ", key("expert_count"), " > 0");
+  SPATTN_CHECK(t.experts != Presence::required || c.n_expert > 0, f.name(), ": ", arch, " needs ",
+               key("expert_count"), " > 0");
   if (c.n_expert > 0) {
     SPATTN_CHECK(t.experts != Presence::absent, f.name(), ": experts (", key("expert_count"),
                  ") in a ", arch, " model are not supported");
@@ -195,14 +197,17 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   const bool linear_ok = t.scalings & rope_scaling::linear;
   const bool yarn_ok = t.scalings & rope_scaling::yarn;
   std::string scaling = "none";
-  if (f.has(key("rope.scaling.type"))) scaling = f.get_string(key("rope.scaling.type"));
-  else if (linear_ok && f.has(key("rope.scaling.factor"))) scaling = "linear";
-  SPATTN_CHECK(scaling == "none" || (linear_ok && scaling == "linear") ||
-                   (yarn_ok && scaling == "yarn"),
-               f.name(), ": ", key("rope.scaling.type"), " '", scaling, "' is not supported "
-               "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, ",
-               arch_names_scaled(rope_scaling::linear, " and "), "'s linear, and yarn for ",
-               arch_names_scaled(rope_scaling::yarn, " and "), ")");
+  if (f.has(key("rope.scaling.type")))
+    scaling = f.get_string(key("rope.scaling.type"));
+  else if (linear_ok && f.has(key("rope.scaling.factor")))
+    scaling = "linear";
+  SPATTN_CHECK(
+      scaling == "none" || (linear_ok && scaling == "linear") || (yarn_ok && scaling == "yarn"),
+      f.name(), ": ", key("rope.scaling.type"), " '", scaling,
+      "' is not supported "
+      "(spattn runs Llama 3.1's scaling, given as rope_freqs.weight, Phi-3's LongRoPE, ",
+      arch_names_scaled(rope_scaling::linear, " and "), "'s linear, and yarn for ",
+      arch_names_scaled(rope_scaling::yarn, " and "), ")");
   double yarn_factor = 0;
   if (scaling == "yarn") {
     yarn_factor = f.has(key("rope.scaling.factor")) ? f.get_float(key("rope.scaling.factor")) : 0;
@@ -224,8 +229,8 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       const std::string pk = key("attention.sliding_window_pattern");
       if (f.has(pk) && f.type_of(pk) == gguf::ValueType::array) {
         const std::vector<int64_t> flags = f.get_int_array(pk);
-        SPATTN_CHECK(int64_t(flags.size()) == c.n_layer, f.name(), ": ", pk, " has ",
-                     flags.size(), " layer flags for ", c.n_layer, " layers");
+        SPATTN_CHECK(int64_t(flags.size()) == c.n_layer, f.name(), ": ", pk, " has ", flags.size(),
+                     " layer flags for ", c.n_layer, " layers");
         for (int64_t x : flags) c.swa_layers.push_back(x != 0);
       } else {
         const int64_t n = f.has(pk) ? int64_t(f.get_uint(pk)) : t.swa_period;
@@ -242,8 +247,8 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   if (t.attn_scale == AttnScale::gemma3) {
     // llama.cpp's attention scale for gemma3: 1 / sqrt(head dim), except the 62-layer (27B)
     // model's 1 / sqrt(n_embd / n_head) (its query_pre_attn_scalar).
-    c.attn_scale = double(1.0f / std::sqrt(float(c.n_layer == 62 ? c.n_embd / c.n_head
-                                                                  : c.head_dim)));
+    c.attn_scale =
+        double(1.0f / std::sqrt(float(c.n_layer == 62 ? c.n_embd / c.n_head : c.head_dim)));
   }
   // Llama 3.1's scaling: per-pair frequency divisors in rope_freqs.weight (llama.cpp's
   // LLM_TENSOR_ROPE_FREQS, which only its llama-family graphs read).
@@ -262,12 +267,12 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     c.rope_attn_factor = f.get_float(key("rope.scaling.attn_factor"));
   // YaRN's ramp depends on the base: the local layers' scaling is the global layers' only when
   // both turn by one base (gpt-oss's files: no freq_base_swa).
-  SPATTN_CHECK(!c.swa_rope_scaled || yarn_factor == 0 || c.rope_base_swa == c.rope_base,
-               f.name(), ": yarn with a ", key("rope.freq_base_swa"), " (", c.rope_base_swa,
-               ") other than ", key("rope.freq_base"), " (", c.rope_base, ") is not supported");
+  SPATTN_CHECK(!c.swa_rope_scaled || yarn_factor == 0 || c.rope_base_swa == c.rope_base, f.name(),
+               ": yarn with a ", key("rope.freq_base_swa"), " (", c.rope_base_swa, ") other than ",
+               key("rope.freq_base"), " (", c.rope_base, ") is not supported");
   if (yarn_factor > 0) {  // after rope_freqs (ggml divides by them before YaRN's blend)
-    std::vector<float> d = yarn_rope_divisors(
-        c.rot(), c.rope_base, yarn_factor, c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
+    std::vector<float> d = yarn_rope_divisors(c.rot(), c.rope_base, yarn_factor,
+                                              c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train);
     for (size_t p = 0; p < c.rope_freq_factors.size() && p < d.size(); ++p)
       d[p] *= c.rope_freq_factors[p];
     c.rope_freq_factors = std::move(d);
@@ -309,8 +314,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     }
     for (const TensorSpec& s : layer_tensors()) {
       const Presence need = s.need(t, kind);
-      if (need == Presence::absent ||
-          std::find(split.begin(), split.end(), s.ref) != split.end())
+      if (need == Presence::absent || std::find(split.begin(), split.end(), s.ref) != split.end())
         continue;
       L.*s.ref = ref(f, b + s.name, need == Presence::optional, s.planes != Dim::one);
     }

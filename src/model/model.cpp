@@ -45,8 +45,8 @@ void Config::validate() const {
                "model: ", kRopeFreqs, " has ", rope_freq_factors.size(),
                " values, expected the rope dims / 2 = ", rot() / 2);
   auto factors = [&](const std::vector<float>& v, const char* name) {
-    SPATTN_CHECK(v.empty() || int64_t(v.size()) == rot() / 2, "model: ", name, " has ",
-                 v.size(), " values, expected the rope dims / 2 = ", rot() / 2);
+    SPATTN_CHECK(v.empty() || int64_t(v.size()) == rot() / 2, "model: ", name, " has ", v.size(),
+                 " values, expected the rope dims / 2 = ", rot() / 2);
     for (float f : v)
       SPATTN_CHECK(std::isfinite(f) && f > 0, "model: ", name, " holds ", f,
                    " (frequency divisors must be finite and > 0)");
@@ -54,16 +54,17 @@ void Config::validate() const {
   factors(rope_freq_factors, kRopeFreqs);
   factors(rope_factors_long, kRopeFactorsLong);
   factors(rope_factors_short, kRopeFactorsShort);
-  SPATTN_CHECK(rope_factors_long.empty() == rope_factors_short.empty(),
-               "model: ", kRopeFactorsLong, " and ", kRopeFactorsShort, " come together");
+  SPATTN_CHECK(rope_factors_long.empty() == rope_factors_short.empty(), "model: ", kRopeFactorsLong,
+               " and ", kRopeFactorsShort, " come together");
   SPATTN_CHECK(n_ctx_orig >= 0, "model: rope.scaling.original_context_length must be >= 0, got ",
                n_ctx_orig);
   SPATTN_CHECK(std::isfinite(rope_attn_factor) && rope_attn_factor > 0 && rope_attn_factor < 16,
                "model: rope.scaling.attn_factor must be in (0, 16), got ", rope_attn_factor);
   SPATTN_CHECK(sliding_window >= 0, "model: attention.sliding_window must be >= 0, got ",
                sliding_window);
-  SPATTN_CHECK(swa_layers.empty() || int64_t(swa_layers.size()) == n_layer, "model: ",
-               swa_layers.size(), " sliding-window layer flags for ", n_layer, " layers");
+  SPATTN_CHECK(swa_layers.empty() || int64_t(swa_layers.size()) == n_layer,
+               "model: ", swa_layers.size(), " sliding-window layer flags for ", n_layer,
+               " layers");
   SPATTN_CHECK(rope_base_swa > 1, "model: rope.freq_base_swa must be > 1, got ", rope_base_swa);
   SPATTN_CHECK(std::isfinite(rope_linear_factor) && rope_linear_factor > 0,
                "model: rope.scaling.factor must be finite and > 0, got ", rope_linear_factor);
@@ -74,8 +75,8 @@ void Config::validate() const {
   // llama.cpp's bound (LLAMA_MAX_EXPERTS) on expert_count.
   SPATTN_CHECK(n_expert >= 0 && n_expert <= 512, "model: expert_count must be in [0, 512], got ",
                n_expert);
-  SPATTN_CHECK(arch_traits(arch).experts != Presence::required || n_expert > 0, "model: ",
-               arch_name(arch), " needs expert_count > 0");
+  SPATTN_CHECK(arch_traits(arch).experts != Presence::required || n_expert > 0,
+               "model: ", arch_name(arch), " needs expert_count > 0");
   if (n_expert > 0) {
     SPATTN_CHECK(n_expert_used >= 1 && n_expert_used <= n_expert,
                  "model: expert_used_count must be in [1, expert_count = ", n_expert, "], got ",
@@ -83,8 +84,8 @@ void Config::validate() const {
     pos(n_ff_exp, "expert_feed_forward_length");
   }
   SPATTN_CHECK(n_layer_dense_lead >= 0 && n_layer_dense_lead <= n_layer,
-               "model: leading_dense_block_count must be in [0, block_count = ", n_layer,
-               "], got ", n_layer_dense_lead);
+               "model: leading_dense_block_count must be in [0, block_count = ", n_layer, "], got ",
+               n_layer_dense_lead);
   SPATTN_CHECK(n_expert_shared >= 0 && n_expert_shared <= 64,
                "model: expert_shared_count must be in [0, 64], got ", n_expert_shared);
   SPATTN_CHECK(std::isfinite(expert_weights_scale) && expert_weights_scale >= 0,
@@ -96,9 +97,9 @@ void Config::validate() const {
     SPATTN_CHECK(n_group_used >= 1 && n_group_used < n_expert_groups,
                  "model: expert_group_used_count must be in [1, expert_group_count = ",
                  n_expert_groups, "), got ", n_group_used);
-    SPATTN_CHECK(n_group_used * (n_expert / n_expert_groups) >= n_expert_used,
-                 "model: the ", n_group_used, " groups used hold fewer experts than the ",
-                 n_expert_used, " a token uses");
+    SPATTN_CHECK(n_group_used * (n_expert / n_expert_groups) >= n_expert_used, "model: the ",
+                 n_group_used, " groups used hold fewer experts than the ", n_expert_used,
+                 " a token uses");
   }
   SPATTN_CHECK(n_rot >= 0 && n_rot <= head_dim && n_rot % 2 == 0, "model: rope.dimension_count ",
                n_rot, " must be even and at most the head dim ", head_dim);
@@ -109,12 +110,12 @@ void Config::validate() const {
     // part as large as the head, ...).
     SPATTN_CHECK(kv_lora_rank > 0, "model: ", arch_name(arch),
                  " needs attention.kv_lora_rank > 0, got ", kv_lora_rank);
-    SPATTN_CHECK(q_lora_rank >= 0, "model: attention.q_lora_rank must be >= 0, got ",
-                 q_lora_rank);
+    SPATTN_CHECK(q_lora_rank >= 0, "model: attention.q_lora_rank must be >= 0, got ", q_lora_rank);
     SPATTN_CHECK(rot() < head_dim, "model: ", arch_name(arch), "'s rope part (",
                  "rope.dimension_count ", rot(), ") must leave a non-rope part of the key length ",
                  head_dim);
-    SPATTN_CHECK(n_head_kv == n_head, "internal: the expanded latent attention keeps a kv head "
+    SPATTN_CHECK(n_head_kv == n_head,
+                 "internal: the expanded latent attention keeps a kv head "
                  "a q head");
   } else {
     SPATTN_CHECK(q_lora_rank == 0 && kv_lora_rank == 0 && n_rot == 0 && head_dim_v == 0,
@@ -130,8 +131,10 @@ const std::vector<float>& Config::rope_factors(int64_t n_ctx) const {
 
 std::vector<float> yarn_rope_divisors(int64_t head_dim, double base, double factor,
                                       int64_t n_ctx_orig) {
-  SPATTN_CHECK(std::isfinite(factor) && factor > 0, "model: rope.scaling.factor must be finite "
-               "and > 0 for yarn, got ", factor);
+  SPATTN_CHECK(std::isfinite(factor) && factor > 0,
+               "model: rope.scaling.factor must be finite "
+               "and > 0 for yarn, got ",
+               factor);
   SPATTN_CHECK(n_ctx_orig > 0, "model: yarn needs an original context > 0, got ", n_ctx_orig);
   SPATTN_CHECK(head_dim >= 2 && head_dim % 2 == 0 && head_dim <= 1024,
                "model: yarn needs an even head dim in [2, 1024], got ", head_dim);
@@ -239,8 +242,7 @@ struct Model::Impl {
   }
 
   // A norm or bias as f32 values (`rows` of n: experts' biases, one row an expert).
-  std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n,
-                         int64_t rows = 1) {
+  std::vector<float> vec(const WeightRef& w, const std::string& name, int64_t n, int64_t rows = 1) {
     check(w, name, rows, n);
     SPATTN_CHECK(has_f32(w.type), "model: tensor ", name, " has type ", gguf::type_name(w.type),
                  " (", n, " values in ", gguf::row_bytes(w.type, n),
@@ -261,7 +263,8 @@ struct Model::Impl {
     const ggml_type t = ggml_type(w.type);
     SPATTN_CHECK(ggml_get_type_traits_cpu(t)->vec_dot != nullptr && has_f32(w.type),
                  "model: tensor ", name, " has type ", gguf::type_name(w.type), " ([", cols, ", ",
-                 rows, "] = ", cols * rows, " values in ", gguf::row_bytes(w.type, cols) * size_t(rows),
+                 rows, "] = ", cols * rows, " values in ",
+                 gguf::row_bytes(w.type, cols) * size_t(rows),
                  " bytes), which ggml's CPU backend cannot multiply");
     ggml_tensor* g = ggml_new_tensor_3d(ctx, t, cols, rows, planes);
     ggml_set_name(g, name.c_str());
@@ -441,8 +444,8 @@ Model::Memory Model::memory() const { return p_->mem; }
 void Model::embed(int32_t token, float* dst) const {
   SPATTN_CHECK(token >= 0 && token < p_->cfg.n_vocab, "token id ", token,
                " is outside the vocabulary [0, ", p_->cfg.n_vocab, ")");
-  const auto* row = static_cast<const uint8_t*>(p_->tok_embd.t->data) +
-                    size_t(token) * p_->embd_row_bytes;
+  const auto* row =
+      static_cast<const uint8_t*>(p_->tok_embd.t->data) + size_t(token) * p_->embd_row_bytes;
   gguf::dequantize_row(p_->tok_embd.type, row, dst, p_->cfg.n_embd);
 }
 

@@ -30,8 +30,8 @@ uint64_t name_hash(const std::string& s) {  // FNV-1a: a stable stream tag per t
 
 // Adds a tensor whose row r holds values drawn from stream (seed, name, r):
 // centre + uniform with standard deviation `sd`.
-void add_random(gguf::Writer& w, const std::string& name, GgmlType type,
-                std::vector<int64_t> ne, uint64_t seed, float centre, float sd) {
+void add_random(gguf::Writer& w, const std::string& name, GgmlType type, std::vector<int64_t> ne,
+                uint64_t seed, float centre, float sd) {
   const int64_t n = ne[0];
   const uint64_t tensor_seed = eval::stream_seed(seed, name_hash(name));
   const double half = sd * std::sqrt(3.0);  // uniform on [-a, a] has sd a / sqrt(3)
@@ -61,7 +61,8 @@ void add_bpe_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed) {
   eval::Rng rng(eval::stream_seed(seed, name_hash("vocab")));
   while (int64_t(toks.size()) < vocab) {
     const std::string& a = parts[size_t(rng.range(0, int64_t(parts.size()) - 1))];
-    const std::string& b = parts[size_t(rng.range(0, std::min<int64_t>(25, int64_t(parts.size()) - 1)))];
+    const std::string& b =
+        parts[size_t(rng.range(0, std::min<int64_t>(25, int64_t(parts.size()) - 1)))];
     const std::string m = a + b;
     if (m.size() > 24 || !seen.insert(m).second) continue;
     merges.push_back(a + " " + b);
@@ -110,7 +111,8 @@ void add_spm_vocab(gguf::Writer& w, int64_t vocab, uint64_t seed,
   eval::Rng rng(eval::stream_seed(seed, name_hash("vocab")));
   while (int64_t(toks.size()) < base) {
     const std::string& a = parts[size_t(rng.range(0, int64_t(parts.size()) - 1))];
-    const std::string& b = parts[size_t(rng.range(1, std::min<int64_t>(95, int64_t(parts.size()) - 1)))];
+    const std::string& b =
+        parts[size_t(rng.range(1, std::min<int64_t>(95, int64_t(parts.size()) - 1)))];
     const std::string m = a + b;
     if (m.size() > 24 || !seen.insert(m).second) continue;
     toks.push_back(m);
@@ -349,9 +351,10 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "qwen3-30b-a3b") return qwen3_30b_a3b_shape();
   if (name == "gpt-oss-20b") return gpt_oss_20b_shape();
   if (name == "deepseek-v3") return deepseek_v3_shape();
-  detail::fail("--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-               "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b or deepseek-v3, got '", name,
-               "'");
+  detail::fail(
+      "--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
+      "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b or deepseek-v3, got '",
+      name, "'");
 }
 
 std::vector<float> longrope_factors(const ModelShape& s, bool long_factors) {
@@ -399,8 +402,8 @@ namespace {
 const model::ArchTraits& traits_of(const ModelShape& s) {
   const model::ArchTraits* t = model::find_arch(s.arch);
   SPATTN_CHECK(t != nullptr, "model: --arch must be ",
-               model::arch_names([](const model::ArchTraits&) { return true; }), ", got '",
-               s.arch, "'");
+               model::arch_names([](const model::ArchTraits&) { return true; }), ", got '", s.arch,
+               "'");
   return *t;
 }
 
@@ -420,16 +423,14 @@ void check_shape(const ModelShape& s) {
   SPATTN_CHECK(t.experts != Presence::required || s.experts > 0, "model: ", s.arch,
                " needs --experts > 0");
   // Those that need experts, then those that take them.
-  SPATTN_CHECK(s.experts == 0 || t.experts != Presence::absent,
-               "model: --experts is for --arch ",
-               model::arch_names([](const model::ArchTraits& a) {
-                 return a.experts == model::Presence::required;
-               }, ", "),
-               " or ",
-               model::arch_names([](const model::ArchTraits& a) {
-                 return a.experts == model::Presence::optional;
-               }),
-               ", got '", s.arch, "'");
+  SPATTN_CHECK(
+      s.experts == 0 || t.experts != Presence::absent, "model: --experts is for --arch ",
+      model::arch_names(
+          [](const model::ArchTraits& a) { return a.experts == model::Presence::required; }, ", "),
+      " or ", model::arch_names([](const model::ArchTraits& a) {
+        return a.experts == model::Presence::optional;
+      }),
+      ", got '", s.arch, "'");
   if (s.experts > 0) {
     SPATTN_CHECK(s.experts_used >= 1 && s.experts_used <= s.experts,
                  "model: --experts-used must be in [1, --experts = ", s.experts, "], got ",
@@ -437,9 +438,11 @@ void check_shape(const ModelShape& s) {
     SPATTN_CHECK(s.expert_ffn_or_default() >= 1 && s.expert_ffn_or_default() <= 1 << 20,
                  "model: --expert-ffn must be in [1, 2^20], got ", s.expert_ffn_or_default());
   }
-  SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ", s.layers);
+  SPATTN_CHECK(s.layers >= 1 && s.layers <= 1024, "model: --layers must be in [1, 1024], got ",
+               s.layers);
   SPATTN_CHECK(s.dim >= 1 && s.dim <= 65536, "model: --dim must be in [1, 65536], got ", s.dim);
-  SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ", s.heads);
+  SPATTN_CHECK(s.heads >= 1 && s.heads <= 1024, "model: --heads must be in [1, 1024], got ",
+               s.heads);
   SPATTN_CHECK(s.kv_heads >= 1 && s.kv_heads <= s.heads && s.heads % s.kv_heads == 0,
                "model: --kv-heads must divide --heads (", s.heads, "), got ", s.kv_heads);
   SPATTN_CHECK(s.head_dim > 0 || s.dim % s.heads == 0, "model: --dim (", s.dim,
@@ -448,9 +451,10 @@ void check_shape(const ModelShape& s) {
   SPATTN_CHECK(hd >= 2 && hd % 2 == 0 && hd <= 1024,
                "model: head dim must be even and in [2, 1024] (RoPE rotates pairs), got ", hd);
   SPATTN_CHECK(s.ffn >= 1 && s.ffn <= 1 << 20, "model: --ffn must be in [1, 2^20], got ", s.ffn);
-  SPATTN_CHECK(s.vocab >= 4 && s.vocab <= 1 << 22, "model: --vocab must be in [4, 2^22], got ", s.vocab);
-  SPATTN_CHECK(s.context >= 1 && s.context <= 1 << 24, "model: --context must be in [1, 2^24], got ",
-               s.context);
+  SPATTN_CHECK(s.vocab >= 4 && s.vocab <= 1 << 22, "model: --vocab must be in [4, 2^22], got ",
+               s.vocab);
+  SPATTN_CHECK(s.context >= 1 && s.context <= 1 << 24,
+               "model: --context must be in [1, 2^24], got ", s.context);
   SPATTN_CHECK(s.rope_base > 0 && std::isfinite(s.rope_base), "model: --rope-base must be > 0");
   SPATTN_CHECK(s.rms_eps > 0 && std::isfinite(s.rms_eps), "model: rms eps must be > 0");
   SPATTN_CHECK(s.rope_scaling.empty() || s.rope_scaling == "none" || s.rope_scaling == "llama3" ||
@@ -469,8 +473,7 @@ void check_shape(const ModelShape& s) {
   }
   if (s.rope_scaling == "linear") {
     SPATTN_CHECK(t.scalings & rs::linear, "model: linear rope scaling is for --arch ",
-                 model::arch_names_scaled(rs::linear), " (its global layers), got '", s.arch,
-                 "'");
+                 model::arch_names_scaled(rs::linear), " (its global layers), got '", s.arch, "'");
     SPATTN_CHECK(std::isfinite(s.rope_factor) && s.rope_factor >= 1,
                  "model: --rope-factor must be >= 1, got ", s.rope_factor);
   }
@@ -479,8 +482,9 @@ void check_shape(const ModelShape& s) {
                  "model: --sliding-window must be in [1, 2^24], got ", s.sliding_window);
   if (s.rope_scaling == "longrope") {
     SPATTN_CHECK(t.scalings & rs::longrope, "model: longrope scaling is for --arch ",
-                 model::arch_names_scaled(rs::longrope), " (llama.cpp reads ", model::kRopeFactorsLong,
-                 " / ", model::kRopeFactorsShort, " there), got '", s.arch, "'");
+                 model::arch_names_scaled(rs::longrope), " (llama.cpp reads ",
+                 model::kRopeFactorsLong, " / ", model::kRopeFactorsShort, " there), got '", s.arch,
+                 "'");
     SPATTN_CHECK(s.rope_original_context >= 2 && s.rope_original_context <= 1 << 24,
                  "model: --rope-original-context must be in [2, 2^24], got ",
                  s.rope_original_context);
@@ -506,8 +510,10 @@ void check_shape(const ModelShape& s) {
                  s.rope_dim);
     SPATTN_CHECK(s.v_head_dim >= 1 && s.v_head_dim <= hd, "model: --v-head-dim must be in [1, ",
                  "head dim ", hd, "], got ", s.v_head_dim);
-    SPATTN_CHECK(s.kv_lora >= 1 && s.kv_lora <= 65536, "model: --kv-lora must be in [1, 65536], "
-                 "got ", s.kv_lora);
+    SPATTN_CHECK(s.kv_lora >= 1 && s.kv_lora <= 65536,
+                 "model: --kv-lora must be in [1, 65536], "
+                 "got ",
+                 s.kv_lora);
     SPATTN_CHECK(s.q_lora >= 0 && s.q_lora <= 65536, "model: --q-lora must be in [0, 65536], got ",
                  s.q_lora);
     SPATTN_CHECK(s.kv_heads == s.heads, "model: ", s.arch, " has a kv head a q head (--kv-heads ",
@@ -624,7 +630,9 @@ int64_t parameter_count(const ModelShape& s) {
   int64_t layers = 0;
   for (int64_t l = 0; l < s.layers; ++l)
     for (const Written& w : layer_tensors_of(s, l)) layers += elements(w.ne);
-  const int64_t rope_freqs = s.rope_scaling == "llama3" ? hd / 2 : s.rope_scaling == "longrope" ? hd : 0;
+  const int64_t rope_freqs = s.rope_scaling == "llama3"     ? hd / 2
+                             : s.rope_scaling == "longrope" ? hd
+                                                            : 0;
   return s.vocab * s.dim * (s.tied ? 1 : 2) + s.dim + layers + rope_freqs;
 }
 

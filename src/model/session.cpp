@@ -154,8 +154,7 @@ std::shared_ptr<const RopeTable> swa_rope(const Config& c, int64_t n_ctx) {
   if (c.sliding_window <= 0) return nullptr;
   return std::make_shared<const RopeTable>(
       n_ctx, c.rot(), c.rope_base_swa, rope_style(c),
-      c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{},
-      c.rope_attn_factor);
+      c.swa_rope_scaled ? global_rope_factors(c, n_ctx) : std::vector<float>{}, c.rope_attn_factor);
 }
 // Every layer's backends (src/methods/layer_backend.hpp) and what they need of the session.
 struct Backends {
@@ -166,12 +165,12 @@ struct Backends {
   // The first stateful prefill backend: its batches and boundaries are every layer's (null:
   // none keeps state).
   LayerBackend* sched = nullptr;
-  bool raw_keys = false;          // some layer reads the cache's rows as f32
-  bool rows_independent = true;   // every layer's rows are its queries' own (a prefix reused)
-  int64_t quest_page = 0;         // Quest's page summaries (0: none)
+  bool raw_keys = false;         // some layer reads the cache's rows as f32
+  bool rows_independent = true;  // every layer's rows are its queries' own (a prefix reused)
+  int64_t quest_page = 0;        // Quest's page summaries (0: none)
   QuestSums quest_sums = QuestSums::cache;
-  std::vector<bool> pages;        // the layers that keep them
-  int64_t ring_grid = 0;          // BackendCaps::ring_grid, the widest
+  std::vector<bool> pages;  // the layers that keep them
+  int64_t ring_grid = 0;    // BackendCaps::ring_grid, the widest
 
   void add(std::shared_ptr<LayerBackend> p, std::shared_ptr<LayerBackend> d) {
     prefill_caps.push_back(p->capabilities());
@@ -289,10 +288,10 @@ struct Session::Impl {
   // attention's output att, the FFN's gate and up rows (layer_graph.hpp: RowBuffers).
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, gate, up;
-  std::vector<float> kv_a, kv_b;  // the latent attention's rows (RowBuffers), else empty
-  std::vector<float> lse;  // the attention rows' LSE [Hq, rows] where a layer has sinks
-  bool pack = false;  // products on spattn's kernel (RowBuffers::pack)
-  LayerGraphCache graphs;  // the last graph of each layer step, for the next call alike
+  std::vector<float> kv_a, kv_b;      // the latent attention's rows (RowBuffers), else empty
+  std::vector<float> lse;             // the attention rows' LSE [Hq, rows] where a layer has sinks
+  bool pack = false;                  // products on spattn's kernel (RowBuffers::pack)
+  LayerGraphCache graphs;             // the last graph of each layer step, for the next call alike
   std::string prefill_ran = "dense";  // what the last prefill's global layers ran
 
   // The prefill backend of the first layer without a sliding window (else the first layer's).
@@ -303,19 +302,26 @@ struct Session::Impl {
   }
 
   Impl(const Model& model, const SessionOptions& o)
-      : m(model), cfg(model.config()), opt(validated(o)),
-        rope(o.n_ctx, cfg.rot(), cfg.rope_base, rope_style(cfg),
-             global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor),
-        rope_swa(swa_rope(cfg, o.n_ctx)), b(make_backends(cfg, opt)),
+      : m(model),
+        cfg(model.config()),
+        opt(validated(o)),
+        rope(o.n_ctx, cfg.rot(), cfg.rope_base, rope_style(cfg), global_rope_factors(cfg, o.n_ctx),
+             cfg.rope_attn_factor),
+        rope_swa(swa_rope(cfg, o.n_ctx)),
+        b(make_backends(cfg, opt)),
         cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o, b), DType::f32,
               /*raw=*/b.raw_keys && !o.cp, o.cache_type_k, o.cache_type_v, b.quest_page,
               b.quest_sums, b.pages) {
     if (opt.cp) {
       for (int64_t l = 0; l < cfg.n_layer; ++l) {
-        SPATTN_CHECK(!cfg.is_swa(l), "context parallelism (--cp) does not split a model with "
-                     "sliding-window layers (", arch_name(cfg.arch), ") across ranks yet");
-        SPATTN_CHECK(m.layer(l).sinks.empty(), "context parallelism (--cp) does not run "
-                     "attention sinks (", arch_name(cfg.arch), ") yet");
+        SPATTN_CHECK(!cfg.is_swa(l),
+                     "context parallelism (--cp) does not split a model with "
+                     "sliding-window layers (",
+                     arch_name(cfg.arch), ") across ranks yet");
+        SPATTN_CHECK(m.layer(l).sinks.empty(),
+                     "context parallelism (--cp) does not run "
+                     "attention sinks (",
+                     arch_name(cfg.arch), ") yet");
       }
       grp = opt.cp.get();
       cp_counts.assign(size_t(grp->size()), 0);
@@ -325,9 +331,15 @@ struct Session::Impl {
 
   // A fork: src's options, backends and tap, a copy of its first n committed tokens.
   Impl(const Impl& src, int64_t n)
-      : m(src.m), cfg(src.cfg), opt(src.opt), rope(src.rope), rope_swa(src.rope_swa),
-        b(fork_backends(src.b, src.cfg, src.opt)), cache(src.cache.fork(n)),
-        tap_layer(src.tap_layer), tap(src.tap) {
+      : m(src.m),
+        cfg(src.cfg),
+        opt(src.opt),
+        rope(src.rope),
+        rope_swa(src.rope_swa),
+        b(fork_backends(src.b, src.cfg, src.opt)),
+        cache(src.cache.fork(n)),
+        tap_layer(src.tap_layer),
+        tap(src.tap) {
     for (const Kept& k : src.kept)
       if (k.pos <= n) kept.push_back(k);
     states_to(n);
@@ -357,7 +369,8 @@ struct Session::Impl {
             std::vector<Kept>& pending) {
     if (opt.h2o_keep <= 0) return;
     for (int64_t e : b.sched->boundaries(pos0, batches, opt.h2o_keep))
-      pending.push_back(Kept{e, std::vector<std::shared_ptr<const BackendState>>(b.prefill.size())});
+      pending.push_back(
+          Kept{e, std::vector<std::shared_ptr<const BackendState>>(b.prefill.size())});
     for (size_t l = 0; l < b.prefill.size(); ++l)
       if (b.prefill_caps[l].stateful)
         b.prefill[l]->set_on_boundary([this, l, &pending](int64_t end) {
@@ -426,9 +439,9 @@ struct Session::Impl {
     if (ours(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
-      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down,
-                                     &L.wq_a, &L.wq_b, &L.wkv_a, &L.wkv_b, &L.gate_shexp,
-                                     &L.up_shexp, &L.down_shexp})
+      for (const Model::Weight* w :
+           {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wq_a, &L.wq_b, &L.wkv_a,
+            &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
         if (w->t && ours(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
@@ -445,9 +458,8 @@ struct Session::Impl {
       body(int64_t(0), n);
       return;
     }
-    parallel_for((n + kRows - 1) / kRows, opt.threads, [&](int64_t c, int) {
-      body(c * kRows, std::min(n, (c + 1) * kRows));
-    });
+    parallel_for((n + kRows - 1) / kRows, opt.threads,
+                 [&](int64_t c, int) { body(c * kRows, std::min(n, (c + 1) * kRows)); });
   }
 
   AttnOptions attn_opt(int64_t q_start) const {
@@ -485,9 +497,22 @@ struct Session::Impl {
       });
     if (pass == Pass::ring) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
-      const RingCall rc{*grp, zz, ring, h2o_wire, q.data(), k.data(), v.data(), att.data(),
-                        &cache.packed(l), Hq, Hkv, d, opt.cache_type_k, opt.cache_type_v,
-                        attn_opt(-1), stats};
+      const RingCall rc{*grp,
+                        zz,
+                        ring,
+                        h2o_wire,
+                        q.data(),
+                        k.data(),
+                        v.data(),
+                        att.data(),
+                        &cache.packed(l),
+                        Hq,
+                        Hkv,
+                        d,
+                        opt.cache_type_k,
+                        opt.cache_type_v,
+                        attn_opt(-1),
+                        stats};
       b.prefill[size_t(l)]->ring_prefill(rc, cp_plan);
       return;
     }
@@ -586,8 +611,8 @@ struct Session::Impl {
 
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
-  void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last,
-               float* logits, int64_t logits_row0, double* attn_ms, Stats* stats,
+  void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last, float* logits,
+               int64_t logits_row0, double* attn_ms, Stats* stats,
                const std::function<void(int64_t layers_done)>& after_layer = {}) {
     const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
@@ -599,7 +624,8 @@ struct Session::Impl {
     };
     for (int64_t i = 0; i < n; ++i) {
       SPATTN_CHECK(tokens[i] >= 0 && tokens[i] < cfg.n_vocab, "token id ", tokens[i],
-                   " at position ", row_pos(i), " is outside the vocabulary [0, ", cfg.n_vocab, ")");
+                   " at position ", row_pos(i), " is outside the vocabulary [0, ", cfg.n_vocab,
+                   ")");
       m.embed(tokens[i], x.data() + i * D);
     }
     // gemma3 scales the embeddings by sqrt(n_embd) (llama.cpp: ggml_scale by sqrtf(n_embd)).
@@ -652,9 +678,9 @@ struct Session::Impl {
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
-        std::vector<double>& per_layer =
-            pass == Pass::decode || pass == Pass::cp_decode ? t.decode_layer_attn_ms
-                                                            : t.prefill_layer_attn_ms;
+        std::vector<double>& per_layer = pass == Pass::decode || pass == Pass::cp_decode
+                                             ? t.decode_layer_attn_ms
+                                             : t.prefill_layer_attn_ms;
         per_layer.resize(size_t(cfg.n_layer));
         per_layer[size_t(l)] += ms;
       }
@@ -774,8 +800,8 @@ void Session::set_h2o_traces(std::vector<ChunkedH2OTrace>* traces) {
 }
 
 void Session::set_qkv_tap(int64_t layer, QkvTap tap) {
-  SPATTN_CHECK(layer == kTapAllLayers || (layer >= 0 && layer < p_->cfg.n_layer), "--dump-qkv: layer ",
-               layer, " outside [0, ", p_->cfg.n_layer, ")");
+  SPATTN_CHECK(layer == kTapAllLayers || (layer >= 0 && layer < p_->cfg.n_layer),
+               "--dump-qkv: layer ", layer, " outside [0, ", p_->cfg.n_layer, ")");
   p_->tap_layer = layer;
   p_->tap = std::move(tap);
 }
@@ -802,8 +828,8 @@ void Session::prefill(std::span<const int32_t> tokens, float* logits, int64_t lo
         lg = logits + (r0 + row0 - logits_from) * V;
       }
       const int64_t L = s.cfg.n_layer;
-      s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, pass, last, lg, row0,
-                &s.t.prefill_attn_ms, &s.t.prefill_stats, [&](int64_t layers) {
+      s.forward(tokens.data() + r0, r1 - r0, pos0 + r0, pass, last, lg, row0, &s.t.prefill_attn_ms,
+                &s.t.prefill_stats, [&](int64_t layers) {
                   if (progress) progress(r0 + (r1 - r0) * layers / L, n);
                 });
     };
@@ -847,13 +873,12 @@ void Session::decode(int32_t token, float* logits) {
                  " tokens (-c) is full");
     // The emptiest rank (the lowest of equals) holds the new token's K/V.
     s.cp_token = token;
-    s.cp_owner = int(std::min_element(s.cp_counts.begin(), s.cp_counts.end()) -
-                     s.cp_counts.begin());
+    s.cp_owner =
+        int(std::min_element(s.cp_counts.begin(), s.cp_counts.end()) - s.cp_counts.begin());
     const dist::CommStats c0 = s.grp->stats();
     s.all_or_nothing([&] {
       const auto t0 = Clock::now();
-      s.forward(&token, 1, s.cp_n, Pass::cp_decode, false, logits, 0, &s.t.decode_attn_ms,
-                nullptr);
+      s.forward(&token, 1, s.cp_n, Pass::cp_decode, false, logits, 0, &s.t.decode_attn_ms, nullptr);
       s.t.decode_ms += ms_since(t0);
       s.t.decode_tokens += 1;
     });
@@ -881,8 +906,8 @@ namespace spattn::model {
 // A context-parallel prefill (see the top of this file): the ranks first agree that they were
 // given the same call and that it can run, then take their zigzag rows through every layer;
 // the logits rows asked for are gathered to every rank.
-void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
-                               int64_t logits_from, const PrefillProgress& progress) {
+void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits, int64_t logits_from,
+                               const PrefillProgress& progress) {
   Impl& s = *this;
   dist::Group& g = *s.grp;
   const int P = g.size(), r = g.rank();
@@ -902,10 +927,14 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
       SPATTN_CHECK(std::memcmp(&all[size_t(q)], &all[0], sizeof(Ask)) == 0, "rank ", q,
                    " was given another prompt or call than rank 0 (", all[size_t(q)].n,
                    " tokens against ", all[0].n, ")");
-    SPATTN_CHECK(s.cp_n == 0, "--cp: a prefill starts at position 0 (reset the session); this "
-                 "one holds ", s.cp_n, " tokens");
-    SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n, " tokens are fewer than "
-                 "the ", 2 * P, " chunks the zigzag split needs (one token each at least)");
+    SPATTN_CHECK(s.cp_n == 0,
+                 "--cp: a prefill starts at position 0 (reset the session); this "
+                 "one holds ",
+                 s.cp_n, " tokens");
+    SPATTN_CHECK(n >= 2 * int64_t(P), "--cp ", P, ": the prompt's ", n,
+                 " tokens are fewer than "
+                 "the ",
+                 2 * P, " chunks the zigzag split needs (one token each at least)");
     // How the layers' backend splits the prompt (chunked_h2o: whole -ub chunks per rank;
     // BLASST: whole 64-token tiles).
     s.b.prefill.front()->ring_check(n, P);
@@ -947,8 +976,7 @@ void Session::Impl::cp_prefill(std::span<const int32_t> tokens, float* logits,
         counts[size_t(q)] = size_t((s.zz.rows(q) - rows_from(q)) * V) * sizeof(float);
       std::vector<float> gathered(size_t((n - logits_from) * V));
       const int64_t before = g.stats().bytes_recv;
-      g.allgatherv(mine_logits.data(), mine_logits.size() * sizeof(float), gathered.data(),
-                   counts);
+      g.allgatherv(mine_logits.data(), mine_logits.size() * sizeof(float), gathered.data(), counts);
       g.stats().logits_bytes_recv += g.stats().bytes_recv - before;
       const float* src = gathered.data();
       for (int q = 0; q < P; ++q) {

@@ -46,13 +46,19 @@ constexpr P out_bias(const ArchTraits& t, LayerKind) { return t.out_bias; }
 constexpr P sinks(const ArchTraits& t, LayerKind) { return when(t.sinks); }
 constexpr P qk_norm(const ArchTraits& t, LayerKind) { return when(t.qk_norm); }
 constexpr P post_norms(const ArchTraits& t, LayerKind) { return when(t.post_norms); }
-constexpr P ffn_norm(const ArchTraits& t, LayerKind) { return when(!t.ffn_norm_named_post_attention); }
+constexpr P ffn_norm(const ArchTraits& t, LayerKind) {
+  return when(!t.ffn_norm_named_post_attention);
+}
 constexpr P ffn_norm_post(const ArchTraits& t, LayerKind) {
   return when(t.ffn_norm_named_post_attention);
 }
 constexpr P experts(const ArchTraits&, LayerKind k) { return when(k.moe); }
-constexpr P expert_biases(const ArchTraits& t, LayerKind k) { return when(k.moe && t.expert_biases); }
-constexpr P dense_gate_up(const ArchTraits& t, LayerKind k) { return when(!k.moe && !t.fused_gate_up); }
+constexpr P expert_biases(const ArchTraits& t, LayerKind k) {
+  return when(k.moe && t.expert_biases);
+}
+constexpr P dense_gate_up(const ArchTraits& t, LayerKind k) {
+  return when(!k.moe && !t.fused_gate_up);
+}
 constexpr P dense(const ArchTraits&, LayerKind k) { return when(!k.moe); }
 constexpr P fused_qkv(const ArchTraits& t, LayerKind) { return t.fused_qkv; }
 // The latent attention's (deepseek2): q from one matrix unless it has a latent; k and v from
@@ -68,7 +74,9 @@ constexpr P shared_experts(const ArchTraits& t, LayerKind k) {
 constexpr P probs_bias(const ArchTraits& t, LayerKind k) {
   return k.moe && t.deepseek_moe ? P::optional : P::absent;
 }
-constexpr P fused_gate_up(const ArchTraits& t, LayerKind k) { return when(!k.moe && t.fused_gate_up); }
+constexpr P fused_gate_up(const ArchTraits& t, LayerKind k) {
+  return when(!k.moe && t.fused_gate_up);
+}
 
 constexpr Store V = Store::values, W = Store::matrix, R = Store::f32_matrix;
 constexpr Dim one = Dim::one, D = Dim::embd, Q = Dim::q, KV = Dim::kv, HD = Dim::head_dim,
@@ -78,6 +86,8 @@ constexpr Dim one = Dim::one, D = Dim::embd, Q = Dim::q, KV = Dim::kv, HD = Dim:
 
 // name, rows, cols, planes, store, refs' member, model's member (matrix, values), rule,
 // make-model's centre and sd.
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 constexpr TensorSpec kLayer[] = {
     {"attn_norm.weight", one, D, one, V, &L::attn_norm, nullptr, &M::attn_norm, always, 1, 0.1f},
     {"attn_q_a.weight", QL, D, one, W, &L::wq_a, &M::wq_a, nullptr, q_latent, 0, 0},
@@ -134,6 +144,7 @@ constexpr TensorSpec kLayer[] = {
     {"post_ffw_norm.weight", one, D, one, V, &L::ffn_post_norm, nullptr, &M::ffn_post_norm,
      post_norms, 1, 0.1f},
 };
+// clang-format on
 
 // Phi-3's (llama.cpp's build_qkv views and ggml_swiglu's halves: gate first).
 constexpr FusedSpec::Part kQkv[] = {{&L::wq, Q}, {&L::wk, KV}, {&L::wv, KV}};
@@ -148,7 +159,7 @@ constexpr FusedSpec kFused[] = {
 std::span<const TensorSpec> layer_tensors() { return kLayer; }
 std::span<const FusedSpec> fused_tensors() { return kFused; }
 
-Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref) {
+Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::*ref) {
   Presence p = P::absent;
   for (const FusedSpec& f : kFused)
     for (const FusedSpec::Part& part : f.parts)
@@ -156,7 +167,7 @@ Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::
   return p;
 }
 
-Presence tensor_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref) {
+Presence tensor_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::*ref) {
   Presence p = fused_part_need(t, k, ref);
   for (const TensorSpec& s : kLayer)
     if (s.ref == ref) p = std::max(p, s.need(t, k));

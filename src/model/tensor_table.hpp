@@ -15,7 +15,7 @@ namespace spattn::model {
 // The model's tensors outside the layers (every architecture's; the rope factors per scaling).
 inline constexpr const char* kTokenEmbd = "token_embd.weight";
 inline constexpr const char* kOutputNorm = "output_norm.weight";
-inline constexpr const char* kOutput = "output.weight";  // absent: the head is tied
+inline constexpr const char* kOutput = "output.weight";         // absent: the head is tied
 inline constexpr const char* kRopeFreqs = "rope_freqs.weight";  // rope_scaling::llama3
 inline constexpr const char* kRopeFactorsLong = "rope_factors_long.weight";  // ::longrope
 inline constexpr const char* kRopeFactorsShort = "rope_factors_short.weight";
@@ -24,9 +24,12 @@ inline constexpr const char* kRopeFactorsShort = "rope_factors_short.weight";
 // o: the attention output's width (heads x v head); the latent attention's (deepseek2): the
 // latents (q_lora, kv_lora), attn_kv_a_mqa's rows (kv_a: kv latent + rope key), attn_kv_b's
 // (kv_b: heads x (k_nope + v)); shexp: the shared experts' FFN.
+// A table: rows grouped by hand, not one field a line.
+// clang-format off
 enum class Dim : uint8_t {
   one, embd, q, kv, head_dim, heads, ff, ff_exp, experts, o, q_lora, kv_lora, kv_a, kv_b, shexp
 };
+// clang-format on
 int64_t dim(Dim d, const Config& c);
 
 // How a tensor is stored: norms and biases as f32 values; matrices in the model's type, or in
@@ -41,12 +44,12 @@ struct LayerKind {
 LayerKind layer_kind(const Config& c, int64_t layer);
 
 struct TensorSpec {
-  const char* name;                    // after "blk.N."
-  Dim rows, cols, planes;              // ggml's ne[1], ne[0], ne[2] (planes: experts')
+  const char* name;        // after "blk.N."
+  Dim rows, cols, planes;  // ggml's ne[1], ne[0], ne[2] (planes: experts')
   Store store;
-  WeightRef LayerRefs::* ref;          // where the reader puts it
-  Model::Weight Model::Layer::* matrix;       // the model's, for a matrix;
-  std::vector<float> Model::Layer::* values;  // for values
+  WeightRef LayerRefs::*ref;                 // where the reader puts it
+  Model::Weight Model::Layer::*matrix;       // the model's, for a matrix;
+  std::vector<float> Model::Layer::*values;  // for values
   // Whether a layer of the architecture and kind has it.
   Presence (*need)(const ArchTraits& t, LayerKind k);
   // make-model's values: centre + uniform noise of sd (0: 1 / sqrt(cols), the fan-in).
@@ -60,7 +63,7 @@ struct FusedSpec {
   Presence (*need)(const ArchTraits& t, LayerKind k);
   Dim cols;
   struct Part {
-    WeightRef LayerRefs::* ref;
+    WeightRef LayerRefs::*ref;
     Dim rows;
   };
   std::span<const Part> parts;
@@ -71,9 +74,9 @@ std::span<const TensorSpec> layer_tensors();
 std::span<const FusedSpec> fused_tensors();
 
 // Whether a layer of the architecture has `ref` as a part of a fused matrix.
-Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref);
+Presence fused_part_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::*ref);
 // Whether a layer of the architecture has the tensor that fills `ref` (its own or a fused one's
 // part).
-Presence tensor_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::* ref);
+Presence tensor_need(const ArchTraits& t, LayerKind k, WeightRef LayerRefs::*ref);
 
 }  // namespace spattn::model

@@ -24,8 +24,10 @@ constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
 std::string spm_escape(std::string_view s) {
   std::string out;
   for (char c : s) {
-    if (c == ' ') out += kSpmSpace;
-    else out += c;
+    if (c == ' ')
+      out += kSpmSpace;
+    else
+      out += c;
   }
   return out;
 }
@@ -52,8 +54,10 @@ std::string bpe_unmap(const std::string& s) {
     uint32_t cp = n == 1 ? c : c & (0xff >> (n + 1));
     for (size_t j = 1; j < n; ++j) cp = (cp << 6) | (uint8_t(s[i + j]) & 0x3f);
     const int b = unicode_to_byte(cp);
-    if (b >= 0) out += char(b);
-    else out.append(s, i, n);  // a character that stands for no byte: keep it as is
+    if (b >= 0)
+      out += char(b);
+    else
+      out.append(s, i, n);  // a character that stands for no byte: keep it as is
     i += n;
   }
   return out;
@@ -78,6 +82,8 @@ struct PreTokenizerName {
 // The entry for `pre`, or null for a name not in kPreTokenizerNames.
 const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
   using P = PreTokenizer;
+  // A table: rows grouped by hand, not one field a line.
+  // clang-format off
   static constexpr PreTokenizerName kTable[] = {
       {"gpt-2", P::gpt2},           {"phi-2", P::gpt2},
       {"mpt", P::gpt2},             {"olmo", P::gpt2},
@@ -99,6 +105,7 @@ const PreTokenizerName* pre_tokenizer_named(const std::string& pre) {
       {"minimax-m2", P::gpt4o},
       {"tekken", P::tekken, true, true},  // Mistral Nemo, Small 3, Ministral, Devstral
   };
+  // clang-format on
   for (const PreTokenizerName& e : kTable)
     if (pre == e.name) return &e;
   return nullptr;
@@ -118,12 +125,11 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer::Impl& t, const gguf:
     const char* key;
     std::vector<const char*> texts;
   };
-  const Fim fims[] = {
-      {"tokenizer.ggml.fim_pad_token_id",
-       {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
-      {"tokenizer.ggml.fim_rep_token_id",
-       {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
-      {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}}};
+  const Fim fims[] = {{"tokenizer.ggml.fim_pad_token_id",
+                       {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}},
+                      {"tokenizer.ggml.fim_rep_token_id",
+                       {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}},
+                      {"tokenizer.ggml.fim_sep_token_id", {"<|file_sep|>"}}};
   for (const Fim& fim : fims) {
     int32_t id = optional_id(f, fim.key, -1, nv);
     for (size_t i = 0; id < 0 && i < fim.texts.size(); ++i) id = id_of(fim.texts[i]);
@@ -131,11 +137,28 @@ std::vector<int32_t> end_of_generation_ids(const Tokenizer::Impl& t, const gguf:
   }
   if (const int32_t id = optional_id(f, "tokenizer.ggml.eom_token_id", -1, nv); id >= 0)
     eog.push_back(id);
-  static constexpr const char* kEnders[] = {
-      "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-      "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
-      "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-      "<｜end▁of▁sentence｜>", "[e~["};
+  static constexpr const char* kEnders[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<|return|>",
+                                            "<|call|>",
+                                            "<|flush|>",
+                                            "<|calls|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "</s>",
+                                            "<|eom_id|>",
+                                            "<EOT>",
+                                            "_<EOT>",
+                                            "[EOT]",
+                                            "[EOS]",
+                                            "<|end_of_text|>",
+                                            "<end_of_utterance>",
+                                            "<eos>",
+                                            "<turn|>",
+                                            "<|tool_response>",
+                                            "<｜end▁of▁sentence｜>",
+                                            "[e~["};
   for (const char* s : kEnders)
     if (const int32_t id = id_of(s); id >= 0) eog.push_back(id);
   for (int32_t id : {t.eos, t.eot})
@@ -185,15 +208,18 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   SPATTN_CHECK(f.has("tokenizer.ggml.model"), path,
                ": no tokenizer.ggml.model (the file has no vocabulary)");
   const std::string model = f.get_string("tokenizer.ggml.model");
-  if (model == "llama") t->kind = Kind::spm;
-  else if (model == "gpt2" || model == "gemma4") t->kind = Kind::bpe;
-  else if (model == "bert") t->kind = Kind::wpm;
-  else detail::fail(path, ": tokenizer.ggml.model '", model,
-                    "' is not supported (spattn reads 'llama', 'gpt2', 'gemma4' and 'bert')");
+  if (model == "llama")
+    t->kind = Kind::spm;
+  else if (model == "gpt2" || model == "gemma4")
+    t->kind = Kind::bpe;
+  else if (model == "bert")
+    t->kind = Kind::wpm;
+  else
+    detail::fail(path, ": tokenizer.ggml.model '", model,
+                 "' is not supported (spattn reads 'llama', 'gpt2', 'gemma4' and 'bert')");
   t->tokens = f.get_string_array("tokenizer.ggml.tokens");
   const size_t n = t->tokens.size();
-  SPATTN_CHECK(n > 0 && n < size_t(INT32_MAX), path, ": tokenizer.ggml.tokens has ", n,
-               " entries");
+  SPATTN_CHECK(n > 0 && n < size_t(INT32_MAX), path, ": tokenizer.ggml.tokens has ", n, " entries");
   if (f.has("tokenizer.ggml.scores")) {
     t->scores = f.get_float_array("tokenizer.ggml.scores");
     SPATTN_CHECK(t->scores.size() == n, path, ": tokenizer.ggml.scores has ", t->scores.size(),
@@ -239,7 +265,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     t->strip_accents = t->lowercase;
     if (f.has("tokenizer.ggml.normalizer.strip_accents"))
       t->strip_accents = f.get_bool("tokenizer.ggml.normalizer.strip_accents");
-    for (const std::string& s : t->tokens) t->max_token_bytes = std::max(t->max_token_bytes, s.size());
+    for (const std::string& s : t->tokens)
+      t->max_token_bytes = std::max(t->max_token_bytes, s.size());
   } else if (model == "gemma4") {
     // ...for Gemma 4's SentencePiece-style BPE: special ids only from the file, BOS always
     // added (llama.cpp overrides add_bos_token = false for it).
@@ -266,11 +293,12 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
     std::fill(std::begin(t->byte_ids), std::end(t->byte_ids), -1);
     // The word split: absent means GPT-2's. Other splits would give other ids silently, so
     // names spattn does not implement are refused. The names are llama.cpp's.
-    const std::string pre = f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
+    const std::string pre =
+        f.has("tokenizer.ggml.pre") ? f.get_string("tokenizer.ggml.pre") : "gpt-2";
     const PreTokenizerName* named = pre_tokenizer_named(pre);
     if (!named)
-      detail::fail(path, ": tokenizer.ggml.pre '", pre, "' is not supported (spattn splits words as ",
-                   kPreTokenizerNames, ")");
+      detail::fail(path, ": tokenizer.ggml.pre '", pre,
+                   "' is not supported (spattn splits words as ", kPreTokenizerNames, ")");
     t->pre = named->split;
     t->ignore_merges = named->ignore_merges;
     t->add_bos = named->add_bos;  // tokenizer.ggml.add_bos_token, below, overrides it
@@ -280,7 +308,8 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   }
   t->eot = optional_id(f, "tokenizer.ggml.eot_token_id", -1, nv);
   t->eog = end_of_generation_ids(*t, f);
-  if (f.has("tokenizer.ggml.add_bos_token")) t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
+  if (f.has("tokenizer.ggml.add_bos_token"))
+    t->add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   if (f.has("tokenizer.ggml.add_space_prefix") && t->kind == Kind::spm)
     t->add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix");
   if (t->spm_style_bpe) t->add_bos = t->bos >= 0;
@@ -394,8 +423,8 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     std::string p = piece(id, false);
     if (impl_->types[size_t(id)] == TokenType::control) continue;
     // The space encode put in front of the text (SentencePiece), or WordPiece's first word.
-    const bool spaced = (impl_->kind == Kind::spm && impl_->add_space_prefix) ||
-                        impl_->kind == Kind::wpm;
+    const bool spaced =
+        (impl_->kind == Kind::spm && impl_->add_space_prefix) || impl_->kind == Kind::wpm;
     if (first && spaced && !p.empty() && p[0] == ' ') p.erase(0, 1);
     first = false;
     out += p;

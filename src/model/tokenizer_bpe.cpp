@@ -64,8 +64,10 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   std::vector<MergeSymbol> sym;
   for (std::string_view w : pretokenize(text, pre)) {
     word.clear();
-    if (spm_style_bpe) word.assign(w);
-    else for (char c : w) word += byte_to_unicode(uint8_t(c));
+    if (spm_style_bpe)
+      word.assign(w);
+    else
+      for (char c : w) word += byte_to_unicode(uint8_t(c));
     // Gemma 4: a run of newlines that is a token is that token (llama.cpp's fix for the
     // merges that build such runs in an order its queue cannot follow).
     const bool newlines = spm_style_bpe && word.find_first_not_of('\n') == std::string::npos;
@@ -85,13 +87,15 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
     sym.back().next = -1;
     // Lowest merge rank first.
     const std::string_view wv(word);
-    merge_best_pairs<int64_t>(sym, [&](const MergeSymbol& a, const MergeSymbol& b) -> std::optional<int64_t> {
-      const int32_t r = merge_rank(wv.substr(a.start, a.n), wv.substr(b.start, b.n));
-      if (r < 0) return std::nullopt;
-      return -int64_t(r);
-    });
+    merge_best_pairs<int64_t>(
+        sym, [&](const MergeSymbol& a, const MergeSymbol& b) -> std::optional<int64_t> {
+          const int32_t r = merge_rank(wv.substr(a.start, a.n), wv.substr(b.start, b.n));
+          if (r < 0) return std::nullopt;
+          return -int64_t(r);
+        });
     for (int i = 0; i >= 0; i = sym[size_t(i)].next) {
-      const std::string_view s = std::string_view(word).substr(sym[size_t(i)].start, sym[size_t(i)].n);
+      const std::string_view s =
+          std::string_view(word).substr(sym[size_t(i)].start, sym[size_t(i)].n);
       const int32_t id = find(s);
       if (id >= 0) {
         out.push_back(id);

@@ -15,7 +15,14 @@ namespace spattn {
 // may share one split: starcoder is also refact's and command-r's). Values run from 0 without
 // gaps: bpe_pretokenizer.cpp counts them by the cases of its switch.
 enum class PreTokenizer {
-  gpt2, llama3, qwen2, qwen35, deepseek_llm, deepseek_coder, falcon, starcoder,
+  gpt2,
+  llama3,
+  qwen2,
+  qwen35,
+  deepseek_llm,
+  deepseek_coder,
+  falcon,
+  starcoder,
   gemma4,  // SentencePiece-style BPE: lines and runs of newlines only (spaces are U+2581 first)
   gpt4o,   // OpenAI's o200k (gpt-oss; also Llama 4's): letter runs cut at case changes
   tekken   // Mistral's: gpt4o's without contractions, single digits
@@ -58,7 +65,7 @@ struct Tokenizer::Impl {
 
   int32_t find(std::string_view s) const {
     const size_t mask = id_slots.size() - 1;
-    for (size_t i = std::hash<std::string_view>{}(s) & mask;; i = (i + 1) & mask) {
+    for (size_t i = std::hash<std::string_view>{}(s)&mask;; i = (i + 1) & mask) {
       const int32_t id = id_slots[i];
       if (id < 0 || tokens[size_t(id)] == s) return id;
     }

@@ -20,11 +20,12 @@ void Tokenizer::Impl::encode_spm(std::string_view text, std::vector<int32_t>& ou
   sym.back().next = -1;
 
   // Highest-scoring vocabulary piece first.
-  merge_best_pairs<float>(sym, [&](const MergeSymbol& a, const MergeSymbol& b) -> std::optional<float> {
-    const int32_t id = find(text.substr(a.start, a.n + b.n));
-    if (id < 0) return std::nullopt;
-    return scores[size_t(id)];
-  });
+  merge_best_pairs<float>(sym,
+                          [&](const MergeSymbol& a, const MergeSymbol& b) -> std::optional<float> {
+                            const int32_t id = find(text.substr(a.start, a.n + b.n));
+                            if (id < 0) return std::nullopt;
+                            return scores[size_t(id)];
+                          });
   // Every merge made a vocabulary piece, so a symbol is either a piece or one character
   // that no piece covers: that one goes out byte by byte.
   for (int i = 0; i >= 0; i = sym[size_t(i)].next) {

@@ -62,8 +62,9 @@ void node(ggml_tensor* dst, int ith, int nth, void* ud) {
   size_t stride = 0;
   const char* xd = converted(ggml_get_type_traits_cpu(w->type), dst->src[1], w->ne[0], 1, &stride);
   const auto* rows = static_cast<const char*>(w->data);
-  dot_rows(w, 1, [&](int64_t) { return rows; }, xd, 0, static_cast<float*>(dst->data),
-           *static_cast<RangeClaims*>(ud), ith, nth);
+  dot_rows(
+      w, 1, [&](int64_t) { return rows; }, xd, 0, static_cast<float*>(dst->data),
+      *static_cast<RangeClaims*>(ud), ith, nth);
 }
 
 // The chosen experts: matrix s is plane ids[s] of w; x one row for all or one row each.
@@ -76,9 +77,10 @@ void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
   const char* xd = converted(ggml_get_type_traits_cpu(w->type), x, w->ne[0], nx, &stride);
   const auto* planes = static_cast<const char*>(w->data);
   const auto* id = static_cast<const int32_t*>(ids->data);
-  dot_rows(w, ids->ne[0], [&](int64_t s) { return planes + size_t(id[s]) * w->nb[2]; }, xd,
-           nx == 1 ? 0 : stride, static_cast<float*>(dst->data),  // [m, chosen], contiguous
-           *static_cast<RangeClaims*>(ud), ith, nth);
+  dot_rows(
+      w, ids->ne[0], [&](int64_t s) { return planes + size_t(id[s]) * w->nb[2]; }, xd,
+      nx == 1 ? 0 : stride, static_cast<float*>(dst->data),  // [m, chosen], contiguous
+      *static_cast<RangeClaims*>(ud), ith, nth);
 }
 
 // What both nodes need: w in ggml's own layout (not repacked: a repacked matrix has ggml's

@@ -24,7 +24,8 @@ void HybridTopK::reset(int64_t total_blocks) {
 
 void HybridTopK::result(std::vector<BlockScore>& out) const {
   out.clear();
-  for (int i = 0; i < exact_.size(); ++i) out.push_back(topk_detail::from_key(exact_.keys_[size_t(i)]));
+  for (int i = 0; i < exact_.size(); ++i)
+    out.push_back(topk_detail::from_key(exact_.keys_[size_t(i)]));
   out.insert(out.end(), estimate_.held_.begin(), estimate_.held_.begin() + estimate_.size());
   std::sort(out.begin(), out.end(), ranks_before);
 }

@@ -12,8 +12,8 @@ namespace spattn::topk_detail {
 inline void check_k(int k) { SPATTN_CHECK(k > 0, "top-k: k must be > 0 (got ", k, ")"); }
 
 inline void check_k_exact(int k_exact, int k) {
-  SPATTN_CHECK(k_exact >= 0 && k_exact <= k, "top-k: k_exact must be in [0, k] (got k_exact = ",
-               k_exact, " with k = ", k, ")");
+  SPATTN_CHECK(k_exact >= 0 && k_exact <= k,
+               "top-k: k_exact must be in [0, k] (got k_exact = ", k_exact, " with k = ", k, ")");
 }
 
 inline void check_total_blocks(int64_t total_blocks) {

@@ -22,8 +22,11 @@ BlockSelectObserver::BlockSelectObserver(int64_t heads, const std::vector<int64_
                                          int64_t q_len, int64_t kv_len, int64_t beta,
                                          const std::vector<ForcedBlocks>& forced, int64_t chi,
                                          const TopKParams& params)
-    : rows_(int64_t(rows.size())), beta_(beta), params_(params),
-      state_(size_t(heads) * rows.size()), gate_(state_.size(), 0),
+    : rows_(int64_t(rows.size())),
+      beta_(beta),
+      params_(params),
+      state_(size_t(heads) * rows.size()),
+      gate_(state_.size(), 0),
       buffer_(state_.size() * kBuffer) {
   SPATTN_CHECK(beta > 0 && beta % kKeyBlock == 0, "block selection: beta=", beta,
                " must be a positive multiple of ", kKeyBlock);
@@ -36,8 +39,8 @@ BlockSelectObserver::BlockSelectObserver(int64_t heads, const std::vector<int64_
                "block selection: top-k kind ", int(params.kind), " is none of the four");
   spans_.reserve(rows.size());
   for (int64_t r : rows) {
-    SPATTN_CHECK(r >= 0 && r < q_len && size_t(r / chi) < forced.size(),
-                 "block selection: row ", r, " has no forced-block entry");
+    SPATTN_CHECK(r >= 0 && r < q_len && size_t(r / chi) < forced.size(), "block selection: row ", r,
+                 " has no forced-block entry");
     const ForcedBlocks& f = forced[size_t(r / chi)];
     const int64_t limit = causal_limit(r, q_len, kv_len, true);
     const int64_t nb = (limit + beta - 1) / beta;  // causal blocks
@@ -150,12 +153,12 @@ void BlockSelectObserver::observe_tiles(int64_t q_head, int64_t row_begin, int64
                               stride);
       break;
     case TopKKind::tree:
-      observe_rows<TournamentTopK>(state, gates, buffer, spans, rows, key_blocks, tiles,
-                                   block_lse, stride);
+      observe_rows<TournamentTopK>(state, gates, buffer, spans, rows, key_blocks, tiles, block_lse,
+                                   stride);
       break;
     case TopKKind::estimate:
-      observe_rows<EstimatedTopK>(state, gates, buffer, spans, rows, key_blocks, tiles,
-                                  block_lse, stride);
+      observe_rows<EstimatedTopK>(state, gates, buffer, spans, rows, key_blocks, tiles, block_lse,
+                                  stride);
       break;
     case TopKKind::hybrid:
       observe_rows<HybridTopK>(state, gates, buffer, spans, rows, key_blocks, tiles, block_lse,
@@ -168,8 +171,10 @@ void BlockSelectObserver::result(int64_t h, int64_t r, std::vector<BlockScore>& 
   const Row& s = state_[size_t(h * rows_ + r)];
   SPATTN_CHECK(s.tiles_left == 0, "block selection: result of row ", r, " of q head ", h,
                " asked with ", s.tiles_left, " of its candidate tiles not yet observed");
-  if (s.sel) s.sel->result(out);
-  else out.clear();
+  if (s.sel)
+    s.sel->result(out);
+  else
+    out.clear();
 }
 
 }  // namespace spattn

@@ -10,7 +10,8 @@ TopKKind parse_topk_kind(std::string_view s) {
   if (s == "tree") return TopKKind::tree;
   if (s == "estimate") return TopKKind::estimate;
   if (s == "hybrid") return TopKKind::hybrid;
-  detail::fail("unknown top-k kind '", std::string(s), "' (expected exact, tree, estimate or hybrid)");
+  detail::fail("unknown top-k kind '", std::string(s),
+               "' (expected exact, tree, estimate or hybrid)");
 }
 
 const char* topk_kind_name(TopKKind kind) {
@@ -32,7 +33,8 @@ TopKSelector::TopKSelector(const TopKParams& p) {
     case TopKKind::tree: impl_.emplace<TournamentTopK>(p.k); break;
     case TopKKind::estimate: impl_.emplace<EstimatedTopK>(p.k, p.total_blocks); break;
     case TopKKind::hybrid: impl_.emplace<HybridTopK>(p.k, p.k_exact, p.total_blocks); break;
-    default: detail::fail("top-k: kind must be exact, tree, estimate or hybrid (got ", int(p.kind), ")");
+    default:
+      detail::fail("top-k: kind must be exact, tree, estimate or hybrid (got ", int(p.kind), ")");
   }
 }
 

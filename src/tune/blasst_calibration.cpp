@@ -38,7 +38,8 @@ double Calibration::lambda_for(double sparsity, int64_t length) const {
                ": d ln(lambda) / ds = ", least_slope(*this, length),
                " somewhere in [0, 1] there (calibrate at lengths nearer to it)");
   const double x = std::log(double(length)), s = sparsity;
-  const double ln = std::log(alpha) + beta * s + eta * s * s - (gamma + delta * s + epsilon * s * s) * x;
+  const double ln =
+      std::log(alpha) + beta * s + eta * s * s - (gamma + delta * s + epsilon * s * s) * x;
   // exp overflows to inf for huge ln; the clamp makes that 1 (skip everything skippable).
   return std::clamp(std::exp(ln), 0.0, 1.0);
 }
@@ -62,7 +63,8 @@ double Calibration::max_sparsity_at(int64_t length) const {
   while (reach[i].length < length) ++i;
   const ReachPoint& a = reach[i - 1];
   const ReachPoint& b = reach[i];
-  const double t = std::log(double(length) / double(a.length)) / std::log(double(b.length) / double(a.length));
+  const double t =
+      std::log(double(length) / double(a.length)) / std::log(double(b.length) / double(a.length));
   return a.max_sparsity + t * (b.max_sparsity - a.max_sparsity);
 }
 
@@ -70,10 +72,12 @@ double Calibration::threshold_for(int64_t length, double target) const {
   const double reachable = max_sparsity_at(length);
   const std::string who = layer >= 0 ? fmt_layer(layer) : std::string();
   // NaN (reach unknown: an old file without a curve) lets the law answer alone.
-  const bool outside = !reach.empty() && (length < reach.front().length || length > reach.back().length);
-  SPATTN_CHECK(!(target > reachable), "blasst: target sparsity ", fmt::format("{:.1f}%", 100 * target),
-               " is out of reach at length ", length, who, ": reachable range [0%, ",
-               fmt::format("{:.1f}%", 100 * reachable), "] (the most any lambda in (0, 1] skips there",
+  const bool outside =
+      !reach.empty() && (length < reach.front().length || length > reach.back().length);
+  SPATTN_CHECK(!(target > reachable), "blasst: target sparsity ",
+               fmt::format("{:.1f}%", 100 * target), " is out of reach at length ", length, who,
+               ": reachable range [0%, ", fmt::format("{:.1f}%", 100 * reachable),
+               "] (the most any lambda in (0, 1] skips there",
                outside ? ", held from the nearest calibrated length" : "", ")");
   return lambda_for(target, length);
 }
@@ -91,7 +95,9 @@ const Calibration& Calibration::for_layer(int64_t l) const {
 std::vector<std::string> Calibration::warnings() const {
   std::vector<std::string> w;
   auto pct = [](double x) { return fmt::format("{:.1f}%", 100 * x); };
-  if (pooled) w.push_back("too few points to fit its own law (" + pool_reason + "); uses the law pooled over every layer");
+  if (pooled)
+    w.push_back("too few points to fit its own law (" + pool_reason +
+                "); uses the law pooled over every layer");
   if (!pooled && fit_lengths.size() == 1)
     w.push_back("every fitted point comes from one length (" + std::to_string(fit_lengths[0]) +
                 "): gamma is fixed at " + fmt::format("{:g}", gamma) +
@@ -99,8 +105,9 @@ std::vector<std::string> Calibration::warnings() const {
   for (const auto& k : checks) {
     const double r = max_sparsity_at(k.length);
     if (k.target > r)
-      w.push_back("target " + pct(k.target) + " is out of reach at length " + std::to_string(k.length) +
-                  ": no lambda in (0, 1] skips more than " + pct(r) + " there");
+      w.push_back("target " + pct(k.target) + " is out of reach at length " +
+                  std::to_string(k.length) + ": no lambda in (0, 1] skips more than " + pct(r) +
+                  " there");
   }
   for (const auto& lc : layers)
     for (const auto& x : lc.warnings()) w.push_back("layer " + std::to_string(lc.layer) + ": " + x);
@@ -168,7 +175,8 @@ bool solve(const std::vector<CalibrationPoint>& pts, const Form& form, Law& out)
     int piv = c;
     for (int r = c + 1; r < k; ++r)
       if (std::abs(A[r][c]) > std::abs(A[piv][c])) piv = r;
-    if (!(std::abs(A[piv][c]) > 1e-9 * scale[size_t(c)]) || !(scale[size_t(c)] > 1e-12)) return false;
+    if (!(std::abs(A[piv][c]) > 1e-9 * scale[size_t(c)]) || !(scale[size_t(c)] > 1e-12))
+      return false;
     std::swap(A[c], A[piv]);
     for (int r = 0; r < k; ++r) {
       if (r == c) continue;
@@ -202,8 +210,8 @@ void check_options(const CalibrationOptions& o) {
   SPATTN_CHECK(o.sparsity_step > 0 && o.sparsity_step <= 1,
                "calibration sparsity step must be in (0, 1], got ", o.sparsity_step);
   SPATTN_CHECK(o.lambda_min > 0 && o.lambda_min < o.lambda_max && o.lambda_max <= 1,
-               "calibration lambda grid must satisfy 0 < min < max <= 1, got [", o.lambda_min,
-               ", ", o.lambda_max, "]");
+               "calibration lambda grid must satisfy 0 < min < max <= 1, got [", o.lambda_min, ", ",
+               o.lambda_max, "]");
   SPATTN_CHECK(o.points_per_decade >= 1 && o.points_per_decade <= 1000,
                "calibration points per decade must be in [1, 1000], got ", o.points_per_decade);
   SPATTN_CHECK(o.fit_min >= 0 && o.fit_min < o.fit_max && o.fit_max <= 1,
@@ -220,17 +228,17 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   std::vector<CalibrationPoint> in;
   std::vector<int64_t> lengths;
   for (const auto& p : points) {
-    SPATTN_CHECK(p.length >= 1 && p.lambda > 0 && std::isfinite(p.lambda) &&
-                     std::isfinite(p.sparsity),
-                 "calibration point (length ", p.length, ", lambda ", p.lambda, ", sparsity ",
-                 p.sparsity, ") is not a valid measurement");
+    SPATTN_CHECK(
+        p.length >= 1 && p.lambda > 0 && std::isfinite(p.lambda) && std::isfinite(p.sparsity),
+        "calibration point (length ", p.length, ", lambda ", p.lambda, ", sparsity ", p.sparsity,
+        ") is not a valid measurement");
     if (p.sparsity < opt.fit_min || p.sparsity > opt.fit_max) continue;
     in.push_back(p);
     if (std::find(lengths.begin(), lengths.end(), p.length) == lengths.end())
       lengths.push_back(p.length);
   }
-  SPATTN_CHECK(in.size() >= 3, "calibration fit failed: ", in.size(),
-               " points with sparsity in [", opt.fit_min, ", ", opt.fit_max,
+  SPATTN_CHECK(in.size() >= 3, "calibration fit failed: ", in.size(), " points with sparsity in [",
+               opt.fit_min, ", ", opt.fit_max,
                "] (need 3; widen the lambda grid or the fit range)");
   // gamma, delta and epsilon are only identifiable across lengths; one length falls back to
   // the paper's 1/L. A fixed gamma means the paper's shape (one slope for every length, no
@@ -256,9 +264,11 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
                " points in range do not determine the fit (sparsity or length does not vary)");
   // The file format bounds them (calibration_json.cpp); a fit outside is two close lengths
   // read as a steep length law, not a measurement of one.
-  SPATTN_CHECK(std::abs(f.gamma) <= 8 && std::abs(f.delta) <= 8, "calibration fit failed: gamma = ",
-               f.gamma, ", delta = ", f.delta, " outside [-8, 8] (the lengths do not determine the "
-               "length law: calibrate at lengths further apart, or fix gamma with --length-exponent)");
+  SPATTN_CHECK(
+      std::abs(f.gamma) <= 8 && std::abs(f.delta) <= 8, "calibration fit failed: gamma = ", f.gamma,
+      ", delta = ", f.delta,
+      " outside [-8, 8] (the lengths do not determine the "
+      "length law: calibrate at lengths further apart, or fix gamma with --length-exponent)");
   SPATTN_CHECK(std::abs(f.eta) <= kMaxCurvature && std::abs(f.epsilon) <= kMaxCurvature,
                "calibration fit failed: eta = ", f.eta, ", epsilon = ", f.epsilon, " outside [-",
                kMaxCurvature, ", ", kMaxCurvature, "] (fit without them: --no-curvature)");
@@ -272,17 +282,19 @@ Calibration fit_blasst_calibration(const std::vector<CalibrationPoint>& points,
   c.epsilon = f.epsilon;
   for (int64_t len : lengths)
     SPATTN_CHECK(std::isfinite(f.beta) && std::isfinite(f.delta) && least_slope(c, len) > 0,
-                 "calibration fit failed: beta = ", f.beta, ", delta = ", f.delta, ", eta = ", f.eta,
-                 ", epsilon = ", f.epsilon, " (sparsity must grow with lambda at every calibrated "
-                 "length, for every s in [0, 1]; at ", len, " the slope falls to ", least_slope(c, len), ")");
+                 "calibration fit failed: beta = ", f.beta, ", delta = ", f.delta,
+                 ", eta = ", f.eta, ", epsilon = ", f.epsilon,
+                 " (sparsity must grow with lambda at every calibrated "
+                 "length, for every s in [0, 1]; at ",
+                 len, " the slope falls to ", least_slope(c, len), ")");
   c.gamma_fitted = form.fit_gamma;
   c.points = int64_t(in.size());
   c.fit_min = opt.fit_min;
   c.fit_max = opt.fit_max;
   c.rms_log_error = rms_residual(in, f);
   for (const auto& p : in)
-    c.max_sparsity_error =
-        std::max(c.max_sparsity_error, std::abs(c.predicted_sparsity(p.lambda, p.length) - p.sparsity));
+    c.max_sparsity_error = std::max(
+        c.max_sparsity_error, std::abs(c.predicted_sparsity(p.lambda, p.length) - p.sparsity));
   // The simpler forms on the same points, so a user sees what each term buys.
   Form one_slope_form, linear_form;
   one_slope_form.fit_gamma = linear_form.fit_gamma = true;
@@ -305,7 +317,8 @@ BlasstCalibrator::BlasstCalibrator(CalibrationOptions opt) : opt_(std::move(opt)
 }
 
 void BlasstCalibrator::merge(Lengths& into, int64_t length, const TileMargins& tm) {
-  auto it = std::find_if(into.begin(), into.end(), [&](const Length& l) { return l.length >= length; });
+  auto it =
+      std::find_if(into.begin(), into.end(), [&](const Length& l) { return l.length >= length; });
   if (it == into.end() || it->length != length) {
     Length fresh;
     fresh.length = length;
@@ -341,7 +354,8 @@ void BlasstCalibrator::add(const TensorView& q, const TensorView& k, const Tenso
   const TileMargins tm = blasst_tile_margins(q, k, v, opt_.attn, opt_.order);
   merge(lengths_, k.seq, tm);
   if (layer >= 0) {
-    auto it = std::find_if(layers_.begin(), layers_.end(), [&](const Layer& l) { return l.layer >= layer; });
+    auto it = std::find_if(layers_.begin(), layers_.end(),
+                           [&](const Layer& l) { return l.layer >= layer; });
     if (it == layers_.end() || it->layer != layer) {
       Layer fresh;
       fresh.layer = layer;
@@ -414,7 +428,9 @@ std::vector<CalibrationPoint> BlasstCalibrator::fit_points_of(const Lengths& ls)
 }
 
 std::vector<CalibrationPoint> BlasstCalibrator::curve() const { return curve_of(lengths_); }
-std::vector<CalibrationPoint> BlasstCalibrator::fit_points() const { return fit_points_of(lengths_); }
+std::vector<CalibrationPoint> BlasstCalibrator::fit_points() const {
+  return fit_points_of(lengths_);
+}
 
 void BlasstCalibrator::measure(Calibration& c, const Lengths& ls) const {
   c.lengths.clear();

@@ -31,7 +31,8 @@ void for_each_calibration_workload(const WorkloadConfig& base, const std::vector
       cfg.seq = len;
       cfg.q_len = 0;
       cfg.seed = base.seed + uint64_t(i);
-      if (progress) progress(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len, cfg.seed));
+      if (progress)
+        progress(fmt::format("sample {}/{}: length {}, seed {}", ++done, total, len, cfg.seed));
       use(make_workload(cfg));
     }
 }
@@ -49,8 +50,8 @@ Calibration calibrate_on_workloads(const CalibrationOptions& opt, const Workload
 
 CalibrationEvaluation evaluate_calibration(const Calibration& c, const WorkloadConfig& base,
                                            const std::vector<int64_t>& lengths, int64_t samples,
-                                           const std::vector<double>& targets,
-                                           double fixed_lambda, const AttnOptions& attn,
+                                           const std::vector<double>& targets, double fixed_lambda,
+                                           const AttnOptions& attn,
                                            const CalibrationProgress& progress) {
   check_plan(lengths, samples);
   SPATTN_CHECK(!targets.empty(), "--targets needs at least one sparsity");

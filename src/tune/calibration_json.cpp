@@ -53,11 +53,14 @@ json law_json(const Calibration& c) {
   j["lengths"] = c.lengths;
   j["fit_lengths"] = c.fit_lengths;
   j["reach"] = json::array();
-  for (const auto& r : c.reach) j["reach"].push_back({{"length", r.length}, {"max_sparsity", r.max_sparsity}});
+  for (const auto& r : c.reach)
+    j["reach"].push_back({{"length", r.length}, {"max_sparsity", r.max_sparsity}});
   j["checks"] = json::array();
   for (const auto& k : c.checks)
-    j["checks"].push_back(
-        {{"length", k.length}, {"target", k.target}, {"lambda", k.lambda}, {"achieved", k.achieved}});
+    j["checks"].push_back({{"length", k.length},
+                           {"target", k.target},
+                           {"lambda", k.lambda},
+                           {"achieved", k.achieved}});
   return j;
 }
 
@@ -113,7 +116,8 @@ void read_law(const json& j, const std::string& origin, int64_t version, Calibra
   // A failed fit (beta <= 0 in a linear law: sparsity falling with lambda) gives thresholds
   // that mean nothing. With curvature (version 5) beta alone may be negative: the slope check
   // below, over all of s in [0, 1], is what says the law is monotone.
-  c.beta = version >= 5 ? f.number("beta", -1e6, 1e6) : f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
+  c.beta = version >= 5 ? f.number("beta", -1e6, 1e6)
+                        : f.number("beta", 0.0, HUGE_VAL, /*lo_open=*/true);
   c.gamma = f.number("gamma", -8.0, 8.0);
   c.delta = version >= 2 ? f.number("delta", -8.0, 8.0) : 0.0;
   c.eta = version >= 5 ? f.number("eta", -1000.0, 1000.0) : 0.0;
@@ -130,9 +134,10 @@ void read_law(const json& j, const std::string& origin, int64_t version, Calibra
       !j.contains("one_slope_rms_log_error") || j["one_slope_rms_log_error"].is_null()
           ? NAN
           : f.number("one_slope_rms_log_error", 0.0, HUGE_VAL);
-  c.linear_rms_log_error = !j.contains("linear_rms_log_error") || j["linear_rms_log_error"].is_null()
-                               ? NAN
-                               : f.number("linear_rms_log_error", 0.0, HUGE_VAL);
+  c.linear_rms_log_error =
+      !j.contains("linear_rms_log_error") || j["linear_rms_log_error"].is_null()
+          ? NAN
+          : f.number("linear_rms_log_error", 0.0, HUGE_VAL);
   c.fit_min = f.number("fit_min", 0.0, 1.0);
   c.fit_max = f.number("fit_max", 0.0, 1.0);
   SPATTN_CHECK(c.fit_min < c.fit_max, origin, ": field 'fit_min' (", c.fit_min,
@@ -144,9 +149,12 @@ void read_law(const json& j, const std::string& origin, int64_t version, Calibra
     // A failed fit also shows as sparsity falling with lambda at a calibrated length: the slope
     // d ln(lambda) / ds is linear in s, so its ends s = 0 and 1 bound it.
     const double x = std::log(double(len));
-    const double slope = std::min(c.beta - c.delta * x, c.beta + 2 * c.eta - (c.delta + 2 * c.epsilon) * x);
-    SPATTN_CHECK(slope > 0, origin, ": fields 'beta', 'delta', 'eta' and 'epsilon' give a slope "
-                 "d ln(lambda) / ds = ", slope, " <= 0 at calibrated length ", len, " (a failed fit)");
+    const double slope =
+        std::min(c.beta - c.delta * x, c.beta + 2 * c.eta - (c.delta + 2 * c.epsilon) * x);
+    SPATTN_CHECK(slope > 0, origin,
+                 ": fields 'beta', 'delta', 'eta' and 'epsilon' give a slope "
+                 "d ln(lambda) / ds = ",
+                 slope, " <= 0 at calibrated length ", len, " (a failed fit)");
   }
   if (version >= 4) {
     c.fit_lengths = read_lengths(f.get("fit_lengths"), origin, "fit_lengths");
@@ -224,8 +232,8 @@ Calibration calibration_from_json(const std::string& text, const std::string& or
     for (const auto& e : j["curve"]) {
       SPATTN_CHECK(e.is_object(), origin, ": field 'curve' must hold objects");
       const Fields g(e, origin + " curve[]");
-      c.curve.push_back({g.integer("length", 1), g.number("lambda", 0, 1, true),
-                         g.number("sparsity", 0, 1)});
+      c.curve.push_back(
+          {g.integer("length", 1), g.number("lambda", 0, 1, true), g.number("sparsity", 0, 1)});
     }
   }
   if (version < 4) reach_from_curve(c);

@@ -63,8 +63,8 @@ void expect_bad_input(const CliRun& r, const std::string& mention) {
   ASSERT_TRUE(r.exited()) << "killed by a signal; stderr: " << r.err;
   EXPECT_EQ(r.code(), 2) << r.err;
   EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(mention), std::string::npos) << "stderr should mention '" << mention
-                                                    << "': " << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos)
+      << "stderr should mention '" << mention << "': " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 
@@ -97,8 +97,9 @@ TEST_F(Cli, UnknownBlasstOrderExits2AndNamesIt) {
 // --matched adds each block top-k method at the topk nearest the other methods' sparsity, and
 // names what it cannot match.
 TEST_F(Cli, MatchedDensityRowsAndBadNames) {
-  const CliRun r = run_cli("bench --seq 512 --heads 2 --dim 64 --repeat 1 --method blasst:lambda=0.01 "
-                           "--matched oracle_topk,mean_pool --json");
+  const CliRun r = run_cli(
+      "bench --seq 512 --heads 2 --dim 64 --repeat 1 --method blasst:lambda=0.01 "
+      "--matched oracle_topk,mean_pool --json");
   ASSERT_EQ(r.code(), 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["results"].size(), 4u);
@@ -110,15 +111,17 @@ TEST_F(Cli, MatchedDensityRowsAndBadNames) {
     EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.2) << name;
   }
   expect_bad_input(run_cli(kSmall + "--matched dense"), "--matched: dense has no block count");
-  expect_bad_input(run_cli(kSmall + "--matched xattention"), "--matched: xattention has no block count");
+  expect_bad_input(run_cli(kSmall + "--matched xattention"),
+                   "--matched: xattention has no block count");
   expect_bad_input(run_cli(kSmall + "--matched oracle_topk:topk=3"), "plain names");
 }
 
 // A topp run is matched to its own method's count twin with its other parameters kept (momo by
 // k_trim, with the topp run's gamma and blend), and to the other named methods by theirs.
 TEST_F(Cli, MatchedToppGetsItsCountTwin) {
-  const CliRun r = run_cli("bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
-                           "momo:topp=0.5,gamma=32,blend=mean_pool --matched momo,oracle_topk --json");
+  const CliRun r = run_cli(
+      "bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
+      "momo:topp=0.5,gamma=32,blend=mean_pool --matched momo,oracle_topk --json");
   ASSERT_EQ(r.code(), 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["results"].size(), 4u) << r.out;
@@ -131,8 +134,9 @@ TEST_F(Cli, MatchedToppGetsItsCountTwin) {
   for (int i : {2, 3})  // 16 key blocks of 64: a block more or less moves sparsity ~1/10
     EXPECT_NEAR(j["results"][i]["sparsity"].get<double>(), target, 0.12) << r.out;
   // momo's share threshold gets its count twin the same way.
-  const CliRun t = run_cli("bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
-                           "momo:min_share=0.02,gamma=32 --matched momo --json");
+  const CliRun t = run_cli(
+      "bench --seq 1024 --heads 2 --dim 32 --repeat 1 --method "
+      "momo:min_share=0.02,gamma=32 --matched momo --json");
   ASSERT_EQ(t.code(), 0) << t.err;
   const auto jt = nlohmann::json::parse(t.out);
   ASSERT_EQ(jt["results"].size(), 3u) << t.out;
@@ -166,7 +170,7 @@ TEST_F(Cli, BadShapesExit2) {
 TEST_F(Cli, BadQLenExits2) {
   expect_bad_input(run_cli(kSmall + "--q-len -1"), "--q-len");
   expect_bad_input(run_cli(kSmall + "--q-len 129"), "--q-len");  // kSmall has --seq 128
-  const fs::path path = write_qkv(test_dir());                    // 128 query rows
+  const fs::path path = write_qkv(test_dir());                   // 128 query rows
   expect_bad_input(run_cli("bench --repeat 1 --qkv " + path.string() + " --q-len 200"), "--q-len");
 }
 
@@ -210,8 +214,7 @@ TEST_F(Cli, BenchDeviceCuda) {
   ASSERT_TRUE(r.exited()) << r.err;
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("device: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("not run on the GPU: momo: no GPU path yet"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("not run on the GPU: momo: no GPU path yet"), std::string::npos) << r.out;
   expect_bad_input(run_cli(kSmall + "--device cuda --dtype f32"), "bf16 or f16");
   const CliRun j = run_cli(kSmall + "--device cuda --dtype f16 --methods momo --json");
   ASSERT_EQ(j.code(), 0) << j.err;
@@ -329,8 +332,8 @@ TEST_F(Cli, Bf16PathDotCanBeForcedWhereItExists) {
   ASSERT_TRUE(r.exited());
   if (spattn::kernels::cpu_has_bf16_dot()) {
     ASSERT_EQ(r.code(), 0) << r.err;
-    for (const char* s : {"operands: bf16-dot (--bf16-path dot)",
-                          "%peak is over the bf16 dot peak", "%fma"})
+    for (const char* s :
+         {"operands: bf16-dot (--bf16-path dot)", "%peak is over the bf16 dot peak", "%fma"})
       EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing from:\n" << r.out;
   } else {
     expect_bad_input(r, "--bf16-path");
@@ -344,8 +347,8 @@ TEST_F(Cli, Bf16PathBadValueExits2) {
 
 TEST_F(Cli, QkvFileBenchesInItsOwnShape) {
   const fs::path path = write_qkv(test_dir());
-  const CliRun r = run_cli("bench --repeat 1 --no-causal --dtype bf16 --json --qkv " +
-                           path.string());
+  const CliRun r =
+      run_cli("bench --repeat 1 --no-causal --dtype bf16 --json --qkv " + path.string());
   ASSERT_TRUE(r.exited());
   ASSERT_EQ(r.code(), 0) << r.err;
   const nlohmann::json j = nlohmann::json::parse(r.out);
@@ -362,8 +365,9 @@ TEST_F(Cli, QkvFileBenchesInItsOwnShape) {
 // table and in --json; recall is exact (no "upper bound" caveat), below 1 where tiles were
 // skipped.
 TEST_F(Cli, DecodeBenchReportsSkipsPerHead) {
-  const std::string args = "bench --seq 2048 --heads 4 --kv-heads 2 --dim 64 --q-len 1 "
-                           "--repeat 1 --workload text --method blasst:lambda=0.1 ";
+  const std::string args =
+      "bench --seq 2048 --heads 4 --kv-heads 2 --dim 64 --q-len 1 "
+      "--repeat 1 --workload text --method blasst:lambda=0.1 ";
   const CliRun t = run_cli(args);
   ASSERT_TRUE(t.exited());
   ASSERT_EQ(t.code(), 0) << t.err;
@@ -439,8 +443,8 @@ TEST_F(Cli, TableShowsMachineAndMethods) {
   const CliRun r = run_cli(kSmall);
   ASSERT_TRUE(r.exited());
   ASSERT_EQ(r.code(), 0) << r.err;
-  for (const char* s : {"machine:", "f32 FMA", "sgemm", "GB/s", "operands: f32", "%peak",
-                        "GFLOP/s", "speedup", "recall", "dense"})
+  for (const char* s : {"machine:", "f32 FMA", "sgemm", "GB/s", "operands: f32", "%peak", "GFLOP/s",
+                        "speedup", "recall", "dense"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s << " missing from:\n" << r.out;
 }
 

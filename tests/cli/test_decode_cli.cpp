@@ -26,8 +26,8 @@ void expect_bad_input(const CliRun& r, const std::string& mention) {
   ASSERT_TRUE(r.exited()) << "killed by a signal; stderr: " << r.err;
   EXPECT_EQ(r.code(), 2) << r.err;
   EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find(mention), std::string::npos) << "stderr should mention '" << mention
-                                                    << "': " << r.err;
+  EXPECT_NE(r.err.find(mention), std::string::npos)
+      << "stderr should mention '" << mention << "': " << r.err;
 }
 
 TEST(DecodeCli, BadDecodeSpecsExit2AndNameThem) {
@@ -36,13 +36,15 @@ TEST(DecodeCli, BadDecodeSpecsExit2AndNameThem) {
   expect_bad_input(run_cli("run -m none.gguf -p hi --attn-decode quest:topp=1.01"), "topp");
   expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt --attn-decode quest:k=2,topp=0.5"),
                    "not both");
-  expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt --attn-decode sideways"), "sideways");
+  expect_bad_input(run_cli("perplexity -m none.gguf -f none.txt --attn-decode sideways"),
+                   "sideways");
 }
 
 TEST(DecodeCliReal, DenseDecodeTailEqualsThePrefillsTail) {
   const std::string model = spattn::test::model_file("stories260K.gguf");
   const std::string text = spattn::test::model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << spattn::test::models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("stories260K.gguf or code-heldout.txt in " << spattn::test::models_dir());
   const CliRun r = run_cli("perplexity -m " + model + " -f " + text +
                            " -c 128 --decode-tail 40 --chunks 2 --attn-decode quest:k=1,page=16 "
                            "--decode-recall --json");
@@ -55,11 +57,13 @@ TEST(DecodeCliReal, DenseDecodeTailEqualsThePrefillsTail) {
   EXPECT_EQ(quest["tokens_scored"].get<int64_t>(), 80);
   EXPECT_LT(quest["decode_keys_read"].get<int64_t>(), quest["decode_keys_total"].get<int64_t>());
   // Recall: a share of the softmax mass, below 1 when pages were left out (k=1 of 8 pages).
-  const double mean = quest["recall"]["mean"].get<double>(), worst = quest["recall"]["worst"].get<double>();
+  const double mean = quest["recall"]["mean"].get<double>(),
+               worst = quest["recall"]["worst"].get<double>();
   EXPECT_GT(worst, 0.0);
   EXPECT_LE(worst, mean);
   EXPECT_LT(mean, 1.0);
-  EXPECT_EQ(quest["recall"]["head_steps"].get<int64_t>(), 2 * 40 * 3 * 8);  // windows x steps x layers 2-4 x heads
+  EXPECT_EQ(quest["recall"]["head_steps"].get<int64_t>(),
+            2 * 40 * 3 * 8);  // windows x steps x layers 2-4 x heads
   // Per layer: every layer, the two dense ones flagged (there: what the choice would keep);
   // the sparse layers' means average to the overall mean (equal head-steps each).
   const auto& layers = quest["recall"]["per_layer"];

@@ -27,14 +27,16 @@ using spattn::test::slurp;
 class MaskCmd : public ::testing::Test {
  protected:
   // `exec` so a crash shows as a signal, not as sh's exit code 128+N.
-  CliRun run(const std::string& args) const { return spattn::test::run_spattn("mask " + args, dir_); }
+  CliRun run(const std::string& args) const {
+    return spattn::test::run_spattn("mask " + args, dir_);
+  }
   void expect_bad_input(const std::string& args, const std::string& mention) const {
     const CliRun r = run(args);
     ASSERT_TRUE(WIFEXITED(r.status)) << "killed by a signal; stderr: " << r.err;
     EXPECT_EQ(r.code(), 2) << r.err;
     EXPECT_NE(r.err.find("spattn: error: "), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find(mention), std::string::npos) << "should mention '" << mention << "': "
-                                                      << r.err;
+    EXPECT_NE(r.err.find(mention), std::string::npos)
+        << "should mention '" << mention << "': " << r.err;
     EXPECT_FALSE(fs::exists(png())) << "a failed run left " << png();
   }
   fs::path png() const { return dir_ / "mask.png"; }
@@ -45,8 +47,8 @@ class MaskCmd : public ::testing::Test {
 const std::string kSmall = "--workload text --seq 512 --heads 2 --dim 64 ";
 
 TEST_F(MaskCmd, WritesAPngOfTheExpectedSize) {
-  const CliRun r = run(kSmall + "--head 1 --method a_shape:sink=64,local=128 --out " +
-                       png().string());
+  const CliRun r =
+      run(kSmall + "--head 1 --method a_shape:sink=64,local=128 --out " + png().string());
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("wrote " + png().string()), std::string::npos) << r.out;
   const spattn::test::PngPixels img = spattn::test::read_png_rgb(png().string());
@@ -56,16 +58,16 @@ TEST_F(MaskCmd, WritesAPngOfTheExpectedSize) {
   g.q_len = g.kv_len = 512;
   g.n_qb = g.n_kb = 8;
   g.mass.assign(64, 0.0f);
-  const spattn::Image want = spattn::render_mask_figure(g, spattn::BlockRows(8),
-                                                        spattn::BlockRows(8), {});
+  const spattn::Image want =
+      spattn::render_mask_figure(g, spattn::BlockRows(8), spattn::BlockRows(8), {});
   EXPECT_EQ(img.width, want.width);
   EXPECT_EQ(img.height, want.height);
   EXPECT_EQ(want.width, 3 * 512 + 2 * 2 + 2 * 16);
 }
 
 TEST_F(MaskCmd, TopkGivesTheOracleAFixedBudget) {
-  const CliRun r = run(kSmall + "--method a_shape:sink=64,local=128 --topk 2 --out " +
-                       png().string());
+  const CliRun r =
+      run(kSmall + "--method a_shape:sink=64,local=128 --topk 2 --out " + png().string());
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("oracle top-k (k=2)"), std::string::npos) << r.out;
   EXPECT_TRUE(spattn::test::read_png_rgb(png().string()).ok);
@@ -129,8 +131,8 @@ TEST_F(MaskCmd, MissingOutputDirectoryExits2) {
 }
 
 TEST_F(MaskCmd, TopkAndBudgetFromMethodExcludeEachOther) {
-  const CliRun r = run(kSmall + "--method dense --topk 2 --budget-from-method --out " +
-                    png().string());
+  const CliRun r =
+      run(kSmall + "--method dense --topk 2 --budget-from-method --out " + png().string());
   ASSERT_TRUE(WIFEXITED(r.status));
   EXPECT_NE(r.code(), 0);
   EXPECT_NE(r.code(), 2);  // a CLI11 parse error, before any spattn work

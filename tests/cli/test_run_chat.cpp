@@ -23,7 +23,11 @@ TEST(RunChatReal, TurnsAreRenderedWithTheTemplateAndAnswered) {
   if (model.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << test::models_dir());
   const test::TempDir d("spattn_chat_turns");
   std::ofstream(d / "in") << "Tell me about a cat.\nWhat did it eat?\n";
-  const test::CliRun r = test::run_spattn("run -m " + model + " -cnv -n 12 --temp 0 -sys 'You tell stories.' --chat-template chatml < " + (d / "in").string(), d);
+  const test::CliRun r = test::run_spattn(
+      "run -m " + model +
+          " -cnv -n 12 --temp 0 -sys 'You tell stories.' --chat-template chatml < " +
+          (d / "in").string(),
+      d);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.err.find("template chatml"), std::string::npos) << r.err;
   // "\n> " before each turn and once more at the end of input.
@@ -35,14 +39,16 @@ TEST(RunChatReal, TurnsAreRenderedWithTheTemplateAndAnswered) {
   EXPECT_FALSE(second.empty());
 
   const std::string rendered = apply_chat_template(
-      ChatTemplate::chatml, {{"system", "You tell stories."}, {"user", "Tell me about a cat."}}, true);
+      ChatTemplate::chatml, {{"system", "You tell stories."}, {"user", "Tell me about a cat."}},
+      true);
   std::ofstream(d / "prompt", std::ios::binary) << rendered;
   const test::CliRun one = test::run_spattn(
       "run -m " + model + " -f " + (d / "prompt").string() + " -n 12 --temp 0 --json", d);
   ASSERT_EQ(one.code(), 0) << one.err;
   EXPECT_EQ(first, nlohmann::json::parse(one.out)["text"].get<std::string>());
 
-  const test::CliRun bad = test::run_spattn("run -m " + model + " -cnv --chat-template llama-3 < /dev/null", d);
+  const test::CliRun bad =
+      test::run_spattn("run -m " + model + " -cnv --chat-template llama-3 < /dev/null", d);
   EXPECT_EQ(bad.code(), 2);
   EXPECT_NE(bad.err.find("unknown template 'llama-3'"), std::string::npos) << bad.err;
 }

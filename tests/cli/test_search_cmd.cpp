@@ -33,19 +33,20 @@ TEST(SearchCmd, PlanRunsInBenchAndMask) {
   auto r = spattn::test::run_spattn("search " + kVideo + "--quiet --out " + plan, d);
   ASSERT_EQ(r.code(), 0) << r.err;
   ASSERT_TRUE(fs::exists(plan));
-  r = spattn::test::run_spattn("bench " + kVideo + "--repeat 1 --method mminference:plan=" + plan +
-                                   " --method grid",
-                               d);
+  r = spattn::test::run_spattn(
+      "bench " + kVideo + "--repeat 1 --method mminference:plan=" + plan + " --method grid", d);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("mminference"), std::string::npos) << r.out;
-  r = spattn::test::run_spattn("mask " + kVideo + "--method mminference:plan=" + plan + " --out " +
-                                   (d / "m.png").string(),
-                               d);
+  r = spattn::test::run_spattn(
+      "mask " + kVideo + "--method mminference:plan=" + plan + " --out " + (d / "m.png").string(),
+      d);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_TRUE(fs::exists(d / "m.png"));
   // Another head count than the plan's.
   expect_exit2(spattn::test::run_spattn("bench --workload video --seq 1024 --heads 4 --dim 32 "
-                                        "--repeat 1 --method mminference:plan=" + plan, d),
+                                        "--repeat 1 --method mminference:plan=" +
+                                            plan,
+                                        d),
                "the plan has 2 heads");
 }
 
@@ -54,7 +55,8 @@ TEST(SearchCmd, BadInputExits2) {
   const std::string bad = (d / "bad.json").string();
   std::ofstream(bad) << "{\"format\": \"spattn.mminference_plan\", \"version\": 1, \"heads\": 2}";
   const std::string b = "bench " + kVideo + "--repeat 1 --method ";
-  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + bad, d), "missing field 'frame_stride'");
+  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + bad, d),
+               "missing field 'frame_stride'");
   expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + (d / "none.json").string(), d),
                "cannot open plan file");
   expect_exit2(spattn::test::run_spattn(b + "mminference", d), "plan=FILE");
@@ -71,7 +73,8 @@ TEST(SearchCmd, BadInputExits2) {
   ASSERT_NE(at, std::string::npos);
   const std::string odd = (d / "odd.json").string();
   std::ofstream(odd) << text.replace(at, 18, "\"boundary\": \"diagonal\"");
-  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + odd, d), "unknown boundary 'diagonal'");
+  expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + odd, d),
+               "unknown boundary 'diagonal'");
   expect_exit2(spattn::test::run_spattn(b + "mminference:plan=" + plan + ",boundary=maybe", d),
                "boundary must be plan or off");
 }

@@ -147,7 +147,7 @@ TEST(MaskBlockMask, RandomMaskMatchesMaskedReference) {
 BlockMask two_head_mask(std::vector<std::vector<int32_t>> lists) {
   return BlockMask::from_lists(2, 200, 200, 64, 64, true, lists);
 }
-const std::vector<std::vector<int32_t>> kGood = {{0}, {0, 1}, {0, 2}, {1, 2, 3},
+const std::vector<std::vector<int32_t>> kGood = {{0}, {0, 1}, {0, 2},    {1, 2, 3},
                                                  {0}, {1},    {0, 1, 2}, {3}};
 
 TEST(MaskValidate, AcceptsAGoodMask) { EXPECT_NO_THROW(two_head_mask(kGood).validate()); }
@@ -167,7 +167,8 @@ TEST(MaskValidate, RejectsRepeatedBlock) {
 TEST(MaskValidate, RejectsBlockOutOfRange) {
   auto l = kGood;
   l[7] = {4};
-  expect_error([&] { two_head_mask(l).validate(); }, "head 1 query block 3: block 4 outside [0, 4)");
+  expect_error([&] { two_head_mask(l).validate(); },
+               "head 1 query block 3: block 4 outside [0, 4)");
   l[7] = {-1};
   expect_error([&] { two_head_mask(l).validate(); }, "head 1 query block 3: block -1 outside");
 }
@@ -189,7 +190,8 @@ TEST(MaskValidate, RejectsNonCausalBlockOnCausalInput) {
 TEST(MaskValidate, RejectsInconsistentOffsets) {
   BlockMask m = two_head_mask(kGood);
   m.offsets.pop_back();
-  expect_error([&] { m.validate(); }, "offsets has 8 entries, expected heads * query blocks + 1 = 9");
+  expect_error([&] { m.validate(); },
+               "offsets has 8 entries, expected heads * query blocks + 1 = 9");
   m = two_head_mask(kGood);
   m.offsets[3] = m.offsets[2] - 1;
   expect_error([&] { m.validate(); }, "offsets decrease at head 0 query block 2");
@@ -201,13 +203,17 @@ TEST(MaskValidate, RejectsInconsistentOffsets) {
   expect_error([&] { m.validate(); }, "offsets[0] must be 0");
   expect_error([&] { BlockMask::from_lists(2, 200, 200, 64, 64, true, {{0}}); },
                "got 1 lists, expected heads * query blocks = 2 * 4 = 8");
-  expect_error([&] { BlockMask::from_dense(1, 200, 200, 64, 64, true, {1, 0}); },
-               "grid has 2 cells");
+  expect_error(
+      [&] {
+        BlockMask::from_dense(1, 200, 200, 64, 64, true, {1, 0});
+      },
+      "grid has 2 cells");
 }
 
 TEST(MaskValidate, RejectsBadGeometry) {
   expect_error([] { BlockMask(1, 10, 10, 0, 64, true); }, "block sizes must be > 0, got block_q 0");
-  expect_error([] { BlockMask(1, 10, 10, 64, -64, true); }, "block sizes must be > 0, got block_q 64, block_k -64");
+  expect_error([] { BlockMask(1, 10, 10, 64, -64, true); },
+               "block sizes must be > 0, got block_q 64, block_k -64");
   expect_error([] { BlockMask(0, 10, 10, 64, 64, true); }, "heads must be > 0");
   expect_error([] { BlockMask(1, 0, 10, 64, 64, true); }, "q_len must be > 0");
   expect_error([] { BlockMask(1, 11, 10, 64, 64, true); }, "causal mask needs q_len <= kv_len");

@@ -29,7 +29,8 @@ void expect_named_error(void (*call)(const Tensor&), const Tensor& x) {
 }
 
 TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
-  if (cuda::device_count() > 0) SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
+  if (cuda::device_count() > 0)
+    SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
   const Tensor x = test::random_tensor(DType::bf16, 2, 10, 64, 1);
   expect_named_error([](const Tensor& t) { cuda::attention_dense(t, t, t, t); }, x);
   expect_named_error([](const Tensor& t) { cuda::attention_blasst(t, t, t, t, 0.01); }, x);
@@ -53,7 +54,8 @@ TEST(CudaApi, WithoutAGpuEveryCallIsANamedError) {
 
 // The helpers bench --device cuda and the Python package stand on, likewise.
 TEST(CudaApi, WithoutAGpuTheDeviceHelpersAreNamedErrors) {
-  if (cuda::device_count() > 0) SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
+  if (cuda::device_count() > 0)
+    SPATTN_SKIP_NOT_APPLICABLE("a GPU is present: tests/cuda covers it");
   const std::string why = cuda::built() ? "no CUDA device" : "built without CUDA";
   auto expect = [&](auto call, const char* name) {
     try {

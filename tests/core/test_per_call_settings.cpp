@@ -44,22 +44,23 @@ TEST(Blas, SgemmSplitIsDeterministicAndTheUnsplitProduct) {
     int64_t m, n, k;
     bool bt;
   };
-  for (const Shape s : {Shape{37, 300, 70, true}, Shape{300, 37, 70, true},
-                        Shape{64, 1000, 16, true}, Shape{129, 130, 33, false}, Shape{1, 7, 5, false}}) {
+  for (const Shape s :
+       {Shape{37, 300, 70, true}, Shape{300, 37, 70, true}, Shape{64, 1000, 16, true},
+        Shape{129, 130, 33, false}, Shape{1, 7, 5, false}}) {
     const int64_t lda = s.k + 3, ldb = (s.bt ? s.k : s.n) + 5, ldc = s.n + 2;
     const auto a = random_floats(size_t(s.m * lda), 1);
     const auto b = random_floats(size_t((s.bt ? s.n : s.k) * ldb), 2);
     const auto c0 = random_floats(size_t(s.m * ldc), 3);
     std::vector<float> want = c0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, s.bt ? CblasTrans : CblasNoTrans, int(s.m),
-                int(s.n), int(s.k), 0.5f, a.data(), int(lda), b.data(), int(ldb), 0.25f,
-                want.data(), int(ldc));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, s.bt ? CblasTrans : CblasNoTrans, int(s.m), int(s.n),
+                int(s.k), 0.5f, a.data(), int(lda), b.data(), int(ldb), 0.25f, want.data(),
+                int(ldc));
     for (int threads : {1, 2, 3, 5}) {
       std::vector<float> c = c0, again = c0;
       blas::sgemm(s.bt, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, c.data(), ldc,
                   threads);
-      blas::sgemm(s.bt, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, again.data(),
-                  ldc, threads);
+      blas::sgemm(s.bt, s.m, s.n, s.k, 0.5f, a.data(), lda, b.data(), ldb, 0.25f, again.data(), ldc,
+                  threads);
       EXPECT_EQ(std::memcmp(c.data(), again.data(), c.size() * 4), 0)
           << s.m << "x" << s.n << "x" << s.k << " on " << threads << " threads, twice";
       if (threads == 1) {
@@ -68,8 +69,8 @@ TEST(Blas, SgemmSplitIsDeterministicAndTheUnsplitProduct) {
       // Each entry is a k-term sum of products of N(0,1) values; reordering it moves it by a
       // few ulps of the terms' magnitude (k * 2^-24 * |a||b| bounds it loosely).
       for (size_t i = 0; i < c.size(); ++i)
-        ASSERT_NEAR(c[i], want[i], 1e-5f * float(s.k)) << s.m << "x" << s.n << "x" << s.k
-                                                       << " on " << threads << " threads";
+        ASSERT_NEAR(c[i], want[i], 1e-5f * float(s.k))
+            << s.m << "x" << s.n << "x" << s.k << " on " << threads << " threads";
     }
     for (int64_t i = 0; i < s.m; ++i)  // and it is the product
       for (int64_t j = 0; j < s.n; ++j) {

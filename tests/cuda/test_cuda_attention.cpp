@@ -315,7 +315,7 @@ TEST(CudaAttention, BlasstLocalFirstKeepsEachGroupsDiagonal) {
     for (int64_t i = 0; i < L; ++i)
       for (int64_t j = 0; j < d; ++j) q.view().set(h, i, j, q.view().get(h, i, j) + 0.5f);
   for (int64_t j = 0; j < d; ++j) k.view().set(0, 0, j, 4.0f);  // q.k_0 / sqrt(d) ~ 16
-  const double lambda = 1e-2;                                    // ln: -4.6
+  const double lambda = 1e-2;                                   // ln: -4.6
   AttnOptions opt;
   opt.bf16_dot = false;
   Tensor ref(DType::f32, 2, L, d);
@@ -323,8 +323,7 @@ TEST(CudaAttention, BlasstLocalFirstKeepsEachGroupsDiagonal) {
   SkipStats cpu, gpu;
   cpu.record_tiles = gpu.record_tiles = true;
   Stats cst, gst;
-  attention_blasst(q, k, v, ref, lambda, opt, lse_ref.data(), &cst, &cpu,
-                   BlasstOrder::local_first);
+  attention_blasst(q, k, v, ref, lambda, opt, lse_ref.data(), &cst, &cpu, BlasstOrder::local_first);
   DeviceTensor dq(q), dk(k), dv(v), dout(DType::bf16, 2, L, d);
   DeviceFloats dlse(2 * L);
   cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, opt, dlse.ptr, &gst, &gpu,

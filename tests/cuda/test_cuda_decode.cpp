@@ -54,12 +54,12 @@ TEST(CudaDecode, DenseMatchesDoubleReference) {
   for (DType t : {DType::bf16, DType::f16})
     for (int64_t d : {64, 128})
       for (bool causal : {true, false}) {
-        cs.push_back({t, d, 8, 2, 1, 1, causal});       // one key
-        cs.push_back({t, d, 32, 8, 1, 4097, causal});   // three splits, a partial last tile
-        cs.push_back({t, d, 4, 4, 16, 300, causal});    // MHA, 16 queries
-        cs.push_back({t, d, 8, 2, 3, 2500, causal});    // 12 rows a chunk
-        cs.push_back({t, d, 16, 2, 4, 700, causal});    // 32 rows: two chunks of 2 heads
-        cs.push_back({t, d, 10, 1, 15, 150, causal});   // chunks of one head, 15 rows
+        cs.push_back({t, d, 8, 2, 1, 1, causal});      // one key
+        cs.push_back({t, d, 32, 8, 1, 4097, causal});  // three splits, a partial last tile
+        cs.push_back({t, d, 4, 4, 16, 300, causal});   // MHA, 16 queries
+        cs.push_back({t, d, 8, 2, 3, 2500, causal});   // 12 rows a chunk
+        cs.push_back({t, d, 16, 2, 4, 700, causal});   // 32 rows: two chunks of 2 heads
+        cs.push_back({t, d, 10, 1, 15, 150, causal});  // chunks of one head, 15 rows
       }
   cs.push_back({DType::bf16, 128, 8, 2, 2, 3000, true, 60.0f});  // scores in the thousands
   uint64_t seed = 100;
@@ -130,8 +130,8 @@ TEST(CudaDecode, BlasstSkipsTheCpuTiles) {
             SkipStats gpu;
             gpu.record_tiles = true;
             Stats gst;
-            cuda::attention_decode(dq.view, dk.view, dv.view, dout.view, opt, dopt, dlse.ptr,
-                                   &gst, &gpu);
+            cuda::attention_decode(dq.view, dk.view, dv.view, dout.view, opt, dopt, dlse.ptr, &gst,
+                                   &gpu);
             const std::string what = std::string(blasst_order_name(order)) + " d" +
                                      std::to_string(d) + " q_len " + std::to_string(lq) +
                                      " batch " + std::to_string(batch) + " lambda " +
@@ -197,8 +197,9 @@ TEST(CudaDecode, MethodsTakeTheDecodePath) {
   }
   // The CPU takes batches up to 64; the GPU's batch is one tile a warp.
   DeviceTensor dout(DType::bf16, 8, 2, 128);
-  EXPECT_THROW(make_method("blasst:lambda=0.01,batch=8")->run(dq.view, dk.view, dv.view, dout.view, {}),
-               Error);
+  EXPECT_THROW(
+      make_method("blasst:lambda=0.01,batch=8")->run(dq.view, dk.view, dv.view, dout.view, {}),
+      Error);
 }
 
 TEST(CudaDecode, BadInputIsANamedError) {

@@ -38,9 +38,7 @@ class KernelEnv {
   bool had_ = false;
 };
 
-bool hopper() {
-  return cuda::device_description().find(", sm_90,") != std::string::npos;
-}
+bool hopper() { return cuda::device_description().find(", sm_90,") != std::string::npos; }
 
 TEST(CudaKernels, ChoiceFollowsTheDeviceAndTheEnvironment) {
   if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
@@ -84,12 +82,12 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
           KernelEnv env(i == 0 ? "wgmma" : "mma");
           test::DeviceTensor dout(DType::bf16, 4, seq, d);
           skip[i].record_tiles = true;
-          cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, {}, nullptr,
-                                 nullptr, &skip[i], order);
+          cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, {}, nullptr, nullptr,
+                                 &skip[i], order);
           out[i] = dout.to_host();
         }
-        const std::string what = std::string(blasst_order_name(order)) + " d" +
-                                 std::to_string(d) + " lambda " + std::to_string(lambda);
+        const std::string what = std::string(blasst_order_name(order)) + " d" + std::to_string(d) +
+                                 " lambda " + std::to_string(lambda);
         EXPECT_EQ(skip[0].visited, skip[1].visited) << what;
         int64_t differ = 0;
         for (size_t i = 0; i < skip[0].skipped_tiles.size(); ++i)

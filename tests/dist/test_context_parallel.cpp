@@ -43,12 +43,13 @@ const char* const kMpirun = "";
 const char* const kCpCheck = "";
 #endif
 
-#define SKIP_WITHOUT_MPI()                                                         \
-  do {                                                                             \
-    expect_label_allows(Asset::mpi, "MPI");                                        \
-    if (!kHaveMpi || !dist::mpi_available())                                       \
-      SPATTN_MISSING_ASSET("MPI: spattn was built without it, or mpirun is absent " \
-                           "(scripts/deps.sh installs Open MPI)");                 \
+#define SKIP_WITHOUT_MPI()                                         \
+  do {                                                             \
+    expect_label_allows(Asset::mpi, "MPI");                        \
+    if (!kHaveMpi || !dist::mpi_available())                       \
+      SPATTN_MISSING_ASSET(                                        \
+          "MPI: spattn was built without it, or mpirun is absent " \
+          "(scripts/deps.sh installs Open MPI)");                  \
   } while (0)
 
 // Under AddressSanitizer (make test-sanitize) the ranks run without leak detection: Open MPI
@@ -86,13 +87,13 @@ void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens
               const std::string& attn = "dense", int ub = 64, const std::string& skip_tol = "0") {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-check");
   // 512 tokens (the sparse checks) take longer, most under the sanitizers: a longer limit, still
   // one that ends a hung rank.
-  const CliRun r = shell(mpirun(np, tokens > 256 ? 180 : 60) + kCpCheck + " " + model + " " +
-                             text + " " +
-                             std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
+  const CliRun r = shell(mpirun(np, tokens > 256 ? 180 : 60) + kCpCheck + " " + model + " " + text +
+                             " " + std::to_string(np) + " " + std::to_string(tokens) + " 6 " + ctk +
                              " " + tol + " '" + attn + "' " + std::to_string(ub) + " " + skip_tol,
                          dir.path());
   ASSERT_TRUE(r.exited()) << r.err;
@@ -111,11 +112,17 @@ TEST(ContextParallelMpi, LayersLogitsAndDecodeSameBitsAsOneProcessNp2) {
 TEST(ContextParallelMpi, LayersLogitsAndDecodeSameBitsAsOneProcessNp4) {
   cp_check(4, "f32", "0", 512);
 }
-TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp2) { cp_check(2, "f16", "0", 200); }
-TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp4) { cp_check(4, "f16", "0", 512); }
+TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp2) {
+  cp_check(2, "f16", "0", 200);
+}
+TEST(ContextParallelMpi, LayersSameBitsAsOneProcessWithF16CacheNp4) {
+  cp_check(4, "f16", "0", 512);
+}
 // A prompt of fewer than 2P tiles (200 tokens: 4 tiles, 4 ranks) gathers its whole K/V (at
 // most 2P - 1 tiles): one process's bits too.
-TEST(ContextParallelMpi, ShortPromptGathersSameBitsAsOneProcessNp4) { cp_check(4, "f16", "0", 200); }
+TEST(ContextParallelMpi, ShortPromptGathersSameBitsAsOneProcessNp4) {
+  cp_check(4, "f16", "0", 200);
+}
 
 // chunked_h2o (-ub 64, -b 128, local = heavy = 16, 512 tokens: 8 chunks, 4 logical batches):
 // the chain over the ranks runs every chunk on the operands one process gives it, so every
@@ -209,7 +216,8 @@ TEST(ContextParallelMpi, GreedyTextEqualsOneProcess) {
 TEST(ContextParallelMpi, PerplexityEqualsOneProcess) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ppl");
   // 512 tokens a chunk: 8 tiles, so at 4 ranks too the chunks go in position order (no
   // gather).
@@ -219,18 +227,17 @@ TEST(ContextParallelMpi, PerplexityEqualsOneProcess) {
   ASSERT_EQ(one.code(), 0) << one.err;
   const double a = json_of(one)["results"]["dense"]["ppl"].get<double>();
   for (int np : {2, 4}) {
-    const CliRun cp = shell(mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " +
-                                std::to_string(np),
-                            dir.path());
+    const CliRun cp =
+        shell(mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np), dir.path());
     ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
     // One process's logits bits, so its perplexity exactly (a difference at the fourth
     // decimal, or anywhere, fails).
     const double b = json_of(cp)["results"]["dense"]["ppl"].get<double>();
     EXPECT_EQ(b, a) << "np " << np;
     // --cp-gather: one process's logits bits, so its perplexity exactly.
-    const CliRun gather = shell(mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " +
-                                    std::to_string(np) + " --cp-gather",
-                                dir.path());
+    const CliRun gather = shell(
+        mpirun(np, 120) + SPATTN_CLI_PATH + args + " --cp " + std::to_string(np) + " --cp-gather",
+        dir.path());
     ASSERT_EQ(gather.code(), 0) << gather.out << gather.err;
     EXPECT_EQ(json_of(gather)["results"]["dense"]["ppl"].get<double>(), a) << "np " << np;
   }
@@ -241,11 +248,13 @@ TEST(ContextParallelMpi, PerplexityEqualsOneProcess) {
 void sparse_perplexity(const std::string& attn, double tol) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ppl-sparse");
   const std::string args = std::string(" perplexity -m ") + model + " -f " + text +
                            " -c 512 --chunks 1 -ub 64 -b 128 --h2o-local 16 --h2o-heavy 16 "
-                           "-t 1 --json --attn '" + attn + "'";
+                           "-t 1 --json --attn '" +
+                           attn + "'";
   const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
   ASSERT_EQ(one.code(), 0) << one.err;
   const double a = json_of(one)["results"][attn]["ppl"].get<double>();
@@ -264,7 +273,9 @@ void sparse_perplexity(const std::string& attn, double tol) {
 }
 
 // chunked_h2o's logits are one process's bits (the chain), so its perplexity is equal.
-TEST(ContextParallelMpi, ChunkedH2OPerplexityEqualsOneProcess) { sparse_perplexity("chunked_h2o", 0); }
+TEST(ContextParallelMpi, ChunkedH2OPerplexityEqualsOneProcess) {
+  sparse_perplexity("chunked_h2o", 0);
+}
 // sliding_window gathers K/V and runs the one-process kernel: its perplexity is equal too.
 TEST(ContextParallelMpi, SlidingWindowPerplexityEqualsOneProcess) {
   sparse_perplexity("sliding_window:window=48", 0);
@@ -292,7 +303,8 @@ TEST(ContextParallelMpi, AShapePerplexityWithinAnF16StepOfOneProcess) {
 TEST(ContextParallelMpi, AShapeSendsFewerBytesThanDense) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-ashape");
   const std::string args = std::string(" run -m ") + model + " -f " + text +
                            " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json";
@@ -322,7 +334,8 @@ TEST(ContextParallelMpi, AShapeSendsFewerBytesThanDense) {
 TEST(ContextParallelMpi, BlasstRunReportsSkipsAndSeedBytes) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-blasst");
   const std::string args = std::string(" run -m ") + model + " -f " + text +
                            " --max-prompt 512 -n 8 -c 544 -ub 64 -t 1 --ignore-eos --json "
@@ -356,9 +369,8 @@ void expect_every_rank_fails(const CliRun& r, int np, const std::string& named) 
 TEST(ContextParallelMpi, CpNotMatchingTheRanksFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   TempDir dir("spattn-cp-bad");
-  const CliRun r = shell(mpirun(2, 30) + SPATTN_CLI_PATH +
-                             " run -m /nonexistent.gguf -p hello --cp 3",
-                         dir.path());
+  const CliRun r = shell(
+      mpirun(2, 30) + SPATTN_CLI_PATH + " run -m /nonexistent.gguf -p hello --cp 3", dir.path());
   expect_every_rank_fails(r, 2, "--cp 3 (rank 0) does not match the 2 processes MPI started");
 }
 
@@ -369,12 +381,12 @@ TEST(ContextParallelMpi, ARankFailingToLoadTheModelFailsEveryRank) {
   TempDir dir("spattn-cp-load");
   // Two programs in one job (mpirun's MPMD form): rank 1 is given a file that is not there.
   const std::string rest = " -p 'int main(void) { return 0; }' -n 4 -c 128 --cp 2";
-  const CliRun r = shell(kRankEnv + "timeout -k 5 30 " + std::string(kMpirun) + kRankExport +
-                             " --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 " +
-                             SPATTN_CLI_PATH + " run -m " + model + rest + " : -np 1 " +
-                             SPATTN_CLI_PATH + " run -m " + (dir.path() / "absent.gguf").string() +
-                             rest,
-                         dir.path());
+  const CliRun r =
+      shell(kRankEnv + "timeout -k 5 30 " + std::string(kMpirun) + kRankExport +
+                " --allow-run-as-root --oversubscribe --mca btl self,vader -np 1 " +
+                SPATTN_CLI_PATH + " run -m " + model + rest + " : -np 1 " + SPATTN_CLI_PATH +
+                " run -m " + (dir.path() / "absent.gguf").string() + rest,
+            dir.path());
   expect_every_rank_fails(r, 2, "rank 1 of 2 failed (loading the model)");
 }
 
@@ -383,9 +395,9 @@ TEST(ContextParallelMpi, PromptShorterThanTwoPChunksFailsOnEveryRank) {
   const std::string model = model_file("code-tiny-8k.gguf");
   if (model.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf in " << models_dir());
   TempDir dir("spattn-cp-short");
-  const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model +
-                             " -p 'x = 1' -n 4 -c 128 --cp 4",
-                         dir.path());
+  const CliRun r =
+      shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model + " -p 'x = 1' -n 4 -c 128 --cp 4",
+            dir.path());
   expect_every_rank_fails(r, 4, "are fewer than the 8 chunks the zigzag split needs");
 }
 
@@ -394,7 +406,8 @@ TEST(ContextParallelMpi, PromptShorterThanTwoPChunksFailsOnEveryRank) {
 TEST(ContextParallelMpi, ChunkedH2OPromptTooShortForTheGridFailsOnEveryRank) {
   SKIP_WITHOUT_MPI();
   const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
-  if (model.empty() || text.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
+  if (model.empty() || text.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-h2o-short");
   const CliRun r = shell(mpirun(4, 30) + SPATTN_CLI_PATH + " run -m " + model + " -f " + text +
                              " --max-prompt 100 -n 2 -c 128 -ub 64 --h2o-local 16 --h2o-heavy 16 "
@@ -413,8 +426,8 @@ TEST(ContextParallelMpi, MethodNotContextParallelFailsOnEveryRank) {
                              " -p 'int main(void) { return 0; }' -n 2 -c 128 --attn "
                              "tri_shape --cp 2",
                          dir.path());
-  expect_every_rank_fails(r, 2,
-                          "is not context-parallel (dense, a_shape, blasst, chunked_h2o and sliding_window are)");
+  expect_every_rank_fails(
+      r, 2, "is not context-parallel (dense, a_shape, blasst, chunked_h2o and sliding_window are)");
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold
@@ -426,9 +439,9 @@ TEST(ContextParallelMpi, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) 
   TempDir dir("spattn-cp-blasst-bad");
   const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
                           " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp 2 --attn ";
-  expect_every_rank_fails(shell(mpirun(2, 30) + run + "blasst:lambda=0.01,order=in_order",
-                                dir.path()),
-                          2, "--cp with blasst runs order=local_first only");
+  expect_every_rank_fails(
+      shell(mpirun(2, 30) + run + "blasst:lambda=0.01,order=in_order", dir.path()), 2,
+      "--cp with blasst runs order=local_first only");
   // A calibration file one process would run (a made-up law; what matters is that it loads).
   Calibration c;
   c.alpha = 2e-4, c.beta = 9.0, c.gamma = 0.25, c.gamma_fitted = true, c.points = 10;
@@ -437,8 +450,8 @@ TEST(ContextParallelMpi, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) 
   const std::string calib = (dir.path() / "c.json").string();
   save_calibration(calib, c);
   expect_every_rank_fails(
-      shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path()),
-      2, "--cp with blasst takes lambda=X");
+      shell(mpirun(2, 30) + run + "blasst:sparsity=0.5,calib=" + calib, dir.path()), 2,
+      "--cp with blasst takes lambda=X");
 }
 
 // serve is not context-parallel: --cp is refused by name before the model loads (no MPI
@@ -462,8 +475,9 @@ TEST(ContextParallelMpi, GatherWithAMethodOrWithoutRanksIsAnError) {
   TempDir dir("spattn-cp-gather-bad");
   const std::string run = SPATTN_CLI_PATH + std::string(" run -m ") + model +
                           " -p 'int main(void) { return 0; }' -n 2 -c 128 --cp-gather";
-  expect_every_rank_fails(shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path()),
-                          2, "--cp-gather runs the dense prefill (not --attn blasst:lambda=0.1)");
+  expect_every_rank_fails(
+      shell(mpirun(2, 30) + run + " --cp 2 --attn blasst:lambda=0.1", dir.path()), 2,
+      "--cp-gather runs the dense prefill (not --attn blasst:lambda=0.1)");
   const CliRun one = shell(std::string("exec ") + run, dir.path());
   EXPECT_EQ(one.code(), 2) << one.err;
   EXPECT_NE(one.err.find("--cp-gather needs --cp P with P > 1"), std::string::npos) << one.err;

@@ -71,7 +71,8 @@ std::vector<double> direct_block_mass(const Tensor& q, const Tensor& k, int64_t 
       m = std::max(m, s[size_t(j)]);
     }
     for (double x : s) l += std::exp(x - m);
-    for (int64_t j = 0; j < vis; ++j) mass[size_t((i / bq) * nkb + j / bk)] += std::exp(s[size_t(j)] - m) / l;
+    for (int64_t j = 0; j < vis; ++j)
+      mass[size_t((i / bq) * nkb + j / bk)] += std::exp(s[size_t(j)] - m) / l;
     ++rows[size_t(i / bq)];
   }
   for (int64_t qb = 0; qb < nqb; ++qb)
@@ -107,8 +108,8 @@ TEST(Metrics, CompareReadsLowPrecisionAndRejectsShapeMismatch) {
   const Tensor a = random_tensor(2, 5, 8, 3);
   const Tensor b = Tensor::copy_of(a.view(), DType::bf16);
   const OutputError e = compare_outputs(b, a);
-  EXPECT_GT(e.rel_l2, 0.0);     // bf16 rounding is visible
-  EXPECT_LT(e.rel_l2, 1e-2);    // and small
+  EXPECT_GT(e.rel_l2, 0.0);   // bf16 rounding is visible
+  EXPECT_LT(e.rel_l2, 1e-2);  // and small
   EXPECT_GT(e.cosine_min, 0.9999);
   const Tensor c = from_rows(1, 2, 2, {1, 2, 3, 4});
   EXPECT_THROW(compare_outputs(a, c), Error);
@@ -160,7 +161,8 @@ TEST(Metrics, SampledOutputErrorMatchesReference) {
 }
 
 TEST(Metrics, SampledOutputErrorSeesOnlySampledRows) {
-  const Tensor q = random_tensor(1, 9, 8, 20), k = random_tensor(1, 9, 8, 21), v = random_tensor(1, 9, 8, 22);
+  const Tensor q = random_tensor(1, 9, 8, 20), k = random_tensor(1, 9, 8, 21),
+               v = random_tensor(1, 9, 8, 22);
   Tensor out(DType::f32, 1, 9, 8);
   attention_reference(q, k, v, out);
   out.view().set(0, 3, 0, 100.0f);  // row 3 is not among rows {0, 4, 8}
@@ -238,10 +240,11 @@ TEST(Metrics, BlockMassMatchesDirectDouble) {
 }
 
 TEST(Metrics, BlockMassRejectsBadArguments) {
-  const Tensor q = random_tensor(2, 64, 8, 70), k = random_tensor(1, 64, 8, 71), v = random_tensor(1, 64, 8, 72);
-  EXPECT_THROW(block_mass(q, k, v, 0, 64, 32, {}), Error);   // not a multiple of kKeyBlock
+  const Tensor q = random_tensor(2, 64, 8, 70), k = random_tensor(1, 64, 8, 71),
+               v = random_tensor(1, 64, 8, 72);
+  EXPECT_THROW(block_mass(q, k, v, 0, 64, 32, {}), Error);  // not a multiple of kKeyBlock
   EXPECT_THROW(block_mass(q, k, v, 0, 64, 0, {}), Error);
-  EXPECT_THROW(block_mass(q, k, v, 2, 64, 64, {}), Error);   // no such q head
+  EXPECT_THROW(block_mass(q, k, v, 2, 64, 64, {}), Error);  // no such q head
   EXPECT_THROW(block_mass(q, k, v, 0, 0, 64, {}), Error);
 }
 
@@ -272,8 +275,8 @@ TEST(Metrics, OracleTopkHandGrid) {
   g.kv_len = 256;
   g.n_qb = 2;
   g.n_kb = 4;
-  g.mass = {0.5f, 0.1f, 0.4f, 0.0f,    // 3 causal blocks
-            0.1f, 0.2f, 0.3f, 0.4f};   // 4 causal blocks
+  g.mass = {0.5f, 0.1f, 0.4f, 0.0f,   // 3 causal blocks
+            0.1f, 0.2f, 0.3f, 0.4f};  // 4 causal blocks
   // Budget 0.05: k = 1 for both rows.
   EXPECT_NEAR(oracle_topk_mass(g, 0.05), (0.5 + 0.4) / 2, 1e-6);
   // Budget 0.5: k = ceil(1.5) = 2 and ceil(2) = 2.
@@ -286,7 +289,8 @@ TEST(Metrics, OracleTopkHandGrid) {
 }
 
 TEST(Metrics, OracleFullBudgetHoldsAllMass) {
-  const Tensor q = random_tensor(1, 256, 16, 80, 2.0), k = random_tensor(1, 256, 16, 81, 2.0), v = random_tensor(1, 256, 16, 82);
+  const Tensor q = random_tensor(1, 256, 16, 80, 2.0), k = random_tensor(1, 256, 16, 81, 2.0),
+               v = random_tensor(1, 256, 16, 82);
   const BlockMassGrid g = block_mass(q, k, v, 0, 64, 64, {});
   EXPECT_NEAR(oracle_topk_mass(g, 1.0), 1.0, 1e-5);
   EXPECT_NEAR(oracle_topk_mass_k(g, g.n_kb), 1.0, 1e-5);

@@ -115,7 +115,7 @@ TEST(PngGrid, FitAxisUpscalesSmallAndPoolsLarge) {
   EXPECT_EQ(fit_axis(4).pixels(4), 512);
   EXPECT_EQ(fit_axis(128).pixels(128), 512);
   EXPECT_EQ(fit_axis(1000).pixels(1000), 1000);  // up to 1024: one pixel per block
-  const AxisFit big = fit_axis(4096);           // 256K tokens / 64
+  const AxisFit big = fit_axis(4096);            // 256K tokens / 64
   EXPECT_EQ(big.pool, 4);
   EXPECT_EQ(big.pixels(4096), 1024);
   EXPECT_LE(fit_axis(1025).pixels(1025), 1024);
@@ -142,8 +142,8 @@ BlockMassGrid toy_grid() {
   g.block_q = g.block_k = 64;
   g.q_len = g.kv_len = 256;
   g.n_qb = g.n_kb = 4;
-  g.mass = {1.0f, 0, 0, 0,  //
-            0.4f, 0.6f, 0, 0,  //
+  g.mass = {1.0f, 0,    0,    0,  //
+            0.4f, 0.6f, 0,    0,  //
             0.3f, 0.2f, 0.5f, 0,  //
             0.3f, 0.1f, 0.1f, 0.5f};
   return g;

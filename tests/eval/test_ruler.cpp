@@ -62,10 +62,16 @@ const TokenCounter& counter() {
 // Made-up "source" lines without digits, so no needle value can be found in the haystack.
 std::string code_text() {
   std::string s;
-  const char* kLines[] = {"def parse(self, text):", "    if not text:", "        return None",
-                          "    items = text.split(sep)", "    for item in items:",
-                          "        yield item.strip()", "", "class Reader(object):",
-                          "    \"\"\"Reads {records} from a stream.\"\"\"", "    pass"};
+  const char* kLines[] = {"def parse(self, text):",
+                          "    if not text:",
+                          "        return None",
+                          "    items = text.split(sep)",
+                          "    for item in items:",
+                          "        yield item.strip()",
+                          "",
+                          "class Reader(object):",
+                          "    \"\"\"Reads {records} from a stream.\"\"\"",
+                          "    pass"};
   for (int r = 0; r < 20; ++r)
     for (const char* l : kLines) s += std::string(l) + "\n";
   return s;
@@ -97,10 +103,10 @@ bool has_word(const std::string& text, const std::string& w) {
 TEST(Ruler, TaskTableFollowsRulersNames) {
   std::vector<std::string> names;
   for (const auto& t : ruler_tasks()) names.push_back(t.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"niah_single_1", "niah_single_2", "niah_single_3",
-                                             "niah_multikey_1", "niah_multikey_2",
-                                             "niah_multikey_3", "niah_multivalue",
-                                             "niah_multiquery", "vt", "cwe", "fwe"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"niah_single_1", "niah_single_2", "niah_single_3",
+                                      "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
+                                      "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe"}));
   EXPECT_EQ(expand_ruler_task("niah_single"),
             (std::vector<std::string>{"niah_single_1", "niah_single_2", "niah_single_3"}));
   EXPECT_EQ(expand_ruler_task("niah").size(), 8u);
@@ -156,8 +162,8 @@ TEST(Ruler, NiahTextsAreRulersTemplate) {
   ASSERT_NE(key_end, std::string::npos);
   const std::string key(one.prompt.begin() + std::ptrdiff_t(key_at),
                         one.prompt.begin() + std::ptrdiff_t(key_end));
-  EXPECT_NE(one.prompt.find("One of the special magic numbers for " + key + " is: " +
-                            one.answers[0] + "."),
+  EXPECT_NE(one.prompt.find("One of the special magic numbers for " + key +
+                            " is: " + one.answers[0] + "."),
             std::string::npos);
   EXPECT_TRUE(one.prompt.ends_with(" mentioned in the provided text is"));
   EXPECT_NE(one.prompt.find("The grass is green. The sky is blue. The sun is yellow. Here we go. "
@@ -195,8 +201,9 @@ TEST(Ruler, OtherTasksAreRulersTemplates) {
   EXPECT_NE(vt.prompt.find("they are: ", 0), vt.prompt.rfind("they are: "));
   const RulerSample cwe = sample("cwe", 8192);
   EXPECT_EQ(cwe.answers.size(), 10u);
-  EXPECT_TRUE(cwe.prompt.ends_with("Answer: The top 10 words that appear most often in the list "
-                                   "are:"));
+  EXPECT_TRUE(
+      cwe.prompt.ends_with("Answer: The top 10 words that appear most often in the list "
+                           "are:"));
   const RulerSample fwe = sample("fwe", 2048);
   EXPECT_EQ(fwe.answers.size(), 3u);
   for (const auto& a : fwe.answers) EXPECT_EQ(a.size(), 6u);
@@ -294,8 +301,8 @@ TEST(Ruler, EvalCommandRunsAndIsDeterministic) {
     EXPECT_LE(r["score"].get<double>(), 100.0);
     EXPECT_LT(r["ll_with"].get<double>(), 0.0);
     EXPECT_LT(r["ll_without"].get<double>(), 0.0);
-    EXPECT_NEAR(r["gap"].get<double>(),
-                r["ll_with"].get<double>() - r["ll_without"].get<double>(), 1e-9);
+    EXPECT_NEAR(r["gap"].get<double>(), r["ll_with"].get<double>() - r["ll_without"].get<double>(),
+                1e-9);
     EXPECT_LT(r["ll_first_with"].get<double>(), 0.0);
     EXPECT_NEAR(r["gap_first"].get<double>(),
                 r["ll_first_with"].get<double>() - r["ll_first_without"].get<double>(), 1e-9);

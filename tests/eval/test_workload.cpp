@@ -49,7 +49,8 @@ std::vector<double> attention_row(const Workload& w, int64_t h, int64_t r) {
 
 double mass_at(const std::vector<double>& p, int64_t begin, int64_t end) {
   double s = 0;
-  for (int64_t j = std::max<int64_t>(0, begin); j < std::min<int64_t>(end, int64_t(p.size())); ++j) s += p[size_t(j)];
+  for (int64_t j = std::max<int64_t>(0, begin); j < std::min<int64_t>(end, int64_t(p.size())); ++j)
+    s += p[size_t(j)];
   return s;
 }
 
@@ -83,14 +84,16 @@ std::vector<double> top5_per_head(const Workload& w) {
 }  // namespace
 
 TEST(Workload, KindNamesRoundTrip) {
-  for (WorkloadKind k : {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed})
+  for (WorkloadKind k :
+       {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed})
     EXPECT_EQ(parse_workload_kind(workload_kind_name(k)), k);
   EXPECT_THROW(parse_workload_kind("audio"), Error);
   EXPECT_THROW(parse_workload_kind(""), Error);
 }
 
 TEST(Workload, SameSeedIsBitwiseIdentical) {
-  for (WorkloadKind kind : {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed}) {
+  for (WorkloadKind kind :
+       {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed}) {
     WorkloadConfig c = config(kind, 1024, 4, 42);
     c.kv_heads = 2;
     c.dim = 64;
@@ -103,15 +106,18 @@ TEST(Workload, SameSeedIsBitwiseIdentical) {
     ASSERT_EQ(a.needles.size(), b.needles.size());
     for (size_t i = 0; i < a.needles.size(); ++i) EXPECT_EQ(a.needles[i].key, b.needles[i].key);
     ASSERT_EQ(a.verticals.size(), b.verticals.size());
-    for (size_t i = 0; i < a.verticals.size(); ++i) EXPECT_EQ(a.verticals[i].q_begin, b.verticals[i].q_begin);
+    for (size_t i = 0; i < a.verticals.size(); ++i)
+      EXPECT_EQ(a.verticals[i].q_begin, b.verticals[i].q_begin);
     EXPECT_EQ(a.slashes.size(), b.slashes.size());
     EXPECT_EQ(a.layout.segments().size(), b.layout.segments().size());
   }
 }
 
 TEST(Workload, DifferentSeedDiffers) {
-  for (WorkloadKind kind : {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed}) {
-    const Workload a = make_workload(config(kind, 512, 2, 1)), b = make_workload(config(kind, 512, 2, 2));
+  for (WorkloadKind kind :
+       {WorkloadKind::random, WorkloadKind::text, WorkloadKind::video, WorkloadKind::mixed}) {
+    const Workload a = make_workload(config(kind, 512, 2, 1)),
+                   b = make_workload(config(kind, 512, 2, 2));
     EXPECT_FALSE(same_bytes(a.q, b.q)) << workload_kind_name(kind);
     EXPECT_FALSE(same_bytes(a.k, b.k)) << workload_kind_name(kind);
     EXPECT_FALSE(same_bytes(a.v, b.v)) << workload_kind_name(kind);
@@ -180,14 +186,16 @@ TEST(Workload, BadConfigsThrow) {
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.frame_tokens = -4; })), Error);
   // The edges are fine: one token, smallest and largest head dims.
   EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.seq = 1; })));
-  EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 8, c.kind = WorkloadKind::mixed; })));
+  EXPECT_NO_THROW(
+      make_workload(bad([](WorkloadConfig& c) { c.dim = 8, c.kind = WorkloadKind::mixed; })));
   EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 256, c.seq = 64; })));
 }
 
 TEST(Workload, RopeScoresDependOnRelativePositionOnly) {
   const RopeTable rope(200, 16, 10000.0);
   std::vector<float> x(16), y(16);
-  for (int i = 0; i < 16; ++i) x[size_t(i)] = float(std::sin(i + 1.0)), y[size_t(i)] = float(std::cos(3.0 * i));
+  for (int i = 0; i < 16; ++i)
+    x[size_t(i)] = float(std::sin(i + 1.0)), y[size_t(i)] = float(std::cos(3.0 * i));
   auto dot_at = [&](int64_t i, int64_t j) {
     std::vector<float> a(16, 0.0f), b(16, 0.0f);
     rope.rotate_add(a.data(), x.data(), i, 1.0f, 0, 8);
@@ -298,7 +306,8 @@ TEST(Workload, VideoSlashesEveryFrameAndGrid) {
   for (uint8_t m : w.layout.ids) EXPECT_EQ(m, 1);
   std::vector<int64_t> offsets;
   for (const auto& s : w.slashes) offsets.push_back(s.offset);
-  for (int64_t m = 1; m <= 4; ++m) EXPECT_NE(std::find(offsets.begin(), offsets.end(), m * 128), offsets.end());
+  for (int64_t m = 1; m <= 4; ++m)
+    EXPECT_NE(std::find(offsets.begin(), offsets.end(), m * 128), offsets.end());
   // The same patch one frame back outweighs its neighbours in that frame.
   double same = 0, other = 0;
   for (int64_t i = 1000; i < 2048; i += 37) {
@@ -315,8 +324,10 @@ TEST(Workload, VideoSlashesEveryFrameAndGrid) {
   for (int64_t j = 1024; j < 1800; ++j) {
     const bool on = (j - w.grid_phase) % w.grid_stride == 0 && j >= w.grid_phase;
     const bool slash = (2044 - j) % 128 == 0 || (2044 - j) % 11 == 0;  // temporal / spatial lines
-    if (on) column += p[size_t(j)], ++n_col;
-    else if (!slash) plain += p[size_t(j)], ++n_plain;
+    if (on)
+      column += p[size_t(j)], ++n_col;
+    else if (!slash)
+      plain += p[size_t(j)], ++n_plain;
   }
   ASSERT_GT(n_col, 0);
   EXPECT_GT(column / double(n_col), 10 * plain / double(n_plain));

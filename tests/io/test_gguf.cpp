@@ -158,7 +158,8 @@ TEST(Gguf, GettersNameKeyAndTypeWhenWrong) {
   expect_error([&] { f.get_float("s"); }, "'s' is string, expected f32 or f64");
   expect_error([&] { f.get_bool("s"); }, "expected bool");
   expect_error([&] { f.get_int("big"); }, "does not fit in int64");
-  expect_error([&] { f.get_string_array("ints"); }, "'ints' is array of i32, expected an array of string");
+  expect_error([&] { f.get_string_array("ints"); },
+               "'ints' is array of i32, expected an array of string");
   expect_error([&] { f.get_float_array("ints"); }, "expected an array of f32 or f64");
   expect_error([&] { f.get_int_array("s"); }, "expected an array of integers");
   expect_error([&] { f.tensor("nope"); }, "missing tensor 'nope'");
@@ -201,7 +202,9 @@ TEST(Gguf, TensorsOfEveryTypeRoundTripAtEveryAlignment) {
         std::vector<float> back(64 * 3);
         for (int r = 0; r < 3; ++r)
           spattn::gguf::dequantize_row(t.type, t.data + r * t.nbytes / 3, back.data() + 64 * r, 64);
-        const float tol = types[i] == GgmlType::f32 ? 0.0f : types[i] == GgmlType::q8_0 ? 0.03f : 0.02f;
+        const float tol = types[i] == GgmlType::f32    ? 0.0f
+                          : types[i] == GgmlType::q8_0 ? 0.03f
+                                                       : 0.02f;
         for (size_t j = 0; j < x.size(); ++j) ASSERT_NEAR(back[j], x[j], tol) << j;
       }
       EXPECT_EQ(f.tensor("odd").nbytes, 12u);
@@ -231,7 +234,8 @@ TEST(Gguf, WriterRejectsBadTensors) {
   float x[4] = {};
   expect_error([&] { w.add_tensor("", GgmlType::f32, {4}, x); }, "name is empty");
   expect_error([&] { w.add_tensor("a", GgmlType::f32, {}, x); }, "has no dimensions");
-  expect_error([&] { w.add_tensor("a", GgmlType::q8_0, {4}, x); }, "whole number of 32-value blocks");
+  expect_error([&] { w.add_tensor("a", GgmlType::q8_0, {4}, x); },
+               "whole number of 32-value blocks");
   expect_error([&] { w.add_tensor("a", GgmlType::f32, {4, 0}, x); }, "dimension 1 is 0");
   w.add_tensor("a", GgmlType::f32, {4}, x);
   expect_error([&] { w.add_tensor("a", GgmlType::f32, {4}, x); }, "duplicate tensor 'a'");
@@ -391,8 +395,9 @@ TEST(GgufHostile, ShapeProductOverflows) {
 TEST(GgufHostile, TruncatedTensorData) {
   Bytes b = Small().bytes();
   b.resize(b.size() - 1);
-  expect_bad(b, "truncated: tensor 'tb' (f32 [8], 32 bytes) needs bytes [32, 64) of the data "
-                "section, which holds 63");
+  expect_bad(b,
+             "truncated: tensor 'tb' (f32 [8], 32 bytes) needs bytes [32, 64) of the data "
+             "section, which holds 63");
 }
 
 TEST(GgufHostile, UnknownTensorTypes) {

@@ -81,14 +81,16 @@ std::vector<H2OTraceLayer> traced_prefill(const std::vector<int32_t>& prompt) {
   for (size_t l = 0; l < rec.size(); ++l) {
     const H2OTraceLayer t = h2o_trace_layer(rec[l], int64_t(l), 4, int64_t(prompt.size()), p);
     const std::string b = h2o_trace_to_bytes(t);
-    out.push_back(h2o_trace_from_bytes({reinterpret_cast<const uint8_t*>(b.data()), b.size()}, "t"));
+    out.push_back(
+        h2o_trace_from_bytes({reinterpret_cast<const uint8_t*>(b.data()), b.size()}, "t"));
   }
   return out;
 }
 
 TEST(H2OTrace, SamePromptTwiceGivesJaccardOneAnotherPromptLess) {
   const auto prompt = tokens(150, 1);
-  const auto a = traced_prefill(prompt), b = traced_prefill(prompt), c = traced_prefill(tokens(150, 2));
+  const auto a = traced_prefill(prompt), b = traced_prefill(prompt),
+             c = traced_prefill(tokens(150, 2));
   ASSERT_EQ(a.size(), 2u);
   for (size_t l = 0; l < a.size(); ++l) {
     // 150 tokens in chunks of 32: M_c after chunks 0..3 (the 5th, the prompt's last, builds none).
@@ -246,11 +248,13 @@ TEST(H2OTrace, RunTraceThenReportFromTheCommandLine) {
   fs::create_directories(d / "t1");
   fs::create_directories(d / "t2");
   for (const char* dir : {"t1", "t2"}) {
-    const auto r = test::run_spattn("run -m " + (d / "m.gguf").string() + " -f " +
-                                        (d / "p.txt").string() + " -n 0 -c 512 --max-prompt 300 -b 128 -ub 64 "
-                                        "--attn chunked_h2o --h2o-local 16 --h2o-heavy 16 "
-                                        "--h2o-trace " + (d / dir).string(),
-                                    d);
+    const auto r =
+        test::run_spattn("run -m " + (d / "m.gguf").string() + " -f " + (d / "p.txt").string() +
+                             " -n 0 -c 512 --max-prompt 300 -b 128 -ub 64 "
+                             "--attn chunked_h2o --h2o-local 16 --h2o-heavy 16 "
+                             "--h2o-trace " +
+                             (d / dir).string(),
+                         d);
     ASSERT_EQ(r.code(), 0) << r.err;
   }
   ASSERT_TRUE(fs::exists(d / "t1" / "layer1.h2o"));
@@ -270,8 +274,8 @@ TEST(H2OTrace, RunTraceThenReportFromTheCommandLine) {
   r = test::run_spattn("h2o-report " + (d / "png").string(), d);
   EXPECT_EQ(r.code(), 2);
   EXPECT_NE(r.err.find("no layer*.h2o files"), std::string::npos) << r.err;
-  r = test::run_spattn("run -m " + (d / "m.gguf").string() + " -p hi -n 0 --h2o-trace " +
-                           (d / "t1").string(), d);
+  r = test::run_spattn(
+      "run -m " + (d / "m.gguf").string() + " -p hi -n 0 --h2o-trace " + (d / "t1").string(), d);
   EXPECT_EQ(r.code(), 2);
   EXPECT_NE(r.err.find("--h2o-trace needs --attn chunked_h2o"), std::string::npos) << r.err;
 }

@@ -48,7 +48,8 @@ void expect_error(F&& f, const std::string& needle, const char* file, int line) 
                                  << needle << "\"";
   }
 }
-#define EXPECT_IO_ERROR(stmt, needle) expect_error([&] { (void)(stmt); }, needle, __FILE__, __LINE__)
+#define EXPECT_IO_ERROR(stmt, needle) \
+  expect_error([&] { (void)(stmt); }, needle, __FILE__, __LINE__)
 
 // A tensor of random bit patterns: round trips must preserve bits, not just values.
 Tensor random_tensor(DType t, int64_t h, int64_t s, int64_t d, uint32_t seed) {
@@ -101,7 +102,9 @@ std::string st_bytes(const std::string& json, const std::string& data) {
   return out + json + data;
 }
 
-std::string raw(const Tensor& t) { return std::string(static_cast<const char*>(t.data()), t.nbytes()); }
+std::string raw(const Tensor& t) {
+  return std::string(static_cast<const char*>(t.data()), t.nbytes());
+}
 
 const DType kDTypes[] = {DType::f32, DType::bf16, DType::f16};
 
@@ -294,8 +297,7 @@ TEST(Npy, HugeShapeOverflows) {
   TempDir tmp;
   write_bytes(tmp.file("o.npy"), npy_bytes(npy_dict("<f4", "(4611686018427387904, 4, 2)"), ""));
   EXPECT_IO_ERROR(spattn::read_npy(tmp.file("o.npy")), "byte size overflows 64 bits");
-  write_bytes(tmp.file("o2.npy"),
-              npy_bytes(npy_dict("<f4", "(99999999999999999999, 4, 2)"), ""));
+  write_bytes(tmp.file("o2.npy"), npy_bytes(npy_dict("<f4", "(99999999999999999999, 4, 2)"), ""));
   EXPECT_IO_ERROR(spattn::read_npy(tmp.file("o2.npy")), "a dimension that fits in 64 bits");
 }
 
@@ -317,8 +319,7 @@ TEST(Npy, BigEndian) {
 
 TEST(Npy, FortranOrder) {
   TempDir tmp;
-  write_bytes(tmp.file("f.npy"),
-              npy_bytes(npy_dict("<f4", "(2, 2)", true), std::string(16, '\0')));
+  write_bytes(tmp.file("f.npy"), npy_bytes(npy_dict("<f4", "(2, 2)", true), std::string(16, '\0')));
   EXPECT_IO_ERROR(spattn::read_npy(tmp.file("f.npy")), "fortran_order is True");
 }
 
@@ -508,10 +509,10 @@ TEST(Safetensors, DeeplyNestedJsonIsRejectedWithoutRecursion) {
   TempDir tmp;
   // Error messages must not serialize hostile containers (deep nesting would overflow the stack).
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
-  write_bytes(tmp.file("d.safetensors"),
-              st_bytes("{\"x\": {\"dtype\": \"F32\", \"shape\": " + deep +
-                           ", \"data_offsets\": [0, 0]}}",
-                       ""));
+  write_bytes(
+      tmp.file("d.safetensors"),
+      st_bytes("{\"x\": {\"dtype\": \"F32\", \"shape\": " + deep + ", \"data_offsets\": [0, 0]}}",
+               ""));
   EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("d.safetensors")),
                   "'shape' must hold non-negative integers, got an array of 1 elements");
 }
@@ -535,8 +536,9 @@ TEST(Safetensors, BeginAfterEnd) {
 
 TEST(Safetensors, SizeMismatch) {
   TempDir tmp;
-  write_bytes(tmp.file("s.safetensors"),
-              st_bytes("{\"x\": " + st_entry("BF16", "[2, 4]", 0, 32) + "}", std::string(32, '\0')));
+  write_bytes(
+      tmp.file("s.safetensors"),
+      st_bytes("{\"x\": " + st_entry("BF16", "[2, 4]", 0, 32) + "}", std::string(32, '\0')));
   EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("s.safetensors")),
                   "tensor 'x': size mismatch: shape (2, 4) of BF16 needs 16 bytes but "
                   "data_offsets [0, 32] span 32");
@@ -572,10 +574,12 @@ TEST(Safetensors, RankRules) {
   TempDir tmp;
   write_bytes(tmp.file("r.safetensors"),
               st_bytes("{\"x\": " + st_entry("F32", "[8]", 0, 32) + "}", std::string(32, '\0')));
-  EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("r.safetensors")), "tensor 'x': shape (8,) has rank 1");
+  EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("r.safetensors")),
+                  "tensor 'x': shape (8,) has rank 1");
   write_bytes(tmp.file("z.safetensors"),
               st_bytes("{\"x\": " + st_entry("F32", "[2, 0, 2]", 0, 0) + "}", ""));
-  EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("z.safetensors")), "zero or negative dimension");
+  EXPECT_IO_ERROR(spattn::read_safetensors(tmp.file("z.safetensors")),
+                  "zero or negative dimension");
 }
 
 TEST(Safetensors, WriteRejectsBadNames) {
@@ -633,10 +637,9 @@ TEST(Io, LoadQkvShdLayout) {
   TempDir tmp;
   Tensor disk = random_tensor(DType::f32, 1, 6 * 2, 4, 23);  // [s=6, h=2, d=4]
   const std::string e = "{\"dtype\": \"F32\", \"shape\": [6, 2, 4], \"data_offsets\": ";
-  write_bytes(tmp.file("s.safetensors"),
-              st_bytes("{\"q\": " + e + "[0, 192]}, \"k\": " + e + "[192, 384]}, \"v\": " + e +
-                           "[384, 576]}}",
-                       raw(disk) + raw(disk) + raw(disk)));
+  write_bytes(tmp.file("s.safetensors"), st_bytes("{\"q\": " + e + "[0, 192]}, \"k\": " + e +
+                                                      "[192, 384]}, \"v\": " + e + "[384, 576]}}",
+                                                  raw(disk) + raw(disk) + raw(disk)));
   spattn::QKV x = spattn::load_qkv(tmp.file("s.safetensors"), Layout::shd);
   const TensorView want = TensorView::shd(disk.data(), DType::f32, 2, 6, 4);
   EXPECT_TRUE(same_bits(x.q, want));
@@ -673,8 +676,9 @@ TEST(Io, LoadQkvMissingNpy) {
   fs::create_directories(tmp.file("dir"));
   spattn::write_npy(tmp.file("dir/q.npy"), x.q);
   spattn::write_npy(tmp.file("dir/v.npy"), x.v);
-  EXPECT_IO_ERROR(spattn::load_qkv(tmp.file("dir")), "k.npy not found (expected q.npy, k.npy and "
-                                                     "v.npy in directory");
+  EXPECT_IO_ERROR(spattn::load_qkv(tmp.file("dir")),
+                  "k.npy not found (expected q.npy, k.npy and "
+                  "v.npy in directory");
   spattn::write_npy(tmp.file("p_q.npy"), x.q);
   EXPECT_IO_ERROR(spattn::load_qkv(tmp.file("p_")), "p_k.npy not found");
   EXPECT_IO_ERROR(spattn::load_qkv(tmp.file("p_")), "taken as the prefix");
@@ -733,9 +737,8 @@ TEST(Npy, FuzzTruncateAndFlipNeverCrashes) {
   TempDir tmp;
   spattn::write_npy(tmp.file("valid.npy"), random_tensor(DType::f32, 2, 3, 4, 30));
   const std::string valid = read_bytes(tmp.file("valid.npy"));
-  fuzz_file(tmp.file("f.npy"), valid, 64, [](const std::string& p) {
-    spattn::read_npy(p, Layout::shd);
-  });
+  fuzz_file(tmp.file("f.npy"), valid, 64,
+            [](const std::string& p) { spattn::read_npy(p, Layout::shd); });
 }
 
 TEST(Safetensors, FuzzTruncateAndFlipNeverCrashes) {
@@ -746,9 +749,8 @@ TEST(Safetensors, FuzzTruncateAndFlipNeverCrashes) {
   const std::string valid = read_bytes(tmp.file("valid.safetensors"));
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(valid[i]);
-  fuzz_file(tmp.file("f.safetensors"), valid, size_t(8 + n), [](const std::string& p) {
-    spattn::read_safetensors(p, Layout::shd);
-  });
+  fuzz_file(tmp.file("f.safetensors"), valid, size_t(8 + n),
+            [](const std::string& p) { spattn::read_safetensors(p, Layout::shd); });
 }
 
 }  // namespace
@@ -769,7 +771,8 @@ TEST(SaveQkv, RoundTripsThroughEachForm) {
 
 TEST(SaveQkv, BadArgumentsAreErrors) {
   TempDir tmp;
-  const Tensor a = random_tensor(DType::f32, 2, 4, 8, 1), b = random_tensor(DType::bf16, 2, 4, 8, 2);
+  const Tensor a = random_tensor(DType::f32, 2, 4, 8, 1),
+               b = random_tensor(DType::bf16, 2, 4, 8, 2);
   EXPECT_IO_ERROR(spattn::save_qkv(tmp.file("x.safetensors"), a, b, a), "dtypes must match");
   EXPECT_IO_ERROR(spattn::save_qkv(tmp.file("q.npy"), a, a, a), "single .npy");
   EXPECT_IO_ERROR(spattn::save_qkv("", a, a, a), "empty path");

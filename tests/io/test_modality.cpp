@@ -128,8 +128,14 @@ TEST_F(Modality, NpyRoundTripAndEveryIntType) {
   EXPECT_EQ(m.frame_tokens, 2);
   EXPECT_EQ(spattn::load_modality(file("m.npy")).frame_tokens, 0);
   const std::vector<int64_t> wide(ids.begin(), ids.end());
-  for (const auto& [descr, bytes] : std::vector<std::pair<std::string, int>>{
-           {"|i1", 1}, {"<i2", 2}, {"<u2", 2}, {"<i4", 4}, {"=u4", 4}, {"<i8", 8}, {"<u8", 8}, {"|b1", 1}}) {
+  for (const auto& [descr, bytes] : std::vector<std::pair<std::string, int>>{{"|i1", 1},
+                                                                             {"<i2", 2},
+                                                                             {"<u2", 2},
+                                                                             {"<i4", 4},
+                                                                             {"=u4", 4},
+                                                                             {"<i8", 8},
+                                                                             {"<u8", 8},
+                                                                             {"|b1", 1}}) {
     const std::vector<int64_t> v = descr == "|b1" ? std::vector<int64_t>{0, 1, 1, 0} : wide;
     write_bytes(file("t.npy"), npy(descr, "(1, " + std::to_string(v.size()) + ")", ints(v, bytes)));
     m = spattn::load_modality(file("t.npy"));
@@ -141,9 +147,11 @@ TEST_F(Modality, NpyBadInputsAreNamed) {
   write_bytes(file("f.npy"), npy("<f4", "(3,)", std::string(12, '\0')));
   EXPECT_MODALITY_ERROR(spattn::load_modality(file("f.npy")), "'<f4' is not an integer type");
   write_bytes(file("neg.npy"), npy("|i1", "(3,)", ints({0, -1, 1}, 1)));
-  EXPECT_MODALITY_ERROR(spattn::load_modality(file("neg.npy")), "unknown modality id -1 at token 1");
+  EXPECT_MODALITY_ERROR(spattn::load_modality(file("neg.npy")),
+                        "unknown modality id -1 at token 1");
   write_bytes(file("big.npy"), npy("<i4", "(3,)", ints({0, 1, 300}, 4)));
-  EXPECT_MODALITY_ERROR(spattn::load_modality(file("big.npy")), "unknown modality id 300 at token 2");
+  EXPECT_MODALITY_ERROR(spattn::load_modality(file("big.npy")),
+                        "unknown modality id 300 at token 2");
   write_bytes(file("huge.npy"), npy("<u8", "(1,)", std::string(8, '\xff')));
   EXPECT_MODALITY_ERROR(spattn::load_modality(file("huge.npy")), "unknown modality id");
   write_bytes(file("2d.npy"), npy("|u1", "(2, 3)", std::string(6, '\0')));
@@ -157,9 +165,8 @@ TEST_F(Modality, NpyBadInputsAreNamed) {
 }
 
 TEST_F(Modality, SafetensorsTensorAndMetadata) {
-  write_bytes(file("m.safetensors"),
-              safetensors("modality", "I32", 6, ints({0, 1, 1, 1, 1, 0}, 4),
-                          "{\"frame_tokens\":\"2\",\"other\":\"x\"}"));
+  write_bytes(file("m.safetensors"), safetensors("modality", "I32", 6, ints({0, 1, 1, 1, 1, 0}, 4),
+                                                 "{\"frame_tokens\":\"2\",\"other\":\"x\"}"));
   ModalityLayout m = spattn::load_modality(file("m.safetensors"));
   EXPECT_EQ(m.ids, (std::vector<uint8_t>{0, 1, 1, 1, 1, 0}));
   EXPECT_EQ(m.frame_tokens, 2);
@@ -175,7 +182,8 @@ TEST_F(Modality, SafetensorsTensorAndMetadata) {
 
 TEST_F(Modality, SafetensorsBadInputsAreNamed) {
   write_bytes(file("f.safetensors"), safetensors("modality", "F32", 2, std::string(8, '\0')));
-  EXPECT_MODALITY_ERROR(spattn::load_modality(file("f.safetensors")), "'F32' is not an integer type");
+  EXPECT_MODALITY_ERROR(spattn::load_modality(file("f.safetensors")),
+                        "'F32' is not an integer type");
   write_bytes(file("n.safetensors"), safetensors("ids", "I32", 2, ints({0, 1}, 4)));
   EXPECT_MODALITY_ERROR(spattn::load_modality(file("n.safetensors")), "no tensor named 'modality'");
   write_bytes(file("u.safetensors"), safetensors("modality", "I64", 2, ints({0, 99}, 8)));

@@ -51,9 +51,7 @@ AttnOptions at(int64_t q_start) {
   return o;
 }
 
-TensorView rows_of(const Tensor& q, int64_t a, int64_t b) {
-  return q.view().rows(a, b - a);
-}
+TensorView rows_of(const Tensor& q, int64_t a, int64_t b) { return q.view().rows(a, b - a); }
 
 // Query rows [a, b) through chunks on the 64-position grid, in position order (the last one
 // the rows' own: the rank's cache holding two runs, read through a key range), against one
@@ -86,8 +84,7 @@ void same_bits(KVType t, bool bf16_dot) {
     EXPECT_EQ(std::memcmp(one.data(), carried.data(), size_t(Hq * m * d) * sizeof(float)), 0)
         << "rows [" << run.a << ", " << run.b << "): max |diff| "
         << test::diff(carried.view(), one.view()).max_abs;
-    EXPECT_EQ(std::memcmp(lse_one.data(), lse_carried.data(), lse_one.size() * sizeof(float)),
-              0);
+    EXPECT_EQ(std::memcmp(lse_one.data(), lse_carried.data(), lse_one.size() * sizeof(float)), 0);
     // The plain twin: exact attention over the same keys.
     Tensor ref(DType::f32, Hq, m, d);
     // (Over raw k, v the queries sit bottom-right: the last row at the last key, run.b - 1.)

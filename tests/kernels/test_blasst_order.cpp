@@ -164,7 +164,8 @@ TEST(BlasstOrder, LocalFirstIsExactOverItsCoverage) {
 // 2-D rotations of q and k, plus small noise in the other dims.
 TEST(BlasstOrder, LocalFirstSkipsWhereInOrderCannot) {
   const int64_t L = 1000, d = 64;
-  Tensor q = test::random_tensor(DType::f32, 2, L, d, 1, 0.1f), k = test::random_tensor(DType::f32, 1, L, d, 2, 0.1f),
+  Tensor q = test::random_tensor(DType::f32, 2, L, d, 1, 0.1f),
+         k = test::random_tensor(DType::f32, 1, L, d, 2, 0.1f),
          v = test::random_tensor(DType::f32, 1, L, d, 3);
   const double w = M_PI / double(L), a = std::sqrt(10.0 * 8.0);  // scale 1/8 at d = 64
   for (int64_t i = 0; i < L; ++i) {
@@ -190,7 +191,8 @@ TEST(BlasstOrder, LocalFirstSkipsWhereInOrderCannot) {
 TEST(BlasstOrder, LambdaZeroIsDenseAndTinyLambdaIsDenseToFloatError) {
   for (DType t : {DType::f32, DType::bf16}) {
     // iid scores: no tile lies 1e-30 (69 nats) below anything.
-    const Tensor q = test::random_tensor(t, 6, 333, 64, 1), k = test::random_tensor(t, 2, 1000, 64, 2),
+    const Tensor q = test::random_tensor(t, 6, 333, 64, 1),
+                 k = test::random_tensor(t, 2, 1000, 64, 2),
                  v = test::random_tensor(t, 2, 1000, 64, 3);
     for_each_target([&] {
       SCOPED_TRACE(where(t));
@@ -285,7 +287,8 @@ void check_decode_exact(const Decode& in, const TensorView& out, const std::vect
       const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, keys, 0, &want_lse);
       ASSERT_NEAR(lse[size_t(h * lq + i)], want_lse, 1e-4 * std::max(1.0, std::abs(want_lse)));
       for (int64_t c = 0; c < d; ++c)
-        ASSERT_NEAR(out.get(h, i, c), want[size_t(c)], tol * std::max(1.0, std::abs(want[size_t(c)])))
+        ASSERT_NEAR(out.get(h, i, c), want[size_t(c)],
+                    tol * std::max(1.0, std::abs(want[size_t(c)])))
             << "head " << h << " row " << i;
     }
   }
@@ -314,8 +317,10 @@ TEST(BlasstOrder, DecodeLocalFirstIsExactOverItsCoverage) {
             skip.record_tiles = true;
             DecodeOptions d;
             d.lambda = 0.05, d.batch = batch, d.order = BlasstOrder::local_first;
-            if (packed) attention_decode(in.q, kv, out, {}, d, lse.data(), &st, &skip);
-            else attention_decode(in.q, in.k, in.v, out, {}, d, lse.data(), &st, &skip);
+            if (packed)
+              attention_decode(in.q, kv, out, {}, d, lse.data(), &st, &skip);
+            else
+              attention_decode(in.q, in.k, in.v, out, {}, d, lse.data(), &st, &skip);
             EXPECT_GT(skip.skipped_fraction(), 0.2);
             EXPECT_LT(skip.skipped_fraction(), 1.0);
             check_decode_exact(in, out, lse, st, skip, packed && dot ? 1e-2 : 2e-5);
@@ -330,7 +335,8 @@ TEST(BlasstOrder, DecodeLambdaZeroIsDense) {
   for_each_target([&] {
     const PackedKV kv = PackedKV::pack(in.k, in.v);
     SCOPED_TRACE(where(DType::f32));
-    Tensor dense(DType::f32, 6, 3, 64), dense_packed(DType::f32, 6, 3, 64), out(DType::f32, 6, 3, 64);
+    Tensor dense(DType::f32, 6, 3, 64), dense_packed(DType::f32, 6, 3, 64),
+        out(DType::f32, 6, 3, 64);
     attention_decode(in.q, in.k, in.v, dense);
     attention_decode(in.q, kv, dense_packed);
     DecodeOptions d;
@@ -353,8 +359,10 @@ TEST(BlasstOrder, DecodeLocalFirstSkipsMoreThanInOrder) {
       Tensor out(DType::f32, 6, 1, 64);
       DecodeOptions d;
       d.lambda = 1e-2, d.order = o;
-      if (packed) attention_decode(in.q, kv, out, {}, d, nullptr, &st[int(o)]);
-      else attention_decode(in.q, in.k, in.v, out, {}, d, nullptr, &st[int(o)]);
+      if (packed)
+        attention_decode(in.q, kv, out, {}, d, nullptr, &st[int(o)]);
+      else
+        attention_decode(in.q, in.k, in.v, out, {}, d, nullptr, &st[int(o)]);
     }
     EXPECT_GT(st[1].tiles_skipped, st[0].tiles_skipped) << (packed ? "packed" : "raw");
   }
@@ -366,9 +374,9 @@ TEST(BlasstOrder, DecodeBadOrderRaises) {
   DecodeOptions d;
   d.lambda = 0.1, d.order = BlasstOrder(7);
   EXPECT_THROW(attention_decode(in.q, in.k, in.v, out, {}, d), Error);
-  EXPECT_THROW(attention_blasst(in.q, in.k, in.v, out, 0.1, {}, nullptr, nullptr, nullptr,
-                                BlasstOrder(7)),
-               Error);
+  EXPECT_THROW(
+      attention_blasst(in.q, in.k, in.v, out, 0.1, {}, nullptr, nullptr, nullptr, BlasstOrder(7)),
+      Error);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -387,8 +395,9 @@ TEST(BlasstOrder, MethodSpecPicksTheOrder) {
     const auto m = make_method(std::string("blasst:lambda=0.01,order=") + blasst_order_name(o));
     EXPECT_EQ(m->run(in.q, in.k, in.v, out, {}).stats.tiles_skipped, st.tiles_skipped);
     if (o == BlasstOrder::local_first) {
-      EXPECT_EQ(make_method("blasst:lambda=0.01")->run(in.q, in.k, in.v, out, {}).stats.tiles_skipped,
-                st.tiles_skipped);
+      EXPECT_EQ(
+          make_method("blasst:lambda=0.01")->run(in.q, in.k, in.v, out, {}).stats.tiles_skipped,
+          st.tiles_skipped);
     }
   }
 }

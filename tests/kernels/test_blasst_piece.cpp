@@ -98,7 +98,8 @@ TEST(BlasstPiece, OnePieceHoldingEveryKeySkipsAsOneCall) {
   EXPECT_EQ(s2.tiles_visited, s1.tiles_visited);
   EXPECT_EQ(s2.tiles_skipped, s1.tiles_skipped);
   double diff = 0;
-  for (size_t i = 0; i < out1.size(); ++i) diff = std::max(diff, double(std::fabs(out1[i] - out2[i])));
+  for (size_t i = 0; i < out1.size(); ++i)
+    diff = std::max(diff, double(std::fabs(out1[i] - out2[i])));
   EXPECT_LE(diff, 1e-5);  // only the max the exponentials are taken against differs
   for (size_t i = 0; i < lse1.size(); ++i) EXPECT_NEAR(lse1[i], lse2[i], 1e-5) << i;
   // The carried max leaves as every visible key's (a skipped tile lies below it).
@@ -129,7 +130,8 @@ int64_t reference(Rows& x, const std::vector<std::vector<int64_t>>& pieces, int6
   const auto score = [&](int64_t h, int64_t i, int64_t j) {
     double dot = 0;
     for (int64_t e = 0; e < d; ++e)
-      dot += double(x.q[size_t((i * Hq + h) * d + e)]) * double(x.k[size_t((j * Hkv + h / 2) * d + e)]);
+      dot += double(x.q[size_t((i * Hq + h) * d + e)]) *
+             double(x.k[size_t((j * Hkv + h / 2) * d + e)]);
     return dot * c;
   };
   for (int64_t h = 0; h < Hq; ++h)
@@ -139,7 +141,8 @@ int64_t reference(Rows& x, const std::vector<std::vector<int64_t>>& pieces, int6
       // Seed: the diagonal tile and the sink tile.
       for (int64_t i = t0; i < t1; ++i)
         for (int64_t j = 0; j <= i; ++j)
-          if (j / 64 == last / 64 || j < 64) m[size_t(i - t0)] = std::max(m[size_t(i - t0)], score(h, i, j));
+          if (j / 64 == last / 64 || j < 64)
+            m[size_t(i - t0)] = std::max(m[size_t(i - t0)], score(h, i, j));
       std::vector<char> kept(size_t(last + 1), 0);
       for (const auto& pc : pieces) {
         // The piece's 64-key tiles (packed order) with a visible key, local-first.
@@ -158,7 +161,9 @@ int64_t reference(Rows& x, const std::vector<std::vector<int64_t>>& pieces, int6
         std::vector<size_t> order(tiles.size());
         for (size_t a = 0; a < order.size(); ++a) order[a] = a;
         std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-          const auto rank = [&](size_t z) { return int64_t(z) == diag ? 0 : tiles[z].front() == 0 ? 1 : 2; };
+          const auto rank = [&](size_t z) {
+            return int64_t(z) == diag ? 0 : tiles[z].front() == 0 ? 1 : 2;
+          };
           return std::pair(rank(a), dist(tiles[a])) < std::pair(rank(b), dist(tiles[b]));
         });
         for (size_t a : order) {
@@ -187,9 +192,11 @@ int64_t reference(Rows& x, const std::vector<std::vector<int64_t>>& pieces, int6
           if (!kept[size_t(j)]) continue;
           const double p = std::exp2(score(h, i, j) - mx);
           l += p;
-          for (int64_t e = 0; e < d; ++e) o[size_t(e)] += p * double(x.v[size_t((j * Hkv + h / 2) * d + e)]);
+          for (int64_t e = 0; e < d; ++e)
+            o[size_t(e)] += p * double(x.v[size_t((j * Hkv + h / 2) * d + e)]);
         }
-        for (int64_t e = 0; e < d; ++e) out[size_t(((i - run_pos) * Hq + h) * d + e)] = o[size_t(e)] / l;
+        for (int64_t e = 0; e < d; ++e)
+          out[size_t(((i - run_pos) * Hq + h) * d + e)] = o[size_t(e)] / l;
       }
     }
   return skipped;
@@ -205,8 +212,8 @@ TEST(BlasstPiece, TwoPiecesMatchThePlainCarriedRule) {
   const PackedKV mine = piece(x, own), theirs = piece(x, other), sink = piece(x, range(0, 64));
   int64_t skipped = 0, ref_skipped = 0;
   for (const auto [pos, len] : {std::pair<int64_t, int64_t>{0, 128}, {320, 64}}) {
-    std::vector<float> carry(size_t(Hq * len), -kInf), out(size_t(len * Hq * d)),
-        tmp(out.size()), lse(size_t(Hq * len)), tlse(lse.size());
+    std::vector<float> carry(size_t(Hq * len), -kInf), out(size_t(len * Hq * d)), tmp(out.size()),
+        lse(size_t(Hq * len)), tlse(lse.size());
     const TensorView qv = x.qv(pos, len);
     blasst_seed_max(qv, mine, true, carry.data(), opts(pos));
     blasst_seed_max(qv, sink, false, carry.data(), opts(pos));
@@ -221,10 +228,12 @@ TEST(BlasstPiece, TwoPiecesMatchThePlainCarriedRule) {
     skipped += st.tiles_skipped;
     std::vector<double> ref;
     const std::vector<std::vector<int64_t>> seen =
-        pos > 128 ? std::vector<std::vector<int64_t>>{own, other} : std::vector<std::vector<int64_t>>{own};
+        pos > 128 ? std::vector<std::vector<int64_t>>{own, other}
+                  : std::vector<std::vector<int64_t>>{own};
     ref_skipped += reference(x, seen, pos, len, ref);
     double diff = 0;
-    for (size_t i = 0; i < out.size(); ++i) diff = std::max(diff, std::fabs(double(out[i]) - ref[i]));
+    for (size_t i = 0; i < out.size(); ++i)
+      diff = std::max(diff, std::fabs(double(out[i]) - ref[i]));
     EXPECT_LE(diff, 1e-4) << "run at " << pos;
   }
   EXPECT_GT(skipped, 0);
@@ -235,14 +244,16 @@ TEST(BlasstPiece, NullRunningMaxIsAnError) {
   Rows x(64);
   const PackedKV kv = piece(x, range(0, 64));
   std::vector<float> out(x.q.size());
-  EXPECT_THROW(attention_blasst_piece(x.qv(0, 64), kv, TensorView::shd(out.data(), DType::f32, Hq, 64, d),
-                                      kLambda, nullptr, opts(0)),
-               Error);
+  EXPECT_THROW(
+      attention_blasst_piece(x.qv(0, 64), kv, TensorView::shd(out.data(), DType::f32, Hq, 64, d),
+                             kLambda, nullptr, opts(0)),
+      Error);
   EXPECT_THROW(blasst_seed_max(x.qv(0, 64), kv, true, nullptr, opts(0)), Error);
   std::vector<float> carry(size_t(Hq * 64), -kInf);
-  EXPECT_THROW(attention_blasst_piece(x.qv(0, 64), kv, TensorView::shd(out.data(), DType::f32, Hq, 64, d),
-                                      1.5, carry.data(), opts(0)),
-               Error);
+  EXPECT_THROW(
+      attention_blasst_piece(x.qv(0, 64), kv, TensorView::shd(out.data(), DType::f32, Hq, 64, d),
+                             1.5, carry.data(), opts(0)),
+      Error);
 }
 
 }  // namespace

@@ -91,8 +91,10 @@ TEST(ColumnSums, DenseFormIsTheTwoPassFormInOnePass) {
         EXPECT_LT(worst, 1e-6);
         EXPECT_EQ(st.score_entries, st_ref.score_entries);
         expect_matches_plain(q, k, v, out, lse, sums, causal, 0);
-        if (threads == 1) one_thread = sums.column;
-        else EXPECT_EQ(std::memcmp(one_thread.data(), sums.column.data(), one_thread.size() * 8), 0);
+        if (threads == 1)
+          one_thread = sums.column;
+        else
+          EXPECT_EQ(std::memcmp(one_thread.data(), sums.column.data(), one_thread.size() * 8), 0);
       }
     }
   });
@@ -152,7 +154,7 @@ TEST(ColumnSums, BadInputRaises) {
   blocks.want_blocks = true;
   expect_error(blocks, 0, q, out, "want_blocks");
   expect_error({}, -1, q, out, "diagonal_chunk");
-  expect_error({}, 64, q, out, "self-attention");  // 100 queries over 120 keys
+  expect_error({}, 64, q, out, "self-attention");               // 100 queries over 120 keys
   Tensor q3 = test::random_tensor(DType::f32, 3, 100, 16, 63);  // 3 q heads over 2 kv heads
   Tensor out3(DType::f32, 3, 100, 16);
   expect_error({}, 0, q3, out3, "multiple");

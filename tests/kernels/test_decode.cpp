@@ -121,7 +121,8 @@ TEST(DecodeKernel, MatchesReferenceAcrossDtypesShapesTargets) {
 TEST(DecodeKernel, EveryGroupSizeAndHeadDim) {
   std::vector<Prepared> all;
   for (int64_t g : {1, 2, 4, 8})
-    for (int64_t d : {8, 64, 72, 80, 128, 256}) all.push_back(prepare({DType::f32, g, 1, 3, 130, d, true}));
+    for (int64_t d : {8, 64, 72, 80, 128, 256})
+      all.push_back(prepare({DType::f32, g, 1, 3, 130, d, true}));
   all.push_back(prepare({DType::bf16, 8, 1, 16, 200, 72, true}));  // bf16 dot tail: 72 = 2 x 32 + 8
   for_each_target([&] {
     for (const Prepared& p : all) check(p);
@@ -139,7 +140,8 @@ TEST(DecodeKernel, RowChunksBeyond128Rows) {
 TEST(DecodeKernelSlow, LongCachesSplitAndMerge) {
   // 4097 keys: 65 blocks in three splits, the last block holding one key.
   std::vector<Prepared> all;
-  for (DType t : {DType::f32, DType::bf16, DType::f16}) all.push_back(prepare({t, 4, 1, 16, 4097, 128, true}));
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    all.push_back(prepare({t, 4, 1, 16, 4097, 128, true}));
   all.push_back(prepare({DType::f32, 2, 2, 1, 4097, 80, false}));
   for_each_target([&] {
     for (const Prepared& p : all) check(p);
@@ -182,8 +184,8 @@ TEST(DecodeKernel, LambdaZeroAndTinyLambdaAreDense) {
     for (DType t : {DType::f32, DType::bf16}) {
       Tensor q = random_tensor(t, 8, 2, 128, 41), k = random_tensor(t, 2, 3000, 128, 42),
              v = random_tensor(t, 2, 3000, 128, 43);
-      Tensor dense(DType::f32, 8, 2, 128), zero(DType::f32, 8, 2, 128),
-          tiny(DType::f32, 8, 2, 128), prefill(DType::f32, 8, 2, 128);
+      Tensor dense(DType::f32, 8, 2, 128), zero(DType::f32, 8, 2, 128), tiny(DType::f32, 8, 2, 128),
+          prefill(DType::f32, 8, 2, 128);
       Stats st0, st1;
       attention_decode(q, k, v, dense, {});
       attention_decode(q, k, v, zero, {}, {0.0, 4}, nullptr, &st0);
@@ -253,8 +255,10 @@ TEST(DecodeKernel, SkippedBlocksAreNotComputed) {
         // The reference over the keys of the kept blocks only.
         Tensor kk(t, 1, 3 * 64, d), vv(t, 1, 3 * 64, d);
         for (size_t b = 0; b < in.kept_blocks.size(); ++b) {
-          copy_into(in.k.view().rows(in.kept_blocks[b] * 64, 64), kk.view().rows(int64_t(b) * 64, 64));
-          copy_into(in.v.view().rows(in.kept_blocks[b] * 64, 64), vv.view().rows(int64_t(b) * 64, 64));
+          copy_into(in.k.view().rows(in.kept_blocks[b] * 64, 64),
+                    kk.view().rows(int64_t(b) * 64, 64));
+          copy_into(in.v.view().rows(in.kept_blocks[b] * 64, 64),
+                    vv.view().rows(int64_t(b) * 64, 64));
         }
         AttnOptions opt;
         opt.causal = false;  // the one query row sees the whole cache anyway
@@ -329,8 +333,8 @@ Workload decode_workload(DType t, int64_t hq, int64_t hkv, int64_t lq, int64_t l
 // The counts and lists are consistent with each other and with Stats: every q head visits
 // every block; the q heads of one row chunk (here: of one GQA group) share one decision per
 // block, so their counts and lists are equal; lists are ascending, without repeats.
-void check_skip_layout(const SkipStats& skip, const Stats& st, int64_t hq, int64_t hkv,
-                       int64_t lq, int64_t lk) {
+void check_skip_layout(const SkipStats& skip, const Stats& st, int64_t hq, int64_t hkv, int64_t lq,
+                       int64_t lk) {
   const int64_t group = hq / hkv, blocks = (lk + 63) / 64;
   ASSERT_EQ(skip.heads, hq);
   ASSERT_EQ(skip.q_tiles, 1);
@@ -374,7 +378,8 @@ void check_exact_coverage(const Workload& w, const TensorView& out, const std::v
       ASSERT_NEAR(lse[size_t(h * lq + i)], want_lse, 1e-4 * std::max(1.0, std::abs(want_lse)))
           << "head " << h << " row " << i;
       for (int64_t c = 0; c < d; ++c)
-        ASSERT_NEAR(out.get(h, i, c), want[size_t(c)], kTol * std::max(1.0, std::abs(want[size_t(c)])))
+        ASSERT_NEAR(out.get(h, i, c), want[size_t(c)],
+                    kTol * std::max(1.0, std::abs(want[size_t(c)])))
             << "head " << h << " row " << i << " dim " << c;
     }
   EXPECT_EQ(entries, st.score_entries);
@@ -413,7 +418,9 @@ TEST(DecodeSkipStats, RecordedBlocksGiveExactCoverage) {
 // chunks (group 16 x q_len 16 = 256 rows) or do not divide evenly by rows (group 9 x q_len 15
 // = 135 rows: chunks of 5 and 4 heads).
 TEST(DecodeSkipStats, ExactAcrossRowChunks) {
-  struct Shape { int64_t hq, hkv, lq; };
+  struct Shape {
+    int64_t hq, hkv, lq;
+  };
   for (const Shape& s : {Shape{16, 1, 16}, Shape{9, 1, 15}}) {
     SCOPED_TRACE("hq " + std::to_string(s.hq) + " lq " + std::to_string(s.lq));
     const int64_t lk = 3000;
@@ -487,8 +494,10 @@ TEST(DecodeSkipStats, RecordingChangesNoOutput) {
     EXPECT_EQ(counts.visited, lists.visited);
     EXPECT_EQ(counts.skipped, lists.skipped);
     check_skip_layout(lists, s2, 8, 2, 3, 3000);
-    if (lambda == 0) EXPECT_EQ(lists.skipped_fraction(), 0.0);
-    else EXPECT_GT(lists.skipped_fraction(), 0.0);
+    if (lambda == 0)
+      EXPECT_EQ(lists.skipped_fraction(), 0.0);
+    else
+      EXPECT_GT(lists.skipped_fraction(), 0.0);
   }
   // A SkipStats from an earlier, larger call is laid out afresh.
   SkipStats reused;

@@ -34,8 +34,7 @@ std::string name(const Case& c) {
 
 // The kernel's error budget: f32 operands ~1e-6; bf16 dot products round P to bf16 (2^-9).
 double tolerance(DType t) {
-  return t == DType::bf16 && kernels::bf16_dot_supported() ? 2e-2
-                                                                                        : 2e-4;
+  return t == DType::bf16 && kernels::bf16_dot_supported() ? 2e-2 : 2e-4;
 }
 
 void check_case(const Case& c, uint64_t seed = 1) {
@@ -65,14 +64,14 @@ using test::for_each_target;
 
 TEST(DenseKernel, MatchesReferenceAcrossDtypesShapesTargets) {
   const std::vector<Case> cases = {
-      {DType::f32, 2, 2, 1, 1, 64, true},      {DType::f32, 2, 1, 63, 63, 64, true},
-      {DType::f32, 4, 2, 65, 65, 128, true},   {DType::f32, 2, 2, 65, 65, 80, false},
-      {DType::f32, 3, 1, 17, 130, 128, true},  {DType::f32, 2, 2, 70, 200, 64, false},
-      {DType::bf16, 2, 2, 63, 63, 128, true},  {DType::bf16, 4, 2, 65, 129, 80, true},
-      {DType::bf16, 2, 1, 65, 65, 64, false},  {DType::f16, 2, 2, 65, 65, 128, true},
-      {DType::f16, 4, 1, 33, 100, 80, true},   {DType::f16, 2, 2, 1, 77, 64, false},
-      {DType::f32, 1, 1, 1, 300, 128, true},   {DType::bf16, 2, 2, 1, 1, 128, true},
-      {DType::f32, 1, 1, 200, 200, 8, true},   {DType::f32, 1, 1, 100, 100, 256, true},
+      {DType::f32, 2, 2, 1, 1, 64, true},     {DType::f32, 2, 1, 63, 63, 64, true},
+      {DType::f32, 4, 2, 65, 65, 128, true},  {DType::f32, 2, 2, 65, 65, 80, false},
+      {DType::f32, 3, 1, 17, 130, 128, true}, {DType::f32, 2, 2, 70, 200, 64, false},
+      {DType::bf16, 2, 2, 63, 63, 128, true}, {DType::bf16, 4, 2, 65, 129, 80, true},
+      {DType::bf16, 2, 1, 65, 65, 64, false}, {DType::f16, 2, 2, 65, 65, 128, true},
+      {DType::f16, 4, 1, 33, 100, 80, true},  {DType::f16, 2, 2, 1, 77, 64, false},
+      {DType::f32, 1, 1, 1, 300, 128, true},  {DType::bf16, 2, 2, 1, 1, 128, true},
+      {DType::f32, 1, 1, 200, 200, 8, true},  {DType::f32, 1, 1, 100, 100, 256, true},
       {DType::f32, 2, 2, 129, 129, 72, true},
   };
   for_each_target([&] {
@@ -81,8 +80,7 @@ TEST(DenseKernel, MatchesReferenceAcrossDtypesShapesTargets) {
 }
 
 TEST(DenseKernelSlow, Length4097) {
-  for (DType t : {DType::f32, DType::bf16})
-    check_case({t, 2, 1, 4097, 4097, 64, true});
+  for (DType t : {DType::f32, DType::bf16}) check_case({t, 2, 1, 4097, 4097, 64, true});
   check_case({DType::f16, 1, 1, 4097, 4097, 128, false});
 }
 
@@ -165,16 +163,20 @@ TEST(DenseKernel, ObserverReportsEveryCausalTileLse) {
         // exact block LSE over causal keys of block b
         double m = -INFINITY, s = 0;
         std::vector<double> x;
-        for (int64_t j = int64_t(b) * kKeyBlock; j < std::min<int64_t>(l, (b + 1) * kKeyBlock) && j <= i; ++j) {
+        for (int64_t j = int64_t(b) * kKeyBlock;
+             j < std::min<int64_t>(l, (b + 1) * kKeyBlock) && j <= i; ++j) {
           double dot = 0;
-          for (int64_t c = 0; c < d; ++c) dot += double(q.view().get(h, i, c)) * k.view().get(0, j, c);
+          for (int64_t c = 0; c < d; ++c)
+            dot += double(q.view().get(h, i, c)) * k.view().get(0, j, c);
           x.push_back(dot / 8.0);
           m = std::max(m, dot / 8.0);
         }
         for (double e : x) s += std::exp(e - m);
         const double want = x.empty() ? -INFINITY : m + std::log(s);
-        if (x.empty()) EXPECT_EQ(blocks[b], -INFINITY);
-        else EXPECT_NEAR(blocks[b], want, 1e-4);
+        if (x.empty())
+          EXPECT_EQ(blocks[b], -INFINITY);
+        else
+          EXPECT_NEAR(blocks[b], want, 1e-4);
         if (!x.empty()) total += std::exp(want - row_lse[size_t(h * l + i)]);
       }
       EXPECT_NEAR(total, 1.0, 1e-4);  // block masses of a row sum to one

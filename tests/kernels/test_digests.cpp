@@ -56,7 +56,8 @@ struct LseGrid : BlockLseObserver {
   int64_t rows, blocks;
   std::vector<float> v;
   LseGrid(int64_t heads, int64_t rows_, int64_t kv_len)
-      : rows(rows_), blocks((kv_len + kKeyBlock - 1) / kKeyBlock),
+      : rows(rows_),
+        blocks((kv_len + kKeyBlock - 1) / kKeyBlock),
         v(size_t(heads * rows * blocks), 7.0f) {}
   void observe(int64_t h, int64_t r0, int64_t n, int64_t kb, const float* lse) override {
     for (int64_t r = 0; r < n; ++r) v[size_t((h * rows + r0 + r) * blocks + kb)] = lse[r];
@@ -64,8 +65,14 @@ struct LseGrid : BlockLseObserver {
 };
 
 Workload text(DType t, int64_t seq, int64_t q_len = 0) {
-  return make_workload({.kind = WorkloadKind::text, .seq = seq, .q_len = q_len, .heads = 4,
-                        .kv_heads = 2, .dim = 64, .dtype = t, .seed = 11});
+  return make_workload({.kind = WorkloadKind::text,
+                        .seq = seq,
+                        .q_len = q_len,
+                        .heads = 4,
+                        .kv_heads = 2,
+                        .dim = 64,
+                        .dtype = t,
+                        .seed = 11});
 }
 
 // name -> digest of everything the form produced, for the current target and operand format.
@@ -203,7 +210,8 @@ TEST(Digests, EveryKernelFormIsBitwiseUnchanged) {
     const auto got = compute();
     if (print) {
       std::printf("{\"%s\", {\n", key.c_str());
-      for (const auto& [name, h] : got) std::printf("  {\"%s\", 0x%016llxull},\n", name.c_str(), (unsigned long long)h);
+      for (const auto& [name, h] : got)
+        std::printf("  {\"%s\", 0x%016llxull},\n", name.c_str(), (unsigned long long)h);
       std::printf("}},\n");
       return;
     }
@@ -217,7 +225,8 @@ TEST(Digests, EveryKernelFormIsBitwiseUnchanged) {
     }
     EXPECT_EQ(got.size(), it->second.size()) << key;
   });
-  if (!print && checked == 0) SPATTN_SKIP_NOT_APPLICABLE("no digests recorded for this machine's targets");
+  if (!print && checked == 0)
+    SPATTN_SKIP_NOT_APPLICABLE("no digests recorded for this machine's targets");
 #endif
 }
 

@@ -36,7 +36,8 @@ Quantized quantize_twin(const std::vector<float>& x, int64_t n, int64_t k, int64
   for (int64_t r = 0; r < n; ++r)
     for (int64_t b = 0; b < k / 32; ++b) {
       float amax = 0;
-      for (int l = 0; l < 32; ++l) amax = std::max(amax, std::fabs(x[size_t(r * ldx + b * 32 + l)]));
+      for (int l = 0; l < 32; ++l)
+        amax = std::max(amax, std::fabs(x[size_t(r * ldx + b * 32 + l)]));
       const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
       int sum = 0;
       for (int l = 0; l < 32; ++l) {
@@ -64,7 +65,7 @@ TEST(GemmInt8, QuantizationIsTheTwinsBits) {
   std::vector<float> x(size_t(n * ldx));
   for (float& v : x) v = u(rng);
   for (int l = 0; l < 32; ++l) x[size_t(2 * ldx + 32 + l)] = 0.0f;  // an all-zero block
-  x[size_t(4 * ldx + 5)] = 1e-30f;                                   // a tiny one
+  x[size_t(4 * ldx + 5)] = 1e-30f;                                  // a tiny one
   // Ties: with max |x| = 127 the scale is 1, so x.5 rounds away from zero (3, -3, 1, -1).
   for (int l = 0; l < 32; ++l) x[size_t(5 * ldx + 64 + l)] = float(l % 5) - 2.0f;
   x[size_t(5 * ldx + 64)] = 127.0f;
@@ -123,9 +124,7 @@ Problem make(Int8Format format, int64_t m, int64_t n, int64_t k, uint32_t seed) 
   return p;
 }
 
-kernels::Int8Weights weights(const Problem& p) {
-  return {p.format, p.w.data(), p.row_bytes, p.m};
-}
+kernels::Int8Weights weights(const Problem& p) { return {p.format, p.w.data(), p.row_bytes, p.m}; }
 
 std::vector<float> product(const Problem& p, int nth) {
   const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, nth);

@@ -84,8 +84,8 @@ TEST(GemmWidenF16, MatchesTheDoubleTwinOnEveryTarget) {
   // panel, the 256-column block and the 512-row pass, the row path's 16- and 32-row tiles and
   // its 2048-column blocks (sums carried across them in C), and k not a multiple of any
   // vector.
-  const int64_t shapes[][3] = {{1, 1, 1},     {5, 3, 7},       {13, 33, 17},   {12, 32, 256},
-                               {37, 70, 300}, {97, 545, 530},  {25, 1030, 40}, {200, 64, 1},
+  const int64_t shapes[][3] = {{1, 1, 1},      {5, 3, 7},      {13, 33, 17},   {12, 32, 256},
+                               {37, 70, 300},  {97, 545, 530}, {25, 1030, 40}, {200, 64, 1},
                                {37, 70, 2100}, {21, 20, 2080}};
   test::for_each_target([&] {
     uint32_t seed = 1;
@@ -143,7 +143,7 @@ TEST(GemmWidenF16, NonFiniteInputsReachOnlyTheirRowsAndColumns) {
   test::for_each_target([&] {
     Problem p = make(20, 40, 60, 11);
     p.x[size_t(3 * p.ldx + 10)] = std::numeric_limits<float>::infinity();  // row 3
-    p.w[size_t(7 * p.ldw + 59)] = 0x7e00;                                    // col 7: NaN
+    p.w[size_t(7 * p.ldw + 59)] = 0x7e00;                                  // col 7: NaN
     const std::vector<float> c = product(p, 2);
     for (int64_t r = 0; r < p.n; ++r)
       for (int64_t j = 0; j < p.m; ++j) {

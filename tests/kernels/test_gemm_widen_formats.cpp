@@ -21,8 +21,8 @@ namespace spattn {
 namespace {
 
 namespace ref = test::quant_ref;
-using kernels::WeightFormat;
 using gguf::GgmlType;
+using kernels::WeightFormat;
 
 struct Kind {
   WeightFormat format;
@@ -79,8 +79,8 @@ TEST(GemmWidenFormats, DecodersGiveTheReferenceBitsOnEveryTarget) {
           put_f16(&w[size_t(r * row_bytes + b * f.bytes + f.f16_fields[0])],
                   uint16_t(0x2000 + rng() % 0x2000));
       expect_widened_as_reference(kind, w, rows, k, row_bytes, "moderate scales");
-      for (uint16_t edge : {0x0000, 0x8000, 0x0001, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00,
-                            0x7c01}) {
+      for (uint16_t edge :
+           {0x0000, 0x8000, 0x0001, 0x0400, 0x7bff, 0xfbff, 0x7c00, 0xfc00, 0x7e00, 0x7c01}) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t b = 0; b < k / f.block; ++b)
             put_f16(&w[size_t(r * row_bytes + b * f.bytes + f.f16_fields[0])], edge);

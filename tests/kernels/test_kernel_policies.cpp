@@ -95,15 +95,15 @@ struct RangeList : kernels::DensePolicy {
 
 // Every row of a RangeList run (2 heads, 200 x 260) against the reference over its keys.
 void expect_range_list_rows(const Inputs& in, bool causal) {
-    for (int64_t h = 0; h < 2; ++h)
-      for (int64_t i = 0; i < 200; ++i) {
-        const int64_t tile_last = std::min<int64_t>(200, (i / 64 + 1) * 64) - 1;
-        const int64_t tile_limit = causal ? tile_last + 60 + 1 : 260;
-        const int64_t row_limit = causal ? i + 60 + 1 : 260;
-        expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, row_limit, [&](int64_t j) {
-                     return RangeList::keep(h, j, tile_limit);
-                   }));
-      }
+  for (int64_t h = 0; h < 2; ++h)
+    for (int64_t i = 0; i < 200; ++i) {
+      const int64_t tile_last = std::min<int64_t>(200, (i / 64 + 1) * 64) - 1;
+      const int64_t tile_limit = causal ? tile_last + 60 + 1 : 260;
+      const int64_t row_limit = causal ? i + 60 + 1 : 260;
+      expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, row_limit, [&](int64_t j) {
+                   return RangeList::keep(h, j, tile_limit);
+                 }));
+    }
 }
 
 TEST(KernelPolicy, KeyRangeLists) {
@@ -212,7 +212,8 @@ TEST(KernelPolicy, SkippedTilesAddNothing) {
   kn::RunFlash(p, pol, &st);
   for (int64_t h = 0; h < 2; ++h)
     for (int64_t i = 0; i < 130; ++i)
-      expect_row(in, h, i, masked_row(in.q, in.k, in.v, h, i, i + 1, [](int64_t j) { return j < 64; }));
+      expect_row(in, h, i,
+                 masked_row(in.q, in.k, in.v, h, i, i + 1, [](int64_t j) { return j < 64; }));
   // tiles per q tile: 1, 2, 3 (rows 0-63, 64-127, 128-129), two heads
   EXPECT_EQ(st.tiles_visited, 2 * (1 + 2 + 3));
   EXPECT_EQ(st.tiles_skipped, 2 * (0 + 1 + 2));

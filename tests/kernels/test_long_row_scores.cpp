@@ -50,9 +50,11 @@ TEST(LongRowScores, MatchTheDoubleTwin) {
             mag += std::abs(double(a) * double(b));
           }
           ASSERT_NEAR(s[size_t(r * lds + j)], alpha * dot, 1e-5 * alpha * mag + 1e-30)
-              << "rows " << sh.rows << " w " << sh.w << " bf16 " << keys.bf16 << " at " << r << ", " << j;
+              << "rows " << sh.rows << " w " << sh.w << " bf16 " << keys.bf16 << " at " << r << ", "
+              << j;
         }
-        for (int64_t j = sh.cols; j < lds; ++j) EXPECT_EQ(s[size_t(r * lds + j)], -7.0f);  // untouched
+        for (int64_t j = sh.cols; j < lds; ++j)
+          EXPECT_EQ(s[size_t(r * lds + j)], -7.0f);  // untouched
       }
       // Rows scored in two calls give the same bits as in one.
       if (sh.rows > 1) {

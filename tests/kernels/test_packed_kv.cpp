@@ -26,7 +26,8 @@ namespace {
 struct Qkv {
   Tensor q, k, v;
   Qkv(DType t, int64_t hq, int64_t hk, int64_t lq, int64_t lk, int64_t d)
-      : q(test::random_tensor(t, hq, lq, d, 21)), k(test::random_tensor(t, hk, lk, d, 22)),
+      : q(test::random_tensor(t, hq, lq, d, 21)),
+        k(test::random_tensor(t, hk, lk, d, 22)),
         v(test::random_tensor(t, hk, lk, d, 23)) {}
 };
 
@@ -71,7 +72,8 @@ TEST(PackedKV, AppendedInPiecesEqualsPackedAtOnce) {
       attention_dense(in.q, grown, b);
       EXPECT_TRUE(test::bitwise_equal(a, b)) << dtype_name(t);
       const std::vector<int64_t> rows = strided_rows(250, 16);
-      Tensor qa(DType::f32, 6, int64_t(rows.size()), 128), qb(DType::f32, 6, int64_t(rows.size()), 128);
+      Tensor qa(DType::f32, 6, int64_t(rows.size()), 128),
+          qb(DType::f32, 6, int64_t(rows.size()), 128);
       attention_query_sparse(in.q, whole, rows, qa);
       attention_query_sparse(in.q, grown, rows, qb);
       EXPECT_TRUE(test::bitwise_equal(qa, qb));
@@ -244,7 +246,8 @@ TEST(PackedKV, DecodeReadsTheCacheAsItGrows) {
             const auto want = test::row_over_keys(in.q, kp, vp, h, i, keys, 0, &want_lse);
             const double tol = t == DType::bf16 ? 1e-2 : 1e-5;
             for (int64_t c = 0; c < d; ++c)
-              ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], tol) << len << " " << h << " " << i;
+              ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], tol)
+                  << len << " " << h << " " << i;
             EXPECT_NEAR(lse[size_t(h * 3 + i)], want_lse, 1e-3);
           }
         EXPECT_EQ(st.score_entries, 4 * (3 * (len - 2) + 3));
@@ -275,7 +278,8 @@ TEST(PackedKV, BlasstDecodeIsExactOverItsCoverage) {
   const auto cov = blasst_coverage(skip, 2, lk, true);
   for (int64_t h = 0; h < 4; ++h)
     for (int64_t i = 0; i < 2; ++i) {
-      const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, test::coverage_keys(*cov, h, i));
+      const auto want =
+          test::row_over_keys(in.q, in.k, in.v, h, i, test::coverage_keys(*cov, h, i));
       for (int64_t c = 0; c < d; ++c) ASSERT_NEAR(out.view().get(h, i, c), want[size_t(c)], 1e-5);
     }
 }
@@ -321,9 +325,9 @@ TEST(PackedKV, BadInputRaisesError) {
   Tensor out(DType::f32, 4, 50, 64);
   EXPECT_THROW(attention_dense(in.q, kv2, out), Error);  // empty
   Tensor qb = test::random_tensor(DType::bf16, 4, 50, 64, 1);
-  EXPECT_THROW(attention_dense(qb, kv, out), Error);     // dtype
+  EXPECT_THROW(attention_dense(qb, kv, out), Error);  // dtype
   Tensor q3 = test::random_tensor(DType::f32, 3, 50, 64, 1), o3(DType::f32, 3, 50, 64);
-  EXPECT_THROW(attention_dense(q3, kv, o3), Error);      // heads
+  EXPECT_THROW(attention_dense(q3, kv, o3), Error);  // heads
   Tensor q200 = test::random_tensor(DType::f32, 4, 200, 64, 1), o200(DType::f32, 4, 200, 64);
   EXPECT_THROW(attention_dense(q200, kv, o200), Error);  // more queries than keys, causal
   AttnOptions opt;
@@ -338,7 +342,6 @@ TEST(PackedKV, BadInputRaisesError) {
   EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = 1.5}), Error);
   EXPECT_THROW(attention_decode(q1, kv, o1, {}, {.lambda = -0.1}), Error);
 }
-
 
 // The formats a test packs in: f32, and bf16 in both operand formats (pairs where this CPU
 // has the dot product, widened to f32 when the caller asks for that).
@@ -361,8 +364,7 @@ TEST(PackedKV, TruncateEqualsPackingThePrefix) {
       if (n > 0) want.append(in.k.view().rows(0, n), in.v.view().rows(0, n));
       EXPECT_EQ(test::packed_kv_difference(kv, want), "") << dtype_name(f.dtype) << " " << n;
       if (n < 300) kv.append(in.k.view().rows(n, 300 - n), in.v.view().rows(n, 300 - n));
-      EXPECT_EQ(test::packed_kv_difference(kv, PackedKV::pack(in.k, in.v, 320, 2, f.bf16_dot)),
-                "")
+      EXPECT_EQ(test::packed_kv_difference(kv, PackedKV::pack(in.k, in.v, 320, 2, f.bf16_dot)), "")
           << dtype_name(f.dtype) << " " << n;
     }
     // Keys in another order: truncating recomputes the order flags and spans.
@@ -397,9 +399,9 @@ TEST(PackedKV, CopyIsThePrefixAndIndependent) {
     const PackedKV c = whole.copy(200);
     Tensor a(DType::f32, 4, 40, 64), b(DType::f32, 4, 40, 64);
     attention_dense(in.q, c, a);
-    attention_dense(in.q, PackedKV::pack(in.k.view().rows(0, 200), in.v.view().rows(0, 200), 0, 2,
-                                         f.bf16_dot),
-                    b);
+    attention_dense(
+        in.q, PackedKV::pack(in.k.view().rows(0, 200), in.v.view().rows(0, 200), 0, 2, f.bf16_dot),
+        b);
     EXPECT_TRUE(test::bitwise_equal(a, b));
     EXPECT_THROW(whole.copy(301), Error);
   }
@@ -409,7 +411,8 @@ TEST(PackedKV, CopyIsThePrefixAndIndependent) {
 // write, appended with that target switched off) leaves the cache as it was; it used to grow
 // size() first and leave keys it never wrote.
 TEST(PackedKV, FailedAppendChangesNothing) {
-  if (!kernels::bf16_dot_supported()) SPATTN_SKIP_NOT_APPLICABLE("no AVX512_BF16: no pair format to fail on");
+  if (!kernels::bf16_dot_supported())
+    SPATTN_SKIP_NOT_APPLICABLE("no AVX512_BF16: no pair format to fail on");
   Qkv in(DType::bf16, 4, 2, 8, 200, 64);
   PackedKV kv(2, 64, DType::bf16, 256);
   ASSERT_TRUE(kv.bf16_operands());

@@ -70,9 +70,11 @@ void expect_sums(const Tensor& q, const Tensor& k, const Tensor& v, bool sparse,
   ASSERT_EQ(got.column.size(), col.size());
   ASSERT_EQ(got.block.size(), mass.size());
   for (size_t i = 0; i < col.size(); ++i)
-    ASSERT_NEAR(got.column[i], col[i], 1e-5 + 1e-5 * col[i]) << "column " << i << " causal " << causal;
+    ASSERT_NEAR(got.column[i], col[i], 1e-5 + 1e-5 * col[i])
+        << "column " << i << " causal " << causal;
   for (size_t i = 0; i < mass.size(); ++i)
-    ASSERT_NEAR(got.block[i], mass[i], 1e-4 + 1e-5 * mass[i]) << "block " << i << " causal " << causal;
+    ASSERT_NEAR(got.block[i], mass[i], 1e-4 + 1e-5 * mass[i])
+        << "block " << i << " causal " << causal;
   // Each row's weights sum to 1, so a head's column sums add up to its row count.
   double total = 0;
   for (int64_t j = 0; j < lk; ++j) total += got.column[size_t(j)];

@@ -42,8 +42,7 @@ TEST(SlidingWindow, ReferenceIsAttentionOverEachRowsLastWKeys) {
     Tensor one(DType::f32, hq, 1, d);
     AttnOptions full;
     full.causal = false;
-    attention_reference(q.view().rows(i, 1), k.view().rows(j0, n), v.view().rows(j0, n), one,
-                        full);
+    attention_reference(q.view().rows(i, 1), k.view().rows(j0, n), v.view().rows(j0, n), one, full);
     for (int64_t h = 0; h < hq; ++h)
       for (int64_t c = 0; c < d; ++c)
         EXPECT_NEAR(out.view().get(h, i, c), one.view().get(h, 0, c), 1e-6) << i;

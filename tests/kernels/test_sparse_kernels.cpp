@@ -54,13 +54,15 @@ TEST(QuerySparse, StridedRowsMatchReference) {
 
 TEST(QuerySparse, ObserverSeesCompactRowsAndEveryCausalBlock) {
   const int64_t lq = 300, d = 64;
-  Tensor q = test::random_tensor(DType::f32, 2, lq, d, 4), k = test::random_tensor(DType::f32, 1, lq, d, 5),
+  Tensor q = test::random_tensor(DType::f32, 2, lq, d, 4),
+         k = test::random_tensor(DType::f32, 1, lq, d, 5),
          v = test::random_tensor(DType::f32, 1, lq, d, 6);
   const std::vector<int64_t> rows = {0, 5, 64, 150, 299};
   struct Rec : BlockLseObserver {
     std::vector<std::vector<double>> mass;  // per (h, compact row): sum exp(block lse)
     void observe(int64_t h, int64_t r0, int64_t n, int64_t, const float* lse) override {
-      for (int64_t r = 0; r < n; ++r) mass[size_t(h * 5 + r0 + r)].push_back(std::exp(double(lse[r])));
+      for (int64_t r = 0; r < n; ++r)
+        mass[size_t(h * 5 + r0 + r)].push_back(std::exp(double(lse[r])));
     }
   } rec;
   rec.mass.resize(10);
@@ -105,8 +107,8 @@ std::vector<int64_t> vs_row_keys(const VerticalSlashIndex& idx, int64_t h, int64
 // given, the coverage's keys against them; stops at the first row that fails. Returns the
 // head's entries.
 int64_t expect_vs_head(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const VerticalSlashIndex& idx, int64_t h, int64_t lq, int64_t lk,
-                       double tol, const Coverage* cov) {
+                       const VerticalSlashIndex& idx, int64_t h, int64_t lq, int64_t lk, double tol,
+                       const Coverage* cov) {
   int64_t entries = 0;
   for (int64_t i = 0; i < lq; ++i) {
     std::vector<int64_t> keys = vs_row_keys(idx, h, i, lk - lq + i, lq, lk);
@@ -191,8 +193,8 @@ TEST(VerticalSlash, PacksRangePiecesIntoGatheredTiles) {
       const std::unique_ptr<Coverage> cov = vertical_slash_coverage(idx, lq, lk);
       int64_t entries = 0, want_tiles = 0;
       for (int64_t h = 0; h < hq; ++h) {
-        entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
-                                  cov.get());
+        entries +=
+            expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4, cov.get());
         for (int64_t tile = 0; tile < idx.num_tiles(lq); ++tile) {
           std::vector<KeyRange> ranges;
           std::vector<int64_t> cols;
@@ -249,8 +251,8 @@ TEST(VerticalSlash, ShiftedTilesMatchReferenceAtEveryOffset) {
                                  " target run " + std::to_string(target);
         int64_t entries = 0, max_tiles = 0;
         for (int64_t h = 0; h < hq; ++h) {
-          entries += expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4,
-                                    nullptr);
+          entries +=
+              expect_vs_head(out, q, k, v, idx, h, lq, lk, t == DType::bf16 ? 2e-2 : 1e-4, nullptr);
           if (::testing::Test::HasFailure()) {
             ADD_FAILURE() << what;
             return;
@@ -259,7 +261,8 @@ TEST(VerticalSlash, ShiftedTilesMatchReferenceAtEveryOffset) {
             std::vector<KeyRange> ranges;
             std::vector<int64_t> cols;
             vertical_slash_tile_keys(idx, h, tt, lq, lk, ranges, cols);
-            for (const KeyRange& r : ranges) max_tiles += (r.end - r.begin + kKeyBlock - 1) / kKeyBlock;
+            for (const KeyRange& r : ranges)
+              max_tiles += (r.end - r.begin + kKeyBlock - 1) / kKeyBlock;
             const int64_t last = lk - lq + std::min(lq, (tt + 1) * tile) - 1;
             const auto& hc = idx.columns[size_t(h)];
             const int64_t seen = std::upper_bound(hc.begin(), hc.end(), last) - hc.begin();
@@ -403,12 +406,12 @@ TEST(SparseSkipRule, LambdaZeroIsBitwiseAndObserverSeesEveryTile) {
   EXPECT_GT(brec.skipped_fraction(), 0.0);
 
   BlasstSkip bad{1.5, BlasstOrder::local_first, nullptr};
-  for (auto call : {std::function<void()>([&] {
-                      attention_query_sparse(q, kv, rows, ruled, {}, nullptr, nullptr, nullptr, &bad);
-                    }),
-                    std::function<void()>([&] {
-                      attention_block_sparse(q, kv, b, mask, {}, nullptr, nullptr, &bad);
-                    })}) {
+  for (auto call :
+       {std::function<void()>([&] {
+          attention_query_sparse(q, kv, rows, ruled, {}, nullptr, nullptr, nullptr, &bad);
+        }),
+        std::function<void()>(
+            [&] { attention_block_sparse(q, kv, b, mask, {}, nullptr, nullptr, &bad); })}) {
     try {
       call();
       ADD_FAILURE() << "lambda 1.5 accepted";

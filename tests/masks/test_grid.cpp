@@ -70,7 +70,8 @@ void check_case(const Case& cs, DType t, const std::string& what) {
   // bf16 operands (dot-product path rounds P to bf16): a looser bound, same entries.
   for (int64_t h = 0; h < cs.hq; ++h)
     for (int64_t i = 0; i < cs.lq; ++i) {
-      ASSERT_NEAR(lse[size_t(h * cs.lq + i)], ref.lse[size_t(h * cs.lq + i)], 2e-2) << h << " " << i;
+      ASSERT_NEAR(lse[size_t(h * cs.lq + i)], ref.lse[size_t(h * cs.lq + i)], 2e-2)
+          << h << " " << i;
       for (int64_t x = 0; x < cs.d; ++x)
         ASSERT_NEAR(out.view().get(h, i, x), ref.out[size_t((h * cs.lq + i) * cs.d + x)], 2e-2)
             << "head " << h << " row " << i << " dim " << x;
@@ -90,23 +91,27 @@ TEST(GridHead, PermutedKernelEqualsMaskedReference) {
 
 TEST(GridHead, EachLineOptionAndBandSize) {
   const std::vector<GridLines> lines = {{9, 8}, {4, 0}};
-  struct Opt { bool hline, vline, slash; int64_t sink, local; };
-  for (const Opt o : {Opt{true, false, false, 1, 1}, Opt{false, true, false, 1, 0},
-                      Opt{false, false, true, 2, 1}, Opt{true, true, false, 0, 2},
-                      Opt{false, true, true, 1, 1}}) {
+  struct Opt {
+    bool hline, vline, slash;
+    int64_t sink, local;
+  };
+  for (const Opt o :
+       {Opt{true, false, false, 1, 1}, Opt{false, true, false, 1, 0}, Opt{false, false, true, 2, 1},
+        Opt{true, true, false, 0, 2}, Opt{false, true, true, 1, 1}}) {
     GridConfig c;
     c.hline = o.hline, c.vline = o.vline, c.slash = o.slash;
     c.sink_blocks = o.sink, c.local_blocks = o.local;
     check_case({2, 1, 333, 333, 32, lines, c}, DType::f32,
-               "hline " + std::to_string(o.hline) + " vline " + std::to_string(o.vline) + " slash " +
-                   std::to_string(o.slash) + " sink " + std::to_string(o.sink) + " local " +
-                   std::to_string(o.local));
+               "hline " + std::to_string(o.hline) + " vline " + std::to_string(o.vline) +
+                   " slash " + std::to_string(o.slash) + " sink " + std::to_string(o.sink) +
+                   " local " + std::to_string(o.local));
   }
 }
 
 TEST(RowGroups, GatheredRowsWriteBackToTheirOwnRows) {
   const int64_t lk = 200, d = 32;
-  Tensor q = test::random_tensor(DType::f32, 2, lk, d, 1), k = test::random_tensor(DType::f32, 1, lk, d, 2),
+  Tensor q = test::random_tensor(DType::f32, 2, lk, d, 1),
+         k = test::random_tensor(DType::f32, 1, lk, d, 2),
          v = test::random_tensor(DType::f32, 1, lk, d, 3);
   // Keys packed in reverse; rows 3, 150, 199 against packed keys [10, 60) and [120, 200).
   std::vector<int64_t> order(static_cast<size_t>(lk));
@@ -147,7 +152,8 @@ void expect_error(const std::function<void()>& f, const std::string& mention) {
 
 TEST(GridHead, BadInputRaisesError) {
   const int64_t lk = 256, d = 32;
-  Tensor q = test::random_tensor(DType::f32, 2, lk, d, 1), k = test::random_tensor(DType::f32, 1, lk, d, 2),
+  Tensor q = test::random_tensor(DType::f32, 2, lk, d, 1),
+         k = test::random_tensor(DType::f32, 1, lk, d, 2),
          v = test::random_tensor(DType::f32, 1, lk, d, 3), out(DType::f32, 2, lk, d);
   const GridConfig c;
   expect_error([&] { grid_layout({0, 0}, c, lk, lk); }, "stride must be >= 1");
@@ -157,7 +163,11 @@ TEST(GridHead, BadInputRaisesError) {
   expect_error([&] { attention_grid(q, k, v, out, {{8, 0}}, c); }, "1 grids for 2 q heads");
   expect_error([&] { attention_grid(q, k, v, out, {{8, 0}, {0, 0}}, c); }, "stride");
   Tensor q_odd = test::random_tensor(DType::f32, 2, 100, d, 4), out_odd(DType::f32, 2, 100, d);
-  expect_error([&] { attention_grid(q_odd, k, v, out_odd, {{8, 0}, {8, 0}}, c); }, "multiple of 64");
+  expect_error(
+      [&] {
+        attention_grid(q_odd, k, v, out_odd, {{8, 0}, {8, 0}}, c);
+      },
+      "multiple of 64");
   GridConfig none = c;
   none.hline = none.vline = none.slash = false;
   expect_error([&] { check_grid_config(none); }, "at least one");
@@ -200,7 +210,8 @@ TEST(GridHead, EstimateFindsThePlantedGrid) {
       EXPECT_EQ(lines[h].stride, again[h].stride);
       EXPECT_EQ(lines[h].phase, again[h].phase);
       ++heads;
-      found += w.grid_stride % lines[h].stride == 0 && w.grid_phase % lines[h].stride == lines[h].phase;
+      found +=
+          w.grid_stride % lines[h].stride == 0 && w.grid_phase % lines[h].stride == lines[h].phase;
     }
   }
   EXPECT_GE(found, heads - 1) << found << " of " << heads << " heads found the planted grid";

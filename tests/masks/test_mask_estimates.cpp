@@ -22,7 +22,8 @@ struct Inputs {
         v(test::random_tensor(DType::f32, hkv, lk, 32, seed + 2)) {}
 };
 
-double dot(const TensorView& a, int64_t ha, int64_t ia, const TensorView& b, int64_t hb, int64_t ib) {
+double dot(const TensorView& a, int64_t ha, int64_t ia, const TensorView& b, int64_t hb,
+           int64_t ib) {
   double s = 0;
   for (int64_t c = 0; c < a.dim; ++c) s += double(a.get(ha, ia, c)) * double(b.get(hb, ib, c));
   return s;
@@ -57,7 +58,8 @@ void vs_scores(const Inputs& in, int64_t h, const VerticalSlashConfig& c,
     const int64_t i = lq - n + r, p = lk - lq + i;
     std::vector<double> s(size_t(p + 1));
     double m = -INFINITY, l = 0;
-    for (int64_t j = 0; j <= p; ++j) m = std::max(m, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
+    for (int64_t j = 0; j <= p; ++j)
+      m = std::max(m, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
     for (double x : s) l += std::exp(x - m);
     for (int64_t j = 0; j <= p; ++j) {
       vertical[size_t(j)] += std::exp(s[size_t(j)] - m) / l;
@@ -98,15 +100,17 @@ std::vector<VsCase> vs_cases() {
     c.tile_rows = tile;
     return c;
   };
-  return {{1, 1, 64, cfg(10, 10, 64, 4, 8, 64)},       {63, 63, 64, cfg(10, 12, 64, 4, 8, 64)},
-          {65, 65, 64, cfg(10, 12, 64, 4, 8, 64)},     {200, 200, 64, cfg(20, 30, 64, 4, 8, 64)},
-          {200, 200, 32, cfg(20, 30, 16, 4, 8, 32)},   {200, 200, 128, cfg(5, 3, 64, 10, 8, 128)},
-          {65, 200, 64, cfg(20, 30, 64, 0, 1, 64)},    {1, 200, 64, cfg(0, 1, 64, 0, 1, 64)},
-          {200, 333, 64, cfg(1000, 2048, 64, 30, 100, 64)}};
+  return {
+      {1, 1, 64, cfg(10, 10, 64, 4, 8, 64)},           {63, 63, 64, cfg(10, 12, 64, 4, 8, 64)},
+      {65, 65, 64, cfg(10, 12, 64, 4, 8, 64)},         {200, 200, 64, cfg(20, 30, 64, 4, 8, 64)},
+      {200, 200, 32, cfg(20, 30, 16, 4, 8, 32)},       {200, 200, 128, cfg(5, 3, 64, 10, 8, 128)},
+      {65, 200, 64, cfg(20, 30, 64, 0, 1, 64)},        {1, 200, 64, cfg(0, 1, 64, 0, 1, 64)},
+      {200, 333, 64, cfg(1000, 2048, 64, 30, 100, 64)}};
 }
 std::string label(const VsCase& c) {
-  return std::to_string(c.lq) + "x" + std::to_string(c.lk) + " tile " + std::to_string(c.tile_rows) +
-         " vertical " + std::to_string(c.cfg.vertical_size) + " slash " + std::to_string(c.cfg.slash_size);
+  return std::to_string(c.lq) + "x" + std::to_string(c.lk) + " tile " +
+         std::to_string(c.tile_rows) + " vertical " + std::to_string(c.cfg.vertical_size) +
+         " slash " + std::to_string(c.cfg.slash_size);
 }
 
 TEST(MaskVerticalSlash, IndexKeepsTheBestLinesAndTheForcedOnes) {
@@ -118,14 +122,20 @@ TEST(MaskVerticalSlash, IndexKeepsTheBestLinesAndTheForcedOnes) {
     for (int64_t h = 0; h < 4; ++h) {
       std::vector<double> vertical, slash;
       vs_scores(in, h, c.cfg, vertical, slash);
-      const int64_t n_cols = std::min(c.lk, std::max(c.cfg.vertical_size, std::min(c.cfg.sink, c.lk)));
-      const int64_t n_diag = std::min(c.lk, std::max(c.cfg.slash_size, std::min(c.cfg.local, c.lk)));
-      expect_top(vertical, x.columns[size_t(h)], n_cols, label(c) + " columns, head " + std::to_string(h));
-      expect_top(slash, x.offsets[size_t(h)], n_diag, label(c) + " diagonals, head " + std::to_string(h));
+      const int64_t n_cols =
+          std::min(c.lk, std::max(c.cfg.vertical_size, std::min(c.cfg.sink, c.lk)));
+      const int64_t n_diag =
+          std::min(c.lk, std::max(c.cfg.slash_size, std::min(c.cfg.local, c.lk)));
+      expect_top(vertical, x.columns[size_t(h)], n_cols,
+                 label(c) + " columns, head " + std::to_string(h));
+      expect_top(slash, x.offsets[size_t(h)], n_diag,
+                 label(c) + " diagonals, head " + std::to_string(h));
       for (int64_t j = 0; j < std::min(c.cfg.sink, c.lk); ++j)
-        EXPECT_TRUE(std::binary_search(x.columns[size_t(h)].begin(), x.columns[size_t(h)].end(), j));
+        EXPECT_TRUE(
+            std::binary_search(x.columns[size_t(h)].begin(), x.columns[size_t(h)].end(), j));
       for (int64_t o = 0; o < std::min(c.cfg.local, c.lk); ++o)
-        EXPECT_TRUE(std::binary_search(x.offsets[size_t(h)].begin(), x.offsets[size_t(h)].end(), o));
+        EXPECT_TRUE(
+            std::binary_search(x.offsets[size_t(h)].begin(), x.offsets[size_t(h)].end(), o));
     }
   }
 }
@@ -160,7 +170,8 @@ TEST(MaskVerticalSlash, KernelMatchesMaskedReference) {
     std::vector<float> lse(size_t(4 * c.lq));
     Stats st;
     attention_vertical_slash(in.q, in.k, in.v, out, x, {}, lse.data(), &st);
-    const test::MaskedRef ref = test::masked_reference(in.q, in.k, in.v, true, vs_predicate(x, c.lq, c.lk));
+    const test::MaskedRef ref =
+        test::masked_reference(in.q, in.k, in.v, true, vs_predicate(x, c.lq, c.lk));
     test::expect_matches(out, lse, ref, label(c));
     EXPECT_EQ(st.score_entries, ref.entries) << label(c);
   }
@@ -275,7 +286,8 @@ TEST(MaskVerticalSlash, RejectsBadConfig) {
   EXPECT_THROW(check_vertical_slash_config(with([](auto& c) { c.local = 0; })), Error);
   EXPECT_THROW(check_vertical_slash_config(with([](auto& c) { c.last_q = 0; })), Error);
   EXPECT_THROW(check_vertical_slash_config(with([](auto& c) { c.tile_rows = 129; })), Error);
-  EXPECT_THROW(vertical_slash_index(in.q, in.k, with([](auto& c) { c.slash_size = 0; }), {}), Error);
+  EXPECT_THROW(vertical_slash_index(in.q, in.k, with([](auto& c) { c.slash_size = 0; }), {}),
+               Error);
   AttnOptions full;
   full.causal = false;
   EXPECT_THROW(vertical_slash_index(in.q, in.k, VerticalSlashConfig{}, full), Error);
@@ -288,10 +300,10 @@ TEST(MaskMeanPool, KeepsForcedBlocksAndTheBestPooledScores) {
     int64_t lq, lk, bq, bk, topk, sink, local;
     bool causal;
   };
-  const Case cases[] = {{1, 1, 64, 64, 2, 0, 1, true},        {63, 63, 64, 64, 1, 64, 64, true},
-                        {65, 65, 64, 64, 1, 0, 1, true},      {200, 200, 64, 64, 1, 64, 64, true},
-                        {200, 200, 32, 32, 2, 10, 20, true},  {200, 333, 128, 64, 2, 0, 1, true},
-                        {65, 200, 64, 128, 1, 1, 1, true},    {200, 200, 32, 64, 2, 0, 1, false},
+  const Case cases[] = {{1, 1, 64, 64, 2, 0, 1, true},       {63, 63, 64, 64, 1, 64, 64, true},
+                        {65, 65, 64, 64, 1, 0, 1, true},     {200, 200, 64, 64, 1, 64, 64, true},
+                        {200, 200, 32, 32, 2, 10, 20, true}, {200, 333, 128, 64, 2, 0, 1, true},
+                        {65, 200, 64, 128, 1, 1, 1, true},   {200, 200, 32, 64, 2, 0, 1, false},
                         {200, 100, 32, 32, 0, 40, 1, false}};
   for (const Case& c : cases) {
     const std::string what = std::to_string(c.lq) + "x" + std::to_string(c.lk) + " blocks " +
@@ -331,9 +343,11 @@ TEST(MaskMeanPool, KeepsForcedBlocksAndTheBestPooledScores) {
         std::vector<int64_t> picked;  // positions in `index` of the kept non-forced blocks
         auto row = m.row(h, qb);
         for (int64_t kb : forced)
-          EXPECT_TRUE(std::find(row.begin(), row.end(), kb) != row.end()) << what << " forced " << kb;
+          EXPECT_TRUE(std::find(row.begin(), row.end(), kb) != row.end())
+              << what << " forced " << kb;
         for (int32_t kb : row)
-          if (!forced.count(kb)) picked.push_back(std::find(index.begin(), index.end(), kb) - index.begin());
+          if (!forced.count(kb))
+            picked.push_back(std::find(index.begin(), index.end(), kb) - index.begin());
         expect_top(score, picked, std::min<int64_t>(c.topk, int64_t(index.size())),
                    what + " head " + std::to_string(h) + " query block " + std::to_string(qb));
       }
@@ -350,8 +364,9 @@ TEST(MaskMeanPool, KernelMatchesMaskedReference) {
       Tensor out(DType::f32, 4, lq, 32);
       std::vector<float> lse(size_t(4 * lq));
       attention_block_sparse(in.q, in.k, in.v, out, m, opt, lse.data());
-      test::expect_matches(out, lse, test::masked_reference(in.q, in.k, in.v, causal, test::mask_predicate(m)),
-                           "mean_pool lq " + std::to_string(lq) + (causal ? "" : " non-causal"));
+      test::expect_matches(
+          out, lse, test::masked_reference(in.q, in.k, in.v, causal, test::mask_predicate(m)),
+          "mean_pool lq " + std::to_string(lq) + (causal ? "" : " non-causal"));
     }
 }
 
@@ -393,8 +408,7 @@ TEST(MaskMeanPool, RowMomentsAreThePlainMeanAndVariance) {
   Tensor same(DType::f32, 1, 5, 4);
   for (int64_t s = 0; s < 5; ++s)
     for (int64_t c = 0; c < 4; ++c) same.view().set(0, s, c, 0.1f * float(c + 1));
-  for (float x : std::vector<float>(pool_row_moments(same.view(), 0, 5)))
-    EXPECT_GE(x, 0.0f);
+  for (float x : std::vector<float>(pool_row_moments(same.view(), 0, 5))) EXPECT_GE(x, 0.0f);
   EXPECT_EQ(pool_row_moments(same.view(), 0, 5)[4], 0.0f);
   EXPECT_THROW(pool_row_moments(same.view(), 0, 0), Error);
 }
@@ -409,7 +423,8 @@ std::vector<double> direct_mass(const Inputs& in, int64_t h, const BlockMask& m)
     const int64_t vis = m.causal ? lk - lq + i + 1 : lk;
     std::vector<double> s(static_cast<size_t>(vis));
     double mx = -INFINITY, l = 0;
-    for (int64_t j = 0; j < vis; ++j) mx = std::max(mx, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
+    for (int64_t j = 0; j < vis; ++j)
+      mx = std::max(mx, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
     for (double x : s) l += std::exp(x - mx);
     const int64_t qb = i / m.block_q, rows = std::min((qb + 1) * m.block_q, lq) - qb * m.block_q;
     for (int64_t j = 0; j < vis; ++j)
@@ -420,8 +435,11 @@ std::vector<double> direct_mass(const Inputs& in, int64_t h, const BlockMask& m)
 
 TEST(MaskOracle, KeepsTheHeaviestBlocks) {
   for (bool causal : {true, false})
-    for (auto [lq, lk, bq, bk] : {std::array<int64_t, 4>{1, 1, 64, 64}, {63, 63, 64, 64},
-                                   {65, 200, 32, 64}, {200, 200, 64, 128}, {200, 333, 128, 64}}) {
+    for (auto [lq, lk, bq, bk] : {std::array<int64_t, 4>{1, 1, 64, 64},
+                                  {63, 63, 64, 64},
+                                  {65, 200, 32, 64},
+                                  {200, 200, 64, 128},
+                                  {200, 333, 128, 64}}) {
       Inputs in(2, 1, lq, lk, 101);
       AttnOptions opt;
       opt.causal = causal;
@@ -431,7 +449,8 @@ TEST(MaskOracle, KeepsTheHeaviestBlocks) {
         const std::vector<double> mass = direct_mass(in, h, m);
         for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
           const int64_t limit = m.causal_blocks(qb);
-          std::vector<double> row(mass.begin() + qb * m.n_kb(), mass.begin() + qb * m.n_kb() + limit);
+          std::vector<double> row(mass.begin() + qb * m.n_kb(),
+                                  mass.begin() + qb * m.n_kb() + limit);
           auto r = m.row(h, qb);
           expect_top(row, std::vector<int64_t>(r.begin(), r.end()), std::min<int64_t>(2, limit),
                      "oracle " + std::to_string(lq) + "x" + std::to_string(lk) + " head " +

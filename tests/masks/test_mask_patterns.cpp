@@ -17,13 +17,15 @@ using TokenRule = std::function<bool(int64_t p, int64_t j)>;
 // The block closure, obviously: keep (qb, kb) when some row of qb and some causally visible
 // key of kb satisfy the rule.
 std::vector<uint8_t> closure(const MaskGeometry& g, const TokenRule& rule) {
-  const int64_t nq = (g.q_len + g.block_q - 1) / g.block_q, nk = (g.kv_len + g.block_k - 1) / g.block_k;
+  const int64_t nq = (g.q_len + g.block_q - 1) / g.block_q,
+                nk = (g.kv_len + g.block_k - 1) / g.block_k;
   std::vector<uint8_t> grid(size_t(g.heads * nq * nk), 0);
   for (int64_t i = 0; i < g.q_len; ++i) {
     const int64_t p = g.kv_len - g.q_len + i;
     for (int64_t j = 0; j <= p; ++j)
       if (rule(p, j))
-        for (int64_t h = 0; h < g.heads; ++h) grid[size_t((h * nq + i / g.block_q) * nk + j / g.block_k)] = 1;
+        for (int64_t h = 0; h < g.heads; ++h)
+          grid[size_t((h * nq + i / g.block_q) * nk + j / g.block_k)] = 1;
   }
   return grid;
 }
@@ -42,7 +44,9 @@ std::vector<Pattern> patterns() {
          return [](int64_t p, int64_t j) { return j < 5 || p - j < 40; };
        }},
       {"a_shape sink=0 local=1", [](const MaskGeometry& g) { return a_shape_mask(g, 0, 1); },
-       [](const MaskGeometry&) -> TokenRule { return [](int64_t p, int64_t j) { return p == j; }; }},
+       [](const MaskGeometry&) -> TokenRule {
+         return [](int64_t p, int64_t j) { return p == j; };
+       }},
       {"tri_shape sink=5 local=40 bottom=30",
        [](const MaskGeometry& g) { return tri_shape_mask(g, 5, 40, 30); },
        [](const MaskGeometry& g) -> TokenRule {

@@ -43,9 +43,9 @@ TEST(ModalityHeads, AShapeSinksAreTheModalitysOwnFirstTokens) {
   EXPECT_EQ(x.offsets[1].back(), 15);
   ASSERT_TRUE(x.rows.has_value());
   EXPECT_EQ(*x.rows, modality_rows(m, 1, 300));
-  EXPECT_THROW(a_shape_index_for_modality(m, 1, 2, 300, 301, 8, 16), Error);  // layout length
-  EXPECT_THROW(a_shape_index_for_modality(m, 1, 2, 300, 300, 8, 0), Error);   // local
-  EXPECT_THROW(a_shape_index_for_modality(m, 16, 2, 300, 300, 8, 16), Error); // unknown id
+  EXPECT_THROW(a_shape_index_for_modality(m, 1, 2, 300, 301, 8, 16), Error);   // layout length
+  EXPECT_THROW(a_shape_index_for_modality(m, 1, 2, 300, 300, 8, 0), Error);    // local
+  EXPECT_THROW(a_shape_index_for_modality(m, 16, 2, 300, 300, 8, 16), Error);  // unknown id
 }
 
 // With one modality everywhere, the per-modality estimate is MInference's own.
@@ -55,7 +55,8 @@ TEST(ModalityHeads, VerticalSlashOfTheOnlyModalityIsTheGlobalEstimate) {
   VerticalSlashConfig c;
   c.vertical_size = 20, c.slash_size = 30, c.last_q = 16, c.sink = 3, c.local = 5;
   const VerticalSlashIndex a = vertical_slash_index(q, k, c, {});
-  const VerticalSlashIndex b = vertical_slash_index_for_modality(q, k, uniform_modality(230), 0, c, {});
+  const VerticalSlashIndex b =
+      vertical_slash_index_for_modality(q, k, uniform_modality(230), 0, c, {});
   EXPECT_EQ(a.columns, b.columns);
   EXPECT_EQ(a.offsets, b.offsets);
   ASSERT_TRUE(b.rows.has_value());

@@ -47,9 +47,11 @@ struct Outcome {
 };
 Outcome run(const Method& m, const Shape& s, uint64_t seed, bool causal = true) {
   Outcome r{test::random_tensor(DType::f32, 4, s.lq, 32, seed),  // GQA: 4 q heads over 2 kv heads
-        test::random_tensor(DType::f32, 2, s.lk, 32, seed + 1),
-        test::random_tensor(DType::f32, 2, s.lk, 32, seed + 2), Tensor(DType::f32, 4, s.lq, 32),
-        std::vector<float>(size_t(4 * s.lq)), MethodReport{}};
+            test::random_tensor(DType::f32, 2, s.lk, 32, seed + 1),
+            test::random_tensor(DType::f32, 2, s.lk, 32, seed + 2),
+            Tensor(DType::f32, 4, s.lq, 32),
+            std::vector<float>(size_t(4 * s.lq)),
+            MethodReport{}};
   AttnOptions opt;
   opt.causal = causal;
   r.report = m.run(r.q, r.k, r.v, r.out, opt, r.lse.data());
@@ -95,16 +97,16 @@ TEST(BaselineParams, SpecSetsTheParameters) {
 }
 
 TEST(BaselineParams, RejectNegativeSink) {
-  for (const char* spec : {"a_shape:sink=-1", "tri_shape:sink=-1", "vertical_slash:sink=-1",
-                           "mean_pool:sink=-1"})
+  for (const char* spec :
+       {"a_shape:sink=-1", "tri_shape:sink=-1", "vertical_slash:sink=-1", "mean_pool:sink=-1"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
 TEST(BaselineParams, RejectZeroSlashAndOtherEmptyBudgets) {
-  for (const char* spec : {"vertical_slash:slash=0", "vertical_slash:local=0", "vertical_slash:last_q=0",
-                           "vertical_slash:vertical=-1", "a_shape:local=0", "tri_shape:bottom=-1",
-                           "sf_fixed:vline_stride=0", "sf_strided:local=0", "mean_pool:topk=-1",
-                           "oracle_topk:topk=0"})
+  for (const char* spec :
+       {"vertical_slash:slash=0", "vertical_slash:local=0", "vertical_slash:last_q=0",
+        "vertical_slash:vertical=-1", "a_shape:local=0", "tri_shape:bottom=-1",
+        "sf_fixed:vline_stride=0", "sf_strided:local=0", "mean_pool:topk=-1", "oracle_topk:topk=0"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
@@ -115,8 +117,9 @@ TEST(BaselineParams, RejectUnknownKeys) {
 }
 
 TEST(BaselineParams, RejectMalformedValues) {
-  for (const char* spec : {"a_shape:local=abc", "vertical_slash:slash=2.5", "mean_pool:topk=",
-                           "sf_fixed:block_q=0", "tri_shape:block_k=-64", "vertical_slash:tile_rows=129"})
+  for (const char* spec :
+       {"a_shape:local=abc", "vertical_slash:slash=2.5", "mean_pool:topk=", "sf_fixed:block_q=0",
+        "tri_shape:block_k=-64", "vertical_slash:tile_rows=129"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
@@ -142,10 +145,12 @@ TEST(BaselineMethods, MatchTheReferenceRestrictedToTheirMask) {
       const Coverage* cov = r.report.coverage.get();
       const bool token_level = std::string(spec).rfind("vertical_slash", 0) == 0;
       const test::MaskedRef ref = test::masked_reference(
-          r.q, r.k, r.v, true, token_level ? coverage_predicate(*cov) : test::mask_predicate(*mask));
+          r.q, r.k, r.v, true,
+          token_level ? coverage_predicate(*cov) : test::mask_predicate(*mask));
       test::expect_matches(r.out, r.lse, ref, label(spec, s));
       EXPECT_EQ(r.report.stats.score_entries, ref.entries) << label(spec, s);
-      EXPECT_EQ(r.report.stats.causal_entries, 4 * attention_entries(s.lq, s.lk, true)) << label(spec, s);
+      EXPECT_EQ(r.report.stats.causal_entries, 4 * attention_entries(s.lq, s.lk, true))
+          << label(spec, s);
       if (!token_level) {
         EXPECT_EQ(mask->entries(), ref.entries) << label(spec, s);
       }
@@ -196,9 +201,9 @@ TEST(BaselineMethods, CausalOnlyPatternsRejectNonCausalInput) {
     Outcome r = run(*m, {200, 100}, 31, /*causal=*/false);
     ASSERT_NE(r.report.mask, nullptr);
     EXPECT_FALSE(r.report.mask->causal);
-    test::expect_matches(r.out, r.lse,
-                         test::masked_reference(r.q, r.k, r.v, false, test::mask_predicate(*r.report.mask)),
-                         spec);
+    test::expect_matches(
+        r.out, r.lse,
+        test::masked_reference(r.q, r.k, r.v, false, test::mask_predicate(*r.report.mask)), spec);
   }
 }
 

@@ -103,8 +103,8 @@ TEST(BlasstSpec, DecodeThresholdFromCalibration) {
     a.threads = 1;
     a.q_start = length - 1;
     attention_decode(q, kv, want, a, *expected);
-    EXPECT_EQ(test::diff(out, want).max_abs, 0.0) << spec << " layer " << layer << " length "
-                                                  << length;
+    EXPECT_EQ(test::diff(out, want).max_abs, 0.0)
+        << spec << " layer " << layer << " length " << length;
     EXPECT_EQ(reads.keys_read, 2 * length);
   };
   for (int64_t layer : {0, 5})  // a file with one law serves every layer

@@ -25,7 +25,8 @@ std::vector<Chunk> chunks_of(int64_t n, const ChunkedH2OParams& p) {
   std::vector<Chunk> cs;
   for (int64_t b0 = 0; b0 < n; b0 += p.batch) {
     const int64_t b1 = std::min(n, b0 + p.batch);
-    for (int64_t c0 = b0; c0 < b1; c0 += p.chunk) cs.push_back({c0, std::min(b1, c0 + p.chunk), c0 == b0});
+    for (int64_t c0 = b0; c0 < b1; c0 += p.chunk)
+      cs.push_back({c0, std::min(b1, c0 + p.chunk), c0 == b0});
   }
   return cs;
 }
@@ -155,7 +156,8 @@ void expect_matches_plain(int64_t n, const ChunkedH2OParams& p) {
   EXPECT_EQ(test::diff(o2, out).max_abs, 0.0);  // batch by batch is the same computation
   for (int64_t h = 0; h < 4; ++h)
     for (int64_t j = 0; j < n; ++j)
-      EXPECT_NEAR(layer.scores(h)[size_t(j)], want.scores[size_t(h)][size_t(j)], 1e-4) << h << " " << j;
+      EXPECT_NEAR(layer.scores(h)[size_t(j)], want.scores[size_t(h)][size_t(j)], 1e-4)
+          << h << " " << j;
   for (float x : lse) EXPECT_TRUE(std::isfinite(x));
 }
 
@@ -181,8 +183,8 @@ TEST(ChunkedH2O, PackedBatchIsTheSameComputation) {
   la.prefill_batch(in.q.view(), in.k.view(), in.v.view(), a.view(), {}, true, lse_a.data());
   PackedKV cache(2, 16, DType::f32, n + 8);  // a cache with room to grow, as the runner's
   cache.append(in.k.view(), in.v.view());
-  lb.prefill_batch(in.q.view(), in.k.view(), in.v.view(), b.view(), {}, true, lse_b.data(),
-                   nullptr, &cache);
+  lb.prefill_batch(in.q.view(), in.k.view(), in.v.view(), b.view(), {}, true, lse_b.data(), nullptr,
+                   &cache);
   EXPECT_EQ(test::diff(a, b).max_abs, 0.0);
   EXPECT_EQ(lse_a, lse_b);
   for (int64_t h = 0; h < 4; ++h) {
@@ -226,9 +228,9 @@ TEST(ChunkedH2O, SharedScratchAcrossLayersIsTheSameComputation) {
   EXPECT_GT(c.scratch_bytes(), 0u);
   // A scratch of another shape or other parameters is refused.
   EXPECT_THROW(ChunkedH2OLayer(p, 4, 2, 32, DType::f32, n, true, c.scratch()), Error);
-  EXPECT_THROW(ChunkedH2OLayer(params(64, batch, 16, 16), 4, 2, 16, DType::f32, n, true,
-                               c.scratch()),
-               Error);
+  EXPECT_THROW(
+      ChunkedH2OLayer(params(64, batch, 16, 16), 4, 2, 16, DType::f32, n, true, c.scratch()),
+      Error);
 }
 
 TEST(ChunkedH2O, OneChunkIsDense) {
@@ -264,7 +266,7 @@ TEST(ChunkedH2O, MemorySetsHoldTask4Table) {
   attention_chunked_h2o(in.q, in.k, in.v, out, params(64, 128, L, H), {}, nullptr, nullptr, &t);
   ASSERT_EQ(t.chunk_begin, (std::vector<int64_t>{0, 64, 128, 192, 256, 320}));
   EXPECT_EQ(t.inter, (std::vector<char>{0, 1, 1, 1, 1, 1}));  // memory carries across batches
-  EXPECT_TRUE(t.memory.back()[0].empty());                     // the last chunk builds none
+  EXPECT_TRUE(t.memory.back()[0].empty());                    // the last chunk builds none
   for (size_t c = 0; c + 1 < t.memory.size(); ++c) {
     const int64_t c1 = t.chunk_begin[c] + 64;
     for (int64_t h = 0; h < 4; ++h) {
@@ -291,7 +293,8 @@ TEST(ChunkedH2O, BuildMemoryIsTopHeavyOfCandidates) {
   EXPECT_EQ(m1, (std::vector<int64_t>{2, 6, 9, 14, 15}));
   // Ties go to the earlier position.
   std::vector<double> flat(16, 1.0);
-  EXPECT_EQ(h2o_build_memory({}, 0, 16, flat, 4, 3), (std::vector<int64_t>{0, 1, 2, 12, 13, 14, 15}));
+  EXPECT_EQ(h2o_build_memory({}, 0, 16, flat, 4, 3),
+            (std::vector<int64_t>{0, 1, 2, 12, 13, 14, 15}));
   // Fewer candidates than H: all of them.
   EXPECT_EQ(h2o_build_memory({}, 0, 4, flat, 2, 8), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_THROW(h2o_build_memory(std::vector<int64_t>{3, 2}, 8, 16, sc, 2, 3), Error);
@@ -328,14 +331,17 @@ TEST(ChunkedH2O, ScoresAccumulateMonotonicallyOncePerChunk) {
   std::vector<std::vector<int64_t>> mem(2);
   for (int64_t c = 0; c * s < n; ++c) {
     layer.prefill_batch(in.q.view().rows(c * s, s), in.k.view().rows(c * s, s),
-                        in.v.view().rows(c * s, s), out.view().rows(c * s, s), {}, (c + 1) * s == n);
+                        in.v.view().rows(c * s, s), out.view().rows(c * s, s), {},
+                        (c + 1) * s == n);
     EXPECT_EQ(layer.score_updates(), c);
     for (int64_t h = 0; h < 2; ++h) {
       const auto now = layer.scores(h);
       for (int64_t j = 0; j < c * s; ++j) {
         const bool in_mem = std::binary_search(mem[size_t(h)].begin(), mem[size_t(h)].end(), j);
-        if (in_mem) EXPECT_GT(now[size_t(j)], before[size_t(h)][size_t(j)]);
-        else EXPECT_EQ(now[size_t(j)], before[size_t(h)][size_t(j)]);
+        if (in_mem)
+          EXPECT_GT(now[size_t(j)], before[size_t(h)][size_t(j)]);
+        else
+          EXPECT_EQ(now[size_t(j)], before[size_t(h)][size_t(j)]);
       }
       for (int64_t j = c * s; j < (c + 1) * s; ++j) EXPECT_GT(now[size_t(j)], 0.0);
       before[size_t(h)].assign(now.begin(), now.end());
@@ -406,7 +412,8 @@ TEST(ChunkedH2O, RegistryMethodRunsAndCoverageIsWhatItComputed) {
       for (int64_t c = 0; c < 16; ++c) EXPECT_NEAR(out.view().get(h, i, c), want[size_t(c)], 2e-5);
     }
   for (int64_t h = 0; h < 4; ++h)
-    for (int64_t i = 0; i < n; ++i) covered += int64_t(test::coverage_keys(*r.coverage, h, i).size());
+    for (int64_t i = 0; i < n; ++i)
+      covered += int64_t(test::coverage_keys(*r.coverage, h, i).size());
   EXPECT_EQ(covered, r.stats.score_entries);
   // Decode-sized queries: full attention.
   Tensor q1 = test::random_tensor(DType::f32, 4, 3, 16, 5), o1(DType::f32, 4, 3, 16),
@@ -436,10 +443,10 @@ TEST(ChunkedH2O, BadInputRaises) {
                Error);
   PackedKV other(2, 16, DType::f32, 100);  // packed rows that are not the batch's
   other.append(in.k.view().rows(0, 50), in.v.view().rows(0, 50));
-  EXPECT_THROW(layer.prefill_batch(in.q.view().rows(0, 40), in.k.view().rows(0, 40),
-                                   in.v.view().rows(0, 40), out.view().rows(0, 40), {}, false,
-                                   nullptr, nullptr, &other),
-               Error);
+  EXPECT_THROW(
+      layer.prefill_batch(in.q.view().rows(0, 40), in.k.view().rows(0, 40), in.v.view().rows(0, 40),
+                          out.view().rows(0, 40), {}, false, nullptr, nullptr, &other),
+      Error);
   EXPECT_THROW(ChunkedH2OLayer(params(64, 64, 8, 8), 3, 2, 16, DType::f32, 100), Error);
   Tensor qn = Tensor::copy_of(in.q);
   qn.view().set(1, 3, 2, NAN);

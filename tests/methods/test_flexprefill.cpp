@@ -31,9 +31,9 @@ struct Params {
   double gamma = 0.9, tau = 0.1;
   bool qa_block = false;
   std::string spec() const {
-    return "flexprefill:block=" + std::to_string(block) + ",min_budget=" + std::to_string(min_budget) +
-           ",gamma=" + std::to_string(gamma) + ",tau=" + std::to_string(tau) +
-           (qa_block ? ",qa=block" : "");
+    return "flexprefill:block=" + std::to_string(block) +
+           ",min_budget=" + std::to_string(min_budget) + ",gamma=" + std::to_string(gamma) +
+           ",tau=" + std::to_string(tau) + (qa_block ? ",qa=block" : "");
   }
 };
 
@@ -91,7 +91,7 @@ std::vector<double> mean_rows(const TensorView& t, int64_t h, int64_t s0, int64_
 struct TwinHead {
   double js = 0;
   bool query_aware = false, fragile = false;
-  int64_t vertical = 0, slash = 0;  // key blocks and diagonal bands kept
+  int64_t vertical = 0, slash = 0;      // key blocks and diagonal bands kept
   std::vector<std::set<int64_t>> rows;  // kept key blocks per query block
 };
 
@@ -122,7 +122,8 @@ TwinHead twin(const TensorView& q, const TensorView& k, int64_t h, const Params&
     band[size_t(j / B)] += slash[size_t(j)];
   }
   std::vector<std::vector<double>> kp(static_cast<size_t>(nk));
-  for (int64_t b = 0; b < nk; ++b) kp[size_t(b)] = mean_rows(k, kh, b * B, std::min(lk, (b + 1) * B));
+  for (int64_t b = 0; b < nk; ++b)
+    kp[size_t(b)] = mean_rows(k, kh, b * B, std::min(lk, (b + 1) * B));
   const std::vector<double> qhat = mean_rows(q, h, lq - n, lq);
   std::vector<double> s;
   for (int64_t b = 0; b < nk; ++b) s.push_back(scale * dot(qhat, kp[size_t(b)]));
@@ -227,7 +228,8 @@ Inputs make_inputs(const Shape& s, const std::string& kind, uint64_t seed) {
       for (int64_t j : {s.lk / 5, s.lk / 2 + 3, s.lk - 40}) k.set(h, j, 0, 12.0f);
     for (int64_t h = 0; h < s.hq; ++h)
       for (int64_t i = 0; i < s.lq; ++i) {
-        if (h % group == 0) q.set(h, i, 0, 8.0f);
+        if (h % group == 0)
+          q.set(h, i, 0, 8.0f);
         else
           for (int64_t c = 0; c < s.dim; ++c) q.set(h, i, c, 0.02f * q.get(h, i, c));
       }
@@ -254,13 +256,13 @@ TEST(FlexPrefill, MaskEqualsTheScalarTwin) {
   const Case cases[] = {
       {{4, 2, 300, 300, 32}, P(32, 64, 0.9, 0.1, false), "random"},
       {{4, 2, 300, 300, 32}, P(32, 64, 0.9, 0.1, true), "random"},
-      {{4, 2, 301, 301, 40}, P(32, 0, 0.8, 0.3, false), "random"},    // odd length
+      {{4, 2, 301, 301, 40}, P(32, 0, 0.8, 0.3, false), "random"},      // odd length
       {{3, 1, 257, 257, 32}, P(128, 1024, 0.9, 0.1, false), "random"},  // paper defaults, GQA 3:1
-      {{2, 2, 131, 389, 32}, P(32, 32, 0.9, 0.1, false), "random"},   // queries after a prefix
-      {{2, 2, 131, 389, 32}, P(32, 32, 0.9, 1.0, true), "random"},    // tau = 1: all query-aware
-      {{2, 1, 5, 300, 32}, P(32, 32, 0.9, 0.1, false), "random"},     // a few queries
-      {{2, 2, 200, 200, 32}, P(16, 0, 0.95, 0.0, false), "random"},   // tau = 0: all vertical-slash
-      {{2, 2, 250, 250, 32}, P(32, 0, 1.0, 0.5, false), "random"},    // gamma = 1
+      {{2, 2, 131, 389, 32}, P(32, 32, 0.9, 0.1, false), "random"},     // queries after a prefix
+      {{2, 2, 131, 389, 32}, P(32, 32, 0.9, 1.0, true), "random"},      // tau = 1: all query-aware
+      {{2, 1, 5, 300, 32}, P(32, 32, 0.9, 0.1, false), "random"},       // a few queries
+      {{2, 2, 200, 200, 32}, P(16, 0, 0.95, 0.0, false), "random"},  // tau = 0: all vertical-slash
+      {{2, 2, 250, 250, 32}, P(32, 0, 1.0, 0.5, false), "random"},   // gamma = 1
       {{4, 2, 400, 400, 32}, P(32, 32, 0.9, 0.1, false), "vs_qa"},
       {{4, 2, 400, 400, 32}, P(32, 32, 0.9, 0.1, true), "vs_qa"},
       {{2, 1, 300, 300, 32}, P(32, 32, 0.9, 0.1, false), "equal_keys"},
@@ -287,8 +289,10 @@ TEST(FlexPrefill, MaskEqualsTheScalarTwin) {
       const MethodReport r = method->run(in.q, in.k, in.v, out, opt);
       ASSERT_NE(r.mask, nullptr) << what;
       r.mask->validate();
-      if (threads == 1) got = r;
-      else EXPECT_EQ(r.mask->to_dense(), got.mask->to_dense()) << what << ": thread count";
+      if (threads == 1)
+        got = r;
+      else
+        EXPECT_EQ(r.mask->to_dense(), got.mask->to_dense()) << what << ": thread count";
     }
     const BlockMask& m = *got.mask;
     ASSERT_EQ(m.block_q, c.p.block);
@@ -329,7 +333,8 @@ TEST(FlexPrefill, PicksThePatternEachHeadShows) {
   const Shape s{4, 2, 600, 600, 32};
   const Inputs in = make_inputs(s, "vs_qa", 3);
   Tensor out(DType::f32, s.hq, s.lq, s.dim);
-  const MethodReport r = make_method("flexprefill:block=32,min_budget=32")->run(in.q, in.k, in.v, out, {});
+  const MethodReport r =
+      make_method("flexprefill:block=32,min_budget=32")->run(in.q, in.k, in.v, out, {});
   const std::vector<double>& qa = r.per_head.at("query_aware");
   const std::vector<double>& js = r.per_head.at("js_distance");
   for (int64_t h = 0; h < s.hq; ++h) {
@@ -338,7 +343,8 @@ TEST(FlexPrefill, PicksThePatternEachHeadShows) {
       EXPECT_GT(js[size_t(h)], 0.3) << h;
       for (int64_t qb = (s.lk / 5) / 32 + 1; qb < r.mask->n_qb(); ++qb) {
         auto row = r.mask->row(h, qb);
-        EXPECT_NE(std::find(row.begin(), row.end(), int32_t((s.lk / 5) / 32)), row.end()) << h << " " << qb;
+        EXPECT_NE(std::find(row.begin(), row.end(), int32_t((s.lk / 5) / 32)), row.end())
+            << h << " " << qb;
       }
     } else {
       EXPECT_EQ(qa[size_t(h)], 1.0) << h;
@@ -355,10 +361,11 @@ TEST(FlexPrefill, KernelMatchesMaskedReference) {
     const Inputs in = make_inputs(s, "random", 5);
     Tensor out(DType::f32, 4, lq, 32);
     std::vector<float> lse(size_t(4 * lq));
-    const MethodReport r =
-        make_method("flexprefill:block=32,min_budget=32")->run(in.q, in.k, in.v, out, {}, lse.data());
-    test::expect_matches(out, lse, test::masked_reference(in.q, in.k, in.v, true, test::mask_predicate(*r.mask)),
-                         "flexprefill lq " + std::to_string(lq));
+    const MethodReport r = make_method("flexprefill:block=32,min_budget=32")
+                               ->run(in.q, in.k, in.v, out, {}, lse.data());
+    test::expect_matches(
+        out, lse, test::masked_reference(in.q, in.k, in.v, true, test::mask_predicate(*r.mask)),
+        "flexprefill lq " + std::to_string(lq));
   }
 }
 
@@ -381,10 +388,11 @@ TEST(FlexPrefill, DefaultsAreThePapers) {
 
 TEST(FlexPrefill, RejectsBadParametersAndInputs) {
   for (const char* spec :
-       {"flexprefill:gamma=0", "flexprefill:gamma=1.5", "flexprefill:gamma=-0.1", "flexprefill:gamma=nan",
-        "flexprefill:tau=-0.01", "flexprefill:tau=1.5", "flexprefill:tau=nan", "flexprefill:tau=x",
-        "flexprefill:topp=0", "flexprefill:gamma=0.9,topp=0.9", "flexprefill:block=0",
-        "flexprefill:min_budget=-1", "flexprefill:qa=rows", "flexprefill:topk=4"})
+       {"flexprefill:gamma=0", "flexprefill:gamma=1.5", "flexprefill:gamma=-0.1",
+        "flexprefill:gamma=nan", "flexprefill:tau=-0.01", "flexprefill:tau=1.5",
+        "flexprefill:tau=nan", "flexprefill:tau=x", "flexprefill:topp=0",
+        "flexprefill:gamma=0.9,topp=0.9", "flexprefill:block=0", "flexprefill:min_budget=-1",
+        "flexprefill:qa=rows", "flexprefill:topk=4"})
     EXPECT_THROW(make_method(spec), Error) << spec;
   const Inputs in = make_inputs({2, 2, 128, 128, 32}, "random", 2);
   Tensor out(DType::f32, 2, 128, 32);
@@ -399,7 +407,9 @@ TEST(FlexPrefillCli, BadGammaOrTauExitsTwo) {
   const test::TempDir dir("spattn_flexprefill_cli");
   for (const char* spec : {"flexprefill:gamma=0", "flexprefill:tau=2"}) {
     const test::CliRun r = test::run_spattn(
-        std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") + spec, dir);
+        std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") +
+            spec,
+        dir);
     ASSERT_TRUE(r.exited()) << spec << ": " << r.err;
     EXPECT_EQ(r.code(), 2) << spec << ": " << r.err;
     EXPECT_NE(r.err.find("flexprefill"), std::string::npos) << r.err;

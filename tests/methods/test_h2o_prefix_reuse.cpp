@@ -156,7 +156,8 @@ TEST(H2OPrefixReuseReal, WithoutTheKeptStateTheResultDiffers) {
   const std::vector<float> got = go_on(none, p, 192);
   ASSERT_EQ(got.size(), want.size());
   double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::abs(got[i] - want[i])));
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, double(std::abs(got[i] - want[i])));
   EXPECT_GT(worst, 1e-2) << "dense from 192 should differ from chunked_h2o's fresh prefill";
   Session s = first_turn(f->model, f->text);
   const std::vector<float> off = go_on(s, p, 195);  // not a boundary: dense from 195
@@ -195,7 +196,7 @@ TEST(H2OPrefixReuse, Gemma3GoesOnFromAChunkBoundaryBitForBit) {
   s.prefill(std::span(t).first(250), nullptr, 0);  // chunk ends 64, 128, 192 (250: the end)
   ASSERT_EQ(s.reuse_point(249), 192);              // inside the batch [128, 256)
   ASSERT_EQ(s.reuse_point(191), 128);
-  ASSERT_EQ(s.reuse_point(127), 64);               // inside the batch [0, 128)
+  ASSERT_EQ(s.reuse_point(127), 64);  // inside the batch [0, 128)
   for (int64_t keep : {192, 64}) {
     s.truncate(keep);
     std::vector<float> got(size_t((300 - keep) * V)), want(got.size());

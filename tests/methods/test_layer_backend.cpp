@@ -71,8 +71,9 @@ TEST(LayerBackend, WhatAMethodCannotDoIsANamedError) {
   const BackendContext ctx;
   EXPECT_NE(error_of([] { make_method("quest"); }).find("give it to --attn-decode"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { make_prefill_backend(parse_method_spec("quest"), ctx); })
-                .find("quest is a decode method"),
+  EXPECT_NE(error_of([&] {
+              make_prefill_backend(parse_method_spec("quest"), ctx);
+            }).find("quest is a decode method"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_decode_backend(parse_method_spec("momo"), ctx); })
                 .find("--attn-decode: momo has no decode form (decode methods: dense, blasst "
@@ -84,11 +85,13 @@ TEST(LayerBackend, WhatAMethodCannotDoIsANamedError) {
                 .find("--cp: --attn tri_shape is not context-parallel (" +
                       context_parallel_names() + " are)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { make_decode_backend(parse_method_spec("quest"), cp); })
-                .find("only dense decode is context-parallel"),
+  EXPECT_NE(error_of([&] {
+              make_decode_backend(parse_method_spec("quest"), cp);
+            }).find("only dense decode is context-parallel"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { make_prefill_backend(parse_method_spec("chunked_h2o:local=4"), ctx); })
-                .find("takes its sizes from -b, -ub"),
+  EXPECT_NE(error_of([&] {
+              make_prefill_backend(parse_method_spec("chunked_h2o:local=4"), ctx);
+            }).find("takes its sizes from -b, -ub"),
             std::string::npos);
 }
 
@@ -111,7 +114,8 @@ TEST(LayerBackend, CapabilitiesTellTheSessionWhatToKeep) {
   EXPECT_EQ(h2o->capabilities().ring_grid, ctx.n_ubatch);
   EXPECT_NE(shared, nullptr);  // the layers' one batch scratch
   ctx.layer = 2;
-  const BackendCaps q = make_decode_backend(parse_method_spec("quest:page=32"), ctx)->capabilities();
+  const BackendCaps q =
+      make_decode_backend(parse_method_spec("quest:page=32"), ctx)->capabilities();
   EXPECT_TRUE(q.sparse_decode && q.reads_pages);
   EXPECT_EQ(q.quest_page, 32);
 }

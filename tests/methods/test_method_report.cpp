@@ -33,7 +33,8 @@ struct Outcome {
 
 Outcome run(const Method& m, const Workload& w, int threads = 2) {
   Outcome r{Tensor(DType::f32, w.q.heads(), w.q.seq(), w.q.dim()),
-        std::vector<float>(size_t(w.q.heads() * w.q.seq())), {}};
+            std::vector<float>(size_t(w.q.heads() * w.q.seq())),
+            {}};
   AttnOptions opt;
   opt.threads = threads;
   r.report = m.run(w.q, w.k, w.v, r.out, opt, r.lse.data());
@@ -45,8 +46,8 @@ bool same_bits(const Tensor& a, const Tensor& b) {
          std::memcmp(a.view().data, b.view().data, size_t(a.numel()) * sizeof(float)) == 0;
 }
 
-void expect_same_report(const MethodReport& a, const MethodReport& b, int64_t heads,
-                        int64_t q_len, const std::string& what) {
+void expect_same_report(const MethodReport& a, const MethodReport& b, int64_t heads, int64_t q_len,
+                        const std::string& what) {
   EXPECT_EQ(a.stats.score_entries, b.stats.score_entries) << what;
   EXPECT_EQ(a.stats.causal_entries, b.stats.causal_entries) << what;
   EXPECT_EQ(a.stats.tiles_visited, b.stats.tiles_visited) << what;

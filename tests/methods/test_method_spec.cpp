@@ -28,10 +28,12 @@ TEST(MethodSpec, ParsesNameAndParameters) {
 
 TEST(MethodSpec, MalformedSpecsRaiseError) {
   EXPECT_NE(error_of([] { parse_method_spec(""); }).find("empty method name"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_method_spec(":a=1"); }).find("empty method name"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_method_spec(":a=1"); }).find("empty method name"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_method_spec("x:a"); }).find("not key=value"), std::string::npos);
   EXPECT_NE(error_of([] { parse_method_spec("x:=1"); }).find("empty parameter"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_method_spec("x:a=1,a=2"); }).find("given twice"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_method_spec("x:a=1,a=2"); }).find("given twice"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_method_spec("x:a=1,"); }).find("trailing"), std::string::npos);
 }
 
@@ -50,8 +52,10 @@ TEST(MethodSpec, ParamReaderChecksTypesAndRanges) {
   EXPECT_EQ(r.get_int("i", 0, 0, 100), 12);
   EXPECT_EQ(r.get_double("d", 0, 0, 1), 0.5);
   EXPECT_EQ(r.get_int("missing", 7, 0, 10), 7);
-  EXPECT_NE(error_of([&] { r.get_int("bad", 0, 0, 10); }).find("not an integer"), std::string::npos);
-  EXPECT_NE(error_of([&] { r.get_double("bad", 0, 0, 10); }).find("not a finite number"), std::string::npos);
+  EXPECT_NE(error_of([&] { r.get_int("bad", 0, 0, 10); }).find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { r.get_double("bad", 0, 0, 10); }).find("not a finite number"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { r.get_int("big", 0, 0, 10); }).find("out of range"), std::string::npos);
   EXPECT_NO_THROW(r.finish());
   ParamReader unread(s);

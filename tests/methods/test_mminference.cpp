@@ -65,13 +65,16 @@ TEST(MMInferencePlan, BadPlansRaiseErrors) {
   };
   expect_plan_error("{", "not valid JSON");
   expect_plan_error("[]", "object");
-  expect_plan_error(replace("\"pattern\": \"grid\"", "\"pattern\": \"tri_shape\""), "unknown pattern 'tri_shape'");
-  expect_plan_error(replace("\"boundary\": \"none\"", "\"boundary\": \"diagonal\""), "unknown boundary");
+  expect_plan_error(replace("\"pattern\": \"grid\"", "\"pattern\": \"tri_shape\""),
+                    "unknown pattern 'tri_shape'");
+  expect_plan_error(replace("\"boundary\": \"none\"", "\"boundary\": \"diagonal\""),
+                    "unknown boundary");
   expect_plan_error(replace("\"heads\": 3", "\"heads\": 4"), "has 3 heads");
   expect_plan_error(replace("\"local\": 128", "\"loc\": 128"), "missing field 'local'");
   expect_plan_error(replace("\"max_stride\": 256", "\"max_stride\": 0"), "max_stride");
   expect_plan_error(replace("\"hline\": false", "\"hline\": 0"), "'hline' must be true or false");
-  expect_plan_error(replace("\"format\": \"spattn.mminference_plan\"", "\"format\": \"x\""), "format");
+  expect_plan_error(replace("\"format\": \"spattn.mminference_plan\"", "\"format\": \"x\""),
+                    "format");
   expect_plan_error(replace("\"layers\": [", "\"lay\": ["), "missing field 'layers'");
   EXPECT_THROW(load_mm_plan(dir.file("does_not_exist.json")), Error);
 }
@@ -84,7 +87,8 @@ TEST(MMInference, EachHeadRunsItsOwnPattern) {
   save_mm_plan(three_head_plan(), path);
   auto m = make_method("mminference:plan=" + path);
   const int64_t lk = 512, d = 32;
-  Tensor q = test::random_tensor(DType::f32, 3, lk, d, 1, 1.5f), k = test::random_tensor(DType::f32, 3, lk, d, 2, 1.5f),
+  Tensor q = test::random_tensor(DType::f32, 3, lk, d, 1, 1.5f),
+         k = test::random_tensor(DType::f32, 3, lk, d, 2, 1.5f),
          v = test::random_tensor(DType::f32, 3, lk, d, 3);
   Tensor out(DType::f32, 3, lk, d);
   std::vector<float> lse(size_t(3 * lk));
@@ -94,9 +98,11 @@ TEST(MMInference, EachHeadRunsItsOwnPattern) {
     Tensor one(DType::f32, 1, lk, d);
     std::vector<float> lse1(static_cast<size_t>(lk));
     auto cov = mm_run_head(plan.layers[0][size_t(h)], plan.frame_stride, q.view().head_range(h, 1),
-                           k.view().head_range(h, 1), v.view().head_range(h, 1), one, {}, lse1.data(), nullptr);
+                           k.view().head_range(h, 1), v.view().head_range(h, 1), one, {},
+                           lse1.data(), nullptr);
     for (int64_t i = 0; i < lk; ++i) {
-      ASSERT_EQ(test::coverage_keys(*r.coverage, h, i), test::coverage_keys(*cov, 0, i)) << h << " " << i;
+      ASSERT_EQ(test::coverage_keys(*r.coverage, h, i), test::coverage_keys(*cov, 0, i))
+          << h << " " << i;
       ASSERT_EQ(lse[size_t(h * lk + i)], lse1[size_t(i)]);
       for (int64_t c = 0; c < d; ++c) ASSERT_EQ(out.view().get(h, i, c), one.view().get(0, i, c));
       // and the output is exact attention over the covered keys

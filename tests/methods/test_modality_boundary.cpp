@@ -41,7 +41,9 @@ test::EntryPredicate pieces_predicate(std::vector<std::vector<ModalityPairIndex>
                                       const ModalityLayout& l, int64_t lq) {
   const int64_t lk = int64_t(l.ids.size());
   // Per piece, per row: the tile's first and last position (-1: not a row of the piece).
-  struct Span { int64_t p0 = -1, p1 = -1; };
+  struct Span {
+    int64_t p0 = -1, p1 = -1;
+  };
   auto spans = std::make_shared<std::vector<std::vector<std::vector<Span>>>>();
   for (const auto& pieces : per_head) {
     spans->emplace_back();
@@ -55,7 +57,8 @@ test::EntryPredicate pieces_predicate(std::vector<std::vector<ModalityPairIndex>
           continue;
         }
         if (start >= 0)
-          for (int64_t r = start; r < start + n; ++r) s[size_t(r)] = {lk - lq + start, lk - lq + start + n - 1};
+          for (int64_t r = start; r < start + n; ++r)
+            s[size_t(r)] = {lk - lq + start, lk - lq + start + n - 1};
         start = in ? i : -1;
         n = in ? 1 : 0;
       }
@@ -112,8 +115,8 @@ void check_boundary_heads(DType t, int64_t lq, int64_t lk, int64_t d) {
   const std::string path = dir.file("plan.json");
   save_mm_plan(plan, path);
   auto m = make_method("mminference:plan=" + path);
-  Tensor q = test::random_tensor(t, 4, lq, d, 21, 1.5f), k = test::random_tensor(t, 2, lk, d, 22, 1.5f),
-         v = test::random_tensor(t, 2, lk, d, 23);
+  Tensor q = test::random_tensor(t, 4, lq, d, 21, 1.5f),
+         k = test::random_tensor(t, 2, lk, d, 22, 1.5f), v = test::random_tensor(t, 2, lk, d, 23);
   Tensor out(DType::f32, 4, lq, d);
   std::vector<float> lse(size_t(4 * lq));
   AttnOptions opt;
@@ -160,7 +163,8 @@ TEST(BoundaryHeads, EqualMaskedReferenceEntryForEntry) {
 // pieces take one key modality each, columns of that modality only, all pairs present.
 TEST(BoundaryHeads, PiecesCoverTheirModalities) {
   const ModalityLayout l = test_layout(389);
-  Tensor q = test::random_tensor(DType::f32, 1, 389, 32, 1), k = test::random_tensor(DType::f32, 1, 389, 32, 2);
+  Tensor q = test::random_tensor(DType::f32, 1, 389, 32, 1),
+         k = test::random_tensor(DType::f32, 1, 389, 32, 2);
   VerticalSlashConfig c;
   c.vertical_size = 10, c.slash_size = 20;
   const auto qb = vertical_slash_pairs(q, k, l, c, {}, false);
@@ -222,7 +226,9 @@ TEST(BoundaryPlan, RoundTripsAndRefusesBadBoundaries) {
   ASSERT_NE(at, std::string::npos);
   expect_error(gt.replace(at, 18, "\"boundary\": \"q\""), "not implemented for grid");
   // k is a name plans may hold.
-  EXPECT_EQ(mm_plan_from_json(replace("\"boundary\": \"q\"", "\"boundary\": \"k\""), "t").layers[0][0].boundary,
+  EXPECT_EQ(mm_plan_from_json(replace("\"boundary\": \"q\"", "\"boundary\": \"k\""), "t")
+                .layers[0][0]
+                .boundary,
             MMBoundary::k);
 }
 
@@ -237,7 +243,8 @@ TEST(BoundaryPlan, OffRunsThePlanWithoutBoundaries) {
   auto off = make_method("mminference:plan=" + path + ",boundary=off");
   auto none = make_method("mminference:plan=" + none_path);
   const int64_t lk = 389, d = 32;
-  Tensor q = test::random_tensor(DType::f32, 4, lk, d, 1), k = test::random_tensor(DType::f32, 2, lk, d, 2),
+  Tensor q = test::random_tensor(DType::f32, 4, lk, d, 1),
+         k = test::random_tensor(DType::f32, 2, lk, d, 2),
          v = test::random_tensor(DType::f32, 2, lk, d, 3);
   Tensor o1(DType::f32, 4, lk, d), o2(DType::f32, 4, lk, d);
   AttnOptions opt;

@@ -27,8 +27,8 @@
 namespace spattn {
 namespace {
 
-Workload text(int64_t seq, int64_t heads, int64_t kv_heads, int64_t dim, DType dt,
-              uint64_t seed, int64_t q_len = 0) {
+Workload text(int64_t seq, int64_t heads, int64_t kv_heads, int64_t dim, DType dt, uint64_t seed,
+              int64_t q_len = 0) {
   WorkloadConfig c;
   c.seq = seq, c.q_len = q_len, c.heads = heads, c.kv_heads = kv_heads, c.dim = dim;
   c.dtype = dt, c.seed = seed;
@@ -43,7 +43,8 @@ struct MomoRun {
 
 MomoRun run(const std::string& spec, const Workload& w, DType out_dtype = DType::f32) {
   MomoRun r{Tensor(out_dtype, w.q.heads(), w.q.seq(), w.q.dim()),
-        std::vector<float>(size_t(w.q.heads() * w.q.seq())), {}};
+            std::vector<float>(size_t(w.q.heads() * w.q.seq())),
+            {}};
   AttnOptions opt;
   opt.threads = 2;
   r.report = make_method(spec)->run(w.q, w.k, w.v, r.out, opt, r.lse.data());
@@ -97,9 +98,9 @@ TEST(MomoMethod, SampledRowsAreTheQuerySparseRowsBitwise) {
       const size_t row_bytes = 64 * dtype_size(dt);
       for (int64_t h = 0; h < 4; ++h)
         for (size_t ri = 0; ri < rows.size(); ++ri) {
-          ASSERT_EQ(std::memcmp(r.out.view().ptr(h, rows[ri]), og.view().ptr(h, int64_t(ri)),
-                                row_bytes),
-                    0)
+          ASSERT_EQ(
+              std::memcmp(r.out.view().ptr(h, rows[ri]), og.view().ptr(h, int64_t(ri)), row_bytes),
+              0)
               << dtype_name(dt) << " head " << h << " row " << rows[ri];
           ASSERT_EQ(r.lse[size_t(h * 517 + rows[ri])], lse_g[h * rows.size() + ri]);
         }
@@ -171,7 +172,9 @@ TEST(MomoMethod, UnionAndTrimKeepSinkLocalAndAtMostKTrimOthers) {
   const Workload w = text(1500, 2, 1, 32, DType::f32, 11);
   for (const char* topk : {"hybrid", "exact", "tree", "estimate"}) {
     const MomoRun r = run(std::string("momo:gamma=8,chi=32,beta=128,k=3,k_exact=1,k_trim=4,sink=2,"
-                                  "local=1,topk=") + topk, w);
+                                      "local=1,topk=") +
+                              topk,
+                          w);
     const BlockMask& m = *r.report.mask;
     ASSERT_NO_THROW(m.validate());
     EXPECT_EQ(m.block_q, 32);
@@ -278,42 +281,47 @@ TEST(MomoMethod, TrimRanksTheUnionByRowMassOrMeanScore) {
   const int64_t gamma = 8, chi = 32, L = 1400;
   std::vector<std::vector<uint8_t>> masks;  // the row above changes some block's choice
   for (const char* pool : {"block", "above"})
-  for (const char* trim : {"mass", "mean"}) {
-    const MomoRun r = run(std::string("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,"
-                                      "blend=none,pool=") + pool + ",trim=" + trim, w);
-    const BlockMask& m = *r.report.mask;
-    masks.push_back(m.to_dense());
-    int64_t checked = 0;
-    for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
-      const int64_t cb = m.causal_blocks(qb);
-      if (cb < 6) continue;  // fewer candidates than the union keeps: nothing to rank
-      std::vector<double> sum(size_t(cb), 0.0);
-      std::vector<int> cnt(size_t(cb), 0);
-      const int64_t first = std::string(pool) == "above" ? qb * chi - 1 : qb * chi;
-      for (int64_t row = first; row < std::min(L, (qb + 1) * chi); ++row) {
-        if (!sampled(row, gamma, L)) continue;
-        double row_lse = 0;
-        const auto s = row_candidates(w, m, row, chi, &row_lse);
-        for (size_t i = 0; i < std::min<size_t>(3, s.size()); ++i) {
-          const auto [score, j] = s[i];
-          if (j >= cb - 1) continue;  // the row above chose a block this block keeps anyway
-          sum[size_t(j)] += std::string(trim) == "mass" ? std::exp(score - row_lse) : score;
-          ++cnt[size_t(j)];
+    for (const char* trim : {"mass", "mean"}) {
+      const MomoRun r =
+          run(std::string("momo:gamma=8,chi=32,k=3,k_trim=2,sink=1,local=1,topk=exact,"
+                          "blend=none,pool=") +
+                  pool + ",trim=" + trim,
+              w);
+      const BlockMask& m = *r.report.mask;
+      masks.push_back(m.to_dense());
+      int64_t checked = 0;
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t cb = m.causal_blocks(qb);
+        if (cb < 6) continue;  // fewer candidates than the union keeps: nothing to rank
+        std::vector<double> sum(size_t(cb), 0.0);
+        std::vector<int> cnt(size_t(cb), 0);
+        const int64_t first = std::string(pool) == "above" ? qb * chi - 1 : qb * chi;
+        for (int64_t row = first; row < std::min(L, (qb + 1) * chi); ++row) {
+          if (!sampled(row, gamma, L)) continue;
+          double row_lse = 0;
+          const auto s = row_candidates(w, m, row, chi, &row_lse);
+          for (size_t i = 0; i < std::min<size_t>(3, s.size()); ++i) {
+            const auto [score, j] = s[i];
+            if (j >= cb - 1) continue;  // the row above chose a block this block keeps anyway
+            sum[size_t(j)] += std::string(trim) == "mass" ? std::exp(score - row_lse) : score;
+            ++cnt[size_t(j)];
+          }
         }
+        std::vector<std::pair<double, int32_t>> rank;
+        for (int32_t j = 0; j < cb; ++j)
+          if (cnt[size_t(j)] > 0)
+            rank.push_back(
+                {std::string(trim) == "mass" ? sum[size_t(j)] : sum[size_t(j)] / cnt[size_t(j)],
+                 j});
+        std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
+        if (rank.size() < 3) continue;
+        const double gap = rank[1].first - rank[2].first;
+        if (gap < 1e-3 * std::max(1.0, std::fabs(rank[1].first))) continue;
+        expect_kept(m, qb, {rank[0].second, rank[1].second}, std::string(pool) + " " + trim);
+        ++checked;
       }
-      std::vector<std::pair<double, int32_t>> rank;
-      for (int32_t j = 0; j < cb; ++j)
-        if (cnt[size_t(j)] > 0)
-          rank.push_back({std::string(trim) == "mass" ? sum[size_t(j)] : sum[size_t(j)] / cnt[size_t(j)], j});
-      std::sort(rank.begin(), rank.end(), [](auto a, auto b) { return a.first > b.first; });
-      if (rank.size() < 3) continue;
-      const double gap = rank[1].first - rank[2].first;
-      if (gap < 1e-3 * std::max(1.0, std::fabs(rank[1].first))) continue;
-      expect_kept(m, qb, {rank[0].second, rank[1].second}, std::string(pool) + " " + trim);
-      ++checked;
+      EXPECT_GT(checked, 20) << pool << " " << trim;
     }
-    EXPECT_GT(checked, 20) << pool << " " << trim;
-  }
   EXPECT_NE(masks[0], masks[2]);  // mass: block against above
   EXPECT_NE(masks[1], masks[3]);  // mean
 }
@@ -423,25 +431,26 @@ TEST(MomoMethod, BlendRanksByRowVotesAboveTheirCutPlusPooledShare) {
   const MomoRun none = run(base + ",blend=none", w);
   std::vector<std::vector<uint8_t>> masks;
   for (const char* pool : {"block", "above"})
-  for (const char* blend : {"moments", "mean_pool"}) {
-  const bool moments = std::string(blend) == "moments", above = std::string(pool) == "above";
-  // The defaults are blend=moments, pool=above.
-  const MomoRun r = run(moments && above ? base : base + ",blend=" + blend + ",pool=" + pool, w);
-  const BlockMask& m = *r.report.mask;
-  masks.push_back(m.to_dense());
-  EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
-  int64_t checked = 0;
-  for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
-    const int64_t cb = m.causal_blocks(qb);
-    if (cb < 5) continue;  // at most k_trim candidates: nothing to rank
-    const auto rank = ranked_candidates(blend_scores(w, m, qb, gamma, chi, kk, moments, above));
-    const double gap = rank[1].first - rank[2].first;
-    if (gap < 1e-4 * std::max(1e-3, rank[1].first)) continue;
-    expect_kept(m, qb, {rank[0].second, rank[1].second}, std::string(blend) + " " + pool);
-    ++checked;
-  }
-  EXPECT_GT(checked, 20) << blend << " " << pool;
-  }
+    for (const char* blend : {"moments", "mean_pool"}) {
+      const bool moments = std::string(blend) == "moments", above = std::string(pool) == "above";
+      // The defaults are blend=moments, pool=above.
+      const MomoRun r =
+          run(moments && above ? base : base + ",blend=" + blend + ",pool=" + pool, w);
+      const BlockMask& m = *r.report.mask;
+      masks.push_back(m.to_dense());
+      EXPECT_NE(m.to_dense(), none.report.mask->to_dense());  // the blend changes some choice
+      int64_t checked = 0;
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t cb = m.causal_blocks(qb);
+        if (cb < 5) continue;  // at most k_trim candidates: nothing to rank
+        const auto rank = ranked_candidates(blend_scores(w, m, qb, gamma, chi, kk, moments, above));
+        const double gap = rank[1].first - rank[2].first;
+        if (gap < 1e-4 * std::max(1e-3, rank[1].first)) continue;
+        expect_kept(m, qb, {rank[0].second, rank[1].second}, std::string(blend) + " " + pool);
+        ++checked;
+      }
+      EXPECT_GT(checked, 20) << blend << " " << pool;
+    }
   EXPECT_NE(masks[0], masks[1]);  // moments against mean_pool
   EXPECT_NE(masks[0], masks[2]);  // above against block
 }
@@ -454,8 +463,8 @@ TEST(MomoMethod, ToppKeepsTheFewestCandidatesWhoseBlendMassReachesP) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
   for (const double p : {0.5, 0.8, 0.95})
     for (const int64_t k_trim : {int64_t(1000), int64_t(3)}) {
-      const std::string spec = kBudgetSpec + ",k_trim=" + std::to_string(k_trim) +
-                               ",topp=" + std::to_string(p);
+      const std::string spec =
+          kBudgetSpec + ",k_trim=" + std::to_string(k_trim) + ",topp=" + std::to_string(p);
       const MomoRun r = run(spec, w);
       const BlockMask& m = *r.report.mask;
       int64_t checked = 0, below_cap = 0;
@@ -494,8 +503,8 @@ TEST(MomoMethod, MinShareKeepsEveryCandidateAboveTheThreshold) {
   const Workload w = text(1400, 1, 1, 32, DType::f32, 19);
   for (const double t : {0.01, 0.03, 0.1})
     for (const int64_t k_trim : {int64_t(1000), int64_t(2)}) {
-      const std::string spec = kBudgetSpec + ",k_trim=" + std::to_string(k_trim) +
-                               ",min_share=" + std::to_string(t);
+      const std::string spec =
+          kBudgetSpec + ",k_trim=" + std::to_string(k_trim) + ",min_share=" + std::to_string(t);
       const MomoRun r = run(spec, w);
       const BlockMask& m = *r.report.mask;
       int64_t checked = 0, kept_some = 0, kept_none = 0;
@@ -536,8 +545,7 @@ TEST(MomoLambda, LambdaZeroIsBitwiseNoLambda) {
           const MomoRun on = run(base + rule, w, dt);
           const std::string what = base + rule + " " + dtype_name(dt);
           ASSERT_EQ(std::memcmp(on.out.data(), off.out.data(), off.out.nbytes()), 0) << what;
-          ASSERT_EQ(std::memcmp(on.lse.data(), off.lse.data(), off.lse.size() * sizeof(float)),
-                    0)
+          ASSERT_EQ(std::memcmp(on.lse.data(), off.lse.data(), off.lse.size() * sizeof(float)), 0)
               << what;
           EXPECT_EQ(on.report.mask->to_dense(), off.report.mask->to_dense()) << what;
           EXPECT_EQ(on.report.extras.at("skipped_fused"), 0.0) << what;
@@ -558,9 +566,10 @@ TEST(MomoLambda, CoverageIsExactUnderTheSkipRule) {
   const Workload w = text(L, 2, 1, 32, DType::f32, 23);
   for (const char* order : {"local_first", "in_order"})
     for (int beta : {64, 128}) {
-      const std::string spec = std::string("momo:gamma=4,chi=64,k=6,k_exact=2,delta=off,"
-                                           "lambda=0.2,order=") + order +
-                               ",beta=" + std::to_string(beta);
+      const std::string spec = std::string(
+                                   "momo:gamma=4,chi=64,k=6,k_exact=2,delta=off,"
+                                   "lambda=0.2,order=") +
+                               order + ",beta=" + std::to_string(beta);
       const MomoRun r = run(spec, w);
       EXPECT_GT(r.report.extras.at("skipped_fused"), 0.0) << spec;
       EXPECT_GT(r.report.extras.at("skipped_sparse"), 0.0) << spec;
@@ -630,25 +639,41 @@ TEST(MomoMethod, DecodeFallsBackToDenseDecode) {
 // Each bad parameter is an Error whose message names it.
 TEST(MomoParams, BadParametersNameTheParameter) {
   const std::pair<const char*, const char*> cases[] = {
-      {"momo:gamma=0", "gamma"},          {"momo:gamma=256", "gamma"},
-      {"momo:gamma=48", "gamma"},         {"momo:chi=100,gamma=16", "chi"},
-      {"momo:beta=96", "beta"},           {"momo:beta=32", "beta"},
-      {"momo:k=0", "k="},                 {"momo:k=4,k_exact=8", "k_exact"},
-      {"momo:topk=heap", "topk"},         {"momo:sink=-1", "sink"},
-      {"momo:local=-2", "local"},         {"momo:delta=maybe", "delta"},
-      {"momo:k_trim=0", "k_trim"},        {"momo:lambda=1.5", "lambda"},
-      {"momo:lambda=-0.1", "lambda"},     {"momo:lambda=nan", "lambda"},
-      {"momo:lambda=x", "lambda"},        {"momo:order=in_order", "order"},
+      {"momo:gamma=0", "gamma"},
+      {"momo:gamma=256", "gamma"},
+      {"momo:gamma=48", "gamma"},
+      {"momo:chi=100,gamma=16", "chi"},
+      {"momo:beta=96", "beta"},
+      {"momo:beta=32", "beta"},
+      {"momo:k=0", "k="},
+      {"momo:k=4,k_exact=8", "k_exact"},
+      {"momo:topk=heap", "topk"},
+      {"momo:sink=-1", "sink"},
+      {"momo:local=-2", "local"},
+      {"momo:delta=maybe", "delta"},
+      {"momo:k_trim=0", "k_trim"},
+      {"momo:lambda=1.5", "lambda"},
+      {"momo:lambda=-0.1", "lambda"},
+      {"momo:lambda=nan", "lambda"},
+      {"momo:lambda=x", "lambda"},
+      {"momo:order=in_order", "order"},
       {"momo:lambda=0.1,order=sideways", "order"},
-      {"momo:trim=max", "trim"},         {"momo:gamma=x", "gamma"},
-      {"momo:chi=24", "chi"},             {"momo:gamma=auto,chi=200", "chi"},
-      {"momo:pool=left", "pool"},         {"momo:blend=max", "blend"},
-      {"momo:trim=mean,blend=mean_pool", "blend"}, {"momo:trim=mean,blend=moments", "blend"},
-      {"momo:topp=0", "topp"},            {"momo:topp=1.01", "topp"},
-      {"momo:topp=-0.5", "topp"},         {"momo:topp=nan", "topp"},
+      {"momo:trim=max", "trim"},
+      {"momo:gamma=x", "gamma"},
+      {"momo:chi=24", "chi"},
+      {"momo:gamma=auto,chi=200", "chi"},
+      {"momo:pool=left", "pool"},
+      {"momo:blend=max", "blend"},
+      {"momo:trim=mean,blend=mean_pool", "blend"},
+      {"momo:trim=mean,blend=moments", "blend"},
+      {"momo:topp=0", "topp"},
+      {"momo:topp=1.01", "topp"},
+      {"momo:topp=-0.5", "topp"},
+      {"momo:topp=nan", "topp"},
       {"momo:blend=none,topp=0.9", "topp needs blend"},
       {"momo:trim=mean,topp=0.9", "topp needs blend"},
-      {"momo:min_share=0", "min_share"},  {"momo:min_share=1", "min_share"},
+      {"momo:min_share=0", "min_share"},
+      {"momo:min_share=1", "min_share"},
       {"momo:min_share=-0.1", "min_share"},
       {"momo:blend=none,min_share=0.01", "min_share needs blend"},
       {"momo:topp=0.9,min_share=0.01", "not both"},
@@ -697,12 +722,15 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
   EXPECT_NE(ok.out.find("momo"), std::string::npos) << ok.out;
   const test::CliRun mask = test::run_spattn(
       "mask --seq 1024 --heads 1 --dim 64 --workload text --method momo:gamma=16,chi=64,k=4 "
-      "--out " + (dir / "m.png").string(), dir);
+      "--out " +
+          (dir / "m.png").string(),
+      dir);
   EXPECT_EQ(mask.code(), 0) << mask.err;
   EXPECT_TRUE(fs::exists(dir / "m.png"));
   // select-diag: the selector tables, the recall comparison, and bad input exits 2.
   const std::string diag = "select-diag --seq 2048 --heads 2 --dim 64 --workload text ";
-  const test::CliRun d = test::run_spattn(diag + "--k 4,8 --trace " + (dir / "t.tsv").string(), dir);
+  const test::CliRun d =
+      test::run_spattn(diag + "--k 4,8 --trace " + (dir / "t.tsv").string(), dir);
   EXPECT_EQ(d.code(), 0) << d.err;
   for (const char* col : {"exact", "hybrid", "estimate_shuffled", "trim_sum_p", "full_at"})
     EXPECT_NE(d.out.find(col), std::string::npos) << col << "\n" << d.out;
@@ -710,8 +738,8 @@ TEST(MomoCli, BadParameterExits2AndRunsWork) {
   const test::CliRun rc = test::run_spattn(diag + "--recall momo:k=4", dir);
   EXPECT_EQ(rc.code(), 0) << rc.err;
   EXPECT_NE(rc.out.find("oracle_topk:topk="), std::string::npos) << rc.out;
-  for (const char* bad : {"--k 0", "--k-exact -1", "--chi 100", "--beta 32", "--row-step 0",
-                          "--recall momo:k=0"}) {
+  for (const char* bad :
+       {"--k 0", "--k-exact -1", "--chi 100", "--beta 32", "--row-step 0", "--recall momo:k=0"}) {
     const test::CliRun r = test::run_spattn(diag + bad, dir);
     EXPECT_EQ(r.code(), 2) << bad << ": " << r.err;
   }

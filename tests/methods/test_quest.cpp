@@ -162,7 +162,8 @@ TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
           std::vector<float> q(size_t(rows * d));
           for (float& x : q) x = g(rng);
           std::vector<float> u(size_t(rows * ld), NAN);
-          const void* sums = type == DType::f32 ? static_cast<const void*>(wide.data()) : half.data();
+          const void* sums =
+              type == DType::f32 ? static_cast<const void*>(wide.data()) : half.data();
           kernels::quest_bounds(q.data(), rows, d, sums, type, pages, u.data(), ld);
           for (int64_t r = 0; r < rows; ++r)
             for (int64_t p = 0; p < pages; ++p) {
@@ -208,9 +209,8 @@ TEST(Quest, I8BoundKernelEqualsThePlainLoopBitwise) {
               const float hi = codes[size_t(kernels::quest_sum_index(d, p, c, true))];
               want += std::max(qs * lo, qs * hi);
             }
-            ASSERT_EQ(u[size_t(r * ld + p)], want)
-                << rows << " rows, " << pages << " pages, d " << d << ": row " << r << " page "
-                << p;
+            ASSERT_EQ(u[size_t(r * ld + p)], want) << rows << " rows, " << pages << " pages, d "
+                                                   << d << ": row " << r << " page " << p;
           }
       }
 }
@@ -385,8 +385,10 @@ TEST(Quest, I8CodesHoldEveryPagesRangeWhateverTheAppends) {
                   << what << " head " << h << " page " << p << " dim " << c;
               const int x = a.code(h, p, c, max);
               ASSERT_LE(std::abs(x), 127);
-              if (max) ASSERT_GE(float(x) * s, a.get(h, p, c, true)) << "page " << p << ", " << c;
-              else ASSERT_LE(float(x) * s, a.get(h, p, c, false)) << "page " << p << ", " << c;
+              if (max)
+                ASSERT_GE(float(x) * s, a.get(h, p, c, true)) << "page " << p << ", " << c;
+              else
+                ASSERT_LE(float(x) * s, a.get(h, p, c, false)) << "page " << p << ", " << c;
             }
           }
     };
@@ -438,29 +440,30 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
   using Shape = std::pair<int64_t, int64_t>;  // kv heads, q heads
   for (const auto& [hkv, hq] : std::initializer_list<Shape>{{2, 8}, {3, 3}})
     for (int64_t n : {1, 47, 640, 1001})
-    for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
-                             "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
-      const QuestParams p = parse_quest_params(parse_method_spec(spec));
-      const int64_t d = 64, group = hq / hkv;
-      const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
-      const Tensor q = random_tensor(hq, 1, d, uint64_t(n) + 1);
-      QuestPages pages(hkv, d, p.page, n);
-      pages.append(k);
-      const float scale = 1.0f / std::sqrt(float(d));
-      QuestDecodeStats st;
-      const auto ranges = quest_select(q, pages, p, scale, &st);
-      const int64_t np = pages.pages();
-      int64_t read = 0;
-      ASSERT_EQ(int64_t(ranges.size()), hkv);
-      for (int64_t g = 0; g < hkv; ++g) {
-        EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np), twin_pages(q, g, k, group, p, scale))
-            << spec << " n " << n << " kv head " << g;
-        for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
+      for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
+                               "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
+        const QuestParams p = parse_quest_params(parse_method_spec(spec));
+        const int64_t d = 64, group = hq / hkv;
+        const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
+        const Tensor q = random_tensor(hq, 1, d, uint64_t(n) + 1);
+        QuestPages pages(hkv, d, p.page, n);
+        pages.append(k);
+        const float scale = 1.0f / std::sqrt(float(d));
+        QuestDecodeStats st;
+        const auto ranges = quest_select(q, pages, p, scale, &st);
+        const int64_t np = pages.pages();
+        int64_t read = 0;
+        ASSERT_EQ(int64_t(ranges.size()), hkv);
+        for (int64_t g = 0; g < hkv; ++g) {
+          EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np),
+                    twin_pages(q, g, k, group, p, scale))
+              << spec << " n " << n << " kv head " << g;
+          for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
+        }
+        EXPECT_EQ(st.keys_read, read);
+        EXPECT_EQ(st.keys_total, hkv * n);
+        EXPECT_EQ(st.pages_total, hkv * np);
       }
-      EXPECT_EQ(st.keys_read, read);
-      EXPECT_EQ(st.keys_total, hkv * n);
-      EXPECT_EQ(st.pages_total, hkv * np);
-    }
 }
 
 // Pages of equal score go in page order, whatever selects the budget's threshold: keys that
@@ -595,12 +598,12 @@ TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
   const auto reads_all = [](const char* spec, int64_t keys) {
     return quest_reads_every_key(parse_quest_params(parse_method_spec(spec)), keys);
   };
-  EXPECT_TRUE(reads_all("quest", 8192));     // 258 pages of 16: 4,128 keys of 8,192
-  EXPECT_TRUE(reads_all("quest", 8256));     // 4,128 of 8,256: exactly half
+  EXPECT_TRUE(reads_all("quest", 8192));  // 258 pages of 16: 4,128 keys of 8,192
+  EXPECT_TRUE(reads_all("quest", 8256));  // 4,128 of 8,256: exactly half
   EXPECT_FALSE(reads_all("quest", 8257));
   EXPECT_FALSE(reads_all("quest", 32768));
   EXPECT_FALSE(reads_all("quest:dense_at=1", 8192));
-  EXPECT_TRUE(reads_all("quest:dense_at=1", 4100));  // every page
+  EXPECT_TRUE(reads_all("quest:dense_at=1", 4100));        // every page
   EXPECT_TRUE(reads_all("quest:k=6,dense_at=0.25", 512));  // 8 pages of 16: 128 of 512
   EXPECT_FALSE(reads_all("quest:k=6,dense_at=0.25", 513));
   EXPECT_FALSE(reads_all("quest:topp=0.9", 100));
@@ -631,7 +634,8 @@ TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
       EXPECT_EQ(st.select_ms, 0.0);
       for (int64_t i = 0; i < hq * d; ++i)
         ASSERT_EQ(static_cast<const float*>(out.data())[i],
-                  static_cast<const float*>(dense.data())[i]) << i;
+                  static_cast<const float*>(dense.data())[i])
+            << i;
       EXPECT_EQ(lse, dense_lse);
     }
   }
@@ -762,7 +766,8 @@ TEST(Quest, RunnerKeepsPagesOnlyInTheLayersQuestDecodes) {
     ADD_FAILURE() << "pages of a dense layer";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("layer 0 keeps no Quest page summaries"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   for (int64_t l = 0; l < 3; ++l) EXPECT_TRUE(b.has_pages(l)) << l;
   for (int64_t l = 1; l < 3; ++l) {

@@ -39,7 +39,8 @@ TEST(SearchRecall, RuleOnMeasuredCandidates) {
   ASSERT_TRUE(p);
   EXPECT_EQ(p->cost, 1.6);
   EXPECT_FALSE(p->flagged);
-  EXPECT_NE(p->reason.find("cheapest candidate reaching recall 0.95"), std::string::npos) << p->reason;
+  EXPECT_NE(p->reason.find("cheapest candidate reaching recall 0.95"), std::string::npos)
+      << p->reason;
   // Recall 0.85: a cheaper one reaches it.
   EXPECT_EQ(mm_pick(m, 0.85)->cost, 0.9);
   // Nothing reaches 0.995: the best recall, flagged.
@@ -115,7 +116,9 @@ TEST(SearchRecall, TinyWorkloadCheapestMissesCostlierReaches) {
   EXPECT_TRUE(back.layers[0][1].flagged);
   EXPECT_THROW(mm_plan_from_json(R"({"format": "spattn.mminference_plan", "version": 1,
       "heads": 1, "frame_stride": 0, "layers": [[{"pattern": "a_shape", "sink": 1, "local": 2,
-      "boundary": "none", "flagged": "yes"}]]})", "p"), Error);
+      "boundary": "none", "flagged": "yes"}]]})",
+                                 "p"),
+               Error);
 }
 
 }  // namespace

@@ -35,8 +35,10 @@ std::set<int64_t> select(const std::vector<double>& mass, const std::set<int64_t
   std::vector<int64_t> rest;
   for (size_t kb = 0; kb < mass.size(); ++kb) {
     total += mass[kb];
-    if (forced.count(int64_t(kb))) kept += mass[kb];
-    else rest.push_back(int64_t(kb));
+    if (forced.count(int64_t(kb)))
+      kept += mass[kb];
+    else
+      rest.push_back(int64_t(kb));
   }
   std::sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
     return mass[size_t(a)] != mass[size_t(b)] ? mass[size_t(a)] > mass[size_t(b)] : a < b;
@@ -80,8 +82,10 @@ bool near_tie(const std::vector<double>& mass, const std::set<int64_t>& forced, 
   std::vector<double> rest;
   for (size_t kb = 0; kb < mass.size(); ++kb) {
     total += mass[kb];
-    if (forced.count(int64_t(kb))) kept += mass[kb];
-    else rest.push_back(mass[kb]);
+    if (forced.count(int64_t(kb)))
+      kept += mass[kb];
+    else
+      rest.push_back(mass[kb]);
   }
   std::sort(rest.rbegin(), rest.rend());
   const double tol = eps * total;
@@ -159,7 +163,8 @@ std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, i
       for (int64_t t = 0; t < S; ++t) {
         const int64_t qi = g * S + S - 1 - t, kj = j * S + t;
         if (qi >= lq || kj >= lk) continue;
-        for (int64_t d = 0; d < c.s.dim; ++d) dot += double(q.get(h, qi, d)) * double(k.get(kh, kj, d));
+        for (int64_t d = 0; d < c.s.dim; ++d)
+          dot += double(q.get(h, qi, d)) * double(k.get(kh, kj, d));
       }
       s.push_back(dot * scale);
     }
@@ -168,7 +173,8 @@ std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, i
     double sum = 0;
     for (double x : s) sum += std::exp(x - mx);
     for (size_t j = 0; j < s.size(); ++j)
-      bs[size_t(g * S / c.block_q)][size_t(int64_t(j) * S / c.block_k)] += std::exp(s[j] - mx) / sum;
+      bs[size_t(g * S / c.block_q)][size_t(int64_t(j) * S / c.block_k)] +=
+          std::exp(s[j] - mx) / sum;
   }
   return bs;
 }
@@ -181,16 +187,16 @@ std::string spec_of(const Case& c) {
 TEST(XAttention, MaskEqualsTheScalarTwin) {
   const Case cases[] = {
       {{4, 2, 300, 300, 32}, 8, 64, 64, 0.9, true, "random"},
-      {{4, 2, 640, 640, 32}, 8, 32, 32, 0.9, true, "random"},     // many query blocks
+      {{4, 2, 640, 640, 32}, 8, 32, 32, 0.9, true, "random"},  // many query blocks
       {{4, 4, 700, 700, 32}, 16, 32, 64, 0.8, true, "random"},
-      {{4, 2, 257, 257, 32}, 8, 128, 128, 0.9, true, "random"},   // odd length, paper blocks
-      {{2, 2, 131, 389, 32}, 4, 32, 64, 0.8, true, "random"},     // queries after a prefix
-      {{3, 1, 200, 200, 32}, 16, 64, 32, 0.95, true, "random"},   // GQA 3:1, block_k < block_q
-      {{2, 1, 4, 300, 32}, 8, 64, 64, 0.9, true, "random"},       // a decode-sized chunk
-      {{2, 2, 200, 150, 32}, 8, 32, 32, 0.9, false, "random"},    // non-causal
+      {{4, 2, 257, 257, 32}, 8, 128, 128, 0.9, true, "random"},  // odd length, paper blocks
+      {{2, 2, 131, 389, 32}, 4, 32, 64, 0.8, true, "random"},    // queries after a prefix
+      {{3, 1, 200, 200, 32}, 16, 64, 32, 0.95, true, "random"},  // GQA 3:1, block_k < block_q
+      {{2, 1, 4, 300, 32}, 8, 64, 64, 0.9, true, "random"},      // a decode-sized chunk
+      {{2, 2, 200, 150, 32}, 8, 32, 32, 0.9, false, "random"},   // non-causal
       {{4, 2, 500, 600, 32}, 4, 32, 32, 0.9, false, "random"},
-      {{2, 2, 190, 190, 32}, 1, 32, 32, 0.7, true, "random"},     // S = 1: exact softmax sums
-      {{2, 2, 300, 300, 32}, 8, 64, 64, 1.0, true, "random"},     // tau = 1 keeps all but zeros
+      {{2, 2, 190, 190, 32}, 1, 32, 32, 0.7, true, "random"},  // S = 1: exact softmax sums
+      {{2, 2, 300, 300, 32}, 8, 64, 64, 1.0, true, "random"},  // tau = 1 keeps all but zeros
       {{2, 1, 300, 300, 32}, 8, 64, 64, 0.9, true, "equal_keys"},
       {{2, 2, 300, 300, 32}, 8, 64, 64, 0.9, true, "peaked"},
       {{2, 2, 300, 300, 32}, 8, 64, 64, 0.5, true, "zero_q"},
@@ -200,48 +206,54 @@ TEST(XAttention, MaskEqualsTheScalarTwin) {
   // The estimate's products in f32 and in bf16 (the default; f32 where the CPU lacks
   // AVX512_BF16): the twin's double scores stand for both, bf16's rounding within its near-ties.
   for (const char* dot : {",dot=f32", ""})
-  for (const Case& c : cases) {
-    const std::string what = spec_of(c) + dot + " " + c.input + " " + std::to_string(c.s.lq) + "x" +
-                             std::to_string(c.s.lk) + (c.causal ? "" : " non-causal");
-    const Inputs in = make_inputs(c, 17 + uint64_t(c.s.lq));
-    AttnOptions opt;
-    opt.causal = c.causal;
-    const auto method = make_method(spec_of(c) + dot);
-    Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
-    BlockMask got;
-    for (int threads : {1, 3}) {  // the mask does not depend on the thread count
-      opt.threads = threads;
-      const MethodReport r = method->run(in.q, in.k, in.v, out, opt);
-      ASSERT_NE(r.mask, nullptr) << what;
-      r.mask->validate();
-      if (threads == 1) got = *r.mask;
-      else EXPECT_EQ(r.mask->to_dense(), got.to_dense()) << what << ": thread count";
-    }
-    ASSERT_EQ(got.block_q, c.block_q);
-    ASSERT_EQ(got.block_k, c.block_k);
-    for (int64_t h = 0; h < c.s.hq; ++h) {
-      const auto bs = xattn_scores(in, c, h, got);
-      for (int64_t qb = 0; qb < got.n_qb(); ++qb) {
-        const int64_t limit = got.causal_blocks(qb), off = c.s.lk - c.s.lq;
-        const int64_t p0 = off + qb * c.block_q, p1 = off + std::min((qb + 1) * c.block_q, c.s.lq) - 1;
-        std::set<int64_t> forced;
-        if (limit > 0) forced.insert(0);
-        for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p) forced.insert(p / c.block_k);
-        const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
-        const std::set<int64_t> want = select(mass, forced, c.tau);
-        auto row = got.row(h, qb);
-        const std::set<int64_t> have(row.begin(), row.end());
-        ++rows;
-        if (have == want) {
-          ++exact;
-          continue;
+    for (const Case& c : cases) {
+      const std::string what = spec_of(c) + dot + " " + c.input + " " + std::to_string(c.s.lq) +
+                               "x" + std::to_string(c.s.lk) + (c.causal ? "" : " non-causal");
+      const Inputs in = make_inputs(c, 17 + uint64_t(c.s.lq));
+      AttnOptions opt;
+      opt.causal = c.causal;
+      const auto method = make_method(spec_of(c) + dot);
+      Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
+      BlockMask got;
+      for (int threads : {1, 3}) {  // the mask does not depend on the thread count
+        opt.threads = threads;
+        const MethodReport r = method->run(in.q, in.k, in.v, out, opt);
+        ASSERT_NE(r.mask, nullptr) << what;
+        r.mask->validate();
+        if (threads == 1)
+          got = *r.mask;
+        else
+          EXPECT_EQ(r.mask->to_dense(), got.to_dense()) << what << ": thread count";
+      }
+      ASSERT_EQ(got.block_q, c.block_q);
+      ASSERT_EQ(got.block_k, c.block_k);
+      for (int64_t h = 0; h < c.s.hq; ++h) {
+        const auto bs = xattn_scores(in, c, h, got);
+        for (int64_t qb = 0; qb < got.n_qb(); ++qb) {
+          const int64_t limit = got.causal_blocks(qb), off = c.s.lk - c.s.lq;
+          const int64_t p0 = off + qb * c.block_q,
+                        p1 = off + std::min((qb + 1) * c.block_q, c.s.lq) - 1;
+          std::set<int64_t> forced;
+          if (limit > 0) forced.insert(0);
+          for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p)
+            forced.insert(p / c.block_k);
+          const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
+          const std::set<int64_t> want = select(mass, forced, c.tau);
+          auto row = got.row(h, qb);
+          const std::set<int64_t> have(row.begin(), row.end());
+          ++rows;
+          if (have == want) {
+            ++exact;
+            continue;
+          }
+          const std::string where =
+              what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
+          EXPECT_TRUE(near_tie(mass, forced, c.tau, 1e-5))
+              << where << ": differs without a near-tie";
+          EXPECT_TRUE(valid_within(mass, forced, c.tau, have, 1e-5)) << where;
         }
-        const std::string where = what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
-        EXPECT_TRUE(near_tie(mass, forced, c.tau, 1e-5)) << where << ": differs without a near-tie";
-        EXPECT_TRUE(valid_within(mass, forced, c.tau, have, 1e-5)) << where;
       }
     }
-  }
   // Near-ties are rare outside the all-equal input; a wrong estimate would differ everywhere.
   EXPECT_GE(double(exact), 0.95 * double(rows)) << exact << " of " << rows << " rows equal";
 }
@@ -256,9 +268,9 @@ TEST(XAttention, KernelMatchesMaskedReference) {
       Tensor out(DType::f32, 4, lq, 32);
       std::vector<float> lse(size_t(4 * lq));
       const MethodReport r = make_method(spec_of(c))->run(in.q, in.k, in.v, out, opt, lse.data());
-      test::expect_matches(out, lse,
-                           test::masked_reference(in.q, in.k, in.v, causal, test::mask_predicate(*r.mask)),
-                           "xattention lq " + std::to_string(lq) + (causal ? "" : " non-causal"));
+      test::expect_matches(
+          out, lse, test::masked_reference(in.q, in.k, in.v, causal, test::mask_predicate(*r.mask)),
+          "xattention lq " + std::to_string(lq) + (causal ? "" : " non-causal"));
       EXPECT_EQ(r.extras.at("stride"), 8.0);
       EXPECT_EQ(r.extras.at("tau"), 0.9);
     }
@@ -280,10 +292,10 @@ TEST(XAttention, DefaultsAreThePapers) {
 
 TEST(XAttention, RejectsBadParameters) {
   for (const char* spec :
-       {"xattention:dot=f16", "xattention:tau=0", "xattention:tau=1.5", "xattention:tau=-0.1", "xattention:tau=nan",
-        "xattention:tau=abc", "xattention:topp=0", "xattention:tau=0.9,topp=0.9",
-        "xattention:stride=0", "xattention:stride=3", "xattention:stride=16,block_k=8",
-        "xattention:block_q=0", "xattention:topk=4"}) {
+       {"xattention:dot=f16", "xattention:tau=0", "xattention:tau=1.5", "xattention:tau=-0.1",
+        "xattention:tau=nan", "xattention:tau=abc", "xattention:topp=0",
+        "xattention:tau=0.9,topp=0.9", "xattention:stride=0", "xattention:stride=3",
+        "xattention:stride=16,block_k=8", "xattention:block_q=0", "xattention:topk=4"}) {
     EXPECT_THROW(make_method(spec), Error) << spec;
   }
 }
@@ -355,8 +367,9 @@ TEST(MeanPoolTopP, MaskEqualsTheScalarTwin) {
         const double mx = *std::max_element(score.begin(), score.end());
         std::vector<double> mass(static_cast<size_t>(limit));
         for (int64_t kb = 0; kb < limit; ++kb)
-          mass[size_t(kb)] = double(std::max<int64_t>(0, std::min(end, (kb + 1) * c.bk) - kb * c.bk)) *
-                             std::exp(score[size_t(kb)] - mx);
+          mass[size_t(kb)] =
+              double(std::max<int64_t>(0, std::min(end, (kb + 1) * c.bk) - kb * c.bk)) *
+              std::exp(score[size_t(kb)] - mx);
         const std::set<int64_t> want = select(mass, forced, c.p);
         auto row = m.row(h, qb);
         const std::set<int64_t> have(row.begin(), row.end());
@@ -365,7 +378,8 @@ TEST(MeanPoolTopP, MaskEqualsTheScalarTwin) {
           ++exact;
           continue;
         }
-        const std::string where = what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
+        const std::string where =
+            what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
         EXPECT_TRUE(near_tie(mass, forced, c.p, 1e-5)) << where << ": differs without a near-tie";
         EXPECT_TRUE(valid_within(mass, forced, c.p, have, 1e-5)) << where;
       }
@@ -380,8 +394,8 @@ TEST(MeanPoolTopP, SmallerBudgetKeepsFewerBlocksAndSpecReachesIt) {
   int64_t last = -1;
   for (const char* spec : {"mean_pool:topp=0.3", "mean_pool:topp=0.7", "mean_pool:topp=1"}) {
     const MethodReport r = make_method(spec)->run(in.q, in.k, in.v, out, {});
-    const BlockMask want = mean_pool_mask(in.q, in.k, 64, 64, 0, 64, 64, {},
-                                          std::stod(std::string(spec).substr(15)));
+    const BlockMask want =
+        mean_pool_mask(in.q, in.k, 64, 64, 0, 64, 64, {}, std::stod(std::string(spec).substr(15)));
     EXPECT_EQ(r.mask->to_dense(), want.to_dense()) << spec;
     EXPECT_GE(int64_t(r.mask->blocks.size()), last) << spec;
     last = int64_t(r.mask->blocks.size());
@@ -405,11 +419,13 @@ TEST(XAttentionCli, BadBudgetExitsTwo) {
   const test::TempDir dir("spattn_xattention_cli");
   for (const char* spec : {"xattention:tau=0", "xattention:stride=5", "mean_pool:topp=2"}) {
     const test::CliRun r = test::run_spattn(
-        std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") + spec,
+        std::string("bench --seq 128 --heads 2 --dim 64 --repeat 1 --workload random --method ") +
+            spec,
         dir);
     ASSERT_TRUE(r.exited()) << spec << ": " << r.err;
     EXPECT_EQ(r.code(), 2) << spec << ": " << r.err;
-    EXPECT_NE(r.err.find(std::string(spec).substr(0, std::string(spec).find(':'))), std::string::npos)
+    EXPECT_NE(r.err.find(std::string(spec).substr(0, std::string(spec).find(':'))),
+              std::string::npos)
         << r.err;
   }
   std::error_code ec;  // best effort: a leftover temp dir is no test failure

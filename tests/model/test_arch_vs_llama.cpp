@@ -25,17 +25,19 @@ void expect_script_passes(const std::string& script) {
   using spattn::test::llama_bin;
   const std::string text = spattn::test::model_file("code-heldout.txt");
   if (text.empty()) SPATTN_MISSING_ASSET("code-heldout.txt in " << spattn::test::models_dir());
-  const std::string tool = spattn::test::missing_llama_tool(
-      {"llama-completion", "llama-perplexity", "llama-quantize"});
+  const std::string tool =
+      spattn::test::missing_llama_tool({"llama-completion", "llama-perplexity", "llama-quantize"});
   if (!tool.empty()) SPATTN_MISSING_ASSET(tool << " in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
   const spattn::test::TempDir dir("spattn_" + script);
   const std::string cmd = std::string("exec sh ") + SPATTN_SOURCE_DIR + "/scripts/" + script + " " +
                           llama_bin().string() + " " + SPATTN_CLI_PATH +
-                          " -c 1024 --chunks 3 --text " + text + " >" + (dir / "out").string() + " 2>&1";
+                          " -c 1024 --chunks 3 --text " + text + " >" + (dir / "out").string() +
+                          " 2>&1";
   const int status = std::system(cmd.c_str());
   const std::string out = spattn::test::slurp(dir / "out");
   ASSERT_TRUE(WIFEXITED(status)) << out;
-  if (WEXITSTATUS(status) == 77) SPATTN_MISSING_ASSET("a comparison " << script << " could not make: " << out);
+  if (WEXITSTATUS(status) == 77)
+    SPATTN_MISSING_ASSET("a comparison " << script << " could not make: " << out);
   EXPECT_EQ(WEXITSTATUS(status), 0) << out;
 }
 
@@ -56,7 +58,9 @@ TEST(ArchVsLlamaCpp, Qwen3YarnGreedyTextAndPerplexity) { expect_script_passes("y
 
 // seed_oss, an architecture added as one row of the traits table: greedy text and perplexity
 // within 0.5%, f16 and Q4_K_M.
-TEST(ArchVsLlamaCpp, SeedOssGreedyTextAndPerplexity) { expect_script_passes("seed_oss_vs_llama.sh"); }
+TEST(ArchVsLlamaCpp, SeedOssGreedyTextAndPerplexity) {
+  expect_script_passes("seed_oss_vs_llama.sh");
+}
 
 // deepseek2 (latent attention in its expanded form, DeepSeekMoE: a dense first layer, shared
 // experts, sigmoid gating with the selection bias, group-limited routing, scaled weights):

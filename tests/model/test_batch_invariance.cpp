@@ -37,9 +37,10 @@ Taps prefill_in_chunks(const model::Model& m, const std::vector<int32_t>& tokens
   model::Session s(m, so);
   Taps t;
   t.q.assign(size_t(c.n_layer), std::vector<float>(size_t(n * dq)));
-  s.set_qkv_tap(model::Session::kTapAllLayers,
-                [&](int64_t l, int64_t pos0, int64_t rows, const float* q, const float*,
-                    const float*) { std::copy_n(q, rows * dq, t.q[size_t(l)].data() + pos0 * dq); });
+  s.set_qkv_tap(model::Session::kTapAllLayers, [&](int64_t l, int64_t pos0, int64_t rows,
+                                                   const float* q, const float*, const float*) {
+    std::copy_n(q, rows * dq, t.q[size_t(l)].data() + pos0 * dq);
+  });
   s.prefill(tokens, nullptr, int64_t(tokens.size()) - 1);
   return t;
 }

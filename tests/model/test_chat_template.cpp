@@ -10,8 +10,10 @@
 namespace spattn {
 namespace {
 
-const std::vector<ChatMessage> kChat = {
-    {"system", "You are terse."}, {"user", " Hi there "}, {"assistant", "Hello! "}, {"user", "Bye"}};
+const std::vector<ChatMessage> kChat = {{"system", "You are terse."},
+                                        {"user", " Hi there "},
+                                        {"assistant", "Hello! "},
+                                        {"user", "Bye"}};
 
 std::string render(const char* name, bool add_assistant = true) {
   const std::optional<ChatTemplate> t = chat_template_named(name);
@@ -41,17 +43,21 @@ TEST(ChatTemplate, EachFamilysFormat) {
             "Hello!<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   // Mistral: the system text inside the first [INST]; v1 spaces before [INST] and [/INST],
   // v3 after [INST] and before the (stripped) answer, v3-tekken none; no assistant opening.
-  EXPECT_EQ(render("mistral-v1"), " [INST] You are terse.\n\n Hi there  [/INST] Hello! </s> [INST] Bye [/INST]");
-  EXPECT_EQ(render("mistral-v3"), "[INST] You are terse.\n\n Hi there [/INST] Hello!</s>[INST] Bye[/INST]");
-  EXPECT_EQ(render("mistral-v3-tekken"), "[INST]You are terse.\n\n Hi there [/INST]Hello! </s>[INST]Bye[/INST]");
+  EXPECT_EQ(render("mistral-v1"),
+            " [INST] You are terse.\n\n Hi there  [/INST] Hello! </s> [INST] Bye [/INST]");
+  EXPECT_EQ(render("mistral-v3"),
+            "[INST] You are terse.\n\n Hi there [/INST] Hello!</s>[INST] Bye[/INST]");
+  EXPECT_EQ(render("mistral-v3-tekken"),
+            "[INST]You are terse.\n\n Hi there [/INST]Hello! </s>[INST]Bye[/INST]");
   EXPECT_EQ(render("mistral-v7"),
             "[SYSTEM_PROMPT] You are terse.[/SYSTEM_PROMPT][INST]  Hi there [/INST] Hello! </s>"
             "[INST] Bye[/INST]");
   // gpt-oss: Harmony's turns, the assistant's ending in <|return|>.
-  EXPECT_EQ(render("gpt-oss"),
-            "<|start|>system<|message|>You are terse.<|end|><|start|>user<|message|> Hi there <|end|>"
-            "<|start|>assistant<|message|>Hello! <|return|><|start|>user<|message|>Bye<|end|>"
-            "<|start|>assistant");
+  EXPECT_EQ(
+      render("gpt-oss"),
+      "<|start|>system<|message|>You are terse.<|end|><|start|>user<|message|> Hi there <|end|>"
+      "<|start|>assistant<|message|>Hello! <|return|><|start|>user<|message|>Bye<|end|>"
+      "<|start|>assistant");
   // Without the assistant's opening.
   EXPECT_EQ(render("phi3", false),
             "<|system|>\nYou are terse.<|end|>\n<|user|>\n Hi there <|end|>\n<|assistant|>\nHello! "
@@ -89,10 +95,10 @@ TEST(ChatTemplate, DetectedFromTheMarkersOfTheJinjaSource) {
 }
 
 TEST(ChatTemplate, NamesAreLlamaCppsAndRoundTrip) {
-  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::phi3,
-                         ChatTemplate::gemma, ChatTemplate::mistral_v1, ChatTemplate::mistral_v3,
-                         ChatTemplate::mistral_v3_tekken, ChatTemplate::mistral_v7,
-                         ChatTemplate::gpt_oss})
+  for (ChatTemplate t :
+       {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::phi3, ChatTemplate::gemma,
+        ChatTemplate::mistral_v1, ChatTemplate::mistral_v3, ChatTemplate::mistral_v3_tekken,
+        ChatTemplate::mistral_v7, ChatTemplate::gpt_oss})
     EXPECT_EQ(chat_template_named(chat_template_name(t)), t);
   EXPECT_FALSE(chat_template_named("llama-3"));
   EXPECT_NE(chat_template_names().find("mistral-v3-tekken"), std::string::npos);

@@ -63,13 +63,13 @@ TEST(KVType, NamesParseAndNonsenseIsANamedError) {
 }
 
 TEST(KVType, HalfTypesRoundToNearestEven) {
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
-                          65504.0f, 70000.0f, 1e-8f, -3.14159265f, 1.0f + 1.0f / 256};
+  std::vector<float> x = {0.0f,     -0.0f,    1.0f,  1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048,
+                          65504.0f, 70000.0f, 1e-8f, -3.14159265f,       1.0f + 1.0f / 256};
   std::vector<float> y(x.size());
   kv_round_row(KVType::f16, x.data(), y.data(), int64_t(x.size()));
-  EXPECT_EQ(y[3], 1.0f);                  // tie at 1 + 2^-11: to even (1.0)
-  EXPECT_EQ(y[4], 1.0f + 1.0f / 512);     // tie at 1 + 3 * 2^-11: to even (1 + 2^-9)
-  EXPECT_TRUE(std::isinf(y[6]));          // beyond f16's range
+  EXPECT_EQ(y[3], 1.0f);               // tie at 1 + 2^-11: to even (1.0)
+  EXPECT_EQ(y[4], 1.0f + 1.0f / 512);  // tie at 1 + 3 * 2^-11: to even (1 + 2^-9)
+  EXPECT_TRUE(std::isinf(y[6]));       // beyond f16's range
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(y[i], f16_to_f32(f32_to_f16(x[i]))) << x[i];
   kv_round_row(KVType::bf16, x.data(), y.data(), int64_t(x.size()));
   EXPECT_EQ(y[9], 1.0f);  // tie at 1 + 2^-8: to even (1.0)
@@ -122,7 +122,7 @@ TEST(KVType, Q8_0RoundsAsGgmlQuantizes) {
     std::vector<float> x(256), y(256);
     for (float& v : x) v = n(rng) * sigma;
     for (int i = 32; i < 64; ++i) x[size_t(i)] = float(i - 48) * 0.5f;  // exact ties at 127 / 8
-    for (int i = 64; i < 96; ++i) x[size_t(i)] = 0.0f;                    // an all-zero block
+    for (int i = 64; i < 96; ++i) x[size_t(i)] = 0.0f;                  // an all-zero block
     kv_round_row(KVType::q8_0, x.data(), y.data(), 256);
     for (int b = 0; b < 256; b += 32) {
       float amax = 0;
@@ -173,9 +173,7 @@ std::vector<Case> type_cases() {
   c.push_back({KVType::f32, KVType::bf16});
   return c;
 }
-std::string name(const Case& c) {
-  return std::string(kv_type_name(c.k)) + "/" + kv_type_name(c.v);
-}
+std::string name(const Case& c) { return std::string(kv_type_name(c.k)) + "/" + kv_type_name(c.v); }
 
 struct Inputs {
   Tensor q, k, v, kr, vr;
@@ -193,11 +191,10 @@ TEST(KVTypes, DenseAndDecodeEqualTheF32CacheOfRoundedValues) {
       // Decode's groups of 4, 2 and 3 q heads read 16-bit tiles in place in row strips of
       // 4, 2 and 4 (one of padding), their P V over 128 dims (one 8-vector strip on AVX-512)
       // or 96.
-      for (auto [hq, hk, lq, lk, d] : {std::array<int64_t, 5>{4, 2, 77, 333, 64},
-                                       std::array<int64_t, 5>{3, 3, 64, 64, 64},
-                                       std::array<int64_t, 5>{8, 2, 1, 2100, 64},
-                                       std::array<int64_t, 5>{4, 2, 1, 1000, 128},
-                                       std::array<int64_t, 5>{6, 2, 1, 700, 96}}) {
+      for (auto [hq, hk, lq, lk, d] :
+           {std::array<int64_t, 5>{4, 2, 77, 333, 64}, std::array<int64_t, 5>{3, 3, 64, 64, 64},
+            std::array<int64_t, 5>{8, 2, 1, 2100, 64}, std::array<int64_t, 5>{4, 2, 1, 1000, 128},
+            std::array<int64_t, 5>{6, 2, 1, 700, 96}}) {
         if (lq == 1 && !causal) continue;  // one query sees every key either way
         Inputs in(hq, hk, lq, lk, d, c, 1.0f);
         AttnOptions opt;
@@ -306,8 +303,8 @@ TEST(KVTypes, SparseFormsEqualTheF32CacheOfRoundedValues) {
 TEST(KVTypes, DecodeOverRangesReadsStoredGroupsInPlace) {
   const int64_t d = 64, hk = 2, n = 1000;
   const std::vector<std::vector<KeyRange>> shapes = {
-      {{0, 16}, {48, 80}, {992, 1000}},             // whole groups and the last partial one
-      {{5, 21}, {21, 22}, {30, 31}, {40, 700}},     // off the grid, sharing groups, one key
+      {{0, 16}, {48, 80}, {992, 1000}},          // whole groups and the last partial one
+      {{5, 21}, {21, 22}, {30, 31}, {40, 700}},  // off the grid, sharing groups, one key
       {{3, 4}, {17, 18}, {33, 34}, {49, 50}, {65, 999}},
       {{0, 1000}}};
   test::for_each_target([&] {
@@ -345,7 +342,8 @@ TEST(KVTypes, DecodeOverRangesReadsStoredGroupsInPlace) {
               for (size_t i = 0; i < keys.size(); ++i) {
                 const double w = std::exp(logit[i] - mx);
                 sum += w;
-                for (int64_t e = 0; e < d; ++e) acc[size_t(e)] += w * in.vr.view().get(h / 2, keys[i], e);
+                for (int64_t e = 0; e < d; ++e)
+                  acc[size_t(e)] += w * in.vr.view().get(h / 2, keys[i], e);
               }
               for (int64_t e = 0; e < d; ++e)
                 ASSERT_NEAR(out.view().get(h, r, e), acc[size_t(e)] / sum, 2e-5)
@@ -368,7 +366,8 @@ struct ColumnsAndFragments : kernels::DensePolicy {
   };
   void key_ranges(const kernels::Problem&, int64_t h, int64_t t, int64_t limit,
                   std::vector<KeyRange>& out) const {
-    out.push_back({std::max<int64_t>(0, limit - 150 + 7 * h), std::max<int64_t>(0, limit - 70 + t)});
+    out.push_back(
+        {std::max<int64_t>(0, limit - 150 + 7 * h), std::max<int64_t>(0, limit - 70 + t)});
   }
   void key_columns(const kernels::Problem&, int64_t h, int64_t, int64_t,
                    std::vector<int64_t>& out) const {

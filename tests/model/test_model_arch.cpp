@@ -242,8 +242,7 @@ TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
     spattn::test::GgufEdit e;
     e.drop_keys = {"qwen3moe.expert_count"};
     spattn::test::write_edited(f, (d / "none.gguf").string(), e);
-    expect_run_refuses(d, (d / "none.gguf").string(),
-                       {"qwen3moe needs qwen3moe.expert_count > 0"});
+    expect_run_refuses(d, (d / "none.gguf").string(), {"qwen3moe needs qwen3moe.expert_count > 0"});
     ModelShape q = small("qwen3");
     spattn::make_model((d / "q.gguf").string(), q);
     spattn::test::GgufEdit x;
@@ -278,7 +277,9 @@ TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
                                    " --arch qwen2 --experts 4 --experts-used 2 --vocab 300",
                                d);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe, gpt-oss, deepseek2 or llama"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe, gpt-oss, deepseek2 or llama"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
@@ -334,8 +335,8 @@ TEST(ModelArch, GptOssLayoutIsWrittenAndRead) {
   EXPECT_EQ(m.layer(1).up_exps_b.size(), 4u * 32u);
   EXPECT_EQ(m.layer(1).down_exps_b.size(), 4u * 64u);
   {  // A sink, an expert's bias or the window missing; biases of the wrong shape.
-    for (const char* t : {"blk.1.attn_sinks.weight", "blk.0.ffn_gate_exps.bias",
-                          "blk.2.attn_output.bias"}) {
+    for (const char* t :
+         {"blk.1.attn_sinks.weight", "blk.0.ffn_gate_exps.bias", "blk.2.attn_output.bias"}) {
       spattn::test::GgufEdit e;
       e.drop_tensors = {t};
       spattn::test::write_edited(f, (d / "drop.gguf").string(), e);
@@ -476,7 +477,9 @@ TEST(ModelArch, Phi3LayoutIsWrittenAndRead) {
   EXPECT_EQ(L.wq.rows, 64);
   EXPECT_EQ(L.wk.rows, 32);
   EXPECT_EQ(L.gate.rows, 64);
-  auto at = [](const spattn::model::Model::Weight& w) { return static_cast<const uint8_t*>(w.data()); };
+  auto at = [](const spattn::model::Model::Weight& w) {
+    return static_cast<const uint8_t*>(w.data());
+  };
   EXPECT_EQ(at(L.wk) - at(L.wq), ptrdiff_t(64 * row));
   EXPECT_EQ(at(L.wv) - at(L.wq), ptrdiff_t(96 * row));
   EXPECT_EQ(at(L.up) - at(L.gate), ptrdiff_t(64 * row));
@@ -572,8 +575,8 @@ TEST(ModelArch, Gemma3LayoutIsWrittenAndRead) {
     EXPECT_TRUE(spattn::model::load_model((d / "nowin.gguf").string()).config().swa_layers.empty());
   }
   // `spattn run --json` says what each layer ran: the local ones their band.
-  const auto r = spattn::test::run_spattn(
-      "run -m " + p + " -p \"hello world\" -n 2 --attn a_shape --json", d);
+  const auto r =
+      spattn::test::run_spattn("run -m " + p + " -p \"hello world\" -n 2 --attn a_shape --json", d);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("\"kind\": \"sliding\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"prefill\": \"band\""), std::string::npos) << r.out;
@@ -672,17 +675,17 @@ TEST(ModelArch, DeepSeek2ExpandedHeadsAndDecodeMatchPrefill) {
     const std::vector<int32_t> toks = {5, 17, 200, 3, 99, 42, 7, 150};
     const int64_t n = int64_t(toks.size()), V = m.config().n_vocab, H = 4, dk = 24, dv = 16;
     int checked = 0;
-    a.set_qkv_tap(1, [&](int64_t, int64_t, int64_t rows, const float*, const float* k,
-                         const float* v) {
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t h = 1; h < H; ++h)
-          for (int64_t j = dk - 8; j < dk; ++j) {
-            EXPECT_EQ(k[(i * H + h) * dk + j], k[(i * H) * dk + j]);
-            ++checked;
-          }
-      for (int64_t r = 0; r < rows * H; ++r)
-        for (int64_t j = dv; j < dk; ++j) EXPECT_EQ(v[r * dk + j], 0.0f);
-    });
+    a.set_qkv_tap(
+        1, [&](int64_t, int64_t, int64_t rows, const float*, const float* k, const float* v) {
+          for (int64_t i = 0; i < rows; ++i)
+            for (int64_t h = 1; h < H; ++h)
+              for (int64_t j = dk - 8; j < dk; ++j) {
+                EXPECT_EQ(k[(i * H + h) * dk + j], k[(i * H) * dk + j]);
+                ++checked;
+              }
+          for (int64_t r = 0; r < rows * H; ++r)
+            for (int64_t j = dv; j < dk; ++j) EXPECT_EQ(v[r * dk + j], 0.0f);
+        });
     std::vector<float> all(size_t(n * V));
     a.prefill(toks, all.data(), 0);
     EXPECT_EQ(checked, n * (H - 1) * 8);

@@ -42,8 +42,8 @@ struct Dims {
 // experts: {n_expert, n_expert_used, n_ff_exp} for a mixture-of-experts FFN (qwen3moe, or
 // llama's), else empty.
 MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_dim = 16,
-                  const std::vector<WeightType>& quant = {}, int64_t n_embd = 48,
-                  int64_t n_ff = 72, const std::vector<int64_t>& experts = {}) {
+                  const std::vector<WeightType>& quant = {}, int64_t n_embd = 48, int64_t n_ff = 72,
+                  const std::vector<int64_t>& experts = {}) {
   MadeUp m;
   Config& c = m.cfg;
   c.arch = arch;
@@ -113,7 +113,7 @@ MadeUp make_model(Arch arch, bool f16, bool tied, uint64_t seed, int64_t head_di
   // Embeddings scaled by sqrt(D) (gemma3): rows of sd 1 / sqrt(D) start at sd 1.
   m.refs.tok_embd = make(c.n_vocab, D, t.embd_scale ? sD : 1.0f, 0.0f, true);
   // Whether the architecture's layers have a tensor (the tensor list's rule).
-  const auto has = [&](WeightRef LayerRefs::* r) {
+  const auto has = [&](WeightRef LayerRefs::*r) {
     return tensor_need(t, {c.is_moe(), false}, r) != Presence::absent;
   };
   m.refs.output_norm = make(1, D, 0.1f, 1.0f, false);
@@ -256,10 +256,10 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
   const MadeUp m = decoded_view(made);
   const Config& c = m.cfg;
   // LongRoPE (llama.cpp): the long divisors once the context passes the original one.
-  const std::vector<float>& factors =
-      !c.rope_freq_factors.empty() ? c.rope_freq_factors
-      : n_ctx > (c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train) ? c.rope_factors_long
-                                                                   : c.rope_factors_short;
+  const std::vector<float>& factors = !c.rope_freq_factors.empty() ? c.rope_freq_factors
+                                      : n_ctx > (c.n_ctx_orig > 0 ? c.n_ctx_orig : c.n_ctx_train)
+                                          ? c.rope_factors_long
+                                          : c.rope_factors_short;
   const int64_t n = int64_t(tokens.size()), D = c.n_embd, d = c.head_dim;
   const ArchTraits& t = arch_traits(c.arch);
   std::vector<Vec> x(static_cast<size_t>(n));
@@ -277,13 +277,15 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
     // gpt-oss's local layers keep the global layers' scaling (swa_rope_scaled).
     const bool local = c.is_swa(l);
     const double base = local ? c.rope_base_swa : c.rope_base;
-    const std::vector<float>& fac = local && !c.swa_rope_scaled ? std::vector<float>{}
-                                    : c.rope_linear_factor != 1.0 ? linear : factors;
+    const std::vector<float>& fac = local && !c.swa_rope_scaled   ? std::vector<float>{}
+                                    : c.rope_linear_factor != 1.0 ? linear
+                                                                  : factors;
     const auto add_bias = [](Vec& y, const WeightRef& b, int64_t row = 0) {
       for (size_t e = 0; e < y.size(); ++e) y[e] += at(b, row, int64_t(e));
     };
     const double scale = c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(double(d));
-    std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    std::vector<Vec> q(static_cast<size_t>(n)), k(static_cast<size_t>(n)),
+        v(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const Vec h = rmsnorm(x[size_t(i)], L.attn_norm, c.rms_eps);
       q[size_t(i)] = matvec(L.wq, h);
@@ -305,8 +307,10 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         head_norm(q[size_t(i)], c.n_head, L.q_norm);
         head_norm(k[size_t(i)], c.n_head_kv, L.k_norm);
       }
-      for (int64_t hh = 0; hh < c.n_head; ++hh) rope(&q[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
-      for (int64_t hh = 0; hh < c.n_head_kv; ++hh) rope(&k[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
+      for (int64_t hh = 0; hh < c.n_head; ++hh)
+        rope(&q[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
+      for (int64_t hh = 0; hh < c.n_head_kv; ++hh)
+        rope(&k[size_t(i)][size_t(hh * d)], d, i, base, c.rope_neox, fac, c.rope_attn_factor);
       for (int64_t hh = 0; hh < c.n_head_kv; ++hh) {
         round_as_cache(&k[size_t(i)][size_t(hh * d)], d, kt);
         round_as_cache(&v[size_t(i)][size_t(hh * d)], d, vt);
@@ -321,7 +325,8 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         const int64_t j0 = local ? std::max<int64_t>(0, i - c.sliding_window + 1) : 0;
         for (int64_t j = j0; j <= i; ++j) {
           double dot = 0;
-          for (int64_t e = 0; e < d; ++e) dot += q[size_t(i)][size_t(hh * d + e)] * k[size_t(j)][size_t(kh * d + e)];
+          for (int64_t e = 0; e < d; ++e)
+            dot += q[size_t(i)][size_t(hh * d + e)] * k[size_t(j)][size_t(kh * d + e)];
           s.push_back(dot * scale);
           mx = std::max(mx, s.back());
         }
@@ -356,8 +361,9 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
             continue;
           }
           // gemma3: GELU, tanh approximation (ggml's, llama.cpp's); else SiLU.
-          g[e] = (t.ffn_act == FfnAct::gelu ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
-                        : a / (1 + std::exp(-a))) *
+          g[e] = (t.ffn_act == FfnAct::gelu
+                      ? 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)))
+                      : a / (1 + std::exp(-a))) *
                  u[e];
         }
         Vec y = matvec(wd, g);
@@ -375,7 +381,8 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
         for (double& z : p) z = std::exp(z - mx);
         std::vector<int64_t> ids(p.size());
         for (size_t e = 0; e < ids.size(); ++e) ids[e] = int64_t(e);
-        std::sort(ids.begin(), ids.end(), [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)]; });
+        std::sort(ids.begin(), ids.end(),
+                  [&](int64_t a, int64_t b) { return p[size_t(a)] > p[size_t(b)]; });
         if (margins && c.n_expert_used < c.n_expert) {
           const double gap = std::log(p[size_t(ids[size_t(c.n_expert_used - 1)])] /
                                       p[size_t(ids[size_t(c.n_expert_used)])]);
@@ -401,7 +408,8 @@ std::vector<Vec> plain_forward(const MadeUp& made, const std::vector<int32_t>& t
   for (int64_t i = 0; i < n; ++i) {
     logits.push_back(matvec(out, rmsnorm(x[size_t(i)], m.refs.output_norm, c.rms_eps)));
     if (c.final_logit_softcap > 0)
-      for (double& z : logits.back()) z = c.final_logit_softcap * std::tanh(z / c.final_logit_softcap);
+      for (double& z : logits.back())
+        z = c.final_logit_softcap * std::tanh(z / c.final_logit_softcap);
   }
   return logits;
 }
@@ -432,8 +440,7 @@ void expect_equals_plain(const MadeUp& mu, const SessionOptions& so, int64_t n_p
   EXPECT_EQ(model.tied_output(), mu.tied);
   const auto tokens = some_tokens(n_prompt + n_decode, mu.cfg.n_vocab, 5);
   Vec margins;
-  const auto want =
-      plain_forward(mu, tokens, so.n_ctx, so.cache_type_k, so.cache_type_v, &margins);
+  const auto want = plain_forward(mu, tokens, so.n_ctx, so.cache_type_k, so.cache_type_v, &margins);
   double scale = 0;  // the tolerance is small next to the logits themselves
   for (const Vec& r : want)
     for (double x : r) scale = std::max(scale, std::abs(x));
@@ -589,7 +596,8 @@ TEST(ModelForward, Phi3LongRopeEqualsPlainForward) {
   EXPECT_GT(far(lng, unscaled), 0.05);
 }
 TEST(ModelForward, Qwen3F32EqualsPlainForward) {
-  expect_equals_plain(make_model(Arch::qwen3, false, false, 13, 32), dense_opts(32, 8), 45, 3, 2e-4);
+  expect_equals_plain(make_model(Arch::qwen3, false, false, 13, 32), dense_opts(32, 8), 45, 3,
+                      2e-4);
 }
 TEST(ModelForward, Qwen3F16EqualsPlainForward) {
   expect_equals_plain(make_model(Arch::qwen3, true, true, 14), dense_opts(100, 30), 61, 2, kF16Tol);
@@ -737,7 +745,8 @@ TEST(ModelForward, Gemma3PartsMatter) {
     const auto y = plain_forward(other, tokens, 128);
     double diff = 0;
     for (size_t i = 0; i < y.size(); ++i)
-      for (size_t j = 0; j < y[i].size(); ++j) diff = std::max(diff, std::abs(base[i][j] - y[i][j]));
+      for (size_t j = 0; j < y[i].size(); ++j)
+        diff = std::max(diff, std::abs(base[i][j] - y[i][j]));
     return diff;
   };
   MadeUp a = mu;
@@ -775,10 +784,10 @@ TEST(ModelForward, SeedOssEqualsPlainForward) {
 // one side: the tolerance is f16's, as for f16 weights. Without the rounding the plain forward
 // is further off (checked for q8_0, whose steps are largest).
 TEST(ModelForward, CacheTypesEqualPlainForwardOverRoundedKV) {
-  expect_equals_plain(make_model(Arch::llama, false, true, 1), dense_opts(40, 17, KVType::f16),
-                      70, 4, kF16Tol);
-  expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8, KVType::bf16),
-                      45, 3, kF16Tol);
+  expect_equals_plain(make_model(Arch::llama, false, true, 1), dense_opts(40, 17, KVType::f16), 70,
+                      4, kF16Tol);
+  expect_equals_plain(make_model(Arch::qwen2, false, false, 3), dense_opts(32, 8, KVType::bf16), 45,
+                      3, kF16Tol);
   SessionOptions mixed = dense_opts(64, 24, KVType::q8_0);
   mixed.cache_type_v = KVType::f16;
   expect_equals_plain(make_model(Arch::llama, false, true, 8, 32), mixed, 60, 3, kF16Tol);
@@ -836,9 +845,11 @@ TEST(ModelForward, SmallMemoryChangesPrefillButNotItsKVCache) {
   std::vector<float> logits(size_t(90 * V));
   s.prefill(tokens, logits.data(), 0);
   const auto want = plain_forward(mu, tokens, 128);
-  for (int64_t i = 0; i < 16; ++i) EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), 2e-4);
+  for (int64_t i = 0; i < 16; ++i)
+    EXPECT_LT(max_diff(&logits[size_t(i * V)], want[size_t(i)]), 2e-4);
   double far = 0;
-  for (int64_t i = 16; i < 90; ++i) far = std::max(far, max_diff(&logits[size_t(i * V)], want[size_t(i)]));
+  for (int64_t i = 16; i < 90; ++i)
+    far = std::max(far, max_diff(&logits[size_t(i * V)], want[size_t(i)]));
   EXPECT_GT(far, 1e-3);
   EXPECT_GT(s.timings().prefill_stats.causal_entries, s.timings().prefill_stats.score_entries);
   EXPECT_EQ(s.n_past(), 90);

@@ -125,17 +125,29 @@ TEST(ModelMaker, ShapesAreChecked) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  bad([](ModelShape& s) { s.arch = "gpt2"; }, "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, seed_oss or deepseek2");
+  bad([](ModelShape& s) { s.arch = "gpt2"; },
+      "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, seed_oss or deepseek2");
   bad([](ModelShape& s) { s.arch = "gpt-oss"; }, "gpt-oss needs --experts > 0");
-  bad([](ModelShape& s) { s.experts = 4, s.experts_used = 5; }, "--experts-used must be in [1, --experts = 4]");
+  bad([](ModelShape& s) { s.experts = 4, s.experts_used = 5; },
+      "--experts-used must be in [1, --experts = 4]");
   bad([](ModelShape& s) { s.experts = 600; }, "--experts must be in [0, 512]");
   bad([](ModelShape& s) { s.kv_heads = 3; }, "--kv-heads must divide --heads");
   bad([](ModelShape& s) { s.dim = 66; }, "is not a multiple of --heads");
   bad([](ModelShape& s) { s.head_dim = 7; }, "head dim must be even");
   bad([](ModelShape& s) { s.layers = 0; }, "--layers");
   bad([](ModelShape& s) { s.vocab = 2; }, "--vocab");
-  bad([](ModelShape& s) { s.vocab = 100; s.tokenizer = "gpt2"; }, "needs --vocab >= 257");
-  bad([](ModelShape& s) { s.type = GgmlType::q8_0; s.ffn = 100; }, "q8_0 needs");
+  bad(
+      [](ModelShape& s) {
+        s.vocab = 100;
+        s.tokenizer = "gpt2";
+      },
+      "needs --vocab >= 257");
+  bad(
+      [](ModelShape& s) {
+        s.type = GgmlType::q8_0;
+        s.ffn = 100;
+      },
+      "q8_0 needs");
 }
 
 TEST(ModelMaker, Llama32_1bShape) {
@@ -148,8 +160,9 @@ TEST(ModelMaker, Llama32_1bShape) {
 TEST(ModelCli, MakeModelThenTokenize) {
   const spattn::test::TempDir d = temp_dir();
   const std::string m = (d / "m.gguf").string();
-  auto r = spattn::test::run_spattn("make-model -o " + m + " --layers 1 --dim 32 --heads 2 "
-                                    "--kv-heads 1 --ffn 64 --vocab 400 --type q8_0",
+  auto r = spattn::test::run_spattn("make-model -o " + m +
+                                        " --layers 1 --dim 32 --heads 2 "
+                                        "--kv-heads 1 --ffn 64 --vocab 400 --type q8_0",
                                     d);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("1 layers, dim 32"), std::string::npos) << r.out;
@@ -189,7 +202,8 @@ TEST(ModelCli, TokenizeBadFilesExitTwo) {
 
 TEST(ModelCliReal, TokenizeRealVocabularyFromFile) {
   const std::string spm = spattn::test::model_file("ggml-vocab-llama-spm.gguf");
-  if (spm.empty()) SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
+  if (spm.empty())
+    SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
   const spattn::test::TempDir d = temp_dir();
   { std::ofstream(d / "p.txt") << "Hello world"; }
   auto r = spattn::test::run_spattn("tokenize -m " + spm + " -f " + (d / "p.txt").string(), d);

@@ -82,7 +82,8 @@ TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
   const long faults = minor_faults() - before;
   // About 7,040 pages. Unmapped, reading one byte a page faults at least once per 16 pages
   // (the kernel maps up to 64 KiB around a fault): 450 or more; mapped in at load, none.
-  if (pages < 7000) SPATTN_SKIP_NOT_APPLICABLE("ggml repacks f16 matrices here: nothing read in place");
+  if (pages < 7000)
+    SPATTN_SKIP_NOT_APPLICABLE("ggml repacks f16 matrices here: nothing read in place");
   EXPECT_LT(faults, pages / 64) << faults << " minor faults reading " << pages
                                 << " pages of weights (byte sum " << sum << ")";
 }

@@ -48,8 +48,8 @@ TEST(ModelReal, CodeTinyLoadsAsLlamaCppReportsAndGreedyIsDeterministic) {
   EXPECT_TRUE(m.tied_output());
   EXPECT_EQ(c.rope_base, 100000.0);
   const std::vector<int32_t> prompt = tok.encode("import os\nimport sys\n\n\ndef main():\n");
-  EXPECT_EQ(prompt, (std::vector<int32_t>{0, 3192, 3162, 199, 3192, 2610, 1193, 199, 271, 664,
-                                          259, 449, 26, 199}));
+  EXPECT_EQ(prompt, (std::vector<int32_t>{0, 3192, 3162, 199, 3192, 2610, 1193, 199, 271, 664, 259,
+                                          449, 26, 199}));
   SessionOptions so;
   so.n_ctx = 256;
   const auto a = greedy(m, so, prompt, 24), b = greedy(m, so, prompt, 24);
@@ -127,18 +127,18 @@ TEST(ModelReal, Stories260KGreedyEqualsLlamaCpp) {
   };
   // llama.cpp's cache is f16 (our default too); the f32 cache gives the same texts.
   for (KVType kv : {KVType::f16, KVType::f32})
-  for (const Case& c : cases) {
-    SessionOptions so;
-    so.n_ctx = 256;
-    so.cache_type_k = so.cache_type_v = kv;
-    const std::vector<int32_t> prompt = tok.encode(c.prompt);
-    std::vector<int32_t> out = greedy(m, so, prompt, c.n);
-    // llama-simple stops at end of generation; none of these continuations reaches it.
-    for (int32_t id : out) ASSERT_FALSE(tok.is_eog(id)) << c.prompt;
-    std::vector<int32_t> all(prompt);
-    all.insert(all.end(), out.begin(), out.end());
-    EXPECT_EQ(tok.decode(all), c.llama_cpp) << c.prompt << " (" << kv_type_name(kv) << " cache)";
-  }
+    for (const Case& c : cases) {
+      SessionOptions so;
+      so.n_ctx = 256;
+      so.cache_type_k = so.cache_type_v = kv;
+      const std::vector<int32_t> prompt = tok.encode(c.prompt);
+      std::vector<int32_t> out = greedy(m, so, prompt, c.n);
+      // llama-simple stops at end of generation; none of these continuations reaches it.
+      for (int32_t id : out) ASSERT_FALSE(tok.is_eog(id)) << c.prompt;
+      std::vector<int32_t> all(prompt);
+      all.insert(all.end(), out.begin(), out.end());
+      EXPECT_EQ(tok.decode(all), c.llama_cpp) << c.prompt << " (" << kv_type_name(kv) << " cache)";
+    }
 }
 
 class RunnerCliReal : public ::testing::Test {
@@ -155,19 +155,22 @@ TEST_F(RunnerCliReal, RunPrintsTextAndTimings) {
   EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl", 0), 0u) << r.out;
   for (const char* k : {"load time", "prompt tokens", "TTFT", "prefill", "attention", "decode"})
     EXPECT_NE(r.err.find(k), std::string::npos) << k;
-  const auto j = run("run -m " + path + " -p 'Once upon a time' -n 4 -c 64 --attn chunked_h2o "
+  const auto j = run("run -m " + path +
+                     " -p 'Once upon a time' -n 4 -c 64 --attn chunked_h2o "
                      "--h2o-local 1 --h2o-heavy 1 -ub 2 --json");
   ASSERT_EQ(j.code(), 0) << j.err;
   EXPECT_NE(j.out.find("\"prefill_tok_s\""), std::string::npos);
   // --dump-qkv writes what spattn bench --qkv reads.
-  const auto d = run("run -m " + path + " -p 'Once upon a time there was' -n 1 -c 64 --dump-qkv 2 " +
-                     dir_.string());
+  const auto d = run("run -m " + path +
+                     " -p 'Once upon a time there was' -n 1 -c 64 --dump-qkv 2 " + dir_.string());
   ASSERT_EQ(d.code(), 0) << d.err;
   const auto b = run("bench --qkv " + dir_.string() + "/ --method dense --repeat 1");
   EXPECT_EQ(b.code(), 0) << b.err;
   // --dump-qkv all: every layer under DIR/layerN/, layer 2's the same bytes as --dump-qkv 2's.
-  const auto all = run("run -m " + path + " -p 'Once upon a time there was' -n 1 -c 64 "
-                       "--dump-qkv all " + dir_.string());
+  const auto all = run("run -m " + path +
+                       " -p 'Once upon a time there was' -n 1 -c 64 "
+                       "--dump-qkv all " +
+                       dir_.string());
   ASSERT_EQ(all.code(), 0) << all.err;
   auto bytes = [](const std::filesystem::path& f) {
     std::ifstream in(f, std::ios::binary);

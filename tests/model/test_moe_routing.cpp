@@ -25,7 +25,8 @@ struct Routed {
 
 // The routing of one token's logits, written from DeepSeek-V3's description (section 2.1.2) and
 // llama.cpp's gating options, in double.
-Routed reference(const Config& c, const std::vector<float>& logits, const std::vector<float>& bias) {
+Routed reference(const Config& c, const std::vector<float>& logits,
+                 const std::vector<float>& bias) {
   const int E = int(c.n_expert), k = int(c.n_expert_used);
   std::vector<double> p(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
   const double mx = *std::max_element(logits.begin(), logits.end());

@@ -71,16 +71,15 @@ struct TempDir : spattn::test::TempDir {
   TempDir() : spattn::test::TempDir("spattn_quant_bad") {}
   fs::path write(const std::string& name, const Bytes& b) const {
     const fs::path p = path() / name;
-    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(b.data()),
-                                             std::streamsize(b.size()));
+    std::ofstream(p, std::ios::binary)
+        .write(reinterpret_cast<const char*>(b.data()), std::streamsize(b.size()));
     return p;
   }
 };
 
 // The same bytes must fail with the same message parsed in memory and opened from disk.
 std::string reader_error(const Bytes& b, const TempDir& dir, const std::string& file) {
-  const std::string in_memory =
-      error_of([&] { File::from_memory(b.data(), b.size(), "x.gguf"); });
+  const std::string in_memory = error_of([&] { File::from_memory(b.data(), b.size(), "x.gguf"); });
   const fs::path p = dir.write(file, b);
   const std::string on_disk = error_of([&] { File::open(p.string()); });
   EXPECT_EQ(on_disk, p.string() + in_memory.substr(std::string("x.gguf").size()));
@@ -195,8 +194,8 @@ TEST(QuantBadInput, FileEndingInsideAQuantizedBlock) {
                      "which holds " + std::to_string(held)});
       if (held % size_t(bb) != 0)
         expect_all(m, {"the file ends inside its " + std::string(spattn::gguf::type_name(t)) +
-                           " block " + std::to_string(held / size_t(bb)) + " of 2 (" +
-                           std::to_string(bb) + " bytes each)"});
+                       " block " + std::to_string(held / size_t(bb)) + " of 2 (" +
+                       std::to_string(bb) + " bytes each)"});
     }
     // One cut on disk too (mid-block 1).
     const Bytes b(full.begin(), full.end() - bb / 2);
@@ -243,7 +242,8 @@ std::string loader_error(const Bytes& b, const TempDir& dir, const std::string& 
   const fs::path p = dir.write(file, b);
   const std::string m = error_of([&] { spattn::model::load_model(p.string()); });
   expect_all(m, parts);
-  const spattn::test::CliRun r = spattn::test::run_spattn("run -m " + p.string() + " -p hi -n 1", dir.path());
+  const spattn::test::CliRun r =
+      spattn::test::run_spattn("run -m " + p.string() + " -p hi -n 1", dir.path());
   EXPECT_TRUE(r.exited()) << "spattn run died on " << file << ": " << r.err;
   EXPECT_EQ(r.code(), 2) << file << ": " << r.err;
   expect_all(r.err, parts);
@@ -280,8 +280,8 @@ TEST(QuantBadInput, ModelLoaderAndCliRefuseBadWeights) {
   b = good;
   set_type(b, "blk.0.ffn_up.weight", uint32_t(GgmlType::f32));  // 16384 bytes claimed, 8192 given
   loader_error(b, dir, "f32.gguf",
-               {"tensor 'blk.0.ffn_up.weight' (f32 [64, 64], 16384 bytes)",
-                "runs into tensor", "does not match its 8192 bytes of data"});
+               {"tensor 'blk.0.ffn_up.weight' (f32 [64, 64], 16384 bytes)", "runs into tensor",
+                "does not match its 8192 bytes of data"});
   b = good;
   set_type(b, "blk.0.ffn_up.weight", uint32_t(GgmlType::q8_0));  // 4352 bytes claimed
   loader_error(b, dir, "q8_0.gguf",
@@ -302,8 +302,9 @@ TEST(QuantBadInput, TruncatedQuantizedModelThroughTheCli) {
   const size_t blocks = last->nbytes / 34;
   b.resize(f.data_offset() + last->offset + last->nbytes - 34 + 10);
   loader_error(b, dir, "cut.gguf",
-               {"truncated: tensor '" + name + "' (q8_0 ", "the file ends inside its q8_0 block " +
-                std::to_string(blocks - 1) + " of " + std::to_string(blocks) + " (34 bytes each)"});
+               {"truncated: tensor '" + name + "' (q8_0 ",
+                "the file ends inside its q8_0 block " + std::to_string(blocks - 1) + " of " +
+                    std::to_string(blocks) + " (34 bytes each)"});
 }
 
 }  // namespace

@@ -46,13 +46,14 @@ int64_t compare(const ref::Format& f, const uint8_t* src, int64_t n, const std::
   for (int64_t i = 0; i < n; ++i) {
     if (ref::same_value(f, got[size_t(i)], want[size_t(i)])) continue;
     if (++bad <= 5)
-      ADD_FAILURE() << type_name(f.type) << " " << what << ": block " << i / f.block
-                    << ", element " << i % f.block << ": dequantize_row " << got[size_t(i)]
-                    << " (" << hex(got[size_t(i)]) << "), reference " << want[size_t(i)] << " ("
+      ADD_FAILURE() << type_name(f.type) << " " << what << ": block " << i / f.block << ", element "
+                    << i % f.block << ": dequantize_row " << got[size_t(i)] << " ("
+                    << hex(got[size_t(i)]) << "), reference " << want[size_t(i)] << " ("
                     << hex(want[size_t(i)]) << ")";
   }
-  if (bad > 5) ADD_FAILURE() << type_name(f.type) << " " << what << ": " << bad << " of " << n
-                             << " elements differ in all";
+  if (bad > 5)
+    ADD_FAILURE() << type_name(f.type) << " " << what << ": " << bad << " of " << n
+                  << " elements differ in all";
   return bad;
 }
 
@@ -119,8 +120,10 @@ TEST(QuantFormats, EdgeBlocksMatchTheReferenceBitForBit) {
               put_f16(&b[size_t(f.f16_fields[o])], o == field || all_edges ? edge : 0x3c00);
             char what[96];
             std::snprintf(what, sizeof what, "quants %s, scale field %zu = 0x%04x%s",
-                          fill == 0 ? "0x00" : fill == 0xff ? "0xff" : "random", field,
-                          unsigned(edge), all_edges ? " (all fields)" : "");
+                          fill == 0      ? "0x00"
+                          : fill == 0xff ? "0xff"
+                                         : "random",
+                          field, unsigned(edge), all_edges ? " (all fields)" : "");
             compare(f, b.data(), f.block, what);
           }
         }
@@ -166,8 +169,9 @@ TEST(QuantFormats, ComparisonReportsAOneBitDifference) {
   for (int64_t i = 0; i < 512; ++i)
     if (std::bit_cast<uint32_t>(got[size_t(i)]) != std::bit_cast<uint32_t>(want[size_t(i)])) {
       ++bad;
-      message = "block " + std::to_string(i / f.block) + ", element " + std::to_string(i % f.block) +
-                ": " + hex(got[size_t(i)]) + " vs " + hex(want[size_t(i)]);
+      message = "block " + std::to_string(i / f.block) + ", element " +
+                std::to_string(i % f.block) + ": " + hex(got[size_t(i)]) + " vs " +
+                hex(want[size_t(i)]);
     }
   EXPECT_EQ(bad, 1);
   EXPECT_EQ(message, "block 1, element 44: " + hex(got[300]) + " vs " +
@@ -256,7 +260,8 @@ TEST(QuantFormats, RealQuantizedFilesMatchTheReference) {
       }
     }
   }
-  if (rows_per_type.empty()) SPATTN_MISSING_ASSET("a tensor of a checked type in SPATTN_QUANT_MODELS=" << dir);
+  if (rows_per_type.empty())
+    SPATTN_MISSING_ASSET("a tensor of a checked type in SPATTN_QUANT_MODELS=" << dir);
   for (const auto& [type, rows] : rows_per_type)
     std::printf("  %-7s %lld rows checked\n", type.c_str(), static_cast<long long>(rows));
 }

@@ -42,9 +42,9 @@ double max_diff_from_ggml(int64_t d, double base, double factor, int64_t orig, b
   // llama_context's attn_factor for yarn: get_mscale(s) divided by what ggml multiplies back.
   const float mscale = s <= 1.0f ? 1.0f : 0.1f * logf(s) + 1.0f;
   const float attn = yarn ? mscale * (1.0f / (1.0f + 0.1f * logf(s))) : 1.0f;
-  ggml_tensor* y = ggml_rope_ext(ctx, x, pos, nullptr, int(d), neox ? GGML_ROPE_TYPE_NEOX : 0,
-                                 int(orig), float(base), 1.0f / s, yarn ? 1.0f : 0.0f, attn,
-                                 32.0f, 1.0f);
+  ggml_tensor* y =
+      ggml_rope_ext(ctx, x, pos, nullptr, int(d), neox ? GGML_ROPE_TYPE_NEOX : 0, int(orig),
+                    float(base), 1.0f / s, yarn ? 1.0f : 0.0f, attn, 32.0f, 1.0f);
   ggml_cgraph* g = ggml_new_graph(ctx);
   ggml_build_forward_expand(g, y);
   ThreadPool::get().compute(g, 1);

@@ -81,7 +81,8 @@ std::string cache_difference(const Session& a, const Session& b) {
     if (!d.empty()) return "layer " + std::to_string(l) + ": " + d;
     if (x.has_raw() != y.has_raw()) return "raw rows kept by one only";
     if (x.has_raw())
-      for (const auto& [p, q] : {std::pair(x.raw_k(l), y.raw_k(l)), std::pair(x.raw_v(l), y.raw_v(l))})
+      for (const auto& [p, q] :
+           {std::pair(x.raw_k(l), y.raw_k(l)), std::pair(x.raw_v(l), y.raw_v(l))})
         for (int64_t h = 0; h < p.heads; ++h)
           if (std::memcmp(p.ptr(h, 0), q.ptr(h, 0), size_t(p.seq * p.dim) * 4) != 0)
             return "layer " + std::to_string(l) + ": raw rows";
@@ -131,22 +132,22 @@ TEST_P(PrefillAfterDecode, EqualsOnePrefillOfTheSameTokens) {
                                  << scale;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Modes, PrefillAfterDecode,
-    ::testing::Values(ModeCase{"dense", "dense"}, ModeCase{"chunked_h2o", "chunked_h2o"},
-                      ModeCase{"method_exact", kExactMethod},
-                      ModeCase{"method_a_shape", "a_shape:sink=64,local=512"}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, PrefillAfterDecode,
+                         ::testing::Values(ModeCase{"dense", "dense"},
+                                           ModeCase{"chunked_h2o", "chunked_h2o"},
+                                           ModeCase{"method_exact", kExactMethod},
+                                           ModeCase{"method_a_shape", "a_shape:sink=64,local=512"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 // ---- A call that fails leaves the session as it was. ----
 
 // A tap that throws at the model's last layer once the rows reach `from` (a layer failing
 // after every layer before it has appended its rows).
 void fail_last_layer_from(Session& s, int64_t from) {
-  s.set_qkv_tap(2, [from](int64_t, int64_t pos0, int64_t n, const float*, const float*,
-                          const float*) {
-    if (pos0 + n > from) throw Error("test: layer 2 fails");
-  });
+  s.set_qkv_tap(2,
+                [from](int64_t, int64_t pos0, int64_t n, const float*, const float*, const float*) {
+                  if (pos0 + n > from) throw Error("test: layer 2 fails");
+                });
 }
 
 // Then both sessions compute the same next results, bit for bit.
@@ -351,8 +352,7 @@ TEST(SessionState, ForkCopiesThePrefixAndIsIndependent) {
     EXPECT_THROW(s.fork(s.n_past() + 1), Error);
   }
   // chunked_h2o: a fork of no tokens runs the prompt from position 0 as a fresh session does.
-  Session h(small_model(), opts("chunked_h2o")),
-      fresh(small_model(), opts("chunked_h2o"));
+  Session h(small_model(), opts("chunked_h2o")), fresh(small_model(), opts("chunked_h2o"));
   h.prefill(std::span(t).first(100), nullptr, 0);
   Session f = h.fork(0);
   std::vector<float> a(100 * V), b(100 * V);
@@ -413,8 +413,8 @@ TEST(KVCache, StagedRowsCommitOrRollBackTogether) {
   EXPECT_THROW(c.truncate(11), Error);
   EXPECT_THROW(KVCache(3, 2, 16, 100, DType::f32, false).raw_k(0), Error);
   // Quest's page summaries in the layers a list marks; a list of the wrong length is refused.
-  const KVCache q(3, 2, 16, 100, DType::f32, false, KVType::f32, KVType::f32, 16,
-                  QuestSums::i8, {false, true, true});
+  const KVCache q(3, 2, 16, 100, DType::f32, false, KVType::f32, KVType::f32, 16, QuestSums::i8,
+                  {false, true, true});
   EXPECT_FALSE(q.has_pages(0));
   EXPECT_TRUE(q.has_pages(2));
   EXPECT_THROW(q.pages(0), Error);

@@ -89,8 +89,8 @@ void expect_same_bits(ggml_context* ctx, ggml_tensor* want, ggml_tensor* got, in
       const float a = static_cast<const float*>(got->data)[i];
       const float b = static_cast<const float*>(want->data)[i];
       ASSERT_EQ(std::bit_cast<uint32_t>(a), std::bit_cast<uint32_t>(b))
-          << what() << " threads " << threads << " call " << call << ": output " << i << " "
-          << a << " against ggml's " << b;
+          << what() << " threads " << threads << " call " << call << ": output " << i << " " << a
+          << " against ggml's " << b;
     }
   }
   ggml_free(ctx);
@@ -128,9 +128,9 @@ void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt
 }
 
 TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
-  const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,  GGML_TYPE_Q8_0,
-                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1,
-                             GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
+  const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16,  GGML_TYPE_Q8_0,
+                             GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,   GGML_TYPE_Q5_0,  GGML_TYPE_Q5_1,
+                             GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,   GGML_TYPE_Q4_K,  GGML_TYPE_Q5_K,
                              GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS};
   std::mt19937 rng(7);
   for (ggml_type t : types)
@@ -147,9 +147,9 @@ TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
 void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
                         const std::vector<int32_t>& chosen, int64_t x_rows, int threads,
                         std::mt19937& rng) {
-  std::vector<uint8_t> meta(size_t(k * (m * n_expert + 2 * x_rows) + 2 * m * int64_t(chosen.size())) *
-                                sizeof(float) +
-                            (size_t(1) << 20));
+  std::vector<uint8_t> meta(
+      size_t(k * (m * n_expert + 2 * x_rows) + 2 * m * int64_t(chosen.size())) * sizeof(float) +
+      (size_t(1) << 20));
   ggml_init_params ip{meta.size(), meta.data(), false};
   ggml_context* ctx = ggml_init(ip);
   ASSERT_NE(ctx, nullptr);
@@ -182,8 +182,8 @@ void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
 }
 
 TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
-  const ggml_type types[] = {GGML_TYPE_F32, GGML_TYPE_F16,  GGML_TYPE_BF16, GGML_TYPE_Q8_0,
-                             GGML_TYPE_Q4_0, GGML_TYPE_Q5_1, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
+  const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,    GGML_TYPE_BF16, GGML_TYPE_Q8_0,
+                             GGML_TYPE_Q4_0, GGML_TYPE_Q5_1,   GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
                              GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_MXFP4};
   std::mt19937 rng(11);
   const std::vector<int32_t> one = {3}, some = {5, 1, 6}, all = {2, 0, 7, 1, 3, 6, 4, 5};

@@ -111,8 +111,8 @@ bool ring_alone(dist::Group& g, int64_t n, double tol) {
               TensorView::shd(ov.data(), DType::f32, Hkv, m, d), own, 1);
   dist::RingScratch scratch;
   dist::ring_prefill(g, z,
-                     {oq.data(), ok_.data(), ov.data(), &mine, Hq, Hkv, d, KVType::f32,
-                      KVType::f32, opt, out.data()},
+                     {oq.data(), ok_.data(), ov.data(), &mine, Hq, Hkv, d, KVType::f32, KVType::f32,
+                      opt, out.data()},
                      scratch, nullptr);
   double diff = 0, bits = 0;
   for (int64_t i = 0; i < m; ++i)
@@ -130,10 +130,12 @@ bool ring_alone(dist::Group& g, int64_t n, double tol) {
   dist::decode_merge(g, dq, mine, TensorView::shd(dout.data(), DType::f32, Hq, 1, d), dopt, 7,
                      nullptr, gather);
   double ddiff = 0;
-  for (size_t c = 0; c < dref.size(); ++c) ddiff = std::max(ddiff, double(std::fabs(dref[c] - dout[c])));
-  std::printf("rank %d: prefill alone (random rows, n %lld): attention max |diff| %.3g against "
-              "the reference, %.3g against one call; decode merge %.3g\n",
-              r, (long long)n, diff, bits, ddiff);
+  for (size_t c = 0; c < dref.size(); ++c)
+    ddiff = std::max(ddiff, double(std::fabs(dref[c] - dout[c])));
+  std::printf(
+      "rank %d: prefill alone (random rows, n %lld): attention max |diff| %.3g against "
+      "the reference, %.3g against one call; decode merge %.3g\n",
+      r, (long long)n, diff, bits, ddiff);
   return diff <= tol && bits == 0 && ddiff <= tol;
 }
 
@@ -148,8 +150,7 @@ int argmax(const float* x, int64_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s MODEL TEXT P N_TOKENS N_DECODE CTK [TOL [ATTN UB]]\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL TEXT P N_TOKENS N_DECODE CTK [TOL [ATTN UB]]\n", argv[0]);
     return 2;
   }
   const std::string model_path = argv[1], text_path = argv[2];
@@ -197,12 +198,13 @@ int main(int argc, char** argv) {
                attn.rfind("sliding_window", 0) == 0) {
       so.attn = attn;
     } else if (attn != "dense" && attn != "gather") {
-      std::fprintf(stderr, "ATTN: dense, chunked_h2o, a_shape[:...], blasst:... or "
+      std::fprintf(stderr,
+                   "ATTN: dense, chunked_h2o, a_shape[:...], blasst:... or "
                    "sliding_window:..., not %s\n",
                    attn.c_str());
       return 2;
     }
-    so.threads = 1;    // ranks share 2 cores
+    so.threads = 1;  // ranks share 2 cores
     so.cache_type_k = so.cache_type_v = ctk;
     model::Session one(m, so);
     so.cp = group;
@@ -220,9 +222,7 @@ int main(int argc, char** argv) {
     // none).
     const bool blasst = attn.rfind("blasst", 0) == 0;
     const bool tiles = blasst || (attn == "dense" && (n + kKeyBlock - 1) / kKeyBlock >= 2 * P);
-    const int64_t grid = attn == "chunked_h2o" && n > ub ? ub
-                         : tiles                                             ? kKeyBlock
-                                                                             : 1;
+    const int64_t grid = attn == "chunked_h2o" && n > ub ? ub : tiles ? kKeyBlock : 1;
     if (blasst) {
       // The prefill's key tiles over every rank against one process's.
       const Stats& sa = one.timings().prefill_stats;
@@ -231,14 +231,16 @@ int main(int argc, char** argv) {
       std::vector<int64_t> every(size_t(2 * P));
       group->allgather(mine, sizeof mine, every.data());
       int64_t visited = 0, skipped = 0;
-      for (int q = 0; q < P; ++q) visited += every[size_t(2 * q)], skipped += every[size_t(2 * q + 1)];
+      for (int q = 0; q < P; ++q)
+        visited += every[size_t(2 * q)], skipped += every[size_t(2 * q + 1)];
       const double fa = double(sa.tiles_skipped) / double(std::max<int64_t>(1, sa.tiles_visited)),
                    fb = double(skipped) / double(std::max<int64_t>(1, visited));
       const double skip_tol = argc > 10 ? std::atof(argv[10]) : 0.0;
-      std::printf("rank %d: blasst prefill tiles: one process %lld of %lld skipped (%.4f), %d "
-                  "ranks %lld of %lld (%.4f), difference %.4f\n",
-                  r, (long long)sa.tiles_skipped, (long long)sa.tiles_visited, fa, P,
-                  (long long)skipped, (long long)visited, fb, fb - fa);
+      std::printf(
+          "rank %d: blasst prefill tiles: one process %lld of %lld skipped (%.4f), %d "
+          "ranks %lld of %lld (%.4f), difference %.4f\n",
+          r, (long long)sa.tiles_skipped, (long long)sa.tiles_visited, fa, P, (long long)skipped,
+          (long long)visited, fb, fb - fa);
       if (visited != sa.tiles_visited || std::fabs(fb - fa) > skip_tol || skipped == 0) ok = false;
     }
     const std::vector<int64_t> own = dist::Zigzag{n, P, grid}.positions(r);
@@ -260,8 +262,8 @@ int main(int argc, char** argv) {
       if (d > tol) ok = false;
     }
     const double dl = rel_diff(la, lb, V, all);
-    std::printf("rank %d: logits of all %lld rows, max |diff| / max |x| = %.3g\n", r,
-                (long long)n, dl);
+    std::printf("rank %d: logits of all %lld rows, max |diff| / max |x| = %.3g\n", r, (long long)n,
+                dl);
     if (dl > tol) ok = false;
     // Greedy decode in lockstep: every rank has the same logits, so the same token.
     std::vector<float> da(static_cast<size_t>(V)), db(static_cast<size_t>(V));
@@ -290,10 +292,11 @@ int main(int argc, char** argv) {
       ok = false;
     }
     const double share = double(cp.memory().kv_cache) / double(one.memory().kv_cache);
-    std::printf("rank %d: %s; layers worst %.3g; KV cache %zu bytes against %zu (%.3f of the "
-                "one-process cache, %lld of %lld tokens)\n",
-                r, ok ? "ok" : "FAILED", worst, cp.memory().kv_cache, one.memory().kv_cache,
-                share, (long long)cp.cache().size(), (long long)one.n_past());
+    std::printf(
+        "rank %d: %s; layers worst %.3g; KV cache %zu bytes against %zu (%.3f of the "
+        "one-process cache, %lld of %lld tokens)\n",
+        r, ok ? "ok" : "FAILED", worst, cp.memory().kv_cache, one.memory().kv_cache, share,
+        (long long)cp.cache().size(), (long long)one.n_past());
     std::fflush(stdout);
     return ok ? 0 : 1;
   } catch (const std::exception& e) {

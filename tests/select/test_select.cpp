@@ -107,7 +107,8 @@ TEST(SelectErfinv, MatchesNewtonReference) {
       const double err = std::fabs(got - ref) / std::max(1.0, std::fabs(ref));
       if (err > worst) worst = err, worst_x = x;
     }
-  std::printf("erfinv: worst error %.3g (relative, absolute below 1) at x = %.9g\n", worst, worst_x);
+  std::printf("erfinv: worst error %.3g (relative, absolute below 1) at x = %.9g\n", worst,
+              worst_x);
   EXPECT_LE(worst, 1e-6) << "at x = " << worst_x;
 }
 
@@ -140,9 +141,15 @@ TEST(SelectParams, BadParametersNameThemselves) {
   expect_error_naming([] { TournamentTopK s(-3); }, "k must be > 0 (got -3)");
   expect_error_naming([] { EstimatedTopK s(0, 10); }, "k must be > 0");
   expect_error_naming([] { EstimatedTopK s(4, -1); }, "total_blocks must be >= 0 (got -1)");
-  expect_error_naming([] { EstimatedTopK s(4, 8); s.reset(-2); }, "total_blocks");
+  expect_error_naming(
+      [] {
+        EstimatedTopK s(4, 8);
+        s.reset(-2);
+      },
+      "total_blocks");
   expect_error_naming([] { HybridTopK s(0, 0, 10); }, "k must be > 0");
-  expect_error_naming([] { HybridTopK s(8, 9, 10); }, "k_exact must be in [0, k] (got k_exact = 9 with k = 8)");
+  expect_error_naming([] { HybridTopK s(8, 9, 10); },
+                      "k_exact must be in [0, k] (got k_exact = 9 with k = 8)");
   expect_error_naming([] { HybridTopK s(8, -1, 10); }, "k_exact");
   expect_error_naming([] { HybridTopK s(8, 4, -1); }, "total_blocks");
   for (TopKKind kind : {TopKKind::exact, TopKKind::tree, TopKKind::estimate, TopKKind::hybrid}) {
@@ -175,7 +182,8 @@ template <class Sel>
 void expect_exact(const Stream& s, int k, const std::string& what) {
   Sel sel(k);
   const Stream got = run(sel, s), want = reference_topk(s, k);
-  EXPECT_EQ(got, want) << what << ", k = " << k << "\n got:  " << show(got) << "\n want: " << show(want);
+  EXPECT_EQ(got, want) << what << ", k = " << k << "\n got:  " << show(got)
+                       << "\n want: " << show(want);
   EXPECT_EQ(sel.size(), int(want.size())) << what;
   // A reset forgets the row: the same stream again gives the same answer.
   sel.reset();
@@ -208,7 +216,8 @@ TYPED_TEST(SelectExactKinds, AdversarialOrders) {
 
 TYPED_TEST(SelectExactKinds, FewerBlocksThanK) {
   for (int n : {0, 1, 5, 15})
-    for (int k : {16, 17, 1000}) expect_exact<TypeParam>(random_stream(n, uint64_t(n)), k, "few blocks");
+    for (int k : {16, 17, 1000})
+      expect_exact<TypeParam>(random_stream(n, uint64_t(n)), k, "few blocks");
 }
 
 TYPED_TEST(SelectExactKinds, RandomOrdersWithManyTies) {
@@ -334,7 +343,8 @@ TEST(SelectEstimate, AllTiesTakeTheFirstBlockThenTheLast) {
   // Equal scores never exceed the threshold m (sigma = 0), so after block 0 nothing is taken
   // until the slots left equal the blocks left: the row's last k - 1 blocks.
   EstimatedTopK e(4, 12);
-  EXPECT_EQ(blocks_of(run(e, with_scores(std::vector<float>(12, 1.5f)))), (std::set<int32_t>{0, 9, 10, 11}));
+  EXPECT_EQ(blocks_of(run(e, with_scores(std::vector<float>(12, 1.5f)))),
+            (std::set<int32_t>{0, 9, 10, 11}));
 }
 
 TEST(SelectEstimate, GridBoundsBracketErfinv) {
@@ -378,8 +388,10 @@ TEST(SelectEstimate, ThresholdIsEq6BlockByBlock) {
       const int64_t remaining = n - j;
       const float score = s[size_t(j)].score;
       bool known = true, take;
-      if (slots == 0) take = false;
-      else if (slots >= remaining || j == 0) take = true;
+      if (slots == 0)
+        take = false;
+      else if (slots >= remaining || j == 0)
+        take = true;
       else {
         const double x = 1.0 - 2.0 * slots / double(remaining);
         const double s_th = std::sqrt(2.0) * e.sigma() * erfinv_reference(float(x)) + e.mean();
@@ -472,7 +484,8 @@ TEST(SelectHybrid, EvictedBlocksReachTheEstimate) {
 
 TEST(SelectSelector, EachKindMatchesItsType) {
   const int n = 300, k = 40;
-  std::vector<Stream> rows = {random_stream(n, 1), random_stream(n, 2, 3), random_stream(n - 50, 3)};
+  std::vector<Stream> rows = {random_stream(n, 1), random_stream(n, 2, 3),
+                              random_stream(n - 50, 3)};
   for (TopKKind kind : {TopKKind::exact, TopKKind::tree, TopKKind::estimate, TopKKind::hybrid}) {
     TopKSelector sel({.kind = kind, .k = k, .k_exact = 8, .total_blocks = n});
     EXPECT_EQ(sel.kind(), kind);
@@ -481,10 +494,26 @@ TEST(SelectSelector, EachKindMatchesItsType) {
       sel.reset(int64_t(row.size()));
       Stream want;
       switch (kind) {
-        case TopKKind::exact: { ExactTopK s(k); want = run(s, row); break; }
-        case TopKKind::tree: { TournamentTopK s(k); want = run(s, row); break; }
-        case TopKKind::estimate: { EstimatedTopK s(k, int64_t(row.size())); want = run(s, row); break; }
-        case TopKKind::hybrid: { HybridTopK s(k, 8, int64_t(row.size())); want = run(s, row); break; }
+        case TopKKind::exact: {
+          ExactTopK s(k);
+          want = run(s, row);
+          break;
+        }
+        case TopKKind::tree: {
+          TournamentTopK s(k);
+          want = run(s, row);
+          break;
+        }
+        case TopKKind::estimate: {
+          EstimatedTopK s(k, int64_t(row.size()));
+          want = run(s, row);
+          break;
+        }
+        case TopKKind::hybrid: {
+          HybridTopK s(k, 8, int64_t(row.size()));
+          want = run(s, row);
+          break;
+        }
       }
       EXPECT_EQ(run(sel, row), want) << topk_kind_name(kind);
       EXPECT_EQ(sel.size(), int(want.size()));
@@ -509,13 +538,15 @@ TEST(SelectSelector, GatedPushesChangeNothing) {
     for (int k_exact : {8, 40}) {
       int64_t dropped = 0;
       for (const Stream& row : rows) {
-        const TopKParams p{.kind = kind, .k = 40, .k_exact = k_exact,
-                           .total_blocks = int64_t(row.size())};
+        const TopKParams p{
+            .kind = kind, .k = 40, .k_exact = k_exact, .total_blocks = int64_t(row.size())};
         TopKSelector all(p), gated(p);
         for (const BlockScore& b : row) {
           all.push(b.block, b.score);
-          if (topk_detail::make_key(b.block, b.score) <= gated.gate()) ++dropped;
-          else gated.push(b.block, b.score);
+          if (topk_detail::make_key(b.block, b.score) <= gated.gate())
+            ++dropped;
+          else
+            gated.push(b.block, b.score);
           ASSERT_EQ(gated.result(), all.result()) << topk_kind_name(kind) << " block " << b.block;
         }
       }
@@ -529,7 +560,8 @@ TEST(SelectSelector, GatedPushesChangeNothing) {
 // Per-row block scores S(j) (Eq. 3) of scaled scores q.k / sqrt(d), 64-key blocks, for rows
 // at the end of a block (so every visible block is whole), in the order the kernel visits them.
 std::vector<Stream> text_block_lses(int64_t seq, const std::vector<int64_t>& rows, uint64_t seed) {
-  const Workload w = make_workload({.kind = WorkloadKind::text, .seq = seq, .heads = 2, .dim = 128, .seed = seed});
+  const Workload w =
+      make_workload({.kind = WorkloadKind::text, .seq = seq, .heads = 2, .dim = 128, .seed = seed});
   const TensorView q = w.q, k = w.k;
   const double scale = 1.0 / std::sqrt(double(q.dim));
   std::vector<Stream> out;
@@ -541,7 +573,8 @@ std::vector<Stream> text_block_lses(int64_t seq, const std::vector<int64_t>& row
         double s[64], m = -INFINITY, l = 0;
         for (int64_t t = 0; t < 64; ++t) {
           double acc = 0;
-          for (int64_t c = 0; c < q.dim; ++c) acc += double(q.get(h, i, c)) * k.get(kh, b * 64 + t, c);
+          for (int64_t c = 0; c < q.dim; ++c)
+            acc += double(q.get(h, i, c)) * k.get(kh, b * 64 + t, c);
           s[t] = acc * scale;
           m = std::max(m, s[t]);
         }
@@ -595,8 +628,9 @@ TEST(SelectMass, EstimateAndHybridOnTextRows) {
     const Capture est = captured(lses, k, [&](int64_t n) { return EstimatedTopK(k, n); });
     const Capture hyb = captured(lses, k, [&](int64_t n) { return HybridTopK(k, 8, n); });
     const Capture tree = captured(lses, k, [&](int64_t) { return TournamentTopK(k); });
-    std::printf("mass captured, k = %d: estimate mean %.4f worst %.4f | hybrid %d/8 mean %.4f worst %.4f\n",
-                k, est.mean, est.worst, k, hyb.mean, hyb.worst);
+    std::printf(
+        "mass captured, k = %d: estimate mean %.4f worst %.4f | hybrid %d/8 mean %.4f worst %.4f\n",
+        k, est.mean, est.worst, k, hyb.mean, hyb.worst);
     EXPECT_EQ(tree.worst, 1.0);
     EXPECT_GE(est.mean, 0.90) << "k = " << k;
     EXPECT_GE(est.worst, 0.2) << "k = " << k;

@@ -28,13 +28,14 @@ enum class Pattern { ascending, descending, ties, levels, extremes, random, clim
 float score(Pattern p, int64_t h, int64_t r, int64_t j) {
   const uint64_t x = uint64_t(h * 1000003 + r * 7919 + j * 104729);
   const uint64_t hash = (x * 0x9E3779B97F4A7C15ull) >> 40;  // 24 random bits
-  const float u = float(hash) / float(1 << 24);              // [0, 1)
+  const float u = float(hash) / float(1 << 24);             // [0, 1)
   switch (p) {
     case Pattern::ascending: return float(j) * 0.5f - float(h);
     case Pattern::descending: return -float(j) * 0.5f + float(r % 7);
     case Pattern::ties: return 2.5f;
     case Pattern::levels: return float(hash % 3);
-    case Pattern::extremes: return hash % 3 == 0 ? 1e4f : (hash % 3 == 1 ? -1e4f : (hash & 8 ? 0.0f : -0.0f));
+    case Pattern::extremes:
+      return hash % 3 == 0 ? 1e4f : (hash % 3 == 1 ? -1e4f : (hash & 8 ? 0.0f : -0.0f));
     case Pattern::random: return 6.0f * u - 3.0f;
     // Mostly rising with noise: the case where many pushes beat the current minimum.
     case Pattern::climbing: return float(j) * 0.01f + 0.5f * u;
@@ -90,8 +91,10 @@ void feed(BlockSelectObserver& obs, const Rows& s, Pattern p, int64_t batch = 1)
                                               : std::numeric_limits<float>::quiet_NaN();
           }
         }
-        if (batch == 1) obs.observe(h, b, rows, t0, lse.data());
-        else obs.observe_tiles(h, b, rows, blocks.data(), count, lse.data(), stride);
+        if (batch == 1)
+          obs.observe(h, b, rows, t0, lse.data());
+        else
+          obs.observe_tiles(h, b, rows, blocks.data(), count, lse.data(), stride);
       }
     }
 }

@@ -61,9 +61,12 @@ Sse parse_sse(const std::string& body) {
     size_t end = body.find("\n\n", at);
     if (end == std::string::npos) end = body.size();
     const std::string ev = body.substr(at, end - at);
-    if (ev.rfind("data: ", 0) == 0) s.data.push_back(ev.substr(6));
-    else if (ev.rfind(":", 0) == 0) ++s.comments;
-    else if (!ev.empty()) ADD_FAILURE() << "not an SSE event: " << ev;
+    if (ev.rfind("data: ", 0) == 0)
+      s.data.push_back(ev.substr(6));
+    else if (ev.rfind(":", 0) == 0)
+      ++s.comments;
+    else if (!ev.empty())
+      ADD_FAILURE() << "not an SSE event: " << ev;
     at = end + 2;
   }
   return s;
@@ -132,7 +135,8 @@ TEST(ServeReal, RoutesAnswerInTheirShapes) {
   EXPECT_EQ(joined, " " + text);  // SentencePiece's leading space
   const json detok = ok_json(post(c, "/detokenize", json{{"tokens", want}}.dump()));
   EXPECT_EQ(detok["content"], text);
-  const json bos = ok_json(post(c, "/tokenize", json{{"content", text}, {"add_special", true}}.dump()));
+  const json bos =
+      ok_json(post(c, "/tokenize", json{{"content", text}, {"add_special", true}}.dump()));
   EXPECT_EQ(bos["tokens"].at(0), model->tokenizer.bos());
 }
 
@@ -140,10 +144,9 @@ TEST(ServeReal, GreedyCompletionEqualsSpattnRunStreamedOrNot) {
   NEED_STORIES();
   const std::string prompt = "Once upon a time, a little dog";
   const test::TempDir dir("spattn_serve_run");
-  const test::CliRun run = test::run_spattn(
-      "run -m " + test::model_file("stories260K.gguf") + " -c 512 -n 40 --temp 0 --json -p '" +
-          prompt + "'",
-      dir);
+  const test::CliRun run = test::run_spattn("run -m " + test::model_file("stories260K.gguf") +
+                                                " -c 512 -n 40 --temp 0 --json -p '" + prompt + "'",
+                                            dir);
   ASSERT_EQ(run.code(), 0) << run.err;
   const json want = json::parse(run.out);
 
@@ -190,7 +193,8 @@ TEST(ServeReal, ChatUsesThePlainFallbackStreamedOrNot) {
                                                 {"user", "Tell me about a cat."}};
   json m = json::array();
   for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
-  const json req = {{"messages", m}, {"max_tokens", 20}, {"temperature", 0}, {"cache_prompt", false}};
+  const json req = {
+      {"messages", m}, {"max_tokens", 20}, {"temperature", 0}, {"cache_prompt", false}};
   const json a = ok_json(post(c, "/v1/chat/completions", req.dump()));
   EXPECT_EQ(a["object"], "chat.completion");
   EXPECT_EQ(a["choices"].at(0)["message"]["role"], "assistant");
@@ -225,15 +229,17 @@ TEST(ServeReal, ChatTemplateByNameRendersTheConversation) {
                                                 {"user", "Tell me about a cat."}};
   json m = json::array();
   for (const auto& x : msgs) m.push_back({{"role", x.role}, {"content", x.content}});
-  const json a = ok_json(post(c, "/v1/chat/completions",
-                              json{{"messages", m}, {"max_tokens", 12}, {"temperature", 0},
-                                   {"cache_prompt", false}}.dump()));
+  const json a = ok_json(
+      post(c, "/v1/chat/completions",
+           json{{"messages", m}, {"max_tokens", 12}, {"temperature", 0}, {"cache_prompt", false}}
+               .dump()));
   // The same as a completion of the rendered text's tokens (control tokens parsed).
   const std::vector<int32_t> ids = model->tokenizer.encode(
       apply_chat_template(ChatTemplate::chatml, msgs, true), model->tokenizer.add_bos(), true);
-  const json plain = ok_json(post(c, "/v1/completions",
-                                  json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0},
-                                       {"cache_prompt", false}}.dump()));
+  const json plain = ok_json(
+      post(c, "/v1/completions",
+           json{{"prompt", ids}, {"max_tokens", 12}, {"temperature", 0}, {"cache_prompt", false}}
+               .dump()));
   EXPECT_EQ(a["usage"]["prompt_tokens"], int64_t(ids.size()));
   EXPECT_EQ(a["choices"].at(0)["message"]["content"], plain["choices"].at(0)["text"]);
 
@@ -243,7 +249,8 @@ TEST(ServeReal, ChatTemplateByNameRendersTheConversation) {
     bad.validate();
     ADD_FAILURE() << "an unknown --chat-template passed";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown template 'llama-3'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown template 'llama-3'"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -251,21 +258,28 @@ TEST(ServeReal, SamplingIsSeededAndStopSequencesCut) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
-  const json req = {{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 1.0},
-                    {"top_k", 20}, {"top_p", 0.9}, {"seed", 7}};
+  const json req = {{"prompt", "Once upon a time"},
+                    {"max_tokens", 30},
+                    {"temperature", 1.0},
+                    {"top_k", 20},
+                    {"top_p", 0.9},
+                    {"seed", 7}};
   const json a = ok_json(post(c, "/v1/completions", req.dump()));
   const json b = ok_json(post(c, "/v1/completions", req.dump()));
   EXPECT_EQ(a["choices"].at(0)["text"], b["choices"].at(0)["text"]);
   // Greedy text cut at a stop sequence: the text before it, finish_reason "stop".
-  const json g = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", "Once upon a time"}, {"max_tokens", 30},
-                                   {"temperature", 0}}.dump()));
+  const json g = ok_json(
+      post(c, "/v1/completions",
+           json{{"prompt", "Once upon a time"}, {"max_tokens", 30}, {"temperature", 0}}.dump()));
   const std::string full = g["choices"].at(0)["text"];
   ASSERT_NE(full.find("Lily"), std::string::npos) << full;
   for (bool stream : {false, true}) {
     const auto r = post(c, "/v1/completions",
-                        json{{"prompt", "Once upon a time"}, {"max_tokens", 30},
-                             {"temperature", 0}, {"stop", {"Lily", "zzz"}}, {"stream", stream}}
+                        json{{"prompt", "Once upon a time"},
+                             {"max_tokens", 30},
+                             {"temperature", 0},
+                             {"stop", {"Lily", "zzz"}},
+                             {"stream", stream}}
                             .dump());
     ASSERT_TRUE(r);
     std::string text, reason;
@@ -292,17 +306,22 @@ TEST(ServeReal, PerRequestAttentionRunsAndIsReported) {
   Running srv(o, *model);
   auto c = srv.client();
   std::string prompt = "Once upon a time there was a big red ball.";
-  for (int i = 0; i < 4; ++i) prompt += " The ball rolled down the hill and the children ran after it.";
+  for (int i = 0; i < 4; ++i)
+    prompt += " The ball rolled down the hill and the children ran after it.";
   const json a = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0},
-                                   {"spattn", {{"attn", "chunked_h2o"}}}}.dump()));
+                              json{{"prompt", prompt},
+                                   {"max_tokens", 4},
+                                   {"temperature", 0},
+                                   {"spattn", {{"attn", "chunked_h2o"}}}}
+                                  .dump()));
   const json& u = a["usage"]["spattn"];
   EXPECT_EQ(u["attn"], "chunked_h2o");
   EXPECT_EQ(u["prefill"], "chunked_h2o");
   EXPECT_LT(u["score_entries"].get<int64_t>(), u["causal_entries"].get<int64_t>());
   EXPECT_GT(u["skipped_fraction"].get<double>(), 0.0);
-  const json d = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
+  const json d =
+      ok_json(post(c, "/v1/completions",
+                   json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
   EXPECT_EQ(d["usage"]["spattn"]["attn"], "dense");
   EXPECT_EQ(d["usage"]["spattn"]["score_entries"], d["usage"]["spattn"]["causal_entries"]);
   EXPECT_EQ(d["usage"]["spattn"]["attn_decode"], "dense");
@@ -323,9 +342,11 @@ TEST(ServeReal, SparseDecodeRunsAndIsReported) {
   Running srv(o, *model);
   auto c = srv.client();
   std::string prompt = "Once upon a time there was a big red ball.";
-  for (int i = 0; i < 4; ++i) prompt += " The ball rolled down the hill and the children ran after it.";
-  const json a = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
+  for (int i = 0; i < 4; ++i)
+    prompt += " The ball rolled down the hill and the children ran after it.";
+  const json a =
+      ok_json(post(c, "/v1/completions",
+                   json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}}.dump()));
   const json& u = a["usage"]["spattn"];
   EXPECT_EQ(u["attn_decode"], "quest:k=2,dense_layers=0,dense_at=1");
   // Each step reads sink + newest + 2 pages of 16 of the ~70 keys it could see.
@@ -365,12 +386,13 @@ TEST(ServeReal, BadRequestsGet400AndTheServerServesOn) {
       {"/v1/completions", R"({"prompt": [1, 99999]})"},
       {"/v1/completions", R"({"prompt": [1, -2]})"},
       {"/v1/completions", json{{"prompt", long_prompt}}.dump()},
-      {"/v1/completions", "{\"prompt\": \"caf\xc3\"}"},          // a cut UTF-8 character
-      {"/v1/completions", "{\"prompt\": \"\xed\xa0\x80\"}"},     // a UTF-16 surrogate
+      {"/v1/completions", "{\"prompt\": \"caf\xc3\"}"},       // a cut UTF-8 character
+      {"/v1/completions", "{\"prompt\": \"\xed\xa0\x80\"}"},  // a UTF-16 surrogate
       {"/v1/completions", json{{"prompt", std::string(100 << 10, 'a')}}.dump()},  // over the limit
       {"/v1/chat/completions", R"({"messages": []})"},
       {"/v1/chat/completions", R"({"messages": [{"role": 1, "content": "x"}]})"},
-      {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"},
+      {"/v1/chat/completions",
+       R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"},
       {"/v1/chat/completions", R"({"prompt": "x"})"},
       {"/tokenize", R"({"content": 3})"},
       {"/detokenize", R"({"tokens": [-1]})"},
@@ -401,14 +423,15 @@ TEST(ServeReal, BadRequestsGet400AndTheServerServesOn) {
   EXPECT_EQ(nf->status, 404);
   EXPECT_EQ(json::parse(nf->body)["error"]["type"], "not_found_error");
   EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
-  const json fine = ok_json(post(c, "/v1/completions",
-                                 json{{"prompt", "Once upon a time"}, {"max_tokens", 5}}.dump()));
+  const json fine = ok_json(
+      post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 5}}.dump()));
   EXPECT_EQ(fine["usage"]["completion_tokens"].get<int64_t>() > 0 ||
                 fine["choices"].at(0)["finish_reason"] == "stop",
             true);
   // A prompt that fits exactly leaves no room to decode: one token, then "length".
   const std::vector<int32_t> fill(128, 300);
-  const json full = ok_json(post(c, "/v1/completions", json{{"prompt", fill}, {"temperature", 0}}.dump()));
+  const json full =
+      ok_json(post(c, "/v1/completions", json{{"prompt", fill}, {"temperature", 0}}.dump()));
   EXPECT_LE(full["usage"]["completion_tokens"].get<int64_t>(), 1);
 }
 
@@ -441,8 +464,9 @@ TEST(ServeReal, MetricsCountWhatRanOnlyWithTheFlag) {
   EXPECT_EQ(metric(empty, "spattn:time_to_first_token_seconds_count"), 0);
   EXPECT_EQ(metric(empty, "spattn:time_to_first_token_seconds_bucket{le=\"+Inf\"}"), 0);
 
-  const json a = ok_json(post(c, "/v1/completions",
-                              R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})"));
+  const json a =
+      ok_json(post(c, "/v1/completions",
+                   R"({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0})"));
   const json b = ok_json(post(c, "/v1/completions",
                               R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0,
                                   "spattn": {"attn": "chunked_h2o"}})"));
@@ -456,10 +480,11 @@ TEST(ServeReal, MetricsCountWhatRanOnlyWithTheFlag) {
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->get_header_value("Content-Type").find("text/plain"), std::string::npos);
   const std::string& m = r->body;
-  const int64_t prompt = a["usage"]["prompt_tokens"].get<int64_t>() +
-                         b["usage"]["prompt_tokens"].get<int64_t>();
-  const int64_t cached = a["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0) +
-                         b["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0);
+  const int64_t prompt =
+      a["usage"]["prompt_tokens"].get<int64_t>() + b["usage"]["prompt_tokens"].get<int64_t>();
+  const int64_t cached =
+      a["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0) +
+      b["usage"].value("prompt_tokens_details", json::object()).value("cached_tokens", 0);
   EXPECT_EQ(metric(m, "spattn:prompt_tokens_total"), double(prompt - cached));
   EXPECT_EQ(metric(m, "spattn:prompt_cached_tokens_total"), double(cached));
   EXPECT_EQ(metric(m, "spattn:tokens_predicted_total"),
@@ -494,7 +519,8 @@ TEST(ServeReal, ApiKeyIsRequiredExceptForHealth) {
   Running srv(o, *model);
   auto c = srv.client();
   const std::string body = json{{"prompt", "Once"}, {"max_tokens", 2}}.dump();
-  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
+  for (const httplib::Headers& h :
+       {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}}}) {
     const auto r = post(c, "/v1/completions", body, h);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 401);
@@ -623,12 +649,12 @@ TEST(ServeReal, AClientLeavingMidPrefillCancelsIt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   // Counted before the next request, whose own prefill calls the hook too.
   const int events = progress.load();
-  const json a = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
+  const json a =
+      ok_json(post(c, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
   EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_LT(events, int(ids.size() / 16)) << "the prefill ran to its end";
-  const json b = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
+  const json b =
+      ok_json(post(c, "/v1/completions", json{{"prompt", prompt}, {"max_tokens", 1}}.dump()));
   EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], int64_t(ids.size()) - 1);
 }
 
@@ -679,8 +705,8 @@ TEST(ServeCliReal, TheBinaryServesAndStopsOnSigterm) {
   httplib::Client c("127.0.0.1", port);
   c.set_read_timeout(20);
   EXPECT_EQ(ok_json(c.Get("/health"))["status"], "ok");
-  const json a = ok_json(post(c, "/v1/completions",
-                              json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump()));
+  const json a = ok_json(
+      post(c, "/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump()));
   EXPECT_EQ(a["object"], "text_completion");
   kill(pid, SIGTERM);
   int status = 0;
@@ -746,11 +772,11 @@ TEST(ServeRequest, ParsesOpenAIAndLlamaServerFields) {
 // Fields that change the answer and that the server does not implement are refused by name,
 // unless they ask for nothing; llama-server's min_p and ignore_eos are read.
 TEST(ServeRequest, UnsupportedOutputFieldsAreRefusedByName) {
-  for (const char* f : {R"("logit_bias": {"15": -100})", R"("logprobs": 3)", R"("logprobs": true)",
-                        R"("presence_penalty": 0.5)", R"("repeat_penalty": 1.1)",
-                        R"("grammar": "root ::= [a-z]+")", R"("response_format": {"type": "json_object"})",
-                        R"("tools": [{"type": "function"}])", R"("n_probs": 2)", R"("echo": true)",
-                        R"("response_format": {"type": 5})"}) {
+  for (const char* f :
+       {R"("logit_bias": {"15": -100})", R"("logprobs": 3)", R"("logprobs": true)",
+        R"("presence_penalty": 0.5)", R"("repeat_penalty": 1.1)", R"("grammar": "root ::= [a-z]+")",
+        R"("response_format": {"type": "json_object"})", R"("tools": [{"type": "function"}])",
+        R"("n_probs": 2)", R"("echo": true)", R"("response_format": {"type": 5})"}) {
     const std::string body = std::string(R"({"prompt": "x", )") + f + "}";
     const std::string name = std::string(f).substr(1, std::string(f).find('"', 1) - 1);
     try {

@@ -44,12 +44,13 @@ int64_t rss_bytes() {
 // The most the resident set grew over its value at construction, sampled every 2 ms.
 class RssWatch {
  public:
-  RssWatch() : base_(rss_bytes()), t_([this] {
-    while (!stop_) {
-      peak_ = std::max<int64_t>(peak_, rss_bytes() - base_);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-  }) {}
+  RssWatch()
+      : base_(rss_bytes()), t_([this] {
+          while (!stop_) {
+            peak_ = std::max<int64_t>(peak_, rss_bytes() - base_);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+        }) {}
   ~RssWatch() { grown(); }
   int64_t grown() {
     if (!stop_.exchange(true)) t_.join();
@@ -104,7 +105,8 @@ TEST(ServeHardeningReal, AGzipBombIsRefusedAtTheLimitWithoutInflatingIt) {
   auto c = srv.client();
   RssWatch rss;
   const auto t0 = Clock::now();
-  const auto r = c.Post("/v1/completions", {{"Content-Encoding", "gzip"}}, bomb, "application/json");
+  const auto r =
+      c.Post("/v1/completions", {{"Content-Encoding", "gzip"}}, bomb, "application/json");
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
@@ -149,13 +151,14 @@ TEST(ServeHardeningReal, TokenizeIsBoundedAndAdmitted) {
   Running srv(o, *model);
   auto c = srv.client();
   RssWatch rss;
-  const auto r = post_json(c, "/tokenize",
-                           {{"content", std::string(4u << 20, 'a')}, {"with_pieces", true}});
+  const auto r =
+      post_json(c, "/tokenize", {{"content", std::string(4u << 20, 'a')}, {"with_pieces", true}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("\"param\":\"content\""), std::string::npos) << r->body;
   EXPECT_LT(rss.grown(), int64_t(96) << 20);
-  const auto fine = post_json(c, "/tokenize", {{"content", "Once upon a time"}, {"with_pieces", true}});
+  const auto fine =
+      post_json(c, "/tokenize", {{"content", "Once upon a time"}, {"with_pieces", true}});
   ASSERT_TRUE(fine);
   EXPECT_EQ(fine->status, 200);
 }
@@ -177,8 +180,9 @@ TEST(ServeHardeningReal, RequestsNameNoFilesOnlyPlansDirNames) {
   Running srv(o, *model);
   auto c = srv.client();
   const auto ask = [&](const std::string& attn) {
-    return post_json(c, "/v1/completions",
-                     {{"prompt", "Once upon a time"}, {"max_tokens", 2}, {"spattn", {{"attn", attn}}}});
+    return post_json(
+        c, "/v1/completions",
+        {{"prompt", "Once upon a time"}, {"max_tokens", 2}, {"spattn", {{"attn", attn}}}});
   };
   std::vector<std::string> messages;
   for (const std::string& path : {std::string("/dev/zero"), fifo, std::string("/etc/passwd"),
@@ -195,7 +199,8 @@ TEST(ServeHardeningReal, RequestsNameNoFilesOnlyPlansDirNames) {
   }
   for (const std::string& m : messages) EXPECT_EQ(m, messages[0]);  // nothing of the file
   EXPECT_EQ(ask("blasst:sparsity=0.5,calib=/etc/passwd")->status, 400);
-  EXPECT_EQ(ask("mminference:plan=tiny.json")->status, 200) << ask("mminference:plan=tiny.json")->body;
+  EXPECT_EQ(ask("mminference:plan=tiny.json")->status, 200)
+      << ask("mminference:plan=tiny.json")->body;
   EXPECT_EQ(ask("mminference:plan=missing.json")->status, 400);
   EXPECT_EQ(c.Get("/health")->status, 200);
 }
@@ -243,7 +248,9 @@ TEST(ServeHardeningReal, BadContentLengthIsAnsweredAtOnce) {
   NEED_STORIES();
   Running srv(options(), *model);
   const std::vector<std::pair<std::string, int>> cases = {
-      {"", 411}, {"Content-Length: -5\r\n", 400}, {"Content-Length: 1e20\r\n", 400},
+      {"", 411},
+      {"Content-Length: -5\r\n", 400},
+      {"Content-Length: 1e20\r\n", 400},
       {"Content-Length: 99999999999999999999\r\n", 400},
       {"Content-Length: 5\r\nContent-Length: 6\r\n", 400},
       {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", 400},
@@ -356,10 +363,9 @@ TEST(ServeHardeningReal, AnAbandonedQueuedRequestFreesItsPlace) {
   };
   for (bool stream : {false, true}) {
     const int fd = connect_local(srv.port);
-    const std::string b =
-        json{{"prompt", "Once"}, {"max_tokens", 2}, {"stream", stream}}.dump();
-    ASSERT_TRUE(send_all(fd, head("/v1/completions", "Content-Length: " +
-                                                         std::to_string(b.size()) + "\r\n") + b));
+    const std::string b = json{{"prompt", "Once"}, {"max_tokens", 2}, {"stream", stream}}.dump();
+    ASSERT_TRUE(send_all(
+        fd, head("/v1/completions", "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
     for (int i = 0; i < 200 && in_flight() != 2; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     ASSERT_EQ(in_flight(), 2) << "stream " << stream;
@@ -395,18 +401,18 @@ TEST(ServeHardeningReal, ANonStreamingClientLeavingCancelsItsGeneration) {
   const std::vector<int32_t> ids = model->tokenizer.encode(prompt);
   const int fd = connect_local(srv.port);
   const std::string b = json{{"prompt", prompt}, {"max_tokens", 50}}.dump();
-  ASSERT_TRUE(send_all(fd, head("/v1/completions",
-                                "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
+  ASSERT_TRUE(send_all(
+      fd, head("/v1/completions", "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
   at_progress.get_future().wait();
   ::close(fd);
   left.set_value();
   auto c = srv.client();
-  for (int i = 0; i < 300 && json::parse(c.Get("/props")->body)["spattn"]["requests_in_flight"] != 0;
-       ++i)
+  for (int i = 0;
+       i < 300 && json::parse(c.Get("/props")->body)["spattn"]["requests_in_flight"] != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_LT(progress.load(), int(ids.size() / 16)) << "the prefill ran to its end";
-  const json a = json::parse(
-      post_json(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}})->body);
+  const json a =
+      json::parse(post_json(c, "/v1/completions", {{"prompt", prompt}, {"max_tokens", 1}})->body);
   EXPECT_EQ(a["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
 }
 
@@ -426,10 +432,13 @@ TEST(ServeHardeningReal, AClientLeavingMidDecodeFreesTheSlotWithinOneStep) {
     };
     Running srv(o, *model);
     const int fd = connect_local(srv.port);
-    const std::string b = json{{"prompt", "Once upon a time"}, {"max_tokens", 400},
-                               {"ignore_eos", true}, {"stream", stream}}.dump();
-    ASSERT_TRUE(send_all(fd, head("/v1/completions",
-                                  "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
+    const std::string b = json{
+        {"prompt", "Once upon a time"},
+        {"max_tokens", 400},
+        {"ignore_eos", true},
+        {"stream", stream}}.dump();
+    ASSERT_TRUE(send_all(
+        fd, head("/v1/completions", "Content-Length: " + std::to_string(b.size()) + "\r\n") + b));
     decoding.get_future().wait();
     steps_at_leave = steps.load();
     ::close(fd);
@@ -454,8 +463,10 @@ TEST(ServeHardeningReal, MetricsLabelTheMethodNotItsParameters) {
   auto c = srv.client();
   for (int i = 0; i < 20; ++i)
     ASSERT_EQ(post_json(c, "/v1/completions",
-                        {{"prompt", "Once"}, {"max_tokens", 1},
-                         {"spattn", {{"attn", "a_shape:sink=" + std::to_string(i)}}}})->status,
+                        {{"prompt", "Once"},
+                         {"max_tokens", 1},
+                         {"spattn", {{"attn", "a_shape:sink=" + std::to_string(i)}}}})
+                  ->status,
               200);
   const std::string m = c.Get("/metrics")->body;
   EXPECT_NE(m.find("spattn:requests_total{attn=\"a_shape\"} 20"), std::string::npos) << m;
@@ -467,9 +478,9 @@ TEST(ServeHardeningReal, CostlyMethodParametersAreRefused) {
   NEED_STORIES();
   Running srv(options(), *model);
   auto c = srv.client();
-  const auto r = post_json(c, "/v1/completions",
-                           {{"prompt", "Once"}, {"max_tokens", 1},
-                            {"spattn", {{"attn", "flexprefill:block=1"}}}});
+  const auto r = post_json(
+      c, "/v1/completions",
+      {{"prompt", "Once"}, {"max_tokens", 1}, {"spattn", {{"attn", "flexprefill:block=1"}}}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(error_message(r).find("block=1 is under the server's bound of 16"), std::string::npos)

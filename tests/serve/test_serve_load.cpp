@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 TEST(ServeLoadReal, ShortRunLosesNoRequest) {
   const std::string model = spattn::test::model_file("stories260K.gguf");
   if (model.empty()) SPATTN_MISSING_ASSET("stories260K.gguf in " << spattn::test::models_dir());
-  if (std::system("command -v python3 >/dev/null 2>&1") != 0) SPATTN_MISSING_ASSET("python3 (scripts/deps.sh)");
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0)
+    SPATTN_MISSING_ASSET("python3 (scripts/deps.sh)");
   const spattn::test::TempDir dir("spattn_serve_load");
   const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
                           "/scripts/serve_load.py --spattn " + SPATTN_CLI_PATH + " -m " + model +

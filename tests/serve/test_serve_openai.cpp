@@ -24,7 +24,8 @@ using json = nlohmann::json;
 std::string openai_package() {
   const char* deps = std::getenv("SPATTN_DEPS_DIR");
   const char* home = std::getenv("HOME");
-  const fs::path cache = deps && *deps ? fs::path(deps) : fs::path(home ? home : "") / ".cache" / "spattn";
+  const fs::path cache =
+      deps && *deps ? fs::path(deps) : fs::path(home ? home : "") / ".cache" / "spattn";
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(cache, ec)) {
     const fs::path pkg = e.path() / "node_modules" / "openai";
@@ -48,13 +49,14 @@ std::pair<std::string, int> run(const std::string& cmd) {
 
 TEST(ServeOpenAIClientReal, CompletionsAndChatWholeAndStreamed) {
   NEED_STORIES();
-  if (run("node --version 2>/dev/null").second != 0) SPATTN_MISSING_ASSET("node on PATH (scripts/deps.sh)");
+  if (run("node --version 2>/dev/null").second != 0)
+    SPATTN_MISSING_ASSET("node on PATH (scripts/deps.sh)");
   const std::string pkg = openai_package();
   if (pkg.empty()) SPATTN_MISSING_ASSET("npm's openai package (scripts/deps.sh fetches it)");
   Running srv(options(), *model);
   const std::string script = (fs::path(SPATTN_SOURCE_DIR) / "tests" / "openai_client.mjs").string();
-  const auto [out, status] = run("node '" + script + "' '" + pkg + "' 'http://127.0.0.1:" +
-                                 std::to_string(srv.port) + "/v1' 2>&1");
+  const auto [out, status] = run("node '" + script + "' '" + pkg +
+                                 "' 'http://127.0.0.1:" + std::to_string(srv.port) + "/v1' 2>&1");
   ASSERT_EQ(status, 0) << out;
   const json j = json::parse(out);
 

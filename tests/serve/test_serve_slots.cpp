@@ -87,8 +87,10 @@ TEST(ServeSlotsReal, TwoStreamsOnTwoSlotsEqualEachAlone) {
   {
     Running srv(options(), *model);
     auto c = srv.client();
-    alone_a = post_json(c, {{"prompt", kPromptA}, {"max_tokens", 30}, {"temperature", 0}})["choices"][0]["text"];
-    alone_b = post_json(c, {{"prompt", kPromptB}, {"max_tokens", 30}, {"temperature", 0}})["choices"][0]["text"];
+    alone_a = post_json(
+        c, {{"prompt", kPromptA}, {"max_tokens", 30}, {"temperature", 0}})["choices"][0]["text"];
+    alone_b = post_json(
+        c, {{"prompt", kPromptB}, {"max_tokens", 30}, {"temperature", 0}})["choices"][0]["text"];
   }
   serve::ServeOptions o = options();
   o.slots = 2;
@@ -125,12 +127,14 @@ TEST(ServeSlotsReal, TwoStreamsOnTwoSlotsEqualEachAlone) {
   // A second turn of B goes to the slot holding B's tokens: all but its last prompt token
   // come from that cache.
   const json b2 = post_json(c, {{"prompt", std::string(kPromptB) + b.text + " Then"},
-                                {"max_tokens", 4}, {"temperature", 0}});
+                                {"max_tokens", 4},
+                                {"temperature", 0}});
   EXPECT_GE(b2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>(),
             b.usage["prompt_tokens"].get<int64_t>());
   const std::string m = c.Get("/metrics")->body;
   EXPECT_EQ(metric(m, "spattn:slot_requests_total{slot=\"0\"}") +
-                metric(m, "spattn:slot_requests_total{slot=\"1\"}"), 3);
+                metric(m, "spattn:slot_requests_total{slot=\"1\"}"),
+            3);
   EXPECT_EQ(metric(m, "spattn:slot_processing{slot=\"0\"}"), 0);
   EXPECT_EQ(metric(m, "spattn:kv_cache_tokens"),
             metric(m, "spattn:slot_kv_tokens{slot=\"0\"}") +
@@ -147,7 +151,8 @@ TEST(ServeSlotsReal, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
   serve::ServeOptions o = options();
   o.slots = 2;
   std::string doc = "Once upon a time there was a big red ball.";
-  for (int i = 0; i < 4; ++i) doc += " The ball rolled down the hill and the children ran after it.";
+  for (int i = 0; i < 4; ++i)
+    doc += " The ball rolled down the hill and the children ran after it.";
   Running srv(o, *model);
   auto c = srv.client();
   const json a = post_json(c, {{"prompt", doc}, {"max_tokens", 1}, {"temperature", 0}});
@@ -155,8 +160,10 @@ TEST(ServeSlotsReal, AnUnrelatedPromptLeavesALongCachedDocumentAlone) {
   ASSERT_GT(n_doc, 40);
   for (const char* p : {kPromptA, kPromptB, kPromptA})  // unrelated, short
     post_json(c, {{"prompt", p}, {"max_tokens", 2}, {"temperature", 0}});
-  const json b = post_json(c, {{"prompt", doc + " Then it stopped."}, {"max_tokens", 1}, {"temperature", 0}});
-  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], n_doc) << "the document was evicted";
+  const json b =
+      post_json(c, {{"prompt", doc + " Then it stopped."}, {"max_tokens", 1}, {"temperature", 0}});
+  EXPECT_EQ(b["usage"]["prompt_tokens_details"]["cached_tokens"], n_doc)
+      << "the document was evicted";
 }
 
 TEST(ServeSlotsReal, ChunkedH2OSecondTurnReusesAKeptBoundary) {
@@ -168,7 +175,8 @@ TEST(ServeSlotsReal, ChunkedH2OSecondTurnReusesAKeptBoundary) {
   o.r.h2o_local = 8;
   o.r.h2o_heavy = 8;
   std::string first = "Once upon a time there was a big red ball.";
-  for (int i = 0; i < 3; ++i) first += " The ball rolled down the hill and the children ran after it.";
+  for (int i = 0; i < 3; ++i)
+    first += " The ball rolled down the hill and the children ran after it.";
   const std::string second = first + " Then the sun came out and they sat on the grass to rest.";
   const json req2 = {{"prompt", second}, {"max_tokens", 12}, {"temperature", 0}};
   Running srv(o, *model);

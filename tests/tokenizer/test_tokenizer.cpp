@@ -35,7 +35,7 @@ const std::vector<std::string> kRoundTrip = {
     "  leading and trailing spaces  ",
     "tabs\tand\nnew\r\nlines\n\n\n",
     "      eight spaces then text",
-    "caf\xc3\xa9 na\xc3\xafve \xc3\x85ngstr\xc3\xb6m",         // accents
+    "caf\xc3\xa9 na\xc3\xafve \xc3\x85ngstr\xc3\xb6m",                            // accents
     "\xe4\xb8\xad\xe6\x96\x87\xe5\xad\x97 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",  // CJK
     "emoji \xf0\x9f\xa6\x99 and \xf0\x9f\x98\x80\xf0\x9f\x98\x80!",
     "def f(x):\n    return x ** 2  # comment\n",
@@ -92,31 +92,34 @@ const std::vector<std::string> kParityText = {
 TEST(TokenizerReal, RealVocabulariesMatchLlamaCppIds) {
   const std::string code = spattn::test::model_file("code-tiny-8k.gguf");
   const std::string stories = spattn::test::model_file("stories260K.gguf");
-  if (code.empty() || stories.empty()) SPATTN_MISSING_ASSET("code-tiny-8k.gguf or stories260K.gguf in " << spattn::test::models_dir());
+  if (code.empty() || stories.empty())
+    SPATTN_MISSING_ASSET("code-tiny-8k.gguf or stories260K.gguf in " << spattn::test::models_dir());
   const std::vector<Ids> code_ids = {
       {0, 2283, 70, 128, 103, 348, 65, 128, 108, 415, 674, 128, 103, 83, 379, 128, 103},
-      {0, 163, 246, 99, 163, 251, 106, 165, 104, 253, 160, 224, 107, 160, 226, 229, 160, 225,
-       256, 160, 225, 118, 160, 226, 231, 221, 161, 117, 256, 163, 245, 230},
-      {0, 915, 79, 74, 73, 221, 173, 254, 247, 223, 173, 254, 237, 232, 173, 254, 240, 236, 173,
-       254, 238, 122, 426, 863},
+      {0,   163, 246, 99,  163, 251, 106, 165, 104, 253, 160, 224, 107, 160, 226, 229,
+       160, 225, 256, 160, 225, 118, 160, 226, 231, 221, 161, 117, 256, 163, 245, 230},
+      {0,   915, 79,  74,  73,  221, 173, 254, 247, 223, 173, 254,
+       237, 232, 173, 254, 240, 236, 173, 254, 238, 122, 426, 863},
       {0, 65, 221, 324, 257, 273, 198, 198, 68, 199, 663, 629, 267},
       {0, 267, 768, 306, 8, 88, 909, 404, 446, 754, 221, 521, 273, 642, 644, 199},
   };
   const std::vector<Ids> stories_ids = {
       {1, 280, 412, 431, 485, 297, 412, 198, 178, 360, 352, 485, 419, 425, 423, 485},
-      {1, 410, 233, 154, 168, 233, 159, 175, 235, 173, 161, 230, 132, 177, 230, 134, 137, 230,
-       133, 176, 230, 133, 188, 230, 134, 139, 410, 231, 187, 176, 233, 153, 138},
-      {1, 344, 423, 414, 449, 417, 410, 243, 162, 155, 131, 243, 162, 145, 140, 243, 162, 148,
-       144, 243, 162, 146, 192, 279, 289, 411},
-      {1, 261, 410, 268, 410, 410, 280, 12, 12, 418, 13, 13, 13, 410, 410, 410, 344, 410, 410,
-       410},
-      {1, 410, 410, 410, 410, 279, 411, 431, 272, 489, 444, 488, 467, 13, 410, 410, 410, 410, 410,
-       410, 410, 410, 276, 413, 425, 420, 416, 410, 444, 410, 410, 38, 280, 287, 423, 377, 13},
+      {1,   410, 233, 154, 168, 233, 159, 175, 235, 173, 161, 230, 132, 177, 230, 134, 137,
+       230, 133, 176, 230, 133, 188, 230, 134, 139, 410, 231, 187, 176, 233, 153, 138},
+      {1,   344, 423, 414, 449, 417, 410, 243, 162, 155, 131, 243, 162,
+       145, 140, 243, 162, 148, 144, 243, 162, 146, 192, 279, 289, 411},
+      {1, 261, 410, 268, 410, 410, 280, 12, 12, 418, 13, 13, 13, 410, 410, 410, 344, 410, 410, 410},
+      {1,   410, 410, 410, 410, 279, 411, 431, 272, 489, 444, 488, 467,
+       13,  410, 410, 410, 410, 410, 410, 410, 410, 276, 413, 425, 420,
+       416, 410, 444, 410, 410, 38,  280, 287, 423, 377, 13},
   };
   const Loaded c = load(code), s = load(stories);
   for (size_t i = 0; i < kParityText.size(); ++i) {
-    EXPECT_EQ(c.tok.encode(kParityText[i]), code_ids[i]) << "code-tiny-8k: '" << kParityText[i] << "'";
-    EXPECT_EQ(s.tok.encode(kParityText[i]), stories_ids[i]) << "stories260K: '" << kParityText[i] << "'";
+    EXPECT_EQ(c.tok.encode(kParityText[i]), code_ids[i])
+        << "code-tiny-8k: '" << kParityText[i] << "'";
+    EXPECT_EQ(s.tok.encode(kParityText[i]), stories_ids[i])
+        << "stories260K: '" << kParityText[i] << "'";
     EXPECT_EQ(c.tok.decode(code_ids[i]), kParityText[i]);
     EXPECT_EQ(s.tok.decode(stories_ids[i]), kParityText[i]);
   }
@@ -124,7 +127,8 @@ TEST(TokenizerReal, RealVocabulariesMatchLlamaCppIds) {
 
 TEST(TokenizerReal, LlamaSpmVocabulary) {
   const std::string path = spattn::test::model_file("ggml-vocab-llama-spm.gguf");
-  if (path.empty()) SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
+  if (path.empty())
+    SPATTN_MISSING_ASSET("ggml-vocab-llama-spm.gguf in " << spattn::test::models_dir());
   const Loaded m = load(path);
   const Tokenizer& t = m.tok;
   EXPECT_EQ(t.kind(), Tokenizer::Kind::spm);
@@ -134,9 +138,10 @@ TEST(TokenizerReal, LlamaSpmVocabulary) {
   // The llama emoji has no piece: byte fallback <0xF0><0x9F><0xA6><0x99> (id = 3 + byte).
   const Ids ids = t.encode(" this is \xf0\x9f\xa6\x99.cpp");
   EXPECT_EQ(ids, (Ids{1, 29871, 445, 338, 29871, 243, 162, 169, 156, 29889, 8223}));
-  const std::vector<std::string> pieces = {"<s>", "\xe2\x96\x81", "\xe2\x96\x81this", "\xe2\x96\x81is",
-                                           "\xe2\x96\x81", "<0xF0>", "<0x9F>", "<0xA6>", "<0x99>",
-                                           ".", "cpp"};
+  const std::vector<std::string> pieces = {
+      "<s>",    "\xe2\x96\x81", "\xe2\x96\x81this", "\xe2\x96\x81is", "\xe2\x96\x81",
+      "<0xF0>", "<0x9F>",       "<0xA6>",           "<0x99>",         ".",
+      "cpp"};
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(t.text(ids[i]), pieces[i]) << i;
   EXPECT_EQ(t.piece(243), "\xf0");
   EXPECT_EQ(t.piece(15043), " Hello");
@@ -158,7 +163,9 @@ TEST(TokenizerReal, Gpt2Vocabulary) {
   ASSERT_EQ(ids.size(), 3u);
   EXPECT_EQ(t.text(ids[0]), "it");
   EXPECT_EQ(t.text(ids[1]), "'s");
-  EXPECT_EQ(t.text(ids[2]), "\xc4\xa0" "42");
+  EXPECT_EQ(t.text(ids[2]),
+            "\xc4\xa0"
+            "42");
   expect_round_trips(t, "gpt-2");
   // Invalid UTF-8 survives too: every byte has a stand-in character.
   const std::string bad = "ok\xff\xfe\x80 x";
@@ -178,7 +185,9 @@ TEST(TokenizerReal, Stories260k) {
   EXPECT_EQ(ids.front(), 1);
   std::string joined;
   for (size_t i = 1; i < ids.size(); ++i) joined += m.tok.text(ids[i]);
-  EXPECT_EQ(joined, "\xe2\x96\x81Once\xe2\x96\x81upon\xe2\x96\x81" "a\xe2\x96\x81time");
+  EXPECT_EQ(joined,
+            "\xe2\x96\x81Once\xe2\x96\x81upon\xe2\x96\x81"
+            "a\xe2\x96\x81time");
   expect_round_trips(m.tok, "stories260K");
 }
 
@@ -195,7 +204,9 @@ Writer spm_vocab() {
     toks.push_back(buf);
     types.push_back(6);
   }
-  for (const char* p : {"\xe2\x96\x81", "a", "b", "c", "ab", "bc", "\xe2\x96\x81" "a"}) {
+  for (const char* p : {"\xe2\x96\x81", "a", "b", "c", "ab", "bc",
+                        "\xe2\x96\x81"
+                        "a"}) {
     toks.push_back(p);
     types.push_back(1);
   }
@@ -232,8 +243,10 @@ std::vector<std::string> bpe_byte_tokens() {
     const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
     const uint32_t cp = printable ? uint32_t(b) : uint32_t(256 + extra++);
     std::string s;
-    if (cp < 0x80) s = char(cp);
-    else s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
+    if (cp < 0x80)
+      s = char(cp);
+    else
+      s = {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
     toks.push_back(s);
   }
   return toks;
@@ -243,15 +256,17 @@ TEST(TokenizerMadeUp, BpeMergesByRank) {
   // Byte-level: the 256 stand-in characters, then merges "a b" (rank 0), "b c" (rank 1),
   // "ab c" (rank 2), and "Ġ a" (rank 3).
   std::vector<std::string> toks = bpe_byte_tokens();
-  for (const char* p : {"ab", "bc", "abc", "\xc4\xa0" "a"}) toks.push_back(p);
+  for (const char* p : {"ab", "bc", "abc",
+                        "\xc4\xa0"
+                        "a"})
+    toks.push_back(p);
   std::vector<int32_t> types(toks.size(), 1);
   types[0] = 3;
   Writer w;
   w.set("tokenizer.ggml.model", "gpt2");
   w.set("tokenizer.ggml.tokens", toks);
   w.set("tokenizer.ggml.token_type", types);
-  w.set("tokenizer.ggml.merges",
-        std::vector<std::string>{"a b", "b c", "ab c", "\xc4\xa0 a"});
+  w.set("tokenizer.ggml.merges", std::vector<std::string>{"a b", "b c", "ab c", "\xc4\xa0 a"});
   w.set("tokenizer.ggml.bos_token_id", uint32_t(0));
   w.set("tokenizer.ggml.add_bos_token", true);
   const std::vector<uint8_t> b = w.bytes();
@@ -308,8 +323,7 @@ TEST(TokenizerMadeUp, BpeMergeTablesKeepLlamaCppsRules) {
   Writer w;
   w.set("tokenizer.ggml.model", "gpt2");
   w.set("tokenizer.ggml.tokens", toks);
-  w.set("tokenizer.ggml.merges",
-        std::vector<std::string>{"x y", "xy z", "p q", "q r", "p q"});
+  w.set("tokenizer.ggml.merges", std::vector<std::string>{"x y", "xy z", "p q", "q r", "p q"});
   const std::vector<uint8_t> b = w.bytes();
   const File f = File::from_memory(b.data(), b.size());
   const Tokenizer t = Tokenizer::from_gguf(f);
@@ -418,8 +432,16 @@ TEST(TokenizerPreSplit, Gpt4oAndTekkenCutLetterRunsAtCaseChanges) {
   // the published classes cut "a", "Éb"), a combining mark is no part of a word (U+0301 starts
   // one here), and U+017F LONG S is no contraction's s.
   for (PreTokenizer p : {PreTokenizer::gpt4o, PreTokenizer::tekken})
-    EXPECT_EQ(words("a\xc3\x89" "b cafe\xcc\x81" "s x'\xc5\xbf", p),
-              (Words{"a\xc3\x89" "b", " cafe", "\xcc\x81" "s", " x", "'\xc5\xbf"}));
+    EXPECT_EQ(words("a\xc3\x89"
+                    "b cafe\xcc\x81"
+                    "s x'\xc5\xbf",
+                    p),
+              (Words{"a\xc3\x89"
+                     "b",
+                     " cafe",
+                     "\xcc\x81"
+                     "s",
+                     " x", "'\xc5\xbf"}));
   // Punctuation takes the newlines and slashes after it.
   EXPECT_EQ(words("io/file.h>/\n//x", PreTokenizer::gpt4o),
             (Words{"io", "/file", ".h", ">/\n//", "x"}));
@@ -470,7 +492,8 @@ TEST(TokenizerPreSplit, UnknownPreTokenizerIsRefused) {
     ADD_FAILURE() << "accepted";
   } catch (const spattn::Error& e) {
     EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.pre 'made-up-split' is not supported"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
 }
 

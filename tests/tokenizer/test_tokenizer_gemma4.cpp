@@ -32,7 +32,9 @@ std::vector<uint8_t> vocab() {
   }
   // kFirstPiece + 0 .. 10
   for (const char* p : {"\xe2\x96\x81", "h", "e", "l", "o", "he", "ll", "hell", "hello",
-                        "\xe2\x96\x81" "hello", "\n\n\n"}) {
+                        "\xe2\x96\x81"
+                        "hello",
+                        "\n\n\n"}) {
     toks.push_back(p);
     types.push_back(1);
   }
@@ -42,8 +44,8 @@ std::vector<uint8_t> vocab() {
   w.set("tokenizer.ggml.token_type", types);
   w.set("tokenizer.ggml.scores", std::vector<float>(toks.size(), 0.0f));
   // "l l" outranks "h e"; "\n\n\n" has no merge that builds it.
-  w.set("tokenizer.ggml.merges", std::vector<std::string>{"l l", "h e", "he ll", "hell o",
-                                                          "\xe2\x96\x81 hello"});
+  w.set("tokenizer.ggml.merges",
+        std::vector<std::string>{"l l", "h e", "he ll", "hell o", "\xe2\x96\x81 hello"});
   w.set("tokenizer.ggml.bos_token_id", uint32_t(2));
   w.set("tokenizer.ggml.eos_token_id", uint32_t(1));
   w.set("tokenizer.ggml.unknown_token_id", uint32_t(3));

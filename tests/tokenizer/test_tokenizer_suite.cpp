@@ -25,8 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // Vocabularies not read yet (none at present: WordPiece and Gemma 4 came last, issue 21).
-const std::map<std::string, std::string> kUnsupported = {
-};
+const std::map<std::string, std::string> kUnsupported = {};
 
 fs::path suite_dir() { return spattn::test::llama_cpp_source() / "models"; }
 
@@ -111,9 +110,11 @@ TEST_P(LlamaCppTokenizerSuite, EveryStringGivesLlamaCppIds) {
   size_t equal = 0;
   for (const Case& c : cases) {
     const std::vector<int32_t> got = t.encode(c.text, false, false);
-    if (got == c.ids) ++equal;
-    else ADD_FAILURE() << vocab << ": '" << c.text << "' gives " << show(got) << ", llama.cpp "
-                       << show(c.ids);
+    if (got == c.ids)
+      ++equal;
+    else
+      ADD_FAILURE() << vocab << ": '" << c.text << "' gives " << show(got) << ", llama.cpp "
+                    << show(c.ids);
   }
   std::printf("%s: %zu of %zu strings equal\n", vocab.c_str(), equal, cases.size());
 }

@@ -45,15 +45,26 @@ fs::path suite_dir() { return spattn::test::llama_cpp_source() / "models"; }
 const std::vector<std::string> kSplitTexts = {
     "HelloWorld helloWorld HELLOWorld XMLHttpRequest iPhone McDonald's",
     "DON'T don't It's we'VE I'm they'll she'd O'Neil ' s 'S x'\xc5\xbf I\xe2\x80\x99m",
-    "\xc3\x89" "COLE \xc3\xa9" "cole \xc3\x89" "cole \xc3\xa9" "COLE a\xc3\x89" "b CAF\xc3\x89"
+    "\xc3\x89"
+    "COLE \xc3\xa9"
+    "cole \xc3\x89"
+    "cole \xc3\xa9"
+    "COLE a\xc3\x89"
+    "b CAF\xc3\x89"
     "caf\xc3\xa9",
     "\xd0\x9f\xd1\x80\xd0\xb8\xd0\xb2\xd0\xb5\xd1\x82\xd0\x9c\xd0\xb8\xd1\x80 \xce\xa9mega "
     "\xc7\x85ungla",
     "e\xcc\x81t\xc3\xa9 cafe\xcc\x81s \xe0\xa4\xa8\xe0\xa4\xae\xe0\xa4\xb8\xe0\xa5\x8d\xe0\xa4\xa4"
-    "\xe0\xa5\x87 A\xcc\x81" "B\xcc\x81",
+    "\xe0\xa5\x87 A\xcc\x81"
+    "B\xcc\x81",
     "path/to/file.txt\n/usr/bin/env\n// comment\n\t\tx = 1234567;\r\n",
     "1234567 \xd9\xa1\xd9\xa2\xd9\xa3\xd9\xa4 \xc2\xbd \xe2\x91\xa0\xe2\x91\xa1 12ab34",
-    "a\xc2\xa0" "b\xe2\x80\xa8" "c\xe3\x80\x80" "d\xe2\x80\x8b" "e\xc2\x85" "f  \t \n\n  g",
+    "a\xc2\xa0"
+    "b\xe2\x80\xa8"
+    "c\xe3\x80\x80"
+    "d\xe2\x80\x8b"
+    "e\xc2\x85"
+    "f  \t \n\n  g",
     "camelCaseWord snake_case_word SCREAMING_CASE kebab-case PascalCase",
 };
 
@@ -102,10 +113,14 @@ Ids parse_ids(const std::string& out) {
 std::string shown(const std::string& s) {
   std::string out;
   for (char c : s.substr(0, 60)) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\t') out += "\\t";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else
+      out += c;
   }
   return out + (s.size() > 60 ? "..." : "");
 }
@@ -114,8 +129,10 @@ std::string shown(const std::string& s) {
 std::vector<Ids> pieces(const Ids& ids, int32_t sep) {
   std::vector<Ids> out(1);
   for (int32_t id : ids) {
-    if (id == sep) out.emplace_back();
-    else out.back().push_back(id);
+    if (id == sep)
+      out.emplace_back();
+    else
+      out.back().push_back(id);
   }
   return out;
 }
@@ -199,7 +216,8 @@ TEST(TokenizerEogVsLlamaCpp, SuiteVocabulariesEndGenerationAtLlamaCppsTokens) {
   const fs::path tool = llama_bin() / "llama-tokenize";
   if (!spattn::test::missing_llama_tool({"llama-tokenize"}).empty())
     SPATTN_MISSING_ASSET("llama-tokenize in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
-  if (!fs::exists(suite_dir())) SPATTN_MISSING_ASSET("llama.cpp's tokenizer suite in " << suite_dir());
+  if (!fs::exists(suite_dir()))
+    SPATTN_MISSING_ASSET("llama.cpp's tokenizer suite in " << suite_dir());
   const spattn::test::TempDir dir("spattn_eog");
   const fs::path out = dir / "out";
   int compared = 0;

@@ -21,18 +21,28 @@ using Ids = std::vector<int32_t>;
 // ids: 0 [PAD], 1 [UNK], 2 [CLS], 3 [SEP], then the pieces below from 4 on. "▁" marks a
 // word-initial piece; the others continue a word (BERT's "##").
 const std::vector<std::string> kPieces = {
-    "\xe2\x96\x81" "hello",  // 4
-    "\xe2\x96\x81" "hell",   // 5
-    "o",                     // 6
-    "\xe2\x96\x81" "world",  // 7
-    "\xe2\x96\x81" "!",      // 8
-    "\xe2\x96\x81" "cafe",   // 9
-    "\xe2\x96\x81" "e",      // 10
-    "\xe2\x96\x81" "\xe4\xb8\xad",  // 11 (a CJK ideograph)
-    "\xe2\x96\x81" "a",      // 12
-    "b",                     // 13
-    "\xe2\x96\x81" "Hello",  // 14
-    "\xe2\x96\x81" "caf\xc3\xa9",  // 15
+    "\xe2\x96\x81"
+    "hello",  // 4
+    "\xe2\x96\x81"
+    "hell",  // 5
+    "o",     // 6
+    "\xe2\x96\x81"
+    "world",  // 7
+    "\xe2\x96\x81"
+    "!",  // 8
+    "\xe2\x96\x81"
+    "cafe",  // 9
+    "\xe2\x96\x81"
+    "e",  // 10
+    "\xe2\x96\x81"
+    "\xe4\xb8\xad",  // 11 (a CJK ideograph)
+    "\xe2\x96\x81"
+    "a",  // 12
+    "b",  // 13
+    "\xe2\x96\x81"
+    "Hello",  // 14
+    "\xe2\x96\x81"
+    "caf\xc3\xa9",  // 15
 };
 
 std::vector<uint8_t> vocab(int lowercase = -1, int strip_accents = -1) {
@@ -69,7 +79,11 @@ TEST(TokenizerWordPiece, NormalisesSplitsAndCutsLongestFirst) {
   EXPECT_EQ(t.encode("Caf\xc3\xa9", false, false), (Ids{9}));
   EXPECT_EQ(t.encode("cafe\xcc\x81", false, false), (Ids{9}));
   // A CJK ideograph is a word by itself; a control character (U+0007) vanishes.
-  EXPECT_EQ(t.encode("a\xe4\xb8\xad" "\x07" "b", false, false), (Ids{12, 11, 1}));
+  EXPECT_EQ(t.encode("a\xe4\xb8\xad"
+                     "\x07"
+                     "b",
+                     false, false),
+            (Ids{12, 11, 1}));
   // A word that cannot be cut entirely is one [UNK], whatever pieces its start had.
   EXPECT_EQ(t.encode("hellx world", false, false), (Ids{1, 7}));
   // Nothing but white space: no words.
@@ -94,7 +108,10 @@ TEST(TokenizerWordPiece, NormaliserKeysAreRead) {
 
 TEST(TokenizerWordPiece, InvalidUtf8IsDroppedNotFatal) {
   const Vocab v(vocab());
-  EXPECT_EQ(v.tok.encode("hel\xff" "lo \xc3", false, false), (Ids{4}));
+  EXPECT_EQ(v.tok.encode("hel\xff"
+                         "lo \xc3",
+                         false, false),
+            (Ids{4}));
 }
 
 }  // namespace

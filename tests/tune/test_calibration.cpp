@@ -33,8 +33,10 @@ std::vector<CalibrationPoint> synthetic(double alpha, double beta, double gamma,
   for (int64_t len : {4096, 8192, 16384, 32768})
     for (int i = 0; i <= 12; ++i) {
       const double s = 0.2 + 0.05 * i;
-      pts.push_back({len, alpha * std::exp(beta * s + eta * s * s) /
-                              std::pow(double(len), gamma + delta * s + epsilon * s * s), s});
+      pts.push_back({len,
+                     alpha * std::exp(beta * s + eta * s * s) /
+                         std::pow(double(len), gamma + delta * s + epsilon * s * s),
+                     s});
     }
   return pts;
 }
@@ -340,8 +342,8 @@ TEST(CalibCli, WritesLoadableFile) {
   const fs::path out = dir / "calib.json";
   const std::string cmd = std::string(SPATTN_CLI_PATH) +
                           " calibrate --lengths 512,1024 --heads 4 --dim 64 --samples 2 "
-                          "--fit-max 0.6 --out " + out.string() + " > " +
-                          (dir / "stdout").string() + " 2>&1";
+                          "--fit-max 0.6 --out " +
+                          out.string() + " > " + (dir / "stdout").string() + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << std::ifstream(dir / "stdout").rdbuf();
   const Calibration c = load_calibration(out.string());
   EXPECT_EQ(c.samples, 4);
@@ -363,7 +365,8 @@ TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
   const std::string calib = (dir / "calib.json").string();
   const std::string small = " --lengths 512,1024 --heads 4 --dim 64 --samples 2 ";
   ASSERT_EQ(test::run_spattn("calibrate" + small + "--fit-max 0.6 --out " + calib, dir).code(), 0);
-  const test::CliRun ok = test::run_spattn("calibrate --evaluate " + calib + small + "--seed 50", dir);
+  const test::CliRun ok =
+      test::run_spattn("calibrate --evaluate " + calib + small + "--seed 50", dir);
   ASSERT_EQ(ok.code(), 0) << ok.err;
   EXPECT_NE(ok.out.find("worst mean miss"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("target 70%"), std::string::npos) << ok.out;

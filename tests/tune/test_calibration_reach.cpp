@@ -92,7 +92,8 @@ TEST(CalibReach, FitFromOneLengthIsSaidSo) {
   const Calibration one = fit_blasst_calibration(on_law({4096}), {});
   EXPECT_FALSE(one.gamma_fitted);
   EXPECT_EQ(one.fit_lengths, std::vector<int64_t>{4096});
-  EXPECT_TRUE(has(one.warnings(), "every fitted point comes from one length (4096)")) << one.warnings().size();
+  EXPECT_TRUE(has(one.warnings(), "every fitted point comes from one length (4096)"))
+      << one.warnings().size();
   EXPECT_TRUE(has(one.warnings(), "gamma is fixed"));
   const Calibration two = fit_blasst_calibration(on_law({4096, 16384}), {});
   EXPECT_TRUE(two.gamma_fitted);
@@ -110,7 +111,8 @@ TEST(CalibReach, CheckTargetsOutOfReachAreWarned) {
   Calibration c = reach_limited();
   c.checks = {{1024, 0.3, 1e-3, 0.29}, {4096, 0.7, 1.0, 0.5}};
   const auto w = c.warnings();
-  EXPECT_TRUE(has(w, "target 70.0% is out of reach at length 4096: no lambda in (0, 1] skips more than 50.0%"));
+  EXPECT_TRUE(has(
+      w, "target 70.0% is out of reach at length 4096: no lambda in (0, 1] skips more than 50.0%"));
   EXPECT_FALSE(has(w, "length 1024"));
   const auto j = nlohmann::json::parse(calibration_to_json(c));
   ASSERT_TRUE(j.contains("warnings"));
@@ -166,8 +168,9 @@ TEST(CalibReach, CalibratorRecordsTheShareAtLambdaOne) {
   const Calibration c = cal.fit();
   ASSERT_EQ(c.reach.size(), 2u);
   EXPECT_EQ(c.reach[0].length, 512);
-  EXPECT_DOUBLE_EQ(c.reach[0].max_sparsity,
-                   blasst_tile_margins(a.q, a.k, a.v, {}, BlasstOrder::local_first).sparsity_at(1.0));
+  EXPECT_DOUBLE_EQ(
+      c.reach[0].max_sparsity,
+      blasst_tile_margins(a.q, a.k, a.v, {}, BlasstOrder::local_first).sparsity_at(1.0));
   EXPECT_DOUBLE_EQ(c.reach[1].max_sparsity, cal.sparsity_at(1024, 1.0));
   // Nothing beyond it is reached by any lambda.
   EXPECT_LE(cal.sparsity_at(1024, 0.999), c.reach[1].max_sparsity);
@@ -219,7 +222,8 @@ TEST(CalibLayers, EachLayerItsOwnLawAndATooSmallOnePooled) {
   // Layers must be ascending and distinct.
   auto j = nlohmann::json::parse(calibration_to_json(c));
   j["layers"][1]["layer"] = 0;
-  EXPECT_NE(error_of([&] { calibration_from_json(j.dump(), "t.json"); }).find("'layers'"), std::string::npos);
+  EXPECT_NE(error_of([&] { calibration_from_json(j.dump(), "t.json"); }).find("'layers'"),
+            std::string::npos);
 }
 
 // blasst:sparsity=S at run time: a target beyond the file's reach at the problem's length
@@ -240,11 +244,13 @@ TEST(CalibReach, MethodRefusesATargetBeyondReachAtRunTime) {
   const std::string e = error_of([&] { beyond->run(q, k, v, out, {}); });
   EXPECT_NE(e.find("out of reach at length 4096"), std::string::npos) << e;
   EXPECT_NE(e.find("[0%, 50.0%]"), std::string::npos) << e;
-  EXPECT_DOUBLE_EQ(make_method("blasst:sparsity=0.4,calib=" + path)->run(q, k, v, out, {}).extras.at("lambda"),
-                   c.lambda_for(0.4, 4096));
   EXPECT_DOUBLE_EQ(
-      make_method("blasst:sparsity=0.4,calib=" + path + ",layer=3")->run(q, k, v, out, {}).extras.at("lambda"),
-      l3.lambda_for(0.4, 4096));
+      make_method("blasst:sparsity=0.4,calib=" + path)->run(q, k, v, out, {}).extras.at("lambda"),
+      c.lambda_for(0.4, 4096));
+  EXPECT_DOUBLE_EQ(make_method("blasst:sparsity=0.4,calib=" + path + ",layer=3")
+                       ->run(q, k, v, out, {})
+                       .extras.at("lambda"),
+                   l3.lambda_for(0.4, 4096));
   test::expect_spec_error("blasst:sparsity=0.4,calib=" + path + ",layer=2", "no law for layer 2");
   test::expect_spec_error("blasst:lambda=0.1,layer=2", "layer=N goes with sparsity");
   test::expect_spec_error("blasst:sparsity=0.4,calib=" + path + ",layer=-1", "layer");
@@ -258,12 +264,17 @@ TEST(CalibCliReach, SingleLengthAndOutOfReachAreReportedAndStrictFails) {
   test::CliRun r = test::run_spattn("calibrate --lengths 1024" + small + "--out " + one, dir);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("fixed: every fitted point is from one length"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("warnings:\n  every fitted point comes from one length (1024)"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("warning(s) in the calibration (listed under 'warnings:')"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("warnings:\n  every fitted point comes from one length (1024)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("warning(s) in the calibration (listed under 'warnings:')"),
+            std::string::npos)
+      << r.err;
   EXPECT_EQ(load_calibration(one).fit_lengths, std::vector<int64_t>{1024});
   // A check target beyond any lambda: flagged "!" in the table and warned.
   const std::string two = (dir / "two.json").string();
-  r = test::run_spattn("calibrate --lengths 512,1024 --targets 0.3,0.99" + small + "--out " + two, dir);
+  r = test::run_spattn("calibrate --lengths 512,1024 --targets 0.3,0.99" + small + "--out " + two,
+                       dir);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("%!"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("target 99.0% is out of reach at length 512"), std::string::npos) << r.out;
@@ -272,18 +283,25 @@ TEST(CalibCliReach, SingleLengthAndOutOfReachAreReportedAndStrictFails) {
   const std::string strict = (dir / "strict.json").string();
   r = test::run_spattn("calibrate --strict --lengths 1024" + small + "--out " + strict, dir);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("warning(s) in the calibration; nothing written"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("warning(s) in the calibration; nothing written"), std::string::npos)
+      << r.err;
   EXPECT_FALSE(fs::exists(strict));
   // --evaluate flags a target beyond the file's reach, and --strict makes it exit 2.
-  r = test::run_spattn("calibrate --evaluate " + two + " --targets 0.3,0.99 --lengths 512" + small, dir);
+  r = test::run_spattn("calibrate --evaluate " + two + " --targets 0.3,0.99 --lengths 512" + small,
+                       dir);
   ASSERT_EQ(r.code(), 0) << r.err;
-  EXPECT_NE(r.out.find("target 99.0% is out of reach at length 512: the calibration reaches at most"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("target 99.0% is out of reach at length 512: the calibration reaches at most"),
+      std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("]!"), std::string::npos) << r.out;
-  r = test::run_spattn("calibrate --strict --evaluate " + two + " --targets 0.99 --lengths 512" + small, dir);
+  r = test::run_spattn(
+      "calibrate --strict --evaluate " + two + " --targets 0.99 --lengths 512" + small, dir);
   EXPECT_EQ(r.code(), 2) << r.err;
   // At run time: exit 2 naming the reachable range.
-  r = test::run_spattn("bench --seq 1024 --heads 2 --dim 64 --repeat 1 --method blasst:sparsity=0.99,calib=" + two, dir);
+  r = test::run_spattn(
+      "bench --seq 1024 --heads 2 --dim 64 --repeat 1 --method blasst:sparsity=0.99,calib=" + two,
+      dir);
   EXPECT_EQ(r.code(), 2) << r.err;
   EXPECT_NE(r.err.find("out of reach at length 1024"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("reachable range [0%, "), std::string::npos) << r.err;
@@ -301,7 +319,9 @@ TEST(CalibCliReach, LayersFromDumpsAndTheirPrefixes) {
     files += " --qkv " + f + " --layer " + std::to_string(layer);
   }
   const std::string out = (dir / "layers.json").string();
-  test::CliRun r = test::run_spattn("calibrate" + files + " --lengths 512,1024 --fit-max 0.6 --length-exponent 1 --out " + out, dir);
+  test::CliRun r = test::run_spattn(
+      "calibrate" + files + " --lengths 512,1024 --fit-max 0.6 --length-exponent 1 --out " + out,
+      dir);
   ASSERT_EQ(r.code(), 0) << r.err;
   EXPECT_NE(r.out.find("layer 1: 2 samples"), std::string::npos) << r.out;
   const Calibration c = load_calibration(out);
@@ -310,7 +330,8 @@ TEST(CalibCliReach, LayersFromDumpsAndTheirPrefixes) {
   ASSERT_EQ(c.layers.size(), 2u);
   EXPECT_EQ(c.layers[1].layer, 1);
   EXPECT_EQ(c.layers[1].samples, 2);
-  r = test::run_spattn("calibrate --evaluate " + out + " --qkv " + (dir / "layer1.safetensors").string() +
+  r = test::run_spattn("calibrate --evaluate " + out + " --qkv " +
+                           (dir / "layer1.safetensors").string() +
                            " --layer 1 --lengths 768,1024 --targets 0.3",
                        dir);
   ASSERT_EQ(r.code(), 0) << r.err;

@@ -30,7 +30,8 @@ void check_attn_bounds(const std::string& text) {
     if (r.ec == std::errc() && r.ptr == s.data() + s.size() && v < lo)
       bad_request("spattn.attn: " + spec.name + " " + key + "=" + s + " is under the server's " +
                       "bound of " + std::to_string(lo) + " (a request's cost is kept within a " +
-                      "small multiple of dense's)", "spattn.attn");
+                      "small multiple of dense's)",
+                  "spattn.attn");
   }
 }
 

@@ -62,8 +62,9 @@ std::optional<Refusal> check_framing(const httplib::Request& req, size_t max_bod
       return Refusal{400, "Content-Length must be a decimal byte count", "Content-Length"};
     const unsigned long long len = std::stoull(v);
     if (len > max_body)
-      return Refusal{400, "the request body is over the limit of " + std::to_string(max_body) +
-                              " bytes", "Content-Length"};
+      return Refusal{400,
+                     "the request body is over the limit of " + std::to_string(max_body) + " bytes",
+                     "Content-Length"};
     if (len > 0 && !post) return Refusal{400, "only POST takes a body", "Content-Length"};
   } else if (post) {
     return Refusal{411, "a POST needs Content-Length or Transfer-Encoding: chunked",
@@ -84,8 +85,11 @@ std::optional<Refusal> check_host(const httplib::Request& req, const HttpPolicy&
   if (req.get_header_value_count("Host") > 1) return Refusal{400, "more than one Host", "Host"};
   const std::string h = host_of(req.get_header_value("Host"));
   if (is_loopback(h) || listed(h, p.allowed_hosts)) return std::nullopt;
-  return Refusal{403, "Host '" + h + "' is not served (loopback names only; --allowed-hosts "
-                 "adds others)", "Host"};
+  return Refusal{403,
+                 "Host '" + h +
+                     "' is not served (loopback names only; --allowed-hosts "
+                     "adds others)",
+                 "Host"};
 }
 
 bool cors_allows(const std::string& origin, const HttpPolicy& p) {

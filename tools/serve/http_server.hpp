@@ -24,7 +24,7 @@
 namespace spattn::serve {
 
 struct HttpLimits {
-  int read_timeout_s = 600;     // --timeout: one read or write waiting for the socket
+  int read_timeout_s = 600;  // --timeout: one read or write waiting for the socket
   int write_timeout_s = 600;
   int header_timeout_s = 10;    // --header-timeout: a request's headers, from its first byte
   int body_timeout_s = 60;      // --body-timeout: its body, from the end of its headers
@@ -39,9 +39,9 @@ class ConnStream;
 class Conn {
  public:
   virtual ~Conn() = default;
-  virtual bool gone() const = 0;     // the client closed or reset the connection
-  virtual void close_after() = 0;    // close the connection after this answer
-  virtual void headers_done() = 0;   // the request's headers are read: the body deadline runs
+  virtual bool gone() const = 0;    // the client closed or reset the connection
+  virtual void close_after() = 0;   // close the connection after this answer
+  virtual void headers_done() = 0;  // the request's headers are read: the body deadline runs
 };
 // Null outside a request (a test calling a handler directly).
 Conn* current_conn();

@@ -110,15 +110,17 @@ std::string Metrics::render(int64_t processing, int64_t deferred, int64_t n_ctx,
     for (size_t b = 0; b <= bounds.size(); ++b) {
       cum += h.counts[b];
       os << "spattn:" << name << "_bucket{le=\"";
-      if (b < bounds.size()) os << fmt::format("{}", bounds[b]);  // shortest: le="0.05"
-      else os << "+Inf";
+      if (b < bounds.size())
+        os << fmt::format("{}", bounds[b]);  // shortest: le="0.05"
+      else
+        os << "+Inf";
       os << "\"} " << cum << '\n';
     }
-    os << "spattn:" << name << "_sum " << fmt::format("{}", h.sum) << "\nspattn:" << name << "_count " << h.n
-       << '\n';
+    os << "spattn:" << name << "_sum " << fmt::format("{}", h.sum) << "\nspattn:" << name
+       << "_count " << h.n << '\n';
   };
-  histogram("time_to_first_token_seconds", "Time from a request taking its slot to its first token.",
-            ttft_, kTtftSeconds);
+  histogram("time_to_first_token_seconds",
+            "Time from a request taking its slot to its first token.", ttft_, kTtftSeconds);
   histogram("decode_tokens_per_second", "Decode rate of each generation after its first token.",
             decode_rate_, kDecodeTokPerS);
   head(os, "requests_total", "counter", "Generations finished, by prefill attention.");

@@ -30,9 +30,9 @@ class Metrics {
                      const std::vector<SlotState>& slots) const;
 
   // Upper bounds of the histograms' buckets (+Inf is implied).
-  static constexpr std::array<double, 12> kTtftSeconds = {0.05, 0.1, 0.25, 0.5, 1, 2.5,
+  static constexpr std::array<double, 12> kTtftSeconds = {0.05, 0.1, 0.25, 0.5, 1,   2.5,
                                                           5,    10,  30,   60,  120, 300};
-  static constexpr std::array<double, 12> kDecodeTokPerS = {1,   2,   5,    10,   20,   50,
+  static constexpr std::array<double, 12> kDecodeTokPerS = {1,   2,   5,   10,   20,   50,
                                                             100, 200, 500, 1000, 2000, 5000};
 
  private:

@@ -12,19 +12,19 @@ json usage_json(const Usage& u) {
   // What ran: the attention of the prefill and how much of the causal score matrix it computed
   // (entries cover the tokens this request prefilled), and decode's (the server's
   // --attn-decode) keys read against the keys its steps could see.
-  j["spattn"] = {{"attn", u.attn},
-                 {"prefill", u.prefill},
-                 {"prefill_ms", u.prefill_ms},
-                 {"ttft_ms", u.ttft_ms},
-                 {"decode_ms", u.decode_ms},
-                 {"score_entries", u.score_entries},
-                 {"causal_entries", u.causal_entries},
-                 {"skipped_fraction", u.causal_entries > 0
-                                          ? 1.0 - double(u.score_entries) / double(u.causal_entries)
-                                          : 0.0},
-                 {"attn_decode", u.attn_decode},
-                 {"decode_keys_read", u.decode_keys_read},
-                 {"decode_keys_total", u.decode_keys_total}};
+  j["spattn"] = {
+      {"attn", u.attn},
+      {"prefill", u.prefill},
+      {"prefill_ms", u.prefill_ms},
+      {"ttft_ms", u.ttft_ms},
+      {"decode_ms", u.decode_ms},
+      {"score_entries", u.score_entries},
+      {"causal_entries", u.causal_entries},
+      {"skipped_fraction",
+       u.causal_entries > 0 ? 1.0 - double(u.score_entries) / double(u.causal_entries) : 0.0},
+      {"attn_decode", u.attn_decode},
+      {"decode_keys_read", u.decode_keys_read},
+      {"decode_keys_total", u.decode_keys_total}};
   return j;
 }
 

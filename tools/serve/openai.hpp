@@ -14,11 +14,11 @@ using json = nlohmann::json;
 // What one generation did, for `usage`.
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  std::string attn;         // the prefill attention spec that ran
-  std::string prefill;      // the schedule: dense, chunked_h2o or method
+  std::string attn;     // the prefill attention spec that ran
+  std::string prefill;  // the schedule: dense, chunked_h2o or method
   double prefill_ms = 0, ttft_ms = 0, decode_ms = 0;
-  int64_t score_entries = 0, causal_entries = 0;  // attention entries computed / causal total
-  std::string attn_decode;  // the server's --attn-decode
+  int64_t score_entries = 0, causal_entries = 0;        // attention entries computed / causal total
+  std::string attn_decode;                              // the server's --attn-decode
   int64_t decode_keys_read = 0, decode_keys_total = 0;  // keys decode read / could see, all layers
 };
 

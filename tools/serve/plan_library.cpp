@@ -85,7 +85,8 @@ std::string PlanLibrary::resolve(const std::string& text) const {
       if (it == names.end())
         bad_request("spattn.attn: " + key + "='" + value + "' is not a " +
                         (key == "plan" ? "plan" : "calibration") +
-                        " this server has (a name from --plans-dir)", "spattn.attn");
+                        " this server has (a name from --plans-dir)",
+                    "spattn.attn");
       v = it->second;
     } else if (value.find('/') != std::string::npos) {
       bad_request("spattn.attn: " + key + " must not hold '/'", "spattn.attn");

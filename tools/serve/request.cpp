@@ -33,10 +33,14 @@ bool valid_utf8(std::string_view s) {
     }
     int len = 0;
     uint32_t cp = 0;
-    if ((c & 0xe0) == 0xc0) len = 2, cp = c & 0x1f;
-    else if ((c & 0xf0) == 0xe0) len = 3, cp = c & 0x0f;
-    else if ((c & 0xf8) == 0xf0) len = 4, cp = c & 0x07;
-    else return false;
+    if ((c & 0xe0) == 0xc0)
+      len = 2, cp = c & 0x1f;
+    else if ((c & 0xf0) == 0xe0)
+      len = 3, cp = c & 0x0f;
+    else if ((c & 0xf8) == 0xf0)
+      len = 4, cp = c & 0x07;
+    else
+      return false;
     if (i + size_t(len) > n) return false;
     for (int k = 1; k < len; ++k) {
       const unsigned char d = static_cast<unsigned char>(s[i + size_t(k)]);
@@ -92,13 +96,15 @@ int64_t get_int(const json& j, const char* name, int64_t dflt, int64_t lo, int64
     v = int64_t(f->get<double>());
   } else if (f->is_number()) {
     bad_request(std::string("'") + name + "' must be an integer in [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "]", name);
+                    std::to_string(hi) + "]",
+                name);
   } else {
     bad_request(std::string("'") + name + "' must be an integer", name);
   }
   if (v < lo || v > hi)
     bad_request(std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " +
-                    std::to_string(hi) + "], got " + std::to_string(v), name);
+                    std::to_string(hi) + "], got " + std::to_string(v),
+                name);
   return v;
 }
 
@@ -114,8 +120,9 @@ double get_number(const json& j, const char* name, double dflt, double lo, doubl
   if (!f->is_number()) bad_request(std::string("'") + name + "' must be a number", name);
   const double v = f->get<double>();
   if (!(v >= lo && v <= hi))
-    bad_request(std::string("'") + name + "' must be in [" + num(lo) + ", " + num(hi) +
-                    "], got " + num(v), name);
+    bad_request(
+        std::string("'") + name + "' must be in [" + num(lo) + ", " + num(hi) + "], got " + num(v),
+        name);
   return v;
 }
 
@@ -134,8 +141,8 @@ std::vector<int32_t> get_token_ids(const json& a, const char* name) {
 // OpenAI's content: a string, or an array of parts of which the text parts are joined.
 std::string message_content(const json& c) {
   if (c.is_string()) return c.get<std::string>();
-  if (!c.is_array()) bad_request("a message's 'content' must be a string or an array of parts",
-                                 "messages");
+  if (!c.is_array())
+    bad_request("a message's 'content' must be a string or an array of parts", "messages");
   std::string s;
   for (const json& part : c) {
     if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
@@ -169,16 +176,26 @@ bool is_text_format(const nlohmann::json& v) {
   const auto t = v.is_object() ? v.find("type") : v.end();
   return t != v.end() && t->is_string() && t->get<std::string>() == "text";
 }
-bool is_none_choice(const nlohmann::json& v) { return v.is_string() && v.get<std::string>() == "none"; }
+bool is_none_choice(const nlohmann::json& v) {
+  return v.is_string() && v.get<std::string>() == "none";
+}
 constexpr Unsupported kUnsupported[] = {
-    {"logit_bias", is_empty},         {"logprobs", is_false_or_zero},
-    {"top_logprobs", is_false_or_zero}, {"n_probs", is_false_or_zero},
-    {"presence_penalty", is_false_or_zero}, {"frequency_penalty", is_false_or_zero},
-    {"repeat_penalty", is_one},       {"mirostat", is_false_or_zero},
-    {"typical_p", is_one},            {"echo", is_false_or_zero},
-    {"best_of", is_one},              {"suffix", is_empty},
-    {"grammar", is_empty},            {"json_schema", is_empty},
-    {"response_format", is_text_format}, {"tools", is_empty},
+    {"logit_bias", is_empty},
+    {"logprobs", is_false_or_zero},
+    {"top_logprobs", is_false_or_zero},
+    {"n_probs", is_false_or_zero},
+    {"presence_penalty", is_false_or_zero},
+    {"frequency_penalty", is_false_or_zero},
+    {"repeat_penalty", is_one},
+    {"mirostat", is_false_or_zero},
+    {"typical_p", is_one},
+    {"echo", is_false_or_zero},
+    {"best_of", is_one},
+    {"suffix", is_empty},
+    {"grammar", is_empty},
+    {"json_schema", is_empty},
+    {"response_format", is_text_format},
+    {"tools", is_empty},
     {"tool_choice", is_none_choice},
 };
 

@@ -20,7 +20,10 @@ namespace spattn::serve {
 // An error a request earns: the HTTP status, OpenAI's error type and the parameter at fault.
 struct RequestError : std::runtime_error {
   RequestError(int status, std::string type, const std::string& message, std::string param = "")
-      : std::runtime_error(message), status(status), type(std::move(type)), param(std::move(param)) {}
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)) {}
   int status;
   std::string type;   // "invalid_request_error", "authentication_error", ...
   std::string param;  // the field at fault, or ""
@@ -43,10 +46,10 @@ struct GenerateRequest {
   std::string prompt;                  // /v1/completions: the prompt as text, or
   std::vector<int32_t> prompt_tokens;  // ... as token ids (prompt_is_tokens)
   bool prompt_is_tokens = false;
-  std::vector<ChatMessage> messages;   // /v1/chat/completions
-  std::string model;                   // echoed back; one model is served whatever it says
-  int64_t max_tokens = -1;             // -1: until end of generation or a full context
-  cli::SamplingParams sampling;        // llama-server's defaults unless given
+  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  std::string model;                  // echoed back; one model is served whatever it says
+  int64_t max_tokens = -1;            // -1: until end of generation or a full context
+  cli::SamplingParams sampling;       // llama-server's defaults unless given
   bool seed_given = false;
   std::vector<std::string> stop;
   bool stream = false;

@@ -47,7 +47,7 @@ void ServeOptions::validate() const {
   // by one process as if --cp were not given.
   SPATTN_CHECK(r.cp == 1 && !r.cp_gather, "serve --cp ", r.cp, r.cp_gather ? " --cp-gather" : "",
                ": serve is not context-parallel (run and perplexity are); start it without --cp");
-  cli::session_options(r, r.attn);  // --attn and the sizes, before the model loads
+  cli::session_options(r, r.attn);        // --attn and the sizes, before the model loads
   pick_chat_template(chat_template, "");  // an unknown --chat-template name
 }
 
@@ -79,11 +79,17 @@ struct Route {
   const char* path;
   const char* method;
 };
-constexpr Route kRoutes[] = {
-    {"/health", "GET"},      {"/v1/models", "GET"},        {"/models", "GET"},
-    {"/metrics", "GET"},     {"/props", "GET"},            {"/tokenize", "POST"},
-    {"/detokenize", "POST"}, {"/v1/completions", "POST"},  {"/completions", "POST"},
-    {"/v1/chat/completions", "POST"}, {"/chat/completions", "POST"}};
+constexpr Route kRoutes[] = {{"/health", "GET"},
+                             {"/v1/models", "GET"},
+                             {"/models", "GET"},
+                             {"/metrics", "GET"},
+                             {"/props", "GET"},
+                             {"/tokenize", "POST"},
+                             {"/detokenize", "POST"},
+                             {"/v1/completions", "POST"},
+                             {"/completions", "POST"},
+                             {"/v1/chat/completions", "POST"},
+                             {"/chat/completions", "POST"}};
 
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
@@ -151,7 +157,10 @@ struct Server::Impl {
   std::optional<ChatTemplate> chat_template;  // none: the plain fallback
 
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
-      : o(opt), m(lm), http(http_limits(opt)), policy(http_policy(opt)),
+      : o(opt),
+        m(lm),
+        http(http_limits(opt)),
+        policy(http_policy(opt)),
         plans(opt.plans_dir.empty() ? PlanLibrary() : PlanLibrary(opt.plans_dir)),
         slots(lm.model, lm.tokenizer, opt.r, opt.slots),
         chat_template(pick_chat_template(opt.chat_template, lm.chat_template)) {
@@ -207,12 +216,12 @@ struct Server::Impl {
   void refuse(httplib::Response& res, int status, const std::string& message,
               const std::string& param) {
     static const std::map<int, const char*> kType = {
-        {401, "authentication_error"}, {403, "permission_error"}, {404, "not_found_error"},
-        {405, "invalid_request_error"}, {411, "invalid_request_error"},
-        {415, "invalid_request_error"}, {501, "not_supported_error"}};
+        {401, "authentication_error"},  {403, "permission_error"},
+        {404, "not_found_error"},       {405, "invalid_request_error"},
+        {411, "invalid_request_error"}, {415, "invalid_request_error"},
+        {501, "not_supported_error"}};
     const auto t = kType.find(status);
-    send_error(res, status, message, t == kType.end() ? "invalid_request_error" : t->second,
-               param);
+    send_error(res, status, message, t == kType.end() ? "invalid_request_error" : t->second, param);
     metrics.error(status);
   }
 
@@ -277,8 +286,9 @@ struct Server::Impl {
       bad_request("the request body is over the limit of " + std::to_string(o.max_body) +
                   " bytes (counted after any Content-Encoding is undone)");
     if (!ok)
-      bad_request("the request body could not be read (cut short, too slow, or not valid for "
-                  "its Content-Encoding)");
+      bad_request(
+          "the request body could not be read (cut short, too slow, or not valid for "
+          "its Content-Encoding)");
     return body;
   }
 
@@ -297,12 +307,13 @@ struct Server::Impl {
         [this](const httplib::Request& req, httplib::Response& res) { return guard(req, res); });
     // Errors httplib answers itself (a request it cannot parse) get an error object too, and
     // the connection is closed: what follows a malformed request cannot be trusted to frame.
-    http.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request&, httplib::Response& res) {
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request&,
+                                                                       httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       if (res.status == 413)
-        send_error(res, 400, "the request body is over the limit of " +
-                                 std::to_string(o.max_body) + " bytes", "invalid_request_error");
+        send_error(res, 400,
+                   "the request body is over the limit of " + std::to_string(o.max_body) + " bytes",
+                   "invalid_request_error");
       else if (res.status == 404)
         send_error(res, 404, "no such route", "not_found_error");
       else
@@ -322,23 +333,24 @@ struct Server::Impl {
                if (!o.metrics)
                  throw RequestError(501, "not_supported_error",
                                     "this server has no metrics: start it with --metrics");
-               const int64_t admitted = in_flight(), processing = std::min<int64_t>(admitted, o.slots);
-               res.set_content(metrics.render(processing, admitted - processing, o.r.n_ctx,
-                                              slots.states()),
-                               "text/plain; version=0.0.4; charset=utf-8");
+               const int64_t admitted = in_flight(),
+                             processing = std::min<int64_t>(admitted, o.slots);
+               res.set_content(
+                   metrics.render(processing, admitted - processing, o.r.n_ctx, slots.states()),
+                   "text/plain; version=0.0.4; charset=utf-8");
              }));
     http.Get("/props", guarded([this](const httplib::Request&, httplib::Response& res) {
                send_json(res, 200, props());
              }));
     post("/tokenize", [this](const httplib::Request&, httplib::Response& res,
                              const std::string& body) { tokenize(body, res); });
-    post("/detokenize", [this](const httplib::Request&, httplib::Response& res,
-                               const std::string& body) {
-      const std::vector<int32_t> ids = parse_detokenize(body);
-      check_ids(ids, "tokens");
-      std::shared_ptr<Ticket> ticket = admit();
-      send_json(res, 200, {{"content", m.tokenizer.decode(ids)}});
-    });
+    post("/detokenize",
+         [this](const httplib::Request&, httplib::Response& res, const std::string& body) {
+           const std::vector<int32_t> ids = parse_detokenize(body);
+           check_ids(ids, "tokens");
+           std::shared_ptr<Ticket> ticket = admit();
+           send_json(res, 200, {{"content", m.tokenizer.decode(ids)}});
+         });
     for (const char* path : {"/v1/completions", "/completions"})
       post(path, [this](const httplib::Request&, httplib::Response& res, const std::string& body) {
         generate(body, res, false);
@@ -371,31 +383,33 @@ struct Server::Impl {
 
   json props() const {
     const cli::SamplingParams d = default_sampling();
-    return {{"model_path", o.r.model},
-            {"model_alias", model_id},
-            {"total_slots", o.slots},
-            {"default_generation_settings",
-             {{"n_ctx", o.r.n_ctx},
-              {"params",
-               {{"temperature", d.temperature},
-                {"top_k", d.top_k},
-                {"top_p", d.top_p},
-                {"min_p", d.min_p},
-                {"n_predict", -1},
-                {"cache_prompt", true}}}}},
-            {"chat_template", chat_template ? chat_template_name(*chat_template) : kChatFallbackName},
-            {"chat_template_note",
-             chat_template ? (o.chat_template.empty() ? "recognised in the model's tokenizer.chat_template"
-                                                      : "named by --chat-template")
-                           : kChatFallbackDescription},
-            {"spattn",
-             {{"attn", o.r.attn},
-              {"n_batch", o.r.n_batch},
-              {"n_ubatch", o.r.n_ubatch},
-              {"queue", o.max_queue},
-              {"requests_in_flight", in_flight()},
-              {"max_body_bytes", o.max_body},
-              {"slots", slots_json()}}}};
+    return {
+        {"model_path", o.r.model},
+        {"model_alias", model_id},
+        {"total_slots", o.slots},
+        {"default_generation_settings",
+         {{"n_ctx", o.r.n_ctx},
+          {"params",
+           {{"temperature", d.temperature},
+            {"top_k", d.top_k},
+            {"top_p", d.top_p},
+            {"min_p", d.min_p},
+            {"n_predict", -1},
+            {"cache_prompt", true}}}}},
+        {"chat_template", chat_template ? chat_template_name(*chat_template) : kChatFallbackName},
+        {"chat_template_note",
+         chat_template
+             ? (o.chat_template.empty() ? "recognised in the model's tokenizer.chat_template"
+                                        : "named by --chat-template")
+             : kChatFallbackDescription},
+        {"spattn",
+         {{"attn", o.r.attn},
+          {"n_batch", o.r.n_batch},
+          {"n_ubatch", o.r.n_ubatch},
+          {"queue", o.max_queue},
+          {"requests_in_flight", in_flight()},
+          {"max_body_bytes", o.max_body},
+          {"slots", slots_json()}}}};
   }
 
   // Each slot's state, as llama-server's /slots lists them.
@@ -447,8 +461,8 @@ struct Server::Impl {
     if (sr->tokens.empty()) bad_request("the prompt has no tokens", chat ? "messages" : "prompt");
     if (int64_t(sr->tokens.size()) > o.r.n_ctx)
       bad_request("the prompt has " + std::to_string(sr->tokens.size()) +
-                      " tokens, more than the context of " + std::to_string(o.r.n_ctx) +
-                      " (-c)", chat ? "messages" : "prompt");
+                      " tokens, more than the context of " + std::to_string(o.r.n_ctx) + " (-c)",
+                  chat ? "messages" : "prompt");
     // A request's spec names no file (plans and calibrations by their --plans-dir names) and
     // keeps its cost bounded; the operator's --attn is taken as given.
     sr->attn = o.r.attn;
@@ -489,7 +503,8 @@ struct Server::Impl {
       lease->release(&r);
       if (r.cancelled) throw ClientGone();
       metrics.record(r.usage);
-      send_json(res, 200, completion_json(id, created, model, chat, r.text, r.finish_reason, r.usage));
+      send_json(res, 200,
+                completion_json(id, created, model, chat, r.text, r.finish_reason, r.usage));
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -554,7 +569,8 @@ struct Server::Impl {
         SlotEvents ev;
         ev.progress = [&](int64_t cached, int64_t done, int64_t total) {
           const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-          w.event(progress_json(id, created, model, chat, cached + total, cached, cached + done, ms));
+          w.event(
+              progress_json(id, created, model, chat, cached + total, cached, cached + done, ms));
           if (o.test_hook) o.test_hook("progress");
           if (gone()) throw ClientGone();
         };

@@ -59,8 +59,8 @@ int64_t Slot::common_prefix(const std::vector<int32_t>& prompt) const {
 
 SlotResult Slot::generate(const SlotRequest& req, const SlotEvents& ev, Turn* turn) {
   SPATTN_CHECK(!req.tokens.empty(), "the prompt has no tokens");
-  SPATTN_CHECK(int64_t(req.tokens.size()) <= defaults_.n_ctx, "the prompt has ",
-               req.tokens.size(), " tokens, more than the context of ", defaults_.n_ctx);
+  SPATTN_CHECK(int64_t(req.tokens.size()) <= defaults_.n_ctx, "the prompt has ", req.tokens.size(),
+               " tokens, more than the context of ", defaults_.n_ctx);
   TurnHold hold(turn);
   model::Session& s = session_for(req.attn);
   SlotResult r;

@@ -62,8 +62,8 @@ std::optional<SlotPool::Lease> SlotPool::acquire(const std::vector<int32_t>& pro
   std::unique_lock<std::mutex> l(mu_);
   int best = -1;
   // A client leaves without a notify: look every 50 ms.
-  while (!free_.wait_for(l, std::chrono::milliseconds(50),
-                         [&] { return (best = pick(prompt)) >= 0; }))
+  while (
+      !free_.wait_for(l, std::chrono::milliseconds(50), [&] { return (best = pick(prompt)) >= 0; }))
     if (gone && gone()) return std::nullopt;
   return take(best);
 }

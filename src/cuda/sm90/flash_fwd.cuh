@@ -31,10 +31,10 @@
 
 namespace spattn::cuda::sm90 {
 
-constexpr int kBM = 128;        // query rows a block: two 64-row groups
-constexpr int kStages = 4;      // K/V stages in the ring
-constexpr int kThreads = 384;   // producer + two consumer warpgroups
-constexpr int kLag = 2;         // tiles the producer keeps in flight before marking the oldest
+constexpr int kBM = 128;       // query rows a block: two 64-row groups
+constexpr int kStages = 4;     // K/V stages in the ring
+constexpr int kThreads = 384;  // producer + two consumer warpgroups
+constexpr int kLag = 2;        // tiles the producer keeps in flight before marking the oldest
 
 // Dynamic shared memory a block takes: Q, the stages, their barriers, and slack to align the
 // start to the 1024 bytes a swizzle atom needs.
@@ -190,9 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto desc_k = [&](int s, int kk) {
     return desc_sw128(sK(s) + (kk / 4) * (kBN * 128) + (kk % 4) * 32, 16, 1024);
   };
-  auto desc_v = [&](int s, int kk) {
-    return desc_sw128(sV(s) + kk * 16 * 128, kBN * 128, 1024);
-  };
+  auto desc_v = [&](int s, int kk) { return desc_sw128(sV(s) + kk * 16 * 128, kBN * 128, 1024); };
 
   for (int i = 0; i < n_visit; ++i) {
     const int pos = swap12 && (i == 1 || i == 2) ? 3 - i : i;
@@ -203,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Uniform over the warpgroup.
     const bool mine = kbase < reach && (!groups || (groups[pos] >> g) & 1);
 
-    float sc[kBN / 2];  // S: n8 tile j's four values at sc[4 j .. 4 j + 3]
+    float sc[kBN / 2];                     // S: n8 tile j's four values at sc[4 j .. 4 j + 3]
     float mx[2] = {-INFINITY, -INFINITY};  // the tile's row maxima, scaled log2 units
     if (mine) {
       wgmma_fence();
@@ -318,8 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < D / 8; ++j)
         *reinterpret_cast<uint32_t*>(orow + j * 8 + (lane % 4) * 2) =
             ptx::pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if (lse && lane % 4 == 0)
-        lse[row_of(r)] = lr > 0.f ? (m[r] + log2f(lr)) * kLn2 : -INFINITY;
+      if (lse && lane % 4 == 0) lse[row_of(r)] = lr > 0.f ? (m[r] + log2f(lr)) * kLn2 : -INFINITY;
     }
   }
   if (p.entries) {
