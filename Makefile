@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 1000000
 JOBS       ?= $(shell nproc)
 
-.PHONY: deps build python run test test-unit test-sanitize test-tsan fuzz bench clean
+.PHONY: deps build python run test test-unit test-sanitize test-tsan fuzz bench format clean
 
 deps:
 	@bash scripts/deps.sh
@@ -67,6 +67,10 @@ fuzz: deps
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DSPATTN_FUZZ=ON > /dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
 	@bash scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_RUNS)
+
+# Lays the C++ sources out as .clang-format says (ctest's code_format checks it).
+format: deps
+	@bash scripts/check_format.sh --fix
 
 bench: build
 	./$(BUILD)/bin/spattn_microbench

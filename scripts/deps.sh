@@ -19,6 +19,7 @@ PKGS=(
   libcpp-httplib-dev    # `spattn serve`: HTTP server and the tests' client
   libopenmpi-dev openmpi-bin  # context-parallel runs across processes (`mpirun ... --cp P`)
   clang libclang-rt-14-dev  # `make fuzz`: libFuzzer targets with ASan/UBSan
+  clang-format-14       # the C++ layout (.clang-format), checked by ctest's code_format
   # The Python package (python/), built and tested against /usr/bin/python3. python3-torch
   # is optional (its tests skip without it) and not installed here: it is large.
   python3-dev pybind11-dev python3-numpy python3-pytest python3-matplotlib
