@@ -15,6 +15,9 @@ Llama-3-8B heads by default: 32 q heads, 8 kv heads, head dim 128):
             tensors: mask built on the host (its time reported), kernel timed from the plan
 On the text workload also each method's recall: the mean over rows of the softmax mass it
 computed, exp(lse_method - lse_dense).
+  momo      (--momo-lens, --momo-specs) the whole method on the device through the method
+            API, at 32K and 128K on random inputs and on the text workload, against cuDNN
+            SDPA and spattn dense: time, density, recall
   blasst    spattn BLASST (local_first) at --blasst-lambda on the project's `text` workload
             (make_workload), with its skipped fraction; dense re-timed on the same inputs
   decode    one new query against --decode-lens caches of the text workload: torch SDPA
@@ -70,6 +73,8 @@ class Spattn:
         self.lib.spattn_c_cuda_plan_method.argtypes = [
             ctypes.c_char_p, ctypes.POINTER(CAttention), ctypes.POINTER(ctypes.c_void_p),
             ctypes.POINTER(ctypes.c_double), ctypes.c_char_p, ctypes.c_size_t]
+        self.lib.spattn_c_cuda_method.argtypes = [ctypes.c_char_p, ctypes.POINTER(CAttention),
+                                                  ctypes.c_char_p, ctypes.c_size_t]
         self.lib.spattn_c_workload_bf16.argtypes = [
             ctypes.c_char_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
             ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
@@ -122,6 +127,13 @@ class Spattn:
                                                        self.err, len(self.err)))
         return p, ms.value, a.score_entries / a.causal_entries
 
+    def method(self, spec, a):
+        """Runs any method with a GPU path (make_method(spec)) on a's tensors, the whole
+        method (momo: selection, mask, both passes, the report's read-back); fills a's stats."""
+        self._check(self.lib.spattn_c_cuda_method(spec.encode(), ctypes.byref(a), self.err,
+                                                  len(self.err)))
+        return a
+
     def workload(self, kind, seq, heads, kv_heads, dim, seed):
         q = torch.empty((1, heads, seq, dim), dtype=torch.bfloat16)
         k = torch.empty((1, kv_heads, seq, dim), dtype=torch.bfloat16)
@@ -165,6 +177,37 @@ def timed_round_robin(fns, reps, warmup):
     return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
+def sdpa_contenders(q, k, v, heads, kv_heads, names=("cudnn", "flash")):
+    """torch's causal SDPA backends among names, with GQA where they take it, else over k, v
+    expanded to q's heads: name -> (backend, k, v, enable_gqa), and name -> callable."""
+    backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+    gqa = {}
+    for name in names:
+        backend = backends[name]
+        for enable_gqa in (True, False):
+            kk = k if enable_gqa else k.repeat_interleave(heads // kv_heads, dim=1)
+            vv = v if enable_gqa else v.repeat_interleave(heads // kv_heads, dim=1)
+            try:
+                with sdpa_kernel(backend):
+                    F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
+                                                   enable_gqa=enable_gqa)
+                torch.cuda.synchronize()
+                gqa[name] = (backend, kk, vv, enable_gqa)
+                break
+            except Exception as e:  # noqa: BLE001 - report and try the other form
+                print(f"# {name} enable_gqa={enable_gqa}: {type(e).__name__}: {e}"[:300],
+                      file=sys.stderr)
+
+    def torch_fn(name):
+        backend, kk, vv, eg = gqa[name]
+
+        def f():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=eg)
+        return f
+    return gqa, {n: torch_fn(n) for n in gqa}
+
+
 def causal_flops(heads, seq, dim):
     return 4.0 * dim * heads * seq * (seq + 1) / 2.0
 
@@ -191,6 +234,12 @@ def main():
                     help="only BLASST's text workload and decode")
     ap.add_argument("--methods", default="a_shape,mean_pool",
                     help="block-mask methods timed through the method API")
+    ap.add_argument("--momo-lens", default="32768,131072",
+                    help="lengths of the momo rows: --momo-specs against cuDNN SDPA and spattn "
+                         "dense on random inputs and on the text workload (recall on both)")
+    ap.add_argument("--momo-specs", default="momo",
+                    help="method specs timed whole through the method API (spattn_c_cuda_method)")
+    ap.add_argument("--skip-momo", action="store_true")
     ap.add_argument("--json", default="")
     ap.add_argument("--also-mma", action="store_true",
                     help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
@@ -215,34 +264,8 @@ def main():
         out = torch.empty_like(q)
         lse = torch.empty((H, L), device="cuda", dtype=torch.float32)
         # torch's backends with GQA when they take it, else over k, v expanded to q's heads.
-        gqa = {}
-        for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION),
-                              ("flash", SDPBackend.FLASH_ATTENTION)):
-            for enable_gqa in (True, False):
-                kk = k if enable_gqa else k.repeat_interleave(H // KV, dim=1)
-                vv = v if enable_gqa else v.repeat_interleave(H // KV, dim=1)
-                try:
-                    with sdpa_kernel(backend):
-                        F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
-                                                       enable_gqa=enable_gqa)
-                    torch.cuda.synchronize()
-                    gqa[name] = (backend, kk, vv, enable_gqa)
-                    break
-                except Exception as e:  # noqa: BLE001 - report and try the other form
-                    print(f"# {name} enable_gqa={enable_gqa}: {type(e).__name__}: {e}"[:300],
-                          file=sys.stderr)
-
-        def torch_fn(name):
-            backend, kk, vv, eg = gqa[name]
-
-            def f():
-                with sdpa_kernel(backend):
-                    return F.scaled_dot_product_attention(q, kk, vv, is_causal=True,
-                                                          enable_gqa=eg)
-            return f
-
+        gqa, fns = sdpa_contenders(q, k, v, H, KV)
         dense_args = sp.args("dense", q, k, v, out, lse)
-        fns = {n: torch_fn(n) for n in gqa}
         fns["dense"] = lambda: sp.run(dense_args)
         if args.also_mma:
             fns["dense_mma"] = with_kernel("mma", fns["dense"])
@@ -389,6 +412,52 @@ def main():
             if n.endswith("_mma"):
                 d["vs_dense_mma"] = ms["dense_mma"] / t
             emit(d)
+
+    if not args.skip_momo:
+        # Methods whose whole pipeline runs on the device (momo: its selection too), timed as
+        # called, against cuDNN SDPA and spattn dense on the same inputs; recall: the softmax
+        # mass each computed, exp(lse_method - lse_dense), averaged over rows.
+        for L in [int(x) for x in args.momo_lens.split(",") if x]:
+            for kind in ("random", "text"):
+                t0 = time.perf_counter()
+                if kind == "random":
+                    torch.manual_seed(L)
+                    q, k, v = (torch.randn((1, h, L, D), device="cuda", dtype=torch.bfloat16)
+                               for h in (H, KV, KV))
+                else:
+                    q, k, v = sp.workload("text", L, H, KV, D, 7)
+                gen_s = time.perf_counter() - t0
+                out = torch.empty_like(q)
+                lse = torch.empty((H, L), device="cuda", dtype=torch.float32)
+                gqa, fns = sdpa_contenders(q, k, v, H, KV, names=("cudnn",))
+                dense_args = sp.args("dense", q, k, v, out, lse)
+                fns["dense"] = lambda a=dense_args: sp.run(a)
+                sp.run(dense_args)
+                lse_dense, out_dense = lse.clone(), out.clone()
+                info = {}
+                for spec in [m for m in args.momo_specs.split(",") if m]:
+                    a = sp.method(spec, sp.args("dense", q, k, v, out, lse))
+                    torch.cuda.synchronize()
+                    rel = ((out.float() - out_dense.float()).norm() /
+                           out_dense.float().norm()).item()
+                    info[spec] = dict(density=a.score_entries / a.causal_entries,
+                                      recall=torch.exp(lse - lse_dense).mean().item(),
+                                      rel_l2_vs_dense=rel)
+                    fns[spec] = (lambda sp_, a_: (lambda: sp.method(sp_, a_)))(
+                        spec, sp.args("dense", q, k, v, out, lse))
+                ms = timed_round_robin(fns, args.reps, args.warmup)
+                for n, t in ms.items():
+                    d = dict(kind="time", workload=kind, seq=L, heads=H, kv_heads=KV, dim=D,
+                             contender=n, ms=t, reps=args.reps, workload_s=gen_s)
+                    if n in info:
+                        d.update(info[n], vs_dense=ms["dense"] / t)
+                    if n in gqa:
+                        d["enable_gqa"] = gqa[n][3]
+                    if n != "cudnn" and "cudnn" in ms:
+                        d["vs_cudnn"] = ms["cudnn"] / t
+                    emit(d)
+                del q, k, v, out, lse, gqa, fns, lse_dense, out_dense
+                torch.cuda.empty_cache()
 
     if not args.skip_decode:
         for L in [int(x) for x in args.decode_lens.split(",")]:

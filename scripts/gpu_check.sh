@@ -4,6 +4,10 @@
 # and racecheck on the kernels, then the benchmark against PyTorch's SDPA backends.
 #   scripts/gpu_check.sh [OUT_DIR]         (default: gpu-check/)
 #   SPATTN_NCU=1 scripts/gpu_check.sh ...  also profiles the prefill kernels with Nsight Compute
+#   SPATTN_GPU_CHECK=momo scripts/gpu_check.sh ...  the MOMO round alone (issue 62, under 8
+#       minutes on an H200): the momo tests on both prefill kernels, the GPU tests that touch
+#       the kernels it changed, memcheck and racecheck on the momo tests, the Python momo test,
+#       and the momo rows against cuDNN SDPA (32K and 128K, random and text)
 # Needs on that machine: the runtime libraries the binaries link (libgomp, libhwy, libfmt,
 # libopenblas: put copies on LD_LIBRARY_PATH where the image lacks them), compute-sanitizer,
 # and torch with CUDA for the benchmark and the Python tests. Where build/python's extension is
@@ -15,6 +19,34 @@ out=${1:-gpu-check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
+
+if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
+  # Each step's log in $out; its exit status on the console. First what must hold before any
+  # figure means anything: the GPU selection against the CPU's, then the sanitizers.
+  echo "== momo tests (wgmma, then mma.sync), and the kernels' own tests"
+  timeout 150 ./build/bin/spattn_cuda_tests --gtest_filter='CudaMomo.*' > "$out/momo.log" 2>&1
+  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|differ|ties|Expected|Which is" "$out/momo.log" | head -40
+  SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests --gtest_filter='CudaMomo.*' \
+    > "$out/momo-mma.log" 2>&1
+  echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/momo-mma.log"
+  timeout 150 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaAttention.QuerySparse*:CudaAttention.BlockSparse*:CudaMethods.*:CudaBench.*' \
+    > "$out/kernels.log" 2>&1
+  echo "kernels rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/kernels.log"
+  echo "== memcheck, racecheck (momo)"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*' > "$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaMomo.EveryBlock*' > "$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  echo "== momo against cuDNN SDPA"
+  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
+    --skip-blasst --skip-decode --reps 5 --warmup 1 --json "$out/bench-momo.json" \
+    > "$out/bench-momo.log" 2>&1
+  echo "rc=$?; record: $out/bench-momo.json"; grep -E '"contender"|Error|error' "$out/bench-momo.log" | cut -c1-400
+  exit 0
+fi
 
 echo "== GPU tests (on a Hopper: the wgmma kernel, then again on the mma.sync one)"
 timeout 300 ./build/bin/spattn_cuda_tests > "$out/tests.log" 2>&1

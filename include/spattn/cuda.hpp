@@ -22,6 +22,8 @@
 #include "spattn/blasst.hpp"
 #include "spattn/block_mask.hpp"
 #include "spattn/decode.hpp"
+#include "spattn/select.hpp"
+#include "spattn/select_observer.hpp"
 
 namespace spattn::cuda {
 
@@ -178,6 +180,38 @@ void attention_decode(const TensorView& q, const TensorView& k, const TensorView
                       const TensorView& out, const AttnOptions& opt = {},
                       const DecodeOptions& dopt = {}, float* lse = nullptr, Stats* stats = nullptr,
                       SkipStats* skip = nullptr, void* stream = nullptr);
+
+// MOMO's prefill on the device ("Measure Once, Mask Once: Delta Refined Block Sparse
+// Attention", Algorithm 1; the method, its parameters and its geometry are src/methods/momo.cpp's,
+// whose run_cuda calls this): the query-sparse pass over `rows` with each row's key-tile LSE,
+// each row's exact top-k of its candidate beta-blocks by S(j) (Eq. 3; ties: the smaller block,
+// as ExactTopK), the union and trim per query block (Algorithm 2, with the CPU's trim, blend,
+// pool, topp and min_share), the block-sparse pass over the selected blocks and the delta
+// correction (Eq. 2), all on `stream` with no copy to the host between them. causal only.
+struct MomoGpuPlan {
+  int64_t chi = 128, beta = 64, k = 128, k_trim = 128;
+  bool trim_mass = true;   // trim=mass (else mean)
+  int blend = 2;           // 0 none, 1 mean_pool, 2 moments
+  bool pool_above = true;  // pool=above (else block)
+  bool delta = true;
+  double topp = 0, min_share = 0;    // 0: absent
+  std::vector<int64_t> rows;         // the sampled rows, strided_rows(q_len, gamma)
+  std::vector<ForcedBlocks> forced;  // per query block of chi rows
+  std::vector<int64_t> first_row;    // per query block + 1: its rows start at rows[first_row]
+};
+// What a run read back once it was done (the pipeline itself never waits for the host).
+struct MomoGpuResult {
+  std::vector<std::vector<int32_t>> lists;  // per (q head, query block), ascending: the mask
+  std::vector<int64_t> row_blocks;          // per (q head, query block): its rows' selections
+  std::vector<int64_t> kept_blocks;         // per (q head, query block): kept by the trim
+  // Per (q head, sampled row), best first; filled only when want_rows was given.
+  std::vector<std::vector<BlockScore>> row_selection;
+  Stats fused, sparse;  // the two passes' score entries and tiles (causal_entries: q's problem)
+};
+void momo_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& out, const MomoGpuPlan& plan, const AttnOptions& opt,
+                    float* lse, MomoGpuResult& result, bool want_rows = false,
+                    void* stream = nullptr);
 
 // The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
 // (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.

@@ -60,6 +60,11 @@ void spattn_c_cuda_plan_free(spattn_c_plan* plan);
  * to time the kernel alone. */
 int spattn_c_cuda_plan_method(const char* spec, spattn_c_attention* a, spattn_c_plan** plan,
                               double* mask_host_ms, char* err, size_t err_len);
+/* Runs any method with a GPU path (spattn::make_method(spec), e.g. "momo") on the device
+ * tensors of a (its form, plan and grid are ignored), on a->stream, the whole method timed as
+ * the bench times it: for momo its selection, mask, passes and the report's read-back. Fills
+ * the stats fields always (the call waits for the method). */
+int spattn_c_cuda_method(const char* spec, spattn_c_attention* a, char* err, size_t err_len);
 /* The project's workload generator (spattn/workload.hpp) into host bf16 buffers
  * q [heads, seq, dim], k and v [kv_heads, seq, dim]: structured inputs for the sparse forms. */
 int spattn_c_workload_bf16(const char* kind, int64_t seq, int64_t heads, int64_t kv_heads,

@@ -146,6 +146,24 @@ extern "C" int spattn_c_cuda_plan_method(const char* spec, spattn_c_attention* a
       err, err_len);
 }
 
+extern "C" int spattn_c_cuda_method(const char* spec, spattn_c_attention* a, char* err,
+                                    size_t err_len) {
+  return guarded(
+      [&] {
+        SPATTN_CHECK(spec && a, "spattn_c_cuda_method: null arguments");
+        const DType dt = a->dtype == SPATTN_C_BF16 ? DType::bf16 : DType::f16;
+        AttnOptions opt;
+        opt.causal = a->causal != 0;
+        opt.scale = a->scale;
+        opt.stream = a->stream;
+        const MethodReport r = make_method(spec)->run(
+            view(a->q, dt), view(a->k, dt), view(a->v, dt), view(a->out, dt), opt, a->lse);
+        a->tiles_visited = r.stats.tiles_visited, a->tiles_skipped = r.stats.tiles_skipped;
+        a->score_entries = r.stats.score_entries, a->causal_entries = r.stats.causal_entries;
+      },
+      err, err_len);
+}
+
 extern "C" int spattn_c_workload_bf16(const char* kind, int64_t seq, int64_t heads,
                                       int64_t kv_heads, int64_t dim, uint64_t seed, void* q,
                                       void* k, void* v, char* err, size_t err_len) {

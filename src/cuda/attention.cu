@@ -12,6 +12,7 @@
 
 #include "cuda/check.cuh"
 #include "cuda/flash_fwd.cuh"
+#include "cuda/forms.hpp"
 #include "cuda/inputs.hpp"
 #include "cuda/sm90/launch.hpp"
 #include "kernels/flash_common.hpp"
@@ -100,8 +101,6 @@ int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal)
   return n * heads;
 }
 
-namespace {
-
 FlashParams base_params(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse, int rows) {
   FlashParams p;
@@ -124,6 +123,8 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
   p.scale_log2 = scale * 1.4426950408889634f;
   return p;
 }
+
+namespace {
 
 template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
 void launch(const FlashParams& p, cudaStream_t stream) {
@@ -163,6 +164,19 @@ void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream
   else if constexpr (kList)
     launch_for<1, kList, kSkip>(dtype, d, p, stream);
 }
+
+}  // namespace
+
+void launch_query_sparse(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
+  launch_for<1, false, false, true>(dtype, d, p, stream);
+}
+
+void launch_block_sparse(DType dtype, int64_t d, int rows, const FlashParams& p,
+                         cudaStream_t stream) {
+  dispatch<true, false>(dtype, d, rows, p, stream);
+}
+
+namespace {
 
 // Per-item records on the device, read back after the kernel.
 struct Records {
@@ -400,7 +414,7 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   p.rows = d_rows.get();
   Records rec;
   rec.attach(p, stats != nullptr, false, false, s);
-  launch_for<1, false, false, true>(q.dtype, q.dim, p, s);  // 64 listed rows a block
+  launch_query_sparse(q.dtype, q.dim, p, s);  // 64 listed rows a block
   rec.read(p, q.dim, stats, nullptr, s, q.seq);
 }
 

@@ -64,6 +64,12 @@ struct FlashParams {
   // Query-sparse: the kernel's rows are rows[0, q_len) of q (ascending), written compactly
   // (out and lse row i is q row rows[i]); pos_offset stays q's own.
   const int* rows = nullptr;
+  // Query-sparse only, optional: each listed row's LSE over each key tile it computed, natural
+  // log, at tile_lse[((b * heads + h) * q_len + row) * n_kt + key tile] (MOMO's block scores
+  // S(j), Eq. 3, before the selection: momo.cu). Taken as the CPU kernel's observer takes it:
+  // ln 2 (m + log2 sum 2^(s - m)) with m the running max after the tile; -inf where the row saw
+  // no key of the tile. Tiles a row does not reach are not written.
+  float* tile_lse = nullptr;
   // BLASST: log2(lambda) (-inf: skip nothing) and the visiting order.
   float threshold = -INFINITY;
   bool local_first = false;
@@ -457,6 +463,20 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             sum[1] += p2 + p3;
             pf[mt][j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(p0, p1);
             pf[mt][j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
+          }
+          if constexpr (kRows) {
+            if (p.tile_lse) {
+#pragma unroll
+              for (int r = 0; r < 2; ++r) {
+                float ts = sum[r];
+                ts += __shfl_xor_sync(0xffffffffu, ts, 1);
+                ts += __shfl_xor_sync(0xffffffffu, ts, 2);
+                const int row = row_of(mt, r);
+                if (lane % 4 == 0 && row < p.q_len)
+                  p.tile_lse[((int64_t(b) * p.heads + h) * p.q_len + row) * p.n_kt + kt] =
+                      ts > 0.f ? (base[r] + log2f(ts)) * 0.693147180559945309f : -INFINITY;
+              }
+            }
           }
           // This thread's share of the row sums; the quad's sum is taken at the end.
           l[mt][0] = l[mt][0] * alpha[0] + sum[0];

@@ -57,6 +57,10 @@ void attention_query_sparse(const TensorView&, const TensorView&, const TensorVi
                             float*, Stats*, void*) {
   unavailable("attention_query_sparse");
 }
+void momo_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                    const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
+  unavailable("momo_attention");
+}
 void attention_blasst(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                       double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
   unavailable("attention_blasst");

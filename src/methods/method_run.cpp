@@ -15,7 +15,7 @@ MethodReport Method::run(const TensorView& q, const TensorView& k, const TensorV
 MethodReport Method::run_cuda(const TensorView&, const TensorView&, const TensorView&,
                               const TensorView&, const AttnOptions&, float*) const {
   detail::fail(name(),
-               ": no GPU path yet (on CUDA tensors: dense, blasst and the block-mask "
+               ": no GPU path yet (on CUDA tensors: dense, blasst, momo and the block-mask "
                "methods such as a_shape, mean_pool, xattention, flexprefill)");
 }
 

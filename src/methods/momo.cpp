@@ -136,6 +136,10 @@
 // Coverage: every causal key for sampled rows, the mask's keys for the others (MomoCoverage).
 // Decode (q_len <= 16) runs dense decode (run_decode_or_prefill; lambda does not apply): at
 // that few rows there is nothing to sample; the report says path "decode" and covers every key.
+// On device tensors (run_cuda) the same geometry goes to cuda::momo_attention (src/cuda/momo.cu),
+// which runs steps 1-4 as kernels with no host round trip: the same selections (exact top-k,
+// ties to the smaller block), trim, blend and budgets; topk=estimate|hybrid and lambda are
+// Errors there, timing adds nothing, and the mask is read back after the run for the report.
 //
 // Report extras (Table 4 and Eq. 9 of the paper):
 //   k_sparse             keys per query row the block-sparse pass attends (mask entries / rows)
@@ -165,6 +169,7 @@
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
@@ -337,27 +342,119 @@ class Momo final : public Method {
     return r;
   }
 
+  // The GPU path (src/cuda/momo.cu): the same geometry, selection and mask, every step a
+  // kernel on opt.stream; the mask and counts are read back once it is done, for the report.
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    SPATTN_CHECK(opt.causal, "momo: needs causal attention");
+    SPATTN_CHECK(opt.q_start < 0 || opt.q_start == k.seq - q.seq,
+                 "momo: queries sit bottom-right (q_start -1), got q_start=", opt.q_start);
+    SPATTN_CHECK(kind_ == TopKKind::exact || kind_ == TopKKind::tree,
+                 "momo: topk=estimate and topk=hybrid have no GPU path (exact and tree, which "
+                 "select the same blocks, do)");
+    SPATTN_CHECK(!blasst_, "momo: lambda (BLASST's rule inside the passes) has no GPU path yet");
+    MethodReport r;
+    r.path = run_decode_or_prefill(
+        q.seq,
+        [&] {
+          cuda::attention_decode(q, k, v, out, opt, DecodeOptions{}, lse, &r.stats, nullptr,
+                                 opt.stream);
+          r.coverage = std::make_shared<FullCoverage>(q.seq, k.seq, opt.causal);
+        },
+        [&] { prefill_cuda(q, k, v, out, opt, lse, r); });
+    return r;
+  }
+
  private:
+  // A run's geometry: the stride, the sampled rows, each query block's forced (sink, local)
+  // blocks and its first sampled row (rows[first_row[qb]...] lie in block qb).
+  struct Geometry {
+    int64_t gamma = 0, nqb = 0;
+    std::vector<int64_t> rows;
+    std::vector<ForcedBlocks> forced;
+    std::vector<size_t> first_row;
+  };
+  Geometry geometry(const BlockMask& mask) const {
+    Geometry g;
+    g.gamma = gamma_for(mask.kv_len);
+    g.nqb = mask.n_qb();
+    g.forced.resize(size_t(g.nqb));
+    for (int64_t qb = 0; qb < g.nqb; ++qb) {
+      ForcedBlocks& f = g.forced[size_t(qb)];
+      f.causal_end = mask.causal_blocks(qb);
+      f.sink_end = std::min(sink_, f.causal_end);
+      f.local_begin = std::max<int64_t>(0, f.causal_end - local_);
+    }
+    g.rows = strided_rows(mask.q_len, g.gamma);
+    g.first_row.resize(size_t(g.nqb + 1));
+    for (int64_t qb = 0; qb <= g.nqb; ++qb)
+      g.first_row[size_t(qb)] =
+          size_t(std::lower_bound(g.rows.begin(), g.rows.end(), qb * chi_) - g.rows.begin());
+    return g;
+  }
+
+  // The report's stats and extras (see the header), from either device's run.
+  void report(MethodReport& rep, const Stats& qs_stats, const Stats& bs_stats, const Geometry& g,
+              const BlockMask& mask, int64_t selected_row_blocks,
+              int64_t selected_mask_blocks) const {
+    const int64_t H = mask.heads, R = int64_t(g.rows.size());
+    rep.stats = qs_stats;
+    rep.stats.add(bs_stats);
+    rep.stats.causal_entries = bs_stats.causal_entries;
+    const double qrows = double(H * mask.q_len);
+    rep.extras["k_sparse"] = double(bs_stats.score_entries) / qrows;
+    rep.extras["k_dense"] = double(qs_stats.score_entries) / qrows;
+    rep.extras["blocks_per_row"] = double(selected_row_blocks) / double(H * R);
+    rep.extras["blocks_per_qblock"] = double(mask.block_count()) / double(H * g.nqb);
+    const double K = double(selected_mask_blocks) / double(H * g.nqb), C = double(mask.kv_len);
+    rep.extras["sparsity_eq9"] =
+        1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) + double(local_ * beta_) +
+                             C / double(g.gamma)) /
+                                C);
+    rep.extras["gamma"] = double(g.gamma);
+  }
+
+  void prefill_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& out, const AttnOptions& opt, float* lse,
+                    MethodReport& rep) const {
+    const int64_t H = q.heads, L = q.seq, Lkv = k.seq;
+    auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
+    const Geometry g = geometry(*mask);
+    cuda::MomoGpuPlan plan;
+    plan.chi = chi_, plan.beta = beta_, plan.k = k_, plan.k_trim = k_trim_;
+    plan.trim_mass = trim_mass_, plan.blend = blend_ ? (moments_ ? 2 : 1) : 0;
+    plan.pool_above = pool_above_, plan.delta = delta_;
+    plan.topp = topp_, plan.min_share = min_share_;
+    plan.rows = g.rows, plan.forced = g.forced;
+    plan.first_row.assign(g.first_row.begin(), g.first_row.end());
+    cuda::MomoGpuResult res;
+    cuda::momo_attention(q, k, v, out, plan, opt, lse, res, false, opt.stream);
+    *mask = BlockMask::from_lists(H, L, Lkv, chi_, beta_, true, res.lists);
+    mask->validate();
+    int64_t selected_row_blocks = 0, selected_mask_blocks = 0;
+    for (size_t i = 0; i < res.row_blocks.size(); ++i)
+      selected_row_blocks += res.row_blocks[i], selected_mask_blocks += res.kept_blocks[i];
+    report(rep, res.fused, res.sparse, g, *mask, selected_row_blocks, selected_mask_blocks);
+    std::shared_ptr<const BlockMask> cmask = std::move(mask);
+    rep.coverage = std::make_shared<MomoCoverage>(cmask, g.gamma, int64_t(g.rows.size()),
+                                                  std::nullopt, std::nullopt);
+    rep.mask = std::move(cmask);
+  }
+
   void prefill(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                const AttnOptions& opt, float* lse, MethodReport& rep) const {
     validate_attention_args(q, k, v, out, opt);
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq, d = q.dim;
-    const int64_t gamma = gamma_for(Lkv);
-    // Geometry of the mask and each query block's forced (sink, local) blocks.
     auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
-    const int64_t nqb = mask->n_qb();
-    std::vector<ForcedBlocks> forced(static_cast<size_t>(nqb));
-    for (int64_t qb = 0; qb < nqb; ++qb) {
-      ForcedBlocks& f = forced[size_t(qb)];
-      f.causal_end = mask->causal_blocks(qb);
-      f.sink_end = std::min(sink_, f.causal_end);
-      f.local_begin = std::max<int64_t>(0, f.causal_end - local_);
-    }
+    const Geometry g = geometry(*mask);
+    const int64_t gamma = g.gamma, nqb = g.nqb;
+    const std::vector<ForcedBlocks>& forced = g.forced;
+    const std::vector<int64_t>& rows = g.rows;
+    const std::vector<size_t>& first_row = g.first_row;
 
     // Step 1: the fused query-sparse pass with online selection.
     auto t0 = Clock::now();
     const PackedKV packed = PackedKV::pack(k, v, 0, opt.threads, opt.bf16_dot);
-    const std::vector<int64_t> rows = strided_rows(L, gamma);
     const int64_t R = int64_t(rows.size());
     Tensor og(DType::f32, H, R, d);
     std::vector<float> lse_g(size_t(H * R));
@@ -386,10 +483,6 @@ class Momo final : public Method {
     // count.
     t0 = Clock::now();
     std::vector<std::vector<int32_t>> lists(size_t(H * nqb));
-    std::vector<size_t> first_row(size_t(nqb + 1));  // rows[first_row[qb]...] in block qb
-    for (int64_t qb = 0; qb <= nqb; ++qb)
-      first_row[size_t(qb)] =
-          size_t(std::lower_bound(rows.begin(), rows.end(), qb * chi_) - rows.begin());
     const int threads = resolve_threads(opt.threads);
     // blend: the pooled query of each query block against the pooled key of each key block,
     // per q head and per kv head, for the blend's share below. mean_pool: the means
@@ -599,19 +692,7 @@ class Momo final : public Method {
         }
     const double ms_delta = ms_since(t0);
 
-    rep.stats = qs_stats;
-    rep.stats.add(bs_stats);
-    rep.stats.causal_entries = bs_stats.causal_entries;
-    const double qrows = double(H * L);
-    rep.extras["k_sparse"] = double(bs_stats.score_entries) / qrows;
-    rep.extras["k_dense"] = double(qs_stats.score_entries) / qrows;
-    rep.extras["blocks_per_row"] = double(selected_row_blocks) / double(H * R);
-    rep.extras["blocks_per_qblock"] = double(mask->block_count()) / double(H * nqb);
-    const double K = double(selected_mask_blocks) / double(H * nqb), C = double(Lkv);
-    rep.extras["sparsity_eq9"] = 1.0 - std::min(1.0, (double(beta_) * K + double(sink_ * beta_) +
-                                                      double(local_ * beta_) + C / double(gamma)) /
-                                                         C);
-    rep.extras["gamma"] = double(gamma);
+    report(rep, qs_stats, bs_stats, g, *mask, selected_row_blocks, selected_mask_blocks);
     if (blasst_) {
       rep.extras["lambda"] = blasst_->lambda;
       rep.extras["skipped_fused"] = fused_skips->skipped_fraction();
