@@ -23,14 +23,21 @@ void run_bench_products(const ProductBenchOptions& o) {
   fmt::print("C[{} x {}] = X[{} x {}] W^T, {} threads; integer products on {}\n\n", o.n, o.m, o.n,
              o.k, o.threads, b.vnni ? "AVX-512 VNNI" : "portable loops (no AVX-512 VNNI)");
   fmt::print(
-      "| type | int8 GOP/s | % int8 peak | of it quantizing | widened f32 GFLOP/s | "
-      "% FMA peak | int8 / widened |\n|---|---:|---:|---:|---:|---:|---:|\n");
+      "| type | int8 GOP/s | % int8 peak | of it quantizing | unpacking alone | "
+      "over ggml's repack: GOP/s, % peak, unpacking | widened f32 GFLOP/s | % FMA peak | "
+      "int8 / widened |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  const auto of_peak = [&](double gops) {
+    return pk.int8_dot_gops > 0 ? fmt::format("{:.1f}%", 100 * gops / pk.int8_dot_gops) : "-";
+  };
   for (const ProductBenchResult& r : b.results) {
-    const std::string i8peak =
-        pk.int8_dot_gops > 0 ? fmt::format("{:.1f}%", 100 * r.int8_gops / pk.int8_dot_gops) : "-";
     const bool widen = r.widen_gflops > 0;
-    fmt::print("| {} | {:.1f} | {} | {:.2f} ms | {} | {} | {} |\n", r.type, r.int8_gops, i8peak,
-               r.quantize_ms, widen ? fmt::format("{:.1f}", r.widen_gflops) : "-",
+    const std::string repacked = r.repacked_gops > 0
+                                     ? fmt::format("{:.1f}, {}, {:.2f} ms", r.repacked_gops,
+                                                   of_peak(r.repacked_gops), r.repacked_unpack_ms)
+                                     : "-";
+    fmt::print("| {} | {:.1f} | {} | {:.2f} ms | {:.2f} ms | {} | {} | {} | {} |\n", r.type,
+               r.int8_gops, of_peak(r.int8_gops), r.quantize_ms, r.unpack_ms, repacked,
+               widen ? fmt::format("{:.1f}", r.widen_gflops) : "-",
                widen ? fmt::format("{:.1f}%", 100 * r.widen_gflops / pk.fma_gflops) : "-",
                widen ? fmt::format("{:.2f}x", r.int8_gops / r.widen_gflops) : "-");
   }

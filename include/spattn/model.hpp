@@ -189,6 +189,9 @@ class Model {
     WeightType type = WeightType::f32;
     int64_t rows = 0, cols = 0;
     bool repacked = false;
+    // Repacked by ggml into the 8-row layout prefill's integer products also read
+    // (kernels::Int8Layout::interleaved8).
+    bool int8_interleaved = false;
     bool experts = false;      // one matrix an expert (t->ne[2] of them), products pick one a token
     const void* data() const;  // the bytes products read: in the mapping, or repacked
   };

@@ -22,9 +22,14 @@ struct ProductBenchOptions {
 };
 
 struct ProductBenchResult {
-  std::string type;         // ggml's name of the weight type
-  double int8_gops = 0;     // 2 n m k / the best time (quantizing the activations included)
-  double quantize_ms = 0;   // of that time, the activations' quantization (best call)
+  std::string type;        // ggml's name of the weight type
+  double int8_gops = 0;    // 2 n m k / the best time (quantizing the activations included)
+  double quantize_ms = 0;  // of that time, the activations' quantization (best call)
+  double unpack_ms = 0;    // the weights' unpacking to 8-bit tiles, timed alone (best call)
+  // The integer product over ggml's repacked copy of the weights (what a loaded q4_0, q4_K or
+  // iq4_nl matrix is on x86), 0 where ggml does not repack the type here.
+  double repacked_gops = 0;
+  double repacked_unpack_ms = 0;
   double widen_gflops = 0;  // the widening f32 product's rate, 0 where it does not take the type
 };
 

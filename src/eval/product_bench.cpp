@@ -12,6 +12,7 @@
 #include "core/threading.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
+#include "model/ggml_repack.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
 
@@ -86,26 +87,43 @@ ProductBench bench_products(const ProductBenchOptions& o) {
     const std::vector<uint8_t> w = weights(t, o.m, o.k, row_bytes);
     ProductBenchResult r;
     r.type = gguf::type_name(t);
-    const kernels::Int8Weights iw{f, w.data(), row_bytes, o.m};
-    double best = 0, best_q = 0;
-    for (int rep = 0; rep <= o.repeat; ++rep) {  // the first call warms up
-      const auto t0 = std::chrono::steady_clock::now();
-      on_all_threads(threads, [&](int i) {
-        kernels::gemm_int8_quantize(x.data(), o.n, o.k, o.k, xq.data(), i, threads);
-      });
-      const double q = seconds(t0);
-      on_all_threads(threads, [&](int i) {
-        kernels::gemm_int8_run(iw, xq.data(), o.n, o.k, c.data(), o.m, i, threads);
-      });
-      const double s = seconds(t0);
-      if (rep > 0 && (best == 0 || s < best)) best = s, best_q = q;
+    // The product (its GOP/s, its quantization's share) and its unpacking alone.
+    const auto time_int8 = [&](const kernels::Int8Weights& iw, double& gops, double* quantize_ms,
+                               double& unpack_ms) {
+      double best = 0, best_q = 0, best_u = 0;
+      for (int rep = 0; rep <= o.repeat; ++rep) {  // the first call warms up
+        const auto t0 = std::chrono::steady_clock::now();
+        on_all_threads(threads, [&](int i) {
+          kernels::gemm_int8_quantize(x.data(), o.n, o.k, o.k, xq.data(), i, threads);
+        });
+        const double q = seconds(t0);
+        on_all_threads(threads, [&](int i) {
+          kernels::gemm_int8_run(iw, xq.data(), o.n, o.k, c.data(), o.m, i, threads);
+        });
+        const double s = seconds(t0);
+        if (rep > 0 && (best == 0 || s < best)) best = s, best_q = q;
+        const auto t1 = std::chrono::steady_clock::now();
+        on_all_threads(threads,
+                       [&](int i) { kernels::gemm_int8_unpack_only(iw, o.k, i, threads); });
+        const double u = seconds(t1);
+        if (rep > 0 && (best_u == 0 || u < best_u)) best_u = u;
+      }
+      gops = ops / best / 1e9;
+      if (quantize_ms) *quantize_ms = best_q * 1e3;
+      unpack_ms = best_u * 1e3;
+    };
+    time_int8({f, w.data(), row_bytes, o.m}, r.int8_gops, &r.quantize_ms, r.unpack_ms);
+    if (kernels::gemm_int8_reads(f, kernels::Int8Layout::interleaved8)) {
+      const std::vector<uint8_t> packed = model::ggml_repacked(t, w.data(), o.m, o.k);
+      if (!packed.empty() &&
+          kernels::gemm_int8_interleaved_matches(f, w.data(), packed.data(), row_bytes, o.m, o.k))
+        time_int8({f, packed.data(), row_bytes, o.m, kernels::Int8Layout::interleaved8},
+                  r.repacked_gops, nullptr, r.repacked_unpack_ms);
     }
-    r.int8_gops = ops / best / 1e9;
-    r.quantize_ms = best_q * 1e3;
     if (const auto wf = kernels::widen_format(t); wf && kernels::gemm_widen_min_rows(*wf) > 0) {
       const kernels::WeightRows ww{*wf, w.data(), row_bytes, o.m};
       xp.resize(size_t(kernels::gemm_widen_packed_floats(o.n, o.k)));
-      best = 0;
+      double best = 0;
       for (int rep = 0; rep <= o.repeat; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
         on_all_threads(threads, [&](int i) {

@@ -137,16 +137,125 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
   }
 }
 
-// Rows [m0, m0 + 16) of w, blocks [b0, b0 + nbt), into tiles tb.
-void unpack(const Int8Weights& w, int64_t m0, int64_t b0, int64_t nbt, TileBlock* tb) {
+// Block b of row i of a matrix in ggml's x86 repack (Int8Layout::interleaved8): the same
+// integers and scales decode_block gives for that row in ggml's own layout. In a group of 8 rows
+// row r's quant byte o (of its block's 16, or super-block's 128) lies at (o / 8) 64 + 8 r + o % 8
+// after the group's scales.
+// With quants false only the scales (s0, s1, mn) are set.
+void decode_interleaved(Int8Format f, const uint8_t* data, int64_t row_bytes, int64_t i, int64_t b,
+                        Decoded& o, bool quants = true) {
+  const uint8_t* group = data + (i / 8) * 8 * row_bytes;
+  const int r = int(i % 8);
+  const auto at = [r](const uint8_t* qs, int o8) { return qs[(o8 / 8) * 64 + 8 * r + o8 % 8]; };
+  o.mn = 0.0f;
+  switch (f) {
+    case Int8Format::q4_0:
+    case Int8Format::iq4_nl: {
+      const uint8_t* p = group + b * 8 * 18;  // 8 f16 scales, 128 quant bytes
+      o.s0 = o.s1 = f16_at(p + 2 * r);
+      if (!quants) return;
+      const bool nl = f == Int8Format::iq4_nl;
+      for (int l = 0; l < 16; ++l) {
+        // q4_0's nibbles were stored XOR 8 (two's complement of q - 8): undo it.
+        const int v = at(p + 16, l) ^ (nl ? 0 : 0x88);
+        const int lo = v & 0xf, hi = v >> 4;
+        o.q[l] = int8_t(nl ? kIq4Values[lo] : lo - 8);
+        o.q[l + 16] = int8_t(nl ? kIq4Values[hi] : hi - 8);
+      }
+      return;
+    }
+    case Int8Format::q4_K: {
+      // 8 d, 8 dmin (f16), 96 bytes of scales and mins (12 a sub-block), 1024 quant bytes.
+      const uint8_t* p = group + (b / 8) * 8 * 144;
+      const int j = int(b % 8);
+      const uint8_t* s12 = p + 32 + 12 * j;
+      int sc, mn;
+      if (r < 4) {
+        sc = s12[r] & 63;
+        mn = s12[4 + r] & 63;
+      } else {  // low 4 bits in byte 8 + r - 4, high 2 in the top of rows r - 4's bytes
+        sc = (s12[4 + r] & 0xf) | (s12[r - 4] >> 6) << 4;
+        mn = (s12[4 + r] >> 4) | (s12[r] >> 6) << 4;
+      }
+      o.s0 = o.s1 = f16_at(p + 2 * r) * float(sc);
+      o.mn = f16_at(p + 16 + 2 * r) * float(mn);
+      if (!quants) return;
+      const int shift = (j % 2) * 4;
+      for (int l = 0; l < kBlock; ++l)
+        o.q[l] = int8_t((at(p + 128, (j / 2) * 32 + l) >> shift) & 0xf);
+      return;
+    }
+    case Int8Format::q8_0:
+    case Int8Format::q5_K:
+    case Int8Format::q6_K:
+    case Int8Format::iq4_xs: break;
+  }
+  SPATTN_CHECK(false, "gemm_int8: ", gguf::type_name(info(f).type), " has no interleaved layout");
+}
+
+// Where the quant bytes of block b of rows m0..m0 + 15 (groups m0 / 8 and m0 / 8 + 1) lie, as
+// InterleavedQuants reads them (gemm_int8_tile.hpp): the tile's column group g (columns 4g..4g+3)
+// is nibble shift[g] of 4-byte run g % 2 of each row's 8-byte piece of the 64-byte line at
+// line[g], in both groups.
+InterleavedQuants interleaved_quants(Int8Format f, const uint8_t* data, int64_t row_bytes,
+                                     int64_t m0, int64_t b) {
+  InterleavedQuants iq{};
+  const uint8_t* group = data + (m0 / 8) * 8 * row_bytes;
+  if (f == Int8Format::q4_K) {
+    const int j = int(b % 8);
+    iq.a = group + (b / 8) * 8 * 144 + 128;
+    for (int g = 0; g < 8; ++g) {
+      iq.line[g] = (j / 2) * 4 + g / 2;  // bytes (j / 2) 32 + 4g.. of each row
+      iq.shift[g] = (j % 2) * 4;
+    }
+    for (int v = 0; v < 16; ++v) iq.lut[v] = int8_t(v);
+  } else {  // q4_0, iq4_nl: columns 0-15 the low nibbles of bytes 0-15, 16-31 the high ones
+    iq.a = group + b * 8 * 18 + 16;
+    for (int g = 0; g < 8; ++g) {
+      iq.line[g] = (g % 4) / 2;
+      iq.shift[g] = g < 4 ? 0 : 4;
+    }
+    for (int v = 0; v < 16; ++v)
+      iq.lut[v] = f == Int8Format::iq4_nl ? kIq4Values[v] : int8_t((v ^ 8) - 8);
+  }
+  iq.b = iq.a + 8 * row_bytes;
+  return iq;
+}
+
+void decode(const Int8Weights& w, int64_t i, int64_t b, Decoded& o) {
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  if (w.layout == Int8Layout::interleaved8)
+    decode_interleaved(w.format, data, w.row_bytes, i, b, o);
+  else
+    decode_block(w.format, data + i * w.row_bytes, b, o);
+}
+
+// Rows [m0, m0 + 16) of w, blocks [b0, b0 + nbt), into tiles tb; a whole tile of the
+// interleaved layout by `quants` where given (the same bytes as the loop below).
+void unpack(const Int8Weights& w, int64_t m0, int64_t b0, int64_t nbt, TileBlock* tb,
+            QuantsFn quants) {
   for (int64_t bi = 0; bi < nbt; ++bi) std::memset(&tb[bi], 0, sizeof(TileBlock));
+  if (quants && w.layout == Int8Layout::interleaved8 && m0 + kRows <= w.m) {
+    const auto* data = static_cast<const uint8_t*>(w.data);
+    Decoded o{};
+    for (int64_t bi = 0; bi < nbt; ++bi) {
+      TileBlock& t = tb[bi];
+      quants(interleaved_quants(w.format, data, w.row_bytes, m0, b0 + bi), t);
+      for (int i = 0; i < kRows; ++i) {  // the scales: 16 values of the block's 512
+        decode_interleaved(w.format, data, w.row_bytes, m0 + i, b0 + bi, o, false);
+        t.s0[i] = o.s0;
+        t.s1[i] = o.s1;
+        t.mn[i] = o.mn;
+      }
+    }
+    return;
+  }
   const int rows = int(std::min<int64_t>(kRows, w.m - m0));
   const bool halves = info(w.format).scaling == Scaling::halves;
   Decoded o{};
   for (int i = 0; i < rows; ++i) {
-    const uint8_t* row = static_cast<const uint8_t*>(w.data) + (m0 + i) * w.row_bytes;
     for (int64_t bi = 0; bi < nbt; ++bi) {
-      decode_block(w.format, row, b0 + bi, o);
+      decode(w, m0 + i, b0 + bi, o);
       TileBlock& t = tb[bi];
       int32_t lo = 0, hi = 0;
       for (int l = 0; l < 16; ++l) lo += o.q[l];
@@ -200,10 +309,10 @@ void rows_portable(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& 
 }
 
 void run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c, int64_t ldc,
-         int ith, int nth, RowsFn rows_fn) {
+         int ith, int nth, RowsFn rows_fn, QuantsFn quants) {
   const int64_t groups = (w.m + kRows - 1) / kRows;
   const int64_t gb = groups * ith / nth, ge = groups * (ith + 1) / nth;
-  if (gb >= ge || n <= 0) return;
+  if (gb >= ge || (n <= 0 && rows_fn)) return;
   const Scaling sc = info(w.format).scaling;
   const ActRows a{xq, act_row_bytes(k), k / kBlock};
   thread_local std::vector<TileBlock> tiles;
@@ -212,9 +321,10 @@ void run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c
     const int64_t nbt = std::min(kChunkBlocks, a.nb - b0);
     for (int64_t g = gb; g < ge; ++g) {
       const int64_t m0 = g * kRows;
-      unpack(w, m0, b0, nbt, tiles.data());
-      rows_fn(sc, tiles.data(), nbt, a, b0, 0, n, c, ldc, m0,
-              int(std::min<int64_t>(kRows, w.m - m0)), b0 == 0);
+      unpack(w, m0, b0, nbt, tiles.data(), quants);
+      if (rows_fn)
+        rows_fn(sc, tiles.data(), nbt, a, b0, 0, n, c, ldc, m0,
+                int(std::min<int64_t>(kRows, w.m - m0)), b0 == 0);
     }
   }
 }
@@ -255,11 +365,39 @@ std::optional<Int8Format> int8_format(gguf::GgmlType t) {
 
 gguf::GgmlType ggml_type_of(Int8Format f) { return info(f).type; }
 
+bool gemm_int8_reads(Int8Format f, Int8Layout layout) {
+  return layout == Int8Layout::rows || f == Int8Format::q4_0 || f == Int8Format::q4_K ||
+         f == Int8Format::iq4_nl;
+}
+
 void gemm_int8_check(const Int8Weights& w, int64_t k) {
   const FormatInfo& f = info(w.format);
   SPATTN_CHECK(k > 0 && k % f.block == 0 && w.m >= 0 && w.row_bytes >= k / f.block * f.block_bytes,
                "gemm_int8: ", w.m, " rows of ", k, " values in format ", gguf::type_name(f.type),
                " with ", w.row_bytes, " bytes a row");
+  if (w.layout == Int8Layout::interleaved8)
+    SPATTN_CHECK(gemm_int8_reads(w.format, w.layout) && w.m % 8 == 0 &&
+                     w.row_bytes == k / f.block * f.block_bytes,
+                 "gemm_int8: ", w.m, " rows of ", k, " values in format ", gguf::type_name(f.type),
+                 " with ", w.row_bytes, " bytes a row are not in ggml's 8-row interleaved layout");
+}
+
+bool gemm_int8_interleaved_matches(Int8Format f, const void* plain, const void* packed,
+                                   int64_t row_bytes, int64_t m, int64_t k) {
+  const Int8Weights a{f, plain, row_bytes, m, Int8Layout::rows};
+  const Int8Weights b{f, packed, row_bytes, m, Int8Layout::interleaved8};
+  if (!gemm_int8_reads(f, b.layout) || m <= 0 || m % 8 != 0 || k <= 0 || k % info(f).block != 0 ||
+      row_bytes != k / info(f).block * info(f).block_bytes)
+    return false;
+  Decoded x{}, y{};
+  for (int64_t i : {int64_t(0), m - 8})
+    for (int64_t r = i; r < i + 8; ++r)
+      for (int64_t blk = 0; blk < k / kBlock; ++blk) {
+        decode(a, r, blk, x);
+        decode(b, r, blk, y);
+        if (std::memcmp(&x, &y, sizeof(Decoded)) != 0) return false;  // no padding: 32 + 12
+      }
+  return true;
 }
 
 int64_t gemm_int8_act_bytes(int64_t n, int64_t k) { return n * act_row_bytes(k); }
@@ -284,13 +422,19 @@ void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k
                    int64_t ldc, int ith, int nth) {
   gemm_int8_check(w, k);
   const RowsFn v = vnni_rows();
-  run(w, xq, n, k, c, ldc, ith, nth, v ? v : &rows_portable);
+  run(w, xq, n, k, c, ldc, ith, nth, v ? v : &rows_portable, vnni_interleaved_quants());
 }
 
 void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                             int64_t ldc) {
   gemm_int8_check(w, k);
-  run(w, xq, n, k, c, ldc, 0, 1, &rows_portable);
+  run(w, xq, n, k, c, ldc, 0, 1, &rows_portable, nullptr);
+}
+
+void gemm_int8_unpack_only(const Int8Weights& w, int64_t k, int ith, int nth) {
+  gemm_int8_check(w, k);
+  run(w, nullptr, 0, k, nullptr, 0, ith, nth, nullptr,
+      vnni_rows() ? vnni_interleaved_quants() : nullptr);
 }
 
 bool gemm_int8_vnni() { return vnni_rows() != nullptr; }

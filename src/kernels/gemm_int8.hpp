@@ -48,15 +48,39 @@ inline constexpr std::array kInt8Formats = {Int8Format::q8_0,  Int8Format::q4_0,
 std::optional<Int8Format> int8_format(gguf::GgmlType t);
 gguf::GgmlType ggml_type_of(Int8Format f);
 
+// Where the blocks of a row lie.
+enum class Int8Layout : uint8_t {
+  rows,  // ggml's own: row after row, row_bytes apart, each its blocks in order
+  // ggml's CPU repack on x86 (ggml-cpu/repack.cpp: q4_0 and iq4_nl as block_q4_0x8 /
+  // block_iq4_nlx8, q4_K as block_q4_Kx8), which its decode products read: rows in groups of 8;
+  // per group and block (q4_K: super-block) column, the 8 rows' scales side by side, then
+  // their quant bytes 8 at a time row after row (q4_0's nibbles XOR 0x88; q4_K's scales and
+  // mins regrouped 12 bytes a sub-block). A group spans 8 row_bytes, as the rows it holds.
+  interleaved8,
+};
+
 struct Int8Weights {
   Int8Format format = Int8Format::q8_0;
   const void* data = nullptr;
-  int64_t row_bytes = 0;  // bytes from one row to the next
+  int64_t row_bytes = 0;  // bytes from one row to the next (interleaved8: an eighth of a group's)
   int64_t m = 0;          // rows
+  Int8Layout layout = Int8Layout::rows;
 };
 
-// Raises spattn::Error unless k is a whole number of w's blocks and a row's bytes hold them.
+// Whether the product reads `f` in `layout` (interleaved8: q4_0, q4_K and iq4_nl).
+bool gemm_int8_reads(Int8Format f, Int8Layout layout);
+
+// Raises spattn::Error unless k is a whole number of w's blocks and a row's bytes hold them
+// (interleaved8: exactly, the format read in that layout, whole groups of 8 rows).
 void gemm_int8_check(const Int8Weights& w, int64_t k);
+
+// Whether `packed` (m rows of k values in interleaved8) decodes to the integers and scales
+// `plain` (the same rows in ggml's own layout, row_bytes apart) does, over the first and the
+// last group of 8 rows: the check that ggml repacked a matrix into the layout this product
+// reads (ggml chooses its layout per CPU and version; a loader asks before it lets the product
+// read ggml's copy).
+bool gemm_int8_interleaved_matches(Int8Format f, const void* plain, const void* packed,
+                                   int64_t row_bytes, int64_t m, int64_t k);
 
 // Bytes of the quantized activations for n rows of k values (k a multiple of 32).
 int64_t gemm_int8_act_bytes(int64_t n, int64_t k);
@@ -78,6 +102,10 @@ void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k
 // vector path to, bit for bit: both compute the same integer sums and the same f32 chain).
 void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                             int64_t ldc);
+
+// gemm_int8_run's unpacking of the weights alone (thread ith of nth its share, as there), with
+// no product: bench-products' account of where a product's time goes.
+void gemm_int8_unpack_only(const Int8Weights& w, int64_t k, int ith, int nth);
 
 // Whether this CPU runs the product on vpdpbusd (AVX-512 VNNI).
 bool gemm_int8_vnni();

@@ -154,6 +154,30 @@ SPATTN_VNNI_ATTR void quantize_row_vnni(const float* x, int64_t k, uint8_t* q, f
   }
 }
 
+// One block of a whole interleaved tile (InterleavedQuants): per column group, the two groups'
+// 64-byte lines, their 4-byte runs g % 2 (dwords of that parity: group a's 8 rows, then group
+// b's) in one two-source permute, the nibble shifted down and mapped through the 16-entry
+// table (vpshufb); the rows' sums by vpdpbusd against ones, as the scalar unpack adds them.
+SPATTN_VNNI_ATTR void interleaved_quants_vnni(const InterleavedQuants& iq, TileBlock& t) {
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i lut =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(iq.lut)));
+  const __m512i nib = _mm512_set1_epi8(0x0f);
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i sum = _mm512_setzero_si512();
+  for (int g = 0; g < 8; ++g) {
+    const __m512i la = _mm512_loadu_si512(iq.a + iq.line[g] * 64);
+    const __m512i lb = _mm512_loadu_si512(iq.b + iq.line[g] * 64);
+    __m512i v = _mm512_permutex2var_epi32(la, g % 2 ? odd : even, lb);
+    v = _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(iq.shift[g])), nib);
+    v = _mm512_shuffle_epi8(lut, v);
+    _mm512_store_si512(t.q + g * 64, v);
+    sum = _mm512_dpbusd_epi32(sum, ones, v);
+  }
+  _mm512_store_si512(t.corr, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+}
+
 bool cpu_has_vnni() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -170,6 +194,7 @@ bool has_vnni() {
 
 RowsFn vnni_rows() { return has_vnni() ? &rows_vnni : nullptr; }
 QuantizeRowFn vnni_quantize_row() { return has_vnni() ? &quantize_row_vnni : nullptr; }
+QuantsFn vnni_interleaved_quants() { return has_vnni() ? &interleaved_quants_vnni : nullptr; }
 
 }  // namespace spattn::kernels::gemm_int8_detail
 
@@ -178,6 +203,7 @@ QuantizeRowFn vnni_quantize_row() { return has_vnni() ? &quantize_row_vnni : nul
 namespace spattn::kernels::gemm_int8_detail {
 RowsFn vnni_rows() { return nullptr; }
 QuantizeRowFn vnni_quantize_row() { return nullptr; }
+QuantsFn vnni_interleaved_quants() { return nullptr; }
 }  // namespace spattn::kernels::gemm_int8_detail
 
 #endif

@@ -58,8 +58,23 @@ using BlockFn = void (*)(const float* x, uint8_t* q, float* d, float* s);
 using QuantizeRowFn = void (*)(const float* x, int64_t k, uint8_t* q, float* d, float* s,
                                BlockFn fallback);
 
+// One block of 32 columns of a whole tile (rows m0..m0 + 15: two groups of 8) of ggml's 8-row
+// interleaved layout (gemm_int8.hpp's Int8Layout::interleaved8; q4_0, iq4_nl, q4_K): group
+// a's and group b's quant bytes; the tile's column group g is, for each row r of a group, the
+// 4 bytes at line[g] * 64 + 8 r + 4 (g % 2), nibble shift[g] of each, mapped through lut.
+struct InterleavedQuants {
+  const uint8_t* a = nullptr;
+  const uint8_t* b = nullptr;
+  int line[8];
+  int shift[8];
+  int8_t lut[16];
+};
+// Fills t.q and t.corr (the tile's "plain" and "min" scalings: all 32 columns) of one block.
+using QuantsFn = void (*)(const InterleavedQuants& iq, TileBlock& t);
+
 // The AVX-512 VNNI loops, or nullptr where this build or CPU has none.
 RowsFn vnni_rows();
 QuantizeRowFn vnni_quantize_row();
+QuantsFn vnni_interleaved_quants();
 
 }  // namespace spattn::kernels::gemm_int8_detail

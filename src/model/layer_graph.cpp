@@ -37,6 +37,72 @@ ggml_tensor* gated_activation(ggml_context* ctx, FfnAct act, ggml_tensor* gate, 
   return nullptr;
 }
 
+// A prefill product's arguments: its input rows, where its kernel prepares them, and the
+// weights as the kernel reads them.
+struct ProductKernel;
+struct ProductArgs {
+  const ProductKernel* kernel = nullptr;
+  const float* x = nullptr;
+  int64_t n = 0, k = 0, ldx = 0;
+  float* xp = nullptr;  // the prepared rows
+  kernels::WeightRows widen{};
+  kernels::Int8Weights int8{};
+};
+
+// One of spattn's prefill product kernels as the graph runs it: the fewest rows it takes w's
+// product from (0: never), where in an input's buffer it prepares the rows (floats from the
+// start), the preparation (each thread its share), the weights as it reads them (checked), and
+// the product.
+struct ProductKernel {
+  int index;
+  int64_t (*min_rows)(const Model::Weight& w);
+  int64_t (*offset)(int64_t n, int64_t k);
+  void (*prepare)(const ProductArgs& a, int ith, int nth);
+  void (*set_weights)(const Model::Weight& w, ProductArgs& a);
+  void (*run)(const ProductArgs& a, float* c, int64_t ldc, int ith, int nth);
+};
+
+// Integer dot products (kernels/gemm_int8.hpp): the rows quantized to 8-bit blocks, after the
+// widened product's panels. A matrix ggml repacked is read in its repacked layout
+// (Model::Weight::int8_interleaved).
+const ProductKernel kInt8Kernel{
+    0,
+    &int8_product_min_rows,
+    [](int64_t n, int64_t k) { return kernels::gemm_widen_packed_floats(n, k); },
+    [](const ProductArgs& a, int ith, int nth) {
+      kernels::gemm_int8_quantize(a.x, a.n, a.k, a.ldx, reinterpret_cast<uint8_t*>(a.xp), ith, nth);
+    },
+    [](const Model::Weight& w, ProductArgs& a) {
+      a.int8 = {*kernels::int8_format(w.type), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1],
+                w.repacked ? kernels::Int8Layout::interleaved8 : kernels::Int8Layout::rows};
+      kernels::gemm_int8_check(a.int8, a.k);
+    },
+    [](const ProductArgs& a, float* c, int64_t ldc, int ith, int nth) {
+      kernels::gemm_int8_run(a.int8, reinterpret_cast<const uint8_t*>(a.xp), a.n, a.k, c, ldc, ith,
+                             nth);
+    }};
+
+// The weights widened to f32 tiles (kernels/gemm_widen.hpp says why): the rows packed into
+// panels at the buffer's start.
+const ProductKernel kWidenKernel{1,
+                                 &widen_product_min_rows,
+                                 [](int64_t, int64_t) { return int64_t(0); },
+                                 [](const ProductArgs& a, int ith, int nth) {
+                                   kernels::gemm_widen_pack(a.x, a.n, a.k, a.ldx, a.xp, ith, nth);
+                                 },
+                                 [](const Model::Weight& w, ProductArgs& a) {
+                                   a.widen = widened(w);
+                                   kernels::gemm_widen_check(a.widen, a.k);
+                                 },
+                                 [](const ProductArgs& a, float* c, int64_t ldc, int ith, int nth) {
+                                   kernels::gemm_widen_run(a.widen, a.xp, a.n, a.k, c, ldc, ith,
+                                                           nth);
+                                 }};
+
+// In the order a product looks for its kernel: the integer one first.
+constexpr int kProductKernels = 2;
+const ProductKernel* const kKernels[kProductKernels] = {&kInt8Kernel, &kWidenKernel};
+
 // Every tensor of the graph is placed by hand on the session's buffers (the context allocates
 // nothing). A buffer is reused along the chain (h holds the normed rows, then Wo's output,
 // then Wdown's): each value is read only by nodes that run before the next write, since the
@@ -75,8 +141,8 @@ struct Builder {
   ggml_tensor* linear(const Model::Weight& w, ggml_tensor* x, const std::vector<float>& bias,
                       float* y) {
     weight_bytes += ggml_nbytes(w.t);
-    ggml_tensor* t = at(int8_product(w, x)                      ? int8_linear(w, x)
-                        : spattn_product(w, x)                  ? spattn_linear(w, x)
+    const ProductKernel* K = product_kernel(w, x);
+    ggml_tensor* t = at(K                                       ? product(*K, w, x)
                         : vector_product_applies(w, x, threads) ? vector_product(ctx, w, x, claims)
                                                                 : ggml_mul_mat(ctx, w.t, x),
                         y);
@@ -143,31 +209,30 @@ struct Builder {
     return k == 1 ? own(ggml_cont(ctx, sum_out)) : sum_out;
   }
 
-  // Prefill's products on spattn's kernel (kernels/gemm_widen.hpp says why): a node packing the
-  // input's rows, shared by the products that read the same input (q, k, v; gate, up), and a
-  // node per product. Where each input is packed: RowBuffers' comment.
+  // Prefill's products on spattn's kernels (ProductKernel below): a node preparing the input's
+  // rows once (packed into panels, or quantized to 8-bit blocks), shared by the products that
+  // read the same input (q, k, v; gate, up), and a node per product. Where each input is
+  // prepared: RowBuffers' comment.
   const RowBuffers* b = nullptr;
-  struct ProductArgs {
-    const float* x;
-    int64_t n, k, ldx;
-    float* xp;
-    kernels::WeightRows w;
-  };
   std::deque<ProductArgs> product_args;  // stable addresses: the nodes point at them
-  ggml_tensor* packed = nullptr;         // the last packing node, its arguments, and the input
-  const ProductArgs* packed_args = nullptr;
-  const ggml_tensor* packed_from = nullptr;
+  struct Prepared {                      // a kernel's last preparing node, and its input
+    ggml_tensor* node = nullptr;
+    const ProductArgs* args = nullptr;
+    const ggml_tensor* from = nullptr;
+  };
+  Prepared prepared[kProductKernels];
   static bool product_input(const ggml_tensor* x, int64_t from) {
     return from > 0 && x->ne[1] >= from && x->type == GGML_TYPE_F32 && ggml_is_contiguous(x) &&
            x->ne[2] == 1 && x->ne[3] == 1;
   }
-  bool spattn_product(const Model::Weight& w, const ggml_tensor* x) const {
-    return b->pack && product_input(x, widen_product_min_rows(w));
+  // The kernel that takes w's product over x's rows, or none (ggml's).
+  const ProductKernel* product_kernel(const Model::Weight& w, const ggml_tensor* x) const {
+    if (!b->pack) return nullptr;
+    for (const ProductKernel* K : kKernels)
+      if (product_input(x, K->min_rows(w))) return K;
+    return nullptr;
   }
-  bool int8_product(const Model::Weight& w, const ggml_tensor* x) const {
-    return b->pack && product_input(x, int8_product_min_rows(w));
-  }
-  // The buffer an input of the products is packed into (RowBuffers' comment): its first
+  // The buffer an input of the products is prepared in (RowBuffers' comment): its first
   // gemm_widen_packed_floats(n, k) floats take the widened product's panels, the integer
   // product's quantized rows follow them (an input may feed both: q4_K's q and k, q6_K's v).
   float* pack_buffer(const ggml_tensor* x) const {
@@ -178,86 +243,40 @@ struct Builder {
     SPATTN_CHECK(dst != nullptr, "internal: a product input with no buffer to pack it into");
     return dst;
   }
-  static void pack_node(ggml_tensor*, int ith, int nth, void* ud) {
+  static void prepare_node(ggml_tensor*, int ith, int nth, void* ud) {
     const auto* a = static_cast<const ProductArgs*>(ud);
-    kernels::gemm_widen_pack(a->x, a->n, a->k, a->ldx, a->xp, ith, nth);
+    a->kernel->prepare(*a, ith, nth);
   }
   static void product_node(ggml_tensor* dst, int ith, int nth, void* ud) {
     const auto* a = static_cast<const ProductArgs*>(ud);
-    kernels::gemm_widen_run(a->w, a->xp, a->n, a->k, static_cast<float*>(dst->data),
-                            int64_t(dst->nb[1] / sizeof(float)), ith, nth);
+    a->kernel->run(*a, static_cast<float*>(dst->data), int64_t(dst->nb[1] / sizeof(float)), ith,
+                   nth);
   }
-  ggml_tensor* spattn_linear(const Model::Weight& w, ggml_tensor* x) {
+  ggml_tensor* product(const ProductKernel& K, const Model::Weight& w, ggml_tensor* x) {
     const int64_t k = x->ne[0], n = x->ne[1];
     SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
                  k);
-    if (packed_from != x) {
-      float* dst = pack_buffer(x);
-      product_args.push_back(
-          {static_cast<const float*>(x->data), n, k, int64_t(x->nb[1] / sizeof(float)), dst, {}});
+    Prepared& p = prepared[K.index];
+    if (p.from != x) {
+      ProductArgs& a = product_args.emplace_back();
+      a.kernel = &K;
+      a.x = static_cast<const float*>(x->data);
+      a.n = n;
+      a.k = k;
+      a.ldx = int64_t(x->nb[1] / sizeof(float));
+      a.xp = pack_buffer(x) + K.offset(n, k);
       ggml_tensor* src[] = {x};
-      // The node's own tensor is a token (no data): the packing lands in dst.
-      packed_args = &product_args.back();
-      packed = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &pack_node, GGML_N_TASKS_MAX,
-                              &product_args.back());
-      packed_from = x;
+      // The node's own tensor is a token (no data): the prepared rows land in xp.
+      p = {ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &prepare_node, GGML_N_TASKS_MAX,
+                          &a),
+           &a, x};
     }
-    ProductArgs a = *packed_args;  // the packed input's n, k and rows; this product's weights below
-    a.w = widened(w);
-    kernels::gemm_widen_check(a.w, k);  // here: a throw inside the graph's threads would abort
+    ProductArgs a = *p.args;  // the prepared input's n, k and rows; this product's weights below
+    K.set_weights(w, a);      // and checks them here: a throw inside the graph's threads aborts
     product_args.push_back(a);
-    ggml_tensor* src[] = {w.t, packed};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &product_node,
+    ggml_tensor* src[] = {w.t, p.node};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w.t->ne[1], n, 1, 1, src, 2, &product_node,
                           GGML_N_TASKS_MAX, &product_args.back());
-  }
-
-  // Prefill's products on integer dot products (kernels/gemm_int8.hpp): a node quantizing the
-  // input's rows to 8-bit blocks once, shared by the products that read the same input, and a
-  // node per product.
-  struct Int8Args {
-    const float* x;
-    int64_t n, k, ldx;
-    uint8_t* xq;
-    kernels::Int8Weights w;
-  };
-  std::deque<Int8Args> int8_args;    // stable addresses: the nodes point at them
-  ggml_tensor* quantized = nullptr;  // the last quantizing node, its arguments, and the input
-  const Int8Args* quantized_args = nullptr;
-  const ggml_tensor* quantized_from = nullptr;
-  static void quantize_node(ggml_tensor*, int ith, int nth, void* ud) {
-    const auto* a = static_cast<const Int8Args*>(ud);
-    kernels::gemm_int8_quantize(a->x, a->n, a->k, a->ldx, a->xq, ith, nth);
-  }
-  static void int8_node(ggml_tensor* dst, int ith, int nth, void* ud) {
-    const auto* a = static_cast<const Int8Args*>(ud);
-    kernels::gemm_int8_run(a->w, a->xq, a->n, a->k, static_cast<float*>(dst->data),
-                           int64_t(dst->nb[1] / sizeof(float)), ith, nth);
-  }
-  ggml_tensor* int8_linear(const Model::Weight& w, ggml_tensor* x) {
-    const int64_t k = x->ne[0], n = x->ne[1];
-    SPATTN_CHECK(w.t->ne[0] == k, "internal: a product of ", w.t->ne[0], " columns over rows of ",
-                 k);
-    if (quantized_from != x) {
-      float* dst = pack_buffer(x) + kernels::gemm_widen_packed_floats(n, k);
-      int8_args.push_back({static_cast<const float*>(x->data),
-                           n,
-                           k,
-                           int64_t(x->nb[1] / sizeof(float)),
-                           reinterpret_cast<uint8_t*>(dst),
-                           {}});
-      ggml_tensor* src[] = {x};
-      quantized_args = &int8_args.back();
-      quantized = ggml_custom_4d(ctx, GGML_TYPE_F32, 1, 1, 1, 1, src, 1, &quantize_node,
-                                 GGML_N_TASKS_MAX, &int8_args.back());
-      quantized_from = x;
-    }
-    Int8Args a = *quantized_args;
-    a.w = {*kernels::int8_format(w.type), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
-    kernels::gemm_int8_check(a.w, k);  // here: a throw inside the graph's threads would abort
-    int8_args.push_back(a);
-    ggml_tensor* src[] = {w.t, quantized};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, a.w.m, n, 1, 1, src, 2, &int8_node, GGML_N_TASKS_MAX,
-                          &int8_args.back());
   }
 };
 
@@ -272,11 +291,14 @@ kernels::WeightRows widened(const Model::Weight& w) {
   return {*widen_format(w), w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
 }
 
-// The integer product's rows, where it takes w: a format it reads (in ggml's own layout, not
-// repacked) on a CPU with its vector path.
+// The integer product's rows, where it takes w: a format it reads, in ggml's own layout or in
+// the repacked one the loader found it in (Model::Weight::int8_interleaved), on a CPU with its
+// vector path. A repacked matrix keeps ggml's repacked products for fewer rows (decode), so a
+// call picks its kernel by its row count and the weight is held once.
 int64_t int8_product_min_rows(const Model::Weight& w) {
   const auto f = kernels::int8_format(w.type);
-  return f && !w.repacked && !w.experts ? kernels::gemm_int8_min_rows(*f) : 0;
+  return f && (!w.repacked || w.int8_interleaved) && !w.experts ? kernels::gemm_int8_min_rows(*f)
+                                                                : 0;
 }
 
 // The widened product's rows, where the integer product does not take w.

@@ -16,6 +16,8 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "kernels/gemm_int8.hpp"
+#include "model/ggml_repack.hpp"
 #include "spattn/error.hpp"
 #include "model/tensor_table.hpp"
 #include "spattn/model.hpp"
@@ -169,18 +171,6 @@ void ggml_log_info_and_above(ggml_log_level level, const char* text, void*) {
   if (last >= GGML_LOG_LEVEL_INFO) std::fputs(text, stderr);
 }
 
-// ggml's CPU buffer type that repacks weights into interleaved rows for its faster products
-// (llama.cpp's default), or null where this ggml has none.
-ggml_backend_buffer_type_t repack_buffer_type() {
-  ggml_backend_reg_t reg = ggml_backend_cpu_reg();
-  auto get = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
-      ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts"));
-  if (!get) return nullptr;
-  for (ggml_backend_buffer_type_t* b = get(ggml_backend_reg_dev_get(reg, 0)); b && *b; ++b)
-    if (std::strcmp(ggml_backend_buft_name(*b), "CPU_REPACK") == 0) return *b;
-  return nullptr;
-}
-
 // Whether gguf::dequantize_row converts the type (its rows are looked up, its norms read).
 bool has_f32(WeightType t) {
   return t == WeightType::f32 || ggml_get_type_traits(ggml_type(t))->to_float != nullptr;
@@ -328,8 +318,8 @@ struct Model::Impl {
           op = ggml_mul_mat(tmp, a, ggml_new_tensor_2d(tmp, GGML_TYPE_F32, w->cols, 1));
         }
         // A matrix ggml repacks stays repacked (its decode products are faster so: 4-8% at
-        // tg64 on the 1B shape's Q4_K_M, Zen 5), and prefill's integer products, which read
-        // ggml's own block layout, leave it to ggml (layer_graph.cpp, int8_product_min_rows).
+        // tg64 on the 1B shape's Q4_K_M, Zen 5); prefill's integer products read ggml's
+        // repacked copy where it is in the layout they know (below: int8_interleaved).
         if (probe && ggml_backend_dev_supports_op(dev, op)) todo.push_back(w);
         ggml_reset(tmp);
       }
@@ -357,11 +347,20 @@ struct Model::Impl {
                       hi = (b + ggml_backend_buffer_get_size(repack_buf)) / huge * huge;
       if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
     }
+    std::vector<char> interleaved(todo.size(), 0);
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;
       const size_t n = ggml_nbytes(src);
       if (mapping) populate(src->data, n);  // before the copy reads them
       ggml_backend_tensor_set(dst[size_t(i)], src->data, 0, n);
+      // Whether the copy is in the 8-row layout prefill's integer products read (ggml picks its
+      // layout per CPU; checked against the original rows while they are at hand).
+      const auto f = kernels::int8_format(gguf::GgmlType(src->type));  // ggml's numbers
+      interleaved[size_t(i)] =
+          f && kernels::gemm_int8_reads(*f, kernels::Int8Layout::interleaved8) &&
+          !todo[size_t(i)]->experts && ggml_is_contiguous(src) &&
+          kernels::gemm_int8_interleaved_matches(*f, src->data, dst[size_t(i)]->data,
+                                                 int64_t(src->nb[1]), src->ne[1], src->ne[0]);
       if (mapping) {
         // Released as soon as it is repacked (whole pages inside the matrix's bytes only:
         // neighbours keep theirs), so the file's pages and the copies are never all resident.
@@ -377,6 +376,7 @@ struct Model::Impl {
       mem.repacked += n;
       w.t = dst[i];
       w.repacked = true;
+      w.int8_interleaved = interleaved[i] != 0;
     }
   }
 };

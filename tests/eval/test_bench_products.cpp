@@ -1,11 +1,14 @@
 // bench_products (spattn bench-products): one row per asked type with positive, finite rates,
-// the widened product's only where it takes the type, the int8 peak exactly where the integer
-// products run on vpdpbusd, and bad options as errors. Not a timing check.
+// the widened product's only where it takes the type, the repacked layout's only where ggml
+// repacks the type, the int8 peak exactly where the integer products run on vpdpbusd, and bad
+// options as errors. Not a timing check.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "kernels/gemm_int8.hpp"
+#include "model/ggml_repack.hpp"
 #include "spattn/error.hpp"
 #include "spattn/product_bench.hpp"
 
@@ -23,7 +26,14 @@ TEST(BenchProducts, RowsForTheAskedTypes) {
   for (const ProductBenchResult& r : b.results) {
     EXPECT_TRUE(std::isfinite(r.int8_gops) && r.int8_gops > 0) << r.type;
     EXPECT_GE(r.quantize_ms, 0.0);
+    EXPECT_GE(r.unpack_ms, 0.0);
   }
+  // q8_0 has no interleaved layout the product reads; q4_K's row comes where ggml repacks it.
+  EXPECT_EQ(b.results[0].repacked_gops, 0.0);
+  const bool repacks =
+      !model::ggml_repacked(gguf::GgmlType::q4_K, std::vector<uint8_t>(48 * 144).data(), 48, 256)
+           .empty();
+  EXPECT_EQ(b.results[1].repacked_gops > 0, repacks);
   // gemm_widen takes q8_0 on AVX-512 (and never q4_K, which it has no decoder for).
   EXPECT_EQ(b.results[1].widen_gflops, 0.0);
   EXPECT_EQ(b.vnni, kernels::gemm_int8_vnni());

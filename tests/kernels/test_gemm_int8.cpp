@@ -2,7 +2,8 @@
 // scalar twin bit for bit; the product against a double twin over the weights as ggml's
 // reference decoders give them (tests/quant_reference.hpp) and the activations as quantized;
 // the vector path (AVX-512 VNNI, where the CPU has it) against the portable one bit for bit;
-// and the same bits for any row count and thread split.
+// the same bits for any row count and thread split; and over ggml's own repack of the rows
+// (its CPU_REPACK buffer, as the model loader makes it) the bits of the rows unrepacked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 
 #include "assets.hpp"
 #include "kernels/gemm_int8.hpp"
+#include "model/ggml_repack.hpp"
 #include "quant_reference.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
@@ -204,6 +206,73 @@ TEST(GemmInt8, SameBitsForAnyRowCountAndThreadSplit) {
       for (int64_t j = 0; j < p.m; ++j)
         ASSERT_EQ(few[size_t(r * p.ldc + j)], all[size_t(r * p.ldc + j)]);
   }
+}
+
+// Over ggml's repacked copy (q4_0, q4_K, iq4_nl on x86: 8 rows interleaved) the product gives
+// the bits it gives over the rows in ggml's own layout, on the vector and the portable path;
+// the copy is recognised as the layout, and a copy not in it (a scale byte changed) is not.
+TEST(GemmInt8, GgmlsRepackedRowsGiveTheRowsBits) {
+  int checked = 0;
+  for (Int8Format f : {Int8Format::q4_0, Int8Format::q4_K, Int8Format::iq4_nl}) {
+    // 7 groups of 8 rows: 3 whole tiles of 16 (the vector unpack where the CPU has one) and
+    // one of 8 rows (the scalar unpack); 1024 columns: two chunks of blocks.
+    Problem p = make(f, 56, 21, 1024, 61 + uint32_t(f));
+    const int64_t rb = p.k / gguf::block_size(kernels::ggml_type_of(f)) *
+                       gguf::block_bytes(kernels::ggml_type_of(f));
+    std::vector<uint8_t> plain(size_t(p.m * rb));
+    for (int64_t j = 0; j < p.m; ++j)
+      std::memcpy(plain.data() + j * rb, p.w.data() + j * p.row_bytes, size_t(rb));
+    std::vector<uint8_t> packed =
+        model::ggml_repacked(kernels::ggml_type_of(f), plain.data(), p.m, p.k);
+    if (packed.empty()) continue;
+    ++checked;
+    const char* name = gguf::type_name(kernels::ggml_type_of(f));
+    ASSERT_NE(packed, plain) << name;
+    EXPECT_TRUE(
+        kernels::gemm_int8_interleaved_matches(f, plain.data(), packed.data(), rb, p.m, p.k))
+        << name;
+    const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, 1);
+    const kernels::Int8Weights rows{f, plain.data(), rb, p.m, kernels::Int8Layout::rows};
+    const kernels::Int8Weights inter{f, packed.data(), rb, p.m, kernels::Int8Layout::interleaved8};
+    std::vector<float> want(size_t(p.n * p.ldc), 12345.0f), got = want, port = want;
+    kernels::gemm_int8_run(rows, xq.data(), p.n, p.k, want.data(), p.ldc, 0, 1);
+    for (int i = 0; i < 2; ++i)
+      kernels::gemm_int8_run(inter, xq.data(), p.n, p.k, got.data(), p.ldc, i, 2);
+    kernels::gemm_int8_run_portable(inter, xq.data(), p.n, p.k, port.data(), p.ldc);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(got[i]))
+          << name << " element " << i;
+      ASSERT_EQ(std::bit_cast<uint32_t>(want[i]), std::bit_cast<uint32_t>(port[i]))
+          << name << " element " << i << ", portable";
+    }
+    // The plain rows read as if interleaved, and a copy with one scale changed in its last
+    // group, are not the layout.
+    EXPECT_FALSE(
+        kernels::gemm_int8_interleaved_matches(f, plain.data(), plain.data(), rb, p.m, p.k))
+        << name;
+    packed[size_t(6 * 8 * rb)] ^= 0x11;  // the last group's first row's scale
+    EXPECT_FALSE(
+        kernels::gemm_int8_interleaved_matches(f, plain.data(), packed.data(), rb, p.m, p.k))
+        << name;
+  }
+  if (checked == 0) SPATTN_SKIP_NOT_APPLICABLE("ggml repacks none of these types on this CPU");
+}
+
+TEST(GemmInt8, InterleavedLayoutShapesAreErrors) {
+  const Problem p = make(Int8Format::q4_K, 12, 2, 256, 1);
+  const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, 1);
+  std::vector<float> c(size_t(p.n * p.ldc));
+  // 12 rows (not whole groups of 8), padded rows, and a format ggml does not interleave so.
+  kernels::Int8Weights w{p.format, p.w.data(), 144, 12, kernels::Int8Layout::interleaved8};
+  EXPECT_THROW(kernels::gemm_int8_run(w, xq.data(), p.n, 256, c.data(), p.ldc, 0, 1), Error);
+  w.m = 8;
+  w.row_bytes = p.row_bytes;
+  EXPECT_THROW(kernels::gemm_int8_run(w, xq.data(), p.n, 256, c.data(), p.ldc, 0, 1), Error);
+  w.row_bytes = 210;
+  w.format = Int8Format::q6_K;
+  EXPECT_THROW(kernels::gemm_int8_run(w, xq.data(), p.n, 256, c.data(), p.ldc, 0, 1), Error);
+  EXPECT_FALSE(kernels::gemm_int8_reads(Int8Format::q8_0, kernels::Int8Layout::interleaved8));
+  EXPECT_TRUE(kernels::gemm_int8_reads(Int8Format::q8_0, kernels::Int8Layout::rows));
 }
 
 TEST(GemmInt8, NonFiniteActivationsGiveNaNRows) {

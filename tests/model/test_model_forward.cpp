@@ -515,6 +515,24 @@ TEST(ModelForward, LlamaQuantizedEqualsPlainForward) {
       {WeightType::q8_0, WeightType::q6_K, WeightType::q5_K, WeightType::q3_K}, 256, 512);
   expect_equals_plain(mu, dense_opts(88, 64), 88, 3, kQuantTol);
 }
+// q4_K, q4_0 and iq4_nl matrices (Q4_K_M, Q4_0 and IQ4_NL files): ggml repacks them on x86
+// (8 rows interleaved) and decode's rows run on its repacked products; where the CPU has AVX-512
+// VNNI prefill's rows run on spattn's integer products over that same repacked copy. Every
+// matrix ggml repacked into the layout the integer products read must be found in it by the
+// loader (else ggml changed its layout, and prefill would fall back to ggml's products).
+TEST(ModelForward, LlamaRepackedQuantizedEqualsPlainForward) {
+  const MadeUp mu = make_model(Arch::llama, false, false, 4, 64,
+                               {WeightType::q4_K, WeightType::q4_0, WeightType::iq4_nl}, 256, 512);
+  {
+    const Model model(mu.refs);
+    for (int64_t l = 0; l < mu.cfg.n_layer; ++l) {
+      const Model::Layer& L = model.layer(l);
+      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+        if (w->repacked) EXPECT_TRUE(w->int8_interleaved) << "layer " << l;
+    }
+  }
+  expect_equals_plain(mu, dense_opts(88, 64), 88, 3, kQuantTol);
+}
 // Llama 3.1's rope scaling: rope_freqs divides each pair's frequency. The factors are the
 // llama3 ones for an original context of 32 (head dim 16, base 1e4: pair 0 kept, pair 1
 // blended, the rest slowed 8x), so all three kinds of pair are exercised.
