@@ -51,8 +51,8 @@ Workload text_workload(int64_t seq) {
 
 Outcome run(const std::string& spec, const Workload& w) {
   Outcome r{Tensor(DType::f32, w.q.heads(), w.q.seq(), w.q.dim()),
-        std::vector<float>(size_t(w.q.heads() * w.q.seq())),
-        {}};
+            std::vector<float>(size_t(w.q.heads() * w.q.seq())),
+            {}};
   AttnOptions opt;
   opt.threads = 2;
   r.report = make_method(spec)->run(w.q, w.k, w.v, r.out, opt, r.lse.data());
