@@ -48,6 +48,12 @@ void print_notes(const std::vector<BenchResult>& results,
   std::vector<std::string> lines;
   for (const auto& r : results) {
     const MethodReport& rep = r.report;
+    if (!rep.dense_shortcut.empty())
+      lines.push_back(
+          fmt::format("{}: ran the dense kernel: {}", r.spec,
+                      rep.dense_shortcut == "budget"
+                          ? "its budget covers every key block at this length (no estimate)"
+                          : "its estimate kept every block"));
     if (!rep.extras.empty()) {
       std::vector<std::string> values;
       for (const auto& [name, value] : rep.extras)

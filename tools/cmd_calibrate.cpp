@@ -11,9 +11,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +55,7 @@ struct CalibrateOptions {
   std::string out;
   // --evaluate: check an existing calibration on fresh workloads instead of fitting one.
   std::string evaluate;
+  bool json = false;  // --evaluate: one JSON object instead of the table
   std::vector<double> targets = {0.5, 0.7};
   bool targets_given = false;  // calibrate: the check targets (default 0.3, 0.5, 0.7, 0.9)
   bool strict = false;         // any warning is an error (exit 2, nothing written)
@@ -291,42 +295,88 @@ void run_evaluate(const CalibrateOptions& o) {
           ? fmt::format("{} fresh {} workloads per length (seeds {}..{}), {} q heads", o.samples,
                         o.workload, o.seed, o.seed + uint64_t(o.samples) - 1, o.heads)
           : fmt::format("{} file(s){}", o.qkv.size(), o.lengths_given ? " and their prefixes" : "");
-  fmt::print(
-      "calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, eta {:.4f}, "
-      "epsilon {:.4f}, order {}{}) on {}\n",
-      o.evaluate, c.alpha, c.beta, c.gamma, c.delta, c.eta, c.epsilon, blasst_order_name(c.order),
-      c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
-  fmt::print(
-      "sparsity reached: mean over the samples (points off target) [min, max]; reach: the most "
-      "any lambda skips on them; ! target beyond the calibration's reach (a run refuses it)\n");
-  fmt::print("{:>8}  {:>6}", "length", "reach");
-  for (double t : o.targets) fmt::print("  {:>28}", fmt::format("target {:.0f}%", 100 * t));
-  fmt::print("  {:>24}\n", fmt::format("fixed lambda {:.3g}", fixed));
-  double worst = 0;
+  // The worst miss over the targets within reach, with the standard error and the count of
+  // the mean it comes from (target_miss: a few workloads' mean scatters by itself).
   std::vector<std::string> warnings;
+  TargetMiss worst;
+  bool any = false;
+  int64_t worst_length = 0;
+  double worst_target = 0;
+  nlohmann::json jrows = nlohmann::json::array();
+  std::string table;
   for (const Row& row : rows) {
-    fmt::print("{:>8}  {:>5.1f}%", row.length, 100 * mean(row.reach));
+    table +=
+        fmt::format("{:>8}  {:>5}  {:>5.1f}%", row.length, row.reach.size(), 100 * mean(row.reach));
+    nlohmann::json jt = nlohmann::json::array();
     for (size_t ti = 0; ti < o.targets.size(); ++ti) {
-      const auto& x = row.per_target[ti];
-      const double m = mean(x), off = 100 * (m - o.targets[ti]);
+      const TargetMiss m = target_miss(row.per_target[ti], o.targets[ti]);
       const bool out = o.targets[ti] > row.calib_reach;
       if (out)
         warnings.push_back(
             fmt::format("target {:.1f}% is out of reach at length {}: the calibration "
                         "reaches at most {:.1f}% there",
                         100 * o.targets[ti], row.length, 100 * row.calib_reach));
-      else
-        worst = std::max(worst, std::abs(off));
-      fmt::print("  {:>6.1f}% ({:+5.1f}) [{:4.1f}, {:4.1f}]{}", 100 * m, off,
-                 100 * *std::min_element(x.begin(), x.end()),
-                 100 * *std::max_element(x.begin(), x.end()), out ? "!" : " ");
+      else if (!any || std::abs(m.miss) > std::abs(worst.miss)) {
+        any = true;
+        worst = m, worst_length = row.length, worst_target = o.targets[ti];
+      }
+      table += fmt::format("  {:>6.1f}% ({:+5.1f} +-{:4.1f}) [{:4.1f}, {:4.1f}]{}", 100 * m.mean,
+                           100 * m.miss, 100 * m.standard_error, 100 * m.min, 100 * m.max,
+                           out ? "!" : " ");
+      jt.push_back({{"target", o.targets[ti]},
+                    {"mean", m.mean},
+                    {"miss", m.miss},
+                    {"miss_standard_error", m.standard_error},
+                    {"workloads", m.workloads},
+                    {"min", m.min},
+                    {"max", m.max},
+                    {"in_reach", !out}});
     }
-    const auto& f = row.fixed;
-    fmt::print("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * mean(f),
-               100 * *std::min_element(f.begin(), f.end()),
-               100 * *std::max_element(f.begin(), f.end()));
+    const TargetMiss f = target_miss(row.fixed, 0);
+    table +=
+        fmt::format("  {:>6.1f}% [{:4.1f}, {:4.1f}]\n", 100 * f.mean, 100 * f.min, 100 * f.max);
+    jrows.push_back({{"length", row.length},
+                     {"workloads", int64_t(row.reach.size())},
+                     {"reach", mean(row.reach)},
+                     {"targets", jt},
+                     {"fixed", {{"mean", f.mean}, {"min", f.min}, {"max", f.max}}}});
   }
-  fmt::print("worst mean miss (targets within reach): {:.1f} points\n", worst);
+  if (o.json) {
+    nlohmann::json j = {{"calibration", o.evaluate},
+                        {"on", what},
+                        {"fixed_lambda", fixed},
+                        {"rows", jrows},
+                        {"warnings", warnings}};
+    j["worst_miss"] = any ? nlohmann::json({{"miss", worst.miss},
+                                            {"standard_error", worst.standard_error},
+                                            {"workloads", worst.workloads},
+                                            {"length", worst_length},
+                                            {"target", worst_target}})
+                          : nlohmann::json(nullptr);
+    std::cout << j.dump(2) << std::endl;
+    report_warnings(warnings, o.strict, "in the evaluation");
+    return;
+  }
+  fmt::print(
+      "calibration {} (alpha {:.6g}, beta {:.4f}, gamma {:.4f}, delta {:.4f}, eta {:.4f}, "
+      "epsilon {:.4f}, order {}{}) on {}\n",
+      o.evaluate, c.alpha, c.beta, c.gamma, c.delta, c.eta, c.epsilon, blasst_order_name(c.order),
+      c.layers.empty() ? "" : fmt::format(", {} layer laws", c.layers.size()), what);
+  fmt::print(
+      "sparsity reached: mean over the n samples (points off target +- its standard error) "
+      "[min, max]; reach: the most any lambda skips on them; ! target beyond the "
+      "calibration's reach (a run refuses it)\n");
+  fmt::print("{:>8}  {:>5}  {:>6}", "length", "n", "reach");
+  for (double t : o.targets) fmt::print("  {:>34}", fmt::format("target {:.0f}%", 100 * t));
+  fmt::print("  {:>24}\n{}", fmt::format("fixed lambda {:.3g}", fixed), table);
+  if (any)
+    fmt::print(
+        "worst mean miss (targets within reach): {:.1f} points, standard error {:.1f}, over {} "
+        "workloads (target {:.0f}% at length {})\n",
+        100 * std::abs(worst.miss), 100 * worst.standard_error, worst.workloads, 100 * worst_target,
+        worst_length);
+  else
+    fmt::print("worst mean miss (targets within reach): none within reach\n");
   print_warnings(warnings);
   std::fflush(stdout);
   report_warnings(warnings, o.strict, "in the evaluation");
@@ -334,6 +384,7 @@ void run_evaluate(const CalibrateOptions& o) {
 
 void run_calibrate(const CalibrateOptions& o) {
   if (!o.evaluate.empty()) return run_evaluate(o);
+  SPATTN_CHECK(!o.json, "--json goes with --evaluate (the fit writes its JSON with --out)");
   SPATTN_CHECK(!o.out.empty(), "--out is required (or --evaluate FILE to check a calibration)");
   CalibrationOptions copt;
   copt.order = parse_blasst_order(o.order);
@@ -386,6 +437,9 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--evaluate", o->evaluate,
                   "instead of fitting: check this calibration file on fresh workloads (--lengths, "
                   "--samples, --seed), reporting the sparsity its thresholds reach");
+  cmd->add_flag("--json", o->json,
+                "with --evaluate: print one JSON object (per length and target the mean, its miss "
+                "with standard error and workload count; the worst miss) instead of the table");
   cmd->add_option("--targets", o->targets,
                   "target sparsities a,b: with --evaluate those evaluated (default 0.5,0.7); when "
                   "fitting, those checked and flagged when out of reach (default 0.3,0.5,0.7,0.9)")

@@ -90,6 +90,22 @@ std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t bloc
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
                          int64_t topk, int64_t sink, int64_t local, const AttnOptions& opt,
                          double topp = 0);
+// mean_pool's budgets, one of: topk (blocks, by pooled score), topp (a mass, in (0, 1]) or
+// min_share (a threshold in (0, 1): every block whose estimated share of its query block's mass
+// is at least it). The mass budgets read the antidiagonal estimate (XAttention, Sec. 2.1) at
+// `stride` (it divides both block sizes), or with stride 0 the pooled one above: pooled scores
+// come before the exponential, so they misjudge how spread a query block's attention is, and a
+// mass budget on them lost to the counts on real attention, worst row included (BENCHMARKS.md,
+// "Mass and threshold budgets against counts").
+struct MeanPoolBudget {
+  int64_t topk = 128;
+  double topp = 0, min_share = 0;  // 0: not that budget
+  int64_t stride = 0;              // the mass budgets' estimate: 0 pooled, else antidiagonal
+  bool dot_bf16 = true;            // the antidiagonal's products as xattention's dot=bf16
+};
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
+                         int64_t sink, int64_t local, const AttnOptions& opt,
+                         const MeanPoolBudget& budget);
 
 // Oracle block top-k: each query block keeps the `topk` key blocks holding the most exact
 // softmax mass (block_mass, averaged over the block's rows). Evaluation only: it computes full

@@ -27,6 +27,10 @@ struct MethodReport {
   // The block mask the run computed with, for methods that build one (the block-sparse
   // baselines; vertical_slash gives its token-level index rounded out to blocks); else null.
   std::shared_ptr<const BlockMask> mask;
+  // Empty, or why a block-selecting method ran the dense kernel instead of its block-sparse
+  // pass (src/methods/dense_shortcut.hpp): "budget" (its count budget covers every key block
+  // at this length; the estimate was skipped) or "estimate" (its mask kept every block).
+  std::string dense_shortcut;
   // Method-specific values by name, e.g. blasst's "lambda" and "skipped_fraction".
   std::map<std::string, double> extras;
   // Method-specific series with one value per q head, e.g. blasst's "head_skipped".

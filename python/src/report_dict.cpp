@@ -21,6 +21,8 @@ py::dict report_dict(const MethodReport& r, const std::string& method) {
   py::dict d;
   d["method"] = method;
   d["path"] = kernel_path_name(r.path);
+  // None, or why a block-selecting method ran the dense kernel ("budget", "estimate")
+  d["dense_shortcut"] = r.dense_shortcut.empty() ? py::none() : py::cast(r.dense_shortcut);
   d["sparsity"] = r.stats.sparsity();
   d["score_entries"] = r.stats.score_entries;
   d["causal_entries"] = r.stats.causal_entries;

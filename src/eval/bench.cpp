@@ -174,18 +174,22 @@ nlohmann::json config_json(const BenchRun& run, const BenchSource& src) {
 // What a row says on either device: its times, speed over dense, the work done and the
 // recall of what it kept.
 nlohmann::json common_result_json(const BenchResult& r) {
-  return {{"method", r.spec},
-          {"ms", r.ms},
-          {"runs_ms", r.run_ms},
-          {"speedup", r.speedup},
-          {"sparsity", r.report.stats.sparsity()},
-          {"score_entries", r.report.stats.score_entries},
-          {"flops", r.report.stats.flops},
-          {"recall", r.recall.mean},
-          {"recall_min", r.recall.worst},
-          {"path", kernel_path_name(r.report.path)},
-          {"extras", r.report.extras},
-          {"per_head", r.report.per_head}};
+  return {
+      {"method", r.spec},
+      {"ms", r.ms},
+      {"runs_ms", r.run_ms},
+      {"speedup", r.speedup},
+      {"sparsity", r.report.stats.sparsity()},
+      {"score_entries", r.report.stats.score_entries},
+      {"flops", r.report.stats.flops},
+      {"recall", r.recall.mean},
+      {"recall_min", r.recall.worst},
+      {"path", kernel_path_name(r.report.path)},
+      // null, or why the method ran the dense kernel ("budget", "estimate")
+      {"dense_shortcut", r.report.dense_shortcut.empty() ? nlohmann::json(nullptr)
+                                                         : nlohmann::json(r.report.dense_shortcut)},
+      {"extras", r.report.extras},
+      {"per_head", r.report.per_head}};
 }
 
 nlohmann::json result_json(const BenchResult& r, const MachinePeak& pk, const BenchOperands& op) {

@@ -6,6 +6,8 @@
 
 #include "core/threading.hpp"
 #include "core/blas.hpp"
+#include "masks/antidiagonal_mass.hpp"
+#include "masks/block_budget.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
 #include "spattn/error.hpp"
@@ -69,34 +71,27 @@ std::vector<float> pool_row_moments(const TensorView& t, int64_t h, int64_t bloc
 
 namespace {
 
-// The topp budget (Twilight's top-p, on mean_pool's estimate): a block's estimated mass is its
-// pooled score's softmax numerator times its keys visible to the query block (the mass if each
-// of them scored the pooled score), normalized over the causal blocks. The forced blocks count
-// first; then the others, largest estimated mass first (ties: the smaller index), until the
-// kept mass reaches p: the fewest blocks that reach it under the estimate.
-void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t block_k, double p,
-               std::vector<uint8_t>& keep, std::vector<double>& mass, std::vector<int64_t>& order) {
+// The pooled estimate of a block's mass (mean_pool's own topp, and min_share with est=pooled):
+// its pooled score's softmax numerator times its keys visible to the query block (the mass if
+// each of them scored the pooled score).
+void pooled_mass(const float* row, int64_t limit, int64_t visible_end, int64_t block_k,
+                 std::vector<double>& mass) {
+  mass.assign(size_t(std::max<int64_t>(limit, 0)), 0.0);
   if (limit <= 0) return;
   const float mx = *std::max_element(row, row + limit);
-  mass.assign(size_t(limit), 0.0);
-  double total = 0, kept = 0;
-  order.clear();
   for (int64_t kb = 0; kb < limit; ++kb) {
     const int64_t n = std::min(visible_end, (kb + 1) * block_k) - kb * block_k;
     mass[size_t(kb)] = double(std::max<int64_t>(n, 0)) * std::exp(double(row[kb]) - double(mx));
-    total += mass[size_t(kb)];
-    if (keep[size_t(kb)])
-      kept += mass[size_t(kb)];
-    else
-      order.push_back(kb);
   }
-  std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return mass[size_t(a)] != mass[size_t(b)] ? mass[size_t(a)] > mass[size_t(b)] : a < b;
-  });
-  for (size_t i = 0; i < order.size() && kept < p * total; ++i) {
-    keep[size_t(order[i])] = 1;
-    kept += mass[size_t(order[i])];
-  }
+}
+
+void check_budget(const MeanPoolBudget& b) {
+  SPATTN_CHECK(b.topk >= 0, "mean_pool: topk must be >= 0, got ", b.topk);
+  SPATTN_CHECK(b.topp >= 0 && b.topp <= 1, "mean_pool: topp=", b.topp, " outside (0, 1]");
+  SPATTN_CHECK(b.min_share >= 0 && b.min_share < 1, "mean_pool: min_share=", b.min_share,
+               " outside (0, 1)");
+  SPATTN_CHECK(b.topp == 0 || b.min_share == 0, "mean_pool: topp or min_share, not both");
+  SPATTN_CHECK(b.stride >= 0, "mean_pool: stride must be >= 0, got ", b.stride);
 }
 
 }  // namespace
@@ -104,8 +99,16 @@ void keep_mass(const float* row, int64_t limit, int64_t visible_end, int64_t blo
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
                          int64_t topk, int64_t sink, int64_t local, const AttnOptions& opt,
                          double topp) {
-  SPATTN_CHECK(topk >= 0, "mean_pool: topk must be >= 0, got ", topk);
-  SPATTN_CHECK(topp >= 0 && topp <= 1, "mean_pool: topp=", topp, " outside (0, 1]");
+  MeanPoolBudget b;
+  b.topk = topk;
+  b.topp = topp;
+  return mean_pool_mask(q, k, block_q, block_k, sink, local, opt, b);
+}
+
+BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
+                         int64_t sink, int64_t local, const AttnOptions& opt,
+                         const MeanPoolBudget& budget) {
+  check_budget(budget);
   SPATTN_CHECK(sink >= 0, "mean_pool: sink must be >= 0, got ", sink);
   SPATTN_CHECK(local >= 1, "mean_pool: local must be >= 1 (each row sees itself), got ", local);
   SPATTN_CHECK(q.heads > 0 && k.heads > 0 && q.heads % k.heads == 0 && q.dim == k.dim,
@@ -113,8 +116,45 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb(), d = q.dim, group = q.heads / k.heads;
   const int64_t off = query_position(0, q.seq, k.seq);
-  const float scale = softmax_scale(opt, d);
+  const bool mass_budget = budget.topp > 0 || budget.min_share > 0;
 
+  // Per query block: the forced blocks (sink and local, token units rounded out to the blocks
+  // holding them); the keys its rows see end at visible_end.
+  auto forced = [&](int64_t qb, std::vector<uint8_t>& keep) {
+    const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;
+    const int64_t visible_end = opt.causal ? p1 + 1 : k.seq;
+    std::fill(keep.begin(), keep.end(), 0);
+    masks::mark_blocks(0, std::min(sink, visible_end), block_k, keep);
+    masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, visible_end), block_k, keep);
+    return std::min(k.seq, visible_end);
+  };
+  auto spend = [&](const double* mass, int64_t limit, std::vector<uint8_t>& keep,
+                   std::vector<int64_t>& order) {
+    if (budget.min_share > 0)
+      masks::keep_min_share(mass, limit, budget.min_share, keep);
+    else
+      masks::keep_top_mass(mass, limit, budget.topp, keep, order);
+  };
+
+  if (mass_budget && budget.stride > 0) {
+    // The mass budgets on the antidiagonal estimate (XAttention's, masks/antidiagonal_mass.hpp).
+    std::vector<std::vector<int32_t>> lists(static_cast<size_t>(q.heads * nq));
+    masks::AntidiagonalConfig c;
+    c.stride = budget.stride, c.block_q = block_q, c.block_k = block_k;
+    c.dot_bf16 = budget.dot_bf16;
+    masks::antidiagonal_block_mass(q, k, opt, c, [&](int64_t h, int64_t qb, const double* mass) {
+      std::vector<uint8_t> keep(static_cast<size_t>(nk));
+      std::vector<int64_t> order;
+      forced(qb, keep);
+      spend(mass, m.causal_blocks(qb), keep, order);
+      auto& list = lists[size_t(h * nq + qb)];
+      for (int64_t kb = 0; kb < m.causal_blocks(qb); ++kb)
+        if (keep[size_t(kb)]) list.push_back(int32_t(kb));
+    });
+    return BlockMask::from_lists(q.heads, q.seq, k.seq, block_q, block_k, opt.causal, lists);
+  }
+
+  const float scale = softmax_scale(opt, d);
   const int threads = resolve_threads(opt.threads);
   std::vector<float> kp, score(size_t(nq * nk));
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
@@ -127,22 +167,19 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
                 threads);
     for (int64_t qb = 0; qb < nq; ++qb) {
       const int64_t limit = m.causal_blocks(qb);
-      const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;
-      const int64_t visible_end = opt.causal ? p1 + 1 : k.seq;  // keys the block's rows see
-      std::fill(keep.begin(), keep.end(), 0);
-      // Sink and local are token units rounded out to the blocks holding them.
-      masks::mark_blocks(0, std::min(sink, visible_end), block_k, keep);
-      masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, visible_end), block_k, keep);
+      const int64_t visible = forced(qb, keep);
       float* row = &score[size_t(qb * nk)];
-      if (topp > 0) {
-        keep_mass(row, limit, std::min(k.seq, visible_end), block_k, topp, keep, mass, order);
+      if (mass_budget) {
+        pooled_mass(row, limit, visible, block_k, mass);
+        spend(mass.data(), limit, keep, order);
       } else {
         // topk more blocks by pooled score, among the causal blocks not already kept.
         for (int64_t kb = 0; kb < nk; ++kb)
           if (keep[size_t(kb)] || kb >= limit) row[kb] = -INFINITY;
         int64_t open = 0;
         for (int64_t kb = 0; kb < limit; ++kb) open += !keep[size_t(kb)];
-        for (int64_t kb : masks::top_indices(row, nk, std::min(topk, open))) keep[size_t(kb)] = 1;
+        for (int64_t kb : masks::top_indices(row, nk, std::min(budget.topk, open)))
+          keep[size_t(kb)] = 1;
       }
       for (int64_t kb = 0; kb < nk; ++kb)
         if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));

@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "methods/dense_shortcut.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 
@@ -16,9 +17,19 @@ MethodReport BlockMaskMethod::run_host(const TensorView& q, const TensorView& k,
   // sort (undefined order) before the kernel could refuse it. The kernel need not scan again.
   validate_attention_args(q, k, v, out, opt);
   MethodReport r;
-  auto mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));
   AttnOptions checked = opt;
   checked.check_finite = false;
+  if (budget_covers_context(block_budget(), k.seq, block_k_)) {
+    run_dense_instead(q, k, v, out, checked, lse, kDenseByBudget, false, nullptr, block_q_,
+                      block_k_, r);
+    return r;
+  }
+  auto mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));
+  if (keeps_every_block(*mask)) {
+    run_dense_instead(q, k, v, out, checked, lse, kDenseByEstimate, false, std::move(mask),
+                      block_q_, block_k_, r);
+    return r;
+  }
   attention_block_sparse(q, k, v, out, *mask, checked, lse, &r.stats);
   r.coverage = block_mask_coverage(mask);
   r.mask = std::move(mask);
@@ -30,6 +41,10 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
                                        const AttnOptions& opt, float* lse) const {
   const auto t0 = std::chrono::steady_clock::now();
   MethodReport r;
+  if (budget_covers_context(block_budget(), k.seq, block_k_)) {
+    run_dense_instead(q, k, v, out, opt, lse, kDenseByBudget, true, nullptr, block_q_, block_k_, r);
+    return r;
+  }
   std::shared_ptr<const BlockMask> mask;
   if (static_pattern()) {
     // The shapes are all it reads; the device kernel checks them.
@@ -44,6 +59,11 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
   }
   r.extras["mask_host_ms"] =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (keeps_every_block(*mask)) {
+    run_dense_instead(q, k, v, out, opt, lse, kDenseByEstimate, true, std::move(mask), block_q_,
+                      block_k_, r);
+    return r;
+  }
   cuda::attention_block_sparse(q, k, v, out, *mask, opt, lse, &r.stats, opt.stream);
   r.coverage = block_mask_coverage(mask);
   r.mask = std::move(mask);

@@ -1,6 +1,7 @@
 // The shape every block-sparse baseline shares: build a BlockMask from the inputs (step 1),
 // run attention_block_sparse with it (step 2), and report that mask, which is also exactly the
-// coverage.
+// coverage. When the budget alone covers every key block, or the mask keeps every block, the
+// dense kernel runs instead (dense_shortcut.hpp).
 #pragma once
 #include <memory>
 #include <string>
@@ -33,6 +34,11 @@ class BlockMaskMethod : public Method {
     (void)report;
     return build_mask(q, k, v, opt);
   }
+  // The key blocks per query block a count budget keeps on top of the forced ones (mean_pool's
+  // and oracle_topk's topk), or -1 when no count decides (a mass, a threshold, a pattern): when
+  // it covers every key block at a length (budget_covers_context), run() skips build_mask and
+  // runs dense.
+  virtual int64_t block_budget() const { return -1; }
   // Whether the mask is a static pattern (from the shapes alone, never reading q, k or v):
   // then the GPU path copies nothing to the host.
   virtual bool static_pattern() const { return false; }

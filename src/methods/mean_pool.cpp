@@ -3,8 +3,15 @@
 // run(): part of its time.
 // Default topk = 128 key blocks of 64 (beta): the per-row block budget MOMO compares
 // every selector at (k = 128); the first block (sink) and the blocks of each row's own 64
-// most recent keys (local) are kept on top of it. `topp=P` instead: the fewest blocks whose
-// estimated mass (spattn/masks.hpp) reaches P per query block, sink and local counted first.
+// most recent keys (local) are kept on top of it. Instead of topk, a mass budget (beyond the
+// paper): `topp=P`, the fewest blocks whose estimated mass reaches P per query block, sink and
+// local counted first; or `min_share=T`, every block whose estimated share of its query block's
+// mass is at least T (masks/block_budget.hpp says when to use which). Their estimate is
+// `est=antidiagonal` (default; XAttention's antidiagonal at `stride=8`, which reads 1/8 of the
+// entries dense attention does) or `est=pooled` (the pooled scores' softmax, the first version):
+// the pooled scores come before the exponential, so they cannot see how spread a query block's
+// attention is, and on real attention topp on them lost to the counts on both mean and worst
+// row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp.
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
@@ -19,29 +26,53 @@ class MeanPool final : public BlockMaskMethod {
   explicit MeanPool(const MethodSpec& spec) {
     ParamReader r(spec);
     const int64_t big = int64_t(1) << 40;
-    SPATTN_CHECK(!(r.has("topk") && r.has("topp")),
-                 "mean_pool: give topk (blocks) or topp (mass), not both");
-    topk_ = r.get_int("topk", 128, 0, big);
+    SPATTN_CHECK(int(r.has("topk")) + int(r.has("topp")) + int(r.has("min_share")) <= 1,
+                 "mean_pool: give one budget: topk (blocks), topp (a mass) or min_share (a "
+                 "threshold)");
+    budget_.topk = r.get_int("topk", 128, 0, big);
     if (r.has("topp")) {
-      topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "mean_pool: topp=", topp_, " outside (0, 1]");
+      budget_.topp = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(budget_.topp > 0 && budget_.topp <= 1, "mean_pool: topp=", budget_.topp,
+                   " outside (0, 1]");
     }
+    if (r.has("min_share")) {
+      budget_.min_share = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(budget_.min_share > 0 && budget_.min_share < 1,
+                   "mean_pool: min_share=", budget_.min_share, " outside (0, 1)");
+    }
+    const bool mass = budget_.topp > 0 || budget_.min_share > 0;
+    SPATTN_CHECK(mass || (!r.has("est") && !r.has("stride")),
+                 "mean_pool: est and stride go with topp or min_share (the mass estimate)");
+    const std::string est = r.get_string("est", "antidiagonal");
+    SPATTN_CHECK(est == "antidiagonal" || est == "pooled", "mean_pool: est='", est,
+                 "' must be antidiagonal or pooled");
+    const int64_t stride = r.get_int("stride", 8, 1, 1024);
+    SPATTN_CHECK(est == "antidiagonal" || !r.has("stride"),
+                 "mean_pool: stride goes with est=antidiagonal");
+    budget_.stride = est == "antidiagonal" ? stride : 0;
     sink_ = r.get_int("sink", 64, 0, big);
     local_ = r.get_int("local", 64, 1, big);
     read_block_sizes(r, block_q_, block_k_);
     r.finish();
+    SPATTN_CHECK(budget_.stride == 0 || !mass ||
+                     (block_q_ % budget_.stride == 0 && block_k_ % budget_.stride == 0),
+                 "mean_pool: stride=", budget_.stride, " must divide block_q=", block_q_,
+                 " and block_k=", block_k_, " (an antidiagonal's sub-block lies in one block)");
   }
   std::string name() const override { return "mean_pool"; }
+  int64_t block_budget() const override {
+    return budget_.topp > 0 || budget_.min_share > 0 ? -1 : budget_.topk;
+  }
 
  protected:
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
-    return mean_pool_mask(q, k, block_q_, block_k_, topk_, sink_, local_, opt, topp_);
+    return mean_pool_mask(q, k, block_q_, block_k_, sink_, local_, opt, budget_);
   }
 
  private:
-  int64_t topk_, sink_, local_;
-  double topp_ = 0;  // 0: the topk budget; else the mass budget in (0, 1]
+  MeanPoolBudget budget_;
+  int64_t sink_, local_;
 };
 
 }  // namespace

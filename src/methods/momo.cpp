@@ -134,6 +134,9 @@
 // LSE (when asked for): the query-sparse pass's LSE at sampled rows (exact), the block-sparse
 // pass's LSE of the masked keys elsewhere (the delta correction does not change it).
 // Coverage: every causal key for sampled rows, the mask's keys for the others (MomoCoverage).
+// Dense shortcut (dense_shortcut.hpp; not with lambda, whose rule still skips): k_trim alone
+// (no topp, min_share) covering every key block runs the dense kernel with no fused pass; a
+// trimmed mask keeping every block runs it in place of steps 3 and 4.
 // Decode (q_len <= 16) runs dense decode (run_decode_or_prefill; lambda does not apply): at
 // that few rows there is nothing to sample; the report says path "decode" and covers every key.
 // On device tensors (run_cuda) the same geometry goes to cuda::momo_attention (src/cuda/momo.cu),
@@ -166,6 +169,7 @@
 
 #include "core/blas.hpp"
 #include "core/threading.hpp"
+#include "methods/dense_shortcut.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
@@ -445,6 +449,13 @@ class Momo final : public Method {
                const AttnOptions& opt, float* lse, MethodReport& rep) const {
     validate_attention_args(q, k, v, out, opt);
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq, d = q.dim;
+    // A count budget (k_trim, no topp or min_share) covering every key block leaves nothing
+    // to skip: dense, with no fused pass (dense_shortcut.hpp). Not under the skip rule, which
+    // still skips.
+    if (!blasst_ && topp_ == 0 && min_share_ == 0 && budget_covers_context(k_trim_, Lkv, beta_)) {
+      run_dense_instead(q, k, v, out, opt, lse, kDenseByBudget, false, nullptr, chi_, beta_, rep);
+      return;
+    }
     auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
     const Geometry g = geometry(*mask);
     const int64_t gamma = g.gamma, nqb = g.nqb;
@@ -650,6 +661,14 @@ class Momo final : public Method {
     *mask = BlockMask::from_lists(H, L, Lkv, chi_, beta_, true, lists);
     mask->validate();
     const double ms_trim = ms_since(t0);
+    // The mask kept every block: dense computes the same in place of steps 3 and 4.
+    if (!blasst_ && keeps_every_block(*mask)) {
+      rep.extras["gamma"] = double(gamma);
+      rep.stats = qs_stats;  // the fused pass ran
+      run_dense_instead(q, k, v, out, opt, lse, kDenseByEstimate, false, std::move(mask), chi_,
+                        beta_, rep);
+      return;
+    }
 
     // Step 3: the block-sparse pass over the same packed K/V, in f32 (the correction is added
     // before the one rounding to out's dtype).

@@ -17,6 +17,7 @@ class OracleTopk final : public BlockMaskMethod {
     r.finish();
   }
   std::string name() const override { return "oracle_topk"; }
+  int64_t block_budget() const override { return topk_; }
 
  protected:
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -125,7 +125,8 @@ TEST(BaselineParams, RejectMalformedValues) {
 
 // Oracle block masses come in 64-key tiles; other key blocks are an Error at run time.
 TEST(BaselineParams, OracleRejectsKeyBlocksThatAreNotTiles) {
-  auto m = make_method("oracle_topk:block_k=32");
+  // topk=1 selects (the default 128 would cover the context and run dense, checking nothing).
+  auto m = make_method("oracle_topk:topk=1,block_k=32");
   EXPECT_THROW(run(*m, {65, 65}, 1), Error);
 }
 

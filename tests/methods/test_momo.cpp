@@ -68,8 +68,15 @@ TEST(MomoMethod, FullBudgetEqualsDenseWithAndWithoutDelta) {
     for (const char* topk : {"hybrid", "exact", "tree", "estimate"})
       for (const char* delta : {"on", "off"})
         for (int beta : {64, 128}) {
-          const std::string spec = std::string("momo:gamma=4,chi=16,k=100,topk=") + topk +
-                                   ",beta=" + std::to_string(beta) + ",delta=" + delta;
+          const std::string plain = std::string("momo:gamma=4,chi=16,k=100,topk=") + topk +
+                                    ",beta=" + std::to_string(beta) + ",delta=" + delta;
+          // k = 100 covers every block: the plain spec runs the dense kernel (dense_shortcut),
+          // dense's bits; lambda=0 (which skips nothing, the same bits as no rule) keeps momo's
+          // own passes, checked below.
+          const MomoRun shortcut = run(plain, w);
+          EXPECT_EQ(shortcut.report.dense_shortcut, "budget") << plain;
+          EXPECT_EQ(test::diff(shortcut.out, dense).max_abs, 0.0) << plain << dtype_name(dt);
+          const std::string spec = plain + ",lambda=0";
           const MomoRun r = run(spec, w);
           // Against the dense kernel (same operand path) tightly, the exact reference loosely.
           EXPECT_LT(test::diff(r.out, dense).max_abs, 2e-5) << spec << " " << dtype_name(dt);
@@ -600,7 +607,9 @@ TEST(MomoMethod, AutoGammaBoundsTheDenseRowsShareOfTheBudget) {
   const Workload w = text(L, 2, 1, 32, DType::f32, 21);
   auto share = [&](double g, double k) { return (L / g) / (64 * (k + 1 + 3) + L / g); };  // Eq. 9
   int64_t last = 0;
-  for (int k : {64, 24, 12, 4, 1}) {  // smaller budgets, larger strides
+  // Smaller budgets, larger strides; each selects (2048 keys are 32 blocks: a k covering them
+  // would run dense).
+  for (int k : {24, 12, 4, 1}) {
     const std::string spec = "momo:k=" + std::to_string(k);
     const MomoRun r = run(spec, w);
     const int64_t g = int64_t(r.report.extras.at("gamma"));

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -392,7 +393,8 @@ TEST(MeanPoolTopP, SmallerBudgetKeepsFewerBlocksAndSpecReachesIt) {
   const Inputs in = make_inputs(c, 3);
   Tensor out(DType::f32, 2, 512, 32);
   int64_t last = -1;
-  for (const char* spec : {"mean_pool:topp=0.3", "mean_pool:topp=0.7", "mean_pool:topp=1"}) {
+  for (const char* spec : {"mean_pool:topp=0.3,est=pooled", "mean_pool:topp=0.7,est=pooled",
+                           "mean_pool:topp=1,est=pooled"}) {
     const MethodReport r = make_method(spec)->run(in.q, in.k, in.v, out, {});
     const BlockMask want =
         mean_pool_mask(in.q, in.k, 64, 64, 0, 64, 64, {}, std::stod(std::string(spec).substr(15)));
@@ -412,6 +414,165 @@ TEST(MeanPoolTopP, RejectsBadBudgets) {
   const Inputs in = make_inputs(c, 1);
   EXPECT_THROW(mean_pool_mask(in.q, in.k, 64, 64, 0, 0, 1, {}, 1.5), Error);
   EXPECT_THROW(mean_pool_mask(in.q, in.k, 64, 64, 0, 0, 1, {}, -0.5), Error);
+}
+
+// ---- mass budgets on the antidiagonal estimate: mean_pool's topp and min_share,
+// xattention's min_share ------------------------------------------------------------------
+
+// min_share's twin: the forced blocks and every block whose mass is at least t of the total.
+std::set<int64_t> select_share(const std::vector<double>& mass, const std::set<int64_t>& forced,
+                               double t) {
+  double total = 0;
+  for (double x : mass) total += x;
+  std::set<int64_t> keep = forced;
+  for (size_t kb = 0; kb < mass.size(); ++kb)
+    if (mass[kb] >= t * total) keep.insert(int64_t(kb));
+  return keep;
+}
+bool share_near_tie(const std::vector<double>& mass, double t, double eps) {
+  double total = 0;
+  for (double x : mass) total += x;
+  for (double x : mass)
+    if (std::abs(x - t * total) <= eps * total) return true;
+  return false;
+}
+
+struct BudgetCase {
+  Case c;
+  int64_t sink, local;  // mean_pool's (tokens); negative: xattention's sink and diagonal
+  double topp, min_share;
+};
+
+// The mask against the twin: the antidiagonal scores (xattn_scores) and the twin's selection;
+// a row may differ only at a near-tie, and then must be a valid selection (topp).
+void expect_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
+                 const std::string& what) {
+  const Case& c = b.c;
+  int64_t rows = 0, exact = 0;
+  for (int64_t h = 0; h < c.s.hq; ++h) {
+    const auto bs = xattn_scores(in, c, h, got);
+    for (int64_t qb = 0; qb < got.n_qb(); ++qb) {
+      const int64_t limit = got.causal_blocks(qb), off = c.s.lk - c.s.lq;
+      const int64_t r0 = qb * c.block_q, r1 = std::min(r0 + c.block_q, c.s.lq);
+      const int64_t p0 = off + r0, p1 = off + r1 - 1;
+      std::set<int64_t> forced;
+      if (b.sink < 0) {
+        if (limit > 0) forced.insert(0);
+        for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p)
+          forced.insert(p / c.block_k);
+      } else {
+        for (int64_t p = p0; p <= p1; ++p)
+          for (int64_t j = 0; j < (c.causal ? p + 1 : c.s.lk); ++j)
+            if (j < b.sink || (j > p - b.local && j <= p)) forced.insert(j / c.block_k);
+      }
+      const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
+      const std::set<int64_t> want =
+          b.min_share > 0 ? select_share(mass, forced, b.min_share) : select(mass, forced, b.topp);
+      auto row = got.row(h, qb);
+      const std::set<int64_t> have(row.begin(), row.end());
+      ++rows;
+      if (have == want) {
+        ++exact;
+        continue;
+      }
+      const std::string where =
+          what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
+      if (b.min_share > 0) {
+        EXPECT_TRUE(share_near_tie(mass, b.min_share, 1e-5)) << where << ": differs";
+      } else {
+        EXPECT_TRUE(near_tie(mass, forced, b.topp, 1e-5)) << where << ": differs";
+        EXPECT_TRUE(valid_within(mass, forced, b.topp, have, 1e-5)) << where;
+      }
+    }
+  }
+  EXPECT_GE(double(exact), 0.95 * double(rows)) << what << ": " << exact << " of " << rows;
+}
+
+TEST(MassBudgets, MeanPoolOnTheAntidiagonalEqualsTheTwin) {
+  const BudgetCase cases[] = {
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, 64, 64, 0.9, 0},
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, 64, 64, 0, 0.05},
+      {{{2, 1, 257, 389, 32}, 4, 32, 64, 0, true, "random"}, 0, 1, 0.5, 0},
+      {{{2, 1, 257, 389, 32}, 4, 32, 64, 0, true, "random"}, 0, 1, 0, 0.02},
+      {{{2, 2, 300, 300, 32}, 8, 64, 64, 0, true, "peaked"}, 16, 16, 0.99, 0},
+      {{{2, 2, 400, 400, 32}, 8, 64, 64, 0, true, "vertical"}, 0, 1, 0, 0.1},
+      {{{2, 2, 200, 150, 32}, 8, 32, 32, 0, false, "random"}, 0, 1, 0.8, 0},
+      {{{2, 2, 200, 150, 32}, 8, 32, 32, 0, false, "random"}, 0, 1, 0, 0.03},
+  };
+  for (const BudgetCase& b : cases) {
+    const Case& c = b.c;
+    const Inputs in = make_inputs(c, 23 + uint64_t(c.s.lq));
+    AttnOptions opt;
+    opt.causal = c.causal;
+    MeanPoolBudget budget;
+    budget.topp = b.topp, budget.min_share = b.min_share, budget.stride = c.stride;
+    budget.dot_bf16 = false;  // the twin's double products stand for f32's
+    const BlockMask got =
+        mean_pool_mask(in.q, in.k, c.block_q, c.block_k, b.sink, b.local, opt, budget);
+    got.validate();
+    const std::string what = std::string("mean_pool ") +
+                             (b.min_share > 0 ? "min_share " + std::to_string(b.min_share)
+                                              : "topp " + std::to_string(b.topp)) +
+                             " " + c.input + (c.causal ? "" : " non-causal");
+    expect_twin(got, in, b, what);
+  }
+}
+
+TEST(MassBudgets, XAttentionMinShareEqualsTheTwin) {
+  const BudgetCase cases[] = {
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, -1, 0, 0, 0.05},
+      {{{2, 2, 640, 640, 32}, 8, 32, 32, 0, true, "random"}, -1, 0, 0, 0.01},
+      {{{2, 2, 400, 400, 32}, 8, 64, 64, 0, true, "vertical"}, -1, 0, 0, 0.1},
+      {{{2, 2, 200, 150, 32}, 8, 32, 32, 0, false, "random"}, -1, 0, 0, 0.04},
+  };
+  for (const BudgetCase& b : cases) {
+    const Case& c = b.c;
+    const Inputs in = make_inputs(c, 29 + uint64_t(c.s.lq));
+    AttnOptions opt;
+    opt.causal = c.causal;
+    const std::string spec = "xattention:dot=f32,stride=" + std::to_string(c.stride) +
+                             ",block_q=" + std::to_string(c.block_q) +
+                             ",block_k=" + std::to_string(c.block_k) +
+                             ",min_share=" + std::to_string(b.min_share);
+    Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
+    const MethodReport r = make_method(spec)->run(in.q, in.k, in.v, out, opt);
+    ASSERT_NE(r.mask, nullptr) << spec;
+    EXPECT_EQ(r.extras.at("min_share"), b.min_share) << spec;
+    expect_twin(*r.mask, in, b, spec + " " + c.input);
+  }
+}
+
+// The method's spec reaches mean_pool_mask's budgets (antidiagonal at stride 8 by default,
+// products in bf16 as xattention's), and a larger threshold keeps fewer blocks.
+TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
+  const Case c{{2, 2, 512, 512, 32}, 8, 64, 64, 0.9, true, "random"};
+  const Inputs in = make_inputs(c, 31);
+  Tensor out(DType::f32, 2, 512, 32);
+  int64_t last = INT64_MAX;
+  for (double t : {0.001, 0.01, 0.05, 0.2}) {
+    const MethodReport r =
+        make_method("mean_pool:min_share=" + std::to_string(t))->run(in.q, in.k, in.v, out, {});
+    MeanPoolBudget b;
+    b.min_share = t, b.stride = 8;
+    EXPECT_EQ(r.mask->to_dense(), mean_pool_mask(in.q, in.k, 64, 64, 64, 64, {}, b).to_dense());
+    EXPECT_LE(int64_t(r.mask->blocks.size()), last) << t;
+    last = int64_t(r.mask->blocks.size());
+  }
+  MeanPoolBudget b;
+  b.topp = 0.8, b.stride = 4;
+  const MethodReport r = make_method("mean_pool:topp=0.8,stride=4")->run(in.q, in.k, in.v, out, {});
+  EXPECT_EQ(r.mask->to_dense(), mean_pool_mask(in.q, in.k, 64, 64, 64, 64, {}, b).to_dense());
+}
+
+TEST(MassBudgets, RejectBadBudgets) {
+  for (const char* spec :
+       {"mean_pool:topp=0.9,min_share=0.1", "mean_pool:topk=4,min_share=0.1",
+        "mean_pool:min_share=0", "mean_pool:min_share=1", "mean_pool:min_share=nan",
+        "mean_pool:est=pooled", "mean_pool:stride=8", "mean_pool:topp=0.9,est=max",
+        "mean_pool:topp=0.9,est=pooled,stride=4", "mean_pool:topp=0.9,stride=3",
+        "mean_pool:min_share=0.1,block_k=36", "xattention:min_share=0.1,tau=0.9",
+        "xattention:min_share=0.1,topp=0.9", "xattention:min_share=1", "xattention:min_share=0"})
+    EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
 // A bad budget on the command line is a named error and exit code 2.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -358,6 +359,23 @@ TEST(CalibCli, WritesLoadableFile) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2);
 }
 
+// target_miss against its definition, worked by hand: the mean's miss, the sample standard
+// deviation (n - 1) over sqrt(n), the range; one workload has no spread to estimate.
+TEST(CalibEvaluate, TargetMissIsTheMeansMissWithItsStandardError) {
+  const TargetMiss m = target_miss({0.50, 0.54, 0.52, 0.56}, 0.5);
+  EXPECT_EQ(m.workloads, 4);
+  EXPECT_NEAR(m.mean, 0.53, 1e-15);
+  EXPECT_NEAR(m.miss, 0.03, 1e-15);
+  // deviations -0.03, 0.01, -0.01, 0.03: squares sum to 0.002, variance 0.002 / 3
+  EXPECT_NEAR(m.standard_error, std::sqrt(0.002 / 3 / 4), 1e-15);
+  EXPECT_EQ(m.min, 0.50);
+  EXPECT_EQ(m.max, 0.56);
+  const TargetMiss one = target_miss({0.7}, 0.75);
+  EXPECT_NEAR(one.miss, -0.05, 1e-15);
+  EXPECT_EQ(one.standard_error, 0.0);
+  EXPECT_THROW(target_miss({}, 0.5), Error);
+}
+
 // --evaluate reads a calibration and reports the sparsity it reaches on fresh workloads; every
 // bad value of its flags is a message and exit code 2.
 TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
@@ -370,6 +388,29 @@ TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
   ASSERT_EQ(ok.code(), 0) << ok.err;
   EXPECT_NE(ok.out.find("worst mean miss"), std::string::npos) << ok.out;
   EXPECT_NE(ok.out.find("target 70%"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("over 2 workloads (target "), std::string::npos) << ok.out;
+  // --json: the same evaluation, each miss with its standard error and workload count, and the
+  // worst of them one of those.
+  const test::CliRun js =
+      test::run_spattn("calibrate --json --evaluate " + calib + small + "--seed 50", dir);
+  ASSERT_EQ(js.code(), 0) << js.err;
+  const nlohmann::json j = nlohmann::json::parse(js.out);
+  ASSERT_EQ(j.at("rows").size(), 2u);
+  double worst = 0;
+  for (const auto& row : j.at("rows")) {
+    EXPECT_EQ(row.at("workloads"), 2);
+    ASSERT_EQ(row.at("targets").size(), 2u);  // 0.5, 0.7
+    for (const auto& t : row.at("targets")) {
+      EXPECT_EQ(t.at("workloads"), 2);
+      EXPECT_GE(t.at("miss_standard_error").get<double>(), 0.0);
+      EXPECT_NEAR(t.at("miss").get<double>(),
+                  t.at("mean").get<double>() - t.at("target").get<double>(), 1e-12);
+      if (t.at("in_reach")) worst = std::max(worst, std::abs(t.at("miss").get<double>()));
+    }
+  }
+  ASSERT_FALSE(j.at("worst_miss").is_null()) << js.out;
+  EXPECT_EQ(std::abs(j.at("worst_miss").at("miss").get<double>()), worst);
+  EXPECT_EQ(j.at("worst_miss").at("workloads"), 2);
   auto expect_bad = [&](const std::string& args, const std::string& mention) {
     const test::CliRun r = test::run_spattn("calibrate" + small + args, dir);
     ASSERT_TRUE(r.exited()) << r.err;
@@ -381,6 +422,7 @@ TEST(CalibCli, EvaluateChecksACalibrationAndRejectsBadFlags) {
   expect_bad("--evaluate " + calib + " --fixed-lambda -0.1", "--fixed-lambda");
   expect_bad("--evaluate " + calib + " --fixed-lambda 2", "--fixed-lambda");
   expect_bad("", "--out is required");
+  expect_bad("--json --out " + calib, "--json goes with --evaluate");
   expect_bad("--order sideways --out " + calib, "sideways");
 }
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Mass and threshold budgets against counts at equal mean density (issue 61's must-show).
+
+Runs `spattn bench --json --repeat 1` once over a sweep of count runs (`--count`) and budget
+runs (`--budget`) on one dump, then, for each budget run, reads the counts' mean and worst-row
+recall at the budget run's sparsity by linear interpolation between the two count runs that
+bracket it (as the 2026-11-27 log entry did). Recall is deterministic; times are not read.
+
+  scripts/budget_sweep.py --bin build/bin/spattn --qkv DUMP [--q-len N] \\
+      --count 'mean_pool:topk={}' 4 8 16 ... --budget 'mean_pool:topp={}' 0.9 0.95 ...
+
+Prints a Markdown table: run, sparsity, recall / worst, the counts' at that sparsity (and the
+bracketing runs), the mean's difference in points and whether the worst row is at least the
+counts'. A budget run outside the counts' sparsity range is marked "outside".
+"""
+import argparse
+import json
+import subprocess
+import sys
+
+
+def sweep(template, values):
+    return [template.format(v) for v in values]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default="build/bin/spattn")
+    ap.add_argument("--qkv", required=True)
+    ap.add_argument("--q-len", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--count", nargs="+", required=True)
+    ap.add_argument("--budget", nargs="+", action="append", required=True)
+    ap.add_argument("--label", default="")
+    a = ap.parse_args()
+    counts = sweep(a.count[0], a.count[1:])
+    budgets = [s for b in a.budget for s in sweep(b[0], b[1:])]
+    cmd = [a.bin, "bench", "--qkv", a.qkv, "--repeat", "1", "--json"]
+    if a.q_len:
+        cmd += ["--q-len", str(a.q_len)]
+    if a.threads:
+        cmd += ["--threads", str(a.threads)]
+    for m in counts + budgets:
+        cmd += ["--method", m]
+    print("$ " + " ".join(cmd), file=sys.stderr)
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    by = {r["method"]: r for r in res["results"]}
+    curve = sorted((by[m]["sparsity"], by[m]["recall"], by[m]["recall_min"], m) for m in counts)
+    print(f"| dump | run | sparsity | recall / worst row | count curve at that sparsity "
+          f"(bracketing runs) | mean difference, points | worst >= counts' |")
+    print("|---|---|---:|---|---|---:|---|")
+    for m in budgets:
+        r = by[m]
+        s = r["sparsity"]
+        lo = [c for c in curve if c[0] <= s]
+        hi = [c for c in curve if c[0] >= s]
+        if not lo or not hi:
+            print(f"| {a.label} | `{m}` | {100*s:.1f}% | {r['recall']:.4f} / {r['recall_min']:.4f} "
+                  f"| outside the counts' range | - | - |")
+            continue
+        x0, x1 = lo[-1], hi[0]
+        t = 0.0 if x1[0] == x0[0] else (s - x0[0]) / (x1[0] - x0[0])
+        mean = x0[1] + t * (x1[1] - x0[1])
+        worst = x0[2] + t * (x1[2] - x0[2])
+        print(f"| {a.label} | `{m}` | {100*s:.1f}% | {r['recall']:.4f} / {r['recall_min']:.4f} | "
+              f"{mean:.4f} / {worst:.4f} (`{x0[3]}` .. `{x1[3]}`) | "
+              f"{100*(r['recall']-mean):+.2f} | {'yes' if r['recall_min'] >= worst else 'no'} |")
+    print("\ncount runs: " + "; ".join(f"`{m}` {100*s:.1f}% {rc:.4f}/{w:.4f}"
+                                        for s, rc, w, m in curve))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+// The mass budgets a block selector spends on one query block, from its estimated block masses
+// mass[0, limit) (>= 0; the query block's causal blocks), the forced blocks (sink, local,
+// diagonal) already set in keep. Shared by every selector with a mass budget (mean_pool,
+// xattention), so that topp and min_share mean the same everywhere (momo's, over its blend, too).
+//
+// Which to use (docs/methods/README.md, "Budgets"): topk spends the same count everywhere; topp
+// evens out the share of each query block's mass that is kept, so its worst rows are best where
+// the estimate is sharp; min_share keeps every block whose share of its query block's mass is at
+// least T, one threshold across blocks, which at a given density keeps the most mean recall
+// (the mean over rows is a sum of kept shares, and every full block costs the same entries).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace spattn::masks {
+
+// topp: the forced blocks' mass counted first, then the others, largest first (ties: the
+// smaller index), until the kept mass reaches p of the total: the fewest blocks that reach it.
+// `order` is scratch.
+void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint8_t>& keep,
+                   std::vector<int64_t>& order);
+
+// min_share: every block whose mass is at least t of the total.
+void keep_min_share(const double* mass, int64_t limit, double t, std::vector<uint8_t>& keep);
+
+}  // namespace spattn::masks
