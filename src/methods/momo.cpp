@@ -422,6 +422,11 @@ class Momo final : public Method {
                     const TensorView& out, const AttnOptions& opt, float* lse,
                     MethodReport& rep) const {
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq;
+    // The host's budget shortcut (prefill below), so that both devices report the same run.
+    if (topp_ == 0 && min_share_ == 0 && budget_covers_context(k_trim_, Lkv, beta_)) {
+      run_dense_instead(q, k, v, out, opt, lse, kDenseByBudget, true, nullptr, chi_, beta_, rep);
+      return;
+    }
     auto mask = std::make_shared<BlockMask>(H, L, Lkv, chi_, beta_, true);
     const Geometry g = geometry(*mask);
     cuda::MomoGpuPlan plan;
