@@ -41,9 +41,7 @@ void IndexerKeys::truncate(int64_t n) {
   if (chunks_.size() > whole) chunks_.resize(whole);
 }
 
-void IndexerKeys::append(const float* k, int64_t n) {
-  rows_.insert(rows_.end(), k, k + n * dim_);
-}
+void IndexerKeys::append(const float* k, int64_t n) { rows_.insert(rows_.end(), k, k + n * dim_); }
 
 void IndexerKeys::pack(int64_t n) {
   SPATTN_CHECK(n <= size(), "internal: indexer keys packed to ", n, " of ", size());
@@ -71,8 +69,7 @@ void indexer_scores(const float* q, const float* w, int64_t heads, const Indexer
     for (int64_t j = 0; j < cols; ++j) {
       // ggml_relu, ggml_mul by the weights, then ggml_sum_rows over the heads (a double sum).
       double s = 0;
-      for (int64_t h = 0; h < heads; ++h)
-        s += double(std::max(scratch[h * C + j], 0.0f) * w[h]);
+      for (int64_t h = 0; h < heads; ++h) s += double(std::max(scratch[h * C + j], 0.0f) * w[h]);
       scores[c * C + j] = float(s);
     }
   }

@@ -113,10 +113,11 @@ std::vector<float> logits(const spattn::model::Model& m, const std::string& attn
   return out;
 }
 
-double worst_gap(const std::vector<float>& a, const std::vector<float>& b, int64_t from,
-                 int64_t to, int64_t V) {
+double worst_gap(const std::vector<float>& a, const std::vector<float>& b, int64_t from, int64_t to,
+                 int64_t V) {
   double w = 0;
-  for (int64_t i = from * V; i < to * V; ++i) w = std::max(w, double(std::abs(a[size_t(i)] - b[size_t(i)])));
+  for (int64_t i = from * V; i < to * V; ++i)
+    w = std::max(w, double(std::abs(a[size_t(i)] - b[size_t(i)])));
   return w;
 }
 
