@@ -58,8 +58,10 @@ def build_log_flush(folder):
 
 
 def spattn_run(a, model, extra=()):
+    attn = ["--attn", a.spattn_attn, "--attn-decode", a.spattn_attn] if a.spattn_attn else []
     return json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
-                          "0", "-t", str(a.threads), "-c", "4096", "--json", *extra]).stdout)
+                          "0", "-t", str(a.threads), "-c", "4096", "--json", *attn,
+                          *extra]).stdout)
 
 
 def greedy(a, model):
@@ -141,14 +143,17 @@ def perplexity(a, model, c):
         return {"model": os.path.basename(model), "check": "perplexity", "ctx": c,
                 "chunks": a.chunks, "lost": True, "pass": True}
     lp, le = float(m.group(1)), float(m.group(2))
+    # --spattn-attn SPEC: spattn's prefill with SPEC (beside its dense one, also reported).
+    mode = ["--attn", a.spattn_attn] if a.spattn_attn else ["--dense-only"]
     cmd = [a.spattn, "perplexity", "-m", model, "-f", a.text, "-c", str(c), "-t", str(a.threads),
-           "--dense-only", "--json", *a.spattn_ppl_arg]
+           *mode, "--json", *a.spattn_ppl_arg]
     if a.chunks > 0:
         cmd += ["--chunks", str(a.chunks)]
     sp = json.loads(sh(cmd).stdout)
-    mine = sp["results"]["dense"]["ppl"]
+    mine = sp["results"][a.spattn_attn or "dense"]["ppl"]
     return {"model": os.path.basename(model), "check": "perplexity", "ctx": c, "chunks": a.chunks,
-            "llama": lp, "llama_err": le, "spattn": mine,
+            "llama": lp, "llama_err": le, "spattn": mine, "attn": a.spattn_attn or "dense",
+            "spattn_dense": sp["results"]["dense"]["ppl"],
             "pass": abs(mine - lp) <= le and (a.ppl_rel <= 0 or abs(mine - lp) <= a.ppl_rel * lp)}
 
 
@@ -174,6 +179,9 @@ def main():
     p.add_argument("--spattn-ppl-arg", action="append", default=[],
                    help="an argument for spattn perplexity (e.g. -ub 16: products on ggml's "
                    "8-bit path, as llama.cpp's, rather than spattn's f32-activation kernel)")
+    p.add_argument("--spattn-attn", default="",
+                   help="spattn's attention in prefill and decode (--attn, --attn-decode), "
+                   "e.g. dsa: a natively sparse model's own selection (default: dense)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])
@@ -216,6 +224,8 @@ def main():
             else:
                 print(f"{r['model']}: perplexity -c {r['ctx']}: llama.cpp {r['llama']:.4f} +/- "
                       f"{r['llama_err']:.5f}, spattn {r['spattn']:.4f}"
+                      + (f" ({r['attn']}; dense {r['spattn_dense']:.4f})"
+                         if r["attn"] != "dense" else "")
                       + ("" if r["pass"] else "  OUTSIDE the bound"))
     if not all(r["pass"] for r in rows):
         sys.exit(1)

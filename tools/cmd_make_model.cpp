@@ -142,8 +142,9 @@ void add_make_model_command(CLI::App& root) {
                   "2880, 4 a token, vocab 201088, yarn 32 from 4096, window 128) or deepseek-v3 "
                   "(deepseek2, 61 layers (3 dense), dim 7168, 128 heads, head dim 192 (rope 64), "
                   "v 128, q/kv latents 1536/512, 256 experts of ffn 2048 in 8 groups (4 used), "
-                  "8 a token, 1 shared, sigmoid gating, scale 2.5, vocab 129280); other flags "
-                  "override it");
+                  "8 a token, 1 shared, sigmoid gating, scale 2.5, vocab 129280) or "
+                  "deepseek-v3.2 (deepseek32: deepseek-v3's shape in the absorbed layout with "
+                  "the lightning indexer, 64 heads of 128, top-k 2048); other flags override it");
   o->arch =
       cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();
@@ -198,6 +199,12 @@ void add_make_model_command(CLI::App& root) {
   latent("--q-lora", &ModelShape::q_lora, "deepseek2: the q latent's size (0: none)");
   latent("--kv-lora", &ModelShape::kv_lora, "deepseek2: the kv latent's size");
   latent("--dense-layers", &ModelShape::dense_layers, "deepseek2: leading layers with a dense FFN");
+  latent("--indexer-heads", &ModelShape::indexer_heads,
+         "deepseek32: the lightning indexer's heads");
+  latent("--indexer-dim", &ModelShape::indexer_dim,
+         "deepseek32: an indexer head's size (a power of two from 64)");
+  latent("--indexer-top-k", &ModelShape::indexer_top_k,
+         "deepseek32: the tokens each query attends to (attention.indexer.top_k)");
   latent("--shared-experts", &ModelShape::shared_experts, "deepseek2: shared experts");
   latent("--expert-groups", &ModelShape::expert_groups,
          "deepseek2: groups of experts for group-limited routing (0: none)");

@@ -147,7 +147,9 @@ void run_decode_tail(const PplOptions& o) {
                "], got ", N);
   SPATTN_CHECK(o.chunks == -1 || o.chunks >= 1, "--chunks must be >= 1 (or -1: all)");
   std::vector<std::string> modes = {"dense"};
-  if (o.r.attn_decode != "dense") modes.push_back(o.r.attn_decode);
+  // --attn-decode's default (the model's own) compares nothing here: dense against itself.
+  if (o.r.attn_decode != "dense" && o.r.attn_decode != model::kModelAttention)
+    modes.push_back(o.r.attn_decode);
   std::vector<model::SessionOptions> so;
   for (const auto& m : modes) {
     RunnerOptions r = o.r;

@@ -103,6 +103,9 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   LoadedModel lm = load_runner_model(o.r.model, grp.get());
   const model::Config& cfg = lm.model.config();
+  // What ran, for the reports: --attn / --attn-decode's auto as the model resolves it.
+  const std::string attn = model::model_attention(o.r.attn, cfg, bool(grp)),
+                    attn_decode = model::model_attention(o.r.attn_decode, cfg, bool(grp));
   std::vector<int32_t> prompt;
   const auto tokenize = [&] {
     if (grp) text = read_prompt(o.prompt, o.file);
@@ -226,7 +229,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   if (o.r.json) {
     nlohmann::json j;
     j["model"] = o.r.model;
-    j["attn"] = o.r.attn;
+    j["attn"] = attn;
     j["prompt_tokens"] = prompt.size();
     j["generated_tokens"] = out.size();
     j["text"] = generated;
@@ -243,7 +246,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     j["decode_ms"] = t.decode_ms;
     j["decode_tok_s"] = decode_tps;
     // What decode read: keys (K rows) against the keys visible, over layers and kv heads.
-    j["attn_decode"] = o.r.attn_decode;
+    j["attn_decode"] = attn_decode;
     j["decode_attn_ms"] = t.decode_attn_ms;
     j["decode_keys_read"] = t.decode_keys_read;
     j["decode_keys_total"] = t.decode_keys_total;
@@ -291,8 +294,8 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
       o.r.model, model::arch_name(cfg.arch), cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim,
       cfg.is_moe() ? fmt::format(", {} of {} experts a token", cfg.n_expert_used, cfg.n_expert)
                    : std::string(),
-      lm.load_ms, prompt.size(), o.r.attn, so.n_batch, so.n_ubatch, ttft_ms, t.prefill_ms,
-      prefill_tps, t.prefill_attn_ms, 100 * attn_share,
+      lm.load_ms, prompt.size(), attn, so.n_batch, so.n_ubatch, ttft_ms, t.prefill_ms, prefill_tps,
+      t.prefill_attn_ms, 100 * attn_share,
       double(t.prefill_stats.causal_entries) /
           double(std::max<int64_t>(1, t.prefill_stats.score_entries)),
       t.decode_ms, decode_tps, t.decode_tokens);
@@ -301,7 +304,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
         stderr,
         "  attention    = {:10.2f} ms  (--attn-decode {}: {:.1f}% of keys read, {} of {} "
         "tiles skipped)\n",
-        t.decode_attn_ms, o.r.attn_decode,
+        t.decode_attn_ms, attn_decode,
         100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
         t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
@@ -342,8 +345,8 @@ void add_run_command(CLI::App& root) {
                 "(llama-bench's warm-up)");
   app->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   app->add_option("--attn", o->r.attn,
-                  "prefill attention: dense, chunked_h2o, or a method spec (blasst:lambda=1e-3, "
-                  "momo, ...)")
+                  "prefill attention: auto (the model's own: dsa for deepseek32, else dense), "
+                  "dense, chunked_h2o, dsa, or a method spec (blasst:lambda=1e-3, momo, ...)")
       ->capture_default_str();
   app->add_option(
          "--dump-qkv",

@@ -32,7 +32,9 @@ void on_signal(int sig) {
 void run_serve(const serve::ServeOptions& o) {
   o.validate();  // bad flags fail before the model loads
   LoadedModel lm = load_model_and_tokenizer(o.r.model);
-  serve::Server server(o, lm);
+  serve::ServeOptions own = o;  // --attn's auto as the model resolves it
+  resolve_model_attention(own.r, lm.model.config());
+  serve::Server server(own, lm);
   int port = 0;
   try {
     port = server.bind();
@@ -55,7 +57,7 @@ void run_serve(const serve::ServeOptions& o) {
   });
   for (int sig : {SIGINT, SIGTERM}) std::signal(sig, on_signal);
   fmt::print(stderr, "spattn serve: {} loaded in {:.0f} ms; context {}, attention {}\n", o.r.model,
-             lm.load_ms, o.r.n_ctx, o.r.attn);
+             lm.load_ms, o.r.n_ctx, own.r.attn);
   fmt::print(stderr, "spattn serve: listening on http://{}:{}\n", o.host, port);
   server.listen();
   const char done = 0;  // wakes the waiter when listen ended otherwise
@@ -77,7 +79,8 @@ void add_serve_command(CLI::App& root) {
                   "-np: slots (requests served at once, each its own KV cache)")
       ->capture_default_str();
   app->add_option("--attn", o->r.attn,
-                  "default prefill attention: dense, chunked_h2o, or a method spec")
+                  "default prefill attention: auto (the model's own: dsa for deepseek32, else "
+                  "dense), dense, chunked_h2o, dsa, or a method spec")
       ->capture_default_str();
   app->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on requests");
   app->add_flag("--metrics", o->metrics, "serve GET /metrics (Prometheus text format)");

@@ -39,10 +39,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
   app.add_option("--cache-type-v", o.cache_type_v,
                  "-ctv: KV cache type for V (f32, f16, bf16, q8_0), as llama.cpp's")
       ->capture_default_str();
-  app.add_option(
-         "--attn-decode", o.attn_decode,
-         "decode attention: dense, quest[:k=PAGES,page=16..64,topp=P,sink=,local=,"
-         "dense_layers=,dense_at=F], blasst:lambda=X[,order=] or blasst:sparsity=S,calib=FILE")
+  app.add_option("--attn-decode", o.attn_decode,
+                 "decode attention: auto (the model's own: dsa for deepseek32, else dense), dense, "
+                 "quest[:k=PAGES,page=16..64,topp=P,sink=,local=,dense_layers=,dense_at=F], "
+                 "blasst:lambda=X[,order=], blasst:sparsity=S,calib=FILE or dsa")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
   app.add_option("--cp", o.cp,
@@ -73,6 +73,11 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
   s.attn = attn;
   s.validate();
   return s;
+}
+
+void resolve_model_attention(RunnerOptions& o, const model::Config& cfg) {
+  o.attn = model::model_attention(o.attn, cfg, o.cp > 1);
+  o.attn_decode = model::model_attention(o.attn_decode, cfg, o.cp > 1);
 }
 
 LoadedModel load_model_and_tokenizer(const std::string& path) {

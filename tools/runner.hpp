@@ -27,10 +27,13 @@ struct RunnerOptions {
   int64_t n_batch = 2048;  // -b
   int64_t n_ubatch = 512;  // -ub
   int64_t h2o_local = 256, h2o_heavy = 256;
-  std::string attn = "dense";  // --attn: dense | chunked_h2o | any library method spec
-  int threads = 2;             // -t
+  // --attn: auto (the model's own: dsa where it has a lightning indexer, else dense) | dense |
+  // chunked_h2o | dsa | any library method spec
+  std::string attn = model::kModelAttention;
+  int threads = 2;                                         // -t
   std::string cache_type_k = "f16", cache_type_v = "f16";  // -ctk, -ctv
-  std::string attn_decode = "dense";  // --attn-decode: dense | quest[:...] | blasst:...
+  // --attn-decode: auto | dense | quest[:...] | blasst:... | dsa
+  std::string attn_decode = model::kModelAttention;
   bool json = false;
   int cp = 1;              // --cp P: context parallelism over P MPI ranks (mpirun -np P)
   bool cp_gather = false;  // --cp-gather: dense prefill over all-gathered K/V (one process's bits)
@@ -42,6 +45,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o);
 // --h2o-heavy) are the runner's own schedules; any other spec runs that library method per
 // chunk. Throws Error on an unknown method or bad parameters.
 model::SessionOptions session_options(const RunnerOptions& o, const std::string& attn);
+
+// --attn and --attn-decode's "auto" as the model resolves it (model::model_attention), so that
+// what a command reports is what ran.
+void resolve_model_attention(RunnerOptions& o, const model::Config& cfg);
 
 struct LoadedModel {
   model::Model model;

@@ -83,6 +83,14 @@ struct ArchTraits {
   // (exp_probs_b), sigmoid or softmax gating, group-limited routing, normalized and scaled
   // weights as the file's expert_* keys say.
   bool deepseek_moe = false;
+  // The latent attention's k and v matrices in the absorbed layout (attn_k_b, each head's
+  // [kv latent, k_nope] matrix, and attn_v_b, its [v, kv latent] one; attention.key_length_mla
+  // and value_length_mla the heads' sizes) instead of attn_kv_b; read into the expanded form.
+  bool mla_absorbed = false;
+  // DeepSeek's sparse attention (DSA): a lightning indexer in every layer (indexer.attn_q_b
+  // from the q latent, indexer.attn_k with its LayerNorm, indexer.proj's per-head weights;
+  // attention.indexer.head_count, key_length, top_k), whose top-k tokens each query reads.
+  bool indexer = false;
   AttnScale attn_scale = AttnScale::inv_sqrt_head_dim;
   // make-model only: the SentencePiece vocabulary's last tokens (space-separated; llama.cpp's
   // loader looks some up by name) and whether it adds a space before the text.

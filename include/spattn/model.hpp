@@ -110,6 +110,10 @@ struct Config {
   // head's (0: head_dim); n_rot the rope part at the end of each head (0: all of it).
   int64_t q_lora_rank = 0, kv_lora_rank = 0, head_dim_v = 0, n_rot = 0;
   bool is_mla() const { return kv_lora_rank > 0; }
+  // DeepSeek's sparse attention (ArchTraits::indexer): the lightning indexer's heads, their
+  // size (RoPE on the first rot() values, NeoX pairs) and the tokens each query keeps.
+  int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
+  bool has_indexer() const { return indexer_top_k > 0; }
   int64_t v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int64_t rot() const { return n_rot > 0 ? n_rot : head_dim; }
   bool is_swa(int64_t layer) const {
@@ -162,6 +166,12 @@ struct LayerRefs {
   // the shared experts' FFN (ffn_gate_shexp, ffn_up_shexp, ffn_down_shexp).
   WeightRef wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b, exp_probs_b;
   WeightRef gate_shexp, up_shexp, down_shexp;
+  // The absorbed layout's k and v matrices (attn_k_b, attn_v_b: one plane a head), which the
+  // reader turns into wkv_b.
+  WeightRef wk_b, wv_b;
+  // DSA's lightning indexer (indexer.k_norm weight and bias, indexer.proj, indexer.attn_k,
+  // indexer.attn_q_b).
+  WeightRef idx_k_norm, idx_k_norm_b, idx_proj, idx_k, idx_q_b;
 };
 struct ModelRefs {
   Config cfg;
@@ -209,6 +219,10 @@ class Model {
     // absent (wkv_a, wkv_b); the shared experts in a MoE layer.
     std::vector<float> q_a_norm, kv_a_norm, exp_probs_b;
     Weight wq_a, wq_b, wkv_a, wkv_b, gate_shexp, up_shexp, down_shexp;
+    // deepseek32's lightning indexer: its key's LayerNorm, the per-head weights' matrix, its
+    // key's and (from the q latent) its queries' matrices.
+    std::vector<float> idx_k_norm, idx_k_norm_b;
+    Weight idx_proj, idx_k, idx_q_b;
   };
   const Layer& layer(int64_t i) const;
   const std::vector<float>& output_norm() const;
@@ -235,14 +249,23 @@ class Model {
 Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);
 
+// --attn / --attn-decode's default: the model's own attention (dsa for a model with a
+// lightning indexer, DeepSeek V3.2's deepseek32, run in one process; dense otherwise).
+inline constexpr const char* kModelAttention = "auto";
+struct Config;
+// The spec a session runs for `spec`: kModelAttention resolved for the model (dsa or dense;
+// dense under context parallelism, which dsa does not run), any other spec as given.
+std::string model_attention(const std::string& spec, const Config& cfg, bool cp);
+
 struct SessionOptions {
   int64_t n_ctx = 4096;    // -c: KV cache capacity (tokens)
   int64_t n_batch = 2048;  // -b: logical batch
   int64_t n_ubatch = 512;  // -ub: chunk
   // --attn: how a prompt's attention is computed, any method of the registry (spattn/method.hpp:
   // MethodInfo::prefills): "dense", "chunked_h2o" (its sizes: -b, -ub, --h2o-local and
-  // --h2o-heavy), or a library method's spec run over the cache per -ub chunk.
-  std::string attn = "dense";
+  // --h2o-heavy), or a library method's spec run over the cache per -ub chunk; "auto"
+  // (kModelAttention): the model's own.
+  std::string attn = kModelAttention;
   int64_t h2o_local = 256, h2o_heavy = 256;  // --h2o-local, --h2o-heavy
   // chunked_h2o: how many chunk boundaries of the prompts prefilled keep the layers' state
   // (the most recent ones; every -ub chunk end when -ub is a multiple of 64, as the default
@@ -258,9 +281,10 @@ struct SessionOptions {
   // prefill (every mode) and decode see the values the cache holds.
   KVType cache_type_k = KVType::f16, cache_type_v = KVType::f16;
   // --attn-decode: how decode attends, a registry method with a decode form (MethodInfo::
-  // decodes): dense, quest[:...] (page summaries kept with the cache) or blasst:lambda=X /
-  // blasst:sparsity=S,calib=FILE. Prefill is unaffected.
-  std::string attn_decode = "dense";
+  // decodes): dense, quest[:...] (page summaries kept with the cache), blasst:lambda=X /
+  // blasst:sparsity=S,calib=FILE or dsa; "auto" (kModelAttention): the model's own. Prefill is
+  // unaffected.
+  std::string attn_decode = kModelAttention;
   // With a quest decode: page summaries in every layer, not only in those Quest decodes
   // (spattn perplexity --decode-recall measures what its choice would keep in the dense ones).
   bool quest_pages_every_layer = false;

@@ -58,6 +58,9 @@ struct ModelShape {
   // deepseek2's YaRN: mscale_all_dim (written as rope.scaling.yarn_log_multiplier = 0.1 times
   // it, as llama.cpp's converter does; 0: not written).
   float yarn_log_mul = 0.0f;
+  // deepseek32 (DSA): the lightning indexer's heads, their size (a power of two from 64) and
+  // the tokens a query keeps (attention.indexer.*).
+  int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
   std::string tokenizer;  // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 

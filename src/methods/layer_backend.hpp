@@ -25,6 +25,7 @@ struct RingPattern;
 struct RingBlasst;
 }  // namespace dist
 struct ChunkedH2OTrace;
+struct DsaCall;
 
 // What a session tells a layer's backend when it builds it.
 struct BackendContext {
@@ -37,6 +38,9 @@ struct BackendContext {
   float scale = 0;  // softmax scale, 0: 1 / sqrt(dim)
   KVType k_type = KVType::f32, v_type = KVType::f32;
   bool cp = false;  // the session is one rank of a context-parallel group (--cp)
+  // The model's lightning indexer (DeepSeek V3.2's DSA): its top-k, 0 where it has none, -1
+  // before a model is read (SessionOptions::validate's placeholders).
+  int64_t indexer_top_k = 0;
   // One object the layers of a session share, made by the first layer that asks (chunked_h2o's
   // batch scratch: layers run one after another).
   std::shared_ptr<void>* shared = nullptr;
@@ -77,6 +81,8 @@ struct LayerCall {
   AttnOptions opt;                    // threads and scale (q_start is the backend's to set)
   float* lse = nullptr;  // [Hq, n] when non-null: the rows' LSE, for the attention sinks' merge
   Stats* stats = nullptr;
+  const DsaCall* dsa = nullptr;  // the indexer's rows and keys (methods/dsa.hpp), where the
+                                 // model has a lightning indexer
 };
 
 // What one decoded token's attention read, summed over layers and kv heads (Timings).

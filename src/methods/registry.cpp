@@ -52,6 +52,9 @@ const Entry kMethods[] = {
     {.name = "grid", .make = make_grid, .compared = false},
     {.name = "mminference", .make = make_mminference, .compared = false},
     {.name = "quest", .causal_only = true, .compared = false, .decode = make_quest_decode},
+    // A model's own selection (deepseek32's lightning indexer): a runner's prefill and decode.
+    {.name = "dsa", .causal_only = true, .compared = false, .prefill = make_dsa_backend,
+     .decode = make_dsa_backend},
     {.name = "sliding_window", .make = make_sliding_window, .causal_only = true,
      .compared = false, .prefill = make_sliding_window_prefill, .context_parallel = true},
 };
@@ -64,7 +67,7 @@ MethodInfo info_of(const Entry& e) {
   i.evaluation_only = e.evaluation_only;
   i.causal_only = e.causal_only;
   i.count_param = e.count_param;
-  i.prefills = e.make != nullptr;
+  i.prefills = e.make != nullptr || e.prefill != nullptr;
   i.decodes = e.decode != nullptr;
   i.context_parallel = e.context_parallel;
   i.decode_context_parallel = e.decode_context_parallel;

@@ -35,6 +35,8 @@ std::unique_ptr<LayerBackend> make_blasst_prefill(const MethodSpec& spec, const 
 std::unique_ptr<LayerBackend> make_blasst_decode(const MethodSpec& spec, const BackendContext& c);
 std::unique_ptr<LayerBackend> make_chunked_h2o_prefill(const MethodSpec& spec,
                                                        const BackendContext& c);
+// DeepSeek's sparse attention (dsa.cpp): the model's own indexer picks each row's tokens.
+std::unique_ptr<LayerBackend> make_dsa_backend(const MethodSpec& spec, const BackendContext& c);
 std::unique_ptr<LayerBackend> make_quest_decode(const MethodSpec& spec, const BackendContext& c);
 std::unique_ptr<LayerBackend> make_sliding_window_prefill(const MethodSpec& spec,
                                                           const BackendContext& c);

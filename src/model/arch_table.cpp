@@ -51,6 +51,11 @@ constexpr ArchTraits kArchs[] = {
     // in the layout of attn_kv_b (one matrix for every head's k_nope and v).
     {.name = "deepseek2", .summary = "latent attention, shared experts, leading dense layers",
      .scalings = rs::yarn, .experts = P::required, .own_expert_ffn = true, .mla = true, .deepseek_moe = true},
+    // DeepSeek V3.2 (llama.cpp's llama_model_deepseek32): deepseek2's layers in the absorbed
+    // layout (attn_k_b / attn_v_b, a q latent required) plus DSA's lightning indexer.
+    {.name = "deepseek32", .summary = "deepseek2 with DSA's lightning indexer (sparse attention)",
+     .scalings = rs::yarn, .experts = P::required, .own_expert_ffn = true, .mla = true,
+     .deepseek_moe = true, .mla_absorbed = true, .indexer = true},
 };
 // clang-format on
 

@@ -342,6 +342,21 @@ LayerGraphCache::~LayerGraphCache() = default;
 
 namespace {
 
+// DSA's lightning indexer over the normed rows h and the normed q latent qr (llama.cpp's
+// deepseek32 graph): idx_q = qr Wiq_b; idx_k = LayerNorm(h Wik) * k_norm + k_norm_b (eps 1e-6,
+// llama.cpp's f_norm_eps there); idx_w = h Wproj.
+void indexer_head(Builder& B, ggml_cgraph* g, const Model::Layer& L, ggml_tensor* h,
+                  ggml_tensor* qr) {
+  const RowBuffers& b = *B.b;
+  ggml_build_forward_expand(g, B.linear(L.idx_q_b, qr, {}, b.idx_q));
+  ggml_tensor* k = B.linear(L.idx_k, h, {}, b.idx_k);
+  k = B.at(ggml_norm(B.ctx, k, 1e-6f), b.idx_k);
+  k = B.at(ggml_mul(B.ctx, k, B.vec(L.idx_k_norm)), b.idx_k);
+  k = B.at(ggml_add(B.ctx, k, B.vec(L.idx_k_norm_b)), b.idx_k);
+  ggml_build_forward_expand(g, k);
+  ggml_build_forward_expand(g, B.linear(L.idx_proj, h, {}, b.idx_w));
+}
+
 // The latent attention's head over the normed rows h (llama.cpp's deepseek2 graph, its
 // expanded form): q = h Wq, or RMSNorm(h Wq_a) * q_a_norm Wq_b through the q latent; kv_a = h
 // Wkv_a (the kv latent, then the rope key); kv_b = RMSNorm(kv latent) * kv_a_norm Wkv_b (each
@@ -357,7 +372,9 @@ void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L
     kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);
     ggml_build_forward_expand(g, qa);
     ggml_build_forward_expand(g, kv_a);
-    q = B.linear(L.wq_b, B.norm(qa, L.q_a_norm, c.rms_eps, b.g), {}, b.q);
+    ggml_tensor* qr = B.norm(qa, L.q_a_norm, c.rms_eps, b.g);
+    q = B.linear(L.wq_b, qr, {}, b.q);
+    if (L.idx_q_b.t) indexer_head(B, g, L, h, qr);
   } else {
     q = B.linear(L.wq, h, {}, b.q);
     kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);
@@ -383,8 +400,8 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   // A MoE FFN adds about 20 nodes (gpt-oss's biases four more, group-limited routing ten,
   // shared experts eight) and two a chosen expert (its view and add); the latent attention's
   // head about ten.
-  const int64_t max_nodes =
-      kMaxNodes + (c.is_moe() ? 48 + 2 * c.n_expert_used : 0) + (c.is_mla() ? 16 : 0);
+  const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 48 + 2 * c.n_expert_used : 0) +
+                            (c.is_mla() ? 16 : 0) + (c.has_indexer() ? 16 : 0);
   e.meta.resize(size_t(max_nodes) * ggml_tensor_overhead() +
                 ggml_graph_overhead_custom(size_t(max_nodes), false));
   ggml_init_params ip{e.meta.size(), e.meta.data(), true};

@@ -31,9 +31,14 @@ namespace spattn::model {
 // rows: the kv latent, then the token's rope key) and kv_b [n, Hq (nope + v)] (attn_kv_b's: each
 // head's k_nope and v), from which the session assembles k and v; q's latent goes through g
 // (packed into u), the normed kv latent through h (packed into att). Null otherwise.
+//
+// DSA's lightning indexer (Config::has_indexer) writes three more: idx_q [n, heads x dim] (from
+// the normed q latent), idx_k [n, dim] (LayerNorm'd, with its bias) and idx_w [n, heads] (the
+// per-head weights), before RoPE and the Hadamard rotation, which the session applies.
 struct RowBuffers {
   float *x, *h, *q, *k, *v, *att, *g, *u;
   float *kv_a = nullptr, *kv_b = nullptr;
+  float *idx_q = nullptr, *idx_k = nullptr, *idx_w = nullptr;
   bool pack = false;
   bool operator==(const RowBuffers&) const = default;
 };

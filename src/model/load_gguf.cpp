@@ -67,23 +67,35 @@ std::vector<float> f32_values(const gguf::File& f, const std::string& name, int6
 // the kv latent (required), the q latent (0 or absent: q from attn_q), the key and value
 // lengths of a head and the rope part at the end of each. The expanded cache keeps a kv head
 // a q head, whatever head_count_kv says.
-void read_latent_attention(const gguf::File& f, const std::string& arch, Config& c) {
+void read_latent_attention(const gguf::File& f, const std::string& arch, const ArchTraits& t,
+                           Config& c) {
   const auto key = [&](const char* k) { return arch + "." + k; };
-  // The absorbed layout (attn_k_b / attn_v_b, which current converters write, with the _mla
-  // lengths) needs the latent cache and decode's absorbed form.
-  SPATTN_CHECK(!f.has(key("attention.key_length_mla")) && !f.find_tensor("blk.0.attn_k_b.weight"),
-               f.name(), ": ", arch, " in the absorbed layout (attn_k_b / attn_v_b, ",
-               key("attention.key_length_mla"),
-               ") is not supported yet; spattn runs files with "
-               "attn_kv_b");
+  if (t.mla_absorbed) {
+    // llama.cpp's deepseek32: the heads' sizes in the _mla keys (key_length and value_length
+    // are the latent attention's, kv latent + rope and kv latent).
+    c.head_dim = int64_t(f.get_uint(key("attention.key_length_mla")));
+    c.head_dim_v = int64_t(f.get_uint(key("attention.value_length_mla")));
+  } else {
+    // The absorbed layout (attn_k_b / attn_v_b, which current converters write, with the _mla
+    // lengths) is read for the architectures whose llama.cpp graph reads it (deepseek32).
+    SPATTN_CHECK(!f.has(key("attention.key_length_mla")) && !f.find_tensor("blk.0.attn_k_b.weight"),
+                 f.name(), ": ", arch, " in the absorbed layout (attn_k_b / attn_v_b, ",
+                 key("attention.key_length_mla"),
+                 ") is not supported yet; spattn runs files with attn_kv_b");
+    if (f.has(key("attention.value_length")))
+      c.head_dim_v = int64_t(f.get_uint(key("attention.value_length")));
+  }
   c.kv_lora_rank = int64_t(f.get_uint(key("attention.kv_lora_rank")));
   if (f.has(key("attention.q_lora_rank")))
     c.q_lora_rank = int64_t(f.get_uint(key("attention.q_lora_rank")));
-  if (f.has(key("attention.value_length")))
-    c.head_dim_v = int64_t(f.get_uint(key("attention.value_length")));
   c.n_rot = f.has(key("rope.dimension_count")) ? int64_t(f.get_uint(key("rope.dimension_count")))
                                                : c.head_dim;
   c.n_head_kv = c.n_head;
+  if (t.indexer) {  // llama.cpp reads all three as required keys
+    c.indexer_heads = int64_t(f.get_uint(key("attention.indexer.head_count")));
+    c.indexer_dim = int64_t(f.get_uint(key("attention.indexer.key_length")));
+    c.indexer_top_k = int64_t(f.get_uint(key("attention.indexer.top_k")));
+  }
 }
 
 // DeepSeek's mixture-of-experts keys (llama.cpp reads the same, with the same defaults:
@@ -180,7 +192,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
   c.head_dim = f.has(key("attention.key_length")) ? int64_t(f.get_uint(key("attention.key_length")))
                                                   : c.n_embd / c.n_head;
   if (t.mla) {
-    read_latent_attention(f, arch, c);
+    read_latent_attention(f, arch, t, c);
   } else if (f.has(key("rope.dimension_count"))) {
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");

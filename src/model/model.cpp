@@ -107,6 +107,30 @@ void Config::validate() const {
                n_rot, " must be even and at most the head dim ", head_dim);
   SPATTN_CHECK(head_dim_v >= 0 && head_dim_v <= head_dim, "model: attention.value_length ",
                head_dim_v, " must be at most the key length ", head_dim);
+  if (arch_traits(arch).indexer) {
+    // DSA's lightning indexer (llama.cpp's deepseek32 graph): its queries come from the q
+    // latent; RoPE turns the first rot() values of a head; llama.cpp's Hadamard rotation of its
+    // queries and keys is one matrix of the head's size, a power of two from 64.
+    SPATTN_CHECK(q_lora_rank > 0, "model: ", arch_name(arch),
+                 "'s lightning indexer reads the q latent: attention.q_lora_rank must be > 0");
+    SPATTN_CHECK(indexer_heads > 0 && indexer_heads <= 4096,
+                 "model: attention.indexer.head_count must be in [1, 4096], got ", indexer_heads);
+    SPATTN_CHECK(indexer_dim >= 64 && indexer_dim <= 4096 && (indexer_dim & (indexer_dim - 1)) == 0,
+                 "model: attention.indexer.key_length must be a power of two in [64, 4096] (the "
+                 "Hadamard rotation's size), got ",
+                 indexer_dim);
+    SPATTN_CHECK(rot() <= indexer_dim, "model: the rope part (rope.dimension_count ", rot(),
+                 ") is longer than the indexer's key (attention.indexer.key_length ", indexer_dim,
+                 ")");
+    SPATTN_CHECK(indexer_top_k > 0, "model: attention.indexer.top_k must be > 0, got ",
+                 indexer_top_k);
+    SPATTN_CHECK(n_ctx_train <= 0 || indexer_top_k <= n_ctx_train,
+                 "model: attention.indexer.top_k (", indexer_top_k,
+                 ") is larger than the context length (", n_ctx_train, ")");
+  } else {
+    SPATTN_CHECK(indexer_heads == 0 && indexer_dim == 0 && indexer_top_k == 0,
+                 "model: lightning indexer sizes in a ", arch_name(arch), " model");
+  }
   if (arch_traits(arch).mla) {
     // The latents' sizes against each other and the heads (inconsistent lora ranks, a rope
     // part as large as the head, ...).
@@ -262,12 +286,52 @@ struct Model::Impl {
     return Weight{g, w.type, rows, cols, false, false};
   }
 
+  // The absorbed layout's attn_k_b and attn_v_b as attn_kv_b, in f32 (their values exactly):
+  // head h's rows are its k_nope (attn_k_b's plane h transposed: k_nope = W^T c for the
+  // latent c, as q_nope . W^T c is llama.cpp's (W q_nope) . c) and then its v (attn_v_b's
+  // plane h). The expanded form's products read it as they read attn_kv_b.
+  Weight expand_kv_b(const LayerRefs& r, const std::string& b) {
+    const int64_t H = cfg.n_head, lora = cfg.kv_lora_rank, nope = cfg.head_dim - cfg.rot(),
+                  dv = cfg.v_dim();
+    check(r.wk_b, b + "attn_k_b.weight", lora, nope, H);
+    check(r.wv_b, b + "attn_v_b.weight", dv, lora, H);
+    for (const WeightRef* w : {&r.wk_b, &r.wv_b})
+      SPATTN_CHECK(has_f32(w->type), "model: tensor ", b, w == &r.wk_b ? "attn_k_b" : "attn_v_b",
+                   " has type ", gguf::type_name(w->type), ", which has no f32 conversion");
+    const auto rows_of = [](const WeightRef& w, int64_t n) {
+      std::vector<float> v(size_t(n * w.cols));
+      const size_t rb = gguf::row_bytes(w.type, w.cols);
+      for (int64_t i = 0; i < n; ++i)
+        gguf::dequantize_row(w.type, static_cast<const uint8_t*>(w.data) + size_t(i) * rb,
+                             v.data() + i * w.cols, w.cols);
+      return v;
+    };
+    const std::vector<float> kb = rows_of(r.wk_b, H * lora), vb = rows_of(r.wv_b, H * dv);
+    std::vector<uint8_t>& bytes = owned.emplace_back(size_t(H * (nope + dv) * lora) * 4);
+    float* out = reinterpret_cast<float*>(bytes.data());
+    for (int64_t h = 0; h < H; ++h) {
+      float* head = out + h * (nope + dv) * lora;
+      for (int64_t d = 0; d < nope; ++d)
+        for (int64_t c = 0; c < lora; ++c)
+          head[d * lora + c] = kb[size_t((h * lora + c) * nope + d)];
+      std::copy_n(vb.data() + h * dv * lora, dv * lora, head + nope * lora);
+    }
+    mem.owned += bytes.size();
+    const WeightRef w{WeightType::f32, bytes.data(), H * (nope + dv), lora, 1};
+    ggml_tensor* g = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, lora, H * (nope + dv));
+    ggml_set_name(g, (b + "attn_kv_b.weight (from attn_k_b, attn_v_b)").c_str());
+    g->data = const_cast<void*>(w.data);
+    return Weight{g, w.type, w.rows, w.cols, false, false};
+  }
+
   std::vector<Weight*> matrices() {
     std::vector<Weight*> v;
     for (Layer& L : layers)
-      for (Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.router,
-                        &L.gate_exps, &L.up_exps, &L.down_exps, &L.wq_a, &L.wq_b, &L.wkv_a,
-                        &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+      for (Weight* w :
+           {&L.wq,       &L.wk,     &L.wv,        &L.wo,         &L.gate,      &L.up,
+            &L.down,     &L.router, &L.gate_exps, &L.up_exps,    &L.down_exps, &L.wq_a,
+            &L.wq_b,     &L.wkv_a,  &L.wkv_b,     &L.gate_shexp, &L.up_shexp,  &L.down_shexp,
+            &L.idx_proj, &L.idx_k,  &L.idx_q_b})
         if (w->t) v.push_back(w);
     if (!tied) v.push_back(&output);
     return v;
@@ -391,7 +455,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   const int64_t D = c.n_embd;
   SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
                " layers given for block_count ", c.n_layer);
-  ggml_init_params ip{size_t(20 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
+  ggml_init_params ip{size_t(24 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
   m.ctx = ggml_init(ip);
   SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
   m.tok_embd = m.mat(refs.tok_embd, kTokenEmbd, c.n_vocab, D);
@@ -412,6 +476,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
       const WeightRef& w = r.*s.ref;
       if (need == Presence::absent || (need == Presence::optional && !w.data)) continue;
       const int64_t rows = dim(s.rows, c), cols = dim(s.cols, c);
+      if (!s.matrix && !s.values) continue;  // read into another below
       if (s.store == Store::values) {
         L.*s.values = m.vec(w, b + s.name, cols, rows);
       } else {
@@ -420,6 +485,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
         mw.experts = s.planes != Dim::one;
       }
     }
+    if (t.mla_absorbed) L.wkv_b = m.expand_kv_b(r, b);
     m.layers.push_back(std::move(L));
   }
   static std::once_flag log_once;

@@ -341,6 +341,17 @@ ModelShape deepseek_v3_shape() {
   return s;
 }
 
+// DeepSeek V3.2: V3's shape in the absorbed layout plus the lightning indexer (64 heads of 128,
+// 2048 tokens a query), as its HF config.json has it.
+ModelShape deepseek_v3_2_shape() {
+  ModelShape s = deepseek_v3_shape();
+  s.arch = "deepseek32";
+  s.indexer_heads = 64;
+  s.indexer_dim = 128;
+  s.indexer_top_k = 2048;
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
@@ -351,9 +362,10 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "qwen3-30b-a3b") return qwen3_30b_a3b_shape();
   if (name == "gpt-oss-20b") return gpt_oss_20b_shape();
   if (name == "deepseek-v3") return deepseek_v3_shape();
+  if (name == "deepseek-v3.2") return deepseek_v3_2_shape();
   detail::fail(
       "--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-      "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b or deepseek-v3, got '",
+      "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b, deepseek-v3 or deepseek-v3.2, got '",
       name, "'");
 }
 
@@ -523,6 +535,23 @@ void check_shape(const ModelShape& s) {
                  "model: --rope-dim, --v-head-dim, --q-lora and --kv-lora are for --arch ",
                  model::arch_names([](const model::ArchTraits& a) { return a.mla; }));
   }
+  if (t.indexer) {
+    SPATTN_CHECK(s.q_lora >= 1, "model: ", s.arch, "'s indexer reads the q latent: --q-lora >= 1");
+    SPATTN_CHECK(s.indexer_heads >= 1 && s.indexer_heads <= 4096,
+                 "model: --indexer-heads must be in [1, 4096], got ", s.indexer_heads);
+    SPATTN_CHECK(s.indexer_dim >= 64 && s.indexer_dim <= 4096 &&
+                     (s.indexer_dim & (s.indexer_dim - 1)) == 0 && s.rope_dim <= s.indexer_dim,
+                 "model: --indexer-dim must be a power of two in [64, 4096], at least --rope-dim, "
+                 "got ",
+                 s.indexer_dim);
+    SPATTN_CHECK(s.indexer_top_k >= 1 && s.indexer_top_k <= s.context,
+                 "model: --indexer-top-k must be in [1, --context = ", s.context, "], got ",
+                 s.indexer_top_k);
+  } else {
+    SPATTN_CHECK(s.indexer_heads == 0 && s.indexer_dim == 0 && s.indexer_top_k == 0,
+                 "model: --indexer-heads, --indexer-dim and --indexer-top-k are for --arch ",
+                 model::arch_names([](const model::ArchTraits& a) { return a.indexer; }));
+  }
   if (t.deepseek_moe) {
     SPATTN_CHECK(s.dense_layers >= 0 && s.dense_layers < s.layers,
                  "model: --dense-layers must be in [0, --layers = ", s.layers, "), got ",
@@ -569,6 +598,8 @@ model::Config dims_of(const ModelShape& s) {
   c.kv_lora_rank = s.kv_lora;
   c.head_dim_v = s.v_head_dim;
   c.n_rot = s.rope_dim;
+  c.indexer_heads = s.indexer_heads;
+  c.indexer_dim = s.indexer_dim;
   return c;
 }
 
@@ -650,9 +681,25 @@ void make_model(const std::string& path, const ModelShape& s) {
   w.set(a + ".block_count", uint32_t(s.layers));
   w.set(a + ".feed_forward_length", uint32_t(s.ffn));
   w.set(a + ".attention.head_count", uint32_t(s.heads));
-  w.set(a + ".attention.head_count_kv", uint32_t(s.kv_heads));
-  w.set(a + ".attention.key_length", uint32_t(hd));
-  w.set(a + ".attention.value_length", uint32_t(t.mla ? s.v_head_dim : hd));
+  // The absorbed layout's cache holds one latent a token: llama.cpp's converter writes one kv
+  // head (the expanded form keeps a kv head a q head, whatever the file says).
+  w.set(a + ".attention.head_count_kv", uint32_t(t.mla_absorbed ? 1 : s.kv_heads));
+  if (t.mla_absorbed) {
+    // As llama.cpp's converter writes the absorbed layout: the latent attention's lengths
+    // (kv latent + rope, kv latent) and the heads' in the _mla keys.
+    w.set(a + ".attention.key_length", uint32_t(s.kv_lora + s.rope_dim));
+    w.set(a + ".attention.value_length", uint32_t(s.kv_lora));
+    w.set(a + ".attention.key_length_mla", uint32_t(hd));
+    w.set(a + ".attention.value_length_mla", uint32_t(s.v_head_dim));
+  } else {
+    w.set(a + ".attention.key_length", uint32_t(hd));
+    w.set(a + ".attention.value_length", uint32_t(t.mla ? s.v_head_dim : hd));
+  }
+  if (t.indexer) {
+    w.set(a + ".attention.indexer.head_count", uint32_t(s.indexer_heads));
+    w.set(a + ".attention.indexer.key_length", uint32_t(s.indexer_dim));
+    w.set(a + ".attention.indexer.top_k", uint32_t(s.indexer_top_k));
+  }
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set(a + ".rope.freq_base", s.rope_base);
   w.set(a + ".rope.dimension_count", uint32_t(t.mla ? s.rope_dim : hd));

@@ -49,6 +49,7 @@
 #include "core/rope.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
+#include "methods/dsa.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
 #include "model/kv_cache.hpp"
@@ -77,6 +78,9 @@ BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64
     c.dim = cfg->head_dim;
     c.window = cfg->window(layer);
     c.scale = float(cfg->attn_scale);
+    c.indexer_top_k = cfg->indexer_top_k;
+  } else {
+    c.indexer_top_k = -1;  // not known before the model
   }
   c.n_ctx = o.n_ctx;
   c.n_batch = o.n_batch;
@@ -89,6 +93,21 @@ BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64
   c.cp = bool(o.cp);
   c.shared = shared;
   return c;
+}
+}  // namespace
+
+std::string model_attention(const std::string& spec, const Config& cfg, bool cp) {
+  if (spec != kModelAttention) return spec;
+  // A model's own attention: DSA's selection where the model has a lightning indexer and the
+  // session is one process (dsa is not context-parallel), else dense.
+  return cfg.has_indexer() && !cp ? "dsa" : "dense";
+}
+
+namespace {
+// Before a model is read (validate()), kModelAttention takes dense's checks.
+MethodSpec model_spec(const std::string& spec, const Config* cfg, const SessionOptions& o) {
+  if (!cfg) return parse_method_spec(spec == kModelAttention ? "dense" : spec);
+  return parse_method_spec(model_attention(spec, *cfg, bool(o.cp)));
 }
 }  // namespace
 
@@ -105,8 +124,8 @@ void SessionOptions::validate() const {
   // them), on a placeholder layer.
   std::shared_ptr<void> shared;
   const BackendContext ctx = backend_context(*this, nullptr, 0, &shared);
-  const auto prefill = make_prefill_backend(parse_method_spec(attn), ctx);
-  make_decode_backend(parse_method_spec(attn_decode), ctx);
+  const auto prefill = make_prefill_backend(model_spec(attn, nullptr, *this), ctx);
+  make_decode_backend(model_spec(attn_decode, nullptr, *this), ctx);
   SPATTN_CHECK(!cp || !cp_gather || prefill->capabilities().ring_gather,
                "--cp-gather runs the dense prefill (not --attn ", attn, ")");
 }
@@ -196,7 +215,8 @@ struct Backends {
 // the others what --attn and --attn-decode say.
 Backends make_backends(const Config& cfg, const SessionOptions& o) {
   Backends b;
-  const MethodSpec prefill = parse_method_spec(o.attn), decode = parse_method_spec(o.attn_decode);
+  const MethodSpec prefill = model_spec(o.attn, &cfg, o),
+                   decode = model_spec(o.attn_decode, &cfg, o);
   b.dense = make_dense_backend();
   for (int64_t l = 0; l < cfg.n_layer; ++l) {
     const BackendContext ctx = backend_context(o, &cfg, l, &b.shared);
@@ -288,7 +308,13 @@ struct Session::Impl {
   // attention's output att, the FFN's gate and up rows (layer_graph.hpp: RowBuffers).
   int64_t max_rows;
   std::vector<float> x, h, q, k, v, att, gate, up;
-  std::vector<float> kv_a, kv_b;      // the latent attention's rows (RowBuffers), else empty
+  std::vector<float> kv_a, kv_b;  // the latent attention's rows (RowBuffers), else empty
+  // DSA's lightning indexer (Config::has_indexer): its rows (RowBuffers), the RoPE of its
+  // queries and keys (NeoX pairs on the first rot() values), and every layer's keys, kept for
+  // whichever backend reads them (each call cuts them to its first position, then appends).
+  std::vector<float> idx_q, idx_k, idx_w;
+  std::shared_ptr<const RopeTable> idx_rope;
+  std::vector<IndexerKeys> idx_keys;
   std::vector<float> lse;             // the attention rows' LSE [Hq, rows] where a layer has sinks
   bool pack = false;                  // products on spattn's kernel (RowBuffers::pack)
   LayerGraphCache graphs;             // the last graph of each layer step, for the next call alike
@@ -326,6 +352,12 @@ struct Session::Impl {
       grp = opt.cp.get();
       cp_counts.assign(size_t(grp->size()), 0);
     }
+    if (cfg.has_indexer()) {
+      idx_rope = std::make_shared<const RopeTable>(
+          o.n_ctx, cfg.rot(), cfg.rope_base, RopeStyle::neox, global_rope_factors(cfg, o.n_ctx),
+          cfg.rope_attn_factor);
+      idx_keys.assign(size_t(cfg.n_layer), IndexerKeys(cfg.indexer_dim));
+    }
     make_scratch();
   }
 
@@ -343,6 +375,8 @@ struct Session::Impl {
     for (const Kept& k : src.kept)
       if (k.pos <= n) kept.push_back(k);
     states_to(n);
+    idx_rope = src.idx_rope;
+    idx_keys = src.idx_keys;  // the keys past n are cut at the fork's first call
     make_scratch();
   }
 
@@ -407,6 +441,11 @@ struct Session::Impl {
     bool sinks = false;
     for (int64_t l = 0; l < cfg.n_layer; ++l) sinks = sinks || !m.layer(l).sinks.empty();
     lse.resize(sinks ? size_t(max_rows * cfg.n_head) : 0);
+    if (cfg.has_indexer()) {
+      idx_q.resize(size_t(max_rows * cfg.indexer_heads * cfg.indexer_dim));
+      idx_k.resize(size_t(max_rows * cfg.indexer_dim));
+      idx_w.resize(size_t(max_rows * cfg.indexer_heads));
+    }
     // A MoE layer's FFN keeps its rows in its graph's own memory (layer_graph.cpp), but for
     // shared experts'; deepseek2's leading layers are dense.
     int64_t ff = 0;
@@ -538,6 +577,19 @@ struct Session::Impl {
     if (cache.has_raw()) c.raw_k = cache.raw_k(l), c.raw_v = cache.raw_v(l);
     if (cache.has_pages(l)) c.pages = &cache.pages(l);
     c.opt = attn_opt(-1);
+    // The layer's indexer keys through this call's rows, and its rows (methods/dsa.hpp).
+    DsaCall dsa;
+    if (cfg.has_indexer()) {
+      IndexerKeys& keys = idx_keys[size_t(l)];
+      SPATTN_CHECK(keys.size() >= pos0, "internal: layer ", l, "'s indexer holds ", keys.size(),
+                   " keys, rows start at ", pos0);
+      keys.truncate(pos0);
+      keys.append(idx_k.data(), n);
+      dsa.rows = {idx_q.data(), idx_k.data(), idx_w.data(), cfg.indexer_heads, cfg.indexer_dim};
+      dsa.keys = &keys;
+      dsa.top_k = cfg.indexer_top_k;
+      c.dsa = &dsa;
+    }
     // Attention sinks (gpt-oss): every backend also gives its rows' LSE, and the sinks join
     // them afterwards (merge_sinks), whichever keys it read.
     const std::vector<float>& sinks = m.layer(l).sinks;
@@ -602,6 +654,32 @@ struct Session::Impl {
     }
   }
 
+  // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 graph turns them: RoPE on
+  // the first rot() values of each query head and of the key (NeoX pairs), the Hadamard
+  // rotation of each; the key rounded as the cache type rounds it (llama.cpp keeps it in a
+  // cache of -ctk's type) and the queries as ggml's product with that cache rounds its other
+  // operand (its vec_dot_type: the same type); the weights times 1 / sqrt(dim x heads).
+  template <class RowPos>
+  void indexer_rows(int64_t r0, int64_t r1, const RowPos& row_pos) {
+    const int64_t H = cfg.indexer_heads, D = cfg.indexer_dim;
+    const float wscale = 1.0f / std::sqrt(float(D * H));
+    const KVType kt = opt.cache_type_k;
+    for (int64_t i = r0; i < r1; ++i) {
+      const int64_t pos = row_pos(i);
+      for (int64_t hh = 0; hh < H; ++hh) {
+        float* qh = &idx_q[size_t((i * H + hh) * D)];
+        idx_rope->rotate_inplace(qh, pos);
+        hadamard_rotate(qh, D);
+        if (kt != KVType::f32) kv_round_row(kt, qh, qh, D);
+      }
+      float* kr = &idx_k[size_t(i * D)];
+      idx_rope->rotate_inplace(kr, pos);
+      hadamard_rotate(kr, D);
+      if (kt != KVType::f32) kv_round_row(kt, kr, kr, D);
+      for (int64_t hh = 0; hh < H; ++hh) idx_w[size_t(i * H + hh)] *= wscale;
+    }
+  }
+
   // Each head's first v_dim() outputs of n rows, packed: Wo's input [n, Hq v_dim()].
   void compact_attention(int64_t n) {
     const int64_t H = cfg.n_head, d = cfg.head_dim, dv = cfg.v_dim();
@@ -643,6 +721,9 @@ struct Session::Impl {
                         up.data(),
                         kv_a.empty() ? nullptr : kv_a.data(),
                         kv_b.empty() ? nullptr : kv_b.data(),
+                        idx_q.empty() ? nullptr : idx_q.data(),
+                        idx_k.empty() ? nullptr : idx_k.data(),
+                        idx_w.empty() ? nullptr : idx_w.data(),
                         pack};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, opt.threads, graphs);
@@ -653,6 +734,7 @@ struct Session::Impl {
       const int64_t rot0 = d - cfg.rot();
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         if (cfg.is_mla()) assemble_kv(r0, r1);
+        if (cfg.has_indexer()) indexer_rows(r0, r1, row_pos);
         for (int64_t i = r0; i < r1; ++i) {
           const int64_t pos = row_pos(i);
           for (int64_t hh = 0; hh < Hq; ++hh)

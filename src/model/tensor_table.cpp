@@ -22,7 +22,12 @@ int64_t dim(Dim d, const Config& c) {
     case Dim::kv_lora: return c.kv_lora_rank;
     case Dim::kv_a: return c.kv_lora_rank + c.rot();
     case Dim::kv_b: return c.n_head * (c.head_dim - c.rot() + c.v_dim());
+    case Dim::nope: return c.head_dim - c.rot();
+    case Dim::v_head: return c.v_dim();
     case Dim::shexp: return c.n_ff_exp * c.n_expert_shared;
+    case Dim::idx_h: return c.indexer_heads;
+    case Dim::idx_d: return c.indexer_dim;
+    case Dim::idx_q: return c.indexer_heads * c.indexer_dim;
   }
   return 0;
 }
@@ -67,6 +72,10 @@ constexpr P q_full(const ArchTraits& t, LayerKind k) { return when(!t.mla || !k.
 constexpr P kv_own(const ArchTraits& t, LayerKind) { return when(!t.mla); }
 constexpr P q_latent(const ArchTraits& t, LayerKind k) { return when(t.mla && k.q_lora); }
 constexpr P kv_latent(const ArchTraits& t, LayerKind) { return when(t.mla); }
+// attn_kv_b, or (deepseek32) its absorbed parts attn_k_b and attn_v_b.
+constexpr P kv_b_whole(const ArchTraits& t, LayerKind) { return when(t.mla && !t.mla_absorbed); }
+constexpr P kv_b_absorbed(const ArchTraits& t, LayerKind) { return when(t.mla_absorbed); }
+constexpr P indexer(const ArchTraits& t, LayerKind) { return when(t.indexer); }
 constexpr P shared_experts(const ArchTraits& t, LayerKind k) {
   return when(k.moe && t.deepseek_moe);
 }
@@ -82,7 +91,8 @@ constexpr Store V = Store::values, W = Store::matrix, R = Store::f32_matrix;
 constexpr Dim one = Dim::one, D = Dim::embd, Q = Dim::q, KV = Dim::kv, HD = Dim::head_dim,
               H = Dim::heads, F = Dim::ff, FE = Dim::ff_exp, E = Dim::experts, O = Dim::o,
               QL = Dim::q_lora, KVL = Dim::kv_lora, KVA = Dim::kv_a, KVB = Dim::kv_b,
-              SH = Dim::shexp;
+              NP = Dim::nope, VH = Dim::v_head, SH = Dim::shexp, IH = Dim::idx_h, ID = Dim::idx_d,
+              IQ = Dim::idx_q;
 
 // name, rows, cols, planes, store, refs' member, model's member (matrix, values), rule,
 // make-model's centre and sd.
@@ -100,7 +110,19 @@ constexpr TensorSpec kLayer[] = {
     {"attn_kv_a_mqa.weight", KVA, D, one, W, &L::wkv_a, &M::wkv_a, nullptr, kv_latent, 0, 0},
     {"attn_kv_a_norm.weight", one, KVL, one, V, &L::kv_a_norm, nullptr, &M::kv_a_norm,
      kv_latent, 1, 0.1f},
-    {"attn_kv_b.weight", KVB, KVL, one, W, &L::wkv_b, &M::wkv_b, nullptr, kv_latent, 0, 0},
+    {"attn_kv_b.weight", KVB, KVL, one, W, &L::wkv_b, &M::wkv_b, nullptr, kv_b_whole, 0, 0},
+    // Head h's plane of attn_k_b: [kv latent rows, k_nope cols] (q_nope's product into the
+    // latent); of attn_v_b: [v rows, kv latent cols].
+    {"attn_k_b.weight", KVL, NP, H, W, &L::wk_b, nullptr, nullptr, kv_b_absorbed, 0, 0},
+    {"attn_v_b.weight", VH, KVL, H, W, &L::wv_b, nullptr, nullptr, kv_b_absorbed, 0, 0},
+    {"indexer.k_norm.weight", one, ID, one, V, &L::idx_k_norm, nullptr, &M::idx_k_norm, indexer,
+     1, 0.1f},
+    {"indexer.k_norm.bias", one, ID, one, V, &L::idx_k_norm_b, nullptr, &M::idx_k_norm_b,
+     indexer, 0, 0.1f},
+    {"indexer.proj.weight", IH, D, one, W, &L::idx_proj, &M::idx_proj, nullptr, indexer, 0, 0},
+    {"indexer.attn_k.weight", ID, D, one, W, &L::idx_k, &M::idx_k, nullptr, indexer, 0, 0},
+    {"indexer.attn_q_b.weight", IQ, QL, one, W, &L::idx_q_b, &M::idx_q_b, nullptr, indexer, 0,
+     0},
     {"attn_q.bias", one, Q, one, V, &L::bq, nullptr, &M::bq, qkv_bias, 0, 0.1f},
     {"attn_k.bias", one, KV, one, V, &L::bk, nullptr, &M::bk, qkv_bias, 0, 0.1f},
     {"attn_v.bias", one, KV, one, V, &L::bv, nullptr, &M::bv, qkv_bias, 0, 0.1f},

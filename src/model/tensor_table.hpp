@@ -23,11 +23,14 @@ inline constexpr const char* kRopeFactorsShort = "rope_factors_short.weight";
 // A dimension of a shape, from the config.
 // o: the attention output's width (heads x v head); the latent attention's (deepseek2): the
 // latents (q_lora, kv_lora), attn_kv_a_mqa's rows (kv_a: kv latent + rope key), attn_kv_b's
-// (kv_b: heads x (k_nope + v)); shexp: the shared experts' FFN.
+// (kv_b: heads x (k_nope + v)); the absorbed layout's head sizes (nope: k_nope, v_head: v);
+// shexp: the shared experts' FFN; DSA's indexer: its heads (idx_h), their size (idx_d), both
+// (idx_q).
 // A table: rows grouped by hand, not one field a line.
 // clang-format off
 enum class Dim : uint8_t {
-  one, embd, q, kv, head_dim, heads, ff, ff_exp, experts, o, q_lora, kv_lora, kv_a, kv_b, shexp
+  one, embd, q, kv, head_dim, heads, ff, ff_exp, experts, o, q_lora, kv_lora, kv_a, kv_b, nope,
+  v_head, shexp, idx_h, idx_d, idx_q
 };
 // clang-format on
 int64_t dim(Dim d, const Config& c);
@@ -49,7 +52,8 @@ struct TensorSpec {
   Store store;
   WeightRef LayerRefs::*ref;                 // where the reader puts it
   Model::Weight Model::Layer::*matrix;       // the model's, for a matrix;
-  std::vector<float> Model::Layer::*values;  // for values
+  std::vector<float> Model::Layer::*values;  // for values; neither: read into another (the
+                                             // absorbed layout's attn_k_b, attn_v_b)
   // Whether a layer of the architecture and kind has it.
   Presence (*need)(const ArchTraits& t, LayerKind k);
   // make-model's values: centre + uniform noise of sd (0: 1 / sqrt(cols), the fan-in).

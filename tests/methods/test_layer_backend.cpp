@@ -76,8 +76,8 @@ TEST(LayerBackend, WhatAMethodCannotDoIsANamedError) {
             }).find("quest is a decode method"),
             std::string::npos);
   EXPECT_NE(error_of([&] { make_decode_backend(parse_method_spec("momo"), ctx); })
-                .find("--attn-decode: momo has no decode form (decode methods: dense, blasst "
-                      "and quest)"),
+                .find("--attn-decode: momo has no decode form (decode methods: dense, blasst, "
+                      "quest and dsa)"),
             std::string::npos);
   BackendContext cp;
   cp.cp = true;

@@ -1,0 +1,181 @@
+// DeepSeek's sparse attention (DSA; "DeepSeek-V3.2-Exp: Boosting Long-Context Efficiency with
+// DeepSeek Sparse Attention", the report introducing it): the lightning indexer scores every cached token for
+// each query, I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) (its Eq. 1), and the attention reads
+// only each query's top-k tokens. The runner's `dsa` backend: over the layer's indexer keys
+// (the session keeps them beside its cache), the scores on the flash kernel's score micro-kernels
+// (kernels/long_row_scores.hpp), the top-k by the selectors (spattn/select.hpp), and the
+// attention over the chosen tokens alone (attention_token_sparse), in prefill and decode.
+// llama.cpp (src/models/deepseek32.cpp, src/llama-graph.cpp's build_attn with top_k) computes
+// the same selection and applies it as a mask over dense attention.
+#include "methods/dsa.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/threading.hpp"
+#include "methods/layer_backend.hpp"
+#include "methods/registry.hpp"
+#include "spattn/error.hpp"
+#include "spattn/packed_kv.hpp"
+#include "spattn/select.hpp"
+
+namespace spattn {
+
+void hadamard_rotate(float* x, int64_t n) {
+  for (int64_t s = 1; s < n; s *= 2)
+    for (int64_t i = 0; i < n; i += 2 * s)
+      for (int64_t j = i; j < i + s; ++j) {
+        const float a = x[j], b = x[j + s];
+        x[j] = a + b, x[j + s] = a - b;
+      }
+  const float f = 1.0f / std::sqrt(float(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
+void IndexerKeys::truncate(int64_t n) {
+  SPATTN_CHECK(n >= 0 && n <= size(), "internal: indexer keys truncated to ", n, " of ", size());
+  rows_.resize(size_t(n * dim_));
+  const size_t whole = size_t(n / kChunk);
+  // A chunk past the cut, or the one it cuts, is packed again when read.
+  if (chunks_.size() > whole) chunks_.resize(whole);
+}
+
+void IndexerKeys::append(const float* k, int64_t n) { rows_.insert(rows_.end(), k, k + n * dim_); }
+
+void IndexerKeys::pack(int64_t n) {
+  SPATTN_CHECK(n <= size(), "internal: indexer keys packed to ", n, " of ", size());
+  const int64_t count = (n + kChunk - 1) / kChunk;
+  if (int64_t(chunks_.size()) < count) chunks_.resize(size_t(count));
+  for (int64_t c = 0; c < count; ++c) {
+    const int64_t rows = std::min(kChunk, size() - c * kChunk);
+    if (chunks_[size_t(c)].n == rows) continue;
+    chunks_[size_t(c)] = kernels::pack_long_row_keys(row(c * kChunk), rows, dim_, false);
+  }
+}
+
+size_t IndexerKeys::bytes() const {
+  size_t b = rows_.capacity() * sizeof(float);
+  for (const kernels::LongRowKeys& c : chunks_) b += size_t(c.tiles * 64 * c.w) * sizeof(float);
+  return b;
+}
+
+void indexer_scores(const float* q, const float* w, int64_t heads, const IndexerKeys& keys,
+                    int64_t n_keys, float* scores, float* scratch) {
+  constexpr int64_t C = IndexerKeys::kChunk;
+  for (int64_t c = 0; c * C < n_keys; ++c) {
+    const int64_t cols = std::min(C, n_keys - c * C);
+    kernels::long_row_scores(q, heads, keys.chunk(c), cols, 1.0f, scratch, C);
+    for (int64_t j = 0; j < cols; ++j) {
+      // ggml_relu, ggml_mul by the weights, then ggml_sum_rows over the heads (a double sum).
+      double s = 0;
+      for (int64_t h = 0; h < heads; ++h) s += double(std::max(scratch[h * C + j], 0.0f) * w[h]);
+      scores[c * C + j] = float(s);
+    }
+  }
+}
+
+TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, IndexerKeys& keys,
+                          int64_t top_k, int threads) {
+  SPATTN_CHECK(top_k > 0, "dsa: the indexer's top-k must be positive, got ", top_k);
+  SPATTN_CHECK(keys.size() >= pos0 + n, "internal: the indexer holds ", keys.size(),
+               " keys, rows end at ", pos0 + n);
+  std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(n));
+  const int64_t first_sparse = std::max<int64_t>(0, top_k - pos0);  // row pos0 + i >= top_k
+  if (first_sparse < n) keys.pack(pos0 + n);
+  const int64_t H = rows.heads, D = rows.dim;
+  const int workers = std::max(1, threads);
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
+  std::vector<TournamentTopK> top(static_cast<size_t>(workers));
+  std::vector<std::vector<BlockScore>> best(static_cast<size_t>(workers));
+  parallel_for(std::max<int64_t>(0, n - first_sparse), workers, [&](int64_t r, int tid) {
+    const int64_t i = first_sparse + r, len = pos0 + i + 1;
+    std::vector<float>& s = scratch[size_t(tid)];
+    s.resize(size_t(H * IndexerKeys::kChunk + len));
+    float* scores = s.data() + H * IndexerKeys::kChunk;
+    indexer_scores(rows.q + i * H * D, rows.w + i * H, H, keys, len, scores, s.data());
+    TournamentTopK& t = top[size_t(tid)];
+    t.reset(int(top_k));
+    for (int64_t j = 0; j < len; ++j) t.push(int32_t(j), scores[j]);
+    t.result(best[size_t(tid)]);
+    std::vector<int64_t>& out = chosen[size_t(i)];
+    for (const BlockScore& b : best[size_t(tid)]) out.push_back(b.block);
+  });
+  TokenSelection result;
+  for (int64_t i = 0; i < n; ++i) {
+    if (pos0 + i + 1 <= top_k)
+      result.add_all();
+    else
+      result.add(std::move(chosen[size_t(i)]));
+  }
+  return result;
+}
+
+namespace {
+
+class Dsa final : public LayerBackend {
+ public:
+  std::string name() const override { return "dsa"; }
+  BackendCaps capabilities() const override {
+    BackendCaps c;
+    c.sparse_decode = true;
+    // A row's tokens depend on its own indexer query and the keys before it alone.
+    c.rows_independent = true;
+    return c;
+  }
+  TensorView prefill(const LayerCall& c) override {
+    const int64_t n = c.q.seq, r = n - c.read_from;
+    TensorView done = c.out;
+    if (r == 0) {
+      done.seq = 0;
+      return done;
+    }
+    const TokenSelection sel = select(c, c.read_from);
+    done = c.out.rows(c.read_from, r);
+    AttnOptions a = c.opt;
+    a.q_start = c.pos0 + c.read_from;
+    attention_token_sparse(c.q.rows(c.read_from, r), *c.packed, done, sel, a, c.lse, c.stats);
+    return done;
+  }
+  void decode(const LayerCall& c, DecodeReads& reads) override {
+    const TokenSelection sel = select(c, 0);
+    AttnOptions a = c.opt;
+    a.q_start = c.pos0;
+    attention_token_sparse(c.q, *c.packed, c.out, sel, a, c.lse, c.stats);
+    const PackedKV& kv = *c.packed;
+    for (int64_t i = 0; i < sel.rows(); ++i)
+      reads.keys_read += kv.kv_heads() * (sel.all[size_t(i)] ? c.pos0 + i + 1 : sel.count(i));
+    reads.keys_total += kv.kv_heads() * kv.size();
+  }
+
+ private:
+  // The tokens of the call's rows from `from` on.
+  static TokenSelection select(const LayerCall& c, int64_t from) {
+    SPATTN_CHECK(c.dsa && c.dsa->keys,
+                 "--attn dsa: the model has no lightning indexer (DeepSeek V3.2's deepseek32 "
+                 "files have one); use --attn dense");
+    IndexerRows rows = c.dsa->rows;
+    rows.q += from * rows.heads * rows.dim;
+    rows.w += from * rows.heads;
+    return dsa_select(rows, c.q.seq - from, c.pos0 + from, *c.dsa->keys, c.dsa->top_k,
+                      c.opt.threads);
+  }
+};
+
+void check_indexer(const BackendContext& ctx) {
+  // validate() builds backends before a model is read (indexer_top_k < 0: not known yet).
+  SPATTN_CHECK(ctx.indexer_top_k != 0,
+               "--attn dsa: the model has no lightning indexer (DeepSeek V3.2's deepseek32 "
+               "files have one); use --attn dense");
+}
+
+}  // namespace
+
+std::unique_ptr<LayerBackend> make_dsa_backend(const MethodSpec& spec, const BackendContext& ctx) {
+  SPATTN_CHECK(spec.params.empty(), "dsa takes no parameters (the model's own top-k), got '",
+               spec.text, "'");
+  check_indexer(ctx);
+  return std::make_unique<Dsa>();
+}
+
+}  // namespace spattn

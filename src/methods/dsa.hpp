@@ -1,0 +1,82 @@
+// DeepSeek's sparse attention (DSA, DeepSeek-V3.2-Exp's "lightning indexer" and top-k token
+// selection): the indexer's scores and each query's selected tokens, and the runner's `dsa`
+// backend that attends only over them (src/methods/dsa.cpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/long_row_scores.hpp"
+#include "spattn/token_sparse.hpp"
+
+namespace spattn {
+
+// One call's indexer rows at one layer, as the session computes them (llama.cpp's deepseek32
+// graph): q [n][heads][dim] from the q latent and k [n][dim] from the normed input, each
+// turned by RoPE and the Hadamard rotation and rounded as llama.cpp's indexer cache and product
+// round them; w [n][heads], the per-head weights already scaled by 1 / sqrt(dim x heads).
+struct IndexerRows {
+  const float *q = nullptr, *k = nullptr, *w = nullptr;
+  int64_t heads = 0, dim = 0;
+};
+
+// The indexer's keys of a layer, packed for the score micro-kernels in chunks of kChunk keys.
+// Appending past a chunk packs it once; truncating drops what lies past.
+class IndexerKeys {
+ public:
+  static constexpr int64_t kChunk = 4096;
+  explicit IndexerKeys(int64_t dim = 0) : dim_(dim) {}
+  // A copy holds the rows; it packs them again when read.
+  IndexerKeys(const IndexerKeys& o) : dim_(o.dim_), rows_(o.rows_) {}
+  IndexerKeys& operator=(const IndexerKeys& o) {
+    dim_ = o.dim_, rows_ = o.rows_, chunks_.clear();
+    return *this;
+  }
+  IndexerKeys(IndexerKeys&&) = default;
+  IndexerKeys& operator=(IndexerKeys&&) = default;
+  int64_t size() const { return int64_t(rows_.size()) / (dim_ > 0 ? dim_ : 1); }
+  int64_t dim() const { return dim_; }
+  void truncate(int64_t n);
+  void append(const float* k, int64_t n);
+  // Packs the chunks of the first n keys not packed yet (the last one again when it has grown
+  // since); then chunk() reads them from any thread.
+  void pack(int64_t n);
+  const kernels::LongRowKeys& chunk(int64_t c) const { return chunks_[size_t(c)]; }
+  const float* row(int64_t j) const { return rows_.data() + j * dim_; }
+  size_t bytes() const;
+
+ private:
+  int64_t dim_ = 0;
+  std::vector<float> rows_;
+  std::vector<kernels::LongRowKeys> chunks_;
+};
+
+// I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) for s in [0, n_keys): one query row's scores
+// over the first n_keys keys (the DeepSeek-V3.2-Exp report's Eq. 1). The dot products on the
+// score micro-kernels (f32), the head sum in double, as ggml's sum_rows adds. scratch holds at
+// least heads x kChunk floats; keys packed past n_keys.
+void indexer_scores(const float* q, const float* w, int64_t heads, const IndexerKeys& keys,
+                    int64_t n_keys, float* scores, float* scratch);
+
+// x = H x / sqrt(n) for the n x n Walsh-Hadamard matrix H in Sylvester's order (n a power of
+// two): llama.cpp's rotation of the indexer's queries and keys (ggml_gen_hadamard), as a fast
+// transform. Orthonormal, so it leaves their products unchanged but for rounding, and the
+// stored keys' f16 rounding falls where llama.cpp's does.
+void hadamard_rotate(float* x, int64_t n);
+
+// What a layer's call brings the dsa backend (LayerCall::dsa): the call's indexer rows, and the
+// layer's indexer keys, which the session keeps (every position's, whichever backend runs) and
+// has already extended by the call's rows.
+struct DsaCall {
+  IndexerRows rows;
+  IndexerKeys* keys = nullptr;
+  int64_t top_k = 0;
+};
+
+// Each row's tokens: every key up to its position while there are at most top_k, else the
+// top_k of highest score (equal scores: the earlier token first, the selectors' rule). Rows at
+// positions pos0.. (n of them); the keys already hold theirs.
+TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, IndexerKeys& keys,
+                          int64_t top_k, int threads);
+
+}  // namespace spattn

@@ -1,0 +1,134 @@
+// Token-sparse attention (spattn/token_sparse.hpp: DSA's per-query tokens) against its plain
+// twin: for each q head and row, softmax attention in double over exactly the keys the row
+// lists (or every key up to its position), computed from the raw K/V. Over f32 and f16-stored
+// caches, prefill rows and one decode row, rows of lists and of "all" mixed; the work is the
+// lists' and nothing more; bad selections are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "spattn/error.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/packed_kv.hpp"
+#include "spattn/token_sparse.hpp"
+#include "test_util.hpp"
+
+namespace spattn {
+namespace {
+
+using test::random_tensor;
+
+// The value a cache of type t stores for x.
+float stored(KVType t, float x) {
+  float y = x;
+  if (t != KVType::f32) kv_round_row(t, &x, &y, 1);
+  return y;
+}
+
+// Row i (position pos0 + i) of q head h over the keys `keys` of raw k, v, in double.
+std::vector<double> plain_row(const Tensor& q, const Tensor& k, const Tensor& v, int64_t h,
+                              int64_t i, const std::vector<int64_t>& keys, int64_t group, KVType kt,
+                              KVType vt) {
+  const TensorView qv = q.view(), kv = k.view(), vv = v.view();
+  const int64_t d = qv.dim, kh = h / group;
+  const double scale = 1.0 / std::sqrt(double(d));
+  std::vector<double> s;
+  double mx = -INFINITY;
+  for (int64_t j : keys) {
+    double dot = 0;
+    for (int64_t c = 0; c < d; ++c)
+      dot += double(qv.get(h, i, c)) * double(stored(kt, kv.get(kh, j, c)));
+    s.push_back(dot * scale);
+    mx = std::max(mx, s.back());
+  }
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  std::vector<double> o(size_t(d), 0.0);
+  for (size_t a = 0; a < keys.size(); ++a)
+    for (int64_t c = 0; c < d; ++c)
+      o[size_t(c)] += s[a] / sum * double(stored(vt, vv.get(kh, keys[a], c)));
+  return o;
+}
+
+struct Case {
+  int64_t hq, hkv, n, pos0, d, per_row;  // per_row: keys a listed row keeps
+  KVType type;
+};
+
+void check_case(const Case& c, uint64_t seed) {
+  const int64_t L = c.pos0 + c.n;
+  Tensor q = random_tensor(DType::f32, c.hq, c.n, c.d, seed),
+         k = random_tensor(DType::f32, c.hkv, L, c.d, seed + 1),
+         v = random_tensor(DType::f32, c.hkv, L, c.d, seed + 2);
+  PackedKV kv = PackedKV::pack(k.view(), v.view(), 0, 1, true, c.type, c.type);
+  // Rows that see at most per_row keys read them all; the others a random set of per_row keys
+  // at or before their position (their own among them every third row).
+  std::mt19937_64 rng(seed + 3);
+  TokenSelection sel;
+  std::vector<std::vector<int64_t>> lists;
+  for (int64_t i = 0; i < c.n; ++i) {
+    const int64_t pos = c.pos0 + i;
+    std::vector<int64_t> all(size_t(pos + 1));
+    for (int64_t j = 0; j <= pos; ++j) all[size_t(j)] = j;
+    if (pos + 1 <= c.per_row) {
+      sel.add_all();
+      lists.push_back(all);
+      continue;
+    }
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(size_t(c.per_row));
+    if (i % 3 == 0 && std::find(all.begin(), all.end(), pos) == all.end()) all[0] = pos;
+    std::sort(all.begin(), all.end());
+    lists.push_back(all);
+    sel.add(all);
+  }
+  Tensor out(DType::f32, c.hq, c.n, c.d);
+  AttnOptions opt;
+  opt.threads = 2;
+  opt.q_start = c.pos0;
+  Stats st;
+  attention_token_sparse(q.view(), kv, out.view(), sel, opt, nullptr, &st);
+  int64_t entries = 0;
+  for (int64_t h = 0; h < c.hq; ++h)
+    for (int64_t i = 0; i < c.n; ++i) {
+      entries += int64_t(lists[size_t(i)].size());
+      const std::vector<double> want =
+          plain_row(q, k, v, h, i, lists[size_t(i)], c.hq / c.hkv, c.type, c.type);
+      for (int64_t cc = 0; cc < c.d; ++cc)
+        ASSERT_NEAR(out.view().get(h, i, cc), want[size_t(cc)], 2e-5)
+            << "head " << h << " row " << i << " dim " << cc;
+    }
+  EXPECT_EQ(st.score_entries, entries);
+}
+
+TEST(TokenSparse, EqualsPlainAttentionOverEachRowsKeys) {
+  check_case({2, 2, 150, 0, 32, 40, KVType::f32}, 1);    // prefill from 0: all, then lists
+  check_case({4, 2, 70, 300, 64, 100, KVType::f32}, 2);  // GQA, a chunk placed later
+  check_case({2, 1, 90, 200, 32, 64, KVType::f16}, 3);   // an f16 cache
+  check_case({3, 3, 1, 1000, 64, 128, KVType::f16}, 4);  // one decode row
+  check_case({2, 2, 5, 10, 16, 300, KVType::f32}, 5);    // every row reads all
+}
+
+TEST(TokenSparse, RefusesBadSelections) {
+  Tensor q = random_tensor(DType::f32, 1, 2, 16, 1), k = random_tensor(DType::f32, 1, 10, 16, 2),
+         v = random_tensor(DType::f32, 1, 10, 16, 3);
+  PackedKV kv = PackedKV::pack(k.view(), v.view());
+  Tensor out(DType::f32, 1, 2, 16);
+  TokenSelection one;
+  one.add({1, 2});
+  EXPECT_THROW(attention_token_sparse(q.view(), kv, out.view(), one), Error);  // 1 row for 2
+  TokenSelection outside;
+  outside.add({1, 2});
+  outside.add({3, 10});
+  EXPECT_THROW(attention_token_sparse(q.view(), kv, out.view(), outside), Error);
+  TokenSelection dup;
+  dup.add({1, 2});
+  dup.add({4, 4});
+  EXPECT_THROW(attention_token_sparse(q.view(), kv, out.view(), dup), Error);
+}
+
+}  // namespace
+}  // namespace spattn

@@ -1,0 +1,128 @@
+// DeepSeek's sparse attention (src/methods/dsa.cpp) against plain twins: the Hadamard rotation
+// against the Sylvester matrix llama.cpp multiplies by; the lightning indexer's scores
+// (sum over heads of the weight times ReLU(q . k)) against plain loops, over keys in several
+// packed chunks; the top-k selection against a full sort (ties: the earlier token), each row
+// reading every key while it has at most top-k; the indexer keys' truncation and copies.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "methods/dsa.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn {
+namespace {
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = g(rng);
+  return v;
+}
+
+TEST(Dsa, HadamardIsSylvestersOrthonormalMatrix) {
+  for (int64_t n : {64, 128, 256}) {
+    const std::vector<float> x = randn(size_t(n), uint64_t(n));
+    std::vector<float> y = x;
+    hadamard_rotate(y.data(), n);
+    for (int64_t i = 0; i < n; ++i) {
+      double want = 0;
+      for (int64_t j = 0; j < n; ++j)
+        want += (std::popcount(uint64_t(i & j)) % 2 ? -1.0 : 1.0) * x[size_t(j)];
+      EXPECT_NEAR(y[size_t(i)], want / std::sqrt(double(n)), 1e-5) << n << " " << i;
+    }
+    hadamard_rotate(y.data(), n);  // H H = I
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[size_t(i)], x[size_t(i)], 1e-5);
+  }
+}
+
+// I[s] = sum_h w[h] ReLU(q[h] . k[s]) in double.
+std::vector<double> plain_scores(const float* q, const float* w, int64_t H, int64_t D,
+                                 const std::vector<float>& k, int64_t n) {
+  std::vector<double> s(static_cast<size_t>(n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t h = 0; h < H; ++h) {
+      double dot = 0;
+      for (int64_t c = 0; c < D; ++c) dot += double(q[h * D + c]) * double(k[size_t(j * D + c)]);
+      s[size_t(j)] += double(w[h]) * std::max(dot, 0.0);
+    }
+  return s;
+}
+
+TEST(Dsa, IndexerScoresEqualPlainLoops) {
+  const int64_t H = 4, D = 64, n = IndexerKeys::kChunk + 700;  // two chunks, the last partial
+  const std::vector<float> k = randn(size_t(n * D), 1), q = randn(size_t(H * D), 2),
+                           w = randn(size_t(H), 3);
+  IndexerKeys keys(D);
+  keys.append(k.data(), n);
+  keys.pack(n);
+  std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(H * IndexerKeys::kChunk));
+  for (int64_t len : {int64_t(1), int64_t(100), n}) {
+    indexer_scores(q.data(), w.data(), H, keys, len, s.data(), scratch.data());
+    const std::vector<double> want = plain_scores(q.data(), w.data(), H, D, k, len);
+    for (int64_t j = 0; j < len; ++j)
+      ASSERT_NEAR(s[size_t(j)], want[size_t(j)], 1e-4 * (1 + std::abs(want[size_t(j)]))) << j;
+  }
+}
+
+TEST(Dsa, SelectionIsEachRowsTopKOrEveryKey) {
+  const int64_t H = 3, D = 64, pos0 = 150, n = 40, top_k = 160, L = pos0 + n;
+  std::vector<float> k = randn(size_t(L * D), 4);
+  // Some equal keys, so that equal scores must be broken by the earlier token.
+  for (int64_t j = 20; j < 30; ++j) std::copy_n(&k[size_t(5 * D)], D, &k[size_t(j * D)]);
+  const std::vector<float> q = randn(size_t(n * H * D), 5), w = randn(size_t(n * H), 6);
+  IndexerKeys keys(D);
+  keys.append(k.data(), L);
+  const IndexerRows rows{q.data(), nullptr, w.data(), H, D};
+  const TokenSelection sel = dsa_select(rows, n, pos0, keys, top_k, 2);
+  ASSERT_EQ(sel.rows(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t len = pos0 + i + 1;
+    if (len <= top_k) {
+      EXPECT_TRUE(sel.all[size_t(i)]) << i;
+      continue;
+    }
+    ASSERT_FALSE(sel.all[size_t(i)]) << i;
+    std::vector<float> s(static_cast<size_t>(len)), scratch(size_t(H * IndexerKeys::kChunk));
+    indexer_scores(&q[size_t(i * H * D)], &w[size_t(i * H)], H, keys, len, s.data(),
+                   scratch.data());
+    std::vector<int64_t> order(static_cast<size_t>(len));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return s[size_t(a)] > s[size_t(b)]; });
+    order.resize(size_t(top_k));
+    std::sort(order.begin(), order.end());
+    EXPECT_EQ(std::vector<int64_t>(sel.row(i), sel.row(i) + sel.count(i)), order) << i;
+  }
+}
+
+TEST(Dsa, KeysTruncateAppendAndCopy) {
+  const int64_t D = 64, n = IndexerKeys::kChunk + 10;
+  const std::vector<float> k = randn(size_t(n * D), 7), q = randn(size_t(D), 8);
+  const float w = 1.0f;
+  IndexerKeys keys(D);
+  keys.append(k.data(), n);
+  keys.pack(n);
+  keys.truncate(IndexerKeys::kChunk - 5);  // cuts the first chunk
+  keys.append(k.data() + (IndexerKeys::kChunk - 5) * D, 15);
+  EXPECT_EQ(keys.size(), IndexerKeys::kChunk + 10);
+  const IndexerKeys copy = keys;
+  for (const IndexerKeys* kk : {static_cast<const IndexerKeys*>(&keys), &copy}) {
+    IndexerKeys c = *kk;
+    c.pack(c.size());
+    std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(IndexerKeys::kChunk));
+    indexer_scores(q.data(), &w, 1, c, n, s.data(), scratch.data());
+    const std::vector<double> want = plain_scores(q.data(), &w, 1, D, k, n);
+    for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(s[size_t(j)], want[size_t(j)], 1e-3) << j;
+  }
+  EXPECT_THROW(keys.truncate(n + 1), Error);
+}
+
+}  // namespace
+}  // namespace spattn
