@@ -156,13 +156,20 @@ struct Server::Impl {
   Metrics metrics;
   std::optional<ChatTemplate> chat_template;  // none: the plain fallback
 
+  // --attn's and --attn-decode's "auto" as the model resolves it, so that /props and every
+  // usage report name what runs.
+  static ServeOptions resolved(ServeOptions opt, const model::Config& cfg) {
+    cli::resolve_model_attention(opt.r, cfg);
+    return opt;
+  }
+
   Impl(const ServeOptions& opt, const cli::LoadedModel& lm)
-      : o(opt),
+      : o(resolved(opt, lm.model.config())),
         m(lm),
-        http(http_limits(opt)),
-        policy(http_policy(opt)),
-        plans(opt.plans_dir.empty() ? PlanLibrary() : PlanLibrary(opt.plans_dir)),
-        slots(lm.model, lm.tokenizer, opt.r, opt.slots),
+        http(http_limits(o)),
+        policy(http_policy(o)),
+        plans(o.plans_dir.empty() ? PlanLibrary() : PlanLibrary(o.plans_dir)),
+        slots(lm.model, lm.tokenizer, o.r, o.slots),
         chat_template(pick_chat_template(opt.chat_template, lm.chat_template)) {
     model_id = o.alias.empty() ? std::filesystem::path(o.r.model).filename().string() : o.alias;
     // A client that closes its socket must not end the process: writes then just fail.
