@@ -370,6 +370,14 @@ class Momo final : public Method {
   }
 
  private:
+  // Whether k_trim alone (no topp or min_share) keeps every key block at kv_len keys, so the
+  // dense kernel computes the same without the fused pass. Never under lambda, whose rule still
+  // skips (the GPU path refuses lambda before asking).
+  bool budget_covers(int64_t kv_len) const {
+    return !blasst_ && topp_ == 0 && min_share_ == 0 &&
+           budget_covers_context(k_trim_, kv_len, beta_);
+  }
+
   // A run's geometry: the stride, the sampled rows, each query block's forced (sink, local)
   // blocks and its first sampled row (rows[first_row[qb]...] lie in block qb).
   struct Geometry {
@@ -423,7 +431,7 @@ class Momo final : public Method {
                     MethodReport& rep) const {
     const int64_t H = q.heads, L = q.seq, Lkv = k.seq;
     // The host's budget shortcut (prefill below), so that both devices report the same run.
-    if (topp_ == 0 && min_share_ == 0 && budget_covers_context(k_trim_, Lkv, beta_)) {
+    if (budget_covers(Lkv)) {
       run_dense_instead(q, k, v, out, opt, lse, kDenseByBudget, true, nullptr, chi_, beta_, rep);
       return;
     }
@@ -457,7 +465,7 @@ class Momo final : public Method {
     // A count budget (k_trim, no topp or min_share) covering every key block leaves nothing
     // to skip: dense, with no fused pass (dense_shortcut.hpp). Not under the skip rule, which
     // still skips.
-    if (!blasst_ && topp_ == 0 && min_share_ == 0 && budget_covers_context(k_trim_, Lkv, beta_)) {
+    if (budget_covers(Lkv)) {
       run_dense_instead(q, k, v, out, opt, lse, kDenseByBudget, false, nullptr, chi_, beta_, rep);
       return;
     }
