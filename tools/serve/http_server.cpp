@@ -40,22 +40,33 @@ thread_local Conn* tl_conn = nullptr;
 
 Conn* current_conn() { return tl_conn; }
 
-// httplib's ThreadPool, and a connection waiting for a worker when all are taken asks the
-// server to free one (evict_one).
+// httplib's ThreadPool, and connections waiting for a worker when all are taken ask the
+// server to free as many (evict).
 class HttpServer::Pool final : public httplib::TaskQueue {
  public:
   Pool(HttpServer& owner, size_t n) : owner_(owner) {
     for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+    std::lock_guard<std::mutex> l(owner_.mu_);
+    owner_.pool_ = this;
+  }
+  ~Pool() override {
+    std::lock_guard<std::mutex> l(owner_.mu_);
+    if (owner_.pool_ == this) owner_.pool_ = nullptr;
   }
   void enqueue(std::function<void()> fn) override {
-    bool short_of_workers;
+    size_t waiting;
     {
       std::lock_guard<std::mutex> l(mu_);
       jobs_.push_back(std::move(fn));
-      short_of_workers = jobs_.size() > idle_;
+      waiting = backlog_locked();
     }
     cv_.notify_one();
-    if (short_of_workers) owner_.evict_one();
+    owner_.evict(waiting);
+  }
+  // Queued connections no idle worker will take.
+  size_t backlog() {
+    std::lock_guard<std::mutex> l(mu_);
+    return backlog_locked();
   }
   void shutdown() override {
     {
@@ -81,6 +92,7 @@ class HttpServer::Pool final : public httplib::TaskQueue {
       l.lock();
     }
   }
+  size_t backlog_locked() const { return jobs_.size() > idle_ ? jobs_.size() - idle_ : 0; }
   HttpServer& owner_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -118,15 +130,24 @@ int HttpServer::bind_exclusive(const std::string& host, int port) {
   return bind_to_port(host, port) ? port : -1;
 }
 
-void HttpServer::evict_one() {
+// One eviction per waiting connection, counting those evicted whose workers have not yet let
+// go: one per arrival was not enough, since a worker freed takes the queue's head, and a queue
+// of trickling sockets ahead of a real request then held it until their header deadlines.
+void HttpServer::evict(size_t waiting) {
+  if (waiting == 0) return;
   std::lock_guard<std::mutex> l(mu_);
-  Entry* oldest = nullptr;
-  for (auto& [fd, e] : conns_)
-    if (!e->evicted && e->phase != Entry::Phase::busy && (!oldest || e->since < oldest->since))
-      oldest = e;
-  if (!oldest) return;
-  oldest->evicted = true;
-  ::shutdown(oldest->fd, SHUT_RDWR);
+  size_t freeing = 0;
+  for (const auto& [fd, e] : conns_) freeing += e->evicted;
+  while (freeing < waiting) {
+    Entry* oldest = nullptr;
+    for (auto& [fd, e] : conns_)
+      if (!e->evicted && e->phase != Entry::Phase::busy && (!oldest || e->since < oldest->since))
+        oldest = e;
+    if (!oldest) return;
+    oldest->evicted = true;
+    ::shutdown(oldest->fd, SHUT_RDWR);
+    ++freeing;
+  }
 }
 
 void HttpServer::shutdown(std::chrono::milliseconds deadline) {
@@ -173,6 +194,15 @@ void HttpServer::linger(ConnStream& s) {
   }
 }
 
+void HttpServer::rebalance() {
+  Pool* pool;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    pool = pool_;
+  }
+  if (pool) evict(pool->backlog());
+}
+
 void HttpServer::serve_socket(int fd) { process_and_close_socket(fd); }
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
@@ -193,6 +223,9 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
       admitted = true;
     }
   }
+  // Taking this socket may have left others queued, and an eviction asked for before this
+  // worker registered found nothing to evict: look again now that it can.
+  if (admitted) rebalance();
   bool ok = false;
   if (!admitted) {
     static const char kBusy[] =

@@ -64,8 +64,11 @@ class HttpServer : public httplib::Server {
  private:
   struct Entry;
   bool process_and_close_socket(socket_t sock) override;
-  void evict_one();
-  void linger(ConnStream& s);  // a worker is wanted: close the oldest idle or unfinished connection
+  // `waiting` connections want a worker: close the oldest idle or unfinished connections until
+  // as many are closing.
+  void evict(size_t waiting);
+  void rebalance();  // evict() for what the pool has queued
+  void linger(ConnStream& s);
 
   HttpLimits limits_;
   std::mutex mu_;
@@ -76,6 +79,7 @@ class HttpServer : public httplib::Server {
   std::condition_variable closer_cv_;
   bool destroying_ = false;
   class Pool;
+  Pool* pool_ = nullptr;  // while listening
 };
 
 }  // namespace spattn::serve
