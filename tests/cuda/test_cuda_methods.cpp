@@ -37,7 +37,6 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
     const MethodReport dr = m->run(dq.view, dk.view, dv.view, dout.view, opt);
     const Tensor got = cuda::to_host(dout.view);
     const test::Diff d = test::diff(got.view(), host_out.view());
-    EXPECT_LE(d.max_abs, 1.6e-2 * std::max(1.0, d.ref_max)) << spec;
     bool same_mask = true;
     if (hr.mask) {
       ASSERT_TRUE(dr.mask) << spec;
@@ -64,13 +63,18 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
         }
       }
     }
+    // (Where a tie flipped a block, its query block's rows differ: test_cuda_estimates.cpp
+    // compares those against the host over the device's own mask.)
+    if (same_mask) {
+      EXPECT_LE(d.max_abs, 1.6e-2 * std::max(1.0, d.ref_max)) << spec;
+    }
     if (spec.rfind("blasst", 0) == 0) {
       // Skip decisions may differ where a margin sits within rounding of the threshold, or
       // where the 128-row blocks' local-first order differs from the 64-row CPU tiles'
       // (counted by tests/cuda/test_cuda_attention.cpp): few.
       EXPECT_NEAR(dr.extras.at("skipped_fraction"), hr.extras.at("skipped_fraction"), 0.01) << spec;
       EXPECT_GT(dr.extras.at("skipped_fraction"), 0.0) << spec;
-    } else if (same_mask) {
+    } else if (same_mask && dr.dense_shortcut == hr.dense_shortcut) {
       EXPECT_EQ(dr.stats.score_entries, hr.stats.score_entries) << spec;
     }
     ASSERT_TRUE(dr.coverage) << spec;
