@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -401,6 +402,48 @@ TEST(CudaEstimates, EveryBlockKeptIsExactAttention) {
       const test::Diff d = test::diff(got.view(), ref.view());
       EXPECT_LE(d.max_abs, out_tol(c.t) * std::max(1.0, d.ref_max)) << which;
     }
+  }
+}
+
+// Small odd shapes through every estimate and budget, for the sanitizers (memcheck, racecheck:
+// scripts/gpu_check.sh): each run's mask valid, its output finite, and the same on a second run
+// (the estimate sums in a fixed order).
+TEST(CudaEstimates, OddShapesRunCleanAndRepeat) {
+  SKIP_WITHOUT_GPU();
+  struct OCase {
+    std::string spec;
+    DType t;
+    int64_t d, hq, hkv, lq, lkv;
+    bool causal;
+  };
+  const std::vector<OCase> cases = {
+      {"xattention:min_share=0.05", DType::bf16, 128, 2, 1, 333, 517, true},
+      {"xattention:block_q=192,block_k=192,tau=0.8", DType::f16, 64, 3, 3, 450, 450, true},
+      {"xattention:block_q=1024,block_k=64,stride=4", DType::bf16, 64, 2, 2, 700, 701, true},
+      {"xattention:block_q=64,stride=32", DType::bf16, 128, 2, 1, 129, 300, false},
+      {"mean_pool:topk=2,sink=100,local=70", DType::f16, 128, 4, 2, 257, 640, true},
+      {"mean_pool:topp=0.7", DType::bf16, 64, 2, 1, 199, 199, true},
+      {"mean_pool:min_share=0.1,est=pooled", DType::bf16, 128, 2, 2, 300, 450, false},
+  };
+  for (const OCase& c : cases) {
+    SCOPED_TRACE(c.spec + " " + std::to_string(c.lq) + "x" + std::to_string(c.lkv));
+    const Input in = make_input(false, c.t, c.d, c.hq, c.hkv, c.lq, c.lkv, 1.0f, 2);
+    AttnOptions opt;
+    opt.causal = c.causal;
+    const auto m = make_method(c.spec);
+    DeviceTensor dq(in.q), dk(in.k), dv(in.v), o1(c.t, c.hq, c.lq, c.d), o2(c.t, c.hq, c.lq, c.d);
+    const MethodReport a = m->run(dq.view, dk.view, dv.view, o1.view, opt);
+    const MethodReport b = m->run(dq.view, dk.view, dv.view, o2.view, opt);
+    ASSERT_TRUE(a.mask && b.mask);
+    EXPECT_NO_THROW(a.mask->validate());
+    EXPECT_EQ(a.mask->blocks, b.mask->blocks);
+    const Tensor x = o1.to_host(), y = o2.to_host();
+    EXPECT_EQ(std::memcmp(x.data(), y.data(), x.nbytes()), 0) << "the same bits twice";
+    int64_t bad = 0;
+    for (int64_t h = 0; h < c.hq; ++h)
+      for (int64_t i = 0; i < c.lq; ++i)
+        for (int64_t e = 0; e < c.d; ++e) bad += !std::isfinite(x.view().get(h, i, e));
+    EXPECT_EQ(bad, 0);
   }
 }
 
