@@ -213,6 +213,44 @@ void momo_attention(const TensorView& q, const TensorView& k, const TensorView& 
                     float* lse, MomoGpuResult& result, bool want_rows = false,
                     void* stream = nullptr);
 
+// The estimating block-mask methods on the device (src/methods/xattention.cpp and
+// mean_pool.cpp, whose run_cuda call these; src/cuda/xattention.cu and mean_pool.cu): the
+// estimate, the selection with the method's budget (topk, topp or min_share: the host's rules,
+// masks/block_budget.hpp) and the block-sparse pass over the selected blocks, all on `stream`
+// with no copy to the host between them. The lists and the pass's stats are read back once
+// everything is queued. Blocks must be multiples of 64 (the kernel's tiles).
+struct GpuBlockBudget {
+  int64_t topk = 0;      // when neither below is set: that many blocks beside the forced ones
+  double topp = 0;       // > 0: the fewest blocks whose estimated mass reaches topp
+  double min_share = 0;  // > 0: every block of at least min_share of its query block's mass
+};
+struct BlockSelectResult {
+  std::vector<std::vector<int32_t>> lists;  // per (q head, query block), ascending: the mask
+  Stats stats;                              // the block-sparse pass's
+};
+// XAttention ("XAttention: Block Sparse Attention with Antidiagonal Scoring", Sec. 2): the
+// antidiagonal estimate at `stride`, the sink block and the diagonal blocks kept, then budget
+// (topp: the paper's tau; or min_share).
+struct XAttentionGpuPlan {
+  int64_t stride = 8, block_q = 128, block_k = 128;
+  GpuBlockBudget budget{0, 0.9, 0};
+};
+void xattention_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out, const XAttentionGpuPlan& plan,
+                          const AttnOptions& opt, float* lse, BlockSelectResult& result,
+                          void* stream = nullptr);
+// mean_pool (spattn/masks.hpp's mean_pool_mask): sink and local keys kept, then topk blocks by
+// the pooled scores, or topp / min_share over the antidiagonal estimate at `stride` (0: the
+// pooled scores' masses, est=pooled).
+struct MeanPoolGpuPlan {
+  int64_t block_q = 64, block_k = 64, sink = 64, local = 64;
+  GpuBlockBudget budget{128, 0, 0};
+  int64_t stride = 8;
+};
+void mean_pool_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, const MeanPoolGpuPlan& plan, const AttnOptions& opt,
+                         float* lse, BlockSelectResult& result, void* stream = nullptr);
+
 // The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
 // (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.
 void merge_attention(const TensorView& o_a, const float* lse_a, const TensorView& o_b,

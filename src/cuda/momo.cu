@@ -12,8 +12,8 @@
 //      momo_trim_kernel per (q head, query block): the union of the pooled rows' choices
 //      (trim=mass: their shares exp(S(j) - LSE_row), summed; trim=mean: the mean S(j)), the
 //      blend's estimate, the top k_trim (topp, min_share), sink and local added: the mask;
-//   3. the mask as per-kernel-tile lists of 64-key tiles (momo_tiles_kernel, a scan, again
-//      momo_tiles_kernel) and the block-sparse pass over them;
+//   3. the block-sparse pass over the mask's lists (block_lists.cu, which turns them into
+//      per-kernel-tile lists of 64-key tiles on the device);
 //   4. momo_delta_kernel: Eq. 2's correction, O_gamma at the sampled rows.
 // The step-1 scores are held in global memory between the pass and the selection (heads x
 // sampled rows x key tiles floats: 268 MB at 128K with 32 heads and gamma 128) rather than
@@ -26,6 +26,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/block_lists.hpp"
 #include "cuda/check.cuh"
 #include "cuda/flash_fwd.cuh"
 #include "cuda/forms.hpp"
@@ -342,54 +343,6 @@ __global__ void momo_trim_kernel(const TrimParams p) {
   }
 }
 
-// Step 3a: per kernel tile (h, t) of `tile_rows` rows, its 64-key tiles: each listed block's,
-// less those no row of the tile reaches (as BlockSparsePlan). counts only (tiles null), or
-// the tiles at tiles[offsets[item]...].
-__global__ void momo_tiles_kernel(const int* list, const int* list_count, int cap, int nqb,
-                                  int n_qt, int heads, int tile_rows, int chi, int beta, int q_len,
-                                  int kv_len, int* counts, const int* offsets, int* tiles) {
-  const int64_t item = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (item >= int64_t(heads) * n_qt) return;
-  const int h = int(item / n_qt), t = int(item % n_qt);
-  const int qb = t * tile_rows / chi;
-  const int last_row = min(q_len, (t + 1) * tile_rows) - 1;
-  const int reach = min(kv_len, kv_len - q_len + last_row + 1);
-  const int per = beta / kBN;
-  const int64_t li = int64_t(h) * nqb + qb;
-  const int* blocks = list + li * cap;
-  int n = 0;
-  int* out = tiles ? tiles + offsets[item] : nullptr;
-  for (int i = 0; i < list_count[li]; ++i)
-    for (int j = 0; j < per; ++j) {
-      const int kt = blocks[i] * per + j;
-      if (kt * kBN < reach) {
-        if (out) out[n] = kt;
-        ++n;
-      }
-    }
-  if (!tiles) counts[item] = n;
-}
-
-// Exclusive prefix sums of counts[0, n) into offsets[0, n] (one block of 1024 threads).
-__global__ void momo_scan_kernel(const int* counts, int n, int* offsets) {
-  __shared__ int part[1024];
-  const int tid = threadIdx.x, per = (n + 1023) / 1024;
-  const int b = min(n, tid * per), e = min(n, b + per);
-  int s = 0;
-  for (int i = b; i < e; ++i) s += counts[i];
-  part[tid] = s;
-  __syncthreads();
-  for (int off = 1; off < 1024; off <<= 1) {
-    const int add = tid >= off ? part[tid - off] : 0;
-    __syncthreads();
-    part[tid] += add;
-    __syncthreads();
-  }
-  int run = part[tid] - s;  // exclusive
-  for (int i = b; i < e; ++i) offsets[i] = run, run += counts[i];
-  if (tid == 1023) offsets[n] = part[1023];
-}
-
 // Step 4 (Eq. 2): per (sampled row ri, q head h), the rows of its group (after the previous
 // sampled row, up to it) take O_* + (O_gamma - O_*) at the sampled row; the sampled row takes
 // O_gamma itself, and its LSE the query-sparse pass's.
@@ -551,34 +504,12 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
   momo_trim_kernel<<<dim3(unsigned(nqb), unsigned(H)), kSelThreads, trim_smem, s>>>(tp);
   check(cudaGetLastError(), "momo_trim_kernel launch");
 
-  // Step 3: the mask as kernel-tile lists, and the block-sparse pass into out.
-  const int tile_rows = plan.chi % 128 == 0 ? 128 : 64;
-  const int n_qt = (L + tile_rows - 1) / tile_rows;
-  const int items = H * n_qt;
-  const int64_t max_tiles = std::min<int64_t>(n_kt, int64_t(cap) * (plan.beta / kBN));
-  SPATTN_CHECK(int64_t(items) * max_tiles < INT32_MAX, who, ": ", items, " query tiles of up to ",
-               max_tiles, " key tiles overflow the kernel's 32-bit list offsets");
-  DeviceBuffer<int> counts, offsets, tiles;
-  counts.alloc(size_t(items), s);
-  offsets.alloc(size_t(items) + 1, s);
-  tiles.alloc(size_t(items) * size_t(max_tiles), s);
-  const unsigned tb = 128, tgrid = unsigned((items + tb - 1) / tb);
-  momo_tiles_kernel<<<tgrid, tb, 0, s>>>(list.get(), list_count.get(), cap, nqb, n_qt, H, tile_rows,
-                                         int(plan.chi), int(plan.beta), L, Lkv, counts.get(),
-                                         nullptr, nullptr);
-  momo_scan_kernel<<<1, 1024, 0, s>>>(counts.get(), items, offsets.get());
-  momo_tiles_kernel<<<tgrid, tb, 0, s>>>(list.get(), list_count.get(), cap, nqb, n_qt, H, tile_rows,
-                                         int(plan.chi), int(plan.beta), L, Lkv, nullptr,
-                                         offsets.get(), tiles.get());
-  check(cudaGetLastError(), "momo_tiles_kernel launch");
-  FlashParams bp = base_params(q, k, v, out, opt, lse, tile_rows);
-  bp.list_offsets = offsets.get(), bp.list_tiles = tiles.get();
-  DeviceBuffer<int> b_visited;
-  DeviceBuffer<unsigned long long> b_entries;
-  b_visited.alloc(size_t(H) * bp.n_qt64, s);
-  b_entries.alloc(size_t(H) * bp.n_qt64, s);
-  bp.visited = b_visited.get(), bp.entries = b_entries.get();
-  launch_block_sparse(q.dtype, d, tile_rows, bp, s);
+  // Step 3: the block-sparse pass over the lists into out (block_lists.cu).
+  DeviceBlockLists dl;
+  dl.list = list.get(), dl.count = list_count.get(), dl.heads = H, dl.nqb = nqb, dl.cap = cap;
+  dl.block_q = plan.chi, dl.block_k = plan.beta;
+  BlockListRecords b_records;
+  run_block_lists(q, k, v, out, opt, lse, dl, &b_records, s);
 
   // Step 4: the delta correction, in place.
   momo_delta_kernel<T><<<dim3(unsigned(R), unsigned(H)), 128, 0, s>>>(
@@ -587,15 +518,12 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
   check(cudaGetLastError(), "momo_delta_kernel launch");
 
   // What the report needs, read back once everything is queued.
-  const std::vector<int> lc = list_count.to_host(s), lh = list.to_host(s);
-  res.lists.assign(size_t(H) * nqb, {});
-  for (size_t i = 0; i < res.lists.size(); ++i)
-    res.lists[i].assign(lh.begin() + int64_t(i) * cap, lh.begin() + int64_t(i) * cap + lc[i]);
+  res.lists = read_block_lists(dl, s);
   const std::vector<int> rb = row_blocks.to_host(s), kb = kept.to_host(s);
   res.row_blocks.assign(rb.begin(), rb.end());
   res.kept_blocks.assign(kb.begin(), kb.end());
   res.fused = read_stats(q_visited, q_entries, d, s);
-  res.sparse = read_stats(b_visited, b_entries, d, s);
+  res.sparse = b_records.read(s);
   const int64_t causal = dense_entries(H, L, Lkv, true);
   res.fused.causal_entries = res.sparse.causal_entries = causal;
   res.row_selection.clear();

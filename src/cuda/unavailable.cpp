@@ -61,6 +61,16 @@ void momo_attention(const TensorView&, const TensorView&, const TensorView&, con
                     const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
   unavailable("momo_attention");
 }
+void xattention_attention(const TensorView&, const TensorView&, const TensorView&,
+                          const TensorView&, const XAttentionGpuPlan&, const AttnOptions&, float*,
+                          BlockSelectResult&, void*) {
+  unavailable("xattention_attention");
+}
+void mean_pool_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                         const MeanPoolGpuPlan&, const AttnOptions&, float*, BlockSelectResult&,
+                         void*) {
+  unavailable("mean_pool_attention");
+}
 void attention_blasst(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                       double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
   unavailable("attention_blasst");

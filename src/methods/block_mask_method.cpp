@@ -46,6 +46,18 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
     return r;
   }
   std::shared_ptr<const BlockMask> mask;
+  cuda::BlockSelectResult sel;
+  if (!static_pattern() && run_device_estimate(q, k, v, out, opt, lse, sel)) {
+    auto m = std::make_shared<BlockMask>(
+        BlockMask::from_lists(q.heads, q.seq, k.seq, block_q_, block_k_, opt.causal, sel.lists));
+    m->validate();
+    mask = std::move(m);
+    r.stats = sel.stats;
+    r.extras["mask_device"] = 1.0;
+    r.coverage = block_mask_coverage(mask);
+    r.mask = std::move(mask);
+    return r;
+  }
   if (static_pattern()) {
     // The shapes are all it reads; the device kernel checks them.
     mask = std::make_shared<const BlockMask>(build_mask_reported(q, k, v, opt, r));

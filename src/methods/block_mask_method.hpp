@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "spattn/cuda.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/method.hpp"
 #include "spattn/sparse_attention.hpp"
@@ -17,9 +18,13 @@ class BlockMaskMethod : public Method {
   // Building the mask is part of run(), so a caller timing run() times the estimate too.
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override;
-  // On the GPU: the mask is built on the host (extras "mask_host_ms"), from copies of q, k
-  // and v where the method estimates from them, from the shapes alone for a static pattern;
-  // the block-sparse kernel runs on the device.
+  // On the GPU: a method with a device estimate (run_device_estimate: xattention, mean_pool)
+  // estimates, selects and runs on the device, and reports the mask it read back (extras
+  // "mask_device" 1); a static pattern is built from the shapes alone; any other mask is built
+  // on the host from copies of q, k and v (extras "mask_host_ms"). The block-sparse kernel runs
+  // on the device. The budget's dense shortcut holds on both devices; the estimate's (a mask
+  // that keeps every block) only where the mask is built on the host, since deciding it on the
+  // device would wait for the selection: there the block-sparse pass runs every block.
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override;
 
@@ -39,6 +44,15 @@ class BlockMaskMethod : public Method {
   // it covers every key block at a length (budget_covers_context), run() skips build_mask and
   // runs dense.
   virtual int64_t block_budget() const { return -1; }
+  // The method's whole GPU pipeline (src/cuda/), where it has one: runs the estimate, the
+  // selection and the block-sparse pass into out and lse, fills `result` (the lists, the
+  // pass's stats) and returns true; false (the default) where it has none.
+  virtual bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
+                                   const TensorView& out, const AttnOptions& opt, float* lse,
+                                   cuda::BlockSelectResult& result) const {
+    (void)q, (void)k, (void)v, (void)out, (void)opt, (void)lse, (void)result;
+    return false;
+  }
   // Whether the mask is a static pattern (from the shapes alone, never reading q, k or v):
   // then the GPU path copies nothing to the host.
   virtual bool static_pattern() const { return false; }

@@ -11,7 +11,8 @@
 // entries dense attention does) or `est=pooled` (the pooled scores' softmax, the first version):
 // the pooled scores come before the exponential, so they cannot see how spread a query block's
 // attention is, and on real attention topp on them lost to the counts on both mean and worst
-// row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp.
+// row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp. On CUDA
+// tensors every estimate and budget runs on the device (src/cuda/mean_pool.cu).
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
@@ -65,6 +66,18 @@ class MeanPool final : public BlockMaskMethod {
   }
 
  protected:
+  // The same estimates, budgets and mask on the device (src/cuda/mean_pool.cu).
+  bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const AttnOptions& opt, float* lse,
+                           cuda::BlockSelectResult& result) const override {
+    cuda::MeanPoolGpuPlan p;
+    p.block_q = block_q_, p.block_k = block_k_, p.sink = sink_, p.local = local_;
+    p.budget = {budget_.topk, budget_.topp, budget_.min_share};
+    p.stride = budget_.stride;
+    cuda::mean_pool_attention(q, k, v, out, p, opt, lse, result, opt.stream);
+    return true;
+  }
+
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     return mean_pool_mask(q, k, block_q_, block_k_, sink_, local_, opt, budget_);

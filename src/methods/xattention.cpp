@@ -22,7 +22,8 @@
 // mass budget every block-selecting method takes. `dot=bf16` (default; the paper's kernels run
 // in bf16 too) computes the estimate's products from bf16-rounded q and k with vdpbf16ps where
 // the CPU has AVX512_BF16 (f32 elsewhere), `dot=f32` in f32; both on the flash kernel's score
-// micro-kernels (kernels/long_row_scores.hpp).
+// micro-kernels (kernels/long_row_scores.hpp). On CUDA tensors the estimate, the budget and the
+// block-sparse pass run on the device (src/cuda/xattention.cu), the same rules.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -83,6 +84,18 @@ class XAttention final : public BlockMaskMethod {
   }
 
  protected:
+  // The same estimate, budget and mask on the device (src/cuda/xattention.cu); dot there is the
+  // inputs' own dtype in f32 products (bf16 inputs: dot=bf16's values).
+  bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const AttnOptions& opt, float* lse,
+                           cuda::BlockSelectResult& result) const override {
+    cuda::XAttentionGpuPlan p;
+    p.stride = stride_, p.block_q = block_q_, p.block_k = block_k_;
+    p.budget = {0, min_share_ > 0 ? 0.0 : tau_, min_share_};
+    cuda::xattention_attention(q, k, v, out, p, opt, lse, result, opt.stream);
+    return true;
+  }
+
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView&,
                        const AttnOptions& opt) const override {
     BlockMask m(q.heads, q.seq, k.seq, block_q_, block_k_, opt.causal);

@@ -69,7 +69,10 @@ TEST(CudaHelpers, MethodsRunOnTheCallersStream) {
                            v = cuda::DeviceTensor::upload(w.v, DType::bf16);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  for (const std::string spec : {"dense", "blasst:lambda=0.01", "a_shape:sink=64,local=256"}) {
+  // xattention and mean_pool estimate on the device: deterministic (no atomics in a sum).
+  for (const std::string spec :
+       {"dense", "blasst:lambda=0.01", "a_shape:sink=64,local=256", "xattention:min_share=0.1",
+        "mean_pool:topk=3", "mean_pool:topp=0.9"}) {
     const auto m = make_method(spec);
     cuda::DeviceTensor o1(DType::bf16, 4, 700, 128), o2(DType::bf16, 4, 700, 128);
     AttnOptions opt;
@@ -134,6 +137,30 @@ TEST(CudaBench, RowsJudgedAgainstDenseAndTheHost) {
   EXPECT_EQ(j["results"][2]["speedup"].get<double>(), ashape.speedup);
   // Bad input: f32 on the device.
   EXPECT_THROW(run_bench_cuda(methods, w.q, w.k, w.v, opt, bo, DType::f32), Error);
+}
+
+// The device estimates reach `spattn bench --device cuda`: timed rows, estimated on the device.
+TEST(CudaBench, DeviceEstimatesReachTheBench) {
+  SKIP_WITHOUT_GPU();
+  WorkloadConfig c;
+  c.seq = 1200, c.heads = 4, c.kv_heads = 2, c.dim = 128, c.seed = 8;
+  const Workload w = make_workload(c);
+  const BenchMethods methods =
+      make_bench_methods({"xattention:min_share=0.1", "mean_pool:topk=3"}, {}, true);
+  AttnOptions opt;
+  opt.threads = 2;
+  BenchOptions bo;
+  bo.repeat = 2;
+  const BenchRun run = run_bench_cuda(methods, w.q, w.k, w.v, opt, bo, DType::bf16);
+  ASSERT_EQ(run.results.size(), 3u);
+  for (size_t i = 1; i < 3; ++i) {
+    const BenchResult& r = run.results[i];
+    ASSERT_TRUE(r.unavailable.empty()) << r.spec << ": " << r.unavailable;
+    EXPECT_EQ(r.run_ms.size(), 2u) << r.spec;
+    EXPECT_EQ(r.report.extras.count("mask_device"), 1u) << r.spec;
+    EXPECT_GT(r.report.stats.sparsity(), 0.0) << r.spec;
+    EXPECT_EQ(r.report.stats.causal_entries, run.results[0].report.stats.causal_entries);
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -36,11 +37,36 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
     const MethodReport dr = m->run(dq.view, dk.view, dv.view, dout.view, opt);
     const Tensor got = cuda::to_host(dout.view);
     const test::Diff d = test::diff(got.view(), host_out.view());
-    EXPECT_LE(d.max_abs, 1.6e-2 * std::max(1.0, d.ref_max)) << spec;
+    bool same_mask = true;
     if (hr.mask) {
       ASSERT_TRUE(dr.mask) << spec;
-      EXPECT_EQ(dr.mask->blocks, hr.mask->blocks) << spec << ": the same mask from the same data";
-      EXPECT_GT(dr.extras.at("mask_host_ms"), 0.0) << spec;
+      EXPECT_EQ(dr.dense_shortcut.empty(),
+                hr.dense_shortcut.empty() || dr.extras.count("mask_device"))
+          << spec << ": the estimate's dense shortcut is the host's alone";
+      if (dr.extras.count("mask_device")) {
+        // Estimated on the device (test_cuda_estimates.cpp checks its rule): few lists differ,
+        // by a tie at the budget's edge, or because the host's estimate kept every block.
+        same_mask = dr.mask->blocks == hr.mask->blocks;
+        int64_t differ = 0, lists = dr.mask->heads * dr.mask->n_qb();
+        for (int64_t h = 0; h < dr.mask->heads; ++h)
+          for (int64_t qb = 0; qb < dr.mask->n_qb(); ++qb) {
+            const auto a = dr.mask->row(h, qb), b = hr.mask->row(h, qb);
+            differ += !std::equal(a.begin(), a.end(), b.begin(), b.end());
+          }
+        if (hr.dense_shortcut.empty()) {
+          EXPECT_LE(differ, std::max<int64_t>(1, lists / 25)) << spec;
+        }
+      } else {
+        EXPECT_EQ(dr.mask->blocks, hr.mask->blocks) << spec << ": the same mask from the same data";
+        if (dr.dense_shortcut.empty()) {
+          EXPECT_GT(dr.extras.at("mask_host_ms"), 0.0) << spec;
+        }
+      }
+    }
+    // (Where a tie flipped a block, its query block's rows differ: test_cuda_estimates.cpp
+    // compares those against the host over the device's own mask.)
+    if (same_mask) {
+      EXPECT_LE(d.max_abs, 1.6e-2 * std::max(1.0, d.ref_max)) << spec;
     }
     if (spec.rfind("blasst", 0) == 0) {
       // Skip decisions may differ where a margin sits within rounding of the threshold, or
@@ -48,7 +74,7 @@ TEST(CudaMethods, DeviceRunMatchesHostRun) {
       // (counted by tests/cuda/test_cuda_attention.cpp): few.
       EXPECT_NEAR(dr.extras.at("skipped_fraction"), hr.extras.at("skipped_fraction"), 0.01) << spec;
       EXPECT_GT(dr.extras.at("skipped_fraction"), 0.0) << spec;
-    } else {
+    } else if (same_mask && dr.dense_shortcut == hr.dense_shortcut) {
       EXPECT_EQ(dr.stats.score_entries, hr.stats.score_entries) << spec;
     }
     ASSERT_TRUE(dr.coverage) << spec;

@@ -1,0 +1,37 @@
+// XAttention on the device ("XAttention: Block Sparse Attention with Antidiagonal Scoring",
+// Sec. 2; the method and its parameters are src/methods/xattention.cpp's, whose run_cuda calls
+// this): the antidiagonal estimate (antidiagonal.cu), per query block the sink block and the
+// diagonal blocks kept and then the budget over the estimate (tau, the paper's threshold, as
+// topp; or min_share), and the block-sparse pass over the kept blocks (block_select.cu), one
+// stream and no copy to the host between them.
+#include "cuda/antidiagonal.hpp"
+#include "cuda/block_select.hpp"
+#include "cuda/inputs.hpp"
+#include "spattn/cuda.hpp"
+#include "spattn/error.hpp"
+
+namespace spattn::cuda {
+
+void xattention_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out, const XAttentionGpuPlan& plan,
+                          const AttnOptions& opt, float* lse, BlockSelectResult& result,
+                          void* stream) {
+  const char* who = "cuda xattention";
+  check_select_inputs(q, k, v, out, lse, opt, plan.block_q, plan.block_k, who);
+  SPATTN_CHECK((plan.budget.topp > 0) != (plan.budget.min_share > 0), who,
+               ": one budget, topp (tau) or min_share");
+  const cudaStream_t s = stream_of(stream, opt);
+  const int64_t nqb = (q.seq + plan.block_q - 1) / plan.block_q;
+  const int64_t nkb = (k.seq + plan.block_k - 1) / plan.block_k;
+  DeviceBuffer<double> mass;
+  mass.alloc(size_t(q.heads) * size_t(nqb) * size_t(nkb), s);
+  antidiagonal_mass(q, k, opt, plan.stride, plan.block_q, plan.block_k, mass.get(), s);
+  BlockSelect sel;
+  sel.mass = mass.get();
+  sel.block_q = plan.block_q, sel.block_k = plan.block_k;
+  sel.sink = 1, sel.local = 1;  // the sink block, and the blocks of the query block's own keys
+  sel.rule.topp = plan.budget.topp, sel.rule.min_share = plan.budget.min_share;
+  run_selected(q, k, v, out, opt, lse, sel, result, s);
+}
+
+}  // namespace spattn::cuda
