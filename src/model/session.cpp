@@ -657,8 +657,10 @@ struct Session::Impl {
   // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 graph turns them: RoPE on
   // the first rot() values of each query head and of the key (NeoX pairs), the Hadamard
   // rotation of each; the key rounded as the cache type rounds it (llama.cpp keeps it in a
-  // cache of -ctk's type) and the queries as ggml's product with that cache rounds its other
-  // operand (its vec_dot_type: the same type); the weights times 1 / sqrt(dim x heads).
+  // cache of -ctk's type); the weights times 1 / sqrt(dim x heads). The queries stay f32:
+  // llama.cpp's scores come from its fused ggml_lightning_indexer (cparams.fused_lid, always
+  // on), which widens each cached key to f32 and takes f32 dot products with them (the unfused
+  // graph's ggml_mul_mat would round the queries to the cache type first).
   template <class RowPos>
   void indexer_rows(int64_t r0, int64_t r1, const RowPos& row_pos) {
     const int64_t H = cfg.indexer_heads, D = cfg.indexer_dim;
@@ -670,7 +672,6 @@ struct Session::Impl {
         float* qh = &idx_q[size_t((i * H + hh) * D)];
         idx_rope->rotate_inplace(qh, pos);
         hadamard_rotate(qh, D);
-        if (kt != KVType::f32) kv_round_row(kt, qh, qh, D);
       }
       float* kr = &idx_k[size_t(i * D)];
       idx_rope->rotate_inplace(kr, pos);
