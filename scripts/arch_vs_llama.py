@@ -13,7 +13,8 @@ token where they part is found from spattn's --json piece_ends, and the step pas
 near tie: spattn's top two logits there less than --near-tie apart (its logit_gaps), or as a
 step that rounding alone decides: spattn run again with an f32 KV cache (-ctk f32 -ctv f32,
 the same model computed with less rounding) parts from its own f16-cache text at the same
-token(s). The report says which (-n 0: no greedy check). llama-completion prints the prompt before the text (taken off) and runs 8
+token(s), or llama.cpp's text with -fa off (its own rounding without flash attention's f16
+queries) parts from its default text there. The report says which (-n 0: no greedy check). llama-completion prints the prompt before the text (taken off) and runs 8
 tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value
 (and with --ppl-rel F within F of it).
 Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
@@ -64,6 +65,15 @@ def spattn_run(a, model, extra=()):
                           *extra]).stdout)
 
 
+def llama_text(a, model, extra=()):
+    """llama-completion's greedy text after the prompt (n + 8 tokens: greedy() says why)."""
+    ll = sh([os.path.join(a.llama_bin, "llama-completion"), "-m", model, "-p", a.prompt, "-n",
+             str(a.n + 8), "--temp", "0", "-t", str(a.threads), "-no-cnv", "--simple-io",
+             "--no-warmup", "-c", "4096", *extra])
+    text = ll.stdout.decode("utf-8", errors="replace")
+    return text[len(a.prompt):] if text.startswith(a.prompt) else text
+
+
 def greedy(a, model):
     sp = spattn_run(a, model)
     mine = sp["text"]
@@ -72,12 +82,7 @@ def greedy(a, model):
     # generates 8 tokens more than compared, and a text that still ends short of spattn's is
     # a lost tail, so the run is repeated (up to three times).
     for _ in range(3):
-        ll = sh([os.path.join(a.llama_bin, "llama-completion"), "-m", model, "-p", a.prompt, "-n",
-                 str(a.n + 8), "--temp", "0", "-t", str(a.threads), "-no-cnv", "--simple-io",
-                 "--no-warmup", "-c", "4096"])
-        text = ll.stdout.decode("utf-8", errors="replace")
-        if text.startswith(a.prompt):
-            text = text[len(a.prompt):]
+        text = llama_text(a, model)
         if len(text.encode()) > len(mine.encode()) or not mine.startswith(text):
             break
     # spattn's n tokens against the start of llama.cpp's n + 8.
@@ -113,7 +118,15 @@ def greedy(a, model):
             j = next((i for i in range(min(len(fb), len(sb))) if fb[i] != sb[i]), None)
             row["f32_cache_part_byte"] = j
             row["rounding"] = j is not None and tok0 <= token_at(j) <= tok
-    row["pass"] = row["equal"] or row["near_tie"] or row.get("rounding", False)
+        if not row["near_tie"] and not row["rounding"]:
+            # Or llama.cpp's: its flash attention (on by default; f16 queries and f16 sums of
+            # the values on the CPU) against its own text without it.
+            ob = llama_text(a, model, ("-fa", "off")).encode(errors="replace")
+            j = next((i for i in range(min(len(ob), len(lb))) if ob[i] != lb[i]), None)
+            row["llama_fa_off_part_byte"] = j
+            row["llama_rounding"] = j is not None and tok0 <= token_at(j) <= tok
+    row["pass"] = (row["equal"] or row["near_tie"] or row.get("rounding", False)
+                   or row.get("llama_rounding", False))
     return row
 
 
@@ -215,8 +228,11 @@ def main():
                        + ("" if r["near_tie"] else
                           "; spattn with an f32 cache parts from its f16 text there too "
                           "(rounding decides the step)" if r.get("rounding") else
+                          "; llama.cpp with -fa off parts from its own text there too "
+                          "(its rounding decides the step)" if r.get("llama_rounding") else
                           f"; spattn with an f32 cache parts at byte "
-                          f"{r.get('f32_cache_part_byte')}: NOT rounding"))
+                          f"{r.get('f32_cache_part_byte')}, llama.cpp with -fa off at byte "
+                          f"{r.get('llama_fa_off_part_byte')}: NOT rounding"))
                 print(f"{r['model']}: greedy {r['tokens']} tokens: {how}")
             elif r.get("lost"):
                 print(f"{r['model']}: perplexity -c {r['ctx']}: not compared, llama-perplexity's "

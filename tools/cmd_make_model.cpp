@@ -144,7 +144,11 @@ void add_make_model_command(CLI::App& root) {
                   "v 128, q/kv latents 1536/512, 256 experts of ffn 2048 in 8 groups (4 used), "
                   "8 a token, 1 shared, sigmoid gating, scale 2.5, vocab 129280) or "
                   "deepseek-v3.2 (deepseek32: deepseek-v3's shape in the absorbed layout with "
-                  "the lightning indexer, 64 heads of 128, top-k 2048); other flags override it");
+                  "the lightning indexer, 64 heads of 128, top-k 2048) or glm-5 (glm-dsa, 78 "
+                  "layers (3 dense), dim 6144, 64 heads, head dim 256 (rope 64), v 256, q/kv "
+                  "latents 2048/512, ffn 12288, 256 experts of ffn 2048 (8 a token, 1 shared), "
+                  "rope base 1e6, indexer 32 heads of 128, top-k 2048, vocab 154880); other "
+                  "flags override it");
   o->arch =
       cmd->add_option("--arch", s.arch, spattn::model::arch_summaries())->capture_default_str();
   o->layers = cmd->add_option("--layers", s.layers, "transformer blocks")->capture_default_str();

@@ -91,6 +91,15 @@ struct ArchTraits {
   // from the q latent, indexer.attn_k with its LayerNorm, indexer.proj's per-head weights;
   // attention.indexer.head_count, key_length, top_k), whose top-k tokens each query reads.
   bool indexer = false;
+  // The indexer's RoPE (on the first rope.dimension_count values of its query heads and key):
+  // in NeoX pairs (deepseek32) or adjacent ones (glm-dsa), whatever the attention's type.
+  bool indexer_rope_neox = false;
+  // The epsilon of the indexer key's LayerNorm: llama.cpp's f_norm_eps, which deepseek32's
+  // loader sets to 1e-6 and glm-dsa's leaves at 0.
+  float indexer_norm_eps = 0.0f;
+  // DeepSeekMoE's gating where the file names none (expert_gating_func absent or 0): sigmoid
+  // (glm-dsa's loader) rather than softmax.
+  bool sigmoid_gating_by_default = false;
   AttnScale attn_scale = AttnScale::inv_sqrt_head_dim;
   // make-model only: the SentencePiece vocabulary's last tokens (space-separated; llama.cpp's
   // loader looks some up by name) and whether it adds a space before the text.

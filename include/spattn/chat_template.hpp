@@ -1,6 +1,7 @@
 // Chat templates: the text a conversation becomes before tokenizing, for the model families
 // the runner reads (Llama 3, ChatML as Qwen uses it, Phi-3, Gemma, Mistral's v1/v3/v3-tekken/v7
-// instruct formats, gpt-oss's Harmony turns as llama.cpp renders them). A GGUF carries its
+// instruct formats, gpt-oss's Harmony turns as llama.cpp renders them, GLM's turns after
+// [gMASK]<sop> (GLM-4 and GLM-5), DeepSeek V3's). A GGUF carries its
 // template as Jinja source (tokenizer.chat_template); spattn does not run Jinja: it recognises
 // the family from marker strings in that source, as llama.cpp's built-in templates do, and
 // renders the family's format itself. Names are llama.cpp's (--chat-template NAME).
@@ -25,7 +26,9 @@ enum class ChatTemplate {
   mistral_v3,
   mistral_v3_tekken,
   mistral_v7,
-  gpt_oss
+  gpt_oss,
+  chatglm4,
+  deepseek3
 };
 
 // llama.cpp's name of a template ("chatml", "llama3", "phi3", "gemma", "mistral-v1", ...).

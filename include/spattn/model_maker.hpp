@@ -108,8 +108,8 @@ ModelShape gpt_oss_20b_shape();
 // untied, f16.
 ModelShape deepseek_v3_shape();
 // A preset by name ("llama-3.2-1b", "llama-3.1-8b", "phi-3.5-mini", "qwen3-4b",
-// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v3"); Error for any
-// other.
+// "mistral-7b", "gemma-3-4b", "qwen3-30b-a3b", "gpt-oss-20b", "deepseek-v3", "deepseek-v3.2",
+// "glm-5": GLM-5's glm-dsa shape, model_maker.cpp's glm_5_shape); Error for any other.
 ModelShape preset_shape(const std::string& name);
 
 // Llama 3.1's per-pair RoPE frequency divisors (head dim / 2 of them) for the shape's base,

@@ -3,14 +3,16 @@
 // each query, I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) (its Eq. 1), and the attention reads
 // only each query's top-k tokens. The runner's `dsa` backend: over the layer's indexer keys
 // (the session keeps them beside its cache), the scores on the flash kernel's score micro-kernels
-// (kernels/long_row_scores.hpp), the top-k by the selectors (spattn/select.hpp), and the
-// attention over the chosen tokens alone (attention_token_sparse), in prefill and decode.
+// (kernels/long_row_scores.hpp), the top-k as ggml's CPU top_k takes it (top_k_as_ggml: the
+// same tokens among equal scores), and the attention over the chosen tokens alone
+// (attention_token_sparse), in prefill and decode.
 // llama.cpp (src/models/deepseek32.cpp, src/llama-graph.cpp's build_attn with top_k) computes
 // the same selection and applies it as a mask over dense attention.
 #include "methods/dsa.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <string>
 
 #include "core/threading.hpp"
@@ -18,7 +20,6 @@
 #include "methods/registry.hpp"
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
-#include "spattn/select.hpp"
 
 namespace spattn {
 
@@ -67,12 +68,33 @@ void indexer_scores(const float* q, const float* w, int64_t heads, const Indexer
     const int64_t cols = std::min(C, n_keys - c * C);
     kernels::long_row_scores(q, heads, keys.chunk(c), cols, 1.0f, scratch, C);
     for (int64_t j = 0; j < cols; ++j) {
-      // ggml_relu, ggml_mul by the weights, then ggml_sum_rows over the heads (a double sum).
-      double s = 0;
-      for (int64_t h = 0; h < heads; ++h) s += double(std::max(scratch[h * C + j], 0.0f) * w[h]);
-      scores[c * C + j] = float(s);
+      // As ggml's fused lightning indexer (ggml-cpu's ggml_compute_forward_lightning_indexer,
+      // what llama.cpp runs): a float sum over the heads in order of ReLU(q . k) x w.
+      float s = 0.0f;
+      for (int64_t h = 0; h < heads; ++h) s += std::max(scratch[h * C + j], 0.0f) * w[h];
+      scores[c * C + j] = s;
     }
   }
+}
+
+void top_k_as_ggml(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order,
+                   std::vector<int64_t>& out) {
+  SPATTN_CHECK(k > 0 && k <= n, "internal: the top ", k, " of ", n, " scores");
+  // ggml-cpu's top_k (ops.cpp, ggml_compute_forward_top_k_f32) word for word: the indices in
+  // order, std::partial_sort of the first k by "greater score", and those k kept. Its set
+  // among equal scores is that of the standard library's partial_sort, not the earliest
+  // tokens': libstdc++'s is a heap select (make_heap over the first k, then each later index
+  // replaces the heap's root, a least one, only when its score is strictly greater), so which
+  // of the tokens tied at the cut stay depends on the heap's order (worked through in
+  // Dsa.TopKKeepsTheTiedTokensGgmlKeeps). The same call here keeps the same set as
+  // llama.cpp built with the same library. llama.cpp's row also holds the masked positions
+  // past the query's (-inf); they never enter the heap, so the n causal scores alone give the
+  // same set.
+  order.resize(size_t(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [scores](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  out.assign(order.begin(), order.begin() + k);
 }
 
 TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, IndexerKeys& keys,
@@ -86,20 +108,15 @@ TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, Inde
   const int64_t H = rows.heads, D = rows.dim;
   const int workers = std::max(1, threads);
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
-  std::vector<TournamentTopK> top(static_cast<size_t>(workers));
-  std::vector<std::vector<BlockScore>> best(static_cast<size_t>(workers));
+  std::vector<std::vector<int32_t>> order(static_cast<size_t>(workers));
   parallel_for(std::max<int64_t>(0, n - first_sparse), workers, [&](int64_t r, int tid) {
     const int64_t i = first_sparse + r, len = pos0 + i + 1;
     std::vector<float>& s = scratch[size_t(tid)];
     s.resize(size_t(H * IndexerKeys::kChunk + len));
     float* scores = s.data() + H * IndexerKeys::kChunk;
     indexer_scores(rows.q + i * H * D, rows.w + i * H, H, keys, len, scores, s.data());
-    TournamentTopK& t = top[size_t(tid)];
-    t.reset(int(top_k));
-    for (int64_t j = 0; j < len; ++j) t.push(int32_t(j), scores[j]);
-    t.result(best[size_t(tid)]);
     std::vector<int64_t>& out = chosen[size_t(i)];
-    for (const BlockScore& b : best[size_t(tid)]) out.push_back(b.block);
+    top_k_as_ggml(scores, len, top_k, order[size_t(tid)], out);
   });
   TokenSelection result;
   for (int64_t i = 0; i < n; ++i) {

@@ -53,7 +53,8 @@ class IndexerKeys {
 
 // I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) for s in [0, n_keys): one query row's scores
 // over the first n_keys keys (the DeepSeek-V3.2-Exp report's Eq. 1). The dot products on the
-// score micro-kernels (f32), the head sum in double, as ggml's sum_rows adds. scratch holds at
+// score micro-kernels (f32), the head sum in float in head order, as ggml's fused lightning
+// indexer adds. scratch holds at
 // least heads x kChunk floats; keys packed past n_keys.
 void indexer_scores(const float* q, const float* w, int64_t heads, const IndexerKeys& keys,
                     int64_t n_keys, float* scores, float* scratch);
@@ -73,9 +74,16 @@ struct DsaCall {
   int64_t top_k = 0;
 };
 
+// The k of the n scores that llama.cpp's ggml_top_k keeps on the CPU, into out (in the order
+// the call leaves them; order is scratch): std::partial_sort of the indices by greater score,
+// as ggml-cpu does it, so that the tokens tied at the cut are the ones llama.cpp keeps (not
+// the earliest: src/methods/dsa.cpp says why). 0 < k <= n.
+void top_k_as_ggml(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order,
+                   std::vector<int64_t>& out);
+
 // Each row's tokens: every key up to its position while there are at most top_k, else the
-// top_k of highest score (equal scores: the earlier token first, the selectors' rule). Rows at
-// positions pos0.. (n of them); the keys already hold theirs.
+// top_k of highest score, ties at the cut settled as llama.cpp settles them (top_k_as_ggml).
+// Rows at positions pos0.. (n of them); the keys already hold theirs.
 TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, IndexerKeys& keys,
                           int64_t top_k, int threads);
 

@@ -1,6 +1,6 @@
 // The chat formats, each as its model family documents it (Meta's Llama 3 prompt format,
 // ChatML, Microsoft's Phi-3, Google's Gemma turns, Mistral's instruct formats v1 / v3 /
-// v3-tekken / v7, OpenAI's Harmony turns for gpt-oss); detection and whitespace handling
+// v3-tekken / v7, OpenAI's Harmony turns for gpt-oss, GLM's and DeepSeek V3's turns); detection and whitespace handling
 // follow llama.cpp's built-in templates, so that the same conversation gives the same text as
 // llama.cpp's llama_chat_apply_template.
 #include "spattn/chat_template.hpp"
@@ -14,7 +14,7 @@ namespace spattn {
 
 namespace {
 
-constexpr std::array<std::pair<const char*, ChatTemplate>, 9> kNames = {{
+constexpr std::array<std::pair<const char*, ChatTemplate>, 11> kNames = {{
     {"chatml", ChatTemplate::chatml},
     {"llama3", ChatTemplate::llama3},
     {"phi3", ChatTemplate::phi3},
@@ -24,6 +24,8 @@ constexpr std::array<std::pair<const char*, ChatTemplate>, 9> kNames = {{
     {"mistral-v3-tekken", ChatTemplate::mistral_v3_tekken},
     {"mistral-v7", ChatTemplate::mistral_v7},
     {"gpt-oss", ChatTemplate::gpt_oss},
+    {"chatglm4", ChatTemplate::chatglm4},
+    {"deepseek3", ChatTemplate::deepseek3},
 }};
 
 // Leading and trailing whitespace off (Llama 3 and Gemma strip message contents).
@@ -100,9 +102,13 @@ std::optional<ChatTemplate> detect_chat_template(std::string_view jinja) {
     return std::nullopt;  // Llama 2's [INST] variants: not rendered here
   }
   if (has("<|assistant|>") && has("<|end|>")) return ChatTemplate::phi3;
+  if (has("[gMASK]<sop>")) return ChatTemplate::chatglm4;  // GLM-4, GLM-4.5 ... GLM-5
   if (has("<start_of_turn>")) return ChatTemplate::gemma;
   if (has("<|start_header_id|>") && has("<|end_header_id|>")) return ChatTemplate::llama3;
   if (has("<|start|>") && has("<|channel|>")) return ChatTemplate::gpt_oss;
+  if (has("<\uff5cAssistant\uff5c>") && has("<\uff5cUser\uff5c>") &&
+      has("<\uff5cend\u2581of\u2581sentence\uff5c>"))
+    return ChatTemplate::deepseek3;  // DeepSeek V3, R1, V3.1, V3.2
   return std::nullopt;
 }
 
@@ -176,6 +182,27 @@ std::string apply_chat_template(ChatTemplate t, const std::vector<ChatMessage>& 
         s += "<|start|>" + m.role + "<|message|>" + m.content +
              (m.role == "assistant" ? "<|return|>" : "<|end|>");
       if (add_assistant) s += "<|start|>assistant";
+      break;
+    case ChatTemplate::chatglm4:
+      // llama.cpp's built-in chatglm4: [gMASK]<sop>, then each message as <|role|>\n and its
+      // text, nothing between turns.
+      s = "[gMASK]<sop>";
+      for (const ChatMessage& m : messages) s += "<|" + m.role + "|>\n" + m.content;
+      if (add_assistant) s += "<|assistant|>\n";
+      break;
+    case ChatTemplate::deepseek3:
+      // llama.cpp's built-in deepseek3: the system text first (two newlines after it), the
+      // user's after <｜User｜>, the assistant's after <｜Assistant｜> ending
+      // <｜end▁of▁sentence｜>.
+      for (const ChatMessage& m : messages) {
+        if (m.role == "system")
+          s += m.content + "\n\n";
+        else if (m.role == "user")
+          s += "<\uff5cUser\uff5c>" + m.content;
+        else if (m.role == "assistant")
+          s += "<\uff5cAssistant\uff5c>" + m.content + "<\uff5cend\u2581of\u2581sentence\uff5c>";
+      }
+      if (add_assistant) s += "<\uff5cAssistant\uff5c>";
       break;
   }
   return s;

@@ -343,14 +343,15 @@ LayerGraphCache::~LayerGraphCache() = default;
 namespace {
 
 // DSA's lightning indexer over the normed rows h and the normed q latent qr (llama.cpp's
-// deepseek32 graph): idx_q = qr Wiq_b; idx_k = LayerNorm(h Wik) * k_norm + k_norm_b (eps 1e-6,
-// llama.cpp's f_norm_eps there); idx_w = h Wproj.
-void indexer_head(Builder& B, ggml_cgraph* g, const Model::Layer& L, ggml_tensor* h,
-                  ggml_tensor* qr) {
+// deepseek32 and glm-dsa graphs): idx_q = qr Wiq_b; idx_k = LayerNorm(h Wik) * k_norm +
+// k_norm_b (with the row's epsilon, llama.cpp's f_norm_eps: ArchTraits::indexer_norm_eps);
+// idx_w = h Wproj.
+void indexer_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L,
+                  ggml_tensor* h, ggml_tensor* qr) {
   const RowBuffers& b = *B.b;
   ggml_build_forward_expand(g, B.linear(L.idx_q_b, qr, {}, b.idx_q));
   ggml_tensor* k = B.linear(L.idx_k, h, {}, b.idx_k);
-  k = B.at(ggml_norm(B.ctx, k, 1e-6f), b.idx_k);
+  k = B.at(ggml_norm(B.ctx, k, arch_traits(c.arch).indexer_norm_eps), b.idx_k);
   k = B.at(ggml_mul(B.ctx, k, B.vec(L.idx_k_norm)), b.idx_k);
   k = B.at(ggml_add(B.ctx, k, B.vec(L.idx_k_norm_b)), b.idx_k);
   ggml_build_forward_expand(g, k);
@@ -374,7 +375,7 @@ void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L
     ggml_build_forward_expand(g, kv_a);
     ggml_tensor* qr = B.norm(qa, L.q_a_norm, c.rms_eps, b.g);
     q = B.linear(L.wq_b, qr, {}, b.q);
-    if (L.idx_q_b.t) indexer_head(B, g, L, h, qr);
+    if (L.idx_q_b.t) indexer_head(B, g, c, L, h, qr);
   } else {
     q = B.linear(L.wq, h, {}, b.q);
     kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);

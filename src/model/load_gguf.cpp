@@ -95,12 +95,27 @@ void read_latent_attention(const gguf::File& f, const std::string& arch, const A
     c.indexer_heads = int64_t(f.get_uint(key("attention.indexer.head_count")));
     c.indexer_dim = int64_t(f.get_uint(key("attention.indexer.key_length")));
     c.indexer_top_k = int64_t(f.get_uint(key("attention.indexer.top_k")));
+    // GLM-5.2's layers that reuse the last full layer's selection (llama.cpp's glm-dsa:
+    // attention.indexer.types, a flag a layer, false for a shared one; without it, a glm-dsa
+    // file of a context of 1M tokens or more takes GLM-5.2's pattern). spattn runs a full
+    // indexer in every layer, so it refuses those (a list of flags it cannot read included).
+    const std::string types = key("attention.indexer.types");
+    bool shared =
+        !f.has(types) && std::string_view(t.name) == "glm-dsa" && c.n_ctx_train >= 1048576;
+    if (f.has(types)) {
+      shared = f.array_type_of(types) == gguf::ValueType::boolean;
+      if (!shared)
+        for (int64_t x : f.get_int_array(types)) shared = shared || x == 0;
+    }
+    SPATTN_CHECK(!shared, f.name(), ": layers that share another layer's indexer selection (",
+                 types, ", GLM-5.2) are not supported yet");
   }
 }
 
 // DeepSeek's mixture-of-experts keys (llama.cpp reads the same, with the same defaults:
 // softmax gating where the file names none, weights neither normalized nor scaled).
-void read_deepseek_moe(const gguf::File& f, const std::string& arch, Config& c) {
+void read_deepseek_moe(const gguf::File& f, const std::string& arch, const ArchTraits& t,
+                       Config& c) {
   const auto key = [&](const char* k) { return arch + "." + k; };
   const auto count = [&](const char* k) {
     return f.has(key(k)) ? int64_t(f.get_uint(key(k))) : int64_t(0);
@@ -113,11 +128,13 @@ void read_deepseek_moe(const gguf::File& f, const std::string& arch, Config& c) 
     c.expert_weights_scale = f.get_float(key("expert_weights_scale"));
   if (f.has(key("expert_weights_norm")))
     c.expert_weights_norm = f.get_bool(key("expert_weights_norm"));
-  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0, none: softmax).
+  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid (0, none: softmax, or
+  // sigmoid where the row says so: glm-dsa's loader).
   const int64_t gating = count("expert_gating_func");
   SPATTN_CHECK(gating <= 2, f.name(), ": ", key("expert_gating_func"), " ", gating,
                " is not supported (1 softmax, 2 sigmoid)");
-  c.gating = gating == 2 ? Config::Gating::sigmoid : Config::Gating::softmax;
+  const bool sigmoid = gating == 2 || (gating == 0 && t.sigmoid_gating_by_default);
+  c.gating = sigmoid ? Config::Gating::sigmoid : Config::Gating::softmax;
 }
 
 // DeepSeek's YaRN (llama.cpp's llama_context for deepseek2 and its graph, in float as they
@@ -197,7 +214,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     SPATTN_CHECK(int64_t(f.get_uint(key("rope.dimension_count"))) == c.head_dim, f.name(),
                  ": partial RoPE (rope.dimension_count != head dim) is not supported");
   }
-  if (t.deepseek_moe) read_deepseek_moe(f, arch, c);
+  if (t.deepseek_moe) read_deepseek_moe(f, arch, t, c);
   c.rope_neox = t.rope_neox;  // llama.cpp: LLAMA_ROPE_TYPE_NEOX, else _NORM
   // Scalings llama.cpp reads from metadata change every angle, so a file that asks for one
   // spattn does not run is refused rather than run unscaled. Run, where the row allows them:

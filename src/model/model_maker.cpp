@@ -352,6 +352,37 @@ ModelShape deepseek_v3_2_shape() {
   return s;
 }
 
+// GLM-5 (zai-org/GLM-5's config.json, llama.cpp's glm-dsa): 78 layers (3 dense), dim 6144, 64
+// heads of k 256 (rope 64) and v 256, q/kv latents 2048/512, 256 experts of FFN 2048 (8 a
+// token, one group), one shared, sigmoid gating, routed scale 2.5, rope base 1e6 without
+// scaling, the indexer's 32 heads of 128 and top-k 2048.
+ModelShape glm_5_shape() {
+  ModelShape s = deepseek_v3_2_shape();
+  s.arch = "glm-dsa";
+  s.layers = 78;
+  s.dim = 6144;
+  s.heads = 64;
+  s.kv_heads = 64;
+  s.head_dim = 256;
+  s.rope_dim = 64;
+  s.v_head_dim = 256;
+  s.q_lora = 2048;
+  s.kv_lora = 512;
+  s.ffn = 12288;
+  s.expert_groups = 0;
+  s.groups_used = 0;
+  s.vocab = 154880;
+  s.context = 202752;
+  s.rope_base = 1e6f;
+  s.rope_scaling = "";
+  s.yarn_log_mul = 0.0f;
+  s.rms_eps = 1e-5f;
+  s.indexer_heads = 32;
+  s.indexer_dim = 128;
+  s.indexer_top_k = 2048;
+  return s;
+}
+
 ModelShape preset_shape(const std::string& name) {
   if (name == "llama-3.2-1b") return llama_3_2_1b_shape();
   if (name == "llama-3.1-8b") return llama_3_1_8b_shape();
@@ -363,9 +394,11 @@ ModelShape preset_shape(const std::string& name) {
   if (name == "gpt-oss-20b") return gpt_oss_20b_shape();
   if (name == "deepseek-v3") return deepseek_v3_shape();
   if (name == "deepseek-v3.2") return deepseek_v3_2_shape();
+  if (name == "glm-5") return glm_5_shape();
   detail::fail(
       "--preset must be llama-3.2-1b, llama-3.1-8b, phi-3.5-mini, qwen3-4b, "
-      "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b, deepseek-v3 or deepseek-v3.2, got '",
+      "mistral-7b, gemma-3-4b, qwen3-30b-a3b, gpt-oss-20b, deepseek-v3, deepseek-v3.2 or glm-5, "
+      "got '",
       name, "'");
 }
 

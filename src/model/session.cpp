@@ -310,8 +310,9 @@ struct Session::Impl {
   std::vector<float> x, h, q, k, v, att, gate, up;
   std::vector<float> kv_a, kv_b;  // the latent attention's rows (RowBuffers), else empty
   // DSA's lightning indexer (Config::has_indexer): its rows (RowBuffers), the RoPE of its
-  // queries and keys (NeoX pairs on the first rot() values), and every layer's keys, kept for
-  // whichever backend reads them (each call cuts them to its first position, then appends).
+  // queries and keys (on the first rot() values, in the pairs of ArchTraits::indexer_rope_neox),
+  // and every layer's keys, kept for whichever backend reads them (each call cuts them to its
+  // first position, then appends).
   std::vector<float> idx_q, idx_k, idx_w;
   std::shared_ptr<const RopeTable> idx_rope;
   std::vector<IndexerKeys> idx_keys;
@@ -354,8 +355,9 @@ struct Session::Impl {
     }
     if (cfg.has_indexer()) {
       idx_rope = std::make_shared<const RopeTable>(
-          o.n_ctx, cfg.rot(), cfg.rope_base, RopeStyle::neox, global_rope_factors(cfg, o.n_ctx),
-          cfg.rope_attn_factor);
+          o.n_ctx, cfg.rot(), cfg.rope_base,
+          arch_traits(cfg.arch).indexer_rope_neox ? RopeStyle::neox : RopeStyle::adjacent,
+          global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor);
       idx_keys.assign(size_t(cfg.n_layer), IndexerKeys(cfg.indexer_dim));
     }
     make_scratch();
@@ -654,11 +656,13 @@ struct Session::Impl {
     }
   }
 
-  // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 graph turns them: RoPE on
-  // the first rot() values of each query head and of the key (NeoX pairs), the Hadamard
-  // rotation of each; the key rounded as the cache type rounds it (llama.cpp keeps it in a
-  // cache of -ctk's type) and the queries as ggml's product with that cache rounds its other
-  // operand (its vec_dot_type: the same type); the weights times 1 / sqrt(dim x heads).
+  // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 and glm-dsa graphs turn
+  // them: RoPE on the first rot() values of each query head and of the key (idx_rope), the
+  // Hadamard rotation of each; the key rounded as the cache type rounds it (llama.cpp keeps it
+  // in a cache of -ctk's type); the weights times 1 / sqrt(dim x heads). The queries stay f32:
+  // llama.cpp's scores come from its fused ggml_lightning_indexer (cparams.fused_lid, always
+  // on), which widens each cached key to f32 and takes f32 dot products with them (the unfused
+  // graph's ggml_mul_mat would round the queries to the cache type first).
   template <class RowPos>
   void indexer_rows(int64_t r0, int64_t r1, const RowPos& row_pos) {
     const int64_t H = cfg.indexer_heads, D = cfg.indexer_dim;
@@ -670,7 +674,6 @@ struct Session::Impl {
         float* qh = &idx_q[size_t((i * H + hh) * D)];
         idx_rope->rotate_inplace(qh, pos);
         hadamard_rotate(qh, D);
-        if (kt != KVType::f32) kv_round_row(kt, qh, qh, D);
       }
       float* kr = &idx_k[size_t(i * D)];
       idx_rope->rotate_inplace(kr, pos);

@@ -1,13 +1,15 @@
 // DeepSeek's sparse attention (src/methods/dsa.cpp) against plain twins: the Hadamard rotation
 // against the Sylvester matrix llama.cpp multiplies by; the lightning indexer's scores
 // (sum over heads of the weight times ReLU(q . k)) against plain loops, over keys in several
-// packed chunks; the top-k selection against a full sort (ties: the earlier token), each row
-// reading every key while it has at most top-k; the indexer keys' truncation and copies.
+// packed chunks; the top-k selection against llama.cpp's (ggml-cpu's top_k copied: which of the
+// tokens tied at the cut it keeps), each row reading every key while it has at most top-k; the
+// indexer keys' truncation and copies.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -71,17 +73,67 @@ TEST(Dsa, IndexerScoresEqualPlainLoops) {
   }
 }
 
-TEST(Dsa, SelectionIsEachRowsTopKOrEveryKey) {
-  const int64_t H = 3, D = 64, pos0 = 150, n = 40, top_k = 160, L = pos0 + n;
+// llama.cpp's top-k on the CPU (ggml-cpu's ggml_compute_forward_top_k_f32), copied: the
+// indices in order, std::partial_sort of the first k by greater score, those k kept (sorted
+// here, as a set).
+std::vector<int64_t> ggml_top_k(const std::vector<float>& s, int64_t k) {
+  std::vector<int32_t> tmp(s.size());
+  std::iota(tmp.begin(), tmp.end(), 0);
+  std::partial_sort(tmp.begin(), tmp.begin() + k, tmp.end(),
+                    [&](int32_t a, int32_t b) { return s[size_t(a)] > s[size_t(b)]; });
+  std::vector<int64_t> out(tmp.begin(), tmp.begin() + k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The k highest, equal scores broken by the earlier token (what spattn's selectors keep).
+std::vector<int64_t> earliest_top_k(const std::vector<float>& s, int64_t k) {
+  std::vector<int64_t> order(s.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return s[size_t(a)] > s[size_t(b)]; });
+  order.resize(size_t(k));
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+#if defined(__GLIBCXX__)
+// What llama.cpp built with GCC's library keeps among equal scores, by hand: partial_sort is a
+// heap select. make_heap over the first k = 3 indices leaves them [2, 1, 0] (root first: its
+// sift moves a hole down even past equal scores); index 3 (score 1) beats the root's 0 and
+// takes its place, sifting to [0, 1, 3]; index 4 (score 1) beats the root again and evicts
+// index 0. So {1, 3, 4} stay where the earliest-first rule keeps {0, 3, 4}.
+TEST(Dsa, TopKKeepsTheTiedTokensGgmlKeeps) {
+  const std::vector<float> s = {0, 0, 0, 1, 1};
+  std::vector<int32_t> order;
+  std::vector<int64_t> out;
+  top_k_as_ggml(s.data(), int64_t(s.size()), 3, order, out);
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<int64_t>{1, 3, 4}));
+  EXPECT_EQ(earliest_top_k(s, 3), (std::vector<int64_t>{0, 3, 4}));
+}
+#endif
+
+// Each row's set against llama.cpp's rule on the same scores, with deliberate ties at the cut:
+// every fifth key is zero (score exactly 0 after the ReLU), keys 21..29 repeat key 7 (equal
+// scores), and every second row's head weights are negative (every score <= 0, so the cut
+// falls among the zeros). Rows with at most top_k keys read them all.
+TEST(Dsa, SelectionIsLlamaCppsTopKWithTies) {
+  const int64_t H = 3, D = 64, pos0 = 40, n = 60, top_k = 16, L = pos0 + n;
   std::vector<float> k = randn(size_t(L * D), 4);
-  // Some equal keys, so that equal scores must be broken by the earlier token.
-  for (int64_t j = 20; j < 30; ++j) std::copy_n(&k[size_t(5 * D)], D, &k[size_t(j * D)]);
-  const std::vector<float> q = randn(size_t(n * H * D), 5), w = randn(size_t(n * H), 6);
+  for (int64_t j = 0; j < L; j += 5) std::fill_n(&k[size_t(j * D)], D, 0.0f);
+  for (int64_t j = 21; j < 30; ++j)
+    if (j % 5) std::copy_n(&k[size_t(7 * D)], D, &k[size_t(j * D)]);
+  const std::vector<float> q = randn(size_t(n * H * D), 5);
+  std::vector<float> w = randn(size_t(n * H), 6);
+  for (int64_t i = 1; i < n; i += 2)
+    for (int64_t h = 0; h < H; ++h) w[size_t(i * H + h)] = -std::abs(w[size_t(i * H + h)]);
   IndexerKeys keys(D);
   keys.append(k.data(), L);
   const IndexerRows rows{q.data(), nullptr, w.data(), H, D};
   const TokenSelection sel = dsa_select(rows, n, pos0, keys, top_k, 2);
   ASSERT_EQ(sel.rows(), n);
+  int tied = 0, not_earliest = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t len = pos0 + i + 1;
     if (len <= top_k) {
@@ -92,14 +144,17 @@ TEST(Dsa, SelectionIsEachRowsTopKOrEveryKey) {
     std::vector<float> s(static_cast<size_t>(len)), scratch(size_t(H * IndexerKeys::kChunk));
     indexer_scores(&q[size_t(i * H * D)], &w[size_t(i * H)], H, keys, len, s.data(),
                    scratch.data());
-    std::vector<int64_t> order(static_cast<size_t>(len));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int64_t a, int64_t b) { return s[size_t(a)] > s[size_t(b)]; });
-    order.resize(size_t(top_k));
-    std::sort(order.begin(), order.end());
-    EXPECT_EQ(std::vector<int64_t>(sel.row(i), sel.row(i) + sel.count(i)), order) << i;
+    const std::vector<int64_t> want = ggml_top_k(s, top_k);
+    EXPECT_EQ(std::vector<int64_t>(sel.row(i), sel.row(i) + sel.count(i)), want) << i;
+    std::vector<float> sorted = s;
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    const float cut = sorted[size_t(top_k - 1)];
+    tied += sorted[size_t(top_k)] == cut;  // a token left out that scores as one kept
+    not_earliest += want != earliest_top_k(s, top_k);
   }
+  // The ties are there, and they matter: the earliest-first rule keeps other tokens.
+  EXPECT_GE(tied, n / 4);
+  EXPECT_GE(not_earliest, 1);
 }
 
 TEST(Dsa, KeysTruncateAppendAndCopy) {

@@ -1,5 +1,6 @@
-// gemma3 (issue 21), qwen3moe, gpt-oss, qwen3 with YaRN, seed_oss, deepseek2 and deepseek32 against llama.cpp on made-up models,
-// f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy text for 64 tokens and perplexity at -c 1024 over
+// gemma3 (issue 21), qwen3moe, gpt-oss, qwen3 with YaRN, seed_oss, deepseek2, deepseek32 and
+// glm-dsa against llama.cpp on made-up models, f16 and Q4_K_M (gpt-oss: MXFP4_MOE): greedy
+// text for 64 tokens and perplexity at -c 1024 over
 // 3 windows of code-heldout.txt, through scripts/gemma3_vs_llama.sh, scripts/moe_vs_llama.sh,
 // scripts/gpt_oss_vs_llama.sh and scripts/yarn_vs_llama.sh (the whole file and longer contexts
 // by hand: README). Needs llama.cpp's built tools (tests/assets.hpp says where they are found);
@@ -7,12 +8,18 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "assets.hpp"
 #include "cli_run.hpp"
+#include "gguf_edit.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/model_maker.hpp"
 #include "temp_dir.hpp"
 
 namespace {
@@ -76,5 +83,79 @@ TEST(ArchVsLlamaCpp, DeepSeek2GreedyTextAndPerplexity) {
 TEST(ArchVsLlamaCpp, DeepSeek32GreedyTextAndPerplexity) {
   expect_script_passes("deepseek32_vs_llama.sh");
 }
+
+// scripts/arch_vs_llama.py on `preset` shrunk to deepseek32_vs_llama.sh's shape with the
+// indexer's top-k `top_k` (0: the preset's) and its keys made zero (the key LayerNorm's weight
+// and bias), dsa, perplexity within 0.01% at -c ctx over `chunks` windows and greedy text for
+// `n` tokens; dsa's perplexity must differ from spattn's dense one (the selection matters).
+void expect_zero_key_dsa_matches(const char* preset, int64_t top_k, int64_t ctx, int chunks,
+                                 int n) {
+  using spattn::test::llama_bin;
+  SCOPED_TRACE(preset);
+  const std::string text = spattn::test::model_file("code-heldout.txt");
+  if (text.empty()) SPATTN_MISSING_ASSET("code-heldout.txt in " << spattn::test::models_dir());
+  const std::string tool =
+      spattn::test::missing_llama_tool({"llama-completion", "llama-perplexity", "llama-quantize"});
+  if (!tool.empty()) SPATTN_MISSING_ASSET(tool << " in " << llama_bin() << " (SPATTN_LLAMA_BIN)");
+  const spattn::test::TempDir dir("spattn_dsa_topk");
+  spattn::ModelShape s = spattn::preset_shape(preset);
+  s.layers = 4, s.dense_layers = 1, s.dim = 256, s.heads = 4, s.kv_heads = 4, s.head_dim = 48;
+  s.rope_dim = 16, s.v_head_dim = 32, s.q_lora = 96, s.kv_lora = 64, s.ffn = 512;
+  s.expert_ffn = 64, s.shared_experts = 1, s.experts = 8, s.experts_used = 8;
+  s.expert_groups = 0, s.groups_used = 0, s.indexer_heads = 4, s.indexer_dim = 64;
+  if (top_k > 0) s.indexer_top_k = top_k;
+  s.vocab = 2048, s.context = 8192;
+  s.type = spattn::gguf::GgmlType::f16, s.tied = false, s.seed = 7;
+  const std::string made = (dir / "made.gguf").string(), model = (dir / "zero-keys.gguf").string();
+  spattn::make_model(made, s);
+  spattn::test::GgufEdit e;
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".indexer.k_norm.";
+    e.f32_tensors[b + "weight"] = std::vector<float>(size_t(s.indexer_dim), 0.0f);
+    e.f32_tensors[b + "bias"] = std::vector<float>(size_t(s.indexer_dim), 0.0f);
+  }
+  spattn::test::write_edited(spattn::gguf::File::open(made), model, e);
+  const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
+                          "/scripts/arch_vs_llama.py --json " + "--llama-bin " +
+                          llama_bin().string() + " --spattn " + SPATTN_CLI_PATH + " -m " + model +
+                          " --spattn-attn dsa --ppl-rel 0.0001 -n " + std::to_string(n) + " -c " +
+                          std::to_string(ctx) + " --chunks " + std::to_string(chunks) + " --text " +
+                          text + " >" + (dir / "out").string() + " 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string out = spattn::test::slurp(dir / "out");
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  if (WEXITSTATUS(status) == 77)
+    SPATTN_MISSING_ASSET("a comparison arch_vs_llama.py could not make: " << out);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  const nlohmann::json rows = nlohmann::json::parse(out);
+  for (const nlohmann::json& r : rows)
+    if (r["check"] == "perplexity" && r.contains("spattn"))
+      EXPECT_GT(std::abs(r["spattn"].get<double>() - r["spattn_dense"].get<double>()),
+                1e-3 * r["spattn"].get<double>())
+          << "dsa's perplexity is dense's: the top-k did not select\n"
+          << out;
+}
+
+// deepseek32 and glm-dsa with each query's top-k (32) below its context (512): the indexer's
+// keys made zero, so that every token scores exactly 0 on both sides and llama.cpp's top_k
+// (ggml's partial_sort over equal scores) keeps each row's first 32 tokens, a selection
+// rounding cannot move (on a file with random keys, the tokens near each cut swap with the two
+// sides' rounding: docs/methods/dsa.md). spattn's dsa attends over those tokens alone in
+// prefill and decode: greedy text and perplexity within 0.01% of llama.cpp's.
+TEST(ArchVsLlamaCpp, DsaTopKBelowTheContext) {
+  for (const char* preset : {"deepseek-v3.2", "glm-5"})
+    expect_zero_key_dsa_matches(preset, 32, 512, 2, 64);
+}
+
+// The same at the issue's long context: the preset's top-k 2048 at -c 8192, one window
+// (minutes: llama.cpp computes every score of its 8192 x 8192 masked attention).
+TEST(ArchVsLlamaCpp, DsaTopKBelowTheContextAt8192Slow) {
+  expect_zero_key_dsa_matches("deepseek-v3.2", 0, 8192, 1, 0);
+}
+
+// glm-dsa (GLM-5: deepseek32's layers with the indexer's RoPE in adjacent pairs, its key's
+// LayerNorm without epsilon): with the preset's top-k past the context, spattn dense and dsa
+// against llama.cpp, f16 and Q8_0: greedy text and perplexity within 0.01%.
+TEST(ArchVsLlamaCpp, GlmDsaGreedyTextAndPerplexity) { expect_script_passes("glm_dsa_vs_llama.sh"); }
 
 }  // namespace

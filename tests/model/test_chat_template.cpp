@@ -58,6 +58,14 @@ TEST(ChatTemplate, EachFamilysFormat) {
       "<|start|>system<|message|>You are terse.<|end|><|start|>user<|message|> Hi there <|end|>"
       "<|start|>assistant<|message|>Hello! <|return|><|start|>user<|message|>Bye<|end|>"
       "<|start|>assistant");
+  // GLM (chatglm4) and DeepSeek V3 (deepseek3): llama_chat_apply_template's text for this
+  // conversation, 2026-12-02.
+  EXPECT_EQ(render("chatglm4"),
+            "[gMASK]<sop><|system|>\nYou are terse.<|user|>\n Hi there <|assistant|>\nHello! "
+            "<|user|>\nBye<|assistant|>\n");
+  EXPECT_EQ(render("deepseek3"),
+            "You are terse.\n\n<\uff5cUser\uff5c> Hi there <\uff5cAssistant\uff5c>Hello! "
+            "<\uff5cend\u2581of\u2581sentence\uff5c><\uff5cUser\uff5c>Bye<\uff5cAssistant\uff5c>");
   // Without the assistant's opening.
   EXPECT_EQ(render("phi3", false),
             "<|system|>\nYou are terse.<|end|>\n<|user|>\n Hi there <|end|>\n<|assistant|>\nHello! "
@@ -86,6 +94,11 @@ TEST(ChatTemplate, DetectedFromTheMarkersOfTheJinjaSource) {
             ChatTemplate::mistral_v3);
   EXPECT_EQ(is("{{- '<|start|>' + message.role + '<|channel|>' + message.channel }}"),
             ChatTemplate::gpt_oss);
+  EXPECT_EQ(is("[gMASK]<sop>{%- for msg in messages %}<|{{ msg.role }}|>{% endfor %}"),
+            ChatTemplate::chatglm4);
+  EXPECT_EQ(is("{{'<\uff5cUser\uff5c>' + content}}{{'<\uff5cAssistant\uff5c>' + content + "
+               "'<\uff5cend\u2581of\u2581sentence\uff5c>'}}"),
+            ChatTemplate::deepseek3);
   // ChatML's marker with Phi-4's separator is another format; Llama 2's [INST] is not
   // rendered; no markers: nothing.
   EXPECT_FALSE(is("<|im_start|>{{ role }}<|im_sep|>"));
@@ -95,10 +108,10 @@ TEST(ChatTemplate, DetectedFromTheMarkersOfTheJinjaSource) {
 }
 
 TEST(ChatTemplate, NamesAreLlamaCppsAndRoundTrip) {
-  for (ChatTemplate t :
-       {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::phi3, ChatTemplate::gemma,
-        ChatTemplate::mistral_v1, ChatTemplate::mistral_v3, ChatTemplate::mistral_v3_tekken,
-        ChatTemplate::mistral_v7, ChatTemplate::gpt_oss})
+  for (ChatTemplate t : {ChatTemplate::chatml, ChatTemplate::llama3, ChatTemplate::phi3,
+                         ChatTemplate::gemma, ChatTemplate::mistral_v1, ChatTemplate::mistral_v3,
+                         ChatTemplate::mistral_v3_tekken, ChatTemplate::mistral_v7,
+                         ChatTemplate::gpt_oss, ChatTemplate::chatglm4, ChatTemplate::deepseek3})
     EXPECT_EQ(chat_template_named(chat_template_name(t)), t);
   EXPECT_FALSE(chat_template_named("llama-3"));
   EXPECT_NE(chat_template_names().find("mistral-v3-tekken"), std::string::npos);

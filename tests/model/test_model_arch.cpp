@@ -277,8 +277,10 @@ TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
                                    " --arch qwen2 --experts 4 --experts-used 2 --vocab 300",
                                d);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("--experts is for --arch qwen3moe, gpt-oss, deepseek2, deepseek32 or llama"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find(
+          "--experts is for --arch qwen3moe, gpt-oss, deepseek2, deepseek32, glm-dsa or llama"),
+      std::string::npos)
       << r.err;
 }
 

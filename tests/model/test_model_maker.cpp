@@ -126,8 +126,8 @@ TEST(ModelMaker, ShapesAreChecked) {
     }
   };
   bad([](ModelShape& s) { s.arch = "gpt2"; },
-      "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, seed_oss, deepseek2 or "
-      "deepseek32");
+      "--arch must be llama, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, seed_oss, deepseek2, "
+      "deepseek32 or glm-dsa");
   bad([](ModelShape& s) { s.arch = "gpt-oss"; }, "gpt-oss needs --experts > 0");
   bad([](ModelShape& s) { s.experts = 4, s.experts_used = 5; },
       "--experts-used must be in [1, --experts = 4]");

@@ -1,0 +1,133 @@
+// glm-dsa (GLM-5): deepseek32's layout under its own name, and what the row changes: the
+// indexer's RoPE in adjacent pairs and its key's LayerNorm without epsilon (llama.cpp's
+// glm-dsa graph and loader), sigmoid gating where the file names none, no YaRN; the runner's
+// dsa against dense (the same output while every token reads all before it, apart once the
+// top-k selects; decode against prefill); GLM-5.2's shared indexer layers a named error.
+// Against llama.cpp: scripts/glm_dsa_vs_llama.sh (ArchVsLlamaCpp.GlmDsa...) and
+// ArchVsLlamaCpp.DsaTopKBelowTheContext.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "cli_run.hpp"
+#include "gguf_edit.hpp"
+#include "spattn/arch.hpp"
+#include "spattn/error.hpp"
+#include "spattn/gguf.hpp"
+#include "spattn/model.hpp"
+#include "spattn/model_maker.hpp"
+#include "temp_dir.hpp"
+
+namespace {
+
+using spattn::ModelShape;
+using spattn::gguf::File;
+
+// GLM-5's layout shrunk: 3 layers (the first dense), 4 heads of k 24 (rope 8) and v 16,
+// latents 32 / 16, 8 experts (2 a token), one shared; the indexer 2 heads of 64, top-k 12.
+ModelShape glm_tiny() {
+  ModelShape s = spattn::preset_shape("glm-5");
+  s.layers = 3, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24, s.rope_dim = 8;
+  s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 16, s.ffn = 96, s.experts = 8;
+  s.experts_used = 2, s.expert_ffn = 32, s.dense_layers = 1, s.vocab = 300, s.context = 512;
+  s.type = spattn::gguf::GgmlType::f32;
+  s.indexer_heads = 2, s.indexer_dim = 64, s.indexer_top_k = 12;
+  return s;
+}
+
+TEST(GlmDsa, LayoutAndWhatTheRowChanges) {
+  const spattn::test::TempDir d("spattn_glm_dsa");
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, glm_tiny());
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_string("general.architecture"), "glm-dsa");
+  EXPECT_EQ(f.get_uint("glm-dsa.attention.key_length_mla"), 24u);
+  EXPECT_EQ(f.get_uint("glm-dsa.attention.indexer.top_k"), 12u);
+  EXPECT_FALSE(f.has("glm-dsa.rope.scaling.type"));
+  EXPECT_EQ(f.tensor("blk.0.attn_k_b.weight").ne, (std::vector<int64_t>{16, 16, 4}));
+  EXPECT_EQ(f.tensor("blk.1.indexer.attn_q_b.weight").ne, (std::vector<int64_t>{32, 2 * 64}));
+  const spattn::model::Model m = spattn::model::load_model(p);
+  EXPECT_STREQ(spattn::model::arch_name(m.config().arch), "glm-dsa");
+  EXPECT_EQ(m.config().indexer_top_k, 12);
+  EXPECT_EQ(m.config().gating, spattn::model::Config::Gating::sigmoid);
+  const spattn::model::ArchTraits& t = spattn::model::arch_traits(m.config().arch);
+  EXPECT_FALSE(t.indexer_rope_neox);
+  EXPECT_EQ(t.indexer_norm_eps, 0.0f);
+  const spattn::model::ArchTraits* ds = spattn::model::find_arch("deepseek32");
+  ASSERT_NE(ds, nullptr);
+  EXPECT_TRUE(ds->indexer_rope_neox);
+  EXPECT_EQ(ds->indexer_norm_eps, 1e-6f);
+  // No gating key: sigmoid (llama.cpp's glm-dsa loader), where deepseek32 takes softmax.
+  spattn::test::GgufEdit e;
+  e.drop_keys = {"glm-dsa.expert_gating_func"};
+  const std::string nogate = (d / "nogate.gguf").string();
+  spattn::test::write_edited(f, nogate, e);
+  EXPECT_EQ(spattn::model::load_model(nogate).config().gating,
+            spattn::model::Config::Gating::sigmoid);
+  // GLM-5 has no YaRN in llama.cpp's glm-dsa (no yarn_log_multiplier read).
+  ModelShape y = glm_tiny();
+  y.rope_scaling = "yarn";
+  EXPECT_THROW(spattn::check_shape(y), spattn::Error);
+}
+
+// Logits of every prompt row (prefill), and of the last through decode, under `attn`.
+std::vector<float> logits(const spattn::model::Model& m, const std::string& attn,
+                          const std::vector<int32_t>& toks, bool decode_last) {
+  spattn::model::SessionOptions o;
+  o.n_ctx = 128;
+  o.attn = o.attn_decode = attn;
+  spattn::model::Session s(m, o);
+  const int64_t n = int64_t(toks.size()), V = m.config().n_vocab;
+  std::vector<float> out(static_cast<size_t>(n * V));
+  if (!decode_last) {
+    s.prefill(toks, out.data(), 0);
+    return out;
+  }
+  s.prefill(std::span(toks).first(size_t(n - 1)), nullptr, 0);
+  s.decode(toks.back(), out.data() + (n - 1) * V);
+  return out;
+}
+
+double worst_gap(const std::vector<float>& a, const std::vector<float>& b, int64_t from, int64_t to,
+                 int64_t V) {
+  double w = 0;
+  for (int64_t i = from * V; i < to * V; ++i)
+    w = std::max(w, double(std::abs(a[size_t(i)] - b[size_t(i)])));
+  return w;
+}
+
+TEST(GlmDsa, DsaIsDenseUntilTheTopKThenSelects) {
+  const spattn::test::TempDir d("spattn_glm_dsa");
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, glm_tiny());
+  const spattn::model::Model m = spattn::model::load_model(p);
+  std::vector<int32_t> toks;
+  for (int32_t i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % 300);
+  const int64_t n = int64_t(toks.size()), V = m.config().n_vocab, top_k = 12;
+  const std::vector<float> dense = logits(m, "dense", toks, false),
+                           dsa = logits(m, spattn::model::kModelAttention, toks, false);
+  EXPECT_LT(worst_gap(dense, dsa, 0, top_k, V), 1e-4);
+  EXPECT_GT(worst_gap(dense, dsa, top_k + 1, n, V), 1e-2);
+  const std::vector<float> dec = logits(m, "dsa", toks, true);
+  EXPECT_LT(worst_gap(dec, dsa, n - 1, n, V), 1e-3);
+}
+
+TEST(GlmDsa, SharedIndexerLayersAreANamedError) {
+  const spattn::test::TempDir d("spattn_glm_dsa");
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, glm_tiny());
+  // Without attention.indexer.types, a context of 1M tokens is GLM-5.2's pattern in llama.cpp.
+  spattn::test::GgufEdit e;
+  e.set_u32["glm-dsa.context_length"] = 1048576;
+  const std::string out = (d / "glm52.gguf").string();
+  spattn::test::write_edited(File::open(p), out, e);
+  const auto r = spattn::test::run_spattn("run -m " + out + " -p hi -n 1", d);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("glm-dsa.attention.indexer.types"), std::string::npos) << r.err;
+}
+
+}  // namespace
