@@ -33,40 +33,9 @@ namespace {
 
 using test::DeviceFloats;
 using test::DeviceTensor;
-
-double out_tol(DType t) { return t == DType::bf16 ? 1.6e-2 : 2.5e-3; }
-
-struct Input {
-  Tensor q, k, v;  // in the device dtype, on the host
-};
-
-// q [hq, lq, d] and k, v [hkv, lkv, d]: the text workload's (the last lq rows of q), or iid
-// random; q scaled by q_scale (extreme logits at 8 and more).
-Input make_input(bool text, DType t, int64_t d, int64_t hq, int64_t hkv, int64_t lq, int64_t lkv,
-                 float q_scale, uint64_t seed) {
-  Input in;
-  if (text) {
-    const Workload w = test::text_workload(lkv, d, seed);  // 4 q heads over 2 kv heads
-    EXPECT_EQ(hq, 4);
-    EXPECT_EQ(hkv, 2);
-    in.q = Tensor(t, hq, lq, d), in.k = Tensor(t, hkv, lkv, d), in.v = Tensor(t, hkv, lkv, d);
-    for (int64_t h = 0; h < hq; ++h)
-      for (int64_t s = 0; s < lq; ++s)
-        for (int64_t c = 0; c < d; ++c)
-          in.q.view().set(h, s, c, q_scale * w.q.view().get(h, lkv - lq + s, c));
-    for (int64_t h = 0; h < hkv; ++h)
-      for (int64_t s = 0; s < lkv; ++s)
-        for (int64_t c = 0; c < d; ++c) {
-          in.k.view().set(h, s, c, w.k.view().get(h, s, c));
-          in.v.view().set(h, s, c, w.v.view().get(h, s, c));
-        }
-    return in;
-  }
-  in.q = test::random_tensor(t, hq, lq, d, seed, q_scale);
-  in.k = test::random_tensor(t, hkv, lkv, d, seed + 1);
-  in.v = test::random_tensor(t, hkv, lkv, d, seed + 2);
-  return in;
-}
+using test::Input;
+using test::make_input;
+using test::out_tol;
 
 // momo.cpp's geometry for one set of parameters (its Geometry, spelled out as the reference).
 cuda::MomoGpuPlan plan_for(int64_t hq, int64_t lq, int64_t lkv, int64_t gamma, int64_t chi,

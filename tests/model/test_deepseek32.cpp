@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_run.hpp"
+#include "dsa_logits.hpp"
 #include "gguf_edit.hpp"
 #include "spattn/error.hpp"
 #include "spattn/gguf.hpp"
@@ -93,33 +94,8 @@ TEST(DeepSeek32, LayoutIsWrittenAndReadIntoTheExpandedForm) {
   }
 }
 
-// Logits of every prompt row (prefill), and of the last through decode, under `attn`.
-std::vector<float> logits(const spattn::model::Model& m, const std::string& attn,
-                          const std::vector<int32_t>& toks, bool decode_last) {
-  spattn::model::SessionOptions o;
-  o.n_ctx = 128;
-  o.attn = o.attn_decode = attn;
-  spattn::model::Session s(m, o);
-  const int64_t n = int64_t(toks.size()), V = m.config().n_vocab;
-  std::vector<float> out(static_cast<size_t>(n * V));
-  if (!decode_last) {
-    s.prefill(toks, out.data(), 0);
-    return out;
-  }
-  s.prefill(std::span(toks).first(size_t(n - 1)), nullptr, 0);
-  s.decode(toks.back(), out.data() + (n - 1) * V);
-  const spattn::model::Timings t = s.timings();
-  EXPECT_LT(t.decode_keys_read, t.decode_keys_total) << "a decode past top-k reads fewer keys";
-  return out;
-}
-
-double worst_gap(const std::vector<float>& a, const std::vector<float>& b, int64_t from, int64_t to,
-                 int64_t V) {
-  double w = 0;
-  for (int64_t i = from * V; i < to * V; ++i)
-    w = std::max(w, double(std::abs(a[size_t(i)] - b[size_t(i)])));
-  return w;
-}
+using spattn::test::dsa_logits;
+using spattn::test::worst_gap;
 
 TEST(DeepSeek32, DsaIsDenseUntilTheTopKThenSelects) {
   const spattn::test::TempDir d("spattn_ds32");
@@ -129,9 +105,9 @@ TEST(DeepSeek32, DsaIsDenseUntilTheTopKThenSelects) {
   std::vector<int32_t> toks;
   for (int32_t i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % 300);
   const int64_t n = int64_t(toks.size()), V = m.config().n_vocab, top_k = 12;
-  const std::vector<float> dense = logits(m, "dense", toks, false),
-                           dsa = logits(m, "dsa", toks, false),
-                           dflt = logits(m, spattn::model::kModelAttention, toks, false);
+  const std::vector<float> dense = dsa_logits(m, "dense", toks, false),
+                           dsa = dsa_logits(m, "dsa", toks, false),
+                           dflt = dsa_logits(m, spattn::model::kModelAttention, toks, false);
   // Rows at positions < top_k read every token before them either way.
   EXPECT_LT(worst_gap(dense, dsa, 0, top_k, V), 1e-4);
   // Past it, each reads 12 of its predecessors: the outputs part.
@@ -139,7 +115,7 @@ TEST(DeepSeek32, DsaIsDenseUntilTheTopKThenSelects) {
   // The model's own attention is dsa.
   EXPECT_EQ(worst_gap(dflt, dsa, 0, n, V), 0.0);
   // Decode's selection is prefill's.
-  const std::vector<float> dec = logits(m, "dsa", toks, true);
+  const std::vector<float> dec = dsa_logits(m, "dsa", toks, true);
   EXPECT_LT(worst_gap(dec, dsa, n - 1, n, V), 1e-3);
 }
 
