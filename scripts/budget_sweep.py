@@ -10,8 +10,11 @@ bracket it (as the 2026-11-27 log entry did). Recall is deterministic; times are
       --count 'mean_pool:topk={}' 4 8 16 ... --budget 'mean_pool:topp={}' 0.9 0.95 ...
 
 Prints a Markdown table: run, sparsity, recall / worst, the counts' at that sparsity (and the
-bracketing runs), the mean's difference in points and whether the worst row is at least the
-counts'. A budget run outside the counts' sparsity range is marked "outside".
+bracketing runs), the mean's difference in points, whether the worst row is at least the
+counts', and issue 61's bar: a `topp` run (any budget but `min_share`) meets it with the worst
+row at least the counts' and the mean within 0.5 points; a `min_share` run with the mean at
+least the counts'. A budget run outside the counts' sparsity range is marked "outside".
+`--save FILE` keeps bench's JSON.
 """
 import argparse
 import json
@@ -32,6 +35,7 @@ def main():
     ap.add_argument("--count", nargs="+", required=True)
     ap.add_argument("--budget", nargs="+", action="append", required=True)
     ap.add_argument("--label", default="")
+    ap.add_argument("--save", default="", help="write bench's JSON here")
     a = ap.parse_args()
     counts = sweep(a.count[0], a.count[1:])
     budgets = [s for b in a.budget for s in sweep(b[0], b[1:])]
@@ -43,12 +47,16 @@ def main():
     for m in counts + budgets:
         cmd += ["--method", m]
     print("$ " + " ".join(cmd), file=sys.stderr)
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    if a.save:
+        with open(a.save, "w") as f:
+            f.write(out)
+    res = json.loads(out)
     by = {r["method"]: r for r in res["results"]}
     curve = sorted((by[m]["sparsity"], by[m]["recall"], by[m]["recall_min"], m) for m in counts)
     print(f"| dump | run | sparsity | recall / worst row | count curve at that sparsity "
-          f"(bracketing runs) | mean difference, points | worst >= counts' |")
-    print("|---|---|---:|---|---|---:|---|")
+          f"(bracketing runs) | mean difference, points | worst >= counts' | bar |")
+    print("|---|---|---:|---|---|---:|---|---|")
     for m in budgets:
         r = by[m]
         s = r["sparsity"]
@@ -56,15 +64,22 @@ def main():
         hi = [c for c in curve if c[0] >= s]
         if not lo or not hi:
             print(f"| {a.label} | `{m}` | {100*s:.1f}% | {r['recall']:.4f} / {r['recall_min']:.4f} "
-                  f"| outside the counts' range | - | - |")
+                  f"| outside the counts' range | - | - | - |")
             continue
         x0, x1 = lo[-1], hi[0]
         t = 0.0 if x1[0] == x0[0] else (s - x0[0]) / (x1[0] - x0[0])
         mean = x0[1] + t * (x1[1] - x0[1])
         worst = x0[2] + t * (x1[2] - x0[2])
+        diff = 100 * (r["recall"] - mean)
+        if "min_share" in m:
+            bar = "met" if diff >= 0 else "not met (mean)"
+        else:
+            misses = [w for w, ok in (("worst", r["recall_min"] >= worst), ("mean", diff >= -0.5))
+                      if not ok]
+            bar = "met" if not misses else f"not met ({', '.join(misses)})"
         print(f"| {a.label} | `{m}` | {100*s:.1f}% | {r['recall']:.4f} / {r['recall_min']:.4f} | "
               f"{mean:.4f} / {worst:.4f} (`{x0[3]}` .. `{x1[3]}`) | "
-              f"{100*(r['recall']-mean):+.2f} | {'yes' if r['recall_min'] >= worst else 'no'} |")
+              f"{diff:+.2f} | {'yes' if r['recall_min'] >= worst else 'no'} | {bar} |")
     print("\ncount runs: " + "; ".join(f"`{m}` {100*s:.1f}% {rc:.4f}/{w:.4f}"
                                         for s, rc, w, m in curve))
 

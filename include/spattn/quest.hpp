@@ -5,18 +5,22 @@
 //     U(page) = sum_i max(q_i * min_i, q_i * max_i)  >=  q . k  for every key k of the page,
 // and attends only to the pages with the largest bounds (a budget of `topk` pages, or with
 // `topp=P` the fewest pages whose estimated mass, the softmax of scale * U over the pages,
-// reaches P), plus the first `sink` pages and the newest `local` pages, always. Under GQA the
+// reaches P, or with `min_share=T` every page whose estimated mass is at least T), plus the
+// first `sink` pages and the newest `local` pages, always. Under GQA the
 // q heads of a group share their kv head's pages (quest_select). Only the chosen
 // pages' K and V are read (attention_decode_ranges over the packed cache).
 //
-// Spec: quest[:k=PAGES,page=TOKENS,topp=P,sink=PAGES,local=PAGES,dense_layers=L,dense_at=F,
-//               sums=cache|i8]
+// Spec: quest[:k=PAGES,page=TOKENS,topp=P,min_share=T,sink=PAGES,local=PAGES,dense_layers=L,
+//               dense_at=F,sums=cache|i8]
 //   page          16..64, a multiple of 16 (default 16, the paper's page size)
 //   k             pages kept by bound besides sink and local (default 256: 4096 tokens at
 //                 page 16, the top of the 1K-4K token budgets the paper evaluates; at 2048
 //                 tokens code-small-32k's 32K decode tail lost 2.7% of its likelihood, at
 //                 4096 0.14%: BENCHMARKS.md, "Quest's default budget")
 //   topp          in (0, 1]: a mass budget instead of k (giving both is an Error)
+//   min_share     in (0, 1): a threshold instead of k or topp, every page of at least that
+//                 share of the estimated mass (one threshold across pages and steps; the
+//                 budgets compared: docs/methods/README.md, "Budgets")
 //   sink, local   pages always kept at the start and the end (default 1 each)
 //   dense_layers  the first L layers decode densely (default 2: the paper leaves its first two
 //                 layers dense, their attention being the least sparse)
@@ -56,7 +60,8 @@ struct QuestParams {
   QuestSums sums = QuestSums::i8;
   int64_t page = 16;
   int64_t topk = 256;
-  double topp = 0;  // 0: the topk budget; else the mass budget in (0, 1]
+  double topp = 0;       // 0: the topk budget; else the mass budget in (0, 1]
+  double min_share = 0;  // > 0: the share threshold in (0, 1) instead of topk or topp
   int64_t sink = 1, local = 1;
   int64_t dense_layers = 2;
   double dense_at = 0.5;
@@ -145,7 +150,8 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 // then read once per group): a page's score is its estimated mass, the softmax over the pages
 // of scale * U, averaged over the group's q heads (one q head per kv head: the paper's ranking
 // by U); topk keeps the k best, topp the fewest whose scores, with the sink's and the newest
-// pages', reach P. scale: the softmax scale (resolved); threads: kv heads in parallel.
+// pages', reach P, min_share every page whose score is at least T. scale: the softmax scale
+// (resolved); threads: kv heads in parallel.
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
                                                 QuestDecodeStats* stats = nullptr, int threads = 1);

@@ -24,6 +24,19 @@ void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint
   }
 }
 
+void keep_top_count(const double* mass, int64_t limit, int64_t k, std::vector<uint8_t>& keep,
+                    std::vector<int64_t>& order) {
+  order.clear();
+  for (int64_t kb = 0; kb < limit; ++kb)
+    if (!keep[size_t(kb)]) order.push_back(kb);
+  const auto first = [&](int64_t a, int64_t b) {
+    return mass[a] != mass[b] ? mass[a] > mass[b] : a < b;
+  };
+  const size_t take = size_t(std::min<int64_t>(k, int64_t(order.size())));
+  std::partial_sort(order.begin(), order.begin() + take, order.end(), first);
+  for (size_t i = 0; i < take; ++i) keep[size_t(order[i])] = 1;
+}
+
 void keep_min_share(const double* mass, int64_t limit, double t, std::vector<uint8_t>& keep) {
   double total = 0;
   for (int64_t kb = 0; kb < limit; ++kb) total += mass[kb];

@@ -1,7 +1,8 @@
 // The mass budgets a block selector spends on one query block, from its estimated block masses
 // mass[0, limit) (>= 0; the query block's causal blocks), the forced blocks (sink, local,
 // diagonal) already set in keep. Shared by every selector with a mass budget (mean_pool,
-// xattention), so that topp and min_share mean the same everywhere (momo's, over its blend, too).
+// xattention), so that topk, topp and min_share mean the same everywhere (momo's, over its
+// blend, flexprefill's lists and quest's pages follow the same rules).
 //
 // Which to use (docs/methods/README.md, "Budgets"): topk spends the same count everywhere; topp
 // evens out the share of each query block's mass that is kept, so its worst rows are best where
@@ -19,6 +20,11 @@ namespace spattn::masks {
 // `order` is scratch.
 void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint8_t>& keep,
                    std::vector<int64_t>& order);
+
+// topk: the k blocks of largest mass (ties: the smaller index) beside the forced ones, or every
+// block when fewer are left. `order` is scratch.
+void keep_top_count(const double* mass, int64_t limit, int64_t k, std::vector<uint8_t>& keep,
+                    std::vector<int64_t>& order);
 
 // min_share: every block whose mass is at least t of the total.
 void keep_min_share(const double* mass, int64_t limit, double t, std::vector<uint8_t>& keep);

@@ -29,6 +29,14 @@
 //
 // Defaults as the paper's language-model runs: gamma = 0.9, tau = 0.1, B = 128, min_budget =
 // 1024. `topp=` is gamma's other name, the mass budget every block-selecting method takes.
+// Beyond the paper, gamma's place can take the other two budgets (masks/block_budget.hpp says
+// when to use which), each in every list gamma fills: `topk=K`, the K candidates of largest
+// mass beside the forced ones (vertical blocks, slash bands; a query-aware head's K largest
+// pooled blocks per query block), the count topp is judged against at equal density; and
+// `min_share=T`, every candidate whose share of its distribution (a_bar, the bands' slash
+// mass, its query block's pooled row) is at least T, one threshold across blocks. The floor
+// applies to both; with them a query-aware head's pooled map is read per query block (a count
+// or a share per row), so `qa` goes with gamma only.
 // Every product (last queries x keys, pooled x pooled) runs on kernels/long_row_scores in f32.
 #include <algorithm>
 #include <cmath>
@@ -64,9 +72,16 @@ void take_by_mass(const std::vector<double>& mass, std::vector<uint8_t>& keep, d
   }
 }
 
-// Tops `keep` up by mass (take_by_mass) until gamma of the total mass and at least `floor`
-// entries are kept, what `keep` holds already counting first.
-void top_up(const std::vector<double>& mass, std::vector<uint8_t>& keep, double gamma,
+// What a list spends: gamma of its mass (the paper's), a count beside what it holds, or a
+// share threshold.
+struct Budget {
+  enum Kind { mass, count, share } kind = mass;
+  double value = 0.9;  // gamma, the count or the threshold
+};
+
+// Tops `keep` up by the budget, what `keep` holds already counting first (toward the mass), then
+// by mass (take_by_mass) until at least `floor` entries are kept.
+void top_up(const std::vector<double>& mass, std::vector<uint8_t>& keep, const Budget& b,
             int64_t floor) {
   double kept = 0, total = 0;
   int64_t count = 0;
@@ -74,17 +89,25 @@ void top_up(const std::vector<double>& mass, std::vector<uint8_t>& keep, double 
     total += mass[i];
     if (keep[i]) kept += mass[i], ++count;
   }
-  take_by_mass(mass, keep, gamma * total, floor, kept, count);
+  if (b.kind == Budget::count) {
+    take_by_mass(mass, keep, 0.0, count + int64_t(b.value), kept, count);
+  } else if (b.kind == Budget::share) {
+    for (size_t i = 0; i < mass.size(); ++i)
+      if (!keep[i] && mass[i] >= b.value * total) keep[i] = 1, kept += mass[i], ++count;
+  } else {
+    take_by_mass(mass, keep, b.value * total, 0, kept, count);
+  }
+  take_by_mass(mass, keep, 0.0, floor, kept, count);
 }
 
-// Keeps forced entries, then the rest by mass until gamma of the total (vertical-slash heads)
-// and at least `floor` entries in all.
+// Keeps forced entries, then the rest by the budget (vertical-slash heads) and at least
+// `floor` entries in all.
 std::vector<uint8_t> cover(const std::vector<double>& mass, const std::vector<int64_t>& forced,
-                           double gamma, int64_t floor) {
+                           const Budget& b, int64_t floor) {
   std::vector<uint8_t> keep(mass.size(), 0);
   for (int64_t f : forced)
     if (f < int64_t(mass.size())) keep[size_t(f)] = 1;
-  top_up(mass, keep, gamma, floor);
+  top_up(mass, keep, b, floor);
   return keep;
 }
 
@@ -129,9 +152,26 @@ class FlexPrefill final : public BlockMaskMethod {
     ParamReader r(spec);
     SPATTN_CHECK(!(r.has("gamma") && r.has("topp")),
                  "flexprefill: give gamma or topp (the same mass budget), not both");
+    SPATTN_CHECK(
+        int(r.has("gamma") || r.has("topp")) + int(r.has("topk")) + int(r.has("min_share")) <= 1,
+        "flexprefill: give one budget: gamma (topp, a mass), topk (a count) or "
+        "min_share (a threshold)");
     const char* key = r.has("topp") ? "topp" : "gamma";
     gamma_ = r.get_double(key, 0.9, -HUGE_VAL, HUGE_VAL);
     SPATTN_CHECK(gamma_ > 0 && gamma_ <= 1, "flexprefill: ", key, "=", gamma_, " outside (0, 1]");
+    budget_.value = gamma_;
+    if (r.has("topk")) {
+      budget_.kind = Budget::count;
+      budget_.value = double(r.get_int("topk", 0, 0, int64_t(1) << 40));
+    } else if (r.has("min_share")) {
+      budget_.kind = Budget::share;
+      budget_.value = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(budget_.value > 0 && budget_.value < 1, "flexprefill: min_share=", budget_.value,
+                   " outside (0, 1)");
+    }
+    SPATTN_CHECK(budget_.kind == Budget::mass || !r.has("qa"),
+                 "flexprefill: qa goes with gamma (topp); topk and min_share read the pooled map "
+                 "per query block");
     tau_ = r.get_double("tau", 0.1, -HUGE_VAL, HUGE_VAL);
     SPATTN_CHECK(tau_ >= 0 && tau_ <= 1, "flexprefill: tau=", tau_, " outside [0, 1]");
     block_q_ = block_k_ = r.get_int("block", 128, 1, 1 << 20);
@@ -228,7 +268,12 @@ class FlexPrefill final : public BlockMaskMethod {
       n_qa += c.query_aware;
     }
     report.extras["query_aware_heads"] = double(n_qa);
-    report.extras["gamma"] = gamma_;
+    if (budget_.kind == Budget::count)
+      report.extras["topk"] = budget_.value;
+    else if (budget_.kind == Budget::share)
+      report.extras["min_share"] = budget_.value;
+    else
+      report.extras["gamma"] = gamma_;
     report.extras["tau"] = tau_;
     report.extras["block"] = double(B);
     report.extras["min_budget"] = double(min_budget_);
@@ -268,9 +313,9 @@ class FlexPrefill final : public BlockMaskMethod {
     c.js = js_distance(a_bar, a_hat);
     c.query_aware = c.js < tau_;
 
-    // Vertical blocks and slash bands: gamma of the estimate for a vertical-slash head, only
-    // the floor for a query-aware one.
-    const double g = c.query_aware ? 0.0 : gamma_;
+    // Vertical blocks and slash bands: the budget (gamma of the estimate) for a vertical-slash
+    // head, only the floor for a query-aware one.
+    const Budget g = c.query_aware ? Budget{Budget::mass, 0.0} : budget_;
     const std::vector<uint8_t> vkeep = cover(a_bar, {0}, g, floor);
     const std::vector<uint8_t> skeep = cover(s_band, {0}, g, floor);
     c.vertical = std::count(vkeep.begin(), vkeep.end(), 1);
@@ -295,12 +340,12 @@ class FlexPrefill final : public BlockMaskMethod {
       std::vector<std::vector<double>> pm(static_cast<size_t>(nq));
       for (int64_t qb = 0; qb < nq; ++qb)
         softmax(&sc[size_t(qb * nk)], geo.causal_blocks(qb), pm[size_t(qb)]);
-      if (qa_per_block_) {
+      if (qa_per_block_ || budget_.kind != Budget::mass) {
         for (int64_t qb = 0; qb < nq; ++qb) {
           const std::vector<double>& m = pm[size_t(qb)];
           std::vector<uint8_t> kp(keep[size_t(qb)].begin(),
                                   keep[size_t(qb)].begin() + int64_t(m.size()));
-          top_up(m, kp, gamma_, 0);
+          top_up(m, kp, budget_, 0);
           std::copy(kp.begin(), kp.end(), keep[size_t(qb)].begin());
         }
       } else {
@@ -313,7 +358,7 @@ class FlexPrefill final : public BlockMaskMethod {
             flat[i] = pm[size_t(qb)][b];
             fk[i] = keep[size_t(qb)][b];
           }
-        top_up(flat, fk, gamma_, 0);
+        top_up(flat, fk, budget_, 0);
         for (int64_t qb = 0; qb < nq; ++qb)
           for (size_t b = 0; b < pm[size_t(qb)].size(); ++b)
             keep[size_t(qb)][b] = fk[size_t(qb * nk) + b];
@@ -326,6 +371,7 @@ class FlexPrefill final : public BlockMaskMethod {
   }
 
   double gamma_ = 0.9;
+  Budget budget_;  // gamma's mass, or topk's count, or min_share's threshold
   double tau_ = 0.1;
   int64_t min_budget_ = 1024;
   bool qa_per_block_ = false;

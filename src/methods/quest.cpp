@@ -77,10 +77,17 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   p.page = r.get_int("page", p.page, 16, 64);
   SPATTN_CHECK(p.page % 16 == 0, "quest: page=", p.page, " is not a multiple of 16");
   SPATTN_CHECK(!(r.has("k") && r.has("topp")), "quest: give k (pages) or topp (mass), not both");
+  SPATTN_CHECK(!(r.has("min_share") && (r.has("k") || r.has("topp"))),
+               "quest: give min_share (a threshold) without k or topp, not both");
   p.topk = r.get_int("k", p.topk, 0, int64_t(1) << 30);
   if (r.has("topp")) {
     p.topp = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
     SPATTN_CHECK(p.topp > 0 && p.topp <= 1, "quest: topp=", p.topp, " outside (0, 1]");
+  }
+  if (r.has("min_share")) {
+    p.min_share = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
+    SPATTN_CHECK(p.min_share > 0 && p.min_share < 1, "quest: min_share=", p.min_share,
+                 " outside (0, 1)");
   }
   p.sink = r.get_int("sink", p.sink, 0, int64_t(1) << 30);
   p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
@@ -265,7 +272,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   const int64_t ldu = kernels::quest_padded(np);
   // Sink and local pages are always read; the rest compete on their scores.
   const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
-  const bool all = params.topp == 0 && params.topk >= last - first;
+  const bool count = params.topp == 0 && params.min_share == 0;
+  const bool all = count && params.topk >= last - first;
   // Kv heads in parallel (each reads its own summaries, writes its own ranges and stats), each
   // in its thread's scratch: a decode step selects in every sparse layer, and allocating
   // these buffers each time was a tenth of the choice's time.
@@ -292,7 +300,11 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
           qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
       page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu);
       kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
-      if (params.topp == 0) {
+      if (params.min_share > 0) {
+        // Every page whose score (a share: the scores sum to 1 over the pages) is at least T.
+        for (int64_t p = first; p < last; ++p)
+          keep[size_t(p)] = char(double(score[size_t(p)]) >= params.min_share);
+      } else if (params.topp == 0) {
         // The topk best: every page scoring above the k-th best score t, then pages scoring t
         // in index order (ties by page index, so the choice is deterministic). t by a radix
         // select on the scores' bits (a non-negative float's bits order as its value), where
@@ -381,7 +393,8 @@ void quest_attend(const TensorView& q, const PackedKV& kv,
 }
 
 bool quest_reads_every_key(const QuestParams& params, int64_t keys) {
-  if (params.topp != 0 || keys <= 0) return false;  // a mass budget's size is known after choosing
+  // A mass or threshold budget's size is known only after choosing.
+  if (params.topp != 0 || params.min_share != 0 || keys <= 0) return false;
   const int64_t pages = (keys + params.page - 1) / params.page;
   const int64_t budget = std::min(pages, params.sink + params.topk + params.local) * params.page;
   return double(std::min(budget, keys)) >= params.dense_at * double(keys);

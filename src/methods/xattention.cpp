@@ -15,7 +15,9 @@
 // total (masks::keep_top_mass). `min_share=T` (beyond the paper) instead keeps, beside the
 // sink and diagonal, every block whose importance is at least T of its query block's total:
 // one threshold across blocks, the density-optimal budget for mean recall
-// (masks/block_budget.hpp).
+// (masks/block_budget.hpp). `topk=K` (beyond the paper) keeps, beside them, the K blocks of
+// largest importance: a count on the same estimate, the budget topp and min_share are judged
+// against at equal density.
 //
 // Defaults as the paper's language-model runs (its code's xattn_estimate): stride S = 8, tau =
 // 0.9, blocks of B = 128 queries and keys. `topp=P` is accepted as another name for tau, the
@@ -49,8 +51,10 @@ class XAttention final : public BlockMaskMethod {
     stride_ = r.get_int("stride", 8, 1, 1024);
     SPATTN_CHECK(!(r.has("tau") && r.has("topp")),
                  "xattention: give tau or topp (the same mass budget), not both");
-    SPATTN_CHECK(!(r.has("min_share") && (r.has("tau") || r.has("topp"))),
-                 "xattention: give tau (topp, a mass) or min_share (a threshold), not both");
+    SPATTN_CHECK(
+        int(r.has("tau") || r.has("topp")) + int(r.has("min_share")) + int(r.has("topk")) <= 1,
+        "xattention: give one budget: tau (topp, a mass), min_share (a threshold) or "
+        "topk (blocks)");
     const char* key = r.has("topp") ? "topp" : "tau";
     tau_ = r.get_double(key, 0.9, -HUGE_VAL, HUGE_VAL);
     SPATTN_CHECK(tau_ > 0 && tau_ <= 1, "xattention: ", key, "=", tau_, " outside (0, 1]");
@@ -59,6 +63,7 @@ class XAttention final : public BlockMaskMethod {
       SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "xattention: min_share=", min_share_,
                    " outside (0, 1)");
     }
+    if (r.has("topk")) topk_ = r.get_int("topk", 0, 0, int64_t(1) << 40);
     block_q_ = r.get_int("block_q", 128, 1, 1 << 20);
     block_k_ = r.get_int("block_k", 128, 1, 1 << 20);
     SPATTN_CHECK(block_q_ % stride_ == 0 && block_k_ % stride_ == 0, "xattention: stride=", stride_,
@@ -70,6 +75,7 @@ class XAttention final : public BlockMaskMethod {
     r.finish();
   }
   std::string name() const override { return "xattention"; }
+  int64_t block_budget() const override { return topk_; }
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
@@ -77,6 +83,8 @@ class XAttention final : public BlockMaskMethod {
     r.extras["stride"] = double(stride_);
     if (min_share_ > 0)
       r.extras["min_share"] = min_share_;
+    else if (topk_ >= 0)
+      r.extras["topk"] = double(topk_);
     else
       r.extras["tau"] = tau_;
     r.extras["dot_bf16"] = dot_bf16_ && kernels::long_row_bf16_supported() ? 1.0 : 0.0;
@@ -113,6 +121,8 @@ class XAttention final : public BlockMaskMethod {
       masks::mark_blocks(p0, std::min(p1 + 1, k.seq), block_k_, keep);  // the diagonal
       if (min_share_ > 0)
         masks::keep_min_share(bs, limit, min_share_, keep);
+      else if (topk_ >= 0)
+        masks::keep_top_count(bs, limit, topk_, keep, order);
       else
         masks::keep_top_mass(bs, limit, tau_, keep, order);
       auto& list = lists[size_t(h * nq + qb)];
@@ -126,6 +136,7 @@ class XAttention final : public BlockMaskMethod {
   int64_t stride_ = 8;
   double tau_ = 0.9;
   double min_share_ = 0;  // 0: the tau (topp) budget; else the share threshold in (0, 1)
+  int64_t topk_ = -1;     // -1: a mass budget; else the count beside sink and diagonal
   bool dot_bf16_ = true;
 };
 

@@ -30,10 +30,14 @@ struct Params {
   int64_t block = 128, min_budget = 1024;
   double gamma = 0.9, tau = 0.1;
   bool qa_block = false;
+  int64_t topk = -1;     // >= 0: topk=K in gamma's place
+  double min_share = 0;  // > 0: min_share=T in gamma's place
   std::string spec() const {
+    std::string budget = ",gamma=" + std::to_string(gamma) + (qa_block ? ",qa=block" : "");
+    if (topk >= 0) budget = ",topk=" + std::to_string(topk);
+    if (min_share > 0) budget = ",min_share=" + std::to_string(min_share);
     return "flexprefill:block=" + std::to_string(block) +
-           ",min_budget=" + std::to_string(min_budget) + ",gamma=" + std::to_string(gamma) +
-           ",tau=" + std::to_string(tau) + (qa_block ? ",qa=block" : "");
+           ",min_budget=" + std::to_string(min_budget) + budget + ",tau=" + std::to_string(tau);
   }
 };
 
@@ -62,6 +66,24 @@ std::set<int64_t> take(const std::vector<double>& mass, std::set<int64_t> keep, 
     if (gap > 0 && gap <= kEps) fragile = true;
   }
   return keep;
+}
+
+// The budget in gamma's place: forced entries, then (topk) the K largest of the rest or
+// (min_share) every entry of mass at least T of the total, then the floor by descending mass.
+// `fragile` as in take, and for an entry within kEps of the threshold.
+std::set<int64_t> take_budget(const std::vector<double>& mass, std::set<int64_t> keep,
+                              const Params& P, int64_t floor, bool& fragile) {
+  if (P.topk >= 0) {
+    keep = take(mass, keep, 0, int64_t(keep.size()) + P.topk, fragile);
+  } else {
+    double total = 0;
+    for (double m : mass) total += m;
+    for (size_t i = 0; i < mass.size(); ++i) {
+      if (std::abs(mass[i] - P.min_share * total) <= kEps) fragile = true;
+      if (mass[i] >= P.min_share * total) keep.insert(int64_t(i));
+    }
+  }
+  return take(mass, keep, 0, floor, fragile);
 }
 
 std::vector<double> softmax(const std::vector<double>& s) {
@@ -144,8 +166,11 @@ TwinHead twin(const TensorView& q, const TensorView& k, int64_t h, const Params&
     tv += a_bar[size_t(b)];
     ts += band[size_t(b)];
   }
-  const std::set<int64_t> vk = take(a_bar, {0}, g * tv, floor, t.fragile);
-  const std::set<int64_t> sk = take(band, {0}, g * ts, floor, t.fragile);
+  const bool counted = !t.query_aware && (P.topk >= 0 || P.min_share > 0);
+  const std::set<int64_t> vk = counted ? take_budget(a_bar, {0}, P, floor, t.fragile)
+                                       : take(a_bar, {0}, g * tv, floor, t.fragile);
+  const std::set<int64_t> sk = counted ? take_budget(band, {0}, P, floor, t.fragile)
+                                       : take(band, {0}, g * ts, floor, t.fragile);
   t.vertical = int64_t(vk.size());
   t.slash = int64_t(sk.size());
   t.rows.resize(static_cast<size_t>(nq));
@@ -171,6 +196,11 @@ TwinHead twin(const TensorView& q, const TensorView& k, int64_t h, const Params&
     std::vector<double> sc;
     for (int64_t b = 0; b < limit[size_t(qb)]; ++b) sc.push_back(scale * dot(qm, kp[size_t(b)]));
     pm[size_t(qb)] = softmax(sc);
+  }
+  if (P.topk >= 0 || P.min_share > 0) {  // a count or a share per query block
+    for (int64_t qb = 0; qb < nq; ++qb)
+      t.rows[size_t(qb)] = take_budget(pm[size_t(qb)], t.rows[size_t(qb)], P, 0, t.fragile);
+    return t;
   }
   if (P.qa_block) {
     for (int64_t qb = 0; qb < nq; ++qb)
@@ -253,6 +283,14 @@ TEST(FlexPrefill, MaskEqualsTheScalarTwin) {
     p.qa_block = qa_block;
     return p;
   };
+  const auto K = [](Params p, int64_t topk) {
+    p.topk = topk;
+    return p;
+  };
+  const auto S = [](Params p, double min_share) {
+    p.min_share = min_share;
+    return p;
+  };
   const Case cases[] = {
       {{4, 2, 300, 300, 32}, P(32, 64, 0.9, 0.1, false), "random"},
       {{4, 2, 300, 300, 32}, P(32, 64, 0.9, 0.1, true), "random"},
@@ -273,6 +311,16 @@ TEST(FlexPrefill, MaskEqualsTheScalarTwin) {
       {{4, 2, 350, 350, 32}, P(32, 0, 0.5, 1.0, false), "self"},
       {{2, 1, 200, 500, 32}, P(16, 0, 0.9, 0.1, true), "self"},
       {{4, 2, 400, 400, 32}, P(32, 0, 0.8, 0.1, false), "vs_qa"},
+      // topk and min_share in gamma's place (beyond the paper)
+      {{4, 2, 300, 300, 32}, K(P(32, 0, 0.9, 0.1, false), 2), "random"},
+      {{4, 2, 300, 300, 32}, K(P(32, 96, 0.9, 0.1, false), 1), "random"},  // the floor above K
+      {{2, 2, 131, 389, 32}, K(P(32, 32, 0.9, 1.0, false), 3), "random"},  // all query-aware
+      {{4, 2, 400, 400, 32}, K(P(32, 32, 0.9, 0.1, false), 2), "vs_qa"},
+      {{2, 2, 250, 250, 32}, K(P(32, 0, 0.9, 0.5, false), 0), "self"},
+      {{4, 2, 300, 300, 32}, S(P(32, 0, 0.9, 0.1, false), 0.05), "random"},
+      {{2, 2, 131, 389, 32}, S(P(32, 32, 0.9, 1.0, false), 0.1), "random"},
+      {{4, 2, 400, 400, 32}, S(P(32, 32, 0.9, 0.1, false), 0.02), "vs_qa"},
+      {{2, 1, 300, 300, 32}, S(P(32, 32, 0.9, 1.0, false), 0.1), "equal_keys"},
   };
   int64_t heads = 0, exact = 0, qa_seen = 0, vs_seen = 0;
   for (const Case& c : cases) {
@@ -386,13 +434,53 @@ TEST(FlexPrefill, DefaultsAreThePapers) {
   EXPECT_TRUE(listed);
 }
 
+// A larger count keeps at least the blocks of a smaller one (the K largest contain the K-1
+// largest), a larger threshold at most those of a smaller one; the report names the budget.
+TEST(FlexPrefill, CountAndShareBudgetsNest) {
+  const Inputs in = make_inputs({4, 2, 400, 400, 32}, "vs_qa", 12);
+  Tensor out(DType::f32, 4, 400, 32);
+  const auto mask = [&](const std::string& budget) {
+    const MethodReport r =
+        make_method("flexprefill:block=32,min_budget=0," + budget)->run(in.q, in.k, in.v, out, {});
+    if (budget.rfind("topk", 0) == 0) EXPECT_EQ(r.extras.count("gamma"), 0u) << budget;
+    EXPECT_EQ(r.extras.count(budget.substr(0, budget.find('='))), 1u) << budget;
+    return r.mask->to_dense();
+  };
+  const auto covers = [](const std::vector<uint8_t>& big, const std::vector<uint8_t>& small) {
+    for (size_t i = 0; i < big.size(); ++i)
+      if (small[i] && !big[i]) return false;
+    return true;
+  };
+  const auto k1 = mask("topk=1"), k3 = mask("topk=3"), k100 = mask("topk=100");
+  EXPECT_TRUE(covers(k3, k1));
+  EXPECT_TRUE(covers(k100, k3));
+  EXPECT_NE(k1, k3);
+  const auto s1 = mask("min_share=0.01"), s2 = mask("min_share=0.1");
+  EXPECT_TRUE(covers(s1, s2));
+  EXPECT_NE(s1, s2);
+}
+
 TEST(FlexPrefill, RejectsBadParametersAndInputs) {
-  for (const char* spec :
-       {"flexprefill:gamma=0", "flexprefill:gamma=1.5", "flexprefill:gamma=-0.1",
-        "flexprefill:gamma=nan", "flexprefill:tau=-0.01", "flexprefill:tau=1.5",
-        "flexprefill:tau=nan", "flexprefill:tau=x", "flexprefill:topp=0",
-        "flexprefill:gamma=0.9,topp=0.9", "flexprefill:block=0", "flexprefill:min_budget=-1",
-        "flexprefill:qa=rows", "flexprefill:topk=4"})
+  for (const char* spec : {"flexprefill:gamma=0",
+                           "flexprefill:gamma=1.5",
+                           "flexprefill:gamma=-0.1",
+                           "flexprefill:gamma=nan",
+                           "flexprefill:tau=-0.01",
+                           "flexprefill:tau=1.5",
+                           "flexprefill:tau=nan",
+                           "flexprefill:tau=x",
+                           "flexprefill:topp=0",
+                           "flexprefill:gamma=0.9,topp=0.9",
+                           "flexprefill:block=0",
+                           "flexprefill:min_budget=-1",
+                           "flexprefill:qa=rows",
+                           "flexprefill:topk=-1",
+                           "flexprefill:topk=4,gamma=0.9",
+                           "flexprefill:topk=4,min_share=0.1",
+                           "flexprefill:min_share=0.1,topp=0.9",
+                           "flexprefill:min_share=0",
+                           "flexprefill:min_share=1",
+                           "flexprefill:topk=4,qa=block"})
     EXPECT_THROW(make_method(spec), Error) << spec;
   const Inputs in = make_inputs({2, 2, 128, 128, 32}, "random", 2);
   Tensor out(DType::f32, 2, 128, 32);

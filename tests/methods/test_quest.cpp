@@ -88,7 +88,9 @@ std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k
   std::iota(cand.begin(), cand.end(), first);
   std::stable_sort(cand.begin(), cand.end(),
                    [&](int64_t a, int64_t b) { return score[size_t(a)] > score[size_t(b)]; });
-  if (p.topp == 0) {
+  if (p.min_share > 0) {
+    for (int64_t pg : cand) keep[size_t(pg)] = score[size_t(pg)] >= p.min_share;
+  } else if (p.topp == 0) {
     for (int64_t i = 0; i < std::min<int64_t>(p.topk, int64_t(cand.size())); ++i)
       keep[size_t(cand[size_t(i)])] = 1;
   } else {
@@ -441,7 +443,8 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
   for (const auto& [hkv, hq] : std::initializer_list<Shape>{{2, 8}, {3, 3}})
     for (int64_t n : {1, 47, 640, 1001})
       for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
-                               "quest:topp=0.9,page=32", "quest:k=0,sink=0"}) {
+                               "quest:topp=0.9,page=32", "quest:k=0,sink=0", "quest:min_share=0.01",
+                               "quest:min_share=0.002,page=32"}) {
         const QuestParams p = parse_quest_params(parse_method_spec(spec));
         const int64_t d = 64, group = hq / hkv;
         const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
@@ -607,6 +610,7 @@ TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
   EXPECT_TRUE(reads_all("quest:k=6,dense_at=0.25", 512));  // 8 pages of 16: 128 of 512
   EXPECT_FALSE(reads_all("quest:k=6,dense_at=0.25", 513));
   EXPECT_FALSE(reads_all("quest:topp=0.9", 100));
+  EXPECT_FALSE(reads_all("quest:min_share=0.001", 100));
   EXPECT_FALSE(reads_all("quest", 0));
 
   const int64_t d = 64, hkv = 2, hq = 4, n = 300;
@@ -649,6 +653,10 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("quest:topp=1.5", "topp");
   expect_error("quest:topp=-0.1", "topp");
   expect_error("quest:k=4,topp=0.5", "not both");
+  expect_error("quest:min_share=0", "min_share");
+  expect_error("quest:min_share=1", "min_share");
+  expect_error("quest:k=4,min_share=0.1", "not both");
+  expect_error("quest:topp=0.9,min_share=0.1", "not both");
   expect_error("quest:dense_at=0", "dense_at");
   expect_error("quest:dense_at=1.5", "dense_at");
   expect_error("quest:pages=4", "pages");

@@ -296,7 +296,7 @@ TEST(XAttention, RejectsBadParameters) {
        {"xattention:dot=f16", "xattention:tau=0", "xattention:tau=1.5", "xattention:tau=-0.1",
         "xattention:tau=nan", "xattention:tau=abc", "xattention:topp=0",
         "xattention:tau=0.9,topp=0.9", "xattention:stride=0", "xattention:stride=3",
-        "xattention:stride=16,block_k=8", "xattention:block_q=0", "xattention:topk=4"}) {
+        "xattention:stride=16,block_k=8", "xattention:block_q=0", "xattention:topk=x"}) {
     EXPECT_THROW(make_method(spec), Error) << spec;
   }
 }
@@ -429,6 +429,31 @@ std::set<int64_t> select_share(const std::vector<double>& mass, const std::set<i
     if (mass[kb] >= t * total) keep.insert(int64_t(kb));
   return keep;
 }
+// topk's twin: the forced blocks and the k largest of the rest (ties: the smaller index).
+std::set<int64_t> select_count(const std::vector<double>& mass, const std::set<int64_t>& forced,
+                               int64_t k) {
+  std::vector<int64_t> rest;
+  for (size_t kb = 0; kb < mass.size(); ++kb)
+    if (!forced.count(int64_t(kb))) rest.push_back(int64_t(kb));
+  std::sort(rest.begin(), rest.end(), [&](int64_t a, int64_t b) {
+    return mass[size_t(a)] != mass[size_t(b)] ? mass[size_t(a)] > mass[size_t(b)] : a < b;
+  });
+  std::set<int64_t> keep = forced;
+  for (size_t i = 0; i < rest.size() && int64_t(i) < k; ++i) keep.insert(rest[i]);
+  return keep;
+}
+// Whether the k-th and (k+1)-th of the rest lie within eps of the total.
+bool count_near_tie(const std::vector<double>& mass, const std::set<int64_t>& forced, int64_t k,
+                    double eps) {
+  double total = 0;
+  std::vector<double> rest;
+  for (size_t kb = 0; kb < mass.size(); ++kb) {
+    total += mass[kb];
+    if (!forced.count(int64_t(kb))) rest.push_back(mass[kb]);
+  }
+  std::sort(rest.rbegin(), rest.rend());
+  return k > 0 && k < int64_t(rest.size()) && rest[size_t(k - 1)] - rest[size_t(k)] <= eps * total;
+}
 bool share_near_tie(const std::vector<double>& mass, double t, double eps) {
   double total = 0;
   for (double x : mass) total += x;
@@ -441,6 +466,7 @@ struct BudgetCase {
   Case c;
   int64_t sink, local;  // mean_pool's (tokens); negative: xattention's sink and diagonal
   double topp, min_share;
+  int64_t topk = -1;  // >= 0: xattention's topk
 };
 
 // The mask against the twin: the antidiagonal scores (xattn_scores) and the twin's selection;
@@ -466,8 +492,9 @@ void expect_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
             if (j < b.sink || (j > p - b.local && j <= p)) forced.insert(j / c.block_k);
       }
       const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
-      const std::set<int64_t> want =
-          b.min_share > 0 ? select_share(mass, forced, b.min_share) : select(mass, forced, b.topp);
+      const std::set<int64_t> want = b.topk >= 0       ? select_count(mass, forced, b.topk)
+                                     : b.min_share > 0 ? select_share(mass, forced, b.min_share)
+                                                       : select(mass, forced, b.topp);
       auto row = got.row(h, qb);
       const std::set<int64_t> have(row.begin(), row.end());
       ++rows;
@@ -477,7 +504,9 @@ void expect_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
       }
       const std::string where =
           what + " head " + std::to_string(h) + " qblock " + std::to_string(qb);
-      if (b.min_share > 0) {
+      if (b.topk >= 0) {
+        EXPECT_TRUE(count_near_tie(mass, forced, b.topk, 1e-5)) << where << ": differs";
+      } else if (b.min_share > 0) {
         EXPECT_TRUE(share_near_tie(mass, b.min_share, 1e-5)) << where << ": differs";
       } else {
         EXPECT_TRUE(near_tie(mass, forced, b.topp, 1e-5)) << where << ": differs";
@@ -542,6 +571,37 @@ TEST(MassBudgets, XAttentionMinShareEqualsTheTwin) {
   }
 }
 
+TEST(MassBudgets, XAttentionTopkEqualsTheTwin) {
+  const BudgetCase cases[] = {
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, -1, 0, 0, 0, 1},
+      {{{2, 2, 640, 640, 32}, 8, 32, 32, 0, true, "random"}, -1, 0, 0, 0, 4},
+      {{{2, 2, 400, 400, 32}, 8, 64, 64, 0, true, "vertical"}, -1, 0, 0, 0, 2},
+      {{{2, 2, 200, 150, 32}, 8, 32, 32, 0, false, "random"}, -1, 0, 0, 0, 0},
+  };
+  for (const BudgetCase& b : cases) {
+    const Case& c = b.c;
+    const Inputs in = make_inputs(c, 37 + uint64_t(c.s.lq));
+    AttnOptions opt;
+    opt.causal = c.causal;
+    const std::string spec = "xattention:dot=f32,stride=" + std::to_string(c.stride) +
+                             ",block_q=" + std::to_string(c.block_q) +
+                             ",block_k=" + std::to_string(c.block_k) +
+                             ",topk=" + std::to_string(b.topk);
+    Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
+    const MethodReport r = make_method(spec)->run(in.q, in.k, in.v, out, opt);
+    ASSERT_NE(r.mask, nullptr) << spec;
+    EXPECT_EQ(r.extras.at("topk"), double(b.topk)) << spec;
+    expect_twin(*r.mask, in, b, spec + " " + c.input);
+  }
+  // A count covering every key block skips the estimate and runs dense (dense_shortcut).
+  const Case c{{2, 2, 256, 256, 32}, 8, 64, 64, 0, true, "random"};
+  const Inputs in = make_inputs(c, 41);
+  Tensor out(DType::f32, 2, 256, 32);
+  const MethodReport r =
+      make_method("xattention:block_q=64,block_k=64,topk=4")->run(in.q, in.k, in.v, out, {});
+  EXPECT_EQ(r.dense_shortcut, "budget");
+}
+
 // The method's spec reaches mean_pool_mask's budgets (antidiagonal at stride 8 by default,
 // products in bf16 as xattention's), and a larger threshold keeps fewer blocks.
 TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
@@ -571,7 +631,8 @@ TEST(MassBudgets, RejectBadBudgets) {
         "mean_pool:est=pooled", "mean_pool:stride=8", "mean_pool:topp=0.9,est=max",
         "mean_pool:topp=0.9,est=pooled,stride=4", "mean_pool:topp=0.9,stride=3",
         "mean_pool:min_share=0.1,block_k=36", "xattention:min_share=0.1,tau=0.9",
-        "xattention:min_share=0.1,topp=0.9", "xattention:min_share=1", "xattention:min_share=0"})
+        "xattention:min_share=0.1,topp=0.9", "xattention:min_share=1", "xattention:min_share=0",
+        "xattention:topk=-1", "xattention:topk=4,tau=0.9", "xattention:topk=4,min_share=0.1"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
