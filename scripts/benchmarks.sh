@@ -88,18 +88,22 @@ open(path, "w").write(text)
 EOF
 }
 
+# A command as a reader runs it: the models and llama.cpp's tools by the variables the page
+# defines, not this machine's paths.
+add_command() {
+  local c="$*"
+  c=${c//$models/\$MODELS}
+  c=${c//$llama_bin/\$LLAMA_BIN}
+  commands+=("$c")
+}
+
 run() {  # name, then the command; its stdout (JSON) goes to $dir/name.json
   local name=$1; shift
   echo "benchmarks.sh: $*" >&2
   "$@" > "$dir/$name.json"
   unpath "$dir/$name.json"
   records+=("$dir/$name.json")
-  # As a reader runs it: the models and llama.cpp's tools by the variables the page defines,
-  # not this machine's paths.
-  local c="$*"
-  c=${c//$models/\$MODELS}
-  c=${c//$llama_bin/\$LLAMA_BIN}
-  commands+=("$c")
+  add_command "$@"
 }
 
 # Every method at its defaults (the catalog's default specs), dense first.
@@ -128,7 +132,7 @@ elif [ -x "$llama_bin/llama-bench" ] && [ -f "$model" ]; then
   "$py" "${args[@]}" > "$dir/vs-llama.json"
   unpath "$dir/vs-llama.json"
   records+=("$dir/vs-llama.json")
-  commands+=("${args[*]}")
+  add_command "${args[@]}"
 else
   skipped+=("runner against llama.cpp: no llama-bench in $llama_bin (build llama.cpp's tools, --llama-bin DIR) or no $model")
 fi
