@@ -1,9 +1,9 @@
 // Prefill's products C = X W^T for quantized weights on integer dot products: the activations
 // are quantized once per row and graph node to 8-bit blocks of 32 (a float scale each, and the
 // block's integer sum, which the formats with a per-block minimum need), each group of 16
-// weight rows is unpacked to 8-bit tiles with its per-block scales, and the tile multiplies
-// with AVX-512 VNNI's vpdpbusd (u8 x s8, four products a 32-bit lane), accumulating in int32
-// per block and scaling once per block in f32.
+// weight rows is unpacked to 8-bit tiles with its per-block scales (by gathers where the CPU
+// has AVX-512), and two tiles at a time multiply with AVX-512 VNNI's vpdpbusd (u8 x s8, four
+// products a 32-bit lane), accumulating in int32 per block and scaling once per block in f32.
 //
 // Why: gemm_widen (gemm_widen.hpp) widens every weight to f32 and runs f32 FMAs, 16 products an
 // instruction; vpdpbusd does 64, so a product that reads its weights as 8-bit integers can run
