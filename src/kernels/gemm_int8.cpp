@@ -38,6 +38,9 @@ struct FormatInfo {
 constexpr FormatInfo kInfo[] = {
     {Int8Format::q8_0, gguf::GgmlType::q8_0, 32, 34, Scaling::plain},
     {Int8Format::q4_0, gguf::GgmlType::q4_0, 32, 18, Scaling::plain},
+    {Int8Format::q4_1, gguf::GgmlType::q4_1, 32, 20, Scaling::min},
+    {Int8Format::q5_0, gguf::GgmlType::q5_0, 32, 22, Scaling::plain},
+    {Int8Format::q5_1, gguf::GgmlType::q5_1, 32, 24, Scaling::min},
     {Int8Format::q4_K, gguf::GgmlType::q4_K, 256, 144, Scaling::min},
     {Int8Format::q5_K, gguf::GgmlType::q5_K, 256, 176, Scaling::min},
     {Int8Format::q6_K, gguf::GgmlType::q6_K, 256, 210, Scaling::halves},
@@ -95,6 +98,26 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o, bool 
         const int lo = p[2 + l] & 0xf, hi = p[2 + l] >> 4;
         o.q[l] = int8_t(nl ? kIq4Values[lo] : lo - 8);
         o.q[l + 16] = int8_t(nl ? kIq4Values[hi] : hi - 8);
+      }
+      return;
+    }
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1: {
+      // ggml's dequantize_row_q4_1 / q5_0 / q5_1: column l's high bit (q5) is bit l of qh, its
+      // nibble the low (l < 16) or high half of byte l % 16; w = d q + m, here s0 q - mn.
+      const bool five = f != Int8Format::q4_1, has_min = f != Int8Format::q5_0;
+      const uint8_t* p = row + b * info(f).block_bytes;
+      o.s0 = o.s1 = f16_at(p);
+      o.mn = has_min ? -f16_at(p + 2) : 0.0f;
+      if (!quants) return;
+      const uint8_t* qh = p + (has_min ? 4 : 2);
+      const uint32_t h =
+          five ? uint32_t(qh[0] | qh[1] << 8 | qh[2] << 16 | uint32_t(qh[3]) << 24) : 0;
+      const uint8_t* qs = qh + (five ? 4 : 0);
+      for (int l = 0; l < kBlock; ++l) {
+        const int q = (l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4) | int((h >> l) & 1) << 4;
+        o.q[l] = int8_t(f == Int8Format::q5_0 ? q - 16 : q);
       }
       return;
     }
@@ -197,6 +220,9 @@ void decode_interleaved(Int8Format f, const uint8_t* data, int64_t row_bytes, in
       return;
     }
     case Int8Format::q8_0:
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1:
     case Int8Format::q5_K:
     case Int8Format::q6_K:
     case Int8Format::iq4_xs: break;
@@ -257,6 +283,23 @@ RowQuants row_quants(Int8Format f, const uint8_t* rows, int64_t row_bytes, int64
       rq.bias = f == Int8Format::q4_0 ? -8 : 0;
       rq.use_lut = f == Int8Format::iq4_nl;
       break;
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1: {
+      const bool five = f != Int8Format::q4_1, has_min = f != Int8Format::q5_0;
+      const int p = int(b * info(f).block_bytes), qh = p + (has_min ? 4 : 2);
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = qh + (five ? 4 : 0) + 4 * (g % 4);
+        rq.lo_shift[g] = g < 4 ? 0 : 4;
+        if (five) {  // columns 4g..4g+3: bits 4g..4g+3 of qh
+          rq.hi[g] = qh;
+          rq.hi_shift[g] = 4 * g;
+        }
+      }
+      rq.hi_packed = true;
+      rq.bias = f == Int8Format::q5_0 ? -16 : 0;
+      break;
+    }
     case Int8Format::q4_K:
     case Int8Format::q5_K: {
       const bool five = f == Int8Format::q5_K;

@@ -312,6 +312,8 @@ SPATTN_VNNI_ATTR void row_quants_vnni(const RowQuants& rq, TileBlock& t) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
   const __m512i hmask = _mm512_set1_epi8(char(rq.hi_mask));
   const __m512i bias = _mm512_set1_epi8(rq.bias);
+  const __m512i low4 = _mm512_set1_epi32(0xf), spread = _mm512_set1_epi32(0x204081),
+                byte_lsb = _mm512_set1_epi32(0x01010101);
   const __m512i lut =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rq.lut)));
   __m512i lo_sum = _mm512_setzero_si512(), hi_sum = _mm512_setzero_si512();
@@ -323,7 +325,14 @@ SPATTN_VNNI_ATTR void row_quants_vnni(const RowQuants& rq, TileBlock& t) {
     }
     if (rq.hi[g] >= 0) {
       __m512i h = _mm512_i32gather_epi32(offs, rq.rows + rq.hi[g], 1);
-      h = _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(rq.hi_shift[g])), hmask);
+      if (rq.hi_packed) {
+        // Bits 0-3 of the shifted word to bit 0 of bytes 0-3: x (1 + 2^7 + 2^14 + 2^21) puts bit
+        // i of x at bit 8i (the four copies of x do not overlap, so nothing carries).
+        h = _mm512_and_si512(_mm512_srl_epi32(h, _mm_cvtsi32_si128(rq.hi_shift[g])), low4);
+        h = _mm512_and_si512(_mm512_mullo_epi32(h, spread), byte_lsb);
+      } else {
+        h = _mm512_and_si512(_mm512_srl_epi16(h, _mm_cvtsi32_si128(rq.hi_shift[g])), hmask);
+      }
       v = _mm512_or_si512(v, _mm512_slli_epi16(h, 4));
     }
     v = _mm512_add_epi8(v, bias);

@@ -82,7 +82,9 @@ using QuantsFn = void (*)(const InterleavedQuants& iq, TileBlock& t);
 // bytes at rows + i row_bytes (15 row_bytes below 2^31): column group g of row i is the 4 bytes
 // at lo[g], each shifted right by lo_shift[g] and cut to 4 bits (lo_shift -1: the bytes as they
 // are, q8_0) and mapped through lut where use_lut; or'ed with bits hi_mask of the 4 bytes at
-// hi[g] shifted right by hi_shift[g], moved up 4 (hi[g] -1: none); then bias added. The K-quants'
+// hi[g] shifted right by hi_shift[g], moved up 4 (hi[g] -1: none; hi_packed: the 4 bytes are
+// one 32-bit word whose bits hi_shift[g]..+3 are the 4 columns' high bits, q5_0 / q5_1); then
+// bias added. The K-quants'
 // and iq4_xs's packings are all of this shape (gemm_int8.cpp's row_quants says which bytes).
 struct RowQuants {
   const uint8_t* rows = nullptr;
@@ -92,6 +94,7 @@ struct RowQuants {
   int hi[8];
   int hi_shift[8];
   uint8_t hi_mask = 0;
+  bool hi_packed = false;
   int8_t bias = 0;
   bool use_lut = false;
   bool halves = false;  // corr over columns 0-15, corr_hi over 16-31
