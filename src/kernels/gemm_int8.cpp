@@ -19,9 +19,14 @@ using namespace gemm_int8_detail;
 
 namespace {
 
-constexpr int64_t kChunkBlocks = 16;  // blocks of columns a tile is unpacked for, then reused
-                                      // across every activation row (13 KB of tiles; the
-                                      // activations' share, n x 640 bytes, stays in L2)
+// Blocks of columns a tile is unpacked for, then reused across every activation row: 256 (8192
+// columns; two tiles of them, 416 KB, stay in L2) so that each output is accumulated in
+// registers over all of k (up to 8192) and stored once. Why so many: C is read and written once per chunk, and its
+// rows lie m floats apart (8 KB for m = 2048), so a tile's pass down n rows of C missed every
+// cache level; with 16-block chunks those misses took a third of the product's time
+// (perf on bench-products, Zen 5). The activations (n x 1.25 k bytes) stream from L2 or L3,
+// eight rows at a time.
+constexpr int64_t kChunkBlocks = 256;
 
 struct FormatInfo {
   Int8Format format;
@@ -33,6 +38,9 @@ struct FormatInfo {
 constexpr FormatInfo kInfo[] = {
     {Int8Format::q8_0, gguf::GgmlType::q8_0, 32, 34, Scaling::plain},
     {Int8Format::q4_0, gguf::GgmlType::q4_0, 32, 18, Scaling::plain},
+    {Int8Format::q4_1, gguf::GgmlType::q4_1, 32, 20, Scaling::min},
+    {Int8Format::q5_0, gguf::GgmlType::q5_0, 32, 22, Scaling::plain},
+    {Int8Format::q5_1, gguf::GgmlType::q5_1, 32, 24, Scaling::min},
     {Int8Format::q4_K, gguf::GgmlType::q4_K, 256, 144, Scaling::min},
     {Int8Format::q5_K, gguf::GgmlType::q5_K, 256, 176, Scaling::min},
     {Int8Format::q6_K, gguf::GgmlType::q6_K, 256, 210, Scaling::halves},
@@ -65,16 +73,18 @@ void scale_min_k4(const uint8_t* s12, int j, int& sc, int& mn) {
 // Block b (32 columns) of one weight row: its integers and scales, so that the row's values
 // are s0 q - mn (s1 for columns 16-31 where the format has scales of 16), the scales computed
 // as ggml's dequantizers compute them (d * sc, dmin * m), so that s q - mn is ggml's value.
+// With quants false only the scales (s0, s1, mn) are set.
 struct Decoded {
   int8_t q[kBlock];
   float s0, s1, mn;
 };
-void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
+void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o, bool quants = true) {
   o.mn = 0.0f;
   switch (f) {
     case Int8Format::q8_0: {
       const uint8_t* p = row + b * 34;
       o.s0 = o.s1 = f16_at(p);
+      if (!quants) return;
       std::memcpy(o.q, p + 2, kBlock);
       return;
     }
@@ -82,11 +92,32 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
     case Int8Format::iq4_nl: {
       const uint8_t* p = row + b * 18;
       o.s0 = o.s1 = f16_at(p);
+      if (!quants) return;
       const bool nl = f == Int8Format::iq4_nl;
       for (int l = 0; l < 16; ++l) {
         const int lo = p[2 + l] & 0xf, hi = p[2 + l] >> 4;
         o.q[l] = int8_t(nl ? kIq4Values[lo] : lo - 8);
         o.q[l + 16] = int8_t(nl ? kIq4Values[hi] : hi - 8);
+      }
+      return;
+    }
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1: {
+      // ggml's dequantize_row_q4_1 / q5_0 / q5_1: column l's high bit (q5) is bit l of qh, its
+      // nibble the low (l < 16) or high half of byte l % 16; w = d q + m, here s0 q - mn.
+      const bool five = f != Int8Format::q4_1, has_min = f != Int8Format::q5_0;
+      const uint8_t* p = row + b * info(f).block_bytes;
+      o.s0 = o.s1 = f16_at(p);
+      o.mn = has_min ? -f16_at(p + 2) : 0.0f;
+      if (!quants) return;
+      const uint8_t* qh = p + (has_min ? 4 : 2);
+      const uint32_t h =
+          five ? uint32_t(qh[0] | qh[1] << 8 | qh[2] << 16 | uint32_t(qh[3]) << 24) : 0;
+      const uint8_t* qs = qh + (five ? 4 : 0);
+      for (int l = 0; l < kBlock; ++l) {
+        const int q = (l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4) | int((h >> l) & 1) << 4;
+        o.q[l] = int8_t(f == Int8Format::q5_0 ? q - 16 : q);
       }
       return;
     }
@@ -99,6 +130,7 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
       scale_min_k4(sb + 4, j, sc, mn);
       o.s0 = o.s1 = f16_at(sb) * float(sc);
       o.mn = f16_at(sb + 2) * float(mn);
+      if (!quants) return;
       const uint8_t* qs = sb + (five ? 48 : 16) + (j / 2) * 32;
       const int shift = (j % 2) * 4;
       for (int l = 0; l < kBlock; ++l) {
@@ -114,6 +146,7 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
       const float d = f16_at(sb + 208);
       o.s0 = d * float(int8_t(sb[192 + 2 * j]));
       o.s1 = d * float(int8_t(sb[192 + 2 * j + 1]));
+      if (!quants) return;
       const uint8_t* ql = sb + h * 64 + (s % 2) * 32;
       const uint8_t* qh = sb + 128 + h * 32;
       const int lshift = s < 2 ? 0 : 4, hshift = 2 * s;
@@ -127,6 +160,7 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o) {
       const int ls = ((sb[4 + j / 2] >> 4 * (j % 2)) & 0xf) |
                      ((uint16_t(sb[2] | sb[3] << 8) >> (2 * j)) & 3) << 4;
       o.s0 = o.s1 = f16_at(sb) * float(ls - 32);
+      if (!quants) return;
       const uint8_t* qs = sb + 8 + j * 16;
       for (int l = 0; l < 16; ++l) {
         o.q[l] = kIq4Values[qs[l] & 0xf];
@@ -186,6 +220,9 @@ void decode_interleaved(Int8Format f, const uint8_t* data, int64_t row_bytes, in
       return;
     }
     case Int8Format::q8_0:
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1:
     case Int8Format::q5_K:
     case Int8Format::q6_K:
     case Int8Format::iq4_xs: break;
@@ -222,6 +259,87 @@ InterleavedQuants interleaved_quants(Int8Format f, const uint8_t* data, int64_t 
   return iq;
 }
 
+// Where the quant bytes of block b lie in a row of ggml's own layout, as RowQuants reads them
+// (gemm_int8_tile.hpp): decode_block's unpacking as byte offsets and shifts.
+RowQuants row_quants(Int8Format f, const uint8_t* rows, int64_t row_bytes, int64_t b) {
+  RowQuants rq{};
+  rq.rows = rows;
+  rq.row_bytes = row_bytes;
+  const int j = int(b % 8);
+  for (int g = 0; g < 8; ++g) rq.hi[g] = -1;
+  switch (f) {
+    case Int8Format::q8_0:
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = int(b * 34) + 2 + 4 * g;
+        rq.lo_shift[g] = -1;
+      }
+      break;
+    case Int8Format::q4_0:
+    case Int8Format::iq4_nl:  // columns 0-15 the low nibbles of bytes 0-15, 16-31 the high ones
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = int(b * 18) + 2 + 4 * (g % 4);
+        rq.lo_shift[g] = g < 4 ? 0 : 4;
+      }
+      rq.bias = f == Int8Format::q4_0 ? -8 : 0;
+      rq.use_lut = f == Int8Format::iq4_nl;
+      break;
+    case Int8Format::q4_1:
+    case Int8Format::q5_0:
+    case Int8Format::q5_1: {
+      const bool five = f != Int8Format::q4_1, has_min = f != Int8Format::q5_0;
+      const int p = int(b * info(f).block_bytes), qh = p + (has_min ? 4 : 2);
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = qh + (five ? 4 : 0) + 4 * (g % 4);
+        rq.lo_shift[g] = g < 4 ? 0 : 4;
+        if (five) {  // columns 4g..4g+3: bits 4g..4g+3 of qh
+          rq.hi[g] = qh;
+          rq.hi_shift[g] = 4 * g;
+        }
+      }
+      rq.hi_packed = true;
+      rq.bias = f == Int8Format::q5_0 ? -16 : 0;
+      break;
+    }
+    case Int8Format::q4_K:
+    case Int8Format::q5_K: {
+      const bool five = f == Int8Format::q5_K;
+      const int sb = int(b / 8) * (five ? 176 : 144);
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = sb + (five ? 48 : 16) + (j / 2) * 32 + 4 * g;
+        rq.lo_shift[g] = (j % 2) * 4;
+        if (five) {
+          rq.hi[g] = sb + 16 + 4 * g;
+          rq.hi_shift[g] = j;
+        }
+      }
+      rq.hi_mask = 1;
+      break;
+    }
+    case Int8Format::q6_K: {
+      const int sb = int(b / 8) * 210, h = j / 4, sub = j % 4;
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = sb + h * 64 + (sub % 2) * 32 + 4 * g;
+        rq.lo_shift[g] = sub < 2 ? 0 : 4;
+        rq.hi[g] = sb + 128 + h * 32 + 4 * g;
+        rq.hi_shift[g] = 2 * sub;
+      }
+      rq.hi_mask = 3;
+      rq.bias = -32;
+      rq.halves = true;
+      break;
+    }
+    case Int8Format::iq4_xs:
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = int(b / 8) * 136 + 8 + j * 16 + 4 * (g % 4);
+        rq.lo_shift[g] = g < 4 ? 0 : 4;
+      }
+      rq.use_lut = true;
+      break;
+  }
+  std::memcpy(rq.lut, kIq4Values, sizeof(rq.lut));
+  return rq;
+}
+
 void decode(const Int8Weights& w, int64_t i, int64_t b, Decoded& o) {
   const auto* data = static_cast<const uint8_t*>(w.data);
   if (w.layout == Int8Layout::interleaved8)
@@ -230,12 +348,40 @@ void decode(const Int8Weights& w, int64_t i, int64_t b, Decoded& o) {
     decode_block(w.format, data + i * w.row_bytes, b, o);
 }
 
-// Rows [m0, m0 + 16) of w, blocks [b0, b0 + nbt), into tiles tb; a whole tile of the
-// interleaved layout by `quants` where given (the same bytes as the loop below).
+// The loops a call runs: the block loops over one tile and over two (either may be null: no
+// product, or no two-tile loop), and the vector unpacking of whole tiles (null: the scalar
+// loop below).
+struct Loops {
+  RowsFn rows = nullptr;
+  Rows2Fn rows2 = nullptr;
+  QuantsFn interleaved = nullptr;
+  RowQuantsFn row_quants = nullptr;
+};
+
+// Rows [m0, m0 + 16) of w, blocks [b0, b0 + nbt), into tiles tb; a whole tile by the vector
+// unpacking where L has one for its format and layout (the same bytes as the loop below).
 void unpack(const Int8Weights& w, int64_t m0, int64_t b0, int64_t nbt, TileBlock* tb,
-            QuantsFn quants) {
+            const Loops& L) {
   for (int64_t bi = 0; bi < nbt; ++bi) std::memset(&tb[bi], 0, sizeof(TileBlock));
-  if (quants && w.layout == Int8Layout::interleaved8 && m0 + kRows <= w.m) {
+  const bool whole = m0 + kRows <= w.m;
+  if (L.row_quants && whole && w.layout == Int8Layout::rows &&
+      w.row_bytes * (kRows - 1) < (int64_t(1) << 31)) {
+    const auto* rows = static_cast<const uint8_t*>(w.data) + m0 * w.row_bytes;
+    Decoded o{};
+    for (int64_t bi = 0; bi < nbt; ++bi) {
+      TileBlock& t = tb[bi];
+      L.row_quants(row_quants(w.format, rows, w.row_bytes, b0 + bi), t);
+      for (int i = 0; i < kRows; ++i) {  // the scales: 16 values of the block's 512
+        decode_block(w.format, rows + i * w.row_bytes, b0 + bi, o, false);
+        t.s0[i] = o.s0;
+        t.s1[i] = o.s1;
+        t.mn[i] = o.mn;
+      }
+    }
+    return;
+  }
+  const QuantsFn quants = L.interleaved;
+  if (quants && w.layout == Int8Layout::interleaved8 && whole) {
     const auto* data = static_cast<const uint8_t*>(w.data);
     Decoded o{};
     for (int64_t bi = 0; bi < nbt; ++bi) {
@@ -309,24 +455,51 @@ void rows_portable(Scaling sc, const TileBlock* tb, int64_t nbt, const ActRows& 
 }
 
 void run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c, int64_t ldc,
-         int ith, int nth, RowsFn rows_fn, QuantsFn quants) {
+         int ith, int nth, const Loops& L) {
   const int64_t groups = (w.m + kRows - 1) / kRows;
   const int64_t gb = groups * ith / nth, ge = groups * (ith + 1) / nth;
-  if (gb >= ge || (n <= 0 && rows_fn)) return;
+  if (gb >= ge || (n <= 0 && L.rows)) return;
   const Scaling sc = info(w.format).scaling;
   const ActRows a{xq, act_row_bytes(k), k / kBlock};
+  const int64_t chunk = std::min(kChunkBlocks, a.nb);
   thread_local std::vector<TileBlock> tiles;
-  tiles.resize(size_t(kChunkBlocks));
-  for (int64_t b0 = 0; b0 < a.nb; b0 += kChunkBlocks) {
-    const int64_t nbt = std::min(kChunkBlocks, a.nb - b0);
-    for (int64_t g = gb; g < ge; ++g) {
+  tiles.resize(size_t(2 * chunk));
+  TileBlock* const ta = tiles.data();
+  TileBlock* const tb = ta + chunk;
+  for (int64_t b0 = 0; b0 < a.nb; b0 += chunk) {
+    const int64_t nbt = std::min(chunk, a.nb - b0);
+    const bool first = b0 == 0;
+    for (int64_t g = gb; g < ge;) {
       const int64_t m0 = g * kRows;
-      unpack(w, m0, b0, nbt, tiles.data(), quants);
-      if (rows_fn)
-        rows_fn(sc, tiles.data(), nbt, a, b0, 0, n, c, ldc, m0,
-                int(std::min<int64_t>(kRows, w.m - m0)), b0 == 0);
+      unpack(w, m0, b0, nbt, ta, L);
+      if (L.rows2 && g + 1 < ge) {  // two tiles at once; the first is whole
+        const int64_t m1 = m0 + kRows;
+        const int mrows_b = int(std::min<int64_t>(kRows, w.m - m1));
+        unpack(w, m1, b0, nbt, tb, L);
+        L.rows2(sc, ta, tb, nbt, a, b0, 0, n, c, ldc, m0, mrows_b, first);
+        g += 2;
+        continue;
+      }
+      if (L.rows)
+        L.rows(sc, ta, nbt, a, b0, 0, n, c, ldc, m0, int(std::min<int64_t>(kRows, w.m - m0)),
+               first);
+      ++g;
     }
   }
+}
+
+// The vector loops where this CPU has them.
+Loops vector_loops() {
+  static const Loops L = [] {
+    Loops l;
+    l.rows = vnni_rows();
+    if (!l.rows) return Loops{&rows_portable};
+    l.rows2 = vnni_rows2();
+    l.interleaved = vnni_interleaved_quants();
+    l.row_quants = vnni_row_quants();
+    return l;
+  }();
+  return L;
 }
 
 // One block of 32 activations (gemm_int8_quantize's rounding, one value at a time).
@@ -421,20 +594,21 @@ void gemm_int8_quantize(const float* x, int64_t n, int64_t k, int64_t ldx, uint8
 void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                    int64_t ldc, int ith, int nth) {
   gemm_int8_check(w, k);
-  const RowsFn v = vnni_rows();
-  run(w, xq, n, k, c, ldc, ith, nth, v ? v : &rows_portable, vnni_interleaved_quants());
+  run(w, xq, n, k, c, ldc, ith, nth, vector_loops());
 }
 
 void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                             int64_t ldc) {
   gemm_int8_check(w, k);
-  run(w, xq, n, k, c, ldc, 0, 1, &rows_portable, nullptr);
+  run(w, xq, n, k, c, ldc, 0, 1, Loops{&rows_portable});
 }
 
 void gemm_int8_unpack_only(const Int8Weights& w, int64_t k, int ith, int nth) {
   gemm_int8_check(w, k);
-  run(w, nullptr, 0, k, nullptr, 0, ith, nth, nullptr,
-      vnni_rows() ? vnni_interleaved_quants() : nullptr);
+  Loops L = vector_loops();
+  L.rows = nullptr;
+  L.rows2 = nullptr;
+  run(w, nullptr, 0, k, nullptr, 0, ith, nth, L);
 }
 
 bool gemm_int8_vnni() { return vnni_rows() != nullptr; }

@@ -1,9 +1,9 @@
 // Prefill's products C = X W^T for quantized weights on integer dot products: the activations
 // are quantized once per row and graph node to 8-bit blocks of 32 (a float scale each, and the
 // block's integer sum, which the formats with a per-block minimum need), each group of 16
-// weight rows is unpacked to 8-bit tiles with its per-block scales, and the tile multiplies
-// with AVX-512 VNNI's vpdpbusd (u8 x s8, four products a 32-bit lane), accumulating in int32
-// per block and scaling once per block in f32.
+// weight rows is unpacked to 8-bit tiles with its per-block scales (by gathers where the CPU
+// has AVX-512), and two tiles at a time multiply with AVX-512 VNNI's vpdpbusd (u8 x s8, four
+// products a 32-bit lane), accumulating in int32 per block and scaling once per block in f32.
 //
 // Why: gemm_widen (gemm_widen.hpp) widens every weight to f32 and runs f32 FMAs, 16 products an
 // instruction; vpdpbusd does 64, so a product that reads its weights as 8-bit integers can run
@@ -34,15 +34,18 @@ namespace spattn::kernels {
 enum class Int8Format : uint8_t {
   q8_0,    // blocks of 32: f16 d, 32 int8.                     w = d q
   q4_0,    // blocks of 32: f16 d, 16 bytes of nibbles.         w = d (q - 8)
+  q4_1,    // blocks of 32: f16 d, f16 m, 16 bytes of nibbles.  w = d q + m
+  q5_0,    // blocks of 32: f16 d, 32 high bits, 16 bytes.      w = d (q - 16)
+  q5_1,    // blocks of 32: f16 d, f16 m, 32 high bits, 16.     w = d q + m
   q4_K,    // super-blocks of 256 (144 bytes), 8 sub-blocks.    w = d sc q - dmin m
   q5_K,    // super-blocks of 256 (176 bytes), 8 sub-blocks.    w = d sc q - dmin m
   q6_K,    // super-blocks of 256 (210 bytes), 16 scales.       w = d sc (q - 32)
   iq4_nl,  // blocks of 32: f16 d, 16 bytes of table indices.   w = d kIq4Values[q]
   iq4_xs,  // super-blocks of 256 (136 bytes), 6-bit scales.    w = d (ls - 32) kIq4Values[q]
 };
-inline constexpr std::array kInt8Formats = {Int8Format::q8_0,  Int8Format::q4_0, Int8Format::q4_K,
-                                            Int8Format::q5_K,  Int8Format::q6_K, Int8Format::iq4_nl,
-                                            Int8Format::iq4_xs};
+inline constexpr std::array kInt8Formats = {
+    Int8Format::q8_0, Int8Format::q4_0, Int8Format::q4_1, Int8Format::q5_0,   Int8Format::q5_1,
+    Int8Format::q4_K, Int8Format::q5_K, Int8Format::q6_K, Int8Format::iq4_nl, Int8Format::iq4_xs};
 
 // The GGUF type's format here, or none.
 std::optional<Int8Format> int8_format(gguf::GgmlType t);

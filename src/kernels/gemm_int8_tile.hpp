@@ -51,6 +51,12 @@ using RowsFn = void (*)(Scaling sc, const TileBlock* tb, int64_t nbt, const ActR
                         int64_t r0, int64_t rows, float* c, int64_t ldc, int64_t m0, int mrows,
                         bool first);
 
+// As RowsFn over two tiles side by side: ta for columns [m0, m0 + 16), tb for the next
+// mrows_b (<= 16).
+using Rows2Fn = void (*)(Scaling sc, const TileBlock* ta, const TileBlock* tb, int64_t nbt,
+                         const ActRows& a, int64_t b0, int64_t r0, int64_t rows, float* c,
+                         int64_t ldc, int64_t m0, int mrows_b, bool first);
+
 // One row's k values (a multiple of 32) quantized into q (k bytes of q + 128), d and s (k / 32
 // floats each), gemm_int8_quantize's layout. Blocks holding a non-finite value go to
 // `fallback` (one block: 32 values, its 32 bytes, its d and s).
@@ -72,8 +78,35 @@ struct InterleavedQuants {
 // Fills t.q and t.corr (the tile's "plain" and "min" scalings: all 32 columns) of one block.
 using QuantsFn = void (*)(const InterleavedQuants& iq, TileBlock& t);
 
+// One block of 32 columns of a whole tile (rows m0..m0 + 15) in ggml's own layout, row i's
+// bytes at rows + i row_bytes (15 row_bytes below 2^31): column group g of row i is the 4 bytes
+// at lo[g], each shifted right by lo_shift[g] and cut to 4 bits (lo_shift -1: the bytes as they
+// are, q8_0) and mapped through lut where use_lut; or'ed with bits hi_mask of the 4 bytes at
+// hi[g] shifted right by hi_shift[g], moved up 4 (hi[g] -1: none; hi_packed: the 4 bytes are
+// one 32-bit word whose bits hi_shift[g]..+3 are the 4 columns' high bits, q5_0 / q5_1); then
+// bias added. The K-quants'
+// and iq4_xs's packings are all of this shape (gemm_int8.cpp's row_quants says which bytes).
+struct RowQuants {
+  const uint8_t* rows = nullptr;
+  int64_t row_bytes = 0;
+  int lo[8];
+  int lo_shift[8];
+  int hi[8];
+  int hi_shift[8];
+  uint8_t hi_mask = 0;
+  bool hi_packed = false;
+  int8_t bias = 0;
+  bool use_lut = false;
+  bool halves = false;  // corr over columns 0-15, corr_hi over 16-31
+  int8_t lut[16];
+};
+// Fills t.q, t.corr and t.corr_hi (halves) of one block, as the scalar unpack does.
+using RowQuantsFn = void (*)(const RowQuants& rq, TileBlock& t);
+
 // The AVX-512 VNNI loops, or nullptr where this build or CPU has none.
 RowsFn vnni_rows();
+Rows2Fn vnni_rows2();
+RowQuantsFn vnni_row_quants();
 QuantizeRowFn vnni_quantize_row();
 QuantsFn vnni_interleaved_quants();
 

@@ -182,16 +182,24 @@ TEST(GemmInt8, EveryFormatMatchesTheReferenceTwin) {
 
 TEST(GemmInt8, VectorPathIsThePortablePathsBits) {
   if (!kernels::gemm_int8_vnni()) SPATTN_SKIP_NOT_APPLICABLE("no AVX-512 VNNI here");
-  for (Int8Format f : kernels::kInt8Formats) {
-    const Problem p = make(f, 45, 19, 1024, 23 + uint32_t(f));  // 1024: two chunks of blocks
-    const std::vector<float> v = product(p, 1);
-    const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, 1);
-    std::vector<float> c(size_t(p.n * p.ldc), 12345.0f);
-    kernels::gemm_int8_run_portable(weights(p), xq.data(), p.n, p.k, c.data(), p.ldc);
-    for (size_t i = 0; i < c.size(); ++i)
-      ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(c[i]))
-          << gguf::type_name(kernels::ggml_type_of(f)) << " element " << i;
-  }
+  // 45 rows: a pair of tiles (the two-tile loops) and a tile of 13 alone; 29 rows: a pair whose
+  // second tile has 13 rows. 19 and 23 activation rows: the loops' groups of 6 and 8 and their
+  // tails. 8704 columns: two chunks of blocks (the second adds to what the first stored).
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (const Shape& s : {Shape{45, 19, 1024}, Shape{29, 23, 8704}})
+    for (Int8Format f : kernels::kInt8Formats) {
+      const Problem p = make(f, s.m, s.n, s.k, 23 + uint32_t(f));
+      const std::vector<float> v = product(p, 1);
+      const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, 1);
+      std::vector<float> c(size_t(p.n * p.ldc), 12345.0f);
+      kernels::gemm_int8_run_portable(weights(p), xq.data(), p.n, p.k, c.data(), p.ldc);
+      for (size_t i = 0; i < c.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(c[i]))
+            << gguf::type_name(kernels::ggml_type_of(f)) << " " << s.m << " x " << s.k
+            << " element " << i;
+    }
 }
 
 TEST(GemmInt8, SameBitsForAnyRowCountAndThreadSplit) {
@@ -215,7 +223,7 @@ TEST(GemmInt8, GgmlsRepackedRowsGiveTheRowsBits) {
   int checked = 0;
   for (Int8Format f : {Int8Format::q4_0, Int8Format::q4_K, Int8Format::iq4_nl}) {
     // 7 groups of 8 rows: 3 whole tiles of 16 (the vector unpack where the CPU has one) and
-    // one of 8 rows (the scalar unpack); 1024 columns: two chunks of blocks.
+    // one of 8 rows (the scalar unpack).
     Problem p = make(f, 56, 21, 1024, 61 + uint32_t(f));
     const int64_t rb = p.k / gguf::block_size(kernels::ggml_type_of(f)) *
                        gguf::block_bytes(kernels::ggml_type_of(f));
