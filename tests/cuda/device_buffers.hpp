@@ -1,12 +1,18 @@
 // Device copies of host tensors and float arrays for the GPU tests: allocated and filled in the
-// constructor, read back with to_host(), freed with the object.
+// constructor, read back with to_host(), freed with the object; and the skip every GPU test
+// opens with where no device is visible.
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "assets.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/tensor.hpp"
+
+#define SKIP_WITHOUT_GPU() \
+  if (spattn::cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 namespace spattn::test {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "assets.hpp"
+#include "device_buffers.hpp"
 #include "spattn/bench.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
@@ -21,9 +22,6 @@
 
 namespace spattn {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 TEST(CudaHelpers, DeviceTensorRoundTripsAndMoves) {
   SKIP_WITHOUT_GPU();

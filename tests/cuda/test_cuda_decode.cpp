@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "assets.hpp"
+#include "device_buffers.hpp"
 #include "cuda/device_buffers.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/cuda.hpp"
@@ -25,9 +26,6 @@
 
 namespace spattn {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 using test::DeviceFloats;
 using test::DeviceTensor;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "assets.hpp"
+#include "device_buffers.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/attention.hpp"
@@ -27,9 +28,6 @@
 
 namespace spattn {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device")
 
 using test::DeviceFloats;
 using test::DeviceTensor;
