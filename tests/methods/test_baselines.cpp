@@ -208,7 +208,7 @@ TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
   Tensor k = test::random_tensor(DType::f32, 2, n, d, 42);
   Tensor v = test::random_tensor(DType::f32, 2, n, d, 43);
   AttnOptions opt;
-  for (const double p : {0.5, 0.8, 0.95}) {
+  for (const double p : {0.5, 0.7, 0.8}) {
     auto m = make_method("oracle_topk:topp=" + std::to_string(p));
     Tensor out(DType::f32, heads, n, d);
     std::vector<float> lse(size_t(heads * n));
