@@ -112,6 +112,14 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
 // attention twice to know the mass. block_k a multiple of 64; topk >= 1.
 BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                            int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt);
+// The oracle's mass budgets: each query block keeps, from the same exact masses, the fewest
+// blocks reaching topp of its mass (topp > 0) or every block holding at least min_share of it
+// (min_share > 0; give exactly one), by the rules every estimating selector uses
+// (masks/block_budget.hpp), with no forced blocks. What those budgets keep with no estimate's
+// error: the ceiling of a per-query-block mass budget against oracle_topk's count.
+BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t block_q, int64_t block_k, double topp, double min_share,
+                           const AttnOptions& opt);
 
 // Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);

@@ -1,8 +1,11 @@
 // Oracle block top-k: the best block mask of a given size, from the exact softmax mass of every
 // block. An upper bound for block selectors at the same budget (the MOMO paper compares against it);
-// it needs full attention to build, so it is for evaluation only.
+// it needs full attention to build, so it is for evaluation only. Beside the count, the mass
+// budgets (topp, min_share) on the same exact masses, through masks/block_budget.hpp's one copy
+// of their rules: what a per-query-block mass budget keeps when its estimate makes no error.
 #include <algorithm>
 
+#include "masks/block_budget.hpp"
 #include "masks/top_k.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
@@ -21,6 +24,38 @@ BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const Tenso
       const int64_t limit = m.causal_blocks(qb);
       for (int64_t kb : masks::top_indices(&g.mass[size_t(qb * nk)], limit, topk))
         m.blocks.push_back(int32_t(kb));
+      m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
+    }
+  }
+  return m;
+}
+
+BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t block_q, int64_t block_k, double topp, double min_share,
+                           const AttnOptions& opt) {
+  SPATTN_CHECK((topp > 0) != (min_share > 0),
+               "oracle_topk: give one mass budget, topp or min_share (got topp=", topp,
+               ", min_share=", min_share, ")");
+  SPATTN_CHECK(topp >= 0 && topp <= 1, "oracle_topk: topp=", topp, " outside (0, 1]");
+  SPATTN_CHECK(min_share >= 0 && min_share < 1, "oracle_topk: min_share=", min_share,
+               " outside (0, 1)");
+  BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
+  const int64_t nq = m.n_qb(), nk = m.n_kb();
+  std::vector<double> mass(static_cast<size_t>(nk));
+  std::vector<uint8_t> keep(static_cast<size_t>(nk));
+  std::vector<int64_t> order;
+  for (int64_t h = 0; h < q.heads; ++h) {
+    BlockMassGrid g = block_mass(q, k, v, h, block_q, block_k, opt);
+    for (int64_t qb = 0; qb < nq; ++qb) {
+      const int64_t limit = m.causal_blocks(qb);
+      std::copy_n(&g.mass[size_t(qb * nk)], limit, mass.begin());
+      std::fill(keep.begin(), keep.end(), 0);
+      if (topp > 0)
+        masks::keep_top_mass(mass.data(), limit, topp, keep, order);
+      else
+        masks::keep_min_share(mass.data(), limit, min_share, keep);
+      for (int64_t kb = 0; kb < limit; ++kb)
+        if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
       m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
     }
   }

@@ -2,8 +2,16 @@
 // of every block (block_mass). EVALUATION ONLY: run() computes full attention twice to learn
 // the mass, so its time says nothing about a method; compare its recall and error, not speed.
 // Default topk = 128 blocks of 64 (MOMO's defaults: k = 128, beta = 64), as mean_pool.
+// Instead of topk, a mass budget on the same exact masses: `topp=P` (the fewest blocks holding
+// P of each query block's mass) or `min_share=T` (every block holding at least T of it), the
+// rules every estimating selector spends its estimate by (masks/block_budget.hpp), here with no
+// estimate's error and no forced blocks: whether a per-query-block mass budget can match the
+// count at equal density at all, apart from any estimate (issue 61).
+#include <cmath>
+
 #include "methods/block_mask_method.hpp"
 #include "methods/registry.hpp"
+#include "spattn/error.hpp"
 
 namespace spattn {
 namespace {
@@ -12,21 +20,36 @@ class OracleTopk final : public BlockMaskMethod {
  public:
   explicit OracleTopk(const MethodSpec& spec) {
     ParamReader r(spec);
+    SPATTN_CHECK(int(r.has("topk")) + int(r.has("topp")) + int(r.has("min_share")) <= 1,
+                 "oracle_topk: give one budget: topk (blocks), topp (a mass) or min_share (a "
+                 "threshold)");
     topk_ = r.get_int("topk", 128, 1, int64_t(1) << 40);
+    if (r.has("topp")) {
+      topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "oracle_topk: topp=", topp_, " outside (0, 1]");
+    }
+    if (r.has("min_share")) {
+      min_share_ = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
+      SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "oracle_topk: min_share=", min_share_,
+                   " outside (0, 1)");
+    }
     read_block_sizes(r, block_q_, block_k_);
     r.finish();
   }
   std::string name() const override { return "oracle_topk"; }
-  int64_t block_budget() const override { return topk_; }
+  int64_t block_budget() const override { return mass_budget() ? -1 : topk_; }
 
  protected:
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                        const AttnOptions& opt) const override {
+    if (mass_budget()) return oracle_mass_mask(q, k, v, block_q_, block_k_, topp_, min_share_, opt);
     return oracle_topk_mask(q, k, v, block_q_, block_k_, topk_, opt);
   }
 
  private:
+  bool mass_budget() const { return topp_ > 0 || min_share_ > 0; }
   int64_t topk_;
+  double topp_ = 0, min_share_ = 0;
 };
 
 }  // namespace
