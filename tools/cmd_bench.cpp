@@ -66,13 +66,12 @@ void print_notes(const std::vector<BenchResult>& results,
       lines.push_back(line);
     }
   }
+  // Every spec of an evaluation-only method, not the first alone: a sweep runs several.
   std::vector<std::string> evaluation;
   for (const MethodInfo& m : method_catalog())
     for (const auto& r : results)
-      if (m.evaluation_only && parse_method_spec(r.spec).name == m.name) {
+      if (m.evaluation_only && parse_method_spec(r.spec).name == m.name)
         evaluation.push_back(r.spec);
-        break;
-      }
   if (!evaluation.empty())
     lines.push_back(
         fmt::format("evaluation only (they compute more than dense to choose what "
