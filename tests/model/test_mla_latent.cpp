@@ -63,8 +63,7 @@ std::vector<float> logits(const model::Model& m, bool expanded, const std::strin
   const int64_t n = int64_t(toks.size()) - decoded, V = m.config().n_vocab;
   std::vector<float> out(toks.size() * size_t(V));
   s.prefill(std::span(toks).first(size_t(n)), out.data(), 0);
-  for (int64_t i = n; i < int64_t(toks.size()); ++i)
-    s.decode(toks[size_t(i)], out.data() + i * V);
+  for (int64_t i = n; i < int64_t(toks.size()); ++i) s.decode(toks[size_t(i)], out.data() + i * V);
   return out;
 }
 
