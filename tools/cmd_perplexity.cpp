@@ -61,16 +61,16 @@ struct RecallTally {
     AttnOptions a;
     a.q_start = s.n_past() - 1;
     a.threads = 2;
-    Tensor out(DType::f32, cfg.n_head, 1, cfg.head_dim);
-    std::vector<float> lse_sel(size_t(cfg.n_head)), lse_all(size_t(cfg.n_head));
+    const int64_t H = cfg.n_head, d = s.attention_shape().dim;  // the cache's head dim
+    Tensor out(DType::f32, H, 1, d);
+    std::vector<float> lse_sel(static_cast<size_t>(H)), lse_all(static_cast<size_t>(H));
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
-      const TensorView qv =
-          TensorView::shd(q[size_t(l)].data(), DType::f32, cfg.n_head, 1, cfg.head_dim);
+      const TensorView qv = TensorView::shd(q[size_t(l)].data(), DType::f32, H, 1, d);
       attention_decode(qv, c.packed(l), out, a, DecodeOptions{}, lse_all.data());
       if (quest_reads_every_key(qp, c.packed(l).size())) {
         lse_sel = lse_all;  // decoded densely: every key's mass kept
       } else {
-        const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, cfg.head_dim));
+        const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, d));
         quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       }
       for (int64_t h = 0; h < cfg.n_head; ++h) {
@@ -180,12 +180,14 @@ void run_decode_tail(const PplOptions& o) {
   SPATTN_CHECK(!o.decode_recall || recall, "--decode-recall needs --attn-decode quest[:...]");
   RecallTally rt;
   if (recall) {
-    rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(cfg.n_head * cfg.head_dim)));
+    const model::Session::AttentionShape a = sessions.back()->attention_shape();
+    const int64_t qw = a.q_heads * a.dim;  // a decode row's q (the latent attention's absorbed)
+    rt.q.assign(size_t(cfg.n_layer), std::vector<float>(size_t(qw)));
     rt.layers.assign(size_t(cfg.n_layer), {});
     sessions.back()->set_qkv_tap(
         model::Session::kTapAllLayers,
-        [&rt, &cfg](int64_t l, int64_t, int64_t n, const float* q, const float*, const float*) {
-          if (n == 1) std::copy_n(q, cfg.n_head * cfg.head_dim, rt.q[size_t(l)].data());
+        [&rt, qw](int64_t l, int64_t, int64_t n, const float* q, const float*, const float*) {
+          if (n == 1) std::copy_n(q, qw, rt.q[size_t(l)].data());
         });
   }
   std::vector<float> logits(size_t(N * V));

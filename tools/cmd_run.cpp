@@ -125,10 +125,11 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   std::vector<QkvDump> dumps;  // one per dumped layer (every layer with dump_all)
   if (dumping) {
     const int64_t n = int64_t(prompt.size());
+    const model::Session::AttentionShape a = s.attention_shape();  // the cache's heads
     for (int64_t l = 0; l < (o.dump_all ? cfg.n_layer : 1); ++l)
-      dumps.push_back({Tensor(DType::f32, cfg.n_head, n, cfg.head_dim),
-                       Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim),
-                       Tensor(DType::f32, cfg.n_head_kv, n, cfg.head_dim)});
+      dumps.push_back({Tensor(DType::f32, a.q_heads, n, a.dim),
+                       Tensor(DType::f32, a.kv_heads, n, a.dim),
+                       Tensor(DType::f32, a.kv_heads, n, a.dim)});
     s.set_qkv_tap(
         o.dump_all ? model::Session::kTapAllLayers : o.dump_layer,
         [&](int64_t layer, int64_t pos0, int64_t n_rows, const float* q, const float* k,

@@ -226,6 +226,7 @@ nlohmann::json memory_json(const LoadedModel& m,
   model::Session::Memory s;
   for (const model::Session* x : sessions) {
     const model::Session::Memory a = x->memory();
+    s.kv_cache_per_token += a.kv_cache_per_token;
     s.kv_cache += a.kv_cache;
     s.method_kv += a.method_kv;
     s.scratch += a.scratch;
@@ -241,10 +242,19 @@ nlohmann::json memory_json(const LoadedModel& m,
   j["weights_repacked_bytes"] = w.repacked;
   j["weights_owned_bytes"] = w.owned;
   j["kv_cache_bytes"] = s.kv_cache;
+  // The cache's bytes a token takes over every layer (its K and V as stored, in every session
+  // given), and the heads they hold: the latent attention's cache keeps one kv head of
+  // kv_lora_rank + rope values a layer (docs/runner.md, "Memory").
+  j["kv_cache_bytes_per_token"] = s.kv_cache_per_token;
   if (sessions.size() > 0) {
-    const model::KVCache& c = (*sessions.begin())->cache();
+    const model::Session& x = **sessions.begin();
+    const model::KVCache& c = x.cache();
     j["kv_cache_type_k"] = kv_type_name(c.k_type());
     j["kv_cache_type_v"] = kv_type_name(c.v_type());
+    j["kv_cache_tokens"] = c.capacity();
+    j["kv_cache_layout"] = x.attention_shape().latent ? "latent" : "heads";
+    j["kv_cache_heads"] = c.kv_heads();
+    j["kv_cache_head_dim"] = c.dim();
   }
   j["method_kv_bytes"] = s.method_kv;
   j["scratch_bytes"] = s.scratch;

@@ -167,7 +167,7 @@ struct LayerRefs {
   WeightRef wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b, exp_probs_b;
   WeightRef gate_shexp, up_shexp, down_shexp;
   // The absorbed layout's k and v matrices (attn_k_b, attn_v_b: one plane a head), which the
-  // reader turns into wkv_b.
+  // reader also turns into wkv_b (the expanded form's).
   WeightRef wk_b, wv_b;
   // DSA's lightning indexer (indexer.k_norm weight and bias, indexer.proj, indexer.attn_k,
   // indexer.attn_q_b).
@@ -219,6 +219,10 @@ class Model {
     // absent (wkv_a, wkv_b); the shared experts in a MoE layer.
     std::vector<float> q_a_norm, kv_a_norm, exp_probs_b;
     Weight wq_a, wq_b, wkv_a, wkv_b, gate_shexp, up_shexp, down_shexp;
+    // The latent attention's absorbed form (llama.cpp's wk_b, wv_b; ggml [nope, kv_lora, H] and
+    // [kv_lora, v, H], one plane a head): q_nope into the kv latent, the latent attention's
+    // output out of it. The file's attn_k_b / attn_v_b, or made from attn_kv_b (f32).
+    Weight wk_b, wv_b;
     // deepseek32's lightning indexer: its key's LayerNorm, the per-head weights' matrix, its
     // key's and (from the q latent) its queries' matrices.
     std::vector<float> idx_k_norm, idx_k_norm_b;
@@ -300,6 +304,14 @@ struct SessionOptions {
   // differently, and the f16 weight products turn that rounding into f16 steps). Costs the
   // layer's K/V on every rank and the ring's overlap of communication with compute.
   bool cp_gather = false;
+  // The latent attention (Config::is_mla): false (the default) caches each token's kv latent
+  // and rope key (kv_lora_rank + rope values a layer, llama.cpp's MLA cache) and attends in the
+  // absorbed form, q in the latent space and one kv head for every q head, as llama.cpp's
+  // deepseek2 graph; true caches every head's expanded k and v (2 x heads x head dim) and
+  // attends as multi-head attention (the reference the absorbed form is tested against). A
+  // latent wider than the attention kernels' heads (kv_lora_rank + rope > 256: DeepSeek-V3's
+  // 576) runs expanded.
+  bool mla_expanded = false;
   void validate() const;
 };
 
@@ -335,7 +347,8 @@ struct LayerAttention {
 };
 
 // Called with a layer's post-RoPE q [n, Hq, d], k, v [n, Hkv, d] (f32, row-major) and the
-// positions of the n rows, as prefill computes them (--dump-qkv).
+// positions of the n rows, as prefill computes them (--dump-qkv); Hq, Hkv and d are
+// Session::attention_shape()'s.
 using QkvTap = std::function<void(int64_t layer, int64_t pos0, int64_t n, const float* q,
                                   const float* k, const float* v)>;
 
@@ -402,7 +415,18 @@ class Session {
   // PackedKV at capacity), the raw K/V copies method mode keeps, the row buffers, and
   // chunked_h2o's per-layer state (scores, memory sets, and the kept batch boundaries' states)
   // and its one shared batch scratch.
+  // The attention's shape in every layer: q heads, kv heads and head dim as the KV cache and
+  // the attention kernels hold them (the latent attention's absorbed form: Hq, 1, kv_lora_rank
+  // + rope; else the model's), and whether that is the latent cache.
+  struct AttentionShape {
+    int64_t q_heads = 0, kv_heads = 0, dim = 0;
+    bool latent = false;
+  };
+  AttentionShape attention_shape() const;
   struct Memory {
+    // kv_cache_per_token: the KV cache's bytes a token takes over every layer (K and V tiles
+    // as stored, and the token's position), kv_cache / capacity.
+    size_t kv_cache_per_token = 0;
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
     size_t cp_ring = 0;       // --cp: the prefill's buffers (own rows on the wire, the chunks

@@ -1,5 +1,6 @@
 #include "model/kv_cache.hpp"
 
+#include "kernels/packed_kv.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::model {
@@ -185,6 +186,15 @@ TensorView KVCache::raw_v(int64_t l) const {
 size_t KVCache::packed_bytes() const {
   size_t b = 0;
   for (const PackedKV& c : packed_) b += c.bytes();
+  return b;
+}
+
+size_t KVCache::bytes_per_token() const {
+  size_t b = 0;
+  for (const PackedKV& p : packed_) {
+    const kernels::PackedKVData& d = p.data();
+    b += size_t(d.kv_heads * (d.k_tile_bytes + d.v_tile_bytes) / kernels::kTileKeys);
+  }
   return b;
 }
 

@@ -46,7 +46,10 @@ class KVCache {
   KVType v_type() const { return v_type_; }
   bool has_raw() const { return !raw_k_.empty(); }
   size_t packed_bytes() const;  // every layer's PackedKV storage, at capacity
-  size_t raw_bytes() const;     // the raw rows' tensors, at capacity (0 without raw)
+  // The K and V tiles' bytes one token takes over every layer, as stored (-ctk / -ctv; q8_0's
+  // scales included, the token's position not): what each token adds to packed_bytes().
+  size_t bytes_per_token() const;
+  size_t raw_bytes() const;  // the raw rows' tensors, at capacity (0 without raw)
 
   // Committed tokens: what every layer holds outside a pass.
   int64_t size() const { return size_; }

@@ -374,10 +374,10 @@ void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L
     ggml_build_forward_expand(g, qa);
     ggml_build_forward_expand(g, kv_a);
     ggml_tensor* qr = B.norm(qa, L.q_a_norm, c.rms_eps, b.g);
-    q = B.linear(L.wq_b, qr, {}, b.q);
+    q = B.linear(L.wq_b, qr, {}, b.latent ? b.kv_b : b.q);
     if (L.idx_q_b.t) indexer_head(B, g, c, L, h, qr);
   } else {
-    q = B.linear(L.wq, h, {}, b.q);
+    q = B.linear(L.wq, h, {}, b.latent ? b.kv_b : b.q);
     kv_a = B.linear(L.wkv_a, h, {}, b.kv_a);
   }
   ggml_build_forward_expand(g, q);
@@ -386,7 +386,41 @@ void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L
   // readers (the products above) have run.
   ggml_tensor* latent = ggml_view_2d(B.ctx, kv_a, c.kv_lora_rank, n, kv_a->nb[1], 0);
   latent = B.norm(latent, L.kv_a_norm, c.rms_eps, b.h);
-  ggml_build_forward_expand(g, B.linear(L.wkv_b, latent, {}, b.kv_b));
+  if (!b.latent) {
+    ggml_build_forward_expand(g, B.linear(L.wkv_b, latent, {}, b.kv_b));
+    return;
+  }
+  ggml_build_forward_expand(g, latent);
+  // The absorbed form (llama.cpp's deepseek2 graph, is_mla): each head's q_nope times its plane
+  // of Wk_b, as llama.cpp's ggml_mul_mat over the permuted heads (so its rounding of q_nope to
+  // Wk_b's type is llama.cpp's), then q_pe, into q's rows of kv_lora + rope a head.
+  const int64_t H = c.n_head, dk = c.head_dim, rot = c.rot(), nope = dk - rot,
+                lora = c.kv_lora_rank, dl = lora + rot;
+  const size_t f = sizeof(float);
+  ggml_tensor* q_nope = ggml_view_3d(B.ctx, q, nope, H, n, size_t(dk) * f, size_t(H * dk) * f, 0);
+  ggml_tensor* q_abs =
+      B.own(ggml_mul_mat(B.ctx, L.wk_b.t, ggml_permute(B.ctx, q_nope, 0, 2, 1, 3)));
+  B.weight_bytes += ggml_nbytes(L.wk_b.t);
+  ggml_tensor* qd = B.rows(b.q, H * dl, n);
+  ggml_tensor* q_lat = ggml_view_3d(B.ctx, qd, lora, H, n, size_t(dl) * f, size_t(H * dl) * f, 0);
+  ggml_build_forward_expand(g, ggml_cpy(B.ctx, ggml_permute(B.ctx, q_abs, 0, 2, 1, 3), q_lat));
+  ggml_tensor* q_pe =
+      ggml_view_3d(B.ctx, q, rot, H, n, size_t(dk) * f, size_t(H * dk) * f, size_t(nope) * f);
+  ggml_tensor* q_pe_to =
+      ggml_view_3d(B.ctx, qd, rot, H, n, size_t(dl) * f, size_t(H * dl) * f, size_t(lora) * f);
+  ggml_build_forward_expand(g, ggml_cpy(B.ctx, q_pe, q_pe_to));
+}
+
+// The absorbed form's attention output [n, Hq kv_lora] (each head's in the latent) through each
+// head's plane of Wv_b (llama.cpp's v_mla product in build_attn_mha), into g as [n, Hq v].
+ggml_tensor* mla_out(Builder& B, const Config& c, const Model::Layer& L, int64_t n) {
+  const RowBuffers& b = *B.b;
+  const int64_t H = c.n_head, lora = c.kv_lora_rank, dv = c.v_dim();
+  ggml_tensor* a = ggml_reshape_3d(B.ctx, B.rows(b.att, H * lora, n), lora, H, n);
+  ggml_tensor* o = B.own(ggml_mul_mat(B.ctx, L.wv_b.t, ggml_permute(B.ctx, a, 0, 2, 1, 3)));
+  B.weight_bytes += ggml_nbytes(L.wv_b.t);
+  o = B.at(ggml_cont(B.ctx, ggml_permute(B.ctx, o, 0, 2, 1, 3)), b.g);
+  return ggml_reshape_2d(B.ctx, o, H * dv, n);
 }
 
 // Builds the graph of e's step over its n rows into e.
@@ -400,9 +434,9 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   const int64_t D = c.n_embd, dout = c.n_head * c.v_dim();
   // A MoE FFN adds about 20 nodes (gpt-oss's biases four more, group-limited routing ten,
   // shared experts eight) and two a chosen expert (its view and add); the latent attention's
-  // head about ten.
+  // head about ten (twenty in the absorbed form).
   const int64_t max_nodes = kMaxNodes + (c.is_moe() ? 48 + 2 * c.n_expert_used : 0) +
-                            (c.is_mla() ? 16 : 0) + (c.has_indexer() ? 16 : 0);
+                            (c.is_mla() ? 32 : 0) + (c.has_indexer() ? 16 : 0);
   e.meta.resize(size_t(max_nodes) * ggml_tensor_overhead() +
                 ggml_graph_overhead_custom(size_t(max_nodes), false));
   ggml_init_params ip{e.meta.size(), e.meta.data(), true};
@@ -417,7 +451,8 @@ void build_layer_graph(const Model& m, LayerGraphCache::Entry& e, int threads) {
   ggml_tensor* x = B.rows(b.x, D, n);
   if (step.tail >= 0) {
     const Model::Layer& L = m.layer(step.tail);
-    ggml_tensor* o = B.linear(L.wo, B.rows(b.att, dout, n), L.bo, b.h);
+    ggml_tensor* o =
+        B.linear(L.wo, b.latent ? mla_out(B, c, L, n) : B.rows(b.att, dout, n), L.bo, b.h);
     // gemma3: the attention's and the FFN's outputs are RMS-normed before their residual adds
     // (in place: each row is read whole before it is written).
     if (!L.attn_post_norm.empty()) o = B.norm(o, L.attn_post_norm, c.rms_eps, b.h);

@@ -32,6 +32,14 @@ namespace spattn::model {
 // head's k_nope and v), from which the session assembles k and v; q's latent goes through g
 // (packed into u), the normed kv latent through h (packed into att). Null otherwise.
 //
+// With `latent` (the session's latent KV cache, llama.cpp's absorbed form; DeepSeek-V2's paper,
+// section 2.1.2, "Low-Rank Key-Value Joint Compression"), the head writes instead: kv_b [n, Hq
+// (nope + rope)] the q heads before absorption (q = h Wq, or through the q latent); q [n, Hq
+// (kv_lora + rope)] each head's q_nope Wk_b (into the latent) then its q_pe (not yet turned);
+// kv_a as above and h [n, kv_lora] the normed kv latent, which the session caches with the
+// turned rope key. The tail reads att as [n, Hq kv_lora] (each head's output in the latent),
+// takes it through Wv_b into g [n, Hq v] and g through Wo.
+//
 // DSA's lightning indexer (Config::has_indexer) writes three more: idx_q [n, heads x dim] (from
 // the normed q latent), idx_k [n, dim] (LayerNorm'd, with its bias) and idx_w [n, heads] (the
 // per-head weights), before RoPE and the Hadamard rotation, which the session applies.
@@ -40,6 +48,7 @@ struct RowBuffers {
   float *kv_a = nullptr, *kv_b = nullptr;
   float *idx_q = nullptr, *idx_k = nullptr, *idx_w = nullptr;
   bool pack = false;
+  bool latent = false;
   bool operator==(const RowBuffers&) const = default;
 };
 

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "core/threading.hpp"
 #include "ggml-backend.h"
@@ -324,6 +326,44 @@ struct Model::Impl {
     return Weight{g, w.type, w.rows, w.cols, false, false};
   }
 
+  // attn_kv_b's rows as the absorbed form's wk_b and wv_b, in f32 (their values exactly): plane
+  // h of wk_b is head h's k_nope rows transposed ([kv latent rows, nope cols]: q_nope's product
+  // into the latent), of wv_b its v rows ([v rows, kv latent cols]), as llama.cpp's converter
+  // splits attn_kv_b (convert_hf_to_gguf.py, DeepseekV2Model: kv_b into k_b and v_b).
+  std::pair<Weight, Weight> split_kv_b(const WeightRef& kv_b, const std::string& b) {
+    const int64_t H = cfg.n_head, lora = cfg.kv_lora_rank, nope = cfg.head_dim - cfg.rot(),
+                  dv = cfg.v_dim();
+    check(kv_b, b + "attn_kv_b.weight", H * (nope + dv), lora);
+    SPATTN_CHECK(has_f32(kv_b.type), "model: tensor ", b, "attn_kv_b has type ",
+                 gguf::type_name(kv_b.type), ", which has no f32 conversion");
+    std::vector<float> row(static_cast<size_t>(lora));
+    const size_t rb = gguf::row_bytes(kv_b.type, lora);
+    // (The inner vectors' bytes stay where they are as `owned` grows; references to its
+    // elements do not.)
+    float* kb = reinterpret_cast<float*>(owned.emplace_back(size_t(H * lora * nope) * 4).data());
+    float* vb = reinterpret_cast<float*>(owned.emplace_back(size_t(H * dv * lora) * 4).data());
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < nope + dv; ++r) {
+        gguf::dequantize_row(
+            kv_b.type, static_cast<const uint8_t*>(kv_b.data) + size_t(h * (nope + dv) + r) * rb,
+            row.data(), lora);
+        if (r < nope) {
+          for (int64_t c = 0; c < lora; ++c) kb[(h * lora + c) * nope + r] = row[size_t(c)];
+        } else {
+          std::copy(row.begin(), row.end(), vb + (h * dv + (r - nope)) * lora);
+        }
+      }
+    mem.owned += size_t(H * lora * (nope + dv)) * 4;
+    const auto planes = [&](float* data, int64_t cols, int64_t rows, const char* name) {
+      ggml_tensor* g = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, cols, rows, H);
+      ggml_set_name(g, (b + name).c_str());
+      g->data = data;
+      return Weight{g, WeightType::f32, rows, cols, false, false};
+    };
+    return {planes(kb, nope, lora, "attn_k_b.weight (from attn_kv_b)"),
+            planes(vb, lora, dv, "attn_v_b.weight (from attn_kv_b)")};
+  }
+
   std::vector<Weight*> matrices() {
     std::vector<Weight*> v;
     for (Layer& L : layers)
@@ -455,7 +495,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   const int64_t D = c.n_embd;
   SPATTN_CHECK(int64_t(refs.layers.size()) == c.n_layer, "model: ", refs.layers.size(),
                " layers given for block_count ", c.n_layer);
-  ggml_init_params ip{size_t(24 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
+  ggml_init_params ip{size_t(26 * c.n_layer + 4) * ggml_tensor_overhead(), nullptr, true};
   m.ctx = ggml_init(ip);
   SPATTN_CHECK(m.ctx != nullptr, "model: ggml_init failed");
   m.tok_embd = m.mat(refs.tok_embd, kTokenEmbd, c.n_vocab, D);
@@ -485,7 +525,14 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
         mw.experts = s.planes != Dim::one;
       }
     }
-    if (t.mla_absorbed) L.wkv_b = m.expand_kv_b(r, b);
+    if (t.mla_absorbed) {
+      L.wkv_b = m.expand_kv_b(r, b);
+      const int64_t H = c.n_head, lora = c.kv_lora_rank, nope = c.head_dim - c.rot();
+      L.wk_b = m.mat(r.wk_b, b + "attn_k_b.weight", lora, nope, H);
+      L.wv_b = m.mat(r.wv_b, b + "attn_v_b.weight", c.v_dim(), lora, H);
+    } else if (t.mla) {
+      std::tie(L.wk_b, L.wv_b) = m.split_kv_b(r.wkv_b, b);
+    }
     m.layers.push_back(std::move(L));
   }
   static std::once_flag log_once;

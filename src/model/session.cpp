@@ -64,6 +64,25 @@
 namespace spattn::model {
 
 namespace {
+// The latent attention's cache and absorbed form (SessionOptions::mla_expanded): whether a
+// session of these options keeps it, its attention as the kernels see it (one kv head of the
+// kv latent then the rope key for every q head: llama.cpp's MQA over its MLA cache; DeepSeek-V2's
+// paper, section 2.1.2 and appendix C on absorbing W^UK into W^UQ) and that attention's softmax
+// scale, the model's (1 / sqrt(nope + rope), YaRN's mscale included), not 1 / sqrt of the
+// latent's width.
+bool latent_cache(const Config& c, const SessionOptions& o) {
+  const int64_t w = c.kv_lora_rank + c.rot();
+  return c.is_mla() && !o.mla_expanded && w % 8 == 0 && w <= 256;
+}
+Session::AttentionShape shape_of(const Config& c, const SessionOptions& o) {
+  if (latent_cache(c, o)) return {c.n_head, 1, c.kv_lora_rank + c.rot(), true};
+  return {c.n_head, c.n_head_kv, c.head_dim, false};
+}
+float attention_scale(const Config& c, const Session::AttentionShape& a) {
+  if (a.latent && c.attn_scale == 0) return 1.0f / std::sqrt(float(c.head_dim));
+  return float(c.attn_scale);  // 0: the kernels' 1 / sqrt(head dim)
+}
+
 // What a backend of layer `layer` is told: the session's sizes; model dimensions where known
 // (validate() builds the backends once on placeholders, to refuse a bad spec before any model
 // loads).
@@ -72,12 +91,13 @@ BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64
   BackendContext c;
   c.layer = layer;
   if (cfg) {
+    const Session::AttentionShape a = shape_of(*cfg, o);
     c.n_layer = cfg->n_layer;
-    c.q_heads = cfg->n_head;
-    c.kv_heads = cfg->n_head_kv;
-    c.dim = cfg->head_dim;
+    c.q_heads = a.q_heads;
+    c.kv_heads = a.kv_heads;
+    c.dim = a.dim;
     c.window = cfg->window(layer);
-    c.scale = float(cfg->attn_scale);
+    c.scale = attention_scale(*cfg, a);
     c.indexer_top_k = cfg->indexer_top_k;
   } else {
     c.indexer_top_k = -1;  // not known before the model
@@ -273,6 +293,9 @@ struct Session::Impl {
   const Model& m;
   const Config& cfg;
   SessionOptions opt;
+  // The attention's heads and head dim as the cache holds them (shape_of: the latent
+  // attention's absorbed form, or the model's heads).
+  Session::AttentionShape shape;
   RopeTable rope;
   std::shared_ptr<const RopeTable> rope_swa;  // sliding-window layers' table, or null
   // Every layer's attention: built before the cache, which keeps what they read.
@@ -332,11 +355,12 @@ struct Session::Impl {
       : m(model),
         cfg(model.config()),
         opt(validated(o)),
+        shape(shape_of(cfg, opt)),
         rope(o.n_ctx, cfg.rot(), cfg.rope_base, rope_style(cfg), global_rope_factors(cfg, o.n_ctx),
              cfg.rope_attn_factor),
         rope_swa(swa_rope(cfg, o.n_ctx)),
         b(make_backends(cfg, opt)),
-        cache(cfg.n_layer, cfg.n_head_kv, cfg.head_dim, cache_capacity(o, b), DType::f32,
+        cache(cfg.n_layer, shape.kv_heads, shape.dim, cache_capacity(o, b), DType::f32,
               /*raw=*/b.raw_keys && !o.cp, o.cache_type_k, o.cache_type_v, b.quest_page,
               b.quest_sums, b.pages) {
     if (opt.cp) {
@@ -368,6 +392,7 @@ struct Session::Impl {
       : m(src.m),
         cfg(src.cfg),
         opt(src.opt),
+        shape(src.shape),
         rope(src.rope),
         rope_swa(src.rope_swa),
         b(fork_backends(src.b, src.cfg, src.opt)),
@@ -425,8 +450,7 @@ struct Session::Impl {
     max_rows = std::min(opt.n_ctx, b.sched ? std::max(opt.n_batch, opt.n_ubatch) : opt.n_ubatch);
     // A context-parallel prefill takes the rank's rows through each layer at once.
     if (grp) max_rows = cache_capacity(opt, b);
-    const int64_t D = cfg.n_embd, dq = cfg.n_head * cfg.head_dim,
-                  dkv = cfg.n_head_kv * cfg.head_dim;
+    const int64_t D = cfg.n_embd, dq = shape.q_heads * shape.dim, dkv = shape.kv_heads * shape.dim;
     // The latent attention's q latent goes through the FFN's g rows, its normed kv latent
     // through h (RowBuffers).
     const int64_t hd = std::max(D, cfg.kv_lora_rank);
@@ -438,7 +462,9 @@ struct Session::Impl {
     att.resize(size_t(max_rows * dq));
     if (cfg.is_mla()) {
       kv_a.resize(size_t(max_rows * (cfg.kv_lora_rank + cfg.rot())));
-      kv_b.resize(size_t(max_rows * cfg.n_head * (cfg.head_dim - cfg.rot() + cfg.v_dim())));
+      // Each head's k_nope and v (expanded), or its q before absorption (latent).
+      kv_b.resize(size_t(max_rows * cfg.n_head *
+                         (shape.latent ? cfg.head_dim : cfg.head_dim - cfg.rot() + cfg.v_dim())));
     }
     bool sinks = false;
     for (int64_t l = 0; l < cfg.n_layer; ++l) sinks = sinks || !m.layer(l).sinks.empty();
@@ -454,6 +480,7 @@ struct Session::Impl {
     for (int64_t l = 0; l < cfg.n_layer; ++l)
       if (!cfg.layer_moe(l)) ff = cfg.n_ff;
     ff = std::max({ff, cfg.n_ff_exp * cfg.n_expert_shared, cfg.q_lora_rank});
+    if (shape.latent) ff = std::max(ff, cfg.n_head * cfg.v_dim());  // Wv_b's output, Wo's input
     gate.resize(size_t(max_rows * ff));
     up.resize(size_t(max_rows * ff));
     pack = has_spattn_products(max_rows);
@@ -507,7 +534,7 @@ struct Session::Impl {
     AttnOptions a;
     a.threads = opt.threads;
     a.q_start = q_start;
-    a.scale = float(cfg.attn_scale);  // 0: 1 / sqrt(head dim)
+    a.scale = attention_scale(cfg, shape);  // 0: 1 / sqrt(head dim)
     return a;
   }
 
@@ -517,7 +544,7 @@ struct Session::Impl {
   // queries; a method's or chunked_h2o's selection does, so they run every row.
   void attention(int64_t l, int64_t n, int64_t pos0, Pass pass, bool last, int64_t read_from,
                  Stats* stats) {
-    const int64_t Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
+    const int64_t Hq = shape.q_heads, Hkv = shape.kv_heads, d = shape.dim;
     const TensorView qv = TensorView::shd(q.data(), DType::f32, Hq, n, d);
     const TensorView kv = TensorView::shd(k.data(), DType::f32, Hkv, n, d);
     const TensorView vv = TensorView::shd(v.data(), DType::f32, Hkv, n, d);
@@ -656,6 +683,23 @@ struct Session::Impl {
     }
   }
 
+  // The latent cache's rows [r0, r1) (llama.cpp's absorbed form, deepseek2.cpp's is_mla branch):
+  // the one kv head's k is the normed kv latent (h) then the token's rope key (kv_a's tail,
+  // turned by RoPE with the q heads), its v the latent then zeros (llama.cpp's v is a view of
+  // the cached k's first kv_lora_rank values; the kernels read one head size, and the zeros'
+  // outputs, past the kv_lora_rank that compact_attention keeps, are dropped).
+  void assemble_latent(int64_t r0, int64_t r1) {
+    const int64_t lora = cfg.kv_lora_rank, rot = cfg.rot(), d = lora + rot, kva = lora + rot;
+    for (int64_t i = r0; i < r1; ++i) {
+      float* kd = &k[size_t(i * d)];
+      float* vd = &v[size_t(i * d)];
+      std::copy_n(&h[size_t(i * lora)], lora, kd);
+      std::copy_n(&kv_a[size_t(i * kva + lora)], rot, kd + lora);
+      std::copy_n(kd, lora, vd);
+      std::fill(vd + lora, vd + d, 0.0f);
+    }
+  }
+
   // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 and glm-dsa graphs turn
   // them: RoPE on the first rot() values of each query head and of the key (idx_rope), the
   // Hadamard rotation of each; the key rounded as the cache type rounds it (llama.cpp keeps it
@@ -683,9 +727,12 @@ struct Session::Impl {
     }
   }
 
-  // Each head's first v_dim() outputs of n rows, packed: Wo's input [n, Hq v_dim()].
+  // The values of a head's attention output the layer's tail reads: v_dim(), or in the absorbed
+  // form kv_lora_rank (the latent, which Wv_b takes to v_dim()).
+  int64_t out_dim() const { return shape.latent ? cfg.kv_lora_rank : cfg.v_dim(); }
+  // Each head's first out_dim() outputs of n rows, packed: the tail's input [n, Hq out_dim()].
   void compact_attention(int64_t n) {
-    const int64_t H = cfg.n_head, d = cfg.head_dim, dv = cfg.v_dim();
+    const int64_t H = shape.q_heads, d = shape.dim, dv = out_dim();
     for (int64_t r = 0; r < n * H; ++r)  // forward: each run moves down, over read ones only
       std::memmove(&att[size_t(r * dv)], &att[size_t(r * d)], size_t(dv) * sizeof(float));
   }
@@ -695,7 +742,7 @@ struct Session::Impl {
   void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last, float* logits,
                int64_t logits_row0, double* attn_ms, Stats* stats,
                const std::function<void(int64_t layers_done)>& after_layer = {}) {
-    const int64_t D = cfg.n_embd, Hq = cfg.n_head, Hkv = cfg.n_head_kv, d = cfg.head_dim;
+    const int64_t D = cfg.n_embd, Hq = shape.q_heads, Hkv = shape.kv_heads, d = shape.dim;
     SPATTN_CHECK(n >= 1 && n <= max_rows, "internal: ", n, " rows for a scratch of ", max_rows);
     // Row i's position: pos0 + i, or the rank's zigzag rows in a context-parallel prefill.
     const dist::Zigzag::Run run_a =
@@ -727,16 +774,21 @@ struct Session::Impl {
                         idx_q.empty() ? nullptr : idx_q.data(),
                         idx_k.empty() ? nullptr : idx_k.data(),
                         idx_w.empty() ? nullptr : idx_w.data(),
-                        pack};
+                        pack,
+                        shape.latent};
     const bool want_logits = logits && logits_row0 < n;
     run_layer_graph(m, rb, n, GraphStep{-1, 0, nullptr}, opt.threads, graphs);
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const RopeTable& rt = cfg.is_swa(l) ? *rope_swa : rope;
       // RoPE turns the last rot() values of each head (all of them but in the latent
-      // attention, whose heads are assembled first).
+      // attention, whose heads are assembled first: the rope key after k_nope, or after the
+      // kv latent in the absorbed form).
       const int64_t rot0 = d - cfg.rot();
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
-        if (cfg.is_mla()) assemble_kv(r0, r1);
+        if (shape.latent)
+          assemble_latent(r0, r1);
+        else if (cfg.is_mla())
+          assemble_kv(r0, r1);
         if (cfg.has_indexer()) indexer_rows(r0, r1, row_pos);
         for (int64_t i = r0; i < r1; ++i) {
           const int64_t pos = row_pos(i);
@@ -759,7 +811,7 @@ struct Session::Impl {
       const auto t0 = Clock::now();
       const bool final = l + 1 == cfg.n_layer;
       attention(l, n, pos0, pass, last, final ? (want_logits ? logits_row0 : n) : 0, stats);
-      if (cfg.v_dim() < d) compact_attention(n);
+      if (out_dim() < d) compact_attention(n);
       if (attn_ms) {
         const double ms = ms_since(t0);
         *attn_ms += ms;
@@ -778,7 +830,7 @@ struct Session::Impl {
       } else if (want_logits) {
         // Those rows moved to the front, so the scratch buffers' sizing (packed panels from
         // row 0) holds as for any call of fewer rows.
-        const int64_t r = n - logits_row0, dq = Hq * cfg.v_dim();
+        const int64_t r = n - logits_row0, dq = Hq * out_dim();
         if (logits_row0 > 0) {
           std::memmove(x.data(), x.data() + logits_row0 * D, size_t(r * D) * sizeof(float));
           std::memmove(att.data(), att.data() + logits_row0 * dq, size_t(r * dq) * sizeof(float));
@@ -841,11 +893,13 @@ Session Session::fork(int64_t n) const {
 
 int64_t Session::n_past() const { return p_->grp ? p_->cp_n : p_->cache.size(); }
 const KVCache& Session::cache() const { return p_->cache; }
+Session::AttentionShape Session::attention_shape() const { return p_->shape; }
 const Timings& Session::timings() const { return p_->t; }
 Session::Memory Session::memory() const {
   const Impl& s = *p_;
   Memory m;
   m.kv_cache = s.cache.packed_bytes();
+  m.kv_cache_per_token = s.cache.bytes_per_token();
   m.method_kv = s.cache.raw_bytes();
   m.decode_pages = s.cache.pages_bytes();
   for (const auto* b : {&s.x, &s.h, &s.q, &s.k, &s.v, &s.att, &s.gate, &s.up, &s.kv_a, &s.kv_b})

@@ -69,7 +69,8 @@ TEST(ArchVsLlamaCpp, SeedOssGreedyTextAndPerplexity) {
   expect_script_passes("seed_oss_vs_llama.sh");
 }
 
-// deepseek2 (latent attention in its expanded form, DeepSeekMoE: a dense first layer, shared
+// deepseek2 (latent attention: the latent cache, the absorbed form from attn_kv_b split into
+// attn_k_b / attn_v_b, where llama.cpp runs this layout expanded; DeepSeekMoE: a dense first layer, shared
 // experts, sigmoid gating with the selection bias, group-limited routing, scaled weights):
 // greedy text with every expert used, perplexity within 0.01% with 8 of 8 and 4 of 16, f16
 // and Q8_0.
@@ -77,7 +78,7 @@ TEST(ArchVsLlamaCpp, DeepSeek2GreedyTextAndPerplexity) {
   expect_script_passes("deepseek2_vs_llama.sh");
 }
 
-// deepseek32 (the absorbed layout read into the expanded form, DSA's lightning indexer): with
+// deepseek32 (the absorbed layout and form over the latent cache, as llama.cpp's, DSA's lightning indexer): with
 // the preset's top-k past the context, spattn dense and dsa against llama.cpp: greedy text and
 // perplexity within 0.01%. (A top-k of 32 is reported by the script, not judged: issue 63.)
 TEST(ArchVsLlamaCpp, DeepSeek32GreedyTextAndPerplexity) {

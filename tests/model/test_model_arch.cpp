@@ -673,6 +673,7 @@ TEST(ModelArch, DeepSeek2ExpandedHeadsAndDecodeMatchPrefill) {
     spattn::model::SessionOptions o;
     o.n_ctx = 64;
     o.cache_type_k = o.cache_type_v = spattn::KVType::f32;
+    o.mla_expanded = true;  // the expanded heads (the latent cache: test_mla_latent.cpp)
     spattn::model::Session a(m, o);
     const std::vector<int32_t> toks = {5, 17, 200, 3, 99, 42, 7, 150};
     const int64_t n = int64_t(toks.size()), V = m.config().n_vocab, H = 4, dk = 24, dv = 16;
