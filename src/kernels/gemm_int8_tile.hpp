@@ -74,6 +74,9 @@ using QuantsFn = void (*)(const InterleavedQuants& iq, TileBlock& t);
 
 // The AVX-512 VNNI loops, or nullptr where this build or CPU has none.
 RowsFn vnni_rows();
+// The 256-bit loops (gemm_int8_avx2.cpp): AVX-VNNI's and AVX2's, or nullptr as above.
+RowsFn avxvnni_rows();
+RowsFn avx2_rows();
 QuantizeRowFn vnni_quantize_row();
 QuantsFn vnni_interleaved_quants();
 
