@@ -93,6 +93,16 @@ inline float iq4_nl(const uint8_t* b, int e) {
   return f16_at(b) * float(kIq4Values[nibble32(b + 2, e)]);
 }
 
+// mxfp4 (17 bytes; OCP Microscaling's MXFP4, as ggml stores it): an E8M0 exponent e (scale
+// 2^(e - 127)), 16 bytes of nibbles laid out as in iq4_nl, each an E2M1 value (sign, 2 exponent
+// bits, 1 mantissa bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6). ggml keeps the values doubled, as integers,
+// and the scale halved: x = kFp4[q] * 2^(e - 128), every such power of two a float (2^-128, at
+// e = 0, a subnormal).
+inline constexpr int8_t kFp4Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline float mxfp4(const uint8_t* b, int e) {
+  return float(kFp4Doubled[nibble32(b + 1, e)]) * std::ldexp(1.0f, int(b[0]) - 128);
+}
+
 // ---- 256-value super-blocks (the K-quants and iq4_xs) ----
 //
 // q2_K, q3_K and q6_K hold their low bits 4 values per byte (q6_K: 2 per byte) across strips:
@@ -226,7 +236,8 @@ inline const std::vector<Format>& formats() {
       {T::q3_K, 256, 110, q3_K, {108}},  {T::q4_K, 256, 144, q4_K, {0, 2}},
       {T::q5_K, 256, 176, q5_K, {0, 2}}, {T::q6_K, 256, 210, q6_K, {208}},
       {T::iq4_nl, 32, 18, iq4_nl, {0}},  {T::iq4_xs, 256, 136, iq4_xs, {0}},
-      {T::f16, 1, 2, f16_elem, {0}},     {T::bf16, 1, 2, bf16_elem, {}},
+      {T::mxfp4, 32, 17, mxfp4, {}},     {T::f16, 1, 2, f16_elem, {0}},
+      {T::bf16, 1, 2, bf16_elem, {}},
   };
   return f;
 }

@@ -2,9 +2,12 @@
 // product kernel (kernels/gemm_int8.hpp) on one weight shape and row count, in GOP/s and as a
 // fraction of the int8 dot-product peak the same process measures (MachinePeak::int8_dot_gops),
 // beside the widening f32 product (kernels/gemm_widen.hpp) where it takes the format, against
-// the f32 FMA peak.
+// the f32 FMA peak; and bf16 weights on vdpbf16ps (kernels/gemm_bf16.hpp) beside ggml's own
+// product of the same matrix (the runner's path for bf16 where that kernel is not taken), both
+// against the bf16 dot-product peak (MachinePeak::bf16_dot_gflops).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,7 +21,8 @@ struct ProductBenchOptions {
   int64_t n = 512;   // activation rows (a prompt's chunk)
   int threads = 0;   // 0: all
   int repeat = 5;    // timed calls a kernel (the best counts: noise only slows a call)
-  std::vector<std::string> types;  // ggml type names; empty: every integer product format
+  std::vector<std::string> types;  // ggml type names; empty: every integer product format and
+                                   // bf16
 };
 
 struct ProductBenchResult {
@@ -33,10 +37,20 @@ struct ProductBenchResult {
   double widen_gflops = 0;  // the widening f32 product's rate, 0 where it does not take the type
 };
 
+// bf16 weights: spattn's product and ggml's, each 2 n m k / its best time with the activations'
+// rounding to bf16 included (ggml's mul_mat rounds them too: bf16's vec_dot_type).
+struct ProductBenchBf16 {
+  double gflops = 0;       // kernels::gemm_bf16_run
+  double round_ms = 0;     // of its best call, the rounding
+  double ggml_gflops = 0;  // ggml's mul_mat (tinyBLAS, on vdpbf16ps where ggml was built for it)
+};
+
 struct ProductBench {
   MachinePeak peak;
-  bool vnni = false;  // the integer product ran on vpdpbusd (else its portable loops)
+  bool vnni = false;      // the integer product ran on vpdpbusd (else its portable loops)
+  bool bf16_dot = false;  // the bf16 product ran on vdpbf16ps (else its portable loops)
   std::vector<ProductBenchResult> results;
+  std::optional<ProductBenchBf16> bf16;  // where bf16 was asked for (or no type was)
 };
 
 ProductBench bench_products(const ProductBenchOptions& opt);

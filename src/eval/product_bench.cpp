@@ -9,7 +9,10 @@
 #include <random>
 #include <thread>
 
+#include "core/thread_pool.hpp"
 #include "core/threading.hpp"
+#include "ggml.h"
+#include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
 #include "model/ggml_repack.hpp"
@@ -51,6 +54,55 @@ void on_all_threads(int threads, Fn fn) {
   });
 }
 
+// bf16 weights from N(0, 0.05^2), rounded as ggml rounds them; spattn's product, then ggml's
+// mul_mat of the same matrix and rows on the process's pool (the runner's graphs' pool).
+ProductBenchBf16 bench_bf16(const ProductBenchOptions& o, int threads,
+                            const std::vector<float>& x) {
+  ggml_init_params ip{};
+  ip.mem_size = size_t(2 * o.m * o.k + 4 * o.n * o.k + 4 * o.n * o.m) + 8 * ggml_tensor_overhead() +
+                ggml_graph_overhead() + (1 << 20);
+  ggml_context* ctx = ggml_init(ip);
+  SPATTN_CHECK(ctx != nullptr, "bench-products: ggml_init failed");
+  ggml_tensor* w = ggml_new_tensor_2d(ctx, GGML_TYPE_BF16, o.k, o.m);
+  ggml_tensor* xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, o.k, o.n);
+  auto* wb = static_cast<ggml_bf16_t*>(w->data);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 0.05f);
+  for (int64_t i = 0; i < o.m * o.k; ++i) wb[i] = ggml_fp32_to_bf16(g(rng));
+  std::copy(x.begin(), x.end(), static_cast<float*>(xt->data));
+  ggml_tensor* y = ggml_mul_mat(ctx, w, xt);
+  ggml_cgraph* gf = ggml_new_graph(ctx);
+  ggml_build_forward_expand(gf, y);
+
+  ProductBenchBf16 r;
+  const double ops = 2.0 * double(o.n) * double(o.m) * double(o.k);
+  const kernels::Bf16Weights bw{w->data, 2 * o.k, o.m};
+  std::vector<uint16_t> xb(size_t(kernels::gemm_bf16_act_bytes(o.n, o.k) / 2));
+  std::vector<float> c(size_t(o.n * o.m));
+  double best = 0, best_r = 0, best_g = 0;
+  for (int rep = 0; rep <= o.repeat; ++rep) {  // the first call warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    on_all_threads(threads, [&](int i) {
+      kernels::gemm_bf16_round(x.data(), o.n, o.k, o.k, xb.data(), i, threads);
+    });
+    const double q = seconds(t0);
+    on_all_threads(threads, [&](int i) {
+      kernels::gemm_bf16_run(bw, xb.data(), o.n, o.k, c.data(), o.m, i, threads);
+    });
+    const double s = seconds(t0);
+    if (rep > 0 && (best == 0 || s < best)) best = s, best_r = q;
+    const auto t1 = std::chrono::steady_clock::now();
+    ThreadPool::get().compute(gf, threads);
+    const double sg = seconds(t1);
+    if (rep > 0 && (best_g == 0 || sg < best_g)) best_g = sg;
+  }
+  ggml_free(ctx);
+  r.gflops = ops / best / 1e9;
+  r.round_ms = best_r * 1e3;
+  r.ggml_gflops = ops / best_g / 1e9;
+  return r;
+}
+
 }  // namespace
 
 ProductBench bench_products(const ProductBenchOptions& o) {
@@ -61,18 +113,24 @@ ProductBench bench_products(const ProductBenchOptions& o) {
                o.m, ", k ", o.k, ", n ", o.n, ", repeat ", o.repeat);
   std::vector<kernels::Int8Format> formats;
   if (o.types.empty()) formats.assign(kernels::kInt8Formats.begin(), kernels::kInt8Formats.end());
+  bool bf16 = o.types.empty();
   for (const std::string& name : o.types) {
+    if (name == "bf16") {
+      bf16 = true;
+      continue;
+    }
     std::optional<kernels::Int8Format> f;
     for (kernels::Int8Format g : kernels::kInt8Formats)
       if (name == gguf::type_name(kernels::ggml_type_of(g))) f = g;
     SPATTN_CHECK(f.has_value(), "bench-products: '", name,
-                 "' is not a type the integer products take");
+                 "' is neither bf16 nor a type the integer products take");
     formats.push_back(*f);
   }
   const int threads = resolve_threads(o.threads);
   ProductBench out;
   out.peak = measure_machine_peak(threads, MachinePeakOptions{.read_bytes = 0, .sgemm = false});
   out.vnni = kernels::gemm_int8_vnni();
+  out.bf16_dot = kernels::gemm_bf16_dot();
 
   std::vector<float> x(size_t(o.n * o.k));
   std::mt19937 rng(3);
@@ -139,6 +197,7 @@ ProductBench bench_products(const ProductBenchOptions& o) {
     }
     out.results.push_back(r);
   }
+  if (bf16) out.bf16 = bench_bf16(o, threads, x);
   return out;
 }
 

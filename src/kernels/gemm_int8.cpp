@@ -46,6 +46,7 @@ constexpr FormatInfo kInfo[] = {
     {Int8Format::q6_K, gguf::GgmlType::q6_K, 256, 210, Scaling::halves},
     {Int8Format::iq4_nl, gguf::GgmlType::iq4_nl, 32, 18, Scaling::plain},
     {Int8Format::iq4_xs, gguf::GgmlType::iq4_xs, 256, 136, Scaling::plain},
+    {Int8Format::mxfp4, gguf::GgmlType::mxfp4, 32, 17, Scaling::plain},
 };
 const FormatInfo& info(Int8Format f) {
   for (const FormatInfo& i : kInfo)
@@ -56,6 +57,19 @@ const FormatInfo& info(Int8Format f) {
 // iq4_nl's and iq4_xs's 16 values (ggml's kvalues_iq4nl: the format's definition).
 constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
+
+// mxfp4's 16 E2M1 values, doubled to integers (ggml's kvalues_mxfp4: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+// and their negatives, times 2), so the block's scale is half its e8m0 power of two.
+constexpr int8_t kFp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Half the e8m0 scale 2^(e - 127), as ggml's GGML_E8M0_TO_FP32_HALF builds its bits: 2^(e - 128),
+// a subnormal for e < 2 (exact: every such power of two is a float).
+float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 float f16_at(const uint8_t* p) { return f16_to_f32(uint16_t(p[0] | p[1] << 8)); }
 
@@ -118,6 +132,16 @@ void decode_block(Int8Format f, const uint8_t* row, int64_t b, Decoded& o, bool 
       for (int l = 0; l < kBlock; ++l) {
         const int q = (l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4) | int((h >> l) & 1) << 4;
         o.q[l] = int8_t(f == Int8Format::q5_0 ? q - 16 : q);
+      }
+      return;
+    }
+    case Int8Format::mxfp4: {  // iq4_nl's nibbles, with E2M1's table and a power-of-two scale
+      const uint8_t* p = row + b * 17;
+      o.s0 = o.s1 = e8m0_half(p[0]);
+      if (!quants) return;
+      for (int l = 0; l < 16; ++l) {
+        o.q[l] = kFp4Values[p[1 + l] & 0xf];
+        o.q[l + 16] = kFp4Values[p[1 + l] >> 4];
       }
       return;
     }
@@ -198,6 +222,17 @@ void decode_interleaved(Int8Format f, const uint8_t* data, int64_t row_bytes, in
       }
       return;
     }
+    case Int8Format::mxfp4: {  // block_mxfp4x8: 8 e8m0 scales, then iq4_nl's 128 quant bytes
+      const uint8_t* p = group + b * 8 * 17;
+      o.s0 = o.s1 = e8m0_half(p[r]);
+      if (!quants) return;
+      for (int l = 0; l < 16; ++l) {
+        const int v = at(p + 8, l);
+        o.q[l] = kFp4Values[v & 0xf];
+        o.q[l + 16] = kFp4Values[v >> 4];
+      }
+      return;
+    }
     case Int8Format::q4_K: {
       // 8 d, 8 dmin (f16), 96 bytes of scales and mins (12 a sub-block), 1024 quant bytes.
       const uint8_t* p = group + (b / 8) * 8 * 144;
@@ -246,14 +281,16 @@ InterleavedQuants interleaved_quants(Int8Format f, const uint8_t* data, int64_t 
       iq.shift[g] = (j % 2) * 4;
     }
     for (int v = 0; v < 16; ++v) iq.lut[v] = int8_t(v);
-  } else {  // q4_0, iq4_nl: columns 0-15 the low nibbles of bytes 0-15, 16-31 the high ones
-    iq.a = group + b * 8 * 18 + 16;
+  } else {  // q4_0, iq4_nl, mxfp4: columns 0-15 the low nibbles of bytes 0-15, 16-31 the high
+    iq.a = f == Int8Format::mxfp4 ? group + b * 8 * 17 + 8 : group + b * 8 * 18 + 16;
     for (int g = 0; g < 8; ++g) {
       iq.line[g] = (g % 4) / 2;
       iq.shift[g] = g < 4 ? 0 : 4;
     }
     for (int v = 0; v < 16; ++v)
-      iq.lut[v] = f == Int8Format::iq4_nl ? kIq4Values[v] : int8_t((v ^ 8) - 8);
+      iq.lut[v] = f == Int8Format::iq4_nl  ? kIq4Values[v]
+                  : f == Int8Format::mxfp4 ? kFp4Values[v]
+                                           : int8_t((v ^ 8) - 8);
   }
   iq.b = iq.a + 8 * row_bytes;
   return iq;
@@ -335,8 +372,15 @@ RowQuants row_quants(Int8Format f, const uint8_t* rows, int64_t row_bytes, int64
       }
       rq.use_lut = true;
       break;
+    case Int8Format::mxfp4:  // iq4_nl's nibbles after a one-byte scale, E2M1's table
+      for (int g = 0; g < 8; ++g) {
+        rq.lo[g] = int(b * 17) + 1 + 4 * (g % 4);
+        rq.lo_shift[g] = g < 4 ? 0 : 4;
+      }
+      rq.use_lut = true;
+      break;
   }
-  std::memcpy(rq.lut, kIq4Values, sizeof(rq.lut));
+  std::memcpy(rq.lut, f == Int8Format::mxfp4 ? kFp4Values : kIq4Values, sizeof(rq.lut));
   return rq;
 }
 
@@ -488,20 +532,6 @@ void run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c
   }
 }
 
-// The vector loops where this CPU has them.
-Loops vector_loops() {
-  static const Loops L = [] {
-    Loops l;
-    l.rows = vnni_rows();
-    if (!l.rows) return Loops{&rows_portable};
-    l.rows2 = vnni_rows2();
-    l.interleaved = vnni_interleaved_quants();
-    l.row_quants = vnni_row_quants();
-    return l;
-  }();
-  return L;
-}
-
 // One block of 32 activations (gemm_int8_quantize's rounding, one value at a time).
 void quantize_block(const float* v, uint8_t* q, float* d, float* s) {
   float amax = 0.0f;
@@ -540,7 +570,7 @@ gguf::GgmlType ggml_type_of(Int8Format f) { return info(f).type; }
 
 bool gemm_int8_reads(Int8Format f, Int8Layout layout) {
   return layout == Int8Layout::rows || f == Int8Format::q4_0 || f == Int8Format::q4_K ||
-         f == Int8Format::iq4_nl;
+         f == Int8Format::iq4_nl || f == Int8Format::mxfp4;
 }
 
 void gemm_int8_check(const Int8Weights& w, int64_t k) {
@@ -591,10 +621,64 @@ void gemm_int8_quantize(const float* x, int64_t n, int64_t k, int64_t ldx, uint8
   }
 }
 
+namespace {
+
+RowsFn loops_fn(Int8Loops l) {
+  switch (l) {
+    case Int8Loops::avx512vnni: return vnni_rows();
+    case Int8Loops::avxvnni: return avxvnni_rows();
+    case Int8Loops::avx2: return avx2_rows();
+  }
+  return nullptr;
+}
+
+// The CPU's best loops: AVX-512 VNNI's, else AVX-VNNI's, else AVX2's, else the portable ones.
+RowsFn best_rows() {
+  static const RowsFn best = [] {
+    for (Int8Loops l : {Int8Loops::avx512vnni, Int8Loops::avxvnni, Int8Loops::avx2})
+      if (const RowsFn f = loops_fn(l)) return f;
+    return RowsFn(&rows_portable);
+  }();
+  return best;
+}
+
+}  // namespace
+
+// The loops where this CPU has them: AVX-512 VNNI's block loops over one tile and two and its
+// vector unpacking; else the best 256-bit block loops (or the portable ones) with the scalar
+// unpacking.
+Loops vector_loops() {
+  static const Loops L = [] {
+    Loops l;
+    l.rows = vnni_rows();
+    if (!l.rows) return Loops{best_rows()};
+    l.rows2 = vnni_rows2();
+    l.interleaved = vnni_interleaved_quants();
+    l.row_quants = vnni_row_quants();
+    return l;
+  }();
+  return L;
+}
+
 void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                    int64_t ldc, int ith, int nth) {
   gemm_int8_check(w, k);
   run(w, xq, n, k, c, ldc, ith, nth, vector_loops());
+}
+
+bool gemm_int8_run_on(Int8Loops loops, const Int8Weights& w, const uint8_t* xq, int64_t n,
+                      int64_t k, float* c, int64_t ldc) {
+  gemm_int8_check(w, k);
+  const RowsFn f = loops_fn(loops);
+  if (!f) return false;
+  run(w, xq, n, k, c, ldc, 0, 1, Loops{f});
+  return true;
+}
+
+std::optional<Int8Loops> gemm_int8_loops() {
+  for (Int8Loops l : {Int8Loops::avx512vnni, Int8Loops::avxvnni, Int8Loops::avx2})
+    if (loops_fn(l)) return l;
+  return std::nullopt;
 }
 
 void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,

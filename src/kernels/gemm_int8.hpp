@@ -42,10 +42,12 @@ enum class Int8Format : uint8_t {
   q6_K,    // super-blocks of 256 (210 bytes), 16 scales.       w = d sc (q - 32)
   iq4_nl,  // blocks of 32: f16 d, 16 bytes of table indices.   w = d kIq4Values[q]
   iq4_xs,  // super-blocks of 256 (136 bytes), 6-bit scales.    w = d (ls - 32) kIq4Values[q]
+  mxfp4,   // blocks of 32: e8m0 e, 16 bytes of E2M1 indices.   w = 2^(e - 128) kFp4Values[q]
 };
 inline constexpr std::array kInt8Formats = {
-    Int8Format::q8_0, Int8Format::q4_0, Int8Format::q4_1, Int8Format::q5_0,   Int8Format::q5_1,
-    Int8Format::q4_K, Int8Format::q5_K, Int8Format::q6_K, Int8Format::iq4_nl, Int8Format::iq4_xs};
+    Int8Format::q8_0,   Int8Format::q4_0,   Int8Format::q4_1, Int8Format::q5_0,
+    Int8Format::q5_1,   Int8Format::q4_K,   Int8Format::q5_K, Int8Format::q6_K,
+    Int8Format::iq4_nl, Int8Format::iq4_xs, Int8Format::mxfp4};
 
 // The GGUF type's format here, or none.
 std::optional<Int8Format> int8_format(gguf::GgmlType t);
@@ -54,8 +56,9 @@ gguf::GgmlType ggml_type_of(Int8Format f);
 // Where the blocks of a row lie.
 enum class Int8Layout : uint8_t {
   rows,  // ggml's own: row after row, row_bytes apart, each its blocks in order
-  // ggml's CPU repack on x86 (ggml-cpu/repack.cpp: q4_0 and iq4_nl as block_q4_0x8 /
-  // block_iq4_nlx8, q4_K as block_q4_Kx8), which its decode products read: rows in groups of 8;
+  // ggml's CPU repack on x86 (ggml-cpu/repack.cpp: q4_0, iq4_nl and mxfp4 as block_q4_0x8 /
+  // block_iq4_nlx8 / block_mxfp4x8, q4_K as block_q4_Kx8), which its decode products read:
+  // rows in groups of 8;
   // per group and block (q4_K: super-block) column, the 8 rows' scales side by side, then
   // their quant bytes 8 at a time row after row (q4_0's nibbles XOR 0x88; q4_K's scales and
   // mins regrouped 12 bytes a sub-block). A group spans 8 row_bytes, as the rows it holds.
@@ -70,7 +73,7 @@ struct Int8Weights {
   Int8Layout layout = Int8Layout::rows;
 };
 
-// Whether the product reads `f` in `layout` (interleaved8: q4_0, q4_K and iq4_nl).
+// Whether the product reads `f` in `layout` (interleaved8: q4_0, q4_K, iq4_nl and mxfp4).
 bool gemm_int8_reads(Int8Format f, Int8Layout layout);
 
 // Raises spattn::Error unless k is a whole number of w's blocks and a row's bytes hold them
@@ -106,12 +109,28 @@ void gemm_int8_run(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k
 void gemm_int8_run_portable(const Int8Weights& w, const uint8_t* xq, int64_t n, int64_t k, float* c,
                             int64_t ldc);
 
+// The block loops a product can be put on (the tests hold each to the portable path's bits).
+enum class Int8Loops : uint8_t {
+  avx512vnni,  // vpdpbusd on 512-bit vectors: the choice where the CPU has AVX-512 VNNI
+  avxvnni,     // vpdpbusd on 256-bit vectors (AVX-VNNI): the next choice
+  avx2,        // vpmaddubsw + vpmaddwd (AVX2): the next
+};
+
+// As gemm_int8_run_portable on the given loops; false (and nothing written) where this CPU or
+// build has none such. xq as gemm_int8_quantize writes it (|q| <= 127, which AVX2's loops need:
+// gemm_int8_avx2.cpp).
+bool gemm_int8_run_on(Int8Loops loops, const Int8Weights& w, const uint8_t* xq, int64_t n,
+                      int64_t k, float* c, int64_t ldc);
+
 // gemm_int8_run's unpacking of the weights alone (thread ith of nth its share, as there), with
 // no product: bench-products' account of where a product's time goes.
 void gemm_int8_unpack_only(const Int8Weights& w, int64_t k, int ith, int nth);
 
 // Whether this CPU runs the product on vpdpbusd (AVX-512 VNNI).
 bool gemm_int8_vnni();
+
+// The loops gemm_int8_run takes on this CPU, or none (the portable ones).
+std::optional<Int8Loops> gemm_int8_loops();
 
 // The fewest rows a call should hold for this product to be the runner's choice, or 0 where it
 // is not: where the CPU has AVX-512 VNNI (elsewhere the portable path is slower than

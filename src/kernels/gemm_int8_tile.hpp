@@ -107,6 +107,9 @@ using RowQuantsFn = void (*)(const RowQuants& rq, TileBlock& t);
 RowsFn vnni_rows();
 Rows2Fn vnni_rows2();
 RowQuantsFn vnni_row_quants();
+// The 256-bit loops (gemm_int8_avx2.cpp): AVX-VNNI's and AVX2's, or nullptr as above.
+RowsFn avxvnni_rows();
+RowsFn avx2_rows();
 QuantizeRowFn vnni_quantize_row();
 QuantsFn vnni_interleaved_quants();
 

@@ -7,6 +7,7 @@
 
 #include "core/thread_pool.hpp"
 #include "ggml.h"
+#include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "kernels/gemm_widen.hpp"
 #include "model/moe_routing.hpp"
@@ -22,7 +23,16 @@ constexpr int kMaxNodes = 96;
 std::optional<kernels::WeightFormat> widen_format(const Model::Weight& w);
 kernels::WeightRows widened(const Model::Weight& w);
 int64_t int8_product_min_rows(const Model::Weight& w);
+int64_t bf16_product_min_rows(const Model::Weight& w);
 int64_t widen_product_min_rows(const Model::Weight& w);
+
+// Where in an input's buffer each kernel prepares its rows (floats from the start): the widened
+// product's panels, the integer product's quantized rows after them, the bf16 product's rounded
+// rows last (an input may feed more than one kernel).
+int64_t int8_rows_at(int64_t n, int64_t k) { return kernels::gemm_widen_packed_floats(n, k); }
+int64_t bf16_rows_at(int64_t n, int64_t k) {
+  return int8_rows_at(n, k) + (kernels::gemm_int8_act_bytes(n, k) + 63) / 64 * 16;
+}
 
 // The FFN's gated activation of gate and up (ArchTraits::ffn_act), as llama.cpp's build_ffn and
 // build_moe_ffn run each: SwiGLU; GeGLU with ggml's tanh-approximated GELU (LLM_FFN_GELU,
@@ -47,6 +57,7 @@ struct ProductArgs {
   float* xp = nullptr;  // the prepared rows
   kernels::WeightRows widen{};
   kernels::Int8Weights int8{};
+  kernels::Bf16Weights bf16{};
 };
 
 // One of spattn's prefill product kernels as the graph runs it: the fewest rows it takes w's
@@ -68,7 +79,7 @@ struct ProductKernel {
 const ProductKernel kInt8Kernel{
     0,
     &int8_product_min_rows,
-    [](int64_t n, int64_t k) { return kernels::gemm_widen_packed_floats(n, k); },
+    &int8_rows_at,
     [](const ProductArgs& a, int ith, int nth) {
       kernels::gemm_int8_quantize(a.x, a.n, a.k, a.ldx, reinterpret_cast<uint8_t*>(a.xp), ith, nth);
     },
@@ -99,9 +110,28 @@ const ProductKernel kWidenKernel{1,
                                                            nth);
                                  }};
 
-// In the order a product looks for its kernel: the integer one first.
-constexpr int kProductKernels = 2;
-const ProductKernel* const kKernels[kProductKernels] = {&kInt8Kernel, &kWidenKernel};
+// bf16 weights on vdpbf16ps (kernels/gemm_bf16.hpp): the rows rounded to bf16, after the
+// integer product's.
+const ProductKernel kBf16Kernel{
+    2,
+    &bf16_product_min_rows,
+    &bf16_rows_at,
+    [](const ProductArgs& a, int ith, int nth) {
+      kernels::gemm_bf16_round(a.x, a.n, a.k, a.ldx, reinterpret_cast<uint16_t*>(a.xp), ith, nth);
+    },
+    [](const Model::Weight& w, ProductArgs& a) {
+      a.bf16 = {w.t->data, int64_t(w.t->nb[1]), w.t->ne[1]};
+      kernels::gemm_bf16_check(a.bf16, a.k);
+    },
+    [](const ProductArgs& a, float* c, int64_t ldc, int ith, int nth) {
+      kernels::gemm_bf16_run(a.bf16, reinterpret_cast<const uint16_t*>(a.xp), a.n, a.k, c, ldc, ith,
+                             nth);
+    }};
+
+// In the order a product looks for its kernel: the integer one first (each takes its own
+// weight types: no two take the same matrix).
+constexpr int kProductKernels = 3;
+const ProductKernel* const kKernels[kProductKernels] = {&kInt8Kernel, &kWidenKernel, &kBf16Kernel};
 
 // Every tensor of the graph is placed by hand on the session's buffers (the context allocates
 // nothing). A buffer is reused along the chain (h holds the normed rows, then Wo's output,
@@ -301,6 +331,13 @@ int64_t int8_product_min_rows(const Model::Weight& w) {
                                                                 : 0;
 }
 
+// The bf16 product's rows: bf16 matrices in ggml's own layout (ggml repacks none on x86), on a
+// CPU where it measured faster than ggml's products (kernels::gemm_bf16_min_rows).
+int64_t bf16_product_min_rows(const Model::Weight& w) {
+  return w.type == gguf::GgmlType::bf16 && !w.repacked && !w.experts ? kernels::gemm_bf16_min_rows()
+                                                                     : 0;
+}
+
 // The widened product's rows, where the integer product does not take w.
 int64_t widen_product_min_rows(const Model::Weight& w) {
   if (int8_product_min_rows(w) > 0) return 0;
@@ -311,8 +348,16 @@ int64_t widen_product_min_rows(const Model::Weight& w) {
 }  // namespace
 
 int64_t spattn_product_min_rows(const Model::Weight& w) {
-  const int64_t i8 = int8_product_min_rows(w);
-  return i8 > 0 ? i8 : widen_product_min_rows(w);
+  for (const ProductKernel* K : kKernels)
+    if (const int64_t from = K->min_rows(w); from > 0) return from;
+  return 0;
+}
+
+bool spattn_product_bf16(const Model::Weight& w) { return bf16_product_min_rows(w) > 0; }
+
+int64_t spattn_prepared_floats(int64_t n, int64_t k, bool bf16) {
+  return bf16 ? bf16_rows_at(n, k) + (kernels::gemm_bf16_act_bytes(n, k) + 3) / 4
+              : bf16_rows_at(n, k);
 }
 
 // A built graph and what its nodes point at: the builder's products' arguments (the custom

@@ -62,6 +62,15 @@ struct RowBuffers {
 // (vector_product.hpp).
 int64_t spattn_product_min_rows(const Model::Weight& w);
 
+// Whether w's product on spattn's kernel is the bf16 one (kernels/gemm_bf16.hpp), whose rounded
+// rows need their own room in an input's buffer.
+bool spattn_product_bf16(const Model::Weight& w);
+
+// Floats an input's buffer (RowBuffers) needs for spattn's products to prepare n rows of k
+// values in it: the widened product's panels, the integer product's quantized rows, and with
+// bf16 the bf16 product's rounded rows.
+int64_t spattn_prepared_floats(int64_t n, int64_t k, bool bf16);
+
 // What one graph computes for n rows: the tail of layer `tail` (none when < 0), then the head
 // of layer `head` (none when < 0 or past the last layer), then, with `logits`, the model's
 // output head over the n rows into logits [n, n_vocab]. (The session runs the last layer's

@@ -47,8 +47,6 @@
 #include "core/threading.hpp"
 #include "dist/ring_attention.hpp"
 #include "core/rope.hpp"
-#include "kernels/gemm_int8.hpp"
-#include "kernels/gemm_widen.hpp"
 #include "methods/dsa.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
@@ -487,10 +485,11 @@ struct Session::Impl {
     if (pack) {
       // Their packed inputs go into q, att and up (layer_graph.hpp: RowBuffers), rows padded to
       // whole panels.
-      // The integer product's quantized rows follow the widened product's panels.
+      // The integer product's quantized rows follow the widened product's panels, and the
+      // bf16 product's rounded rows those, where some matrix takes it.
+      const bool bf16 = any_product([](const Model::Weight& w) { return spattn_product_bf16(w); });
       const auto packed = [&](int64_t cols) {
-        return size_t(kernels::gemm_widen_packed_floats(max_rows, cols) +
-                      (kernels::gemm_int8_act_bytes(max_rows, cols) + 3) / 4);
+        return size_t(spattn_prepared_floats(max_rows, cols, bf16));
       };
       q.resize(std::max(q.size(), packed(dq)));
       att.resize(std::max(att.size(), packed(std::max(hd, dq))));
@@ -500,17 +499,22 @@ struct Session::Impl {
 
   // Whether a call of max_rows rows would run some product on spattn's kernel.
   bool has_spattn_products(int64_t max_rows) const {
-    const auto ours = [&](const Model::Weight& w) {
+    return any_product([&](const Model::Weight& w) {
       const int64_t from = spattn_product_min_rows(w);
       return from > 0 && from <= max_rows;
-    };
-    if (ours(m.output())) return true;
+    });
+  }
+
+  // Whether pred holds for the output head or a layer's dense matrix.
+  template <class Pred>
+  bool any_product(Pred pred) const {
+    if (pred(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
       for (const Model::Weight* w :
            {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wq_a, &L.wq_b, &L.wkv_a,
             &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-        if (w->t && ours(*w)) return true;  // a MoE layer has no gate, up, down
+        if (w->t && pred(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
   }

@@ -1,12 +1,14 @@
 // bench_products (spattn bench-products): one row per asked type with positive, finite rates,
 // the widened product's only where it takes the type, the repacked layout's only where ggml
 // repacks the type, the int8 peak exactly where the integer products run on vpdpbusd, and bad
-// options as errors. Not a timing check.
+// options as errors; the bf16 row beside ggml's exactly where bf16 is asked for. Not a timing
+// check.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "kernels/gemm_bf16.hpp"
 #include "kernels/gemm_int8.hpp"
 #include "model/ggml_repack.hpp"
 #include "spattn/error.hpp"
@@ -38,6 +40,20 @@ TEST(BenchProducts, RowsForTheAskedTypes) {
   EXPECT_EQ(b.results[1].widen_gflops, 0.0);
   EXPECT_EQ(b.vnni, kernels::gemm_int8_vnni());
   EXPECT_EQ(b.peak.int8_dot_gops > 0, b.vnni);
+  EXPECT_FALSE(b.bf16.has_value());
+}
+
+TEST(BenchProducts, Bf16RowBesideGgmls) {
+  ProductBenchOptions o;
+  o.m = 48, o.k = 256, o.n = 40, o.repeat = 1, o.threads = 2;
+  o.types = {"bf16"};
+  const ProductBench b = bench_products(o);
+  EXPECT_TRUE(b.results.empty());
+  ASSERT_TRUE(b.bf16.has_value());
+  EXPECT_TRUE(std::isfinite(b.bf16->gflops) && b.bf16->gflops > 0);
+  EXPECT_TRUE(std::isfinite(b.bf16->ggml_gflops) && b.bf16->ggml_gflops > 0);
+  EXPECT_GE(b.bf16->round_ms, 0.0);
+  EXPECT_EQ(b.bf16_dot, kernels::gemm_bf16_dot());
 }
 
 TEST(BenchProducts, BadOptionsAreErrors) {

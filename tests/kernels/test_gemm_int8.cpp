@@ -202,6 +202,41 @@ TEST(GemmInt8, VectorPathIsThePortablePathsBits) {
     }
 }
 
+// Each set of vector loops this CPU has (AVX-512 VNNI, AVX-VNNI, AVX2), forced, against the
+// portable loops bit for bit; and q8_0 weights of -128 and 127 against activations of +-127,
+// where AVX2's vpmaddubsw pairs come nearest int16's saturation (2 x 128 x 127).
+TEST(GemmInt8, EveryVectorLoopsAreThePortablePathsBits) {
+  int ran = 0;
+  for (kernels::Int8Loops l :
+       {kernels::Int8Loops::avx512vnni, kernels::Int8Loops::avxvnni, kernels::Int8Loops::avx2}) {
+    for (Int8Format f : kernels::kInt8Formats) {
+      Problem p = make(f, 29, 11, 512, 71 + uint32_t(f));
+      if (f == Int8Format::q8_0) {  // the extremes in the first weight rows and activation rows
+        for (int64_t j = 0; j < 3; ++j)
+          for (int64_t b = 0; b < p.k / 32; ++b)
+            for (int l2 = 0; l2 < 32; ++l2)
+              p.w[size_t(j * p.row_bytes + b * 34 + 2 + l2)] =
+                  uint8_t(j == 0   ? 0x80
+                          : j == 1 ? 0x7f
+                                   : (l2 % 2 ? 0x80 : 0x7f));
+        for (int64_t r = 0; r < 2; ++r)
+          for (int64_t t = 0; t < p.k; ++t)
+            p.x[size_t(r * p.ldx + t)] = r == 0 ? 1.0f : (t % 3 ? -1.0f : 1.0f);
+      }
+      const std::vector<uint8_t> xq = quantize(p.x, p.n, p.k, p.ldx, 1);
+      std::vector<float> v(size_t(p.n * p.ldc), 12345.0f), c = v;
+      if (!kernels::gemm_int8_run_on(l, weights(p), xq.data(), p.n, p.k, v.data(), p.ldc)) break;
+      kernels::gemm_int8_run_portable(weights(p), xq.data(), p.n, p.k, c.data(), p.ldc);
+      ++ran;
+      for (size_t i = 0; i < c.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(v[i]), std::bit_cast<uint32_t>(c[i]))
+            << "loops " << int(l) << ", " << gguf::type_name(kernels::ggml_type_of(f))
+            << " element " << i;
+    }
+  }
+  if (ran == 0) SPATTN_SKIP_NOT_APPLICABLE("no vector loops for the integer products here");
+}
+
 TEST(GemmInt8, SameBitsForAnyRowCountAndThreadSplit) {
   for (Int8Format f : {Int8Format::q8_0, Int8Format::q4_K, Int8Format::q6_K}) {
     Problem p = make(f, 50, 29, 768, 41 + uint32_t(f));
@@ -216,12 +251,12 @@ TEST(GemmInt8, SameBitsForAnyRowCountAndThreadSplit) {
   }
 }
 
-// Over ggml's repacked copy (q4_0, q4_K, iq4_nl on x86: 8 rows interleaved) the product gives
+// Over ggml's repacked copy (q4_0, q4_K, iq4_nl, mxfp4 on x86: 8 rows interleaved) the product gives
 // the bits it gives over the rows in ggml's own layout, on the vector and the portable path;
 // the copy is recognised as the layout, and a copy not in it (a scale byte changed) is not.
 TEST(GemmInt8, GgmlsRepackedRowsGiveTheRowsBits) {
   int checked = 0;
-  for (Int8Format f : {Int8Format::q4_0, Int8Format::q4_K, Int8Format::iq4_nl}) {
+  for (Int8Format f : {Int8Format::q4_0, Int8Format::q4_K, Int8Format::iq4_nl, Int8Format::mxfp4}) {
     // 7 groups of 8 rows: 3 whole tiles of 16 (the vector unpack where the CPU has one) and
     // one of 8 rows (the scalar unpack).
     Problem p = make(f, 56, 21, 1024, 61 + uint32_t(f));

@@ -9,6 +9,9 @@
 #include <filesystem>
 #include <random>
 
+#include "kernels/gemm_bf16.hpp"
+#include "kernels/gemm_int8.hpp"
+#include "model/layer_graph.hpp"
 #include "model/tensor_table.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/dtype.hpp"
@@ -530,6 +533,45 @@ TEST(ModelForward, LlamaRepackedQuantizedEqualsPlainForward) {
       for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
         if (w->repacked) EXPECT_TRUE(w->int8_interleaved) << "layer " << l;
     }
+  }
+  expect_equals_plain(mu, dense_opts(88, 64), 88, 3, kQuantTol);
+}
+// mxfp4 and iq4_xs matrices: mxfp4 is gpt-oss's experts' format (its MXFP4_MOE files keep the
+// other matrices in q8_0), here every other matrix, to run the integer products' mxfp4 tile in
+// a model; ggml repacks mxfp4 on x86 (block_mxfp4x8) and prefill's integer products read that
+// copy where the CPU has AVX-512 VNNI, so the loader must find it in their layout.
+TEST(ModelForward, LlamaMxfp4EqualsPlainForward) {
+  const MadeUp mu = make_model(Arch::llama, false, false, 5, 64,
+                               {WeightType::mxfp4, WeightType::iq4_xs}, 256, 512);
+  {
+    const Model model(mu.refs);
+    int mxfp4 = 0;
+    for (int64_t l = 0; l < mu.cfg.n_layer; ++l) {
+      const Model::Layer& L = model.layer(l);
+      for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down}) {
+        if (w->repacked) EXPECT_TRUE(w->int8_interleaved) << "layer " << l;
+        if (w->type != WeightType::mxfp4) continue;
+        ++mxfp4;
+        // Prefill's 88 rows take the integer product wherever the CPU has its vector loops.
+        if (kernels::gemm_int8_vnni()) EXPECT_EQ(spattn_product_min_rows(*w), 16) << "layer " << l;
+      }
+    }
+    EXPECT_GT(mxfp4, 4);
+  }
+  expect_equals_plain(mu, dense_opts(88, 64), 88, 3, kQuantTol);
+}
+// bf16 matrices: where the CPU has AVX512_BF16 prefill's calls of 64 rows or more run on
+// spattn's bf16 product (kernels/gemm_bf16.hpp), the shorter ones (88 rows in ubatches of 64:
+// 64 and 24) on ggml's; both round the activations to bf16 (2^-9 relative), which every row
+// and the KV cache carry: 1.0% of the largest logit when measured, within the 8-bit activations'
+// rounding (kQuantTol), where a wrong row or column is off by the logits' own size.
+TEST(ModelForward, LlamaBf16EqualsPlainForward) {
+  const MadeUp mu = make_model(Arch::llama, false, false, 6, 64, {WeightType::bf16}, 256, 512);
+  {
+    const Model model(mu.refs);
+    const Model::Layer& L = model.layer(0);
+    for (const Model::Weight* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down})
+      EXPECT_EQ(spattn_product_min_rows(*w), kernels::gemm_bf16_dot() ? 64 : 0);
   }
   expect_equals_plain(mu, dense_opts(88, 64), 88, 3, kQuantTol);
 }

@@ -70,7 +70,7 @@ uint16_t moderate_f16(std::mt19937_64& rng) {
 }
 
 TEST(QuantFormats, EveryFormatHasItsGgmlBlockSize) {
-  ASSERT_EQ(ref::formats().size(), 14u);
+  ASSERT_EQ(ref::formats().size(), 15u);
   for (const ref::Format& f : ref::formats()) {
     EXPECT_EQ(spattn::gguf::block_size(f.type), f.block) << type_name(f.type);
     EXPECT_EQ(spattn::gguf::block_bytes(f.type), f.bytes) << type_name(f.type);
@@ -100,7 +100,7 @@ TEST(QuantFormats, EdgeBlocksMatchTheReferenceBitForBit) {
                             0xfbff, 0x7c00, 0xfc00, 0x7e00, 0xfe00, 0x7c01, 0x7dff};
   std::mt19937_64 rng(21);
   for (const ref::Format& f : ref::formats()) {
-    if (f.f16_fields.empty()) continue;  // bf16: every pattern is checked below
+    if (f.f16_fields.empty()) continue;  // bf16: every pattern is checked below; mxfp4: above
     std::vector<uint8_t> zero(static_cast<size_t>(f.bytes), 0);
     compare(f, zero.data(), f.block, "all-zero block");
     if (f.f16_fields.size() == 2) {  // two different NaNs in d and m / dmin (found by fuzz_quant)
@@ -183,7 +183,9 @@ TEST(QuantFormats, ComparisonReportsAOneBitDifference) {
 // most [-amax, amax], which 2^bits levels cut into 2^bits - 1 steps, so no element of a
 // format with b-bit quants can be further than 2 amax / (2^b - 1) from its value (the
 // rounding of the f16 scales and the 6- or 4-bit sub-block scales of the K-quants are well
-// inside that). f16 and bf16 round to nearest: half an ulp, 2^-11 and 2^-8 relative.
+// inside that). f16 and bf16 round to nearest: half an ulp, 2^-11 and 2^-8 relative. mxfp4's
+// scale is the power of two 2^(floor(log2 amax) - 3) (ggml's quantizer), its largest value 12
+// of those: a value near amax (up to 16 of them) clamps to 12, less than amax / 2 away.
 TEST(QuantFormats, RoundTripIsWithinEachFormatsResolution) {
   const std::map<GgmlType, int> bits = {
       {GgmlType::q8_0, 8}, {GgmlType::q4_0, 4}, {GgmlType::q4_1, 4},   {GgmlType::q5_0, 5},
@@ -209,7 +211,7 @@ TEST(QuantFormats, RoundTripIsWithinEachFormatsResolution) {
         const int64_t b0 = i / f.block * f.block;
         float amax = 0;
         for (int64_t j = b0; j < b0 + f.block; ++j) amax = std::max(amax, std::abs(x[size_t(j)]));
-        bound = 2.0 * amax / ((1 << bits.at(f.type)) - 1);
+        bound = f.type == GgmlType::mxfp4 ? amax / 2.0 : 2.0 * amax / ((1 << bits.at(f.type)) - 1);
       }
       const double err = std::abs(double(x[size_t(i)]) - double(y[size_t(i)]));
       worst = std::max(worst, err / bound);
