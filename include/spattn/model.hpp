@@ -310,8 +310,12 @@ struct SessionOptions {
   // deepseek2 graph; true caches every head's expanded k and v (2 x heads x head dim) and
   // attends as multi-head attention (the reference the absorbed form is tested against). A
   // latent wider than the attention kernels' heads (kv_lora_rank + rope > 256: DeepSeek-V3's
-  // 576) runs expanded.
+  // 576) runs expanded, and so does a file in the legacy layout (attn_kv_b whole, deepseek2),
+  // which llama.cpp also runs expanded (is_mla false: llama-model.cpp), unless
+  // mla_latent_legacy asks for the absorbed form over its split attn_kv_b (the tests' way to
+  // hold both forms to each other on one file).
   bool mla_expanded = false;
+  bool mla_latent_legacy = false;
   void validate() const;
 };
 

@@ -70,7 +70,8 @@ namespace {
 // latent's width.
 bool latent_cache(const Config& c, const SessionOptions& o) {
   const int64_t w = c.kv_lora_rank + c.rot();
-  return c.is_mla() && !o.mla_expanded && w % 8 == 0 && w <= 256;
+  return c.is_mla() && !o.mla_expanded &&
+         (arch_traits(c.arch).mla_absorbed || o.mla_latent_legacy) && w % 8 == 0 && w <= 256;
 }
 Session::AttentionShape shape_of(const Config& c, const SessionOptions& o) {
   if (latent_cache(c, o)) return {c.n_head, 1, c.kv_lora_rank + c.rot(), true};

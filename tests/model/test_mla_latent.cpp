@@ -57,6 +57,7 @@ std::vector<float> logits(const model::Model& m, bool expanded, const std::strin
   o.n_ubatch = 16;
   o.cache_type_k = o.cache_type_v = spattn::KVType::f32;
   o.mla_expanded = expanded;
+  o.mla_latent_legacy = true;  // deepseek2's attn_kv_b layout too
   o.attn = o.attn_decode = attn;
   model::Session s(m, o);
   EXPECT_EQ(s.attention_shape().latent, !expanded);
@@ -143,6 +144,7 @@ TEST(MlaLatent, CacheHoldsTheLatentPerToken) {
     model::SessionOptions o;
     o.n_ctx = 256;
     o.cache_type_k = o.cache_type_v = t;
+    o.mla_latent_legacy = true;
     const model::Session latent(m, o);
     const int64_t w = c.kv_lora_rank + c.rot();  // 40
     EXPECT_EQ(latent.cache().kv_heads(), 1);
@@ -163,7 +165,7 @@ TEST(MlaLatent, CacheHoldsTheLatentPerToken) {
 TEST(MlaLatent, RunJsonReportsTheLatentCache) {
   const spattn::test::TempDir d("spattn_mla_latent");
   const std::string p = (d / "m.gguf").string();
-  const ModelShape s = tiny("deepseek-v3");
+  const ModelShape s = tiny("deepseek-v3.2");  // the absorbed layout: latent by default
   spattn::make_model(p, s);
   const auto r = spattn::test::run_spattn("run -m " + p + " -p hi -n 2 -c 256 --json", d);
   ASSERT_EQ(r.code(), 0) << r.err;
