@@ -21,9 +21,9 @@ namespace {
 
 // Blocks of columns a tile is unpacked for, then reused across every activation row: 256 (8192
 // columns; two tiles of them, 416 KB, stay in L2) so that each output is accumulated in
-// registers over all of k (up to 8192) and stored once. Why so many: C is read and written once per chunk, and its
-// rows lie m floats apart (8 KB for m = 2048), so a tile's pass down n rows of C missed every
-// cache level; with 16-block chunks those misses took a third of the product's time
+// registers over all of k (up to 8192) and stored once. Why so many: C is read and written
+// once per chunk, and its rows lie m floats apart (8 KB for m = 2048), so a tile's pass down n
+// rows of C missed every cache level; with 16-block chunks those misses took a third of the product's time
 // (perf on bench-products, Zen 5). The activations (n x 1.25 k bytes) stream from L2 or L3,
 // eight rows at a time.
 constexpr int64_t kChunkBlocks = 256;
