@@ -108,6 +108,12 @@ namespace spattn {
 // Keys per kernel tile; also the key-block size the observer reports in (beta in MOMO).
 inline constexpr int64_t kKeyBlock = 64;
 
+// Largest head dim the kernels take (a multiple of 8): the latent attention's absorbed form
+// over DeepSeek's MLA cache, one kv head of the 512-wide kv latent then the 64-wide rope key
+// (DeepSeek-V2's paper, section 2.1.2; llama.cpp's MQA over its MLA cache), which every
+// DeepSeek V2 / V3 / V3.2 and GLM-5 file carries.
+inline constexpr int64_t kMaxHeadDim = 576;
+
 // Sees, for each computed key tile, every row's log-sum-exp over that tile's keys (natural
 // log of sum exp(scaled score)), for causal-visible keys only (-inf if a row saw none).
 // Called from worker threads, but a given (q_head, row) is only ever reported by one thread,

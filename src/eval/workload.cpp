@@ -21,6 +21,7 @@
 // Strengths are given as the scaled score (q.k / sqrt(d)) a pattern's target key gets, so
 // they mean the same at every head dim; they are set so planted patterns beat the background
 // mass of a 32K context (log 32768 ~ 10.4) by a wide margin.
+#include "spattn/attention.hpp"
 #include "spattn/workload.hpp"
 
 #include <algorithm>
@@ -157,8 +158,8 @@ void validate(const WorkloadConfig& c) {
   const int64_t kvh = c.kv_heads ? c.kv_heads : c.heads;
   SPATTN_CHECK(c.heads % kvh == 0, "workload: heads (", c.heads,
                ") must be a multiple of kv_heads (", kvh, ")");
-  SPATTN_CHECK(c.dim >= 8 && c.dim <= 256 && c.dim % 8 == 0,
-               "workload: dim must be a multiple of 8 in [8, 256], got ", c.dim);
+  SPATTN_CHECK(c.dim >= 8 && c.dim <= kMaxHeadDim && c.dim % 8 == 0,
+               "workload: dim must be a multiple of 8 in [8, ", kMaxHeadDim, "], got ", c.dim);
   SPATTN_CHECK(std::isfinite(c.rope_theta) && c.rope_theta > 1.0,
                "workload: rope_theta must be finite and > 1, got ", c.rope_theta);
   SPATTN_CHECK(c.frame_tokens >= 0, "workload: frame_tokens must be >= 0 (0: default), got ",

@@ -44,8 +44,8 @@ inline void StoreKeyK(KVType t, unsigned char* tile, int64_t jj, const float* ro
     case KVType::f16: return StoreKeyK16<KVType::f16>(tile, jj, row, d);
     case KVType::bf16: return StoreKeyK16<KVType::bf16>(tile, jj, row, d);
     case KVType::q8_0: {
-      int8_t qs[256];
-      uint16_t sc[256 / 32];
+      int8_t qs[kMaxHeadDim];
+      uint16_t sc[kMaxHeadDim / 32];
       kv_quantize_q8_0(row, d, qs, sc);
       int8_t* q = reinterpret_cast<int8_t*>(tile);
       uint16_t* scales = reinterpret_cast<uint16_t*>(tile + d * kTileKeys);
@@ -94,7 +94,7 @@ void PackRange(PackedKVData& kv, const TensorView& k, const TensorView& v, const
   if (n <= 0) return;
   const int64_t t0 = first / kTileKeys, t1 = (first + n - 1) / kTileKeys + 1;
   parallel_for(kv.kv_heads * (t1 - t0), threads, [&](int64_t item, int) {
-    alignas(64) float row_buf[512];
+    alignas(64) float row_buf[kMaxHeadDim];  // a row of d floats, or of dp 16-bit values
     const int64_t h = item / (t1 - t0), t = t0 + item % (t1 - t0);
     const int64_t a = std::max(first, t * kTileKeys), b = std::min(first + n, (t + 1) * kTileKeys);
     T* kt = kv.k_tile<T>(h, t);
@@ -113,7 +113,7 @@ inline void PackRangeStored(PackedKVData& kv, const TensorView& k, const TensorV
   if (n <= 0) return;
   const int64_t t0 = first / kTileKeys, t1 = (first + n - 1) / kTileKeys + 1;
   parallel_for(kv.kv_heads * (t1 - t0), threads, [&](int64_t item, int) {
-    alignas(64) float row[256];
+    alignas(64) float row[kMaxHeadDim];
     const int64_t h = item / (t1 - t0), t = t0 + item % (t1 - t0);
     const int64_t a = std::max(first, t * kTileKeys), b = std::min(first + n, (t + 1) * kTileKeys);
     for (int64_t i = a; i < b; ++i) {

@@ -34,8 +34,8 @@ inline constexpr int64_t kInPlaceRows = 2 * kR;
 
 // Zeros standing in for the missing groups of a last, partial group tile: masked scores, and
 // P = 0 times a zero V adds nothing. A K group is d x 16 and a V group 16 x dp values, d and
-// dp at most 256 (init_packed).
-alignas(64) inline constexpr uint16_t kZeroGroup[256 * kKeyGroup] = {};
+// dp at most kMaxHeadDim (init_packed).
+alignas(64) inline constexpr uint16_t kZeroGroup[kMaxHeadDim * kKeyGroup] = {};
 
 struct GroupTile {
   const uint16_t* k[kGroupsPerTile];  // K group [d][16]

@@ -35,8 +35,8 @@ Operands operands_for(DType dtype, bool bf16_dot) {
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all, KVType k_type, KVType v_type) {
   SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
-  SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= 256,
-               "PackedKV: head dim must be a multiple of 8 up to 256, got ", dim);
+  SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= kMaxHeadDim,
+               "PackedKV: head dim must be a multiple of 8 up to ", kMaxHeadDim, ", got ", dim);
   SPATTN_CHECK(capacity > 0 && capacity <= (int64_t(1) << 31),
                "PackedKV: capacity must be in [1, 2^31] keys, got ", capacity);
   for (KVType t : {k_type, v_type})

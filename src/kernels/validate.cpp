@@ -99,8 +99,8 @@ void validate_attention_args(const TensorView& q, const TensorView& k, const Ten
                dtype_name(q.dtype), ", k ", dtype_name(k.dtype), ", v ", dtype_name(v.dtype), ")");
   SPATTN_CHECK(q.dim == k.dim && k.dim == v.dim, "head dims must match (q ", q.dim, ", k ", k.dim,
                ", v ", v.dim, ")");
-  SPATTN_CHECK(q.dim % 8 == 0 && q.dim <= 256, "head dim must be a multiple of 8 up to 256, got ",
-               q.dim);
+  SPATTN_CHECK(q.dim % 8 == 0 && q.dim <= kMaxHeadDim, "head dim must be a multiple of 8 up to ",
+               kMaxHeadDim, ", got ", q.dim);
   SPATTN_CHECK(k.heads == v.heads, "k and v heads must match (", k.heads, " vs ", v.heads, ")");
   SPATTN_CHECK(k.seq == v.seq, "k and v lengths must match (", k.seq, " vs ", v.seq, ")");
   SPATTN_CHECK(q.heads % k.heads == 0, "q heads (", q.heads, ") must be a multiple of kv heads (",

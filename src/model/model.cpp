@@ -20,6 +20,7 @@
 #include "ggml.h"
 #include "kernels/gemm_int8.hpp"
 #include "model/ggml_repack.hpp"
+#include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 #include "model/tensor_table.hpp"
 #include "spattn/model.hpp"
@@ -39,9 +40,9 @@ void Config::validate() const {
   pos(n_vocab, "vocabulary size");
   SPATTN_CHECK(n_head % n_head_kv == 0, "model: head_count (", n_head,
                ") must be a multiple of head_count_kv (", n_head_kv, ")");
-  SPATTN_CHECK(head_dim % 8 == 0 && head_dim <= 256,
-               "model: head dim must be a multiple of 8 up to 256 (the kernels' layout), got ",
-               head_dim);
+  SPATTN_CHECK(head_dim % 8 == 0 && head_dim <= kMaxHeadDim,
+               "model: head dim must be a multiple of 8 up to ", kMaxHeadDim,
+               " (the kernels' layout), got ", head_dim);
   SPATTN_CHECK(rms_eps > 0 && rms_eps < 1, "model: layer_norm_rms_epsilon must be in (0, 1), got ",
                rms_eps);
   SPATTN_CHECK(rope_base > 1, "model: rope.freq_base must be > 1, got ", rope_base);

@@ -71,7 +71,8 @@ namespace {
 bool latent_cache(const Config& c, const SessionOptions& o) {
   const int64_t w = c.kv_lora_rank + c.rot();
   return c.is_mla() && !o.mla_expanded &&
-         (arch_traits(c.arch).mla_absorbed || o.mla_latent_legacy) && w % 8 == 0 && w <= 256;
+         (arch_traits(c.arch).mla_absorbed || o.mla_latent_legacy) && w % 8 == 0 &&
+         w <= kMaxHeadDim;
 }
 Session::AttentionShape shape_of(const Config& c, const SessionOptions& o) {
   if (latent_cache(c, o)) return {c.n_head, 1, c.kv_lora_rank + c.rot(), true};

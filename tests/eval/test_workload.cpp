@@ -179,7 +179,7 @@ TEST(Workload, BadConfigsThrow) {
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.heads = 3, c.kv_heads = 2; })), Error);
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.kv_heads = -1; })), Error);
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 12; })), Error);
-  EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 264; })), Error);
+  EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = kMaxHeadDim + 8; })), Error);
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 0; })), Error);
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.rope_theta = 0; })), Error);
   EXPECT_THROW(make_workload(bad([](WorkloadConfig& c) { c.rope_theta = NAN; })), Error);
@@ -188,7 +188,7 @@ TEST(Workload, BadConfigsThrow) {
   EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.seq = 1; })));
   EXPECT_NO_THROW(
       make_workload(bad([](WorkloadConfig& c) { c.dim = 8, c.kind = WorkloadKind::mixed; })));
-  EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = 256, c.seq = 64; })));
+  EXPECT_NO_THROW(make_workload(bad([](WorkloadConfig& c) { c.dim = kMaxHeadDim, c.seq = 64; })));
 }
 
 TEST(Workload, RopeScoresDependOnRelativePositionOnly) {

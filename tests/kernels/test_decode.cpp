@@ -124,6 +124,10 @@ TEST(DecodeKernel, EveryGroupSizeAndHeadDim) {
     for (int64_t d : {8, 64, 72, 80, 128, 256})
       all.push_back(prepare({DType::f32, g, 1, 3, 130, d, true}));
   all.push_back(prepare({DType::bf16, 8, 1, 16, 200, 72, true}));  // bf16 dot tail: 72 = 2 x 32 + 8
+  // The widest head dim (kMaxHeadDim), and DeepSeek's absorbed latent attention as the runner
+  // decodes it: 128 q heads over one kv head of 576.
+  all.push_back(prepare({DType::f32, 4, 1, 3, 130, kMaxHeadDim, true}));
+  all.push_back(prepare({DType::bf16, 128, 1, 1, 150, kMaxHeadDim, true}));
   for_each_target([&] {
     for (const Prepared& p : all) check(p);
   });

@@ -64,15 +64,27 @@ using test::for_each_target;
 
 TEST(DenseKernel, MatchesReferenceAcrossDtypesShapesTargets) {
   const std::vector<Case> cases = {
-      {DType::f32, 2, 2, 1, 1, 64, true},     {DType::f32, 2, 1, 63, 63, 64, true},
-      {DType::f32, 4, 2, 65, 65, 128, true},  {DType::f32, 2, 2, 65, 65, 80, false},
-      {DType::f32, 3, 1, 17, 130, 128, true}, {DType::f32, 2, 2, 70, 200, 64, false},
-      {DType::bf16, 2, 2, 63, 63, 128, true}, {DType::bf16, 4, 2, 65, 129, 80, true},
-      {DType::bf16, 2, 1, 65, 65, 64, false}, {DType::f16, 2, 2, 65, 65, 128, true},
-      {DType::f16, 4, 1, 33, 100, 80, true},  {DType::f16, 2, 2, 1, 77, 64, false},
-      {DType::f32, 1, 1, 1, 300, 128, true},  {DType::bf16, 2, 2, 1, 1, 128, true},
-      {DType::f32, 1, 1, 200, 200, 8, true},  {DType::f32, 1, 1, 100, 100, 256, true},
+      {DType::f32, 2, 2, 1, 1, 64, true},
+      {DType::f32, 2, 1, 63, 63, 64, true},
+      {DType::f32, 4, 2, 65, 65, 128, true},
+      {DType::f32, 2, 2, 65, 65, 80, false},
+      {DType::f32, 3, 1, 17, 130, 128, true},
+      {DType::f32, 2, 2, 70, 200, 64, false},
+      {DType::bf16, 2, 2, 63, 63, 128, true},
+      {DType::bf16, 4, 2, 65, 129, 80, true},
+      {DType::bf16, 2, 1, 65, 65, 64, false},
+      {DType::f16, 2, 2, 65, 65, 128, true},
+      {DType::f16, 4, 1, 33, 100, 80, true},
+      {DType::f16, 2, 2, 1, 77, 64, false},
+      {DType::f32, 1, 1, 1, 300, 128, true},
+      {DType::bf16, 2, 2, 1, 1, 128, true},
+      {DType::f32, 1, 1, 200, 200, 8, true},
+      {DType::f32, 1, 1, 100, 100, 256, true},
       {DType::f32, 2, 2, 129, 129, 72, true},
+      // The widest head dim (kMaxHeadDim: DeepSeek's absorbed latent attention), 8 q heads a
+      // kv head as there.
+      {DType::f32, 8, 1, 70, 70, kMaxHeadDim, true},
+      {DType::bf16, 8, 1, 65, 130, kMaxHeadDim, true},
   };
   for_each_target([&] {
     for (const Case& c : cases) check_case(c);

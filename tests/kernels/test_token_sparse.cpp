@@ -110,6 +110,10 @@ TEST(TokenSparse, EqualsPlainAttentionOverEachRowsKeys) {
   check_case({2, 1, 90, 200, 32, 64, KVType::f16}, 3);   // an f16 cache
   check_case({3, 3, 1, 1000, 64, 128, KVType::f16}, 4);  // one decode row
   check_case({2, 2, 5, 10, 16, 300, KVType::f32}, 5);    // every row reads all
+  // The latent attention's absorbed form: 16 q heads over one kv head of the widest head dim
+  // (kMaxHeadDim: DeepSeek's 512-wide kv latent then its 64-wide rope key), prefill and decode.
+  check_case({16, 1, 40, 300, kMaxHeadDim, 100, KVType::bf16}, 6);
+  check_case({16, 1, 1, 500, kMaxHeadDim, 64, KVType::f16}, 7);
 }
 
 TEST(TokenSparse, RefusesBadSelections) {

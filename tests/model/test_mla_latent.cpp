@@ -19,6 +19,7 @@
 
 #include "cli_run.hpp"
 #include "model/kv_cache.hpp"
+#include "spattn/attention.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
 #include "temp_dir.hpp"
@@ -108,6 +109,16 @@ TEST(MlaLatent, AbsorbedEqualsExpandedWithDsaSelection) {
     expect_forms_agree(tiny(preset), "dense");
     expect_forms_agree(tiny(preset), "dsa");
   }
+}
+
+// The real models' latent width: DeepSeek V3 / V3.2's and GLM-5's kv latent of 512 and rope key
+// of 64 (one kv head of 576, spattn::kMaxHeadDim) runs absorbed, over the latent cache.
+TEST(MlaLatent, RealLatentWidthRunsAbsorbed) {
+  ModelShape s = tiny("deepseek-v3.2");
+  s.kv_lora = 512, s.rope_dim = 64, s.head_dim = 96, s.v_head_dim = 32;
+  ASSERT_EQ(s.kv_lora + s.rope_dim, spattn::kMaxHeadDim);
+  expect_forms_agree(s, "dense");
+  expect_forms_agree(s, "dsa");
 }
 
 // A decode past the top-k reads 12 keys of its kv head a layer in the latent cache (one head),
