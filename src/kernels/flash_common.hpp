@@ -53,8 +53,14 @@ struct Problem {
   bool bf16_dot = true;  // AttnOptions::bf16_dot: for a call that packs its own K/V
   int64_t group = 1;     // q heads per kv head
   int64_t q_len = 0, kv_len = 0, dim = 0;
-  // Absolute position of query row i is i + pos_offset (bottom-right causal alignment).
+  // Absolute position of query row i is i / rows_per_position + pos_offset (bottom-right causal
+  // alignment). rows_per_position > 1: each query's rows are that many consecutive rows, one per
+  // q head of a kv head (token-sparse attention's grouped rows, which share their keys).
   int64_t pos_offset = 0;
+  int64_t rows_per_position = 1;
+
+  // The absolute position of query row `row` (the causal mask's).
+  int64_t row_position(int64_t row) const { return row / rows_per_position + pos_offset; }
   // AttnOptions::window: > 0, row i sees keys at positions > its own - window (a band).
   int64_t window = 0;
   // K/V packed by the caller (reused across calls, appended to, or in a chosen key order);
@@ -195,7 +201,7 @@ struct DensePolicy {
                    const float* /*l*/, int64_t /*dp*/) const {}
   // Scheduling weight of (h, t): the keys it may see. Items run longest first.
   int64_t cost(const Problem& p, int64_t h, int64_t t, int64_t last_q_row) const {
-    return p.causal ? last_q_row + p.pos_offset + 1 : p.kv_len;
+    return p.causal ? p.row_position(last_q_row) + 1 : p.kv_len;
   }
   // After a tile's scores are known (kMaySkip): true drops it (no exp, no P.V). The defaults
   // take any Local, so a derived policy may bring its own.

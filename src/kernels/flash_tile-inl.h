@@ -80,7 +80,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   if (n <= 0) return;
   const int64_t npad = RoundUp(n, kR);
   const int64_t kvh = h / p.group;
-  for (int64_t r = 0; r < n; ++r) sc.pos[r] = sc.rows[r] + p.pos_offset;
+  for (int64_t r = 0; r < n; ++r) sc.pos[r] = p.row_position(sc.rows[r]);
   // Packed keys the tile's last row may see: a prefix when positions ascend.
   const int64_t limit = p.causal ? kv.kv.causal_prefix(sc.pos[n - 1]) : p.kv_len;
   sc.ranges.clear();

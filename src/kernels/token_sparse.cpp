@@ -1,6 +1,9 @@
 // Token-sparse attention (spattn/token_sparse.hpp): each query row reads its own keys, gathered
 // 64 at a time from the packed cache through the dense loop's key-column hook; runs of rows
-// that see every causal key share dense tiles of up to 64 rows.
+// that see every causal key share dense tiles of up to 64 rows. A query's keys are the same for
+// every q head of a kv head, so the loop runs on grouped rows (query i's heads as consecutive
+// rows of their kv head): one gather serves up to 64 heads, where a row a head would gather the
+// same keys once per head (128 times a query for DeepSeek's absorbed latent attention).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/token_sparse.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -12,10 +15,10 @@
 #define SPATTN_KERNELS_TOKEN_SPARSE_POLICY_
 namespace spattn::kernels {
 
-// A query tile: rows [first, first + n); a run of rows reading every causal key, or one row
-// reading its list.
+// A tile: grouped rows [first, first + n); a run of rows reading every causal key, or rows of
+// one query (the selection's row `query`) reading its list.
 struct TokenTile {
-  int64_t first = 0, n = 0;
+  int64_t first = 0, n = 0, query = 0;
   bool all = false;
 };
 
@@ -39,12 +42,12 @@ struct TokenSparsePolicy : DensePolicy {
   void key_columns(const Problem&, int64_t, int64_t t, int64_t, std::vector<int64_t>& out) const {
     const TokenTile& tt = (*tiles)[size_t(t)];
     if (tt.all) return;
-    const int64_t* keys = sel->row(tt.first);
-    out.insert(out.end(), keys, keys + sel->count(tt.first));
+    const int64_t* keys = sel->row(tt.query);
+    out.insert(out.end(), keys, keys + sel->count(tt.query));
   }
   int64_t cost(const Problem& p, int64_t, int64_t t, int64_t last_q_row) const {
     const TokenTile& tt = (*tiles)[size_t(t)];
-    return tt.all ? last_q_row + p.pos_offset + 1 : sel->count(tt.first);
+    return tt.all ? p.row_position(last_q_row) + 1 : sel->count(tt.query);
   }
 };
 
@@ -65,6 +68,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
+#include <cstring>
 
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
@@ -72,7 +76,32 @@ HWY_AFTER_NAMESPACE();
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(TokenSparseEntry);
+
+namespace {
+// Rows of a tile: the dense loop's key tile width, so a run of rows reading every key is as
+// tall as it is wide.
+constexpr int64_t kTileRows = kTileKeys;
+
+// t [H, L, d] as grouped rows [H / G, L * G, d] (row i * G + g: query i of q head kv * G + g),
+// in place where t's heads of a query are contiguous in steps of one head (token-major rows,
+// one kv head), else into `copy`, `fill` choosing whether t's values are copied in.
+TensorView grouped(const TensorView& t, int64_t G, std::vector<unsigned char>& copy, bool fill) {
+  TensorView g = t;
+  g.heads = t.heads / G, g.seq = t.seq * G;
+  if (t.stride_seq == G * t.stride_head) {
+    g.stride_head = G * t.stride_head, g.stride_seq = t.stride_head;
+    return g;
+  }
+  copy.assign(size_t(t.heads * t.seq * t.dim) * dtype_size(t.dtype), 0);
+  g = TensorView::hsd(copy.data(), t.dtype, g.heads, g.seq, t.dim);
+  if (fill)
+    for (int64_t h = 0; h < t.heads; ++h)
+      for (int64_t i = 0; i < t.seq; ++i)
+        for (int64_t c = 0; c < t.dim; ++c) g.set(h / G, i * G + h % G, c, t.get(h, i, c));
+  return g;
 }
+}  // namespace
+}  // namespace kernels
 
 void TokenSelection::add(std::vector<int64_t> row) {
   std::sort(row.begin(), row.end());
@@ -96,16 +125,45 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
                    " is outside the cache's ", kv.size(), " keys or out of order");
   }
   const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
-  // Runs of rows reading every causal key, 64 to a tile; every other row a tile of its own.
+  // The loop's problem over grouped rows (G of them a query), its output and LSE in that order.
+  const int64_t G = p.group;
+  std::vector<unsigned char> q_copy, out_copy;
+  std::vector<float> lse_rows(lse && G > 1 ? size_t(q.heads * q.seq) : 0);
+  kernels::Problem gp = p;
+  if (G > 1) {
+    gp.q = kernels::grouped(q, G, q_copy, true);
+    gp.out = kernels::grouped(out, G, out_copy, false);
+    gp.lse = lse ? lse_rows.data() : nullptr;
+    gp.q_len = q.seq * G;
+    gp.group = 1;
+    gp.rows_per_position = G;
+  }
+  // Runs of rows reading every causal key, up to 64 to a tile; a listed query's rows in tiles
+  // of up to 64.
   std::vector<kernels::TokenTile> tiles;
   for (int64_t i = 0; i < sel.rows(); ++i) {
     const bool all = sel.all[size_t(i)] != 0;
-    if (all && !tiles.empty() && tiles.back().all && tiles.back().n < kernels::kTileKeys)
-      ++tiles.back().n;
-    else
-      tiles.push_back({i, 1, all});
+    for (int64_t g0 = 0; g0 < G; g0 += kernels::kTileRows) {
+      const int64_t n = std::min(kernels::kTileRows, G - g0);
+      if (all && !tiles.empty() && tiles.back().all && tiles.back().n + n <= kernels::kTileRows)
+        tiles.back().n += n;
+      else
+        tiles.push_back({i * G + g0, n, i, all});
+    }
   }
-  HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)(p, &sel, &tiles, stats);
+  Stats grouped_stats;
+  HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)(gp, &sel, &tiles, &grouped_stats);
+  // Causal entries are counted over the caller's queries, not the grouped rows.
+  if (stats) kernels::add_kernel_stats(p, {grouped_stats}, stats);
+  if (G == 1) return;
+  if (!out_copy.empty())
+    for (int64_t h = 0; h < q.heads; ++h)
+      for (int64_t i = 0; i < q.seq; ++i)
+        for (int64_t c = 0; c < q.dim; ++c) out.set(h, i, c, gp.out.get(h / G, i * G + h % G, c));
+  if (lse)
+    for (int64_t h = 0; h < q.heads; ++h)
+      for (int64_t i = 0; i < q.seq; ++i)
+        lse[h * q.seq + i] = lse_rows[size_t((h / G) * q.seq * G + i * G + h % G)];
 }
 
 }  // namespace spattn

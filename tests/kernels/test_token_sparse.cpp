@@ -116,6 +116,47 @@ TEST(TokenSparse, EqualsPlainAttentionOverEachRowsKeys) {
   check_case({16, 1, 1, 500, kMaxHeadDim, 64, KVType::f16}, 7);
 }
 
+// Token-major q and out ([seq, heads, dim], as the runner holds them) over one kv head: the loop
+// reads a query's heads in place as its grouped rows; the same values as through copies of
+// head-major views, bit for bit, and as the plain twin's.
+TEST(TokenSparse, TokenMajorRowsGroupInPlace) {
+  const int64_t hq = 16, n = 30, pos0 = 200, d = 64, L = pos0 + n;
+  Tensor q = random_tensor(DType::f32, hq, n, d, 11), k = random_tensor(DType::f32, 1, L, d, 12),
+         v = random_tensor(DType::f32, 1, L, d, 13);
+  PackedKV kv = PackedKV::pack(k.view(), v.view(), 0, 1, true, KVType::f16, KVType::f16);
+  TokenSelection sel;
+  std::vector<std::vector<int64_t>> lists;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> keys;
+    for (int64_t j = (i * 7) % 5; j <= pos0 + i; j += 3 + i % 4) keys.push_back(j);
+    lists.push_back(keys);
+    sel.add(keys);
+  }
+  std::vector<float> q_tm(size_t(hq * n * d)), out_tm(q_tm.size());
+  const TensorView qt = TensorView::shd(q_tm.data(), DType::f32, hq, n, d),
+                   ot = TensorView::shd(out_tm.data(), DType::f32, hq, n, d);
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < d; ++c) qt.set(h, i, c, q.view().get(h, i, c));
+  Tensor out(DType::f32, hq, n, d);
+  std::vector<float> lse_t(size_t(hq * n)), lse(lse_t.size());
+  AttnOptions opt;
+  opt.threads = 2;
+  opt.q_start = pos0;
+  attention_token_sparse(qt, kv, ot, sel, opt, lse_t.data());
+  attention_token_sparse(q.view(), kv, out.view(), sel, opt, lse.data());
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(lse_t[size_t(h * n + i)], lse[size_t(h * n + i)]) << "head " << h << " row " << i;
+      const std::vector<double> want =
+          plain_row(q, k, v, h, i, lists[size_t(i)], hq, KVType::f16, KVType::f16);
+      for (int64_t c = 0; c < d; ++c) {
+        ASSERT_EQ(ot.get(h, i, c), out.view().get(h, i, c)) << "head " << h << " row " << i;
+        ASSERT_NEAR(ot.get(h, i, c), want[size_t(c)], 2e-5) << "head " << h << " row " << i;
+      }
+    }
+}
+
 TEST(TokenSparse, RefusesBadSelections) {
   Tensor q = random_tensor(DType::f32, 1, 2, 16, 1), k = random_tensor(DType::f32, 1, 10, 16, 2),
          v = random_tensor(DType::f32, 1, 10, 16, 3);
