@@ -10,6 +10,7 @@
 #include "masks/block_budget.hpp"
 #include "masks/block_closure.hpp"
 #include "masks/top_k.hpp"
+#include "methods/fraction.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 
@@ -87,9 +88,9 @@ void pooled_mass(const float* row, int64_t limit, int64_t visible_end, int64_t b
 
 void check_budget(const MeanPoolBudget& b) {
   SPATTN_CHECK(b.topk >= 0, "mean_pool: topk must be >= 0, got ", b.topk);
-  SPATTN_CHECK(b.topp >= 0 && b.topp <= 1, "mean_pool: topp=", b.topp, " outside (0, 1]");
-  SPATTN_CHECK(b.min_share >= 0 && b.min_share < 1, "mean_pool: min_share=", b.min_share,
-               " outside (0, 1)");
+  // 0 is "no such budget" here (the topk one runs); anything else is a fraction.
+  if (b.topp != 0) check_fraction("mean_pool", "topp", b.topp, Fraction::up_to_one);
+  if (b.min_share != 0) check_fraction("mean_pool", "min_share", b.min_share, Fraction::below_one);
   SPATTN_CHECK(b.topp == 0 || b.min_share == 0, "mean_pool: topp or min_share, not both");
   SPATTN_CHECK(b.stride >= 0, "mean_pool: stride must be >= 0, got ", b.stride);
 }

@@ -7,6 +7,7 @@
 
 #include "masks/block_budget.hpp"
 #include "masks/top_k.hpp"
+#include "methods/fraction.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/metrics.hpp"
@@ -36,9 +37,9 @@ BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const Tenso
   SPATTN_CHECK((topp > 0) != (min_share > 0),
                "oracle_topk: give one mass budget, topp or min_share (got topp=", topp,
                ", min_share=", min_share, ")");
-  SPATTN_CHECK(topp >= 0 && topp <= 1, "oracle_topk: topp=", topp, " outside (0, 1]");
-  SPATTN_CHECK(min_share >= 0 && min_share < 1, "oracle_topk: min_share=", min_share,
-               " outside (0, 1)");
+  // 0 is "not this one" (the check above asks for exactly one); the other is a fraction.
+  if (topp != 0) check_fraction("oracle_topk", "topp", topp, Fraction::up_to_one);
+  if (min_share != 0) check_fraction("oracle_topk", "min_share", min_share, Fraction::below_one);
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb();
   std::vector<double> mass(static_cast<size_t>(nk));

@@ -47,6 +47,7 @@
 #include "kernels/long_row_scores.hpp"
 #include "masks/block_closure.hpp"
 #include "methods/block_mask_method.hpp"
+#include "methods/fraction.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
@@ -157,17 +158,14 @@ class FlexPrefill final : public BlockMaskMethod {
         "flexprefill: give one budget: gamma (topp, a mass), topk (a count) or "
         "min_share (a threshold)");
     const char* key = r.has("topp") ? "topp" : "gamma";
-    gamma_ = r.get_double(key, 0.9, -HUGE_VAL, HUGE_VAL);
-    SPATTN_CHECK(gamma_ > 0 && gamma_ <= 1, "flexprefill: ", key, "=", gamma_, " outside (0, 1]");
+    gamma_ = get_fraction(r, spec.name, key, 0.9, Fraction::up_to_one);
     budget_.value = gamma_;
     if (r.has("topk")) {
       budget_.kind = Budget::count;
       budget_.value = double(r.get_int("topk", 0, 0, int64_t(1) << 40));
     } else if (r.has("min_share")) {
       budget_.kind = Budget::share;
-      budget_.value = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(budget_.value > 0 && budget_.value < 1, "flexprefill: min_share=", budget_.value,
-                   " outside (0, 1)");
+      budget_.value = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     }
     SPATTN_CHECK(budget_.kind == Budget::mass || !r.has("qa"),
                  "flexprefill: qa goes with gamma (topp); topk and min_share read the pooled map "

@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
+#include "methods/fraction.hpp"
 #include "methods/registry.hpp"
 #include "spattn/error.hpp"
 
@@ -31,16 +32,9 @@ class MeanPool final : public BlockMaskMethod {
                  "mean_pool: give one budget: topk (blocks), topp (a mass) or min_share (a "
                  "threshold)");
     budget_.topk = r.get_int("topk", 128, 0, big);
-    if (r.has("topp")) {
-      budget_.topp = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(budget_.topp > 0 && budget_.topp <= 1, "mean_pool: topp=", budget_.topp,
-                   " outside (0, 1]");
-    }
-    if (r.has("min_share")) {
-      budget_.min_share = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(budget_.min_share > 0 && budget_.min_share < 1,
-                   "mean_pool: min_share=", budget_.min_share, " outside (0, 1)");
-    }
+    if (r.has("topp")) budget_.topp = get_fraction(r, spec.name, "topp", 1.0, Fraction::up_to_one);
+    if (r.has("min_share"))
+      budget_.min_share = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     const bool mass = budget_.topp > 0 || budget_.min_share > 0;
     SPATTN_CHECK(mass || (!r.has("est") && !r.has("stride")),
                  "mean_pool: est and stride go with topp or min_share (the mass estimate)");

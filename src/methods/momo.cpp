@@ -170,6 +170,7 @@
 #include "core/blas.hpp"
 #include "core/threading.hpp"
 #include "methods/dense_shortcut.hpp"
+#include "methods/fraction.hpp"
 #include "methods/kernel_path.hpp"
 #include "methods/registry.hpp"
 #include "spattn/blasst.hpp"
@@ -252,15 +253,9 @@ class Momo final : public Method {
     k_trim_ = r.get_int("k_trim", k_, 1, int64_t(1) << 40);
     SPATTN_CHECK(!(r.has("topp") && r.has("min_share")),
                  "momo: give topp (a mass) or min_share (a threshold), not both");
-    if (r.has("topp")) {
-      topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "momo: topp=", topp_, " outside (0, 1]");
-    }
-    if (r.has("min_share")) {
-      min_share_ = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "momo: min_share=", min_share_,
-                   " outside (0, 1)");
-    }
+    if (r.has("topp")) topp_ = get_fraction(r, spec.name, "topp", 1.0, Fraction::up_to_one);
+    if (r.has("min_share"))
+      min_share_ = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     const std::string trim = r.get_string("trim", "mass");
     SPATTN_CHECK(trim == "mass" || trim == "mean", "momo: trim='", trim, "' must be mass or mean");
     trim_mass_ = trim == "mass";

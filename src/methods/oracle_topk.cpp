@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
+#include "methods/fraction.hpp"
 #include "methods/registry.hpp"
 #include "spattn/error.hpp"
 
@@ -24,15 +25,9 @@ class OracleTopk final : public BlockMaskMethod {
                  "oracle_topk: give one budget: topk (blocks), topp (a mass) or min_share (a "
                  "threshold)");
     topk_ = r.get_int("topk", 128, 1, int64_t(1) << 40);
-    if (r.has("topp")) {
-      topp_ = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(topp_ > 0 && topp_ <= 1, "oracle_topk: topp=", topp_, " outside (0, 1]");
-    }
-    if (r.has("min_share")) {
-      min_share_ = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "oracle_topk: min_share=", min_share_,
-                   " outside (0, 1)");
-    }
+    if (r.has("topp")) topp_ = get_fraction(r, spec.name, "topp", 1.0, Fraction::up_to_one);
+    if (r.has("min_share"))
+      min_share_ = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     read_block_sizes(r, block_q_, block_k_);
     r.finish();
   }

@@ -16,6 +16,7 @@
 #include "kernels/quest_bounds.hpp"
 #include "kernels/quest_pages.hpp"
 #include "kernels/quest_scores.hpp"
+#include "methods/fraction.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
 
@@ -80,21 +81,13 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   SPATTN_CHECK(!(r.has("min_share") && (r.has("k") || r.has("topp"))),
                "quest: give min_share (a threshold) without k or topp, not both");
   p.topk = r.get_int("k", p.topk, 0, int64_t(1) << 30);
-  if (r.has("topp")) {
-    p.topp = r.get_double("topp", 1.0, -HUGE_VAL, HUGE_VAL);
-    SPATTN_CHECK(p.topp > 0 && p.topp <= 1, "quest: topp=", p.topp, " outside (0, 1]");
-  }
-  if (r.has("min_share")) {
-    p.min_share = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-    SPATTN_CHECK(p.min_share > 0 && p.min_share < 1, "quest: min_share=", p.min_share,
-                 " outside (0, 1)");
-  }
+  if (r.has("topp")) p.topp = get_fraction(r, spec.name, "topp", 1.0, Fraction::up_to_one);
+  if (r.has("min_share"))
+    p.min_share = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
   p.sink = r.get_int("sink", p.sink, 0, int64_t(1) << 30);
   p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
   p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
-  p.dense_at = r.get_double("dense_at", p.dense_at, -HUGE_VAL, HUGE_VAL);
-  SPATTN_CHECK(p.dense_at > 0 && p.dense_at <= 1, "quest: dense_at=", p.dense_at,
-               " outside (0, 1]");
+  p.dense_at = get_fraction(r, spec.name, "dense_at", p.dense_at, Fraction::up_to_one);
   const std::string sums = r.get_string("sums", p.sums == QuestSums::i8 ? "i8" : "cache");
   SPATTN_CHECK(sums == "cache" || sums == "i8", "quest: sums=", sums, " is not cache or i8");
   p.sums = sums == "i8" ? QuestSums::i8 : QuestSums::cache;

@@ -37,6 +37,7 @@
 #include "masks/block_budget.hpp"
 #include "masks/block_closure.hpp"
 #include "methods/block_mask_method.hpp"
+#include "methods/fraction.hpp"
 #include "methods/registry.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
@@ -56,13 +57,9 @@ class XAttention final : public BlockMaskMethod {
         "xattention: give one budget: tau (topp, a mass), min_share (a threshold) or "
         "topk (blocks)");
     const char* key = r.has("topp") ? "topp" : "tau";
-    tau_ = r.get_double(key, 0.9, -HUGE_VAL, HUGE_VAL);
-    SPATTN_CHECK(tau_ > 0 && tau_ <= 1, "xattention: ", key, "=", tau_, " outside (0, 1]");
-    if (r.has("min_share")) {
-      min_share_ = r.get_double("min_share", 0.5, -HUGE_VAL, HUGE_VAL);
-      SPATTN_CHECK(min_share_ > 0 && min_share_ < 1, "xattention: min_share=", min_share_,
-                   " outside (0, 1)");
-    }
+    tau_ = get_fraction(r, spec.name, key, 0.9, Fraction::up_to_one);
+    if (r.has("min_share"))
+      min_share_ = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     if (r.has("topk")) topk_ = r.get_int("topk", 0, 0, int64_t(1) << 40);
     block_q_ = r.get_int("block_q", 128, 1, 1 << 20);
     block_k_ = r.get_int("block_k", 128, 1, 1 << 20);

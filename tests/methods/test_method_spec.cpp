@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <functional>
 
+#include "methods/fraction.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
 
@@ -60,6 +61,42 @@ TEST(MethodSpec, ParamReaderChecksTypesAndRanges) {
   EXPECT_NO_THROW(r.finish());
   ParamReader unread(s);
   EXPECT_NE(error_of([&] { unread.finish(); }).find("unknown parameter"), std::string::npos);
+}
+
+TEST(MethodSpec, FractionsAreCheckedOnTheirRange) {
+  const MethodSpec s = parse_method_spec("m:p=1,t=0.25,one=1,zero=0,neg=-0.5,big=1.5,bad=x");
+  ParamReader r(s);
+  EXPECT_EQ(get_fraction(r, "m", "p", 0.9, Fraction::up_to_one), 1.0);
+  EXPECT_EQ(get_fraction(r, "m", "t", 0.5, Fraction::below_one), 0.25);
+  EXPECT_EQ(get_fraction(r, "m", "missing", 0.9, Fraction::up_to_one), 0.9);
+  EXPECT_EQ(error_of([&] { get_fraction(r, "m", "one", 0.5, Fraction::below_one); }),
+            "m: one=1 outside (0, 1)");
+  EXPECT_EQ(error_of([&] { get_fraction(r, "m", "zero", 0.5, Fraction::up_to_one); }),
+            "m: zero=0 outside (0, 1]");
+  EXPECT_EQ(error_of([&] { get_fraction(r, "m", "neg", 0.5, Fraction::below_one); }),
+            "m: neg=-0.5 outside (0, 1)");
+  EXPECT_EQ(error_of([&] { get_fraction(r, "m", "big", 0.5, Fraction::up_to_one); }),
+            "m: big=1.5 outside (0, 1]");
+  EXPECT_NE(error_of([&] {
+              get_fraction(r, "m", "bad", 0.5, Fraction::up_to_one);
+            }).find("not a finite number"),
+            std::string::npos);
+  EXPECT_EQ(error_of([] { check_fraction("mean_pool", "topp", 0, Fraction::up_to_one); }),
+            "mean_pool: topp=0 outside (0, 1]");
+  EXPECT_NO_THROW(check_fraction("x", "min_share", 1e-9, Fraction::below_one));
+}
+
+// Every method with a mass or threshold budget refuses one outside its range in the same words,
+// naming itself and the field.
+TEST(MethodSpec, EveryBudgetFractionNamesMethodAndField) {
+  for (const std::string m : {"momo", "oracle_topk", "mean_pool", "xattention", "flexprefill"}) {
+    EXPECT_EQ(error_of([&] { make_method(m + ":topp=1.5"); }), m + ": topp=1.5 outside (0, 1]");
+    EXPECT_EQ(error_of([&] { make_method(m + ":min_share=1"); }),
+              m + ": min_share=1 outside (0, 1)");
+  }
+  EXPECT_EQ(error_of([] { make_method("xattention:tau=0"); }), "xattention: tau=0 outside (0, 1]");
+  EXPECT_EQ(error_of([] { make_method("flexprefill:gamma=2"); }),
+            "flexprefill: gamma=2 outside (0, 1]");
 }
 
 }  // namespace

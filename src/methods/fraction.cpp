@@ -1,0 +1,23 @@
+// Budget fractions: methods/fraction.hpp.
+#include "methods/fraction.hpp"
+
+#include <cmath>
+
+#include "spattn/error.hpp"
+
+namespace spattn {
+
+void check_fraction(std::string_view method, std::string_view key, double v, Fraction f) {
+  const bool below_one = f == Fraction::below_one;
+  SPATTN_CHECK(v > 0 && (below_one ? v < 1 : v <= 1), method, ": ", key, "=", v,
+               below_one ? " outside (0, 1)" : " outside (0, 1]");
+}
+
+double get_fraction(ParamReader& r, std::string_view method, const std::string& key, double def,
+                    Fraction f) {
+  const double v = r.get_double(key, def, -HUGE_VAL, HUGE_VAL);
+  if (r.has(key)) check_fraction(method, key, v, f);
+  return v;
+}
+
+}  // namespace spattn
