@@ -176,6 +176,15 @@ const SessionOptions& validated(const SessionOptions& o) {
   o.validate();
   return o;
 }
+// The options a session of this model runs: a file in the absorbed layout runs the absorbed
+// form by default whatever its architecture (a deepseek2 file with attn_k_b / attn_v_b, as
+// llama.cpp's is_mla), where latent_cache() reads the architecture's layout: the option that
+// asks a file for the absorbed form stands for the file's layout here.
+SessionOptions for_file_layout(const SessionOptions& o, const Config& c) {
+  SessionOptions r = validated(o);
+  if (c.mla_absorbed) r.mla_latent_legacy = true;
+  return r;
+}
 RopeStyle rope_style(const Config& c) {
   return c.rope_neox ? RopeStyle::neox : RopeStyle::adjacent;
 }
@@ -353,7 +362,7 @@ struct Session::Impl {
   Impl(const Model& model, const SessionOptions& o)
       : m(model),
         cfg(model.config()),
-        opt(validated(o)),
+        opt(for_file_layout(o, cfg)),
         shape(shape_of(cfg, opt)),
         rope(o.n_ctx, cfg.rot(), cfg.rope_base, rope_style(cfg), global_rope_factors(cfg, o.n_ctx),
              cfg.rope_attn_factor),
@@ -383,6 +392,9 @@ struct Session::Impl {
           global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor);
       idx_keys.assign(size_t(cfg.n_layer), IndexerKeys(cfg.indexer_dim));
     }
+    // The latent attention's weights of this session's form (made now if the file holds the
+    // other's), before make_scratch asks what the products read.
+    m.use_mla_form(shape.latent);
     make_scratch();
   }
 
@@ -512,10 +524,11 @@ struct Session::Impl {
     if (pred(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
+      // (wkv_b: the expanded form's only; another session may be making it meanwhile.)
       for (const Model::Weight* w :
            {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wq_a, &L.wq_b, &L.wkv_a,
-            &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-        if (w->t && pred(*w)) return true;  // a MoE layer has no gate, up, down
+            shape.latent ? nullptr : &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+        if (w && w->t && pred(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
   }
