@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_RUNS  ?= 1000000
 JOBS       ?= $(shell nproc)
 
-.PHONY: deps build python run test test-unit test-sanitize test-tsan fuzz bench format clean
+.PHONY: deps build python run test test-unit test-long test-sanitize test-tsan fuzz bench format clean
 
 deps:
 	@bash scripts/deps.sh
@@ -28,10 +28,16 @@ run: build
 	./$(BUILD)/bin/spattn bench
 
 # Every test: C++ tests of every label (unit, model, llama, mpi, slow; gpu where built) and the
-# Python package's pytest. A test whose asset (a model, llama.cpp's tools, MPI) is absent skips;
-# SPATTN_REQUIRE_ASSETS=1 makes that a failure (.ci/run). docs/testing.md has the labels.
+# Python package's pytest, but long (test-long). A test whose asset (a model, llama.cpp's tools,
+# MPI) is absent skips; SPATTN_REQUIRE_ASSETS=1 makes that a failure (.ci/run). docs/testing.md
+# has the labels.
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -LE long
+
+# The comparisons with llama.cpp at long contexts (label long: -c 8192, where DSA's top-k
+# selects): tens of minutes on 2 cores, so not in `make test` nor CI.
+test-long: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) -L long
 
 # The unit tests alone: no asset needed, a few minutes on 2 cores.
 test-unit: build
@@ -45,7 +51,7 @@ test-sanitize: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPATTN_SANITIZE=ON > /dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target spattn_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE 'slow|llama'
+	  ctest --test-dir $(ASAN_BUILD) --output-on-failure -j $(JOBS) -LE 'slow|llama|long'
 
 # The tests of state shared between threads and calls under ThreadSanitizer: sessions and
 # their KV cache, PackedKV, per-call BLAS thread counts and bf16 operand paths (threads

@@ -18,6 +18,9 @@ queries) parts from its default text there. The report says which (-n 0: no gree
 tokens longer, against its logger's lost tails (below). Perplexity: spattn's must lie within llama-perplexity's +/- of its value
 (and with --ppl-rel F within F of it).
 Both sides run their defaults otherwise (f16 KV cache; llama.cpp's flash attention on auto).
+--spattn-attn may be given more than once (dense, dsa): each is checked against one run of
+llama.cpp's, and spattn perplexity's run with a sparse spec reports its dense figure too, so
+dense and dsa cost one run of each side.
 
 Exit status: 0 all checks pass, 1 a check fails, 77 llama.cpp's tools are not in --llama-bin,
 the text is absent, or a llama-perplexity run never printed its final estimate (llama.cpp's
@@ -59,14 +62,24 @@ def build_log_flush(folder):
 
 
 def spattn_run(a, model, extra=()):
-    attn = ["--attn", a.spattn_attn, "--attn-decode", a.spattn_attn] if a.spattn_attn else []
+    attn = ["--attn", a.attn, "--attn-decode", a.attn] if a.attn else []
     return json.loads(sh([a.spattn, "run", "-m", model, "-p", a.prompt, "-n", str(a.n), "--temp",
                           "0", "-t", str(a.threads), "-c", "4096", "--json", *attn,
                           *extra]).stdout)
 
 
+LLAMA_TEXTS = {}  # llama_text's answers, by model and extra arguments (one run per check)
+
+
 def llama_text(a, model, extra=()):
     """llama-completion's greedy text after the prompt (n + 8 tokens: greedy() says why)."""
+    key = (model, tuple(extra))
+    if key not in LLAMA_TEXTS:
+        LLAMA_TEXTS[key] = llama_text_run(a, model, extra)
+    return LLAMA_TEXTS[key]
+
+
+def llama_text_run(a, model, extra=()):
     ll = sh([os.path.join(a.llama_bin, "llama-completion"), "-m", model, "-p", a.prompt, "-n",
              str(a.n + 8), "--temp", "0", "-t", str(a.threads), "-no-cnv", "--simple-io",
              "--no-warmup", "-c", "4096", *extra])
@@ -85,11 +98,12 @@ def greedy(a, model):
         text = llama_text(a, model)
         if len(text.encode()) > len(mine.encode()) or not mine.startswith(text):
             break
+        LLAMA_TEXTS.pop((model, ()), None)  # a lost tail: run it again
     # spattn's n tokens against the start of llama.cpp's n + 8.
     if text.startswith(mine):
         text = mine
     row = {"model": os.path.basename(model), "check": "greedy", "tokens": a.n,
-           "llama": text, "spattn": mine, "equal": text == mine}
+           "attn": a.attn or "dense", "llama": text, "spattn": mine, "equal": text == mine}
     if not row["equal"]:
         # The first byte where they part, and spattn's token that holds it (texts compared as
         # UTF-8 with bad bytes replaced on both sides; piece_ends are byte offsets).
@@ -134,6 +148,7 @@ PPL = re.compile(rb"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 
 
 def perplexity(a, model, c):
+    """One row an --spattn-attn spec, against one llama-perplexity run."""
     cmd = [os.path.join(a.llama_bin, "llama-perplexity"), "-m", model, "-f", a.text, "-c", str(c),
            "-t", str(a.threads)]
     if a.chunks > 0:
@@ -153,21 +168,28 @@ def perplexity(a, model, c):
         if m:
             break
     if not m:
-        return {"model": os.path.basename(model), "check": "perplexity", "ctx": c,
-                "chunks": a.chunks, "lost": True, "pass": True}
+        return [{"model": os.path.basename(model), "check": "perplexity", "ctx": c,
+                 "chunks": a.chunks, "lost": True, "pass": True}]
     lp, le = float(m.group(1)), float(m.group(2))
-    # --spattn-attn SPEC: spattn's prefill with SPEC (beside its dense one, also reported).
-    mode = ["--attn", a.spattn_attn] if a.spattn_attn else ["--dense-only"]
-    cmd = [a.spattn, "perplexity", "-m", model, "-f", a.text, "-c", str(c), "-t", str(a.threads),
-           *mode, "--json", *a.spattn_ppl_arg]
-    if a.chunks > 0:
-        cmd += ["--chunks", str(a.chunks)]
-    sp = json.loads(sh(cmd).stdout)
-    mine = sp["results"][a.spattn_attn or "dense"]["ppl"]
-    return {"model": os.path.basename(model), "check": "perplexity", "ctx": c, "chunks": a.chunks,
-            "llama": lp, "llama_err": le, "spattn": mine, "attn": a.spattn_attn or "dense",
-            "spattn_dense": sp["results"]["dense"]["ppl"],
-            "pass": abs(mine - lp) <= le and (a.ppl_rel <= 0 or abs(mine - lp) <= a.ppl_rel * lp)}
+    # spattn's prefill with each sparse SPEC (beside its dense one, also reported); dense alone
+    # when no sparse spec is asked for.
+    sparse = [s for s in a.attns if s not in ("", "dense")]
+    results = {}
+    for mode in ([["--attn", s] for s in sparse] or [["--dense-only"]]):
+        cmd = [a.spattn, "perplexity", "-m", model, "-f", a.text, "-c", str(c), "-t",
+               str(a.threads), *mode, "--json", *a.spattn_ppl_arg]
+        if a.chunks > 0:
+            cmd += ["--chunks", str(a.chunks)]
+        results.update(json.loads(sh(cmd).stdout)["results"])
+    rows = []
+    for attn in a.attns:
+        mine = results[attn or "dense"]["ppl"]
+        rows.append({"model": os.path.basename(model), "check": "perplexity", "ctx": c,
+                     "chunks": a.chunks, "llama": lp, "llama_err": le, "spattn": mine,
+                     "attn": attn or "dense", "spattn_dense": results["dense"]["ppl"],
+                     "pass": abs(mine - lp) <= le and (a.ppl_rel <= 0 or
+                                                       abs(mine - lp) <= a.ppl_rel * lp)})
+    return rows
 
 
 def main():
@@ -192,9 +214,10 @@ def main():
     p.add_argument("--spattn-ppl-arg", action="append", default=[],
                    help="an argument for spattn perplexity (e.g. -ub 16: products on ggml's "
                    "8-bit path, as llama.cpp's, rather than spattn's f32-activation kernel)")
-    p.add_argument("--spattn-attn", default="",
+    p.add_argument("--spattn-attn", action="append", default=[],
                    help="spattn's attention in prefill and decode (--attn, --attn-decode), "
-                   "e.g. dsa: a natively sparse model's own selection (default: dense)")
+                   "e.g. dsa: a natively sparse model's own selection (default: dense); more "
+                   "than one: each checked (--spattn-attn dense --spattn-attn dsa)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     tools = ["llama-completion", "llama-perplexity"] + (["llama-quantize"] if a.quantize else [])
@@ -212,8 +235,15 @@ def main():
         base, _ = os.path.splitext(a.model)
         model = f"{base}-{a.quantize}.gguf"
         sh([os.path.join(a.llama_bin, "llama-quantize"), a.model, model, a.quantize])
-    rows = ([greedy(a, model)] if a.n > 0 else []) + [perplexity(a, model, c)
-                                                       for c in (a.ctx or [1024])]
+    # "": spattn's defaults (run: the model's own attention; perplexity: dense).
+    a.attns = list(dict.fromkeys(a.spattn_attn or [""]))
+    rows = []
+    if a.n > 0:
+        for attn in a.attns:
+            a.attn = attn
+            rows.append(greedy(a, model))
+    for c in (a.ctx or [1024]):
+        rows += perplexity(a, model, c)
     if a.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -233,7 +263,7 @@ def main():
                           f"; spattn with an f32 cache parts at byte "
                           f"{r.get('f32_cache_part_byte')}, llama.cpp with -fa off at byte "
                           f"{r.get('llama_fa_off_part_byte')}: NOT rounding"))
-                print(f"{r['model']}: greedy {r['tokens']} tokens: {how}")
+                print(f"{r['model']}: greedy {r['tokens']} tokens ({r['attn']}): {how}")
             elif r.get("lost"):
                 print(f"{r['model']}: perplexity -c {r['ctx']}: not compared, llama-perplexity's "
                       "final estimate was lost five times (llama.cpp's logger at exit)")

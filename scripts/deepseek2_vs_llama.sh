@@ -6,7 +6,10 @@
 # YaRN (40 from 4096, mscale_all_dim 1), byte-level BPE vocab 2048, untied; f16 and Q8_0
 # (llama-quantize), through scripts/arch_vs_llama.py:
 #  - V2-Lite's q (one matrix, no q latent), 8 experts all used a token, f16: greedy text, and
-#    perplexity within llama-perplexity's +/- and within 0.01% of it;
+#    perplexity within llama-perplexity's +/- and within 0.01% of it; the same shape in the
+#    absorbed layout (make-model --mla-absorbed: attn_k_b / attn_v_b and the _mla key lengths,
+#    as llama.cpp's current converter writes V2/V3; both sides run it absorbed over the latent
+#    cache, where the file above runs expanded), the same bars;
 #  - V3's q latent (96) and routing: 16 experts in 4 groups (2 routed to), 4 a token, f16:
 #    perplexity within 0.5%, as moe_vs_llama.sh's routed models. A group that flips moves a
 #    token's whole set of experts: spattn's own perplexity of this model moves by 0.07% from
@@ -16,6 +19,8 @@
 #    keeps the activations f32, which moves the grouped routing's perplexity by 0.8%). Greedy
 #    text is judged on f16 only: on the Q8_0 file llama.cpp's own texts with -fa on and -fa off
 #    part from each other within 64 tokens.
+#
+# ArchVsLlamaCppLong.DeepSeek2At8192 runs the same checks at -c 8192 over one window.
 #
 #   scripts/deepseek2_vs_llama.sh LLAMA_BIN SPATTN [arch_vs_llama.py options: -c 1024 --chunks 3 ...]
 #
@@ -31,6 +36,11 @@ shape="--preset deepseek-v3 --layers 4 --dense-layers 1 --dim 256 --heads 4 --kv
 "$spattn" make-model -o "$dir/routed.gguf" $shape --q-lora 96 --experts 16 --experts-used 4 \
   --expert-groups 4 --groups-used 2
 check "$dir/all.gguf" --ppl-rel 0.0001 "$@"
+# The absorbed layout (attn_k_b / attn_v_b, as current converters write it): both run it
+# absorbed over the latent cache (llama.cpp's is_mla).
+"$spattn" make-model -o "$dir/absorbed.gguf" $shape --q-lora 0 --experts 8 --experts-used 8 \
+  --expert-groups 0 --mla-absorbed
+check "$dir/absorbed.gguf" --ppl-rel 0.0001 "$@"
 check "$dir/routed.gguf" -n 0 --ppl-rel 0.005 "$@"
 check "$dir/all.gguf" -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
 check "$dir/routed.gguf" -n 0 --ppl-rel 0.005 --quantize Q8_0 --spattn-ppl-arg=-ub \

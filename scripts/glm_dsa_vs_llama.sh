@@ -9,12 +9,14 @@
 # gives (the test: 1024), spattn dense and spattn dsa (the indexer's keys and the token-sparse
 # path with every token selected):
 #  - f16: greedy text and perplexity within 0.01% of llama.cpp's;
-#  - Q8_0 (llama-quantize): perplexity within 0.5%, as deepseek2_vs_llama.sh's Q8_0 files:
-#    llama.cpp multiplies in the absorbed form, rounding q_nope and the attention's latent
-#    output to 8-bit blocks before attn_k_b and attn_v_b, which spattn's expanded form does not
-#    do (0.1% apart on this file, at -ub 16 too, where spattn's other products round as ggml's).
-#    Greedy text not judged: llama.cpp's own texts with -fa on and off part within 64 tokens.
-# (The top-k below the context: ArchVsLlamaCpp.DsaTopKBelowTheContext.)
+#  - Q8_0 (llama-quantize): perplexity within 0.5%, as deepseek2_vs_llama.sh's Q8_0 files
+#    (both sides now multiply in the absorbed form, but 0.06% apart on this file: not yet
+#    within 0.01%, docs/runner.md). Greedy text not judged: llama.cpp's own texts with -fa on
+#    and off part within 64 tokens.
+# (The top-k below the context: ArchVsLlamaCpp.DsaTopKBelowTheContext.) With
+# SPATTN_VS_LLAMA_LONG=1 (ArchVsLlamaCppLong.GlmDsaAt8192: -c 8192, one window, where the top-k
+# 2048 selects), dsa alone is judged (dense reported beside), f16 within 0.1% (the random keys'
+# near ties at the cuts: deepseek32_vs_llama.sh says why) and Q8_0 within 0.5%.
 #
 #   scripts/glm_dsa_vs_llama.sh LLAMA_BIN SPATTN [arch_vs_llama.py options: -c 1024 --chunks 3 ...]
 #
@@ -26,8 +28,13 @@ set -e
   --heads 4 --kv-heads 4 --head-dim 48 --rope-dim 16 --v-head-dim 32 --q-lora 96 --kv-lora 64 \
   --ffn 512 --expert-ffn 64 --shared-experts 1 --experts 8 --experts-used 8 \
   --indexer-heads 4 --indexer-dim 64 --vocab 2048 --context 8192 --type f16 --untied --seed 11
-for attn in dense dsa; do
-  check "$dir/glm.gguf" --spattn-attn $attn --ppl-rel 0.0001 "$@"
-  check "$dir/glm.gguf" --spattn-attn $attn -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
-done
+if [ -n "$SPATTN_VS_LLAMA_LONG" ]; then
+  # -c 8192: the top-k selects, so dsa alone is llama.cpp's function (dense reported beside).
+  check "$dir/glm.gguf" --spattn-attn dsa --ppl-rel 0.001 "$@"
+  check "$dir/glm.gguf" --spattn-attn dsa -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
+  exit $status
+fi
+check "$dir/glm.gguf" --spattn-attn dense --spattn-attn dsa --ppl-rel 0.0001 "$@"
+check "$dir/glm.gguf" --spattn-attn dense --spattn-attn dsa -n 0 --ppl-rel 0.005 \
+  --quantize Q8_0 "$@"
 exit $status

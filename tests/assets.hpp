@@ -7,6 +7,7 @@
 // (tests/CMakeLists.txt turns the names into labels; docs/testing.md lists them):
 //   real model files in $SPATTN_MODELS          suite named *Real        label model
 //   llama.cpp's tools in $SPATTN_LLAMA_BIN      suite named *VsLlamaCpp  label llama
+//                                               suite named *VsLlamaCppLong  label long
 //   mpirun and spattn_cp_check                  suite named *Mpi         label mpi
 //   *Slow* in the suite's or the test's name                             label slow
 // A test that asks for an asset its name does not promise fails: `ctest -L unit` must not need
@@ -33,7 +34,8 @@ inline bool assets_required() {
 inline bool label_allows(Asset a, std::string_view suite, std::string_view name) {
   const bool slow =
       suite.find("Slow") != std::string_view::npos || name.find("Slow") != std::string_view::npos;
-  const bool real = suite.ends_with("Real"), llama = suite.ends_with("VsLlamaCpp"),
+  const bool real = suite.ends_with("Real"),
+             llama = suite.ends_with("VsLlamaCpp") || suite.ends_with("VsLlamaCppLong"),
              mpi = suite.ends_with("Mpi");
   switch (a) {
     case Asset::model: return real || llama || mpi || slow;  // the comparisons read models too
@@ -48,9 +50,10 @@ inline bool label_allows(Asset a, std::string_view suite, std::string_view name)
 inline void expect_label_allows(Asset a, std::string_view what) {
   const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
   if (!t || label_allows(a, t->test_suite_name(), t->name())) return;
-  ADD_FAILURE() << t->test_suite_name() << "." << t->name() << " needs " << what
-                << ", which its label does not promise: name its suite *Real (model files), "
-                   "*VsLlamaCpp (llama.cpp's tools) or *Mpi (MPI); see tests/assets.hpp";
+  ADD_FAILURE()
+      << t->test_suite_name() << "." << t->name() << " needs " << what
+      << ", which its label does not promise: name its suite *Real (model files), "
+         "*VsLlamaCpp or *VsLlamaCppLong (llama.cpp's tools) or *Mpi (MPI); see tests/assets.hpp";
 }
 
 // The real models and texts: $SPATTN_MODELS, else the shared/models folder beside the checkout.

@@ -216,6 +216,9 @@ void add_make_model_command(CLI::App& root) {
   o->tokenizer = cmd->add_option(
       "--tokenizer", s.tokenizer,
       "gpt2 (byte-level BPE) or llama (SentencePiece); default gpt2 when --vocab >= 257");
+  cmd->add_flag("--mla-absorbed", s.mla_absorbed,
+                "deepseek2: the latent attention in the absorbed layout (attn_k_b / attn_v_b and "
+                "the _mla key lengths, as current converters write it) rather than attn_kv_b");
   cmd->add_flag("--tied", o->tied, "no output.weight: the head reuses the token embedding");
   cmd->add_flag("--untied", o->untied, "write output.weight (overrides a preset's tied head)");
   cmd->add_option("--seed", s.seed, "weight seed")->capture_default_str();

@@ -85,7 +85,8 @@ struct ArchTraits {
   bool deepseek_moe = false;
   // The latent attention's k and v matrices in the absorbed layout (attn_k_b, each head's
   // [kv latent, k_nope] matrix, and attn_v_b, its [v, kv latent] one; attention.key_length_mla
-  // and value_length_mla the heads' sizes) instead of attn_kv_b; read into the expanded form.
+  // and value_length_mla the heads' sizes) instead of attn_kv_b, always. (A deepseek2 file may
+  // hold either layout, as llama.cpp reads it: Config::mla_absorbed is the file's.)
   bool mla_absorbed = false;
   // DeepSeek's sparse attention (DSA): a lightning indexer in every layer (indexer.attn_q_b
   // from the q latent, indexer.attn_k with its LayerNorm, indexer.proj's per-head weights;

@@ -110,6 +110,10 @@ struct Config {
   // head's (0: head_dim); n_rot the rope part at the end of each head (0: all of it).
   int64_t q_lora_rank = 0, kv_lora_rank = 0, head_dim_v = 0, n_rot = 0;
   bool is_mla() const { return kv_lora_rank > 0; }
+  // The file's latent attention is in the absorbed layout (attn_k_b / attn_v_b and the _mla
+  // key lengths: deepseek32 and glm-dsa always, deepseek2 as current converters write it,
+  // llama.cpp's is_mla), not attn_kv_b whole.
+  bool mla_absorbed = false;
   // DeepSeek's sparse attention (ArchTraits::indexer): the lightning indexer's heads, their
   // size (RoPE on the first rot() values, NeoX pairs) and the tokens each query keeps.
   int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
@@ -221,7 +225,8 @@ class Model {
     Weight wq_a, wq_b, wkv_a, wkv_b, gate_shexp, up_shexp, down_shexp;
     // The latent attention's absorbed form (llama.cpp's wk_b, wv_b; ggml [nope, kv_lora, H] and
     // [kv_lora, v, H], one plane a head): q_nope into the kv latent, the latent attention's
-    // output out of it. The file's attn_k_b / attn_v_b, or made from attn_kv_b (f32).
+    // output out of it. The file's attn_k_b / attn_v_b, or made from attn_kv_b (f32) by
+    // use_mla_form; wkv_b likewise the file's or made from these.
     Weight wk_b, wv_b;
     // deepseek32's lightning indexer: its key's LayerNorm, the per-head weights' matrix, its
     // key's and (from the q latent) its queries' matrices.
@@ -235,11 +240,21 @@ class Model {
   void embed(int32_t token, float* dst) const;
 
   // Bytes of the weights: read in place from the mapping, repacked into memory of ours, and
-  // copied (models built from refs without a mapping; norms and biases as f32).
+  // copied (models built from refs without a mapping; norms and biases as f32; the latent
+  // attention's other form, once a session runs it: use_mla_form).
   struct Memory {
     size_t mapped = 0, repacked = 0, owned = 0;
   };
   Memory memory() const;
+
+  // The latent attention (Config::is_mla) in the form a session runs: the absorbed form reads
+  // Layer::wk_b / wv_b, the expanded form Layer::wkv_b. The form the file's layout does not
+  // hold is made from the other, in f32, by the first session that runs it (once, whichever
+  // thread; Session's constructor calls this): an absorbed file's expanded attn_kv_b (about
+  // 4 GB for DeepSeek V3.2) is never built while every session runs absorbed, nor a legacy
+  // file's split one while every session runs expanded. Until then the weights of that form
+  // are absent (t null). Nothing for a model without latent attention.
+  void use_mla_form(bool absorbed) const;
 
  private:
   struct Impl;

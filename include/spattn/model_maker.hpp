@@ -58,6 +58,10 @@ struct ModelShape {
   // deepseek2's YaRN: mscale_all_dim (written as rope.scaling.yarn_log_multiplier = 0.1 times
   // it, as llama.cpp's converter does; 0: not written).
   float yarn_log_mul = 0.0f;
+  // deepseek2 in the absorbed layout (attn_k_b / attn_v_b and the _mla key lengths, as
+  // deepseek32's and as llama.cpp's current converter writes DeepSeek V2/V3) rather than
+  // attn_kv_b whole (deepseek32 and glm-dsa: always).
+  bool mla_absorbed = false;
   // deepseek32 (DSA): the lightning indexer's heads, their size (a power of two from 64) and
   // the tokens a query keeps (attention.indexer.*).
   int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;

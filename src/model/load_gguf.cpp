@@ -70,18 +70,19 @@ std::vector<float> f32_values(const gguf::File& f, const std::string& name, int6
 void read_latent_attention(const gguf::File& f, const std::string& arch, const ArchTraits& t,
                            Config& c) {
   const auto key = [&](const char* k) { return arch + "." + k; };
-  if (t.mla_absorbed) {
-    // llama.cpp's deepseek32: the heads' sizes in the _mla keys (key_length and value_length
-    // are the latent attention's, kv latent + rope and kv latent).
+  // The absorbed layout (attn_k_b / attn_v_b): deepseek32's and glm-dsa's always, deepseek2's
+  // where the file gives the _mla key lengths, as current converters write it (llama.cpp's
+  // deepseek2 loader: is_mla, read as deepseek32's; else attn_kv_b whole).
+  c.mla_absorbed = t.mla_absorbed || f.has(key("attention.key_length_mla"));
+  if (c.mla_absorbed) {
+    // The heads' sizes in the _mla keys (key_length and value_length are the latent
+    // attention's, kv latent + rope and kv latent).
     c.head_dim = int64_t(f.get_uint(key("attention.key_length_mla")));
     c.head_dim_v = int64_t(f.get_uint(key("attention.value_length_mla")));
   } else {
-    // The absorbed layout (attn_k_b / attn_v_b, which current converters write, with the _mla
-    // lengths) is read for the architectures whose llama.cpp graph reads it (deepseek32).
-    SPATTN_CHECK(!f.has(key("attention.key_length_mla")) && !f.find_tensor("blk.0.attn_k_b.weight"),
-                 f.name(), ": ", arch, " in the absorbed layout (attn_k_b / attn_v_b, ",
-                 key("attention.key_length_mla"),
-                 ") is not supported yet; spattn runs files with attn_kv_b");
+    SPATTN_CHECK(!f.find_tensor("blk.0.attn_k_b.weight"), f.name(), ": ", arch,
+                 " has attn_k_b / attn_v_b without ", key("attention.key_length_mla"),
+                 " (the absorbed layout gives the heads' sizes there)");
     if (f.has(key("attention.value_length")))
       c.head_dim_v = int64_t(f.get_uint(key("attention.value_length")));
   }
@@ -318,6 +319,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
 
   ModelRefs r;
   r.cfg = c;
+  const ArchTraits lt = layout_traits(c);  // the tensors of the file's layout
   r.tok_embd = ref(f, kTokenEmbd);
   r.output_norm = ref(f, kOutputNorm);
   r.output = ref(f, kOutput, true);
@@ -328,7 +330,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     std::vector<WeightRef LayerRefs::*> split;
     const LayerKind kind = layer_kind(c, l);
     for (const FusedSpec& fs : fused_tensors()) {
-      const Presence need = fs.need(t, kind);
+      const Presence need = fs.need(lt, kind);
       const std::string n = b + fs.name;
       if (need == Presence::absent || (need == Presence::optional && !f.find_tensor(n))) continue;
       const WeightRef w = ref(f, n);
@@ -342,7 +344,7 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
       }
     }
     for (const TensorSpec& s : layer_tensors()) {
-      const Presence need = s.need(t, kind);
+      const Presence need = s.need(lt, kind);
       if (need == Presence::absent || std::find(split.begin(), split.end(), s.ref) != split.end())
         continue;
       L.*s.ref = ref(f, b + s.name, need == Presence::optional, s.planes != Dim::one);

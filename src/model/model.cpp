@@ -147,8 +147,9 @@ void Config::validate() const {
                  "internal: the expanded latent attention keeps a kv head "
                  "a q head");
   } else {
-    SPATTN_CHECK(q_lora_rank == 0 && kv_lora_rank == 0 && n_rot == 0 && head_dim_v == 0,
-                 "model: latent attention sizes in a ", arch_name(arch), " model");
+    SPATTN_CHECK(
+        q_lora_rank == 0 && kv_lora_rank == 0 && n_rot == 0 && head_dim_v == 0 && !mla_absorbed,
+        "model: latent attention sizes in a ", arch_name(arch), " model");
   }
 }
 
@@ -227,6 +228,13 @@ struct Model::Impl {
   std::vector<float> output_norm;
   std::vector<Layer> layers;
   Memory mem;
+  // The latent attention's forms (use_mla_form): each made at most once; `built` guards mem
+  // and the context's tensor list against a session's memory() read meanwhile.
+  std::once_flag expanded_once, absorbed_once;
+  mutable std::mutex built;
+  // A legacy file's attn_kv_b as stored (before any repack), each layer's: the absorbed form's
+  // source. (An absorbed file's attn_k_b / attn_v_b are never repacked: read from the layers.)
+  std::vector<WeightRef> kv_b_stored;
 
   ~Impl() {
     if (repack_buf) ggml_backend_buffer_free(repack_buf);
@@ -293,14 +301,9 @@ struct Model::Impl {
   // head h's rows are its k_nope (attn_k_b's plane h transposed: k_nope = W^T c for the
   // latent c, as q_nope . W^T c is llama.cpp's (W q_nope) . c) and then its v (attn_v_b's
   // plane h). The expanded form's products read it as they read attn_kv_b.
-  Weight expand_kv_b(const LayerRefs& r, const std::string& b) {
+  Weight expand_kv_b(const WeightRef& wk_b, const WeightRef& wv_b, const std::string& b) {
     const int64_t H = cfg.n_head, lora = cfg.kv_lora_rank, nope = cfg.head_dim - cfg.rot(),
                   dv = cfg.v_dim();
-    check(r.wk_b, b + "attn_k_b.weight", lora, nope, H);
-    check(r.wv_b, b + "attn_v_b.weight", dv, lora, H);
-    for (const WeightRef* w : {&r.wk_b, &r.wv_b})
-      SPATTN_CHECK(has_f32(w->type), "model: tensor ", b, w == &r.wk_b ? "attn_k_b" : "attn_v_b",
-                   " has type ", gguf::type_name(w->type), ", which has no f32 conversion");
     const auto rows_of = [](const WeightRef& w, int64_t n) {
       std::vector<float> v(size_t(n * w.cols));
       const size_t rb = gguf::row_bytes(w.type, w.cols);
@@ -309,7 +312,7 @@ struct Model::Impl {
                              v.data() + i * w.cols, w.cols);
       return v;
     };
-    const std::vector<float> kb = rows_of(r.wk_b, H * lora), vb = rows_of(r.wv_b, H * dv);
+    const std::vector<float> kb = rows_of(wk_b, H * lora), vb = rows_of(wv_b, H * dv);
     std::vector<uint8_t>& bytes = owned.emplace_back(size_t(H * (nope + dv) * lora) * 4);
     float* out = reinterpret_cast<float*>(bytes.data());
     for (int64_t h = 0; h < H; ++h) {
@@ -334,9 +337,6 @@ struct Model::Impl {
   std::pair<Weight, Weight> split_kv_b(const WeightRef& kv_b, const std::string& b) {
     const int64_t H = cfg.n_head, lora = cfg.kv_lora_rank, nope = cfg.head_dim - cfg.rot(),
                   dv = cfg.v_dim();
-    check(kv_b, b + "attn_kv_b.weight", H * (nope + dv), lora);
-    SPATTN_CHECK(has_f32(kv_b.type), "model: tensor ", b, "attn_kv_b has type ",
-                 gguf::type_name(kv_b.type), ", which has no f32 conversion");
     std::vector<float> row(static_cast<size_t>(lora));
     const size_t rb = gguf::row_bytes(kv_b.type, lora);
     // (The inner vectors' bytes stay where they are as `owned` grows; references to its
@@ -504,7 +504,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   m.output_norm = m.vec(refs.output_norm, kOutputNorm, D);
   m.tied = refs.output.data == nullptr;
   m.output = m.tied ? m.tok_embd : m.mat(refs.output, kOutput, c.n_vocab, D);
-  const ArchTraits& t = arch_traits(c.arch);
+  const ArchTraits t = layout_traits(c);  // the tensors of the file's layout
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerRefs& r = refs.layers[size_t(l)];
     const std::string b = "blk." + std::to_string(l) + ".";
@@ -526,13 +526,21 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
         mw.experts = s.planes != Dim::one;
       }
     }
+    // The latent attention's other form is made from these when a session runs it
+    // (use_mla_form); its conversion to f32 is checked here, at load.
     if (t.mla_absorbed) {
-      L.wkv_b = m.expand_kv_b(r, b);
       const int64_t H = c.n_head, lora = c.kv_lora_rank, nope = c.head_dim - c.rot();
       L.wk_b = m.mat(r.wk_b, b + "attn_k_b.weight", lora, nope, H);
       L.wv_b = m.mat(r.wv_b, b + "attn_v_b.weight", c.v_dim(), lora, H);
+      for (const WeightRef* w : {&r.wk_b, &r.wv_b})
+        SPATTN_CHECK(has_f32(w->type), "model: tensor ", b, w == &r.wk_b ? "attn_k_b" : "attn_v_b",
+                     " has type ", gguf::type_name(w->type), ", which has no f32 conversion");
     } else if (t.mla) {
-      std::tie(L.wk_b, L.wv_b) = m.split_kv_b(r.wkv_b, b);
+      SPATTN_CHECK(has_f32(r.wkv_b.type), "model: tensor ", b, "attn_kv_b has type ",
+                   gguf::type_name(r.wkv_b.type), ", which has no f32 conversion");
+      // The bytes the products would read before a repack moves them (the mapping's, or ours).
+      m.kv_b_stored.push_back(
+          {r.wkv_b.type, L.wkv_b.t->data, r.wkv_b.rows, r.wkv_b.cols, r.wkv_b.planes});
     }
     m.layers.push_back(std::move(L));
   }
@@ -553,7 +561,31 @@ bool Model::tied_output() const { return p_->tied; }
 const Model::Layer& Model::layer(int64_t i) const { return p_->layers[size_t(i)]; }
 const std::vector<float>& Model::output_norm() const { return p_->output_norm; }
 const Model::Weight& Model::output() const { return p_->output; }
-Model::Memory Model::memory() const { return p_->mem; }
+Model::Memory Model::memory() const {
+  const std::lock_guard<std::mutex> lock(p_->built);
+  return p_->mem;
+}
+
+void Model::use_mla_form(bool absorbed) const {
+  Impl& m = *p_;
+  const Config& c = m.cfg;
+  if (!c.is_mla() || absorbed == c.mla_absorbed) return;  // the file's own form
+  std::call_once(absorbed ? m.absorbed_once : m.expanded_once, [&] {
+    const std::lock_guard<std::mutex> lock(m.built);
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      Layer& L = m.layers[size_t(l)];
+      const std::string b = "blk." + std::to_string(l) + ".";
+      if (absorbed) {
+        std::tie(L.wk_b, L.wv_b) = m.split_kv_b(m.kv_b_stored[size_t(l)], b);
+      } else {
+        const auto stored = [](const Weight& w) {
+          return WeightRef{w.type, w.t->data, w.rows, w.cols, w.t->ne[2]};
+        };
+        L.wkv_b = m.expand_kv_b(stored(L.wk_b), stored(L.wv_b), b);
+      }
+    }
+  });
+}
 
 void Model::embed(int32_t token, float* dst) const {
   SPATTN_CHECK(token >= 0 && token < p_->cfg.n_vocab, "token id ", token,

@@ -444,12 +444,18 @@ std::vector<float> llama3_rope_factors(const ModelShape& s) {
 namespace {
 
 // The shape's traits row; Error naming the rows for an architecture without one.
-const model::ArchTraits& traits_of(const ModelShape& s) {
+// The architecture's row, in the latent attention's layout the shape asks for
+// (ModelShape::mla_absorbed).
+model::ArchTraits traits_of(const ModelShape& s) {
   const model::ArchTraits* t = model::find_arch(s.arch);
   SPATTN_CHECK(t != nullptr, "model: --arch must be ",
                model::arch_names([](const model::ArchTraits&) { return true; }), ", got '", s.arch,
                "'");
-  return *t;
+  SPATTN_CHECK(!s.mla_absorbed || t->mla, "model: --mla-absorbed is for --arch ",
+               model::arch_names([](const model::ArchTraits& a) { return a.mla; }));
+  model::ArchTraits r = *t;
+  r.mla_absorbed = r.mla_absorbed || s.mla_absorbed;
+  return r;
 }
 
 }  // namespace

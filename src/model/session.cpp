@@ -67,11 +67,11 @@ namespace {
 // kv latent then the rope key for every q head: llama.cpp's MQA over its MLA cache; DeepSeek-V2's
 // paper, section 2.1.2 and appendix C on absorbing W^UK into W^UQ) and that attention's softmax
 // scale, the model's (1 / sqrt(nope + rope), YaRN's mscale included), not 1 / sqrt of the
-// latent's width.
+// latent's width. The file's layout decides by default (Config::mla_absorbed: attn_k_b / attn_v_b
+// present, llama.cpp's is_mla).
 bool latent_cache(const Config& c, const SessionOptions& o) {
   const int64_t w = c.kv_lora_rank + c.rot();
-  return c.is_mla() && !o.mla_expanded &&
-         (arch_traits(c.arch).mla_absorbed || o.mla_latent_legacy) && w % 8 == 0 &&
+  return c.is_mla() && !o.mla_expanded && (c.mla_absorbed || o.mla_latent_legacy) && w % 8 == 0 &&
          w <= kMaxHeadDim;
 }
 Session::AttentionShape shape_of(const Config& c, const SessionOptions& o) {
@@ -384,6 +384,9 @@ struct Session::Impl {
           global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor);
       idx_keys.assign(size_t(cfg.n_layer), IndexerKeys(cfg.indexer_dim));
     }
+    // The latent attention's weights of this session's form (made now if the file holds the
+    // other's), before make_scratch asks what the products read.
+    m.use_mla_form(shape.latent);
     make_scratch();
   }
 
@@ -513,10 +516,11 @@ struct Session::Impl {
     if (pred(m.output())) return true;
     for (int64_t l = 0; l < cfg.n_layer; ++l) {
       const Model::Layer& L = m.layer(l);
+      // (wkv_b: the expanded form's only; another session may be making it meanwhile.)
       for (const Model::Weight* w :
            {&L.wq, &L.wk, &L.wv, &L.wo, &L.gate, &L.up, &L.down, &L.wq_a, &L.wq_b, &L.wkv_a,
-            &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
-        if (w->t && pred(*w)) return true;  // a MoE layer has no gate, up, down
+            shape.latent ? nullptr : &L.wkv_b, &L.gate_shexp, &L.up_shexp, &L.down_shexp})
+        if (w && w->t && pred(*w)) return true;  // a MoE layer has no gate, up, down
     }
     return false;
   }

@@ -178,6 +178,12 @@ constexpr FusedSpec kFused[] = {
 
 }  // namespace
 
+ArchTraits layout_traits(const Config& c) {
+  ArchTraits t = arch_traits(c.arch);
+  t.mla_absorbed = t.mla_absorbed || c.mla_absorbed;
+  return t;
+}
+
 std::span<const TensorSpec> layer_tensors() { return kLayer; }
 std::span<const FusedSpec> fused_tensors() { return kFused; }
 

@@ -73,6 +73,11 @@ struct FusedSpec {
   std::span<const Part> parts;
 };
 
+// The architecture's row with the latent attention's layout the file has (Config::mla_absorbed:
+// a deepseek2 file in the absorbed layout reads attn_k_b / attn_v_b, not attn_kv_b): what the
+// tensor list's rules read for a file of that config.
+ArchTraits layout_traits(const Config& c);
+
 // In the order make-model writes them.
 std::span<const TensorSpec> layer_tensors();
 std::span<const FusedSpec> fused_tensors();

@@ -76,8 +76,11 @@ TEST(DeepSeek32, LayoutIsWrittenAndReadIntoTheExpandedForm) {
   EXPECT_EQ(c.indexer_heads, 2);
   EXPECT_EQ(c.indexer_dim, 64);
   EXPECT_EQ(c.indexer_top_k, 12);
-  // attn_kv_b's rows, head by head: k_nope (attn_k_b's plane transposed), then v.
+  // attn_kv_b's rows, head by head: k_nope (attn_k_b's plane transposed), then v, made when a
+  // session first runs the expanded form (none before).
   const int64_t H = 4, lora = 16, nope = 16, dv = 16;
+  for (int64_t l = 0; l < 3; ++l) EXPECT_EQ(m.layer(l).wkv_b.t, nullptr);
+  m.use_mla_form(false);
   for (int64_t l = 0; l < 3; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     const auto* kb = reinterpret_cast<const float*>(f.tensor(b + "attn_k_b.weight").data);

@@ -4,9 +4,10 @@
 // Wk_b and the output out of it by Wv_b (llama.cpp's deepseek2 graph, is_mla). The reference
 // twin is the same file run in the expanded form (every head's k and v cached, multi-head
 // attention), which computes the same function in another order: prefill's and decode's logits
-// agree to rounding, for deepseek2 (attn_kv_b split into Wk_b / Wv_b; with a q latent and
-// without), deepseek32 and glm-dsa (attn_k_b / attn_v_b as the file has them), dense and with
-// DSA's selection below the context. The cache's bytes a token: (kv_lora_rank + rope) values a
+// agree to rounding, for deepseek2 (attn_kv_b split into Wk_b / Wv_b, and a file in the
+// absorbed layout; with a q latent and without), deepseek32 and glm-dsa (attn_k_b / attn_v_b
+// as the file has them), dense and with DSA's selection below the context. The form the file
+// does not hold is made only for a session that runs it. The cache's bytes a token: (kv_lora_rank + rope) values a
 // layer for K and as many for V, against 2 x heads x head dim expanded.
 // Against llama.cpp: ArchVsLlamaCpp.* (scripts/deepseek2_vs_llama.sh and the others).
 #include <gtest/gtest.h>
@@ -121,6 +122,84 @@ TEST(MlaLatent, RealLatentWidthRunsAbsorbed) {
   expect_forms_agree(s, "dsa");
 }
 
+// deepseek2 in the absorbed layout (attn_k_b / attn_v_b and the _mla key lengths, as current
+// converters write DeepSeek V2/V3): read as deepseek32's layout, run absorbed by default as
+// llama.cpp runs it (is_mla), and the two forms agree on it, with a q latent and without.
+TEST(MlaLatent, DeepSeek2InTheAbsorbedLayoutRunsAbsorbed) {
+  ModelShape s = tiny("deepseek-v3");
+  s.mla_absorbed = true;
+  for (int64_t q_lora : {32, 0}) {
+    s.q_lora = q_lora;
+    expect_forms_agree(s, "dense");
+    const spattn::test::TempDir d("spattn_mla_latent");
+    const std::string p = (d / "m.gguf").string();
+    spattn::make_model(p, s);
+    const model::Model m = model::load_model(p);
+    EXPECT_TRUE(m.config().mla_absorbed);
+    model::SessionOptions o;
+    o.n_ctx = 64;
+    EXPECT_TRUE(model::Session(m, o).attention_shape().latent);
+  }
+  // The same shape in the legacy layout (attn_kv_b) runs expanded by default.
+  s.mla_absorbed = false;
+  const spattn::test::TempDir d("spattn_mla_latent");
+  const std::string p = (d / "m.gguf").string();
+  spattn::make_model(p, s);
+  const model::Model m = model::load_model(p);
+  EXPECT_FALSE(m.config().mla_absorbed);
+  model::SessionOptions o;
+  o.n_ctx = 64;
+  EXPECT_FALSE(model::Session(m, o).attention_shape().latent);
+}
+
+// The form the file does not hold is made (f32) by the first session that runs it, not at
+// load: sessions of an absorbed file that run absorbed never hold the expanded attn_kv_b
+// (heads x (nope + v) rows of the kv latent a layer: about 4 GB on DeepSeek V3.2), nor do a
+// legacy file's expanded sessions hold its split attn_k_b / attn_v_b. Model::memory's owned
+// bytes (spattn run --json's weights_owned_bytes) grow by it then, once.
+TEST(MlaLatent, TheOtherFormIsMadeOnlyForASessionThatRunsIt) {
+  for (const bool absorbed_file : {true, false}) {
+    SCOPED_TRACE(absorbed_file ? "absorbed layout" : "attn_kv_b");
+    const spattn::test::TempDir d("spattn_mla_latent");
+    const std::string p = (d / "m.gguf").string();
+    spattn::make_model(p, tiny(absorbed_file ? "deepseek-v3.2" : "deepseek-v3"));
+    const model::Model m = model::load_model(p);
+    const model::Config& c = m.config();
+    const size_t other =
+        size_t(c.n_layer * c.n_head * (c.head_dim - c.rot() + c.v_dim()) * c.kv_lora_rank) *
+        sizeof(float);
+    const size_t at_load = m.memory().owned;
+    const auto made = [&] {
+      bool all = true, none = true;
+      for (int64_t l = 0; l < c.n_layer; ++l) {
+        const model::Model::Layer& L = m.layer(l);
+        const bool has = absorbed_file ? L.wkv_b.t != nullptr : L.wk_b.t && L.wv_b.t;
+        all = all && has;
+        none = none && !has;
+      }
+      EXPECT_TRUE(all || none);
+      return all;
+    };
+    EXPECT_FALSE(made());
+    model::SessionOptions o;
+    o.n_ctx = 64;
+    {
+      const model::Session own(m, o);  // the default: the file's own form
+      EXPECT_EQ(own.attention_shape().latent, absorbed_file);
+    }
+    EXPECT_FALSE(made());
+    EXPECT_EQ(m.memory().owned, at_load);
+    o.mla_expanded = absorbed_file;
+    o.mla_latent_legacy = !absorbed_file;
+    const model::Session a(m, o);
+    EXPECT_EQ(a.attention_shape().latent, !absorbed_file);
+    EXPECT_TRUE(made());
+    EXPECT_EQ(m.memory().owned, at_load + other);
+    const model::Session b(m, o);
+    EXPECT_EQ(m.memory().owned, at_load + other);
+  }
+}
+
 // A decode past the top-k reads 12 keys of its kv head a layer in the latent cache (one head),
 // not every head's.
 TEST(MlaLatent, DsaDecodeReadsTheSelectedLatentRows) {
@@ -187,6 +266,8 @@ TEST(MlaLatent, RunJsonReportsTheLatentCache) {
   EXPECT_EQ(j["kv_cache_tokens"], 256);
   EXPECT_EQ(j["kv_cache_bytes_per_token"].get<int64_t>(), s.layers * (40 + 48) * 2);  // f16
   EXPECT_GE(j["kv_cache_bytes"].get<int64_t>(), 256 * j["kv_cache_bytes_per_token"].get<int64_t>());
+  // The weights it owns are the loader's alone (f32 norms): no expanded attn_kv_b made.
+  EXPECT_EQ(j["weights_owned_bytes"].get<size_t>(), model::load_model(p).memory().owned);
 }
 
 }  // namespace

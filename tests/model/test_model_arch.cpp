@@ -740,9 +740,21 @@ TEST(ModelArch, DeepSeek2BadFilesAreNamedErrors) {
   e = {};
   e.set_u32["deepseek2.expert_group_used_count"] = 4;  // as many as the groups
   expect_run_refuses(d, edited("groups.gguf", e), {"expert_group_used_count must be in [1"});
+  // The absorbed layout's keys over attn_kv_b: its attn_k_b is missing; attn_k_b without them:
+  // named.
   e = {};
-  e.set_u32["deepseek2.attention.key_length_mla"] = 24;  // the absorbed layout
-  expect_run_refuses(d, edited("mla.gguf", e), {"absorbed layout", "not supported yet"});
+  e.set_u32["deepseek2.attention.key_length_mla"] = 24;
+  e.set_u32["deepseek2.attention.value_length_mla"] = 16;
+  expect_run_refuses(d, edited("mla.gguf", e), {"tensor blk.0.attn_k_b.weight is missing"});
+  ModelShape absorbed = deepseek2_tiny();
+  absorbed.mla_absorbed = true;
+  const std::string pa = (d / "absorbed.gguf").string();
+  spattn::make_model(pa, absorbed);
+  e = {};
+  e.drop_keys = {"deepseek2.attention.key_length_mla"};
+  const std::string nomla = (d / "nomla.gguf").string();
+  spattn::test::write_edited(File::open(pa), nomla, e);
+  expect_run_refuses(d, nomla, {"attn_k_b / attn_v_b without", "key_length_mla"});
   // make-model's bad shapes.
   ModelShape bad = deepseek2_tiny();
   bad.kv_heads = 2;
