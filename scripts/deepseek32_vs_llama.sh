@@ -36,15 +36,9 @@ shape="--preset deepseek-v3.2 --layers 4 --dense-layers 1 --dim 256 --heads 4 --
   --expert-ffn 64 --shared-experts 1 --experts 8 --experts-used 8 --expert-groups 0
   --indexer-heads 4 --indexer-dim 64 --vocab 2048 --context 8192 --type f16 --untied --seed 7"
 "$spattn" make-model -o "$dir/wide.gguf" $shape
-if [ -n "$SPATTN_VS_LLAMA_LONG" ]; then
-  # -c 8192: the top-k selects, so dsa alone is llama.cpp's function (dense reported beside).
-  check "$dir/wide.gguf" --spattn-attn dsa --ppl-rel 0.001 "$@"
-  check "$dir/wide.gguf" --spattn-attn dsa -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
-  exit $status
-fi
-check "$dir/wide.gguf" --spattn-attn dense --spattn-attn dsa --ppl-rel 0.0001 "$@"
-check "$dir/wide.gguf" --spattn-attn dense --spattn-attn dsa -n 0 --ppl-rel 0.005 \
-  --quantize Q8_0 "$@"
+check_dsa "$dir/wide.gguf" "$@"
+# -c 8192 (long): the top-32 file's report below is for -c 1024.
+if [ -n "$SPATTN_VS_LLAMA_LONG" ]; then exit $status; fi
 # The top-32 file: reported only (the header says why).
 "$spattn" make-model -o "$dir/sparse.gguf" $shape --indexer-top-k 32
 python3 "$(dirname "$0")/arch_vs_llama.py" --llama-bin "$bin" --spattn "$spattn" \

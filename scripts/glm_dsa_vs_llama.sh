@@ -28,13 +28,5 @@ set -e
   --heads 4 --kv-heads 4 --head-dim 48 --rope-dim 16 --v-head-dim 32 --q-lora 96 --kv-lora 64 \
   --ffn 512 --expert-ffn 64 --shared-experts 1 --experts 8 --experts-used 8 \
   --indexer-heads 4 --indexer-dim 64 --vocab 2048 --context 8192 --type f16 --untied --seed 11
-if [ -n "$SPATTN_VS_LLAMA_LONG" ]; then
-  # -c 8192: the top-k selects, so dsa alone is llama.cpp's function (dense reported beside).
-  check "$dir/glm.gguf" --spattn-attn dsa --ppl-rel 0.001 "$@"
-  check "$dir/glm.gguf" --spattn-attn dsa -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
-  exit $status
-fi
-check "$dir/glm.gguf" --spattn-attn dense --spattn-attn dsa --ppl-rel 0.0001 "$@"
-check "$dir/glm.gguf" --spattn-attn dense --spattn-attn dsa -n 0 --ppl-rel 0.005 \
-  --quantize Q8_0 "$@"
+check_dsa "$dir/glm.gguf" "$@"
 exit $status

@@ -9,6 +9,10 @@
 # mixture-of-experts pair: greedy text (64 tokens) and perplexity on ALL (every expert used),
 # perplexity only on ROUTED (greedy text not judged: moe_vs_llama.sh says why), each as
 # written and through llama-quantize QUANT, perplexity within 0.5% as well as the +/-.
+# `check_dsa MODEL [options]` runs a DSA file's pair (deepseek32_vs_llama.sh, glm_dsa_vs_llama.sh;
+# the bars are explained in deepseek32_vs_llama.sh's header): as written (f16) and through
+# llama-quantize Q8_0 (perplexity only), spattn dense and dsa against one llama.cpp run; with
+# SPATTN_VS_LLAMA_LONG set (-c 8192, where the top-k selects) dsa alone is judged.
 bin=$1 spattn=$2
 shift 2
 for t in llama-completion llama-perplexity llama-quantize; do
@@ -32,4 +36,15 @@ check_moe() {
       check "$m" -n $n --ppl-rel 0.005 $q "$@"
     done
   done
+}
+check_dsa() {
+  m=$1
+  shift
+  if [ -n "$SPATTN_VS_LLAMA_LONG" ]; then
+    check "$m" --spattn-attn dsa --ppl-rel 0.001 "$@"
+    check "$m" --spattn-attn dsa -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
+  else
+    check "$m" --spattn-attn dense --spattn-attn dsa --ppl-rel 0.0001 "$@"
+    check "$m" --spattn-attn dense --spattn-attn dsa -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
+  fi
 }

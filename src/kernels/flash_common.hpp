@@ -355,7 +355,7 @@ inline BlasstAnchors blasst_anchors(const std::vector<TileVisit>& visits, int64_
 // for full attention (where positions mask nothing and rows sit at 0) bottom-right as well,
 // so the last query is next to the last key as in the causal convention.
 inline int64_t blasst_row_position(const Problem& p, int64_t row) {
-  return p.causal ? row + p.pos_offset : row + std::max<int64_t>(p.kv_len - p.q_len, 0);
+  return p.causal ? p.row_position(row) : row + std::max<int64_t>(p.kv_len - p.q_len, 0);
 }
 inline void blasst_local_first(std::vector<TileVisit>& visits, int64_t pos) {
   const BlasstAnchors a = blasst_anchors(visits, pos);

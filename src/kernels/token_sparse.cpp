@@ -68,7 +68,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <algorithm>
-#include <cstring>
 
 #include "spattn/error.hpp"
 #include "spattn/packed_kv.hpp"
@@ -82,9 +81,15 @@ namespace {
 // tall as it is wide.
 constexpr int64_t kTileRows = kTileKeys;
 
-// t [H, L, d] as grouped rows [H / G, L * G, d] (row i * G + g: query i of q head kv * G + g),
-// in place where t's heads of a query are contiguous in steps of one head (token-major rows,
-// one kv head), else into `copy`, `fill` choosing whether t's values are copied in.
+// Where q head h's query i stands among the grouped rows: kv head h / G, row i * G + h % G.
+struct GroupedRow {
+  int64_t head, row;
+};
+GroupedRow grouped_row(int64_t h, int64_t i, int64_t G) { return {h / G, i * G + h % G}; }
+
+// t [H, L, d] as grouped rows [H / G, L * G, d] (grouped_row), in place where t's heads of a
+// query are contiguous in steps of one head (token-major rows, one kv head), else into `copy`,
+// `fill` choosing whether t's values are copied in.
 TensorView grouped(const TensorView& t, int64_t G, std::vector<unsigned char>& copy, bool fill) {
   TensorView g = t;
   g.heads = t.heads / G, g.seq = t.seq * G;
@@ -96,8 +101,10 @@ TensorView grouped(const TensorView& t, int64_t G, std::vector<unsigned char>& c
   g = TensorView::hsd(copy.data(), t.dtype, g.heads, g.seq, t.dim);
   if (fill)
     for (int64_t h = 0; h < t.heads; ++h)
-      for (int64_t i = 0; i < t.seq; ++i)
-        for (int64_t c = 0; c < t.dim; ++c) g.set(h / G, i * G + h % G, c, t.get(h, i, c));
+      for (int64_t i = 0; i < t.seq; ++i) {
+        const GroupedRow r = grouped_row(h, i, G);
+        for (int64_t c = 0; c < t.dim; ++c) g.set(r.head, r.row, c, t.get(h, i, c));
+      }
   return g;
 }
 }  // namespace
@@ -156,14 +163,13 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   // Causal entries are counted over the caller's queries, not the grouped rows.
   if (stats) kernels::add_kernel_stats(p, {grouped_stats}, stats);
   if (G == 1) return;
-  if (!out_copy.empty())
-    for (int64_t h = 0; h < q.heads; ++h)
-      for (int64_t i = 0; i < q.seq; ++i)
-        for (int64_t c = 0; c < q.dim; ++c) out.set(h, i, c, gp.out.get(h / G, i * G + h % G, c));
-  if (lse)
-    for (int64_t h = 0; h < q.heads; ++h)
-      for (int64_t i = 0; i < q.seq; ++i)
-        lse[h * q.seq + i] = lse_rows[size_t((h / G) * q.seq * G + i * G + h % G)];
+  for (int64_t h = 0; h < q.heads; ++h)
+    for (int64_t i = 0; i < q.seq; ++i) {
+      const kernels::GroupedRow r = kernels::grouped_row(h, i, G);
+      if (!out_copy.empty())
+        for (int64_t c = 0; c < q.dim; ++c) out.set(h, i, c, gp.out.get(r.head, r.row, c));
+      if (lse) lse[h * q.seq + i] = lse_rows[size_t(r.head * gp.q_len + r.row)];
+    }
 }
 
 }  // namespace spattn
