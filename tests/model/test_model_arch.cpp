@@ -282,6 +282,11 @@ TEST(ModelArch, Qwen3MoeLayoutIsWrittenAndRead) {
           "--experts is for --arch qwen3moe, gpt-oss, deepseek2, deepseek32, glm-dsa or llama"),
       std::string::npos)
       << r.err;
+  // The absorbed latent layout on an architecture without latent attention.
+  r = spattn::test::run_spattn(
+      "make-model -o " + (d / "b.gguf").string() + " --arch qwen2 --mla-absorbed --vocab 300", d);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("--mla-absorbed is for --arch deepseek2"), std::string::npos) << r.err;
 }
 
 TEST(ModelArch, Qwen3MoePresetHasThePublishedSize) {
