@@ -130,6 +130,11 @@ struct Bf16DotOps {
     for (int64_t c = 0; c < dp; ++c) b[c * 2] = a[c * 2];
   }
   // A key's pair of dims is one 32-bit word.
+  static void CopyListedK(const T* src, const int32_t* sj, int64_t m, T* dst, int64_t dj,
+                          int64_t d) {
+    CopyListedWords(reinterpret_cast<const uint32_t*>(src), sj, m, reinterpret_cast<uint32_t*>(dst),
+                    dj, d / 2);
+  }
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {
     for (int64_t c2 = 0; c2 < d / 2; ++c2)
       CopyWords(reinterpret_cast<const uint32_t*>(src + c2 * kTileKeys * 2 + sj * 2),

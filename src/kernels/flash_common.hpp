@@ -178,6 +178,9 @@ struct DensePolicy {
   // Appends single key columns (kGather): the kernel drops those beyond key_limit or inside a
   // range, and gathers the rest 64 at a time from the packed K/V.
   void key_columns(const Problem&, int64_t, int64_t, int64_t, std::vector<int64_t>&) const {}
+  // (kGather) Kv head kvh's keys token-major (dim f32 a key, every key of the packed cache), or
+  // null: gathered keys' K is then read from these rows, not from the packed tiles' columns.
+  const float* gather_key_rows(const Problem&, int64_t /*kvh*/) const { return nullptr; }
   // (kPackedColumns) Appends the single key columns (packed indices) every tile of q head h
   // attends to. The loop copies them once per call into tiles of their own (sorted, duplicates
   // dropped) and runs each item's causally visible ones after its ranges; range tiles leave

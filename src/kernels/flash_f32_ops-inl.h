@@ -47,6 +47,11 @@ struct F32Ops {
   static void CopyKeyV(const T* src, int64_t sj, T* dst, int64_t dj, int64_t dp) {
     std::memcpy(dst + dj * dp, src + sj * dp, size_t(dp) * sizeof(T));
   }
+  // Copies slots sj[0, m) of one packed tile into slots dj.. of another (CopyListedWords).
+  static void CopyListedK(const T* src, const int32_t* sj, int64_t m, T* dst, int64_t dj,
+                          int64_t d) {
+    CopyListedWords(src, sj, m, dst, dj, d);
+  }
   // Copies n consecutive slots sj.. of packed tiles into slots dj.. of others (a key range
   // shifted off the 64-key grid): row copies, not per-key scatters.
   static void CopyKeysK(const T* src, int64_t sj, T* dst, int64_t dj, int64_t n, int64_t d) {

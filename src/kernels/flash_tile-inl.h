@@ -387,13 +387,43 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
     for (size_t i = 0; i < sc.columns.size(); i += size_t(kTileKeys)) {
       const int64_t count = std::min<int64_t>(kTileKeys, int64_t(sc.columns.size() - i));
       const int64_t* keys = sc.columns.data() + i;
-      // Gathered from the packed tiles (never from raw K/V): the same values, bit for bit.
-      std::fill(sc.gk, sc.gk + d.k_elems, typename Ops::T(0));
-      std::fill(sc.gv, sc.gv + d.v_elems, typename Ops::T(0));
-      for (int64_t jj = 0; jj < count; ++jj) {
-        const int64_t j = keys[jj], jt = j / kTileKeys, sj = j % kTileKeys;
-        Ops::CopyKeyK(kv.k_tile(kvh, jt, sc), sj, sc.gk, jj, p.dim);
-        Ops::CopyKeyV(kv.v_tile(kvh, jt, sc), sj, sc.gv, jj, dp);
+      // Gathered from the packed tiles (never from raw K/V): the same values, bit for bit. A
+      // short piece's empty slots read as zero, as a packed tile's do (a full one overwrites all).
+      if (count < kTileKeys) {
+        std::fill(sc.gk, sc.gk + d.k_elems, typename Ops::T(0));
+        std::fill(sc.gv, sc.gv + d.v_elems, typename Ops::T(0));
+      }
+      // K from token-major rows where the policy has them (gather_key_rows), else from the
+      // packed tiles a tile's keys at a time (they are sorted): row by row for all of them at
+      // once. V key by key (a V slot is a row).
+      bool k_done = false;
+      if constexpr (std::is_same_v<typename Ops::T, float>)
+        if (const float* rows = pol.gather_key_rows(p, kvh)) {
+          KeyRowsToTile(rows, keys, count, p.dim, sc.gk);
+          k_done = true;
+          // The next piece's rows and V slots come into the L2 under this piece's arithmetic:
+          // scattered keys, which the hardware prefetcher does not see coming.
+          const int64_t next =
+              d.widened()
+                  ? 0
+                  : std::min<int64_t>(kTileKeys, int64_t(sc.columns.size() - i) - kTileKeys);
+          for (int64_t jj = 0; jj < next; ++jj) {
+            const int64_t j = keys[kTileKeys + jj];
+            PrefetchL2(rows + j * p.dim, p.dim * int64_t(sizeof(float)));
+            PrefetchL2(d.template v_tile<float>(kvh, j / kTileKeys) + (j % kTileKeys) * dp,
+                       dp * int64_t(sizeof(float)));
+          }
+        }
+      int32_t slots[kTileKeys];
+      for (int64_t jj = 0; jj < count;) {
+        const int64_t jt = keys[jj] / kTileKeys;
+        int64_t m = 0;
+        for (; jj + m < count && keys[jj + m] / kTileKeys == jt; ++m)
+          slots[m] = int32_t(keys[jj + m] % kTileKeys);
+        if (!k_done) Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
+        const typename Ops::T* vt = kv.v_tile(kvh, jt, sc);
+        for (int64_t a = 0; a < m; ++a) Ops::CopyKeyV(vt, slots[a], sc.gv, jj + a, dp);
+        jj += m;
       }
       next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);

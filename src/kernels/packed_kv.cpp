@@ -13,6 +13,14 @@ void AppendEntry(PackedKVData* kv, const TensorView* k, const TensorView* v,
   PackAppend(*kv, *k, *v, src_rows, first, n, threads);
 }
 Operands OperandsEntry(DType dtype, bool bf16_dot) { return OperandsHere(dtype, bf16_dot); }
+// Tiles [0, tiles) of every head of src widened into dst's f32 tiles.
+void WidenTilesEntry(const PackedKVData* src, PackedKVData* dst, int64_t tiles) {
+  for (int64_t h = 0; h < src->kv_heads; ++h)
+    for (int64_t t = 0; t < tiles; ++t) {
+      WidenK(src->k_type, src->k_bytes(h, t), src->dim, dst->k_tile<float>(h, t));
+      WidenV(src->v_type, src->v_bytes(h, t), src->dp, dst->v_tile<float>(h, t));
+    }
+}
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -27,6 +35,7 @@ namespace spattn {
 namespace kernels {
 HWY_EXPORT(AppendEntry);
 HWY_EXPORT(OperandsEntry);
+HWY_EXPORT(WidenTilesEntry);
 
 Operands operands_for(DType dtype, bool bf16_dot) {
   return HWY_DYNAMIC_DISPATCH(OperandsEntry)(dtype, bf16_dot);
@@ -204,6 +213,30 @@ void keep_keys(PackedKVData& kv, int64_t n) {
   std::fill(kv.tile_min.begin(), kv.tile_min.end(), std::numeric_limits<int64_t>::max());
   std::fill(kv.tile_max.begin(), kv.tile_max.end(), -1);
   for (int64_t i = 0; i < n; ++i) record_key(kv, kv.positions[size_t(i)]);
+}
+
+void widen_packed(const PackedKVData& src, PackedKVData& dst) {
+  SPATTN_CHECK(src.ops == Operands::f32, "internal: a bf16-pair cache is not widened");
+  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, std::max<int64_t>(src.size, 1),
+              /*zero_all=*/false);
+  // Slots past size read as zero in src (clear_slots), so the last tile widens to zeros there.
+  const int64_t tiles = (src.size + kTileKeys - 1) / kTileKeys;
+  HWY_DYNAMIC_DISPATCH(WidenTilesEntry)(&src, &dst, tiles);
+  add_positions(dst, src.positions.data(), src.size);
+}
+
+void key_rows(const PackedKVData& kv, std::vector<float>& rows) {
+  SPATTN_CHECK(!kv.widened() && kv.ops == Operands::f32,
+               "internal: key rows are read from f32 tiles");
+  rows.resize(size_t(kv.kv_heads * kv.size * kv.dim));
+  for (int64_t h = 0; h < kv.kv_heads; ++h)
+    for (int64_t j0 = 0; j0 < kv.size; j0 += kTileKeys) {
+      const float* tile = kv.k_tile<float>(h, j0 / kTileKeys);
+      const int64_t n = std::min(kTileKeys, kv.size - j0);
+      float* dst = rows.data() + (h * kv.size + j0) * kv.dim;
+      for (int64_t c = 0; c < kv.dim; ++c)
+        for (int64_t j = 0; j < n; ++j) dst[j * kv.dim + c] = tile[c * kTileKeys + j];
+    }
 }
 
 int64_t PackedKVData::causal_prefix(int64_t pos) const {

@@ -136,6 +136,15 @@ void keep_keys(PackedKVData& kv, int64_t n);
 // Bf16DotOps, flash_avx512-inl.h).
 void clear_slots(PackedKVData& kv, int64_t from, int64_t to);
 
+// dst: src's keys (same heads, dim, positions) in f32 tiles, the values the loop would widen
+// tile by tile (bit for bit), at capacity src.size. For a call that reads each stored key many
+// times (token-sparse prefill): each tile widened once instead of once per read.
+void widen_packed(const PackedKVData& src, PackedKVData& dst);
+
+// rows [kv_heads][size][dim]: f32 kv's keys token-major (a key's dims contiguous), for a gather
+// that reads a few keys of each tile: a key's column of the [dim][64] K layout is dim lines.
+void key_rows(const PackedKVData& kv, std::vector<float>& rows);
+
 // The operand format the kernels use for inputs of this dtype on this machine's SIMD target:
 // bf16 pairs only for bf16 inputs, when bf16_dot asks for them and the CPU has AVX512_BF16.
 Operands operands_for(DType dtype, bool bf16_dot);

@@ -1,5 +1,6 @@
 // Token-sparse attention (spattn/token_sparse.hpp): each query row reads its own keys, gathered
-// 64 at a time from the packed cache through the dense loop's key-column hook; runs of rows
+// 64 at a time through the dense loop's key-column hook (from the packed cache, or in prefill
+// from a token-major copy of its keys made once for the call); runs of rows
 // that see every causal key share dense tiles of up to 64 rows. A query's keys are the same for
 // every q head of a kv head, so the loop runs on grouped rows (query i's heads as consecutive
 // rows of their kv head): one gather serves up to 64 heads, where a row a head would gather the
@@ -28,6 +29,8 @@ struct TokenSparsePolicy : DensePolicy {
   };
   const TokenSelection* sel = nullptr;
   const std::vector<TokenTile>* tiles = nullptr;
+  // The cache's keys token-major ([kv_heads][keys][dim], key_rows) where the call staged them.
+  const float* k_rows = nullptr;
 
   int64_t num_tiles(const Problem&) const { return int64_t(tiles->size()); }
   int64_t rows(const Problem&, int64_t t, int64_t* q_rows, int64_t* out_rows) const {
@@ -45,6 +48,9 @@ struct TokenSparsePolicy : DensePolicy {
     const int64_t* keys = sel->row(tt.query);
     out.insert(out.end(), keys, keys + sel->count(tt.query));
   }
+  const float* gather_key_rows(const Problem& p, int64_t kvh) const {
+    return k_rows ? k_rows + kvh * p.packed->size * p.dim : nullptr;
+  }
   int64_t cost(const Problem& p, int64_t, int64_t t, int64_t last_q_row) const {
     const TokenTile& tt = (*tiles)[size_t(t)];
     return tt.all ? p.row_position(last_q_row) + 1 : sel->count(tt.query);
@@ -57,10 +63,11 @@ struct TokenSparsePolicy : DensePolicy {
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 void TokenSparseEntry(const Problem& p, const TokenSelection* sel,
-                      const std::vector<TokenTile>* tiles, Stats* stats) {
+                      const std::vector<TokenTile>* tiles, const float* k_rows, Stats* stats) {
   TokenSparsePolicy pol;
   pol.sel = sel;
   pol.tiles = tiles;
+  pol.k_rows = k_rows;
   RunFlash(p, pol, stats);
 }
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -86,6 +93,19 @@ struct GroupedRow {
   int64_t head, row;
 };
 GroupedRow grouped_row(int64_t h, int64_t i, int64_t G) { return {h / G, i * G + h % G}; }
+
+// Keys of the packed tiles the gather reads for sel: each tile a row's list touches, whole, once
+// per tile of (up to kTileRows) grouped rows of its query (consecutive reads of a tile reuse it).
+int64_t gathered_tile_keys(const TokenSelection& sel, int64_t G) {
+  const int64_t row_tiles = (G + kTileRows - 1) / kTileRows;
+  int64_t tiles = 0;
+  for (int64_t i = 0; i < sel.rows(); ++i) {
+    const int64_t* keys = sel.row(i);
+    for (int64_t j = 0; j < sel.count(i); ++j)
+      tiles += j == 0 || keys[j] / kTileKeys != keys[j - 1] / kTileKeys;
+  }
+  return tiles * row_tiles * kTileKeys;
+}
 
 // t [H, L, d] as grouped rows [H / G, L * G, d] (grouped_row), in place where t's heads of a
 // query are contiguous in steps of one head (token-major rows, one kv head), else into `copy`,
@@ -131,7 +151,24 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
                    "token-sparse attention: row ", i, "'s key ", keys[j],
                    " is outside the cache's ", kv.size(), " keys or out of order");
   }
-  const kernels::Problem p = kernels::make_problem(q, kv.data(), out, opt, lse);
+  // A key's column of a packed K tile ([dim][64]) spans dim lines, and a tile stored as f16 /
+  // bf16 / q8_0 is widened whole for the few keys a row reads in it: a gather from the tiles reads
+  // about every line of every tile a row touches. Prefill gathers from each tile once per query
+  // (and per 64 of its rows), so there the cache is restaged once for the call: widened whole to
+  // f32, and its keys copied token-major (key_rows), so that a row reads only its keys' lines.
+  // Decode reads each tile a few times at most, where restaging would cost more than it saves.
+  kernels::PackedKVData wide;
+  std::vector<float> k_rows;
+  const kernels::PackedKVData* d = &kv.data();
+  if (d->ops == kernels::Operands::f32 && d->size * d->dim < (int64_t(1) << 31) &&
+      kernels::gathered_tile_keys(sel, q.heads / d->kv_heads) >= 4 * d->size) {
+    if (d->widened()) {
+      kernels::widen_packed(*d, wide);
+      d = &wide;
+    }
+    kernels::key_rows(*d, k_rows);
+  }
+  const kernels::Problem p = kernels::make_problem(q, *d, out, opt, lse);
   // The loop's problem over grouped rows (G of them a query), its output and LSE in that order.
   const int64_t G = p.group;
   std::vector<unsigned char> q_copy, out_copy;
@@ -159,7 +196,8 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
     }
   }
   Stats grouped_stats;
-  HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)(gp, &sel, &tiles, &grouped_stats);
+  HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)
+  (gp, &sel, &tiles, k_rows.empty() ? nullptr : k_rows.data(), &grouped_stats);
   // Causal entries are counted over the caller's queries, not the grouped rows.
   if (stats) kernels::add_kernel_stats(p, {grouped_stats}, stats);
   if (G == 1) return;

@@ -1,8 +1,9 @@
 // Token-sparse attention (spattn/token_sparse.hpp: DSA's per-query tokens) against its plain
 // twin: for each q head and row, softmax attention in double over exactly the keys the row
-// lists (or every key up to its position), computed from the raw K/V. Over f32 and f16-stored
-// caches, prefill rows and one decode row, rows of lists and of "all" mixed; the work is the
-// lists' and nothing more; bad selections are refused.
+// lists (or every key up to its position), computed from the raw K/V. Over f32, f16-stored and
+// bf16-pair caches, prefill rows (their keys gathered from token-major rows) and one decode row
+// (gathered from the packed tiles), rows of lists and of "all" mixed; stored caches bit for bit as
+// f32 ones; the work is the lists' and nothing more; bad selections are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,13 +57,15 @@ std::vector<double> plain_row(const Tensor& q, const Tensor& k, const Tensor& v,
 struct Case {
   int64_t hq, hkv, n, pos0, d, per_row;  // per_row: keys a listed row keeps
   KVType type;
+  DType dtype = DType::f32;  // bf16: the cache in bf16 pairs where the CPU has AVX512_BF16
+  double tol = 2e-5;
 };
 
 void check_case(const Case& c, uint64_t seed) {
   const int64_t L = c.pos0 + c.n;
-  Tensor q = random_tensor(DType::f32, c.hq, c.n, c.d, seed),
-         k = random_tensor(DType::f32, c.hkv, L, c.d, seed + 1),
-         v = random_tensor(DType::f32, c.hkv, L, c.d, seed + 2);
+  Tensor q = random_tensor(c.dtype, c.hq, c.n, c.d, seed),
+         k = random_tensor(c.dtype, c.hkv, L, c.d, seed + 1),
+         v = random_tensor(c.dtype, c.hkv, L, c.d, seed + 2);
   PackedKV kv = PackedKV::pack(k.view(), v.view(), 0, 1, true, c.type, c.type);
   // Rows that see at most per_row keys read them all; the others a random set of per_row keys
   // at or before their position (their own among them every third row).
@@ -98,7 +101,7 @@ void check_case(const Case& c, uint64_t seed) {
       const std::vector<double> want =
           plain_row(q, k, v, h, i, lists[size_t(i)], c.hq / c.hkv, c.type, c.type);
       for (int64_t cc = 0; cc < c.d; ++cc)
-        ASSERT_NEAR(out.view().get(h, i, cc), want[size_t(cc)], 2e-5)
+        ASSERT_NEAR(out.view().get(h, i, cc), want[size_t(cc)], c.tol)
             << "head " << h << " row " << i << " dim " << cc;
     }
   EXPECT_EQ(st.score_entries, entries);
@@ -114,6 +117,9 @@ TEST(TokenSparse, EqualsPlainAttentionOverEachRowsKeys) {
   // (kMaxHeadDim: DeepSeek's 512-wide kv latent then its 64-wide rope key), prefill and decode.
   check_case({16, 1, 40, 300, kMaxHeadDim, 100, KVType::bf16}, 6);
   check_case({16, 1, 1, 500, kMaxHeadDim, 64, KVType::f16}, 7);
+  // bf16 inputs: the bf16 dot path's pair layouts (P rounded to bf16 for P V), prefill and decode.
+  check_case({4, 2, 70, 300, 64, 100, KVType::f32, DType::bf16, 1e-2}, 8);
+  check_case({4, 2, 1, 700, 64, 100, KVType::f32, DType::bf16, 1e-2}, 9);
 }
 
 // Token-major q and out ([seq, heads, dim], as the runner holds them) over one kv head: the loop
@@ -154,6 +160,49 @@ TEST(TokenSparse, TokenMajorRowsGroupInPlace) {
         ASSERT_EQ(ot.get(h, i, c), out.view().get(h, i, c)) << "head " << h << " row " << i;
         ASSERT_NEAR(ot.get(h, i, c), want[size_t(c)], 2e-5) << "head " << h << " row " << i;
       }
+    }
+}
+
+// A cache stored as f16, bf16 or q8_0 computes what an f32 cache of its stored values does, bit
+// for bit, on both of the gather's paths: prefill (60 rows of 100 keys over 400: the cache is
+// widened once, whole) and decode (one row: each tile widened as the gather reads it).
+TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
+  const int64_t hq = 4, d = 64, L = 400, per_row = 100;
+  Tensor k = random_tensor(DType::f32, 1, L, d, 21), v = random_tensor(DType::f32, 1, L, d, 22);
+  for (KVType t : {KVType::f16, KVType::bf16, KVType::q8_0})
+    for (int64_t n : {60, 1}) {
+      Tensor ks(DType::f32, 1, L, d), vs(DType::f32, 1, L, d);
+      for (int64_t j = 0; j < L; ++j) {
+        kv_round_row(t, k.data_as<float>() + j * d, ks.data_as<float>() + j * d, d);
+        kv_round_row(t, v.data_as<float>() + j * d, vs.data_as<float>() + j * d, d);
+      }
+      PackedKV stored = PackedKV::pack(k.view(), v.view(), 0, 1, true, t, t);
+      PackedKV f32 = PackedKV::pack(ks.view(), vs.view(), 0, 1, false);
+      Tensor q = random_tensor(DType::f32, hq, n, d, 23);
+      std::mt19937_64 rng(24);
+      TokenSelection sel;
+      for (int64_t i = 0; i < n; ++i) {
+        std::vector<int64_t> keys(size_t(L - n + i + 1));
+        for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
+        std::shuffle(keys.begin(), keys.end(), rng);
+        keys.resize(size_t(per_row));
+        sel.add(keys);
+      }
+      AttnOptions opt;
+      opt.threads = 2;
+      opt.q_start = L - n;
+      Tensor out_s(DType::f32, hq, n, d), out_f(DType::f32, hq, n, d);
+      std::vector<float> lse_s(size_t(hq * n)), lse_f(lse_s.size());
+      attention_token_sparse(q.view(), stored, out_s.view(), sel, opt, lse_s.data());
+      attention_token_sparse(q.view(), f32, out_f.view(), sel, opt, lse_f.data());
+      for (int64_t h = 0; h < hq; ++h)
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(lse_s[size_t(h * n + i)], lse_f[size_t(h * n + i)])
+              << kv_type_name(t) << " rows " << n << " head " << h << " row " << i;
+          for (int64_t c = 0; c < d; ++c)
+            ASSERT_EQ(out_s.view().get(h, i, c), out_f.view().get(h, i, c))
+                << kv_type_name(t) << " rows " << n << " head " << h << " row " << i;
+        }
     }
 }
 

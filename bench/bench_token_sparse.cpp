@@ -1,0 +1,102 @@
+// Token-sparse attention (DSA's per-query tokens) at DeepSeek V3.2's absorbed shape: 128 q
+// heads over one latent kv head, keys of 576 (latent 512 + rope 64), values the latent then
+// zeros (as the runner's latent cache holds them, llama.cpp's layout), a chunk of
+// prefill rows at the end of the cache, each row listing 2,048 of its causal keys (the
+// indexer's top-k). Against the same kernel on the same cache with every row reading all its
+// keys (dense on the same inputs), so the ratio shows what the gather costs per key.
+// The lists are uniform draws (the worst case for a gather: keys scattered over every tile);
+// real selections cluster around local and heavy keys.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <tuple>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "spattn/kv_type.hpp"
+#include "spattn/packed_kv.hpp"
+#include "spattn/token_sparse.hpp"
+
+namespace spattn::bench {
+namespace {
+
+constexpr int64_t kHeads = 128, kDim = 576, kLatent = 512, kTopK = 2048;
+
+struct Inputs {
+  Tensor q;
+  std::unique_ptr<PackedKV> kv;
+  TokenSelection listed, all;
+};
+
+// Args: {kv_len, rows, cache type (0 f32, 1 f16), listed (1) or all (0), threads}. One input
+// set at a time.
+const Inputs& inputs(const benchmark::State& state) {
+  using Key = std::tuple<int64_t, int64_t, int64_t>;
+  static std::map<Key, std::unique_ptr<Inputs>> cache;
+  const int64_t L = state.range(0), n = state.range(1);
+  const Key key{L, n, state.range(2)};
+  auto& slot = cache[key];
+  if (slot) return *slot;
+  cache.clear();
+  auto in = std::make_unique<Inputs>();
+  const Tensor k = filled_tensor(DType::f32, 1, L, kDim, 2);
+  Tensor v = filled_tensor(DType::f32, 1, L, kDim, 3);
+  for (int64_t j = 0; j < L; ++j)
+    std::fill(v.data_as<float>() + j * kDim + kLatent, v.data_as<float>() + (j + 1) * kDim, 0.0f);
+  const KVType t = state.range(2) == 0 ? KVType::f32 : KVType::f16;
+  in->kv = std::make_unique<PackedKV>(PackedKV::pack(k.view(), v.view(), 0, 0, false, t, t));
+  in->q = filled_tensor(DType::f32, kHeads, n, kDim, 1);
+  std::mt19937_64 rng(5);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t visible = L - n + i + 1;
+    in->all.add_all();
+    if (visible <= kTopK) {
+      in->listed.add_all();
+      continue;
+    }
+    std::vector<int64_t> keys(static_cast<size_t>(visible));
+    std::iota(keys.begin(), keys.end(), int64_t(0));
+    std::shuffle(keys.begin(), keys.end(), rng);
+    keys.resize(size_t(kTopK));
+    in->listed.add(std::move(keys));
+  }
+  cache[key] = std::move(in);
+  return *cache[key];
+}
+
+void BM_TokenSparse(benchmark::State& state) {
+  const Inputs& in = inputs(state);
+  const int64_t L = state.range(0), n = state.range(1);
+  const TokenSelection& sel = state.range(3) ? in.listed : in.all;
+  Tensor out(DType::f32, kHeads, n, kDim);
+  AttnOptions opt;
+  opt.check_finite = false;
+  opt.threads = int(state.range(4));
+  opt.q_start = L - n;
+  Stats stats;
+  const LoopTimer timer;
+  for (auto _ : state) {
+    stats = Stats{};
+    attention_token_sparse(in.q.view(), *in.kv, out.view(), sel, opt, nullptr, &stats);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * stats.score_entries);  // score entries/s
+  report_flops(state, stats.flops, timer.seconds());
+  state.SetLabel(std::string(state.range(2) ? "f16" : "f32") + (state.range(3) ? " listed" : " all"));
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"kv", "rows", "f16", "listed", "threads"});
+  for (int64_t L : {4096, 16384})
+    for (int64_t type : {0, 1})
+      for (int64_t listed : {0, 1}) b->Args({L, 64, type, listed, 2});
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_TokenSparse)->Apply(args);
+
+}  // namespace
+}  // namespace spattn::bench
