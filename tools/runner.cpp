@@ -10,6 +10,7 @@
 
 #include "core/process_memory.hpp"
 #include "model/kv_cache.hpp"
+#include "spattn/arch.hpp"
 #include "spattn/kv_type.hpp"
 #include "spattn/error.hpp"
 #include "spattn/method.hpp"
@@ -17,9 +18,10 @@
 namespace spattn::cli {
 
 void add_runner_options(CLI::App& app, RunnerOptions& o) {
-  app.add_option(
-         "-m,--model", o.model,
-         "model file (GGUF: llama (dense or with experts), qwen2, qwen3, qwen3moe, phi3 or gemma3)")
+  // The architectures from the traits table (spattn/arch.hpp), so the help never lags it.
+  app.add_option("-m,--model", o.model,
+                 "model file (GGUF: " +
+                     model::arch_names([](const model::ArchTraits&) { return true; }, ", ") + ")")
       ->required();
   app.add_option("-c,--ctx-size", o.n_ctx, "context size: KV cache capacity in tokens")
       ->capture_default_str();
