@@ -86,7 +86,8 @@ void BM_TokenSparse(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * stats.score_entries);  // score entries/s
   report_flops(state, stats.flops, timer.seconds());
-  state.SetLabel(std::string(state.range(2) ? "f16" : "f32") + (state.range(3) ? " listed" : " all"));
+  state.SetLabel(std::string(state.range(2) ? "f16" : "f32") +
+                 (state.range(3) ? " listed" : " all"));
 }
 
 void args(benchmark::internal::Benchmark* b) {
