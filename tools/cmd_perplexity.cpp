@@ -321,7 +321,7 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
   for (const auto& m : modes) {
     so.push_back(session_options(o.r, m));
     so.back().cp = grp;
-    so.back().validate();
+    validate_on_every_rank(so.back(), grp.get());
   }
   const int64_t c = o.r.n_ctx;
   SPATTN_CHECK(c >= 4, "-c must be >= 4 for perplexity, got ", c);

@@ -80,7 +80,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   model::SessionOptions so = session_options(o.r, o.r.attn);
   so.cp = grp;
-  so.validate();
+  validate_on_every_rank(so, grp.get());
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
   SamplingParams sp;

@@ -140,6 +140,13 @@ void with_cp(dist::Group* g, const std::function<void()>& body) {
   }
 }
 
+void validate_on_every_rank(const model::SessionOptions& so, dist::Group* g) {
+  if (g)
+    dist::agree(*g, "checking the options", [&] { so.validate(); });
+  else
+    so.validate();
+}
+
 nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Session& s) {
   const model::Timings& t = s.timings();
   // One fixed record per rank.
