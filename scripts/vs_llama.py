@@ -10,7 +10,9 @@ round), so drift in the machine's speed lands on both. Prints the medians and th
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
--n N -d D). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup).
+-n N -d D). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup), unless
+--no-warmup: then neither does, for rows where one warm-up is as long as the timed run (a 16K
+prompt through a 128-head latent attention takes llama.cpp most of 20 minutes on 2 cores).
 llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1; spattn run
 with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
 is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
@@ -48,6 +50,8 @@ def llama_once(a, kind, n, depth):
     cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     if depth:
         cmd += ["-d", str(depth)]
+    if a.no_warmup:
+        cmd += ["--no-warmup"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return float(json.loads(out)[0]["avg_ts"])
 
@@ -57,7 +61,9 @@ def spattn_once(a, kind, n, depth, side_args, binary):
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
     cmd = [binary, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
            str(gen), "-c", str(prompt + gen + 16), "-b", "2048", "-ub", "512", "-t",
-           str(a.threads), "--warmup", "--ignore-eos", "--json"] + a.spattn_arg
+           str(a.threads), "--ignore-eos", "--json"] + a.spattn_arg
+    if not a.no_warmup:
+        cmd += ["--warmup"]
     cmd += side_args
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     if j["prompt_tokens"] != prompt:
@@ -77,6 +83,8 @@ def main():
     p.add_argument("--text", default=os.path.join(os.path.dirname(__file__), "..", "..",
                                                   "shared", "models", "code-heldout.txt"))
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-warmup", action="store_true",
+                   help="neither side warms up (llama-bench --no-warmup; spattn run without --warmup)")
     p.add_argument("--spattn-arg", action="append", default=[],
                    help="one more argument for spattn run (repeat for several)")
     p.add_argument("--attn", action="append", default=[],
