@@ -76,6 +76,9 @@ struct Stats {
   int64_t tiles_visited = 0;   // key tiles whose scores were computed
   int64_t tiles_skipped = 0;   // of those, tiles whose exp and P.V were skipped
   double flops = 0;            // 4 * d * score_entries (QK^T and PV)
+  // The largest copy of the cache one call made for itself and freed (token-sparse prefill's
+  // widened tiles and token-major keys): the most of it held at once, so add() keeps the max.
+  int64_t staged_bytes = 0;
   double sparsity() const {
     return causal_entries > 0 ? 1.0 - double(score_entries) / double(causal_entries) : 0.0;
   }

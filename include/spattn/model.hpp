@@ -450,6 +450,9 @@ class Session {
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
     size_t cp_ring = 0;       // --cp: the prefill's buffers (own rows on the wire, the chunks
                               // or shards in hand and arriving, packed, the runs' state)
+    // The largest copy of a layer's cache one attention call made and freed since the timings'
+    // reset (Stats::staged_bytes: dsa prefill's widened tiles and token-major keys).
+    size_t attention_staging = 0;
   };
   Memory memory() const;
   // The tap sees layer `layer`'s post-RoPE rows, or every layer's with kTapAllLayers.

@@ -408,11 +408,7 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
 
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }
-size_t PackedKV::bytes() const {
-  const kernels::PackedKVData& d = *d_;
-  return size_t(d.kv_heads * d.tiles_cap * (d.k_tile_bytes + d.v_tile_bytes)) +
-         d.positions.capacity() * sizeof(int64_t);
-}
+size_t PackedKV::bytes() const { return d_->bytes(); }
 int64_t PackedKV::kv_heads() const { return d_->kv_heads; }
 int64_t PackedKV::dim() const { return d_->dim; }
 DType PackedKV::dtype() const { return d_->dtype; }

@@ -96,6 +96,11 @@ struct PackedKVData {
   unsigned char* v_bytes(int64_t kvh, int64_t t) const {
     return v.get() + (kvh * tiles_cap + t) * v_tile_bytes;
   }
+  // Storage held: K and V tiles at capacity, and the positions.
+  size_t bytes() const {
+    return size_t(kv_heads * tiles_cap * (k_tile_bytes + v_tile_bytes)) +
+           positions.capacity() * sizeof(int64_t);
+  }
   // Some tile is stored in a type the micro-kernels do not read (widened as it is read).
   bool widened() const { return k_type != KVType::f32 || v_type != KVType::f32; }
   // Packed tile t as a visit for the keys [begin, end) of a range: the positions it spans.

@@ -199,7 +199,11 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)
   (gp, &sel, &tiles, k_rows.empty() ? nullptr : k_rows.data(), &grouped_stats);
   // Causal entries are counted over the caller's queries, not the grouped rows.
-  if (stats) kernels::add_kernel_stats(p, {grouped_stats}, stats);
+  if (stats) {
+    kernels::add_kernel_stats(p, {grouped_stats}, stats);
+    const size_t staged = (d == &wide ? wide.bytes() : 0) + k_rows.size() * sizeof(float);
+    stats->staged_bytes = std::max(stats->staged_bytes, int64_t(staged));
+  }
   if (G == 1) return;
   for (int64_t h = 0; h < q.heads; ++h)
     for (int64_t i = 0; i < q.seq; ++i) {

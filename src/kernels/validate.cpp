@@ -1,4 +1,5 @@
 // Argument checks shared by every attention entry point.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/flash_common.hpp"
@@ -13,6 +14,7 @@ void Stats::add(const Stats& o) {
   tiles_visited += o.tiles_visited;
   tiles_skipped += o.tiles_skipped;
   flops += o.flops;
+  staged_bytes = std::max(staged_bytes, o.staged_bytes);
 }
 
 int64_t attention_entries(int64_t q_len, int64_t kv_len, bool causal) {

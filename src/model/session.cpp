@@ -919,6 +919,8 @@ Session::Memory Session::memory() const {
     for (const auto& l : k.layers)
       if (l) m.h2o_state += l->bytes();
   if (s.b.sched) m.h2o_scratch = s.b.sched->scratch_bytes();
+  m.attention_staging =
+      size_t(std::max(s.t.prefill_stats.staged_bytes, s.t.decode_stats.staged_bytes));
   m.cp_ring = s.ring.bytes() + s.h2o_wire.capacity();  // the ring's buffers or the chain's
   return m;
 }

@@ -165,7 +165,8 @@ TEST(TokenSparse, TokenMajorRowsGroupInPlace) {
 
 // A cache stored as f16, bf16 or q8_0 computes what an f32 cache of its stored values does, bit
 // for bit, on both of the gather's paths: prefill (60 rows of 100 keys over 400: the cache is
-// widened once, whole) and decode (one row: each tile widened as the gather reads it).
+// widened once, whole) and decode (one row: each tile widened as the gather reads it). Stats
+// report what the prefill call staged: the widened copy (none for f32) and the token-major keys.
 TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
   const int64_t hq = 4, d = 64, L = 400, per_row = 100;
   Tensor k = random_tensor(DType::f32, 1, L, d, 21), v = random_tensor(DType::f32, 1, L, d, 22);
@@ -193,8 +194,13 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
       opt.q_start = L - n;
       Tensor out_s(DType::f32, hq, n, d), out_f(DType::f32, hq, n, d);
       std::vector<float> lse_s(size_t(hq * n)), lse_f(lse_s.size());
-      attention_token_sparse(q.view(), stored, out_s.view(), sel, opt, lse_s.data());
-      attention_token_sparse(q.view(), f32, out_f.view(), sel, opt, lse_f.data());
+      Stats st_s, st_f;
+      attention_token_sparse(q.view(), stored, out_s.view(), sel, opt, lse_s.data(), &st_s);
+      attention_token_sparse(q.view(), f32, out_f.view(), sel, opt, lse_f.data(), &st_f);
+      const int64_t k_rows = n == 1 ? 0 : L * d * int64_t(sizeof(float));
+      EXPECT_EQ(st_f.staged_bytes, k_rows) << kv_type_name(t) << " rows " << n;
+      EXPECT_EQ(st_s.staged_bytes, n == 1 ? 0 : k_rows + int64_t(f32.bytes()))
+          << kv_type_name(t) << " rows " << n;
       for (int64_t h = 0; h < hq; ++h)
         for (int64_t i = 0; i < n; ++i) {
           ASSERT_EQ(lse_s[size_t(h * n + i)], lse_f[size_t(h * n + i)])

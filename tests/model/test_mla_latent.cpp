@@ -201,7 +201,8 @@ TEST(MlaLatent, TheOtherFormIsMadeOnlyForASessionThatRunsIt) {
 }
 
 // A decode past the top-k reads 12 keys of its kv head a layer in the latent cache (one head),
-// not every head's.
+// not every head's. The prefill's gathers staged the cache (its f32 K and V, and K token-major)
+// and the memory report says how large that copy was; dense attention stages nothing.
 TEST(MlaLatent, DsaDecodeReadsTheSelectedLatentRows) {
   const spattn::test::TempDir d("spattn_mla_latent");
   const std::string p = (d / "m.gguf").string();
@@ -212,6 +213,12 @@ TEST(MlaLatent, DsaDecodeReadsTheSelectedLatentRows) {
   model::Session s(m, o);
   const std::vector<int32_t> toks = prompt(40);
   s.prefill(std::span(toks).first(39), nullptr, 0);
+  const int64_t w = m.config().kv_lora_rank + m.config().rot();
+  EXPECT_GE(s.memory().attention_staging, size_t(3 * 39 * w) * sizeof(float));
+  o.attn = "dense";
+  model::Session dense(m, o);
+  dense.prefill(std::span(toks).first(39), nullptr, 0);
+  EXPECT_EQ(dense.memory().attention_staging, 0u);
   std::vector<float> out(size_t(m.config().n_vocab));
   s.decode(toks.back(), out.data());
   const model::Timings& t = s.timings();
