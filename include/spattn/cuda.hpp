@@ -229,10 +229,11 @@ struct BlockSelectResult {
   Stats stats;                              // the block-sparse pass's
 };
 // XAttention ("XAttention: Block Sparse Attention with Antidiagonal Scoring", Sec. 2): the
-// antidiagonal estimate at `stride`, the sink block and the diagonal blocks kept, then budget
-// (topp: the paper's tau; or min_share).
+// antidiagonal estimate at `stride`, the sink block and the blocks of each row's `local` most
+// recent keys (1: the diagonal blocks, the paper's) kept, then budget (topp: the paper's tau; or
+// min_share).
 struct XAttentionGpuPlan {
-  int64_t stride = 8, block_q = 128, block_k = 128;
+  int64_t stride = 8, block_q = 128, block_k = 128, local = 1;
   GpuBlockBudget budget{0, 0.9, 0};
 };
 void xattention_attention(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -109,17 +109,20 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
 
 // Oracle block top-k: each query block keeps the `topk` key blocks holding the most exact
 // softmax mass (block_mass, averaged over the block's rows). Evaluation only: it computes full
-// attention twice to know the mass. block_k a multiple of 64; topk >= 1.
+// attention twice to know the mass. block_k a multiple of 64; topk >= 1. `local` > 0 keeps, beside
+// the topk, the blocks of each row's `local` most recent keys (0: no forced blocks).
 BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
-                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt);
+                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt,
+                           int64_t local = 0);
 // The oracle's mass budgets: each query block keeps, from the same exact masses, the fewest
 // blocks reaching topp of its mass (topp > 0) or every block holding at least min_share of it
 // (min_share > 0; give exactly one), by the rules every estimating selector uses
-// (masks/block_budget.hpp), with no forced blocks. What those budgets keep with no estimate's
-// error: the ceiling of a per-query-block mass budget against oracle_topk's count.
+// (masks/block_budget.hpp), with no forced blocks but each row's `local` most recent keys'
+// (0: none). What those budgets keep with no estimate's error: the ceiling of a
+// per-query-block mass budget against oracle_topk's count.
 BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                            int64_t block_q, int64_t block_k, double topp, double min_share,
-                           const AttnOptions& opt);
+                           const AttnOptions& opt, int64_t local = 0);
 
 // Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);

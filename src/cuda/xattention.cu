@@ -1,7 +1,7 @@
 // XAttention on the device ("XAttention: Block Sparse Attention with Antidiagonal Scoring",
 // Sec. 2; the method and its parameters are src/methods/xattention.cpp's, whose run_cuda calls
 // this): the antidiagonal estimate (antidiagonal.cu), per query block the sink block and the
-// diagonal blocks kept and then the budget over the estimate (tau, the paper's threshold, as
+// blocks of each row's `local` recent keys (the diagonal blocks at least) kept and then the budget over the estimate (tau, the paper's threshold, as
 // topp; or min_share), and the block-sparse pass over the kept blocks (block_select.cu), one
 // stream and no copy to the host between them.
 #include "cuda/antidiagonal.hpp"
@@ -29,7 +29,7 @@ void xattention_attention(const TensorView& q, const TensorView& k, const Tensor
   BlockSelect sel;
   sel.mass = mass.get();
   sel.block_q = plan.block_q, sel.block_k = plan.block_k;
-  sel.sink = 1, sel.local = 1;  // the sink block, and the blocks of the query block's own keys
+  sel.sink = 1, sel.local = plan.local;  // the sink block, and each row's local recent keys
   sel.rule.topp = plan.budget.topp, sel.rule.min_share = plan.budget.min_share;
   run_selected(q, k, v, out, opt, lse, sel, result, s);
 }

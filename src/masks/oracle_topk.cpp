@@ -6,61 +6,76 @@
 #include <algorithm>
 
 #include "masks/block_budget.hpp"
-#include "masks/top_k.hpp"
+#include "masks/block_closure.hpp"
 #include "methods/fraction.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/metrics.hpp"
 
 namespace spattn {
+namespace {
 
-BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
-                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt) {
-  SPATTN_CHECK(topk >= 1, "oracle_topk: topk must be >= 1, got ", topk);
+// Each query block's kept blocks from the exact masses: the blocks of each row's `local` most
+// recent keys (none at 0), then `budget` over the rest (block_budget.hpp's rules).
+template <class Budget>
+BlockMask oracle_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                      int64_t block_q, int64_t block_k, const AttnOptions& opt, int64_t local,
+                      const Budget& budget) {
+  SPATTN_CHECK(local >= 0, "oracle_topk: local must be >= 0, got ", local);
   BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
   const int64_t nq = m.n_qb(), nk = m.n_kb();
-  for (int64_t h = 0; h < q.heads; ++h) {
-    BlockMassGrid g = block_mass(q, k, v, h, block_q, block_k, opt);
-    for (int64_t qb = 0; qb < nq; ++qb) {
-      const int64_t limit = m.causal_blocks(qb);
-      for (int64_t kb : masks::top_indices(&g.mass[size_t(qb * nk)], limit, topk))
-        m.blocks.push_back(int32_t(kb));
-      m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
-    }
-  }
-  return m;
-}
-
-BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
-                           int64_t block_q, int64_t block_k, double topp, double min_share,
-                           const AttnOptions& opt) {
-  SPATTN_CHECK((topp > 0) != (min_share > 0),
-               "oracle_topk: give one mass budget, topp or min_share (got topp=", topp,
-               ", min_share=", min_share, ")");
-  // 0 is "not this one" (the check above asks for exactly one); the other is a fraction.
-  if (topp != 0) check_fraction("oracle_topk", "topp", topp, Fraction::up_to_one);
-  if (min_share != 0) check_fraction("oracle_topk", "min_share", min_share, Fraction::below_one);
-  BlockMask m(q.heads, q.seq, k.seq, block_q, block_k, opt.causal);
-  const int64_t nq = m.n_qb(), nk = m.n_kb();
-  std::vector<double> mass(static_cast<size_t>(nk));
+  const int64_t off = query_position(0, q.seq, k.seq);
+  std::vector<double> mass(static_cast<size_t>(nk));  // the budgets' rules read doubles
   std::vector<uint8_t> keep(static_cast<size_t>(nk));
   std::vector<int64_t> order;
   for (int64_t h = 0; h < q.heads; ++h) {
     BlockMassGrid g = block_mass(q, k, v, h, block_q, block_k, opt);
     for (int64_t qb = 0; qb < nq; ++qb) {
       const int64_t limit = m.causal_blocks(qb);
-      std::copy_n(&g.mass[size_t(qb * nk)], limit, mass.begin());
       std::fill(keep.begin(), keep.end(), 0);
-      if (topp > 0)
-        masks::keep_top_mass(mass.data(), limit, topp, keep, order);
-      else
-        masks::keep_min_share(mass.data(), limit, min_share, keep);
+      if (local > 0) {
+        const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;
+        masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, limit * block_k), block_k, keep);
+      }
+      std::copy_n(&g.mass[size_t(qb * nk)], limit, mass.begin());
+      budget(mass.data(), limit, keep, order);
       for (int64_t kb = 0; kb < limit; ++kb)
         if (keep[size_t(kb)]) m.blocks.push_back(int32_t(kb));
       m.offsets[size_t(h * nq + qb + 1)] = int64_t(m.blocks.size());
     }
   }
   return m;
+}
+
+}  // namespace
+
+BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t block_q, int64_t block_k, int64_t topk, const AttnOptions& opt,
+                           int64_t local) {
+  SPATTN_CHECK(topk >= 1, "oracle_topk: topk must be >= 1, got ", topk);
+  return oracle_mask(
+      q, k, v, block_q, block_k, opt, local,
+      [&](const double* mass, int64_t limit, std::vector<uint8_t>& keep,
+          std::vector<int64_t>& order) { masks::keep_top_count(mass, limit, topk, keep, order); });
+}
+
+BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
+                           int64_t block_q, int64_t block_k, double topp, double min_share,
+                           const AttnOptions& opt, int64_t local) {
+  SPATTN_CHECK((topp > 0) != (min_share > 0),
+               "oracle_topk: give one mass budget, topp or min_share (got topp=", topp,
+               ", min_share=", min_share, ")");
+  // 0 is "not this one" (the check above asks for exactly one); the other is a fraction.
+  if (topp != 0) check_fraction("oracle_topk", "topp", topp, Fraction::up_to_one);
+  if (min_share != 0) check_fraction("oracle_topk", "min_share", min_share, Fraction::below_one);
+  return oracle_mask(q, k, v, block_q, block_k, opt, local,
+                     [&](const double* mass, int64_t limit, std::vector<uint8_t>& keep,
+                         std::vector<int64_t>& order) {
+                       if (topp > 0)
+                         masks::keep_top_mass(mass, limit, topp, keep, order);
+                       else
+                         masks::keep_min_share(mass, limit, min_share, keep);
+                     });
 }
 
 }  // namespace spattn

@@ -460,10 +460,47 @@ TEST(MaskOracle, KeepsTheHeaviestBlocks) {
     }
 }
 
+// local=W keeps the blocks of each row's W most recent keys, and beside them the topk heaviest
+// of the others.
+TEST(MaskOracle, KeepsEachRowsRecentKeysBesideTheCount) {
+  for (auto [lq, lk, bq, bk, local] : {std::array<int64_t, 5>{200, 200, 64, 64, 64},
+                                       {65, 300, 32, 64, 100},
+                                       {200, 333, 128, 64, 1}}) {
+    Inputs in(2, 1, lq, lk, 103);
+    AttnOptions opt;
+    const BlockMask m = oracle_topk_mask(in.q, in.k, in.v, bq, bk, 2, opt, local);
+    m.validate();
+    for (int64_t h = 0; h < 2; ++h) {
+      const std::vector<double> mass = direct_mass(in, h, m);
+      for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+        const int64_t limit = m.causal_blocks(qb), p0 = lk - lq + qb * bq;
+        const int64_t first_forced = std::max<int64_t>(p0 - local + 1, 0) / bk;
+        auto r = m.row(h, qb);
+        const std::set<int64_t> have(r.begin(), r.end());
+        std::vector<double> others;  // the masses of the blocks not forced, in index order
+        std::vector<int64_t> kept_others;
+        for (int64_t kb = 0; kb < limit; ++kb) {
+          if (kb >= first_forced) {
+            EXPECT_TRUE(have.count(kb)) << "local block " << kb << " of query block " << qb;
+            continue;
+          }
+          if (have.count(kb)) kept_others.push_back(int64_t(others.size()));
+          others.push_back(mass[size_t(qb * m.n_kb() + kb)]);
+        }
+        expect_top(others, kept_others, std::min<int64_t>(2, int64_t(others.size())),
+                   "oracle local " + std::to_string(local) + " " + std::to_string(lq) + "x" +
+                       std::to_string(lk) + " head " + std::to_string(h) + " query block " +
+                       std::to_string(qb));
+      }
+    }
+  }
+}
+
 TEST(MaskOracle, RejectsBadParameters) {
   Inputs in(1, 1, 64, 64, 1);
   EXPECT_THROW(oracle_topk_mask(in.q, in.k, in.v, 64, 64, 0, {}), Error);
   EXPECT_THROW(oracle_topk_mask(in.q, in.k, in.v, 64, 32, 1, {}), Error);  // block_mass: 64s
+  EXPECT_THROW(oracle_topk_mask(in.q, in.k, in.v, 64, 64, 1, {}, -1), Error);
 }
 
 }  // namespace

@@ -114,7 +114,7 @@ TEST(BaselineParams, RejectZeroSlashAndOtherEmptyBudgets) {
         "sf_fixed:vline_stride=0", "sf_strided:local=0", "mean_pool:topk=-1", "oracle_topk:topk=0",
         "oracle_topk:topp=0", "oracle_topk:topp=1.5", "oracle_topk:min_share=1",
         "oracle_topk:min_share=-0.1", "oracle_topk:topk=4,topp=0.5",
-        "oracle_topk:topp=0.5,min_share=0.1"})
+        "oracle_topk:topp=0.5,min_share=0.1", "oracle_topk:local=-1"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
@@ -201,49 +201,58 @@ TEST(BaselineMethods, CoverageRecallEqualsMeasuredRecall) {
 // The oracle's mass budgets keep, per query block, what their rule says on the exact block masses
 // (block_mass, computed here apart from the method): topp the fewest largest blocks reaching P of
 // the query block's mass, min_share every block holding at least T of it; and a topp run's
-// recall, the mean of its rows' kept mass, is at least P.
+// recall, the mean of its rows' kept mass, is at least P. With local=W the blocks of each row's W
+// most recent keys are kept first and topp adds the fewest largest others.
 TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
   const int64_t heads = 4, n = 512, d = 32, bq = 64, bk = 64;
   Tensor q = test::random_tensor(DType::f32, heads, n, d, 41, 2.0f);  // peaked rows
   Tensor k = test::random_tensor(DType::f32, 2, n, d, 42);
   Tensor v = test::random_tensor(DType::f32, 2, n, d, 43);
   AttnOptions opt;
-  for (const double p : {0.5, 0.7, 0.8}) {
-    auto m = make_method("oracle_topk:topp=" + std::to_string(p));
-    Tensor out(DType::f32, heads, n, d);
-    std::vector<float> lse(size_t(heads * n));
-    const MethodReport rep = m->run(q, k, v, out, opt, lse.data());
-    ASSERT_NE(rep.mask, nullptr);
-    const BlockMask& mask = *rep.mask;
-    int64_t dropped = 0;
-    for (int64_t h = 0; h < heads; ++h) {
-      const BlockMassGrid g = block_mass(q, k, v, h, bq, bk, opt);
-      for (int64_t qb = 0; qb < g.n_qb; ++qb) {
-        const int64_t limit = g.causal_blocks(qb);
-        std::vector<uint8_t> kept(size_t(limit), 0);
-        for (int64_t i = mask.offsets[size_t(h * g.n_qb + qb)];
-             i < mask.offsets[size_t(h * g.n_qb + qb + 1)]; ++i)
-          kept[size_t(mask.blocks[size_t(i)])] = 1;
-        double total = 0, held = 0, least_kept = 2, most_left = -1;
-        for (int64_t kb = 0; kb < limit; ++kb) {
-          const double x = g.mass[size_t(qb * g.n_kb + kb)];
-          total += x;
-          if (kept[size_t(kb)])
-            held += x, least_kept = std::min(least_kept, x);
-          else
-            most_left = std::max(most_left, x), ++dropped;
+  for (const int64_t local : {0, 100})
+    for (const double p : {0.5, 0.7, 0.8}) {
+      auto m =
+          make_method("oracle_topk:topp=" + std::to_string(p) + ",local=" + std::to_string(local));
+      Tensor out(DType::f32, heads, n, d);
+      std::vector<float> lse(size_t(heads * n));
+      const MethodReport rep = m->run(q, k, v, out, opt, lse.data());
+      ASSERT_NE(rep.mask, nullptr);
+      const BlockMask& mask = *rep.mask;
+      int64_t dropped = 0;
+      for (int64_t h = 0; h < heads; ++h) {
+        const BlockMassGrid g = block_mass(q, k, v, h, bq, bk, opt);
+        for (int64_t qb = 0; qb < g.n_qb; ++qb) {
+          const int64_t limit = g.causal_blocks(qb);
+          std::vector<uint8_t> kept(size_t(limit), 0);
+          for (int64_t i = mask.offsets[size_t(h * g.n_qb + qb)];
+               i < mask.offsets[size_t(h * g.n_qb + qb + 1)]; ++i)
+            kept[size_t(mask.blocks[size_t(i)])] = 1;
+          // Forced: the blocks of keys [p0 - local + 1, p1], each row's local most recent.
+          const int64_t first_forced =
+              local > 0 ? std::max<int64_t>(qb * bq - local + 1, 0) / bk : limit;
+          double total = 0, held = 0, least_kept = 2, most_left = -1;
+          for (int64_t kb = 0; kb < limit; ++kb) {
+            const double x = g.mass[size_t(qb * g.n_kb + kb)];
+            const bool forced = kb >= first_forced;
+            total += x;
+            if (forced) EXPECT_TRUE(kept[size_t(kb)]) << "local block " << kb;
+            if (kept[size_t(kb)])
+              held += x, least_kept = forced ? least_kept : std::min(least_kept, x);
+            else
+              most_left = std::max(most_left, x), ++dropped;
+          }
+          const std::string at = "topp=" + std::to_string(p) + ",local=" + std::to_string(local) +
+                                 " head " + std::to_string(h) + " qb " + std::to_string(qb);
+          EXPECT_GE(held, p * total - 1e-9) << at;  // reaches P
+          if (least_kept <= 1)  // some block beyond the forced: the fewest, and the largest ones
+            EXPECT_LT(held - least_kept, p * total + 1e-9) << at;
+          EXPECT_GE(least_kept, most_left) << at;
         }
-        const std::string at = "topp=" + std::to_string(p) + " head " + std::to_string(h) + " qb " +
-                               std::to_string(qb);
-        EXPECT_GE(held, p * total - 1e-9) << at;               // reaches P
-        EXPECT_LT(held - least_kept, p * total + 1e-9) << at;  // with the fewest blocks
-        EXPECT_GE(least_kept, most_left) << at;                // the largest ones
       }
+      EXPECT_GT(dropped, 0) << p;  // a budget that kept everything would check nothing
+      const Recall rec = attention_recall(q, k, *rep.coverage, opt, 1 << 20);
+      EXPECT_GE(rec.mean, p - 1e-5) << p;
     }
-    EXPECT_GT(dropped, 0) << p;  // a budget that kept everything would check nothing
-    const Recall rec = attention_recall(q, k, *rep.coverage, opt, 1 << 20);
-    EXPECT_GE(rec.mean, p - 1e-5) << p;
-  }
   for (const double t : {0.05, 0.2}) {
     auto m = make_method("oracle_topk:min_share=" + std::to_string(t) + ",block_q=32");
     Tensor out(DType::f32, heads, n, d);

@@ -110,6 +110,7 @@ struct Case {
   double tau;
   bool causal;
   const char* input;  // random, equal_keys, peaked, zero_q, vertical
+  int64_t local = 1;  // each row's most recent keys forced (1: the diagonal blocks, the paper's)
 };
 
 struct Inputs {
@@ -182,7 +183,8 @@ std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, i
 
 std::string spec_of(const Case& c) {
   return "xattention:stride=" + std::to_string(c.stride) + ",tau=" + std::to_string(c.tau) +
-         ",block_q=" + std::to_string(c.block_q) + ",block_k=" + std::to_string(c.block_k);
+         ",block_q=" + std::to_string(c.block_q) + ",block_k=" + std::to_string(c.block_k) +
+         (c.local != 1 ? ",local=" + std::to_string(c.local) : "");
 }
 
 TEST(XAttention, MaskEqualsTheScalarTwin) {
@@ -202,6 +204,10 @@ TEST(XAttention, MaskEqualsTheScalarTwin) {
       {{2, 2, 300, 300, 32}, 8, 64, 64, 0.9, true, "peaked"},
       {{2, 2, 300, 300, 32}, 8, 64, 64, 0.5, true, "zero_q"},
       {{2, 2, 400, 400, 32}, 8, 64, 64, 0.6, true, "vertical"},
+      {{4, 2, 300, 300, 32}, 8, 64, 64, 0.9, true, "random", 64},   // each row's last 64 keys
+      {{2, 2, 131, 389, 32}, 4, 32, 64, 0.8, true, "random", 100},  // more than a block back
+      {{2, 2, 300, 300, 32}, 8, 64, 64, 0.9, true, "peaked", 64},
+      {{2, 2, 200, 150, 32}, 8, 32, 32, 0.9, false, "random", 40},  // non-causal
   };
   int64_t rows = 0, exact = 0;
   // The estimate's products in f32 and in bf16 (the default; f32 where the CPU lacks
@@ -236,7 +242,7 @@ TEST(XAttention, MaskEqualsTheScalarTwin) {
                         p1 = off + std::min((qb + 1) * c.block_q, c.s.lq) - 1;
           std::set<int64_t> forced;
           if (limit > 0) forced.insert(0);
-          for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p)
+          for (int64_t p = std::max<int64_t>(p0 - c.local + 1, 0); p <= p1 && p < c.s.lk; ++p)
             forced.insert(p / c.block_k);
           const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
           const std::set<int64_t> want = select(mass, forced, c.tau);
@@ -286,6 +292,7 @@ TEST(XAttention, DefaultsAreThePapers) {
   EXPECT_EQ(r.mask->block_k, 128);
   EXPECT_EQ(r.extras.at("stride"), 8.0);
   EXPECT_EQ(r.extras.at("tau"), 0.9);
+  EXPECT_EQ(r.extras.at("local"), 1.0);  // the diagonal blocks only
   // topp is the same budget under its other name.
   const MethodReport same = make_method("xattention:topp=0.9")->run(in.q, in.k, in.v, out, {});
   EXPECT_EQ(same.mask->to_dense(), r.mask->to_dense());
@@ -296,7 +303,8 @@ TEST(XAttention, RejectsBadParameters) {
        {"xattention:dot=f16", "xattention:tau=0", "xattention:tau=1.5", "xattention:tau=-0.1",
         "xattention:tau=nan", "xattention:tau=abc", "xattention:topp=0",
         "xattention:tau=0.9,topp=0.9", "xattention:stride=0", "xattention:stride=3",
-        "xattention:stride=16,block_k=8", "xattention:block_q=0", "xattention:topk=x"}) {
+        "xattention:stride=16,block_k=8", "xattention:block_q=0", "xattention:topk=x",
+        "xattention:local=0"}) {
     EXPECT_THROW(make_method(spec), Error) << spec;
   }
 }
