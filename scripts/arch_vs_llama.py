@@ -212,8 +212,8 @@ def main():
     p.add_argument("--ppl-rel", type=float, default=0,
                    help="perplexity also within this fraction of llama.cpp's (0: its +/- only)")
     p.add_argument("--spattn-ppl-arg", action="append", default=[],
-                   help="an argument for spattn perplexity (e.g. -ub 16: products on ggml's "
-                   "8-bit path, as llama.cpp's, rather than spattn's f32-activation kernel)")
+                   help="an argument for spattn perplexity (e.g. -ub 15: every product on ggml's "
+                   "path, as llama.cpp's, below the 16 rows spattn's 8-bit kernel takes)")
     p.add_argument("--spattn-attn", action="append", default=[],
                    help="spattn's attention in prefill and decode (--attn, --attn-decode), "
                    "e.g. dsa: a natively sparse model's own selection (default: dense); more "

@@ -14,9 +14,11 @@
 #    perplexity within 0.5%, as moe_vs_llama.sh's routed models. A group that flips moves a
 #    token's whole set of experts: spattn's own perplexity of this model moves by 0.07% from
 #    an f16 to an f32 KV cache (rounding alone), where the ungrouped model's moves by 0.006%;
-#  - both through Q8_0: perplexity within 0.5%, spattn at -ub 16 for the routed one (its
-#    products then on ggml's 8-bit path, as llama.cpp's: at the default -ub spattn's kernel
-#    keeps the activations f32, which moves the grouped routing's perplexity by 0.8%). Greedy
+#  - both through Q8_0: perplexity within 0.5%, spattn at -ub 15 for the routed one (every
+#    product then on ggml's path, as llama.cpp's: spattn's own 8-bit kernel takes products of
+#    16 rows or more where the CPU has AVX-512 VNNI, and its rounding of the activations differs
+#    from ggml's in the last bits, which the grouped routing turns into a flipped group now and
+#    then: -0.44% at -ub 16 against -0.03% at -ub 15, AMD Zen 5, 2026-12-03). Greedy
 #    text is judged on f16 only: on the Q8_0 file llama.cpp's own texts with -fa on and -fa off
 #    part from each other within 64 tokens.
 #
@@ -44,5 +46,5 @@ check "$dir/absorbed.gguf" --ppl-rel 0.0001 "$@"
 check "$dir/routed.gguf" -n 0 --ppl-rel 0.005 "$@"
 check "$dir/all.gguf" -n 0 --ppl-rel 0.005 --quantize Q8_0 "$@"
 check "$dir/routed.gguf" -n 0 --ppl-rel 0.005 --quantize Q8_0 --spattn-ppl-arg=-ub \
-  --spattn-ppl-arg=16 "$@"
+  --spattn-ppl-arg=15 "$@"
 exit $status
