@@ -246,7 +246,7 @@ void xattention_attention(const TensorView& q, const TensorView& k, const Tensor
 struct MeanPoolGpuPlan {
   int64_t block_q = 64, block_k = 64, sink = 64, local = 64;
   GpuBlockBudget budget{128, 0, 0};
-  int64_t stride = 8;
+  int64_t stride = 4;
 };
 void mean_pool_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& out, const MeanPoolGpuPlan& plan, const AttnOptions& opt,

@@ -7,8 +7,10 @@
 // paper): `topp=P`, the fewest blocks whose estimated mass reaches P per query block, sink and
 // local counted first; or `min_share=T`, every block whose estimated share of its query block's
 // mass is at least T (masks/block_budget.hpp says when to use which). Their estimate is
-// `est=antidiagonal` (default; XAttention's antidiagonal at `stride=8`, which reads 1/8 of the
-// entries dense attention does) or `est=pooled` (the pooled scores' softmax, the first version):
+// `est=antidiagonal` (default; XAttention's antidiagonal at `stride=4`, which reads 1/4 of the
+// entries dense attention does: at stride 8, XAttention's, topp missed issue 61's bar on
+// code-small-32k layer 5, and at the same P stride 4 keeps about P of the true mass where 8
+// kept more blocks than P needs, so it costs less in all; docs/methods/mean_pool.md) or `est=pooled` (the pooled scores' softmax, the first version):
 // the pooled scores come before the exponential, so they cannot see how spread a query block's
 // attention is, and on real attention topp on them lost to the counts on both mean and worst
 // row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp. On CUDA
@@ -41,7 +43,7 @@ class MeanPool final : public BlockMaskMethod {
     const std::string est = r.get_string("est", "antidiagonal");
     SPATTN_CHECK(est == "antidiagonal" || est == "pooled", "mean_pool: est='", est,
                  "' must be antidiagonal or pooled");
-    const int64_t stride = r.get_int("stride", 8, 1, 1024);
+    const int64_t stride = r.get_int("stride", 4, 1, 1024);
     SPATTN_CHECK(est == "antidiagonal" || !r.has("stride"),
                  "mean_pool: stride goes with est=antidiagonal");
     budget_.stride = est == "antidiagonal" ? stride : 0;

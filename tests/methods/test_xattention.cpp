@@ -610,7 +610,7 @@ TEST(MassBudgets, XAttentionTopkEqualsTheTwin) {
   EXPECT_EQ(r.dense_shortcut, "budget");
 }
 
-// The method's spec reaches mean_pool_mask's budgets (antidiagonal at stride 8 by default,
+// The method's spec reaches mean_pool_mask's budgets (antidiagonal at stride 4 by default,
 // products in bf16 as xattention's), and a larger threshold keeps fewer blocks.
 TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
   const Case c{{2, 2, 512, 512, 32}, 8, 64, 64, 0.9, true, "random"};
@@ -621,14 +621,14 @@ TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
     const MethodReport r =
         make_method("mean_pool:min_share=" + std::to_string(t))->run(in.q, in.k, in.v, out, {});
     MeanPoolBudget b;
-    b.min_share = t, b.stride = 8;
+    b.min_share = t, b.stride = 4;
     EXPECT_EQ(r.mask->to_dense(), mean_pool_mask(in.q, in.k, 64, 64, 64, 64, {}, b).to_dense());
     EXPECT_LE(int64_t(r.mask->blocks.size()), last) << t;
     last = int64_t(r.mask->blocks.size());
   }
   MeanPoolBudget b;
-  b.topp = 0.8, b.stride = 4;
-  const MethodReport r = make_method("mean_pool:topp=0.8,stride=4")->run(in.q, in.k, in.v, out, {});
+  b.topp = 0.8, b.stride = 8;
+  const MethodReport r = make_method("mean_pool:topp=0.8,stride=8")->run(in.q, in.k, in.v, out, {});
   EXPECT_EQ(r.mask->to_dense(), mean_pool_mask(in.q, in.k, 64, 64, 64, 64, {}, b).to_dense());
 }
 
@@ -638,7 +638,7 @@ TEST(MassBudgets, RejectBadBudgets) {
         "mean_pool:min_share=0", "mean_pool:min_share=1", "mean_pool:min_share=nan",
         "mean_pool:est=pooled", "mean_pool:stride=8", "mean_pool:topp=0.9,est=max",
         "mean_pool:topp=0.9,est=pooled,stride=4", "mean_pool:topp=0.9,stride=3",
-        "mean_pool:min_share=0.1,block_k=36", "xattention:min_share=0.1,tau=0.9",
+        "mean_pool:min_share=0.1,block_k=34", "xattention:min_share=0.1,tau=0.9",
         "xattention:min_share=0.1,topp=0.9", "xattention:min_share=1", "xattention:min_share=0",
         "xattention:topk=-1", "xattention:topk=4,tau=0.9", "xattention:topk=4,min_share=0.1"})
     EXPECT_THROW(make_method(spec), Error) << spec;
