@@ -84,7 +84,8 @@ def main():
                                                   "shared", "models", "code-heldout.txt"))
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-warmup", action="store_true",
-                   help="neither side warms up (llama-bench --no-warmup; spattn run without --warmup)")
+                   help="neither side warms up (llama-bench --no-warmup; spattn run without "
+                   "--warmup)")
     p.add_argument("--spattn-arg", action="append", default=[],
                    help="one more argument for spattn run (repeat for several)")
     p.add_argument("--attn", action="append", default=[],

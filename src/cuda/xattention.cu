@@ -1,8 +1,9 @@
 // XAttention on the device ("XAttention: Block Sparse Attention with Antidiagonal Scoring",
 // Sec. 2; the method and its parameters are src/methods/xattention.cpp's, whose run_cuda calls
 // this): the antidiagonal estimate (antidiagonal.cu), per query block the sink block and the
-// blocks of each row's `local` recent keys (the diagonal blocks at least) kept and then the budget over the estimate (tau, the paper's threshold, as
-// topp; or min_share), and the block-sparse pass over the kept blocks (block_select.cu), one
+// blocks of each row's `local` recent keys (the diagonal blocks at least) kept and then the
+// budget over the estimate (tau, the paper's threshold, as topp; or min_share), and the
+// block-sparse pass over the kept blocks (block_select.cu), one
 // stream and no copy to the host between them.
 #include "cuda/antidiagonal.hpp"
 #include "cuda/block_select.hpp"

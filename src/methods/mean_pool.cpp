@@ -10,7 +10,8 @@
 // `est=antidiagonal` (default; XAttention's antidiagonal at `stride=4`, which reads 1/4 of the
 // entries dense attention does: at stride 8, XAttention's, topp missed issue 61's bar on
 // code-small-32k layer 5, and at the same P stride 4 keeps about P of the true mass where 8
-// kept more blocks than P needs, so it costs less in all; docs/methods/mean_pool.md) or `est=pooled` (the pooled scores' softmax, the first version):
+// kept more blocks than P needs, so it costs less in all; docs/methods/mean_pool.md) or
+// `est=pooled` (the pooled scores' softmax, the first version):
 // the pooled scores come before the exponential, so they cannot see how spread a query block's
 // attention is, and on real attention topp on them lost to the counts on both mean and worst
 // row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp. On CUDA
