@@ -321,7 +321,7 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
   for (const auto& m : modes) {
     so.push_back(session_options(o.r, m));
     so.back().cp = grp;
-    validate_on_every_rank(so.back(), grp.get());
+    on_every_rank(grp.get(), "checking the options", [&] { so.back().validate(); });
   }
   const int64_t c = o.r.n_ctx;
   SPATTN_CHECK(c >= 4, "-c must be >= 4 for perplexity, got ", c);
@@ -337,10 +337,7 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
     tokens = lm.tokenizer.encode(text);
     windows = count_windows(tokens, c, o.chunks);
   };
-  if (grp)
-    dist::agree(*grp, "reading the text", tokenize);
-  else
-    tokenize();
+  on_every_rank(grp.get(), "reading the text", tokenize);
   const int64_t first = c / 2, rows = c - 1 - first;
   std::vector<std::unique_ptr<model::Session>> sessions;
   for (const auto& s : so) sessions.push_back(std::make_unique<model::Session>(lm.model, s));

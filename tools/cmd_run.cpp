@@ -80,7 +80,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   }
   model::SessionOptions so = session_options(o.r, o.r.attn);
   so.cp = grp;
-  validate_on_every_rank(so, grp.get());
+  on_every_rank(grp.get(), "checking the options", [&] { so.validate(); });
   SPATTN_CHECK(o.n_predict >= 0, "-n must be >= 0, got ", o.n_predict);
   SPATTN_CHECK(std::isfinite(o.temp) && o.temp >= 0, "--temp must be >= 0, got ", o.temp);
   SamplingParams sp;
@@ -117,10 +117,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     SPATTN_CHECK(int64_t(prompt.size()) + o.n_predict <= so.n_ctx, "prompt (", prompt.size(),
                  " tokens) plus -n ", o.n_predict, " exceeds the context -c ", so.n_ctx);
   };
-  if (grp)
-    dist::agree(*grp, "reading the prompt", tokenize);
-  else
-    tokenize();
+  on_every_rank(grp.get(), "reading the prompt", tokenize);
   model::Session s(lm.model, so);
   std::vector<QkvDump> dumps;  // one per dumped layer (every layer with dump_all)
   if (dumping) {

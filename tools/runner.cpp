@@ -140,11 +140,11 @@ void with_cp(dist::Group* g, const std::function<void()>& body) {
   }
 }
 
-void validate_on_every_rank(const model::SessionOptions& so, dist::Group* g) {
+void on_every_rank(dist::Group* g, const std::string& what, const std::function<void()>& body) {
   if (g)
-    dist::agree(*g, "checking the options", [&] { so.validate(); });
+    dist::agree(*g, what, body);
   else
-    so.validate();
+    body();
 }
 
 nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Session& s) {

@@ -69,9 +69,10 @@ LoadedModel load_runner_model(const std::string& path, dist::Group* g);
 // for it) is printed with the rank and ends every rank at once (exit 2); an error every rank
 // met together (dist::agree) propagates as usual on every rank.
 void with_cp(dist::Group* g, const std::function<void()>& body);
-// so.validate(), on every rank of g together (dist::agree) when there is one: a bad option fails
-// every rank with its own named error, where ranks failing apart would race to end each other.
-void validate_on_every_rank(const model::SessionOptions& so, dist::Group* g);
+// body on every rank of g together (dist::agree, `what` naming the step) when there is a group,
+// else body alone: an input one rank finds bad fails every rank with its own named error, where
+// ranks failing apart would race to end each other.
+void on_every_rank(dist::Group* g, const std::string& what, const std::function<void()>& body);
 // Every rank's communication, time and KV cache (a collective call): rank by rank, with the
 // ring's bytes per layer and the communication's share of prefill.
 nlohmann::json cp_json(dist::Group& g, const LoadedModel& m, const model::Session& s);
