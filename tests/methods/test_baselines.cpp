@@ -199,12 +199,9 @@ TEST(BaselineMethods, CoverageRecallEqualsMeasuredRecall) {
 }
 
 // One flag per causal key block of (head h, query block qb): whether mask keeps it.
-std::vector<uint8_t> kept_flags(const BlockMask& mask, int64_t h, int64_t n_qb, int64_t qb,
-                                int64_t limit) {
+std::vector<uint8_t> kept_flags(const BlockMask& mask, int64_t h, int64_t qb, int64_t limit) {
   std::vector<uint8_t> kept(size_t(limit), 0);
-  for (int64_t i = mask.offsets[size_t(h * n_qb + qb)]; i < mask.offsets[size_t(h * n_qb + qb + 1)];
-       ++i)
-    kept[size_t(mask.blocks[size_t(i)])] = 1;
+  for (int32_t kb : mask.row(h, qb)) kept[size_t(kb)] = 1;
   return kept;
 }
 
@@ -233,7 +230,7 @@ TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
         const BlockMassGrid g = block_mass(q, k, v, h, bq, bk, opt);
         for (int64_t qb = 0; qb < g.n_qb; ++qb) {
           const int64_t limit = g.causal_blocks(qb);
-          const std::vector<uint8_t> kept = kept_flags(mask, h, g.n_qb, qb, limit);
+          const std::vector<uint8_t> kept = kept_flags(mask, h, qb, limit);
           // Forced: the blocks of keys [p0 - local + 1, p1], each row's local most recent.
           const int64_t first_forced =
               local > 0 ? std::max<int64_t>(qb * bq - local + 1, 0) / bk : limit;
@@ -272,7 +269,7 @@ TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
       const BlockMassGrid g = block_mass(q, k, v, h, 32, bk, opt);
       for (int64_t qb = 0; qb < g.n_qb; ++qb) {
         const int64_t limit = g.causal_blocks(qb);
-        const std::vector<uint8_t> kept = kept_flags(mask, h, g.n_qb, qb, limit);
+        const std::vector<uint8_t> kept = kept_flags(mask, h, qb, limit);
         double total = 0;
         for (int64_t kb = 0; kb < limit; ++kb) total += g.mass[size_t(qb * g.n_kb + kb)];
         for (int64_t kb = 0; kb < limit; ++kb) {
