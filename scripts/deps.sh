@@ -74,7 +74,8 @@ ln -sfn "$src" "$root/third_party/llama.cpp"
 # $src/build/bin (third_party/llama.cpp/build/bin, where the tests look unless SPATTN_LLAMA_BIN
 # says otherwise). Once built they stay: the folder is outside the repository, so a fresh clone
 # finds them. SPATTN_SKIP_LLAMA_TOOLS=1 leaves them out (a machine that only builds spattn).
-LLAMA_TOOLS=(llama-completion llama-perplexity llama-tokenize llama-quantize llama-bench)
+LLAMA_TOOLS=(llama-completion llama-perplexity llama-tokenize llama-quantize llama-bench
+  llama-batched-bench)
 if [ "${SPATTN_SKIP_LLAMA_TOOLS:-0}" != 1 ]; then
   need_tools=0
   for t in "${LLAMA_TOOLS[@]}"; do [ -x "$src/build/bin/$t" ] || need_tools=1; done

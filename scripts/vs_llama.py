@@ -4,17 +4,21 @@ round-robin: llama-bench once, spattn once, llama-bench once, ... (the order fli
 round), so drift in the machine's speed lands on both. Prints the medians and their ratio.
 
   scripts/vs_llama.py --llama-bin DIR -m MODEL.gguf --test pp512 [--test tg128 ...]
-      [--test tg32@16384] [--reps 3] [-t 2] [--text FILE] [--json]
+      [--test tg32@16384] [--test pp32768+tg16] [--reps 3] [-t 2] [--text FILE] [--json]
       [--attn dense --attn chunked_h2o ...] [--attn-decode quest ...]
       [--spattn-arg=-ctk --spattn-arg=q8_0 ...] [--spattn-build OLD/bin/spattn ...]
 
 Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 0), tgN
 (N decode steps from an empty context, -p 0 -n N), tgN@D (N decode steps after D tokens,
--n N -d D). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup), unless
---no-warmup: then neither does, for rows where one warm-up is as long as the timed run (a 16K
-prompt through a 128-head latent attention takes llama.cpp most of 20 minutes on 2 cores).
-llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1; spattn run
-with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
+-n N -d D), ppN+tgM (a prefill of N tokens, then M decode steps at depth N: one prefill
+on each side for both figures, printed as the rows ppN and tgM@N; llama.cpp's side is
+llama-batched-bench -npp N -ntg M -npl 1, since llama-bench prefills its depth again for the
+tg row, and at 32K one llama.cpp prefill is most of an hour on 2 cores). Both sides warm
+up first (llama-bench's warm-up run; spattn run --warmup), unless --no-warmup: then neither
+does, for rows where one warm-up is as long as the timed run (a 16K prompt through a 128-head
+latent attention takes llama.cpp most of 20 minutes on 2 cores). llama-bench runs with its
+defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1, llama-batched-bench with the same; its
+only warm-up is 16 tokens, so ppN+tgM needs --no-warmup. spattn run with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
 is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
 For ppN both sides' time to first token (N / tokens per second) is printed too. Each --attn
 is one more spattn side in the same rotation (llama-bench, then each method, the starting
@@ -35,28 +39,46 @@ import sys
 
 
 def parse_test(t):
+    """(kind, n, depth, rows): kind pp, tg or pptg; rows the names the test's figures print
+    under."""
+    m = re.fullmatch(r"pp(\d+)\+tg(\d+)", t)
+    if m:
+        n, steps = int(m.group(1)), int(m.group(2))
+        if steps < 1:
+            sys.exit(f"vs_llama: bad --test '{t}' (ppN+tgM needs M >= 1)")
+        return "pptg", steps, n, [f"pp{n}", f"tg{steps}@{n}"]
     m = re.fullmatch(r"(pp|tg)(\d+)(?:@(\d+))?", t)
     if not m:
-        sys.exit(f"vs_llama: bad --test '{t}' (ppN, tgN or tgN@D)")
+        sys.exit(f"vs_llama: bad --test '{t}' (ppN, tgN, tgN@D or ppN+tgM)")
     kind, n, depth = m.group(1), int(m.group(2)), int(m.group(3) or 0)
     if kind == "pp" and depth:
         sys.exit("vs_llama: ppN@D is not supported")
-    return kind, n, depth
+    return kind, n, depth, [t]
 
 
-def llama_once(a, kind, n, depth):
-    cmd = [os.path.join(a.llama_bin, "llama-bench"), "-m", a.model, "-t", str(a.threads),
-           "-fa", "1", "-r", "1", "-o", "json"]
+def llama_once(a, kind, n, depth, rows):
+    """{row: tok/s} of one llama.cpp run."""
+    common = ["-m", a.model, "-t", str(a.threads), "-fa", "1"]
+    if kind == "pptg":
+        # One prefill of `depth` tokens, then n decode steps (llama-batched-bench's PP and TG).
+        cmd = [os.path.join(a.llama_bin, "llama-batched-bench")] + common + [
+            "-c", str(depth + n), "-b", "2048", "-ub", "512", "-npp", str(depth), "-ntg", str(n),
+            "-npl", "1", "--output-format", "jsonl"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        j = [json.loads(x) for x in out.splitlines() if x.startswith("{")][-1]
+        return {rows[0]: float(j["speed_pp"]), rows[1]: float(j["speed_tg"])}
+    cmd = [os.path.join(a.llama_bin, "llama-bench")] + common + ["-r", "1", "-o", "json"]
     cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     if depth:
         cmd += ["-d", str(depth)]
     if a.no_warmup:
         cmd += ["--no-warmup"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return float(json.loads(out)[0]["avg_ts"])
+    return {rows[0]: float(json.loads(out)[0]["avg_ts"])}
 
 
-def spattn_once(a, kind, n, depth, side_args, binary):
+def spattn_once(a, kind, n, depth, rows, side_args, binary):
+    """({row: tok/s}, spattn's --json) of one spattn run."""
     prompt = n if kind == "pp" else max(depth, 1)
     gen = 1 if kind == "pp" else n + 1  # the first token comes from prefill's logits
     cmd = [binary, "run", "-m", a.model, "-f", a.text, "--max-prompt", str(prompt), "-n",
@@ -68,12 +90,31 @@ def spattn_once(a, kind, n, depth, side_args, binary):
     j = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     if j["prompt_tokens"] != prompt:
         sys.exit(f"vs_llama: --text has only {j['prompt_tokens']} tokens, {prompt} needed")
-    return float(j["prefill_tok_s"] if kind == "pp" else j["decode_tok_s"]), j
+    if kind == "pptg":
+        return {rows[0]: float(j["prefill_tok_s"]), rows[1]: float(j["decode_tok_s"])}, j
+    return {rows[0]: float(j["prefill_tok_s"] if kind == "pp" else j["decode_tok_s"])}, j
+
+
+def print_row(a, row, args, binary, prefill):
+    ll, sp = row["llama_tok_s"], row["spattn_tok_s"]
+    ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s" if prefill
+            else "")
+    extra = f"  [spattn {' '.join(args)}]" if args else ""
+    if a.spattn_build:
+        extra += f"  [{binary}]"
+    if "decode_attn_ms_per_token" in row:
+        extra += (f"  decode attention {row['decode_attn_ms_per_token']:.2f} ms/token,"
+                  f" keys read {100 * row['decode_keys_read_share']:.1f}%")
+    print(f"{row['model']:32s} {row['test']:>12s} -t {a.threads}  llama.cpp "
+          f"{row['llama_median']:9.1f}  spattn {row['spattn_median']:9.1f} tok/s  "
+          f"ratio {row['ratio']:.2f}x{ttft}  (llama {', '.join(f'{x:.1f}' for x in ll)}"
+          f"; spattn {', '.join(f'{x:.1f}' for x in sp)}){extra}", flush=True)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--llama-bin", required=True, help="folder with llama-bench")
+    p.add_argument("--llama-bin", required=True,
+                   help="folder with llama-bench (and llama-batched-bench for ppN+tgM)")
     p.add_argument("--spattn", default=os.path.join(os.path.dirname(__file__), "..", "build",
                                                     "bin", "spattn"))
     p.add_argument("-m", "--model", required=True)
@@ -99,60 +140,61 @@ def main():
                or [[]])
     # One side per (binary, method); the binary is named in the row only when several are timed.
     variants = [(b, m) for b in [a.spattn] + a.spattn_build for m in methods]
+    for t in a.test:
+        kind, _, _, _ = parse_test(t)
+        if kind == "pptg" and not a.no_warmup:
+            sys.exit(f"vs_llama: --test {t} needs --no-warmup (llama-batched-bench has no "
+                     "warm-up run)")
     rows = []
     for t in a.test:
-        kind, n, depth = parse_test(t)
-        ll, sp = [], [[] for _ in variants]
+        kind, n, depth, names = parse_test(t)
+        ll = {x: [] for x in names}
+        sp = [{x: [] for x in names} for _ in variants]
         rss = [0] * len(variants)
         dec = [[] for _ in variants]  # (decode attention ms per token, share of keys read)
-        sides = list(range(len(variants) + 1))  # 0: llama-bench, i: variant i - 1
+        sides = list(range(len(variants) + 1))  # 0: llama.cpp, i: variant i - 1
         for r in range(a.reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
                 if side == 0:
-                    ll.append(llama_once(a, kind, n, depth))
-                else:
-                    v, j = spattn_once(a, kind, n, depth, variants[side - 1][1],
-                                       variants[side - 1][0])
-                    sp[side - 1].append(v)
-                    rss[side - 1] = max(rss[side - 1],
-                                        j.get("memory", {}).get("peak_rss_bytes", 0))
-                    if kind == "tg" and j.get("decode_tokens"):
-                        dec[side - 1].append((j["decode_attn_ms"] / j["decode_tokens"],
-                                              j["decode_keys_read"] / j["decode_keys_total"]
-                                              if j.get("decode_keys_total") else 1.0))
-        for vi, (binary, side_args) in enumerate(variants):
-            args = a.spattn_arg + side_args
-            row = {"model": os.path.basename(a.model), "test": t, "threads": a.threads,
-                   "llama_tok_s": ll, "spattn_tok_s": sp[vi],
-                   "llama_median": statistics.median(ll),
-                   "spattn_median": statistics.median(sp[vi])}
-            row["ratio"] = row["spattn_median"] / row["llama_median"]
-            if args:
-                row["spattn_args"] = args
-            if a.spattn_build:
-                row["spattn_binary"] = binary
-            if kind == "pp":
-                row["llama_ttft_s"] = n / row["llama_median"]
-                row["spattn_ttft_s"] = n / row["spattn_median"]
-            if rss[vi]:
-                row["spattn_peak_rss_bytes"] = rss[vi]
-            if dec[vi]:
-                row["decode_attn_ms_per_token"] = statistics.median(x for x, _ in dec[vi])
-                row["decode_keys_read_share"] = statistics.median(y for _, y in dec[vi])
-            rows.append(row)
-            if not a.json:
-                ttft = (f"  TTFT {row['llama_ttft_s']:.2f} s / {row['spattn_ttft_s']:.2f} s"
-                        if kind == "pp" else "")
-                extra = f"  [spattn {' '.join(args)}]" if args else ""
+                    for x, v in llama_once(a, kind, n, depth, names).items():
+                        ll[x].append(v)
+                    continue
+                got, j = spattn_once(a, kind, n, depth, names, variants[side - 1][1],
+                                     variants[side - 1][0])
+                for x, v in got.items():
+                    sp[side - 1][x].append(v)
+                rss[side - 1] = max(rss[side - 1], j.get("memory", {}).get("peak_rss_bytes", 0))
+                if kind != "pp" and j.get("decode_tokens"):
+                    dec[side - 1].append((j["decode_attn_ms"] / j["decode_tokens"],
+                                          j["decode_keys_read"] / j["decode_keys_total"]
+                                          if j.get("decode_keys_total") else 1.0))
+        for name in names:
+            prefill = name.startswith("pp")
+            for vi, (binary, side_args) in enumerate(variants):
+                args = a.spattn_arg + side_args
+                row = {"model": os.path.basename(a.model), "test": name, "threads": a.threads,
+                       "llama_tok_s": ll[name], "spattn_tok_s": sp[vi][name],
+                       "llama_median": statistics.median(ll[name]),
+                       "spattn_median": statistics.median(sp[vi][name])}
+                row["ratio"] = row["spattn_median"] / row["llama_median"]
+                if kind == "pptg":
+                    row["llama_tool"] = "llama-batched-bench"
+                if args:
+                    row["spattn_args"] = args
                 if a.spattn_build:
-                    extra += f"  [{binary}]"
-                if dec[vi]:
-                    extra += (f"  decode attention {row['decode_attn_ms_per_token']:.2f} ms/token,"
-                              f" keys read {100 * row['decode_keys_read_share']:.1f}%")
-                print(f"{row['model']:32s} {t:>12s} -t {a.threads}  llama.cpp "
-                      f"{row['llama_median']:9.1f}  spattn {row['spattn_median']:9.1f} tok/s  "
-                      f"ratio {row['ratio']:.2f}x{ttft}  (llama {', '.join(f'{x:.1f}' for x in ll)}"
-                      f"; spattn {', '.join(f'{x:.1f}' for x in sp[vi])}){extra}", flush=True)
+                    row["spattn_binary"] = binary
+                if prefill:
+                    n_prompt = int(name[2:])
+                    row["llama_ttft_s"] = n_prompt / row["llama_median"]
+                    row["spattn_ttft_s"] = n_prompt / row["spattn_median"]
+                if rss[vi]:
+                    row["spattn_peak_rss_bytes"] = rss[vi]
+                if dec[vi] and not prefill:
+                    row["decode_attn_ms_per_token"] = statistics.median(x for x, _ in dec[vi])
+                    row["decode_keys_read_share"] = statistics.median(y for _, y in dec[vi])
+                rows.append(row)
+                if not a.json:
+                    print_row(a, row, args, binary, prefill)
     if a.json:
         print(json.dumps(rows, indent=2))
 
