@@ -20,7 +20,8 @@ latent attention takes llama.cpp most of 20 minutes on 2 cores). llama-bench run
 defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1, llama-batched-bench with the same; its
 only warm-up is 16 tokens, so ppN+tgM needs --no-warmup. spattn run with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
 is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
-For ppN both sides' time to first token (N / tokens per second) is printed too. Each --attn
+For ppN both sides' time to first token (N / tokens per second) is printed too, and the
+share of spattn's prefill time its attention took. Each --attn
 is one more spattn side in the same rotation (llama-bench, then each method, the starting
 side moving by one every round), printed as a row of its own against the same llama runs;
 each --attn-decode SPEC likewise (a decode method: for tgN@D its row also gives the decode
@@ -102,6 +103,8 @@ def print_row(a, row, args, binary, prefill):
     extra = f"  [spattn {' '.join(args)}]" if args else ""
     if a.spattn_build:
         extra += f"  [{binary}]"
+    if "spattn_attn_share" in row:
+        extra += f"  attention {100 * row['spattn_attn_share']:.0f}% of prefill"
     if "decode_attn_ms_per_token" in row:
         extra += (f"  decode attention {row['decode_attn_ms_per_token']:.2f} ms/token,"
                   f" keys read {100 * row['decode_keys_read_share']:.1f}%")
@@ -152,6 +155,7 @@ def main():
         sp = [{x: [] for x in names} for _ in variants]
         rss = [0] * len(variants)
         dec = [[] for _ in variants]  # (decode attention ms per token, share of keys read)
+        share = [[] for _ in variants]  # prefill's attention share of its time
         sides = list(range(len(variants) + 1))  # 0: llama.cpp, i: variant i - 1
         for r in range(a.reps):
             for side in sides[r % len(sides):] + sides[:r % len(sides)]:
@@ -164,6 +168,8 @@ def main():
                 for x, v in got.items():
                     sp[side - 1][x].append(v)
                 rss[side - 1] = max(rss[side - 1], j.get("memory", {}).get("peak_rss_bytes", 0))
+                if kind != "tg" and "attn_share" in j:
+                    share[side - 1].append(j["attn_share"])
                 if kind != "pp" and j.get("decode_tokens"):
                     dec[side - 1].append((j["decode_attn_ms"] / j["decode_tokens"],
                                           j["decode_keys_read"] / j["decode_keys_total"]
@@ -187,6 +193,8 @@ def main():
                     n_prompt = int(name[2:])
                     row["llama_ttft_s"] = n_prompt / row["llama_median"]
                     row["spattn_ttft_s"] = n_prompt / row["spattn_median"]
+                    if share[vi]:
+                        row["spattn_attn_share"] = statistics.median(share[vi])
                 if rss[vi]:
                     row["spattn_peak_rss_bytes"] = rss[vi]
                 if dec[vi] and not prefill:
