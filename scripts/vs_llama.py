@@ -13,15 +13,16 @@ Tests, as llama-bench names them: ppN (prefill of N tokens, llama-bench -p N -n 
 -n N -d D), ppN+tgM (a prefill of N tokens, then M decode steps at depth N: one prefill
 on each side for both figures, printed as the rows ppN and tgM@N; llama.cpp's side is
 llama-batched-bench -npp N -ntg M -npl 1, since llama-bench prefills its depth again for the
-tg row, and at 32K one llama.cpp prefill is most of an hour on 2 cores). Both sides warm
-up first (llama-bench's warm-up run; spattn run --warmup), unless --no-warmup: then neither
-does, for rows where one warm-up is as long as the timed run (a 16K prompt through a 128-head
-latent attention takes llama.cpp most of 20 minutes on 2 cores). llama-bench runs with its
-defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1, llama-batched-bench with the same; its
-only warm-up is 16 tokens, so ppN+tgM needs --no-warmup. spattn run with the same -b/-ub, dense attention unless --spattn-arg says otherwise (each --spattn-arg
-is appended to spattn run's command line: a method, -ub, a cache type), greedy, --ignore-eos.
-For ppN both sides' time to first token (N / tokens per second) is printed too, and the
-share of spattn's prefill time its attention took. Each --attn
+tg row, and at 32K one llama.cpp prefill of a 128-head latent attention took 80 minutes on
+2 cores). Both sides warm up first (llama-bench's warm-up run; spattn run --warmup), unless
+--no-warmup: then neither does, for rows where one warm-up is as long as the timed run (a 16K
+prompt through a 128-head latent attention takes llama.cpp most of 20 minutes on 2 cores).
+llama-bench runs with its defaults (-b 2048 -ub 512, f16 KV cache) plus -fa 1,
+llama-batched-bench with the same; its only warm-up is 16 tokens, so ppN+tgM needs
+--no-warmup. spattn run with the same -b/-ub, dense attention unless --spattn-arg says
+otherwise (each --spattn-arg is appended to spattn run's command line: a method, -ub, a cache
+type), greedy, --ignore-eos. For ppN both sides' time to first token (N / tokens per second)
+is printed too, and the share of spattn's prefill time its attention took. Each --attn
 is one more spattn side in the same rotation (llama-bench, then each method, the starting
 side moving by one every round), printed as a row of its own against the same llama runs;
 each --attn-decode SPEC likewise (a decode method: for tgN@D its row also gives the decode
