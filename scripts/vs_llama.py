@@ -144,14 +144,13 @@ def main():
                or [[]])
     # One side per (binary, method); the binary is named in the row only when several are timed.
     variants = [(b, m) for b in [a.spattn] + a.spattn_build for m in methods]
-    for t in a.test:
-        kind, _, _, _ = parse_test(t)
+    tests = [parse_test(t) for t in a.test]  # all checked before the first (long) run
+    for t, (kind, _, _, _) in zip(a.test, tests):
         if kind == "pptg" and not a.no_warmup:
             sys.exit(f"vs_llama: --test {t} needs --no-warmup (llama-batched-bench has no "
                      "warm-up run)")
     rows = []
-    for t in a.test:
-        kind, n, depth, names = parse_test(t)
+    for kind, n, depth, names in tests:
         ll = {x: [] for x in names}
         sp = [{x: [] for x in names} for _ in variants]
         rss = [0] * len(variants)
@@ -191,7 +190,7 @@ def main():
                 if a.spattn_build:
                     row["spattn_binary"] = binary
                 if prefill:
-                    n_prompt = int(name[2:])
+                    n_prompt = n if kind == "pp" else depth
                     row["llama_ttft_s"] = n_prompt / row["llama_median"]
                     row["spattn_ttft_s"] = n_prompt / row["spattn_median"]
                     if share[vi]:
