@@ -30,8 +30,8 @@ TEST(VsLlamaScript, BadTestsAreRefusedByNameBeforeAnythingRuns) {
   const spattn::test::TempDir dir("spattn_vs_llama");
   // Neither the tools' folder nor the model exists: a refusal that ran anything first would
   // fail on them instead (a traceback), not with its own message.
-  const std::string where = "--llama-bin " + (dir / "no-bin").string() + " -m " +
-                            (dir / "no-model.gguf").string() + " ";
+  const std::string where =
+      "--llama-bin " + (dir / "no-bin").string() + " -m " + (dir / "no-model.gguf").string() + " ";
   const struct {
     const char* args;
     const char* message;
