@@ -43,7 +43,7 @@ httplib::Result post(httplib::Client& c, const std::string& path, const std::str
   return c.Post(path.c_str(), h, body, "application/json");
 }
 json ok_json(const httplib::Result& r) {
-  EXPECT_TRUE(r) << "no response";
+  EXPECT_TRUE(r) << "no response: " << httplib::to_string(r.error());
   if (!r) return json();
   EXPECT_EQ(r->status, 200) << r->body;
   return json::parse(r->body);

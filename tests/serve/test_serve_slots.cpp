@@ -22,7 +22,7 @@ using json = nlohmann::json;
 
 json post_json(httplib::Client& c, const json& body) {
   const auto r = c.Post("/v1/completions", body.dump(), "application/json");
-  EXPECT_TRUE(r) << "no response";
+  EXPECT_TRUE(r) << "no response: " << httplib::to_string(r.error());
   if (!r) return json();
   EXPECT_EQ(r->status, 200) << r->body;
   return json::parse(r->body);

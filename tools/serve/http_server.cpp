@@ -44,7 +44,10 @@ Conn* current_conn() { return tl_conn; }
 // server to free as many (evict).
 class HttpServer::Pool final : public httplib::TaskQueue {
  public:
-  Pool(HttpServer& owner, size_t n) : owner_(owner) {
+  // Every worker counts as idle from here, not from when its thread first runs: httplib
+  // accepts as soon as it has made the pool, and a connection arriving before the threads run
+  // (a loaded machine) is one a worker will take, not a backlog to evict others for.
+  Pool(HttpServer& owner, size_t n) : owner_(owner), idle_(n) {
     for (size_t i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
     std::lock_guard<std::mutex> l(owner_.mu_);
     owner_.pool_ = this;
@@ -79,17 +82,18 @@ class HttpServer::Pool final : public httplib::TaskQueue {
 
  private:
   void work() {
+    if (owner_.limits_.worker_started) owner_.limits_.worker_started();
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      ++idle_;
       cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
-      --idle_;
       if (jobs_.empty()) return;  // stopping, nothing left
       std::function<void()> fn = std::move(jobs_.front());
       jobs_.pop_front();
+      --idle_;
       l.unlock();
       fn();
       l.lock();
+      ++idle_;
     }
   }
   size_t backlog_locked() const { return jobs_.size() > idle_ ? jobs_.size() - idle_ : 0; }

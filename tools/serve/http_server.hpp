@@ -16,6 +16,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,6 +32,7 @@ struct HttpLimits {
   int keep_alive_s = 5;         // an idle keep-alive connection is closed after this
   int max_conns_per_addr = 64;  // --conns-per-ip: open connections from one client address
   size_t workers = 16;
+  std::function<void()> worker_started;  // tests only: called first on each worker's thread
 };
 
 class ConnStream;

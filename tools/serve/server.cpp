@@ -116,6 +116,7 @@ HttpLimits http_limits(const ServeOptions& o) {
   // Enough workers for every admitted request plus a few for /health and friends, so a full
   // queue never starves the cheap routes.
   l.workers = size_t(o.slots + o.max_queue + 4);
+  if (o.test_hook) l.worker_started = [hook = o.test_hook] { hook("worker"); };
   return l;
 }
 

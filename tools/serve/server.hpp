@@ -38,7 +38,8 @@ struct ServeOptions {
   std::string chat_template;   // --chat-template NAME; "": the model's, recognised
   // For tests only: called with "slot" once a generation holds the slot, with "progress"
   // after each prefill progress event (streamed or not) and with "step" after each decoded
-  // token, so a test can hold the slot, slow the model or leave at a point it knows.
+  // token, so a test can hold the slot, slow the model or leave at a point it knows; and with
+  // "worker" first on each HTTP worker's thread, so a test can start workers late.
   std::function<void(const std::string& event)> test_hook;
   void validate() const;  // Error naming the flag
 };
