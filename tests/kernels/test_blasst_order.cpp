@@ -187,8 +187,9 @@ TEST(BlasstOrder, LocalFirstSkipsWhereInOrderCannot) {
 
 // lambda 0 skips nothing whatever the order: both orders run the dense kernel's sums, bit for
 // bit. A lambda too small to skip anything makes local_first reorder the sums: dense to float
-// error.
-TEST(BlasstOrder, LambdaZeroIsDenseAndTinyLambdaIsDenseToFloatError) {
+// error. Slow: two dtypes on every SIMD target, a minute under ASan, which
+// LocalFirstIsExactOverItsCoverage's smaller shapes cover there.
+TEST(BlasstOrder, LambdaZeroIsDenseAndTinyLambdaIsDenseToFloatErrorSlow) {
   for (DType t : {DType::f32, DType::bf16}) {
     // iid scores: no tile lies 1e-30 (69 nats) below anything.
     const Tensor q = test::random_tensor(t, 6, 333, 64, 1),
@@ -219,8 +220,8 @@ TEST(BlasstOrder, LambdaZeroIsDenseAndTinyLambdaIsDenseToFloatError) {
 
 // Skipping never changes the running maxima in either order, so one margin pass visiting the
 // tiles in local-first order gives local_first's exact sparsity at every lambda (and differs
-// from the in-order pass's).
-TEST(BlasstOrder, LocalFirstMarginsPredictSparsityForEveryLambda) {
+// from the in-order pass's). Slow: seven lambdas on every SIMD target, three minutes under ASan.
+TEST(BlasstOrder, LocalFirstMarginsPredictSparsityForEveryLambdaSlow) {
   for (DType t : {DType::f32, DType::bf16}) {
     const Prefill in = prefill(t, 700, 1111);
     for_each_target([&] {
