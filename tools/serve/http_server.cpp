@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -23,7 +24,9 @@ struct HttpServer::Entry final : Conn {
   std::string addr;
   Phase phase = Phase::idle;
   Clock::time_point since;
-  bool evicted = false, close = false;
+  // Set under the server's lock, read without it by gone() on a handler's thread.
+  std::atomic<bool> evicted{false};
+  bool close = false;  // this connection's own thread only
 
   bool gone() const override { return evicted || stream->peer_gone(); }
   void close_after() override { close = true; }
@@ -141,7 +144,7 @@ void HttpServer::evict(size_t waiting) {
   if (waiting == 0) return;
   std::lock_guard<std::mutex> l(mu_);
   size_t freeing = 0;
-  for (const auto& [fd, e] : conns_) freeing += e->evicted;
+  for (const auto& [fd, e] : conns_) freeing += e->evicted ? 1 : 0;
   while (freeing < waiting) {
     Entry* oldest = nullptr;
     for (auto& [fd, e] : conns_)
