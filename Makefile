@@ -55,9 +55,11 @@ test-sanitize: deps
 
 # The tests of state shared between threads and calls under ThreadSanitizer: sessions and
 # their KV cache, PackedKV, per-call BLAS thread counts and bf16 operand paths (threads
-# running benches, methods and kernels at once), decode products' range claims. Not in
-# .ci/run: a separate instrumented build, and several minutes on 2 cores. TSAN_TESTS picks other GoogleTest names.
-TSAN_TESTS ?= SessionState.*:*PrefillAfterDecode*:KVCache.*:PackedKV.*:Blas.*:Bf16Path.*:ModelForward.*:RangeClaims.*:VectorProduct.Chosen*
+# running benches, methods and kernels at once), decode products' range claims, and the
+# server's workers, connections, slots and queue (`spattn serve`'s tests but the slow ones).
+# Not in .ci/run: a separate instrumented build, and several minutes on 2 cores. TSAN_TESTS
+# picks other GoogleTest names.
+TSAN_TESTS ?= SessionState.*:*PrefillAfterDecode*:KVCache.*:PackedKV.*:Blas.*:Bf16Path.*:ModelForward.*:RangeClaims.*:VectorProduct.Chosen*:Serve*-*Slow*
 test-tsan: deps
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSPATTN_TSAN=ON > /dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target spattn_tests
