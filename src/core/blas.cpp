@@ -33,7 +33,11 @@ void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, cons
   if (m == 0 || n == 0) return;
   use_single_threaded_blas();
   const CBLAS_TRANSPOSE tb = b_transposed ? CblasTrans : CblasNoTrans;
+  // Every thread that calls OpenBLAS sets its own count: a pool worker outside libgomp's team
+  // (ggml on its own pthread pool: SPATTN_GGML_OPENMP=OFF, the TSan build) read OpenMP's default
+  // of every core, ran its slice on a team of its own and moved the process's count to it.
   const auto call = [&](int64_t rows, int64_t cols, const float* a0, const float* b0, float* c0) {
+    use_single_threaded_blas();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, int(rows), int(cols), int(k), alpha, a0, int(lda),
                 b0, int(ldb), beta, c0, int(ldc));
   };
