@@ -239,7 +239,9 @@ TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
             const double x = g.mass[size_t(qb * g.n_kb + kb)];
             const bool forced = kb >= first_forced;
             total += x;
-            if (forced) EXPECT_TRUE(kept[size_t(kb)]) << "local block " << kb;
+            if (forced) {
+              EXPECT_TRUE(kept[size_t(kb)]) << "local block " << kb;
+            }
             if (kept[size_t(kb)])
               held += x, least_kept = forced ? least_kept : std::min(least_kept, x);
             else
@@ -248,8 +250,9 @@ TEST(BaselineMethods, OracleMassBudgetsKeepTheirRuleOnTheExactMasses) {
           const std::string at = "topp=" + std::to_string(p) + ",local=" + std::to_string(local) +
                                  " head " + std::to_string(h) + " qb " + std::to_string(qb);
           EXPECT_GE(held, p * total - 1e-9) << at;  // reaches P
-          if (least_kept <= 1)  // some block beyond the forced: the fewest, and the largest ones
+          if (least_kept <= 1) {  // some block beyond the forced: the fewest, and the largest ones
             EXPECT_LT(held - least_kept, p * total + 1e-9) << at;
+          }
           EXPECT_GE(least_kept, most_left) << at;
         }
       }
