@@ -31,7 +31,6 @@ void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, cons
                    ldc <= INT_MAX,
                "sgemm: sizes beyond OpenBLAS's int range");
   if (m == 0 || n == 0) return;
-  use_single_threaded_blas();
   const CBLAS_TRANSPOSE tb = b_transposed ? CblasTrans : CblasNoTrans;
   // Every thread that calls OpenBLAS sets its own count: a pool worker outside libgomp's team
   // (ggml on its own pthread pool: SPATTN_GGML_OPENMP=OFF, the TSan build) read OpenMP's default
