@@ -1,4 +1,5 @@
-// Runs the built `spattn` binary (SPATTN_CLI_PATH) the way a user would, capturing its output.
+// Runs the built `spattn` binary (SPATTN_CLI_PATH), or one of scripts/, the way a user would,
+// capturing its output.
 #pragma once
 #include <sys/wait.h>
 
@@ -33,6 +34,18 @@ inline CliRun run_spattn(const std::string& args, const std::filesystem::path& d
   r.status = std::system(cmd.c_str());
   r.out = slurp(out);
   r.err = slurp(err);
+  return r;
+}
+
+// scripts/SCRIPT under python3 with `args`, both streams in out, as its user reads them.
+inline CliRun run_script(const std::string& script, const std::string& args,
+                         const std::filesystem::path& dir) {
+  const std::filesystem::path out = dir / "out";
+  const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR + "/scripts/" + script +
+                          " " + args + " >" + out.string() + " 2>&1";
+  CliRun r;
+  r.status = std::system(cmd.c_str());
+  r.out = slurp(out);
   return r;
 }
 

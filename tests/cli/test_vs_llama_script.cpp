@@ -15,15 +15,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// vs_llama.py with `args` (output of both streams in r.out).
+// vs_llama.py with `args` against the built spattn (output of both streams in r.out).
 spattn::test::CliRun run_vs_llama(const std::string& args, const fs::path& dir) {
-  const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
-                          "/scripts/vs_llama.py --spattn " + SPATTN_CLI_PATH + " " + args + " >" +
-                          (dir / "out").string() + " 2>&1";
-  spattn::test::CliRun r;
-  r.status = std::system(cmd.c_str());
-  r.out = spattn::test::slurp(dir / "out");
-  return r;
+  return spattn::test::run_script("vs_llama.py",
+                                  std::string("--spattn ") + SPATTN_CLI_PATH + " " + args, dir);
 }
 
 TEST(VsLlamaScript, BadTestsAreRefusedByNameBeforeAnythingRuns) {

@@ -120,18 +120,17 @@ void expect_zero_key_dsa_matches(const char* preset, int64_t top_k, int64_t ctx,
     e.f32_tensors[b + "bias"] = std::vector<float>(size_t(s.indexer_dim), 0.0f);
   }
   spattn::test::write_edited(spattn::gguf::File::open(made), model, e);
-  const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
-                          "/scripts/arch_vs_llama.py --json " + "--llama-bin " +
-                          llama_bin().string() + " --spattn " + SPATTN_CLI_PATH + " -m " + model +
-                          " --spattn-attn dsa --ppl-rel 0.0001 -n " + std::to_string(n) + " -c " +
-                          std::to_string(ctx) + " --chunks " + std::to_string(chunks) + " --text " +
-                          text + " >" + (dir / "out").string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string out = spattn::test::slurp(dir / "out");
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  if (WEXITSTATUS(status) == 77)
+  const spattn::test::CliRun run = spattn::test::run_script(
+      "arch_vs_llama.py",
+      "--json --llama-bin " + llama_bin().string() + " --spattn " + SPATTN_CLI_PATH + " -m " +
+          model + " --spattn-attn dsa --ppl-rel 0.0001 -n " + std::to_string(n) + " -c " +
+          std::to_string(ctx) + " --chunks " + std::to_string(chunks) + " --text " + text,
+      dir);
+  const std::string& out = run.out;
+  ASSERT_TRUE(run.exited()) << out;
+  if (run.code() == 77)
     SPATTN_MISSING_ASSET("a comparison arch_vs_llama.py could not make: " << out);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  EXPECT_EQ(run.code(), 0) << out;
   const nlohmann::json rows = nlohmann::json::parse(out);
   for (const nlohmann::json& r : rows)
     if (r["check"] == "perplexity" && r.contains("spattn"))

@@ -23,14 +23,14 @@ TEST(ServeLoadReal, ShortRunLosesNoRequest) {
   if (std::system("command -v python3 >/dev/null 2>&1") != 0)
     SPATTN_MISSING_ASSET("python3 (scripts/deps.sh)");
   const spattn::test::TempDir dir("spattn_serve_load");
-  const std::string cmd = std::string("exec python3 ") + SPATTN_SOURCE_DIR +
-                          "/scripts/serve_load.py --spattn " + SPATTN_CLI_PATH + " -m " + model +
-                          " --clients 4 --seconds 5 --long 400 -c 512 -np 2 --drain 60 >" +
-                          (dir / "out").string() + " 2>&1";
-  const int status = std::system(cmd.c_str());
-  const std::string out = spattn::test::slurp(dir / "out");
-  ASSERT_TRUE(WIFEXITED(status)) << out;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+  const spattn::test::CliRun run =
+      spattn::test::run_script("serve_load.py",
+                               std::string("--spattn ") + SPATTN_CLI_PATH + " -m " + model +
+                                   " --clients 4 --seconds 5 --long 400 -c 512 -np 2 --drain 60",
+                               dir);
+  const std::string& out = run.out;
+  ASSERT_TRUE(run.exited()) << out;
+  EXPECT_EQ(run.code(), 0) << out;
   EXPECT_NE(out.find("failed 0, lost 0"), std::string::npos) << out;
 }
 
