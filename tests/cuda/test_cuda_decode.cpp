@@ -87,7 +87,9 @@ TEST(CudaDecode, DenseMatchesDoubleReference) {
     EXPECT_EQ(st.score_entries, cpu.score_entries) << what;
     EXPECT_EQ(st.causal_entries, cpu.causal_entries) << what;
     EXPECT_EQ(st.tiles_skipped, 0) << what;
-    if (c.hq / c.hkv * c.lq <= 16) EXPECT_EQ(st.tiles_visited, cpu.tiles_visited) << what;
+    if (c.hq / c.hkv * c.lq <= 16) {
+      EXPECT_EQ(st.tiles_visited, cpu.tiles_visited) << what;
+    }
   }
 }
 

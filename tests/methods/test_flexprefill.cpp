@@ -442,7 +442,9 @@ TEST(FlexPrefill, CountAndShareBudgetsNest) {
   const auto mask = [&](const std::string& budget) {
     const MethodReport r =
         make_method("flexprefill:block=32,min_budget=0," + budget)->run(in.q, in.k, in.v, out, {});
-    if (budget.rfind("topk", 0) == 0) EXPECT_EQ(r.extras.count("gamma"), 0u) << budget;
+    if (budget.rfind("topk", 0) == 0) {
+      EXPECT_EQ(r.extras.count("gamma"), 0u) << budget;
+    }
     EXPECT_EQ(r.extras.count(budget.substr(0, budget.find('='))), 1u) << budget;
     return r.mask->to_dense();
   };

@@ -132,12 +132,14 @@ void expect_zero_key_dsa_matches(const char* preset, int64_t top_k, int64_t ctx,
     SPATTN_MISSING_ASSET("a comparison arch_vs_llama.py could not make: " << out);
   EXPECT_EQ(run.code(), 0) << out;
   const nlohmann::json rows = nlohmann::json::parse(out);
-  for (const nlohmann::json& r : rows)
-    if (r["check"] == "perplexity" && r.contains("spattn"))
+  for (const nlohmann::json& r : rows) {
+    if (r["check"] == "perplexity" && r.contains("spattn")) {
       EXPECT_GT(std::abs(r["spattn"].get<double>() - r["spattn_dense"].get<double>()),
                 1e-3 * r["spattn"].get<double>())
           << "dsa's perplexity is dense's: the top-k did not select\n"
           << out;
+    }
+  }
 }
 
 // deepseek32 and glm-dsa with each query's top-k (32) below its context (512): the indexer's
