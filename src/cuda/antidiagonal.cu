@@ -23,7 +23,7 @@
 #include <algorithm>
 
 #include "cuda/check.cuh"
-#include "cuda/ptx.cuh"
+#include "cuda/score_tile.cuh"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
@@ -50,20 +50,6 @@ __device__ __forceinline__ int visible(const AntiParams& p, int g) {
   if (!p.causal) return p.gk;
   const long long pos = p.off + min((long long)g * p.stride + p.stride - 1, (long long)p.q_len - 1);
   return pos < 0 ? 0 : int(min((long long)p.gk, pos / p.stride + 1));
-}
-
-// Rows [0, n) of a [n][D] tile (row stride D + 8 elements: conflict-free fragment reads) from
-// global rows src_row(i) (negative or past `limit`: zeros), 16 bytes a copy.
-template <class T, int D, class RowOf>
-__device__ __forceinline__ void stage(T* s, const T* g, int64_t stride, RowOf src_row) {
-  constexpr int kChunks = D / 8;
-  for (int e = threadIdx.x; e < kRows * kChunks; e += kThreads) {
-    const int r = e / kChunks, c = (e % kChunks) * 8;
-    const long long row = src_row(r);
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row >= 0) v = *reinterpret_cast<const uint4*>(g + row * stride + c);
-    *reinterpret_cast<uint4*>(s + r * (D + 8) + c) = v;
-  }
 }
 
 template <class T, int D>
@@ -98,30 +84,16 @@ __global__ void __launch_bounds__(kThreads) antidiagonal_kernel(const AntiParams
         for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
         for (int t = 0; t < S; ++t) {
           __syncthreads();  // the previous step's fragment reads are done
-          stage<T, D>(sQ, gQ, p.q_s, [&](int r) -> long long {
+          stage_rows<T, D, kRows, kThreads>(sQ, gQ, p.q_s, [&](int r) -> long long {
             const long long s = (long long)(c0 + r) * S + S - 1 - t;  // the rows reversed
             return r < nrows && s < p.q_len ? s : -1;
           });
-          stage<T, D>(sK, gK, p.k_s, [&](int r) -> long long {
+          stage_rows<T, D, kCols, kThreads>(sK, gK, p.k_s, [&](int r) -> long long {
             const long long s = (long long)(j0 + r) * S + t;
             return j0 + r < p.gk && s < p.kv_len ? s : -1;
           });
           __syncthreads();
-          const T* qa = sQ + (warp * 16 + gid) * (D + 8) + 2 * tig;
-#pragma unroll
-          for (int kk = 0; kk < D; kk += 16) {
-            uint32_t a[4];
-            a[0] = *reinterpret_cast<const uint32_t*>(qa + kk);
-            a[1] = *reinterpret_cast<const uint32_t*>(qa + 8 * (D + 8) + kk);
-            a[2] = *reinterpret_cast<const uint32_t*>(qa + kk + 8);
-            a[3] = *reinterpret_cast<const uint32_t*>(qa + 8 * (D + 8) + kk + 8);
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
-              const T* kb = sK + (nt * 8 + gid) * (D + 8) + 2 * tig + kk;
-              ptx::mma_16816<T>(acc[nt], a, *reinterpret_cast<const uint32_t*>(kb),
-                                *reinterpret_cast<const uint32_t*>(kb + 8));
-            }
-          }
+          warp_scores<T, D>(acc, sQ, sK, warp, lane);
         }
         // acc[nt][i]: row r_lo (i < 2) or r_hi, key group j0 + nt * 8 + 2 tig + (i & 1).
         auto col = [&](int nt, int i) { return j0 + nt * 8 + 2 * tig + (i & 1); };

@@ -14,7 +14,19 @@ struct BudgetRule {
   long long topk = 0;    // used when neither below is set: that many more blocks by estimate
   double topp = 0;       // > 0: the fewest blocks whose mass reaches topp of the total
   double min_share = 0;  // > 0: every block whose mass is at least min_share of the total
+  // Then, whatever the budget kept, more by estimate until at least this many are kept in all,
+  // the forced ones counted (flexprefill's min_budget; 0: none).
+  long long floor = 0;
 };
+
+// Keys [begin, end) touch key block kb of [0, nkb) (masks::mark_blocks, clipped to the blocks).
+__device__ __forceinline__ bool keys_touch_block(long long begin, long long end, int kb,
+                                                 int block_k, int nkb) {
+  begin = begin < 0 ? 0 : begin;
+  const long long cap = (long long)nkb * block_k;
+  end = end < cap ? end : cap;
+  return begin < end && kb >= begin / block_k && kb <= (end - 1) / block_k;
+}
 
 // Sorts the pairs (val[i], idx[i]), i < n (a power of two), best first: the larger value,
 // ties the smaller index (the host's order). A bitonic network, every thread taking part.
@@ -41,14 +53,15 @@ __device__ inline void sort_pairs_desc(double* val, int* idx, int n) {
 __device__ inline void spend_budget(double* val, int* idx, int slots, int limit, uint8_t* keep,
                                     const BudgetRule& rule) {
   __shared__ double total_s, kept_s;
-  __shared__ int n_cand_s, take_s;
+  __shared__ int n_cand_s, take_s, forced_s;
   if (threadIdx.x == 0) {
     double total = 0, kept = 0;
+    int forced = 0;
     for (int kb = 0; kb < limit; ++kb) {
       total += val[kb];
-      if (keep[kb]) kept += val[kb];
+      if (keep[kb]) kept += val[kb], ++forced;
     }
-    total_s = total, kept_s = kept, n_cand_s = 0;
+    total_s = total, kept_s = kept, n_cand_s = 0, forced_s = forced;
   }
   __syncthreads();
   int mine = 0;
@@ -73,6 +86,8 @@ __device__ inline void spend_budget(double* val, int* idx, int slots, int limit,
     } else {
       t = rule.topk < n ? int(rule.topk < 0 ? 0 : rule.topk) : n;
     }
+    const long long short_of = rule.floor - forced_s;  // the floor, in blocks still to take
+    if (short_of > t) t = short_of < n ? int(short_of) : n;
     take_s = t;
   }
   __syncthreads();

@@ -27,16 +27,6 @@ struct SelectParams {
   int* count;
 };
 
-// Blocks [lo, hi] that keys [begin, end) touch, inside [0, nkb) (masks::mark_blocks).
-__device__ __forceinline__ bool touches(long long begin, long long end, int kb, int block_k,
-                                        int nkb) {
-  begin = begin < 0 ? 0 : begin;
-  const long long cap = (long long)nkb * block_k;
-  end = end < cap ? end : cap;
-  if (begin >= end) return false;
-  return kb >= begin / block_k && kb <= (end - 1) / block_k;
-}
-
 __global__ void __launch_bounds__(kThreads) block_select_kernel(const SelectParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   double* val = reinterpret_cast<double*>(smem);
@@ -53,9 +43,9 @@ __global__ void __launch_bounds__(kThreads) block_select_kernel(const SelectPara
   const long long seen = min((long long)p.kv_len, max(visible_end, 0ll));
   const int limit = p.causal ? int((seen + p.block_k - 1) / p.block_k) : p.nkb;
   for (int kb = tid; kb < p.slots; kb += blockDim.x)
-    keep[kb] =
-        kb < p.nkb && (touches(0, min(p.sink, visible_end), kb, p.block_k, p.nkb) ||
-                       touches(p0 - p.local + 1, min(p1 + 1, visible_end), kb, p.block_k, p.nkb));
+    keep[kb] = kb < p.nkb &&
+               (keys_touch_block(0, min(p.sink, visible_end), kb, p.block_k, p.nkb) ||
+                keys_touch_block(p0 - p.local + 1, min(p1 + 1, visible_end), kb, p.block_k, p.nkb));
   // The estimate's row.
   const int64_t item = int64_t(h) * p.nqb + qb;
   if (p.mass) {
@@ -102,13 +92,25 @@ __global__ void __launch_bounds__(kThreads) block_select_kernel(const SelectPara
   }
 }
 
-int pow2_at_least(int64_t n) {
-  int p = 1;
-  while (p < n) p <<= 1;
+}  // namespace
+
+int select_slots(int64_t nkb) {
+  int p = 2;
+  while (p < nkb) p <<= 1;
   return p;
 }
 
-}  // namespace
+void allow_select_smem(const void* kernel, size_t smem, int64_t nkb, const char* who) {
+  int dev = 0, cap = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&cap, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+        "cudaDeviceGetAttribute");
+  SPATTN_CHECK(smem + 1024 <= size_t(cap), who, ": ", nkb, " key blocks need ", smem,
+               " bytes of shared memory a block; this device has ", cap,
+               " (a larger block_k, or a shorter kv_len)");
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+        "cudaFuncSetAttribute");
+}
 
 void select_blocks(const TensorView& q, const TensorView& k, const AttnOptions& opt,
                    const BlockSelect& sel, SelectedLists& out, cudaStream_t s) {
@@ -119,15 +121,9 @@ void select_blocks(const TensorView& q, const TensorView& k, const AttnOptions& 
                ": one estimate, masses or pooled rows");
   const int64_t nqb = (q.seq + sel.block_q - 1) / sel.block_q;
   const int64_t nkb = (k.seq + sel.block_k - 1) / sel.block_k;
-  const int slots = pow2_at_least(std::max<int64_t>(nkb, 2));
-  const size_t smem = size_t(slots) * (sizeof(double) + sizeof(int) + 1);
-  int dev = 0, cap_smem = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&cap_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-        "cudaDeviceGetAttribute");
-  SPATTN_CHECK(smem + 1024 <= size_t(cap_smem), who, ": ", nkb, " key blocks need ", smem,
-               " bytes of shared memory a block; this device has ", cap_smem,
-               " (a larger block_k, or a shorter kv_len)");
+  const int slots = select_slots(nkb);
+  const size_t smem = select_smem(slots);
+  allow_select_smem(reinterpret_cast<const void*>(block_select_kernel), smem, nkb, who);
   SPATTN_CHECK(int64_t(q.heads) * nqb * nkb < (int64_t(1) << 40) && nqb < INT32_MAX, who,
                ": too many blocks");
   out.list.alloc(size_t(q.heads) * size_t(nqb) * size_t(nkb), s);
@@ -140,9 +136,6 @@ void select_blocks(const TensorView& q, const TensorView& k, const AttnOptions& 
   p.block_q = int(sel.block_q), p.block_k = int(sel.block_k), p.slots = slots, p.cap = int(nkb);
   p.sink = sel.sink, p.local = sel.local, p.rule = sel.rule;
   p.list = out.list.get(), p.count = out.count.get();
-  check(cudaFuncSetAttribute(block_select_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             int(smem)),
-        "cudaFuncSetAttribute");
   block_select_kernel<<<dim3(unsigned(nqb), unsigned(q.heads)), kThreads, smem, s>>>(p);
   check(cudaGetLastError(), "block_select_kernel launch");
   out.view.list = out.list.get(), out.view.count = out.count.get();

@@ -40,6 +40,15 @@ struct SelectedLists {
   DeviceBlockLists view;
 };
 
+// The scratch a per-query-block selection over nkb key blocks sorts in (block_budget.cuh):
+// a power of two >= nkb, at least 2; each slot takes a double, an int and a byte of shared
+// memory.
+int select_slots(int64_t nkb);
+inline size_t select_smem(int slots) { return size_t(slots) * (sizeof(double) + sizeof(int) + 1); }
+// Opts `kernel` into `smem` bytes of dynamic shared memory, or throws Error naming `who` where
+// the device has fewer.
+void allow_select_smem(const void* kernel, size_t smem, int64_t nkb, const char* who);
+
 // Selects per (q head, query block) of q against k (checked by the caller); queues the kernel
 // on s. Throws Error where a query block's key blocks do not fit one thread block's shared
 // memory.

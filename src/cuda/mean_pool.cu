@@ -4,44 +4,14 @@
 // ("Measure Once, Mask Once", Eq. 1), or a mass budget (topp, min_share) over the antidiagonal
 // estimate (antidiagonal.cu) or the pooled scores' masses; then the block-sparse pass over the
 // kept blocks (block_select.cu), one stream and no copy to the host between them.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "cuda/antidiagonal.hpp"
 #include "cuda/block_select.hpp"
 #include "cuda/inputs.hpp"
+#include "cuda/pool_rows.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 
 namespace spattn::cuda {
-namespace {
-
-// Per (block b, head h) of t: the mean of its rows [b * block, ...), double sums as the host's
-// mean_pool_rows, at out[(h * nb + b) * d ...] as f32.
-template <class T>
-__global__ void mean_rows_kernel(const T* t, int64_t stride_h, int64_t stride_s, int seq, int d,
-                                 int block, float* out) {
-  const int b = blockIdx.x, h = blockIdx.y;
-  const int s0 = b * block, s1 = min(seq, s0 + block);
-  const int nb = gridDim.x;
-  for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    double sum = 0;
-    for (int s = s0; s < s1; ++s) sum += double(float(t[h * stride_h + int64_t(s) * stride_s + c]));
-    out[(int64_t(h) * nb + b) * d + c] = float(sum / double(s1 - s0));
-  }
-}
-
-template <class T>
-void pool(const TensorView& t, int64_t block, float* out, cudaStream_t s) {
-  const unsigned nb = unsigned((t.seq + block - 1) / block);
-  mean_rows_kernel<T><<<dim3(nb, unsigned(t.heads)), 128, 0, s>>>(
-      static_cast<const T*>(t.data), t.stride_head, t.stride_seq, int(t.seq), int(t.dim),
-      int(block), out);
-  check(cudaGetLastError(), "mean_rows_kernel launch");
-}
-
-}  // namespace
-
 void mean_pool_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& out, const MeanPoolGpuPlan& plan, const AttnOptions& opt,
                          float* lse, BlockSelectResult& result, void* stream) {
@@ -70,13 +40,8 @@ void mean_pool_attention(const TensorView& q, const TensorView& k, const TensorV
   } else {
     qpool.alloc(size_t(q.heads) * size_t(nqb) * size_t(q.dim), s);
     kpool.alloc(size_t(k.heads) * size_t(nkb) * size_t(k.dim), s);
-    if (q.dtype == DType::bf16) {
-      pool<__nv_bfloat16>(q, plan.block_q, qpool.get(), s);
-      pool<__nv_bfloat16>(k, plan.block_k, kpool.get(), s);
-    } else {
-      pool<__half>(q, plan.block_q, qpool.get(), s);
-      pool<__half>(k, plan.block_k, kpool.get(), s);
-    }
+    pool_rows(q, plan.block_q, qpool.get(), s);
+    pool_rows(k, plan.block_k, kpool.get(), s);
     sel.qpool = qpool.get(), sel.kpool = kpool.get();
     sel.scale = softmax_scale(opt, q.dim);
     sel.pooled_mass = mass_budget;
