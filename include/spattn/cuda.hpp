@@ -14,6 +14,7 @@
 // are read back, which waits for the kernel).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -227,6 +228,10 @@ struct GpuBlockBudget {
 struct BlockSelectResult {
   std::vector<std::vector<int32_t>> lists;  // per (q head, query block), ascending: the mask
   Stats stats;                              // the block-sparse pass's
+  // A method's per-q-head choices and its values, as its host path reports them
+  // (flexprefill's pattern per head).
+  std::map<std::string, std::vector<double>> per_head;
+  std::map<std::string, double> extras;
 };
 // XAttention ("XAttention: Block Sparse Attention with Antidiagonal Scoring", Sec. 2): the
 // antidiagonal estimate at `stride`, the sink block and the blocks of each row's `local` most
@@ -251,6 +256,23 @@ struct MeanPoolGpuPlan {
 void mean_pool_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& out, const MeanPoolGpuPlan& plan, const AttnOptions& opt,
                          float* lse, BlockSelectResult& result, void* stream = nullptr);
+// FlexPrefill ("FlexPrefill: A Context-Aware Sparse Attention Mechanism for Efficient
+// Long-Sequence Inference", Sec. 3.2; src/methods/flexprefill.cpp's rules): from the last
+// `block` queries the estimated and pooled block distributions, per q head its pattern
+// (query-aware where their sqrt(JSD) < tau, else vertical-slash), vertical blocks and slash
+// bands by the budget with min_budget's floor, a query-aware head's pooled map by the budget
+// (per query block, or flattened over the head: the paper's, qa_per_block false), then the
+// block-sparse pass. per_head reports js_distance, query_aware, vertical_blocks, slash_bands.
+struct FlexPrefillGpuPlan {
+  int64_t block = 128, min_budget = 1024;
+  GpuBlockBudget budget{0, 0.9, 0};  // gamma as topp; or topk, a count; or min_share
+  double tau = 0.1;
+  bool qa_per_block = false;
+};
+void flexprefill_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const FlexPrefillGpuPlan& plan,
+                           const AttnOptions& opt, float* lse, BlockSelectResult& result,
+                           void* stream = nullptr);
 
 // The exact (O, LSE) merge of merge.hpp on the device: o_a, o_b, out [H, L, d] of one dtype
 // (bf16, f16 or f32), lse arrays [H, L] f32. out may alias o_a, lse_out lse_a.

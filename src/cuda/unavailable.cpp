@@ -71,6 +71,11 @@ void mean_pool_attention(const TensorView&, const TensorView&, const TensorView&
                          void*) {
   unavailable("mean_pool_attention");
 }
+void flexprefill_attention(const TensorView&, const TensorView&, const TensorView&,
+                           const TensorView&, const FlexPrefillGpuPlan&, const AttnOptions&, float*,
+                           BlockSelectResult&, void*) {
+  unavailable("flexprefill_attention");
+}
 void attention_blasst(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                       double, const AttnOptions&, float*, Stats*, SkipStats*, BlasstOrder, void*) {
   unavailable("attention_blasst");

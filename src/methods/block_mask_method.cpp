@@ -53,6 +53,8 @@ MethodReport BlockMaskMethod::run_cuda(const TensorView& q, const TensorView& k,
     m->validate();
     mask = std::move(m);
     r.stats = sel.stats;
+    r.per_head = std::move(sel.per_head);
+    r.extras = std::move(sel.extras);
     r.extras["mask_device"] = 1.0;
     r.coverage = block_mask_coverage(mask);
     r.mask = std::move(mask);

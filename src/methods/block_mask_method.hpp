@@ -18,7 +18,8 @@ class BlockMaskMethod : public Method {
   // Building the mask is part of run(), so a caller timing run() times the estimate too.
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override;
-  // On the GPU: a method with a device estimate (run_device_estimate: xattention, mean_pool)
+  // On the GPU: a method with a device estimate (run_device_estimate: xattention, mean_pool,
+  // flexprefill)
   // estimates, selects and runs on the device, and reports the mask it read back (extras
   // "mask_device" 1); a static pattern is built from the shapes alone; any other mask is built
   // on the host from copies of q, k and v (extras "mask_host_ms"). The block-sparse kernel runs

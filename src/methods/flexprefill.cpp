@@ -38,8 +38,13 @@
 // applies to both; with them a query-aware head's pooled map is read per query block (a count
 // or a share per row), so `qa` goes with gamma only.
 // Every product (last queries x keys, pooled x pooled) runs on kernels/long_row_scores in f32.
+// On CUDA tensors every step runs on the device, the same rules (src/cuda/flexprefill.cu; the
+// last queries' scores there are tensor-core products of the bf16 or f16 inputs).
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <numeric>
+#include <string>
 #include <vector>
 
 #include "core/threading.hpp"
@@ -183,6 +188,22 @@ class FlexPrefill final : public BlockMaskMethod {
   std::string name() const override { return "flexprefill"; }
 
  protected:
+  bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& out, const AttnOptions& opt, float* lse,
+                           cuda::BlockSelectResult& result) const override {
+    cuda::FlexPrefillGpuPlan p;
+    p.block = block_q_, p.min_budget = min_budget_, p.tau = tau_, p.qa_per_block = qa_per_block_;
+    if (budget_.kind == Budget::count)
+      p.budget = {int64_t(budget_.value), 0, 0};
+    else if (budget_.kind == Budget::share)
+      p.budget = {0, 0, budget_.value};
+    else
+      p.budget = {0, gamma_, 0};
+    cuda::flexprefill_attention(q, k, v, out, p, opt, lse, result, opt.stream);
+    report_params(result.per_head, result.extras);
+    return true;
+  }
+
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                        const AttnOptions& opt) const override {
     MethodReport unused;
@@ -257,28 +278,35 @@ class FlexPrefill final : public BlockMaskMethod {
     std::vector<double>& qa = report.per_head["query_aware"];
     std::vector<double>& nv = report.per_head["vertical_blocks"];
     std::vector<double>& ns = report.per_head["slash_bands"];
-    int64_t n_qa = 0;
     for (const HeadChoice& c : choice) {
       js.push_back(c.js);
       qa.push_back(c.query_aware ? 1.0 : 0.0);
       nv.push_back(double(c.vertical));
       ns.push_back(double(c.slash));
-      n_qa += c.query_aware;
     }
-    report.extras["query_aware_heads"] = double(n_qa);
-    if (budget_.kind == Budget::count)
-      report.extras["topk"] = budget_.value;
-    else if (budget_.kind == Budget::share)
-      report.extras["min_share"] = budget_.value;
-    else
-      report.extras["gamma"] = gamma_;
-    report.extras["tau"] = tau_;
-    report.extras["block"] = double(B);
-    report.extras["min_budget"] = double(min_budget_);
+    report_params(report.per_head, report.extras);
     return BlockMask::from_lists(q.heads, q.seq, lk, B, B, true, lists);
   }
 
  private:
+  // The budget and parameters, and how many heads took the query-aware pattern: the same
+  // report from both devices.
+  void report_params(const std::map<std::string, std::vector<double>>& per_head,
+                     std::map<std::string, double>& extras) const {
+    const auto qa = per_head.find("query_aware");
+    extras["query_aware_heads"] =
+        qa == per_head.end() ? 0.0 : std::accumulate(qa->second.begin(), qa->second.end(), 0.0);
+    if (budget_.kind == Budget::count)
+      extras["topk"] = budget_.value;
+    else if (budget_.kind == Budget::share)
+      extras["min_share"] = budget_.value;
+    else
+      extras["gamma"] = gamma_;
+    extras["tau"] = tau_;
+    extras["block"] = double(block_q_);
+    extras["min_budget"] = double(min_budget_);
+  }
+
   // One head: the pattern choice and its per-query-block lists (lists[qb], qb < n_qb).
   HeadChoice select_head(const TensorView& q, int64_t h, const kernels::LongRowKeys& pk,
                          const std::vector<double>& vertical, const std::vector<double>& slash,
