@@ -67,10 +67,11 @@ TEST(CudaHelpers, MethodsRunOnTheCallersStream) {
                            v = cuda::DeviceTensor::upload(w.v, DType::bf16);
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
-  // xattention and mean_pool estimate on the device: deterministic (no atomics in a sum).
+  // xattention, mean_pool and flexprefill estimate on the device: deterministic (no atomics in
+  // a sum).
   for (const std::string spec :
        {"dense", "blasst:lambda=0.01", "a_shape:sink=64,local=256", "xattention:min_share=0.1",
-        "mean_pool:topk=3", "mean_pool:topp=0.9"}) {
+        "mean_pool:topk=3", "mean_pool:topp=0.9", "flexprefill:min_budget=256"}) {
     const auto m = make_method(spec);
     cuda::DeviceTensor o1(DType::bf16, 4, 700, 128), o2(DType::bf16, 4, 700, 128);
     AttnOptions opt;
@@ -143,15 +144,15 @@ TEST(CudaBench, DeviceEstimatesReachTheBench) {
   WorkloadConfig c;
   c.seq = 1200, c.heads = 4, c.kv_heads = 2, c.dim = 128, c.seed = 8;
   const Workload w = make_workload(c);
-  const BenchMethods methods =
-      make_bench_methods({"xattention:min_share=0.1", "mean_pool:topk=3"}, {}, true);
+  const BenchMethods methods = make_bench_methods(
+      {"xattention:min_share=0.1", "mean_pool:topk=3", "flexprefill:min_budget=256"}, {}, true);
   AttnOptions opt;
   opt.threads = 2;
   BenchOptions bo;
   bo.repeat = 2;
   const BenchRun run = run_bench_cuda(methods, w.q, w.k, w.v, opt, bo, DType::bf16);
-  ASSERT_EQ(run.results.size(), 3u);
-  for (size_t i = 1; i < 3; ++i) {
+  ASSERT_EQ(run.results.size(), 4u);
+  for (size_t i = 1; i < 4; ++i) {
     const BenchResult& r = run.results[i];
     ASSERT_TRUE(r.unavailable.empty()) << r.spec << ": " << r.unavailable;
     EXPECT_EQ(r.run_ms.size(), 2u) << r.spec;
