@@ -66,8 +66,14 @@ def llama_once(a, kind, n, depth, rows):
         cmd = [os.path.join(a.llama_bin, "llama-batched-bench")] + common + [
             "-c", str(depth + n), "-b", "2048", "-ub", "512", "-npp", str(depth), "-ntg", str(n),
             "-npl", "1", "--output-format", "jsonl"]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-        j = [json.loads(x) for x in out.splitlines() if x.startswith("{")][-1]
+        run = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        # llama.cpp's log thread writes to the same stdout, so a record may share its line with
+        # the tail of a log message: each record is read from its first '{"'.
+        recs = [json.loads(x[x.index('{"'):]) for x in run.stdout.splitlines() if '{"' in x]
+        if not recs:
+            sys.exit("vs_llama: llama-batched-bench printed no JSON record; its output ends:\n"
+                     + run.stdout[-1500:] + run.stderr[-1500:])
+        j = recs[-1]
         return {rows[0]: float(j["speed_pp"]), rows[1]: float(j["speed_tg"])}
     cmd = [os.path.join(a.llama_bin, "llama-bench")] + common + ["-r", "1", "-o", "json"]
     cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
