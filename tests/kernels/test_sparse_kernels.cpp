@@ -114,7 +114,9 @@ int64_t expect_vs_head(const Tensor& out, const Tensor& q, const Tensor& k, cons
     std::vector<int64_t> keys = vs_row_keys(idx, h, i, lk - lq + i, lq, lk);
     entries += int64_t(keys.size());
     std::sort(keys.begin(), keys.end());
-    if (cov) EXPECT_EQ(test::coverage_keys(*cov, h, i), keys);
+    if (cov) {
+      EXPECT_EQ(test::coverage_keys(*cov, h, i), keys);
+    }
     expect_close(out, h, i, test::row_over_keys(q, k, v, h, i, keys), tol);
     if (::testing::Test::HasFailure()) {
       ADD_FAILURE() << "head " << h << " row " << i;
@@ -205,7 +207,9 @@ TEST(VerticalSlash, PacksRangePiecesIntoGatheredTiles) {
         }
       }
       EXPECT_EQ(st.score_entries, entries) << dtype_name(t) << " aligned " << aligned;
-      if (aligned) EXPECT_EQ(st.tiles_visited, want_tiles) << dtype_name(t);
+      if (aligned) {
+        EXPECT_EQ(st.tiles_visited, want_tiles) << dtype_name(t);
+      }
     }
 }
 
@@ -270,7 +274,9 @@ TEST(VerticalSlash, ShiftedTilesMatchReferenceAtEveryOffset) {
           }
         }
         EXPECT_EQ(st.score_entries, entries) << what;
-        if (t == DType::f32) EXPECT_LE(st.tiles_visited, max_tiles) << what;
+        if (t == DType::f32) {
+          EXPECT_LE(st.tiles_visited, max_tiles) << what;
+        }
       }
   });
 }
