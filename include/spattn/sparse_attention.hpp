@@ -38,6 +38,9 @@ struct VerticalSlashIndex {
   // being rows [t * tile_rows, (t + 1) * tile_rows).
   std::optional<std::vector<int64_t>> rows;
   int64_t num_tiles(int64_t q_len) const;
+  // Throws Error unless the index fits q's heads and lengths: one list per head, columns and
+  // offsets in [0, kv_len), tile_rows in [1, 128], rows sorted, unique and in [0, q_len).
+  void validate(int64_t q_heads, int64_t q_len, int64_t kv_len) const;
   // The first and last q row of tile t (rows of the tile in between are the listed ones).
   std::pair<int64_t, int64_t> tile_span(int64_t t, int64_t q_len) const;
 };

@@ -82,29 +82,31 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               const AttnOptions& opt, float* lse, Stats* stats) {
   const kernels::Problem p = kernels::make_problem(q, k, v, out, opt, lse);
   SPATTN_CHECK(opt.causal, "vertical_slash: only causal attention is supported");
-  SPATTN_CHECK(index.heads == q.heads, "vertical_slash: index has ", index.heads, " heads, q has ",
-               q.heads);
-  SPATTN_CHECK(index.tile_rows >= 1 && index.tile_rows <= kernels::kMaxTileRows,
-               "vertical_slash: tile_rows must be in [1, ", kernels::kMaxTileRows, "], got ",
-               index.tile_rows);
-  SPATTN_CHECK(index.columns.size() == size_t(q.heads) && index.offsets.size() == size_t(q.heads),
-               "vertical_slash: columns and offsets need one list per q head");
-  if (index.rows) {
-    const auto& rows = *index.rows;
-    for (size_t i = 0; i < rows.size(); ++i)
-      SPATTN_CHECK(rows[i] >= 0 && rows[i] < q.seq && (i == 0 || rows[i] > rows[i - 1]),
-                   "vertical_slash: rows must be sorted, unique and in [0, ", q.seq, "); row ",
-                   rows[i], " at index ", i, " is not");
-  }
-  for (int64_t h = 0; h < q.heads; ++h) {
-    for (int64_t c : index.columns[size_t(h)])
-      SPATTN_CHECK(c >= 0 && c < k.seq, "vertical_slash: head ", h, " column ", c, " outside [0, ",
-                   k.seq, ")");
-    for (int64_t o : index.offsets[size_t(h)])
-      SPATTN_CHECK(o >= 0 && o < k.seq, "vertical_slash: head ", h, " slash offset ", o,
-                   " outside [0, ", k.seq, ")");
-  }
+  index.validate(q.heads, q.seq, k.seq);
   HWY_DYNAMIC_DISPATCH(kernels::VerticalSlashEntry)(p, &index, stats);
+}
+
+void VerticalSlashIndex::validate(int64_t q_heads, int64_t q_len, int64_t kv_len) const {
+  SPATTN_CHECK(heads == q_heads, "vertical_slash: index has ", heads, " heads, q has ", q_heads);
+  SPATTN_CHECK(tile_rows >= 1 && tile_rows <= kernels::kMaxTileRows,
+               "vertical_slash: tile_rows must be in [1, ", kernels::kMaxTileRows, "], got ",
+               tile_rows);
+  SPATTN_CHECK(columns.size() == size_t(q_heads) && offsets.size() == size_t(q_heads),
+               "vertical_slash: columns and offsets need one list per q head");
+  if (rows) {
+    for (size_t i = 0; i < rows->size(); ++i)
+      SPATTN_CHECK((*rows)[i] >= 0 && (*rows)[i] < q_len && (i == 0 || (*rows)[i] > (*rows)[i - 1]),
+                   "vertical_slash: rows must be sorted, unique and in [0, ", q_len, "); row ",
+                   (*rows)[i], " at index ", i, " is not");
+  }
+  for (int64_t h = 0; h < q_heads; ++h) {
+    for (int64_t c : columns[size_t(h)])
+      SPATTN_CHECK(c >= 0 && c < kv_len, "vertical_slash: head ", h, " column ", c, " outside [0, ",
+                   kv_len, ")");
+    for (int64_t o : offsets[size_t(h)])
+      SPATTN_CHECK(o >= 0 && o < kv_len, "vertical_slash: head ", h, " slash offset ", o,
+                   " outside [0, ", kv_len, ")");
+  }
 }
 
 int64_t VerticalSlashIndex::num_tiles(int64_t q_len) const {
