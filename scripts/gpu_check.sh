@@ -11,7 +11,8 @@
 #   SPATTN_GPU_CHECK=estimates scripts/gpu_check.sh ...  the device estimates round (issue 62,
 #       items 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection on
 #       the device against the host's rule and method (CudaEstimates), flexprefill's choices
-#       and lists against the host method's (CudaFlexPrefill), the method API and momo
+#       and lists against the host method's (CudaFlexPrefill), vertical_slash's token-level
+#       kernel against the CPU's (CudaVerticalSlash), the method API and momo
 #       tests (momo's lists now run through block_lists.cu), both prefill kernels, memcheck and
 #       racecheck on the estimate kernels, and the rows of xattention, mean_pool (topp and topk),
 #       flexprefill and momo against cuDNN SDPA at 32K and 128K
@@ -58,19 +59,21 @@ fi
 if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
   timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*:CudaMomo.*' \
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMethods.*:CudaMomo.*' \
     > "$out/estimates.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
   SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*' > "$out/estimates-mma.log" 2>&1
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMethods.*' \
+    > "$out/estimates-mma.log" 2>&1
   echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
   echo "== memcheck, racecheck (estimates)"
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*' \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*' > "$out/racecheck.log" 2>&1
+    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*' \
+    > "$out/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
   echo "== xattention, mean_pool, flexprefill and momo against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \

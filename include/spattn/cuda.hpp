@@ -25,6 +25,7 @@
 #include "spattn/decode.hpp"
 #include "spattn/select.hpp"
 #include "spattn/select_observer.hpp"
+#include "spattn/sparse_attention.hpp"
 
 namespace spattn::cuda {
 
@@ -161,6 +162,14 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
                             const std::vector<int64_t>& rows, const TensorView& out,
                             const AttnOptions& opt = {}, float* lse = nullptr,
                             Stats* stats = nullptr, void* stream = nullptr);
+// MInference's token-level vertical-slash form (sparse_attention.hpp's attention_vertical_slash)
+// over an index built on the host: each 64-row tile computes exactly the keys the CPU kernel
+// computes for it (its slash ranges and its columns), the ranges read in runs of 64 keys and
+// the columns gathered 64 at a time. Causal; tile_rows 64; no row list (rows) yet.
+void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const VerticalSlashIndex& index,
+                              const AttnOptions& opt = {}, float* lse = nullptr,
+                              Stats* stats = nullptr, void* stream = nullptr);
 
 // BLASST's skip rule inside the dense loop (blasst.hpp): the same 64x64 tiles, threshold
 // lambda in [0, 1], visiting order in_order or local_first (causal). `skip`, when given, is

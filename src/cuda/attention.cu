@@ -18,6 +18,7 @@
 #include "kernels/flash_common.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
+#include "spattn/sparse_attention.hpp"
 
 namespace spattn::cuda {
 
@@ -126,10 +127,11 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
 
 namespace {
 
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1,
+          bool kGather = false>
 void launch(const FlashParams& p, cudaStream_t stream) {
   constexpr size_t smem = size_t(kWarps * 16 * kMT + (1 + kKBufs) * kBN) * D * sizeof(T);
-  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs>;
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs, kGather>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -138,14 +140,14 @@ void launch(const FlashParams& p, cudaStream_t stream) {
 }
 
 // The kernel for a dtype and head dim.
-template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
+template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1, bool kGather = false>
 void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
   if (dtype == DType::bf16)
-    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
-            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
+    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream)
+            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream);
   else
-    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs>(p, stream)
-            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs>(p, stream);
+    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream)
+            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream);
 }
 
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
@@ -416,6 +418,55 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   rec.attach(p, stats != nullptr, false, false, s);
   launch_query_sparse(q.dtype, q.dim, p, s);  // 64 listed rows a block
   rec.read(p, q.dim, stats, nullptr, s, q.seq);
+}
+
+void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const VerticalSlashIndex& index,
+                              const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
+  const char* who = "cuda attention_vertical_slash";
+  check_qkv_out(q, k, v, out, lse, opt.causal, who);
+  SPATTN_CHECK(opt.causal, who, ": only causal attention is supported (as on the CPU)");
+  SPATTN_CHECK(opt.window == 0, who, ": sliding windows have no GPU path yet");
+  index.validate(q.heads, q.seq, k.seq);
+  SPATTN_CHECK(index.tile_rows == kGroupRows, who, ": tile_rows=", index.tile_rows,
+               " (the GPU kernel's query tiles are ", kGroupRows, " rows)");
+  SPATTN_CHECK(!index.rows, who,
+               ": an index over a row list (MMInference's per-modality "
+               "indexes) has no GPU path yet");
+  const cudaStream_t s = stream_of(stream, opt);
+  FlashParams p = base_params(q, k, v, out, opt, lse, kGroupRows);
+  // Each 64-row tile's keys as pieces of at most 64: its coalesced slash ranges split at 64
+  // keys from each range's start, then its columns outside them, 64 gathered keys a piece
+  // (vertical_slash_tile_keys: what the CPU kernel computes).
+  std::vector<int> offsets(size_t(p.heads) * size_t(p.n_qt) + 1, 0), starts, lens, gathered;
+  std::vector<KeyRange> ranges;
+  std::vector<int64_t> columns;
+  for (int64_t h = 0; h < q.heads; ++h)
+    for (int64_t t = 0; t < p.n_qt; ++t) {
+      vertical_slash_tile_keys(index, h, t, q.seq, k.seq, ranges, columns);
+      for (const KeyRange& r : ranges)
+        for (int64_t b = r.begin; b < r.end; b += kBN)
+          starts.push_back(int(b)), lens.push_back(int(std::min<int64_t>(kBN, r.end - b)));
+      for (size_t c = 0; c < columns.size(); c += kBN) {
+        starts.push_back(-int(gathered.size()) - 1);
+        lens.push_back(int(std::min<size_t>(kBN, columns.size() - c)));
+        for (size_t i = c; i < std::min(columns.size(), c + kBN); ++i)
+          gathered.push_back(int(columns[i]));
+      }
+      SPATTN_CHECK(starts.size() < size_t(INT_MAX) && gathered.size() < size_t(INT_MAX), who,
+                   ": the index has too many pieces");
+      offsets[size_t(h * p.n_qt + t) + 1] = int(starts.size());
+    }
+  DeviceBuffer<int> d_offsets, d_starts, d_lens, d_gathered;
+  d_offsets.upload(offsets, s), d_starts.upload(starts, s), d_lens.upload(lens, s);
+  d_gathered.upload(gathered.empty() ? std::vector<int>{0} : gathered, s);
+  p.piece_offsets = d_offsets.get(), p.piece_start = d_starts.get();
+  p.piece_len = d_lens.get(), p.gather_keys = d_gathered.get();
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  launch_for<1, false, false, false, 1, true>(q.dtype, q.dim, p, s);
+  rec.read(p, q.dim, stats, nullptr, s);
+  // The pieces' device copies are freed in stream order, after the kernel.
 }
 
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -5,6 +5,9 @@
 //     per query tile (block-sparse over a BlockMask), in order or BLASST's local-first order;
 //   - which query rows a tile holds: consecutive ones, or a sorted row list (query-sparse:
 //     MOMO's sampled rows, "MOMO", section 3), gathered in and written out compactly;
+//   - or, token-level (MInference's vertical-slash, "MInference 1.0", section 3.2 and its
+//     kernel; MMInference appendix C.3), pieces of up to 64 keys per query tile: runs of
+//     consecutive keys (a slash's key range, split at 64) or gathered keys (vertical columns);
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
 //     the running max before it), in which case its softmax and P V are not computed;
@@ -70,6 +73,14 @@ struct FlashParams {
   // ln 2 (m + log2 sum 2^(s - m)) with m the running max after the tile; -inf where the row saw
   // no key of the tile. Tiles a row does not reach are not written.
   float* tile_lse = nullptr;
+  // Token-level (kGather): per kernel tile i the key pieces [piece_offsets[i],
+  // piece_offsets[i + 1]), visited in order; piece j holds piece_len[j] (1..64) keys, keys
+  // [start, start + len) where start = piece_start[j] >= 0, else gather_keys[-start - 1 + c]
+  // for c < len (ascending). Keys past a row's causal limit are masked as everywhere.
+  const int* piece_offsets = nullptr;
+  const int* piece_start = nullptr;
+  const int* piece_len = nullptr;
+  const int* gather_keys = nullptr;
   // BLASST: log2(lambda) (-inf: skip nothing) and the visiting order.
   float threshold = -INFINITY;
   bool local_first = false;
@@ -126,6 +137,29 @@ __device__ __forceinline__ void load_rows(T* smem, const T* g, int64_t stride, c
   }
 }
 
+// The keys of a token-level piece (FlashParams::piece_start) into a swizzled [kBN][D] tile,
+// rows at or past len zero-filled; copies as load_tile's.
+template <class T, int D, int kThreads>
+__device__ __forceinline__ void load_piece(T* smem, const T* g, int64_t stride, int start, int len,
+                                           const int* gather_keys, int tid) {
+  constexpr int kChunks = D / 8, kStep = kThreads / kChunks;
+  const int c = tid % kChunks, r = tid / kChunks;
+  const uint32_t dst = ptx::smem_u32(smem + swz<D>(r, c * 8));
+#pragma unroll
+  for (int n = 0; n < kBN / kStep; ++n) {
+    const int i = r + n * kStep;
+    const bool valid = i < len;
+    const int key = !valid ? 0 : start >= 0 ? start + i : gather_keys[-start - 1 + i];
+    ptx::cp_async_16(dst + n * kStep * D * sizeof(T), valid ? g + int64_t(key) * stride + c * 8 : g,
+                     valid);
+  }
+}
+
+// Key c of a token-level piece, or INT_MAX past its length.
+__device__ __forceinline__ int piece_key(int start, int len, const int* gather_keys, int c) {
+  return c >= len ? 0x7fffffff : start >= 0 ? start + c : gather_keys[-start - 1 + c];
+}
+
 // The i-th key tile a query tile visits. Dense: tiles [0, n) (n from the causal limit);
 // lists: the listed ones. local_first: the last (the diagonal's) first, then tile 0 (the
 // sink) when it is among them, then the rest from nearest to farthest, as
@@ -143,9 +177,12 @@ __device__ __forceinline__ int tile_at(int i, int n, const int* list, bool local
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
-template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1>
+template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1,
+          bool kGather = false>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(!kGather || (kMT == 1 && !kList && !kSkip && !kRows && kKBufs == 1),
+                "token-level pieces: 64-row tiles, nothing else");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
   static_assert(kKBufs == 1 || kKBufs == 2, "one or two K buffers");
   using namespace detail;
@@ -176,7 +213,11 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
   // The key tiles this query tile visits.
   const int* list = nullptr;
   int n_visit;
-  if constexpr (kList) {
+  int piece0 = 0;  // kGather: this tile's first piece
+  if constexpr (kGather) {
+    piece0 = p.piece_offsets[item];
+    n_visit = p.piece_offsets[item + 1] - piece0;
+  } else if constexpr (kList) {
     const int begin = p.list_offsets[item];
     list = p.list_tiles + begin;
     n_visit = p.list_offsets[item + 1] - begin;
@@ -246,9 +287,16 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     else
       load_tile<T, D, kBM, kThreads>(sQ, gQ, p.q_s, row0, p.q_len, tid);
     ptx::cp_async_commit();
-    int kt = tile_at(0, n_visit, list, local_first);
-    load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
+    int kt = kGather ? 0 : tile_at(0, n_visit, list, local_first);
+    // kGather: the piece at kt (its start and length), read where its K and V load.
+    auto piece_start = [&](int j) { return p.piece_start[piece0 + j]; };
+    auto piece_len = [&](int j) { return p.piece_len[piece0 + j]; };
+    if constexpr (kGather)
+      load_piece<T, D, kThreads>(sK, gK, p.k_s, piece_start(0), piece_len(0), p.gather_keys, tid);
+    else
+      load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, kt * kBN, p.kv_len, tid);
     ptx::cp_async_commit();
+    int g_start = 0, g_len = 0;  // kGather: the piece being scored
     ptx::cp_async_wait<0>();
     __syncthreads();
 
@@ -308,7 +356,17 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
           }
         }
       }
-      if (kbase + kBN > lim_min) {
+      if constexpr (kGather) {
+        // Each column's key: past the piece, or past the row's limit, masked.
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key =
+                piece_key(g_start, g_len, p.gather_keys, j * 8 + (lane % 4) * 2 + (e & 1));
+            if (key >= lim_of(0, e >> 1)) s[0][j][e] = -INFINITY;
+          }
+      } else if (kbase + kBN > lim_min) {
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -374,9 +432,15 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
     for (int i = 0; i < n_visit; ++i) {
       // Here K(kt) is resident and every warp is done with the previous tile's V.
       const int kbase = kt * kBN;
-      load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
+      if constexpr (kGather) {
+        g_start = piece_start(kt), g_len = piece_len(kt);
+        load_piece<T, D, kThreads>(sV, gV, p.v_s, g_start, g_len, p.gather_keys, tid);
+      } else {
+        load_tile<T, D, kBN, kThreads>(sV, gV, p.v_s, kbase, p.kv_len, tid);
+      }
       ptx::cp_async_commit();
-      const int next = i + 1 < n_visit ? tile_at(i + 1, n_visit, list, local_first) : -1;
+      const int next =
+          i + 1 < n_visit ? (kGather ? i + 1 : tile_at(i + 1, n_visit, list, local_first)) : -1;
       // K(kt)'s buffer; with two, K(next) loads into the other one from here on, under S.
       const uint32_t kbuf = kKBufs == 2 ? (i & 1) * kBN * kRowBytes : 0;
       if constexpr (kKBufs == 2) {
@@ -386,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         ptx::cp_async_commit();  // an empty group at the end keeps the wait counts
       }
       // Whether this warp's group has the tile at all (uniform over the group).
-      const bool mine = kbase < reach;
+      const bool mine = kGather || kbase < reach;
       float s[kMT][kBN / 8][4];
       float mx[kMT][2];  // the tile's row maxima, scaled log2 units
       uint32_t pf[kMT][kBN / 16][4];
@@ -427,7 +491,11 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         if (mine && tid % kGroupThreads == 0) ++n_visited;
       }
       if (kKBufs == 1 && next >= 0) {
-        load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
+        if constexpr (kGather)
+          load_piece<T, D, kThreads>(sK, gK, p.k_s, piece_start(next), piece_len(next),
+                                     p.gather_keys, tid);
+        else
+          load_tile<T, D, kBN, kThreads>(sK, gK, p.k_s, next * kBN, p.kv_len, tid);
         ptx::cp_async_commit();
       }
       const bool compute = mine && !skip;
@@ -437,8 +505,17 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r)
-              if (row_of(mt, r) < p.q_len)
-                n_entries += max(0, min(lim_of(mt, r), kbase + kBN) - kbase);
+              if (row_of(mt, r) < p.q_len) {
+                if constexpr (kGather) {
+                  // The piece's keys below the row's limit (ascending: a prefix).
+                  int n = 0;
+                  while (n < g_len && piece_key(g_start, g_len, p.gather_keys, n) < lim_of(mt, r))
+                    ++n;
+                  n_entries += n;
+                } else {
+                  n_entries += max(0, min(lim_of(mt, r), kbase + kBN) - kbase);
+                }
+              }
         }
         // The online softmax: running max and sums, O rescaled, P into mma A operands. A row
         // that has seen only masked keys keeps m = -inf: its base is 0, so 2^(-inf - 0) = 0

@@ -57,6 +57,11 @@ void attention_query_sparse(const TensorView&, const TensorView&, const TensorVi
                             float*, Stats*, void*) {
   unavailable("attention_query_sparse");
 }
+void attention_vertical_slash(const TensorView&, const TensorView&, const TensorView&,
+                              const TensorView&, const VerticalSlashIndex&, const AttnOptions&,
+                              float*, Stats*, void*) {
+  unavailable("attention_vertical_slash");
+}
 void momo_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                     const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
   unavailable("momo_attention");

@@ -4,10 +4,15 @@
 // Defaults vertical = 1000, slash = 2048: one of MInference's configurations (MMInference
 // Table 2 searches vertical in {1000, 2000, 4000}, slash in {1024, 2048, 4096, 6144}; Table 3
 // lists (1000, 2048)). sink = 30 and local = 100 are what MInference's code always keeps.
+// On CUDA tensors the estimate runs on the host from copies of q, k and v (its time in extras
+// "mask_host_ms") and the token-level kernel on the device (cuda::attention_vertical_slash):
+// the same index, the same keys.
+#include <chrono>
 #include <memory>
 #include <utility>
 
 #include "methods/registry.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/sparse_attention.hpp"
 
@@ -37,13 +42,35 @@ class VerticalSlash final : public Method {
     VerticalSlashIndex index = vertical_slash_index(q, k, cfg_, opt);
     MethodReport r;
     attention_vertical_slash(q, k, v, out, index, opt, lse, &r.stats);
-    r.mask = std::make_shared<const BlockMask>(
-        vertical_slash_block_mask(index, q.seq, k.seq, 64, opt.threads));
-    r.coverage = vertical_slash_coverage(std::move(index), q.seq, k.seq);
+    report_index(std::move(index), q.seq, k.seq, opt, r);
+    return r;
+  }
+
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Tensor hq = cuda::to_host(q, opt.stream), hk = cuda::to_host(k, opt.stream),
+                 hv = cuda::to_host(v, opt.stream);
+    validate_attention_args(hq, hk, hv, hq, opt);  // NaN checks, as on the host path
+    AttnOptions checked = opt;
+    checked.check_finite = false;
+    VerticalSlashIndex index = vertical_slash_index(hq, hk, cfg_, checked);
+    MethodReport r;
+    r.extras["mask_host_ms"] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    cuda::attention_vertical_slash(q, k, v, out, index, opt, lse, &r.stats, opt.stream);
+    report_index(std::move(index), q.seq, k.seq, opt, r);
     return r;
   }
 
  private:
+  static void report_index(VerticalSlashIndex index, int64_t q_len, int64_t kv_len,
+                           const AttnOptions& opt, MethodReport& r) {
+    r.mask = std::make_shared<const BlockMask>(
+        vertical_slash_block_mask(index, q_len, kv_len, 64, opt.threads));
+    r.coverage = vertical_slash_coverage(std::move(index), q_len, kv_len);
+  }
+
   VerticalSlashConfig cfg_;
 };
 
