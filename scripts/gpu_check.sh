@@ -12,7 +12,7 @@
 #       items 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection on
 #       the device against the host's rule and method (CudaEstimates), flexprefill's choices
 #       and lists against the host method's (CudaFlexPrefill), vertical_slash's token-level
-#       kernel against the CPU's (CudaVerticalSlash), the method API and momo
+#       estimate and kernel against the CPU's (CudaVerticalSlash), the method API and momo
 #       tests (momo's lists now run through block_lists.cu), both prefill kernels, memcheck and
 #       racecheck on the estimate kernels, and the rows of xattention, mean_pool (topp and topk),
 #       flexprefill and momo against cuDNN SDPA at 32K and 128K
@@ -68,17 +68,17 @@ if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
   echo "== memcheck, racecheck (estimates)"
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*' \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
     --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*' \
     > "$out/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
-  echo "== xattention, mean_pool, flexprefill and momo against cuDNN SDPA"
+  echo "== xattention, mean_pool, flexprefill, vertical_slash and momo against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-blasst --skip-decode --reps 3 --warmup 1 \
-    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,momo" --json "$out/bench-estimates.json" \
+    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,vertical_slash,momo" --json "$out/bench-estimates.json" \
     > "$out/bench-estimates.log" 2>&1
   echo "rc=$?; record: $out/bench-estimates.json"; grep -E '"contender"|Error|error' "$out/bench-estimates.log" | cut -c1-400
   exit 0

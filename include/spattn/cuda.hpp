@@ -27,6 +27,10 @@
 #include "spattn/select_observer.hpp"
 #include "spattn/sparse_attention.hpp"
 
+namespace spattn {
+struct VerticalSlashConfig;  // spattn/masks.hpp
+}  // namespace spattn
+
 namespace spattn::cuda {
 
 // Whether this build holds the CUDA backend.
@@ -170,6 +174,13 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               const TensorView& out, const VerticalSlashIndex& index,
                               const AttnOptions& opt = {}, float* lse = nullptr,
                               Stats* stats = nullptr, void* stream = nullptr);
+// MInference's estimate of that index on the device (masks.hpp's vertical_slash_index, the
+// same rules): the last last_q queries' softmax against every key summed per column and per
+// diagonal on tensor cores, the sink columns and local diagonals forced, the largest per head
+// kept (ties to the smaller index); the index is read back to the host.
+VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
+                                        const VerticalSlashConfig& c, const AttnOptions& opt,
+                                        void* stream = nullptr);
 
 // BLASST's skip rule inside the dense loop (blasst.hpp): the same 64x64 tiles, threshold
 // lambda in [0, 1], visiting order in_order or local_first (causal). `skip`, when given, is

@@ -62,6 +62,10 @@ void attention_vertical_slash(const TensorView&, const TensorView&, const Tensor
                               float*, Stats*, void*) {
   unavailable("attention_vertical_slash");
 }
+VerticalSlashIndex vertical_slash_index(const TensorView&, const TensorView&,
+                                        const VerticalSlashConfig&, const AttnOptions&, void*) {
+  unavailable("vertical_slash_index");
+}
 void momo_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                     const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
   unavailable("momo_attention");
