@@ -12,7 +12,8 @@
 #       items 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection on
 #       the device against the host's rule and method (CudaEstimates), flexprefill's choices
 #       and lists against the host method's (CudaFlexPrefill), vertical_slash's token-level
-#       estimate and kernel against the CPU's (CudaVerticalSlash), the method API and momo
+#       estimate and kernel against the CPU's (CudaVerticalSlash), mminference's A-shape and
+#       vertical-slash heads (CudaMMInference), the method API and momo
 #       tests (momo's lists now run through block_lists.cu), both prefill kernels, memcheck and
 #       racecheck on the estimate kernels, and the rows of xattention, mean_pool (topp and topk),
 #       flexprefill and momo against cuDNN SDPA at 32K and 128K
@@ -59,7 +60,7 @@ fi
 if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
   timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMethods.*:CudaMomo.*' \
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMMInference.*:CudaMethods.*:CudaMomo.*' \
     > "$out/estimates.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
   SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \

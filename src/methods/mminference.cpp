@@ -4,10 +4,16 @@
 // Error, never a silent default. Each head's index is built from the input inside run():
 // the grid's stride and phase (Algorithm 1), vertical-slash's lines from the last 64 queries;
 // A-shape is static.
+// On CUDA tensors (run_cuda) A-shape heads and vertical-slash heads without a Q or 2D boundary
+// run on the device (the block-sparse kernel over the static mask; MInference's estimate and
+// the token-level kernel, src/cuda/vertical_slash.cu and attention.cu); grid heads and Q / 2D
+// boundary heads (the row-groups kernel, per modality) have no GPU path yet: a named Error
+// before anything runs.
 #include <memory>
 #include <utility>
 
 #include "methods/registry.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/grid.hpp"
 #include "spattn/masks.hpp"
@@ -126,10 +132,7 @@ class MMInference final : public Method {
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const auto& heads = plan_.layers[size_t(layer_)];
-    SPATTN_CHECK(int64_t(heads.size()) == q.heads, "mminference: the plan has ", heads.size(),
-                 " heads, the problem ", q.heads, " q heads");
-    SPATTN_CHECK(opt.causal, "mminference: needs causal attention");
+    const auto& heads = layer_plan(q, opt);
     validate_attention_args(q, k, v, out, opt);
     AttnOptions o = opt;
     o.check_finite = false;  // checked once above
@@ -155,7 +158,59 @@ class MMInference final : public Method {
     return r;
   }
 
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    const auto& heads = layer_plan(q, opt);
+    for (int64_t h = 0; h < q.heads; ++h) {
+      const MMHeadPlan& hp = heads[size_t(h)];
+      SPATTN_CHECK(hp.pattern != MMPattern::grid, "mminference: head ", h,
+                   " is a grid head, which has no GPU path yet (a_shape and vertical_slash "
+                   "heads do)");
+      SPATTN_CHECK(hp.boundary == MMBoundary::none || hp.boundary == MMBoundary::k,
+                   "mminference: head ", h, "'s boundary '", mm_boundary_name(hp.boundary),
+                   "' has no GPU path yet (none and k do)");
+    }
+    const int64_t group = q.heads / k.heads;
+    MethodReport r;
+    std::vector<std::unique_ptr<Coverage>> cov;
+    auto& pattern = r.per_head["pattern"];
+    auto& boundary = r.per_head["boundary"];
+    for (int64_t h = 0; h < q.heads; ++h) {
+      const MMHeadPlan& hp = heads[size_t(h)];
+      const int64_t kvh = h / group;
+      const TensorView qh = q.head_range(h, 1), kh = k.head_range(kvh, 1),
+                       vh = v.head_range(kvh, 1), oh = out.head_range(h, 1);
+      float* lh = lse ? lse + h * q.seq : nullptr;
+      if (hp.pattern == MMPattern::a_shape) {
+        MaskGeometry g;
+        g.heads = 1, g.q_len = q.seq, g.kv_len = k.seq;
+        BlockMask m = a_shape_mask(g, hp.sink, hp.local);
+        cuda::attention_block_sparse(qh, kh, vh, oh, m, opt, lh, &r.stats, opt.stream);
+        cov.push_back(block_mask_coverage(std::move(m)));
+      } else {
+        VerticalSlashConfig c;
+        c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
+        VerticalSlashIndex idx = cuda::vertical_slash_index(qh, kh, c, opt, opt.stream);
+        cuda::attention_vertical_slash(qh, kh, vh, oh, idx, opt, lh, &r.stats, opt.stream);
+        cov.push_back(vertical_slash_coverage(std::move(idx), q.seq, k.seq));
+      }
+      pattern.push_back(double(int(hp.pattern)));
+      boundary.push_back(double(int(hp.boundary)));
+    }
+    r.coverage = std::make_shared<PerHeadCoverage>(std::move(cov));
+    return r;
+  }
+
  private:
+  // The run's layer of the plan, checked against the problem.
+  const std::vector<MMHeadPlan>& layer_plan(const TensorView& q, const AttnOptions& opt) const {
+    const auto& heads = plan_.layers[size_t(layer_)];
+    SPATTN_CHECK(int64_t(heads.size()) == q.heads, "mminference: the plan has ", heads.size(),
+                 " heads, the problem ", q.heads, " q heads");
+    SPATTN_CHECK(opt.causal, "mminference: needs causal attention");
+    return heads;
+  }
+
   MMPlan plan_;
   int64_t layer_ = 0, frame_ = -1;
 };
