@@ -9,14 +9,15 @@
 #       the kernels it changed, memcheck and racecheck on the momo tests, the Python momo test,
 #       and the momo rows against cuDNN SDPA (32K and 128K, random and text)
 #   SPATTN_GPU_CHECK=estimates scripts/gpu_check.sh ...  the device estimates round (issue 62,
-#       items 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection on
-#       the device against the host's rule and method (CudaEstimates), flexprefill's choices
-#       and lists against the host method's (CudaFlexPrefill), vertical_slash's token-level
-#       estimate and kernel against the CPU's (CudaVerticalSlash), mminference's A-shape and
-#       vertical-slash heads (CudaMMInference), the method API and momo
-#       tests (momo's lists now run through block_lists.cu), both prefill kernels, memcheck and
-#       racecheck on the estimate kernels, and the rows of xattention, mean_pool (topp and topk),
-#       flexprefill and momo against cuDNN SDPA at 32K and 128K
+#       items 2, 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection
+#       on the device against the host's rule and method (CudaEstimates), flexprefill's
+#       choices and lists against the host method's (CudaFlexPrefill), vertical_slash's
+#       estimate and token-level kernel against the CPU's (CudaVerticalSlash), the grid head
+#       and its gathered row groups (CudaGrid), mminference's heads (CudaMMInference), the
+#       method API and momo tests (momo's lists run through block_lists.cu), both prefill
+#       kernels, memcheck and racecheck on the estimate kernels, and the rows of xattention,
+#       mean_pool (topp and topk), flexprefill, vertical_slash and momo against cuDNN SDPA at
+#       32K and 128K
 # Needs on that machine: the runtime libraries the binaries link (libgomp, libhwy, libfmt,
 # libopenblas: put copies on LD_LIBRARY_PATH where the image lacks them), compute-sanitizer,
 # and torch with CUDA for the benchmark and the Python tests. Where build/python's extension is
@@ -60,7 +61,7 @@ fi
 if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
   timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMMInference.*:CudaMethods.*:CudaMomo.*' \
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*:CudaMethods.*:CudaMomo.*' \
     > "$out/estimates.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
   SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \
@@ -69,11 +70,11 @@ if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
   echo "== memcheck, racecheck (estimates)"
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*' \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*' \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaGrid.Gathered*' \
     > "$out/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
   echo "== xattention, mean_pool, flexprefill, vertical_slash and momo against cuDNN SDPA"

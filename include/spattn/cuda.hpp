@@ -29,6 +29,8 @@
 
 namespace spattn {
 struct VerticalSlashConfig;  // spattn/masks.hpp
+struct GridConfig;           // spattn/grid.hpp
+struct GridLines;
 }  // namespace spattn
 
 namespace spattn::cuda {
@@ -174,6 +176,26 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                               const TensorView& out, const VerticalSlashIndex& index,
                               const AttnOptions& opt = {}, float* lse = nullptr,
                               Stats* stats = nullptr, void* stream = nullptr);
+// Query rows in groups against gathered keys (row_groups.hpp's form over one head's own K and V,
+// no pack: MMInference's grid head): group g's rows (ascending q rows, each in at most one
+// group) attend to its keys, rows of k and v in any order, each with the position the causal
+// rule compares against the row's (AttnOptions::q_start, else bottom-right). Output and LSE go
+// to each row's own index; rows in no group are left as they are. One q head and its kv head a
+// call; causal.
+struct GatheredGroup {
+  std::vector<int64_t> rows, keys, positions;
+};
+void attention_gathered_groups(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const std::vector<GatheredGroup>& groups, const TensorView& out,
+                               const AttnOptions& opt = {}, float* lse = nullptr,
+                               Stats* stats = nullptr, void* stream = nullptr);
+// MMInference's grid head (grid.hpp's attention_grid: the same two passes and merge) on the
+// device: the sink and local band through the block-sparse kernel, each head's permuted layout
+// through attention_gathered_groups, merged exactly. lines: one per q head (grid_estimate).
+void attention_grid(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& out, const std::vector<GridLines>& lines, const GridConfig& c,
+                    const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr,
+                    void* stream = nullptr);
 // MInference's estimate of that index on the device (masks.hpp's vertical_slash_index, the
 // same rules): the last last_q queries' softmax against every key summed per column and per
 // diagonal on tensor cores, the sink columns and local diagonals forced, the largest per head

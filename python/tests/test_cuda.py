@@ -170,8 +170,8 @@ def test_bad_cuda_input():
                      for _ in range(3))
     with pytest.raises(ValueError, match="head dim 64 or 128"):
         spattn.attention(q96, k96, v96)
-    with pytest.raises(ValueError, match="grid: no GPU path yet"):
-        spattn.attention(q, k, v, method="grid")
+    with pytest.raises(ValueError, match="chunked_h2o: no GPU path yet"):
+        spattn.attention(q, k, v, method="chunked_h2o")
     with pytest.raises(ValueError, match="layout"):
         spattn.attention(q, k, v, layout="sbhd")
     if torch.cuda.device_count() > 1:

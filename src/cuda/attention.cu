@@ -469,6 +469,70 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
   // The pieces' device copies are freed in stream order, after the kernel.
 }
 
+void attention_gathered_groups(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const std::vector<GatheredGroup>& groups, const TensorView& out,
+                               const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
+  const char* who = "cuda attention_gathered_groups";
+  check_qkv_out(q, k, v, out, lse, opt.causal, who);
+  SPATTN_CHECK(q.heads == 1 && k.heads == 1, who, ": one q head and its kv head a call (got ",
+               q.heads, " and ", k.heads, ")");
+  SPATTN_CHECK(opt.causal, who, ": only causal attention is supported");
+  SPATTN_CHECK(opt.window == 0, who, ": sliding windows have no GPU path yet");
+  // Each group's rows padded to whole 64-row tiles (slots -1), every tile of it visiting the
+  // group's keys as gathered pieces of 64 (descriptors repeated per tile, keys stored once).
+  std::vector<int> rows, offsets{0}, starts, lens, keys, positions, group_starts, group_lens;
+  std::vector<uint8_t> taken(size_t(q.seq), 0);
+  for (const GatheredGroup& g : groups) {
+    SPATTN_CHECK(g.keys.size() == g.positions.size(), who, ": a group has ", g.keys.size(),
+                 " keys and ", g.positions.size(), " positions");
+    for (size_t i = 0; i < g.rows.size(); ++i) {
+      const int64_t r = g.rows[i];
+      SPATTN_CHECK(r >= 0 && r < q.seq && (i == 0 || r > g.rows[i - 1]) && !taken[size_t(r)], who,
+                   ": row ", r, " is out of [0, ", q.seq, "), out of order or in two groups");
+      taken[size_t(r)] = 1;
+    }
+    group_starts.clear(), group_lens.clear();
+    for (size_t c = 0; c < g.keys.size(); c += kBN) {
+      group_starts.push_back(-int(keys.size()) - 1);
+      group_lens.push_back(int(std::min<size_t>(kBN, g.keys.size() - c)));
+      for (size_t i = c; i < std::min(g.keys.size(), c + kBN); ++i) {
+        SPATTN_CHECK(g.keys[i] >= 0 && g.keys[i] < k.seq && g.positions[i] >= 0 &&
+                         g.positions[i] < (int64_t(1) << 30),
+                     who, ": key ", g.keys[i], " (position ", g.positions[i], ") out of range");
+        keys.push_back(int(g.keys[i])), positions.push_back(int(g.positions[i]));
+      }
+    }
+    for (size_t t = 0; t < g.rows.size(); t += kGroupRows) {
+      for (size_t i = t; i < t + kGroupRows; ++i)
+        rows.push_back(i < g.rows.size() ? int(g.rows[i]) : -1);
+      starts.insert(starts.end(), group_starts.begin(), group_starts.end());
+      lens.insert(lens.end(), group_lens.begin(), group_lens.end());
+      SPATTN_CHECK(starts.size() < size_t(INT_MAX) && rows.size() < size_t(INT_MAX), who,
+                   ": too many rows or pieces");
+      offsets.push_back(int(starts.size()));
+    }
+  }
+  if (rows.empty()) return;  // no row to compute: out and lse untouched
+  const cudaStream_t s = stream_of(stream, opt);
+  FlashParams p = base_params(q, k, v, out, opt, lse, kGroupRows);
+  if (opt.q_start >= 0) p.pos_offset = int(opt.q_start);
+  p.q_len = int(rows.size());  // the slots; rows keep q's positions and are written back there
+  p.n_qt = p.n_qt64 = p.q_len / kGroupRows;
+  p.rows_scatter = true;
+  DeviceBuffer<int> d_rows, d_offsets, d_starts, d_lens, d_keys, d_pos;
+  d_rows.upload(rows, s), d_offsets.upload(offsets, s);
+  d_starts.upload(starts.empty() ? std::vector<int>{0} : starts, s);
+  d_lens.upload(lens.empty() ? std::vector<int>{0} : lens, s);
+  d_keys.upload(keys.empty() ? std::vector<int>{0} : keys, s);
+  d_pos.upload(positions.empty() ? std::vector<int>{0} : positions, s);
+  p.rows = d_rows.get(), p.piece_offsets = d_offsets.get(), p.piece_start = d_starts.get();
+  p.piece_len = d_lens.get(), p.gather_keys = d_keys.get(), p.gather_pos = d_pos.get();
+  Records rec;
+  rec.attach(p, stats != nullptr, false, false, s);
+  launch_for<1, false, false, true, 1, true>(q.dtype, q.dim, p, s);
+  rec.read(p, q.dim, stats, nullptr, s, q.seq);
+}
+
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip, BlasstOrder order, void* stream) {

@@ -81,6 +81,13 @@ struct FlashParams {
   const int* piece_start = nullptr;
   const int* piece_len = nullptr;
   const int* gather_keys = nullptr;
+  // kGather, optional: the position the causal rule compares for gathered key gather_keys[i]
+  // (a permuted layout's: MMInference's grid head); null: the key's own index.
+  const int* gather_pos = nullptr;
+  // kRows: write row i's output and LSE at q row rows[i] (its own index, lse_h = q's length)
+  // instead of compactly; there rows[i] < 0 is a padding slot (a group's last tile): nothing
+  // loaded, computed or written.
+  bool rows_scatter = false;
   // BLASST: log2(lambda) (-inf: skip nothing) and the visiting order.
   float threshold = -INFINITY;
   bool local_first = false;
@@ -131,7 +138,7 @@ __device__ __forceinline__ void load_rows(T* smem, const T* g, int64_t stride, c
 #pragma unroll
   for (int n = 0; n < kRows / kStep; ++n) {
     const int i = row0 + r + n * kStep;
-    const bool valid = i < n_rows;
+    const bool valid = i < n_rows && rows[i] >= 0;
     ptx::cp_async_16(dst + n * kStep * D * sizeof(T),
                      valid ? g + int64_t(rows[i]) * stride + c * 8 : g, valid);
   }
@@ -155,9 +162,13 @@ __device__ __forceinline__ void load_piece(T* smem, const T* g, int64_t stride, 
   }
 }
 
-// Key c of a token-level piece, or INT_MAX past its length.
-__device__ __forceinline__ int piece_key(int start, int len, const int* gather_keys, int c) {
-  return c >= len ? 0x7fffffff : start >= 0 ? start + c : gather_keys[-start - 1 + c];
+// The position the causal rule compares for key c of a token-level piece (the key's index, or
+// its gathered position where gather_pos is given), or INT_MAX past the piece's length.
+__device__ __forceinline__ int piece_key(int start, int len, const int* gather_keys,
+                                         const int* gather_pos, int c) {
+  if (c >= len) return 0x7fffffff;
+  if (start >= 0) return start + c;
+  return gather_pos ? gather_pos[-start - 1 + c] : gather_keys[-start - 1 + c];
 }
 
 // The i-th key tile a query tile visits. Dense: tiles [0, n) (n from the causal limit);
@@ -181,8 +192,8 @@ template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, i
           bool kGather = false>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
-  static_assert(!kGather || (kMT == 1 && !kList && !kSkip && !kRows && kKBufs == 1),
-                "token-level pieces: 64-row tiles, nothing else");
+  static_assert(!kGather || (kMT == 1 && !kList && !kSkip && kKBufs == 1),
+                "token-level pieces: 64-row tiles, nothing else but a row list");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
   static_assert(kKBufs == 1 || kKBufs == 2, "one or two K buffers");
   using namespace detail;
@@ -243,7 +254,9 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       return i;
   };
   auto lim_calc = [&](int mt, int r) {
-    return p.causal ? min(p.kv_len, p.pos_offset + q_row(row_of(mt, r)) + 1) : p.kv_len;
+    const int qr = q_row(row_of(mt, r));
+    if (kRows && qr < 0) return 0;  // a padding slot sees nothing
+    return p.causal ? min(p.kv_len, p.pos_offset + qr + 1) : p.kv_len;
   };
   // Query-sparse rows' limits are read from the list once; consecutive rows' are arithmetic.
   int lim_held[kRows ? kMT : 1][2];
@@ -362,8 +375,8 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
         for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const int key =
-                piece_key(g_start, g_len, p.gather_keys, j * 8 + (lane % 4) * 2 + (e & 1));
+            const int key = piece_key(g_start, g_len, p.gather_keys, p.gather_pos,
+                                      j * 8 + (lane % 4) * 2 + (e & 1));
             if (key >= lim_of(0, e >> 1)) s[0][j][e] = -INFINITY;
           }
       } else if (kbase + kBN > lim_min) {
@@ -507,10 +520,10 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             for (int r = 0; r < 2; ++r)
               if (row_of(mt, r) < p.q_len) {
                 if constexpr (kGather) {
-                  // The piece's keys below the row's limit (ascending: a prefix).
+                  // The piece's keys below the row's limit (positions need not ascend).
                   int n = 0;
-                  while (n < g_len && piece_key(g_start, g_len, p.gather_keys, n) < lim_of(mt, r))
-                    ++n;
+                  for (int c = 0; c < g_len; ++c)
+                    n += piece_key(g_start, g_len, p.gather_keys, p.gather_pos, c) < lim_of(mt, r);
                   n_entries += n;
                 } else {
                   n_entries += max(0, min(lim_of(mt, r), kbase + kBN) - kbase);
@@ -599,14 +612,16 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
       const float inv = lr > 0.f ? 1.f / lr : 0.f;
-      if (row_of(mt, r) < p.q_len) {
-        T* orow = gO + int64_t(row_of(mt, r)) * p.o_s;
+      // The row written: the kernel's, or (scattered) the listed q row.
+      const int dst =
+          row_of(mt, r) < p.q_len && p.rows_scatter ? q_row(row_of(mt, r)) : row_of(mt, r);
+      if (row_of(mt, r) < p.q_len && dst >= 0) {
+        T* orow = gO + int64_t(dst) * p.o_s;
 #pragma unroll
         for (int j = 0; j < D / 8; ++j)
           *reinterpret_cast<uint32_t*>(orow + j * 8 + (lane % 4) * 2) =
               ptx::pack2<T>(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
-        if (lse && lane % 4 == 0)
-          lse[row_of(mt, r)] = lr > 0.f ? (m[mt][r] + log2f(lr)) * kLn2 : -INFINITY;
+        if (lse && lane % 4 == 0) lse[dst] = lr > 0.f ? (m[mt][r] + log2f(lr)) * kLn2 : -INFINITY;
       }
     }
   }

@@ -66,6 +66,16 @@ VerticalSlashIndex vertical_slash_index(const TensorView&, const TensorView&,
                                         const VerticalSlashConfig&, const AttnOptions&, void*) {
   unavailable("vertical_slash_index");
 }
+void attention_gathered_groups(const TensorView&, const TensorView&, const TensorView&,
+                               const std::vector<GatheredGroup>&, const TensorView&,
+                               const AttnOptions&, float*, Stats*, void*) {
+  unavailable("attention_gathered_groups");
+}
+void attention_grid(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
+                    const std::vector<GridLines>&, const GridConfig&, const AttnOptions&, float*,
+                    Stats*, void*) {
+  unavailable("attention_grid");
+}
 void momo_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                     const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
   unavailable("momo_attention");

@@ -7,10 +7,13 @@
 // slash (Table 3's options, all on by default); plus the sink tile and a local band of whole
 // tiles, computed in natural order and merged exactly.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "methods/registry.hpp"
+#include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "spattn/grid.hpp"
 #include "spattn/modality.hpp"
@@ -46,28 +49,55 @@ class Grid final : public Method {
 
   MethodReport run_host(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    GridConfig cfg = c_;
-    // The frame stride joins the stride space: frame=N, else the run's modality layout's.
-    cfg.frame_stride = frame_ >= 0 ? frame_ : opt.modality ? opt.modality->frame_tokens : 0;
-    if (stride_ > 0) check_grid_lines({stride_, std::max<int64_t>(phase_, 0)}, k.seq);
-    std::vector<GridLines> lines;
-    if (stride_ > 0 && phase_ >= 0) {
-      lines.assign(size_t(q.heads), GridLines{stride_, phase_});
-    } else {
-      GridConfig c = cfg;
-      if (stride_ > 0) c.min_stride = c.max_stride = stride_, c.frame_stride = 0;
-      lines = grid_estimate(q, k, c, opt);
-    }
+    std::vector<GridLines> lines = lines_for(q, k, opt);
     MethodReport r;
     attention_grid(q, k, v, out, lines, c_, opt, lse, &r.stats);
-    auto& st = r.per_head["stride"];
-    auto& ph = r.per_head["phase"];
-    for (const GridLines& g : lines) st.push_back(double(g.stride)), ph.push_back(double(g.phase));
-    r.coverage = grid_coverage(std::move(lines), c_, q.seq, k.seq);
+    report(std::move(lines), q.seq, k.seq, r);
+    return r;
+  }
+
+  // On CUDA tensors: the stride and phase searched on the host from copies of q and k (extras
+  // "mask_host_ms"; none when stride= and phase= fix them), both passes and the merge on the
+  // device (cuda::attention_grid, src/cuda/grid.cu).
+  MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, const AttnOptions& opt, float* lse) const override {
+    MethodReport r;
+    std::vector<GridLines> lines;
+    if (stride_ > 0 && phase_ >= 0) {
+      lines = lines_for(q, k, opt);
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Tensor hq = cuda::to_host(q, opt.stream), hk = cuda::to_host(k, opt.stream);
+      lines = lines_for(hq, hk, opt);
+      r.extras["mask_host_ms"] =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    cuda::attention_grid(q, k, v, out, lines, c_, opt, lse, &r.stats, opt.stream);
+    report(std::move(lines), q.seq, k.seq, r);
     return r;
   }
 
  private:
+  // Each q head's stride and phase: fixed by stride= and phase=, else searched (Algorithm 1).
+  std::vector<GridLines> lines_for(const TensorView& q, const TensorView& k,
+                                   const AttnOptions& opt) const {
+    GridConfig cfg = c_;
+    // The frame stride joins the stride space: frame=N, else the run's modality layout's.
+    cfg.frame_stride = frame_ >= 0 ? frame_ : opt.modality ? opt.modality->frame_tokens : 0;
+    if (stride_ > 0) check_grid_lines({stride_, std::max<int64_t>(phase_, 0)}, k.seq);
+    if (stride_ > 0 && phase_ >= 0)
+      return std::vector<GridLines>(size_t(q.heads), {stride_, phase_});
+    if (stride_ > 0) cfg.min_stride = cfg.max_stride = stride_, cfg.frame_stride = 0;
+    return grid_estimate(q, k, cfg, opt);
+  }
+
+  void report(std::vector<GridLines> lines, int64_t q_len, int64_t kv_len, MethodReport& r) const {
+    auto& st = r.per_head["stride"];
+    auto& ph = r.per_head["phase"];
+    for (const GridLines& g : lines) st.push_back(double(g.stride)), ph.push_back(double(g.phase));
+    r.coverage = grid_coverage(std::move(lines), c_, q_len, kv_len);
+  }
+
   GridConfig c_;
   int64_t stride_ = 0, phase_ = -1, frame_ = -1;
 };

@@ -15,9 +15,9 @@ MethodReport Method::run(const TensorView& q, const TensorView& k, const TensorV
 MethodReport Method::run_cuda(const TensorView&, const TensorView&, const TensorView&,
                               const TensorView&, const AttnOptions&, float*) const {
   detail::fail(name(),
-               ": no GPU path yet (on CUDA tensors: dense, blasst, momo, vertical_slash, "
-               "mminference's a_shape and vertical_slash heads, and the block-mask methods such "
-               "as a_shape, mean_pool, xattention, flexprefill)");
+               ": no GPU path yet (on CUDA tensors: dense, blasst, momo, vertical_slash, grid, "
+               "mminference without Q or 2D boundary heads, and the block-mask methods such as "
+               "a_shape, mean_pool, xattention, flexprefill)");
 }
 
 }  // namespace spattn

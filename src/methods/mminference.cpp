@@ -4,11 +4,12 @@
 // Error, never a silent default. Each head's index is built from the input inside run():
 // the grid's stride and phase (Algorithm 1), vertical-slash's lines from the last 64 queries;
 // A-shape is static.
-// On CUDA tensors (run_cuda) A-shape heads and vertical-slash heads without a Q or 2D boundary
-// run on the device (the block-sparse kernel over the static mask; MInference's estimate and
-// the token-level kernel, src/cuda/vertical_slash.cu and attention.cu); grid heads and Q / 2D
-// boundary heads (the row-groups kernel, per modality) have no GPU path yet: a named Error
-// before anything runs.
+// On CUDA tensors (run_cuda) heads without a Q or 2D boundary run on the device: A-shape through
+// the block-sparse kernel over its static mask, vertical-slash through MInference's estimate
+// and the token-level kernel (src/cuda/vertical_slash.cu, attention.cu), grid through its two
+// passes and merge (src/cuda/grid.cu; its stride searched on the host from copies of the
+// head's q and k). Q / 2D boundary heads (per-modality row lists) have no GPU path yet: a named
+// Error before anything runs.
 #include <memory>
 #include <utility>
 
@@ -56,6 +57,16 @@ std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorVi
   return modality_pairs_coverage(std::move(plans), q.seq, k.seq);
 }
 
+// A grid head's configuration: the plan's lines and max stride, the run's frame stride.
+GridConfig grid_config(const MMHeadPlan& hp, int64_t frame_stride) {
+  GridConfig c;
+  c.hline = hp.hline, c.vline = hp.vline, c.slash = hp.slash;
+  c.max_stride = hp.max_stride;
+  c.min_stride = std::min(c.min_stride, c.max_stride);
+  c.frame_stride = frame_stride;
+  return c;
+}
+
 }  // namespace
 
 std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride,
@@ -67,11 +78,7 @@ std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride
     return run_boundary_head(hp, q, k, v, out, opt, lse, stats);
   switch (hp.pattern) {
     case MMPattern::grid: {
-      GridConfig c;
-      c.hline = hp.hline, c.vline = hp.vline, c.slash = hp.slash;
-      c.max_stride = hp.max_stride;
-      c.min_stride = std::min(c.min_stride, c.max_stride);
-      c.frame_stride = frame_stride;
+      const GridConfig c = grid_config(hp, frame_stride);
       std::vector<GridLines> lines = grid_estimate(q, k, c, opt);
       attention_grid(q, k, v, out, lines, c, opt, lse, stats);
       return grid_coverage(std::move(lines), c, q.seq, k.seq);
@@ -136,12 +143,7 @@ class MMInference final : public Method {
     validate_attention_args(q, k, v, out, opt);
     AttnOptions o = opt;
     o.check_finite = false;  // checked once above
-    const int64_t group = q.heads / k.heads;
-    // Frame stride: frame=N, else the run's modality layout's, else the calibration input's.
-    const int64_t frame = frame_ >= 0 ? frame_
-                          : opt.modality && opt.modality->frame_tokens > 0
-                              ? opt.modality->frame_tokens
-                              : plan_.frame_stride;
+    const int64_t group = q.heads / k.heads, frame = frame_stride(opt);
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
     auto& pattern = r.per_head["pattern"];    // 0 grid, 1 a_shape, 2 vertical_slash
@@ -163,14 +165,11 @@ class MMInference final : public Method {
     const auto& heads = layer_plan(q, opt);
     for (int64_t h = 0; h < q.heads; ++h) {
       const MMHeadPlan& hp = heads[size_t(h)];
-      SPATTN_CHECK(hp.pattern != MMPattern::grid, "mminference: head ", h,
-                   " is a grid head, which has no GPU path yet (a_shape and vertical_slash "
-                   "heads do)");
       SPATTN_CHECK(hp.boundary == MMBoundary::none || hp.boundary == MMBoundary::k,
                    "mminference: head ", h, "'s boundary '", mm_boundary_name(hp.boundary),
                    "' has no GPU path yet (none and k do)");
     }
-    const int64_t group = q.heads / k.heads;
+    const int64_t group = q.heads / k.heads, frame = frame_stride(opt);
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
     auto& pattern = r.per_head["pattern"];
@@ -181,7 +180,15 @@ class MMInference final : public Method {
       const TensorView qh = q.head_range(h, 1), kh = k.head_range(kvh, 1),
                        vh = v.head_range(kvh, 1), oh = out.head_range(h, 1);
       float* lh = lse ? lse + h * q.seq : nullptr;
-      if (hp.pattern == MMPattern::a_shape) {
+      if (hp.pattern == MMPattern::grid) {
+        // The stride search on the host from copies of the head's q and k; the passes on the
+        // device.
+        const GridConfig c = grid_config(hp, frame);
+        std::vector<GridLines> lines =
+            grid_estimate(cuda::to_host(qh, opt.stream), cuda::to_host(kh, opt.stream), c, opt);
+        cuda::attention_grid(qh, kh, vh, oh, lines, c, opt, lh, &r.stats, opt.stream);
+        cov.push_back(grid_coverage(std::move(lines), c, q.seq, k.seq));
+      } else if (hp.pattern == MMPattern::a_shape) {
         MaskGeometry g;
         g.heads = 1, g.q_len = q.seq, g.kv_len = k.seq;
         BlockMask m = a_shape_mask(g, hp.sink, hp.local);
@@ -202,6 +209,13 @@ class MMInference final : public Method {
   }
 
  private:
+  // Frame stride: frame=N, else the run's modality layout's, else the calibration input's.
+  int64_t frame_stride(const AttnOptions& opt) const {
+    return frame_ >= 0                                      ? frame_
+           : opt.modality && opt.modality->frame_tokens > 0 ? opt.modality->frame_tokens
+                                                            : plan_.frame_stride;
+  }
+
   // The run's layer of the plan, checked against the problem.
   const std::vector<MMHeadPlan>& layer_plan(const TensorView& q, const AttnOptions& opt) const {
     const auto& heads = plan_.layers[size_t(layer_)];

@@ -94,8 +94,8 @@ TEST(CudaBench, RowsJudgedAgainstDenseAndTheHost) {
   WorkloadConfig c;
   c.seq = 1200, c.heads = 4, c.kv_heads = 2, c.dim = 64, c.seed = 8;
   const Workload w = make_workload(c);  // f32: the bench converts to the device dtype
-  const BenchMethods methods =
-      make_bench_methods({"blasst:lambda=0.01", "a_shape:sink=64,local=256"}, {"grid"}, true);
+  const BenchMethods methods = make_bench_methods(
+      {"blasst:lambda=0.01", "a_shape:sink=64,local=256"}, {"chunked_h2o"}, true);
   AttnOptions opt;
   opt.threads = 2;
   BenchOptions bo;
@@ -125,7 +125,7 @@ TEST(CudaBench, RowsJudgedAgainstDenseAndTheHost) {
   EXPECT_GT(ashape.error.rel_l2, 0.0);  // against dense: a sparse output differs
   EXPECT_EQ(ashape.report.stats.causal_entries, dense.report.stats.causal_entries);
   EXPECT_GT(run.results[1].report.extras.at("skipped_fraction"), 0.0);
-  // grid (MMInference's grid head) has no GPU path: a row that says so, never timed.
+  // chunked_h2o has no GPU path: a row that says so, never timed.
   const BenchResult& none = run.results[3];
   EXPECT_NE(none.unavailable.find("no GPU path"), std::string::npos) << none.unavailable;
   EXPECT_TRUE(none.run_ms.empty());

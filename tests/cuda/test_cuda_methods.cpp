@@ -86,7 +86,7 @@ TEST(CudaMethods, AMethodWithoutAGpuPathSaysSo) {
   const Tensor x = test::random_tensor(DType::bf16, 2, 100, 64, 1);
   DeviceTensor d(x), o(DType::bf16, 2, 100, 64);
   try {
-    make_method("grid")->run(d.view, d.view, d.view, o.view, {});
+    make_method("chunked_h2o")->run(d.view, d.view, d.view, o.view, {});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no GPU path"), std::string::npos) << e.what();

@@ -1,8 +1,9 @@
-// MMInference on the GPU, its first stage (src/methods/mminference.cpp's run_cuda): A-shape and
-// vertical-slash heads run on the device, each head against the method on the host (the same
-// A-shape mask; the vertical-slash index estimated on the device, so its output is checked
-// against the CPU kernel over that head's coverage); grid heads and Q / 2D boundary heads are
-// named Errors before anything runs. Every test skips without a GPU.
+// MMInference on the GPU (src/methods/mminference.cpp's run_cuda): A-shape, vertical-slash and
+// grid heads run on the device, each row against exact attention over the keys the device's
+// coverage names (the vertical-slash index is estimated on the device, so it may differ from
+// the host's by a near tie), the A-shape and grid heads' coverage against the host's (the same
+// mask; the same stride search on the same values); Q / 2D boundary heads are named Errors
+// before anything runs. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,15 +36,16 @@ MMPlan plan_of(std::vector<MMHeadPlan> heads) {
   return p;
 }
 
-TEST(CudaMMInference, AShapeAndVerticalSlashHeadsRunOnTheDevice) {
+TEST(CudaMMInference, AShapeVerticalSlashAndGridHeadsRunOnTheDevice) {
   SKIP_WITHOUT_GPU();
-  MMHeadPlan a, vs, vsk;
+  MMHeadPlan a, vs, vsk, grid;
   a.pattern = MMPattern::a_shape, a.sink = 128, a.local = 512;
   vs.pattern = MMPattern::vertical_slash, vs.vertical = 200, vs.slash_size = 300;
   vsk = vs, vsk.boundary = MMBoundary::k;
+  grid.pattern = MMPattern::grid, grid.max_stride = 256;
   const test::TempDir dir("spattn_cuda_mm");
   const std::string path = dir.file("plan.json");
-  save_mm_plan(plan_of({a, vs, vsk, a}), path);
+  save_mm_plan(plan_of({a, vs, vsk, grid}), path);
   const auto m = make_method("mminference:plan=" + path);
   const Input in = make_input(true, DType::bf16, 128, 4, 2, 2000, 2000, 1.0f, 3);
   AttnOptions opt;
@@ -65,7 +67,7 @@ TEST(CudaMMInference, AShapeAndVerticalSlashHeadsRunOnTheDevice) {
       for (int64_t c = 0; c < 128; ++c)
         bad += !(std::abs(got.view().get(h, i, c) - want[size_t(c)]) <=
                  2e-2 * std::max(1.0, std::abs(want[size_t(c)])));
-      if (h == 0 || h == 3) {  // A-shape: the host's coverage, key for key
+      if (h == 0 || h == 3) {  // A-shape and grid: the host's coverage, key for key
         EXPECT_EQ(keys, test::coverage_keys(*hr.coverage, h, i)) << h << " " << i;
       }
     }
@@ -74,19 +76,19 @@ TEST(CudaMMInference, AShapeAndVerticalSlashHeadsRunOnTheDevice) {
   EXPECT_LT(dr.stats.score_entries, dr.stats.causal_entries);
 }
 
-TEST(CudaMMInference, GridAndRowGroupHeadsAreNamedErrors) {
+TEST(CudaMMInference, BoundaryHeadsAreNamedErrors) {
   SKIP_WITHOUT_GPU();
   const Input in = make_input(false, DType::bf16, 64, 2, 1, 300, 300, 1.0f, 1);
   DeviceTensor dq(in.q), dk(in.k), dv(in.v), dout(DType::bf16, 2, 300, 64);
   AttnOptions opt;
   opt.causal = true;
-  MMHeadPlan a, g, qb;
+  MMHeadPlan a, qb, twod;
   a.pattern = MMPattern::a_shape;
-  g.pattern = MMPattern::grid;
   qb.pattern = MMPattern::vertical_slash, qb.boundary = MMBoundary::q;
+  twod.pattern = MMPattern::a_shape, twod.boundary = MMBoundary::two_d;
   const test::TempDir dir("spattn_cuda_mm");
-  for (const auto& [second, what] :
-       {std::pair{g, std::string("grid head")}, std::pair{qb, std::string("boundary 'q'")}}) {
+  for (const auto& [second, what] : {std::pair{qb, std::string("boundary 'q'")},
+                                     std::pair{twod, std::string("boundary '2d'")}}) {
     const std::string path = dir.file("plan.json");
     save_mm_plan(plan_of({a, second}), path);
     try {
