@@ -31,6 +31,7 @@ namespace spattn {
 struct VerticalSlashConfig;  // spattn/masks.hpp
 struct GridConfig;           // spattn/grid.hpp
 struct GridLines;
+struct PairPlan;  // spattn/modality_boundary.hpp
 }  // namespace spattn
 
 namespace spattn::cuda {
@@ -196,6 +197,13 @@ void attention_grid(const TensorView& q, const TensorView& k, const TensorView& 
                     const TensorView& out, const std::vector<GridLines>& lines, const GridConfig& c,
                     const AttnOptions& opt = {}, float* lse = nullptr, Stats* stats = nullptr,
                     void* stream = nullptr);
+// MMInference's Q-boundary and 2D-boundary heads (modality_boundary.hpp's
+// attention_modality_pairs: the same pieces, merged exactly) on the device: each piece's tiles
+// through attention_gathered_groups, its keys at their original positions. One head; causal.
+void attention_modality_pairs(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const std::vector<PairPlan>& plans,
+                              const AttnOptions& opt = {}, float* lse = nullptr,
+                              Stats* stats = nullptr, void* stream = nullptr);
 // MInference's estimate of that index on the device (masks.hpp's vertical_slash_index, the
 // same rules): the last last_q queries' softmax against every key summed per column and per
 // diagonal on tensor cores, the sink columns and local diagonals forced, the largest per head

@@ -76,6 +76,11 @@ void attention_grid(const TensorView&, const TensorView&, const TensorView&, con
                     Stats*, void*) {
   unavailable("attention_grid");
 }
+void attention_modality_pairs(const TensorView&, const TensorView&, const TensorView&,
+                              const TensorView&, const std::vector<PairPlan>&, const AttnOptions&,
+                              float*, Stats*, void*) {
+  unavailable("attention_modality_pairs");
+}
 void momo_attention(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                     const MomoGpuPlan&, const AttnOptions&, float*, MomoGpuResult&, bool, void*) {
   unavailable("momo_attention");

@@ -16,8 +16,8 @@ MethodReport Method::run_cuda(const TensorView&, const TensorView&, const Tensor
                               const TensorView&, const AttnOptions&, float*) const {
   detail::fail(name(),
                ": no GPU path yet (on CUDA tensors: dense, blasst, momo, vertical_slash, grid, "
-               "mminference without Q or 2D boundary heads, and the block-mask methods such as "
-               "a_shape, mean_pool, xattention, flexprefill)");
+               "mminference and the block-mask methods such as a_shape, mean_pool, xattention, "
+               "flexprefill)");
 }
 
 }  // namespace spattn

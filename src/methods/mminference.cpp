@@ -4,12 +4,12 @@
 // Error, never a silent default. Each head's index is built from the input inside run():
 // the grid's stride and phase (Algorithm 1), vertical-slash's lines from the last 64 queries;
 // A-shape is static.
-// On CUDA tensors (run_cuda) heads without a Q or 2D boundary run on the device: A-shape through
-// the block-sparse kernel over its static mask, vertical-slash through MInference's estimate
-// and the token-level kernel (src/cuda/vertical_slash.cu, attention.cu), grid through its two
-// passes and merge (src/cuda/grid.cu; its stride searched on the host from copies of the
-// head's q and k). Q / 2D boundary heads (per-modality row lists) have no GPU path yet: a named
-// Error before anything runs.
+// On CUDA tensors (run_cuda) every head runs on the device: A-shape through the block-sparse
+// kernel over its static mask, vertical-slash through MInference's estimate and the token-level
+// kernel (src/cuda/vertical_slash.cu, attention.cu), grid through its two passes and merge
+// (src/cuda/grid.cu), Q / 2D boundary heads through their pieces on gathered row groups
+// (src/cuda/modality_pairs.cu); the grid's stride search and the boundary heads' pieces are
+// built on the host from copies of the head's q and k.
 #include <memory>
 #include <utility>
 
@@ -28,11 +28,10 @@ namespace spattn {
 namespace {
 
 // Q-boundary and 2D-boundary heads: the pattern's pieces per modality (or modality pair), each
-// from its own last queries, on the row-groups kernel (spattn/modality_boundary.hpp).
-std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorView& q,
-                                            const TensorView& k, const TensorView& v,
-                                            const TensorView& out, const AttnOptions& opt,
-                                            float* lse, Stats* stats) {
+// from its own last queries (q, k: host tensors; one head), as plans for the row-groups kernel
+// (spattn/modality_boundary.hpp).
+std::vector<PairPlan> boundary_plans(const MMHeadPlan& hp, const TensorView& q, const TensorView& k,
+                                     const AttnOptions& opt) {
   const bool split_keys = hp.boundary == MMBoundary::two_d;
   const std::shared_ptr<const ModalityLayout> layout =
       opt.modality ? opt.modality : std::make_shared<const ModalityLayout>(uniform_modality(k.seq));
@@ -52,7 +51,14 @@ std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorVi
       detail::fail("mminference: boundary '", mm_boundary_name(hp.boundary),
                    "' is not implemented for grid heads");
   }
-  std::vector<PairPlan> plans = pair_plans(pieces, *layout, q.seq);
+  return pair_plans(pieces, *layout, q.seq);
+}
+
+std::unique_ptr<Coverage> run_boundary_head(const MMHeadPlan& hp, const TensorView& q,
+                                            const TensorView& k, const TensorView& v,
+                                            const TensorView& out, const AttnOptions& opt,
+                                            float* lse, Stats* stats) {
+  std::vector<PairPlan> plans = boundary_plans(hp, q, k, opt);
   attention_modality_pairs(q, k, v, out, plans, opt, lse, stats);
   return modality_pairs_coverage(std::move(plans), q.seq, k.seq);
 }
@@ -162,13 +168,7 @@ class MMInference final : public Method {
 
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
-    const auto& heads = layer_plan(q, opt);
-    for (int64_t h = 0; h < q.heads; ++h) {
-      const MMHeadPlan& hp = heads[size_t(h)];
-      SPATTN_CHECK(hp.boundary == MMBoundary::none || hp.boundary == MMBoundary::k,
-                   "mminference: head ", h, "'s boundary '", mm_boundary_name(hp.boundary),
-                   "' has no GPU path yet (none and k do)");
-    }
+    const auto& heads = layer_plan(q, opt);  // a plan never pairs a grid head with Q / 2D
     const int64_t group = q.heads / k.heads, frame = frame_stride(opt);
     MethodReport r;
     std::vector<std::unique_ptr<Coverage>> cov;
@@ -180,7 +180,14 @@ class MMInference final : public Method {
       const TensorView qh = q.head_range(h, 1), kh = k.head_range(kvh, 1),
                        vh = v.head_range(kvh, 1), oh = out.head_range(h, 1);
       float* lh = lse ? lse + h * q.seq : nullptr;
-      if (hp.pattern == MMPattern::grid) {
+      if (hp.boundary == MMBoundary::q || hp.boundary == MMBoundary::two_d) {
+        // The pieces from the host's copies of the head's q and k (the vertical-slash
+        // estimate per modality), the pieces' passes and merge on the device.
+        std::vector<PairPlan> plans =
+            boundary_plans(hp, cuda::to_host(qh, opt.stream), cuda::to_host(kh, opt.stream), opt);
+        cuda::attention_modality_pairs(qh, kh, vh, oh, plans, opt, lh, &r.stats, opt.stream);
+        cov.push_back(modality_pairs_coverage(std::move(plans), q.seq, k.seq));
+      } else if (hp.pattern == MMPattern::grid) {
         // The stride search on the host from copies of the head's q and k; the passes on the
         // device.
         const GridConfig c = grid_config(hp, frame);
