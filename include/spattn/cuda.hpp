@@ -286,7 +286,7 @@ struct BlockSelectResult {
 // XAttention ("XAttention: Block Sparse Attention with Antidiagonal Scoring", Sec. 2): the
 // antidiagonal estimate at `stride`, the sink block and the blocks of each row's `local` most
 // recent keys (1: the diagonal blocks, the paper's) kept, then budget (topp: the paper's tau; or
-// min_share).
+// min_share; or, where neither is set, topk blocks by mass).
 struct XAttentionGpuPlan {
   int64_t stride = 8, block_q = 128, block_k = 128, local = 1;
   GpuBlockBudget budget{0, 0.9, 0};

@@ -106,7 +106,12 @@ class XAttention final : public BlockMaskMethod {
                            cuda::BlockSelectResult& result) const override {
     cuda::XAttentionGpuPlan p;
     p.stride = stride_, p.block_q = block_q_, p.block_k = block_k_, p.local = local_;
-    p.budget = {0, min_share_ > 0 ? 0.0 : tau_, min_share_};
+    if (min_share_ > 0)
+      p.budget = {0, 0.0, min_share_};
+    else if (topk_ >= 0)
+      p.budget = {topk_, 0.0, 0.0};
+    else
+      p.budget = {0, tau_, 0.0};
     cuda::xattention_attention(q, k, v, out, p, opt, lse, result, opt.stream);
     return true;
   }

@@ -200,6 +200,11 @@ std::vector<Case> cases() {
     r.block_q = bq, r.block_k = bk, r.stride = stride, r.topp = topp, r.min_share = min_share;
     return r;
   };
+  auto xk = [&](int64_t topk) {
+    Rule r = xa(128, 128, 8, 0, 0);
+    r.topk = topk;
+    return r;
+  };
   auto mp = [](int64_t sink, int64_t local, int64_t stride, int64_t topk, double topp,
                double min_share) {
     Rule r;
@@ -227,6 +232,8 @@ std::vector<Case> cases() {
        DType::f16, 64, 2, 1, 2500, 3000, 1.0f},  // 256 rows a block: four passes of 64
       {"xattention:dot=f32,block_q=64,stride=32", xa(64, 128, 32, 0.9, 0), true, true, DType::f16,
        128, 4, 2, 1111, 1111, 1.0f},
+      {"xattention:dot=f32,topk=3", xk(3), true, true, DType::bf16, 128, 4, 2, 1500, 1500,
+       1.0f},  // a count on the masses
       {"mean_pool:topk=4", mp(64, 64, 0, 4, 0, 0), true, true, DType::bf16, 128, 4, 2, 1500, 1500,
        1.0f},
       {"mean_pool:topk=3,sink=128,local=200", mp(128, 200, 0, 3, 0, 0), false, true, DType::f16, 64,
