@@ -190,6 +190,10 @@ void attention_gathered_groups(const TensorView& q, const TensorView& k, const T
                                const std::vector<GatheredGroup>& groups, const TensorView& out,
                                const AttnOptions& opt = {}, float* lse = nullptr,
                                Stats* stats = nullptr, void* stream = nullptr);
+// MMInference's grid search (grid.hpp's grid_estimate, Algorithm 1) with its A_hat on the
+// device; the stride and phase per q head chosen on the host from the sums read back.
+std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, const GridConfig& c,
+                                     const AttnOptions& opt = {}, void* stream = nullptr);
 // MMInference's grid head (grid.hpp's attention_grid: the same two passes and merge) on the
 // device: the sink and local band through the block-sparse kernel, each head's permuted layout
 // through attention_gathered_groups, merged exactly. lines: one per q head (grid_estimate).

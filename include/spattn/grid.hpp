@@ -62,6 +62,16 @@ std::vector<int64_t> grid_stride_space(const GridConfig& c, int64_t kv_len);
 std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, const GridConfig& c,
                                      const AttnOptions& opt);
 
+// Algorithm 1's choice from A_hat's sums (the half of grid_estimate the device's estimate,
+// cuda::grid_estimate, shares): vert[j] and slash[o] (kv_len each) summed over the keys the
+// grid pass could add (keys from grid_sink_end, before each row's local band: tile(pos) -
+// local_blocks tiles), total their sum; strides from grid_stride_space; bucket is scratch.
+GridLines grid_choose_lines(const double* vert, const double* slash, double total,
+                            const GridConfig& c, int64_t kv_len,
+                            const std::vector<int64_t>& strides, std::vector<double>& bucket);
+// The first key past the sink tiles every row computes anyway.
+int64_t grid_sink_end(const GridConfig& c, int64_t kv_len);
+
 // The permuted layout of one head: which keys are packed in which order with which positions,
 // and the row groups over them. Key positions are not the keys' own: a key enters the grid pass
 // at the first query position whose local band no longer holds it, 64 * (tile(j) +

@@ -6,9 +6,15 @@
 // groups gathered by the kernel against gathered keys (attention_gathered_groups: the
 // permutation lives in the kernel's loads and stores, no copy of Q, K or V in permuted order);
 // then the exact (O, LSE) merge. The layout is built on the host from the lines alone.
+//
+// grid_estimate: Algorithm 1's search with its A_hat on the device (ahat_sums.cu over the keys
+// the grid pass could add), the sums read back and the stride and phase chosen on the host
+// (grid_choose_lines, the CPU's own choice: a few passes over kv_len doubles per stride).
+#include <algorithm>
 #include <limits>
 #include <vector>
 
+#include "cuda/ahat_sums.hpp"
 #include "cuda/check.cuh"
 #include "cuda/inputs.hpp"
 #include "spattn/cuda.hpp"
@@ -16,6 +22,33 @@
 #include "spattn/grid.hpp"
 
 namespace spattn::cuda {
+
+std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, const GridConfig& c,
+                                     const AttnOptions& opt, void* stream) {
+  const char* who = "cuda grid_estimate";
+  check_grid_config(c);
+  SPATTN_CHECK(opt.causal, "grid: needs causal attention");
+  check_qkv_out(q, k, k, q, nullptr, true, who);  // q and k alone: k as v, q as out
+  SPATTN_CHECK(q.seq > 0 && q.heads * k.seq < (int64_t(1) << 31), who,
+               ": q heads x kv_len must be below 2^31 and q_len positive");
+  const cudaStream_t s = stream_of(stream, opt);
+  const int64_t lk = k.seq, hq = q.heads;
+  DeviceBuffer<double> vert, slash;
+  vert.alloc(size_t(hq * lk), s), slash.alloc(size_t(hq * lk), s);
+  ahat_sums(q, k, opt, std::min(c.last_q, q.seq), {grid_sink_end(c, lk), c.local_blocks},
+            vert.get(), slash.get(), s);
+  const std::vector<double> hv = vert.to_host(s), hs = slash.to_host(s);
+  const std::vector<int64_t> strides = grid_stride_space(c, lk);
+  std::vector<double> bucket;
+  std::vector<GridLines> out(static_cast<size_t>(hq));
+  for (int64_t h = 0; h < hq; ++h) {
+    const double* v = hv.data() + h * lk;
+    double total = 0;
+    for (int64_t j = 0; j < lk; ++j) total += v[j];
+    out[size_t(h)] = grid_choose_lines(v, hs.data() + h * lk, total, c, lk, strides, bucket);
+  }
+  return out;
+}
 
 void attention_grid(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, const std::vector<GridLines>& lines, const GridConfig& c,

@@ -71,6 +71,10 @@ void attention_gathered_groups(const TensorView&, const TensorView&, const Tenso
                                const AttnOptions&, float*, Stats*, void*) {
   unavailable("attention_gathered_groups");
 }
+std::vector<GridLines> grid_estimate(const TensorView&, const TensorView&, const GridConfig&,
+                                     const AttnOptions&, void*) {
+  unavailable("grid_estimate");
+}
 void attention_grid(const TensorView&, const TensorView&, const TensorView&, const TensorView&,
                     const std::vector<GridLines>&, const GridConfig&, const AttnOptions&, float*,
                     Stats*, void*) {

@@ -111,25 +111,34 @@ std::vector<GridLines> grid_estimate(const TensorView& q, const TensorView& k, c
         total += a;
       }
     });
-    GridLines best{strides.back(), 0};
-    double best_score = -1e300;
-    for (int64_t s : strides) {
-      bucket.assign(size_t(s), 0.0);
-      for (int64_t j = s_end; j < lk; ++j) bucket[size_t(j % s)] += vert[size_t(j)];
-      int64_t ph = 0;
-      for (int64_t x = 1; x < s; ++x)
-        if (bucket[size_t(x)] > bucket[size_t(ph)]) ph = x;
-      double diag = 0;
-      for (int64_t o = 0; o < lk; o += s) diag += slash[size_t(o)];
-      const double captured = (c.vline ? bucket[size_t(ph)] : 0.0) + (c.slash ? diag : 0.0);
-      const double share = total > 0 ? captured / total : 0.0;
-      const double score = share - c.density_weight * double(lines_on(c)) / double(s);
-      if (score > best_score) best_score = score, best = {s, ph};
-    }
-    out[size_t(h)] = best;
+    out[size_t(h)] = grid_choose_lines(vert.data(), slash.data(), total, c, lk, strides, bucket);
   }
   return out;
 }
+
+GridLines grid_choose_lines(const double* vert, const double* slash, double total,
+                            const GridConfig& c, int64_t kv_len,
+                            const std::vector<int64_t>& strides, std::vector<double>& bucket) {
+  const int64_t s_end = sink_end(c, kv_len);
+  GridLines best{strides.back(), 0};
+  double best_score = -1e300;
+  for (int64_t s : strides) {
+    bucket.assign(size_t(s), 0.0);
+    for (int64_t j = s_end; j < kv_len; ++j) bucket[size_t(j % s)] += vert[size_t(j)];
+    int64_t ph = 0;
+    for (int64_t x = 1; x < s; ++x)
+      if (bucket[size_t(x)] > bucket[size_t(ph)]) ph = x;
+    double diag = 0;
+    for (int64_t o = 0; o < kv_len; o += s) diag += slash[size_t(o)];
+    const double captured = (c.vline ? bucket[size_t(ph)] : 0.0) + (c.slash ? diag : 0.0);
+    const double share = total > 0 ? captured / total : 0.0;
+    const double score = share - c.density_weight * double(lines_on(c)) / double(s);
+    if (score > best_score) best_score = score, best = {s, ph};
+  }
+  return best;
+}
+
+int64_t grid_sink_end(const GridConfig& c, int64_t kv_len) { return sink_end(c, kv_len); }
 
 GridLayout grid_layout(const GridLines& g, const GridConfig& c, int64_t q_len, int64_t kv_len) {
   check_grid_config(c);

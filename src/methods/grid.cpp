@@ -7,7 +7,6 @@
 // slash (Table 3's options, all on by default); plus the sink tile and a local band of whole
 // tiles, computed in natural order and merged exactly.
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -56,29 +55,22 @@ class Grid final : public Method {
     return r;
   }
 
-  // On CUDA tensors: the stride and phase searched on the host from copies of q and k (extras
-  // "mask_host_ms"; none when stride= and phase= fix them), both passes and the merge on the
+  // On CUDA tensors: the search's A_hat on the device (cuda::grid_estimate; the stride and phase
+  // chosen on the host from its sums, extras "mask_device"), both passes and the merge on the
   // device (cuda::attention_grid, src/cuda/grid.cu).
   MethodReport run_cuda(const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const AttnOptions& opt, float* lse) const override {
     MethodReport r;
-    std::vector<GridLines> lines;
-    if (stride_ > 0 && phase_ >= 0) {
-      lines = lines_for(q, k, opt);
-    } else {
-      const auto t0 = std::chrono::steady_clock::now();
-      const Tensor hq = cuda::to_host(q, opt.stream), hk = cuda::to_host(k, opt.stream);
-      lines = lines_for(hq, hk, opt);
-      r.extras["mask_host_ms"] =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    }
+    std::vector<GridLines> lines = lines_for(q, k, opt);
+    r.extras["mask_device"] = 1.0;
     cuda::attention_grid(q, k, v, out, lines, c_, opt, lse, &r.stats, opt.stream);
     report(std::move(lines), q.seq, k.seq, r);
     return r;
   }
 
  private:
-  // Each q head's stride and phase: fixed by stride= and phase=, else searched (Algorithm 1).
+  // Each q head's stride and phase: fixed by stride= and phase=, else searched (Algorithm 1) on
+  // the tensors' device.
   std::vector<GridLines> lines_for(const TensorView& q, const TensorView& k,
                                    const AttnOptions& opt) const {
     GridConfig cfg = c_;
@@ -88,7 +80,8 @@ class Grid final : public Method {
     if (stride_ > 0 && phase_ >= 0)
       return std::vector<GridLines>(size_t(q.heads), {stride_, phase_});
     if (stride_ > 0) cfg.min_stride = cfg.max_stride = stride_, cfg.frame_stride = 0;
-    return grid_estimate(q, k, cfg, opt);
+    return cuda::is_device_pointer(q.data) ? cuda::grid_estimate(q, k, cfg, opt, opt.stream)
+                                           : grid_estimate(q, k, cfg, opt);
   }
 
   void report(std::vector<GridLines> lines, int64_t q_len, int64_t kv_len, MethodReport& r) const {

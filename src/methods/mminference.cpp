@@ -7,9 +7,9 @@
 // On CUDA tensors (run_cuda) every head runs on the device: A-shape through the block-sparse
 // kernel over its static mask, vertical-slash through MInference's estimate and the token-level
 // kernel (src/cuda/vertical_slash.cu, attention.cu), grid through its two passes and merge
-// (src/cuda/grid.cu), Q / 2D boundary heads through their pieces on gathered row groups
-// (src/cuda/modality_pairs.cu); the grid's stride search and the boundary heads' pieces are
-// built on the host from copies of the head's q and k.
+// (src/cuda/grid.cu, its search's A_hat too), Q / 2D boundary heads through their pieces on
+// gathered row groups (src/cuda/modality_pairs.cu; the pieces built on the host from copies of
+// the head's q and k).
 #include <memory>
 #include <utility>
 
@@ -188,11 +188,8 @@ class MMInference final : public Method {
         cuda::attention_modality_pairs(qh, kh, vh, oh, plans, opt, lh, &r.stats, opt.stream);
         cov.push_back(modality_pairs_coverage(std::move(plans), q.seq, k.seq));
       } else if (hp.pattern == MMPattern::grid) {
-        // The stride search on the host from copies of the head's q and k; the passes on the
-        // device.
         const GridConfig c = grid_config(hp, frame);
-        std::vector<GridLines> lines =
-            grid_estimate(cuda::to_host(qh, opt.stream), cuda::to_host(kh, opt.stream), c, opt);
+        std::vector<GridLines> lines = cuda::grid_estimate(qh, kh, c, opt, opt.stream);
         cuda::attention_grid(qh, kh, vh, oh, lines, c, opt, lh, &r.stats, opt.stream);
         cov.push_back(grid_coverage(std::move(lines), c, q.seq, k.seq));
       } else if (hp.pattern == MMPattern::a_shape) {

@@ -2,7 +2,8 @@
 // gathered against gathered keys with their own positions (cuda::attention_gathered_groups, the
 // flash kernel's kRows + kGather variant with scattered output): the groups against exact
 // attention over the keys each row may see, rows in no group untouched; the grid head against
-// the CPU's attention_grid with the same lines (output, LSE, entries). Both dtypes, head dims 64
+// the CPU's attention_grid with the same lines (output, LSE, entries); the stride search with
+// its A_hat on the device against the host's. Both dtypes, head dims 64
 // and 128, GQA, odd lengths, groups of more than 64 rows and keys, positions out of key order.
 // Every test skips without a GPU.
 #include <gtest/gtest.h>
@@ -87,6 +88,28 @@ TEST(CudaGrid, GatheredGroupsAreExactAttentionOverTheirKeys) {
       EXPECT_EQ(bad, 0);
       EXPECT_EQ(st.score_entries, entries);
     }
+  }
+}
+
+// Algorithm 1's search with its A_hat on the device picks the host's stride and phase (a head
+// may differ where two strides' scores tie within rounding: at most one here).
+TEST(CudaGrid, DeviceSearchPicksTheHostsLines) {
+  SKIP_WITHOUT_GPU();
+  for (const bool text : {true, false}) {
+    SCOPED_TRACE(text ? "text" : "random");
+    const Input in = make_input(text, DType::bf16, 128, 4, 2, 2048, 2048, 1.0f, 11);
+    GridConfig cfg;
+    cfg.max_stride = 256;
+    AttnOptions opt;
+    opt.causal = true;
+    const std::vector<GridLines> want = grid_estimate(in.q, in.k, cfg, opt);
+    DeviceTensor dq(in.q), dk(in.k);
+    const std::vector<GridLines> got = cuda::grid_estimate(dq.view, dk.view, cfg, opt);
+    ASSERT_EQ(got.size(), want.size());
+    int64_t differ = 0;
+    for (size_t h = 0; h < got.size(); ++h)
+      differ += got[h].stride != want[h].stride || got[h].phase != want[h].phase;
+    EXPECT_LE(differ, 1);
   }
 }
 
