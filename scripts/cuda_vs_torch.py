@@ -144,19 +144,34 @@ class Spattn:
         return q.cuda(), k.cuda(), v.cuda()
 
 
-def with_kernel(kernel, f):
-    """f run with SPATTN_CUDA_KERNEL=kernel (read by the library at each launch)."""
+def with_env(name, value, f):
+    """f run with the environment variable name=value (read by the library at each launch)."""
     def g():
-        old = os.environ.get("SPATTN_CUDA_KERNEL")
-        os.environ["SPATTN_CUDA_KERNEL"] = kernel
+        old = os.environ.get(name)
+        os.environ[name] = value
         try:
             return f()
         finally:
             if old is None:
-                del os.environ["SPATTN_CUDA_KERNEL"]
+                del os.environ[name]
             else:
-                os.environ["SPATTN_CUDA_KERNEL"] = old
+                os.environ[name] = old
     return g
+
+
+def with_kernel(kernel, f):
+    """f run with SPATTN_CUDA_KERNEL=kernel."""
+    return with_env("SPATTN_CUDA_KERNEL", kernel, f)
+
+
+def with_variant(name, f):
+    """f run as the named contender's variant: _mma (the mma.sync kernel), _64 (BLASST in
+    64-row tiles, SPATTN_CUDA_BLASST_ROWS=64), or as is."""
+    if name.endswith("_mma"):
+        return with_kernel("mma", f)
+    if name.endswith("_64"):
+        return with_env("SPATTN_CUDA_BLASST_ROWS", "64", f)
+    return f
 
 
 def timed_round_robin(fns, reps, warmup):
@@ -244,6 +259,9 @@ def main():
     ap.add_argument("--also-mma", action="store_true",
                     help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
                          "as dense_mma and blasst:LAMBDA_mma beside the default wgmma kernel")
+    ap.add_argument("--also-blasst64", action="store_true",
+                    help="also time BLASST in 64-row tiles (SPATTN_CUDA_BLASST_ROWS=64: each "
+                         "64-row group skips alone) as blasst:LAMBDA_64")
     args = ap.parse_args()
 
     sp = Spattn(args.lib)
@@ -374,11 +392,12 @@ def main():
             name = f"blasst:{lam:g}"
             info[name] = dict(lam=lam, skipped=st.tiles_skipped / max(1, st.tiles_visited))
             fns[name] = (lambda a: (lambda: sp.run(a)))(a)
-            if args.also_mma:
-                fns[name + "_mma"] = with_kernel("mma", fns[name])
-                st = with_kernel("mma", lambda: sp.run(sp.args(
+            for suffix in (["_mma"] if args.also_mma else []) + (["_64"] if args.also_blasst64
+                                                                   else []):
+                fns[name + suffix] = with_variant(suffix, fns[name])
+                st = with_variant(suffix, lambda: sp.run(sp.args(
                     "blasst", q, k, v, out, lse, lam=lam, local_first=True, want_stats=True)))()
-                info[name + "_mma"] = dict(lam=lam,
+                info[name + suffix] = dict(lam=lam,
                                            skipped=st.tiles_skipped / max(1, st.tiles_visited))
         if args.also_mma:
             fns["dense_mma"] = with_kernel("mma", fns["dense"])
@@ -389,7 +408,7 @@ def main():
         for n in list(info):
             run = lambda n=n: sp.run(sp.args("blasst", q, k, v, out, lse, lam=info[n]["lam"],
                                              local_first=True))
-            (with_kernel("mma", run) if n.endswith("_mma") else run)()
+            with_variant(n, run)()
             recall[n] = torch.exp(lse - lse_dense).mean().item()
         text_plans = []
         for spec in [m for m in args.methods.split(",") if m]:

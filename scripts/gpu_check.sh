@@ -8,6 +8,9 @@
 #       minutes on an H200): the momo tests on both prefill kernels, the GPU tests that touch
 #       the kernels it changed, memcheck and racecheck on the momo tests, the Python momo test,
 #       and the momo rows against cuDNN SDPA (32K and 128K, random and text)
+#   SPATTN_GPU_CHECK=blasst scripts/gpu_check.sh ...  BLASST's tile height (issue 62 item 4; under
+#       8 minutes): the BLASST tests at 128-row and 64-row tiles, the sanitizers on the 64-row
+#       kernel, and BLASST at 32K on text in both heights (and mma.sync) against dense
 #   SPATTN_GPU_CHECK=estimates scripts/gpu_check.sh ...  the device estimates round (issue 62,
 #       items 2, 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection
 #       on the device against the host's rule and method (CudaEstimates), flexprefill's
@@ -55,6 +58,27 @@ if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
     --skip-blasst --skip-decode --reps 5 --warmup 1 --json "$out/bench-momo.json" \
     > "$out/bench-momo.log" 2>&1
   echo "rc=$?; record: $out/bench-momo.json"; grep -E '"contender"|Error|error' "$out/bench-momo.log" | cut -c1-400
+  exit 0
+fi
+
+if [ "${SPATTN_GPU_CHECK:-all}" = blasst ]; then
+  # Issue 62 item 4: BLASST in 64-row tiles (each group skips alone) against 128-row ones.
+  echo "== BLASST tests, 128-row and 64-row tiles (each group's decisions against the CPU's)"
+  timeout 150 ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.Blasst*:CudaMethods.*' \
+    > "$out/blasst.log" 2>&1
+  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|BLASST  \]" "$out/blasst.log" | head -40
+  echo "== memcheck, racecheck (BLASST in 64-row tiles)"
+  SPATTN_CUDA_BLASST_ROWS=64 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.BlasstLambda*' > "$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
+  SPATTN_CUDA_BLASST_ROWS=64 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.BlasstLambda*' > "$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  echo "== BLASST at 32K on text: 128-row tiles (wgmma, mma.sync) and 64-row tiles, against dense"
+  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
+    --skip-decode --skip-momo --also-mma --also-blasst64 --blasst-lambda 0.001,0.01,0.02,0.05 \
+    --reps 5 --warmup 1 --json "$out/bench-blasst.json" > "$out/bench-blasst.log" 2>&1
+  echo "rc=$?; record: $out/bench-blasst.json"; grep -E '"contender"|Error|error' "$out/bench-blasst.log" | cut -c1-400
   exit 0
 fi
 

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <vector>
 
@@ -160,7 +162,8 @@ void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream
   if (rows == 128 && sm90::selected())
     sm90::launch(dtype, d, kList, kSkip, p, stream);
   else if constexpr (!kList && kSkip)
-    launch_for<2, false, true, false, 2>(dtype, d, p, stream);
+    rows == 64 ? launch_for<1, false, true, false, 2>(dtype, d, p, stream)
+               : launch_for<2, false, true, false, 2>(dtype, d, p, stream);
   else if (!kList || rows == 128)
     launch_for<2, kList, kSkip>(dtype, d, p, stream);
   else if constexpr (kList)
@@ -533,6 +536,20 @@ void attention_gathered_groups(const TensorView& q, const TensorView& k, const T
   rec.read(p, q.dim, stats, nullptr, s, q.seq);
 }
 
+namespace {
+// BLASST's query tile on the GPU: 128 rows (two 64-row groups that share K and V tiles: a tile
+// costs its time unless both groups skip it), or with SPATTN_CUDA_BLASST_ROWS=64 one group a
+// block, which skips alone at the price of reading each K and V tile for 64 rows only (issue
+// 62 item 4: which wins at ~70% skipped is for a GPU to measure; 128 until then).
+int blasst_tile_rows() {
+  const char* env = std::getenv("SPATTN_CUDA_BLASST_ROWS");
+  if (!env || !*env) return 128;
+  SPATTN_CHECK(std::strcmp(env, "64") == 0 || std::strcmp(env, "128") == 0,
+               "SPATTN_CUDA_BLASST_ROWS=", env, ": expected 64 or 128");
+  return std::atoi(env);
+}
+}  // namespace
+
 void attention_blasst(const TensorView& q, const TensorView& k, const TensorView& v,
                       const TensorView& out, double lambda, const AttnOptions& opt, float* lse,
                       Stats* stats, SkipStats* skip, BlasstOrder order, void* stream) {
@@ -544,13 +561,14 @@ void attention_blasst(const TensorView& q, const TensorView& k, const TensorView
   SPATTN_CHECK(order == BlasstOrder::in_order || opt.causal, who,
                ": local_first is causal-only on the GPU");
   const cudaStream_t s = stream_of(stream, opt);
-  FlashParams p = base_params(q, k, v, out, opt, lse, 128);
+  const int rows = blasst_tile_rows();
+  FlashParams p = base_params(q, k, v, out, opt, lse, rows);
   p.threshold = threshold;
   // At lambda 0 nothing can be skipped: the CPU runs in order; so does this.
   p.local_first = order == BlasstOrder::local_first && threshold != -INFINITY;
   Records rec;
   rec.attach(p, stats != nullptr, skip != nullptr, skip && skip->record_tiles, s);
-  dispatch<false, true>(q.dtype, q.dim, 128, p, s);
+  dispatch<false, true>(q.dtype, q.dim, rows, p, s);
   rec.read(p, q.dim, stats, skip, s);
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <random>
 #include <set>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -252,50 +253,75 @@ TEST(CudaAttention, BlasstLambdaZeroIsTheDenseKernel) {
 
 // The GPU and the CPU skip the same tiles; a decision may differ only where the margin sits
 // within rounding of ln(lambda) (the scores differ in the last bits): counted, and few.
+// SPATTN_CUDA_BLASST_ROWS for the scope of one check (the library reads it at each call).
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
+  }
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// Both tile heights: 128 rows (two groups sharing their tiles) and 64 (one group a block,
+// SPATTN_CUDA_BLASST_ROWS=64), each group's decisions the CPU's.
 TEST(CudaAttention, BlasstSkipsTheCpuTiles) {
   SKIP_WITHOUT_GPU();
-  for (BlasstOrder order : {BlasstOrder::in_order, BlasstOrder::local_first})
-    for (int64_t d : {64, 128}) {
-      const Workload w = text_workload(2000, d, 7);
-      for (double lambda : {1e-4, 1e-2}) {
-        AttnOptions opt;
-        opt.bf16_dot = false;
-        Tensor ref(DType::f32, 4, 2000, d);
-        std::vector<float> lse_ref(4 * 2000);
-        SkipStats cpu;
-        cpu.record_tiles = true;
-        Stats cst;
-        attention_blasst(w.q, w.k, w.v, ref, lambda, opt, lse_ref.data(), &cst, &cpu, order);
-        DeviceTensor dq(w.q), dk(w.k), dv(w.v), dout(DType::bf16, 4, 2000, d);
-        DeviceFloats dlse(4 * 2000);
-        SkipStats gpu;
-        gpu.record_tiles = true;
-        Stats gst;
-        cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, opt, dlse.ptr, &gst,
-                               &gpu, order);
-        const std::string what = std::string(blasst_order_name(order)) + " d" + std::to_string(d) +
-                                 " lambda " + std::to_string(lambda);
-        ASSERT_EQ(gpu.visited.size(), cpu.visited.size()) << what;
-        EXPECT_EQ(gpu.visited, cpu.visited) << what;
-        int64_t differ = 0;
-        for (size_t i = 0; i < cpu.skipped_tiles.size(); ++i) {
-          const std::set<int32_t> a(cpu.skipped_tiles[i].begin(), cpu.skipped_tiles[i].end());
-          const std::set<int32_t> b(gpu.skipped_tiles[i].begin(), gpu.skipped_tiles[i].end());
-          for (int32_t x : a) differ += !b.count(x);
-          for (int32_t x : b) differ += !a.count(x);
-        }
-        std::printf(
-            "[ BLASST  ] %s: skipped %lld of %lld tiles (CPU %lld), %lld decisions differ\n",
-            what.c_str(), (long long)gst.tiles_skipped, (long long)gst.tiles_visited,
-            (long long)cst.tiles_skipped, (long long)differ);
-        EXPECT_GT(cst.tiles_skipped, 0) << what;
-        EXPECT_LE(differ, std::max<int64_t>(2, cst.tiles_visited / 200)) << what;
-        if (differ == 0) {
-          expect_close(dout.to_host(), ref, dlse.to_host(), lse_ref, DType::bf16, what);
-          EXPECT_EQ(gst.score_entries, cst.score_entries) << what;
+  for (const char* rows : {static_cast<const char*>(nullptr), "64"})
+    for (BlasstOrder order : {BlasstOrder::in_order, BlasstOrder::local_first})
+      for (int64_t d : {64, 128}) {
+        const ScopedEnv env("SPATTN_CUDA_BLASST_ROWS", rows);
+        const Workload w = text_workload(2000, d, 7);
+        for (double lambda : {1e-4, 1e-2}) {
+          AttnOptions opt;
+          opt.bf16_dot = false;
+          Tensor ref(DType::f32, 4, 2000, d);
+          std::vector<float> lse_ref(4 * 2000);
+          SkipStats cpu;
+          cpu.record_tiles = true;
+          Stats cst;
+          attention_blasst(w.q, w.k, w.v, ref, lambda, opt, lse_ref.data(), &cst, &cpu, order);
+          DeviceTensor dq(w.q), dk(w.k), dv(w.v), dout(DType::bf16, 4, 2000, d);
+          DeviceFloats dlse(4 * 2000);
+          SkipStats gpu;
+          gpu.record_tiles = true;
+          Stats gst;
+          cuda::attention_blasst(dq.view, dk.view, dv.view, dout.view, lambda, opt, dlse.ptr, &gst,
+                                 &gpu, order);
+          const std::string what = std::string(blasst_order_name(order)) + " d" +
+                                   std::to_string(d) + " lambda " + std::to_string(lambda) +
+                                   " rows " + (rows ? rows : "128");
+          ASSERT_EQ(gpu.visited.size(), cpu.visited.size()) << what;
+          EXPECT_EQ(gpu.visited, cpu.visited) << what;
+          int64_t differ = 0;
+          for (size_t i = 0; i < cpu.skipped_tiles.size(); ++i) {
+            const std::set<int32_t> a(cpu.skipped_tiles[i].begin(), cpu.skipped_tiles[i].end());
+            const std::set<int32_t> b(gpu.skipped_tiles[i].begin(), gpu.skipped_tiles[i].end());
+            for (int32_t x : a) differ += !b.count(x);
+            for (int32_t x : b) differ += !a.count(x);
+          }
+          std::printf(
+              "[ BLASST  ] %s: skipped %lld of %lld tiles (CPU %lld), %lld decisions differ\n",
+              what.c_str(), (long long)gst.tiles_skipped, (long long)gst.tiles_visited,
+              (long long)cst.tiles_skipped, (long long)differ);
+          EXPECT_GT(cst.tiles_skipped, 0) << what;
+          EXPECT_LE(differ, std::max<int64_t>(2, cst.tiles_visited / 200)) << what;
+          if (differ == 0) {
+            expect_close(dout.to_host(), ref, dlse.to_host(), lse_ref, DType::bf16, what);
+            EXPECT_EQ(gst.score_entries, cst.score_entries) << what;
+          }
         }
       }
-    }
 }
 
 // local_first is the CPU's order for every 64-row group, also the first of a 128-row kernel
