@@ -98,42 +98,12 @@ __global__ void __launch_bounds__(kThreads) antidiagonal_kernel(const AntiParams
         // acc[nt][i]: row r_lo (i < 2) or r_hi, key group j0 + nt * 8 + 2 tig + (i & 1).
         auto col = [&](int nt, int i) { return j0 + nt * 8 + 2 * tig + (i & 1); };
         if (pass == 0) {
-          // Each row's running max and sum of exponentials, over the quad that holds it.
-          float t_lo = -INFINITY, t_hi = -INFINITY;
+          // Each row's running max and sum of exponentials.
 #pragma unroll
           for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              acc[nt][i] *= p.alpha;
-              if (i < 2 && col(nt, i) < vis_lo) t_lo = fmaxf(t_lo, acc[nt][i]);
-              if (i >= 2 && col(nt, i) < vis_hi) t_hi = fmaxf(t_hi, acc[nt][i]);
-            }
-          for (int o = 1; o < 4; o <<= 1) {
-            t_lo = fmaxf(t_lo, __shfl_xor_sync(0xffffffffu, t_lo, o));
-            t_hi = fmaxf(t_hi, __shfl_xor_sync(0xffffffffu, t_hi, o));
-          }
-          const float n_lo = fmaxf(m_lo, t_lo), n_hi = fmaxf(m_hi, t_hi);
-          double e_lo = 0.0, e_hi = 0.0;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              if (i < 2 && col(nt, i) < vis_lo) e_lo += exp(double(acc[nt][i]) - double(n_lo));
-              if (i >= 2 && col(nt, i) < vis_hi) e_hi += exp(double(acc[nt][i]) - double(n_hi));
-            }
-          for (int o = 1; o < 4; o <<= 1) {
-            e_lo += __shfl_xor_sync(0xffffffffu, e_lo, o);
-            e_hi += __shfl_xor_sync(0xffffffffu, e_hi, o);
-          }
-          // A row that saw nothing yet keeps m -inf and l 0 (no exp of -inf - -inf).
-          if (n_lo != -INFINITY) {
-            l_lo = (m_lo == -INFINITY ? 0.0 : l_lo * exp(double(m_lo) - double(n_lo))) + e_lo;
-            m_lo = n_lo;
-          }
-          if (n_hi != -INFINITY) {
-            l_hi = (m_hi == -INFINITY ? 0.0 : l_hi * exp(double(m_hi) - double(n_hi))) + e_hi;
-            m_hi = n_hi;
-          }
+            for (int i = 0; i < 4; ++i) acc[nt][i] *= p.alpha;
+          fold_max_sum(acc, j0, vis_lo, vis_hi, m_lo, m_hi, l_lo, l_hi);
         } else {
           // Per (row, block of the tile) its probabilities, then per (query block, block) over
           // the rows, in row order.

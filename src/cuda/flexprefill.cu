@@ -115,55 +115,13 @@ __global__ void __launch_bounds__(kThreads) last_rows_kernel(const LastRowsParam
 
     for (int pass = 0; pass < 2; ++pass) {
       for (int j0 = 0; j0 < cols; j0 += kCols) {
-        __syncthreads();  // the previous tile's reads are done
-        stage_rows<T, D, kCols, kThreads>(sK, gK, p.k_s, [&](int r) -> long long {
-          const long long j = (long long)j0 + r;
-          return j < p.kv_len ? j : -1;
-        });
-        __syncthreads();
-        float acc[8][4];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-        warp_scores<T, D>(acc, sQ, sK, warp, lane);
+        float acc[8][4];  // scaled scores (the previous tile's reads done first)
+        key_tile_scores<T, D, kThreads>(acc, sQ, sK, gK, p.k_s, j0, p.kv_len, p.scale, warp, lane);
         // acc[nt][i]: row r_lo (i < 2) or r_hi, key j0 + nt * 8 + 2 tig + (i & 1).
         auto col = [&](int nt, int i) { return j0 + nt * 8 + 2 * tig + (i & 1); };
         if (pass == 0) {
-          // Each row's running max and sum of exponentials, over the quad that holds it.
-          float t_lo = -INFINITY, t_hi = -INFINITY;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              acc[nt][i] *= p.scale;
-              if (i < 2 && col(nt, i) < vis_lo) t_lo = fmaxf(t_lo, acc[nt][i]);
-              if (i >= 2 && col(nt, i) < vis_hi) t_hi = fmaxf(t_hi, acc[nt][i]);
-            }
-          for (int o = 1; o < 4; o <<= 1) {
-            t_lo = fmaxf(t_lo, __shfl_xor_sync(0xffffffffu, t_lo, o));
-            t_hi = fmaxf(t_hi, __shfl_xor_sync(0xffffffffu, t_hi, o));
-          }
-          const float n_lo = fmaxf(m_lo, t_lo), n_hi = fmaxf(m_hi, t_hi);
-          double e_lo = 0.0, e_hi = 0.0;
-#pragma unroll
-          for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              if (i < 2 && col(nt, i) < vis_lo) e_lo += exp(double(acc[nt][i]) - double(n_lo));
-              if (i >= 2 && col(nt, i) < vis_hi) e_hi += exp(double(acc[nt][i]) - double(n_hi));
-            }
-          for (int o = 1; o < 4; o <<= 1) {
-            e_lo += __shfl_xor_sync(0xffffffffu, e_lo, o);
-            e_hi += __shfl_xor_sync(0xffffffffu, e_hi, o);
-          }
-          // A row that saw nothing yet keeps m -inf and l 0 (no exp of -inf - -inf).
-          if (n_lo != -INFINITY) {
-            l_lo = (m_lo == -INFINITY ? 0.0 : l_lo * exp(double(m_lo) - double(n_lo))) + e_lo;
-            m_lo = n_lo;
-          }
-          if (n_hi != -INFINITY) {
-            l_hi = (m_hi == -INFINITY ? 0.0 : l_hi * exp(double(m_hi) - double(n_hi))) + e_hi;
-            m_hi = n_hi;
-          }
+          // Each row's running max and sum of exponentials.
+          fold_max_sum(acc, j0, vis_lo, vis_hi, m_lo, m_hi, l_lo, l_hi);
         } else {
           // The tile lies in one key block (block is a multiple of 64); an entry's band is
           // (pos - j) / block, and the warp's 16 rows against 64 keys span offsets of at most
@@ -178,8 +136,8 @@ __global__ void __launch_bounds__(kThreads) last_rows_kernel(const LastRowsParam
               const int j = col(nt, i);
               const bool lo = i < 2;
               if (j >= (lo ? vis_lo : vis_hi)) continue;
-              const double e = exp(double(acc[nt][i] * p.scale) - double(lo ? m_lo : m_hi)) *
-                               (lo ? inv_lo : inv_hi);
+              const double e =
+                  exp(double(acc[nt][i]) - double(lo ? m_lo : m_hi)) * (lo ? inv_lo : inv_hi);
               const long long sl = ((lo ? pos_lo : pos_hi) - j) / p.block - base;
               v += e;
               if (sl == 0)

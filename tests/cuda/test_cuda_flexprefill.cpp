@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "device_buffers.hpp"
+#include "expect_device.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/attention.hpp"
@@ -121,19 +122,7 @@ TEST(CudaFlexPrefill, ChoicesAndListsAreTheHostsAndOutputIsExact) {
         << "lists unlike the CPU method's, of " << lists;
 
     // The output over the device's mask against the host's block-sparse attention over it.
-    Tensor ref(DType::f32, c.hq, c.lq, c.d);
-    std::vector<float> lse_ref(size_t(c.hq * c.lq));
-    Stats ref_stats;
-    attention_block_sparse(in.q, in.k, in.v, ref, gm, opt, lse_ref.data(), &ref_stats);
-    const Tensor got = cuda::to_host(dout.view);
-    const test::Diff d = test::diff(got.view(), ref.view());
-    EXPECT_LE(d.max_abs, out_tol(c.t) * std::max(1.0, d.ref_max));
-    const std::vector<float> lse = dlse.to_host();
-    int64_t lse_bad = 0;
-    for (size_t i = 0; i < lse.size(); ++i)
-      lse_bad += !(std::abs(lse[i] - lse_ref[i]) <= 2e-3f * std::max(1.0f, std::abs(lse_ref[i])));
-    EXPECT_EQ(lse_bad, 0) << "LSE rows off";
-    EXPECT_EQ(dr.stats.score_entries, ref_stats.score_entries);
+    test::expect_block_sparse_output(in, opt, gm, dout, dlse, c.t, dr.stats);
   }
 }
 
@@ -163,20 +152,9 @@ TEST(CudaFlexPrefill, RepeatsBitForBit) {
 // What the device path does not take is a named Error before any kernel runs.
 TEST(CudaFlexPrefill, UnsupportedInputsAreNamedErrors) {
   SKIP_WITHOUT_GPU();
-  const Tensor x = test::random_tensor(DType::bf16, 2, 300, 64, 1);
-  DeviceTensor d(x), o(DType::bf16, 2, 300, 64);
-  auto error_of = [&](const std::string& spec, bool causal) -> std::string {
-    AttnOptions opt;
-    opt.causal = causal;
-    try {
-      make_method(spec)->run(d.view, d.view, d.view, o.view, opt);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  EXPECT_NE(error_of("flexprefill:block=96", true).find("multiples of 64"), std::string::npos);
-  EXPECT_NE(error_of("flexprefill", false).find("causal"), std::string::npos);
+  EXPECT_NE(test::method_error_on_device("flexprefill:block=96", true).find("multiples of 64"),
+            std::string::npos);
+  EXPECT_NE(test::method_error_on_device("flexprefill", false).find("causal"), std::string::npos);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "device_buffers.hpp"
+#include "expect_device.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/attention.hpp"
@@ -83,14 +84,7 @@ TEST(CudaVerticalSlash, KernelMatchesTheCpuKernelOnTheSameIndex) {
     DeviceFloats dlse(size_t(c.hq * c.lq));
     Stats st;
     cuda::attention_vertical_slash(dq.view, dk.view, dv.view, dout.view, index, opt, dlse.ptr, &st);
-    const Tensor got = cuda::to_host(dout.view);
-    const test::Diff d = test::diff(got.view(), ref.view());
-    EXPECT_LE(d.max_abs, out_tol(c.t) * std::max(1.0, d.ref_max));
-    const std::vector<float> lse = dlse.to_host();
-    int64_t lse_bad = 0;
-    for (size_t i = 0; i < lse.size(); ++i)
-      lse_bad += !(std::abs(lse[i] - lse_ref[i]) <= 2e-3f * std::max(1.0f, std::abs(lse_ref[i])));
-    EXPECT_EQ(lse_bad, 0) << "LSE rows off";
+    test::expect_device_output(dout, dlse, ref, lse_ref, c.t);
     EXPECT_EQ(st.score_entries, covered_entries(index, c.lq, c.lkv)) << "entries computed";
     EXPECT_LT(st.score_entries, st.causal_entries) << "the index must skip keys";
   }
@@ -179,21 +173,11 @@ TEST(CudaVerticalSlash, MethodOnTheDeviceIsTheMethodOnTheHost) {
 
 TEST(CudaVerticalSlash, UnsupportedInputsAreNamedErrors) {
   SKIP_WITHOUT_GPU();
-  const Tensor x = test::random_tensor(DType::bf16, 2, 300, 64, 1);
-  DeviceTensor d(x), o(DType::bf16, 2, 300, 64);
-  auto error_of = [&](const std::string& spec, bool causal) -> std::string {
-    AttnOptions opt;
-    opt.causal = causal;
-    try {
-      make_method(spec)->run(d.view, d.view, d.view, o.view, opt);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  EXPECT_NE(error_of("vertical_slash:tile_rows=128", true).find("tile_rows=128"),
+  EXPECT_NE(
+      test::method_error_on_device("vertical_slash:tile_rows=128", true).find("tile_rows=128"),
+      std::string::npos);
+  EXPECT_NE(test::method_error_on_device("vertical_slash", false).find("causal"),
             std::string::npos);
-  EXPECT_NE(error_of("vertical_slash", false).find("causal"), std::string::npos);
 }
 
 }  // namespace
