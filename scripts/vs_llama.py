@@ -58,6 +58,9 @@ def parse_test(t):
     return kind, n, depth, [t]
 
 
+LOST_RECORDS = [0]  # llama-batched-bench runs repeated for a record the log lost
+
+
 def llama_once(a, kind, n, depth, rows):
     """{row: tok/s} of one llama.cpp run."""
     common = ["-m", a.model, "-t", str(a.threads), "-fa", "1"]
@@ -66,15 +69,19 @@ def llama_once(a, kind, n, depth, rows):
         cmd = [os.path.join(a.llama_bin, "llama-batched-bench")] + common + [
             "-c", str(depth + n), "-b", "2048", "-ub", "512", "-npp", str(depth), "-ntg", str(n),
             "-npl", "1", "--output-format", "jsonl"]
-        run = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        # llama.cpp's log thread writes to the same stdout, so a record may share its line with
-        # the tail of a log message: each record is read from its first '{"'.
-        recs = [json.loads(x[x.index('{"'):]) for x in run.stdout.splitlines() if '{"' in x]
-        if not recs:
-            sys.exit("vs_llama: llama-batched-bench printed no JSON record; its output ends:\n"
-                     + run.stdout[-1500:] + run.stderr[-1500:])
-        j = recs[-1]
-        return {rows[0]: float(j["speed_pp"]), rows[1]: float(j["speed_tg"])}
+        # llama-batched-bench prints its record through llama.cpp's log thread, whose logger is
+        # leaked at exit by design (common/log.cpp, llama.cpp issue 22142): on a loaded machine
+        # the process can exit before the thread writes it. Such a run is repeated (twice at
+        # most); a record is read from its first '{"' (a log line may share its line).
+        for attempt in range(3):
+            run = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            recs = [json.loads(x[x.index('{"'):]) for x in run.stdout.splitlines() if '{"' in x]
+            if recs:
+                j = recs[-1]
+                return {rows[0]: float(j["speed_pp"]), rows[1]: float(j["speed_tg"])}
+            LOST_RECORDS[0] += 1  # reported in the rows (llama_lost_records)
+        sys.exit("vs_llama: llama-batched-bench printed no JSON record in 3 runs; its output "
+                 "ends:\n" + run.stdout[-1500:] + run.stderr[-1500:])
     cmd = [os.path.join(a.llama_bin, "llama-bench")] + common + ["-r", "1", "-o", "json"]
     cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     if depth:
@@ -191,6 +198,8 @@ def main():
                 row["ratio"] = row["spattn_median"] / row["llama_median"]
                 if kind == "pptg":
                     row["llama_tool"] = "llama-batched-bench"
+                    if LOST_RECORDS[0]:
+                        row["llama_lost_records"] = LOST_RECORDS[0]
                 if args:
                     row["spattn_args"] = args
                 if a.spattn_build:
