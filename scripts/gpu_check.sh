@@ -11,16 +11,18 @@
 #   SPATTN_GPU_CHECK=blasst scripts/gpu_check.sh ...  BLASST's tile height (issue 62 item 4; under
 #       8 minutes): the BLASST tests at 128-row and 64-row tiles, the sanitizers on the 64-row
 #       kernel, and BLASST at 32K on text in both heights (and mma.sync) against dense
-#   SPATTN_GPU_CHECK=estimates scripts/gpu_check.sh ...  the device estimates round (issue 62,
-#       items 2, 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's selection
-#       on the device against the host's rule and method (CudaEstimates), flexprefill's
-#       choices and lists against the host method's (CudaFlexPrefill), vertical_slash's
-#       estimate and token-level kernel against the CPU's (CudaVerticalSlash), the grid head
-#       and its gathered row groups (CudaGrid), mminference's heads (CudaMMInference), the
+#   SPATTN_GPU_CHECK=estimates scripts/gpu_check.sh ...  the block-selecting estimates round
+#       (issue 62, items 3 and 6; under 8 minutes on an H200): xattention's and mean_pool's
+#       selection on the device against the host's rule and method (CudaEstimates),
+#       flexprefill's choices and lists against the host method's (CudaFlexPrefill), the
 #       method API and momo tests (momo's lists run through block_lists.cu), both prefill
 #       kernels, memcheck and racecheck on the estimate kernels, and the rows of xattention,
-#       mean_pool (topp and topk), flexprefill, vertical_slash and momo against cuDNN SDPA at
-#       32K and 128K
+#       mean_pool (topp and topk), flexprefill and momo against cuDNN SDPA at 32K and 128K
+#   SPATTN_GPU_CHECK=tokens scripts/gpu_check.sh ...  the token-level round (issue 62, items 2
+#       and 3; under 8 minutes): vertical_slash's estimate and kernel against the CPU's
+#       (CudaVerticalSlash), the grid head, its search and its gathered row groups (CudaGrid),
+#       mminference's heads (CudaMMInference), memcheck and racecheck on the token-level
+#       kernels, and vertical_slash's and grid's rows against cuDNN SDPA at 32K and 128K
 # Needs on that machine: the runtime libraries the binaries link (libgomp, libhwy, libfmt,
 # libopenblas: put copies on LD_LIBRARY_PATH where the image lacks them), compute-sanitizer,
 # and torch with CUDA for the benchmark and the Python tests. Where build/python's extension is
@@ -82,29 +84,48 @@ if [ "${SPATTN_GPU_CHECK:-all}" = blasst ]; then
   exit 0
 fi
 
-if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
-  echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
+if [ "${SPATTN_GPU_CHECK:-all}" = tokens ]; then
+  echo "== token-level tests: vertical_slash, the grid head and its row groups, mminference"
   timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*:CudaMethods.*:CudaMomo.*' \
-    > "$out/estimates.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
-  SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaVerticalSlash.*:CudaMethods.*' \
-    > "$out/estimates-mma.log" 2>&1
-  echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
-  echo "== memcheck, racecheck (estimates)"
+    --gtest_filter='CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*' > "$out/tokens.log" 2>&1
+  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is" "$out/tokens.log" | head -40
+  echo "== memcheck, racecheck (token-level kernels)"
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*' \
+    --gtest_filter='CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*' \
     > "$out/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
   timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*:CudaVerticalSlash.Kernel*:CudaGrid.Gathered*' \
-    > "$out/racecheck.log" 2>&1
+    --gtest_filter='CudaVerticalSlash.Kernel*:CudaGrid.Gathered*' > "$out/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
-  echo "== xattention, mean_pool, flexprefill, vertical_slash and momo against cuDNN SDPA"
+  echo "== vertical_slash and grid against cuDNN SDPA"
+  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
+    --skip-blasst --skip-decode --reps 3 --warmup 1 --momo-specs "vertical_slash,grid" \
+    --json "$out/bench-tokens.json" > "$out/bench-tokens.log" 2>&1
+  echo "rc=$?; record: $out/bench-tokens.json"; grep -E '"contender"|Error|error' "$out/bench-tokens.log" | cut -c1-400
+  exit 0
+fi
+
+if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
+  echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
+  timeout 150 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*:CudaMomo.*' \
+    > "$out/estimates.log" 2>&1
+  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
+  SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*' > "$out/estimates-mma.log" 2>&1
+  echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
+  echo "== memcheck, racecheck (estimates)"
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*' \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*' > "$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  echo "== xattention, mean_pool, flexprefill and momo against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-blasst --skip-decode --reps 3 --warmup 1 \
-    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,vertical_slash,momo" --json "$out/bench-estimates.json" \
+    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,momo" --json "$out/bench-estimates.json" \
     > "$out/bench-estimates.log" 2>&1
   echo "rc=$?; record: $out/bench-estimates.json"; grep -E '"contender"|Error|error' "$out/bench-estimates.log" | cut -c1-400
   exit 0
