@@ -438,23 +438,30 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
                "indexes) has no GPU path yet");
   const cudaStream_t s = stream_of(stream, opt);
   FlashParams p = base_params(q, k, v, out, opt, lse, kGroupRows);
-  // Each 64-row tile's keys as pieces of at most 64: its coalesced slash ranges split at 64
-  // keys from each range's start, then its columns outside them, 64 gathered keys a piece
-  // (vertical_slash_tile_keys: what the CPU kernel computes).
+  // Each 64-row tile's keys (vertical_slash_tile_keys: what the CPU kernel computes) as pieces
+  // of at most 64: its coalesced slash ranges in runs of 64 keys from each range's start, and
+  // what is left of each range (a slash range is as wide as the tile and rarely on the 64-key
+  // grid, so most leave a short piece) gathered with the columns outside the ranges, 64 keys a
+  // piece, as the CPU kernel packs its fragments (kPackFragments): a tile's time for 64 keys,
+  // not for a piece of a few.
   std::vector<int> offsets(size_t(p.heads) * size_t(p.n_qt) + 1, 0), starts, lens, gathered;
   std::vector<KeyRange> ranges;
-  std::vector<int64_t> columns;
+  std::vector<int64_t> columns, loose;
   for (int64_t h = 0; h < q.heads; ++h)
     for (int64_t t = 0; t < p.n_qt; ++t) {
       vertical_slash_tile_keys(index, h, t, q.seq, k.seq, ranges, columns);
-      for (const KeyRange& r : ranges)
-        for (int64_t b = r.begin; b < r.end; b += kBN)
-          starts.push_back(int(b)), lens.push_back(int(std::min<int64_t>(kBN, r.end - b)));
-      for (size_t c = 0; c < columns.size(); c += kBN) {
+      loose.clear();
+      for (const KeyRange& r : ranges) {
+        int64_t b = r.begin;
+        for (; r.end - b >= kBN; b += kBN) starts.push_back(int(b)), lens.push_back(kBN);
+        for (; b < r.end; ++b) loose.push_back(b);
+      }
+      loose.insert(loose.end(), columns.begin(), columns.end());
+      for (size_t c = 0; c < loose.size(); c += kBN) {
         starts.push_back(-int(gathered.size()) - 1);
-        lens.push_back(int(std::min<size_t>(kBN, columns.size() - c)));
-        for (size_t i = c; i < std::min(columns.size(), c + kBN); ++i)
-          gathered.push_back(int(columns[i]));
+        lens.push_back(int(std::min<size_t>(kBN, loose.size() - c)));
+        for (size_t i = c; i < std::min(loose.size(), c + kBN); ++i)
+          gathered.push_back(int(loose[i]));
       }
       SPATTN_CHECK(starts.size() < size_t(INT_MAX) && gathered.size() < size_t(INT_MAX), who,
                    ": the index has too many pieces");

@@ -7,7 +7,8 @@
 //     MOMO's sampled rows, "MOMO", section 3), gathered in and written out compactly;
 //   - or, token-level (MInference's vertical-slash, "MInference 1.0", section 3.2 and its
 //     kernel; MMInference appendix C.3), pieces of up to 64 keys per query tile: runs of
-//     consecutive keys (a slash's key range, split at 64) or gathered keys (vertical columns);
+//     consecutive keys (a slash's key range, in 64s) or gathered keys (vertical columns, the
+//     ranges' remainders; a grid head's permuted keys);
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
 //     the running max before it), in which case its softmax and P V are not computed;
@@ -76,7 +77,7 @@ struct FlashParams {
   // Token-level (kGather): per kernel tile i the key pieces [piece_offsets[i],
   // piece_offsets[i + 1]), visited in order; piece j holds piece_len[j] (1..64) keys, keys
   // [start, start + len) where start = piece_start[j] >= 0, else gather_keys[-start - 1 + c]
-  // for c < len (ascending). Keys past a row's causal limit are masked as everywhere.
+  // for c < len (any order). Keys past a row's causal limit are masked as everywhere.
   const int* piece_offsets = nullptr;
   const int* piece_start = nullptr;
   const int* piece_len = nullptr;
