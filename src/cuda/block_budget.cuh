@@ -28,6 +28,22 @@ __device__ __forceinline__ bool keys_touch_block(long long begin, long long end,
   return begin < end && kb >= begin / block_k && kb <= (end - 1) / block_k;
 }
 
+// By one warp (every lane calling): writes the j in [begin, end) whose flag[j] is set, ascending,
+// at out[at], out[at + 1], ...; returns at plus how many were written (on every lane). A ballot
+// per 32 entries.
+template <class Flag>
+__device__ __forceinline__ int write_kept(const Flag* flag, int begin, int end, int* out, int at) {
+  const int lane = threadIdx.x % 32;
+  for (int j0 = begin; j0 < end; j0 += 32) {
+    const int j = j0 + lane;
+    const bool kept = j < end && flag[j];
+    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
+    if (kept) out[at + __popc(ballot & ((1u << lane) - 1))] = j;
+    at += __popc(ballot);
+  }
+  return at;
+}
+
 // Sorts the pairs (val[i], idx[i]), i < n (a power of two), best first: the larger value,
 // ties the smaller index (the host's order). A bitonic network, every thread taking part.
 __device__ inline void sort_pairs_desc(double* val, int* idx, int n) {

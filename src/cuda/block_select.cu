@@ -77,17 +77,9 @@ __global__ void __launch_bounds__(kThreads) block_select_kernel(const SelectPara
   }
   __syncthreads();
   spend_budget(val, idx, p.slots, limit, keep, p.rule);
-  // The list, ascending (a ballot per 32 blocks).
-  int* list = p.list + item * p.cap;
+  // The list, ascending.
   if (warp == 0) {
-    int at = 0;
-    for (int j0 = 0; j0 < limit; j0 += 32) {
-      const int j = j0 + lane;
-      const bool kept = j < limit && keep[j];
-      const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-      if (kept) list[at + __popc(ballot & ((1u << lane) - 1))] = j;
-      at += __popc(ballot);
-    }
+    const int at = write_kept(keep, 0, limit, p.list + item * p.cap, 0);
     if (lane == 0) p.count[item] = at;
   }
 }

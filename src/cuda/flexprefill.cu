@@ -432,16 +432,7 @@ __global__ void lists_kernel(const uint8_t* keep, int nqb, int nkb, int q_len, i
   const int64_t item = int64_t(h) * nqb + qb;
   const long long p1 = off + min((long long)(qb + 1) * block, (long long)q_len) - 1;
   const int limit = int(min((long long)nkb, (p1 + block) / block));
-  const uint8_t* k = keep + item * nkb;
-  int* out = list + item * nkb;
-  int at = 0;
-  for (int j0 = 0; j0 < limit; j0 += 32) {
-    const int j = j0 + lane;
-    const bool kept = j < limit && k[j];
-    const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-    if (kept) out[at + __popc(ballot & ((1u << lane) - 1))] = j;
-    at += __popc(ballot);
-  }
+  const int at = write_kept(keep + item * nkb, 0, limit, list + item * nkb, 0);
   if (lane == 0) count[item] = at;
 }
 

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda/block_budget.cuh"
 #include "cuda/block_lists.hpp"
 #include "cuda/check.cuh"
 #include "cuda/flash_fwd.cuh"
@@ -326,16 +327,7 @@ __global__ void momo_trim_kernel(const TrimParams p) {
   for (int j = tid; j < sink; j += blockDim.x) list[j] = j;
   const int local_n = ce - local;
   for (int j = tid; j < local_n; j += blockDim.x) list[sink + take + j] = local + j;
-  if (tid < 32) {
-    int at = sink;
-    for (int j0 = sink; j0 < local; j0 += 32) {
-      const int j = j0 + tid;
-      const bool kept = j < local && cnt[j];
-      const unsigned ballot = __ballot_sync(0xffffffffu, kept);
-      if (kept) list[at + __popc(ballot & ((1u << tid) - 1))] = j;
-      at += __popc(ballot);
-    }
-  }
+  if (tid < 32) write_kept(cnt, sink, local, list, sink);
   if (tid == 0) {
     p.list_count[item] = sink + take + local_n;
     p.row_blocks[item] = own;
