@@ -35,6 +35,17 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
 
+# compute-sanitizer's TOOL (memcheck, racecheck) on the GPU tests FILTER, within SECONDS, its log
+# in $out/TOOL.log; prints the exit status and the summary lines. Environment for the run (a
+# kernel choice) goes before the call.
+sanitize() {
+  local tool=$1 seconds=$2 filter=$3
+  timeout "$seconds" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+    ./build/bin/spattn_cuda_tests --gtest_filter="$filter" > "$out/$tool.log" 2>&1
+  echo "$tool rc=$?"
+  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/$tool.log"
+}
+
 if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
   # Each step's log in $out; its exit status on the console. First what must hold before any
   # figure means anything: the GPU selection against the CPU's, then the sanitizers.
@@ -49,12 +60,8 @@ if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
     > "$out/kernels.log" 2>&1
   echo "kernels rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/kernels.log"
   echo "== memcheck, racecheck (momo)"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*' > "$out/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaMomo.EveryBlock*' > "$out/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  sanitize memcheck 150 'CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*'
+  sanitize racecheck 150 'CudaMomo.EveryBlock*'
   echo "== momo against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-blasst --skip-decode --reps 5 --warmup 1 --json "$out/bench-momo.json" \
@@ -70,12 +77,8 @@ if [ "${SPATTN_GPU_CHECK:-all}" = blasst ]; then
     > "$out/blasst.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|BLASST  \]" "$out/blasst.log" | head -40
   echo "== memcheck, racecheck (BLASST in 64-row tiles)"
-  SPATTN_CUDA_BLASST_ROWS=64 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
-    ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.BlasstLambda*' > "$out/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
-  SPATTN_CUDA_BLASST_ROWS=64 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.BlasstLambda*' > "$out/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  SPATTN_CUDA_BLASST_ROWS=64 sanitize memcheck 150 'CudaAttention.BlasstLambda*'
+  SPATTN_CUDA_BLASST_ROWS=64 sanitize racecheck 120 'CudaAttention.BlasstLambda*'
   echo "== BLASST at 32K on text: 128-row tiles (wgmma, mma.sync) and 64-row tiles, against dense"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-decode --skip-momo --also-mma --also-blasst64 --blasst-lambda 0.001,0.01,0.02,0.05 \
@@ -90,13 +93,8 @@ if [ "${SPATTN_GPU_CHECK:-all}" = tokens ]; then
     --gtest_filter='CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*' > "$out/tokens.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is" "$out/tokens.log" | head -40
   echo "== memcheck, racecheck (token-level kernels)"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*' \
-    > "$out/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
-  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaVerticalSlash.Kernel*:CudaGrid.Gathered*' > "$out/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  sanitize memcheck 150 'CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*'
+  sanitize racecheck 120 'CudaVerticalSlash.Kernel*:CudaGrid.Gathered*'
   echo "== vertical_slash and grid against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-blasst --skip-decode --reps 3 --warmup 1 --momo-specs "vertical_slash,grid" \
@@ -115,13 +113,8 @@ if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
     --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*' > "$out/estimates-mma.log" 2>&1
   echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
   echo "== memcheck, racecheck (estimates)"
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*' \
-    > "$out/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/memcheck.log"
-  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*' > "$out/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/racecheck.log"
+  sanitize memcheck 150 'CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*'
+  sanitize racecheck 120 'CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*'
   echo "== xattention, mean_pool, flexprefill and momo against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
     --skip-blasst --skip-decode --reps 3 --warmup 1 \
@@ -139,11 +132,9 @@ SPATTN_CUDA_KERNEL=mma timeout 300 ./build/bin/spattn_cuda_tests \
 echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/tests-mma.log"
 
 echo "== memcheck, racecheck"
-timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-  > "$out/memcheck.log" 2>&1; echo "memcheck rc=$?"
-timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 ./build/bin/spattn_cuda_tests \
-  --gtest_filter='CudaAttention.BlasstLambda*:CudaAttention.Strided*:CudaDecode.DenseMatches*:CudaDecode.MethodsTake*' \
-  > "$out/racecheck.log" 2>&1; echo "racecheck rc=$?"
+sanitize memcheck 300 '*'
+sanitize racecheck 300 \
+  'CudaAttention.BlasstLambda*:CudaAttention.Strided*:CudaDecode.DenseMatches*:CudaDecode.MethodsTake*'
 
 echo "== Python on torch CUDA tensors"
 ext=$(ls build/python/spattn/_core.cpython-*.so 2>/dev/null | head -1)
