@@ -423,6 +423,19 @@ void attention_query_sparse(const TensorView& q, const TensorView& k, const Tens
   rec.read(p, q.dim, stats, nullptr, s, q.seq);
 }
 
+namespace {
+// Appends keys as gathered token-level pieces of up to 64 (FlashParams::piece_start): each
+// piece's descriptor to starts and lens, its keys to gathered.
+void add_gathered_pieces(const std::vector<int64_t>& keys, std::vector<int>& starts,
+                         std::vector<int>& lens, std::vector<int>& gathered) {
+  for (size_t c = 0; c < keys.size(); c += kBN) {
+    starts.push_back(-int(gathered.size()) - 1);
+    lens.push_back(int(std::min<size_t>(kBN, keys.size() - c)));
+    for (size_t i = c; i < std::min(keys.size(), c + kBN); ++i) gathered.push_back(int(keys[i]));
+  }
+}
+}  // namespace
+
 void attention_vertical_slash(const TensorView& q, const TensorView& k, const TensorView& v,
                               const TensorView& out, const VerticalSlashIndex& index,
                               const AttnOptions& opt, float* lse, Stats* stats, void* stream) {
@@ -457,12 +470,7 @@ void attention_vertical_slash(const TensorView& q, const TensorView& k, const Te
         for (; b < r.end; ++b) loose.push_back(b);
       }
       loose.insert(loose.end(), columns.begin(), columns.end());
-      for (size_t c = 0; c < loose.size(); c += kBN) {
-        starts.push_back(-int(gathered.size()) - 1);
-        lens.push_back(int(std::min<size_t>(kBN, loose.size() - c)));
-        for (size_t i = c; i < std::min(loose.size(), c + kBN); ++i)
-          gathered.push_back(int(loose[i]));
-      }
+      add_gathered_pieces(loose, starts, lens, gathered);
       SPATTN_CHECK(starts.size() < size_t(INT_MAX) && gathered.size() < size_t(INT_MAX), who,
                    ": the index has too many pieces");
       offsets[size_t(h * p.n_qt + t) + 1] = int(starts.size());
@@ -501,17 +509,14 @@ void attention_gathered_groups(const TensorView& q, const TensorView& k, const T
                    ": row ", r, " is out of [0, ", q.seq, "), out of order or in two groups");
       taken[size_t(r)] = 1;
     }
-    group_starts.clear(), group_lens.clear();
-    for (size_t c = 0; c < g.keys.size(); c += kBN) {
-      group_starts.push_back(-int(keys.size()) - 1);
-      group_lens.push_back(int(std::min<size_t>(kBN, g.keys.size() - c)));
-      for (size_t i = c; i < std::min(g.keys.size(), c + kBN); ++i) {
-        SPATTN_CHECK(g.keys[i] >= 0 && g.keys[i] < k.seq && g.positions[i] >= 0 &&
-                         g.positions[i] < (int64_t(1) << 30),
-                     who, ": key ", g.keys[i], " (position ", g.positions[i], ") out of range");
-        keys.push_back(int(g.keys[i])), positions.push_back(int(g.positions[i]));
-      }
+    for (size_t i = 0; i < g.keys.size(); ++i) {
+      SPATTN_CHECK(g.keys[i] >= 0 && g.keys[i] < k.seq && g.positions[i] >= 0 &&
+                       g.positions[i] < (int64_t(1) << 30),
+                   who, ": key ", g.keys[i], " (position ", g.positions[i], ") out of range");
+      positions.push_back(int(g.positions[i]));
     }
+    group_starts.clear(), group_lens.clear();
+    add_gathered_pieces(g.keys, group_starts, group_lens, keys);
     for (size_t t = 0; t < g.rows.size(); t += kGroupRows) {
       for (size_t i = t; i < t + kGroupRows; ++i)
         rows.push_back(i < g.rows.size() ? int(g.rows[i]) : -1);
