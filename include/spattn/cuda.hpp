@@ -215,6 +215,16 @@ void attention_modality_pairs(const TensorView& q, const TensorView& k, const Te
 VerticalSlashIndex vertical_slash_index(const TensorView& q, const TensorView& k,
                                         const VerticalSlashConfig& c, const AttnOptions& opt,
                                         void* stream = nullptr);
+// The same estimate over listed rows and candidate keys (the host's per-modality form, which
+// MMInference's boundary pieces read: modality_boundary.hpp): q rows est_rows (ascending)
+// against the keys at positions `keys` (ascending; null: every key), each row's softmax over the
+// candidates it sees, the first `sink` candidates forced as columns; the columns are key
+// positions.
+VerticalSlashIndex vertical_slash_estimate(const TensorView& q, const TensorView& k,
+                                           const VerticalSlashConfig& c, const AttnOptions& opt,
+                                           const std::vector<int64_t>& est_rows,
+                                           const std::vector<int64_t>* keys,
+                                           void* stream = nullptr);
 
 // BLASST's skip rule inside the dense loop (blasst.hpp): the same 64x64 tiles, threshold
 // lambda in [0, 1], visiting order in_order or local_first (causal). `skip`, when given, is

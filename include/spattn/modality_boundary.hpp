@@ -19,6 +19,7 @@
 // rows. The pieces of a row hold disjoint keys and are merged exactly by (O, LSE).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,18 @@ std::vector<ModalityPairIndex> vertical_slash_pairs(const TensorView& q, const T
                                                     const ModalityLayout& layout,
                                                     const VerticalSlashConfig& c,
                                                     const AttnOptions& opt, bool split_keys);
+
+// One piece's estimate, given the query modality's last rows `est_rows` (ascending) and the
+// piece's candidate keys `keys` (positions, ascending): the index of one head whose columns are
+// key positions, the first min(sink, keys) candidates forced (the host's form is what
+// vertical_slash_pairs above runs; the device's is cuda::vertical_slash_estimate).
+using PieceEstimate = std::function<VerticalSlashIndex(const std::vector<int64_t>& est_rows,
+                                                       const std::vector<int64_t>& keys)>;
+// vertical_slash_pairs with the estimate given: which rows and keys each piece reads is decided
+// here, once, for both.
+std::vector<ModalityPairIndex> vertical_slash_pairs(const ModalityLayout& layout, int64_t q_len,
+                                                    const VerticalSlashConfig& c, bool split_keys,
+                                                    const PieceEstimate& estimate);
 // A-shape per piece (static): the key modality's own first `sink` keys (for a Q-boundary piece,
 // the query modality's own first `sink` tokens, as a_shape_index_for_modality: a video's sink
 // is its first patches) and diagonals 0..local-1.

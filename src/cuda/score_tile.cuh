@@ -46,18 +46,15 @@ __device__ __forceinline__ void warp_scores(float (&acc)[8][4], const T* sQ, con
   }
 }
 
-// The warp's 16 rows of sQ against keys [j0, j0 + 64) of gK (row stride k_s; keys past kv_len
-// staged as zeros), times scale, into acc: the K tile staged by every thread of the block (two
-// barriers, the first keeping the previous tile's reads safe).
-template <class T, int D, int kThreadsN>
-__device__ __forceinline__ void key_tile_scores(float (&acc)[8][4], const T* sQ, T* sK, const T* gK,
-                                                int64_t k_s, int j0, int kv_len, float scale,
-                                                int warp, int lane) {
+// The warp's 16 rows of sQ against the 64 keys gK's rows key_row(c) (row stride k_s; negative:
+// zeros), times scale, into acc: the K tile staged by every thread of the block (two barriers,
+// the first keeping the previous tile's reads safe).
+template <class T, int D, int kThreadsN, class KeyRow>
+__device__ __forceinline__ void key_tile_scores_of(float (&acc)[8][4], const T* sQ, T* sK,
+                                                   const T* gK, int64_t k_s, KeyRow key_row,
+                                                   float scale, int warp, int lane) {
   __syncthreads();
-  stage_rows<T, D, 64, kThreadsN>(sK, gK, k_s, [&](int r) -> long long {
-    const long long j = (long long)j0 + r;
-    return j < kv_len ? j : -1;
-  });
+  stage_rows<T, D, 64, kThreadsN>(sK, gK, k_s, key_row);
   __syncthreads();
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
@@ -66,6 +63,20 @@ __device__ __forceinline__ void key_tile_scores(float (&acc)[8][4], const T* sQ,
   for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] *= scale;
+}
+
+// key_tile_scores_of over keys [j0, j0 + 64) (keys past kv_len staged as zeros).
+template <class T, int D, int kThreadsN>
+__device__ __forceinline__ void key_tile_scores(float (&acc)[8][4], const T* sQ, T* sK, const T* gK,
+                                                int64_t k_s, int j0, int kv_len, float scale,
+                                                int warp, int lane) {
+  key_tile_scores_of<T, D, kThreadsN>(
+      acc, sQ, sK, gK, k_s,
+      [&](int r) -> long long {
+        const long long j = (long long)j0 + r;
+        return j < kv_len ? j : -1;
+      },
+      scale, warp, lane);
 }
 
 // Pass one of a two-pass softmax over a warp's 16 x 64 score tile (warp_scores' layout, acc

@@ -66,6 +66,12 @@ VerticalSlashIndex vertical_slash_index(const TensorView&, const TensorView&,
                                         const VerticalSlashConfig&, const AttnOptions&, void*) {
   unavailable("vertical_slash_index");
 }
+VerticalSlashIndex vertical_slash_estimate(const TensorView&, const TensorView&,
+                                           const VerticalSlashConfig&, const AttnOptions&,
+                                           const std::vector<int64_t>&, const std::vector<int64_t>*,
+                                           void*) {
+  unavailable("vertical_slash_estimate");
+}
 void attention_gathered_groups(const TensorView&, const TensorView&, const TensorView&,
                                const std::vector<GatheredGroup>&, const TensorView&,
                                const AttnOptions&, float*, Stats*, void*) {

@@ -60,30 +60,26 @@ std::vector<int64_t> piece_keys(const ModalityLayout& layout, uint8_t k_modality
 }
 }  // namespace
 
-std::vector<ModalityPairIndex> vertical_slash_pairs(const TensorView& q, const TensorView& k,
-                                                    const ModalityLayout& layout,
-                                                    const VerticalSlashConfig& c,
-                                                    const AttnOptions& opt, bool split_keys) {
+std::vector<ModalityPairIndex> vertical_slash_pairs(const ModalityLayout& layout, int64_t q_len,
+                                                    const VerticalSlashConfig& c, bool split_keys,
+                                                    const PieceEstimate& estimate) {
   check_vertical_slash_config(c);
-  SPATTN_CHECK(opt.causal, "vertical_slash_pairs: needs causal attention");
-  SPATTN_CHECK(q.heads == 1 && k.heads == 1 && q.dim == k.dim && q.seq >= 1 && q.seq <= k.seq,
-               "vertical_slash_pairs: takes one head, got q ", q.shape_str(), ", k ",
-               k.shape_str());
-  layout.validate(k.seq);
+  const int64_t kv_len = int64_t(layout.ids.size());
+  SPATTN_CHECK(q_len >= 1 && q_len <= kv_len, "vertical_slash_pairs: q_len ", q_len,
+               " must be in [1, ", kv_len, "]");
   std::vector<ModalityPairIndex> out;
   const std::vector<uint8_t> mods = present_modalities(layout);
   const std::vector<uint8_t> key_mods = split_keys ? mods : std::vector<uint8_t>{kAnyModality};
   for (uint8_t mq : mods) {
-    const std::vector<int64_t> rows = modality_rows(layout, mq, q.seq);
+    const std::vector<int64_t> rows = modality_rows(layout, mq, q_len);
     if (rows.empty()) continue;
     // The query modality's last queries (section 3.2: its final segment).
     const size_t n = std::min(rows.size(), size_t(c.last_q));
     const std::vector<int64_t> est_rows(rows.end() - std::ptrdiff_t(n), rows.end());
     for (uint8_t mk : key_mods) {
-      const std::vector<int64_t> keys = piece_keys(layout, mk);
-      std::vector<int64_t> forced(std::min(keys.size(), size_t(c.sink)));
-      std::iota(forced.begin(), forced.end(), 0);
-      VerticalSlashIndex x = masks::estimate_vertical_slash(q, k, c, opt, est_rows, &keys, forced);
+      VerticalSlashIndex x = estimate(est_rows, piece_keys(layout, mk));
+      SPATTN_CHECK(x.columns.size() == 1 && x.offsets.size() == 1,
+                   "vertical_slash_pairs: a piece's estimate must give one head");
       ModalityPairIndex p;
       p.q_modality = mq, p.k_modality = mk;
       p.columns = std::move(x.columns[0]);
@@ -92,6 +88,24 @@ std::vector<ModalityPairIndex> vertical_slash_pairs(const TensorView& q, const T
     }
   }
   return out;
+}
+
+std::vector<ModalityPairIndex> vertical_slash_pairs(const TensorView& q, const TensorView& k,
+                                                    const ModalityLayout& layout,
+                                                    const VerticalSlashConfig& c,
+                                                    const AttnOptions& opt, bool split_keys) {
+  SPATTN_CHECK(opt.causal, "vertical_slash_pairs: needs causal attention");
+  SPATTN_CHECK(q.heads == 1 && k.heads == 1 && q.dim == k.dim && q.seq >= 1 && q.seq <= k.seq,
+               "vertical_slash_pairs: takes one head, got q ", q.shape_str(), ", k ",
+               k.shape_str());
+  layout.validate(k.seq);
+  return vertical_slash_pairs(
+      layout, q.seq, c, split_keys,
+      [&](const std::vector<int64_t>& est_rows, const std::vector<int64_t>& keys) {
+        std::vector<int64_t> forced(std::min(keys.size(), size_t(c.sink)));
+        std::iota(forced.begin(), forced.end(), 0);
+        return masks::estimate_vertical_slash(q, k, c, opt, est_rows, &keys, forced);
+      });
 }
 
 std::vector<ModalityPairIndex> a_shape_pairs(const ModalityLayout& layout, int64_t q_len,

@@ -8,8 +8,9 @@
 // kernel over its static mask, vertical-slash through MInference's estimate and the token-level
 // kernel (src/cuda/vertical_slash.cu, attention.cu), grid through its two passes and merge
 // (src/cuda/grid.cu, its search's A_hat too), Q / 2D boundary heads through their pieces on
-// gathered row groups (src/cuda/modality_pairs.cu; the pieces built on the host from copies of
-// the head's q and k).
+// gathered row groups (src/cuda/modality_pairs.cu; each piece's vertical-slash estimate on the
+// device too, cuda::vertical_slash_estimate, its pieces' key lists built on the host from the
+// layout and the estimate's index).
 #include <memory>
 #include <utility>
 
@@ -27,11 +28,18 @@ namespace spattn {
 
 namespace {
 
+VerticalSlashConfig vs_config(const MMHeadPlan& hp) {
+  VerticalSlashConfig c;
+  c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
+  return c;
+}
+
 // Q-boundary and 2D-boundary heads: the pattern's pieces per modality (or modality pair), each
-// from its own last queries (q, k: host tensors; one head), as plans for the row-groups kernel
-// (spattn/modality_boundary.hpp).
+// from its own last queries, as plans for the row-groups kernel (spattn/modality_boundary.hpp).
+// q, k: one head; host tensors, or with `device` (the device's piece estimate) any.
 std::vector<PairPlan> boundary_plans(const MMHeadPlan& hp, const TensorView& q, const TensorView& k,
-                                     const AttnOptions& opt) {
+                                     const AttnOptions& opt,
+                                     const PieceEstimate* device = nullptr) {
   const bool split_keys = hp.boundary == MMBoundary::two_d;
   const std::shared_ptr<const ModalityLayout> layout =
       opt.modality ? opt.modality : std::make_shared<const ModalityLayout>(uniform_modality(k.seq));
@@ -41,12 +49,10 @@ std::vector<PairPlan> boundary_plans(const MMHeadPlan& hp, const TensorView& q, 
     case MMPattern::a_shape:
       pieces = a_shape_pairs(*layout, q.seq, hp.sink, hp.local, split_keys);
       break;
-    case MMPattern::vertical_slash: {
-      VerticalSlashConfig c;
-      c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
-      pieces = vertical_slash_pairs(q, k, *layout, c, opt, split_keys);
+    case MMPattern::vertical_slash:
+      pieces = device ? vertical_slash_pairs(*layout, q.seq, vs_config(hp), split_keys, *device)
+                      : vertical_slash_pairs(q, k, *layout, vs_config(hp), opt, split_keys);
       break;
-    }
     case MMPattern::grid:
       detail::fail("mminference: boundary '", mm_boundary_name(hp.boundary),
                    "' is not implemented for grid heads");
@@ -97,9 +103,7 @@ std::unique_ptr<Coverage> mm_run_head(const MMHeadPlan& hp, int64_t frame_stride
       return block_mask_coverage(std::move(m));
     }
     case MMPattern::vertical_slash: {
-      VerticalSlashConfig c;
-      c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
-      VerticalSlashIndex idx = vertical_slash_index(q, k, c, opt);
+      VerticalSlashIndex idx = vertical_slash_index(q, k, vs_config(hp), opt);
       attention_vertical_slash(q, k, v, out, idx, opt, lse, stats);
       return vertical_slash_coverage(std::move(idx), q.seq, k.seq);
     }
@@ -181,10 +185,13 @@ class MMInference final : public Method {
                        vh = v.head_range(kvh, 1), oh = out.head_range(h, 1);
       float* lh = lse ? lse + h * q.seq : nullptr;
       if (hp.boundary == MMBoundary::q || hp.boundary == MMBoundary::two_d) {
-        // The pieces from the host's copies of the head's q and k (the vertical-slash
-        // estimate per modality), the pieces' passes and merge on the device.
-        std::vector<PairPlan> plans =
-            boundary_plans(hp, cuda::to_host(qh, opt.stream), cuda::to_host(kh, opt.stream), opt);
+        // Each piece's estimate, passes and merge on the device; the plans' key lists from the
+        // layout and the estimates' indices on the host.
+        const PieceEstimate estimate = [&](const std::vector<int64_t>& rows,
+                                           const std::vector<int64_t>& keys) {
+          return cuda::vertical_slash_estimate(qh, kh, vs_config(hp), opt, rows, &keys, opt.stream);
+        };
+        std::vector<PairPlan> plans = boundary_plans(hp, qh, kh, opt, &estimate);
         cuda::attention_modality_pairs(qh, kh, vh, oh, plans, opt, lh, &r.stats, opt.stream);
         cov.push_back(modality_pairs_coverage(std::move(plans), q.seq, k.seq));
       } else if (hp.pattern == MMPattern::grid) {
@@ -199,9 +206,7 @@ class MMInference final : public Method {
         cuda::attention_block_sparse(qh, kh, vh, oh, m, opt, lh, &r.stats, opt.stream);
         cov.push_back(block_mask_coverage(std::move(m)));
       } else {
-        VerticalSlashConfig c;
-        c.vertical_size = hp.vertical, c.slash_size = hp.slash_size;
-        VerticalSlashIndex idx = cuda::vertical_slash_index(qh, kh, c, opt, opt.stream);
+        VerticalSlashIndex idx = cuda::vertical_slash_index(qh, kh, vs_config(hp), opt, opt.stream);
         cuda::attention_vertical_slash(qh, kh, vh, oh, idx, opt, lh, &r.stats, opt.stream);
         cov.push_back(vertical_slash_coverage(std::move(idx), q.seq, k.seq));
       }

@@ -79,8 +79,8 @@ TEST(CudaMMInference, AShapeVerticalSlashAndGridHeadsRunOnTheDevice) {
 }
 
 // Q-boundary and 2D-boundary heads on a text-vision-text layout: each row against exact
-// attention over the device's coverage, which is the host's (the pieces are built on the host
-// from the same values).
+// attention over the device's coverage; the A-shape pieces' coverage is the host's (static), the
+// vertical-slash pieces' estimated on the device (a near tie may differ).
 TEST(CudaMMInference, BoundaryHeadsRunOnTheDevice) {
   SKIP_WITHOUT_GPU();
   MMHeadPlan qa, qvs, twod_a, twod_vs;
@@ -112,8 +112,9 @@ TEST(CudaMMInference, BoundaryHeadsRunOnTheDevice) {
   for (int64_t h = 0; h < 4; ++h)
     for (int64_t i = 0; i < n; i += 61) {
       const auto keys = test::coverage_keys(*dr.coverage, h, i);
-      // The pieces are built on the host from the same values: the same keys.
-      EXPECT_EQ(keys, test::coverage_keys(*hr.coverage, h, i)) << h << " " << i;
+      if (h == 0 || h == 2) {  // A-shape pieces: the host's keys
+        EXPECT_EQ(keys, test::coverage_keys(*hr.coverage, h, i)) << h << " " << i;
+      }
       const auto want = test::row_over_keys(in.q, in.k, in.v, h, i, keys);
       for (int64_t c = 0; c < 64; ++c)
         bad += !(std::abs(got.view().get(h, i, c) - want[size_t(c)]) <=

@@ -2,7 +2,8 @@
 // flash kernel's key pieces: src/cuda/flash_fwd.cuh, src/cuda/attention.cu) against the CPU
 // kernel over the same index: output and LSE, the entries computed (exactly the index's
 // coverage under each row's causal limit); MInference's estimate on the device
-// (cuda::vertical_slash_index, src/cuda/vertical_slash.cu) against the host's; and the method
+// (cuda::vertical_slash_index, src/cuda/vertical_slash.cu) against the host's, and its
+// per-modality form (MMInference's boundary pieces); and the method
 // on device tensors against the method on the host. Both dtypes, head dims 64 and 128, GQA, odd lengths, queries at the end
 // of a longer cache, ranges off the 64-key grid, more than 64 columns (several gathered
 // pieces), extreme logits. Every test skips without a GPU.
@@ -23,6 +24,8 @@
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/method.hpp"
+#include "spattn/modality.hpp"
+#include "spattn/modality_boundary.hpp"
 #include "spattn/sparse_attention.hpp"
 #include "test_util.hpp"
 
@@ -135,6 +138,58 @@ TEST(CudaVerticalSlash, DeviceIndexIsTheHostsIndex) {
       EXPECT_LE(missing(wo, go), std::max<int64_t>(2, int64_t(wo.size()) / 50)) << "head " << h;
     }
   }
+}
+
+// MMInference's boundary pieces: each piece's estimate on the device (listed rows, candidate
+// keys of one modality) against the host's, on a text-vision-text layout with queries at the end
+// of a longer cache, Q-boundary and 2D pieces, both dtypes, GQA's second kv head.
+TEST(CudaVerticalSlash, PieceEstimatesAreTheHostsPieceEstimates) {
+  SKIP_WITHOUT_GPU();
+  const int64_t lk = 1700, lq = 1500;
+  ModalityLayout layout;
+  for (int64_t i = 0; i < lk; ++i)
+    layout.ids.push_back(i >= 300 && i < 1190 ? kVisionModality : kTextModality);
+  AttnOptions opt;
+  opt.causal = true;
+  VerticalSlashConfig cfg;
+  cfg.vertical_size = 90, cfg.slash_size = 150;
+  for (DType t : {DType::bf16, DType::f16})
+    for (bool split : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (split ? " 2d" : " q"));
+      const Input in = make_input(true, t, 128, 4, 2, lq, lk, 1.0f, 8);
+      const TensorView qh = in.q.view().head_range(3, 1), kh = in.k.view().head_range(1, 1);
+      const auto want = vertical_slash_pairs(qh, kh, layout, cfg, opt, split);
+      DeviceTensor dq(in.q), dk(in.k);
+      const TensorView dqh = dq.view.head_range(3, 1), dkh = dk.view.head_range(1, 1);
+      const auto got = vertical_slash_pairs(
+          layout, lq, cfg, split,
+          [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& keys) {
+            return cuda::vertical_slash_estimate(dqh, dkh, cfg, opt, rows, &keys);
+          });
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        const ModalityPairIndex &g = got[i], &w = want[i];
+        EXPECT_EQ(g.q_modality, w.q_modality);
+        EXPECT_EQ(g.k_modality, w.k_modality);
+        ASSERT_EQ(g.columns.size(), w.columns.size()) << "piece " << i;
+        ASSERT_EQ(g.offsets.size(), w.offsets.size()) << "piece " << i;
+        // The piece's own sink is forced; the rest may differ by a near tie.
+        for (size_t j = 0; j < std::min<size_t>(size_t(cfg.sink), w.columns.size()); ++j)
+          EXPECT_EQ(g.columns[j], w.columns[j]) << "piece " << i << " sink column " << j;
+        EXPECT_LE(missing(w.columns, g.columns),
+                  std::max<int64_t>(2, int64_t(w.columns.size()) / 50))
+            << "piece " << i;
+        EXPECT_LE(missing(w.offsets, g.offsets),
+                  std::max<int64_t>(2, int64_t(w.offsets.size()) / 50))
+            << "piece " << i;
+      }
+    }
+  // Rows or keys out of order are named errors.
+  const Input in = make_input(false, DType::bf16, 64, 1, 1, 200, 200, 1.0f, 9);
+  DeviceTensor dq(in.q), dk(in.k);
+  const std::vector<int64_t> keys = {5, 3};
+  EXPECT_THROW(cuda::vertical_slash_estimate(dq.view, dk.view, cfg, opt, {10, 20}, &keys), Error);
+  EXPECT_THROW(cuda::vertical_slash_estimate(dq.view, dk.view, cfg, opt, {20, 10}, nullptr), Error);
 }
 
 TEST(CudaVerticalSlash, MethodOnTheDeviceIsTheMethodOnTheHost) {

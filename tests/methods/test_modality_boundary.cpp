@@ -192,6 +192,51 @@ TEST(BoundaryHeads, PiecesCoverTheirModalities) {
   EXPECT_THROW(vertical_slash_pairs(q, k, test_layout(388), c, {}, true), Error);
 }
 
+// Which rows and keys each piece's estimate reads (the rule the host's and the device's
+// estimates share): the query modality's last min(last_q, rows) rows, and every key (Q) or the
+// key modality's keys (2D); queries at the end of a longer cache.
+TEST(BoundaryHeads, EachPieceEstimatesFromItsModalitysLastRowsAndItsKeys) {
+  const ModalityLayout l = test_layout(389);
+  const int64_t lq = 300, off = 389 - lq;
+  VerticalSlashConfig c;
+  c.vertical_size = 10, c.slash_size = 20;
+  for (bool split : {false, true}) {
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> seen;
+    const auto pieces = vertical_slash_pairs(
+        l, lq, c, split, [&](const std::vector<int64_t>& rows, const std::vector<int64_t>& keys) {
+          seen.emplace_back(rows, keys);
+          VerticalSlashIndex x;
+          x.heads = 1;
+          x.columns = {{keys.front()}};
+          x.offsets = {{0}};
+          return x;
+        });
+    ASSERT_EQ(seen.size(), split ? 4u : 2u);
+    ASSERT_EQ(pieces.size(), seen.size());
+    for (size_t i = 0; i < seen.size(); ++i) {
+      const auto& [rows, keys] = seen[i];
+      const uint8_t mq = pieces[i].q_modality, mk = pieces[i].k_modality;
+      std::vector<int64_t> want_rows, want_keys;
+      for (int64_t r = 0; r < lq; ++r)
+        if (l.ids[size_t(off + r)] == mq) want_rows.push_back(r);
+      want_rows.erase(want_rows.begin(),
+                      want_rows.end() - std::min<std::ptrdiff_t>(ptrdiff_t(want_rows.size()), 64));
+      for (int64_t j = 0; j < 389; ++j)
+        if (mk == kAnyModality || l.ids[size_t(j)] == mk) want_keys.push_back(j);
+      EXPECT_EQ(rows, want_rows) << "piece " << i;
+      EXPECT_EQ(keys, want_keys) << "piece " << i;
+      EXPECT_EQ(mk == kAnyModality, !split);
+      EXPECT_EQ(pieces[i].columns, (std::vector<int64_t>{want_keys.front()}));
+    }
+  }
+  // An estimate that answers for another head count is refused, not read.
+  EXPECT_THROW(vertical_slash_pairs(l, lq, c, false,
+                                    [](const std::vector<int64_t>&, const std::vector<int64_t>&) {
+                                      return VerticalSlashIndex{};
+                                    }),
+               Error);
+}
+
 TEST(BoundaryPlan, RoundTripsAndRefusesBadBoundaries) {
   const MMPlan p = boundary_plan();
   const std::string text = mm_plan_to_json(p);
