@@ -52,7 +52,7 @@ std::string device_description(int device) {
 
 std::string prefill_kernel() {
   SPATTN_CHECK(device_count() > 0, "cuda prefill_kernel: no CUDA device");
-  return sm90::selected() ? "wgmma" : "mma";
+  return !sm90::selected() ? "mma" : sm90::overlap() ? "wgmma_overlap" : "wgmma";
 }
 
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -1,17 +1,20 @@
 // Which prefill kernel runs (spattn/cuda.hpp: prefill_kernel): the wgmma kernel on a Hopper GPU,
 // mma.sync elsewhere or when SPATTN_CUDA_KERNEL=mma asks; a wrong value is a named Error. On a
 // Hopper both kernels run here on the same inputs: the same BLASST decisions, tile for tile,
-// and outputs within rounding of each other. The other GPU tests check whichever kernel the
+// and outputs within rounding of each other; the wgmma kernel's overlapped form
+// (wgmma_overlap) gives the plain form's outputs exactly. The other GPU tests check whichever kernel the
 // environment picks against the CPU (run them under both: DEVELOPERS.md).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "assets.hpp"
 #include "cuda/device_buffers.hpp"
 #include "cuda/text_workload.hpp"
 #include "spattn/blasst.hpp"
+#include "spattn/block_mask.hpp"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 #include "test_util.hpp"
@@ -50,10 +53,10 @@ TEST(CudaKernels, ChoiceFollowsTheDeviceAndTheEnvironment) {
     KernelEnv env("mma");
     EXPECT_EQ(cuda::prefill_kernel(), "mma");
   }
-  {
-    KernelEnv env("wgmma");
+  for (const char* name : {"wgmma", "wgmma_overlap"}) {
+    KernelEnv env(name);
     if (hopper())
-      EXPECT_EQ(cuda::prefill_kernel(), "wgmma");
+      EXPECT_EQ(cuda::prefill_kernel(), name);
     else
       EXPECT_THROW(cuda::prefill_kernel(), Error);
   }
@@ -100,6 +103,62 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
         }
       }
   }
+}
+
+// FlashAttention-3's intra-warpgroup overlap (SPATTN_CUDA_KERNEL=wgmma_overlap) against the
+// plain wgmma kernel on one input: dense (causal, full, queries at the end of a longer cache)
+// and tile lists (128-row and 64-row masks, the latter as the kernel's paired 64-row groups),
+// both dtypes and head dims. The same products in the same order: the same outputs, LSE and
+// entries.
+TEST(CudaKernels, OverlapIsThePlainWgmmaKernel) {
+  if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
+  if (!hopper()) SPATTN_SKIP_NOT_APPLICABLE("not a Hopper GPU: no wgmma kernel here");
+  uint64_t seed = 40;
+  for (DType t : {DType::bf16, DType::f16})
+    for (int64_t d : {64, 128})
+      for (int form = 0; form < 4; ++form) {
+        const bool causal = form != 1;
+        const int64_t hq = 4, hkv = 2, lq = 1333, lkv = form == 2 ? 2001 : 1333;
+        const int64_t bq = form == 3 ? 64 : 128;
+        const Tensor q = test::random_tensor(t, hq, lq, d, seed++);
+        const Tensor k = test::random_tensor(t, hkv, lkv, d, seed++);
+        const Tensor v = test::random_tensor(t, hkv, lkv, d, seed++);
+        test::DeviceTensor dq(q), dk(k), dv(v);
+        AttnOptions opt;
+        opt.causal = causal;
+        // Forms 2 and 3 through a mask: every third block of each row and its last (diagonal).
+        const BlockMask full = BlockMask::full(hq, lq, lkv, bq, 64, causal);
+        std::vector<std::vector<int32_t>> lists;
+        for (int64_t h = 0; h < hq; ++h)
+          for (int64_t qb = 0; qb < full.n_qb(); ++qb) {
+            const auto row = full.row(h, qb);
+            std::vector<int32_t>& l = lists.emplace_back();
+            for (size_t i = 0; i < row.size(); ++i)
+              if (i % 3 == size_t(h % 3) || i + 1 == row.size()) l.push_back(row[i]);
+          }
+        const BlockMask mask = BlockMask::from_lists(hq, lq, lkv, bq, 64, causal, lists);
+        Tensor out[2];
+        std::vector<float> lse[2];
+        Stats st[2];
+        for (int i = 0; i < 2; ++i) {
+          KernelEnv env(i == 0 ? "wgmma" : "wgmma_overlap");
+          test::DeviceTensor dout(t, hq, lq, d);
+          test::DeviceFloats dlse(size_t(hq * lq));
+          if (form < 2)
+            cuda::attention_dense(dq.view, dk.view, dv.view, dout.view, opt, dlse.ptr, &st[i]);
+          else
+            cuda::attention_block_sparse(dq.view, dk.view, dv.view, dout.view, mask, opt, dlse.ptr,
+                                         &st[i]);
+          out[i] = dout.to_host();
+          lse[i] = dlse.to_host();
+        }
+        const std::string what =
+            std::string(dtype_name(t)) + " d" + std::to_string(d) + " form " + std::to_string(form);
+        const test::Diff df = test::diff(out[1].view(), out[0].view());
+        EXPECT_EQ(df.max_abs, 0.0) << what;
+        EXPECT_EQ(lse[1], lse[0]) << what;
+        EXPECT_EQ(st[1].score_entries, st[0].score_entries) << what;
+      }
 }
 
 }  // namespace

@@ -16,6 +16,14 @@
 // other computes (the mma.sync kernel keeps its groups in step, so a tile costs the block
 // unless both groups skip it; BENCHMARKS.md).
 //
+// kOverlap (FlashAttention-3, 3.2: intra-warpgroup overlapping, two score register sets): a
+// consumer issues the next tile's S = Q K^T before the softmax of the current one, so the
+// exponentials run while the tensor cores compute the next scores; the second set of scores
+// needs more registers than 384 threads share evenly, so the producer gives its up (setmaxnreg)
+// and the consumers take them. Not for BLASST, whose skip vote reads the current tile's scores
+// before anything else is decided. SPATTN_CUDA_KERNEL=wgmma_overlap picks it (launch.cu), to be
+// timed against the plain form before it is anyone's default.
+//
 // Tiles are stored [D / 64][rows][64] in the 128-byte swizzle wgmma's descriptors name (16-byte
 // chunk c of a 128-byte row r at c ^ (r % 8)): K and Q are K-major operands, V is read
 // transposed (MN-major), all three in the same layout.
@@ -35,6 +43,9 @@ constexpr int kBM = 128;       // query rows a block: two 64-row groups
 constexpr int kStages = 4;     // K/V stages in the ring
 constexpr int kThreads = 384;  // producer + two consumer warpgroups
 constexpr int kLag = 2;        // tiles the producer keeps in flight before marking the oldest
+// kOverlap's register split (setmaxnreg): 128 x 56 + 256 x 224 <= 65536 (fewer for the
+// producer spill its cp.async addresses: ptxas -v).
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 
 // Dynamic shared memory a block takes: Q, the stages, their barriers, and slack to align the
 // start to the 1024 bytes a swizzle atom needs.
@@ -64,14 +75,24 @@ __device__ __forceinline__ void load_tile(uint32_t dst_base, const T* g, int64_t
   }
 }
 
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 }  // namespace detail
 
-template <class T, int D, bool kList, bool kSkip>
+template <class T, int D, bool kList, bool kSkip, bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FlashParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(!(kList && kSkip), "BLASST runs over the dense visiting order");
+  static_assert(!(kOverlap && kSkip), "BLASST votes on the current tile before the next");
   using cuda::detail::tile_at;
   constexpr uint32_t kQBytes = kBM * D * 2, kTileBytes = kBN * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -118,6 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool local_first = kSkip && p.local_first;
 
   if (wg == 0) {
+    if constexpr (kOverlap) detail::setmaxnreg_dec<kProducerRegs>();
     // The producer. Tile i goes into stage i % kStages once every consumer warp is done with
     // tile i - kStages there; a stage is marked full kLag tiles later (or at the end), after
     // this thread's copies of it are done and fenced: the wait is on copies issued long before.
@@ -147,6 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // A consumer: 64-row group g of the tile; warp w of its warpgroup holds rows 16 w + [0, 16).
+  if constexpr (kOverlap) detail::setmaxnreg_inc<kConsumerRegs>();
   const int g = wg - 1, w = (tid / 32) % 4;
   const int t64 = t * 2 + g;
   const int64_t item64 = (int64_t(b) * p.heads + h) * p.n_qt64 + t64;
@@ -192,112 +215,170 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto desc_v = [&](int s, int kk) { return desc_sw128(sV(s) + kk * 16 * 128, kBN * 128, 1024); };
 
-  for (int i = 0; i < n_visit; ++i) {
-    const int pos = swap12 && (i == 1 || i == 2) ? 3 - i : i;
-    const int s = pos % kStages;
-    const int kt = tile_at(pos, n_visit, list, local_first);
-    const int kbase = kt * kBN;
-    mbar_wait(full(s), (pos / kStages) & 1);
-    // Uniform over the warpgroup.
-    const bool mine = kbase < reach && (!groups || (groups[pos] >> g) & 1);
-
-    float sc[kBN / 2];                     // S: n8 tile j's four values at sc[4 j .. 4 j + 3]
-    float mx[2] = {-INFINITY, -INFINITY};  // the tile's row maxima, scaled log2 units
-    if (mine) {
-      wgmma_fence();
+  // S = Q K^T of stage s into sc, committed (the caller waits).
+  auto issue_scores = [&](float(&sc)[kBN / 2], int s) {
+    wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) mma_ss<T, kBN>(sc, desc_q(kk), desc_k(s, kk), kk > 0);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(sc);
-      if (kbase + kBN > lim_min) {
+    for (int kk = 0; kk < D / 16; ++kk) mma_ss<T, kBN>(sc, desc_q(kk), desc_k(s, kk), kk > 0);
+    wgmma_commit();
+  };
+  // The causal mask on the tile at kbase, then its row maxima mx in scaled log2 units.
+  auto mask_max = [&](float(&sc)[kBN / 2], int kbase, float(&mx)[2]) {
+    if (kbase + kBN > lim_min) {
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
+      for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = kbase + j * 8 + (lane % 4) * 2 + (e & 1);
-            if (key >= lim_of(e >> 1)) sc[4 * j + e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        mx[0] = fmaxf(mx[0], fmaxf(sc[4 * j], sc[4 * j + 1]));
-        mx[1] = fmaxf(mx[1], fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        mx[r] *= sl2;  // the scale is positive: the max commutes
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int key = kbase + j * 8 + (lane % 4) * 2 + (e & 1);
+          if (key >= lim_of(e >> 1)) sc[4 * j + e] = -INFINITY;
+        }
     }
-
-    // BLASST: the group skips the tile when each of its rows is ln(lambda) below its running
-    // max (the CPU rule, blasst_skips: a NaN difference, -inf against -inf, counts as below;
-    // a -inf threshold, lambda 0, skips nothing). The vote is the warpgroup's barrier.
-    bool skip = false;
-    if constexpr (kSkip) {
-      bool below = true;
+    mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      mx[0] = fmaxf(mx[0], fmaxf(sc[4 * j], sc[4 * j + 1]));
+      mx[1] = fmaxf(mx[1], fmaxf(sc[4 * j + 2], sc[4 * j + 3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      mx[r] *= sl2;  // the scale is positive: the max commutes
+    }
+  };
+  // The tile's entries counted, the online softmax (m, l, O rescaled), then O += P V of stage
+  // s committed (the caller waits). A row that has seen only masked keys keeps m = -inf: its
+  // base is 0, so 2^(-inf - 0) = 0 and no NaN arises.
+  auto softmax_pv = [&](const float(&sc)[kBN / 2], const float(&mx)[2], int kbase, int s) {
+    if (p.entries && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r)
-        below = below && (row_of(r) >= p.q_len || !(mx[r] - m[r] >= p.threshold));
-      const bool all = all_at_barrier(below, 1 + g, 128);
-      skip = mine && p.threshold != -INFINITY && all;
+        if (row_of(r) < p.q_len) n_entries += max(0, min(lim_of(r), kbase + kBN) - kbase);
     }
-    if (mine && tid % 128 == 0) {
-      ++n_visited;
-      if (skip) {
-        ++n_skipped;
-        if (p.skip_map) p.skip_map[item64 * p.n_kt + kt] = 1;
-      }
+    float base_[2], alpha[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float mn = fmaxf(m[r], mx[r]);
+      base_[r] = mn == -INFINITY ? 0.f : mn;
+      alpha[r] = ptx::ex2(m[r] - base_[r]);
+      m[r] = mn;
     }
-
-    if (mine && !skip) {
-      if (p.entries && lane % 4 == 0) {
+    uint32_t pf[kBN / 16][4];  // P as wgmma A fragments, one per 16 keys
 #pragma unroll
-        for (int r = 0; r < 2; ++r)
-          if (row_of(r) < p.q_len) n_entries += max(0, min(lim_of(r), kbase + kBN) - kbase);
-      }
-      // The online softmax. A row that has seen only masked keys keeps m = -inf: its base is
-      // 0, so 2^(-inf - 0) = 0 and no NaN arises.
-      float base_[2], alpha[2], sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mn = fmaxf(m[r], mx[r]);
-        base_[r] = mn == -INFINITY ? 0.f : mn;
-        alpha[r] = ptx::ex2(m[r] - base_[r]);
-        m[r] = mn;
-      }
-      uint32_t pf[kBN / 16][4];  // P as wgmma A fragments, one per 16 keys
-#pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        const float p0 = ptx::ex2(fmaf(sc[4 * j], sl2, -base_[0]));
-        const float p1 = ptx::ex2(fmaf(sc[4 * j + 1], sl2, -base_[0]));
-        const float p2 = ptx::ex2(fmaf(sc[4 * j + 2], sl2, -base_[1]));
-        const float p3 = ptx::ex2(fmaf(sc[4 * j + 3], sl2, -base_[1]));
-        sum[0] += p0 + p1;
-        sum[1] += p2 + p3;
-        pf[j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(p0, p1);
-        pf[j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
-      }
-      l[0] = l[0] * alpha[0] + sum[0];  // this thread's share; the quad's sum is taken at the end
-      l[1] = l[1] * alpha[1] + sum[1];
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j] *= alpha[0];
-        o[4 * j + 1] *= alpha[0];
-        o[4 * j + 2] *= alpha[1];
-        o[4 * j + 3] *= alpha[1];
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_tb<T, D>(o, pf[kk], desc_v(s, kk));
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_regs(o);
+    for (int j = 0; j < kBN / 8; ++j) {
+      const float p0 = ptx::ex2(fmaf(sc[4 * j], sl2, -base_[0]));
+      const float p1 = ptx::ex2(fmaf(sc[4 * j + 1], sl2, -base_[0]));
+      const float p2 = ptx::ex2(fmaf(sc[4 * j + 2], sl2, -base_[1]));
+      const float p3 = ptx::ex2(fmaf(sc[4 * j + 3], sl2, -base_[1]));
+      sum[0] += p0 + p1;
+      sum[1] += p2 + p3;
+      pf[j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(p0, p1);
+      pf[j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
     }
+    l[0] = l[0] * alpha[0] + sum[0];  // this thread's share; the quad's sum is taken at the end
+    l[1] = l[1] * alpha[1] + sum[1];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      o[4 * j] *= alpha[0];
+      o[4 * j + 1] *= alpha[0];
+      o[4 * j + 2] *= alpha[1];
+      o[4 * j + 3] *= alpha[1];
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_tb<T, D>(o, pf[kk], desc_v(s, kk));
+    wgmma_commit();
+  };
+  // Tile position pos of the visiting order: its stage, its first key, and whether it is this
+  // group's (uniform over the warpgroup), once the producer has filled its stage.
+  struct Visit {
+    int s, kt, kbase;
+    bool mine;
+  };
+  auto visit_at = [&](int pos) {
+    Visit v;
+    v.s = pos % kStages;
+    v.kt = tile_at(pos, n_visit, list, local_first);
+    v.kbase = v.kt * kBN;
+    mbar_wait(full(v.s), (pos / kStages) & 1);
+    v.mine = v.kbase < reach && (!groups || (groups[pos] >> g) & 1);
+    if (v.mine && tid % 128 == 0) ++n_visited;
+    return v;
+  };
+  auto release = [&](int s) {
     __syncwarp();
     if (lane == 0) mbar_arrive(empty(s));
+  };
+
+  if constexpr (kOverlap) {
+    // Tile i's scores sit in sc while tile i + 1's are computed into sn: S_{i+1} is issued,
+    // then the softmax of S_i and O += P_i V_i; one wait covers both.
+    float sc[kBN / 2], mx[2];
+    Visit cur{};
+    if (n_visit > 0) {
+      cur = visit_at(0);
+      if (cur.mine) {
+        issue_scores(sc, cur.s);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        mask_max(sc, cur.kbase, mx);
+      }
+    }
+    for (int i = 0; i < n_visit; ++i) {
+      float sn[kBN / 2];
+      Visit next{};
+      next.mine = false;
+      if (i + 1 < n_visit) {
+        next = visit_at(i + 1);
+        if (next.mine) issue_scores(sn, next.s);
+      }
+      if (cur.mine) softmax_pv(sc, mx, cur.kbase, cur.s);
+      wgmma_wait<0>();
+      fence_regs(o);
+      fence_regs(sn);
+      release(cur.s);
+      if (next.mine) {
+#pragma unroll
+        for (int e = 0; e < kBN / 2; ++e) sc[e] = sn[e];
+        mask_max(sc, next.kbase, mx);
+      }
+      cur = next;
+    }
+  } else {
+    for (int i = 0; i < n_visit; ++i) {
+      const Visit v = visit_at(swap12 && (i == 1 || i == 2) ? 3 - i : i);
+      float sc[kBN / 2];                     // S: n8 tile j's four values at sc[4 j .. 4 j + 3]
+      float mx[2] = {-INFINITY, -INFINITY};  // the tile's row maxima, scaled log2 units
+      if (v.mine) {
+        issue_scores(sc, v.s);
+        wgmma_wait<0>();
+        fence_regs(sc);
+        mask_max(sc, v.kbase, mx);
+      }
+
+      // BLASST: the group skips the tile when each of its rows is ln(lambda) below its running
+      // max (the CPU rule, blasst_skips: a NaN difference, -inf against -inf, counts as below;
+      // a -inf threshold, lambda 0, skips nothing). The vote is the warpgroup's barrier.
+      bool skip = false;
+      if constexpr (kSkip) {
+        bool below = true;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          below = below && (row_of(r) >= p.q_len || !(mx[r] - m[r] >= p.threshold));
+        const bool all = all_at_barrier(below, 1 + g, 128);
+        skip = v.mine && p.threshold != -INFINITY && all;
+      }
+      if (skip && tid % 128 == 0) {
+        ++n_skipped;
+        if (p.skip_map) p.skip_map[item64 * p.n_kt + v.kt] = 1;
+      }
+      if (v.mine && !skip) {
+        softmax_pv(sc, mx, v.kbase, v.s);
+        wgmma_wait<0>();
+        fence_regs(o);
+      }
+      release(v.s);
+    }
   }
 
   // Final: divide by the row sums; an empty row (l = 0) gets 0 and LSE -inf.

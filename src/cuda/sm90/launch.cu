@@ -10,12 +10,17 @@
 
 namespace spattn::cuda::sm90 {
 
+bool overlap() {
+  const char* env = std::getenv("SPATTN_CUDA_KERNEL");
+  return env && std::strcmp(env, "wgmma_overlap") == 0;
+}
+
 bool selected() {
   const char* env = std::getenv("SPATTN_CUDA_KERNEL");
   const bool want_mma = env && std::strcmp(env, "mma") == 0;
-  const bool want_wgmma = env && std::strcmp(env, "wgmma") == 0;
+  const bool want_wgmma = env && (std::strcmp(env, "wgmma") == 0 || overlap());
   SPATTN_CHECK(!env || !*env || want_mma || want_wgmma || std::strcmp(env, "auto") == 0,
-               "SPATTN_CUDA_KERNEL=", env, ": expected auto, wgmma or mma");
+               "SPATTN_CUDA_KERNEL=", env, ": expected auto, wgmma, wgmma_overlap or mma");
   if (want_mma) return false;
   int dev = 0, major = 0, minor = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -24,17 +29,17 @@ bool selected() {
   check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
         "cudaDeviceGetAttribute");
   const bool hopper = major == 9 && minor == 0;
-  SPATTN_CHECK(hopper || !want_wgmma, "SPATTN_CUDA_KERNEL=wgmma: device ", dev, " is sm_", major,
-               minor, "; the wgmma kernel runs on sm_90 (Hopper) only");
+  SPATTN_CHECK(hopper || !want_wgmma, "SPATTN_CUDA_KERNEL=", env, ": device ", dev, " is sm_",
+               major, minor, "; the wgmma kernel runs on sm_90 (Hopper) only");
   return hopper;
 }
 
 namespace {
 
-template <class T, int D, bool kList, bool kSkip>
+template <class T, int D, bool kList, bool kSkip, bool kOverlap = false>
 void launch_t(const FlashParams& p, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<D>();
-  auto* kernel = flash_fwd_kernel<T, D, kList, kSkip>;
+  auto* kernel = flash_fwd_kernel<T, D, kList, kSkip, kOverlap>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -45,12 +50,13 @@ void launch_t(const FlashParams& p, cudaStream_t stream) {
 template <class T, int D>
 void launch_policy(bool list, bool skip, const FlashParams& p, cudaStream_t stream) {
   SPATTN_CHECK(!(list && skip), "sm90 flash kernel: BLASST over a tile list has no variant");
+  const bool ov = overlap();  // BLASST has no overlapped form: it runs the plain one
   if (list)
-    launch_t<T, D, true, false>(p, stream);
+    ov ? launch_t<T, D, true, false, true>(p, stream) : launch_t<T, D, true, false>(p, stream);
   else if (skip)
     launch_t<T, D, false, true>(p, stream);
   else
-    launch_t<T, D, false, false>(p, stream);
+    ov ? launch_t<T, D, false, false, true>(p, stream) : launch_t<T, D, false, false>(p, stream);
 }
 
 }  // namespace
