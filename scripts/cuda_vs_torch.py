@@ -159,6 +159,10 @@ def with_env(name, value, f):
     return g
 
 
+# The wgmma kernel's FlashAttention-3 schedules beside its plain one (SPATTN_CUDA_KERNEL=wgmma_S).
+SCHEDULES = ("overlap", "pingpong")
+
+
 def with_kernel(kernel, f):
     """f run with SPATTN_CUDA_KERNEL=kernel."""
     return with_env("SPATTN_CUDA_KERNEL", kernel, f)
@@ -259,11 +263,11 @@ def main():
     ap.add_argument("--also-mma", action="store_true",
                     help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
                          "as dense_mma and blasst:LAMBDA_mma beside the default wgmma kernel")
-    ap.add_argument("--also-overlap", action="store_true",
-                    help="on a Hopper GPU also time the wgmma kernel's overlapped form "
-                         "(SPATTN_CUDA_KERNEL=wgmma_overlap: FlashAttention-3's intra-warpgroup "
-                         "overlap) as dense_overlap, bs10_overlap, bs10_128_overlap and "
-                         "full128_overlap, each with vs_plain against its plain row")
+    ap.add_argument("--also-schedules", action="store_true",
+                    help="on a Hopper GPU also time the wgmma kernel's FlashAttention-3 "
+                         "schedules (SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong) as "
+                         "dense_S, bs10_S, bs10_128_S and full128_S for S overlap and pingpong, "
+                         "each with vs_plain against its plain row")
     ap.add_argument("--also-blasst64", action="store_true",
                     help="also time BLASST in 64-row tiles (SPATTN_CUDA_BLASST_ROWS=64: each "
                          "64-row group skips alone) as blasst:LAMBDA_64")
@@ -350,19 +354,22 @@ def main():
             fns[spec] = (lambda a: (lambda: sp.run(a)))(
                 sp.args("block_sparse", q, k, v, out, lse, plan=pl))
 
-        if args.also_overlap:
-            for n in ("dense", "bs10", "bs10_128", "full128"):
-                fns[n + "_overlap"] = with_kernel("wgmma_overlap", fns[n])
+        if args.also_schedules:
+            for sched in SCHEDULES:
+                for n in ("dense", "bs10", "bs10_128", "full128"):
+                    fns[f"{n}_{sched}"] = with_kernel("wgmma_" + sched, fns[n])
 
         ms = timed_round_robin(fns, args.reps, args.warmup)
         flops = causal_flops(H, L, D)
         for n, t in ms.items():
             d = dict(kind="time", seq=L, heads=H, kv_heads=KV, dim=D, contender=n, ms=t,
                      reps=args.reps)
-            if n in ("cudnn", "flash", "dense", "dense_mma", "dense_overlap"):
+            base, _, sched = n.rpartition("_")
+            if n in ("cudnn", "flash", "dense", "dense_mma") or (base == "dense"
+                                                                and sched in SCHEDULES):
                 d["tflops"] = flops / (t * 1e-3) / 1e12
-            if n.endswith("_overlap"):
-                d["vs_plain"] = ms[n[:-len("_overlap")]] / t
+            if sched in SCHEDULES:
+                d["vs_plain"] = ms[base] / t
             if n in gqa:
                 d["enable_gqa"] = gqa[n][3]
             if n == "bs10":
@@ -378,7 +385,7 @@ def main():
                 d.update(method_info[n], vs_dense=ms["dense"] / t)
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
-            if n in ("dense", "dense_mma", "dense_overlap"):
+            if n == "dense" or base == "dense":
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
             emit(d)

@@ -52,7 +52,9 @@ std::string device_description(int device) {
 
 std::string prefill_kernel() {
   SPATTN_CHECK(device_count() > 0, "cuda prefill_kernel: no CUDA device");
-  return !sm90::selected() ? "mma" : sm90::overlap() ? "wgmma_overlap" : "wgmma";
+  if (!sm90::selected()) return "mma";
+  const std::string sched = sm90::schedule_name();
+  return sched == "plain" ? "wgmma" : "wgmma_" + sched;
 }
 
 int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,

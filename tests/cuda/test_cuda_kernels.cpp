@@ -1,8 +1,8 @@
 // Which prefill kernel runs (spattn/cuda.hpp: prefill_kernel): the wgmma kernel on a Hopper GPU,
 // mma.sync elsewhere or when SPATTN_CUDA_KERNEL=mma asks; a wrong value is a named Error. On a
 // Hopper both kernels run here on the same inputs: the same BLASST decisions, tile for tile,
-// and outputs within rounding of each other; the wgmma kernel's overlapped form
-// (wgmma_overlap) gives the plain form's outputs exactly. The other GPU tests check whichever kernel the
+// and outputs within rounding of each other; the wgmma kernel's overlapped schedules
+// (wgmma_overlap, wgmma_pingpong) give the plain schedule's outputs exactly. The other GPU tests check whichever kernel the
 // environment picks against the CPU (run them under both: DEVELOPERS.md).
 #include <gtest/gtest.h>
 
@@ -53,7 +53,7 @@ TEST(CudaKernels, ChoiceFollowsTheDeviceAndTheEnvironment) {
     KernelEnv env("mma");
     EXPECT_EQ(cuda::prefill_kernel(), "mma");
   }
-  for (const char* name : {"wgmma", "wgmma_overlap"}) {
+  for (const char* name : {"wgmma", "wgmma_overlap", "wgmma_pingpong"}) {
     KernelEnv env(name);
     if (hopper())
       EXPECT_EQ(cuda::prefill_kernel(), name);
@@ -105,12 +105,12 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
   }
 }
 
-// FlashAttention-3's intra-warpgroup overlap (SPATTN_CUDA_KERNEL=wgmma_overlap) against the
-// plain wgmma kernel on one input: dense (causal, full, queries at the end of a longer cache)
-// and tile lists (128-row and 64-row masks, the latter as the kernel's paired 64-row groups),
-// both dtypes and head dims. The same products in the same order: the same outputs, LSE and
-// entries.
-TEST(CudaKernels, OverlapIsThePlainWgmmaKernel) {
+// FlashAttention-3's schedules (SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong) against the
+// plain wgmma schedule on one input: dense (causal, full, queries at the end of a longer cache)
+// and tile lists (128-row and 64-row masks, the latter as the kernel's paired 64-row groups:
+// the groups' own tiles differ), both dtypes and head dims. The same operations in the same
+// order: the same outputs, LSE and entries.
+TEST(CudaKernels, SchedulesAreThePlainWgmmaKernel) {
   if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
   if (!hopper()) SPATTN_SKIP_NOT_APPLICABLE("not a Hopper GPU: no wgmma kernel here");
   uint64_t seed = 40;
@@ -137,11 +137,12 @@ TEST(CudaKernels, OverlapIsThePlainWgmmaKernel) {
               if (i % 3 == size_t(h % 3) || i + 1 == row.size()) l.push_back(row[i]);
           }
         const BlockMask mask = BlockMask::from_lists(hq, lq, lkv, bq, 64, causal, lists);
-        Tensor out[2];
-        std::vector<float> lse[2];
-        Stats st[2];
-        for (int i = 0; i < 2; ++i) {
-          KernelEnv env(i == 0 ? "wgmma" : "wgmma_overlap");
+        const char* names[] = {"wgmma", "wgmma_overlap", "wgmma_pingpong"};
+        Tensor out[3];
+        std::vector<float> lse[3];
+        Stats st[3];
+        for (int i = 0; i < 3; ++i) {
+          KernelEnv env(names[i]);
           test::DeviceTensor dout(t, hq, lq, d);
           test::DeviceFloats dlse(size_t(hq * lq));
           if (form < 2)
@@ -152,12 +153,14 @@ TEST(CudaKernels, OverlapIsThePlainWgmmaKernel) {
           out[i] = dout.to_host();
           lse[i] = dlse.to_host();
         }
-        const std::string what =
-            std::string(dtype_name(t)) + " d" + std::to_string(d) + " form " + std::to_string(form);
-        const test::Diff df = test::diff(out[1].view(), out[0].view());
-        EXPECT_EQ(df.max_abs, 0.0) << what;
-        EXPECT_EQ(lse[1], lse[0]) << what;
-        EXPECT_EQ(st[1].score_entries, st[0].score_entries) << what;
+        for (int i = 1; i < 3; ++i) {
+          const std::string what = std::string(names[i]) + " " + dtype_name(t) + " d" +
+                                   std::to_string(d) + " form " + std::to_string(form);
+          const test::Diff df = test::diff(out[i].view(), out[0].view());
+          EXPECT_EQ(df.max_abs, 0.0) << what;
+          EXPECT_EQ(lse[i], lse[0]) << what;
+          EXPECT_EQ(st[i].score_entries, st[0].score_entries) << what;
+        }
       }
 }
 

@@ -16,13 +16,17 @@
 // other computes (the mma.sync kernel keeps its groups in step, so a tile costs the block
 // unless both groups skip it; BENCHMARKS.md).
 //
-// kOverlap (FlashAttention-3, 3.2: intra-warpgroup overlapping, two score register sets): a
-// consumer issues the next tile's S = Q K^T before the softmax of the current one, so the
-// exponentials run while the tensor cores compute the next scores; the second set of scores
-// needs more registers than 384 threads share evenly, so the producer gives its up (setmaxnreg)
-// and the consumers take them. Not for BLASST, whose skip vote reads the current tile's scores
-// before anything else is decided. SPATTN_CUDA_KERNEL=wgmma_overlap picks it (launch.cu), to be
-// timed against the plain form before it is anyone's default.
+// Schedules (FlashAttention-3, 3.1 and 3.2), each to be timed against the plain one before it
+// is anyone's default (SPATTN_CUDA_KERNEL, launch.cu):
+//   - overlap (intra-warpgroup overlapping, two score register sets): a consumer issues tile
+//     i + 1's S = Q K^T and tile i's O += P V back to back, then runs tile i + 1's softmax
+//     while the tensor cores compute both; the second set of scores needs more registers than
+//     384 threads share evenly, so the producer gives some up (setmaxnreg) to the consumers;
+//   - pingpong (overlap, plus inter-warpgroup ping-pong): the two consumers take turns to issue
+//     their products (two named barriers), so one group's softmax runs under the other's
+//     products.
+// BLASST keeps the plain schedule: its vote reads the current tile's scores before the next
+// tile's products may be issued.
 //
 // Tiles are stored [D / 64][rows][64] in the 128-byte swizzle wgmma's descriptors name (16-byte
 // chunk c of a 128-byte row r at c ^ (r % 8)): K and Q are K-major operands, V is read
@@ -43,9 +47,14 @@ constexpr int kBM = 128;       // query rows a block: two 64-row groups
 constexpr int kStages = 4;     // K/V stages in the ring
 constexpr int kThreads = 384;  // producer + two consumer warpgroups
 constexpr int kLag = 2;        // tiles the producer keeps in flight before marking the oldest
-// kOverlap's register split (setmaxnreg): 128 x 56 + 256 x 224 <= 65536 (fewer for the
-// producer spill its cp.async addresses: ptxas -v).
+enum class Schedule { plain, overlap, pingpong };
+
+// The overlapped schedules' register split (setmaxnreg): 128 x 56 + 256 x 224 <= 65536 (fewer
+// for the producer spill its cp.async addresses: ptxas -v).
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+// Named barriers: 0 is __syncthreads', 1 + g BLASST's vote of group g, kTurn + g "group g may
+// issue its products" (pingpong).
+constexpr int kTurn = 3;
 
 // Dynamic shared memory a block takes: Q, the stages, their barriers, and slack to align the
 // start to the 1024 bytes a swizzle atom needs.
@@ -83,15 +92,23 @@ template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
+// Named barrier `id` over both consumer groups (256 threads): wait for it, or arrive at it.
+__device__ __forceinline__ void consumers_sync(int id) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void consumers_arrive(int id) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
 
 }  // namespace detail
 
-template <class T, int D, bool kList, bool kSkip, bool kOverlap = false>
+template <class T, int D, bool kList, bool kSkip, Schedule kSched = Schedule::plain>
 __global__ void __launch_bounds__(kThreads, 1)
     flash_fwd_kernel(const __grid_constant__ FlashParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(!(kList && kSkip), "BLASST runs over the dense visiting order");
+  constexpr bool kOverlap = kSched != Schedule::plain;
   static_assert(!(kOverlap && kSkip), "BLASST votes on the current tile before the next");
   using cuda::detail::tile_at;
   constexpr uint32_t kQBytes = kBM * D * 2, kTileBytes = kBN * D * 2;
@@ -246,16 +263,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[r] *= sl2;  // the scale is positive: the max commutes
     }
   };
-  // The tile's entries counted, the online softmax (m, l, O rescaled), then O += P V of stage
-  // s committed (the caller waits). A row that has seen only masked keys keeps m = -inf: its
-  // base is 0, so 2^(-inf - 0) = 0 and no NaN arises.
-  auto softmax_pv = [&](const float(&sc)[kBN / 2], const float(&mx)[2], int kbase, int s) {
+  // The tile's entries counted and its online softmax: m and l updated, P in place of the
+  // scores, and the factor alpha O must be scaled by before P V is added. A row that has seen
+  // only masked keys keeps m = -inf: its base is 0, so 2^(-inf - 0) = 0 and no NaN arises.
+  auto softmax = [&](float(&sc)[kBN / 2], const float(&mx)[2], int kbase, float(&alpha)[2]) {
     if (p.entries && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (row_of(r) < p.q_len) n_entries += max(0, min(lim_of(r), kbase + kBN) - kbase);
     }
-    float base_[2], alpha[2], sum[2] = {0.f, 0.f};
+    float base_[2], sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const float mn = fmaxf(m[r], mx[r]);
@@ -263,20 +280,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       alpha[r] = ptx::ex2(m[r] - base_[r]);
       m[r] = mn;
     }
-    uint32_t pf[kBN / 16][4];  // P as wgmma A fragments, one per 16 keys
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      const float p0 = ptx::ex2(fmaf(sc[4 * j], sl2, -base_[0]));
-      const float p1 = ptx::ex2(fmaf(sc[4 * j + 1], sl2, -base_[0]));
-      const float p2 = ptx::ex2(fmaf(sc[4 * j + 2], sl2, -base_[1]));
-      const float p3 = ptx::ex2(fmaf(sc[4 * j + 3], sl2, -base_[1]));
-      sum[0] += p0 + p1;
-      sum[1] += p2 + p3;
-      pf[j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(p0, p1);
-      pf[j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
+      sc[4 * j] = ptx::ex2(fmaf(sc[4 * j], sl2, -base_[0]));
+      sc[4 * j + 1] = ptx::ex2(fmaf(sc[4 * j + 1], sl2, -base_[0]));
+      sc[4 * j + 2] = ptx::ex2(fmaf(sc[4 * j + 2], sl2, -base_[1]));
+      sc[4 * j + 3] = ptx::ex2(fmaf(sc[4 * j + 3], sl2, -base_[1]));
+      sum[0] += sc[4 * j] + sc[4 * j + 1];
+      sum[1] += sc[4 * j + 2] + sc[4 * j + 3];
     }
     l[0] = l[0] * alpha[0] + sum[0];  // this thread's share; the quad's sum is taken at the end
     l[1] = l[1] * alpha[1] + sum[1];
+  };
+  // P as wgmma A fragments, one per 16 keys (an overlapped schedule packs them only once the
+  // previous P V, which reads the old ones, is done).
+  auto pack = [&](const float(&sc)[kBN / 2], uint32_t(&pf)[kBN / 16][4]) {
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      pf[j / 2][(j % 2) * 2 + 0] = ptx::pack2<T>(sc[4 * j], sc[4 * j + 1]);
+      pf[j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(sc[4 * j + 2], sc[4 * j + 3]);
+    }
+  };
+  auto rescale = [&](const float(&alpha)[2]) {
 #pragma unroll
     for (int j = 0; j < D / 8; ++j) {
       o[4 * j] *= alpha[0];
@@ -284,6 +309,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       o[4 * j + 2] *= alpha[1];
       o[4 * j + 3] *= alpha[1];
     }
+  };
+  // O += P V of stage s, committed (the caller waits).
+  auto issue_pv = [&](const uint32_t(&pf)[kBN / 16][4], int s) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) mma_rs_tb<T, D>(o, pf[kk], desc_v(s, kk));
@@ -311,9 +339,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   if constexpr (kOverlap) {
-    // Tile i's scores sit in sc while tile i + 1's are computed into sn: S_{i+1} is issued,
-    // then the softmax of S_i and O += P_i V_i; one wait covers both.
-    float sc[kBN / 2], mx[2];
+    // Tile i's P (pf) is ready when iteration i starts; it issues tile i + 1's scores into sn
+    // and O += P_i V_i, then takes tile i + 1's softmax under them, and packs P_{i+1} and
+    // scales O once P_i V_i is in (wgmma reads pf and writes O until then). The operations on
+    // O and l come in the plain schedule's order: the same bits.
+    constexpr bool kPingPong = kSched == Schedule::pingpong;
+    float sc[kBN / 2], mx[2], alpha[2];
+    uint32_t pf[kBN / 16][4];
     Visit cur{};
     if (n_visit > 0) {
       cur = visit_at(0);
@@ -322,25 +354,41 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<0>();
         fence_regs(sc);
         mask_max(sc, cur.kbase, mx);
+        softmax(sc, mx, cur.kbase, alpha);
+        pack(sc, pf);
+        rescale(alpha);
       }
     }
+    // Group 0 issues first: group 1 opens its turn. Each group waits for its turn once an
+    // iteration and hands the turn over after issuing (group 1 not after its last: nobody
+    // waits for it), so both run the same n_visit iterations and the counts match.
+    if (kPingPong && g == 1 && n_visit > 0) detail::consumers_arrive(kTurn + 0);
     for (int i = 0; i < n_visit; ++i) {
       float sn[kBN / 2];
       Visit next{};
       next.mine = false;
-      if (i + 1 < n_visit) {
-        next = visit_at(i + 1);
-        if (next.mine) issue_scores(sn, next.s);
-      }
-      if (cur.mine) softmax_pv(sc, mx, cur.kbase, cur.s);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_regs(sn);
-      release(cur.s);
+      if (i + 1 < n_visit) next = visit_at(i + 1);
+      if (kPingPong) detail::consumers_sync(kTurn + g);
+      if (next.mine) issue_scores(sn, next.s);
+      if (cur.mine) issue_pv(pf, cur.s);
+      if (kPingPong && (g == 0 || i + 1 < n_visit)) detail::consumers_arrive(kTurn + 1 - g);
       if (next.mine) {
+        if (cur.mine)
+          wgmma_wait<1>();  // the scores, committed first, are in; P_i V_i may still run
+        else
+          wgmma_wait<0>();
+        fence_regs(sn);
 #pragma unroll
         for (int e = 0; e < kBN / 2; ++e) sc[e] = sn[e];
         mask_max(sc, next.kbase, mx);
+        softmax(sc, mx, next.kbase, alpha);
+      }
+      wgmma_wait<0>();
+      fence_regs(o);
+      release(cur.s);
+      if (next.mine) {
+        pack(sc, pf);
+        rescale(alpha);
       }
       cur = next;
     }
@@ -373,7 +421,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (p.skip_map) p.skip_map[item64 * p.n_kt + v.kt] = 1;
       }
       if (v.mine && !skip) {
-        softmax_pv(sc, mx, v.kbase, v.s);
+        uint32_t pf[kBN / 16][4];
+        float alpha[2];
+        softmax(sc, mx, v.kbase, alpha);
+        pack(sc, pf);
+        rescale(alpha);
+        issue_pv(pf, v.s);
         wgmma_wait<0>();
         fence_regs(o);
       }

@@ -2,6 +2,7 @@
 // that picks it, and the instantiations over dtype, head dim and policy.
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "cuda/check.cuh"
 #include "cuda/sm90/flash_fwd.cuh"
@@ -10,17 +11,21 @@
 
 namespace spattn::cuda::sm90 {
 
-bool overlap() {
+const char* schedule_name() {
   const char* env = std::getenv("SPATTN_CUDA_KERNEL");
-  return env && std::strcmp(env, "wgmma_overlap") == 0;
+  if (env && std::strcmp(env, "wgmma_overlap") == 0) return "overlap";
+  if (env && std::strcmp(env, "wgmma_pingpong") == 0) return "pingpong";
+  return "plain";
 }
 
 bool selected() {
   const char* env = std::getenv("SPATTN_CUDA_KERNEL");
   const bool want_mma = env && std::strcmp(env, "mma") == 0;
-  const bool want_wgmma = env && (std::strcmp(env, "wgmma") == 0 || overlap());
+  const bool want_wgmma =
+      env && (std::strcmp(env, "wgmma") == 0 || std::strcmp(schedule_name(), "plain") != 0);
   SPATTN_CHECK(!env || !*env || want_mma || want_wgmma || std::strcmp(env, "auto") == 0,
-               "SPATTN_CUDA_KERNEL=", env, ": expected auto, wgmma, wgmma_overlap or mma");
+               "SPATTN_CUDA_KERNEL=", env,
+               ": expected auto, wgmma, wgmma_overlap, wgmma_pingpong or mma");
   if (want_mma) return false;
   int dev = 0, major = 0, minor = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -36,10 +41,10 @@ bool selected() {
 
 namespace {
 
-template <class T, int D, bool kList, bool kSkip, bool kOverlap = false>
+template <class T, int D, bool kList, bool kSkip, Schedule kSched = Schedule::plain>
 void launch_t(const FlashParams& p, cudaStream_t stream) {
   constexpr size_t smem = smem_bytes<D>();
-  auto* kernel = flash_fwd_kernel<T, D, kList, kSkip, kOverlap>;
+  auto* kernel = flash_fwd_kernel<T, D, kList, kSkip, kSched>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -50,13 +55,16 @@ void launch_t(const FlashParams& p, cudaStream_t stream) {
 template <class T, int D>
 void launch_policy(bool list, bool skip, const FlashParams& p, cudaStream_t stream) {
   SPATTN_CHECK(!(list && skip), "sm90 flash kernel: BLASST over a tile list has no variant");
-  const bool ov = overlap();  // BLASST has no overlapped form: it runs the plain one
-  if (list)
-    ov ? launch_t<T, D, true, false, true>(p, stream) : launch_t<T, D, true, false>(p, stream);
-  else if (skip)
-    launch_t<T, D, false, true>(p, stream);
+  if (skip) return launch_t<T, D, false, true>(p, stream);  // BLASST: the plain schedule only
+  const std::string sched = schedule_name();
+  if (sched == "overlap")
+    list ? launch_t<T, D, true, false, Schedule::overlap>(p, stream)
+         : launch_t<T, D, false, false, Schedule::overlap>(p, stream);
+  else if (sched == "pingpong")
+    list ? launch_t<T, D, true, false, Schedule::pingpong>(p, stream)
+         : launch_t<T, D, false, false, Schedule::pingpong>(p, stream);
   else
-    ov ? launch_t<T, D, false, false, true>(p, stream) : launch_t<T, D, false, false>(p, stream);
+    list ? launch_t<T, D, true, false>(p, stream) : launch_t<T, D, false, false>(p, stream);
 }
 
 }  // namespace

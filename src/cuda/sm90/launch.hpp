@@ -15,9 +15,9 @@ namespace spattn::cuda::sm90 {
 // not ask for the mma.sync kernel ("mma"); SPATTN_CUDA_KERNEL=wgmma on another device is an
 // Error. Read at each call, so one process can time both kernels.
 bool selected();
-// True when SPATTN_CUDA_KERNEL=wgmma_overlap: the kernel's kOverlap form (FlashAttention-3's
-// intra-warpgroup overlap) for dense and listed tiles, to time against the plain form.
-bool overlap();
+// The schedule dense and listed tiles run (flash_fwd.cuh's Schedule): "overlap" with
+// SPATTN_CUDA_KERNEL=wgmma_overlap, "pingpong" with wgmma_pingpong, else "plain".
+const char* schedule_name();
 
 // Launches the kernel over 128-row query tiles (p.n_qt of them): dense (no list, no skip), a
 // key-tile list per query tile, or BLASST's skip rule.
