@@ -159,8 +159,32 @@ def with_env(name, value, f):
     return g
 
 
-# The wgmma kernel's FlashAttention-3 schedules beside its plain one (SPATTN_CUDA_KERNEL=wgmma_S).
-SCHEDULES = ("overlap", "pingpong")
+# The wgmma kernel's FlashAttention-3 steps beside its plain form: the schedules
+# (SPATTN_CUDA_KERNEL=wgmma_S) and TMA copies (SPATTN_CUDA_TMA=1), alone and together; a
+# contender BASE_VARIANT runs BASE with the variant's environment. Longest names first, for
+# variant_of.
+VARIANTS = {
+    "overlap_tma": {"SPATTN_CUDA_KERNEL": "wgmma_overlap", "SPATTN_CUDA_TMA": "1"},
+    "pingpong_tma": {"SPATTN_CUDA_KERNEL": "wgmma_pingpong", "SPATTN_CUDA_TMA": "1"},
+    "overlap": {"SPATTN_CUDA_KERNEL": "wgmma_overlap"},
+    "pingpong": {"SPATTN_CUDA_KERNEL": "wgmma_pingpong"},
+    "tma": {"SPATTN_CUDA_TMA": "1"},
+}
+
+
+def variant_of(name):
+    """(base, variant) of a contender name, variant None where it is no VARIANTS row."""
+    for v in VARIANTS:
+        if name.endswith("_" + v):
+            return name[:-len(v) - 1], v
+    return name, None
+
+
+def with_envs(envs, f):
+    """f run with every variable of envs set."""
+    for name, value in envs.items():
+        f = with_env(name, value, f)
+    return f
 
 
 def with_kernel(kernel, f):
@@ -264,10 +288,10 @@ def main():
                     help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
                          "as dense_mma and blasst:LAMBDA_mma beside the default wgmma kernel")
     ap.add_argument("--also-schedules", action="store_true",
-                    help="on a Hopper GPU also time the wgmma kernel's FlashAttention-3 "
-                         "schedules (SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong) as "
-                         "dense_S, bs10_S, bs10_128_S and full128_S for S overlap and pingpong, "
-                         "each with vs_plain against its plain row")
+                    help="on a Hopper GPU also time the wgmma kernel's FlashAttention-3 steps "
+                         "(SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong; SPATTN_CUDA_TMA=1) "
+                         "as dense_V, bs10_128_V and full128_V for each V of VARIANTS, each "
+                         "with vs_plain against its plain row")
     ap.add_argument("--also-blasst64", action="store_true",
                     help="also time BLASST in 64-row tiles (SPATTN_CUDA_BLASST_ROWS=64: each "
                          "64-row group skips alone) as blasst:LAMBDA_64")
@@ -355,20 +379,19 @@ def main():
                 sp.args("block_sparse", q, k, v, out, lse, plan=pl))
 
         if args.also_schedules:
-            for sched in SCHEDULES:
-                for n in ("dense", "bs10", "bs10_128", "full128"):
-                    fns[f"{n}_{sched}"] = with_kernel("wgmma_" + sched, fns[n])
+            for v, envs in VARIANTS.items():
+                for n in ("dense", "bs10_128", "full128"):
+                    fns[f"{n}_{v}"] = with_envs(envs, fns[n])
 
         ms = timed_round_robin(fns, args.reps, args.warmup)
         flops = causal_flops(H, L, D)
         for n, t in ms.items():
             d = dict(kind="time", seq=L, heads=H, kv_heads=KV, dim=D, contender=n, ms=t,
                      reps=args.reps)
-            base, _, sched = n.rpartition("_")
-            if n in ("cudnn", "flash", "dense", "dense_mma") or (base == "dense"
-                                                                and sched in SCHEDULES):
+            base, variant = variant_of(n)
+            if n in ("cudnn", "flash", "dense", "dense_mma") or (base == "dense" and variant):
                 d["tflops"] = flops / (t * 1e-3) / 1e12
-            if sched in SCHEDULES:
+            if variant:
                 d["vs_plain"] = ms[base] / t
             if n in gqa:
                 d["enable_gqa"] = gqa[n][3]
@@ -385,7 +408,7 @@ def main():
                 d.update(method_info[n], vs_dense=ms["dense"] / t)
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
-            if n == "dense" or base == "dense":
+            if n == "dense_mma" or base == "dense":
                 for b in gqa:
                     d[f"vs_{b}"] = ms[b] / t
             emit(d)

@@ -18,11 +18,12 @@
 #       method API and momo tests (momo's lists run through block_lists.cu), both prefill
 #       kernels, memcheck and racecheck on the estimate kernels, and the rows of xattention,
 #       mean_pool (topp and topk), flexprefill and momo against cuDNN SDPA at 32K and 128K
-#   SPATTN_GPU_CHECK=dense scripts/gpu_check.sh ...  FlashAttention-3's schedules (issue 62,
-#       item 5; under 8 minutes): the kernel tests (each schedule against the plain one, bit for
-#       bit) and the prefill kernels' tests under SPATTN_CUDA_KERNEL=wgmma_overlap and
-#       wgmma_pingpong, memcheck and racecheck on them, then dense and block-sparse at 32K and
-#       128K in every schedule against cuDNN SDPA (vs_plain: a schedule's gain)
+#   SPATTN_GPU_CHECK=dense scripts/gpu_check.sh ...  FlashAttention-3's steps (issue 62, item
+#       5; under 8 minutes): the kernel tests (each schedule and TMA against the plain form, bit
+#       for bit), the prefill kernels' tests under SPATTN_CUDA_KERNEL=wgmma_overlap, then
+#       wgmma_pingpong with SPATTN_CUDA_TMA=1, memcheck and racecheck on them, then dense and
+#       128-row block-sparse at 32K and 128K in every form against cuDNN SDPA (vs_plain: a
+#       form's gain over the plain one)
 #   SPATTN_GPU_CHECK=tokens scripts/gpu_check.sh ...  the token-level round (issue 62, items 2
 #       and 3; under 8 minutes): vertical_slash's estimate and kernel against the CPU's
 #       (CudaVerticalSlash), the grid head, its search and its gathered row groups (CudaGrid),
@@ -96,16 +97,18 @@ if [ "${SPATTN_GPU_CHECK:-all}" = dense ]; then
   echo "== kernel tests, then the prefill kernels' tests on the overlapped form"
   timeout 120 ./build/bin/spattn_cuda_tests --gtest_filter='CudaKernels.*' > "$out/kernels.log" 2>&1
   echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is" "$out/kernels.log" | head -30
-  for sched in overlap pingpong; do
-    SPATTN_CUDA_KERNEL=wgmma_$sched timeout 100 ./build/bin/spattn_cuda_tests \
-      --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/$sched.log" 2>&1
-    echo "$sched rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" "$out/$sched.log" | head -20
-  done
-  echo "== memcheck (overlap), racecheck (pingpong: the named barriers)"
+  SPATTN_CUDA_KERNEL=wgmma_overlap timeout 100 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/overlap.log" 2>&1
+  echo "overlap rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" "$out/overlap.log" | head -20
+  SPATTN_CUDA_KERNEL=wgmma_pingpong SPATTN_CUDA_TMA=1 timeout 100 ./build/bin/spattn_cuda_tests \
+    --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/pingpong-tma.log" 2>&1
+  echo "pingpong+tma rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" "$out/pingpong-tma.log" | head -20
+  echo "== memcheck (overlap), racecheck (pingpong with TMA: the named barriers, the tx counts)"
   SPATTN_CUDA_KERNEL=wgmma_overlap sanitize memcheck 100 \
     'CudaAttention.DenseMatches*:CudaAttention.BlockSparseMatches*'
-  SPATTN_CUDA_KERNEL=wgmma_pingpong sanitize racecheck 100 'CudaAttention.BlockSparseMatches*'
-  echo "== dense and block-sparse in each schedule against cuDNN SDPA"
+  SPATTN_CUDA_KERNEL=wgmma_pingpong SPATTN_CUDA_TMA=1 sanitize racecheck 100 \
+    'CudaAttention.BlockSparseMatches*'
+  echo "== dense and block-sparse in each form against cuDNN SDPA"
   timeout 200 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-blasst \
     --skip-decode --skip-momo --also-schedules --lens 32768,131072 --reps 3 --warmup 1 \
     --json "$out/bench-dense.json" > "$out/bench-dense.log" 2>&1

@@ -22,21 +22,23 @@
 namespace spattn {
 namespace {
 
-// Sets SPATTN_CUDA_KERNEL for a scope and restores what was there.
+// Sets an environment variable (SPATTN_CUDA_KERNEL by default) for a scope and restores what
+// was there.
 class KernelEnv {
  public:
-  explicit KernelEnv(const char* value) {
-    if (const char* old = std::getenv("SPATTN_CUDA_KERNEL")) old_ = old, had_ = true;
-    ::setenv("SPATTN_CUDA_KERNEL", value, 1);
+  explicit KernelEnv(const char* value, const char* name = "SPATTN_CUDA_KERNEL") : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value, 1);
   }
   ~KernelEnv() {
     if (had_)
-      ::setenv("SPATTN_CUDA_KERNEL", old_.c_str(), 1);
+      ::setenv(name_, old_.c_str(), 1);
     else
-      ::unsetenv("SPATTN_CUDA_KERNEL");
+      ::unsetenv(name_);
   }
 
  private:
+  const char* name_;
   std::string old_;
   bool had_ = false;
 };
@@ -105,11 +107,12 @@ TEST(CudaKernels, WgmmaAndMmaAgreeOnHopper) {
   }
 }
 
-// FlashAttention-3's schedules (SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong) against the
-// plain wgmma schedule on one input: dense (causal, full, queries at the end of a longer cache)
-// and tile lists (128-row and 64-row masks, the latter as the kernel's paired 64-row groups:
-// the groups' own tiles differ), both dtypes and head dims. The same operations in the same
-// order: the same outputs, LSE and entries.
+// FlashAttention-3's schedules (SPATTN_CUDA_KERNEL=wgmma_overlap, wgmma_pingpong) and TMA
+// copies (SPATTN_CUDA_TMA=1, with each schedule) against the plain wgmma schedule on one input:
+// dense (causal, full, queries at the end of a longer cache) and tile lists (128-row and 64-row
+// masks, the latter as the kernel's paired 64-row groups, which keep the plain schedule), both
+// dtypes and head dims. The same operations in the same order: the same outputs, LSE and
+// entries.
 TEST(CudaKernels, SchedulesAreThePlainWgmmaKernel) {
   if (cuda::device_count() == 0) SPATTN_SKIP_NOT_APPLICABLE("no CUDA device");
   if (!hopper()) SPATTN_SKIP_NOT_APPLICABLE("not a Hopper GPU: no wgmma kernel here");
@@ -138,11 +141,11 @@ TEST(CudaKernels, SchedulesAreThePlainWgmmaKernel) {
           }
         const BlockMask mask = BlockMask::from_lists(hq, lq, lkv, bq, 64, causal, lists);
         const char* names[] = {"wgmma", "wgmma_overlap", "wgmma_pingpong"};
-        Tensor out[3];
-        std::vector<float> lse[3];
-        Stats st[3];
-        for (int i = 0; i < 3; ++i) {
-          KernelEnv env(names[i]);
+        Tensor out[6];
+        std::vector<float> lse[6];
+        Stats st[6];
+        for (int i = 0; i < 6; ++i) {
+          KernelEnv env(names[i % 3]), copies(i < 3 ? "0" : "1", "SPATTN_CUDA_TMA");
           test::DeviceTensor dout(t, hq, lq, d);
           test::DeviceFloats dlse(size_t(hq * lq));
           if (form < 2)
@@ -153,15 +156,26 @@ TEST(CudaKernels, SchedulesAreThePlainWgmmaKernel) {
           out[i] = dout.to_host();
           lse[i] = dlse.to_host();
         }
-        for (int i = 1; i < 3; ++i) {
-          const std::string what = std::string(names[i]) + " " + dtype_name(t) + " d" +
-                                   std::to_string(d) + " form " + std::to_string(form);
+        for (int i = 1; i < 6; ++i) {
+          const std::string what = std::string(names[i % 3]) + (i < 3 ? "" : " tma ") + " " +
+                                   dtype_name(t) + " d" + std::to_string(d) + " form " +
+                                   std::to_string(form);
           const test::Diff df = test::diff(out[i].view(), out[0].view());
           EXPECT_EQ(df.max_abs, 0.0) << what;
           EXPECT_EQ(lse[i], lse[0]) << what;
           EXPECT_EQ(st[i].score_entries, st[0].score_entries) << what;
         }
       }
+  // A value SPATTN_CUDA_TMA does not take is a named Error, not the cp.async producer.
+  KernelEnv env("wgmma"), copies("yes", "SPATTN_CUDA_TMA");
+  const Tensor x = test::random_tensor(DType::bf16, 1, 100, 64, 1);
+  test::DeviceTensor dx(x), dout(DType::bf16, 1, 100, 64);
+  try {
+    cuda::attention_dense(dx.view, dx.view, dx.view, dout.view);
+    ADD_FAILURE() << "SPATTN_CUDA_TMA=yes was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SPATTN_CUDA_TMA"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

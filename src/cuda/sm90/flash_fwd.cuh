@@ -32,6 +32,7 @@
 // chunk c of a 128-byte row r at c ^ (r % 8)): K and Q are K-major operands, V is read
 // transposed (MN-major), all three in the same layout.
 #pragma once
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -48,6 +49,21 @@ constexpr int kStages = 4;     // K/V stages in the ring
 constexpr int kThreads = 384;  // producer + two consumer warpgroups
 constexpr int kLag = 2;        // tiles the producer keeps in flight before marking the oldest
 enum class Schedule { plain, overlap, pingpong };
+
+// The TMA producer's tensor maps (kTma; launch.cu builds them): q, k and v as [heads][seq][D]
+// (or [seq][heads][D] where heads_inner: the seq-major layout) with boxes of 64 columns by a
+// tile's rows in the 128-byte swizzle the tiles are stored in, so that one copy fills one
+// column block of a tile. The cp.async producer ignores them.
+struct TmaMaps {
+  CUtensorMap q, k, v;
+  bool q_heads_inner, k_heads_inner, v_heads_inner;
+};
+
+// One column block of a tile by TMA: columns [c, c + 64) of rows [row, ...) of head h.
+__device__ __forceinline__ void tma_rows(uint32_t dst, const CUtensorMap& map, bool heads_inner,
+                                         int c, int row, int h, uint32_t bar) {
+  heads_inner ? tma_load_3d(dst, &map, c, h, row, bar) : tma_load_3d(dst, &map, c, row, h, bar);
+}
 
 // The overlapped schedules' register split (setmaxnreg): 128 x 56 + 256 x 224 <= 65536 (fewer
 // for the producer spill its cp.async addresses: ptxas -v).
@@ -84,27 +100,12 @@ __device__ __forceinline__ void load_tile(uint32_t dst_base, const T* g, int64_t
   }
 }
 
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-// Named barrier `id` over both consumer groups (256 threads): wait for it, or arrive at it.
-__device__ __forceinline__ void consumers_sync(int id) {
-  asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
-}
-__device__ __forceinline__ void consumers_arrive(int id) {
-  asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
 }  // namespace detail
 
-template <class T, int D, bool kList, bool kSkip, Schedule kSched = Schedule::plain>
+template <class T, int D, bool kList, bool kSkip, Schedule kSched = Schedule::plain,
+          bool kTma = false>
 __global__ void __launch_bounds__(kThreads, 1)
-    flash_fwd_kernel(const __grid_constant__ FlashParams p) {
+    flash_fwd_kernel(const __grid_constant__ FlashParams p, const __grid_constant__ TmaMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(!(kList && kSkip), "BLASST runs over the dense visiting order");
@@ -124,8 +125,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbar_init(full(s), 128);  // every producer thread, once its copies of the stage are done
-      mbar_init(empty(s), 8);   // every consumer warp, once done with the stage
+      // cp.async: every producer thread, once its copies of the stage are done; TMA: the one
+      // thread that issues them, with the bytes they bring.
+      mbar_init(full(s), kTma ? 1 : 128);
+      mbar_init(empty(s), 8);  // every consumer warp, once done with the stage
     }
     mbar_init_fence();
   }
@@ -156,7 +159,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool local_first = kSkip && p.local_first;
 
   if (wg == 0) {
-    if constexpr (kOverlap) detail::setmaxnreg_dec<kProducerRegs>();
+    if constexpr (kOverlap) setmaxnreg_dec<kProducerRegs>();
+    if constexpr (kTma) {
+      // One thread issues the copies: each stage's K and V (and Q with the first), one TMA
+      // copy per 64-column block, completing on the stage's full barrier by their bytes.
+      if (tid == 0) {
+        for (int i = 0; i < n_visit; ++i) {
+          const int s = i % kStages;
+          if (i >= kStages) mbar_wait(empty(s), ((i / kStages) - 1) & 1);
+          const int kt = tile_at(i, n_visit, list, local_first);
+          mbar_arrive_expect_tx(full(s), 2 * kTileBytes + (i == 0 ? kQBytes : 0));
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c) {
+            if (i == 0)
+              tma_rows(sQ + c * kBM * 128, maps.q, maps.q_heads_inner, c * 64, row0, h, full(s));
+            tma_rows(sK(s) + c * kBN * 128, maps.k, maps.k_heads_inner, c * 64, kt * kBN, kvh,
+                     full(s));
+            tma_rows(sV(s) + c * kBN * 128, maps.v, maps.v_heads_inner, c * 64, kt * kBN, kvh,
+                     full(s));
+          }
+        }
+      }
+      return;
+    }
     // The producer. Tile i goes into stage i % kStages once every consumer warp is done with
     // tile i - kStages there; a stage is marked full kLag tiles later (or at the end), after
     // this thread's copies of it are done and fenced: the wait is on copies issued long before.
@@ -186,7 +211,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // A consumer: 64-row group g of the tile; warp w of its warpgroup holds rows 16 w + [0, 16).
-  if constexpr (kOverlap) detail::setmaxnreg_inc<kConsumerRegs>();
+  if constexpr (kOverlap) setmaxnreg_inc<kConsumerRegs>();
   const int g = wg - 1, w = (tid / 32) % 4;
   const int t64 = t * 2 + g;
   const int64_t item64 = (int64_t(b) * p.heads + h) * p.n_qt64 + t64;
@@ -239,9 +264,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) mma_ss<T, kBN>(sc, desc_q(kk), desc_k(s, kk), kk > 0);
     wgmma_commit();
   };
-  // The causal mask on the tile at kbase, then its row maxima mx in scaled log2 units.
-  auto mask_max = [&](float(&sc)[kBN / 2], int kbase, float(&mx)[2]) {
-    if (kbase + kBN > lim_min) {
+  // The causal mask on the tile at kbase (every score where the tile is not `mine`), then its
+  // row maxima mx in scaled log2 units.
+  auto mask_max = [&](float(&sc)[kBN / 2], int kbase, bool mine, float(&mx)[2]) {
+    if (!mine) {
+#pragma unroll
+      for (int e = 0; e < kBN / 2; ++e) sc[e] = -INFINITY;
+    } else if (kbase + kBN > lim_min) {
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j)
 #pragma unroll
@@ -266,8 +295,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The tile's entries counted and its online softmax: m and l updated, P in place of the
   // scores, and the factor alpha O must be scaled by before P V is added. A row that has seen
   // only masked keys keeps m = -inf: its base is 0, so 2^(-inf - 0) = 0 and no NaN arises.
-  auto softmax = [&](float(&sc)[kBN / 2], const float(&mx)[2], int kbase, float(&alpha)[2]) {
-    if (p.entries && lane % 4 == 0) {
+  auto softmax = [&](float(&sc)[kBN / 2], const float(&mx)[2], int kbase, bool mine,
+                     float(&alpha)[2]) {
+    if (mine && p.entries && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (row_of(r) < p.q_len) n_entries += max(0, min(lim_of(r), kbase + kBN) - kbase);
@@ -329,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     v.kt = tile_at(pos, n_visit, list, local_first);
     v.kbase = v.kt * kBN;
     mbar_wait(full(v.s), (pos / kStages) & 1);
-    v.mine = v.kbase < reach && (!groups || (groups[pos] >> g) & 1);
+    v.mine = v.kbase < reach && (!groups || (groups[pos] >> g) & 1);  // uniform over the group
     if (v.mine && tid % 128 == 0) ++n_visited;
     return v;
   };
@@ -339,58 +369,56 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   if constexpr (kOverlap) {
-    // Tile i's P (pf) is ready when iteration i starts; it issues tile i + 1's scores into sn
-    // and O += P_i V_i, then takes tile i + 1's softmax under them, and packs P_{i+1} and
-    // scales O once P_i V_i is in (wgmma reads pf and writes O until then). The operations on
-    // O and l come in the plain schedule's order: the same bits.
+    // FlashAttention-3's order: step i issues tile i + 1's scores into a fresh register set,
+    // scales O by tile i's alpha and issues O += P_i V_i, then runs tile i + 1's softmax on its
+    // scores in place under P_i V_i, and packs P_{i+1} once P_i V_i (which reads pf) is in;
+    // the last tile's P V is the epilogue. No branch around a wgmma (ptxas serializes them
+    // otherwise): a tile that is not the group's (past its reach) is computed with every score
+    // masked, which leaves m, l and O as they were (alpha 1, P 0). The operations on O and l
+    // come in the plain schedule's order: the same bits.
     constexpr bool kPingPong = kSched == Schedule::pingpong;
-    float sc[kBN / 2], mx[2], alpha[2];
-    uint32_t pf[kBN / 16][4];
-    Visit cur{};
     if (n_visit > 0) {
-      cur = visit_at(0);
-      if (cur.mine) {
-        issue_scores(sc, cur.s);
+      float alpha[2];
+      uint32_t pf[kBN / 16][4];
+      Visit cur = visit_at(0);
+      {
+        float s0[kBN / 2], mx[2];
+        issue_scores(s0, cur.s);
         wgmma_wait<0>();
-        fence_regs(sc);
-        mask_max(sc, cur.kbase, mx);
-        softmax(sc, mx, cur.kbase, alpha);
-        pack(sc, pf);
+        fence_regs(s0);
+        mask_max(s0, cur.kbase, cur.mine, mx);
+        softmax(s0, mx, cur.kbase, cur.mine, alpha);
+        pack(s0, pf);
+      }
+      // Group 0 issues first: group 1 opens its turn. Each group waits for its turn once a
+      // step (n_visit of them, the epilogue's included) and hands it over after issuing (group
+      // 1 not after its last: nobody waits for it), so the counts match.
+      if (kPingPong && g == 1) bar_arrive(kTurn + 0, 256);
+      for (int i = 0; i + 1 < n_visit; ++i) {
+        const Visit next = visit_at(i + 1);
+        float sn[kBN / 2], mx[2];
+        if (kPingPong) bar_sync(kTurn + g, 256);
+        issue_scores(sn, next.s);
         rescale(alpha);
-      }
-    }
-    // Group 0 issues first: group 1 opens its turn. Each group waits for its turn once an
-    // iteration and hands the turn over after issuing (group 1 not after its last: nobody
-    // waits for it), so both run the same n_visit iterations and the counts match.
-    if (kPingPong && g == 1 && n_visit > 0) detail::consumers_arrive(kTurn + 0);
-    for (int i = 0; i < n_visit; ++i) {
-      float sn[kBN / 2];
-      Visit next{};
-      next.mine = false;
-      if (i + 1 < n_visit) next = visit_at(i + 1);
-      if (kPingPong) detail::consumers_sync(kTurn + g);
-      if (next.mine) issue_scores(sn, next.s);
-      if (cur.mine) issue_pv(pf, cur.s);
-      if (kPingPong && (g == 0 || i + 1 < n_visit)) detail::consumers_arrive(kTurn + 1 - g);
-      if (next.mine) {
-        if (cur.mine)
-          wgmma_wait<1>();  // the scores, committed first, are in; P_i V_i may still run
-        else
-          wgmma_wait<0>();
+        issue_pv(pf, cur.s);
+        if (kPingPong) bar_arrive(kTurn + 1 - g, 256);
+        wgmma_wait<1>();  // the scores, committed first, are in; P_i V_i may still run
         fence_regs(sn);
-#pragma unroll
-        for (int e = 0; e < kBN / 2; ++e) sc[e] = sn[e];
-        mask_max(sc, next.kbase, mx);
-        softmax(sc, mx, next.kbase, alpha);
+        mask_max(sn, next.kbase, next.mine, mx);
+        softmax(sn, mx, next.kbase, next.mine, alpha);
+        wgmma_wait<0>();
+        fence_regs(o);
+        release(cur.s);
+        pack(sn, pf);
+        cur = next;
       }
+      if (kPingPong) bar_sync(kTurn + g, 256);
+      rescale(alpha);
+      issue_pv(pf, cur.s);
+      if (kPingPong && g == 0) bar_arrive(kTurn + 1, 256);
       wgmma_wait<0>();
       fence_regs(o);
       release(cur.s);
-      if (next.mine) {
-        pack(sc, pf);
-        rescale(alpha);
-      }
-      cur = next;
     }
   } else {
     for (int i = 0; i < n_visit; ++i) {
@@ -401,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         issue_scores(sc, v.s);
         wgmma_wait<0>();
         fence_regs(sc);
-        mask_max(sc, v.kbase, mx);
+        mask_max(sc, v.kbase, true, mx);
       }
 
       // BLASST: the group skips the tile when each of its rows is ln(lambda) below its running
@@ -423,7 +451,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (v.mine && !skip) {
         uint32_t pf[kBN / 16][4];
         float alpha[2];
-        softmax(sc, mx, v.kbase, alpha);
+        softmax(sc, mx, v.kbase, true, alpha);
         pack(sc, pf);
         rescale(alpha);
         issue_pv(pf, v.s);

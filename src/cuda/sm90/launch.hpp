@@ -18,6 +18,10 @@ bool selected();
 // The schedule dense and listed tiles run (flash_fwd.cuh's Schedule): "overlap" with
 // SPATTN_CUDA_KERNEL=wgmma_overlap, "pingpong" with wgmma_pingpong, else "plain".
 const char* schedule_name();
+// True when SPATTN_CUDA_TMA=1: the producer copies by TMA (one thread, tensor maps) instead of
+// cp.async (its 128 threads) for dense and listed tiles; BLASST keeps cp.async. Another value
+// than 0 or 1 is an Error.
+bool tma();
 
 // Launches the kernel over 128-row query tiles (p.n_qt of them): dense (no list, no skip), a
 // key-tile list per query tile, or BLASST's skip rule.

@@ -1,6 +1,7 @@
 // The Hopper (sm_90a) instructions the wgmma kernel is built from: warpgroup matrix multiply
 // (wgmma.mma_async) with its shared-memory matrix descriptors, mbarriers for the
-// producer/consumer stage ring, the async-proxy fence and a warpgroup vote. One wrapper each;
+// producer/consumer stage ring, the tensor memory accelerator's copies (TMA), named barriers,
+// the register reallocation, the async-proxy fence and a warpgroup vote. One wrapper each;
 // the wgmma forms are the few the kernel takes (S = Q K^T with both operands in shared memory,
 // O += P V with P in registers and V transposed from shared memory). Compiled for sm_90a only
 // (CMakeLists.txt), where wgmma exists.
@@ -168,10 +169,49 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   } while (!done);
 }
 
+// Arrives at mbarrier `bar` and adds `bytes` to the transactions its phase waits for (the TMA
+// copies that complete on it).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+// One TMA copy of the box of the 3-D tensor map `map` (a kernel parameter) at coordinates
+// (c0, c1, c2), innermost first, into shared memory at `dst`, completing on mbarrier `bar` by
+// its bytes; elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                            uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 // Orders this thread's ordinary (generic-proxy) shared-memory writes, cp.async's included once
 // waited for, before later reads by the async proxy (wgmma's operand reads).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Named barrier `id` over `count` threads (a multiple of 32): wait there, or arrive without
+// waiting (the threads that wait count the arrivals).
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// A warpgroup's register allocation lowered or raised to N a thread (every warp of the
+// warpgroup executes it); the kernel's launch bounds give ptxas the count at entry.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
 // The AND of `pred` over the `count` threads that meet at named barrier `id` (a barrier too).
