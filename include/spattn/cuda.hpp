@@ -263,6 +263,11 @@ struct MomoGpuPlan {
   std::vector<int64_t> rows;         // the sampled rows, strided_rows(q_len, gamma)
   std::vector<ForcedBlocks> forced;  // per query block of chi rows
   std::vector<int64_t> first_row;    // per query block + 1: its rows start at rows[first_row]
+  // The most bytes the query-sparse pass's tile LSEs (4 per head, sampled row and key tile) may
+  // take at once: the pass and the selection run over chunks of heads that fit (whole kv
+  // groups, else part of one; at least one head). 1 GiB: 128K tokens with 32 heads and gamma
+  // 128 take 268 MB in one chunk; 1M tokens take 17 GB in all, 0.5 GB a head.
+  int64_t scratch_bytes = int64_t(1) << 30;
 };
 // What a run read back once it was done (the pipeline itself never waits for the host).
 struct MomoGpuResult {

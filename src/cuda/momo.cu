@@ -18,7 +18,10 @@
 // The step-1 scores are held in global memory between the pass and the selection (heads x
 // sampled rows x key tiles floats: 268 MB at 128K with 32 heads and gamma 128) rather than
 // selected inside the pass, as the paper's fused kernel does: the same selections, the simpler
-// kernel first.
+// kernel first. Their writing and reading move about 0.5 GB at 128K, a tenth of a millisecond
+// on an H200's bandwidth against the pass's own tens of milliseconds; what would grow is the
+// memory (17 GB at 1M tokens), so step 1 runs over chunks of heads that keep it under
+// MomoGpuPlan::scratch_bytes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,6 +79,17 @@ __device__ void sort_desc(unsigned long long* keys, int n) {
       }
       __syncthreads();
     }
+}
+
+// Heads a chunk of step 1 takes: whole kv groups while a group fits `budget` bytes (per_head
+// each), else the largest divisor of the group that fits (at least one head), so that a chunk
+// never splits a group across two kv heads.
+int momo_head_chunk(int64_t budget, int64_t per_head, int heads, int group) {
+  const int64_t fit = std::max<int64_t>(1, budget / std::max<int64_t>(per_head, 1));
+  if (fit >= group) return int(std::min<int64_t>(heads, fit / group * group));
+  int c = int(fit);
+  while (group % c) --c;
+  return c;
 }
 
 int pow2_at_least(int64_t n) {
@@ -421,36 +435,48 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
   DeviceBuffer<QBlock> d_qb;
   d_qb.upload(qb_h, s);
 
-  // Step 1: the query-sparse pass, O_gamma, its LSE and every row's tile LSE.
+  // Step 1: the query-sparse pass, O_gamma, its LSE and every row's tile LSE, then each row's
+  // selection, a chunk of heads (whole kv groups) at a time so that the tile LSEs fit
+  // plan.scratch_bytes.
+  const int chunk =
+      momo_head_chunk(plan.scratch_bytes, int64_t(R) * n_kt * int64_t(sizeof(float)), H, group);
+  const int n_qt64 = (R + kGroupRows - 1) / kGroupRows;
   DeviceBuffer<T> og;
   og.alloc(size_t(H) * R * d, s);
   DeviceBuffer<float> lse_g, tile_lse;
   lse_g.alloc(size_t(H) * R, s);
-  tile_lse.alloc(size_t(H) * R * n_kt, s);
+  tile_lse.alloc(size_t(chunk) * R * n_kt, s);
   const TensorView og_view = TensorView::hsd(og.get(), q.dtype, H, R, d);
-  FlashParams qp = base_params(q, k, v, og_view, opt, lse_g.get(), 64);
-  qp.q_len = R;
-  qp.n_qt = qp.n_qt64 = (R + kGroupRows - 1) / kGroupRows;
-  qp.lse_h = R;
-  qp.rows = d_rows.get();
-  qp.tile_lse = tile_lse.get();
   DeviceBuffer<int> q_visited;
   DeviceBuffer<unsigned long long> q_entries;
-  q_visited.alloc(size_t(H) * qp.n_qt64, s);
-  q_entries.alloc(size_t(H) * qp.n_qt64, s);
-  qp.visited = q_visited.get(), qp.entries = q_entries.get();
-  launch_query_sparse(q.dtype, d, qp, s);
-
+  q_visited.alloc(size_t(H) * n_qt64, s);
+  q_entries.alloc(size_t(H) * n_qt64, s);
   DeviceBuffer<int> sel_block, sel_count;
   DeviceBuffer<float> sel_score;
   sel_block.alloc(size_t(H) * R * kk, s);
   sel_score.alloc(size_t(H) * R * kk, s);
   sel_count.alloc(size_t(H) * R, s);
   set_smem(momo_select_kernel, sel_smem);
-  momo_select_kernel<<<dim3(unsigned(R), unsigned(H)), kSelThreads, sel_smem, s>>>(
-      tile_lse.get(), d_rows.get(), d_qb.get(), R, n_kt, Lkv, Lkv - L, int(plan.beta),
-      int(plan.chi), kk, slots, sel_block.get(), sel_score.get(), sel_count.get());
-  check(cudaGetLastError(), "momo_select_kernel launch");
+  for (int h0 = 0; h0 < H; h0 += chunk) {
+    const int n = std::min(chunk, H - h0);
+    const int n_kv = std::max(1, n / group);  // a chunk inside one group reads its kv head
+    FlashParams qp = base_params(q.head_range(h0, n), k.head_range(h0 / group, n_kv),
+                                 v.head_range(h0 / group, n_kv), og_view.head_range(h0, n), opt,
+                                 lse_g.get() + size_t(h0) * R, 64);
+    qp.q_len = R;
+    qp.n_qt = qp.n_qt64 = n_qt64;
+    qp.lse_h = R;
+    qp.rows = d_rows.get();
+    qp.tile_lse = tile_lse.get();
+    qp.visited = q_visited.get() + size_t(h0) * n_qt64;
+    qp.entries = q_entries.get() + size_t(h0) * n_qt64;
+    launch_query_sparse(q.dtype, d, qp, s);
+    momo_select_kernel<<<dim3(unsigned(R), unsigned(n)), kSelThreads, sel_smem, s>>>(
+        tile_lse.get(), d_rows.get(), d_qb.get(), R, n_kt, Lkv, Lkv - L, int(plan.beta),
+        int(plan.chi), kk, slots, sel_block.get() + size_t(h0) * R * kk,
+        sel_score.get() + size_t(h0) * R * kk, sel_count.get() + size_t(h0) * R);
+    check(cudaGetLastError(), "momo_select_kernel launch");
+  }
 
   // Step 2: union and trim.
   const float scale = softmax_scale(opt, d);

@@ -268,6 +268,47 @@ TEST(CudaMomo, EveryBlockSelectedIsExactAttention) {
   }
 }
 
+// Step 1 over chunks of heads (MomoGpuPlan::scratch_bytes: one head, half a group, one group
+// at a time) is step 1 over every head at once: the same selections, masks, outputs and LSE,
+// bit for bit (each head's work is its own).
+TEST(CudaMomo, HeadChunksAreTheWholePass) {
+  SKIP_WITHOUT_GPU();
+  const int64_t hq = 8, hkv = 2, lq = 1500, d = 128;
+  const Input in = make_input(true, DType::bf16, d, hq, hkv, lq, lq, 1.0f, 11);
+  AttnOptions opt;
+  DeviceTensor dq(in.q), dk(in.k), dv(in.v);
+  cuda::MomoGpuPlan plan = plan_for(hq, lq, lq, 16, 128, 64, 6, 1, 2);
+  const int64_t per_head = int64_t(plan.rows.size()) * ((lq + 63) / 64) * 4;
+  Tensor out[4];
+  std::vector<float> lse[4];
+  cuda::MomoGpuResult res[4];
+  const int64_t budgets[4] = {int64_t(1) << 30, 1, 2 * per_head, 4 * per_head};
+  for (int i = 0; i < 4; ++i) {
+    plan.scratch_bytes = budgets[i];
+    DeviceTensor dout(DType::bf16, hq, lq, d);
+    DeviceFloats dlse(size_t(hq * lq));
+    cuda::momo_attention(dq.view, dk.view, dv.view, dout.view, plan, opt, dlse.ptr, res[i], true);
+    out[i] = cuda::to_host(dout.view);
+    lse[i] = dlse.to_host();
+  }
+  for (int i = 1; i < 4; ++i) {
+    SCOPED_TRACE("scratch_bytes " + std::to_string(budgets[i]));
+    EXPECT_EQ(test::diff(out[i].view(), out[0].view()).max_abs, 0.0);
+    EXPECT_EQ(lse[i], lse[0]);
+    EXPECT_EQ(res[i].lists, res[0].lists);
+    ASSERT_EQ(res[i].row_selection.size(), res[0].row_selection.size());
+    for (size_t r = 0; r < res[0].row_selection.size(); ++r) {
+      const auto &a = res[i].row_selection[r], &b = res[0].row_selection[r];
+      ASSERT_EQ(a.size(), b.size()) << "row " << r;
+      for (size_t j = 0; j < a.size(); ++j) {
+        EXPECT_EQ(a[j].block, b[j].block) << "row " << r;
+        EXPECT_EQ(a[j].score, b[j].score) << "row " << r;
+      }
+    }
+    EXPECT_EQ(res[i].fused.score_entries, res[0].fused.score_entries);
+  }
+}
+
 // What the GPU path does not take is a named Error, before any kernel runs.
 TEST(CudaMomo, UnsupportedParametersAreNamedErrors) {
   SKIP_WITHOUT_GPU();
