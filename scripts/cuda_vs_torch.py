@@ -283,6 +283,10 @@ def main():
     ap.add_argument("--momo-specs", default="momo",
                     help="method specs timed whole through the method API (spattn_c_cuda_method)")
     ap.add_argument("--skip-momo", action="store_true")
+    ap.add_argument("--also-fused", action="store_true",
+                    help="also time each momo spec with its selection fused into the "
+                         "query-sparse pass (SPATTN_CUDA_MOMO_FUSED=1) as SPEC_fused, with "
+                         "vs_unfused against SPEC")
     ap.add_argument("--json", default="")
     ap.add_argument("--also-mma", action="store_true",
                     help="on a Hopper GPU also time the mma.sync kernel (SPATTN_CUDA_KERNEL=mma) "
@@ -505,12 +509,24 @@ def main():
                                       rel_l2_vs_dense=rel)
                     fns[spec] = (lambda sp_, a_: (lambda: sp.method(sp_, a_)))(
                         spec, sp.args("dense", q, k, v, out, lse))
+                    if args.also_fused and spec.split(":")[0] == "momo":
+                        # The fused selection must give the unfused run's output, bit for bit.
+                        out_unfused = out.clone()
+                        fused = with_env("SPATTN_CUDA_MOMO_FUSED", "1", fns[spec])
+                        fns[spec + "_fused"] = fused
+                        fused()
+                        torch.cuda.synchronize()
+                        info[spec + "_fused"] = dict(
+                            recall=torch.exp(lse - lse_dense).mean().item(),
+                            equals_unfused=bool(torch.equal(out, out_unfused)))
                 ms = timed_round_robin(fns, args.reps, args.warmup)
                 for n, t in ms.items():
                     d = dict(kind="time", workload=kind, seq=L, heads=H, kv_heads=KV, dim=D,
                              contender=n, ms=t, reps=args.reps, workload_s=gen_s)
                     if n in info:
                         d.update(info[n], vs_dense=ms["dense"] / t)
+                    if n.endswith("_fused"):
+                        d["vs_unfused"] = ms[n[:-len("_fused")]] / t
                     if n in gqa:
                         d["enable_gqa"] = gqa[n][3]
                     if n != "cudnn" and "cudnn" in ms:

@@ -5,9 +5,10 @@
 #   scripts/gpu_check.sh [OUT_DIR]         (default: gpu-check/)
 #   SPATTN_NCU=1 scripts/gpu_check.sh ...  also profiles the prefill kernels with Nsight Compute
 #   SPATTN_GPU_CHECK=momo scripts/gpu_check.sh ...  the MOMO round alone (issue 62, under 8
-#       minutes on an H200): the momo tests on both prefill kernels, the GPU tests that touch
-#       the kernels it changed, memcheck and racecheck on the momo tests, the Python momo test,
-#       and the momo rows against cuDNN SDPA (32K and 128K, random and text)
+#       minutes on an H200): the momo tests on both prefill kernels (the fused selection's
+#       against the selection kernel's, bit for bit), the GPU tests that touch the kernels it
+#       changed, memcheck and racecheck on the momo tests, the Python momo test, and the momo
+#       rows against cuDNN SDPA (32K and 128K, random and text; unfused and fused)
 #   SPATTN_GPU_CHECK=blasst scripts/gpu_check.sh ...  BLASST's tile height (issue 62 item 4; under
 #       8 minutes): the BLASST tests at 128-row and 64-row tiles, the sanitizers on the 64-row
 #       kernel, and BLASST at 32K on text in both heights (and mma.sync) against dense
@@ -66,10 +67,11 @@ if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
     > "$out/kernels.log" 2>&1
   echo "kernels rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/kernels.log"
   echo "== memcheck, racecheck (momo)"
-  sanitize memcheck 150 'CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*'
-  sanitize racecheck 150 'CudaMomo.EveryBlock*'
-  echo "== momo against cuDNN SDPA"
+  sanitize memcheck 150 'CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*:CudaMomo.Fused*'
+  sanitize racecheck 150 'CudaMomo.EveryBlock*:CudaMomo.Fused*'
+  echo "== momo (its selection unfused and fused) against cuDNN SDPA"
   timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
+    --also-fused \
     --skip-blasst --skip-decode --reps 5 --warmup 1 --json "$out/bench-momo.json" \
     > "$out/bench-momo.log" 2>&1
   echo "rc=$?; record: $out/bench-momo.json"; grep -E '"contender"|Error|error' "$out/bench-momo.log" | cut -c1-400

@@ -268,6 +268,11 @@ struct MomoGpuPlan {
   // groups, else part of one; at least one head). 1 GiB: 128K tokens with 32 heads and gamma
   // 128 take 268 MB in one chunk; 1M tokens take 17 GB in all, 0.5 GB a head.
   int64_t scratch_bytes = int64_t(1) << 30;
+  // The selection inside the query-sparse pass (the paper's fused form: a heap of the k best
+  // blocks per sampled row in shared memory as the tiles arrive, no tile LSEs stored) instead
+  // of the pass, then a selection kernel. Also set by SPATTN_CUDA_MOMO_FUSED=1. Taken only
+  // where k <= 256 (64 rows x k 8-byte keys of shared memory); MomoGpuResult says which ran.
+  bool fused_select = false;
 };
 // What a run read back once it was done (the pipeline itself never waits for the host).
 struct MomoGpuResult {
@@ -277,6 +282,7 @@ struct MomoGpuResult {
   // Per (q head, sampled row), best first; filled only when want_rows was given.
   std::vector<std::vector<BlockScore>> row_selection;
   Stats fused, sparse;  // the two passes' score entries and tiles (causal_entries: q's problem)
+  bool fused_select = false;  // the selection ran inside the query-sparse pass
 };
 void momo_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& out, const MomoGpuPlan& plan, const AttnOptions& opt,

@@ -132,10 +132,12 @@ FlashParams base_params(const TensorView& q, const TensorView& k, const TensorVi
 namespace {
 
 template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1,
-          bool kGather = false>
+          bool kGather = false, bool kTopK = false>
 void launch(const FlashParams& p, cudaStream_t stream) {
-  constexpr size_t smem = size_t(kWarps * 16 * kMT + (1 + kKBufs) * kBN) * D * sizeof(T);
-  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs, kGather>;
+  // Q, K and V tiles; kTopK: a heap of sel_k 8-byte keys per row after them.
+  const size_t smem = size_t(kWarps * 16 * kMT + (1 + kKBufs) * kBN) * D * sizeof(T) +
+                      (kTopK ? size_t(kWarps * 16 * kMT) * size_t(p.sel_k) * 8 : 0);
+  auto* kernel = flash_fwd_kernel<T, D, kMT, kList, kSkip, kRows, kKBufs, kGather, kTopK>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
         "cudaFuncSetAttribute");
   const dim3 grid(unsigned(p.n_qt), unsigned(p.heads), 1);
@@ -144,14 +146,16 @@ void launch(const FlashParams& p, cudaStream_t stream) {
 }
 
 // The kernel for a dtype and head dim.
-template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1, bool kGather = false>
+template <int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1, bool kGather = false,
+          bool kTopK = false>
 void launch_for(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
   if (dtype == DType::bf16)
-    d == 64 ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream)
-            : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream);
+    d == 64
+        ? launch<__nv_bfloat16, 64, kMT, kList, kSkip, kRows, kKBufs, kGather, kTopK>(p, stream)
+        : launch<__nv_bfloat16, 128, kMT, kList, kSkip, kRows, kKBufs, kGather, kTopK>(p, stream);
   else
-    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream)
-            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs, kGather>(p, stream);
+    d == 64 ? launch<__half, 64, kMT, kList, kSkip, kRows, kKBufs, kGather, kTopK>(p, stream)
+            : launch<__half, 128, kMT, kList, kSkip, kRows, kKBufs, kGather, kTopK>(p, stream);
 }
 
 // Query rows a block: 128 (two m16 tiles a warp) by default, 64 where a block-sparse mask's
@@ -175,7 +179,10 @@ void dispatch(DType dtype, int64_t d, int rows, const FlashParams& p, cudaStream
 }  // namespace
 
 void launch_query_sparse(DType dtype, int64_t d, const FlashParams& p, cudaStream_t stream) {
-  launch_for<1, false, false, true>(dtype, d, p, stream);
+  if (p.sel_k > 0)
+    launch_for<1, false, false, true, 1, false, true>(dtype, d, p, stream);
+  else
+    launch_for<1, false, false, true>(dtype, d, p, stream);
 }
 
 void launch_block_sparse(DType dtype, int64_t d, int rows, const FlashParams& p,

@@ -12,7 +12,9 @@
 //   - whether a tile may be skipped after its scores are known (BLASST, "BLASST: Dynamic
 //     Blocked Attention Sparsity via Softmax Thresholding", section 3: the tile's max against
 //     the running max before it), in which case its softmax and P V are not computed;
-//   - one K buffer or two (K(next) loaded under P V only, or from the top of the tile).
+//   - one K buffer or two (K(next) loaded under P V only, or from the top of the tile);
+//   - query-sparse only: each row's tile LSEs written out, or folded into block scores and
+//     their top k kept in shared memory as the tiles arrive (MOMO's fused selection: kTopK).
 //
 // One thread block: four warps over a query tile of 64 * kMT rows, each warp kMT m16 tiles
 // (kMT 2: 32 rows a warp, FlashAttention-2's 128-row tile for head dim 128: every K and V
@@ -31,6 +33,7 @@
 #include <cstdint>
 
 #include "cuda/ptx.cuh"
+#include "cuda/row_topk.cuh"
 
 namespace spattn::cuda {
 
@@ -74,6 +77,16 @@ struct FlashParams {
   // ln 2 (m + log2 sum 2^(s - m)) with m the running max after the tile; -inf where the row saw
   // no key of the tile. Tiles a row does not reach are not written.
   float* tile_lse = nullptr;
+  // Query-sparse only, optional, instead of tile_lse (MOMO's selection fused into the pass:
+  // row_topk.cuh; the kernel's kTopK form): each listed row's sel_k best candidate blocks by
+  // S(j), best first, at sel_block and sel_score [((b * heads + h) * q_len + row) * sel_k ...],
+  // their count at sel_count[(b * heads + h) * q_len + row]. A row's candidates come from
+  // sel_qblocks[q row / sel_chi], blocks of sel_beta keys (a multiple of 64).
+  int sel_k = 0, sel_beta = 0, sel_chi = 0;
+  const QBlock* sel_qblocks = nullptr;
+  int* sel_block = nullptr;
+  float* sel_score = nullptr;
+  int* sel_count = nullptr;
   // Token-level (kGather): per kernel tile i the key pieces [piece_offsets[i],
   // piece_offsets[i + 1]), visited in order; piece j holds piece_len[j] (1..64) keys, keys
   // [start, start + len) where start = piece_start[j] >= 0, else gather_keys[-start - 1 + c]
@@ -190,13 +203,15 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 template <class T, int D, int kMT, bool kList, bool kSkip, bool kRows = false, int kKBufs = 1,
-          bool kGather = false>
+          bool kGather = false, bool kTopK = false>
 __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p) {
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(!kGather || (kMT == 1 && !kList && !kSkip && kKBufs == 1),
                 "token-level pieces: 64-row tiles, nothing else but a row list");
   static_assert(kMT == 1 || kMT == 2, "one or two m16 tiles a warp");
   static_assert(kKBufs == 1 || kKBufs == 2, "one or two K buffers");
+  static_assert(!kTopK || (kRows && kMT == 1 && !kList && !kSkip && !kGather),
+                "the fused selection: the query-sparse pass's 64-row form");
   using namespace detail;
   constexpr int kBM = kWarps * 16 * kMT;                // query rows a block
   constexpr int kGroupWarps = kGroupRows / (16 * kMT);  // warps a 64-row group
@@ -265,6 +280,21 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
       lim_held[mt][0] = lim_calc(mt, 0), lim_held[mt][1] = lim_calc(mt, 1);
+  }
+  // kTopK: each of this thread's two rows' candidates, fold and heap (its 64 rows' heaps follow
+  // V in shared memory; a quad's first lane keeps its rows').
+  Candidates cand[kTopK ? 2 : 1];
+  BlockFold fold[kTopK ? 2 : 1];
+  int n_kept[kTopK ? 2 : 1] = {};
+  unsigned long long* heaps = reinterpret_cast<unsigned long long*>(sV + kBN * D);
+  auto heap_of = [&](int r) { return heaps + (row_of(0, r) - row0) * p.sel_k; };
+  if constexpr (kTopK) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int qr = q_row(row_of(0, r));
+      cand[r] =
+          candidates_of(qr, p.sel_qblocks[qr / p.sel_chi], p.kv_len, p.pos_offset, p.sel_beta);
+    }
   }
   auto lim_of = [&](int mt, int r) {
     if constexpr (kRows)
@@ -556,16 +586,22 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
             pf[mt][j / 2][(j % 2) * 2 + 1] = ptx::pack2<T>(p2, p3);
           }
           if constexpr (kRows) {
-            if (p.tile_lse) {
+            if (kTopK || p.tile_lse) {
 #pragma unroll
               for (int r = 0; r < 2; ++r) {
                 float ts = sum[r];
                 ts += __shfl_xor_sync(0xffffffffu, ts, 1);
                 ts += __shfl_xor_sync(0xffffffffu, ts, 2);
                 const int row = row_of(mt, r);
-                if (lane % 4 == 0 && row < p.q_len)
-                  p.tile_lse[((int64_t(b) * p.heads + h) * p.q_len + row) * p.n_kt + kt] =
-                      ts > 0.f ? (base[r] + log2f(ts)) * 0.693147180559945309f : -INFINITY;
+                const float t_lse =
+                    ts > 0.f ? (base[r] + log2f(ts)) * 0.693147180559945309f : -INFINITY;
+                if (lane % 4 != 0 || row >= p.q_len) continue;
+                if constexpr (kTopK) {
+                  if (kbase < lim_of(mt, r))  // the tiles below the row's limit only
+                    fold[r].add(kt, t_lse, p.sel_beta, cand[r], heap_of(r), n_kept[r], p.sel_k);
+                } else {
+                  p.tile_lse[((int64_t(b) * p.heads + h) * p.q_len + row) * p.n_kt + kt] = t_lse;
+                }
               }
             }
           }
@@ -598,6 +634,24 @@ __global__ void __launch_bounds__(kThreads) flash_fwd_kernel(const FlashParams p
       ptx::cp_async_wait<0>();  // K(next)
       __syncthreads();          // K(next) is visible; every warp is done with V
       kt = next;
+    }
+  }
+
+  if constexpr (kTopK) {
+    // Each row's last block, then its heap best first, as the selection kernel writes them.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row_of(0, r);
+      if (lane % 4 != 0 || row >= p.q_len) continue;
+      unsigned long long* keys = heap_of(r);
+      fold[r].finish(cand[r], keys, n_kept[r], p.sel_k);
+      heap_sort_desc(keys, n_kept[r]);
+      const int64_t at = (int64_t(b) * p.heads + h) * p.q_len + row;
+      for (int i = 0; i < n_kept[r]; ++i) {
+        p.sel_block[at * p.sel_k + i] = key_block(keys[i]);
+        p.sel_score[at * p.sel_k + i] = key_score(keys[i]);
+      }
+      p.sel_count[at] = n_kept[r];
     }
   }
 

@@ -26,7 +26,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "cuda/block_budget.cuh"
@@ -35,6 +37,7 @@
 #include "cuda/flash_fwd.cuh"
 #include "cuda/forms.hpp"
 #include "cuda/inputs.hpp"
+#include "cuda/row_topk.cuh"
 #include "spattn/cuda.hpp"
 #include "spattn/error.hpp"
 
@@ -42,29 +45,7 @@ namespace spattn::cuda {
 namespace {
 
 constexpr int kSelThreads = 256;
-
-// make_key (spattn/select.hpp) on the device: the score's order-preserving bits above the
-// complemented block, so that a larger key ranks first (ties: the smaller block). 0 is no key
-// (a NaN score's), the empty slot.
-__device__ __forceinline__ unsigned long long make_key(int block, float score) {
-  const uint32_t b = __float_as_uint(score + 0.0f);
-  const uint32_t ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-  return (static_cast<unsigned long long>(ordered) << 32) | uint32_t(~uint32_t(block));
-}
-__device__ __forceinline__ int key_block(unsigned long long key) {
-  return int(~uint32_t(key & 0xffffffffu));
-}
-__device__ __forceinline__ float key_score(unsigned long long key) {
-  const uint32_t ordered = uint32_t(key >> 32);
-  return __uint_as_float((ordered & 0x80000000u) ? (ordered & 0x7fffffffu) : ~ordered);
-}
-
-// BlockSelectObserver's fold of two tile LSEs.
-__device__ __forceinline__ float log_add_exp(float a, float b) {
-  const float m = fmaxf(a, b);
-  if (m == -INFINITY) return m;
-  return m + log1pf(expf(fminf(a, b) - m));
-}
+constexpr int kFusedMaxK = 256;  // the fused selection's heaps: 64 rows x k keys, 128 KB
 
 // Sorts keys[0, n) (n a power of two) into descending order: a bitonic network, every thread
 // of the block taking part.
@@ -98,11 +79,6 @@ int pow2_at_least(int64_t n) {
   return p;
 }
 
-// Per query block: the forced blocks (ForcedBlocks) and where its sampled rows start.
-struct QBlock {
-  int sink_end, local_begin, causal_end, first_row;
-};
-
 // Step 1b: per (sampled row ri, q head h) its candidate blocks' S(j) and their top k, best
 // first, at sel_* [(h * R + ri) * k ...], the count at sel_count[h * R + ri]. Candidates: the
 // blocks of [sink_end, local_begin) below the row's causal limit (BlockSelectObserver's Span);
@@ -114,12 +90,8 @@ __global__ void momo_select_kernel(const float* tile_lse, const int* rows, const
   extern __shared__ unsigned long long keys[];
   const int ri = blockIdx.x, h = blockIdx.y;
   const int row = rows[ri];
-  const int limit = min(kv_len, pos_offset + row + 1);
-  const int nb = (limit + beta - 1) / beta;
-  const QBlock f = qblocks[row / chi];
-  const int lo = min(max(f.sink_end, 0), nb);
-  const int hi_key = min(limit, min(max(f.local_begin, 0), nb) * beta);
-  const int n = hi_key > lo * beta ? (hi_key + beta - 1) / beta - lo : 0;
+  const Candidates c = candidates_of(row, qblocks[row / chi], kv_len, pos_offset, beta);
+  const int lo = c.lo, n = c.n, limit = c.limit;
   const float* lse = tile_lse + (int64_t(h) * R + ri) * n_kt;
   const int per = beta / kBN;
   for (int i = threadIdx.x; i < slots; i += blockDim.x) {
@@ -435,17 +407,22 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
   DeviceBuffer<QBlock> d_qb;
   d_qb.upload(qb_h, s);
 
-  // Step 1: the query-sparse pass, O_gamma, its LSE and every row's tile LSE, then each row's
-  // selection, a chunk of heads (whole kv groups) at a time so that the tile LSEs fit
+  // Step 1: the query-sparse pass, O_gamma, its LSE and each row's selection: fused (the pass
+  // keeps every row's best k blocks itself), or the pass's tile LSEs then the selection
+  // kernel, a chunk of heads (whole kv groups) at a time so that the tile LSEs fit
   // plan.scratch_bytes.
-  const int chunk =
-      momo_head_chunk(plan.scratch_bytes, int64_t(R) * n_kt * int64_t(sizeof(float)), H, group);
+  const char* env = std::getenv("SPATTN_CUDA_MOMO_FUSED");
+  const bool fused = (plan.fused_select || (env && std::string(env) == "1")) && kk <= kFusedMaxK;
+  res.fused_select = fused;
+  const int chunk = fused ? H
+                          : momo_head_chunk(plan.scratch_bytes,
+                                            int64_t(R) * n_kt * int64_t(sizeof(float)), H, group);
   const int n_qt64 = (R + kGroupRows - 1) / kGroupRows;
   DeviceBuffer<T> og;
   og.alloc(size_t(H) * R * d, s);
   DeviceBuffer<float> lse_g, tile_lse;
   lse_g.alloc(size_t(H) * R, s);
-  tile_lse.alloc(size_t(chunk) * R * n_kt, s);
+  if (!fused) tile_lse.alloc(size_t(chunk) * R * n_kt, s);
   const TensorView og_view = TensorView::hsd(og.get(), q.dtype, H, R, d);
   DeviceBuffer<int> q_visited;
   DeviceBuffer<unsigned long long> q_entries;
@@ -467,9 +444,18 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
     qp.n_qt = qp.n_qt64 = n_qt64;
     qp.lse_h = R;
     qp.rows = d_rows.get();
-    qp.tile_lse = tile_lse.get();
     qp.visited = q_visited.get() + size_t(h0) * n_qt64;
     qp.entries = q_entries.get() + size_t(h0) * n_qt64;
+    if (fused) {
+      qp.sel_k = kk, qp.sel_beta = int(plan.beta), qp.sel_chi = int(plan.chi);
+      qp.sel_qblocks = d_qb.get();
+      qp.sel_block = sel_block.get() + size_t(h0) * R * kk;
+      qp.sel_score = sel_score.get() + size_t(h0) * R * kk;
+      qp.sel_count = sel_count.get() + size_t(h0) * R;
+      launch_query_sparse(q.dtype, d, qp, s);
+      continue;
+    }
+    qp.tile_lse = tile_lse.get();
     launch_query_sparse(q.dtype, d, qp, s);
     momo_select_kernel<<<dim3(unsigned(R), unsigned(n)), kSelThreads, sel_smem, s>>>(
         tile_lse.get(), d_rows.get(), d_qb.get(), R, n_kt, Lkv, Lkv - L, int(plan.beta),

@@ -447,6 +447,7 @@ class Momo final : public Method {
     for (size_t i = 0; i < res.row_blocks.size(); ++i)
       selected_row_blocks += res.row_blocks[i], selected_mask_blocks += res.kept_blocks[i];
     report(rep, res.fused, res.sparse, g, *mask, selected_row_blocks, selected_mask_blocks);
+    rep.extras["fused_select"] = res.fused_select ? 1.0 : 0.0;  // SPATTN_CUDA_MOMO_FUSED
     std::shared_ptr<const BlockMask> cmask = std::move(mask);
     rep.coverage = std::make_shared<MomoCoverage>(cmask, g.gamma, int64_t(g.rows.size()),
                                                   std::nullopt, std::nullopt);

@@ -309,6 +309,65 @@ TEST(CudaMomo, HeadChunksAreTheWholePass) {
   }
 }
 
+// The selection fused into the query-sparse pass (per-row heaps as the tiles arrive) against
+// the pass's tile LSEs and the selection kernel: the same selections, masks, outputs and LSE,
+// bit for bit (the same tile LSEs, folded in the same order; the same keys, best first).
+// Queries at the end of a longer cache, blocks of one to three tiles, k beyond the candidates,
+// both dtypes and head dims; a k past the heaps' room runs the selection kernel and says so.
+TEST(CudaMomo, FusedSelectionIsTheSelectionKernel) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<SelCase> cases = {
+      {true, DType::bf16, 128, 4, 2, 1500, 1500, 16, 128, 64, 8, 1.0f},
+      {true, DType::bf16, 64, 4, 2, 700, 1333, 16, 128, 64, 5, 1.0f},
+      {false, DType::f16, 128, 6, 2, 1111, 1111, 32, 128, 128, 4, 1.0f},
+      {false, DType::f16, 64, 3, 3, 517, 517, 64, 128, 192, 2, 1.0f},
+      {true, DType::bf16, 128, 4, 2, 2049, 2049, 128, 128, 64, 128, 1.0f},
+      {false, DType::bf16, 64, 2, 1, 999, 999, 16, 64, 64, 3, 8.0f},
+  };
+  for (const SelCase& c : cases) {
+    SCOPED_TRACE(name(c));
+    const Input in = make_input(c.text, c.t, c.d, c.hq, c.hkv, c.lq, c.lkv, c.q_scale, 7);
+    cuda::MomoGpuPlan plan = plan_for(c.hq, c.lq, c.lkv, c.gamma, c.chi, c.beta, c.k, 1, 3);
+    AttnOptions opt;
+    DeviceTensor dq(in.q), dk(in.k), dv(in.v);
+    Tensor out[2];
+    std::vector<float> lse[2];
+    cuda::MomoGpuResult res[2];
+    for (int i = 0; i < 2; ++i) {
+      plan.fused_select = i == 1;
+      DeviceTensor dout(c.t, c.hq, c.lq, c.d);
+      DeviceFloats dlse(size_t(c.hq * c.lq));
+      cuda::momo_attention(dq.view, dk.view, dv.view, dout.view, plan, opt, dlse.ptr, res[i], true);
+      out[i] = cuda::to_host(dout.view);
+      lse[i] = dlse.to_host();
+    }
+    EXPECT_FALSE(res[0].fused_select);
+    EXPECT_TRUE(res[1].fused_select);
+    EXPECT_EQ(test::diff(out[1].view(), out[0].view()).max_abs, 0.0);
+    EXPECT_EQ(lse[1], lse[0]);
+    EXPECT_EQ(res[1].lists, res[0].lists);
+    ASSERT_EQ(res[1].row_selection.size(), res[0].row_selection.size());
+    for (size_t r = 0; r < res[0].row_selection.size(); ++r) {
+      const auto &a = res[1].row_selection[r], &b = res[0].row_selection[r];
+      ASSERT_EQ(a.size(), b.size()) << "row " << r;
+      for (size_t j = 0; j < a.size(); ++j) {
+        EXPECT_EQ(a[j].block, b[j].block) << "row " << r;
+        EXPECT_EQ(a[j].score, b[j].score) << "row " << r;
+      }
+    }
+    EXPECT_EQ(res[1].fused.score_entries, res[0].fused.score_entries);
+  }
+  // 258 key blocks, k 300: a row may keep 258, past the heaps' 256.
+  const int64_t n = 16500;
+  const Input in = make_input(false, DType::bf16, 64, 1, 1, n, n, 1.0f, 3);
+  DeviceTensor dq(in.q), dk(in.k), dv(in.v), dout(DType::bf16, 1, n, 64);
+  cuda::MomoGpuPlan plan = plan_for(1, n, n, 256, 128, 64, 300, 1, 1);
+  plan.fused_select = true;
+  cuda::MomoGpuResult res;
+  cuda::momo_attention(dq.view, dk.view, dv.view, dout.view, plan, {}, nullptr, res);
+  EXPECT_FALSE(res.fused_select) << "k 300 over 258 blocks: no room for the heaps";
+}
+
 // What the GPU path does not take is a named Error, before any kernel runs.
 TEST(CudaMomo, UnsupportedParametersAreNamedErrors) {
   SKIP_WITHOUT_GPU();
