@@ -65,24 +65,13 @@ SPATTN_HD Candidates candidates_of(int row, const QBlock& f, int kv_len, int pos
   return c;
 }
 
-// The k best keys offered so far, a min-heap over keys[0, count) (keys[0] the worst kept).
-SPATTN_HD void heap_offer(unsigned long long* keys, int& count, int k, unsigned long long key) {
-  int i;
-  if (count < k) {
-    i = count++;  // sift up from the new leaf
-    while (i > 0 && keys[(i - 1) / 2] > key) {
-      keys[i] = keys[(i - 1) / 2];
-      i = (i - 1) / 2;
-    }
-    keys[i] = key;
-    return;
-  }
-  if (k == 0 || key <= keys[0]) return;
-  i = 0;  // replace the worst, sift down
+// `key` put at the root of the min-heap keys[0, n) and sifted down to its place.
+SPATTN_HD void heap_sift_down(unsigned long long* keys, int n, unsigned long long key) {
+  int i = 0;
   for (;;) {
     const int c = 2 * i + 1;
-    if (c >= count) break;
-    const int m = c + 1 < count && keys[c + 1] < keys[c] ? c + 1 : c;
+    if (c >= n) break;
+    const int m = c + 1 < n && keys[c + 1] < keys[c] ? c + 1 : c;
     if (keys[m] >= key) break;
     keys[i] = keys[m];
     i = m;
@@ -90,21 +79,25 @@ SPATTN_HD void heap_offer(unsigned long long* keys, int& count, int k, unsigned 
   keys[i] = key;
 }
 
+// The k best keys offered so far, a min-heap over keys[0, count) (keys[0] the worst kept).
+SPATTN_HD void heap_offer(unsigned long long* keys, int& count, int k, unsigned long long key) {
+  if (count < k) {
+    int i = count++;  // sift up from the new leaf
+    while (i > 0 && keys[(i - 1) / 2] > key) {
+      keys[i] = keys[(i - 1) / 2];
+      i = (i - 1) / 2;
+    }
+    keys[i] = key;
+  } else if (k > 0 && key > keys[0]) {
+    heap_sift_down(keys, count, key);  // in place of the worst
+  }
+}
+
 // The heap's keys best first (descending), in place: the heap sort of a min-heap.
 SPATTN_HD void heap_sort_desc(unsigned long long* keys, int count) {
   for (int end = count - 1; end > 0; --end) {
     const unsigned long long worst = keys[0];
-    const unsigned long long key = keys[end];
-    int i = 0;
-    for (;;) {
-      const int c = 2 * i + 1;
-      if (c >= end) break;
-      const int m = c + 1 < end && keys[c + 1] < keys[c] ? c + 1 : c;
-      if (keys[m] >= key) break;
-      keys[i] = keys[m];
-      i = m;
-    }
-    keys[i] = key;
+    heap_sift_down(keys, end, keys[end]);
     keys[end] = worst;
   }
 }
