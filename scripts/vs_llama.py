@@ -38,6 +38,7 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 
 
 def parse_test(t):
@@ -59,6 +60,7 @@ def parse_test(t):
 
 
 LOST_RECORDS = [0]  # llama-batched-bench runs repeated for a record the log lost
+LLAMA_RUNS = 6  # llama-batched-bench runs at most for one record
 
 
 def llama_once(a, kind, n, depth, rows):
@@ -71,17 +73,20 @@ def llama_once(a, kind, n, depth, rows):
             "-npl", "1", "--output-format", "jsonl"]
         # llama-batched-bench prints its record through llama.cpp's log thread, whose logger is
         # leaked at exit by design (common/log.cpp, llama.cpp issue 22142): on a loaded machine
-        # the process can exit before the thread writes it. Such a run is repeated (twice at
-        # most); a record is read from its first '{"' (a log line may share its line).
-        for attempt in range(3):
+        # the process can exit before the thread writes it. Such a run is repeated (five times
+        # at most, a little later each time, for the load to pass); a record is read from its
+        # first '{"' (a log line may share its line).
+        for attempt in range(LLAMA_RUNS):
+            if attempt:
+                time.sleep(0.25 * attempt)
             run = subprocess.run(cmd, check=True, capture_output=True, text=True)
             recs = [json.loads(x[x.index('{"'):]) for x in run.stdout.splitlines() if '{"' in x]
             if recs:
                 j = recs[-1]
                 return {rows[0]: float(j["speed_pp"]), rows[1]: float(j["speed_tg"])}
             LOST_RECORDS[0] += 1  # reported in the rows (llama_lost_records)
-        sys.exit("vs_llama: llama-batched-bench printed no JSON record in 3 runs; its output "
-                 "ends:\n" + run.stdout[-1500:] + run.stderr[-1500:])
+        sys.exit(f"vs_llama: llama-batched-bench printed no JSON record in {LLAMA_RUNS} runs; "
+                 "its output ends:\n" + run.stdout[-1500:] + run.stderr[-1500:])
     cmd = [os.path.join(a.llama_bin, "llama-bench")] + common + ["-r", "1", "-o", "json"]
     cmd += ["-p", str(n), "-n", "0"] if kind == "pp" else ["-p", "0", "-n", str(n)]
     if depth:
