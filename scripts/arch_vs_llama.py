@@ -31,10 +31,11 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
+
+import llama_log_flush
 
 
 def sh(cmd, env=None):
@@ -46,19 +47,6 @@ def sh(cmd, env=None):
 
 
 LOG_FLUSH = None  # the shared library perplexity() preloads into llama-perplexity, if built
-
-
-def build_log_flush(folder):
-    """Compiles the 0.2 s wait at exit (perplexity() says why); None without a C compiler."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        return None
-    src, lib = os.path.join(folder, "log_flush.c"), os.path.join(folder, "log_flush.so")
-    with open(src, "w") as f:
-        f.write("#include <unistd.h>\n"
-                "__attribute__((destructor)) static void wait_for_logger(void) { usleep(200000); }\n")
-    r = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", lib, src], capture_output=True)
-    return lib if r.returncode == 0 else None
 
 
 def spattn_run(a, model, extra=()):
@@ -153,15 +141,10 @@ def perplexity(a, model, c):
            "-t", str(a.threads)]
     if a.chunks > 0:
         cmd += ["--chunks", str(a.chunks)]
-    # llama.cpp logs through a worker thread that it never joins (common_log_main leaks it), so
-    # its last lines, the final estimate among them, are lost when the process exits before
-    # that thread gets a core: on a loaded machine, one run in three to eight. A preloaded
-    # library that waits 0.2 s at exit lets the thread finish (0 of 16 lost under load 10,
-    # against 4 of 12 without); a run that still loses the line is repeated, up to five times,
-    # and if it never comes the check is reported as not made (exit 77 when nothing else failed).
-    env = dict(os.environ)
-    if LOG_FLUSH:
-        env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), LOG_FLUSH]))
+    # The final estimate comes through llama.cpp's log thread (llama_log_flush.py: the wait at
+    # exit preloaded); a run that still loses the line is repeated, up to five times, and if it
+    # never comes the check is reported as not made (exit 77 when nothing else failed).
+    env = llama_log_flush.env_with(LOG_FLUSH)
     for _ in range(5):
         r = sh(cmd, env)
         m = PPL.search(r.stdout + b"\n" + r.stderr)
@@ -229,7 +212,7 @@ def main():
         sys.exit(77)
     global LOG_FLUSH
     scratch = tempfile.TemporaryDirectory(prefix="arch_vs_llama.")
-    LOG_FLUSH = build_log_flush(scratch.name)
+    LOG_FLUSH = llama_log_flush.build(scratch.name)
     model = a.model
     if a.quantize:
         base, _ = os.path.splitext(a.model)

@@ -38,7 +38,10 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+
+import llama_log_flush
 
 
 def parse_test(t):
@@ -61,6 +64,7 @@ def parse_test(t):
 
 LOST_RECORDS = [0]  # llama-batched-bench runs repeated for a record the log lost
 LLAMA_RUNS = 6  # llama-batched-bench runs at most for one record
+LOG_FLUSH = None  # llama_log_flush's library, preloaded into llama-batched-bench if built
 
 
 def llama_once(a, kind, n, depth, rows):
@@ -71,15 +75,16 @@ def llama_once(a, kind, n, depth, rows):
         cmd = [os.path.join(a.llama_bin, "llama-batched-bench")] + common + [
             "-c", str(depth + n), "-b", "2048", "-ub", "512", "-npp", str(depth), "-ntg", str(n),
             "-npl", "1", "--output-format", "jsonl"]
-        # llama-batched-bench prints its record through llama.cpp's log thread, whose logger is
-        # leaked at exit by design (common/log.cpp, llama.cpp issue 22142): on a loaded machine
-        # the process can exit before the thread writes it. Such a run is repeated (five times
-        # at most, a little later each time, for the load to pass); a record is read from its
-        # first '{"' (a log line may share its line).
+        # llama-batched-bench prints its record through llama.cpp's log thread, which a loaded
+        # machine can leave unwritten at exit (llama_log_flush.py: the wait at exit preloaded).
+        # A run that still loses it is repeated (five times at most, a little later each time,
+        # for the load to pass); a record is read from its first '{"' (a log line may share its
+        # line).
+        env = llama_log_flush.env_with(LOG_FLUSH)
         for attempt in range(LLAMA_RUNS):
             if attempt:
                 time.sleep(0.25 * attempt)
-            run = subprocess.run(cmd, check=True, capture_output=True, text=True)
+            run = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
             recs = [json.loads(x[x.index('{"'):]) for x in run.stdout.splitlines() if '{"' in x]
             if recs:
                 j = recs[-1]
@@ -158,6 +163,9 @@ def main():
     p.add_argument("--spattn-build", action="append", default=[],
                    help="another spattn binary: one more side for each variant (repeat)")
     a = p.parse_args()
+    global LOG_FLUSH
+    scratch = tempfile.TemporaryDirectory(prefix="vs_llama.")
+    LOG_FLUSH = llama_log_flush.build(scratch.name)
     methods = ([["--attn", x] for x in a.attn] + [["--attn-decode", x] for x in a.attn_decode]
                or [[]])
     # One side per (binary, method); the binary is named in the row only when several are timed.
