@@ -46,7 +46,7 @@ def sh(cmd, env=None):
     return r
 
 
-LOG_FLUSH = None  # the shared library perplexity() preloads into llama-perplexity, if built
+LOG_FLUSH = None  # llama_log_flush's library, preloaded into llama.cpp's tools if built
 
 
 def spattn_run(a, model, extra=()):
@@ -70,7 +70,7 @@ def llama_text(a, model, extra=()):
 def llama_text_run(a, model, extra=()):
     ll = sh([os.path.join(a.llama_bin, "llama-completion"), "-m", model, "-p", a.prompt, "-n",
              str(a.n + 8), "--temp", "0", "-t", str(a.threads), "-no-cnv", "--simple-io",
-             "--no-warmup", "-c", "4096", *extra])
+             "--no-warmup", "-c", "4096", *extra], llama_log_flush.env_with(LOG_FLUSH))
     text = ll.stdout.decode("utf-8", errors="replace")
     return text[len(a.prompt):] if text.startswith(a.prompt) else text
 
@@ -79,9 +79,9 @@ def greedy(a, model):
     sp = spattn_run(a, model)
     mine = sp["text"]
     # llama.cpp prints the text through its logger's worker thread, which may lose the last
-    # lines at exit on a loaded machine (its common/log.cpp says so): llama-completion
-    # generates 8 tokens more than compared, and a text that still ends short of spattn's is
-    # a lost tail, so the run is repeated (up to three times).
+    # lines at exit on a loaded machine (llama_log_flush.py: the wait at exit preloaded):
+    # llama-completion generates 8 tokens more than compared, and a text that still ends short
+    # of spattn's is a lost tail, so the run is repeated (up to three times).
     for _ in range(3):
         text = llama_text(a, model)
         if len(text.encode()) > len(mine.encode()) or not mine.startswith(text):
