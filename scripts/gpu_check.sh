@@ -53,114 +53,108 @@ sanitize() {
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$out/$tool.log"
 }
 
+# The GPU tests FILTER within SECONDS, their log in $out/NAME.log; prints NAME's exit status and
+# the log's lines that match PATTERN (default: the summary), 40 at most. Environment for the run
+# goes before the call.
+gpu_tests() {
+  local name=$1 seconds=$2 filter=$3 pattern=${4:-'^\[  (PASSED|FAILED)'}
+  timeout "$seconds" ./build/bin/spattn_cuda_tests --gtest_filter="$filter" > "$out/$name.log" 2>&1
+  echo "$name rc=$?"
+  grep -E "$pattern" "$out/$name.log" | head -40
+}
+
+# scripts/cuda_vs_torch.py with ARGS within SECONDS, its record in $out/bench-NAME.json and its
+# log beside it; prints the exit status and the rows' contenders.
+bench() {
+  local name=$1 seconds=$2
+  shift 2
+  timeout "$seconds" python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so "$@" \
+    --json "$out/bench-$name.json" > "$out/bench-$name.log" 2>&1
+  echo "rc=$?; record: $out/bench-$name.json"
+  grep -E '"contender"|Error|error' "$out/bench-$name.log" | cut -c1-400
+}
+
+# What a failing test says about itself.
+detail='^\[  (PASSED|FAILED)|Failure|Expected|Which is'
+
 if [ "${SPATTN_GPU_CHECK:-all}" = momo ]; then
   # Each step's log in $out; its exit status on the console. First what must hold before any
   # figure means anything: the GPU selection against the CPU's, then the sanitizers.
   echo "== momo tests (wgmma, then mma.sync), and the kernels' own tests"
-  timeout 150 ./build/bin/spattn_cuda_tests --gtest_filter='CudaMomo.*' > "$out/momo.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|differ|ties|Expected|Which is" "$out/momo.log" | head -40
-  SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests --gtest_filter='CudaMomo.*' \
-    > "$out/momo-mma.log" 2>&1
-  echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/momo-mma.log"
-  timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaAttention.QuerySparse*:CudaAttention.BlockSparse*:CudaMethods.*:CudaBench.*' \
-    > "$out/kernels.log" 2>&1
-  echo "kernels rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/kernels.log"
+  gpu_tests momo 150 'CudaMomo.*' "$detail|differ|ties"
+  SPATTN_CUDA_KERNEL=mma gpu_tests momo-mma 120 'CudaMomo.*'
+  gpu_tests kernels 150 \
+    'CudaAttention.QuerySparse*:CudaAttention.BlockSparse*:CudaMethods.*:CudaBench.*'
   echo "== memcheck, racecheck (momo)"
   sanitize memcheck 150 'CudaMomo.EveryBlock*:CudaMomo.SelectionMatches*:CudaMomo.Fused*'
   sanitize racecheck 150 'CudaMomo.EveryBlock*:CudaMomo.Fused*'
   echo "== momo (its selection unfused and fused) against cuDNN SDPA"
-  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
-    --also-fused \
-    --skip-blasst --skip-decode --reps 5 --warmup 1 --json "$out/bench-momo.json" \
-    > "$out/bench-momo.log" 2>&1
-  echo "rc=$?; record: $out/bench-momo.json"; grep -E '"contender"|Error|error' "$out/bench-momo.log" | cut -c1-400
+  bench momo 240 --skip-prefill --also-fused --skip-blasst --skip-decode --reps 5 --warmup 1
   exit 0
 fi
 
 if [ "${SPATTN_GPU_CHECK:-all}" = blasst ]; then
   # Issue 62 item 4: BLASST in 64-row tiles (each group skips alone) against 128-row ones.
   echo "== BLASST tests, 128-row and 64-row tiles (each group's decisions against the CPU's)"
-  timeout 150 ./build/bin/spattn_cuda_tests --gtest_filter='CudaAttention.Blasst*:CudaMethods.*' \
-    > "$out/blasst.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|BLASST  \]" "$out/blasst.log" | head -40
+  gpu_tests blasst 150 'CudaAttention.Blasst*:CudaMethods.*' \
+    '^\[  (PASSED|FAILED)|Failure|BLASST  \]'
   echo "== memcheck, racecheck (BLASST in 64-row tiles)"
   SPATTN_CUDA_BLASST_ROWS=64 sanitize memcheck 150 'CudaAttention.BlasstLambda*'
   SPATTN_CUDA_BLASST_ROWS=64 sanitize racecheck 120 'CudaAttention.BlasstLambda*'
   echo "== BLASST at 32K on text: 128-row tiles (wgmma, mma.sync) and 64-row tiles, against dense"
-  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
-    --skip-decode --skip-momo --also-mma --also-blasst64 --blasst-lambda 0.001,0.01,0.02,0.05 \
-    --reps 5 --warmup 1 --json "$out/bench-blasst.json" > "$out/bench-blasst.log" 2>&1
-  echo "rc=$?; record: $out/bench-blasst.json"; grep -E '"contender"|Error|error' "$out/bench-blasst.log" | cut -c1-400
+  bench blasst 240 --skip-prefill --skip-decode --skip-momo --also-mma --also-blasst64 \
+    --blasst-lambda 0.001,0.01,0.02,0.05 --reps 5 --warmup 1
   exit 0
 fi
 
 if [ "${SPATTN_GPU_CHECK:-all}" = dense ]; then
   echo "== kernel tests, then the prefill kernels' tests on the overlapped form"
-  timeout 120 ./build/bin/spattn_cuda_tests --gtest_filter='CudaKernels.*' > "$out/kernels.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is" "$out/kernels.log" | head -30
-  SPATTN_CUDA_KERNEL=wgmma_overlap timeout 100 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/overlap.log" 2>&1
-  echo "overlap rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" "$out/overlap.log" | head -20
-  SPATTN_CUDA_KERNEL=wgmma_pingpong SPATTN_CUDA_TMA=1 timeout 100 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/pingpong-tma.log" 2>&1
-  echo "pingpong+tma rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure" "$out/pingpong-tma.log" | head -20
+  gpu_tests kernels 120 'CudaKernels.*' "$detail"
+  SPATTN_CUDA_KERNEL=wgmma_overlap gpu_tests overlap 100 'CudaAttention.*:CudaMethods.*' \
+    '^\[  (PASSED|FAILED)|Failure'
+  SPATTN_CUDA_KERNEL=wgmma_pingpong SPATTN_CUDA_TMA=1 gpu_tests pingpong-tma 100 \
+    'CudaAttention.*:CudaMethods.*' '^\[  (PASSED|FAILED)|Failure'
   echo "== memcheck (overlap), racecheck (pingpong with TMA: the named barriers, the tx counts)"
   SPATTN_CUDA_KERNEL=wgmma_overlap sanitize memcheck 100 \
     'CudaAttention.DenseMatches*:CudaAttention.BlockSparseMatches*'
   SPATTN_CUDA_KERNEL=wgmma_pingpong SPATTN_CUDA_TMA=1 sanitize racecheck 100 \
     'CudaAttention.BlockSparseMatches*'
   echo "== dense and block-sparse in each form against cuDNN SDPA"
-  timeout 200 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-blasst \
-    --skip-decode --skip-momo --also-schedules --lens 32768,131072 --reps 3 --warmup 1 \
-    --json "$out/bench-dense.json" > "$out/bench-dense.log" 2>&1
-  echo "rc=$?; record: $out/bench-dense.json"; grep -E '"contender"|Error|error' "$out/bench-dense.log" | cut -c1-400
+  bench dense 200 --skip-blasst --skip-decode --skip-momo --also-schedules \
+    --lens 32768,131072 --reps 3 --warmup 1
   exit 0
 fi
 
 if [ "${SPATTN_GPU_CHECK:-all}" = tokens ]; then
   echo "== token-level tests: vertical_slash, the grid head and its row groups, mminference"
-  timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*' > "$out/tokens.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|Expected|Which is" "$out/tokens.log" | head -40
+  gpu_tests tokens 150 'CudaVerticalSlash.*:CudaGrid.*:CudaMMInference.*' "$detail"
   echo "== memcheck, racecheck (token-level kernels)"
   sanitize memcheck 150 'CudaVerticalSlash.Kernel*:CudaVerticalSlash.Device*:CudaGrid.*'
   sanitize racecheck 120 'CudaVerticalSlash.Kernel*:CudaGrid.Gathered*'
   echo "== vertical_slash and grid against cuDNN SDPA"
-  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
-    --skip-blasst --skip-decode --reps 3 --warmup 1 --momo-specs "vertical_slash,grid" \
-    --json "$out/bench-tokens.json" > "$out/bench-tokens.log" 2>&1
-  echo "rc=$?; record: $out/bench-tokens.json"; grep -E '"contender"|Error|error' "$out/bench-tokens.log" | cut -c1-400
+  bench tokens 240 --skip-prefill --skip-blasst --skip-decode --reps 3 --warmup 1 \
+    --momo-specs "vertical_slash,grid"
   exit 0
 fi
 
 if [ "${SPATTN_GPU_CHECK:-all}" = estimates ]; then
   echo "== estimate tests (wgmma, then mma.sync), the method API's and momo's"
-  timeout 150 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*:CudaMomo.*' \
-    > "$out/estimates.log" 2>&1
-  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|Failure|head [0-9]+ query|ties|differ|Expected|Which is" "$out/estimates.log" | head -40
-  SPATTN_CUDA_KERNEL=mma timeout 120 ./build/bin/spattn_cuda_tests \
-    --gtest_filter='CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*' > "$out/estimates-mma.log" 2>&1
-  echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/estimates-mma.log"
+  gpu_tests estimates 150 'CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*:CudaMomo.*' \
+    "$detail|head [0-9]+ query|ties|differ"
+  SPATTN_CUDA_KERNEL=mma gpu_tests estimates-mma 120 \
+    'CudaEstimates.*:CudaFlexPrefill.*:CudaMethods.*'
   echo "== memcheck, racecheck (estimates)"
   sanitize memcheck 150 'CudaEstimates.OddShapes*:CudaEstimates.EveryBlock*:CudaFlexPrefill.Repeats*'
   sanitize racecheck 120 'CudaEstimates.OddShapes*:CudaFlexPrefill.Repeats*'
   echo "== xattention, mean_pool, flexprefill and momo against cuDNN SDPA"
-  timeout 240 python3 scripts/cuda_vs_torch.py --lib build/lib/libspattn_c.so --skip-prefill \
-    --skip-blasst --skip-decode --reps 3 --warmup 1 \
-    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,momo" --json "$out/bench-estimates.json" \
-    > "$out/bench-estimates.log" 2>&1
-  echo "rc=$?; record: $out/bench-estimates.json"; grep -E '"contender"|Error|error' "$out/bench-estimates.log" | cut -c1-400
+  bench estimates 240 --skip-prefill --skip-blasst --skip-decode --reps 3 --warmup 1 \
+    --momo-specs "xattention,mean_pool:topp=0.9,mean_pool,flexprefill,momo"
   exit 0
 fi
 
 echo "== GPU tests (on a Hopper: the wgmma kernel, then again on the mma.sync one)"
-timeout 300 ./build/bin/spattn_cuda_tests > "$out/tests.log" 2>&1
-echo "rc=$?"; grep -E "^\[  (PASSED|FAILED)|differ" "$out/tests.log"
-SPATTN_CUDA_KERNEL=mma timeout 300 ./build/bin/spattn_cuda_tests \
-  --gtest_filter='CudaAttention.*:CudaMethods.*' > "$out/tests-mma.log" 2>&1
-echo "mma rc=$?"; grep -E "^\[  (PASSED|FAILED)" "$out/tests-mma.log"
+gpu_tests tests 300 '*' '^\[  (PASSED|FAILED)|differ'
+SPATTN_CUDA_KERNEL=mma gpu_tests tests-mma 300 'CudaAttention.*:CudaMethods.*'
 
 echo "== memcheck, racecheck"
 sanitize memcheck 300 '*'
