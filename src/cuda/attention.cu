@@ -100,6 +100,13 @@ int check_qkv_out(const TensorView& q, const TensorView& k, const TensorView& v,
   return dev;
 }
 
+bool env_switch(const char* name) {
+  const char* env = std::getenv(name);
+  SPATTN_CHECK(!env || !*env || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0, name, "=",
+               env, ": expected 0 or 1");
+  return env && std::strcmp(env, "1") == 0;
+}
+
 int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal) {
   int64_t n = 0;
   for (int64_t r = 0; r < q_len; ++r) n += causal_limit(r, q_len, kv_len, causal);

@@ -22,6 +22,10 @@ inline cudaStream_t stream_of(void* stream, const AttnOptions& opt) {
   return static_cast<cudaStream_t>(stream ? stream : opt.stream);
 }
 
+// An on/off environment variable of the GPU forms (SPATTN_CUDA_TMA, SPATTN_CUDA_MOMO_FUSED):
+// true for "1", false unset, empty or "0", an Error naming it for anything else.
+bool env_switch(const char* name);
+
 // Score entries of the dense problem: what Stats::causal_entries holds on the CPU.
 int64_t dense_entries(int64_t heads, int64_t q_len, int64_t kv_len, bool causal);
 

@@ -26,9 +26,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdlib>
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "cuda/block_budget.cuh"
@@ -411,8 +409,8 @@ void run_typed(const TensorView& q, const TensorView& k, const TensorView& v, co
   // keeps every row's best k blocks itself), or the pass's tile LSEs then the selection
   // kernel, a chunk of heads (whole kv groups) at a time so that the tile LSEs fit
   // plan.scratch_bytes.
-  const char* env = std::getenv("SPATTN_CUDA_MOMO_FUSED");
-  const bool fused = (plan.fused_select || (env && std::string(env) == "1")) && kk <= kFusedMaxK;
+  const bool fused =
+      (plan.fused_select || env_switch("SPATTN_CUDA_MOMO_FUSED")) && kk <= kFusedMaxK;
   res.fused_select = fused;
   const int chunk = fused ? H
                           : momo_head_chunk(plan.scratch_bytes,

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -366,6 +367,16 @@ TEST(CudaMomo, FusedSelectionIsTheSelectionKernel) {
   cuda::MomoGpuResult res;
   cuda::momo_attention(dq.view, dk.view, dv.view, dout.view, plan, {}, nullptr, res);
   EXPECT_FALSE(res.fused_select) << "k 300 over 258 blocks: no room for the heaps";
+  // A value SPATTN_CUDA_MOMO_FUSED does not take is a named Error, not the unfused form.
+  ::setenv("SPATTN_CUDA_MOMO_FUSED", "yes", 1);
+  plan.fused_select = false;
+  try {
+    cuda::momo_attention(dq.view, dk.view, dv.view, dout.view, plan, {}, nullptr, res);
+    ADD_FAILURE() << "SPATTN_CUDA_MOMO_FUSED=yes was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SPATTN_CUDA_MOMO_FUSED"), std::string::npos) << e.what();
+  }
+  ::unsetenv("SPATTN_CUDA_MOMO_FUSED");
 }
 
 // What the GPU path does not take is a named Error, before any kernel runs.

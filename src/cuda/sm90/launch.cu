@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/check.cuh"
+#include "cuda/inputs.hpp"
 #include "cuda/sm90/flash_fwd.cuh"
 #include "cuda/sm90/launch.hpp"
 #include "spattn/error.hpp"
@@ -43,12 +44,7 @@ bool selected() {
   return hopper;
 }
 
-bool tma() {
-  const char* env = std::getenv("SPATTN_CUDA_TMA");
-  SPATTN_CHECK(!env || !*env || std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0,
-               "SPATTN_CUDA_TMA=", env, ": expected 0 or 1");
-  return env && std::strcmp(env, "1") == 0;
-}
+bool tma() { return env_switch("SPATTN_CUDA_TMA"); }
 
 namespace {
 
