@@ -25,8 +25,8 @@ void PackWith(const float* k, int64_t n, int64_t w, int64_t tiles, void* dst) {
 }
 
 template <class Ops>
-void ScoresWith(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols, float alpha,
-                float* s, int64_t lds) {
+void ScoresWith(const float* q, int64_t rows, const LongRowKeys& keys, int64_t first, int64_t cols,
+                float alpha, float* s, int64_t lds) {
   using T = typename Ops::T;
   const int64_t w = keys.w, npad = (rows + kR - 1) / kR * kR;
   const int64_t elems = Ops::k_tile_elems(w);
@@ -39,7 +39,7 @@ void ScoresWith(const float* q, int64_t rows, const LongRowKeys& keys, int64_t c
   for (int64_t r = 0; r < rows; ++r) idx[size_t(r)] = r;
   const TensorView qv = TensorView::shd(const_cast<float*>(q), DType::f32, 1, rows, w);
   Ops::PackQ(qv, 0, idx.data(), rows, npad, w, qp.get());
-  const T* kt = reinterpret_cast<const T*>(keys.data.get());
+  const T* kt = reinterpret_cast<const T*>(keys.data.get()) + (first / kTileKeys) * elems;
   for (int64_t j0 = 0; j0 < cols; j0 += kTileKeys) {
     Ops::Scores(qp.get(), npad, kt + (j0 / kTileKeys) * elems, w, tile.get());
     const int64_t n = std::min(kTileKeys, cols - j0);
@@ -62,14 +62,14 @@ bool PackEntry(const float* k, int64_t n, int64_t w, int64_t tiles, bool bf16, v
   return false;
 }
 
-void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t cols, float alpha,
-                 float* s, int64_t lds) {
+void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t first,
+                 int64_t cols, float alpha, float* s, int64_t lds) {
 #if HWY_TARGET == HWY_AVX3
-  if (keys->bf16) return ScoresWith<Bf16DotOps>(q, rows, *keys, cols, alpha, s, lds);
+  if (keys->bf16) return ScoresWith<Bf16DotOps>(q, rows, *keys, first, cols, alpha, s, lds);
 #else
   SPATTN_CHECK(!keys->bf16, "long-row scores: bf16 tiles on a target without them");
 #endif
-  ScoresWith<F32Ops>(q, rows, *keys, cols, alpha, s, lds);
+  ScoresWith<F32Ops>(q, rows, *keys, first, cols, alpha, s, lds);
 }
 
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -109,11 +109,13 @@ LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16) 
 }
 
 void long_row_scores(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols,
-                     float alpha, float* s, int64_t lds) {
-  SPATTN_CHECK(rows >= 0 && cols >= 0 && cols <= keys.n && lds >= cols, "long-row scores: ", rows,
-               " x ", cols, " scores of ", keys.n, " keys, stride ", lds);
+                     float alpha, float* s, int64_t lds, int64_t first) {
+  SPATTN_CHECK(rows >= 0 && cols >= 0 && first >= 0 && first % kTileKeys == 0 &&
+                   first + cols <= keys.n && lds >= cols,
+               "long-row scores: ", rows, " x ", cols, " scores from key ", first, " of ", keys.n,
+               " keys, stride ", lds);
   if (rows == 0 || cols == 0) return;
-  HWY_DYNAMIC_DISPATCH(ScoresEntry)(q, rows, &keys, cols, alpha, s, lds);
+  HWY_DYNAMIC_DISPATCH(ScoresEntry)(q, rows, &keys, first, cols, alpha, s, lds);
 }
 
 }  // namespace spattn::kernels

@@ -29,11 +29,11 @@ bool long_row_bf16_supported();
 // (else the f32 tiles).
 LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16);
 
-// s[r * lds + j] = alpha * q[r] . k[j] for r < rows, j < cols (cols <= keys.n); q [rows][w]
-// row-major f32 (rounded to bf16 first when the keys are bf16). Single-threaded; every entry
-// is summed in the same order whatever rows and cols are, so results do not depend on how a
-// caller splits the work.
+// s[r * lds + j] = alpha * q[r] . k[first + j] for r < rows, j < cols (first a multiple of 64,
+// first + cols <= keys.n); q [rows][w] row-major f32 (rounded to bf16 first when the keys are
+// bf16). Single-threaded; every entry is summed in the same order whatever rows, first and cols
+// are, so results do not depend on how a caller splits the work.
 void long_row_scores(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols,
-                     float alpha, float* s, int64_t lds);
+                     float alpha, float* s, int64_t lds, int64_t first = 0);
 
 }  // namespace spattn::kernels

@@ -1,7 +1,8 @@
 // kernels::long_row_scores (XAttention's estimate product) against a plain double twin: f32
 // tiles within f32 rounding of the exact dot products; bf16 tiles exactly the dot products of
 // the bf16-rounded rows up to f32 summation; odd row and key counts, rows of 2 to 1024 values,
-// a column stride wider than the columns, and any split of the rows giving the same bits.
+// a column stride wider than the columns, and any split of the rows or of the columns (at
+// multiples of 64) giving the same bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,7 +36,9 @@ TEST(LongRowScores, MatchTheDoubleTwin) {
     const std::vector<float> q = random_rows(sh.rows, sh.w, 1), k = random_rows(sh.keys, sh.w, 2);
     for (bool bf16 : {false, true}) {
       const LongRowKeys keys = pack_long_row_keys(k.data(), sh.keys, sh.w, bf16);
-      if (bf16) EXPECT_EQ(keys.bf16, long_row_bf16_supported());
+      if (bf16) {
+        EXPECT_EQ(keys.bf16, long_row_bf16_supported());
+      }
       const int64_t lds = sh.cols + 3;
       std::vector<float> s(size_t(sh.rows * lds), -7.0f);
       const float alpha = 0.25f;
@@ -65,6 +68,15 @@ TEST(LongRowScores, MatchTheDoubleTwin) {
                         t.data() + half * lds, lds);
         EXPECT_EQ(std::memcmp(s.data(), t.data(), s.size() * sizeof(float)), 0);
       }
+      // Columns scored from a tile boundary on give the same bits as the whole call's.
+      for (int64_t first = 64; first < sh.cols; first += 64) {
+        std::vector<float> t(s.size(), -7.0f);
+        long_row_scores(q.data(), sh.rows, keys, sh.cols - first, alpha, t.data(), lds, first);
+        for (int64_t r = 0; r < sh.rows; ++r)
+          for (int64_t j = first; j < sh.cols; ++j)
+            ASSERT_EQ(t[size_t(r * lds + j - first)], s[size_t(r * lds + j)])
+                << "first " << first << " at " << r << ", " << j;
+      }
     }
   }
 }
@@ -76,6 +88,13 @@ TEST(LongRowScores, BadArgumentsAreNamed) {
   std::vector<float> s(16);
   EXPECT_THROW(long_row_scores(k.data(), 1, keys, 4, 1.0f, s.data(), 4), Error);  // cols > keys
   EXPECT_THROW(long_row_scores(k.data(), 1, keys, 3, 1.0f, s.data(), 2), Error);  // lds < cols
+  const std::vector<float> k70(140, 1.0f);
+  const LongRowKeys keys70 = pack_long_row_keys(k70.data(), 70, 2, false);
+  std::vector<float> s70(70);
+  EXPECT_THROW(long_row_scores(k70.data(), 1, keys70, 6, 1.0f, s70.data(), 6, 32),
+               Error);  // first not at a tile
+  EXPECT_THROW(long_row_scores(k70.data(), 1, keys70, 7, 1.0f, s70.data(), 7, 64),
+               Error);  // past the keys
 }
 
 }  // namespace
