@@ -62,17 +62,23 @@ size_t IndexerKeys::bytes() const {
 }
 
 void indexer_scores(const float* q, const float* w, int64_t heads, const IndexerKeys& keys,
-                    int64_t n_keys, float* scores, float* scratch) {
-  constexpr int64_t C = IndexerKeys::kChunk;
-  for (int64_t c = 0; c * C < n_keys; ++c) {
-    const int64_t cols = std::min(C, n_keys - c * C);
-    kernels::long_row_scores(q, heads, keys.chunk(c), cols, 1.0f, scratch, C);
-    for (int64_t j = 0; j < cols; ++j) {
-      // As ggml's fused lightning indexer (ggml-cpu's ggml_compute_forward_lightning_indexer,
-      // what llama.cpp runs): a float sum over the heads in order of ReLU(q . k) x w.
-      float s = 0.0f;
-      for (int64_t h = 0; h < heads; ++h) s += std::max(scratch[h * C + j], 0.0f) * w[h];
-      scores[c * C + j] = s;
+                    int64_t begin, int64_t end, float* scores, float* scratch) {
+  constexpr int64_t C = IndexerKeys::kChunk, B = IndexerKeys::kBlock;
+  static_assert(C % B == 0, "a block lies in one chunk");
+  SPATTN_CHECK(begin >= 0 && begin % B == 0 && end <= keys.size(),
+               "internal: indexer scores of keys ", begin, " to ", end, " of ", keys.size());
+  for (int64_t j0 = begin; j0 < end; j0 += B) {
+    const int64_t c = j0 / C, cols = std::min(B, end - j0);
+    kernels::long_row_scores(q, heads, keys.chunk(c), cols, 1.0f, scratch, B, j0 - c * C);
+    // As ggml's fused lightning indexer (ggml-cpu's ggml_compute_forward_lightning_indexer,
+    // what llama.cpp runs): each key's float sum over the heads in order of ReLU(q . k) x w.
+    // Heads outside, keys inside: the same sums, over contiguous rows of the block's products.
+    float* s = scores + j0;
+    std::fill(s, s + cols, 0.0f);
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* x = scratch + h * B;
+      const float wh = w[h];
+      for (int64_t j = 0; j < cols; ++j) s[j] += std::max(x[j], 0.0f) * wh;
     }
   }
 }
@@ -105,19 +111,39 @@ TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, Inde
   std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(n));
   const int64_t first_sparse = std::max<int64_t>(0, top_k - pos0);  // row pos0 + i >= top_k
   if (first_sparse < n) keys.pack(pos0 + n);
-  const int64_t H = rows.heads, D = rows.dim;
+  const int64_t H = rows.heads, D = rows.dim, B = IndexerKeys::kBlock;
   const int workers = std::max(1, threads);
+  const int64_t sparse_rows = std::max<int64_t>(0, n - first_sparse);
   std::vector<std::vector<float>> scratch(static_cast<size_t>(workers));
   std::vector<std::vector<int32_t>> order(static_cast<size_t>(workers));
-  parallel_for(std::max<int64_t>(0, n - first_sparse), workers, [&](int64_t r, int tid) {
-    const int64_t i = first_sparse + r, len = pos0 + i + 1;
-    std::vector<float>& s = scratch[size_t(tid)];
-    s.resize(size_t(H * IndexerKeys::kChunk + len));
-    float* scores = s.data() + H * IndexerKeys::kChunk;
-    indexer_scores(rows.q + i * H * D, rows.w + i * H, H, keys, len, scores, s.data());
-    std::vector<int64_t>& out = chosen[size_t(i)];
-    top_k_as_ggml(scores, len, top_k, order[size_t(tid)], out);
-  });
+  if (sparse_rows >= workers) {
+    // A row to a worker (prefill).
+    parallel_for(sparse_rows, workers, [&](int64_t r, int tid) {
+      const int64_t i = first_sparse + r, len = pos0 + i + 1;
+      std::vector<float>& s = scratch[size_t(tid)];
+      s.resize(size_t(H * B + len));
+      float* scores = s.data() + H * B;
+      indexer_scores(rows.q + i * H * D, rows.w + i * H, H, keys, 0, len, scores, s.data());
+      top_k_as_ggml(scores, len, top_k, order[size_t(tid)], chosen[size_t(i)]);
+    });
+  } else {
+    // Fewer rows than workers (decode): a row's keys split among the workers in whole blocks,
+    // its top-k after. The scores are the same bits however they are split (indexer_scores).
+    std::vector<float> scores;
+    for (int64_t i = first_sparse; i < n; ++i) {
+      const int64_t len = pos0 + i + 1, per = (len + B * workers - 1) / (B * workers) * B;
+      scores.resize(size_t(len));
+      parallel_for(workers, workers, [&](int64_t part, int tid) {
+        const int64_t begin = part * per, end = std::min(len, begin + per);
+        if (begin >= end) return;
+        std::vector<float>& s = scratch[size_t(tid)];
+        s.resize(size_t(H * B));
+        indexer_scores(rows.q + i * H * D, rows.w + i * H, H, keys, begin, end, scores.data(),
+                       s.data());
+      });
+      top_k_as_ggml(scores.data(), len, top_k, order[0], chosen[size_t(i)]);
+    }
+  }
   TokenSelection result;
   for (int64_t i = 0; i < n; ++i) {
     if (pos0 + i + 1 <= top_k)

@@ -25,6 +25,9 @@ struct IndexerRows {
 class IndexerKeys {
  public:
   static constexpr int64_t kChunk = 4096;
+  // Keys a score call takes at a time (indexer_scores): a block's heads x kBlock products stay
+  // in the L2 for the head sum. Divides kChunk.
+  static constexpr int64_t kBlock = 256;
   explicit IndexerKeys(int64_t dim = 0) : dim_(dim) {}
   // A copy holds the rows; it packs them again when read.
   IndexerKeys(const IndexerKeys& o) : dim_(o.dim_), rows_(o.rows_) {}
@@ -51,13 +54,13 @@ class IndexerKeys {
   std::vector<kernels::LongRowKeys> chunks_;
 };
 
-// I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) for s in [0, n_keys): one query row's scores
-// over the first n_keys keys (the DeepSeek-V3.2-Exp report's Eq. 1). The dot products on the
-// score micro-kernels (f32), the head sum in float in head order, as ggml's fused lightning
-// indexer adds. scratch holds at
-// least heads x kChunk floats; keys packed past n_keys.
+// scores[s] = I[t][s] = sum_h w[t][h] ReLU(q[t][h] . k[s]) for s in [begin, end): one query
+// row's scores over a range of keys (the DeepSeek-V3.2-Exp report's Eq. 1), begin a multiple
+// of kBlock. The dot products on the score micro-kernels (f32), the head sum in float in head
+// order, as ggml's fused lightning indexer adds: the same bits however a caller splits the
+// range. scratch holds at least heads x kBlock floats; keys packed past end.
 void indexer_scores(const float* q, const float* w, int64_t heads, const IndexerKeys& keys,
-                    int64_t n_keys, float* scores, float* scratch);
+                    int64_t begin, int64_t end, float* scores, float* scratch);
 
 // x = H x / sqrt(n) for the n x n Walsh-Hadamard matrix H in Sylvester's order (n a power of
 // two): llama.cpp's rotation of the indexer's queries and keys (ggml_gen_hadamard), as a fast

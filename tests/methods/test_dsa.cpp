@@ -1,9 +1,10 @@
 // DeepSeek's sparse attention (src/methods/dsa.cpp) against plain twins: the Hadamard rotation
 // against the Sylvester matrix llama.cpp multiplies by; the lightning indexer's scores
 // (sum over heads of the weight times ReLU(q . k)) against plain loops, over keys in several
-// packed chunks; the top-k selection against llama.cpp's (ggml-cpu's top_k copied: which of the
-// tokens tied at the cut it keeps), each row reading every key while it has at most top-k; the
-// indexer keys' truncation and copies.
+// packed chunks, the same bits however a row's keys are split; the top-k selection against
+// llama.cpp's (ggml-cpu's top_k copied: which of the tokens tied at the cut it keeps), each row
+// reading every key while it has at most top-k, and a decode row's keys split among workers;
+// the indexer keys' truncation and copies.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,13 +65,28 @@ TEST(Dsa, IndexerScoresEqualPlainLoops) {
   IndexerKeys keys(D);
   keys.append(k.data(), n);
   keys.pack(n);
-  std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(H * IndexerKeys::kChunk));
+  std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(H * IndexerKeys::kBlock));
   for (int64_t len : {int64_t(1), int64_t(100), n}) {
-    indexer_scores(q.data(), w.data(), H, keys, len, s.data(), scratch.data());
+    indexer_scores(q.data(), w.data(), H, keys, 0, len, s.data(), scratch.data());
     const std::vector<double> want = plain_scores(q.data(), w.data(), H, D, k, len);
     for (int64_t j = 0; j < len; ++j)
       ASSERT_NEAR(s[size_t(j)], want[size_t(j)], 1e-4 * (1 + std::abs(want[size_t(j)]))) << j;
   }
+  // Split at blocks (across the chunk boundary too), the same bits as the whole row.
+  for (int64_t cut : {IndexerKeys::kBlock, IndexerKeys::kChunk, IndexerKeys::kChunk + 512}) {
+    std::vector<float> t(s.size(), -1.0f);
+    indexer_scores(q.data(), w.data(), H, keys, 0, cut, t.data(), scratch.data());
+    indexer_scores(q.data(), w.data(), H, keys, cut, n, t.data(), scratch.data());
+    EXPECT_EQ(t, s) << cut;
+  }
+  EXPECT_THROW(indexer_scores(q.data(), w.data(), H, keys, 100, n, s.data(), scratch.data()),
+               Error);  // not at a block
+  // One row (decode) with its keys split among 2 or 3 workers selects what one worker does.
+  const IndexerRows row{q.data(), nullptr, w.data(), H, D};
+  const TokenSelection whole = dsa_select(row, 1, n - 1, keys, 100, 1);
+  ASSERT_EQ(whole.count(0), 100);
+  for (int threads : {2, 3})
+    EXPECT_EQ(dsa_select(row, 1, n - 1, keys, 100, threads).keys, whole.keys);
 }
 
 // llama.cpp's top-k on the CPU (ggml-cpu's ggml_compute_forward_top_k_f32), copied: the
@@ -141,11 +157,15 @@ TEST(Dsa, SelectionIsLlamaCppsTopKWithTies) {
       continue;
     }
     ASSERT_FALSE(sel.all[size_t(i)]) << i;
-    std::vector<float> s(static_cast<size_t>(len)), scratch(size_t(H * IndexerKeys::kChunk));
-    indexer_scores(&q[size_t(i * H * D)], &w[size_t(i * H)], H, keys, len, s.data(),
+    std::vector<float> s(static_cast<size_t>(len)), scratch(size_t(H * IndexerKeys::kBlock));
+    indexer_scores(&q[size_t(i * H * D)], &w[size_t(i * H)], H, keys, 0, len, s.data(),
                    scratch.data());
     const std::vector<int64_t> want = ggml_top_k(s, top_k);
     EXPECT_EQ(std::vector<int64_t>(sel.row(i), sel.row(i) + sel.count(i)), want) << i;
+    // The row alone, as decode calls it: its keys split among more workers than rows.
+    const IndexerRows row{&q[size_t(i * H * D)], nullptr, &w[size_t(i * H)], H, D};
+    const TokenSelection one = dsa_select(row, 1, pos0 + i, keys, top_k, 3);
+    EXPECT_EQ(std::vector<int64_t>(one.row(0), one.row(0) + one.count(0)), want) << i;
     std::vector<float> sorted = s;
     std::sort(sorted.begin(), sorted.end(), std::greater<>());
     const float cut = sorted[size_t(top_k - 1)];
@@ -171,8 +191,8 @@ TEST(Dsa, KeysTruncateAppendAndCopy) {
   for (const IndexerKeys* kk : {static_cast<const IndexerKeys*>(&keys), &copy}) {
     IndexerKeys c = *kk;
     c.pack(c.size());
-    std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(IndexerKeys::kChunk));
-    indexer_scores(q.data(), &w, 1, c, n, s.data(), scratch.data());
+    std::vector<float> s(static_cast<size_t>(n)), scratch(size_t(IndexerKeys::kBlock));
+    indexer_scores(q.data(), &w, 1, c, 0, n, s.data(), scratch.data());
     const std::vector<double> want = plain_scores(q.data(), &w, 1, D, k, n);
     for (int64_t j = 0; j < n; ++j) ASSERT_NEAR(s[size_t(j)], want[size_t(j)], 1e-3) << j;
   }
