@@ -420,9 +420,22 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         int64_t m = 0;
         for (; jj + m < count && keys[jj + m] / kTileKeys == jt; ++m)
           slots[m] = int32_t(keys[jj + m] % kTileKeys);
-        if (!k_done) Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
-        const typename Ops::T* vt = kv.v_tile(kvh, jt, sc);
-        for (int64_t a = 0; a < m; ++a) Ops::CopyKeyV(vt, slots[a], sc.gv, jj + a, dp);
+        // A stored cache: the listed keys widened alone (their K rows' values, their V rows),
+        // not their tiles whole for them.
+        bool listed = false;
+        if constexpr (std::is_same_v<typename Ops::T, float>)
+          if (d.widened()) {
+            listed = true;
+            if (!k_done && !WidenListedK(d.k_type, d.k_bytes(kvh, jt), slots, m, p.dim, sc.gk, jj))
+              Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
+            for (int64_t a = 0; a < m; ++a)
+              WidenKeysV(d.v_type, d.v_bytes(kvh, jt), slots[a], 1, dp, sc.gv, jj + a);
+          }
+        if (!listed) {
+          if (!k_done) Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
+          const typename Ops::T* vt = kv.v_tile(kvh, jt, sc);
+          for (int64_t a = 0; a < m; ++a) Ops::CopyKeyV(vt, slots[a], sc.gv, jj + a, dp);
+        }
         jj += m;
       }
       next_p();

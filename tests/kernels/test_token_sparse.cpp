@@ -15,6 +15,7 @@
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
 #include "spattn/token_sparse.hpp"
+#include "targets.hpp"
 #include "test_util.hpp"
 
 namespace spattn {
@@ -164,52 +165,61 @@ TEST(TokenSparse, TokenMajorRowsGroupInPlace) {
 }
 
 // A cache stored as f16, bf16 or q8_0 computes what an f32 cache of its stored values does, bit
-// for bit, on both of the gather's paths: prefill (60 rows of 100 keys over 400: the cache is
-// widened once, whole) and decode (one row: each tile widened as the gather reads it). Stats
+// for bit, on both of the gather's paths and every SIMD target: prefill (60 rows of 100 keys
+// over 400: the cache is widened once, whole) and decode (one row of 100 or of 12 keys: only
+// the listed keys widened, K a key group at a time, many groups holding none at 12). Stats
 // report what the prefill call staged: the widened copy (none for f32) and the token-major keys.
 TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
-  const int64_t hq = 4, d = 64, L = 400, per_row = 100;
+  const int64_t hq = 4, d = 64, L = 400;
   Tensor k = random_tensor(DType::f32, 1, L, d, 21), v = random_tensor(DType::f32, 1, L, d, 22);
-  for (KVType t : {KVType::f16, KVType::bf16, KVType::q8_0})
-    for (int64_t n : {60, 1}) {
-      Tensor ks(DType::f32, 1, L, d), vs(DType::f32, 1, L, d);
-      for (int64_t j = 0; j < L; ++j) {
-        kv_round_row(t, k.data_as<float>() + j * d, ks.data_as<float>() + j * d, d);
-        kv_round_row(t, v.data_as<float>() + j * d, vs.data_as<float>() + j * d, d);
-      }
-      PackedKV stored = PackedKV::pack(k.view(), v.view(), 0, 1, true, t, t);
-      PackedKV f32 = PackedKV::pack(ks.view(), vs.view(), 0, 1, false);
-      Tensor q = random_tensor(DType::f32, hq, n, d, 23);
-      std::mt19937_64 rng(24);
-      TokenSelection sel;
-      for (int64_t i = 0; i < n; ++i) {
-        std::vector<int64_t> keys(size_t(L - n + i + 1));
-        for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
-        std::shuffle(keys.begin(), keys.end(), rng);
-        keys.resize(size_t(per_row));
-        sel.add(keys);
-      }
-      AttnOptions opt;
-      opt.threads = 2;
-      opt.q_start = L - n;
-      Tensor out_s(DType::f32, hq, n, d), out_f(DType::f32, hq, n, d);
-      std::vector<float> lse_s(size_t(hq * n)), lse_f(lse_s.size());
-      Stats st_s, st_f;
-      attention_token_sparse(q.view(), stored, out_s.view(), sel, opt, lse_s.data(), &st_s);
-      attention_token_sparse(q.view(), f32, out_f.view(), sel, opt, lse_f.data(), &st_f);
-      const int64_t k_rows = n == 1 ? 0 : L * d * int64_t(sizeof(float));
-      EXPECT_EQ(st_f.staged_bytes, k_rows) << kv_type_name(t) << " rows " << n;
-      EXPECT_EQ(st_s.staged_bytes, n == 1 ? 0 : k_rows + int64_t(f32.bytes()))
-          << kv_type_name(t) << " rows " << n;
-      for (int64_t h = 0; h < hq; ++h)
-        for (int64_t i = 0; i < n; ++i) {
-          ASSERT_EQ(lse_s[size_t(h * n + i)], lse_f[size_t(h * n + i)])
-              << kv_type_name(t) << " rows " << n << " head " << h << " row " << i;
-          for (int64_t c = 0; c < d; ++c)
-            ASSERT_EQ(out_s.view().get(h, i, c), out_f.view().get(h, i, c))
-                << kv_type_name(t) << " rows " << n << " head " << h << " row " << i;
+  struct Shape {
+    int64_t n, per_row;
+  };
+  test::for_each_target([&] {
+    for (KVType t : {KVType::f16, KVType::bf16, KVType::q8_0})
+      for (const Shape sh : {Shape{60, 100}, Shape{1, 100}, Shape{1, 12}}) {
+        const int64_t n = sh.n;
+        Tensor ks(DType::f32, 1, L, d), vs(DType::f32, 1, L, d);
+        for (int64_t j = 0; j < L; ++j) {
+          kv_round_row(t, k.data_as<float>() + j * d, ks.data_as<float>() + j * d, d);
+          kv_round_row(t, v.data_as<float>() + j * d, vs.data_as<float>() + j * d, d);
         }
-    }
+        PackedKV stored = PackedKV::pack(k.view(), v.view(), 0, 1, true, t, t);
+        PackedKV f32 = PackedKV::pack(ks.view(), vs.view(), 0, 1, false);
+        Tensor q = random_tensor(DType::f32, hq, n, d, 23);
+        std::mt19937_64 rng(24);
+        TokenSelection sel;
+        for (int64_t i = 0; i < n; ++i) {
+          std::vector<int64_t> keys(size_t(L - n + i + 1));
+          for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
+          std::shuffle(keys.begin(), keys.end(), rng);
+          keys.resize(size_t(sh.per_row));
+          sel.add(keys);
+        }
+        AttnOptions opt;
+        opt.threads = 2;
+        opt.q_start = L - n;
+        Tensor out_s(DType::f32, hq, n, d), out_f(DType::f32, hq, n, d);
+        std::vector<float> lse_s(size_t(hq * n)), lse_f(lse_s.size());
+        Stats st_s, st_f;
+        attention_token_sparse(q.view(), stored, out_s.view(), sel, opt, lse_s.data(), &st_s);
+        attention_token_sparse(q.view(), f32, out_f.view(), sel, opt, lse_f.data(), &st_f);
+        const int64_t k_rows = n == 1 ? 0 : L * d * int64_t(sizeof(float));
+        EXPECT_EQ(st_f.staged_bytes, k_rows) << kv_type_name(t) << " rows " << n;
+        EXPECT_EQ(st_s.staged_bytes, n == 1 ? 0 : k_rows + int64_t(f32.bytes()))
+            << kv_type_name(t) << " rows " << n;
+        for (int64_t h = 0; h < hq; ++h)
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_EQ(lse_s[size_t(h * n + i)], lse_f[size_t(h * n + i)])
+                << kv_type_name(t) << " rows " << n << " keys " << sh.per_row << " head " << h
+                << " row " << i;
+            for (int64_t c = 0; c < d; ++c)
+              ASSERT_EQ(out_s.view().get(h, i, c), out_f.view().get(h, i, c))
+                  << kv_type_name(t) << " rows " << n << " keys " << sh.per_row << " head " << h
+                  << " row " << i;
+          }
+      }
+  });
 }
 
 TEST(TokenSparse, RefusesBadSelections) {
