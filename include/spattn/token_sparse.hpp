@@ -29,9 +29,10 @@ struct TokenSelection {
   const int64_t* row(int64_t i) const { return keys.data() + offsets[size_t(i)]; }
 };
 
-// q [Hq, Lq, d] at the bottom right of the cache (or at opt.q_start), out [Hq, Lq, d], keys in
-// natural order; sel has Lq rows. Each row's output is softmax attention over its listed keys
-// (or every causal key), the keys past its position masked. Exactly attention over the gathered
+// q [Hq, Lq, d] at the bottom right of the cache (or at opt.q_start), out [Hq, Lq, d], keys at
+// ascending positions (natural order, or with gaps); sel has Lq rows of slots. Each row's
+// output is softmax attention over its listed keys (or every causal key), the keys past its
+// position masked. Exactly attention over the gathered
 // keys, up to float rounding. Throws Error for a selection of another row count or a key
 // outside the cache. Stats count the score entries computed.
 void attention_token_sparse(const TensorView& q, const PackedKV& kv, const TensorView& out,

@@ -143,7 +143,10 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   SPATTN_CHECK(sel.rows() == q.seq && int64_t(sel.offsets.size()) == q.seq + 1,
                "token-sparse attention: a selection of ", sel.rows(), " rows for ", q.seq,
                " queries");
-  SPATTN_CHECK(kv.data().identity, "token-sparse attention: keys in natural order only");
+  // Keys at ascending positions (a context-parallel rank's cache: its positions with gaps) as
+  // well as natural order: the causal prefix of a row's position is then a prefix of slots,
+  // which the loop cuts each row's listed keys to.
+  SPATTN_CHECK(kv.data().ascending, "token-sparse attention: keys in ascending positions only");
   for (int64_t i = 0; i < sel.rows(); ++i) {
     const int64_t* keys = sel.row(i);
     for (int64_t j = 0; j < sel.count(i); ++j)

@@ -222,6 +222,55 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
   });
 }
 
+// A cache of keys at ascending positions with gaps (a context-parallel rank's: key j at 3j + 1)
+// computes what a natural-order cache of the same rows does over the listed keys its rows may
+// see: rows at positions 301 and 302 see slots up to 100 (position 301), so a listed slot past
+// that is masked, and a row reading every key reads those 101. Keys out of order are refused.
+TEST(TokenSparse, KeysAtAscendingPositionsWithGaps) {
+  const int64_t hq = 4, hkv = 2, d = 64, L = 200;
+  Tensor k = random_tensor(DType::f32, hkv, L, d, 31), v = random_tensor(DType::f32, hkv, L, d, 32);
+  std::vector<int64_t> pos(static_cast<size_t>(L));
+  for (int64_t j = 0; j < L; ++j) pos[size_t(j)] = 3 * j + 1;
+  PackedKV gaps = PackedKV::pack(k.view(), v.view(), 0, 1);
+  gaps.clear();
+  gaps.append(k.view(), v.view(), pos);
+  const PackedKV natural = PackedKV::pack(k.view(), v.view(), 0, 1);
+  Tensor q = random_tensor(DType::f32, hq, 2, d, 33);
+  std::vector<int64_t> listed;
+  for (int64_t j = 0; j < L; j += 7) listed.push_back(j);  // up to slot 196
+  std::vector<int64_t> visible;
+  for (int64_t j : listed)
+    if (j <= 100) visible.push_back(j);
+  std::vector<int64_t> seen(101);  // what row 1 (every key it sees) reads: slots 0..100
+  for (int64_t j = 0; j <= 100; ++j) seen[size_t(j)] = j;
+  TokenSelection sel_gaps, sel_natural;
+  sel_gaps.add(listed);
+  sel_gaps.add_all();
+  sel_natural.add(visible);
+  sel_natural.add(seen);
+  AttnOptions og;
+  og.q_start = 301;  // rows at 301 and 302: slots 0..100 (positions 1..301) visible
+  AttnOptions on;
+  on.q_start = 300;  // natural order: every listed slot (at most 100) visible
+  Tensor out_g(DType::f32, hq, 2, d), out_n(DType::f32, hq, 2, d);
+  std::vector<float> lse_g(size_t(hq * 2)), lse_n(lse_g.size());
+  attention_token_sparse(q.view(), gaps, out_g.view(), sel_gaps, og, lse_g.data());
+  attention_token_sparse(q.view(), natural, out_n.view(), sel_natural, on, lse_n.data());
+  for (int64_t h = 0; h < hq; ++h)
+    for (int64_t i = 0; i < 2; ++i) {
+      EXPECT_FLOAT_EQ(lse_g[size_t(h * 2 + i)], lse_n[size_t(h * 2 + i)]) << h << " " << i;
+      for (int64_t c = 0; c < d; ++c)
+        ASSERT_NEAR(out_g.view().get(h, i, c), out_n.view().get(h, i, c), 1e-6f)
+            << h << " " << i << " " << c;
+    }
+  std::vector<int64_t> back = pos;
+  std::swap(back[0], back[1]);
+  PackedKV unordered = PackedKV::pack(k.view(), v.view(), 0, 1);
+  unordered.clear();
+  unordered.append(k.view(), v.view(), back);
+  EXPECT_THROW(attention_token_sparse(q.view(), unordered, out_g.view(), sel_gaps, og), Error);
+}
+
 TEST(TokenSparse, RefusesBadSelections) {
   Tensor q = random_tensor(DType::f32, 1, 2, 16, 1), k = random_tensor(DType::f32, 1, 10, 16, 2),
          v = random_tensor(DType::f32, 1, 10, 16, 3);
