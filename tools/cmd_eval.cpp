@@ -280,7 +280,7 @@ void run(EvalOptions& o) {
     j["lengths"] = o.lengths;
     j["tasks"] = tasks;
     j["methods"] = methods;
-    j["attn_decode"] = model::model_attention(o.r.attn_decode, lm.model.config(), false);
+    j["attn_decode"] = model::model_attention(o.r.attn_decode, lm.model.config());
     j["depth"] = o.depth;
     j["haystack"] = o.haystack;
     j["ruler_commit"] = "c3f5e3b4f87f97e048793bb510a3a6b19a46bf3a";
@@ -293,8 +293,7 @@ void run(EvalOptions& o) {
       "RULER's string_match_all in percent; log-likelihood: mean nats per reference "
       "token, with the needles and without them; gap = with - without; gap 1st: the same "
       "for the answer's first token alone (the one the prefill's last row predicts)\n",
-      o.r.model, o.seed, o.samples,
-      model::model_attention(o.r.attn_decode, lm.model.config(), false));
+      o.r.model, o.seed, o.samples, model::model_attention(o.r.attn_decode, lm.model.config()));
   size_t width = 6;
   for (const auto& m : methods) width = std::max(width, m.size());
   fmt::print("{:<16} {:>7} {:<{}} {:>7} {:>9} {:>9} {:>8} {:>8} {:>8}\n", "task", "length",

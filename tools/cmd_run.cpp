@@ -104,8 +104,8 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
   LoadedModel lm = load_runner_model(o.r.model, grp.get());
   const model::Config& cfg = lm.model.config();
   // What ran, for the reports: --attn / --attn-decode's auto as the model resolves it.
-  const std::string attn = model::model_attention(o.r.attn, cfg, bool(grp)),
-                    attn_decode = model::model_attention(o.r.attn_decode, cfg, bool(grp));
+  const std::string attn = model::model_attention(o.r.attn, cfg),
+                    attn_decode = model::model_attention(o.r.attn_decode, cfg);
   std::vector<int32_t> prompt;
   const auto tokenize = [&] {
     if (grp) text = read_prompt(o.prompt, o.file);

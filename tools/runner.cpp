@@ -51,7 +51,8 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
                  "context parallelism: run as one of P ranks under mpirun -np P (prefill over "
                  "zigzag chunks: dense in position order, one process's bits; a_shape or "
                  "blasst:lambda=X by a pass-KV ring; chunked_h2o by its memory set passed from "
-                 "rank to rank; decode merged over the ranks)")
+                 "rank to rank; dsa over each layer's gathered K/V and indexer keys, one "
+                 "process's bits; decode merged over the ranks)")
       ->capture_default_str();
   app.add_flag("--cp-gather", o.cp_gather,
                "with --cp, dense prefill: all-gather each layer's K/V and run the one-process "
@@ -78,8 +79,8 @@ model::SessionOptions session_options(const RunnerOptions& o, const std::string&
 }
 
 void resolve_model_attention(RunnerOptions& o, const model::Config& cfg) {
-  o.attn = model::model_attention(o.attn, cfg, o.cp > 1);
-  o.attn_decode = model::model_attention(o.attn_decode, cfg, o.cp > 1);
+  o.attn = model::model_attention(o.attn, cfg);
+  o.attn_decode = model::model_attention(o.attn_decode, cfg);
 }
 
 LoadedModel load_model_and_tokenizer(const std::string& path) {

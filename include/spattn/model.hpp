@@ -269,12 +269,12 @@ Model load_model(const std::string& path);
 Model load_model(std::shared_ptr<const gguf::File> file);
 
 // --attn / --attn-decode's default: the model's own attention (dsa for a model with a
-// lightning indexer, DeepSeek V3.2's deepseek32, run in one process; dense otherwise).
+// lightning indexer, DeepSeek V3.2's deepseek32; dense otherwise).
 inline constexpr const char* kModelAttention = "auto";
 struct Config;
-// The spec a session runs for `spec`: kModelAttention resolved for the model (dsa or dense;
-// dense under context parallelism, which dsa does not run), any other spec as given.
-std::string model_attention(const std::string& spec, const Config& cfg, bool cp);
+// The spec a session runs for `spec`: kModelAttention resolved for the model (dsa or dense),
+// any other spec as given.
+std::string model_attention(const std::string& spec, const Config& cfg);
 
 struct SessionOptions {
   int64_t n_ctx = 4096;    // -c: KV cache capacity (tokens)

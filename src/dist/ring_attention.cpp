@@ -334,13 +334,19 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   s.whole->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
                   TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {}, L.opt.threads);
   int64_t row0 = 0;
-  for (const Zigzag::Run& run : {z.first(r), z.second(r)}) {
+  const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
+  for (int i = 0; i < 2; ++i) {
+    const Zigzag::Run& run = runs[i];
+    if (run.len == 0) continue;
     AttnOptions a = L.opt;
     a.q_start = run.pos;
-    attention_dense(
-        TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d),
-        *s.whole, TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d), a, nullptr,
-        stats);
+    const TensorView qv =
+        TensorView::shd(const_cast<float*>(L.q) + row0 * Hq * d, DType::f32, Hq, run.len, d);
+    const TensorView ov = TensorView::shd(L.out + row0 * Hq * d, DType::f32, Hq, run.len, d);
+    if (L.selection)
+      attention_token_sparse(qv, *s.whole, ov, L.selection[i], a, nullptr, stats);
+    else
+      attention_dense(qv, *s.whole, ov, a, nullptr, stats);
     row0 += run.len;
   }
 }
@@ -451,8 +457,29 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
 
 }  // namespace
 
+void gather_rows(Group& g, const Zigzag& z, const float* rows, int64_t width,
+                 std::vector<float>& out) {
+  const int P = g.size(), r = g.rank();
+  const size_t row_bytes = size_t(width) * sizeof(float);
+  std::vector<size_t> counts(static_cast<size_t>(P));
+  for (int q = 0; q < P; ++q) counts[size_t(q)] = size_t(z.rows(q)) * row_bytes;
+  std::vector<float> by_rank(size_t(z.n * width));
+  const double comm0 = g.stats().comm_ms;
+  g.allgatherv(rows, counts[size_t(r)], by_rank.data(), counts);
+  g.stats().ring_bytes_sent += int64_t(counts[size_t(r)]) * (P - 1);
+  g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
+  out.resize(size_t(z.n * width));
+  const float* at = by_rank.data();
+  for (int q = 0; q < P; ++q)
+    for (const Zigzag::Run run : {z.first(q), z.second(q)}) {
+      std::copy_n(at, run.len * width, out.data() + run.pos * width);
+      at += run.len * width;
+    }
+}
+
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   if (L.pattern) return ring_pattern(g, z, L, s, stats);
+  SPATTN_CHECK(!L.selection || L.gather, "internal: a token selection across ranks is gathered");
   if (L.gather) return gather_prefill(g, z, L, s, stats);
   if (!L.blasst) return ordered_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
@@ -538,8 +565,8 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
 }
 
 void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
-                  const AttnOptions& opt, int32_t token, Stats* stats,
-                  std::vector<float>& scratch) {
+                  const AttnOptions& opt, int32_t token, Stats* stats, std::vector<float>& scratch,
+                  const TokenSelection* keys) {
   const int P = g.size();
   const int64_t Hq = q.heads, d = q.dim;
   SPATTN_CHECK(q.seq == 1 && out.seq == 1, "internal: decode_merge takes one query row");
@@ -548,7 +575,10 @@ void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const Te
   scratch.resize(slot * size_t(P + 1));
   float* mine = scratch.data() + slot * size_t(P);
   const TensorView mo = TensorView::shd(mine, DType::f32, Hq, 1, d);
-  if (local.size() > 0) {
+  SPATTN_CHECK(!keys || keys->rows() == 1, "internal: decode_merge takes one row's keys");
+  if (keys && local.size() > 0 && (keys->all[0] || keys->count(0) > 0)) {
+    attention_token_sparse(q, local, mo, *keys, opt, mine + Hq * d, stats);
+  } else if (!keys && local.size() > 0) {
     attention_decode(q, local, mo, opt, DecodeOptions{}, mine + Hq * d, stats);
   } else {
     std::fill(mine, mine + Hq * d, 0.0f);

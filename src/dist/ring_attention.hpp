@@ -11,6 +11,7 @@
 #include "spattn/context_parallel.hpp"
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
+#include "spattn/token_sparse.hpp"
 
 namespace spattn::dist {
 
@@ -76,8 +77,17 @@ struct RingLayer {
   // order as one process's cache packs it (own's format), and the rank's runs attend over it
   // with the one-process kernel: one process's bits (SessionOptions::cp_gather).
   bool gather = false;
+  // With gather instead of dense: each run's rows attend over their own tokens of the whole
+  // K/V (selection[0] the first run's rows, [1] the second's; positions, as one process's
+  // cache indexes them): DSA's top-k across ranks.
+  const TokenSelection* selection = nullptr;
 };
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s, Stats* stats);
+
+// Every rank's rows of `width` floats (the rank's own: its two runs, in order) to every rank, in
+// position order: out [z.n][width]. One all-gather, counted as the layer's ring bytes.
+void gather_rows(Group& g, const Zigzag& z, const float* rows, int64_t width,
+                 std::vector<float>& out);
 
 // The positions of a prompt of z.n tokens that some rank other than their owner sees under
 // `pattern`: what the sparse ring sends (1 per position).
@@ -86,8 +96,11 @@ std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pattern);
 // One decoded query per q head (q, out [Hq, 1, d] views), at position opt.q_start: attention
 // over `local` (this rank's tokens, possibly none), then one all-gather of every rank's (O,
 // LSE) merged in rank order, so every rank gets the same bits. `token` rides along: ranks
-// decoding different tokens (out of step) fail together with an Error naming them.
+// decoding different tokens (out of step) fail together with an Error naming them. keys: null
+// for every key of local, else the row's keys of local (one row, slots of local, possibly
+// none: DSA's chosen tokens that this rank holds).
 void decode_merge(Group& g, const TensorView& q, const PackedKV& local, const TensorView& out,
-                  const AttnOptions& opt, int32_t token, Stats* stats, std::vector<float>& scratch);
+                  const AttnOptions& opt, int32_t token, Stats* stats, std::vector<float>& scratch,
+                  const TokenSelection* keys = nullptr);
 
 }  // namespace spattn::dist

@@ -13,9 +13,11 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <string>
 
 #include "core/threading.hpp"
+#include "dist/ring_attention.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
 #include "spattn/error.hpp"
@@ -164,6 +166,7 @@ class Dsa final : public LayerBackend {
     c.sparse_decode = true;
     // A row's tokens depend on its own indexer query and the keys before it alone.
     c.rows_independent = true;
+    c.ring_gather = true;  // across ranks it always gathers
     return c;
   }
   TensorView prefill(const LayerCall& c) override {
@@ -191,12 +194,60 @@ class Dsa final : public LayerBackend {
     reads.keys_total += kv.kv_heads() * kv.size();
   }
 
+  // Across ranks, prefill: each of the rank's two runs selects over every position's indexer
+  // keys (the session gathered them) as one process's rows do, then attends over its tokens of
+  // the layer's whole K/V, gathered: one process's selection and bits. A ring passing only the
+  // chosen keys would move less; the gather is the simple exact form.
+  RingPlan ring_plan(int64_t, int, bool) const override { return RingPlan{1, true}; }
+  void ring_prefill(const RingCall& c, const RingPlan&) override {
+    check_call(c.dsa);
+    const int r = c.group.rank();
+    TokenSelection sel[2];
+    int64_t row0 = 0;
+    int i = 0;
+    for (const dist::Zigzag::Run run : {c.zigzag.first(r), c.zigzag.second(r)}) {
+      IndexerRows rows = c.dsa->rows;
+      rows.q += row0 * rows.heads * rows.dim;
+      rows.w += row0 * rows.heads;
+      sel[i++] = dsa_select(rows, run.len, run.pos, *c.dsa->keys, c.dsa->top_k, c.opt.threads);
+      row0 += run.len;
+    }
+    ring_attention(c, nullptr, nullptr, /*gather=*/true, sel);
+  }
+  // Across ranks, decode: every rank selects the row's tokens over every position's keys (the
+  // same top-k as one process), attends over those it holds, and the partials merge.
+  void ring_decode(const LayerCall& c, dist::Group& g, int32_t token, std::vector<float>& scratch,
+                   DecodeReads& reads) override {
+    const TokenSelection sel = select(c, 0);
+    // The rank's cache holds its tokens in position order (its two runs, then the decoded
+    // tokens it owns): a walk over both sorted lists gives the slots of the chosen positions.
+    const PackedKV& kv = *c.packed;
+    const std::span<const int64_t> pos = kv.positions();
+    std::vector<int64_t> mine;
+    for (int64_t s = 0, j = 0, m = sel.count(0); s < int64_t(pos.size()); ++s) {
+      const int64_t p = pos[size_t(s)];
+      while (j < m && sel.row(0)[j] < p) ++j;
+      if (sel.all[0] ? p <= c.pos0 : j < m && sel.row(0)[j] == p) mine.push_back(s);
+    }
+    TokenSelection local;
+    const int64_t read = int64_t(mine.size());
+    local.add(std::move(mine));
+    AttnOptions a = c.opt;
+    a.q_start = c.pos0;
+    dist::decode_merge(g, c.q, kv, c.out, a, token, c.stats, scratch, &local);
+    reads.keys_read += kv.kv_heads() * read;
+    reads.keys_total += kv.kv_heads() * kv.size();
+  }
+
  private:
-  // The tokens of the call's rows from `from` on.
-  static TokenSelection select(const LayerCall& c, int64_t from) {
-    SPATTN_CHECK(c.dsa && c.dsa->keys,
+  static void check_call(const DsaCall* dsa) {
+    SPATTN_CHECK(dsa && dsa->keys,
                  "--attn dsa: the model has no lightning indexer (DeepSeek V3.2's deepseek32 "
                  "files have one); use --attn dense");
+  }
+  // The tokens of the call's rows from `from` on.
+  static TokenSelection select(const LayerCall& c, int64_t from) {
+    check_call(c.dsa);
     IndexerRows rows = c.dsa->rows;
     rows.q += from * rows.heads * rows.dim;
     rows.w += from * rows.heads;

@@ -56,10 +56,18 @@ RingPlan LayerBackend::ring_plan(int64_t, int, bool) const {
 }
 void LayerBackend::ring_check(int64_t, int) const {}
 void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
-                    const dist::RingBlasst* blasst, bool gather) {
-  const dist::RingLayer rl{c.q,      c.k,      c.v,   c.own, c.q_heads, c.kv_heads, c.dim,
-                           c.k_type, c.v_type, c.opt, c.out, pattern,   blasst,     gather};
+                    const dist::RingBlasst* blasst, bool gather, const TokenSelection* selection) {
+  const dist::RingLayer rl{c.q,        c.k,     c.v,      c.own,    c.q_heads,
+                           c.kv_heads, c.dim,   c.k_type, c.v_type, c.opt,
+                           c.out,      pattern, blasst,   gather,   selection};
   dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
+}
+void LayerBackend::ring_decode(const LayerCall& c, dist::Group& g, int32_t token,
+                               std::vector<float>& scratch, DecodeReads& reads) {
+  const PackedKV& kv = *c.packed;
+  dist::decode_merge(g, c.q, kv, c.out, decode_options(c.opt, c.pos0, kv), token, c.stats, scratch);
+  reads.keys_read += kv.kv_heads() * kv.size();
+  reads.keys_total += kv.kv_heads() * kv.size();
 }
 void LayerBackend::ring_prefill(const RingCall&, const RingPlan&) {
   detail::fail("--cp: --attn ", name(), " is not context-parallel");

@@ -26,6 +26,7 @@ struct RingBlasst;
 }  // namespace dist
 struct ChunkedH2OTrace;
 struct DsaCall;
+struct TokenSelection;
 
 // What a session tells a layer's backend when it builds it.
 struct BackendContext {
@@ -105,6 +106,9 @@ struct RingCall {
   KVType k_type, v_type;
   AttnOptions opt;
   Stats* stats;
+  // The rank's indexer rows (its two runs, in order) and every position's indexer keys
+  // (gathered from every rank), where the model has a lightning indexer.
+  const DsaCall* dsa = nullptr;
 };
 // How a backend lays a prompt of n tokens over P ranks: the zigzag's grid, and whether the
 // layers gather every rank's K/V instead of passing them round the ring.
@@ -137,6 +141,12 @@ class LayerBackend {
   // Throws Error when a prompt of n tokens cannot be split over the ranks as ring_plan lays it.
   virtual void ring_check(int64_t n, int ranks) const;
   virtual void ring_prefill(const RingCall& c, const RingPlan& plan);
+  // A context-parallel decode of c's one row (MethodInfo::decode_context_parallel): c.packed
+  // holds this rank's tokens at their positions, c.dsa every position's indexer keys; the
+  // ranks' partial results merged (dist::decode_merge, `token` checked the same on every
+  // rank, `scratch` its buffer). Default: dense over the rank's tokens.
+  virtual void ring_decode(const LayerCall& c, dist::Group& g, int32_t token,
+                           std::vector<float>& scratch, DecodeReads& reads);
 
   // Stateful backends (BackendCaps::stateful): the prefill schedule they keep state over, and
   // their state. A stateful prefill goes on only from position 0 or a restored boundary (the
@@ -179,10 +189,12 @@ void dense_decode(const LayerCall& c, DecodeReads& reads);
 RingPlan dense_ring_plan(int64_t n, int ranks, bool gather_asked);
 void dense_ring_prefill(const RingCall& c, const RingPlan& plan);
 // The ring over a call (dist::ring_prefill): dense, or a static pattern's blocks, or BLASST's
-// skip rule (at most one of the two), the K/V passed round or gathered. Every ring backend's one
+// skip rule (at most one of the two), the K/V passed round or gathered; or each run's own
+// tokens of the gathered K/V (selection: dist::RingLayer::selection). Every ring backend's one
 // way in.
 void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
-                    const dist::RingBlasst* blasst, bool gather);
+                    const dist::RingBlasst* blasst, bool gather,
+                    const TokenSelection* selection = nullptr);
 
 // The dense backend (dense.cpp), and the band of a layer's own sliding window (band.cpp).
 std::unique_ptr<LayerBackend> make_dense_backend();

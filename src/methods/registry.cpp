@@ -54,7 +54,7 @@ const Entry kMethods[] = {
     {.name = "quest", .causal_only = true, .compared = false, .decode = make_quest_decode},
     // A model's own selection (deepseek32's lightning indexer): a runner's prefill and decode.
     {.name = "dsa", .causal_only = true, .compared = false, .prefill = make_dsa_backend,
-     .decode = make_dsa_backend},
+     .decode = make_dsa_backend, .context_parallel = true, .decode_context_parallel = true},
     {.name = "sliding_window", .make = make_sliding_window, .causal_only = true,
      .compared = false, .prefill = make_sliding_window_prefill, .context_parallel = true},
 };
@@ -137,10 +137,10 @@ std::unique_ptr<LayerBackend> make_decode_backend(const MethodSpec& spec,
   const Entry& e = find(spec.name);
   SPATTN_CHECK(e.decode, "--attn-decode: ", spec.name, " has no decode form (decode methods: ",
                names_where([](const Entry& x) { return x.decode != nullptr; }, " and "), ")");
-  SPATTN_CHECK(!ctx.cp || e.decode_context_parallel,
-               "--cp: only dense decode is context-parallel so "
-               "far (--attn-decode dense), got '",
-               spec.text, "'");
+  SPATTN_CHECK(!ctx.cp || e.decode_context_parallel, "--cp: --attn-decode ", spec.text,
+               " is not context-parallel (",
+               names_where([](const Entry& x) { return x.decode_context_parallel; }, " and "),
+               " are)");
   return e.decode(spec, ctx);
 }
 

@@ -116,18 +116,18 @@ BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64
 }
 }  // namespace
 
-std::string model_attention(const std::string& spec, const Config& cfg, bool cp) {
+std::string model_attention(const std::string& spec, const Config& cfg) {
   if (spec != kModelAttention) return spec;
-  // A model's own attention: DSA's selection where the model has a lightning indexer and the
-  // session is one process (dsa is not context-parallel), else dense.
-  return cfg.has_indexer() && !cp ? "dsa" : "dense";
+  // A model's own attention: DSA's selection where the model has a lightning indexer, else
+  // dense.
+  return cfg.has_indexer() ? "dsa" : "dense";
 }
 
 namespace {
 // Before a model is read (validate()), kModelAttention takes dense's checks.
 MethodSpec model_spec(const std::string& spec, const Config* cfg, const SessionOptions& o) {
   if (!cfg) return parse_method_spec(spec == kModelAttention ? "dense" : spec);
-  return parse_method_spec(model_attention(spec, *cfg, bool(o.cp)));
+  return parse_method_spec(model_attention(spec, *cfg));
 }
 }  // namespace
 
@@ -313,8 +313,8 @@ struct Session::Impl {
   int64_t state_at = 0;
   Timings t;
   // Context parallelism: the group, the tokens it holds in all and per rank (committed), the
-  // zigzag of the prefill running and how its backends lay it, the ring's buffers and decode's
-  // gathered (O, LSE).
+  // zigzag of the prefill running and how its backends lay it, the ring's buffers, and
+  // cp_rows: decode's gathered (O, LSE), a prefill's gathered indexer keys.
   dist::Group* grp = nullptr;
   int64_t cp_n = 0;
   std::vector<int64_t> cp_counts;
@@ -324,7 +324,7 @@ struct Session::Impl {
   int32_t cp_token = 0;  // the token decoding, which every rank checks it shares
   dist::RingScratch ring;
   std::vector<unsigned char> h2o_wire;  // chunked_h2o's memory set between ranks
-  std::vector<float> cp_gather;
+  std::vector<float> cp_rows;
   int64_t tap_layer = -1;
   QkvTap tap;
   // Row buffers for up to max_rows rows: the residual stream x, the normed rows h, q, k, v, the
@@ -575,6 +575,13 @@ struct Session::Impl {
       });
     if (pass == Pass::ring) {
       cache.append(l, kv, vv, opt.threads, zz.positions(grp->rank()));
+      // Every position's indexer keys on every rank (each rank made its own rows'): a row's
+      // selection reads them all.
+      DsaCall dsa;
+      if (cfg.has_indexer()) {
+        dist::gather_rows(*grp, zz, idx_k.data(), cfg.indexer_dim, cp_rows);
+        dsa = dsa_call(l, 0, zz.n, cp_rows.data());
+      }
       const RingCall rc{*grp,
                         zz,
                         ring,
@@ -590,18 +597,31 @@ struct Session::Impl {
                         opt.cache_type_k,
                         opt.cache_type_v,
                         attn_opt(-1),
-                        stats};
+                        stats,
+                        cfg.has_indexer() ? &dsa : nullptr};
       b.prefill[size_t(l)]->ring_prefill(rc, cp_plan);
       return;
     }
     if (pass == Pass::cp_decode) {
       const int64_t at[1] = {pos0};
       if (cp_owner == grp->rank()) cache.append(l, kv, vv, 1, at);
-      const PackedKV& c = cache.packed(l);
-      dist::decode_merge(*grp, qv, c, ov, decode_options(attn_opt(-1), pos0, c), cp_token,
-                         &t.decode_stats, cp_gather);
-      t.decode_keys_read += c.kv_heads() * c.size();
-      t.decode_keys_total += c.kv_heads() * c.size();
+      LayerCall c;
+      c.layer = l;
+      c.q = qv, c.k = kv, c.v = vv, c.out = ov;
+      c.pos0 = pos0;
+      c.packed = &cache.packed(l);
+      c.opt = attn_opt(-1);
+      c.stats = &t.decode_stats;
+      // Every rank ran the token, so every rank extends its indexer keys by it.
+      DsaCall dsa;
+      if (cfg.has_indexer()) {
+        dsa = dsa_call(l, pos0, 1, idx_k.data());
+        c.dsa = &dsa;
+      }
+      DecodeReads reads;
+      b.decode[size_t(l)]->ring_decode(c, *grp, cp_token, cp_rows, reads);
+      t.decode_keys_read += reads.keys_read;
+      t.decode_keys_total += reads.keys_total;
       return;
     }
     // Staged until the call commits; a decode row makes no pool call.
@@ -616,17 +636,9 @@ struct Session::Impl {
     if (cache.has_raw()) c.raw_k = cache.raw_k(l), c.raw_v = cache.raw_v(l);
     if (cache.has_pages(l)) c.pages = &cache.pages(l);
     c.opt = attn_opt(-1);
-    // The layer's indexer keys through this call's rows, and its rows (methods/dsa.hpp).
     DsaCall dsa;
     if (cfg.has_indexer()) {
-      IndexerKeys& keys = idx_keys[size_t(l)];
-      SPATTN_CHECK(keys.size() >= pos0, "internal: layer ", l, "'s indexer holds ", keys.size(),
-                   " keys, rows start at ", pos0);
-      keys.truncate(pos0);
-      keys.append(idx_k.data(), n);
-      dsa.rows = {idx_q.data(), idx_k.data(), idx_w.data(), cfg.indexer_heads, cfg.indexer_dim};
-      dsa.keys = &keys;
-      dsa.top_k = cfg.indexer_top_k;
+      dsa = dsa_call(l, pos0, n, idx_k.data());
       c.dsa = &dsa;
     }
     // Attention sinks (gpt-oss): every backend also gives its rows' LSE, and the sinks join
@@ -649,6 +661,21 @@ struct Session::Impl {
       done = (dense ? *b.dense : *b.prefill[size_t(l)]).prefill(c);
     }
     if (c.lse && done.seq > 0) merge_sinks(done, c.lse, sinks.data());
+  }
+
+  // The layer's indexer keys cut to pos0 and extended by n rows of keys, and the call's indexer
+  // rows (methods/dsa.hpp).
+  DsaCall dsa_call(int64_t l, int64_t pos0, int64_t n, const float* keys_from) {
+    IndexerKeys& keys = idx_keys[size_t(l)];
+    SPATTN_CHECK(keys.size() >= pos0, "internal: layer ", l, "'s indexer holds ", keys.size(),
+                 " keys, rows start at ", pos0);
+    keys.truncate(pos0);
+    keys.append(keys_from, n);
+    DsaCall dsa;
+    dsa.rows = {idx_q.data(), idx_k.data(), idx_w.data(), cfg.indexer_heads, cfg.indexer_dim};
+    dsa.keys = &keys;
+    dsa.top_k = cfg.indexer_top_k;
+    return dsa;
   }
 
   // Runs one call's forward passes as one change of the session: committed when `body`

@@ -28,6 +28,7 @@
 #include "assets.hpp"
 #include "spattn/calibration.hpp"
 #include "spattn/context_parallel.hpp"
+#include "spattn/model_maker.hpp"
 #include "temp_dir.hpp"
 
 namespace spattn::test {
@@ -83,10 +84,13 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
+// spattn_cp_check on code-tiny-8k, or on `made` (a model file a test wrote) when given.
 void cp_check(int np, const std::string& ctk, const std::string& tol, int tokens,
-              const std::string& attn = "dense", int ub = 64, const std::string& skip_tol = "0") {
+              const std::string& attn = "dense", int ub = 64, const std::string& skip_tol = "0",
+              const std::string& made = "") {
   SKIP_WITHOUT_MPI();
-  const std::string model = model_file("code-tiny-8k.gguf"), text = model_file("code-heldout.txt");
+  const std::string model = made.empty() ? model_file("code-tiny-8k.gguf") : made,
+                    text = model_file("code-heldout.txt");
   if (model.empty() || text.empty())
     SPATTN_MISSING_ASSET("code-tiny-8k.gguf or code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-check");
@@ -427,7 +431,40 @@ TEST(ContextParallelMpi, MethodNotContextParallelFailsOnEveryRank) {
                              "tri_shape --cp 2",
                          dir.path());
   expect_every_rank_fails(
-      r, 2, "is not context-parallel (dense, a_shape, blasst, chunked_h2o and sliding_window are)");
+      r, 2,
+      "is not context-parallel (dense, a_shape, blasst, chunked_h2o, dsa and sliding_window are)");
+}
+
+// A made-up deepseek32 file (latent attention, the lightning indexer; 3 layers, the first's FFN
+// dense) whose top-k of 16 lies far below the 200-token prompt, so every row past 16 selects.
+std::string made_deepseek32(const TempDir& dir) {
+  ModelShape s = preset_shape("deepseek-v3.2");
+  s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
+  s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
+  s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
+  s.indexer_heads = 2, s.indexer_dim = 64, s.indexer_top_k = 16;
+  s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3;
+  const std::string path = (dir.path() / "deepseek32.gguf").string();
+  make_model(path, s);
+  return path;
+}
+
+// DSA across ranks: every rank gathers every position's indexer keys, each of its rows selects
+// its top-k over them as one process's rows do, and attends over its tokens of the gathered
+// K/V: every layer's q/k/v and every logits row are one process's bits (tolerance 0), f32 and
+// f16 caches, 2 and 4 ranks. Decode selects over every position's keys on every rank, each rank
+// attends over the chosen tokens it holds, and the partials merge (the dense tolerance).
+TEST(ContextParallelMpi, DsaSameBitsAsOneProcessNp2) {
+  TempDir dir("spattn-cp-dsa");
+  cp_check(2, "f32", "0", 200, "dsa", 64, "0", made_deepseek32(dir));
+}
+TEST(ContextParallelMpi, DsaSameBitsWithF16CacheNp2) {
+  TempDir dir("spattn-cp-dsa");
+  cp_check(2, "f16", "0", 200, "dsa", 64, "0", made_deepseek32(dir));
+}
+TEST(ContextParallelMpi, DsaSameBitsAsOneProcessNp4) {
+  TempDir dir("spattn-cp-dsa");
+  cp_check(4, "f16", "0", 200, "dsa", 64, "0", made_deepseek32(dir));
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold

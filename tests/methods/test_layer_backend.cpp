@@ -87,7 +87,7 @@ TEST(LayerBackend, WhatAMethodCannotDoIsANamedError) {
             std::string::npos);
   EXPECT_NE(error_of([&] {
               make_decode_backend(parse_method_spec("quest"), cp);
-            }).find("only dense decode is context-parallel"),
+            }).find("--cp: --attn-decode quest is not context-parallel (dense and dsa are)"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               make_prefill_backend(parse_method_spec("chunked_h2o:local=4"), ctx);

@@ -8,8 +8,9 @@
 //   - the rank's KV cache bytes against the one-process cache's.
 // Usage: spattn_cp_check MODEL.gguf TEXT_FILE P N_TOKENS N_DECODE CTK [TOL [ATTN UB [SKIP_TOL]]]
 //   ATTN dense (default), gather (dense with --cp-gather), chunked_h2o (at -ub UB, -b 2 UB, local = heavy = UB / 4), an
-//   a_shape spec (a_shape:sink=..,local=..) or a blasst one (blasst:lambda=X), in both
-//   sessions, at -ub UB; TOL 0 asks for the same bits. For blasst also the prefill's key tiles:
+//   a_shape spec (a_shape:sink=..,local=..) or a blasst one (blasst:lambda=X), or dsa (the
+//   model's lightning indexer, prefill and decode), in both sessions, at -ub UB; TOL 0 asks
+//   for the same bits. For blasst also the prefill's key tiles:
 //   visited the same over the ranks as in one process, the skipped fraction within SKIP_TOL
 //   (absolute) of one process's.
 // Exit 0 when every check holds on this rank, 1 when one fails (printed), 77 when the model
@@ -34,17 +35,20 @@ using namespace spattn;
 
 namespace {
 
-// Every layer's rows by position: q [n, Hq d], k and v [n, Hkv d].
+// Every layer's rows by position: q [n, Hq d], k and v [n, Hkv d] (the session's attention
+// shape: a latent attention's are the absorbed form's).
 struct Rows {
   std::vector<std::vector<float>> q, k, v;
+  int64_t dq = 0, dkv = 0;
   void tap(model::Session& s, const model::Config& c, int64_t n) {
-    q.assign(size_t(c.n_layer), std::vector<float>(size_t(n * c.n_head * c.head_dim)));
-    k.assign(size_t(c.n_layer), std::vector<float>(size_t(n * c.n_head_kv * c.head_dim)));
+    const model::Session::AttentionShape sh = s.attention_shape();
+    dq = sh.q_heads * sh.dim, dkv = sh.kv_heads * sh.dim;
+    q.assign(size_t(c.n_layer), std::vector<float>(size_t(n * dq)));
+    k.assign(size_t(c.n_layer), std::vector<float>(size_t(n * dkv)));
     v = k;
-    const int64_t dq = c.n_head * c.head_dim, dkv = c.n_head_kv * c.head_dim;
     s.set_qkv_tap(model::Session::kTapAllLayers,
-                  [this, dq, dkv, n](int64_t l, int64_t pos0, int64_t rows, const float* qs,
-                                     const float* ks, const float* vs) {
+                  [this, n](int64_t l, int64_t pos0, int64_t rows, const float* qs, const float* ks,
+                            const float* vs) {
                     if (pos0 + rows > n) return;  // decode rows
                     std::copy_n(qs, rows * dq, q[size_t(l)].data() + pos0 * dq);
                     std::copy_n(ks, rows * dkv, k[size_t(l)].data() + pos0 * dkv);
@@ -194,12 +198,14 @@ int main(int argc, char** argv) {
       so.n_batch = 2 * ub;  // several logical batches: the memory set carries across them
       so.h2o_local = so.h2o_heavy = ub / 4;
     } else if (attn == "gather") {  // dense over all-gathered K/V (SessionOptions::cp_gather)
+    } else if (attn == "dsa") {
+      so.attn = so.attn_decode = "dsa";
     } else if (attn.rfind("a_shape", 0) == 0 || attn.rfind("blasst", 0) == 0 ||
                attn.rfind("sliding_window", 0) == 0) {
       so.attn = attn;
     } else if (attn != "dense" && attn != "gather") {
       std::fprintf(stderr,
-                   "ATTN: dense, chunked_h2o, a_shape[:...], blasst:... or "
+                   "ATTN: dense, chunked_h2o, a_shape[:...], blasst:..., dsa or "
                    "sliding_window:..., not %s\n",
                    attn.c_str());
       return 2;
@@ -244,16 +250,17 @@ int main(int argc, char** argv) {
       if (visited != sa.tiles_visited || std::fabs(fb - fa) > skip_tol || skipped == 0) ok = false;
     }
     const std::vector<int64_t> own = dist::Zigzag{n, P, grid}.positions(r);
-    // Decode is dense flash-decoding over the ranks in every mode: its merge order rounds, so
-    // a prefill asked for the same bits (TOL 0) still gives decode the dense tolerance.
+    // Decode merges every rank's (O, LSE) in every mode (dense's flash-decoding, or dsa's
+    // chosen tokens of each rank): its merge order rounds, so a prefill asked for the same bits
+    // (TOL 0) still gives decode the dense tolerance.
     const double dtol = tol > 0 ? tol : 2e-3;
     std::vector<int64_t> all(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) all[size_t(i)] = i;
     double worst = 0;
     for (int64_t l = 0; l < c.n_layer; ++l) {
-      const double dq = rel_diff(a.q[size_t(l)], b.q[size_t(l)], c.n_head * c.head_dim, own);
-      const double dk = rel_diff(a.k[size_t(l)], b.k[size_t(l)], c.n_head_kv * c.head_dim, own);
-      const double dv = rel_diff(a.v[size_t(l)], b.v[size_t(l)], c.n_head_kv * c.head_dim, own);
+      const double dq = rel_diff(a.q[size_t(l)], b.q[size_t(l)], a.dq, own);
+      const double dk = rel_diff(a.k[size_t(l)], b.k[size_t(l)], a.dkv, own);
+      const double dv = rel_diff(a.v[size_t(l)], b.v[size_t(l)], a.dkv, own);
       const double d = std::max({dq, dk, dv});
       worst = std::max(worst, d);
       if (r == 0 || d > tol)
