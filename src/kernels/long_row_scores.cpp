@@ -62,8 +62,8 @@ bool PackEntry(const float* k, int64_t n, int64_t w, int64_t tiles, bool bf16, v
   return false;
 }
 
-void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t first,
-                 int64_t cols, float alpha, float* s, int64_t lds) {
+void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t first, int64_t cols,
+                 float alpha, float* s, int64_t lds) {
 #if HWY_TARGET == HWY_AVX3
   if (keys->bf16) return ScoresWith<Bf16DotOps>(q, rows, *keys, first, cols, alpha, s, lds);
 #else
