@@ -209,6 +209,10 @@ void add_make_model_command(CLI::App& root) {
          "deepseek32: an indexer head's size (a power of two from 64)");
   latent("--indexer-top-k", &ModelShape::indexer_top_k,
          "deepseek32: the tokens each query attends to (attention.indexer.top_k)");
+  cmd->add_option("--indexer-types", s.indexer_types,
+                  "deepseek32, glm-dsa: 1 or 0 a layer, comma-separated: its own indexer, or the "
+                  "last such layer's selection (GLM-5.2's attention.indexer.types; the first 1)")
+      ->delimiter(',');
   latent("--shared-experts", &ModelShape::shared_experts, "deepseek2: shared experts");
   latent("--expert-groups", &ModelShape::expert_groups,
          "deepseek2: groups of experts for group-limited routing (0: none)");

@@ -117,7 +117,13 @@ struct Config {
   // DeepSeek's sparse attention (ArchTraits::indexer): the lightning indexer's heads, their
   // size (RoPE on the first rot() values, NeoX pairs) and the tokens each query keeps.
   int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
+  // Per layer, 1 where the layer has no indexer of its own and attends over the tokens the last
+  // layer with one selected (GLM-5.2: attention.indexer.types 0); empty: every layer has one.
+  std::vector<uint8_t> indexer_shared;
   bool has_indexer() const { return indexer_top_k > 0; }
+  bool shares_indexer(int64_t layer) const {
+    return size_t(layer) < indexer_shared.size() && indexer_shared[size_t(layer)];
+  }
   int64_t v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int64_t rot() const { return n_rot > 0 ? n_rot : head_dim; }
   bool is_swa(int64_t layer) const {

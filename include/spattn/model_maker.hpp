@@ -65,6 +65,10 @@ struct ModelShape {
   // deepseek32 (DSA): the lightning indexer's heads, their size (a power of two from 64) and
   // the tokens a query keeps (attention.indexer.*).
   int64_t indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
+  // Per layer, 1 for a layer with its own indexer, 0 for one that attends over the last such
+  // layer's selection (GLM-5.2's attention.indexer.types; the first must be 1); empty: no key,
+  // every layer its own.
+  std::vector<uint32_t> indexer_types;
   std::string tokenizer;  // "gpt2" or "llama"; empty: gpt2 when vocab >= 257, else llama
   uint64_t seed = 0;
 

@@ -201,6 +201,7 @@ class Dsa final : public LayerBackend {
   RingPlan ring_plan(int64_t, int, bool) const override { return RingPlan{1, true}; }
   void ring_prefill(const RingCall& c, const RingPlan&) override {
     check_call(c.dsa);
+    if (c.dsa->shared) return ring_attention(c, nullptr, nullptr, true, c.dsa->carry->rows);
     const int r = c.group.rank();
     TokenSelection sel[2];
     int64_t row0 = 0;
@@ -213,6 +214,7 @@ class Dsa final : public LayerBackend {
       row0 += run.len;
     }
     ring_attention(c, nullptr, nullptr, /*gather=*/true, sel);
+    if (c.dsa->carry) std::swap(c.dsa->carry->rows, sel);
   }
   // Across ranks, decode: every rank selects the row's tokens over every position's keys (the
   // same top-k as one process), attends over those it holds, and the partials merge.
@@ -241,18 +243,37 @@ class Dsa final : public LayerBackend {
 
  private:
   static void check_call(const DsaCall* dsa) {
-    SPATTN_CHECK(dsa && dsa->keys,
+    SPATTN_CHECK(dsa && (dsa->keys || dsa->shared),
                  "--attn dsa: the model has no lightning indexer (DeepSeek V3.2's deepseek32 "
                  "files have one); use --attn dense");
+    SPATTN_CHECK(!dsa->shared || dsa->carry,
+                 "internal: a layer sharing an indexer's selection without one to share");
   }
-  // The tokens of the call's rows from `from` on.
+  // The tokens of the call's rows from `from` on: the layer's own indexer's, or (a layer
+  // sharing one, GLM-5.2) those the last full layer chose for the same rows.
   static TokenSelection select(const LayerCall& c, int64_t from) {
     check_call(c.dsa);
+    if (c.dsa->shared) {
+      const TokenSelection& all = c.dsa->carry->rows[0];
+      SPATTN_CHECK(all.rows() == c.q.seq, "internal: a shared selection of ", all.rows(),
+                   " rows for ", c.q.seq);
+      TokenSelection sel;
+      for (int64_t i = from; i < all.rows(); ++i) {
+        if (all.all[size_t(i)])
+          sel.add_all();
+        else
+          sel.add(std::vector<int64_t>(all.row(i), all.row(i) + all.count(i)));
+      }
+      return sel;
+    }
     IndexerRows rows = c.dsa->rows;
     rows.q += from * rows.heads * rows.dim;
     rows.w += from * rows.heads;
-    return dsa_select(rows, c.q.seq - from, c.pos0 + from, *c.dsa->keys, c.dsa->top_k,
-                      c.opt.threads);
+    TokenSelection sel =
+        dsa_select(rows, c.q.seq - from, c.pos0 + from, *c.dsa->keys, c.dsa->top_k, c.opt.threads);
+    // Only the last layer reads from past 0, and no layer comes after it to share its rows.
+    if (c.dsa->carry && from == 0) c.dsa->carry->rows[0] = sel;
+    return sel;
   }
 };
 

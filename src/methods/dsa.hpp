@@ -71,10 +71,19 @@ void hadamard_rotate(float* x, int64_t n);
 // What a layer's call brings the dsa backend (LayerCall::dsa): the call's indexer rows, and the
 // layer's indexer keys, which the session keeps (every position's, whichever backend runs) and
 // has already extended by the call's rows.
+// A full indexer layer's selection, which the layers sharing it (GLM-5.2) attend over: the
+// call's rows (one process; rows[0]) or the rank's two runs (across ranks).
+struct DsaCarry {
+  TokenSelection rows[2];
+};
 struct DsaCall {
   IndexerRows rows;
   IndexerKeys* keys = nullptr;
   int64_t top_k = 0;
+  // shared: the layer has no indexer of its own and attends over carry's selection; else,
+  // with carry, its selection goes there for the layers after it.
+  bool shared = false;
+  DsaCarry* carry = nullptr;
 };
 
 // The k of the n scores that llama.cpp's ggml_top_k keeps on the CPU, into out (in the order

@@ -59,8 +59,8 @@ constexpr ArchTraits kArchs[] = {
      .indexer_norm_eps = 1e-6f},
     // GLM-5 (llama.cpp's llama_model_glm_dsa): deepseek32's graph with the indexer's RoPE in
     // adjacent pairs, its key's LayerNorm without epsilon, sigmoid gating by default, and no
-    // DeepSeek YaRN (its loader reads no yarn_log_multiplier). GLM-5.2's shared indexer layers
-    // (attention.indexer.types) are refused by the loader.
+    // DeepSeek YaRN (its loader reads no yarn_log_multiplier). GLM-5.2's layers sharing another
+    // layer's selection (attention.indexer.types) are Config::indexer_shared, any indexer row's.
     {.name = "glm-dsa", .summary = "GLM-5: deepseek32's layout, the indexer's RoPE in adjacent pairs",
      .experts = P::required, .own_expert_ffn = true, .mla = true, .deepseek_moe = true,
      .mla_absorbed = true, .indexer = true, .sigmoid_gating_by_default = true},

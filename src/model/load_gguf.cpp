@@ -96,20 +96,30 @@ void read_latent_attention(const gguf::File& f, const std::string& arch, const A
     c.indexer_heads = int64_t(f.get_uint(key("attention.indexer.head_count")));
     c.indexer_dim = int64_t(f.get_uint(key("attention.indexer.key_length")));
     c.indexer_top_k = int64_t(f.get_uint(key("attention.indexer.top_k")));
-    // GLM-5.2's layers that reuse the last full layer's selection (llama.cpp's glm-dsa:
-    // attention.indexer.types, a flag a layer, false for a shared one; without it, a glm-dsa
-    // file of a context of 1M tokens or more takes GLM-5.2's pattern). spattn runs a full
-    // indexer in every layer, so it refuses those (a list of flags it cannot read included).
+    // GLM-5.2's layers that reuse the last full layer's selection (llama.cpp's glm-dsa and
+    // dots3note: attention.indexer.types, one value for every layer or an integer a layer, 0
+    // for a shared one). Without it a glm-dsa file of a context of 1M tokens or more takes
+    // GLM-5.2's pattern (llama.cpp's GLM_5_2_DEFAULT_INDEXER_TYPES: layers 0 and 1 full, then
+    // one in four from layer 2), any other every layer full.
     const std::string types = key("attention.indexer.types");
-    bool shared =
-        !f.has(types) && std::string_view(t.name) == "glm-dsa" && c.n_ctx_train >= 1048576;
+    std::vector<int64_t> full(size_t(c.n_layer), 1);
     if (f.has(types)) {
-      shared = f.array_type_of(types) == gguf::ValueType::boolean;
-      if (!shared)
-        for (int64_t x : f.get_int_array(types)) shared = shared || x == 0;
+      if (f.type_of(types) != gguf::ValueType::array) {
+        std::fill(full.begin(), full.end(), int64_t(f.get_uint(types)));
+      } else {
+        SPATTN_CHECK(f.array_type_of(types) != gguf::ValueType::boolean, f.name(), ": ", types,
+                     " must hold integers (llama.cpp reads them as uint32), not booleans");
+        full = f.get_int_array(types);
+        SPATTN_CHECK(int64_t(full.size()) == c.n_layer, f.name(), ": ", types, " has ", full.size(),
+                     " values for ", c.n_layer, " layers");
+      }
+    } else if (std::string_view(t.name) == "glm-dsa" && c.n_ctx_train >= 1048576) {
+      for (int64_t l = 2; l < c.n_layer; ++l) full[size_t(l)] = (l - 2) % 4 == 0;
     }
-    SPATTN_CHECK(!shared, f.name(), ": layers that share another layer's indexer selection (",
-                 types, ", GLM-5.2) are not supported yet");
+    SPATTN_CHECK(c.n_layer == 0 || full[0] != 0, f.name(), ": ", types,
+                 " makes layer 0 share a selection, but no layer before it selects");
+    if (std::find(full.begin(), full.end(), 0) != full.end())
+      for (int64_t x : full) c.indexer_shared.push_back(x == 0);
   }
 }
 

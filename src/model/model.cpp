@@ -130,9 +130,14 @@ void Config::validate() const {
     SPATTN_CHECK(n_ctx_train <= 0 || indexer_top_k <= n_ctx_train,
                  "model: attention.indexer.top_k (", indexer_top_k,
                  ") is larger than the context length (", n_ctx_train, ")");
+    SPATTN_CHECK(
+        indexer_shared.empty() || (int64_t(indexer_shared.size()) == n_layer && !indexer_shared[0]),
+        "model: ", indexer_shared.size(), " shared-indexer flags for ", n_layer,
+        " layers, or layer 0 shares a selection no layer before it made");
   } else {
-    SPATTN_CHECK(indexer_heads == 0 && indexer_dim == 0 && indexer_top_k == 0,
-                 "model: lightning indexer sizes in a ", arch_name(arch), " model");
+    SPATTN_CHECK(
+        indexer_heads == 0 && indexer_dim == 0 && indexer_top_k == 0 && indexer_shared.empty(),
+        "model: lightning indexer sizes in a ", arch_name(arch), " model");
   }
   if (arch_traits(arch).mla) {
     // The latents' sizes against each other and the heads (inconsistent lora ranks, a rope

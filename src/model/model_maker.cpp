@@ -586,9 +586,17 @@ void check_shape(const ModelShape& s) {
     SPATTN_CHECK(s.indexer_top_k >= 1 && s.indexer_top_k <= s.context,
                  "model: --indexer-top-k must be in [1, --context = ", s.context, "], got ",
                  s.indexer_top_k);
+    SPATTN_CHECK(s.indexer_types.empty() ||
+                     (int64_t(s.indexer_types.size()) == s.layers && s.indexer_types[0] == 1 &&
+                      std::all_of(s.indexer_types.begin(), s.indexer_types.end(),
+                                  [](uint32_t x) { return x <= 1; })),
+                 "model: --indexer-types takes a 0 or 1 a layer (", s.layers,
+                 "), the first 1, got ", s.indexer_types.size(), " values");
   } else {
-    SPATTN_CHECK(s.indexer_heads == 0 && s.indexer_dim == 0 && s.indexer_top_k == 0,
-                 "model: --indexer-heads, --indexer-dim and --indexer-top-k are for --arch ",
+    SPATTN_CHECK(s.indexer_heads == 0 && s.indexer_dim == 0 && s.indexer_top_k == 0 &&
+                     s.indexer_types.empty(),
+                 "model: --indexer-heads, --indexer-dim, --indexer-top-k and --indexer-types are "
+                 "for --arch ",
                  model::arch_names([](const model::ArchTraits& a) { return a.indexer; }));
   }
   if (t.deepseek_moe) {
@@ -639,6 +647,7 @@ model::Config dims_of(const ModelShape& s) {
   c.n_rot = s.rope_dim;
   c.indexer_heads = s.indexer_heads;
   c.indexer_dim = s.indexer_dim;
+  for (uint32_t x : s.indexer_types) c.indexer_shared.push_back(x == 0);
   return c;
 }
 
@@ -738,6 +747,7 @@ void make_model(const std::string& path, const ModelShape& s) {
     w.set(a + ".attention.indexer.head_count", uint32_t(s.indexer_heads));
     w.set(a + ".attention.indexer.key_length", uint32_t(s.indexer_dim));
     w.set(a + ".attention.indexer.top_k", uint32_t(s.indexer_top_k));
+    if (!s.indexer_types.empty()) w.set(a + ".attention.indexer.types", s.indexer_types);
   }
   w.set(a + ".attention.layer_norm_rms_epsilon", s.rms_eps);
   w.set(a + ".rope.freq_base", s.rope_base);

@@ -339,6 +339,7 @@ struct Session::Impl {
   std::vector<float> idx_q, idx_k, idx_w;
   std::shared_ptr<const RopeTable> idx_rope;
   std::vector<IndexerKeys> idx_keys;
+  DsaCarry dsa_carry;                 // the last full indexer layer's selection, within a call
   std::vector<float> lse;             // the attention rows' LSE [Hq, rows] where a layer has sinks
   bool pack = false;                  // products on spattn's kernel (RowBuffers::pack)
   LayerGraphCache graphs;             // the last graph of each layer step, for the next call alike
@@ -579,7 +580,8 @@ struct Session::Impl {
       // selection reads them all.
       DsaCall dsa;
       if (cfg.has_indexer()) {
-        dist::gather_rows(*grp, zz, idx_k.data(), cfg.indexer_dim, cp_rows);
+        if (!cfg.shares_indexer(l))
+          dist::gather_rows(*grp, zz, idx_k.data(), cfg.indexer_dim, cp_rows);
         dsa = dsa_call(l, 0, zz.n, cp_rows.data());
       }
       const RingCall rc{*grp,
@@ -666,15 +668,21 @@ struct Session::Impl {
   // The layer's indexer keys cut to pos0 and extended by n rows of keys, and the call's indexer
   // rows (methods/dsa.hpp).
   DsaCall dsa_call(int64_t l, int64_t pos0, int64_t n, const float* keys_from) {
+    DsaCall dsa;
+    dsa.top_k = cfg.indexer_top_k;
+    // GLM-5.2's layers of one call pass a full layer's selection on to those sharing it.
+    if (!cfg.indexer_shared.empty()) dsa.carry = &dsa_carry;
+    if (cfg.shares_indexer(l)) {
+      dsa.shared = true;
+      return dsa;
+    }
     IndexerKeys& keys = idx_keys[size_t(l)];
     SPATTN_CHECK(keys.size() >= pos0, "internal: layer ", l, "'s indexer holds ", keys.size(),
                  " keys, rows start at ", pos0);
     keys.truncate(pos0);
     keys.append(keys_from, n);
-    DsaCall dsa;
     dsa.rows = {idx_q.data(), idx_k.data(), idx_w.data(), cfg.indexer_heads, cfg.indexer_dim};
     dsa.keys = &keys;
-    dsa.top_k = cfg.indexer_top_k;
     return dsa;
   }
 
@@ -826,7 +834,7 @@ struct Session::Impl {
           assemble_latent(r0, r1);
         else if (cfg.is_mla())
           assemble_kv(r0, r1);
-        if (cfg.has_indexer()) indexer_rows(r0, r1, row_pos);
+        if (cfg.has_indexer() && !cfg.shares_indexer(l)) indexer_rows(r0, r1, row_pos);
         for (int64_t i = r0; i < r1; ++i) {
           const int64_t pos = row_pos(i);
           for (int64_t hh = 0; hh < Hq; ++hh)

@@ -33,7 +33,7 @@ int64_t dim(Dim d, const Config& c) {
 }
 
 LayerKind layer_kind(const Config& c, int64_t layer) {
-  return {c.layer_moe(layer), c.q_lora_rank > 0};
+  return {c.layer_moe(layer), c.q_lora_rank > 0, c.shares_indexer(layer)};
 }
 
 namespace {
@@ -75,7 +75,11 @@ constexpr P kv_latent(const ArchTraits& t, LayerKind) { return when(t.mla); }
 // attn_kv_b, or (deepseek32) its absorbed parts attn_k_b and attn_v_b.
 constexpr P kv_b_whole(const ArchTraits& t, LayerKind) { return when(t.mla && !t.mla_absorbed); }
 constexpr P kv_b_absorbed(const ArchTraits& t, LayerKind) { return when(t.mla_absorbed); }
-constexpr P indexer(const ArchTraits& t, LayerKind) { return when(t.indexer); }
+// Every layer's, but GLM-5.2's layers that reuse another's selection (llama.cpp reads them as
+// optional in every layer).
+constexpr P indexer(const ArchTraits& t, LayerKind k) {
+  return when(t.indexer && !k.shared_indexer);
+}
 constexpr P shared_experts(const ArchTraits& t, LayerKind k) {
   return when(k.moe && t.deepseek_moe);
 }

@@ -43,6 +43,7 @@ enum class Store : uint8_t { values, matrix, f32_matrix };
 // and, for deepseek2, the layer is past the leading dense ones) and a q latent (q_lora_rank).
 struct LayerKind {
   bool moe = false, q_lora = false;
+  bool shared_indexer = false;  // no indexer of its own (Config::shares_indexer)
 };
 LayerKind layer_kind(const Config& c, int64_t layer);
 

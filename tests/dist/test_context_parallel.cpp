@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli_run.hpp"
 #include "assets.hpp"
@@ -436,14 +437,16 @@ TEST(ContextParallelMpi, MethodNotContextParallelFailsOnEveryRank) {
 }
 
 // A made-up deepseek32 file (latent attention, the lightning indexer; 3 layers, the first's FFN
-// dense) whose top-k of 16 lies far below the 200-token prompt, so every row past 16 selects.
-std::string made_deepseek32(const TempDir& dir) {
+// dense) whose top-k of 16 lies far below the 200-token prompt, so every row past 16 selects;
+// `types` its attention.indexer.types (empty: none).
+std::string made_deepseek32(const TempDir& dir, std::vector<uint32_t> types = {}) {
   ModelShape s = preset_shape("deepseek-v3.2");
   s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
   s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
   s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
   s.indexer_heads = 2, s.indexer_dim = 64, s.indexer_top_k = 16;
   s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3;
+  s.indexer_types = std::move(types);
   const std::string path = (dir.path() / "deepseek32.gguf").string();
   make_model(path, s);
   return path;
@@ -465,6 +468,12 @@ TEST(ContextParallelMpi, DsaSameBitsWithF16CacheNp2) {
 TEST(ContextParallelMpi, DsaSameBitsAsOneProcessNp4) {
   TempDir dir("spattn-cp-dsa");
   cp_check(4, "f16", "0", 200, "dsa", 64, "0", made_deepseek32(dir));
+}
+// GLM-5.2's shared layers (1, 0, 1: layer 1 attends over layer 0's selection) across ranks:
+// each rank's two runs' selections pass from the full layer to the shared one.
+TEST(ContextParallelMpi, DsaSharedIndexerLayersSameBitsNp2) {
+  TempDir dir("spattn-cp-dsa");
+  cp_check(2, "f16", "0", 200, "dsa", 64, "0", made_deepseek32(dir, {1, 0, 1}));
 }
 
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold

@@ -2,7 +2,8 @@
 // indexer's RoPE in adjacent pairs and its key's LayerNorm without epsilon (llama.cpp's
 // glm-dsa graph and loader), sigmoid gating where the file names none, no YaRN; the runner's
 // dsa against dense (the same output while every token reads all before it, apart once the
-// top-k selects; decode against prefill); GLM-5.2's shared indexer layers a named error.
+// top-k selects; decode against prefill); GLM-5.2's layers that share another layer's
+// selection (attention.indexer.types): read, their pattern where the file has no key, and run.
 // Against llama.cpp: scripts/glm_dsa_vs_llama.sh (ArchVsLlamaCpp.GlmDsa...) and
 // ArchVsLlamaCpp.DsaTopKBelowTheContext.
 #include <gtest/gtest.h>
@@ -94,18 +95,70 @@ TEST(GlmDsa, DsaIsDenseUntilTheTopKThenSelects) {
   EXPECT_LT(worst_gap(dec, dsa, n - 1, n, V), 1e-3);
 }
 
-TEST(GlmDsa, SharedIndexerLayersAreANamedError) {
+// GLM-5.2: layer 1 of 1, 0, 1 has no indexer and attends over layer 0's selection (the same
+// rows' tokens, within each call: prefill in chunks and decode alike). Against llama.cpp:
+// ArchVsLlamaCpp.Glm52SharedIndexerLayers.
+TEST(GlmDsa, SharedIndexerLayersAttendOverTheLastFullLayersTokens) {
   const spattn::test::TempDir d("spattn_glm_dsa");
   const std::string p = (d / "m.gguf").string();
-  spattn::make_model(p, glm_tiny());
-  // Without attention.indexer.types, a context of 1M tokens is GLM-5.2's pattern in llama.cpp.
+  ModelShape s = glm_tiny();
+  s.indexer_types = {1, 0, 1};
+  spattn::make_model(p, s);
+  const File f = File::open(p);
+  EXPECT_EQ(f.get_int_array("glm-dsa.attention.indexer.types"), (std::vector<int64_t>{1, 0, 1}));
+  EXPECT_EQ(f.find_tensor("blk.1.indexer.attn_q_b.weight"), nullptr);
+  EXPECT_NE(f.find_tensor("blk.2.indexer.attn_q_b.weight"), nullptr);
+  const spattn::model::Model m = spattn::model::load_model(p);
+  EXPECT_EQ(m.config().indexer_shared, (std::vector<uint8_t>{0, 1, 0}));
+  std::vector<int32_t> toks;
+  for (int32_t i = 0; i < 40; ++i) toks.push_back((i * 37 + 11) % 300);
+  const int64_t n = int64_t(toks.size()), V = m.config().n_vocab, top_k = 12;
+  const std::vector<float> dense = dsa_logits(m, "dense", toks, false),
+                           dsa = dsa_logits(m, "dsa", toks, false);
+  EXPECT_LT(worst_gap(dense, dsa, 0, top_k, V), 1e-4);
+  EXPECT_GT(worst_gap(dense, dsa, top_k + 1, n, V), 1e-2);
+  const std::vector<float> dec = dsa_logits(m, "dsa", toks, true);
+  EXPECT_LT(worst_gap(dec, dsa, n - 1, n, V), 1e-3);
+  // Prefill in chunks of 7 rows: each call's shared layer reads that call's selection.
+  spattn::model::SessionOptions o;
+  o.n_ctx = 128;
+  o.n_ubatch = 7;
+  o.attn = "dsa";
+  spattn::model::Session chunked(m, o);
+  std::vector<float> by7(dsa.size());
+  chunked.prefill(toks, by7.data(), 0);
+  EXPECT_LT(worst_gap(by7, dsa, 0, n, V), 1e-4);
+}
+
+// Without attention.indexer.types, a glm-dsa file of a context of 1M tokens takes GLM-5.2's
+// pattern (llama.cpp's: layers 0 and 1 full, then one in four from layer 2); one value sets
+// every layer; a pattern whose layer 0 shares is a named error (exit 2).
+TEST(GlmDsa, IndexerTypesDefaultAndScalar) {
+  const spattn::test::TempDir d("spattn_glm_dsa");
+  const std::string p = (d / "m.gguf").string();
+  ModelShape s = glm_tiny();
+  s.layers = 7;
+  spattn::make_model(p, s);
   spattn::test::GgufEdit e;
   e.set_u32["glm-dsa.context_length"] = 1048576;
-  const std::string out = (d / "glm52.gguf").string();
-  spattn::test::write_edited(File::open(p), out, e);
-  const auto r = spattn::test::run_spattn("run -m " + out + " -p hi -n 1", d);
+  const std::string m1 = (d / "glm52.gguf").string();
+  spattn::test::write_edited(File::open(p), m1, e);
+  EXPECT_EQ(spattn::model::load_model(m1).config().indexer_shared,
+            (std::vector<uint8_t>{0, 0, 0, 1, 1, 1, 0}));
+  spattn::test::GgufEdit all;
+  all.set_u32["glm-dsa.attention.indexer.types"] = 1;
+  all.set_u32["glm-dsa.context_length"] = 1048576;
+  const std::string m2 = (d / "full.gguf").string();
+  spattn::test::write_edited(File::open(p), m2, all);
+  EXPECT_TRUE(spattn::model::load_model(m2).config().indexer_shared.empty());
+  spattn::test::GgufEdit none;
+  none.set_u32["glm-dsa.attention.indexer.types"] = 0;
+  const std::string m3 = (d / "none.gguf").string();
+  spattn::test::write_edited(File::open(p), m3, none);
+  const auto r = spattn::test::run_spattn("run -m " + m3 + " -p hi -n 1", d);
   EXPECT_EQ(r.code(), 2) << r.err;
-  EXPECT_NE(r.err.find("glm-dsa.attention.indexer.types"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("glm-dsa.attention.indexer.types makes layer 0 share"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace
