@@ -605,29 +605,14 @@ struct Session::Impl {
       return;
     }
     if (pass == Pass::cp_decode) {
+      // The token's K/V to the rank that keeps it; every rank ran the token, so every rank
+      // extends its indexer keys by it (below).
       const int64_t at[1] = {pos0};
       if (cp_owner == grp->rank()) cache.append(l, kv, vv, 1, at);
-      LayerCall c;
-      c.layer = l;
-      c.q = qv, c.k = kv, c.v = vv, c.out = ov;
-      c.pos0 = pos0;
-      c.packed = &cache.packed(l);
-      c.opt = attn_opt(-1);
-      c.stats = &t.decode_stats;
-      // Every rank ran the token, so every rank extends its indexer keys by it.
-      DsaCall dsa;
-      if (cfg.has_indexer()) {
-        dsa = dsa_call(l, pos0, 1, idx_k.data());
-        c.dsa = &dsa;
-      }
-      DecodeReads reads;
-      b.decode[size_t(l)]->ring_decode(c, *grp, cp_token, cp_rows, reads);
-      t.decode_keys_read += reads.keys_read;
-      t.decode_keys_total += reads.keys_total;
-      return;
+    } else {
+      // Staged until the call commits; a decode row makes no pool call.
+      cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     }
-    // Staged until the call commits; a decode row makes no pool call.
-    cache.append(l, kv, vv, n > kMaxDecodeQueries ? opt.threads : 1);
     LayerCall c;
     c.layer = l;
     c.q = qv, c.k = kv, c.v = vv, c.out = ov;
@@ -648,10 +633,13 @@ struct Session::Impl {
     const std::vector<float>& sinks = m.layer(l).sinks;
     c.lse = sinks.empty() ? nullptr : lse.data();
     TensorView done = ov;  // the rows computed
-    if (pass == Pass::decode) {
+    if (pass == Pass::decode || pass == Pass::cp_decode) {
       DecodeReads reads;
       c.stats = &t.decode_stats;
-      b.decode[size_t(l)]->decode(c, reads);
+      if (pass == Pass::decode)
+        b.decode[size_t(l)]->decode(c, reads);
+      else
+        b.decode[size_t(l)]->ring_decode(c, *grp, cp_token, cp_rows, reads);
       t.decode_keys_read += reads.keys_read;
       t.decode_keys_total += reads.keys_total;
       t.decode_pages_read += reads.pages_read;
