@@ -222,14 +222,15 @@ class Dsa final : public LayerBackend {
                    DecodeReads& reads) override {
     const TokenSelection sel = select(c, 0);
     // The rank's cache holds its tokens in position order (its two runs, then the decoded
-    // tokens it owns): a walk over both sorted lists gives the slots of the chosen positions.
+    // tokens it owns, none past pos0): a walk over both sorted lists gives the slots of the
+    // chosen positions, or every slot while the row reads every key.
     const PackedKV& kv = *c.packed;
     const std::span<const int64_t> pos = kv.positions();
     std::vector<int64_t> mine;
     for (int64_t s = 0, j = 0, m = sel.count(0); s < int64_t(pos.size()); ++s) {
       const int64_t p = pos[size_t(s)];
       while (j < m && sel.row(0)[j] < p) ++j;
-      if (sel.all[0] ? p <= c.pos0 : j < m && sel.row(0)[j] == p) mine.push_back(s);
+      if (sel.all[0] || (j < m && sel.row(0)[j] == p)) mine.push_back(s);
     }
     TokenSelection local;
     const int64_t read = int64_t(mine.size());
