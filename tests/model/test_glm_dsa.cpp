@@ -161,4 +161,29 @@ TEST(GlmDsa, IndexerTypesDefaultAndScalar) {
       << r.err;
 }
 
+// make-model's --indexer-types: a 0 or 1 a layer, the first 1, and only for an indexer's
+// architecture; anything else is a named error before a file is written.
+TEST(GlmDsa, BadIndexerTypesAreNamedErrors) {
+  for (const std::vector<uint32_t>& types :
+       {std::vector<uint32_t>{0, 1, 1}, {1, 2, 1}, {1, 0}, {1, 0, 1, 1}}) {
+    ModelShape s = glm_tiny();
+    s.indexer_types = types;
+    EXPECT_THROW(spattn::check_shape(s), spattn::Error) << types.size();
+  }
+  ModelShape ok = glm_tiny();
+  ok.indexer_types = {1, 0, 0};
+  EXPECT_NO_THROW(spattn::check_shape(ok));
+  ModelShape v3 = spattn::preset_shape("deepseek-v3");  // no indexer
+  EXPECT_NO_THROW(spattn::check_shape(v3));
+  v3.indexer_types = {1};
+  EXPECT_THROW(spattn::check_shape(v3), spattn::Error);
+  const spattn::test::TempDir d("spattn_glm_dsa");
+  const auto r = spattn::test::run_spattn(
+      "make-model -o " + (d / "bad.gguf").string() +
+          " --preset glm-5 --layers 3 --dim 64 --vocab 300 --indexer-types 1,0,2",
+      d);
+  EXPECT_EQ(r.code(), 2) << r.err;
+  EXPECT_NE(r.err.find("--indexer-types"), std::string::npos) << r.err;
+}
+
 }  // namespace
