@@ -102,6 +102,7 @@ struct MeanPoolBudget {
   double topp = 0, min_share = 0;  // 0: not that budget
   int64_t stride = 0;              // the mass budgets' estimate: 0 pooled, else antidiagonal
   bool dot_bf16 = true;            // the antidiagonal's products as xattention's dot=bf16
+  bool per_row = false;  // topp holds each strided row of the antidiagonal estimate, not the sum
 };
 BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block_q, int64_t block_k,
                          int64_t sink, int64_t local, const AttnOptions& opt,
@@ -119,10 +120,11 @@ BlockMask oracle_topk_mask(const TensorView& q, const TensorView& k, const Tenso
 // (min_share > 0; give exactly one), by the rules every estimating selector uses
 // (masks/block_budget.hpp), with no forced blocks but each row's `local` most recent keys'
 // (0: none). What those budgets keep with no estimate's error: the ceiling of a
-// per-query-block mass budget against oracle_topk's count.
+// per-query-block mass budget against oracle_topk's count. per_row (with topp): every row of the
+// query block keeps topp of its own exact mass (masks::keep_row_mass), not the block's sum.
 BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                            int64_t block_q, int64_t block_k, double topp, double min_share,
-                           const AttnOptions& opt, int64_t local = 0);
+                           const AttnOptions& opt, int64_t local = 0, bool per_row = false);
 
 // Exactly the entries attention_block_sparse computes with `mask` (causal clipping included).
 std::unique_ptr<Coverage> block_mask_coverage(BlockMask mask);

@@ -62,7 +62,7 @@ void antidiagonal_block_mass(const TensorView& q, const TensorView& k, const Att
   const int64_t bpi = std::max<int64_t>(1, kRowsPerItem / rq), chunks = (nq + bpi - 1) / bpi;
   struct Scratch {
     std::vector<float> qr, sc;
-    std::vector<double> e, bs;
+    std::vector<double> e, bs, rm;  // rm: strided rows x key blocks, with c.rows
   };
   const int n_threads = std::max(1, threads);
   std::vector<Scratch> scratch(static_cast<size_t>(n_threads));
@@ -80,6 +80,7 @@ void antidiagonal_block_mass(const TensorView& q, const TensorView& k, const Att
         if (s < q.seq) kernels::copy_row_f32(q, h, s, &x.qr[size_t((g - g0) * w + t2 * d)]);
       }
     x.bs.assign(size_t((qb1 - qb0) * nk), 0.0);
+    if (c.rows) x.rm.assign(size_t(rows * nk), 0.0);
     if (cols > 0) {
       x.sc.resize(size_t(rows * cols));
       x.e.resize(size_t(cols));
@@ -91,14 +92,23 @@ void antidiagonal_block_mass(const TensorView& q, const TensorView& k, const Att
         const float mx = *std::max_element(row, row + n);
         const double inv = 1.0 / kernels::exp_row_f64(row, n, double(mx), x.e.data());
         double* bs = &x.bs[size_t((g / rq - qb0) * nk)];
+        double* rm = c.rows ? &x.rm[size_t((g - g0) * nk)] : nullptr;
         for (int64_t kb = 0; kb * rk < n; ++kb) {
           double acc = 0;
           for (int64_t j = kb * rk; j < std::min(n, (kb + 1) * rk); ++j) acc += x.e[size_t(j)];
           bs[kb] += acc * inv;
+          if (rm) rm[kb] = acc * inv;
         }
       }
     }
-    for (int64_t qb = qb0; qb < qb1; ++qb) use(h, qb, &x.bs[size_t((qb - qb0) * nk)]);
+    for (int64_t qb = qb0; qb < qb1; ++qb) {
+      RowMasses rm;
+      if (c.rows) {
+        const int64_t r0 = qb * rq - g0;  // the block's first strided row in this item
+        rm = {&x.rm[size_t(r0 * nk)], std::min(rq, rows - r0), nk};
+      }
+      use(h, qb, &x.bs[size_t((qb - qb0) * nk)], rm);
+    }
   });
 }
 

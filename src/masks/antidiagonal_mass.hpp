@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 
+#include "masks/block_budget.hpp"
 #include "spattn/attention.hpp"
 #include "spattn/tensor.hpp"
 
@@ -17,13 +18,17 @@ struct AntidiagonalConfig {
   int64_t stride = 8;  // S; divides block_q and block_k
   int64_t block_q = 128, block_k = 128;
   bool dot_bf16 = true;  // products from bf16-rounded q and k where the CPU has AVX512_BF16
+  bool rows = false;     // also hand each strided row's masses to the caller (topp per row)
 };
 
 // Called once per (q head h, query block qb), from opt.threads threads at once (each call its
 // own pair): mass[kb] for kb < the query block's causal blocks (every block when not causal),
-// the block's importance; the caller normalises by their sum. The values do not depend on the
-// thread count.
-using BlockMassUse = std::function<void(int64_t h, int64_t qb, const double* mass)>;
+// the block's importance; the caller normalises by their sum. With c.rows, `rows` holds the
+// query block's strided rows (block_q / S, fewer at the end), each row's probabilities by block
+// (summing to 1 over its visible blocks; mass is their sum, in row order); else it is empty.
+// The values do not depend on the thread count.
+using BlockMassUse =
+    std::function<void(int64_t h, int64_t qb, const double* mass, const RowMasses& rows)>;
 
 // Throws Error on bad shapes or a stride that does not divide the block sizes.
 void antidiagonal_block_mass(const TensorView& q, const TensorView& k, const AttnOptions& opt,

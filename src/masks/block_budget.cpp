@@ -1,6 +1,7 @@
 #include "masks/block_budget.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace spattn::masks {
 
@@ -21,6 +22,45 @@ void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint
   for (size_t i = 0; i < order.size() && kept < need; ++i) {
     keep[size_t(order[i])] = 1;
     kept += mass[order[i]];
+  }
+}
+
+void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<uint8_t>& keep,
+                   std::vector<double>& share) {
+  const int64_t n_rows = rows.n, row_stride = rows.stride;
+  // share[r]: row r's kept share; a row met (or of no mass) is marked done with +inf.
+  constexpr double kDone = std::numeric_limits<double>::infinity();
+  share.assign(size_t(n_rows), kDone);
+  std::vector<double> total(size_t(n_rows), 0.0);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const double* row = rows.data + r * row_stride;
+    double t = 0, kept = 0;
+    for (int64_t kb = 0; kb < limit; ++kb) {
+      t += row[kb];
+      if (keep[size_t(kb)]) kept += row[kb];
+    }
+    total[size_t(r)] = t;
+    if (t > 0 && kept < p * t) share[size_t(r)] = kept / t;
+  }
+  for (;;) {
+    const auto worst = std::min_element(share.begin(), share.end());
+    if (worst == share.end() || *worst == kDone) return;
+    const int64_t r = worst - share.begin();
+    const double* row = rows.data + r * row_stride;
+    int64_t best = -1;
+    for (int64_t kb = 0; kb < limit; ++kb)
+      if (!keep[size_t(kb)] && row[kb] > 0 && (best < 0 || row[kb] > row[best])) best = kb;
+    if (best < 0) {  // nothing of the row is left out: rounding alone kept it short of p
+      share[size_t(r)] = kDone;
+      continue;
+    }
+    keep[size_t(best)] = 1;
+    for (int64_t i = 0; i < n_rows; ++i) {
+      double& s = share[size_t(i)];
+      if (s == kDone) continue;
+      s += rows.data[i * row_stride + best] / total[size_t(i)];
+      if (s >= p) s = kDone;
+    }
   }
 }
 

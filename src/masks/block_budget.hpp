@@ -8,18 +8,36 @@
 // evens out the share of each query block's mass that is kept, so its worst rows are best where
 // the estimate is sharp; min_share keeps every block whose share of its query block's mass is at
 // least T, one threshold across blocks, which at a given density keeps the most mean recall
-// (the mean over rows is a sum of kept shares, and every full block costs the same entries).
+// (the mean over rows is a sum of kept shares, and every full block costs the same entries);
+// topp per row (`per=row`, where the estimate has rows) holds each row of the query block, not
+// their sum, to P, so no row is left short where the block as a whole reached P: the worst
+// row, what a mass budget is for (issue 61), at the density the rows need.
 #pragma once
 #include <cstdint>
 #include <vector>
 
 namespace spattn::masks {
 
+// An estimate's rows inside one query block: row r's masses over the key blocks at
+// data + r * stride (n rows; none when data is null).
+struct RowMasses {
+  const double* data = nullptr;
+  int64_t n = 0, stride = 0;
+};
+
 // topp: the forced blocks' mass counted first, then the others, largest first (ties: the
 // smaller index), until the kept mass reaches p of the total: the fewest blocks that reach it.
 // `order` is scratch.
 void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint8_t>& keep,
                    std::vector<int64_t>& order);
+
+// topp per row: each estimated row's masses over blocks kb < limit (>= 0, any scale; a row of
+// zero total is ignored). While some row keeps less
+// than p of its total, the shortest row (the least kept share; ties: the smaller r) gets the
+// block holding most of its missing mass (ties: the smaller index): the worst row decides each
+// block added. `share` is scratch.
+void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<uint8_t>& keep,
+                   std::vector<double>& share);
 
 // topk: the k blocks of largest mass (ties: the smaller index) beside the forced ones, or every
 // block when fewer are left. `order` is scratch.

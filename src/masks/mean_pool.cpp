@@ -93,6 +93,8 @@ void check_budget(const MeanPoolBudget& b) {
   if (b.min_share != 0) check_fraction("mean_pool", "min_share", b.min_share, Fraction::below_one);
   SPATTN_CHECK(b.topp == 0 || b.min_share == 0, "mean_pool: topp or min_share, not both");
   SPATTN_CHECK(b.stride >= 0, "mean_pool: stride must be >= 0, got ", b.stride);
+  SPATTN_CHECK(!b.per_row || (b.topp > 0 && b.stride > 0),
+               "mean_pool: per=row goes with topp on the antidiagonal estimate (its rows)");
 }
 
 }  // namespace
@@ -143,15 +145,21 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
     masks::AntidiagonalConfig c;
     c.stride = budget.stride, c.block_q = block_q, c.block_k = block_k;
     c.dot_bf16 = budget.dot_bf16;
-    masks::antidiagonal_block_mass(q, k, opt, c, [&](int64_t h, int64_t qb, const double* mass) {
-      std::vector<uint8_t> keep(static_cast<size_t>(nk));
-      std::vector<int64_t> order;
-      forced(qb, keep);
-      spend(mass, m.causal_blocks(qb), keep, order);
-      auto& list = lists[size_t(h * nq + qb)];
-      for (int64_t kb = 0; kb < m.causal_blocks(qb); ++kb)
-        if (keep[size_t(kb)]) list.push_back(int32_t(kb));
-    });
+    c.rows = budget.per_row;
+    masks::antidiagonal_block_mass(
+        q, k, opt, c, [&](int64_t h, int64_t qb, const double* mass, const masks::RowMasses& rows) {
+          std::vector<uint8_t> keep(static_cast<size_t>(nk));
+          std::vector<int64_t> order;
+          std::vector<double> share;
+          forced(qb, keep);
+          if (budget.per_row)
+            masks::keep_row_mass(rows, m.causal_blocks(qb), budget.topp, keep, share);
+          else
+            spend(mass, m.causal_blocks(qb), keep, order);
+          auto& list = lists[size_t(h * nq + qb)];
+          for (int64_t kb = 0; kb < m.causal_blocks(qb); ++kb)
+            if (keep[size_t(kb)]) list.push_back(int32_t(kb));
+        });
     return BlockMask::from_lists(q.heads, q.seq, k.seq, block_q, block_k, opt.causal, lists);
   }
 

@@ -1,7 +1,7 @@
-// The range check of a budget's fraction, one place for every method that takes one (momo,
-// mean_pool, xattention, flexprefill, quest, oracle_topk) and for the mask builders that take
-// them as numbers (masks/mean_pool.cpp, masks/oracle_topk.cpp), so that the same value is
-// refused in the same words everywhere.
+// A budget's parameters read one way: the range check of its fraction, one place for every
+// method that takes one (momo, mean_pool, xattention, flexprefill, quest, oracle_topk) and for
+// the mask builders that take them as numbers (masks/mean_pool.cpp, masks/oracle_topk.cpp), and
+// topp's `per` (block or row), so that the same value is refused in the same words everywhere.
 #pragma once
 #include <string>
 #include <string_view>
@@ -22,5 +22,10 @@ void check_fraction(std::string_view method, std::string_view key, double v, Fra
 // check_fraction; def, unchecked, when the spec does not give the key.
 double get_fraction(ParamReader& r, std::string_view method, const std::string& key, double def,
                     Fraction f);
+
+// `per=block` (default: the query block's summed mass reaches topp) or `per=row` (every row of
+// the estimate does: masks::keep_row_mass). Throws Error for another value, or for per=row
+// beside a budget other than topp (`other_budget`: topk or min_share given).
+bool read_per_row(ParamReader& r, std::string_view method, bool other_budget);
 
 }  // namespace spattn

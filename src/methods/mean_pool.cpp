@@ -14,8 +14,10 @@
 // `est=pooled` (the pooled scores' softmax, the first version):
 // the pooled scores come before the exponential, so they cannot see how spread a query block's
 // attention is, and on real attention topp on them lost to the counts on both mean and worst
-// row (BENCHMARKS.md, "Mass and threshold budgets against counts"). spattn/masks.hpp. On CUDA
-// tensors every estimate and budget runs on the device (src/cuda/mean_pool.cu).
+// row (BENCHMARKS.md, "Mass and threshold budgets against counts"). `per=row` holds every
+// strided row of the antidiagonal estimate to P rather than the query block's sum
+// (masks::keep_row_mass). spattn/masks.hpp. On CUDA tensors every estimate and budget runs on
+// the device (src/cuda/mean_pool.cu), but per=row's, whose mask the host builds.
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
@@ -48,6 +50,9 @@ class MeanPool final : public BlockMaskMethod {
     SPATTN_CHECK(est == "antidiagonal" || !r.has("stride"),
                  "mean_pool: stride goes with est=antidiagonal");
     budget_.stride = est == "antidiagonal" ? stride : 0;
+    budget_.per_row = read_per_row(r, spec.name, !r.has("topp"));
+    SPATTN_CHECK(!budget_.per_row || budget_.stride > 0,
+                 "mean_pool: per=row reads the antidiagonal estimate's rows (est=antidiagonal)");
     sink_ = r.get_int("sink", 64, 0, big);
     local_ = r.get_int("local", 64, 1, big);
     read_block_sizes(r, block_q_, block_k_);
@@ -67,6 +72,7 @@ class MeanPool final : public BlockMaskMethod {
   bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
                            const TensorView& out, const AttnOptions& opt, float* lse,
                            cuda::BlockSelectResult& result) const override {
+    if (budget_.per_row) return false;  // the device's budgets are per block: a host mask
     cuda::MeanPoolGpuPlan p;
     p.block_q = block_q_, p.block_k = block_k_, p.sink = sink_, p.local = local_;
     p.budget = {budget_.topk, budget_.topp, budget_.min_share};

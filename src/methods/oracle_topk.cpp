@@ -11,6 +11,8 @@
 // query block's first rows read their recent keys in the block before the diagonal; where the
 // rest of the block reads the diagonal, a mass budget with nothing forced can leave those rows
 // almost nothing (code-tiny-8k layer 6: 0.01% of their mass at topp=0.9; local=64 lifts them).
+// `per=row` holds every row to topp of its own exact mass (masks::keep_row_mass): what a
+// budget per row keeps with no estimate's error.
 #include <cmath>
 
 #include "methods/block_mask_method.hpp"
@@ -34,6 +36,7 @@ class OracleTopk final : public BlockMaskMethod {
       min_share_ = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
     read_block_sizes(r, block_q_, block_k_);
     local_ = r.get_int("local", 0, 0, int64_t(1) << 40);
+    per_row_ = read_per_row(r, spec.name, !r.has("topp"));
     r.finish();
   }
   std::string name() const override { return "oracle_topk"; }
@@ -43,7 +46,8 @@ class OracleTopk final : public BlockMaskMethod {
   BlockMask build_mask(const TensorView& q, const TensorView& k, const TensorView& v,
                        const AttnOptions& opt) const override {
     if (mass_budget())
-      return oracle_mass_mask(q, k, v, block_q_, block_k_, topp_, min_share_, opt, local_);
+      return oracle_mass_mask(q, k, v, block_q_, block_k_, topp_, min_share_, opt, local_,
+                              per_row_);
     return oracle_topk_mask(q, k, v, block_q_, block_k_, topk_, opt, local_);
   }
 
@@ -52,6 +56,7 @@ class OracleTopk final : public BlockMaskMethod {
   int64_t topk_;
   int64_t local_ = 0;  // each row's most recent keys kept beside any budget (0: nothing forced)
   double topp_ = 0, min_share_ = 0;
+  bool per_row_ = false;  // topp holds every row to its exact mass, not the query block's sum
 };
 
 }  // namespace

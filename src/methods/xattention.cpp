@@ -27,6 +27,11 @@
 // (docs/benchmarks/log/2026-12-03-a-query-blocks-first-rows-and-the-local-window.md).
 // local=B gives every row its last B keys.
 //
+// `per=row` (beyond the paper; default `block`, the paper's) holds every strided row of the
+// estimate, not the query block's sum, to tau (masks::keep_row_mass): the same estimate read
+// row by row, where a row whose mass lies outside the block's heaviest blocks is no longer
+// outvoted by the rest of its block.
+//
 // Defaults as the paper's language-model runs (its code's xattn_estimate): stride S = 8, tau =
 // 0.9, blocks of B = 128 queries and keys. `topp=P` is accepted as another name for tau, the
 // mass budget every block-selecting method takes. `dot=bf16` (default; the paper's kernels run
@@ -72,6 +77,7 @@ class XAttention final : public BlockMaskMethod {
     block_q_ = r.get_int("block_q", 128, 1, 1 << 20);
     block_k_ = r.get_int("block_k", 128, 1, 1 << 20);
     local_ = r.get_int("local", 1, 1, int64_t(1) << 40);
+    per_row_ = read_per_row(r, spec.name, min_share_ > 0 || topk_ >= 0);
     SPATTN_CHECK(block_q_ % stride_ == 0 && block_k_ % stride_ == 0, "xattention: stride=", stride_,
                  " must divide block_q=", block_q_, " and block_k=", block_k_,
                  " (an antidiagonal's S x S sub-block lies in one block)");
@@ -88,6 +94,7 @@ class XAttention final : public BlockMaskMethod {
     MethodReport r = BlockMaskMethod::run_host(q, k, v, out, opt, lse);
     r.extras["stride"] = double(stride_);
     r.extras["local"] = double(local_);
+    if (per_row_) r.extras["per_row"] = 1.0;
     if (min_share_ > 0)
       r.extras["min_share"] = min_share_;
     else if (topk_ >= 0)
@@ -104,6 +111,7 @@ class XAttention final : public BlockMaskMethod {
   bool run_device_estimate(const TensorView& q, const TensorView& k, const TensorView& v,
                            const TensorView& out, const AttnOptions& opt, float* lse,
                            cuda::BlockSelectResult& result) const override {
+    if (per_row_) return false;  // the device's budget is per block: the host builds the mask
     cuda::XAttentionGpuPlan p;
     p.stride = stride_, p.block_q = block_q_, p.block_k = block_k_, p.local = local_;
     if (min_share_ > 0)
@@ -124,24 +132,30 @@ class XAttention final : public BlockMaskMethod {
     std::vector<std::vector<int32_t>> lists(static_cast<size_t>(q.heads * nq));
     masks::AntidiagonalConfig c;
     c.stride = stride_, c.block_q = block_q_, c.block_k = block_k_, c.dot_bf16 = dot_bf16_;
-    masks::antidiagonal_block_mass(q, k, opt, c, [&](int64_t h, int64_t qb, const double* bs) {
-      std::vector<uint8_t> keep(static_cast<size_t>(nk));
-      std::vector<int64_t> order;
-      const int64_t limit = m.causal_blocks(qb);
-      const int64_t p0 = off + qb * block_q_, p1 = off + std::min((qb + 1) * block_q_, q.seq) - 1;
-      if (limit > 0) keep[0] = 1;  // the sink
-      // the diagonal, and each row's local_ most recent keys
-      masks::mark_blocks(p0 - local_ + 1, std::min(p1 + 1, k.seq), block_k_, keep);
-      if (min_share_ > 0)
-        masks::keep_min_share(bs, limit, min_share_, keep);
-      else if (topk_ >= 0)
-        masks::keep_top_count(bs, limit, topk_, keep, order);
-      else
-        masks::keep_top_mass(bs, limit, tau_, keep, order);
-      auto& list = lists[size_t(h * nq + qb)];
-      for (int64_t kb = 0; kb < limit; ++kb)
-        if (keep[size_t(kb)]) list.push_back(int32_t(kb));
-    });
+    c.rows = per_row_;
+    masks::antidiagonal_block_mass(
+        q, k, opt, c, [&](int64_t h, int64_t qb, const double* bs, const masks::RowMasses& rows) {
+          std::vector<uint8_t> keep(static_cast<size_t>(nk));
+          std::vector<int64_t> order;
+          std::vector<double> share;
+          const int64_t limit = m.causal_blocks(qb);
+          const int64_t p0 = off + qb * block_q_,
+                        p1 = off + std::min((qb + 1) * block_q_, q.seq) - 1;
+          if (limit > 0) keep[0] = 1;  // the sink
+          // the diagonal, and each row's local_ most recent keys
+          masks::mark_blocks(p0 - local_ + 1, std::min(p1 + 1, k.seq), block_k_, keep);
+          if (min_share_ > 0)
+            masks::keep_min_share(bs, limit, min_share_, keep);
+          else if (topk_ >= 0)
+            masks::keep_top_count(bs, limit, topk_, keep, order);
+          else if (per_row_)
+            masks::keep_row_mass(rows, limit, tau_, keep, share);
+          else
+            masks::keep_top_mass(bs, limit, tau_, keep, order);
+          auto& list = lists[size_t(h * nq + qb)];
+          for (int64_t kb = 0; kb < limit; ++kb)
+            if (keep[size_t(kb)]) list.push_back(int32_t(kb));
+        });
     return BlockMask::from_lists(q.heads, q.seq, k.seq, block_q_, block_k_, opt.causal, lists);
   }
 
@@ -151,6 +165,7 @@ class XAttention final : public BlockMaskMethod {
   double tau_ = 0.9;
   double min_share_ = 0;  // 0: the tau (topp) budget; else the share threshold in (0, 1)
   int64_t topk_ = -1;     // -1: a mass budget; else the count beside sink and diagonal
+  bool per_row_ = false;  // tau holds every strided row, not the query block's sum
   bool dot_bf16_ = true;
 };
 

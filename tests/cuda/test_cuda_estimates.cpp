@@ -58,9 +58,10 @@ std::vector<std::vector<double>> reference_estimate(const Input& in, const Rule&
   if (r.stride > 0) {
     masks::AntidiagonalConfig c;
     c.stride = r.stride, c.block_q = r.block_q, c.block_k = r.block_k, c.dot_bf16 = false;
-    masks::antidiagonal_block_mass(in.q, in.k, opt, c, [&](int64_t h, int64_t qb, const double* m) {
-      est[size_t(h * nq + qb)].assign(m, m + g.causal_blocks(qb));
-    });
+    masks::antidiagonal_block_mass(
+        in.q, in.k, opt, c, [&](int64_t h, int64_t qb, const double* m, const masks::RowMasses&) {
+          est[size_t(h * nq + qb)].assign(m, m + g.causal_blocks(qb));
+        });
     return est;
   }
   const int64_t d = in.q.dim(), group = hq / in.k.heads();

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "masked_reference.hpp"
+#include "row_mass_twin.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/sparse_attention.hpp"
@@ -494,6 +495,63 @@ TEST(MaskOracle, KeepsEachRowsRecentKeysBesideTheCount) {
       }
     }
   }
+}
+
+// Each row's exact softmax mass per key block, plainly: [lq][n_kb].
+std::vector<std::vector<double>> direct_row_mass(const Inputs& in, int64_t h, const BlockMask& m) {
+  const int64_t lq = in.q.seq(), lk = in.k.seq(), kh = h / (in.q.heads() / in.k.heads());
+  std::vector<std::vector<double>> rows(size_t(lq), std::vector<double>(size_t(m.n_kb()), 0.0));
+  for (int64_t i = 0; i < lq; ++i) {
+    const int64_t vis = m.causal ? lk - lq + i + 1 : lk;
+    std::vector<double> s(static_cast<size_t>(vis));
+    double mx = -INFINITY, l = 0;
+    for (int64_t j = 0; j < vis; ++j)
+      mx = std::max(mx, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
+    for (double x : s) l += std::exp(x - mx);
+    for (int64_t j = 0; j < vis; ++j)
+      rows[size_t(i)][size_t(j / m.block_k)] += std::exp(s[size_t(j)] - mx) / l;
+  }
+  return rows;
+}
+
+// topp per row on the exact masses: each query block keeps what the plain rule keeps from each
+// row's exact masses (its local blocks first), every row reaching P where a choice differs.
+TEST(MaskOracle, PerRowKeepsEveryRowsShare) {
+  int64_t blocks = 0, exact = 0;
+  for (bool causal : {true, false})
+    for (auto [lq, lk, bq, bk, local] : {std::array<int64_t, 5>{200, 200, 64, 64, 0},
+                                         {65, 300, 32, 64, 100},
+                                         {200, 333, 128, 64, 64}})
+      for (double p : {0.5, 0.9, 0.99}) {
+        Inputs in(2, 1, lq, lk, 107);
+        AttnOptions opt;
+        opt.causal = causal;
+        const BlockMask m = oracle_mass_mask(in.q, in.k, in.v, bq, bk, p, 0, opt, local, true);
+        m.validate();
+        for (int64_t h = 0; h < 2; ++h) {
+          const auto rows = direct_row_mass(in, h, m);
+          for (int64_t qb = 0; qb < m.n_qb(); ++qb) {
+            const int64_t limit = m.causal_blocks(qb), p0 = lk - lq + qb * bq;
+            const int64_t p1 = lk - lq + std::min((qb + 1) * bq, lq) - 1;
+            std::set<int64_t> forced;
+            for (int64_t pos = std::max<int64_t>(p0 - local + 1, 0); local > 0 && pos <= p1; ++pos)
+              if (pos < limit * bk) forced.insert(pos / bk);
+            std::vector<std::vector<double>> mine;
+            for (int64_t i = qb * bq; i < std::min((qb + 1) * bq, lq); ++i)
+              mine.emplace_back(rows[size_t(i)].begin(), rows[size_t(i)].begin() + limit);
+            auto r = m.row(h, qb);
+            const std::set<int64_t> have(r.begin(), r.end());
+            ++blocks;
+            if (have == test::row_mass_twin(mine, limit, forced, p)) {
+              ++exact;
+              continue;
+            }
+            EXPECT_TRUE(test::every_row_reaches(mine, limit, have, p, 1e-4))
+                << lq << "x" << lk << " p " << p << " head " << h << " query block " << qb;
+          }
+        }
+      }
+  EXPECT_GE(double(exact), 0.95 * double(blocks)) << exact << " of " << blocks;
 }
 
 TEST(MaskOracle, RejectsBadParameters) {

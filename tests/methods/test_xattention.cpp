@@ -17,6 +17,7 @@
 
 #include "cli_run.hpp"
 #include "masked_reference.hpp"
+#include "row_mass_twin.hpp"
 #include "spattn/error.hpp"
 #include "spattn/masks.hpp"
 #include "spattn/method.hpp"
@@ -148,15 +149,15 @@ Inputs make_inputs(const Case& c, uint64_t seed) {
   return in;
 }
 
-// XAttention's block scores for one q head, plainly: per strided query row g the antidiagonal
-// means of every visible key group, their softmax, summed per (query block, key block).
-std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, int64_t h,
-                                              const BlockMask& m) {
+// XAttention's estimate for one q head, plainly, row by row: per strided query row g the
+// antidiagonal means of every visible key group, their softmax, summed per key block.
+std::vector<std::vector<double>> xattn_row_scores(const Inputs& in, const Case& c, int64_t h,
+                                                  const BlockMask& m) {
   const TensorView q = in.q, k = in.k;
   const int64_t S = c.stride, lq = c.s.lq, lk = c.s.lk, kh = h / (c.s.hq / c.s.hkv);
   const int64_t gq = (lq + S - 1) / S, gk = (lk + S - 1) / S, off = lk - lq;
   const double scale = 1.0 / std::sqrt(double(c.s.dim)) / double(S);
-  std::vector<std::vector<double>> bs(size_t(m.n_qb()), std::vector<double>(size_t(m.n_kb())));
+  std::vector<std::vector<double>> rows(size_t(gq), std::vector<double>(size_t(m.n_kb())));
   for (int64_t g = 0; g < gq; ++g) {
     const int64_t last = off + std::min(g * S + S - 1, lq - 1);  // the group's last query
     std::vector<double> s;
@@ -175,9 +176,19 @@ std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, i
     double sum = 0;
     for (double x : s) sum += std::exp(x - mx);
     for (size_t j = 0; j < s.size(); ++j)
-      bs[size_t(g * S / c.block_q)][size_t(int64_t(j) * S / c.block_k)] +=
-          std::exp(s[j] - mx) / sum;
+      rows[size_t(g)][size_t(int64_t(j) * S / c.block_k)] += std::exp(s[j] - mx) / sum;
   }
+  return rows;
+}
+
+// The block scores: the rows' summed per (query block, key block).
+std::vector<std::vector<double>> xattn_scores(const Inputs& in, const Case& c, int64_t h,
+                                              const BlockMask& m) {
+  const auto rows = xattn_row_scores(in, c, h, m);
+  std::vector<std::vector<double>> bs(size_t(m.n_qb()), std::vector<double>(size_t(m.n_kb())));
+  for (size_t g = 0; g < rows.size(); ++g)
+    for (size_t kb = 0; kb < rows[g].size(); ++kb)
+      bs[g * size_t(c.stride) / size_t(c.block_q)][kb] += rows[g][kb];
   return bs;
 }
 
@@ -477,6 +488,26 @@ struct BudgetCase {
   int64_t topk = -1;  // >= 0: xattention's topk
 };
 
+// The blocks a query block keeps before its budget: xattention's sink and diagonal (b.sink < 0)
+// or mean_pool's sink and local keys.
+std::set<int64_t> forced_blocks(const BudgetCase& b, int64_t qb, int64_t limit) {
+  const Case& c = b.c;
+  const int64_t off = c.s.lk - c.s.lq;
+  const int64_t r0 = qb * c.block_q, r1 = std::min(r0 + c.block_q, c.s.lq);
+  const int64_t p0 = off + r0, p1 = off + r1 - 1;
+  std::set<int64_t> forced;
+  if (b.sink < 0) {
+    if (limit > 0) forced.insert(0);
+    for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p)
+      forced.insert(p / c.block_k);
+  } else {
+    for (int64_t p = p0; p <= p1; ++p)
+      for (int64_t j = 0; j < (c.causal ? p + 1 : c.s.lk); ++j)
+        if (j < b.sink || (j > p - b.local && j <= p)) forced.insert(j / c.block_k);
+  }
+  return forced;
+}
+
 // The mask against the twin: the antidiagonal scores (xattn_scores) and the twin's selection;
 // a row may differ only at a near-tie, and then must be a valid selection (topp).
 void expect_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
@@ -486,19 +517,8 @@ void expect_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
   for (int64_t h = 0; h < c.s.hq; ++h) {
     const auto bs = xattn_scores(in, c, h, got);
     for (int64_t qb = 0; qb < got.n_qb(); ++qb) {
-      const int64_t limit = got.causal_blocks(qb), off = c.s.lk - c.s.lq;
-      const int64_t r0 = qb * c.block_q, r1 = std::min(r0 + c.block_q, c.s.lq);
-      const int64_t p0 = off + r0, p1 = off + r1 - 1;
-      std::set<int64_t> forced;
-      if (b.sink < 0) {
-        if (limit > 0) forced.insert(0);
-        for (int64_t p = std::max<int64_t>(p0, 0); p <= p1 && p < c.s.lk; ++p)
-          forced.insert(p / c.block_k);
-      } else {
-        for (int64_t p = p0; p <= p1; ++p)
-          for (int64_t j = 0; j < (c.causal ? p + 1 : c.s.lk); ++j)
-            if (j < b.sink || (j > p - b.local && j <= p)) forced.insert(j / c.block_k);
-      }
+      const int64_t limit = got.causal_blocks(qb);
+      const std::set<int64_t> forced = forced_blocks(b, qb, limit);
       const std::vector<double> mass(bs[size_t(qb)].begin(), bs[size_t(qb)].begin() + limit);
       const std::set<int64_t> want = b.topk >= 0       ? select_count(mass, forced, b.topk)
                                      : b.min_share > 0 ? select_share(mass, forced, b.min_share)
@@ -610,6 +630,86 @@ TEST(MassBudgets, XAttentionTopkEqualsTheTwin) {
   EXPECT_EQ(r.dense_shortcut, "budget");
 }
 
+// topp per row against the twin: each strided row of the antidiagonal estimate
+// (xattn_row_scores) and the plain rule (row_mass_twin); a query block may differ only where the
+// f32 estimate's rounding moved a choice, and then every row still reaches P.
+void expect_row_twin(const BlockMask& got, const Inputs& in, const BudgetCase& b,
+                     const std::string& what) {
+  const Case& c = b.c;
+  const int64_t rq = c.block_q / c.stride;
+  int64_t blocks = 0, exact = 0;
+  for (int64_t h = 0; h < c.s.hq; ++h) {
+    const auto rows = xattn_row_scores(in, c, h, got);
+    for (int64_t qb = 0; qb < got.n_qb(); ++qb) {
+      const int64_t limit = got.causal_blocks(qb);
+      std::vector<std::vector<double>> mine;
+      for (int64_t g = qb * rq; g < std::min((qb + 1) * rq, int64_t(rows.size())); ++g)
+        mine.emplace_back(rows[size_t(g)].begin(), rows[size_t(g)].begin() + limit);
+      const std::set<int64_t> want =
+          test::row_mass_twin(mine, limit, forced_blocks(b, qb, limit), b.topp);
+      auto row = got.row(h, qb);
+      const std::set<int64_t> have(row.begin(), row.end());
+      ++blocks;
+      if (have == want) {
+        ++exact;
+        continue;
+      }
+      EXPECT_TRUE(test::every_row_reaches(mine, limit, have, b.topp, 1e-5))
+          << what << " head " << h << " qblock " << qb;
+    }
+  }
+  EXPECT_GE(double(exact), 0.95 * double(blocks)) << what << ": " << exact << " of " << blocks;
+}
+
+TEST(MassBudgets, PerRowEqualsTheTwin) {
+  const BudgetCase cases[] = {
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, -1, 0, 0.9, 0},
+      {{{2, 2, 640, 640, 32}, 4, 32, 32, 0, true, "random"}, -1, 0, 0.7, 0},
+      {{{2, 1, 257, 389, 32}, 4, 32, 64, 0, true, "random"}, -1, 0, 0.95, 0},
+      {{{2, 2, 300, 300, 32}, 8, 64, 64, 0, true, "peaked"}, -1, 0, 0.99, 0},
+      {{{2, 2, 400, 400, 32}, 8, 64, 64, 0, true, "vertical"}, -1, 0, 0.8, 0},
+      {{{2, 2, 200, 150, 32}, 8, 32, 32, 0, false, "random"}, -1, 0, 0.8, 0},
+      {{{4, 2, 300, 300, 32}, 8, 64, 64, 0, true, "random"}, 64, 64, 0.9, 0},
+      {{{2, 1, 257, 389, 32}, 4, 32, 64, 0, true, "random"}, 0, 1, 0.5, 0},
+  };
+  for (const BudgetCase& b : cases) {
+    const Case& c = b.c;
+    const Inputs in = make_inputs(c, 43 + uint64_t(c.s.lq));
+    AttnOptions opt;
+    opt.causal = c.causal;
+    const std::string sizes =
+        "stride=" + std::to_string(c.stride) + ",block_q=" + std::to_string(c.block_q) +
+        ",block_k=" + std::to_string(c.block_k) + ",topp=" + std::to_string(b.topp) + ",per=row";
+    if (b.sink < 0) {
+      const std::string spec = "xattention:dot=f32," + sizes;
+      Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
+      const MethodReport r = make_method(spec)->run(in.q, in.k, in.v, out, opt);
+      ASSERT_NE(r.mask, nullptr) << spec;
+      EXPECT_EQ(r.extras.at("per_row"), 1.0) << spec;
+      expect_row_twin(*r.mask, in, b, spec + " " + c.input);
+    } else {
+      MeanPoolBudget budget;
+      budget.topp = b.topp, budget.stride = c.stride, budget.per_row = true;
+      budget.dot_bf16 = false;
+      const BlockMask got =
+          mean_pool_mask(in.q, in.k, c.block_q, c.block_k, b.sink, b.local, opt, budget);
+      got.validate();
+      expect_row_twin(got, in, b, "mean_pool " + sizes + " " + c.input);
+      // the method's spec reaches the same budget (its products in bf16, as the default's)
+      budget.dot_bf16 = true;
+      Tensor out(DType::f32, c.s.hq, c.s.lq, c.s.dim);
+      const MethodReport r = make_method("mean_pool:sink=" + std::to_string(b.sink) +
+                                         ",local=" + std::to_string(b.local) + "," + sizes)
+                                 ->run(in.q, in.k, in.v, out, opt);
+      ASSERT_NE(r.mask, nullptr) << sizes;
+      EXPECT_EQ(
+          r.mask->to_dense(),
+          mean_pool_mask(in.q, in.k, c.block_q, c.block_k, b.sink, b.local, opt, budget).to_dense())
+          << sizes;
+    }
+  }
+}
+
 // The method's spec reaches mean_pool_mask's budgets (antidiagonal at stride 4 by default,
 // products in bf16 as xattention's), and a larger threshold keeps fewer blocks.
 TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
@@ -633,14 +733,34 @@ TEST(MassBudgets, MeanPoolSpecReachesTheBudgetsAndThresholdsOrder) {
 }
 
 TEST(MassBudgets, RejectBadBudgets) {
-  for (const char* spec :
-       {"mean_pool:topp=0.9,min_share=0.1", "mean_pool:topk=4,min_share=0.1",
-        "mean_pool:min_share=0", "mean_pool:min_share=1", "mean_pool:min_share=nan",
-        "mean_pool:est=pooled", "mean_pool:stride=8", "mean_pool:topp=0.9,est=max",
-        "mean_pool:topp=0.9,est=pooled,stride=4", "mean_pool:topp=0.9,stride=3",
-        "mean_pool:min_share=0.1,block_k=34", "xattention:min_share=0.1,tau=0.9",
-        "xattention:min_share=0.1,topp=0.9", "xattention:min_share=1", "xattention:min_share=0",
-        "xattention:topk=-1", "xattention:topk=4,tau=0.9", "xattention:topk=4,min_share=0.1"})
+  for (const char* spec : {"mean_pool:topp=0.9,min_share=0.1",
+                           "mean_pool:topk=4,min_share=0.1",
+                           "mean_pool:min_share=0",
+                           "mean_pool:min_share=1",
+                           "mean_pool:min_share=nan",
+                           "mean_pool:est=pooled",
+                           "mean_pool:stride=8",
+                           "mean_pool:topp=0.9,est=max",
+                           "mean_pool:topp=0.9,est=pooled,stride=4",
+                           "mean_pool:topp=0.9,stride=3",
+                           "mean_pool:min_share=0.1,block_k=34",
+                           "xattention:min_share=0.1,tau=0.9",
+                           "xattention:min_share=0.1,topp=0.9",
+                           "xattention:min_share=1",
+                           "xattention:min_share=0",
+                           "xattention:topk=-1",
+                           "xattention:topk=4,tau=0.9",
+                           "xattention:topk=4,min_share=0.1",
+                           "xattention:per=col",
+                           "xattention:topk=4,per=row",
+                           "xattention:min_share=0.1,per=row",
+                           "mean_pool:per=row",
+                           "mean_pool:topp=0.9,est=pooled,per=row",
+                           "mean_pool:min_share=0.1,per=row",
+                           "oracle_topk:per=row",
+                           "oracle_topk:topk=4,per=row",
+                           "oracle_topk:min_share=0.1,per=row",
+                           "oracle_topk:topp=0.9,per=both"})
     EXPECT_THROW(make_method(spec), Error) << spec;
 }
 
