@@ -416,10 +416,10 @@ TEST(MaskMeanPool, RowMomentsAreThePlainMeanAndVariance) {
 
 // ---- oracle top-k -----------------------------------------------------------------------
 
-// Mass of (query block, key block) averaged over the block's rows, in double.
-std::vector<double> direct_mass(const Inputs& in, int64_t h, const BlockMask& m) {
+// Each row's exact softmax mass per key block, plainly: [lq][n_kb].
+std::vector<std::vector<double>> direct_row_mass(const Inputs& in, int64_t h, const BlockMask& m) {
   const int64_t lq = in.q.seq(), lk = in.k.seq(), kh = h / (in.q.heads() / in.k.heads());
-  std::vector<double> mass(size_t(m.n_qb() * m.n_kb()), 0.0);
+  std::vector<std::vector<double>> rows(size_t(lq), std::vector<double>(size_t(m.n_kb()), 0.0));
   for (int64_t i = 0; i < lq; ++i) {
     const int64_t vis = m.causal ? lk - lq + i + 1 : lk;
     std::vector<double> s(static_cast<size_t>(vis));
@@ -427,9 +427,21 @@ std::vector<double> direct_mass(const Inputs& in, int64_t h, const BlockMask& m)
     for (int64_t j = 0; j < vis; ++j)
       mx = std::max(mx, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
     for (double x : s) l += std::exp(x - mx);
-    const int64_t qb = i / m.block_q, rows = std::min((qb + 1) * m.block_q, lq) - qb * m.block_q;
     for (int64_t j = 0; j < vis; ++j)
-      mass[size_t(qb * m.n_kb() + j / m.block_k)] += std::exp(s[size_t(j)] - mx) / l / double(rows);
+      rows[size_t(i)][size_t(j / m.block_k)] += std::exp(s[size_t(j)] - mx) / l;
+  }
+  return rows;
+}
+
+// Mass of (query block, key block) averaged over the block's rows, in double.
+std::vector<double> direct_mass(const Inputs& in, int64_t h, const BlockMask& m) {
+  const int64_t lq = in.q.seq();
+  const auto rows = direct_row_mass(in, h, m);
+  std::vector<double> mass(size_t(m.n_qb() * m.n_kb()), 0.0);
+  for (int64_t i = 0; i < lq; ++i) {
+    const int64_t qb = i / m.block_q, n = std::min((qb + 1) * m.block_q, lq) - qb * m.block_q;
+    for (int64_t kb = 0; kb < m.n_kb(); ++kb)
+      mass[size_t(qb * m.n_kb() + kb)] += rows[size_t(i)][size_t(kb)] / double(n);
   }
   return mass;
 }
@@ -495,23 +507,6 @@ TEST(MaskOracle, KeepsEachRowsRecentKeysBesideTheCount) {
       }
     }
   }
-}
-
-// Each row's exact softmax mass per key block, plainly: [lq][n_kb].
-std::vector<std::vector<double>> direct_row_mass(const Inputs& in, int64_t h, const BlockMask& m) {
-  const int64_t lq = in.q.seq(), lk = in.k.seq(), kh = h / (in.q.heads() / in.k.heads());
-  std::vector<std::vector<double>> rows(size_t(lq), std::vector<double>(size_t(m.n_kb()), 0.0));
-  for (int64_t i = 0; i < lq; ++i) {
-    const int64_t vis = m.causal ? lk - lq + i + 1 : lk;
-    std::vector<double> s(static_cast<size_t>(vis));
-    double mx = -INFINITY, l = 0;
-    for (int64_t j = 0; j < vis; ++j)
-      mx = std::max(mx, s[size_t(j)] = dot(in.q, h, i, in.k, kh, j) / std::sqrt(32.0));
-    for (double x : s) l += std::exp(x - mx);
-    for (int64_t j = 0; j < vis; ++j)
-      rows[size_t(i)][size_t(j / m.block_k)] += std::exp(s[size_t(j)] - mx) / l;
-  }
-  return rows;
 }
 
 // topp per row on the exact masses: each query block keeps what the plain rule keeps from each
