@@ -32,10 +32,9 @@ void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint
                    std::vector<int64_t>& order);
 
 // topp per row: each estimated row's masses over blocks kb < limit (>= 0, any scale; a row of
-// zero total is ignored). While some row keeps less
-// than p of its total, the shortest row (the least kept share; ties: the smaller r) gets the
-// block holding most of its missing mass (ties: the smaller index): the worst row decides each
-// block added. `share` is scratch.
+// zero total is ignored). While some row keeps less than p of its total, the shortest row (the
+// least kept share; ties: the smaller r) gets the block holding most of its missing mass (ties:
+// the smaller index): the worst row decides each block added. `share` is scratch.
 void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<uint8_t>& keep,
                    std::vector<double>& share);
 
