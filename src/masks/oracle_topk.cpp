@@ -31,9 +31,9 @@ BlockMask oracle_mask(const TensorView& q, const TensorView& k, const TensorView
   std::vector<int64_t> order;
   std::vector<double> row_mass;
   for (int64_t h = 0; h < q.heads; ++h) {
-    BlockMassGrid g = block_mass(q, k, v, h, block_q, block_k, opt);
-    BlockMassGrid gr;
-    if (per_row) gr = block_mass(q, k, v, h, 1, block_k, opt);
+    // per row reads only the rows' grid: the blocks' is not computed then
+    const BlockMassGrid g = per_row ? block_mass(q, k, v, h, 1, block_k, opt)
+                                    : block_mass(q, k, v, h, block_q, block_k, opt);
     for (int64_t qb = 0; qb < nq; ++qb) {
       const int64_t limit = m.causal_blocks(qb);
       std::fill(keep.begin(), keep.end(), 0);
@@ -41,12 +41,13 @@ BlockMask oracle_mask(const TensorView& q, const TensorView& k, const TensorView
         const int64_t p0 = off + qb * block_q, p1 = off + std::min((qb + 1) * block_q, q.seq) - 1;
         masks::mark_blocks(p0 - local + 1, std::min(p1 + 1, limit * block_k), block_k, keep);
       }
-      std::copy_n(&g.mass[size_t(qb * nk)], limit, mass.begin());
       masks::RowMasses rows;
       if (per_row) {
         const int64_t r0 = qb * block_q, n = std::min(block_q, q.seq - r0);
-        row_mass.assign(gr.mass.begin() + r0 * nk, gr.mass.begin() + (r0 + n) * nk);
+        row_mass.assign(g.mass.begin() + r0 * nk, g.mass.begin() + (r0 + n) * nk);
         rows = {row_mass.data(), n, nk};
+      } else {
+        std::copy_n(&g.mass[size_t(qb * nk)], limit, mass.begin());
       }
       budget(mass.data(), limit, rows, keep, order);
       for (int64_t kb = 0; kb < limit; ++kb)
