@@ -13,7 +13,10 @@ Prints a Markdown table: run, sparsity, recall / worst, the counts' at that spar
 bracketing runs), the mean's difference in points, whether the worst row is at least the
 counts', and issue 61's bar: a `topp` run (any budget but `min_share`) meets it with the worst
 row at least the counts' and the mean within 0.5 points; a `min_share` run with the mean at
-least the counts'. A budget run outside the counts' sparsity range is marked "outside".
+least the counts'. A budget run outside the counts' sparsity range is marked "outside". A
+worst-row miss whose worst row equals the sparser bracketing count's to four digits is marked
+"tied with" that count: the row kept what it keeps under that count, while the chord between
+two counts lies above that step (the 2026-12-04 log entry "... and the sparse end").
 `--save FILE` keeps bench's JSON.
 """
 import argparse
@@ -77,6 +80,8 @@ def main():
             misses = [w for w, ok in (("worst", r["recall_min"] >= worst), ("mean", diff >= -0.5))
                       if not ok]
             bar = "met" if not misses else f"not met ({', '.join(misses)})"
+            if "worst" in misses and f"{r['recall_min']:.4f}" == f"{x1[2]:.4f}":
+                bar += f"; worst row tied with `{x1[3]}`'s"
         print(f"| {a.label} | `{m}` | {100*s:.1f}% | {r['recall']:.4f} / {r['recall_min']:.4f} | "
               f"{mean:.4f} / {worst:.4f} (`{x0[3]}` .. `{x1[3]}`) | "
               f"{diff:+.2f} | {'yes' if r['recall_min'] >= worst else 'no'} | {bar} |")
