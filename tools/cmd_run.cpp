@@ -6,6 +6,7 @@
 // attention share of prefill go to stderr (or all of it as one JSON object with --json).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -243,6 +244,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     j["decode_tokens"] = t.decode_tokens;
     j["decode_ms"] = t.decode_ms;
     j["decode_tok_s"] = decode_tps;
+    // Each decoded token's time and its attention's, in order (the first tokens after a prompt
+    // carry one-time costs).
+    j["decode_token_ms"] = t.decode_token_ms;
+    j["decode_token_attn_ms"] = t.decode_token_attn_ms;
     // What decode read: keys (K rows) against the keys visible, over layers and kv heads.
     j["attn_decode"] = attn_decode;
     j["decode_attn_ms"] = t.decode_attn_ms;
@@ -305,6 +310,12 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
         t.decode_attn_ms, attn_decode,
         100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
         t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
+  if (t.decode_token_ms.size() >= 2) {
+    std::vector<double> rest(t.decode_token_ms.begin() + 1, t.decode_token_ms.end());
+    std::nth_element(rest.begin(), rest.begin() + ptrdiff_t(rest.size() / 2), rest.end());
+    fmt::print(stderr, "  per token    = {:10.2f} ms first, {:.2f} ms the others' median\n",
+               t.decode_token_ms.front(), rest[rest.size() / 2]);
+  }
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
   if (grp) fmt::print(stderr, "{}\n", cp_line(cp));
 }

@@ -243,6 +243,7 @@ nlohmann::json memory_json(const LoadedModel& m,
     s.h2o_state += a.h2o_state;
     s.h2o_scratch += a.h2o_scratch;
     s.decode_pages += a.decode_pages;
+    s.indexer_keys += a.indexer_keys;
     s.cp_ring += a.cp_ring;
     s.attention_staging += a.attention_staging;
   }
@@ -275,6 +276,8 @@ nlohmann::json memory_json(const LoadedModel& m,
   // widened tiles and token-major keys), freed when the call returns; in the peak RSS, not held.
   j["attention_staging_bytes"] = s.attention_staging;
   j["decode_pages_bytes"] = s.decode_pages;
+  // DSA (deepseek32, glm-dsa): the indexer's key per token and layer, held beside the cache.
+  j["indexer_keys_bytes"] = s.indexer_keys;
   j["cp_ring_bytes"] = s.cp_ring;  // --cp: the ring's shard buffers
   return j;
 }
@@ -287,13 +290,14 @@ std::string memory_line(const LoadedModel& m,
       "memory: peak RSS {:.1f} MiB (file {:.1f} MiB); weights {:.1f} MiB mapped + {:.1f} MiB "
       "repacked + {:.1f} MiB f32 norms; KV cache {:.1f} MiB (K {}, V {}); method K/V copies {:.1f} MiB; row "
       "buffers {:.1f} MiB; chunked_h2o scores and memory sets {:.1f} MiB + batch scratch {:.1f} MiB; "
-      "attention's largest staged cache copy {:.1f} MiB (freed after its call)",
+      "DSA indexer keys {:.1f} MiB; attention's largest staged cache copy {:.1f} MiB (freed after its "
+      "call)",
       mib("peak_rss_bytes"), mib("file_bytes"), mib("weights_mapped_bytes"),
       mib("weights_repacked_bytes"), mib("weights_owned_bytes"), mib("kv_cache_bytes"),
       j.contains("kv_cache_type_k") ? j["kv_cache_type_k"].get<std::string>() : "-",
       j.contains("kv_cache_type_v") ? j["kv_cache_type_v"].get<std::string>() : "-",
       mib("method_kv_bytes"), mib("scratch_bytes"), mib("h2o_state_bytes"),
-      mib("h2o_scratch_bytes"), mib("attention_staging_bytes"));
+      mib("h2o_scratch_bytes"), mib("indexer_keys_bytes"), mib("attention_staging_bytes"));
 }
 
 std::string read_prompt(const std::string& text, const std::string& file) {

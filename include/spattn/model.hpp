@@ -357,6 +357,10 @@ struct Timings {
   // decode_attn_ms per layer (empty before the first decoded token): Quest's dense layers
   // against its sparse ones in the same run.
   std::vector<double> decode_layer_attn_ms;
+  // decode_ms and decode_attn_ms per decoded token, in order: the first tokens after a prompt
+  // pay one-time costs (weights the prefill never read, the decode path's first calls) that a
+  // mean over a few tokens folds into every token.
+  std::vector<double> decode_token_ms, decode_token_attn_ms;
   // Context parallelism (SessionOptions::cp): this rank's communication in prefill and decode.
   dist::CommStats prefill_comm, decode_comm;
 };
@@ -454,6 +458,7 @@ class Session {
     size_t kv_cache_per_token = 0;
     size_t kv_cache = 0, method_kv = 0, scratch = 0, h2o_state = 0, h2o_scratch = 0;
     size_t decode_pages = 0;  // Quest's page summaries (--attn-decode quest)
+    size_t indexer_keys = 0;  // DSA's indexer keys (f32, room for the context) and packed copies
     size_t cp_ring = 0;       // --cp: the prefill's buffers (own rows on the wire, the chunks
                               // or shards in hand and arriving, packed, the runs' state)
     // The largest copy of a layer's cache one attention call made and freed since the timings'

@@ -383,7 +383,10 @@ struct Session::Impl {
           o.n_ctx, cfg.rot(), cfg.rope_base,
           arch_traits(cfg.arch).indexer_rope_neox ? RopeStyle::neox : RopeStyle::adjacent,
           global_rope_factors(cfg, o.n_ctx), cfg.rope_attn_factor);
-      idx_keys.assign(size_t(cfg.n_layer), IndexerKeys(cfg.indexer_dim));
+      // Room for the context's keys in the layers with an indexer of their own (GLM-5.2's
+      // sharing layers read another layer's selection and hold none).
+      for (int64_t l = 0; l < cfg.n_layer; ++l)
+        idx_keys.emplace_back(cfg.indexer_dim, cfg.shares_indexer(l) ? 0 : o.n_ctx);
     }
     // The latent attention's weights of this session's form (made now if the file holds the
     // other's), before make_scratch asks what the products read.
@@ -770,6 +773,14 @@ struct Session::Impl {
       std::memmove(&att[size_t(r * dv)], &att[size_t(r * d)], size_t(dv) * sizeof(float));
   }
 
+  // One decoded token's time in the timings: its whole step and its attention's part.
+  void count_decoded(double ms, double attn_ms) {
+    t.decode_ms += ms;
+    t.decode_tokens += 1;
+    t.decode_token_ms.push_back(ms);
+    t.decode_token_attn_ms.push_back(attn_ms);
+  }
+
   // n tokens at positions pos0.. through every layer; logits for rows >= logits_row0 (row index
   // within this call) go to logits.
   void forward(const int32_t* tokens, int64_t n, int64_t pos0, Pass pass, bool last, float* logits,
@@ -945,6 +956,7 @@ Session::Memory Session::memory() const {
   m.attention_staging =
       size_t(std::max(s.t.prefill_stats.staged_bytes, s.t.decode_stats.staged_bytes));
   m.cp_ring = s.ring.bytes() + s.h2o_wire.capacity();  // the ring's buffers or the chain's
+  for (const IndexerKeys& k : s.idx_keys) m.indexer_keys += k.bytes();
   return m;
 }
 void Session::reset_timings() { p_->t = Timings{}; }
@@ -1052,9 +1064,9 @@ void Session::decode(int32_t token, float* logits) {
     const dist::CommStats c0 = s.grp->stats();
     s.all_or_nothing([&] {
       const auto t0 = Clock::now();
+      const double attn0 = s.t.decode_attn_ms;
       s.forward(&token, 1, s.cp_n, Pass::cp_decode, false, logits, 0, &s.t.decode_attn_ms, nullptr);
-      s.t.decode_ms += ms_since(t0);
-      s.t.decode_tokens += 1;
+      s.count_decoded(ms_since(t0), s.t.decode_attn_ms - attn0);
     });
     s.t.decode_comm.add(delta(s.grp->stats(), c0));
     s.cp_counts[size_t(s.cp_owner)] += 1;
@@ -1065,10 +1077,10 @@ void Session::decode(int32_t token, float* logits) {
                " tokens (-c) is full");
   s.all_or_nothing([&] {
     const auto t0 = Clock::now();
+    const double attn0 = s.t.decode_attn_ms;
     s.forward(&token, 1, s.cache.size(), Pass::decode, false, logits, 0, &s.t.decode_attn_ms,
               nullptr);
-    s.t.decode_ms += ms_since(t0);
-    s.t.decode_tokens += 1;
+    s.count_decoded(ms_since(t0), s.t.decode_attn_ms - attn0);
   });
   s.state_at = -1;  // decoded rows are not in a stateful backend's state
 }

@@ -58,6 +58,34 @@ std::vector<double> plain_scores(const float* q, const float* w, int64_t H, int6
   return s;
 }
 
+// Keys appended up to the room given never move (a decode's append copies nothing), and a copy
+// (a fork) keeps the room; past it they still append.
+TEST(Dsa, IndexerKeysHoldTheirRoom) {
+  const int64_t D = 8, cap = 100;
+  const std::vector<float> k = randn(size_t((cap + 1) * D), 4);
+  IndexerKeys keys(D, cap);
+  EXPECT_EQ(keys.bytes(), size_t(cap * D) * sizeof(float));
+  keys.append(k.data(), 1);
+  const float* first = keys.row(0);
+  for (int64_t i = 1; i < cap; i += 33)
+    keys.append(k.data() + i * D, std::min<int64_t>(33, cap - i));
+  ASSERT_EQ(keys.size(), cap);
+  EXPECT_EQ(keys.row(0), first);
+  keys.truncate(50);
+  keys.append(k.data() + 50 * D, 1);
+  EXPECT_EQ(keys.row(0), first);
+  EXPECT_EQ(keys.row(50)[0], k[size_t(50 * D)]);
+  const IndexerKeys copy = keys;
+  EXPECT_EQ(copy.bytes(), keys.bytes());
+  IndexerKeys assigned(D);
+  assigned = keys;
+  EXPECT_EQ(assigned.bytes(), keys.bytes());
+  keys.append(k.data(), cap - keys.size());
+  keys.append(k.data() + cap * D, 1);  // past the room: it grows
+  EXPECT_EQ(keys.size(), cap + 1);
+  EXPECT_EQ(keys.row(cap)[0], k[size_t(cap * D)]);
+}
+
 TEST(Dsa, IndexerScoresEqualPlainLoops) {
   const int64_t H = 4, D = 64, n = IndexerKeys::kChunk + 700;  // two chunks, the last partial
   const std::vector<float> k = randn(size_t(n * D), 1), q = randn(size_t(H * D), 2),

@@ -225,6 +225,12 @@ TEST(MlaLatent, DsaDecodeReadsTheSelectedLatentRows) {
   const int64_t L = m.config().n_layer;
   EXPECT_EQ(t.decode_keys_total, L * 40);  // one kv head a layer, 40 tokens cached
   EXPECT_EQ(t.decode_keys_read, L * 12);
+  // The indexer's keys: room for the context in every layer (f32), beside the packed copies;
+  // dense attention keeps them too (the selection is the model's, whatever reads it).
+  const size_t room = size_t(L * o.n_ctx * m.config().indexer_dim) * sizeof(float);
+  EXPECT_GE(s.memory().indexer_keys, room);
+  EXPECT_LT(s.memory().indexer_keys, 3 * room);
+  EXPECT_GE(dense.memory().indexer_keys, room);
 }
 
 // The cache's bytes a token over every layer: K (kv latent + rope) and V (the latent, zero-

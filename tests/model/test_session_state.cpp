@@ -186,6 +186,33 @@ TEST(SessionState, PrefillFailingInItsLastLayerChangesNothing) {
   }
 }
 
+// Each decoded token's time in order, summing to decode's totals; a failed step adds none, and
+// reset_timings empties them.
+TEST(SessionState, TimingsKeepEachDecodedTokensTime) {
+  const auto t = tokens(60, 11);
+  Session s(small_model(), opts(kExactMethod));
+  s.prefill(std::span(t).first(50), nullptr, 0);
+  for (int64_t i = 50; i < 55; ++i) s.decode(t[size_t(i)], nullptr);
+  Timings a = s.timings();
+  ASSERT_EQ(a.decode_token_ms.size(), 5u);
+  ASSERT_EQ(a.decode_token_attn_ms.size(), 5u);
+  double ms = 0, attn = 0;
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_GT(a.decode_token_attn_ms[i], 0.0) << i;
+    EXPECT_LE(a.decode_token_attn_ms[i], a.decode_token_ms[i]) << i;
+    ms += a.decode_token_ms[i], attn += a.decode_token_attn_ms[i];
+  }
+  EXPECT_NEAR(ms, a.decode_ms, 1e-9 * a.decode_ms);
+  EXPECT_NEAR(attn, a.decode_attn_ms, 1e-9 * a.decode_attn_ms);
+  fail_last_layer_from(s, 0);
+  EXPECT_THROW(s.decode(t[55], nullptr), Error);
+  EXPECT_EQ(s.timings().decode_token_ms, a.decode_token_ms);
+  EXPECT_EQ(s.timings().decode_tokens, 5);
+  s.reset_timings();
+  EXPECT_TRUE(s.timings().decode_token_ms.empty());
+  EXPECT_TRUE(s.timings().decode_token_attn_ms.empty());
+}
+
 TEST(SessionState, DecodeFailingInItsLastLayerChangesNothing) {
   const auto t = tokens(80, 7), more = tokens(10, 8);
   Session s(small_model(), opts()), twin(small_model(), opts());
