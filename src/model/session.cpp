@@ -682,14 +682,23 @@ struct Session::Impl {
   template <class Body>
   void all_or_nothing(Body&& body) {
     const int64_t pos0 = cache.size();
+    // The timings as they were, but for the per-token lists: a long generation would copy its
+    // whole history at every token. A step appends to them last (count_decoded), so a failed
+    // call cuts them back to the restored count.
+    std::vector<double> ms, attn;
+    ms.swap(t.decode_token_ms), attn.swap(t.decode_token_attn_ms);
     const Timings saved = t;
+    ms.swap(t.decode_token_ms), attn.swap(t.decode_token_attn_ms);
     try {
       body();
       cache.commit();
     } catch (...) {
       cache.rollback();
       if (state_at == pos0) states_to(pos0);  // the layers as they were (reset or restored)
+      ms.swap(t.decode_token_ms), attn.swap(t.decode_token_attn_ms);
       t = saved;
+      ms.resize(size_t(t.decode_tokens)), attn.resize(size_t(t.decode_tokens));
+      ms.swap(t.decode_token_ms), attn.swap(t.decode_token_attn_ms);
       throw;
     }
   }
