@@ -6,12 +6,12 @@
 // attention share of prefill go to stderr (or all of it as one JSON object with --json).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "eval/bench_parts.hpp"
 #include "run_chat.hpp"
 #include "runner.hpp"
 #include "sampler.hpp"
@@ -310,12 +310,10 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
         t.decode_attn_ms, attn_decode,
         100.0 * double(t.decode_keys_read) / double(std::max<int64_t>(1, t.decode_keys_total)),
         t.decode_stats.tiles_skipped, t.decode_stats.tiles_visited);
-  if (t.decode_token_ms.size() >= 2) {
-    std::vector<double> rest(t.decode_token_ms.begin() + 1, t.decode_token_ms.end());
-    std::nth_element(rest.begin(), rest.begin() + ptrdiff_t(rest.size() / 2), rest.end());
+  if (t.decode_token_ms.size() >= 2)
     fmt::print(stderr, "  per token    = {:10.2f} ms first, {:.2f} ms the others' median\n",
-               t.decode_token_ms.front(), rest[rest.size() / 2]);
-  }
+               t.decode_token_ms.front(),
+               bench_parts::median({t.decode_token_ms.begin() + 1, t.decode_token_ms.end()}));
   fmt::print(stderr, "{}\n", memory_line(lm, {&s}));
   if (grp) fmt::print(stderr, "{}\n", cp_line(cp));
 }
