@@ -256,6 +256,48 @@ TEST(PackedKV, DecodeReadsTheCacheAsItGrows) {
   });
 }
 
+// A decoded token's q heads of one kv head are the rows of one item (each key tile widened once
+// an item), up to 64 of them: a group of 40 is one item, 65 five of 13, 96 two of 48, 128 (the
+// latent attention's heads over its one cached head) two of 64. The same bits as decoding each
+// q head alone, and the plain twin's values; under BLASST's rule exact over the coverage recorded
+// per q head, every head of an item sharing its skips.
+TEST(PackedKV, DecodeTakesLargeGroupsInItemsOfWholeHeads) {
+  const int64_t lk = 2500, d = 64;  // two key chunks
+  for (int64_t group : {40, 65, 96, 128}) {
+    const Tensor q = test::random_tensor(DType::f32, group, 1, d, 1);
+    const Tensor k = test::random_tensor(DType::f32, 1, lk, d, 2);
+    const Tensor v = test::random_tensor(DType::f32, 1, lk, d, 3);
+    const PackedKV kv = PackedKV::pack(k, v, 0, 2, true, KVType::f16, KVType::f16);
+    Tensor out(DType::f32, group, 1, d), alone(DType::f32, group, 1, d);
+    attention_decode(q, kv, out);
+    for (int64_t h = 0; h < group; ++h)
+      attention_decode(q.view().head_range(h, 1), kv, alone.view().head_range(h, 1));
+    EXPECT_TRUE(test::bitwise_equal(out, alone)) << group;
+    Tensor ks(DType::f32, 1, lk, d), vs(DType::f32, 1, lk, d);  // as the f16 cache holds them
+    for (int64_t j = 0; j < lk; ++j)
+      for (int64_t c = 0; c < d; ++c) {
+        ks.view().set(0, j, c, f16_to_f32(f32_to_f16(k.view().get(0, j, c))));
+        vs.view().set(0, j, c, f16_to_f32(f32_to_f16(v.view().get(0, j, c))));
+      }
+    std::vector<int64_t> all(static_cast<size_t>(lk));
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t h = 0; h < group; h += 7) {
+      const auto want = test::row_over_keys(q, ks, vs, h, 0, all);
+      for (int64_t c = 0; c < d; ++c)
+        ASSERT_NEAR(out.view().get(h, 0, c), want[size_t(c)], 2e-5) << group << " " << h;
+    }
+    SkipStats skip;
+    skip.record_tiles = true;
+    attention_decode(q, kv, out, {}, {.lambda = 0.02}, nullptr, nullptr, &skip);
+    const auto cov = blasst_coverage(skip, 1, lk, true);
+    for (int64_t h = 0; h < group; h += 5) {
+      const auto want = test::row_over_keys(q, ks, vs, h, 0, test::coverage_keys(*cov, h, 0));
+      for (int64_t c = 0; c < d; ++c)
+        ASSERT_NEAR(out.view().get(h, 0, c), want[size_t(c)], 2e-5) << group << " " << h;
+    }
+  }
+}
+
 // BLASST decode over the packed cache: exact over the recorded coverage; lambda 0 is dense.
 TEST(PackedKV, BlasstDecodeIsExactOverItsCoverage) {
   const int64_t lk = 5000, d = 64;
