@@ -14,7 +14,8 @@ namespace spattn::test {
 inline std::string packed_kv_difference(const PackedKV& a, const PackedKV& b) {
   const kernels::PackedKVData &x = a.data(), &y = b.data();
   if (x.ops != y.ops || x.dtype != y.dtype || x.k_type != y.k_type || x.v_type != y.v_type ||
-      x.kv_heads != y.kv_heads || x.dim != y.dim || x.capacity != y.capacity)
+      x.kv_heads != y.kv_heads || x.dim != y.dim || x.capacity != y.capacity ||
+      x.v_is_k != y.v_is_k)
     return "format or geometry";
   if (x.size != y.size) return "size " + std::to_string(x.size) + " vs " + std::to_string(y.size);
   if (x.positions != y.positions) return "positions";
@@ -23,7 +24,8 @@ inline std::string packed_kv_difference(const PackedKV& a, const PackedKV& b) {
   if (x.tile_min != y.tile_min || x.tile_max != y.tile_max) return "tile spans";
   const size_t tiles = size_t(x.kv_heads * x.tiles_cap);
   if (std::memcmp(x.k.get(), y.k.get(), tiles * size_t(x.k_tile_bytes)) != 0) return "K bytes";
-  if (std::memcmp(x.v.get(), y.v.get(), tiles * size_t(x.v_tile_bytes)) != 0) return "V bytes";
+  if (x.v_tile_bytes && std::memcmp(x.v.get(), y.v.get(), tiles * size_t(x.v_tile_bytes)) != 0)
+    return "V bytes";
   return "";
 }
 

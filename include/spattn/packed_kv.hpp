@@ -37,12 +37,18 @@ class PackedKV {
   // rows are rounded to them as they are appended (q8_0 as ggml quantizes; needs dim % 32 ==
   // 0), and the kernels widen them to f32 tile by tile as they read. bf16 pairs for vdpbf16ps
   // are used only with both types f32 (the pairs round to bf16 themselves) or both bf16.
+  // v_is_k: no values are stored; each key is its own value row (the f32 operands, v_type
+  // ignored; appends still take a v, which must have k's shape and is not read). DeepSeek's
+  // latent cache (DeepSeek-V2's paper, section 2.1.2): V is the first kv_lora_rank values of
+  // the cached latent row, so a caller keeps those values of each output row and drops the rest
+  // (which weigh the rope key). Half the memory of storing the latent twice, as llama.cpp's MLA
+  // cache (K only) does.
   PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot = true,
-           KVType k_type = KVType::f32, KVType v_type = KVType::f32);
+           KVType k_type = KVType::f32, KVType v_type = KVType::f32, bool v_is_k = false);
   // Packs every key of k, v (positions 0..Lkv-1); capacity 0 means exactly Lkv.
   static PackedKV pack(const TensorView& k, const TensorView& v, int64_t capacity = 0,
                        int threads = 0, bool bf16_dot = true, KVType k_type = KVType::f32,
-                       KVType v_type = KVType::f32);
+                       KVType v_type = KVType::f32, bool v_is_k = false);
   PackedKV(PackedKV&&) noexcept;
   PackedKV& operator=(PackedKV&&) noexcept;
   ~PackedKV();
@@ -70,12 +76,13 @@ class PackedKV {
   int64_t size() const;
   int64_t capacity() const;
   size_t bytes() const;  // storage held: K and V tiles at capacity, and the positions
+  bool v_is_k() const;   // values are the keys (no V stored; see the constructor)
   int64_t kv_heads() const;
   int64_t dim() const;
   DType dtype() const;
   bool bf16_operands() const;  // packed as bf16 pairs for vdpbf16ps
   KVType k_type() const;       // how keys are stored (bf16 for bf16 pairs)
-  KVType v_type() const;       // how values are stored
+  KVType v_type() const;       // how values are stored (k_type() when v_is_k())
   std::span<const int64_t> positions() const;
   int64_t max_position() const;  // -1 when empty
 

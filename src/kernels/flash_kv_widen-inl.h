@@ -203,10 +203,51 @@ inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_R
   WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
 }
 
+// Slots [sj, sj + n) of an f32 K tile or gathered tile k (F32Ops' [d][64]) as value rows
+// [dj, dj + n) of v ([64][dp]; dims d.. dp zero): the values of a cache whose V is its K
+// (PackedKVData::v_is_k). On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
+// 128-bit blocks, then 64-bit pairs, then the halves: the usual AVX sequence, through 256-bit
+// vectors on every x86 target); a scalar transpose of DeepSeek's 576-dim tile cost about what
+// its P.V product does. Other targets and the last n % 8 keys: element by element.
+inline void KeysToV(const float* HWY_RESTRICT k, int64_t sj, int64_t n, int64_t d, int64_t dp,
+                    float* HWY_RESTRICT v, int64_t dj) {
+  int64_t j0 = 0;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::FixedTag<float, 8> d8;
+  const hn::FixedTag<double, 4> dd;
+  using V8 = hn::Vec<decltype(d8)>;
+  for (; j0 + 8 <= n; j0 += 8)
+    for (int64_t c0 = 0; c0 < d; c0 += 8) {  // d % 8 == 0 (PackedKV's head dims)
+      V8 r[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d8, k + (c0 + i) * kTileKeys + sj + j0);
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = hn::InterleaveLower(d8, r[i], r[i + 1]);
+        t[i + 1] = hn::InterleaveUpper(d8, r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4)
+        for (int h = 0; h < 2; ++h) {
+          const auto a = hn::BitCast(dd, t[i + h]), b = hn::BitCast(dd, t[i + h + 2]);
+          u[i + 2 * h] = hn::BitCast(d8, hn::InterleaveLower(dd, a, b));
+          u[i + 2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(dd, a, b));
+        }
+      // u[q] holds key j0 + q's dims c0..c0+3 in its lower 128 bits and key j0 + 4 + q's in
+      // its upper; u[4 + q] the same keys' dims c0+4..c0+7. A key's row joins the two halves.
+      for (int q = 0; q < 4; ++q) {
+        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + q], u[q]), d8, v + (dj + j0 + q) * dp + c0);
+        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + q], u[q]), d8, v + (dj + j0 + 4 + q) * dp + c0);
+      }
+    }
+#endif
+  for (int64_t j = j0; j < n; ++j)
+    for (int64_t c = 0; c < d; ++c) v[(dj + j) * dp + c] = k[c * kTileKeys + sj + j];
+  if (dp > d)
+    for (int64_t j = 0; j < n; ++j) std::fill(v + (dj + j) * dp + d, v + (dj + j + 1) * dp, 0.0f);
+}
+
 // The loop's f32 view of a PackedKVData whose tiles are stored in other types: one tile of a
 // head's K, and one of its V, widened into per-thread buffers. A tile is widened once per
 // visit run: consecutive reads of the same tile reuse it. Tiles stored as f32 are read in
-// place.
+// place. A V that is K (v_is_k) is made from K's tile, which V() widens first if it must.
 struct WidenedTiles {
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   float *k = nullptr, *v = nullptr;
@@ -225,6 +266,11 @@ struct WidenedTiles {
     return k;
   }
   const float* V(const PackedKVData& kv, int64_t kvh, int64_t t) {
+    if (kv.v_is_k) {
+      if (vh != kvh || vt != t)
+        vh = kvh, vt = t, KeysToV(K(kv, kvh, t), 0, kTileKeys, kv.dim, kv.dp, v, 0);
+      return v;
+    }
     if (kv.v_type == KVType::f32) return kv.v_tile<float>(kvh, t);
     if (vh != kvh || vt != t) vh = kvh, vt = t, WidenV(kv.v_type, kv.v_bytes(kvh, t), kv.dp, v);
     return v;
@@ -238,9 +284,11 @@ struct WidenedTiles {
     WidenKeysK(kv.k_type, kv.k_bytes(kvh, t + 1), 0, sj, kv.dim, k, kTileKeys - sj);
     return k;
   }
+  // After KRun(kv, kvh, a) where V is K: its values from the keys KRun left in k.
   const float* VRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
     const int64_t t = a / kTileKeys, sj = a % kTileKeys;
     vh = -1;
+    if (kv.v_is_k) return KeysToV(k, 0, kTileKeys, kv.dim, kv.dp, v, 0), v;
     WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, kTileKeys - sj, kv.dp, v, 0);
     WidenKeysV(kv.v_type, kv.v_bytes(kvh, t + 1), 0, sj, kv.dp, v, kTileKeys - sj);
     return v;

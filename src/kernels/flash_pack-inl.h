@@ -120,6 +120,7 @@ inline void PackRangeStored(PackedKVData& kv, const TensorView& k, const TensorV
       const int64_t src = src_rows ? src_rows[i - first] : i - first;
       LoadRowF32(k, h, src, kv.dim, row);
       StoreKeyK(kv.k_type, kv.k_bytes(h, t), i - t * kTileKeys, row, kv.dim);
+      if (kv.v_is_k) continue;  // values are read from the keys
       LoadRowF32(v, h, src, kv.dim, row);
       StoreKeyV(kv.v_type, kv.v_bytes(h, t), i - t * kTileKeys, row, kv.dim, kv.dp);
     }

@@ -100,7 +100,10 @@ struct KVTiles {
   Run run(int64_t kvh, int64_t a, Scratch<Ops>& sc) const {
     const int64_t t = a / kTileKeys;
     if constexpr (std::is_same_v<T, float>)
-      if (kv.widened()) return {sc.win.KRun(kv, kvh, a), sc.win.VRun(kv, kvh, a), false};
+      if (kv.widened()) {
+        const float* k = sc.win.KRun(kv, kvh, a);  // first: VRun reads it where V is K
+        return {k, sc.win.VRun(kv, kvh, a), false};
+      }
     return {kv.k_tile<T>(kvh, t), Ops::ShiftedV(kv.v_tile<T>(kvh, t), a % kTileKeys, kv.dp), true};
   }
   // Slots [sj, sj + n) of tile t of head kvh into slots dj.. of the gathered tiles. Stored in
@@ -111,7 +114,10 @@ struct KVTiles {
     if constexpr (std::is_same_v<T, float>)
       if (kv.widened()) {
         WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, n, kv.dim, sc.gk, dj);
-        WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.dp, sc.gv, dj);
+        if (kv.v_is_k)
+          KeysToV(sc.gk, dj, n, kv.dim, kv.dp, sc.gv, dj);
+        else
+          WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.dp, sc.gv, dj);
         return;
       }
     Ops::CopyKeysK(kv.k_tile<T>(kvh, t), sj, sc.gk, dj, n, kv.dim);

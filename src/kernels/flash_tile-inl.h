@@ -372,7 +372,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         // at 16K depth (code-small-32k, 2 threads, Zen 5): 1.20-1.23x tokens/s (BENCHMARKS.md,
         // "Decode over an f16 cache"). Two or three tiles ahead measured no better.
         if (d.widened()) {
-          PrefetchL2(d.v_bytes(kvh, jt), d.v_tile_bytes);
+          if (!d.v_is_k) PrefetchL2(d.v_bytes(kvh, jt), d.v_tile_bytes);
           if ((jt + 1) * kTileKeys < kr.end) PrefetchL2(d.k_bytes(kvh, jt + 1), d.k_tile_bytes);
         }
         visit(d.visit(jt, kr.begin, kr.end));
@@ -428,7 +428,7 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
             listed = true;
             if (!k_done && !WidenListedK(d.k_type, d.k_bytes(kvh, jt), slots, m, p.dim, sc.gk, jj))
               Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
-            for (int64_t a = 0; a < m; ++a)
+            for (int64_t a = 0; a < m && !d.v_is_k; ++a)
               WidenKeysV(d.v_type, d.v_bytes(kvh, jt), slots[a], 1, dp, sc.gv, jj + a);
           }
         if (!listed) {
@@ -438,6 +438,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         }
         jj += m;
       }
+      // Values that are the keys: every gathered key's column, once the tile holds them all.
+      if constexpr (std::is_same_v<typename Ops::T, float>)
+        if (d.v_is_k) KeysToV(sc.gk, 0, count, p.dim, dp, sc.gv, 0);
       next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       const int64_t kept = MaskByPosition(

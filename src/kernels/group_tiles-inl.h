@@ -150,11 +150,12 @@ struct GroupV {
 };
 
 // Whether this call reads stored tiles in place: F32Ops over a cache whose K and V are both
-// of types read in place (kKVInPlace: the 16-bit ones), npad rows at most kInPlaceRows.
+// of types read in place (kKVInPlace: the 16-bit ones) and both stored (not v_is_k, whose
+// values come transposed from K's widened tile), npad rows at most kInPlaceRows.
 template <class Ops>
 inline bool ReadsInPlace(const PackedKVData& kv, int64_t npad) {
   return std::is_same_v<typename Ops::T, float> && kv.ops == Operands::f32 &&
-         traits(kv.k_type).takes(kKVInPlace) && traits(kv.v_type).takes(kKVInPlace) &&
+         traits(kv.k_type).takes(kKVInPlace) && traits(kv.v_type).takes(kKVInPlace) && !kv.v_is_k &&
          npad <= kInPlaceRows;
 }
 

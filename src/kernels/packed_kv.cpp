@@ -18,7 +18,11 @@ void WidenTilesEntry(const PackedKVData* src, PackedKVData* dst, int64_t tiles) 
   for (int64_t h = 0; h < src->kv_heads; ++h)
     for (int64_t t = 0; t < tiles; ++t) {
       WidenK(src->k_type, src->k_bytes(h, t), src->dim, dst->k_tile<float>(h, t));
-      WidenV(src->v_type, src->v_bytes(h, t), src->dp, dst->v_tile<float>(h, t));
+      if (src->v_is_k)
+        KeysToV(dst->k_tile<float>(h, t), 0, kTileKeys, src->dim, src->dp, dst->v_tile<float>(h, t),
+                0);
+      else
+        WidenV(src->v_type, src->v_bytes(h, t), src->dp, dst->v_tile<float>(h, t));
     }
 }
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -42,7 +46,7 @@ Operands operands_for(DType dtype, bool bf16_dot) {
 }
 
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
-                 int64_t capacity, bool zero_all, KVType k_type, KVType v_type) {
+                 int64_t capacity, bool zero_all, KVType k_type, KVType v_type, bool v_is_k) {
   SPATTN_CHECK(kv_heads > 0, "PackedKV: kv heads must be > 0, got ", kv_heads);
   SPATTN_CHECK(dim > 0 && dim % 8 == 0 && dim <= kMaxHeadDim,
                "PackedKV: head dim must be a multiple of 8 up to ", kMaxHeadDim, ", got ", dim);
@@ -55,7 +59,10 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
                  dim);
   SPATTN_CHECK(ops == Operands::f32 || (k_type == KVType::f32 && v_type == KVType::f32),
                "internal: bf16 dot operands keep their own storage");
+  SPATTN_CHECK(!v_is_k || ops == Operands::f32, "internal: V read from K needs f32 operands");
+  if (v_is_k) v_type = k_type;
   kv = PackedKVData{};
+  kv.v_is_k = v_is_k;
   kv.ops = ops;
   kv.dtype = dtype;
   kv.k_type = k_type;
@@ -78,10 +85,12 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
     return of(traits(t));
   };
   kv.k_tile_bytes = tile_bytes(k_type, kv.k_elems);
-  kv.v_tile_bytes = tile_bytes(v_type, kv.v_elems);
+  kv.v_tile_bytes = v_is_k ? 0 : tile_bytes(v_type, kv.v_elems);
   const size_t tiles = size_t(kv_heads * kv.tiles_cap);
   const auto bytes = [&](int64_t per_tile) {
-    return static_cast<unsigned char*>(aligned_alloc_bytes(tiles * size_t(per_tile)));
+    return per_tile == 0
+               ? nullptr
+               : static_cast<unsigned char*>(aligned_alloc_bytes(tiles * size_t(per_tile)));
   };
   kv.k.reset(bytes(kv.k_tile_bytes));
   kv.v.reset(bytes(kv.v_tile_bytes));
@@ -106,7 +115,7 @@ void zero_tiles(PackedKVData& kv, int64_t t0, int64_t t1) {
   for (int64_t h = 0; h < kv.kv_heads; ++h) {
     const size_t first = size_t(h * kv.tiles_cap + t0), count = size_t(t1 - t0);
     std::memset(kv.k.get() + first * kt, 0, count * kt);
-    std::memset(kv.v.get() + first * vt, 0, count * vt);
+    if (vt) std::memset(kv.v.get() + first * vt, 0, count * vt);
   }
 }
 }  // namespace
@@ -130,13 +139,13 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
       for (int64_t c = 0; c < d; ++c)
         for (int64_t j = a; j < b; ++j)
           std::memset(kt + stored_k_slot(kv.k_type, d, c, j) * ke, 0, size_t(ke));
-      std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
+      if (!kv.v_is_k) std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
       if (kv.k_type == KVType::q8_0) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(kt + d * kTileKeys);
         for (int64_t c = 0; c < d / 32; ++c)
           std::fill(sc + c * kTileKeys + a, sc + c * kTileKeys + b, uint16_t(0));
       }
-      if (kv.v_type == KVType::q8_0) {
+      if (kv.v_type == KVType::q8_0 && !kv.v_is_k) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(vt + kTileKeys * dp);
         std::fill(sc + a * (dp / 32), sc + b * (dp / 32), uint16_t(0));
       }
@@ -156,12 +165,12 @@ void empty_packed(PackedKVData& kv, bool zero_all) {
   // Zero slots are what the micro-kernels read past the last key; appends rely on them.
   if (zero_all) {
     std::memset(kv.k.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * kt);
-    std::memset(kv.v.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * vt);
+    if (vt) std::memset(kv.v.get(), 0, size_t(kv.kv_heads * kv.tiles_cap) * vt);
   } else {
     for (int64_t h = 0; h < kv.kv_heads; ++h) {
       const size_t last = size_t(h * kv.tiles_cap + kv.tiles_cap - 1);
       std::memset(kv.k.get() + last * kt, 0, kt);
-      std::memset(kv.v.get() + last * vt, 0, vt);
+      if (vt) std::memset(kv.v.get() + last * vt, 0, vt);
     }
   }
   forget_positions(kv);
@@ -264,26 +273,28 @@ void check_kv(const kernels::PackedKVData& d, const TensorView& k, const TensorV
 }  // namespace
 
 PackedKV::PackedKV(int64_t kv_heads, int64_t dim, DType dtype, int64_t capacity, bool bf16_dot,
-                   KVType k_type, KVType v_type)
+                   KVType k_type, KVType v_type, bool v_is_k)
     : d_(std::make_unique<kernels::PackedKVData>()) {
   // A stored type other than f32 is read through the f32 operands (widened per tile), except
   // bf16 for both, which bf16 inputs may keep as bf16 pairs for vdpbf16ps (bf16_dot).
   const bool f32_store = k_type == KVType::f32 && v_type == KVType::f32;
   const bool bf16_store = k_type == KVType::bf16 && v_type == KVType::bf16;
   kernels::Operands ops = kernels::Operands::f32;
-  if (f32_store || bf16_store) ops = kernels::operands_for(dtype, bf16_dot);
+  // Values read from the keys are transposed from f32 K tiles: the f32 operands only.
+  if ((f32_store || bf16_store) && !v_is_k) ops = kernels::operands_for(dtype, bf16_dot);
   if (ops == kernels::Operands::bf16_dot) k_type = v_type = KVType::f32;  // the pairs' own
-  kernels::init_packed(*d_, ops, dtype, kv_heads, dim, capacity, true, k_type, v_type);
+  kernels::init_packed(*d_, ops, dtype, kv_heads, dim, capacity, true, k_type, v_type, v_is_k);
 }
 PackedKV::PackedKV(PackedKV&&) noexcept = default;
 PackedKV& PackedKV::operator=(PackedKV&&) noexcept = default;
 PackedKV::~PackedKV() = default;
 
 PackedKV PackedKV::pack(const TensorView& k, const TensorView& v, int64_t capacity, int threads,
-                        bool bf16_dot, KVType k_type, KVType v_type) {
+                        bool bf16_dot, KVType k_type, KVType v_type, bool v_is_k) {
   SPATTN_CHECK(capacity == 0 || capacity >= k.seq, "PackedKV: capacity ", capacity,
                " is below the ", k.seq, " keys given");
-  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot, k_type, v_type);
+  PackedKV kv(k.heads, k.dim, k.dtype, capacity ? capacity : k.seq, bf16_dot, k_type, v_type,
+              v_is_k);
   kv.append(k, v, {}, threads);
   return kv;
 }
@@ -355,14 +366,14 @@ PackedKV PackedKV::copy(int64_t keys) const {
   c.d_ = std::make_unique<kernels::PackedKVData>();
   kernels::PackedKVData& e = *c.d_;
   kernels::init_packed(e, d.ops, d.dtype, d.kv_heads, d.dim, d.capacity, /*zero_all=*/false,
-                       d.k_type, d.v_type);
+                       d.k_type, d.v_type, d.v_is_k);
   // The tiles holding keys are copied, the rest zeroed; then the last one's tail past `keys`.
   const int64_t tiles = (keys + kernels::kTileKeys - 1) / kernels::kTileKeys;
   const size_t kt = size_t(d.k_tile_bytes), vt = size_t(d.v_tile_bytes);
   for (int64_t h = 0; h < d.kv_heads; ++h) {
     const size_t first = size_t(h * d.tiles_cap);
     std::memcpy(e.k.get() + first * kt, d.k.get() + first * kt, size_t(tiles) * kt);
-    std::memcpy(e.v.get() + first * vt, d.v.get() + first * vt, size_t(tiles) * vt);
+    if (vt) std::memcpy(e.v.get() + first * vt, d.v.get() + first * vt, size_t(tiles) * vt);
   }
   kernels::zero_tiles(e, tiles, e.tiles_cap);
   kernels::clear_slots(e, keys, tiles * kernels::kTileKeys);
@@ -409,6 +420,7 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
 int64_t PackedKV::size() const { return d_->size; }
 int64_t PackedKV::capacity() const { return d_->capacity; }
 size_t PackedKV::bytes() const { return d_->bytes(); }
+bool PackedKV::v_is_k() const { return d_->v_is_k; }
 int64_t PackedKV::kv_heads() const { return d_->kv_heads; }
 int64_t PackedKV::dim() const { return d_->dim; }
 DType PackedKV::dtype() const { return d_->dtype; }

@@ -71,8 +71,14 @@ struct PackedKVData {
   int64_t dp = 0;  // head dim of the V layout, padded to 16
   int64_t capacity = 0, tiles_cap = 0, size = 0;
   KVType k_type = KVType::f32, v_type = KVType::f32;  // storage (f32 under bf16_dot: see there)
-  int64_t k_elems = 0, v_elems = 0;                   // elements per tile
-  int64_t k_tile_bytes = 0, v_tile_bytes = 0;         // bytes per tile in storage
+  // V is K: no V tiles are stored (v_tile_bytes 0), and a key's value row is its key, read by
+  // transposing its K tile's column (KeysToV, flash_kv_widen-inl.h). DeepSeek's latent cache,
+  // whose V is the first kv_lora_rank values of each cached K row (llama.cpp's MLA cache holds
+  // K only); the caller drops the output values past those. Operands::f32 only; v_type then
+  // records k_type.
+  bool v_is_k = false;
+  int64_t k_elems = 0, v_elems = 0;            // elements per tile
+  int64_t k_tile_bytes = 0, v_tile_bytes = 0;  // bytes per tile in storage
   std::unique_ptr<unsigned char[], AlignedFree> k, v;
   std::vector<int64_t> positions;  // [size] original position of each packed key
   bool identity = true;            // positions[i] == i for every i
@@ -96,13 +102,14 @@ struct PackedKVData {
   unsigned char* v_bytes(int64_t kvh, int64_t t) const {
     return v.get() + (kvh * tiles_cap + t) * v_tile_bytes;
   }
-  // Storage held: K and V tiles at capacity, and the positions.
+  // Storage held: K and V tiles at capacity (K only when v_is_k), and the positions.
   size_t bytes() const {
     return size_t(kv_heads * tiles_cap * (k_tile_bytes + v_tile_bytes)) +
            positions.capacity() * sizeof(int64_t);
   }
   // Some tile is stored in a type the micro-kernels do not read (widened as it is read).
-  bool widened() const { return k_type != KVType::f32 || v_type != KVType::f32; }
+  // V is K's (v_is_k) counts: its tiles are made from K's as they are read.
+  bool widened() const { return k_type != KVType::f32 || v_type != KVType::f32 || v_is_k; }
   // Packed tile t as a visit for the keys [begin, end) of a range: the positions it spans.
   TileVisit visit(int64_t t, int64_t begin, int64_t end) const {
     return identity ? natural_visit(t, begin, end, size)
@@ -117,10 +124,11 @@ struct PackedKVData {
 
 // Storage for kv_heads x capacity keys of head dim `dim` in format `ops`, zeroed (zero_all), or
 // only each head's last tile zeroed, for a caller that writes every other slot at once. K and V
-// tiles are stored as k_type and v_type (f32 only under bf16_dot; q8_0 needs dim % 32 == 0).
+// tiles are stored as k_type and v_type (f32 only under bf16_dot; q8_0 needs dim % 32 == 0);
+// v_is_k: no V tiles (PackedKVData::v_is_k; f32 operands only, v_type ignored).
 void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, int64_t dim,
                  int64_t capacity, bool zero_all = true, KVType k_type = KVType::f32,
-                 KVType v_type = KVType::f32);
+                 KVType v_type = KVType::f32, bool v_is_k = false);
 // No keys: storage zeroed (zero_all) or each head's last tile only, positions and spans reset.
 void empty_packed(PackedKVData& kv, bool zero_all);
 // Throws Error unless n keys with these positions (null: natural) fit after the current ones.
@@ -142,7 +150,7 @@ void keep_keys(PackedKVData& kv, int64_t n);
 void clear_slots(PackedKVData& kv, int64_t from, int64_t to);
 
 // dst: src's keys (same heads, dim, positions) in f32 tiles, the values the loop would widen
-// tile by tile (bit for bit), at capacity src.size. For a call that reads each stored key many
+// tile by tile (bit for bit), at capacity src.size; V tiles of their own where src's V is K. For a call that reads each stored key many
 // times (token-sparse prefill): each tile widened once instead of once per read.
 void widen_packed(const PackedKVData& src, PackedKVData& dst);
 
