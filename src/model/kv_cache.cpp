@@ -21,17 +21,19 @@ void round_rows(const TensorView& t, KVType type) {
 
 KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype,
                  bool raw, KVType k_type, KVType v_type, int64_t quest_page, QuestSums quest_sums,
-                 const std::vector<bool>& quest_layers)
+                 const std::vector<bool>& quest_layers, bool v_is_k)
     : kv_heads_(kv_heads),
       dim_(dim),
       capacity_(capacity),
       dtype_(dtype),
       k_type_(k_type),
-      v_type_(v_type) {
+      v_type_(v_is_k ? k_type : v_type),
+      v_is_k_(v_is_k) {
   SPATTN_CHECK(n_layer >= 1, "KV cache: layers must be >= 1, got ", n_layer);
   packed_.reserve(size_t(n_layer));
   for (int64_t l = 0; l < n_layer; ++l)
-    packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type);
+    packed_.emplace_back(kv_heads, dim, dtype, capacity, /*bf16_dot=*/true, k_type, v_type_,
+                         v_is_k);
   SPATTN_CHECK(quest_layers.empty() || int64_t(quest_layers.size()) == n_layer,
                "KV cache: Quest's layer list has ", quest_layers.size(), " entries for ", n_layer,
                " layers");
@@ -44,7 +46,7 @@ KVCache::KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacit
   if (raw)
     for (int64_t l = 0; l < n_layer; ++l) {
       raw_k_.emplace_back(dtype, kv_heads, capacity, dim);
-      raw_v_.emplace_back(dtype, kv_heads, capacity, dim);
+      if (!v_is_k) raw_v_.emplace_back(dtype, kv_heads, capacity, dim);
     }
 }
 
@@ -76,11 +78,13 @@ void KVCache::append(int64_t l, const TensorView& k, const TensorView& v, int th
   if (has_raw()) {
     try {
       const TensorView rk = raw_k_[size_t(l)].view().rows(at, k.seq);
-      const TensorView rv = raw_v_[size_t(l)].view().rows(at, v.seq);
       copy_into(k, rk);
-      copy_into(v, rv);
       round_rows(rk, k_type_);
-      round_rows(rv, v_type_);
+      if (!v_is_k_) {
+        const TensorView rv = raw_v_[size_t(l)].view().rows(at, v.seq);
+        copy_into(v, rv);
+        round_rows(rv, v_type_);
+      }
     } catch (...) {
       p.truncate(at);
       throw;
@@ -135,6 +139,7 @@ KVCache KVCache::fork(int64_t n) const {
   c.dtype_ = dtype_;
   c.k_type_ = k_type_;
   c.v_type_ = v_type_;
+  c.v_is_k_ = v_is_k_;
   c.size_ = n;
   c.packed_.reserve(packed_.size());
   for (const PackedKV& p : packed_) c.packed_.push_back(p.copy(n));
@@ -144,11 +149,11 @@ KVCache KVCache::fork(int64_t n) const {
   }
   for (size_t l = 0; l < raw_k_.size(); ++l) {
     c.raw_k_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
+    if (n > 0) copy_into(raw_k_[l].view().rows(0, n), c.raw_k_[l].view().rows(0, n));
+  }
+  for (size_t l = 0; l < raw_v_.size(); ++l) {
     c.raw_v_.emplace_back(dtype_, kv_heads_, capacity_, dim_);
-    if (n > 0) {
-      copy_into(raw_k_[l].view().rows(0, n), c.raw_k_[l].view().rows(0, n));
-      copy_into(raw_v_[l].view().rows(0, n), c.raw_v_[l].view().rows(0, n));
-    }
+    if (n > 0) copy_into(raw_v_[l].view().rows(0, n), c.raw_v_[l].view().rows(0, n));
   }
   return c;
 }
@@ -180,6 +185,7 @@ TensorView KVCache::raw_k(int64_t l) const {
 TensorView KVCache::raw_v(int64_t l) const {
   check_layer(l);
   SPATTN_CHECK(has_raw(), "KV cache: made without raw rows");
+  if (v_is_k_) return raw_k(l);
   return raw_v_[size_t(l)].view().rows(0, packed_[size_t(l)].size());
 }
 

@@ -31,9 +31,12 @@ class KVCache {
   // size, written by every append and kept through commit, rollback, truncate and fork; in
   // the layers quest_layers marks (empty: every layer). A layer that never decodes by Quest
   // (its dense layers, a sliding window's) then pays neither their memory nor their appends.
+  // v_is_k: every layer's values are its keys (PackedKV's v_is_k: DeepSeek's latent cache),
+  // stored once as k_type (v_type ignored); appends' v is not read, and raw_v is raw_k.
   KVCache(int64_t n_layer, int64_t kv_heads, int64_t dim, int64_t capacity, DType dtype, bool raw,
           KVType k_type = KVType::f32, KVType v_type = KVType::f32, int64_t quest_page = 0,
-          QuestSums quest_sums = QuestSums::cache, const std::vector<bool>& quest_layers = {});
+          QuestSums quest_sums = QuestSums::cache, const std::vector<bool>& quest_layers = {},
+          bool v_is_k = false);
   KVCache(KVCache&&) noexcept = default;
   KVCache& operator=(KVCache&&) noexcept = default;
 
@@ -44,6 +47,7 @@ class KVCache {
   DType dtype() const { return dtype_; }
   KVType k_type() const { return k_type_; }
   KVType v_type() const { return v_type_; }
+  bool v_is_k() const { return v_is_k_; }
   bool has_raw() const { return !raw_k_.empty(); }
   size_t packed_bytes() const;  // every layer's PackedKV storage, at capacity
   // The K and V tiles' bytes one token takes over every layer, as stored (-ctk / -ctv; q8_0's
@@ -91,8 +95,9 @@ class KVCache {
   int64_t kv_heads_ = 0, dim_ = 0, capacity_ = 0, size_ = 0;
   DType dtype_ = DType::f32;
   KVType k_type_ = KVType::f32, v_type_ = KVType::f32;
+  bool v_is_k_ = false;
   std::vector<PackedKV> packed_;
-  std::vector<Tensor> raw_k_, raw_v_;
+  std::vector<Tensor> raw_k_, raw_v_;             // raw_v_ empty where v_is_k
   std::vector<std::optional<QuestPages>> pages_;  // per layer (empty where none), or none
 };
 

@@ -78,6 +78,11 @@ Session::AttentionShape shape_of(const Config& c, const SessionOptions& o) {
   if (latent_cache(c, o)) return {c.n_head, 1, c.kv_lora_rank + c.rot(), true};
   return {c.n_head, c.n_head_kv, c.head_dim, false};
 }
+// The values' cache type: -ctv, but none of its own in the latent cache, whose values are its
+// keys (llama.cpp's MLA cache holds K only; -ctv does not apply there either).
+KVType value_cache_type(const SessionOptions& o, const Session::AttentionShape& a) {
+  return a.latent ? o.cache_type_k : o.cache_type_v;
+}
 float attention_scale(const Config& c, const Session::AttentionShape& a) {
   if (a.latent && c.attn_scale == 0) return 1.0f / std::sqrt(float(c.head_dim));
   return float(c.attn_scale);  // 0: the kernels' 1 / sqrt(head dim)
@@ -109,7 +114,7 @@ BackendContext backend_context(const SessionOptions& o, const Config* cfg, int64
   c.h2o_heavy = o.h2o_heavy;
   c.threads = o.threads;
   c.k_type = o.cache_type_k;
-  c.v_type = o.cache_type_v;
+  c.v_type = cfg ? value_cache_type(o, shape_of(*cfg, o)) : o.cache_type_v;
   c.cp = bool(o.cp);
   c.shared = shared;
   return c;
@@ -362,8 +367,8 @@ struct Session::Impl {
         rope_swa(swa_rope(cfg, o.n_ctx)),
         b(make_backends(cfg, opt)),
         cache(cfg.n_layer, shape.kv_heads, shape.dim, cache_capacity(o, b), DType::f32,
-              /*raw=*/b.raw_keys && !o.cp, o.cache_type_k, o.cache_type_v, b.quest_page,
-              b.quest_sums, b.pages) {
+              /*raw=*/b.raw_keys && !o.cp, o.cache_type_k, value_cache_type(o, shape), b.quest_page,
+              b.quest_sums, b.pages, /*v_is_k=*/shape.latent) {
     if (opt.cp) {
       for (int64_t l = 0; l < cfg.n_layer; ++l) {
         SPATTN_CHECK(!cfg.is_swa(l),
@@ -561,20 +566,21 @@ struct Session::Impl {
     const int64_t Hq = shape.q_heads, Hkv = shape.kv_heads, d = shape.dim;
     const TensorView qv = TensorView::shd(q.data(), DType::f32, Hq, n, d);
     const TensorView kv = TensorView::shd(k.data(), DType::f32, Hkv, n, d);
-    const TensorView vv = TensorView::shd(v.data(), DType::f32, Hkv, n, d);
+    const TensorView vv = TensorView::shd(v_rows(), DType::f32, Hkv, n, d);
     const TensorView ov = TensorView::shd(att.data(), DType::f32, Hq, n, d);
+    const KVType vt = value_cache_type(opt, shape);
     SPATTN_CHECK(grp || cache.layer_size(l) == pos0, "internal: layer ", l, " holds ",
                  cache.layer_size(l), " tokens, rows start at ", pos0);
     // The rows as the cache stores them (-ctk / -ctv), for every reader: the packed cache
     // rounds them the same way (idempotently), chunked_h2o's memory sets and the methods'
     // raw rows take them from here.
-    if (opt.cache_type_k != KVType::f32 || opt.cache_type_v != KVType::f32)
+    if (opt.cache_type_k != KVType::f32 || vt != KVType::f32)
       for_row_chunks(n, [&](int64_t r0, int64_t r1) {
         for (int64_t i = r0 * Hkv; i < r1 * Hkv; ++i) {
           if (opt.cache_type_k != KVType::f32)
             kv_round_row(opt.cache_type_k, &k[size_t(i * d)], &k[size_t(i * d)], d);
-          if (opt.cache_type_v != KVType::f32)
-            kv_round_row(opt.cache_type_v, &v[size_t(i * d)], &v[size_t(i * d)], d);
+          if (vt != KVType::f32 && !shape.latent)
+            kv_round_row(vt, &v[size_t(i * d)], &v[size_t(i * d)], d);
         }
       });
     if (pass == Pass::ring) {
@@ -593,14 +599,14 @@ struct Session::Impl {
                         h2o_wire,
                         q.data(),
                         k.data(),
-                        v.data(),
+                        v_rows(),
                         att.data(),
                         &cache.packed(l),
                         Hq,
                         Hkv,
                         d,
                         opt.cache_type_k,
-                        opt.cache_type_v,
+                        vt,
                         attn_opt(-1),
                         stats,
                         cfg.has_indexer() ? &dsa : nullptr};
@@ -730,20 +736,20 @@ struct Session::Impl {
 
   // The latent cache's rows [r0, r1) (llama.cpp's absorbed form, deepseek2.cpp's is_mla branch):
   // the one kv head's k is the normed kv latent (h) then the token's rope key (kv_a's tail,
-  // turned by RoPE with the q heads), its v the latent then zeros (llama.cpp's v is a view of
-  // the cached k's first kv_lora_rank values; the kernels read one head size, and the zeros'
-  // outputs, past the kv_lora_rank that compact_attention keeps, are dropped).
+  // turned by RoPE with the q heads). Its v is k itself (v_rows; the cache stores it once,
+  // KVCache's v_is_k), as llama.cpp's v is a view of the cached k's first kv_lora_rank values:
+  // the kernels read one head size, and the outputs past the kv_lora_rank that
+  // compact_attention keeps (the rope key's weighted sum) are dropped.
   void assemble_latent(int64_t r0, int64_t r1) {
     const int64_t lora = cfg.kv_lora_rank, rot = cfg.rot(), d = lora + rot, kva = lora + rot;
     for (int64_t i = r0; i < r1; ++i) {
       float* kd = &k[size_t(i * d)];
-      float* vd = &v[size_t(i * d)];
       std::copy_n(&h[size_t(i * lora)], lora, kd);
       std::copy_n(&kv_a[size_t(i * kva + lora)], rot, kd + lora);
-      std::copy_n(kd, lora, vd);
-      std::fill(vd + lora, vd + d, 0.0f);
     }
   }
+  // The attention's value rows: v, or k where the values are the keys (the latent cache).
+  float* v_rows() { return shape.latent ? k.data() : v.data(); }
 
   // The lightning indexer's rows [r0, r1) as llama.cpp's deepseek32 and glm-dsa graphs turn
   // them: RoPE on the first rot() values of each query head and of the key (idx_rope), the
@@ -854,11 +860,11 @@ struct Session::Impl {
       if (tap && (tap_layer == kTapAllLayers || l == tap_layer)) {
         if (pass == Pass::ring) {  // the rank's two runs, each contiguous
           const dist::Zigzag::Run a = zz.first(grp->rank()), b = zz.second(grp->rank());
-          tap(l, a.pos, a.len, q.data(), k.data(), v.data());
+          tap(l, a.pos, a.len, q.data(), k.data(), v_rows());
           tap(l, b.pos, b.len, q.data() + a.len * Hq * d, k.data() + a.len * Hkv * d,
-              v.data() + a.len * Hkv * d);
+              v_rows() + a.len * Hkv * d);
         } else {
-          tap(l, pos0, n, q.data(), k.data(), v.data());
+          tap(l, pos0, n, q.data(), k.data(), v_rows());
         }
       }
       const auto t0 = Clock::now();

@@ -233,8 +233,9 @@ TEST(MlaLatent, DsaDecodeReadsTheSelectedLatentRows) {
   EXPECT_GE(dense.memory().indexer_keys, room);
 }
 
-// The cache's bytes a token over every layer: K (kv latent + rope) and V (the latent, zero-
-// padded to the same width) of one kv head, as stored, against every head's k and v expanded.
+// The cache's bytes a token over every layer: K (kv latent + rope) of one kv head, as stored,
+// and no V (its values are the latent, K's first values, as llama.cpp's MLA cache holds K
+// only), against every head's k and v expanded.
 TEST(MlaLatent, CacheHoldsTheLatentPerToken) {
   const spattn::test::TempDir d("spattn_mla_latent");
   const std::string p = (d / "m.gguf").string();
@@ -252,14 +253,15 @@ TEST(MlaLatent, CacheHoldsTheLatentPerToken) {
     const int64_t w = c.kv_lora_rank + c.rot();  // 40
     EXPECT_EQ(latent.cache().kv_heads(), 1);
     EXPECT_EQ(latent.cache().dim(), w);
-    // K's (kv_lora_rank + rope) values and V's as many (padded to 16: 48), each layer.
-    const size_t v_w = size_t((w + 15) / 16 * 16);
-    EXPECT_EQ(latent.cache().bytes_per_token(), size_t(c.n_layer) * (size_t(w) + v_w) * elem);
+    // K's (kv_lora_rank + rope) values each layer, nothing else.
+    EXPECT_TRUE(latent.cache().v_is_k());
+    EXPECT_EQ(latent.cache().bytes_per_token(), size_t(c.n_layer * w) * elem);
     EXPECT_EQ(latent.memory().kv_cache_per_token, latent.cache().bytes_per_token());
     o.mla_expanded = true;
     const model::Session expanded(m, o);
     EXPECT_EQ(expanded.cache().bytes_per_token(),
               size_t(c.n_layer * c.n_head) * size_t(c.head_dim + 32) * elem);  // v 24 -> 32
+    EXPECT_FALSE(expanded.cache().v_is_k());
     EXPECT_GT(expanded.memory().kv_cache, 2 * latent.memory().kv_cache);
   }
 }
@@ -277,7 +279,7 @@ TEST(MlaLatent, RunJsonReportsTheLatentCache) {
   EXPECT_EQ(j["kv_cache_heads"], 1);
   EXPECT_EQ(j["kv_cache_head_dim"], s.kv_lora + s.rope_dim);
   EXPECT_EQ(j["kv_cache_tokens"], 256);
-  EXPECT_EQ(j["kv_cache_bytes_per_token"].get<int64_t>(), s.layers * (40 + 48) * 2);  // f16
+  EXPECT_EQ(j["kv_cache_bytes_per_token"].get<int64_t>(), s.layers * 40 * 2);  // f16, K only
   EXPECT_GE(j["kv_cache_bytes"].get<int64_t>(), 256 * j["kv_cache_bytes_per_token"].get<int64_t>());
   // The weights it owns are the loader's alone (f32 norms): no expanded attn_kv_b made.
   EXPECT_EQ(j["weights_owned_bytes"].get<size_t>(), model::load_model(p).memory().owned);
