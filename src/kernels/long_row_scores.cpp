@@ -12,16 +12,23 @@
 HWY_BEFORE_NAMESPACE();
 namespace spattn::kernels::HWY_NAMESPACE {
 
+// Keys [from, to) of k into their slots of tiles already zeroed.
 template <class Ops>
-void PackWith(const float* k, int64_t n, int64_t w, int64_t tiles, void* dst) {
+void PackRows(const float* k, int64_t from, int64_t to, int64_t w, void* dst) {
   using T = typename Ops::T;
   T* t = static_cast<T*>(dst);
   const int64_t elems = Ops::k_tile_elems(w);
   std::vector<float> row_buf(size_t(w) + 16);
-  const TensorView kv = TensorView::shd(const_cast<float*>(k), DType::f32, 1, n, w);
-  std::fill(t, t + tiles * elems, T(0));
-  for (int64_t j = 0; j < n; ++j)
+  const TensorView kv = TensorView::shd(const_cast<float*>(k), DType::f32, 1, to, w);
+  for (int64_t j = from; j < to; ++j)
     Ops::PackKeyK(kv, 0, j, j % kTileKeys, w, t + (j / kTileKeys) * elems, row_buf.data());
+}
+
+template <class Ops>
+void PackWith(const float* k, int64_t n, int64_t w, int64_t tiles, void* dst) {
+  using T = typename Ops::T;
+  std::fill(static_cast<T*>(dst), static_cast<T*>(dst) + tiles * Ops::k_tile_elems(w), T(0));
+  PackRows<Ops>(k, 0, n, w, dst);
 }
 
 template <class Ops>
@@ -62,6 +69,15 @@ bool PackEntry(const float* k, int64_t n, int64_t w, int64_t tiles, bool bf16, v
   return false;
 }
 
+void AppendEntry(const float* k, int64_t from, int64_t to, int64_t w, bool bf16, void* dst) {
+#if HWY_TARGET == HWY_AVX3
+  if (bf16) return PackRows<Bf16DotOps>(k, from, to, w, dst);
+#else
+  SPATTN_CHECK(!bf16, "long-row scores: bf16 tiles on a target without them");
+#endif
+  PackRows<F32Ops>(k, from, to, w, dst);
+}
+
 void ScoresEntry(const float* q, int64_t rows, const LongRowKeys* keys, int64_t first, int64_t cols,
                  float alpha, float* s, int64_t lds) {
 #if HWY_TARGET == HWY_AVX3
@@ -78,6 +94,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace spattn::kernels {
 HWY_EXPORT(PackEntry);
+HWY_EXPORT(AppendEntry);
 HWY_EXPORT(ScoresEntry);
 
 // The bf16 tiles exist only in the AVX3 target's code (the one dispatched to where the CPU has
@@ -95,17 +112,24 @@ void copy_row_f32(const TensorView& t, int64_t h, int64_t s, float* dst) {
   for (int64_t c = 0; c < t.dim; ++c) dst[c] = t.get(h, s, c);
 }
 
-LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16) {
+LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16, int64_t capacity) {
   SPATTN_CHECK(n >= 0 && w >= 2 && w % 2 == 0, "long-row scores: ", n, " keys of ", w,
                " values (an even number >= 2)");
   LongRowKeys keys;
   keys.n = n;
   keys.w = w;
-  keys.tiles = std::max<int64_t>(1, (n + kTileKeys - 1) / kTileKeys);
+  keys.tiles = std::max<int64_t>(1, (std::max(n, capacity) + kTileKeys - 1) / kTileKeys);
   keys.data.reset(static_cast<unsigned char*>(
       aligned_alloc_bytes(size_t(keys.tiles * w * kTileKeys) * sizeof(float))));
   keys.bf16 = HWY_DYNAMIC_DISPATCH(PackEntry)(k, n, w, keys.tiles, bf16, keys.data.get());
   return keys;
+}
+
+void append_long_row_keys(LongRowKeys& keys, const float* k, int64_t n) {
+  SPATTN_CHECK(n >= keys.n && n <= keys.tiles * kTileKeys, "long-row scores: appending to ", n,
+               " keys of ", keys.n, " packed, room for ", keys.tiles * kTileKeys);
+  HWY_DYNAMIC_DISPATCH(AppendEntry)(k, keys.n, n, keys.w, keys.bf16, keys.data.get());
+  keys.n = n;
 }
 
 void long_row_scores(const float* q, int64_t rows, const LongRowKeys& keys, int64_t cols,

@@ -26,8 +26,13 @@ void copy_row_f32(const TensorView& t, int64_t h, int64_t s, float* dst);
 bool long_row_bf16_supported();
 
 // Packs keys k [n][w] (row-major f32), zero past the last key; bf16 only where supported
-// (else the f32 tiles).
-LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16);
+// (else the f32 tiles). Tiles for max(n, capacity) keys, so that append_long_row_keys can add
+// keys up to the capacity in place.
+LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16,
+                               int64_t capacity = 0);
+// Packs keys [keys.n, n) of k (the same rows as packed so far, then the new ones) into keys'
+// tiles in place, n at most the room (tiles x 64): the bytes packing all n at once writes.
+void append_long_row_keys(LongRowKeys& keys, const float* k, int64_t n);
 
 // s[r * lds + j] = alpha * q[r] . k[first + j] for r < rows, j < cols (first a multiple of 64,
 // first + cols <= keys.n); q [rows][w] row-major f32 (rounded to bf16 first when the keys are

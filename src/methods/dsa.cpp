@@ -52,8 +52,17 @@ void IndexerKeys::pack(int64_t n) {
   if (int64_t(chunks_.size()) < count) chunks_.resize(size_t(count));
   for (int64_t c = 0; c < count; ++c) {
     const int64_t rows = std::min(kChunk, size() - c * kChunk);
-    if (chunks_[size_t(c)].n == rows) continue;
-    chunks_[size_t(c)] = kernels::pack_long_row_keys(row(c * kChunk), rows, dim_, false);
+    kernels::LongRowKeys& chunk = chunks_[size_t(c)];
+    if (chunk.n == rows) continue;
+    // A chunk is packed with room for the keys the rows' room holds in it, and those that
+    // arrive later (a decode step's one) go into it in place: repacking the last chunk whole
+    // at every step cost a fresh 2 MB of tiles a layer and a pack of up to 4,096 keys.
+    if (chunk.data && chunk.n < rows && rows <= chunk.tiles * kKeyBlock) {
+      kernels::append_long_row_keys(chunk, row(c * kChunk), rows);
+    } else {
+      const int64_t room = std::clamp(int64_t(rows_.capacity()) / dim_ - c * kChunk, rows, kChunk);
+      chunk = kernels::pack_long_row_keys(row(c * kChunk), rows, dim_, false, room);
+    }
   }
 }
 

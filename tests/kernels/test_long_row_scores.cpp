@@ -81,6 +81,28 @@ TEST(LongRowScores, MatchTheDoubleTwin) {
   }
 }
 
+// Keys appended into a pack's room write the bytes packing them all at once writes; past the
+// room is refused.
+TEST(LongRowScores, AppendedKeysEqualPackedAtOnce) {
+  const int64_t w = 40, n = 150;
+  std::vector<float> k(static_cast<size_t>(n * w));
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> nd;
+  for (float& x : k) x = nd(rng);
+  for (bool bf16 : {false, true}) {
+    LongRowKeys grown = pack_long_row_keys(k.data(), 70, w, bf16, 192);
+    EXPECT_EQ(grown.tiles, 3);
+    append_long_row_keys(grown, k.data(), 71);
+    append_long_row_keys(grown, k.data(), n);
+    const LongRowKeys once = pack_long_row_keys(k.data(), n, w, bf16, 192);
+    ASSERT_EQ(grown.bf16, once.bf16);
+    const size_t bytes = size_t(3 * 64 * w) * (once.bf16 ? 2 : 4);
+    EXPECT_EQ(std::memcmp(grown.data.get(), once.data.get(), bytes), 0) << bf16;
+    EXPECT_THROW(append_long_row_keys(grown, k.data(), 193), Error);
+    EXPECT_THROW(append_long_row_keys(grown, k.data(), 100), Error);  // fewer than packed
+  }
+}
+
 TEST(LongRowScores, BadArgumentsAreNamed) {
   const std::vector<float> k(6, 1.0f);
   EXPECT_THROW(pack_long_row_keys(k.data(), 2, 3, false), Error);  // an odd row length

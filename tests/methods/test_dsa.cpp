@@ -205,6 +205,39 @@ TEST(Dsa, SelectionIsLlamaCppsTopKWithTies) {
   EXPECT_GE(not_earliest, 1);
 }
 
+// Keys packed as they arrive (a prompt, then decode steps one key at a time, across a chunk's
+// end, and after a truncation) score as the same keys packed at once, bit for bit, and a
+// decode step's key goes into its chunk in place (the chunk's tiles are not made again).
+TEST(Dsa, KeysPackedAsTheyArriveEqualPackedAtOnce) {
+  const int64_t H = 3, D = 64, n = IndexerKeys::kChunk + 40;
+  const std::vector<float> k = randn(size_t(n * D), 11), q = randn(size_t(H * D), 12),
+                           w = randn(size_t(H), 13);
+  IndexerKeys grown(D, n);
+  const int64_t prompt = IndexerKeys::kChunk - 20;
+  grown.append(k.data(), prompt);
+  grown.pack(prompt);
+  const void* tiles = grown.chunk(0).data.get();
+  bool rolled_back = false;
+  for (int64_t j = prompt; j < n; ++j) {
+    if (j == prompt + 10 && !rolled_back) {  // a rollback of five keys, then on
+      grown.truncate(j - 5);
+      j -= 5;
+      rolled_back = true;
+    }
+    grown.append(k.data() + j * D, 1);
+    grown.pack(j + 1);
+    if (j + 1 < IndexerKeys::kChunk && j < prompt + 5) EXPECT_EQ(grown.chunk(0).data.get(), tiles);
+  }
+  IndexerKeys once(D);
+  once.append(k.data(), n);
+  once.pack(n);
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n)),
+      scratch(size_t(H * IndexerKeys::kBlock));
+  indexer_scores(q.data(), w.data(), H, grown, 0, n, a.data(), scratch.data());
+  indexer_scores(q.data(), w.data(), H, once, 0, n, b.data(), scratch.data());
+  EXPECT_EQ(a, b);
+}
+
 TEST(Dsa, KeysTruncateAppendAndCopy) {
   const int64_t D = 64, n = IndexerKeys::kChunk + 10;
   const std::vector<float> k = randn(size_t(n * D), 7), q = randn(size_t(D), 8);
