@@ -181,72 +181,8 @@ HWY_EXPORT(DecodeRangesEntry);
 }  // namespace kernels
 
 namespace {
-// The chunked decode itself: q [Hq, Lq, d] with Lq up to a query tile (kTileRows) rows, each
+// The chunked decode itself: q [Hq, Lq, d] with Lq up to 64 rows (rows_per_item's items), each
 // key chunk of every q head a work item, merged by LSE.
-void decode_chunks(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                   const AttnOptions& opt, const DecodeOptions& dopt, float* lse, Stats* stats,
-                   SkipStats* skip);
-
-// The q heads a grouped decode item takes (see attention_decode): the whole group when it fits
-// a prefill query tile (64 rows), else the largest even share of it that does (DeepSeek's
-// latent attention: 128 q heads over one cached head, two items a key chunk). Fixed, not
-// derived from the thread count, so BLASST's skips (per item) are too; a short cache's one
-// chunk still makes two items for two threads.
-int64_t rows_per_item(int64_t group) {
-  constexpr int64_t kItemRows = 64;
-  static_assert(kItemRows <= kernels::kMaxTileRows);
-  for (int64_t parts = (group + kItemRows - 1) / kItemRows;; ++parts)
-    if (group % parts == 0) return group / parts;
-}
-}  // namespace
-
-void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
-                      const AttnOptions& opt, const DecodeOptions& dopt, float* lse, Stats* stats,
-                      SkipStats* skip) {
-  SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
-               kMaxDecodeQueries, "], got ", q.seq);
-  // Decode of one query per q head that sees every key (the newest token's, as a model runner
-  // decodes): the q heads of a kv head's group become the rows of one item (up to a query
-  // tile's, rows_per_item), as raw decode does, so each key tile is read (and, stored as f16 /
-  // bf16 / q8_0, widened) once per item instead of once per q head, and a micro-kernel strip
-  // holds real rows. Dense, rows are independent and each entry is the same dot product in the
-  // same order: the same bits. With BLASST's rule the item's heads are one query tile, as
-  // prefill's rows are: a tile is skipped when every q head of the item is below the threshold
-  // (BLASST, Section 3: the rule per query block), and its V is then read by none of them.
-  const int64_t group = kv.kv_heads() > 0 ? q.heads / kv.kv_heads() : 0;
-  const int64_t q_pos = opt.q_start >= 0 ? opt.q_start : kv.max_position();
-  if (q.seq == 1 && group > 1 && q.heads % kv.kv_heads() == 0 && kv.size() > 0 &&
-      (!opt.causal || q_pos >= kv.max_position()) && out.heads == q.heads && out.seq == 1) {
-    const int64_t rows = rows_per_item(group);
-    const auto grouped = [&](const TensorView& t) {
-      TensorView g = t;
-      g.heads = t.heads / rows;
-      g.seq = rows;
-      g.stride_seq = t.stride_head;
-      g.stride_head = t.stride_head * rows;
-      return g;
-    };
-    AttnOptions all = opt;
-    all.causal = false;  // every key is visible to these queries
-    all.q_start = -1;
-    SkipStats per_item;
-    per_item.record_tiles = skip && skip->record_tiles;
-    decode_chunks(grouped(q), kv, grouped(out), all, dopt, lse, stats, skip ? &per_item : nullptr);
-    if (skip) {  // per q head, as the ungrouped call records it: each its item's tiles
-      skip->reset(q.heads, 1);
-      for (int64_t h = 0; h < q.heads; ++h) {
-        skip->visited[size_t(h)] = per_item.visited[size_t(h / rows)];
-        skip->skipped[size_t(h)] = per_item.skipped[size_t(h / rows)];
-        if (skip->record_tiles)
-          skip->skipped_tiles[size_t(h)] = per_item.skipped_tiles[size_t(h / rows)];
-      }
-    }
-    return;
-  }
-  decode_chunks(q, kv, out, opt, dopt, lse, stats, skip);
-}
-
-namespace {
 void decode_chunks(const TensorView& q, const PackedKV& kv, const TensorView& out,
                    const AttnOptions& opt, const DecodeOptions& dopt, float* lse, Stats* stats,
                    SkipStats* skip) {
@@ -307,7 +243,65 @@ void decode_chunks(const TensorView& q, const PackedKV& kv, const TensorView& ou
       for (auto& tiles : skip->skipped_tiles) std::sort(tiles.begin(), tiles.end());
   }
 }
+
+// The q heads a grouped decode item takes (see attention_decode): the whole group when it fits
+// a prefill query tile (64 rows), else the largest even share of it that does (DeepSeek's
+// latent attention: 128 q heads over one cached head, two items a key chunk). Fixed, not
+// derived from the thread count, so BLASST's skips (per item) are too; a short cache's one
+// chunk still makes two items for two threads.
+int64_t rows_per_item(int64_t group) {
+  constexpr int64_t kItemRows = 64;
+  static_assert(kItemRows <= kernels::kMaxTileRows);
+  for (int64_t parts = (group + kItemRows - 1) / kItemRows;; ++parts)
+    if (group % parts == 0) return group / parts;
+}
 }  // namespace
+
+void attention_decode(const TensorView& q, const PackedKV& kv, const TensorView& out,
+                      const AttnOptions& opt, const DecodeOptions& dopt, float* lse, Stats* stats,
+                      SkipStats* skip) {
+  SPATTN_CHECK(q.seq >= 1 && q.seq <= kMaxDecodeQueries, "decode: q_len must be in [1, ",
+               kMaxDecodeQueries, "], got ", q.seq);
+  // Decode of one query per q head that sees every key (the newest token's, as a model runner
+  // decodes): the q heads of a kv head's group become the rows of one item (up to a query
+  // tile's, rows_per_item), as raw decode does, so each key tile is read (and, stored as f16 /
+  // bf16 / q8_0, widened) once per item instead of once per q head, and a micro-kernel strip
+  // holds real rows. Dense, rows are independent and each entry is the same dot product in the
+  // same order: the same bits. With BLASST's rule the item's heads are one query tile, as
+  // prefill's rows are: a tile is skipped when every q head of the item is below the threshold
+  // (BLASST, Section 3: the rule per query block), and its V is then read by none of them.
+  const int64_t group = kv.kv_heads() > 0 ? q.heads / kv.kv_heads() : 0;
+  const int64_t q_pos = opt.q_start >= 0 ? opt.q_start : kv.max_position();
+  if (q.seq == 1 && group > 1 && q.heads % kv.kv_heads() == 0 && kv.size() > 0 &&
+      (!opt.causal || q_pos >= kv.max_position()) && out.heads == q.heads && out.seq == 1) {
+    const int64_t rows = rows_per_item(group);
+    const auto grouped = [&](const TensorView& t) {
+      TensorView g = t;
+      g.heads = t.heads / rows;
+      g.seq = rows;
+      g.stride_seq = t.stride_head;
+      g.stride_head = t.stride_head * rows;
+      return g;
+    };
+    AttnOptions all = opt;
+    all.causal = false;  // every key is visible to these queries
+    all.q_start = -1;
+    SkipStats per_item;
+    per_item.record_tiles = skip && skip->record_tiles;
+    decode_chunks(grouped(q), kv, grouped(out), all, dopt, lse, stats, skip ? &per_item : nullptr);
+    if (skip) {  // per q head, as the ungrouped call records it: each its item's tiles
+      skip->reset(q.heads, 1);
+      for (int64_t h = 0; h < q.heads; ++h) {
+        skip->visited[size_t(h)] = per_item.visited[size_t(h / rows)];
+        skip->skipped[size_t(h)] = per_item.skipped[size_t(h / rows)];
+        if (skip->record_tiles)
+          skip->skipped_tiles[size_t(h)] = per_item.skipped_tiles[size_t(h / rows)];
+      }
+    }
+    return;
+  }
+  decode_chunks(q, kv, out, opt, dopt, lse, stats, skip);
+}
 
 void attention_decode_ranges(const TensorView& q, const PackedKV& kv, const TensorView& out,
                              const std::vector<std::vector<KeyRange>>& ranges,
