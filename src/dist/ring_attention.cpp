@@ -56,6 +56,32 @@ void from_wire(const unsigned char* src, int64_t n, DType t, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = load_as_f32(src + i * 2, t);
 }
 
+// A shard of m positions on the wire: its K rows, then its V rows unless the values are the
+// keys (RingLayer::v_is_k: the latent cache, whose rows would otherwise travel twice). put
+// writes n rows from k and v as rows [i, i + n) of it, get reads them back into k and v (v
+// neither read nor written, and may be null, when the values are the keys).
+struct WireShard {
+  const RingLayer& L;
+  DType type;
+  int64_t row;  // values a K (or V) row
+  size_t es;    // bytes a value on the wire
+  size_t bytes(int64_t m) const { return size_t(m * row) * es * (L.v_is_k ? 1 : 2); }
+  void put(const float* k, const float* v, int64_t i, int64_t n, int64_t m,
+           unsigned char* dst) const {
+    to_wire(k, n * row, type, dst + size_t(i * row) * es);
+    if (!L.v_is_k) to_wire(v, n * row, type, dst + size_t((m + i) * row) * es);
+  }
+  void get(const unsigned char* src, int64_t i, int64_t n, int64_t m, float* k, float* v) const {
+    from_wire(src + size_t(i * row) * es, n * row, type, k);
+    if (!L.v_is_k) from_wire(src + size_t((m + i) * row) * es, n * row, type, v);
+  }
+};
+
+WireShard wire_shard(const RingLayer& L) {
+  const DType t = wire_dtype(L.k_type, L.v_type);
+  return {L, t, L.kv_heads * L.dim, dtype_size(t)};
+}
+
 }  // namespace
 
 std::vector<char> pattern_needed(const Zigzag& z, const RingPattern& pt) {
@@ -96,9 +122,9 @@ namespace {
 PackedKV& fit_packed(std::unique_ptr<PackedKV>& p, const RingLayer& L, int64_t rows,
                      bool bf16_dot) {
   if (!p || p->capacity() < rows || p->k_type() != L.k_type || p->v_type() != L.v_type ||
-      p->kv_heads() != L.kv_heads || p->bf16_operands() != bf16_dot)
+      p->kv_heads() != L.kv_heads || p->bf16_operands() != bf16_dot || p->v_is_k() != L.v_is_k)
     p = std::make_unique<PackedKV>(L.kv_heads, L.dim, DType::f32, rows, bf16_dot, L.k_type,
-                                   L.v_type);
+                                   L.v_type, L.v_is_k);
   return *p;
 }
 
@@ -148,9 +174,8 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   const RingPattern& pt = *L.pattern;
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, n = z.n;
-  const DType wire = wire_dtype(L.k_type, L.v_type);
-  const size_t es = dtype_size(wire);
-  const int64_t row = Hkv * d;  // values per K (or V) row
+  const WireShard wire = wire_shard(L);
+  const int64_t row = wire.row;
   const std::vector<char> need = pattern_needed(z, pt);
   // Per rank: the positions its shard carries on the wire.
   std::vector<std::vector<int64_t>> sent(static_cast<size_t>(P));
@@ -160,17 +185,15 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       if (need[size_t(p)]) sent[size_t(q)].push_back(p);
     most = std::max(most, sent[size_t(q)].size());
   }
-  const auto shard_bytes = [&](int q) { return sent[size_t(q)].size() * size_t(row) * es * 2; };
-  for (auto& b : s.buf) b.resize(most * size_t(row) * es * 2);
-  {  // the rank's own rows that others see, K rows then V rows
+  const auto shard_bytes = [&](int q) { return wire.bytes(int64_t(sent[size_t(q)].size())); };
+  for (auto& b : s.buf) b.resize(wire.bytes(int64_t(most)));
+  {  // the rank's own rows that others see
     const std::vector<int64_t> own = z.positions(r);
-    const size_t m = sent[size_t(r)].size();
-    size_t i = 0;
+    const auto m = int64_t(sent[size_t(r)].size());
+    int64_t i = 0;
     for (size_t j = 0; j < own.size(); ++j) {
       if (!need[size_t(own[j])]) continue;
-      to_wire(L.k + int64_t(j) * row, row, wire, s.buf[0].data() + i * size_t(row) * es);
-      to_wire(L.v + int64_t(j) * row, row, wire, s.buf[0].data() + (m + i) * size_t(row) * es);
-      ++i;
+      wire.put(L.k + int64_t(j) * row, L.v + int64_t(j) * row, i++, 1, m, s.buf[0].data());
     }
   }
   const int64_t rows = z.rows(r);
@@ -190,11 +213,10 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       pos = sent[size_t(src)];
       const int64_t m = int64_t(pos.size());
       s.k.resize(size_t(m * row));
-      s.v.resize(size_t(m * row));
-      from_wire(ring.in_hand(), m * row, wire, s.k.data());
-      from_wire(ring.in_hand() + size_t(m * row) * es, m * row, wire, s.v.data());
+      s.v.resize(L.v_is_k ? 0 : size_t(m * row));
+      wire.get(ring.in_hand(), 0, m, m, s.k.data(), s.v.data());
       kk = s.k.data();
-      vv = s.v.data();
+      vv = L.v_is_k ? kk : s.v.data();
       g.progress();
     }
     // Rows [at, at + cnt) of the rank against the shard's rows [k0, k0 + nk), merged into out.
@@ -299,16 +321,14 @@ void blasst_seed(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s) 
 void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d, n = z.n;
-  const DType wire = wire_dtype(L.k_type, L.v_type);
-  const size_t es = dtype_size(wire);
-  const auto shard_bytes = [&](int q) { return size_t(z.rows(q) * row) * es * 2; };
+  const WireShard wire = wire_shard(L);
+  const auto shard_bytes = [&](int q) { return wire.bytes(z.rows(q)); };
   const int64_t rows = z.rows(r);
   std::vector<size_t> counts(static_cast<size_t>(P));
   for (int q = 0; q < P; ++q) counts[size_t(q)] = shard_bytes(q);
   s.buf[0].resize(shard_bytes(r));
-  to_wire(L.k, rows * row, wire, s.buf[0].data());
-  to_wire(L.v, rows * row, wire, s.buf[0].data() + size_t(rows * row) * es);
-  s.gathered.resize(size_t(n * row) * es * 2);
+  wire.put(L.k, L.v, 0, rows, rows, s.buf[0].data());
+  s.gathered.resize(wire.bytes(n));
   const double comm0 = g.stats().comm_ms;
   g.allgatherv(s.buf[0].data(), shard_bytes(r), s.gathered.data(), counts);
   g.stats().ring_bytes_sent += int64_t(shard_bytes(r)) * (P - 1);
@@ -316,14 +336,14 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
   // K and V of every position, as f32 rows in position order.
   s.k.resize(size_t(n * row));
-  s.v.resize(size_t(n * row));
+  s.v.resize(L.v_is_k ? 0 : size_t(n * row));
   const unsigned char* at = s.gathered.data();
   for (int q = 0; q < P; ++q) {
     const int64_t m = z.rows(q);
     int64_t i = 0;
     for (const Zigzag::Run run : {z.first(q), z.second(q)}) {
-      from_wire(at + size_t(i * row) * es, run.len * row, wire, s.k.data() + run.pos * row);
-      from_wire(at + size_t((m + i) * row) * es, run.len * row, wire, s.v.data() + run.pos * row);
+      wire.get(at, i, run.len, m, s.k.data() + run.pos * row,
+               L.v_is_k ? nullptr : s.v.data() + run.pos * row);
       i += run.len;
     }
     at += shard_bytes(q);
@@ -331,8 +351,9 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   // Packed as the rank's cache packs its rows (its format), so as one process's cache.
   fit_packed(s.whole, L, n, L.own->bf16_operands());
   s.whole->clear();
-  s.whole->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
-                  TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {}, L.opt.threads);
+  const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
+  s.whole->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {},
+                  L.opt.threads);
   int64_t row0 = 0;
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   for (int i = 0; i < 2; ++i) {
@@ -360,8 +381,7 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
 void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s, Stats* stats) {
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim, row = Hkv * d;
-  const DType wire = wire_dtype(L.k_type, L.v_type);
-  const size_t es = dtype_size(wire);
+  const WireShard wire = wire_shard(L);
   const int64_t C = 2 * int64_t(P);
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   SPATTN_CHECK(z.grid % kKeyBlock == 0 && runs[0].len > 0 && runs[1].len > 0,
@@ -372,17 +392,14 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
                "cache holds ",
                L.own ? L.own->size() : 0, " rows, its shard ", runs[0].len + runs[1].len);
   const auto len = [&](int64_t c) { return z.begin(c + 1) - z.begin(c); };
-  const auto chunk_bytes = [&](int64_t c) { return size_t(len(c) * row) * es * 2; };
+  const auto chunk_bytes = [&](int64_t c) { return wire.bytes(len(c)); };
   // Rank q reads chunk c when its late run (chunk C-1-q, after its early one) lies at or after c.
   const auto reads = [&](int q, int64_t c) { return c <= C - 1 - q; };
   // The rank's runs on the wire, each K rows then V rows (the layout a chunk travels in).
   s.own_wire.resize(chunk_bytes(r) + chunk_bytes(C - 1 - r));
   unsigned char* run_wire[2] = {s.own_wire.data(), s.own_wire.data() + chunk_bytes(r)};
-  for (int i = 0, at = 0; i < 2; at += int(runs[i].len), ++i) {
-    const int64_t n = runs[i].len * row;
-    to_wire(L.k + at * row, n, wire, run_wire[i]);
-    to_wire(L.v + at * row, n, wire, run_wire[i] + size_t(n) * es);
-  }
+  for (int i = 0, at = 0; i < 2; at += int(runs[i].len), ++i)
+    wire.put(L.k + at * row, L.v + at * row, 0, runs[i].len, runs[i].len, run_wire[i]);
   size_t most = 0;
   for (int64_t c = 0; c < C; ++c)
     if (z.owner(c) != r && reads(r, c)) most = std::max(most, chunk_bytes(c));
@@ -424,14 +441,14 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
     if (o != r) {
       const int64_t n = len(c);
       s.k.resize(size_t(n * row));
-      s.v.resize(size_t(n * row));
-      from_wire(s.buf[c % 2].data(), n * row, wire, s.k.data());
-      from_wire(s.buf[c % 2].data() + size_t(n * row) * es, n * row, wire, s.v.data());
+      s.v.resize(L.v_is_k ? 0 : size_t(n * row));
+      wire.get(s.buf[c % 2].data(), 0, n, n, s.k.data(), s.v.data());
       std::vector<int64_t> pos(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = z.begin(c) + i;
       s.shard->clear();
-      s.shard->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
-                      TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos, L.opt.threads);
+      const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
+      s.shard->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos,
+                      L.opt.threads);
       kv = s.shard.get();
       g.progress();
     }
@@ -484,17 +501,15 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   if (!L.blasst) return ordered_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
   const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
-  const DType wire = wire_dtype(L.k_type, L.v_type);
-  const size_t es = dtype_size(wire);
-  const auto shard_bytes = [&](int rank) { return size_t(z.rows(rank) * Hkv * d) * es * 2; };
+  const WireShard wire = wire_shard(L);
+  const auto shard_bytes = [&](int rank) { return wire.bytes(z.rows(rank)); };
   int64_t max_rows = 0;
   for (int q = 0; q < P; ++q) max_rows = std::max(max_rows, z.rows(q));
   const int64_t rows = z.rows(r);
   SPATTN_CHECK(L.own && L.own->size() == rows, "internal: the rank's cache holds ",
                L.own ? L.own->size() : 0, " rows, its shard ", rows);
-  for (auto& b : s.buf) b.resize(size_t(max_rows * Hkv * d) * es * 2);
-  to_wire(L.k, rows * Hkv * d, wire, s.buf[0].data());
-  to_wire(L.v, rows * Hkv * d, wire, s.buf[0].data() + size_t(rows * Hkv * d) * es);
+  for (auto& b : s.buf) b.resize(wire.bytes(max_rows));
+  wire.put(L.k, L.v, 0, rows, rows, s.buf[0].data());
   if (P > 1) fit_packed(s.shard, L, max_rows, /*bf16_dot=*/false);
   s.lse.resize(size_t(Hq * rows));
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
@@ -527,13 +542,13 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
       // The shard in hand, packed with its owner's positions.
       const int64_t n = z.rows(src);
       s.k.resize(size_t(n * Hkv * d));
-      s.v.resize(size_t(n * Hkv * d));
-      from_wire(ring.in_hand(), n * Hkv * d, wire, s.k.data());
-      from_wire(ring.in_hand() + size_t(n * Hkv * d) * es, n * Hkv * d, wire, s.v.data());
+      s.v.resize(L.v_is_k ? 0 : size_t(n * Hkv * d));
+      wire.get(ring.in_hand(), 0, n, n, s.k.data(), s.v.data());
       const std::vector<int64_t> pos = z.positions(src);
       s.shard->clear();
-      s.shard->append(TensorView::shd(s.k.data(), DType::f32, Hkv, n, d),
-                      TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos, L.opt.threads);
+      const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
+      s.shard->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos,
+                      L.opt.threads);
       kv = s.shard.get();
       g.progress();
     }

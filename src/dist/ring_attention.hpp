@@ -16,7 +16,7 @@
 namespace spattn::dist {
 
 // A shard travels as its K rows then its V rows ([rows, kv_heads, dim] each, the session's row
-// layout) in the narrowest type that holds the cache's values exactly: f16 or bf16 when K and V
+// layout; K alone where the values are the keys, RingLayer::v_is_k) in the narrowest type that holds the cache's values exactly: f16 or bf16 when K and V
 // are both stored so, else f32 (q8_0 values and mixed types).
 DType wire_dtype(KVType k_type, KVType v_type);
 
@@ -81,6 +81,9 @@ struct RingLayer {
   // K/V (selection[0] the first run's rows, [1] the second's; positions, as one process's
   // cache indexes them): DSA's top-k across ranks.
   const TokenSelection* selection = nullptr;
+  // The values are the keys (own->v_is_k(): the latent cache): a shard travels as its K rows
+  // alone and is packed the same way.
+  bool v_is_k = false;
 };
 void ring_prefill(Group& g, const Zigzag& z, const RingLayer& layer, RingScratch& s, Stats* stats);
 

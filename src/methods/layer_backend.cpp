@@ -57,9 +57,9 @@ RingPlan LayerBackend::ring_plan(int64_t, int, bool) const {
 void LayerBackend::ring_check(int64_t, int) const {}
 void ring_attention(const RingCall& c, const dist::RingPattern* pattern,
                     const dist::RingBlasst* blasst, bool gather, const TokenSelection* selection) {
-  const dist::RingLayer rl{c.q,        c.k,     c.v,      c.own,    c.q_heads,
-                           c.kv_heads, c.dim,   c.k_type, c.v_type, c.opt,
-                           c.out,      pattern, blasst,   gather,   selection};
+  const dist::RingLayer rl{
+      c.q,      c.k,   c.v,   c.own,   c.q_heads, c.kv_heads, c.dim,     c.k_type,
+      c.v_type, c.opt, c.out, pattern, blasst,    gather,     selection, c.own && c.own->v_is_k()};
   dist::ring_prefill(c.group, c.zigzag, rl, c.scratch, c.stats);
 }
 void LayerBackend::ring_decode(const LayerCall& c, dist::Group& g, int32_t token,

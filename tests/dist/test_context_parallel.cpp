@@ -476,6 +476,49 @@ TEST(ContextParallelMpi, DsaSharedIndexerLayersSameBitsNp2) {
   cp_check(2, "f16", "0", 200, "dsa", 64, "0", made_deepseek32(dir, {1, 0, 1}));
 }
 
+// The latent cache's rows are its keys and its values (v_is_k): a shard travels as its K rows
+// alone, each position's kv_lora_rank + rope values once (memory.kv_cache_head_dim, f16 on the
+// wire with -ctk f16), as a one-process cache holds them. deepseek2 in the absorbed layout,
+// dense attention (the ring in position order, on the 64-token grid: 200 tokens are 4 chunks;
+// rank 0 holds chunks 0 and 3 and sends chunk 0 to rank 1, rank 1 sends its chunks 1 and 2 to
+// rank 0), and deepseek32's DSA (the all-gather: each rank's 100 rows to the other, beside
+// their indexer keys, 64 f32 values a row); the greedy text is one process's on both.
+TEST(ContextParallelMpi, LatentRingSendsEachRowOnce) {
+  SKIP_WITHOUT_MPI();
+  const std::string text = model_file("code-heldout.txt");
+  if (text.empty()) SPATTN_MISSING_ASSET("code-heldout.txt in " << models_dir());
+  TempDir dir("spattn-cp-latent");
+  ModelShape s = preset_shape("deepseek-v3");
+  s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
+  s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
+  s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
+  s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3, s.mla_absorbed = true;
+  const std::string ds2 = (dir.path() / "deepseek2.gguf").string();
+  make_model(ds2, s);
+  const std::string ds32 = made_deepseek32(dir);
+  struct Case {
+    const std::string& model;
+    int64_t rows[2];      // rows each rank sends a layer
+    int64_t extra_bytes;  // bytes a row beside the latent (DSA's indexer keys)
+  };
+  for (const Case& c : {Case{ds2, {64, 128}, 0}, Case{ds32, {100, 100}, 64 * 4}}) {
+    const std::string args = " run -m " + c.model + " -f " + text +
+                             " --max-prompt 200 -n 4 -c 256 -ctk f16 -t 1 --ignore-eos --json";
+    const CliRun one = shell(std::string("exec ") + SPATTN_CLI_PATH + args, dir.path());
+    ASSERT_EQ(one.code(), 0) << one.err;
+    const CliRun cp = shell(mpirun(2, 60) + SPATTN_CLI_PATH + args + " --cp 2", dir.path());
+    ASSERT_EQ(cp.code(), 0) << cp.out << cp.err;
+    const nlohmann::json a = json_of(one), b = json_of(cp);
+    EXPECT_EQ(a["tokens"], b["tokens"]) << c.model;
+    ASSERT_EQ(a["memory"]["kv_cache_layout"], "latent") << c.model;
+    const int64_t width = a["memory"]["kv_cache_head_dim"].get<int64_t>();  // 32 + 8
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(b["cp"]["per_rank"][r]["ring_bytes_per_layer"].get<double>(),
+                double(c.rows[r] * (width * 2 + c.extra_bytes)))
+          << c.model << " rank " << r;
+  }
+}
+
 // BLASST across ranks carries a fixed lambda in local-first order; a calibrated threshold
 // (it follows each one-process chunk's kv length) and the in-order visit are refused by name.
 TEST(ContextParallelMpi, BlasstWithoutAFixedLambdaOrLocalFirstFailsOnEveryRank) {
