@@ -470,7 +470,7 @@ struct Session::Impl {
     h.resize(size_t(max_rows * hd));
     q.resize(size_t(max_rows * dq));
     k.resize(size_t(max_rows * dkv));
-    v.resize(size_t(max_rows * dkv));
+    v.resize(shape.latent ? 0 : size_t(max_rows * dkv));  // the latent's values are k (v_rows)
     att.resize(size_t(max_rows * dq));
     if (cfg.is_mla()) {
       kv_a.resize(size_t(max_rows * (cfg.kv_lora_rank + cfg.rot())));
