@@ -126,8 +126,8 @@ LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16, 
 }
 
 void append_long_row_keys(LongRowKeys& keys, const float* k, int64_t n) {
-  SPATTN_CHECK(n >= keys.n && n <= keys.tiles * kTileKeys, "long-row scores: appending to ", n,
-               " keys of ", keys.n, " packed, room for ", keys.tiles * kTileKeys);
+  SPATTN_CHECK(n >= keys.n && n <= keys.room(), "long-row scores: appending to ", n, " keys of ",
+               keys.n, " packed, room for ", keys.room());
   HWY_DYNAMIC_DISPATCH(AppendEntry)(k, keys.n, n, keys.w, keys.bf16, keys.data.get());
   keys.n = n;
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "spattn/attention.hpp"
 #include "spattn/tensor.hpp"
 
 namespace spattn::kernels {
@@ -16,6 +17,8 @@ struct LongRowKeys {
   int64_t n = 0, w = 0;  // keys, values per key (a multiple of 2)
   int64_t tiles = 0;
   std::unique_ptr<unsigned char[], void (*)(void*)> data{nullptr, aligned_free};
+  // The keys the tiles hold room for (append_long_row_keys fills them in place up to it).
+  int64_t room() const { return tiles * kKeyBlock; }
 };
 
 // Row s of head h of t as f32 into dst (t.dim values; a copy where t is f32 and contiguous),
@@ -31,7 +34,7 @@ bool long_row_bf16_supported();
 LongRowKeys pack_long_row_keys(const float* k, int64_t n, int64_t w, bool bf16,
                                int64_t capacity = 0);
 // Packs keys [keys.n, n) of k (the same rows as packed so far, then the new ones) into keys'
-// tiles in place, n at most the room (tiles x 64): the bytes packing all n at once writes.
+// tiles in place, n at most keys.room(): the bytes packing all n at once writes.
 void append_long_row_keys(LongRowKeys& keys, const float* k, int64_t n);
 
 // s[r * lds + j] = alpha * q[r] . k[first + j] for r < rows, j < cols (first a multiple of 64,

@@ -57,7 +57,7 @@ void IndexerKeys::pack(int64_t n) {
     // A chunk is packed with room for the keys the rows' room holds in it, and those that
     // arrive later (a decode step's one) go into it in place: repacking the last chunk whole
     // at every step cost a fresh 2 MB of tiles a layer and a pack of up to 4,096 keys.
-    if (chunk.data && chunk.n < rows && rows <= chunk.tiles * kKeyBlock) {
+    if (chunk.data && chunk.n < rows && rows <= chunk.room()) {
       kernels::append_long_row_keys(chunk, row(c * kChunk), rows);
     } else {
       const int64_t room = std::clamp(int64_t(rows_.capacity()) / dim_ - c * kChunk, rows, kChunk);
@@ -68,7 +68,7 @@ void IndexerKeys::pack(int64_t n) {
 
 size_t IndexerKeys::bytes() const {
   size_t b = rows_.capacity() * sizeof(float);
-  for (const kernels::LongRowKeys& c : chunks_) b += size_t(c.tiles * 64 * c.w) * sizeof(float);
+  for (const kernels::LongRowKeys& c : chunks_) b += size_t(c.room() * c.w) * sizeof(float);
   return b;
 }
 
