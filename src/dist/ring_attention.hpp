@@ -16,8 +16,9 @@
 namespace spattn::dist {
 
 // A shard travels as its K rows then its V rows ([rows, kv_heads, dim] each, the session's row
-// layout; K alone where the values are the keys, RingLayer::v_is_k) in the narrowest type that holds the cache's values exactly: f16 or bf16 when K and V
-// are both stored so, else f32 (q8_0 values and mixed types).
+// layout; its K rows alone where the values are the keys, RingLayer::v_is_k) in the narrowest
+// type that holds the cache's values exactly: f16 or bf16 when K and V are both stored so, else
+// f32 (q8_0 values and mixed types).
 DType wire_dtype(KVType k_type, KVType v_type);
 
 // Buffers the ring reuses from layer to layer (sized on first use).
