@@ -436,16 +436,22 @@ TEST(ContextParallelMpi, MethodNotContextParallelFailsOnEveryRank) {
       "is not context-parallel (dense, a_shape, blasst, chunked_h2o, dsa and sliding_window are)");
 }
 
+// `preset`'s latent attention shrunk: 3 layers (a dense FFN first), kv latent 32 + rope 8.
+ModelShape small_latent(const std::string& preset) {
+  ModelShape s = preset_shape(preset);
+  s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
+  s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
+  s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
+  s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3;
+  return s;
+}
+
 // A made-up deepseek32 file (latent attention, the lightning indexer; 3 layers, the first's FFN
 // dense) whose top-k of 16 lies far below the 200-token prompt, so every row past 16 selects;
 // `types` its attention.indexer.types (empty: none).
 std::string made_deepseek32(const TempDir& dir, std::vector<uint32_t> types = {}) {
-  ModelShape s = preset_shape("deepseek-v3.2");
-  s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
-  s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
-  s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
+  ModelShape s = small_latent("deepseek-v3.2");
   s.indexer_heads = 2, s.indexer_dim = 64, s.indexer_top_k = 16;
-  s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3;
   s.indexer_types = std::move(types);
   const std::string path = (dir.path() / "deepseek32.gguf").string();
   make_model(path, s);
@@ -488,11 +494,8 @@ TEST(ContextParallelMpi, LatentRingSendsEachRowOnce) {
   const std::string text = model_file("code-heldout.txt");
   if (text.empty()) SPATTN_MISSING_ASSET("code-heldout.txt in " << models_dir());
   TempDir dir("spattn-cp-latent");
-  ModelShape s = preset_shape("deepseek-v3");
-  s.layers = 3, s.dense_layers = 1, s.dim = 64, s.heads = 4, s.kv_heads = 4, s.head_dim = 24;
-  s.rope_dim = 8, s.v_head_dim = 16, s.q_lora = 32, s.kv_lora = 32, s.ffn = 96, s.experts = 8;
-  s.experts_used = 2, s.expert_ffn = 32, s.expert_groups = 0, s.groups_used = 0;
-  s.vocab = 300, s.context = 512, s.type = gguf::GgmlType::f32, s.seed = 3, s.mla_absorbed = true;
+  ModelShape s = small_latent("deepseek-v3");
+  s.mla_absorbed = true;
   const std::string ds2 = (dir.path() / "deepseek2.gguf").string();
   make_model(ds2, s);
   const std::string ds32 = made_deepseek32(dir);
