@@ -9,6 +9,7 @@
 #include <array>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "spattn/blasst.hpp"
 #include "spattn/decode.hpp"
@@ -74,6 +75,18 @@ struct WireShard {
   void get(const unsigned char* src, int64_t i, int64_t n, int64_t m, float* k, float* v) const {
     from_wire(src + size_t(i * row) * es, n * row, type, k);
     if (!L.v_is_k) from_wire(src + size_t((m + i) * row) * es, n * row, type, v);
+  }
+  // Room for n received rows in s.k and s.v (none in s.v where the values are the keys).
+  void fit(RingScratch& s, int64_t n) const {
+    s.k.resize(size_t(n * row));
+    s.v.resize(L.v_is_k ? 0 : size_t(n * row));
+  }
+  // The n rows of s.k and s.v appended to `into` at `pos` (empty: from position 0).
+  void pack(const RingScratch& s, int64_t n, PackedKV& into, std::span<const int64_t> pos) const {
+    const auto view = [&](const std::vector<float>& x) {
+      return TensorView::shd(const_cast<float*>(x.data()), DType::f32, L.kv_heads, n, L.dim);
+    };
+    into.append(view(s.k), view(L.v_is_k ? s.k : s.v), pos, L.opt.threads);
   }
 };
 
@@ -212,8 +225,7 @@ void ring_pattern(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     } else {
       pos = sent[size_t(src)];
       const int64_t m = int64_t(pos.size());
-      s.k.resize(size_t(m * row));
-      s.v.resize(L.v_is_k ? 0 : size_t(m * row));
+      wire.fit(s, m);
       wire.get(ring.in_hand(), 0, m, m, s.k.data(), s.v.data());
       kk = s.k.data();
       vv = L.v_is_k ? kk : s.v.data();
@@ -335,8 +347,7 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   g.stats().ring_layers += 1;
   g.stats().ring_comm_ms += g.stats().comm_ms - comm0;
   // K and V of every position, as f32 rows in position order.
-  s.k.resize(size_t(n * row));
-  s.v.resize(L.v_is_k ? 0 : size_t(n * row));
+  wire.fit(s, n);
   const unsigned char* at = s.gathered.data();
   for (int q = 0; q < P; ++q) {
     const int64_t m = z.rows(q);
@@ -351,9 +362,7 @@ void gather_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& 
   // Packed as the rank's cache packs its rows (its format), so as one process's cache.
   fit_packed(s.whole, L, n, L.own->bf16_operands());
   s.whole->clear();
-  const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
-  s.whole->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), {},
-                  L.opt.threads);
+  wire.pack(s, n, *s.whole, {});
   int64_t row0 = 0;
   const Zigzag::Run runs[2] = {z.first(r), z.second(r)};
   for (int i = 0; i < 2; ++i) {
@@ -440,15 +449,12 @@ void ordered_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch&
     post(c + 1);
     if (o != r) {
       const int64_t n = len(c);
-      s.k.resize(size_t(n * row));
-      s.v.resize(L.v_is_k ? 0 : size_t(n * row));
+      wire.fit(s, n);
       wire.get(s.buf[c % 2].data(), 0, n, n, s.k.data(), s.v.data());
       std::vector<int64_t> pos(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) pos[size_t(i)] = z.begin(c) + i;
       s.shard->clear();
-      const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
-      s.shard->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos,
-                      L.opt.threads);
+      wire.pack(s, n, *s.shard, pos);
       kv = s.shard.get();
       g.progress();
     }
@@ -500,7 +506,7 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
   if (L.gather) return gather_prefill(g, z, L, s, stats);
   if (!L.blasst) return ordered_prefill(g, z, L, s, stats);
   const int P = g.size(), r = g.rank();
-  const int64_t Hq = L.q_heads, Hkv = L.kv_heads, d = L.dim;
+  const int64_t Hq = L.q_heads, d = L.dim;
   const WireShard wire = wire_shard(L);
   const auto shard_bytes = [&](int rank) { return wire.bytes(z.rows(rank)); };
   int64_t max_rows = 0;
@@ -541,14 +547,10 @@ void ring_prefill(Group& g, const Zigzag& z, const RingLayer& L, RingScratch& s,
     if (step > 0) {
       // The shard in hand, packed with its owner's positions.
       const int64_t n = z.rows(src);
-      s.k.resize(size_t(n * Hkv * d));
-      s.v.resize(L.v_is_k ? 0 : size_t(n * Hkv * d));
+      wire.fit(s, n);
       wire.get(ring.in_hand(), 0, n, n, s.k.data(), s.v.data());
-      const std::vector<int64_t> pos = z.positions(src);
       s.shard->clear();
-      const TensorView kt = TensorView::shd(s.k.data(), DType::f32, Hkv, n, d);
-      s.shard->append(kt, L.v_is_k ? kt : TensorView::shd(s.v.data(), DType::f32, Hkv, n, d), pos,
-                      L.opt.threads);
+      wire.pack(s, n, *s.shard, z.positions(src));
       kv = s.shard.get();
       g.progress();
     }
