@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_common.hpp"
+#include "methods/dsa.hpp"
 #include "spattn/decode.hpp"
 #include "spattn/kv_type.hpp"
 #include "spattn/packed_kv.hpp"
@@ -130,6 +131,33 @@ void decode_args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 BENCHMARK(BM_LatentDecode)->Apply(decode_args);
+
+// DSA's selection for one decode row (dsa_select: the lightning indexer's scores over every
+// cached key, then the top 2,048) at V3.2's indexer shape: 64 heads of 128 over one key a
+// token. What a decode step's attention pays beside the token-sparse kernel above.
+void BM_DsaSelect(benchmark::State& state) {
+  constexpr int64_t kIndexHeads = 64, kIndexDim = 128;
+  const int64_t L = state.range(0);
+  const Tensor k = filled_tensor(DType::f32, 1, L, kIndexDim, 7);
+  const Tensor q = filled_tensor(DType::f32, 1, kIndexHeads, kIndexDim, 8);
+  const Tensor w = filled_tensor(DType::f32, 1, 1, kIndexHeads, 9);
+  IndexerKeys keys(kIndexDim, L);
+  keys.append(k.data_as<float>(), L);
+  keys.pack(L);
+  IndexerRows rows;
+  rows.q = q.data_as<float>(), rows.w = w.data_as<float>();
+  rows.heads = kIndexHeads, rows.dim = kIndexDim;
+  for (auto _ : state) {
+    TokenSelection sel = dsa_select(rows, 1, L - 1, keys, kTopK, int(state.range(1)));
+    benchmark::DoNotOptimize(sel.keys.data());
+  }
+}
+BENCHMARK(BM_DsaSelect)
+    ->ArgNames({"kv", "threads"})
+    ->Args({16384, 2})
+    ->Args({32768, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace spattn::bench
