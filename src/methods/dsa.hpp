@@ -98,11 +98,17 @@ struct DsaCall {
   DsaCarry* carry = nullptr;
 };
 
+// What top_k_as_ggml works in, kept by a caller from row to row.
+struct TopKScratch {
+  std::vector<int32_t> order;
+  std::vector<float> values;
+  std::vector<int64_t> candidates;
+};
 // The k of the n scores that llama.cpp's ggml_top_k keeps on the CPU, into out (in the order
-// the call leaves them; order is scratch): std::partial_sort of the indices by greater score,
-// as ggml-cpu does it, so that the tokens tied at the cut are the ones llama.cpp keeps (not
-// the earliest: src/methods/dsa.cpp says why). 0 < k <= n.
-void top_k_as_ggml(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order,
+// the call leaves them): std::partial_sort of the indices by greater score, as ggml-cpu does
+// it, so that the tokens tied at the cut are the ones llama.cpp keeps (not the earliest:
+// src/methods/dsa.cpp says why). 0 < k <= n.
+void top_k_as_ggml(const float* scores, int64_t n, int64_t k, TopKScratch& scratch,
                    std::vector<int64_t>& out);
 
 // Each row's tokens: every key up to its position while there are at most top_k, else the

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -149,14 +150,38 @@ std::vector<int64_t> earliest_top_k(const std::vector<float>& s, int64_t k) {
 // index 0. So {1, 3, 4} stay where the earliest-first rule keeps {0, 3, 4}.
 TEST(Dsa, TopKKeepsTheTiedTokensGgmlKeeps) {
   const std::vector<float> s = {0, 0, 0, 1, 1};
-  std::vector<int32_t> order;
+  TopKScratch scratch;
   std::vector<int64_t> out;
-  top_k_as_ggml(s.data(), int64_t(s.size()), 3, order, out);
+  top_k_as_ggml(s.data(), int64_t(s.size()), 3, scratch, out);
   std::sort(out.begin(), out.end());
   EXPECT_EQ(out, (std::vector<int64_t>{1, 3, 4}));
   EXPECT_EQ(earliest_top_k(s, 3), (std::vector<int64_t>{0, 3, 4}));
 }
 #endif
+
+// The set against llama.cpp's partial sort on scores with and without ties at the cut: distinct
+// values (the linear selection's case), a few values repeated (ties everywhere), signed zeros
+// (equal as floats), -inf, and a NaN (both left to the partial sort), for cuts from 1 to n.
+TEST(Dsa, TopKIsGgmlsSetWithAndWithoutTies) {
+  TopKScratch scratch;
+  std::vector<int64_t> out;
+  for (const int64_t n : {1, 50, 1000, 4099})
+    for (int form = 0; form < 5; ++form) {
+      std::vector<float> s = randn(size_t(n), uint32_t(10 + form));
+      for (float& x : s) {
+        if (form == 1) x = std::round(x * 2.0f);
+        if (form == 2) x = x > 0.5f ? x : (x > 0 ? 0.0f : -0.0f);
+        if (form == 3 && x < -1.0f) x = -std::numeric_limits<float>::infinity();
+      }
+      if (form == 4) s[size_t(n / 2)] = std::numeric_limits<float>::quiet_NaN();
+      for (const int64_t k : {int64_t(1), int64_t(7), n / 3, n - 1, n}) {
+        if (k < 1 || k > n) continue;
+        top_k_as_ggml(s.data(), n, k, scratch, out);
+        std::sort(out.begin(), out.end());
+        EXPECT_EQ(out, ggml_top_k(s, k)) << "n " << n << " form " << form << " k " << k;
+      }
+    }
+}
 
 // Each row's set against llama.cpp's rule on the same scores, with deliberate ties at the cut:
 // every fifth key is zero (score exactly 0 after the ReLU), keys 21..29 repeat key 7 (equal
@@ -226,7 +251,9 @@ TEST(Dsa, KeysPackedAsTheyArriveEqualPackedAtOnce) {
     }
     grown.append(k.data() + j * D, 1);
     grown.pack(j + 1);
-    if (j + 1 < IndexerKeys::kChunk && j < prompt + 5) EXPECT_EQ(grown.chunk(0).data.get(), tiles);
+    if (j + 1 < IndexerKeys::kChunk && j < prompt + 5) {
+      EXPECT_EQ(grown.chunk(0).data.get(), tiles);
+    }
   }
   IndexerKeys once(D);
   once.append(k.data(), n);
