@@ -4,7 +4,8 @@
 // that see every causal key share dense tiles of up to 64 rows. A query's keys are the same for
 // every q head of a kv head, so the loop runs on grouped rows (query i's heads as consecutive
 // rows of their kv head): one gather serves up to 64 heads, where a row a head would gather the
-// same keys once per head (128 times a query for DeepSeek's absorbed latent attention).
+// same keys once per head (128 times a query for DeepSeek's absorbed latent attention). More
+// heads than that (the latent's 128: two tiles) have the listed keys staged once for the call.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/token_sparse.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -70,6 +71,34 @@ void TokenSparseEntry(const Problem& p, const TokenSelection* sel,
   pol.k_rows = k_rows;
   RunFlash(p, pol, stats);
 }
+
+// Keys keys[0, n) of src (ascending slots) into slots 0.. of dst (f32 tiles, capacity n): the
+// values the gather writes into its tiles for them, widened the same way (a 16-bit tile's
+// listed keys a key group at a time, anything else a key at a time).
+void StageListedEntry(const PackedKVData* src, const int64_t* keys, int64_t n, PackedKVData* dst,
+                      int threads) {
+  const PackedKVData& s = *src;
+  const int64_t tiles = (n + kTileKeys - 1) / kTileKeys;
+  parallel_for(s.kv_heads * tiles, threads, [&](int64_t item, int) {
+    const int64_t kvh = item / tiles, first = item % tiles * kTileKeys;
+    const int64_t count = std::min(kTileKeys, n - first);
+    float* gk = dst->k_tile<float>(kvh, first / kTileKeys);
+    float* gv = s.v_is_k ? nullptr : dst->v_tile<float>(kvh, first / kTileKeys);
+    int32_t slots[kTileKeys];
+    for (int64_t jj = 0; jj < count;) {
+      const int64_t jt = keys[first + jj] / kTileKeys;
+      int64_t m = 0;
+      for (; jj + m < count && keys[first + jj + m] / kTileKeys == jt; ++m)
+        slots[m] = int32_t(keys[first + jj + m] % kTileKeys);
+      if (!WidenListedK(s.k_type, s.k_bytes(kvh, jt), slots, m, s.dim, gk, jj))
+        for (int64_t a = 0; a < m; ++a)
+          WidenKeysK(s.k_type, s.k_bytes(kvh, jt), slots[a], 1, s.dim, gk, jj + a);
+      for (int64_t a = 0; gv && a < m; ++a)
+        WidenKeysV(s.v_type, s.v_bytes(kvh, jt), slots[a], 1, s.dp, gv, jj + a);
+      jj += m;
+    }
+  });
+}
 }  // namespace spattn::kernels::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -82,6 +111,7 @@ HWY_AFTER_NAMESPACE();
 namespace spattn {
 namespace kernels {
 HWY_EXPORT(TokenSparseEntry);
+HWY_EXPORT(StageListedEntry);
 
 namespace {
 // Rows of a tile: the dense loop's key tile width, so a run of rows reading every key is as
@@ -127,6 +157,40 @@ TensorView grouped(const TensorView& t, int64_t G, std::vector<unsigned char>& c
       }
   return g;
 }
+
+// A call whose every row lists its keys, over an f32-operand cache not restaged: each query's
+// rows span G / 64 row tiles, and each tile would gather and widen the query's keys for itself
+// (DeepSeek's absorbed latent decode: 128 heads, two tiles, one a thread, each reading the same
+// 2,048 keys' lines of a 32K cache). The keys the rows list are then staged once, in parallel,
+// into f32 tiles of their own (dst, their positions kept), and each row's list becomes slots of
+// that copy; a row listing all of them reads it as a dense cache. False: left as it is.
+bool stage_listed(const PackedKVData& src, const TokenSelection& sel, int64_t G, int threads,
+                  PackedKVData& dst, TokenSelection& dst_sel) {
+  if (G <= kTileRows || src.ops != Operands::f32 || sel.rows() == 0) return false;
+  if (std::any_of(sel.all.begin(), sel.all.end(), [](uint8_t a) { return a != 0; })) return false;
+  std::vector<int64_t> keys(sel.keys);
+  std::sort(keys.begin(), keys.end());
+  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  const int64_t n = int64_t(keys.size());
+  if (n == 0) return false;
+  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, n, /*zero_all=*/false,
+              KVType::f32, KVType::f32, src.v_is_k);
+  HWY_DYNAMIC_DISPATCH(StageListedEntry)(&src, keys.data(), n, &dst, threads);
+  std::vector<int64_t> pos(keys);
+  if (!src.identity)
+    for (int64_t& j : pos) j = src.positions[size_t(j)];
+  add_positions(dst, pos.data(), n);
+  for (int64_t i = 0; i < sel.rows(); ++i) {
+    if (sel.count(i) == n) {
+      dst_sel.add_all();
+      continue;
+    }
+    std::vector<int64_t> slots(sel.row(i), sel.row(i) + sel.count(i));
+    for (int64_t& j : slots) j = std::lower_bound(keys.begin(), keys.end(), j) - keys.begin();
+    dst_sel.add(std::move(slots));
+  }
+  return true;
+}
 }  // namespace
 }  // namespace kernels
 
@@ -159,7 +223,9 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   // about every line of every tile a row touches. Prefill gathers from each tile once per query
   // (and per 64 of its rows), so there the cache is restaged once for the call: widened whole to
   // f32, and its keys copied token-major (key_rows), so that a row reads only its keys' lines.
-  // Decode reads each tile a few times at most, where restaging would cost more than it saves.
+  // Decode reads each tile a few times at most, where restaging would cost more than it saves;
+  // but where a query's rows fill more than one tile, its listed keys alone are staged once
+  // (stage_listed), not gathered by each tile.
   kernels::PackedKVData wide;
   std::vector<float> k_rows;
   const kernels::PackedKVData* d = &kv.data();
@@ -172,11 +238,21 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
     kernels::key_rows(*d, k_rows);
   }
   const kernels::Problem p = kernels::make_problem(q, *d, out, opt, lse);
-  // The loop's problem over grouped rows (G of them a query), its output and LSE in that order.
   const int64_t G = p.group;
+  kernels::PackedKVData staged;
+  TokenSelection staged_sel;
+  const TokenSelection* rows_sel = &sel;
+  kernels::Problem run = p;
+  if (k_rows.empty() && kernels::stage_listed(*d, sel, G, p.threads, staged, staged_sel)) {
+    AttnOptions at = opt;
+    at.q_start = p.pos_offset;  // the rows' positions, not the staged keys' bottom right
+    run = kernels::make_problem(q, staged, out, at, lse);
+    rows_sel = &staged_sel;
+  }
+  // The loop's problem over grouped rows (G of them a query), its output and LSE in that order.
   std::vector<unsigned char> q_copy, out_copy;
   std::vector<float> lse_rows(lse && G > 1 ? size_t(q.heads * q.seq) : 0);
-  kernels::Problem gp = p;
+  kernels::Problem gp = run;
   if (G > 1) {
     gp.q = kernels::grouped(q, G, q_copy, true);
     gp.out = kernels::grouped(out, G, out_copy, false);
@@ -188,8 +264,8 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   // Runs of rows reading every causal key, up to 64 to a tile; a listed query's rows in tiles
   // of up to 64.
   std::vector<kernels::TokenTile> tiles;
-  for (int64_t i = 0; i < sel.rows(); ++i) {
-    const bool all = sel.all[size_t(i)] != 0;
+  for (int64_t i = 0; i < rows_sel->rows(); ++i) {
+    const bool all = rows_sel->all[size_t(i)] != 0;
     for (int64_t g0 = 0; g0 < G; g0 += kernels::kTileRows) {
       const int64_t n = std::min(kernels::kTileRows, G - g0);
       if (all && !tiles.empty() && tiles.back().all && tiles.back().n + n <= kernels::kTileRows)
@@ -200,12 +276,13 @@ void attention_token_sparse(const TensorView& q, const PackedKV& kv, const Tenso
   }
   Stats grouped_stats;
   HWY_DYNAMIC_DISPATCH(kernels::TokenSparseEntry)
-  (gp, &sel, &tiles, k_rows.empty() ? nullptr : k_rows.data(), &grouped_stats);
+  (gp, rows_sel, &tiles, k_rows.empty() ? nullptr : k_rows.data(), &grouped_stats);
   // Causal entries are counted over the caller's queries, not the grouped rows.
   if (stats) {
     kernels::add_kernel_stats(p, {grouped_stats}, stats);
-    const size_t staged = (d == &wide ? wide.bytes() : 0) + k_rows.size() * sizeof(float);
-    stats->staged_bytes = std::max(stats->staged_bytes, int64_t(staged));
+    const size_t bytes = (d == &wide ? wide.bytes() : 0) + k_rows.size() * sizeof(float) +
+                         (rows_sel == &staged_sel ? staged.bytes() : 0);
+    stats->staged_bytes = std::max(stats->staged_bytes, int64_t(bytes));
   }
   if (G == 1) return;
   for (int64_t h = 0; h < q.heads; ++h)

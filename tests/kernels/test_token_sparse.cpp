@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "spattn/error.hpp"
@@ -121,6 +122,10 @@ TEST(TokenSparse, EqualsPlainAttentionOverEachRowsKeys) {
   // bf16 inputs: the bf16 dot path's pair layouts (P rounded to bf16 for P V), prefill and decode.
   check_case({4, 2, 70, 300, 64, 100, KVType::f32, DType::bf16, 1e-2}, 8);
   check_case({4, 2, 1, 700, 64, 100, KVType::f32, DType::bf16, 1e-2}, 9);
+  // More q heads a kv head than a tile has rows (the absorbed latent's 128): the listed keys
+  // staged once for the call, a decode row and a chunk of rows with lists of their own.
+  check_case({128, 1, 1, 500, 64, 100, KVType::f16}, 10);
+  check_case({80, 1, 3, 6000, 64, 50, KVType::bf16}, 11);
 }
 
 // Token-major q and out ([seq, heads, dim], as the runner holds them) over one kv head: the loop
@@ -219,6 +224,73 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
                   << " row " << i;
           }
       }
+  });
+}
+
+// A query with more q heads than a tile's rows (DeepSeek's absorbed latent: 128 over one kv
+// head) has its listed keys staged once for the call, where each tile of its rows would gather
+// them for itself: the same bits as the same rows in calls of half the heads (tiles of at most
+// 64 rows, each gathering), over every stored type, V stored or V the keys, one decode row and
+// three rows with lists of their own (over keys enough that the call does not widen the whole
+// cache instead), on every SIMD target. Stats report the staged copy: the listed keys' tiles
+// and positions.
+TEST(TokenSparse, WideGroupsStageTheirKeysOnce) {
+  const int64_t d = 64;
+  struct Shape {
+    int64_t hq, n, L, per_row;
+  };
+  test::for_each_target([&] {
+    for (KVType t : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+      for (bool v_is_k : {false, true})
+        for (const Shape sh : {Shape{128, 1, 400, 100}, Shape{80, 3, 6000, 50}}) {
+          const int64_t n = sh.n, half = sh.hq / 2, L = sh.L;
+          const Tensor k = random_tensor(DType::f32, 1, L, d, 31),
+                       v = random_tensor(DType::f32, 1, L, d, 32);
+          const PackedKV kv =
+              PackedKV::pack(k.view(), v_is_k ? k.view() : v.view(), 0, 1, false, t, t, v_is_k);
+          const Tensor q = random_tensor(DType::f32, sh.hq, n, d, 33);
+          std::mt19937_64 rng(34);
+          TokenSelection sel;
+          for (int64_t i = 0; i < n; ++i) {
+            std::vector<int64_t> keys(size_t(L - n + i + 1));
+            for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
+            std::shuffle(keys.begin(), keys.end(), rng);
+            keys.resize(size_t(sh.per_row));
+            sel.add(keys);
+          }
+          AttnOptions opt;
+          opt.threads = 2;
+          opt.q_start = L - n;
+          Tensor out(DType::f32, sh.hq, n, d);
+          std::vector<float> lse(size_t(sh.hq * n));
+          Stats st;
+          attention_token_sparse(q.view(), kv, out.view(), sel, opt, lse.data(), &st);
+          std::vector<int64_t> listed(sel.keys);
+          std::sort(listed.begin(), listed.end());
+          const int64_t staged = std::unique(listed.begin(), listed.end()) - listed.begin();
+          const int64_t tile_bytes = 64 * d * int64_t(sizeof(float));
+          EXPECT_EQ(st.staged_bytes, (staged + 63) / 64 * tile_bytes * (v_is_k ? 1 : 2) +
+                                         staged * int64_t(sizeof(int64_t)));
+          for (int64_t h0 : {int64_t(0), half}) {
+            Tensor qh(DType::f32, half, n, d), oh(DType::f32, half, n, d);
+            for (int64_t h = 0; h < half; ++h)
+              for (int64_t i = 0; i < n; ++i)
+                for (int64_t c = 0; c < d; ++c) qh.view().set(h, i, c, q.view().get(h0 + h, i, c));
+            std::vector<float> lse_h(size_t(half * n));
+            Stats st_h;
+            attention_token_sparse(qh.view(), kv, oh.view(), sel, opt, lse_h.data(), &st_h);
+            EXPECT_EQ(st_h.staged_bytes, 0);
+            for (int64_t h = 0; h < half; ++h)
+              for (int64_t i = 0; i < n; ++i) {
+                const std::string at = std::string(kv_type_name(t)) + (v_is_k ? " v=k" : "") +
+                                       " heads " + std::to_string(sh.hq) + " head " +
+                                       std::to_string(h0 + h) + " row " + std::to_string(i);
+                ASSERT_EQ(lse[size_t((h0 + h) * n + i)], lse_h[size_t(h * n + i)]) << at;
+                for (int64_t c = 0; c < d; ++c)
+                  ASSERT_EQ(out.view().get(h0 + h, i, c), oh.view().get(h, i, c)) << at;
+              }
+          }
+        }
   });
 }
 
