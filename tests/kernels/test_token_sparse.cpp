@@ -169,6 +169,20 @@ TEST(TokenSparse, TokenMajorRowsGroupInPlace) {
     }
 }
 
+// The last n rows of an L-key cache, each listing per_row of its causal keys drawn uniformly.
+TokenSelection uniform_lists(int64_t L, int64_t n, int64_t per_row, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  TokenSelection sel;
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<int64_t> keys(size_t(L - n + i + 1));
+    for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
+    std::shuffle(keys.begin(), keys.end(), rng);
+    keys.resize(size_t(per_row));
+    sel.add(keys);
+  }
+  return sel;
+}
+
 // A cache stored as f16, bf16 or q8_0 computes what an f32 cache of its stored values does, bit
 // for bit, on both of the gather's paths and every SIMD target: prefill (60 rows of 100 keys
 // over 400: the cache is widened once, whole) and decode (one row of 100 or of 12 keys: only
@@ -192,15 +206,7 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
         PackedKV stored = PackedKV::pack(k.view(), v.view(), 0, 1, true, t, t);
         PackedKV f32 = PackedKV::pack(ks.view(), vs.view(), 0, 1, false);
         Tensor q = random_tensor(DType::f32, hq, n, d, 23);
-        std::mt19937_64 rng(24);
-        TokenSelection sel;
-        for (int64_t i = 0; i < n; ++i) {
-          std::vector<int64_t> keys(size_t(L - n + i + 1));
-          for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
-          std::shuffle(keys.begin(), keys.end(), rng);
-          keys.resize(size_t(sh.per_row));
-          sel.add(keys);
-        }
+        const TokenSelection sel = uniform_lists(L, n, sh.per_row, 24);
         AttnOptions opt;
         opt.threads = 2;
         opt.q_start = L - n;
@@ -249,15 +255,7 @@ TEST(TokenSparse, WideGroupsStageTheirKeysOnce) {
           const PackedKV kv =
               PackedKV::pack(k.view(), v_is_k ? k.view() : v.view(), 0, 1, false, t, t, v_is_k);
           const Tensor q = random_tensor(DType::f32, sh.hq, n, d, 33);
-          std::mt19937_64 rng(34);
-          TokenSelection sel;
-          for (int64_t i = 0; i < n; ++i) {
-            std::vector<int64_t> keys(size_t(L - n + i + 1));
-            for (size_t j = 0; j < keys.size(); ++j) keys[j] = int64_t(j);
-            std::shuffle(keys.begin(), keys.end(), rng);
-            keys.resize(size_t(sh.per_row));
-            sel.add(keys);
-          }
+          const TokenSelection sel = uniform_lists(L, n, sh.per_row, 34);
           AttnOptions opt;
           opt.threads = 2;
           opt.q_start = L - n;
