@@ -136,6 +136,16 @@ bool top_k_of_candidates(const float* scores, const std::vector<int64_t>& cand, 
   return true;
 }
 
+// ggml's partial sort itself (top_k_as_ggml says why it is kept).
+void top_k_by_heap(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order,
+                   std::vector<int64_t>& out) {
+  order.resize(size_t(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [scores](int32_t a, int32_t b) { return scores[a] > scores[b]; });
+  out.assign(order.begin(), order.begin() + k);
+}
+
 }  // namespace
 
 void top_k_as_ggml(const float* scores, int64_t n, int64_t k, TopKScratch& scratch,
@@ -159,12 +169,7 @@ void top_k_as_ggml(const float* scores, int64_t n, int64_t k, TopKScratch& scrat
   if (top_k_candidates(scores, 0, n, k, scratch.values, cand) &&
       top_k_of_candidates(scores, cand, k, scratch.values, out))
     return;
-  std::vector<int32_t>& order = scratch.order;
-  order.resize(size_t(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [scores](int32_t a, int32_t b) { return scores[a] > scores[b]; });
-  out.assign(order.begin(), order.begin() + k);
+  top_k_by_heap(scores, n, k, scratch.order, out);
 }
 
 TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, IndexerKeys& keys,
@@ -194,7 +199,7 @@ TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, Inde
     // Fewer rows than workers (decode): a row's keys split among the workers in whole blocks,
     // each part's top-k candidates found by its worker, the row's top-k among them after. The
     // scores are the same bits however they are split (indexer_scores); a NaN or a tie at the
-    // row's cut leaves the row to top_k_as_ggml's partial sort.
+    // row's cut leaves the row to ggml's partial sort (top_k_by_heap).
     std::vector<float> scores;
     std::vector<std::vector<int64_t>> cand(static_cast<size_t>(workers));
     std::vector<uint8_t> ok(static_cast<size_t>(workers));
@@ -219,7 +224,7 @@ TokenSelection dsa_select(const IndexerRows& rows, int64_t n, int64_t pos0, Inde
       const bool found =
           std::all_of(ok.begin(), ok.end(), [](uint8_t o) { return o != 0; }) &&
           top_k_of_candidates(scores.data(), all, top_k, order[0].values, chosen[size_t(i)]);
-      if (!found) top_k_as_ggml(scores.data(), len, top_k, order[0], chosen[size_t(i)]);
+      if (!found) top_k_by_heap(scores.data(), len, top_k, order[0].order, chosen[size_t(i)]);
     }
   }
   TokenSelection result;
