@@ -98,6 +98,76 @@ void BM_DecodeProduct(benchmark::State& state) {
   ggml_free(ctx);
 }
 
+// The absorbed latent attention's per-head products of one token (DeepSeek V3's shapes: 128
+// heads; Wk_b a head's 128 nope values to the 512-wide latent, Wv_b the latent back to 128), over
+// eight layers' planes (Q8_0: 142 MB, past the caches): ggml's mul_mat over the permuted heads
+// (impl 0) against plane_vector_product (impl 1). GB/s counts the weights' bytes.
+// Args: {impl, ggml type, threads}.
+void BM_PlaneProduct(benchmark::State& state) {
+  const int impl = int(state.range(0));
+  const auto type = ggml_type(state.range(1));
+  const int threads = int(state.range(2));
+  constexpr int kPlaneLayers = 8;
+  constexpr int64_t kHeads = 128, kNope = 128, kRope = 64, kLatent = 512;
+  const int64_t shapes[2][2] = {{kNope, kLatent}, {kLatent, kNope}};  // {k, m}: Wk_b, Wv_b
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<std::vector<uint8_t>> planes;
+  for (const auto& s : shapes) {
+    const size_t rb = ggml_row_size(type, s[0]);
+    std::vector<uint8_t>& w = planes.emplace_back(rb * size_t(s[1] * kHeads) * kPlaneLayers);
+    std::vector<float> row(static_cast<size_t>(s[0]));
+    for (int64_t r = 0; r < s[1] * kHeads * kPlaneLayers; ++r) {
+      for (float& v : row) v = u(rng) * 0.05f;
+      gguf::quantize_row(gguf::GgmlType(type), row.data(), w.data() + size_t(r) * rb, s[0]);
+    }
+  }
+  // One token's q (each head's nope and rope values) and its latent attention output.
+  std::vector<float> q(size_t(kHeads * (kNope + kRope))), att(size_t(kHeads * kLatent));
+  for (auto& v : q) v = u(rng);
+  for (auto& v : att) v = u(rng);
+  std::vector<float> y(size_t(kHeads * kLatent));
+
+  std::vector<uint8_t> meta(size_t(4) << 20);
+  ggml_init_params ip{meta.size(), meta.data(), true};
+  ggml_context* ctx = ggml_init(ip);
+  ggml_cgraph* g = ggml_new_graph(ctx);
+  std::deque<RangeClaims> claims;
+  const size_t f = sizeof(float);
+  for (int l = 0; l < kPlaneLayers; ++l)
+    for (int i = 0; i < 2; ++i) {
+      const int64_t k = shapes[i][0], m = shapes[i][1];
+      model::Model::Weight mw;
+      mw.t = ggml_new_tensor_3d(ctx, type, k, m, kHeads);
+      mw.t->data = planes[size_t(i)].data() + size_t(l) * ggml_nbytes(mw.t);
+      // As the runner views them: Wk_b reads each head's nope values out of q's rows.
+      ggml_tensor* rows = i == 0
+                              ? ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kHeads * (kNope + kRope), 1)
+                              : ggml_new_tensor_2d(ctx, GGML_TYPE_F32, kHeads * kLatent, 1);
+      rows->data = i == 0 ? q.data() : att.data();
+      const size_t head = size_t(i == 0 ? kNope + kRope : kLatent) * f;
+      ggml_tensor* heads = ggml_view_3d(ctx, rows, k, kHeads, 1, head, head * kHeads, 0);
+      ggml_tensor* xt = ggml_permute(ctx, heads, 0, 2, 1, 3);
+      ggml_tensor* yt = impl == 0 ? ggml_mul_mat(ctx, mw.t, xt)
+                                  : model::plane_vector_product(ctx, mw, xt, claims);
+      yt->data = y.data();
+      ggml_build_forward_expand(g, yt);
+    }
+  const LoopTimer timer;
+  for (auto _ : state) {
+    ThreadPool::get().compute(g, threads);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GB/s"] = double(planes[0].size() + planes[1].size()) *
+                           double(state.iterations()) / timer.seconds() / 1e9;
+  ggml_free(ctx);
+}
+BENCHMARK(BM_PlaneProduct)
+    ->ArgNames({"impl", "type", "threads"})
+    ->ArgsProduct({{0, 1}, {GGML_TYPE_Q8_0, GGML_TYPE_F16}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 void decode_product_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"impl", "type", "threads"});
   for (int type : {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q6_K})

@@ -179,6 +179,14 @@ struct Builder {
     return bias.empty() ? t : at(ggml_add(ctx, t, vec(bias)), y);
   }
 
+  // Each plane of w times its own row of x ([K, n, P] against w's [K, M, P]: the latent
+  // attention's per-head products), ggml's bits; one token's through plane_vector_product.
+  ggml_tensor* plane_product(const Model::Weight& w, ggml_tensor* x) {
+    weight_bytes += ggml_nbytes(w.t);
+    return own(plane_vector_product_applies(w, x, threads) ? plane_vector_product(ctx, w, x, claims)
+                                                           : ggml_mul_mat(ctx, w.t, x));
+  }
+
   int threads = 1;                 // the most the graph runs on
   std::deque<RangeClaims> claims;  // decode's products' (vector_product.hpp), one a node
 
@@ -443,9 +451,7 @@ void mla_head(Builder& B, ggml_cgraph* g, const Config& c, const Model::Layer& L
                 lora = c.kv_lora_rank, dl = lora + rot;
   const size_t f = sizeof(float);
   ggml_tensor* q_nope = ggml_view_3d(B.ctx, q, nope, H, n, size_t(dk) * f, size_t(H * dk) * f, 0);
-  ggml_tensor* q_abs =
-      B.own(ggml_mul_mat(B.ctx, L.wk_b.t, ggml_permute(B.ctx, q_nope, 0, 2, 1, 3)));
-  B.weight_bytes += ggml_nbytes(L.wk_b.t);
+  ggml_tensor* q_abs = B.plane_product(L.wk_b, ggml_permute(B.ctx, q_nope, 0, 2, 1, 3));
   ggml_tensor* qd = B.rows(b.q, H * dl, n);
   ggml_tensor* q_lat = ggml_view_3d(B.ctx, qd, lora, H, n, size_t(dl) * f, size_t(H * dl) * f, 0);
   ggml_build_forward_expand(g, ggml_cpy(B.ctx, ggml_permute(B.ctx, q_abs, 0, 2, 1, 3), q_lat));
@@ -462,8 +468,7 @@ ggml_tensor* mla_out(Builder& B, const Config& c, const Model::Layer& L, int64_t
   const RowBuffers& b = *B.b;
   const int64_t H = c.n_head, lora = c.kv_lora_rank, dv = c.v_dim();
   ggml_tensor* a = ggml_reshape_3d(B.ctx, B.rows(b.att, H * lora, n), lora, H, n);
-  ggml_tensor* o = B.own(ggml_mul_mat(B.ctx, L.wv_b.t, ggml_permute(B.ctx, a, 0, 2, 1, 3)));
-  B.weight_bytes += ggml_nbytes(L.wv_b.t);
+  ggml_tensor* o = B.plane_product(L.wv_b, ggml_permute(B.ctx, a, 0, 2, 1, 3));
   o = B.at(ggml_cont(B.ctx, ggml_permute(B.ctx, o, 0, 2, 1, 3)), b.g);
   return ggml_reshape_2d(B.ctx, o, H * dv, n);
 }

@@ -15,13 +15,14 @@ namespace {
 // own cache line) costs well under 1% of the reading it hands out.
 constexpr int64_t kClaimBytes = int64_t(32) << 10;
 
-// x's rows (nx of k values) in the dot product's type, as ggml's mul_mat and mul_mat_id convert
-// them (block by block, so converting whole rows on each thread gives the bytes of ggml's
-// split conversion), in a buffer of the calling thread's; the row stride in *stride.
+// x's rows (nx of k values, x_stride bytes apart) in the dot product's type, as ggml's mul_mat
+// and mul_mat_id convert them (block by block, so converting whole rows on each thread gives
+// the bytes of ggml's split conversion), in a buffer of the calling thread's; the row stride in
+// *stride.
 const char* converted(const ggml_type_traits_cpu* tr, const ggml_tensor* x, int64_t k, int64_t nx,
-                      size_t* stride) {
+                      size_t x_stride, size_t* stride) {
   if (tr->vec_dot_type == GGML_TYPE_F32) {
-    *stride = x->nb[1];
+    *stride = x_stride;
     return static_cast<const char*>(x->data);
   }
   thread_local std::vector<uint8_t> conv;
@@ -30,7 +31,7 @@ const char* converted(const ggml_type_traits_cpu* tr, const ggml_tensor* x, int6
   for (int64_t i = 0; i < nx; ++i)
     ggml_get_type_traits_cpu(tr->vec_dot_type)
         ->from_float(reinterpret_cast<const float*>(static_cast<const char*>(x->data) +
-                                                    size_t(i) * x->nb[1]),
+                                                    size_t(i) * x_stride),
                      conv.data() + size_t(i) * *stride, k);
   return reinterpret_cast<const char*>(conv.data());
 }
@@ -60,7 +61,8 @@ void dot_rows(const ggml_tensor* w, int64_t count, Plane plane, const char* xd, 
 void node(ggml_tensor* dst, int ith, int nth, void* ud) {
   const ggml_tensor* w = dst->src[0];
   size_t stride = 0;
-  const char* xd = converted(ggml_get_type_traits_cpu(w->type), dst->src[1], w->ne[0], 1, &stride);
+  const char* xd =
+      converted(ggml_get_type_traits_cpu(w->type), dst->src[1], w->ne[0], 1, 0, &stride);
   const auto* rows = static_cast<const char*>(w->data);
   dot_rows(
       w, 1, [&](int64_t) { return rows; }, xd, 0, static_cast<float*>(dst->data),
@@ -74,7 +76,7 @@ void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
   const ggml_tensor* ids = dst->src[2];
   const int64_t nx = x->ne[1];
   size_t stride = 0;
-  const char* xd = converted(ggml_get_type_traits_cpu(w->type), x, w->ne[0], nx, &stride);
+  const char* xd = converted(ggml_get_type_traits_cpu(w->type), x, w->ne[0], nx, x->nb[1], &stride);
   const auto* planes = static_cast<const char*>(w->data);
   const auto* id = static_cast<const int32_t*>(ids->data);
   dot_rows(
@@ -83,20 +85,34 @@ void expert_node(ggml_tensor* dst, int ith, int nth, void* ud) {
       *static_cast<RangeClaims*>(ud), ith, nth);
 }
 
-// What both nodes need: w in ggml's own layout (not repacked: a repacked matrix has ggml's
-// repacked vector products), contiguous, one row a dot product; f32 rows in; `threads` within
-// the claims' limit.
+// Every plane: matrix s is plane s of w, times x's row s (x [K, 1, H], a row a plane).
+void plane_node(ggml_tensor* dst, int ith, int nth, void* ud) {
+  const ggml_tensor* w = dst->src[0];
+  const ggml_tensor* x = dst->src[1];
+  size_t stride = 0;
+  const char* xd =
+      converted(ggml_get_type_traits_cpu(w->type), x, w->ne[0], w->ne[2], x->nb[2], &stride);
+  const auto* planes = static_cast<const char*>(w->data);
+  dot_rows(
+      w, w->ne[2], [&](int64_t s) { return planes + size_t(s) * w->nb[2]; }, xd, stride,
+      static_cast<float*>(dst->data),  // [m, 1, planes], contiguous
+      *static_cast<RangeClaims*>(ud), ith, nth);
+}
+
+// What the nodes need: w in ggml's own layout (not repacked: a repacked matrix has ggml's
+// repacked vector products), contiguous, one row a dot product; f32 rows in, their values
+// contiguous; `threads` within the claims' limit.
 bool ggml_rows_apply(const Model::Weight& w, const ggml_tensor* x, int threads) {
   return !w.repacked && threads <= RangeClaims::kMaxThreads && x->type == GGML_TYPE_F32 &&
-         x->ne[2] == 1 && x->ne[3] == 1 && ggml_is_contiguous(w.t) &&
+         x->nb[0] == sizeof(float) && x->ne[3] == 1 && ggml_is_contiguous(w.t) &&
          ggml_get_type_traits_cpu(w.t->type)->nrows == 1;
 }
 
 }  // namespace
 
 bool vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int threads) {
-  return ggml_rows_apply(w, x, threads) && x->ne[1] == 1 && ggml_is_contiguous(x) &&
-         w.t->ne[2] == 1 && w.t->ne[3] == 1;
+  return ggml_rows_apply(w, x, threads) && x->ne[1] == 1 && x->ne[2] == 1 &&
+         ggml_is_contiguous(x) && w.t->ne[2] == 1 && w.t->ne[3] == 1;
 }
 
 ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
@@ -107,11 +123,23 @@ ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tens
                         &claims.back());
 }
 
+bool plane_vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int threads) {
+  return !w.experts && ggml_rows_apply(w, x, threads) && x->ne[1] == 1 && x->ne[2] == w.t->ne[2] &&
+         w.t->ne[3] == 1;
+}
+
+ggml_tensor* plane_vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
+                                  std::deque<RangeClaims>& claims) {
+  claims.emplace_back();
+  ggml_tensor* src[] = {w.t, x};
+  return ggml_custom_4d(ctx, GGML_TYPE_F32, w.t->ne[1], 1, w.t->ne[2], 1, src, 2, &plane_node,
+                        GGML_N_TASKS_MAX, &claims.back());
+}
+
 bool expert_vector_product_applies(const Model::Weight& w, const ggml_tensor* x,
                                    const ggml_tensor* ids, int threads) {
-  return w.experts && ggml_rows_apply(w, x, threads) && ids->ne[1] == 1 &&
-         ids->nb[0] == sizeof(int32_t) && (x->ne[1] == 1 || x->ne[1] == ids->ne[0]) &&
-         x->nb[0] == sizeof(float);
+  return w.experts && ggml_rows_apply(w, x, threads) && x->ne[2] == 1 && ids->ne[1] == 1 &&
+         ids->nb[0] == sizeof(int32_t) && (x->ne[1] == 1 || x->ne[1] == ids->ne[0]);
 }
 
 ggml_tensor* expert_vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,

@@ -26,6 +26,16 @@ bool vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int th
 ggml_tensor* vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
                             std::deque<RangeClaims>& claims);
 
+// The same for each plane of w by its own row of x (ggml's mul_mat over a batch of matrices
+// with one row each, as the absorbed latent attention's per-head Wk_b and Wv_b products of one
+// token are): w [K, M, P] (not experts), x [K, 1, P], any row stride; the result [M, 1, P].
+// The P matrices' rows are one index space split as above, so each thread streams whole planes;
+// ggml's split hands out 16 rows of each of 16 planes a piece (for Wk_b, 2 KB from each plane,
+// 69 KB apart), and runs a fifth of the memory's speed on them (BM_PlaneProduct).
+bool plane_vector_product_applies(const Model::Weight& w, const ggml_tensor* x, int threads);
+ggml_tensor* plane_vector_product(ggml_context* ctx, const Model::Weight& w, ggml_tensor* x,
+                                  std::deque<RangeClaims>& claims);
+
 // The same for one token's chosen experts (ggml's mul_mat_id with one token): w holds one
 // matrix an expert ([K, M, E]), ids the token's k chosen experts ([k, 1] i32), x one f32 row
 // [K, 1, 1] every expert reads, or one a chosen expert [K, k, 1]; the result is [M, k, 1]. The

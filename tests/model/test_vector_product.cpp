@@ -2,8 +2,9 @@
 // their rows (src/core/range_claims.hpp): every index exactly once on any thread count, over
 // many calls on one object (nothing is reset between calls), with a delayed thread's range
 // finished by the others; and each output with the bits of ggml's own one-row mul_mat for
-// every weight type, thread count and row count, and for one token's chosen experts with the
-// bits of ggml's mul_mat_id.
+// every weight type, thread count and row count, for one token's chosen experts with the bits
+// of ggml's mul_mat_id, and for a batch of planes (one row each) with the bits of ggml's
+// mul_mat.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -197,6 +198,62 @@ TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
   expect_expert_bits(GGML_TYPE_Q8_0, 2048, 96, 4, {2, 0}, 2, 2, rng);
 }
 
+// ggml's mul_mat over a batch of planes, one row of x a plane, and plane_vector_product over the
+// same weights and rows, the rows read as the latent attention reads them: each plane's row a
+// strided piece of one token's heads (head h's k values at h * row_stride floats, the rest of
+// its row in between), viewed [k, 1, planes] as llama.cpp's permute gives them.
+void expect_plane_bits(ggml_type type, int64_t k, int64_t m, int64_t planes, int64_t row_stride,
+                       int threads, std::mt19937& rng) {
+  std::vector<uint8_t> meta(size_t(k * m * planes + row_stride * planes + 2 * m * planes) *
+                                sizeof(float) +
+                            (size_t(1) << 20));
+  ggml_init_params ip{meta.size(), meta.data(), false};
+  ggml_context* ctx = ggml_init(ip);
+  ASSERT_NE(ctx, nullptr);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> wf(static_cast<size_t>(k * m * planes));
+  for (float& v : wf) v = nd(rng);
+  wf[size_t(k * m)] = 60000.0f;  // an extreme weight in plane 1
+  ggml_tensor* w = ggml_new_tensor_3d(ctx, type, k, m, planes);
+  if (type == GGML_TYPE_F32)
+    std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
+  else
+    ggml_quantize_chunk(type, wf.data(), w->data, 0, m * planes, k, nullptr);
+  ggml_tensor* token = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, row_stride * planes, 1);
+  for (int64_t i = 0; i < row_stride * planes; ++i) static_cast<float*>(token->data)[i] = nd(rng);
+  ggml_tensor* heads = ggml_view_3d(ctx, token, k, planes, 1, size_t(row_stride) * sizeof(float),
+                                    size_t(row_stride * planes) * sizeof(float), 0);
+  ggml_tensor* x = ggml_permute(ctx, heads, 0, 2, 1, 3);  // [k, 1, planes]
+  model::Model::Weight mw;
+  mw.t = w;
+  ASSERT_TRUE(model::plane_vector_product_applies(mw, x, threads));
+  std::deque<RangeClaims> claims;
+  ggml_tensor* want = ggml_mul_mat(ctx, w, x);
+  ggml_tensor* got = model::plane_vector_product(ctx, mw, x, claims);
+  ASSERT_TRUE(ggml_are_same_shape(want, got));
+  expect_same_bits(ctx, want, got, threads, [&] {
+    return std::string(ggml_type_name(type)) + " k " + std::to_string(k) + " m " +
+           std::to_string(m) + " planes " + std::to_string(planes);
+  });
+}
+
+TEST(VectorProduct, EachPlanesOwnRowHasGgmlsMulMatBits) {
+  const ggml_type types[] = {GGML_TYPE_F32,  GGML_TYPE_F16,  GGML_TYPE_BF16,
+                             GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_K};
+  std::mt19937 rng(13);
+  for (ggml_type t : types)
+    for (int threads : {1, 2, 3})
+      for (int64_t planes : {int64_t(1), int64_t(5)})
+        for (int64_t m : {int64_t(1), int64_t(70)}) {
+          expect_plane_bits(t, 256, m, planes, 256, threads, rng);  // rows back to back
+          expect_plane_bits(t, 256, m, planes, 320, threads, rng);  // q_nope's: rope between
+        }
+  // The latent attention's Wk_b and Wv_b as DeepSeek V3 has them (128 heads; nope 128 of each
+  // head's 192 values; latent 512), Q8_0: many planes to a claim, and rows of 512.
+  expect_plane_bits(GGML_TYPE_Q8_0, 128, 512, 128, 192, 2, rng);
+  expect_plane_bits(GGML_TYPE_Q8_0, 512, 128, 128, 512, 2, rng);
+}
+
 TEST(VectorProduct, LeavesWhatItDoesNotCover) {
   std::vector<uint8_t> meta(1 << 20);
   ggml_init_params ip{meta.size(), meta.data(), true};
@@ -223,6 +280,18 @@ TEST(VectorProduct, LeavesWhatItDoesNotCover) {
   EXPECT_FALSE(model::expert_vector_product_applies(ew, x3, ids1, 2));
   ew.repacked = true;
   EXPECT_FALSE(model::expert_vector_product_applies(ew, one, ids1, 2));
+  // Planes: one row a plane, as many rows as planes; not experts' planes.
+  model::Model::Weight pw;
+  pw.t = ggml_new_tensor_3d(ctx, GGML_TYPE_F16, 64, 8, 4);
+  ggml_tensor* row_a_plane = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 1, 4);
+  ggml_tensor* two_a_plane = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 2, 4);  // prefill
+  ggml_tensor* fewer = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 64, 1, 3);
+  EXPECT_TRUE(model::plane_vector_product_applies(pw, row_a_plane, 2));
+  EXPECT_FALSE(model::plane_vector_product_applies(pw, two_a_plane, 2));
+  EXPECT_FALSE(model::plane_vector_product_applies(pw, fewer, 2));
+  model::Model::Weight experts_planes = pw;
+  experts_planes.experts = true;
+  EXPECT_FALSE(model::plane_vector_product_applies(experts_planes, row_a_plane, 2));
   ggml_free(ctx);
 }
 
