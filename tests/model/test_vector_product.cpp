@@ -97,35 +97,65 @@ void expect_same_bits(ggml_context* ctx, ggml_tensor* want, ggml_tensor* got, in
   ggml_free(ctx);
 }
 
-// ggml's own one-row mul_mat and vector_product over the same weights and row, in one graph.
-void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt19937& rng) {
-  // The tensors' bytes (weights at most f32) and ggml's objects: a buffer zeroed per call.
-  std::vector<uint8_t> meta(size_t(k * (m + 2) + m * 2) * sizeof(float) + (size_t(1) << 20));
+// A ggml context allocating in meta: room for `floats` values of tensors, and ggml's objects.
+ggml_context* context_in(std::vector<uint8_t>& meta, int64_t floats) {
+  meta.assign(size_t(floats) * sizeof(float) + (size_t(1) << 20), 0);
   ggml_init_params ip{meta.size(), meta.data(), false};
-  ggml_context* ctx = ggml_init(ip);
-  ASSERT_NE(ctx, nullptr);
+  return ggml_init(ip);
+}
+
+// A [k, m, planes] tensor of `type` in ctx, its values normal draws from rng, with one extreme
+// weight (the f16 / q8 rounding paths see a large scale) at the start of plane 1 (of plane 0
+// where it is the only one).
+ggml_tensor* random_planes(ggml_context* ctx, ggml_type type, int64_t k, int64_t m, int64_t planes,
+                           std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(k * m)), xf(static_cast<size_t>(k));
+  std::vector<float> wf(static_cast<size_t>(k * m * planes));
   for (float& v : wf) v = nd(rng);
-  for (float& v : xf) v = nd(rng);
-  wf[0] = 60000.0f;  // an extreme weight: the f16 / q8 rounding paths see a large scale
-  ggml_tensor* w = ggml_new_tensor_2d(ctx, type, k, m);
+  wf[planes > 1 ? size_t(k * m) : 0] = 60000.0f;
+  ggml_tensor* w = ggml_new_tensor_3d(ctx, type, k, m, planes);
   if (type == GGML_TYPE_F32)
     std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
   else
-    ggml_quantize_chunk(type, wf.data(), w->data, 0, m, k, nullptr);
-  ggml_tensor* x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, 1);
-  std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
+    ggml_quantize_chunk(type, wf.data(), w->data, 0, m * planes, k, nullptr);
+  return w;
+}
+
+// ggml's mul_mat of w by x and `node` (vector_product or plane_vector_product, which `applies`
+// must take) over the same, in one graph, bit for bit; frees ctx.
+using Applies = bool (*)(const model::Model::Weight&, const ggml_tensor*, int);
+using Node = ggml_tensor* (*)(ggml_context*, const model::Model::Weight&, ggml_tensor*,
+                              std::deque<RangeClaims>&);
+template <class What>
+void expect_mul_mat_bits(ggml_context* ctx, ggml_tensor* w, ggml_tensor* x, int threads,
+                         Applies applies, Node node, What what) {
   model::Model::Weight mw;
   mw.t = w;
-  ASSERT_TRUE(model::vector_product_applies(mw, x, threads));
+  ASSERT_TRUE(applies(mw, x, threads));
   std::deque<RangeClaims> claims;
   ggml_tensor* want = ggml_mul_mat(ctx, w, x);
-  ggml_tensor* got = model::vector_product(ctx, mw, x, claims);
-  expect_same_bits(ctx, want, got, threads, [&] {
-    return std::string(ggml_type_name(type)) + " k " + std::to_string(k) + " m " +
-           std::to_string(m);
-  });
+  ggml_tensor* got = node(ctx, mw, x, claims);
+  ASSERT_TRUE(ggml_are_same_shape(want, got));
+  expect_same_bits(ctx, want, got, threads, what);
+}
+
+// ggml's own one-row mul_mat and vector_product over the same weights and row, in one graph.
+void expect_ggml_bits(ggml_type type, int64_t k, int64_t m, int threads, std::mt19937& rng) {
+  // The tensors' bytes (weights at most f32) and ggml's objects: a buffer zeroed per call.
+  std::vector<uint8_t> meta;
+  ggml_context* ctx = context_in(meta, k * (m + 2) + m * 2);
+  ASSERT_NE(ctx, nullptr);
+  ggml_tensor* w = random_planes(ctx, type, k, m, 1, rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> xf(static_cast<size_t>(k));
+  for (float& v : xf) v = nd(rng);
+  ggml_tensor* x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, 1);
+  std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
+  expect_mul_mat_bits(ctx, w, x, threads, model::vector_product_applies, model::vector_product,
+                      [&] {
+                        return std::string(ggml_type_name(type)) + " k " + std::to_string(k) +
+                               " m " + std::to_string(m);
+                      });
 }
 
 TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
@@ -148,22 +178,14 @@ TEST(VectorProduct, GgmlsBitsForEveryTypeThreadCountAndRowCount) {
 void expect_expert_bits(ggml_type type, int64_t k, int64_t m, int64_t n_expert,
                         const std::vector<int32_t>& chosen, int64_t x_rows, int threads,
                         std::mt19937& rng) {
-  std::vector<uint8_t> meta(
-      size_t(k * (m * n_expert + 2 * x_rows) + 2 * m * int64_t(chosen.size())) * sizeof(float) +
-      (size_t(1) << 20));
-  ggml_init_params ip{meta.size(), meta.data(), false};
-  ggml_context* ctx = ggml_init(ip);
+  std::vector<uint8_t> meta;
+  ggml_context* ctx =
+      context_in(meta, k * (m * n_expert + 2 * x_rows) + 2 * m * int64_t(chosen.size()));
   ASSERT_NE(ctx, nullptr);
+  ggml_tensor* w = random_planes(ctx, type, k, m, n_expert, rng);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(k * m * n_expert)), xf(size_t(k * x_rows));
-  for (float& v : wf) v = nd(rng);
+  std::vector<float> xf(size_t(k * x_rows));
   for (float& v : xf) v = nd(rng);
-  wf[size_t(k * m)] = 60000.0f;  // an extreme weight in expert 1
-  ggml_tensor* w = ggml_new_tensor_3d(ctx, type, k, m, n_expert);
-  if (type == GGML_TYPE_F32)
-    std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
-  else
-    ggml_quantize_chunk(type, wf.data(), w->data, 0, m * n_expert, k, nullptr);
   ggml_tensor* x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, k, x_rows, 1);
   std::memcpy(x->data, xf.data(), xf.size() * sizeof(float));
   ggml_tensor* ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, int64_t(chosen.size()), 1);
@@ -204,37 +226,21 @@ TEST(VectorProduct, ChosenExpertsHaveGgmlsMulMatIdBits) {
 // its row in between), viewed [k, 1, planes] as llama.cpp's permute gives them.
 void expect_plane_bits(ggml_type type, int64_t k, int64_t m, int64_t planes, int64_t row_stride,
                        int threads, std::mt19937& rng) {
-  std::vector<uint8_t> meta(size_t(k * m * planes + row_stride * planes + 2 * m * planes) *
-                                sizeof(float) +
-                            (size_t(1) << 20));
-  ggml_init_params ip{meta.size(), meta.data(), false};
-  ggml_context* ctx = ggml_init(ip);
+  std::vector<uint8_t> meta;
+  ggml_context* ctx = context_in(meta, k * m * planes + row_stride * planes + 2 * m * planes);
   ASSERT_NE(ctx, nullptr);
+  ggml_tensor* w = random_planes(ctx, type, k, m, planes, rng);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> wf(static_cast<size_t>(k * m * planes));
-  for (float& v : wf) v = nd(rng);
-  wf[size_t(k * m)] = 60000.0f;  // an extreme weight in plane 1
-  ggml_tensor* w = ggml_new_tensor_3d(ctx, type, k, m, planes);
-  if (type == GGML_TYPE_F32)
-    std::memcpy(w->data, wf.data(), wf.size() * sizeof(float));
-  else
-    ggml_quantize_chunk(type, wf.data(), w->data, 0, m * planes, k, nullptr);
   ggml_tensor* token = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, row_stride * planes, 1);
   for (int64_t i = 0; i < row_stride * planes; ++i) static_cast<float*>(token->data)[i] = nd(rng);
   ggml_tensor* heads = ggml_view_3d(ctx, token, k, planes, 1, size_t(row_stride) * sizeof(float),
                                     size_t(row_stride * planes) * sizeof(float), 0);
   ggml_tensor* x = ggml_permute(ctx, heads, 0, 2, 1, 3);  // [k, 1, planes]
-  model::Model::Weight mw;
-  mw.t = w;
-  ASSERT_TRUE(model::plane_vector_product_applies(mw, x, threads));
-  std::deque<RangeClaims> claims;
-  ggml_tensor* want = ggml_mul_mat(ctx, w, x);
-  ggml_tensor* got = model::plane_vector_product(ctx, mw, x, claims);
-  ASSERT_TRUE(ggml_are_same_shape(want, got));
-  expect_same_bits(ctx, want, got, threads, [&] {
-    return std::string(ggml_type_name(type)) + " k " + std::to_string(k) + " m " +
-           std::to_string(m) + " planes " + std::to_string(planes);
-  });
+  expect_mul_mat_bits(ctx, w, x, threads, model::plane_vector_product_applies,
+                      model::plane_vector_product, [&] {
+                        return std::string(ggml_type_name(type)) + " k " + std::to_string(k) +
+                               " m " + std::to_string(m) + " planes " + std::to_string(planes);
+                      });
 }
 
 TEST(VectorProduct, EachPlanesOwnRowHasGgmlsMulMatBits) {
