@@ -193,6 +193,42 @@ inline void WidenKeysV(KVType t, const unsigned char* tile, int64_t sj, int64_t 
   }
 }
 
+// Slots [sj, sj + n) of a V tile whose rows lie rs values apart (dp, or where V is K the dim
+// unpadded: PackedKVData::v_row) into slots [dj, dj + n) of dst ([64][dp], dims rs.. dp zero).
+inline void WidenStridedV(KVType t, const unsigned char* tile, int64_t sj, int64_t n, int64_t rs,
+                          int64_t dp, float* HWY_RESTRICT dst, int64_t dj) {
+  if (rs == dp) return WidenKeysV(t, tile, sj, n, dp, dst, dj);
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  const int64_t whole = rs / N * N;
+  for (int64_t j = 0; j < n; ++j) {
+    float* out = dst + (dj + j) * dp;
+    const auto* h = reinterpret_cast<const uint16_t*>(tile) + (sj + j) * rs;
+    switch (t) {
+      case KVType::f32:
+        std::memcpy(out, reinterpret_cast<const float*>(tile) + (sj + j) * rs, size_t(rs) * 4);
+        break;
+      case KVType::f16:
+        Widen16<KVType::f16>(h, out, whole);
+        for (int64_t c = whole; c < rs; ++c) out[c] = f16_to_f32(h[c]);
+        break;
+      case KVType::bf16:
+        Widen16<KVType::bf16>(h, out, whole);
+        for (int64_t c = whole; c < rs; ++c) out[c] = bf16_to_f32(h[c]);
+        break;
+      case KVType::q8_0:  // d % 32 == 0: rows are never narrower than dp
+        HWY_ASSERT(false);
+    }
+    std::fill(out + rs, out + dp, 0.0f);
+  }
+}
+
+// Slots [sj, sj + n) of head kvh's V tile t, rows as kv stores them, into slots [dj, dj + n)
+// of dst ([64][dp]).
+inline void WidenKeysVOf(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t sj, int64_t n,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  WidenStridedV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.v_row(), kv.dp, dst, dj);
+}
+
 // K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
 inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
   WidenKeysK(t, tile, 0, kTileKeys, d, dst, 0);
@@ -203,23 +239,25 @@ inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_R
   WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
 }
 
-// Slots [sj, sj + n) of an f32 K tile or gathered tile k (F32Ops' [d][64]) as value rows
-// [dj, dj + n) of v ([64][dp]; dims d.. dp zero): the values of a cache whose V is its K
-// (PackedKVData::v_is_k). On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
+// Value rows as key columns: where V is K (PackedKVData::v_is_k) a key is stored once, as its
+// value row (V's layout, [64][dp]), and the Scores micro-kernel's K tile ([d][64]) is
+// transposed from the rows. On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
 // 128-bit blocks, then 64-bit pairs, then the halves: the usual AVX sequence, through 256-bit
 // vectors on every x86 target); a scalar transpose of DeepSeek's 576-dim tile cost about what
 // its P.V product does. Other targets and the last n % 8 keys: element by element.
-inline void KeysToV(const float* HWY_RESTRICT k, int64_t sj, int64_t n, int64_t d, int64_t dp,
-                    float* HWY_RESTRICT v, int64_t dj) {
+
+// f32 rows rows[0, n) (dims [0, d), d % 8 == 0) as columns [dj, dj + n) of k ([d][64]).
+inline void RowsToColumns(const float* const* HWY_RESTRICT rows, int64_t n, int64_t d,
+                          float* HWY_RESTRICT k, int64_t dj) {
   int64_t j0 = 0;
 #if HWY_TARGET <= HWY_AVX2
   const hn::FixedTag<float, 8> d8;
   const hn::FixedTag<double, 4> dd;
   using V8 = hn::Vec<decltype(d8)>;
   for (; j0 + 8 <= n; j0 += 8)
-    for (int64_t c0 = 0; c0 < d; c0 += 8) {  // d % 8 == 0 (PackedKV's head dims)
+    for (int64_t c0 = 0; c0 < d; c0 += 8) {
       V8 r[8], t[8], u[8];
-      for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d8, k + (c0 + i) * kTileKeys + sj + j0);
+      for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d8, rows[j0 + i] + c0);
       for (int i = 0; i < 8; i += 2) {
         t[i] = hn::InterleaveLower(d8, r[i], r[i + 1]);
         t[i + 1] = hn::InterleaveUpper(d8, r[i], r[i + 1]);
@@ -230,24 +268,71 @@ inline void KeysToV(const float* HWY_RESTRICT k, int64_t sj, int64_t n, int64_t 
           u[i + 2 * h] = hn::BitCast(d8, hn::InterleaveLower(dd, a, b));
           u[i + 2 * h + 1] = hn::BitCast(d8, hn::InterleaveUpper(dd, a, b));
         }
-      // u[q] holds key j0 + q's dims c0..c0+3 in its lower 128 bits and key j0 + 4 + q's in
-      // its upper; u[4 + q] the same keys' dims c0+4..c0+7. A key's row joins the two halves.
+      // u[q] holds dims c0 + q of keys j0..j0+3 in its lower 128 bits and dims c0 + 4 + q of
+      // them in its upper; u[4 + q] the same dims of keys j0+4..j0+7. A dim's row of 8 keys
+      // joins the two halves.
+      float* out = k + c0 * kTileKeys + dj + j0;
       for (int q = 0; q < 4; ++q) {
-        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + q], u[q]), d8, v + (dj + j0 + q) * dp + c0);
-        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + q], u[q]), d8, v + (dj + j0 + 4 + q) * dp + c0);
+        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + q], u[q]), d8, out + q * kTileKeys);
+        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + q], u[q]), d8, out + (4 + q) * kTileKeys);
       }
     }
 #endif
   for (int64_t j = j0; j < n; ++j)
-    for (int64_t c = 0; c < d; ++c) v[(dj + j) * dp + c] = k[c * kTileKeys + sj + j];
-  if (dp > d)
-    for (int64_t j = 0; j < n; ++j) std::fill(v + (dj + j) * dp + d, v + (dj + j + 1) * dp, 0.0f);
+    for (int64_t c = 0; c < d; ++c) k[c * kTileKeys + dj + j] = rows[j][c];
+}
+
+// Slots slots[0, n) of a tile of value rows stored as t (rs values apart) as columns
+// [dj, dj + n) of dst ([d][64]): f32 rows transposed in place, others widened 8 rows at a time
+// first.
+inline void ColumnsFromRows(KVType t, const unsigned char* tile, const int32_t* slots, int64_t n,
+                            int64_t d, int64_t rs, int64_t dp, float* HWY_RESTRICT dst,
+                            int64_t dj) {
+  HWY_ALIGN float buf[8 * kMaxHeadDim];
+  const float* rows[8];
+  for (int64_t j0 = 0; j0 < n; j0 += 8) {
+    const int64_t m = std::min<int64_t>(8, n - j0);
+    for (int64_t i = 0; i < m; ++i) {
+      if (t == KVType::f32) {
+        rows[i] = reinterpret_cast<const float*>(tile) + slots[j0 + i] * rs;
+      } else {
+        WidenStridedV(t, tile, slots[j0 + i], 1, rs, dp, buf, i);
+        rows[i] = buf + i * dp;
+      }
+    }
+    RowsToColumns(rows, m, d, dst, dj + j0);
+  }
+}
+
+// Slots [sj, sj + n) of K tile t of head kvh, in either layout (rows where V is K), into slots
+// [dj, dj + n) of dst ([d][64]).
+inline void WidenKeysKOf(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t sj, int64_t n,
+                         float* HWY_RESTRICT dst, int64_t dj) {
+  if (!kv.v_is_k) return WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, n, kv.dim, dst, dj);
+  int32_t slots[kTileKeys];
+  std::iota(slots, slots + n, int32_t(sj));
+  ColumnsFromRows(kv.k_type, kv.k_bytes(kvh, t), slots, n, kv.dim, kv.v_row(), kv.dp, dst, dj);
+}
+
+// K tile t of head kvh whole, in either layout, into dst ([d][64]).
+inline void WidenTileK(const PackedKVData& kv, int64_t kvh, int64_t t, float* HWY_RESTRICT dst) {
+  WidenKeysKOf(kv, kvh, t, 0, kTileKeys, dst, 0);
+}
+
+// Listed slots sj[0, m) (ascending) of K tile t of head kvh into slots [dj, dj + m) of dst,
+// without the rest of the tile: rows where V is K, 16-bit key groups (WidenListedK). False,
+// leaving dst, where neither applies.
+inline bool WidenListedKOf(const PackedKVData& kv, int64_t kvh, int64_t t, const int32_t* sj,
+                           int64_t m, float* HWY_RESTRICT dst, int64_t dj) {
+  if (!kv.v_is_k) return WidenListedK(kv.k_type, kv.k_bytes(kvh, t), sj, m, kv.dim, dst, dj);
+  ColumnsFromRows(kv.k_type, kv.k_bytes(kvh, t), sj, m, kv.dim, kv.v_row(), kv.dp, dst, dj);
+  return true;
 }
 
 // The loop's f32 view of a PackedKVData whose tiles are stored in other types: one tile of a
 // head's K, and one of its V, widened into per-thread buffers. A tile is widened once per
 // visit run: consecutive reads of the same tile reuse it. Tiles stored as f32 are read in
-// place. A V that is K (v_is_k) is made from K's tile, which V() widens first if it must.
+// place, but for K where V is K (its tile holds rows: ColumnsFromRows).
 struct WidenedTiles {
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   float *k = nullptr, *v = nullptr;
@@ -261,18 +346,13 @@ struct WidenedTiles {
   }
   // Tile t of head kvh, as f32 in F32Ops' layout.
   const float* K(const PackedKVData& kv, int64_t kvh, int64_t t) {
-    if (kv.k_type == KVType::f32) return kv.k_tile<float>(kvh, t);
-    if (kh != kvh || kt != t) kh = kvh, kt = t, WidenK(kv.k_type, kv.k_bytes(kvh, t), kv.dim, k);
+    if (kv.k_type == KVType::f32 && !kv.v_is_k) return kv.k_tile<float>(kvh, t);
+    if (kh != kvh || kt != t) kh = kvh, kt = t, WidenTileK(kv, kvh, t, k);
     return k;
   }
   const float* V(const PackedKVData& kv, int64_t kvh, int64_t t) {
-    if (kv.v_is_k) {
-      if (vh != kvh || vt != t)
-        vh = kvh, vt = t, KeysToV(K(kv, kvh, t), 0, kTileKeys, kv.dim, kv.dp, v, 0);
-      return v;
-    }
-    if (kv.v_type == KVType::f32) return kv.v_tile<float>(kvh, t);
-    if (vh != kvh || vt != t) vh = kvh, vt = t, WidenV(kv.v_type, kv.v_bytes(kvh, t), kv.dp, v);
+    if (kv.v_type == KVType::f32 && kv.v_row() == kv.dp) return kv.v_tile<float>(kvh, t);
+    if (vh != kvh || vt != t) vh = kvh, vt = t, WidenKeysVOf(kv, kvh, t, 0, kTileKeys, v, 0);
     return v;
   }
   // Keys [a, a + 64) of head kvh, a off the grid (the end of tile a / 64, the start of the
@@ -280,17 +360,15 @@ struct WidenedTiles {
   const float* KRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
     const int64_t t = a / kTileKeys, sj = a % kTileKeys;
     kh = -1;  // the buffer no longer holds whole tiles
-    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, kTileKeys - sj, kv.dim, k, 0);
-    WidenKeysK(kv.k_type, kv.k_bytes(kvh, t + 1), 0, sj, kv.dim, k, kTileKeys - sj);
+    WidenKeysKOf(kv, kvh, t, sj, kTileKeys - sj, k, 0);
+    WidenKeysKOf(kv, kvh, t + 1, 0, sj, k, kTileKeys - sj);
     return k;
   }
-  // After KRun(kv, kvh, a) where V is K: its values from the keys KRun left in k.
   const float* VRun(const PackedKVData& kv, int64_t kvh, int64_t a) {
     const int64_t t = a / kTileKeys, sj = a % kTileKeys;
     vh = -1;
-    if (kv.v_is_k) return KeysToV(k, 0, kTileKeys, kv.dim, kv.dp, v, 0), v;
-    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, kTileKeys - sj, kv.dp, v, 0);
-    WidenKeysV(kv.v_type, kv.v_bytes(kvh, t + 1), 0, sj, kv.dp, v, kTileKeys - sj);
+    WidenKeysVOf(kv, kvh, t, sj, kTileKeys - sj, v, 0);
+    WidenKeysVOf(kv, kvh, t + 1, 0, sj, v, kTileKeys - sj);
     return v;
   }
 };

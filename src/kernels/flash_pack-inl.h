@@ -119,10 +119,12 @@ inline void PackRangeStored(PackedKVData& kv, const TensorView& k, const TensorV
     for (int64_t i = a; i < b; ++i) {
       const int64_t src = src_rows ? src_rows[i - first] : i - first;
       LoadRowF32(k, h, src, kv.dim, row);
-      StoreKeyK(kv.k_type, kv.k_bytes(h, t), i - t * kTileKeys, row, kv.dim);
-      if (kv.v_is_k) continue;  // values are read from the keys
-      LoadRowF32(v, h, src, kv.dim, row);
-      StoreKeyV(kv.v_type, kv.v_bytes(h, t), i - t * kTileKeys, row, kv.dim, kv.dp);
+      // Where V is K the key is stored once, as its value row (PackedKVData::v_is_k).
+      if (!kv.v_is_k) {
+        StoreKeyK(kv.k_type, kv.k_bytes(h, t), i - t * kTileKeys, row, kv.dim);
+        LoadRowF32(v, h, src, kv.dim, row);
+      }
+      StoreKeyV(kv.v_type, kv.v_bytes(h, t), i - t * kTileKeys, row, kv.dim, kv.v_row());
     }
   });
 }

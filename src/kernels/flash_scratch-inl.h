@@ -113,11 +113,8 @@ struct KVTiles {
                  int64_t dj) const {
     if constexpr (std::is_same_v<T, float>)
       if (kv.widened()) {
-        WidenKeysK(kv.k_type, kv.k_bytes(kvh, t), sj, n, kv.dim, sc.gk, dj);
-        if (kv.v_is_k)
-          KeysToV(sc.gk, dj, n, kv.dim, kv.dp, sc.gv, dj);
-        else
-          WidenKeysV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.dp, sc.gv, dj);
+        WidenKeysKOf(kv, kvh, t, sj, n, sc.gk, dj);
+        WidenKeysVOf(kv, kvh, t, sj, n, sc.gv, dj);
         return;
       }
     Ops::CopyKeysK(kv.k_tile<T>(kvh, t), sj, sc.gk, dj, n, kv.dim);

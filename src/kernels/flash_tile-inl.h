@@ -426,10 +426,9 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         if constexpr (std::is_same_v<typename Ops::T, float>)
           if (d.widened()) {
             listed = true;
-            if (!k_done && !WidenListedK(d.k_type, d.k_bytes(kvh, jt), slots, m, p.dim, sc.gk, jj))
+            if (!k_done && !WidenListedKOf(d, kvh, jt, slots, m, sc.gk, jj))
               Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
-            for (int64_t a = 0; a < m && !d.v_is_k; ++a)
-              WidenKeysV(d.v_type, d.v_bytes(kvh, jt), slots[a], 1, dp, sc.gv, jj + a);
+            for (int64_t a = 0; a < m; ++a) WidenKeysVOf(d, kvh, jt, slots[a], 1, sc.gv, jj + a);
           }
         if (!listed) {
           if (!k_done) Ops::CopyListedK(kv.k_tile(kvh, jt, sc), slots, m, sc.gk, jj, p.dim);
@@ -438,9 +437,6 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
         }
         jj += m;
       }
-      // Values that are the keys: every gathered key's column, once the tile holds them all.
-      if constexpr (std::is_same_v<typename Ops::T, float>)
-        if (d.v_is_k) KeysToV(sc.gk, 0, count, p.dim, dp, sc.gv, 0);
       next_p();
       Ops::Scores(sc.q, npad, sc.gk, p.dim, sc.s);
       const int64_t kept = MaskByPosition(

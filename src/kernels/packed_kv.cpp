@@ -17,12 +17,8 @@ Operands OperandsEntry(DType dtype, bool bf16_dot) { return OperandsHere(dtype, 
 void WidenTilesEntry(const PackedKVData* src, PackedKVData* dst, int64_t tiles) {
   for (int64_t h = 0; h < src->kv_heads; ++h)
     for (int64_t t = 0; t < tiles; ++t) {
-      WidenK(src->k_type, src->k_bytes(h, t), src->dim, dst->k_tile<float>(h, t));
-      if (src->v_is_k)
-        KeysToV(dst->k_tile<float>(h, t), 0, kTileKeys, src->dim, src->dp, dst->v_tile<float>(h, t),
-                0);
-      else
-        WidenV(src->v_type, src->v_bytes(h, t), src->dp, dst->v_tile<float>(h, t));
+      WidenTileK(*src, h, t, dst->k_tile<float>(h, t));
+      WidenKeysVOf(*src, h, t, 0, kTileKeys, dst->v_tile<float>(h, t), 0);
     }
 }
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -84,7 +80,8 @@ void init_packed(PackedKVData& kv, Operands ops, DType dtype, int64_t kv_heads, 
     }
     return of(traits(t));
   };
-  kv.k_tile_bytes = tile_bytes(k_type, kv.k_elems);
+  // Where V is K its one tile has V's layout (PackedKVData::v_is_k).
+  kv.k_tile_bytes = tile_bytes(k_type, v_is_k ? kTileKeys * kv.v_row() : kv.k_elems);
   kv.v_tile_bytes = v_is_k ? 0 : tile_bytes(v_type, kv.v_elems);
   const size_t tiles = size_t(kv_heads * kv.tiles_cap);
   const auto bytes = [&](int64_t per_tile) {
@@ -132,20 +129,22 @@ void clear_slots(PackedKVData& kv, int64_t from, int64_t to) {
   for (int64_t h = 0; h < kv.kv_heads; ++h) {
     if (kv.ops == Operands::f32) {
       // K [d][64] (16-bit types: stored_k_index) and V [64][dp] in the stored element size;
-      // q8_0's scales after the values, K's [d/32][64], V's [64][dp/32].
+      // q8_0's scales after the values, K's [d/32][64], V's [64][dp/32]. Where V is K, its
+      // tile is V's (v_bytes names it).
       unsigned char* kt = kv.k_bytes(h, t_from);
       unsigned char* vt = kv.v_bytes(h, t_from);
       const int64_t ke = traits(kv.k_type).value_bytes(), ve = traits(kv.v_type).value_bytes();
-      for (int64_t c = 0; c < d; ++c)
+      for (int64_t c = 0; c < d && !kv.v_is_k; ++c)
         for (int64_t j = a; j < b; ++j)
           std::memset(kt + stored_k_slot(kv.k_type, d, c, j) * ke, 0, size_t(ke));
-      if (!kv.v_is_k) std::memset(vt + a * dp * ve, 0, size_t((b - a) * dp * ve));
-      if (kv.k_type == KVType::q8_0) {
+      const int64_t rs = kv.v_row();
+      std::memset(vt + a * rs * ve, 0, size_t((b - a) * rs * ve));
+      if (kv.k_type == KVType::q8_0 && !kv.v_is_k) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(kt + d * kTileKeys);
         for (int64_t c = 0; c < d / 32; ++c)
           std::fill(sc + c * kTileKeys + a, sc + c * kTileKeys + b, uint16_t(0));
       }
-      if (kv.v_type == KVType::q8_0 && !kv.v_is_k) {
+      if (kv.v_type == KVType::q8_0) {
         uint16_t* sc = reinterpret_cast<uint16_t*>(vt + kTileKeys * dp);
         std::fill(sc + a * (dp / 32), sc + b * (dp / 32), uint16_t(0));
       }
@@ -390,6 +389,28 @@ void PackedKV::read_key(int64_t kvh, int64_t i, float* out) const {
                ", ", i, ") outside ", d.kv_heads, " heads x ", d.size, " keys");
   const int64_t t = i / kernels::kTileKeys, jj = i % kernels::kTileKeys, n = d.dim;
   const unsigned char* tile = d.k_bytes(kvh, t);
+  if (d.v_is_k) {  // the key is its value row (V's layout)
+    const int64_t dp = d.v_row();
+    switch (d.k_type) {
+      case KVType::f32:
+        std::memcpy(out, reinterpret_cast<const float*>(tile) + jj * dp, size_t(n) * 4);
+        return;
+      case KVType::f16:
+      case KVType::bf16: {
+        const uint16_t* h = reinterpret_cast<const uint16_t*>(tile) + jj * dp;
+        for (int64_t c = 0; c < n; ++c)
+          out[c] = d.k_type == KVType::f16 ? f16_to_f32(h[c]) : bf16_to_f32(h[c]);
+        return;
+      }
+      case KVType::q8_0: {  // int8 [64][dp], then f16 scales [64][dp/32]
+        const int8_t* q = reinterpret_cast<const int8_t*>(tile) + jj * dp;
+        const uint16_t* sc =
+            reinterpret_cast<const uint16_t*>(tile + kernels::kTileKeys * dp) + jj * (dp / 32);
+        for (int64_t c = 0; c < n; ++c) out[c] = float(q[c]) * f16_to_f32(sc[c / 32]);
+        return;
+      }
+    }
+  }
   switch (d.k_type) {
     case KVType::f32: {
       const float* f = reinterpret_cast<const float*>(tile);

@@ -40,6 +40,8 @@ static_assert(storage_detail::covers(kOperands, kDotOperand));
 // A tile stored in any type but f32 is widened to the f32 layout, tile by tile, as the loop
 // reads it (flash_kv_widen-inl.h: WidenedTiles), or, f16 / bf16 for decode's few rows, read
 // in place (group_tiles-inl.h). Operands::bf16_dot keeps its own pair layouts (bf16).
+// Where V is K (PackedKVData::v_is_k) the one stored tile has V's layout, in any type: see
+// there.
 
 // Keys per group of a K tile stored in 16 bits, and element (c, j) of such a tile: a group's
 // keys lie in one 16 x d block, so a 16-key piece (Quest's page) reads one contiguous run
@@ -71,11 +73,14 @@ struct PackedKVData {
   int64_t dp = 0;  // head dim of the V layout, padded to 16
   int64_t capacity = 0, tiles_cap = 0, size = 0;
   KVType k_type = KVType::f32, v_type = KVType::f32;  // storage (f32 under bf16_dot: see there)
-  // V is K: no V tiles are stored (v_tile_bytes 0), and a key's value row is its key, read by
-  // transposing its K tile's column (KeysToV, flash_kv_widen-inl.h). DeepSeek's latent cache,
-  // whose V is the first kv_lora_rank values of each cached K row (llama.cpp's MLA cache holds
-  // K only); the caller drops the output values past those. Operands::f32 only; v_type then
-  // records k_type.
+  // V is K: one tile a key stores both, in V's layout (rows [64][v_row()] as k_type: a key's
+  // values contiguous), and v_bytes / v_tile name the K tiles (v_tile_bytes 0). DeepSeek's latent
+  // cache, whose V is the first kv_lora_rank values of each cached K row (llama.cpp's MLA cache
+  // holds K only); the caller drops the output values past those. Rows, not K's [d][64] or
+  // 16-key groups, because decode reads a few thousand scattered keys of the latent (DSA's
+  // top-k): a key is then its own 1,152 bytes (f16, 576 dims), where a key group costs 18 KB
+  // for each key it holds. K's columns are transposed from the rows as they are read
+  // (ColumnsFromRows, flash_kv_widen-inl.h). Operands::f32 only; v_type then records k_type.
   bool v_is_k = false;
   int64_t k_elems = 0, v_elems = 0;            // elements per tile
   int64_t k_tile_bytes = 0, v_tile_bytes = 0;  // bytes per tile in storage
@@ -100,6 +105,7 @@ struct PackedKVData {
     return k.get() + (kvh * tiles_cap + t) * k_tile_bytes;
   }
   unsigned char* v_bytes(int64_t kvh, int64_t t) const {
+    if (v_is_k) return k_bytes(kvh, t);
     return v.get() + (kvh * tiles_cap + t) * v_tile_bytes;
   }
   // Storage held: K and V tiles at capacity (K only when v_is_k), and the positions.
@@ -107,6 +113,11 @@ struct PackedKVData {
     return size_t(kv_heads * tiles_cap * (k_tile_bytes + v_tile_bytes)) +
            positions.capacity() * sizeof(int64_t);
   }
+  // Values a stored V row takes: dp, or where V is K the dim unpadded, so that the latent cache
+  // holds kv_lora_rank + rope values a token (a made-up file's 120 would pad to 128). A row
+  // narrower than dp is widened (WidenStridedV), never read in place; q8_0's dims are whole
+  // blocks of 32, so its rows are dp either way.
+  int64_t v_row() const { return v_is_k ? dim : dp; }
   // Some tile is stored in a type the micro-kernels do not read (widened as it is read).
   // V is K's (v_is_k) counts: its tiles are made from K's as they are read.
   bool widened() const { return k_type != KVType::f32 || v_type != KVType::f32 || v_is_k; }

@@ -74,16 +74,40 @@ void TokenSparseEntry(const Problem& p, const TokenSelection* sel,
 
 // Keys keys[0, n) of src (ascending slots) into slots 0.. of dst (f32 tiles, capacity n): the
 // values the gather writes into its tiles for them, widened the same way (a 16-bit tile's
-// listed keys a key group at a time, anything else a key at a time).
+// listed keys a key group at a time, anything else a key at a time). Where V is K, dst stores
+// V of its own: each key's one row widened, then the tile's rows transposed into K's columns
+// while they are in the L2, once for the call; left as rows, each tile of 64 rows that reads
+// them transposed them again from memory (at V3.2's 128 heads, twice a staged tile).
 void StageListedEntry(const PackedKVData* src, const int64_t* keys, int64_t n, PackedKVData* dst,
                       int threads) {
   const PackedKVData& s = *src;
   const int64_t tiles = (n + kTileKeys - 1) / kTileKeys;
+  const int64_t value_bytes = traits(s.v_type).value_bytes();
   parallel_for(s.kv_heads * tiles, threads, [&](int64_t item, int) {
     const int64_t kvh = item / tiles, first = item % tiles * kTileKeys;
     const int64_t count = std::min(kTileKeys, n - first);
     float* gk = dst->k_tile<float>(kvh, first / kTileKeys);
-    float* gv = s.v_is_k ? nullptr : dst->v_tile<float>(kvh, first / kTileKeys);
+    float* gv = dst->v_tile<float>(kvh, first / kTileKeys);
+    if (s.v_is_k) {
+      // Eight rows at a time, transposed into K's columns while they are in the L1; the next
+      // eight keys' rows (scattered over the cache) start coming meanwhile.
+      const float* rows[8];
+      for (int64_t j0 = 0; j0 < count; j0 += 8) {
+        const int64_t m = std::min<int64_t>(8, count - j0);
+        for (int64_t i = j0 + 8; i < std::min(count, j0 + 16); ++i) {
+          const int64_t j = keys[first + i];
+          PrefetchL2(s.k_bytes(kvh, j / kTileKeys) + (j % kTileKeys) * s.v_row() * value_bytes,
+                     s.v_row() * value_bytes);
+        }
+        for (int64_t i = 0; i < m; ++i) {
+          const int64_t j = keys[first + j0 + i];
+          WidenKeysVOf(s, kvh, j / kTileKeys, j % kTileKeys, 1, gv, j0 + i);
+          rows[i] = gv + (j0 + i) * dst->dp;
+        }
+        RowsToColumns(rows, m, s.dim, gk, j0);
+      }
+      return;
+    }
     int32_t slots[kTileKeys];
     for (int64_t jj = 0; jj < count;) {
       const int64_t jt = keys[first + jj] / kTileKeys;
@@ -93,8 +117,7 @@ void StageListedEntry(const PackedKVData* src, const int64_t* keys, int64_t n, P
       if (!WidenListedK(s.k_type, s.k_bytes(kvh, jt), slots, m, s.dim, gk, jj))
         for (int64_t a = 0; a < m; ++a)
           WidenKeysK(s.k_type, s.k_bytes(kvh, jt), slots[a], 1, s.dim, gk, jj + a);
-      for (int64_t a = 0; gv && a < m; ++a)
-        WidenKeysV(s.v_type, s.v_bytes(kvh, jt), slots[a], 1, s.dp, gv, jj + a);
+      for (int64_t a = 0; a < m; ++a) WidenKeysVOf(s, kvh, jt, slots[a], 1, gv, jj + a);
       jj += m;
     }
   });
@@ -173,8 +196,7 @@ bool stage_listed(const PackedKVData& src, const TokenSelection& sel, int64_t G,
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   const int64_t n = int64_t(keys.size());
   if (n == 0) return false;
-  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, n, /*zero_all=*/false,
-              KVType::f32, KVType::f32, src.v_is_k);
+  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, n, /*zero_all=*/false);
   HWY_DYNAMIC_DISPATCH(StageListedEntry)(&src, keys.data(), n, &dst, threads);
   std::vector<int64_t> pos(keys);
   if (!src.identity)

@@ -238,57 +238,61 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
 // them for itself: the same bits as the same rows in calls of half the heads (tiles of at most
 // 64 rows, each gathering), over every stored type, V stored or V the keys, one decode row and
 // three rows with lists of their own (over keys enough that the call does not widen the whole
-// cache instead), on every SIMD target. Stats report the staged copy: the listed keys' tiles
-// and positions.
+// cache instead), on every SIMD target, at a head dim whose V rows are padded (40 -> 48) and
+// one whose are not. Stats report the staged copy: the listed keys' K and V tiles (V its own
+// where it is K) and positions.
 TEST(TokenSparse, WideGroupsStageTheirKeysOnce) {
-  const int64_t d = 64;
   struct Shape {
     int64_t hq, n, L, per_row;
   };
   test::for_each_target([&] {
-    for (KVType t : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
-      for (bool v_is_k : {false, true})
-        for (const Shape sh : {Shape{128, 1, 400, 100}, Shape{80, 3, 6000, 50}}) {
-          const int64_t n = sh.n, half = sh.hq / 2, L = sh.L;
-          const Tensor k = random_tensor(DType::f32, 1, L, d, 31),
-                       v = random_tensor(DType::f32, 1, L, d, 32);
-          const PackedKV kv =
-              PackedKV::pack(k.view(), v_is_k ? k.view() : v.view(), 0, 1, false, t, t, v_is_k);
-          const Tensor q = random_tensor(DType::f32, sh.hq, n, d, 33);
-          const TokenSelection sel = uniform_lists(L, n, sh.per_row, 34);
-          AttnOptions opt;
-          opt.threads = 2;
-          opt.q_start = L - n;
-          Tensor out(DType::f32, sh.hq, n, d);
-          std::vector<float> lse(size_t(sh.hq * n));
-          Stats st;
-          attention_token_sparse(q.view(), kv, out.view(), sel, opt, lse.data(), &st);
-          std::vector<int64_t> listed(sel.keys);
-          std::sort(listed.begin(), listed.end());
-          const int64_t staged = std::unique(listed.begin(), listed.end()) - listed.begin();
-          const int64_t tile_bytes = 64 * d * int64_t(sizeof(float));
-          EXPECT_EQ(st.staged_bytes, (staged + 63) / 64 * tile_bytes * (v_is_k ? 1 : 2) +
-                                         staged * int64_t(sizeof(int64_t)));
-          for (int64_t h0 : {int64_t(0), half}) {
-            Tensor qh(DType::f32, half, n, d), oh(DType::f32, half, n, d);
-            for (int64_t h = 0; h < half; ++h)
-              for (int64_t i = 0; i < n; ++i)
-                for (int64_t c = 0; c < d; ++c) qh.view().set(h, i, c, q.view().get(h0 + h, i, c));
-            std::vector<float> lse_h(size_t(half * n));
-            Stats st_h;
-            attention_token_sparse(qh.view(), kv, oh.view(), sel, opt, lse_h.data(), &st_h);
-            EXPECT_EQ(st_h.staged_bytes, 0);
-            for (int64_t h = 0; h < half; ++h)
-              for (int64_t i = 0; i < n; ++i) {
-                const std::string at = std::string(kv_type_name(t)) + (v_is_k ? " v=k" : "") +
-                                       " heads " + std::to_string(sh.hq) + " head " +
-                                       std::to_string(h0 + h) + " row " + std::to_string(i);
-                ASSERT_EQ(lse[size_t((h0 + h) * n + i)], lse_h[size_t(h * n + i)]) << at;
-                for (int64_t c = 0; c < d; ++c)
-                  ASSERT_EQ(out.view().get(h0 + h, i, c), oh.view().get(h, i, c)) << at;
-              }
+    for (int64_t d : {64, 40})
+      for (KVType t : {KVType::f32, KVType::f16, KVType::bf16, KVType::q8_0})
+        for (bool v_is_k : {false, true})
+          for (const Shape sh : {Shape{128, 1, 400, 100}, Shape{80, 3, 6000, 50}}) {
+            if (t == KVType::q8_0 && d % 32 != 0) continue;
+            const int64_t n = sh.n, half = sh.hq / 2, L = sh.L;
+            const Tensor k = random_tensor(DType::f32, 1, L, d, 31),
+                         v = random_tensor(DType::f32, 1, L, d, 32);
+            const PackedKV kv =
+                PackedKV::pack(k.view(), v_is_k ? k.view() : v.view(), 0, 1, false, t, t, v_is_k);
+            const Tensor q = random_tensor(DType::f32, sh.hq, n, d, 33);
+            const TokenSelection sel = uniform_lists(L, n, sh.per_row, 34);
+            AttnOptions opt;
+            opt.threads = 2;
+            opt.q_start = L - n;
+            Tensor out(DType::f32, sh.hq, n, d);
+            std::vector<float> lse(size_t(sh.hq * n));
+            Stats st;
+            attention_token_sparse(q.view(), kv, out.view(), sel, opt, lse.data(), &st);
+            std::vector<int64_t> listed(sel.keys);
+            std::sort(listed.begin(), listed.end());
+            const int64_t staged = std::unique(listed.begin(), listed.end()) - listed.begin();
+            const int64_t tile_bytes = 64 * (d + (d + 15) / 16 * 16) * int64_t(sizeof(float));
+            EXPECT_EQ(st.staged_bytes,
+                      (staged + 63) / 64 * tile_bytes + staged * int64_t(sizeof(int64_t)));
+            for (int64_t h0 : {int64_t(0), half}) {
+              Tensor qh(DType::f32, half, n, d), oh(DType::f32, half, n, d);
+              for (int64_t h = 0; h < half; ++h)
+                for (int64_t i = 0; i < n; ++i)
+                  for (int64_t c = 0; c < d; ++c)
+                    qh.view().set(h, i, c, q.view().get(h0 + h, i, c));
+              std::vector<float> lse_h(size_t(half * n));
+              Stats st_h;
+              attention_token_sparse(qh.view(), kv, oh.view(), sel, opt, lse_h.data(), &st_h);
+              EXPECT_EQ(st_h.staged_bytes, 0);
+              for (int64_t h = 0; h < half; ++h)
+                for (int64_t i = 0; i < n; ++i) {
+                  const std::string at = std::string(kv_type_name(t)) + " d " + std::to_string(d) +
+                                         (v_is_k ? " v=k" : "") + " heads " +
+                                         std::to_string(sh.hq) + " head " + std::to_string(h0 + h) +
+                                         " row " + std::to_string(i);
+                  ASSERT_EQ(lse[size_t((h0 + h) * n + i)], lse_h[size_t(h * n + i)]) << at;
+                  for (int64_t c = 0; c < d; ++c)
+                    ASSERT_EQ(out.view().get(h0 + h, i, c), oh.view().get(h, i, c)) << at;
+                }
+            }
           }
-        }
   });
 }
 
