@@ -246,16 +246,18 @@ inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_R
 // vectors on every x86 target); a scalar transpose of DeepSeek's 576-dim tile cost about what
 // its P.V product does. Other targets and the last n % 8 keys: element by element.
 
-// f32 rows rows[0, n) (dims [0, d), d % 8 == 0) as columns [dj, dj + n) of k ([d][64]).
+// f32 rows rows[0, n) (dims [0, d)) as columns [dj, dj + n) of k ([d][ld]: a K tile's [d][64]
+// by default).
 inline void RowsToColumns(const float* const* HWY_RESTRICT rows, int64_t n, int64_t d,
-                          float* HWY_RESTRICT k, int64_t dj) {
+                          float* HWY_RESTRICT k, int64_t dj, int64_t ld = kTileKeys) {
   int64_t j0 = 0;
+  const int64_t whole = d / 8 * 8;  // dims in whole blocks of 8
 #if HWY_TARGET <= HWY_AVX2
   const hn::FixedTag<float, 8> d8;
   const hn::FixedTag<double, 4> dd;
   using V8 = hn::Vec<decltype(d8)>;
   for (; j0 + 8 <= n; j0 += 8)
-    for (int64_t c0 = 0; c0 < d; c0 += 8) {
+    for (int64_t c0 = 0; c0 < whole; c0 += 8) {
       V8 r[8], t[8], u[8];
       for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d8, rows[j0 + i] + c0);
       for (int i = 0; i < 8; i += 2) {
@@ -271,15 +273,85 @@ inline void RowsToColumns(const float* const* HWY_RESTRICT rows, int64_t n, int6
       // u[q] holds dims c0 + q of keys j0..j0+3 in its lower 128 bits and dims c0 + 4 + q of
       // them in its upper; u[4 + q] the same dims of keys j0+4..j0+7. A dim's row of 8 keys
       // joins the two halves.
-      float* out = k + c0 * kTileKeys + dj + j0;
+      float* out = k + c0 * ld + dj + j0;
       for (int q = 0; q < 4; ++q) {
-        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + q], u[q]), d8, out + q * kTileKeys);
-        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + q], u[q]), d8, out + (4 + q) * kTileKeys);
+        hn::StoreU(hn::ConcatLowerLower(d8, u[4 + q], u[q]), d8, out + q * ld);
+        hn::StoreU(hn::ConcatUpperUpper(d8, u[4 + q], u[q]), d8, out + (4 + q) * ld);
       }
     }
 #endif
-  for (int64_t j = j0; j < n; ++j)
-    for (int64_t c = 0; c < d; ++c) k[c * kTileKeys + dj + j] = rows[j][c];
+  // The keys past the last 8 (every key below AVX2), and the dims past the last 8.
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t c = j < j0 ? whole : 0; c < d; ++c) k[c * ld + dj + j] = rows[j][c];
+}
+
+// Scores over a K tile held as rows (where V is K: its value rows, widened once for both
+// products) without transposing the tile: S^T = K Q^T, each key's value broadcast against
+// vectors of Q^T's rows, then S^T's 64 x npad block transposed into S (d / 16 times smaller
+// than the tile). Each entry is the same dot product, summed over the dims in the same order
+// from zero with one FMA a dim, as F32Ops::Scores takes it over [d][64] columns: the same bits.
+// Transposing the tile instead (ColumnsFromRows) cost the latent's dense decode at 32K about
+// a seventh of its time.
+
+// Lanes of Q^T's rows: npad rounded to whole vectors.
+inline int64_t RowsOfQT(int64_t npad) { return RoundUp(npad, int64_t(hn::Lanes(DF()))); }
+
+// qt [d][RowsOfQT(npad)] = Q^T of q [npad][d] (rows past npad zero).
+inline void TransposeQ(const float* HWY_RESTRICT q, int64_t npad, int64_t d,
+                       float* HWY_RESTRICT qt) {
+  const int64_t ld = RowsOfQT(npad);
+  const float* rows[kMaxTileRows + kR];
+  for (int64_t r = 0; r < npad; ++r) rows[r] = q + r * d;
+  RowsToColumns(rows, npad, d, qt, 0, ld);
+  if (ld > npad)
+    for (int64_t c = 0; c < d; ++c) std::fill(qt + c * ld + npad, qt + (c + 1) * ld, 0.0f);
+}
+
+// st's keys [j0, j0 + JK) x row vectors [v0, v0 + RV): JK x RV accumulators.
+template <int JK, int RV>
+HWY_INLINE void RowScoreStrip(const float* HWY_RESTRICT qt, int64_t ld,
+                              const float* HWY_RESTRICT krows, int64_t rs, int64_t d,
+                              float* HWY_RESTRICT st) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  VF acc[JK][RV];
+  for (int j = 0; j < JK; ++j)
+    for (int v = 0; v < RV; ++v) acc[j][v] = hn::Zero(df);
+  for (int64_t c = 0; c < d; ++c) {
+    VF b[RV];
+    for (int v = 0; v < RV; ++v) b[v] = hn::Load(df, qt + c * ld + v * N);
+    for (int j = 0; j < JK; ++j) {
+      const VF a = hn::Set(df, krows[j * rs + c]);
+      for (int v = 0; v < RV; ++v) acc[j][v] = hn::MulAdd(a, b[v], acc[j][v]);
+    }
+  }
+  for (int j = 0; j < JK; ++j)
+    for (int v = 0; v < RV; ++v) hn::Store(acc[j][v], df, st + j * ld + v * N);
+}
+
+// S [npad][64] = Q K^T (unscaled) for K as 64 rows rs apart, from qt (TransposeQ); st: scratch
+// of 64 x RowsOfQT(npad) floats.
+HWY_NOINLINE inline void ScoresOverRows(const float* HWY_RESTRICT qt, int64_t npad,
+                                        const float* HWY_RESTRICT krows, int64_t rs, int64_t d,
+                                        float* HWY_RESTRICT st, float* HWY_RESTRICT s) {
+  constexpr int kJK = 4;
+  constexpr int kRV = hn::MaxLanes(DF()) >= 16 ? 4 : 2;  // 16 accumulators of 32 registers, or 8
+  const int64_t N = int64_t(hn::Lanes(DF())), ld = RowsOfQT(npad), vecs = ld / N;
+  for (int64_t j0 = 0; j0 < kTileKeys; j0 += kJK)
+    for (int64_t v0 = 0; v0 < vecs; v0 += kRV) {
+      const float* q = qt + v0 * N;
+      const float* k = krows + j0 * rs;
+      float* out = st + j0 * ld + v0 * N;
+      switch (std::min<int64_t>(kRV, vecs - v0)) {
+        case 1: RowScoreStrip<kJK, 1>(q, ld, k, rs, d, out); break;
+        case 2: RowScoreStrip<kJK, 2>(q, ld, k, rs, d, out); break;
+        case 3: RowScoreStrip<kJK, 3>(q, ld, k, rs, d, out); break;
+        default: RowScoreStrip<kJK, kRV>(q, ld, k, rs, d, out); break;
+      }
+    }
+  const float* rows[kTileKeys];
+  for (int64_t j = 0; j < kTileKeys; ++j) rows[j] = st + j * ld;
+  RowsToColumns(rows, kTileKeys, npad, s, 0);
 }
 
 // Slots slots[0, n) of a tile of value rows stored as t (rs values apart) as columns
@@ -332,17 +404,22 @@ inline bool WidenListedKOf(const PackedKVData& kv, int64_t kvh, int64_t t, const
 // The loop's f32 view of a PackedKVData whose tiles are stored in other types: one tile of a
 // head's K, and one of its V, widened into per-thread buffers. A tile is widened once per
 // visit run: consecutive reads of the same tile reuse it. Tiles stored as f32 are read in
-// place, but for K where V is K (its tile holds rows: ColumnsFromRows).
+// place, but for K where V is K (its tile holds rows: ColumnsFromRows). Where V is K, also
+// the buffers of ScoresOverRows: Q^T of the item's rows and the scores' transpose.
 struct WidenedTiles {
   std::unique_ptr<float[], void (*)(float*)> buf{nullptr, [](float* p) { aligned_free(p); }};
   float *k = nullptr, *v = nullptr;
+  float *qt = nullptr, *st = nullptr;          // where V is K
   int64_t kh = -1, kt = -1, vh = -1, vt = -1;  // the tiles k and v hold
 
   void init(const PackedKVData& kv) {
     if (!kv.widened()) return;
-    buf.reset(static_cast<float*>(aligned_alloc_bytes(size_t(kv.k_elems + kv.v_elems) * 4)));
+    const int64_t rows = kv.v_is_k ? RowsOfQT(kMaxTileRows) : 0;
+    buf.reset(static_cast<float*>(
+        aligned_alloc_bytes(size_t(kv.k_elems + kv.v_elems + rows * (kv.dim + kTileKeys)) * 4)));
     k = buf.get();
     v = k + kv.k_elems;
+    if (kv.v_is_k) qt = v + kv.v_elems, st = qt + rows * kv.dim;
   }
   // Tile t of head kvh, as f32 in F32Ops' layout.
   const float* K(const PackedKVData& kv, int64_t kvh, int64_t t) {

@@ -97,6 +97,11 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   }
 
   Ops::PackQ(p.q, h, sc.rows, n, npad, p.dim, sc.q);
+  const PackedKVData& d = kv.kv;
+  // Where V is K a whole tile's scores are taken over its value rows (ScoresOverRows).
+  constexpr bool kF32 = std::is_same_v<typename Ops::T, float>;
+  if constexpr (kF32)
+    if (d.v_is_k) TransposeQ(sc.q, npad, p.dim, sc.win.qt);
   std::fill(sc.o, sc.o + npad * dp, 0.0f);
   std::fill(sc.m, sc.m + npad, kNegInf);
   std::fill(sc.l, sc.l + npad, 0.0f);
@@ -112,7 +117,6 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
   const auto next_p = [&] {
     if constexpr (Policy::Observers::kKeepP) sc.s = pol.p_buffer(local, npad);
   };
-  const PackedKVData& d = kv.kv;
   // Stored 16-bit K and V read in place (group_tiles-inl.h): decode's few rows.
   const bool in_place = ReadsInPlace<Ops>(d, npad);
   const auto group_scores = [&](const GroupTile& g) {
@@ -158,6 +162,14 @@ void RunTile(const Problem& p, const Policy& pol, typename Policy::Local& local,
       step.Run(jt, nullptr, n_keys, kept, [&] { return GroupV{&g, d.v_type}; });
       return;
     }
+    if constexpr (kF32)
+      if (d.v_is_k) {
+        const float* rows = kv.v_tile(kvh, jt, sc);
+        ScoresOverRows(sc.win.qt, npad, rows, dp, p.dim, sc.win.st, sc.s);
+        const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
+        step.Run(jt, nullptr, n_keys, kept, rows);
+        return;
+      }
     Ops::Scores(sc.q, npad, kv.k_tile(kvh, jt, sc), p.dim, sc.s);
     const int64_t kept = mask_range(j0, n_keys, tv.begin, tv.end, tv.last_pos);
     step.Run(jt, nullptr, n_keys, kept, [&] { return kv.v_tile(kvh, jt, sc); });

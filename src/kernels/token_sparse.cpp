@@ -74,10 +74,8 @@ void TokenSparseEntry(const Problem& p, const TokenSelection* sel,
 
 // Keys keys[0, n) of src (ascending slots) into slots 0.. of dst (f32 tiles, capacity n): the
 // values the gather writes into its tiles for them, widened the same way (a 16-bit tile's
-// listed keys a key group at a time, anything else a key at a time). Where V is K, dst stores
-// V of its own: each key's one row widened, then the tile's rows transposed into K's columns
-// while they are in the L2, once for the call; left as rows, each tile of 64 rows that reads
-// them transposed them again from memory (at V3.2's 128 heads, twice a staged tile).
+// listed keys a key group at a time, anything else a key at a time). Where V is K, dst's V is
+// its K too: each key's one row widened (the loop scores it as rows: ScoresOverRows).
 void StageListedEntry(const PackedKVData* src, const int64_t* keys, int64_t n, PackedKVData* dst,
                       int threads) {
   const PackedKVData& s = *src;
@@ -89,22 +87,22 @@ void StageListedEntry(const PackedKVData* src, const int64_t* keys, int64_t n, P
     float* gk = dst->k_tile<float>(kvh, first / kTileKeys);
     float* gv = dst->v_tile<float>(kvh, first / kTileKeys);
     if (s.v_is_k) {
-      // Eight rows at a time, transposed into K's columns while they are in the L1; the next
-      // eight keys' rows (scattered over the cache) start coming meanwhile.
-      const float* rows[8];
-      for (int64_t j0 = 0; j0 < count; j0 += 8) {
-        const int64_t m = std::min<int64_t>(8, count - j0);
-        for (int64_t i = j0 + 8; i < std::min(count, j0 + 16); ++i) {
-          const int64_t j = keys[first + i];
+      // Each key's row (scattered over the cache), the next eight keys' coming meanwhile.
+      for (int64_t i = 0; i < count; ++i) {
+        if (i + 8 < count) {
+          const int64_t j = keys[first + i + 8];
           PrefetchL2(s.k_bytes(kvh, j / kTileKeys) + (j % kTileKeys) * s.v_row() * value_bytes,
                      s.v_row() * value_bytes);
         }
-        for (int64_t i = 0; i < m; ++i) {
-          const int64_t j = keys[first + j0 + i];
-          WidenKeysVOf(s, kvh, j / kTileKeys, j % kTileKeys, 1, gv, j0 + i);
-          rows[i] = gv + (j0 + i) * dst->dp;
+        const int64_t j = keys[first + i];
+        const unsigned char* tile = s.k_bytes(kvh, j / kTileKeys);
+        if (dst->v_row() == s.dp) {  // rows unpadded either way (dims a multiple of 16)
+          WidenStridedV(s.v_type, tile, j % kTileKeys, 1, s.v_row(), s.dp, gv, i);
+        } else {
+          HWY_ALIGN float row[kMaxHeadDim + 16];
+          WidenStridedV(s.v_type, tile, j % kTileKeys, 1, s.v_row(), s.dp, row, 0);
+          std::copy_n(row, s.dim, gv + i * s.dim);
         }
-        RowsToColumns(rows, m, s.dim, gk, j0);
       }
       return;
     }
@@ -196,7 +194,8 @@ bool stage_listed(const PackedKVData& src, const TokenSelection& sel, int64_t G,
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
   const int64_t n = int64_t(keys.size());
   if (n == 0) return false;
-  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, n, /*zero_all=*/false);
+  init_packed(dst, Operands::f32, src.dtype, src.kv_heads, src.dim, n, /*zero_all=*/false,
+              KVType::f32, KVType::f32, src.v_is_k);
   HWY_DYNAMIC_DISPATCH(StageListedEntry)(&src, keys.data(), n, &dst, threads);
   std::vector<int64_t> pos(keys);
   if (!src.identity)

@@ -239,8 +239,8 @@ TEST(TokenSparse, StoredCacheEqualsAnF32CacheOfItsValues) {
 // 64 rows, each gathering), over every stored type, V stored or V the keys, one decode row and
 // three rows with lists of their own (over keys enough that the call does not widen the whole
 // cache instead), on every SIMD target, at a head dim whose V rows are padded (40 -> 48) and
-// one whose are not. Stats report the staged copy: the listed keys' K and V tiles (V its own
-// where it is K) and positions.
+// one whose are not. Stats report the staged copy: the listed keys' K and V tiles (one tile of
+// rows where V is K) and positions.
 TEST(TokenSparse, WideGroupsStageTheirKeysOnce) {
   struct Shape {
     int64_t hq, n, L, per_row;
@@ -268,7 +268,8 @@ TEST(TokenSparse, WideGroupsStageTheirKeysOnce) {
             std::vector<int64_t> listed(sel.keys);
             std::sort(listed.begin(), listed.end());
             const int64_t staged = std::unique(listed.begin(), listed.end()) - listed.begin();
-            const int64_t tile_bytes = 64 * (d + (d + 15) / 16 * 16) * int64_t(sizeof(float));
+            const int64_t tile_bytes =
+                64 * (v_is_k ? d : d + (d + 15) / 16 * 16) * int64_t(sizeof(float));
             EXPECT_EQ(st.staged_bytes,
                       (staged + 63) / 64 * tile_bytes + staged * int64_t(sizeof(int64_t)));
             for (int64_t h0 : {int64_t(0), half}) {
