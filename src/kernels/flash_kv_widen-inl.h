@@ -240,8 +240,8 @@ inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_R
 }
 
 // Value rows as key columns: where V is K (PackedKVData::v_is_k) a key is stored once, as its
-// value row (V's layout, [64][dp]), and the Scores micro-kernel's K tile ([d][64]) is
-// transposed from the rows. On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
+// value row (V's layout, rows v_row() apart), and a K tile of the Scores micro-kernel's layout
+// ([d][64]) is transposed from the rows where a path needs one (ScoresOverRows below does not). On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
 // 128-bit blocks, then 64-bit pairs, then the halves: the usual AVX sequence, through 256-bit
 // vectors on every x86 target); a scalar transpose of DeepSeek's 576-dim tile cost about what
 // its P.V product does. Other targets and the last n % 8 keys: element by element.
@@ -287,8 +287,8 @@ inline void RowsToColumns(const float* const* HWY_RESTRICT rows, int64_t n, int6
 
 // Scores over a K tile held as rows (where V is K: its value rows, widened once for both
 // products) without transposing the tile: S^T = K Q^T, each key's value broadcast against
-// vectors of Q^T's rows, then S^T's 64 x npad block transposed into S (d / 16 times smaller
-// than the tile). Each entry is the same dot product, summed over the dims in the same order
+// vectors of Q^T's rows, then S^T's 64 x npad block transposed into S (a ninth of the tile at
+// 576 dims and 64 rows). Each entry is the same dot product, summed over the dims in the same order
 // from zero with one FMA a dim, as F32Ops::Scores takes it over [d][64] columns: the same bits.
 // Transposing the tile instead (ColumnsFromRows) cost the latent's dense decode at 32K about
 // a seventh of its time.
