@@ -229,21 +229,12 @@ inline void WidenKeysVOf(const PackedKVData& kv, int64_t kvh, int64_t t, int64_t
   WidenStridedV(kv.v_type, kv.v_bytes(kvh, t), sj, n, kv.v_row(), kv.dp, dst, dj);
 }
 
-// K tile `tile` (stored as t) into dst in F32Ops' layout [d][64].
-inline void WidenK(KVType t, const unsigned char* tile, int64_t d, float* HWY_RESTRICT dst) {
-  WidenKeysK(t, tile, 0, kTileKeys, d, dst, 0);
-}
-
-// V tile `tile` (stored as t) into dst in F32Ops' layout [64][dp].
-inline void WidenV(KVType t, const unsigned char* tile, int64_t dp, float* HWY_RESTRICT dst) {
-  WidenKeysV(t, tile, 0, kTileKeys, dp, dst, 0);
-}
-
 // Value rows as key columns: where V is K (PackedKVData::v_is_k) a key is stored once, as its
 // value row (V's layout, rows v_row() apart), and a K tile of the Scores micro-kernel's layout
-// ([d][64]) is transposed from the rows where a path needs one (ScoresOverRows below does not). On AVX2 and up 8 x 8 blocks transposed in registers (unpack within
-// 128-bit blocks, then 64-bit pairs, then the halves: the usual AVX sequence, through 256-bit
-// vectors on every x86 target); a scalar transpose of DeepSeek's 576-dim tile cost about what
+// ([d][64]) is transposed from the rows where a path needs one (ScoresOverRows below does not).
+// On AVX2 and up 8 x 8 blocks transposed in registers (unpack within 128-bit blocks, then
+// 64-bit pairs, then the halves: the usual AVX sequence, through 256-bit vectors on every x86
+// target); a scalar transpose of DeepSeek's 576-dim tile cost about what
 // its P.V product does. Other targets and the last n % 8 keys: element by element.
 
 // f32 rows rows[0, n) (dims [0, d)) as columns [dj, dj + n) of k ([d][ld]: a K tile's [d][64]
