@@ -6,6 +6,7 @@
 
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "kernels/q8_0_dot_rows.hpp"
 
 namespace spattn::model {
 
@@ -46,13 +47,22 @@ void dot_rows(const ggml_tensor* w, int64_t count, Plane plane, const char* xd, 
   const ggml_type_traits_cpu* tr = ggml_get_type_traits_cpu(w->type);
   const int64_t k = w->ne[0], m = w->ne[1];
   const size_t nb1 = w->nb[1];
-  claims.run(count * m, kClaimBytes / int64_t(nb1), ith, nth, [&](int64_t b, int64_t e) {
+  // q8_0 rows go several at a time where that gives ggml's bits (kernels/q8_0_dot_rows.hpp), so
+  // a claim takes a whole number of those groups, at least one (a 16384-wide row is 17 KB).
+  const bool q8_0_rows = w->type == GGML_TYPE_Q8_0 && kernels::q8_0_dot_rows_ggml_bits();
+  int64_t piece = kClaimBytes / int64_t(nb1);
+  if (q8_0_rows)
+    piece = std::max<int64_t>(1, piece / kernels::kQ8_0DotRowsAtOnce) * kernels::kQ8_0DotRowsAtOnce;
+  claims.run(count * m, piece, ith, nth, [&](int64_t b, int64_t e) {
     while (b < e) {
       const int64_t s = b / m, r0 = b % m, r1 = std::min(m, r0 + (e - b));
       const char* rows = plane(s);
       const char* xs = xd + size_t(s) * x_stride;
-      for (int64_t r = r0; r < r1; ++r)
-        tr->vec_dot(int(k), y + s * m + r, 0, rows + r * nb1, 0, xs, 0, 1);
+      if (q8_0_rows)
+        kernels::q8_0_dot_rows(rows + r0 * nb1, nb1, r1 - r0, xs, k, y + s * m + r0);
+      else
+        for (int64_t r = r0; r < r1; ++r)
+          tr->vec_dot(int(k), y + s * m + r, 0, rows + r * nb1, 0, xs, 0, 1);
       b += r1 - r0;
     }
   });
