@@ -3,7 +3,8 @@
 // matrices (q, k, v, o, gate, up, down: 464 MB in f16, far past the caches), one graph each,
 // on the process's pool as the runner runs them; and the ceiling: the same bytes read with
 // plain vector loads, one contiguous half per thread. GB/s counts the weights' bytes.
-// impl 0: ggml; impl 1: spattn's node; impl 2: the plain read.
+// impl 0: ggml; impl 1: spattn's node (q8_0: eight rows at a time, kernels/q8_0_dot_rows.hpp);
+// impl 2: the plain read.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>

@@ -1,11 +1,12 @@
 // Decode's one-row products W x as a graph node: each output is ggml's vector dot product for
 // w's type (`vec_dot`) over x converted to the type's partner (`vec_dot_type`), exactly as
-// ggml's mul_mat computes a one-row call, so every output has ggml's bits. What differs is how
-// the rows are split over threads: ggml hands out 64-row pieces from one shared counter, so the
-// two threads' reads interleave and each restarts its stream every 64 rows (256 KB of the 1B
-// shape's f16 rows); here each thread reads one contiguous range of rows and takes the others'
-// leftovers from their back ends (core/range_claims.hpp). A one-row product reads its whole
-// matrix once, so its speed is the memory's: the split is what decode's speed depends on.
+// ggml's mul_mat computes a one-row call, so every output has ggml's bits (q8_0 rows go eight at
+// a time through kernels/q8_0_dot_rows.hpp, the same operations per output). What differs is
+// how the rows are split over threads: ggml hands out 64-row pieces from one shared counter, so
+// the two threads' reads interleave and each restarts its stream every 64 rows (256 KB of the
+// 1B shape's f16 rows); here each thread reads one contiguous range of rows and takes the
+// others' leftovers from their back ends (core/range_claims.hpp). A one-row product reads its
+// whole matrix once, so its speed is the memory's: the split is what decode's speed depends on.
 #pragma once
 #include <deque>
 
