@@ -73,16 +73,17 @@ SPATTN_VNNI_ATTR inline float hsum(__m256 a) {  // lane_sum's order, as ggml's h
   return _mm_cvtss_f32(s);
 }
 
-// R rows from w, each its own accumulator; the activation block and its scale read once. Eight
-// rows side by side are eight streams, more than the hardware prefetcher follows, so each step
-// prefetches the same block of the row R rows on, which the next group reads: the reads run one
-// group (R rows) ahead in memory, whatever the row's length. (Without prefetching the loops read
-// a third as fast as ggml's from memory; 512 bytes ahead in each row, as fast on long rows and
-// slower on short ones; a group ahead, at the memory's speed: log entry "q8_0 decode products
-// eight rows at a time".) A group past the matrix's end prefetches bytes it never reads, which
-// is harmless: a prefetch never faults.
-// A block's 8 lanes of exact integer sums: |w| (u8) times x signed by w, four products a lane
-// in one vpdpbusd (ggml's own mul_sum_i8_pairs_float where it has AVX-512 VNNI).
+// R rows from w, each its own accumulator; the activation block and its scale read once. A
+// block's 8 lanes of exact integer sums are |w| (u8) times x signed by w, four products a lane in
+// one vpdpbusd (ggml's own mul_sum_i8_pairs_float where it has AVX-512 VNNI).
+//
+// Eight rows side by side are eight streams, more than the hardware prefetcher follows, so each
+// step prefetches the same block of the row R rows on, which the next group reads: the reads run
+// one group (R rows) ahead in memory, whatever the rows' length. Without prefetching the loops
+// read a third as fast as ggml's from memory; 512 bytes ahead within each row left short rows
+// slower than ggml's (log entry "q8_0 decode products eight rows at a time"). The last group
+// prefetches bytes past the matrix that nothing reads, which is harmless: a prefetch never
+// faults.
 template <int R>
 SPATTN_VNNI_ATTR inline void rows_at_once(const uint8_t* w, size_t row_bytes, const uint8_t* x,
                                           int64_t nb, float* y) {
