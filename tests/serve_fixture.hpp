@@ -18,10 +18,11 @@ namespace {
 const cli::LoadedModel* stories() {
   static std::unique_ptr<cli::LoadedModel> m;
   static std::once_flag once;
-  const std::string path = test::model_file("stories260K.gguf");
-  if (path.empty()) return nullptr;
-  std::call_once(
-      once, [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(path)); });
+  cli::RunnerOptions r;
+  r.model = test::model_file("stories260K.gguf");
+  if (r.model.empty()) return nullptr;
+  std::call_once(once,
+                 [&] { m = std::make_unique<cli::LoadedModel>(cli::load_model_and_tokenizer(r)); });
   return m.get();
 }
 

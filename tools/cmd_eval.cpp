@@ -171,7 +171,7 @@ void run(EvalOptions& o) {
     SPATTN_CHECK(save.good(), "--save-samples: cannot write '", o.save, "'");
   }
 
-  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  LoadedModel lm = load_model_and_tokenizer(o.r);
   const TokenCounter count = [&](std::string_view text) {
     return int64_t(lm.tokenizer.encode(text).size());
   };

@@ -159,7 +159,7 @@ void run_decode_tail(const PplOptions& o) {
   // The recall measure chooses pages in every layer, Quest's dense ones included.
   so.back().quest_pages_every_layer = o.decode_recall;
   const std::string text = read_prompt("", o.file);
-  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  LoadedModel lm = load_model_and_tokenizer(o.r);
   const int64_t V = lm.model.config().n_vocab;
   const std::vector<int32_t> tokens = lm.tokenizer.encode(text);
   const int64_t windows = count_windows(tokens, c, o.chunks);
@@ -328,7 +328,7 @@ void run_windows(const PplOptions& o, const std::shared_ptr<dist::Group>& grp) {
   SPATTN_CHECK(o.chunks == -1 || o.chunks >= 1, "--chunks must be >= 1 (or -1: all)");
   std::string text;
   if (!grp) text = read_prompt("", o.file);
-  LoadedModel lm = load_runner_model(o.r.model, grp.get());
+  LoadedModel lm = load_runner_model(o.r, grp.get());
   const int64_t V = lm.model.config().n_vocab;
   std::vector<int32_t> tokens;
   int64_t windows = 0;

@@ -102,7 +102,7 @@ void run_one(const RunOptions& o, const std::shared_ptr<dist::Group>& grp) {
     SPATTN_CHECK(std::filesystem::is_directory(o.h2o_trace_dir, ec), "--h2o-trace: '",
                  o.h2o_trace_dir, "' is not a directory");
   }
-  LoadedModel lm = load_runner_model(o.r.model, grp.get());
+  LoadedModel lm = load_runner_model(o.r, grp.get());
   const model::Config& cfg = lm.model.config();
   // What ran, for the reports: --attn / --attn-decode's auto as the model resolves it.
   const std::string attn = model::model_attention(o.r.attn, cfg),

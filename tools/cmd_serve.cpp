@@ -31,7 +31,7 @@ void on_signal(int sig) {
 
 void run_serve(const serve::ServeOptions& o) {
   o.validate();  // bad flags fail before the model loads
-  LoadedModel lm = load_model_and_tokenizer(o.r.model);
+  LoadedModel lm = load_model_and_tokenizer(o.r);
   serve::ServeOptions own = o;  // --attn's auto as the model resolves it
   resolve_model_attention(own.r, lm.model.config());
   serve::Server server(own, lm);

@@ -16,7 +16,7 @@ void run_chat(const RunnerOptions& r, const ChatOptions& c) {
   SPATTN_CHECK(c.n_predict >= -1, "-n must be >= -1 in a chat, got ", c.n_predict);
   c.sampling.validate();
   pick_chat_template(c.chat_template, "");  // an unknown name fails before the model loads
-  LoadedModel lm = load_model_and_tokenizer(r.model);
+  LoadedModel lm = load_model_and_tokenizer(r);
   ChatTemplate tmpl = ChatTemplate::chatml;
   if (const auto t = pick_chat_template(c.chat_template, lm.chat_template)) {
     tmpl = *t;

@@ -47,6 +47,10 @@ void add_runner_options(CLI::App& app, RunnerOptions& o) {
                  "blasst:lambda=X[,order=], blasst:sparsity=S,calib=FILE or dsa")
       ->capture_default_str();
   app.add_flag("--json", o.json, "print one JSON object on stdout");
+  app.add_flag("--mmap,!--no-mmap", o.mmap,
+               "read the weights from the mapped file, as llama.cpp does by default (default "
+               "--no-mmap: those ggml does not repack are copied into transparent huge pages, "
+               "where the system offers them; decode reads every weight each token)");
   app.add_option("--cp", o.cp,
                  "context parallelism: run as one of P ranks under mpirun -np P (prefill over "
                  "zigzag chunks: dense in position order, one process's bits; a_shape or "
@@ -83,10 +87,13 @@ void resolve_model_attention(RunnerOptions& o, const model::Config& cfg) {
   o.attn_decode = model::model_attention(o.attn_decode, cfg);
 }
 
-LoadedModel load_model_and_tokenizer(const std::string& path) {
+LoadedModel load_model_and_tokenizer(const RunnerOptions& o) {
+  const std::string& path = o.model;
   const auto t0 = std::chrono::steady_clock::now();
   auto file = std::make_shared<const gguf::File>(gguf::File::open(path));
-  LoadedModel m{model::load_model(file), Tokenizer::from_gguf(*file), 0, 0, ""};
+  model::LoadOptions load;
+  load.mmap = o.mmap;
+  LoadedModel m{model::load_model(file, load), Tokenizer::from_gguf(*file), 0, 0, ""};
   if (file->has("tokenizer.chat_template"))
     m.chat_template = file->get_string("tokenizer.chat_template");
   std::error_code ec;
@@ -106,10 +113,10 @@ std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o) {
   return dist::mpi_world(o.cp);
 }
 
-LoadedModel load_runner_model(const std::string& path, dist::Group* g) {
-  if (!g) return load_model_and_tokenizer(path);
+LoadedModel load_runner_model(const RunnerOptions& o, dist::Group* g) {
+  if (!g) return load_model_and_tokenizer(o);
   std::optional<LoadedModel> m;
-  dist::agree(*g, "loading the model", [&] { m.emplace(load_model_and_tokenizer(path)); });
+  dist::agree(*g, "loading the model", [&] { m.emplace(load_model_and_tokenizer(o)); });
   // Every rank must hold the same model: compare the shapes and the vocabulary.
   const model::Config& c = m->model.config();
   const int64_t shape[] = {int64_t(c.arch), c.n_layer,       c.n_embd,  c.n_head,

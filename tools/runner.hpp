@@ -37,6 +37,7 @@ struct RunnerOptions {
   bool json = false;
   int cp = 1;              // --cp P: context parallelism over P MPI ranks (mpirun -np P)
   bool cp_gather = false;  // --cp-gather: dense prefill over all-gathered K/V (one process's bits)
+  bool mmap = false;       // --mmap: weights read from the mapped file (model::LoadOptions)
 };
 // `attn_default`: what --attn means when not given.
 void add_runner_options(CLI::App& app, RunnerOptions& o);
@@ -57,14 +58,15 @@ struct LoadedModel {
   size_t file_bytes = 0;
   std::string chat_template;  // tokenizer.chat_template (Jinja source), "" when absent
 };
-LoadedModel load_model_and_tokenizer(const std::string& path);
+// The model of -m as --mmap says.
+LoadedModel load_model_and_tokenizer(const RunnerOptions& o);
 
 // --cp P > 1: MPI's world of P ranks (spattn/context_parallel.hpp), else null. Throws Error on
 // every rank when mpirun started another count or this build has no MPI.
 std::shared_ptr<dist::Group> cp_group(const RunnerOptions& o);
 // load_model_and_tokenizer, agreed over the group when there is one: a rank that cannot load
 // the model makes every rank throw an Error naming it.
-LoadedModel load_runner_model(const std::string& path, dist::Group* g);
+LoadedModel load_runner_model(const RunnerOptions& o, dist::Group* g);
 // Runs body; with a group of several ranks, an error one rank met alone (the others would wait
 // for it) is printed with the rank and ends every rank at once (exit 2); an error every rank
 // met together (dist::agree) propagates as usual on every rank.

@@ -183,6 +183,18 @@ struct LayerRefs {
   // indexer.attn_q_b).
   WeightRef idx_k_norm, idx_k_norm_b, idx_proj, idx_k, idx_q_b;
 };
+// Where a loaded model keeps the matrices its products read in place (those ggml does not
+// repack into a buffer of its own).
+struct LoadOptions {
+  // false (the default; --no-mmap): copied out of the mapped file into memory advised into
+  // transparent huge pages (where the system offers them; else they stay mapped), as the
+  // repacked ones are: a decode step reads every weight once, and read through the file's
+  // 4 KiB pages its steps stalled now and then for tens of milliseconds (docs/runner.md, "The
+  // weights in huge pages"). true (--mmap): read from the mapping, as llama.cpp does by
+  // default: no copy at load, and a model larger than memory still runs from the page cache.
+  bool mmap = false;
+};
+
 struct ModelRefs {
   Config cfg;
   WeightRef tok_embd, output_norm, output;
@@ -194,8 +206,10 @@ class Model {
   // Checks every shape against cfg and every matrix's type (Error names the tensor; a type the
   // CPU backend cannot multiply is refused naming it). Norms and biases become f32; matrices
   // keep their type. With `mapping`, the refs point into it and matrices are read in place
-  // (the model keeps the mapping alive); without, their bytes are copied.
-  explicit Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping = nullptr);
+  // or copied out of it as `load` says (the model keeps the mapping alive); without, their
+  // bytes are copied.
+  explicit Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping = nullptr,
+                 const LoadOptions& load = {});
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
   ~Model();
@@ -270,9 +284,10 @@ class Model {
 // Loads a `llama` (dense or with experts), `qwen2`, `qwen3`, `qwen3moe`, `phi3`, `gemma3` or
 // `gpt-oss` GGUF model (llama.cpp's tensor names, any matrix type ggml's CPU backend
 // multiplies: f32, f16, bf16, q4_0 ... q8_0, q2_K ... q6_K, iq4_nl, iq4_xs, mxfp4, ...).
-// Matrices are read from the mapping, which the model keeps open.
-Model load_model(const std::string& path);
-Model load_model(std::shared_ptr<const gguf::File> file);
+// Matrices are read from the mapping, which the model keeps open, or copied out of it
+// (LoadOptions).
+Model load_model(const std::string& path, const LoadOptions& load = {});
+Model load_model(std::shared_ptr<const gguf::File> file, const LoadOptions& load = {});
 
 // --attn / --attn-decode's default: the model's own attention (dsa for a model with a
 // lightning indexer, DeepSeek V3.2's deepseek32; dense otherwise).

@@ -175,7 +175,7 @@ void deepseek_yarn(const gguf::File& f, const std::string& arch, double factor, 
 
 }  // namespace
 
-Model load_model(std::shared_ptr<const gguf::File> file) {
+Model load_model(std::shared_ptr<const gguf::File> file, const LoadOptions& load) {
   SPATTN_CHECK(file != nullptr, "load_model: no file");
   const gguf::File& f = *file;
   const std::string arch = f.get_string("general.architecture");
@@ -361,11 +361,11 @@ Model load_model(std::shared_ptr<const gguf::File> file) {
     }
     r.layers.push_back(L);
   }
-  return Model(r, std::move(file));
+  return Model(r, std::move(file), load);
 }
 
-Model load_model(const std::string& path) {
-  return load_model(std::make_shared<const gguf::File>(gguf::File::open(path)));
+Model load_model(const std::string& path, const LoadOptions& load) {
+  return load_model(std::make_shared<const gguf::File>(gguf::File::open(path)), load);
 }
 
 }  // namespace spattn::model

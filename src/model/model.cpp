@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -218,6 +219,37 @@ void populate(const void* data, size_t n) {
   madvise(reinterpret_cast<void*>(lo), b + n - lo, MADV_POPULATE_READ);
 }
 
+// Whether memory advised with MADV_HUGEPAGE can get transparent huge pages here: THP's mode is
+// "always" or "madvise", not "never" (or the kernel has no THP).
+bool huge_pages_offered() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  return std::getline(f, modes) && modes.find("[never]") == std::string::npos;
+}
+
+// Huge pages for a buffer of weights written once and read whole at every step (the 2 MiB
+// pages inside it; advice only: where THP is off it changes nothing). With 4 KiB pages the
+// first write of each is a fault, ~114K of them for a 1B model's 446 MiB, most of a load's time
+// under a hypervisor (~220 with 2 MiB pages); and a decode step walks every page of the weights:
+// docs/runner.md, "The weights in huge pages".
+void advise_huge_pages(ggml_backend_buffer_t buf) {
+  const size_t huge = size_t(2) << 20;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
+  const uintptr_t lo = (b + huge - 1) / huge * huge,
+                  hi = (b + ggml_backend_buffer_get_size(buf)) / huge * huge;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+}
+
+// Releases the mapping's whole pages inside [data, data + n) once a copy holds them (neighbours
+// keep theirs), so the file's pages and the copies are never all resident. A later read of
+// them faults the file's bytes in again.
+void release_mapped(const void* data, size_t n) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace
 
 struct Model::Impl {
@@ -228,6 +260,8 @@ struct Model::Impl {
   ggml_context* ctx = nullptr;              // the matrices' tensors (no data of its own)
   ggml_context* repack_ctx = nullptr;       // tensors of the repacked matrices
   ggml_backend_buffer_t repack_buf = nullptr;
+  ggml_context* copy_ctx = nullptr;  // tensors of the matrices copied out of the mapping
+  ggml_backend_buffer_t copy_buf = nullptr;
   Weight tok_embd, output;
   size_t embd_row_bytes = 0;
   std::vector<float> output_norm;
@@ -243,6 +277,8 @@ struct Model::Impl {
 
   ~Impl() {
     if (repack_buf) ggml_backend_buffer_free(repack_buf);
+    if (copy_buf) ggml_backend_buffer_free(copy_buf);
+    if (copy_ctx) ggml_free(copy_ctx);
     if (repack_ctx) ggml_free(repack_ctx);
     if (ctx) ggml_free(ctx);
   }
@@ -390,7 +426,7 @@ struct Model::Impl {
   // longer load against 340-1430 ms less prefill on a Zen 3 (BENCHMARKS.md). The embedding of
   // an untied head stays unmapped until its rows are looked up.
   void populate_mapped(int threads) {
-    if (!mapping) return;
+    if (!mapping || copy_buf) return;  // copied out of it: nothing read from the mapping
     std::vector<const Weight*> todo;
     for (Weight* w : matrices())
       if (!w->repacked) todo.push_back(w);
@@ -399,6 +435,46 @@ struct Model::Impl {
       const ggml_tensor* t = todo[size_t(i)]->t;
       populate(t->data, ggml_nbytes(t));
     });
+  }
+
+  // Copies the matrices the products read in place (those not repacked; the latent's per-head
+  // planes; a tied head's embedding) out of the mapping into one buffer in huge pages
+  // (LoadOptions::mmap false), releasing the mapping's pages of each. Nothing where THP is off:
+  // copied into 4 KiB pages they decoded no faster than the mapping's.
+  void copy_out_of_mapping(int threads) {
+    if (!mapping || !huge_pages_offered()) return;
+    std::vector<Weight*> todo;
+    for (Weight* w : matrices())
+      if (!w->repacked) todo.push_back(w);
+    for (Layer& L : layers)
+      for (Weight* w : {&L.wk_b, &L.wv_b})
+        if (w->t) todo.push_back(w);
+    if (tied) todo.push_back(&tok_embd);
+    if (todo.empty()) return;
+    ggml_init_params ip{(todo.size() + 1) * ggml_tensor_overhead(), nullptr, true};
+    copy_ctx = ggml_init(ip);
+    SPATTN_CHECK(copy_ctx != nullptr, "model: ggml_init failed");
+    std::vector<ggml_tensor*> dst;
+    for (Weight* w : todo) dst.push_back(ggml_dup_tensor(copy_ctx, w->t));
+    copy_buf = ggml_backend_alloc_ctx_tensors_from_buft(copy_ctx, ggml_backend_cpu_buffer_type());
+    SPATTN_CHECK(copy_buf != nullptr, "model: could not allocate the weights' buffer (",
+                 "--mmap reads them from the file instead)");
+    ggml_backend_buffer_set_usage(copy_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    advise_huge_pages(copy_buf);
+    parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
+      const ggml_tensor* src = todo[size_t(i)]->t;
+      const size_t n = ggml_nbytes(src);
+      populate(src->data, n);  // one call, not a fault per few pages
+      std::memcpy(dst[size_t(i)]->data, src->data, n);
+      release_mapped(src->data, n);
+    });
+    for (size_t i = 0; i < todo.size(); ++i) {
+      const size_t n = ggml_nbytes(todo[i]->t);
+      mem.mapped -= n;
+      mem.owned += n;
+      todo[i]->t = dst[i];
+    }
+    if (tied) output.t = tok_embd.t;
   }
 
   // Moves the matrices ggml repacks on this CPU into a repack buffer (llama.cpp's default:
@@ -445,18 +521,7 @@ struct Model::Impl {
     SPATTN_CHECK(repack_buf != nullptr, "model: could not allocate ",
                  "the repacked weights' buffer");
     ggml_backend_buffer_set_usage(repack_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    const size_t page = size_t(sysconf(_SC_PAGESIZE));
-    {
-      // Huge pages for the copies: written once, read whole at every step. With 4 KiB pages
-      // the first write of each page is a fault, ~114K of them for a 1B model's 446 MiB, and
-      // under a hypervisor those faults were most of the load time; with 2 MiB pages, ~220.
-      // Only advice: where THP is off it changes nothing.
-      const uintptr_t b = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(repack_buf));
-      const size_t huge = size_t(2) << 20;
-      const uintptr_t lo = (b + huge - 1) / huge * huge,
-                      hi = (b + ggml_backend_buffer_get_size(repack_buf)) / huge * huge;
-      if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-    }
+    advise_huge_pages(repack_buf);
     std::vector<char> interleaved(todo.size(), 0);
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;
@@ -471,13 +536,7 @@ struct Model::Impl {
           !todo[size_t(i)]->experts && ggml_is_contiguous(src) &&
           kernels::gemm_int8_interleaved_matches(*f, src->data, dst[size_t(i)]->data,
                                                  int64_t(src->nb[1]), src->ne[1], src->ne[0]);
-      if (mapping) {
-        // Released as soon as it is repacked (whole pages inside the matrix's bytes only:
-        // neighbours keep theirs), so the file's pages and the copies are never all resident.
-        const uintptr_t b = reinterpret_cast<uintptr_t>(src->data);
-        const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
-        if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-      }
+      if (mapping) release_mapped(src->data, n);  // as soon as it is repacked
     });
     for (size_t i = 0; i < todo.size(); ++i) {
       Weight& w = *todo[i];
@@ -491,7 +550,8 @@ struct Model::Impl {
   }
 };
 
-Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
+Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping,
+             const LoadOptions& load)
     : p_(std::make_unique<Impl>()) {
   Impl& m = *p_;
   m.cfg = refs.cfg;
@@ -552,6 +612,7 @@ Model::Model(const ModelRefs& refs, std::shared_ptr<const gguf::File> mapping)
   static std::once_flag log_once;
   std::call_once(log_once, [] { ggml_log_set(ggml_log_info_and_above, nullptr); });
   m.repack(resolve_threads(0));
+  if (!load.mmap) m.copy_out_of_mapping(resolve_threads(0));
   m.populate_mapped(resolve_threads(0));
 }
 
