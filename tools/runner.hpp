@@ -37,7 +37,7 @@ struct RunnerOptions {
   bool json = false;
   int cp = 1;              // --cp P: context parallelism over P MPI ranks (mpirun -np P)
   bool cp_gather = false;  // --cp-gather: dense prefill over all-gathered K/V (one process's bits)
-  bool mmap = false;       // --mmap: weights read from the mapped file (model::LoadOptions)
+  bool mmap = true;        // --no-mmap: weights copied into huge pages (model::LoadOptions)
 };
 // `attn_default`: what --attn means when not given.
 void add_runner_options(CLI::App& app, RunnerOptions& o);

@@ -186,13 +186,14 @@ struct LayerRefs {
 // Where a loaded model keeps the matrices its products read in place (those ggml does not
 // repack into a buffer of its own).
 struct LoadOptions {
-  // false (the default; --no-mmap): copied out of the mapped file into memory advised into
-  // transparent huge pages (where the system offers them; else they stay mapped), as the
-  // repacked ones are: a decode step reads every weight once, and read through the file's
-  // 4 KiB pages its steps stalled now and then for tens of milliseconds (docs/runner.md, "The
-  // weights in huge pages"). true (--mmap): read from the mapping, as llama.cpp does by
-  // default: no copy at load, and a model larger than memory still runs from the page cache.
-  bool mmap = false;
+  // true (the default; --mmap): read from the mapping, as llama.cpp does by default: no copy
+  // at load, and a model larger than memory still runs from the page cache. false
+  // (--no-mmap): copied out of the mapped file into memory advised into transparent huge pages
+  // (where the system offers them; else they stay mapped), as the repacked ones are: a decode
+  // step reads every weight once, and read through the file's 4 KiB pages its steps stalled
+  // now and then for tens of milliseconds on a KVM guest (docs/runner.md, "The weights in huge
+  // pages").
+  bool mmap = true;
 };
 
 struct ModelRefs {

@@ -1,7 +1,7 @@
 // A model loaded from a mapped file with --mmap has the pages of every matrix its products read
 // mapped in at load (as llama.cpp's loader maps with MAP_POPULATE), so a first prefill does not
-// fault them in one by one inside its timed matrix products. By default (--no-mmap) those
-// matrices are copied out of the mapping into memory advised into huge pages.
+// fault them in one by one inside its timed matrix products. With --no-mmap those matrices are
+// copied out of the mapping into memory advised into huge pages.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -81,9 +81,9 @@ std::vector<const model::Model::Weight*> product_matrices(const model::Model& m)
   return mats;
 }
 
-model::LoadOptions mapped() {
+model::LoadOptions mapped(bool mmap) {
   model::LoadOptions o;
-  o.mmap = true;
+  o.mmap = mmap;
   return o;
 }
 
@@ -92,7 +92,7 @@ TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
   const test::TempDir dir("spattn_mapping");
   const std::filesystem::path path = dir / "m.gguf";
   make_model(path.string(), f16_shape());
-  const model::Model m = model::load_model(path.string(), mapped());
+  const model::Model m = model::load_model(path.string(), mapped(true));
   std::filesystem::remove(path);  // the mapping keeps the file's pages
   const std::vector<const model::Model::Weight*> mats = product_matrices(m);
   const long page = sysconf(_SC_PAGESIZE);
@@ -136,16 +136,16 @@ std::string vm_flags_at(const void* a) {
   return "";
 }
 
-// By default the matrices the products read are copied out of the mapping, byte for byte, into
-// memory advised into huge pages ("hg" among the mapping's VmFlags), and counted as the model's
-// own bytes, not the mapping's; --mmap leaves them where they are.
+// With --no-mmap the matrices the products read are copied out of the mapping, byte for byte,
+// into memory advised into huge pages ("hg" among the mapping's VmFlags), and counted as the
+// model's own bytes, not the mapping's; --mmap (the default) leaves them where they are.
 TEST(ModelMapping, LoadCopiesTheProductsMatricesIntoHugePages) {
   if (!huge_pages_offered()) SPATTN_SKIP_NOT_APPLICABLE("transparent huge pages are off here");
   const test::TempDir dir("spattn_mapping");
   const std::string path = (dir / "m.gguf").string();
   make_model(path, f16_shape());
-  const model::Model copied = model::load_model(path);
-  const model::Model in_place = model::load_model(path, mapped());
+  const model::Model copied = model::load_model(path, mapped(false));
+  const model::Model in_place = model::load_model(path);
   const std::vector<const model::Model::Weight*> a = product_matrices(copied),
                                                  b = product_matrices(in_place);
   size_t bytes = 0, huge = 0;
@@ -166,15 +166,15 @@ TEST(ModelMapping, LoadCopiesTheProductsMatricesIntoHugePages) {
   EXPECT_GT(huge, 0u);
   EXPECT_EQ(in_place.memory().mapped - copied.memory().mapped, bytes);
   EXPECT_EQ(copied.memory().owned - in_place.memory().owned, bytes);
-  // The same through the command line: --mmap and the default.
+  // The same through the command line: the default, --mmap and --no-mmap.
   const auto run = [&](const std::string& flag) {
     const auto r = test::run_spattn("run -m " + path + " -p hi -n 1 -c 64 --json" + flag, dir);
     EXPECT_EQ(r.code(), 0) << r.err;
     return nlohmann::json::parse(r.out)["memory"]["weights_mapped_bytes"].get<size_t>();
   };
-  EXPECT_EQ(run(""), copied.memory().mapped);
-  EXPECT_EQ(run(" --no-mmap"), copied.memory().mapped);
+  EXPECT_EQ(run(""), in_place.memory().mapped);
   EXPECT_EQ(run(" --mmap"), in_place.memory().mapped);
+  EXPECT_EQ(run(" --no-mmap"), copied.memory().mapped);
 }
 
 }  // namespace
