@@ -440,7 +440,8 @@ struct Model::Impl {
   // Copies the matrices the products read in place (those not repacked; the latent's per-head
   // planes; a tied head's embedding) out of the mapping into one buffer in huge pages
   // (LoadOptions::mmap false), releasing the mapping's pages of each. Nothing where THP is off:
-  // copied into 4 KiB pages they decoded no faster than the mapping's.
+  // 4 KiB pages of anonymous memory stalled a plain read as the mapping's did (log entry "The
+  // weights in huge pages").
   void copy_out_of_mapping(int threads) {
     if (!mapping || !huge_pages_offered()) return;
     std::vector<Weight*> todo;
