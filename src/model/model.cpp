@@ -1,15 +1,11 @@
 // Model: shapes and types checked against the config; matrices kept in their stored type as
 // ggml tensors over the mapped file (or over copied bytes), repacked where ggml has a faster
 // layout for this CPU; norms and biases as f32.
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -24,6 +20,7 @@
 #include "spattn/attention.hpp"
 #include "spattn/error.hpp"
 #include "model/tensor_table.hpp"
+#include "model/weight_pages.hpp"
 #include "spattn/model.hpp"
 
 namespace spattn::model {
@@ -210,46 +207,6 @@ bool has_f32(WeightType t) {
   return t == WeightType::f32 || ggml_get_type_traits(ggml_type(t))->to_float != nullptr;
 }
 
-// Maps in the file's pages under [data, data + n) in one call rather than a fault per few
-// pages as they are first read (advice: a kernel without MADV_POPULATE_READ faults them in as
-// before).
-void populate(const void* data, size_t n) {
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t b = reinterpret_cast<uintptr_t>(data), lo = b / page * page;
-  madvise(reinterpret_cast<void*>(lo), b + n - lo, MADV_POPULATE_READ);
-}
-
-// Whether memory advised with MADV_HUGEPAGE can get transparent huge pages here: THP's mode is
-// "always" or "madvise", not "never" (or the kernel has no THP).
-bool huge_pages_offered() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  return std::getline(f, modes) && modes.find("[never]") == std::string::npos;
-}
-
-// Huge pages for a buffer of weights written once and read whole at every step (the 2 MiB
-// pages inside it; advice only: where THP is off it changes nothing). With 4 KiB pages the
-// first write of each is a fault, ~114K of them for a 1B model's 446 MiB, most of a load's time
-// under a hypervisor (~220 with 2 MiB pages); and a decode step walks every page of the weights:
-// docs/runner.md, "The weights in huge pages".
-void advise_huge_pages(ggml_backend_buffer_t buf) {
-  const size_t huge = size_t(2) << 20;
-  const uintptr_t b = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
-  const uintptr_t lo = (b + huge - 1) / huge * huge,
-                  hi = (b + ggml_backend_buffer_get_size(buf)) / huge * huge;
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
-}
-
-// Releases the mapping's whole pages inside [data, data + n) once a copy holds them (neighbours
-// keep theirs), so the file's pages and the copies are never all resident. A later read of
-// them faults the file's bytes in again.
-void release_mapped(const void* data, size_t n) {
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t b = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t lo = (b + page - 1) / page * page, hi = (b + n) / page * page;
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
-
 }  // namespace
 
 struct Model::Impl {
@@ -419,38 +376,42 @@ struct Model::Impl {
     return v;
   }
 
-  // Maps in, at load, the file's pages of every matrix the products read in place (those not
-  // repacked, and a tied head's embedding), as llama.cpp's loader does (MAP_POPULATE): else
+  // The weights the products read where they lie (in the mapping, unless copied): the matrices
+  // ggml did not repack, the absorbed latent's per-head planes where the file holds that form,
+  // and a tied head's embedding (an untied one's rows are only looked up).
+  std::vector<Weight*> read_in_place() {
+    std::vector<Weight*> v;
+    for (Weight* w : matrices())
+      if (!w->repacked) v.push_back(w);
+    for (Layer& L : layers)
+      for (Weight* w : {&L.wk_b, &L.wv_b})
+        if (w->t) v.push_back(w);
+    if (tied) v.push_back(&tok_embd);
+    return v;
+  }
+
+  // Maps in, at load, the file's pages of every weight the products read in place
+  // (read_in_place), as llama.cpp's loader does (MAP_POPULATE): else
   // the first prefill faults the weights in inside its timed products (one fault per 64 KiB
   // at best, the kernel's fault-around): the 1B shape's f16 pp512 took 5% longer, a 100-160 ms
   // longer load against 340-1430 ms less prefill on a Zen 3 (BENCHMARKS.md). The embedding of
   // an untied head stays unmapped until its rows are looked up.
   void populate_mapped(int threads) {
     if (!mapping || copy_buf) return;  // copied out of it: nothing read from the mapping
-    std::vector<const Weight*> todo;
-    for (Weight* w : matrices())
-      if (!w->repacked) todo.push_back(w);
-    if (tied) todo.push_back(&tok_embd);
+    const std::vector<Weight*> todo = read_in_place();
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       const ggml_tensor* t = todo[size_t(i)]->t;
       populate(t->data, ggml_nbytes(t));
     });
   }
 
-  // Copies the matrices the products read in place (those not repacked; the latent's per-head
-  // planes; a tied head's embedding) out of the mapping into one buffer in huge pages
-  // (LoadOptions::mmap false), releasing the mapping's pages of each. Nothing where THP is off:
+  // Copies the weights the products read in place (read_in_place) out of the mapping into one
+  // buffer in huge pages (LoadOptions::mmap false), releasing the mapping's pages of each. Nothing where THP is off:
   // 4 KiB pages of anonymous memory stalled a plain read as the mapping's did (log entry "The
   // weights in huge pages").
   void copy_out_of_mapping(int threads) {
     if (!mapping || !huge_pages_offered()) return;
-    std::vector<Weight*> todo;
-    for (Weight* w : matrices())
-      if (!w->repacked) todo.push_back(w);
-    for (Layer& L : layers)
-      for (Weight* w : {&L.wk_b, &L.wv_b})
-        if (w->t) todo.push_back(w);
-    if (tied) todo.push_back(&tok_embd);
+    const std::vector<Weight*> todo = read_in_place();
     if (todo.empty()) return;
     ggml_init_params ip{(todo.size() + 1) * ggml_tensor_overhead(), nullptr, true};
     copy_ctx = ggml_init(ip);
@@ -461,7 +422,8 @@ struct Model::Impl {
     SPATTN_CHECK(copy_buf != nullptr, "model: could not allocate the weights' buffer (",
                  "--mmap reads them from the file instead)");
     ggml_backend_buffer_set_usage(copy_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    advise_huge_pages(copy_buf);
+    advise_huge_pages(ggml_backend_buffer_get_base(copy_buf),
+                      ggml_backend_buffer_get_size(copy_buf));
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       const ggml_tensor* src = todo[size_t(i)]->t;
       const size_t n = ggml_nbytes(src);
@@ -522,7 +484,8 @@ struct Model::Impl {
     SPATTN_CHECK(repack_buf != nullptr, "model: could not allocate ",
                  "the repacked weights' buffer");
     ggml_backend_buffer_set_usage(repack_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    advise_huge_pages(repack_buf);
+    advise_huge_pages(ggml_backend_buffer_get_base(repack_buf),
+                      ggml_backend_buffer_get_size(repack_buf));
     std::vector<char> interleaved(todo.size(), 0);
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;

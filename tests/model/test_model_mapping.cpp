@@ -19,6 +19,7 @@
 
 #include "assets.hpp"
 #include "cli_run.hpp"
+#include "model/weight_pages.hpp"
 #include "spattn/model.hpp"
 #include "spattn/model_maker.hpp"
 #include "temp_dir.hpp"
@@ -112,13 +113,6 @@ TEST(ModelMapping, LoadMapsInEveryMatrixTheProductsRead) {
                                 << " pages of weights (byte sum " << sum << ")";
 }
 
-// Whether THP's mode lets memory advised with MADV_HUGEPAGE have huge pages.
-bool huge_pages_offered() {
-  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  return std::getline(f, modes) && modes.find("[never]") == std::string::npos;
-}
-
 // The VmFlags of the mapping of this process holding address a ("" where none does).
 std::string vm_flags_at(const void* a) {
   std::ifstream f("/proc/self/smaps");
@@ -139,7 +133,8 @@ std::string vm_flags_at(const void* a) {
 // into memory advised into huge pages ("hg" among the mapping's VmFlags), and counted as the
 // model's own bytes, not the mapping's; --mmap (the default) leaves them where they are.
 TEST(ModelMapping, LoadCopiesTheProductsMatricesIntoHugePages) {
-  if (!huge_pages_offered()) SPATTN_SKIP_NOT_APPLICABLE("transparent huge pages are off here");
+  if (!model::huge_pages_offered())
+    SPATTN_SKIP_NOT_APPLICABLE("transparent huge pages are off here");
   const test::TempDir dir("spattn_mapping");
   const std::string path = (dir / "m.gguf").string();
   make_model(path, f16_shape());
@@ -174,6 +169,13 @@ TEST(ModelMapping, LoadCopiesTheProductsMatricesIntoHugePages) {
   EXPECT_EQ(run(""), in_place.memory().mapped);
   EXPECT_EQ(run(" --mmap"), in_place.memory().mapped);
   EXPECT_EQ(run(" --no-mmap"), copied.memory().mapped);
+  // A value given to either flag is refused by name (CLI11's parse error), not read as a mode.
+  for (const char* bad : {" --mmap=sometimes", " --no-mmap=maybe"}) {
+    const auto r = test::run_spattn("run -m " + path + " -p hi -n 1 -c 64" + bad, dir);
+    ASSERT_TRUE(r.exited()) << bad;
+    EXPECT_NE(r.code(), 0) << bad;
+    EXPECT_NE(r.err.find("mmap"), std::string::npos) << bad << ": " << r.err;
+  }
 }
 
 }  // namespace
