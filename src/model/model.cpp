@@ -391,11 +391,11 @@ struct Model::Impl {
   }
 
   // Maps in, at load, the file's pages of every weight the products read in place
-  // (read_in_place), as llama.cpp's loader does (MAP_POPULATE): else
-  // the first prefill faults the weights in inside its timed products (one fault per 64 KiB
-  // at best, the kernel's fault-around): the 1B shape's f16 pp512 took 5% longer, a 100-160 ms
-  // longer load against 340-1430 ms less prefill on a Zen 3 (BENCHMARKS.md). The embedding of
-  // an untied head stays unmapped until its rows are looked up.
+  // (read_in_place), as llama.cpp's loader does (MAP_POPULATE): else the first prefill faults
+  // the weights in inside its timed products (one fault per 64 KiB at best, the kernel's
+  // fault-around): the 1B shape's f16 pp512 took 5% longer, a 100-160 ms longer load against
+  // 340-1430 ms less prefill on a Zen 3 (BENCHMARKS.md). The embedding of an untied head stays
+  // unmapped until its rows are looked up.
   void populate_mapped(int threads) {
     if (!mapping || copy_buf) return;  // copied out of it: nothing read from the mapping
     const std::vector<Weight*> todo = read_in_place();
@@ -406,9 +406,9 @@ struct Model::Impl {
   }
 
   // Copies the weights the products read in place (read_in_place) out of the mapping into one
-  // buffer in huge pages (LoadOptions::mmap false), releasing the mapping's pages of each. Nothing where THP is off:
-  // 4 KiB pages of anonymous memory stalled a plain read as the mapping's did (log entry "The
-  // weights in huge pages").
+  // buffer in huge pages (LoadOptions::mmap false), releasing the mapping's pages of each.
+  // Nothing where THP is off: 4 KiB pages of anonymous memory stalled a plain read as the
+  // mapping's did (log entry "The weights in huge pages").
   void copy_out_of_mapping(int threads) {
     if (!mapping || !huge_pages_offered()) return;
     const std::vector<Weight*> todo = read_in_place();
