@@ -422,8 +422,7 @@ struct Model::Impl {
     SPATTN_CHECK(copy_buf != nullptr, "model: could not allocate the weights' buffer (",
                  "--mmap reads them from the file instead)");
     ggml_backend_buffer_set_usage(copy_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    advise_huge_pages(ggml_backend_buffer_get_base(copy_buf),
-                      ggml_backend_buffer_get_size(copy_buf));
+    advise_huge_pages(copy_buf);
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       const ggml_tensor* src = todo[size_t(i)]->t;
       const size_t n = ggml_nbytes(src);
@@ -484,8 +483,7 @@ struct Model::Impl {
     SPATTN_CHECK(repack_buf != nullptr, "model: could not allocate ",
                  "the repacked weights' buffer");
     ggml_backend_buffer_set_usage(repack_buf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    advise_huge_pages(ggml_backend_buffer_get_base(repack_buf),
-                      ggml_backend_buffer_get_size(repack_buf));
+    advise_huge_pages(repack_buf);
     std::vector<char> interleaved(todo.size(), 0);
     parallel_for(int64_t(todo.size()), threads, [&](int64_t i, int) {
       ggml_tensor* src = todo[size_t(i)]->t;

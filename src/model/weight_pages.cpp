@@ -28,10 +28,11 @@ bool huge_pages_offered() {
 // With 4 KiB pages the first write of each is a fault, ~114K of them for a 1B model's 446 MiB,
 // most of a load's time under a hypervisor (~220 with 2 MiB pages); and a decode step walks
 // every page of the weights.
-void advise_huge_pages(void* data, size_t n) {
+void advise_huge_pages(ggml_backend_buffer_t buf) {
   const size_t huge = size_t(2) << 20;
-  const uintptr_t b = reinterpret_cast<uintptr_t>(data);
-  const uintptr_t lo = (b + huge - 1) / huge * huge, hi = (b + n) / huge * huge;
+  const uintptr_t b = reinterpret_cast<uintptr_t>(ggml_backend_buffer_get_base(buf));
+  const uintptr_t lo = (b + huge - 1) / huge * huge,
+                  hi = (b + ggml_backend_buffer_get_size(buf)) / huge * huge;
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
 }
 

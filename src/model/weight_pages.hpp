@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "ggml-backend.h"
+
 namespace spattn::model {
 
 // Maps in the file's pages under [data, data + n) in one call rather than a fault per few
@@ -16,9 +18,9 @@ void populate(const void* data, size_t n);
 // "always" or "madvise", not "never" (or the kernel has no THP).
 bool huge_pages_offered();
 
-// Advises the whole 2 MiB pages inside [data, data + n), weights written once and read whole
-// at every step, onto huge pages (advice only: where THP is off it changes nothing).
-void advise_huge_pages(void* data, size_t n);
+// Advises the whole 2 MiB pages inside buf, weights written once and read whole at every step,
+// onto huge pages (advice only: where THP is off it changes nothing).
+void advise_huge_pages(ggml_backend_buffer_t buf);
 
 // Releases the mapping's whole pages inside [data, data + n) once a copy holds them (neighbours
 // keep theirs), so the file's pages and the copies are never all resident. A later read of
