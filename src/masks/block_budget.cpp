@@ -26,12 +26,20 @@ void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint
 }
 
 void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<uint8_t>& keep,
-                   std::vector<double>& share) {
+                   RowMassScratch& scratch) {
   const int64_t n_rows = rows.n, row_stride = rows.stride;
   // share[r]: row r's kept share; a row met (or of no mass) is marked done with +inf.
   constexpr double kDone = std::numeric_limits<double>::infinity();
+  std::vector<double>& share = scratch.share;
+  std::vector<double>& total = scratch.total;
   share.assign(size_t(n_rows), kDone);
-  std::vector<double> total(size_t(n_rows), 0.0);
+  total.assign(size_t(n_rows), 0.0);
+  // Row r's blocks not yet kept, as a max-heap by mass (ties: the smaller index first), built
+  // when the row is first the worst: its top, once blocks kept since for other rows are popped,
+  // is the block holding most of its missing mass, without a scan of every block per block
+  // added (a decode step's pages number thousands).
+  scratch.heap.resize(size_t(n_rows * limit));
+  scratch.size.assign(size_t(n_rows), -1);
   for (int64_t r = 0; r < n_rows; ++r) {
     const double* row = rows.data + r * row_stride;
     double t = 0, kept = 0;
@@ -47,9 +55,23 @@ void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<u
     if (worst == share.end() || *worst == kDone) return;
     const int64_t r = worst - share.begin();
     const double* row = rows.data + r * row_stride;
+    int32_t* heap = scratch.heap.data() + r * limit;
+    int64_t& size = scratch.size[size_t(r)];
+    const auto after = [row](int32_t a, int32_t b) {  // a leaves the heap after b
+      return row[a] != row[b] ? row[a] < row[b] : a > b;
+    };
+    if (size < 0) {
+      size = 0;
+      for (int64_t kb = 0; kb < limit; ++kb)
+        if (!keep[size_t(kb)] && row[kb] > 0) heap[size++] = int32_t(kb);
+      std::make_heap(heap, heap + size, after);
+    }
     int64_t best = -1;
-    for (int64_t kb = 0; kb < limit; ++kb)
-      if (!keep[size_t(kb)] && row[kb] > 0 && (best < 0 || row[kb] > row[best])) best = kb;
+    while (size > 0 && best < 0) {
+      std::pop_heap(heap, heap + size, after);
+      const int32_t top = heap[--size];
+      if (!keep[size_t(top)]) best = top;
+    }
     if (best < 0) {  // nothing of the row is left out: rounding alone kept it short of p
       share[size_t(r)] = kDone;
       continue;

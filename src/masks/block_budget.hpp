@@ -31,12 +31,20 @@ struct RowMasses {
 void keep_top_mass(const double* mass, int64_t limit, double p, std::vector<uint8_t>& keep,
                    std::vector<int64_t>& order);
 
+// keep_row_mass's buffers, kept by a caller that spends many budgets (a decode step spends one
+// per kv head and layer).
+struct RowMassScratch {
+  std::vector<double> share, total;
+  std::vector<int32_t> heap;  // row r's candidate blocks at [r * limit, r * limit + size[r])
+  std::vector<int64_t> size;  // -1: row r's heap not built yet
+};
+
 // topp per row: each estimated row's masses over blocks kb < limit (>= 0, any scale; a row of
 // zero total is ignored). While some row keeps less than p of its total, the shortest row (the
 // least kept share; ties: the smaller r) gets the block holding most of its missing mass (ties:
-// the smaller index): the worst row decides each block added. `share` is scratch.
+// the smaller index): the worst row decides each block added.
 void keep_row_mass(const RowMasses& rows, int64_t limit, double p, std::vector<uint8_t>& keep,
-                   std::vector<double>& share);
+                   RowMassScratch& scratch);
 
 // topk: the k blocks of largest mass (ties: the smaller index) beside the forced ones, or every
 // block when fewer are left. `order` is scratch.

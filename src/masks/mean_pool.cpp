@@ -150,7 +150,7 @@ BlockMask mean_pool_mask(const TensorView& q, const TensorView& k, int64_t block
         q, k, opt, c, [&](int64_t h, int64_t qb, const double* mass, const masks::RowMasses& rows) {
           std::vector<uint8_t> keep(static_cast<size_t>(nk));
           std::vector<int64_t> order;
-          std::vector<double> share;
+          masks::RowMassScratch share;
           forced(qb, keep);
           if (budget.per_row)
             masks::keep_row_mass(rows, m.causal_blocks(qb), budget.topp, keep, share);

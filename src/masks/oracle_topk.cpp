@@ -80,7 +80,7 @@ BlockMask oracle_mass_mask(const TensorView& q, const TensorView& k, const Tenso
   if (topp != 0) check_fraction("oracle_topk", "topp", topp, Fraction::up_to_one);
   if (min_share != 0) check_fraction("oracle_topk", "min_share", min_share, Fraction::below_one);
   SPATTN_CHECK(!per_row || topp > 0, "oracle_topk: per=row goes with topp, not min_share");
-  std::vector<double> share;
+  masks::RowMassScratch share;
   return oracle_mask(q, k, v, block_q, block_k, opt, local, per_row,
                      [&](const double* mass, int64_t limit, const masks::RowMasses& rows,
                          std::vector<uint8_t>& keep, std::vector<int64_t>& order) {

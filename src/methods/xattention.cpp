@@ -137,7 +137,7 @@ class XAttention final : public BlockMaskMethod {
         q, k, opt, c, [&](int64_t h, int64_t qb, const double* bs, const masks::RowMasses& rows) {
           std::vector<uint8_t> keep(static_cast<size_t>(nk));
           std::vector<int64_t> order;
-          std::vector<double> share;
+          masks::RowMassScratch share;
           const int64_t limit = m.causal_blocks(qb);
           const int64_t p0 = off + qb * block_q_,
                         p1 = off + std::min((qb + 1) * block_q_, q.seq) - 1;

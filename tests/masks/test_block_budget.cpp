@@ -25,7 +25,7 @@ std::set<int64_t> row_mass(const std::vector<std::vector<double>>& rows, int64_t
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
   std::vector<uint8_t> keep(size_t(limit), 0);
   for (int64_t kb : forced) keep[size_t(kb)] = 1;
-  std::vector<double> share;
+  masks::RowMassScratch share;
   masks::keep_row_mass({flat.data(), int64_t(rows.size()), limit}, limit, p, keep, share);
   return kept_of(keep);
 }
