@@ -4,14 +4,15 @@
 // key). A decode query q bounds each page's largest score from above,
 //     U(page) = sum_i max(q_i * min_i, q_i * max_i)  >=  q . k  for every key k of the page,
 // and attends only to the pages with the largest bounds (a budget of `topk` pages, or with
-// `topp=P` the fewest pages whose estimated mass, the softmax of scale * U over the pages,
-// reaches P, or with `min_share=T` every page whose estimated mass is at least T), plus the
+// `topp=P` the fewest pages whose estimated mass, the softmax of scale * G over the pages,
+// reaches P for every q head, or with `min_share=T` every page whose estimated mass is at
+// least T; G is a page's expected score, kernels/quest_bounds.hpp, beyond the paper), plus the
 // first `sink` pages and the newest `local` pages, always. Under GQA the
 // q heads of a group share their kv head's pages (quest_select). Only the chosen
 // pages' K and V are read (attention_decode_ranges over the packed cache).
 //
-// Spec: quest[:k=PAGES,page=TOKENS,topp=P,min_share=T,sink=PAGES,local=PAGES,dense_layers=L,
-//               dense_at=F,sums=cache|i8]
+// Spec: quest[:k=PAGES,page=TOKENS,topp=P,min_share=T,per=row|block,est=bound|gauss,
+//               sink=PAGES,local=PAGES,dense_layers=L,dense_at=F,sums=cache|i8]
 //   page          16..64, a multiple of 16 (default 16, the paper's page size)
 //   k             pages kept by bound besides sink and local (default 256: 4096 tokens at
 //                 page 16, the top of the 1K-4K token budgets the paper evaluates; at 2048
@@ -21,6 +22,14 @@
 //   min_share     in (0, 1): a threshold instead of k or topp, every page of at least that
 //                 share of the estimated mass (one threshold across pages and steps; the
 //                 budgets compared: docs/methods/README.md, "Budgets")
+//   per           with topp: `row` (default) holds every q head of a kv head's group to P of
+//                 its own estimated mass (masks::keep_row_mass); `block` the group's mean
+//                 softmax, where a head whose mass lies apart from its group's is outvoted
+//   est           the page score a budget reads: `bound` (the paper's U; the default with k)
+//                 or `gauss` (G, the page's expected exp-score under a uniform box; the
+//                 default with topp and min_share, which read magnitudes: U's softmax is
+//                 over-confident where a page's box is wide). Issue 61's sweep is in
+//                 BENCHMARKS.md, "Mass budgets against counts on real attention"
 //   sink, local   pages always kept at the start and the end (default 1 each)
 //   dense_layers  the first L layers decode densely (default 2: the paper leaves its first two
 //                 layers dense, their attention being the least sparse)
@@ -55,6 +64,8 @@ class PackedKV;
 
 // What Quest's bound pass reads (the `sums` parameter).
 enum class QuestSums { cache, i8 };
+// The page score a budget reads: the paper's bound U, or G, a page's expected score (above).
+enum class QuestEstimate { bound, gauss };
 
 struct QuestParams {
   QuestSums sums = QuestSums::i8;
@@ -62,6 +73,11 @@ struct QuestParams {
   int64_t topk = 256;
   double topp = 0;       // 0: the topk budget; else the mass budget in (0, 1]
   double min_share = 0;  // > 0: the share threshold in (0, 1) instead of topk or topp
+  // With topp: every q head of a kv head's group keeps topp of its own estimated mass
+  // (masks::keep_row_mass), not the group's mean; a head whose mass lies apart from its
+  // group's is not outvoted.
+  bool per_row = false;
+  QuestEstimate est = QuestEstimate::bound;  // the page score (kernels/quest_bounds.hpp)
   int64_t sink = 1, local = 1;
   int64_t dense_layers = 2;
   double dense_at = 0.5;
@@ -148,10 +164,11 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 // The key ranges (ascending, merged) each kv head reads for q ([Hq, 1, d]) over the first
 // pages.size() keys. The q heads of a GQA group share their kv head's pages (its K and V are
 // then read once per group): a page's score is its estimated mass, the softmax over the pages
-// of scale * U, averaged over the group's q heads (one q head per kv head: the paper's ranking
-// by U); topk keeps the k best, topp the fewest whose scores, with the sink's and the newest
-// pages', reach P, min_share every page whose score is at least T. scale: the softmax scale
-// (resolved); threads: kv heads in parallel.
+// of scale * U (or G, params.est), averaged over the group's q heads (one q head per kv head:
+// the paper's ranking by U); topk keeps the k best, topp the fewest whose scores, with the
+// sink's and the newest pages', reach P (per_row: each q head's own softmax reaches P),
+// min_share every page whose score is at least T. scale: the softmax scale (resolved);
+// threads: kv heads in parallel.
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
                                                 QuestDecodeStats* stats = nullptr, int threads = 1);

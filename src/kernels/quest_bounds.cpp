@@ -39,12 +39,32 @@ struct LoadBF16 {  // the upper half of an f32
   }
 };
 
+// The two estimates (quest_bounds.hpp), as one dimension's term added to a page's sum; a row's
+// coefficients a, b per dimension are prepared by Prepare from its q (and the softmax scale).
+struct Bound {  // U: a = q_c, the term max(a lo, a hi)
+  static void Prepare(float qc, float, float& a, float&) { a = qc; }
+  static VF Add(VF acc, VF a, VF, VF lo, VF hi) {
+    return hn::Add(acc, hn::Max(hn::Mul(a, lo), hn::Mul(a, hi)));
+  }
+};
+struct Gauss {  // G: a = q_c / 2, b = q_c^2 scale / 24, the term a (lo + hi) + b (hi - lo)^2
+  static void Prepare(float qc, float scale, float& a, float& b) {
+    a = 0.5f * qc;
+    b = (qc * qc) * (scale / 24.0f);
+  }
+  static VF Add(VF acc, VF a, VF b, VF lo, VF hi) {
+    const VF w = hn::Sub(hi, lo);
+    return hn::Add(hn::Add(acc, hn::Mul(a, hn::Add(lo, hi))), hn::Mul(b, hn::Mul(w, w)));
+  }
+};
+
 // Rows [r0, r0 + R) against pages [p0, p0 + 2N) of one block (s: the block's first element,
 // off: p0's lane within it): the summaries' four vectors are loaded once per dimension for
-// all R rows.
-template <class L, int R>
-HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const typename L::T* s,
-                            int64_t off, int64_t p0, float* u, int64_t ldu) {
+// all R rows. qa, qb: the rows' coefficients ([rows][d], E::Prepare's).
+template <class L, class E, int R>
+HWY_INLINE void BoundsBlock(const float* qa, const float* qb, int64_t r0, int64_t d,
+                            const typename L::T* s, int64_t off, int64_t p0, float* u,
+                            int64_t ldu) {
   const DF df;
   const size_t N = hn::Lanes(df);
   VF a0[R], a1[R];
@@ -55,9 +75,9 @@ HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const typenam
     const VF l0 = L::Load(l), l1 = L::Load(l + N);
     const VF h0 = L::Load(h), h1 = L::Load(h + N);
     for (int r = 0; r < R; ++r) {
-      const VF qc = hn::Set(df, q[(r0 + r) * d + c]);
-      a0[r] = hn::Add(a0[r], hn::Max(hn::Mul(qc, l0), hn::Mul(qc, h0)));
-      a1[r] = hn::Add(a1[r], hn::Max(hn::Mul(qc, l1), hn::Mul(qc, h1)));
+      const VF a = hn::Set(df, qa[(r0 + r) * d + c]), b = hn::Set(df, qb[(r0 + r) * d + c]);
+      a0[r] = E::Add(a0[r], a, b, l0, h0);
+      a1[r] = E::Add(a1[r], a, b, l1, h1);
     }
   }
   for (int r = 0; r < R; ++r) {
@@ -66,47 +86,67 @@ HWY_INLINE void BoundsBlock(const float* q, int64_t r0, int64_t d, const typenam
   }
 }
 
-// scales: null, or per block the d scales of QuestBoundsI8 (q scaled into qs per block).
-template <class L>
-void Bounds(const float* q0, int64_t rows, int64_t d, const typename L::T* sums, int64_t pages,
-            float* u, int64_t ldu, const float* scales = nullptr) {
+// scales: null, or per block the d scales of QuestBoundsI8 (q scaled into qs per block before
+// E::Prepare).
+template <class L, class E>
+void Bounds(const float* q, int64_t rows, int64_t d, const typename L::T* sums, int64_t pages,
+            float* u, int64_t ldu, float scale, const float* scales = nullptr) {
   const int64_t step = 2 * int64_t(hn::Lanes(DF()));  // divides kQuestPagePad
   const int64_t padded = quest_padded(pages);
-  std::vector<float> qs(scales ? size_t(rows * d) : 0);
-  const float* q = scales ? qs.data() : q0;
+  std::vector<float> qa(size_t(rows * d)), qb(size_t(rows * d));
+  const auto prepare = [&](int64_t b) {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        const float qc = scales ? q[r * d + c] * scales[b * d + c] : q[r * d + c];
+        E::Prepare(qc, scale, qa[size_t(r * d + c)], qb[size_t(r * d + c)]);
+      }
+  };
+  if (!scales) prepare(0);
   for (int64_t p0 = 0; p0 < padded; p0 += step) {
     const int64_t b = p0 / kQuestPagePad;
     const typename L::T* s = sums + b * d * 2 * kQuestPagePad;  // the block
     const int64_t off = p0 % kQuestPagePad;
-    if (scales && off == 0)
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < d; ++c) qs[size_t(r * d + c)] = q0[r * d + c] * scales[b * d + c];
+    if (scales && off == 0) prepare(b);
+    const float *a = qa.data(), *bq = qb.data();
     int64_t r0 = 0;
-    for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<L, 4>(q, r0, d, s, off, p0, u, ldu);
+    for (; r0 + 4 <= rows; r0 += 4) BoundsBlock<L, E, 4>(a, bq, r0, d, s, off, p0, u, ldu);
     switch (rows - r0) {
-      case 3: BoundsBlock<L, 3>(q, r0, d, s, off, p0, u, ldu); break;
-      case 2: BoundsBlock<L, 2>(q, r0, d, s, off, p0, u, ldu); break;
-      case 1: BoundsBlock<L, 1>(q, r0, d, s, off, p0, u, ldu); break;
+      case 3: BoundsBlock<L, E, 3>(a, bq, r0, d, s, off, p0, u, ldu); break;
+      case 2: BoundsBlock<L, E, 2>(a, bq, r0, d, s, off, p0, u, ldu); break;
+      case 1: BoundsBlock<L, E, 1>(a, bq, r0, d, s, off, p0, u, ldu); break;
       default: break;
     }
   }
 }
 
-void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
-                 int64_t pages, float* u, int64_t ldu) {
+template <class E>
+void BoundsOf(const float* q, int64_t rows, int64_t d, const void* sums, DType type, int64_t pages,
+              float* u, int64_t ldu, float scale) {
   switch (type) {
     case DType::f16:
-      return Bounds<LoadF16>(q, rows, d, static_cast<const hwy::float16_t*>(sums), pages, u, ldu);
+      return Bounds<LoadF16, E>(q, rows, d, static_cast<const hwy::float16_t*>(sums), pages, u, ldu,
+                                scale);
     case DType::bf16:
-      return Bounds<LoadBF16>(q, rows, d, static_cast<const uint16_t*>(sums), pages, u, ldu);
+      return Bounds<LoadBF16, E>(q, rows, d, static_cast<const uint16_t*>(sums), pages, u, ldu,
+                                 scale);
     case DType::f32:
-      return Bounds<LoadF32>(q, rows, d, static_cast<const float*>(sums), pages, u, ldu);
+      return Bounds<LoadF32, E>(q, rows, d, static_cast<const float*>(sums), pages, u, ldu, scale);
   }
 }
 
+void QuestBounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
+                 int64_t pages, float* u, int64_t ldu, PageEstimate est, float scale) {
+  if (est == PageEstimate::gauss)
+    return BoundsOf<Gauss>(q, rows, d, sums, type, pages, u, ldu, scale);
+  BoundsOf<Bound>(q, rows, d, sums, type, pages, u, ldu, scale);
+}
+
 void QuestBoundsI8(const float* q, int64_t rows, int64_t d, const int8_t* codes,
-                   const float* scales, int64_t pages, float* u, int64_t ldu) {
-  Bounds<LoadI8>(q, rows, d, codes, pages, u, ldu, scales);
+                   const float* scales, int64_t pages, float* u, int64_t ldu, PageEstimate est,
+                   float scale) {
+  if (est == PageEstimate::gauss)
+    return Bounds<LoadI8, Gauss>(q, rows, d, codes, pages, u, ldu, scale, scales);
+  Bounds<LoadI8, Bound>(q, rows, d, codes, pages, u, ldu, scale, scales);
 }
 
 }  // namespace spattn::kernels::HWY_NAMESPACE
@@ -118,13 +158,14 @@ HWY_EXPORT(QuestBounds);
 HWY_EXPORT(QuestBoundsI8);
 
 void quest_bounds(const float* q, int64_t rows, int64_t d, const void* sums, DType type,
-                  int64_t pages, float* u, int64_t ldu) {
-  HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, sums, type, pages, u, ldu);
+                  int64_t pages, float* u, int64_t ldu, PageEstimate est, float scale) {
+  HWY_DYNAMIC_DISPATCH(QuestBounds)(q, rows, d, sums, type, pages, u, ldu, est, scale);
 }
 
 void quest_bounds_i8(const float* q, int64_t rows, int64_t d, const int8_t* codes,
-                     const float* scales, int64_t pages, float* u, int64_t ldu) {
-  HWY_DYNAMIC_DISPATCH(QuestBoundsI8)(q, rows, d, codes, scales, pages, u, ldu);
+                     const float* scales, int64_t pages, float* u, int64_t ldu, PageEstimate est,
+                     float scale) {
+  HWY_DYNAMIC_DISPATCH(QuestBoundsI8)(q, rows, d, codes, scales, pages, u, ldu, est, scale);
 }
 }  // namespace spattn::kernels
 #endif  // HWY_ONCE

@@ -20,8 +20,8 @@ double get_fraction(ParamReader& r, std::string_view method, const std::string& 
   return v;
 }
 
-bool read_per_row(ParamReader& r, std::string_view method, bool other_budget) {
-  const std::string per = r.get_string("per", "block");
+bool read_per_row(ParamReader& r, std::string_view method, bool other_budget, bool row_default) {
+  const std::string per = r.get_string("per", row_default ? "row" : "block");
   SPATTN_CHECK(per == "block" || per == "row", method, ": per='", per, "' must be block or row");
   SPATTN_CHECK(per == "block" || !other_budget, method,
                ": per=row goes with topp (a mass each row keeps), not with topk or min_share");

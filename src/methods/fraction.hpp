@@ -23,9 +23,11 @@ void check_fraction(std::string_view method, std::string_view key, double v, Fra
 double get_fraction(ParamReader& r, std::string_view method, const std::string& key, double def,
                     Fraction f);
 
-// `per=block` (default: the query block's summed mass reaches topp) or `per=row` (every row of
-// the estimate does: masks::keep_row_mass). Throws Error for another value, or for per=row
-// beside a budget other than topp (`other_budget`: topk or min_share given).
-bool read_per_row(ParamReader& r, std::string_view method, bool other_budget);
+// `per=block` (the query block's summed mass reaches topp) or `per=row` (every row of the
+// estimate does: masks::keep_row_mass); `row` the default where `row_default` (quest's topp).
+// Throws Error for another value, or for per=row beside a budget other than topp
+// (`other_budget`: topk or min_share given).
+bool read_per_row(ParamReader& r, std::string_view method, bool other_budget,
+                  bool row_default = false);
 
 }  // namespace spattn

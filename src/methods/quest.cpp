@@ -16,6 +16,7 @@
 #include "kernels/quest_bounds.hpp"
 #include "kernels/quest_pages.hpp"
 #include "kernels/quest_scores.hpp"
+#include "masks/block_budget.hpp"
 #include "methods/fraction.hpp"
 #include "methods/layer_backend.hpp"
 #include "methods/registry.hpp"
@@ -66,7 +67,9 @@ struct SelectScratch {
   std::vector<float> score, e;
   std::vector<uint32_t> cand;
   std::vector<int64_t> order;
-  std::vector<char> keep;
+  std::vector<uint8_t> keep;
+  std::vector<double> rows;  // per=row: each q head's estimated masses over the pages
+  masks::RowMassScratch row_mass;
 };
 
 }  // namespace
@@ -84,6 +87,13 @@ QuestParams parse_quest_params(const MethodSpec& spec) {
   if (r.has("topp")) p.topp = get_fraction(r, spec.name, "topp", 1.0, Fraction::up_to_one);
   if (r.has("min_share"))
     p.min_share = get_fraction(r, spec.name, "min_share", 0.5, Fraction::below_one);
+  // A mass budget reads magnitudes: by default each q head's own mass (per=row) from G, the
+  // pages' expected scores; a count keeps the paper's order by U (kernels/quest_bounds.hpp).
+  const bool mass = p.topp > 0 || p.min_share > 0;
+  p.per_row = read_per_row(r, spec.name, !r.has("topp"), p.topp > 0);
+  const std::string est = r.get_string("est", mass ? "gauss" : "bound");
+  SPATTN_CHECK(est == "bound" || est == "gauss", "quest: est=", est, " is not bound or gauss");
+  p.est = est == "gauss" ? QuestEstimate::gauss : QuestEstimate::bound;
   p.sink = r.get_int("sink", p.sink, 0, int64_t(1) << 30);
   p.local = r.get_int("local", p.local, 1, int64_t(1) << 30);
   p.dense_layers = r.get_int("dense_layers", p.dense_layers, 0, int64_t(1) << 20);
@@ -235,12 +245,15 @@ namespace {
 // The bounds of kv head h's pages for `rows` query rows (q: [rows][dim]), into u (rows x ldu),
 // from the codes or the exact summaries, whichever the pages keep for the bound pass.
 void page_bounds(const QuestPages& pages, int64_t h, const float* q, int64_t rows, float* u,
-                 int64_t ldu) {
+                 int64_t ldu, QuestEstimate est = QuestEstimate::bound, float scale = 0) {
+  const auto e =
+      est == QuestEstimate::gauss ? kernels::PageEstimate::gauss : kernels::PageEstimate::bound;
   if (pages.i8())
     kernels::quest_bounds_i8(q, rows, pages.dim(), pages.codes(h), pages.scales(h), pages.pages(),
-                             u, ldu);
+                             u, ldu, e, scale);
   else
-    kernels::quest_bounds(q, rows, pages.dim(), pages.data(h), pages.type(), pages.pages(), u, ldu);
+    kernels::quest_bounds(q, rows, pages.dim(), pages.data(h), pages.type(), pages.pages(), u, ldu,
+                          e, scale);
 }
 }  // namespace
 
@@ -275,7 +288,7 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
     std::vector<float>& qrows = sc.qrows;
     std::vector<float>& bounds = sc.bounds;
     std::vector<float>& score = sc.score;
-    std::vector<char>& keep = sc.keep;
+    std::vector<uint8_t>& keep = sc.keep;
     qrows.resize(size_t(group * q.dim));
     bounds.resize(size_t(group * ldu));
     score.resize(size_t(ldu));
@@ -291,54 +304,66 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c)
           qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
-      page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu);
-      kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
-      if (params.min_share > 0) {
-        // Every page whose score (a share: the scores sum to 1 over the pages) is at least T.
-        for (int64_t p = first; p < last; ++p)
-          keep[size_t(p)] = char(double(score[size_t(p)]) >= params.min_share);
-      } else if (params.topp == 0) {
-        // The topk best: every page scoring above the k-th best score t, then pages scoring t
-        // in index order (ties by page index, so the choice is deterministic). t by a radix
-        // select on the scores' bits (a non-negative float's bits order as its value), where
-        // nth_element's unpredictable branches over 1,790 candidates took 12-14 us of a 32K
-        // layer's 75 us page choice.
-        const int64_t take = params.topk;
-        if (take > 0) {
-          sc.cand.resize(size_t(last - first));
-          for (int64_t p = first; p < last; ++p)
-            sc.cand[size_t(p - first)] = bits_of(score[size_t(p)]);
-          const auto [t, equal] = kth_largest(sc.cand, take);
-          int64_t ties = equal;
-          for (int64_t p = first; p < last; ++p) {  // branch-free: the choice is data
-            const uint32_t b = bits_of(score[size_t(p)]);
-            keep[size_t(p)] = char((b > t) | ((b == t) & (ties > 0)));
-            ties -= b == t;
-          }
+      page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu, params.est, scale);
+      if (params.per_row) {
+        // Each q head's own estimate (the softmax of its bounds alone), held to topp.
+        sc.rows.resize(size_t(group * np));
+        for (int64_t r = 0; r < group; ++r) {
+          kernels::quest_page_scores(bounds.data() + r * ldu, 1, ldu, np, scale, score.data(),
+                                     sc.e.data());
+          std::copy_n(score.data(), np, sc.rows.begin() + r * np);
         }
+        masks::keep_row_mass({sc.rows.data(), group, np}, np, params.topp, keep, sc.row_mass);
       } else {
-        // The best pages one at a time off a heap until the mass is reached: the sorted order's
-        // prefix (the order is total: largest score first, ties by page index), without sorting
-        // the pages never taken.
-        const auto after = [&](int64_t a, int64_t b) {
-          return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] < score[size_t(b)] : a > b;
-        };
-        std::vector<int64_t>& order = sc.order;
-        order.resize(size_t(last - first));
-        std::iota(order.begin(), order.end(), first);
-        std::make_heap(order.begin(), order.end(), after);
-        double kept = 0;
-        for (int64_t p = 0; p < np; ++p)
-          if (keep[size_t(p)]) kept += score[size_t(p)];
-        for (auto end = order.end(); end != order.begin() && kept < params.topp; --end) {
-          std::pop_heap(order.begin(), end, after);  // the best left moves to end - 1
-          const int64_t best = *(end - 1);
-          kept += score[size_t(best)];
-          keep[size_t(best)] = 1;
+        kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
+        if (params.min_share > 0) {
+          // Every page whose score (a share: the scores sum to 1 over the pages) is at least T.
+          for (int64_t p = first; p < last; ++p)
+            keep[size_t(p)] = uint8_t(double(score[size_t(p)]) >= params.min_share);
+        } else if (params.topp == 0) {
+          // The topk best: every page scoring above the k-th best score t, then pages scoring t
+          // in index order (ties by page index, so the choice is deterministic). t by a radix
+          // select on the scores' bits (a non-negative float's bits order as its value), where
+          // nth_element's unpredictable branches over 1,790 candidates took 12-14 us of a 32K
+          // layer's 75 us page choice.
+          const int64_t take = params.topk;
+          if (take > 0) {
+            sc.cand.resize(size_t(last - first));
+            for (int64_t p = first; p < last; ++p)
+              sc.cand[size_t(p - first)] = bits_of(score[size_t(p)]);
+            const auto [t, equal] = kth_largest(sc.cand, take);
+            int64_t ties = equal;
+            for (int64_t p = first; p < last; ++p) {  // branch-free: the choice is data
+              const uint32_t b = bits_of(score[size_t(p)]);
+              keep[size_t(p)] = uint8_t((b > t) | ((b == t) & (ties > 0)));
+              ties -= b == t;
+            }
+          }
+        } else {
+          // The best pages one at a time off a heap until the mass is reached: the sorted order's
+          // prefix (the order is total: largest score first, ties by page index), without sorting
+          // the pages never taken.
+          const auto after = [&](int64_t a, int64_t b) {
+            return score[size_t(a)] != score[size_t(b)] ? score[size_t(a)] < score[size_t(b)]
+                                                        : a > b;
+          };
+          std::vector<int64_t>& order = sc.order;
+          order.resize(size_t(last - first));
+          std::iota(order.begin(), order.end(), first);
+          std::make_heap(order.begin(), order.end(), after);
+          double kept = 0;
+          for (int64_t p = 0; p < np; ++p)
+            if (keep[size_t(p)]) kept += score[size_t(p)];
+          for (auto end = order.end(); end != order.begin() && kept < params.topp; --end) {
+            std::pop_heap(order.begin(), end, after);  // the best left moves to end - 1
+            const int64_t best = *(end - 1);
+            kept += score[size_t(best)];
+            keep[size_t(best)] = 1;
+          }
         }
       }
     } else {
-      std::fill(keep.begin() + first, keep.begin() + last, char(1));
+      std::fill(keep.begin() + first, keep.begin() + last, uint8_t(1));
     }
     auto& r = out[size_t(g)];
     int64_t read = 0, pages_read = 0;

@@ -24,6 +24,7 @@
 #include "spattn/quest.hpp"
 #include "spec_error.hpp"
 #include "spattn/tensor.hpp"
+#include "row_mass_twin.hpp"
 #include "temp_dir.hpp"
 
 namespace spattn {
@@ -55,11 +56,13 @@ Tensor rounded(const TensorView& t, KVType type) {
 }
 
 // The plain twin of the page choice for kv head g: bounds in double per q head of the group,
-// each head's softmax over the pages averaged over the group, pages sorted by it, topk or topp.
+// each head's softmax over the pages averaged over the group, pages sorted by it, topk or topp;
+// with per=row each head's softmax held to topp by the plain rule (row_mass_twin).
 std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k, int64_t group,
                              const QuestParams& p, double scale) {
   const int64_t n = k.seq, np = (n + p.page - 1) / p.page;
   std::vector<double> score(static_cast<size_t>(np), 0.0);
+  std::vector<std::vector<double>> heads;  // each q head's softmax over the pages
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     std::vector<double> u(static_cast<size_t>(np));
     for (int64_t pg = 0; pg < np; ++pg) {
@@ -71,19 +74,34 @@ std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k
           hi = std::max(hi, double(k.get(g, j, c)));
         }
         const double qc = q.get(h, 0, c);
-        s += std::max(qc * lo, qc * hi);
+        if (p.est == QuestEstimate::bound)
+          s += std::max(qc * lo, qc * hi);
+        else  // G: the box's mean score and scale/2 x its variance (a uniform key)
+          s += qc * (lo + hi) / 2 + scale / 2 * qc * qc * (hi - lo) * (hi - lo) / 12;
       }
       u[size_t(pg)] = s;
     }
     const double mx = *std::max_element(u.begin(), u.end());
     double total = 0;
     for (double x : u) total += std::exp(scale * (x - mx));
-    for (int64_t pg = 0; pg < np; ++pg)
-      score[size_t(pg)] += std::exp(scale * (u[size_t(pg)] - mx)) / total / double(group);
+    heads.emplace_back(size_t(np));
+    for (int64_t pg = 0; pg < np; ++pg) {
+      heads.back()[size_t(pg)] = std::exp(scale * (u[size_t(pg)] - mx)) / total;
+      score[size_t(pg)] += heads.back()[size_t(pg)] / double(group);
+    }
   }
   std::vector<char> keep(size_t(np), 0);
   const int64_t first = std::min(np, p.sink), last = std::max(first, np - p.local);
   for (int64_t pg = 0; pg < np; ++pg) keep[size_t(pg)] = pg < first || pg >= last;
+  if (p.per_row && last > first) {
+    std::set<int64_t> forced;
+    for (int64_t pg = 0; pg < np; ++pg)
+      if (keep[size_t(pg)]) forced.insert(pg);
+    const std::set<int64_t> kept = test::row_mass_twin(heads, np, forced, p.topp);
+    EXPECT_TRUE(test::every_row_reaches(heads, np, kept, p.topp, 1e-5));
+    for (int64_t pg : kept) keep[size_t(pg)] = 1;
+    return keep;
+  }
   std::vector<int64_t> cand(size_t(last - first));
   std::iota(cand.begin(), cand.end(), first);
   std::stable_sort(cand.begin(), cand.end(),
@@ -133,88 +151,102 @@ TEST(Quest, PageBoundIsAnUpperBoundOfEveryKeysScore) {
   }
 }
 
+// One dimension's term of a page's estimate, as quest_bounds.hpp writes the plain loop: the
+// bound's max(q lo, q hi), or G's a (lo + hi) + b (hi - lo)^2 added in that order.
+float add_term(float sum, kernels::PageEstimate est, float qc, float scale, float lo, float hi) {
+  if (est == kernels::PageEstimate::bound) return sum + std::max(qc * lo, qc * hi);
+  const float a = 0.5f * qc, b = (qc * qc) * (scale / 24.0f);
+  const float with_mean = sum + a * (lo + hi);
+  const float w = hi - lo;
+  return with_mean + b * (w * w);
+}
+
 // The bound kernel against the plain loop it vectorizes: the same sum in the same order, so
 // the same bits, for any number of rows (the group's q heads), pages and dims, over summaries
-// stored in each type (the loop reads them widened).
+// stored in each type (the loop reads them widened); both estimates (U and G).
 TEST(Quest, BoundKernelEqualsThePlainLoopBitwise) {
   std::mt19937_64 rng(5);
   std::normal_distribution<float> g(0.0f, 2.0f);
-  for (DType type : {DType::f32, DType::f16, DType::bf16})
-    for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
-      for (int64_t pages : {1, 31, 32, 33, 70})
-        for (int64_t d : {1, 17, 64, 128}) {
-          const int64_t ld = kernels::quest_padded(pages);
-          // Summaries as stored: f32 values, or 16-bit words, in the block layout.
-          const size_t elems = size_t(2 * d * ld);
-          std::vector<float> wide(elems);
-          std::vector<uint16_t> half(elems);
-          for (size_t i = 0; i < elems; ++i) {
-            const float x = g(rng);
-            half[i] = type == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
-            wide[i] = type == DType::f32    ? x
-                      : type == DType::bf16 ? bf16_to_f32(half[i])
-                                            : f16_to_f32(half[i]);
-          }
-          for (int64_t p = 0; p < pages; ++p)  // lo <= hi, as a page's summary
-            for (int64_t c = 0; c < d; ++c) {
-              const size_t a = size_t(kernels::quest_sum_index(d, p, c, false));
-              const size_t b = size_t(kernels::quest_sum_index(d, p, c, true));
-              if (wide[a] > wide[b]) std::swap(wide[a], wide[b]), std::swap(half[a], half[b]);
+  const float scale = 0.125f;
+  for (const auto est : {kernels::PageEstimate::bound, kernels::PageEstimate::gauss})
+    for (DType type : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t rows : {1, 2, 3, 4, 5, 7, 8})
+        for (int64_t pages : {1, 31, 32, 33, 70})
+          for (int64_t d : {1, 17, 64, 128}) {
+            const int64_t ld = kernels::quest_padded(pages);
+            // Summaries as stored: f32 values, or 16-bit words, in the block layout.
+            const size_t elems = size_t(2 * d * ld);
+            std::vector<float> wide(elems);
+            std::vector<uint16_t> half(elems);
+            for (size_t i = 0; i < elems; ++i) {
+              const float x = g(rng);
+              half[i] = type == DType::bf16 ? f32_to_bf16(x) : f32_to_f16(x);
+              wide[i] = type == DType::f32    ? x
+                        : type == DType::bf16 ? bf16_to_f32(half[i])
+                                              : f16_to_f32(half[i]);
             }
-          std::vector<float> q(size_t(rows * d));
-          for (float& x : q) x = g(rng);
-          std::vector<float> u(size_t(rows * ld), NAN);
-          const void* sums =
-              type == DType::f32 ? static_cast<const void*>(wide.data()) : half.data();
-          kernels::quest_bounds(q.data(), rows, d, sums, type, pages, u.data(), ld);
-          for (int64_t r = 0; r < rows; ++r)
-            for (int64_t p = 0; p < pages; ++p) {
-              float want = 0;
+            for (int64_t p = 0; p < pages; ++p)  // lo <= hi, as a page's summary
               for (int64_t c = 0; c < d; ++c) {
-                const float qc = q[size_t(r * d + c)];
-                want += std::max(qc * wide[size_t(kernels::quest_sum_index(d, p, c, false))],
-                                 qc * wide[size_t(kernels::quest_sum_index(d, p, c, true))]);
+                const size_t a = size_t(kernels::quest_sum_index(d, p, c, false));
+                const size_t b = size_t(kernels::quest_sum_index(d, p, c, true));
+                if (wide[a] > wide[b]) std::swap(wide[a], wide[b]), std::swap(half[a], half[b]);
               }
-              ASSERT_EQ(u[size_t(r * ld + p)], want)
-                  << dtype_name(type) << ", " << rows << " rows, " << pages << " pages, d " << d
-                  << ": row " << r << " page " << p;
-            }
-        }
+            std::vector<float> q(size_t(rows * d));
+            for (float& x : q) x = g(rng);
+            std::vector<float> u(size_t(rows * ld), NAN);
+            const void* sums =
+                type == DType::f32 ? static_cast<const void*>(wide.data()) : half.data();
+            kernels::quest_bounds(q.data(), rows, d, sums, type, pages, u.data(), ld, est, scale);
+            for (int64_t r = 0; r < rows; ++r)
+              for (int64_t p = 0; p < pages; ++p) {
+                float want = 0;
+                for (int64_t c = 0; c < d; ++c)
+                  want = add_term(want, est, q[size_t(r * d + c)], scale,
+                                  wide[size_t(kernels::quest_sum_index(d, p, c, false))],
+                                  wide[size_t(kernels::quest_sum_index(d, p, c, true))]);
+                ASSERT_EQ(u[size_t(r * ld + p)], want)
+                    << dtype_name(type) << ", " << rows << " rows, " << pages << " pages, d " << d
+                    << ", est " << int(est) << ": row " << r << " page " << p;
+              }
+          }
 }
 
 // The 8-bit bound kernel against its plain loop: q scaled per block and dimension, then the
-// same sum in the same order, so the same bits.
+// same sum in the same order, so the same bits; both estimates.
 TEST(Quest, I8BoundKernelEqualsThePlainLoopBitwise) {
   std::mt19937_64 rng(6);
   std::normal_distribution<float> g(0.0f, 2.0f);
   std::uniform_int_distribution<int> code(-127, 127);
   std::uniform_real_distribution<float> scale(0.0f, 0.05f);
-  for (int64_t rows : {1, 2, 3, 4, 5, 8})
-    for (int64_t pages : {1, 31, 32, 33, 70})
-      for (int64_t d : {1, 17, 64, 128}) {
-        const int64_t ld = kernels::quest_padded(pages), blocks = ld / kernels::kQuestPagePad;
-        std::vector<int8_t> codes(size_t(2 * d * ld));
-        for (int8_t& x : codes) x = int8_t(code(rng));
-        std::vector<float> scales(size_t(blocks * d)), q(size_t(rows * d));
-        for (float& x : scales) x = scale(rng);
-        for (float& x : q) x = g(rng);
-        std::vector<float> u(size_t(rows * ld), NAN);
-        kernels::quest_bounds_i8(q.data(), rows, d, codes.data(), scales.data(), pages, u.data(),
-                                 ld);
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t p = 0; p < pages; ++p) {
-            float want = 0;
-            for (int64_t c = 0; c < d; ++c) {
-              const float s = scales[size_t(p / kernels::kQuestPagePad * d + c)];
-              const float qs = q[size_t(r * d + c)] * s;
-              const float lo = codes[size_t(kernels::quest_sum_index(d, p, c, false))];
-              const float hi = codes[size_t(kernels::quest_sum_index(d, p, c, true))];
-              want += std::max(qs * lo, qs * hi);
+  const float softmax_scale = 0.125f;
+  for (const auto est : {kernels::PageEstimate::bound, kernels::PageEstimate::gauss})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8})
+      for (int64_t pages : {1, 31, 32, 33, 70})
+        for (int64_t d : {1, 17, 64, 128}) {
+          const int64_t ld = kernels::quest_padded(pages), blocks = ld / kernels::kQuestPagePad;
+          std::vector<int8_t> codes(size_t(2 * d * ld));
+          for (int8_t& x : codes) x = int8_t(code(rng));
+          std::vector<float> scales(size_t(blocks * d)), q(size_t(rows * d));
+          for (float& x : scales) x = scale(rng);
+          for (float& x : q) x = g(rng);
+          std::vector<float> u(size_t(rows * ld), NAN);
+          kernels::quest_bounds_i8(q.data(), rows, d, codes.data(), scales.data(), pages, u.data(),
+                                   ld, est, softmax_scale);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t p = 0; p < pages; ++p) {
+              float want = 0;
+              for (int64_t c = 0; c < d; ++c) {
+                const float s = scales[size_t(p / kernels::kQuestPagePad * d + c)];
+                const float qs = q[size_t(r * d + c)] * s;
+                const float lo = codes[size_t(kernels::quest_sum_index(d, p, c, false))];
+                const float hi = codes[size_t(kernels::quest_sum_index(d, p, c, true))];
+                want = add_term(want, est, qs, softmax_scale, lo, hi);
+              }
+              ASSERT_EQ(u[size_t(r * ld + p)], want)
+                  << rows << " rows, " << pages << " pages, d " << d << ", est " << int(est)
+                  << ": row " << r << " page " << p;
             }
-            ASSERT_EQ(u[size_t(r * ld + p)], want) << rows << " rows, " << pages << " pages, d "
-                                                   << d << ": row " << r << " page " << p;
-          }
-      }
+        }
 }
 
 // The page scores against a plain loop in double: each row's softmax of scale x U over the
@@ -444,7 +476,9 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
     for (int64_t n : {1, 47, 640, 1001})
       for (const char* spec : {"quest:k=5", "quest:k=3,page=64,sink=2,local=2", "quest:topp=0.5",
                                "quest:topp=0.9,page=32", "quest:k=0,sink=0", "quest:min_share=0.01",
-                               "quest:min_share=0.002,page=32"}) {
+                               "quest:min_share=0.002,page=32", "quest:topp=0.5,per=block",
+                               "quest:topp=0.9,page=32,sink=2", "quest:topp=0.7,est=bound",
+                               "quest:k=5,est=gauss", "quest:min_share=0.01,est=bound"}) {
         const QuestParams p = parse_quest_params(parse_method_spec(spec));
         const int64_t d = 64, group = hq / hkv;
         const Tensor k = random_tensor(hkv, n, d, uint64_t(n), 0.7f);
@@ -657,6 +691,11 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("quest:min_share=1", "min_share");
   expect_error("quest:k=4,min_share=0.1", "not both");
   expect_error("quest:topp=0.9,min_share=0.1", "not both");
+  expect_error("quest:per=row", "per=row goes with topp");
+  expect_error("quest:k=4,per=row", "per=row goes with topp");
+  expect_error("quest:min_share=0.01,per=row", "per=row goes with topp");
+  expect_error("quest:topp=0.9,per=head", "per='head'");
+  expect_error("quest:est=mean", "est=mean");
   expect_error("quest:dense_at=0", "dense_at");
   expect_error("quest:dense_at=1.5", "dense_at");
   expect_error("quest:pages=4", "pages");
@@ -666,6 +705,14 @@ TEST(Quest, BadSpecsAreNamedErrors) {
   expect_error("nonsense", "nonsense");
   const auto quest = [](const char* spec) { return parse_quest_params(parse_method_spec(spec)); };
   EXPECT_EQ(quest("quest:topp=1").topp, 1.0);
+  // A mass budget reads G per q head by default; a count the paper's U.
+  EXPECT_TRUE(quest("quest:topp=0.9").per_row);
+  EXPECT_EQ(quest("quest:topp=0.9").est, QuestEstimate::gauss);
+  EXPECT_EQ(quest("quest:min_share=0.01").est, QuestEstimate::gauss);
+  EXPECT_FALSE(quest("quest:topp=0.9,per=block").per_row);
+  EXPECT_EQ(quest("quest").est, QuestEstimate::bound);
+  EXPECT_FALSE(quest("quest").per_row);
+  EXPECT_EQ(quest("quest:k=8,est=gauss").est, QuestEstimate::gauss);
   EXPECT_EQ(quest("quest:sums=i8").sums, QuestSums::i8);
   EXPECT_EQ(quest("quest").sums, QuestSums::i8);
   EXPECT_EQ(quest("quest:sums=cache").sums, QuestSums::cache);
