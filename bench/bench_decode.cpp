@@ -210,6 +210,7 @@ void BM_QuestDecode(benchmark::State& state) {
   QuestParams qp;
   qp.page = std::max<int64_t>(16, state.range(6));
   qp.topk = 2048 / qp.page;
+  qp.est = state.range(10) ? QuestEstimate::gauss : QuestEstimate::bound;  // what est= costs
   const bool dense = state.range(6) == 0;
   Tensor out(DType::f32, w.q.heads(), 1, w.q.dim());
   AttnOptions opt;
@@ -246,14 +247,17 @@ void BM_QuestDecode(benchmark::State& state) {
 }
 
 void quest_shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"kv", "hq", "hkv", "bf16", "type", "threads", "page", "select_only", "cold", "i8"});
+  b->ArgNames(
+      {"kv", "hq", "hkv", "bf16", "type", "threads", "page", "select_only", "cold", "i8", "gauss"});
   for (int64_t kv : {16384, 32768})
     for (int64_t page : {0, 16, 64})
       for (int64_t sel : {0, 1})
         for (int64_t cold : {0, 1})
-          for (int64_t i8 : {0, 1})  // quest:sums=i8 (page 16 only)
-            if ((page > 0 || sel == 0) && (cold == 0 || kv == 32768) && (i8 == 0 || page == 16))
-              b->Args({kv, 4, 2, 0, 1, 2, page, sel, cold, i8});
+          for (int64_t i8 : {0, 1})       // quest:sums=i8 (page 16 only)
+            for (int64_t gauss : {0, 1})  // quest:est=gauss (the choice alone, 32K, cold)
+              if ((page > 0 || sel == 0) && (cold == 0 || kv == 32768) && (i8 == 0 || page == 16) &&
+                  (gauss == 0 || (sel && cold && page == 16)))
+                b->Args({kv, 4, 2, 0, 1, 2, page, sel, cold, i8, gauss});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 

@@ -242,8 +242,9 @@ void QuestPages::truncate(int64_t n, const PackedKV& kv) {
 }
 
 namespace {
-// The bounds of kv head h's pages for `rows` query rows (q: [rows][dim]), into u (rows x ldu),
-// from the codes or the exact summaries, whichever the pages keep for the bound pass.
+// The bounds U (or the estimates G, est) of kv head h's pages for `rows` query rows
+// (q: [rows][dim]), into u (rows x ldu), from the codes or the exact summaries, whichever the
+// pages keep for the bound pass; scale: the softmax scale (G's variance term).
 void page_bounds(const QuestPages& pages, int64_t h, const float* q, int64_t rows, float* u,
                  int64_t ldu, QuestEstimate est = QuestEstimate::bound, float scale = 0) {
   const auto e =
@@ -297,8 +298,8 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
     for (int64_t p = 0; p < first; ++p) keep[size_t(p)] = 1;
     for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
     if (!all && last > first) {
-      // A page's score: its estimated attention mass, the softmax of scale x U over the pages,
-      // averaged over the q heads of the group (they share the kv head's pages, so its K and V
+      // A page's score: its estimated attention mass, the softmax of scale x U (or G,
+      // params.est) over the pages, averaged over the q heads of the group (they share the kv head's pages, so its K and V
       // are read once). With one q head per kv head this ranks pages by U, as the paper does.
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
