@@ -70,7 +70,8 @@ struct RecallTally {
       if (quest_reads_every_key(qp, c.packed(l).size())) {
         lse_sel = lse_all;  // decoded densely: every key's mass kept
       } else {
-        const auto ranges = quest_select(qv, c.pages(l), qp, softmax_scale(a, d));
+        const auto ranges =
+            quest_select(qv, c.pages(l), qp, softmax_scale(a, d), nullptr, 1, &c.packed(l));
         quest_attend(qv, c.packed(l), ranges, out, a, lse_sel.data());
       }
       for (int64_t h = 0; h < cfg.n_head; ++h) {

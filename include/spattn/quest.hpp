@@ -168,10 +168,12 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 // the paper's ranking by U); topk keeps the k best, topp the fewest whose scores, with the
 // sink's and the newest pages', reach P (per_row: each q head's own softmax reaches P),
 // min_share every page whose score is at least T. scale: the softmax scale (resolved);
-// threads: kv heads in parallel.
+// threads: kv heads in parallel. kv: the cache the pages summarize, or null; given, a mass
+// budget on G counts the sink and local pages (read anyway) at their exact mass.
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
-                                                QuestDecodeStats* stats = nullptr, int threads = 1);
+                                                QuestDecodeStats* stats = nullptr, int threads = 1,
+                                                const PackedKV* kv = nullptr);
 // Attention of q ([Hq, 1, d], the newest token: every key visible) over the ranges of its kv
 // head (quest_select's), each group's q heads as the rows of one item.
 void quest_attend(const TensorView& q, const PackedKV& kv,

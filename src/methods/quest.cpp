@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "spattn/decode.hpp"
@@ -70,7 +71,50 @@ struct SelectScratch {
   std::vector<uint8_t> keep;
   std::vector<double> rows;  // per=row: each q head's estimated masses over the pages
   masks::RowMassScratch row_mass;
+  std::vector<float> key;     // a forced page's key, widened
+  std::vector<double> exact;  // the forced keys' scores
 };
+
+// One q row's page masses for a mass budget on G, into out[0, np): the forced pages' (keep[p]
+// set: sink and local, read by the decode anyway) exact, the sum over their keys of
+// exp(scale (q . k - m)), keys as the cache holds them (kv head g); every other page's
+// estimated, page x exp(scale (G_p - m)), G_p the page's expected score (kernels/
+// quest_bounds.hpp); m the largest exponent, so nothing overflows. G misjudges exactly the
+// pages a budget cannot leave out: the sink page's box, widened by its first key, read as 0.90
+// of a head's mass against 0.21 true (code-tiny-8k, log entry "Quest's mass budgets per q head
+// on an estimate of page mass"), and a topp then kept too little beside it.
+void forced_exact_masses(const float* qr, const float* G, const std::vector<uint8_t>& keep,
+                         const PackedKV& kv, int64_t g, int64_t page, int64_t n, float scale,
+                         SelectScratch& sc, double* out) {
+  const int64_t np = int64_t(keep.size()), dim = kv.dim();
+  sc.key.resize(size_t(dim));
+  sc.exact.clear();
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t p = 0; p < np; ++p) {
+    if (!keep[size_t(p)]) {
+      m = std::max(m, double(G[p]));
+      continue;
+    }
+    for (int64_t j = p * page; j < std::min(n, (p + 1) * page); ++j) {
+      kv.read_key(g, j, sc.key.data());
+      double s = 0;
+      for (int64_t c = 0; c < dim; ++c) s += double(qr[c]) * double(sc.key[size_t(c)]);
+      sc.exact.push_back(s);
+      m = std::max(m, s);
+    }
+  }
+  size_t next = 0;  // the forced keys' scores, in page order
+  for (int64_t p = 0; p < np; ++p) {
+    double e = 0;
+    if (!keep[size_t(p)]) {
+      e = double(page) * std::exp(double(scale) * (double(G[p]) - m));
+    } else {
+      for (int64_t j = p * page; j < std::min(n, (p + 1) * page); ++j)
+        e += std::exp(double(scale) * (sc.exact[next++] - m));
+    }
+    out[p] = e;
+  }
+}
 
 }  // namespace
 
@@ -267,7 +311,8 @@ void quest_page_bounds(const QuestPages& pages, int64_t h, const float* q, float
 
 std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const QuestPages& pages,
                                                 const QuestParams& params, float scale,
-                                                QuestDecodeStats* stats, int threads) {
+                                                QuestDecodeStats* stats, int threads,
+                                                const PackedKV* kv) {
   SPATTN_CHECK(q.seq == 1, "quest: decode takes one query per q head, got ", q.seq);
   SPATTN_CHECK(q.dim == pages.dim() && q.heads % pages.kv_heads() == 0, "quest: q of ", q.heads,
                " heads x ", q.dim, " dims over summaries of ", pages.kv_heads(), " x ",
@@ -281,6 +326,11 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
   const int64_t first = std::min(np, params.sink), last = std::max(first, np - params.local);
   const bool count = params.topp == 0 && params.min_share == 0;
   const bool all = count && params.topk >= last - first;
+  // A mass budget on G, the cache at hand: the forced pages count their exact mass.
+  const bool exact_forced = kv && !count && params.est == QuestEstimate::gauss;
+  SPATTN_CHECK(!kv || (kv->size() == n && kv->kv_heads() == hkv && kv->dim() == q.dim),
+               "quest: the cache (", kv ? kv->size() : 0, " keys) is not the one the ", n,
+               " keys' summaries describe");
   // Kv heads in parallel (each reads its own summaries, writes its own ranges and stats), each
   // in its thread's scratch: a decode step selects in every sparse layer, and allocating
   // these buffers each time was a tenth of the choice's time.
@@ -306,17 +356,37 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
         for (int64_t c = 0; c < q.dim; ++c)
           qrows[size_t(r * q.dim + c)] = q.get(g * group + r, 0, c);
       page_bounds(pages, g, qrows.data(), group, bounds.data(), ldu, params.est, scale);
-      if (params.per_row) {
-        // Each q head's own estimate (the softmax of its bounds alone), held to topp.
+      if (params.per_row || exact_forced) {
+        // Each q head's own page masses: the softmax of its estimates alone, or with the
+        // forced pages' exact (forced_exact_masses).
         sc.rows.resize(size_t(group * np));
         for (int64_t r = 0; r < group; ++r) {
-          kernels::quest_page_scores(bounds.data() + r * ldu, 1, ldu, np, scale, score.data(),
-                                     sc.e.data());
-          std::copy_n(score.data(), np, sc.rows.begin() + r * np);
+          double* row = sc.rows.data() + r * np;
+          if (exact_forced) {
+            forced_exact_masses(qrows.data() + r * q.dim, bounds.data() + r * ldu, keep, *kv, g,
+                                page, n, scale, sc, row);
+          } else {
+            kernels::quest_page_scores(bounds.data() + r * ldu, 1, ldu, np, scale, score.data(),
+                                       sc.e.data());
+            std::copy_n(score.data(), np, row);
+          }
         }
+      }
+      if (params.per_row) {  // each q head held to topp
         masks::keep_row_mass({sc.rows.data(), group, np}, np, params.topp, keep, sc.row_mass);
       } else {
-        kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(), sc.e.data());
+        if (exact_forced) {  // the group's mean share, as the kernel's below
+          std::fill(score.begin(), score.end(), 0.0f);
+          for (int64_t r = 0; r < group; ++r) {
+            const double* row = sc.rows.data() + r * np;
+            const double total = std::accumulate(row, row + np, 0.0);
+            for (int64_t p = 0; p < np; ++p)
+              score[size_t(p)] += float(row[p] / total / double(group));
+          }
+        } else {
+          kernels::quest_page_scores(bounds.data(), group, ldu, np, scale, score.data(),
+                                     sc.e.data());
+        }
         if (params.min_share > 0) {
           // Every page whose score (a share: the scores sum to 1 over the pages) is at least T.
           for (int64_t p = first; p < last; ++p)
@@ -431,7 +501,7 @@ void quest_decode(const TensorView& q, const PackedKV& kv, const QuestPages& pag
     qs = {np, np, n, n, 0.0};
   } else {
     const auto t0 = std::chrono::steady_clock::now();
-    ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads);
+    ranges = quest_select(q, pages, params, softmax_scale(opt, q.dim), &qs, opt.threads, &kv);
     qs.select_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -57,10 +57,14 @@ Tensor rounded(const TensorView& t, KVType type) {
 
 // The plain twin of the page choice for kv head g: bounds in double per q head of the group,
 // each head's softmax over the pages averaged over the group, pages sorted by it, topk or topp;
-// with per=row each head's softmax held to topp by the plain rule (row_mass_twin).
+// with per=row each head's softmax held to topp by the plain rule (row_mass_twin). exact: a
+// mass budget on G with the cache given, the sink and local pages at their exact mass (the
+// sum of exp(scale q.k) over their keys) beside the others' page x exp(scale G).
 std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k, int64_t group,
-                             const QuestParams& p, double scale) {
+                             const QuestParams& p, double scale, bool exact = false) {
   const int64_t n = k.seq, np = (n + p.page - 1) / p.page;
+  const int64_t first = std::min(np, p.sink), last = std::max(first, np - p.local);
+  exact = exact && p.est == QuestEstimate::gauss && (p.topp > 0 || p.min_share > 0);
   std::vector<double> score(static_cast<size_t>(np), 0.0);
   std::vector<std::vector<double>> heads;  // each q head's softmax over the pages
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -81,9 +85,28 @@ std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k
       }
       u[size_t(pg)] = s;
     }
+    // The softmax of scale x u; with `exact`, of each page's log-mass
+    std::vector<double> x(static_cast<size_t>(np));
+    for (int64_t pg = 0; pg < np; ++pg) {
+      x[size_t(pg)] = scale * u[size_t(pg)];
+      if (!exact) continue;
+      if (pg >= first && pg < last) {
+        x[size_t(pg)] += std::log(double(p.page));
+        continue;
+      }
+      double sum = 0;  // the page's exact mass, over exp(scale x 0)
+      for (int64_t j = pg * p.page; j < std::min(n, (pg + 1) * p.page); ++j) {
+        double s = 0;
+        for (int64_t c = 0; c < k.dim; ++c) s += double(q.get(h, 0, c)) * k.get(g, j, c);
+        sum += std::exp(scale * s);
+      }
+      x[size_t(pg)] = std::log(sum);
+    }
+    u = x;
+    for (double& v : u) v /= scale;
     const double mx = *std::max_element(u.begin(), u.end());
     double total = 0;
-    for (double x : u) total += std::exp(scale * (x - mx));
+    for (double v : u) total += std::exp(scale * (v - mx));
     heads.emplace_back(size_t(np));
     for (int64_t pg = 0; pg < np; ++pg) {
       heads.back()[size_t(pg)] = std::exp(scale * (u[size_t(pg)] - mx)) / total;
@@ -91,7 +114,6 @@ std::vector<char> twin_pages(const TensorView& q, int64_t g, const TensorView& k
     }
   }
   std::vector<char> keep(size_t(np), 0);
-  const int64_t first = std::min(np, p.sink), last = std::max(first, np - p.local);
   for (int64_t pg = 0; pg < np; ++pg) keep[size_t(pg)] = pg < first || pg >= last;
   if (p.per_row && last > first) {
     std::set<int64_t> forced;
@@ -486,20 +508,24 @@ TEST(Quest, PageChoiceEqualsThePlainTwin) {
         QuestPages pages(hkv, d, p.page, n);
         pages.append(k);
         const float scale = 1.0f / std::sqrt(float(d));
-        QuestDecodeStats st;
-        const auto ranges = quest_select(q, pages, p, scale, &st);
-        const int64_t np = pages.pages();
-        int64_t read = 0;
-        ASSERT_EQ(int64_t(ranges.size()), hkv);
-        for (int64_t g = 0; g < hkv; ++g) {
-          EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np),
-                    twin_pages(q, g, k, group, p, scale))
-              << spec << " n " << n << " kv head " << g;
-          for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
+        // Without the cache, and with it (a mass budget on G then reads the forced pages' keys)
+        const PackedKV kv = PackedKV::pack(k, k, 0, 1, true, KVType::f32, KVType::f32);
+        for (const PackedKV* cache : {static_cast<const PackedKV*>(nullptr), &kv}) {
+          QuestDecodeStats st;
+          const auto ranges = quest_select(q, pages, p, scale, &st, 1, cache);
+          const int64_t np = pages.pages();
+          int64_t read = 0;
+          ASSERT_EQ(int64_t(ranges.size()), hkv);
+          for (int64_t g = 0; g < hkv; ++g) {
+            EXPECT_EQ(chosen_pages(ranges[size_t(g)], p.page, np),
+                      twin_pages(q, g, k, group, p, scale, cache != nullptr))
+                << spec << " n " << n << " kv head " << g << (cache ? ", with the cache" : "");
+            for (const KeyRange& r : ranges[size_t(g)]) read += r.end - r.begin;
+          }
+          EXPECT_EQ(st.keys_read, read);
+          EXPECT_EQ(st.keys_total, hkv * n);
+          EXPECT_EQ(st.pages_total, hkv * np);
         }
-        EXPECT_EQ(st.keys_read, read);
-        EXPECT_EQ(st.keys_total, hkv * n);
-        EXPECT_EQ(st.pages_total, hkv * np);
       }
 }
 
