@@ -28,8 +28,10 @@
 //   est           the page score a budget reads: `bound` (the paper's U; the default with k)
 //                 or `gauss` (G, the page's expected exp-score under a uniform box; the
 //                 default with topp and min_share, which read magnitudes: U's softmax is
-//                 over-confident where a page's box is wide). Issue 61's sweep is in
-//                 BENCHMARKS.md, "Mass budgets against counts on real attention"
+//                 over-confident where a page's box is wide); with G the sink and local
+//                 pages, read anyway, count their exact mass (quest_select's kv). Issue
+//                 61's sweep is in BENCHMARKS.md, "Mass budgets against counts on real
+//                 attention"
 //   sink, local   pages always kept at the start and the end (default 1 each)
 //   dense_layers  the first L layers decode densely (default 2: the paper leaves its first two
 //                 layers dense, their attention being the least sparse)
