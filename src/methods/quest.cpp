@@ -349,8 +349,9 @@ std::vector<std::vector<KeyRange>> quest_select(const TensorView& q, const Quest
     for (int64_t p = last; p < np; ++p) keep[size_t(p)] = 1;
     if (!all && last > first) {
       // A page's score: its estimated attention mass, the softmax of scale x U (or G,
-      // params.est) over the pages, averaged over the q heads of the group (they share the kv head's pages, so its K and V
-      // are read once). With one q head per kv head this ranks pages by U, as the paper does.
+      // params.est) over the pages, averaged over the q heads of the group (they share the kv
+      // head's pages, so its K and V are read once). With one q head per kv head this ranks
+      // pages by U, as the paper does.
       // The group's bounds in one pass over the kv head's summaries.
       for (int64_t r = 0; r < group; ++r)
         for (int64_t c = 0; c < q.dim; ++c)
