@@ -705,6 +705,30 @@ TEST(Quest, BudgetOfHalfTheCacheDecodesDensely) {
   }
 }
 
+// quest_select's cache must be the one its summaries describe: another length, kv-head count
+// or width is a named Error, not a read past the cache.
+TEST(Quest, SelectRefusesACacheTheSummariesDoNotDescribe) {
+  const int64_t d = 64, n = 100;
+  const Tensor k = random_tensor(2, n, d, 3, 0.7f), q = random_tensor(4, 1, d, 4);
+  QuestPages pages(2, d, 16, n);
+  pages.append(k);
+  const QuestParams p = parse_quest_params(parse_method_spec("quest:topp=0.9"));
+  const Tensor shorter = random_tensor(2, n - 1, d, 5, 0.7f),
+               one_head = random_tensor(1, n, d, 6, 0.7f),
+               narrower = random_tensor(2, n, d / 2, 7, 0.7f);
+  for (const Tensor* other : {&shorter, &one_head, &narrower}) {
+    const PackedKV kv = PackedKV::pack(*other, *other, 0, 1, true, KVType::f32, KVType::f32);
+    try {
+      quest_select(q, pages, p, 0.125f, nullptr, 1, &kv);
+      ADD_FAILURE() << "a cache of " << kv.size() << " x " << kv.kv_heads() << " x " << kv.dim();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not the one the"), std::string::npos) << e.what();
+    }
+  }
+  const PackedKV same = PackedKV::pack(k, k, 0, 1, true, KVType::f32, KVType::f32);
+  EXPECT_EQ(quest_select(q, pages, p, 0.125f, nullptr, 1, &same).size(), 2u);
+}
+
 TEST(Quest, BadSpecsAreNamedErrors) {
   const auto& expect_error = test::expect_decode_spec_error;
   expect_error("quest:page=24", "multiple of 16");
